@@ -1,0 +1,214 @@
+"""The records that flow through a sweep: :class:`TrialSpec` in, :class:`TrialResult` out.
+
+Plain frozen dataclasses with no jax import, so that the CLI, the executors and the reports can use
+them cheaply. A trial's identity is :attr:`TrialSpec.trial_id`, a hash of its canonical JSON; it is
+stored in MLflow as the tag ``harness.trial_id`` and is what resume keys on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["finished", "diverged", "failed"]
+
+
+def _freeze(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    def norm(v: Any) -> Any:
+        if isinstance(v, list | tuple):
+            return tuple(norm(x) for x in v)
+        if isinstance(v, Mapping):
+            return tuple(sorted((str(k), norm(x)) for k, x in v.items()))
+        return v
+
+    return tuple(sorted((str(k), norm(v)) for k, v in (mapping or {}).items()))
+
+
+def _thaw(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_thaw(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class Target:
+    """A convergence target: ``metric`` (``eval/accuracy`` or ``eval/loss``) reaching ``value``.
+
+    ``mode`` is ``"max"`` when larger is better (accuracy) and ``"min"`` when smaller is (loss).
+    """
+
+    metric: str = "eval/accuracy"
+    value: float = 0.9
+    mode: Literal["max", "min"] = "max"
+
+    def reached(self, x: float) -> bool:
+        if not math.isfinite(x):
+            return False
+        return x >= self.value if self.mode == "max" else x <= self.value
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything that determines one trial's result. Hashable and canonical.
+
+    Hyperparameter mappings are stored as sorted tuples of ``(name, value)`` pairs; use
+    :meth:`make` to build one from plain dicts and :meth:`hparams` to read them back.
+
+    Attributes:
+      sweep: the sweep's name (the MLflow experiment).
+      model, optimizer, schedule, dataset: registry names.
+      *_hparams: keyword arguments for the registry builders.
+      seed: PRNG seed (int) for init, data order and dropout.
+      steps: training budget in optimizer steps.
+      batch_size: examples per step.
+      eval_every: evaluate on the whole test split every this many steps (and at the end).
+      steps_per_dispatch: K, the number of steps fused into one ``lax.scan`` dispatch.
+      target: convergence target, or ``None``.
+      dtype: parameter/compute dtype name (``"float32"``).
+    """
+
+    sweep: str
+    model: str
+    optimizer: str
+    schedule: str
+    dataset: str
+    seed: int
+    steps: int
+    batch_size: int
+    eval_every: int
+    steps_per_dispatch: int = 50
+    model_hparams: tuple[tuple[str, Any], ...] = ()
+    optimizer_hparams: tuple[tuple[str, Any], ...] = ()
+    schedule_hparams: tuple[tuple[str, Any], ...] = ()
+    dataset_hparams: tuple[tuple[str, Any], ...] = ()
+    target: Target | None = None
+    dtype: str = "float32"
+
+    @classmethod
+    def make(cls, **kw: Any) -> TrialSpec:
+        """Build from plain dicts for the ``*_hparams`` fields (and a dict for ``target``)."""
+        for k in ("model_hparams", "optimizer_hparams", "schedule_hparams", "dataset_hparams"):
+            if k in kw:
+                kw[k] = _freeze(kw[k])
+        if isinstance(kw.get("target"), Mapping):
+            kw["target"] = Target(**kw["target"])
+        return cls(**kw)
+
+    def hparams(self, which: Literal["model", "optimizer", "schedule", "dataset"]) -> dict[str, Any]:
+        """The hyperparameters of one component as a plain dict."""
+        return {k: _thaw(v) for k, v in getattr(self, f"{which}_hparams")}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON-able dict (hyperparameters as dicts)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for k in ("model", "optimizer", "schedule", "dataset"):
+            d[f"{k}_hparams"] = self.hparams(k)  # type: ignore[arg-type]
+        d["target"] = dataclasses.asdict(self.target) if self.target else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrialSpec:
+        return cls.make(**dict(d))
+
+    @property
+    def trial_id(self) -> str:
+        """16 hex digits of the SHA-256 of the canonical JSON (sorted keys)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def flat_params(self) -> dict[str, str]:
+        """MLflow params, flattened with dots: ``optimizer.step_size``, ``model.width``, ``train.steps``."""
+        out: dict[str, str] = {}
+        for k in ("model", "optimizer", "schedule", "dataset"):
+            out[k] = getattr(self, k)
+            for name, v in self.hparams(k).items():  # type: ignore[arg-type]
+                out[f"{k}.{name}"] = str(v)
+        for k in ("seed", "steps", "batch_size", "eval_every", "steps_per_dispatch", "dtype"):
+            out[f"train.{k}"] = str(getattr(self, k))
+        if self.target:
+            out["target.metric"] = self.target.metric
+            out["target.value"] = str(self.target.value)
+        return out
+
+    def batch_key(self) -> tuple:
+        """Trials with equal keys differ only in seed and/or ``optimizer.step_size``: they may be
+        trained together under ``jax.vmap``."""
+        opt = tuple((k, v) for k, v in self.optimizer_hparams if k != "step_size")
+        return (
+            self.sweep, self.model, self.model_hparams, self.optimizer, opt, self.schedule,
+            self.schedule_hparams, self.dataset, self.dataset_hparams, self.steps, self.batch_size,
+            self.eval_every, self.steps_per_dispatch, self.target, self.dtype,
+        )
+
+    def perf_key(self) -> tuple:
+        """Throughput is measured once per (model, optimizer, batch shape, dtype) on a device."""
+        opt = tuple((k, v) for k, v in self.optimizer_hparams if k != "step_size")
+        return (self.model, self.model_hparams, self.optimizer, opt, self.dataset,
+                self.dataset_hparams, self.batch_size, self.dtype)
+
+
+@dataclass
+class Curves:
+    """Per-trial curves. Train rows are one per step (loss is the mean over the step's batch);
+    eval rows one per evaluation. ``wall_s`` is seconds since training started (compile excluded).
+    Non-finite values are kept here as ``nan``; the tracker never logs them as metrics."""
+
+    train_step: list[int] = field(default_factory=list)
+    train_wall_s: list[float] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)
+    eval_step: list[int] = field(default_factory=list)
+    eval_wall_s: list[float] = field(default_factory=list)
+    eval_loss: list[float] = field(default_factory=list)
+    eval_accuracy: list[float] = field(default_factory=list)
+
+
+@dataclass
+class PerfResult:
+    """Throughput of one compiled training step (see :mod:`harness.timing` for the method).
+
+    Units: seconds for ``compile_s``, milliseconds for step times, examples/s, FLOPs per step,
+    FLOP/s for ``peak_flops``; ``utilization`` is a fraction in [0, 1] (achieved / measured peak).
+    ``None`` where a quantity cannot be measured (e.g. XLA's cost analysis returned nothing).
+    """
+
+    compile_s: float
+    step_time_ms: float  # median
+    step_time_ms_p10: float
+    step_time_ms_p90: float
+    examples_per_sec: float
+    flops_per_step: float | None = None
+    flops_per_step_analytic: float | None = None
+    peak_flops: float | None = None
+    utilization: float | None = None
+    timed_steps: int = 0
+    warmup_steps: int = 0
+    device_kind: str = ""
+
+
+@dataclass
+class TrialResult:
+    """What training one trial produced.
+
+    ``status`` is ``finished`` (trained to budget), ``diverged`` (a non-finite loss stopped it at
+    ``diverged_step``) or ``failed`` (an exception; ``reason`` holds the traceback text).
+    ``steps_to_target``/``seconds_to_target`` are ``None`` when the target was not reached.
+    """
+
+    spec: TrialSpec
+    status: Status
+    curves: Curves = field(default_factory=Curves)
+    perf: PerfResult | None = None
+    reason: str = ""
+    diverged_step: int | None = None
+    steps_to_target: int | None = None
+    seconds_to_target: float | None = None
+    final_eval_loss: float | None = None
+    final_eval_accuracy: float | None = None
+    train_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
