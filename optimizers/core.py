@@ -1,0 +1,775 @@
+"""Drop-in re-implementation of ``jax.example_libraries.optimizers``.
+
+An optimizer is an ``(init_fn, update_fn, params_fn)`` triple (:class:`Optimizer`):
+
+* ``init_fn(params) -> OptimizerState``: ``params`` is any pytree of arrays (nested
+  dict/tuple/list, scalar leaves allowed); the state holds the parameters and each optimizer's
+  per-leaf slots (momentum, moment estimates, ...), all with the leaf's shape and dtype.
+* ``update_fn(step, grads, opt_state) -> OptimizerState``: ``step`` is the integer step index
+  (Python int or int32 scalar, may be traced); ``grads`` has the structure of the parameters.
+* ``params_fn(opt_state) -> params``, with ``params == params_fn(init_fn(params))``.
+
+Every name, signature and update rule of the reference is kept, so that
+``import optimizers as optimizers`` serves programs written against
+``jax.example_libraries.optimizers``. Results are bitwise equal to the reference's (same
+operations in the same order) with these deliberate departures, each a reference pitfall:
+
+* ``sm3`` keeps the parameter in its own shape inside the state and no longer stores the shape
+  as integer leaves, so ``params_fn`` works under ``jit``/``lax.scan`` (the reference's state
+  holds the shape as pytree leaves, which become tracers and break ``reshape``).
+* ``init_fn`` copies parameter leaves that are concrete ``jax.Array`` s, so that donating the
+  optimizer state (as the trainer does) never deletes the caller's parameter buffers.
+* A concrete step size that is not positive, ``b1``/``b2`` outside ``[0, 1)`` (``adam``,
+  ``adamax``), mismatched ``piecewise_constant`` lengths and decreasing boundaries raise
+  ``ValueError`` naming the value. These checks run in Python when the optimizer is built, never
+  on traced values and never inside the update.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import namedtuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "Array",
+    "InitFn",
+    "JoinPoint",
+    "Optimizer",
+    "OptimizerState",
+    "Params",
+    "ParamsFn",
+    "Schedule",
+    "State",
+    "Step",
+    "UpdateFn",
+    "Updates",
+    "adagrad",
+    "adam",
+    "adamax",
+    "clip_grads",
+    "constant",
+    "exponential_decay",
+    "inverse_time_decay",
+    "l2_norm",
+    "make_schedule",
+    "momentum",
+    "nesterov",
+    "optimizer",
+    "pack_optimizer_state",
+    "piecewise_constant",
+    "polynomial_decay",
+    "rmsprop",
+    "rmsprop_momentum",
+    "sgd",
+    "sm3",
+    "unpack_optimizer_state",
+]
+
+# The state of a pytree of parameters is stored "two-level": the outer tree is the parameter tree
+# (kept as its treedef), and each parameter leaf owns an inner tree of state arrays (kept as a flat
+# list of leaves plus its treedef). Only the flat lists are pytree children, so jit/scan/donation
+# see nothing but arrays.
+OptimizerState = namedtuple("OptimizerState", ["packed_state", "tree_def", "subtree_defs"])
+OptimizerState.__doc__ = """State of a tree optimizer.
+
+Fields:
+  packed_state: list, one entry per parameter leaf, of the flat list of that leaf's state arrays.
+  tree_def: the ``PyTreeDef`` of the parameter tree.
+  subtree_defs: tuple of the ``PyTreeDef`` of each leaf's state.
+
+A pytree whose only children are ``packed_state``; the two treedefs are static auxiliary data.
+"""
+jax.tree_util.register_pytree_node(
+    OptimizerState,
+    lambda s: ((s.packed_state,), (s.tree_def, s.subtree_defs)),
+    lambda aux, children: OptimizerState(children[0], aux[0], aux[1]),
+)
+
+Array = Any
+Params = Any  # an arbitrary nest of arrays
+State = Any  # per-leaf state of one optimizer
+Updates = Params  # gradients have the structure of the parameters
+InitFn = Callable[[Params], OptimizerState]
+Step = int
+UpdateFn = Callable[[Step, Updates, OptimizerState], OptimizerState]
+ParamsFn = Callable[[OptimizerState], Params]
+Schedule = Callable[[Step], float]
+
+
+class Optimizer(NamedTuple):
+    """The ``(init_fn, update_fn, params_fn)`` triple (see the module docstring)."""
+
+    init_fn: InitFn
+    update_fn: UpdateFn
+    params_fn: ParamsFn
+
+
+# --------------------------------------------------------------------------------------------
+# Validation of concrete hyperparameters (never of traced ones).
+
+
+def _is_concrete_number(x: Any) -> bool:
+    """True for Python/numpy numbers and concrete 0-d arrays; False for tracers and the rest."""
+    if isinstance(x, bool | np.bool_):
+        return False
+    if isinstance(x, int | float | np.integer | np.floating):
+        return True
+    if isinstance(x, np.ndarray):
+        return x.ndim == 0 and np.issubdtype(x.dtype, np.number)
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+        return x.ndim == 0 and jnp.issubdtype(x.dtype, jnp.number)
+    return False
+
+
+def _check_step_size(step_size: Any, name: str = "step_size") -> None:
+    """Raise ``ValueError`` if ``step_size`` is a concrete number that is not > 0 (NaN included)."""
+    if _is_concrete_number(step_size):
+        v = float(step_size)
+        if not v > 0:
+            raise ValueError(f"{name} must be positive, got {step_size!r}")
+
+
+def _check_unit_interval(value: Any, name: str) -> None:
+    """Raise ``ValueError`` if ``value`` is a concrete number outside ``[0, 1)``."""
+    if _is_concrete_number(value):
+        v = float(value)
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+
+
+def _fresh(x: Any) -> Any:
+    """A copy of a concrete ``jax.Array`` (so donating the state never frees the caller's buffer)."""
+    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+        return jnp.array(x, copy=True)
+    return x
+
+
+def _unzip2(pairs):
+    """``[(a, b), ...] -> ((a, ...), (b, ...))`` (tuples, like the reference's ``unzip2``)."""
+    firsts, seconds = [], []
+    for a, b in pairs:
+        firsts.append(a)
+        seconds.append(b)
+    return tuple(firsts), tuple(seconds)
+
+
+def _tree_mismatch(params_tree, grads_tree) -> TypeError:
+    return TypeError(
+        "optimizer update function was passed a gradient tree that did not match the parameter "
+        f"tree structure with which it was initialized: parameter tree {params_tree} and grad tree "
+        f"{grads_tree}."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The decorator.
+
+
+def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]) -> Callable[..., Optimizer]:
+    """Decorator: turn an optimizer written for single arrays into one for pytrees.
+
+    ``opt_maker(*args, **kwargs)`` returns ``(init, update, get_params)`` acting on one array:
+    ``init(x0) -> state`` (any pytree of arrays), ``update(i, g, state) -> state`` (same
+    structure), ``get_params(state) -> x``. The decorated maker returns an :class:`Optimizer`
+    whose functions act on any pytree of parameters, with :class:`OptimizerState` as state.
+
+    Errors (raised in Python at trace time, never inside the compiled update):
+      TypeError: the gradient tree's structure differs from the parameter tree's (the message
+        names both structures), or ``update`` changed the structure of a leaf's state.
+
+    Source: ``jax.example_libraries.optimizers.optimizer`` (same semantics).
+    """
+
+    @functools.wraps(opt_maker)
+    def tree_opt_maker(*args, **kwargs):
+        init, update, get_params = opt_maker(*args, **kwargs)
+
+        @functools.wraps(init)
+        def tree_init(x0_tree):
+            x0_flat, tree = jax.tree.flatten(x0_tree)
+            initial_states = [init(_fresh(x0)) for x0 in x0_flat]
+            states_flat, subtrees = _unzip2(jax.tree.flatten(s) for s in initial_states)
+            return OptimizerState(states_flat, tree, subtrees)
+
+        @functools.wraps(update)
+        def tree_update(i, grad_tree, opt_state):
+            states_flat, tree, subtrees = opt_state
+            grad_flat, tree2 = jax.tree.flatten(grad_tree)
+            if tree2 != tree:
+                raise _tree_mismatch(tree, tree2)
+            new_flat = []
+            for g, subtree, flat in zip(grad_flat, subtrees, states_flat, strict=True):
+                new_state = update(i, g, jax.tree.unflatten(subtree, flat))
+                leaves, subtree2 = jax.tree.flatten(new_state)
+                if subtree2 != subtree:
+                    raise TypeError(
+                        "optimizer update function produced an output structure that did not match "
+                        f"its input structure: input {subtree} and output {subtree2}."
+                    )
+                new_flat.append(leaves)
+            return OptimizerState(tuple(new_flat), tree, subtrees)
+
+        @functools.wraps(get_params)
+        def tree_get_params(opt_state):
+            states_flat, tree, subtrees = opt_state
+            params = [
+                get_params(jax.tree.unflatten(s, f)) for s, f in zip(subtrees, states_flat, strict=True)
+            ]
+            return jax.tree.unflatten(tree, params)
+
+        return Optimizer(tree_init, tree_update, tree_get_params)
+
+    return tree_opt_maker
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizers. In the formulas, g is the gradient, t = i + 1 the 1-based step, lr = step_size(i);
+# every state slot has the parameter leaf's shape and dtype.
+
+
+@optimizer
+def sgd(step_size):
+    """Stochastic gradient descent: ``x <- x - lr * g``.
+
+    Args:
+      step_size: positive scalar (Python/numpy number or a traced scalar), or a schedule
+        ``step -> scalar``.
+
+    Returns:
+      An ``(init_fun, update_fun, get_params)`` triple; the state of a leaf is the leaf itself.
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.sgd``.
+    """
+    step_size = make_schedule(step_size)
+
+    def init(x0):
+        return x0
+
+    def update(i, g, x):
+        return x - step_size(i) * g
+
+    def get_params(x):
+        return x
+
+    return Optimizer(init, update, get_params)
+
+
+@optimizer
+def momentum(step_size: Schedule, mass: float):
+    """SGD with heavy-ball momentum (Polyak 1964).
+
+    ``v <- mass * v + g;  x <- x - lr * v``. State per leaf: ``(x, v)``, ``v`` starts at 0.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      mass: momentum coefficient (typically in ``[0, 1)``).
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.momentum``.
+    """
+    step_size = make_schedule(step_size)
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, velocity = state
+        velocity = mass * velocity + g
+        x = x - step_size(i) * velocity
+        return x, velocity
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+@optimizer
+def nesterov(step_size: Schedule, mass: float):
+    """SGD with Nesterov momentum (Sutskever et al. 2013 formulation).
+
+    ``v <- mass * v + g;  x <- x - lr * (mass * v + g)``. State per leaf: ``(x, v)``.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      mass: momentum coefficient.
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.nesterov``.
+    """
+    step_size = make_schedule(step_size)
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, velocity = state
+        velocity = mass * velocity + g
+        x = x - step_size(i) * (mass * velocity + g)
+        return x, velocity
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+@optimizer
+def adagrad(step_size, momentum=0.9):
+    """Adagrad with momentum (Duchi, Hazan & Singer 2011, JMLR 12).
+
+    ``s <- s + g**2;  m <- (1 - momentum) * g / sqrt(s) + momentum * m`` (``g / sqrt(s)`` taken
+    as 0 where ``s == 0``);  ``x <- x - lr * m``. State per leaf: ``(x, s, m)``.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      momentum: momentum coefficient (default 0.9).
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.adagrad``.
+    """
+    step_size = make_schedule(step_size)
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, g_sq, m = state
+        g_sq += jnp.square(g)
+        g_sq_inv_sqrt = jnp.where(g_sq > 0, 1.0 / jnp.sqrt(g_sq), 0.0)
+        m = (1.0 - momentum) * (g * g_sq_inv_sqrt) + momentum * m
+        x = x - step_size(i) * m
+        return x, g_sq, m
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+@optimizer
+def rmsprop(step_size, gamma=0.9, eps=1e-8):
+    """RMSProp (Tieleman & Hinton 2012, lecture 6.5).
+
+    ``a <- gamma * a + (1 - gamma) * g**2;  x <- x - lr * g / sqrt(a + eps)``. State: ``(x, a)``.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      gamma: decay of the squared-gradient average (default 0.9).
+      eps: added inside the square root (default 1e-8).
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.rmsprop``.
+    """
+    step_size = make_schedule(step_size)
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, avg_sq_grad = state
+        avg_sq_grad = avg_sq_grad * gamma + jnp.square(g) * (1.0 - gamma)
+        x = x - step_size(i) * g / jnp.sqrt(avg_sq_grad + eps)
+        return x, avg_sq_grad
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+@optimizer
+def rmsprop_momentum(step_size, gamma=0.9, eps=1e-8, momentum=0.9):
+    """RMSProp with momentum.
+
+    ``a <- gamma * a + (1 - gamma) * g**2;  m <- momentum * m + lr * g / sqrt(a + eps);
+    x <- x - m``. State per leaf: ``(x, a, m)``.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      gamma: decay of the squared-gradient average (default 0.9).
+      eps: added inside the square root (default 1e-8).
+      momentum: momentum coefficient (default 0.9).
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.rmsprop_momentum``.
+    """
+    step_size = make_schedule(step_size)
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, avg_sq_grad, mom = state
+        avg_sq_grad = avg_sq_grad * gamma + jnp.square(g) * (1.0 - gamma)
+        mom = momentum * mom + step_size(i) * g / jnp.sqrt(avg_sq_grad + eps)
+        x = x - mom
+        return x, avg_sq_grad, mom
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+@optimizer
+def adam(step_size, b1=0.9, b2=0.999, eps=1e-8):
+    """Adam (Kingma & Ba 2015, arXiv:1412.6980).
+
+    ``m <- (1 - b1) g + b1 m;  v <- (1 - b2) g**2 + b2 v;  m^ = m / (1 - b1**t);
+    v^ = v / (1 - b2**t);  x <- x - lr * m^ / (sqrt(v^) + eps)`` with ``t = i + 1``.
+    State per leaf: ``(x, m, v)``; the powers are computed in the leaf's dtype.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      b1, b2: decay rates of the first and second moment estimates, in ``[0, 1)``.
+      eps: added to ``sqrt(v^)`` (default 1e-8).
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive; concrete ``b1``/``b2`` outside
+        ``[0, 1)``.
+
+    Source: ``jax.example_libraries.optimizers.adam``.
+    """
+    step_size = make_schedule(step_size)
+    _check_unit_interval(b1, "b1")
+    _check_unit_interval(b2, "b2")
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, m, v = state
+        m = (1 - b1) * g + b1 * m
+        v = (1 - b2) * jnp.square(g) + b2 * v
+        mhat = m / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
+        vhat = v / (1 - jnp.asarray(b2, m.dtype) ** (i + 1))
+        x = x - step_size(i) * mhat / (jnp.sqrt(vhat) + eps)
+        return x, m, v
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+@optimizer
+def adamax(step_size, b1=0.9, b2=0.999, eps=1e-8):
+    """AdaMax, Adam with the infinity norm (Kingma & Ba 2015, section 7).
+
+    ``m <- (1 - b1) g + b1 m;  u <- max(b2 u, |g|);  x <- x - (lr / (1 - b1**t)) m / (u + eps)``.
+    State per leaf: ``(x, m, u)``.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      b1, b2: decay rates, in ``[0, 1)``.
+      eps: added to ``u`` (default 1e-8).
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive; concrete ``b1``/``b2`` outside
+        ``[0, 1)``.
+
+    Source: ``jax.example_libraries.optimizers.adamax``.
+    """
+    step_size = make_schedule(step_size)
+    _check_unit_interval(b1, "b1")
+    _check_unit_interval(b2, "b2")
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, m, u = state
+        m = (1 - b1) * g + b1 * m
+        u = jnp.maximum(b2 * u, jnp.abs(g))
+        x = x - (step_size(i) / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))) * m / (u + eps)
+        return x, m, u
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+def _splice(seq, i, x):
+    lst = list(seq)
+    lst[i : i + 1] = x
+    return lst
+
+
+@optimizer
+def sm3(step_size, momentum=0.9):
+    """SM3-II with momentum (Anil, Gupta, Koren & Singer 2019, arXiv:1901.11150).
+
+    For a leaf of shape ``(n_1, ..., n_k)`` (a 0-d leaf is treated as shape ``(1,)``), one
+    accumulator ``v_j`` of shape ``(n_j,)`` per axis:
+    ``a = min_j v_j[broadcast] + g**2;  m <- (1 - momentum) g / sqrt(a) + momentum m`` (0 where
+    ``a == 0``); ``x <- x - lr * m;  v_j <- max of a over all axes but j``.
+
+    State per leaf: ``(x, m, [v_1, ..., v_k])`` with ``x``, ``m`` in the leaf's own shape.
+    Unlike the reference, the shape is not stored as integer leaves of the state, so
+    ``get_params`` works under ``jit`` and ``lax.scan``; the arithmetic is the reference's.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      momentum: momentum coefficient (default 0.9).
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.sm3``.
+    """
+    step_size = make_schedule(step_size)
+
+    def broadcast_into(ndim, x, axis):
+        idx = _splice([None] * ndim, axis, [slice(None)])
+        return x[tuple(idx)]
+
+    def init(x0):
+        x1 = jnp.atleast_1d(x0)
+        vs = [jnp.zeros(sz, dtype=x1.dtype) for sz in x1.shape]
+        return x0, jnp.zeros_like(x0), vs
+
+    def update(i, g, state):
+        x, m, vs = state
+        shape = jnp.shape(x)
+        x1, m1, g1 = jnp.atleast_1d(x), jnp.atleast_1d(m), jnp.atleast_1d(g)
+        vs = [broadcast_into(g1.ndim, v, j) for j, v in enumerate(vs)]
+        accum = functools.reduce(jnp.minimum, vs) + jnp.square(g1)
+        accum_inv_sqrt = jnp.where(accum > 0, 1.0 / jnp.sqrt(accum), 0)
+        m1 = (1.0 - momentum) * (g1 * accum_inv_sqrt) + momentum * m1
+        x1 = x1 - step_size(i) * m1
+        vs = [accum.max(_splice(range(x1.ndim), j, [])) for j in range(x1.ndim)]
+        return x1.reshape(shape), m1.reshape(shape), vs
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+# --------------------------------------------------------------------------------------------
+# Schedules: ``schedule(i) -> scalar`` for an integer step ``i`` (may be traced). Each returns a
+# scalar of the promoted dtype of its inputs.
+
+
+def constant(step_size) -> Schedule:
+    """``schedule(i) = step_size``.
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.constant``.
+    """
+    _check_step_size(step_size)
+
+    def schedule(i):
+        return step_size
+
+    return schedule
+
+
+def exponential_decay(step_size, decay_steps, decay_rate) -> Schedule:
+    """``schedule(i) = step_size * decay_rate ** (i / decay_steps)`` (continuous, not staircase).
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.exponential_decay``.
+    """
+    _check_step_size(step_size)
+
+    def schedule(i):
+        return step_size * decay_rate ** (i / decay_steps)
+
+    return schedule
+
+
+def inverse_time_decay(step_size, decay_steps, decay_rate, staircase=False) -> Schedule:
+    """``schedule(i) = step_size / (1 + decay_rate * i / decay_steps)``.
+
+    With ``staircase=True``, ``i / decay_steps`` is floored.
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.inverse_time_decay``.
+    """
+    _check_step_size(step_size)
+    if staircase:
+
+        def schedule(i):
+            return step_size / (1 + decay_rate * jnp.floor(i / decay_steps))
+
+    else:
+
+        def schedule(i):
+            return step_size / (1 + decay_rate * i / decay_steps)
+
+    return schedule
+
+
+def polynomial_decay(step_size, decay_steps, final_step_size, power=1.0) -> Schedule:
+    """``schedule(i) = (1 - min(i, decay_steps) / decay_steps) ** power * (step_size - final)
+    + final``: from ``step_size`` at 0 to ``final_step_size`` at ``decay_steps`` and after.
+
+    Raises:
+      ValueError: a concrete ``step_size`` that is not positive.
+
+    Source: ``jax.example_libraries.optimizers.polynomial_decay``.
+    """
+    _check_step_size(step_size)
+
+    def schedule(step_num):
+        step_num = jnp.minimum(step_num, decay_steps)
+        step_mult = (1 - step_num / decay_steps) ** power
+        return step_mult * (step_size - final_step_size) + final_step_size
+
+    return schedule
+
+
+def piecewise_constant(boundaries: Any, values: Any) -> Schedule:
+    """``schedule(i) = values[k]`` where ``k`` is the number of boundaries strictly below ``i``.
+
+    So ``values[0]`` holds for ``i <= boundaries[0]`` (at the boundary itself too), ``values[1]``
+    for ``boundaries[0] < i <= boundaries[1]``, and so on; a boundary at 0 makes ``values[0]``
+    hold only at step 0. ``values`` may contain traced scalars.
+
+    Args:
+      boundaries: 1-d sequence of ``n`` non-decreasing step indices.
+      values: 1-d sequence of ``n + 1`` step sizes.
+
+    Raises:
+      ValueError: either is not 1-d, ``len(boundaries) != len(values) - 1`` (message with both
+        sequences), or concrete boundaries that decrease.
+
+    Source: ``jax.example_libraries.optimizers.piecewise_constant``.
+    """
+    b, v = jnp.array(boundaries), jnp.array(values)
+    if not b.ndim == v.ndim == 1:
+        raise ValueError(
+            f"boundaries and values must be sequences, got boundaries={boundaries!r} "
+            f"(ndim {b.ndim}) and values={values!r} (ndim {v.ndim})"
+        )
+    if b.shape[0] != v.shape[0] - 1:
+        raise ValueError(
+            "boundaries length must be one shorter than values length, got "
+            f"{b.shape[0]} boundaries {boundaries!r} and {v.shape[0]} values {values!r}"
+        )
+    if not isinstance(b, jax.core.Tracer) and bool(np.any(np.diff(np.asarray(b)) < 0)):
+        raise ValueError(f"boundaries must be non-decreasing, got {boundaries!r}")
+    boundaries, values = b, v
+
+    def schedule(i):
+        return values[jnp.sum(i > boundaries)]
+
+    return schedule
+
+
+def make_schedule(scalar_or_schedule: float | Schedule) -> Schedule:
+    """A schedule from a scalar step size (made :func:`constant`) or a schedule (returned as is).
+
+    Raises:
+      ValueError: a concrete scalar that is not positive.
+      TypeError: an argument that is neither callable nor 0-d.
+
+    Source: ``jax.example_libraries.optimizers.make_schedule``.
+    """
+    if callable(scalar_or_schedule):
+        return scalar_or_schedule
+    if jnp.ndim(scalar_or_schedule) == 0:
+        return constant(scalar_or_schedule)
+    raise TypeError(type(scalar_or_schedule))
+
+
+# --------------------------------------------------------------------------------------------
+# Utilities.
+
+
+def l2_norm(tree):
+    """``sqrt(sum over leaves of vdot(x, x))``: the l2 norm of a pytree, a scalar.
+
+    Source: ``jax.example_libraries.optimizers.l2_norm``.
+    """
+    leaves = jax.tree.leaves(tree)
+    return jnp.sqrt(sum(jnp.vdot(x, x) for x in leaves))
+
+
+def clip_grads(grad_tree, max_norm):
+    """Scale ``grad_tree`` by ``max_norm / l2_norm(grad_tree)`` when its norm is >= ``max_norm``.
+
+    Source: ``jax.example_libraries.optimizers.clip_grads``.
+    """
+    norm = l2_norm(grad_tree)
+
+    def normalize(g):
+        return jnp.where(norm < max_norm, g, g * (max_norm / norm))
+
+    return jax.tree.map(normalize, grad_tree)
+
+
+# --------------------------------------------------------------------------------------------
+# Serialization.
+
+
+class JoinPoint:
+    """Marks the boundary between two joined (nested) pytrees; a leaf of the outer tree.
+
+    Source: ``jax.example_libraries.optimizers.JoinPoint``.
+    """
+
+    def __init__(self, subtree):
+        self.subtree = subtree
+
+    # Pytrees of arrays are containers; look iterable like the reference.
+    def __iter__(self):
+        yield self.subtree
+
+    def __repr__(self) -> str:
+        return f"JoinPoint({self.subtree!r})"
+
+
+def unpack_optimizer_state(opt_state):
+    """An :class:`OptimizerState` as a pytree of the parameter tree's shape whose leaves are
+    :class:`JoinPoint` s holding each leaf's state tree. Holds no treedefs: it pickles.
+
+    Source: ``jax.example_libraries.optimizers.unpack_optimizer_state``.
+    """
+    states_flat, tree_def, subtree_defs = opt_state
+    subtrees = [jax.tree.unflatten(s, f) for s, f in zip(subtree_defs, states_flat, strict=True)]
+    return jax.tree.unflatten(tree_def, [JoinPoint(s) for s in subtrees])
+
+
+def pack_optimizer_state(marked_pytree):
+    """Inverse of :func:`unpack_optimizer_state`: ``pack(unpack(s)) == s``.
+
+    Raises:
+      TypeError: a leaf of ``marked_pytree`` is not a :class:`JoinPoint`.
+
+    Source: ``jax.example_libraries.optimizers.pack_optimizer_state``.
+    """
+    sentinels, tree_def = jax.tree.flatten(marked_pytree)
+    bad = [s for s in sentinels if not isinstance(s, JoinPoint)]
+    if bad:
+        raise TypeError(f"pack_optimizer_state expects JoinPoint leaves, got {type(bad[0]).__name__}")
+    states_flat, subtree_defs = _unzip2(jax.tree.flatten(s.subtree) for s in sentinels)
+    return OptimizerState(states_flat, tree_def, subtree_defs)

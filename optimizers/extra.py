@@ -1,0 +1,379 @@
+"""Optimizers and schedules beyond ``jax.example_libraries.optimizers``, in the same triple form.
+
+* :func:`adamw` (Loshchilov & Hutter), :func:`nadamw` (AlgoPerf's baseline), :func:`lion`
+  (Chen et al.): built with :func:`optimizers.core.optimizer`, so their state is an
+  :class:`~optimizers.core.OptimizerState` that packs, unpacks and pickles like the reference's.
+* Schedules :func:`linear_warmup`, :func:`cosine_decay`, :func:`warmup_cosine_decay` and
+  :func:`join_schedules` (switch schedules at step boundaries). Their formulas are Optax's
+  (``linear_schedule``, ``cosine_decay_schedule``, ``warmup_cosine_decay_schedule``,
+  ``join_schedules``) with values given as multiples of the base ``step_size``, so a vmapped
+  (traced) step size scales the whole schedule.
+* :func:`from_optax`: any Optax ``GradientTransformation`` as an ``(init, update, get_params)``
+  triple. Optax is never imported by this module at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from optimizers.core import (
+    Optimizer,
+    OptimizerState,
+    Schedule,
+    _check_step_size,
+    _check_unit_interval,
+    _fresh,
+    _is_concrete_number,
+    _tree_mismatch,
+    make_schedule,
+    optimizer,
+)
+
+__all__ = [
+    "adamw",
+    "cosine_decay",
+    "from_optax",
+    "join_schedules",
+    "linear_warmup",
+    "lion",
+    "nadamw",
+    "warmup_cosine_decay",
+]
+
+
+def _check_nonnegative(value: Any, name: str) -> None:
+    if _is_concrete_number(value) and not float(value) >= 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+
+
+def _check_total_steps(total_steps: Any, fn: str) -> None:
+    if total_steps is None:
+        raise ValueError(f"{fn}: total_steps is required (the harness fills it with the trial's step budget)")
+    if _is_concrete_number(total_steps) and not float(total_steps) > 0:
+        raise ValueError(f"{fn}: total_steps must be positive, got {total_steps!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizers.
+
+
+@optimizer
+def adamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
+    """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter 2019, arXiv:1711.05101).
+
+    With ``t = i + 1``:
+    ``m <- (1 - b1) g + b1 m;  v <- (1 - b2) g**2 + b2 v;  m^ = m / (1 - b1**t);
+    v^ = v / (1 - b2**t);  x <- x - lr * (m^ / (sqrt(v^) + eps) + weight_decay * x)``.
+    The decay is multiplied by the (scheduled) step size, as in ``optax.adamw`` and PyTorch.
+    State per leaf: ``(x, m, v)``, each with the leaf's shape and dtype.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule ``step -> scalar``.
+      b1, b2: moment decay rates in ``[0, 1)``.
+      eps: added to ``sqrt(v^)``.
+      weight_decay: decoupled decay coefficient (>= 0), applied to every leaf.
+
+    Raises:
+      ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
+        ``weight_decay < 0``.
+    """
+    step_size = make_schedule(step_size)
+    _check_unit_interval(b1, "b1")
+    _check_unit_interval(b2, "b2")
+    _check_nonnegative(weight_decay, "weight_decay")
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, m, v = state
+        m = (1 - b1) * g + b1 * m
+        v = (1 - b2) * jnp.square(g) + b2 * v
+        mhat = m / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
+        vhat = v / (1 - jnp.asarray(b2, m.dtype) ** (i + 1))
+        x = x - step_size(i) * (mhat / (jnp.sqrt(vhat) + eps) + weight_decay * x)
+        return x, m, v
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+@optimizer
+def nadamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
+    """NAdamW, the AlgoPerf baseline: Nesterov Adam (Dozat 2016) with decoupled weight decay.
+
+    As in ``mlcommons/algorithmic-efficiency`` (``baselines/nadamw``), with ``t = i + 1``:
+    ``m <- (1 - b1) g + b1 m;  v <- (1 - b2) g**2 + b2 v;
+    n = (1 - b1) g + b1 m  (the Nesterov look-ahead, using the new m);
+    n^ = n / (1 - b1**t);  v^ = v / (1 - b2**t);
+    x <- x - lr * (n^ / (sqrt(v^) + eps) + weight_decay * x)``.
+    State per leaf: ``(x, m, v)``. (Optax's ``nadamw`` bias-corrects the two terms of ``n``
+    separately, so it differs slightly in the first steps.)
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      b1, b2: moment decay rates in ``[0, 1)``.
+      eps: added to ``sqrt(v^)``.
+      weight_decay: decoupled decay coefficient (>= 0), multiplied by the step size.
+
+    Raises:
+      ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
+        ``weight_decay < 0``.
+    """
+    step_size = make_schedule(step_size)
+    _check_unit_interval(b1, "b1")
+    _check_unit_interval(b2, "b2")
+    _check_nonnegative(weight_decay, "weight_decay")
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, m, v = state
+        m = (1 - b1) * g + b1 * m
+        v = (1 - b2) * jnp.square(g) + b2 * v
+        n = (1 - b1) * g + b1 * m
+        nhat = n / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
+        vhat = v / (1 - jnp.asarray(b2, m.dtype) ** (i + 1))
+        x = x - step_size(i) * (nhat / (jnp.sqrt(vhat) + eps) + weight_decay * x)
+        return x, m, v
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+@optimizer
+def lion(step_size, b1=0.9, b2=0.99, weight_decay=1e-3):
+    """Lion, EvoLved Sign Momentum (Chen et al. 2023, arXiv:2302.06675).
+
+    ``c = b1 m + (1 - b1) g;  x <- x - lr * (sign(c) + weight_decay * x);
+    m <- b2 m + (1 - b2) g``. State per leaf: ``(x, m)``. Defaults are Optax's ``lion``.
+    Use a step size 3-10x smaller than Adam's.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      b1: interpolation for the update direction, in ``[0, 1)``.
+      b2: decay of the momentum, in ``[0, 1)``.
+      weight_decay: decoupled decay coefficient (>= 0), multiplied by the step size.
+
+    Raises:
+      ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
+        ``weight_decay < 0``.
+    """
+    step_size = make_schedule(step_size)
+    _check_unit_interval(b1, "b1")
+    _check_unit_interval(b2, "b2")
+    _check_nonnegative(weight_decay, "weight_decay")
+
+    def init(x0):
+        return x0, jnp.zeros_like(x0)
+
+    def update(i, g, state):
+        x, m = state
+        direction = jnp.sign(b1 * m + (1 - b1) * g)
+        x = x - step_size(i) * (direction + weight_decay * x)
+        m = b2 * m + (1 - b2) * g
+        return x, m
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+# --------------------------------------------------------------------------------------------
+# Schedules.
+
+
+def linear_warmup(step_size, warmup_steps, init_scale=0.0) -> Schedule:
+    """Linear ramp from ``init_scale * step_size`` at step 0 to ``step_size`` at ``warmup_steps``,
+    constant after: ``lr(i) = (i0 - step_size) * (1 - min(max(i, 0), w) / w) + step_size``
+    with ``i0 = init_scale * step_size``. ``warmup_steps == 0`` gives a constant schedule.
+
+    Source: ``optax.linear_schedule(init_value, step_size, warmup_steps)``.
+
+    Raises:
+      ValueError: concrete ``step_size <= 0`` or ``warmup_steps < 0``.
+    """
+    _check_step_size(step_size)
+    _check_nonnegative(warmup_steps, "warmup_steps")
+    if _is_concrete_number(warmup_steps) and warmup_steps == 0:
+
+        def constant_schedule(i):
+            return step_size
+
+        return constant_schedule
+    init_value = init_scale * step_size
+
+    def schedule(i):
+        frac = 1 - jnp.clip(i, 0, warmup_steps) / warmup_steps
+        return (init_value - step_size) * frac + step_size
+
+    return schedule
+
+
+def cosine_decay(step_size, total_steps=None, alpha=0.0) -> Schedule:
+    """Cosine decay (Loshchilov & Hutter 2017, SGDR, without restarts) over ``total_steps``:
+    ``lr(i) = step_size * ((1 - alpha) * 0.5 * (1 + cos(pi * min(i, T) / T)) + alpha)``,
+    from ``step_size`` at 0 to ``alpha * step_size`` at ``T`` and after.
+
+    Args:
+      step_size: base step size (positive scalar, may be traced).
+      total_steps: ``T``; filled by the harness with the trial's budget.
+      alpha: final value as a fraction of ``step_size``.
+
+    Source: ``optax.cosine_decay_schedule(step_size, T, alpha)``.
+
+    Raises:
+      ValueError: concrete ``step_size <= 0``; ``total_steps`` missing or not positive.
+    """
+    _check_step_size(step_size)
+    _check_total_steps(total_steps, "cosine_decay")
+
+    def schedule(i):
+        frac = jnp.minimum(i, total_steps) / total_steps
+        cosine = 0.5 * (1 + jnp.cos(jnp.pi * frac))
+        return step_size * ((1 - alpha) * cosine + alpha)
+
+    return schedule
+
+
+def join_schedules(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> Schedule:
+    """Run ``schedules[k]`` from ``boundaries[k-1]`` on, with its step counted from that boundary.
+
+    ``lr(i) = schedules[k](i - boundaries[k-1])`` for ``boundaries[k-1] <= i < boundaries[k]``
+    (``boundaries[-1] = 0``): at a boundary the next schedule already holds (unlike
+    :func:`~optimizers.core.piecewise_constant`, where the boundary step keeps the old value).
+
+    Args:
+      schedules: ``n + 1`` schedules.
+      boundaries: ``n`` increasing step indices.
+
+    Source: ``optax.join_schedules``.
+
+    Raises:
+      ValueError: ``len(boundaries) != len(schedules) - 1`` (message with both lengths).
+    """
+    schedules = list(schedules)
+    boundaries = list(boundaries)
+    if len(boundaries) != len(schedules) - 1:
+        raise ValueError(
+            "join_schedules needs one boundary fewer than schedules, got "
+            f"{len(schedules)} schedules and {len(boundaries)} boundaries {boundaries!r}"
+        )
+
+    def schedule(i):
+        out = schedules[0](i)
+        for b, s in zip(boundaries, schedules[1:], strict=True):
+            out = jnp.where(i < b, out, s(i - b))
+        return out
+
+    return schedule
+
+
+def warmup_cosine_decay(step_size, warmup_steps, total_steps=None, init_scale=0.0, alpha=0.0) -> Schedule:
+    """:func:`linear_warmup` over ``warmup_steps`` then :func:`cosine_decay` over the remaining
+    ``total_steps - warmup_steps`` steps, from ``step_size`` down to ``alpha * step_size``.
+
+    Source: ``optax.warmup_cosine_decay_schedule(init_scale * step_size, step_size,
+    warmup_steps, total_steps, alpha * step_size)``.
+
+    Raises:
+      ValueError: concrete ``step_size <= 0``; ``total_steps`` missing or not greater than
+        ``warmup_steps``.
+    """
+    _check_step_size(step_size)
+    _check_total_steps(total_steps, "warmup_cosine_decay")
+    concrete = _is_concrete_number(total_steps) and _is_concrete_number(warmup_steps)
+    if concrete and not total_steps > warmup_steps:
+        raise ValueError(
+            f"warmup_cosine_decay: total_steps ({total_steps!r}) must exceed warmup_steps ({warmup_steps!r})"
+        )
+    return join_schedules(
+        [
+            linear_warmup(step_size, warmup_steps, init_scale),
+            cosine_decay(step_size, total_steps - warmup_steps, alpha),
+        ],
+        [warmup_steps],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Optax bridge.
+
+
+def from_optax(tx: Any) -> Optimizer:
+    """An Optax ``GradientTransformation`` as an ``(init_fun, update_fun, get_params)`` triple.
+
+    ``update_fun(i, grads, state)`` computes ``updates, s = tx.update(grads, s, params)`` and
+    ``params + updates`` (cast back to each parameter's dtype, like ``optax.apply_updates``).
+    The step index ``i`` is ignored: Optax keeps its own step count in its state, which is the
+    same as ``i`` when steps start at 0, and survives a resume because it lives in the state.
+
+    The state is an :class:`~optimizers.core.OptimizerState` with one outer leaf whose inner
+    tree is ``(params, optax_state)``, so :func:`~optimizers.core.unpack_optimizer_state` /
+    ``pack_optimizer_state`` round-trip it and the unpacked form pickles.
+
+    Args:
+      tx: an ``optax.GradientTransformation`` (or anything with ``init(params)`` and
+        ``update(updates, state, params)``).
+
+    Raises:
+      TypeError: ``tx`` lacks ``init``/``update``; at update, a gradient tree whose structure
+        differs from the parameters' (message names both).
+    """
+    if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+        raise TypeError(f"from_optax expects an optax GradientTransformation, got {type(tx).__name__}")
+    outer = jax.tree.structure(0)
+
+    def init_fn(params):
+        params = jax.tree.map(_fresh, params)
+        leaves, inner = jax.tree.flatten((params, tx.init(params)))
+        return OptimizerState((leaves,), outer, (inner,))
+
+    def _unpack(opt_state):
+        (leaves,), _, (inner,) = opt_state
+        return jax.tree.unflatten(inner, leaves)
+
+    def update_fn(i, grads, opt_state):
+        del i  # Optax counts steps in its own state.
+        params, inner_state = _unpack(opt_state)
+        p_tree, g_tree = jax.tree.structure(params), jax.tree.structure(grads)
+        if p_tree != g_tree:
+            raise _tree_mismatch(p_tree, g_tree)
+        updates, inner_state = tx.update(grads, inner_state, params)
+        params = jax.tree.map(lambda p, u: jnp.asarray(p + u).astype(jnp.asarray(p).dtype), params, updates)
+        leaves, inner = jax.tree.flatten((params, inner_state))
+        return OptimizerState((leaves,), outer, (inner,))
+
+    def params_fn(opt_state):
+        return _unpack(opt_state)[0]
+
+    return Optimizer(init_fn, update_fn, params_fn)
+
+
+def _import_optax():
+    """``optax``, or an ImportError saying what to install."""
+    try:
+        import optax
+    except ImportError as e:  # pragma: no cover - optax is a dev dependency here
+        raise ImportError(
+            "the optax_* optimizers need optax: pip install 'optax==0.2.8' (or the project's [dev] extra)"
+        ) from e
+    return optax
+
+
+def _optax_lr(step_size: Any) -> Any:
+    """A step size for Optax: schedules pass through, concrete scalars are checked."""
+    if callable(step_size):
+        return step_size
+    _check_step_size(step_size)
+    return step_size
