@@ -1,0 +1,160 @@
+"""Forward FLOP counts: from XLA's compiled cost analysis and analytically from a jaxpr.
+
+Both count a multiply-add as 2 FLOPs (XLA's convention). ``xla_flops`` is what the harness's timing
+module reports as FLOPs/step; ``jaxpr_flops`` is the independent analytic count it is checked
+against (matmuls and convolutions exactly, elementwise arithmetic as one FLOP per output element).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend.core import ClosedJaxpr, Jaxpr
+
+__all__ = ["cost_analysis_flops", "jaxpr_flops", "xla_flops"]
+
+
+def cost_analysis_flops(cost: Any) -> float | None:
+    """The ``'flops'`` entry of a ``Compiled.cost_analysis()`` result, robustly.
+
+    ``cost`` may be a dict (recent jax), a list/tuple of dicts (older jax: one per computation;
+    they are summed), or None. Returns None when there is no count or XLA reports a negative one
+    (``-1`` means "cannot count"), and for non-finite values.
+    """
+    if cost is None:
+        return None
+    if isinstance(cost, Mapping):
+        cost = [cost]
+    total, found = 0.0, False
+    for entry in cost:
+        if not isinstance(entry, Mapping) or entry.get("flops") is None:
+            continue
+        try:
+            value = float(entry["flops"])
+        except (TypeError, ValueError):
+            continue
+        if not math.isfinite(value) or value < 0:
+            return None
+        total += value
+        found = True
+    return total if found else None
+
+
+def xla_flops(fn: Callable, *args: Any, **kwargs: Any) -> float | None:
+    """FLOPs of one call ``fn(*args, **kwargs)`` from ``jax.jit(fn).lower(...).compile().cost_analysis()``.
+
+    ``args`` may be arrays or ``jax.ShapeDtypeStruct``s. Returns None where XLA cannot count (any
+    exception from lowering/compiling the cost analysis, a missing entry or -1). Note (jax 0.10.2):
+    for a ``lax.scan`` XLA reports the body's count, not multiplied by the trip count.
+    """
+    try:
+        compiled = jax.jit(fn).lower(*args, **kwargs).compile()
+        cost = compiled.cost_analysis()
+    except Exception:  # a backend without cost analysis: no number rather than a crash
+        return None
+    return cost_analysis_flops(cost)
+
+
+# Elementwise primitives counted as one FLOP per output element (XLA counts these likewise).
+_ELEMENTWISE = frozenset({
+    "add", "sub", "mul", "div", "max", "min", "neg", "exp", "log", "tanh", "logistic", "sqrt",
+    "rsqrt", "pow", "integer_pow", "abs", "sign", "exp2", "log1p", "expm1", "erf", "select_n",
+    "square", "erf_inv", "atan2", "sin", "cos",
+})
+_REDUCE = frozenset({"reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin"})
+
+
+def _size(shape) -> int:
+    return int(np.prod(shape)) if len(shape) else 1
+
+
+def _valid_taps(n, k, stride, pad, lhs_dil, rhs_dil, out) -> int:
+    """Number of (output position, kernel tap) pairs of one spatial dim that hit a real input element
+    (not padding, not a hole of an lhs dilation): what XLA counts for a convolution."""
+    lo = pad[0]
+    last = (n - 1) * lhs_dil
+    count = 0
+    for o in range(out):
+        for t in range(k):
+            j = o * stride + t * rhs_dil - lo
+            if 0 <= j <= last and j % lhs_dil == 0:
+                count += 1
+    return count
+
+
+def _conv_flops(eqn) -> float:
+    lhs = eqn.invars[0].aval.shape
+    rhs = eqn.invars[1].aval.shape
+    out = eqn.outvars[0].aval.shape
+    dn = eqn.params["dimension_numbers"]
+    p = eqn.params
+    nsp = len(dn.lhs_spec) - 2
+    lhs_dil = p.get("lhs_dilation") or (1,) * nsp
+    rhs_dil = p.get("rhs_dilation") or (1,) * nsp
+    pairs = 1
+    for d in range(nsp):
+        pairs *= _valid_taps(lhs[dn.lhs_spec[2 + d]], rhs[dn.rhs_spec[2 + d]], p["window_strides"][d],
+                             p["padding"][d], lhs_dil[d], rhs_dil[d], out[dn.out_spec[2 + d]])
+    batch = lhs[dn.lhs_spec[0]] // p.get("batch_group_count", 1)
+    in_per_group = rhs[dn.rhs_spec[1]]
+    return 2.0 * batch * out[dn.out_spec[1]] * in_per_group * pairs
+
+
+def _eqn_flops(eqn) -> float:
+    name = eqn.primitive.name
+    if name == "dot_general":
+        (lc, _rc), (_lb, _rb) = eqn.params["dimension_numbers"]
+        lhs = eqn.invars[0].aval.shape
+        out = eqn.outvars[0].aval.shape
+        contract = _size([lhs[i] for i in lc])
+        return 2.0 * _size(out) * contract
+    if name == "conv_general_dilated":
+        return _conv_flops(eqn)
+    if name in _ELEMENTWISE:
+        return float(_size(eqn.outvars[0].aval.shape))
+    if name in _REDUCE:
+        return float(_size(eqn.invars[0].aval.shape))
+    if name.startswith("reduce_window"):
+        window = eqn.params.get("window_dimensions", ())
+        return float(_size(eqn.outvars[0].aval.shape) * max(_size(window) - 1, 1))
+    return 0.0
+
+
+def _subjaxprs(eqn):
+    for v in eqn.params.values():
+        for item in v if isinstance(v, (tuple, list)) else (v,):
+            if isinstance(item, ClosedJaxpr):
+                yield item.jaxpr
+            elif isinstance(item, Jaxpr):
+                yield item
+
+
+def _jaxpr_flops(jaxpr, matmul_only: bool) -> float:
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        subs = list(_subjaxprs(eqn))
+        if subs:
+            # cond/switch branches: count the costliest one.
+            counts = [_jaxpr_flops(sub, matmul_only) for sub in subs]
+            total += max(counts) if eqn.primitive.name == "cond" else sum(counts)
+        elif not matmul_only or eqn.primitive.name in ("dot_general", "conv_general_dilated"):
+            total += _eqn_flops(eqn)
+    return total
+
+
+def jaxpr_flops(fn: Callable, *args: Any, matmul_only: bool = False, **kwargs: Any) -> float:
+    """Analytic FLOPs of ``fn(*args, **kwargs)`` counted from its jaxpr (no compilation).
+
+    ``dot_general``: 2 × output size × contracted size; ``conv_general_dilated``: 2 × batch ×
+    output channels × input channels per group × the (output position, filter tap) pairs that hit
+    real input (padding and lhs-dilation holes excluded, as XLA counts); elementwise arithmetic: 1
+    per output element; reductions: 1 per input element; ``reduce_window``: window size - 1 per
+    output element. Nested
+    jaxprs (``jit``, ``custom_jvp``) are entered; loops are counted once (as XLA does).
+    ``matmul_only=True`` counts only matmuls and convolutions.
+    """
+    return _jaxpr_flops(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr, matmul_only)

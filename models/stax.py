@@ -1,0 +1,715 @@
+"""Stax: a drop-in re-implementation of ``jax.example_libraries.stax``, plus explicit layer state.
+
+Every public name of the reference exists here with the same signature and semantics (layers are
+``(init_fun, apply_fun)`` pairs; ``init_fun(rng, input_shape) -> (output_shape, params)``;
+``apply_fun(params, inputs, *, rng=None, **kwargs) -> outputs``). The same rng and input shape give
+the same parameters, and the same parameters and inputs the same outputs, as the reference
+(``tests/test_stax.py`` checks this layer by layer).
+
+Beyond the reference (nothing here changes a reference-compatible call):
+
+* **Running statistics** for :func:`BatchNorm`. :func:`stateful` turns any layer into the pair
+  ``init(rng, input_shape) -> (output_shape, params, state)`` and
+  ``apply(params, state, inputs, *, train, rng=None, **kwargs) -> (outputs, new_state)``.
+  ``state`` is a pytree of arrays (``()`` when no layer has state), threaded explicitly, so the pair
+  is safe under ``jax.jit`` and ``jax.vmap``. With ``train=True`` BatchNorm normalises with the batch
+  statistics exactly as the reference does and returns updated running mean/variance; with
+  ``train=False`` it normalises with the running statistics, so a one-example batch gets a real
+  output instead of ``beta``. With ``train=False`` every :func:`Dropout` is the identity.
+* **Shape errors at init**: a layer given an input shape it cannot take raises :class:`ShapeError`
+  naming the layer and the shapes; :func:`serial` prefixes the index of the failing layer.
+* :func:`Dropout` without an rng in test mode returns its inputs (jax 0.10.2's reference raises).
+* ``GeneralConv(..., impl="patches")`` computes the convolution as image patches times a matrix
+  (an option for speed on some CPUs; the default ``impl="xla"`` is the reference's ``lax`` call).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax.numpy as jnp
+from jax import lax, random
+from jax.nn import (
+    elu,
+    gelu,
+    leaky_relu,
+    log_softmax,
+    relu,
+    selu,
+    sigmoid,
+    softmax,
+    softplus,
+    standardize,
+)
+from jax.nn.initializers import glorot_normal, normal, ones, zeros
+
+__all__ = [
+    "AvgPool", "BatchNorm", "Conv", "Conv1DTranspose", "ConvTranspose", "Dense", "Dropout", "Elu",
+    "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gelu", "GeneralConv",
+    "GeneralConvTranspose", "Identity", "LeakyRelu", "LogSoftmax", "MaxPool", "Relu", "Selu",
+    "ShapeError", "Sigmoid", "Softmax", "Softplus", "SumPool", "Tanh", "elementwise", "elu", "gelu",
+    "glorot", "glorot_normal", "has_state", "layer_name", "leaky_relu", "log_softmax", "logsoftmax",
+    "normal", "ones", "parallel", "randn", "relu", "selu", "serial", "shape_dependent", "sigmoid",
+    "softmax", "softplus", "standardize", "stateful", "zeros",
+]
+
+# Initializer and function aliases kept by the reference for backwards compatibility.
+glorot = glorot_normal
+randn = normal
+logsoftmax = log_softmax
+
+
+class ShapeError(ValueError):
+    """An input shape a layer cannot take, found at init. The message names the layer and shapes."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Layer bookkeeping. A layer stays a plain (init_fun, apply_fun) pair; its name and, for layers
+# with state, its stateful versions ride along as function attributes that reference-style code
+# never looks at.
+
+
+def _layer(name, init_fun, apply_fun, init_with_state=None, apply_with_state=None):
+    init_fun.stax_name = name
+    if init_with_state is not None:
+        init_fun.stax_init_with_state = init_with_state
+        apply_fun.stax_apply_with_state = apply_with_state
+    return init_fun, apply_fun
+
+
+def layer_name(layer) -> str:
+    """A short human name of ``layer`` (an ``(init_fun, apply_fun)`` pair), e.g. ``'Dense(10)'``."""
+    return getattr(layer[0], "stax_name", getattr(layer[0], "__name__", "layer"))
+
+
+def has_state(layer) -> bool:
+    """Whether ``layer`` (or a layer inside it) carries running state (e.g. :func:`BatchNorm`)."""
+    return hasattr(layer[0], "stax_init_with_state") and getattr(layer[0], "stax_has_state", True)
+
+
+def _shape(s):
+    return tuple(s)
+
+
+def _fmt(shape):
+    """A shape as plain ints for messages, e.g. ``(8, 3)``; lists of shapes as lists."""
+    if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
+        return [_fmt(s) for s in shape]
+    return tuple(int(d) if d is not None else None for d in shape)
+
+
+def _check_rank(name, input_shape, rank, what):
+    if len(input_shape) != rank:
+        raise ShapeError(
+            f"{name}: expected an input shape of rank {rank} ({what}), got {_fmt(input_shape)}"
+        )
+
+
+def _check_positive(name, input_shape, output_shape):
+    if any(d is not None and d != -1 and d <= 0 for d in output_shape):
+        raise ShapeError(
+            f"{name}: input shape {_fmt(input_shape)} gives an empty output (spatial dims "
+            f"{_fmt(output_shape)}; input too small for the window/filter)"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Layers
+
+
+def Dense(out_dim, W_init=glorot_normal(), b_init=normal()):
+    """Dense (fully-connected) layer: ``inputs @ W + b`` over the last axis.
+
+    Shapes: inputs ``(..., in_dim)`` -> outputs ``(..., out_dim)``; params ``(W (in_dim, out_dim),
+    b (out_dim,))``, float32 from the initializers. Matches ``jax.example_libraries.stax.Dense``.
+    Raises :class:`ShapeError` at init if the input shape is empty or its last dimension unknown.
+    """
+    name = f"Dense({out_dim})"
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        if len(input_shape) == 0 or input_shape[-1] is None or input_shape[-1] <= 0:
+            raise ShapeError(f"{name}: needs a known last (feature) dimension, "
+                             f"got input shape {_fmt(input_shape)}")
+        output_shape = (*input_shape[:-1], out_dim)
+        k1, k2 = random.split(rng)
+        W = W_init(k1, (input_shape[-1], out_dim))
+        b = b_init(k2, (out_dim,))
+        return output_shape, (W, b)
+
+    def apply_fun(params, inputs, **kwargs):
+        W, b = params
+        return jnp.dot(inputs, W) + b
+
+    return _layer(name, init_fun, apply_fun)
+
+
+def _kernel_shape(lhs_spec, rhs_spec, out_chan, filter_shape, input_shape):
+    it = iter(filter_shape)
+    return [
+        out_chan if c == "O" else input_shape[lhs_spec.index("C")] if c == "I" else next(it)
+        for c in rhs_spec
+    ]
+
+
+def _conv_patches(inputs, W, strides, padding, dimension_numbers):
+    """``lax.conv_general_dilated`` (no dilation, one feature group) as patches @ matrix.
+
+    Extracts the input patches with ``lax.conv_general_dilated_patches`` (channel-major feature
+    order ``C * prod(filter)``), reshapes the kernel to ``(C * prod(filter), O)`` and multiplies.
+    Same value as the reference convolution up to float32 summation order.
+    """
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    nsp = len(lhs_spec) - 2
+    # Move the kernel to (I, spatial..., O) in rhs_spec's spatial order, then flatten I+spatial.
+    rhs_sp = [i for i, c in enumerate(rhs_spec) if c not in "IO"]
+    Wt = jnp.transpose(W, [rhs_spec.index("I"), *rhs_sp, rhs_spec.index("O")])
+    Wm = jnp.reshape(Wt, (-1, Wt.shape[-1]))
+    # Patches come out in out_spec layout with features on its 'C' axis.
+    patches = lax.conv_general_dilated_patches(
+        inputs, tuple(W.shape[i] for i in rhs_sp), strides, padding,
+        dimension_numbers=(lhs_spec, rhs_spec, out_spec),
+    )
+    c_ax = out_spec.index("C")
+    moved = jnp.moveaxis(patches, c_ax, -1)
+    out = jnp.dot(moved, Wm)
+    del nsp
+    return jnp.moveaxis(out, -1, c_ax)
+
+
+def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding="VALID",
+                W_init=None, b_init=normal(1e-6), *, impl="xla"):
+    """General convolution layer (``lax.conv_general_dilated`` plus a bias).
+
+    Args:
+      dimension_numbers: ``(lhs_spec, rhs_spec, out_spec)`` strings, e.g. ``('NHWC', 'HWIO', 'NHWC')``.
+      out_chan: number of output channels.
+      filter_shape: spatial window, e.g. ``(3, 3)``.
+      strides: per spatial dim (default all 1). padding: ``'VALID'``, ``'SAME'`` or explicit pairs.
+      W_init: default ``glorot_normal(in_axis=rhs_spec.index('I'), out_axis=rhs_spec.index('O'))``.
+      b_init: default ``normal(1e-6)``; bias shape is 1 everywhere but ``out_chan`` on 'C'.
+      impl: ``'xla'`` (default; the reference's ``lax.conv_general_dilated``) or ``'patches'``
+        (image patches times a matrix: same values up to float32 summation order; beyond the
+        reference).
+
+    Matches ``jax.example_libraries.stax.GeneralConv``. Raises :class:`ShapeError` at init if the
+    input rank differs from ``len(lhs_spec)`` or the output would be empty.
+    """
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    one = (1,) * len(filter_shape)
+    strides = strides or one
+    W_init = W_init or glorot_normal(rhs_spec.index("I"), rhs_spec.index("O"))
+    if impl not in ("xla", "patches"):
+        raise ValueError(f"GeneralConv: impl must be 'xla' or 'patches', got {impl!r}")
+    name = f"GeneralConv({lhs_spec},{rhs_spec},{out_spec}; {out_chan}, {tuple(filter_shape)})"
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        _check_rank(name, input_shape, len(lhs_spec), f"lhs spec {lhs_spec!r}")
+        kernel_shape = _kernel_shape(lhs_spec, rhs_spec, out_chan, filter_shape, input_shape)
+        output_shape = lax.conv_general_shape_tuple(
+            input_shape, kernel_shape, strides, padding, dimension_numbers)
+        _check_positive(name, input_shape, [d for i, d in enumerate(output_shape)
+                                            if i != out_spec.index("N")])
+        bias_shape = [out_chan if c == "C" else 1 for c in out_spec]
+        k1, k2 = random.split(rng)
+        W, b = W_init(k1, kernel_shape), b_init(k2, bias_shape)
+        return output_shape, (W, b)
+
+    def apply_fun(params, inputs, **kwargs):
+        W, b = params
+        if impl == "patches":
+            return _conv_patches(inputs, W, strides, padding, dimension_numbers) + b
+        return lax.conv_general_dilated(inputs, W, strides, padding, one, one,
+                                        dimension_numbers=dimension_numbers) + b
+
+    return _layer(name, init_fun, apply_fun)
+
+
+Conv = functools.partial(GeneralConv, ("NHWC", "HWIO", "NHWC"))
+Conv.__doc__ = "2-D convolution, NHWC inputs and HWIO kernel: ``GeneralConv(('NHWC', 'HWIO', 'NHWC'), ...)``."
+
+
+def GeneralConvTranspose(dimension_numbers, out_chan, filter_shape, strides=None, padding="VALID",
+                         W_init=None, b_init=normal(1e-6)):
+    """General transposed-convolution layer (``lax.conv_transpose`` plus a bias).
+
+    Arguments as :func:`GeneralConv`. Output spatial size: ``in * stride`` for ``'SAME'``,
+    ``in * stride + max(filter - stride, 0)`` for ``'VALID'``. Matches
+    ``jax.example_libraries.stax.GeneralConvTranspose``. Raises :class:`ShapeError` at init on a
+    rank mismatch.
+    """
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    one = (1,) * len(filter_shape)
+    strides = strides or one
+    W_init = W_init or glorot_normal(rhs_spec.index("I"), rhs_spec.index("O"))
+    name = f"GeneralConvTranspose({lhs_spec},{rhs_spec},{out_spec}; {out_chan}, {tuple(filter_shape)})"
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        _check_rank(name, input_shape, len(lhs_spec), f"lhs spec {lhs_spec!r}")
+        kernel_shape = _kernel_shape(lhs_spec, rhs_spec, out_chan, filter_shape, input_shape)
+        output_shape = lax.conv_transpose_shape_tuple(
+            input_shape, kernel_shape, strides, padding, dimension_numbers)
+        bias_shape = [out_chan if c == "C" else 1 for c in out_spec]
+        k1, k2 = random.split(rng)
+        W, b = W_init(k1, kernel_shape), b_init(k2, bias_shape)
+        return output_shape, (W, b)
+
+    def apply_fun(params, inputs, **kwargs):
+        W, b = params
+        return lax.conv_transpose(inputs, W, strides, padding,
+                                  dimension_numbers=dimension_numbers) + b
+
+    return _layer(name, init_fun, apply_fun)
+
+
+Conv1DTranspose = functools.partial(GeneralConvTranspose, ("NHC", "HIO", "NHC"))
+Conv1DTranspose.__doc__ = "1-D transposed convolution: ``GeneralConvTranspose(('NHC', 'HIO', 'NHC'), ...)``."
+ConvTranspose = functools.partial(GeneralConvTranspose, ("NHWC", "HWIO", "NHWC"))
+ConvTranspose.__doc__ = "2-D transposed convolution: ``GeneralConvTranspose(('NHWC', 'HWIO', 'NHWC'), ...)``."
+
+
+def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=zeros,
+              gamma_init=ones, *, momentum=0.99):
+    """Batch normalisation over ``axis`` (default: N, H, W of NHWC inputs).
+
+    Reference behaviour (``apply_fun``): ``gamma * standardize(x, axis) + beta`` with the current
+    batch's mean and (biased, ``E[x²] - E[x]²``) variance, exactly as
+    ``jax.example_libraries.stax.BatchNorm``; params ``(beta, gamma)`` have the input shape with the
+    ``axis`` dims removed (``()`` in place of a disabled ``center``/``scale``).
+
+    Running statistics (beyond the reference, through :func:`stateful`): state
+    ``(running_mean, running_var)``, float32, shape as the params, initialised to zeros and ones.
+    ``train=True`` normalises with the batch statistics (same outputs as the reference) and returns
+    ``running <- momentum * running + (1 - momentum) * batch`` (biased batch variance);
+    ``train=False`` normalises with the running statistics and leaves them unchanged.
+    ``momentum=0`` makes the running statistics those of the last training batch.
+    Raises :class:`ShapeError` at init if an axis is outside the input rank.
+    """
+    _beta_init = lambda rng, shape: beta_init(rng, shape) if center else ()  # noqa: E731
+    _gamma_init = lambda rng, shape: gamma_init(rng, shape) if scale else ()  # noqa: E731
+    axis = (axis,) if jnp.isscalar(axis) else tuple(axis)
+    name = f"BatchNorm(axis={axis})"
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        if any(not -len(input_shape) <= a < len(input_shape) for a in axis):
+            raise ShapeError(f"{name}: axis out of range for input shape {_fmt(input_shape)}")
+        shape = tuple(d for i, d in enumerate(input_shape) if i not in axis)
+        k1, k2 = random.split(rng)
+        beta, gamma = _beta_init(k1, shape), _gamma_init(k2, shape)
+        return input_shape, (beta, gamma)
+
+    def _affine(params, z, ndim):
+        beta, gamma = params
+        ed = tuple(None if i in axis else slice(None) for i in range(ndim))
+        if center and scale:
+            return gamma[ed] * z + beta[ed]
+        if center:
+            return z + beta[ed]
+        if scale:
+            return gamma[ed] * z
+        return z
+
+    def apply_fun(params, x, **kwargs):
+        return _affine(params, standardize(x, axis, epsilon=epsilon), jnp.ndim(x))
+
+    def _stat_shapes(shape):
+        red = {a % len(shape) for a in axis}
+        stat = tuple(d for i, d in enumerate(shape) if i not in red)
+        keep = tuple(1 if i in red else d for i, d in enumerate(shape))
+        return red, stat, keep
+
+    def init_with_state(rng, input_shape):
+        out_shape, params = init_fun(rng, input_shape)
+        _, stat, _ = _stat_shapes(_shape(input_shape))
+        if any(d is None or d < 0 for d in stat):
+            raise ShapeError(f"{name}: running statistics need known sizes off the normalised axes, "
+                             f"got input shape {_fmt(input_shape)}")
+        return out_shape, params, (jnp.zeros(stat, jnp.float32), jnp.ones(stat, jnp.float32))
+
+    def apply_with_state(params, state, x, *, train, rng=None, **kwargs):
+        running_mean, running_var = state
+        red, stat, keep = _stat_shapes(x.shape)
+        if train:
+            mean = jnp.mean(x, tuple(sorted(red)), keepdims=True)
+            var = jnp.clip(jnp.mean(jnp.square(x), tuple(sorted(red)), keepdims=True)
+                           - jnp.square(mean), 0)
+            z = standardize(x, axis, mean=mean, variance=var, epsilon=epsilon)
+            m = jnp.asarray(momentum, running_mean.dtype)
+            new_mean = m * running_mean + (1 - m) * jnp.reshape(mean, stat).astype(running_mean.dtype)
+            new_var = m * running_var + (1 - m) * jnp.reshape(var, stat).astype(running_var.dtype)
+            return _affine(params, z, x.ndim), (new_mean, new_var)
+        mean = jnp.reshape(running_mean, keep).astype(x.dtype)
+        var = jnp.reshape(running_var, keep).astype(x.dtype)
+        z = standardize(x, axis, mean=mean, variance=var, epsilon=epsilon)
+        return _affine(params, z, x.ndim), state
+
+    return _layer(name, init_fun, apply_fun, init_with_state, apply_with_state)
+
+
+def elementwise(fun, **fun_kwargs):
+    """Layer applying ``fun(inputs, **fun_kwargs)`` elementwise; no params, shape unchanged."""
+    init_fun = lambda rng, input_shape: (input_shape, ())  # noqa: E731
+    apply_fun = lambda params, inputs, **kwargs: fun(inputs, **fun_kwargs)  # noqa: E731
+    return _layer(f"elementwise({getattr(fun, '__name__', 'fun')})", init_fun, apply_fun)
+
+
+Tanh = elementwise(jnp.tanh)
+Relu = elementwise(relu)
+Exp = elementwise(jnp.exp)
+LogSoftmax = elementwise(log_softmax, axis=-1)
+Softmax = elementwise(softmax, axis=-1)
+Softplus = elementwise(softplus)
+Sigmoid = elementwise(sigmoid)
+Elu = elementwise(elu)
+LeakyRelu = elementwise(leaky_relu)
+Selu = elementwise(selu)
+Gelu = elementwise(gelu)
+
+
+def _pooling_layer(kind, reducer, init_val, rescaler=None):
+    def PoolingLayer(window_shape, strides=None, padding="VALID", spec=None):
+        """Pooling layer over the spatial dims (``lax.reduce_window``).
+
+        ``window_shape``/``strides`` cover the spatial dims only; ``spec`` (e.g. ``'NCHW'``) says
+        where N and C are (default: N first, C last). Matches ``jax.example_libraries.stax``'s
+        MaxPool/SumPool/AvgPool (AvgPool divides by the number of in-bounds window elements).
+        Raises :class:`ShapeError` at init on a rank mismatch or an empty output.
+        """
+        name = f"{kind}({tuple(window_shape)})"
+        strides = strides or (1,) * len(window_shape)
+        rescale = rescaler(window_shape, strides, padding) if rescaler else None
+        non_spatial_axes = (0, len(window_shape) + 1) if spec is None else (spec.index("N"), spec.index("C"))
+        dims, strd = tuple(window_shape), tuple(strides)
+        for i in sorted(non_spatial_axes):
+            dims = (*dims[:i], 1, *dims[i:])
+            strd = (*strd[:i], 1, *strd[i:])
+
+        def init_fun(rng, input_shape):
+            input_shape = _shape(input_shape)
+            _check_rank(name, input_shape, len(dims), "spatial dims plus N and C")
+            pads = lax.padtype_to_pads(input_shape, dims, strd, padding)
+            ones_ = (1,) * len(dims)
+            out_shape = lax.reduce_window_shape_tuple(input_shape, dims, strd, pads, ones_, ones_)
+            spatial_out = [d for i, d in enumerate(out_shape) if i not in non_spatial_axes]
+            _check_positive(name, input_shape, spatial_out)
+            return out_shape, ()
+
+        def apply_fun(params, inputs, **kwargs):
+            out = lax.reduce_window(inputs, init_val, reducer, dims, strd, padding)
+            return rescale(out, inputs, spec) if rescale else out
+
+        return _layer(name, init_fun, apply_fun)
+
+    PoolingLayer.__name__ = kind
+    return PoolingLayer
+
+
+MaxPool = _pooling_layer("MaxPool", lax.max, -jnp.inf)
+SumPool = _pooling_layer("SumPool", lax.add, 0.0)
+
+
+def _normalize_by_window_size(dims, strides, padding):
+    def rescale(outputs, inputs, spec):
+        non_spatial = (0, inputs.ndim - 1) if spec is None else (spec.index("N"), spec.index("C"))
+        spatial_shape = tuple(d for i, d in enumerate(inputs.shape) if i not in non_spatial)
+        counts = lax.reduce_window(jnp.ones(spatial_shape, dtype=inputs.dtype), 0.0, lax.add,
+                                   dims, strides, padding)
+        for i in sorted(non_spatial):
+            counts = jnp.expand_dims(counts, i)
+        return outputs / counts
+
+    return rescale
+
+
+AvgPool = _pooling_layer("AvgPool", lax.add, 0.0, _normalize_by_window_size)
+
+
+def _flatten():
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        if len(input_shape) == 0:
+            raise ShapeError("Flatten: needs a leading batch dimension, got input shape ()")
+        return (input_shape[0], math.prod(input_shape[1:])), ()
+
+    def apply_fun(params, inputs, **kwargs):
+        return jnp.reshape(inputs, (inputs.shape[0], -1))
+
+    return _layer("Flatten", init_fun, apply_fun)
+
+
+#: Flatten all but the leading (batch) dim: ``(N, d1, d2, ...) -> (N, d1 * d2 * ...)``.
+Flatten = _flatten()
+
+
+def _identity():
+    init_fun = lambda rng, input_shape: (input_shape, ())  # noqa: E731
+    apply_fun = lambda params, inputs, **kwargs: inputs  # noqa: E731
+    return _layer("Identity", init_fun, apply_fun)
+
+
+#: Identity layer: no params, outputs its inputs.
+Identity = _identity()
+
+
+def FanOut(num):
+    """Fan-out: one input -> a list of ``num`` references to it (shapes: ``[input_shape] * num``)."""
+    init_fun = lambda rng, input_shape: ([input_shape] * num, ())  # noqa: E731
+    apply_fun = lambda params, inputs, **kwargs: [inputs] * num  # noqa: E731
+    return _layer(f"FanOut({num})", init_fun, apply_fun)
+
+
+def _fan_in_sum():
+    def init_fun(rng, input_shape):
+        shapes = [tuple(s) for s in input_shape]
+        if len({s for s in shapes}) != 1:
+            raise ShapeError(f"FanInSum: inputs must all have one shape, got {_fmt(shapes)}")
+        return input_shape[0], ()
+
+    apply_fun = lambda params, inputs, **kwargs: sum(inputs)  # noqa: E731
+    return _layer("FanInSum", init_fun, apply_fun)
+
+
+#: Fan-in sum: a list of same-shaped inputs -> their elementwise sum.
+FanInSum = _fan_in_sum()
+
+
+def FanInConcat(axis=-1):
+    """Fan-in concatenation of a list of inputs along ``axis`` (other dims must agree)."""
+    name = f"FanInConcat({axis})"
+
+    def init_fun(rng, input_shape):
+        shapes = [tuple(s) for s in input_shape]
+        ax = axis % len(shapes[0])
+        rest = {s[:ax] + s[ax + 1:] for s in shapes}
+        if len(rest) != 1 or len({len(s) for s in shapes}) != 1:
+            raise ShapeError(f"{name}: inputs must agree except on axis {axis}, got {_fmt(shapes)}")
+        concat_size = sum(s[ax] for s in shapes)
+        return (*input_shape[0][:ax], concat_size, *input_shape[0][ax + 1:]), ()
+
+    def apply_fun(params, inputs, **kwargs):
+        return jnp.concatenate(inputs, axis)
+
+    return _layer(name, init_fun, apply_fun)
+
+
+_DROPOUT_MSG = ("Dropout layer requires apply_fun to be called with a PRNG key argument. That is, "
+                "instead of `apply_fun(params, inputs)`, call it like `apply_fun(params, inputs, rng)` "
+                "where `rng` is a PRNG key (e.g. from `jax.random.key`).")
+
+
+def Dropout(rate, mode="train"):
+    """Dropout layer. **``rate`` IS THE KEEP PROBABILITY, NOT THE DROP PROBABILITY** (the reference's
+    meaning, kept for drop-in parity): ``Dropout(0.9)`` keeps 90% of the units.
+
+    ``mode='train'``: each element is kept with probability ``rate`` and scaled by ``1 / rate``,
+    the rest set to 0 (``jnp.where(random.bernoulli(rng, rate, x.shape), x / rate, 0)``, as the
+    reference); needs ``apply_fun(..., rng=key)`` and raises ``ValueError`` without one.
+    ``mode='test'`` (or any other): identity. Unlike jax 0.10.2's reference, test mode does not
+    demand an rng (with one, it is ignored).
+
+    Through :func:`stateful`, ``train=False`` makes every Dropout the identity whatever its mode.
+    The zoo's ``dropout`` hyperparameter is the DROP probability: it builds ``Dropout(1 - dropout)``.
+    """
+    name = f"Dropout(keep={rate})"
+
+    def init_fun(rng, input_shape):
+        return input_shape, ()
+
+    def _drop(inputs, rng):
+        if rng is None:
+            raise ValueError(_DROPOUT_MSG)
+        keep = random.bernoulli(rng, rate, inputs.shape)
+        return jnp.where(keep, inputs / rate, 0)
+
+    def apply_fun(params, inputs, **kwargs):
+        if mode == "train":
+            return _drop(inputs, kwargs.get("rng"))
+        return inputs
+
+    def init_with_state(rng, input_shape):
+        return input_shape, (), ()
+
+    def apply_with_state(params, state, inputs, *, train, rng=None, **kwargs):
+        if train and mode == "train":
+            return _drop(inputs, rng), state
+        return inputs, state
+
+    out = _layer(name, init_fun, apply_fun, init_with_state, apply_with_state)
+    init_fun.stax_has_state = False  # stateful-aware (train flag) but carries no state
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Combinators
+
+
+def _plain_stateful(layer):
+    init_fun, apply_fun = layer
+    if hasattr(init_fun, "stax_init_with_state"):
+        return init_fun.stax_init_with_state, apply_fun.stax_apply_with_state
+
+    def init_with_state(rng, input_shape):
+        out_shape, params = init_fun(rng, input_shape)
+        return out_shape, params, ()
+
+    def apply_with_state(params, state, inputs, *, train, rng=None, **kwargs):
+        return apply_fun(params, inputs, rng=rng, **kwargs), state
+
+    return init_with_state, apply_with_state
+
+
+def stateful(layer):
+    """The explicit-state form of ``layer``: ``(init, apply)`` with
+
+    * ``init(rng, input_shape) -> (output_shape, params, state)`` (params identical to
+      ``layer[0](rng, input_shape)``; ``state`` is ``()`` when no inner layer has state),
+    * ``apply(params, state, inputs, *, train: bool, rng=None, **kwargs) -> (outputs, new_state)``.
+
+    ``train`` must be a Python bool (static under ``jit``). Layers without state behave as their
+    ``apply_fun``, except :func:`Dropout`, which is the identity when ``train=False``.
+    """
+    return _plain_stateful(layer)
+
+
+def _any_state(states):
+    return any(s != () for s in states) if all(isinstance(s, tuple) for s in states) else True
+
+
+def _wrap_init_error(i, layer, input_shape, err):
+    if isinstance(err, ShapeError):
+        return ShapeError(f"layer {i} of serial: {err}")
+    return ShapeError(f"layer {i} of serial: {layer_name(layer)} cannot take input shape "
+                      f"{_fmt(input_shape)}: {type(err).__name__}: {err}")
+
+
+def serial(*layers):
+    """Compose ``layers`` in sequence: the output of one is the input of the next.
+
+    Params are a list with one entry per layer. ``apply_fun(params, inputs, rng=key)`` splits
+    ``key`` into one key per layer (``random.split(key, len(layers))``) as the reference does.
+    A layer that rejects its input shape at init raises :class:`ShapeError` starting with
+    ``"layer {i} of serial ({name})"``.
+    """
+    nlayers = len(layers)
+    init_funs, apply_funs = zip(*layers, strict=True) if layers else ((), ())
+    inner = [_plain_stateful(layer) for layer in layers]
+
+    def _run_init(rng, input_shape, with_state):
+        params, states = [], []
+        for i, (layer, (init_s, _)) in enumerate(zip(layers, inner, strict=True)):
+            rng, layer_rng = random.split(rng)
+            try:
+                if with_state:
+                    new_shape, param, st = init_s(layer_rng, input_shape)
+                else:
+                    new_shape, param = layer[0](layer_rng, input_shape)
+                    st = ()
+            except (ShapeError, TypeError, ValueError, IndexError) as err:
+                raise _wrap_init_error(i, layer, input_shape, err) from err
+            input_shape = new_shape
+            params.append(param)
+            states.append(st)
+        return input_shape, params, states
+
+    def init_fun(rng, input_shape):
+        out_shape, params, _ = _run_init(rng, input_shape, False)
+        return out_shape, params
+
+    def apply_fun(params, inputs, **kwargs):
+        rng = kwargs.pop("rng", None)
+        rngs = random.split(rng, nlayers) if rng is not None else (None,) * nlayers
+        for fun, param, r in zip(apply_funs, params, rngs, strict=True):
+            inputs = fun(param, inputs, rng=r, **kwargs)
+        return inputs
+
+    def init_with_state(rng, input_shape):
+        out_shape, params, states = _run_init(rng, input_shape, True)
+        return out_shape, params, (tuple(states) if _any_state(states) else ())
+
+    def apply_with_state(params, state, inputs, *, train, rng=None, **kwargs):
+        rngs = random.split(rng, nlayers) if rng is not None else (None,) * nlayers
+        states = state if state != () else ((),) * nlayers
+        new_states = []
+        for (_, app), param, st, r in zip(inner, params, states, rngs, strict=True):
+            inputs, st = app(param, st, inputs, train=train, rng=r, **kwargs)
+            new_states.append(st)
+        return inputs, (tuple(new_states) if state != () else ())
+
+    del init_funs
+    out = _layer(f"serial[{nlayers}]", init_fun, apply_fun, init_with_state, apply_with_state)
+    init_fun.stax_has_state = any(has_state(layer) for layer in layers)
+    return out
+
+
+def parallel(*layers):
+    """Apply ``layers[i]`` to ``inputs[i]``; often between :func:`FanOut` and :data:`FanInSum`.
+
+    Params are a tuple with one entry per layer; rng splitting as the reference. Raises
+    :class:`ShapeError` at init if the number of input shapes differs from the number of layers.
+    """
+    nlayers = len(layers)
+    init_funs, apply_funs = zip(*layers, strict=True) if layers else ((), ())
+    inner = [_plain_stateful(layer) for layer in layers]
+
+    def _check(input_shape):
+        if len(input_shape) != nlayers:
+            raise ShapeError(f"parallel of {nlayers} layers got {len(input_shape)} input shapes: "
+                             f"{list(input_shape)}")
+
+    def init_fun(rng, input_shape):
+        _check(input_shape)
+        rngs = random.split(rng, nlayers)
+        return zip(*[init(r, shape) for init, r, shape in zip(init_funs, rngs, input_shape, strict=True)],
+                   strict=True)
+
+    def apply_fun(params, inputs, **kwargs):
+        rng = kwargs.pop("rng", None)
+        rngs = random.split(rng, nlayers) if rng is not None else (None,) * nlayers
+        return [f(p, x, rng=r, **kwargs) for f, p, x, r in zip(apply_funs, params, inputs, rngs, strict=True)]
+
+    def init_with_state(rng, input_shape):
+        _check(input_shape)
+        rngs = random.split(rng, nlayers)
+        outs = [init_s(r, s) for (init_s, _), r, s in zip(inner, rngs, input_shape, strict=True)]
+        shapes = tuple(o[0] for o in outs)
+        params = tuple(o[1] for o in outs)
+        states = [o[2] for o in outs]
+        return shapes, params, (tuple(states) if _any_state(states) else ())
+
+    def apply_with_state(params, state, inputs, *, train, rng=None, **kwargs):
+        rngs = random.split(rng, nlayers) if rng is not None else (None,) * nlayers
+        states = state if state != () else ((),) * nlayers
+        outs = [app(p, s, x, train=train, rng=r, **kwargs)
+                for (_, app), p, s, x, r in zip(inner, params, states, inputs, rngs, strict=True)]
+        new_state = tuple(o[1] for o in outs) if state != () else ()
+        return [o[0] for o in outs], new_state
+
+    out = _layer(f"parallel[{nlayers}]", init_fun, apply_fun, init_with_state, apply_with_state)
+    init_fun.stax_has_state = any(has_state(layer) for layer in layers)
+    return out
+
+
+def shape_dependent(make_layer):
+    """Delay building a layer until the input shape is known: ``make_layer(input_shape) -> layer``.
+
+    ``apply_fun`` rebuilds the layer from ``inputs.shape`` (as the reference does).
+    """
+
+    def init_fun(rng, input_shape):
+        return make_layer(input_shape)[0](rng, input_shape)
+
+    def apply_fun(params, inputs, **kwargs):
+        return make_layer(inputs.shape)[1](params, inputs, **kwargs)
+
+    def init_with_state(rng, input_shape):
+        return _plain_stateful(make_layer(input_shape))[0](rng, input_shape)
+
+    def apply_with_state(params, state, inputs, *, train, rng=None, **kwargs):
+        return _plain_stateful(make_layer(inputs.shape))[1](params, state, inputs, train=train, rng=rng,
+                                                            **kwargs)
+
+    return _layer("shape_dependent", init_fun, apply_fun, init_with_state, apply_with_state)

@@ -1,0 +1,365 @@
+"""The model zoo: ``MODELS[name](*, input_shape, num_classes, **hparams) -> ModelDef``.
+
+Each builder's keyword arguments after ``input_shape``/``num_classes`` are its hyperparameters (with
+defaults; the config validator reads them from the signature). ``input_shape`` is one example's
+shape without the batch axis, e.g. ``(8, 8, 1)`` for digits images or ``(40,)`` for MNIST-1D.
+Every model is built from :mod:`models.stax` layers and wrapped with :func:`models.stax.stateful`,
+so BatchNorm running statistics are threaded explicitly (``state`` is ``()`` for stateless models).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from models import stax
+from models.flops import jaxpr_flops, xla_flops
+
+__all__ = [
+    "ACTIVATIONS", "MODELS", "ModelDef", "accuracy", "autoencoder", "cnn", "cnn1d", "logreg", "mlp",
+    "mse", "resnet", "softmax_cross_entropy",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Losses and metrics
+
+
+def softmax_cross_entropy(logits, labels):
+    """Mean softmax cross-entropy of ``logits (N, K)`` float against int ``labels (N,)``: scalar."""
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    picked = jnp.take_along_axis(logp, jnp.asarray(labels, jnp.int32)[:, None], axis=-1)[:, 0]
+    return -jnp.mean(picked)
+
+
+def accuracy(logits, labels):
+    """Fraction of rows of ``logits (N, K)`` whose argmax equals ``labels (N,)``: float32 scalar."""
+    return jnp.mean((jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32))
+
+
+def mse(outputs, targets):
+    """Mean squared error over all elements (= mean over the batch of per-example means): scalar."""
+    return jnp.mean(jnp.square(outputs - targets))
+
+
+# --------------------------------------------------------------------------------------------------
+# ModelDef
+
+
+@dataclass(frozen=True)
+class ModelDef:
+    """A named model: how to init, apply, score and count it.
+
+    Fields:
+      name: registry name. task: ``"classification"`` (targets int32 labels, outputs logits
+        ``(N, num_classes)``) or ``"reconstruction"`` (targets are the inputs, outputs their shape).
+      init: ``init(rng, batch_input_shape) -> (output_shape, params, state)``; the batch dim may be
+        -1; a shape without the batch dim (``input_shape``) is accepted too.
+      apply: ``apply(params, state, inputs, *, rng=None, train) -> (outputs, new_state)``; jit/vmap
+        safe; BatchNorm statistics update when ``train=True`` and are used when ``train=False``;
+        dropout is active only with ``train=True`` and then needs ``rng`` (``needs_rng``).
+      loss: ``loss(outputs, targets) -> scalar`` mean over the batch.
+      metrics: ``{name: fn(outputs, targets) -> scalar}``.
+      flops_per_example: ``f(input_shape or batch_input_shape) -> float | None`` analytic forward
+        FLOPs of one example (multiply-add = 2), counted from the jaxpr in eval mode.
+      needs_rng: whether ``apply(..., train=True)`` needs an rng (dropout).
+      input_shape: the example shape it was built for. hparams: the builder's hyperparameters.
+      layer: the underlying stax ``(init_fun, apply_fun)`` pair (reference-style use).
+    """
+
+    name: str
+    task: str
+    init: Callable
+    apply: Callable
+    loss: Callable
+    metrics: dict[str, Callable]
+    flops_per_example: Callable
+    needs_rng: bool = False
+    input_shape: tuple[int, ...] = ()
+    hparams: dict[str, Any] = field(default_factory=dict)
+    layer: Any = None
+
+    def xla_flops_per_example(self, input_shape=None) -> float | None:
+        """Forward FLOPs of one example from XLA's cost analysis (eval mode, batch 1); None if unknown."""
+        params, state, x = _example_args(self, input_shape)
+        return xla_flops(lambda p, s, v: self.apply(p, s, v, train=False)[0], params, state, x)
+
+
+def _example_shape(model_input_shape, shape):
+    shape = tuple(model_input_shape if shape is None else shape)
+    if len(shape) == len(model_input_shape) + 1:
+        shape = shape[1:]
+    return shape
+
+
+def _example_args(model: ModelDef, input_shape):
+    shape = _example_shape(model.input_shape, input_shape)
+    _, params, state = jax.eval_shape(lambda k: model.init(k, (1, *shape)), jax.random.PRNGKey(0))
+    return params, state, jax.ShapeDtypeStruct((1, *shape), jnp.float32)
+
+
+def _make(name, task, layer, input_shape, hparams, needs_rng=False):
+    init_s, apply_s = stax.stateful(layer)
+    input_shape = tuple(int(d) for d in input_shape)
+
+    def init(rng, batch_input_shape):
+        shape = tuple(batch_input_shape)
+        if len(shape) == len(input_shape):
+            shape = (-1, *shape)
+        out_shape, params, state = init_s(rng, shape)
+        # lax's shape rules turn an unknown (-1) batch into 0 or -1; report the batch as given.
+        out_shape = (int(shape[0]), *(int(d) for d in out_shape[1:]))
+        return out_shape, params, state
+
+    def apply(params, state, inputs, *, rng=None, train):
+        return apply_s(params, state, inputs, train=bool(train), rng=rng)
+
+    if task == "classification":
+        loss, metrics = softmax_cross_entropy, {"accuracy": accuracy}
+    else:
+        loss, metrics = mse, {"mse": mse}
+
+    holder = {}
+
+    def flops_per_example(shape=None):
+        shape = _example_shape(input_shape, shape)
+        params, state, x = _example_args(holder["model"], shape)
+        return jaxpr_flops(lambda p, s, v: apply(p, s, v, train=False)[0], params, state, x)
+
+    model = ModelDef(name=name, task=task, init=init, apply=apply, loss=loss, metrics=metrics,
+                     flops_per_example=flops_per_example, needs_rng=needs_rng, input_shape=input_shape,
+                     hparams=dict(hparams), layer=layer)
+    holder["model"] = model
+    return model
+
+
+# --------------------------------------------------------------------------------------------------
+# Small private layers
+
+
+def _reshape(example_shape):
+    """Reshape ``(N, ...)`` to ``(N, *example_shape)`` (same number of elements per example)."""
+    example_shape = tuple(example_shape)
+
+    def init_fun(rng, input_shape):
+        if math.prod(input_shape[1:]) != math.prod(example_shape):
+            raise stax.ShapeError(f"Reshape{example_shape}: input shape {tuple(input_shape)} has "
+                                  f"{math.prod(input_shape[1:])} elements per example")
+        return (input_shape[0], *example_shape), ()
+
+    def apply_fun(params, inputs, **kwargs):
+        return jnp.reshape(inputs, (inputs.shape[0], *example_shape))
+
+    init_fun.stax_name = f"Reshape{example_shape}"
+    return init_fun, apply_fun
+
+
+def _global_avg_pool():
+    """Mean over the spatial axes of ``(N, *spatial, C)`` -> ``(N, C)``."""
+
+    def init_fun(rng, input_shape):
+        return (input_shape[0], input_shape[-1]), ()
+
+    def apply_fun(params, inputs, **kwargs):
+        return jnp.mean(inputs, axis=tuple(range(1, inputs.ndim - 1)))
+
+    init_fun.stax_name = "GlobalAvgPool"
+    return init_fun, apply_fun
+
+
+def _crop(example_shape):
+    """Crop ``(N, *spatial, C)`` to the leading ``example_shape`` spatial sizes."""
+
+    def init_fun(rng, input_shape):
+        return (input_shape[0], *example_shape[:-1], input_shape[-1]), ()
+
+    def apply_fun(params, inputs, **kwargs):
+        idx = (slice(None), *(slice(0, d) for d in example_shape[:-1]), slice(None))
+        return inputs[idx]
+
+    init_fun.stax_name = "Crop"
+    return init_fun, apply_fun
+
+
+#: Activation names a config may use.
+ACTIVATIONS: dict[str, Any] = {
+    "relu": stax.Relu, "tanh": stax.Tanh, "gelu": stax.Gelu, "elu": stax.Elu, "selu": stax.Selu,
+    "sigmoid": stax.Sigmoid, "softplus": stax.Softplus, "leaky_relu": stax.LeakyRelu,
+}
+
+
+def _activation(name):
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}") from None
+
+
+def _spatial(input_shape, ndim, builder):
+    """Canonical ``(*spatial, C)`` example shape for a conv net of ``ndim`` spatial dims."""
+    shape = tuple(int(d) for d in input_shape)
+    if len(shape) == ndim:
+        return (*shape, 1)
+    if len(shape) == ndim + 1:
+        return shape
+    want = f"({'L' if ndim == 1 else 'H, W'}) or ({'L' if ndim == 1 else 'H, W'}, C)"
+    raise ValueError(f"{builder}: input_shape must be {want}, got {shape}")
+
+
+def _conv(ndim, out_chan, k, strides=None, padding="SAME", impl="xla"):
+    if ndim == 1:
+        return stax.GeneralConv(("NHC", "HIO", "NHC"), out_chan, (k,), strides, padding, impl=impl)
+    return stax.Conv(out_chan, (k, k), strides, padding, impl=impl)
+
+
+def _check_positive(builder, **values):
+    for key, value in values.items():
+        if value <= 0:
+            raise ValueError(f"{builder}: {key} must be positive, got {value}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Builders
+
+
+def logreg(*, input_shape, num_classes) -> ModelDef:
+    """Multinomial logistic regression: ``Flatten, Dense(num_classes)`` on any input shape."""
+    layer = stax.serial(stax.Flatten, stax.Dense(num_classes))
+    return _make("logreg", "classification", layer, input_shape, {})
+
+
+def mlp(*, input_shape, num_classes, width: int = 256, depth: int = 2, activation: str = "relu",
+        dropout: float = 0.0) -> ModelDef:
+    """Multi-layer perceptron: Flatten, ``depth`` × (Dense(width), activation[, Dropout]), Dense.
+
+    ``dropout`` is the DROP probability in [0, 1) (0 = no dropout layer); it builds
+    ``stax.Dropout(1 - dropout)`` since stax's rate is the keep probability.
+    """
+    _check_positive("mlp", width=width)
+    if depth < 0:
+        raise ValueError(f"mlp: depth must be >= 0, got {depth}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"mlp: dropout is the drop probability and must be in [0, 1), got {dropout}")
+    act = _activation(activation)
+    layers = [stax.Flatten]
+    for _ in range(depth):
+        layers += [stax.Dense(width), act]
+        if dropout > 0:
+            layers.append(stax.Dropout(1.0 - dropout))
+    layers.append(stax.Dense(num_classes))
+    hp = {"width": width, "depth": depth, "activation": activation, "dropout": dropout}
+    return _make("mlp", "classification", stax.serial(*layers), input_shape, hp,
+                 needs_rng=dropout > 0 and depth > 0)
+
+
+def cnn1d(*, input_shape, num_classes, width: int = 32, depth: int = 2, kernel_size: int = 5,
+          hidden: int = 128) -> ModelDef:
+    """1-D CNN for sequences ``(L,)`` or ``(L, C)``: ``depth`` × (Conv1D(width·2^i, kernel_size,
+    SAME), Relu, MaxPool(2)), Flatten, [Dense(hidden), Relu,] Dense(num_classes)."""
+    _check_positive("cnn1d", width=width, depth=depth, kernel_size=kernel_size)
+    shape = _spatial(input_shape, 1, "cnn1d")
+    layers = [_reshape(shape)]
+    for i in range(depth):
+        layers += [_conv(1, width * 2**i, kernel_size), stax.Relu, stax.MaxPool((2,), (2,))]
+    layers.append(stax.Flatten)
+    if hidden > 0:
+        layers += [stax.Dense(hidden), stax.Relu]
+    layers.append(stax.Dense(num_classes))
+    hp = {"width": width, "depth": depth, "kernel_size": kernel_size, "hidden": hidden}
+    return _make("cnn1d", "classification", stax.serial(*layers), input_shape, hp)
+
+
+def cnn(*, input_shape, num_classes, width: int = 32, kernel_size: int = 3, hidden: int = 128,
+        conv_impl: str = "xla") -> ModelDef:
+    """LeNet-like 2-D CNN for images ``(H, W)`` or ``(H, W, C)``: Conv(width, k×k, SAME), Relu,
+    MaxPool(2×2), Conv(2·width), Relu, MaxPool(2×2), Flatten, [Dense(hidden), Relu,] Dense.
+
+    ``hidden=0`` drops the hidden dense layer. ``conv_impl``: ``'xla'`` or ``'patches'``
+    (see :func:`models.stax.GeneralConv`).
+    """
+    _check_positive("cnn", width=width, kernel_size=kernel_size)
+    shape = _spatial(input_shape, 2, "cnn")
+    k = kernel_size
+    layers = [_reshape(shape),
+              _conv(2, width, k, impl=conv_impl), stax.Relu, stax.MaxPool((2, 2), (2, 2)),
+              _conv(2, 2 * width, k, impl=conv_impl), stax.Relu, stax.MaxPool((2, 2), (2, 2)),
+              stax.Flatten]
+    if hidden > 0:
+        layers += [stax.Dense(hidden), stax.Relu]
+    layers.append(stax.Dense(num_classes))
+    hp = {"width": width, "kernel_size": kernel_size, "hidden": hidden, "conv_impl": conv_impl}
+    return _make("cnn", "classification", stax.serial(*layers), input_shape, hp)
+
+
+def _res_block(out_chan, stride, project, momentum):
+    bn = lambda: stax.BatchNorm(momentum=momentum)  # noqa: E731
+    main = stax.serial(_conv(2, out_chan, 3, (stride, stride)), bn(), stax.Relu,
+                       _conv(2, out_chan, 3), bn())
+    shortcut = stax.serial(_conv(2, out_chan, 1, (stride, stride)), bn()) if project else stax.Identity
+    return stax.serial(stax.FanOut(2), stax.parallel(main, shortcut), stax.FanInSum, stax.Relu)
+
+
+def resnet(*, input_shape, num_classes, width: int = 16, stages: int = 2, blocks_per_stage: int = 1,
+           bn_momentum: float = 0.9) -> ModelDef:
+    """Small ResNet (He et al. 2016, basic blocks) for images ``(H, W[, C])`` (a sequence ``(L[, C])``
+    is taken as an ``L×1`` image).
+
+    Stem Conv(width, 3×3), BatchNorm, Relu; ``stages`` stages of ``blocks_per_stage`` residual blocks
+    (FanOut(2) → parallel(conv-BN-relu-conv-BN, shortcut) → FanInSum → Relu) with ``width·2^s``
+    channels, stride 2 and a 1×1 projection at each stage change; global average pool; Dense.
+    BatchNorm running statistics use ``bn_momentum``.
+    """
+    _check_positive("resnet", width=width, stages=stages, blocks_per_stage=blocks_per_stage)
+    shape = tuple(int(d) for d in input_shape)
+    shape = _spatial((shape[0], 1) if len(shape) == 1 else shape, 2, "resnet")
+    layers = [_reshape(shape), _conv(2, width, 3), stax.BatchNorm(momentum=bn_momentum), stax.Relu]
+    chans = width
+    for s in range(stages):
+        out = width * 2**s
+        for b in range(blocks_per_stage):
+            stride = 2 if (s > 0 and b == 0) else 1
+            layers.append(_res_block(out, stride, project=(stride != 1 or out != chans),
+                                     momentum=bn_momentum))
+            chans = out
+    layers += [_global_avg_pool(), stax.Dense(num_classes)]
+    hp = {"width": width, "stages": stages, "blocks_per_stage": blocks_per_stage, "bn_momentum": bn_momentum}
+    return _make("resnet", "classification", stax.serial(*layers), input_shape, hp)
+
+
+def autoencoder(*, input_shape, num_classes=None, width: int = 16) -> ModelDef:
+    """Convolutional autoencoder, reconstruction task (MSE against the inputs).
+
+    Images ``(H, W[, C])`` use 2-D convs, sequences ``(L,)`` 1-D ones: Conv(width, 3, stride 2,
+    SAME), Relu, Conv(2·width, 3, stride 2), Relu, ConvTranspose(width, 3, stride 2, SAME), Relu,
+    ConvTranspose(C, 3, stride 2, SAME), cropped back to the input size. ``num_classes`` is ignored.
+    """
+    _check_positive("autoencoder", width=width)
+    shape = tuple(int(d) for d in input_shape)
+    ndim = 1 if len(shape) == 1 else 2
+    canon = _spatial(shape, ndim, "autoencoder")
+    chans = canon[-1]
+    if ndim == 2:
+        up = lambda c: stax.ConvTranspose(c, (3, 3), (2, 2), "SAME")  # noqa: E731
+    else:
+        up = lambda c: stax.Conv1DTranspose(c, (3,), (2,), "SAME")  # noqa: E731
+    layers = [_reshape(canon),
+              _conv(ndim, width, 3, (2,) * ndim), stax.Relu,
+              _conv(ndim, 2 * width, 3, (2,) * ndim), stax.Relu,
+              up(width), stax.Relu, up(chans), _crop(canon), _reshape(shape)]
+    return _make("autoencoder", "reconstruction", stax.serial(*layers), input_shape, {"width": width})
+
+
+#: The model registry: name -> builder.
+MODELS: dict[str, Callable[..., ModelDef]] = {
+    "logreg": logreg,
+    "mlp": mlp,
+    "cnn1d": cnn1d,
+    "cnn": cnn,
+    "resnet": resnet,
+    "autoencoder": autoencoder,
+}
