@@ -1,0 +1,250 @@
+"""``python -m harness``: the command line (typer).
+
+Commands: ``sweep`` (run a config), ``list`` (registries and hyperparameters), ``status`` (per sweep:
+finished/diverged/failed/pending), ``ui`` (the MLflow UI on the store), ``report`` (HTML report).
+jax, MLflow, pydantic and the registries are imported inside the commands, so ``--help`` is fast.
+
+Exit codes: 0 ok; 1 some trials failed (``sweep``) or a runtime error; 2 invalid config or usage;
+3 the tracking store cannot be reached.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Benchmark harness for training algorithms in JAX (sweeps logged to MLflow).")
+
+_URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, then sqlite:///<cwd>/mlflow.db)."
+
+
+class Batching(str, Enum):
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+def _err(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+@app.command()
+def sweep(
+    config: Path = typer.Argument(..., help="Sweep config (YAML), e.g. experiments/quickstart.yaml."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (trials, done, to run); "
+                                 "train nothing."),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, help="Local worker processes."),
+    executor: str | None = typer.Option(None, "--executor", help="inprocess | process | ray (if installed)."),
+    address: str | None = typer.Option(None, "--address", help="Cluster address for executors that need one."),
+    batching: Batching | None = typer.Option(None, "--batching", help="Train seed/step-size siblings "
+                                             "together under vmap: auto | on | off."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+) -> None:
+    """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
+    from harness.config import ConfigError
+    from harness.sweep import run_sweep
+    from harness.tracking import TrackingUnavailable
+
+    try:
+        summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
+                            address=address, batching=batching.value if batching else None,
+                            dry_run=dry_run, quiet=quiet)
+    except ConfigError as e:
+        _err(f"invalid sweep config:\n{e}")
+        raise typer.Exit(2) from None
+    except TrackingUnavailable as e:
+        _err(f"error: {e}")
+        raise typer.Exit(3) from None
+    except ValueError as e:  # e.g. an unknown executor from the command line
+        _err(f"error: {e}")
+        raise typer.Exit(2) from None
+    if not dry_run and summary.counts()["failed"]:
+        raise typer.Exit(1)
+
+
+@app.command("list")
+def list_(
+    kind: str | None = typer.Argument(None, help="models | optimizers | schedules | datasets (default all)."),
+) -> None:
+    """Registered models, optimizers, schedules and datasets with their hyperparameters and defaults."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.config import builder_hparams, default_registries
+
+    reg = default_registries()
+    kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
+             "schedules": ("schedule", reg.schedules), "datasets": ("dataset", reg.datasets)}
+    if kind is not None and kind not in kinds:
+        from harness.registry import did_you_mean
+
+        _err(f"unknown kind {kind!r}; valid choices: {', '.join(kinds)}{did_you_mean(kind, list(kinds))}")
+        raise typer.Exit(2)
+    console = Console()
+    for k, (single, registry) in kinds.items():
+        if kind and k != kind:
+            continue
+        t = Table(title=k)
+        t.add_column("name")
+        t.add_column("hyperparameters (default)")
+        t.add_column("description", overflow="fold")
+        for name in sorted(registry):
+            b = registry[name]
+            hps = builder_hparams(single, b)
+            hp = ", ".join(f"{h.name}" if h.required else f"{h.name}={h.default!r}" for h in hps.values())
+            doc = (b.__doc__ or "").strip().splitlines()
+            t.add_row(name, hp or "—", doc[0] if doc else "")
+        if k == "datasets":
+            t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
+        console.print(t)
+
+
+@app.command()
+def status(
+    config: Path | None = typer.Argument(None, help="A sweep config: count its pending trials exactly."),
+    experiment: str | None = typer.Option(None, "--experiment", "-e", help="Only this sweep name."),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
+) -> None:
+    """Per sweep: finished / diverged / failed / pending trials."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness import tracking
+    from harness.config import ConfigError
+
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    expected: dict[str, set[str]] = {}
+    names: list[str] | None = [experiment] if experiment else None
+    if config is not None:
+        from harness.config import load_config
+        from harness.sweep import expand, sweep_id_of
+
+        try:
+            cfg = load_config(config)
+        except ConfigError as e:
+            _err(f"invalid sweep config:\n{e}")
+            raise typer.Exit(2) from None
+        uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
+        specs = expand(cfg)
+        expected[sweep_id_of(cfg.name, specs)] = {s.trial_id for s in specs}
+        names = [cfg.name]
+    try:
+        client = tracking.prepare_store(uri)
+    except tracking.TrackingUnavailable as e:
+        _err(f"error: {e}")
+        raise typer.Exit(3) from None
+    exps = [client.get_experiment_by_name(n) for n in names] if names else client.search_experiments()
+    t = Table(title=f"sweeps in {uri}")
+    for col in ("sweep", "sweep_id", "trials", "finished", "diverged", "failed", "pending", "last run"):
+        t.add_column(col)
+    for exp in exps:
+        if exp is None:
+            continue
+        parents = tracking.search_all(client, exp.experiment_id, f"tags.`{tracking.KIND_TAG}` = 'parent'")
+        by_trial = tracking.trial_runs(client, exp.experiment_id)
+        sweep_ids: dict[str, dict] = {}
+        for p in sorted(parents, key=lambda r: r.info.start_time):
+            sid = p.data.tags.get(tracking.SWEEP_ID_TAG, "?")
+            d = sweep_ids.setdefault(sid, {"n": 0, "last": p})
+            d["last"] = p
+            d["n"] = max(d["n"], int(p.data.params.get("n_trials", 0) or 0))
+        for sid in expected:
+            sweep_ids.setdefault(sid, {"n": len(expected[sid]), "last": None})
+        for sid, d in sweep_ids.items():
+            ids = expected.get(sid)
+            if ids is None:  # trials that ran under this sweep id
+                ids = {tid for tid, rs in by_trial.items()
+                       if any(r.data.tags.get(tracking.SWEEP_ID_TAG) == sid for r in rs)}
+            c = {"finished": 0, "diverged": 0, "failed": 0}
+            for tid in ids:
+                rs = by_trial.get(tid, [])
+                fin = [r for r in rs if r.info.status == "FINISHED"]
+                if fin:
+                    c["diverged" if fin[0].data.tags.get("status") == "diverged" else "finished"] += 1
+                elif any(r.info.status == "FAILED" for r in rs):
+                    c["failed"] += 1
+            n = max(d["n"], len(ids))
+            pending = n - sum(c.values())
+            last = d["last"]
+            last_s = "—" if last is None else f"{last.info.run_name} ({last.info.status})"
+            t.add_row(exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
+                      str(pending), last_s)
+    Console().print(t)
+
+
+@app.command()
+def ui(
+    experiment: str | None = typer.Option(None, "--experiment", "-e", help="Sweep name to open."),
+    port: int = typer.Option(5000, "--port", help="Port for the UI on 127.0.0.1."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
+) -> None:
+    """Start `mlflow ui` on the store and print the experiment's URL (Ctrl-C stops it)."""
+    import subprocess
+
+    from harness import tracking
+
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    exp_id = None
+    try:
+        client = tracking.prepare_store(uri)
+        if experiment:
+            exp = client.get_experiment_by_name(experiment)
+            if exp is None:
+                _err(f"no experiment {experiment!r} in {uri}")
+                raise typer.Exit(2)
+            exp_id = exp.experiment_id
+    except tracking.TrackingUnavailable as e:
+        _err(f"error: {e}")
+        raise typer.Exit(3) from None
+    suffix = f"/#/experiments/{exp_id}" if exp_id else ""
+    if tracking.is_server(uri):
+        typer.echo(f"The tracking server already serves the UI: {uri.rstrip('/')}{suffix}")
+        return
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host,
+           "--port", str(port), "--workers", "1"]
+    root = tracking.artifact_root_for(uri)
+    if root:
+        cmd += ["--default-artifact-root", root]
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    typer.echo(f"MLflow UI: http://{host}:{port}{suffix}  (store {uri}; Ctrl-C to stop)")
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        raise typer.Exit(proc.wait())
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@app.command()
+def report(
+    experiment: str = typer.Option(..., "--experiment", "-e", help="Sweep name (MLflow experiment)."),
+    sweep_id: str | None = typer.Option(None, "--sweep", help="Sweep id (default: the latest)."),
+    output: str | None = typer.Option(None, "-o", "--output", help="Output HTML path."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Sweep id to compare against."),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
+) -> None:
+    """Build one self-contained HTML comparison report from what MLflow holds."""
+    from harness import tracking
+
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    try:
+        tracking.prepare_store(uri)
+    except tracking.TrackingUnavailable as e:
+        _err(f"error: {e}")
+        raise typer.Exit(3) from None
+    from reports import make_report
+
+    path = make_report(experiment, sweep_id, output, baseline, uri)
+    typer.echo(f"report: {path}")
+
+
+def main() -> None:
+    """Entry point of ``python -m harness`` and the ``harness`` script."""
+    app()

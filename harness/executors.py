@@ -1,0 +1,142 @@
+"""Executors: how a sweep's work units reach :func:`harness.worker.execute_unit`.
+
+Protocol (:class:`Executor`)::
+
+    run(units: list[list[TrialSpec]], ctx: RunContext,
+        on_done: Callable[[list[TrialOutcome]], None]) -> None
+
+``run`` returns when every unit has been executed; ``on_done`` is called in the calling thread once
+per finished unit, in completion order. Executors are looked up by name with :func:`get_executor`:
+
+- ``inprocess`` (:class:`InProcessExecutor`): units one after another in this process.
+- ``process`` (:class:`ProcessExecutor`, ``--jobs N``): ``N`` local worker processes (``spawn``
+  start method, so no forked JAX runtime). On GPUs the workers do not preallocate device memory.
+- other names: :func:`register_executor` adds one; an unknown name ``X`` is looked for as module
+  ``harness.X_executor`` (e.g. ``harness/ray_executor.py`` registers ``"ray"`` when imported).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import importlib
+import importlib.util
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+from typing import Protocol
+
+from harness.registry import did_you_mean
+from harness.spec import TrialSpec
+from harness.worker import RunContext, TrialOutcome, execute_unit
+
+
+class Executor(Protocol):
+    """Runs work units; see the module docstring."""
+
+    def run(self, units: list[list[TrialSpec]], ctx: RunContext,
+            on_done: Callable[[list[TrialOutcome]], None]) -> None: ...
+
+
+class InProcessExecutor:
+    """Units one after another in the calling process (the default; ``jobs`` must be 1)."""
+
+    def __init__(self, jobs: int = 1, **_: object) -> None:
+        self.jobs = 1
+
+    def run(self, units: list[list[TrialSpec]], ctx: RunContext,
+            on_done: Callable[[list[TrialOutcome]], None]) -> None:
+        for unit in units:
+            on_done(execute_unit(unit, ctx))
+
+
+def _init_worker() -> None:
+    # Several processes share one accelerator: allocate on demand instead of 75% each.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def _lost(unit: list[TrialSpec], why: str) -> list[TrialOutcome]:
+    from harness.worker import _base_outcome
+
+    out = []
+    for s in unit:
+        o = _base_outcome(s, "failed")
+        o.reason = why
+        out.append(o)
+    return out
+
+
+class ProcessExecutor:
+    """``jobs`` local worker processes (``spawn``), each running whole units.
+
+    A worker that dies (e.g. killed by the OS) fails its unit's outcomes with reason
+    ``worker process died`` without writing to MLflow: those trials stay pending (their RUNNING
+    runs are marked KILLED by the next invocation) and the remaining units are resubmitted to a
+    fresh pool.
+    """
+
+    def __init__(self, jobs: int = 2, **_: object) -> None:
+        if jobs < 1:
+            raise ValueError(f"jobs must be >= 1, got {jobs}")
+        self.jobs = jobs
+
+    def run(self, units: list[list[TrialSpec]], ctx: RunContext,
+            on_done: Callable[[list[TrialOutcome]], None]) -> None:
+        pending = list(range(len(units)))
+        while pending:
+            with cf.ProcessPoolExecutor(max_workers=min(self.jobs, len(pending)),
+                                        mp_context=mp.get_context("spawn"),
+                                        initializer=_init_worker) as pool:
+                futs = {pool.submit(execute_unit, units[i], ctx): i for i in pending}
+                broken: list[int] = []
+                try:
+                    for f in cf.as_completed(futs):
+                        i = futs[f]
+                        try:
+                            on_done(f.result())
+                        except cf.process.BrokenProcessPool:
+                            broken.append(i)
+                except BaseException:
+                    for f in futs:
+                        f.cancel()
+                    raise
+            if broken and len(broken) == len(pending):
+                # Nothing progressed: report them lost instead of looping.
+                for i in broken:
+                    on_done(_lost(units[i], "worker process died"))
+                return
+            pending = broken
+
+
+_EXECUTORS: dict[str, Callable[..., Executor]] = {
+    "inprocess": InProcessExecutor,
+    "process": ProcessExecutor,
+}
+
+
+def register_executor(name: str, factory: Callable[..., Executor]) -> None:
+    """Make ``get_executor(name, **opts)`` return ``factory(**opts)``."""
+    _EXECUTORS[name] = factory
+
+
+def known_executors() -> list[str]:
+    """Registered names plus those provided by a ``harness/<name>_executor.py`` module."""
+    names = set(_EXECUTORS)
+    for cand in ("ray",):
+        if importlib.util.find_spec(f"harness.{cand}_executor") is not None:
+            names.add(cand)
+    return sorted(names)
+
+
+def get_executor(name: str, **opts: object) -> Executor:
+    """The executor ``name`` built with ``opts`` (``jobs``, ``address``, ...).
+
+    Raises:
+      ValueError: ``unknown executor 'x'; valid choices: ...`` (with a did-you-mean).
+    """
+    if name not in _EXECUTORS and importlib.util.find_spec(f"harness.{name}_executor") is not None:
+        importlib.import_module(f"harness.{name}_executor")
+    if name not in _EXECUTORS:
+        valid = known_executors()
+        raise ValueError(f"unknown executor {name!r}; valid choices: {', '.join(valid)}"
+                         f"{did_you_mean(name, valid)}")
+    return _EXECUTORS[name](**opts)

@@ -1,0 +1,510 @@
+"""A sweep from config to MLflow: expansion, resume plan, orchestration, progress and summary.
+
+- :func:`expand` turns a validated :class:`~harness.config.SweepConfig` into ordered, de-duplicated
+  :class:`~harness.spec.TrialSpec`s (full grid, zipped axes, ``include`` sub-grids, ``exclude`` rules;
+  seeds vary fastest so that batchable siblings are adjacent).
+- :func:`sweep_id_of`: a stable id (12 hex of SHA-256 of the sweep name and its sorted trial ids),
+  the tag ``harness.sweep_id`` on the parent and child runs; the same config gives the same id on
+  every invocation, so a resumed sweep is one sweep.
+- :func:`make_plan` reads the experiment's trial runs: a trial with a FINISHED run is done (skipped);
+  FAILED, KILLED, RUNNING or missing ones are to do.
+- :func:`group_units` forms work units (vmappable siblings when batching is on/auto).
+- :func:`run_sweep` does it all: store preparation (before any worker), experiment, one parent run
+  per invocation, the executor, a progress bar, and the end summary table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import tracking
+from harness.config import Component, Registries, SweepConfig, hparam_values, load_config
+from harness.spec import Target, TrialSpec
+from harness.worker import RunContext, TrialOutcome, outcome_from_run
+
+_AXIS_ORDER = ("datasets", "models", "optimizers", "schedules", "batch_size", "seeds")
+
+
+# --------------------------------------------------------------------------- expansion
+
+
+def component_variants(comp: Component) -> list[dict[str, Any]]:
+    """The hyperparameter dicts of one entry: product of its grid axes, zip groups varying together."""
+    names = list(comp.hparams)
+    zipped = {a: i for i, g in enumerate(comp.zip) for a in g}
+    axes: list[list[dict[str, Any]]] = []
+    done_groups: set[int] = set()
+    for n in names:
+        if n in zipped:
+            gi = zipped[n]
+            if gi in done_groups:
+                continue
+            done_groups.add(gi)
+            group = comp.zip[gi]
+            cols = [hparam_values(comp.hparams[a]) for a in group]
+            axes.append([dict(zip(group, vals, strict=True)) for vals in zip(*cols, strict=True)])
+        else:
+            axes.append([{n: v} for v in hparam_values(comp.hparams[n])])
+    out = []
+    for combo in itertools.product(*axes):
+        d: dict[str, Any] = {}
+        for part in combo:
+            d.update(part)
+        out.append(d)
+    return out
+
+
+def _axis_points(grid: Any, cfg: SweepConfig, axis: str) -> list[Any]:
+    val = getattr(grid, axis, None)
+    if val is None:
+        val = getattr(cfg, axis)
+    if axis in ("seeds", "batch_size"):
+        return list(val)
+    return [(c.name, h) for c in val for h in component_variants(c)]
+
+
+def _grid_points(grid: Any, cfg: SweepConfig, zip_groups: list[list[str]]) -> list[dict[str, Any]]:
+    points = {a: _axis_points(grid, cfg, a) for a in _AXIS_ORDER}
+    group_of = {a: i for i, g in enumerate(zip_groups) for a in g}
+    axes: list[list[dict[str, Any]]] = []
+    seen: set[int] = set()
+    for a in _AXIS_ORDER:
+        if a in group_of:
+            gi = group_of[a]
+            if gi in seen:
+                continue
+            seen.add(gi)
+            group = zip_groups[gi]
+            lens = {len(points[x]) for x in group}
+            if len(lens) > 1:
+                from harness.config import ConfigError
+
+                raise ConfigError([f"zip: zipped axes {group} must have equal numbers of values, got "
+                                   f"{[len(points[x]) for x in group]}"])
+            axes.append([{x: points[x][i] for x in group} for i in range(lens.pop())])
+        else:
+            axes.append([{a: p} for p in points[a]])
+    out = []
+    for combo in itertools.product(*axes):
+        d: dict[str, Any] = {}
+        for part in combo:
+            d.update(part)
+        out.append(d)
+    return out
+
+
+def _flat(pt: Mapping[str, Any]) -> dict[str, Any]:
+    f: dict[str, Any] = {"seed": pt["seeds"], "batch_size": pt["batch_size"]}
+    for axis, key in (("models", "model"), ("optimizers", "optimizer"), ("schedules", "schedule"),
+                      ("datasets", "dataset")):
+        name, hps = pt[axis]
+        f[key] = name
+        for k, v in hps.items():
+            f[f"{key}.{k}"] = v
+    return f
+
+
+def _matches(rule: Mapping[str, Any], flat: Mapping[str, Any]) -> bool:
+    for k, want in rule.items():
+        if k not in flat:
+            return False
+        wants = want if isinstance(want, list) else [want]
+        if flat[k] not in wants:
+            return False
+    return True
+
+
+def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | None = None) -> list[TrialSpec]:
+    """All trials of ``cfg``, in order, without duplicates.
+
+    ``n_train(dataset, hparams)`` gives a dataset's training-split size, needed only for an
+    ``epochs`` budget (default: :func:`harness.data.load_dataset`).
+    """
+    points = _grid_points(cfg, cfg, cfg.zip)
+    for sub in cfg.include:
+        points += _grid_points(sub, cfg, [])
+    sizes: dict[tuple, int] = {}
+    out: dict[str, TrialSpec] = {}
+    for pt in points:
+        flat = _flat(pt)
+        if any(_matches(rule, flat) for rule in cfg.exclude):
+            continue
+        ds_name, ds_hp = pt["datasets"]
+        bs = pt["batch_size"]
+        if cfg.budget.steps is not None:
+            steps = cfg.budget.steps
+        else:
+            key = (ds_name, json.dumps(ds_hp, sort_keys=True, default=str))
+            if key not in sizes:
+                sizes[key] = (n_train or _n_train)(ds_name, ds_hp)
+            steps = max(1, math.ceil(cfg.budget.epochs * sizes[key] / bs))
+        tgt = cfg.target_for(ds_name)
+        spec = TrialSpec.make(
+            sweep=cfg.name, model=pt["models"][0], optimizer=pt["optimizers"][0],
+            schedule=pt["schedules"][0], dataset=ds_name, seed=pt["seeds"], steps=steps, batch_size=bs,
+            eval_every=cfg.eval_every or max(1, steps // 10), steps_per_dispatch=cfg.steps_per_dispatch,
+            model_hparams=pt["models"][1], optimizer_hparams=pt["optimizers"][1],
+            schedule_hparams=pt["schedules"][1], dataset_hparams=ds_hp,
+            target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype)
+        out.setdefault(spec.trial_id, spec)
+    return list(out.values())
+
+
+def _n_train(name: str, hparams: dict[str, Any]) -> int:
+    from harness.data import load_dataset
+
+    return len(load_dataset(name, **hparams).x_train)
+
+
+def sweep_id_of(name: str, specs: list[TrialSpec]) -> str:
+    """12 hex digits of SHA-256 over the sweep name and its sorted trial ids."""
+    blob = json.dumps([name, sorted(s.trial_id for s in specs)])
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def group_units(specs: list[TrialSpec], batching: str,
+                should_batch: Callable[[list[TrialSpec]], bool] | None = None) -> list[list[TrialSpec]]:
+    """Work units: single trials (``off``) or groups of equal :meth:`TrialSpec.batch_key`
+    (``on``; ``auto`` keeps a group only where ``should_batch(group)`` — by default
+    ``harness.trainer.should_batch`` — says batching pays)."""
+    if batching == "off":
+        return [[s] for s in specs]
+    groups: dict[tuple, list[TrialSpec]] = {}
+    for s in specs:
+        groups.setdefault(s.batch_key(), []).append(s)
+    units = []
+    for g in groups.values():
+        if len(g) > 1 and batching == "auto":
+            if should_batch is None:
+                from harness.trainer import should_batch as sb
+
+                should_batch = sb
+            if not should_batch(g):
+                units.extend([s] for s in g)
+                continue
+        units.append(g)
+    return units
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass
+class Plan:
+    """Which trials of a sweep are already done (a FINISHED run exists) and which will run."""
+
+    specs: list[TrialSpec]
+    todo: list[TrialSpec]
+    done: dict[str, Any] = field(default_factory=dict)  # trial_id -> FINISHED run
+    failed_before: set[str] = field(default_factory=set)
+
+    @property
+    def done_outcomes(self) -> list[TrialOutcome]:
+        by_id = {s.trial_id: s for s in self.specs}
+        out = []
+        for tid, run in self.done.items():
+            o = outcome_from_run(by_id[tid], run)
+            o.skipped = True
+            out.append(o)
+        return out
+
+
+def make_plan(specs: list[TrialSpec], client, experiment_id: str | None) -> Plan:
+    """Split ``specs`` into done / to do from the runs stored in ``experiment_id`` (None: none)."""
+    runs = tracking.trial_runs(client, experiment_id) if experiment_id else {}
+    done, failed, todo = {}, set(), []
+    for s in specs:
+        rs = runs.get(s.trial_id, [])
+        fin = [r for r in rs if r.info.status == "FINISHED"]
+        if fin:
+            done[s.trial_id] = fin[0]
+        else:
+            if any(r.info.status == "FAILED" for r in rs):
+                failed.add(s.trial_id)
+            todo.append(s)
+    return Plan(specs, todo, done, failed)
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+@dataclass
+class SweepSummary:
+    """What :func:`run_sweep` returns: the outcomes of every trial of the sweep (skipped included)."""
+
+    name: str
+    sweep_id: str
+    experiment_id: str | None
+    parent_run_id: str | None
+    tracking_uri: str
+    outcomes: list[TrialOutcome]
+    wall_s: float
+    dry_run: bool = False
+
+    def counts(self) -> dict[str, int]:
+        c = {"finished": 0, "diverged": 0, "failed": 0, "skipped": 0}
+        for o in self.outcomes:
+            c[o.status] = c.get(o.status, 0) + 1
+            c["skipped"] += o.skipped
+        return c
+
+
+def _print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"sweep {cfg.name!r} ({sweep_id}): {len(plan.specs)} trials, {len(plan.done)} done "
+                    f"(skipped), {len(plan.todo)} to run", show_lines=False)
+    for col in ("#", "trial_id", "run name", "dataset", "config", "steps", "state"):
+        t.add_column(col)
+    from harness.worker import config_label, run_name
+
+    for i, s in enumerate(plan.specs):
+        state = "done" if s.trial_id in plan.done else (
+            "re-run (failed before)" if s.trial_id in plan.failed_before else "to run")
+        t.add_row(str(i + 1), s.trial_id, run_name(s), s.dataset, config_label(s), str(s.steps), state)
+    console.print(t)
+    console.print(f"tracking: {uri}; batching: {cfg.batching}; executor: {cfg.executor} (jobs={cfg.jobs})")
+
+
+def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs: int | None = None,
+              executor: str | None = None, address: str | None = None, batching: str | None = None,
+              dry_run: bool = False, quiet: bool = False, registries: Registries | None = None,
+              console=None, executor_obj=None) -> SweepSummary:
+    """Validate, plan and run a sweep config; see the module docstring.
+
+    Raises:
+      harness.config.ConfigError: invalid config (nothing logged).
+      harness.tracking.TrackingUnavailable: the store cannot be reached (nothing trained).
+    """
+    from rich.console import Console
+
+    console = console or Console(stderr=False)
+    t_start = time.perf_counter()
+    cfg = load_config(config_path, registries)
+    overrides: dict[str, Any] = {}
+    if jobs is not None:
+        overrides["jobs"] = jobs
+    if executor is not None:
+        overrides["executor"] = executor
+    if address is not None:
+        overrides["address"] = address
+    if batching is not None:
+        overrides["batching"] = batching
+    if overrides:
+        cfg = cfg.model_copy(update=overrides)
+    if cfg.jobs > 1 and cfg.executor == "inprocess" and executor is None:
+        cfg = cfg.model_copy(update={"executor": "process"})
+    specs = expand(cfg)
+    sweep_id = sweep_id_of(cfg.name, specs)
+    uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
+
+    if dry_run:
+        # Read-only: do not create a store that does not exist yet.
+        exp_id = None
+        client = None
+        if tracking.is_server(uri) or not uri.startswith("sqlite:///") or Path(uri[10:]).exists():
+            client = tracking.prepare_store(uri)
+            exp = client.get_experiment_by_name(cfg.name)
+            exp_id = exp.experiment_id if exp else None
+        plan = make_plan(specs, client, exp_id) if client else Plan(specs, list(specs))
+        _print_plan(console, cfg, plan, sweep_id, uri)
+        return SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
+                            time.perf_counter() - t_start, dry_run=True)
+
+    from harness.executors import get_executor
+
+    ex = executor_obj or get_executor(cfg.executor, jobs=cfg.jobs, address=cfg.address)
+    client = tracking.prepare_store(uri)  # health check / schema creation, before any worker
+    exp_id = tracking.get_or_create_experiment(client, cfg.name, uri)
+    plan = make_plan(specs, client, exp_id)
+    units = group_units(plan.todo, cfg.batching) if plan.todo else []
+
+    parent_id = _start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
+    ctx = RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id=parent_id, sweep_id=sweep_id,
+                     sweep=cfg.name, git_commit=tracking.git_commit(), measure_perf=cfg.measure_perf)
+    outcomes: list[TrialOutcome] = plan.done_outcomes
+    status = "KILLED"
+    try:
+        _execute(console, ex, units, ctx, outcomes, plan, quiet)
+        status = "FINISHED"
+    except Exception:
+        status = "FAILED"
+        raise
+    finally:
+        _end_parent(client, parent_id, outcomes, time.perf_counter() - t_start, status)
+    summary = SweepSummary(cfg.name, sweep_id, exp_id, parent_id, uri, outcomes,
+                           time.perf_counter() - t_start)
+    if not quiet:
+        print_summary(console, summary)
+    return summary
+
+
+def _start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -> str:
+    from mlflow.entities import Param
+
+    # An earlier invocation of this sweep that died leaves its parent RUNNING.
+    stale = tracking.search_all(client, exp_id, f"tags.`{tracking.SWEEP_ID_TAG}` = '{sweep_id}' and "
+                                f"tags.`{tracking.KIND_TAG}` = 'parent'")
+    tracking.kill_stale(client, stale)
+    tags = {tracking.SWEEP_TAG: cfg.name, tracking.SWEEP_ID_TAG: sweep_id, tracking.KIND_TAG: "parent",
+            "git_commit": tracking.git_commit()}
+    run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    rid = run.info.run_id
+    params = [Param(k, str(v)) for k, v in {
+        "config_file": str(config_path), "n_trials": len(specs), "n_todo": len(plan.todo),
+        "n_skipped": len(plan.done), "executor": cfg.executor, "jobs": cfg.jobs, "batching": cfg.batching,
+        "budget.steps": cfg.budget.steps, "budget.epochs": cfg.budget.epochs}.items()]
+    client.log_batch(rid, params=params, synchronous=True)
+    with tempfile.TemporaryDirectory(prefix="harness-") as d:
+        dp = Path(d)
+        (dp / "config.yaml").write_text(Path(config_path).read_text())
+        (dp / "resolved_config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
+        (dp / "trials.json").write_text(json.dumps(
+            [{"trial_id": s.trial_id, **s.to_dict()} for s in specs], indent=2, default=str))
+        client.log_artifacts(rid, d)
+    return rid
+
+
+def _end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, status: str) -> None:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    counts = {"finished": 0, "diverged": 0, "failed": 0}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    ms = [Metric(f"sweep/n_{k}", float(v), now, 0) for k, v in counts.items()]
+    ms.append(Metric("sweep/n_skipped", float(sum(o.skipped for o in outcomes)), now, 0))
+    ms.append(Metric("sweep/wall_s", float(wall_s), now, 0))
+    track = [o.tracking_seconds for o in outcomes if not o.skipped]
+    train = [o.train_seconds for o in outcomes if not o.skipped and o.train_seconds > 0]
+    if track and train:
+        ms.append(Metric("sweep/tracking_fraction", sum(track) / (sum(track) + sum(train)), now, 0))
+    try:
+        client.log_batch(rid, metrics=ms, synchronous=True)
+    finally:
+        client.set_terminated(rid, status=status)
+
+
+def _execute(console, ex, units, ctx, outcomes: list[TrialOutcome], plan: Plan, quiet: bool) -> None:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    n_todo = sum(len(u) for u in units)
+    counts = {"finished": 0, "diverged": 0, "failed": 0}
+
+    def desc() -> str:
+        return (f"[green]{counts['finished']} ok[/] [yellow]{counts['diverged']} diverged[/] "
+                f"[red]{counts['failed']} failed[/]")
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                  disable=quiet, transient=False) as progress:
+        task = progress.add_task(desc(), total=n_todo)
+        if plan.done and not quiet:
+            progress.console.print(f"{len(plan.done)} trials already finished: skipped")
+
+        def on_done(batch: list[TrialOutcome]) -> None:
+            for o in batch:
+                outcomes.append(o)
+                if not o.skipped:
+                    counts[o.status] = counts.get(o.status, 0) + 1
+                if not quiet:
+                    progress.console.print(_outcome_line(o))
+            progress.update(task, advance=len(batch), description=desc())
+
+        ex.run(units, ctx, on_done)
+
+
+def _fmt(x: float | None, spec: str = ".4f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def _outcome_line(o: TrialOutcome) -> str:
+    color = {"finished": "green", "diverged": "yellow", "failed": "red"}.get(o.status, "white")
+    extra = f"acc {_fmt(o.final_eval_accuracy)} loss {_fmt(o.final_eval_loss)}"
+    if o.status == "failed":
+        extra = o.reason
+    elif o.status == "diverged":
+        extra = o.reason or "diverged"
+    skipped = " (already done)" if o.skipped else ""
+    return f"[{color}]{o.status:8}[/] {o.run_name} [{o.trial_id}]{skipped} {extra}"
+
+
+def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
+    """Best configuration per (dataset, model, optimizer): seeds averaged, ranked by the trial's
+    target metric (eval/accuracy by default; eval/loss targets rank by lowest loss); diverged and
+    failed trials do not rank but are counted."""
+    groups: dict[tuple, list[TrialOutcome]] = {}
+    for o in outcomes:
+        groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
+    best: dict[tuple, dict[str, Any]] = {}
+    for (ds, model, opt, conf), os_ in groups.items():
+        ok = [o for o in os_ if o.status == "finished"]
+        metric = os_[0].target_metric
+        vals = [(o.final_eval_loss if metric == "eval/loss" else o.final_eval_accuracy) for o in ok]
+        vals = [v for v in vals if v is not None]
+        row = {
+            "dataset": ds, "model": model, "optimizer": opt, "config": conf, "metric": metric,
+            "value": statistics.fmean(vals) if vals else None, "n": len(os_),
+            "n_diverged": sum(o.status == "diverged" for o in os_),
+            "n_failed": sum(o.status == "failed" for o in os_),
+            "seconds_to_target": _median([o.seconds_to_target for o in ok]),
+            "reached": sum(o.seconds_to_target is not None for o in ok),
+            "examples_per_sec": _median([o.examples_per_sec for o in os_]),
+        }
+        key = (ds, model, opt)
+        cur = best.get(key)
+        sign = -1 if metric == "eval/loss" else 1
+        if cur is None or (row["value"] is not None and (
+                cur["value"] is None or sign * row["value"] > sign * cur["value"])):
+            best[key] = row
+    return list(best.values())
+
+
+def _median(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def print_summary(console, summary: SweepSummary) -> None:
+    """The end-of-sweep table and the command that opens the MLflow UI."""
+    from rich.table import Table
+
+    c = summary.counts()
+    t = Table(title=f"{summary.name}: best configuration per model and optimizer "
+                    f"({c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed; "
+                    f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s)")
+    for col in ("dataset", "model", "optimizer", "best config", "final metric", "time to target",
+                "examples/s", "trials"):
+        t.add_column(col, overflow="fold")
+    for r in sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"])):
+        short = r["metric"].split("/")[-1]
+        val = "—" if r["value"] is None else f"{short} {r['value']:.4f}"
+        ttt = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.2f} s"
+        eps = "—" if r["examples_per_sec"] is None else f"{r['examples_per_sec']:,.0f}"
+        trials = f"{r['n']}" + (f" ({r['n_diverged']} div, {r['n_failed']} fail)"
+                                if r["n_diverged"] or r["n_failed"] else "")
+        t.add_row(r["dataset"], r["model"], r["optimizer"], r["config"], val, ttt, eps, trials)
+    console.print(t)
+    uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \
+        f" --tracking-uri {summary.tracking_uri}"
+    console.print(f"Open the MLflow UI: python -m harness ui --experiment {summary.name}{uri_opt}")
+    console.print(f"HTML report:        python -m harness report --experiment {summary.name} "
+                  f"--sweep {summary.sweep_id}{uri_opt}")

@@ -1,0 +1,318 @@
+"""One work unit (a trial, or trials trained together under ``jax.vmap``) → nested MLflow runs.
+
+This module is what every executor ships to its workers (in-process, local processes, Ray). It is
+the only place where a trial's child run is created, filled and ended:
+
+- :class:`RunContext`: the small picklable record a worker needs (store URI, experiment, parent run,
+  sweep id and name, provenance).
+- :func:`execute_unit`: runs one unit and returns one :class:`TrialOutcome` per spec. It is
+  idempotent: a trial whose ``harness.trial_id`` already has a FINISHED run is skipped (its outcome
+  is read back from that run), and RUNNING runs of the trial left by a dead invocation are marked
+  KILLED before the trial is trained again, so a retried unit never makes a second FINISHED run.
+  A trial that raises ends FAILED (tag ``status=failed``, ``traceback.txt`` artifact) and
+  :func:`execute_unit` itself never raises for a trial's own failure. A diverged trial ends FINISHED
+  with tags ``status=diverged`` and ``diverged_step``.
+
+Each child run gets: tags ``harness.trial_id``, ``harness.sweep``, ``harness.sweep_id``,
+``harness.kind=trial``, ``model``, ``optimizer``, ``schedule``, ``dataset``, ``seed``, ``status``,
+versions, ``device_kind``, ``git_commit``, ``mlflow.parentRunId``; params ``TrialSpec.flat_params()``;
+metrics ``train/loss``, ``eval/loss``, ``eval/accuracy`` (``step=`` the training step, timestamps
+= training start + curve wall-clock), ``perf/*`` (``step=0``) and ``convergence/*``
+(``step=steps_to_target``); artifacts ``trial.json`` (the resolved spec) and ``curves.csv``
+(``split,step,wall_s,loss,accuracy``); the training split as a dataset input.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import tracking
+from harness.spec import TrialResult, TrialSpec
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a worker needs to log a unit; picklable (plain strings and bools).
+
+    Attributes:
+      tracking_uri: MLflow store URI (``sqlite:///…`` already created, or ``http://…`` checked).
+      experiment_id: the sweep's experiment.
+      parent_run_id: the invocation's parent run (children get ``mlflow.parentRunId``).
+      sweep_id: stable id of the sweep (hash of its trial ids), tag ``harness.sweep_id``.
+      sweep: the sweep's name (tag ``harness.sweep``; also the experiment's name).
+      git_commit: commit of the working tree that launched the sweep.
+      measure_perf: whether the trainer measures throughput.
+      log_dataset: log the training split as an MLflow dataset input.
+    """
+
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    sweep_id: str
+    sweep: str
+    git_commit: str = "unknown"
+    measure_perf: bool = True
+    log_dataset: bool = True
+
+
+@dataclass
+class TrialOutcome:
+    """Picklable summary of one trial for the progress bar, the summary table and ``status``.
+
+    ``status`` is ``finished``, ``diverged`` or ``failed``; ``skipped`` is true when a FINISHED run
+    already existed (nothing was trained). Metrics are ``None`` where absent or non-finite.
+    ``seconds_to_target`` in s, ``examples_per_sec`` in examples/s, ``train_seconds`` and
+    ``tracking_seconds`` in s (wall-clock of training and of MLflow calls for this trial).
+    """
+
+    trial_id: str
+    status: str
+    run_id: str | None = None
+    run_name: str = ""
+    model: str = ""
+    optimizer: str = ""
+    schedule: str = ""
+    dataset: str = ""
+    seed: int | None = None
+    config: str = ""
+    final_eval_accuracy: float | None = None
+    final_eval_loss: float | None = None
+    steps_to_target: int | None = None
+    seconds_to_target: float | None = None
+    examples_per_sec: float | None = None
+    train_seconds: float = 0.0
+    tracking_seconds: float = 0.0
+    reason: str = ""
+    skipped: bool = False
+    target_metric: str = "eval/accuracy"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Per-process caches (a worker process serves many units).
+_DATASETS: dict[tuple, Any] = {}
+_PERF_CACHE: dict = {}
+_DIGESTS: dict = {}
+_ENV_TAGS: dict[str, str] = {}
+
+
+def run_name(spec: TrialSpec) -> str:
+    """Readable run name, e.g. ``mlp-adam-cosine-lr0.001-s0``."""
+    parts = [spec.model, spec.optimizer, spec.schedule]
+    lr = spec.hparams("optimizer").get("step_size")
+    if lr is not None:
+        parts.append(f"lr{lr:g}" if isinstance(lr, int | float) else f"lr{lr}")
+    parts.append(f"s{spec.seed}")
+    return "-".join(str(p) for p in parts)
+
+
+def config_label(spec: TrialSpec) -> str:
+    """The trial's configuration without its seed, e.g. ``cosine step_size=0.1 width=64 bs=64``."""
+    bits = [spec.schedule]
+    for which in ("optimizer", "schedule", "model"):
+        for k, v in spec.hparams(which).items():  # type: ignore[arg-type]
+            bits.append(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}")
+    bits.append(f"bs={spec.batch_size}")
+    return " ".join(bits)
+
+
+def _base_outcome(spec: TrialSpec, status: str) -> TrialOutcome:
+    return TrialOutcome(
+        trial_id=spec.trial_id, status=status, run_name=run_name(spec), model=spec.model,
+        optimizer=spec.optimizer, schedule=spec.schedule, dataset=spec.dataset, seed=spec.seed,
+        config=config_label(spec), target_metric=spec.target.metric if spec.target else "eval/accuracy")
+
+
+def outcome_from_run(spec: TrialSpec, run) -> TrialOutcome:
+    """Outcome of an existing FINISHED/FAILED run (latest metric values, ``status`` tag)."""
+    m, tags = run.data.metrics, run.data.tags
+    status = tags.get("status") or ("finished" if run.info.status == "FINISHED" else "failed")
+    o = _base_outcome(spec, status)
+    o.run_id = run.info.run_id
+    o.final_eval_accuracy = m.get("eval/accuracy")
+    o.final_eval_loss = m.get("eval/loss")
+    o.steps_to_target = int(m["convergence/steps_to_target"]) if "convergence/steps_to_target" in m else None
+    o.seconds_to_target = m.get("convergence/seconds_to_target")
+    o.examples_per_sec = m.get("perf/examples_per_sec")
+    return o
+
+
+def _tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
+    if not _ENV_TAGS:
+        _ENV_TAGS.update(tracking.environment_tags())
+    return {
+        tracking.TRIAL_TAG: spec.trial_id, tracking.SWEEP_TAG: ctx.sweep,
+        tracking.SWEEP_ID_TAG: ctx.sweep_id, tracking.KIND_TAG: "trial",
+        tracking.PARENT_TAG: ctx.parent_run_id, "model": spec.model, "optimizer": spec.optimizer,
+        "schedule": spec.schedule, "dataset": spec.dataset, "seed": str(spec.seed),
+        "git_commit": ctx.git_commit, **_ENV_TAGS,
+    }
+
+
+def _dataset(spec: TrialSpec):
+    key = (spec.dataset, spec.dataset_hparams)
+    if key not in _DATASETS:
+        from harness.data import load_dataset
+
+        _DATASETS[key] = load_dataset(spec.dataset, **spec.hparams("dataset"))
+    return _DATASETS[key]
+
+
+def _failed(spec: TrialSpec, exc: BaseException) -> TrialResult:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return TrialResult(spec=spec, status="failed", reason=tb)
+
+
+def _train(specs: list[TrialSpec], ctx: RunContext) -> list[TrialResult]:
+    """Train a unit; a raising batch falls back to one trial at a time so that only the trials
+    that raise on their own are FAILED."""
+    from harness import trainer
+
+    if len(specs) > 1:
+        try:
+            ds = _dataset(specs[0])
+            res = trainer.run_trials_batched(specs, dataset=ds, perf_cache=_PERF_CACHE,
+                                             measure_perf=ctx.measure_perf)
+            if len(res) == len(specs):
+                return list(res)
+        except Exception:
+            pass
+    out = []
+    for s in specs:
+        try:
+            out.append(trainer.run_trial(s, dataset=_dataset(s), perf_cache=_PERF_CACHE,
+                                         measure_perf=ctx.measure_perf))
+        except Exception as e:
+            out.append(_failed(s, e))
+    return out
+
+
+def _write_curves(res: TrialResult, path: Path) -> None:
+    c = res.curves
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["split", "step", "wall_s", "loss", "accuracy"])
+        for s, t, loss in zip(c.train_step, c.train_wall_s, c.train_loss, strict=False):
+            w.writerow(["train", s, f"{t:.6f}", loss, ""])
+        for s, t, loss, acc in zip(c.eval_step, c.eval_wall_s, c.eval_loss, c.eval_accuracy, strict=False):
+            w.writerow(["eval", s, f"{t:.6f}", loss, acc])
+
+
+def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunContext) -> None:
+    from mlflow.entities import RunTag
+
+    buf = tracking.MetricBuffer()
+    c = res.curves
+    for s, t, v in zip(c.train_step, c.train_wall_s, c.train_loss, strict=False):
+        buf.add("train/loss", v, s, t0_ms + int(t * 1000))
+    for s, t, lv, av in zip(c.eval_step, c.eval_wall_s, c.eval_loss, c.eval_accuracy, strict=False):
+        buf.add("eval/loss", lv, s, t0_ms + int(t * 1000))
+        buf.add("eval/accuracy", av, s, t0_ms + int(t * 1000))
+    p = res.perf
+    if p is not None:
+        for key in ("step_time_ms", "step_time_ms_p10", "step_time_ms_p90", "examples_per_sec",
+                    "compile_s", "flops_per_step", "utilization"):
+            buf.add(f"perf/{key}", getattr(p, key), 0)
+    if res.steps_to_target is not None:
+        buf.add("convergence/steps_to_target", res.steps_to_target, res.steps_to_target)
+        buf.add("convergence/seconds_to_target", res.seconds_to_target, res.steps_to_target)
+    buf.flush(client, run_id)
+    tags = [RunTag("status", res.status)]
+    if res.diverged_step is not None:
+        tags.append(RunTag("diverged_step", str(res.diverged_step)))
+    if res.reason and res.status != "failed":
+        tags.append(RunTag("status_reason", res.reason[:5000]))
+    client.log_batch(run_id, tags=tags, synchronous=True)
+    with tempfile.TemporaryDirectory(prefix="harness-") as d:
+        dp = Path(d)
+        (dp / "trial.json").write_text(json.dumps({"trial_id": res.spec.trial_id, **res.spec.to_dict()},
+                                                  indent=2, sort_keys=True, default=str))
+        _write_curves(res, dp / "curves.csv")
+        if res.status == "failed":
+            (dp / "traceback.txt").write_text(res.reason)
+        client.log_artifacts(run_id, d)
+
+
+def _outcome(res: TrialResult, run_id: str, tracking_s: float) -> TrialOutcome:
+    o = _base_outcome(res.spec, res.status)
+    o.run_id = run_id
+    fin = tracking.finite
+    o.final_eval_accuracy = res.final_eval_accuracy if fin(res.final_eval_accuracy) else None
+    o.final_eval_loss = res.final_eval_loss if fin(res.final_eval_loss) else None
+    o.steps_to_target = res.steps_to_target
+    o.seconds_to_target = res.seconds_to_target
+    o.examples_per_sec = res.perf.examples_per_sec if res.perf and fin(res.perf.examples_per_sec) else None
+    o.train_seconds = res.train_seconds
+    o.tracking_seconds = tracking_s
+    if res.status == "failed":
+        o.reason = (res.reason.strip().splitlines() or [""])[-1][:300]
+    elif res.diverged_step is not None:
+        o.reason = f"diverged at step {res.diverged_step}"
+    return o
+
+
+def execute_unit(unit: list[TrialSpec], ctx: RunContext) -> list[TrialOutcome]:
+    """Train one work unit and log each trial as a nested child run of ``ctx.parent_run_id``.
+
+    Args:
+      unit: one trial, or trials with equal :meth:`TrialSpec.batch_key` (trained together with
+        ``harness.trainer.run_trials_batched``).
+      ctx: where to log.
+
+    Returns:
+      One :class:`TrialOutcome` per spec of ``unit``, in order (``skipped=True`` for trials that
+      already had a FINISHED run).
+
+    Idempotent and safe to retry: see the module docstring. Only errors of the tracking store itself
+    (e.g. the server going away mid-unit) propagate.
+    """
+    client = tracking.client_for(ctx.tracking_uri)
+    outcomes: dict[str, TrialOutcome] = {}
+    todo: list[TrialSpec] = []
+    t_track = time.perf_counter()
+    for spec in unit:
+        runs = tracking.runs_of_trial(client, ctx.experiment_id, spec.trial_id)
+        done = [r for r in runs if r.info.status == "FINISHED"]
+        if done:
+            o = outcome_from_run(spec, done[0])
+            o.skipped = True
+            outcomes[spec.trial_id] = o
+            continue
+        tracking.kill_stale(client, runs)
+        todo.append(spec)
+    run_ids: dict[str, str] = {}
+    for spec in todo:
+        run = client.create_run(ctx.experiment_id, tags=_tags(spec, ctx), run_name=run_name(spec))
+        rid = run.info.run_id
+        run_ids[spec.trial_id] = rid
+        tracking.log_params_tags(client, rid, spec.flat_params(), {})
+    pre_s = time.perf_counter() - t_track
+    if todo:
+        t0_ms = int(time.time() * 1000)
+        try:
+            results = _train(todo, ctx)
+        except BaseException as e:  # KeyboardInterrupt etc.: leave nothing RUNNING
+            for rid in run_ids.values():
+                client.set_terminated(rid, status="KILLED")
+            raise e
+        for res in results:
+            t1 = time.perf_counter()
+            rid = run_ids[res.spec.trial_id]
+            try:
+                _log_result(client, rid, res, t0_ms, ctx)
+                if ctx.log_dataset and res.status != "failed":
+                    try:
+                        tracking.log_dataset_input(client, rid, _dataset(res.spec), res.spec.dataset, _DIGESTS)
+                    except Exception:
+                        pass
+            finally:
+                client.set_terminated(rid, status="FAILED" if res.status == "failed" else "FINISHED")
+            spent = time.perf_counter() - t1 + pre_s / len(todo)
+            outcomes[res.spec.trial_id] = _outcome(res, rid, spent)
+    return [outcomes[s.trial_id] for s in unit]

@@ -1,0 +1,163 @@
+"""Shared pytest fixtures.
+
+- ``tracking_uri``: a fresh SQLite MLflow store in the test's tmp dir (schema created lazily).
+- ``mlflow_server``: one real ``mlflow server`` per test session on 127.0.0.1 (SQLite backend,
+  ``--workers 1``, job execution off), yielding its ``http://`` URI; stopped with SIGTERM.
+- ``write_sweep``: writes a small sweep YAML into tmp_path from keyword overrides.
+- ``fake_trainer``: replaces ``harness.trainer.run_trial``/``run_trials_batched`` with a cheap
+  deterministic stand-in (see :func:`fake_result`), for tests of the runner rather than of training.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+# --------------------------------------------------------------------------- MLflow stores
+
+
+@pytest.fixture
+def tracking_uri(tmp_path: Path) -> str:
+    """``sqlite:///<tmp>/mlflow.db`` (artifacts go to ``<tmp>/mlruns``)."""
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real MLflow tracking server shared by the session; yields its URI."""
+    d = tmp_path_factory.mktemp("mlflow_server")
+    port = _free_port()
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    log = open(d / "server.log", "w")  # noqa: SIM115 - closed at teardown
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{d / 'srv.db'}",
+         "--default-artifact-root", str(d / "art"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"],
+        cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT)
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited: {(d / 'server.log').read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(uri + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("mlflow server did not answer /health within 90 s")
+            time.sleep(0.5)
+        yield uri
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+# --------------------------------------------------------------------------- sweep configs
+
+TINY_SWEEP = {
+    "name": "tiny",
+    "models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}],
+    "optimizers": [{"name": "sgd", "hparams": {"step_size": 0.1}}],
+    "schedules": ["constant"],
+    "datasets": ["digits"],
+    "seeds": [0, 1],
+    "batch_size": 32,
+    "budget": {"steps": 40},
+    "eval_every": 20,
+    "steps_per_dispatch": 20,
+    "measure_perf": False,
+    "target": {"metric": "eval/accuracy", "value": 0.3},
+}
+
+
+@pytest.fixture
+def write_sweep(tmp_path: Path):
+    """``write_sweep(name="x", **overrides) -> Path``: a tiny sweep YAML (``TINY_SWEEP`` + overrides)."""
+
+    def write(filename: str = "sweep.yaml", **overrides) -> Path:
+        cfg = {**TINY_SWEEP, **overrides}
+        p = tmp_path / filename
+        p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return p
+
+    return write
+
+
+# --------------------------------------------------------------------------- fake trainer
+
+
+def fake_result(spec, *, sleep: float = 0.0, raise_for: tuple = (), diverge_for: tuple = ()):
+    """A deterministic ``TrialResult`` for ``spec``: loss 1/(1+step·lr), accuracy rising to 0.9.
+
+    Raises ``RuntimeError("boom <trial_id>")`` when ``spec.seed`` is in ``raise_for``; diverges at
+    step 2 (a ``nan`` loss) when the seed is in ``diverge_for``.
+    """
+    from harness.spec import Curves, TrialResult
+
+    if sleep:
+        time.sleep(sleep)
+    if spec.seed in raise_for:
+        raise RuntimeError(f"boom {spec.trial_id}")
+    lr = float(spec.hparams("optimizer").get("step_size", 0.1))
+    c = Curves()
+    for s in range(1, spec.steps + 1):
+        c.train_step.append(s)
+        c.train_wall_s.append(s * 1e-3)
+        c.train_loss.append(float("nan") if spec.seed in diverge_for and s >= 2 else 1.0 / (1 + s * lr))
+        if spec.seed in diverge_for and s >= 2:
+            return TrialResult(spec=spec, status="diverged", curves=c, diverged_step=2,
+                               reason="non-finite train loss", train_seconds=0.002)
+    for s in range(0, spec.steps + 1, spec.eval_every):
+        c.eval_step.append(s)
+        c.eval_wall_s.append(s * 1e-3)
+        c.eval_loss.append(1.0 / (1 + s * lr))
+        c.eval_accuracy.append(0.9 * s / spec.steps)
+    return TrialResult(spec=spec, status="finished", curves=c, final_eval_loss=c.eval_loss[-1],
+                       final_eval_accuracy=c.eval_accuracy[-1], train_seconds=spec.steps * 1e-3,
+                       steps_to_target=spec.eval_every, seconds_to_target=spec.eval_every * 1e-3)
+
+
+@pytest.fixture
+def fake_trainer(monkeypatch):
+    """Patch the trainer with :func:`fake_result`; returns a dict of options to tweak
+    (``sleep``, ``raise_for``, ``diverge_for``) and a ``calls`` list of trained trial ids."""
+    import harness.trainer as trainer
+
+    opts = {"sleep": 0.0, "raise_for": (), "diverge_for": (), "calls": []}
+
+    def run_trial(spec, *, dataset=None, perf_cache=None, measure_perf=True, on_progress=None):
+        opts["calls"].append(spec.trial_id)
+        return fake_result(spec, sleep=opts["sleep"], raise_for=opts["raise_for"],
+                           diverge_for=opts["diverge_for"])
+
+    def run_trials_batched(specs, *, dataset=None, perf_cache=None, measure_perf=True, on_progress=None):
+        return [run_trial(s) for s in specs]
+
+    monkeypatch.setattr(trainer, "run_trial", run_trial)
+    monkeypatch.setattr(trainer, "run_trials_batched", run_trials_batched)
+    monkeypatch.setattr(trainer, "should_batch", lambda specs: False)
+    return opts
