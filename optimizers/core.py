@@ -14,9 +14,9 @@ Every name, signature and update rule of the reference is kept, so that
 ``jax.example_libraries.optimizers``. Results are bitwise equal to the reference's (same
 operations in the same order) with these deliberate departures, each a reference pitfall:
 
-* ``sm3`` keeps the parameter in its own shape inside the state and no longer stores the shape
-  as integer leaves, so ``params_fn`` works under ``jit``/``lax.scan`` (the reference's state
-  holds the shape as pytree leaves, which become tracers and break ``reshape``).
+* ``sm3`` no longer stores each leaf's shape as integer leaves of the state (they become
+  tracers under ``jit``/``lax.scan`` and break the reference's ``params_fn``); a 0-d leaf is
+  marked by an empty tuple in its state instead, which carries no leaf.
 * ``init_fn`` copies parameter leaves that are concrete ``jax.Array`` s, so that donating the
   optimizer state (as the trainer does) never deletes the caller's parameter buffers.
 * A concrete step size that is not positive, ``b1``/``b2`` outside ``[0, 1)`` (``adam``,
@@ -525,9 +525,10 @@ def sm3(step_size, momentum=0.9):
     ``a = min_j v_j[broadcast] + g**2;  m <- (1 - momentum) g / sqrt(a) + momentum m`` (0 where
     ``a == 0``); ``x <- x - lr * m;  v_j <- max of a over all axes but j``.
 
-    State per leaf: ``(x, m, [v_1, ..., v_k])`` with ``x``, ``m`` in the leaf's own shape.
-    Unlike the reference, the shape is not stored as integer leaves of the state, so
-    ``get_params`` works under ``jit`` and ``lax.scan``; the arithmetic is the reference's.
+    State per leaf: ``(x, m, [v_1, ..., v_k])``, plus an empty marker ``()`` for 0-d leaves
+    (whose ``x``, ``m`` are kept with shape ``(1,)`` as in the reference). Unlike the reference,
+    the leaf's shape is not stored as integer leaves of the state, so ``get_params`` works under
+    ``jit`` and ``lax.scan``; the arithmetic is the reference's, bitwise.
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
@@ -547,22 +548,25 @@ def sm3(step_size, momentum=0.9):
     def init(x0):
         x1 = jnp.atleast_1d(x0)
         vs = [jnp.zeros(sz, dtype=x1.dtype) for sz in x1.shape]
-        return x0, jnp.zeros_like(x0), vs
+        state = (x1, jnp.zeros_like(x1), vs)
+        # A 0-d leaf is updated as shape (1,) like the reference (bitwise equal results); the empty
+        # tuple marks it, with no leaf, so that get_params can restore shape () statically.
+        return state + ((),) if jnp.ndim(x0) == 0 else state
 
     def update(i, g, state):
-        x, m, vs = state
-        shape = jnp.shape(x)
-        x1, m1, g1 = jnp.atleast_1d(x), jnp.atleast_1d(m), jnp.atleast_1d(g)
-        vs = [broadcast_into(g1.ndim, v, j) for j, v in enumerate(vs)]
-        accum = functools.reduce(jnp.minimum, vs) + jnp.square(g1)
+        x, m, vs = state[:3]
+        g = jnp.atleast_1d(g)
+        vs = [broadcast_into(g.ndim, v, j) for j, v in enumerate(vs)]
+        accum = functools.reduce(jnp.minimum, vs) + jnp.square(g)
         accum_inv_sqrt = jnp.where(accum > 0, 1.0 / jnp.sqrt(accum), 0)
-        m1 = (1.0 - momentum) * (g1 * accum_inv_sqrt) + momentum * m1
-        x1 = x1 - step_size(i) * m1
-        vs = [accum.max(_splice(range(x1.ndim), j, [])) for j in range(x1.ndim)]
-        return x1.reshape(shape), m1.reshape(shape), vs
+        m = (1.0 - momentum) * (g * accum_inv_sqrt) + momentum * m
+        x = x - step_size(i) * m
+        vs = [accum.max(_splice(range(x.ndim), j, [])) for j in range(x.ndim)]
+        return (x, m, vs, *state[3:])
 
     def get_params(state):
-        return state[0]
+        x = state[0]
+        return x.reshape(()) if len(state) == 4 else x
 
     return init, update, get_params
 
