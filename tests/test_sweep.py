@@ -1,0 +1,209 @@
+"""End-to-end sweeps into a real MLflow SQLite store, asserting what MLflow stored."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from harness import tracking
+from harness.sweep import run_sweep
+
+
+def _trial_runs(uri: str, name: str):
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name(name)
+    runs = tracking.search_all(c, exp.experiment_id)
+    return c, [r for r in runs if r.data.tags.get("harness.kind") == "trial"], \
+        [r for r in runs if r.data.tags.get("harness.kind") == "parent"]
+
+
+def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tracking_uri, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(optimizers=[{"name": "sgd", "hparams": {"step_size": [0.1, 1.0e12]}}], seeds=[0],
+                      batching="off")
+    summary = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    assert summary.counts() == {"finished": 1, "diverged": 1, "failed": 0, "skipped": 0}
+    c, trials, parents = _trial_runs(tracking_uri, "tiny")
+    assert len(trials) == 2 and len(parents) == 1
+    assert parents[0].info.status == "FINISHED"
+    assert parents[0].data.tags["harness.sweep_id"] == summary.sweep_id
+    by_lr = {r.data.params["optimizer.step_size"]: r for r in trials}
+    ok, div = by_lr["0.1"], by_lr["1000000000000.0"]
+    # tags, params, names
+    for r in (ok, div):
+        assert r.info.status == "FINISHED"
+        assert r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+        assert r.data.tags["harness.sweep"] == "tiny" and r.data.tags["harness.sweep_id"] == summary.sweep_id
+        assert {r.data.tags[k] for k in ("model", "optimizer", "schedule", "dataset", "seed")} == {
+            "mlp", "sgd", "constant", "digits", "0"}
+        assert r.data.tags["jax_version"] == "0.10.2" and r.data.tags["device_kind"]
+        assert r.data.params["model.width"] == "16" and r.data.params["train.steps"] == "40"
+    assert ok.info.run_name == "mlp-sgd-constant-lr0.1-s0"
+    assert ok.data.tags["status"] == "finished"
+    assert div.data.tags["status"] == "diverged"
+    # the trainer reports the step whose loss went non-finite; it is a tag, never a metric
+    div_step = int(div.data.tags["diverged_step"])
+    assert 1 <= div_step <= 40
+    hist = c.get_metric_history(div.info.run_id, "train/loss")
+    assert [m.step for m in hist] == list(range(1, div_step))
+    # curves with explicit steps
+    hist = c.get_metric_history(ok.info.run_id, "train/loss")
+    assert [m.step for m in hist] == list(range(1, 41))
+    ev = c.get_metric_history(ok.info.run_id, "eval/accuracy")
+    assert [m.step for m in ev] == [0, 20, 40]
+    assert ok.data.metrics["eval/accuracy"] == pytest.approx(summary.outcomes[0].final_eval_accuracy
+                                                              if summary.outcomes[0].run_id == ok.info.run_id
+                                                              else summary.outcomes[1].final_eval_accuracy)
+    assert "convergence/steps_to_target" in ok.data.metrics
+    # artifacts and dataset input
+    assert {a.path for a in c.list_artifacts(ok.info.run_id)} == {"curves.csv", "trial.json"}
+    csv_text = Path(c.download_artifacts(ok.info.run_id, "curves.csv", str(tmp_path))).read_text()
+    assert csv_text.splitlines()[0] == "split,step,wall_s,loss,accuracy"
+    assert len(csv_text.splitlines()) == 1 + 40 + 3
+    assert [d.dataset.name for d in ok.inputs.dataset_inputs] == ["digits"]
+    assert {a.path for a in c.list_artifacts(parents[0].info.run_id)} == {
+        "config.yaml", "resolved_config.json", "trials.json"}
+
+    # resume: nothing re-run, nothing duplicated, a new parent run
+    again = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    assert again.counts()["skipped"] == 2 and again.sweep_id == summary.sweep_id
+    _, trials2, parents2 = _trial_runs(tracking_uri, "tiny")
+    assert {r.info.run_id for r in trials2} == {r.info.run_id for r in trials}
+    assert len(parents2) == 2
+
+
+def test_trial_that_raises_is_failed_and_rerun(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(seeds=[0, 1, 2])
+    fake_trainer["raise_for"] = (1,)
+    s = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    assert s.counts() == {"finished": 2, "diverged": 0, "failed": 1, "skipped": 0}
+    c, trials, _ = _trial_runs(tracking_uri, "tiny")
+    failed = [r for r in trials if r.info.status == "FAILED"]
+    assert len(failed) == 1 and failed[0].data.tags["status"] == "failed"
+    assert failed[0].data.tags["seed"] == "1"
+    tb = Path(c.download_artifacts(failed[0].info.run_id, "traceback.txt", str(tmp_path))).read_text()
+    assert "RuntimeError: boom " + failed[0].data.tags["harness.trial_id"] in tb
+    assert "Traceback (most recent call last)" in tb
+    # a re-run trains exactly the failed trial
+    fake_trainer["raise_for"] = ()
+    fake_trainer["calls"].clear()
+    s2 = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    assert fake_trainer["calls"] == [failed[0].data.tags["harness.trial_id"]]
+    assert s2.counts() == {"finished": 3, "diverged": 0, "failed": 0, "skipped": 2}
+    _, trials, _ = _trial_runs(tracking_uri, "tiny")
+    fin = [r.data.tags["harness.trial_id"] for r in trials if r.info.status == "FINISHED"]
+    assert len(fin) == len(set(fin)) == 3
+
+
+def test_execute_unit_is_idempotent(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """A retried unit skips FINISHED trials and kills stale RUNNING runs of its trials."""
+    from harness.config import load_config
+    from harness.sweep import expand
+    from harness.worker import RunContext, execute_unit
+
+    monkeypatch.chdir(tmp_path)
+    specs = expand(load_config(write_sweep(seeds=[0, 1])))
+    c = tracking.prepare_store(tracking_uri)
+    exp = tracking.get_or_create_experiment(c, "tiny", tracking_uri)
+    parent = c.create_run(exp).info.run_id
+    ctx = RunContext(tracking_uri, exp, parent, "sid", "tiny")
+    stale = c.create_run(exp, tags={"harness.trial_id": specs[1].trial_id, "harness.kind": "trial"})
+    first = execute_unit(specs[:1], ctx)
+    assert [o.status for o in first] == ["finished"] and not first[0].skipped
+    out = execute_unit(specs, ctx)
+    assert [o.skipped for o in out] == [True, False]
+    assert out[0].run_id == first[0].run_id
+    assert c.get_run(stale.info.run_id).info.status == "KILLED"
+    assert fake_trainer["calls"] == [specs[0].trial_id, specs[1].trial_id]
+
+
+_KILL_SCRIPT = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    import harness.trainer as trainer
+    from conftest import fake_result
+
+    def run_trial(spec, **kw):
+        return fake_result(spec, sleep={sleep})
+
+    trainer.run_trial = run_trial
+    trainer.run_trials_batched = lambda specs, **kw: [run_trial(s) for s in specs]
+    trainer.should_batch = lambda specs: False
+    from harness.cli import main
+    sys.argv = ["harness", "sweep", {cfg!r}, "--tracking-uri", {uri!r}, "-q"]
+    main()
+""")
+
+
+def test_sigkill_midway_then_resume_completes_exactly_the_missing(tmp_path, write_sweep, tracking_uri):
+    cfg = write_sweep(seeds=list(range(8)))
+    script = tmp_path / "run.py"
+    script.write_text(_KILL_SCRIPT.format(tests=str(Path(__file__).parent), sleep=0.7, cfg=str(cfg),
+                                          uri=tracking_uri))
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    db = tmp_path / "mlflow.db"
+    deadline = time.monotonic() + 120
+    n_done = 0
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.3)
+            if db.exists():
+                try:
+                    c = MlflowClient(tracking_uri)
+                    exp = c.get_experiment_by_name("tiny")
+                    if exp:
+                        n_done = len(c.search_runs([exp.experiment_id],
+                                                   "attributes.status = 'FINISHED' and "
+                                                   "tags.`harness.kind` = 'trial'"))
+                except Exception:  # the store may be mid-creation
+                    continue
+            if n_done >= 3:
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert 3 <= n_done < 8, proc.stderr.read().decode()[-2000:]
+    c = MlflowClient(tracking_uri)
+    exp = c.get_experiment_by_name("tiny")
+    before = {r.data.tags["harness.trial_id"] for r in c.search_runs(
+        [exp.experiment_id], "attributes.status = 'FINISHED' and tags.`harness.kind` = 'trial'")}
+    running = c.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
+    assert running  # the killed invocation left its parent (and maybe a trial) RUNNING
+
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = tracking.search_all(c, exp.experiment_id)
+    trials = [x for x in runs if x.data.tags.get("harness.kind") == "trial"]
+    fin = [x.data.tags["harness.trial_id"] for x in trials if x.info.status == "FINISHED"]
+    assert len(fin) == len(set(fin)) == 8  # every trial once, no duplicate
+    new_parent = max((x for x in runs if x.data.tags.get("harness.kind") == "parent"),
+                     key=lambda x: x.info.start_time)
+    rerun = {x.data.tags["harness.trial_id"] for x in trials
+             if x.data.tags["mlflow.parentRunId"] == new_parent.info.run_id}
+    assert rerun == set(fin) - before  # exactly the missing ones
+    assert not [x for x in runs if x.info.status == "RUNNING"]
+    assert int(new_parent.data.params["n_skipped"]) == len(before)
+
+
+@pytest.mark.slow
+def test_process_executor_two_jobs(tmp_path, write_sweep, tracking_uri, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(seeds=[0, 1, 2])
+    s = run_sweep(cfg, tracking_uri=tracking_uri, jobs=2, quiet=True)
+    assert s.counts() == {"finished": 3, "diverged": 0, "failed": 0, "skipped": 0}
+    _, trials, parents = _trial_runs(tracking_uri, "tiny")
+    assert sorted(r.data.tags["seed"] for r in trials) == ["0", "1", "2"]
+    assert parents[0].data.params["executor"] == "process" and parents[0].data.params["jobs"] == "2"
+    assert all(r.info.status == "FINISHED" for r in trials)
