@@ -1,0 +1,105 @@
+"""Comparison reports: MLflow runs → tidy DataFrame → seaborn figures → one self-contained HTML file.
+
+Public API:
+
+* :func:`make_report` — what ``python -m harness report`` calls.
+* :func:`load_frame` — the tidy frame of one sweep, for notebooks (see :mod:`reports.frame`).
+
+Submodules: :mod:`reports.frame` (reading MLflow; every tag/param/metric name is a constant there),
+:mod:`reports.figures` (figures and tables, each a view of the frame), :mod:`reports.compare`
+(``--baseline`` regression flags), :mod:`reports.html` (the Jinja2 page). Heavy imports (mlflow,
+matplotlib, seaborn) happen on first use, never at ``import reports``; the trainer is never imported.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pandas as pd
+
+__all__ = ["load_frame", "make_report"]
+
+
+def load_frame(experiment: str, sweep_id: str | None = None, tracking_uri: str | None = None) -> pd.DataFrame:
+    """The tidy frame of one sweep of ``experiment`` (its latest sweep when ``sweep_id`` is None).
+
+    One row per trial and logged step (``row == "curve"``) plus one per trial (``row == "summary"``)
+    with the perf and convergence metrics; see :mod:`reports.frame` for the columns.
+
+    Raises:
+      ValueError: unknown experiment or sweep id (the message lists what exists).
+    """
+    from reports.frame import load_frame as _load
+
+    return _load(experiment, sweep_id, tracking_uri)
+
+
+def _default_output(experiment: str, sweep_id: str) -> pathlib.Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{experiment}-{sweep_id}")
+    return pathlib.Path.cwd() / f"report-{safe}.html"
+
+
+def make_report(experiment: str, sweep_id: str | None = None, output: str | None = None,
+                baseline: str | None = None, tracking_uri: str | None = None) -> pathlib.Path:
+    """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
+
+    Args:
+      experiment: MLflow experiment (= the sweep's name).
+      sweep_id: value of the ``harness.sweep_id`` tag; ``None`` takes the experiment's latest sweep.
+      output: HTML path (parents created); default ``./report-<experiment>-<sweep_id>.html``.
+        The frame is written to the same path with suffix ``.csv``.
+      baseline: another sweep id (same experiment, else searched in every experiment) to compare
+        with; regressions beyond run-to-run spread are flagged (:mod:`reports.compare`).
+      tracking_uri: MLflow tracking URI; ``None`` uses MLflow's default (``MLFLOW_TRACKING_URI`` or
+        ``sqlite:///mlflow.db`` in the working directory).
+
+    The HTML (and CSV) are also logged as artifacts under ``reports/`` of the sweep's latest parent
+    run, when it has one.
+
+    Raises:
+      ValueError: unknown experiment, sweep id or baseline sweep id.
+    """
+    from reports import figures as F
+    from reports.compare import compare
+    from reports.frame import _client, load_sweep
+    from reports.html import render
+
+    client = _client(tracking_uri)
+    data = load_sweep(experiment, sweep_id, client=client)
+    if tracking_uri:
+        data.tracking_uri = tracking_uri
+    out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    csv = out.with_suffix(".csv")
+    data.frame.to_csv(csv, index=False)
+
+    pngs: dict[str, bytes | None] = {}
+    for key, fig in F.make_figures(data.frame).items():
+        pngs[key] = F.png_bytes(fig) if fig is not None else None
+
+    comparison = None
+    if baseline is not None:
+        comparison = compare(data.frame, _load_baseline(client, experiment, baseline))
+
+    html = render(data, pngs, F.leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
+    out.write_text(html, encoding="utf-8")
+    if data.parents:
+        parent = data.parents[-1].info.run_id
+        client.log_artifact(parent, str(out), artifact_path="reports")
+        client.log_artifact(parent, str(csv), artifact_path="reports")
+    return out
+
+
+def _load_baseline(client, experiment: str, baseline: str) -> pd.DataFrame:
+    from reports.frame import TAG_SWEEP_ID, load_sweep
+
+    try:
+        return load_sweep(experiment, baseline, client=client).frame
+    except ValueError:
+        pass
+    for exp in client.search_experiments():
+        page = client.search_runs([exp.experiment_id], f"tags.`{TAG_SWEEP_ID}` = '{baseline}'", max_results=1)
+        if len(page):
+            return load_sweep(exp.name, baseline, client=client).frame
+    raise ValueError(f"no run in any experiment has {TAG_SWEEP_ID} = {baseline!r} (the --baseline sweep)")

@@ -1,0 +1,498 @@
+"""Seaborn figures and tables, each a view of the tidy frame of :mod:`reports.frame`.
+
+Figures are drawn on ``matplotlib.figure.Figure`` objects with an Agg canvas (no pyplot, no global
+backend switch), so this module is safe to call from notebooks, threads and headless machines.
+Each ``*_figure`` function returns a ``Figure``, or ``None`` when the sweep holds no data for that
+view (the report then says why). :func:`make_figures` returns them all by name.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import EngFormatter, MaxNLocator
+
+from reports.frame import (
+    M_COMPILE_S,
+    M_EVAL_ACC,
+    M_EVAL_LOSS,
+    M_EXAMPLES_PER_S,
+    M_FINAL_ACC,
+    M_FINAL_LOSS,
+    M_SECONDS_TO_TARGET,
+    M_STEP_MS,
+    M_STEP_MS_P10,
+    M_STEP_MS_P90,
+    M_STEPS_TO_TARGET,
+    M_TRAIN_LOSS,
+    M_UTIL,
+    M_WALL_S,
+    best_configs,
+    curves,
+    mean_ci,
+    objective,
+    summaries,
+)
+
+METRIC_LABELS = {
+    M_TRAIN_LOSS: "train loss",
+    M_EVAL_LOSS: "eval loss",
+    M_EVAL_ACC: "eval accuracy",
+    M_FINAL_ACC: "final eval accuracy",
+    M_FINAL_LOSS: "final eval loss",
+}
+#: Points of the common time grid that curves against seconds are interpolated onto.
+TIME_GRID_POINTS = 80
+#: A task counts as solved by an optimizer when at least this fraction of seeds reached the target.
+SOLVED_FRACTION = 0.5
+
+
+def _sns():
+    import seaborn as sns
+
+    return sns
+
+
+def palette(frame: pd.DataFrame) -> dict[str, tuple]:
+    """One colour per optimizer (seaborn's colour-blind palette), the same in every figure."""
+    opts = sorted(summaries(frame)["optimizer"].dropna().unique())
+    return dict(zip(opts, _sns().color_palette("colorblind", max(len(opts), 1)), strict=False))
+
+
+def _figure(nrows: int, ncols: int, width: float, height: float, **kw) -> tuple[Figure, np.ndarray]:
+    sns = _sns()
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.9):
+        fig = Figure(figsize=(width, height), layout="constrained", dpi=100)
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes
+
+
+def _legend(fig: Figure, pal: dict[str, tuple], extra: list | None = None) -> None:
+    handles = [Line2D([], [], color=c, lw=2.5, label=o) for o, c in pal.items()] + (extra or [])
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 6), frameon=False)
+
+
+def png_bytes(fig: Figure, dpi: int = 96) -> bytes:
+    """The figure as PNG bytes (no metadata, so no URL of matplotlib is embedded)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# Convergence curves
+# ---------------------------------------------------------------------------------------------
+def best_curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """Curve rows of each (task, optimizer)'s best configuration (see ``best_configs``)."""
+    best = best_configs(frame)[["task", "optimizer", "config_id"]]
+    return curves(frame).merge(best, on=["task", "optimizer", "config_id"])
+
+
+def _wall_at_steps(g: pd.DataFrame) -> np.ndarray:
+    """Seconds at each row's step, interpolated from the steps where ``time/wall_s`` was logged
+    (with 0 s at step 0: wall time counts from the start of training)."""
+    known = g[[M_WALL_S]].assign(step=g["step"].astype(float)).dropna()
+    xs, ys = known["step"].to_numpy(), known[M_WALL_S].to_numpy()
+    if len(xs) == 0:
+        return np.full(len(g), np.nan)
+    if xs[0] > 0:
+        xs, ys = np.r_[0.0, xs], np.r_[0.0, ys]
+    return np.interp(g["step"].astype(float).to_numpy(), xs, ys, left=np.nan, right=np.nan)
+
+
+def curve_bands(frame: pd.DataFrame, metric: str, x: str = "step") -> pd.DataFrame:
+    """Median and interquartile range across seeds of ``metric`` for each (task, optimizer).
+
+    ``x="step"`` aggregates at equal steps; ``x="seconds"`` interpolates each seed's curve onto
+    a common grid of ``TIME_GRID_POINTS`` times from 0 to the median end time of the seeds (no
+    extrapolation past a seed's last point). Columns: ``task, optimizer, x, median, q25, q75, n``.
+    """
+    c = best_curves(frame)
+    out = []
+    for (task, opt), g in c.groupby(["task", "optimizer"], sort=True):
+        per_trial = {}
+        for tid, t in g.groupby("trial_id", sort=True):
+            xs = t["step"].astype(float).to_numpy() if x == "step" else _wall_at_steps(t)
+            ok = np.isfinite(xs) & t[metric].notna().to_numpy()
+            if ok.any():
+                per_trial[tid] = pd.Series(t[metric].to_numpy()[ok], index=xs[ok])
+        if not per_trial:
+            continue
+        if x == "step":
+            table = pd.DataFrame(per_trial).sort_index()
+        else:
+            end = float(np.median([s.index.max() for s in per_trial.values()]))
+            grid = np.linspace(0.0, end, TIME_GRID_POINTS)
+            table = pd.DataFrame({
+                tid: np.interp(grid, s.index.to_numpy(), s.to_numpy(), left=np.nan, right=np.nan)
+                for tid, s in per_trial.items()
+            }, index=grid)
+        table = table.dropna(how="all")
+        out.append(pd.DataFrame({
+            "task": task, "optimizer": opt, "x": table.index.to_numpy(),
+            "median": table.median(axis=1).to_numpy(), "q25": table.quantile(0.25, axis=1).to_numpy(),
+            "q75": table.quantile(0.75, axis=1).to_numpy(), "n": table.notna().sum(axis=1).to_numpy(),
+        }))
+    cols = ["task", "optimizer", "x", "median", "q25", "q75", "n"]
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=cols)
+
+
+def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
+    """Curves per optimizer (best configuration), median across seeds with an interquartile band;
+    one column per task (model / dataset), one row per metric; ``x`` is ``"step"`` or ``"seconds"``."""
+    c = curves(frame)
+    metrics = [m for m in (M_TRAIN_LOSS, M_EVAL_LOSS, M_EVAL_ACC) if m in c and c[m].notna().any()]
+    tasks = sorted(c["task"].unique())
+    if not metrics or not tasks:
+        return None
+    bands = {m: curve_bands(frame, m, x) for m in metrics}
+    if all(b.empty for b in bands.values()):
+        return None
+    pal, obj = palette(frame), objective(frame)
+    fig, axes = _figure(len(metrics), len(tasks), 3.9 * len(tasks) + 0.6, 2.5 * len(metrics) + 0.9,
+                        sharex="col")
+    for r, m in enumerate(metrics):
+        for k, task in enumerate(tasks):
+            ax = axes[r, k]
+            b = bands[m][bands[m]["task"] == task]
+            for opt, g in b.groupby("optimizer", sort=True):
+                ax.plot(g["x"], g["median"], color=pal[opt], lw=1.8, label=opt)
+                ax.fill_between(g["x"], g["q25"], g["q75"], color=pal[opt], alpha=0.2, lw=0)
+            if m == obj.target_metric and math.isfinite(obj.target_value):
+                ax.axhline(obj.target_value, color="0.3", ls="--", lw=1)
+            if "loss" in m and (b["q25"] > 0).all() and len(b):
+                ax.set_yscale("log")
+            if r == 0:
+                ax.set_title(task)
+            if k == 0:
+                ax.set_ylabel(METRIC_LABELS.get(m, m))
+            if r == len(metrics) - 1:
+                ax.set_xlabel("optimizer step" if x == "step" else "wall-clock time since start of training (s)")
+    extra = []
+    if obj.target_metric in metrics and math.isfinite(obj.target_value):
+        extra = [Line2D([], [], color="0.3", ls="--", lw=1,
+                        label=f"target {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
+                              f"{obj.target_value:g}")]
+    _legend(fig, pal, extra)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Step-size sensitivity
+# ---------------------------------------------------------------------------------------------
+def sensitivity_figure(frame: pd.DataFrame) -> Figure | None:
+    """Final metric against ``optimizer.step_size`` (log axis), one column per task: median over
+    finished trials at each step size (seeds and other hyperparameters) with interquartile bars;
+    an × at the bottom edge marks a step size where trials diverged or failed."""
+    s = summaries(frame)
+    obj = objective(frame)
+    s = s[s["step_size"].notna() & (s["step_size"] > 0)]
+    fin = s[(s["status"] == "finished") & s[obj.final].notna()]
+    if fin.empty:
+        return None
+    sns, pal = _sns(), palette(frame)
+    tasks = sorted(s["task"].unique())
+    fig, axes = _figure(1, len(tasks), 3.9 * len(tasks) + 0.6, 3.4)
+    for k, task in enumerate(tasks):
+        ax = axes[0, k]
+        ax.set_xscale("log")
+        d = fin[fin["task"] == task]
+        if len(d):
+            sns.lineplot(data=d, x="step_size", y=obj.final, hue="optimizer", palette=pal, estimator="median",
+                         errorbar=("pi", 50), err_style="bars", marker="o", legend=False, ax=ax)
+        bad = s[(s["task"] == task) & s["status"].isin(["diverged", "failed"])]
+        for opt, g in bad.groupby("optimizer"):
+            ax.scatter(g["step_size"], np.zeros(len(g)), transform=ax.get_xaxis_transform(), marker="x",
+                       s=60, color=pal[opt], clip_on=False, zorder=5)
+        ax.set_title(task)
+        ax.set_xlabel("step size (log scale)")
+        ax.set_ylabel(obj.label if k == 0 else "")
+    _legend(fig, pal, [Line2D([], [], color="0.3", marker="x", ls="", label="diverged / failed")])
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Time to target
+# ---------------------------------------------------------------------------------------------
+def time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, optimizer), for its best configuration: seeds, seeds that reached the target,
+    and the median / 25th / 75th percentile of seconds and steps to target over those that did.
+    Empty when the sweep has no target."""
+    obj = objective(frame)
+    if obj.target_metric is None:
+        return pd.DataFrame()
+    s = summaries(frame).merge(best_configs(frame)[["task", "optimizer", "config_id"]],
+                               on=["task", "optimizer", "config_id"])
+    rows = []
+    for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
+        secs = g.loc[g["status"] == "finished", M_SECONDS_TO_TARGET].dropna()
+        steps = g.loc[g["status"] == "finished", M_STEPS_TO_TARGET].dropna()
+        rows.append({
+            "task": task, "optimizer": opt, "config": g["config"].iloc[0], "n_seeds": len(g),
+            "n_reached": int(max(len(secs), len(steps))),
+            "seconds_median": secs.median() if len(secs) else math.nan,
+            "seconds_q25": secs.quantile(0.25) if len(secs) else math.nan,
+            "seconds_q75": secs.quantile(0.75) if len(secs) else math.nan,
+            "steps_median": steps.median() if len(steps) else math.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
+    """Horizontal bars: median seconds to target across seeds (bars: interquartile range) of each
+    optimizer's best configuration, one panel per task; "not reached" written where no seed did."""
+    t = time_to_target(frame)
+    if t.empty:
+        return None
+    obj, pal = objective(frame), palette(frame)
+    tasks = sorted(t["task"].unique())
+    opts = sorted(t["optimizer"].unique())
+    fig, axes = _figure(1, len(tasks), 4.3 * len(tasks) + 0.6, 0.55 * len(opts) + 1.6)
+    for k, task in enumerate(tasks):
+        ax = axes[0, k]
+        d = t[t["task"] == task].set_index("optimizer")
+        xmax = float(np.nanmax(d["seconds_q75"].to_numpy(float))) if d["seconds_q75"].notna().any() else 1.0
+        for i, opt in enumerate(opts):
+            if opt not in d.index:
+                continue
+            row = d.loc[opt]
+            if row["n_reached"] > 0 and math.isfinite(row["seconds_median"]):
+                err = [[row["seconds_median"] - row["seconds_q25"]], [row["seconds_q75"] - row["seconds_median"]]]
+                ax.barh(i, row["seconds_median"], color=pal[opt], xerr=err, capsize=3, height=0.6)
+                steps = f" · {row['steps_median']:.0f} steps" if math.isfinite(row["steps_median"]) else ""
+                ax.text(row["seconds_q75"] + 0.04 * xmax, i,
+                        f"{row['seconds_median']:.3g} s{steps} ({row['n_reached']}/{row['n_seeds']} seeds)",
+                        va="center", fontsize=8)
+            else:
+                ax.barh(i, xmax, color="none", edgecolor="0.6", hatch="//", height=0.6, lw=0.8)
+                ax.text(0.02 * xmax, i, f"not reached (0/{row['n_seeds']} seeds)", va="center",
+                        fontsize=9, style="italic", color="0.2",
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})
+        ax.set_yticks(range(len(opts)), opts)
+        ax.set_ylim(len(opts) - 0.5, -0.5)
+        ax.set_xlim(0, xmax * 1.6)
+        ax.set_title(task)
+        ax.set_xlabel("seconds to target (median across seeds)")
+    fig.suptitle(f"Time to reach {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
+                 f"{'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g}", fontsize=11)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Throughput
+# ---------------------------------------------------------------------------------------------
+def throughput(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, optimizer): median over its trials of examples/s, step time (ms, p10/p50/p90),
+    utilisation and compile time; ``examples_per_sec_lo``/``_hi`` are examples/s at the p90/p10
+    step time (the spread of steady-state steps)."""
+    s = summaries(frame)
+    s = s[s[M_EXAMPLES_PER_S].notna() | s[M_STEP_MS].notna()]
+    rows = []
+    for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
+        eps, ms = g[M_EXAMPLES_PER_S].median(), g[M_STEP_MS].median()
+        p10, p90 = g[M_STEP_MS_P10].median(), g[M_STEP_MS_P90].median()
+        rows.append({
+            "task": task, "optimizer": opt, "examples_per_sec": eps, "step_time_ms": ms,
+            "step_time_ms_p10": p10, "step_time_ms_p90": p90,
+            "examples_per_sec_lo": eps * ms / p90 if p90 > 0 else math.nan,
+            "examples_per_sec_hi": eps * ms / p10 if p10 > 0 else math.nan,
+            "utilization": g[M_UTIL].median(), "compile_s": g[M_COMPILE_S].median(), "n_trials": len(g),
+        })
+    return pd.DataFrame(rows)
+
+
+def throughput_figure(frame: pd.DataFrame) -> Figure | None:
+    """Three panels: examples/s (bars from the p90 to the p10 step time), utilisation (% of the
+    device's measured peak FLOP/s) and compile time (s), per optimizer, one colour per task."""
+    t = throughput(frame)
+    if t.empty or t["examples_per_sec"].isna().all():
+        return None
+    tasks = sorted(t["task"].unique())
+    opts = sorted(t["optimizer"].unique())
+    tcol = dict(zip(tasks, _sns().color_palette("muted", len(tasks)), strict=False))
+    fig, axes = _figure(1, 3, 12.5, 0.5 * len(opts) * max(1, len(tasks)) ** 0.5 + 2.0, sharey=True)
+    h = 0.8 / len(tasks)
+    panels = [("examples_per_sec", "examples / s (bars: p90–p10 step time)", 1.0),
+              ("utilization", "utilisation (% of measured peak)", 100.0),
+              ("compile_s", "compile time (s)", 1.0)]
+    for j, (col, label, scale) in enumerate(panels):
+        ax = axes[0, j]
+        for k, task in enumerate(tasks):
+            d = t[t["task"] == task].set_index("optimizer").reindex(opts)
+            y = np.arange(len(opts)) - 0.4 + h * (k + 0.5)
+            vals = d[col].to_numpy(float) * scale
+            xerr = None
+            if col == "examples_per_sec":
+                lo, hi = d["examples_per_sec_lo"].to_numpy(float), d["examples_per_sec_hi"].to_numpy(float)
+                xerr = np.nan_to_num(np.vstack([vals - lo, hi - vals]), nan=0.0).clip(min=0)
+            ax.barh(y, np.nan_to_num(vals), height=h, color=tcol[task], xerr=xerr, capsize=2, label=task)
+            for yi, v in zip(y, vals, strict=True):
+                if not math.isfinite(v):
+                    ax.text(0, yi, " not measured", va="center", fontsize=8, style="italic", color="0.3")
+        ax.set_yticks(range(len(opts)), opts)
+        ax.set_ylim(len(opts) - 0.5, -0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        if col == "examples_per_sec":
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 120k, not 120000
+        ax.set_xlabel(label)
+    handles = [Patch(color=c, label=tk) for tk, c in tcol.items()]
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4), frameon=False)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Performance profiles (AlgoPerf style)
+# ---------------------------------------------------------------------------------------------
+def profile_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """Task × optimizer table of time to target (median seconds over seeds, best configuration);
+    ``inf`` where fewer than ``SOLVED_FRACTION`` of the seeds reached the target."""
+    t = time_to_target(frame)
+    if t.empty:
+        return pd.DataFrame()
+    ok = (t["n_reached"] >= SOLVED_FRACTION * t["n_seeds"]) & (t["n_reached"] > 0)
+    t = t.assign(time=np.where(ok, t["seconds_median"], np.inf))
+    return t.pivot(index="task", columns="optimizer", values="time").fillna(np.inf)
+
+
+def performance_profile(frame: pd.DataFrame, taus: np.ndarray | None = None) -> pd.DataFrame:
+    """ρ_o(τ): the fraction of tasks optimizer ``o`` solves within ``τ`` × the fastest optimizer's
+    time on that task (Dolan & Moré 2002, as used by AlgoPerf: Dahl et al. 2023, §4.5).
+
+    Columns ``optimizer, tau, rho``; ``taus`` defaults to 200 points from 1 to max(4, 1.1 × the
+    largest finite ratio). A task no optimizer solved counts as unsolved for all.
+    """
+    times = profile_times(frame)
+    if times.empty:
+        return pd.DataFrame(columns=["optimizer", "tau", "rho"])
+    best = times.min(axis=1)
+    ratios = times.div(best.where(np.isfinite(best)), axis=0)  # nan row where nobody solved
+    finite = ratios.to_numpy()[np.isfinite(ratios.to_numpy())]
+    if taus is None:
+        taus = np.linspace(1.0, max(4.0, 1.1 * float(finite.max()) if finite.size else 4.0), 200)
+    n_tasks = len(times)
+    rows = []
+    for opt in times.columns:
+        r = ratios[opt].to_numpy()
+        for tau in taus:
+            rows.append({"optimizer": opt, "tau": float(tau),
+                         "rho": float(np.sum(np.isfinite(r) & (r <= tau)) / n_tasks)})
+    return pd.DataFrame(rows)
+
+
+def profile_figure(frame: pd.DataFrame) -> Figure | None:
+    """Step plot of :func:`performance_profile` for every optimizer."""
+    p = performance_profile(frame)
+    if p.empty:
+        return None
+    pal = palette(frame)
+    n_tasks = len(profile_times(frame))
+    fig, axes = _figure(1, 1, 6.4, 3.6)
+    ax = axes[0, 0]
+    for i, (opt, g) in enumerate(p.groupby("optimizer", sort=True)):
+        # small vertical offsets keep coinciding profiles visible
+        ax.step(g["tau"], g["rho"] + 0.006 * (i - 1), where="post", color=pal[opt], lw=2, label=opt)
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_xlim(1.0, float(p["tau"].max()))
+    ax.set_xlabel("τ (time relative to the fastest optimizer on each task)")
+    ax.set_ylabel(f"fraction of tasks solved\n(of {n_tasks})")
+    ax.legend(loc="lower right", frameon=True)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Leaderboard (a table, not a figure)
+# ---------------------------------------------------------------------------------------------
+def format_pm(mean: float, half: float, n: int, unit: str = "") -> str:
+    """``mean ± half`` rounded to two significant digits of ``half`` (``mean (n=1)`` without spread)."""
+    if n == 0 or not math.isfinite(mean):
+        return "—"
+    if not math.isfinite(half) or half <= 0:
+        return f"{mean:.4g}{unit}" + (" (n=1)" if n == 1 else "")
+    d = max(0, 1 - math.floor(math.log10(half)))
+    return f"{mean:.{d}f} ± {half:.{d}f}{unit}"
+
+
+def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
+    """Best configuration per optimizer on each task (see ``best_configs`` for the ranking), with
+    the mean ± 95% Student-t confidence interval across seeds of the final metrics and the time to
+    target (finished seeds only). Returns display strings plus numeric ``_``-prefixed columns."""
+    best = best_configs(frame)
+    if best.empty:
+        return pd.DataFrame()
+    s = summaries(frame)
+    obj = objective(frame)
+    rows = []
+    for b in best.itertuples():
+        g = s[(s["task"] == b.task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)]
+        fin = g[g["status"] == "finished"]
+        acc = mean_ci(fin[M_FINAL_ACC])
+        loss = mean_ci(fin[M_FINAL_LOSS])
+        ttt = mean_ci(fin[M_SECONDS_TO_TARGET])
+        bad = g["status"].value_counts().drop("finished", errors="ignore")
+        row = {
+            "Task": b.task, "Rank": b.rank, "Optimizer": b.optimizer, "Best configuration": b.config,
+            "Seeds finished": f"{b.n_finished}/{b.n_seeds}" + (
+                " (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
+            "Final eval accuracy": format_pm(*acc),
+            "Final eval loss": format_pm(*loss),
+        }
+        if obj.target_metric is not None:
+            row["Time to target (s)"] = (format_pm(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)") \
+                if ttt[2] else f"not reached (0/{b.n_seeds})"
+        row["Step time (ms, median)"] = f"{g[M_STEP_MS].median():.3g}" if g[M_STEP_MS].notna().any() else "—"
+        row.update({"_acc_mean": acc[0], "_acc_ci": acc[1], "_loss_mean": loss[0], "_loss_ci": loss[1],
+                    "_ttt_mean": ttt[0], "_ttt_ci": ttt[1], "_n": acc[2]})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FigureSpec:
+    key: str
+    title: str
+    caption: str
+    build: Callable[[pd.DataFrame], Figure | None]
+    empty: str  # shown instead when ``build`` returns None
+
+
+FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec("convergence_steps", "Convergence against steps",
+               "Best configuration of each optimizer; line: median across seeds, band: interquartile "
+               "range. Columns: model / dataset.", lambda f: convergence_figure(f, "step"),
+               "No curves were logged."),
+    FigureSpec("convergence_seconds", "Convergence against wall-clock time",
+               "As above against seconds since the start of training (compilation excluded); each "
+               "seed's curve is interpolated onto a common time grid before taking the median.",
+               lambda f: convergence_figure(f, "seconds"), "No curves with wall-clock time were logged."),
+    FigureSpec("time_to_target", "Time to target",
+               "Median seconds to reach the target across seeds of each optimizer's best configuration "
+               "(error bars: interquartile range); hatched: no seed reached it.", time_to_target_figure,
+               "The sweep has no target."),
+    FigureSpec("performance_profile", "Performance profiles",
+               "AlgoPerf-style: fraction of tasks an optimizer solves within τ × the fastest optimizer's "
+               f"time on that task (a task is solved when ≥ {SOLVED_FRACTION:.0%} of seeds reach the target; "
+               "time = median across seeds).", profile_figure, "The sweep has no target."),
+    FigureSpec("sensitivity", "Step-size sensitivity",
+               "Final metric against step size: median over finished trials (seeds and other "
+               "hyperparameters), bars: interquartile range; × on the axis: diverged or failed trials.",
+               sensitivity_figure, "No finished trial with a step size."),
+    FigureSpec("throughput", "Throughput",
+               "Steady-state training throughput, utilisation of the measured peak FLOP/s and compile "
+               "time of one training step.", throughput_figure, "No throughput was measured."),
+)
+
+
+def make_figures(frame: pd.DataFrame) -> dict[str, Figure | None]:
+    """Every figure of :data:`FIGURES` by key (``None`` where the sweep holds no data for it)."""
+    return {spec.key: spec.build(frame) for spec in FIGURES}

@@ -1,0 +1,523 @@
+"""MLflow runs of one sweep → one tidy :class:`pandas.DataFrame`.
+
+The frame has two kinds of rows, told apart by the column ``row``:
+
+* ``row == "curve"``: one row per trial and logged step, with the step-wise metrics
+  (``train/loss``, ``eval/loss``, ``eval/accuracy``, ``time/wall_s``) as columns; a metric not
+  logged at that step is ``NaN``.
+* ``row == "summary"``: exactly one row per trial (also for failed trials that logged nothing),
+  with the single-valued metrics (``perf/*``, ``convergence/*``, ``final/*``); ``step`` is ``<NA>``.
+
+Every row carries the trial's identity (``trial_id``, ``run_id``, ``model``, ``optimizer``, …,
+``seed``, ``status``), derived labels (``task``, ``config``, ``config_id``), its target, its
+environment tags, and every MLflow param as a ``params.<name>`` column (strings, as stored).
+Metric values are exactly the floats MLflow holds.
+
+All MLflow tag, param and metric names the reports read are the constants below: change them here.
+Conventions: ``docs/architecture.md`` ("MLflow conventions").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+# ---------------------------------------------------------------------------------------------
+# Names (the one place to adjust them)
+# ---------------------------------------------------------------------------------------------
+TAG_TRIAL_ID = "harness.trial_id"
+TAG_SWEEP = "harness.sweep"
+TAG_SWEEP_ID = "harness.sweep_id"
+TAG_ROLE = "harness.role"
+ROLE_PARENT = "parent"
+TAG_PARENT_RUN_ID = "mlflow.parentRunId"
+TAG_STATUS = "status"
+TAG_REASON = "harness.reason"  # optional: why a trial failed or diverged
+TAG_MODEL = "model"
+TAG_OPTIMIZER = "optimizer"
+TAG_SCHEDULE = "schedule"
+TAG_DATASET = "dataset"
+TAG_SEED = "seed"
+#: Environment tags, shown in the report's "Environment" section (any may be absent).
+ENV_TAGS = ("jax_version", "jaxlib_version", "harness_version", "device_kind", "git_commit")
+
+PARAM_STEP_SIZE = "optimizer.step_size"
+PARAM_BATCH_SIZE = "train.batch_size"
+PARAM_STEPS = "train.steps"
+PARAM_SEED = "train.seed"
+PARAM_TARGET_METRIC = "target.metric"
+PARAM_TARGET_VALUE = "target.value"
+PARAM_TARGET_MODE = "target.mode"  # optional; inferred from the metric's name when absent
+#: Param prefixes that define the task a trial trains (``train.seed`` excluded).
+TASK_PARAM_PREFIXES = ("model.", "dataset.", "train.", "target.")
+#: Param prefixes that define an optimizer configuration.
+CONFIG_PARAM_PREFIXES = ("optimizer.", "schedule.")
+#: Param names that are neither task nor configuration (vary across seeds / packing only).
+NON_CONFIG_PARAMS = (PARAM_SEED, "train.steps_per_dispatch")
+
+M_TRAIN_LOSS = "train/loss"
+M_EVAL_LOSS = "eval/loss"
+M_EVAL_ACC = "eval/accuracy"
+M_WALL_S = "time/wall_s"
+#: Metrics logged with a step: read in full with their history.
+CURVE_METRICS = (M_TRAIN_LOSS, M_EVAL_LOSS, M_EVAL_ACC, M_WALL_S)
+
+M_STEP_MS = "perf/step_time_ms"
+M_STEP_MS_P10 = "perf/step_time_ms_p10"
+M_STEP_MS_P90 = "perf/step_time_ms_p90"
+M_EXAMPLES_PER_S = "perf/examples_per_sec"
+M_COMPILE_S = "perf/compile_s"
+M_FLOPS = "perf/flops_per_step"
+M_UTIL = "perf/utilization"
+M_STEPS_TO_TARGET = "convergence/steps_to_target"
+M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
+M_FINAL_LOSS = "final/eval_loss"
+M_FINAL_ACC = "final/eval_accuracy"
+#: Single-valued metrics: their latest value goes into the trial's summary row.
+SUMMARY_METRICS = (
+    M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL,
+    M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET, M_FINAL_LOSS, M_FINAL_ACC,
+)
+#: Which final metric a target metric is judged by.
+FINAL_OF = {M_EVAL_ACC: M_FINAL_ACC, M_EVAL_LOSS: M_FINAL_LOSS}
+
+ARTIFACT_CONFIG = "config.yaml"
+#: Runs per ``search_runs`` page (MLflow's server maximum is 50,000; its default 1,000).
+PAGE_SIZE = 1000
+#: Threads that read metric histories (I/O bound; helps most against a remote server).
+HISTORY_THREADS = 8
+
+STATUSES = ("finished", "diverged", "failed", "running")
+
+#: Identity columns of every row, in order.
+ID_COLUMNS = (
+    "row", "experiment", "sweep", "sweep_id", "trial_id", "run_id", "parent_run_id", "attempts",
+    "run_status", "status", "reason", "model", "optimizer", "schedule", "dataset", "seed", "task",
+    "config", "config_id", "step_size", "batch_size", "train_steps", "target_metric", "target_value",
+    "target_mode", *ENV_TAGS, "start_time", "end_time", "step",
+)
+
+
+@dataclass
+class SweepData:
+    """What :func:`load_sweep` read: the tidy ``frame`` plus the sweep's parent runs.
+
+    ``parents`` is a list of ``mlflow.entities.Run`` (oldest first; a resumed sweep has several);
+    ``config_yaml`` the text of the latest parent's ``config.yaml`` artifact (``None`` if absent).
+    """
+
+    experiment: str
+    experiment_id: str
+    sweep_id: str
+    frame: pd.DataFrame
+    parents: list[Any] = field(default_factory=list)
+    config_yaml: str | None = None
+    tracking_uri: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading MLflow
+# ---------------------------------------------------------------------------------------------
+def _client(tracking_uri: str | None):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def _quote(v: str) -> str:
+    return "'" + str(v).replace("'", "\\'") + "'"
+
+
+def search_all_runs(client, experiment_ids: Sequence[str], filter_string: str = "",
+                    page_size: int | None = None) -> list:
+    """Every active run matching ``filter_string``, reading ``search_runs`` page by page.
+
+    MLflow returns at most ``max_results`` runs per call and a ``token`` for the next page; this
+    follows the tokens until none is left, so a sweep of more than 1,000 runs is read in full.
+    Runs come oldest first (``start_time`` ascending, then run id).
+    """
+    from mlflow.entities import ViewType
+
+    runs: list = []
+    token = None
+    while True:
+        page = client.search_runs(
+            list(experiment_ids), filter_string, run_view_type=ViewType.ACTIVE_ONLY,
+            max_results=page_size or PAGE_SIZE, order_by=["attributes.start_time ASC"],
+            page_token=token,
+        )
+        runs.extend(page)
+        token = getattr(page, "token", None)
+        if not token:
+            return runs
+
+
+def _experiment(client, name: str):
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        from harness.registry import did_you_mean
+
+        names = [e.name for e in client.search_experiments()]
+        raise ValueError(
+            f"no MLflow experiment named {name!r}{did_you_mean(name, names)}; "
+            f"experiments in this store: {sorted(names)}"
+        )
+    return exp
+
+
+def _latest_sweep_id(client, experiment_id: str, experiment: str) -> str:
+    for flt in (f"tags.`{TAG_ROLE}` = {_quote(ROLE_PARENT)}", f"tags.`{TAG_SWEEP_ID}` != ''"):
+        page = client.search_runs([experiment_id], flt, max_results=1,
+                                  order_by=["attributes.start_time DESC"])
+        for run in page:
+            sid = run.data.tags.get(TAG_SWEEP_ID)
+            if sid:
+                return sid
+    raise ValueError(f"experiment {experiment!r} has no run tagged {TAG_SWEEP_ID!r}: nothing to report")
+
+
+def _num(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _int_or_na(v: Any):
+    x = _num(v)
+    return int(x) if math.isfinite(x) and float(x).is_integer() else pd.NA
+
+
+def _status(run) -> str:
+    tag = (run.data.tags.get(TAG_STATUS) or "").strip().lower()
+    if tag in STATUSES:
+        return tag
+    st = run.info.status
+    if st == "FINISHED":
+        return "finished"
+    if st in ("RUNNING", "SCHEDULED"):
+        return "running"
+    return "failed"
+
+
+def _select_trial_runs(children: Iterable) -> dict[str, tuple[Any, int]]:
+    """trial_id → (the run the report uses, number of runs of that trial).
+
+    The latest FINISHED run of a trial wins; a trial with none uses its latest run (shown failed).
+    """
+    by_trial: dict[str, list] = {}
+    for run in children:
+        by_trial.setdefault(run.data.tags[TAG_TRIAL_ID], []).append(run)
+    out = {}
+    for tid, runs in by_trial.items():
+        runs.sort(key=lambda r: (r.info.start_time or 0, r.info.run_id))
+        finished = [r for r in runs if r.info.status == "FINISHED"]
+        out[tid] = ((finished or runs)[-1], len(runs))
+    return out
+
+
+def _history(client, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+    hist = client.get_metric_history(run_id, key)
+    if not hist:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    # Same step logged twice: the later timestamp wins (sort is stable on step, then timestamp).
+    hist = sorted(hist, key=lambda m: (m.step, m.timestamp))
+    steps = np.array([m.step for m in hist], np.int64)
+    vals = np.array([m.value for m in hist], np.float64)
+    last = np.r_[steps[1:] != steps[:-1], True]
+    return steps[last], vals[last]
+
+
+def _target_mode(metric: str, mode: str | None) -> str:
+    if mode in ("min", "max"):
+        return mode
+    return "min" if "loss" in (metric or "") else "max"
+
+
+def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
+    tags, params = run.data.tags, run.data.params
+    seed = tags.get(TAG_SEED, params.get(PARAM_SEED))
+    target_metric = params.get(PARAM_TARGET_METRIC)
+    ident: dict[str, Any] = {
+        "experiment": experiment,
+        "sweep": tags.get(TAG_SWEEP, experiment),
+        "sweep_id": tags.get(TAG_SWEEP_ID),
+        "trial_id": tags[TAG_TRIAL_ID],
+        "run_id": run.info.run_id,
+        "parent_run_id": tags.get(TAG_PARENT_RUN_ID),
+        "attempts": attempts,
+        "run_status": run.info.status,
+        "status": _status(run),
+        "reason": tags.get(TAG_REASON, ""),
+        "model": tags.get(TAG_MODEL, params.get("model", "?")),
+        "optimizer": tags.get(TAG_OPTIMIZER, params.get("optimizer", "?")),
+        "schedule": tags.get(TAG_SCHEDULE, params.get("schedule", "")),
+        "dataset": tags.get(TAG_DATASET, params.get("dataset", "?")),
+        "seed": _int_or_na(seed),
+        "step_size": _num(params.get(PARAM_STEP_SIZE)),
+        "batch_size": _int_or_na(params.get(PARAM_BATCH_SIZE)),
+        "train_steps": _int_or_na(params.get(PARAM_STEPS)),
+        "target_metric": target_metric,
+        "target_value": _num(params.get(PARAM_TARGET_VALUE)),
+        "target_mode": _target_mode(target_metric, params.get(PARAM_TARGET_MODE)) if target_metric else None,
+        "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True) if run.info.start_time else pd.NaT,
+        "end_time": pd.to_datetime(run.info.end_time, unit="ms", utc=True) if run.info.end_time else pd.NaT,
+    }
+    for t in ENV_TAGS:
+        ident[t] = tags.get(t)
+    for k, v in params.items():
+        ident[f"params.{k}"] = v
+    return ident
+
+
+def _varying(params: pd.DataFrame, cols: list[str]) -> list[str]:
+    return [c for c in cols if params[c].astype("string").fillna("<absent>").nunique() > 1]
+
+
+def _add_labels(summary: pd.DataFrame) -> pd.DataFrame:
+    """Add ``task``, ``config_id`` and ``config`` (human-readable) to one-row-per-trial ``summary``."""
+    pcols = sorted(c for c in summary.columns if c.startswith("params."))
+    names = {c: c[len("params."):] for c in pcols}
+    task_cols = [c for c in pcols if names[c].startswith(TASK_PARAM_PREFIXES)
+                 and names[c] not in NON_CONFIG_PARAMS]
+    conf_cols = [c for c in pcols if names[c].startswith(CONFIG_PARAM_PREFIXES)
+                 and names[c] not in NON_CONFIG_PARAMS]
+
+    def label(df: pd.DataFrame, cols: list[str], head: pd.Series) -> pd.Series:
+        var = _varying(df, cols)
+        out = head.copy()
+        for i in df.index:
+            bits = [f"{names[c].split('.', 1)[1]}={df.at[i, c]}" for c in var if pd.notna(df.at[i, c])]
+            if bits:
+                out[i] = f"{out[i]} ({', '.join(bits)})"
+        return out
+
+    summary = summary.copy()
+    summary["task"] = label(summary, task_cols, summary["model"] + " / " + summary["dataset"])
+    summary["config"] = summary["optimizer"]
+    summary["config_id"] = ""
+    for _opt, idx in summary.groupby("optimizer", sort=False).groups.items():
+        df = summary.loc[idx]
+        head = df["optimizer"].copy()
+        if df["schedule"].nunique() > 1:
+            head = head + " · " + df["schedule"]
+        summary.loc[idx, "config"] = label(df, conf_cols, head)
+    for i in summary.index:
+        key = "|".join([summary.at[i, "optimizer"], str(summary.at[i, "schedule"])]
+                       + [f"{names[c]}={summary.at[i, c]}" for c in conf_cols if pd.notna(summary.at[i, c])])
+        summary.at[i, "config_id"] = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return summary
+
+
+def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
+    """The tidy frame (see the module docstring) of the trial runs ``runs`` (children of a sweep).
+
+    Runs without a ``harness.trial_id`` tag are ignored. Metric histories are read with
+    ``client.get_metric_history`` for the curve metrics each run actually holds, sorted by step.
+    """
+    children = [r for r in runs if r.data.tags.get(TAG_TRIAL_ID)]
+    chosen = _select_trial_runs(children)
+    idents = [_trial_identity(run, n, experiment) for run, n in chosen.values()]
+    if not idents:
+        return pd.DataFrame(columns=[*ID_COLUMNS, *CURVE_METRICS, *SUMMARY_METRICS])
+    summary = pd.DataFrame(idents)
+    summary["row"] = "summary"
+    summary["step"] = pd.array([pd.NA] * len(summary), dtype="Int64")
+    for m in SUMMARY_METRICS:
+        summary[m] = [float(run.data.metrics.get(m, math.nan)) for run, _ in chosen.values()]
+    summary = _add_labels(summary)
+
+    jobs = [(i, run.info.run_id, key) for i, (run, _) in enumerate(chosen.values())
+            for key in CURVE_METRICS if key in run.data.metrics]
+    with ThreadPoolExecutor(max_workers=max(1, min(HISTORY_THREADS, len(jobs)))) as pool:
+        hists = list(pool.map(lambda j: _history(client, j[1], j[2]), jobs))
+    per_trial: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for (i, _rid, key), h in zip(jobs, hists, strict=True):
+        per_trial.setdefault(i, {})[key] = h
+    curve_parts = []
+    ident_cols = [c for c in summary.columns if c not in SUMMARY_METRICS and c not in ("row", "step")]
+    for i, metrics in per_trial.items():
+        steps = np.unique(np.concatenate([s for s, _ in metrics.values()]))
+        part = pd.DataFrame({"step": pd.array(steps, dtype="Int64")})
+        for key in CURVE_METRICS:
+            s, v = metrics.get(key, (np.zeros(0, np.int64), np.zeros(0)))
+            col = np.full(len(steps), np.nan)
+            col[np.searchsorted(steps, s)] = v
+            part[key] = col
+        for c in ident_cols:
+            part[c] = summary.iloc[i][c]
+        part["row"] = "curve"
+        curve_parts.append(part)
+    frame = pd.concat([*curve_parts, summary], ignore_index=True) if curve_parts else summary
+    for key in CURVE_METRICS:
+        if key not in frame:
+            frame[key] = np.nan
+    lead = [c for c in ID_COLUMNS if c in frame.columns]
+    rest = [*CURVE_METRICS, *SUMMARY_METRICS]
+    pcols = sorted(c for c in frame.columns if c.startswith("params."))
+    frame = frame[lead + rest + pcols]
+    frame["step"] = frame["step"].astype("Int64")
+    frame["seed"] = frame["seed"].astype("Int64")
+    order = {"curve": 0, "summary": 1}
+    frame = frame.sort_values(
+        ["task", "optimizer", "config", "seed", "trial_id", "row", "step"],
+        key=lambda s: s.map(order) if s.name == "row" else s, na_position="last", kind="stable",
+    ).reset_index(drop=True)
+    return frame
+
+
+def load_sweep(experiment: str, sweep_id: str | None = None, tracking_uri: str | None = None,
+               *, client=None) -> SweepData:
+    """Read one sweep of ``experiment`` (the latest one when ``sweep_id`` is None).
+
+    Raises:
+      ValueError: no such experiment (with the closest name), or no run with that sweep id
+        (listing the sweep ids the experiment holds).
+    """
+    client = client or _client(tracking_uri)
+    exp = _experiment(client, experiment)
+    if sweep_id is None:
+        sweep_id = _latest_sweep_id(client, exp.experiment_id, experiment)
+    runs = search_all_runs(client, [exp.experiment_id], f"tags.`{TAG_SWEEP_ID}` = {_quote(sweep_id)}")
+    if not runs:
+        known = sorted({r.data.tags.get(TAG_SWEEP_ID) for r in search_all_runs(
+            client, [exp.experiment_id], f"tags.`{TAG_ROLE}` = {_quote(ROLE_PARENT)}")} - {None})
+        raise ValueError(f"experiment {experiment!r} has no run with {TAG_SWEEP_ID} = {sweep_id!r}; "
+                         f"sweep ids there: {known}")
+    parents = [r for r in runs if r.data.tags.get(TAG_ROLE) == ROLE_PARENT
+               or (not r.data.tags.get(TAG_TRIAL_ID) and not r.data.tags.get(TAG_PARENT_RUN_ID))]
+    frame = build_frame(client, runs, experiment)
+    frame.attrs.update(experiment=experiment, sweep_id=sweep_id,
+                       parent_run_ids=[p.info.run_id for p in parents])
+    return SweepData(experiment=experiment, experiment_id=exp.experiment_id, sweep_id=sweep_id,
+                     frame=frame, parents=parents, config_yaml=_config_yaml(client, parents),
+                     tracking_uri=str(client.tracking_uri if hasattr(client, "tracking_uri") else ""))
+
+
+def _config_yaml(client, parents: Sequence) -> str | None:
+    import os
+    import tempfile
+
+    for run in reversed(parents):
+        quiet = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+        os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = client.download_artifacts(run.info.run_id, ARTIFACT_CONFIG, tmp)
+                with open(path, encoding="utf-8") as f:
+                    return f.read()
+        except Exception:  # absent artifact, unreachable store: the report says "not logged"
+            continue
+        finally:
+            if quiet is None:
+                os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+            else:
+                os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = quiet
+    return None
+
+
+def load_frame(experiment: str, sweep_id: str | None = None, tracking_uri: str | None = None) -> pd.DataFrame:
+    """The tidy frame of one sweep (the latest when ``sweep_id`` is None); see the module docstring.
+
+    ``frame.attrs`` holds ``experiment``, ``sweep_id`` and ``parent_run_ids``.
+    """
+    return load_sweep(experiment, sweep_id, tracking_uri).frame
+
+
+# ---------------------------------------------------------------------------------------------
+# Views shared by figures, tables and the baseline comparison
+# ---------------------------------------------------------------------------------------------
+def summaries(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per trial (the ``summary`` rows)."""
+    return frame[frame["row"] == "summary"].reset_index(drop=True)
+
+
+def curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """The step rows (``row == "curve"``)."""
+    return frame[frame["row"] == "curve"].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What "better" means in a sweep: ``final`` column to rank by and its direction."""
+
+    final: str
+    mode: str  # "max" or "min"
+    target_metric: str | None
+    target_value: float
+
+    @property
+    def label(self) -> str:
+        return {M_FINAL_ACC: "final eval accuracy", M_FINAL_LOSS: "final eval loss"}.get(self.final, self.final)
+
+
+def objective(frame: pd.DataFrame) -> Objective:
+    """The sweep's objective: its (most common) target's final metric, else final accuracy, else loss."""
+    s = summaries(frame)
+    tm = s["target_metric"].dropna()
+    if len(tm):
+        metric = tm.mode().iloc[0]
+        rows = s[s["target_metric"] == metric]
+        mode = rows["target_mode"].dropna().iloc[0] if rows["target_mode"].notna().any() else _target_mode(metric, None)
+        value = float(rows["target_value"].median())
+        return Objective(FINAL_OF.get(metric, M_FINAL_ACC if mode == "max" else M_FINAL_LOSS), mode, metric, value)
+    if s[M_FINAL_ACC].notna().any():
+        return Objective(M_FINAL_ACC, "max", None, math.nan)
+    return Objective(M_FINAL_LOSS, "min", None, math.nan)
+
+
+def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
+    """The best configuration of each optimizer on each task, one row per (task, optimizer).
+
+    Ranking (first difference decides): more seeds that reached the target; lower median
+    ``convergence/seconds_to_target`` over the seeds that reached it; more seeds that finished
+    (not diverged/failed); better mean of the objective's final metric over finished seeds.
+    Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, n_reached, rank``
+    (``rank`` 1 = best optimizer on the task by the same ordering).
+    """
+    s = summaries(frame)
+    obj = objective(frame)
+    if s.empty:
+        return pd.DataFrame(columns=["task", "optimizer", "config_id", "config", "n_seeds",
+                                     "n_finished", "n_reached", "rank"])
+    sign = -1.0 if obj.mode == "max" else 1.0
+    rows = []
+    for (task, opt, cid), g in s.groupby(["task", "optimizer", "config_id"], sort=True):
+        fin = g[g["status"] == "finished"]
+        reached = fin[M_SECONDS_TO_TARGET].notna() | fin[M_STEPS_TO_TARGET].notna()
+        ttt = fin.loc[fin[M_SECONDS_TO_TARGET].notna(), M_SECONDS_TO_TARGET]
+        final = fin[obj.final].dropna()
+        rows.append({
+            "task": task, "optimizer": opt, "config_id": cid, "config": g["config"].iloc[0],
+            "n_seeds": len(g), "n_finished": len(fin), "n_reached": int(reached.sum()),
+            "_key": (-int(reached.sum()), float(ttt.median()) if len(ttt) else math.inf,
+                     -len(fin), sign * float(final.mean()) if len(final) else math.inf),
+        })
+    allc = pd.DataFrame(rows).sort_values("_key", kind="stable")
+    best = allc.groupby(["task", "optimizer"], sort=False).head(1).copy()
+    best["rank"] = best.groupby("task")["_key"].rank(method="first").astype(int)
+    return best.drop(columns="_key").sort_values(["task", "rank"]).reset_index(drop=True)
+
+
+def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float, int]:
+    """Mean, half-width of the two-sided Student-t confidence interval at ``level``, and n.
+
+    Non-finite values are dropped. Half-width is ``nan`` for n < 2 (no spread to estimate).
+    """
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, 0
+    if n == 1:
+        return float(x[0]), math.nan, 1
+    from scipy import stats
+
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return float(x.mean()), half, n

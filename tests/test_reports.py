@@ -1,0 +1,500 @@
+"""Tests of ``reports``: MLflow → frame → figures → HTML (opened in headless Chromium).
+
+The MLflow data is written here with ``MlflowClient`` into a temporary SQLite store, following the
+conventions of docs/architecture.md: two parent runs (a resumed sweep) sharing ``harness.sweep_id``,
+2 models × 3 optimizers × 3 step sizes × 3 seeds child runs, one trial that failed, one that
+diverged, one that failed once and then finished, and a baseline sweep for ``--baseline``.
+"""
+
+from __future__ import annotations
+
+import html as htmlmod
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import reports
+from harness.spec import TrialSpec
+from reports import figures as F
+from reports import frame as RF
+from reports.compare import compare
+
+EXP = "demo"
+SWEEP = "sweep-cur"
+BASE = "sweep-base"
+MODELS = {"mlp": 0.02, "cnn": 0.012}  # convergence rate per unit of optimizer speed
+STEP_MS = {"mlp": 1.0, "cnn": 3.0}
+OPTS = {"sgd": 0.4, "momentum": 1.0, "adam": 2.0}  # optimizer speed factor
+OPT_MS = {"sgd": 1.0, "momentum": 1.1, "adam": 1.2}
+STEP_SIZES = (0.001, 0.01, 0.1)
+SEEDS = (0, 1, 2)
+STEPS, EVAL_EVERY, TRAIN_EVERY, BATCH = 200, 20, 10, 128
+TARGET = 0.8
+FAILED = ("mlp", "momentum", 0.001, 1)
+DIVERGED = ("cnn", "adam", 0.1, 2)
+RETRIED = ("mlp", "adam", 0.01, 0)
+DIVERGED_AT = 60
+T0 = 1_700_000_000_000  # ms
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic sweep, logged with the MLflow client
+# ---------------------------------------------------------------------------------------------
+def _spec(model, opt, lr, seed):
+    return TrialSpec.make(sweep=EXP, model=model, optimizer=opt, schedule="constant", dataset="mnist1d",
+                          seed=seed, steps=STEPS, batch_size=BATCH, eval_every=EVAL_EVERY,
+                          model_hparams={"width": 32}, optimizer_hparams={"step_size": lr},
+                          target={"metric": "eval/accuracy", "value": TARGET, "mode": "max"})
+
+
+def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
+    """Every metric value of one trial: {'curves': {key: [(step, value)]}, 'summary': {key: value}}."""
+    k = MODELS[model] * OPTS[opt] * math.exp(-((math.log10(lr) + 2) ** 2))
+    rng = np.random.default_rng(zlib.crc32(repr((model, opt, lr, seed)).encode()))
+    ms = STEP_MS[model] * OPT_MS[opt] * ms_scale
+    ev = np.arange(0, STEPS + 1, EVAL_EVERY)
+    tr = np.arange(0, STEPS + 1, TRAIN_EVERY)
+    acc = 0.1 + 0.85 * (1 - np.exp(-k * ev)) + 0.004 * (seed - 1) + 0.001 * rng.standard_normal(len(ev)) + acc_shift
+    eval_loss = 2.3 * np.exp(-k * ev) + 0.05 + 0.002 * rng.random(len(ev))
+    train_loss = 2.3 * np.exp(-1.05 * k * tr) + 0.04 + 0.002 * rng.random(len(tr))
+    wall = ev * ms / 1000.0 * (1 + 0.02 * seed)
+    diverged = (model, opt, lr, seed) == DIVERGED
+    if diverged:
+        ev_keep, tr_keep = ev < DIVERGED_AT, tr < DIVERGED_AT
+        ev, acc, eval_loss, wall = ev[ev_keep], acc[ev_keep], eval_loss[ev_keep], wall[ev_keep]
+        tr, train_loss = tr[tr_keep], train_loss[tr_keep]
+    cur = {"train/loss": list(zip(tr.tolist(), train_loss.tolist(), strict=True)),
+           "eval/loss": list(zip(ev.tolist(), eval_loss.tolist(), strict=True)),
+           "eval/accuracy": list(zip(ev.tolist(), acc.tolist(), strict=True)),
+           "time/wall_s": list(zip(ev.tolist(), wall.tolist(), strict=True))}
+    summ = {"perf/step_time_ms": ms, "perf/step_time_ms_p10": 0.95 * ms, "perf/step_time_ms_p90": 1.08 * ms,
+            "perf/examples_per_sec": BATCH / ms * 1000.0, "perf/compile_s": 0.5 + 0.1 * OPT_MS[opt],
+            "perf/flops_per_step": 1e6 * STEP_MS[model], "perf/utilization": 0.1 * OPT_MS[opt] / STEP_MS[model] * 2}
+    if not diverged:
+        summ["final/eval_accuracy"] = float(acc[-1])
+        summ["final/eval_loss"] = float(eval_loss[-1])
+        hit = np.nonzero(acc >= TARGET)[0]
+        if len(hit):
+            summ["convergence/steps_to_target"] = float(ev[hit[0]])
+            summ["convergence/seconds_to_target"] = float(wall[hit[0]])
+    return {"curves": cur, "summary": summ, "diverged": diverged}
+
+
+def _log_sweep(client, exp_id, sweep_id, t0, acc_shift=None, ms_scale=None, models=tuple(MODELS)):
+    """Log one sweep; returns {trial_id: expected values} (``None`` values for a failed trial)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    acc_shift, ms_scale = acc_shift or {}, ms_scale or {}
+    env = {"jax_version": "0.10.2", "jaxlib_version": "0.10.2", "harness_version": "0.1.0",
+           "device_kind": "cpu", "git_commit": "abc1234"}
+    parents = []
+    for i in range(2):  # a resumed sweep: two invocations
+        p = client.create_run(exp_id, start_time=t0 + i * 100_000, run_name=f"{sweep_id}-{i}", tags={
+            RF.TAG_SWEEP_ID: sweep_id, RF.TAG_ROLE: RF.ROLE_PARENT, RF.TAG_SWEEP: EXP, **env})
+        parents.append(p.info.run_id)
+    expected = {}
+    t = t0 + 1000
+    for model in models:
+        for opt in OPTS:
+            for lr in STEP_SIZES:
+                for seed in SEEDS:
+                    key = (model, opt, lr, seed)
+                    spec = _spec(model, opt, lr, seed)
+                    tags = {RF.TAG_TRIAL_ID: spec.trial_id, RF.TAG_SWEEP: EXP, RF.TAG_SWEEP_ID: sweep_id,
+                            "model": model, "optimizer": opt, "schedule": "constant", "dataset": "mnist1d",
+                            "seed": str(seed), **env}
+                    params = [Param(k, v) for k, v in spec.flat_params().items()]
+                    attempts = [("FAILED", "failed")] if key == RETRIED else []
+                    if key == FAILED:
+                        attempts = [("FAILED", "failed")]
+                    else:
+                        vals = _trial_values(model, opt, lr, seed, acc_shift.get(opt, 0.0), ms_scale.get(opt, 1.0))
+                        attempts.append(("FINISHED", "diverged" if vals["diverged"] else "finished"))
+                    for n, (run_status, status) in enumerate(attempts):
+                        parent = parents[1] if (key == RETRIED and n == 1) else parents[0]
+                        run = client.create_run(exp_id, start_time=t, tags={
+                            **tags, RF.TAG_PARENT_RUN_ID: parent, RF.TAG_STATUS: status,
+                            **({RF.TAG_REASON: "RuntimeError: boom"} if run_status == "FAILED" else {})})
+                        t += 1000
+                        rid = run.info.run_id
+                        if run_status == "FINISHED":
+                            metrics = [Metric(k, v, t, int(s)) for k, pts in vals["curves"].items() for s, v in pts]
+                            metrics += [Metric(k, v, t, 0) for k, v in vals["summary"].items()]
+                        elif key == RETRIED:  # a partial, wrong curve that the report must ignore
+                            metrics = [Metric("eval/accuracy", 0.0123, t, 0), Metric("train/loss", 9.0, t, 0)]
+                        else:
+                            metrics = []
+                        for j in range(0, len(metrics), 900):
+                            client.log_batch(rid, metrics=metrics[j:j + 900], params=params if j == 0 else [])
+                        if not metrics:
+                            client.log_batch(rid, params=params)
+                        client.set_terminated(rid, run_status, end_time=t + 500)
+                    expected[spec.trial_id] = {"key": key, "values": None if key == FAILED else vals,
+                                               "attempts": len(attempts)}
+    client.log_text(parents[0], "sweep: demo\noptimizers: [sgd, momentum, adam]\n", RF.ARTIFACT_CONFIG)
+    for i, p in enumerate(parents):
+        client.set_terminated(p, end_time=t0 + i * 100_000 + 90_000)
+    return expected, parents
+
+
+@pytest.fixture(scope="module")
+def fast_tmp(tmp_path_factory):
+    """A temporary folder on tmpfs when there is one: SQLite's commits (fsync) dominate logging time."""
+    import tempfile
+
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        root = Path(tempfile.mkdtemp(prefix="test_reports_", dir=shm))
+        yield root
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        yield tmp_path_factory.mktemp("mlflow")
+
+
+@pytest.fixture(scope="module")
+def store(fast_tmp):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{fast_tmp / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = client.create_experiment(EXP, artifact_location=str(fast_tmp / "artifacts"))
+    # The baseline ran first, on mlp only; in the current sweep adam's steps are 1.5× slower and
+    # momentum's accuracy is 0.05 lower.
+    base, _ = _log_sweep(client, exp_id, BASE, T0, models=("mlp",))
+    cur, parents = _log_sweep(client, exp_id, SWEEP, T0 + 10_000_000, acc_shift={"momentum": -0.05},
+                              ms_scale={"adam": 1.5})
+    return {"uri": uri, "client": client, "exp_id": exp_id, "expected": cur, "base_expected": base,
+            "parents": parents}
+
+
+@pytest.fixture(scope="module")
+def frame(store):
+    return reports.load_frame(EXP, SWEEP, tracking_uri=store["uri"])
+
+
+@pytest.fixture(scope="module")
+def report(store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "sub" / "demo.html"
+    path = reports.make_report(EXP, None, str(out), baseline=BASE, tracking_uri=store["uri"])
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Frame
+# ---------------------------------------------------------------------------------------------
+def test_frame_holds_exactly_what_mlflow_stored(store, frame):
+    client, expected = store["client"], store["expected"]
+    s = RF.summaries(frame)
+    assert len(s) == len(expected) == len(MODELS) * len(OPTS) * len(STEP_SIZES) * len(SEEDS)
+    assert s["trial_id"].is_unique and set(s["trial_id"]) == set(expected)
+    c = RF.curves(frame)
+    checked = 0
+    for tid, exp in expected.items():
+        vals = exp["values"]
+        row = s[s["trial_id"] == tid].iloc[0]
+        tc = c[c["trial_id"] == tid]
+        if vals is None:
+            assert tc.empty
+            assert all(math.isnan(row[m]) for m in RF.SUMMARY_METRICS)
+            continue
+        for m in RF.SUMMARY_METRICS:
+            if m in vals["summary"]:
+                assert row[m] == vals["summary"][m], (tid, m)  # exact: the stored float
+            else:
+                assert math.isnan(row[m]), (tid, m)
+        for m, pts in vals["curves"].items():
+            got = tc[["step", m]].dropna()
+            assert got["step"].tolist() == [s_ for s_, _ in pts]
+            assert got[m].tolist() == [v for _, v in pts], (tid, m)
+            hist = sorted(client.get_metric_history(row["run_id"], m), key=lambda x: x.step)
+            assert got[m].tolist() == [h.value for h in hist]
+            checked += 1
+        assert tc["step"].is_monotonic_increasing
+    assert checked == 4 * (len(expected) - 1)
+
+
+def test_frame_identity_columns_and_statuses(store, frame):
+    s = RF.summaries(frame).set_index("trial_id")
+    by_key = {v["key"]: tid for tid, v in store["expected"].items()}
+    failed, diverged, retried = s.loc[by_key[FAILED]], s.loc[by_key[DIVERGED]], s.loc[by_key[RETRIED]]
+    assert (failed["status"], failed["run_status"], failed["reason"]) == ("failed", "FAILED", "RuntimeError: boom")
+    assert (diverged["status"], diverged["run_status"]) == ("diverged", "FINISHED")
+    assert RF.curves(frame).query("trial_id == @by_key[@DIVERGED]")["step"].max() == DIVERGED_AT - TRAIN_EVERY
+    # the retried trial: two runs, the FINISHED one is used, not the earlier FAILED one
+    assert (retried["attempts"], retried["run_status"], retried["status"]) == (2, "FINISHED", "finished")
+    assert retried["parent_run_id"] == store["parents"][1]
+    assert (s["status"] == "finished").sum() == len(s) - 2
+    one = s.loc[by_key[("cnn", "sgd", 0.1, 2)]]
+    assert (one["model"], one["optimizer"], one["dataset"], one["seed"]) == ("cnn", "sgd", "mnist1d", 2)
+    assert (one["step_size"], one["batch_size"], one["train_steps"]) == (0.1, BATCH, STEPS)
+    assert (one["target_metric"], one["target_value"], one["target_mode"]) == ("eval/accuracy", TARGET, "max")
+    assert (one["task"], one["config"]) == ("cnn / mnist1d", "sgd (step_size=0.1)")
+    assert one["params.optimizer.step_size"] == "0.1" and one["device_kind"] == "cpu"
+    # seeds of a configuration share config_id; step sizes do not
+    g = s[(s["task"] == "mlp / mnist1d") & (s["optimizer"] == "adam")].groupby("step_size")["config_id"]
+    assert g.nunique().tolist() == [1, 1, 1] and s.loc[g.groups[0.01], "config_id"].iloc[0] != \
+        s.loc[g.groups[0.1], "config_id"].iloc[0]
+    assert frame.attrs["sweep_id"] == SWEEP and frame.attrs["parent_run_ids"] == store["parents"]
+
+
+def test_latest_sweep_is_default_and_errors_name_what_exists(store):
+    data = RF.load_sweep(EXP, tracking_uri=store["uri"])
+    assert data.sweep_id == SWEEP and len(data.parents) == 2
+    assert data.config_yaml.startswith("sweep: demo")
+    with pytest.raises(ValueError, match=r"no MLflow experiment named 'dmeo' \(did you mean 'demo'\?\)"):
+        reports.load_frame("dmeo", tracking_uri=store["uri"])
+    with pytest.raises(ValueError, match=r"no run with harness.sweep_id = 'nope'; sweep ids there: "
+                                         r"\['sweep-base', 'sweep-cur'\]"):
+        reports.load_frame(EXP, "nope", tracking_uri=store["uri"])
+
+
+def test_pagination_reads_every_page(store, monkeypatch):
+    from mlflow import MlflowClient
+
+    calls = []
+    real = MlflowClient.search_runs
+
+    def spy(self, *a, **kw):
+        page = real(self, *a, **kw)
+        calls.append((kw.get("max_results"), len(page)))
+        return page
+
+    monkeypatch.setattr(MlflowClient, "search_runs", spy)
+    monkeypatch.setattr(RF, "PAGE_SIZE", 7)
+    f = reports.load_frame(EXP, SWEEP, tracking_uri=store["uri"])
+    n_runs = len(store["expected"]) + 1 + 2  # + the retried trial's FAILED run + 2 parents
+    pages = [c for c in calls if c[0] == 7]
+    assert len(pages) == math.ceil(n_runs / 7) and sum(n for _, n in pages) == n_runs
+    assert RF.summaries(f)["trial_id"].nunique() == len(store["expected"])
+
+
+@pytest.mark.slow
+def test_more_than_a_thousand_runs_are_read_in_full(fast_tmp):
+    from mlflow import MlflowClient
+
+    tmp_path = fast_tmp / "big"
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}.db")
+    exp = client.create_experiment("big", artifact_location=str(tmp_path))
+    n = 1003
+    for i in range(n):
+        client.create_run(exp, start_time=T0 + i, tags={
+            RF.TAG_TRIAL_ID: f"t{i:04d}", RF.TAG_SWEEP_ID: "s", "optimizer": "sgd", "model": "m",
+            "dataset": "d", "seed": str(i), RF.TAG_STATUS: "finished"})
+    f = reports.load_frame("big", "s", tracking_uri=f"sqlite:///{tmp_path}.db")
+    s = RF.summaries(f)
+    assert len(s) == n and set(s["seed"]) == set(range(n)) and (s["status"] == "finished").all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Views: best configurations, leaderboard, profiles, comparison
+# ---------------------------------------------------------------------------------------------
+def _expected_acc(expected, model, opt, lr):
+    return [v["values"]["summary"]["final/eval_accuracy"] for v in expected.values()
+            if v["key"][:3] == (model, opt, lr) and v["values"] and "final/eval_accuracy" in v["values"]["summary"]]
+
+
+def test_leaderboard_best_configs_and_confidence_intervals(store, frame):
+    best = RF.best_configs(frame).set_index(["task", "optimizer"])
+    for model in MODELS:
+        task = f"{model} / mnist1d"
+        assert best.loc[(task, "adam"), "rank"] == 1 and best.loc[(task, "momentum"), "rank"] == 2
+        assert best.loc[(task, "sgd"), "rank"] == 3 and best.loc[(task, "sgd"), "n_reached"] == 0
+        assert best.loc[(task, "adam"), "config"] == "adam (step_size=0.01)"
+    lb = F.leaderboard(frame).set_index(["Task", "Optimizer"])
+    accs = np.array(_expected_acc(store["expected"], "mlp", "momentum", 0.01))
+    half = 4.302652729911275 * accs.std(ddof=1) / math.sqrt(3)  # t(0.975, df=2)
+    row = lb.loc[("mlp / mnist1d", "momentum")]
+    assert row["_acc_mean"] == pytest.approx(accs.mean(), rel=1e-12)
+    assert row["_acc_ci"] == pytest.approx(half, rel=1e-9)
+    d = 1 - math.floor(math.log10(half))  # two significant digits of the half-width
+    assert row["Final eval accuracy"] == f"{accs.mean():.{d}f} ± {half:.{d}f}"
+    assert lb.loc[("mlp / mnist1d", "sgd"), "Time to target (s)"] == "not reached (0/3)"
+    assert lb.loc[("mlp / mnist1d", "adam"), "Time to target (s)"].endswith(" (3/3 reached)")
+    # cnn adam at 0.1 diverged in one seed but 0.01 is best, so 3/3 finished
+    assert lb.loc[("cnn / mnist1d", "adam"), "Seeds finished"] == "3/3"
+
+
+def test_performance_profile_matches_hand_computation(store, frame):
+    times = F.profile_times(frame)
+    # seconds to target of the best config = median over seeds of wall time at the first hit
+    exp = {}
+    for v in store["expected"].values():
+        model, opt, lr, _ = v["key"]
+        if lr == 0.01 and v["values"] and "convergence/seconds_to_target" in v["values"]["summary"]:
+            exp.setdefault((model, opt), []).append(v["values"]["summary"]["convergence/seconds_to_target"])
+    for (model, opt), secs in exp.items():
+        assert times.loc[f"{model} / mnist1d", opt] == pytest.approx(float(np.median(secs)))
+    assert np.isinf(times["sgd"]).all()
+    taus = np.array([1.0, 1.5, 2.0, 10.0])
+    p = F.performance_profile(frame, taus).pivot(index="tau", columns="optimizer", values="rho")
+    ratio = {m: times.loc[f"{m} / mnist1d", "momentum"] / times.loc[f"{m} / mnist1d", "adam"] for m in MODELS}
+    assert p["adam"].tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert p["sgd"].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert p["momentum"].tolist() == [sum(r <= t for r in ratio.values()) / 2 for t in taus]
+
+
+def test_compare_flags_only_changes_beyond_spread(store, frame):
+    base = reports.load_frame(EXP, BASE, tracking_uri=store["uri"])
+    c = compare(frame, base)
+    reg = c[c["flag"] == "regression"]
+    # slower steps make adam slower to target too; lower accuracy makes momentum reach it later
+    assert set(zip(reg["check"], reg["optimizer"], strict=True)) == {
+        ("throughput", "adam"), ("time to target", "adam"), ("final metric", "momentum"),
+        ("time to target", "momentum")}
+    assert set(reg["task"]) == {"mlp / mnist1d"}  # the baseline has no cnn trials
+    # momentum got worse by 0.05 at every step size (the failed seed leaves 2 at step size 0.001)
+    assert (reg["check"] == "final metric").sum() == len(STEP_SIZES)
+    assert (c["flag"] == "improvement").sum() == 0
+    only = c[c["task"] == "cnn / mnist1d"]
+    assert len(only) == len(OPTS) * (1 + len(STEP_SIZES)) and set(only["flag"]) == {"n/a"}
+    same = compare(frame, frame)
+    assert set(same["flag"]) <= {"ok", "n/a"}
+    thr = c[(c["check"] == "throughput") & (c["optimizer"] == "adam") & (c["task"] == "mlp / mnist1d")].iloc[0]
+    assert thr["change"] == "+50.0%"
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------------
+def _png_wh(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", png[16:24])
+
+
+def test_every_figure_exists_and_draws_data(frame):
+    figs = F.make_figures(frame)
+    assert set(figs) == {spec.key for spec in F.FIGURES}
+    for key, fig in figs.items():
+        assert fig is not None, key
+        drawn = sum(len(ax.lines) + len(ax.patches) + len(ax.collections) for ax in fig.axes)
+        assert drawn > 0, key
+        png = F.png_bytes(fig)
+        w, h = _png_wh(png)
+        assert w > 300 and h > 200 and len(png) > 10_000, key
+        assert b"matplotlib.org" not in png
+    conv = figs["convergence_steps"]
+    assert len(conv.axes) == 3 * len(MODELS) and conv.axes[0].get_title() == "cnn / mnist1d"
+    assert {ax.get_xlabel() for ax in conv.axes} >= {"optimizer step"}
+    assert all(ax.get_xscale() == "log" for ax in figs["sensitivity"].axes)
+    texts = [t.get_text() for ax in figs["time_to_target"].axes for t in ax.texts]
+    assert sum(t.startswith("not reached") for t in texts) == len(MODELS)  # sgd, on both tasks
+    assert any(" s · " in t for t in texts)
+    labels = {t.get_text() for ax in figs["throughput"].axes for t in ax.get_yticklabels()}
+    assert labels == set(OPTS)
+
+
+def test_curve_bands_are_median_and_quartiles(store, frame):
+    b = F.curve_bands(frame, "eval/accuracy", "step")
+    got = b[(b["task"] == "mlp / mnist1d") & (b["optimizer"] == "momentum") & (b["x"] == 100)].iloc[0]
+    vals = [dict(v["values"]["curves"]["eval/accuracy"])[100] for v in store["expected"].values()
+            if v["key"][:3] == ("mlp", "momentum", 0.01)]
+    assert got["median"] == pytest.approx(np.median(vals)) and got["n"] == 3
+    assert got["q25"] == pytest.approx(np.quantile(vals, 0.25)) and got["q75"] == pytest.approx(np.quantile(vals, 0.75))
+    t = F.curve_bands(frame, "eval/accuracy", "seconds")
+    assert len(t[(t["task"] == "mlp / mnist1d") & (t["optimizer"] == "adam")]) == F.TIME_GRID_POINTS
+    assert t["x"].min() == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# The HTML report
+# ---------------------------------------------------------------------------------------------
+def test_report_is_self_contained_with_csv_and_artifact(store, report, frame):
+    text = report.read_text(encoding="utf-8")
+    assert not re.search(r"https?://", text)
+    assert "default-src 'none'; img-src data:" in text
+    srcs = re.findall(r'<img src="([^"]+)"', text)
+    assert len(srcs) == len(F.FIGURES)
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert not re.search(r'(?:src|href)="(?!data:|#)', text)
+    for anchor in re.findall(r'href="#([^"]+)"', text):
+        assert f'id="{anchor}"' in text, anchor
+    for needle in ("Contents", "Leaderboard", "Sweep configuration", "sweep: demo", "Environment", "0.10.2",
+                   "not reached", "Comparison with baseline sweep-base", "regression", "RuntimeError: boom",
+                   "diverged", "mean ± 95% confidence interval"):
+        assert needle in text, needle
+    csv = pd.read_csv(report.with_suffix(".csv"))
+    assert len(csv) == len(frame)
+    s = csv[csv["row"] == "summary"].set_index("trial_id")
+    f = RF.summaries(frame).set_index("trial_id")
+    assert np.array_equal(s.loc[f.index, "perf/step_time_ms"].to_numpy(), f["perf/step_time_ms"].to_numpy(),
+                          equal_nan=True)
+    arts = store["client"].list_artifacts(store["parents"][-1], "reports")
+    assert {Path(a.path).name for a in arts} == {"demo.html", "demo.csv"}
+
+
+def test_reports_never_imports_the_trainer():
+    code = ("import sys, reports, reports.frame, reports.figures, reports.html, reports.compare; "
+            "bad = [m for m in ('harness.trainer', 'jax') if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# ---------------------------------------------------------------------------------------------
+# Headless Chromium
+# ---------------------------------------------------------------------------------------------
+def chromium_binary() -> str | None:
+    """Debian's ``chromium`` (or ``chromium-browser``) on PATH, else None."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def run_chromium(binary: str, url: str, user_data_dir: Path, *extra: str, timeout: float = 90) -> str:
+    """Run headless Chromium on ``url`` with network-free flags and a fresh profile; return stdout."""
+    cmd = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={user_data_dir}", *extra, url]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+@pytest.fixture
+def chromium():
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
+    return binary
+
+
+_PROBE = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.map.call(document.images, function (i) {
+    return {alt: i.alt, complete: i.complete, w: i.naturalWidth, h: i.naturalHeight}; });
+  var pre = document.createElement('pre'); pre.id = 'image-probe'; pre.textContent = JSON.stringify(imgs);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+@pytest.mark.browser
+def test_report_opens_in_headless_chromium(chromium, report, tmp_path):
+    text = report.read_text(encoding="utf-8")
+    # The page's CSP allows no script; the probe (only in this copy) needs one inline script.
+    probe = text.replace("default-src 'none';", "default-src 'none'; script-src 'unsafe-inline';", 1)
+    probe = probe.replace("</body>", _PROBE + "</body>", 1)
+    page = tmp_path / "probe.html"
+    page.write_text(probe, encoding="utf-8")
+    dom = run_chromium(chromium, page.as_uri(), tmp_path / "profile1", "--virtual-time-budget=10000", "--dump-dom")
+    m = re.search(r'<pre id="image-probe">(.*?)</pre>', dom, re.S)
+    assert m, dom[-2000:]
+    imgs = json.loads(htmlmod.unescape(m.group(1)))
+    assert len(imgs) == len(F.FIGURES)
+    for img in imgs:
+        assert img["complete"] and img["w"] > 300 and img["h"] > 200, img
+    assert "Leaderboard" in dom and "Comparison with baseline" in dom
+
+    shot = tmp_path / "report.png"
+    run_chromium(chromium, report.as_uri(), tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1400,2600")
+    w, h = _png_wh(shot.read_bytes())
+    assert (w, h) == (1400, 2600) and shot.stat().st_size > 50_000
