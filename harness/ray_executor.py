@@ -141,14 +141,17 @@ def check_tracking_store(tracking_uri: str | None, address: str | None) -> None:
     )
 
 
-def _this_machine_ips() -> set[str]:
-    ips = {"127.0.0.1", "::1"}
+def is_this_machine(ip: str) -> bool:
+    """Whether ``ip`` is an address of one of this machine's interfaces (it can be bound to)."""
+    if ip in LOOPBACK_HOSTS or ip.startswith("127."):
+        return True
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
     try:
-        name = socket.gethostname()
-        ips.update(info[4][0] for info in socket.getaddrinfo(name, None))
-    except OSError:  # pragma: no cover - no resolvable hostname
-        pass
-    return ips
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((ip, 0))
+        return True
+    except OSError:
+        return False
 
 
 def check_cluster(nodes: Sequence[dict[str, Any]], tracking_uri: str | None, address: str | None) -> None:
@@ -165,7 +168,7 @@ def check_cluster(nodes: Sequence[dict[str, Any]], tracking_uri: str | None, add
         return
     alive = [n for n in nodes if n.get("Alive", True)]
     ips = {str(n.get("NodeManagerAddress", "")) for n in alive}
-    if len(alive) <= 1 and ips <= _this_machine_ips():
+    if len(alive) <= 1 and all(is_this_machine(ip) for ip in ips):
         return
     raise RayTrackingError(
         f"the Ray cluster at {address!r} has {len(alive)} alive node(s) ({', '.join(sorted(ips))}); "
@@ -462,6 +465,10 @@ def dedupe_finished_runs(ctx: RunContext, trial_ids: set[str]) -> dict[str, list
     return demoted
 
 
-def make_executor(**opts: Any) -> RayExecutor:
-    """Factory for the executor registry: ``get_executor("ray", address=..., cpus_per_trial=...)``."""
-    return RayExecutor(**opts)
+def _register() -> None:
+    from harness.executors import register_executor
+
+    register_executor("ray", RayExecutor)
+
+
+_register()

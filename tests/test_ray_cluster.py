@@ -1,0 +1,325 @@
+"""Sweeps through a real Ray head and a real MLflow server, both started here on 127.0.0.1.
+
+- A sweep of 6 trials (4 single-trial units and one vmapped batch of 2) runs as Ray tasks while a
+  worker process is SIGKILLed in the middle of a trial; MLflow then holds exactly one FINISHED run
+  per trial, the killed attempt is KILLED, and every metric equals an in-process run of the same
+  trials (float32: ``rtol=1e-5, atol=1e-6``; on one machine they are in fact bit-identical).
+- ``python -m harness sweep --executor ray``: the driver killed mid-sweep and restarted completes
+  exactly the missing trials.
+
+The head is ``ray start --head`` in its own process group with its own temp dir; it is stopped by
+killing that group (SIGTERM, then SIGKILL), never with ``ray stop`` (which would stop every Ray on
+the machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
+psutil = pytest.importorskip("psutil")
+
+from harness import tracking  # noqa: E402
+from harness.executors import InProcessExecutor  # noqa: E402
+from harness.ray_executor import TASK_PREFIX, RayExecutor  # noqa: E402
+from harness.spec import TrialSpec  # noqa: E402
+from harness.worker import RunContext  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.server, pytest.mark.slow]
+
+#: float32 tolerance for "results do not depend on the executor".
+RTOL, ATOL = 1e-5, 1e-6
+METRICS = ("train/loss", "eval/loss", "eval/accuracy")
+# Environment for the head and the drivers: no token file written into $HOME, no usage stats.
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _group_alive(pgid: int) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                out.append(p)
+    return out
+
+
+def _stop_group(pgid: int, marker: str | None = None) -> None:
+    """SIGTERM the process group, then SIGKILL what is left, and any process naming ``marker``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        deadline = time.time() + 3
+        while _group_alive(pgid) and time.time() < deadline:
+            time.sleep(0.1)
+        if not _group_alive(pgid):
+            break
+    if marker:  # a process that left the group but still runs from our temp dir
+        for p in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if any(marker in a for a in p.info["cmdline"] or []):
+                    p.kill()
+
+
+def _start_mlflow_server(d: Path) -> tuple[subprocess.Popen, str, object]:
+    """Launch ``mlflow server`` (SQLite backend, 1 worker) on 127.0.0.1; does not wait for it."""
+    port = _free_port()
+    cmd = [str(Path(sys.executable).with_name("mlflow")), "server",
+           "--backend-store-uri", f"sqlite:///{d}/srv.db", "--default-artifact-root", str(d / "art"),
+           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    log = (d / "server.log").open("w")
+    proc = subprocess.Popen(cmd, env=env, cwd=d, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    return proc, f"http://127.0.0.1:{port}", log
+
+
+def _wait_health(proc: subprocess.Popen, uri: str, d: Path, timeout: float = 90) -> None:
+    deadline = time.time() + timeout
+    while True:
+        with contextlib.suppress(OSError), urllib.request.urlopen(uri + "/health", timeout=2) as r:
+            if r.status == 200:
+                return
+        if proc.poll() is not None or time.time() > deadline:
+            pytest.fail(f"mlflow server did not start:\n{(d / 'server.log').read_text()[-3000:]}")
+        time.sleep(0.25)
+
+
+def _ray_start_cmd(tmp: str, port: int) -> list[str]:
+    return [
+        str(Path(sys.executable).with_name("ray")), "start", "--head", "--node-ip-address=127.0.0.1",
+        f"--port={port}", "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false",
+        "--disable-usage-stats", f"--temp-dir={tmp}", "--object-store-memory=100000000",
+        f"--ray-client-server-port={_free_port()}", f"--node-manager-port={_free_port()}",
+        f"--object-manager-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+        f"--dashboard-agent-listen-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}",
+        f"--metrics-export-port={_free_port()}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A Ray head (``ray start --head``, 2 CPUs) and an ``mlflow server``, both on 127.0.0.1,
+    started side by side; yields ``(ray_address, tracking_uri)``. Both are stopped afterwards."""
+    if not Path(sys.executable).with_name("ray").exists():
+        pytest.skip(f"no `ray` command beside {sys.executable}")
+    d = tmp_path_factory.mktemp("mlflow_srv")
+    tmp = tempfile.mkdtemp(prefix="rayt", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    port = _free_port()
+    srv, uri, log = _start_mlflow_server(d)
+    head = None
+    try:
+        head = subprocess.Popen(_ray_start_cmd(tmp, port), env={**os.environ, **RAY_ENV},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        out, _ = head.communicate(timeout=90)
+        if head.returncode != 0:
+            pytest.fail(f"`ray start --head` failed ({head.returncode}):\n{out[-3000:]}")
+        _wait_health(srv, uri, d)
+        yield f"127.0.0.1:{port}", uri
+    finally:
+        if head is not None:
+            if head.poll() is None:
+                head.kill()
+            _stop_group(head.pid, marker=tmp)
+        _stop_group(srv.pid)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def ray_env(monkeypatch):
+    for k, v in RAY_ENV.items():
+        monkeypatch.setenv(k, v)
+
+
+def _specs(sweep: str) -> list[TrialSpec]:
+    return [
+        TrialSpec.make(sweep=sweep, model="mlp", optimizer="sgd", schedule="constant", dataset="digits",
+                       seed=seed, steps=60, batch_size=32, eval_every=20, steps_per_dispatch=10,
+                       model_hparams={"width": 32, "depth": 1}, optimizer_hparams={"step_size": lr})
+        for seed in (0, 1, 2) for lr in (0.1, 0.03)
+    ]
+
+
+def _context(uri: str, sweep: str) -> tuple[RunContext, object]:
+    client = tracking.prepare_store(uri)
+    eid = tracking.get_or_create_experiment(client, sweep, uri)
+    parent = client.create_run(eid, tags={tracking.KIND_TAG: "parent", tracking.SWEEP_TAG: sweep})
+    ctx = RunContext(tracking_uri=uri, experiment_id=eid, parent_run_id=parent.info.run_id,
+                     sweep_id="test", sweep=sweep, measure_perf=False, log_dataset=False)
+    return ctx, client
+
+
+def _histories(client, eid: str) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """{trial_id: {metric: [(step, value), ...]}} of the FINISHED run of every trial."""
+    out = {}
+    for tid, runs in tracking.trial_runs(client, eid).items():
+        (run,) = [r for r in runs if r.info.status == "FINISHED"]
+        out[tid] = {k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k))
+                    for k in METRICS}
+    return out
+
+
+def _kill_a_worker_mid_trial(client, eid: str, unit_of: dict[str, str], stop: threading.Event,
+                             killed: list) -> None:
+    """Find a trial whose MLflow run is RUNNING, find the Ray worker whose process title names its
+    unit (``ray::harness-unit:<first trial id>``), and SIGKILL it."""
+    while not stop.is_set():
+        with contextlib.suppress(Exception):
+            running = tracking.search_all(client, eid, "attributes.status = 'RUNNING'")
+            for r in running:
+                tid = r.data.tags.get(tracking.TRIAL_TAG)
+                if tid not in unit_of:
+                    continue
+                title = f"ray::{TASK_PREFIX}:{unit_of[tid]}"
+                for p in psutil.process_iter(["cmdline"]):
+                    if (p.info["cmdline"] or [""])[0] == title:
+                        p.send_signal(signal.SIGKILL)
+                        killed.append((tid, p.pid))
+                        return
+        time.sleep(0.05)
+
+
+def test_ray_sweep_survives_a_killed_worker_and_matches_a_local_run(cluster, ray_env, tmp_path):
+    ray_head, mlflow_srv = cluster
+    sweep = "ray-faults"
+    specs = _specs(sweep)
+    assert len({s.batch_key() for s in specs}) == 1  # the last two may share one vmapped program
+    units = [[s] for s in specs[:4]] + [specs[4:]]
+    ctx, client = _context(mlflow_srv, sweep)
+    unit_of = {s.trial_id: u[0].trial_id for u in units for s in u}
+
+    killed: list = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_a_worker_mid_trial,
+                              args=(client, ctx.experiment_id, unit_of, stop, killed), daemon=True)
+    reported: list = []
+    ex = RayExecutor(address=ray_head, cpus_per_trial=1, max_retries=3, poll_s=0.2)
+    killer.start()
+    try:
+        ex.run(units, ctx, reported.extend)
+    finally:
+        stop.set()
+        killer.join(10)
+
+    # The driver saw each trial exactly once, none failed.
+    assert sorted(o.trial_id for o in reported) == sorted(s.trial_id for s in specs)
+    assert {o.status for o in reported} == {"finished"}, [o.reason for o in reported]
+
+    # MLflow: every trial exactly once FINISHED; the killed attempt was marked KILLED by the retry.
+    assert killed, "no worker was caught running a trial"
+    by_trial = tracking.trial_runs(client, ctx.experiment_id)
+    assert set(by_trial) == {s.trial_id for s in specs}
+    for tid, runs in by_trial.items():
+        assert [r.info.status for r in runs].count("FINISHED") == 1, tid
+        assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {ctx.parent_run_id}
+    killed_tid = killed[0][0]
+    statuses = sorted(r.info.status for r in by_trial[killed_tid])
+    assert statuses == ["FINISHED", "KILLED"], statuses
+    assert not psutil.pid_exists(killed[0][1]) or psutil.Process(killed[0][1]).status() == "zombie"
+
+    # Same trials in this process into a SQLite store: equal metrics.
+    local_uri = f"sqlite:///{tmp_path}/local.db"
+    lctx, lclient = _context(local_uri, sweep)
+    InProcessExecutor().run(units, lctx, lambda outs: None)
+    remote, local = _histories(client, ctx.experiment_id), _histories(lclient, lctx.experiment_id)
+    assert set(remote) == set(local)
+    for tid in local:
+        for k in METRICS:
+            ls, lv = zip(*local[tid][k], strict=True)
+            rs, rv = zip(*remote[tid][k], strict=True)
+            assert ls == rs, (tid, k)
+            np.testing.assert_allclose(rv, lv, rtol=RTOL, atol=ATOL, err_msg=f"{tid} {k}")
+
+
+CONFIG = """\
+name: ray-resume
+models: [{name: mlp, hparams: {width: 32, depth: 1}}]
+optimizers: [{name: sgd, hparams: {step_size: [0.1, 0.03]}}]
+datasets: [digits]
+seeds: 3
+batch_size: 32
+budget: {steps: 60}
+eval_every: 20
+steps_per_dispatch: 10
+batching: false
+measure_perf: false
+"""
+
+
+def _finished(client, eid: str) -> dict[str, int]:
+    return {tid: [r.info.status for r in runs].count("FINISHED")
+            for tid, runs in tracking.trial_runs(client, eid).items()}
+
+
+def test_cli_sweep_on_ray_resumes_after_the_driver_is_killed(cluster, tmp_path):
+    address, uri = cluster
+    cfg = tmp_path / "ray-resume.yaml"
+    cfg.write_text(CONFIG)
+    cmd = [sys.executable, "-m", "harness", "sweep", str(cfg), "--executor", "ray", "--address", address,
+           "--tracking-uri", uri]
+    env = {**os.environ, **RAY_ENV}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    client = tracking.client_for(uri)
+
+    # 1. Kill the driver (SIGKILL) once at least one trial is FINISHED.
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 150
+        done_before: set[str] = set()
+        while first.poll() is None and time.time() < deadline:
+            exp = client.get_experiment_by_name("ray-resume")
+            if exp is not None:
+                done_before = {t for t, n in _finished(client, exp.experiment_id).items() if n}
+                if done_before:
+                    break
+            time.sleep(0.1)
+        assert first.poll() is None, "the first driver finished before it could be killed"
+        assert done_before, "no trial finished within the deadline"
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    eid = client.get_experiment_by_name("ray-resume").experiment_id
+    done_before = {t for t, n in _finished(client, eid).items() if n}
+    assert 1 <= len(done_before) < 6
+
+    # 2. Restart: exactly the missing trials run; the sweep ends with all 6 FINISHED once.
+    second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "mlp" in second.stdout and "sgd" in second.stdout  # the summary table
+    finished = _finished(client, eid)
+    assert len(finished) == 6 and set(finished.values()) == {1}, finished
+    parents = tracking.search_all(client, eid, f"tags.`{tracking.KIND_TAG}` = 'parent'")
+    assert len(parents) == 2
+    second_parent = next(p for p in parents if p.info.status == "FINISHED").info.run_id
+    for tid, runs in tracking.trial_runs(client, eid).items():
+        fin = next(r for r in runs if r.info.status == "FINISHED")
+        # Trials finished before the kill were not re-run; the others ran under the second parent.
+        expect = "first" if tid in done_before else "second"
+        got = "second" if fin.data.tags["mlflow.parentRunId"] == second_parent else "first"
+        assert got == expect, (tid, [r.info.status for r in runs])
+        assert all(r.info.status in ("FINISHED", "KILLED") for r in runs), [r.info.status for r in runs]
