@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -23,7 +23,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 _URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, then sqlite:///<cwd>/mlflow.db)."
 
 
-class Batching(str, Enum):
+class Batching(StrEnum):
     auto = "auto"
     on = "on"
     off = "off"
@@ -41,7 +41,7 @@ def sweep(
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
     jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, help="Local worker processes."),
     executor: str | None = typer.Option(None, "--executor", help="inprocess | process | ray (if installed)."),
-    address: str | None = typer.Option(None, "--address", help="Cluster address for executors that need one."),
+    address: str | None = typer.Option(None, "--address", help="Cluster address (ray)."),
     batching: Batching | None = typer.Option(None, "--batching", help="Train seed/step-size siblings "
                                              "together under vmap: auto | on | off."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
@@ -49,7 +49,7 @@ def sweep(
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
     from harness.config import ConfigError
     from harness.sweep import run_sweep
-    from harness.tracking import TrackingUnavailable
+    from harness.tracking import TrackingUnavailableError
 
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
@@ -58,7 +58,7 @@ def sweep(
     except ConfigError as e:
         _err(f"invalid sweep config:\n{e}")
         raise typer.Exit(2) from None
-    except TrackingUnavailable as e:
+    except TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
     except ValueError as e:  # e.g. an unknown executor from the command line
@@ -136,7 +136,7 @@ def status(
         names = [cfg.name]
     try:
         client = tracking.prepare_store(uri)
-    except tracking.TrackingUnavailable as e:
+    except tracking.TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
     exps = [client.get_experiment_by_name(n) for n in names] if names else client.search_experiments()
@@ -200,7 +200,7 @@ def ui(
                 _err(f"no experiment {experiment!r} in {uri}")
                 raise typer.Exit(2)
             exp_id = exp.experiment_id
-    except tracking.TrackingUnavailable as e:
+    except tracking.TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
     suffix = f"/#/experiments/{exp_id}" if exp_id else ""
@@ -236,7 +236,7 @@ def report(
     uri = tracking.resolve_tracking_uri(tracking_uri)
     try:
         tracking.prepare_store(uri)
-    except tracking.TrackingUnavailable as e:
+    except tracking.TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
     from reports import make_report

@@ -107,7 +107,8 @@ class Component(_Strict):
             except ValueError as e:
                 raise PydanticCustomError("bad_grid", "{key}: {msg}", {"key": k, "msg": str(e)}) from None
             if not values:
-                raise PydanticCustomError("empty_axis", "{key}: empty axis (needs at least one value)", {"key": k})
+                raise PydanticCustomError("empty_axis", "{key}: empty axis (needs at least one value)",
+                                          {"key": k})
         return v
 
 

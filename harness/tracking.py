@@ -35,8 +35,11 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 
 
-class TrackingUnavailable(RuntimeError):
+class TrackingUnavailableError(RuntimeError):
     """The tracking store cannot be reached (server down, bad URI). Raised before training."""
+
+
+TrackingUnavailable = TrackingUnavailableError  # short alias
 
 
 # --------------------------------------------------------------------------- store and server
@@ -61,17 +64,17 @@ def check_server(uri: str, timeout: float = 3.0) -> None:
     """One ``GET {uri}/health`` with ``timeout`` seconds; no retries.
 
     Raises:
-      TrackingUnavailable: with the URI and the cause, e.g. connection refused.
+      TrackingUnavailableError: with the URI and the cause, e.g. connection refused.
     """
     url = uri.rstrip("/") + "/health"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             if r.status != 200:
-                raise TrackingUnavailable(f"MLflow tracking server {uri} answered /health with HTTP "
+                raise TrackingUnavailableError(f"MLflow tracking server {uri} answered /health with HTTP "
                                           f"{r.status}; nothing was run")
     except (urllib.error.URLError, OSError) as e:
         cause = getattr(e, "reason", e)
-        raise TrackingUnavailable(
+        raise TrackingUnavailableError(
             f"cannot reach the MLflow tracking server at {uri} ({cause}); start it (e.g. `mlflow "
             f"server --host 127.0.0.1 --port PORT`) or drop --tracking-uri / MLFLOW_TRACKING_URI to "
             f"use the local SQLite store; nothing was run") from None
@@ -89,7 +92,7 @@ def prepare_store(uri: str, health_timeout: float = 3.0):
     """Make the store ready for concurrent writers and return an ``MlflowClient`` on it.
 
     A server is health-checked first; a SQLite store is created (schema migration) here, in the
-    calling process only. Raises :class:`TrackingUnavailable`.
+    calling process only. Raises :class:`TrackingUnavailableError`.
     """
     if is_server(uri):
         check_server(uri, health_timeout)
@@ -99,7 +102,7 @@ def prepare_store(uri: str, health_timeout: float = 3.0):
     try:
         client.search_experiments(max_results=1)
     except Exception as e:
-        raise TrackingUnavailable(f"cannot open the MLflow store {uri}: {e}") from None
+        raise TrackingUnavailableError(f"cannot open the MLflow store {uri}: {e}") from None
     return client
 
 

@@ -24,6 +24,7 @@ metrics ``train/loss``, ``eval/loss``, ``eval/accuracy`` (``step=`` the training
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import tempfile
@@ -307,10 +308,10 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext) -> list[TrialOutcome]:
             try:
                 _log_result(client, rid, res, t0_ms, ctx)
                 if ctx.log_dataset and res.status != "failed":
-                    try:
-                        tracking.log_dataset_input(client, rid, _dataset(res.spec), res.spec.dataset, _DIGESTS)
-                    except Exception:
-                        pass
+                    # provenance only: never fail a trial for it
+                    with contextlib.suppress(Exception):
+                        tracking.log_dataset_input(client, rid, _dataset(res.spec), res.spec.dataset,
+                                                   _DIGESTS)
             finally:
                 client.set_terminated(rid, status="FAILED" if res.status == "failed" else "FINISHED")
             spent = time.perf_counter() - t1 + pre_s / len(todo)

@@ -33,7 +33,8 @@ def test_unknown_optimizer_schedule_dataset_hparam(write_sweep):
     errs = _errors(write_sweep, optimizers=[{"name": "addam", "hparams": {"step_size": 0.1}},
                                             {"name": "momentum", "hparams": {"step_size": 0.1, "mas": 0.9}}],
                    schedules=["cosine"], datasets=["digts", "tfds:MNIST"])
-    assert errs[0].startswith("F: optimizers[0].name: unknown optimizer 'addam'; valid choices: adagrad, adam,")
+    assert errs[0].startswith(
+        "F: optimizers[0].name: unknown optimizer 'addam'; valid choices: adagrad, adam,")
     assert errs[0].endswith("(did you mean 'adam'?)")
     assert errs[1] == ("F: optimizers[1].hparams.mas: unknown hyperparameter of optimizer 'momentum'; "
                        "valid: step_size, mass (did you mean 'mass'?)")
@@ -61,7 +62,8 @@ def test_negative_and_missing_step_size(write_sweep):
     errs = _errors(write_sweep, optimizers=[{"name": "adam", "hparams": {"step_size": [0.1, -0.1]}},
                                             "sgd"])
     assert errs == ["F: optimizers[0].hparams.step_size: must be > 0, got -0.1",
-                    "F: optimizers[1].hparams: missing required hyperparameter 'step_size' of optimizer 'sgd'"]
+                    "F: optimizers[1].hparams: missing required hyperparameter 'step_size' of optimizer "
+                    "'sgd'"]
 
 
 def test_empty_axes(write_sweep):
@@ -122,7 +124,8 @@ def test_expansion_grid_zip_include_exclude(write_sweep):
                             {"name": "adam", "hparams": {"step_size": [0.01, 0.02], "b1": [0.8, 0.9]},
                              "zip": [["step_size", "b1"]]}],
                 seeds=2, exclude=[{"model": "cnn", "model.width": 8, "optimizer": "adam"}],
-                include=[{"models": ["logreg"], "optimizers": [{"name": "sgd", "hparams": {"step_size": 1.0}}],
+                include=[{"models": ["logreg"],
+                          "optimizers": [{"name": "sgd", "hparams": {"step_size": 1.0}}],
                           "seeds": [5]}])
     specs = expand(cfg)
     # models: mlp, cnn(4), cnn(8) = 3; optimizers: sgd ×2 + adam zipped ×2 = 4; seeds 2 → 24

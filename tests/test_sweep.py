@@ -80,7 +80,8 @@ def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tra
     assert len(parents2) == 2
 
 
-def test_trial_that_raises_is_failed_and_rerun(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+def test_trial_that_raises_is_failed_and_rerun(tmp_path, write_sweep, tracking_uri, fake_trainer,
+                                               monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = write_sweep(seeds=[0, 1, 2])
     fake_trainer["raise_for"] = (1,)

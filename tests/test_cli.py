@@ -1,0 +1,67 @@
+"""The command line: fast --help without heavy imports, list, dry-run plan, status."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # rich tables unwrapped
+
+
+def test_help_lists_commands_without_importing_jax_or_mlflow():
+    code = ("import sys; from harness.cli import app; import typer.main as m; "
+            "cmd = m.get_command(app); print(sorted(cmd.commands)); "
+            "print([k for k in ('jax', 'mlflow', 'pydantic', 'yaml') if k in sys.modules])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    lines = r.stdout.splitlines()
+    assert lines[0] == "['list', 'report', 'status', 'sweep', 'ui']"
+    assert lines[1] == "[]"
+    r = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "sweep" in r.stdout and "status" in r.stdout
+
+
+def test_list_shows_hyperparameters_and_defaults():
+    r = runner.invoke(app, ["list", "optimizers"], terminal_width=250)
+    assert r.exit_code == 0, r.output
+    assert "momentum" in r.output and "step_size, mass=0.9" in r.output
+    r = runner.invoke(app, ["list", "models"], terminal_width=250)
+    assert "width=256, depth=2, activation='relu', dropout=0.0" in r.output
+    r = runner.invoke(app, ["list", "optimiser"])
+    assert r.exit_code == 2 and "did you mean 'optimizers'?" in r.output
+
+
+def test_dry_run_plan_then_status(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = write_sweep(seeds=[0, 1, 2])
+    r = runner.invoke(app, ["sweep", str(cfg), "--dry-run", "--tracking-uri", tracking_uri])
+    assert r.exit_code == 0, r.output
+    assert "3 trials, 0 done (skipped), 3 to run" in r.output
+    assert not (tmp_path / "mlflow.db").exists()  # a dry run creates no store
+    fake_trainer["diverge_for"] = (2,)
+    fake_trainer["raise_for"] = (1,)
+    r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri])
+    assert r.exit_code == 1, r.output  # a failed trial → exit status 1
+    assert "best configuration per model and optimizer" in r.output
+    assert "python -m harness ui --experiment tiny" in r.output
+    r = runner.invoke(app, ["sweep", str(cfg), "--dry-run", "--tracking-uri", tracking_uri])
+    assert "3 trials, 2 done (skipped), 1 to run" in r.output and "re-run (failed before)" in r.output
+    r = runner.invoke(app, ["status", str(cfg), "--tracking-uri", tracking_uri], terminal_width=250)
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if "tiny" in line and "│" in line)
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    # sweep, sweep_id, trials, finished, diverged, failed, pending
+    assert cells[2:7] == ["3", "1", "1", "1", "0"]
+    r = runner.invoke(app, ["status", "--tracking-uri", tracking_uri], terminal_width=250)
+    assert r.exit_code == 0 and "tiny" in r.output
