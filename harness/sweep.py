@@ -284,7 +284,7 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
 
     Raises:
       harness.config.ConfigError: invalid config (nothing logged).
-      harness.tracking.TrackingUnavailable: the store cannot be reached (nothing trained).
+      harness.tracking.TrackingUnavailableError: the store cannot be reached (nothing trained).
     """
     from rich.console import Console
 
