@@ -1,0 +1,192 @@
+"""harness.trainer: curves, data order, divergence, targets, perf cache, batching parity per optimizer."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from harness import trainer
+from harness.data import load_dataset
+from harness.spec import PerfResult, Target, TrialSpec
+from models.zoo import MODELS
+from optimizers import OPTIMIZERS
+
+# float32 tolerance of "trial i of a vmapped batch equals the trial run alone"
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def make_spec(**kw) -> TrialSpec:
+    base = dict(sweep="t", model="mlp", optimizer="adam", schedule="constant", dataset="digits", seed=0,
+                steps=20, batch_size=32, eval_every=10, steps_per_dispatch=10,
+                model_hparams={"width": 16, "depth": 1}, optimizer_hparams={"step_size": 0.01})
+    base.update(kw)
+    return TrialSpec.make(**base)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+def test_curves_target_progress_and_determinism(digits):
+    spec = make_spec(steps=60, eval_every=30, steps_per_dispatch=30, target={"value": 0.5},
+                     model_hparams={"width": 32, "depth": 1, "dropout": 0.1})
+    progress = []
+    r = trainer.run_trial(spec, dataset=digits, measure_perf=False,
+                          on_progress=lambda done, total: progress.append((done, total)))
+    c = r.curves
+    assert r.status == "finished" and r.diverged_step is None and r.perf is None
+    assert progress == [(30, 60), (60, 60)]
+    assert c.train_step == list(range(1, 61)) and c.eval_step == [0, 30, 60]
+    assert all(type(v) is float for v in c.train_loss + c.eval_loss + c.eval_accuracy + c.train_wall_s)
+    assert all(type(v) is int for v in c.train_step + c.eval_step)
+    assert c.eval_wall_s[0] == 0.0 and c.eval_wall_s[-1] == pytest.approx(c.train_wall_s[-1])
+    assert np.all(np.diff(c.train_wall_s) >= 0)
+    assert np.mean(c.train_loss[-10:]) < np.mean(c.train_loss[:10])
+    assert c.eval_accuracy[-1] > 0.5 and r.final_eval_accuracy == c.eval_accuracy[-1]
+    # target: first evaluation reaching 0.5 accuracy, its step and clock
+    j = next(i for i, a in enumerate(c.eval_accuracy) if a >= 0.5)
+    assert r.steps_to_target == c.eval_step[j] and r.seconds_to_target == c.eval_wall_s[j]
+    # same seed, same machine: identical curves (compiled programs are reused: no new compile)
+    r2 = trainer.run_trial(spec, dataset=digits, measure_perf=False)
+    assert r2.compile_seconds == 0.0
+    assert r2.curves.train_loss == c.train_loss and r2.curves.eval_loss == c.eval_loss
+    # a different seed gives different curves
+    r3 = trainer.run_trial(dataclasses.replace(spec, seed=1), dataset=digits, measure_perf=False)
+    assert r3.curves.train_loss != c.train_loss
+    # unreachable target is a value, not an error
+    r4 = trainer.run_trial(dataclasses.replace(spec, target=Target("eval/loss", -1.0, "min")),
+                           dataset=digits, measure_perf=False)
+    assert r4.steps_to_target is None and r4.seconds_to_target is None
+
+
+def test_matches_hand_written_reference(digits):
+    """Data order (epoch permutations, straddling batches), update indexing, evaluation: by hand."""
+    B, steps, lr = 500, 4, 0.05
+    spec = make_spec(optimizer="sgd", optimizer_hparams={"step_size": lr}, steps=steps, batch_size=B,
+                     eval_every=4, steps_per_dispatch=2, seed=7)
+    r = trainer.run_trial(spec, dataset=digits, measure_perf=False)
+
+    model = MODELS["mlp"](input_shape=(8, 8, 1), num_classes=10, width=16, depth=1)
+    k_init, k_data, _ = jax.random.split(jax.random.PRNGKey(7), 3)
+    _, params, state = model.init(k_init, (B, 8, 8, 1))
+    N = digits.num_train
+    stream = np.concatenate([np.asarray(jax.random.permutation(jax.random.fold_in(k_data, e), N))
+                             for e in range(2)])  # 4 * 500 = 2000 > 1437: the stream crosses an epoch
+    x, y = jnp.asarray(digits.x_train), jnp.asarray(digits.y_train)
+
+    def loss_fn(p, xb, yb):
+        return model.loss(model.apply(p, state, xb, train=True)[0], yb)
+
+    losses = []
+    for i in range(steps):
+        idx = stream[i * B:(i + 1) * B]
+        loss, g = jax.value_and_grad(loss_fn)(params, x[idx], y[idx])
+        losses.append(float(loss))
+        params = jax.tree_util.tree_map(lambda p, gg: p - lr * gg, params, g)
+    np.testing.assert_allclose(r.curves.train_loss, losses, rtol=1e-5, atol=1e-6)
+    out = model.apply(params, state, jnp.asarray(digits.x_test), train=False)[0]
+    want_loss = float(model.loss(out, jnp.asarray(digits.y_test)))
+    want_acc = float(model.metrics["accuracy"](out, jnp.asarray(digits.y_test)))
+    assert r.curves.eval_step == [0, 4]
+    np.testing.assert_allclose(r.curves.eval_loss[-1], want_loss, rtol=1e-5)
+    np.testing.assert_allclose(r.curves.eval_accuracy[-1], want_acc, rtol=1e-6)
+
+
+def test_eval_batches_cover_split_exactly(monkeypatch, digits):
+    """360 test examples in batches of 100 (3 full + 60 remainder) give the whole-split means."""
+    spec = make_spec(steps=4, eval_every=4, steps_per_dispatch=4, seed=3)
+    whole = trainer.run_trial(spec, dataset=digits, measure_perf=False)
+    monkeypatch.setattr(trainer, "EVAL_BATCH", 100)
+    monkeypatch.setattr(trainer, "_PROGRAMS", type(trainer._PROGRAMS)())
+    batched = trainer.run_trial(spec, dataset=digits, measure_perf=False)
+    assert batched.extra["eval_batch"] == 100 and whole.extra["eval_batch"] == 360
+    np.testing.assert_allclose(batched.curves.eval_loss, whole.curves.eval_loss, rtol=1e-5)
+    np.testing.assert_allclose(batched.curves.eval_accuracy, whole.curves.eval_accuracy, rtol=1e-6)
+
+
+def test_divergence_is_a_status(digits):
+    bad = make_spec(optimizer="sgd", optimizer_hparams={"step_size": 1e30}, steps=20)
+    r = trainer.run_trial(bad, dataset=digits, measure_perf=False)
+    c = r.curves
+    assert r.status == "diverged" and r.diverged_step is not None and "non-finite" in r.reason
+    first_bad = next(s for s, v in zip(c.train_step, c.train_loss, strict=True) if not np.isfinite(v))
+    assert r.diverged_step == first_bad == c.train_step[-1]
+    assert all(np.isfinite(c.train_loss[:-1]))
+    # in a batch, the diverging member stops where it stops alone; the other trains on
+    good = dataclasses.replace(bad, optimizer_hparams=(("step_size", 0.05),), seed=1)
+    rb = trainer.run_trials_batched([bad, good], dataset=digits, measure_perf=False)
+    assert rb[0].status == "diverged" and rb[0].diverged_step == r.diverged_step
+    assert rb[1].status == "finished" and len(rb[1].curves.train_loss) == 20
+    alone = trainer.run_trial(good, dataset=digits, measure_perf=False)
+    np.testing.assert_allclose(rb[1].curves.train_loss, alone.curves.train_loss, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_batched_equals_alone_every_optimizer(opt, digits):
+    specs = [make_spec(optimizer=opt, seed=0, optimizer_hparams={"step_size": 0.01}),
+             make_spec(optimizer=opt, seed=5, optimizer_hparams={"step_size": 0.003})]
+    batched = trainer.run_trials_batched(specs, dataset=digits, measure_perf=False)
+    for spec, rb in zip(specs, batched, strict=True):
+        ra = trainer.run_trial(spec, dataset=digits, measure_perf=False)
+        assert rb.spec == spec and rb.status == ra.status == "finished"
+        assert rb.curves.train_step == ra.curves.train_step and rb.curves.eval_step == ra.curves.eval_step
+        np.testing.assert_allclose(rb.curves.train_loss, ra.curves.train_loss, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(rb.curves.eval_loss, ra.curves.eval_loss, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(rb.curves.eval_accuracy, ra.curves.eval_accuracy, rtol=RTOL, atol=ATOL)
+    assert batched[0].curves.train_loss != batched[1].curves.train_loss
+
+
+def test_schedule_total_steps_filled(digits):
+    """cosine_decay's total_steps is the trial's budget: at the last step the rate is alpha·lr = 0,
+    so with sgd the parameters stop moving; compare against an explicit schedule."""
+    s = make_spec(optimizer="sgd", schedule="cosine_decay", steps=10, eval_every=10,
+                  optimizer_hparams={"step_size": 0.5})
+    explicit = make_spec(optimizer="sgd", schedule="cosine_decay", steps=10, eval_every=10,
+                         optimizer_hparams={"step_size": 0.5}, schedule_hparams={"total_steps": 10})
+    a = trainer.run_trial(s, dataset=digits, measure_perf=False)
+    b = trainer.run_trial(dataclasses.replace(explicit), dataset=digits, measure_perf=False)
+    assert a.curves.train_loss == b.curves.train_loss
+    c = trainer.run_trial(make_spec(optimizer="sgd", steps=10, eval_every=10,
+                                    optimizer_hparams={"step_size": 0.5}), dataset=digits, measure_perf=False)
+    assert a.curves.train_loss[0] == c.curves.train_loss[0]
+    assert a.curves.train_loss[-1] != c.curves.train_loss[-1]
+
+
+def test_perf_measured_once_per_perf_key(tmp_path, monkeypatch, digits):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    cache: dict = {}
+    spec = make_spec(steps=10, eval_every=10)
+    r = trainer.run_trial(spec, dataset=digits, perf_cache=cache)
+    p = r.perf
+    assert isinstance(p, PerfResult) and list(cache.values()) == [p]
+    assert p.compile_s > 0 and p.step_time_ms_p10 <= p.step_time_ms <= p.step_time_ms_p90
+    assert p.examples_per_sec == pytest.approx(32 / (p.step_time_ms / 1e3))
+    assert p.flops_per_step_analytic and p.flops_per_step
+    assert 0.5 < p.flops_per_step / p.flops_per_step_analytic < 2.0
+    assert 0 < p.utilization < 1.5 and p.peak_flops > 0
+    # another seed and step size: same perf key, no new measurement
+    r2 = trainer.run_trial(dataclasses.replace(spec, seed=9, optimizer_hparams=(("step_size", 0.1),)),
+                           dataset=digits, perf_cache=cache)
+    assert r2.perf is p and len(cache) == 1
+
+
+def test_should_batch_rule_and_errors(monkeypatch, digits):
+    a, b = make_spec(seed=0), make_spec(seed=1, optimizer_hparams={"step_size": 0.5})
+    other = make_spec(batch_size=16)
+    monkeypatch.delenv("HARNESS_BATCH", raising=False)
+    assert trainer.should_batch([a, b]) is (jax.devices()[0].platform != "cpu")
+    assert trainer.should_batch([a]) is False
+    assert trainer.should_batch([a, other]) is False
+    monkeypatch.setenv("HARNESS_BATCH", "always")
+    assert trainer.should_batch([a, b]) is True and trainer.should_batch([a, other]) is False
+    monkeypatch.setenv("HARNESS_BATCH", "never")
+    assert trainer.should_batch([a, b]) is False
+    with pytest.raises(ValueError, match="cannot share a batch"):
+        trainer.run_trials_batched([a, other], dataset=digits, measure_perf=False)
+    with pytest.raises(KeyError, match="unknown optimizer 'adamm'"):
+        trainer.run_trial(make_spec(optimizer="adamm"), dataset=digits, measure_perf=False)
