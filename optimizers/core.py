@@ -551,7 +551,7 @@ def sm3(step_size, momentum=0.9):
         state = (x1, jnp.zeros_like(x1), vs)
         # A 0-d leaf is updated as shape (1,) like the reference (bitwise equal results); the empty
         # tuple marks it, with no leaf, so that get_params can restore shape () statically.
-        return state + ((),) if jnp.ndim(x0) == 0 else state
+        return (*state, ()) if jnp.ndim(x0) == 0 else state
 
     def update(i, g, state):
         x, m, vs = state[:3]
