@@ -40,8 +40,13 @@ def _default_output(experiment: str, sweep_id: str) -> pathlib.Path:
     return pathlib.Path.cwd() / f"report-{safe}.html"
 
 
-def make_report(experiment: str, sweep_id: str | None = None, output: str | None = None,
-                baseline: str | None = None, tracking_uri: str | None = None) -> pathlib.Path:
+def make_report(
+    experiment: str,
+    sweep_id: str | None = None,
+    output: str | None = None,
+    baseline: str | None = None,
+    tracking_uri: str | None = None,
+) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
     Args:
@@ -60,7 +65,7 @@ def make_report(experiment: str, sweep_id: str | None = None, output: str | None
     Raises:
       ValueError: unknown experiment, sweep id or baseline sweep id.
     """
-    from reports import figures as F
+    from reports import figures as figs
     from reports.compare import compare
     from reports.frame import _client, load_sweep
     from reports.html import render
@@ -75,14 +80,14 @@ def make_report(experiment: str, sweep_id: str | None = None, output: str | None
     data.frame.to_csv(csv, index=False)
 
     pngs: dict[str, bytes | None] = {}
-    for key, fig in F.make_figures(data.frame).items():
-        pngs[key] = F.png_bytes(fig) if fig is not None else None
+    for key, fig in figs.make_figures(data.frame).items():
+        pngs[key] = figs.png_bytes(fig) if fig is not None else None
 
     comparison = None
     if baseline is not None:
         comparison = compare(data.frame, _load_baseline(client, experiment, baseline))
 
-    html = render(data, pngs, F.leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
+    html = render(data, pngs, figs.leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
     out.write_text(html, encoding="utf-8")
     if data.parents:
         parent = data.parents[-1].info.run_id

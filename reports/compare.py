@@ -60,8 +60,13 @@ def _fmt(x: np.ndarray, unit: str = "") -> str:
 
 
 def _seed_test(check: str, metric: str, mode: str, cur: np.ndarray, base: np.ndarray, unit: str = "") -> dict:
-    row = {"check": check, "metric": metric, "baseline": _fmt(base, unit), "current": _fmt(cur, unit),
-           "rule": f"Welch t-test, {LEVEL:.0%}, across seeds"}
+    row = {
+        "check": check,
+        "metric": metric,
+        "baseline": _fmt(base, unit),
+        "current": _fmt(cur, unit),
+        "rule": f"Welch t-test, {LEVEL:.0%}, across seeds",
+    }
     if len(cur) < 2 or len(base) < 2:
         row.update(change="—", flag="n/a", rule="needs ≥ 2 seeds on both sides")
         return row
@@ -84,20 +89,32 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
     def perf(s: pd.DataFrame) -> pd.DataFrame:
         s = s[s[M_STEP_MS].notna()]
         g = s.groupby(["task", "optimizer"])
-        return pd.DataFrame({
-            "p50": g[M_STEP_MS].median(),
-            "lo": np.minimum(g[M_STEP_MS_P10].median().fillna(np.inf), g[M_STEP_MS].min()),
-            "hi": np.maximum(g[M_STEP_MS_P90].median().fillna(-np.inf), g[M_STEP_MS].max()),
-        })
+        return pd.DataFrame(
+            {
+                "p50": g[M_STEP_MS].median(),
+                "lo": np.minimum(g[M_STEP_MS_P10].median().fillna(np.inf), g[M_STEP_MS].min()),
+                "hi": np.maximum(g[M_STEP_MS_P90].median().fillna(-np.inf), g[M_STEP_MS].max()),
+            }
+        )
 
     pc, pb = perf(cur_s), perf(base_s)
     for key in sorted(set(pc.index) | set(pb.index)):
-        row = {"check": "throughput", "task": key[0], "optimizer": key[1], "config": "(all)",
-               "metric": "step time (ms)", "rule": "[p10, p90] intervals do not overlap"}
+        row = {
+            "check": "throughput",
+            "task": key[0],
+            "optimizer": key[1],
+            "config": "(all)",
+            "metric": "step time (ms)",
+            "rule": "[p10, p90] intervals do not overlap",
+        }
         if key not in pc.index or key not in pb.index:
-            row.update(baseline="—" if key not in pb.index else f"{pb.loc[key, 'p50']:.4g} ms",
-                       current="—" if key not in pc.index else f"{pc.loc[key, 'p50']:.4g} ms",
-                       change="—", flag="n/a", rule="measured in one sweep only")
+            row.update(
+                baseline="—" if key not in pb.index else f"{pb.loc[key, 'p50']:.4g} ms",
+                current="—" if key not in pc.index else f"{pc.loc[key, 'p50']:.4g} ms",
+                change="—",
+                flag="n/a",
+                rule="measured in one sweep only",
+            )
         else:
             c, b = pc.loc[key], pb.loc[key]
             row["baseline"] = f"{b.p50:.4g} ms [{b.lo:.4g}, {b.hi:.4g}]"
@@ -114,13 +131,32 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
         c, b = cg.get(key), bg.get(key)
         ident = {"task": key[0], "optimizer": key[1], "config": (c if c is not None else b)["config"].iloc[0]}
         if c is None or b is None:
-            rows.append({**ident, "check": "configuration", "metric": "—", "baseline": "absent" if b is None else "present",
-                         "current": "absent" if c is None else "present", "change": "—", "flag": "n/a",
-                         "rule": "configuration in one sweep only"})
+            rows.append(
+                {
+                    **ident,
+                    "check": "configuration",
+                    "metric": "—",
+                    "baseline": "absent" if b is None else "present",
+                    "current": "absent" if c is None else "present",
+                    "change": "—",
+                    "flag": "n/a",
+                    "rule": "configuration in one sweep only",
+                }
+            )
             continue
         cf, bf = c[c["status"] == "finished"], b[b["status"] == "finished"]
-        rows.append({**ident, **_seed_test("final metric", obj.label, obj.mode, cf[obj.final].dropna().to_numpy(float),
-                                            bf[obj.final].dropna().to_numpy(float))})
+        rows.append(
+            {
+                **ident,
+                **_seed_test(
+                    "final metric",
+                    obj.label,
+                    obj.mode,
+                    cf[obj.final].dropna().to_numpy(float),
+                    bf[obj.final].dropna().to_numpy(float),
+                ),
+            }
+        )
         if obj.target_metric is not None:
             ct = cf[M_SECONDS_TO_TARGET].dropna().to_numpy(float)
             bt = bf[M_SECONDS_TO_TARGET].dropna().to_numpy(float)
@@ -136,13 +172,26 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
             rows.append(row)
         nbad_c = int((c["status"] != "finished").sum())
         nbad_b = int((b["status"] != "finished").sum())
-        rows.append({**ident, "check": "stability", "metric": "diverged or failed seeds",
-                     "baseline": f"{nbad_b}/{len(b)}", "current": f"{nbad_c}/{len(c)}",
-                     "change": f"{nbad_c - nbad_b:+d}",
-                     "flag": "regression" if nbad_c > 0 and nbad_b == 0 else
-                             "improvement" if nbad_b > 0 and nbad_c == 0 else "ok",
-                     "rule": "diverged/failed now, none in the baseline"})
+        rows.append(
+            {
+                **ident,
+                "check": "stability",
+                "metric": "diverged or failed seeds",
+                "baseline": f"{nbad_b}/{len(b)}",
+                "current": f"{nbad_c}/{len(c)}",
+                "change": f"{nbad_c - nbad_b:+d}",
+                "flag": "regression"
+                if nbad_c > 0 and nbad_b == 0
+                else "improvement"
+                if nbad_b > 0 and nbad_c == 0
+                else "ok",
+                "rule": "diverged/failed now, none in the baseline",
+            }
+        )
     out = pd.DataFrame(rows, columns=COLUMNS)
     order = {"regression": 0, "improvement": 1, "ok": 2, "n/a": 3}
-    return out.sort_values(["flag", "check", "task", "optimizer", "config"],
-                           key=lambda s: s.map(order) if s.name == "flag" else s, kind="stable").reset_index(drop=True)
+    return out.sort_values(
+        ["flag", "check", "task", "optimizer", "config"],
+        key=lambda s: s.map(order) if s.name == "flag" else s,
+        kind="stable",
+    ).reset_index(drop=True)

@@ -133,16 +133,27 @@ def curve_bands(frame: pd.DataFrame, metric: str, x: str = "step") -> pd.DataFra
         else:
             end = float(np.median([s.index.max() for s in per_trial.values()]))
             grid = np.linspace(0.0, end, TIME_GRID_POINTS)
-            table = pd.DataFrame({
-                tid: np.interp(grid, s.index.to_numpy(), s.to_numpy(), left=np.nan, right=np.nan)
-                for tid, s in per_trial.items()
-            }, index=grid)
+            table = pd.DataFrame(
+                {
+                    tid: np.interp(grid, s.index.to_numpy(), s.to_numpy(), left=np.nan, right=np.nan)
+                    for tid, s in per_trial.items()
+                },
+                index=grid,
+            )
         table = table.dropna(how="all")
-        out.append(pd.DataFrame({
-            "task": task, "optimizer": opt, "x": table.index.to_numpy(),
-            "median": table.median(axis=1).to_numpy(), "q25": table.quantile(0.25, axis=1).to_numpy(),
-            "q75": table.quantile(0.75, axis=1).to_numpy(), "n": table.notna().sum(axis=1).to_numpy(),
-        }))
+        out.append(
+            pd.DataFrame(
+                {
+                    "task": task,
+                    "optimizer": opt,
+                    "x": table.index.to_numpy(),
+                    "median": table.median(axis=1).to_numpy(),
+                    "q25": table.quantile(0.25, axis=1).to_numpy(),
+                    "q75": table.quantile(0.75, axis=1).to_numpy(),
+                    "n": table.notna().sum(axis=1).to_numpy(),
+                }
+            )
+        )
     cols = ["task", "optimizer", "x", "median", "q25", "q75", "n"]
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=cols)
 
@@ -159,8 +170,9 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
     if all(b.empty for b in bands.values()):
         return None
     pal, obj = palette(frame), objective(frame)
-    fig, axes = _figure(len(metrics), len(tasks), 3.9 * len(tasks) + 0.6, 2.5 * len(metrics) + 0.9,
-                        sharex="col")
+    fig, axes = _figure(
+        len(metrics), len(tasks), 3.9 * len(tasks) + 0.6, 2.5 * len(metrics) + 0.9, sharex="col"
+    )
     for r, m in enumerate(metrics):
         for k, task in enumerate(tasks):
             ax = axes[r, k]
@@ -177,12 +189,22 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
             if k == 0:
                 ax.set_ylabel(METRIC_LABELS.get(m, m))
             if r == len(metrics) - 1:
-                ax.set_xlabel("optimizer step" if x == "step" else "wall-clock time since start of training (s)")
+                ax.set_xlabel(
+                    "optimizer step" if x == "step" else "wall-clock time since start of training (s)"
+                )
     extra = []
     if obj.target_metric in metrics and math.isfinite(obj.target_value):
-        extra = [Line2D([], [], color="0.3", ls="--", lw=1,
-                        label=f"target {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
-                              f"{obj.target_value:g}")]
+        extra = [
+            Line2D(
+                [],
+                [],
+                color="0.3",
+                ls="--",
+                lw=1,
+                label=f"target {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
+                f"{obj.target_value:g}",
+            )
+        ]
     _legend(fig, pal, extra)
     return fig
 
@@ -208,12 +230,31 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | None:
         ax.set_xscale("log")
         d = fin[fin["task"] == task]
         if len(d):
-            sns.lineplot(data=d, x="step_size", y=obj.final, hue="optimizer", palette=pal, estimator="median",
-                         errorbar=("pi", 50), err_style="bars", marker="o", legend=False, ax=ax)
+            sns.lineplot(
+                data=d,
+                x="step_size",
+                y=obj.final,
+                hue="optimizer",
+                palette=pal,
+                estimator="median",
+                errorbar=("pi", 50),
+                err_style="bars",
+                marker="o",
+                legend=False,
+                ax=ax,
+            )
         bad = s[(s["task"] == task) & s["status"].isin(["diverged", "failed"])]
         for opt, g in bad.groupby("optimizer"):
-            ax.scatter(g["step_size"], np.zeros(len(g)), transform=ax.get_xaxis_transform(), marker="x",
-                       s=60, color=pal[opt], clip_on=False, zorder=5)
+            ax.scatter(
+                g["step_size"],
+                np.zeros(len(g)),
+                transform=ax.get_xaxis_transform(),
+                marker="x",
+                s=60,
+                color=pal[opt],
+                clip_on=False,
+                zorder=5,
+            )
         ax.set_title(task)
         ax.set_xlabel("step size (log scale)")
         ax.set_ylabel(obj.label if k == 0 else "")
@@ -231,20 +272,26 @@ def time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
     obj = objective(frame)
     if obj.target_metric is None:
         return pd.DataFrame()
-    s = summaries(frame).merge(best_configs(frame)[["task", "optimizer", "config_id"]],
-                               on=["task", "optimizer", "config_id"])
+    s = summaries(frame).merge(
+        best_configs(frame)[["task", "optimizer", "config_id"]], on=["task", "optimizer", "config_id"]
+    )
     rows = []
     for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
         secs = g.loc[g["status"] == "finished", M_SECONDS_TO_TARGET].dropna()
         steps = g.loc[g["status"] == "finished", M_STEPS_TO_TARGET].dropna()
-        rows.append({
-            "task": task, "optimizer": opt, "config": g["config"].iloc[0], "n_seeds": len(g),
-            "n_reached": int(max(len(secs), len(steps))),
-            "seconds_median": secs.median() if len(secs) else math.nan,
-            "seconds_q25": secs.quantile(0.25) if len(secs) else math.nan,
-            "seconds_q75": secs.quantile(0.75) if len(secs) else math.nan,
-            "steps_median": steps.median() if len(steps) else math.nan,
-        })
+        rows.append(
+            {
+                "task": task,
+                "optimizer": opt,
+                "config": g["config"].iloc[0],
+                "n_seeds": len(g),
+                "n_reached": int(max(len(secs), len(steps))),
+                "seconds_median": secs.median() if len(secs) else math.nan,
+                "seconds_q25": secs.quantile(0.25) if len(secs) else math.nan,
+                "seconds_q75": secs.quantile(0.75) if len(secs) else math.nan,
+                "steps_median": steps.median() if len(steps) else math.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -267,24 +314,41 @@ def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
                 continue
             row = d.loc[opt]
             if row["n_reached"] > 0 and math.isfinite(row["seconds_median"]):
-                err = [[row["seconds_median"] - row["seconds_q25"]], [row["seconds_q75"] - row["seconds_median"]]]
+                err = [
+                    [row["seconds_median"] - row["seconds_q25"]],
+                    [row["seconds_q75"] - row["seconds_median"]],
+                ]
                 ax.barh(i, row["seconds_median"], color=pal[opt], xerr=err, capsize=3, height=0.6)
                 steps = f" · {row['steps_median']:.0f} steps" if math.isfinite(row["steps_median"]) else ""
-                ax.text(row["seconds_q75"] + 0.04 * xmax, i,
-                        f"{row['seconds_median']:.3g} s{steps} ({row['n_reached']}/{row['n_seeds']} seeds)",
-                        va="center", fontsize=8)
+                ax.text(
+                    row["seconds_q75"] + 0.04 * xmax,
+                    i,
+                    f"{row['seconds_median']:.3g} s{steps} ({row['n_reached']}/{row['n_seeds']} seeds)",
+                    va="center",
+                    fontsize=8,
+                )
             else:
                 ax.barh(i, xmax, color="none", edgecolor="0.6", hatch="//", height=0.6, lw=0.8)
-                ax.text(0.02 * xmax, i, f"not reached (0/{row['n_seeds']} seeds)", va="center",
-                        fontsize=9, style="italic", color="0.2",
-                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})
+                ax.text(
+                    0.02 * xmax,
+                    i,
+                    f"not reached (0/{row['n_seeds']} seeds)",
+                    va="center",
+                    fontsize=9,
+                    style="italic",
+                    color="0.2",
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5},
+                )
         ax.set_yticks(range(len(opts)), opts)
         ax.set_ylim(len(opts) - 0.5, -0.5)
         ax.set_xlim(0, xmax * 1.6)
         ax.set_title(task)
         ax.set_xlabel("seconds to target (median across seeds)")
-    fig.suptitle(f"Time to reach {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
-                 f"{'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g}", fontsize=11)
+    fig.suptitle(
+        f"Time to reach {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
+        f"{'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g}",
+        fontsize=11,
+    )
     return fig
 
 
@@ -301,13 +365,21 @@ def throughput(frame: pd.DataFrame) -> pd.DataFrame:
     for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
         eps, ms = g[M_EXAMPLES_PER_S].median(), g[M_STEP_MS].median()
         p10, p90 = g[M_STEP_MS_P10].median(), g[M_STEP_MS_P90].median()
-        rows.append({
-            "task": task, "optimizer": opt, "examples_per_sec": eps, "step_time_ms": ms,
-            "step_time_ms_p10": p10, "step_time_ms_p90": p90,
-            "examples_per_sec_lo": eps * ms / p90 if p90 > 0 else math.nan,
-            "examples_per_sec_hi": eps * ms / p10 if p10 > 0 else math.nan,
-            "utilization": g[M_UTIL].median(), "compile_s": g[M_COMPILE_S].median(), "n_trials": len(g),
-        })
+        rows.append(
+            {
+                "task": task,
+                "optimizer": opt,
+                "examples_per_sec": eps,
+                "step_time_ms": ms,
+                "step_time_ms_p10": p10,
+                "step_time_ms_p90": p90,
+                "examples_per_sec_lo": eps * ms / p90 if p90 > 0 else math.nan,
+                "examples_per_sec_hi": eps * ms / p10 if p10 > 0 else math.nan,
+                "utilization": g[M_UTIL].median(),
+                "compile_s": g[M_COMPILE_S].median(),
+                "n_trials": len(g),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -322,9 +394,11 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
     tcol = dict(zip(tasks, _sns().color_palette("muted", len(tasks)), strict=False))
     fig, axes = _figure(1, 3, 12.5, 0.5 * len(opts) * max(1, len(tasks)) ** 0.5 + 2.0, sharey=True)
     h = 0.8 / len(tasks)
-    panels = [("examples_per_sec", "examples / s (bars: p90–p10 step time)", 1.0),
-              ("utilization", "utilisation (% of measured peak)", 100.0),
-              ("compile_s", "compile time (s)", 1.0)]
+    panels = [
+        ("examples_per_sec", "examples / s (bars: p90–p10 step time)", 1.0),
+        ("utilization", "utilisation (% of measured peak)", 100.0),
+        ("compile_s", "compile time (s)", 1.0),
+    ]
     for j, (col, label, scale) in enumerate(panels):
         ax = axes[0, j]
         for k, task in enumerate(tasks):
@@ -384,8 +458,13 @@ def performance_profile(frame: pd.DataFrame, taus: np.ndarray | None = None) -> 
     for opt in times.columns:
         r = ratios[opt].to_numpy()
         for tau in taus:
-            rows.append({"optimizer": opt, "tau": float(tau),
-                         "rho": float(np.sum(np.isfinite(r) & (r <= tau)) / n_tasks)})
+            rows.append(
+                {
+                    "optimizer": opt,
+                    "tau": float(tau),
+                    "rho": float(np.sum(np.isfinite(r) & (r <= tau)) / n_tasks),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -440,18 +519,33 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
         ttt = mean_ci(fin[M_SECONDS_TO_TARGET])
         bad = g["status"].value_counts().drop("finished", errors="ignore")
         row = {
-            "Task": b.task, "Rank": b.rank, "Optimizer": b.optimizer, "Best configuration": b.config,
-            "Seeds finished": f"{b.n_finished}/{b.n_seeds}" + (
-                " (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
+            "Task": b.task,
+            "Rank": b.rank,
+            "Optimizer": b.optimizer,
+            "Best configuration": b.config,
+            "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
+            + (" (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
             "Final eval accuracy": format_pm(*acc),
             "Final eval loss": format_pm(*loss),
         }
         if obj.target_metric is not None:
-            row["Time to target (s)"] = (format_pm(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)") \
-                if ttt[2] else f"not reached (0/{b.n_seeds})"
+            row["Time to target (s)"] = (
+                (format_pm(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
+                if ttt[2]
+                else f"not reached (0/{b.n_seeds})"
+            )
         row["Step time (ms, median)"] = f"{g[M_STEP_MS].median():.3g}" if g[M_STEP_MS].notna().any() else "—"
-        row.update({"_acc_mean": acc[0], "_acc_ci": acc[1], "_loss_mean": loss[0], "_loss_ci": loss[1],
-                    "_ttt_mean": ttt[0], "_ttt_ci": ttt[1], "_n": acc[2]})
+        row.update(
+            {
+                "_acc_mean": acc[0],
+                "_acc_ci": acc[1],
+                "_loss_mean": loss[0],
+                "_loss_ci": loss[1],
+                "_ttt_mean": ttt[0],
+                "_ttt_ci": ttt[1],
+                "_n": acc[2],
+            }
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -467,29 +561,55 @@ class FigureSpec:
 
 
 FIGURES: tuple[FigureSpec, ...] = (
-    FigureSpec("convergence_steps", "Convergence against steps",
-               "Best configuration of each optimizer; line: median across seeds, band: interquartile "
-               "range. Columns: model / dataset.", lambda f: convergence_figure(f, "step"),
-               "No curves were logged."),
-    FigureSpec("convergence_seconds", "Convergence against wall-clock time",
-               "As above against seconds since the start of training (compilation excluded); each "
-               "seed's curve is interpolated onto a common time grid before taking the median.",
-               lambda f: convergence_figure(f, "seconds"), "No curves with wall-clock time were logged."),
-    FigureSpec("time_to_target", "Time to target",
-               "Median seconds to reach the target across seeds of each optimizer's best configuration "
-               "(error bars: interquartile range); hatched: no seed reached it.", time_to_target_figure,
-               "The sweep has no target."),
-    FigureSpec("performance_profile", "Performance profiles",
-               "AlgoPerf-style: fraction of tasks an optimizer solves within τ × the fastest optimizer's "
-               f"time on that task (a task is solved when ≥ {SOLVED_FRACTION:.0%} of seeds reach the target; "
-               "time = median across seeds).", profile_figure, "The sweep has no target."),
-    FigureSpec("sensitivity", "Step-size sensitivity",
-               "Final metric against step size: median over finished trials (seeds and other "
-               "hyperparameters), bars: interquartile range; × on the axis: diverged or failed trials.",
-               sensitivity_figure, "No finished trial with a step size."),
-    FigureSpec("throughput", "Throughput",
-               "Steady-state training throughput, utilisation of the measured peak FLOP/s and compile "
-               "time of one training step.", throughput_figure, "No throughput was measured."),
+    FigureSpec(
+        "convergence_steps",
+        "Convergence against steps",
+        "Best configuration of each optimizer; line: median across seeds, band: interquartile "
+        "range. Columns: model / dataset.",
+        lambda f: convergence_figure(f, "step"),
+        "No curves were logged.",
+    ),
+    FigureSpec(
+        "convergence_seconds",
+        "Convergence against wall-clock time",
+        "As above against seconds since the start of training (compilation excluded); each "
+        "seed's curve is interpolated onto a common time grid before taking the median.",
+        lambda f: convergence_figure(f, "seconds"),
+        "No curves with wall-clock time were logged.",
+    ),
+    FigureSpec(
+        "time_to_target",
+        "Time to target",
+        "Median seconds to reach the target across seeds of each optimizer's best configuration "
+        "(error bars: interquartile range); hatched: no seed reached it.",
+        time_to_target_figure,
+        "The sweep has no target.",
+    ),
+    FigureSpec(
+        "performance_profile",
+        "Performance profiles",
+        "AlgoPerf-style: fraction of tasks an optimizer solves within τ × the fastest optimizer's "
+        f"time on that task (a task is solved when ≥ {SOLVED_FRACTION:.0%} of seeds reach the target; "
+        "time = median across seeds).",
+        profile_figure,
+        "The sweep has no target.",
+    ),
+    FigureSpec(
+        "sensitivity",
+        "Step-size sensitivity",
+        "Final metric against step size: median over finished trials (seeds and other "
+        "hyperparameters), bars: interquartile range; × on the axis: diverged or failed trials.",
+        sensitivity_figure,
+        "No finished trial with a step size.",
+    ),
+    FigureSpec(
+        "throughput",
+        "Throughput",
+        "Steady-state training throughput, utilisation of the measured peak FLOP/s and compile "
+        "time of one training step.",
+        throughput_figure,
+        "No throughput was measured.",
+    ),
 )
 
 

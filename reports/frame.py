@@ -82,8 +82,17 @@ M_FINAL_LOSS = "final/eval_loss"
 M_FINAL_ACC = "final/eval_accuracy"
 #: Single-valued metrics: their latest value goes into the trial's summary row.
 SUMMARY_METRICS = (
-    M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL,
-    M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET, M_FINAL_LOSS, M_FINAL_ACC,
+    M_STEP_MS,
+    M_STEP_MS_P10,
+    M_STEP_MS_P90,
+    M_EXAMPLES_PER_S,
+    M_COMPILE_S,
+    M_FLOPS,
+    M_UTIL,
+    M_STEPS_TO_TARGET,
+    M_SECONDS_TO_TARGET,
+    M_FINAL_LOSS,
+    M_FINAL_ACC,
 )
 #: Which final metric a target metric is judged by.
 FINAL_OF = {M_EVAL_ACC: M_FINAL_ACC, M_EVAL_LOSS: M_FINAL_LOSS}
@@ -98,10 +107,35 @@ STATUSES = ("finished", "diverged", "failed", "running")
 
 #: Identity columns of every row, in order.
 ID_COLUMNS = (
-    "row", "experiment", "sweep", "sweep_id", "trial_id", "run_id", "parent_run_id", "attempts",
-    "run_status", "status", "reason", "model", "optimizer", "schedule", "dataset", "seed", "task",
-    "config", "config_id", "step_size", "batch_size", "train_steps", "target_metric", "target_value",
-    "target_mode", *ENV_TAGS, "start_time", "end_time", "step",
+    "row",
+    "experiment",
+    "sweep",
+    "sweep_id",
+    "trial_id",
+    "run_id",
+    "parent_run_id",
+    "attempts",
+    "run_status",
+    "status",
+    "reason",
+    "model",
+    "optimizer",
+    "schedule",
+    "dataset",
+    "seed",
+    "task",
+    "config",
+    "config_id",
+    "step_size",
+    "batch_size",
+    "train_steps",
+    "target_metric",
+    "target_value",
+    "target_mode",
+    *ENV_TAGS,
+    "start_time",
+    "end_time",
+    "step",
 )
 
 
@@ -135,8 +169,9 @@ def _quote(v: str) -> str:
     return "'" + str(v).replace("'", "\\'") + "'"
 
 
-def search_all_runs(client, experiment_ids: Sequence[str], filter_string: str = "",
-                    page_size: int | None = None) -> list:
+def search_all_runs(
+    client, experiment_ids: Sequence[str], filter_string: str = "", page_size: int | None = None
+) -> list:
     """Every active run matching ``filter_string``, reading ``search_runs`` page by page.
 
     MLflow returns at most ``max_results`` runs per call and a ``token`` for the next page; this
@@ -149,8 +184,11 @@ def search_all_runs(client, experiment_ids: Sequence[str], filter_string: str = 
     token = None
     while True:
         page = client.search_runs(
-            list(experiment_ids), filter_string, run_view_type=ViewType.ACTIVE_ONLY,
-            max_results=page_size or PAGE_SIZE, order_by=["attributes.start_time ASC"],
+            list(experiment_ids),
+            filter_string,
+            run_view_type=ViewType.ACTIVE_ONLY,
+            max_results=page_size or PAGE_SIZE,
+            order_by=["attributes.start_time ASC"],
             page_token=token,
         )
         runs.extend(page)
@@ -174,8 +212,9 @@ def _experiment(client, name: str):
 
 def _latest_sweep_id(client, experiment_id: str, experiment: str) -> str:
     for flt in (f"tags.`{TAG_ROLE}` = {_quote(ROLE_PARENT)}", f"tags.`{TAG_SWEEP_ID}` != ''"):
-        page = client.search_runs([experiment_id], flt, max_results=1,
-                                  order_by=["attributes.start_time DESC"])
+        page = client.search_runs(
+            [experiment_id], flt, max_results=1, order_by=["attributes.start_time DESC"]
+        )
         for run in page:
             sid = run.data.tags.get(TAG_SWEEP_ID)
             if sid:
@@ -267,7 +306,9 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "target_metric": target_metric,
         "target_value": _num(params.get(PARAM_TARGET_VALUE)),
         "target_mode": _target_mode(target_metric, params.get(PARAM_TARGET_MODE)) if target_metric else None,
-        "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True) if run.info.start_time else pd.NaT,
+        "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True)
+        if run.info.start_time
+        else pd.NaT,
         "end_time": pd.to_datetime(run.info.end_time, unit="ms", utc=True) if run.info.end_time else pd.NaT,
     }
     for t in ENV_TAGS:
@@ -284,11 +325,13 @@ def _varying(params: pd.DataFrame, cols: list[str]) -> list[str]:
 def _add_labels(summary: pd.DataFrame) -> pd.DataFrame:
     """Add ``task``, ``config_id`` and ``config`` (human-readable) to one-row-per-trial ``summary``."""
     pcols = sorted(c for c in summary.columns if c.startswith("params."))
-    names = {c: c[len("params."):] for c in pcols}
-    task_cols = [c for c in pcols if names[c].startswith(TASK_PARAM_PREFIXES)
-                 and names[c] not in NON_CONFIG_PARAMS]
-    conf_cols = [c for c in pcols if names[c].startswith(CONFIG_PARAM_PREFIXES)
-                 and names[c] not in NON_CONFIG_PARAMS]
+    names = {c: c[len("params.") :] for c in pcols}
+    task_cols = [
+        c for c in pcols if names[c].startswith(TASK_PARAM_PREFIXES) and names[c] not in NON_CONFIG_PARAMS
+    ]
+    conf_cols = [
+        c for c in pcols if names[c].startswith(CONFIG_PARAM_PREFIXES) and names[c] not in NON_CONFIG_PARAMS
+    ]
 
     def label(df: pd.DataFrame, cols: list[str], head: pd.Series) -> pd.Series:
         var = _varying(df, cols)
@@ -310,8 +353,10 @@ def _add_labels(summary: pd.DataFrame) -> pd.DataFrame:
             head = head + " · " + df["schedule"]
         summary.loc[idx, "config"] = label(df, conf_cols, head)
     for i in summary.index:
-        key = "|".join([summary.at[i, "optimizer"], str(summary.at[i, "schedule"])]
-                       + [f"{names[c]}={summary.at[i, c]}" for c in conf_cols if pd.notna(summary.at[i, c])])
+        key = "|".join(
+            [summary.at[i, "optimizer"], str(summary.at[i, "schedule"])]
+            + [f"{names[c]}={summary.at[i, c]}" for c in conf_cols if pd.notna(summary.at[i, c])]
+        )
         summary.at[i, "config_id"] = hashlib.sha256(key.encode()).hexdigest()[:12]
     return summary
 
@@ -334,8 +379,12 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
         summary[m] = [float(run.data.metrics.get(m, math.nan)) for run, _ in chosen.values()]
     summary = _add_labels(summary)
 
-    jobs = [(i, run.info.run_id, key) for i, (run, _) in enumerate(chosen.values())
-            for key in CURVE_METRICS if key in run.data.metrics]
+    jobs = [
+        (i, run.info.run_id, key)
+        for i, (run, _) in enumerate(chosen.values())
+        for key in CURVE_METRICS
+        if key in run.data.metrics
+    ]
     with ThreadPoolExecutor(max_workers=max(1, min(HISTORY_THREADS, len(jobs)))) as pool:
         hists = list(pool.map(lambda j: _history(client, j[1], j[2]), jobs))
     per_trial: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
@@ -345,16 +394,19 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     ident_cols = [c for c in summary.columns if c not in SUMMARY_METRICS and c not in ("row", "step")]
     for i, metrics in per_trial.items():
         steps = np.unique(np.concatenate([s for s, _ in metrics.values()]))
-        part = pd.DataFrame({"step": pd.array(steps, dtype="Int64")})
+        part = {"_trial": np.full(len(steps), i), "step": steps}
         for key in CURVE_METRICS:
             s, v = metrics.get(key, (np.zeros(0, np.int64), np.zeros(0)))
             col = np.full(len(steps), np.nan)
             col[np.searchsorted(steps, s)] = v
             part[key] = col
-        for c in ident_cols:
-            part[c] = summary.iloc[i][c]
-        part["row"] = "curve"
-        curve_parts.append(part)
+        curve_parts.append(pd.DataFrame(part))
+    if curve_parts:
+        c = pd.concat(curve_parts, ignore_index=True)
+        c = c.join(summary[ident_cols], on="_trial").drop(columns="_trial")
+        c["row"] = "curve"
+        c["step"] = c["step"].astype("Int64")
+        curve_parts = [c]
     frame = pd.concat([*curve_parts, summary], ignore_index=True) if curve_parts else summary
     for key in CURVE_METRICS:
         if key not in frame:
@@ -368,13 +420,16 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     order = {"curve": 0, "summary": 1}
     frame = frame.sort_values(
         ["task", "optimizer", "config", "seed", "trial_id", "row", "step"],
-        key=lambda s: s.map(order) if s.name == "row" else s, na_position="last", kind="stable",
+        key=lambda s: s.map(order) if s.name == "row" else s,
+        na_position="last",
+        kind="stable",
     ).reset_index(drop=True)
     return frame
 
 
-def load_sweep(experiment: str, sweep_id: str | None = None, tracking_uri: str | None = None,
-               *, client=None) -> SweepData:
+def load_sweep(
+    experiment: str, sweep_id: str | None = None, tracking_uri: str | None = None, *, client=None
+) -> SweepData:
     """Read one sweep of ``experiment`` (the latest one when ``sweep_id`` is None).
 
     Raises:
@@ -387,18 +442,38 @@ def load_sweep(experiment: str, sweep_id: str | None = None, tracking_uri: str |
         sweep_id = _latest_sweep_id(client, exp.experiment_id, experiment)
     runs = search_all_runs(client, [exp.experiment_id], f"tags.`{TAG_SWEEP_ID}` = {_quote(sweep_id)}")
     if not runs:
-        known = sorted({r.data.tags.get(TAG_SWEEP_ID) for r in search_all_runs(
-            client, [exp.experiment_id], f"tags.`{TAG_ROLE}` = {_quote(ROLE_PARENT)}")} - {None})
-        raise ValueError(f"experiment {experiment!r} has no run with {TAG_SWEEP_ID} = {sweep_id!r}; "
-                         f"sweep ids there: {known}")
-    parents = [r for r in runs if r.data.tags.get(TAG_ROLE) == ROLE_PARENT
-               or (not r.data.tags.get(TAG_TRIAL_ID) and not r.data.tags.get(TAG_PARENT_RUN_ID))]
+        known = sorted(
+            {
+                r.data.tags.get(TAG_SWEEP_ID)
+                for r in search_all_runs(
+                    client, [exp.experiment_id], f"tags.`{TAG_ROLE}` = {_quote(ROLE_PARENT)}"
+                )
+            }
+            - {None}
+        )
+        raise ValueError(
+            f"experiment {experiment!r} has no run with {TAG_SWEEP_ID} = {sweep_id!r}; "
+            f"sweep ids there: {known}"
+        )
+    parents = [
+        r
+        for r in runs
+        if r.data.tags.get(TAG_ROLE) == ROLE_PARENT
+        or (not r.data.tags.get(TAG_TRIAL_ID) and not r.data.tags.get(TAG_PARENT_RUN_ID))
+    ]
     frame = build_frame(client, runs, experiment)
-    frame.attrs.update(experiment=experiment, sweep_id=sweep_id,
-                       parent_run_ids=[p.info.run_id for p in parents])
-    return SweepData(experiment=experiment, experiment_id=exp.experiment_id, sweep_id=sweep_id,
-                     frame=frame, parents=parents, config_yaml=_config_yaml(client, parents),
-                     tracking_uri=str(client.tracking_uri if hasattr(client, "tracking_uri") else ""))
+    frame.attrs.update(
+        experiment=experiment, sweep_id=sweep_id, parent_run_ids=[p.info.run_id for p in parents]
+    )
+    return SweepData(
+        experiment=experiment,
+        experiment_id=exp.experiment_id,
+        sweep_id=sweep_id,
+        frame=frame,
+        parents=parents,
+        config_yaml=_config_yaml(client, parents),
+        tracking_uri=str(client.tracking_uri if hasattr(client, "tracking_uri") else ""),
+    )
 
 
 def _config_yaml(client, parents: Sequence) -> str | None:
@@ -455,7 +530,9 @@ class Objective:
 
     @property
     def label(self) -> str:
-        return {M_FINAL_ACC: "final eval accuracy", M_FINAL_LOSS: "final eval loss"}.get(self.final, self.final)
+        return {M_FINAL_ACC: "final eval accuracy", M_FINAL_LOSS: "final eval loss"}.get(
+            self.final, self.final
+        )
 
 
 def objective(frame: pd.DataFrame) -> Objective:
@@ -465,9 +542,15 @@ def objective(frame: pd.DataFrame) -> Objective:
     if len(tm):
         metric = tm.mode().iloc[0]
         rows = s[s["target_metric"] == metric]
-        mode = rows["target_mode"].dropna().iloc[0] if rows["target_mode"].notna().any() else _target_mode(metric, None)
+        mode = (
+            rows["target_mode"].dropna().iloc[0]
+            if rows["target_mode"].notna().any()
+            else _target_mode(metric, None)
+        )
         value = float(rows["target_value"].median())
-        return Objective(FINAL_OF.get(metric, M_FINAL_ACC if mode == "max" else M_FINAL_LOSS), mode, metric, value)
+        return Objective(
+            FINAL_OF.get(metric, M_FINAL_ACC if mode == "max" else M_FINAL_LOSS), mode, metric, value
+        )
     if s[M_FINAL_ACC].notna().any():
         return Objective(M_FINAL_ACC, "max", None, math.nan)
     return Objective(M_FINAL_LOSS, "min", None, math.nan)
@@ -485,8 +568,9 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     s = summaries(frame)
     obj = objective(frame)
     if s.empty:
-        return pd.DataFrame(columns=["task", "optimizer", "config_id", "config", "n_seeds",
-                                     "n_finished", "n_reached", "rank"])
+        return pd.DataFrame(
+            columns=["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "n_reached", "rank"]
+        )
     sign = -1.0 if obj.mode == "max" else 1.0
     rows = []
     for (task, opt, cid), g in s.groupby(["task", "optimizer", "config_id"], sort=True):
@@ -494,12 +578,23 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
         reached = fin[M_SECONDS_TO_TARGET].notna() | fin[M_STEPS_TO_TARGET].notna()
         ttt = fin.loc[fin[M_SECONDS_TO_TARGET].notna(), M_SECONDS_TO_TARGET]
         final = fin[obj.final].dropna()
-        rows.append({
-            "task": task, "optimizer": opt, "config_id": cid, "config": g["config"].iloc[0],
-            "n_seeds": len(g), "n_finished": len(fin), "n_reached": int(reached.sum()),
-            "_key": (-int(reached.sum()), float(ttt.median()) if len(ttt) else math.inf,
-                     -len(fin), sign * float(final.mean()) if len(final) else math.inf),
-        })
+        rows.append(
+            {
+                "task": task,
+                "optimizer": opt,
+                "config_id": cid,
+                "config": g["config"].iloc[0],
+                "n_seeds": len(g),
+                "n_finished": len(fin),
+                "n_reached": int(reached.sum()),
+                "_key": (
+                    -int(reached.sum()),
+                    float(ttt.median()) if len(ttt) else math.inf,
+                    -len(fin),
+                    sign * float(final.mean()) if len(final) else math.inf,
+                ),
+            }
+        )
     allc = pd.DataFrame(rows).sort_values("_key", kind="stable")
     best = allc.groupby(["task", "optimizer"], sort=False).head(1).copy()
     best["rank"] = best.groupby("task")["_key"].rank(method="first").astype(int)

@@ -27,7 +27,9 @@ def _env():
     return jinja2.Environment(
         loader=jinja2.PackageLoader("reports", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
-        trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
     )
 
 
@@ -78,7 +80,9 @@ def environment(data: SweepData) -> list[tuple[str, str]]:
     """(label, value) pairs: versions and device from the trials' tags, dates, and the report's tools."""
     s = summaries(data.frame)
     env = [(t.replace("_", " "), _values(s[t]) if t in s else "not logged") for t in ENV_TAGS]
-    starts = [pd.to_datetime(p.info.start_time, unit="ms", utc=True) for p in data.parents if p.info.start_time]
+    starts = [
+        pd.to_datetime(p.info.start_time, unit="ms", utc=True) for p in data.parents if p.info.start_time
+    ]
     ends = [pd.to_datetime(p.info.end_time, unit="ms", utc=True) for p in data.parents if p.info.end_time]
     env += [
         ("sweep started", _fmt_time(min(starts) if starts else s["start_time"].min() if len(s) else None)),
@@ -86,15 +90,23 @@ def environment(data: SweepData) -> list[tuple[str, str]]:
         ("first trial started", _fmt_time(s["start_time"].min() if len(s) else None)),
         ("last trial ended", _fmt_time(s["end_time"].max() if len(s) else None)),
         ("parent runs", ", ".join(p.info.run_id for p in data.parents) or "none"),
-        ("report tools", f"python {platform.python_version()}, mlflow {_version('mlflow')}, pandas "
-                         f"{pd.__version__}, seaborn {_version('seaborn')}, matplotlib {_version('matplotlib')}"),
+        (
+            "report tools",
+            f"python {platform.python_version()}, mlflow {_version('mlflow')}, pandas "
+            f"{pd.__version__}, seaborn {_version('seaborn')}, matplotlib {_version('matplotlib')}",
+        ),
     ]
     return env
 
 
-def render(data: SweepData, pngs: dict[str, bytes | None], leaderboard: pd.DataFrame,
-           comparison: pd.DataFrame | None = None, baseline_id: str | None = None,
-           csv_name: str = "report.csv") -> str:
+def render(
+    data: SweepData,
+    pngs: dict[str, bytes | None],
+    leaderboard: pd.DataFrame,
+    comparison: pd.DataFrame | None = None,
+    baseline_id: str | None = None,
+    csv_name: str = "report.csv",
+) -> str:
     """The report's HTML text.
 
     ``pngs`` maps each :data:`reports.figures.FIGURES` key to PNG bytes or ``None`` (no data).
@@ -108,21 +120,38 @@ def render(data: SweepData, pngs: dict[str, bytes | None], leaderboard: pd.DataF
     for spec in FIGURES:
         png = pngs.get(spec.key)
         w, h = _png_size(png) if png else (0, 0)
-        figures.append({"id": spec.key.replace("_", "-"), "title": spec.title, "caption": spec.caption,
-                        "empty": spec.empty, "src": data_uri_png(png) if png else None, "width": w, "height": h})
+        figures.append(
+            {
+                "id": spec.key.replace("_", "-"),
+                "title": spec.title,
+                "caption": spec.caption,
+                "empty": spec.empty,
+                "src": data_uri_png(png) if png else None,
+                "width": w,
+                "height": h,
+            }
+        )
 
     sections = [{"id": "leaderboard", "title": "Leaderboard"}]
     sections += [{"id": f["id"], "title": f["title"]} for f in figures]
     if comparison is not None:
         sections.append({"id": "baseline", "title": f"Comparison with baseline {baseline_id}"})
-    sections += [{"id": "trials", "title": "Trials"}, {"id": "config", "title": "Sweep configuration"},
-                 {"id": "environment", "title": "Environment"}]
+    sections += [
+        {"id": "trials", "title": "Trials"},
+        {"id": "config", "title": "Sweep configuration"},
+        {"id": "environment", "title": "Environment"},
+    ]
 
     lb = None
     if not leaderboard.empty:
         cols = [c for c in leaderboard.columns if not c.startswith("_") and c != "Task"]
-        lb = {"columns": cols, "numeric": {"Rank", "Seeds finished", "Step time (ms, median)"},
-              "groups": [(task, g[cols].to_dict("records")) for task, g in leaderboard.groupby("Task", sort=True)]}
+        lb = {
+            "columns": cols,
+            "numeric": {"Rank", "Seeds finished", "Step time (ms, median)"},
+            "groups": [
+                (task, g[cols].to_dict("records")) for task, g in leaderboard.groupby("Task", sort=True)
+            ],
+        }
 
     counts = s["status"].value_counts()
     status_table = []
@@ -130,14 +159,18 @@ def render(data: SweepData, pngs: dict[str, bytes | None], leaderboard: pd.DataF
         vc = g["status"].value_counts()
         status_table.append({"task": task, "optimizer": opt, **{st: int(vc.get(st, 0)) for st in STATUSES}})
     nf = s[s["status"] != "finished"].sort_values(["task", "optimizer", "config", "seed"])
-    not_finished = nf[["trial_id", "task", "config", "seed", "status", "attempts", "reason"]].astype(
-        object).where(nf[["trial_id", "task", "config", "seed", "status", "attempts", "reason"]].notna(), "").to_dict("records")
+    not_finished = (
+        nf[["trial_id", "task", "config", "seed", "status", "attempts", "reason"]]
+        .astype(object)
+        .where(nf[["trial_id", "task", "config", "seed", "status", "attempts", "reason"]].notna(), "")
+        .to_dict("records")
+    )
 
     common = []
     for c in sorted(c for c in s.columns if c.startswith("params.")):
         vals = s[c].dropna().astype(str).unique()
         if len(vals) == 1 and s[c].notna().all():
-            common.append((c[len("params."):], vals[0]))
+            common.append((c[len("params.") :], vals[0]))
 
     flagged, comp_rows, comp_cols, n_reg = [], [], [], 0
     if comparison is not None:
@@ -150,15 +183,35 @@ def render(data: SweepData, pngs: dict[str, bytes | None], leaderboard: pd.DataF
     target = ""
     if obj.target_metric:
         target = f" (target {obj.target_metric} {'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g})"
-    return _env().get_template(TEMPLATE).render(
-        experiment=data.experiment, sweep_id=data.sweep_id, n_invocations=len(data.parents),
-        objective=obj.label + target, generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        n_trials=len(s), status_counts=[(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],
-        n_tasks=s["task"].nunique(), n_optimizers=s["optimizer"].nunique(),
-        sections=sections, leaderboard=lb, figures=figures,
-        comparison=comp_rows if comparison is not None else None, comparison_columns=comp_cols,
-        flagged=flagged, n_regressions=n_reg, baseline_id=baseline_id,
-        statuses=STATUSES, status_table=status_table, not_finished=not_finished,
-        config_yaml=data.config_yaml, common_params=common, environment=environment(data),
-        tracking_uri=_safe_uri(data.tracking_uri), csv_name=csv_name, harness_version=harness_version,
+    return (
+        _env()
+        .get_template(TEMPLATE)
+        .render(
+            experiment=data.experiment,
+            sweep_id=data.sweep_id,
+            n_invocations=len(data.parents),
+            objective=obj.label + target,
+            generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            n_trials=len(s),
+            status_counts=[(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],
+            n_tasks=s["task"].nunique(),
+            n_optimizers=s["optimizer"].nunique(),
+            sections=sections,
+            leaderboard=lb,
+            figures=figures,
+            comparison=comp_rows if comparison is not None else None,
+            comparison_columns=comp_cols,
+            flagged=flagged,
+            n_regressions=n_reg,
+            baseline_id=baseline_id,
+            statuses=STATUSES,
+            status_table=status_table,
+            not_finished=not_finished,
+            config_yaml=data.config_yaml,
+            common_params=common,
+            environment=environment(data),
+            tracking_uri=_safe_uri(data.tracking_uri),
+            csv_name=csv_name,
+            harness_version=harness_version,
+        )
     )

@@ -47,19 +47,37 @@ RETRIED = ("mlp", "adam", 0.01, 0)
 DIVERGED_AT = 60
 T0 = 1_700_000_000_000  # ms
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 # ---------------------------------------------------------------------------------------------
 # Synthetic sweep, logged with the MLflow client
 # ---------------------------------------------------------------------------------------------
 def _spec(model, opt, lr, seed):
-    return TrialSpec.make(sweep=EXP, model=model, optimizer=opt, schedule="constant", dataset="mnist1d",
-                          seed=seed, steps=STEPS, batch_size=BATCH, eval_every=EVAL_EVERY,
-                          model_hparams={"width": 32}, optimizer_hparams={"step_size": lr},
-                          target={"metric": "eval/accuracy", "value": TARGET, "mode": "max"})
+    return TrialSpec.make(
+        sweep=EXP,
+        model=model,
+        optimizer=opt,
+        schedule="constant",
+        dataset="mnist1d",
+        seed=seed,
+        steps=STEPS,
+        batch_size=BATCH,
+        eval_every=EVAL_EVERY,
+        model_hparams={"width": 32},
+        optimizer_hparams={"step_size": lr},
+        target={"metric": "eval/accuracy", "value": TARGET, "mode": "max"},
+    )
 
 
 def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
@@ -69,7 +87,13 @@ def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
     ms = STEP_MS[model] * OPT_MS[opt] * ms_scale
     ev = np.arange(0, STEPS + 1, EVAL_EVERY)
     tr = np.arange(0, STEPS + 1, TRAIN_EVERY)
-    acc = 0.1 + 0.85 * (1 - np.exp(-k * ev)) + 0.004 * (seed - 1) + 0.001 * rng.standard_normal(len(ev)) + acc_shift
+    acc = (
+        0.1
+        + 0.85 * (1 - np.exp(-k * ev))
+        + 0.004 * (seed - 1)
+        + 0.001 * rng.standard_normal(len(ev))
+        + acc_shift
+    )
     eval_loss = 2.3 * np.exp(-k * ev) + 0.05 + 0.002 * rng.random(len(ev))
     train_loss = 2.3 * np.exp(-1.05 * k * tr) + 0.04 + 0.002 * rng.random(len(tr))
     wall = ev * ms / 1000.0 * (1 + 0.02 * seed)
@@ -78,13 +102,21 @@ def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
         ev_keep, tr_keep = ev < DIVERGED_AT, tr < DIVERGED_AT
         ev, acc, eval_loss, wall = ev[ev_keep], acc[ev_keep], eval_loss[ev_keep], wall[ev_keep]
         tr, train_loss = tr[tr_keep], train_loss[tr_keep]
-    cur = {"train/loss": list(zip(tr.tolist(), train_loss.tolist(), strict=True)),
-           "eval/loss": list(zip(ev.tolist(), eval_loss.tolist(), strict=True)),
-           "eval/accuracy": list(zip(ev.tolist(), acc.tolist(), strict=True)),
-           "time/wall_s": list(zip(ev.tolist(), wall.tolist(), strict=True))}
-    summ = {"perf/step_time_ms": ms, "perf/step_time_ms_p10": 0.95 * ms, "perf/step_time_ms_p90": 1.08 * ms,
-            "perf/examples_per_sec": BATCH / ms * 1000.0, "perf/compile_s": 0.5 + 0.1 * OPT_MS[opt],
-            "perf/flops_per_step": 1e6 * STEP_MS[model], "perf/utilization": 0.1 * OPT_MS[opt] / STEP_MS[model] * 2}
+    cur = {
+        "train/loss": list(zip(tr.tolist(), train_loss.tolist(), strict=True)),
+        "eval/loss": list(zip(ev.tolist(), eval_loss.tolist(), strict=True)),
+        "eval/accuracy": list(zip(ev.tolist(), acc.tolist(), strict=True)),
+        "time/wall_s": list(zip(ev.tolist(), wall.tolist(), strict=True)),
+    }
+    summ = {
+        "perf/step_time_ms": ms,
+        "perf/step_time_ms_p10": 0.95 * ms,
+        "perf/step_time_ms_p90": 1.08 * ms,
+        "perf/examples_per_sec": BATCH / ms * 1000.0,
+        "perf/compile_s": 0.5 + 0.1 * OPT_MS[opt],
+        "perf/flops_per_step": 1e6 * STEP_MS[model],
+        "perf/utilization": 0.1 * OPT_MS[opt] / STEP_MS[model] * 2,
+    }
     if not diverged:
         summ["final/eval_accuracy"] = float(acc[-1])
         summ["final/eval_loss"] = float(eval_loss[-1])
@@ -97,15 +129,24 @@ def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
 
 def _log_sweep(client, exp_id, sweep_id, t0, acc_shift=None, ms_scale=None, models=tuple(MODELS)):
     """Log one sweep; returns {trial_id: expected values} (``None`` values for a failed trial)."""
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param
 
     acc_shift, ms_scale = acc_shift or {}, ms_scale or {}
-    env = {"jax_version": "0.10.2", "jaxlib_version": "0.10.2", "harness_version": "0.1.0",
-           "device_kind": "cpu", "git_commit": "abc1234"}
+    env = {
+        "jax_version": "0.10.2",
+        "jaxlib_version": "0.10.2",
+        "harness_version": "0.1.0",
+        "device_kind": "cpu",
+        "git_commit": "abc1234",
+    }
     parents = []
     for i in range(2):  # a resumed sweep: two invocations
-        p = client.create_run(exp_id, start_time=t0 + i * 100_000, run_name=f"{sweep_id}-{i}", tags={
-            RF.TAG_SWEEP_ID: sweep_id, RF.TAG_ROLE: RF.ROLE_PARENT, RF.TAG_SWEEP: EXP, **env})
+        p = client.create_run(
+            exp_id,
+            start_time=t0 + i * 100_000,
+            run_name=f"{sweep_id}-{i}",
+            tags={RF.TAG_SWEEP_ID: sweep_id, RF.TAG_ROLE: RF.ROLE_PARENT, RF.TAG_SWEEP: EXP, **env},
+        )
         parents.append(p.info.run_id)
     expected = {}
     t = t0 + 1000
@@ -115,37 +156,61 @@ def _log_sweep(client, exp_id, sweep_id, t0, acc_shift=None, ms_scale=None, mode
                 for seed in SEEDS:
                     key = (model, opt, lr, seed)
                     spec = _spec(model, opt, lr, seed)
-                    tags = {RF.TAG_TRIAL_ID: spec.trial_id, RF.TAG_SWEEP: EXP, RF.TAG_SWEEP_ID: sweep_id,
-                            "model": model, "optimizer": opt, "schedule": "constant", "dataset": "mnist1d",
-                            "seed": str(seed), **env}
+                    tags = {
+                        RF.TAG_TRIAL_ID: spec.trial_id,
+                        RF.TAG_SWEEP: EXP,
+                        RF.TAG_SWEEP_ID: sweep_id,
+                        "model": model,
+                        "optimizer": opt,
+                        "schedule": "constant",
+                        "dataset": "mnist1d",
+                        "seed": str(seed),
+                        **env,
+                    }
                     params = [Param(k, v) for k, v in spec.flat_params().items()]
                     attempts = [("FAILED", "failed")] if key == RETRIED else []
                     if key == FAILED:
                         attempts = [("FAILED", "failed")]
                     else:
-                        vals = _trial_values(model, opt, lr, seed, acc_shift.get(opt, 0.0), ms_scale.get(opt, 1.0))
+                        vals = _trial_values(
+                            model, opt, lr, seed, acc_shift.get(opt, 0.0), ms_scale.get(opt, 1.0)
+                        )
                         attempts.append(("FINISHED", "diverged" if vals["diverged"] else "finished"))
                     for n, (run_status, status) in enumerate(attempts):
                         parent = parents[1] if (key == RETRIED and n == 1) else parents[0]
-                        run = client.create_run(exp_id, start_time=t, tags={
-                            **tags, RF.TAG_PARENT_RUN_ID: parent, RF.TAG_STATUS: status,
-                            **({RF.TAG_REASON: "RuntimeError: boom"} if run_status == "FAILED" else {})})
+                        run = client.create_run(
+                            exp_id,
+                            start_time=t,
+                            tags={
+                                **tags,
+                                RF.TAG_PARENT_RUN_ID: parent,
+                                RF.TAG_STATUS: status,
+                                **({RF.TAG_REASON: "RuntimeError: boom"} if run_status == "FAILED" else {}),
+                            },
+                        )
                         t += 1000
                         rid = run.info.run_id
                         if run_status == "FINISHED":
-                            metrics = [Metric(k, v, t, int(s)) for k, pts in vals["curves"].items() for s, v in pts]
+                            metrics = [
+                                Metric(k, v, t, int(s)) for k, pts in vals["curves"].items() for s, v in pts
+                            ]
                             metrics += [Metric(k, v, t, 0) for k, v in vals["summary"].items()]
                         elif key == RETRIED:  # a partial, wrong curve that the report must ignore
                             metrics = [Metric("eval/accuracy", 0.0123, t, 0), Metric("train/loss", 9.0, t, 0)]
                         else:
                             metrics = []
                         for j in range(0, len(metrics), 900):
-                            client.log_batch(rid, metrics=metrics[j:j + 900], params=params if j == 0 else [])
+                            client.log_batch(
+                                rid, metrics=metrics[j : j + 900], params=params if j == 0 else []
+                            )
                         if not metrics:
                             client.log_batch(rid, params=params)
                         client.set_terminated(rid, run_status, end_time=t + 500)
-                    expected[spec.trial_id] = {"key": key, "values": None if key == FAILED else vals,
-                                               "attempts": len(attempts)}
+                    expected[spec.trial_id] = {
+                        "key": key,
+                        "values": None if key == FAILED else vals,
+                        "attempts": len(attempts),
+                    }
     client.log_text(parents[0], "sweep: demo\noptimizers: [sgd, momentum, adam]\n", RF.ARTIFACT_CONFIG)
     for i, p in enumerate(parents):
         client.set_terminated(p, end_time=t0 + i * 100_000 + 90_000)
@@ -176,10 +241,17 @@ def store(fast_tmp):
     # The baseline ran first, on mlp only; in the current sweep adam's steps are 1.5× slower and
     # momentum's accuracy is 0.05 lower.
     base, _ = _log_sweep(client, exp_id, BASE, T0, models=("mlp",))
-    cur, parents = _log_sweep(client, exp_id, SWEEP, T0 + 10_000_000, acc_shift={"momentum": -0.05},
-                              ms_scale={"adam": 1.5})
-    return {"uri": uri, "client": client, "exp_id": exp_id, "expected": cur, "base_expected": base,
-            "parents": parents}
+    cur, parents = _log_sweep(
+        client, exp_id, SWEEP, T0 + 10_000_000, acc_shift={"momentum": -0.05}, ms_scale={"adam": 1.5}
+    )
+    return {
+        "uri": uri,
+        "client": client,
+        "exp_id": exp_id,
+        "expected": cur,
+        "base_expected": base,
+        "parents": parents,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +304,11 @@ def test_frame_identity_columns_and_statuses(store, frame):
     s = RF.summaries(frame).set_index("trial_id")
     by_key = {v["key"]: tid for tid, v in store["expected"].items()}
     failed, diverged, retried = s.loc[by_key[FAILED]], s.loc[by_key[DIVERGED]], s.loc[by_key[RETRIED]]
-    assert (failed["status"], failed["run_status"], failed["reason"]) == ("failed", "FAILED", "RuntimeError: boom")
+    assert (failed["status"], failed["run_status"], failed["reason"]) == (
+        "failed",
+        "FAILED",
+        "RuntimeError: boom",
+    )
     assert (diverged["status"], diverged["run_status"]) == ("diverged", "FINISHED")
     assert RF.curves(frame).query("trial_id == @by_key[@DIVERGED]")["step"].max() == DIVERGED_AT - TRAIN_EVERY
     # the retried trial: two runs, the FINISHED one is used, not the earlier FAILED one
@@ -247,8 +323,10 @@ def test_frame_identity_columns_and_statuses(store, frame):
     assert one["params.optimizer.step_size"] == "0.1" and one["device_kind"] == "cpu"
     # seeds of a configuration share config_id; step sizes do not
     g = s[(s["task"] == "mlp / mnist1d") & (s["optimizer"] == "adam")].groupby("step_size")["config_id"]
-    assert g.nunique().tolist() == [1, 1, 1] and s.loc[g.groups[0.01], "config_id"].iloc[0] != \
-        s.loc[g.groups[0.1], "config_id"].iloc[0]
+    assert (
+        g.nunique().tolist() == [1, 1, 1]
+        and s.loc[g.groups[0.01], "config_id"].iloc[0] != s.loc[g.groups[0.1], "config_id"].iloc[0]
+    )
     assert frame.attrs["sweep_id"] == SWEEP and frame.attrs["parent_run_ids"] == store["parents"]
 
 
@@ -258,8 +336,11 @@ def test_latest_sweep_is_default_and_errors_name_what_exists(store):
     assert data.config_yaml.startswith("sweep: demo")
     with pytest.raises(ValueError, match=r"no MLflow experiment named 'dmeo' \(did you mean 'demo'\?\)"):
         reports.load_frame("dmeo", tracking_uri=store["uri"])
-    with pytest.raises(ValueError, match=r"no run with harness.sweep_id = 'nope'; sweep ids there: "
-                                         r"\['sweep-base', 'sweep-cur'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"no run with harness.sweep_id = 'nope'; sweep ids there: "
+        r"\['sweep-base', 'sweep-cur'\]",
+    ):
         reports.load_frame(EXP, "nope", tracking_uri=store["uri"])
 
 
@@ -292,9 +373,19 @@ def test_more_than_a_thousand_runs_are_read_in_full(fast_tmp):
     exp = client.create_experiment("big", artifact_location=str(tmp_path))
     n = 1003
     for i in range(n):
-        client.create_run(exp, start_time=T0 + i, tags={
-            RF.TAG_TRIAL_ID: f"t{i:04d}", RF.TAG_SWEEP_ID: "s", "optimizer": "sgd", "model": "m",
-            "dataset": "d", "seed": str(i), RF.TAG_STATUS: "finished"})
+        client.create_run(
+            exp,
+            start_time=T0 + i,
+            tags={
+                RF.TAG_TRIAL_ID: f"t{i:04d}",
+                RF.TAG_SWEEP_ID: "s",
+                "optimizer": "sgd",
+                "model": "m",
+                "dataset": "d",
+                "seed": str(i),
+                RF.TAG_STATUS: "finished",
+            },
+        )
     f = reports.load_frame("big", "s", tracking_uri=f"sqlite:///{tmp_path}.db")
     s = RF.summaries(f)
     assert len(s) == n and set(s["seed"]) == set(range(n)) and (s["status"] == "finished").all()
@@ -304,8 +395,13 @@ def test_more_than_a_thousand_runs_are_read_in_full(fast_tmp):
 # Views: best configurations, leaderboard, profiles, comparison
 # ---------------------------------------------------------------------------------------------
 def _expected_acc(expected, model, opt, lr):
-    return [v["values"]["summary"]["final/eval_accuracy"] for v in expected.values()
-            if v["key"][:3] == (model, opt, lr) and v["values"] and "final/eval_accuracy" in v["values"]["summary"]]
+    return [
+        v["values"]["summary"]["final/eval_accuracy"]
+        for v in expected.values()
+        if v["key"][:3] == (model, opt, lr)
+        and v["values"]
+        and "final/eval_accuracy" in v["values"]["summary"]
+    ]
 
 
 def test_leaderboard_best_configs_and_confidence_intervals(store, frame):
@@ -354,8 +450,11 @@ def test_compare_flags_only_changes_beyond_spread(store, frame):
     reg = c[c["flag"] == "regression"]
     # slower steps make adam slower to target too; lower accuracy makes momentum reach it later
     assert set(zip(reg["check"], reg["optimizer"], strict=True)) == {
-        ("throughput", "adam"), ("time to target", "adam"), ("final metric", "momentum"),
-        ("time to target", "momentum")}
+        ("throughput", "adam"),
+        ("time to target", "adam"),
+        ("final metric", "momentum"),
+        ("time to target", "momentum"),
+    }
     assert set(reg["task"]) == {"mlp / mnist1d"}  # the baseline has no cnn trials
     # momentum got worse by 0.05 at every step size (the failed seed leaves 2 at step size 0.001)
     assert (reg["check"] == "final metric").sum() == len(STEP_SIZES)
@@ -364,7 +463,9 @@ def test_compare_flags_only_changes_beyond_spread(store, frame):
     assert len(only) == len(OPTS) * (1 + len(STEP_SIZES)) and set(only["flag"]) == {"n/a"}
     same = compare(frame, frame)
     assert set(same["flag"]) <= {"ok", "n/a"}
-    thr = c[(c["check"] == "throughput") & (c["optimizer"] == "adam") & (c["task"] == "mlp / mnist1d")].iloc[0]
+    thr = c[(c["check"] == "throughput") & (c["optimizer"] == "adam") & (c["task"] == "mlp / mnist1d")].iloc[
+        0
+    ]
     assert thr["change"] == "+50.0%"
 
 
@@ -401,10 +502,15 @@ def test_every_figure_exists_and_draws_data(frame):
 def test_curve_bands_are_median_and_quartiles(store, frame):
     b = F.curve_bands(frame, "eval/accuracy", "step")
     got = b[(b["task"] == "mlp / mnist1d") & (b["optimizer"] == "momentum") & (b["x"] == 100)].iloc[0]
-    vals = [dict(v["values"]["curves"]["eval/accuracy"])[100] for v in store["expected"].values()
-            if v["key"][:3] == ("mlp", "momentum", 0.01)]
+    vals = [
+        dict(v["values"]["curves"]["eval/accuracy"])[100]
+        for v in store["expected"].values()
+        if v["key"][:3] == ("mlp", "momentum", 0.01)
+    ]
     assert got["median"] == pytest.approx(np.median(vals)) and got["n"] == 3
-    assert got["q25"] == pytest.approx(np.quantile(vals, 0.25)) and got["q75"] == pytest.approx(np.quantile(vals, 0.75))
+    assert got["q25"] == pytest.approx(np.quantile(vals, 0.25)) and got["q75"] == pytest.approx(
+        np.quantile(vals, 0.75)
+    )
     t = F.curve_bands(frame, "eval/accuracy", "seconds")
     assert len(t[(t["task"] == "mlp / mnist1d") & (t["optimizer"] == "adam")]) == F.TIME_GRID_POINTS
     assert t["x"].min() == 0.0
@@ -423,23 +529,56 @@ def test_report_is_self_contained_with_csv_and_artifact(store, report, frame):
     assert not re.search(r'(?:src|href)="(?!data:|#)', text)
     for anchor in re.findall(r'href="#([^"]+)"', text):
         assert f'id="{anchor}"' in text, anchor
-    for needle in ("Contents", "Leaderboard", "Sweep configuration", "sweep: demo", "Environment", "0.10.2",
-                   "not reached", "Comparison with baseline sweep-base", "regression", "RuntimeError: boom",
-                   "diverged", "mean ± 95% confidence interval"):
+    for needle in (
+        "Contents",
+        "Leaderboard",
+        "Sweep configuration",
+        "sweep: demo",
+        "Environment",
+        "0.10.2",
+        "not reached",
+        "Comparison with baseline sweep-base",
+        "regression",
+        "RuntimeError: boom",
+        "diverged",
+        "mean ± 95% confidence interval",
+    ):
         assert needle in text, needle
     csv = pd.read_csv(report.with_suffix(".csv"))
     assert len(csv) == len(frame)
     s = csv[csv["row"] == "summary"].set_index("trial_id")
     f = RF.summaries(frame).set_index("trial_id")
-    assert np.array_equal(s.loc[f.index, "perf/step_time_ms"].to_numpy(), f["perf/step_time_ms"].to_numpy(),
-                          equal_nan=True)
+    assert np.array_equal(
+        s.loc[f.index, "perf/step_time_ms"].to_numpy(), f["perf/step_time_ms"].to_numpy(), equal_nan=True
+    )
     arts = store["client"].list_artifacts(store["parents"][-1], "reports")
     assert {Path(a.path).name for a in arts} == {"demo.html", "demo.csv"}
 
 
+def test_sweep_with_only_failed_trials_still_reports(store, tmp_path, monkeypatch):
+    client = store["client"]
+    exp = client.create_experiment("broken", artifact_location=str(tmp_path / "art"))
+    parent = client.create_run(exp, tags={RF.TAG_SWEEP_ID: "b1", RF.TAG_ROLE: RF.ROLE_PARENT}).info.run_id
+    for i in range(2):  # no status tag, no params, no metrics: what a crash at start leaves
+        run = client.create_run(exp, tags={RF.TAG_SWEEP_ID: "b1", RF.TAG_TRIAL_ID: f"t{i}",
+                                           RF.TAG_PARENT_RUN_ID: parent, "optimizer": "sgd"})
+        client.set_terminated(run.info.run_id, "FAILED")
+    monkeypatch.chdir(tmp_path)
+    path = reports.make_report("broken", tracking_uri=store["uri"])
+    assert path == tmp_path / "report-broken-b1.html"
+    text = path.read_text(encoding="utf-8")
+    s = RF.summaries(pd.read_csv(path.with_suffix(".csv")))
+    assert s["status"].tolist() == ["failed", "failed"] and s["model"].tolist() == ["?", "?"]
+    for spec in F.FIGURES:
+        assert spec.empty in text, spec.key
+    assert "No trial to rank." not in text and "not logged" in text
+
+
 def test_reports_never_imports_the_trainer():
-    code = ("import sys, reports, reports.frame, reports.figures, reports.html, reports.compare; "
-            "bad = [m for m in ('harness.trainer', 'jax') if m in sys.modules]; assert not bad, bad")
+    code = (
+        "import sys, reports, reports.frame, reports.figures, reports.html, reports.compare; "
+        "bad = [m for m in ('harness.trainer', 'jax') if m in sys.modules]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
@@ -485,7 +624,9 @@ def test_report_opens_in_headless_chromium(chromium, report, tmp_path):
     probe = probe.replace("</body>", _PROBE + "</body>", 1)
     page = tmp_path / "probe.html"
     page.write_text(probe, encoding="utf-8")
-    dom = run_chromium(chromium, page.as_uri(), tmp_path / "profile1", "--virtual-time-budget=10000", "--dump-dom")
+    dom = run_chromium(
+        chromium, page.as_uri(), tmp_path / "profile1", "--virtual-time-budget=10000", "--dump-dom"
+    )
     m = re.search(r'<pre id="image-probe">(.*?)</pre>', dom, re.S)
     assert m, dom[-2000:]
     imgs = json.loads(htmlmod.unescape(m.group(1)))
@@ -495,6 +636,8 @@ def test_report_opens_in_headless_chromium(chromium, report, tmp_path):
     assert "Leaderboard" in dom and "Comparison with baseline" in dom
 
     shot = tmp_path / "report.png"
-    run_chromium(chromium, report.as_uri(), tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1400,2600")
+    run_chromium(
+        chromium, report.as_uri(), tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1400,2600"
+    )
     w, h = _png_wh(shot.read_bytes())
     assert (w, h) == (1400, 2600) and shot.stat().st_size > 50_000
