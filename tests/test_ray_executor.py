@@ -139,3 +139,139 @@ def test_failed_outcomes_name_every_trial_of_the_unit():
     assert [o.trial_id for o in out] == [s.trial_id for s in specs]
     assert {o.status for o in out} == {"failed"}
     assert out[1].seed == 1 and out[0].reason == "WorkerCrashedError: boom"
+
+
+# --------------------------------------------------------------------------------------------------
+# The driver loop against a scripted stand-in for the `ray` module (the real cluster is exercised in
+# tests/test_ray_cluster.py; failures that Ray gives up on are hard to provoke there).
+
+
+class _RayError(Exception):
+    pass
+
+
+class _TaskError(_RayError):
+    pass
+
+
+class _Cancelled(_RayError):
+    pass
+
+
+class _Ref:
+    def __init__(self, result):
+        self.result = result
+
+
+class _FakeRay:
+    """``script[first trial id]`` = what each submission of that unit returns (a list of outcomes,
+    or an exception instance to raise from ``ray.get``)."""
+
+    class exceptions:
+        RayError = _RayError
+        RayTaskError = _TaskError
+        TaskCancelledError = _Cancelled
+
+    def __init__(self, script):
+        self.script = {k: list(v) for k, v in script.items()}
+        self.submitted: list[tuple[str, dict]] = []
+
+    def put(self, x):
+        return x
+
+    def remote(self, fn):
+        ray = self
+
+        class Remote:
+            def options(self, **opts):
+                self.opts = opts
+                return self
+
+            def remote(self, unit, ctx):
+                tid = unit[0].trial_id
+                ray.submitted.append((tid, self.opts))
+                return _Ref(ray.script[tid].pop(0))
+
+        return Remote()
+
+    def wait(self, refs, num_returns, timeout):
+        return refs[:1], refs[1:]
+
+    def get(self, ref):
+        if isinstance(ref.result, BaseException):
+            raise ref.result
+        return ref.result
+
+    def cancel(self, ref, force=False):
+        pass
+
+
+def _spec(seed):
+    return TrialSpec.make(sweep="s", model="mlp", optimizer="sgd", schedule="constant",
+                          dataset="digits", seed=seed, steps=2, batch_size=8, eval_every=2)
+
+
+def test_driver_resubmits_after_ray_gives_up_and_reports_every_trial_once():
+    from harness.worker import RunContext, TrialOutcome
+
+    a, b, c = _spec(0), _spec(1), _spec(2)
+    ok = lambda *ss: [TrialOutcome(trial_id=s.trial_id, status="finished") for s in ss]  # noqa: E731
+    script = {
+        a.trial_id: [_RayError("WorkerCrashedError"), _RayError("NodeDiedError"), ok(a)],  # 3rd try works
+        b.trial_id: [ok(b, c)],  # a vmapped pair
+    }
+    ray = _FakeRay(script)
+    ex = RayExecutor(address="127.0.0.1:1", cpus_per_trial=2, gpus_per_trial=0.5, max_retries=4,
+                     resubmits=2)
+    ctx = RunContext(tracking_uri="sqlite:////tmp/x.db", experiment_id="1", parent_run_id="p",
+                     sweep_id="x", sweep="s")
+    calls: list[list] = []
+    reported = ex._drive(ray, [[a], [b, c]], ctx, calls.append)
+    assert reported == {a.trial_id, b.trial_id, c.trial_id}
+    assert [[o.trial_id for o in batch] for batch in calls] == [[b.trial_id, c.trial_id], [a.trial_id]]
+    assert ex.submissions == {0: 3, 1: 1}
+    opts = ray.submitted[0][1]
+    assert opts["num_cpus"] == 2.0 and opts["num_gpus"] == 0.5 and opts["max_retries"] == 4
+    assert opts["retry_exceptions"] is False and opts["name"] == f"harness-unit:{a.trial_id}"
+    assert opts["runtime_env"] == {"env_vars": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}}
+
+
+def test_driver_fails_a_unit_after_the_last_resubmission_and_never_retries_its_own_error():
+    from harness.worker import RunContext
+
+    a, b = _spec(0), _spec(1)
+    script = {a.trial_id: [_RayError("WorkerCrashedError")] * 2, b.trial_id: [_TaskError("ImportError: x")]}
+    ray = _FakeRay(script)
+    ex = RayExecutor(address="127.0.0.1:1", resubmits=1, max_retries=3)
+    ctx = RunContext(tracking_uri="sqlite:////tmp/x.db", experiment_id="1", parent_run_id="p",
+                     sweep_id="x", sweep="s")
+    calls: list[list] = []
+    ex._drive(ray, [[a], [b]], ctx, calls.append)
+    out = {o.trial_id: o for batch in calls for o in batch}
+    assert out[a.trial_id].status == "failed"
+    assert out[a.trial_id].reason.startswith("Ray could not complete the task after 2 submission(s) "
+                                             "with 3 retries each: _RayError: WorkerCrashedError")
+    assert out[b.trial_id].status == "failed"
+    assert out[b.trial_id].reason == "Ray task raised: ImportError: x"
+    assert ex.submissions == {0: 2, 1: 1}  # the unit's own error is not resubmitted
+
+
+def test_dedupe_keeps_the_earliest_finished_run(tmp_path):
+    from harness import tracking
+    from harness.worker import RunContext
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    client = tracking.prepare_store(uri)
+    eid = tracking.get_or_create_experiment(client, "s", uri)
+    tags = {tracking.KIND_TAG: "trial", tracking.TRIAL_TAG: "t1"}
+    r1 = client.create_run(eid, tags=tags, start_time=1000).info.run_id
+    r2 = client.create_run(eid, tags=tags, start_time=2000).info.run_id
+    r3 = client.create_run(eid, tags={**tags, tracking.TRIAL_TAG: "t2"}).info.run_id
+    for r in (r1, r2, r3):
+        client.set_terminated(r, status="FINISHED")
+    ctx = RunContext(tracking_uri=uri, experiment_id=eid, parent_run_id="p", sweep_id="x", sweep="s")
+    assert rx.dedupe_finished_runs(ctx, {"t1", "t2"}) == {"t1": [r2]}
+    assert client.get_run(r1).info.status == "FINISHED" and client.get_run(r3).info.status == "FINISHED"
+    assert client.get_run(r2).info.status == "KILLED"
+    assert client.get_run(r2).data.tags["harness.duplicate_of"] == r1
+    assert rx.dedupe_finished_runs(ctx, {"t1", "t2"}) == {}
