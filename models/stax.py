@@ -323,11 +323,11 @@ def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=z
         return red, stat, keep
 
     def init_with_state(rng, input_shape):
-        out_shape, params = init_fun(rng, input_shape)
         _, stat, _ = _stat_shapes(_shape(input_shape))
         if any(d is None or d < 0 for d in stat):
             raise ShapeError(f"{name}: running statistics need known sizes off the normalised axes, "
                              f"got input shape {_fmt(input_shape)}")
+        out_shape, params = init_fun(rng, input_shape)
         return out_shape, params, (jnp.zeros(stat, jnp.float32), jnp.ones(stat, jnp.float32))
 
     def apply_with_state(params, state, x, *, train, rng=None, **kwargs):

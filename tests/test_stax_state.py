@@ -1,0 +1,141 @@
+"""Running-statistics BatchNorm and the explicit-state layer form (models.stax.stateful)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.example_libraries import stax as R
+
+from models import stax as S
+
+KEY = jax.random.PRNGKey(0)
+
+
+def _x(shape, seed=0, loc=0.0, scale=1.0):
+    return jnp.asarray(np.random.default_rng(seed).normal(loc, scale, shape), jnp.float32)
+
+
+def _net(m=S, momentum=None):
+    bn = (lambda **kw: m.BatchNorm(**kw)) if momentum is None else (
+        lambda **kw: m.BatchNorm(momentum=momentum, **kw))
+    return m.serial(m.Conv(4, (3, 3), padding="SAME"), bn(), m.Relu, m.Flatten, m.Dense(6),
+                    bn(axis=(0,)), m.Relu, m.Dense(3))
+
+
+def test_stateful_params_equal_plain_and_reference_params():
+    init, _ = S.stateful(_net())
+    shape, params, state = init(KEY, (-1, 5, 5, 2))
+    rshape, rparams = _net(R)[0](KEY, (-1, 5, 5, 2))
+    assert tuple(shape) == tuple(rshape)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(rparams), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # State: one (mean, var) pair per BatchNorm, () for every other layer.
+    assert state[0] == () and state[2] == () and state[4] == ()
+    mean, var = state[1]
+    np.testing.assert_array_equal(mean, np.zeros(4)) and np.testing.assert_array_equal(var, np.ones(4))
+    assert state[5][0].shape == (6,)
+
+
+def test_stateless_models_have_empty_state():
+    init, apply = S.stateful(S.serial(S.Dense(3), S.Relu, S.Dropout(0.5)))
+    _, params, state = init(KEY, (-1, 4))
+    assert state == ()
+    out, new_state = apply(params, state, _x((2, 4)), train=False)
+    assert new_state == () and out.shape == (2, 3)
+    assert not S.has_state(S.serial(S.Dense(3), S.Dropout(0.5)))
+    assert S.has_state(S.serial(S.Dense(3), S.serial(S.BatchNorm(axis=(0,)))))
+
+
+def test_train_mode_matches_reference_and_updates_running_stats_by_hand():
+    layer = S.BatchNorm(axis=(0,), momentum=0.9)
+    init, apply = S.stateful(layer)
+    _, params, state = init(KEY, (-1, 3))
+    x = _x((16, 3), loc=2.0, scale=3.0)
+    out, (mean, var) = jax.jit(lambda p, s, v: apply(p, s, v, train=True))(params, state, x)
+    ref = R.BatchNorm(axis=(0,))[1](params, x)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5)
+    xn = np.asarray(x, np.float64)
+    np.testing.assert_allclose(mean, 0.1 * xn.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(var, 0.9 + 0.1 * xn.var(0), rtol=1e-5)
+
+
+def test_one_example_eval_equals_example_inside_large_batch():
+    init, apply = S.stateful(_net(momentum=0.0))
+    _, params, state = init(KEY, (-1, 5, 5, 2))
+    big = _x((64, 5, 5, 2), seed=1, loc=1.0, scale=2.0)
+    fwd = jax.jit(apply, static_argnames="train")
+    train_out, state = fwd(params, state, big, train=True)  # momentum 0: stats = this batch's
+    batch_eval, same_state = fwd(params, state, big, train=False)
+    np.testing.assert_allclose(batch_eval, train_out, rtol=0, atol=2e-5)
+    for a, b in zip(jax.tree.leaves(same_state), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for i in (0, 17, 63):
+        one, _ = fwd(params, state, big[i:i + 1], train=False)
+        np.testing.assert_allclose(one[0], train_out[i], rtol=0, atol=2e-5)
+    # The reference normalises a single example by itself: every output is the last layer's bias.
+    ref = _net(R)[1](params, big[:1])
+    np.testing.assert_allclose(ref[0], params[-1][1] + jnp.dot(
+        jnp.maximum(params[5][0], 0), params[-1][0]), atol=1e-5)
+
+
+def test_running_stats_converge_over_steps():
+    init, apply = S.stateful(S.BatchNorm(axis=(0, 1, 2), momentum=0.5))
+    _, params, state = init(KEY, (-1, 4, 4, 2))
+    step = jax.jit(lambda s, v: apply(params, s, v, train=True)[1])
+    for i in range(20):
+        state = step(state, _x((8, 4, 4, 2), seed=i, loc=3.0, scale=2.0))
+    np.testing.assert_allclose(state[0], [3.0, 3.0], atol=0.3)
+    np.testing.assert_allclose(state[1], [4.0, 4.0], rtol=0.25)
+
+
+def test_vmap_over_seeds_matches_loop():
+    init, apply = S.stateful(S.serial(S.Dense(5), S.BatchNorm(axis=(0,), momentum=0.8), S.Relu,
+                                      S.Dropout(0.7), S.Dense(2)))
+    keys = jax.random.split(KEY, 3)
+    x = _x((10, 4))
+
+    def one(key):
+        _, params, state = init(key, (-1, 4))
+        out, new_state = apply(params, state, x, train=True, rng=key)
+        ev, _ = apply(params, new_state, x[:2], train=False)
+        return out, new_state, ev
+
+    batched = jax.jit(jax.vmap(one))(keys)
+    for i, key in enumerate(keys):
+        single = one(key)
+        for a, b in zip(jax.tree.leaves(batched), jax.tree.leaves(single), strict=True):
+            np.testing.assert_allclose(a[i], b, rtol=1e-5, atol=1e-6)
+
+
+def test_stateful_dropout_identity_in_eval_and_reference_in_train():
+    layer = S.serial(S.Dense(8), S.Dropout(0.6))
+    init, apply = S.stateful(layer)
+    _, params, state = init(KEY, (-1, 4))
+    x = _x((20, 4))
+    ev, _ = apply(params, state, x, train=False)
+    np.testing.assert_allclose(ev, S.Dense(8)[1](params[0], x), rtol=1e-6)
+    tr, _ = apply(params, state, x, train=True, rng=jax.random.PRNGKey(5))
+    ref = R.serial(R.Dense(8), R.Dropout(0.6))[1](params, x, rng=jax.random.PRNGKey(5))
+    np.testing.assert_array_equal(tr, ref)
+    with pytest.raises(ValueError, match="requires apply_fun to be called with a PRNG key"):
+        apply(params, state, x, train=True)
+
+
+def test_parallel_and_shape_dependent_thread_state():
+    block = S.serial(S.FanOut(2), S.parallel(S.serial(S.Dense(3), S.BatchNorm(axis=(0,), momentum=0.0)),
+                                             S.Dense(3)), S.FanInSum)
+    init, apply = S.stateful(S.serial(block, S.shape_dependent(lambda s: S.BatchNorm(axis=(0,)))))
+    _, params, state = init(KEY, (-1, 4))
+    x = _x((9, 4), loc=1.0)
+    _, new_state = apply(params, state, x, train=True)
+    inner_mean = new_state[0][1][0][1][0]
+    h = S.Dense(3)[1](params[0][1][0][0], x)
+    np.testing.assert_allclose(inner_mean, h.mean(0), rtol=1e-5, atol=1e-6)
+    assert jax.tree.structure(new_state) == jax.tree.structure(state)
+
+
+def test_running_stats_need_known_feature_sizes():
+    init, _ = S.stateful(S.BatchNorm(axis=(1,)))
+    with pytest.raises(S.ShapeError, match=r"running statistics need known sizes off the normalised "
+                                           r"axes, got input shape \(-1, 3\)"):
+        init(KEY, (-1, 3))
