@@ -37,9 +37,15 @@ TAG_SWEEP = "harness.sweep"
 TAG_SWEEP_ID = "harness.sweep_id"
 TAG_ROLE = "harness.role"
 ROLE_PARENT = "parent"
+#: A run is a sweep's parent when any of these tags has the value ``parent`` (``harness.kind`` is
+#: what ``harness.tracking`` writes; ``harness.role`` the name in the reports' brief).
+PARENT_ROLE_TAGS = (TAG_ROLE, "harness.kind")
 TAG_PARENT_RUN_ID = "mlflow.parentRunId"
 TAG_STATUS = "status"
 TAG_REASON = "harness.reason"  # optional: why a trial failed or diverged
+#: Tags read, in order, for the reason shown beside a trial that did not finish.
+REASON_TAGS = (TAG_REASON, "status_reason")
+TAG_DIVERGED_STEP = "diverged_step"
 TAG_MODEL = "model"
 TAG_OPTIMIZER = "optimizer"
 TAG_SCHEDULE = "schedule"
@@ -210,8 +216,19 @@ def _experiment(client, name: str):
     return exp
 
 
+def _parent_filters() -> list[str]:
+    return [f"tags.`{t}` = {_quote(ROLE_PARENT)}" for t in PARENT_ROLE_TAGS]
+
+
+def _is_parent(run) -> bool:
+    tags = run.data.tags
+    if any(tags.get(t) == ROLE_PARENT for t in PARENT_ROLE_TAGS):
+        return True
+    return not tags.get(TAG_TRIAL_ID) and not tags.get(TAG_PARENT_RUN_ID)
+
+
 def _latest_sweep_id(client, experiment_id: str, experiment: str) -> str:
-    for flt in (f"tags.`{TAG_ROLE}` = {_quote(ROLE_PARENT)}", f"tags.`{TAG_SWEEP_ID}` != ''"):
+    for flt in [*_parent_filters(), f"tags.`{TAG_SWEEP_ID}` != ''"]:
         page = client.search_runs(
             [experiment_id], flt, max_results=1, order_by=["attributes.start_time DESC"]
         )
@@ -280,6 +297,15 @@ def _target_mode(metric: str, mode: str | None) -> str:
     return "min" if "loss" in (metric or "") else "max"
 
 
+def _reason(tags: dict[str, str]) -> str:
+    for t in REASON_TAGS:
+        if tags.get(t):
+            return tags[t].strip().splitlines()[-1][:300]
+    if tags.get(TAG_DIVERGED_STEP):
+        return f"diverged at step {tags[TAG_DIVERGED_STEP]}"
+    return ""
+
+
 def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
     tags, params = run.data.tags, run.data.params
     seed = tags.get(TAG_SEED, params.get(PARAM_SEED))
@@ -294,7 +320,7 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "attempts": attempts,
         "run_status": run.info.status,
         "status": _status(run),
-        "reason": tags.get(TAG_REASON, ""),
+        "reason": _reason(tags),
         "model": tags.get(TAG_MODEL, params.get("model", "?")),
         "optimizer": tags.get(TAG_OPTIMIZER, params.get("optimizer", "?")),
         "schedule": tags.get(TAG_SCHEDULE, params.get("schedule", "")),
@@ -377,6 +403,12 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     summary["step"] = pd.array([pd.NA] * len(summary), dtype="Int64")
     for m in SUMMARY_METRICS:
         summary[m] = [float(run.data.metrics.get(m, math.nan)) for run, _ in chosen.values()]
+    # A finished trial without final/* metrics: MLflow's latest value of the eval curve (the value
+    # at the largest step) is its final value.
+    for final, curve in ((M_FINAL_ACC, M_EVAL_ACC), (M_FINAL_LOSS, M_EVAL_LOSS)):
+        latest = [float(run.data.metrics.get(curve, math.nan)) for run, _ in chosen.values()]
+        fill = summary[final].isna() & (summary["status"] == "finished")
+        summary.loc[fill, final] = pd.Series(latest, index=summary.index)[fill]
     summary = _add_labels(summary)
 
     jobs = [
@@ -445,9 +477,8 @@ def load_sweep(
         known = sorted(
             {
                 r.data.tags.get(TAG_SWEEP_ID)
-                for r in search_all_runs(
-                    client, [exp.experiment_id], f"tags.`{TAG_ROLE}` = {_quote(ROLE_PARENT)}"
-                )
+                for flt in _parent_filters()
+                for r in search_all_runs(client, [exp.experiment_id], flt)
             }
             - {None}
         )
@@ -455,12 +486,7 @@ def load_sweep(
             f"experiment {experiment!r} has no run with {TAG_SWEEP_ID} = {sweep_id!r}; "
             f"sweep ids there: {known}"
         )
-    parents = [
-        r
-        for r in runs
-        if r.data.tags.get(TAG_ROLE) == ROLE_PARENT
-        or (not r.data.tags.get(TAG_TRIAL_ID) and not r.data.tags.get(TAG_PARENT_RUN_ID))
-    ]
+    parents = [r for r in runs if _is_parent(r)]
     frame = build_frame(client, runs, experiment)
     frame.attrs.update(
         experiment=experiment, sweep_id=sweep_id, parent_run_ids=[p.info.run_id for p in parents]

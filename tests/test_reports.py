@@ -560,8 +560,15 @@ def test_sweep_with_only_failed_trials_still_reports(store, tmp_path, monkeypatc
     exp = client.create_experiment("broken", artifact_location=str(tmp_path / "art"))
     parent = client.create_run(exp, tags={RF.TAG_SWEEP_ID: "b1", RF.TAG_ROLE: RF.ROLE_PARENT}).info.run_id
     for i in range(2):  # no status tag, no params, no metrics: what a crash at start leaves
-        run = client.create_run(exp, tags={RF.TAG_SWEEP_ID: "b1", RF.TAG_TRIAL_ID: f"t{i}",
-                                           RF.TAG_PARENT_RUN_ID: parent, "optimizer": "sgd"})
+        run = client.create_run(
+            exp,
+            tags={
+                RF.TAG_SWEEP_ID: "b1",
+                RF.TAG_TRIAL_ID: f"t{i}",
+                RF.TAG_PARENT_RUN_ID: parent,
+                "optimizer": "sgd",
+            },
+        )
         client.set_terminated(run.info.run_id, "FAILED")
     monkeypatch.chdir(tmp_path)
     path = reports.make_report("broken", tracking_uri=store["uri"])
@@ -572,6 +579,54 @@ def test_sweep_with_only_failed_trials_still_reports(store, tmp_path, monkeypatc
     for spec in F.FIGURES:
         assert spec.empty in text, spec.key
     assert "No trial to rank." not in text and "not logged" in text
+
+
+def test_tags_written_by_harness_tracking_are_understood(store, tmp_path):
+    """``harness.kind=parent``, ``status_reason``/``diverged_step`` tags, and no ``final/*`` metrics."""
+    from mlflow.entities import Metric
+
+    client = store["client"]
+    exp = client.create_experiment("kinds", artifact_location=str(tmp_path / "art"))
+    parent = client.create_run(exp, tags={RF.TAG_SWEEP_ID: "k1", "harness.kind": "parent"}).info.run_id
+    ids = []
+    for i, (status, extra) in enumerate(
+        [
+            ("finished", {}),
+            ("diverged", {"diverged_step": "7"}),
+            ("finished", {"status_reason": "line 1\nsomething odd"}),
+        ]
+    ):
+        run = client.create_run(
+            exp,
+            tags={
+                RF.TAG_SWEEP_ID: "k1",
+                RF.TAG_TRIAL_ID: f"t{i}",
+                "harness.kind": "trial",
+                RF.TAG_PARENT_RUN_ID: parent,
+                "status": status,
+                **extra,
+            },
+        )
+        ids.append(run.info.run_id)
+        client.log_batch(
+            run.info.run_id,
+            metrics=[
+                Metric("eval/accuracy", 0.7 + i / 100, 0, 10),
+                Metric("eval/accuracy", 0.5, 0, 0),
+                Metric("eval/loss", 0.9, 0, 0),
+                Metric("eval/loss", 0.4, 0, 10),
+            ],
+        )
+        client.set_terminated(run.info.run_id)
+    data = RF.load_sweep("kinds", tracking_uri=store["uri"])
+    assert data.sweep_id == "k1" and [p.info.run_id for p in data.parents] == [parent]
+    s = RF.summaries(data.frame).set_index("trial_id")
+    assert s.loc["t0", "final/eval_accuracy"] == 0.7 and s.loc["t0", "final/eval_loss"] == 0.4
+    assert s.loc["t2", "final/eval_accuracy"] == 0.72
+    assert math.isnan(s.loc["t1", "final/eval_accuracy"])  # diverged: no final value is made up
+    assert s.loc["t1", "reason"] == "diverged at step 7" and s.loc["t2", "reason"] == "something odd"
+    with pytest.raises(ValueError, match=r"sweep ids there: \['k1'\]"):
+        reports.load_frame("kinds", "k2", tracking_uri=store["uri"])
 
 
 def test_reports_never_imports_the_trainer():
