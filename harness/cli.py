@@ -45,6 +45,11 @@ def sweep(
     batching: Batching | None = typer.Option(None, "--batching", help="Train seed/step-size siblings "
                                              "together under vmap: auto | on | off."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    cpus_per_trial: float | None = typer.Option(None, "--cpus-per-trial", min=0,
+                                                help="Ray: CPUs each trial's task declares (default 1)."),
+    gpus_per_trial: float | None = typer.Option(None, "--gpus-per-trial", min=0,
+                                                help="Ray: GPUs each trial's task declares; a fraction "
+                                                "shares a GPU (default 0)."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
     from harness.config import ConfigError
@@ -54,7 +59,10 @@ def sweep(
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
                             address=address, batching=batching.value if batching else None,
-                            dry_run=dry_run, quiet=quiet)
+                            dry_run=dry_run, quiet=quiet,
+                            executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
+                                                             ("gpus_per_trial", gpus_per_trial))
+                                           if v is not None})
     except ConfigError as e:
         _err(f"invalid sweep config:\n{e}")
         raise typer.Exit(2) from None

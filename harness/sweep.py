@@ -279,7 +279,8 @@ def _print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) 
 def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs: int | None = None,
               executor: str | None = None, address: str | None = None, batching: str | None = None,
               dry_run: bool = False, quiet: bool = False, registries: Registries | None = None,
-              console=None, executor_obj=None) -> SweepSummary:
+              console=None, executor_obj=None,
+              executor_opts: dict[str, Any] | None = None) -> SweepSummary:
     """Validate, plan and run a sweep config; see the module docstring.
 
     Raises:
@@ -323,7 +324,10 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
 
     from harness.executors import get_executor
 
-    ex = executor_obj or get_executor(cfg.executor, jobs=cfg.jobs, address=cfg.address)
+    ex = executor_obj or get_executor(cfg.executor, jobs=cfg.jobs, address=cfg.address,
+                                      **(executor_opts or {}))
+    if hasattr(ex, "validate"):  # e.g. Ray refuses a SQLite store with a remote cluster, before any write
+        ex.validate(uri)
     client = tracking.prepare_store(uri)  # health check / schema creation, before any worker
     exp_id = tracking.get_or_create_experiment(client, cfg.name, uri)
     plan = make_plan(specs, client, exp_id)

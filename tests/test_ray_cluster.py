@@ -7,7 +7,8 @@
 - ``python -m harness sweep --executor ray``: the driver killed mid-sweep and restarted completes
   exactly the missing trials.
 
-The head is ``ray start --head`` in its own process group with its own temp dir; it is stopped by
+The MLflow server is the session's ``mlflow_server`` fixture (tests/conftest.py). The head is
+``ray start --head`` in its own process group with its own temp dir; it is stopped by
 killing that group (SIGTERM, then SIGKILL), never with ``ray stop`` (which would stop every Ray on
 the machine).
 """
@@ -24,7 +25,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -80,31 +80,6 @@ def _stop_group(pgid: int, marker: str | None = None) -> None:
                     p.kill()
 
 
-def _start_mlflow_server(d: Path) -> tuple[subprocess.Popen, str, object]:
-    """Launch ``mlflow server`` (SQLite backend, 1 worker) on 127.0.0.1; does not wait for it."""
-    port = _free_port()
-    cmd = [str(Path(sys.executable).with_name("mlflow")), "server",
-           "--backend-store-uri", f"sqlite:///{d}/srv.db", "--default-artifact-root", str(d / "art"),
-           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    log = (d / "server.log").open("w")
-    proc = subprocess.Popen(cmd, env=env, cwd=d, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    return proc, f"http://127.0.0.1:{port}", log
-
-
-def _wait_health(proc: subprocess.Popen, uri: str, d: Path, timeout: float = 90) -> None:
-    deadline = time.time() + timeout
-    while True:
-        with contextlib.suppress(OSError), urllib.request.urlopen(uri + "/health", timeout=2) as r:
-            if r.status == 200:
-                return
-        if proc.poll() is not None or time.time() > deadline:
-            pytest.fail(f"mlflow server did not start:\n{(d / 'server.log').read_text()[-3000:]}")
-        time.sleep(0.25)
-
-
 def _ray_start_cmd(tmp: str, port: int) -> list[str]:
     return [
         str(Path(sys.executable).with_name("ray")), "start", "--head", "--node-ip-address=127.0.0.1",
@@ -118,15 +93,13 @@ def _ray_start_cmd(tmp: str, port: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A Ray head (``ray start --head``, 2 CPUs) and an ``mlflow server``, both on 127.0.0.1,
-    started side by side; yields ``(ray_address, tracking_uri)``. Both are stopped afterwards."""
+def ray_head():
+    """``ray start --head`` on 127.0.0.1 with 2 CPUs, its own temp dir and process group; yields
+    ``127.0.0.1:PORT``. Stopped afterwards by killing its process group."""
     if not Path(sys.executable).with_name("ray").exists():
         pytest.skip(f"no `ray` command beside {sys.executable}")
-    d = tmp_path_factory.mktemp("mlflow_srv")
     tmp = tempfile.mkdtemp(prefix="rayt", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     port = _free_port()
-    srv, uri, log = _start_mlflow_server(d)
     head = None
     try:
         head = subprocess.Popen(_ray_start_cmd(tmp, port), env={**os.environ, **RAY_ENV},
@@ -135,15 +108,12 @@ def cluster(tmp_path_factory):
         out, _ = head.communicate(timeout=90)
         if head.returncode != 0:
             pytest.fail(f"`ray start --head` failed ({head.returncode}):\n{out[-3000:]}")
-        _wait_health(srv, uri, d)
-        yield f"127.0.0.1:{port}", uri
+        yield f"127.0.0.1:{port}"
     finally:
         if head is not None:
             if head.poll() is None:
                 head.kill()
             _stop_group(head.pid, marker=tmp)
-        _stop_group(srv.pid)
-        log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -201,13 +171,13 @@ def _kill_a_worker_mid_trial(client, eid: str, unit_of: dict[str, str], stop: th
         time.sleep(0.05)
 
 
-def test_ray_sweep_survives_a_killed_worker_and_matches_a_local_run(cluster, ray_env, tmp_path):
-    ray_head, mlflow_srv = cluster
+def test_ray_sweep_survives_a_killed_worker_and_matches_a_local_run(ray_head, mlflow_server, ray_env,
+                                                                    tmp_path):
     sweep = "ray-faults"
     specs = _specs(sweep)
     assert len({s.batch_key() for s in specs}) == 1  # the last two may share one vmapped program
     units = [[s] for s in specs[:4]] + [specs[4:]]
-    ctx, client = _context(mlflow_srv, sweep)
+    ctx, client = _context(mlflow_server, sweep)
     unit_of = {s.trial_id: u[0].trial_id for u in units for s in u}
 
     killed: list = []
@@ -273,8 +243,8 @@ def _finished(client, eid: str) -> dict[str, int]:
             for tid, runs in tracking.trial_runs(client, eid).items()}
 
 
-def test_cli_sweep_on_ray_resumes_after_the_driver_is_killed(cluster, tmp_path):
-    address, uri = cluster
+def test_cli_sweep_on_ray_resumes_after_the_driver_is_killed(ray_head, mlflow_server, tmp_path):
+    address, uri = ray_head, mlflow_server
     cfg = tmp_path / "ray-resume.yaml"
     cfg.write_text(CONFIG)
     cmd = [sys.executable, "-m", "harness", "sweep", str(cfg), "--executor", "ray", "--address", address,

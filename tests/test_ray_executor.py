@@ -275,3 +275,47 @@ def test_dedupe_keeps_the_earliest_finished_run(tmp_path):
     assert client.get_run(r2).info.status == "KILLED"
     assert client.get_run(r2).data.tags["harness.duplicate_of"] == r1
     assert rx.dedupe_finished_runs(ctx, {"t1", "t2"}) == {}
+
+
+# --------------------------------------------------------------------------------------------------
+# Through the command line
+
+
+def test_cli_refuses_sqlite_with_a_remote_cluster_before_anything_is_written(write_sweep, tmp_path,
+                                                                             monkeypatch):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    cfg = write_sweep()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    res = CliRunner().invoke(app, ["sweep", str(cfg), "--executor", "ray", "--address", "10.255.0.9:6379"])
+    assert res.exit_code == 2, res.output
+    expected_uri = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    assert f"--executor ray --address '10.255.0.9:6379' cannot log to the SQLite store '{expected_uri}'" \
+        in " ".join(res.output.split())
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_cli_passes_resources_to_the_ray_executor(write_sweep, monkeypatch):
+    from typer.testing import CliRunner
+
+    import harness.sweep
+    from harness.cli import app
+
+    seen = {}
+
+    def fake_run_sweep(config, **kw):
+        seen.update(kw)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(harness.sweep, "run_sweep", fake_run_sweep)
+    args = ["sweep", str(write_sweep()), "--executor", "ray", "--address", "127.0.0.1:6379",
+            "--cpus-per-trial", "2", "--gpus-per-trial", "0.5"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "stop here" in res.output
+    assert seen["executor"] == "ray" and seen["address"] == "127.0.0.1:6379"
+    assert seen["executor_opts"] == {"cpus_per_trial": 2.0, "gpus_per_trial": 0.5}
+    ex = rx.RayExecutor(address=seen["address"], jobs=1, **seen["executor_opts"])
+    assert (ex.cpus_per_trial, ex.gpus_per_trial) == (2.0, 0.5)
