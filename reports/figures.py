@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import EngFormatter, MaxNLocator
+from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from reports.frame import (
     M_COMPILE_S,
@@ -80,6 +80,19 @@ def _figure(nrows: int, ncols: int, width: float, height: float, **kw) -> tuple[
 def _legend(fig: Figure, pal: dict[str, tuple], extra: list | None = None) -> None:
     handles = [Line2D([], [], color=c, lw=2.5, label=o) for o, c in pal.items()] + (extra or [])
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 6), frameon=False)
+
+
+def _log_y(ax, lo: float, hi: float) -> None:
+    """Log y axis with plain numbers (0.2, 0.5, 1, 2) instead of 2×10⁰; minor ticks labelled only
+    when the data span less than about one and a half decades."""
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    if hi / lo < 30:
+        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(plain)
+    else:
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def png_bytes(fig: Figure, dpi: int = 96) -> bytes:
@@ -183,7 +196,7 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
             if m == obj.target_metric and math.isfinite(obj.target_value):
                 ax.axhline(obj.target_value, color="0.3", ls="--", lw=1)
             if "loss" in m and (b["q25"] > 0).all() and len(b):
-                ax.set_yscale("log")
+                _log_y(ax, float(b["q25"].min()), float(b["q75"].max()))
             if r == 0:
                 ax.set_title(task)
             if k == 0:
