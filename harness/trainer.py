@@ -129,10 +129,7 @@ class _ModelEntry:
         self.model = lookup(MODELS, spec.model, "model")(
             input_shape=ds.input_shape, num_classes=ds.num_classes, **spec.hparams("model"))
         self.dtype = jnp.dtype(spec.dtype)
-        self.B = spec.batch_size
         self.N, self.M = ds.num_train, ds.num_test
-        if self.B > self.N:
-            raise ValueError(f"batch_size {self.B} exceeds the {self.N} training examples of {ds.name}")
         self.input_shape = ds.input_shape
         self.recon = getattr(self.model, "task", "classification") == "reconstruction"
         self.needs_rng = bool(getattr(self.model, "needs_rng", False))
@@ -144,7 +141,8 @@ class _ModelEntry:
         self.compiled: dict[tuple, Any] = {}
 
     def init_params(self, k_init: jax.Array):
-        _, params, mstate = self.model.init(k_init, (self.B, *self.input_shape))
+        # parameters do not depend on the batch size (stax convention): init with a batch of 1
+        _, params, mstate = self.model.init(k_init, (1, *self.input_shape))
         return jax.tree_util.tree_map(lambda p: jnp.asarray(p, self.dtype), params), mstate
 
     def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array):
@@ -193,6 +191,10 @@ class _Program:
         self.e = entry
         self.make_opt = _make_opt_factory(spec, OPTIMIZERS, SCHEDULES)
         self.opt_builder = lookup(OPTIMIZERS, spec.optimizer, "optimizer")
+        self.B = spec.batch_size
+        if self.B > entry.N:
+            raise ValueError(f"batch_size {self.B} exceeds the {entry.N} training examples of "
+                             f"{entry.ds.name}")
         self.compiled: dict[tuple, Any] = {}
 
     # -- pure functions of one trial -------------------------------------------------------------
@@ -223,7 +225,7 @@ class _Program:
     def chunk(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array, *, n: int):
         """``n`` steps from update index ``start``; returns (state, losses ``float32 (n,)``)."""
         opt = self.make_opt(state.step_size)
-        B, N = self.e.B, self.e.N
+        B, N = self.B, self.e.N
         n_ep = -(-n * B // N) + 1
         first = start * B
         e0 = first // N
@@ -280,10 +282,10 @@ def _cached(cache: collections.OrderedDict, key: tuple, make: Callable[[], Any])
 
 def _program(spec: TrialSpec, ds: Dataset) -> _Program:
     regs = tuple(id(r) for r in _registries())
-    ekey = (spec.model, spec.model_hparams, spec.batch_size, spec.dtype, id(ds), regs)
+    ekey = (spec.model, spec.model_hparams, spec.dtype, id(ds), regs)
     entry = _cached(_ENTRIES, ekey, lambda: _ModelEntry(spec, ds))
     opt_hp = tuple((k, v) for k, v in spec.optimizer_hparams if k != "step_size")
-    pkey = (*ekey, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps)
+    pkey = (*ekey, spec.batch_size, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps)
     prog = _cached(_PROGRAMS, pkey, lambda: _Program(spec, entry))
     if prog.e is not entry:  # the entry was evicted and rebuilt: rebuild the program on it
         prog = _PROGRAMS[pkey] = _Program(spec, entry)
@@ -333,7 +335,7 @@ def _measure_perf(prog: _Program, spec: TrialSpec, perf_cache: dict | None) -> P
         return perf_cache[pkey]
     e = prog.e
     state, _ = prog.init(jax.random.PRNGKey(spec.seed), _step_size(spec, prog.opt_builder))
-    xb, yb = e.x_train[: e.B], e.y_train[: e.B]
+    xb, yb = e.x_train[: prog.B], e.y_train[: prog.B]
     fpe = None
     fpe_fn = getattr(e.model, "flops_per_example", None)
     if fpe_fn is not None:
@@ -341,8 +343,8 @@ def _measure_perf(prog: _Program, spec: TrialSpec, perf_cache: dict | None) -> P
             fpe = fpe_fn(e.input_shape)
         except Exception:  # an analytic count is optional
             fpe = None
-    analytic = 3.0 * float(fpe) * e.B if fpe else None
-    perf = timing.measure(prog.one_step, (state, xb, yb, jnp.int32(0)), batch_size=e.B,
+    analytic = 3.0 * float(fpe) * prog.B if fpe else None
+    perf = timing.measure(prog.one_step, (state, xb, yb, jnp.int32(0)), batch_size=prog.B,
                           donate_argnums=(0,), analytic_flops=analytic)
     if perf_cache is not None:
         perf_cache[pkey] = perf

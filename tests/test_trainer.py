@@ -102,7 +102,6 @@ def test_eval_batches_cover_split_exactly(monkeypatch, digits):
     spec = make_spec(steps=4, eval_every=4, steps_per_dispatch=4, seed=3)
     whole = trainer.run_trial(spec, dataset=digits, measure_perf=False)
     monkeypatch.setattr(trainer, "EVAL_BATCH", 100)
-    monkeypatch.setattr(trainer, "_PROGRAMS", type(trainer._PROGRAMS)())
     batched = trainer.run_trial(spec, dataset=digits, measure_perf=False)
     assert batched.extra["eval_batch"] == 100 and whole.extra["eval_batch"] == 360
     np.testing.assert_allclose(batched.curves.eval_loss, whole.curves.eval_loss, rtol=1e-5)
