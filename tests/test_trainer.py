@@ -189,3 +189,22 @@ def test_should_batch_rule_and_errors(monkeypatch, digits):
         trainer.run_trials_batched([a, other], dataset=digits, measure_perf=False)
     with pytest.raises(KeyError, match="unknown optimizer 'adamm'"):
         trainer.run_trial(make_spec(optimizer="adamm"), dataset=digits, measure_perf=False)
+
+
+@pytest.mark.slow  # compiling the conv autoencoder costs ~10 s of CPU
+def test_reconstruction_task_targets_are_inputs(digits):
+    """An autoencoder trains against its inputs; without an accuracy metric accuracy is nan."""
+    spec = make_spec(model="autoencoder", model_hparams={"width": 4}, steps=2, eval_every=2,
+                     steps_per_dispatch=2, batch_size=8, target={"metric": "eval/loss", "value": 1e9,
+                                                                  "mode": "min"})
+    r = trainer.run_trial(spec, dataset=digits, measure_perf=False)
+    assert r.status == "finished" and all(np.isfinite(r.curves.train_loss))
+    assert all(np.isnan(a) for a in r.curves.eval_accuracy)
+    assert r.steps_to_target == 0  # the loss target (any finite loss) is met at the first evaluation
+    # the eval loss is the MSE of reconstructing the test inputs, computed by hand at step 0
+    model = MODELS["autoencoder"](input_shape=(8, 8, 1), num_classes=10, width=4)
+    k_init = jax.random.split(jax.random.PRNGKey(0), 3)[0]
+    _, params, state = model.init(k_init, (1, 8, 8, 1))
+    x = jnp.asarray(digits.x_test)
+    want = float(model.loss(model.apply(params, state, x, train=False)[0], x))
+    np.testing.assert_allclose(r.curves.eval_loss[0], want, rtol=1e-5)
