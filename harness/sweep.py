@@ -389,10 +389,11 @@ def _end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, s
     ms = [Metric(f"sweep/n_{k}", float(v), now, 0) for k, v in counts.items()]
     ms.append(Metric("sweep/n_skipped", float(sum(o.skipped for o in outcomes)), now, 0))
     ms.append(Metric("sweep/wall_s", float(wall_s), now, 0))
-    track = [o.tracking_seconds for o in outcomes if not o.skipped]
-    train = [o.train_seconds for o in outcomes if not o.skipped and o.train_seconds > 0]
-    if track and train:
-        ms.append(Metric("sweep/tracking_fraction", sum(track) / (sum(track) + sum(train)), now, 0))
+    ran = [o for o in outcomes if not o.skipped and o.wall_seconds > 0]
+    if ran:
+        track = sum(o.tracking_seconds for o in ran)
+        ms.append(Metric("sweep/tracking_s", track, now, 0))
+        ms.append(Metric("sweep/tracking_fraction", track / sum(o.wall_seconds for o in ran), now, 0))
     try:
         client.log_batch(rid, metrics=ms, synchronous=True)
     finally:

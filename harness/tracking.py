@@ -106,11 +106,18 @@ def prepare_store(uri: str, health_timeout: float = 3.0):
     return client
 
 
-def client_for(uri: str):
-    """An ``MlflowClient`` for ``uri`` (imports mlflow)."""
-    from mlflow import MlflowClient
+_CLIENTS: dict[str, object] = {}
 
-    return MlflowClient(tracking_uri=uri)
+
+def client_for(uri: str):
+    """An ``MlflowClient`` for ``uri``, one per process and URI (building one opens the store,
+    ~0.3 s on SQLite, so it is cached; imports mlflow)."""
+    client = _CLIENTS.get(uri)
+    if client is None:
+        from mlflow import MlflowClient
+
+        client = _CLIENTS[uri] = MlflowClient(tracking_uri=uri)
+    return client
 
 
 def get_or_create_experiment(client, name: str, uri: str) -> str:
@@ -197,13 +204,27 @@ class MetricBuffer:
         ts = int(timestamp_ms if timestamp_ms is not None else time.time() * 1000)
         self.rows.append((key, float(value), int(step), ts))
 
-    def flush(self, client, run_id: str) -> int:
-        from mlflow.entities import Metric
+    def flush(self, client, run_id: str, params: Mapping[str, Any] | None = None,
+              tags: Mapping[str, Any] | None = None) -> int:
+        """Write the buffered metrics (plus ``params`` and ``tags``, ≤ 100 each) in as few
+        ``log_batch`` calls as MLflow's limits allow (1000 entities a call). Returns the number of
+        metrics written."""
+        from mlflow.entities import Metric, Param, RunTag
 
+        ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+        ts = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        if len(ps) > MAX_PARAMS_PER_BATCH or len(ts) > MAX_PARAMS_PER_BATCH:
+            log_params_tags(client, run_id, dict(params or {}), dict(tags or {}))
+            ps, ts = [], []
         n = len(self.rows)
-        for i in range(0, n, MAX_METRICS_PER_BATCH):
-            chunk = [Metric(k, v, ts, s) for k, v, s, ts in self.rows[i:i + MAX_METRICS_PER_BATCH]]
-            client.log_batch(run_id, metrics=chunk, synchronous=True)
+        room = MAX_METRICS_PER_BATCH - len(ps) - len(ts)
+        chunks = [self.rows[:room]] + [self.rows[i:i + MAX_METRICS_PER_BATCH]
+                                       for i in range(room, n, MAX_METRICS_PER_BATCH)]
+        for j, rows in enumerate(chunks):
+            ms = [Metric(k, v, t, s) for k, v, s, t in rows]
+            if ms or (j == 0 and (ps or ts)):
+                client.log_batch(run_id, metrics=ms, params=ps if j == 0 else [],
+                                 tags=ts if j == 0 else [], synchronous=True)
         self.rows = []
         return n
 

@@ -15,11 +15,16 @@ the only place where a trial's child run is created, filled and ended:
 
 Each child run gets: tags ``harness.trial_id``, ``harness.sweep``, ``harness.sweep_id``,
 ``harness.kind=trial``, ``model``, ``optimizer``, ``schedule``, ``dataset``, ``seed``, ``status``,
-versions, ``device_kind``, ``git_commit``, ``mlflow.parentRunId``; params ``TrialSpec.flat_params()``;
-metrics ``train/loss``, ``eval/loss``, ``eval/accuracy`` (``step=`` the training step, timestamps
-= training start + curve wall-clock), ``perf/*`` (``step=0``) and ``convergence/*``
-(``step=steps_to_target``); artifacts ``trial.json`` (the resolved spec) and ``curves.csv``
-(``split,step,wall_s,loss,accuracy``); the training split as a dataset input.
+versions, ``device_kind``, ``git_commit``, ``mlflow.parentRunId``;
+metrics ``train/loss``, ``eval/loss``, ``eval/accuracy``, ``time/wall_s`` (at eval steps) with
+``step=`` the training step and timestamps = training start + curve wall-clock (``train/loss`` at
+≤ :data:`MAX_TRAIN_POINTS` evenly spaced steps including the first and last, so that tracking
+stays a small fraction of a trial), ``final/eval_loss`` and ``final/eval_accuracy`` (last step),
+``perf/*`` (``step=0``) and ``convergence/*`` (``step=steps_to_target``); params
+``TrialSpec.flat_params()`` plus ``target.mode``; tags ``harness.reason`` (last line of the
+traceback, or why it diverged) and ``status_reason``; artifacts ``trial.json`` (the resolved
+spec), ``curves.csv`` (``split,step,wall_s,loss,accuracy``, every step) and, for a failed trial,
+``traceback.txt``; the training split as a dataset input.
 """
 
 from __future__ import annotations
@@ -69,8 +74,9 @@ class TrialOutcome:
 
     ``status`` is ``finished``, ``diverged`` or ``failed``; ``skipped`` is true when a FINISHED run
     already existed (nothing was trained). Metrics are ``None`` where absent or non-finite.
-    ``seconds_to_target`` in s, ``examples_per_sec`` in examples/s, ``train_seconds`` and
-    ``tracking_seconds`` in s (wall-clock of training and of MLflow calls for this trial).
+    ``seconds_to_target`` in s, ``examples_per_sec`` in examples/s, ``train_seconds``,
+    ``tracking_seconds`` and ``wall_seconds`` in s (training dispatches as the trainer counts them,
+    MLflow calls for this trial, and the trial's share of its unit's whole wall-clock).
     """
 
     trial_id: str
@@ -90,11 +96,15 @@ class TrialOutcome:
     examples_per_sec: float | None = None
     train_seconds: float = 0.0
     tracking_seconds: float = 0.0
+    wall_seconds: float = 0.0
     reason: str = ""
     skipped: bool = False
     target_metric: str = "eval/accuracy"
     extra: dict[str, Any] = field(default_factory=dict)
 
+
+#: At most this many ``train/loss`` points are logged per trial (``curves.csv`` has every step).
+MAX_TRAIN_POINTS = 250
 
 # Per-process caches (a worker process serves many units).
 _DATASETS: dict[tuple, Any] = {}
@@ -205,16 +215,26 @@ def _write_curves(res: TrialResult, path: Path) -> None:
             w.writerow(["eval", s, f"{t:.6f}", loss, acc])
 
 
-def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunContext) -> None:
-    from mlflow.entities import RunTag
+def train_rows_to_log(n: int, max_points: int = MAX_TRAIN_POINTS) -> list[int]:
+    """Indices of the train curve rows logged as ``train/loss`` metrics: all of them when
+    ``n <= max_points``, else ``max_points`` evenly spaced ones including the first and the last."""
+    if n <= max_points:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
 
+
+def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunContext) -> None:
     buf = tracking.MetricBuffer()
     c = res.curves
-    for s, t, v in zip(c.train_step, c.train_wall_s, c.train_loss, strict=False):
-        buf.add("train/loss", v, s, t0_ms + int(t * 1000))
+    for i in train_rows_to_log(len(c.train_step)):
+        buf.add("train/loss", c.train_loss[i], c.train_step[i], t0_ms + int(c.train_wall_s[i] * 1000))
     for s, t, lv, av in zip(c.eval_step, c.eval_wall_s, c.eval_loss, c.eval_accuracy, strict=False):
         buf.add("eval/loss", lv, s, t0_ms + int(t * 1000))
         buf.add("eval/accuracy", av, s, t0_ms + int(t * 1000))
+        buf.add("time/wall_s", t, s, t0_ms + int(t * 1000))
+    last = c.eval_step[-1] if c.eval_step else (c.train_step[-1] if c.train_step else 0)
+    buf.add("final/eval_loss", res.final_eval_loss, last)
+    buf.add("final/eval_accuracy", res.final_eval_accuracy, last)
     p = res.perf
     if p is not None:
         for key in ("step_time_ms", "step_time_ms_p10", "step_time_ms_p90", "examples_per_sec",
@@ -223,13 +243,17 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
     if res.steps_to_target is not None:
         buf.add("convergence/steps_to_target", res.steps_to_target, res.steps_to_target)
         buf.add("convergence/seconds_to_target", res.seconds_to_target, res.steps_to_target)
-    buf.flush(client, run_id)
-    tags = [RunTag("status", res.status)]
+    tags = {"status": res.status}
     if res.diverged_step is not None:
-        tags.append(RunTag("diverged_step", str(res.diverged_step)))
-    if res.reason and res.status != "failed":
-        tags.append(RunTag("status_reason", res.reason[:5000]))
-    client.log_batch(run_id, tags=tags, synchronous=True)
+        tags["diverged_step"] = str(res.diverged_step)
+    if res.reason:
+        tags["harness.reason"] = (res.reason.strip().splitlines() or [""])[-1][:500]
+        if res.status != "failed":
+            tags["status_reason"] = res.reason[:5000]
+    params = res.spec.flat_params()
+    if res.spec.target is not None:
+        params["target.mode"] = res.spec.target.mode
+    buf.flush(client, run_id, params=params, tags=tags)
     with tempfile.TemporaryDirectory(prefix="harness-") as d:
         dp = Path(d)
         (dp / "trial.json").write_text(json.dumps({"trial_id": res.spec.trial_id, **res.spec.to_dict()},
@@ -290,18 +314,18 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext) -> list[TrialOutcome]:
     run_ids: dict[str, str] = {}
     for spec in todo:
         run = client.create_run(ctx.experiment_id, tags=_tags(spec, ctx), run_name=run_name(spec))
-        rid = run.info.run_id
-        run_ids[spec.trial_id] = rid
-        tracking.log_params_tags(client, rid, spec.flat_params(), {})
+        run_ids[spec.trial_id] = run.info.run_id
     pre_s = time.perf_counter() - t_track
     if todo:
         t0_ms = int(time.time() * 1000)
+        t_train = time.perf_counter()
         try:
             results = _train(todo, ctx)
         except BaseException as e:  # KeyboardInterrupt etc.: leave nothing RUNNING
             for rid in run_ids.values():
                 client.set_terminated(rid, status="KILLED")
             raise e
+        train_s = time.perf_counter() - t_train
         for res in results:
             t1 = time.perf_counter()
             rid = run_ids[res.spec.trial_id]
@@ -315,5 +339,7 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext) -> list[TrialOutcome]:
             finally:
                 client.set_terminated(rid, status="FAILED" if res.status == "failed" else "FINISHED")
             spent = time.perf_counter() - t1 + pre_s / len(todo)
-            outcomes[res.spec.trial_id] = _outcome(res, rid, spent)
+            o = _outcome(res, rid, spent)
+            o.wall_seconds = spent + train_s / len(todo)
+            outcomes[res.spec.trial_id] = o
     return [outcomes[s.trial_id] for s in unit]

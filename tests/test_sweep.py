@@ -63,6 +63,10 @@ def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tra
                                                               if summary.outcomes[0].run_id == ok.info.run_id
                                                               else summary.outcomes[1].final_eval_accuracy)
     assert "convergence/steps_to_target" in ok.data.metrics
+    assert [m.step for m in c.get_metric_history(ok.info.run_id, "time/wall_s")] == [0, 20, 40]
+    assert ok.data.metrics["final/eval_accuracy"] == ok.data.metrics["eval/accuracy"]
+    assert ok.data.params["target.mode"] == "max" and ok.data.params["target.value"] == "0.3"
+    assert div.data.tags["harness.reason"]
     # artifacts and dataset input
     assert {a.path for a in c.list_artifacts(ok.info.run_id)} == {"curves.csv", "trial.json"}
     csv_text = Path(c.download_artifacts(ok.info.run_id, "curves.csv", str(tmp_path))).read_text()
@@ -208,3 +212,12 @@ def test_process_executor_two_jobs(tmp_path, write_sweep, tracking_uri, monkeypa
     assert sorted(r.data.tags["seed"] for r in trials) == ["0", "1", "2"]
     assert parents[0].data.params["executor"] == "process" and parents[0].data.params["jobs"] == "2"
     assert all(r.info.status == "FINISHED" for r in trials)
+
+
+def test_train_rows_to_log_keeps_ends_and_bounds():
+    from harness.worker import train_rows_to_log
+
+    assert train_rows_to_log(5, 250) == [0, 1, 2, 3, 4]
+    rows = train_rows_to_log(1000, 250)
+    assert len(rows) == 250 and rows[0] == 0 and rows[-1] == 999
+    assert rows == sorted(set(rows))
