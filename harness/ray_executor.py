@@ -40,6 +40,7 @@ import contextlib
 import logging
 import socket
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -291,7 +292,11 @@ class RayExecutor:
             kw["runtime_env"] = self.runtime_env
         if self.address in (None, "", "local"):
             kw["include_dashboard"] = False
-            ray.init(**kw)
+            with warnings.catch_warnings():
+                # Ray starts its local processes with fork+exec; JAX's warning about fork in a
+                # multithreaded process does not apply to a child that execs at once.
+                warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+                ray.init(**kw)
         else:
             ray.init(address=self.address, **kw)
         return True
