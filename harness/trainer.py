@@ -31,8 +31,13 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   :func:`run_trial` of it alone to float32 rounding: tested as ``rtol=1e-4, atol=1e-5`` on every
   curve value for every registered optimizer. Diverged members stop being recorded at their step;
   the batch stops when all have diverged.
-* **Compiled programs are cached** per (batch key without seed/step size, dataset, batch size) in
-  the process, so the seeds of a sweep run sequentially compile once.
+* **Compiled programs are cached** in the process (the last 16 of each kind): parameter init
+  (compiled for a batch of 1: stax parameters do not depend on the batch size) and evaluation per
+  (model, model hparams, dtype, dataset object); the K-step chunk per that plus (batch size,
+  optimizer and its non-step-size hparams, schedule, steps, vmapped width). So the seeds and step
+  sizes of a sweep run one after another compile once; ``compile_seconds`` is the compile time a
+  call actually spent (0.0 when everything was cached). The optimizer's own ``init_fn`` runs
+  eagerly.
 * **Throughput** (``measure_perf``): :func:`harness.timing.measure` of the single-trial one-step
   function on a fixed batch (state donated), once per ``(spec.perf_key(), device kind)`` through
   ``perf_cache``. FLOPs are cross-checked against ``3 × flops_per_example × batch_size``.

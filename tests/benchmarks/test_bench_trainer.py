@@ -7,7 +7,9 @@ ratios mean anything), stores the medians and the ratio in ``benchmark.extra_inf
 * ``test_step_vs_hand_scan[digits-mlp|mlp784]``: the trainer's dispatch loop (its compiled K-step
   chunk, the losses fetched to the host once per chunk) against a hand-written jitted ``lax.scan``
   of the same K steps with donated state, written with ``jax.example_libraries`` (stax + momentum),
-  batches gathered from device-resident data by precomputed indices, synced once at the end.
+  batches gathered from device-resident data by precomputed indices, synced once at the end; and
+  the same hand-written scan around the project's ``models.zoo`` MLP and ``optimizers`` momentum
+  (``hand_scan_same``: the trainer's own overhead, model and optimizer held equal).
 * ``test_batching_8_seeds``: 8 seeds of a digits MLP, 500 adam steps, as one vmapped program
   (``run_trials_batched``) against 8 trials in sequence (``run_trial``), compile excluded.
 """
@@ -27,6 +29,8 @@ from jax.example_libraries import stax
 from harness import trainer
 from harness.data import load_dataset
 from harness.spec import TrialSpec
+from models.zoo import MODELS
+from optimizers import OPTIMIZERS
 
 K = 50
 
@@ -95,23 +99,42 @@ def test_step_vs_hand_scan(benchmark, case):
             return opt_update(i, g, st), loss
         return jax.lax.scan(body, opt_state, (start + jnp.arange(K), bidx))
 
-    ref = jax.jit(ref_chunk, donate_argnums=(0,))
-    rbox = {"s": opt_init(params)}
+    def make_loop(chunk_fn, opt_state):
+        f = jax.jit(chunk_fn, donate_argnums=(0,))
+        rbox = {"s": opt_state}
 
-    def ref_loop():
-        s = rbox["s"]
-        for i in range(c["chunks"]):
-            s, losses = ref(s, i * K, idx[i], x, y)
-        jax.block_until_ready(losses)
-        rbox["s"] = s
+        def loop():
+            s = rbox["s"]
+            for i in range(c["chunks"]):
+                s, losses = f(s, i * K, idx[i], x, y)
+            jax.block_until_ready(losses)
+            rbox["s"] = s
+        return loop
 
-    for f in (trainer_loop, ref_loop):  # compile + warm
+    ref_loop = make_loop(ref_chunk, opt_init(params))
+    # the same hand-written scan around the project's own model and optimizer (isolates the trainer)
+    model = MODELS["mlp"](input_shape=ds.input_shape, num_classes=10, width=c["width"], depth=c["depth"])
+    _, mparams, mstate = model.init(jax.random.PRNGKey(0), (B, *ds.input_shape))
+    opt = OPTIMIZERS["momentum"](0.01, mass=0.9)
+
+    def same_chunk(opt_state, start, bidx, x, y):
+        def body(st, inp):
+            i, bi = inp
+            loss, g = jax.value_and_grad(
+                lambda p: model.loss(model.apply(p, mstate, x[bi], train=True)[0], y[bi]))(opt.params_fn(st))
+            return opt.update_fn(i, g, st), loss
+        return jax.lax.scan(body, opt_state, (start + jnp.arange(K), bidx))
+
+    same_loop = make_loop(same_chunk, opt.init_fn(mparams))
+
+    fns = {"trainer": trainer_loop, "hand_scan_stax": ref_loop, "hand_scan_same": same_loop}
+    for f in fns.values():  # compile + warm
         f()
-    med = _interleave({"trainer": trainer_loop, "hand_scan": ref_loop}, rounds=7)
+    med = _interleave(fns, rounds=7)
     steps = K * c["chunks"]
-    info = {"trainer_ms_per_step": med["trainer"] / steps * 1e3,
-            "hand_scan_ms_per_step": med["hand_scan"] / steps * 1e3,
-            "ratio_trainer_over_hand": med["trainer"] / med["hand_scan"]}
+    info = {f"{k}_ms_per_step": v / steps * 1e3 for k, v in med.items()}
+    info["ratio_trainer_over_hand_stax"] = med["trainer"] / med["hand_scan_stax"]
+    info["ratio_trainer_over_hand_same"] = med["trainer"] / med["hand_scan_same"]
     benchmark.extra_info.update(info)
     print(f"\n[{case}] {info}")
     benchmark.pedantic(trainer_loop, rounds=3, iterations=1)
