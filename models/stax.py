@@ -642,6 +642,7 @@ def serial(*layers):
     del init_funs
     out = _layer(f"serial[{nlayers}]", init_fun, apply_fun, init_with_state, apply_with_state)
     init_fun.stax_has_state = any(has_state(layer) for layer in layers)
+    init_fun.stax_layers = layers  # for introspection
     return out
 
 
