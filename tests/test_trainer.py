@@ -208,3 +208,17 @@ def test_reconstruction_task_targets_are_inputs(digits):
     x = jnp.asarray(digits.x_test)
     want = float(model.loss(model.apply(params, state, x, train=False)[0], x))
     np.testing.assert_allclose(r.curves.eval_loss[0], want, rtol=1e-5)
+
+
+def test_uneven_chunks_follow_eval_points(digits):
+    """steps=7, eval_every=5, K=3 runs chunks 3, 2 | 2; the result does not depend on K."""
+    spec = make_spec(steps=7, eval_every=5, steps_per_dispatch=3, seed=4)
+    progress = []
+    r = trainer.run_trial(spec, dataset=digits, measure_perf=False,
+                          on_progress=lambda d, t: progress.append(d))
+    assert progress == [3, 5, 7] and r.curves.eval_step == [0, 5, 7]
+    assert r.curves.train_step == list(range(1, 8))
+    other = trainer.run_trial(dataclasses.replace(spec, steps_per_dispatch=7), dataset=digits,
+                              measure_perf=False)
+    np.testing.assert_allclose(other.curves.train_loss, r.curves.train_loss, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(other.curves.eval_loss, r.curves.eval_loss, rtol=1e-5, atol=1e-6)
