@@ -222,12 +222,26 @@ def ui(
         cmd += ["--default-artifact-root", root]
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     typer.echo(f"MLflow UI: http://{host}:{port}{suffix}  (store {uri}; Ctrl-C to stop)")
-    proc = subprocess.Popen(cmd, env=env)
+    import signal
+
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def _stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
     try:
-        raise typer.Exit(proc.wait())
+        code = proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(timeout=10)
+        code = 0
+    finally:
+        if proc.poll() is None:  # stop mlflow ui and its uvicorn worker (one process group)
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    raise typer.Exit(code)
 
 
 @app.command()

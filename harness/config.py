@@ -482,6 +482,8 @@ def _check_component(kind: str, registry: Mapping[str, Callable], comp: Componen
             ann = float | int
         for v in hparam_values(raw):
             if ann is not None and (msg := _type_error(v, ann)):
+                if isinstance(raw, list) and _type_error(raw, ann) is None:
+                    msg += " (a list is a grid axis; write {value: [...]} for one list value)"
                 errors.append(f"{file}: {path}.hparams.{k}: {msg}")
                 break
             if k in _POSITIVE_HPARAMS and _is_num(v) and not v > 0:

@@ -448,8 +448,10 @@ def _outcome_line(o: TrialOutcome) -> str:
         extra = o.reason
     elif o.status == "diverged":
         extra = o.reason or "diverged"
+    from rich.markup import escape
+
     skipped = " (already done)" if o.skipped else ""
-    return f"[{color}]{o.status:8}[/] {o.run_name} [{o.trial_id}]{skipped} {extra}"
+    return f"[{color}]{o.status:8}[/] {escape(f'{o.run_name} [{o.trial_id}]{skipped} {extra}')}"
 
 
 def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
@@ -496,17 +498,23 @@ def print_summary(console, summary: SweepSummary) -> None:
     t = Table(title=f"{summary.name}: best configuration per model and optimizer "
                     f"({c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed; "
                     f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s)")
-    for col in ("dataset", "model", "optimizer", "best config", "final metric", "time to target",
-                "examples/s", "trials"):
-        t.add_column(col, overflow="fold")
-    for r in sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"])):
-        short = r["metric"].split("/")[-1]
+    rows = sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
+    one_ds = len({r["dataset"] for r in rows}) <= 1
+    for col in ("dataset", "model", "optimizer", "best config", "final", "to target", "examples/s",
+                "trials"):
+        if col == "dataset" and one_ds:
+            continue
+        t.add_column(col, overflow="fold", no_wrap=col not in ("best config", "trials"),
+                     ratio=3 if col == "best config" else None)
+    for r in rows:
+        short = {"eval/accuracy": "acc", "eval/loss": "loss"}.get(r["metric"], r["metric"])
         val = "—" if r["value"] is None else f"{short} {r['value']:.4f}"
-        ttt = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.2f} s"
+        ttt = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3f} s"
         eps = "—" if r["examples_per_sec"] is None else f"{r['examples_per_sec']:,.0f}"
         trials = f"{r['n']}" + (f" ({r['n_diverged']} div, {r['n_failed']} fail)"
                                 if r["n_diverged"] or r["n_failed"] else "")
-        t.add_row(r["dataset"], r["model"], r["optimizer"], r["config"], val, ttt, eps, trials)
+        cells = [r["model"], r["optimizer"], r["config"], val, ttt, eps, trials]
+        t.add_row(*(cells if one_ds else [r["dataset"], *cells]))
     console.print(t)
     uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \
         f" --tracking-uri {summary.tracking_uri}"

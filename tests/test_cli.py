@@ -65,3 +65,42 @@ def test_dry_run_plan_then_status(tmp_path, write_sweep, tracking_uri, fake_trai
     assert cells[2:7] == ["3", "1", "1", "1", "0"]
     r = runner.invoke(app, ["status", "--tracking-uri", tracking_uri], terminal_width=250)
     assert r.exit_code == 0 and "tiny" in r.output
+
+
+@pytest.mark.server
+def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
+    import json
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    from harness import tracking
+
+    c = tracking.prepare_store(tracking_uri)
+    exp_id = tracking.get_or_create_experiment(c, "ui_exp", tracking_uri)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "ui", "--experiment", "ui_exp", "--port",
+                             str(port), "--tracking-uri", tracking_uri], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith(f"MLflow UI: http://127.0.0.1:{port}/#/experiments/{exp_id}")
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        url = base + "/ajax-api/2.0/mlflow/experiments/get-by-name?experiment_name=ui_exp"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            assert json.load(r)["experiment"]["experiment_id"] == exp_id
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    with pytest.raises(OSError):  # the server went away with it
+        urllib.request.urlopen(base + "/health", timeout=2)
