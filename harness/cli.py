@@ -263,7 +263,11 @@ def report(
         raise typer.Exit(3) from None
     from reports import make_report
 
-    path = make_report(experiment, sweep_id, output, baseline, uri)
+    try:
+        path = make_report(experiment, sweep_id, output, baseline, uri)
+    except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
+        _err(f"error: {e.args[0] if e.args else e}")
+        raise typer.Exit(2) from None
     typer.echo(f"report: {path}")
 
 

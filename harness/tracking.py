@@ -99,10 +99,20 @@ def prepare_store(uri: str, health_timeout: float = 3.0):
     elif uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     client = client_for(uri)
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    if is_server(uri):  # the first request: fail fast rather than after MLflow's long retries
+        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+        os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(max(1, int(health_timeout * 3)))
     try:
         client.search_experiments(max_results=1)
     except Exception as e:
         raise TrackingUnavailableError(f"cannot open the MLflow store {uri}: {e}") from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return client
 
 

@@ -104,3 +104,29 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
         proc.wait(timeout=30)
     with pytest.raises(OSError):  # the server went away with it
         urllib.request.urlopen(base + "/health", timeout=2)
+
+
+def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
+    import reports
+
+    seen = {}
+
+    def fake(experiment, sweep_id, output, baseline, tracking_uri):
+        seen.update(experiment=experiment, sweep_id=sweep_id, output=output, baseline=baseline,
+                    tracking_uri=tracking_uri)
+        return tmp_path / "r.html"
+
+    monkeypatch.setattr(reports, "make_report", fake)
+    r = runner.invoke(app, ["report", "--experiment", "q", "--sweep", "abc", "-o", "x.html", "--baseline",
+                            "def", "--tracking-uri", tracking_uri])
+    assert r.exit_code == 0, r.output
+    assert seen == {"experiment": "q", "sweep_id": "abc", "output": "x.html", "baseline": "def",
+                    "tracking_uri": tracking_uri}
+    assert r.output.strip().splitlines()[-1] == f"report: {tmp_path / 'r.html'}"
+
+    def missing(*a):
+        raise LookupError("no experiment 'q'")
+
+    monkeypatch.setattr(reports, "make_report", missing)
+    r = runner.invoke(app, ["report", "--experiment", "q", "--tracking-uri", tracking_uri])
+    assert r.exit_code == 2 and "error: no experiment 'q'" in r.output
