@@ -83,13 +83,17 @@ def _registries() -> tuple[dict, dict, dict]:
 
 
 class TrainState(NamedTuple):
-    """The donated carry of one trial: optimizer state (params inside), model state, keys, step size."""
+    """The donated carry of one trial: optimizer state (params inside), model state, keys, step size,
+    and the permutation of the last epoch the previous chunk touched (``perm_epoch`` -1: none yet),
+    so that each epoch's permutation is computed once."""
 
     opt_state: Any
     model_state: Any
     data_key: jax.Array
     dropout_key: jax.Array
     step_size: jax.Array
+    perm: jax.Array
+    perm_epoch: jax.Array
 
 
 # --------------------------------------------------------------------------------------------------
@@ -211,7 +215,8 @@ class _Program:
         params, mstate = exe(k_init)
         lr = jnp.float32(step_size)
         opt_state = self.make_opt(lr).init_fn(params)
-        return TrainState(opt_state, mstate, k_data, k_drop, lr), dt
+        perm = jnp.zeros((self.e.N,), jnp.int32)
+        return TrainState(opt_state, mstate, k_data, k_drop, lr, perm, jnp.int32(-1)), dt
 
     def params(self, state: TrainState) -> Any:
         return self.make_opt(state.step_size).params_fn(state.opt_state)
@@ -234,9 +239,20 @@ class _Program:
         n_ep = -(-n * B // N) + 1
         first = start * B
         e0 = first // N
-        epochs = e0 + jnp.arange(n_ep)
-        perms = jax.vmap(lambda e: jax.random.permutation(jax.random.fold_in(state.data_key, e), N))(epochs)
+        e_last = (first + n * B - 1) // N
+
+        def perm_of(e):
+            return jax.random.permutation(jax.random.fold_in(state.data_key, e), N).astype(jnp.int32)
+
+        # epoch e0 is usually the one the previous chunk ended in (carried); later slots are computed
+        # only when this chunk reaches them (lax.cond: one branch runs, except under vmap)
+        perms = [jax.lax.cond(state.perm_epoch == e0, lambda: state.perm, lambda: perm_of(e0))]
+        zeros = jnp.zeros((N,), jnp.int32)
+        for j in range(1, n_ep):
+            perms.append(jax.lax.cond(e0 + j <= e_last, lambda j=j: perm_of(e0 + j), lambda: zeros))
+        perms = jnp.stack(perms)
         idx = perms.reshape(-1)[first - e0 * N + jnp.arange(n * B)].reshape(n, B)
+        state = state._replace(perm=perms[e_last - e0], perm_epoch=e_last.astype(jnp.int32))
 
         def body(pair, inp):
             i, bidx = inp
