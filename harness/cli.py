@@ -106,8 +106,8 @@ def list_(
             b = registry[name]
             hps = builder_hparams(single, b)
             hp = ", ".join(f"{h.name}" if h.required else f"{h.name}={h.default!r}" for h in hps.values())
-            doc = (b.__doc__ or "").strip().splitlines()
-            t.add_row(name, hp or "—", doc[0] if doc else "")
+            para = " ".join((b.__doc__ or "").strip().split("\n\n")[0].split())
+            t.add_row(name, hp or "—", para.replace("``", ""))
         if k == "datasets":
             t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
         console.print(t)
