@@ -19,15 +19,18 @@ Beyond the reference (nothing here changes a reference-compatible call):
 * **Shape errors at init**: a layer given an input shape it cannot take raises :class:`ShapeError`
   naming the layer and the shapes; :func:`serial` prefixes the index of the failing layer.
 * :func:`Dropout` without an rng in test mode returns its inputs (jax 0.10.2's reference raises).
-* ``GeneralConv(..., impl="patches")`` computes the convolution as image patches times a matrix
-  (an option for speed on some CPUs; the default ``impl="xla"`` is the reference's ``lax`` call).
+* ``GeneralConv(..., impl="patches" | "auto")`` computes the convolution as im2col patches times a
+  matrix (much faster inside ``lax.scan`` on XLA:CPU; the default ``impl="xla"`` is the reference's
+  ``lax`` call).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
+import jax
 import jax.numpy as jnp
 from jax import lax, random
 from jax.nn import (
@@ -153,29 +156,50 @@ def _kernel_shape(lhs_spec, rhs_spec, out_chan, filter_shape, input_shape):
     ]
 
 
-def _conv_patches(inputs, W, strides, padding, dimension_numbers):
-    """``lax.conv_general_dilated`` (no dilation, one feature group) as patches @ matrix.
+def _resolve_conv_impl(impl):
+    if impl == "auto":
+        return "patches" if jax.default_backend() == "cpu" else "xla"
+    return impl
 
-    Extracts the input patches with ``lax.conv_general_dilated_patches`` (channel-major feature
-    order ``C * prod(filter)``), reshapes the kernel to ``(C * prod(filter), O)`` and multiplies.
-    Same value as the reference convolution up to float32 summation order.
+
+def _conv_patches(inputs, W, strides, padding, dimension_numbers):
+    """``lax.conv_general_dilated`` (no dilation, one feature group) as im2col patches @ matrix.
+
+    The input is moved to ``(N, *spatial, C)``, padded, and for every filter offset a strided slice
+    ``(N, *out_spatial, C)`` is taken; the slices are concatenated on the channel axis (offset-major,
+    channel-minor) and multiplied by the kernel reshaped to ``(prod(filter) * C, O)``. Slices and
+    pads have cheap gradients, so the backward pass is two matmuls. Same values as the reference
+    convolution up to float32 summation order.
     """
     lhs_spec, rhs_spec, out_spec = dimension_numbers
-    nsp = len(lhs_spec) - 2
-    # Move the kernel to (I, spatial..., O) in rhs_spec's spatial order, then flatten I+spatial.
+    lhs_sp = [i for i, c in enumerate(lhs_spec) if c not in "NC"]
     rhs_sp = [i for i, c in enumerate(rhs_spec) if c not in "IO"]
-    Wt = jnp.transpose(W, [rhs_spec.index("I"), *rhs_sp, rhs_spec.index("O")])
-    Wm = jnp.reshape(Wt, (-1, Wt.shape[-1]))
-    # Patches come out in out_spec layout with features on its 'C' axis.
-    patches = lax.conv_general_dilated_patches(
-        inputs, tuple(W.shape[i] for i in rhs_sp), strides, padding,
-        dimension_numbers=(lhs_spec, rhs_spec, out_spec),
-    )
-    c_ax = out_spec.index("C")
-    moved = jnp.moveaxis(patches, c_ax, -1)
-    out = jnp.dot(moved, Wm)
-    del nsp
-    return jnp.moveaxis(out, -1, c_ax)
+    x = jnp.transpose(inputs, [lhs_spec.index("N"), *lhs_sp, lhs_spec.index("C")])
+    Wt = jnp.transpose(W, [*rhs_sp, rhs_spec.index("I"), rhs_spec.index("O")])
+    filt = Wt.shape[:-2]
+    in_sp = x.shape[1:-1]
+    pads = lax.padtype_to_pads(in_sp, filt, strides, padding) if isinstance(padding, str) else padding
+    x = jnp.pad(x, [(0, 0), *[tuple(p) for p in pads], (0, 0)])
+    out_sp = [(n + lo + hi - k) // s + 1
+              for n, (lo, hi), k, s in zip(in_sp, pads, filt, strides, strict=True)]
+    cols = []
+    for offset in itertools.product(*[range(k) for k in filt]):
+        start = (0, *offset, 0)
+        limit = (x.shape[0], *[o + s * (m - 1) + 1 for o, s, m in zip(offset, strides, out_sp, strict=True)],
+                 x.shape[-1])
+        cols.append(lax.slice(x, start, limit, (1, *strides, 1)))
+    patches = jnp.concatenate(cols, axis=-1) if len(cols) > 1 else cols[0]
+    # A 2-D matmul (rows = N * out positions) is what CPU/GPU BLAS-like kernels run fastest.
+    out = jnp.dot(jnp.reshape(patches, (-1, patches.shape[-1])), jnp.reshape(Wt, (-1, Wt.shape[-1])))
+    out = jnp.reshape(out, (*patches.shape[:-1], Wt.shape[-1]))
+    # out is (N, *spatial, O) in lhs spatial order; move to out_spec.
+    canon = "N" + "".join(c for c in lhs_spec if c not in "NC") + "C"
+    perm = [canon.index(c) if c in canon else None for c in out_spec]
+    if None in perm:  # out_spec names its spatial dims differently: match them by position
+        out_sp_names = [c for c in out_spec if c not in "NC"]
+        mapping = dict(zip(out_sp_names, [c for c in canon if c not in "NC"], strict=True))
+        perm = [canon.index(mapping.get(c, c)) for c in out_spec]
+    return jnp.transpose(out, perm)
 
 
 def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding="VALID",
@@ -189,9 +213,12 @@ def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding
       strides: per spatial dim (default all 1). padding: ``'VALID'``, ``'SAME'`` or explicit pairs.
       W_init: default ``glorot_normal(in_axis=rhs_spec.index('I'), out_axis=rhs_spec.index('O'))``.
       b_init: default ``normal(1e-6)``; bias shape is 1 everywhere but ``out_chan`` on 'C'.
-      impl: ``'xla'`` (default; the reference's ``lax.conv_general_dilated``) or ``'patches'``
-        (image patches times a matrix: same values up to float32 summation order; beyond the
-        reference).
+      impl: ``'xla'`` (default; the reference's ``lax.conv_general_dilated``), ``'patches'``
+        (im2col patches times a matrix: same values up to float32 summation order, ~1e-6; beyond
+        the reference) or ``'auto'`` (``'patches'`` when ``jax.default_backend()`` is ``'cpu'``,
+        else ``'xla'``; resolved when traced). Why: inside ``lax.scan`` XLA:CPU (jax 0.10.2) runs
+        convolutions and their gradients ~10x slower than outside; the patches form keeps matmul
+        speed there.
 
     Matches ``jax.example_libraries.stax.GeneralConv``. Raises :class:`ShapeError` at init if the
     input rank differs from ``len(lhs_spec)`` or the output would be empty.
@@ -200,8 +227,8 @@ def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding
     one = (1,) * len(filter_shape)
     strides = strides or one
     W_init = W_init or glorot_normal(rhs_spec.index("I"), rhs_spec.index("O"))
-    if impl not in ("xla", "patches"):
-        raise ValueError(f"GeneralConv: impl must be 'xla' or 'patches', got {impl!r}")
+    if impl not in ("xla", "patches", "auto"):
+        raise ValueError(f"GeneralConv: impl must be 'xla', 'patches' or 'auto', got {impl!r}")
     name = f"GeneralConv({lhs_spec},{rhs_spec},{out_spec}; {out_chan}, {tuple(filter_shape)})"
 
     def init_fun(rng, input_shape):
@@ -219,7 +246,7 @@ def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding
 
     def apply_fun(params, inputs, **kwargs):
         W, b = params
-        if impl == "patches":
+        if _resolve_conv_impl(impl) == "patches":
             return _conv_patches(inputs, W, strides, padding, dimension_numbers) + b
         return lax.conv_general_dilated(inputs, W, strides, padding, one, one,
                                         dimension_numbers=dimension_numbers) + b

@@ -258,29 +258,34 @@ def mlp(*, input_shape, num_classes, width: int = 256, depth: int = 2, activatio
 
 
 def cnn1d(*, input_shape, num_classes, width: int = 32, depth: int = 2, kernel_size: int = 5,
-          hidden: int = 128) -> ModelDef:
+          hidden: int = 128, conv_impl: str = "auto") -> ModelDef:
     """1-D CNN for sequences ``(L,)`` or ``(L, C)``: ``depth`` × (Conv1D(width·2^i, kernel_size,
-    SAME), Relu, MaxPool(2)), Flatten, [Dense(hidden), Relu,] Dense(num_classes)."""
+    SAME), Relu, MaxPool(2)), Flatten, [Dense(hidden), Relu,] Dense(num_classes).
+
+    ``conv_impl``: see :func:`cnn`."""
     _check_positive("cnn1d", width=width, depth=depth, kernel_size=kernel_size)
     shape = _spatial(input_shape, 1, "cnn1d")
     layers = [_reshape(shape)]
     for i in range(depth):
-        layers += [_conv(1, width * 2**i, kernel_size), stax.Relu, stax.MaxPool((2,), (2,))]
+        layers += [_conv(1, width * 2**i, kernel_size, impl=conv_impl), stax.Relu, stax.MaxPool((2,), (2,))]
     layers.append(stax.Flatten)
     if hidden > 0:
         layers += [stax.Dense(hidden), stax.Relu]
     layers.append(stax.Dense(num_classes))
-    hp = {"width": width, "depth": depth, "kernel_size": kernel_size, "hidden": hidden}
+    hp = {"width": width, "depth": depth, "kernel_size": kernel_size, "hidden": hidden,
+          "conv_impl": conv_impl}
     return _make("cnn1d", "classification", stax.serial(*layers), input_shape, hp)
 
 
 def cnn(*, input_shape, num_classes, width: int = 32, kernel_size: int = 3, hidden: int = 128,
-        conv_impl: str = "xla") -> ModelDef:
+        conv_impl: str = "auto") -> ModelDef:
     """LeNet-like 2-D CNN for images ``(H, W)`` or ``(H, W, C)``: Conv(width, k×k, SAME), Relu,
     MaxPool(2×2), Conv(2·width), Relu, MaxPool(2×2), Flatten, [Dense(hidden), Relu,] Dense.
 
-    ``hidden=0`` drops the hidden dense layer. ``conv_impl``: ``'xla'`` or ``'patches'``
-    (see :func:`models.stax.GeneralConv`).
+    ``hidden=0`` drops the hidden dense layer. ``conv_impl``: ``'auto'`` (default: im2col patches
+    on CPU, XLA's convolution elsewhere), ``'xla'`` or ``'patches'`` (see
+    :func:`models.stax.GeneralConv`; outputs agree within 1e-5). On CPU the harness trainer's
+    ``lax.scan`` runs XLA's convolution ~10x slower than the patches form.
     """
     _check_positive("cnn", width=width, kernel_size=kernel_size)
     shape = _spatial(input_shape, 2, "cnn")
@@ -296,38 +301,41 @@ def cnn(*, input_shape, num_classes, width: int = 32, kernel_size: int = 3, hidd
     return _make("cnn", "classification", stax.serial(*layers), input_shape, hp)
 
 
-def _res_block(out_chan, stride, project, momentum):
+def _res_block(out_chan, stride, project, momentum, impl):
     bn = lambda: stax.BatchNorm(momentum=momentum)  # noqa: E731
-    main = stax.serial(_conv(2, out_chan, 3, (stride, stride)), bn(), stax.Relu,
-                       _conv(2, out_chan, 3), bn())
-    shortcut = stax.serial(_conv(2, out_chan, 1, (stride, stride)), bn()) if project else stax.Identity
+    main = stax.serial(_conv(2, out_chan, 3, (stride, stride), impl=impl), bn(), stax.Relu,
+                       _conv(2, out_chan, 3, impl=impl), bn())
+    shortcut = (stax.serial(_conv(2, out_chan, 1, (stride, stride), impl=impl), bn()) if project
+                else stax.Identity)
     return stax.serial(stax.FanOut(2), stax.parallel(main, shortcut), stax.FanInSum, stax.Relu)
 
 
 def resnet(*, input_shape, num_classes, width: int = 16, stages: int = 2, blocks_per_stage: int = 1,
-           bn_momentum: float = 0.9) -> ModelDef:
+           bn_momentum: float = 0.9, conv_impl: str = "auto") -> ModelDef:
     """Small ResNet (He et al. 2016, basic blocks) for images ``(H, W[, C])`` (a sequence ``(L[, C])``
     is taken as an ``L×1`` image).
 
     Stem Conv(width, 3×3), BatchNorm, Relu; ``stages`` stages of ``blocks_per_stage`` residual blocks
     (FanOut(2) → parallel(conv-BN-relu-conv-BN, shortcut) → FanInSum → Relu) with ``width·2^s``
     channels, stride 2 and a 1×1 projection at each stage change; global average pool; Dense.
-    BatchNorm running statistics use ``bn_momentum``.
+    BatchNorm running statistics use ``bn_momentum``. ``conv_impl``: see :func:`cnn`.
     """
     _check_positive("resnet", width=width, stages=stages, blocks_per_stage=blocks_per_stage)
     shape = tuple(int(d) for d in input_shape)
     shape = _spatial((shape[0], 1) if len(shape) == 1 else shape, 2, "resnet")
-    layers = [_reshape(shape), _conv(2, width, 3), stax.BatchNorm(momentum=bn_momentum), stax.Relu]
+    layers = [_reshape(shape), _conv(2, width, 3, impl=conv_impl), stax.BatchNorm(momentum=bn_momentum),
+              stax.Relu]
     chans = width
     for s in range(stages):
         out = width * 2**s
         for b in range(blocks_per_stage):
             stride = 2 if (s > 0 and b == 0) else 1
             layers.append(_res_block(out, stride, project=(stride != 1 or out != chans),
-                                     momentum=bn_momentum))
+                                     momentum=bn_momentum, impl=conv_impl))
             chans = out
     layers += [_global_avg_pool(), stax.Dense(num_classes)]
-    hp = {"width": width, "stages": stages, "blocks_per_stage": blocks_per_stage, "bn_momentum": bn_momentum}
+    hp = {"width": width, "stages": stages, "blocks_per_stage": blocks_per_stage,
+          "bn_momentum": bn_momentum, "conv_impl": conv_impl}
     return _make("resnet", "classification", stax.serial(*layers), input_shape, hp)
 
 

@@ -131,7 +131,7 @@ def test_parity_conv_patches_impl_within_1e5():
         x = _inputs(shape)
         np.testing.assert_allclose(jax.jit(patch_apply)(params, x), jax.jit(ref_apply)(params, x),
                                    rtol=0, atol=1e-5)
-    with pytest.raises(ValueError, match="impl must be 'xla' or 'patches', got 'fft'"):
+    with pytest.raises(ValueError, match="impl must be 'xla', 'patches' or 'auto', got 'fft'"):
         S.Conv(2, (3, 3), impl="fft")
 
 

@@ -179,8 +179,9 @@ def test_vmap_over_seeds():
 
 
 def test_cnn_patches_impl_matches_xla_within_1e5():
-    a = MODELS["cnn"](input_shape=(8, 8, 1), num_classes=3, width=4, hidden=0)
+    a = MODELS["cnn"](input_shape=(8, 8, 1), num_classes=3, width=4, hidden=0, conv_impl="xla")
     b = MODELS["cnn"](input_shape=(8, 8, 1), num_classes=3, width=4, hidden=0, conv_impl="patches")
+    assert MODELS["cnn"](input_shape=(8, 8), num_classes=3).hparams["conv_impl"] == "auto"
     _, params, state = a.init(KEY, (-1, 8, 8, 1))
     x = _x((4, 8, 8, 1))
     fa = jax.jit(lambda p, v: a.apply(p, state, v, train=False)[0])
