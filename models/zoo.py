@@ -66,7 +66,9 @@ class ModelDef:
       loss: ``loss(outputs, targets) -> scalar`` mean over the batch.
       metrics: ``{name: fn(outputs, targets) -> scalar}``.
       flops_per_example: ``f(input_shape or batch_input_shape) -> float | None`` analytic forward
-        FLOPs of one example (multiply-add = 2), counted from the jaxpr in eval mode.
+        FLOPs of one example (multiply-add = 2), counted from the jaxpr in eval mode
+        (:func:`models.flops.jaxpr_flops`): the work the model executes, so with
+        ``conv_impl='patches'`` the zero taps of SAME padding count (XLA counts them too).
       needs_rng: whether ``apply(..., train=True)`` needs an rng (dropout).
       input_shape: the example shape it was built for. hparams: the builder's hyperparameters.
       layer: the underlying stax ``(init_fun, apply_fun)`` pair (reference-style use).

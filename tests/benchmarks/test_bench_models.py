@@ -86,7 +86,7 @@ def _ref_net(kind):
                     S.Dense(10))
 
 
-ROUNDS = {"mlp": 10, "cnn": 5}
+ROUNDS = {"mlp": 10, "cnn": 3}
 
 
 @pytest.mark.parametrize("kind", ["mlp", "cnn"])
