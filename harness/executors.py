@@ -27,7 +27,7 @@ from typing import Protocol
 
 from harness.registry import did_you_mean
 from harness.spec import TrialSpec
-from harness.worker import RunContext, TrialOutcome, execute_unit
+from harness.worker import RunContext, TrialOutcome, execute_unit, flush_logging
 
 
 class Executor(Protocol):
@@ -42,11 +42,17 @@ class InProcessExecutor:
 
     def __init__(self, jobs: int = 1, **_: object) -> None:
         self.jobs = 1
+        self.flush_wait_s = 0.0  # seconds spent waiting for background MLflow writes at the end
 
     def run(self, units: list[list[TrialSpec]], ctx: RunContext,
             on_done: Callable[[list[TrialOutcome]], None]) -> None:
-        for unit in units:
-            on_done(execute_unit(unit, ctx))
+        # Results are written to MLflow on a background thread while the next unit trains, so
+        # tracking stays off the critical path; everything is flushed before returning.
+        try:
+            for unit in units:
+                on_done(execute_unit(unit, ctx, background=True))
+        finally:
+            self.flush_wait_s = flush_logging()
 
 
 def _init_worker() -> None:

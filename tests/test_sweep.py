@@ -60,9 +60,9 @@ def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tra
     assert [m.step for m in hist] == list(range(1, 41))
     ev = c.get_metric_history(ok.info.run_id, "eval/accuracy")
     assert [m.step for m in ev] == [0, 20, 40]
-    assert ok.data.metrics["eval/accuracy"] == pytest.approx(summary.outcomes[0].final_eval_accuracy
-                                                              if summary.outcomes[0].run_id == ok.info.run_id
-                                                              else summary.outcomes[1].final_eval_accuracy)
+    by_trial = {o.trial_id: o for o in summary.outcomes}
+    assert ok.data.metrics["eval/accuracy"] == pytest.approx(
+        by_trial[ok.data.tags["harness.trial_id"]].final_eval_accuracy)
     assert "convergence/steps_to_target" in ok.data.metrics
     assert [m.step for m in c.get_metric_history(ok.info.run_id, "time/wall_s")] == [0, 20, 40]
     assert ok.data.metrics["final/eval_accuracy"] == ok.data.metrics["eval/accuracy"]
@@ -223,3 +223,47 @@ def test_train_rows_to_log_keeps_ends_and_bounds():
     rows = train_rows_to_log(1000, 250)
     assert len(rows) == 250 and rows[0] == 0 and rows[-1] == 999
     assert rows == sorted(set(rows))
+
+
+def test_background_logging_writes_every_run_and_defers_to_a_finished_one(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """``execute_unit(..., background=True)`` makes no MLflow call on the training path; after
+    ``flush_logging`` every trial has one FINISHED run with its metrics, and a FINISHED run that
+    appeared meanwhile (a concurrent invocation) wins: no second FINISHED run is made."""
+    from harness.config import load_config
+    from harness.sweep import expand
+    from harness.worker import RunContext, execute_unit, flush_logging
+
+    monkeypatch.chdir(tmp_path)
+    specs = expand(load_config(write_sweep(seeds=[0, 1])))
+    c = tracking.prepare_store(tracking_uri)
+    exp = tracking.get_or_create_experiment(c, "tiny", tracking_uri)
+    ctx = RunContext(tracking_uri, exp, c.create_run(exp).info.run_id, "sid", "tiny")
+    # a concurrent invocation finished trial 1 first
+    other = c.create_run(exp, tags={"harness.trial_id": specs[1].trial_id, "harness.kind": "trial"})
+    c.set_terminated(other.info.run_id, "FINISHED")
+    out = execute_unit(specs, ctx, background=True)
+    assert [o.status for o in out] == ["finished", "finished"] and all(o.run_id is None for o in out)
+    assert flush_logging() >= 0.0
+    _, trials, _ = _trial_runs(tracking_uri, "tiny")
+    by_trial: dict = {}
+    for r in trials:
+        by_trial.setdefault(r.data.tags["harness.trial_id"], []).append(r)
+    assert [r.info.run_id for r in by_trial[specs[1].trial_id]] == [other.info.run_id]
+    (mine,) = by_trial[specs[0].trial_id]
+    assert mine.info.status == "FINISHED" and mine.data.tags["status"] == "finished"
+    assert mine.data.metrics["eval/accuracy"] == pytest.approx(out[0].final_eval_accuracy)
+
+
+def test_flush_logging_raises_the_store_error(monkeypatch):
+    """A background write that fails surfaces at ``flush_logging`` (its trial stays unfinished)."""
+    import concurrent.futures as cf
+
+    from harness import worker
+
+    fut: cf.Future = cf.Future()
+    fut.set_exception(ConnectionError("store went away"))
+    monkeypatch.setattr(worker, "_PENDING", [fut])
+    with pytest.raises(ConnectionError, match="store went away"):
+        worker.flush_logging()
+    assert worker._PENDING == []
