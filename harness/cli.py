@@ -17,8 +17,22 @@ from pathlib import Path
 
 import typer
 
+_EPILOG = """\b
+Examples:
+  python -m harness list optimizers                     # names, hyperparameters, defaults
+  python -m harness sweep experiments/quickstart.yaml --dry-run
+  python -m harness sweep experiments/quickstart.yaml   # results in ./mlflow.db
+  python -m harness sweep experiments/mnist1d.yaml --jobs 2
+  python -m harness status                              # finished / diverged / failed / pending
+  python -m harness report --experiment quickstart -o quickstart.html
+  python -m harness ui --experiment quickstart          # MLflow UI on the same store
+\b
+Re-running a sweep skips finished trials. Use --tracking-uri http://HOST:PORT (or
+MLFLOW_TRACKING_URI) for a shared MLflow server. Docs: README.md, docs/architecture.md."""
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Benchmark harness for training algorithms in JAX (sweeps logged to MLflow).")
+                  help="Benchmark harness for training algorithms in JAX (sweeps logged to MLflow).",
+                  epilog=_EPILOG)
 
 _URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, then sqlite:///<cwd>/mlflow.db)."
 
@@ -273,4 +287,7 @@ def report(
 
 def main() -> None:
     """Entry point of ``python -m harness`` and the ``harness`` script."""
+    # MLflow announces schema creation and migrations at INFO; the CLI reports what matters itself.
+    # (MLflow reads this when it is first imported; a user's own setting wins.)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     app()

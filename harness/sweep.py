@@ -289,7 +289,10 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     """
     from rich.console import Console
 
-    console = console or Console(stderr=False)
+    if console is None:
+        console = Console(stderr=False)
+        if not console.is_terminal:  # piped or logged: do not squeeze the summary into 80 columns
+            console = Console(stderr=False, width=140)
     t_start = time.perf_counter()
     cfg = load_config(config_path, registries)
     overrides: dict[str, Any] = {}
@@ -478,6 +481,7 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
             "n_diverged": sum(o.status == "diverged" for o in os_),
             "n_failed": sum(o.status == "failed" for o in os_),
             "seconds_to_target": _median([o.seconds_to_target for o in ok]),
+            "steps_to_target": _median([o.steps_to_target for o in ok]),
             "reached": sum(o.seconds_to_target is not None for o in ok),
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
         }
@@ -514,7 +518,8 @@ def print_summary(console, summary: SweepSummary) -> None:
     for r in rows:
         short = {"eval/accuracy": "acc", "eval/loss": "loss"}.get(r["metric"], r["metric"])
         val = "—" if r["value"] is None else f"{short} {r['value']:.4f}"
-        ttt = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3f} s"
+        ttt = "not reached" if r["seconds_to_target"] is None else \
+            f"step {r['steps_to_target']:g} · {r['seconds_to_target']:.3f} s"
         eps = "—" if r["examples_per_sec"] is None else f"{r['examples_per_sec']:,.0f}"
         trials = f"{r['n']}" + (f" ({r['n_diverged']} div, {r['n_failed']} fail)"
                                 if r["n_diverged"] or r["n_failed"] else "")
@@ -523,6 +528,7 @@ def print_summary(console, summary: SweepSummary) -> None:
     console.print(t)
     uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \
         f" --tracking-uri {summary.tracking_uri}"
-    console.print(f"Open the MLflow UI: python -m harness ui --experiment {summary.name}{uri_opt}")
+    console.print(f"Open the MLflow UI: python -m harness ui --experiment {summary.name}{uri_opt}",
+                  soft_wrap=True)
     console.print(f"HTML report:        python -m harness report --experiment {summary.name} "
-                  f"--sweep {summary.sweep_id}{uri_opt}")
+                  f"--sweep {summary.sweep_id}{uri_opt}", soft_wrap=True)
