@@ -9,7 +9,9 @@ ratios mean anything), stores the medians and the ratio in ``benchmark.extra_inf
   of the same K steps with donated state, written with ``jax.example_libraries`` (stax + momentum),
   batches gathered from device-resident data by precomputed indices, synced once at the end; and
   the same hand-written scan around the project's ``models.zoo`` MLP and ``optimizers`` momentum
-  (``hand_scan_same``: the trainer's own overhead, model and optimizer held equal).
+  (``hand_scan_same``: the trainer's own overhead, model and optimizer held equal); and the
+  stax scan again with the per-epoch shuffle computed in the jitted chunk as any shuffling loop
+  must (``hand_scan_shuffled``: precomputed indices leave out work the trainer has to do).
 * ``test_batching_8_seeds``: 8 seeds of a digits MLP, 500 adam steps, as one vmapped program
   (``run_trials_batched``) against 8 trials in sequence (``run_trial``), compile excluded.
 """
@@ -112,6 +114,21 @@ def test_step_vs_hand_scan(benchmark, case):
         return loop
 
     ref_loop = make_loop(ref_chunk, opt_init(params))
+
+    # the same hand-written scan, shuffling as a real loop must: each epoch's order is a
+    # jax.random.permutation computed inside the jitted chunk (the work the trainer's data order does)
+    n_ep = -(-K * B // N) + 1
+    data_key = jax.random.PRNGKey(1)
+
+    def shuffled_chunk(opt_state, start, _bidx, x, y):
+        first = start * B
+        e0 = first // N
+        perms = jax.vmap(lambda e: jax.random.permutation(jax.random.fold_in(data_key, e), N))(
+            e0 + jnp.arange(n_ep))
+        bidx = perms.reshape(-1)[first - e0 * N + jnp.arange(K * B)].reshape(K, B)
+        return ref_chunk(opt_state, start, bidx, x, y)
+
+    shuffled_loop = make_loop(shuffled_chunk, opt_init(jax.tree.map(jnp.copy, params)))
     # the same hand-written scan around the project's own model and optimizer (isolates the trainer)
     model = MODELS["mlp"](input_shape=ds.input_shape, num_classes=10, width=c["width"], depth=c["depth"])
     _, mparams, mstate = model.init(jax.random.PRNGKey(0), (B, *ds.input_shape))
@@ -127,7 +144,8 @@ def test_step_vs_hand_scan(benchmark, case):
 
     same_loop = make_loop(same_chunk, opt.init_fn(mparams))
 
-    fns = {"trainer": trainer_loop, "hand_scan_stax": ref_loop, "hand_scan_same": same_loop}
+    fns = {"trainer": trainer_loop, "hand_scan_stax": ref_loop, "hand_scan_same": same_loop,
+           "hand_scan_shuffled": shuffled_loop}
     for f in fns.values():  # compile + warm
         f()
     med = _interleave(fns, rounds=7)
@@ -135,6 +153,7 @@ def test_step_vs_hand_scan(benchmark, case):
     info = {f"{k}_ms_per_step": v / steps * 1e3 for k, v in med.items()}
     info["ratio_trainer_over_hand_stax"] = med["trainer"] / med["hand_scan_stax"]
     info["ratio_trainer_over_hand_same"] = med["trainer"] / med["hand_scan_same"]
+    info["ratio_trainer_over_hand_shuffled"] = med["trainer"] / med["hand_scan_shuffled"]
     benchmark.extra_info.update(info)
     print(f"\n[{case}] {info}")
     benchmark.pedantic(trainer_loop, rounds=3, iterations=1)
