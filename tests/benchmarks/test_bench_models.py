@@ -28,14 +28,8 @@ import jax.numpy as jnp  # noqa: E402
 from jax.example_libraries import optimizers as ref_opt  # noqa: E402
 from jax.example_libraries import stax as ref_stax  # noqa: E402
 
+import optimizers as harness_opt  # noqa: E402
 from models.zoo import MODELS, softmax_cross_entropy  # noqa: E402
-
-try:  # the project's optimizers package (drop-in for the reference)
-    import optimizers as harness_opt
-
-    harness_opt.momentum
-except (ImportError, AttributeError):  # pragma: no cover - before the optimizers package lands
-    harness_opt = ref_opt
 
 K = 10  # training steps per benchmark round
 BATCH = 128
