@@ -763,17 +763,27 @@ def unpack_optimizer_state(opt_state):
     return jax.tree.unflatten(tree_def, [JoinPoint(s) for s in subtrees])
 
 
+def _is_join_point(leaf) -> bool:
+    return isinstance(leaf, JoinPoint) or (type(leaf).__name__ == "JoinPoint" and hasattr(leaf, "subtree"))
+
+
 def pack_optimizer_state(marked_pytree):
     """Inverse of :func:`unpack_optimizer_state`: ``pack(unpack(s)) == s``.
 
+    Also accepts the ``JoinPoint`` leaves of ``jax.example_libraries.optimizers`` (any leaf of a class
+    named ``JoinPoint`` with a ``subtree``), so a checkpoint written with the reference loads after
+    swapping the import.
+
     Raises:
-      TypeError: a leaf of ``marked_pytree`` is not a :class:`JoinPoint`.
+      TypeError: a leaf of ``marked_pytree`` is not a ``JoinPoint`` (its full class name is given).
 
     Source: ``jax.example_libraries.optimizers.pack_optimizer_state``.
     """
     sentinels, tree_def = jax.tree.flatten(marked_pytree)
-    bad = [s for s in sentinels if not isinstance(s, JoinPoint)]
+    bad = [s for s in sentinels if not _is_join_point(s)]
     if bad:
-        raise TypeError(f"pack_optimizer_state expects JoinPoint leaves, got {type(bad[0]).__name__}")
+        cls = type(bad[0])
+        raise TypeError(
+            f"pack_optimizer_state expects JoinPoint leaves, got {cls.__module__}.{cls.__qualname__}")
     states_flat, subtree_defs = _unzip2(jax.tree.flatten(s.subtree) for s in sentinels)
     return OptimizerState(states_flat, tree_def, subtree_defs)

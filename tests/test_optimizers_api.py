@@ -126,6 +126,32 @@ def test_pack_unpack_pickle_and_bit_identical_resume():
     assert ref_repacked.tree_def == s10.tree_def
 
 
+def test_reference_checkpoint_loads_after_swapping_the_import():
+    """A state unpacked and pickled with jax.example_libraries packs with ``optimizers`` and
+    training resumes bit-identically (this raised TypeError naming 'JoinPoint' before)."""
+    params = tree()
+    ref = R.adam(1e-2)
+    ref_upd = jax.jit(ref.update_fn)
+    state = ref.init_fn(params)
+    for t in range(5):
+        state = ref_upd(t, grads_of(ref.params_fn(state), t), state)
+    blob = pickle.dumps(R.unpack_optimizer_state(state))
+    ours = O.adam(1e-2)
+    restored = O.pack_optimizer_state(pickle.loads(blob))
+    a, b = state, restored
+    for t in range(5, 10):
+        a = ref_upd(t, grads_of(ref.params_fn(a), t), a)
+        b = jax.jit(ours.update_fn)(t, grads_of(ours.params_fn(b), t), b)
+    for x, y in zip(jax.tree.leaves(ref.params_fn(a)), jax.tree.leaves(ours.params_fn(b)), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_pack_rejects_non_join_point_leaves_naming_the_class():
+    msg = r"^pack_optimizer_state expects JoinPoint leaves, got builtins\.int$"
+    with pytest.raises(TypeError, match=msg):
+        O.pack_optimizer_state({"w": 3})
+
+
 def test_from_optax_state_packs_and_resumes():
     optax = pytest.importorskip("optax")
     opt = O.from_optax(optax.adam(1e-2))
