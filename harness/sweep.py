@@ -19,6 +19,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import statistics
 import tempfile
 import time
@@ -73,7 +74,8 @@ def _axis_points(grid: Any, cfg: SweepConfig, axis: str) -> list[Any]:
     return [(c.name, h) for c in val for h in component_variants(c)]
 
 
-def _grid_points(grid: Any, cfg: SweepConfig, zip_groups: list[list[str]]) -> list[dict[str, Any]]:
+def _grid_points(grid: Any, cfg: SweepConfig, zip_groups: list[list[str]],
+                 file: str = "<config>") -> list[dict[str, Any]]:
     points = {a: _axis_points(grid, cfg, a) for a in _AXIS_ORDER}
     group_of = {a: i for i, g in enumerate(zip_groups) for a in g}
     axes: list[list[dict[str, Any]]] = []
@@ -89,8 +91,8 @@ def _grid_points(grid: Any, cfg: SweepConfig, zip_groups: list[list[str]]) -> li
             if len(lens) > 1:
                 from harness.config import ConfigError
 
-                raise ConfigError([f"zip: zipped axes {group} must have equal numbers of values, got "
-                                   f"{[len(points[x]) for x in group]}"])
+                raise ConfigError([f"{file}: zip: zipped axes {group} must have equal numbers of "
+                                   f"values, got {[len(points[x]) for x in group]}"])
             axes.append([{x: points[x][i] for x in group} for i in range(lens.pop())])
         else:
             axes.append([{a: p} for p in points[a]])
@@ -124,13 +126,17 @@ def _matches(rule: Mapping[str, Any], flat: Mapping[str, Any]) -> bool:
     return True
 
 
-def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | None = None) -> list[TrialSpec]:
+def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | None = None,
+           file: str = "<config>") -> list[TrialSpec]:
     """All trials of ``cfg``, in order, without duplicates.
 
     ``n_train(dataset, hparams)`` gives a dataset's training-split size, needed only for an
-    ``epochs`` budget (default: :func:`harness.data.load_dataset`).
+    ``epochs`` budget (default: :func:`harness.data.load_dataset`). ``file`` prefixes error lines.
+
+    Raises:
+      harness.config.ConfigError: zipped top-level axes of unequal lengths.
     """
-    points = _grid_points(cfg, cfg, cfg.zip)
+    points = _grid_points(cfg, cfg, cfg.zip, file)
     for sub in cfg.include:
         points += _grid_points(sub, cfg, [])
     sizes: dict[tuple, int] = {}
@@ -164,6 +170,161 @@ def _n_train(name: str, hparams: dict[str, Any]) -> int:
     from harness.data import load_dataset
 
     return len(load_dataset(name, **hparams).x_train)
+
+
+def _entry_paths(cfg: SweepConfig) -> dict[str, dict[tuple[str, str], str]]:
+    """Per component axis: ``(name, canonical hparams JSON)`` -> the config key path of the first
+    entry that yields it (top level first, then ``include[i]``)."""
+    out: dict[str, dict[tuple[str, str], str]] = {}
+    grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
+    for axis in ("models", "optimizers", "schedules", "datasets"):
+        m = out.setdefault(axis, {})
+        for prefix, g in grids:
+            for j, comp in enumerate(getattr(g, axis) or []):
+                for hp in component_variants(comp):
+                    m.setdefault((comp.name, _hp_key(hp)), f"{prefix}{axis}[{j}]")
+    return out
+
+
+def _hp_key(hp: Mapping[str, Any]) -> str:
+    return json.dumps(hp, sort_keys=True, default=str)
+
+
+def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
+    """``path.hparams.K`` when the message names exactly one of the entry's hyperparameters ``K``."""
+    named = [k for k in hp if re.search(rf"\b{re.escape(k)}\b", msg)]
+    return f"{path}.hparams.{named[0]}" if len(named) == 1 else f"{path}.hparams"
+
+
+def _hp_text(hp: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in hp.items()) or "defaults"
+
+
+def _exc_text(e: BaseException) -> str:
+    if isinstance(e, KeyError) and e.args:
+        return str(e.args[0])
+    return str(e) or type(e).__name__
+
+
+def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None) -> list[TrialSpec]:
+    """Everything a trial needs, checked once per distinct value before any work or MLflow write;
+    returns the expanded trials.
+
+    - every dataset loads (a ``tfds:NAME`` that is not prepared fails here with the full
+      "how to prepare it" message; small datasets are loaded, and the in-process executor reuses
+      this process's cache);
+    - the trials left after ``include``/``exclude`` are not zero;
+    - every optimizer builds with its hyperparameters and schedule exactly as the trainer does
+      (:func:`harness.trainer._make_opt_factory`, ``total_steps`` injected, a traced step size) and
+      traces one update (``jax.eval_shape``, no compute);
+    - every model builds on its dataset's input shape and initialises abstractly
+      (``jax.eval_shape`` of its ``init``);
+    - no batch size exceeds its dataset's training examples.
+
+    Raises:
+      harness.config.ConfigError: one ``FILE: KEY.PATH: message`` line per problem.
+    """
+    import types
+
+    import jax
+    import jax.numpy as jnp
+
+    from harness.config import ConfigError, default_registries
+    from harness.data import DATASETS, TFDS_PREFIX, load_dataset
+    from harness.trainer import _make_opt_factory, _step_size
+
+    reg = registries or default_registries()
+    paths = _entry_paths(cfg)
+    errors: list[str] = []
+
+    # datasets
+    loaded: dict[tuple[str, str], Any] = {}
+    for (name, hpk), path in paths["datasets"].items():
+        hp = json.loads(hpk)
+        try:
+            if name.startswith(TFDS_PREFIX) or reg.datasets is DATASETS:
+                loaded[(name, hpk)] = load_dataset(name, **hp)
+            else:  # an injected registry (tests)
+                loaded[(name, hpk)] = reg.datasets[name](**hp)
+        except FileNotFoundError as e:  # DatasetNotPreparedError: its message says how to prepare it
+            errors.append(f"{file}: {path}.name: {_exc_text(e)}")
+        except Exception as e:
+            errors.append(f"{file}: {_hp_path(path, hp, str(e))}: cannot load dataset {name!r} "
+                          f"({_hp_text(hp)}): {_exc_text(e)}")
+    if errors:
+        raise ConfigError(errors)
+    specs = expand(cfg, n_train=lambda n, hp: loaded[(n, _hp_key(hp))].num_train, file=file)
+    if not specs:
+        raise ConfigError([f"{file}: exclude: no trials left after include/exclude"])
+
+    seen: set[tuple] = set()
+
+    def once(key: tuple) -> bool:
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    p = jnp.zeros((2,), jnp.float32)
+    lr_aval = jax.ShapeDtypeStruct((), jnp.float32)
+    key_aval = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    for s in specs:
+        ds_key = (s.dataset, _hp_key(s.hparams("dataset")))
+        ds = loaded[ds_key]
+        # batch size
+        if s.batch_size > ds.num_train and once(("bs", s.batch_size, ds_key)):
+            bs_path = next((f"include[{i}].batch_size" for i, g in enumerate(cfg.include)
+                            if g.batch_size and s.batch_size in g.batch_size
+                            and s.batch_size not in cfg.batch_size), "batch_size")
+            errors.append(f"{file}: {bs_path}: {s.batch_size} exceeds the {ds.num_train} training "
+                          f"examples of dataset {s.dataset!r}")
+        # model
+        mhp = s.hparams("model")
+        if once(("model", s.model, _hp_key(mhp), ds.input_shape, ds.num_classes)):
+            mpath = paths["models"].get((s.model, _hp_key(mhp)), "models")
+            try:
+                model = reg.models[s.model](input_shape=ds.input_shape, num_classes=ds.num_classes, **mhp)
+                jax.eval_shape(lambda k, m=model, sh=ds.input_shape: m.init(k, (1, *sh)), key_aval)
+            except Exception as e:
+                if once(("model-err", s.model, _hp_key(mhp), _exc_text(e))):  # once, not per dataset
+                    errors.append(f"{file}: {_hp_path(mpath, mhp, str(e))}: model {s.model!r} "
+                                  f"({_hp_text(mhp)}) on dataset {s.dataset!r} with input shape "
+                                  f"{ds.input_shape}: {_exc_text(e)}")
+        # optimizer alone, then with its schedule (as the trainer builds it)
+        ohp = s.hparams("optimizer")
+        opath = paths["optimizers"].get((s.optimizer, _hp_key(ohp)), "optimizers")
+        shp = s.hparams("schedule")
+        spath = paths["schedules"].get((s.schedule, _hp_key(shp)), "schedules")
+        for sched, sched_hp, steps in (("none", {}, 0), (s.schedule, shp, s.steps)):
+            if ("bad-opt", s.optimizer, _hp_key(ohp)) in seen:
+                break  # reported once, on the optimizer
+            if not once(("opt", s.optimizer, _hp_key(ohp), sched, _hp_key(sched_hp), steps)):
+                continue
+            stand_in = types.SimpleNamespace(
+                trial_id="preflight", optimizer=s.optimizer, schedule=sched, steps=steps,
+                hparams=lambda kind, o=ohp, h=sched_hp: {"optimizer": o, "schedule": h}[kind])
+            try:
+                make = _make_opt_factory(stand_in, reg.optimizers, reg.schedules)
+                _step_size(stand_in, reg.optimizers[s.optimizer])
+
+                def one_update(lr, make=make):
+                    opt = make(lr)
+                    state = opt.init_fn(p)
+                    return opt.params_fn(opt.update_fn(0, p, state))
+
+                jax.eval_shape(one_update, lr_aval)
+            except Exception as e:
+                if sched == "none":
+                    seen.add(("bad-opt", s.optimizer, _hp_key(ohp)))
+                    errors.append(f"{file}: {_hp_path(opath, ohp, str(e))}: optimizer {s.optimizer!r} "
+                                  f"({_hp_text(ohp)}): {_exc_text(e)}")
+                else:
+                    errors.append(f"{file}: {_hp_path(spath, shp, str(e))}: schedule {s.schedule!r} "
+                                  f"({_hp_text(shp)}, total_steps={steps}) with optimizer "
+                                  f"{s.optimizer!r}: {_exc_text(e)}")
+    if errors:
+        raise ConfigError(errors)
+    return specs
 
 
 def sweep_id_of(name: str, specs: list[TrialSpec]) -> str:
@@ -308,7 +469,15 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         cfg = cfg.model_copy(update=overrides)
     if cfg.jobs > 1 and cfg.executor == "inprocess" and executor is None:
         cfg = cfg.model_copy(update={"executor": "process"})
-    specs = expand(cfg)
+    from harness.executors import known_executors
+
+    if cfg.executor not in known_executors():
+        from harness.registry import did_you_mean
+
+        ex_names = known_executors()
+        raise ValueError(f"unknown executor {cfg.executor!r}; valid choices: {', '.join(ex_names)}"
+                         f"{did_you_mean(cfg.executor, ex_names)}")
+    specs = preflight(cfg, str(config_path), registries)  # before the store is touched, dry run too
     sweep_id = sweep_id_of(cfg.name, specs)
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
 

@@ -225,6 +225,12 @@ def _check_positive(builder, **values):
             raise ValueError(f"{builder}: {key} must be positive, got {value}")
 
 
+def _check_nonnegative(builder, **values):
+    for key, value in values.items():
+        if value < 0:
+            raise ValueError(f"{builder}: {key} must be >= 0, got {value}")
+
+
 # --------------------------------------------------------------------------------------------------
 # Builders
 
@@ -266,6 +272,7 @@ def cnn1d(*, input_shape, num_classes, width: int = 32, depth: int = 2, kernel_s
 
     ``conv_impl``: see :func:`cnn`."""
     _check_positive("cnn1d", width=width, depth=depth, kernel_size=kernel_size)
+    _check_nonnegative("cnn1d", hidden=hidden)
     shape = _spatial(input_shape, 1, "cnn1d")
     layers = [_reshape(shape)]
     for i in range(depth):
@@ -290,6 +297,7 @@ def cnn(*, input_shape, num_classes, width: int = 32, kernel_size: int = 3, hidd
     ``lax.scan`` runs XLA's convolution ~10x slower than the patches form.
     """
     _check_positive("cnn", width=width, kernel_size=kernel_size)
+    _check_nonnegative("cnn", hidden=hidden)
     shape = _spatial(input_shape, 2, "cnn")
     k = kernel_size
     layers = [_reshape(shape),
@@ -323,6 +331,8 @@ def resnet(*, input_shape, num_classes, width: int = 16, stages: int = 2, blocks
     BatchNorm running statistics use ``bn_momentum``. ``conv_impl``: see :func:`cnn`.
     """
     _check_positive("resnet", width=width, stages=stages, blocks_per_stage=blocks_per_stage)
+    if not 0.0 <= bn_momentum < 1.0:
+        raise ValueError(f"resnet: bn_momentum must be in [0, 1), got {bn_momentum}")
     shape = tuple(int(d) for d in input_shape)
     shape = _spatial((shape[0], 1) if len(shape) == 1 else shape, 2, "resnet")
     layers = [_reshape(shape), _conv(2, width, 3, impl=conv_impl), stax.BatchNorm(momentum=bn_momentum),

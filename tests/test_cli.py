@@ -130,3 +130,48 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
     monkeypatch.setattr(reports, "make_report", missing)
     r = runner.invoke(app, ["report", "--experiment", "q", "--tracking-uri", tracking_uri])
     assert r.exit_code == 2 and "error: no experiment 'q'" in r.output
+
+
+def _no_store(tmp_path):
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_preflight_rejects_unbuildable_trials_before_mlflow(tmp_path, write_sweep, monkeypatch, dry):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = write_sweep(models=[{"name": "mlp", "hparams": {"width": 16, "dropout": 1.0}}],
+                      optimizers=[{"name": "adam", "hparams": {"step_size": 0.1, "b1": 1.5}},
+                                  {"name": "sgd", "hparams": {"step_size": 0.1}}],
+                      schedules=["constant", {"name": "warmup_cosine_decay",
+                                              "hparams": {"warmup_steps": 100}}],
+                      batch_size=[32, 5000])
+    r = runner.invoke(app, ["sweep", str(cfg)] + (["--dry-run"] if dry else []))
+    assert r.exit_code == 2, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == "invalid sweep config:"
+    assert f"{cfg}: models[0].hparams.dropout: model 'mlp' (dropout=1.0, width=16) on dataset 'digits' " \
+           "with input shape (8, 8, 1): mlp: dropout is the drop probability and must be in [0, 1), " \
+           "got 1.0" in lines
+    assert f"{cfg}: optimizers[0].hparams.b1: optimizer 'adam' (b1=1.5, step_size=0.1): b1 must be in " \
+           "[0, 1), got 1.5" in lines
+    assert f"{cfg}: batch_size: 5000 exceeds the 1437 training examples of dataset 'digits'" in lines
+    assert f"{cfg}: schedules[1].hparams.warmup_steps: schedule 'warmup_cosine_decay' (warmup_steps=100, " \
+           "total_steps=40) with optimizer 'sgd': warmup_cosine_decay: total_steps (40) must exceed " \
+           "warmup_steps (100)" in lines
+    assert len(lines) == 5, r.output  # each problem once (not per dataset, schedule or trial)
+    _no_store(tmp_path)
+
+
+def test_preflight_tfds_not_prepared_fails_at_once(tmp_path, write_sweep, monkeypatch):
+    pytest.importorskip("tensorflow_datasets")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    empty = tmp_path / "tfds_empty"
+    cfg = write_sweep(datasets=[{"name": "tfds:mnist", "hparams": {"data_dir": str(empty)}}])
+    r = runner.invoke(app, ["sweep", str(cfg)])
+    assert r.exit_code == 2, r.output
+    from harness.data import _prepare_hint
+
+    assert f"{cfg}: datasets[0].name: {_prepare_hint('mnist', str(empty))}" in r.output
+    _no_store(tmp_path)

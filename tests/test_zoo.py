@@ -142,6 +142,13 @@ def test_mlp_dropout_is_drop_probability_and_needs_rng():
     ("cnn", {"input_shape": (40,)}, "cnn: input_shape must be (H, W) or (H, W, C), got (40,)"),
     ("cnn1d", {"input_shape": (8, 8, 1)}, "cnn1d: input_shape must be (L) or (L, C), got (8, 8, 1)"),
     ("resnet", {"width": 0}, "resnet: width must be positive, got 0"),
+    ("mlp", {"dropout": -0.1}, "mlp: dropout is the drop probability and must be in [0, 1), got -0.1"),
+    ("mlp", {"width": 0}, "mlp: width must be positive, got 0"),
+    ("mlp", {"depth": -1}, "mlp: depth must be >= 0, got -1"),
+    ("cnn", {"hidden": -1}, "cnn: hidden must be >= 0, got -1"),
+    ("cnn1d", {"input_shape": (40,), "hidden": -2}, "cnn1d: hidden must be >= 0, got -2"),
+    ("resnet", {"bn_momentum": 1.0}, "resnet: bn_momentum must be in [0, 1), got 1.0"),
+    ("autoencoder", {"width": 0}, "autoencoder: width must be positive, got 0"),
 ])
 def test_bad_hyperparameters(builder, kwargs, message):
     args = {"input_shape": (8, 8, 1), "num_classes": 3, **kwargs}
