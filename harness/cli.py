@@ -67,6 +67,7 @@ def sweep(
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
     from harness.config import ConfigError
+    from harness.executors import ExecutorUnavailableError
     from harness.sweep import run_sweep
     from harness.tracking import TrackingUnavailableError
 
@@ -83,6 +84,9 @@ def sweep(
     except TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
+    except ExecutorUnavailableError as e:  # e.g. --executor ray without Ray installed
+        _err(f"error: {e}")
+        raise typer.Exit(2) from None
     except ValueError as e:  # e.g. an unknown executor from the command line
         _err(f"error: {e}")
         raise typer.Exit(2) from None

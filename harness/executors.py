@@ -30,6 +30,10 @@ from harness.spec import TrialSpec
 from harness.worker import RunContext, TrialOutcome, execute_unit, flush_logging
 
 
+class ExecutorUnavailableError(RuntimeError):
+    """An executor's optional dependency is missing (the message says what to install)."""
+
+
 class Executor(Protocol):
     """Runs work units; see the module docstring."""
 

@@ -45,6 +45,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from harness.executors import ExecutorUnavailableError
+
 if TYPE_CHECKING:  # pragma: no cover
     from harness.spec import TrialSpec
     from harness.worker import RunContext, TrialOutcome
@@ -62,8 +64,20 @@ class RayTrackingError(ValueError):
     """The sweep's tracking store cannot be shared by the cluster's workers (raised before any work)."""
 
 
-class RayUnavailableError(RuntimeError):
+class RayUnavailableError(ExecutorUnavailableError):
     """Ray is not installed (``pip install -e ".[ray]"``)."""
+
+
+_NO_RAY = 'the Ray executor needs Ray, which is not installed: pip install -e ".[ray]" (ray[default]==2.60.0)'
+
+
+def _import_ray() -> Any:
+    """``import ray``, or :class:`RayUnavailableError` with the install command."""
+    try:
+        import ray
+    except ImportError as e:
+        raise RayUnavailableError(_NO_RAY) from e
+    return ray
 
 
 # --------------------------------------------------------------------------------------------------
@@ -268,7 +282,12 @@ class RayExecutor:
     # -- checks that run before anything ---------------------------------------------------------
 
     def validate(self, tracking_uri: str | None) -> None:
-        """Refuse an unshareable tracking store (call before the parent run is created)."""
+        """Refuse a missing Ray or an unshareable tracking store (call before the parent run is created).
+
+        Raises:
+          RayUnavailableError: Ray is not installed. RayTrackingError: see :func:`check_tracking_store`.
+        """
+        _import_ray()
         check_tracking_store(tracking_uri, self.address)
 
     def _task_env(self) -> dict[str, str]:
@@ -333,12 +352,7 @@ class RayExecutor:
         self.validate(ctx.tracking_uri)
         if not units:
             return
-        try:
-            import ray
-        except ImportError as e:  # pragma: no cover - depends on the environment
-            raise RayUnavailableError(
-                'the Ray executor needs Ray: pip install -e ".[ray]" (ray[default]==2.60.0)'
-            ) from e
+        ray = _import_ray()
 
         owns = self._connect(ray)
         try:

@@ -175,3 +175,22 @@ def test_preflight_tfds_not_prepared_fails_at_once(tmp_path, write_sweep, monkey
 
     assert f"{cfg}: datasets[0].name: {_prepare_hint('mnist', str(empty))}" in r.output
     _no_store(tmp_path)
+
+
+def test_executor_ray_without_ray_is_one_line_exit_2_before_mlflow(tmp_path, write_sweep, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    r = runner.invoke(app, ["sweep", str(write_sweep()), "--executor", "ray"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == ('error: the Ray executor needs Ray, which is not installed: '
+                                'pip install -e ".[ray]" (ray[default]==2.60.0)')
+    _no_store(tmp_path)
+
+
+def test_unknown_executor_rejected_in_dry_run(tmp_path, write_sweep, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["sweep", str(write_sweep()), "--executor", "foo", "--dry-run"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == "error: unknown executor 'foo'; valid choices: inprocess, process, ray"
+    _no_store(tmp_path)
