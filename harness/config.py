@@ -528,6 +528,20 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
         for axis, kind, reg in axes:
             for j, comp in enumerate(getattr(grid, axis) or []):
                 _check_component(kind, reg, comp, f"{prefix}{axis}[{j}]", file, errors)
+    regs = {"model": registries.models, "optimizer": registries.optimizers,
+            "schedule": registries.schedules, "dataset": registries.datasets}
+    for i, rule in enumerate(cfg.exclude):
+        for key, reg in regs.items():
+            if key not in rule:
+                continue
+            for v in rule[key] if isinstance(rule[key], list) else [rule[key]]:
+                if key == "dataset" and isinstance(v, str) and v.startswith("tfds:"):
+                    continue
+                try:
+                    lookup(reg, v, key)
+                except (KeyError, TypeError) as e:
+                    msg = e.args[0] if isinstance(e, KeyError) else f"not a {key} name: {v!r}"
+                    errors.append(f"{file}: exclude[{i}].{key}: {msg}")
     from harness.executors import known_executors
 
     if cfg.executor not in known_executors():

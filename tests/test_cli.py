@@ -194,3 +194,14 @@ def test_unknown_executor_rejected_in_dry_run(tmp_path, write_sweep, monkeypatch
     assert r.exit_code == 2, r.output
     assert r.output.strip() == "error: unknown executor 'foo'; valid choices: inprocess, process, ray"
     _no_store(tmp_path)
+
+
+def test_sweep_with_no_trials_left_is_an_error(tmp_path, write_sweep, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = write_sweep(exclude=[{"model": "mlp"}])
+    r = runner.invoke(app, ["sweep", str(cfg)])
+    assert r.exit_code == 2, r.output
+    assert r.output.splitlines() == ["invalid sweep config:",
+                                     f"{cfg}: exclude: no trials left after include/exclude"]
+    _no_store(tmp_path)

@@ -161,3 +161,23 @@ def test_parse_config_is_structural_only():
     cfg = parse_config(yaml.safe_load("name: x\nmodels: [nope]\noptimizers: [nope]\ndatasets: [nope]\n"
                                       "budget: {steps: 3}\nbatching: false\n"))
     assert cfg.batching == "off" and cfg.schedules[0].name == "constant" and cfg.seeds == [0]
+
+
+def test_exclude_rule_values_checked_against_registries(write_sweep):
+    errs = _errors(write_sweep, exclude=[{"model": "cnnn"},
+                                         {"optimizer": ["sgd", "adamm"], "dataset": "digts"}])
+    assert errs[0] == ("F: exclude[0].model: unknown model 'cnnn'; valid choices: autoencoder, cnn, cnn1d, "
+                       "logreg, mlp, resnet (did you mean 'cnn'?)")
+    assert errs[1].startswith("F: exclude[1].optimizer: unknown optimizer 'adamm'; valid choices: adagrad,")
+    assert errs[1].endswith("(did you mean 'adam'?)")
+    assert errs[2].startswith("F: exclude[1].dataset: unknown dataset 'digts'; valid choices: digits,")
+    assert len(errs) == 3
+
+
+def test_zip_length_error_has_file_prefix(write_sweep):
+    path = write_sweep(models=["mlp", "logreg"], batch_size=[16, 32, 64], zip=[["models", "batch_size"]])
+    cfg = load_config(path)
+    with pytest.raises(ConfigError) as ei:
+        expand(cfg, file=str(path))
+    assert ei.value.errors == [f"{path}: zip: zipped axes ['models', 'batch_size'] must have equal numbers "
+                               "of values, got [2, 3]"]
