@@ -697,7 +697,30 @@ def print_summary(console, summary: SweepSummary) -> None:
     console.print(t)
     uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \
         f" --tracking-uri {summary.tracking_uri}"
-    console.print(f"Open the MLflow UI: python -m harness ui --experiment {summary.name}{uri_opt}",
+    py = python_command()
+    console.print(f"Open the MLflow UI: {py} -m harness ui --experiment {summary.name}{uri_opt}",
                   soft_wrap=True)
-    console.print(f"HTML report:        python -m harness report --experiment {summary.name} "
+    console.print(f"HTML report:        {py} -m harness report --experiment {summary.name} "
                   f"--sweep {summary.sweep_id}{uri_opt}", soft_wrap=True)
+
+
+def python_command() -> str:
+    """How the user should invoke this interpreter: ``python`` when that resolves on ``PATH`` to
+    ``sys.executable`` (e.g. an activated venv), else ``sys.executable`` relative to the working
+    directory when it lies under it (``.venv/bin/python``), else its absolute path."""
+    import os
+    import shutil
+    import sys
+
+    exe = sys.executable
+    found = shutil.which("python")
+    # same bin directory and same binary (a venv's python and python3 are links to one file; the
+    # system python that a venv links to is a different directory, so it does not count)
+    if found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(exe)) \
+            and os.path.realpath(found) == os.path.realpath(exe):
+        return "python"
+    try:
+        rel = Path(exe).relative_to(Path.cwd())
+    except ValueError:
+        return exe
+    return str(rel)

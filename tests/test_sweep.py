@@ -267,3 +267,30 @@ def test_flush_logging_raises_the_store_error(monkeypatch):
     with pytest.raises(ConnectionError, match="store went away"):
         worker.flush_logging()
     assert worker._PENDING == []
+
+
+def test_hint_commands_name_the_interpreter_the_user_ran(tmp_path, monkeypatch):
+    import shutil
+
+    from harness.sweep import SweepSummary, print_summary, python_command
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(shutil, "which", lambda name: sys.executable)  # an activated venv
+    assert python_command() == "python"
+    venv_py = tmp_path / ".venv" / "bin" / "python"  # README's install, venv not activated
+    monkeypatch.setattr(sys, "executable", str(venv_py))
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/python")
+    assert python_command() == ".venv/bin/python"
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    print_summary(console, SweepSummary("quickstart", "abc123", None, None, tracking.default_tracking_uri(),
+                                        [], 1.0))
+    text = console.export_text()
+    assert "Open the MLflow UI: .venv/bin/python -m harness ui --experiment quickstart\n" in text
+    assert "HTML report:        .venv/bin/python -m harness report --experiment quickstart --sweep abc123\n" \
+        in text
+    monkeypatch.chdir(tmp_path.parent)
+    monkeypatch.setattr(sys, "executable", "/opt/py/bin/python3")
+    assert python_command() == "/opt/py/bin/python3"
