@@ -54,7 +54,9 @@ def test_dry_run_plan_then_status(tmp_path, write_sweep, tracking_uri, fake_trai
     r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri])
     assert r.exit_code == 1, r.output  # a failed trial → exit status 1
     assert "best configuration per model and optimizer" in r.output
-    assert "python -m harness ui --experiment tiny" in r.output
+    from harness.sweep import python_command
+
+    assert f"{python_command()} -m harness ui --experiment tiny" in r.output
     r = runner.invoke(app, ["sweep", str(cfg), "--dry-run", "--tracking-uri", tracking_uri])
     assert "3 trials, 2 done (skipped), 1 to run" in r.output and "re-run (failed before)" in r.output
     r = runner.invoke(app, ["status", str(cfg), "--tracking-uri", tracking_uri], terminal_width=250)
@@ -205,3 +207,44 @@ def test_sweep_with_no_trials_left_is_an_error(tmp_path, write_sweep, monkeypatc
     assert r.output.splitlines() == ["invalid sweep config:",
                                      f"{cfg}: exclude: no trials left after include/exclude"]
     _no_store(tmp_path)
+
+
+def test_ui_port_in_use_exits_2_before_starting(tmp_path, tracking_uri):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = runner.invoke(app, ["ui", "--port", str(port), "--tracking-uri", tracking_uri])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines()[-1] == (
+        f"error: cannot serve the UI on 127.0.0.1:{port}: address already in use; "
+        f"choose another port, e.g. --port {port + 1}")
+    assert "MLflow UI:" not in r.output
+
+
+def _parent_run(uri: str, name: str, sweep_id: str) -> None:
+    from harness import tracking
+
+    c = tracking.prepare_store(uri)
+    exp_id = tracking.get_or_create_experiment(c, name, uri)
+    run = c.create_run(exp_id, tags={tracking.KIND_TAG: "parent", tracking.SWEEP_ID_TAG: sweep_id},
+                       run_name="sweep-20260101-000000")
+    c.set_terminated(run.info.run_id)
+
+
+def test_status_unknown_experiment_and_untruncated_ids(tmp_path, tracking_uri, monkeypatch):
+    name, sid = "a_rather_long_sweep_name_mnist1d_all_optimizers", "0123456789ab"
+    _parent_run(tracking_uri, name, sid)
+    r = runner.invoke(app, ["status", "-e", "a_rather_long_sweep_name_mnist1d_all_optimiser",
+                            "--tracking-uri", tracking_uri])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == (
+        f"error: no experiment 'a_rather_long_sweep_name_mnist1d_all_optimiser' in {tracking_uri}; "
+        f"experiments: {name}, Default (did you mean '{name}'?)")
+    monkeypatch.setenv("COLUMNS", "80")
+    r = runner.invoke(app, ["status", "--tracking-uri", tracking_uri])
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if sid in line)
+    assert name in row and "…" not in r.output
