@@ -166,9 +166,17 @@ def status(
         _err(f"error: {e}")
         raise typer.Exit(3) from None
     exps = [client.get_experiment_by_name(n) for n in names] if names else client.search_experiments()
+    if experiment and config is None and exps[0] is None:
+        from harness.registry import did_you_mean
+
+        known = [e.name for e in client.search_experiments()]
+        _err(f"error: no experiment {experiment!r} in {uri}; experiments: {', '.join(known) or '(none)'}"
+             f"{did_you_mean(experiment, known)}")
+        raise typer.Exit(2)
     t = Table(title=f"sweeps in {uri}")
     for col in ("sweep", "sweep_id", "trials", "finished", "diverged", "failed", "pending", "last run"):
-        t.add_column(col)
+        # names and ids are never truncated: they are what users copy into other commands
+        t.add_column(col, no_wrap=col != "last run", overflow="fold")
     for exp in exps:
         if exp is None:
             continue
@@ -201,7 +209,10 @@ def status(
             last_s = "—" if last is None else f"{last.info.run_name} ({last.info.status})"
             t.add_row(exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
                       str(pending), last_s)
-    Console().print(t)
+    console = Console()
+    if not console.is_terminal:  # piped or logged: do not squeeze ids into 80 columns
+        console = Console(width=140)
+    console.print(t)
 
 
 @app.command()
@@ -233,6 +244,11 @@ def ui(
     if tracking.is_server(uri):
         typer.echo(f"The tracking server already serves the UI: {uri.rstrip('/')}{suffix}")
         return
+    busy = _port_in_use(host, port)
+    if busy:
+        _err(f"error: cannot serve the UI on {host}:{port}: {busy}; choose another port, e.g. "
+             f"--port {port + 1}")
+        raise typer.Exit(2)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host,
            "--port", str(port), "--workers", "1"]
     root = tracking.artifact_root_for(uri)
@@ -260,6 +276,24 @@ def ui(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
     raise typer.Exit(code)
+
+
+def _port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound (e.g. ``address already in use``), or None if it can."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        return f"cannot resolve host {host!r} ({e.strerror or e})"
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
+        try:
+            s.bind(addr)
+        except OSError as e:
+            return (e.strerror or str(e)).lower()
+    return None
 
 
 @app.command()
