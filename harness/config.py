@@ -373,6 +373,14 @@ def _format_pydantic(err: ValidationError, file: str) -> list[str]:
             msg = msg.split(": ", 1)[1]
         elif e["type"] == "missing":
             msg = "required key is missing"
+        elif loc in (("batch_size",), ("seeds",)) and e["type"] == "list_type":
+            what = "an int or a list of ints" if loc == ("batch_size",) else \
+                "an int (a count) or a list of ints"
+            msg = f"expected {what}, got {e['input']!r}"
+        elif loc == ("targets",) and e["type"] == "dict_type":
+            msg = (f"expected a mapping {{DATASET: {{metric, value}}}}, e.g. targets: {{digits: "
+                   f"{{metric: eval/accuracy, value: 0.9}}}} (use 'target' for one target for all "
+                   f"datasets), got {e['input']!r}")
         elif e["type"] not in ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size"):
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"{file}: {_loc_path(loc)}: {msg}")

@@ -181,3 +181,12 @@ def test_zip_length_error_has_file_prefix(write_sweep):
         expand(cfg, file=str(path))
     assert ei.value.errors == [f"{path}: zip: zipped axes ['models', 'batch_size'] must have equal numbers "
                                "of values, got [2, 3]"]
+
+
+def test_batch_size_and_targets_messages_say_the_expected_form(write_sweep):
+    errs = _errors(write_sweep, batch_size="sixty", targets=[{"metric": "eval/accuracy", "value": 0.5}])
+    assert errs == [
+        "F: batch_size: expected an int or a list of ints, got 'sixty'",
+        "F: targets: expected a mapping {DATASET: {metric, value}}, e.g. targets: {digits: {metric: "
+        "eval/accuracy, value: 0.9}} (use 'target' for one target for all datasets), got "
+        "[{'metric': 'eval/accuracy', 'value': 0.5}]"]
