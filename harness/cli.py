@@ -68,7 +68,7 @@ def sweep(
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
     from harness.config import ConfigError
     from harness.executors import ExecutorUnavailableError
-    from harness.sweep import run_sweep
+    from harness.sweep import SweepInterrupted, run_sweep
     from harness.tracking import TrackingUnavailableError
 
     try:
@@ -84,6 +84,9 @@ def sweep(
     except TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
+    except SweepInterrupted as e:
+        _err(f"interrupted: {e.done}/{e.total} trials done; run the same command again to resume")
+        raise typer.Exit(130) from None
     except ExecutorUnavailableError as e:  # e.g. --executor ray without Ray installed
         _err(f"error: {e}")
         raise typer.Exit(2) from None

@@ -437,6 +437,15 @@ def _print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) 
     console.print(f"tracking: {uri}; batching: {cfg.batching}; executor: {cfg.executor} (jobs={cfg.jobs})")
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep (the parent run is ended KILLED): ``done`` of ``total`` trials have an
+    outcome (earlier runs included)."""
+
+    def __init__(self, done: int, total: int):
+        super().__init__(done, total)
+        self.done, self.total = done, total
+
+
 def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs: int | None = None,
               executor: str | None = None, address: str | None = None, batching: str | None = None,
               dry_run: bool = False, quiet: bool = False, registries: Registries | None = None,
@@ -447,6 +456,7 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     Raises:
       harness.config.ConfigError: invalid config (nothing logged).
       harness.tracking.TrackingUnavailableError: the store cannot be reached (nothing trained).
+      SweepInterrupted: Ctrl-C (a ``KeyboardInterrupt``); the parent run is ended KILLED.
     """
     from rich.console import Console
 
@@ -513,6 +523,8 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     try:
         _execute(console, ex, units, ctx, outcomes, plan, quiet)
         status = "FINISHED"
+    except KeyboardInterrupt:
+        raise SweepInterrupted(len(outcomes), len(specs)) from None
     except Exception:
         status = "FAILED"
         raise

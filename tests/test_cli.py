@@ -248,3 +248,31 @@ def test_status_unknown_experiment_and_untruncated_ids(tmp_path, tracking_uri, m
     assert r.exit_code == 0, r.output
     row = next(line for line in r.output.splitlines() if sid in line)
     assert name in row and "…" not in r.output
+
+
+def test_ctrl_c_prints_progress_and_exits_130(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    from conftest import fake_result
+
+    import harness.trainer as trainer
+
+    monkeypatch.chdir(tmp_path)
+    calls = []
+
+    def run_trial(spec, **kw):
+        calls.append(spec.trial_id)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return fake_result(spec)
+
+    monkeypatch.setattr(trainer, "run_trial", run_trial)
+    cfg = write_sweep(seeds=[0, 1, 2, 3])
+    r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri])
+    assert r.exit_code == 130, r.output
+    assert r.output.strip().splitlines()[-1] == \
+        "interrupted: 2/4 trials done; run the same command again to resume"
+    from mlflow import MlflowClient
+
+    c = MlflowClient(tracking_uri)
+    parents = c.search_runs([c.get_experiment_by_name("tiny").experiment_id],
+                            "tags.`harness.kind` = 'parent'")
+    assert [p.info.status for p in parents] == ["KILLED"]
