@@ -11,6 +11,7 @@ Exit codes: 0 ok; 1 some trials failed (``sweep``) or a runtime error; 2 invalid
 from __future__ import annotations
 
 import os
+import re
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -97,6 +98,36 @@ def sweep(
         raise typer.Exit(1)
 
 
+_ROLE = re.compile(r":\w+:`~?([^`]+)`")
+
+
+def _first_sentence(text: str) -> str:
+    para = " ".join(text.strip().split("\n\n")[0].split())
+    m = re.search(r"(?<!\bal)(?<!\be\.g)(?<!\bi\.e)\.\s", para)  # not at "et al. ", "e.g. "
+    return para if m is None else para[: m.start() + 1]
+
+
+def describe(builder) -> str:
+    """One line for ``list``: the first sentence of the builder's docstring, reST roles and literal
+    markup removed; a docstring that only points at another function (``:func:`optimizers.core.adam```,
+    as the registry's thin factories say) is replaced by that function's first sentence."""
+    import importlib
+    import inspect
+
+    text = _first_sentence(inspect.getdoc(builder) or "")
+    m = re.match(r":\w+:`~?([\w.]+)`(.*)$", text)
+    if m and "." in m.group(1):
+        module, _, attr = m.group(1).rpartition(".")
+        try:
+            target = getattr(importlib.import_module(module), attr)
+            rest = m.group(2).strip().lstrip(":").strip().rstrip(".")
+            text = _first_sentence(inspect.getdoc(target) or "").rstrip(".")
+            text += f"; {rest}." if rest and rest not in text else "."
+        except (ImportError, AttributeError):
+            pass
+    return _ROLE.sub(r"\1", text).replace("``", "")
+
+
 @app.command("list")
 def list_(
     kind: str | None = typer.Argument(None, help="models | optimizers | schedules | datasets (default all)."),
@@ -127,8 +158,7 @@ def list_(
             b = registry[name]
             hps = builder_hparams(single, b)
             hp = ", ".join(f"{h.name}" if h.required else f"{h.name}={h.default!r}" for h in hps.values())
-            para = " ".join((b.__doc__ or "").strip().split("\n\n")[0].split())
-            t.add_row(name, hp or "—", para.replace("``", ""))
+            t.add_row(name, hp or "—", describe(b))
         if k == "datasets":
             t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
         console.print(t)

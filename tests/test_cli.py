@@ -276,3 +276,15 @@ def test_ctrl_c_prints_progress_and_exits_130(tmp_path, write_sweep, tracking_ur
     parents = c.search_runs([c.get_experiment_by_name("tiny").experiment_id],
                             "tags.`harness.kind` = 'parent'")
     assert [p.info.status for p in parents] == ["KILLED"]
+
+
+def test_list_descriptions_are_plain_sentences():
+    """``list`` showed raw reST (":func:`optimizers.core.adam`.") for the registry's thin factories."""
+    import optimizers
+    from harness.cli import describe
+
+    assert describe(optimizers.OPTIMIZERS["adam"]) == "Adam (Kingma & Ba 2015, arXiv:1412.6980)."
+    assert describe(optimizers.OPTIMIZERS["sgd"]) == "Stochastic gradient descent: x <- x - lr * g."
+    for name, b in optimizers.OPTIMIZERS.items():
+        d = describe(b)
+        assert ":func:" not in d and "``" not in d and d.endswith("."), (name, d)
