@@ -48,17 +48,33 @@ def _err(msg: str) -> None:
     typer.echo(msg, err=True)
 
 
-@app.command()
+_SWEEP_EPILOG = """\b
+Examples:
+  python -m harness sweep experiments/quickstart.yaml
+  python -m harness sweep experiments/quickstart.yaml --dry-run     # the plan, nothing trained
+  python -m harness sweep experiments/mnist1d.yaml --jobs 2         # 2 local worker processes
+  python -m harness sweep experiments/mnist1d.yaml --tracking-uri http://127.0.0.1:5000
+  python -m harness sweep experiments/mnist1d.yaml --executor ray --address HOST:6379 \\
+      --tracking-uri http://HOST:5000 --cpus-per-trial 2
+\b
+Exit codes: 0 ok; 1 some trial failed; 2 invalid config or usage; 3 tracking store
+unreachable; 130 interrupted (re-run the same command to resume)."""
+
+
+@app.command(short_help="Run a sweep config (resumable).", epilog=_SWEEP_EPILOG)
 def sweep(
     config: Path = typer.Argument(..., help="Sweep config (YAML), e.g. experiments/quickstart.yaml."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (trials, done, to run); "
                                  "train nothing."),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, help="Local worker processes."),
-    executor: str | None = typer.Option(None, "--executor", help="inprocess | process | ray (if installed)."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, help="Local worker processes [default: "
+                                    "the config's jobs, else 1; N > 1 implies --executor process]."),
+    executor: str | None = typer.Option(None, "--executor", help="inprocess | process | ray "
+                                        "[default: the config's executor, else inprocess]."),
     address: str | None = typer.Option(None, "--address", help="Cluster address (ray)."),
     batching: Batching | None = typer.Option(None, "--batching", help="Train seed/step-size siblings "
-                                             "together under vmap: auto | on | off."),
+                                             "together under vmap: auto | on | off [default: the "
+                                             "config's batching, else auto: on GPU/TPU only]."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     cpus_per_trial: float | None = typer.Option(None, "--cpus-per-trial", min=0,
                                                 help="Ray: CPUs each trial's task declares (default 1)."),
@@ -128,7 +144,7 @@ def describe(builder) -> str:
     return _ROLE.sub(r"\1", text).replace("``", "")
 
 
-@app.command("list")
+@app.command("list", short_help="Models, optimizers, schedules, datasets.")
 def list_(
     kind: str | None = typer.Argument(None, help="models | optimizers | schedules | datasets (default all)."),
 ) -> None:
@@ -164,7 +180,7 @@ def list_(
         console.print(t)
 
 
-@app.command()
+@app.command(short_help="Finished/diverged/failed/pending per sweep.")
 def status(
     config: Path | None = typer.Argument(None, help="A sweep config: count its pending trials exactly."),
     experiment: str | None = typer.Option(None, "--experiment", "-e", help="Only this sweep name."),
@@ -248,7 +264,7 @@ def status(
     console.print(t)
 
 
-@app.command()
+@app.command(short_help="Start the MLflow UI on the store.")
 def ui(
     experiment: str | None = typer.Option(None, "--experiment", "-e", help="Sweep name to open."),
     port: int = typer.Option(5000, "--port", help="Port for the UI on 127.0.0.1."),
@@ -329,7 +345,17 @@ def _port_in_use(host: str, port: int) -> str | None:
     return None
 
 
-@app.command()
+_REPORT_EPILOG = """\b
+Examples:
+  python -m harness report --experiment quickstart                  # latest sweep
+  python -m harness report -e quickstart -o quickstart.html
+  python -m harness report -e mnist1d --sweep 1a2b3c4d5e6f --baseline 0f9e8d7c6b5a
+\b
+Writes one self-contained HTML file (figures embedded) and the tidy CSV beside it, and
+logs the HTML to the sweep's parent run."""
+
+
+@app.command(short_help="Write the HTML comparison report.", epilog=_REPORT_EPILOG)
 def report(
     experiment: str = typer.Option(..., "--experiment", "-e", help="Sweep name (MLflow experiment)."),
     sweep_id: str | None = typer.Option(None, "--sweep", help="Sweep id (default: the latest)."),

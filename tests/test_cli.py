@@ -288,3 +288,19 @@ def test_list_descriptions_are_plain_sentences():
     for name, b in optimizers.OPTIMIZERS.items():
         d = describe(b)
         assert ":func:" not in d and "``" not in d and d.endswith("."), (name, d)
+
+
+def test_help_lists_every_command_uncut_and_teaches_with_examples():
+    import subprocess
+    import sys
+
+    top = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    for cmd in ("sweep", "list", "status", "ui", "report"):
+        line = next(ln for ln in top.splitlines() if ln.strip().startswith(cmd + " "))
+        assert "..." not in line and "…" not in line, line
+    assert "Examples:" in top
+    for cmd in ("sweep", "report"):
+        out = subprocess.run([sys.executable, "-m", "harness", cmd, "--help"], capture_output=True,
+                             text=True, check=True).stdout
+        assert "Examples:" in out and f"python -m harness {cmd} " in out
