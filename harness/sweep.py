@@ -644,9 +644,10 @@ def _outcome_line(o: TrialOutcome) -> str:
 
 
 def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
-    """Best configuration per (dataset, model, optimizer): seeds averaged, ranked by the trial's
-    target metric (eval/accuracy by default; eval/loss targets rank by lowest loss); diverged and
-    failed trials do not rank but are counted."""
+    """Best configuration per (dataset, model, optimizer), ranked exactly like the HTML report's
+    leaderboard (:func:`reports.frame.best_configs`); the first difference decides: more seeds that
+    reached the target; lower median seconds to target; more seeds finished (not diverged or
+    failed); better mean final target metric (eval/accuracy, or eval/loss for loss targets)."""
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
@@ -666,13 +667,14 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
             "reached": sum(o.seconds_to_target is not None for o in ok),
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
         }
+        sign = 1.0 if metric == "eval/loss" else -1.0
+        row["_rank"] = (-row["reached"],
+                        math.inf if row["seconds_to_target"] is None else row["seconds_to_target"],
+                        -len(ok), math.inf if row["value"] is None else sign * row["value"])
         key = (ds, model, opt)
-        cur = best.get(key)
-        sign = -1 if metric == "eval/loss" else 1
-        if cur is None or (row["value"] is not None and (
-                cur["value"] is None or sign * row["value"] > sign * cur["value"])):
+        if key not in best or row["_rank"] < best[key]["_rank"]:
             best[key] = row
-    return list(best.values())
+    return [{k: v for k, v in r.items() if k != "_rank"} for r in best.values()]
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -685,7 +687,9 @@ def print_summary(console, summary: SweepSummary) -> None:
     from rich.table import Table
 
     c = summary.counts()
-    t = Table(title=f"{summary.name}: best configuration per model and optimizer "
+    t = Table(caption="best = most seeds reaching the target, then fastest median time to target, "
+                      "then most seeds finished, then best mean final metric (as the HTML report)",
+              title=f"{summary.name}: best configuration per model and optimizer "
                     f"({c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed; "
                     f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s)")
     rows = sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"]))

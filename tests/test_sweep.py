@@ -294,3 +294,23 @@ def test_hint_commands_name_the_interpreter_the_user_ran(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path.parent)
     monkeypatch.setattr(sys, "executable", "/opt/py/bin/python3")
     assert python_command() == "/opt/py/bin/python3"
+
+
+def test_summary_best_config_ranks_like_the_report_leaderboard():
+    """Time to target beats a higher final accuracy, and more seeds reaching the target beats both
+    (the terminal summary used to pick by final accuracy alone, unlike the HTML report)."""
+    from harness.sweep import best_configs
+    from harness.worker import TrialOutcome
+
+    def o(config, seed, acc, secs):
+        return TrialOutcome(trial_id=f"{config}{seed}", status="finished", model="mlp", optimizer="sgd",
+                            dataset="digits", config=config, seed=seed, final_eval_accuracy=acc,
+                            seconds_to_target=secs, steps_to_target=None if secs is None else 10)
+
+    slow_accurate = [o("A", 0, 0.99, 0.5), o("A", 1, 0.99, 0.5)]
+    fast = [o("B", 0, 0.95, 0.1), o("B", 1, 0.95, 0.1)]
+    half_reached = [o("C", 0, 0.999, 0.01), o("C", 1, 0.999, None)]
+    (best,) = best_configs(slow_accurate + fast + half_reached)
+    assert best["config"] == "B" and best["reached"] == 2
+    (best,) = best_configs(slow_accurate + half_reached)
+    assert best["config"] == "A"
