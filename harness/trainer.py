@@ -346,12 +346,13 @@ def _eval_points(steps: int, every: int) -> list[int]:
     return [*pts, steps]
 
 
-def _perf_key(spec: TrialSpec) -> tuple:
+def perf_cache_key(spec: TrialSpec) -> tuple:
+    """The key of ``spec``'s throughput in a ``perf_cache``: ``(spec.perf_key(), device kind)``."""
     return (spec.perf_key(), timing.device_kind())
 
 
 def _measure_perf(prog: _Program, spec: TrialSpec, perf_cache: dict | None) -> PerfResult:
-    pkey = _perf_key(spec)
+    pkey = perf_cache_key(spec)
     if perf_cache is not None and pkey in perf_cache:
         return perf_cache[pkey]
     e = prog.e
