@@ -233,6 +233,28 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]) -> 
 # every state slot has the parameter leaf's shape and dtype.
 
 
+def _params_of(state):
+    """``get_params`` of every optimizer whose per-leaf state is a tuple starting with ``x``."""
+    return state[0]
+
+
+def _with_two_zeros(x0):
+    """``init`` of optimizers whose per-leaf state is ``(x, s1, s2)`` with both slots zero."""
+    return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
+
+
+def _adam_moments(i, g, m, v, b1, b2):
+    """Adam's moment estimates and their bias corrections at 0-based step ``i``:
+    ``m <- (1 - b1) g + b1 m;  v <- (1 - b2) g**2 + b2 v;  m^ = m / (1 - b1**(i+1));
+    v^ = v / (1 - b2**(i+1))`` (powers in the leaf's dtype, as the reference). Returns
+    ``(m, v, m^, v^)``."""
+    m = (1 - b1) * g + b1 * m
+    v = (1 - b2) * jnp.square(g) + b2 * v
+    mhat = m / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
+    vhat = v / (1 - jnp.asarray(b2, m.dtype) ** (i + 1))
+    return m, v, mhat, vhat
+
+
 @optimizer
 def sgd(step_size):
     """Stochastic gradient descent: ``x <- x - lr * g``.
@@ -289,10 +311,7 @@ def momentum(step_size: Schedule, mass: float):
         x = x - step_size(i) * velocity
         return x, velocity
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return init, update, _params_of
 
 
 @optimizer
@@ -321,10 +340,7 @@ def nesterov(step_size: Schedule, mass: float):
         x = x - step_size(i) * (mass * velocity + g)
         return x, velocity
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return init, update, _params_of
 
 
 @optimizer
@@ -345,9 +361,6 @@ def adagrad(step_size, momentum=0.9):
     """
     step_size = make_schedule(step_size)
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
-
     def update(i, g, state):
         x, g_sq, m = state
         g_sq += jnp.square(g)
@@ -356,10 +369,7 @@ def adagrad(step_size, momentum=0.9):
         x = x - step_size(i) * m
         return x, g_sq, m
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return _with_two_zeros, update, _params_of
 
 
 @optimizer
@@ -389,10 +399,7 @@ def rmsprop(step_size, gamma=0.9, eps=1e-8):
         x = x - step_size(i) * g / jnp.sqrt(avg_sq_grad + eps)
         return x, avg_sq_grad
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return init, update, _params_of
 
 
 @optimizer
@@ -415,9 +422,6 @@ def rmsprop_momentum(step_size, gamma=0.9, eps=1e-8, momentum=0.9):
     """
     step_size = make_schedule(step_size)
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
-
     def update(i, g, state):
         x, avg_sq_grad, mom = state
         avg_sq_grad = avg_sq_grad * gamma + jnp.square(g) * (1.0 - gamma)
@@ -425,10 +429,7 @@ def rmsprop_momentum(step_size, gamma=0.9, eps=1e-8, momentum=0.9):
         x = x - mom
         return x, avg_sq_grad, mom
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return _with_two_zeros, update, _params_of
 
 
 @optimizer
@@ -454,22 +455,13 @@ def adam(step_size, b1=0.9, b2=0.999, eps=1e-8):
     _check_unit_interval(b1, "b1")
     _check_unit_interval(b2, "b2")
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
-
     def update(i, g, state):
         x, m, v = state
-        m = (1 - b1) * g + b1 * m
-        v = (1 - b2) * jnp.square(g) + b2 * v
-        mhat = m / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
-        vhat = v / (1 - jnp.asarray(b2, m.dtype) ** (i + 1))
+        m, v, mhat, vhat = _adam_moments(i, g, m, v, b1, b2)
         x = x - step_size(i) * mhat / (jnp.sqrt(vhat) + eps)
         return x, m, v
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return _with_two_zeros, update, _params_of
 
 
 @optimizer
@@ -494,9 +486,6 @@ def adamax(step_size, b1=0.9, b2=0.999, eps=1e-8):
     _check_unit_interval(b1, "b1")
     _check_unit_interval(b2, "b2")
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
-
     def update(i, g, state):
         x, m, u = state
         m = (1 - b1) * g + b1 * m
@@ -504,10 +493,7 @@ def adamax(step_size, b1=0.9, b2=0.999, eps=1e-8):
         x = x - (step_size(i) / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))) * m / (u + eps)
         return x, m, u
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return _with_two_zeros, update, _params_of
 
 
 def _splice(seq, i, x):

@@ -24,11 +24,14 @@ from optimizers.core import (
     Optimizer,
     OptimizerState,
     Schedule,
+    _adam_moments,
     _check_step_size,
     _check_unit_interval,
     _fresh,
     _is_concrete_number,
+    _params_of,
     _tree_mismatch,
+    _with_two_zeros,
     make_schedule,
     optimizer,
 )
@@ -86,22 +89,13 @@ def adamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
     _check_unit_interval(b2, "b2")
     _check_nonnegative(weight_decay, "weight_decay")
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
-
     def update(i, g, state):
         x, m, v = state
-        m = (1 - b1) * g + b1 * m
-        v = (1 - b2) * jnp.square(g) + b2 * v
-        mhat = m / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
-        vhat = v / (1 - jnp.asarray(b2, m.dtype) ** (i + 1))
+        m, v, mhat, vhat = _adam_moments(i, g, m, v, b1, b2)
         x = x - step_size(i) * (mhat / (jnp.sqrt(vhat) + eps) + weight_decay * x)
         return x, m, v
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return _with_two_zeros, update, _params_of
 
 
 @optimizer
@@ -131,9 +125,6 @@ def nadamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
     _check_unit_interval(b2, "b2")
     _check_nonnegative(weight_decay, "weight_decay")
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
-
     def update(i, g, state):
         x, m, v = state
         m = (1 - b1) * g + b1 * m
@@ -144,10 +135,7 @@ def nadamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
         x = x - step_size(i) * (nhat / (jnp.sqrt(vhat) + eps) + weight_decay * x)
         return x, m, v
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return _with_two_zeros, update, _params_of
 
 
 @optimizer
@@ -183,10 +171,7 @@ def lion(step_size, b1=0.9, b2=0.99, weight_decay=1e-3):
         m = b2 * m + (1 - b2) * g
         return x, m
 
-    def get_params(state):
-        return state[0]
-
-    return init, update, get_params
+    return init, update, _params_of
 
 
 # --------------------------------------------------------------------------------------------
