@@ -366,7 +366,7 @@ class RayExecutor:
         missing = expected - reported
         if missing:
             raise RuntimeError(f"{len(missing)} trial(s) were never reported: {sorted(missing)[:5]}")
-        dedupe_finished_runs(ctx, expected)
+        dedupe_finished_runs(ctx, expected)  # a retried task may have raced its first attempt
 
     def _drive(
         self,
@@ -454,34 +454,11 @@ class RayExecutor:
 
 
 def dedupe_finished_runs(ctx: RunContext, trial_ids: set[str]) -> dict[str, list[str]]:
-    """Make sure no trial of ``trial_ids`` has more than one FINISHED child run in the experiment.
-
-    Keeps the earliest FINISHED run of each trial; later ones are set KILLED and tagged
-    ``harness.duplicate_of=<kept run id>``. Returns ``{trial_id: [demoted run ids]}`` (empty when
-    the sweep is clean, which is the normal case).
-    """
-    if not trial_ids:
-        return {}
+    """:func:`harness.tracking.dedupe_finished_runs` on the sweep's store (kept for callers of the
+    Ray executor; every sweep now runs it when its executor returns)."""
     from harness import tracking
 
-    client = tracking.client_for(ctx.tracking_uri)
-    by_trial = {
-        tid: [r for r in runs if r.info.status == "FINISHED"]
-        for tid, runs in tracking.trial_runs(client, ctx.experiment_id).items()
-        if tid in trial_ids
-    }
-    demoted: dict[str, list[str]] = {}
-    for tid, runs in by_trial.items():
-        if len(runs) < 2:
-            continue
-        runs.sort(key=lambda r: (r.info.start_time or 0, r.info.run_id))
-        keep = runs[0].info.run_id
-        for r in runs[1:]:
-            client.set_tag(r.info.run_id, "harness.duplicate_of", keep)
-            client.set_terminated(r.info.run_id, status="KILLED")
-            demoted.setdefault(tid, []).append(r.info.run_id)
-        log.warning("trial %s had %d FINISHED runs; kept %s", tid, len(runs), keep)
-    return demoted
+    return tracking.dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id, trial_ids)
 
 
 def _register() -> None:

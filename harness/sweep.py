@@ -624,6 +624,10 @@ def _execute(console, ex, units, ctx, outcomes: list[TrialOutcome], plan: Plan, 
             progress.update(task, advance=len(batch), description=desc())
 
         ex.run(units, ctx, on_done)
+        # a concurrent invocation of the same sweep (or a retried Ray task) may have finished a
+        # trial too: keep one FINISHED run per trial
+        tracking.dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id,
+                                      {s.trial_id for unit in units for s in unit})
 
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:

@@ -320,3 +320,32 @@ def environment_tags() -> dict[str, str]:
         kind = "unknown"
     return {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__,
             "harness_version": harness.__version__, "device_kind": kind}
+
+
+def dedupe_finished_runs(uri: str, experiment_id: str, trial_ids: set[str]) -> dict[str, list[str]]:
+    """Leave at most one FINISHED child run per trial of ``trial_ids`` in the experiment.
+
+    A second FINISHED run of a trial can only come from two invocations racing on the same trial
+    (two concurrent sweeps of one config, or a Ray task retried while its first attempt was still
+    writing). The earliest FINISHED run (by start time, then run id) is kept; later ones are set
+    KILLED and tagged ``harness.duplicate_of=<kept run id>``. Returns ``{trial_id: [demoted run
+    ids]}``, empty for a clean sweep. Every sweep calls this when its executor returns.
+    """
+    if not trial_ids:
+        return {}
+    import logging
+
+    client = client_for(uri)
+    demoted: dict[str, list[str]] = {}
+    for tid, runs in trial_runs(client, experiment_id).items():
+        done = sorted((r for r in runs if r.info.status == "FINISHED"),
+                      key=lambda r: (r.info.start_time or 0, r.info.run_id))
+        if tid not in trial_ids or len(done) < 2:
+            continue
+        keep = done[0].info.run_id
+        for r in done[1:]:
+            client.set_tag(r.info.run_id, "harness.duplicate_of", keep)
+            client.set_terminated(r.info.run_id, status="KILLED")
+            demoted.setdefault(tid, []).append(r.info.run_id)
+        logging.getLogger(__name__).warning("trial %s had %d FINISHED runs; kept %s", tid, len(done), keep)
+    return demoted

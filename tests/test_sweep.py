@@ -341,3 +341,34 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     execute_unit(specs[1:], ctx, background=True)
     assert calls == ["flush"]
     real_flush()
+
+
+def test_concurrent_invocations_leave_one_finished_run_per_trial(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """Two invocations racing on one trial (simulated: the other invocation's FINISHED run appears
+    after this one's check) end with exactly one FINISHED run per trial; the later is KILLED and
+    tagged ``harness.duplicate_of``."""
+    from harness import worker
+    from harness.sweep import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(seeds=[0])
+    real_claim = worker._claim
+    raced = []
+
+    def claim_then_race(client, unit, ctx, outcomes):
+        todo = real_claim(client, unit, ctx, outcomes)
+        for spec in todo:  # the other invocation finishes the same trial right now
+            r = client.create_run(ctx.experiment_id, start_time=1,
+                                  tags={"harness.trial_id": spec.trial_id, "harness.kind": "trial"})
+            client.set_terminated(r.info.run_id, "FINISHED")
+            raced.append(r.info.run_id)
+        return todo
+
+    monkeypatch.setattr(worker, "_claim", claim_then_race)
+    run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    _, trials, _ = _trial_runs(tracking_uri, "tiny")
+    finished = [r for r in trials if r.info.status == "FINISHED"]
+    assert len(raced) == 1 and [r.info.run_id for r in finished] == raced
+    (dup,) = [r for r in trials if r.info.status == "KILLED"]
+    assert dup.data.tags["harness.duplicate_of"] == raced[0]
