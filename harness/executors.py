@@ -11,6 +11,7 @@ per finished unit, in completion order. Executors are looked up by name with :fu
 - ``inprocess`` (:class:`InProcessExecutor`): units one after another in this process.
 - ``process`` (:class:`ProcessExecutor`, ``--jobs N``): ``N`` local worker processes (``spawn``
   start method, so no forked JAX runtime). On GPUs the workers do not preallocate device memory.
+  A worker exits by itself within ~0.5 s once the process that started it is gone (e.g. SIGKILLed).
 - other names: :func:`register_executor` adds one; an unknown name ``X`` is looked for as module
   ``harness.X_executor`` (e.g. ``harness/ray_executor.py`` registers ``"ray"`` when imported).
 """
@@ -22,6 +23,8 @@ import importlib
 import importlib.util
 import multiprocessing as mp
 import os
+import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -59,9 +62,29 @@ class InProcessExecutor:
             self.flush_wait_s = flush_logging()
 
 
+PARENT_POLL_S = 0.5  # how often a worker checks that the process that started it is alive
+
+
+def _watch_parent(parent_pid: int, poll_s: float) -> None:
+    """Daemon-thread body: end this worker (``os._exit(1)``) once its parent is gone (re-parented)."""
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(1)
+        time.sleep(poll_s)
+
+
 def _init_worker() -> None:
     # Several processes share one accelerator: allocate on demand instead of 75% each.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # A SIGKILLed sweep cannot shut its pool down: its workers would be re-parented and live on
+    # (holding host and device memory). Each worker polls its parent pid and exits when it changes.
+    # The expected pid comes from multiprocessing, so a parent that died before this ran counts too.
+    # (prctl(PR_SET_PDEATHSIG) is not used: it fires when the *thread* that spawned the worker
+    # exits, which is not the parent process's death.)
+    parent = mp.parent_process()
+    parent_pid = parent.pid if parent is not None and parent.pid is not None else os.getppid()
+    threading.Thread(target=_watch_parent, args=(parent_pid, PARENT_POLL_S), daemon=True,
+                     name="harness-parent-watch").start()
 
 
 def _lost(unit: list[TrialSpec], why: str) -> list[TrialOutcome]:
