@@ -210,7 +210,7 @@ def status(
         expected[sweep_id_of(cfg.name, specs)] = {s.trial_id for s in specs}
         names = [cfg.name]
     try:
-        client = tracking.prepare_store(uri)
+        client = tracking.prepare_store(uri, create=False)
     except tracking.TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
@@ -279,7 +279,7 @@ def ui(
     uri = tracking.resolve_tracking_uri(tracking_uri)
     exp_id = None
     try:
-        client = tracking.prepare_store(uri)
+        client = tracking.prepare_store(uri, create=False)
         if experiment:
             exp = client.get_experiment_by_name(experiment)
             if exp is None:
@@ -368,7 +368,7 @@ def report(
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     try:
-        tracking.prepare_store(uri)
+        tracking.prepare_store(uri, create=False)
     except tracking.TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None

@@ -89,16 +89,24 @@ def artifact_root_for(uri: str) -> str | None:
     return None
 
 
-def prepare_store(uri: str, health_timeout: float = 3.0):
+def prepare_store(uri: str, health_timeout: float = 3.0, *, create: bool = True):
     """Make the store ready for concurrent writers and return an ``MlflowClient`` on it.
 
     A server is health-checked first; a SQLite store is created (schema migration) here, in the
-    calling process only. Raises :class:`TrackingUnavailableError`.
+    calling process only. With ``create=False`` (the read-only commands ``status``, ``ui``,
+    ``report``) a SQLite file that does not exist is an error instead of a new empty store.
+    Raises :class:`TrackingUnavailableError`.
     """
     if is_server(uri):
         check_server(uri, health_timeout)
     elif uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        db = Path(uri[len("sqlite:///"):])
+        if not create and not db.exists():
+            raise TrackingUnavailableError(
+                f"no MLflow store at {db}: run a sweep here first (python -m harness sweep "
+                f"experiments/quickstart.yaml) or point --tracking-uri / MLFLOW_TRACKING_URI at "
+                f"your store")
+        db.parent.mkdir(parents=True, exist_ok=True)
     client = client_for(uri)
     saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
     if is_server(uri):  # the first request: fail fast rather than after MLflow's long retries

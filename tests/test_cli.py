@@ -8,6 +8,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from harness import tracking
 from harness.cli import app
 
 runner = CliRunner()
@@ -119,6 +120,7 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
         return tmp_path / "r.html"
 
     monkeypatch.setattr(reports, "make_report", fake)
+    tracking.prepare_store(tracking_uri)  # report reads an existing store
     r = runner.invoke(app, ["report", "--experiment", "q", "--sweep", "abc", "-o", "x.html", "--baseline",
                             "def", "--tracking-uri", tracking_uri])
     assert r.exit_code == 0, r.output
@@ -212,6 +214,8 @@ def test_sweep_with_no_trials_left_is_an_error(tmp_path, write_sweep, monkeypatc
 def test_ui_port_in_use_exits_2_before_starting(tmp_path, tracking_uri):
     import socket
 
+    tracking.prepare_store(tracking_uri)  # ui serves an existing store
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -304,3 +308,19 @@ def test_help_lists_every_command_uncut_and_teaches_with_examples():
         out = subprocess.run([sys.executable, "-m", "harness", cmd, "--help"], capture_output=True,
                              text=True, check=True).stdout
         assert "Examples:" in out and f"python -m harness {cmd} " in out
+
+
+def test_read_only_commands_do_not_create_a_store(tmp_path, monkeypatch):
+    """``status``/``report``/``ui`` in a directory without ``mlflow.db`` used to create an empty one
+    and report 'no experiment'; they now say there is no store and leave the directory alone."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for args in (["status"], ["status", "-e", "nope"], ["report", "-e", "nope"], ["ui"]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 3, (args, res.output)
+        assert f"no MLflow store at {tmp_path / 'mlflow.db'}: run a sweep here first" in res.output
+    assert list(tmp_path.iterdir()) == []
