@@ -438,12 +438,24 @@ def _print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) 
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a sweep (the parent run is ended KILLED): ``done`` of ``total`` trials have an
-    outcome (earlier runs included)."""
+    """Ctrl-C during a sweep (the parent run is ended KILLED): ``done`` of ``total`` trials have a
+    FINISHED run in the store (earlier invocations included; see :func:`_n_done_after_interrupt`)."""
 
     def __init__(self, done: int, total: int):
         super().__init__(done, total)
         self.done, self.total = done, total
+
+
+def _n_done_after_interrupt(specs: list[TrialSpec], client, experiment_id: str,
+                            outcomes: list[TrialOutcome]) -> int:
+    """How many of ``specs`` are done after a Ctrl-C, read back from the store as :func:`make_plan`
+    does (a trial with a FINISHED run): with ``--jobs N`` units in flight finish while the pool shuts
+    down and their outcomes never reach ``outcomes``. If the store cannot be read (or a second Ctrl-C
+    comes), the trials in ``outcomes`` that did not fail."""
+    try:
+        return len(make_plan(specs, client, experiment_id).done)
+    except (Exception, KeyboardInterrupt):
+        return len({o.trial_id for o in outcomes if o.status != "failed"})
 
 
 def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs: int | None = None,
@@ -524,7 +536,7 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         _execute(console, ex, units, ctx, outcomes, plan, quiet)
         status = "FINISHED"
     except KeyboardInterrupt:
-        raise SweepInterrupted(len(outcomes), len(specs)) from None
+        raise SweepInterrupted(_n_done_after_interrupt(specs, client, exp_id, outcomes), len(specs)) from None
     except Exception:
         status = "FAILED"
         raise

@@ -88,3 +88,54 @@ def test_workers_exit_when_the_sweep_process_is_sigkilled(tmp_path, write_sweep,
         for k in kids:  # only the processes this test started
             if _alive(k):
                 os.kill(k, signal.SIGKILL)
+
+
+class _InterruptedPool:
+    """Stands in for ``--jobs 2`` hit by Ctrl-C: unit 0 reports its outcome, units 1 and 2 were in
+    flight and finish (write their FINISHED runs) while the pool shuts down, but their outcomes never
+    reach ``on_done``; then the ``KeyboardInterrupt`` propagates."""
+
+    def __init__(self, **_: object) -> None:
+        self.jobs = 2
+        self.units: list = []
+
+    def run(self, units, ctx, on_done) -> None:
+        from harness.worker import execute_unit
+
+        self.units.extend(units)
+        on_done(execute_unit(units[0], ctx))
+        for unit in units[1:3]:
+            execute_unit(unit, ctx)
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_count_includes_units_that_finished_during_shutdown(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    from mlflow import MlflowClient
+    from typer.testing import CliRunner
+
+    import harness.executors as executors
+    from harness.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    pools: list[_InterruptedPool] = []
+
+    def factory(**opts: object) -> _InterruptedPool:
+        pools.append(_InterruptedPool(**opts))
+        return pools[-1]
+
+    monkeypatch.setitem(executors._EXECUTORS, "interrupted", factory)
+    cfg = write_sweep(seeds=[0, 1, 2, 3])
+    r = CliRunner().invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri,
+                                 "--executor", "interrupted", "-q"])
+    assert r.exit_code == 130, r.output
+    assert [len(u) for u in pools[0].units] == [1, 1, 1, 1]
+    c = MlflowClient(tracking_uri)
+    exp = c.get_experiment_by_name("tiny").experiment_id
+    fin = {x.data.tags["harness.trial_id"] for x in c.search_runs(
+        [exp], "attributes.status = 'FINISHED' and tags.`harness.kind` = 'trial'")}
+    assert fin == {u[0].trial_id for u in pools[0].units[:3]}  # 3 in the store, only 1 reported
+    assert r.output.strip().splitlines()[-1] == \
+        "interrupted: 3/4 trials done; run the same command again to resume"
+    parents = c.search_runs([exp], "tags.`harness.kind` = 'parent'")
+    assert [p.info.status for p in parents] == ["KILLED"]
