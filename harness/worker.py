@@ -38,6 +38,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import csv
+import inspect
 import json
 import tempfile
 import time
@@ -230,6 +231,27 @@ def train_rows_to_log(n: int, max_points: int = MAX_TRAIN_POINTS) -> list[int]:
     return sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
 
 
+def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
+    """The hyperparameters a trial used without naming them, as MLflow params: each builder's
+    defaults (``optimizer.b1``, ``model.depth``, ...) and the ``schedule.total_steps`` the trainer
+    fills in (the trial's step budget). The config's own values are :meth:`TrialSpec.flat_params`.
+    """
+    from harness.config import builder_hparams, default_registries
+
+    reg = default_registries()
+    out: dict[str, str] = {}
+    for kind, registry in (("model", reg.models), ("optimizer", reg.optimizers),
+                           ("schedule", reg.schedules), ("dataset", reg.datasets)):
+        builder = registry.get(getattr(spec, kind))
+        if builder is None:  # e.g. a tfds: dataset, or the bare "constant" schedule
+            continue
+        out.update({f"{kind}.{h.name}": str(h.default)
+                    for h in builder_hparams(kind, builder).values() if not h.required})
+        if kind == "schedule" and "total_steps" in inspect.signature(builder).parameters:
+            out["schedule.total_steps"] = str(spec.steps)
+    return out
+
+
 def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunContext) -> None:
     buf = tracking.MetricBuffer()
     c = res.curves
@@ -257,7 +279,7 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
         tags["harness.reason"] = (res.reason.strip().splitlines() or [""])[-1][:500]
         if res.status != "failed":
             tags["status_reason"] = res.reason[:5000]
-    params = res.spec.flat_params()
+    params = {**resolved_defaults(res.spec), **res.spec.flat_params()}
     if res.spec.target is not None:
         params["target.mode"] = res.spec.target.mode
     buf.flush(client, run_id, params=params, tags=tags)

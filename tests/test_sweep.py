@@ -372,3 +372,22 @@ def test_concurrent_invocations_leave_one_finished_run_per_trial(
     assert len(raced) == 1 and [r.info.run_id for r in finished] == raced
     (dup,) = [r for r in trials if r.info.status == "KILLED"]
     assert dup.data.tags["harness.duplicate_of"] == raced[0]
+
+
+def test_params_include_builder_defaults_and_the_filled_total_steps(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """Only the config's own values were logged: adam's b1/b2/eps and the schedule's total_steps
+    (filled with the step budget by the trainer) were missing from the run's params."""
+    from harness.sweep import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(optimizers=[{"name": "adam", "hparams": {"step_size": 0.01, "b1": 0.8}}],
+                      schedules=["cosine_decay"], seeds=[0])
+    run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    _, (run,), _ = _trial_runs(tracking_uri, "tiny")
+    p = run.data.params
+    assert p["optimizer.b1"] == "0.8"  # the config's value wins over the default
+    assert (p["optimizer.b2"], p["optimizer.eps"]) == ("0.999", "1e-08")
+    assert p["schedule.total_steps"] == p["train.steps"] == "40"
+    assert p["schedule.alpha"] == "0.0" and p["model.width"] == "16" and p["model.depth"] == "1"
+    assert p["model.activation"] == "relu" and p["model.dropout"] == "0.0"
