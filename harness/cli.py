@@ -150,6 +150,7 @@ def list_(
 ) -> None:
     """Registered models, optimizers, schedules and datasets with their hyperparameters and defaults."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from harness.config import builder_hparams, default_registries
@@ -174,7 +175,7 @@ def list_(
             b = registry[name]
             hps = builder_hparams(single, b)
             hp = ", ".join(f"{h.name}" if h.required else f"{h.name}={h.default!r}" for h in hps.values())
-            t.add_row(name, hp or "—", describe(b))
+            t.add_row(escape(name), escape(hp or "—"), escape(describe(b)))
         if k == "datasets":
             t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
         console.print(t)

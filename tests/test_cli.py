@@ -324,3 +324,10 @@ def test_read_only_commands_do_not_create_a_store(tmp_path, monkeypatch):
         assert res.exit_code == 3, (args, res.output)
         assert f"no MLflow store at {tmp_path / 'mlflow.db'}: run a sweep here first" in res.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_list_keeps_square_brackets_in_descriptions():
+    """rich took ``values[k]`` in the piecewise description for a style tag and dropped ``[k]``."""
+    res = runner.invoke(app, ["list", "schedules"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0
+    assert "schedule(i) = values[k] where k" in res.output
