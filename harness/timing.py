@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness.spec import PerfResult
+from models.flops import cost_analysis_flops
 
 __all__ = [
     "FlopsMismatchWarning",
@@ -70,29 +71,14 @@ def device_kind(device: jax.Device | None = None) -> str:
 def cost_flops(compiled: Any) -> float | None:
     """FLOPs of a compiled executable from ``compiled.cost_analysis()``, or ``None`` if unknown.
 
-    Accepts a dict, a list/tuple of dicts (summed), or ``None``; a missing ``flops`` key, a
-    non-finite or negative value (XLA uses ``-1``) counts as unknown. Never raises.
+    The parsing (a dict, a list/tuple of dicts summed, ``-1``/missing/non-finite as unknown) is
+    :func:`models.flops.cost_analysis_flops`; a zero count is unknown too. Never raises.
     """
     try:
         ca = compiled.cost_analysis()
     except Exception:
         return None
-    if ca is None:
-        return None
-    items = ca if isinstance(ca, list | tuple) else [ca]
-    total, seen = 0.0, False
-    for item in items:
-        if not isinstance(item, dict) or "flops" not in item:
-            continue
-        try:
-            v = float(item["flops"])
-        except (TypeError, ValueError):
-            continue
-        if not math.isfinite(v) or v < 0:
-            return None
-        total += v
-        seen = True
-    return total if seen and total > 0 else None
+    return cost_analysis_flops(ca) or None
 
 
 def flops_agree(xla: float | None, analytic: float | None, factor: float = 2.0) -> bool | None:
