@@ -39,30 +39,40 @@ _AXIS_ORDER = ("datasets", "models", "optimizers", "schedules", "batch_size", "s
 # --------------------------------------------------------------------------- expansion
 
 
-def component_variants(comp: Component) -> list[dict[str, Any]]:
-    """The hyperparameter dicts of one entry: product of its grid axes, zip groups varying together."""
-    names = list(comp.hparams)
-    zipped = {a: i for i, g in enumerate(comp.zip) for a in g}
+def _zip_product(names: list[str], values: Mapping[str, list[Any]], groups: list[list[str]],
+                 mismatch: Callable[[list[str], list[int]], Exception]) -> list[dict[str, Any]]:
+    """Cross product of the axes ``names`` (each a list in ``values``), where the axes of one group
+    in ``groups`` vary together (equal lengths, else ``mismatch(group, lengths)`` is raised)."""
+    group_of = {a: i for i, g in enumerate(groups) for a in g}
     axes: list[list[dict[str, Any]]] = []
-    done_groups: set[int] = set()
+    seen: set[int] = set()
     for n in names:
-        if n in zipped:
-            gi = zipped[n]
-            if gi in done_groups:
-                continue
-            done_groups.add(gi)
-            group = comp.zip[gi]
-            cols = [hparam_values(comp.hparams[a]) for a in group]
-            axes.append([dict(zip(group, vals, strict=True)) for vals in zip(*cols, strict=True)])
-        else:
-            axes.append([{n: v} for v in hparam_values(comp.hparams[n])])
+        if n not in group_of:
+            axes.append([{n: v} for v in values[n]])
+            continue
+        gi = group_of[n]
+        if gi in seen:
+            continue
+        seen.add(gi)
+        group = groups[gi]
+        lens = [len(values[x]) for x in group]
+        if len(set(lens)) > 1:
+            raise mismatch(group, lens)
+        axes.append([{x: values[x][i] for x in group} for i in range(lens[0])])
     out = []
     for combo in itertools.product(*axes):
-        d: dict[str, Any] = {}
+        pt: dict[str, Any] = {}
         for part in combo:
-            d.update(part)
-        out.append(d)
+            pt.update(part)
+        out.append(pt)
     return out
+
+
+def component_variants(comp: Component) -> list[dict[str, Any]]:
+    """The hyperparameter dicts of one entry: product of its grid axes, zip groups varying together."""
+    return _zip_product(list(comp.hparams), {n: hparam_values(v) for n, v in comp.hparams.items()},
+                        comp.zip, lambda g, lens: ValueError(f"zipped hyperparameters {g} have "
+                                                             f"different numbers of values {lens}"))
 
 
 def _axis_points(grid: Any, cfg: SweepConfig, axis: str) -> list[Any]:
@@ -76,33 +86,11 @@ def _axis_points(grid: Any, cfg: SweepConfig, axis: str) -> list[Any]:
 
 def _grid_points(grid: Any, cfg: SweepConfig, zip_groups: list[list[str]],
                  file: str = "<config>") -> list[dict[str, Any]]:
-    points = {a: _axis_points(grid, cfg, a) for a in _AXIS_ORDER}
-    group_of = {a: i for i, g in enumerate(zip_groups) for a in g}
-    axes: list[list[dict[str, Any]]] = []
-    seen: set[int] = set()
-    for a in _AXIS_ORDER:
-        if a in group_of:
-            gi = group_of[a]
-            if gi in seen:
-                continue
-            seen.add(gi)
-            group = zip_groups[gi]
-            lens = {len(points[x]) for x in group}
-            if len(lens) > 1:
-                from harness.config import ConfigError
+    from harness.config import ConfigError
 
-                raise ConfigError([f"{file}: zip: zipped axes {group} must have equal numbers of "
-                                   f"values, got {[len(points[x]) for x in group]}"])
-            axes.append([{x: points[x][i] for x in group} for i in range(lens.pop())])
-        else:
-            axes.append([{a: p} for p in points[a]])
-    out = []
-    for combo in itertools.product(*axes):
-        d: dict[str, Any] = {}
-        for part in combo:
-            d.update(part)
-        out.append(d)
-    return out
+    points = {a: _axis_points(grid, cfg, a) for a in _AXIS_ORDER}
+    return _zip_product(list(_AXIS_ORDER), points, zip_groups, lambda g, lens: ConfigError(
+        [f"{file}: zip: zipped axes {g} must have equal numbers of values, got {lens}"]))
 
 
 def _flat(pt: Mapping[str, Any]) -> dict[str, Any]:
