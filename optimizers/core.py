@@ -238,6 +238,11 @@ def _params_of(state):
     return state[0]
 
 
+def _with_zero(x0):
+    """``init`` of optimizers whose per-leaf state is ``(x, velocity)`` with zero velocity."""
+    return x0, jnp.zeros_like(x0)
+
+
 def _with_two_zeros(x0):
     """``init`` of optimizers whose per-leaf state is ``(x, s1, s2)`` with both slots zero."""
     return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
@@ -302,16 +307,13 @@ def momentum(step_size: Schedule, mass: float):
     """
     step_size = make_schedule(step_size)
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0)
-
     def update(i, g, state):
         x, velocity = state
         velocity = mass * velocity + g
         x = x - step_size(i) * velocity
         return x, velocity
 
-    return init, update, _params_of
+    return _with_zero, update, _params_of
 
 
 @optimizer
@@ -331,16 +333,13 @@ def nesterov(step_size: Schedule, mass: float):
     """
     step_size = make_schedule(step_size)
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0)
-
     def update(i, g, state):
         x, velocity = state
         velocity = mass * velocity + g
         x = x - step_size(i) * (mass * velocity + g)
         return x, velocity
 
-    return init, update, _params_of
+    return _with_zero, update, _params_of
 
 
 @optimizer
