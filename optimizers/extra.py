@@ -127,11 +127,9 @@ def nadamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
 
     def update(i, g, state):
         x, m, v = state
-        m = (1 - b1) * g + b1 * m
-        v = (1 - b2) * jnp.square(g) + b2 * v
+        m, v, _, vhat = _adam_moments(i, g, m, v, b1, b2)
         n = (1 - b1) * g + b1 * m
         nhat = n / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
-        vhat = v / (1 - jnp.asarray(b2, m.dtype) ** (i + 1))
         x = x - step_size(i) * (nhat / (jnp.sqrt(vhat) + eps) + weight_decay * x)
         return x, m, v
 
