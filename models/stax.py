@@ -202,6 +202,20 @@ def _conv_patches(inputs, W, strides, padding, dimension_numbers):
     return jnp.transpose(out, perm)
 
 
+def _conv_defaults(rhs_spec, filter_shape, strides, W_init):
+    """The strides (default all 1) and the kernel initializer (default Glorot normal over the
+    kernel's I and O axes), as the reference's conv layers set them."""
+    return (strides or (1,) * len(filter_shape),
+            W_init or glorot_normal(rhs_spec.index("I"), rhs_spec.index("O")))
+
+
+def _conv_params(rng, kernel_shape, out_spec, out_chan, W_init, b_init):
+    """``(W, b)`` of a conv layer: the kernel, and a bias broadcastable over ``out_spec``."""
+    bias_shape = [out_chan if c == "C" else 1 for c in out_spec]
+    k1, k2 = random.split(rng)
+    return W_init(k1, kernel_shape), b_init(k2, bias_shape)
+
+
 def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding="VALID",
                 W_init=None, b_init=normal(1e-6), *, impl="xla"):
     """General convolution layer (``lax.conv_general_dilated`` plus a bias).
@@ -224,9 +238,8 @@ def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding
     input rank differs from ``len(lhs_spec)`` or the output would be empty.
     """
     lhs_spec, rhs_spec, out_spec = dimension_numbers
-    one = (1,) * len(filter_shape)
-    strides = strides or one
-    W_init = W_init or glorot_normal(rhs_spec.index("I"), rhs_spec.index("O"))
+    one = (1,) * len(filter_shape)  # no dilation
+    strides, W_init = _conv_defaults(rhs_spec, filter_shape, strides, W_init)
     if impl not in ("xla", "patches", "auto"):
         raise ValueError(f"GeneralConv: impl must be 'xla', 'patches' or 'auto', got {impl!r}")
     name = f"GeneralConv({lhs_spec},{rhs_spec},{out_spec}; {out_chan}, {tuple(filter_shape)})"
@@ -239,10 +252,7 @@ def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding
             input_shape, kernel_shape, strides, padding, dimension_numbers)
         _check_positive(name, input_shape, [d for i, d in enumerate(output_shape)
                                             if i != out_spec.index("N")])
-        bias_shape = [out_chan if c == "C" else 1 for c in out_spec]
-        k1, k2 = random.split(rng)
-        W, b = W_init(k1, kernel_shape), b_init(k2, bias_shape)
-        return output_shape, (W, b)
+        return output_shape, _conv_params(rng, kernel_shape, out_spec, out_chan, W_init, b_init)
 
     def apply_fun(params, inputs, **kwargs):
         W, b = params
@@ -268,9 +278,7 @@ def GeneralConvTranspose(dimension_numbers, out_chan, filter_shape, strides=None
     rank mismatch.
     """
     lhs_spec, rhs_spec, out_spec = dimension_numbers
-    one = (1,) * len(filter_shape)
-    strides = strides or one
-    W_init = W_init or glorot_normal(rhs_spec.index("I"), rhs_spec.index("O"))
+    strides, W_init = _conv_defaults(rhs_spec, filter_shape, strides, W_init)
     name = f"GeneralConvTranspose({lhs_spec},{rhs_spec},{out_spec}; {out_chan}, {tuple(filter_shape)})"
 
     def init_fun(rng, input_shape):
@@ -279,10 +287,7 @@ def GeneralConvTranspose(dimension_numbers, out_chan, filter_shape, strides=None
         kernel_shape = _kernel_shape(lhs_spec, rhs_spec, out_chan, filter_shape, input_shape)
         output_shape = lax.conv_transpose_shape_tuple(
             input_shape, kernel_shape, strides, padding, dimension_numbers)
-        bias_shape = [out_chan if c == "C" else 1 for c in out_spec]
-        k1, k2 = random.split(rng)
-        W, b = W_init(k1, kernel_shape), b_init(k2, bias_shape)
-        return output_shape, (W, b)
+        return output_shape, _conv_params(rng, kernel_shape, out_spec, out_chan, W_init, b_init)
 
     def apply_fun(params, inputs, **kwargs):
         W, b = params
