@@ -88,9 +88,9 @@ def test_bench_reference_plain(benchmark, name):
     _bench(benchmark, lambda s: upd(0, grads, s), opt.init_fn(fresh(params)))
 
 
-@pytest.mark.parametrize("name", list(OPTAX_TX))
-def test_bench_optax_donated(benchmark, name):
-    params, grads = data()
+def _optax_donated(name, params, grads):
+    """Optax's update + apply_updates jitted with the ``(params, state)`` carry donated: the
+    one-step function and its initial carry."""
     tx = OPTAX_TX[name]()
 
     def step(carry, g):
@@ -99,9 +99,16 @@ def test_bench_optax_donated(benchmark, name):
         return optax.apply_updates(p, u), s
 
     upd = jax.jit(step, donate_argnums=0)
-    benchmark.group = name
     p = fresh(params)
-    _bench(benchmark, lambda c: upd(c, grads), (p, tx.init(p)))
+    return (lambda c: upd(c, grads)), (p, tx.init(p))
+
+
+@pytest.mark.parametrize("name", list(OPTAX_TX))
+def test_bench_optax_donated(benchmark, name):
+    params, grads = data()
+    step, carry = _optax_donated(name, params, grads)
+    benchmark.group = name
+    _bench(benchmark, step, carry)
 
 
 @pytest.mark.parametrize("name", list(LIB_OPT))
@@ -167,17 +174,7 @@ def test_interleaved_ratios(benchmark, name):
     state0 = {"harness": ours.init_fn(fresh(params)), "reference": ref.init_fn(fresh(params)),
               "harness_scan": ours.init_fn(fresh(params))}
     if name in OPTAX_TX:
-        tx = OPTAX_TX[name]()
-
-        def optax_step(carry, g):
-            p, s = carry
-            u, s = tx.update(g, s, p)
-            return optax.apply_updates(p, u), s
-
-        ox = jax.jit(optax_step, donate_argnums=0)
-        steps["optax"] = lambda c: ox(c, grads)
-        p = fresh(params)
-        state0["optax"] = (p, tx.init(p))
+        steps["optax"], state0["optax"] = _optax_donated(name, params, grads)
     med = _interleaved_medians(steps, state0)
     med["harness_scan"] /= K  # per update
     info = {f"{k}_ms": v * 1e3 for k, v in med.items()}
