@@ -115,7 +115,6 @@ class TrialOutcome:
 MAX_TRAIN_POINTS = 250
 
 # Per-process caches (a worker process serves many units).
-_DATASETS: dict[tuple, Any] = {}
 _PERF_CACHE: dict = {}
 _DIGESTS: dict = {}
 _ENV_TAGS: dict[str, str] = {}
@@ -175,12 +174,10 @@ def _tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
 
 
 def _dataset(spec: TrialSpec):
-    key = (spec.dataset, spec.dataset_hparams)
-    if key not in _DATASETS:
-        from harness.data import load_dataset
+    """The trial's dataset (``harness.data.load_dataset`` keeps the recent ones per process)."""
+    from harness.data import load_dataset
 
-        _DATASETS[key] = load_dataset(spec.dataset, **spec.hparams("dataset"))
-    return _DATASETS[key]
+    return load_dataset(spec.dataset, **spec.hparams("dataset"))
 
 
 def _failed(spec: TrialSpec, exc: BaseException) -> TrialResult:
