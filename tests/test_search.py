@@ -364,3 +364,16 @@ def test_readme_config_example_is_valid_and_budgets_are_equal(tmp_path):
 
     assert budgets(specs) == {f"digits · mlp (width={w})": {"adam": 32, "momentum": 32} for w in (64, 256)}
     assert unequal_budgets(specs) == [] and len(specs) == 2 * 2 * 32 * 3
+
+
+def test_include_subgrids_are_sampled_with_their_own_entry_paths(write_sweep):
+    cfg = load_config(write_sweep(
+        search={"trials": 2}, seeds=[0],
+        include=[{"optimizers": [{"name": "sgd", "hparams": {"step_size": {"log_uniform": [1.0e-2, 1.0]}},
+                                  "search": {"trials": 3, "method": "random"}}]}]))
+    specs = expand(cfg)
+    assert len(specs) == 1 + 3  # the top level's fixed sgd, and the include's 3 random points
+    o = [specs.origins[s.trial_id] for s in specs]
+    assert [(x.paths["optimizers"], x.method, x.index) for x in o] == [
+        ("optimizers[0]", None, None), ("include[0].optimizers[0]", "random", 0),
+        ("include[0].optimizers[0]", "random", 1), ("include[0].optimizers[0]", "random", 2)]
