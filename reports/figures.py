@@ -33,6 +33,8 @@ from reports.frame import (
     M_STEP_MS_P10,
     M_STEP_MS_P90,
     M_STEPS_TO_TARGET,
+    M_TEST_ACC,
+    M_TEST_LOSS,
     M_TRAIN_LOSS,
     M_UTIL,
     M_WALL_S,
@@ -45,10 +47,12 @@ from reports.frame import (
 
 METRIC_LABELS = {
     M_TRAIN_LOSS: "train loss",
-    M_EVAL_LOSS: "eval loss",
-    M_EVAL_ACC: "eval accuracy",
-    M_FINAL_ACC: "final eval accuracy",
-    M_FINAL_LOSS: "final eval loss",
+    M_EVAL_LOSS: "validation loss",
+    M_EVAL_ACC: "validation accuracy",
+    M_FINAL_ACC: "final validation accuracy",
+    M_FINAL_LOSS: "final validation loss",
+    M_TEST_ACC: "test accuracy",
+    M_TEST_LOSS: "test loss",
 }
 #: Points of the common time grid that curves against seconds are interpolated onto.
 TIME_GRID_POINTS = 80
@@ -529,6 +533,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
         fin = g[g["status"] == "finished"]
         acc = mean_ci(fin[M_FINAL_ACC])
         loss = mean_ci(fin[M_FINAL_LOSS])
+        test = mean_ci(fin[obj.test])
         ttt = mean_ci(fin[M_SECONDS_TO_TARGET])
         bad = g["status"].value_counts().drop("finished", errors="ignore")
         row = {
@@ -538,8 +543,9 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Best configuration": b.config,
             "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
             + (" (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
-            "Final eval accuracy": format_pm(*acc),
-            "Final eval loss": format_pm(*loss),
+            f"Test {obj.test.split('/', 1)[1]}": format_pm(*test) if test[2] else "— (one split)",
+            "Validation accuracy": format_pm(*acc),
+            "Validation loss": format_pm(*loss),
         }
         if obj.target_metric is not None:
             row["Time to target (s)"] = (
@@ -550,6 +556,8 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
         row["Step time (ms, median)"] = f"{g[M_STEP_MS].median():.3g}" if g[M_STEP_MS].notna().any() else "—"
         row.update(
             {
+                "_test_mean": test[0],
+                "_test_ci": test[1],
                 "_acc_mean": acc[0],
                 "_acc_ci": acc[1],
                 "_loss_mean": loss[0],
