@@ -650,7 +650,8 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
                 ax.fill_between(g["k"], g["test_lo"], g["test_hi"], color=c, alpha=0.07, lw=0)
         ax.set_title(task)
         ax.set_xlabel("configurations tried (k)")
-        ax.set_ylabel(f"expected best {METRIC_LABELS.get(metric, metric).replace('final ', '')}")
+        name = METRIC_LABELS.get(metric, metric).replace("final validation ", "")
+        ax.set_ylabel(f"{name} of the validation-best (expected)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for j in range(len(tasks), nrows * ncols):
         axes[j // ncols, j % ncols].set_visible(False)
