@@ -55,6 +55,7 @@ __all__ = [
     "digits",
     "load_dataset",
     "load_tfds",
+    "markov_lm",
     "mnist1d",
     "synthetic",
 ]
@@ -89,6 +90,12 @@ class Dataset:
     source: str = ""
     license: str = ""
     citation: str = ""
+    #: ``"classification"`` (above) or ``"sequence"``: ``x_*``/``y_*`` both ``int32 (N, T)`` token ids,
+    #: ``y`` the next tokens, ``num_classes`` the vocabulary (see :mod:`harness.sequences`).
+    task: str = "classification"
+    #: sequence datasets with a known optimum: entropy rate and the exact per-token loss floor (nats)
+    entropy_rate: float | None = None
+    loss_floor: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("x_train", "y_train", "x_test", "y_test"):
@@ -100,10 +107,16 @@ class Dataset:
         shape = tuple(int(d) for d in self.input_shape)
         object.__setattr__(self, "input_shape", shape)
         for xs, ys, split in ((self.x_train, self.y_train, "train"), (self.x_test, self.y_test, "test")):
-            if xs.dtype != np.float32 or ys.dtype != np.int32:
+            if self.task == "sequence":
+                if xs.dtype != np.int32 or ys.dtype != np.int32 or ys.shape != xs.shape:
+                    raise TypeError(f"{split} split of a sequence dataset must be int32 tokens and "
+                                    f"int32 next tokens of one shape, got {xs.dtype}{xs.shape} and "
+                                    f"{ys.dtype}{ys.shape}")
+            elif xs.dtype != np.float32 or ys.dtype != np.int32:
                 raise TypeError(f"{split} split must be float32 inputs and int32 labels, "
                                 f"got {xs.dtype} and {ys.dtype}")
-            if xs.shape[1:] != shape or xs.shape[0] != ys.shape[0] or ys.ndim != 1:
+            if xs.shape[1:] != shape or xs.shape[0] != ys.shape[0] or (
+                    ys.ndim != 1 and self.task != "sequence"):
                 raise ValueError(f"{split} split shapes {xs.shape}, {ys.shape} do not match "
                                  f"input_shape {shape}")
 
@@ -226,9 +239,22 @@ def synthetic(num_examples: int = 1024, num_test: int = 256, input_shape: tuple[
     )
 
 
+def markov_lm(vocab_size: int = 16, order: int = 2, seq_len: int = 32, concentration: float = 0.3,
+              num_train: int = 16384, num_valid: int = 512, num_test: int = 512,
+              seed: int = 0) -> Dataset:
+    """Next-token sequences from a random order-``order`` Markov chain with an exactly known entropy
+    rate: :func:`harness.sequences.markov_lm` (its docstring has the method and the defaults)."""
+    from harness.sequences import markov_lm as _markov_lm
+
+    return _markov_lm(vocab_size=vocab_size, order=order, seq_len=seq_len,
+                      concentration=concentration, num_train=num_train, num_valid=num_valid,
+                      num_test=num_test, seed=seed)
+
+
 #: Dataset registry: name → builder.
 DATASETS: dict[str, Callable[..., Dataset]] = {
     "digits": digits,
+    "markov_lm": markov_lm,
     "mnist1d": mnist1d,
     "synthetic": synthetic,
 }
