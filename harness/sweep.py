@@ -124,6 +124,10 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
     Raises:
       harness.config.ConfigError: zipped top-level axes of unequal lengths.
     """
+    from harness import workloads
+
+    if workloads.needs_parts(cfg):  # workloads / a dtype axis: plain parts (harness.workloads)
+        return workloads.expand_parts(cfg, lambda part: expand(part, n_train, file))
     points = _grid_points(cfg, cfg, cfg.zip, file)
     for sub in cfg.include:
         points += _grid_points(sub, cfg, [])
@@ -217,7 +221,11 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
     import jax
     import jax.numpy as jnp
 
+    from harness import workloads
     from harness.config import ConfigError, default_registries
+
+    if workloads.needs_parts(cfg):  # each part checked as its own grid (harness.workloads)
+        return workloads.expand_parts(cfg, lambda part: preflight(part, file, registries))
     from harness.data import DATASETS, TFDS_PREFIX, load_dataset
     from harness.trainer import _make_opt_factory, _step_size
 
@@ -552,7 +560,9 @@ def _start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) 
     params = [Param(k, str(v)) for k, v in {
         "config_file": str(config_path), "n_trials": len(specs), "n_todo": len(plan.todo),
         "n_skipped": len(plan.done), "executor": cfg.executor, "jobs": cfg.jobs, "batching": cfg.batching,
-        "budget.steps": cfg.budget.steps, "budget.epochs": cfg.budget.epochs}.items()]
+        "budget.steps": cfg.budget.steps if cfg.budget else None,
+        "budget.epochs": cfg.budget.epochs if cfg.budget else None,
+        **({"workloads": ",".join(w.name for w in cfg.workloads)} if cfg.workloads else {})}.items()]
     client.log_batch(rid, params=params, synchronous=True)
     with tempfile.TemporaryDirectory(prefix="harness-") as d:
         dp = Path(d)
