@@ -298,12 +298,17 @@ def _to_float(x: np.ndarray) -> np.ndarray:
 
 
 def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float = 0.0,
-              image_key: str | None = None, label_key: str | None = None) -> Dataset:
+              image_key: str | None = None, label_key: str | None = None, seq_len: int = 128,
+              max_train_sequences: int | None = None) -> Dataset:
     """A TFDS dataset read with ``tfds.data_source`` from a prepared ``data_dir`` (array_record).
 
     Inputs come from ``image_key`` and labels from ``label_key`` (default: the builder's
     ``supervised_keys``, else ``"image"``/``"label"``); ``uint8`` inputs are scaled to ``[0, 1]``.
     Evaluation uses the ``test`` split (``validation`` when there is no ``test``).
+
+    A dataset whose input feature is ``tfds.features.Text`` (``lm1b``, ``tiny_shakespeare``) becomes
+    a byte-level sequence dataset (:func:`_tfds_text`): windows of ``seq_len`` UTF-8 bytes,
+    at most ``max_train_sequences`` of them from the train split (``None``: all).
 
     Raises:
       DatasetNotPreparedError: the dataset is not prepared in ``data_dir`` (raised at once; the
@@ -326,6 +331,9 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
         label_key = label_key or sup[1]
     image_key, label_key = image_key or "image", label_key or "label"
     splits = set(info.splits.keys())
+    if isinstance(info.features.get(image_key, None), tfds.features.Text):
+        return _tfds_text(builder, name, data_dir, image_key, splits, seq_len, max_train_sequences,
+                          validation_fraction)
     if "train" not in splits:
         raise ValueError(f"TFDS dataset {name!r} has no 'train' split (splits: {sorted(splits)})")
     eval_split = "test" if "test" in splits else "validation" if "validation" in splits else None
@@ -343,6 +351,49 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
         license=str(getattr(info, "license", "") or ""), citation=str(info.citation or ""),
     )
     return _with_validation(ds, validation_fraction)
+
+
+def _tfds_text(builder: Any, name: str, data_dir: str, text_key: str, splits: set[str], seq_len: int,
+               max_train_sequences: int | None, validation_fraction: float) -> Dataset:
+    """Byte-level next-token windows of a TFDS text dataset (:func:`harness.sequences.pack_bytes`:
+    documents joined by byte 0, ``V = 256``). Validation: the ``validation`` split when there is
+    one, else the last ``validation_fraction`` (default 0.05 when 0) of the train windows; test: the
+    ``test`` split. Evaluation splits are capped at 10,000 windows.
+
+    Raises:
+      ValueError: ``seq_len < 1``, no ``train`` or ``test`` split, or a split shorter than a window.
+    """
+    from harness.sequences import make_dataset, pack_bytes
+
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    if "train" not in splits or "test" not in splits:
+        raise ValueError(f"TFDS text dataset {name!r} needs 'train' and 'test' splits (has {sorted(splits)})")
+    sources = builder.as_data_source()
+
+    def texts(split: str):
+        src = sources[split]
+        for i in range(len(src)):
+            yield src[i][text_key]
+
+    x_tr, y_tr = pack_bytes(texts("train"), seq_len, max_train_sequences)
+    x_te, y_te = pack_bytes(texts("test"), seq_len, 10_000)
+    if "validation" in splits:
+        x_va, y_va = pack_bytes(texts("validation"), seq_len, 10_000)
+    else:
+        frac = validation_fraction or 0.05
+        n_va = max(1, min(10_000, round(len(x_tr) * frac)))
+        if n_va >= len(x_tr):
+            raise ValueError(f"TFDS text dataset {name!r}: {len(x_tr)} train windows of {seq_len} bytes "
+                             "are too few to hold out a validation split")
+        x_tr, y_tr, x_va, y_va = x_tr[:-n_va], y_tr[:-n_va], x_tr[-n_va:], y_tr[-n_va:]
+    info = builder.info
+    return make_dataset(dict(
+        x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, input_shape=(seq_len,), num_classes=256,
+        name=f"{TFDS_PREFIX}{name}", task="sequence",
+        source=f"TFDS {info.full_name} from {data_dir}, UTF-8 bytes in windows of {seq_len}",
+        license=str(getattr(info, "license", "") or ""), citation=str(info.citation or "")),
+        x_va, y_va)
 
 
 # --------------------------------------------------------------------------------------------------
