@@ -331,7 +331,11 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
         label_key = label_key or sup[1]
     image_key, label_key = image_key or "image", label_key or "label"
     splits = set(info.splits.keys())
-    if isinstance(info.features.get(image_key, None), tfds.features.Text):
+    try:
+        input_feature = info.features[image_key]  # a FeaturesDict: no .get
+    except KeyError:
+        input_feature = None
+    if isinstance(input_feature, tfds.features.Text):
         return _tfds_text(builder, name, data_dir, image_key, splits, seq_len, max_train_sequences,
                           validation_fraction)
     if "train" not in splits:
