@@ -27,6 +27,7 @@ from reports.frame import (
     M_EVAL_LOSS,
     M_EXAMPLES_PER_S,
     M_FINAL_ACC,
+    M_FINAL_GAP,
     M_FINAL_LOSS,
     M_SECONDS_TO_TARGET,
     M_STEP_MS,
@@ -541,6 +542,8 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Final eval accuracy": format_pm(*acc),
             "Final eval loss": format_pm(*loss),
         }
+        if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
+            row["Gap to entropy rate (nats)"] = format_pm(*mean_ci(fin[M_FINAL_GAP]))
         if obj.target_metric is not None:
             row["Time to target (s)"] = (
                 (format_pm(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")

@@ -86,6 +86,8 @@ M_STEPS_TO_TARGET = "convergence/steps_to_target"
 M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
 M_FINAL_LOSS = "final/eval_loss"
 M_FINAL_ACC = "final/eval_accuracy"
+#: On datasets with a known loss floor (markov_lm): final validation loss − floor (nats).
+M_FINAL_GAP = "final/valid_nats_above_entropy"
 #: Single-valued metrics: their latest value goes into the trial's summary row.
 SUMMARY_METRICS = (
     M_STEP_MS,
@@ -99,6 +101,7 @@ SUMMARY_METRICS = (
     M_SECONDS_TO_TARGET,
     M_FINAL_LOSS,
     M_FINAL_ACC,
+    M_FINAL_GAP,
 )
 #: Which final metric a target metric is judged by.
 FINAL_OF = {M_EVAL_ACC: M_FINAL_ACC, M_EVAL_LOSS: M_FINAL_LOSS}
