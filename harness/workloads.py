@@ -224,20 +224,24 @@ def config_parts(cfg: Any) -> list[tuple[str, dict[str, Any], Any]]:
     return parts
 
 
-def expand_parts(cfg: Any, expand_one: Any) -> list[Any]:
+def expand_parts(cfg: Any, expand_one: Any) -> Any:
     """All trials of ``cfg``: ``expand_one(part)`` for each of :func:`config_parts`, with the part's
-    overrides set, in order and without duplicates.
+    overrides set, in order and without duplicates, as a :class:`harness.expansion.TrialList` whose
+    ``origins`` name ``workloads[i]`` for the model and dataset of a workload part and use the
+    workload's name (and a non-float32 dtype) as the task label.
 
-    ``expand_one(part) -> list[TrialSpec]`` (the plain expansion or the pre-flight). A
+    ``expand_one(part) -> TrialList`` (the plain expansion or the pre-flight). A
     :class:`harness.config.ConfigError` of a workload part names ``workloads[i]`` instead of the
     part's ``models[0]``/``datasets[0]``/``batch_size``.
     """
     import dataclasses
 
     from harness.config import ConfigError
+    from harness.expansion import TrialList
     from harness.spec import _freeze
 
-    out: dict[str, Any] = {}
+    out = TrialList()
+    out.origins = {}
     errors: list[str] = []
     for label, overrides, part in config_parts(cfg):
         try:
@@ -253,15 +257,29 @@ def expand_parts(cfg: Any, expand_one: Any) -> list[Any]:
                                             f"{part_workload(part, what)!r})", 1)
                     errors.append(line)
             continue
+        origins = getattr(specs, "origins", {})
         for s in specs:
             kw = dict(overrides)
             if "augment" in kw:
                 kw["augment"] = _freeze(kw["augment"])
             s2 = dataclasses.replace(s, **kw)
-            out.setdefault(s2.trial_id, s2)
+            if s2.trial_id in out.origins:
+                continue
+            o = origins.get(s.trial_id)
+            if o is not None:
+                paths = dict(o.paths)
+                task = o.task
+                if label:
+                    paths.update(models=f"{label}.model_hparams", datasets=f"{label}.dataset_hparams")
+                    task = overrides["workload"]
+                if part.dtype != "float32":
+                    task += f" [{part.dtype}]"
+                o = dataclasses.replace(o, paths=paths, task=task)
+            out.origins[s2.trial_id] = o
+            out.append(s2)
     if errors:
         raise ConfigError(list(dict.fromkeys(errors)))
-    return list(out.values())
+    return out
 
 
 def part_workload(part: Any, what: str) -> str:
