@@ -27,9 +27,11 @@ or go below). Where they come from:
 * The offline workloads' targets were set from runs measured here (2-core CPU, adam, default
   hyperparameters of the workload, seeds 0–2; ``docs/workloads.md`` has the numbers): each target
   is a level that a tuned run reaches within its budget and an untuned one may not.
-* ``markov_lm_transformer``: the target is the chain's exact loss floor plus 0.05 nats
-  (``valid/loss <= 1.9247``, floor 1.8747, entropy rate 1.8487 nats/token; see
-  :mod:`harness.sequences`); its report shows ``valid/nats_above_entropy``.
+* ``markov_lm_transformer``: the target is the chain's exact loss floor plus 0.08 nats
+  (``valid/loss <= 1.9547``, floor 1.8747, entropy rate 1.8487 nats/token; see
+  :mod:`harness.sequences`), the level adam (step size 3e-3 and 1e-2, seed 0) passed at step 700 of
+  its 800 (final gaps 0.063 and 0.063 nats) in runs measured here; its report shows
+  ``valid/nats_above_entropy``.
 """
 
 from __future__ import annotations
@@ -107,8 +109,8 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
         description="order-2 Markov chain over 16 tokens (known entropy rate), 2-layer Transformer LM",
         dataset="markov_lm", dataset_hparams={},
         model="transformer_lm", model_hparams={"width": 64, "depth": 2, "num_heads": 4},
-        loss=_TOKEN_CE, metric="valid/loss", target=1.9247, target_mode="min",
-        target_source="exact loss floor 1.8747 + 0.05 nats (harness.sequences)",
+        loss=_TOKEN_CE, metric="valid/loss", target=1.9547, target_mode="min",
+        target_source="exact loss floor 1.8747 + 0.08 nats (harness.sequences), measured here",
         steps=800, batch_size=64, eval_every=100, extra_metrics=("valid/nats_above_entropy",)),
     Workload(
         name="cifar10_resnet18", description="CIFAR-10 (prepared TFDS data_dir), ResNet-18, crop+flip",

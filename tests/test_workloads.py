@@ -26,8 +26,8 @@ def test_registry_ships_the_workloads():
         assert w.needs_data_dir == w.dataset.startswith("tfds:")
     assert get_workload("cifar10_resnet18").target == 0.85  # AlgoPerf's validation target
     assert get_workload("cifar10_resnet18").augment == {"crop_pad": 4, "flip": True}
-    # the Markov target is the exact floor of the default chain + 0.05 nats (test_sequences pins it)
-    assert get_workload("markov_lm_transformer").target == pytest.approx(1.874714 + 0.05, abs=1e-4)
+    # the Markov target is the exact floor of the default chain + 0.08 nats (test_sequences pins it)
+    assert get_workload("markov_lm_transformer").target == pytest.approx(1.874714 + 0.08, abs=1e-4)
     with pytest.raises(KeyError, match=r"unknown workload 'mnist1d_cn'; .*did you mean 'mnist1d_cnn'"):
         get_workload("mnist1d_cn")
 
