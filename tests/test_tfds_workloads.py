@@ -79,7 +79,7 @@ def test_cifar10_from_data_dir(data_dir, monkeypatch):
     want = {(a.tobytes(), int(b)) for a, b in zip(*_images(12, 0), strict=True)}
     want |= {(a.tobytes(), int(b)) for a, b in zip(*_images(5, 1), strict=True)}
     got = {(np.round(a * 255).astype(np.uint8).tobytes(), int(b))
-           for x, y in ((ds.x_train, ds.y_train), (ds.x_test, ds.y_test))
+           for x, y in ((ds.x_train, ds.y_train), (ds.x_valid, ds.y_valid), (ds.x_test, ds.y_test))
            for a, b in zip(x, y, strict=True)}
     assert got <= want
 
