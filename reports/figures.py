@@ -595,7 +595,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Validation loss": format_interval(*loss),
         }
         if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
-            row["Gap to entropy rate (nats)"] = format_pm(*mean_ci(fin[M_FINAL_GAP]))
+            row["Gap to entropy rate (nats)"] = format_interval(*protocol.seed_interval(fin[M_FINAL_GAP]))
         if obj.target_metric is not None:
             row["Time to target (s)"] = (
                 (format_interval(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
