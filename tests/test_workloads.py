@@ -61,9 +61,9 @@ def test_config_workloads_expand(tmp_path):
     assert dict(c.augment) == {"crop_pad": 4, "flip": True} and c.dataset == "tfds:cifar10"
     # without a grid of its own, the config's budget and batch size override the workload's
     (q,) = expand(load_config(_write(tmp_path, workloads=["mnist1d_cnn"], budget={"steps": 7},
-                                     batch_size=32, targets={"mnist1d_cnn": {"metric": "eval/loss",
+                                     batch_size=32, targets={"mnist1d_cnn": {"metric": "valid/loss",
                                                                              "value": 1.0}})))
-    assert (q.steps, q.batch_size, q.target.metric, q.target.value) == (7, 32, "eval/loss", 1.0)
+    assert (q.steps, q.batch_size, q.target.metric, q.target.value) == (7, 32, "valid/loss", 1.0)
 
 
 def test_config_workload_errors(tmp_path):
@@ -127,7 +127,7 @@ def test_workload_sweep_tags_and_gap_to_entropy(tmp_path, monkeypatch, tracking_
     from reports.figures import leaderboard
 
     lb = leaderboard(load_frame("wl", tracking_uri=tracking_uri))
-    assert lb["Gap to entropy rate (nats)"].tolist() == [f"{hist[-1].value:.4g} (n=1)"]
+    assert lb["Gap to entropy rate (nats)"].tolist() == [f"{hist[-1].value:.4g} (1 seed)"]
 
 def test_shipped_experiments_expand():
     """experiments/workloads.yaml: 5 optimizers × 3 step sizes × 2 workloads; algoperf_small.yaml
