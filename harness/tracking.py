@@ -414,6 +414,49 @@ class StoreHealth:
 
 HEALTH = StoreHealth()
 
+_OUTAGE_TEXT = ("max retries exceeded", "connection refused", "connection aborted", "connection reset",
+                "connectionerror", "timed out", "timeout", "remotedisconnected", "name or service not known",
+                "temporarily unavailable", "service unavailable", "bad gateway", "readonly database",
+                "read-only file system", "unable to open database", "disk i/o error", "database is locked",
+                "database or disk is full", "no space left", "permission denied", "operation not permitted",
+                "store is unreachable")
+
+
+def is_outage(e: BaseException) -> bool:
+    """Whether a store error means "try again later" (server down or unreachable, store folder not
+    writable, disk full, database locked, HTTP 5xx) rather than "the store refuses this write"."""
+    import sqlite3
+
+    seen = 0
+    while e is not None and seen < 5:
+        if isinstance(e, OSError | TrackingUnavailableError | ConnectionError | TimeoutError |
+                      sqlite3.OperationalError):
+            return True
+        if getattr(e, "error_code", "") in ("INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE"):
+            return True
+        text = str(e).lower()
+        if any(t in text for t in _OUTAGE_TEXT):
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
+
+
+def end_leftovers(client, experiment_id: str, parent_run_id: str) -> int:
+    """At the end of an invocation: mark KILLED its own trial runs still RUNNING (a write that failed
+    half-way; every unit has returned, so nothing of this process is still writing them), and any of
+    them whose owner is gone. A live other process's run is left alone. Returns how many."""
+    runs = search_all(client, experiment_id, f"tags.`{PARENT_TAG}` = '{parent_run_id}' and "
+                                             f"attributes.status = 'RUNNING'")
+    me = owner_tags()[OWNER_TAG]
+    n = 0
+    for r in runs:
+        if r.data.tags.get(OWNER_TAG) == me:
+            client.set_tag(r.info.run_id, KILLED_REASON_TAG, "left RUNNING by its invocation")
+            client.set_terminated(r.info.run_id, status="KILLED")
+            n += 1
+    return n + kill_stale(client, [r for r in runs if r.data.tags.get(OWNER_TAG) != me])
+
 
 def store_reachable(uri: str, timeout: float = 2.0) -> bool:
     """A cheap probe: ``GET /health`` for a server; for a SQLite store, whether its file and folder
