@@ -78,6 +78,20 @@ def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome],
         if plan.done and not quiet:
             progress.console.print(f"{len(plan.done)} trials already finished: skipped")
 
+        was_down = [False]
+
+        def store_news() -> None:
+            from rich.markup import escape
+
+            h = tracking.HEALTH
+            if h.down and not was_down[0] and not quiet:
+                msg = (f"the store is unreachable ({h.error}); finished results go to the local spool "
+                       f"{spool.spool_dir(ctx.tracking_uri)}; training goes on")
+                progress.console.print(f"[red]{escape(msg)}[/]", soft_wrap=True)
+            elif was_down[0] and not h.down and not quiet:
+                progress.console.print("[green]the store answers again; spooled results are written[/]")
+            was_down[0] = h.down
+
         def on_done(batch: list[TrialOutcome]) -> None:
             n = 0
             for o in batch:
@@ -98,6 +112,7 @@ def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome],
                     counts[o.status] = counts.get(o.status, 0) + 1
                 if not quiet:
                     progress.console.print(_outcome_line(o))
+            store_news()
             progress.update(task, advance=n, description=desc())
 
         ex.run(units, ctx, on_done)

@@ -39,9 +39,11 @@ each other's migrations. This module makes creation atomic and exclusive:
   and trains without asking the store; any other marker sends it to the store (and the spool) first.
 
 Errors for the user are :class:`StoreError` (one line, with what to do); the CLI maps them to exit 3.
-Test-only hooks (never set them otherwise): ``HARNESS_TEST_DDL_SLEEP`` (seconds to sleep before each
-SQL statement of a migration), ``HARNESS_TEST_STORE_PAUSE`` (``before_link=SECONDS``: sleep with the
-complete temporary file in place, before it is linked).
+Test-only hook (never set it otherwise): ``HARNESS_TEST_KILL_AT`` makes the process SIGKILL itself
+at one point of store creation, so the fault suite can kill it at exact places: ``stmt:N`` (before
+the N-th SQL statement of a migration, 1-based; :data:`LAST_MIGRATION` counts a whole one) or a
+stage: ``locked`` (lock held, nothing built), ``built`` (temporary file complete, not yet synced),
+``before_link``, ``linked`` (store in place, temporary file not yet removed), ``unlocked``.
 """
 
 from __future__ import annotations
@@ -176,7 +178,8 @@ def inspect_file(db: Path) -> FileState:
         if size <= QUICK_CHECK_MAX_BYTES:
             rows = [r[0] for r in con.execute("PRAGMA quick_check(3)")]
             if rows != ["ok"]:
-                return FileState("corrupt", detail=f"SQLite's quick_check reports: {'; '.join(rows)[:200]}")
+                text = " ".join("; ".join(rows).split())  # its rows hold line breaks
+                return FileState("corrupt", detail=f"SQLite's quick_check reports: {text[:200]}")
         if not tables:
             return FileState("empty", detail="no tables")
         rev = None
@@ -184,7 +187,7 @@ def inspect_file(db: Path) -> FileState:
             row = con.execute("select version_num from alembic_version").fetchone()
             rev = row[0] if row else None
     except sqlite3.DatabaseError as e:
-        return FileState("corrupt", detail=f"SQLite reports: {e}")
+        return FileState("corrupt", detail=f"SQLite reports: {' '.join(str(e).split())[:200]}")
     finally:
         con.close()
     if rev is None:
@@ -219,11 +222,15 @@ def _unusable(db: Path, st: FileState) -> StoreError:
 # --------------------------------------------------------------------------- building
 
 
-def _test_pause(stage: str) -> None:
-    spec = os.environ.get("HARNESS_TEST_STORE_PAUSE", "")
-    name, _, secs = spec.partition("=")
-    if name == stage and secs:
-        time.sleep(float(secs))
+def _test_point(stage: str) -> None:
+    if os.environ.get("HARNESS_TEST_KILL_AT") == stage:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+#: SQL statements run by the last :func:`migrate` of this process (1,668 for MLflow 3.17.2).
+LAST_MIGRATION = [0]
 
 
 def _fsync(path: Path, *, directory: bool = False) -> None:
@@ -250,17 +257,19 @@ def migrate(path: Path) -> None:
     from mlflow.store.db import utils
 
     engine = sqlalchemy.create_engine(f"sqlite:///{path}", poolclass=sqlalchemy.pool.NullPool)
-    sleep_s = float(os.environ.get("HARNESS_TEST_DDL_SLEEP", "0") or 0)
+    kill_at = os.environ.get("HARNESS_TEST_KILL_AT", "")
+    LAST_MIGRATION[0] = 0
 
     @sqlalchemy.event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):
         dbapi_conn.execute("PRAGMA synchronous=OFF")
         dbapi_conn.execute("PRAGMA journal_mode=MEMORY")
 
-    if sleep_s:
-        @sqlalchemy.event.listens_for(engine, "before_cursor_execute")
-        def _slow(*_args):
-            time.sleep(sleep_s)
+    @sqlalchemy.event.listens_for(engine, "before_cursor_execute")
+    def _count(*_args):
+        LAST_MIGRATION[0] += 1
+        if kill_at.startswith("stmt:"):
+            _test_point(f"stmt:{LAST_MIGRATION[0]}")
 
     with _quiet_migrations():
         try:
@@ -335,6 +344,7 @@ def _build(tmp: Path) -> None:
         shutil.copyfile(tpl, tmp)
     else:
         migrate(tmp)
+    _test_point("built")
     _fsync(tmp)
     st = inspect_file(tmp)
     if st.kind != "ready":  # never link an incomplete schema into place
@@ -348,12 +358,35 @@ def _clean_temporaries(db: Path) -> None:
             p.unlink()
 
 
+def _clean_dead_temporaries(db: Path) -> None:
+    """Remove ``creating-<pid>.db`` files of creators that are gone (killed after the link)."""
+    try:
+        found = list(side_dir(db).glob("creating-*.db"))
+    except OSError:
+        return
+    for p in found:
+        pid = p.stem.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _create(db: Path, wait_s: float) -> None:
     _clean_temporaries(db)
     tmp = side_dir(db) / f"creating-{os.getpid()}.db"
     try:
         _build(tmp)
-        _test_pause("before_link")
+        _test_point("before_link")
         try:
             os.link(tmp, db)  # atomic, and never over a file that appeared meanwhile
         except FileExistsError:
@@ -367,6 +400,7 @@ def _create(db: Path, wait_s: float) -> None:
                 raise
             os.replace(tmp, db)
         _fsync(db.parent, directory=True)
+        _test_point("linked")
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -439,10 +473,12 @@ def _copy_rows(old: Path, new: Path) -> int:
         copied = 0
         for t in sorted((old_tables & new_tables) - skip):
             cols = [c for c in _columns(con, "old", t) if c in set(_columns(con, "main", t))]
-            if not cols:
+            n_old = con.execute(f'select count(*) from old."{t}"').fetchone()[0]
+            if not cols or not n_old:
                 continue
             names = ", ".join(f'"{c}"' for c in cols)
-            cur = con.execute(f'INSERT OR IGNORE INTO main."{t}" ({names}) SELECT {names} FROM old."{t}"')
+            con.execute(f'DELETE FROM main."{t}"')  # the migrations' own rows (the default workspace)
+            cur = con.execute(f'INSERT INTO main."{t}" ({names}) SELECT {names} FROM old."{t}"')
             copied += max(cur.rowcount, 0)
         con.commit()
         return copied
@@ -535,11 +571,13 @@ def _creation_lock(db: Path, wait_s: float, say):
     try:
         with contextlib.suppress(OSError):
             _owner_path(db).write_text(f"pid {os.getpid()}\n")
+        _test_point("locked")
         yield
     finally:
         with contextlib.suppress(OSError):
             _owner_path(db).unlink()
         lock.release()
+    _test_point("unlocked")
 
 
 def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = LOCK_WAIT_S,
@@ -554,6 +592,7 @@ def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = 
     db = Path(db)
     st = inspect_file(db)
     if st.kind == "ready":
+        _clean_dead_temporaries(db)
         return None
     if st.kind in ("corrupt", "foreign", "newer"):
         raise _unusable(db, st)
@@ -594,15 +633,14 @@ def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = 
 
 
 class Claim:
-    """An exclusive, non-waiting claim on one trial by this process (see the module docstring).
+    """An exclusive claim on one trial by this process (see the module docstring).
 
-    ``Claim.try_take(db, trial_id)`` returns a held claim, or ``None`` when another process holds
-    it (or claims are unavailable, e.g. no ``fcntl``: then ``Claim.unavailable`` is true and the
-    caller proceeds unclaimed). :meth:`release` may be called from any thread; a dead process's
-    claims are released by the kernel.
+    ``Claim.try_take(db, trial_id)`` returns a held claim; ``None`` when another process holds it
+    (after waiting up to ``wait_s``); or :data:`NO_CLAIMS` when claims cannot be used here (no
+    ``fcntl``, a side directory that cannot be written): the caller then proceeds unclaimed.
+    :meth:`release` may be called from any thread; a dead process's claims are released by the
+    kernel (``flock``).
     """
-
-    unavailable = False
 
     def __init__(self, path: Path, fd: int):
         self.path, self.fd = path, fd
@@ -612,20 +650,19 @@ class Claim:
         return side_dir(db) / "claims" / trial_id
 
     @classmethod
-    def try_take(cls, db: str | Path, trial_id: str, *, wait_s: float = 0.0) -> Claim | None:
+    def try_take(cls, db: str | Path, trial_id: str, *, wait_s: float = 0.0):
         try:
             import fcntl
         except ImportError:  # not POSIX: no claims
-            cls.unavailable = True
-            return None
+            return NO_CLAIMS
         path = cls.path_for(Path(db), trial_id)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
-            cls.unavailable = True
-            return None
+            return NO_CLAIMS
         deadline = time.monotonic() + wait_s
+        delay = 0.02
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -634,11 +671,11 @@ class Claim:
                 if time.monotonic() >= deadline:
                     os.close(fd)
                     return None
-                time.sleep(0.05)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
             except OSError:
                 os.close(fd)
-                cls.unavailable = True
-                return None
+                return NO_CLAIMS
 
     def marker(self) -> str:
         """The marker text left by the last holder (``""``: no run of the trial was written)."""
@@ -656,8 +693,12 @@ class Claim:
         fd, self.fd = self.fd, -1
         if fd >= 0:
             with contextlib.suppress(OSError):
-                os.close(fd)  # closing the last descriptor releases the flock
+                os.close(fd)  # closing the only descriptor releases the flock
 
     @property
     def held(self) -> bool:
         return self.fd >= 0
+
+
+#: What :meth:`Claim.try_take` returns where claims cannot be used (the caller proceeds unclaimed).
+NO_CLAIMS = "no-claims"

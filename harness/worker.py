@@ -404,7 +404,7 @@ def _take_claims(unit: list[TrialSpec], ctx: RunContext, wait_s: float):
     and outcomes for the others (``deferred``: another process holds the claim; ``skipped``: done
     meanwhile, by another invocation).
     """
-    from harness.store import Claim
+    from harness.store import NO_CLAIMS, Claim
 
     db = _claims_db(ctx)
     if db is None:
@@ -413,9 +413,9 @@ def _take_claims(unit: list[TrialSpec], ctx: RunContext, wait_s: float):
     outcomes: dict[str, TrialOutcome] = {}
     for spec in sorted(unit, key=lambda s: s.trial_id):
         c = Claim.try_take(db, spec.trial_id, wait_s=wait_s)
+        if c is NO_CLAIMS:  # e.g. a side directory that cannot be written: proceed unclaimed
+            continue
         if c is None:
-            if Claim.unavailable:  # e.g. a read-only side directory: proceed unclaimed
-                continue
             o = _base_outcome(spec, "deferred")
             o.deferred = True
             outcomes[spec.trial_id] = o
