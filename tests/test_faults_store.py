@@ -56,6 +56,7 @@ def _child_create(db: str, env: dict, log: str | None = None) -> None:
     """Create the store ``db`` with :func:`harness.store.ensure_sqlite_store`."""
     _redirect(log)
     os.environ.update(env)
+    os.chdir(Path(db).parent)
     store.ensure_sqlite_store(db)
 
 
@@ -83,6 +84,7 @@ def _child_cli(args: list[str], env: dict, log: str, calls: str, sleep_s: float 
     exist before that seed trains; ``go`` a file to wait for before starting (a common start)."""
     _redirect(log)
     os.environ.update(env)
+    os.chdir(Path(log).parent)
     sys.path.insert(0, TESTS)
     from conftest import fake_result
 
@@ -133,12 +135,12 @@ def _start(procs, target, *args, **kwargs):
 # --------------------------------------------------------------------------- helpers
 
 
-def _sweep_yaml(tmp_path: Path, name="tiny", seeds=(0, 1), **over) -> Path:
+def _sweep_yaml(tmp_path: Path, name="tiny", seeds=(0, 1), fname: str | None = None, **over) -> Path:
     sys.path.insert(0, TESTS)
     from conftest import TINY_SWEEP
 
     cfg = {**TINY_SWEEP, "name": name, "seeds": list(seeds), **over}
-    p = tmp_path / f"{name}.yaml"
+    p = tmp_path / (fname or f"{name}.yaml")
     p.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return p
 
@@ -347,14 +349,15 @@ def test_concurrent_invocations_each_trial_finished_and_trained_once(tmp_path, p
     uri = f"sqlite:///{db}"
     calls, go, stop = tmp_path / "calls.txt", tmp_path / "go", tmp_path / "stop"
     if existing:  # a store with the experiment and one trial done by an earlier invocation
-        pre = _sweep_yaml(tmp_path, seeds=[0])
-        p = _start(procs, _child_cli, ["sweep", str(pre), "-q"], env_base, str(tmp_path / "pre.log"),
+        pre = _sweep_yaml(tmp_path, seeds=[0], fname="pre.yaml")
+        p = _start(procs, _child_cli, ["sweep", str(pre), "-q", "--tracking-uri", uri], env_base,
+                   str(tmp_path / "pre.log"),
                    str(tmp_path / "pre_calls.txt"))
         p.join(120)
         assert p.exitcode == 0, (tmp_path / "pre.log").read_text()[-2000:]
     reader = _start(procs, _child_reader, uri, str(stop), str(tmp_path / "reader.log"))
-    kids = [_start(procs, _child_cli, ["sweep", str(cfg), "-q"], env_base, str(tmp_path / f"inv{i}.log"),
-                   str(calls), 0.3, None, str(go)) for i in range(n)]
+    kids = [_start(procs, _child_cli, ["sweep", str(cfg), "-q", "--tracking-uri", uri], env_base,
+                   str(tmp_path / f"inv{i}.log"), str(calls), 0.3, None, str(go)) for i in range(n)]
     time.sleep(0.5)
     go.touch()
     for k in kids:
