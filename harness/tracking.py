@@ -139,10 +139,18 @@ def prepare_store(uri: str, health_timeout: float = 3.0, *, create: bool = True)
 
 
 def one_line(e: BaseException, limit: int = 300) -> str:
-    """The first non-empty line of an exception's message (at most ``limit`` characters), or its
-    type's name: what a one-line error shows of a store's exception."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    text = lines[0] if lines else type(e).__name__
+    """What a one-line error shows of a store's exception: the first non-empty line of the message
+    of its root cause (``sqlite3.OperationalError: unable to open database file`` rather than
+    SQLAlchemy's wrapper note), at most ``limit`` characters."""
+    root, seen = e, 0
+    while root.__cause__ is not None and seen < 10:
+        root, seen = root.__cause__, seen + 1
+    lines = [ln.strip() for ln in str(root).splitlines() if ln.strip()]
+    if root is not e and lines:
+        text = f"{type(root).__name__}: {lines[0]}"
+    else:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        text = lines[0] if lines else type(e).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -169,7 +177,13 @@ def client_for(uri: str):
     ~0.3 s on SQLite, so it is cached; imports mlflow)."""
     client = _CLIENTS.get(uri)
     if client is None:
+        import logging
+
         from mlflow import MlflowClient
+
+        # MLflow logs every failed SQL statement at ERROR with its whole traceback (dozens of lines per
+        # call while a store folder is unwritable); the harness reports store errors itself, in one line.
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
         client = _CLIENTS[uri] = MlflowClient(tracking_uri=uri)
     return client

@@ -66,6 +66,8 @@ class RunContext:
       log_dataset: log the training split as an MLflow dataset input.
       claim_wait_s: on a SQLite store, how long a unit waits for a trial's claim held by another
         invocation on this machine (0: it does not wait; the trial's outcome is ``deferred``).
+      trial_tags: ``trial_id`` -> extra tags of that trial's run (e.g. ``harness.search``, the
+        search method that sampled it, and ``harness.search_index``, its index in the sequence).
     """
 
     tracking_uri: str
@@ -77,6 +79,7 @@ class RunContext:
     measure_perf: bool = True
     log_dataset: bool = True
     claim_wait_s: float = 0.0
+    trial_tags: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -177,7 +180,8 @@ def _tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
         tracking.SWEEP_ID_TAG: ctx.sweep_id, tracking.KIND_TAG: "trial",
         tracking.PARENT_TAG: ctx.parent_run_id, "model": spec.model, "optimizer": spec.optimizer,
         "schedule": spec.schedule, "dataset": spec.dataset, "seed": str(spec.seed),
-        "git_commit": ctx.git_commit, **_ENV_TAGS, **tracking.owner_tags(),
+        "git_commit": ctx.git_commit, **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
+        **tracking.owner_tags(),
     }
 
 
@@ -450,7 +454,10 @@ def _spool_entry(res: TrialResult, t0_ms: int, ctx: RunContext, stale_run_id: st
                  error: BaseException) -> dict[str, Any]:
     import dataclasses
 
-    return {"kind": "trial", "uri": ctx.tracking_uri, "ctx": dataclasses.asdict(ctx), "t0_ms": t0_ms,
+    ctx_d = dataclasses.asdict(ctx)
+    tid = res.spec.trial_id
+    ctx_d["trial_tags"] = {tid: ctx.trial_tags[tid]} if tid in ctx.trial_tags else {}  # not the sweep's
+    return {"kind": "trial", "uri": ctx.tracking_uri, "ctx": ctx_d, "t0_ms": t0_ms,
             "result": res, "stale_run_id": stale_run_id, "error": tracking.one_line(error),
             "spooled_at": time.time(), "owner": tracking.owner_tags()[tracking.OWNER_TAG]}
 
