@@ -70,6 +70,9 @@ class TrialSpec:
       steps_per_dispatch: K, the number of steps fused into one ``lax.scan`` dispatch.
       target: convergence target, or ``None``.
       dtype: parameter/compute dtype name (``"float32"``).
+      divergence_loss_factor: the trial diverges when a train loss exceeds this multiple of its
+        initial (first step's) train loss; ``None``: only a non-finite loss counts. Omitted from
+        :meth:`to_dict` (hence from ``trial_id``) at its default, 100.0.
     """
 
     sweep: str
@@ -88,6 +91,7 @@ class TrialSpec:
     dataset_hparams: tuple[tuple[str, Any], ...] = ()
     target: Target | None = None
     dtype: str = "float32"
+    divergence_loss_factor: float | None = field(default=100.0, metadata={"omit_default": True})
 
     @classmethod
     def make(cls, **kw: Any) -> TrialSpec:
@@ -109,6 +113,9 @@ class TrialSpec:
         for k in ("model", "optimizer", "schedule", "dataset"):
             d[f"{k}_hparams"] = self.hparams(k)  # type: ignore[arg-type]
         d["target"] = dataclasses.asdict(self.target) if self.target else None
+        for f in dataclasses.fields(self):  # fields added later: absent at their default, so the
+            if f.metadata.get("omit_default") and d[f.name] == f.default:  # ids stay the same
+                del d[f.name]
         return d
 
     @classmethod
@@ -130,6 +137,7 @@ class TrialSpec:
                 out[f"{k}.{name}"] = str(v)
         for k in ("seed", "steps", "batch_size", "eval_every", "steps_per_dispatch", "dtype"):
             out[f"train.{k}"] = str(getattr(self, k))
+        out["train.divergence_loss_factor"] = str(self.divergence_loss_factor)
         if self.target:
             out["target.metric"] = self.target.metric
             out["target.value"] = str(self.target.value)

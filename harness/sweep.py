@@ -30,6 +30,7 @@ from typing import Any
 
 from harness import tracking
 from harness.config import Component, Registries, SweepConfig, hparam_values, load_config
+from harness.limits import DEFAULT_MAX_TRIALS, MAX_STEPS, tracking_uri_problem
 from harness.spec import Target, TrialSpec
 from harness.worker import RunContext, TrialOutcome, outcome_from_run
 
@@ -142,6 +143,12 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
             if key not in sizes:
                 sizes[key] = (n_train or _n_train)(ds_name, ds_hp)
             steps = max(1, math.ceil(cfg.budget.epochs * sizes[key] / bs))
+            if steps > MAX_STEPS:
+                from harness.config import ConfigError
+
+                raise ConfigError([f"{file}: budget.epochs: {cfg.budget.epochs:g} epochs of dataset "
+                                   f"{ds_name!r} at batch size {bs} are {steps:,} steps; at most "
+                                   f"{MAX_STEPS:,}"])
         tgt = cfg.target_for(ds_name)
         spec = TrialSpec.make(
             sweep=cfg.name, model=pt["models"][0], optimizer=pt["optimizers"][0],
@@ -149,7 +156,8 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
             eval_every=cfg.eval_every or max(1, steps // 10), steps_per_dispatch=cfg.steps_per_dispatch,
             model_hparams=pt["models"][1], optimizer_hparams=pt["optimizers"][1],
             schedule_hparams=pt["schedules"][1], dataset_hparams=ds_hp,
-            target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype)
+            target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
+            divergence_loss_factor=cfg.divergence.loss_factor)
         out.setdefault(spec.trial_id, spec)
     return list(out.values())
 
@@ -450,8 +458,10 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
               executor: str | None = None, address: str | None = None, batching: str | None = None,
               dry_run: bool = False, quiet: bool = False, registries: Registries | None = None,
               console=None, executor_obj=None,
-              executor_opts: dict[str, Any] | None = None) -> SweepSummary:
-    """Validate, plan and run a sweep config; see the module docstring.
+              executor_opts: dict[str, Any] | None = None,
+              max_trials: int = DEFAULT_MAX_TRIALS) -> SweepSummary:
+    """Validate, plan and run a sweep config; see the module docstring. ``max_trials`` bounds the
+    plan (checked from axis sizes before expansion, :func:`harness.config.check_plan_size`).
 
     Raises:
       harness.config.ConfigError: invalid config (nothing logged).
@@ -465,7 +475,8 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         if not console.is_terminal:  # piped or logged: do not squeeze the summary into 80 columns
             console = Console(stderr=False, width=140)
     t_start = time.perf_counter()
-    cfg = load_config(config_path, registries)
+    cfg = load_config(config_path, registries, max_trials=max_trials)
+    _check_uri(tracking_uri)
     overrides: dict[str, Any] = {}
     if jobs is not None:
         overrides["jobs"] = jobs
@@ -536,6 +547,23 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     if not quiet:
         print_summary(console, summary)
     return summary
+
+
+def _check_uri(cli_uri: str | None) -> None:
+    """A ``--tracking-uri`` or ``MLFLOW_TRACKING_URI`` the harness cannot use is a usage error
+    before anything is loaded or written (the config's ``tracking_uri`` was checked with it).
+
+    Raises:
+      ValueError: names the source and the problem (the CLI exits 2).
+    """
+    import os
+
+    for source, uri in (("--tracking-uri", cli_uri),
+                        ("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI"))):
+        if uri:
+            if (msg := tracking_uri_problem(uri)) is not None:
+                raise ValueError(f"{source}: {msg}")
+            return
 
 
 def _start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -> str:
