@@ -240,7 +240,8 @@ case("name-list", _text(name=["a"]), "name")
 case("description-huge", _text(description="d" * 100_000), "description: 100,000 characters")
 case("hparam-value-huge", _text(models=[{"name": "mlp", "hparams": {"activation": "r" * 100_000}}]),
      "models[0].hparams.activation")
-case("hparam-literal-huge", _text(models=[{"name": "mlp", "hparams": {"width": {"value": list(range(3000))}}}]),
+case("hparam-literal-huge",
+     _text(models=[{"name": "mlp", "hparams": {"width": {"value": list(range(3000))}}}]),
      "models[0].hparams.width")
 case("model-name-huge", _text(models=["m" * 500_000]), "models[0].name: not a model name (500,000 characters")
 case("hparam-key-huge", _text(models=[{"name": "mlp", "hparams": {"w" * 100_000: 1}}]),
@@ -330,12 +331,20 @@ for _key, _bads in _WRONG.items():
         case(f"type-{_key}-{_i}", _text(**{_key: _bad}), _key)
 
 
-def _guard(seconds: float):
-    def fire(signum, frame):
-        raise TimeoutError(f"case ran over {seconds} s")
+def _guard(seconds: float, max_bytes: int):
+    """Every 50 ms: raise ``TimeoutError`` past ``seconds``, ``MemoryError`` past ``max_bytes``
+    traced by ``tracemalloc`` (so a runaway case fails instead of exhausting the shared machine).
+    Returns the previous SIGALRM handler."""
+    t_end = time.perf_counter() + seconds
 
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def check(signum, frame):
+        if time.perf_counter() > t_end:
+            raise TimeoutError(f"case ran over {seconds} s")
+        if tracemalloc.is_tracing() and tracemalloc.get_traced_memory()[0] > max_bytes:
+            raise MemoryError(f"case holds over {max_bytes / 2**20:.0f} MiB")
+
+    old = signal.signal(signal.SIGALRM, check)
+    signal.setitimer(signal.ITIMER_REAL, 0.05, 0.05)
     return old
 
 
@@ -378,7 +387,7 @@ def test_hostile_config_rejected_before_any_write(cid, content, key, tmp_path, w
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracemalloc.start()
-    old = _guard(3 * MAX_SECONDS)
+    old = _guard(3 * MAX_SECONDS, 8 * MAX_PEAK_BYTES)
     t0 = time.perf_counter()
     try:
         with pytest.raises(ConfigError) as ei:
