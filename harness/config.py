@@ -71,7 +71,15 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from harness import limits
-from harness.registry import INJECTED, REQUIRED, HParam, did_you_mean, hyperparameters, lookup
+from harness.registry import (
+    INJECTED,
+    REQUIRED,
+    HParam,
+    did_you_mean,
+    hyperparameters,
+    known_executors,
+    lookup,
+)
 from harness.yamlsafe import YamlConfigError, load_yaml_file, short_repr
 
 #: Top-level axes that ``zip`` and ``include`` may name.
@@ -692,8 +700,6 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
             for j, comp in enumerate(getattr(grid, axis) or []):
                 _check_component(kind, reg, comp, f"{prefix}{axis}[{j}]", file, errors)
     _check_rules(cfg, file, registries, errors)
-    from harness.executors import known_executors
-
     if cfg.executor not in known_executors():
         ex = known_executors()
         errors.append(f"{file}: executor: unknown executor {cfg.executor!r}; valid choices: "
