@@ -1,15 +1,31 @@
 """Sweep configs: the YAML schema (pydantic models) and its validation against the registries.
 
-A config is parsed in two passes, both before any trial runs and before anything is written to MLflow:
+A config is loaded in four steps, all before any trial runs and before anything is written to MLflow:
 
+0. **Reading** (:mod:`harness.yamlsafe`): at most 1 MiB of UTF-8; duplicate keys rejected (both line
+   numbers); aliases bounded (1,000 uses, 100,000 values expanded: no "billion laughs"); at most 50
+   levels of nesting; YAML 1.2 floats (``3e-3`` is a float, not the string PyYAML makes of it).
 1. **Structure** (:func:`parse_config`): pydantic models with unknown keys forbidden, types and ranges
-   checked (positive steps, batch size, eval cadence, jobs; non-empty axes).
+   checked (non-empty axes; integers are never booleans — ``eval_every: true`` is an error — and an
+   integral float such as ``1e3`` counts as an integer; ranges from :mod:`harness.limits`: steps and
+   ``eval_every`` <= 10^9, epochs finite and <= 10^6, ``steps_per_dispatch`` <= 10,000, seeds in
+   [0, 2^32), batch sizes <= 10^7, ``jobs`` <= 1024; targets finite, accuracies within [0, 1]; the
+   ``name`` <= 200 characters and 255 UTF-8 bytes without control characters, as MLflow and the
+   artifact directory need; ``tracking_uri`` a scheme the harness can use). Then the **plan-size
+   limit** (:func:`check_plan_size`): the number of trials computed from the axis sizes, without
+   expanding anything, may not exceed ``max_trials`` (10,000; ``sweep --max-trials N``).
 2. **Names** (:func:`validate_names`): every model, optimizer, schedule and dataset name is looked up in
    its registry, and every hyperparameter is checked against the builder's signature (unknown names,
-   missing required ones, values of the wrong type, non-positive ``step_size``).
+   missing required ones, values of the wrong type, non-positive ``step_size``, non-finite numbers,
+   values longer than MLflow's 6,000-character param limit); ``exclude`` keys ``KIND.HPARAM`` must
+   name a hyperparameter that some entry sets (did-you-mean against the builders' hyperparameters).
+3. **Canonical numbers** (:func:`canonicalize_numbers`): an int given where the builder takes a float
+   becomes a float, so ``step_size: 1000`` and ``1000.0`` are one trial.
 
 Every problem becomes one line ``FILE: KEY.PATH: message`` (with the valid choices and a
-"did you mean" where one is close), and all lines are raised together as one :class:`ConfigError`.
+"did you mean" where one is close), and all lines are raised together as one :class:`ConfigError`
+(at most 50 lines of at most 1,000 characters; a user's value is echoed in at most 200 characters,
+:func:`harness.yamlsafe.short_repr`).
 
 Schema (``experiments/quickstart.yaml`` is a complete example)::
 
@@ -21,7 +37,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     optimizers:
       - {name: adam, hparams: {step_size: {log_grid: [1.0e-4, 1.0e-1, 4]}}}   # 4 log-spaced values
       - {name: sgd, hparams: {step_size: [0.1, 0.3], }, zip: [[...]]}
-    schedules: [constant, cosine]  # default [constant]; factories get the optimizer's step_size
+    schedules: [constant, cosine_decay]  # default [constant]; factories get the optimizer's step_size
     datasets: [digits]             # registry names or "tfds:NAME"
     seeds: [0, 1]                  # a list, or an int n meaning 0..n-1
     batch_size: 64                 # an int or a list (an axis)
@@ -36,6 +52,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     batching: auto                 # auto | true | false: train seed/step-size siblings under vmap
     measure_perf: true             # throughput measurement (once per perf key)
     dtype: float32
+    divergence: {loss_factor: 100}  # diverged: train loss > 100 x the initial one (null: off)
     tracking_uri: null             # overridden by --tracking-uri / MLFLOW_TRACKING_URI
     executor: inprocess            # inprocess | process | (ray, once registered)
     jobs: 1
