@@ -105,17 +105,38 @@ def _component_count(comp: Any, path: str, factors: list[tuple[int, str]],
     return total
 
 
+def _has_dist(comp: Any) -> bool:
+    from harness.search import is_distribution
+
+    return any(is_distribution(v) for v in (comp.hparams or {}).values())
+
+
+def _trials(cfg: Any, comp: Any) -> int:
+    """Sampled configurations per cell for optimizer entry ``comp`` (1 when it does not sample)."""
+    from harness.search import resolve_search
+
+    t = resolve_search(getattr(cfg, "search", None), getattr(comp, "search", None)).trials
+    return t if isinstance(t, int) and not isinstance(t, bool) and t >= 1 else 1
+
+
 def plan_size(cfg: Any, values: Callable[[Any], list] | None = None) -> tuple[int, list[tuple[int, str]]]:
     """``(trials, factors)``: the number of trials ``cfg`` (a parsed ``SweepConfig``) expands to
-    before ``exclude`` and de-duplication, and ``(count, key path)`` for every axis and
-    hyperparameter, so a message can name the biggest. Arithmetic only: nothing is expanded."""
+    before ``exclude`` and de-duplication, and ``(count, key path)`` for every axis,
+    hyperparameter and ``search.trials``, so a message can name the biggest. Arithmetic only:
+    nothing is expanded or sampled.
+
+    A (model, optimizer, schedule) cell with a distribution in any of the three becomes
+    ``search.trials`` cells (the optimizer entry's search, else the top level's), as
+    :func:`harness.expansion.expand` does; when a top-level ``zip`` pairs one of those axes with
+    another, the count is the upper bound that multiplies every cell by the largest ``trials``."""
     factors: list[tuple[int, str]] = []
     axes = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
     grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g)
                                                  for i, g in enumerate(getattr(cfg, "include", []))]
     total = 0
     for prefix, grid in grids:
-        sizes = {}
+        sizes: dict[str, int] = {}
+        entries: dict[str, list[tuple[int, bool, Any]]] = {}
         for axis in axes:
             val = getattr(grid, axis, None)
             own = val is not None
@@ -124,16 +145,41 @@ def plan_size(cfg: Any, values: Callable[[Any], list] | None = None) -> tuple[in
             if axis in ("seeds", "batch_size"):
                 n = len(val)
             else:
-                n = sum(_component_count(c, f"{prefix if own else ''}{axis}[{j}]",
-                                         factors if own or not prefix else [], values)
-                        for j, c in enumerate(val))
+                sink = factors if own or not prefix else []
+                entries[axis] = [(_component_count(c, f"{prefix if own else ''}{axis}[{j}]", sink, values),
+                                  axis != "datasets" and _has_dist(c), c) for j, c in enumerate(val)]
+                n = sum(e[0] for e in entries[axis])
             sizes[axis] = n
             if own or not prefix:
                 factors.append((n, f"{prefix if own else ''}{axis}"))
+        opt_prefix = prefix if getattr(grid, "optimizers", None) is not None else ""
+        trials = [_trials(cfg, c) for _, _, c in entries["optimizers"]]
+        for j, t in enumerate(trials):
+            if t > 1:
+                factors.append((t, f"{opt_prefix}optimizers[{j}].search.trials"
+                                if getattr(entries["optimizers"][j][2], "search", None) is not None
+                                and entries["optimizers"][j][2].search.trials is not None else "search.trials"))
         zip_groups = getattr(cfg, "zip", []) if not prefix else []
         grouped = {a: i for i, g in enumerate(zip_groups) for a in g}
-        prod, seen = 1, set()
-        for axis in axes:
+        cell_axes = ("models", "optimizers", "schedules")
+        any_dist = any(d for a in cell_axes for _, d, _ in entries[a])
+        if any(a in grouped for a in cell_axes):
+            mult = max(trials, default=1) if any_dist else 1
+            rest = axes
+        else:  # exact: sum over optimizer entries of its cells, sampled ones times its trials
+            m_all, s_all = sizes["models"], sizes["schedules"]
+            m_plain = sum(n for n, d, _ in entries["models"] if not d)
+            s_plain = sum(n for n, d, _ in entries["schedules"] if not d)
+            cells = 0
+            for (n_o, d_o, _), t in zip(entries["optimizers"], trials, strict=True):
+                if d_o:
+                    cells += n_o * t * m_all * s_all
+                else:
+                    cells += n_o * (t * (m_all * s_all - m_plain * s_plain) + m_plain * s_plain)
+            mult = cells
+            rest = ("datasets", "seeds", "batch_size")
+        prod, seen = mult, set()
+        for axis in rest:
             gi = grouped.get(axis)
             if gi is None:
                 prod *= sizes[axis]
