@@ -155,10 +155,11 @@ def plan_size(cfg: Any, values: Callable[[Any], list] | None = None) -> tuple[in
         opt_prefix = prefix if getattr(grid, "optimizers", None) is not None else ""
         trials = [_trials(cfg, c) for _, _, c in entries["optimizers"]]
         for j, t in enumerate(trials):
+            own_search = getattr(entries["optimizers"][j][2], "search", None)
             if t > 1:
                 factors.append((t, f"{opt_prefix}optimizers[{j}].search.trials"
-                                if getattr(entries["optimizers"][j][2], "search", None) is not None
-                                and entries["optimizers"][j][2].search.trials is not None else "search.trials"))
+                                if own_search is not None and own_search.trials is not None
+                                else "search.trials"))
         zip_groups = getattr(cfg, "zip", []) if not prefix else []
         grouped = {a: i for i, g in enumerate(zip_groups) for a in g}
         cell_axes = ("models", "optimizers", "schedules")

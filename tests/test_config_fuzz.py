@@ -94,6 +94,12 @@ case("plan-batch-list", _text(batch_size=list(range(1, 3001))), "batch_size: the
 case("plan-zip-still-big", _text(models=[{"name": "mlp", "hparams": {
     "width": list(range(1, 3001)), "depth": list(range(1, 3001))}, "zip": [["width", "depth"]]}]),
     "models[0].hparams.")
+case("plan-search-trials", _text(search={"method": "quasirandom", "trials": 10**12}, optimizers=[
+    {"name": "sgd", "hparams": {"step_size": {"log_uniform": [1e-3, 1.0]}}}]),
+    "search.trials: the sweep would expand to 8,000,000,000,000 trials")
+case("plan-entry-search-trials", _text(search={"method": "random", "trials": 4}, optimizers=[
+    {"name": "sgd", "hparams": {"step_size": {"log_uniform": [1e-3, 1.0]}}, "search": {"trials": 10**9}}]),
+    "optimizers[0].search.trials: the sweep would expand")
 case("plan-log-grid-huge-num", _text(optimizers=[{"name": "sgd", "hparams": {
     "step_size": {"log_grid": [1e-3, 1.0, 1e300]}}}]), "optimizers[0].hparams.step_size")
 

@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from harness.config import ConfigError, load_config
+from harness.config import ConfigError, load_config, parse_config
 from harness.expansion import expand, sweep_id_of
 from harness.limits import plan_size
 from harness.yamlsafe import MAX_ECHO, YamlConfigError, load_yaml_text, short_repr
@@ -113,3 +114,16 @@ def test_error_lines_are_capped(tmp_path):
         load_config(_write(tmp_path, base.replace("seeds: 2", bad)))
     assert len(ei.value.errors) == 51
     assert ei.value.errors[-1] == f"{tmp_path / 'c.yaml'}: ... and 450 more problems"
+
+
+def test_plan_size_counts_search_trials():
+    base = yaml.safe_load((ROOT / "experiments" / "quickstart.yaml").read_text())
+    base["search"] = {"method": "quasirandom", "trials": 5}
+    base["optimizers"] = [
+        {"name": "sgd", "hparams": {"step_size": {"log_uniform": [1e-3, 1.0]}}},
+        {"name": "adam", "hparams": {"step_size": [0.1, 0.01]}},
+        {"name": "momentum", "hparams": {"step_size": {"log_uniform": [1e-3, 1.0]}, "mass": [0.8, 0.9]},
+         "search": {"trials": 7}}]
+    cfg = parse_config(base, "x")
+    # 2 models x 2 schedules x 2 seeds x (sgd 5 + adam 2 + momentum 2 x 7)
+    assert plan_size(cfg)[0] == 8 * (5 + 2 + 14) == len(expand(cfg, n_train=lambda n, h: 1437))
