@@ -44,8 +44,8 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     budget: {steps: 500}           # or {epochs: 3} (steps = ceil(epochs * n_train / batch_size))
     eval_every: 100                # steps between evaluations (default: budget / 10)
     steps_per_dispatch: 50         # K steps fused in one lax.scan dispatch
-    target: {metric: eval/accuracy, value: 0.9}   # mode inferred: accuracy→max, loss→min
-    targets: {mnist1d: {metric: eval/accuracy, value: 0.6}}   # per-dataset override
+    target: {metric: valid/accuracy, value: 0.9}  # on validation; mode inferred: accuracy→max, loss→min
+    targets: {mnist1d: {metric: valid/accuracy, value: 0.6}}  # per-dataset override (eval/* = valid/*)
     search: {method: quasirandom, trials: 16, seed: 0}   # samples the distributions (harness.search)
     zip: [[models, batch_size]]    # top-level axes that vary together instead of as a product
     include: [{models: [cnn], optimizers: [sgd]}]   # extra sub-grids (other axes as above)
@@ -258,11 +258,18 @@ class Component(_Strict):
 
 
 class TargetCfg(_Strict):
-    """A convergence target; ``mode`` defaults to ``max`` for accuracy and ``min`` for loss."""
+    """A convergence target on the validation split; ``mode`` defaults to ``max`` for accuracy and
+    ``min`` for loss. ``eval/accuracy``/``eval/loss`` (the names before the three-split protocol)
+    are accepted and stored as ``valid/*``."""
 
-    metric: Literal["eval/accuracy", "eval/loss"] = "eval/accuracy"
+    metric: Literal["valid/accuracy", "valid/loss", "eval/accuracy", "eval/loss"] = "valid/accuracy"
     value: Float
     mode: Literal["max", "min"] | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _canonical(cls, v: str) -> str:
+        return "valid/" + v[len("eval/"):] if v.startswith("eval/") else v
 
     @model_validator(mode="after")
     def _range(self) -> TargetCfg:
@@ -582,7 +589,7 @@ def _format_pydantic(err: ValidationError, file: str) -> list[str]:
             msg = f"expected {what}, got {short_repr(e['input'])}"
         elif loc == ("targets",) and e["type"] == "dict_type":
             msg = (f"expected a mapping {{DATASET: {{metric, value}}}}, e.g. targets: {{digits: "
-                   f"{{metric: eval/accuracy, value: 0.9}}}} (use 'target' for one target for all "
+                   f"{{metric: valid/accuracy, value: 0.9}}}} (use 'target' for one target for all "
                    f"datasets), got {short_repr(e['input'])}")
         elif e["type"] == "target" and msg.startswith("value: "):
             loc, msg = (*loc, "value"), msg[len("value: "):]
