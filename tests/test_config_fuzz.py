@@ -184,7 +184,8 @@ case("zip-unequal", _text(zip=[["models", "optimizers"]]), "zip")
 # --- targets ------------------------------------------------------------------------------------
 case("target-nan", _text(target={"metric": "valid/accuracy", "value": math.nan}),
      "target.value: must be a finite number")
-case("target-inf", _text(target={"metric": "valid/loss", "value": math.inf}), "target.value: must be a finite")
+case("target-inf", _text(target={"metric": "valid/loss", "value": math.inf}),
+     "target.value: must be a finite")
 case("target-neg-inf", _text(target={"metric": "eval/loss", "value": -math.inf}), "target.value")
 case("target-acc-above-1", _text(target={"metric": "valid/accuracy", "value": 1.5}),
      "target.value: an accuracy target must be within [0, 1]")
