@@ -27,6 +27,7 @@ No jax, pydantic or MLflow import.
 from __future__ import annotations
 
 import math
+import types
 import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -142,6 +143,9 @@ def plan_size(cfg: Any, values: Callable[[Any], list] | None = None) -> tuple[in
             own = val is not None
             if val is None:
                 val = getattr(cfg, axis)
+            if val is None and axis == "datasets":  # workloads: one (dataset, model, budget) each
+                val = [types.SimpleNamespace(hparams={}, zip=[])
+                       for _ in getattr(cfg, "workloads", None) or []]
             if axis in ("seeds", "batch_size"):
                 n = len(val)
             else:

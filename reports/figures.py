@@ -27,6 +27,7 @@ from reports.frame import (
     M_EVAL_LOSS,
     M_EXAMPLES_PER_S,
     M_FINAL_ACC,
+    M_FINAL_GAP,
     M_FINAL_LOSS,
     M_SECONDS_TO_TARGET,
     M_STEP_MS,
@@ -593,6 +594,8 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Validation accuracy": format_interval(*acc),
             "Validation loss": format_interval(*loss),
         }
+        if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
+            row["Gap to entropy rate (nats)"] = format_interval(*protocol.seed_interval(fin[M_FINAL_GAP]))
         if obj.target_metric is not None:
             row["Time to target (s)"] = (
                 (format_interval(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
