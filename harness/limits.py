@@ -146,6 +146,8 @@ def plan_size(cfg: Any, values: Callable[[Any], list] | None = None) -> tuple[in
             if val is None and axis == "datasets":  # workloads: one (dataset, model, budget) each
                 val = [types.SimpleNamespace(hparams={}, zip=[])
                        for _ in getattr(cfg, "workloads", None) or []]
+            elif val is None and axis not in ("seeds", "batch_size"):  # set by the workloads
+                val = [types.SimpleNamespace(hparams={}, zip=[])]
             if axis in ("seeds", "batch_size"):
                 n = len(val)
             else:
