@@ -224,7 +224,7 @@ case("epochs-derived-steps", _text(budget={"epochs": 1_000_000}, batch_size=1),
      "budget.epochs: 1e+06 epochs")
 case("budget-both", _text(budget={"steps": 10, "epochs": 1}), "budget: give exactly one")
 case("budget-neither", _text(budget={}), "budget: give exactly one")
-case("budget-missing", _text(budget=_DROP), "budget: required key is missing")
+case("budget-missing", _text(budget=_DROP), "<top>: give 'budget'")
 case("budget-unknown-key", _text(budget={"step": 10}), "budget.step: unknown key 'step'")
 case("eval-every-huge", _text(eval_every=10**12), "eval_every")
 case("spd-huge", _text(steps_per_dispatch=10**9), "steps_per_dispatch")
