@@ -22,7 +22,7 @@ SMALL = {
     "cnn": {"width": 4, "hidden": 8},
     "resnet": {"width": 4, "stages": 2},
     "autoencoder": {"width": 4},
-    "resnet18": {"width": 2},
+    "resnet18": {"width": 2, "conv_impl": "xla"},  # fewer ops to compile than the patches form
     "vit": {"width": 8, "depth": 1, "num_heads": 2, "patch_size": 4},
     "transformer_lm": {"width": 8, "depth": 1, "num_heads": 2},
 }
