@@ -60,7 +60,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from harness.registry import INJECTED, REQUIRED, HParam, did_you_mean, hyperparameters, lookup
+from harness.registry import (
+    INJECTED,
+    REQUIRED,
+    HParam,
+    did_you_mean,
+    hyperparameters,
+    known_executors,
+    lookup,
+)
 
 #: Top-level axes that ``zip`` and ``include`` may name.
 TOP_AXES = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
@@ -550,8 +558,6 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
                 except (KeyError, TypeError) as e:
                     msg = e.args[0] if isinstance(e, KeyError) else f"not a {key} name: {v!r}"
                     errors.append(f"{file}: exclude[{i}].{key}: {msg}")
-    from harness.executors import known_executors
-
     if cfg.executor not in known_executors():
         ex = known_executors()
         errors.append(f"{file}: executor: unknown executor {cfg.executor!r}; valid choices: "

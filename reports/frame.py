@@ -206,11 +206,13 @@ def search_all_runs(
 def _experiment(client, name: str):
     exp = client.get_experiment_by_name(name)
     if exp is None:
-        from harness.registry import did_you_mean
+        import difflib
 
         names = [e.name for e in client.search_experiments()]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)  # as harness.registry does
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
-            f"no MLflow experiment named {name!r}{did_you_mean(name, names)}; "
+            f"no MLflow experiment named {name!r}{hint}; "
             f"experiments in this store: {sorted(names)}"
         )
     return exp

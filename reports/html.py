@@ -210,7 +210,6 @@ def render(
     ``figures`` is :func:`figure_items` of the frame (``None`` builds them here, named after
     ``csv_name``); ``leaderboard`` is :func:`reports.figures.leaderboard` of the frame.
     """
-    from harness import __version__ as harness_version
     from reports.layout import label_table, task_labels
 
     frame = data.frame
@@ -306,6 +305,17 @@ def render(
             environment=environment(data),
             tracking_uri=_safe_uri(data.tracking_uri),
             csv_name=csv_name,
-            harness_version=harness_version,
+            harness_version=_harness_version(),
         )
     )
+
+
+def _harness_version() -> str:
+    """The installed distribution's version (read from its metadata, so reports need not import
+    ``harness``), or ``"unknown"`` when it is not installed."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("jax-train-harness")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
