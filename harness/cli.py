@@ -272,27 +272,27 @@ def ui(
     host: str = typer.Option("127.0.0.1", "--host"),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
 ) -> None:
-    """Start `mlflow ui` on the store and print the experiment's URL (Ctrl-C stops it)."""
+    """Start `mlflow ui` on the store and print the URL of the experiment's runs view (charts of
+    the trials grouped by optimizer; default experiment: the sweep that ran last). Ctrl-C stops it."""
     import subprocess
 
-    from harness import tracking
+    from harness import mlflow_ui, tracking
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
-    exp_id = None
+    exp_id = share_key = None
     try:
         client = tracking.prepare_store(uri, create=False)
-        if experiment:
-            exp = client.get_experiment_by_name(experiment)
-            if exp is None:
-                _err(f"no experiment {experiment!r} in {uri}")
-                raise typer.Exit(2)
+        exp = _ui_experiment(client, experiment, uri)
+        if exp is not None:
             exp_id = exp.experiment_id
+            share_key = mlflow_ui.prepare(client, exp_id)  # training kind + the grouped chart view
     except tracking.TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
-    suffix = f"/#/experiments/{exp_id}" if exp_id else ""
+    base = uri if tracking.is_server(uri) else f"http://{host}:{port}"
+    url = mlflow_ui.runs_view_url(base, exp_id, share_key) if exp_id else base.rstrip("/")
     if tracking.is_server(uri):
-        typer.echo(f"The tracking server already serves the UI: {uri.rstrip('/')}{suffix}")
+        typer.echo(f"The tracking server already serves the UI: {url}")
         return
     busy = _port_in_use(host, port)
     if busy:
@@ -305,7 +305,10 @@ def ui(
     if root:
         cmd += ["--default-artifact-root", root]
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    typer.echo(f"MLflow UI: http://{host}:{port}{suffix}  (store {uri}; Ctrl-C to stop)")
+    if exp_id is None:
+        typer.echo("No sweep in this store yet: run `python -m harness sweep CONFIG` first.")
+    typer.echo(f"MLflow UI: {url}")
+    typer.echo(f"  (store {uri}; Ctrl-C to stop)")
     import signal
 
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
@@ -326,6 +329,30 @@ def ui(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
     raise typer.Exit(code)
+
+
+def _ui_experiment(client, name: str | None, uri: str):
+    """The experiment ``ui`` opens: ``name``, else the one whose sweep ran last (None if the store
+    holds no sweep). Exits 2 naming the experiments there when ``name`` is unknown."""
+    from harness import tracking
+
+    if name:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            from harness.registry import did_you_mean
+
+            known = [e.name for e in client.search_experiments()]
+            _err(f"error: no experiment {name!r} in {uri}; experiments: {', '.join(known) or '(none)'}"
+                 f"{did_you_mean(name, known)}")
+            raise typer.Exit(2)
+        return exp
+    latest = None
+    for exp in client.search_experiments():
+        runs = client.search_runs([exp.experiment_id], f"tags.`{tracking.KIND_TAG}` = 'parent'",
+                                  max_results=1, order_by=["attributes.start_time DESC"])
+        if runs and (latest is None or runs[0].info.start_time > latest[0]):
+            latest = (runs[0].info.start_time, exp)
+    return latest[1] if latest else None
 
 
 def _port_in_use(host: str, port: int) -> str | None:

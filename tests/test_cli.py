@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -90,7 +91,14 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         first = proc.stdout.readline()
-        assert first.startswith(f"MLflow UI: http://127.0.0.1:{port}/#/experiments/{exp_id}")
+        # the runs view (not MLflow 3's GenAI overview), in chart mode, with the shared grouped view
+        assert re.fullmatch(rf"MLflow UI: http://127\.0\.0\.1:{port}/#/experiments/{exp_id}/runs"
+                            r"\?compareRunsMode=CHART&viewStateShareKey=[0-9a-f]{32}\n", first), first
+        tags = c.get_experiment(exp_id).tags
+        assert tags["mlflow.experimentKind"] == "custom_model_development"
+        key = first.rsplit("=", 1)[1].strip()
+        view = json.loads(tags[f"mlflow.sharedViewState.{key}"])
+        assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "optimizer"}]
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
