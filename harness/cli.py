@@ -136,12 +136,44 @@ def describe(builder) -> str:
         module, _, attr = m.group(1).rpartition(".")
         try:
             target = getattr(importlib.import_module(module), attr)
-            rest = m.group(2).strip().lstrip(":").strip().rstrip(".")
+            rest = _plain(m.group(2).strip().lstrip(":").strip().rstrip("."))
             text = _first_sentence(inspect.getdoc(target) or "").rstrip(".")
-            text += f"; {rest}." if rest and rest not in text else "."
+            text += f"; {rest}." if rest and not _says_again(rest, text) else "."
         except (ImportError, AttributeError):
             pass
+    return _plain(text)
+
+
+def _plain(text: str) -> str:
     return _ROLE.sub(r"\1", text).replace("``", "")
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[\s\-_()]+", " ", _plain(text).lower()).strip()
+
+
+def _says_again(rest: str, text: str) -> bool:
+    """Whether the registry's remark ``rest`` only repeats the target's sentence ``text`` (its
+    formula, its words) or a default the hyperparameter column already shows."""
+    rest = re.sub(r"\bwith \w+ defaulting to [^;,]+", "", rest).strip(" ;,")
+    rest = re.sub(r"^\w+\(i\)\s*=\s*", "", rest)  # "lr(i) = f" repeats "schedule(i) = f"
+    return not _norm(rest) or _norm(rest) in _norm(text)
+
+
+_PROBE_SHAPES = {"(L,)": (40,), "(H, W, C)": (8, 8, 1)}
+
+
+def input_kinds(builder) -> str:
+    """Which example shapes a model builder accepts, probed with its defaults on a 1-D input
+    (40,) and an image (8, 8, 1): e.g. ``(L,) · (H, W, C)``; ``—`` when neither builds."""
+    ok = []
+    for kind, shape in _PROBE_SHAPES.items():
+        try:
+            builder(input_shape=shape, num_classes=10)
+            ok.append(kind)
+        except Exception:  # the builder refuses the shape (a 2-D CNN on (L,), ...)
+            continue
+    return " · ".join(ok) or "—"
 
 
 @app.command("list", short_help="Models, optimizers, schedules, datasets.")
@@ -170,14 +202,20 @@ def list_(
         t = Table(title=k)
         t.add_column("name")
         t.add_column("hyperparameters (default)")
+        if k == "models":
+            t.add_column("inputs", no_wrap=True)
         t.add_column("description", overflow="fold")
         for name in sorted(registry):
             b = registry[name]
             hps = builder_hparams(single, b)
             hp = ", ".join(f"{h.name}" if h.required else f"{h.name}={h.default!r}" for h in hps.values())
-            t.add_row(escape(name), escape(hp or "—"), escape(describe(b)))
+            extra = [input_kinds(b)] if k == "models" else []
+            t.add_row(escape(name), escape(hp or "—"), *extra, escape(describe(b)))
         if k == "datasets":
             t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
+        if k == "models":
+            t.caption = ("inputs: the example shapes a model builds on — (L,): 1-D data such as mnist1d "
+                         "or synthetic; (H, W, C): images such as digits")
         console.print(t)
 
 
@@ -379,8 +417,8 @@ Examples:
   python -m harness report -e quickstart -o quickstart.html
   python -m harness report -e mnist1d --sweep 1a2b3c4d5e6f --baseline 0f9e8d7c6b5a
 \b
-Writes one self-contained HTML file (figures embedded) and the tidy CSV beside it, and
-logs the HTML to the sweep's parent run."""
+Writes one self-contained HTML file (vector figures, interactive curves, downloads) and the
+tidy CSV beside it, prints both paths, and logs both to the parent runs whose trials it shows."""
 
 
 @app.command(short_help="Write the HTML comparison report.", epilog=_REPORT_EPILOG)
@@ -407,7 +445,11 @@ def report(
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         _err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
-    typer.echo(f"report: {path}")
+    csv = path.with_suffix(".csv")
+    typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, one self-contained HTML file)")
+    if csv.exists():
+        typer.echo(f"data:   {csv} (the tidy table behind every figure)")
+    typer.echo("Both are also logged to the sweep's parent run(s) in MLflow, under reports/.")
 
 
 def main() -> None:

@@ -55,7 +55,7 @@ def test_dry_run_plan_then_status(tmp_path, write_sweep, tracking_uri, fake_trai
     fake_trainer["raise_for"] = (1,)
     r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri])
     assert r.exit_code == 1, r.output  # a failed trial → exit status 1
-    assert "best configuration per model and optimizer" in r.output
+    assert "best configuration per task and optimizer" in r.output
     from harness.sweep import python_command
 
     assert f"{python_command()} -m harness ui --experiment tiny" in r.output
@@ -125,6 +125,8 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
     def fake(experiment, sweep_id, output, baseline, tracking_uri):
         seen.update(experiment=experiment, sweep_id=sweep_id, output=output, baseline=baseline,
                     tracking_uri=tracking_uri)
+        (tmp_path / "r.html").write_text("x" * 2_100_000)
+        (tmp_path / "r.csv").write_text("row\n")
         return tmp_path / "r.html"
 
     monkeypatch.setattr(reports, "make_report", fake)
@@ -134,7 +136,10 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
     assert r.exit_code == 0, r.output
     assert seen == {"experiment": "q", "sweep_id": "abc", "output": "x.html", "baseline": "def",
                     "tracking_uri": tracking_uri}
-    assert r.output.strip().splitlines()[-1] == f"report: {tmp_path / 'r.html'}"
+    assert r.output.strip().splitlines()[-3:] == [  # every file it wrote
+        f"report: {tmp_path / 'r.html'} (2.1 MB, one self-contained HTML file)",
+        f"data:   {tmp_path / 'r.csv'} (the tidy table behind every figure)",
+        "Both are also logged to the sweep's parent run(s) in MLflow, under reports/."]
 
     def missing(*a):
         raise LookupError("no experiment 'q'")
@@ -339,3 +344,34 @@ def test_list_keeps_square_brackets_in_descriptions():
     res = runner.invoke(app, ["list", "schedules"], env={"COLUMNS": "250"})
     assert res.exit_code == 0
     assert "schedule(i) = values[k] where k" in res.output
+
+
+def test_list_says_each_thing_once_and_which_inputs_each_model_fits():
+    res = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    rows = {line.split("│")[1].strip(): line for line in res.output.splitlines() if line.count("│") >= 4}
+    assert "SGD with heavy-ball momentum (Polyak 1964)." in rows["momentum"]
+    assert "(heavy ball)" not in rows["momentum"] and "defaulting" not in rows["nesterov"]
+    assert rows["exponential_decay"].count("decay_rate ** (i / decay_steps)") == 1
+    assert rows["constant"].count("= step_size") == 1
+    assert "injected by the harness" in res.output  # a remark that adds something stays
+    fits = {name: [c.strip() for c in rows[name].split("│")][3] for name in ("cnn", "cnn1d", "mlp", "logreg")}
+    assert fits == {"cnn": "(H, W, C)", "cnn1d": "(L,)", "mlp": "(L,) · (H, W, C)",
+                    "logreg": "(L,) · (H, W, C)"}
+
+
+def test_did_you_mean_counts_a_swap_as_one_edit():
+    from harness.registry import did_you_mean, edit_distance
+
+    assert edit_distance("adma", "adam") == 1 and edit_distance("adma", "adamax") == 2
+    opts = ["adagrad", "adam", "adamax", "adamw", "sgd", "momentum", "nesterov"]
+    assert did_you_mean("adma", opts) == " (did you mean 'adam'?)"
+    assert did_you_mean("momentun", opts) == " (did you mean 'momentum'?)"
+    assert did_you_mean("xyz", opts) == ""
+
+
+def test_2d_model_on_1d_data_points_at_cnn1d():
+    from models.zoo import MODELS
+
+    with pytest.raises(ValueError, match=r"got \(40,\); for 1-D data use cnn1d \(or mlp, logreg\)$"):
+        MODELS["cnn"](input_shape=(40,), num_classes=10)
