@@ -375,3 +375,20 @@ def test_2d_model_on_1d_data_points_at_cnn1d():
 
     with pytest.raises(ValueError, match=r"got \(40,\); for 1-D data use cnn1d \(or mlp, logreg\)$"):
         MODELS["cnn"](input_shape=(40,), num_classes=10)
+
+
+def test_readme_and_quickstart_config_agree_on_the_time_and_docs_name_real_schedules():
+    from pathlib import Path
+
+    import harness.config
+    from optimizers import SCHEDULES
+
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())
+    config = " ".join((root / "experiments" / "quickstart.yaml").read_text().split())
+    assert "about a minute on 2 CPU cores" in readme.lower()
+    assert "about a minute on 2 CPU cores" in config.lower()
+    for line in harness.config.__doc__.splitlines():
+        m = re.match(r"\s*schedules: \[([^\]]*)\]", line)
+        if m:
+            assert all(n.strip() in SCHEDULES for n in m.group(1).split(",")), line
