@@ -192,12 +192,14 @@ def test_report_page_inline_svg_downloads_interactive_and_tables(sweeps):
     assert text.count("<tr><td><b>") == 2  # the label → configuration table: one row per task
     assert "model.hidden=32" in text and "cnn · digits" in text
     three = sweeps["three-tasks"].read_text(encoding="utf-8")
-    assert re.findall(r'id="([a-z-]+)-spec"', three) == ["convergence-steps-spec", "sensitivity-spec"]
+    assert re.findall(r'<script type="application/json" id="([a-z-]+)-spec">', three) == [
+        "convergence-steps", "sensitivity"]
 
 
 def test_summary_table_fits_80_columns(sweeps):
     for name, text in sweeps["summaries"].items():
-        lines = text.splitlines()
+        # the table; the two commands after it are never wrapped (they are copied whole)
+        lines = text.split("Open the MLflow UI:")[0].splitlines()
         wide = [ln for ln in lines if len(ln) > 80]
         assert not wide, (name, wide)
         assert ("mlp · digits" if name == "quickstart" else "cnn1d · mnist1d") in text
@@ -290,8 +292,9 @@ window.addEventListener('load', function () { setTimeout(function () {
 def test_report_in_headless_chromium(chromium, sweeps, tmp_path):
     page = sweeps["quickstart"]
     probe = tmp_path / "probe.html"
-    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", _PROBE + "</body>", 1),
-                     encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
+    end = text.rindex("</body>")  # the last one: the inlined Vega JS holds the string too
+    probe.write_text(text[:end] + _PROBE + text[end:], encoding="utf-8")
     dom = run_chromium(probe.as_uri(), tmp_path / "p1", "--window-size=1400,1000",
                        "--virtual-time-budget=20000", "--dump-dom")
     m = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
@@ -355,7 +358,8 @@ def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps,
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     text = re.sub(r"<[^>]+>", " ", dom)
+    assert "tags.`harness.kind` = 'trial'" in htmlmod.unescape(dom)  # the search box: parents hidden
     for needle in ("Training runs", "Group by: optimizer", "Group: adam", "Group: momentum", "Group: sgd",
-                   "harness.kind"):
+                   "24 matching runs"):
         assert needle in text, (needle, text[:3000])
     assert "No data" not in text and "does not exist" not in text
