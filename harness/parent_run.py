@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 from harness import tracking
+from harness.expansion import search_methods
+from harness.search import SEARCH_TAG
 from harness.worker import TrialOutcome
 
 
@@ -21,13 +23,15 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
                                 f"tags.`{tracking.KIND_TAG}` = 'parent'")
     tracking.kill_stale(client, stale)
     tags = {tracking.SWEEP_TAG: cfg.name, tracking.SWEEP_ID_TAG: sweep_id, tracking.KIND_TAG: "parent",
-            "git_commit": tracking.git_commit()}
+            "git_commit": tracking.git_commit(), SEARCH_TAG: search_methods(specs)}
     run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     rid = run.info.run_id
     params = [Param(k, str(v)) for k, v in {
         "config_file": str(config_path), "n_trials": len(specs), "n_todo": len(plan.todo),
         "n_skipped": len(plan.done), "executor": cfg.executor, "jobs": cfg.jobs, "batching": cfg.batching,
-        "budget.steps": cfg.budget.steps, "budget.epochs": cfg.budget.epochs}.items()]
+        "budget.steps": cfg.budget.steps, "budget.epochs": cfg.budget.epochs,
+        **{f"search.{k}": v for k, v in (cfg.search.model_dump() if cfg.search else {}).items()
+           if v is not None}}.items()]
     client.log_batch(rid, params=params, synchronous=True)
     with tempfile.TemporaryDirectory(prefix="harness-") as d:
         dp = Path(d)

@@ -10,8 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config import ConfigError, Registries, SweepConfig
-from harness.expansion import entry_paths, expand, hp_key
-from harness.spec import TrialSpec
+from harness.expansion import TrialList, entry_paths, expand, hp_key
 
 
 def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
@@ -30,7 +29,7 @@ def _exc_text(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None) -> list[TrialSpec]:
+def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None) -> TrialList:
     """Everything a trial needs, checked once per distinct value before any work or MLflow write;
     returns the expanded trials.
 
@@ -103,7 +102,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
         # model
         mhp = s.hparams("model")
         if once(("model", s.model, hp_key(mhp), ds.input_shape, ds.num_classes)):
-            mpath = paths["models"].get((s.model, hp_key(mhp)), "models")
+            mpath = specs.origins[s.trial_id].paths["models"]
             try:
                 model = reg.models[s.model](input_shape=ds.input_shape, num_classes=ds.num_classes, **mhp)
                 jax.eval_shape(lambda k, m=model, sh=ds.input_shape: m.init(k, (1, *sh)), key_aval)
@@ -114,9 +113,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
                                   f"{ds.input_shape}: {_exc_text(e)}")
         # optimizer alone, then with its schedule (as the trainer builds it)
         ohp = s.hparams("optimizer")
-        opath = paths["optimizers"].get((s.optimizer, hp_key(ohp)), "optimizers")
+        opath = specs.origins[s.trial_id].paths["optimizers"]
         shp = s.hparams("schedule")
-        spath = paths["schedules"].get((s.schedule, hp_key(shp)), "schedules")
+        spath = specs.origins[s.trial_id].paths["schedules"]
         for sched, sched_hp, steps in (("none", {}, 0), (s.schedule, shp, s.steps)):
             if ("bad-opt", s.optimizer, hp_key(ohp)) in seen:
                 break  # reported once, on the optimizer

@@ -28,7 +28,56 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
             "re-run (failed before)" if s.trial_id in plan.failed_before else "to run")
         t.add_row(str(i + 1), s.trial_id, run_name(s), s.dataset, config_label(s), str(s.steps), state)
     console.print(t)
+    print_search(console, plan.specs)
     console.print(f"tracking: {uri}; batching: {cfg.batching}; executor: {cfg.executor} (jobs={cfg.jobs})")
+
+
+def _val(v: object) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def print_search(console, trials) -> None:
+    """The dry run's search part: per cell with sampled hyperparameters, its points (index ``k`` in
+    the sequence and the sampled values, once per configuration); then the tuning budget of every
+    optimizer per task, and a warning line for each task whose optimizers get unequal budgets.
+    ``trials`` is an :func:`harness.expansion.expand` result (plain lists print nothing)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from harness.expansion import budgets, unequal_budgets
+
+    origins = getattr(trials, "origins", None)
+    if not origins:
+        return
+    cells: dict[tuple, dict[tuple, tuple]] = {}
+    for s in trials:
+        o = origins[s.trial_id]
+        if o.index is None:
+            continue
+        key = (o.task, s.optimizer, o.paths["optimizers"], s.schedule, o.paths["schedules"], o.method,
+               o.sampled)
+        values = tuple(s.hparams(k.split(".", 1)[0])[k.split(".", 1)[1]] for k in o.sampled)
+        cells.setdefault(key, {}).setdefault((o.index, values), values)
+    for (task, opt, opath, sched, _, method, sampled), pts in cells.items():
+        console.print(escape(f"{method} points of {opt} ({opath}) · {sched} on {task}:"), soft_wrap=True)
+        t = Table()
+        t.add_column("k", justify="right")
+        for k in sampled:
+            t.add_column(k, justify="right")
+        for (idx, _), values in sorted(pts.items(), key=lambda kv: kv[0][0]):
+            t.add_row(str(idx), *(_val(v) for v in values))
+        console.print(t)
+    b = budgets(trials)
+    console.print("tuning budget: configurations per optimizer and task (each runs with every seed):")
+    t = Table()
+    for col in ("task", "optimizer", "configurations"):
+        t.add_column(col, justify="right" if col == "configurations" else "left")
+    for task, opts in b.items():
+        for opt, n in opts.items():
+            t.add_row(escape(task), opt, str(n))
+    console.print(t)
+    for line in unequal_budgets(trials):
+        console.print(escape(line), soft_wrap=True)
 
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from harness import tracking
 from harness.config import Registries, load_config
-from harness.expansion import component_variants, expand, sweep_id_of
+from harness.expansion import component_variants, expand, search_tags, sweep_id_of
 from harness.parent_run import end_parent, start_parent
 from harness.plan import Plan, group_units, make_plan
 from harness.preflight import preflight
@@ -140,7 +140,8 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
 
     parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
     ctx = RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id=parent_id, sweep_id=sweep_id,
-                     sweep=cfg.name, git_commit=tracking.git_commit(), measure_perf=cfg.measure_perf)
+                     sweep=cfg.name, git_commit=tracking.git_commit(), measure_perf=cfg.measure_perf,
+                     trial_tags=search_tags(specs))
     outcomes: list[TrialOutcome] = plan.done_outcomes
     status = "KILLED"
     try:

@@ -26,7 +26,7 @@ def _errors(write_sweep, **overrides) -> list[str]:
 def test_unknown_model_names_choices_and_did_you_mean(write_sweep):
     assert _errors(write_sweep, models=["mlpp"]) == [
         "F: models[0].name: unknown model 'mlpp'; valid choices: autoencoder, cnn, cnn1d, logreg, mlp, "
-        "resnet (did you mean 'mlp'?)"]
+        "resnet, resnet18, transformer_lm, vit (did you mean 'mlp'?)"]
 
 
 def test_unknown_optimizer_schedule_dataset_hparam(write_sweep):
@@ -77,8 +77,8 @@ def test_empty_axes(write_sweep):
 def test_unknown_keys_top_and_nested(write_sweep):
     errs = _errors(write_sweep, seedz=[1], budget={"step": 10},
                    optimizers=[{"name": "sgd", "hparam": {"step_size": 0.1}}])
-    assert errs[0] == ("F: optimizers[0].hparam: unknown key 'hparam'; valid keys: name, hparams, zip "
-                       "(did you mean 'hparams'?)")
+    assert errs[0] == ("F: optimizers[0].hparam: unknown key 'hparam'; valid keys: name, hparams, zip, "
+                       "search (did you mean 'hparams'?)")
     assert errs[1] == "F: budget.step: unknown key 'step'; valid keys: steps, epochs (did you mean 'steps'?)"
     assert errs[2].startswith("F: seedz: unknown key 'seedz'; valid keys: name, description, models,")
     assert errs[2].endswith("(did you mean 'seeds'?)")
@@ -167,7 +167,7 @@ def test_exclude_rule_values_checked_against_registries(write_sweep):
     errs = _errors(write_sweep, exclude=[{"model": "cnnn"},
                                          {"optimizer": ["sgd", "adamm"], "dataset": "digts"}])
     assert errs[0] == ("F: exclude[0].model: unknown model 'cnnn'; valid choices: autoencoder, cnn, cnn1d, "
-                       "logreg, mlp, resnet (did you mean 'cnn'?)")
+                       "logreg, mlp, resnet, resnet18, transformer_lm, vit (did you mean 'cnn'?)")
     assert errs[1].startswith("F: exclude[1].optimizer: unknown optimizer 'adamm'; valid choices: adagrad,")
     assert errs[1].endswith("(did you mean 'adam'?)")
     assert errs[2].startswith("F: exclude[1].dataset: unknown dataset 'digts'; valid choices: digits,")
