@@ -169,11 +169,11 @@ def input_kinds(builder) -> str:
     ok = []
     for kind, shape in _PROBE_SHAPES.items():
         try:
-            builder(input_shape=shape, num_classes=10)
-            ok.append(kind)
+            md = builder(input_shape=shape, num_classes=10)
         except Exception:  # the builder refuses the shape (a 2-D CNN on (L,), ...)
             continue
-    return " · ".join(ok) or "—"
+        ok.append("tokens (T,)" if str(getattr(md, "input_dtype", "float32")).startswith("int") else kind)
+    return " · ".join(dict.fromkeys(ok)) or "—"
 
 
 @app.command("list", short_help="Models, optimizers, schedules, datasets.")
@@ -215,7 +215,7 @@ def list_(
             t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
         if k == "models":
             t.caption = ("inputs: the example shapes a model builds on — (L,): 1-D data such as mnist1d "
-                         "or synthetic; (H, W, C): images such as digits")
+                         "or synthetic; (H, W, C): images such as digits; tokens (T,): int sequences")
         console.print(t)
 
 
