@@ -45,7 +45,10 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
     """Best configuration per (dataset, model, optimizer), ranked exactly like the HTML report's
     leaderboard (:func:`reports.frame.best_configs`); the first difference decides: more seeds that
     reached the target; lower median seconds to target; more seeds finished (not diverged or
-    failed); better mean final target metric (eval/accuracy, or eval/loss for loss targets)."""
+    failed); better mean final target metric on **validation** (valid/accuracy, or valid/loss for
+    loss targets). Selection never reads the test split: ``value`` is the selected configuration's
+    mean validation metric, ``test_value`` its mean test metric over the seeds that have one (the
+    headline number; ``None`` for runs from before the three-split protocol)."""
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
@@ -53,11 +56,15 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
     for (ds, model, opt, conf), os_ in groups.items():
         ok = [o for o in os_ if o.status == "finished"]
         metric = os_[0].target_metric
-        vals = [(o.final_eval_loss if metric == "eval/loss" else o.final_eval_accuracy) for o in ok]
+        is_loss = metric.endswith("/loss")
+        vals = [(o.final_valid_loss if is_loss else o.final_valid_accuracy) for o in ok]
         vals = [v for v in vals if v is not None]
+        tests = [(o.test_loss if is_loss else o.test_accuracy) for o in ok]
+        tests = [v for v in tests if v is not None]
         row = {
             "dataset": ds, "model": model, "optimizer": opt, "config": conf, "metric": metric,
-            "value": statistics.fmean(vals) if vals else None, "n": len(os_),
+            "value": statistics.fmean(vals) if vals else None,
+            "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
             "n_diverged": sum(o.status == "diverged" for o in os_),
             "n_failed": sum(o.status == "failed" for o in os_),
             "seconds_to_target": _median([o.seconds_to_target for o in ok]),
@@ -65,7 +72,7 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
             "reached": sum(o.seconds_to_target is not None for o in ok),
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
         }
-        sign = 1.0 if metric == "eval/loss" else -1.0
+        sign = 1.0 if is_loss else -1.0
         row["_rank"] = (-row["reached"],
                         math.inf if row["seconds_to_target"] is None else row["seconds_to_target"],
                         -len(ok), math.inf if row["value"] is None else sign * row["value"])
@@ -106,30 +113,33 @@ def print_summary(console, summary: SweepSummary) -> None:
     configs: dict[tuple, list[str]] = {}
     for o in summary.outcomes:
         configs.setdefault((o.dataset, o.model, o.optimizer), []).append(o.config)
-    metric = rows[0]["metric"] if rows else "eval/accuracy"
-    short = {"eval/accuracy": "acc", "eval/loss": "loss", "valid/accuracy": "acc", "valid/loss": "loss"}
+    metric = rows[0]["metric"] if rows else "valid/accuracy"
+    short = metric.split("/", 1)[-1].replace("accuracy", "acc")
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
               title=f"{summary.name}: best configuration per task and optimizer\n"
                     f"{c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed, "
                     f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s",
-              caption="best: most seeds reaching the target, then fastest, then most finished, then "
-                      "best final metric; full configurations: the HTML report")
+              caption="best = selected on validation: most seeds reaching the target, then fastest, "
+                      "then most finished, then best validation metric; test = its mean test metric; "
+                      "full configurations: the HTML report")
     t.add_column("task", no_wrap=True)
     t.add_column("optimizer", no_wrap=True)
     t.add_column("best config", overflow="fold")
-    t.add_column(f"final {short.get(metric, metric)}", justify="right", no_wrap=True)
+    t.add_column(f"valid {short}", justify="right", no_wrap=True)
+    t.add_column(f"test {short}", justify="right", no_wrap=True)
     t.add_column("to target", justify="right", no_wrap=True)
     t.add_column("ex/s", justify="right", no_wrap=True)
     t.add_column("trials", justify="right", no_wrap=True)
     for r in rows:
         parts = _distinct_parts(sorted(set(configs[(r["dataset"], r["model"], r["optimizer"])])))
         val = "—" if r["value"] is None else f"{r['value']:.4f}"
+        test = "—" if r.get("test_value") is None else f"{r['test_value']:.4f}"
         ttt = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s"
         eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
         bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
         trials = f"{r['n']}" + (f" ({bad})" if bad else "")
         t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], parts.get(r["config"], "") or "—",
-                  val, ttt, eps, trials)
+                  val, test, ttt, eps, trials)
     console.print(t)
     uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \
         f" --tracking-uri {summary.tracking_uri}"

@@ -172,7 +172,7 @@ def _vega_js() -> str:
 
 def _trial_rows(s: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, Any]]:
     """One row per trial for the sortable trials table (display strings)."""
-    from reports.frame import M_FINAL_ACC, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEP_MS
+    from reports.frame import M_FINAL_ACC, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEP_MS, M_TEST_ACC
 
     def num(v: Any, fmt: str) -> str:
         return "" if v is None or pd.isna(v) else format(float(v), fmt)
@@ -188,6 +188,7 @@ def _trial_rows(s: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, Any]]
                 "status": r["status"],
                 "acc": num(r[M_FINAL_ACC], ".4f"),
                 "loss": num(r[M_FINAL_LOSS], ".4f"),
+                "test": num(r[M_TEST_ACC], ".4f") if M_TEST_ACC in r else "",
                 "ttt": num(r[M_SECONDS_TO_TARGET], ".3g"),
                 "ms": num(r[M_STEP_MS], ".3g"),
                 "reason": r["reason"] if isinstance(r["reason"], str) else "",

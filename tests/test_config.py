@@ -141,6 +141,7 @@ def test_expansion_grid_zip_include_exclude(write_sweep):
     # seeds vary fastest; batching groups seed siblings
     assert [s.seed for s in specs[:4]] == [0, 1, 0, 1]
     assert specs[0].steps == 40 and specs[0].eval_every == 20 and specs[0].target.mode == "max"
+    assert specs[0].target.metric == "valid/accuracy"
     units = group_units(specs, "on")
     # sgd: step size and seed differ only → one unit of 4 per model; adam: b1 differs → pairs of seeds
     assert sorted(len(u) for u in units) == [1, 2, 2, 2, 2, 4, 4, 4]
@@ -188,5 +189,5 @@ def test_batch_size_and_targets_messages_say_the_expected_form(write_sweep):
     assert errs == [
         "F: batch_size: expected an int or a list of ints, got 'sixty'",
         "F: targets: expected a mapping {DATASET: {metric, value}}, e.g. targets: {digits: {metric: "
-        "eval/accuracy, value: 0.9}} (use 'target' for one target for all datasets), got "
+        "valid/accuracy, value: 0.9}} (use 'target' for one target for all datasets), got "
         "[{'metric': 'eval/accuracy', 'value': 0.5}]"]

@@ -272,7 +272,7 @@ window.addEventListener('load', function () { setTimeout(function () {
     return {state: b.dataset.state, marks: b.querySelectorAll('.vl-chart svg .mark-line path').length,
             legend: b.querySelector('.vl-chart svg') ? b.querySelector('.vl-chart svg').textContent : ''}; });
   var th = Array.prototype.filter.call(document.querySelectorAll('#trials-table th'),
-    function (h) { return h.textContent.indexOf('Final accuracy') === 0; })[0];
+    function (h) { return h.textContent.indexOf('Validation accuracy') === 0; })[0];
   var col = Array.prototype.indexOf.call(th.parentNode.children, th);
   th.click(); th.click();  // descending
   out.sorted = Array.prototype.map.call(document.querySelectorAll('#trials-table tbody tr'),
@@ -304,7 +304,7 @@ def test_report_in_headless_chromium(chromium, sweeps, tmp_path):
     for box in out["svgs"]:  # vector figures fill the page's content width
         assert abs(box["w"] - (out["main"] - 64)) < 3 and box["h"] > 150, (box, out["main"])
     assert out["vega"] and all(v["state"] == "ok" and v["marks"] >= 6 for v in out["vega"]), out["vega"]
-    assert "momentum" in out["vega"][0]["legend"] and "eval accuracy" in out["vega"][0]["legend"]
+    assert "momentum" in out["vega"][0]["legend"] and "validation accuracy" in out["vega"][0]["legend"]
     acc = [float(v) for v in out["sorted"] if v]
     assert acc == sorted(acc, reverse=True) and len(acc) == 24
     assert out["visible"] == 4  # cnn × adam × 2 schedules × 2 seeds
