@@ -41,7 +41,11 @@ MAX_TRIALS_ALL_CONFIGS = 200
 #: Pixel width of the whole chart (the page's content width less the y axis and padding).
 CHART_PX = int(PAGE_WIDTH_IN * 96) - 20
 
-_METRIC_NAMES = {M_TRAIN_LOSS: "train loss", M_EVAL_LOSS: "validation loss", M_EVAL_ACC: "validation accuracy"}
+_METRIC_NAMES = {
+    M_TRAIN_LOSS: "train loss",
+    M_EVAL_LOSS: "validation loss",
+    M_EVAL_ACC: "validation accuracy",
+}
 
 
 @functools.cache
