@@ -92,7 +92,8 @@ def _distinct_parts(configs: list[str]) -> dict[str, str]:
     tells the configurations of one model and optimizer apart; ``""`` when there is one)."""
     words = [c.split() for c in configs]
     common = set.intersection(*map(set, words)) if words else set()
-    return {c: " ".join(w for w in ws if w not in common) for c, ws in zip(configs, words, strict=True)}
+    return {c: " ".join(w for w in ws if w not in common).replace("step_size=", "lr=")
+            for c, ws in zip(configs, words, strict=True)}
 
 
 def _si(x: float) -> str:
