@@ -58,7 +58,8 @@ Examples:
       --tracking-uri http://HOST:5000 --cpus-per-trial 2
 \b
 Exit codes: 0 ok; 1 some trial failed; 2 invalid config or usage; 3 tracking store
-unreachable; 130 interrupted (re-run the same command to resume)."""
+unreachable or unusable (also when results are left in the local spool: the next run
+writes them); 130 interrupted (re-run the same command to resume)."""
 
 
 @app.command(short_help="Run a sweep config (resumable).", epilog=_SWEEP_EPILOG)
@@ -110,6 +111,11 @@ def sweep(
     except ValueError as e:  # e.g. an unknown executor from the command line
         _err(f"error: {e}")
         raise typer.Exit(2) from None
+    account = summary.spool_account()
+    if account:
+        _err(account)
+    if summary.spooled_left:
+        raise typer.Exit(3)
     if not dry_run and summary.counts()["failed"]:
         raise typer.Exit(1)
 
@@ -178,9 +184,11 @@ def input_kinds(builder) -> str:
 
 @app.command("list", short_help="Models, optimizers, schedules, datasets.")
 def list_(
-    kind: str | None = typer.Argument(None, help="models | optimizers | schedules | datasets (default all)."),
+    kind: str | None = typer.Argument(
+        None, help="models | optimizers | schedules | datasets | workloads (default all)."),
 ) -> None:
-    """Registered models, optimizers, schedules and datasets with their hyperparameters and defaults."""
+    """Registered models, optimizers, schedules, datasets and workloads with their hyperparameters
+    and defaults (a workload: dataset, model, loss, validation target, steps × batch size)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -190,10 +198,11 @@ def list_(
     reg = default_registries()
     kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
              "schedules": ("schedule", reg.schedules), "datasets": ("dataset", reg.datasets)}
-    if kind is not None and kind not in kinds:
+    if kind is not None and kind not in (*kinds, "workloads"):
         from harness.registry import did_you_mean
 
-        _err(f"unknown kind {kind!r}; valid choices: {', '.join(kinds)}{did_you_mean(kind, list(kinds))}")
+        valid = [*kinds, "workloads"]
+        _err(f"unknown kind {kind!r}; valid choices: {', '.join(valid)}{did_you_mean(kind, valid)}")
         raise typer.Exit(2)
     console = Console()
     for k, (single, registry) in kinds.items():
@@ -217,6 +226,28 @@ def list_(
             t.caption = ("inputs: the example shapes a model builds on — (L,): 1-D data such as mnist1d "
                          "or synthetic; (H, W, C): images such as digits; tokens (T,): int sequences")
         console.print(t)
+    if kind in (None, "workloads"):
+        _print_workloads(console)
+
+
+def _print_workloads(console) -> None:
+    """The :data:`harness.workloads.WORKLOADS` table for ``list``."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from harness.workloads import WORKLOADS
+
+    t = Table(title="workloads (validation targets)")
+    t.add_column("name", no_wrap=True)
+    for col in ("dataset / model", "target", "steps x batch"):
+        t.add_column(col, overflow="fold")
+    for name in sorted(WORKLOADS):
+        w = WORKLOADS[name]
+        op = ">=" if w.target_mode == "max" else "<="
+        data = f"{w.dataset}{' (data_dir)' if w.needs_data_dir else ''} / {w.model}"
+        t.add_row(escape(name), escape(data), escape(f"{w.metric} {op} {w.target:g}"),
+                  f"{w.steps} x {w.batch_size}")
+    console.print(t)
 
 
 @app.command(short_help="Finished/diverged/failed/pending per sweep.")
@@ -294,13 +325,36 @@ def status(
             n = max(d["n"], len(ids))
             pending = n - sum(c.values())
             last = d["last"]
-            last_s = "—" if last is None else f"{last.info.run_name} ({last.info.status})"
+            last_s = "—" if last is None else _parent_state(client, last)
             t.add_row(exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
                       str(pending), last_s)
     console = Console()
     if not console.is_terminal:  # piped or logged: do not squeeze ids into 80 columns
         console = Console(width=140)
     console.print(t)
+    from harness import spool
+
+    n_spooled = len(spool.entries(uri))
+    if n_spooled:
+        console.print(f"{n_spooled} trained results are in the local spool {spool.spool_dir(uri)} (the "
+                      f"store did not take them); the next sweep on this store writes them", soft_wrap=True)
+
+
+def _parent_state(client, run) -> str:
+    """``name (STATUS)``; for a RUNNING parent also whether its process is alive, e.g.
+    ``sweep-... (RUNNING, but its process host:123 is gone; the next sweep marks it KILLED)``."""
+    from harness import tracking
+
+    s = f"{run.info.run_name} ({run.info.status}"
+    if run.info.status == "RUNNING":
+        state, why = tracking.run_liveness(client, run)
+        if state == "gone":
+            s += f", but {why}; the next sweep marks it KILLED"
+        elif state == "alive":
+            s += f": {why}"
+        else:
+            s += f": {why}"
+    return s + ")"
 
 
 @app.command(short_help="Start the MLflow UI on the store.")

@@ -228,18 +228,37 @@ class SubGrid(_Strict):
         return v if v is None else _nonempty(v)
 
 
+class WorkloadEntry(_Strict):
+    """One entry of ``workloads``: a :data:`harness.workloads.WORKLOADS` name, with optional
+    overrides of its model's and dataset's hyperparameters (scalars or grids, as in ``models``).
+    A bare string ``"mnist1d_cnn"`` means ``{name: mnist1d_cnn}``."""
+
+    name: str
+    model_hparams: dict[str, Any] = Field(default_factory=dict)
+    dataset_hparams: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_str(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+
+_DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
 class SweepConfig(_Strict):
     """A whole sweep config (see the module docstring for the YAML schema)."""
 
     name: str = Field(min_length=1)
     description: str = ""
-    models: list[Component]
+    models: list[Component] | None = None
     optimizers: list[Component]
     schedules: list[Component] = Field(default_factory=lambda: [Component(name="constant")])
-    datasets: list[Component]
+    datasets: list[Component] | None = None
+    workloads: list[WorkloadEntry] | None = None
     seeds: list[int] = Field(default_factory=lambda: [0])
     batch_size: list[int] = Field(default_factory=lambda: [128])
-    budget: Budget
+    budget: Budget | None = None
     search: SearchCfg | None = None
     eval_every: int | None = Field(default=None, gt=0)
     steps_per_dispatch: int = Field(default=50, gt=0)
@@ -250,7 +269,9 @@ class SweepConfig(_Strict):
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     batching: Literal["auto", "on", "off"] = "auto"
     measure_perf: bool = True
-    dtype: Literal["float32", "bfloat16", "float16", "float64"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16", "float64"] | list[
+        Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
+    augment: dict[str, Any] | None = None
     tracking_uri: str | None = None
     executor: str = "inprocess"
     jobs: int = Field(default=1, gt=0)
@@ -275,10 +296,30 @@ class SweepConfig(_Strict):
     def _batching(cls, v: Any) -> Any:
         return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
-    @field_validator("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
+    @field_validator("models", "optimizers", "schedules", "datasets", "seeds", "batch_size",
+                     "workloads", "dtype")
     @classmethod
-    def _ne(cls, v: list) -> list:
-        return _nonempty(v)
+    def _ne(cls, v: list | None) -> list | None:
+        return v if v is None or isinstance(v, str) else _nonempty(v)
+
+    @model_validator(mode="after")
+    def _grid_or_workloads(self) -> SweepConfig:
+        if self.workloads is None:
+            missing = [k for k in ("models", "datasets", "budget") if getattr(self, k) is None]
+            if missing:
+                raise PydanticCustomError(
+                    "workloads", "give {missing} (or 'workloads', which name each model, dataset "
+                    "and budget)", {"missing": " and ".join(repr(m) for m in missing)})
+        elif (self.models is None) != (self.datasets is None):
+            raise PydanticCustomError("workloads", "with 'workloads', give both 'models' and "
+                                      "'datasets' (an extra grid) or neither")
+        elif self.models is not None and self.budget is None:
+            raise PydanticCustomError("workloads", "the 'models' x 'datasets' grid needs a 'budget'")
+        return self
+
+    def dtypes(self) -> list[str]:
+        """The ``dtype`` axis as a list."""
+        return [self.dtype] if isinstance(self.dtype, str) else list(self.dtype)
 
     @field_validator("seeds")
     @classmethod
@@ -452,7 +493,8 @@ def _format_pydantic(err: ValidationError, file: str) -> list[str]:
             msg = (f"expected a mapping {{DATASET: {{metric, value}}}}, e.g. targets: {{digits: "
                    f"{{metric: valid/accuracy, value: 0.9}}}} (use 'target' for one target for all "
                    f"datasets), got {e['input']!r}")
-        elif e["type"] not in ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size", "search"):
+        elif e["type"] not in ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size", "search",
+                               "workloads"):
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"{file}: {_loc_path(loc)}: {msg}")
     return lines
@@ -605,6 +647,30 @@ def _check_component(kind: str, registry: Mapping[str, Callable], comp: Componen
                           f"{sorted(lengths)}")
 
 
+def _check_workload(w: WorkloadEntry, path: str, file: str, registries: Registries,
+                    errors: list[str]) -> None:
+    """The workload exists, and its model and dataset (with the overrides) pass the same checks as
+    a ``models``/``datasets`` entry."""
+    from harness.workloads import WORKLOADS
+
+    try:
+        wl = lookup(WORKLOADS, w.name, "workload")
+    except KeyError as e:
+        errors.append(f"{file}: {path}.name: {e.args[0]}")
+        return
+    for kind, reg, name, base, over in (
+            ("model", registries.models, wl.model, wl.model_hparams, w.model_hparams),
+            ("dataset", registries.datasets, wl.dataset, wl.dataset_hparams, w.dataset_hparams)):
+        comp = Component(name=name, hparams={**base, **over})
+        sub: list[str] = []
+        _check_component(kind, reg, comp, f"{path}.{kind}_hparams", file, sub)
+        # "workloads[0].model_hparams.name: unknown model ..." reads as the workload's own model
+        errors.extend(m.replace(f"{path}.{kind}_hparams.name:", f"{path}.name: workload "
+                                f"{w.name!r} needs {kind} {name!r}, but:").replace(
+                                f"{path}.{kind}_hparams.hparams", f"{path}.{kind}_hparams")
+                      for m in sub)
+
+
 def _distribution_error(kind: str, name: str, dist: _search.Distribution, ann: Any) -> str | None:
     """Why ``dist`` cannot be the value of hyperparameter ``name`` (annotation ``ann``) of a ``kind``
     builder, or None: datasets are never sampled; a discrete hyperparameter (one that takes no
@@ -711,8 +777,19 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
         ex = known_executors()
         errors.append(f"{file}: executor: unknown executor {cfg.executor!r}; valid choices: "
                       f"{', '.join(ex)}{did_you_mean(cfg.executor, ex)}")
+    for i, w in enumerate(cfg.workloads or []):
+        _check_workload(w, f"workloads[{i}]", file, registries, errors)
+    if cfg.augment is not None:
+        from harness.augment import validate_augment
+
+        try:
+            validate_augment(cfg.augment)
+        except ValueError as e:
+            errors.append(f"{file}: augment: {e}")
     for k in cfg.targets:
-        names = [c.name for c in cfg.datasets] + [c.name for g in cfg.include for c in g.datasets or []]
+        names = [c.name for c in cfg.datasets or []] + [c.name for g in cfg.include
+                                                         for c in g.datasets or []]
+        names += [w.name for w in cfg.workloads or []]
         if k not in names:
             errors.append(f"{file}: targets.{k}: not a dataset of this sweep; datasets: "
                           f"{', '.join(names)}{did_you_mean(k, names)}")

@@ -191,6 +191,10 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
     Raises:
       harness.config.ConfigError: zipped top-level axes of unequal lengths.
     """
+    from harness import workloads
+
+    if workloads.needs_parts(cfg):  # workloads / a dtype axis: plain parts (harness.workloads)
+        return workloads.expand_parts(cfg, lambda part: expand(part, n_train, file))
     points = _grid_points(cfg, cfg, cfg.zip, file)
     for i, sub in enumerate(cfg.include):
         points += _grid_points(sub, cfg, [], file, prefix=f"include[{i}].")

@@ -12,6 +12,19 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
 * **Data** lives on the device. Training order is a stream of epochs, each a fresh
   ``jax.random.permutation(fold_in(data_key, epoch), N)``; step ``i`` (0-based) uses stream
   positions ``[i·B, (i+1)·B)``, so a batch may straddle two epochs and no example is dropped.
+* **Sequence tasks** (``dataset.task == "sequence"``, :mod:`harness.sequences`): inputs are
+  ``int32 (N, T)`` token ids kept as integers on the device, targets the next tokens ``(N, T)``;
+  the model's loss and accuracy are per-token means, and evaluation's example-weighted mean is the
+  token-weighted mean (every sequence has T tokens). A dataset with a known ``loss_floor`` puts it
+  in ``result.extra["loss_floor"]`` (and ``entropy_rate``), from which the worker logs
+  ``valid/nats_above_entropy``.
+* **Augmentation** (``spec.augment``, :mod:`harness.augment`): applied in-graph to each training
+  batch (not to evaluation), keyed by ``fold_in(fold_in(data_key, AUGMENT_STREAM), i)`` for update
+  ``i``: same seed, same augmented batches.
+* **Mixed precision** (``spec.dtype`` ``bfloat16``/``float16``): parameters, optimizer state, model
+  state and stored inputs stay float32; each forward pass casts the floating parameters, state and
+  inputs to the compute dtype, and its outputs back to float32, so the loss, gradients (the cast's
+  transpose) and updates are float32. ``float32``/``float64``: everything in that dtype.
 * **Dispatch.** ``K = spec.steps_per_dispatch`` steps run in one ``lax.scan`` per call (chunks end
   at every evaluation point, so a shorter final chunk compiles once more); the training state is
   donated. The per-step train losses leave the device once per chunk (one host sync per chunk).
@@ -66,6 +79,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness import timing
+from harness.augment import AUGMENT_STREAM, make_augment
 from harness.data import Dataset, load_dataset
 from harness.registry import lookup
 from harness.spec import Curves, PerfResult, TrialResult, TrialSpec
@@ -101,6 +115,17 @@ class TrainState(NamedTuple):
 
 # --------------------------------------------------------------------------------------------------
 # building one program (shared by all trials with the same batch key)
+
+
+def _storage(x: np.ndarray, dtype: Any) -> np.ndarray:
+    """Floating inputs in the storage dtype; integer inputs (token ids) unchanged."""
+    return np.asarray(x, dtype) if np.issubdtype(x.dtype, np.floating) else np.asarray(x)
+
+
+def _cast_floats(tree: Any, dtype: Any) -> Any:
+    """Every floating leaf of ``tree`` cast to ``dtype`` (integer leaves untouched)."""
+    return jax.tree_util.tree_map(
+        lambda a: a.astype(dtype) if jnp.issubdtype(jnp.result_type(a), jnp.floating) else a, tree)
 
 
 def base_step_size(optimizer: str, optimizer_hparams: Mapping[str, Any], opt_builder: Callable) -> float:
@@ -162,17 +187,20 @@ class _ModelEntry:
         self.ds = ds  # kept alive while cached, so id(ds) in the cache key stays unique
         self.model = lookup(MODELS, spec.model, "model")(
             input_shape=ds.input_shape, num_classes=ds.num_classes, **spec.hparams("model"))
-        self.dtype = jnp.dtype(spec.dtype)
+        # mixed precision: bfloat16/float16 compute, float32 parameters, inputs and loss
+        self.compute_dtype = jnp.dtype(spec.dtype)
+        self.mixed = self.compute_dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+        self.dtype = jnp.dtype(jnp.float32) if self.mixed else self.compute_dtype
         self.N, self.M = ds.num_train, ds.num_valid
         self.input_shape = ds.input_shape
         self.recon = getattr(self.model, "task", "classification") == "reconstruction"
         self.needs_rng = bool(getattr(self.model, "needs_rng", False))
         self.metric_fns = dict(sorted((dict(getattr(self.model, "metrics", {}) or {})).items()))
-        self.x_train = jax.device_put(np.asarray(ds.x_train, self.dtype))
+        self.x_train = jax.device_put(_storage(ds.x_train, self.dtype))
         self.y_train = jax.device_put(ds.y_train)
-        self.x_valid = jax.device_put(np.asarray(ds.x_valid, self.dtype))
+        self.x_valid = jax.device_put(_storage(ds.x_valid, self.dtype))
         self.y_valid = jax.device_put(ds.y_valid)
-        self.x_test = jax.device_put(np.asarray(ds.x_test, self.dtype))
+        self.x_test = jax.device_put(_storage(ds.x_test, self.dtype))
         self.y_test = jax.device_put(ds.y_test)
         self.compiled: dict[tuple, Any] = {}
 
@@ -180,6 +208,17 @@ class _ModelEntry:
         # parameters do not depend on the batch size (stax convention): init with a batch of 1
         _, params, mstate = self.model.init(k_init, (1, *self.input_shape))
         return jax.tree_util.tree_map(lambda p: jnp.asarray(p, self.dtype), params), mstate
+
+    def forward(self, params: Any, mstate: Any, xb: jax.Array, *, rng: Any, train: bool):
+        """``model.apply``; under mixed precision the floating parameters, state and inputs are cast
+        to the compute dtype, the outputs back to float32 and the new state to its own dtypes."""
+        if not self.mixed:
+            return self.model.apply(params, mstate, xb, rng=rng, train=train)
+        cd = self.compute_dtype
+        out, new = self.model.apply(_cast_floats(params, cd), _cast_floats(mstate, cd),
+                                    _cast_floats(xb, cd), rng=rng, train=train)
+        new = jax.tree_util.tree_map(lambda n, o: jnp.asarray(n, o.dtype), new, mstate)
+        return _cast_floats(out, jnp.float32), new
 
     def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array):
         """Example-weighted ``(loss, {metric name: value})`` over the whole split (every metric of
@@ -190,7 +229,7 @@ class _ModelEntry:
         nb, r = divmod(M, eb)
 
         def stats(xb, yb):
-            out, _ = self.model.apply(params, mstate, xb, rng=rng, train=False)
+            out, _ = self.forward(params, mstate, xb, rng=rng, train=False)
             tgt = xb if self.recon else yb
             vals = {k: jnp.asarray(fn(out, tgt), jnp.float32) for k, fn in self.metric_fns.items()}
             return jnp.asarray(self.model.loss(out, tgt), jnp.float32), vals
@@ -232,6 +271,7 @@ class _Program:
                                          spec.hparams("schedule"), spec.steps, OPTIMIZERS, SCHEDULES)
         self.opt_builder = lookup(OPTIMIZERS, spec.optimizer, "optimizer")
         self.B = spec.batch_size
+        self.augment = make_augment(dict(spec.augment))
         if self.B > entry.N:
             raise ValueError(f"batch_size {self.B} exceeds the {entry.N} training examples of "
                              f"{entry.ds.name}")
@@ -253,8 +293,17 @@ class _Program:
         return self.make_opt(state.step_size).params_fn(state.opt_state)
 
     def _loss(self, params, mstate, xb, yb, rng):
-        out, new_mstate = self.e.model.apply(params, mstate, xb, rng=rng, train=True)
-        return self.e.model.loss(out, xb if self.e.recon else yb), new_mstate
+        out, new_mstate = self.e.forward(params, mstate, xb, rng=rng, train=True)
+        loss = self.e.model.loss(out, xb if self.e.recon else yb)
+        return jnp.asarray(loss, jnp.float32), new_mstate
+
+    def _augment(self, xb, data_key, i):
+        """The training batch of update ``i`` augmented (:mod:`harness.augment`; keyed by the
+        trial's data key and ``i``), or unchanged when the trial has no augmentation."""
+        if self.augment is None:
+            return xb
+        key = jax.random.fold_in(jax.random.fold_in(data_key, AUGMENT_STREAM), i)
+        return self.augment(xb, key)
 
     def _update(self, opt, state_pair, i, xb, yb, drop_key):
         opt_state, mstate = state_pair
@@ -287,7 +336,8 @@ class _Program:
 
         def body(pair, inp):
             i, bidx = inp
-            return self._update(opt, pair, i, x[bidx], y[bidx], state.dropout_key)
+            xb = self._augment(x[bidx], state.data_key, i)
+            return self._update(opt, pair, i, xb, y[bidx], state.dropout_key)
 
         (opt_state, mstate), losses = jax.lax.scan(
             body, (state.opt_state, state.model_state), (start + jnp.arange(n), idx))
@@ -296,6 +346,7 @@ class _Program:
     def one_step(self, state: TrainState, xb: jax.Array, yb: jax.Array, i: jax.Array):
         """One optimizer step on a given batch (what :mod:`harness.timing` times)."""
         opt = self.make_opt(state.step_size)
+        xb = self._augment(xb, state.data_key, i)
         (opt_state, mstate), loss = self._update(
             opt, (state.opt_state, state.model_state), i, xb, yb, state.dropout_key)
         return state._replace(opt_state=opt_state, model_state=mstate), loss
@@ -337,7 +388,8 @@ def _program(spec: TrialSpec, ds: Dataset) -> _Program:
     ekey = (spec.model, spec.model_hparams, spec.dtype, id(ds), regs)
     entry = _cached(_ENTRIES, ekey, lambda: _ModelEntry(spec, ds))
     opt_hp = tuple((k, v) for k, v in spec.optimizer_hparams if k != "step_size")
-    pkey = (*ekey, spec.batch_size, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps)
+    pkey = (*ekey, spec.batch_size, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps,
+            spec.augment)
     prog = _cached(_PROGRAMS, pkey, lambda: _Program(spec, entry))
     if prog.e is not entry:  # the entry was evicted and rebuilt: rebuild the program on it
         prog = _PROGRAMS[pkey] = _Program(spec, entry)
@@ -406,7 +458,7 @@ def _measure_perf(prog: _Program, spec: TrialSpec, perf_cache: dict | None) -> P
             fpe = None
     analytic = 3.0 * float(fpe) * prog.B if fpe else None
     perf = timing.measure(prog.one_step, (state, xb, yb, jnp.int32(0)), batch_size=prog.B,
-                          donate_argnums=(0,), analytic_flops=analytic)
+                          donate_argnums=(0,), analytic_flops=analytic, dtype=e.compute_dtype)
     if perf_cache is not None:
         perf_cache[pkey] = perf
     return perf
@@ -524,7 +576,9 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
             train_seconds=c.train_wall_s[-1] if c.train_wall_s else 0.0,
             compile_seconds=compile_s,
             extra={"batched": len(specs) if batched else 1,
-                   "eval_batch": min(e.M, EVAL_BATCH)},
+                   "eval_batch": min(e.M, EVAL_BATCH),
+                   **{k: float(getattr(ds, k)) for k in ("loss_floor", "entropy_rate")
+                      if getattr(ds, k, None) is not None}},
         ))
     return results
 
