@@ -18,6 +18,8 @@ from pathlib import Path
 
 import typer
 
+from harness.limits import DEFAULT_MAX_TRIALS
+
 _EPILOG = """\b
 Examples:
   python -m harness list optimizers                     # names, hyperparameters, defaults
@@ -82,6 +84,9 @@ def sweep(
     gpus_per_trial: float | None = typer.Option(None, "--gpus-per-trial", min=0,
                                                 help="Ray: GPUs each trial's task declares; a fraction "
                                                 "shares a GPU (default 0)."),
+    max_trials: int = typer.Option(DEFAULT_MAX_TRIALS, "--max-trials", min=1,
+                                   help="Refuse a config that expands to more trials than this "
+                                   "(checked from axis sizes, before anything is built)."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
     from harness.config import ConfigError
@@ -92,7 +97,7 @@ def sweep(
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
                             address=address, batching=batching.value if batching else None,
-                            dry_run=dry_run, quiet=quiet,
+                            dry_run=dry_run, quiet=quiet, max_trials=max_trials,
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
                                                              ("gpus_per_trial", gpus_per_trial))
                                            if v is not None})

@@ -91,6 +91,10 @@ class TrialSpec:
         the test split is evaluated once, at the end.
       steps_per_dispatch: K, the number of steps fused into one ``lax.scan`` dispatch.
       target: convergence target, or ``None``.
+      dtype: parameter/compute dtype name (``"float32"``).
+      divergence_loss_factor: the trial diverges when a train loss exceeds this multiple of its
+        initial (first step's) train loss; ``None``: only a non-finite loss counts. Omitted from
+        :meth:`to_dict` (hence from ``trial_id``) at its default, 100.0.
       dtype: compute dtype name (``"float32"``; ``"bfloat16"``/``"float16"`` are mixed precision:
         parameters, optimizer state and loss stay float32).
       augment: in-graph image augmentation hyperparameters (:mod:`harness.augment`; ``()`` = none).
@@ -118,6 +122,7 @@ class TrialSpec:
     dtype: str = "float32"
     augment: tuple[tuple[str, Any], ...] = ()
     workload: str = ""
+    divergence_loss_factor: float | None = 100.0
 
     @classmethod
     def make(cls, **kw: Any) -> TrialSpec:
@@ -167,6 +172,7 @@ class TrialSpec:
                 out[f"{k}.{name}"] = str(v)
         for k in ("seed", "steps", "batch_size", "eval_every", "steps_per_dispatch", "dtype"):
             out[f"train.{k}"] = str(getattr(self, k))
+        out["train.divergence_loss_factor"] = str(self.divergence_loss_factor)
         for name, v in self.augment:
             out[f"augment.{name}"] = str(v)
         if self.workload:
@@ -195,7 +201,7 @@ class TrialSpec:
 
 
 #: TrialSpec fields left out of ``to_dict`` (and ``trial_id``) when they equal these defaults.
-_OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": ""}
+_OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0}
 
 
 @dataclass

@@ -36,9 +36,13 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   ``accuracy`` metric report ``nan`` accuracy. Training never sees either split.
 * **Clock.** ``wall_s`` counts training dispatches only (compile and evaluation excluded), measured
   at each chunk's host sync; rows inside a chunk are interpolated linearly.
-* **Divergence.** The first non-finite train loss ends the trial: status ``"diverged"``,
-  ``diverged_step`` = that step (1-based: the step whose update used that loss); its row is kept
-  (``nan``). Never raises for it. Other exceptions propagate.
+* **Divergence.** The first non-finite train loss, or the first train loss above
+  ``spec.divergence_loss_factor`` (default 100) × the trial's initial train loss (step 1's, computed
+  on the initial parameters; the rule applies only when that is finite and > 0), ends the trial:
+  status ``"diverged"``, ``diverged_step`` = that step (1-based: the step whose update used that
+  loss), ``reason`` says which rule fired; its row is kept. Never raises for it. Other exceptions
+  propagate. (sgd at step size 1e3 on digits: diverged within a few steps, instead of "finished"
+  with a train loss of 1.9e21.) The same check runs per member in a vmapped batch.
 * **Convergence.** ``steps_to_target``/``seconds_to_target`` = the first validation evaluation whose
   metric (``valid/loss``, ``valid/accuracy`` or ``valid/<name>``) reaches ``spec.target``
   (``None`` = not reached).
@@ -406,11 +410,29 @@ class _Track:
     curves: Curves = dataclasses.field(default_factory=Curves)
     active: bool = True
     diverged_step: int | None = None
+    diverged_reason: str = ""
+    initial_loss: float | None = None
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
-
     test_loss: float | None = None
     test_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def check_divergence(self, step: int, loss: float) -> bool:
+        """Record ``loss`` of ``step`` against the divergence rules (module docstring); True when
+        it ends the trial."""
+        if self.initial_loss is None:
+            self.initial_loss = loss
+        factor = self.spec.divergence_loss_factor
+        if not math.isfinite(loss):
+            self.diverged_reason = f"non-finite train loss at step {step}"
+        elif factor is not None and math.isfinite(self.initial_loss) and self.initial_loss > 0 \
+                and loss > factor * self.initial_loss:
+            self.diverged_reason = (f"train loss {loss:.4g} at step {step} exceeds {factor:g}x the "
+                                    f"initial train loss {self.initial_loss:.4g}")
+        else:
+            return False
+        self.active, self.diverged_step = False, step
+        return True
 
     def add_eval(self, step: int, wall: float, loss: float, metrics: dict[str, float]) -> None:
         """One validation evaluation: ``loss`` and ``{metric name: value}`` of the model."""
@@ -533,8 +555,7 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
                     c.train_wall_s.append(wall + dt * (m + 1) / n)
                     v = float(losses[j, m])
                     c.train_loss.append(v)
-                    if not math.isfinite(v):
-                        tr.active, tr.diverged_step = False, step + m + 1
+                    if tr.check_divergence(step + m + 1, v):
                         break
             step += n
             wall += dt
@@ -564,7 +585,7 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
             status="diverged" if tr.diverged_step is not None else "finished",
             curves=c,
             perf=perf,
-            reason=f"non-finite train loss at step {tr.diverged_step}" if tr.diverged_step else "",
+            reason=tr.diverged_reason,
             diverged_step=tr.diverged_step,
             steps_to_target=tr.steps_to_target,
             seconds_to_target=tr.seconds_to_target,
