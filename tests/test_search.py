@@ -134,9 +134,11 @@ def test_bad_search_and_placement_messages(write_sweep):
     assert _errors(write_sweep, search={"trials": 0}) == ["F: search.trials: must be >= 1, got 0"]
     assert _errors(write_sweep, optimizers=_adam({"step_size": 0.1}, search={"trials": 0})) == [
         "F: optimizers[0].search.trials: must be >= 1, got 0"]
-    assert _errors(write_sweep, search={"method": "quasi", "trials": 3}) == [
-        "F: search.method: unknown method 'quasi'; valid: quasirandom, random, grid "
+    assert _errors(write_sweep, search={"method": "quasirandm", "trials": 3}) == [
+        "F: search.method: unknown method 'quasirandm'; valid: quasirandom, random, grid "
         "(did you mean 'quasirandom'?)"]
+    assert _errors(write_sweep, search={"method": "sobol", "trials": 3}) == [
+        "F: search.method: unknown method 'sobol'; valid: quasirandom, random, grid"]
     assert _errors(write_sweep, search={"method": "grid", "trials": 3}) == [
         "F: search.trials: method grid has no trials (its grid points are the budget); remove trials, "
         "or use method quasirandom or random"]
