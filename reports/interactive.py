@@ -195,7 +195,7 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
         "transform": [
             {"filter": "datum.metric == metric"},
             {"calculate": "xaxis == 'step' ? datum.step : datum.seconds", "as": "x"},
-            {"filter": "isValid(datum.x) && datum.value > 0"},
+            {"filter": "isValid(datum.x) && isValid(datum.value)"},  # > 0 added by the log switch
         ],
         "facet": {"field": "task", "type": "nominal", "title": None,
                   "header": {"labelFontSize": 13, "labelFontWeight": "bold"}},
@@ -276,7 +276,7 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
         "$schema": SCHEMA,
         "usermeta": {"ylog": False},
         "data": {"values": _records(d)},
-        "transform": [{"filter": "isValid(datum.value) && datum.value > 0"}],
+        "transform": [{"filter": "isValid(datum.value)"}],  # > 0 added by the log switch
         "facet": {"field": "task", "type": "nominal", "title": None,
                   "header": {"labelFontSize": 13, "labelFontWeight": "bold"}},
         "columns": cols,

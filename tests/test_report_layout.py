@@ -300,7 +300,8 @@ def test_report_in_headless_chromium(chromium, sweeps, tmp_path):
     m = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
     assert m, dom[-3000:]
     out = json.loads(htmlmod.unescape(m.group(1)))
-    assert len(out["svgs"]) == 5
+    n_figs = len(re.findall(r'<figure id="[a-z-]+-static"><svg', text))
+    assert len(out["svgs"]) == n_figs >= 5  # every drawn figure is laid out in the page
     for box in out["svgs"]:  # vector figures fill the page's content width
         assert abs(box["w"] - (out["main"] - 64)) < 3 and box["h"] > 150, (box, out["main"])
     assert out["vega"] and all(v["state"] == "ok" and v["marks"] >= 6 for v in out["vega"]), out["vega"]
@@ -360,6 +361,6 @@ def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps,
     text = re.sub(r"<[^>]+>", " ", dom)
     assert "tags.`harness.kind` = 'trial'" in htmlmod.unescape(dom)  # the search box: parents hidden
     for needle in ("Training runs", "Group by: optimizer", "Group: adam", "Group: momentum", "Group: sgd",
-                   "matching runs", "eval/accuracy"):
+                   "matching runs", "convergence"):  # chart sections below the fold are not rendered
         assert needle in text, (needle, text[:3000])
     assert "No data" not in text and "does not exist" not in text

@@ -542,7 +542,7 @@ def test_report_is_self_contained_with_csv_and_artifact(store, report, frame):
         "regression",
         "RuntimeError: boom",
         "diverged",
-        "95% bootstrap interval of the mean",
+        "95% bootstrap interval",
     ):
         assert needle in text, needle
     csv = pd.read_csv(report.with_suffix(".csv"))
