@@ -358,6 +358,26 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
 # ---------------------------------------------------------------------------------------------
 # Time to target
 # ---------------------------------------------------------------------------------------------
+
+def _row_words(ax, i: int, words: str, x_at: float, xmax: float) -> None:
+    """Write ``words`` above row ``i`` of a time-per-optimizer panel, at the side away from the
+    marker at ``x_at`` (axes coordinates: the words cannot spill past the axes, and they take no part
+    in layout)."""
+    side = 0.02 if x_at > 0.5 * xmax else 0.98
+    txt = ax.text(side, i - 0.2, words, transform=ax.get_yaxis_transform(), va="bottom",
+                  ha="left" if side < 0.5 else "right", fontsize=8, color="0.15")
+    txt.set_in_layout(False)
+
+
+def _time_rows_axes(ax, opts: list, xmax: float, title: str, xlabel: str) -> None:
+    """One row per optimizer, seconds on x from 0 to ``xmax``: the axes of both time figures."""
+    ax.set_yticks(range(len(opts)), opts)
+    ax.set_ylim(len(opts) - 0.4, -0.75)
+    ax.set_xlim(0, xmax)
+    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+
 def time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (task, optimizer), for its best configuration: seeds, seeds that reached the target,
     the median / 25th / 75th percentile of seconds and steps to target over those that did, and the
@@ -431,18 +451,8 @@ def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
                 budget = f" in {int(row['budget_steps'])} steps" if pd.notna(row["budget_steps"]) else ""
                 words = f"not reached{budget} (0/{row['n_seeds']} seeds)"
                 x_at = at
-            # the words sit above the marker's row, at the side of the panel away from the marker
-            # (axes coordinates: they cannot spill past the axes, and they take no part in layout)
-            side = 0.02 if x_at > 0.5 * xmax else 0.98
-            txt = ax.text(side, i - 0.2, words, transform=ax.get_yaxis_transform(), va="bottom",
-                          ha="left" if side < 0.5 else "right", fontsize=8, color="0.15")
-            txt.set_in_layout(False)
-        ax.set_yticks(range(len(opts)), opts)
-        ax.set_ylim(len(opts) - 0.4, -0.75)
-        ax.set_xlim(0, xmax)
-        ax.xaxis.set_major_locator(MaxNLocator(5))
-        ax.set_title(labels.get(task, task))
-        ax.set_xlabel("seconds to target (median of seeds)")
+            _row_words(ax, i, words, x_at, xmax)
+        _time_rows_axes(ax, opts, xmax, labels.get(task, task), "seconds to target (median of seeds)")
     for ax in axes.ravel()[len(tasks) :]:
         ax.set_visible(False)
     fig.suptitle(
@@ -793,16 +803,8 @@ def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
                 at = at if math.isfinite(at) else xmax / 1.08
                 ax.plot(at, i, marker=">", ms=8, mfc="white", mec=pal[opt], mew=1.6, ls="")
                 words = f"not reached (0 of {row['n_configs']} configurations)"
-            side = 0.02 if at > 0.5 * xmax else 0.98
-            txt = ax.text(side, i - 0.2, words, transform=ax.get_yaxis_transform(), va="bottom",
-                          ha="left" if side < 0.5 else "right", fontsize=8, color="0.15")
-            txt.set_in_layout(False)
-        ax.set_yticks(range(len(opts)), opts)
-        ax.set_ylim(len(opts) - 0.4, -0.75)
-        ax.set_xlim(0, xmax)
-        ax.xaxis.set_major_locator(MaxNLocator(5))
-        ax.set_title(labels.get(task, task))
-        ax.set_xlabel("tuned seconds to the target")
+            _row_words(ax, i, words, at, xmax)
+        _time_rows_axes(ax, opts, xmax, labels.get(task, task), "tuned seconds to the target")
     for ax in axes.ravel()[len(tasks) :]:
         ax.set_visible(False)
     return fig
