@@ -27,7 +27,7 @@ from harness import spool, tracking
 from harness.config import Registries, load_config
 from harness.expansion import component_variants, expand, search_tags, sweep_id_of
 from harness.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
-from harness.parent_run import end_parent, start_parent
+from harness.parent_run import end_parent, kill_dead_invocations, start_parent
 from harness.plan import Plan, group_units, make_plan
 from harness.preflight import preflight
 from harness.progress import execute_with_progress, print_plan
@@ -139,7 +139,9 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     units = group_units(plan.todo, cfg.batching) if plan.todo else []
     if not plan.todo:
         # Nothing to train: no new parent run (an empty one would hold no trial, get the report of
-        # the runs it does not describe, and be what `status` calls the sweep's last run).
+        # the runs it does not describe, and be what `status` calls the sweep's last run). A dead
+        # invocation's runs are still marked KILLED, as `status` promises.
+        kill_dead_invocations(client, exp_id)
         if not quiet:
             console.print(f"{len(plan.done)} trials already finished: nothing to train, no new parent run.")
         summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,

@@ -155,8 +155,10 @@ def test_mlp_dropout_is_drop_probability_and_needs_rng():
     ("mlp", {"activation": "swish"}, "unknown activation 'swish'; choose one of ['elu', 'gelu', "
                                      "'leaky_relu', 'relu', 'selu', 'sigmoid', 'softplus', 'tanh']"),
     ("mlp", {"dropout": 1.0}, "mlp: dropout is the drop probability and must be in [0, 1), got 1.0"),
-    ("cnn", {"input_shape": (40,)}, "cnn: input_shape must be (H, W) or (H, W, C), got (40,)"),
-    ("cnn1d", {"input_shape": (8, 8, 1)}, "cnn1d: input_shape must be (L) or (L, C), got (8, 8, 1)"),
+    ("cnn", {"input_shape": (40,)}, "cnn: input_shape must be (H, W) or (H, W, C), got (40,); "
+                                         "for 1-D data use cnn1d (or mlp, logreg)"),
+    ("cnn1d", {"input_shape": (8, 8, 1)}, "cnn1d: input_shape must be (L) or (L, C), got (8, 8, 1); "
+                                              "for images use cnn or resnet (or mlp, logreg)"),
     ("resnet", {"width": 0}, "resnet: width must be positive, got 0"),
     ("mlp", {"dropout": -0.1}, "mlp: dropout is the drop probability and must be in [0, 1), got -0.1"),
     ("mlp", {"width": 0}, "mlp: width must be positive, got 0"),
