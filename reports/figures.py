@@ -74,9 +74,12 @@ def palette(frame: pd.DataFrame) -> dict[str, tuple]:
     return dict(zip(opts, _sns().color_palette("colorblind", max(len(opts), 1)), strict=False))
 
 
-def _legend(fig: Figure, pal: dict[str, tuple], extra: list | None = None) -> None:
+def _legend(fig: Figure, pal: dict[str, tuple], extra: list | None = None, title: str | None = None) -> None:
+    """The figure's legend above the panels; ``title`` (a one-task figure's task label) is the
+    legend's own title: a separate ``suptitle`` collides with an "outside" legend of two rows."""
     handles = [Line2D([], [], color=c, lw=2.5, label=o) for o, c in pal.items()] + (extra or [])
-    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 6), frameon=False)
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 6), frameon=False,
+               title=title, title_fontsize=11)
 
 
 def _log_y(ax, lo: float, hi: float) -> None:
@@ -240,8 +243,6 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
         if last_row_of_block:
             ax.set_xlabel(xlabel)
         ax.xaxis.set_major_locator(MaxNLocator(5))
-    if one_task:
-        fig.suptitle(labels.get(tasks[0], tasks[0]), fontsize=11)
     extra = []
     if obj.target_metric in metrics and math.isfinite(obj.target_value):
         extra.append(
@@ -258,7 +259,7 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
     if any_drop:
         extra.append(Line2D([], [], color="0.3", ls=(0, (3, 2)), marker="|", ms=9, mew=1.6,
                             label="| a seed ends; dashed: fewer seeds remain"))
-    _legend(fig, pal, extra)
+    _legend(fig, pal, extra, title=labels.get(tasks[0], tasks[0]) if one_task else None)
     return fig
 
 

@@ -129,6 +129,33 @@ def test_no_text_overlaps_or_leaves_any_figure(sweeps, name):
         assert any(line.get_marker() == "|" for ax in secs.axes for line in ax.lines)  # seeds drop out
 
 
+def test_one_task_with_six_optimizers_keeps_its_title_clear_of_a_two_row_legend(sweeps):
+    """tuning.yaml's shape (one task, six optimizers + the target line): the task's label once sat
+    in a suptitle that the two-row legend above the panels drew over ('mlp · mnist1d' overlaps
+    'nesterov'); the label is now the legend's title."""
+    import pandas as pd
+
+    import reports
+    from reports import figures as F
+    from reports import layout as L
+
+    frame = reports.load_frame("quickstart", tracking_uri=sweeps["uri"])
+    one = frame[frame["model"] == "mlp"]
+    copies = []
+    for suffix in ("", "_b"):
+        c = one.copy()
+        for col in ("optimizer", "trial_id", "run_id", "config_id"):
+            c[col] = c[col].astype(str) + suffix
+        copies.append(c)
+    six = pd.concat(copies, ignore_index=True)
+    assert six["optimizer"].nunique() == 6 and six["task"].nunique() == 1
+    for x in ("step", "seconds"):
+        fig = F.convergence_figure(six, x)
+        assert L.layout_problems(fig) == [], x
+        legend = fig.legends[0]
+        assert legend.get_title().get_text() == "mlp · digits" and not fig.get_suptitle()
+
+
 def test_layout_checker_sees_overlaps_and_clipping():
     from reports import layout as L
 
