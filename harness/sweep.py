@@ -516,8 +516,13 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     units = group_units(plan.todo, cfg.batching) if plan.todo else []
 
     parent_id = _start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
+    from harness import checkpoint
+
     ctx = RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id=parent_id, sweep_id=sweep_id,
-                     sweep=cfg.name, git_commit=tracking.git_commit(), measure_perf=cfg.measure_perf)
+                     sweep=cfg.name, git_commit=tracking.git_commit(), measure_perf=cfg.measure_perf,
+                     checkpoint_every=cfg.checkpoint_every or "default",
+                     checkpoint_dir=checkpoint.root_for(uri, cfg.checkpoint_dir),
+                     keep_final_checkpoint=cfg.keep_final_checkpoint)
     outcomes: list[TrialOutcome] = plan.done_outcomes
     status = "KILLED"
     try:
