@@ -30,6 +30,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     steps_per_dispatch: 50         # K steps fused in one lax.scan dispatch
     target: {metric: eval/accuracy, value: 0.9}   # mode inferred: accuracy→max, loss→min
     targets: {mnist1d: {metric: eval/accuracy, value: 0.6}}   # per-dataset override
+    search: {method: quasirandom, trials: 16, seed: 0}   # samples the distributions (harness.search)
     zip: [[models, batch_size]]    # top-level axes that vary together instead of as a product
     include: [{models: [cnn], optimizers: [sgd]}]   # extra sub-grids (other axes as above)
     exclude: [{model: cnn, optimizer.step_size: [1.0]}]   # drop trials matching every key
@@ -48,6 +49,19 @@ Hyperparameter values: a scalar is fixed; a list is a grid axis; ``{log_grid: [l
 ``num`` log-spaced values (6 significant digits); ``{value: X}`` is the literal X (use it for
 list-valued hyperparameters). An entry's ``zip: [[a, b]]`` makes its hyperparameter axes ``a`` and
 ``b`` vary together (equal lengths required).
+
+A model, optimizer or schedule hyperparameter may also be a distribution, sampled by the sweep's
+``search`` (``trials`` configurations per (model, dataset, optimizer, schedule) cell; an optimizer
+entry may override ``search`` field by field)::
+
+    search: {method: quasirandom, trials: 16, seed: 0}    # quasirandom (default) | random | grid
+    optimizers:
+      - {name: adam, hparams: {step_size: {log_uniform: [1.0e-4, 1.0e-1]}, b1: {uniform: [0.8, 0.99]}}}
+      - {name: sgd, hparams: {step_size: {log_uniform: [1.0e-3, 1.0]}}, search: {trials: 32}}
+    models: [{name: mlp, hparams: {depth: {int_uniform: [1, 3]}, activation: {choice: [relu, tanh]}}}]
+
+Grid axes stay crossed with the sampled points; see :mod:`harness.search` for the sampling, the
+value mappings and why raising ``trials`` keeps the earlier trials.
 """
 
 from __future__ import annotations
@@ -63,7 +77,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from harness.registry import INJECTED, REQUIRED, HParam, did_you_mean, hyperparameters, lookup
+from harness import search as _search
+from harness.registry import (
+    INJECTED,
+    REQUIRED,
+    HParam,
+    did_you_mean,
+    hyperparameters,
+    known_executors,
+    lookup,
+)
 
 #: Top-level axes that ``zip`` and ``include`` may name.
 TOP_AXES = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
@@ -88,13 +111,47 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class SearchCfg(_Strict):
+    """``search: {method, trials, seed}`` (top level, or an optimizer entry's override of some of its
+    fields); see :mod:`harness.search`. Unset fields inherit (top level: ``quasirandom``, seed 0)."""
+
+    method: str | None = None
+    trials: int | None = None
+    seed: int | None = None
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str | None) -> str | None:
+        if v is not None and v not in _search.METHODS:
+            raise PydanticCustomError(
+                "search", "unknown method '{v}'; valid: {valid}{hint}",
+                {"v": v, "valid": ", ".join(_search.METHODS), "hint": did_you_mean(v, _search.METHODS)})
+        return v
+
+    @field_validator("trials")
+    @classmethod
+    def _trials(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise PydanticCustomError("search", "must be >= 1, got {v}", {"v": v})
+        return v
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int | None) -> int | None:
+        if v is not None and v < 0:
+            raise PydanticCustomError("search", "must be >= 0, got {v}", {"v": v})
+        return v
+
+
 class Component(_Strict):
-    """One entry of a component axis: a registry name, its hyperparameters (scalars, grids) and
-    optional zip groups of hyperparameter names. A bare string ``"adam"`` means ``{name: adam}``."""
+    """One entry of a component axis: a registry name, its hyperparameters (scalars, grids,
+    distributions), optional zip groups of hyperparameter names and (optimizer entries) a ``search``
+    override. A bare string ``"adam"`` means ``{name: adam}``."""
 
     name: str
     hparams: dict[str, Any] = Field(default_factory=dict)
     zip: list[list[str]] = Field(default_factory=list)
+    search: SearchCfg | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -179,6 +236,7 @@ class SweepConfig(_Strict):
     seeds: list[int] = Field(default_factory=lambda: [0])
     batch_size: list[int] = Field(default_factory=lambda: [128])
     budget: Budget
+    search: SearchCfg | None = None
     eval_every: int | None = Field(default=None, gt=0)
     steps_per_dispatch: int = Field(default=50, gt=0)
     target: TargetCfg | None = None
@@ -280,15 +338,20 @@ class SweepConfig(_Strict):
 
 
 def hparam_values(x: Any) -> list[Any]:
-    """The values one hyperparameter takes: ``[x]`` for a scalar, the list for a list,
-    log-spaced values for ``{log_grid: [low, high, num]}``, ``[X]`` for ``{value: X}``.
+    """The grid values one hyperparameter takes: ``[x]`` for a scalar, the list for a list,
+    log-spaced values for ``{log_grid: [low, high, num]}``, ``[X]`` for ``{value: X}``, and
+    ``[Distribution]`` (one placeholder, filled in by the search) for a distribution
+    (:mod:`harness.search`).
 
     Raises:
-      ValueError: a malformed ``log_grid`` (needs ``0 < low``, ``low <= high``, integer ``num >= 1``)
-        or an unknown ``{...}`` form.
+      ValueError: a malformed ``log_grid`` (needs ``0 < low``, ``low <= high``, integer ``num >= 1``),
+        a malformed distribution (:func:`harness.search.parse_distribution`) or an unknown ``{...}``
+        form.
     """
     if isinstance(x, list):
         return list(x)
+    if _search.is_distribution(x):
+        return [_search.parse_distribution(x)]
     if isinstance(x, Mapping):
         if set(x) == {"value"}:
             return [x["value"]]
@@ -303,8 +366,9 @@ def hparam_values(x: Any) -> list[Any]:
             if n == 1:
                 return [float(f"{lo:.6g}")]
             return [float(f"{lo * (hi / lo) ** (i / (n - 1)):.6g}") for i in range(n)]
-        raise ValueError(f"a mapping value must be {{log_grid: [low, high, num]}} or {{value: X}}, "
-                         f"got {dict(x)!r}")
+        raise ValueError(f"a mapping value must be {{log_grid: [low, high, num]}}, {{value: X}} or a "
+                         f"distribution ({{log_uniform: [lo, hi]}}, {{uniform: [lo, hi]}}, "
+                         f"{{int_uniform: [lo, hi]}}, {{choice: [...]}}), got {dict(x)!r}")
     return [x]
 
 
@@ -398,7 +462,7 @@ def _format_pydantic(err: ValidationError, file: str) -> list[str]:
             msg = (f"expected a mapping {{DATASET: {{metric, value}}}}, e.g. targets: {{digits: "
                    f"{{metric: eval/accuracy, value: 0.9}}}} (use 'target' for one target for all "
                    f"datasets), got {e['input']!r}")
-        elif e["type"] not in ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size"):
+        elif e["type"] not in ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size", "search"):
             msg = f"{msg} (got {e['input']!r})"
         lines.append(f"{file}: {_loc_path(loc)}: {msg}")
     return lines
@@ -505,17 +569,26 @@ def _check_component(kind: str, registry: Mapping[str, Callable], comp: Componen
         ann = _annotation(builder, hps[k])
         if ann is None and k in _POSITIVE_HPARAMS:
             ann = float | int
-        for v in hparam_values(raw):
+        values = hparam_values(raw)
+        of = ""
+        if isinstance(values[0], _search.Distribution):
+            dist = values[0]
+            of = f" ({'an option' if dist.kind == 'choice' else 'a bound'} of {dist})"
+            if (msg := _distribution_error(kind, k, dist, ann)) is not None:
+                errors.append(f"{file}: {path}.hparams.{k}: {msg}")
+                continue
+            values = dist.values_to_check()
+        for v in values:
             if ann is not None and (msg := _type_error(v, ann)):
                 if isinstance(raw, list) and _type_error(raw, ann) is None:
                     msg += " (a list is a grid axis; write {value: [...]} for one list value)"
-                errors.append(f"{file}: {path}.hparams.{k}: {msg}")
+                errors.append(f"{file}: {path}.hparams.{k}: {msg}{of}")
                 break
             if k in _POSITIVE_HPARAMS and _is_num(v) and not v > 0:
-                errors.append(f"{file}: {path}.hparams.{k}: must be > 0, got {v!r}")
+                errors.append(f"{file}: {path}.hparams.{k}: must be > 0, got {v!r}{of}")
                 break
             if _is_num(v) and not math.isfinite(v):
-                errors.append(f"{file}: {path}.hparams.{k}: must be finite, got {v!r}")
+                errors.append(f"{file}: {path}.hparams.{k}: must be finite, got {v!r}{of}")
                 break
     for name, hp in hps.items():
         if hp.required and name not in comp.hparams:
@@ -531,12 +604,88 @@ def _check_component(kind: str, registry: Mapping[str, Callable], comp: Componen
                               f"({', '.join(names) or 'none'}){did_you_mean(a, list(names))}")
             elif a in seen:
                 errors.append(f"{file}: {path}.zip[{i}]: {a!r} is in more than one zip group")
+            elif _search.is_distribution(comp.hparams[a]):
+                errors.append(f"{file}: {path}.zip[{i}]: {a!r} is a distribution; only grid axes "
+                              f"(lists, log_grid) can be zipped")
             else:
                 lengths.add(len(hparam_values(comp.hparams[a])))
             seen.add(a)
         if len(lengths) > 1:
             errors.append(f"{file}: {path}.zip[{i}]: zipped axes must have equal lengths, got "
                           f"{sorted(lengths)}")
+
+
+def _distribution_error(kind: str, name: str, dist: _search.Distribution, ann: Any) -> str | None:
+    """Why ``dist`` cannot be the value of hyperparameter ``name`` (annotation ``ann``) of a ``kind``
+    builder, or None: datasets are never sampled; a discrete hyperparameter (one that takes no
+    non-integer number) takes ``choice`` or, when it takes ints, ``int_uniform``."""
+    if kind == "dataset":
+        return (f"a dataset's hyperparameters cannot be sampled (distributions are for models, "
+                f"optimizers and schedules); use a value or a list, got {dist}")
+    if ann is None or dist.kind == "choice":
+        return None
+    takes_float = _type_error(0.5, ann) is None
+    takes_int = _type_error(1, ann) is None
+    if dist.produces_floats and not takes_float:
+        if takes_int:
+            return (f"{name} is discrete (an int): use {{int_uniform: [lo, hi]}} or {{choice: [...]}}, "
+                    f"not {dist.kind}")
+        return f"{name} is discrete: use {{choice: [...]}}, not {dist.kind}"
+    if dist.kind == "int_uniform" and not takes_int:
+        return f"{name} takes no integers: use {{choice: [...]}}, not int_uniform"
+    return None
+
+
+def _dist_keys(comp: Component) -> list[str]:
+    return [k for k, v in comp.hparams.items() if _search.is_distribution(v)]
+
+
+def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
+    """The search settings against the distributions they must sample: ``search`` only on optimizer
+    entries; no distribution in a cell whose method is ``grid``; a sampling method with distributions
+    needs ``trials``; ``grid`` takes no ``trials``."""
+    if cfg.search is not None and cfg.search.method == "grid" and cfg.search.trials is not None:
+        errors.append(f"{file}: search.trials: method grid has no trials (its grid points are the "
+                      f"budget); remove trials, or use method quasirandom or random")
+    grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
+    hint = ("add search: {method: quasirandom, trials: N} at the top level (or on the optimizer "
+            "entry)")
+    for prefix, grid in grids:
+        opt_prefix = prefix if grid.optimizers is not None else ""
+        opts = list(enumerate(grid.optimizers if grid.optimizers is not None else cfg.optimizers))
+        searches = [(f"{opt_prefix}optimizers[{j}]", c, _search.resolve_search(cfg.search, c.search))
+                    for j, c in opts]
+        for axis in ("models", "schedules", "datasets"):
+            for j, comp in enumerate(getattr(grid, axis) or []):
+                if comp.search is not None:
+                    errors.append(f"{file}: {prefix}{axis}[{j}].search: only optimizer entries may "
+                                  f"override search (each optimizer's budget is set there)")
+        for j, comp in opts if grid.optimizers is not None or not prefix else []:
+            path, _, srch = searches[j]
+            if comp.search is not None and comp.search.trials is not None and srch.method == "grid":
+                errors.append(f"{file}: {path}.search.trials: method grid has no trials (its grid "
+                              f"points are the budget); remove trials, or use method quasirandom or "
+                              f"random")
+        for axis in ("models", "optimizers", "schedules"):
+            if getattr(grid, axis) is None:
+                continue
+            for j, comp in enumerate(getattr(grid, axis)):
+                for k in _dist_keys(comp):
+                    where = f"{file}: {prefix}{axis}[{j}].hparams.{k}"
+                    dist = comp.hparams[k]
+                    mine = [searches[j]] if axis == "optimizers" else searches
+                    grid_opt = next((p for p, _, sr in mine if sr.method == "grid"), None)
+                    no_trials = next((p for p, _, sr in mine if sr.method != "grid" and sr.trials is None),
+                                     None)
+                    text = str(_search.parse_distribution(dist))
+                    with_opt = "" if axis == "optimizers" else f" (with {grid_opt or no_trials})"
+                    if grid_opt is not None:
+                        errors.append(f"{where}: {text} is a distribution, but search.method is grid"
+                                      f"{with_opt}: pick a sampling method (search: {{method: "
+                                      f"quasirandom, trials: N}}), or write a grid (a list or "
+                                      f"{{log_grid: [lo, hi, num]}})")
+                    elif no_trials is not None:
+                        errors.append(f"{where}: a distribution needs search.trials{with_opt}: {hint}")
 
 
 def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
@@ -553,6 +702,7 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
         for axis, kind, reg in axes:
             for j, comp in enumerate(getattr(grid, axis) or []):
                 _check_component(kind, reg, comp, f"{prefix}{axis}[{j}]", file, errors)
+    _check_search(cfg, file, errors)
     regs = {"model": registries.models, "optimizer": registries.optimizers,
             "schedule": registries.schedules, "dataset": registries.datasets}
     for i, rule in enumerate(cfg.exclude):
@@ -567,8 +717,6 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
                 except (KeyError, TypeError) as e:
                     msg = e.args[0] if isinstance(e, KeyError) else f"not a {key} name: {v!r}"
                     errors.append(f"{file}: exclude[{i}].{key}: {msg}")
-    from harness.executors import known_executors
-
     if cfg.executor not in known_executors():
         ex = known_executors()
         errors.append(f"{file}: executor: unknown executor {cfg.executor!r}; valid choices: "

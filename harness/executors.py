@@ -14,6 +14,9 @@ per finished unit, in completion order. Executors are looked up by name with :fu
   A worker exits by itself within ~0.5 s once the process that started it is gone (e.g. SIGKILLed).
 - other names: :func:`register_executor` adds one; an unknown name ``X`` is looked for as module
   ``harness.X_executor`` (e.g. ``harness/ray_executor.py`` registers ``"ray"`` when imported).
+
+The name table itself is :data:`harness.registry.EXECUTORS` (with :func:`~harness.registry.known_executors`),
+so that :mod:`harness.config` validates ``executor:`` without importing this module or the worker.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from harness.registry import did_you_mean
+from harness.registry import EXECUTORS, did_you_mean, known_executors
 from harness.spec import TrialSpec
 from harness.worker import RunContext, TrialOutcome, execute_unit, flush_logging
 
@@ -140,24 +143,12 @@ class ProcessExecutor:
             pending = broken
 
 
-_EXECUTORS: dict[str, Callable[..., Executor]] = {
-    "inprocess": InProcessExecutor,
-    "process": ProcessExecutor,
-}
+_EXECUTORS = EXECUTORS  # the one table (harness.registry), so the config validator sees registrations
 
 
 def register_executor(name: str, factory: Callable[..., Executor]) -> None:
     """Make ``get_executor(name, **opts)`` return ``factory(**opts)``."""
     _EXECUTORS[name] = factory
-
-
-def known_executors() -> list[str]:
-    """Registered names plus those provided by a ``harness/<name>_executor.py`` module."""
-    names = set(_EXECUTORS)
-    for cand in ("ray",):
-        if importlib.util.find_spec(f"harness.{cand}_executor") is not None:
-            names.add(cand)
-    return sorted(names)
 
 
 def get_executor(name: str, **opts: object) -> Executor:
@@ -172,4 +163,8 @@ def get_executor(name: str, **opts: object) -> Executor:
         valid = known_executors()
         raise ValueError(f"unknown executor {name!r}; valid choices: {', '.join(valid)}"
                          f"{did_you_mean(name, valid)}")
-    return _EXECUTORS[name](**opts)
+    factory = _EXECUTORS[name]
+    if isinstance(factory, str):  # "module:attribute" of a built-in
+        mod, _, attr = factory.partition(":")
+        factory = getattr(importlib.import_module(mod), attr)
+    return factory(**opts)

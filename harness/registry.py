@@ -2,12 +2,15 @@
 
 A registry is a plain ``dict[str, Callable]``; a builder's keyword arguments are its
 hyperparameters. Arguments the harness itself supplies (``INJECTED``) are not hyperparameters.
+The executor names live here too (:data:`EXECUTORS`, :func:`known_executors`), so that the config
+validator can check them without importing the executors (and through them the worker).
 This module does not import jax.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -74,3 +77,24 @@ def lookup(registry: Mapping[str, Callable], name: str, kind: str) -> Callable:
         raise KeyError(
             f"unknown {kind} {name!r}; valid choices: {choices}{did_you_mean(name, list(registry))}"
         ) from None
+
+
+#: Executors by name: a factory ``(**opts) -> Executor``, or for the built-ins the
+#: ``"module:attribute"`` of one, imported only when an executor is built
+#: (:func:`harness.executors.get_executor`). :func:`harness.executors.register_executor` adds entries.
+EXECUTORS: dict[str, Any] = {
+    "inprocess": "harness.executors:InProcessExecutor",
+    "process": "harness.executors:ProcessExecutor",
+}
+#: Executors provided by an optional module ``harness/<name>_executor.py`` that registers itself.
+_EXECUTOR_MODULES = ("ray",)
+
+
+def known_executors() -> list[str]:
+    """Registered executor names plus those provided by a ``harness/<name>_executor.py`` module,
+    sorted."""
+    names = set(EXECUTORS)
+    for cand in _EXECUTOR_MODULES:
+        if importlib.util.find_spec(f"harness.{cand}_executor") is not None:
+            names.add(cand)
+    return sorted(names)

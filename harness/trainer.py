@@ -55,7 +55,7 @@ import inspect
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -100,26 +100,48 @@ class TrainState(NamedTuple):
 # building one program (shared by all trials with the same batch key)
 
 
-def _step_size(spec: TrialSpec, opt_builder: Callable) -> float:
-    hp = spec.hparams("optimizer")
-    if "step_size" in hp:
-        return float(hp["step_size"])
+def base_step_size(optimizer: str, optimizer_hparams: Mapping[str, Any], opt_builder: Callable) -> float:
+    """The base step size of a trial: its ``step_size`` hyperparameter, else the builder's default
+    first argument.
+
+    Raises:
+      ValueError: neither is given (``optimizer 'x' needs optimizer.step_size``).
+    """
+    if "step_size" in optimizer_hparams:
+        return float(optimizer_hparams["step_size"])
     first = next(iter(inspect.signature(opt_builder).parameters.values()), None)
     if first is not None and first.default is not inspect.Parameter.empty:
         return float(first.default)
-    raise ValueError(f"trial {spec.trial_id}: optimizer {spec.optimizer!r} needs optimizer.step_size")
+    raise ValueError(f"optimizer {optimizer!r} needs optimizer.step_size")
 
 
-def _make_opt_factory(spec: TrialSpec, OPTIMIZERS: dict, SCHEDULES: dict) -> Callable[[Any], Any]:
-    opt_builder = lookup(OPTIMIZERS, spec.optimizer, "optimizer")
-    opt_hp = {k: v for k, v in spec.hparams("optimizer").items() if k != "step_size"}
-    sched_hp = spec.hparams("schedule")
-    if spec.schedule in ("none", "") or (spec.schedule == "constant" and "constant" not in SCHEDULES):
+def _step_size(spec: TrialSpec, opt_builder: Callable) -> float:
+    try:
+        return base_step_size(spec.optimizer, spec.hparams("optimizer"), opt_builder)
+    except ValueError as e:
+        raise ValueError(f"trial {spec.trial_id}: {e}") from None
+
+
+def make_opt_factory(optimizer: str, optimizer_hparams: Mapping[str, Any], schedule: str,
+                     schedule_hparams: Mapping[str, Any], steps: int, OPTIMIZERS: Mapping[str, Callable],
+                     SCHEDULES: Mapping[str, Callable]) -> Callable[[Any], Any]:
+    """``make(step_size) -> Optimizer``, built exactly as a trial builds it: the optimizer's
+    hyperparameters except ``step_size`` (which ``make`` takes, a float or a traced scalar), wrapped
+    in ``schedule`` (``"none"``/``""``, or ``"constant"`` when no such schedule is registered, mean
+    none) whose ``total_steps`` argument, if it has one, is filled with ``steps``.
+
+    Raises:
+      KeyError: an unknown optimizer or schedule name (with the valid choices).
+    """
+    opt_builder = lookup(OPTIMIZERS, optimizer, "optimizer")
+    opt_hp = {k: v for k, v in optimizer_hparams.items() if k != "step_size"}
+    sched_hp = dict(schedule_hparams)
+    if schedule in ("none", "") or (schedule == "constant" and "constant" not in SCHEDULES):
         sched_builder = None
     else:
-        sched_builder = lookup(SCHEDULES, spec.schedule, "schedule")
+        sched_builder = lookup(SCHEDULES, schedule, "schedule")
         if "total_steps" in inspect.signature(sched_builder).parameters:
-            sched_hp = {**sched_hp, "total_steps": spec.steps}
+            sched_hp = {**sched_hp, "total_steps": steps}
 
     def make(step_size: Any) -> Any:
         lr = step_size if sched_builder is None else sched_builder(step_size, **sched_hp)
@@ -198,7 +220,8 @@ class _Program:
     def __init__(self, spec: TrialSpec, entry: _ModelEntry):
         _, OPTIMIZERS, SCHEDULES = _registries()
         self.e = entry
-        self.make_opt = _make_opt_factory(spec, OPTIMIZERS, SCHEDULES)
+        self.make_opt = make_opt_factory(spec.optimizer, spec.hparams("optimizer"), spec.schedule,
+                                         spec.hparams("schedule"), spec.steps, OPTIMIZERS, SCHEDULES)
         self.opt_builder = lookup(OPTIMIZERS, spec.optimizer, "optimizer")
         self.B = spec.batch_size
         if self.B > entry.N:

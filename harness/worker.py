@@ -64,6 +64,8 @@ class RunContext:
       git_commit: commit of the working tree that launched the sweep.
       measure_perf: whether the trainer measures throughput.
       log_dataset: log the training split as an MLflow dataset input.
+      trial_tags: ``trial_id`` -> extra tags of that trial's run (e.g. ``harness.search``, the
+        search method that sampled it, and ``harness.search_index``, its index in the sequence).
       checkpoint_every: mid-trial checkpoint cadence (:func:`harness.checkpoint.parse_every`:
         steps, ``"10min"``, ``"off"``; ``"default"`` = one minute). Never part of a trial's id.
       checkpoint_dir: checkpoint root (``""``: :func:`harness.checkpoint.root_for` the store).
@@ -78,6 +80,7 @@ class RunContext:
     git_commit: str = "unknown"
     measure_perf: bool = True
     log_dataset: bool = True
+    trial_tags: dict[str, dict[str, str]] = field(default_factory=dict)
     checkpoint_every: str = "default"
     checkpoint_dir: str = ""
     keep_final_checkpoint: bool = False
@@ -176,7 +179,7 @@ def _tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
         tracking.SWEEP_ID_TAG: ctx.sweep_id, tracking.KIND_TAG: "trial",
         tracking.PARENT_TAG: ctx.parent_run_id, "model": spec.model, "optimizer": spec.optimizer,
         "schedule": spec.schedule, "dataset": spec.dataset, "seed": str(spec.seed),
-        "git_commit": ctx.git_commit, **_ENV_TAGS,
+        "git_commit": ctx.git_commit, **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
     }
 
 

@@ -104,6 +104,7 @@ SUMMARY_METRICS = (
 FINAL_OF = {M_EVAL_ACC: M_FINAL_ACC, M_EVAL_LOSS: M_FINAL_LOSS}
 
 ARTIFACT_CONFIG = "config.yaml"
+ARTIFACT_TRIALS = "trials.json"  # the parent run's list of the sweep's trials ({"trial_id": ...})
 #: Runs per ``search_runs`` page (MLflow's server maximum is 50,000; its default 1,000).
 PAGE_SIZE = 1000
 #: Threads that read metric histories (I/O bound; helps most against a remote server).
@@ -206,11 +207,13 @@ def search_all_runs(
 def _experiment(client, name: str):
     exp = client.get_experiment_by_name(name)
     if exp is None:
-        from harness.registry import did_you_mean
+        import difflib
 
         names = [e.name for e in client.search_experiments()]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)  # as harness.registry does
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
-            f"no MLflow experiment named {name!r}{did_you_mean(name, names)}; "
+            f"no MLflow experiment named {name!r}{hint}; "
             f"experiments in this store: {sorted(names)}"
         )
     return exp
@@ -487,6 +490,7 @@ def load_sweep(
             f"sweep ids there: {known}"
         )
     parents = [r for r in runs if _is_parent(r)]
+    runs = runs + _carried_over_runs(client, exp.experiment_id, parents, runs)
     frame = build_frame(client, runs, experiment)
     frame.attrs.update(
         experiment=experiment, sweep_id=sweep_id, parent_run_ids=[p.info.run_id for p in parents]
@@ -500,6 +504,51 @@ def load_sweep(
         config_yaml=_config_yaml(client, parents),
         tracking_uri=str(client.tracking_uri if hasattr(client, "tracking_uri") else ""),
     )
+
+
+def _download_text(client, run_id: str, artifact: str) -> str | None:
+    import os
+    import tempfile
+
+    quiet = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = client.download_artifacts(run_id, artifact, tmp)
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+    except Exception:  # absent artifact, unreachable store
+        return None
+    finally:
+        if quiet is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = quiet
+
+
+def _carried_over_runs(client, experiment_id: str, parents: Sequence, runs: Sequence) -> list:
+    """FINISHED trial runs that belong to this sweep but carry another ``harness.sweep_id``: a sweep
+    whose search grew (``trials`` 16 → 32) has a new sweep id, and skips the trials an earlier
+    invocation finished (same ``trial_id``). The sweep's trials are read from its parent runs'
+    ``trials.json``; of several FINISHED runs of one trial the earliest is taken."""
+    import json
+
+    want: set[str] = set()
+    for p in parents:
+        text = _download_text(client, p.info.run_id, ARTIFACT_TRIALS)
+        try:
+            want |= {str(t["trial_id"]) for t in json.loads(text or "[]")}
+        except (ValueError, TypeError, KeyError):
+            continue
+    want -= {r.data.tags.get(TAG_TRIAL_ID) for r in runs if r.info.status == "FINISHED"}
+    if not want:
+        return []
+    best: dict[str, Any] = {}
+    for r in search_all_runs(client, [experiment_id], "attributes.status = 'FINISHED'"):
+        tid = r.data.tags.get(TAG_TRIAL_ID)
+        if tid in want and (tid not in best or r.info.start_time < best[tid].info.start_time):
+            best[tid] = r
+    return list(best.values())
 
 
 def _config_yaml(client, parents: Sequence) -> str | None:

@@ -111,7 +111,6 @@ def render(
 
     ``pngs`` maps each :data:`reports.figures.FIGURES` key to PNG bytes or ``None`` (no data).
     """
-    from harness import __version__ as harness_version
     from reports.figures import FIGURES
 
     frame = data.frame
@@ -212,6 +211,17 @@ def render(
             environment=environment(data),
             tracking_uri=_safe_uri(data.tracking_uri),
             csv_name=csv_name,
-            harness_version=harness_version,
+            harness_version=_harness_version(),
         )
     )
+
+
+def _harness_version() -> str:
+    """The installed distribution's version (read from its metadata, so reports need not import
+    ``harness``), or ``"unknown"`` when it is not installed."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("jax-train-harness")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

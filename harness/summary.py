@@ -1,0 +1,140 @@
+"""The end of a sweep: :class:`SweepSummary` (what :func:`harness.sweep.run_sweep` returns), the best
+configuration per (dataset, model, optimizer) and the summary table with the commands to look further.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import tracking
+from harness.worker import TrialOutcome
+
+
+@dataclass
+class SweepSummary:
+    """What :func:`run_sweep` returns: the outcomes of every trial of the sweep (skipped included)."""
+
+    name: str
+    sweep_id: str
+    experiment_id: str | None
+    parent_run_id: str | None
+    tracking_uri: str
+    outcomes: list[TrialOutcome]
+    wall_s: float
+    dry_run: bool = False
+
+    def counts(self) -> dict[str, int]:
+        c = {"finished": 0, "diverged": 0, "failed": 0, "skipped": 0}
+        for o in self.outcomes:
+            c[o.status] = c.get(o.status, 0) + 1
+            c["skipped"] += o.skipped
+        return c
+
+
+
+def _fmt(x: float | None, spec: str = ".4f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+
+def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
+    """Best configuration per (dataset, model, optimizer), ranked exactly like the HTML report's
+    leaderboard (:func:`reports.frame.best_configs`); the first difference decides: more seeds that
+    reached the target; lower median seconds to target; more seeds finished (not diverged or
+    failed); better mean final target metric (eval/accuracy, or eval/loss for loss targets)."""
+    groups: dict[tuple, list[TrialOutcome]] = {}
+    for o in outcomes:
+        groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
+    best: dict[tuple, dict[str, Any]] = {}
+    for (ds, model, opt, conf), os_ in groups.items():
+        ok = [o for o in os_ if o.status == "finished"]
+        metric = os_[0].target_metric
+        vals = [(o.final_eval_loss if metric == "eval/loss" else o.final_eval_accuracy) for o in ok]
+        vals = [v for v in vals if v is not None]
+        row = {
+            "dataset": ds, "model": model, "optimizer": opt, "config": conf, "metric": metric,
+            "value": statistics.fmean(vals) if vals else None, "n": len(os_),
+            "n_diverged": sum(o.status == "diverged" for o in os_),
+            "n_failed": sum(o.status == "failed" for o in os_),
+            "seconds_to_target": _median([o.seconds_to_target for o in ok]),
+            "steps_to_target": _median([o.steps_to_target for o in ok]),
+            "reached": sum(o.seconds_to_target is not None for o in ok),
+            "examples_per_sec": _median([o.examples_per_sec for o in os_]),
+        }
+        sign = 1.0 if metric == "eval/loss" else -1.0
+        row["_rank"] = (-row["reached"],
+                        math.inf if row["seconds_to_target"] is None else row["seconds_to_target"],
+                        -len(ok), math.inf if row["value"] is None else sign * row["value"])
+        key = (ds, model, opt)
+        if key not in best or row["_rank"] < best[key]["_rank"]:
+            best[key] = row
+    return [{k: v for k, v in r.items() if k != "_rank"} for r in best.values()]
+
+
+def _median(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def print_summary(console, summary: SweepSummary) -> None:
+    """The end-of-sweep table and the command that opens the MLflow UI."""
+    from rich.table import Table
+
+    c = summary.counts()
+    t = Table(caption="best = most seeds reaching the target, then fastest median time to target, "
+                      "then most seeds finished, then best mean final metric (as the HTML report)",
+              title=f"{summary.name}: best configuration per model and optimizer "
+                    f"({c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed; "
+                    f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s)")
+    rows = sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
+    one_ds = len({r["dataset"] for r in rows}) <= 1
+    for col in ("dataset", "model", "optimizer", "best config", "final", "to target", "examples/s",
+                "trials"):
+        if col == "dataset" and one_ds:
+            continue
+        t.add_column(col, overflow="fold", no_wrap=col not in ("best config", "trials"),
+                     ratio=3 if col == "best config" else None)
+    for r in rows:
+        short = {"eval/accuracy": "acc", "eval/loss": "loss"}.get(r["metric"], r["metric"])
+        val = "—" if r["value"] is None else f"{short} {r['value']:.4f}"
+        ttt = "not reached" if r["seconds_to_target"] is None else \
+            f"step {r['steps_to_target']:g} · {r['seconds_to_target']:.3f} s"
+        eps = "—" if r["examples_per_sec"] is None else f"{r['examples_per_sec']:,.0f}"
+        trials = f"{r['n']}" + (f" ({r['n_diverged']} div, {r['n_failed']} fail)"
+                                if r["n_diverged"] or r["n_failed"] else "")
+        cells = [r["model"], r["optimizer"], r["config"], val, ttt, eps, trials]
+        t.add_row(*(cells if one_ds else [r["dataset"], *cells]))
+    console.print(t)
+    uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \
+        f" --tracking-uri {summary.tracking_uri}"
+    py = python_command()
+    console.print(f"Open the MLflow UI: {py} -m harness ui --experiment {summary.name}{uri_opt}",
+                  soft_wrap=True)
+    console.print(f"HTML report:        {py} -m harness report --experiment {summary.name} "
+                  f"--sweep {summary.sweep_id}{uri_opt}", soft_wrap=True)
+
+
+def python_command() -> str:
+    """How the user should invoke this interpreter: ``python`` when that resolves on ``PATH`` to
+    ``sys.executable`` (e.g. an activated venv), else ``sys.executable`` relative to the working
+    directory when it lies under it (``.venv/bin/python``), else its absolute path."""
+    import os
+    import shutil
+    import sys
+
+    exe = sys.executable
+    found = shutil.which("python")
+    # same bin directory and same binary (a venv's python and python3 are links to one file; the
+    # system python that a venv links to is a different directory, so it does not count)
+    if found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(exe)) \
+            and os.path.realpath(found) == os.path.realpath(exe):
+        return "python"
+    try:
+        rel = Path(exe).relative_to(Path.cwd())
+    except ValueError:
+        return exe
+    return str(rel)
