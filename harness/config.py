@@ -28,8 +28,8 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     budget: {steps: 500}           # or {epochs: 3} (steps = ceil(epochs * n_train / batch_size))
     eval_every: 100                # steps between evaluations (default: budget / 10)
     steps_per_dispatch: 50         # K steps fused in one lax.scan dispatch
-    target: {metric: eval/accuracy, value: 0.9}   # mode inferred: accuracy→max, loss→min
-    targets: {mnist1d: {metric: eval/accuracy, value: 0.6}}   # per-dataset override
+    target: {metric: valid/accuracy, value: 0.9}  # on validation; mode inferred: accuracy→max, loss→min
+    targets: {mnist1d: {metric: valid/accuracy, value: 0.6}}  # per-dataset override (eval/* = valid/*)
     search: {method: quasirandom, trials: 16, seed: 0}   # samples the distributions (harness.search)
     zip: [[models, batch_size]]    # top-level axes that vary together instead of as a product
     include: [{models: [cnn], optimizers: [sgd]}]   # extra sub-grids (other axes as above)
@@ -173,11 +173,18 @@ class Component(_Strict):
 
 
 class TargetCfg(_Strict):
-    """A convergence target; ``mode`` defaults to ``max`` for accuracy and ``min`` for loss."""
+    """A convergence target on the validation split; ``mode`` defaults to ``max`` for accuracy and
+    ``min`` for loss. ``eval/accuracy``/``eval/loss`` (the names before the three-split protocol)
+    are accepted and stored as ``valid/*``."""
 
-    metric: Literal["eval/accuracy", "eval/loss"] = "eval/accuracy"
+    metric: Literal["valid/accuracy", "valid/loss", "eval/accuracy", "eval/loss"] = "valid/accuracy"
     value: float
     mode: Literal["max", "min"] | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _canonical(cls, v: str) -> str:
+        return "valid/" + v[len("eval/"):] if v.startswith("eval/") else v
 
     def resolved_mode(self) -> str:
         return self.mode or ("max" if self.metric.endswith("accuracy") else "min")
@@ -460,7 +467,7 @@ def _format_pydantic(err: ValidationError, file: str) -> list[str]:
             msg = f"expected {what}, got {e['input']!r}"
         elif loc == ("targets",) and e["type"] == "dict_type":
             msg = (f"expected a mapping {{DATASET: {{metric, value}}}}, e.g. targets: {{digits: "
-                   f"{{metric: eval/accuracy, value: 0.9}}}} (use 'target' for one target for all "
+                   f"{{metric: valid/accuracy, value: 0.9}}}} (use 'target' for one target for all "
                    f"datasets), got {e['input']!r}")
         elif e["type"] not in ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size", "search"):
             msg = f"{msg} (got {e['input']!r})"

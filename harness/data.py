@@ -2,30 +2,42 @@
 
 Every loader returns a :class:`Dataset` of numpy arrays ready for the trainer:
 
-* ``x_train``/``x_test``: ``float32``, shape ``(N, *input_shape)``; ``y_train``/``y_test``: ``int32``
-  class labels, shape ``(N,)``.
+* Three disjoint splits. ``x_train``/``x_valid``/``x_test``: ``float32``, shape ``(N, *input_shape)``;
+  ``y_train``/``y_valid``/``y_test``: ``int32`` class labels, shape ``(N,)``. The trainer trains on
+  train only, evaluates validation every ``eval_every`` steps (targets, selection) and test once at
+  the end of a trial (the number a report headlines).
 * Preprocessing is deterministic: images stored as ``uint8`` are scaled to ``[0, 1]``; labels are
   integer class ids (a model whose loss wants one-hot targets one-hots them itself, see
-  ``models.zoo``). ``validation_fraction > 0`` holds out the last fraction of a fixed (seed 0)
-  permutation of the training split and makes it the evaluation split (``x_test``/``y_test``); the
-  original test split is then not used, so tuning never sees it.
+  ``models.zoo``).
+* Where a source has no validation split, it is **carved from the training part**
+  (:func:`carve_validation`): the last ``round(n · validation_fraction)`` examples of a fixed
+  seed-0 permutation of the ``n`` training examples become validation, the rest (in permutation
+  order) stay train. ``validation_fraction`` defaults to ``0.2`` and must lie in ``(0, 1)``.
+  (Before the three-split protocol this hyperparameter *replaced* the test split; now the test
+  split is always the source's own and never seen before the end of a trial.)
 
 Registry (:data:`DATASETS`, name → builder; a builder's keyword arguments are its hyperparameters):
 
-* ``digits(validation_fraction=0.0)``: scikit-learn's bundled 8×8 handwritten digits (1,797 images,
+* ``digits(validation_fraction=0.2)``: scikit-learn's bundled 8×8 handwritten digits (1,797 images,
   UCI ML hand-written digits), images ``(8, 8, 1)`` scaled from ``0..16`` to ``[0, 1]``; a fixed
-  split (seed 0 permutation) of 1,437 train / 360 test.
-* ``mnist1d(num_samples=5000, train_split=0.8, seed=42, validation_fraction=0.0)``: MNIST-1D
+  split (seed 0 permutation) of 1,437 train+valid / 360 test, the 1,437 then carved into
+  **1,150 train / 287 valid** (the default fraction).
+* ``mnist1d(num_samples=5000, train_split=0.8, seed=42, validation_fraction=0.2)``: MNIST-1D
   (Greydanus 2020) generated locally by ``mnist1d.data.make_dataset`` with the package's default
-  arguments (4,000 train / 1,000 test, length 40), never its download path. Inputs are ``(40,)``
-  float32 (the package's values, not rescaled). The generated arrays are cached in
+  arguments (4,000 train / 1,000 test, length 40), never its download path; the 4,000 are carved
+  into **3,200 train / 800 valid**, the package's 1,000 test examples are the test split. Inputs
+  are ``(40,)`` float32 (the package's values, not rescaled). The generated arrays are cached in
   ``$HARNESS_CACHE_DIR`` (default ``~/.cache/harness``) as ``.npz``.
-* ``synthetic(num_examples=1024, num_test=256, input_shape=(784,), num_classes=10, seed=0)``:
-  standard-normal inputs labelled by a random linear teacher (argmax of ``x @ W``); for throughput
-  work and tests.
+* ``synthetic(num_examples=1024, num_test=256, input_shape=(784,), num_classes=10, seed=0,
+  num_valid=256)``: standard-normal inputs labelled by a random linear teacher (argmax of
+  ``x @ W``); the validation examples are drawn after the teacher, so train and test are the same
+  arrays as before validation existed; for throughput work and tests.
 * ``tfds:NAME`` (e.g. ``tfds:mnist``): read with ``tfds.data_source`` (array_record, no TensorFlow)
   from ``data_dir`` (default ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``). Hyperparameters are
   those of :func:`load_tfds` (``data_dir``, ``validation_fraction``, ``image_key``, ``label_key``).
+  Splits: test = the ``test`` split; validation = the ``validation`` split when the dataset has
+  one, else carved from ``train``. A dataset without ``test`` but with ``validation`` (ImageNet's
+  layout) uses ``validation`` as test and carves validation from ``train``.
   A dataset that is not prepared there fails at once with :class:`DatasetNotPreparedError`, whose
   message says how to prepare it; nothing is downloaded.
 
@@ -34,7 +46,6 @@ Registry (:data:`DATASETS`, name → builder; a builder's keyword arguments are 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -49,9 +60,11 @@ from harness.registry import lookup
 
 __all__ = [
     "DATASETS",
+    "VALIDATION_FRACTION",
     "Dataset",
     "DatasetNotPreparedError",
     "cache_dir",
+    "carve_validation",
     "digits",
     "load_dataset",
     "load_tfds",
@@ -60,6 +73,8 @@ __all__ = [
 ]
 
 TFDS_PREFIX = "tfds:"
+#: Default fraction of a training part carved out as validation where a source has none.
+VALIDATION_FRACTION = 0.2
 
 
 class DatasetNotPreparedError(FileNotFoundError):
@@ -68,11 +83,13 @@ class DatasetNotPreparedError(FileNotFoundError):
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """A train/evaluation split pair with its metadata.
+    """Three disjoint splits (train, validation, test) with their metadata.
 
     Attributes:
       x_train: ``float32 (N, *input_shape)``; y_train: ``int32 (N,)`` class ids in ``[0, num_classes)``.
-      x_test, y_test: the evaluation split, same layout (the validation split when one was asked for).
+      x_test, y_test: the test split, same layout; evaluated once, at the end of a trial.
+      x_valid, y_valid: the validation split, same layout; evaluated every ``eval_every`` steps,
+        what targets and every selection read.
       input_shape: one example's shape (no batch axis), a tuple of ints.
       num_classes: number of classes.
       name: how it was loaded (registry name or ``tfds:NAME``).
@@ -83,6 +100,8 @@ class Dataset:
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
+    x_valid: np.ndarray
+    y_valid: np.ndarray
     input_shape: tuple[int, ...]
     num_classes: int
     name: str
@@ -91,7 +110,7 @@ class Dataset:
     citation: str = ""
 
     def __post_init__(self) -> None:
-        for f in ("x_train", "y_train", "x_test", "y_test"):
+        for f in ("x_train", "y_train", "x_test", "y_test", "x_valid", "y_valid"):
             a = getattr(self, f)
             if a.flags.writeable:
                 a = np.array(a, copy=True)
@@ -99,7 +118,8 @@ class Dataset:
                 object.__setattr__(self, f, a)
         shape = tuple(int(d) for d in self.input_shape)
         object.__setattr__(self, "input_shape", shape)
-        for xs, ys, split in ((self.x_train, self.y_train, "train"), (self.x_test, self.y_test, "test")):
+        for xs, ys, split in ((self.x_train, self.y_train, "train"), (self.x_valid, self.y_valid, "valid"),
+                              (self.x_test, self.y_test, "test")):
             if xs.dtype != np.float32 or ys.dtype != np.int32:
                 raise TypeError(f"{split} split must be float32 inputs and int32 labels, "
                                 f"got {xs.dtype} and {ys.dtype}")
@@ -115,6 +135,15 @@ class Dataset:
     def num_test(self) -> int:
         return int(self.x_test.shape[0])
 
+    @property
+    def num_valid(self) -> int:
+        return int(self.x_valid.shape[0])
+
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """``{"train": n, "valid": n, "test": n}``."""
+        return {"train": self.num_train, "valid": self.num_valid, "test": self.num_test}
+
 
 def cache_dir() -> Path:
     """``$HARNESS_CACHE_DIR`` or ``~/.cache/harness`` (created on demand)."""
@@ -123,26 +152,28 @@ def cache_dir() -> Path:
     return d
 
 
-def _with_validation(ds: Dataset, validation_fraction: float) -> Dataset:
-    """Hold out the last ``validation_fraction`` of a seed-0 permutation of the train split as the
-    evaluation split. ``0`` returns ``ds`` unchanged.
+def carve_validation(x: np.ndarray, y: np.ndarray, validation_fraction: float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split a training part into ``(x_train, y_train, x_valid, y_valid)``.
+
+    With ``n = len(y)`` and ``p = np.random.default_rng(0).permutation(n)``, validation is
+    ``p[n - n_val:]`` and train ``p[:n - n_val]``, ``n_val = round(n · validation_fraction)``: fixed
+    for a given ``n``, independent of any trial's seed.
 
     Raises:
-      ValueError: the fraction is outside ``[0, 1)`` or leaves an empty split.
+      ValueError: the fraction is outside ``(0, 1)`` or leaves an empty split.
     """
-    if not 0.0 <= validation_fraction < 1.0:
-        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
-    if validation_fraction == 0.0:
-        return ds
-    n = ds.num_train
+    if not 0.0 < validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in (0, 1) (every dataset has a validation "
+                         f"split carved from its training part), got {validation_fraction}")
+    n = len(y)
     n_val = round(n * validation_fraction)
     if n_val == 0 or n_val == n:
-        raise ValueError(f"validation_fraction={validation_fraction} leaves an empty split of {n}")
+        raise ValueError(f"validation_fraction={validation_fraction} leaves an empty split of {n} "
+                         f"training examples; choose a fraction that keeps both parts non-empty")
     perm = np.random.default_rng(0).permutation(n)
     tr, va = perm[: n - n_val], perm[n - n_val:]
-    return dataclasses.replace(
-        ds, x_train=ds.x_train[tr], y_train=ds.y_train[tr], x_test=ds.x_train[va],
-        y_test=ds.y_train[va], name=f"{ds.name}[validation={validation_fraction}]")
+    return x[tr], y[tr], x[va], y[va]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -151,10 +182,12 @@ def _with_validation(ds: Dataset, validation_fraction: float) -> Dataset:
 _DIGITS_TEST = 360
 
 
-def digits(validation_fraction: float = 0.0) -> Dataset:
-    """scikit-learn's 8×8 digits: 1,437 train / 360 test, images ``(8, 8, 1)`` float32 in [0, 1].
+def digits(validation_fraction: float = VALIDATION_FRACTION) -> Dataset:
+    """scikit-learn's 8×8 digits: 1,150 train / 287 valid / 360 test (default fraction), images
+    ``(8, 8, 1)`` float32 in [0, 1].
 
-    The split is fixed: a seed-0 numpy permutation of the 1,797 images, the last 360 as test.
+    The split is fixed: a seed-0 numpy permutation of the 1,797 images, the last 360 as test; the
+    first 1,437 are then carved by :func:`carve_validation`.
     """
     from sklearn.datasets import load_digits
 
@@ -163,21 +196,23 @@ def digits(validation_fraction: float = 0.0) -> Dataset:
     y = np.asarray(raw.target, np.int32)
     perm = np.random.default_rng(0).permutation(len(y))
     tr, te = perm[:-_DIGITS_TEST], perm[-_DIGITS_TEST:]
-    ds = Dataset(
-        x_train=x[tr], y_train=y[tr], x_test=x[te], y_test=y[te], input_shape=(8, 8, 1),
+    x_tr, y_tr, x_va, y_va = carve_validation(x[tr], y[tr], validation_fraction)
+    return Dataset(
+        x_train=x_tr, y_train=y_tr, x_valid=x_va, y_valid=y_va, x_test=x[te], y_test=y[te],
+        input_shape=(8, 8, 1),
         num_classes=10, name="digits",
         source="scikit-learn sklearn.datasets.load_digits (UCI ML hand-written digits, test part)",
         license="CC BY 4.0 (UCI Machine Learning Repository)",
         citation="Alpaydin, E. and Kaynak, C. (1998). Optical Recognition of Handwritten Digits. "
                  "UCI Machine Learning Repository. https://doi.org/10.24432/C50P49",
     )
-    return _with_validation(ds, validation_fraction)
 
 
 def mnist1d(num_samples: int = 5000, train_split: float = 0.8, seed: int = 42,
-            validation_fraction: float = 0.0) -> Dataset:
-    """MNIST-1D generated locally with ``mnist1d.data.make_dataset`` (defaults: 4,000 train /
-    1,000 test, inputs ``(40,)`` float32, 10 classes). Other generation arguments are the package's
+            validation_fraction: float = VALIDATION_FRACTION) -> Dataset:
+    """MNIST-1D generated locally with ``mnist1d.data.make_dataset`` (defaults: 3,200 train /
+    800 valid carved from the package's 4,000 train by :func:`carve_validation`, and its 1,000
+    test; inputs ``(40,)`` float32, 10 classes). Other generation arguments are the package's
     ``get_dataset_args()`` defaults. Cached on disk under :func:`cache_dir` keyed by the arguments.
     """
     key = json.dumps({"num_samples": num_samples, "train_split": train_split, "seed": seed,
@@ -198,28 +233,41 @@ def mnist1d(num_samples: int = 5000, train_split: float = 0.8, seed: int = 42,
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
         np.savez(tmp, **arrays)
         os.replace(tmp, path)
-    ds = Dataset(
-        x_train=arrays["x"].astype(np.float32), y_train=arrays["y"].astype(np.int32),
+    x_tr, y_tr, x_va, y_va = carve_validation(arrays["x"].astype(np.float32),
+                                              arrays["y"].astype(np.int32), validation_fraction)
+    return Dataset(
+        x_train=x_tr, y_train=y_tr, x_valid=x_va, y_valid=y_va,
         x_test=arrays["x_test"].astype(np.float32), y_test=arrays["y_test"].astype(np.int32),
         input_shape=(int(arrays["x"].shape[1]),), num_classes=10, name="mnist1d",
         source="mnist1d 0.0.2.post1 make_dataset(get_dataset_args()), generated locally",
         license="Apache-2.0",
         citation="Greydanus, S. and Kobak, D. (2024). Scaling down deep learning with MNIST-1D. ICML.",
     )
-    return _with_validation(ds, validation_fraction)
 
 
 def synthetic(num_examples: int = 1024, num_test: int = 256, input_shape: tuple[int, ...] = (784,),
-              num_classes: int = 10, seed: int = 0) -> Dataset:
+              num_classes: int = 10, seed: int = 0, num_valid: int = 256) -> Dataset:
     """Random teacher data: ``x ~ N(0, 1)`` float32 of shape ``(n, *input_shape)``, labels the argmax
-    of ``x.reshape(n, -1) @ W`` for a random ``W ~ N(0, 1)``; deterministic in ``seed``."""
+    of ``x.reshape(n, -1) @ W`` for a random ``W ~ N(0, 1)``; deterministic in ``seed``.
+
+    Draw order from ``np.random.default_rng(seed)``: train and test inputs (one array), ``W``, then
+    the ``num_valid`` validation inputs (so train and test do not depend on ``num_valid``).
+
+    Raises:
+      ValueError: a split size below 1.
+    """
+    if min(num_examples, num_test, num_valid) < 1:
+        raise ValueError(f"synthetic needs at least one example per split, got num_examples="
+                         f"{num_examples}, num_valid={num_valid}, num_test={num_test}")
     shape = tuple(int(d) for d in input_shape)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((num_examples + num_test, *shape), dtype=np.float32)
     w = rng.standard_normal((int(np.prod(shape)), num_classes), dtype=np.float32)
     y = np.argmax(x.reshape(len(x), -1) @ w, axis=1).astype(np.int32)
+    xv = rng.standard_normal((num_valid, *shape), dtype=np.float32)
+    yv = np.argmax(xv.reshape(num_valid, -1) @ w, axis=1).astype(np.int32)
     return Dataset(
-        x_train=x[:num_examples], y_train=y[:num_examples], x_test=x[num_examples:],
+        x_train=x[:num_examples], y_train=y[:num_examples], x_valid=xv, y_valid=yv, x_test=x[num_examples:],
         y_test=y[num_examples:], input_shape=shape, num_classes=num_classes, name="synthetic",
         source=f"harness.data.synthetic(seed={seed}): Gaussian inputs, random linear teacher",
         license="CC0", citation="",
@@ -271,18 +319,22 @@ def _to_float(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float = 0.0,
+def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
               image_key: str | None = None, label_key: str | None = None) -> Dataset:
     """A TFDS dataset read with ``tfds.data_source`` from a prepared ``data_dir`` (array_record).
 
     Inputs come from ``image_key`` and labels from ``label_key`` (default: the builder's
     ``supervised_keys``, else ``"image"``/``"label"``); ``uint8`` inputs are scaled to ``[0, 1]``.
-    Evaluation uses the ``test`` split (``validation`` when there is no ``test``).
+    Splits: test = ``test``; validation = ``validation`` when present, else the last
+    ``validation_fraction`` of a seed-0 permutation of ``train`` (:func:`carve_validation`). Without
+    a ``test`` split, ``validation`` is the test split and validation is carved from ``train``.
+    ``validation_fraction`` is used only where validation is carved.
 
     Raises:
       DatasetNotPreparedError: the dataset is not prepared in ``data_dir`` (raised at once; the
         message says how to prepare it).
       KeyError: TFDS has no dataset of that name.
+      ValueError: no ``train`` split, or neither ``test`` nor ``validation``.
     """
     import tensorflow_datasets as tfds
 
@@ -302,21 +354,29 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
     splits = set(info.splits.keys())
     if "train" not in splits:
         raise ValueError(f"TFDS dataset {name!r} has no 'train' split (splits: {sorted(splits)})")
-    eval_split = "test" if "test" in splits else "validation" if "validation" in splits else None
-    if eval_split is None:
+    test_split = "test" if "test" in splits else "validation" if "validation" in splits else None
+    if test_split is None:
         raise ValueError(f"TFDS dataset {name!r} has neither a 'test' nor a 'validation' split")
+    valid_split = "validation" if test_split == "test" and "validation" in splits else None
     sources = builder.as_data_source()
     x_tr, y_tr = _read_split(sources["train"], image_key, label_key)
-    x_te, y_te = _read_split(sources[eval_split], image_key, label_key)
+    x_te, y_te = _read_split(sources[test_split], image_key, label_key)
+    if valid_split is not None:
+        x_va, y_va = _read_split(sources[valid_split], image_key, label_key)
+        how = f"validation = its {valid_split!r} split"
+    else:
+        x_tr, y_tr, x_va, y_va = carve_validation(x_tr, y_tr, validation_fraction)
+        how = f"validation = {validation_fraction:g} of 'train' (seed-0 permutation)"
     label_feature = info.features[label_key]
-    num_classes = int(getattr(label_feature, "num_classes", 0) or int(max(y_tr.max(), y_te.max())) + 1)
-    ds = Dataset(
-        x_train=_to_float(x_tr), y_train=y_tr.astype(np.int32), x_test=_to_float(x_te),
-        y_test=y_te.astype(np.int32), input_shape=tuple(x_tr.shape[1:]), num_classes=num_classes,
-        name=f"{TFDS_PREFIX}{name}", source=f"TFDS {info.full_name} from {data_dir}",
+    num_classes = int(getattr(label_feature, "num_classes", 0)
+                      or int(max(y_tr.max(), y_va.max(), y_te.max())) + 1)
+    return Dataset(
+        x_train=_to_float(x_tr), y_train=y_tr.astype(np.int32), x_valid=_to_float(x_va),
+        y_valid=y_va.astype(np.int32), x_test=_to_float(x_te), y_test=y_te.astype(np.int32),
+        input_shape=tuple(x_tr.shape[1:]), num_classes=num_classes, name=f"{TFDS_PREFIX}{name}",
+        source=f"TFDS {info.full_name} from {data_dir} (test = its {test_split!r} split; {how})",
         license=str(getattr(info, "license", "") or ""), citation=str(info.citation or ""),
     )
-    return _with_validation(ds, validation_fraction)
 
 
 # --------------------------------------------------------------------------------------------------

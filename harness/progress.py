@@ -131,7 +131,7 @@ def _fmt(x: float | None, spec: str = ".4f") -> str:
 
 def _outcome_line(o: TrialOutcome) -> str:
     color = {"finished": "green", "diverged": "yellow", "failed": "red"}.get(o.status, "white")
-    extra = f"acc {_fmt(o.final_eval_accuracy)} loss {_fmt(o.final_eval_loss)}"
+    extra = f"valid acc {_fmt(o.final_valid_accuracy)} loss {_fmt(o.final_valid_loss)}"
     if o.status == "failed":
         extra = o.reason
     elif o.status == "diverged":

@@ -215,7 +215,7 @@ def _failed_outcomes(unit: Sequence[TrialSpec], reason: str) -> list[TrialOutcom
             trial_id=spec.trial_id, status="failed", run_name=run_name(spec), model=spec.model,
             optimizer=spec.optimizer, schedule=spec.schedule, dataset=spec.dataset, seed=spec.seed,
             config=config_label(spec), reason=reason[:300],
-            target_metric=spec.target.metric if spec.target else "eval/accuracy",
+            target_metric=spec.target.metric if spec.target else "valid/accuracy",
         )
         for spec in unit
     ]

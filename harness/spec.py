@@ -3,6 +3,11 @@
 Plain frozen dataclasses with no jax import, so that the CLI, the executors and the reports can use
 them cheaply. A trial's identity is :attr:`TrialSpec.trial_id`, a hash of its canonical JSON; it is
 stored in MLflow as the tag ``harness.trial_id`` and is what resume keys on.
+
+Metric names (the three-split protocol): periodic evaluation is on the validation split
+(``valid/loss``, ``valid/accuracy``, ``valid/<name>``), the test split is evaluated once at the end
+(``test/*``); a target's metric is a ``valid/*`` name (``eval/*``, the name before the protocol, is
+accepted and means ``valid/*``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Status = Literal["finished", "diverged", "failed"]
+
+#: Part of every trial's identity hash (not of :meth:`TrialSpec.to_dict`): trials of the
+#: three-split protocol train on a smaller training part and evaluate on validation, so their
+#: results differ from those of the same config before it, and so do their ids (a re-run trains
+#: them anew rather than skipping them as FINISHED with old two-split numbers).
+PROTOCOL = "train/valid/test"
+
+
+def canonical_metric(name: str) -> str:
+    """``eval/x`` (the name before the three-split protocol) → ``valid/x``; other names unchanged."""
+    return "valid/" + name[len("eval/"):] if name.startswith("eval/") else name
 
 
 def _freeze(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
@@ -37,14 +53,19 @@ def _thaw(v: Any) -> Any:
 
 @dataclass(frozen=True)
 class Target:
-    """A convergence target: ``metric`` (``eval/accuracy`` or ``eval/loss``) reaching ``value``.
+    """A convergence target on the validation split: ``metric`` (``valid/accuracy``,
+    ``valid/loss`` or ``valid/<name>``) reaching ``value``. ``eval/*`` is stored as ``valid/*``
+    (:func:`canonical_metric`), so both spellings are the same target.
 
     ``mode`` is ``"max"`` when larger is better (accuracy) and ``"min"`` when smaller is (loss).
     """
 
-    metric: str = "eval/accuracy"
+    metric: str = "valid/accuracy"
     value: float = 0.9
     mode: Literal["max", "min"] = "max"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metric", canonical_metric(self.metric))
 
     def reached(self, x: float) -> bool:
         if not math.isfinite(x):
@@ -66,7 +87,8 @@ class TrialSpec:
       seed: PRNG seed (int) for init, data order and dropout.
       steps: training budget in optimizer steps.
       batch_size: examples per step.
-      eval_every: evaluate on the whole test split every this many steps (and at the end).
+      eval_every: evaluate on the whole validation split every this many steps (and at the end);
+        the test split is evaluated once, at the end.
       steps_per_dispatch: K, the number of steps fused into one ``lax.scan`` dispatch.
       target: convergence target, or ``None``.
       dtype: parameter/compute dtype name (``"float32"``).
@@ -117,8 +139,10 @@ class TrialSpec:
 
     @property
     def trial_id(self) -> str:
-        """16 hex digits of the SHA-256 of the canonical JSON (sorted keys)."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        """16 hex digits of the SHA-256 of the canonical JSON (sorted keys) of :meth:`to_dict` plus
+        ``{"protocol": PROTOCOL}``."""
+        blob = json.dumps({**self.to_dict(), "protocol": PROTOCOL}, sort_keys=True,
+                          separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def flat_params(self) -> dict[str, str]:
@@ -155,8 +179,10 @@ class TrialSpec:
 @dataclass
 class Curves:
     """Per-trial curves. Train rows are one per step (loss is the mean over the step's batch);
-    eval rows one per evaluation. ``wall_s`` is seconds since training started (compile excluded).
-    Non-finite values are kept here as ``nan``; the tracker never logs them as metrics."""
+    eval rows one per evaluation **of the validation split** (logged as ``valid/loss``,
+    ``valid/accuracy`` and ``valid/<name>`` for each ``eval_metrics`` name). ``wall_s`` is seconds
+    since training started (compile excluded). Non-finite values are kept here as ``nan``; the
+    tracker never logs them as metrics."""
 
     train_step: list[int] = field(default_factory=list)
     train_wall_s: list[float] = field(default_factory=list)
@@ -165,6 +191,8 @@ class Curves:
     eval_wall_s: list[float] = field(default_factory=list)
     eval_loss: list[float] = field(default_factory=list)
     eval_accuracy: list[float] = field(default_factory=list)
+    #: The model's other metrics at the eval rows, ``{name: [value per eval row]}``.
+    eval_metrics: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -196,7 +224,10 @@ class TrialResult:
 
     ``status`` is ``finished`` (trained to budget), ``diverged`` (a non-finite loss stopped it at
     ``diverged_step``) or ``failed`` (an exception; ``reason`` holds the traceback text).
-    ``steps_to_target``/``seconds_to_target`` are ``None`` when the target was not reached.
+    ``steps_to_target``/``seconds_to_target`` are ``None`` when the target was not reached (both
+    on validation). ``final_valid_*`` are the last validation evaluation; ``test_*`` the one
+    evaluation of the test split after the last step (``None`` for a diverged or failed trial);
+    ``test_metrics`` holds the model's other metrics on test, ``{name: value}``.
     """
 
     spec: TrialSpec
@@ -207,8 +238,11 @@ class TrialResult:
     diverged_step: int | None = None
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
-    final_eval_loss: float | None = None
-    final_eval_accuracy: float | None = None
+    final_valid_loss: float | None = None
+    final_valid_accuracy: float | None = None
+    test_loss: float | None = None
+    test_accuracy: float | None = None
+    test_metrics: dict[str, float] = field(default_factory=dict)
     train_seconds: float = 0.0
     compile_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)

@@ -45,7 +45,10 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
     """Best configuration per (dataset, model, optimizer), ranked exactly like the HTML report's
     leaderboard (:func:`reports.frame.best_configs`); the first difference decides: more seeds that
     reached the target; lower median seconds to target; more seeds finished (not diverged or
-    failed); better mean final target metric (eval/accuracy, or eval/loss for loss targets)."""
+    failed); better mean final target metric on **validation** (valid/accuracy, or valid/loss for
+    loss targets). Selection never reads the test split: ``value`` is the selected configuration's
+    mean validation metric, ``test_value`` its mean test metric over the seeds that have one (the
+    headline number; ``None`` for runs from before the three-split protocol)."""
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
@@ -53,11 +56,15 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
     for (ds, model, opt, conf), os_ in groups.items():
         ok = [o for o in os_ if o.status == "finished"]
         metric = os_[0].target_metric
-        vals = [(o.final_eval_loss if metric == "eval/loss" else o.final_eval_accuracy) for o in ok]
+        is_loss = metric.endswith("/loss")
+        vals = [(o.final_valid_loss if is_loss else o.final_valid_accuracy) for o in ok]
         vals = [v for v in vals if v is not None]
+        tests = [(o.test_loss if is_loss else o.test_accuracy) for o in ok]
+        tests = [v for v in tests if v is not None]
         row = {
             "dataset": ds, "model": model, "optimizer": opt, "config": conf, "metric": metric,
-            "value": statistics.fmean(vals) if vals else None, "n": len(os_),
+            "value": statistics.fmean(vals) if vals else None,
+            "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
             "n_diverged": sum(o.status == "diverged" for o in os_),
             "n_failed": sum(o.status == "failed" for o in os_),
             "seconds_to_target": _median([o.seconds_to_target for o in ok]),
@@ -65,7 +72,7 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
             "reached": sum(o.seconds_to_target is not None for o in ok),
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
         }
-        sign = 1.0 if metric == "eval/loss" else -1.0
+        sign = 1.0 if is_loss else -1.0
         row["_rank"] = (-row["reached"],
                         math.inf if row["seconds_to_target"] is None else row["seconds_to_target"],
                         -len(ok), math.inf if row["value"] is None else sign * row["value"])
@@ -85,28 +92,30 @@ def print_summary(console, summary: SweepSummary) -> None:
     from rich.table import Table
 
     c = summary.counts()
-    t = Table(caption="best = most seeds reaching the target, then fastest median time to target, "
-                      "then most seeds finished, then best mean final metric (as the HTML report)",
+    t = Table(caption="best = selected on validation: most seeds reaching the target, then fastest "
+                      "median time to target, then most seeds finished, then best mean validation "
+                      "metric (as the HTML report); test = that configuration's mean test metric",
               title=f"{summary.name}: best configuration per model and optimizer "
                     f"({c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed; "
                     f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s)")
     rows = sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
     one_ds = len({r["dataset"] for r in rows}) <= 1
-    for col in ("dataset", "model", "optimizer", "best config", "final", "to target", "examples/s",
-                "trials"):
+    for col in ("dataset", "model", "optimizer", "best config", "valid", "test", "to target",
+                "examples/s", "trials"):
         if col == "dataset" and one_ds:
             continue
         t.add_column(col, overflow="fold", no_wrap=col not in ("best config", "trials"),
                      ratio=3 if col == "best config" else None)
     for r in rows:
-        short = {"eval/accuracy": "acc", "eval/loss": "loss"}.get(r["metric"], r["metric"])
+        short = r["metric"].split("/", 1)[-1].replace("accuracy", "acc")
         val = "—" if r["value"] is None else f"{short} {r['value']:.4f}"
+        test = "—" if r["test_value"] is None else f"{short} {r['test_value']:.4f}"
         ttt = "not reached" if r["seconds_to_target"] is None else \
             f"step {r['steps_to_target']:g} · {r['seconds_to_target']:.3f} s"
         eps = "—" if r["examples_per_sec"] is None else f"{r['examples_per_sec']:,.0f}"
         trials = f"{r['n']}" + (f" ({r['n_diverged']} div, {r['n_failed']} fail)"
                                 if r["n_diverged"] or r["n_failed"] else "")
-        cells = [r["model"], r["optimizer"], r["config"], val, ttt, eps, trials]
+        cells = [r["model"], r["optimizer"], r["config"], val, test, ttt, eps, trials]
         t.add_row(*(cells if one_ds else [r["dataset"], *cells]))
     console.print(t)
     uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \

@@ -15,17 +15,20 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
 * **Dispatch.** ``K = spec.steps_per_dispatch`` steps run in one ``lax.scan`` per call (chunks end
   at every evaluation point, so a shorter final chunk compiles once more); the training state is
   donated. The per-step train losses leave the device once per chunk (one host sync per chunk).
-* **Evaluation** on the whole test split at step 0, every ``eval_every`` steps and at the end, in
-  batches of at most :data:`EVAL_BATCH` (a scan over full batches plus one remainder batch, no
-  padding); loss and accuracy are example-weighted means. Models without an ``accuracy`` metric
-  report ``nan`` accuracy.
+* **Evaluation** on the whole **validation** split at step 0, every ``eval_every`` steps and at the
+  end (the curves ``eval_*``, logged as ``valid/*``); the **test** split once, after the last step
+  (``TrialResult.test_*``; not for a diverged trial). Both in batches of at most
+  :data:`EVAL_BATCH` (a scan over full batches plus one remainder batch, no padding); the loss and
+  every metric of the model (``ModelDef.metrics``) are example-weighted means. Models without an
+  ``accuracy`` metric report ``nan`` accuracy. Training never sees either split.
 * **Clock.** ``wall_s`` counts training dispatches only (compile and evaluation excluded), measured
   at each chunk's host sync; rows inside a chunk are interpolated linearly.
 * **Divergence.** The first non-finite train loss ends the trial: status ``"diverged"``,
   ``diverged_step`` = that step (1-based: the step whose update used that loss); its row is kept
   (``nan``). Never raises for it. Other exceptions propagate.
-* **Convergence.** ``steps_to_target``/``seconds_to_target`` = the first evaluation whose metric
-  reaches ``spec.target`` (``None`` = not reached).
+* **Convergence.** ``steps_to_target``/``seconds_to_target`` = the first validation evaluation whose
+  metric (``valid/loss``, ``valid/accuracy`` or ``valid/<name>``) reaches ``spec.target``
+  (``None`` = not reached).
 * **Batching.** :func:`run_trials_batched` trains trials sharing ``spec.batch_key()`` (they differ in
   seed and/or ``optimizer.step_size``) as one ``jax.vmap``-ed program. Trial *i* equals
   :func:`run_trial` of it alone to float32 rounding: tested as ``rtol=1e-4, atol=1e-5`` on every
@@ -160,13 +163,15 @@ class _ModelEntry:
         self.model = lookup(MODELS, spec.model, "model")(
             input_shape=ds.input_shape, num_classes=ds.num_classes, **spec.hparams("model"))
         self.dtype = jnp.dtype(spec.dtype)
-        self.N, self.M = ds.num_train, ds.num_test
+        self.N, self.M = ds.num_train, ds.num_valid
         self.input_shape = ds.input_shape
         self.recon = getattr(self.model, "task", "classification") == "reconstruction"
         self.needs_rng = bool(getattr(self.model, "needs_rng", False))
-        self.acc_fn = dict(getattr(self.model, "metrics", {}) or {}).get("accuracy")
+        self.metric_fns = dict(sorted((dict(getattr(self.model, "metrics", {}) or {})).items()))
         self.x_train = jax.device_put(np.asarray(ds.x_train, self.dtype))
         self.y_train = jax.device_put(ds.y_train)
+        self.x_valid = jax.device_put(np.asarray(ds.x_valid, self.dtype))
+        self.y_valid = jax.device_put(ds.y_valid)
         self.x_test = jax.device_put(np.asarray(ds.x_test, self.dtype))
         self.y_test = jax.device_put(ds.y_test)
         self.compiled: dict[tuple, Any] = {}
@@ -177,7 +182,8 @@ class _ModelEntry:
         return jax.tree_util.tree_map(lambda p: jnp.asarray(p, self.dtype), params), mstate
 
     def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array):
-        """Example-weighted (loss, accuracy) over the whole split, in batches of ≤ EVAL_BATCH."""
+        """Example-weighted ``(loss, {metric name: value})`` over the whole split (every metric of
+        the model, ``float32`` scalars), in batches of ≤ EVAL_BATCH."""
         rng = jax.random.PRNGKey(0) if self.needs_rng else None
         M = x.shape[0]
         eb = min(M, EVAL_BATCH)
@@ -186,22 +192,24 @@ class _ModelEntry:
         def stats(xb, yb):
             out, _ = self.model.apply(params, mstate, xb, rng=rng, train=False)
             tgt = xb if self.recon else yb
-            acc = self.acc_fn(out, tgt) if self.acc_fn is not None else jnp.nan
-            return (jnp.asarray(self.model.loss(out, tgt), jnp.float32), jnp.asarray(acc, jnp.float32))
+            vals = {k: jnp.asarray(fn(out, tgt), jnp.float32) for k, fn in self.metric_fns.items()}
+            return jnp.asarray(self.model.loss(out, tgt), jnp.float32), vals
 
         xs = x[: nb * eb].reshape(nb, eb, *x.shape[1:])
         ys = y[: nb * eb].reshape(nb, eb, *y.shape[1:])
-        losses, accs = jax.lax.map(lambda b: stats(*b), (xs, ys))
-        loss_sum, acc_sum = jnp.sum(losses) * eb, jnp.sum(accs) * eb
+        losses, mets = jax.lax.map(lambda b: stats(*b), (xs, ys))
+        loss_sum = jnp.sum(losses) * eb
+        sums = {k: jnp.sum(v) * eb for k, v in mets.items()}
         if r:
-            lr_, ar_ = stats(x[nb * eb:], y[nb * eb:])
-            loss_sum, acc_sum = loss_sum + lr_ * r, acc_sum + ar_ * r
-        return loss_sum / M, acc_sum / M
+            lr_, mr_ = stats(x[nb * eb:], y[nb * eb:])
+            loss_sum = loss_sum + lr_ * r
+            sums = {k: sums[k] + mr_[k] * r for k in sums}
+        return loss_sum / M, {k: v / M for k, v in sums.items()}
 
     def get(self, kind: str, T: int | None, *args: Any) -> tuple[Any, float]:
-        """Compiled ``init`` (single trial) or ``eval`` (``T`` = None or vmapped over T) and the
-        seconds spent compiling it now (0 when cached)."""
-        key = (kind, T, EVAL_BATCH)
+        """Compiled ``init`` (single trial) or ``eval`` (``T`` = None or vmapped over T; one program
+        per split size) and the seconds spent compiling it now (0 when cached)."""
+        key = (kind, T, EVAL_BATCH, args[2].shape[0] if kind == "eval" else None)
         if key in self.compiled:
             return self.compiled[key], 0.0
         if kind == "init":
@@ -349,15 +357,23 @@ class _Track:
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
 
-    def add_eval(self, step: int, wall: float, loss: float, acc: float) -> None:
+    test_loss: float | None = None
+    test_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def add_eval(self, step: int, wall: float, loss: float, metrics: dict[str, float]) -> None:
+        """One validation evaluation: ``loss`` and ``{metric name: value}`` of the model."""
         c = self.curves
         c.eval_step.append(step)
         c.eval_wall_s.append(wall)
         c.eval_loss.append(loss)
-        c.eval_accuracy.append(acc)
+        c.eval_accuracy.append(metrics.get("accuracy", math.nan))
+        for k, v in metrics.items():
+            if k != "accuracy":
+                c.eval_metrics.setdefault(k, []).append(v)
         tgt = self.spec.target
         if tgt is not None and self.steps_to_target is None:
-            value = acc if tgt.metric in ("eval/accuracy", "accuracy") else loss
+            name = tgt.metric.split("/", 1)[-1]
+            value = loss if name == "loss" else metrics.get(name, math.nan)
             if tgt.reached(value):
                 self.steps_to_target, self.seconds_to_target = step, wall
 
@@ -424,18 +440,22 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
         compile_s += dt
     state = states[0] if T is None else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
     del states
-    eval_exe, dt = e.get("eval", T, prog.params(state), state.model_state, e.x_test, e.y_test)
+    eval_exe, dt = e.get("eval", T, prog.params(state), state.model_state, e.x_valid, e.y_valid)
     compile_s += dt
 
     tracks = [_Track(s) for s in specs]
 
-    def record_eval(step: int, wall: float) -> None:
+    def evaluate(exe, x, y) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         params = prog.params(state) if T is None else jax.vmap(prog.params)(state)
-        loss, acc = (np.atleast_1d(np.asarray(v, np.float64))
-                     for v in eval_exe(params, state.model_state, e.x_test, e.y_test))
+        loss, mets = exe(params, state.model_state, x, y)
+        return (np.atleast_1d(np.asarray(loss, np.float64)),
+                {k: np.atleast_1d(np.asarray(v, np.float64)) for k, v in mets.items()})
+
+    def record_eval(step: int, wall: float) -> None:
+        loss, mets = evaluate(eval_exe, e.x_valid, e.y_valid)
         for j, tr in enumerate(tracks):
             if tr.active:
-                tr.add_eval(step, wall, float(loss[j]), float(acc[j]))
+                tr.add_eval(step, wall, float(loss[j]), {k: float(v[j]) for k, v in mets.items()})
 
     steps, K = spec0.steps, spec0.steps_per_dispatch
     if K < 1:
@@ -489,6 +509,15 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     if ck is not None:
         ck.finish(step, wall, state, tracks, pfn)
 
+    if any(tr.diverged_step is None for tr in tracks):  # the test split, once, after the last step
+        test_exe, dt = e.get("eval", T, prog.params(state), state.model_state, e.x_test, e.y_test)
+        compile_s += dt
+        loss, mets = evaluate(test_exe, e.x_test, e.y_test)
+        for j, tr in enumerate(tracks):
+            if tr.diverged_step is None:
+                tr.test_loss = float(loss[j])
+                tr.test_metrics = {k: float(v[j]) for k, v in mets.items()}
+
     perf = _measure_perf(prog, spec0, perf_cache) if measure_perf else None
     results = []
     for tr in tracks:
@@ -502,8 +531,11 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
             diverged_step=tr.diverged_step,
             steps_to_target=tr.steps_to_target,
             seconds_to_target=tr.seconds_to_target,
-            final_eval_loss=c.eval_loss[-1] if c.eval_loss else None,
-            final_eval_accuracy=c.eval_accuracy[-1] if c.eval_accuracy else None,
+            final_valid_loss=c.eval_loss[-1] if c.eval_loss else None,
+            final_valid_accuracy=c.eval_accuracy[-1] if c.eval_accuracy else None,
+            test_loss=tr.test_loss,
+            test_accuracy=tr.test_metrics.get("accuracy"),
+            test_metrics={k: v for k, v in tr.test_metrics.items() if k != "accuracy"},
             train_seconds=c.train_wall_s[-1] if c.train_wall_s else 0.0,
             compile_seconds=compile_s,
             extra={"batched": len(specs) if batched else 1,

@@ -22,14 +22,18 @@ the only place where a trial's child run is created, filled and ended:
 Each child run gets: tags ``harness.trial_id``, ``harness.sweep``, ``harness.sweep_id``,
 ``harness.kind=trial``, ``model``, ``optimizer``, ``schedule``, ``dataset``, ``seed``, ``status``,
 versions, ``device_kind``, ``git_commit``, ``mlflow.parentRunId``;
-metrics ``train/loss``, ``eval/loss``, ``eval/accuracy``, ``time/wall_s`` (at eval steps) with
-``step=`` the training step and timestamps = training start + curve wall-clock (``train/loss`` at
-≤ :data:`MAX_TRAIN_POINTS` evenly spaced steps including the first and last, so that tracking
-stays a small fraction of a trial), ``final/eval_loss`` and ``final/eval_accuracy`` (last step),
-``perf/*`` (``step=0``) and ``convergence/*`` (``step=steps_to_target``); params
+metrics ``train/loss``; on the validation split at the eval steps ``valid/loss``,
+``valid/accuracy`` and ``valid/<name>`` for the model's other metrics, with ``time/wall_s``; on the
+test split once, at the last step, ``test/loss``, ``test/accuracy``, ``test/<name>`` (absent for a
+diverged trial); all with ``step=`` the training step and timestamps = training start + curve
+wall-clock (``train/loss`` at ≤ :data:`MAX_TRAIN_POINTS` evenly spaced steps including the first
+and last, so that tracking stays a small fraction of a trial), ``final/valid_loss`` and
+``final/valid_accuracy`` (last step), ``perf/*`` (``step=0``) and ``convergence/*``
+(``step=steps_to_target``, the target being on validation); params
 ``TrialSpec.flat_params()`` plus ``target.mode``; tags ``harness.reason`` (last line of the
 traceback, or why it diverged) and ``status_reason``; artifacts ``trial.json`` (the resolved
-spec), ``curves.csv`` (``split,step,wall_s,loss,accuracy``, every step) and, for a failed trial,
+spec), ``curves.csv`` (``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every
+step), ``valid``, ``test``) and, for a failed trial,
 ``traceback.txt``; the training split as a dataset input.
 """
 
@@ -91,7 +95,11 @@ class TrialOutcome:
     """Picklable summary of one trial for the progress bar, the summary table and ``status``.
 
     ``status`` is ``finished``, ``diverged`` or ``failed``; ``skipped`` is true when a FINISHED run
-    already existed (nothing was trained). Metrics are ``None`` where absent or non-finite.
+    already existed (nothing was trained). Metrics are ``None`` where absent or non-finite:
+    ``final_valid_*`` the last validation evaluation (what selection reads), ``test_*`` the test
+    split at the end (what the summary reports for the selected configuration). A run logged
+    before the three-split protocol has only ``eval/*``: read back as ``final_valid_*``, with
+    ``test_*`` ``None``.
     ``seconds_to_target`` in s, ``examples_per_sec`` in examples/s, ``train_seconds``,
     ``tracking_seconds`` and ``wall_seconds`` in s (training dispatches as the trainer counts them,
     MLflow calls for this trial, and the trial's share of its unit's whole wall-clock).
@@ -107,8 +115,10 @@ class TrialOutcome:
     dataset: str = ""
     seed: int | None = None
     config: str = ""
-    final_eval_accuracy: float | None = None
-    final_eval_loss: float | None = None
+    final_valid_accuracy: float | None = None
+    final_valid_loss: float | None = None
+    test_accuracy: float | None = None
+    test_loss: float | None = None
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
     examples_per_sec: float | None = None
@@ -117,7 +127,7 @@ class TrialOutcome:
     wall_seconds: float = 0.0
     reason: str = ""
     skipped: bool = False
-    target_metric: str = "eval/accuracy"
+    target_metric: str = "valid/accuracy"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -154,7 +164,7 @@ def _base_outcome(spec: TrialSpec, status: str) -> TrialOutcome:
     return TrialOutcome(
         trial_id=spec.trial_id, status=status, run_name=run_name(spec), model=spec.model,
         optimizer=spec.optimizer, schedule=spec.schedule, dataset=spec.dataset, seed=spec.seed,
-        config=config_label(spec), target_metric=spec.target.metric if spec.target else "eval/accuracy")
+        config=config_label(spec), target_metric=spec.target.metric if spec.target else "valid/accuracy")
 
 
 def outcome_from_run(spec: TrialSpec, run) -> TrialOutcome:
@@ -163,8 +173,10 @@ def outcome_from_run(spec: TrialSpec, run) -> TrialOutcome:
     status = tags.get("status") or ("finished" if run.info.status == "FINISHED" else "failed")
     o = _base_outcome(spec, status)
     o.run_id = run.info.run_id
-    o.final_eval_accuracy = m.get("eval/accuracy")
-    o.final_eval_loss = m.get("eval/loss")
+    o.final_valid_accuracy = m.get("valid/accuracy", m.get("eval/accuracy"))
+    o.final_valid_loss = m.get("valid/loss", m.get("eval/loss"))
+    o.test_accuracy = m.get("test/accuracy")
+    o.test_loss = m.get("test/loss")
     o.steps_to_target = int(m["convergence/steps_to_target"]) if "convergence/steps_to_target" in m else None
     o.seconds_to_target = m.get("convergence/seconds_to_target")
     o.examples_per_sec = m.get("perf/examples_per_sec")
@@ -264,7 +276,10 @@ def _write_curves(res: TrialResult, path: Path) -> None:
         for s, t, loss in zip(c.train_step, c.train_wall_s, c.train_loss, strict=False):
             w.writerow(["train", s, f"{t:.6f}", loss, ""])
         for s, t, loss, acc in zip(c.eval_step, c.eval_wall_s, c.eval_loss, c.eval_accuracy, strict=False):
-            w.writerow(["eval", s, f"{t:.6f}", loss, acc])
+            w.writerow(["valid", s, f"{t:.6f}", loss, acc])
+        if res.test_loss is not None and c.eval_step:
+            acc = "" if res.test_accuracy is None else res.test_accuracy
+            w.writerow(["test", c.eval_step[-1], f"{c.eval_wall_s[-1]:.6f}", res.test_loss, acc])
 
 
 def train_rows_to_log(n: int, max_points: int = MAX_TRAIN_POINTS) -> list[int]:
@@ -301,13 +316,22 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
     c = res.curves
     for i in train_rows_to_log(len(c.train_step)):
         buf.add("train/loss", c.train_loss[i], c.train_step[i], t0_ms + int(c.train_wall_s[i] * 1000))
-    for s, t, lv, av in zip(c.eval_step, c.eval_wall_s, c.eval_loss, c.eval_accuracy, strict=False):
-        buf.add("eval/loss", lv, s, t0_ms + int(t * 1000))
-        buf.add("eval/accuracy", av, s, t0_ms + int(t * 1000))
-        buf.add("time/wall_s", t, s, t0_ms + int(t * 1000))
+    for j, (s, t, lv, av) in enumerate(zip(c.eval_step, c.eval_wall_s, c.eval_loss, c.eval_accuracy,
+                                           strict=False)):
+        ts = t0_ms + int(t * 1000)
+        buf.add("valid/loss", lv, s, ts)
+        buf.add("valid/accuracy", av, s, ts)
+        for name, vals in c.eval_metrics.items():
+            buf.add(f"valid/{name}", vals[j] if j < len(vals) else None, s, ts)
+        buf.add("time/wall_s", t, s, ts)
     last = c.eval_step[-1] if c.eval_step else (c.train_step[-1] if c.train_step else 0)
-    buf.add("final/eval_loss", res.final_eval_loss, last)
-    buf.add("final/eval_accuracy", res.final_eval_accuracy, last)
+    t_last = t0_ms + int((c.eval_wall_s[-1] if c.eval_wall_s else 0.0) * 1000)
+    buf.add("final/valid_loss", res.final_valid_loss, last)
+    buf.add("final/valid_accuracy", res.final_valid_accuracy, last)
+    buf.add("test/loss", res.test_loss, last, t_last)
+    buf.add("test/accuracy", res.test_accuracy, last, t_last)
+    for name, v in res.test_metrics.items():
+        buf.add(f"test/{name}", v, last, t_last)
     p = res.perf
     if p is not None:
         for key in ("step_time_ms", "step_time_ms_p10", "step_time_ms_p90", "examples_per_sec",
@@ -344,8 +368,10 @@ def _outcome(res: TrialResult, run_id: str | None, tracking_s: float) -> TrialOu
     o = _base_outcome(res.spec, res.status)
     o.run_id = run_id
     fin = tracking.finite
-    o.final_eval_accuracy = res.final_eval_accuracy if fin(res.final_eval_accuracy) else None
-    o.final_eval_loss = res.final_eval_loss if fin(res.final_eval_loss) else None
+    o.final_valid_accuracy = res.final_valid_accuracy if fin(res.final_valid_accuracy) else None
+    o.final_valid_loss = res.final_valid_loss if fin(res.final_valid_loss) else None
+    o.test_accuracy = res.test_accuracy if fin(res.test_accuracy) else None
+    o.test_loss = res.test_loss if fin(res.test_loss) else None
     o.steps_to_target = res.steps_to_target
     o.seconds_to_target = res.seconds_to_target
     o.examples_per_sec = res.perf.examples_per_sec if res.perf and fin(res.perf.examples_per_sec) else None

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
-__all__ = ["cost_analysis_flops", "jaxpr_flops", "xla_flops"]
+__all__ = ["cost_analysis_flops", "jaxpr_flops", "transformer_matmul_flops", "xla_flops"]
 
 
 def cost_analysis_flops(cost: Any) -> float | None:
@@ -158,3 +158,20 @@ def jaxpr_flops(fn: Callable, *args: Any, matmul_only: bool = False, **kwargs: A
     ``matmul_only=True`` counts only matmuls and convolutions.
     """
     return _jaxpr_flops(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr, matmul_only)
+
+
+def transformer_matmul_flops(tokens: int, width: int, depth: int, mlp_dim: int,
+                             qkv_features: int | None = None) -> float:
+    """Closed-form matmul FLOPs of one example (``tokens`` positions) through ``depth`` Transformer
+    blocks of :func:`models.stax.MultiHeadSelfAttention` plus a Dense-Dense MLP (multiply-add = 2).
+
+    Per block, with ``T = tokens``, ``d = width``, ``i = qkv_features or width``, ``m = mlp_dim``:
+    fused q/k/v projection ``2·T·d·3i``, scores ``2·T·T·i``, weighted values ``2·T·T·i``, output
+    projection ``2·T·i·d``, MLP ``2·T·d·m·2``. Causal masking does not halve the score matmuls (all
+    ``T × T`` scores are computed, then masked), so this is the work executed, as XLA counts it.
+    Embedding lookups, heads and elementwise work are not included (models add their own ends).
+    """
+    T, d, m = int(tokens), int(width), int(mlp_dim)
+    i = int(qkv_features or width)
+    per_block = 2 * T * d * 3 * i + 2 * 2 * T * T * i + 2 * T * i * d + 2 * 2 * T * d * m
+    return float(depth * per_block)

@@ -22,6 +22,12 @@ Beyond the reference (nothing here changes a reference-compatible call):
 * ``GeneralConv(..., impl="patches" | "auto")`` computes the convolution as im2col patches times a
   matrix (much faster inside ``lax.scan`` on XLA:CPU; the default ``impl="xla"`` is the reference's
   ``lax`` call).
+* Sequence layers for Transformers (same ``(init_fun, apply_fun)`` contract, appended at the end of
+  this file): :func:`Embedding`, :func:`LayerNorm`, :func:`PositionalEmbedding` (learned),
+  :func:`SinusoidalPositionalEmbedding`, :func:`MultiHeadSelfAttention` (optional causal mask,
+  dropout with :func:`Dropout`'s rng rule) and the :func:`Residual` combinator. Their parameters
+  are float32 and cast to the input's dtype at use (bfloat16-clean); ``tests/test_stax_seq.py``
+  checks each against a hand-written formula and against ``flax.linen`` at 1e-5, with gradients.
 """
 
 from __future__ import annotations
@@ -49,12 +55,14 @@ from jax.nn.initializers import glorot_normal, normal, ones, zeros
 
 __all__ = [
     "AvgPool", "BatchNorm", "Conv", "Conv1DTranspose", "ConvTranspose", "Dense", "Dropout", "Elu",
-    "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gelu", "GeneralConv",
-    "GeneralConvTranspose", "Identity", "LeakyRelu", "LogSoftmax", "MaxPool", "Relu", "Selu",
-    "ShapeError", "Sigmoid", "Softmax", "Softplus", "SumPool", "Tanh", "elementwise", "elu", "gelu",
-    "glorot", "glorot_normal", "has_state", "layer_name", "leaky_relu", "log_softmax", "logsoftmax",
-    "normal", "ones", "parallel", "randn", "relu", "selu", "serial", "shape_dependent", "sigmoid",
-    "softmax", "softplus", "standardize", "stateful", "zeros",
+    "Embedding", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gelu", "GeneralConv",
+    "GeneralConvTranspose", "Identity", "LayerNorm", "LeakyRelu", "LogSoftmax", "MaxPool",
+    "MultiHeadSelfAttention", "PositionalEmbedding", "Relu", "Residual", "Selu", "ShapeError",
+    "Sigmoid", "SinusoidalPositionalEmbedding", "Softmax", "Softplus", "SumPool", "Tanh", "attention",
+    "causal_mask", "elementwise", "elu", "gelu", "glorot", "glorot_normal", "has_state", "layer_name",
+    "leaky_relu", "log_softmax", "logsoftmax", "normal", "ones", "parallel", "randn", "relu", "selu",
+    "serial", "shape_dependent", "sigmoid", "sinusoidal_table", "softmax", "softplus", "standardize",
+    "stateful", "zeros",
 ]
 
 # Initializer and function aliases kept by the reference for backwards compatibility.
@@ -790,3 +798,321 @@ def shape_dependent(make_layer):
                                                             **kwargs)
 
     return _layer("shape_dependent", init_fun, apply_fun, init_with_state, apply_with_state)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sequence layers (beyond the reference): Embedding, LayerNorm, positional embeddings, multi-head
+# self-attention and a residual combinator, for Transformers built from (init_fun, apply_fun) pairs.
+#
+# Precision rule of these layers: parameters are created float32 (by the initializers) and are cast
+# to the compute dtype where they are used; the compute dtype is the floating input's dtype (for
+# Embedding, whose inputs are integer ids: the table's dtype, or ``dtype=`` when given). Statistics
+# (LayerNorm's mean and variance) and the attention softmax are computed in at least float32 and
+# the results cast back, so a bfloat16 forward pass keeps its reductions accurate.
+
+
+def _compute(p, dtype):
+    """``p`` cast to ``dtype`` (no-op when it already has it)."""
+    return p if p.dtype == dtype else p.astype(dtype)
+
+
+def _stats_dtype(dtype):
+    """The dtype statistics are reduced in: float32 for 16-bit floats, else ``dtype`` itself."""
+    return jnp.promote_types(jnp.float32, dtype)
+
+
+def Embedding(vocab_size, features, W_init=None, *, dtype=None):
+    """Token embedding: integer ids ``(...)`` -> vectors ``(..., features)`` (a table lookup).
+
+    Params ``(table,)``, ``table`` float32 ``(vocab_size, features)``; ``W_init`` defaults to a
+    normal with standard deviation ``1 / sqrt(features)`` (flax.linen.Embed's default,
+    ``variance_scaling(1, 'fan_in', 'normal', out_axis=0)``). ``apply_fun`` returns
+    ``jnp.take(table, ids, axis=0)`` cast to ``dtype`` (default: the table's dtype). Ids follow
+    ``jnp.take``: ``-vocab_size <= id < 0`` wrap around as in numpy; ids outside
+    ``[-vocab_size, vocab_size)`` give rows of NaN (so a wrong vocabulary size shows up as a
+    non-finite loss, not as silently clipped ids). Gradients w.r.t. the table are a scatter-add.
+
+    Raises ``ValueError`` for non-positive sizes and (at apply) for non-integer inputs.
+    """
+    if int(vocab_size) <= 0 or int(features) <= 0:
+        raise ValueError(f"Embedding: vocab_size and features must be positive, got {vocab_size}, "
+                         f"{features}")
+    vocab_size, features = int(vocab_size), int(features)
+    W_init = W_init or jax.nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=1,
+                                                            out_axis=0)
+    name = f"Embedding({vocab_size}, {features})"
+
+    def init_fun(rng, input_shape):
+        return (*_shape(input_shape), features), (W_init(rng, (vocab_size, features)),)
+
+    def apply_fun(params, inputs, **kwargs):
+        (table,) = params
+        if not jnp.issubdtype(jnp.asarray(inputs).dtype, jnp.integer):
+            raise ValueError(f"{name}: inputs must be integer token ids, got dtype "
+                             f"{jnp.asarray(inputs).dtype}")
+        out = jnp.take(table, inputs, axis=0)
+        return _compute(out, jnp.dtype(dtype)) if dtype is not None else out
+
+    return _layer(name, init_fun, apply_fun)
+
+
+def LayerNorm(epsilon=1e-6, center=True, scale=True, beta_init=zeros, gamma_init=ones):
+    """Layer normalisation over the last (feature) axis (Ba et al. 2016).
+
+    ``y = gamma * (x - mean) / sqrt(var + epsilon) + beta`` with ``mean`` and the biased ``var``
+    (two-pass: ``mean((x - mean)**2)``) over the last axis of each position, computed in at least
+    float32; ``y`` has the input's dtype. Params ``(beta, gamma)`` float32 ``(features,)`` as in
+    :func:`BatchNorm` (``()`` in place of a disabled ``center``/``scale``). ``epsilon`` defaults to
+    flax.linen.LayerNorm's 1e-6. Raises :class:`ShapeError` at init for a rank-0 input or an
+    unknown feature size.
+    """
+    name = f"LayerNorm(eps={epsilon})"
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        if len(input_shape) == 0 or input_shape[-1] is None or input_shape[-1] <= 0:
+            raise ShapeError(f"{name}: needs a known last (feature) dimension, got input shape "
+                             f"{_fmt(input_shape)}")
+        k1, k2 = random.split(rng)
+        feat = (input_shape[-1],)
+        beta = beta_init(k1, feat) if center else ()
+        gamma = gamma_init(k2, feat) if scale else ()
+        return input_shape, (beta, gamma)
+
+    def apply_fun(params, x, **kwargs):
+        beta, gamma = params
+        sd = _stats_dtype(x.dtype)
+        xs = x.astype(sd)
+        mean = jnp.mean(xs, axis=-1, keepdims=True)
+        centred = xs - mean
+        var = jnp.mean(jnp.square(centred), axis=-1, keepdims=True)
+        y = centred * lax.rsqrt(var + jnp.asarray(epsilon, sd))
+        if scale:
+            y = y * _compute(gamma, sd)
+        if center:
+            y = y + _compute(beta, sd)
+        return y.astype(x.dtype)
+
+    return _layer(name, init_fun, apply_fun)
+
+
+def _check_sequence(name, input_shape, max_len=None):
+    """A ``(batch, length, features)`` input shape with a known feature size (and length <= max_len)."""
+    _check_rank(name, input_shape, 3, "batch, length, features")
+    if input_shape[-1] is None or input_shape[-1] <= 0:
+        raise ShapeError(f"{name}: needs a known feature dimension, got input shape {_fmt(input_shape)}")
+    length = input_shape[1]
+    if max_len is not None and length is not None and length > max_len:
+        raise ShapeError(f"{name}: sequence length {length} exceeds max_len {max_len} "
+                         f"(input shape {_fmt(input_shape)}); build it with a larger max_len")
+
+
+def PositionalEmbedding(max_len, W_init=normal(0.02)):
+    """Learned absolute positional embedding: ``x + table[:T]`` for ``x (B, T, F)``, ``T <= max_len``.
+
+    Params ``(table,)``, float32 ``(max_len, F)`` (default init: normal, stddev 0.02, as GPT-2);
+    the slice is cast to ``x``'s dtype. Raises :class:`ShapeError` at init for a non-rank-3 input or
+    ``T > max_len``.
+    """
+    name = f"PositionalEmbedding({max_len})"
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        _check_sequence(name, input_shape, max_len)
+        return input_shape, (W_init(rng, (max_len, input_shape[-1])),)
+
+    def apply_fun(params, inputs, **kwargs):
+        (table,) = params
+        return inputs + _compute(table[: inputs.shape[1]], inputs.dtype)
+
+    return _layer(name, init_fun, apply_fun)
+
+
+def sinusoidal_table(length, features, max_timescale=10_000.0):
+    """The fixed sinusoidal position table of Vaswani et al. (2017), float32 ``(length, features)``.
+
+    ``table[p, 2i] = sin(p / max_timescale**(2i / features))`` and ``table[p, 2i + 1] = cos(...)``
+    (sines and cosines interleaved; for odd ``features`` the last column is a sine).
+    """
+    pos = jnp.arange(length, dtype=jnp.float32)[:, None]
+    two_i = jnp.arange(0, features, 2, dtype=jnp.float32)
+    angles = pos / jnp.power(jnp.float32(max_timescale), two_i / features)  # (length, ceil(F/2))
+    table = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(length, -1)
+    return table[:, :features]
+
+
+def SinusoidalPositionalEmbedding(max_timescale=10_000.0):
+    """Fixed sinusoidal positional encoding (no params): ``x + sinusoidal_table(T, F)`` for
+    ``x (B, T, F)``; the table (see :func:`sinusoidal_table`) is a constant under ``jit`` and is
+    cast to ``x``'s dtype. Raises :class:`ShapeError` at init for a non-rank-3 input.
+    """
+    name = "SinusoidalPositionalEmbedding"
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        _check_sequence(name, input_shape)
+        return input_shape, ()
+
+    def apply_fun(params, inputs, **kwargs):
+        table = sinusoidal_table(inputs.shape[1], inputs.shape[2], max_timescale)
+        return inputs + table.astype(inputs.dtype)
+
+    return _layer(name, init_fun, apply_fun)
+
+
+def _dropout_mask(rng, keep, x):
+    """Inverted dropout with keep probability ``keep``: ``where(bernoulli(rng, keep), x / keep, 0)``."""
+    mask = random.bernoulli(rng, keep, x.shape)
+    return jnp.where(mask, x / jnp.asarray(keep, x.dtype), jnp.zeros((), x.dtype))
+
+
+def causal_mask(length):
+    """Boolean ``(length, length)`` mask, True where query position ``q`` may attend to key ``k <= q``."""
+    return jnp.tril(jnp.ones((length, length), jnp.bool_))
+
+
+def attention(q, k, v, *, causal=False, dropout=0.0, rng=None):
+    """Scaled dot-product attention on ``(B, T, H, D)`` queries/keys/values -> ``(B, T, H, D)``.
+
+    ``softmax(q k^T / sqrt(D) [masked]) v`` per head; the scores are formed from ``q / sqrt(D)``
+    (fewer multiplies than scaling the scores), masked positions get ``finfo(float32).min`` (so a
+    fully masked row would be uniform, never NaN), and the softmax runs in at least float32 before
+    being cast back to the inputs' dtype. ``dropout`` (a DROP probability in [0, 1)) drops
+    attention weights with ``rng`` (required when ``dropout > 0``).
+    """
+    depth = q.shape[-1]
+    q = q * jnp.asarray(1.0 / math.sqrt(depth), q.dtype)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(_stats_dtype(q.dtype))
+    if causal:
+        T, S = q.shape[1], k.shape[1]
+        mask = jnp.tril(jnp.ones((T, S), jnp.bool_), S - T)
+        scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+    weights = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    if dropout > 0:
+        if rng is None:
+            raise ValueError("attention: dropout > 0 needs an rng")
+        weights = _dropout_mask(rng, 1.0 - dropout, weights)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
+_ATTN_DROPOUT_MSG = ("MultiHeadSelfAttention with dropout in train mode requires apply_fun to be "
+                     "called with a PRNG key: `apply_fun(params, inputs, rng=key)` (or build it with "
+                     "mode='test', or call it through stateful(...) with train=False).")
+
+
+def MultiHeadSelfAttention(num_heads, *, causal=False, dropout=0.0, out_dropout=0.0,
+                           qkv_features=None, mode="train", W_init=None, b_init=zeros):
+    """Multi-head self-attention (Vaswani et al. 2017) on ``x (B, T, F)`` -> ``(B, T, F)``.
+
+    ``[q | k | v] = x @ W_qkv + b_qkv`` (one fused matmul; ``qkv_features`` = ``H * D``, default
+    ``F``, must divide by ``num_heads``), split into ``num_heads`` heads of size ``D``;
+    ``a = attention(q, k, v, causal=causal)`` (see :func:`attention`); output
+    ``a.reshape(B, T, H * D) @ W_out + b_out``.
+
+    Params ``(W_qkv (F, 3·H·D), b_qkv (3·H·D,), W_out (H·D, F), b_out (F,))``, float32; columns of
+    ``W_qkv`` are ``[q heads | k heads | v heads]``, each head-major (column ``h·D + d``). Default
+    ``W_init`` is LeCun normal (variance ``1 / fan_in``, flax's default kernel init); biases zeros.
+    Params are cast to ``x``'s dtype at use.
+
+    Dropout (DROP probabilities in [0, 1), unlike :func:`Dropout`'s keep rate): ``dropout`` on the
+    attention weights, ``out_dropout`` on the output. The rng rule is :func:`Dropout`'s: with
+    ``mode='train'`` and a dropout > 0, ``apply_fun`` needs ``rng=key`` (``ValueError`` without;
+    the key is split into one per dropout); ``mode='test'`` is deterministic; through
+    :func:`stateful`, ``train=False`` is deterministic whatever the mode. Raises ``ValueError`` for
+    bad ``num_heads``/dropouts and :class:`ShapeError` at init for a non-``(B, T, F)`` input.
+    """
+    if int(num_heads) <= 0:
+        raise ValueError(f"MultiHeadSelfAttention: num_heads must be positive, got {num_heads}")
+    for what, p in (("dropout", dropout), ("out_dropout", out_dropout)):
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"MultiHeadSelfAttention: {what} is a drop probability and must be in "
+                             f"[0, 1), got {p}")
+    num_heads = int(num_heads)
+    W_init = W_init or jax.nn.initializers.lecun_normal()
+    name = f"MultiHeadSelfAttention(heads={num_heads}{', causal' if causal else ''})"
+    stochastic = dropout > 0 or out_dropout > 0
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        _check_sequence(name, input_shape)
+        F = input_shape[-1]
+        inner = int(qkv_features or F)
+        if inner % num_heads:
+            raise ShapeError(f"{name}: qkv features {inner} are not divisible by num_heads {num_heads}")
+        k1, k2, k3, k4 = random.split(rng, 4)
+        params = (W_init(k1, (F, 3 * inner)), b_init(k2, (3 * inner,)),
+                  W_init(k3, (inner, F)), b_init(k4, (F,)))
+        return input_shape, params
+
+    def _apply(params, x, rng, train):
+        W_qkv, b_qkv, W_out, b_out = (_compute(p, x.dtype) for p in params)
+        B, T, _ = x.shape
+        inner = W_out.shape[0]
+        drop = train and stochastic
+        if drop and rng is None:
+            raise ValueError(_ATTN_DROPOUT_MSG)
+        r_attn, r_out = random.split(rng) if drop else (None, None)
+        qkv = jnp.reshape(jnp.dot(x, W_qkv) + b_qkv, (B, T, 3, num_heads, inner // num_heads))
+        a = attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=causal,
+                      dropout=dropout if drop else 0.0, rng=r_attn)
+        out = jnp.dot(jnp.reshape(a, (B, T, inner)), W_out) + b_out
+        if drop and out_dropout > 0:
+            out = _dropout_mask(r_out, 1.0 - out_dropout, out)
+        return out
+
+    def apply_fun(params, inputs, **kwargs):
+        return _apply(params, inputs, kwargs.get("rng"), mode == "train")
+
+    def init_with_state(rng, input_shape):
+        out_shape, params = init_fun(rng, input_shape)
+        return out_shape, params, ()
+
+    def apply_with_state(params, state, inputs, *, train, rng=None, **kwargs):
+        return _apply(params, inputs, rng, train and mode == "train"), state
+
+    out = _layer(name, init_fun, apply_fun, init_with_state, apply_with_state)
+    init_fun.stax_has_state = False  # train-flag aware (dropout) but carries no state
+    init_fun.stax_stochastic = stochastic
+    return out
+
+
+def Residual(*layers):
+    """Residual connection around ``serial(*layers)``: ``x + serial(*layers)(x)``.
+
+    Equivalent to ``serial(FanOut(2), parallel(serial(*layers), Identity), FanInSum)`` with flatter
+    params: the params (and state) are exactly those of ``serial(*layers)``, and the rng passed to
+    ``apply_fun`` goes to that serial unchanged. Stateful-aware (BatchNorm, dropout inside work
+    through :func:`stateful`). Raises :class:`ShapeError` at init if the inner output shape differs
+    from the input shape.
+    """
+    inner = serial(*layers)
+    inner_init, inner_apply = inner
+    inner_init_s, inner_apply_s = _plain_stateful(inner)
+    name = f"Residual[{len(layers)}]"
+
+    def _check(input_shape, out_shape):
+        if tuple(out_shape) != tuple(input_shape):
+            raise ShapeError(f"{name}: the residual branch maps {_fmt(input_shape)} to "
+                             f"{_fmt(out_shape)}; it must keep the shape")
+
+    def init_fun(rng, input_shape):
+        out_shape, params = inner_init(rng, input_shape)
+        _check(input_shape, out_shape)
+        return input_shape, params
+
+    def apply_fun(params, inputs, **kwargs):
+        return inputs + inner_apply(params, inputs, **kwargs)
+
+    def init_with_state(rng, input_shape):
+        out_shape, params, state = inner_init_s(rng, input_shape)
+        _check(input_shape, out_shape)
+        return input_shape, params, state
+
+    def apply_with_state(params, state, inputs, *, train, rng=None, **kwargs):
+        out, new_state = inner_apply_s(params, state, inputs, train=train, rng=rng, **kwargs)
+        return inputs + out, new_state
+
+    out = _layer(name, init_fun, apply_fun, init_with_state, apply_with_state)
+    init_fun.stax_has_state = has_state(inner)
+    init_fun.stax_layers = layers
+    return out

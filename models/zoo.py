@@ -9,6 +9,7 @@ so BatchNorm running statistics are threaded explicitly (``state`` is ``()`` for
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ from models.flops import jaxpr_flops, xla_flops
 
 __all__ = [
     "ACTIVATIONS", "MODELS", "ModelDef", "accuracy", "autoencoder", "cnn", "cnn1d", "logreg", "mlp",
-    "mse", "resnet", "softmax_cross_entropy",
+    "mse", "resnet", "resnet18", "sequence_accuracy", "sequence_cross_entropy",
+    "softmax_cross_entropy", "transformer_lm", "vit",
 ]
 
 
@@ -42,6 +44,27 @@ def accuracy(logits, labels):
     return jnp.mean((jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32))
 
 
+def sequence_cross_entropy(logits, targets):
+    """Mean per-token softmax cross-entropy (nats) of ``logits (N, T, V)`` against int ``targets
+    (N, T)``: scalar float32. The log-softmax runs in float32 whatever the logits' dtype. Targets
+    < 0 are padding: excluded from the mean (which is over the remaining tokens; 0 if none)."""
+    logp = jax.nn.log_softmax(jnp.asarray(logits).astype(jnp.float32), axis=-1)
+    t = jnp.asarray(targets, jnp.int32)
+    valid = t >= 0
+    picked = jnp.take_along_axis(logp, jnp.maximum(t, 0)[..., None], axis=-1)[..., 0]
+    n = jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
+    return -jnp.sum(jnp.where(valid, picked, 0.0)) / n
+
+
+def sequence_accuracy(logits, targets):
+    """Fraction of non-padding tokens (targets >= 0) of ``targets (N, T)`` equal to the argmax of
+    ``logits (N, T, V)``: float32 scalar (0 if every target is padding)."""
+    t = jnp.asarray(targets, jnp.int32)
+    valid = t >= 0
+    hit = (jnp.argmax(logits, axis=-1) == t) & valid
+    return jnp.sum(hit).astype(jnp.float32) / jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
+
+
 def mse(outputs, targets):
     """Mean squared error over all elements (= mean over the batch of per-example means): scalar."""
     return jnp.mean(jnp.square(outputs - targets))
@@ -57,7 +80,10 @@ class ModelDef:
 
     Fields:
       name: registry name. task: ``"classification"`` (targets int32 labels, outputs logits
-        ``(N, num_classes)``) or ``"reconstruction"`` (targets are the inputs, outputs their shape).
+        ``(N, num_classes)``), ``"reconstruction"`` (targets are the inputs, outputs their shape)
+        or ``"sequence"`` (inputs int32 tokens ``(N, T)``, targets int32 next tokens ``(N, T)``,
+        outputs logits ``(N, T, vocab)``; loss and metrics are per-token means, targets < 0 are
+        padding and excluded).
       init: ``init(rng, batch_input_shape) -> (output_shape, params, state)``; the batch dim may be
         -1; a shape without the batch dim (``input_shape``) is accepted too.
       apply: ``apply(params, state, inputs, *, rng=None, train) -> (outputs, new_state)``; jit/vmap
@@ -72,6 +98,9 @@ class ModelDef:
       needs_rng: whether ``apply(..., train=True)`` needs an rng (dropout).
       input_shape: the example shape it was built for. hparams: the builder's hyperparameters.
       layer: the underlying stax ``(init_fun, apply_fun)`` pair (reference-style use).
+      input_dtype: the dtype ``apply`` expects its inputs in: ``"float32"`` (cast to the compute
+        dtype, e.g. bfloat16, by a mixed-precision policy) or ``"int32"`` (token ids of sequence
+        models: never cast; such a model computes in its params' dtype).
     """
 
     name: str
@@ -85,6 +114,7 @@ class ModelDef:
     input_shape: tuple[int, ...] = ()
     hparams: dict[str, Any] = field(default_factory=dict)
     layer: Any = None
+    input_dtype: str = "float32"
 
     def xla_flops_per_example(self, input_shape=None) -> float | None:
         """Forward FLOPs of one example from XLA's cost analysis (eval mode, batch 1); None if unknown."""
@@ -102,10 +132,10 @@ def _example_shape(model_input_shape, shape):
 def _example_args(model: ModelDef, input_shape):
     shape = _example_shape(model.input_shape, input_shape)
     _, params, state = jax.eval_shape(lambda k: model.init(k, (1, *shape)), jax.random.PRNGKey(0))
-    return params, state, jax.ShapeDtypeStruct((1, *shape), jnp.float32)
+    return params, state, jax.ShapeDtypeStruct((1, *shape), jnp.dtype(model.input_dtype))
 
 
-def _make(name, task, layer, input_shape, hparams, needs_rng=False):
+def _make(name, task, layer, input_shape, hparams, needs_rng=False, input_dtype="float32"):
     init_s, apply_s = stax.stateful(layer)
     input_shape = tuple(int(d) for d in input_shape)
 
@@ -123,6 +153,8 @@ def _make(name, task, layer, input_shape, hparams, needs_rng=False):
 
     if task == "classification":
         loss, metrics = softmax_cross_entropy, {"accuracy": accuracy}
+    elif task == "sequence":
+        loss, metrics = sequence_cross_entropy, {"accuracy": sequence_accuracy}
     else:
         loss, metrics = mse, {"mse": mse}
 
@@ -135,7 +167,7 @@ def _make(name, task, layer, input_shape, hparams, needs_rng=False):
 
     model = ModelDef(name=name, task=task, init=init, apply=apply, loss=loss, metrics=metrics,
                      flops_per_example=flops_per_example, needs_rng=needs_rng, input_shape=input_shape,
-                     hparams=dict(hparams), layer=layer)
+                     hparams=dict(hparams), layer=layer, input_dtype=input_dtype)
     holder["model"] = model
     return model
 
@@ -374,6 +406,126 @@ def autoencoder(*, input_shape, num_classes=None, width: int = 16) -> ModelDef:
     return _make("autoencoder", "reconstruction", stax.serial(*layers), input_shape, {"width": width})
 
 
+def resnet18(*, input_shape, num_classes, width: int = 64, bn_momentum: float = 0.9,
+             conv_impl: str = "auto") -> ModelDef:
+    """CIFAR-shaped ResNet-18 (He et al. 2016, basic blocks, for 32×32×3 images): the stem is one
+    Conv(width, 3×3, stride 1), BatchNorm, Relu (no max-pool, as CIFAR ResNets); four stages of two
+    blocks with ``width·(1, 2, 4, 8)`` channels (stride 2 and a 1×1 projection at stages 2-4);
+    global average pool; Dense(num_classes). 17 convolutions + 1 dense = 18 layers; ``width=64`` is
+    the standard network (11.2M params at 10 classes). Built by :func:`resnet` with ``stages=4,
+    blocks_per_stage=2``; BatchNorm running statistics with ``bn_momentum``; ``conv_impl``: see
+    :func:`cnn`. Accepts any ``(H, W[, C])`` image with H, W >= 8.
+    """
+    model = resnet(input_shape=input_shape, num_classes=num_classes, width=width, stages=4,
+                   blocks_per_stage=2, bn_momentum=bn_momentum, conv_impl=conv_impl)
+    hp = {"width": width, "bn_momentum": bn_momentum, "conv_impl": conv_impl}
+    return dataclasses.replace(model, name="resnet18", hparams=hp)
+
+
+def _positional(kind, max_len, builder):
+    if kind == "learned":
+        return stax.PositionalEmbedding(max_len)
+    if kind == "sinusoidal":
+        return stax.SinusoidalPositionalEmbedding()
+    raise ValueError(f"{builder}: positional must be 'learned' or 'sinusoidal', got {kind!r}")
+
+
+def _encoder_block(width, num_heads, mlp_dim, dropout, causal):
+    """Pre-LN Transformer block: x + MHSA(LN(x)); x + MLP(LN(x)) with MLP Dense-Gelu-Dense."""
+    zeros = stax.zeros
+    attn = stax.MultiHeadSelfAttention(num_heads, causal=causal, out_dropout=dropout)
+    mlp_layers = [stax.LayerNorm(), stax.Dense(mlp_dim, b_init=zeros), stax.Gelu,
+                  stax.Dense(width, b_init=zeros)]
+    if dropout > 0:
+        mlp_layers.append(stax.Dropout(1.0 - dropout))
+    return [stax.Residual(stax.LayerNorm(), attn), stax.Residual(*mlp_layers)]
+
+
+def _check_transformer(builder, width, depth, num_heads, mlp_ratio, dropout):
+    _check_positive(builder, width=width, num_heads=num_heads, mlp_ratio=mlp_ratio)
+    _check_nonnegative(builder, depth=depth)
+    if width % num_heads:
+        raise ValueError(f"{builder}: width {width} must be divisible by num_heads {num_heads}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"{builder}: dropout is the drop probability and must be in [0, 1), got {dropout}")
+
+
+def transformer_lm(*, input_shape, num_classes=None, vocab_size: int | None = None, width: int = 128,
+                   depth: int = 2, num_heads: int = 4, context: int | None = None, mlp_ratio: int = 4,
+                   dropout: float = 0.0, positional: str = "learned") -> ModelDef:
+    """Pre-LN decoder-only Transformer language model (GPT-2 style), task ``"sequence"``.
+
+    Inputs int32 tokens ``(N, T)``, outputs next-token logits ``(N, T, vocab_size)``; loss
+    :func:`sequence_cross_entropy` (mean per-token nats), metric ``accuracy`` =
+    :func:`sequence_accuracy` (per token). Layers: Embedding(vocab_size, width), positional
+    embedding (``'learned'``: a ``(context, width)`` table; ``'sinusoidal'``: fixed), ``depth`` ×
+    [x + causal MultiHeadSelfAttention(LayerNorm(x)); x + Dense(width)(Gelu(Dense(mlp_ratio·width)
+    (LayerNorm(x))))], LayerNorm, Dense(vocab_size) (untied). ``dropout`` (drop probability) is
+    applied to each block's attention and MLP outputs (``needs_rng`` then).
+
+    ``input_shape`` is ``(T,)``; ``vocab_size`` defaults to ``num_classes`` (a sequence dataset's
+    vocabulary) and must equal it when both are given; ``context`` (the longest sequence; the
+    learned table's length) defaults to ``T`` and must be >= ``T``. Raises ``ValueError`` on bad
+    values. Parameters are float32; a bfloat16 forward pass follows the params' dtype (the
+    embedding output is the table's dtype), with LayerNorm statistics, the softmax and the loss in
+    float32.
+    """
+    shape = tuple(int(d) for d in input_shape)
+    if len(shape) != 1:
+        raise ValueError(f"transformer_lm: input_shape must be (T,) token positions, got {shape}")
+    if vocab_size is None:
+        if num_classes is None:
+            raise ValueError("transformer_lm: needs vocab_size (or a dataset's num_classes)")
+        vocab_size = int(num_classes)
+    elif num_classes is not None and int(num_classes) != int(vocab_size):
+        raise ValueError(f"transformer_lm: vocab_size {vocab_size} differs from the dataset's "
+                         f"{num_classes} token classes; leave vocab_size unset to use the dataset's")
+    context = shape[0] if context is None else int(context)
+    _check_positive("transformer_lm", vocab_size=vocab_size, context=context)
+    _check_transformer("transformer_lm", width, depth, num_heads, mlp_ratio, dropout)
+    if shape[0] > context:
+        raise ValueError(f"transformer_lm: sequences of length {shape[0]} exceed context {context}")
+    layers = [stax.Embedding(vocab_size, width), _positional(positional, context, "transformer_lm")]
+    for _ in range(depth):
+        layers += _encoder_block(width, num_heads, mlp_ratio * width, dropout, causal=True)
+    layers += [stax.LayerNorm(), stax.Dense(vocab_size, b_init=stax.zeros)]
+    hp = {"vocab_size": vocab_size, "width": width, "depth": depth, "num_heads": num_heads,
+          "context": context, "mlp_ratio": mlp_ratio, "dropout": dropout, "positional": positional}
+    return _make("transformer_lm", "sequence", stax.serial(*layers), shape, hp,
+                 needs_rng=dropout > 0 and depth > 0, input_dtype="int32")
+
+
+def vit(*, input_shape, num_classes, patch_size: int = 4, width: int = 192, depth: int = 6,
+        num_heads: int = 3, mlp_ratio: int = 4, dropout: float = 0.0, positional: str = "learned",
+        conv_impl: str = "auto") -> ModelDef:
+    """Vision Transformer (Dosovitskiy et al. 2021) for images ``(H, W[, C])``, e.g. CIFAR 32×32×3.
+
+    Patch embedding Conv(width, patch×patch, stride patch, VALID) (``conv_impl``: see :func:`cnn`),
+    reshaped to ``(N, (H/p)·(W/p), width)`` tokens; positional embedding (``'learned'`` or
+    ``'sinusoidal'``); ``depth`` pre-LN encoder blocks (non-causal MultiHeadSelfAttention,
+    Dense-Gelu-Dense MLP of ``mlp_ratio·width``); LayerNorm; mean over tokens (global average
+    pooling, as AlgoPerf's ViT); Dense(num_classes). ``dropout`` as :func:`transformer_lm`.
+    H and W must be multiples of ``patch_size``.
+    """
+    shape = _spatial(input_shape, 2, "vit")
+    _check_positive("vit", patch_size=patch_size)
+    _check_transformer("vit", width, depth, num_heads, mlp_ratio, dropout)
+    H, W = shape[0], shape[1]
+    if H % patch_size or W % patch_size:
+        raise ValueError(f"vit: image size {H}x{W} is not a multiple of patch_size {patch_size}")
+    tokens = (H // patch_size) * (W // patch_size)
+    layers = [_reshape(shape),
+              _conv(2, width, patch_size, (patch_size, patch_size), "VALID", impl=conv_impl),
+              _reshape((tokens, width)), _positional(positional, tokens, "vit")]
+    for _ in range(depth):
+        layers += _encoder_block(width, num_heads, mlp_ratio * width, dropout, causal=False)
+    layers += [stax.LayerNorm(), _global_avg_pool(), stax.Dense(num_classes, b_init=stax.zeros)]
+    hp = {"patch_size": patch_size, "width": width, "depth": depth, "num_heads": num_heads,
+          "mlp_ratio": mlp_ratio, "dropout": dropout, "positional": positional, "conv_impl": conv_impl}
+    return _make("vit", "classification", stax.serial(*layers), input_shape, hp,
+                 needs_rng=dropout > 0 and depth > 0)
+
+
 #: The model registry: name -> builder.
 MODELS: dict[str, Callable[..., ModelDef]] = {
     "logreg": logreg,
@@ -382,4 +534,7 @@ MODELS: dict[str, Callable[..., ModelDef]] = {
     "cnn": cnn,
     "resnet": resnet,
     "autoencoder": autoencoder,
+    "resnet18": resnet18,
+    "transformer_lm": transformer_lm,
+    "vit": vit,
 }

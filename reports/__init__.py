@@ -6,6 +6,8 @@ Public API:
 * :func:`load_frame` — the tidy frame of one sweep, for notebooks (see :mod:`reports.frame`).
 
 Submodules: :mod:`reports.frame` (reading MLflow; every tag/param/metric name is a constant there),
+:mod:`reports.protocol` (selection on validation, test headline, tuning curves, tuned
+time-to-result, intervals and paired comparisons),
 :mod:`reports.figures` (figures and tables, each a view of the frame), :mod:`reports.compare`
 (``--baseline`` regression flags), :mod:`reports.html` (the Jinja2 page). Heavy imports (mlflow,
 matplotlib, seaborn) happen on first use, never at ``import reports``; the trainer is never imported.
@@ -69,6 +71,7 @@ def make_report(
     from reports.compare import compare
     from reports.frame import _client, load_sweep
     from reports.html import render
+    from reports.protocol import csv_rows
 
     client = _client(tracking_uri)
     data = load_sweep(experiment, sweep_id, client=client)
@@ -77,7 +80,8 @@ def make_report(
     out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     csv = out.with_suffix(".csv")
-    data.frame.to_csv(csv, index=False)
+    # the tidy frame plus the protocol's tables (tuning curves, tuned time-to-result) as extra rows
+    pd.concat([data.frame, csv_rows(data.frame)], ignore_index=True).to_csv(csv, index=False)
 
     pngs: dict[str, bytes | None] = {}
     for key, fig in figs.make_figures(data.frame).items():

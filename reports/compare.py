@@ -7,8 +7,10 @@ run-to-run repetitions. Rules (a flag is ``regression``, ``improvement``, ``ok``
 * **throughput** per (task, optimizer): the interval [p10, p90] of step time (widened to the
   min/max of the per-trial medians when trials were timed separately) of the current sweep lies
   entirely above the baseline's → regression (entirely below → improvement).
-* **final metric** per configuration: Welch's t-test at 95% on the objective's final metric across
-  finished seeds (needs ≥ 2 seeds on both sides); worse beyond the interval → regression.
+* **final metric** per configuration: Welch's t-test at 95% on the objective's final **validation**
+  metric (``final/valid_*``) across finished seeds (needs ≥ 2 seeds on both sides); worse beyond the
+  interval → regression. Like every selection and ranking, the comparison never reads the test
+  split.
 * **time to target** per configuration: the same test on ``convergence/seconds_to_target`` over the
   seeds that reached it; also a regression when the fraction of seeds that reached the target falls
   below one half while the baseline's was at least one half.

@@ -33,22 +33,27 @@ from reports.frame import (
     M_STEP_MS_P10,
     M_STEP_MS_P90,
     M_STEPS_TO_TARGET,
+    M_TEST_ACC,
+    M_TEST_LOSS,
     M_TRAIN_LOSS,
     M_UTIL,
     M_WALL_S,
+    PROTOCOL_ONE_SPLIT,
     best_configs,
     curves,
-    mean_ci,
     objective,
     summaries,
 )
+from reports.protocol import MIN_SEEDS
 
 METRIC_LABELS = {
     M_TRAIN_LOSS: "train loss",
-    M_EVAL_LOSS: "eval loss",
-    M_EVAL_ACC: "eval accuracy",
-    M_FINAL_ACC: "final eval accuracy",
-    M_FINAL_LOSS: "final eval loss",
+    M_EVAL_LOSS: "validation loss",
+    M_EVAL_ACC: "validation accuracy",
+    M_FINAL_ACC: "final validation accuracy",
+    M_FINAL_LOSS: "final validation loss",
+    M_TEST_ACC: "test accuracy",
+    M_TEST_LOSS: "test loss",
 }
 #: Points of the common time grid that curves against seconds are interpolated onto.
 TIME_GRID_POINTS = 80
@@ -441,14 +446,18 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
 # Performance profiles (AlgoPerf style)
 # ---------------------------------------------------------------------------------------------
 def profile_times(frame: pd.DataFrame) -> pd.DataFrame:
-    """Task × optimizer table of time to target (median seconds over seeds, best configuration);
-    ``inf`` where fewer than ``SOLVED_FRACTION`` of the seeds reached the target."""
-    t = time_to_target(frame)
+    """Task × optimizer table of tuned time-to-result (:func:`reports.protocol.tuned_time_to_result`:
+    the fastest of the optimizer's configurations to the validation target, a configuration's time
+    being the median over its seeds; ``inf`` where no configuration had at least
+    ``SOLVED_FRACTION`` of its seeds reach the target). Empty when the sweep has no target."""
+    from reports import protocol
+
+    if objective(frame).target_metric is None:
+        return pd.DataFrame()
+    t = protocol.tuned_time_to_result(frame)
     if t.empty:
         return pd.DataFrame()
-    ok = (t["n_reached"] >= SOLVED_FRACTION * t["n_seeds"]) & (t["n_reached"] > 0)
-    t = t.assign(time=np.where(ok, t["seconds_median"], np.inf))
-    return t.pivot(index="task", columns="optimizer", values="time").fillna(np.inf)
+    return t.pivot(index="task", columns="optimizer", values="seconds").fillna(np.inf)
 
 
 def performance_profile(frame: pd.DataFrame, taus: np.ndarray | None = None) -> pd.DataFrame:
@@ -514,23 +523,64 @@ def format_pm(mean: float, half: float, n: int, unit: str = "") -> str:
     return f"{mean:.{d}f} ± {half:.{d}f}{unit}"
 
 
+def format_interval(mean: float, lo: float, hi: float, n: int, how: str = "", unit: str = "") -> str:
+    """``mean [lo, hi] · how`` (``min–max of 2 seeds (< 5)``, ``95% bootstrap, 6 seeds``), rounded
+    to two significant digits of the interval's width; ``mean (1 seed)``; ``—`` without values."""
+    if n == 0 or not math.isfinite(mean):
+        return "—"
+    if n == 1:
+        return f"{mean:.4g}{unit} (1 seed)"
+    what = f"min–max of {n} seeds (< {MIN_SEEDS})" if how == "min–max" else f"95% bootstrap, {n} seeds"
+    if not hi > lo:
+        return f"{mean:.4g} [{lo:.4g}, {hi:.4g}]{unit} · {what}"
+    d = max(0, 1 - math.floor(math.log10(hi - lo)))
+    return f"{mean:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]{unit} · {what}"
+
+
 def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
-    """Best configuration per optimizer on each task (see ``best_configs`` for the ranking), with
-    the mean ± 95% Student-t confidence interval across seeds of the final metrics and the time to
-    target (finished seeds only). Returns display strings plus numeric ``_``-prefixed columns."""
+    """Best configuration per optimizer on each task, **selected on validation** (``best_configs``),
+    headlined by its **test** metric across seeds (:func:`reports.protocol.headline`).
+
+    Intervals across seeds are :func:`reports.protocol.seed_interval`: min–max with fewer than
+    ``MIN_SEEDS`` seeds (the cell says so), else a 95% bootstrap percentile interval of the mean;
+    both stay inside the metric's range. "Beats" lists the optimizers whose test metric this one's
+    exceeds by a paired bootstrap across seeds at 95% (needs ``MIN_SEEDS`` paired seeds;
+    :func:`reports.protocol.pairwise_comparisons`). Runs from before the three-split protocol show
+    "— (selected and reported on one split)" as their test number. Returns display strings plus
+    numeric ``_``-prefixed columns.
+    """
+    from reports import protocol
+
     best = best_configs(frame)
     if best.empty:
         return pd.DataFrame()
     s = summaries(frame)
     obj = objective(frame)
+    head = protocol.headline(frame).set_index(["task", "optimizer"])
+    comps = protocol.pairwise_comparisons(frame)
+    test_name = obj.test.split("/", 1)[1]
     rows = []
     for b in best.itertuples():
         g = s[(s["task"] == b.task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)]
         fin = g[g["status"] == "finished"]
-        acc = mean_ci(fin[M_FINAL_ACC])
-        loss = mean_ci(fin[M_FINAL_LOSS])
-        ttt = mean_ci(fin[M_SECONDS_TO_TARGET])
+        h = head.loc[(b.task, b.optimizer)]
+        acc = protocol.seed_interval(fin[M_FINAL_ACC])
+        loss = protocol.seed_interval(fin[M_FINAL_LOSS])
+        ttt = protocol.seed_interval(fin[M_SECONDS_TO_TARGET])
         bad = g["status"].value_counts().drop("finished", errors="ignore")
+        c = comps[(comps["task"] == b.task) & (comps["a"] == b.optimizer)]
+        won = c[c["a_better"]]
+        if h["protocol"] == PROTOCOL_ONE_SPLIT:
+            test_cell, beats = f"— ({PROTOCOL_ONE_SPLIT})", "—"
+        else:
+            test_cell = format_interval(h["test"], h["test_lo"], h["test_hi"], int(h["test_n"]),
+                                        h["interval"])
+            if len(won):
+                beats = ", ".join(f"{r.b} ({r.diff:+.3g})" for r in won.itertuples())
+            elif len(c) and int(c["n"].max()) < MIN_SEEDS:
+                beats = f"not tested (< {MIN_SEEDS} paired seeds)"
+            else:
+                beats = "—"
         row = {
             "Task": b.task,
             "Rank": b.rank,
@@ -538,29 +588,118 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Best configuration": b.config,
             "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
             + (" (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
-            "Final eval accuracy": format_pm(*acc),
-            "Final eval loss": format_pm(*loss),
+            f"Test {test_name} (selected on validation)": test_cell,
+            "Beats (paired bootstrap, 95%)": beats,
+            "Validation accuracy": format_interval(*acc),
+            "Validation loss": format_interval(*loss),
         }
         if obj.target_metric is not None:
             row["Time to target (s)"] = (
-                (format_pm(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
-                if ttt[2]
+                (format_interval(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
+                if ttt[3]
                 else f"not reached (0/{b.n_seeds})"
             )
         row["Step time (ms, median)"] = f"{g[M_STEP_MS].median():.3g}" if g[M_STEP_MS].notna().any() else "—"
         row.update(
             {
+                "_test_mean": h["test"],
+                "_test_lo": h["test_lo"],
+                "_test_hi": h["test_hi"],
                 "_acc_mean": acc[0],
-                "_acc_ci": acc[1],
+                "_acc_lo": acc[1],
+                "_acc_hi": acc[2],
                 "_loss_mean": loss[0],
-                "_loss_ci": loss[1],
+                "_loss_lo": loss[1],
+                "_loss_hi": loss[2],
                 "_ttt_mean": ttt[0],
-                "_ttt_ci": ttt[1],
-                "_n": acc[2],
+                "_n": acc[3],
+                "_protocol": h["protocol"],
             }
         )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Tuning curves and tuned time-to-result (the protocol's statistics: reports.protocol)
+# ---------------------------------------------------------------------------------------------
+def tuning_figure(frame: pd.DataFrame) -> Figure | None:
+    """Expected best validation metric after k configurations (solid, band: bootstrap 95%) and the
+    expected test metric of the configuration validation selects among them (dashed), per task
+    and optimizer (:func:`reports.protocol.tuning_curves`)."""
+    from reports import protocol
+
+    tc = protocol.tuning_curves(frame)
+    if tc.empty:
+        return None
+    pal = palette(frame)
+    tasks = sorted(tc["task"].unique())
+    ncols = min(len(tasks), 4)
+    nrows = -(-len(tasks) // ncols)
+    fig, axes = _figure(nrows, ncols, 4.2 * ncols + 0.4, 3.4 * nrows + 0.8)
+    metric = tc["metric"].iloc[0]
+    for i, task in enumerate(tasks):
+        ax = axes[i // ncols, i % ncols]
+        for opt, g in tc[tc["task"] == task].groupby("optimizer", sort=True):
+            c = pal.get(opt, "0.3")
+            ax.plot(g["k"], g["valid"], color=c, lw=2, marker="o", ms=3)
+            ax.fill_between(g["k"], g["valid_lo"], g["valid_hi"], color=c, alpha=0.15, lw=0)
+            if g["test"].notna().any():
+                ax.plot(g["k"], g["test"], color=c, lw=1.6, ls="--")
+                ax.fill_between(g["k"], g["test_lo"], g["test_hi"], color=c, alpha=0.07, lw=0)
+        ax.set_title(task)
+        ax.set_xlabel("configurations tried (k)")
+        name = METRIC_LABELS.get(metric, metric).replace("final validation ", "")
+        ax.set_ylabel(f"{name} of the validation-best (expected)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for j in range(len(tasks), nrows * ncols):
+        axes[j // ncols, j % ncols].set_visible(False)
+    _legend(fig, pal, [Line2D([], [], color="0.3", lw=2, label="validation (selects)"),
+                       Line2D([], [], color="0.3", lw=1.6, ls="--", label="test of the selected")])
+    return fig
+
+
+def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
+    """Horizontal bars: per task, each optimizer's tuned time-to-result (the fastest of its N
+    configurations to the validation target; :func:`reports.protocol.tuned_time_to_result});
+    hatched "not reached" where none of its configurations reached it."""
+    from reports import protocol
+
+    obj = objective(frame)
+    if obj.target_metric is None:
+        return None
+    t = protocol.tuned_time_to_result(frame)
+    if t.empty:
+        return None
+    pal = palette(frame)
+    tasks = sorted(t["task"].unique())
+    opts = sorted(t["optimizer"].unique())
+    fig, axes = _figure(1, len(tasks), 4.3 * len(tasks) + 0.6, 0.55 * len(opts) + 1.6)
+    for k, task in enumerate(tasks):
+        ax = axes[0, k]
+        d = t[t["task"] == task].set_index("optimizer")
+        fin = d["seconds"][np.isfinite(d["seconds"])]
+        xmax = float(fin.max()) if len(fin) else 1.0
+        for i, opt in enumerate(opts):
+            if opt not in d.index:
+                continue
+            row = d.loc[opt]
+            if math.isfinite(row["seconds"]):
+                ax.barh(i, row["seconds"], color=pal[opt], height=0.6)
+                ax.text(row["seconds"] + 0.03 * xmax, i,
+                        f"{row['seconds']:.3g} s (best of {row['n_configs']})", va="center", fontsize=8)
+            else:
+                ax.barh(i, xmax, color="none", edgecolor="0.6", hatch="//", height=0.6, lw=0.8)
+                ax.text(0.02 * xmax, i, f"not reached (0 of {row['n_configs']} configurations)",
+                        va="center", fontsize=9, style="italic", color="0.2",
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})
+        ax.set_yticks(range(len(opts)), opts)
+        ax.set_ylim(len(opts) - 0.5, -0.5)
+        ax.set_xlim(0, xmax * 1.7)
+        ax.set_title(task)
+        ax.set_xlabel("tuned seconds to the validation target")
+    return fig
 
 
 # ---------------------------------------------------------------------------------------------
@@ -602,9 +741,29 @@ FIGURES: tuple[FigureSpec, ...] = (
         "performance_profile",
         "Performance profiles",
         "AlgoPerf-style: fraction of tasks an optimizer solves within τ × the fastest optimizer's "
-        f"time on that task (a task is solved when ≥ {SOLVED_FRACTION:.0%} of seeds reach the target; "
-        "time = median across seeds).",
+        "tuned time-to-result on that task (time of the fastest of its configurations to the "
+        f"validation target; a configuration reaches it when ≥ {SOLVED_FRACTION:.0%} of its seeds do, "
+        "its time = median across those seeds).",
         profile_figure,
+        "The sweep has no target.",
+    ),
+    FigureSpec(
+        "tuning_curves",
+        "Tuning curves",
+        "Expected best validation metric after k configurations (solid; band: 95% bootstrap over "
+        "configurations) and expected test metric of the configuration validation selects among "
+        "those k (dashed), computed exactly from the N configurations tried (Dodge et al. 2019, "
+        "k-subsets drawn without replacement; a configuration's value is the mean over its seeds).",
+        tuning_figure,
+        "No finished configuration.",
+    ),
+    FigureSpec(
+        "tuned_time_to_result",
+        "Tuned time-to-result",
+        "AlgoPerf-style: per task, the time to the validation target of each optimizer's fastest "
+        "configuration among the N it tried (median over that configuration's seeds); "
+        "hatched: none of its configurations reached the target.",
+        tuned_time_figure,
         "The sweep has no target.",
     ),
     FigureSpec(

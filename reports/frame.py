@@ -3,10 +3,18 @@
 The frame has two kinds of rows, told apart by the column ``row``:
 
 * ``row == "curve"``: one row per trial and logged step, with the step-wise metrics
-  (``train/loss``, ``eval/loss``, ``eval/accuracy``, ``time/wall_s``) as columns; a metric not
+  (``train/loss``, ``valid/loss``, ``valid/accuracy``, ``time/wall_s``) as columns; a metric not
   logged at that step is ``NaN``.
 * ``row == "summary"``: exactly one row per trial (also for failed trials that logged nothing),
-  with the single-valued metrics (``perf/*``, ``convergence/*``, ``final/*``); ``step`` is ``<NA>``.
+  with the single-valued metrics (``perf/*``, ``convergence/*``, ``final/valid_*``, and the test
+  split's ``test/loss``, ``test/accuracy``); ``step`` is ``<NA>``.
+
+Splits. Runs of the three-split protocol evaluate validation during training (``valid/*``: what
+targets, selection and ranking read) and test once at the end (``test/*``: the number reported
+for the validation-selected configuration). Runs logged before it hold only ``eval/*`` and
+``final/eval_*``: their values are read into the ``valid/*`` / ``final/valid_*`` columns, their
+``test/*`` columns stay ``NaN``, and their column ``protocol`` is :data:`PROTOCOL_ONE_SPLIT`
+(``"selected and reported on one split"``) instead of :data:`PROTOCOL_THREE_SPLITS`.
 
 Every row carries the trial's identity (``trial_id``, ``run_id``, ``model``, ``optimizer``, …,
 ``seed``, ``status``), derived labels (``task``, ``config``, ``config_id``), its target, its
@@ -69,11 +77,16 @@ CONFIG_PARAM_PREFIXES = ("optimizer.", "schedule.")
 NON_CONFIG_PARAMS = (PARAM_SEED, "train.steps_per_dispatch")
 
 M_TRAIN_LOSS = "train/loss"
-M_EVAL_LOSS = "eval/loss"
-M_EVAL_ACC = "eval/accuracy"
+M_VALID_LOSS = "valid/loss"
+M_VALID_ACC = "valid/accuracy"
+#: The periodic evaluation, on the validation split (names kept for the figures).
+M_EVAL_LOSS = M_VALID_LOSS
+M_EVAL_ACC = M_VALID_ACC
 M_WALL_S = "time/wall_s"
 #: Metrics logged with a step: read in full with their history.
-CURVE_METRICS = (M_TRAIN_LOSS, M_EVAL_LOSS, M_EVAL_ACC, M_WALL_S)
+CURVE_METRICS = (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC, M_WALL_S)
+#: Names of runs logged before the three-split protocol → the column they are read into.
+LEGACY_CURVE_METRICS = {"eval/loss": M_VALID_LOSS, "eval/accuracy": M_VALID_ACC}
 
 M_STEP_MS = "perf/step_time_ms"
 M_STEP_MS_P10 = "perf/step_time_ms_p10"
@@ -84,8 +97,15 @@ M_FLOPS = "perf/flops_per_step"
 M_UTIL = "perf/utilization"
 M_STEPS_TO_TARGET = "convergence/steps_to_target"
 M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
-M_FINAL_LOSS = "final/eval_loss"
-M_FINAL_ACC = "final/eval_accuracy"
+M_FINAL_LOSS = "final/valid_loss"
+M_FINAL_ACC = "final/valid_accuracy"
+M_TEST_LOSS = "test/loss"
+M_TEST_ACC = "test/accuracy"
+#: Summary names of runs logged before the three-split protocol → their column.
+LEGACY_SUMMARY_METRICS = {"final/eval_loss": M_FINAL_LOSS, "final/eval_accuracy": M_FINAL_ACC}
+#: Column ``protocol``: how a trial's numbers may be read.
+PROTOCOL_THREE_SPLITS = "selected on validation, reported on test"
+PROTOCOL_ONE_SPLIT = "selected and reported on one split"
 #: Single-valued metrics: their latest value goes into the trial's summary row.
 SUMMARY_METRICS = (
     M_STEP_MS,
@@ -99,9 +119,15 @@ SUMMARY_METRICS = (
     M_SECONDS_TO_TARGET,
     M_FINAL_LOSS,
     M_FINAL_ACC,
+    M_TEST_LOSS,
+    M_TEST_ACC,
 )
-#: Which final metric a target metric is judged by.
-FINAL_OF = {M_EVAL_ACC: M_FINAL_ACC, M_EVAL_LOSS: M_FINAL_LOSS}
+#: Which final (validation) metric a target metric is judged by; ``eval/*`` targets are old
+#: spellings of ``valid/*``.
+FINAL_OF = {M_VALID_ACC: M_FINAL_ACC, M_VALID_LOSS: M_FINAL_LOSS, "eval/accuracy": M_FINAL_ACC,
+            "eval/loss": M_FINAL_LOSS}
+#: The test metric reported for a final validation metric.
+TEST_OF = {M_FINAL_ACC: M_TEST_ACC, M_FINAL_LOSS: M_TEST_LOSS}
 
 ARTIFACT_CONFIG = "config.yaml"
 ARTIFACT_TRIALS = "trials.json"  # the parent run's list of the sweep's trials ({"trial_id": ...})
@@ -139,6 +165,7 @@ ID_COLUMNS = (
     "target_metric",
     "target_value",
     "target_mode",
+    "protocol",
     *ENV_TAGS,
     "start_time",
     "end_time",
@@ -309,10 +336,33 @@ def _reason(tags: dict[str, str]) -> str:
     return ""
 
 
+def _metric(run, key: str) -> float:
+    """The run's latest value of ``key``; for the ``valid``/``final`` names, the legacy name's when
+    the run has only that (a run from before the three-split protocol)."""
+    m = run.data.metrics
+    if key in m:
+        return float(m[key])
+    for old, new in (*LEGACY_CURVE_METRICS.items(), *LEGACY_SUMMARY_METRICS.items()):
+        if new == key and old in m:
+            return float(m[old])
+    return math.nan
+
+
+def _protocol(run) -> str:
+    m = run.data.metrics
+    new = (*CURVE_METRICS[1:3], M_FINAL_ACC, M_FINAL_LOSS, M_TEST_ACC, M_TEST_LOSS)
+    old = (*LEGACY_CURVE_METRICS, *LEGACY_SUMMARY_METRICS)
+    if any(k in m for k in old) and not any(k in m for k in new):
+        return PROTOCOL_ONE_SPLIT
+    return PROTOCOL_THREE_SPLITS
+
+
 def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
     tags, params = run.data.tags, run.data.params
     seed = tags.get(TAG_SEED, params.get(PARAM_SEED))
     target_metric = params.get(PARAM_TARGET_METRIC)
+    if target_metric and target_metric.startswith("eval/"):
+        target_metric = "valid/" + target_metric[len("eval/"):]
     ident: dict[str, Any] = {
         "experiment": experiment,
         "sweep": tags.get(TAG_SWEEP, experiment),
@@ -335,6 +385,7 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "target_metric": target_metric,
         "target_value": _num(params.get(PARAM_TARGET_VALUE)),
         "target_mode": _target_mode(target_metric, params.get(PARAM_TARGET_MODE)) if target_metric else None,
+        "protocol": _protocol(run),
         "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True)
         if run.info.start_time
         else pd.NaT,
@@ -405,25 +456,27 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     summary["row"] = "summary"
     summary["step"] = pd.array([pd.NA] * len(summary), dtype="Int64")
     for m in SUMMARY_METRICS:
-        summary[m] = [float(run.data.metrics.get(m, math.nan)) for run, _ in chosen.values()]
-    # A finished trial without final/* metrics: MLflow's latest value of the eval curve (the value
-    # at the largest step) is its final value.
+        summary[m] = [_metric(run, m) for run, _ in chosen.values()]
+    # A finished trial without final/* metrics: MLflow's latest value of the validation curve (the
+    # value at the largest step) is its final value.
     for final, curve in ((M_FINAL_ACC, M_EVAL_ACC), (M_FINAL_LOSS, M_EVAL_LOSS)):
-        latest = [float(run.data.metrics.get(curve, math.nan)) for run, _ in chosen.values()]
+        latest = [_metric(run, curve) for run, _ in chosen.values()]
         fill = summary[final].isna() & (summary["status"] == "finished")
         summary.loc[fill, final] = pd.Series(latest, index=summary.index)[fill]
     summary = _add_labels(summary)
 
-    jobs = [
-        (i, run.info.run_id, key)
-        for i, (run, _) in enumerate(chosen.values())
-        for key in CURVE_METRICS
-        if key in run.data.metrics
-    ]
+    legacy_of = {new: old for old, new in LEGACY_CURVE_METRICS.items()}
+    jobs = []  # (trial index, run id, the name MLflow holds, the column it fills)
+    for i, (run, _) in enumerate(chosen.values()):
+        for key in CURVE_METRICS:
+            if key in run.data.metrics:
+                jobs.append((i, run.info.run_id, key, key))
+            elif legacy_of.get(key) in run.data.metrics:
+                jobs.append((i, run.info.run_id, legacy_of[key], key))
     with ThreadPoolExecutor(max_workers=max(1, min(HISTORY_THREADS, len(jobs)))) as pool:
         hists = list(pool.map(lambda j: _history(client, j[1], j[2]), jobs))
     per_trial: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    for (i, _rid, key), h in zip(jobs, hists, strict=True):
+    for (i, _rid, _stored, key), h in zip(jobs, hists, strict=True):
         per_trial.setdefault(i, {})[key] = h
     curve_parts = []
     ident_cols = [c for c in summary.columns if c not in SUMMARY_METRICS and c not in ("row", "step")]
@@ -605,9 +658,14 @@ class Objective:
 
     @property
     def label(self) -> str:
-        return {M_FINAL_ACC: "final eval accuracy", M_FINAL_LOSS: "final eval loss"}.get(
+        return {M_FINAL_ACC: "final validation accuracy", M_FINAL_LOSS: "final validation loss"}.get(
             self.final, self.final
         )
+
+    @property
+    def test(self) -> str:
+        """The test column reported for this objective (``test/accuracy`` or ``test/loss``)."""
+        return TEST_OF.get(self.final, M_TEST_ACC if self.mode == "max" else M_TEST_LOSS)
 
 
 def objective(frame: pd.DataFrame) -> Objective:

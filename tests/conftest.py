@@ -90,7 +90,7 @@ TINY_SWEEP = {
     "eval_every": 20,
     "steps_per_dispatch": 20,
     "measure_perf": False,
-    "target": {"metric": "eval/accuracy", "value": 0.3},
+    "target": {"metric": "valid/accuracy", "value": 0.3},
 }
 
 
@@ -111,7 +111,8 @@ def write_sweep(tmp_path: Path):
 
 
 def fake_result(spec, *, sleep: float = 0.0, raise_for: tuple = (), diverge_for: tuple = ()):
-    """A deterministic ``TrialResult`` for ``spec``: loss 1/(1+step·lr), accuracy rising to 0.9.
+    """A deterministic ``TrialResult`` for ``spec``: validation loss 1/(1+step·lr), accuracy rising to
+    0.9; test loss 0.01 above and test accuracy 0.01 below the last validation values.
 
     Raises ``RuntimeError("boom <trial_id>")`` when ``spec.seed`` is in ``raise_for``; diverges at
     step 2 (a ``nan`` loss) when the seed is in ``diverge_for``.
@@ -136,8 +137,9 @@ def fake_result(spec, *, sleep: float = 0.0, raise_for: tuple = (), diverge_for:
         c.eval_wall_s.append(s * 1e-3)
         c.eval_loss.append(1.0 / (1 + s * lr))
         c.eval_accuracy.append(0.9 * s / spec.steps)
-    return TrialResult(spec=spec, status="finished", curves=c, final_eval_loss=c.eval_loss[-1],
-                       final_eval_accuracy=c.eval_accuracy[-1], train_seconds=spec.steps * 1e-3,
+    return TrialResult(spec=spec, status="finished", curves=c, final_valid_loss=c.eval_loss[-1],
+                       final_valid_accuracy=c.eval_accuracy[-1], test_loss=c.eval_loss[-1] + 0.01,
+                       test_accuracy=c.eval_accuracy[-1] - 0.01, train_seconds=spec.steps * 1e-3,
                        steps_to_target=spec.eval_every, seconds_to_target=spec.eval_every * 1e-3)
 
 

@@ -115,8 +115,9 @@ def _specs(**kw) -> list[TrialSpec]:
 
 def _curves(r) -> tuple:
     c = r.curves
-    return (c.train_step, c.train_loss, c.eval_step, c.eval_loss, c.eval_accuracy,
-            r.status, r.diverged_step, r.steps_to_target, r.final_eval_loss, r.final_eval_accuracy)
+    return (c.train_step, c.train_loss, c.eval_step, c.eval_loss, c.eval_accuracy, c.eval_metrics,
+            r.status, r.diverged_step, r.steps_to_target, r.final_valid_loss, r.final_valid_accuracy,
+            r.test_loss, r.test_accuracy)
 
 
 def _train(specs, ck):

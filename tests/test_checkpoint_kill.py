@@ -5,7 +5,8 @@ The sweep has one single-trial unit and two vmapped units of two seeds each (``b
 digits MLPs with dropout (so the dropout key matters too). Test-only hooks (environment):
 ``HARNESS_CHECKPOINT_EVERY=20`` (a step cadence: a checkpoint every second chunk),
 ``HARNESS_TEST_CHUNK_SLEEP_S`` (stretches training so kills land in it) and ``HARNESS_TEST_TRACE``
-(a line per chunk end: the test waits for training to be under way before it picks its moment).
+(a line per chunk end: the test kills after a random number of chunk ends of the invocation, 1 to 8,
+plus a random fraction of a chunk, so kills land before, during and after checkpoint writes).
 Cycles alternate between the in-process executor and ``--jobs 2``. Each kill is ``os.killpg``
 of the sweep's own process group (its ``--jobs`` workers included) with SIGKILL.
 
@@ -44,7 +45,7 @@ CONFIG = {
     "include": [{"optimizers": [{"name": "momentum", "hparams": {"step_size": 0.05, "mass": 0.9}}],
                  "seeds": [0]}],
     "batch_size": 32,
-    "budget": {"steps": 600},
+    "budget": {"steps": 400},
     "eval_every": 50,
     "steps_per_dispatch": 10,
     "batching": "on",
@@ -70,8 +71,8 @@ def _read_curves(path: Path) -> tuple[list, list]:
         for row in csv.DictReader(f):
             if row["split"] == "train":
                 train.append((int(row["step"]), row["loss"]))
-            else:
-                ev.append((int(row["step"]), row["loss"], row["accuracy"]))
+            else:  # valid rows, then the test row
+                ev.append((row["split"], int(row["step"]), row["loss"], row["accuracy"]))
     return train, ev
 
 
@@ -85,10 +86,11 @@ def _reference(specs) -> dict[tuple, tuple[list, list]]:
     for unit in group_units(specs, "on"):
         for r in trainer.run_trials_batched(unit, measure_perf=False):
             c = r.curves
+            ev = [("valid", s, str(lv), str(av))
+                  for s, lv, av in zip(c.eval_step, c.eval_loss, c.eval_accuracy, strict=True)]
             out[(r.spec.optimizer, r.spec.seed)] = (
                 [(s, str(v)) for s, v in zip(c.train_step, c.train_loss, strict=True)],
-                [(s, str(lv), str(av)) for s, lv, av in zip(c.eval_step, c.eval_loss, c.eval_accuracy,
-                                                             strict=True)])
+                [*ev, ("test", c.eval_step[-1], str(r.test_loss), str(r.test_accuracy))])
     return out
 
 
@@ -118,11 +120,14 @@ class Lane:
                 self.proc = p = subprocess.Popen(
                     _sweep_cmd(self.cfg, self.uri, jobs), cwd=self.dir, env=self.env,
                     start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                deadline = time.monotonic() + 120
-                while _lines(self.trace) == before and p.poll() is None and time.monotonic() < deadline:
-                    time.sleep(0.02)
+                # a random moment of training: after 1-8 chunk ends of this invocation (a checkpoint
+                # is due every second one), plus a random part of a chunk
+                wait_for = before + self.rng.randint(1, 8)
+                deadline = time.monotonic() + 180
+                while _lines(self.trace) < wait_for and p.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 if p.poll() is None:
-                    time.sleep(self.rng.uniform(0.0, 0.5))  # a random moment of training
+                    time.sleep(self.rng.uniform(0.0, 0.06))
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
                     self.kills += 1

@@ -159,7 +159,7 @@ def test_preflight_rejects_unbuildable_trials_before_mlflow(tmp_path, write_swee
            "got 1.0" in lines
     assert f"{cfg}: optimizers[0].hparams.b1: optimizer 'adam' (b1=1.5, step_size=0.1): b1 must be in " \
            "[0, 1), got 1.5" in lines
-    assert f"{cfg}: batch_size: 5000 exceeds the 1437 training examples of dataset 'digits'" in lines
+    assert f"{cfg}: batch_size: 5000 exceeds the 1150 training examples of dataset 'digits'" in lines
     assert f"{cfg}: schedules[1].hparams.warmup_steps: schedule 'warmup_cosine_decay' (warmup_steps=100, " \
            "total_steps=40) with optimizer 'sgd': warmup_cosine_decay: total_steps (40) must exceed " \
            "warmup_steps (100)" in lines

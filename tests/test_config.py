@@ -26,7 +26,7 @@ def _errors(write_sweep, **overrides) -> list[str]:
 def test_unknown_model_names_choices_and_did_you_mean(write_sweep):
     assert _errors(write_sweep, models=["mlpp"]) == [
         "F: models[0].name: unknown model 'mlpp'; valid choices: autoencoder, cnn, cnn1d, logreg, mlp, "
-        "resnet (did you mean 'mlp'?)"]
+        "resnet, resnet18, transformer_lm, vit (did you mean 'mlp'?)"]
 
 
 def test_unknown_optimizer_schedule_dataset_hparam(write_sweep):
@@ -141,6 +141,7 @@ def test_expansion_grid_zip_include_exclude(write_sweep):
     # seeds vary fastest; batching groups seed siblings
     assert [s.seed for s in specs[:4]] == [0, 1, 0, 1]
     assert specs[0].steps == 40 and specs[0].eval_every == 20 and specs[0].target.mode == "max"
+    assert specs[0].target.metric == "valid/accuracy"
     units = group_units(specs, "on")
     # sgd: step size and seed differ only → one unit of 4 per model; adam: b1 differs → pairs of seeds
     assert sorted(len(u) for u in units) == [1, 2, 2, 2, 2, 4, 4, 4]
@@ -167,7 +168,7 @@ def test_exclude_rule_values_checked_against_registries(write_sweep):
     errs = _errors(write_sweep, exclude=[{"model": "cnnn"},
                                          {"optimizer": ["sgd", "adamm"], "dataset": "digts"}])
     assert errs[0] == ("F: exclude[0].model: unknown model 'cnnn'; valid choices: autoencoder, cnn, cnn1d, "
-                       "logreg, mlp, resnet (did you mean 'cnn'?)")
+                       "logreg, mlp, resnet, resnet18, transformer_lm, vit (did you mean 'cnn'?)")
     assert errs[1].startswith("F: exclude[1].optimizer: unknown optimizer 'adamm'; valid choices: adagrad,")
     assert errs[1].endswith("(did you mean 'adam'?)")
     assert errs[2].startswith("F: exclude[1].dataset: unknown dataset 'digts'; valid choices: digits,")
@@ -188,5 +189,5 @@ def test_batch_size_and_targets_messages_say_the_expected_form(write_sweep):
     assert errs == [
         "F: batch_size: expected an int or a list of ints, got 'sixty'",
         "F: targets: expected a mapping {DATASET: {metric, value}}, e.g. targets: {digits: {metric: "
-        "eval/accuracy, value: 0.9}} (use 'target' for one target for all datasets), got "
+        "valid/accuracy, value: 0.9}} (use 'target' for one target for all datasets), got "
         "[{'metric': 'eval/accuracy', 'value': 0.5}]"]

@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.server, pytest.mark.slow]
 
 #: float32 tolerance for "results do not depend on the executor".
 RTOL, ATOL = 1e-5, 1e-6
-METRICS = ("train/loss", "eval/loss", "eval/accuracy")
+METRICS = ("train/loss", "valid/loss", "valid/accuracy", "test/loss", "test/accuracy")
 # Environment for the head and the drivers: no token file written into $HOME, no usage stats.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 

@@ -76,7 +76,7 @@ def _spec(model, opt, lr, seed):
         eval_every=EVAL_EVERY,
         model_hparams={"width": 32},
         optimizer_hparams={"step_size": lr},
-        target={"metric": "eval/accuracy", "value": TARGET, "mode": "max"},
+        target={"metric": "valid/accuracy", "value": TARGET, "mode": "max"},
     )
 
 
@@ -104,8 +104,8 @@ def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
         tr, train_loss = tr[tr_keep], train_loss[tr_keep]
     cur = {
         "train/loss": list(zip(tr.tolist(), train_loss.tolist(), strict=True)),
-        "eval/loss": list(zip(ev.tolist(), eval_loss.tolist(), strict=True)),
-        "eval/accuracy": list(zip(ev.tolist(), acc.tolist(), strict=True)),
+        "valid/loss": list(zip(ev.tolist(), eval_loss.tolist(), strict=True)),
+        "valid/accuracy": list(zip(ev.tolist(), acc.tolist(), strict=True)),
         "time/wall_s": list(zip(ev.tolist(), wall.tolist(), strict=True)),
     }
     summ = {
@@ -118,8 +118,10 @@ def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
         "perf/utilization": 0.1 * OPT_MS[opt] / STEP_MS[model] * 2,
     }
     if not diverged:
-        summ["final/eval_accuracy"] = float(acc[-1])
-        summ["final/eval_loss"] = float(eval_loss[-1])
+        summ["final/valid_accuracy"] = float(acc[-1])
+        summ["final/valid_loss"] = float(eval_loss[-1])
+        summ["test/accuracy"] = float(acc[-1]) - 0.02 + 0.001 * seed
+        summ["test/loss"] = float(eval_loss[-1]) + 0.03
         hit = np.nonzero(acc >= TARGET)[0]
         if len(hit):
             summ["convergence/steps_to_target"] = float(ev[hit[0]])
@@ -196,7 +198,8 @@ def _log_sweep(client, exp_id, sweep_id, t0, acc_shift=None, ms_scale=None, mode
                             ]
                             metrics += [Metric(k, v, t, 0) for k, v in vals["summary"].items()]
                         elif key == RETRIED:  # a partial, wrong curve that the report must ignore
-                            metrics = [Metric("eval/accuracy", 0.0123, t, 0), Metric("train/loss", 9.0, t, 0)]
+                            metrics = [Metric("valid/accuracy", 0.0123, t, 0),
+                                       Metric("train/loss", 9.0, t, 0)]
                         else:
                             metrics = []
                         for j in range(0, len(metrics), 900):
@@ -318,7 +321,9 @@ def test_frame_identity_columns_and_statuses(store, frame):
     one = s.loc[by_key[("cnn", "sgd", 0.1, 2)]]
     assert (one["model"], one["optimizer"], one["dataset"], one["seed"]) == ("cnn", "sgd", "mnist1d", 2)
     assert (one["step_size"], one["batch_size"], one["train_steps"]) == (0.1, BATCH, STEPS)
-    assert (one["target_metric"], one["target_value"], one["target_mode"]) == ("eval/accuracy", TARGET, "max")
+    assert (one["target_metric"], one["target_value"], one["target_mode"]) == (
+        "valid/accuracy", TARGET, "max")
+    assert one["protocol"] == RF.PROTOCOL_THREE_SPLITS
     assert (one["task"], one["config"]) == ("cnn / mnist1d", "sgd (step_size=0.1)")
     assert one["params.optimizer.step_size"] == "0.1" and one["device_kind"] == "cpu"
     # seeds of a configuration share config_id; step sizes do not
@@ -396,11 +401,11 @@ def test_more_than_a_thousand_runs_are_read_in_full(fast_tmp):
 # ---------------------------------------------------------------------------------------------
 def _expected_acc(expected, model, opt, lr):
     return [
-        v["values"]["summary"]["final/eval_accuracy"]
+        v["values"]["summary"]["final/valid_accuracy"]
         for v in expected.values()
         if v["key"][:3] == (model, opt, lr)
         and v["values"]
-        and "final/eval_accuracy" in v["values"]["summary"]
+        and "final/valid_accuracy" in v["values"]["summary"]
     ]
 
 
@@ -413,12 +418,18 @@ def test_leaderboard_best_configs_and_confidence_intervals(store, frame):
         assert best.loc[(task, "adam"), "config"] == "adam (step_size=0.01)"
     lb = F.leaderboard(frame).set_index(["Task", "Optimizer"])
     accs = np.array(_expected_acc(store["expected"], "mlp", "momentum", 0.01))
-    half = 4.302652729911275 * accs.std(ddof=1) / math.sqrt(3)  # t(0.975, df=2)
     row = lb.loc[("mlp / mnist1d", "momentum")]
     assert row["_acc_mean"] == pytest.approx(accs.mean(), rel=1e-12)
-    assert row["_acc_ci"] == pytest.approx(half, rel=1e-9)
-    d = 1 - math.floor(math.log10(half))  # two significant digits of the half-width
-    assert row["Final eval accuracy"] == f"{accs.mean():.{d}f} ± {half:.{d}f}"
+    # 3 seeds (< 5): the interval is the seeds' min–max, never a t-interval, and the cell says so
+    assert (row["_acc_lo"], row["_acc_hi"]) == (accs.min(), accs.max())
+    d = 1 - math.floor(math.log10(accs.max() - accs.min()))  # two significant digits of the width
+    assert row["Validation accuracy"] == (f"{accs.mean():.{d}f} [{accs.min():.{d}f}, {accs.max():.{d}f}]"
+                                          " · min–max of 3 seeds (< 5)")
+    # the headline: the test accuracy of the validation-selected configuration (lr 0.01)
+    tests = [v["values"]["summary"]["test/accuracy"] for v in store["expected"].values()
+             if v["key"][:3] == ("mlp", "momentum", 0.01) and v["values"]]
+    assert row["_test_mean"] == pytest.approx(np.mean(tests), rel=1e-12)
+    assert row["Test accuracy (selected on validation)"].endswith("· min–max of 3 seeds (< 5)")
     assert lb.loc[("mlp / mnist1d", "sgd"), "Time to target (s)"] == "not reached (0/3)"
     assert lb.loc[("mlp / mnist1d", "adam"), "Time to target (s)"].endswith(" (3/3 reached)")
     # cnn adam at 0.1 diverged in one seed but 0.01 is best, so 3/3 finished
@@ -427,7 +438,8 @@ def test_leaderboard_best_configs_and_confidence_intervals(store, frame):
 
 def test_performance_profile_matches_hand_computation(store, frame):
     times = F.profile_times(frame)
-    # seconds to target of the best config = median over seeds of wall time at the first hit
+    # tuned time-to-result: the fastest configuration's median over seeds of the wall time at the
+    # first hit; here the fastest is step size 0.01 for every optimizer that reaches the target
     exp = {}
     for v in store["expected"].values():
         model, opt, lr, _ = v["key"]
@@ -500,10 +512,10 @@ def test_every_figure_exists_and_draws_data(frame):
 
 
 def test_curve_bands_are_median_and_quartiles(store, frame):
-    b = F.curve_bands(frame, "eval/accuracy", "step")
+    b = F.curve_bands(frame, "valid/accuracy", "step")
     got = b[(b["task"] == "mlp / mnist1d") & (b["optimizer"] == "momentum") & (b["x"] == 100)].iloc[0]
     vals = [
-        dict(v["values"]["curves"]["eval/accuracy"])[100]
+        dict(v["values"]["curves"]["valid/accuracy"])[100]
         for v in store["expected"].values()
         if v["key"][:3] == ("mlp", "momentum", 0.01)
     ]
@@ -511,7 +523,7 @@ def test_curve_bands_are_median_and_quartiles(store, frame):
     assert got["q25"] == pytest.approx(np.quantile(vals, 0.25)) and got["q75"] == pytest.approx(
         np.quantile(vals, 0.75)
     )
-    t = F.curve_bands(frame, "eval/accuracy", "seconds")
+    t = F.curve_bands(frame, "valid/accuracy", "seconds")
     assert len(t[(t["task"] == "mlp / mnist1d") & (t["optimizer"] == "adam")]) == F.TIME_GRID_POINTS
     assert t["x"].min() == 0.0
 
@@ -545,7 +557,9 @@ def test_report_is_self_contained_with_csv_and_artifact(store, report, frame):
     ):
         assert needle in text, needle
     csv = pd.read_csv(report.with_suffix(".csv"))
-    assert len(csv) == len(frame)
+    # the frame's rows, then the protocol's tables (reports.protocol.csv_rows)
+    assert csv["row"].isin(["curve", "summary"]).sum() == len(frame)
+    assert set(csv["row"]) == {"curve", "summary", "tuning_curve", "tuned_time"}
     s = csv[csv["row"] == "summary"].set_index("trial_id")
     f = RF.summaries(frame).set_index("trial_id")
     assert np.array_equal(
@@ -621,9 +635,13 @@ def test_tags_written_by_harness_tracking_are_understood(store, tmp_path):
     data = RF.load_sweep("kinds", tracking_uri=store["uri"])
     assert data.sweep_id == "k1" and [p.info.run_id for p in data.parents] == [parent]
     s = RF.summaries(data.frame).set_index("trial_id")
-    assert s.loc["t0", "final/eval_accuracy"] == 0.7 and s.loc["t0", "final/eval_loss"] == 0.4
-    assert s.loc["t2", "final/eval_accuracy"] == 0.72
-    assert math.isnan(s.loc["t1", "final/eval_accuracy"])  # diverged: no final value is made up
+    # runs from before the three splits (eval/* only) are read into the valid/* columns, labelled
+    assert s.loc["t0", "final/valid_accuracy"] == 0.7 and s.loc["t0", "final/valid_loss"] == 0.4
+    assert s.loc["t2", "final/valid_accuracy"] == 0.72
+    assert math.isnan(s.loc["t1", "final/valid_accuracy"])  # diverged: no final value is made up
+    assert set(s["protocol"]) == {RF.PROTOCOL_ONE_SPLIT} and s["test/accuracy"].isna().all()
+    c = RF.curves(data.frame)
+    assert c[c["trial_id"] == "t0"][["step", "valid/accuracy"]].values.tolist() == [[0, 0.5], [10, 0.7]]
     assert s.loc["t1", "reason"] == "diverged at step 7" and s.loc["t2", "reason"] == "something odd"
     with pytest.raises(ValueError, match=r"sweep ids there: \['k1'\]"):
         reports.load_frame("kinds", "k2", tracking_uri=store["uri"])

@@ -22,7 +22,8 @@ def _spec(**over):
 
 def test_trial_id_is_sha256_of_canonical_json():
     s = _spec()
-    blob = json.dumps(s.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+    blob = json.dumps({**s.to_dict(), "protocol": "train/valid/test"}, sort_keys=True,
+                      separators=(",", ":"), default=str)
     assert s.trial_id == hashlib.sha256(blob.encode()).hexdigest()[:16]
     assert len(s.trial_id) == 16
 
@@ -46,7 +47,7 @@ def test_flat_params_use_dots():
     assert p["optimizer.step_size"] == "0.001"
     assert p["model.width"] == "64"
     assert p["train.batch_size"] == "32"
-    assert p["target.metric"] == "eval/accuracy"
+    assert p["target.metric"] == "valid/accuracy"  # eval/* is stored as valid/*
 
 
 def test_batch_key_ignores_seed_and_step_size_only():
@@ -55,6 +56,19 @@ def test_batch_key_ignores_seed_and_step_size_only():
     assert a.batch_key() != _spec(optimizer_hparams={"step_size": 1e-3, "b1": 0.5}).batch_key()
     assert a.perf_key() == _spec(seed=7).perf_key()
     assert a.perf_key() != _spec(batch_size=64).perf_key()
+
+
+def test_target_names_eval_alias_and_protocol_in_the_id():
+    assert Target("eval/accuracy", 0.9, "max") == Target("valid/accuracy", 0.9, "max")
+    assert Target("eval/loss", 0.1, "min").metric == "valid/loss"
+    assert Target().metric == "valid/accuracy"
+    assert _spec(target={"metric": "eval/accuracy", "value": 0.9}).trial_id == \
+        _spec(target={"metric": "valid/accuracy", "value": 0.9}).trial_id
+    # the id hashes the protocol beside to_dict(): the same config's id before the three splits
+    s = _spec()
+    old = hashlib.sha256(json.dumps(s.to_dict(), sort_keys=True, separators=(",", ":"),
+                                    default=str).encode()).hexdigest()[:16]
+    assert s.trial_id != old and "protocol" not in s.to_dict()
 
 
 def test_target_reached():

@@ -58,21 +58,30 @@ def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tra
     # curves with explicit steps
     hist = c.get_metric_history(ok.info.run_id, "train/loss")
     assert [m.step for m in hist] == list(range(1, 41))
-    ev = c.get_metric_history(ok.info.run_id, "eval/accuracy")
+    ev = c.get_metric_history(ok.info.run_id, "valid/accuracy")
     assert [m.step for m in ev] == [0, 20, 40]
+    # the test split: evaluated once, at the last step; never under the old eval/* names
+    (te,) = c.get_metric_history(ok.info.run_id, "test/accuracy")
+    assert te.step == 40 and [m.step for m in c.get_metric_history(ok.info.run_id, "test/loss")] == [40]
+    assert not {k for k in ok.data.metrics if k.startswith("eval/") or k.startswith("final/eval")}
+    assert "test/accuracy" not in div.data.metrics and "test/loss" not in div.data.metrics
     by_trial = {o.trial_id: o for o in summary.outcomes}
-    assert ok.data.metrics["eval/accuracy"] == pytest.approx(
-        by_trial[ok.data.tags["harness.trial_id"]].final_eval_accuracy)
+    o_ok = by_trial[ok.data.tags["harness.trial_id"]]
+    assert ok.data.metrics["valid/accuracy"] == pytest.approx(o_ok.final_valid_accuracy)
+    assert ok.data.metrics["test/accuracy"] == pytest.approx(o_ok.test_accuracy)
+    assert ok.data.metrics["test/loss"] == pytest.approx(o_ok.test_loss)
     assert "convergence/steps_to_target" in ok.data.metrics
     assert [m.step for m in c.get_metric_history(ok.info.run_id, "time/wall_s")] == [0, 20, 40]
-    assert ok.data.metrics["final/eval_accuracy"] == ok.data.metrics["eval/accuracy"]
+    assert ok.data.metrics["final/valid_accuracy"] == ok.data.metrics["valid/accuracy"]
+    assert ok.data.params["target.metric"] == "valid/accuracy"
     assert ok.data.params["target.mode"] == "max" and ok.data.params["target.value"] == "0.3"
     assert div.data.tags["harness.reason"]
     # artifacts and dataset input
     assert {a.path for a in c.list_artifacts(ok.info.run_id)} == {"curves.csv", "trial.json"}
     csv_text = Path(c.download_artifacts(ok.info.run_id, "curves.csv", str(tmp_path))).read_text()
     assert csv_text.splitlines()[0] == "split,step,wall_s,loss,accuracy"
-    assert len(csv_text.splitlines()) == 1 + 40 + 3
+    assert len(csv_text.splitlines()) == 1 + 40 + 3 + 1
+    assert [ln.split(",")[0] for ln in csv_text.splitlines()[-4:]] == ["valid"] * 3 + ["test"]
     assert [d.dataset.name for d in ok.inputs.dataset_inputs] == ["digits"]
     assert {a.path for a in c.list_artifacts(parents[0].info.run_id)} == {
         "config.yaml", "resolved_config.json", "trials.json"}
@@ -252,7 +261,8 @@ def test_background_logging_writes_every_run_and_defers_to_a_finished_one(
     assert [r.info.run_id for r in by_trial[specs[1].trial_id]] == [other.info.run_id]
     (mine,) = by_trial[specs[0].trial_id]
     assert mine.info.status == "FINISHED" and mine.data.tags["status"] == "finished"
-    assert mine.data.metrics["eval/accuracy"] == pytest.approx(out[0].final_eval_accuracy)
+    assert mine.data.metrics["valid/accuracy"] == pytest.approx(out[0].final_valid_accuracy)
+    assert mine.data.metrics["test/accuracy"] == pytest.approx(out[0].test_accuracy)
 
 
 def test_flush_logging_raises_the_store_error(monkeypatch):
@@ -304,7 +314,7 @@ def test_summary_best_config_ranks_like_the_report_leaderboard():
 
     def o(config, seed, acc, secs):
         return TrialOutcome(trial_id=f"{config}{seed}", status="finished", model="mlp", optimizer="sgd",
-                            dataset="digits", config=config, seed=seed, final_eval_accuracy=acc,
+                            dataset="digits", config=config, seed=seed, final_valid_accuracy=acc,
                             seconds_to_target=secs, steps_to_target=None if secs is None else 10)
 
     slow_accurate = [o("A", 0, 0.99, 0.5), o("A", 1, 0.99, 0.5)]

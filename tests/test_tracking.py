@@ -53,7 +53,7 @@ def test_sweep_into_real_server(tmp_path, write_sweep, mlflow_server, monkeypatc
     assert len(trials) == 2 and all(r.info.status == "FINISHED" for r in trials)
     for r in trials:
         assert r.data.tags["harness.sweep_id"] == s.sweep_id
-        assert [m.step for m in c.get_metric_history(r.info.run_id, "eval/loss")] == [0, 20, 40]
+        assert [m.step for m in c.get_metric_history(r.info.run_id, "valid/loss")] == [0, 20, 40]
         assert {a.path for a in c.list_artifacts(r.info.run_id)} == {"curves.csv", "trial.json"}
     assert not (tmp_path / "mlflow.db").exists()
     # resume against the server: nothing new

@@ -47,7 +47,9 @@ def test_curves_target_progress_and_determinism(digits):
     assert c.eval_wall_s[0] == 0.0 and c.eval_wall_s[-1] == pytest.approx(c.train_wall_s[-1])
     assert np.all(np.diff(c.train_wall_s) >= 0)
     assert np.mean(c.train_loss[-10:]) < np.mean(c.train_loss[:10])
-    assert c.eval_accuracy[-1] > 0.5 and r.final_eval_accuracy == c.eval_accuracy[-1]
+    assert c.eval_accuracy[-1] > 0.5 and r.final_valid_accuracy == c.eval_accuracy[-1]
+    assert r.final_valid_loss == c.eval_loss[-1]
+    assert 0.5 < r.test_accuracy <= 1.0 and r.test_loss > 0 and r.test_metrics == {}
     # target: first evaluation reaching 0.5 accuracy, its step and clock
     j = next(i for i, a in enumerate(c.eval_accuracy) if a >= 0.5)
     assert r.steps_to_target == c.eval_step[j] and r.seconds_to_target == c.eval_wall_s[j]
@@ -59,13 +61,14 @@ def test_curves_target_progress_and_determinism(digits):
     r3 = trainer.run_trial(dataclasses.replace(spec, seed=1), dataset=digits, measure_perf=False)
     assert r3.curves.train_loss != c.train_loss
     # unreachable target is a value, not an error
-    r4 = trainer.run_trial(dataclasses.replace(spec, target=Target("eval/loss", -1.0, "min")),
+    r4 = trainer.run_trial(dataclasses.replace(spec, target=Target("valid/loss", -1.0, "min")),
                            dataset=digits, measure_perf=False)
     assert r4.steps_to_target is None and r4.seconds_to_target is None
 
 
 def test_matches_hand_written_reference(digits):
-    """Data order (epoch permutations, straddling batches), update indexing, evaluation: by hand."""
+    """Data order (epoch permutations, straddling batches), update indexing, evaluation on the
+    validation split during training and on the test split at the end: by hand."""
     B, steps, lr = 500, 4, 0.05
     spec = make_spec(optimizer="sgd", optimizer_hparams={"step_size": lr}, steps=steps, batch_size=B,
                      eval_every=4, steps_per_dispatch=2, seed=7)
@@ -76,7 +79,7 @@ def test_matches_hand_written_reference(digits):
     _, params, state = model.init(k_init, (B, 8, 8, 1))
     N = digits.num_train
     stream = np.concatenate([np.asarray(jax.random.permutation(jax.random.fold_in(k_data, e), N))
-                             for e in range(2)])  # 4 * 500 = 2000 > 1437: the stream crosses an epoch
+                             for e in range(2)])  # 4 * 500 = 2000 > 1150: the stream crosses an epoch
     x, y = jnp.asarray(digits.x_train), jnp.asarray(digits.y_train)
 
     def loss_fn(p, xb, yb):
@@ -89,22 +92,29 @@ def test_matches_hand_written_reference(digits):
         losses.append(float(loss))
         params = jax.tree_util.tree_map(lambda p, gg: p - lr * gg, params, g)
     np.testing.assert_allclose(r.curves.train_loss, losses, rtol=1e-5, atol=1e-6)
-    out = model.apply(params, state, jnp.asarray(digits.x_test), train=False)[0]
-    want_loss = float(model.loss(out, jnp.asarray(digits.y_test)))
-    want_acc = float(model.metrics["accuracy"](out, jnp.asarray(digits.y_test)))
     assert r.curves.eval_step == [0, 4]
-    np.testing.assert_allclose(r.curves.eval_loss[-1], want_loss, rtol=1e-5)
-    np.testing.assert_allclose(r.curves.eval_accuracy[-1], want_acc, rtol=1e-6)
+    for x_split, y_split, got_loss, got_acc in (
+            (digits.x_valid, digits.y_valid, r.curves.eval_loss[-1], r.curves.eval_accuracy[-1]),
+            (digits.x_test, digits.y_test, r.test_loss, r.test_accuracy)):
+        out = model.apply(params, state, jnp.asarray(x_split), train=False)[0]
+        want_loss = float(model.loss(out, jnp.asarray(y_split)))
+        want_acc = float(model.metrics["accuracy"](out, jnp.asarray(y_split)))
+        np.testing.assert_allclose(got_loss, want_loss, rtol=1e-5)
+        np.testing.assert_allclose(got_acc, want_acc, rtol=1e-6)
+    assert r.test_loss != r.curves.eval_loss[-1]  # two different splits
 
 
 def test_eval_batches_cover_split_exactly(monkeypatch, digits):
-    """360 test examples in batches of 100 (3 full + 60 remainder) give the whole-split means."""
+    """287 validation examples in batches of 100 (2 full + 87 remainder) and 360 test examples
+    (3 full + 60) give the whole-split means."""
     spec = make_spec(steps=4, eval_every=4, steps_per_dispatch=4, seed=3)
     whole = trainer.run_trial(spec, dataset=digits, measure_perf=False)
     monkeypatch.setattr(trainer, "EVAL_BATCH", 100)
     batched = trainer.run_trial(spec, dataset=digits, measure_perf=False)
-    assert batched.extra["eval_batch"] == 100 and whole.extra["eval_batch"] == 360
+    assert batched.extra["eval_batch"] == 100 and whole.extra["eval_batch"] == 287
     np.testing.assert_allclose(batched.curves.eval_loss, whole.curves.eval_loss, rtol=1e-5)
+    np.testing.assert_allclose(batched.test_loss, whole.test_loss, rtol=1e-5)
+    np.testing.assert_allclose(batched.test_accuracy, whole.test_accuracy, rtol=1e-6)
     np.testing.assert_allclose(batched.curves.eval_accuracy, whole.curves.eval_accuracy, rtol=1e-6)
 
 
@@ -116,11 +126,13 @@ def test_divergence_is_a_status(digits):
     first_bad = next(s for s, v in zip(c.train_step, c.train_loss, strict=True) if not np.isfinite(v))
     assert r.diverged_step == first_bad == c.train_step[-1]
     assert all(np.isfinite(c.train_loss[:-1]))
+    assert r.test_loss is None and r.test_accuracy is None  # no test evaluation of a diverged trial
     # in a batch, the diverging member stops where it stops alone; the other trains on
     good = dataclasses.replace(bad, optimizer_hparams=(("step_size", 0.05),), seed=1)
     rb = trainer.run_trials_batched([bad, good], dataset=digits, measure_perf=False)
     assert rb[0].status == "diverged" and rb[0].diverged_step == r.diverged_step
     assert rb[1].status == "finished" and len(rb[1].curves.train_loss) == 20
+    assert rb[0].test_loss is None and rb[1].test_loss is not None
     alone = trainer.run_trial(good, dataset=digits, measure_perf=False)
     np.testing.assert_allclose(rb[1].curves.train_loss, alone.curves.train_loss, rtol=RTOL, atol=ATOL)
 
@@ -137,6 +149,8 @@ def test_batched_equals_alone_every_optimizer(opt, digits):
         np.testing.assert_allclose(rb.curves.train_loss, ra.curves.train_loss, rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(rb.curves.eval_loss, ra.curves.eval_loss, rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(rb.curves.eval_accuracy, ra.curves.eval_accuracy, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose([rb.test_loss, rb.test_accuracy], [ra.test_loss, ra.test_accuracy],
+                                   rtol=RTOL, atol=ATOL)
     assert batched[0].curves.train_loss != batched[1].curves.train_loss
 
 
@@ -195,17 +209,19 @@ def test_should_batch_rule_and_errors(monkeypatch, digits):
 def test_reconstruction_task_targets_are_inputs(digits):
     """An autoencoder trains against its inputs; without an accuracy metric accuracy is nan."""
     spec = make_spec(model="autoencoder", model_hparams={"width": 4}, steps=2, eval_every=2,
-                     steps_per_dispatch=2, batch_size=8, target={"metric": "eval/loss", "value": 1e9,
+                     steps_per_dispatch=2, batch_size=8, target={"metric": "valid/loss", "value": 1e9,
                                                                   "mode": "min"})
     r = trainer.run_trial(spec, dataset=digits, measure_perf=False)
     assert r.status == "finished" and all(np.isfinite(r.curves.train_loss))
-    assert all(np.isnan(a) for a in r.curves.eval_accuracy)
+    assert all(np.isnan(a) for a in r.curves.eval_accuracy) and r.test_accuracy is None
+    assert set(r.curves.eval_metrics) == {"mse"} and set(r.test_metrics) == {"mse"}
+    assert r.curves.eval_metrics["mse"] == pytest.approx(r.curves.eval_loss)  # its loss is its mse
     assert r.steps_to_target == 0  # the loss target (any finite loss) is met at the first evaluation
-    # the eval loss is the MSE of reconstructing the test inputs, computed by hand at step 0
+    # the eval loss is the MSE of reconstructing the validation inputs, computed by hand at step 0
     model = MODELS["autoencoder"](input_shape=(8, 8, 1), num_classes=10, width=4)
     k_init = jax.random.split(jax.random.PRNGKey(0), 3)[0]
     _, params, state = model.init(k_init, (1, 8, 8, 1))
-    x = jnp.asarray(digits.x_test)
+    x = jnp.asarray(digits.x_valid)
     want = float(model.loss(model.apply(params, state, x, train=False)[0], x))
     np.testing.assert_allclose(r.curves.eval_loss[0], want, rtol=1e-5)
 

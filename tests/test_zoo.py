@@ -22,6 +22,9 @@ SMALL = {
     "cnn": {"width": 4, "hidden": 8},
     "resnet": {"width": 4, "stages": 2},
     "autoencoder": {"width": 4},
+    "resnet18": {"width": 2},
+    "vit": {"width": 8, "depth": 1, "num_heads": 2, "patch_size": 4},
+    "transformer_lm": {"width": 8, "depth": 1, "num_heads": 2},
 }
 SHAPES = {
     "logreg": [(8, 8, 1), (40,)],
@@ -30,6 +33,9 @@ SHAPES = {
     "cnn": [(8, 8, 1), (8, 8)],
     "resnet": [(8, 8, 1)],
     "autoencoder": [(10, 6), (40,)],
+    "resnet18": [(16, 16, 3)],
+    "vit": [(8, 8, 3)],
+    "transformer_lm": [(6,)],
 }
 
 
@@ -38,7 +44,8 @@ def _x(shape, seed=0):
 
 
 def test_registry_names_and_hyperparameters():
-    assert sorted(MODELS) == ["autoencoder", "cnn", "cnn1d", "logreg", "mlp", "resnet"]
+    assert sorted(MODELS) == ["autoencoder", "cnn", "cnn1d", "logreg", "mlp", "resnet", "resnet18",
+                              "transformer_lm", "vit"]
     for name, builder in MODELS.items():
         sig = inspect.signature(builder)
         assert {"input_shape", "num_classes"} <= set(sig.parameters), name
@@ -68,6 +75,10 @@ def test_model_init_apply_loss(name):
         if model.task == "classification":
             y = jnp.array([0, 4, 2], jnp.int32)
             assert set(model.metrics) == {"accuracy"}
+        elif model.task == "sequence":  # int32 tokens in, next tokens as targets
+            assert model.input_dtype == "int32" and set(model.metrics) == {"accuracy"}
+            x = jax.random.randint(KEY, (3, *shape), 0, 5)
+            y = jnp.roll(x, -1, axis=1)
         else:
             assert model.task == "reconstruction"
             y = x
@@ -76,7 +87,7 @@ def test_model_init_apply_loss(name):
             def loss_fn(p):
                 out, new_state = model.apply(p, state, x, train=True)
                 return model.loss(out, y), (out, new_state)
-            if name in ("logreg", "mlp"):
+            if name in ("logreg", "mlp", "transformer_lm"):
                 (loss, (out, new_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
             else:  # conv backward passes compile slowly on CPU; the benchmarks train them
                 loss, (out, new_state) = loss_fn(params)
@@ -89,6 +100,8 @@ def test_model_init_apply_loss(name):
         assert jax.tree.structure(grads) == jax.tree.structure(params)
         if model.task == "classification":
             assert out_shape == (-1, 5) and out.shape == (3, 5)
+        elif model.task == "sequence":
+            assert out_shape == (-1, *shape, 5) and out.shape == (3, *shape, 5)
         else:
             assert out_shape == (-1, *shape) and out.shape == x.shape
         assert np.isfinite(float(loss)) and float(loss) > 0

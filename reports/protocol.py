@@ -1,0 +1,420 @@
+"""The benchmark protocol's statistics: selection on validation, reporting on test, tuning curves,
+tuned time-to-result, honest intervals and paired comparisons. Pure pandas/numpy/scipy on the tidy
+frame of :mod:`reports.frame`; every figure and table of the protocol is a view of these tables.
+
+Definitions (the numbers a report shows follow from these and nothing else):
+
+* **Configuration** (= a *trial* of a tuning budget): a trial's spec minus its seed, i.e. one
+  ``config_id`` of one optimizer on one task. Its **value** on a split is the mean over its seeds of
+  the final metric on that split (``final/valid_*`` for validation, ``test/*`` for test). A seed
+  that did not finish (diverged, failed) contributes the *worst* finite value of that metric seen
+  on the task (any optimizer, any configuration), so a configuration that diverges counts as a
+  bad draw of the budget rather than vanishing from it. A configuration with no finite value
+  anywhere on its task is left out. Selection always reads validation; test is only reported.
+* **Selection** inside a set of configurations: the best validation value (``max`` for accuracy,
+  ``min`` for loss); ties are broken by ``config_id`` (ascending), so selection is deterministic.
+* **Tuning curve** (Dodge et al. 2019, "Show Your Work: Improved Reporting of Experimental
+  Results", EMNLP): for an optimizer with ``N`` observed configurations, the expected best
+  validation value after ``k`` configurations, and the expected *test* value of the configuration
+  that validation selects among those ``k``, for ``k = 1..N``; computed exactly from order
+  statistics of the ``N`` observed values (:func:`selection_weights`). **Draws are without
+  replacement** by default (a random ``k``-subset of the ``N`` configurations: "had I run only
+  ``k`` of them"), tested against brute-force enumeration of all ``k``-subsets; Dodge et al.'s own
+  formula draws *with* replacement (``k`` i.i.d. draws from the empirical distribution,
+  ``F̂(v)^k``) and is available as ``replace=True``, tested against enumeration of all ``N^k``
+  ordered draws. The band is a bootstrap percentile band: the ``N`` configurations resampled with
+  replacement ``n_boot`` times (fixed seed), the exact curve computed on each resample.
+* **Tuned time-to-result** (AlgoPerf's external-tuning rule, Dahl et al. 2023): per task and
+  optimizer, the time to the validation target of the best of its ``N`` configurations, i.e. the
+  smallest configuration time, where a configuration's time is the median
+  ``convergence/seconds_to_target`` over its seeds that reached the target, and ``inf`` ("not
+  reached") when fewer than :data:`SOLVED_FRACTION` of its seeds reached it. The performance
+  profiles are drawn from these times.
+* **Intervals across seeds** (:func:`seed_interval`): with fewer than :data:`MIN_SEEDS` seeds the
+  min–max range of the seeds (the table says so); with more, a 95% bootstrap percentile interval of
+  the mean. Both stay inside the metric's range (no t-interval running past 1.0).
+* **"A beats B"** (:func:`paired_comparison`): a **paired bootstrap** over seeds of the mean
+  per-seed difference of the test metric between the validation-selected configurations of A and
+  B (pairs = equal seed numbers: same initialisation and data order), 95% percentile interval;
+  marked only when it excludes 0 in A's favour *and* there are at least :data:`MIN_SEEDS` pairs
+  (with 2 pairs a bootstrap "supports" any pair whose two differences share a sign).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from reports.frame import (
+    M_SECONDS_TO_TARGET,
+    M_STEPS_TO_TARGET,
+    PROTOCOL_ONE_SPLIT,
+    objective,
+    summaries,
+)
+
+__all__ = [
+    "MIN_SEEDS",
+    "SOLVED_FRACTION",
+    "brute_force_curve",
+    "config_values",
+    "csv_rows",
+    "expected_best",
+    "headline",
+    "paired_comparison",
+    "pairwise_comparisons",
+    "seed_interval",
+    "selection_weights",
+    "tuned_time_to_result",
+    "tuning_curve",
+    "tuning_curves",
+]
+
+#: Below this many seeds intervals are min–max and no "A beats B" is marked.
+MIN_SEEDS = 5
+#: A configuration reaches the target when at least this fraction of its seeds reached it.
+SOLVED_FRACTION = 0.5
+#: Confidence level of intervals, bands and comparisons.
+LEVEL = 0.95
+#: Bootstrap resamples (tuning-curve bands; seed intervals; paired comparisons).
+N_BOOT_BAND = 1000
+N_BOOT = 10_000
+
+
+# ---------------------------------------------------------------------------------------------
+# Order statistics
+# ---------------------------------------------------------------------------------------------
+def _log_comb(n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
+    from scipy.special import gammaln
+
+    return gammaln(np.asarray(n, float) + 1) - gammaln(np.asarray(k, float) + 1) - gammaln(
+        np.asarray(n, float) - np.asarray(k, float) + 1
+    )
+
+
+def selection_weights(n: int, k: int, replace: bool = False) -> np.ndarray:
+    """``float64 (n,)``: entry ``r`` is the probability that the ``r``-th best (0-based) of ``n``
+    ranked configurations is the best of ``k`` random draws.
+
+    Without replacement (a uniform ``k``-subset, ``1 <= k <= n``): ``C(n-1-r, k-1) / C(n, k)``.
+    With replacement (``k`` i.i.d. uniform draws, any ``k >= 1``): ``((n-r)/n)^k - ((n-r-1)/n)^k``
+    (Dodge et al. 2019, eq. 1, on the empirical distribution). The weights sum to 1.
+
+    Raises:
+      ValueError: ``n < 1``, ``k < 1``, or ``k > n`` without replacement.
+    """
+    if n < 1 or k < 1 or (not replace and k > n):
+        raise ValueError(f"need 1 <= k{' <= n' if not replace else ''}, got n={n}, k={k}")
+    r = np.arange(n, dtype=float)
+    if replace:
+        return ((n - r) / n) ** k - ((n - r - 1) / n) ** k
+    w = np.zeros(n)
+    ok = (n - 1 - r) >= (k - 1)
+    w[ok] = np.exp(_log_comb(n - 1 - r[ok], k - 1) - _log_comb(n, k))
+    return w
+
+
+def _rank(valid: np.ndarray, mode: str, tiebreak: np.ndarray | None) -> np.ndarray:
+    """Indices best-first by validation value; ties by ``tiebreak`` (default: position)."""
+    tb = np.arange(len(valid)) if tiebreak is None else np.asarray(tiebreak)
+    key = -valid if mode == "max" else valid
+    return np.lexsort((tb, key))
+
+
+def expected_best(valid: Sequence[float], test: Sequence[float] | None = None, mode: str = "max",
+                  ks: Sequence[int] | None = None, replace: bool = False,
+                  tiebreak: Sequence | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact expected best validation value of ``k`` draws from the ``N`` observed configurations,
+    and the expected test value of the configuration validation selects, for each ``k`` in ``ks``
+    (default ``1..N``).
+
+    Args:
+      valid: ``(N,)`` validation values (finite). test: ``(N,)`` test values (``nan`` allowed: the
+        expectation is then ``nan`` wherever a ``nan`` has positive weight); ``None`` → all ``nan``.
+      mode: ``"max"`` (accuracy) or ``"min"`` (loss).
+      replace: draws with replacement (Dodge et al.'s formula) instead of ``k``-subsets.
+      tiebreak: ``(N,)`` sort keys breaking validation ties (smaller first), e.g. ``config_id``.
+
+    Returns:
+      ``(E[best valid], E[test of the valid-best])``, each ``float64 (len(ks),)``.
+    """
+    v = np.asarray(valid, float)
+    t = np.full(len(v), np.nan) if test is None else np.asarray(test, float)
+    n = len(v)
+    ks = list(range(1, n + 1)) if ks is None else list(ks)
+    order = _rank(v, mode, None if tiebreak is None else np.asarray(tiebreak))
+    vs, ts = v[order], t[order]
+    ev, et = np.empty(len(ks)), np.empty(len(ks))
+    for i, k in enumerate(ks):
+        w = selection_weights(n, k, replace)
+        ev[i] = float(w @ vs)
+        pos = w > 0
+        et[i] = float(w[pos] @ ts[pos])
+    return ev, et
+
+
+def brute_force_curve(valid: Sequence[float], test: Sequence[float], mode: str = "max",
+                      replace: bool = False, tiebreak: Sequence | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`expected_best` by enumeration (every ``k``-subset, or every ordered ``k``-tuple with
+    replacement), for testing on small ``N`` only (cost ``C(N, k)`` or ``N^k``)."""
+    v, t = np.asarray(valid, float), np.asarray(test, float)
+    n = len(v)
+    tb = np.arange(n) if tiebreak is None else np.asarray(tiebreak)
+    sign = -1.0 if mode == "max" else 1.0
+    ev, et = [], []
+    for k in range(1, n + 1):
+        draws = (itertools.product(range(n), repeat=k) if replace
+                 else itertools.combinations(range(n), k))
+        bv, bt, m = 0.0, 0.0, 0
+        for d in draws:
+            best = min(d, key=lambda i: (sign * v[i], tb[i]))
+            bv, bt, m = bv + v[best], bt + t[best], m + 1
+        ev.append(bv / m)
+        et.append(bt / m)
+    return np.array(ev), np.array(et)
+
+
+def tuning_curve(valid: Sequence[float], test: Sequence[float] | None, mode: str = "max",
+                 replace: bool = False, tiebreak: Sequence | None = None, n_boot: int = N_BOOT_BAND,
+                 level: float = LEVEL, seed: int = 0) -> pd.DataFrame:
+    """:func:`expected_best` for ``k = 1..N`` with a bootstrap percentile band.
+
+    Returns columns ``k, valid, valid_lo, valid_hi, test, test_lo, test_hi`` (``N`` rows). The band
+    at ``level``: resample the ``N`` configurations with replacement ``n_boot`` times
+    (``np.random.default_rng(seed)``), compute the exact curve on each resample, take the
+    ``(1 ± level)/2`` quantiles per ``k``. ``N = 1`` gives a band of width 0.
+    """
+    v = np.asarray(valid, float)
+    t = np.full(len(v), np.nan) if test is None else np.asarray(test, float)
+    tb = np.arange(len(v)) if tiebreak is None else np.asarray(tiebreak)
+    n = len(v)
+    ev, et = expected_best(v, t, mode, replace=replace, tiebreak=tb)
+    W = np.stack([selection_weights(n, k, replace) for k in range(1, n + 1)])  # (k, rank)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    bv, bt = np.empty((n_boot, n)), np.empty((n_boot, n))
+    for b in range(n_boot):
+        vi, ti, tbi = v[idx[b]], t[idx[b]], tb[idx[b]]
+        order = _rank(vi, mode, tbi)
+        bv[b] = W @ vi[order]
+        bt[b] = W @ ti[order]
+    q = [(1 - level) / 2, (1 + level) / 2]
+    vlo, vhi = np.quantile(bv, q, axis=0)
+    if np.isnan(t).any():
+        tlo = thi = np.full(n, np.nan)
+    else:
+        tlo, thi = np.quantile(bt, q, axis=0)
+    return pd.DataFrame({"k": np.arange(1, n + 1), "valid": ev, "valid_lo": vlo, "valid_hi": vhi,
+                         "test": et, "test_lo": tlo, "test_hi": thi})
+
+
+# ---------------------------------------------------------------------------------------------
+# Configurations of a sweep
+# ---------------------------------------------------------------------------------------------
+def config_values(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, optimizer, config_id) with its validation and test value (module
+    docstring: mean over seeds, non-finished seeds imputed with the task's worst value).
+
+    Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, valid, test, seconds,
+    n_reached, metric, test_metric, mode, protocol``; ``seconds`` is the configuration's time to
+    the validation target (``inf`` when fewer than :data:`SOLVED_FRACTION` of its seeds reached
+    it). ``test`` is ``nan`` for runs from before the three-split protocol.
+    """
+    s = summaries(frame)
+    cols = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "valid", "test",
+            "seconds", "n_reached", "metric", "test_metric", "mode", "protocol"]
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    obj = objective(frame)
+    worse = min if obj.mode == "max" else max
+    rows = []
+    for task, st in s.groupby("task", sort=True):
+        fin_t = st[st["status"] == "finished"]
+        finite_v = fin_t[obj.final].dropna()
+        finite_t = fin_t[obj.test].dropna()
+        worst_v = worse(finite_v) if len(finite_v) else math.nan
+        worst_t = worse(finite_t) if len(finite_t) else math.nan
+        for (opt, cid), g in st.groupby(["optimizer", "config_id"], sort=True):
+            fin = g["status"] == "finished"
+            v = g[obj.final].where(fin & g[obj.final].notna(), worst_v)
+            one_split = (g["protocol"] == PROTOCOL_ONE_SPLIT).all()
+            t = g[obj.test].where(fin & g[obj.test].notna(), worst_t)
+            reached = fin & (g[M_SECONDS_TO_TARGET].notna() | g[M_STEPS_TO_TARGET].notna())
+            secs = g.loc[reached & g[M_SECONDS_TO_TARGET].notna(), M_SECONDS_TO_TARGET]
+            solved = reached.sum() > 0 and reached.sum() >= SOLVED_FRACTION * len(g)
+            rows.append({
+                "task": task, "optimizer": opt, "config_id": cid, "config": g["config"].iloc[0],
+                "n_seeds": len(g), "n_finished": int(fin.sum()),
+                "valid": float(v.mean()) if v.notna().all() else math.nan,
+                "test": math.nan if one_split or not t.notna().all() else float(t.mean()),
+                "seconds": float(secs.median()) if solved and len(secs) else math.inf,
+                "n_reached": int(reached.sum()), "metric": obj.final, "test_metric": obj.test,
+                "mode": obj.mode, "protocol": PROTOCOL_ONE_SPLIT if one_split else g["protocol"].iloc[0],
+            })
+    return pd.DataFrame(rows, columns=cols)
+
+
+def tuning_curves(frame: pd.DataFrame, replace: bool = False, n_boot: int = N_BOOT_BAND,
+                  seed: int = 0) -> pd.DataFrame:
+    """:func:`tuning_curve` of every (task, optimizer) over its configurations' values.
+
+    Columns ``task, optimizer, n_configs, k, valid, valid_lo, valid_hi, test, test_lo, test_hi,
+    metric, test_metric, mode, protocol``.
+    """
+    cv = config_values(frame)
+    parts = []
+    for (task, opt), g in cv.groupby(["task", "optimizer"], sort=True):
+        g = g[g["valid"].notna()]
+        if g.empty:
+            continue
+        c = tuning_curve(g["valid"], g["test"], g["mode"].iloc[0], replace=replace,
+                         tiebreak=np.argsort(np.argsort(g["config_id"].to_numpy())), n_boot=n_boot,
+                         seed=seed)
+        c.insert(0, "n_configs", len(g))
+        c.insert(0, "optimizer", opt)
+        c.insert(0, "task", task)
+        for col in ("metric", "test_metric", "mode", "protocol"):
+            c[col] = g[col].iloc[0]
+        parts.append(c)
+    cols = ["task", "optimizer", "n_configs", "k", "valid", "valid_lo", "valid_hi", "test", "test_lo",
+            "test_hi", "metric", "test_metric", "mode", "protocol"]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+
+
+def tuned_time_to_result(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, optimizer): the best of its ``N`` configurations' times to the validation target.
+
+    Columns ``task, optimizer, n_configs, seconds`` (``inf`` = no configuration reached it),
+    ``config_id, config`` (the fastest; ties by ``config_id``; empty when none reached).
+    """
+    cv = config_values(frame)
+    rows = []
+    for (task, opt), g in cv.groupby(["task", "optimizer"], sort=True):
+        g = g.sort_values(["seconds", "config_id"], kind="stable")
+        best = g.iloc[0]
+        hit = math.isfinite(best["seconds"])
+        rows.append({"task": task, "optimizer": opt, "n_configs": len(g),
+                     "seconds": float(best["seconds"]),
+                     "config_id": best["config_id"] if hit else "", "config": best["config"] if hit else ""})
+    return pd.DataFrame(rows, columns=["task", "optimizer", "n_configs", "seconds", "config_id", "config"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Intervals and comparisons across seeds
+# ---------------------------------------------------------------------------------------------
+def seed_interval(values: Sequence[float], level: float = LEVEL, n_boot: int = N_BOOT, seed: int = 0
+                  ) -> tuple[float, float, float, int, str]:
+    """``(mean, lo, hi, n, method)`` of the finite ``values`` (one per seed).
+
+    ``n < MIN_SEEDS``: ``lo, hi`` = min, max, method ``"min–max"``; else a bootstrap percentile
+    interval of the mean at ``level`` (``n_boot`` resamples, ``default_rng(seed)``), method
+    ``"bootstrap"``. Both lie inside ``[min, max]`` of the values, hence inside the metric's range.
+    ``n == 0`` gives ``nan``s.
+    """
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], float)
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0, ""
+    if n < MIN_SEEDS:
+        return float(x.mean()), float(x.min()), float(x.max()), n, "min–max"
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(x.mean()), float(lo), float(hi), n, "bootstrap"
+
+
+def paired_comparison(a: pd.Series, b: pd.Series, mode: str = "max", level: float = LEVEL,
+                      n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """Paired bootstrap of A − B over the seeds both have (``a``, ``b``: values indexed by seed).
+
+    Returns ``{"n", "diff", "lo", "hi", "a_better"}``: the mean of the per-seed differences
+    ``a[s] - b[s]`` (in "better" units: negated for ``mode="min"``), its percentile interval at
+    ``level`` from ``n_boot`` resamples of the seed pairs, and whether A is better at that level
+    (``lo > 0`` with at least :data:`MIN_SEEDS` pairs).
+    """
+    both = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").dropna()
+    n = len(both)
+    sign = 1.0 if mode == "max" else -1.0
+    d = sign * (both["a"].to_numpy(float) - both["b"].to_numpy(float))
+    if n == 0:
+        return {"n": 0, "diff": math.nan, "lo": math.nan, "hi": math.nan, "a_better": False}
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return {"n": n, "diff": float(d.mean()), "lo": float(lo), "hi": float(hi),
+            "a_better": bool(n >= MIN_SEEDS and lo > 0)}
+
+
+def headline(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, optimizer): the configuration selected on validation (:func:`reports.frame.
+    best_configs`) and its **test** metric across seeds with :func:`seed_interval`.
+
+    Columns ``task, optimizer, rank, config_id, config, n_seeds, test_metric, test, test_lo,
+    test_hi, test_n, interval, valid_metric, valid, protocol``.
+    """
+    from reports.frame import best_configs
+
+    best = best_configs(frame)
+    s = summaries(frame)
+    obj = objective(frame)
+    rows = []
+    for b in best.itertuples():
+        g = s[(s["task"] == b.task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)]
+        fin = g[g["status"] == "finished"]
+        one_split = (g["protocol"] == PROTOCOL_ONE_SPLIT).all()
+        mean, lo, hi, n, how = seed_interval(fin[obj.test]) if not one_split else (
+            math.nan, math.nan, math.nan, 0, "")
+        rows.append({
+            "task": b.task, "optimizer": b.optimizer, "rank": b.rank, "config_id": b.config_id,
+            "config": b.config, "n_seeds": b.n_seeds, "test_metric": obj.test, "test": mean,
+            "test_lo": lo, "test_hi": hi, "test_n": n, "interval": how, "valid_metric": obj.final,
+            "valid": float(fin[obj.final].mean()) if fin[obj.final].notna().any() else math.nan,
+            "protocol": PROTOCOL_ONE_SPLIT if one_split else g["protocol"].iloc[0],
+        })
+    return pd.DataFrame(rows)
+
+
+def pairwise_comparisons(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every ordered pair (A, B) of optimizers on a task: :func:`paired_comparison` of the test
+    metric of their validation-selected configurations, paired by seed.
+
+    Columns ``task, a, b, n, diff, lo, hi, a_better``.
+    """
+    h = headline(frame)
+    s = summaries(frame)
+    obj = objective(frame)
+    rows = []
+    for task, ht in h.groupby("task", sort=True):
+        per = {}
+        for r in ht.itertuples():
+            g = s[(s["task"] == task) & (s["optimizer"] == r.optimizer) & (s["config_id"] == r.config_id)
+                  & (s["status"] == "finished")]
+            per[r.optimizer] = g.set_index("seed")[obj.test]
+        for a, b in itertools.permutations(sorted(per), 2):
+            rows.append({"task": task, "a": a, "b": b, **paired_comparison(per[a], per[b], obj.mode)})
+    return pd.DataFrame(rows, columns=["task", "a", "b", "n", "diff", "lo", "hi", "a_better"])
+
+
+def csv_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The protocol's tables as extra rows of the report's tidy CSV: ``row == "tuning_curve"`` (one
+    per task, optimizer and k: columns ``tuning.k``, ``tuning.n_configs``, ``tuning.valid``,
+    ``tuning.valid_lo``, ``tuning.valid_hi``, ``tuning.test``, ``tuning.test_lo``,
+    ``tuning.test_hi``, ``tuning.metric``, ``tuning.test_metric``) and ``row == "tuned_time"``
+    (one per task and optimizer: ``tuning.seconds`` (``inf`` = not reached), ``tuning.n_configs``,
+    ``config_id``, ``config``). ``task``, ``optimizer`` and ``protocol`` are the frame's columns."""
+    tc = tuning_curves(frame)
+    a = pd.DataFrame({"row": "tuning_curve", "task": tc["task"], "optimizer": tc["optimizer"],
+                      "protocol": tc["protocol"]})
+    for col in ("k", "n_configs", "valid", "valid_lo", "valid_hi", "test", "test_lo", "test_hi", "metric",
+                "test_metric"):
+        a[f"tuning.{col}"] = tc[col].to_numpy()
+    tt = tuned_time_to_result(frame)
+    b = pd.DataFrame({"row": "tuned_time", "task": tt["task"], "optimizer": tt["optimizer"],
+                      "config_id": tt["config_id"], "config": tt["config"],
+                      "tuning.seconds": tt["seconds"], "tuning.n_configs": tt["n_configs"]})
+    return pd.concat([a, b], ignore_index=True)
