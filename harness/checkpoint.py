@@ -35,7 +35,9 @@ trial ids and its vmapped width: a checkpoint resumes only exactly the program t
 
 Cadence (:func:`parse_every`): ``checkpoint_every`` is a number of steps (``500`` or ``"500 steps"``)
 or wall-clock time (``"90s"``, ``"10min"``, ``"1h"``), or ``off``. The default :data:`DEFAULT_EVERY`
-is one minute of wall-clock since the unit started, so trials under a minute never write one. The
+is one minute of wall-clock since the unit started, so trials under a minute never write one, and
+never sooner than :data:`ADAPTIVE_FACTOR` times the last save's duration (a model whose save takes
+2 s is checkpointed every 200 s): the default costs under ~1% of training for any model size. The
 cadence never changes a result, so it is not part of the ``TrialSpec`` (nor of ``trial_id``):
 it reaches the workers through :class:`harness.worker.RunContext`. ``HARNESS_CHECKPOINT_EVERY``
 overrides the config (tests use it to force a step cadence).
@@ -71,6 +73,9 @@ log = logging.getLogger(__name__)
 
 #: Default cadence: every minute of wall-clock since the unit started training.
 DEFAULT_EVERY = "1min"
+#: With the default cadence, checkpoints are also spaced at least this many times the last save's
+#: duration apart, so that their cost stays under 1% of training whatever the model's size.
+ADAPTIVE_FACTOR = 100.0
 #: Checkpoints kept per unit (the newest; an older one is a fallback if the newest cannot be read).
 MAX_TO_KEEP = 2
 FORMAT = 1
@@ -308,8 +313,10 @@ class UnitCheckpoints:
     """
 
     def __init__(self, directory: str, trial_ids: Sequence[str], batched: int | None, cadence: Cadence,
-                 *, keep_final: bool = False):
+                 *, keep_final: bool = False, adaptive: bool = False):
         self.directory = directory
+        self.adaptive = adaptive
+        self._last_save_s = 0.0
         self.trial_ids = list(trial_ids)
         self.batched = batched
         self.cadence = cadence
@@ -427,7 +434,10 @@ class UnitCheckpoints:
             return False
         if c.steps is not None:
             return step // c.steps > self._last_step // c.steps
-        return time.monotonic() - self._last_t >= (c.seconds or math.inf)
+        interval = c.seconds or math.inf
+        if self.adaptive:
+            interval = max(interval, ADAPTIVE_FACTOR * self._last_save_s)
+        return time.monotonic() - self._last_t >= interval
 
     def after_chunk(self, step: int, wall_s: float, state: Any, tracks: list[Any], params_fn: Callable,
                     *, done: bool = False) -> None:
@@ -478,7 +488,8 @@ class UnitCheckpoints:
         self._latest = step
         self._last_step = step
         self._last_t = time.monotonic()
-        self.save_seconds += time.perf_counter() - t0
+        self._last_save_s = time.perf_counter() - t0
+        self.save_seconds += self._last_save_s
 
     # -- worker hooks ----------------------------------------------------------------------------
 
@@ -531,8 +542,10 @@ def for_unit(root: str, experiment_id: str, trial_ids: Sequence[str], batched: i
              every: Any, *, keep_final: bool = False) -> UnitCheckpoints | None:
     """The :class:`UnitCheckpoints` of a unit, or ``None`` when checkpointing is off (and
     ``keep_final`` is not asked) or no root is known."""
-    cadence = parse_every(os.environ.get(ENV_EVERY) or every)
+    chosen = os.environ.get(ENV_EVERY) or every
+    cadence = parse_every(chosen)
     if not root or (cadence.off and not keep_final):
         return None
     d = f"{root.rstrip('/')}/{experiment_id}/{unit_key(trial_ids, batched)}"
-    return UnitCheckpoints(d, trial_ids, batched, cadence, keep_final=keep_final)
+    default = chosen is None or (isinstance(chosen, str) and chosen.strip().lower() == "default")
+    return UnitCheckpoints(d, trial_ids, batched, cadence, keep_final=keep_final, adaptive=default)

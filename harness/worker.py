@@ -71,7 +71,8 @@ class RunContext:
       trial_tags: ``trial_id`` -> extra tags of that trial's run (e.g. ``harness.search``, the
         search method that sampled it, and ``harness.search_index``, its index in the sequence).
       checkpoint_every: mid-trial checkpoint cadence (:func:`harness.checkpoint.parse_every`:
-        steps, ``"10min"``, ``"off"``; ``"default"`` = one minute). Never part of a trial's id.
+        steps, ``"10min"``, ``"off"``; ``"default"`` = one minute, spaced by the save's cost). Never
+        part of a trial's id.
       checkpoint_dir: checkpoint root (``""``: :func:`harness.checkpoint.root_for` the store).
       keep_final_checkpoint: log each trial's final training state as its ``checkpoint/`` artifact.
     """

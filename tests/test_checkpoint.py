@@ -326,3 +326,18 @@ def test_sweep_removes_checkpoints_and_can_keep_the_final_state(tmp_path, write_
     for r in tracking.search_all(client, s.experiment_id, "tags.`harness.kind` = 'trial'"):
         names = {a.path for a in client.list_artifacts(r.info.run_id, "checkpoint")}
         assert {"checkpoint/state", "checkpoint/host"} <= names, names
+
+
+def test_the_default_cadence_spaces_checkpoints_by_their_cost(tmp_path, monkeypatch):
+    monkeypatch.delenv(checkpoint.ENV_EVERY, raising=False)
+    u = checkpoint.for_unit(str(tmp_path), "1", ["t"], None, "default")
+    assert u.adaptive and u.cadence == Cadence(seconds=60.0)
+    clock = [1000.0]
+    monkeypatch.setattr(checkpoint.time, "monotonic", lambda: clock[0])
+    u._last_t, u._last_save_s = 1000.0, 2.0  # the last save took 2 s: the next after 200 s
+    clock[0] = 1061.0
+    assert not u.due(10)
+    clock[0] = 1201.0
+    assert u.due(10)
+    explicit = checkpoint.for_unit(str(tmp_path), "1", ["t"], None, "60s")
+    assert not explicit.adaptive
