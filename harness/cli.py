@@ -58,7 +58,8 @@ Examples:
       --tracking-uri http://HOST:5000 --cpus-per-trial 2
 \b
 Exit codes: 0 ok; 1 some trial failed; 2 invalid config or usage; 3 tracking store
-unreachable; 130 interrupted (re-run the same command to resume)."""
+unreachable or unusable (also when results are left in the local spool: the next run
+writes them); 130 interrupted (re-run the same command to resume)."""
 
 
 @app.command(short_help="Run a sweep config (resumable).", epilog=_SWEEP_EPILOG)
@@ -110,6 +111,11 @@ def sweep(
     except ValueError as e:  # e.g. an unknown executor from the command line
         _err(f"error: {e}")
         raise typer.Exit(2) from None
+    account = summary.spool_account()
+    if account:
+        _err(account)
+    if summary.spooled_left:
+        raise typer.Exit(3)
     if not dry_run and summary.counts()["failed"]:
         raise typer.Exit(1)
 
@@ -256,13 +262,36 @@ def status(
             n = max(d["n"], len(ids))
             pending = n - sum(c.values())
             last = d["last"]
-            last_s = "—" if last is None else f"{last.info.run_name} ({last.info.status})"
+            last_s = "—" if last is None else _parent_state(client, last)
             t.add_row(exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
                       str(pending), last_s)
     console = Console()
     if not console.is_terminal:  # piped or logged: do not squeeze ids into 80 columns
         console = Console(width=140)
     console.print(t)
+    from harness import spool
+
+    n_spooled = len(spool.entries(uri))
+    if n_spooled:
+        console.print(f"{n_spooled} trained results are in the local spool {spool.spool_dir(uri)} (the "
+                      f"store did not take them); the next sweep on this store writes them", soft_wrap=True)
+
+
+def _parent_state(client, run) -> str:
+    """``name (STATUS)``; for a RUNNING parent also whether its process is alive, e.g.
+    ``sweep-... (RUNNING, but its process host:123 is gone; the next sweep marks it KILLED)``."""
+    from harness import tracking
+
+    s = f"{run.info.run_name} ({run.info.status}"
+    if run.info.status == "RUNNING":
+        state, why = tracking.run_liveness(client, run)
+        if state == "gone":
+            s += f", but {why}; the next sweep marks it KILLED"
+        elif state == "alive":
+            s += f": {why}"
+        else:
+            s += f": {why}"
+    return s + ")"
 
 
 @app.command(short_help="Start the MLflow UI on the store.")

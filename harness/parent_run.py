@@ -15,15 +15,25 @@ from harness.search import SEARCH_TAG
 from harness.worker import TrialOutcome
 
 
+def kill_dead_invocations(client, exp_id: str) -> int:
+    """Mark KILLED the RUNNING parent and trial runs of the experiment whose owner is gone (an
+    invocation that was killed); a live invocation's runs, and finished runs, are never touched.
+    Returns how many."""
+    stale = tracking.search_all(client, exp_id, "attributes.status = 'RUNNING'")
+    parents = [r for r in stale if r.data.tags.get(tracking.KIND_TAG) == "parent"]
+    trials = [r for r in stale if r.data.tags.get(tracking.KIND_TAG) == "trial"]
+    return tracking.kill_stale(client, parents) + tracking.kill_stale(client, trials)
+
+
 def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -> str:
+    """Create this invocation's parent run (tags include its owner ``harness.owner`` = ``host:pid``
+    and a first heartbeat), after marking dead invocations' leftover runs KILLED."""
     from mlflow.entities import Param
 
-    # An earlier invocation of this sweep that died leaves its parent RUNNING.
-    stale = tracking.search_all(client, exp_id, f"tags.`{tracking.SWEEP_ID_TAG}` = '{sweep_id}' and "
-                                f"tags.`{tracking.KIND_TAG}` = 'parent'")
-    tracking.kill_stale(client, stale)
+    # An earlier invocation that died leaves its parent (and maybe trial runs) RUNNING.
+    kill_dead_invocations(client, exp_id)
     tags = {tracking.SWEEP_TAG: cfg.name, tracking.SWEEP_ID_TAG: sweep_id, tracking.KIND_TAG: "parent",
-            "git_commit": tracking.git_commit(), SEARCH_TAG: search_methods(specs)}
+            "git_commit": tracking.git_commit(), SEARCH_TAG: search_methods(specs), **tracking.owner_tags()}
     run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     rid = run.info.run_id
     params = [Param(k, str(v)) for k, v in {
@@ -56,6 +66,7 @@ def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, st
         counts[o.status] = counts.get(o.status, 0) + 1
     ms = [Metric(f"sweep/n_{k}", float(v), now, 0) for k, v in counts.items()]
     ms.append(Metric("sweep/n_skipped", float(sum(o.skipped for o in outcomes)), now, 0))
+    ms.append(Metric("sweep/n_spooled", float(sum(o.spooled and not o.skipped for o in outcomes)), now, 0))
     ms.append(Metric("sweep/wall_s", float(wall_s), now, 0))
     ran = [o for o in outcomes if not o.skipped and o.wall_seconds > 0]
     if ran:

@@ -84,7 +84,15 @@ def print_search(console, trials) -> None:
 def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome], plan: Plan,
                           quiet: bool) -> None:
     """Run ``units`` on executor ``ex`` under a progress bar (one line per finished trial unless
-    ``quiet``), appending every outcome to ``outcomes``; then keep one FINISHED run per trial."""
+    ``quiet``), appending every outcome to ``outcomes``; then keep one FINISHED run per trial.
+
+    Trials ``deferred`` because another invocation on this machine holds their claim are run again
+    at the end, each waiting for its claim (they are then found done, or trained here). While the
+    store fails, the bar's description says so and how many results are in the local spool; a
+    result a worker on another machine could not write arrives in its outcome and is spooled here.
+    """
+    import dataclasses
+
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -95,12 +103,22 @@ def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome],
         TimeRemainingColumn,
     )
 
+    from harness import spool
+
     n_todo = sum(len(u) for u in units)
     counts = {"finished": 0, "diverged": 0, "failed": 0}
+    deferred: list = []
 
     def desc() -> str:
-        return (f"[green]{counts['finished']} ok[/] [yellow]{counts['diverged']} diverged[/] "
-                f"[red]{counts['failed']} failed[/]")
+        d = (f"[green]{counts['finished']} ok[/] [yellow]{counts['diverged']} diverged[/] "
+             f"[red]{counts['failed']} failed[/]")
+        h = tracking.HEALTH
+        if h.down:
+            from rich.markup import escape
+
+            n = len(spool.entries(ctx.tracking_uri))
+            d += f" [red]· store unreachable ({escape(h.error[:60])}); {n} results spooled[/]"
+        return d
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
@@ -109,18 +127,56 @@ def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome],
         if plan.done and not quiet:
             progress.console.print(f"{len(plan.done)} trials already finished: skipped")
 
+        was_down = [False]
+
+        def store_news() -> None:
+            from rich.markup import escape
+
+            h = tracking.HEALTH
+            if h.down and not was_down[0] and not quiet:
+                msg = (f"the store is unreachable ({h.error}); finished results go to the local spool "
+                       f"{spool.spool_dir(ctx.tracking_uri)}; training goes on")
+                progress.console.print(f"[red]{escape(msg)}[/]", soft_wrap=True)
+            elif was_down[0] and not h.down and not quiet:
+                progress.console.print("[green]the store answers again; spooled results are written[/]")
+            was_down[0] = h.down
+
         def on_done(batch: list[TrialOutcome]) -> None:
+            n = 0
             for o in batch:
+                if o.deferred:
+                    deferred.append(o.trial_id)
+                    continue
+                entry = o.extra.pop("spool_entry", None)
+                if entry is not None:  # a worker's result the store did not take
+                    import os
+
+                    tracking.HEALTH.failed(RuntimeError(entry.get("error", "write failed")))
+                    if not os.path.exists(entry.get("path", "")):  # written on another machine
+                        entry.pop("path", None)
+                        spool.put(ctx.tracking_uri, entry)
                 outcomes.append(o)
+                n += 1
                 if not o.skipped:
                     counts[o.status] = counts.get(o.status, 0) + 1
                 if not quiet:
                     progress.console.print(_outcome_line(o))
-            progress.update(task, advance=len(batch), description=desc())
+            store_news()
+            progress.update(task, advance=n, description=desc())
 
         ex.run(units, ctx, on_done)
-        # a concurrent invocation of the same sweep (or a retried Ray task) may have finished a
-        # trial too: keep one FINISHED run per trial
+        if deferred:
+            if not quiet:
+                progress.console.print(f"{len(deferred)} trials are being trained by another invocation "
+                                       f"on this machine: waiting for them")
+            by_id = {s.trial_id: s for u in units for s in u}
+            again = [[by_id[t]] for t in deferred]
+            deferred.clear()
+            from harness.worker import CLAIM_WAIT_S
+
+            ex.run(again, dataclasses.replace(ctx, claim_wait_s=CLAIM_WAIT_S), on_done)
+        # an invocation on another machine (or a retried Ray task) may have finished a trial too:
+        # keep one FINISHED run per trial
         tracking.dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id,
                                       {s.trial_id for unit in units for s in unit})
 
@@ -139,4 +195,6 @@ def _outcome_line(o: TrialOutcome) -> str:
     from rich.markup import escape
 
     skipped = " (already done)" if o.skipped else ""
+    if o.spooled:
+        skipped += " (spooled: the store did not answer)" if not o.skipped else " (in the local spool)"
     return f"[{color}]{o.status:8}[/] {escape(f'{o.run_name} [{o.trial_id}]{skipped} {extra}')}"

@@ -26,6 +26,25 @@ class SweepSummary:
     outcomes: list[TrialOutcome]
     wall_s: float
     dry_run: bool = False
+    #: Results still in the local spool when the sweep ended (the store did not answer), and the
+    #: spool's folder; the next invocation writes them.
+    spooled_left: int = 0
+    spool_dir: str = ""
+    #: Results that went through the spool during this invocation (written later, or still left).
+    spooled_during: int = 0
+    #: The store's last error while it was unreachable (one line), if any.
+    store_error: str = ""
+
+    def spool_account(self) -> str:
+        """One line about results the store did not take at once ("" when there were none)."""
+        if self.spooled_left:
+            why = f" (the store: {self.store_error})" if self.store_error else ""
+            return (f"{self.spooled_left} results spooled at {self.spool_dir}; they will be written on "
+                    f"the next run{why}")
+        if self.spooled_during:
+            return (f"{self.spooled_during} results were kept in the local spool while the store was "
+                    f"unreachable; all were written when it answered again")
+        return ""
 
     def counts(self) -> dict[str, int]:
         c = {"finished": 0, "diverged": 0, "failed": 0, "skipped": 0}

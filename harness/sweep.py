@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import tracking
+from harness import spool, tracking
 from harness.config import Registries, load_config
 from harness.expansion import component_variants, expand, search_tags, sweep_id_of
 from harness.parent_run import end_parent, start_parent
@@ -33,7 +33,7 @@ from harness.progress import execute_with_progress, print_plan
 from harness.registry import did_you_mean, known_executors
 from harness.spec import TrialSpec
 from harness.summary import SweepSummary, best_configs, print_summary, python_command
-from harness.worker import RunContext, TrialOutcome
+from harness.worker import RunContext, TrialOutcome, replay_spool
 
 __all__ = ["Plan", "SweepInterrupted", "SweepSummary", "best_configs", "component_variants", "expand",
            "group_units", "make_plan", "preflight", "print_summary", "python_command", "run_sweep",
@@ -122,11 +122,18 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     if hasattr(ex, "validate"):  # e.g. Ray refuses a SQLite store with a remote cluster, before any write
         ex.validate(uri)
     client = tracking.prepare_store(uri)  # health check / schema creation, before any worker
+    replayed = replay_spool(uri)  # results an earlier invocation could not write
+    if replayed.written and not quiet:
+        console.print(f"{replayed.written} results kept in the local spool by an earlier run were "
+                      f"written to the store")
     exp_id = tracking.get_or_create_experiment(client, cfg.name, uri)
     plan = make_plan(specs, client, exp_id)
+    outcomes: list[TrialOutcome] = plan.done_outcomes
+    outcomes += _still_spooled(plan, uri)  # trained, not yet in the store: not trained again
     units = group_units(plan.todo, cfg.batching) if plan.todo else []
 
     parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
+    heartbeat = tracking.Heartbeat(uri, parent_id).start()
     from harness import checkpoint
 
     ctx = RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id=parent_id, sweep_id=sweep_id,
@@ -134,7 +141,6 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
                      trial_tags=search_tags(specs), checkpoint_every=cfg.checkpoint_every or "default",
                      checkpoint_dir=checkpoint.root_for(uri, cfg.checkpoint_dir),
                      keep_final_checkpoint=cfg.keep_final_checkpoint)
-    outcomes: list[TrialOutcome] = plan.done_outcomes
     status = "KILLED"
     try:
         execute_with_progress(console, ex, units, ctx, outcomes, plan, quiet)
@@ -145,10 +151,48 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         status = "FAILED"
         raise
     finally:
-        end_parent(client, parent_id, outcomes, time.perf_counter() - t_start, status,
-                   flush_wait_s=getattr(ex, "flush_wait_s", 0.0))
+        heartbeat.stop()
+        _close_invocation(client, exp_id, parent_id, uri, outcomes, time.perf_counter() - t_start, status,
+                          getattr(ex, "flush_wait_s", 0.0))
+    left = spool.entries(uri)
     summary = SweepSummary(cfg.name, sweep_id, exp_id, parent_id, uri, outcomes,
-                           time.perf_counter() - t_start)
+                           time.perf_counter() - t_start, spooled_left=len(left),
+                           spool_dir=str(spool.spool_dir(uri)) if left else "",
+                           spooled_during=max(tracking.HEALTH.spooled,
+                                              sum(o.spooled and not o.skipped for o in outcomes)),
+                           store_error=tracking.HEALTH.error)
     if not quiet:
         print_summary(console, summary)
     return summary
+
+
+def _still_spooled(plan: Plan, uri: str) -> list[TrialOutcome]:
+    """Take the trials whose results are still in the local spool (the store did not take them
+    yet) out of ``plan.todo``; their outcomes, ``skipped`` and ``spooled``."""
+    pending = spool.pending_trials(uri)
+    if not pending:
+        return []
+    from harness.worker import _outcome
+
+    out = []
+    for s in [s for s in plan.todo if s.trial_id in pending]:
+        o = _outcome(pending[s.trial_id]["result"], None, 0.0)
+        o.skipped = o.spooled = True
+        out.append(o)
+    plan.todo = [s for s in plan.todo if s.trial_id not in pending]
+    return out
+
+
+def _close_invocation(client, exp_id: str, parent_id: str, uri: str, outcomes: list[TrialOutcome],
+                      wall_s: float, status: str, flush_wait_s: float) -> None:
+    """End of an invocation, whatever happened: write what the spool holds (the store may answer
+    again), end this invocation's leftover RUNNING trial runs, end the parent run. A store that
+    fails here leaves the parent RUNNING with an owner that is about to exit: the next invocation
+    marks it KILLED, and ``status`` shows it as gone meanwhile."""
+    try:
+        if spool.entries(uri) and tracking.store_reachable(uri):
+            replay_spool(uri)
+        tracking.end_leftovers(client, exp_id, parent_id)
+        end_parent(client, parent_id, outcomes, wall_s, status, flush_wait_s=flush_wait_s)
+    except Exception as e:
+        tracking.HEALTH.failed(e)

@@ -68,6 +68,8 @@ class RunContext:
       git_commit: commit of the working tree that launched the sweep.
       measure_perf: whether the trainer measures throughput.
       log_dataset: log the training split as an MLflow dataset input.
+      claim_wait_s: on a SQLite store, how long a unit waits for a trial's claim held by another
+        invocation on this machine (0: it does not wait; the trial's outcome is ``deferred``).
       trial_tags: ``trial_id`` -> extra tags of that trial's run (e.g. ``harness.search``, the
         search method that sampled it, and ``harness.search_index``, its index in the sequence).
       checkpoint_every: mid-trial checkpoint cadence (:func:`harness.checkpoint.parse_every`:
@@ -85,6 +87,7 @@ class RunContext:
     git_commit: str = "unknown"
     measure_perf: bool = True
     log_dataset: bool = True
+    claim_wait_s: float = 0.0
     trial_tags: dict[str, dict[str, str]] = field(default_factory=dict)
     checkpoint_every: str = "default"
     checkpoint_dir: str = ""
@@ -130,6 +133,11 @@ class TrialOutcome:
     skipped: bool = False
     target_metric: str = "valid/accuracy"
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Another invocation on this machine holds the trial's claim (it is training or writing it):
+    #: nothing was trained here; the sweep comes back to it once the claim is free.
+    deferred: bool = False
+    #: The result could not be written to the store and is in the local spool (``harness.spool``).
+    spooled: bool = False
 
 
 #: At most this many ``train/loss`` points are logged per trial (``curves.csv`` has every step).
@@ -193,6 +201,7 @@ def _tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
         tracking.PARENT_TAG: ctx.parent_run_id, "model": spec.model, "optimizer": spec.optimizer,
         "schedule": spec.schedule, "dataset": spec.dataset, "seed": str(spec.seed),
         "git_commit": ctx.git_commit, **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
+        **tracking.owner_tags(),
     }
 
 
@@ -388,52 +397,25 @@ def _outcome(res: TrialResult, run_id: str | None, tracking_s: float) -> TrialOu
 def _finish_run(client, rid: str, res: TrialResult, t0_ms: int, ctx: RunContext,
                 final_checkpoint: str | None = None) -> None:
     """Log one trained trial and end its run (FINISHED, or FAILED for a trial that raised);
-    ``final_checkpoint`` (a step directory) becomes its ``checkpoint/`` artifact."""
-    try:
-        _log_result(client, rid, res, t0_ms, ctx)
-        if final_checkpoint and ctx.keep_final_checkpoint and res.status != "failed":
-            client.log_artifacts(rid, final_checkpoint, "checkpoint")
-        if ctx.log_dataset and res.status != "failed":
-            # provenance only: never fail a trial for it
-            with contextlib.suppress(Exception):
-                tracking.log_dataset_input(client, rid, _dataset(res.spec), res.spec.dataset, _DIGESTS)
-    finally:
-        client.set_terminated(rid, status="FAILED" if res.status == "failed" else "FINISHED")
+    ``final_checkpoint`` (a step directory) becomes its ``checkpoint/`` artifact.
 
-
-_POOL: list[cf.ThreadPoolExecutor] = []
-_PENDING: list[cf.Future] = []
-
-
-def _background_pool() -> cf.ThreadPoolExecutor:
-    if not _POOL:
-        _POOL.append(cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-mlflow"))
-    return _POOL[0]
-
-
-def flush_logging() -> float:
-    """Wait until every result handed to the background logger (``execute_unit(...,
-    background=True)``) is in the store; return the seconds waited.
-
-    Raises:
-      Exception: the first error of the tracking store met by a background write (its run stays
-        RUNNING, so the trial is re-run by the next invocation).
+    A write that fails leaves the run RUNNING (never FINISHED with part of its data): the caller
+    spools the result, and the spool's replay ends that run KILLED and writes a complete one.
     """
-    t0 = time.perf_counter()
-    first: BaseException | None = None
-    while _PENDING:
-        fut = _PENDING.pop(0)
-        err = fut.exception()
-        first = first or err
-    if first is not None:
-        raise first
-    return time.perf_counter() - t0
+    _log_result(client, rid, res, t0_ms, ctx)
+    if final_checkpoint and ctx.keep_final_checkpoint and res.status != "failed":
+        client.log_artifacts(rid, final_checkpoint, "checkpoint")
+    if ctx.log_dataset and res.status != "failed":
+        # provenance only: never fail a trial for it
+        with contextlib.suppress(Exception):
+            tracking.log_dataset_input(client, rid, _dataset(res.spec), res.spec.dataset, _DIGESTS)
+    client.set_terminated(rid, status="FAILED" if res.status == "failed" else "FINISHED")
 
 
 def _claim(client, unit: list[TrialSpec], ctx: RunContext,
            outcomes: dict[str, TrialOutcome]) -> list[TrialSpec]:
     """The specs of ``unit`` still to train: a trial with a FINISHED run gets a ``skipped`` outcome
-    in ``outcomes``; RUNNING runs left by a dead invocation are marked KILLED."""
+    in ``outcomes``; RUNNING runs whose owner is gone are marked KILLED (never a live owner's)."""
     todo = []
     for spec in unit:
         runs = tracking.runs_of_trial(client, ctx.experiment_id, spec.trial_id)
@@ -448,21 +430,265 @@ def _claim(client, unit: list[TrialSpec], ctx: RunContext,
     return todo
 
 
-def _record_in_background(res: TrialResult, t0_ms: int, ctx: RunContext,
-                          final_checkpoint: str | None = None) -> None:
-    """Background-thread body: claim the trial (a FINISHED run that appeared meanwhile, e.g. from a
-    concurrent invocation, wins and this result is dropped), then create, fill and end its run."""
+# --------------------------------------------------------------------------- claims (SQLite)
+
+
+#: How long a deferred trial waits for the claim of another invocation (that is training it).
+CLAIM_WAIT_S = 24 * 3600.0
+
+
+def _claims_db(ctx: RunContext) -> Path | None:
+    """The SQLite file whose side directory holds the trial claims, or ``None`` (a server, or
+    ``HARNESS_CLAIMS=0``): claims only coordinate processes of one machine."""
+    import os
+
+    uri = ctx.tracking_uri
+    if not uri.startswith("sqlite:///") or os.environ.get("HARNESS_CLAIMS", "1") == "0":
+        return None
+    return Path(uri[len("sqlite:///"):])
+
+
+def _spooled_outcome(spec: TrialSpec, ctx: RunContext) -> TrialOutcome | None:
+    from harness import spool
+
+    e = spool.pending_trials(ctx.tracking_uri).get(spec.trial_id)
+    if e is None:
+        return None
+    o = _outcome(e["result"], None, 0.0)
+    o.skipped = o.spooled = True
+    return o
+
+
+def _done_elsewhere(spec: TrialSpec, ctx: RunContext) -> TrialOutcome | None:
+    """A trial whose claim marker says a run was written: its FINISHED run's outcome (or its
+    spooled result's), else ``None`` (train it)."""
+    o = _spooled_outcome(spec, ctx)
+    if o is not None:
+        return o
+    try:
+        client = tracking.client_for(ctx.tracking_uri)
+        done = [r for r in tracking.runs_of_trial(client, ctx.experiment_id, spec.trial_id)
+                if r.info.status == "FINISHED"]
+    except Exception as e:
+        tracking.HEALTH.failed(e)
+        return None
+    if not done:
+        return None
+    o = outcome_from_run(spec, done[0])
+    o.skipped = True
+    return o
+
+
+def _take_claims(unit: list[TrialSpec], ctx: RunContext, wait_s: float):
+    """Claim the trials of ``unit`` (sorted by trial id: deadlock-free when waiting).
+
+    Returns ``(todo, claims, outcomes)``: the specs to train, ``{trial_id: Claim}`` held for them,
+    and outcomes for the others (``deferred``: another process holds the claim; ``skipped``: done
+    meanwhile, by another invocation).
+    """
+    from harness.store import NO_CLAIMS, Claim
+
+    db = _claims_db(ctx)
+    if db is None:
+        return list(unit), {}, {}
+    claims: dict = {}
+    outcomes: dict[str, TrialOutcome] = {}
+    for spec in sorted(unit, key=lambda s: s.trial_id):
+        c = Claim.try_take(db, spec.trial_id, wait_s=wait_s)
+        if c is NO_CLAIMS:  # e.g. a side directory that cannot be written: proceed unclaimed
+            continue
+        if c is None:
+            o = _base_outcome(spec, "deferred")
+            o.deferred = True
+            outcomes[spec.trial_id] = o
+            continue
+        if c.marker():  # a run of this trial was written (or spooled) since the claims exist
+            done = _done_elsewhere(spec, ctx)
+            if done is not None:
+                c.release()
+                outcomes[spec.trial_id] = done
+                continue
+        claims[spec.trial_id] = c
+    todo = [s for s in unit if s.trial_id not in outcomes]
+    return todo, claims, outcomes
+
+
+def _release(claim, marker: str | None = None) -> None:
+    if claim is not None:
+        if marker:
+            claim.mark(marker)
+        claim.release()
+
+
+# --------------------------------------------------------------------------- spool
+
+
+#: While the store is down, a background write tries it again at most this often (seconds);
+#: results meanwhile go straight to the spool.
+PROBE_S = 5.0
+
+
+def _spool_entry(res: TrialResult, t0_ms: int, ctx: RunContext, stale_run_id: str | None,
+                 error: BaseException) -> dict[str, Any]:
+    import dataclasses
+
+    ctx_d = dataclasses.asdict(ctx)
+    tid = res.spec.trial_id
+    ctx_d["trial_tags"] = {tid: ctx.trial_tags[tid]} if tid in ctx.trial_tags else {}  # not the sweep's
+    return {"kind": "trial", "uri": ctx.tracking_uri, "ctx": ctx_d, "t0_ms": t0_ms,
+            "result": res, "stale_run_id": stale_run_id, "error": tracking.one_line(error),
+            "spooled_at": time.time(), "owner": tracking.owner_tags()[tracking.OWNER_TAG]}
+
+
+def _spool(res: TrialResult, t0_ms: int, ctx: RunContext, stale_run_id: str | None,
+           error: BaseException) -> dict[str, Any]:
+    """Put a result that could not be written into the local spool (durably); returns the entry.
+
+    Raises:
+      OSError: the spool cannot be written either (the result is then lost: reported loudly).
+    """
+    from harness import spool
+
+    if tracking.is_outage(error):
+        tracking.HEALTH.failed(error)
+    else:
+        import logging
+
+        logging.getLogger(__name__).warning("the store refused trial %s (%s); result spooled",
+                                            res.spec.trial_id, tracking.one_line(error))
+    entry = _spool_entry(res, t0_ms, ctx, stale_run_id, error)
+    entry["path"] = str(spool.put(ctx.tracking_uri, entry))
+    tracking.HEALTH.spooled += 1
+    return entry
+
+
+def write_spooled(entry: dict[str, Any]) -> bool:
+    """Write one spooled trial result to its store (:func:`harness.spool.replay` calls this).
+
+    Returns ``False`` when the trial already has a FINISHED run (nothing written). The RUNNING run
+    that the failed write left behind (``stale_run_id``) is ended KILLED either way.
+    """
+    ctx = RunContext(**entry["ctx"])
+    res: TrialResult = entry["result"]
     client = tracking.client_for(ctx.tracking_uri)
-    if not _claim(client, [res.spec], ctx, {}):
-        return
-    run = client.create_run(ctx.experiment_id, start_time=t0_ms, tags=_tags(res.spec, ctx),
-                            run_name=run_name(res.spec))
-    _finish_run(client, run.info.run_id, res, t0_ms, ctx, final_checkpoint)
+    wrote = False
+    if _claim(client, [res.spec], ctx, {}):
+        run = client.create_run(ctx.experiment_id, start_time=entry["t0_ms"],
+                                tags={**_tags(res.spec, ctx), "harness.spooled": "1"},
+                                run_name=run_name(res.spec))
+        _finish_run(client, run.info.run_id, res, entry["t0_ms"], ctx)
+        wrote = True
+    stale = entry.get("stale_run_id")
+    if stale:
+        with contextlib.suppress(Exception):
+            if client.get_run(stale).info.status == "RUNNING":
+                client.set_tag(stale, tracking.KILLED_REASON_TAG, "its write failed; the spooled result "
+                                                                  "was written as another run")
+                client.set_terminated(stale, status="KILLED")
+    return wrote
+
+
+def replay_spool(uri: str):
+    """Write everything spooled for ``uri`` (see :func:`harness.spool.replay`); returns its report."""
+    from harness import spool
+
+    rep = spool.replay(uri, write_spooled, tracking.is_outage)
+    if rep.error:
+        tracking.HEALTH.failed(RuntimeError(rep.error))
+    elif rep.written or rep.already:
+        tracking.HEALTH.ok()
+    return rep
+
+
+def _store_should_be_tried(uri: str) -> bool:
+    """False while the store is known down and was probed less than :data:`PROBE_S` s ago."""
+    h = tracking.HEALTH
+    if not h.down:
+        return True
+    now = time.time()
+    if now - h.last_probe < PROBE_S:
+        return False
+    h.last_probe = now
+    return tracking.store_reachable(uri)
+
+
+# --------------------------------------------------------------------------- writing a unit
+
+
+_POOL: list[cf.ThreadPoolExecutor] = []
+_PENDING: list[cf.Future] = []
+
+
+def _background_pool() -> cf.ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-mlflow"))
+    return _POOL[0]
+
+
+def flush_logging() -> float:
+    """Wait until every result handed to the background logger (``execute_unit(...,
+    background=True)``) is in the store or the spool; return the seconds waited.
+
+    Raises:
+      Exception: the first error met by a background write that could not even be spooled.
+    """
+    t0 = time.perf_counter()
+    first: BaseException | None = None
+    while _PENDING:
+        fut = _PENDING.pop(0)
+        err = fut.exception()
+        first = first or err
+    if first is not None:
+        raise first
+    return time.perf_counter() - t0
+
+
+def _record(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, rid: str | None = None,
+            final_checkpoint: str | None = None) -> tuple[str | None, dict[str, Any] | None]:
+    """Write one trained result (a run ``rid`` made before training, or a new one), or spool it.
+
+    Returns ``(run id or None, spool entry or None)``. Never raises for the store's errors.
+    """
+    uri = ctx.tracking_uri
+    if claim is not None:
+        claim.mark(f"writing {tracking.owner_tags()[tracking.OWNER_TAG]}")
+    try:
+        if not _store_should_be_tried(uri):
+            raise tracking.TrackingUnavailableError(f"the store is unreachable ({tracking.HEALTH.error})")
+        client = client or tracking.client_for(uri)
+        if rid is None:
+            if not _claim(client, [res.spec], ctx, {}):  # a FINISHED run appeared meanwhile: it wins
+                _release(claim, "done")
+                return None, None
+            rid = client.create_run(ctx.experiment_id, start_time=t0_ms, tags=_tags(res.spec, ctx),
+                                    run_name=run_name(res.spec)).info.run_id
+        _finish_run(client, rid, res, t0_ms, ctx, final_checkpoint)
+    except Exception as e:
+        try:
+            entry = _spool(res, t0_ms, ctx, rid, e)
+        except BaseException:
+            _release(claim, "failed")
+            raise
+        _release(claim, "spooled")
+        return rid, entry
+    _release(claim, f"done {rid}")
+    if tracking.HEALTH.down or tracking.HEALTH.spooled:
+        tracking.HEALTH.ok()
+        replay_spool(uri)  # the store answers again: write what was spooled meanwhile
+    return rid, None
+
+
+def _record_in_background(res: TrialResult, t0_ms: int, ctx: RunContext, claim=None,
+                          final_checkpoint: str | None = None) -> None:
+    """Background-thread body: claim the trial in the store (a FINISHED run that appeared
+    meanwhile wins and this result is dropped), then create, fill and end its run; spool it if the
+    store fails."""
+    _record(None, res, t0_ms, ctx, claim, final_checkpoint=final_checkpoint)
 
 
 def _end_checkpoints_after(futs: list[cf.Future], cks: list, results: list[TrialResult]) -> None:
-    """Background-thread body, queued after a unit's writes: remove its checkpoints if they all
-    succeeded (the single writer thread runs in order, so they are done)."""
+    """Background-thread body, queued after a unit's writes: remove its checkpoints if its results
+    are in the store or the spool (the single writer thread runs in order, so they are done)."""
     logged = {r.spec.trial_id for r, f in zip(results, futs, strict=True)
               if f.done() and f.exception() is None}
     _end_checkpoints(cks, results, logged)
@@ -474,34 +700,46 @@ def _needs_perf_measurement(unit: list[TrialSpec]) -> bool:
     return any(trainer.perf_cache_key(s) not in _PERF_CACHE for s in unit)
 
 
-def _execute_unit_background(unit: list[TrialSpec], ctx: RunContext) -> list[TrialOutcome]:
-    """``execute_unit(..., background=True)``: train now, do every MLflow call of the unit on the
-    background thread (the sweep's plan has just checked which trials are done; the background
+def _execute_unit_background(unit: list[TrialSpec], ctx: RunContext, wait_s: float) -> list[TrialOutcome]:
+    """``execute_unit(..., background=True)``: claim, train now, do every MLflow call of the unit on
+    the background thread (the sweep's plan has just checked which trials are done; the background
     writer checks again before creating a run)."""
-    if ctx.measure_perf and _needs_perf_measurement(unit):
-        flush_logging()  # throughput is timed on a quiet process: no MLflow writes alongside
-    t0_ms = int(time.time() * 1000)
-    t_train = time.perf_counter()
-    cks: list = []
-    results = _train(list(unit), ctx, cks)
-    train_s = time.perf_counter() - t_train
-    out = []
-    futs = []
-    for res in results:
-        t1 = time.perf_counter()
-        futs.append(_background_pool().submit(_record_in_background, res, t0_ms, ctx,
-                                              _final_checkpoint(cks, res.spec.trial_id)))
-        _PENDING.append(futs[-1])
-        o = _outcome(res, None, time.perf_counter() - t1)
-        o.wall_seconds = o.tracking_seconds + train_s / len(results)
-        out.append(o)
-    if cks:
-        _PENDING.append(_background_pool().submit(_end_checkpoints_after, futs, cks, results))
-    return out
+    todo, claims, outcomes = _take_claims(unit, ctx, wait_s)
+    if todo:
+        if ctx.measure_perf and _needs_perf_measurement(todo):
+            flush_logging()  # throughput is timed on a quiet process: no MLflow writes alongside
+        t0_ms = int(time.time() * 1000)
+        t_train = time.perf_counter()
+        cks: list = []
+        try:
+            results = _train(list(todo), ctx, cks)
+        except BaseException:
+            for c in claims.values():
+                _release(c)
+            for ck, _ in cks:
+                ck.release()
+            raise
+        train_s = time.perf_counter() - t_train
+        futs = []
+        for res in results:
+            t1 = time.perf_counter()
+            claim = claims.pop(res.spec.trial_id, None)
+            futs.append(_background_pool().submit(_record_in_background, res, t0_ms, ctx, claim,
+                                                  _final_checkpoint(cks, res.spec.trial_id)))
+            _PENDING.append(futs[-1])
+            o = _outcome(res, None, time.perf_counter() - t1)
+            o.wall_seconds = o.tracking_seconds + train_s / len(results)
+            o.spooled = tracking.HEALTH.down
+            outcomes[res.spec.trial_id] = o
+        if cks:
+            _PENDING.append(_background_pool().submit(_end_checkpoints_after, futs, cks, results))
+    for c in claims.values():  # claimed, but not trained (cannot happen; be safe)
+        _release(c)
+    return [outcomes[s.trial_id] for s in unit]
 
 
-def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = False
-                 ) -> list[TrialOutcome]:
+def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = False,
+                 wait_claims_s: float = 0.0) -> list[TrialOutcome]:
     """Train one work unit and log each trial as a nested child run of ``ctx.parent_run_id``.
 
     Args:
@@ -513,24 +751,38 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
         call :func:`flush_logging` before it relies on the store (the in-process executor does, at
         the end of the sweep). A process killed before that leaves the trial's run RUNNING, so the
         next invocation re-runs it: nothing FINISHED is lost, nothing runs twice.
+      wait_claims_s: on a SQLite store, how long to wait for a trial's claim held by another
+        invocation (0: do not wait; the trial's outcome is then ``deferred``).
 
     Returns:
       One :class:`TrialOutcome` per spec of ``unit``, in order (``skipped=True`` for trials that
-      already had a FINISHED run).
+      already had a FINISHED run; ``deferred=True`` for trials another invocation holds;
+      ``spooled=True`` for results kept in the local spool because the store failed).
 
-    Idempotent and safe to retry: see the module docstring. Only errors of the tracking store itself
-    (e.g. the server going away mid-unit) propagate.
+    Idempotent and safe to retry: see the module docstring. The store's errors never propagate: a
+    result that cannot be written is spooled (its outcome carries ``extra["spool_entry"]``, so a
+    driver on another machine can spool it too).
     """
+    wait_s = wait_claims_s or ctx.claim_wait_s
     if background:
-        return _execute_unit_background(unit, ctx)
-    client = tracking.client_for(ctx.tracking_uri)
-    outcomes: dict[str, TrialOutcome] = {}
+        return _execute_unit_background(unit, ctx, wait_s)
+    specs, claims, outcomes = _take_claims(unit, ctx, wait_s)
     t_track = time.perf_counter()
-    todo = _claim(client, unit, ctx, outcomes)
+    client = None
     run_ids: dict[str, str] = {}
-    for spec in todo:
-        run = client.create_run(ctx.experiment_id, tags=_tags(spec, ctx), run_name=run_name(spec))
-        run_ids[spec.trial_id] = run.info.run_id
+    todo = specs
+    if specs and _store_should_be_tried(ctx.tracking_uri):
+        try:
+            client = tracking.client_for(ctx.tracking_uri)
+            todo = _claim(client, specs, ctx, outcomes)
+            for spec in todo:
+                run = client.create_run(ctx.experiment_id, tags=_tags(spec, ctx), run_name=run_name(spec))
+                run_ids[spec.trial_id] = run.info.run_id
+        except Exception as e:  # the store is down: train anyway, spool the results
+            tracking.HEALTH.failed(e)
+            client = None
+    for tid in [t for t in claims if t in outcomes]:  # done meanwhile (found by _claim)
+        _release(claims.pop(tid))
     pre_s = time.perf_counter() - t_track
     if todo:
         t0_ms = int(time.time() * 1000)
@@ -540,22 +792,34 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
             results = _train(todo, ctx, cks)
         except BaseException as e:  # KeyboardInterrupt etc.: leave nothing RUNNING
             for rid in run_ids.values():
-                client.set_terminated(rid, status="KILLED")
+                with contextlib.suppress(Exception):
+                    client.set_terminated(rid, status="KILLED")
+            for c in claims.values():
+                _release(c)
             for ck, _ in cks:
                 ck.release()
             raise e
         train_s = time.perf_counter() - t_train
         logged: set[str] = set()
-        try:
-            for res in results:
-                t1 = time.perf_counter()
-                rid = run_ids[res.spec.trial_id]
-                _finish_run(client, rid, res, t0_ms, ctx, _final_checkpoint(cks, res.spec.trial_id))
-                logged.add(res.spec.trial_id)
-                spent = time.perf_counter() - t1 + pre_s / len(todo)
-                o = _outcome(res, rid, spent)
-                o.wall_seconds = spent + train_s / len(todo)
-                outcomes[res.spec.trial_id] = o
-        finally:
-            _end_checkpoints(cks, results, logged)
+        for res in results:
+            t1 = time.perf_counter()
+            tid = res.spec.trial_id
+            rid = run_ids.get(tid)
+            try:
+                rid_out, entry = _record(client, res, t0_ms, ctx, claims.pop(tid, None), rid,
+                                         _final_checkpoint(cks, tid))
+            except BaseException:
+                _end_checkpoints(cks, results, logged)
+                raise
+            logged.add(tid)
+            spent = time.perf_counter() - t1 + pre_s / len(todo)
+            o = _outcome(res, None if entry else rid_out, spent)
+            o.wall_seconds = spent + train_s / len(todo)
+            if entry is not None:
+                o.spooled = True
+                o.extra["spool_entry"] = entry
+            outcomes[tid] = o
+        _end_checkpoints(cks, results, logged)  # in the store or the spool: no longer needed
+    for c in claims.values():
+        _release(c)
     return [outcomes[s.trial_id] for s in unit]
