@@ -18,6 +18,8 @@ from pathlib import Path
 
 import typer
 
+from harness.limits import DEFAULT_MAX_TRIALS
+
 _EPILOG = """\b
 Examples:
   python -m harness list optimizers                     # names, hyperparameters, defaults
@@ -82,6 +84,9 @@ def sweep(
     gpus_per_trial: float | None = typer.Option(None, "--gpus-per-trial", min=0,
                                                 help="Ray: GPUs each trial's task declares; a fraction "
                                                 "shares a GPU (default 0)."),
+    max_trials: int = typer.Option(DEFAULT_MAX_TRIALS, "--max-trials", min=1,
+                                   help="Refuse a config that expands to more trials than this "
+                                   "(checked from axis sizes, before anything is built)."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
     from harness.config import ConfigError
@@ -92,7 +97,7 @@ def sweep(
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
                             address=address, batching=batching.value if batching else None,
-                            dry_run=dry_run, quiet=quiet,
+                            dry_run=dry_run, quiet=quiet, max_trials=max_trials,
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
                                                              ("gpus_per_trial", gpus_per_trial))
                                            if v is not None})
@@ -152,9 +157,11 @@ def describe(builder) -> str:
 
 @app.command("list", short_help="Models, optimizers, schedules, datasets.")
 def list_(
-    kind: str | None = typer.Argument(None, help="models | optimizers | schedules | datasets (default all)."),
+    kind: str | None = typer.Argument(
+        None, help="models | optimizers | schedules | datasets | workloads (default all)."),
 ) -> None:
-    """Registered models, optimizers, schedules and datasets with their hyperparameters and defaults."""
+    """Registered models, optimizers, schedules, datasets and workloads with their hyperparameters
+    and defaults (a workload: dataset, model, loss, validation target, steps × batch size)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -164,10 +171,11 @@ def list_(
     reg = default_registries()
     kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
              "schedules": ("schedule", reg.schedules), "datasets": ("dataset", reg.datasets)}
-    if kind is not None and kind not in kinds:
+    if kind is not None and kind not in (*kinds, "workloads"):
         from harness.registry import did_you_mean
 
-        _err(f"unknown kind {kind!r}; valid choices: {', '.join(kinds)}{did_you_mean(kind, list(kinds))}")
+        valid = [*kinds, "workloads"]
+        _err(f"unknown kind {kind!r}; valid choices: {', '.join(valid)}{did_you_mean(kind, valid)}")
         raise typer.Exit(2)
     console = Console()
     for k, (single, registry) in kinds.items():
@@ -185,6 +193,28 @@ def list_(
         if k == "datasets":
             t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
         console.print(t)
+    if kind in (None, "workloads"):
+        _print_workloads(console)
+
+
+def _print_workloads(console) -> None:
+    """The :data:`harness.workloads.WORKLOADS` table for ``list``."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from harness.workloads import WORKLOADS
+
+    t = Table(title="workloads (validation targets)")
+    t.add_column("name", no_wrap=True)
+    for col in ("dataset / model", "target", "steps x batch"):
+        t.add_column(col, overflow="fold")
+    for name in sorted(WORKLOADS):
+        w = WORKLOADS[name]
+        op = ">=" if w.target_mode == "max" else "<="
+        data = f"{w.dataset}{' (data_dir)' if w.needs_data_dir else ''} / {w.model}"
+        t.add_row(escape(name), escape(data), escape(f"{w.metric} {op} {w.target:g}"),
+                  f"{w.steps} x {w.batch_size}")
+    console.print(t)
 
 
 @app.command(short_help="Finished/diverged/failed/pending per sweep.")

@@ -68,6 +68,7 @@ __all__ = [
     "digits",
     "load_dataset",
     "load_tfds",
+    "markov_lm",
     "mnist1d",
     "synthetic",
 ]
@@ -108,6 +109,12 @@ class Dataset:
     source: str = ""
     license: str = ""
     citation: str = ""
+    #: ``"classification"`` (above) or ``"sequence"``: ``x_*``/``y_*`` both ``int32 (N, T)`` token ids,
+    #: ``y`` the next tokens, ``num_classes`` the vocabulary (see :mod:`harness.sequences`).
+    task: str = "classification"
+    #: sequence datasets with a known optimum: entropy rate and the exact per-token loss floor (nats)
+    entropy_rate: float | None = None
+    loss_floor: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("x_train", "y_train", "x_test", "y_test", "x_valid", "y_valid"):
@@ -120,10 +127,16 @@ class Dataset:
         object.__setattr__(self, "input_shape", shape)
         for xs, ys, split in ((self.x_train, self.y_train, "train"), (self.x_valid, self.y_valid, "valid"),
                               (self.x_test, self.y_test, "test")):
-            if xs.dtype != np.float32 or ys.dtype != np.int32:
+            if self.task == "sequence":
+                if xs.dtype != np.int32 or ys.dtype != np.int32 or ys.shape != xs.shape:
+                    raise TypeError(f"{split} split of a sequence dataset must be int32 tokens and "
+                                    f"int32 next tokens of one shape, got {xs.dtype}{xs.shape} and "
+                                    f"{ys.dtype}{ys.shape}")
+            elif xs.dtype != np.float32 or ys.dtype != np.int32:
                 raise TypeError(f"{split} split must be float32 inputs and int32 labels, "
                                 f"got {xs.dtype} and {ys.dtype}")
-            if xs.shape[1:] != shape or xs.shape[0] != ys.shape[0] or ys.ndim != 1:
+            if xs.shape[1:] != shape or xs.shape[0] != ys.shape[0] or (
+                    ys.ndim != 1 and self.task != "sequence"):
                 raise ValueError(f"{split} split shapes {xs.shape}, {ys.shape} do not match "
                                  f"input_shape {shape}")
 
@@ -274,9 +287,22 @@ def synthetic(num_examples: int = 1024, num_test: int = 256, input_shape: tuple[
     )
 
 
+def markov_lm(vocab_size: int = 16, order: int = 2, seq_len: int = 32, concentration: float = 0.3,
+              num_train: int = 16384, num_valid: int = 512, num_test: int = 512,
+              seed: int = 0) -> Dataset:
+    """Next-token sequences from a random order-``order`` Markov chain with an exactly known entropy
+    rate: :func:`harness.sequences.markov_lm` (its docstring has the method and the defaults)."""
+    from harness.sequences import markov_lm as _markov_lm
+
+    return _markov_lm(vocab_size=vocab_size, order=order, seq_len=seq_len,
+                      concentration=concentration, num_train=num_train, num_valid=num_valid,
+                      num_test=num_test, seed=seed)
+
+
 #: Dataset registry: name → builder.
 DATASETS: dict[str, Callable[..., Dataset]] = {
     "digits": digits,
+    "markov_lm": markov_lm,
     "mnist1d": mnist1d,
     "synthetic": synthetic,
 }
@@ -320,7 +346,8 @@ def _to_float(x: np.ndarray) -> np.ndarray:
 
 
 def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float = VALIDATION_FRACTION,
-              image_key: str | None = None, label_key: str | None = None) -> Dataset:
+              image_key: str | None = None, label_key: str | None = None, seq_len: int = 128,
+              max_train_sequences: int | None = None) -> Dataset:
     """A TFDS dataset read with ``tfds.data_source`` from a prepared ``data_dir`` (array_record).
 
     Inputs come from ``image_key`` and labels from ``label_key`` (default: the builder's
@@ -329,6 +356,10 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
     ``validation_fraction`` of a seed-0 permutation of ``train`` (:func:`carve_validation`). Without
     a ``test`` split, ``validation`` is the test split and validation is carved from ``train``.
     ``validation_fraction`` is used only where validation is carved.
+
+    A dataset whose input feature is ``tfds.features.Text`` (``lm1b``, ``tiny_shakespeare``) becomes
+    a byte-level sequence dataset (:func:`_tfds_text`): windows of ``seq_len`` UTF-8 bytes,
+    at most ``max_train_sequences`` of them from the train split (``None``: all).
 
     Raises:
       DatasetNotPreparedError: the dataset is not prepared in ``data_dir`` (raised at once; the
@@ -352,6 +383,13 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
         label_key = label_key or sup[1]
     image_key, label_key = image_key or "image", label_key or "label"
     splits = set(info.splits.keys())
+    try:
+        input_feature = info.features[image_key]  # a FeaturesDict: no .get
+    except KeyError:
+        input_feature = None
+    if isinstance(input_feature, tfds.features.Text):
+        return _tfds_text(builder, name, data_dir, image_key, splits, seq_len, max_train_sequences,
+                          validation_fraction)
     if "train" not in splits:
         raise ValueError(f"TFDS dataset {name!r} has no 'train' split (splits: {sorted(splits)})")
     test_split = "test" if "test" in splits else "validation" if "validation" in splits else None
@@ -377,6 +415,49 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
         source=f"TFDS {info.full_name} from {data_dir} (test = its {test_split!r} split; {how})",
         license=str(getattr(info, "license", "") or ""), citation=str(info.citation or ""),
     )
+
+
+def _tfds_text(builder: Any, name: str, data_dir: str, text_key: str, splits: set[str], seq_len: int,
+               max_train_sequences: int | None, validation_fraction: float) -> Dataset:
+    """Byte-level next-token windows of a TFDS text dataset (:func:`harness.sequences.pack_bytes`:
+    documents joined by byte 0, ``V = 256``). Validation: the ``validation`` split when there is
+    one, else the last ``validation_fraction`` (default 0.05 when 0) of the train windows; test: the
+    ``test`` split. Evaluation splits are capped at 10,000 windows.
+
+    Raises:
+      ValueError: ``seq_len < 1``, no ``train`` or ``test`` split, or a split shorter than a window.
+    """
+    from harness.sequences import make_dataset, pack_bytes
+
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    if "train" not in splits or "test" not in splits:
+        raise ValueError(f"TFDS text dataset {name!r} needs 'train' and 'test' splits (has {sorted(splits)})")
+    sources = builder.as_data_source()
+
+    def texts(split: str):
+        src = sources[split]
+        for i in range(len(src)):
+            yield src[i][text_key]
+
+    x_tr, y_tr = pack_bytes(texts("train"), seq_len, max_train_sequences)
+    x_te, y_te = pack_bytes(texts("test"), seq_len, 10_000)
+    if "validation" in splits:
+        x_va, y_va = pack_bytes(texts("validation"), seq_len, 10_000)
+    else:
+        frac = validation_fraction or 0.05
+        n_va = max(1, min(10_000, round(len(x_tr) * frac)))
+        if n_va >= len(x_tr):
+            raise ValueError(f"TFDS text dataset {name!r}: {len(x_tr)} train windows of {seq_len} bytes "
+                             "are too few to hold out a validation split")
+        x_tr, y_tr, x_va, y_va = x_tr[:-n_va], y_tr[:-n_va], x_tr[-n_va:], y_tr[-n_va:]
+    info = builder.info
+    return make_dataset(dict(
+        x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, input_shape=(seq_len,), num_classes=256,
+        name=f"{TFDS_PREFIX}{name}", task="sequence",
+        source=f"TFDS {info.full_name} from {data_dir}, UTF-8 bytes in windows of {seq_len}",
+        license=str(getattr(info, "license", "") or ""), citation=str(info.citation or "")),
+        x_va, y_va)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from harness.config import Component, SweepConfig, hparam_values
+from harness.limits import MAX_STEPS
 from harness.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, resolve_search, sample
 from harness.spec import Target, TrialSpec
 
@@ -191,6 +192,10 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
     Raises:
       harness.config.ConfigError: zipped top-level axes of unequal lengths.
     """
+    from harness import workloads
+
+    if workloads.needs_parts(cfg):  # workloads / a dtype axis: plain parts (harness.workloads)
+        return workloads.expand_parts(cfg, lambda part: expand(part, n_train, file))
     points = _grid_points(cfg, cfg, cfg.zip, file)
     for i, sub in enumerate(cfg.include):
         points += _grid_points(sub, cfg, [], file, prefix=f"include[{i}].")
@@ -211,6 +216,12 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
             if key not in sizes:
                 sizes[key] = (n_train or _n_train)(ds.name, ds.hparams)
             steps = max(1, math.ceil(cfg.budget.epochs * sizes[key] / bs))
+            if steps > MAX_STEPS:
+                from harness.config import ConfigError
+
+                raise ConfigError([f"{file}: budget.epochs: {cfg.budget.epochs:g} epochs of dataset "
+                                   f"{ds.name!r} at batch size {bs} are {steps:,} steps; at most "
+                                   f"{MAX_STEPS:,}"])
         tgt = cfg.target_for(ds.name)
         model = pt["models"]
         task = f"{ds.name}" + (f" ({_hp_text(ds.hparams)})" if ds.hparams else "") + f" · {model.name}"
@@ -228,7 +239,8 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 steps_per_dispatch=cfg.steps_per_dispatch, model_hparams=hps["models"],
                 optimizer_hparams=hps["optimizers"], schedule_hparams=hps["schedules"],
                 dataset_hparams=ds.hparams,
-                target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype)
+                target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
+                divergence_loss_factor=cfg.divergence.loss_factor)
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled)
             rows.append((group, -1 if k is None else k, len(rows), spec, origin))

@@ -39,7 +39,9 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
     params = [Param(k, str(v)) for k, v in {
         "config_file": str(config_path), "n_trials": len(specs), "n_todo": len(plan.todo),
         "n_skipped": len(plan.done), "executor": cfg.executor, "jobs": cfg.jobs, "batching": cfg.batching,
-        "budget.steps": cfg.budget.steps, "budget.epochs": cfg.budget.epochs,
+        "budget.steps": cfg.budget.steps if cfg.budget else None,
+        "budget.epochs": cfg.budget.epochs if cfg.budget else None,
+        **({"workloads": ",".join(w.name for w in cfg.workloads)} if cfg.workloads else {}),
         **{f"search.{k}": v for k, v in (cfg.search.model_dump() if cfg.search else {}).items()
            if v is not None}}.items()]
     client.log_batch(rid, params=params, synchronous=True)

@@ -50,7 +50,11 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
     import jax
     import jax.numpy as jnp
 
+    from harness import workloads
     from harness.config import default_registries
+
+    if workloads.needs_parts(cfg):  # each part checked as its own grid (harness.workloads)
+        return workloads.expand_parts(cfg, lambda part: preflight(part, file, registries))
     from harness.data import DATASETS, TFDS_PREFIX, load_dataset
     from harness.trainer import base_step_size, make_opt_factory
 

@@ -92,6 +92,16 @@ class TrialSpec:
       steps_per_dispatch: K, the number of steps fused into one ``lax.scan`` dispatch.
       target: convergence target, or ``None``.
       dtype: parameter/compute dtype name (``"float32"``).
+      divergence_loss_factor: the trial diverges when a train loss exceeds this multiple of its
+        initial (first step's) train loss; ``None``: only a non-finite loss counts. Omitted from
+        :meth:`to_dict` (hence from ``trial_id``) at its default, 100.0.
+      dtype: compute dtype name (``"float32"``; ``"bfloat16"``/``"float16"`` are mixed precision:
+        parameters, optimizer state and loss stay float32).
+      augment: in-graph image augmentation hyperparameters (:mod:`harness.augment`; ``()`` = none).
+      workload: the :mod:`harness.workloads` name this trial was expanded from (``""`` = none).
+
+    ``augment`` and ``workload`` are left out of :meth:`to_dict` (hence of ``trial_id``) at their
+    defaults, so trials from before them keep their ids.
     """
 
     sweep: str
@@ -110,11 +120,15 @@ class TrialSpec:
     dataset_hparams: tuple[tuple[str, Any], ...] = ()
     target: Target | None = None
     dtype: str = "float32"
+    augment: tuple[tuple[str, Any], ...] = ()
+    workload: str = ""
+    divergence_loss_factor: float | None = 100.0
 
     @classmethod
     def make(cls, **kw: Any) -> TrialSpec:
         """Build from plain dicts for the ``*_hparams`` fields (and a dict for ``target``)."""
-        for k in ("model_hparams", "optimizer_hparams", "schedule_hparams", "dataset_hparams"):
+        for k in ("model_hparams", "optimizer_hparams", "schedule_hparams", "dataset_hparams",
+                  "augment"):
             if k in kw:
                 kw[k] = _freeze(kw[k])
         if isinstance(kw.get("target"), Mapping):
@@ -131,6 +145,10 @@ class TrialSpec:
         for k in ("model", "optimizer", "schedule", "dataset"):
             d[f"{k}_hparams"] = self.hparams(k)  # type: ignore[arg-type]
         d["target"] = dataclasses.asdict(self.target) if self.target else None
+        d["augment"] = {k: _thaw(v) for k, v in self.augment}
+        for k, default in _OMIT_AT_DEFAULT.items():
+            if d[k] == default:
+                del d[k]
         return d
 
     @classmethod
@@ -154,6 +172,11 @@ class TrialSpec:
                 out[f"{k}.{name}"] = str(v)
         for k in ("seed", "steps", "batch_size", "eval_every", "steps_per_dispatch", "dtype"):
             out[f"train.{k}"] = str(getattr(self, k))
+        out["train.divergence_loss_factor"] = str(self.divergence_loss_factor)
+        for name, v in self.augment:
+            out[f"augment.{name}"] = str(v)
+        if self.workload:
+            out["workload"] = self.workload
         if self.target:
             out["target.metric"] = self.target.metric
             out["target.value"] = str(self.target.value)
@@ -166,14 +189,19 @@ class TrialSpec:
         return (
             self.sweep, self.model, self.model_hparams, self.optimizer, opt, self.schedule,
             self.schedule_hparams, self.dataset, self.dataset_hparams, self.steps, self.batch_size,
-            self.eval_every, self.steps_per_dispatch, self.target, self.dtype,
+            self.eval_every, self.steps_per_dispatch, self.target, self.dtype, self.augment,
+            self.workload,
         )
 
     def perf_key(self) -> tuple:
         """Throughput is measured once per (model, optimizer, batch shape, dtype) on a device."""
         opt = tuple((k, v) for k, v in self.optimizer_hparams if k != "step_size")
         return (self.model, self.model_hparams, self.optimizer, opt, self.dataset,
-                self.dataset_hparams, self.batch_size, self.dtype)
+                self.dataset_hparams, self.batch_size, self.dtype, self.augment)
+
+
+#: TrialSpec fields left out of ``to_dict`` (and ``trial_id``) when they equal these defaults.
+_OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0}
 
 
 @dataclass
@@ -216,6 +244,8 @@ class PerfResult:
     timed_steps: int = 0
     warmup_steps: int = 0
     device_kind: str = ""
+    #: the compute dtype the step ran in; ``peak_flops`` is the measured peak of that dtype
+    dtype: str = "float32"
 
 
 @dataclass

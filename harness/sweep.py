@@ -26,6 +26,7 @@ from typing import Any
 from harness import spool, tracking
 from harness.config import Registries, load_config
 from harness.expansion import component_variants, expand, search_tags, sweep_id_of
+from harness.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
 from harness.parent_run import end_parent, start_parent
 from harness.plan import Plan, group_units, make_plan
 from harness.preflight import preflight
@@ -65,8 +66,10 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
               executor: str | None = None, address: str | None = None, batching: str | None = None,
               dry_run: bool = False, quiet: bool = False, registries: Registries | None = None,
               console=None, executor_obj=None,
-              executor_opts: dict[str, Any] | None = None) -> SweepSummary:
-    """Validate, plan and run a sweep config; see the module docstring.
+              executor_opts: dict[str, Any] | None = None,
+              max_trials: int = DEFAULT_MAX_TRIALS) -> SweepSummary:
+    """Validate, plan and run a sweep config; see the module docstring. ``max_trials`` bounds the
+    plan (checked from axis sizes before expansion, :func:`harness.config.check_plan_size`).
 
     Raises:
       harness.config.ConfigError: invalid config (nothing logged).
@@ -80,7 +83,8 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         if not console.is_terminal:  # piped or logged: do not squeeze the summary into 80 columns
             console = Console(stderr=False, width=140)
     t_start = time.perf_counter()
-    cfg = load_config(config_path, registries)
+    cfg = load_config(config_path, registries, max_trials=max_trials)
+    _check_uri(tracking_uri)
     overrides: dict[str, Any] = {}
     if jobs is not None:
         overrides["jobs"] = jobs
@@ -196,3 +200,20 @@ def _close_invocation(client, exp_id: str, parent_id: str, uri: str, outcomes: l
         end_parent(client, parent_id, outcomes, wall_s, status, flush_wait_s=flush_wait_s)
     except Exception as e:
         tracking.HEALTH.failed(e)
+
+
+def _check_uri(cli_uri: str | None) -> None:
+    """A ``--tracking-uri`` or ``MLFLOW_TRACKING_URI`` the harness cannot use is a usage error
+    before anything is loaded or written (the config's ``tracking_uri`` was checked with it).
+
+    Raises:
+      ValueError: names the source and the problem (the CLI exits 2).
+    """
+    import os
+
+    for source, uri in (("--tracking-uri", cli_uri),
+                        ("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI"))):
+        if uri:
+            if (msg := tracking_uri_problem(uri)) is not None:
+                raise ValueError(f"{source}: {msg}")
+            return

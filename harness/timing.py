@@ -22,10 +22,12 @@ The method (what :func:`measure` does, in order):
    for a dense network: forward + two backward matmuls); :func:`flops_agree` is the check, and a
    disagreement beyond a factor of 2 is reported with a :class:`FlopsMismatchWarning`.
 5. **Utilisation** = (FLOPs per step / median step seconds) / peak, where the peak is
-   :func:`device_peak_flops`: a square ``n × n`` matmul of the dtype (n = 2048 on CPU, 8192 on
-   accelerators), compiled apart, 2 warm-ups, best of 5 timed calls, ``2 n³`` FLOPs per call. It is
-   measured once per process and cached on disk in ``$HARNESS_CACHE_DIR/peak.json`` (default
-   ``~/.cache/harness``) keyed by device kind and dtype, so later processes reuse it.
+   :func:`device_peak_flops` of the step's compute dtype (``measure(dtype=...)``; a bfloat16
+   mixed-precision step counts against the bfloat16 peak): a square ``n × n`` matmul of the dtype
+   (n = 2048 on CPU, 8192 on accelerators), compiled apart, 2 warm-ups, best of 5 timed calls,
+   ``2 n³`` FLOPs per call. It is measured once per process and cached on disk in
+   ``$HARNESS_CACHE_DIR/peak.json`` (default ``~/.cache/harness``) keyed by device
+   kind and dtype, so later processes reuse it.
 
 Units: seconds for compile, milliseconds for step times, FLOP/s for peaks; utilisation is a fraction.
 """
@@ -169,6 +171,7 @@ def measure(
     peak_flops: float | None = None,
     compiled: Any = None,
     compile_s: float | None = None,
+    dtype: Any = jnp.float32,
 ) -> PerfResult:
     """Time ``fn(*args)`` per the module's protocol and return a :class:`~harness.spec.PerfResult`.
 
@@ -185,6 +188,8 @@ def measure(
       peak_flops: FLOP/s to compute utilisation against (default :func:`device_peak_flops`).
       compiled, compile_s: an already compiled executable of ``fn`` and its compile time, to skip
         compiling again.
+      dtype: the step's compute dtype: recorded in the result, and the default peak is the
+        measured matmul peak of this dtype (``bfloat16`` steps are counted against the bf16 peak).
 
     Returns:
       ``PerfResult`` with ``compile_s`` (s), ``step_time_ms`` (median) and p10/p90 (ms),
@@ -241,7 +246,7 @@ def measure(
     dev = next(iter(leaves[0].devices())) if leaves and hasattr(leaves[0], "devices") else None
     if peak_flops is None:
         try:
-            peak_flops = device_peak_flops(dev)
+            peak_flops = device_peak_flops(dev, dtype)
         except Exception:  # a peak we cannot measure leaves utilisation unknown
             peak_flops = None
     util = flops / (median / 1e3) / peak_flops if flops and peak_flops and median > 0 else None
@@ -258,4 +263,5 @@ def measure(
         timed_steps=iters * steps_per_call,
         warmup_steps=warmup * steps_per_call,
         device_kind=device_kind(dev),
+        dtype=jnp.dtype(dtype).name,
     )

@@ -12,6 +12,19 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
 * **Data** lives on the device. Training order is a stream of epochs, each a fresh
   ``jax.random.permutation(fold_in(data_key, epoch), N)``; step ``i`` (0-based) uses stream
   positions ``[i·B, (i+1)·B)``, so a batch may straddle two epochs and no example is dropped.
+* **Sequence tasks** (``dataset.task == "sequence"``, :mod:`harness.sequences`): inputs are
+  ``int32 (N, T)`` token ids kept as integers on the device, targets the next tokens ``(N, T)``;
+  the model's loss and accuracy are per-token means, and evaluation's example-weighted mean is the
+  token-weighted mean (every sequence has T tokens). A dataset with a known ``loss_floor`` puts it
+  in ``result.extra["loss_floor"]`` (and ``entropy_rate``), from which the worker logs
+  ``valid/nats_above_entropy``.
+* **Augmentation** (``spec.augment``, :mod:`harness.augment`): applied in-graph to each training
+  batch (not to evaluation), keyed by ``fold_in(fold_in(data_key, AUGMENT_STREAM), i)`` for update
+  ``i``: same seed, same augmented batches.
+* **Mixed precision** (``spec.dtype`` ``bfloat16``/``float16``): parameters, optimizer state, model
+  state and stored inputs stay float32; each forward pass casts the floating parameters, state and
+  inputs to the compute dtype, and its outputs back to float32, so the loss, gradients (the cast's
+  transpose) and updates are float32. ``float32``/``float64``: everything in that dtype.
 * **Dispatch.** ``K = spec.steps_per_dispatch`` steps run in one ``lax.scan`` per call (chunks end
   at every evaluation point, so a shorter final chunk compiles once more); the training state is
   donated. The per-step train losses leave the device once per chunk (one host sync per chunk).
@@ -23,9 +36,13 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   ``accuracy`` metric report ``nan`` accuracy. Training never sees either split.
 * **Clock.** ``wall_s`` counts training dispatches only (compile and evaluation excluded), measured
   at each chunk's host sync; rows inside a chunk are interpolated linearly.
-* **Divergence.** The first non-finite train loss ends the trial: status ``"diverged"``,
-  ``diverged_step`` = that step (1-based: the step whose update used that loss); its row is kept
-  (``nan``). Never raises for it. Other exceptions propagate.
+* **Divergence.** The first non-finite train loss, or the first train loss above
+  ``spec.divergence_loss_factor`` (default 100) × the trial's initial train loss (step 1's, computed
+  on the initial parameters; the rule applies only when that is finite and > 0), ends the trial:
+  status ``"diverged"``, ``diverged_step`` = that step (1-based: the step whose update used that
+  loss), ``reason`` says which rule fired; its row is kept. Never raises for it. Other exceptions
+  propagate. (sgd at step size 1e3 on digits: diverged within a few steps, instead of "finished"
+  with a train loss of 1.9e21.) The same check runs per member in a vmapped batch.
 * **Convergence.** ``steps_to_target``/``seconds_to_target`` = the first validation evaluation whose
   metric (``valid/loss``, ``valid/accuracy`` or ``valid/<name>``) reaches ``spec.target``
   (``None`` = not reached).
@@ -66,6 +83,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness import timing
+from harness.augment import AUGMENT_STREAM, make_augment
 from harness.data import Dataset, load_dataset
 from harness.registry import lookup
 from harness.spec import Curves, PerfResult, TrialResult, TrialSpec
@@ -101,6 +119,17 @@ class TrainState(NamedTuple):
 
 # --------------------------------------------------------------------------------------------------
 # building one program (shared by all trials with the same batch key)
+
+
+def _storage(x: np.ndarray, dtype: Any) -> np.ndarray:
+    """Floating inputs in the storage dtype; integer inputs (token ids) unchanged."""
+    return np.asarray(x, dtype) if np.issubdtype(x.dtype, np.floating) else np.asarray(x)
+
+
+def _cast_floats(tree: Any, dtype: Any) -> Any:
+    """Every floating leaf of ``tree`` cast to ``dtype`` (integer leaves untouched)."""
+    return jax.tree_util.tree_map(
+        lambda a: a.astype(dtype) if jnp.issubdtype(jnp.result_type(a), jnp.floating) else a, tree)
 
 
 def base_step_size(optimizer: str, optimizer_hparams: Mapping[str, Any], opt_builder: Callable) -> float:
@@ -162,17 +191,20 @@ class _ModelEntry:
         self.ds = ds  # kept alive while cached, so id(ds) in the cache key stays unique
         self.model = lookup(MODELS, spec.model, "model")(
             input_shape=ds.input_shape, num_classes=ds.num_classes, **spec.hparams("model"))
-        self.dtype = jnp.dtype(spec.dtype)
+        # mixed precision: bfloat16/float16 compute, float32 parameters, inputs and loss
+        self.compute_dtype = jnp.dtype(spec.dtype)
+        self.mixed = self.compute_dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+        self.dtype = jnp.dtype(jnp.float32) if self.mixed else self.compute_dtype
         self.N, self.M = ds.num_train, ds.num_valid
         self.input_shape = ds.input_shape
         self.recon = getattr(self.model, "task", "classification") == "reconstruction"
         self.needs_rng = bool(getattr(self.model, "needs_rng", False))
         self.metric_fns = dict(sorted((dict(getattr(self.model, "metrics", {}) or {})).items()))
-        self.x_train = jax.device_put(np.asarray(ds.x_train, self.dtype))
+        self.x_train = jax.device_put(_storage(ds.x_train, self.dtype))
         self.y_train = jax.device_put(ds.y_train)
-        self.x_valid = jax.device_put(np.asarray(ds.x_valid, self.dtype))
+        self.x_valid = jax.device_put(_storage(ds.x_valid, self.dtype))
         self.y_valid = jax.device_put(ds.y_valid)
-        self.x_test = jax.device_put(np.asarray(ds.x_test, self.dtype))
+        self.x_test = jax.device_put(_storage(ds.x_test, self.dtype))
         self.y_test = jax.device_put(ds.y_test)
         self.compiled: dict[tuple, Any] = {}
 
@@ -180,6 +212,17 @@ class _ModelEntry:
         # parameters do not depend on the batch size (stax convention): init with a batch of 1
         _, params, mstate = self.model.init(k_init, (1, *self.input_shape))
         return jax.tree_util.tree_map(lambda p: jnp.asarray(p, self.dtype), params), mstate
+
+    def forward(self, params: Any, mstate: Any, xb: jax.Array, *, rng: Any, train: bool):
+        """``model.apply``; under mixed precision the floating parameters, state and inputs are cast
+        to the compute dtype, the outputs back to float32 and the new state to its own dtypes."""
+        if not self.mixed:
+            return self.model.apply(params, mstate, xb, rng=rng, train=train)
+        cd = self.compute_dtype
+        out, new = self.model.apply(_cast_floats(params, cd), _cast_floats(mstate, cd),
+                                    _cast_floats(xb, cd), rng=rng, train=train)
+        new = jax.tree_util.tree_map(lambda n, o: jnp.asarray(n, o.dtype), new, mstate)
+        return _cast_floats(out, jnp.float32), new
 
     def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array):
         """Example-weighted ``(loss, {metric name: value})`` over the whole split (every metric of
@@ -190,7 +233,7 @@ class _ModelEntry:
         nb, r = divmod(M, eb)
 
         def stats(xb, yb):
-            out, _ = self.model.apply(params, mstate, xb, rng=rng, train=False)
+            out, _ = self.forward(params, mstate, xb, rng=rng, train=False)
             tgt = xb if self.recon else yb
             vals = {k: jnp.asarray(fn(out, tgt), jnp.float32) for k, fn in self.metric_fns.items()}
             return jnp.asarray(self.model.loss(out, tgt), jnp.float32), vals
@@ -232,6 +275,7 @@ class _Program:
                                          spec.hparams("schedule"), spec.steps, OPTIMIZERS, SCHEDULES)
         self.opt_builder = lookup(OPTIMIZERS, spec.optimizer, "optimizer")
         self.B = spec.batch_size
+        self.augment = make_augment(dict(spec.augment))
         if self.B > entry.N:
             raise ValueError(f"batch_size {self.B} exceeds the {entry.N} training examples of "
                              f"{entry.ds.name}")
@@ -253,8 +297,17 @@ class _Program:
         return self.make_opt(state.step_size).params_fn(state.opt_state)
 
     def _loss(self, params, mstate, xb, yb, rng):
-        out, new_mstate = self.e.model.apply(params, mstate, xb, rng=rng, train=True)
-        return self.e.model.loss(out, xb if self.e.recon else yb), new_mstate
+        out, new_mstate = self.e.forward(params, mstate, xb, rng=rng, train=True)
+        loss = self.e.model.loss(out, xb if self.e.recon else yb)
+        return jnp.asarray(loss, jnp.float32), new_mstate
+
+    def _augment(self, xb, data_key, i):
+        """The training batch of update ``i`` augmented (:mod:`harness.augment`; keyed by the
+        trial's data key and ``i``), or unchanged when the trial has no augmentation."""
+        if self.augment is None:
+            return xb
+        key = jax.random.fold_in(jax.random.fold_in(data_key, AUGMENT_STREAM), i)
+        return self.augment(xb, key)
 
     def _update(self, opt, state_pair, i, xb, yb, drop_key):
         opt_state, mstate = state_pair
@@ -287,7 +340,8 @@ class _Program:
 
         def body(pair, inp):
             i, bidx = inp
-            return self._update(opt, pair, i, x[bidx], y[bidx], state.dropout_key)
+            xb = self._augment(x[bidx], state.data_key, i)
+            return self._update(opt, pair, i, xb, y[bidx], state.dropout_key)
 
         (opt_state, mstate), losses = jax.lax.scan(
             body, (state.opt_state, state.model_state), (start + jnp.arange(n), idx))
@@ -296,6 +350,7 @@ class _Program:
     def one_step(self, state: TrainState, xb: jax.Array, yb: jax.Array, i: jax.Array):
         """One optimizer step on a given batch (what :mod:`harness.timing` times)."""
         opt = self.make_opt(state.step_size)
+        xb = self._augment(xb, state.data_key, i)
         (opt_state, mstate), loss = self._update(
             opt, (state.opt_state, state.model_state), i, xb, yb, state.dropout_key)
         return state._replace(opt_state=opt_state, model_state=mstate), loss
@@ -337,7 +392,8 @@ def _program(spec: TrialSpec, ds: Dataset) -> _Program:
     ekey = (spec.model, spec.model_hparams, spec.dtype, id(ds), regs)
     entry = _cached(_ENTRIES, ekey, lambda: _ModelEntry(spec, ds))
     opt_hp = tuple((k, v) for k, v in spec.optimizer_hparams if k != "step_size")
-    pkey = (*ekey, spec.batch_size, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps)
+    pkey = (*ekey, spec.batch_size, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps,
+            spec.augment)
     prog = _cached(_PROGRAMS, pkey, lambda: _Program(spec, entry))
     if prog.e is not entry:  # the entry was evicted and rebuilt: rebuild the program on it
         prog = _PROGRAMS[pkey] = _Program(spec, entry)
@@ -354,11 +410,29 @@ class _Track:
     curves: Curves = dataclasses.field(default_factory=Curves)
     active: bool = True
     diverged_step: int | None = None
+    diverged_reason: str = ""
+    initial_loss: float | None = None
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
-
     test_loss: float | None = None
     test_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def check_divergence(self, step: int, loss: float) -> bool:
+        """Record ``loss`` of ``step`` against the divergence rules (module docstring); True when
+        it ends the trial."""
+        if self.initial_loss is None:
+            self.initial_loss = loss
+        factor = self.spec.divergence_loss_factor
+        if not math.isfinite(loss):
+            self.diverged_reason = f"non-finite train loss at step {step}"
+        elif factor is not None and math.isfinite(self.initial_loss) and self.initial_loss > 0 \
+                and loss > factor * self.initial_loss:
+            self.diverged_reason = (f"train loss {loss:.4g} at step {step} exceeds {factor:g}x the "
+                                    f"initial train loss {self.initial_loss:.4g}")
+        else:
+            return False
+        self.active, self.diverged_step = False, step
+        return True
 
     def add_eval(self, step: int, wall: float, loss: float, metrics: dict[str, float]) -> None:
         """One validation evaluation: ``loss`` and ``{metric name: value}`` of the model."""
@@ -406,7 +480,7 @@ def _measure_perf(prog: _Program, spec: TrialSpec, perf_cache: dict | None) -> P
             fpe = None
     analytic = 3.0 * float(fpe) * prog.B if fpe else None
     perf = timing.measure(prog.one_step, (state, xb, yb, jnp.int32(0)), batch_size=prog.B,
-                          donate_argnums=(0,), analytic_flops=analytic)
+                          donate_argnums=(0,), analytic_flops=analytic, dtype=e.compute_dtype)
     if perf_cache is not None:
         perf_cache[pkey] = perf
     return perf
@@ -490,8 +564,7 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
                     c.train_wall_s.append(wall + dt * (m + 1) / n)
                     v = float(losses[j, m])
                     c.train_loss.append(v)
-                    if not math.isfinite(v):
-                        tr.active, tr.diverged_step = False, step + m + 1
+                    if tr.check_divergence(step + m + 1, v):
                         break
             step += n
             wall += dt
@@ -527,7 +600,7 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
             status="diverged" if tr.diverged_step is not None else "finished",
             curves=c,
             perf=perf,
-            reason=f"non-finite train loss at step {tr.diverged_step}" if tr.diverged_step else "",
+            reason=tr.diverged_reason,
             diverged_step=tr.diverged_step,
             steps_to_target=tr.steps_to_target,
             seconds_to_target=tr.seconds_to_target,
@@ -540,6 +613,8 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
             compile_seconds=compile_s,
             extra={"batched": len(specs) if batched else 1,
                    "eval_batch": min(e.M, EVAL_BATCH),
+                   **{k: float(getattr(ds, k)) for k in ("loss_floor", "entropy_rate")
+                      if getattr(ds, k, None) is not None},
                    **({"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,
                                       "save_s": ck.save_seconds}} if ck is not None else {})},
         ))

@@ -202,6 +202,7 @@ def _tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
         "schedule": spec.schedule, "dataset": spec.dataset, "seed": str(spec.seed),
         "git_commit": ctx.git_commit, **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
         **tracking.owner_tags(),
+        **({"workload": spec.workload} if spec.workload else {}),
     }
 
 
@@ -321,6 +322,23 @@ def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
     return out
 
 
+def _log_floor_gap(buf: tracking.MetricBuffer, res: TrialResult, t0_ms: int) -> None:
+    """For datasets with a known loss floor (``markov_lm``): ``valid/nats_above_entropy`` = validation
+    loss − floor at every evaluation, ``final/valid_nats_above_entropy`` at the last one, and the
+    floor and entropy rate themselves (``dataset/loss_floor``, ``dataset/entropy_rate``, step 0)."""
+    floor = res.extra.get("loss_floor")
+    if floor is None:
+        return
+    c = res.curves
+    for s, t, lv in zip(c.eval_step, c.eval_wall_s, c.eval_loss, strict=False):
+        buf.add("valid/nats_above_entropy", lv - floor, s, t0_ms + int(t * 1000))
+    if res.final_valid_loss is not None and c.eval_step:
+        buf.add("final/valid_nats_above_entropy", res.final_valid_loss - floor, c.eval_step[-1])
+    buf.add("dataset/loss_floor", floor, 0)
+    if res.extra.get("entropy_rate") is not None:
+        buf.add("dataset/entropy_rate", res.extra["entropy_rate"], 0)
+
+
 def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunContext) -> None:
     buf = tracking.MetricBuffer()
     c = res.curves
@@ -342,10 +360,11 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
     buf.add("test/accuracy", res.test_accuracy, last, t_last)
     for name, v in res.test_metrics.items():
         buf.add(f"test/{name}", v, last, t_last)
+    _log_floor_gap(buf, res, t0_ms)
     p = res.perf
     if p is not None:
         for key in ("step_time_ms", "step_time_ms_p10", "step_time_ms_p90", "examples_per_sec",
-                    "compile_s", "flops_per_step", "utilization"):
+                    "compile_s", "flops_per_step", "utilization", "peak_flops"):
             buf.add(f"perf/{key}", getattr(p, key), 0)
     if res.steps_to_target is not None:
         buf.add("convergence/steps_to_target", res.steps_to_target, res.steps_to_target)
@@ -354,6 +373,8 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
     ck = res.extra.get("checkpoint") or {}
     if ck.get("resumed_from_step"):
         tags["harness.resumed_from_step"] = str(ck["resumed_from_step"])
+    if p is not None:
+        tags["perf.dtype"] = p.dtype  # utilisation counts FLOPs against this dtype's peak
     if res.diverged_step is not None:
         tags["diverged_step"] = str(res.diverged_step)
     if res.reason:

@@ -27,6 +27,7 @@ from reports.frame import (
     M_EVAL_LOSS,
     M_EXAMPLES_PER_S,
     M_FINAL_ACC,
+    M_FINAL_GAP,
     M_FINAL_LOSS,
     M_SECONDS_TO_TARGET,
     M_STEP_MS,
@@ -593,6 +594,8 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Validation accuracy": format_interval(*acc),
             "Validation loss": format_interval(*loss),
         }
+        if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
+            row["Gap to entropy rate (nats)"] = format_interval(*protocol.seed_interval(fin[M_FINAL_GAP]))
         if obj.target_metric is not None:
             row["Time to target (s)"] = (
                 (format_interval(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
@@ -624,6 +627,13 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 # Tuning curves and tuned time-to-result (the protocol's statistics: reports.protocol)
 # ---------------------------------------------------------------------------------------------
+def _wrap_title(task: str, width: int = 48) -> str:
+    """A long task label on several lines, so that facet titles never run into each other."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(task, width)) or task
+
+
 def tuning_figure(frame: pd.DataFrame) -> Figure | None:
     """Expected best validation metric after k configurations (solid, band: bootstrap 95%) and the
     expected test metric of the configuration validation selects among them (dashed), per task
@@ -648,7 +658,7 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
             if g["test"].notna().any():
                 ax.plot(g["k"], g["test"], color=c, lw=1.6, ls="--")
                 ax.fill_between(g["k"], g["test_lo"], g["test_hi"], color=c, alpha=0.07, lw=0)
-        ax.set_title(task)
+        ax.set_title(_wrap_title(task), fontsize=9)
         ax.set_xlabel("configurations tried (k)")
         name = METRIC_LABELS.get(metric, metric).replace("final validation ", "")
         ax.set_ylabel(f"{name} of the validation-best (expected)")
@@ -697,7 +707,7 @@ def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
         ax.set_yticks(range(len(opts)), opts)
         ax.set_ylim(len(opts) - 0.5, -0.5)
         ax.set_xlim(0, xmax * 1.7)
-        ax.set_title(task)
+        ax.set_title(_wrap_title(task), fontsize=9)
         ax.set_xlabel("tuned seconds to the validation target")
     return fig
 

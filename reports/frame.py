@@ -106,6 +106,8 @@ LEGACY_SUMMARY_METRICS = {"final/eval_loss": M_FINAL_LOSS, "final/eval_accuracy"
 #: Column ``protocol``: how a trial's numbers may be read.
 PROTOCOL_THREE_SPLITS = "selected on validation, reported on test"
 PROTOCOL_ONE_SPLIT = "selected and reported on one split"
+#: On datasets with a known loss floor (markov_lm): final validation loss − floor (nats).
+M_FINAL_GAP = "final/valid_nats_above_entropy"
 #: Single-valued metrics: their latest value goes into the trial's summary row.
 SUMMARY_METRICS = (
     M_STEP_MS,
@@ -121,6 +123,7 @@ SUMMARY_METRICS = (
     M_FINAL_ACC,
     M_TEST_LOSS,
     M_TEST_ACC,
+    M_FINAL_GAP,
 )
 #: Which final (validation) metric a target metric is judged by; ``eval/*`` targets are old
 #: spellings of ``valid/*``.

@@ -39,7 +39,8 @@ def test_unknown_optimizer_schedule_dataset_hparam(write_sweep):
     assert errs[1] == ("F: optimizers[1].hparams.mas: unknown hyperparameter of optimizer 'momentum'; "
                        "valid: step_size, mass (did you mean 'mass'?)")
     assert errs[2].startswith("F: schedules[0].name: unknown schedule 'cosine'; valid choices: constant,")
-    assert errs[3].startswith("F: datasets[0].name: unknown dataset 'digts'; valid choices: digits, mnist1d,")
+    assert errs[3].startswith(
+        "F: datasets[0].name: unknown dataset 'digts'; valid choices: digits, markov_lm, mnist1d,")
     assert errs[3].endswith("(did you mean 'digits'?)")
     assert errs[4] == ("F: datasets[1].name: malformed TFDS dataset 'tfds:MNIST'; expected 'tfds:NAME', "
                        "'tfds:NAME/CONFIG' or 'tfds:NAME:1.2.3'")
@@ -50,7 +51,7 @@ def test_bad_types(write_sweep):
     errs = _errors(write_sweep, models=[{"name": "mlp", "hparams": {"width": "wide"}}],
                    optimizers=[{"name": "sgd", "hparams": {"step_size": "fast"}}], budget={"steps": "many"})
     assert errs == [
-        "F: budget.steps: Input should be a valid integer, unable to parse string as an integer (got 'many')",
+        "F: budget.steps: expected an integer (got 'many')",
     ]
     errs = _errors(write_sweep, models=[{"name": "mlp", "hparams": {"width": "wide"}}],
                    optimizers=[{"name": "sgd", "hparams": {"step_size": "fast"}}])

@@ -493,24 +493,21 @@ def test_server_down_longer_than_retries_then_back(tmp_path, procs, env_base):
         _stop_server(server)
         t_down = time.monotonic()
         down.touch()
-        os.environ["HARNESS_SPOOL_DIR"] = env_base["HARNESS_SPOOL_DIR"]
         _wait_for(lambda: len(spool.entries(uri)) == 2, 120, "two results spooled while down")
         server = _start_server(d, port)
         down_s = time.monotonic() - t_down
         up.touch()
         kid.join(180)
-    finally:
-        with contextlib.suppress(Exception):
-            _stop_server(server) if kid.exitcode is not None else None
-    out = log.read_text()
-    assert kid.exitcode == 0, out[-3000:]
-    assert "the store is unreachable" in out and "Traceback" not in out
-    assert "2 results were kept in the local spool while the store was unreachable; all were written" in out
-    server = _start_server(d, port) if server.poll() is not None else server
-    try:
+        out = log.read_text()
+        assert kid.exitcode == 0, out[-3000:]
         trials, parents = _runs(uri, "tiny")
     finally:
-        _stop_server(server)
+        with contextlib.suppress(ProcessLookupError):
+            _stop_server(server)
+        if kid.is_alive():
+            kid.kill()
+    assert "the store is unreachable" in out and "Traceback" not in out
+    assert "2 results were kept in the local spool while the store was unreachable; all were written" in out
     assert _finished_once(trials, 4) and len(trials) == 4
     trained = [ln.split()[0] for ln in _calls(calls)]
     assert len(trained) == len(set(trained)) == 4 and spool.entries(uri) == []

@@ -50,11 +50,19 @@ def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tra
     assert ok.info.run_name == "mlp-sgd-constant-lr0.1-s0"
     assert ok.data.tags["status"] == "finished"
     assert div.data.tags["status"] == "diverged"
-    # the trainer reports the step whose loss went non-finite; it is a tag, never a metric
+    # the trainer reports the step whose loss went non-finite or above 100x the initial loss (a
+    # tag); a non-finite loss is never a metric, a finite diverged one is the curve's last point
     div_step = int(div.data.tags["diverged_step"])
     assert 1 <= div_step <= 40
     hist = c.get_metric_history(div.info.run_id, "train/loss")
-    assert [m.step for m in hist] == list(range(1, div_step))
+    reason = div.data.tags["harness.reason"]
+    if reason.startswith("train loss"):
+        assert reason.endswith(f"at step {div_step} exceeds 100x the initial train loss "
+                               f"{hist[0].value:.4g}")
+        assert [m.step for m in hist] == list(range(1, div_step + 1))
+    else:
+        assert reason == f"non-finite train loss at step {div_step}"
+        assert [m.step for m in hist] == list(range(1, div_step))
     # curves with explicit steps
     hist = c.get_metric_history(ok.info.run_id, "train/loss")
     assert [m.step for m in hist] == list(range(1, 41))
