@@ -147,12 +147,44 @@ def describe(builder) -> str:
         module, _, attr = m.group(1).rpartition(".")
         try:
             target = getattr(importlib.import_module(module), attr)
-            rest = m.group(2).strip().lstrip(":").strip().rstrip(".")
+            rest = _plain(m.group(2).strip().lstrip(":").strip().rstrip("."))
             text = _first_sentence(inspect.getdoc(target) or "").rstrip(".")
-            text += f"; {rest}." if rest and rest not in text else "."
+            text += f"; {rest}." if rest and not _says_again(rest, text) else "."
         except (ImportError, AttributeError):
             pass
+    return _plain(text)
+
+
+def _plain(text: str) -> str:
     return _ROLE.sub(r"\1", text).replace("``", "")
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[\s\-_()]+", " ", _plain(text).lower()).strip()
+
+
+def _says_again(rest: str, text: str) -> bool:
+    """Whether the registry's remark ``rest`` only repeats the target's sentence ``text`` (its
+    formula, its words) or a default the hyperparameter column already shows."""
+    rest = re.sub(r"\bwith \w+ defaulting to [^;,]+", "", rest).strip(" ;,")
+    rest = re.sub(r"^\w+\(i\)\s*=\s*", "", rest)  # "lr(i) = f" repeats "schedule(i) = f"
+    return not _norm(rest) or _norm(rest) in _norm(text)
+
+
+_PROBE_SHAPES = {"(L,)": (40,), "(H, W, C)": (8, 8, 1)}
+
+
+def input_kinds(builder) -> str:
+    """Which example shapes a model builder accepts, probed with its defaults on a 1-D input
+    (40,) and an image (8, 8, 1): e.g. ``(L,) · (H, W, C)``; ``—`` when neither builds."""
+    ok = []
+    for kind, shape in _PROBE_SHAPES.items():
+        try:
+            md = builder(input_shape=shape, num_classes=10)
+        except Exception:  # the builder refuses the shape (a 2-D CNN on (L,), ...)
+            continue
+        ok.append("tokens (T,)" if str(getattr(md, "input_dtype", "float32")).startswith("int") else kind)
+    return " · ".join(dict.fromkeys(ok)) or "—"
 
 
 @app.command("list", short_help="Models, optimizers, schedules, datasets.")
@@ -184,14 +216,20 @@ def list_(
         t = Table(title=k)
         t.add_column("name")
         t.add_column("hyperparameters (default)")
+        if k == "models":
+            t.add_column("inputs", no_wrap=True)
         t.add_column("description", overflow="fold")
         for name in sorted(registry):
             b = registry[name]
             hps = builder_hparams(single, b)
             hp = ", ".join(f"{h.name}" if h.required else f"{h.name}={h.default!r}" for h in hps.values())
-            t.add_row(escape(name), escape(hp or "—"), escape(describe(b)))
+            extra = [input_kinds(b)] if k == "models" else []
+            t.add_row(escape(name), escape(hp or "—"), *extra, escape(describe(b)))
         if k == "datasets":
             t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
+        if k == "models":
+            t.caption = ("inputs: the example shapes a model builds on — (L,): 1-D data such as mnist1d "
+                         "or synthetic; (H, W, C): images such as digits; tokens (T,): int sequences")
         console.print(t)
     if kind in (None, "workloads"):
         _print_workloads(console)
@@ -331,27 +369,27 @@ def ui(
     host: str = typer.Option("127.0.0.1", "--host"),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
 ) -> None:
-    """Start `mlflow ui` on the store and print the experiment's URL (Ctrl-C stops it)."""
+    """Start `mlflow ui` on the store and print the URL of the experiment's runs view (charts of
+    the trials grouped by optimizer; default experiment: the sweep that ran last). Ctrl-C stops it."""
     import subprocess
 
-    from harness import tracking
+    from harness import mlflow_ui, tracking
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
-    exp_id = None
+    exp_id = share_key = None
     try:
         client = tracking.prepare_store(uri, create=False)
-        if experiment:
-            exp = client.get_experiment_by_name(experiment)
-            if exp is None:
-                _err(f"no experiment {experiment!r} in {uri}")
-                raise typer.Exit(2)
+        exp = _ui_experiment(client, experiment, uri)
+        if exp is not None:
             exp_id = exp.experiment_id
+            share_key = mlflow_ui.prepare(client, exp_id)  # training kind + the grouped chart view
     except tracking.TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
-    suffix = f"/#/experiments/{exp_id}" if exp_id else ""
+    base = uri if tracking.is_server(uri) else f"http://{host}:{port}"
+    url = mlflow_ui.runs_view_url(base, exp_id, share_key) if exp_id else base.rstrip("/")
     if tracking.is_server(uri):
-        typer.echo(f"The tracking server already serves the UI: {uri.rstrip('/')}{suffix}")
+        typer.echo(f"The tracking server already serves the UI: {url}")
         return
     busy = _port_in_use(host, port)
     if busy:
@@ -364,7 +402,10 @@ def ui(
     if root:
         cmd += ["--default-artifact-root", root]
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    typer.echo(f"MLflow UI: http://{host}:{port}{suffix}  (store {uri}; Ctrl-C to stop)")
+    if exp_id is None:
+        typer.echo("No sweep in this store yet: run `python -m harness sweep CONFIG` first.")
+    typer.echo(f"MLflow UI: {url}")
+    typer.echo(f"  (store {uri}; Ctrl-C to stop)")
     import signal
 
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
@@ -385,6 +426,30 @@ def ui(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
     raise typer.Exit(code)
+
+
+def _ui_experiment(client, name: str | None, uri: str):
+    """The experiment ``ui`` opens: ``name``, else the one whose sweep ran last (None if the store
+    holds no sweep). Exits 2 naming the experiments there when ``name`` is unknown."""
+    from harness import tracking
+
+    if name:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            from harness.registry import did_you_mean
+
+            known = [e.name for e in client.search_experiments()]
+            _err(f"error: no experiment {name!r} in {uri}; experiments: {', '.join(known) or '(none)'}"
+                 f"{did_you_mean(name, known)}")
+            raise typer.Exit(2)
+        return exp
+    latest = None
+    for exp in client.search_experiments():
+        runs = client.search_runs([exp.experiment_id], f"tags.`{tracking.KIND_TAG}` = 'parent'",
+                                  max_results=1, order_by=["attributes.start_time DESC"])
+        if runs and (latest is None or runs[0].info.start_time > latest[0]):
+            latest = (runs[0].info.start_time, exp)
+    return latest[1] if latest else None
 
 
 def _port_in_use(host: str, port: int) -> str | None:
@@ -411,8 +476,8 @@ Examples:
   python -m harness report -e quickstart -o quickstart.html
   python -m harness report -e mnist1d --sweep 1a2b3c4d5e6f --baseline 0f9e8d7c6b5a
 \b
-Writes one self-contained HTML file (figures embedded) and the tidy CSV beside it, and
-logs the HTML to the sweep's parent run."""
+Writes one self-contained HTML file (vector figures, interactive curves, downloads) and the
+tidy CSV beside it, prints both paths, and logs both to the parent runs whose trials it shows."""
 
 
 @app.command(short_help="Write the HTML comparison report.", epilog=_REPORT_EPILOG)
@@ -439,7 +504,11 @@ def report(
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         _err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
-    typer.echo(f"report: {path}")
+    csv = path.with_suffix(".csv")
+    typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, one self-contained HTML file)")
+    if csv.exists():
+        typer.echo(f"data:   {csv} (the tidy table behind every figure)")
+    typer.echo("Both are also logged to the sweep's parent run(s) in MLflow, under reports/.")
 
 
 def main() -> None:

@@ -58,10 +58,37 @@ def hyperparameters(builder: Callable, skip: frozenset[str] = INJECTED) -> dict[
     return out
 
 
+def edit_distance(a: str, b: str) -> int:
+    """Optimal-string-alignment distance: insertions, deletions, substitutions and transpositions
+    of two adjacent characters each cost 1 (``edit_distance("adma", "adam") == 1``, where plain
+    Levenshtein counts 2)."""
+    d = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) + 1):
+        d[i][0] = i
+    for j in range(len(b) + 1):
+        d[0][j] = j
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
+
+
 def did_you_mean(name: str, choices: list[str] | tuple[str, ...] | Mapping[str, Any]) -> str:
-    """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
-    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    """`` (did you mean 'x'?)`` for the closest choice by :func:`edit_distance` (case-insensitive;
+    at most one edit per three characters, at least one allowed; ties go to the choice
+    :mod:`difflib` finds most similar), or an empty string."""
+    name = str(name)
+    cands = [str(c) for c in choices]
+    if not cands:
+        return ""
+    limit = max(1, len(name) // 3)
+    scored = [(edit_distance(name.lower(), c.lower()), -difflib.SequenceMatcher(None, name, c).ratio(), c)
+              for c in cands]
+    dist, _, best = min(scored)
+    return f" (did you mean {best!r}?)" if dist <= limit else ""
 
 
 def lookup(registry: Mapping[str, Callable], name: str, kind: str) -> Callable:

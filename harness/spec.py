@@ -194,8 +194,12 @@ class TrialSpec:
         )
 
     def perf_key(self) -> tuple:
-        """Throughput is measured once per (model, optimizer, batch shape, dtype) on a device."""
-        opt = tuple((k, v) for k, v in self.optimizer_hparams if k != "step_size")
+        """Throughput is measured once per (model, optimizer, batch shape, dtype) on a device: the
+        values of the optimizer's float hyperparameters (step size, betas, weight decay, ...) do
+        not change the cost of a step, so a search over them measures each optimizer once; its
+        int/bool/str hyperparameters (which may change the computation) stay in the key."""
+        opt = tuple((k, v) for k, v in self.optimizer_hparams
+                    if k != "step_size" and not isinstance(v, float))
         return (self.model, self.model_hparams, self.optimizer, opt, self.dataset,
                 self.dataset_hparams, self.batch_size, self.dtype, self.augment)
 

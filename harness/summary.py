@@ -106,36 +106,60 @@ def _median(xs: list[float | None]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
+def _distinct_parts(configs: list[str]) -> dict[str, str]:
+    """config string → the words of it that are not shared by every config in ``configs`` (what
+    tells the configurations of one model and optimizer apart; ``""`` when there is one)."""
+    words = [c.split() for c in configs]
+    common = set.intersection(*map(set, words)) if words else set()
+    return {c: " ".join(w for w in ws if w not in common).replace("step_size=", "lr=")
+            for c, ws in zip(configs, words, strict=True)}
+
+
+def _si(x: float) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.3g}"
+
+
 def print_summary(console, summary: SweepSummary) -> None:
-    """The end-of-sweep table and the command that opens the MLflow UI."""
+    """The end-of-sweep table (one line per task and optimizer, short labels: it fits an 80-column
+    terminal; the full configurations are in the HTML report) and the commands to look further."""
+    from rich import box
     from rich.table import Table
 
     c = summary.counts()
-    t = Table(caption="best = selected on validation: most seeds reaching the target, then fastest "
-                      "median time to target, then most seeds finished, then best mean validation "
-                      "metric (as the HTML report); test = that configuration's mean test metric",
-              title=f"{summary.name}: best configuration per model and optimizer "
-                    f"({c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed; "
-                    f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s)")
     rows = sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
-    one_ds = len({r["dataset"] for r in rows}) <= 1
-    for col in ("dataset", "model", "optimizer", "best config", "valid", "test", "to target",
-                "examples/s", "trials"):
-        if col == "dataset" and one_ds:
-            continue
-        t.add_column(col, overflow="fold", no_wrap=col not in ("best config", "trials"),
-                     ratio=3 if col == "best config" else None)
+    configs: dict[tuple, list[str]] = {}
+    for o in summary.outcomes:
+        configs.setdefault((o.dataset, o.model, o.optimizer), []).append(o.config)
+    metric = rows[0]["metric"] if rows else "valid/accuracy"
+    short = metric.split("/", 1)[-1].replace("accuracy", "acc")
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+              title=f"{summary.name}: best configuration per task and optimizer\n"
+                    f"{c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed, "
+                    f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s",
+              caption="best = selected on validation: most seeds reaching the target, then fastest, "
+                      "then most finished, then best validation metric; test = its mean test metric; "
+                      "full configurations: the HTML report")
+    t.add_column("task", no_wrap=True)
+    t.add_column("optimizer", no_wrap=True)
+    t.add_column("best config", overflow="fold")
+    t.add_column(f"valid {short}", justify="right", no_wrap=True)
+    t.add_column(f"test {short}", justify="right", no_wrap=True)
+    t.add_column("to target", justify="right", no_wrap=True)
+    t.add_column("ex/s", justify="right", no_wrap=True)
+    t.add_column("trials", justify="right", no_wrap=True)
     for r in rows:
-        short = r["metric"].split("/", 1)[-1].replace("accuracy", "acc")
-        val = "—" if r["value"] is None else f"{short} {r['value']:.4f}"
-        test = "—" if r["test_value"] is None else f"{short} {r['test_value']:.4f}"
-        ttt = "not reached" if r["seconds_to_target"] is None else \
-            f"step {r['steps_to_target']:g} · {r['seconds_to_target']:.3f} s"
-        eps = "—" if r["examples_per_sec"] is None else f"{r['examples_per_sec']:,.0f}"
-        trials = f"{r['n']}" + (f" ({r['n_diverged']} div, {r['n_failed']} fail)"
-                                if r["n_diverged"] or r["n_failed"] else "")
-        cells = [r["model"], r["optimizer"], r["config"], val, test, ttt, eps, trials]
-        t.add_row(*(cells if one_ds else [r["dataset"], *cells]))
+        parts = _distinct_parts(sorted(set(configs[(r["dataset"], r["model"], r["optimizer"])])))
+        val = "—" if r["value"] is None else f"{r['value']:.4f}"
+        test = "—" if r.get("test_value") is None else f"{r['test_value']:.4f}"
+        ttt = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s"
+        eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
+        bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
+        trials = f"{r['n']}" + (f" ({bad})" if bad else "")
+        t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], parts.get(r["config"], "") or "—",
+                  val, test, ttt, eps, trials)
     console.print(t)
     uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \
         f" --tracking-uri {summary.tracking_uri}"

@@ -79,9 +79,11 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     from rich.console import Console
 
     if console is None:
+        import os
+
         console = Console(stderr=False)
-        if not console.is_terminal:  # piped or logged: do not squeeze the summary into 80 columns
-            console = Console(stderr=False, width=140)
+        if not console.is_terminal and not os.environ.get("COLUMNS"):
+            console = Console(stderr=False, width=140)  # piped or logged: room for the commands
     t_start = time.perf_counter()
     cfg = load_config(config_path, registries, max_trials=max_trials)
     _check_uri(tracking_uri)
@@ -135,6 +137,16 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     outcomes: list[TrialOutcome] = plan.done_outcomes
     outcomes += _still_spooled(plan, uri)  # trained, not yet in the store: not trained again
     units = group_units(plan.todo, cfg.batching) if plan.todo else []
+    if not plan.todo:
+        # Nothing to train: no new parent run (an empty one would hold no trial, get the report of
+        # the runs it does not describe, and be what `status` calls the sweep's last run).
+        if not quiet:
+            console.print(f"{len(plan.done)} trials already finished: nothing to train, no new parent run.")
+        summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
+                               time.perf_counter() - t_start)
+        if not quiet:
+            print_summary(console, summary)
+        return summary
 
     parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
     heartbeat = tracking.Heartbeat(uri, parent_id).start()

@@ -199,7 +199,9 @@ def get_or_create_experiment(client, name: str, uri: str) -> str:
     root = artifact_root_for(uri)
     loc = f"{root}/{_safe(name)}" if root else None
     try:
-        return client.create_experiment(name, artifact_location=loc, tags={SWEEP_TAG: name})
+        # mlflow.experimentKind: MLflow 3's UI shows the experiment as model training, not GenAI
+        return client.create_experiment(name, artifact_location=loc, tags={
+            SWEEP_TAG: name, "mlflow.experimentKind": "custom_model_development"})
     except Exception:  # created meanwhile by someone else
         exp = client.get_experiment_by_name(name)
         if exp is None:

@@ -860,11 +860,11 @@ def LayerNorm(epsilon=1e-6, center=True, scale=True, beta_init=zeros, gamma_init
     """Layer normalisation over the last (feature) axis (Ba et al. 2016).
 
     ``y = gamma * (x - mean) / sqrt(var + epsilon) + beta`` with ``mean`` and the biased ``var``
-    (two-pass: ``mean((x - mean)**2)``) over the last axis of each position, computed in at least
-    float32; ``y`` has the input's dtype. Params ``(beta, gamma)`` float32 ``(features,)`` as in
-    :func:`BatchNorm` (``()`` in place of a disabled ``center``/``scale``). ``epsilon`` defaults to
-    flax.linen.LayerNorm's 1e-6. Raises :class:`ShapeError` at init for a rank-0 input or an
-    unknown feature size.
+    (one pass: ``max(mean(x**2) - mean**2, 0)``, as flax's ``use_fast_variance``) over the last axis
+    of each position, computed in at least float32; ``y`` has the input's dtype. Params
+    ``(beta, gamma)`` float32 ``(features,)`` as in :func:`BatchNorm` (``()`` in place of a
+    disabled ``center``/``scale``). ``epsilon`` defaults to flax.linen.LayerNorm's 1e-6. Raises
+    :class:`ShapeError` at init for a rank-0 input or an unknown feature size.
     """
     name = f"LayerNorm(eps={epsilon})"
 
@@ -883,10 +883,11 @@ def LayerNorm(epsilon=1e-6, center=True, scale=True, beta_init=zeros, gamma_init
         beta, gamma = params
         sd = _stats_dtype(x.dtype)
         xs = x.astype(sd)
+        # one pass over x for both statistics (as flax's use_fast_variance); clipped at 0 against
+        # cancellation
         mean = jnp.mean(xs, axis=-1, keepdims=True)
-        centred = xs - mean
-        var = jnp.mean(jnp.square(centred), axis=-1, keepdims=True)
-        y = centred * lax.rsqrt(var + jnp.asarray(epsilon, sd))
+        var = jnp.maximum(jnp.mean(jnp.square(xs), axis=-1, keepdims=True) - jnp.square(mean), 0.0)
+        y = (xs - mean) * lax.rsqrt(var + jnp.asarray(epsilon, sd))
         if scale:
             y = y * _compute(gamma, sd)
         if center:

@@ -242,7 +242,12 @@ def _spatial(input_shape, ndim, builder):
     if len(shape) == ndim + 1:
         return shape
     want = f"({'L' if ndim == 1 else 'H, W'}) or ({'L' if ndim == 1 else 'H, W'}, C)"
-    raise ValueError(f"{builder}: input_shape must be {want}, got {shape}")
+    hint = ""
+    if ndim == 2 and len(shape) == 1:
+        hint = "; for 1-D data use cnn1d (or mlp, logreg)"
+    elif ndim == 1 and len(shape) >= 3:
+        hint = "; for images use cnn or resnet (or mlp, logreg)"
+    raise ValueError(f"{builder}: input_shape must be {want}, got {shape}{hint}")
 
 
 def _conv(ndim, out_chan, k, strides=None, padding="SAME", impl="xla"):

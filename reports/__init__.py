@@ -61,8 +61,8 @@ def make_report(
       tracking_uri: MLflow tracking URI; ``None`` uses MLflow's default (``MLFLOW_TRACKING_URI`` or
         ``sqlite:///mlflow.db`` in the working directory).
 
-    The HTML (and CSV) are also logged as artifacts under ``reports/`` of the sweep's latest parent
-    run, when it has one.
+    The HTML (and CSV) are also logged as artifacts under ``reports/`` of every parent run whose
+    trials the report shows (:func:`report_parents`).
 
     Raises:
       ValueError: unknown experiment, sweep id or baseline sweep id.
@@ -83,21 +83,34 @@ def make_report(
     # the tidy frame plus the protocol's tables (tuning curves, tuned time-to-result) as extra rows
     pd.concat([data.frame, csv_rows(data.frame)], ignore_index=True).to_csv(csv, index=False)
 
-    pngs: dict[str, bytes | None] = {}
-    for key, fig in figs.make_figures(data.frame).items():
-        pngs[key] = figs.png_bytes(fig) if fig is not None else None
+    from reports.html import figure_items
+
+    figures = figure_items(data.frame, out.stem)
 
     comparison = None
     if baseline is not None:
         comparison = compare(data.frame, _load_baseline(client, experiment, baseline))
 
-    html = render(data, pngs, figs.leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
+    html = render(data, figures, figs.leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
     out.write_text(html, encoding="utf-8")
-    if data.parents:
-        parent = data.parents[-1].info.run_id
+    for parent in report_parents(data):
         client.log_artifact(parent, str(out), artifact_path="reports")
         client.log_artifact(parent, str(csv), artifact_path="reports")
     return out
+
+
+def report_parents(data) -> list[str]:
+    """The parent runs a report is attached to: those whose trial runs the report shows (a trial
+    run's ``mlflow.parentRunId``), oldest first. A re-run that trained nothing has no trial in the
+    report and gets no copy; a sweep whose trials name no parent falls back to its latest parent."""
+    from reports.frame import summaries
+
+    s = summaries(data.frame)
+    used = set(s["parent_run_id"].dropna()) if "parent_run_id" in s else set()
+    ids = [p.info.run_id for p in data.parents if p.info.run_id in used]
+    if not ids and data.parents:
+        ids = [data.parents[-1].info.run_id]
+    return ids
 
 
 def _load_baseline(client, experiment: str, baseline: str) -> pd.DataFrame:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
@@ -45,6 +44,7 @@ from reports.frame import (
     objective,
     summaries,
 )
+from reports.layout import grid_shape, new_figure, task_labels
 from reports.protocol import MIN_SEEDS
 
 METRIC_LABELS = {
@@ -74,15 +74,6 @@ def palette(frame: pd.DataFrame) -> dict[str, tuple]:
     return dict(zip(opts, _sns().color_palette("colorblind", max(len(opts), 1)), strict=False))
 
 
-def _figure(nrows: int, ncols: int, width: float, height: float, **kw) -> tuple[Figure, np.ndarray]:
-    sns = _sns()
-    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.9):
-        fig = Figure(figsize=(width, height), layout="constrained", dpi=100)
-        FigureCanvasAgg(fig)
-        axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
-    return fig, axes
-
-
 def _legend(fig: Figure, pal: dict[str, tuple], extra: list | None = None) -> None:
     handles = [Line2D([], [], color=c, lw=2.5, label=o) for o, c in pal.items()] + (extra or [])
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 6), frameon=False)
@@ -101,7 +92,7 @@ def _log_y(ax, lo: float, hi: float) -> None:
         ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def png_bytes(fig: Figure, dpi: int = 96) -> bytes:
+def png_bytes(fig: Figure, dpi: int = 100) -> bytes:
     """The figure as PNG bytes (no metadata, so no URL of matplotlib is embedded)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
@@ -133,8 +124,9 @@ def curve_bands(frame: pd.DataFrame, metric: str, x: str = "step") -> pd.DataFra
     """Median and interquartile range across seeds of ``metric`` for each (task, optimizer).
 
     ``x="step"`` aggregates at equal steps; ``x="seconds"`` interpolates each seed's curve onto
-    a common grid of ``TIME_GRID_POINTS`` times from 0 to the median end time of the seeds (no
-    extrapolation past a seed's last point). Columns: ``task, optimizer, x, median, q25, q75, n``.
+    a common grid of ``TIME_GRID_POINTS`` times from 0 to the latest end time of the seeds (no
+    extrapolation past a seed's last point, so ``n`` falls where seeds end).
+    Columns: ``task, optimizer, x, median, q25, q75, n``.
     """
     c = best_curves(frame)
     out = []
@@ -150,7 +142,7 @@ def curve_bands(frame: pd.DataFrame, metric: str, x: str = "step") -> pd.DataFra
         if x == "step":
             table = pd.DataFrame(per_trial).sort_index()
         else:
-            end = float(np.median([s.index.max() for s in per_trial.values()]))
+            end = float(max(s.index.max() for s in per_trial.values()))
             grid = np.linspace(0.0, end, TIME_GRID_POINTS)
             table = pd.DataFrame(
                 {
@@ -177,9 +169,20 @@ def curve_bands(frame: pd.DataFrame, metric: str, x: str = "step") -> pd.DataFra
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=cols)
 
 
+def _dropouts(b: pd.DataFrame) -> pd.DataFrame:
+    """Rows of one (task, optimizer) band where the number of seeds behind the median falls."""
+    n = b["n"].to_numpy()
+    drop = np.r_[False, n[1:] < n[:-1]]
+    return b[drop]
+
+
 def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
     """Curves per optimizer (best configuration), median across seeds with an interquartile band;
-    one column per task (model / dataset), one row per metric; ``x`` is ``"step"`` or ``"seconds"``."""
+    one panel per (metric, task): with one task the metrics sit side by side, with several each
+    metric is a row of task panels (wrapped at :data:`reports.layout.MAX_COLUMNS`). ``x`` is
+    ``"step"`` or ``"seconds"``. Against seconds, seeds end at different times: the line turns
+    dashed where fewer seeds than at the start remain, a ``|`` marks each seed's end, and the band
+    is drawn only where at least two seeds remain."""
     c = curves(frame)
     metrics = [m for m in (M_TRAIN_LOSS, M_EVAL_LOSS, M_EVAL_ACC) if m in c and c[m].notna().any()]
     tasks = sorted(c["task"].unique())
@@ -188,32 +191,60 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
     bands = {m: curve_bands(frame, m, x) for m in metrics}
     if all(b.empty for b in bands.values()):
         return None
-    pal, obj = palette(frame), objective(frame)
-    fig, axes = _figure(
-        len(metrics), len(tasks), 3.9 * len(tasks) + 0.6, 2.5 * len(metrics) + 0.9, sharex="col"
-    )
-    for r, m in enumerate(metrics):
-        for k, task in enumerate(tasks):
-            ax = axes[r, k]
-            b = bands[m][bands[m]["task"] == task]
-            for opt, g in b.groupby("optimizer", sort=True):
-                ax.plot(g["x"], g["median"], color=pal[opt], lw=1.8, label=opt)
-                ax.fill_between(g["x"], g["q25"], g["q75"], color=pal[opt], alpha=0.2, lw=0)
-            if m == obj.target_metric and math.isfinite(obj.target_value):
-                ax.axhline(obj.target_value, color="0.3", ls="--", lw=1)
-            if "loss" in m and (b["q25"] > 0).all() and len(b):
-                _log_y(ax, float(b["q25"].min()), float(b["q75"].max()))
-            if r == 0:
-                ax.set_title(task)
-            if k == 0:
-                ax.set_ylabel(METRIC_LABELS.get(m, m))
-            if r == len(metrics) - 1:
-                ax.set_xlabel(
-                    "optimizer step" if x == "step" else "wall-clock time since start of training (s)"
-                )
+    pal, obj, labels = palette(frame), objective(frame), task_labels(frame)
+    one_task = len(tasks) == 1
+    if one_task:
+        panels = [(m, tasks[0]) for m in metrics]
+        nrows, ncols = 1, len(metrics)
+        block = 1
+    else:
+        block, ncols = grid_shape(len(tasks))
+        nrows = block * len(metrics)
+        panels = []
+        for m in metrics:
+            panels += [(m, t) for t in tasks] + [(m, None)] * (block * ncols - len(tasks))
+    fig, axes = new_figure(nrows, ncols, 2.6 * nrows + 0.9)
+    xlabel = "optimizer step" if x == "step" else "seconds since the start of training"
+    any_drop = False
+    for i, (m, task) in enumerate(panels):
+        ax = axes.ravel()[i]
+        if task is None:
+            ax.set_visible(False)
+            continue
+        b = bands[m][bands[m]["task"] == task]
+        for opt, g in b.groupby("optimizer", sort=True):
+            full = g["n"].max()
+            whole = g["n"].to_numpy() == full
+            # solid while every seed is behind the median, dashed once some have ended
+            ax.plot(g["x"].where(whole), g["median"].where(whole), color=pal[opt], lw=1.8)
+            if not whole.all():
+                tail = g.iloc[max(0, int(np.argmin(whole)) - 1) :]
+                ax.plot(tail["x"], tail["median"], color=pal[opt], lw=1.3, ls=(0, (3, 2)))
+            two = g["n"] >= 2
+            ax.fill_between(g["x"], g["q25"], g["q75"], where=two, color=pal[opt], alpha=0.2, lw=0)
+            if x != "step":
+                d = _dropouts(g)
+                if len(d):
+                    any_drop = True
+                    ax.plot(d["x"], d["median"], ls="", marker="|", ms=9, mew=1.6, color=pal[opt])
+        if m == obj.target_metric and math.isfinite(obj.target_value):
+            ax.axhline(obj.target_value, color="0.3", ls="--", lw=1)
+        if "loss" in m and len(b) and (b["q25"].dropna() > 0).all() and (b["median"] > 0).all():
+            _log_y(ax, float(b[["q25", "median"]].min().min()), float(b[["q75", "median"]].max().max()))
+        ax.set_title(METRIC_LABELS.get(m, m) if one_task else labels.get(task, task))
+        col = i % ncols
+        if one_task or col == 0:
+            ax.set_ylabel(METRIC_LABELS.get(m, m))
+        below = i + ncols
+        last_row_of_block = below >= len(panels) or panels[below][1] is None or panels[below][0] != m
+        if last_row_of_block:
+            ax.set_xlabel(xlabel)
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+    if one_task:
+        fig.suptitle(labels.get(tasks[0], tasks[0]), fontsize=11)
     extra = []
     if obj.target_metric in metrics and math.isfinite(obj.target_value):
-        extra = [
+        extra.append(
             Line2D(
                 [],
                 [],
@@ -223,7 +254,10 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
                 label=f"target {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
                 f"{obj.target_value:g}",
             )
-        ]
+        )
+    if any_drop:
+        extra.append(Line2D([], [], color="0.3", ls=(0, (3, 2)), marker="|", ms=9, mew=1.6,
+                            label="| a seed ends; dashed: fewer seeds remain"))
     _legend(fig, pal, extra)
     return fig
 
@@ -231,21 +265,49 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
 # ---------------------------------------------------------------------------------------------
 # Step-size sensitivity
 # ---------------------------------------------------------------------------------------------
-def sensitivity_figure(frame: pd.DataFrame) -> Figure | None:
-    """Final metric against ``optimizer.step_size`` (log axis), one column per task: median over
-    finished trials at each step size (seeds and other hyperparameters) with interquartile bars;
-    an × at the bottom edge marks a step size where trials diverged or failed."""
+def single_step_sizes(frame: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """(task, optimizer) → its step size, for the optimizers run at only one step size on a task
+    (their sensitivity cannot be measured)."""
+    s = summaries(frame)
+    s = s[s["step_size"].notna() & (s["step_size"] > 0)]
+    out = {}
+    for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
+        vals = g["step_size"].unique()
+        if len(vals) == 1:
+            out[(task, opt)] = float(vals[0])
+    return out
+
+
+def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
+    """Final metric against ``optimizer.step_size`` (log axis), one panel per task (shared y axis):
+    median over finished trials at each step size (seeds and other hyperparameters) with
+    interquartile bars; an × at the bottom edge marks a step size where trials diverged or failed.
+    An optimizer run at a single step size is named in its panel instead of drawn as a dot; when
+    every optimizer has a single step size the result is the sentence that says so (a ``str``)."""
     s = summaries(frame)
     obj = objective(frame)
     s = s[s["step_size"].notna() & (s["step_size"] > 0)]
     fin = s[(s["status"] == "finished") & s[obj.final].notna()]
     if fin.empty:
         return None
-    sns, pal = _sns(), palette(frame)
-    tasks = sorted(s["task"].unique())
-    fig, axes = _figure(1, len(tasks), 3.9 * len(tasks) + 0.6, 3.4)
+    single = single_step_sizes(frame)
+    keep = ~pd.Series([(t, o) in single for t, o in zip(s["task"], s["optimizer"], strict=True)], s.index)
+    if not keep.any():
+        opts = sorted({o for _t, o in single})
+        vals = ", ".join(
+            f"{o} {'/'.join(sorted({f'{v:g}' for (_t, oo), v in single.items() if oo == o}))}" for o in opts
+        )
+        return (
+            f"Every optimizer ran at a single step size ({vals}): the sweep measures no step-size "
+            "sensitivity. Give step_size a grid (e.g. {log_grid: [1.0e-3, 1.0e-1, 5]}) to see it."
+        )
+    s, fin = s[keep], fin[keep.reindex(fin.index, fill_value=False)]
+    sns, pal, labels = _sns(), palette(frame), task_labels(frame)
+    tasks = sorted(set(s["task"]) | {t for t, _o in single})
+    nrows, ncols = grid_shape(len(tasks))
+    fig, axes = new_figure(nrows, ncols, 3.1 * nrows + 0.7, sharey=True)
     for k, task in enumerate(tasks):
-        ax = axes[0, k]
+        ax = axes.ravel()[k]
         ax.set_xscale("log")
         d = fin[fin["task"] == task]
         if len(d):
@@ -274,28 +336,64 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | None:
                 clip_on=False,
                 zorder=5,
             )
-        ax.set_title(task)
+        alone = sorted((o, v) for (t, o), v in single.items() if t == task)
+        if alone:
+            note = "one step size only: " + ", ".join(f"{o} {v:g}" for o, v in alone)
+            ax.text(0.02, 0.03, note, transform=ax.transAxes, fontsize=8, style="italic", color="0.25",
+                    wrap=True)
+        if not len(d):
+            ax.set_xticks([])
+        ax.set_title(labels.get(task, task))
         ax.set_xlabel("step size (log scale)")
-        ax.set_ylabel(obj.label if k == 0 else "")
-    _legend(fig, pal, [Line2D([], [], color="0.3", marker="x", ls="", label="diverged / failed")])
+        if k % ncols == 0:
+            ax.set_ylabel(obj.label)
+        ax.yaxis.set_tick_params(labelleft=True)
+    for ax in axes.ravel()[len(tasks) :]:
+        ax.set_visible(False)
+    shown = {o: c for o, c in pal.items() if o in set(s["optimizer"])}
+    _legend(fig, shown, [Line2D([], [], color="0.3", marker="x", ls="", label="diverged / failed")])
     return fig
 
 
 # ---------------------------------------------------------------------------------------------
 # Time to target
 # ---------------------------------------------------------------------------------------------
+
+def _row_words(ax, i: int, words: str, x_at: float, xmax: float) -> None:
+    """Write ``words`` above row ``i`` of a time-per-optimizer panel, at the side away from the
+    marker at ``x_at`` (axes coordinates: the words cannot spill past the axes, and they take no part
+    in layout)."""
+    side = 0.02 if x_at > 0.5 * xmax else 0.98
+    txt = ax.text(side, i - 0.2, words, transform=ax.get_yaxis_transform(), va="bottom",
+                  ha="left" if side < 0.5 else "right", fontsize=8, color="0.15")
+    txt.set_in_layout(False)
+
+
+def _time_rows_axes(ax, opts: list, xmax: float, title: str, xlabel: str) -> None:
+    """One row per optimizer, seconds on x from 0 to ``xmax``: the axes of both time figures."""
+    ax.set_yticks(range(len(opts)), opts)
+    ax.set_ylim(len(opts) - 0.4, -0.75)
+    ax.set_xlim(0, xmax)
+    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+
 def time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (task, optimizer), for its best configuration: seeds, seeds that reached the target,
-    and the median / 25th / 75th percentile of seconds and steps to target over those that did.
-    Empty when the sweep has no target."""
+    the median / 25th / 75th percentile of seconds and steps to target over those that did, and the
+    budget (``budget_steps``; ``budget_seconds``: median over seeds of the last logged
+    ``time/wall_s``). Empty when the sweep has no target."""
     obj = objective(frame)
     if obj.target_metric is None:
         return pd.DataFrame()
     s = summaries(frame).merge(
         best_configs(frame)[["task", "optimizer", "config_id"]], on=["task", "optimizer", "config_id"]
     )
+    c = curves(frame)
+    ends = c.groupby("trial_id")[M_WALL_S].max() if len(c) else pd.Series(dtype=float)
     rows = []
     for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
+        budget_s = g["trial_id"].map(ends).dropna()
         secs = g.loc[g["status"] == "finished", M_SECONDS_TO_TARGET].dropna()
         steps = g.loc[g["status"] == "finished", M_STEPS_TO_TARGET].dropna()
         rows.append(
@@ -309,63 +407,57 @@ def time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
                 "seconds_q25": secs.quantile(0.25) if len(secs) else math.nan,
                 "seconds_q75": secs.quantile(0.75) if len(secs) else math.nan,
                 "steps_median": steps.median() if len(steps) else math.nan,
+                "budget_seconds": float(budget_s.median()) if len(budget_s) else math.nan,
+                "budget_steps": g["train_steps"].dropna().max() if g["train_steps"].notna().any() else pd.NA,
             }
         )
     return pd.DataFrame(rows)
 
 
 def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
-    """Horizontal bars: median seconds to target across seeds (bars: interquartile range) of each
-    optimizer's best configuration, one panel per task; "not reached" written where no seed did."""
+    """Median seconds to target across seeds (dot; whiskers: interquartile range) of each
+    optimizer's best configuration, one panel per task. An optimizer none of whose seeds reached
+    the target gets a hollow marker at its budget (the seconds its training ran) with the words
+    "not reached" — never a bar, whose length would read as a time."""
     t = time_to_target(frame)
     if t.empty:
         return None
-    obj, pal = objective(frame), palette(frame)
+    obj, pal, labels = objective(frame), palette(frame), task_labels(frame)
     tasks = sorted(t["task"].unique())
     opts = sorted(t["optimizer"].unique())
-    fig, axes = _figure(1, len(tasks), 4.3 * len(tasks) + 0.6, 0.55 * len(opts) + 1.6)
+    nrows, ncols = grid_shape(len(tasks), max_columns=3)
+    fig, axes = new_figure(nrows, ncols, nrows * (0.42 * len(opts) + 1.3) + 0.5)
     for k, task in enumerate(tasks):
-        ax = axes[0, k]
+        ax = axes.ravel()[k]
         d = t[t["task"] == task].set_index("optimizer")
-        xmax = float(np.nanmax(d["seconds_q75"].to_numpy(float))) if d["seconds_q75"].notna().any() else 1.0
+        xs = np.r_[d["seconds_q75"].to_numpy(float), d["budget_seconds"].to_numpy(float)]
+        xs = xs[np.isfinite(xs)]
+        xmax = float(xs.max()) * 1.08 if xs.size and xs.max() > 0 else 1.0
         for i, opt in enumerate(opts):
             if opt not in d.index:
                 continue
             row = d.loc[opt]
-            if row["n_reached"] > 0 and math.isfinite(row["seconds_median"]):
-                err = [
-                    [row["seconds_median"] - row["seconds_q25"]],
-                    [row["seconds_q75"] - row["seconds_median"]],
-                ]
-                ax.barh(i, row["seconds_median"], color=pal[opt], xerr=err, capsize=3, height=0.6)
+            reached = row["n_reached"] > 0 and math.isfinite(row["seconds_median"])
+            if reached:
+                med = row["seconds_median"]
+                err = [[med - row["seconds_q25"]], [row["seconds_q75"] - med]]
+                ax.errorbar(med, i, xerr=err, fmt="o", color=pal[opt], ms=7, capsize=3, lw=1.5)
                 steps = f" · {row['steps_median']:.0f} steps" if math.isfinite(row["steps_median"]) else ""
-                ax.text(
-                    row["seconds_q75"] + 0.04 * xmax,
-                    i,
-                    f"{row['seconds_median']:.3g} s{steps} ({row['n_reached']}/{row['n_seeds']} seeds)",
-                    va="center",
-                    fontsize=8,
-                )
+                words = f"{med:.3g} s{steps} ({row['n_reached']}/{row['n_seeds']} seeds)"
+                x_at = row["seconds_q75"]
             else:
-                ax.barh(i, xmax, color="none", edgecolor="0.6", hatch="//", height=0.6, lw=0.8)
-                ax.text(
-                    0.02 * xmax,
-                    i,
-                    f"not reached (0/{row['n_seeds']} seeds)",
-                    va="center",
-                    fontsize=9,
-                    style="italic",
-                    color="0.2",
-                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5},
-                )
-        ax.set_yticks(range(len(opts)), opts)
-        ax.set_ylim(len(opts) - 0.5, -0.5)
-        ax.set_xlim(0, xmax * 1.6)
-        ax.set_title(task)
-        ax.set_xlabel("seconds to target (median across seeds)")
+                at = row["budget_seconds"] if math.isfinite(row["budget_seconds"]) else xmax / 1.08
+                ax.plot(at, i, marker=">", ms=8, mfc="white", mec=pal[opt], mew=1.6, ls="")
+                budget = f" in {int(row['budget_steps'])} steps" if pd.notna(row["budget_steps"]) else ""
+                words = f"not reached{budget} (0/{row['n_seeds']} seeds)"
+                x_at = at
+            _row_words(ax, i, words, x_at, xmax)
+        _time_rows_axes(ax, opts, xmax, labels.get(task, task), "seconds to target (median of seeds)")
+    for ax in axes.ravel()[len(tasks) :]:
+        ax.set_visible(False)
     fig.suptitle(
         f"Time to reach {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
-        f"{'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g}",
+        f"{'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g}  (▷ at the budget: not reached)",
         fontsize=11,
     )
     return fig
@@ -410,8 +502,9 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
         return None
     tasks = sorted(t["task"].unique())
     opts = sorted(t["optimizer"].unique())
+    labels = task_labels(frame)
     tcol = dict(zip(tasks, _sns().color_palette("muted", len(tasks)), strict=False))
-    fig, axes = _figure(1, 3, 12.5, 0.5 * len(opts) * max(1, len(tasks)) ** 0.5 + 2.0, sharey=True)
+    fig, axes = new_figure(1, 3, 0.5 * len(opts) * max(1, len(tasks)) ** 0.5 + 2.0, sharey=True)
     h = 0.8 / len(tasks)
     panels = [
         ("examples_per_sec", "examples / s (bars: p90–p10 step time)", 1.0),
@@ -438,7 +531,7 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
         if col == "examples_per_sec":
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 120k, not 120000
         ax.set_xlabel(label)
-    handles = [Patch(color=c, label=tk) for tk, c in tcol.items()]
+    handles = [Patch(color=c, label=labels.get(tk, tk)) for tk, c in tcol.items()]
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4), frameon=False)
     return fig
 
@@ -498,7 +591,7 @@ def profile_figure(frame: pd.DataFrame) -> Figure | None:
         return None
     pal = palette(frame)
     n_tasks = len(profile_times(frame))
-    fig, axes = _figure(1, 1, 6.4, 3.6)
+    fig, axes = new_figure(1, 1, 3.6)
     ax = axes[0, 0]
     for i, (opt, g) in enumerate(p.groupby("optimizer", sort=True)):
         # small vertical offsets keep coinciding profiles visible
@@ -643,11 +736,10 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
     tc = protocol.tuning_curves(frame)
     if tc.empty:
         return None
-    pal = palette(frame)
+    pal, labels = palette(frame), task_labels(frame)
     tasks = sorted(tc["task"].unique())
-    ncols = min(len(tasks), 4)
-    nrows = -(-len(tasks) // ncols)
-    fig, axes = _figure(nrows, ncols, 4.2 * ncols + 0.4, 3.4 * nrows + 0.8)
+    nrows, ncols = grid_shape(len(tasks))
+    fig, axes = new_figure(nrows, ncols, 3.2 * nrows + 0.9)
     metric = tc["metric"].iloc[0]
     for i, task in enumerate(tasks):
         ax = axes[i // ncols, i % ncols]
@@ -658,10 +750,11 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
             if g["test"].notna().any():
                 ax.plot(g["k"], g["test"], color=c, lw=1.6, ls="--")
                 ax.fill_between(g["k"], g["test_lo"], g["test_hi"], color=c, alpha=0.07, lw=0)
-        ax.set_title(_wrap_title(task), fontsize=9)
+        ax.set_title(labels.get(task, task))
         ax.set_xlabel("configurations tried (k)")
         name = METRIC_LABELS.get(metric, metric).replace("final validation ", "")
-        ax.set_ylabel(f"{name} of the validation-best (expected)")
+        if i % ncols == 0:
+            ax.set_ylabel(f"expected {name}\nof the validation-best")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for j in range(len(tasks), nrows * ncols):
         axes[j // ncols, j % ncols].set_visible(False)
@@ -671,9 +764,10 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
 
 
 def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
-    """Horizontal bars: per task, each optimizer's tuned time-to-result (the fastest of its N
-    configurations to the validation target; :func:`reports.protocol.tuned_time_to_result});
-    hatched "not reached" where none of its configurations reached it."""
+    """Per task, each optimizer's tuned time-to-result (the fastest of its N configurations to the
+    validation target; :func:`reports.protocol.tuned_time_to_result`) as a dot; where none of its
+    configurations reached the target, a hollow ▷ at the seconds its best configuration trained
+    (the budget) with the words "not reached" — never a bar."""
     from reports import protocol
 
     obj = objective(frame)
@@ -682,44 +776,91 @@ def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
     t = protocol.tuned_time_to_result(frame)
     if t.empty:
         return None
-    pal = palette(frame)
+    pal, labels = palette(frame), task_labels(frame)
     tasks = sorted(t["task"].unique())
     opts = sorted(t["optimizer"].unique())
-    fig, axes = _figure(1, len(tasks), 4.3 * len(tasks) + 0.6, 0.55 * len(opts) + 1.6)
+    tt = time_to_target(frame)
+    budget = tt.set_index(["task", "optimizer"])["budget_seconds"] if len(tt) else pd.Series(dtype=float)
+    nrows, ncols = grid_shape(len(tasks), max_columns=3)
+    fig, axes = new_figure(nrows, ncols, nrows * (0.42 * len(opts) + 1.3) + 0.3)
     for k, task in enumerate(tasks):
-        ax = axes[0, k]
+        ax = axes.ravel()[k]
         d = t[t["task"] == task].set_index("optimizer")
-        fin = d["seconds"][np.isfinite(d["seconds"])]
-        xmax = float(fin.max()) if len(fin) else 1.0
+        xs = [float(v) for v in d["seconds"] if math.isfinite(v)]
+        xs += [float(budget.get((task, o), math.nan)) for o in d.index]
+        xs = [v for v in xs if math.isfinite(v)]
+        xmax = max(xs) * 1.08 if xs and max(xs) > 0 else 1.0
         for i, opt in enumerate(opts):
             if opt not in d.index:
                 continue
             row = d.loc[opt]
             if math.isfinite(row["seconds"]):
-                ax.barh(i, row["seconds"], color=pal[opt], height=0.6)
-                ax.text(row["seconds"] + 0.03 * xmax, i,
-                        f"{row['seconds']:.3g} s (best of {row['n_configs']})", va="center", fontsize=8)
+                at = float(row["seconds"])
+                ax.plot(at, i, "o", color=pal[opt], ms=7)
+                words = f"{at:.3g} s (best of {row['n_configs']})"
             else:
-                ax.barh(i, xmax, color="none", edgecolor="0.6", hatch="//", height=0.6, lw=0.8)
-                ax.text(0.02 * xmax, i, f"not reached (0 of {row['n_configs']} configurations)",
-                        va="center", fontsize=9, style="italic", color="0.2",
-                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.5})
-        ax.set_yticks(range(len(opts)), opts)
-        ax.set_ylim(len(opts) - 0.5, -0.5)
-        ax.set_xlim(0, xmax * 1.7)
-        ax.set_title(_wrap_title(task), fontsize=9)
-        ax.set_xlabel("tuned seconds to the validation target")
+                at = float(budget.get((task, opt), math.nan))
+                at = at if math.isfinite(at) else xmax / 1.08
+                ax.plot(at, i, marker=">", ms=8, mfc="white", mec=pal[opt], mew=1.6, ls="")
+                words = f"not reached (0 of {row['n_configs']} configurations)"
+            _row_words(ax, i, words, at, xmax)
+        _time_rows_axes(ax, opts, xmax, labels.get(task, task), "tuned seconds to the target")
+    for ax in axes.ravel()[len(tasks) :]:
+        ax.set_visible(False)
     return fig
 
 
 # ---------------------------------------------------------------------------------------------
+def _protocol():
+    from reports import protocol
+
+    return protocol
+
+
+def _interactive():
+    from reports import interactive
+
+    return interactive
+
+
+def convergence_data(frame: pd.DataFrame, x: str = "step") -> pd.DataFrame:
+    """The bands :func:`convergence_figure` draws, one row per (metric, task, optimizer, x)."""
+    c = curves(frame)
+    parts = [
+        curve_bands(frame, m, x).assign(metric=m)
+        for m in (M_TRAIN_LOSS, M_EVAL_LOSS, M_EVAL_ACC)
+        if m in c and c[m].notna().any()
+    ]
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    return out.rename(columns={"x": "step" if x == "step" else "seconds"})
+
+
+def sensitivity_data(frame: pd.DataFrame) -> pd.DataFrame:
+    """The trials :func:`sensitivity_figure` draws from (one row per trial with a step size)."""
+    s = summaries(frame)
+    obj = objective(frame)
+    cols = ["task", "optimizer", "config", "seed", "step_size", "status", obj.final]
+    return s.loc[s["step_size"].notna(), cols].reset_index(drop=True)
+
+
 @dataclass(frozen=True)
 class FigureSpec:
+    """One figure of the report.
+
+    ``build(frame)`` returns the ``Figure``, ``None`` (no data: the report shows ``empty``) or a
+    sentence (``str``) the report shows instead of a figure that would say nothing. ``data(frame)``
+    is the table the figure is drawn from (the report's per-figure CSV download); ``interactive``
+    (optional) returns a Vega-Lite spec (``dict``) of the same view for the report's interactive
+    version (:mod:`reports.interactive`).
+    """
+
     key: str
     title: str
     caption: str
-    build: Callable[[pd.DataFrame], Figure | None]
+    build: Callable[[pd.DataFrame], Figure | str | None]
     empty: str  # shown instead when ``build`` returns None
+    data: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    interactive: Callable[[pd.DataFrame], dict | None] | None = None
 
 
 FIGURES: tuple[FigureSpec, ...] = (
@@ -727,25 +868,32 @@ FIGURES: tuple[FigureSpec, ...] = (
         "convergence_steps",
         "Convergence against steps",
         "Best configuration of each optimizer; line: median across seeds, band: interquartile "
-        "range. Columns: model / dataset.",
+        "range. Panels are titled with the task's short label (see Tasks).",
         lambda f: convergence_figure(f, "step"),
         "No curves were logged.",
+        lambda f: convergence_data(f, "step"),
+        lambda f: _interactive().convergence_spec(f),
     ),
     FigureSpec(
         "convergence_seconds",
         "Convergence against wall-clock time",
         "As above against seconds since the start of training (compilation excluded); each "
-        "seed's curve is interpolated onto a common time grid before taking the median.",
+        "seed's curve is interpolated onto a common time grid before taking the median. Seeds end at "
+        "different times: | marks where one ends, the line is dashed where fewer seeds remain and "
+        "the band is drawn only while at least two do.",
         lambda f: convergence_figure(f, "seconds"),
         "No curves with wall-clock time were logged.",
+        lambda f: convergence_data(f, "seconds"),
     ),
     FigureSpec(
         "time_to_target",
         "Time to target",
         "Median seconds to reach the target across seeds of each optimizer's best configuration "
-        "(error bars: interquartile range); hatched: no seed reached it.",
+        "(whiskers: interquartile range). ▷: no seed reached the target; the marker sits at the "
+        "seconds the training ran (its budget).",
         time_to_target_figure,
         "The sweep has no target.",
+        time_to_target,
     ),
     FigureSpec(
         "performance_profile",
@@ -756,6 +904,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         "its time = median across those seeds).",
         profile_figure,
         "The sweep has no target.",
+        performance_profile,
     ),
     FigureSpec(
         "tuning_curves",
@@ -766,23 +915,28 @@ FIGURES: tuple[FigureSpec, ...] = (
         "k-subsets drawn without replacement; a configuration's value is the mean over its seeds).",
         tuning_figure,
         "No finished configuration.",
+        lambda f: _protocol().tuning_curves(f),
     ),
     FigureSpec(
         "tuned_time_to_result",
         "Tuned time-to-result",
         "AlgoPerf-style: per task, the time to the validation target of each optimizer's fastest "
         "configuration among the N it tried (median over that configuration's seeds); "
-        "hatched: none of its configurations reached the target.",
+        "▷ at the longest training (the budget): none of its configurations reached the target.",
         tuned_time_figure,
         "The sweep has no target.",
+        lambda f: _protocol().tuned_time_to_result(f),
     ),
     FigureSpec(
         "sensitivity",
         "Step-size sensitivity",
         "Final metric against step size: median over finished trials (seeds and other "
-        "hyperparameters), bars: interquartile range; × on the axis: diverged or failed trials.",
+        "hyperparameters), bars: interquartile range; × on the axis: diverged or failed trials. "
+        "Optimizers run at a single step size are named in their panel, not drawn.",
         sensitivity_figure,
         "No finished trial with a step size.",
+        sensitivity_data,
+        lambda f: _interactive().tuning_spec(f),
     ),
     FigureSpec(
         "throughput",
@@ -791,10 +945,12 @@ FIGURES: tuple[FigureSpec, ...] = (
         "time of one training step.",
         throughput_figure,
         "No throughput was measured.",
+        throughput,
     ),
 )
 
 
-def make_figures(frame: pd.DataFrame) -> dict[str, Figure | None]:
-    """Every figure of :data:`FIGURES` by key (``None`` where the sweep holds no data for it)."""
+def make_figures(frame: pd.DataFrame) -> dict[str, Figure | str | None]:
+    """Every figure of :data:`FIGURES` by key (``None`` where the sweep holds no data for it, a
+    sentence where a figure would say nothing)."""
     return {spec.key: spec.build(frame) for spec in FIGURES}

@@ -1,8 +1,12 @@
 """One self-contained HTML file from a sweep's frame, figures and tables (Jinja2).
 
-Figures are embedded as ``data:image/png;base64`` URIs, styles are inline, and a
-Content-Security-Policy (``default-src 'none'; img-src data:``) forbids any network access, so the
-file opens the same offline, from an e-mail or from an MLflow artifact.
+Figures are inline SVG (vector: sharp at any zoom and in print), each with downloads of its own
+(SVG, PDF and the CSV slice it was drawn from, as ``data:`` links); the convergence and tuning
+figures also have an interactive Vega-Lite view (:mod:`reports.interactive`) whose JavaScript is
+inlined. The leaderboard and the trials table sort (click a header) and filter (type in the box)
+with a small inline script. Styles and scripts are inline and a Content-Security-Policy
+(``default-src 'none'``; scripts and styles inline only, images only ``data:``) forbids any network
+access, so the file opens the same offline, from an e-mail or from an MLflow artifact.
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import platform
-import struct
 from importlib import metadata
 from typing import Any
 
@@ -33,13 +36,75 @@ def _env():
     )
 
 
+def data_uri(payload: bytes, mime: str) -> str:
+    """``data:<mime>;base64,…`` for ``payload``."""
+    return f"data:{mime};base64," + base64.b64encode(payload).decode("ascii")
+
+
 def data_uri_png(png: bytes) -> str:
     """``data:image/png;base64,…`` for PNG bytes."""
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return data_uri(png, "image/png")
 
 
-def _png_size(png: bytes) -> tuple[int, int]:
-    return struct.unpack(">II", png[16:24])
+def _script_json(obj: Any) -> str:
+    """JSON safe inside ``<script type="application/json">`` (no ``</`` can close the element)."""
+    import json
+
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+
+
+def figure_items(frame: pd.DataFrame, stem: str) -> list[dict[str, Any]]:
+    """Every figure of :data:`reports.figures.FIGURES` ready for the template: ``svg`` (inline
+    markup) or ``message`` (a sentence instead of a figure) or neither (``empty``), the downloads
+    (``pdf``/``csv`` data URIs and file names) and ``vl`` (interactive spec as JSON, or None)."""
+    from reports.figures import FIGURES
+    from reports.layout import pdf_bytes, svg_markup, task_labels, with_labels
+
+    labels = task_labels(frame)
+    items = []
+    for spec in FIGURES:
+        fid = spec.key.replace("_", "-")
+        item: dict[str, Any] = {
+            "id": fid,
+            "key": spec.key,
+            "title": spec.title,
+            "caption": spec.caption,
+            "empty": spec.empty,
+            "svg": None,
+            "message": None,
+            "downloads": [],
+            "vl": None,
+            "ylog": False,
+        }
+        result = spec.build(frame)
+        if isinstance(result, str):
+            item["message"] = result
+        elif result is not None:
+            item["svg"] = svg_markup(result, fid)
+            item["downloads"].append({"kind": "SVG", "name": f"{stem}-{spec.key}.svg", "href": None})
+            item["downloads"].append(
+                {"kind": "PDF", "name": f"{stem}-{spec.key}.pdf",
+                 "href": data_uri(pdf_bytes(result), "application/pdf")}
+            )
+            import matplotlib
+
+            matplotlib.figure.Figure.clear(result)
+        if spec.data is not None and (item["svg"] or item["message"]):
+            table = spec.data(frame)
+            if len(table) and "task" in table:
+                table = with_labels(table, labels)
+                table.insert(0, "label", table.pop("label"))
+            if len(table):
+                item["downloads"].append(
+                    {"kind": "CSV", "name": f"{stem}-{spec.key}.csv",
+                     "href": data_uri(table.to_csv(index=False).encode("utf-8"), "text/csv;charset=utf-8")}
+                )
+        if spec.interactive is not None and item["svg"]:
+            vl = spec.interactive(frame)
+            item["vl"] = _script_json(vl) if vl else None
+            item["ylog"] = bool(vl and vl.get("usermeta", {}).get("ylog"))
+        items.append(item)
+    return items
 
 
 def _version(dist: str) -> str:
@@ -99,9 +164,43 @@ def environment(data: SweepData) -> list[tuple[str, str]]:
     return env
 
 
+def _vega_js() -> str:
+    from reports.interactive import vega_bundle
+
+    return vega_bundle().replace("</script", "<\\/script")
+
+
+def _trial_rows(s: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """One row per trial for the sortable trials table (display strings)."""
+    from reports.frame import M_FINAL_ACC, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEP_MS, M_TEST_ACC
+
+    def num(v: Any, fmt: str) -> str:
+        return "" if v is None or pd.isna(v) else format(float(v), fmt)
+
+    rows = []
+    for _i, r in s.sort_values(["task", "optimizer", "config", "seed"]).iterrows():
+        rows.append(
+            {
+                "task": labels.get(r["task"], r["task"]),
+                "optimizer": r["optimizer"],
+                "config": r["config"],
+                "seed": "" if pd.isna(r["seed"]) else str(r["seed"]),
+                "status": r["status"],
+                "acc": num(r[M_FINAL_ACC], ".4f"),
+                "loss": num(r[M_FINAL_LOSS], ".4f"),
+                "test": num(r[M_TEST_ACC], ".4f") if M_TEST_ACC in r else "",
+                "ttt": num(r[M_SECONDS_TO_TARGET], ".3g"),
+                "ms": num(r[M_STEP_MS], ".3g"),
+                "reason": r["reason"] if isinstance(r["reason"], str) else "",
+                "trial_id": r["trial_id"],
+            }
+        )
+    return rows
+
+
 def render(
     data: SweepData,
-    pngs: dict[str, bytes | None],
+    figures: list[dict[str, Any]] | None,
     leaderboard: pd.DataFrame,
     comparison: pd.DataFrame | None = None,
     baseline_id: str | None = None,
@@ -109,29 +208,18 @@ def render(
 ) -> str:
     """The report's HTML text.
 
-    ``pngs`` maps each :data:`reports.figures.FIGURES` key to PNG bytes or ``None`` (no data).
+    ``figures`` is :func:`figure_items` of the frame (``None`` builds them here, named after
+    ``csv_name``); ``leaderboard`` is :func:`reports.figures.leaderboard` of the frame.
     """
-    from reports.figures import FIGURES
+    from reports.layout import label_table, task_labels
 
     frame = data.frame
     s = summaries(frame)
-    figures = []
-    for spec in FIGURES:
-        png = pngs.get(spec.key)
-        w, h = _png_size(png) if png else (0, 0)
-        figures.append(
-            {
-                "id": spec.key.replace("_", "-"),
-                "title": spec.title,
-                "caption": spec.caption,
-                "empty": spec.empty,
-                "src": data_uri_png(png) if png else None,
-                "width": w,
-                "height": h,
-            }
-        )
+    if figures is None:
+        figures = figure_items(frame, csv_name.rsplit(".", 1)[0])
+    labels = task_labels(frame)
 
-    sections = [{"id": "leaderboard", "title": "Leaderboard"}]
+    sections = [{"id": "leaderboard", "title": "Leaderboard"}, {"id": "tasks", "title": "Tasks"}]
     sections += [{"id": f["id"], "title": f["title"]} for f in figures]
     if comparison is not None:
         sections.append({"id": "baseline", "title": f"Comparison with baseline {baseline_id}"})
@@ -143,21 +231,25 @@ def render(
 
     lb = None
     if not leaderboard.empty:
-        cols = [c for c in leaderboard.columns if not c.startswith("_") and c != "Task"]
+        cols = [c for c in leaderboard.columns if not c.startswith("_")]
+        rows = leaderboard.assign(Task=leaderboard["Task"].map(labels).fillna(leaderboard["Task"]))
         lb = {
             "columns": cols,
             "numeric": {"Rank", "Seeds finished", "Step time (ms, median)"},
-            "groups": [
-                (task, g[cols].to_dict("records")) for task, g in leaderboard.groupby("Task", sort=True)
-            ],
+            "rows": rows[cols].to_dict("records"),
         }
+    tasks = label_table(frame).to_dict("records")
+    trials = _trial_rows(s, labels)
 
     counts = s["status"].value_counts()
     status_table = []
     for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
         vc = g["status"].value_counts()
-        status_table.append({"task": task, "optimizer": opt, **{st: int(vc.get(st, 0)) for st in STATUSES}})
+        status_table.append(
+            {"task": labels.get(task, task), "optimizer": opt, **{st: int(vc.get(st, 0)) for st in STATUSES}}
+        )
     nf = s[s["status"] != "finished"].sort_values(["task", "optimizer", "config", "seed"])
+    nf = nf.assign(task=nf["task"].map(labels).fillna(nf["task"]))
     not_finished = (
         nf[["trial_id", "task", "config", "seed", "status", "attempts", "reason"]]
         .astype(object)
@@ -197,7 +289,10 @@ def render(
             n_optimizers=s["optimizer"].nunique(),
             sections=sections,
             leaderboard=lb,
+            tasks=tasks,
+            trials=trials,
             figures=figures,
+            vega_js=_vega_js() if any(f["vl"] for f in figures) else None,
             comparison=comp_rows if comparison is not None else None,
             comparison_columns=comp_cols,
             flagged=flagged,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -54,7 +55,7 @@ def test_dry_run_plan_then_status(tmp_path, write_sweep, tracking_uri, fake_trai
     fake_trainer["raise_for"] = (1,)
     r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri])
     assert r.exit_code == 1, r.output  # a failed trial → exit status 1
-    assert "best configuration per model and optimizer" in r.output
+    assert "best configuration per task and optimizer" in r.output
     from harness.sweep import python_command
 
     assert f"{python_command()} -m harness ui --experiment tiny" in r.output
@@ -90,7 +91,14 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         first = proc.stdout.readline()
-        assert first.startswith(f"MLflow UI: http://127.0.0.1:{port}/#/experiments/{exp_id}")
+        # the runs view (not MLflow 3's GenAI overview), in chart mode, with the shared grouped view
+        assert re.fullmatch(rf"MLflow UI: http://127\.0\.0\.1:{port}/#/experiments/{exp_id}/runs"
+                            r"\?compareRunsMode=CHART&viewStateShareKey=[0-9a-f]{32}\n", first), first
+        tags = c.get_experiment(exp_id).tags
+        assert tags["mlflow.experimentKind"] == "custom_model_development"
+        key = first.rsplit("=", 1)[1].strip()
+        view = json.loads(tags[f"mlflow.sharedViewState.{key}"])
+        assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "optimizer"}]
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -117,6 +125,8 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
     def fake(experiment, sweep_id, output, baseline, tracking_uri):
         seen.update(experiment=experiment, sweep_id=sweep_id, output=output, baseline=baseline,
                     tracking_uri=tracking_uri)
+        (tmp_path / "r.html").write_text("x" * 2_100_000)
+        (tmp_path / "r.csv").write_text("row\n")
         return tmp_path / "r.html"
 
     monkeypatch.setattr(reports, "make_report", fake)
@@ -126,7 +136,10 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
     assert r.exit_code == 0, r.output
     assert seen == {"experiment": "q", "sweep_id": "abc", "output": "x.html", "baseline": "def",
                     "tracking_uri": tracking_uri}
-    assert r.output.strip().splitlines()[-1] == f"report: {tmp_path / 'r.html'}"
+    assert r.output.strip().splitlines()[-3:] == [  # every file it wrote
+        f"report: {tmp_path / 'r.html'} (2.1 MB, one self-contained HTML file)",
+        f"data:   {tmp_path / 'r.csv'} (the tidy table behind every figure)",
+        "Both are also logged to the sweep's parent run(s) in MLflow, under reports/."]
 
     def missing(*a):
         raise LookupError("no experiment 'q'")
@@ -331,3 +344,51 @@ def test_list_keeps_square_brackets_in_descriptions():
     res = runner.invoke(app, ["list", "schedules"], env={"COLUMNS": "250"})
     assert res.exit_code == 0
     assert "schedule(i) = values[k] where k" in res.output
+
+
+def test_list_says_each_thing_once_and_which_inputs_each_model_fits():
+    res = runner.invoke(app, ["list"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    rows = {line.split("│")[1].strip(): line for line in res.output.splitlines() if line.count("│") >= 4}
+    assert "SGD with heavy-ball momentum (Polyak 1964)." in rows["momentum"]
+    assert "(heavy ball)" not in rows["momentum"] and "defaulting" not in rows["nesterov"]
+    assert rows["exponential_decay"].count("decay_rate ** (i / decay_steps)") == 1
+    assert rows["constant"].count("= step_size") == 1
+    assert "injected by the harness" in res.output  # a remark that adds something stays
+    fits = {name: [c.strip() for c in rows[name].split("│")][3] for name in ("cnn", "cnn1d", "mlp", "logreg")}
+    assert fits == {"cnn": "(H, W, C)", "cnn1d": "(L,)", "mlp": "(L,) · (H, W, C)",
+                    "logreg": "(L,) · (H, W, C)"}
+
+
+def test_did_you_mean_counts_a_swap_as_one_edit():
+    from harness.registry import did_you_mean, edit_distance
+
+    assert edit_distance("adma", "adam") == 1 and edit_distance("adma", "adamax") == 2
+    opts = ["adagrad", "adam", "adamax", "adamw", "sgd", "momentum", "nesterov"]
+    assert did_you_mean("adma", opts) == " (did you mean 'adam'?)"
+    assert did_you_mean("momentun", opts) == " (did you mean 'momentum'?)"
+    assert did_you_mean("xyz", opts) == ""
+
+
+def test_2d_model_on_1d_data_points_at_cnn1d():
+    from models.zoo import MODELS
+
+    with pytest.raises(ValueError, match=r"got \(40,\); for 1-D data use cnn1d \(or mlp, logreg\)$"):
+        MODELS["cnn"](input_shape=(40,), num_classes=10)
+
+
+def test_readme_and_quickstart_config_agree_on_the_time_and_docs_name_real_schedules():
+    from pathlib import Path
+
+    import harness.config
+    from optimizers import SCHEDULES
+
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())
+    config = " ".join((root / "experiments" / "quickstart.yaml").read_text().split())
+    assert "about a minute on 2 cpu cores" in readme.lower()
+    assert "about a minute on 2 cpu cores" in config.lower()
+    for line in harness.config.__doc__.splitlines():
+        m = re.match(r"\s*schedules: \[([^\]]*)\]", line)
+        if m:
+            assert all(n.strip() in SCHEDULES for n in m.group(1).split(",")), line

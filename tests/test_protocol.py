@@ -196,7 +196,7 @@ def test_constructed_sweep_reports_the_validation_best_test_number(designed_swee
     console = Console(record=True, width=200)
     print_summary(console, summary)
     adam_line = next(ln for ln in console.export_text().splitlines() if " adam " in ln)
-    assert "acc 0.9000" in adam_line and "acc 0.8000" in adam_line and "0.8800" not in adam_line
+    assert "0.9000" in adam_line and "0.8000" in adam_line and "0.8800" not in adam_line  # valid, test
 
     # the report: selection on validation, headline = test of the validation-selected config
     frame = RF.load_frame("designed", tracking_uri=uri)

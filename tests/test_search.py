@@ -134,9 +134,11 @@ def test_bad_search_and_placement_messages(write_sweep):
     assert _errors(write_sweep, search={"trials": 0}) == ["F: search.trials: must be >= 1, got 0"]
     assert _errors(write_sweep, optimizers=_adam({"step_size": 0.1}, search={"trials": 0})) == [
         "F: optimizers[0].search.trials: must be >= 1, got 0"]
-    assert _errors(write_sweep, search={"method": "quasi", "trials": 3}) == [
-        "F: search.method: unknown method 'quasi'; valid: quasirandom, random, grid "
+    assert _errors(write_sweep, search={"method": "quasirandm", "trials": 3}) == [
+        "F: search.method: unknown method 'quasirandm'; valid: quasirandom, random, grid "
         "(did you mean 'quasirandom'?)"]
+    assert _errors(write_sweep, search={"method": "sobol", "trials": 3}) == [
+        "F: search.method: unknown method 'sobol'; valid: quasirandom, random, grid"]
     assert _errors(write_sweep, search={"method": "grid", "trials": 3}) == [
         "F: search.trials: method grid has no trials (its grid points are the budget); remove trials, "
         "or use method quasirandom or random"]
@@ -364,3 +366,16 @@ def test_readme_config_example_is_valid_and_budgets_are_equal(tmp_path):
 
     assert budgets(specs) == {f"digits · mlp (width={w})": {"adam": 32, "momentum": 32} for w in (64, 256)}
     assert unequal_budgets(specs) == [] and len(specs) == 2 * 2 * 32 * 3
+
+
+def test_include_subgrids_are_sampled_with_their_own_entry_paths(write_sweep):
+    cfg = load_config(write_sweep(
+        search={"trials": 2}, seeds=[0],
+        include=[{"optimizers": [{"name": "sgd", "hparams": {"step_size": {"log_uniform": [1.0e-2, 1.0]}},
+                                  "search": {"trials": 3, "method": "random"}}]}]))
+    specs = expand(cfg)
+    assert len(specs) == 1 + 3  # the top level's fixed sgd, and the include's 3 random points
+    o = [specs.origins[s.trial_id] for s in specs]
+    assert [(x.paths["optimizers"], x.method, x.index) for x in o] == [
+        ("optimizers[0]", None, None), ("include[0].optimizers[0]", "random", 0),
+        ("include[0].optimizers[0]", "random", 1), ("include[0].optimizers[0]", "random", 2)]

@@ -56,6 +56,9 @@ def test_batch_key_ignores_seed_and_step_size_only():
     assert a.batch_key() != _spec(optimizer_hparams={"step_size": 1e-3, "b1": 0.5}).batch_key()
     assert a.perf_key() == _spec(seed=7).perf_key()
     assert a.perf_key() != _spec(batch_size=64).perf_key()
+    # a search over float hyperparameters measures throughput once per optimizer
+    assert a.perf_key() == _spec(optimizer_hparams={"step_size": 0.1, "b1": 0.5}).perf_key()
+    assert a.perf_key() != _spec(optimizer="adamw").perf_key()
 
 
 def test_target_names_eval_alias_and_protocol_in_the_id():

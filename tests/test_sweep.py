@@ -94,12 +94,13 @@ def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tra
     assert {a.path for a in c.list_artifacts(parents[0].info.run_id)} == {
         "config.yaml", "resolved_config.json", "trials.json"}
 
-    # resume: nothing re-run, nothing duplicated, a new parent run
+    # re-run of a finished sweep: nothing re-run, nothing duplicated, and no new (empty) parent run
     again = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
     assert again.counts()["skipped"] == 2 and again.sweep_id == summary.sweep_id
+    assert again.parent_run_id is None
     _, trials2, parents2 = _trial_runs(tracking_uri, "tiny")
     assert {r.info.run_id for r in trials2} == {r.info.run_id for r in trials}
-    assert len(parents2) == 2
+    assert [p.info.run_id for p in parents2] == [p.info.run_id for p in parents]
 
 
 def test_trial_that_raises_is_failed_and_rerun(tmp_path, write_sweep, tracking_uri, fake_trainer,

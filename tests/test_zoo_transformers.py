@@ -31,7 +31,7 @@ def test_transformer_lm_matches_flax_twin_values_and_gradients():
     pytest.importorskip("flax")
     from flax_reference import TransformerLM, lm_to_stax
 
-    V, T, d, L, H = 11, 5, 8, 2, 2
+    V, T, d, L, H = 11, 5, 8, 1, 2
     model = MODELS["transformer_lm"](input_shape=(T,), num_classes=V, width=d, depth=L, num_heads=H)
     assert model.task == "sequence" and model.input_dtype == "int32" and not model.needs_rng
     assert model.hparams["vocab_size"] == V and model.hparams["context"] == T

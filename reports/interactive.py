@@ -1,0 +1,312 @@
+"""Interactive versions of the convergence and tuning figures: Vega-Lite specs, rendered offline.
+
+The seaborn figures stay the static, printable view; these specs add what a page can do: click a
+legend entry to show or hide an optimizer, hover for the point's step, value, configuration and
+seed, switch the y axis between log and linear, choose the metric and step or seconds on x.
+
+The JavaScript (Vega, Vega-Lite and vega-embed, ~0.9 MB) comes from the installed
+``vl-convert-python`` package (:func:`vega_bundle`), so a report embeds it with no network access;
+the page's script (``templates/report.html.j2``) embeds each spec and re-embeds it with the other
+y scale when the log/linear switch changes (Vega-Lite cannot bind a scale's type to a parameter).
+
+Specs are plain ``dict``s of Vega-Lite v6 JSON (``$schema`` included); :func:`compile_check`
+compiles one with vl-convert, which is what the tests use to validate them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pandas as pd
+
+from reports.frame import (
+    M_EVAL_ACC,
+    M_EVAL_LOSS,
+    M_TRAIN_LOSS,
+    M_WALL_S,
+    best_configs,
+    curves,
+    objective,
+    summaries,
+)
+from reports.layout import PAGE_WIDTH_IN, grid_shape, task_labels
+
+SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
+#: At most this many points per trial and metric (evenly spaced steps, first and last kept).
+MAX_POINTS_PER_CURVE = 80
+#: Above this many trials only each optimizer's best configuration is drawn (the file stays small).
+MAX_TRIALS_ALL_CONFIGS = 200
+#: Pixel width of the whole chart (the page's content width less the y axis and padding).
+CHART_PX = int(PAGE_WIDTH_IN * 96) - 20
+
+_METRIC_NAMES = {
+    M_TRAIN_LOSS: "train loss",
+    M_EVAL_LOSS: "validation loss",
+    M_EVAL_ACC: "validation accuracy",
+}
+
+
+@functools.cache
+def vega_bundle() -> str:
+    """The JavaScript of vega-embed, Vega-Lite and Vega (globals ``vegaEmbed``, ``vega``,
+    ``vegaLite``) from the installed ``vl-convert-python``; no network.
+
+    Raises:
+      ImportError: ``vl-convert-python`` is not installed (``pip install -e .`` installs it).
+    """
+    import vl_convert
+
+    return vl_convert.javascript_bundle()
+
+
+def compile_check(spec: dict) -> dict:
+    """The Vega spec Vega-Lite compiles ``spec`` to (raises ``ValueError`` on an invalid spec)."""
+    import vl_convert
+
+    return vl_convert.vegalite_to_vega(spec)
+
+
+def _thin(g: pd.DataFrame, n: int) -> pd.DataFrame:
+    if len(g) <= n:
+        return g
+    idx = np.unique(np.linspace(0, len(g) - 1, n).round().astype(int))
+    return g.iloc[idx]
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    out = []
+    for rec in df.to_dict("records"):
+        out.append(
+            {
+                k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in rec.items()
+                if not (v is pd.NA or v is None)
+            }
+        )
+    return out
+
+
+def _facet_width(n_tasks: int) -> tuple[int, int]:
+    _rows, cols = grid_shape(n_tasks, max_columns=3)
+    return cols, max(220, (CHART_PX - 90 * cols) // cols)
+
+
+def convergence_long(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (trial, metric, logged step): ``task`` (short label), ``optimizer``, ``config``,
+    ``seed``, ``trial``, ``best`` (the trial is of its optimizer's best configuration on the task),
+    ``metric`` (display name), ``step``, ``seconds`` (``time/wall_s`` interpolated at the step) and
+    ``value``; at most :data:`MAX_POINTS_PER_CURVE` points per curve."""
+    c = curves(frame)
+    if c.empty:
+        return pd.DataFrame()
+    best = best_configs(frame)[["task", "optimizer", "config_id"]].assign(best=True)
+    c = c.merge(best, on=["task", "optimizer", "config_id"], how="left")
+    c["best"] = c["best"].eq(True)
+    if c["trial_id"].nunique() > MAX_TRIALS_ALL_CONFIGS:
+        c = c[c["best"]]
+    labels = task_labels(frame)
+    parts = []
+    for _tid, g in c.groupby("trial_id", sort=True):
+        g = g.sort_values("step")
+        known = g[["step", M_WALL_S]].dropna()
+        steps = g["step"].astype(float).to_numpy()
+        if len(known):
+            xs, ys = known["step"].astype(float).to_numpy(), known[M_WALL_S].to_numpy()
+            if xs[0] > 0:
+                xs, ys = np.r_[0.0, xs], np.r_[0.0, ys]
+            secs = np.interp(steps, xs, ys, left=np.nan, right=np.nan)
+        else:
+            secs = np.full(len(g), np.nan)
+        g = g.assign(seconds=secs)
+        for m, name in _METRIC_NAMES.items():
+            if m not in g:
+                continue
+            h = _thin(g[g[m].notna()], MAX_POINTS_PER_CURVE)
+            if h.empty:
+                continue
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "task": h["task"].map(labels).fillna(h["task"]).to_numpy(),
+                        "optimizer": h["optimizer"].to_numpy(),
+                        "config": h["config"].to_numpy(),
+                        "seed": h["seed"].astype("Int64").astype(object).to_numpy(),
+                        "trial": h["trial_id"].to_numpy(),
+                        "best": h["best"].to_numpy(),
+                        "metric": name,
+                        "step": h["step"].astype(int).to_numpy(),
+                        "seconds": np.round(h["seconds"].to_numpy(float), 4),
+                        "value": h[m].to_numpy(float),
+                    }
+                )
+            )
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def _legend_toggle() -> dict:
+    return {"name": "shown", "select": {"type": "point", "fields": ["optimizer"]}, "bind": "legend"}
+
+
+def convergence_spec(frame: pd.DataFrame) -> dict | None:
+    """Vega-Lite spec: every trial's curve (thin; its optimizer's best configuration bold), one
+    panel per task, one colour per optimizer; controls for the metric and for step or seconds on
+    x; hover a point for its values; click the legend to toggle optimizers. ``None`` without
+    curves."""
+    d = convergence_long(frame)
+    if d.empty:
+        return None
+    obj = objective(frame)
+    metrics = [m for m in _METRIC_NAMES.values() if m in set(d["metric"])]
+    default = _METRIC_NAMES.get(obj.target_metric, metrics[-1]) if obj.target_metric else metrics[-1]
+    if default not in metrics:
+        default = metrics[-1]
+    cols, width = _facet_width(d["task"].nunique())
+    opts = sorted(d["optimizer"].unique())
+    color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
+             "legend": {"title": "optimizer (click to toggle)", "orient": "top"}}
+    tooltip = [
+        {"field": "task", "type": "nominal"},
+        {"field": "optimizer", "type": "nominal"},
+        {"field": "config", "type": "nominal", "title": "configuration"},
+        {"field": "seed", "type": "ordinal"},
+        {"field": "metric", "type": "nominal"},
+        {"field": "step", "type": "quantitative"},
+        {"field": "seconds", "type": "quantitative", "format": ".3~g"},
+        {"field": "value", "type": "quantitative", "format": ".4~g"},
+    ]
+    x = {"field": "x", "type": "quantitative", "axis": {"title": {"expr": "xaxis == 'step' ? "
+         "'optimizer step' : 'seconds since the start of training'"}}}
+    y = {"field": "value", "type": "quantitative", "scale": {"type": "log", "zero": False},
+         "axis": {"title": {"expr": "metric"}}}
+    layer_enc = {"x": x, "y": y, "color": color, "detail": {"field": "trial", "type": "nominal"}}
+    spec = {
+        "$schema": SCHEMA,
+        # read by the report's log/linear switch: the y scale it starts with
+        "usermeta": {"ylog": "loss" in default},
+        "data": {"values": _records(d)},
+        "params": [
+            {"name": "metric", "value": default,
+             "bind": {"input": "select", "options": metrics, "name": "metric "}},
+            {"name": "xaxis", "value": "step",
+             "bind": {"input": "radio", "options": ["step", "seconds"], "name": "x axis "}},
+        ],
+        "transform": [
+            {"filter": "datum.metric == metric"},
+            {"calculate": "xaxis == 'step' ? datum.step : datum.seconds", "as": "x"},
+            {"filter": "isValid(datum.x) && isValid(datum.value)"},  # > 0 added by the log switch
+        ],
+        "facet": {"field": "task", "type": "nominal", "title": None,
+                  "header": {"labelFontSize": 13, "labelFontWeight": "bold"}},
+        "columns": cols,
+        "resolve": {"scale": {"x": "independent", "y": "independent"}},
+        "spec": {
+            "width": width,
+            "height": 260,
+            "layer": [
+                {
+                    "params": [_legend_toggle()],
+                    "mark": {"type": "line", "interpolate": "linear"},
+                    "encoding": {
+                        **layer_enc,
+                        "strokeWidth": {"condition": {"test": "datum.best", "value": 2.2}, "value": 0.8},
+                        "opacity": {"condition": {"param": "shown", "value": 0.9}, "value": 0.06},
+                    },
+                },
+                {
+                    "params": [{"name": "hover", "select": {"type": "point", "on": "pointerover",
+                                                            "nearest": True, "clear": "pointerout"}}],
+                    "mark": {"type": "point", "filled": True, "size": 50},
+                    "encoding": {
+                        **layer_enc,
+                        "opacity": {"condition": {"param": "hover", "empty": False, "value": 1},
+                                    "value": 0},
+                        "tooltip": tooltip,
+                    },
+                },
+            ],
+        },
+        "config": {"view": {"stroke": "#dde2ea"}, "axis": {"labelFontSize": 11, "titleFontSize": 12}},
+    }
+    return spec
+
+
+def tuning_long(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per trial with a step size: ``task`` (short label), ``optimizer``, ``config``,
+    ``seed``, ``status``, ``step_size`` and ``value`` (the objective's final metric; absent for
+    trials that did not finish)."""
+    s = summaries(frame)
+    obj = objective(frame)
+    s = s[s["step_size"].notna() & (s["step_size"] > 0)]
+    if s.empty:
+        return pd.DataFrame()
+    labels = task_labels(frame)
+    return pd.DataFrame(
+        {
+            "task": s["task"].map(labels).fillna(s["task"]).to_numpy(),
+            "optimizer": s["optimizer"].to_numpy(),
+            "config": s["config"].to_numpy(),
+            "seed": s["seed"].astype("Int64").astype(object).to_numpy(),
+            "status": s["status"].to_numpy(),
+            "step_size": s["step_size"].to_numpy(float),
+            "value": s[obj.final].where(s["status"] == "finished").to_numpy(float),
+        }
+    )
+
+
+def tuning_spec(frame: pd.DataFrame) -> dict | None:
+    """Vega-Lite spec: the final metric of every trial against its step size (log x), one panel
+    per task, the median per step size as a line; hover for configuration and seed; click the
+    legend to toggle optimizers. ``None`` when no optimizer was run at two step sizes or more."""
+    d = tuning_long(frame)
+    if d.empty or d.groupby(["task", "optimizer"])["step_size"].nunique().max() < 2:
+        return None
+    obj = objective(frame)
+    cols, width = _facet_width(d["task"].nunique())
+    opts = sorted(d["optimizer"].unique())
+    color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
+             "legend": {"title": "optimizer (click to toggle)", "orient": "top"}}
+    x = {"field": "step_size", "type": "quantitative", "scale": {"type": "log"},
+         "axis": {"title": "step size", "format": "~g"}}
+    y = {"field": "value", "type": "quantitative", "scale": {"type": "linear", "zero": False},
+         "axis": {"title": obj.label}}
+    opacity = {"condition": {"param": "shown", "value": 0.9}, "value": 0.08}
+    return {
+        "$schema": SCHEMA,
+        "usermeta": {"ylog": False},
+        "data": {"values": _records(d)},
+        "transform": [{"filter": "isValid(datum.value)"}],  # > 0 added by the log switch
+        "facet": {"field": "task", "type": "nominal", "title": None,
+                  "header": {"labelFontSize": 13, "labelFontWeight": "bold"}},
+        "columns": cols,
+        "resolve": {"scale": {"y": "independent"}},
+        "spec": {
+            "width": width,
+            "height": 240,
+            "layer": [
+                {
+                    "params": [_legend_toggle()],
+                    "mark": {"type": "line", "point": False},
+                    "encoding": {"x": x, "y": {**y, "aggregate": "median"}, "color": color,
+                                 "opacity": opacity},
+                },
+                {
+                    "mark": {"type": "point", "filled": True, "size": 45},
+                    "encoding": {
+                        "x": x, "y": y, "color": color, "opacity": opacity,
+                        "tooltip": [
+                            {"field": "task", "type": "nominal"},
+                            {"field": "optimizer", "type": "nominal"},
+                            {"field": "config", "type": "nominal", "title": "configuration"},
+                            {"field": "seed", "type": "ordinal"},
+                            {"field": "step_size", "type": "quantitative", "format": "~g"},
+                            {"field": "value", "type": "quantitative", "format": ".4~g",
+                             "title": obj.label},
+                        ],
+                    },
+                },
+            ],
+        },
+        "config": {"view": {"stroke": "#dde2ea"}, "axis": {"labelFontSize": 11, "titleFontSize": 12}},
+    }
