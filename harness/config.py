@@ -58,6 +58,9 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     executor: inprocess            # inprocess | process | (ray, once registered)
     jobs: 1
     address: null                  # for executors that connect somewhere (ray)
+    checkpoint_every: 1min         # mid-trial checkpoints: N steps, "90s"/"10min"/"1h", or off
+    checkpoint_dir: null           # default: beside a SQLite store (./checkpoints for a server)
+    keep_final_checkpoint: false   # log each trial's final state as its checkpoint/ artifact
 
 Hyperparameter values: a scalar is fixed; a list is a grid axis; ``{log_grid: [low, high, num]}`` is
 ``num`` log-spaced values (6 significant digits); ``{value: X}`` is the literal X (use it for
@@ -384,6 +387,20 @@ class SweepConfig(_Strict):
     executor: str = Field(default="inprocess", max_length=100)
     jobs: Int = Field(default=1, gt=0, le=limits.MAX_JOBS)
     address: str | None = Field(default=None, max_length=limits.MAX_TEXT_CHARS)
+    checkpoint_every: int | str | None = None
+    checkpoint_dir: str | None = Field(default=None, max_length=limits.MAX_TEXT_CHARS)
+    keep_final_checkpoint: StrictBool = False
+
+    @field_validator("checkpoint_every", mode="before")
+    @classmethod
+    def _ckpt_every(cls, v: Any) -> Any:
+        from harness.checkpoint import parse_every
+
+        try:
+            return str(parse_every(v))  # canonical: "N steps", "Xs" or "off"
+        except ValueError as e:
+            msg = str(e).split(": ", 1)[-1]
+            raise PydanticCustomError("checkpoint_every", "{msg}", {"msg": msg}) from None
 
     @field_validator("seeds", mode="before")
     @classmethod

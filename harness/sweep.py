@@ -152,9 +152,13 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
 
     parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
     heartbeat = tracking.Heartbeat(uri, parent_id).start()
+    from harness import checkpoint
+
     ctx = RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id=parent_id, sweep_id=sweep_id,
                      sweep=cfg.name, git_commit=tracking.git_commit(), measure_perf=cfg.measure_perf,
-                     trial_tags=search_tags(specs))
+                     trial_tags=search_tags(specs), checkpoint_every=cfg.checkpoint_every or "default",
+                     checkpoint_dir=checkpoint.root_for(uri, cfg.checkpoint_dir),
+                     keep_final_checkpoint=cfg.keep_final_checkpoint)
     status = "KILLED"
     try:
         execute_with_progress(console, ex, units, ctx, outcomes, plan, quiet)

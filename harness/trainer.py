@@ -497,7 +497,8 @@ def _check_batch(specs: Sequence[TrialSpec]) -> None:
 
 
 def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, perf_cache: dict | None,
-           measure_perf: bool, on_progress: Callable[[int, int], None] | None) -> list[TrialResult]:
+           measure_perf: bool, on_progress: Callable[[int, int], None] | None,
+           checkpoints: Any = None) -> list[TrialResult]:
     _check_batch(specs)
     spec0 = specs[0]
     ds = dataset if dataset is not None else load_dataset(spec0.dataset, **spec0.hparams("dataset"))
@@ -530,13 +531,21 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
             if tr.active:
                 tr.add_eval(step, wall, float(loss[j]), {k: float(v[j]) for k, v in mets.items()})
 
-    record_eval(0, 0.0)
     steps, K = spec0.steps, spec0.steps_per_dispatch
     if K < 1:
         raise ValueError(f"steps_per_dispatch must be >= 1, got {K}")
-    step, wall = 0, 0.0
+    step, wall, done = 0, 0.0, False
+    # checkpoints (harness.checkpoint): resume at a chunk end of this very schedule, bit-identically
+    ck, pfn = checkpoints, (prog.params if T is None else jax.vmap(prog.params))
+    resumed = ck.restore(state, tracks, pfn) if ck is not None else None
+    if resumed is not None:
+        state, step, wall, done = resumed
+    else:
+        record_eval(0, 0.0)
     start_int = jnp.int32(0)
-    for seg_end in _eval_points(steps, spec0.eval_every):
+    for seg_end in [] if done else _eval_points(steps, spec0.eval_every):
+        if seg_end <= step:  # resumed past it
+            continue
         while step < seg_end:
             n = min(K, seg_end - step)
             start_int = jnp.int32(step)
@@ -563,9 +572,15 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
                 on_progress(step, steps)
             if not any(tr.active for tr in tracks):
                 break
+            if ck is not None and step < seg_end:
+                ck.after_chunk(step, wall, state, tracks, pfn)
         if not any(tr.active for tr in tracks):
             break
         record_eval(step, wall)
+        if ck is not None:
+            ck.after_chunk(step, wall, state, tracks, pfn, done=step >= steps)
+    if ck is not None:
+        ck.finish(step, wall, state, tracks, pfn)
 
     if any(tr.diverged_step is None for tr in tracks):  # the test split, once, after the last step
         test_exe, dt = e.get("eval", T, prog.params(state), state.model_state, e.x_test, e.y_test)
@@ -599,7 +614,9 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
             extra={"batched": len(specs) if batched else 1,
                    "eval_batch": min(e.M, EVAL_BATCH),
                    **{k: float(getattr(ds, k)) for k in ("loss_floor", "entropy_rate")
-                      if getattr(ds, k, None) is not None}},
+                      if getattr(ds, k, None) is not None},
+                   **({"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,
+                                      "save_s": ck.save_seconds}} if ck is not None else {})},
         ))
     return results
 
@@ -609,8 +626,8 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
 
 
 def run_trial(spec: TrialSpec, *, dataset: Dataset | None = None, perf_cache: dict | None = None,
-              measure_perf: bool = True, on_progress: Callable[[int, int], None] | None = None
-              ) -> TrialResult:
+              measure_perf: bool = True, on_progress: Callable[[int, int], None] | None = None,
+              checkpoints: Any = None) -> TrialResult:
     """Train one trial (see the module docstring for the method).
 
     Args:
@@ -620,6 +637,9 @@ def run_trial(spec: TrialSpec, *, dataset: Dataset | None = None, perf_cache: di
         measured once per distinct (model, optimizer, batch shape, dtype, device).
       measure_perf: time the step with :mod:`harness.timing` (``result.perf``); ``False`` skips it.
       on_progress: called ``on_progress(steps_done, total_steps)`` after every chunk.
+      checkpoints: a :class:`harness.checkpoint.UnitCheckpoints` for this trial (``None``: none):
+        training resumes from its newest checkpoint and saves at its cadence, only at chunk ends;
+        ``result.extra["checkpoint"]`` says from which step it resumed and how many it wrote.
 
     Returns:
       ``TrialResult`` with ``status`` ``"finished"`` or ``"diverged"``; curves hold Python floats/ints.
@@ -628,12 +648,13 @@ def run_trial(spec: TrialSpec, *, dataset: Dataset | None = None, perf_cache: di
       KeyError: unknown model/optimizer/schedule/dataset name. Any exception from building or
         training propagates (the caller records the trial as failed).
     """
-    return _train([spec], False, dataset, perf_cache, measure_perf, on_progress)[0]
+    return _train([spec], False, dataset, perf_cache, measure_perf, on_progress, checkpoints)[0]
 
 
 def run_trials_batched(specs: list[TrialSpec], *, dataset: Dataset | None = None,
                        perf_cache: dict | None = None, measure_perf: bool = True,
-                       on_progress: Callable[[int, int], None] | None = None) -> list[TrialResult]:
+                       on_progress: Callable[[int, int], None] | None = None,
+                       checkpoints: Any = None) -> list[TrialResult]:
     """Train trials sharing ``spec.batch_key()`` as one ``jax.vmap``-ed program.
 
     Result ``i`` equals ``run_trial(specs[i])`` within float32 rounding (tested at ``rtol=1e-4,
@@ -644,8 +665,8 @@ def run_trials_batched(specs: list[TrialSpec], *, dataset: Dataset | None = None
     """
     if len(specs) == 1:
         return [run_trial(specs[0], dataset=dataset, perf_cache=perf_cache, measure_perf=measure_perf,
-                          on_progress=on_progress)]
-    return _train(list(specs), True, dataset, perf_cache, measure_perf, on_progress)
+                          on_progress=on_progress, checkpoints=checkpoints)]
+    return _train(list(specs), True, dataset, perf_cache, measure_perf, on_progress, checkpoints)
 
 
 def should_batch(specs: list[TrialSpec]) -> bool:

@@ -72,6 +72,11 @@ class RunContext:
         invocation on this machine (0: it does not wait; the trial's outcome is ``deferred``).
       trial_tags: ``trial_id`` -> extra tags of that trial's run (e.g. ``harness.search``, the
         search method that sampled it, and ``harness.search_index``, its index in the sequence).
+      checkpoint_every: mid-trial checkpoint cadence (:func:`harness.checkpoint.parse_every`:
+        steps, ``"10min"``, ``"off"``; ``"default"`` = one minute, spaced by the save's cost). Never
+        part of a trial's id.
+      checkpoint_dir: checkpoint root (``""``: :func:`harness.checkpoint.root_for` the store).
+      keep_final_checkpoint: log each trial's final training state as its ``checkpoint/`` artifact.
     """
 
     tracking_uri: str
@@ -84,6 +89,9 @@ class RunContext:
     log_dataset: bool = True
     claim_wait_s: float = 0.0
     trial_tags: dict[str, dict[str, str]] = field(default_factory=dict)
+    checkpoint_every: str = "default"
+    checkpoint_dir: str = ""
+    keep_final_checkpoint: bool = False
 
 
 @dataclass
@@ -210,28 +218,65 @@ def _failed(spec: TrialSpec, exc: BaseException) -> TrialResult:
     return TrialResult(spec=spec, status="failed", reason=tb)
 
 
-def _train(specs: list[TrialSpec], ctx: RunContext) -> list[TrialResult]:
+def _checkpoints(specs: list[TrialSpec], ctx: RunContext, batched: int | None):
+    """The unit's :class:`harness.checkpoint.UnitCheckpoints` (``None`` when off)."""
+    from harness import checkpoint
+
+    root = ctx.checkpoint_dir or checkpoint.root_for(ctx.tracking_uri)
+    return checkpoint.for_unit(root, ctx.experiment_id, [s.trial_id for s in specs], batched,
+                               ctx.checkpoint_every, keep_final=ctx.keep_final_checkpoint)
+
+
+def _train(specs: list[TrialSpec], ctx: RunContext, cks: list | None = None) -> list[TrialResult]:
     """Train a unit; a raising batch falls back to one trial at a time so that only the trials
-    that raise on their own are FAILED."""
+    that raise on their own are FAILED. The unit's checkpoint handles are appended to ``cks`` as
+    ``(handle, trial ids)`` (the caller removes them once the results are in the store)."""
     from harness import trainer
 
+    cks = [] if cks is None else cks
     if len(specs) > 1:
+        ck = _checkpoints(specs, ctx, len(specs))
         try:
             ds = _dataset(specs[0])
             res = trainer.run_trials_batched(specs, dataset=ds, perf_cache=_PERF_CACHE,
-                                             measure_perf=ctx.measure_perf)
+                                             measure_perf=ctx.measure_perf, checkpoints=ck)
             if len(res) == len(specs):
+                if ck is not None:
+                    cks.append((ck, [s.trial_id for s in specs]))
                 return list(res)
         except Exception:
             pass
+        if ck is not None:
+            ck.release()
     out = []
     for s in specs:
+        ck = _checkpoints([s], ctx, None)
         try:
             out.append(trainer.run_trial(s, dataset=_dataset(s), perf_cache=_PERF_CACHE,
-                                         measure_perf=ctx.measure_perf))
+                                         measure_perf=ctx.measure_perf, checkpoints=ck))
         except Exception as e:
             out.append(_failed(s, e))
+        if ck is not None:
+            cks.append((ck, [s.trial_id]))
     return out
+
+
+def _end_checkpoints(cks: list, results: list[TrialResult], logged: set[str]) -> None:
+    """Remove the checkpoints of units whose trials all trained to an end and are in the store
+    (``logged``); keep (unlock) the others, so that the next attempt resumes them."""
+    ok = {r.spec.trial_id for r in results if r.status != "failed"} & logged
+    for ck, ids in cks:
+        if all(t in ok for t in ids):
+            ck.cleanup()
+        else:
+            ck.release()
+
+
+def _final_checkpoint(cks: list, trial_id: str) -> str | None:
+    for ck, ids in cks:
+        if trial_id in ids:
+            return ck.final_step_dir()
+    return None
 
 
 def _write_curves(res: TrialResult, path: Path) -> None:
@@ -325,6 +370,9 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
         buf.add("convergence/steps_to_target", res.steps_to_target, res.steps_to_target)
         buf.add("convergence/seconds_to_target", res.seconds_to_target, res.steps_to_target)
     tags = {"status": res.status}
+    ck = res.extra.get("checkpoint") or {}
+    if ck.get("resumed_from_step"):
+        tags["harness.resumed_from_step"] = str(ck["resumed_from_step"])
     if p is not None:
         tags["perf.dtype"] = p.dtype  # utilisation counts FLOPs against this dtype's peak
     if res.diverged_step is not None:
@@ -367,13 +415,17 @@ def _outcome(res: TrialResult, run_id: str | None, tracking_s: float) -> TrialOu
     return o
 
 
-def _finish_run(client, rid: str, res: TrialResult, t0_ms: int, ctx: RunContext) -> None:
-    """Log one trained trial and end its run (FINISHED, or FAILED for a trial that raised).
+def _finish_run(client, rid: str, res: TrialResult, t0_ms: int, ctx: RunContext,
+                final_checkpoint: str | None = None) -> None:
+    """Log one trained trial and end its run (FINISHED, or FAILED for a trial that raised);
+    ``final_checkpoint`` (a step directory) becomes its ``checkpoint/`` artifact.
 
     A write that fails leaves the run RUNNING (never FINISHED with part of its data): the caller
     spools the result, and the spool's replay ends that run KILLED and writes a complete one.
     """
     _log_result(client, rid, res, t0_ms, ctx)
+    if final_checkpoint and ctx.keep_final_checkpoint and res.status != "failed":
+        client.log_artifacts(rid, final_checkpoint, "checkpoint")
     if ctx.log_dataset and res.status != "failed":
         # provenance only: never fail a trial for it
         with contextlib.suppress(Exception):
@@ -612,8 +664,8 @@ def flush_logging() -> float:
     return time.perf_counter() - t0
 
 
-def _record(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, rid: str | None = None
-            ) -> tuple[str | None, dict[str, Any] | None]:
+def _record(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, rid: str | None = None,
+            final_checkpoint: str | None = None) -> tuple[str | None, dict[str, Any] | None]:
     """Write one trained result (a run ``rid`` made before training, or a new one), or spool it.
 
     Returns ``(run id or None, spool entry or None)``. Never raises for the store's errors.
@@ -631,7 +683,7 @@ def _record(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, rid: s
                 return None, None
             rid = client.create_run(ctx.experiment_id, start_time=t0_ms, tags=_tags(res.spec, ctx),
                                     run_name=run_name(res.spec)).info.run_id
-        _finish_run(client, rid, res, t0_ms, ctx)
+        _finish_run(client, rid, res, t0_ms, ctx, final_checkpoint)
     except Exception as e:
         try:
             entry = _spool(res, t0_ms, ctx, rid, e)
@@ -647,11 +699,20 @@ def _record(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, rid: s
     return rid, None
 
 
-def _record_in_background(res: TrialResult, t0_ms: int, ctx: RunContext, claim=None) -> None:
+def _record_in_background(res: TrialResult, t0_ms: int, ctx: RunContext, claim=None,
+                          final_checkpoint: str | None = None) -> None:
     """Background-thread body: claim the trial in the store (a FINISHED run that appeared
     meanwhile wins and this result is dropped), then create, fill and end its run; spool it if the
     store fails."""
-    _record(None, res, t0_ms, ctx, claim)
+    _record(None, res, t0_ms, ctx, claim, final_checkpoint=final_checkpoint)
+
+
+def _end_checkpoints_after(futs: list[cf.Future], cks: list, results: list[TrialResult]) -> None:
+    """Background-thread body, queued after a unit's writes: remove its checkpoints if its results
+    are in the store or the spool (the single writer thread runs in order, so they are done)."""
+    logged = {r.spec.trial_id for r, f in zip(results, futs, strict=True)
+              if f.done() and f.exception() is None}
+    _end_checkpoints(cks, results, logged)
 
 
 def _needs_perf_measurement(unit: list[TrialSpec]) -> bool:
@@ -670,21 +731,29 @@ def _execute_unit_background(unit: list[TrialSpec], ctx: RunContext, wait_s: flo
             flush_logging()  # throughput is timed on a quiet process: no MLflow writes alongside
         t0_ms = int(time.time() * 1000)
         t_train = time.perf_counter()
+        cks: list = []
         try:
-            results = _train(list(todo), ctx)
+            results = _train(list(todo), ctx, cks)
         except BaseException:
             for c in claims.values():
                 _release(c)
+            for ck, _ in cks:
+                ck.release()
             raise
         train_s = time.perf_counter() - t_train
+        futs = []
         for res in results:
             t1 = time.perf_counter()
             claim = claims.pop(res.spec.trial_id, None)
-            _PENDING.append(_background_pool().submit(_record_in_background, res, t0_ms, ctx, claim))
+            futs.append(_background_pool().submit(_record_in_background, res, t0_ms, ctx, claim,
+                                                  _final_checkpoint(cks, res.spec.trial_id)))
+            _PENDING.append(futs[-1])
             o = _outcome(res, None, time.perf_counter() - t1)
             o.wall_seconds = o.tracking_seconds + train_s / len(results)
             o.spooled = tracking.HEALTH.down
             outcomes[res.spec.trial_id] = o
+        if cks:
+            _PENDING.append(_background_pool().submit(_end_checkpoints_after, futs, cks, results))
     for c in claims.values():  # claimed, but not trained (cannot happen; be safe)
         _release(c)
     return [outcomes[s.trial_id] for s in unit]
@@ -739,21 +808,31 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
     if todo:
         t0_ms = int(time.time() * 1000)
         t_train = time.perf_counter()
+        cks: list = []
         try:
-            results = _train(todo, ctx)
+            results = _train(todo, ctx, cks)
         except BaseException as e:  # KeyboardInterrupt etc.: leave nothing RUNNING
             for rid in run_ids.values():
                 with contextlib.suppress(Exception):
                     client.set_terminated(rid, status="KILLED")
             for c in claims.values():
                 _release(c)
+            for ck, _ in cks:
+                ck.release()
             raise e
         train_s = time.perf_counter() - t_train
+        logged: set[str] = set()
         for res in results:
             t1 = time.perf_counter()
             tid = res.spec.trial_id
             rid = run_ids.get(tid)
-            rid_out, entry = _record(client, res, t0_ms, ctx, claims.pop(tid, None), rid)
+            try:
+                rid_out, entry = _record(client, res, t0_ms, ctx, claims.pop(tid, None), rid,
+                                         _final_checkpoint(cks, tid))
+            except BaseException:
+                _end_checkpoints(cks, results, logged)
+                raise
+            logged.add(tid)
             spent = time.perf_counter() - t1 + pre_s / len(todo)
             o = _outcome(res, None if entry else rid_out, spent)
             o.wall_seconds = spent + train_s / len(todo)
@@ -761,6 +840,7 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
                 o.spooled = True
                 o.extra["spool_entry"] = entry
             outcomes[tid] = o
+        _end_checkpoints(cks, results, logged)  # in the store or the spool: no longer needed
     for c in claims.values():
         _release(c)
     return [outcomes[s.trial_id] for s in unit]

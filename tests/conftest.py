@@ -151,12 +151,14 @@ def fake_trainer(monkeypatch):
 
     opts = {"sleep": 0.0, "raise_for": (), "diverge_for": (), "calls": []}
 
-    def run_trial(spec, *, dataset=None, perf_cache=None, measure_perf=True, on_progress=None):
+    def run_trial(spec, *, dataset=None, perf_cache=None, measure_perf=True, on_progress=None,
+                  checkpoints=None):
         opts["calls"].append(spec.trial_id)
         return fake_result(spec, sleep=opts["sleep"], raise_for=opts["raise_for"],
                            diverge_for=opts["diverge_for"])
 
-    def run_trials_batched(specs, *, dataset=None, perf_cache=None, measure_perf=True, on_progress=None):
+    def run_trials_batched(specs, *, dataset=None, perf_cache=None, measure_perf=True, on_progress=None,
+                           checkpoints=None):
         return [run_trial(s) for s in specs]
 
     monkeypatch.setattr(trainer, "run_trial", run_trial)

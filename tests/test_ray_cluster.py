@@ -16,6 +16,7 @@ the machine).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -293,3 +294,56 @@ def test_cli_sweep_on_ray_resumes_after_the_driver_is_killed(ray_head, mlflow_se
         got = "second" if fin.data.tags["mlflow.parentRunId"] == second_parent else "first"
         assert got == expect, (tid, [r.info.status for r in runs])
         assert all(r.info.status in ("FINISHED", "KILLED") for r in runs), [r.info.status for r in runs]
+
+
+def test_a_ray_task_resumes_a_unit_from_the_checkpoint_of_an_attempt_that_died(ray_head, ray_env, tmp_path):
+    """The first attempt of two units (one trial, one vmapped pair) dies after chunk 3 in this
+    process (a hook raises, as a killed worker would stop), leaving their checkpoints in a shared
+    directory; Ray workers then run the units: each resumes from step 30 (``harness.resumed_from_step``)
+    and its ``curves.csv`` equals an uninterrupted run bit for bit."""
+    import csv
+
+    from harness import checkpoint, trainer
+
+    sweep = "ray-ckpt"
+    specs = _specs(sweep)
+    units = [specs[:1], specs[2:4]]
+    ck_root = str(tmp_path / "ckpt")
+    uri = f"sqlite:///{tmp_path}/ray.db"
+    ctx, client = _context(uri, sweep)
+    ctx = dataclasses.replace(ctx, checkpoint_every="10 steps", checkpoint_dir=ck_root)
+
+    class Died(Exception):
+        pass
+
+    class DiesAfter3(checkpoint.UnitCheckpoints):
+        n = 0
+
+        def after_chunk(self, *a, **kw):
+            super().after_chunk(*a, **kw)
+            self.n += 1
+            if self.n == 3:
+                raise Died
+
+    ref = {}
+    for u in units:
+        T = len(u) if len(u) > 1 else None
+        d = f"{ck_root}/{ctx.experiment_id}/{checkpoint.unit_key([s.trial_id for s in u], T)}"
+        ck = DiesAfter3(d, [s.trial_id for s in u], T, checkpoint.parse_every(10))
+        with pytest.raises(Died):
+            trainer.run_trials_batched(u, measure_perf=False, checkpoints=ck)
+        ck.release()
+        for r in trainer.run_trials_batched(u, measure_perf=False):
+            ref[r.spec.trial_id] = [["train", str(s), str(v)] for s, v in
+                                    zip(r.curves.train_step, r.curves.train_loss, strict=True)]
+    reported: list = []
+    RayExecutor(address=ray_head, cpus_per_trial=1, poll_s=0.2).run(units, ctx, reported.extend)
+    assert {o.status for o in reported} == {"finished"}, [o.reason for o in reported]
+    for tid, runs in tracking.trial_runs(client, ctx.experiment_id).items():
+        (run,) = runs
+        assert run.info.status == "FINISHED" and run.data.tags["harness.resumed_from_step"] == "30"
+        path = client.download_artifacts(run.info.run_id, "curves.csv", str(tmp_path / tid))
+        with open(path) as f:
+            rows = [[r["split"], r["step"], r["loss"]] for r in csv.DictReader(f) if r["split"] == "train"]
+        assert rows == ref[tid], tid
+    assert list(Path(ck_root).glob("*/*")) == []  # removed once the results were in the store
