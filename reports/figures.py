@@ -618,18 +618,25 @@ def format_pm(mean: float, half: float, n: int, unit: str = "") -> str:
     return f"{mean:.{d}f} ± {half:.{d}f}{unit}"
 
 
-def format_interval(mean: float, lo: float, hi: float, n: int, how: str = "", unit: str = "") -> str:
-    """``mean [lo, hi] · how`` (``min–max of 2 seeds (< 5)``, ``95% bootstrap, 6 seeds``), rounded
-    to two significant digits of the interval's width; ``mean (1 seed)``; ``—`` without values."""
+def interval_words(how: str, n: int) -> str:
+    """What an interval across ``n`` seeds is: ``min–max of 2 seeds (< 5)``, ``95% bootstrap, 6 seeds``."""
+    return f"min–max of {n} seeds (< {MIN_SEEDS})" if how == "min–max" else f"95% bootstrap, {n} seeds"
+
+
+def format_interval(mean: float, lo: float, hi: float, n: int, how: str = "", unit: str = "",
+                    say_how: bool = True) -> str:
+    """``mean [lo, hi] · how`` (:func:`interval_words`; left out with ``say_how=False``, for a
+    table that says it once per row), rounded to two significant digits of the interval's width;
+    ``mean (1 seed)``; ``—`` without values."""
     if n == 0 or not math.isfinite(mean):
         return "—"
     if n == 1:
         return f"{mean:.4g}{unit} (1 seed)"
-    what = f"min–max of {n} seeds (< {MIN_SEEDS})" if how == "min–max" else f"95% bootstrap, {n} seeds"
+    what = f" · {interval_words(how, n)}" if say_how else ""
     if not hi > lo:
-        return f"{mean:.4g} [{lo:.4g}, {hi:.4g}]{unit} · {what}"
+        return f"{mean:.4g} [{lo:.4g}, {hi:.4g}]{unit}{what}"
     d = max(0, 1 - math.floor(math.log10(hi - lo)))
-    return f"{mean:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]{unit} · {what}"
+    return f"{mean:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]{unit}{what}"
 
 
 def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
@@ -637,7 +644,8 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     headlined by its **test** metric across seeds (:func:`reports.protocol.headline`).
 
     Intervals across seeds are :func:`reports.protocol.seed_interval`: min–max with fewer than
-    ``MIN_SEEDS`` seeds (the cell says so), else a 95% bootstrap percentile interval of the mean;
+    ``MIN_SEEDS`` seeds (the row's "Interval" column says so, once; a cell whose interval is of
+    another kind, e.g. time to target over fewer seeds, says its own), else a 95% bootstrap percentile interval of the mean;
     both stay inside the metric's range. "Beats" lists the optimizers whose test metric this one's
     exceeds by a paired bootstrap across seeds at 95% (needs ``MIN_SEEDS`` paired seeds;
     :func:`reports.protocol.pairwise_comparisons`). Runs from before the three-split protocol show
@@ -665,11 +673,15 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
         bad = g["status"].value_counts().drop("finished", errors="ignore")
         c = comps[(comps["task"] == b.task) & (comps["a"] == b.optimizer)]
         won = c[c["a_better"]]
+        row_how = (acc[4], acc[3]) if h["protocol"] == PROTOCOL_ONE_SPLIT else (h["interval"], int(h["test_n"]))
+
+        def cell(mean, lo, hi, n, how, row_how=row_how):
+            return format_interval(mean, lo, hi, n, how, say_how=(how, n) != row_how and n > 1)
+
         if h["protocol"] == PROTOCOL_ONE_SPLIT:
             test_cell, beats = f"— ({PROTOCOL_ONE_SPLIT})", "—"
         else:
-            test_cell = format_interval(h["test"], h["test_lo"], h["test_hi"], int(h["test_n"]),
-                                        h["interval"])
+            test_cell = cell(h["test"], h["test_lo"], h["test_hi"], int(h["test_n"]), h["interval"])
             if len(won):
                 beats = ", ".join(f"{r.b} ({r.diff:+.3g})" for r in won.itertuples())
             elif len(c) and int(c["n"].max()) < MIN_SEEDS:
@@ -683,16 +695,17 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Best configuration": b.config,
             "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
             + (" (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
+            "Interval": interval_words(*row_how) if row_how[1] > 1 else "—",
             f"Test {test_name} (selected on validation)": test_cell,
             "Beats (paired bootstrap, 95%)": beats,
-            "Validation accuracy": format_interval(*acc),
-            "Validation loss": format_interval(*loss),
+            "Validation accuracy": cell(*acc),
+            "Validation loss": cell(*loss),
         }
         if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
-            row["Gap to entropy rate (nats)"] = format_interval(*protocol.seed_interval(fin[M_FINAL_GAP]))
+            row["Gap to entropy rate (nats)"] = cell(*protocol.seed_interval(fin[M_FINAL_GAP]))
         if obj.target_metric is not None:
             row["Time to target (s)"] = (
-                (format_interval(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
+                (cell(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
                 if ttt[3]
                 else f"not reached (0/{b.n_seeds})"
             )
