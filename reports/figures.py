@@ -42,6 +42,7 @@ from reports.frame import (
     best_configs,
     curves,
     objective,
+    per_frame,
     summaries,
 )
 from reports.layout import grid_shape, new_figure, task_labels
@@ -105,6 +106,7 @@ def png_bytes(fig: Figure, dpi: int = 100) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # Convergence curves
 # ---------------------------------------------------------------------------------------------
+@per_frame
 def best_curves(frame: pd.DataFrame) -> pd.DataFrame:
     """Curve rows of each (task, optimizer)'s best configuration (see ``best_configs``)."""
     best = best_configs(frame)[["task", "optimizer", "config_id"]]
@@ -930,6 +932,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         tuning_figure,
         "No finished configuration.",
         lambda f: _protocol().tuning_curves(f),
+        lambda f: _interactive().tuning_curves_spec(f),
     ),
     FigureSpec(
         "tuned_time_to_result",

@@ -640,6 +640,33 @@ def load_frame(experiment: str, sweep_id: str | None = None, tracking_uri: str |
 # ---------------------------------------------------------------------------------------------
 # Views shared by figures, tables and the baseline comparison
 # ---------------------------------------------------------------------------------------------
+_MEMO: dict[tuple, tuple[Any, pd.DataFrame]] = {}
+
+
+def per_frame(fn):
+    """Memoise a view ``fn(frame) -> DataFrame`` per frame object: a report asks for the same
+    view (best configurations, configuration values) from a dozen figures and tables, and each
+    costs a pass over every row. Keyed by the frame's identity (checked through a weak reference,
+    so a new frame at a recycled address is never served an old result); a caller gets its own
+    copy. Frames are treated as immutable once loaded: every view here only reads them."""
+    import functools
+    import weakref
+
+    @functools.wraps(fn)
+    def view(frame: pd.DataFrame) -> pd.DataFrame:
+        key = (fn.__qualname__, id(frame))
+        hit = _MEMO.get(key)
+        if hit is not None and hit[0]() is frame:
+            return hit[1].copy()
+        out = fn(frame)
+        for k in [k for k, (ref, _) in _MEMO.items() if ref() is None]:
+            del _MEMO[k]  # frames that are gone
+        _MEMO[key] = (weakref.ref(frame), out)
+        return out.copy()
+
+    return view
+
+
 def summaries(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per trial (the ``summary`` rows)."""
     return frame[frame["row"] == "summary"].reset_index(drop=True)
@@ -692,6 +719,7 @@ def objective(frame: pd.DataFrame) -> Objective:
     return Objective(M_FINAL_LOSS, "min", None, math.nan)
 
 
+@per_frame
 def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     """The best configuration of each optimizer on each task, one row per (task, optimizer).
 

@@ -310,3 +310,93 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
         },
         "config": {"view": {"stroke": "#dde2ea"}, "axis": {"labelFontSize": 11, "titleFontSize": 12}},
     }
+
+
+def tuning_curves_long(frame: pd.DataFrame) -> pd.DataFrame:
+    """:func:`reports.protocol.tuning_curves` in long form: one row per (task label, optimizer,
+    k, curve) with ``curve`` ``"validation (selects)"`` or ``"test of the selected"``, ``value``,
+    ``lo``, ``hi`` (the 95% bootstrap band) and ``n_configs``."""
+    from reports import protocol
+
+    tc = protocol.tuning_curves(frame)
+    if tc.empty:
+        return pd.DataFrame()
+    labels = task_labels(frame)
+    parts = []
+    for curve, col in (("validation (selects)", "valid"), ("test of the selected", "test")):
+        part = tc[tc[col].notna()]
+        parts.append(pd.DataFrame({
+            "task": part["task"].map(labels).fillna(part["task"]).to_numpy(),
+            "optimizer": part["optimizer"].to_numpy(), "k": part["k"].to_numpy(int),
+            "curve": curve, "value": part[col].to_numpy(float),
+            "lo": part[f"{col}_lo"].to_numpy(float), "hi": part[f"{col}_hi"].to_numpy(float),
+            "n_configs": part["n_configs"].to_numpy(int)}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
+    """Vega-Lite spec of the tuning curves (Dodge et al. 2019): expected best validation metric
+    after k configurations (solid) and the expected test metric of the one validation selects
+    (dashed), each with its bootstrap band, one panel per task; click the legend to toggle
+    optimizers, hover for k, the value and its band. ``None`` without finished configurations."""
+    d = tuning_curves_long(frame)
+    if d.empty:
+        return None
+    obj = objective(frame)
+    cols, width = _facet_width(d["task"].nunique())
+    opts = sorted(d["optimizer"].unique())
+    color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
+             "legend": {"title": "optimizer (click to toggle)", "orient": "top"}}
+    dash = {"field": "curve", "type": "nominal", "scale": {"domain": ["validation (selects)",
+                                                                      "test of the selected"],
+                                                           "range": [[1, 0], [6, 3]]},
+            "legend": {"title": None, "orient": "top"}}
+    x = {"field": "k", "type": "quantitative", "axis": {"title": "configurations tried (k)",
+                                                        "tickMinStep": 1, "format": "d"}}
+    name = obj.label.replace("final validation ", "")
+    y = {"field": "value", "type": "quantitative", "scale": {"type": "linear", "zero": False},
+         "axis": {"title": f"expected {name} of the validation-best"}}
+    shown = {"condition": {"param": "shown", "value": 0.9}, "value": 0.06}
+    return {
+        "$schema": SCHEMA,
+        "usermeta": {"ylog": False},
+        "data": {"values": _records(d)},
+        "transform": [{"filter": "isValid(datum.value)"}],  # > 0 added by the log switch
+        "facet": {"field": "task", "type": "nominal", "title": None,
+                  "header": {"labelFontSize": 13, "labelFontWeight": "bold"}},
+        "columns": cols,
+        "resolve": {"scale": {"y": "independent"}},
+        "spec": {
+            "width": width,
+            "height": 260,
+            "layer": [
+                {
+                    "mark": {"type": "area", "opacity": 0.12},
+                    "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
+                                 "y2": {"field": "hi"}, "color": {**color, "legend": None},
+                                 "detail": {"field": "curve", "type": "nominal"}},
+                    "transform": [{"filter": "datum.curve == 'validation (selects)'"}],
+                },
+                {
+                    "params": [_legend_toggle()],
+                    "mark": {"type": "line", "point": {"filled": True, "size": 30}},
+                    "encoding": {
+                        "x": x, "y": y, "color": color, "strokeDash": dash, "opacity": shown,
+                        "tooltip": [
+                            {"field": "task", "type": "nominal"},
+                            {"field": "optimizer", "type": "nominal"},
+                            {"field": "curve", "type": "nominal"},
+                            {"field": "k", "type": "quantitative", "title": "configurations (k)"},
+                            {"field": "n_configs", "type": "quantitative", "title": "of N"},
+                            {"field": "value", "type": "quantitative", "format": ".4~g"},
+                            {"field": "lo", "type": "quantitative", "format": ".4~g",
+                             "title": "band low (95%)"},
+                            {"field": "hi", "type": "quantitative", "format": ".4~g",
+                             "title": "band high (95%)"},
+                        ],
+                    },
+                },
+            ],
+        },
+        "config": {"view": {"stroke": "#dde2ea"}, "axis": {"labelFontSize": 11, "titleFontSize": 12}},
+    }

@@ -54,6 +54,7 @@ from reports.frame import (
     M_STEPS_TO_TARGET,
     PROTOCOL_ONE_SPLIT,
     objective,
+    per_frame,
     summaries,
 )
 
@@ -216,6 +217,7 @@ def tuning_curve(valid: Sequence[float], test: Sequence[float] | None, mode: str
 # ---------------------------------------------------------------------------------------------
 # Configurations of a sweep
 # ---------------------------------------------------------------------------------------------
+@per_frame
 def config_values(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (task, optimizer, config_id) with its validation and test value (module
     docstring: mean over seeds, non-finished seeds imputed with the task's worst value).

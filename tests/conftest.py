@@ -22,6 +22,40 @@ from pathlib import Path
 import pytest
 import yaml
 
+# --------------------------------------------------------------------------- session-wide settings
+
+# One persistent XLA compilation cache per test process (per xdist worker), inherited by every
+# subprocess the tests start (sweeps, --jobs workers, Ray workers): a program compiled once is
+# loaded, not recompiled, by the next test or re-run that builds the same program. Results are the
+# same executables, so bit-identity checks are unaffected; compile times stay > 0 (a load).
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    _JAX_CACHE = tempfile.mkdtemp(prefix="harness-tests-jax-cache-")
+    os.environ.update({"JAX_COMPILATION_CACHE_DIR": _JAX_CACHE,
+                       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                       "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
+else:
+    _JAX_CACHE = None
+
+#: Test files that take minutes (kill/re-run cycles, a Ray head, real sweeps): collected first, so
+#: that with ``-n 2 --dist loadfile`` they start at once instead of being the run's tail.
+HEAVY_FIRST = ("test_checkpoint_kill.py", "test_ray_cluster.py", "test_faults_store.py",
+               "test_report_layout.py", "test_zoo.py", "test_trainer.py", "test_reports.py",
+               "test_sweep.py", "test_checkpoint.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable
+
+
+def pytest_unconfigure(config):
+    if _JAX_CACHE is not None and not hasattr(config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(_JAX_CACHE, ignore_errors=True)
+
 # --------------------------------------------------------------------------- MLflow stores
 
 

@@ -212,15 +212,26 @@ def test_report_page_inline_svg_downloads_interactive_and_tables(sweeps):
     assert not re.search(r'\s(?:src|href)="(?!data:|#)', page)
     assert "default-src 'none'" in page and "connect-src" not in page
     specs = re.findall(r'<script type="application/json" id="([a-z-]+)-spec">(.*?)</script>', text, re.S)
-    assert [k for k, _ in specs] == ["convergence-steps"]  # quickstart: no step-size grid to tune
-    compile_check(json.loads(specs[0][1]))  # a valid Vega-Lite spec
+    # quickstart: no step-size grid to tune, so no interactive sensitivity view
+    assert [k for k, _ in specs] == ["convergence-steps", "tuning-curves"]
+    for _, spec in specs:
+        compile_check(json.loads(spec))  # a valid Vega-Lite spec
+    # the interactive tuning curves hold the numbers of the static figure (reports.protocol)
+    import reports
+    from reports import protocol
+
+    tc = protocol.tuning_curves(reports.load_frame("quickstart", tracking_uri=sweeps["uri"]))
+    rows = json.loads(dict(specs)["tuning-curves"])["data"]["values"]
+    valid = sorted((r["optimizer"], r["k"], r["value"]) for r in rows if r["curve"].startswith("valid"))
+    assert valid == sorted(zip(tc["optimizer"], tc["k"].astype(int), tc["valid"], strict=True))
+    assert {r["curve"] for r in rows} == {"validation (selects)", "test of the selected"}
     assert "window.vegaEmbed" in text
     assert 'id="leaderboard-table" class="sortable"' in text and 'id="trials-table" class="sortable"' in text
     assert text.count("<tr><td><b>") == 2  # the label → configuration table: one row per task
     assert "model.hidden=32" in text and "cnn · digits" in text
     three = sweeps["three-tasks"].read_text(encoding="utf-8")
     assert re.findall(r'<script type="application/json" id="([a-z-]+)-spec">', three) == [
-        "convergence-steps", "sensitivity"]
+        "convergence-steps", "tuning-curves", "sensitivity"]
 
 
 def test_summary_table_fits_80_columns(sweeps):
