@@ -290,7 +290,7 @@ def synthetic(num_examples: int = 1024, num_test: int = 256, input_shape: tuple[
 def markov_lm(vocab_size: int = 16, order: int = 2, seq_len: int = 32, concentration: float = 0.3,
               num_train: int = 16384, num_valid: int = 512, num_test: int = 512,
               seed: int = 0) -> Dataset:
-    """Next-token sequences from a random order-``order`` Markov chain with an exactly known entropy
+    """Next-token sequences from a random Markov chain of order ``order`` with an exactly known entropy
     rate: :func:`harness.sequences.markov_lm` (its docstring has the method and the defaults)."""
     from harness.sequences import markov_lm as _markov_lm
 

@@ -63,9 +63,10 @@ def _fmt(x: float | None, spec: str = ".4f") -> str:
 def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
     """Best configuration per (dataset, model, optimizer), ranked exactly like the HTML report's
     leaderboard (:func:`reports.frame.best_configs`); the first difference decides: more seeds that
-    reached the target; lower median seconds to target; more seeds finished (not diverged or
-    failed); better mean final target metric on **validation** (valid/accuracy, or valid/loss for
-    loss targets). Selection never reads the test split: ``value`` is the selected configuration's
+    reached the target; lower median steps to target (one optimizer's steps cost the same, and
+    steps carry no wall-clock noise); more seeds finished (not diverged or failed); better mean
+    final target metric on **validation** (valid/accuracy, or valid/loss for loss targets); lower
+    median seconds to target; the configuration's name. Identical results select identically. Selection never reads the test split: ``value`` is the selected configuration's
     mean validation metric, ``test_value`` its mean test metric over the seeds that have one (the
     headline number; ``None`` for runs from before the three-split protocol)."""
     groups: dict[tuple, list[TrialOutcome]] = {}
@@ -93,8 +94,10 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
         }
         sign = 1.0 if is_loss else -1.0
         row["_rank"] = (-row["reached"],
+                        math.inf if row["steps_to_target"] is None else row["steps_to_target"],
+                        -len(ok), math.inf if row["value"] is None else sign * row["value"],
                         math.inf if row["seconds_to_target"] is None else row["seconds_to_target"],
-                        -len(ok), math.inf if row["value"] is None else sign * row["value"])
+                        str(conf))
         key = (ds, model, opt)
         if key not in best or row["_rank"] < best[key]["_rank"]:
             best[key] = row
@@ -139,9 +142,9 @@ def print_summary(console, summary: SweepSummary) -> None:
               title=f"{summary.name}: best configuration per task and optimizer\n"
                     f"{c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed, "
                     f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s",
-              caption="best = selected on validation: most seeds reaching the target, then fastest, "
-                      "then most finished, then best validation metric; test = its mean test metric; "
-                      "full configurations: the HTML report")
+              caption="best = selected on validation: most seeds reaching the target, then fewest "
+                      "steps to it, then most finished, then best validation metric; test = its mean "
+                      "test metric; full configurations: the HTML report")
     t.add_column("task", no_wrap=True)
     t.add_column("optimizer", no_wrap=True)
     t.add_column("best config", overflow="fold")

@@ -723,11 +723,16 @@ def objective(frame: pd.DataFrame) -> Objective:
 def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     """The best configuration of each optimizer on each task, one row per (task, optimizer).
 
-    Ranking (first difference decides): more seeds that reached the target; lower median
-    ``convergence/seconds_to_target`` over the seeds that reached it; more seeds that finished
-    (not diverged/failed); better mean of the objective's final metric over finished seeds.
+    Selection among one optimizer's configurations (first difference decides): more seeds that
+    reached the target; lower median ``convergence/steps_to_target`` over the seeds that reached
+    it (one optimizer's steps all cost the same, so steps measure its speed without the
+    wall-clock's noise); more seeds that finished (not diverged/failed); better mean of the
+    objective's final metric over finished seeds; then lower median seconds to target, then
+    ``config_id``. Identical per-trial results therefore always select the same configuration.
     Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, n_reached, rank``
-    (``rank`` 1 = best optimizer on the task by the same ordering).
+    (``rank`` 1 = best optimizer on the task: more seeds reaching the target, then lower median
+    **seconds** to target, since optimizers' steps cost different times, then more finished, then
+    the final metric).
     """
     s = summaries(frame)
     obj = objective(frame)
@@ -741,7 +746,10 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
         fin = g[g["status"] == "finished"]
         reached = fin[M_SECONDS_TO_TARGET].notna() | fin[M_STEPS_TO_TARGET].notna()
         ttt = fin.loc[fin[M_SECONDS_TO_TARGET].notna(), M_SECONDS_TO_TARGET]
+        steps = fin.loc[fin[M_STEPS_TO_TARGET].notna(), M_STEPS_TO_TARGET]
         final = fin[obj.final].dropna()
+        secs = float(ttt.median()) if len(ttt) else math.inf
+        metric = sign * float(final.mean()) if len(final) else math.inf
         rows.append(
             {
                 "task": task,
@@ -751,18 +759,15 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
                 "n_seeds": len(g),
                 "n_finished": len(fin),
                 "n_reached": int(reached.sum()),
-                "_key": (
-                    -int(reached.sum()),
-                    float(ttt.median()) if len(ttt) else math.inf,
-                    -len(fin),
-                    sign * float(final.mean()) if len(final) else math.inf,
-                ),
+                "_key": (-int(reached.sum()), float(steps.median()) if len(steps) else math.inf,
+                         -len(fin), metric, secs, str(cid)),
+                "_rank_key": (-int(reached.sum()), secs, -len(fin), metric, str(opt)),
             }
         )
     allc = pd.DataFrame(rows).sort_values("_key", kind="stable")
     best = allc.groupby(["task", "optimizer"], sort=False).head(1).copy()
-    best["rank"] = best.groupby("task")["_key"].rank(method="first").astype(int)
-    return best.drop(columns="_key").sort_values(["task", "rank"]).reset_index(drop=True)
+    best["rank"] = best.groupby("task")["_rank_key"].rank(method="first").astype(int)
+    return best.drop(columns=["_key", "_rank_key"]).sort_values(["task", "rank"]).reset_index(drop=True)
 
 
 def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float, int]:

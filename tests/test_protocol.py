@@ -265,3 +265,42 @@ def test_runs_from_before_the_protocol_are_labelled_one_split(tmp_path, tracking
     # the page itself (figures left out: drawing them is the other test's business)
     html = render(RF.load_sweep("old", tracking_uri=tracking_uri), {}, F.leaderboard(frame))
     assert "— (selected and reported on one split)" in html
+
+
+def _tie_outcomes(jitter: dict[str, float]):
+    """Two configurations of one optimizer whose seeds reach the target at the same steps;
+    'cosine' has the better validation accuracy; ``jitter`` adds wall-clock seconds per config."""
+    from harness.worker import TrialOutcome
+
+    out = []
+    for conf, acc in (("constant", 0.95), ("cosine", 0.97)):
+        for seed, steps in ((0, 150), (1, 100)):
+            out.append(TrialOutcome(
+                trial_id=f"{conf}-{seed}", status="finished", model="cnn", optimizer="adam",
+                schedule=conf, dataset="digits", seed=seed, config=f"adam {conf} lr=0.003",
+                final_valid_accuracy=acc, final_valid_loss=0.1, test_accuracy=acc - 0.01,
+                test_loss=0.1, steps_to_target=steps,
+                seconds_to_target=steps * 1e-3 + jitter.get(conf, 0.0)))
+    return out
+
+
+def test_selection_ignores_wall_clock_noise_when_steps_tie():
+    """Found by a new user: identical per-trial results selected different configurations in
+    two runs because seconds to target (wall-clock noise) decided a tie in steps. Steps, then
+    the validation metric, decide now; seconds only break a tie in both."""
+    from harness.summary import best_configs
+    from reports import frame as RF
+
+    for jitter in ({"constant": 0.0, "cosine": 0.05}, {"constant": 0.05, "cosine": 0.0}):
+        outcomes = _tie_outcomes(jitter)
+        (row,) = best_configs(outcomes)
+        assert row["config"] == "adam cosine lr=0.003" and row["value"] == pytest.approx(0.97)
+        summary = pd.DataFrame([{
+            "row": "summary", "task": "cnn / digits", "optimizer": o.optimizer,
+            "config_id": o.schedule, "config": o.config, "status": o.status, "seed": o.seed,
+            RF.M_SECONDS_TO_TARGET: o.seconds_to_target, RF.M_STEPS_TO_TARGET: o.steps_to_target,
+            RF.M_FINAL_ACC: o.final_valid_accuracy, RF.M_FINAL_LOSS: o.final_valid_loss,
+            "target_metric": "valid/accuracy", "target_mode": "max", "target_value": 0.9}
+            for o in outcomes])
+        best = RF.best_configs(summary)
+        assert list(best["config"]) == ["adam cosine lr=0.003"], jitter
