@@ -453,10 +453,19 @@ class UnitCheckpoints:
 
     def finish(self, step: int, wall_s: float, state: Any, tracks: list[Any], params_fn: Callable) -> None:
         """End of training: save the final state (``done``) if this unit has checkpoints at all
-        (so a kill before the results reach the store loses no training) or ``keep_final``."""
+        (so a kill before the results reach the store loses no training) or ``keep_final``.
+
+        With the default (adaptive) cadence the final save obeys the same spacing as the others:
+        it is skipped when less than ``ADAPTIVE_FACTOR`` × the last save's duration has passed
+        since that save (a kill before the store write then resumes from the last checkpoint and
+        trains that stretch again), so a trial just past the cadence pays one save, not two."""
         if self._disabled or self._latest == step:
             return
-        if self.keep_final or self._latest is not None:
+        if self.keep_final:
+            self.save(step, wall_s, state, tracks, params_fn, done=True)
+        elif self._latest is not None:
+            if self.adaptive and time.monotonic() - self._last_t < ADAPTIVE_FACTOR * self._last_save_s:
+                return
             self.save(step, wall_s, state, tracks, params_fn, done=True)
 
     def save(self, step: int, wall_s: float, state: Any, tracks: list[Any], params_fn: Callable,

@@ -166,6 +166,31 @@ def test_resume_from_the_final_checkpoint_trains_nothing(tmp_path, digits_ds):
     again.cleanup()
 
 
+class FirstChunkOnly(UnitCheckpoints):
+    """Due at the first chunk end only (then training runs on for far less than 100 saves)."""
+
+    def due(self, step: int) -> bool:
+        return self.saves == 0
+
+
+def test_final_save_obeys_the_adaptive_spacing(tmp_path, digits_ds):
+    """The benchmark found a 2-minute resnet18 trial paying two saves (the one at the cadence and
+    the final state) = 2.6% of training; with the default (adaptive) cadence the final save is
+    skipped when less than 100x the last save's duration has passed since it; a fixed cadence, or
+    keep_final, still saves the final state."""
+    specs = _specs()[:1]
+    every = parse_every("1min")
+    runs = {}
+    for name, kw in (("adaptive", {"adaptive": True}), ("fixed", {}),
+                     ("keep", {"adaptive": True, "keep_final": True})):
+        ck = FirstChunkOnly(str(tmp_path / name), [specs[0].trial_id], None, every, **kw)
+        runs[name] = (_train(specs, ck)[0], ck.saves, ck._latest)
+        ck.cleanup()
+    assert runs["adaptive"][1:] == (1, 6)  # only the first chunk end's save
+    assert runs["fixed"][1:] == (2, 47) and runs["keep"][1:] == (2, 47)
+    assert _curves(runs["adaptive"][0]) == _curves(runs["fixed"][0])
+
+
 def test_checkpoint_of_another_unit_is_ignored(tmp_path, digits_ds):
     a, b = _specs()
     d = str(tmp_path / "u")

@@ -95,7 +95,8 @@ def test_checkpoint_overhead_at_the_default_cadence(benchmark, case):
 
     def run(on: bool) -> tuple[float, dict]:
         d = tempfile.mkdtemp(prefix="bench-ckpt-")
-        ck = checkpoint.UnitCheckpoints(f"{d}/u", [spec.trial_id], None, cadence) if on else None
+        # adaptive=True: the default cadence as a sweep uses it (worker.unit_checkpoints)
+        ck = checkpoint.UnitCheckpoints(f"{d}/u", [spec.trial_id], None, cadence, adaptive=True) if on else None
         t0 = time.perf_counter()
         res = trainer.run_trial(spec, dataset=ds, measure_perf=False, checkpoints=ck)
         if ck is not None:
