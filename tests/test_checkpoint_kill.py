@@ -35,8 +35,10 @@ import yaml
 
 pytestmark = pytest.mark.slow
 
-KILLS = 20
-LANES = 2  # independent sweeps (own store) killed side by side: 10 kills each
+#: SIGKILLs in all (``HARNESS_TEST_TRAINING_KILLS``): 12 in the README's test run, which must fit
+#: CI's 20 minutes on 2 cores with everything else; docs/reliability.md reports a run with 20.
+KILLS = int(os.environ.get("HARNESS_TEST_TRAINING_KILLS", "12"))
+LANES = 2  # independent sweeps (own store) killed side by side: KILLS / 2 each
 CONFIG = {
     "models": [{"name": "mlp", "hparams": {"width": 32, "depth": 1, "dropout": 0.1}}],
     "optimizers": [{"name": "adam", "hparams": {"step_size": 0.003}}],
