@@ -255,6 +255,23 @@ def tuning_long(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _value_facets(d: pd.DataFrame, cols: int, width: int, height: int, layers: list) -> dict:
+    """A linear-y Vega-Lite spec of ``layers`` faceted by task (independent y per panel), rows
+    without a valid ``value`` filtered out; the report's log switch re-embeds it with a log y."""
+    return {
+        "$schema": SCHEMA,
+        "usermeta": {"ylog": False},
+        "data": {"values": _records(d)},
+        "transform": [{"filter": "isValid(datum.value)"}],  # > 0 added by the log switch
+        "facet": {"field": "task", "type": "nominal", "title": None,
+                  "header": {"labelFontSize": 13, "labelFontWeight": "bold"}},
+        "columns": cols,
+        "resolve": {"scale": {"y": "independent"}},
+        "spec": {"width": width, "height": height, "layer": layers},
+        "config": {"view": {"stroke": "#dde2ea"}, "axis": {"labelFontSize": 11, "titleFontSize": 12}},
+    }
+
+
 def tuning_spec(frame: pd.DataFrame) -> dict | None:
     """Vega-Lite spec: the final metric of every trial against its step size (log x), one panel
     per task, the median per step size as a line; hover for configuration and seed; click the
@@ -272,19 +289,7 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
     y = {"field": "value", "type": "quantitative", "scale": {"type": "linear", "zero": False},
          "axis": {"title": obj.label}}
     opacity = {"condition": {"param": "shown", "value": 0.9}, "value": 0.08}
-    return {
-        "$schema": SCHEMA,
-        "usermeta": {"ylog": False},
-        "data": {"values": _records(d)},
-        "transform": [{"filter": "isValid(datum.value)"}],  # > 0 added by the log switch
-        "facet": {"field": "task", "type": "nominal", "title": None,
-                  "header": {"labelFontSize": 13, "labelFontWeight": "bold"}},
-        "columns": cols,
-        "resolve": {"scale": {"y": "independent"}},
-        "spec": {
-            "width": width,
-            "height": 240,
-            "layer": [
+    return _value_facets(d, cols, width, 240, [
                 {
                     "params": [_legend_toggle()],
                     "mark": {"type": "line", "point": False},
@@ -306,10 +311,7 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
                         ],
                     },
                 },
-            ],
-        },
-        "config": {"view": {"stroke": "#dde2ea"}, "axis": {"labelFontSize": 11, "titleFontSize": 12}},
-    }
+    ])
 
 
 def tuning_curves_long(frame: pd.DataFrame) -> pd.DataFrame:
@@ -357,19 +359,7 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     y = {"field": "value", "type": "quantitative", "scale": {"type": "linear", "zero": False},
          "axis": {"title": f"expected {name} of the validation-best"}}
     shown = {"condition": {"param": "shown", "value": 0.9}, "value": 0.06}
-    return {
-        "$schema": SCHEMA,
-        "usermeta": {"ylog": False},
-        "data": {"values": _records(d)},
-        "transform": [{"filter": "isValid(datum.value)"}],  # > 0 added by the log switch
-        "facet": {"field": "task", "type": "nominal", "title": None,
-                  "header": {"labelFontSize": 13, "labelFontWeight": "bold"}},
-        "columns": cols,
-        "resolve": {"scale": {"y": "independent"}},
-        "spec": {
-            "width": width,
-            "height": 260,
-            "layer": [
+    return _value_facets(d, cols, width, 260, [
                 {
                     "mark": {"type": "area", "opacity": 0.12},
                     "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
@@ -396,7 +386,4 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                         ],
                     },
                 },
-            ],
-        },
-        "config": {"view": {"stroke": "#dde2ea"}, "axis": {"labelFontSize": 11, "titleFontSize": 12}},
-    }
+    ])
