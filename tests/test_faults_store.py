@@ -101,6 +101,14 @@ def _child_cli(args: list[str], env: dict, log: str, calls: str, sleep_s: float 
     trainer.run_trial = run_trial
     trainer.run_trials_batched = lambda specs, **kw: [run_trial(s) for s in specs]
     trainer.should_batch = lambda specs: False
+    import harness.sweep as sweep
+
+    def start_parent(*a, **kw):  # LOG.parent exists iff this invocation opened a parent run
+        run_id = real_start_parent(*a, **kw)
+        Path(log).with_suffix(".parent").write_text(f"{run_id} {os.getpid()}")
+        return run_id
+
+    real_start_parent, sweep.start_parent = sweep.start_parent, start_parent
     while go and not os.path.exists(go):
         time.sleep(0.01)
     from harness.cli import main
@@ -343,7 +351,9 @@ def test_unusable_store_is_one_line_exit_3_untouched(tmp_path, env_base, fake_tr
 def test_concurrent_invocations_each_trial_finished_and_trained_once(tmp_path, procs, env_base, n, existing):
     """N invocations of one 4-trial sweep started at the same moment (plus a reader polling the store
     with MLflow): every invocation exits 0, every trial has one FINISHED run and was trained once,
-    no run is KILLED or tagged a duplicate, every parent ends FINISHED."""
+    no run is KILLED or tagged a duplicate, every parent ends FINISHED, and every invocation that
+    trained opened one parent (one that started after the rest had finished trains nothing and opens
+    none: under load in CI one did, and the old count of n parents failed)."""
     cfg = _sweep_yaml(tmp_path, seeds=range(4))
     db = tmp_path / "mlflow.db"
     uri = f"sqlite:///{db}"
@@ -371,12 +381,21 @@ def test_concurrent_invocations_each_trial_finished_and_trained_once(tmp_path, p
     assert _finished_once(trials, 4)
     assert not [r for r in trials if r.info.status != "FINISHED"]  # nothing KILLED, FAILED, RUNNING
     assert not [r for r in trials if "harness.duplicate_of" in r.data.tags]
-    assert len(parents) == n + existing and all(p.info.status == "FINISHED" for p in parents)
-    trained = [ln.split()[0] for ln in _calls(calls)]
+    # An invocation opens a parent run unless it started after the others had trained everything
+    # (then it trains nothing and opens none): one parent per invocation that had work, no more.
+    opened = dict(reversed((tmp_path / f"inv{i}.parent").read_text().split()) for i in range(n)
+                  if (tmp_path / f"inv{i}.parent").exists())  # pid -> parent run id
+    assert opened, "no invocation opened a parent run"
+    assert sorted(p.info.run_id for p in parents if p.info.run_id in opened.values()) == sorted(opened.values())
+    assert len(parents) == len(opened) + existing and all(p.info.status == "FINISHED" for p in parents)
+    trained = [ln.split() for ln in _calls(calls)]
     expect = 3 if existing else 4
-    assert len(trained) == len(set(trained)) == expect, trained
+    assert len(trained) == len({t for t, _ in trained}) == expect, trained
+    pids = {pid for _, pid in trained}
+    assert pids <= set(opened), "an invocation trained without opening a parent run"
     print(f"{n} invocations on a {'existing' if existing else 'new'} store: {n}/{n} exit 0, 4/4 trials "
-          f"FINISHED once, {len(trained)} trainings for {expect} trials, 0 KILLED, 0 duplicates")
+          f"FINISHED once, {len(trained)} trainings for {expect} trials by {len(pids)} invocations, "
+          f"{len(opened)} parent runs, 0 KILLED, 0 duplicates")
 
 
 # --------------------------------------------------------------------------- 3. liveness
