@@ -4,6 +4,7 @@ memory rules, the worker's guard, and one real ``--jobs 2`` sweep on 4 forced CP
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,9 @@ import yaml
 from harness import devices
 from harness.devices import DevicePlanError, plan_devices, ray_task_env, worker_env
 
+#: A dataset that costs nothing to make (``digits`` imports scikit-learn in every process: ~4 s each).
+TINY_DATA = {"name": "synthetic", "hparams": {"num_examples": 64, "num_valid": 32, "num_test": 32,
+                                              "input_shape": {"value": [8]}, "num_classes": 2}}
 P = "XLA_PYTHON_CLIENT_PREALLOCATE"
 CVD = "CUDA_VISIBLE_DEVICES"
 HDI = "HARNESS_DEVICE_IDS"
@@ -164,7 +168,7 @@ def test_a_plan_that_does_not_fit_is_refused_before_the_store_is_created(write_s
 
     db = tmp_path / "store.db"
     with pytest.raises(DevicePlanError, match=r"^a trial wants 99 devices"):
-        run_sweep(write_sweep(), tracking_uri=f"sqlite:///{db}", quiet=True,
+        run_sweep(write_sweep(datasets=[TINY_DATA]), tracking_uri=f"sqlite:///{db}", quiet=True,
                   executor_obj=ProcessExecutor(jobs=2, devices_per_trial=99))
     assert not db.exists()
 
@@ -186,7 +190,7 @@ def test_jobs_2_on_4_forced_cpu_devices_gives_each_worker_its_own_device(tmp_pat
 
     cfg = {"name": "devs", "models": [{"name": "mlp", "hparams": {"width": 8, "depth": 1}}],
            "optimizers": [{"name": "sgd", "hparams": {"step_size": 0.1}}], "schedules": ["constant"],
-           "datasets": ["digits"], "seeds": [0, 1, 2, 3], "batch_size": 32, "budget": {"steps": 4},
+           "datasets": [TINY_DATA], "seeds": [0, 1, 2, 3], "batch_size": 32, "budget": {"steps": 4},
            "eval_every": 4, "steps_per_dispatch": 4, "measure_perf": False, "batching": "off"}
     path = tmp_path / "devs.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -195,9 +199,12 @@ def test_jobs_2_on_4_forced_cpu_devices_gives_each_worker_its_own_device(tmp_pat
            if k not in ("MLFLOW_TRACKING_URI", HDI, CVD, P) and not k.startswith("PYTEST")}
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # this checkout's harness
+    t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([sys.executable, "-m", "harness", "sweep", str(path), "--jobs", "2",
                         "--tracking-uri", uri], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=300)
+    t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"sweep --jobs 2: {t1.ru_utime + t1.ru_stime - t0.ru_utime - t0.ru_stime:.1f} s CPU")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "devices: worker 0 cpu:0, worker 1 cpu:1. cpu:2,3 unused" in r.stdout
     c = MlflowClient(uri)
