@@ -147,7 +147,7 @@ class ProcessExecutor:
         spawn = mp.get_context("spawn")
         while pending:
             n_workers = min(self.jobs, len(pending))
-            slots = spawn.Queue()
+            slots = spawn.Queue()  # one device environment per worker (harness.devices.plan_devices)
             for env in self.device_plan.envs[:n_workers]:
                 slots.put(devices.worker_env(env))
             with cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=spawn,
@@ -165,6 +165,8 @@ class ProcessExecutor:
                     for f in futs:
                         f.cancel()
                     raise
+            slots.close()  # the slots are in the pipe (tiny): nothing left to feed
+            slots.join_thread()
             if broken and len(broken) == len(pending):
                 # Nothing progressed: report them lost instead of looping.
                 for i in broken:
