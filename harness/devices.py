@@ -119,7 +119,7 @@ class DevicePlan:
     n_devices: int = 0
 
     def describe(self) -> str:
-        """One line, e.g. ``2 workers on 4 cpu devices: worker 0 cpu:0, worker 1 cpu:1 (cpu:2,3 unused)``."""
+        """One line, e.g. ``worker 0 cuda:0, worker 1 cuda:1. cuda:2,3 unused (...).``"""
         per = ", ".join(f"worker {i} {self.platform}:{','.join(d)}" for i, d in enumerate(self.workers))
         return f"{per}" + (f". {' '.join(self.notes)}" if self.notes else "")
 
