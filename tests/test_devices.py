@@ -185,7 +185,10 @@ def test_jobs_help_mentions_device_assignment():
 # --------------------------------------------------------------------------- a real --jobs 2 sweep
 
 
+@pytest.mark.slow
 def test_jobs_2_on_4_forced_cpu_devices_gives_each_worker_its_own_device(tmp_path):
+    """The suite's real ``--jobs 2`` sweep (process executor, real trainer, through the CLI), and its
+    device assignment: disjoint devices, set in each worker before it imported JAX."""
     from mlflow import MlflowClient
 
     cfg = {"name": "devs", "models": [{"name": "mlp", "hparams": {"width": 8, "depth": 1}}],
@@ -211,6 +214,9 @@ def test_jobs_2_on_4_forced_cpu_devices_gives_each_worker_its_own_device(tmp_pat
     exp = c.get_experiment_by_name("devs").experiment_id
     runs = c.search_runs([exp], "tags.`harness.kind` = 'trial'")
     assert len(runs) == 4 and {x.info.status for x in runs} == {"FINISHED"}
+    assert sorted(x.data.tags["seed"] for x in runs) == ["0", "1", "2", "3"]
+    (parent,) = c.search_runs([exp], "tags.`harness.kind` = 'parent'")
+    assert parent.data.params["executor"] == "process" and parent.data.params["jobs"] == "2"
     by_worker: dict[str, set[str]] = {}
     for x in runs:
         t = x.data.tags
