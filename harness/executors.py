@@ -57,6 +57,13 @@ class InProcessExecutor:
         self.jobs = 1
         self.flush_wait_s = 0.0  # seconds spent waiting for background MLflow writes at the end
 
+    def validate(self, tracking_uri: str | None = None) -> None:
+        """A ``HARNESS_DEVICE_IDS`` set for this process must name its devices (checked before any
+        write; raises ``ValueError`` with the valid indices)."""
+        from harness import devices
+
+        devices.visible_devices()
+
     def run(self, units: list[list[TrialSpec]], ctx: RunContext,
             on_done: Callable[[list[TrialOutcome]], None]) -> None:
         # Results are written to MLflow on a background thread while the next unit trains, so

@@ -162,14 +162,26 @@ def test_tags_name_host_level_gpu_ids(monkeypatch):
     assert devices.describe_devices([SimpleNamespace(platform="cpu", id=2)]) == "cpu:2"
 
 
-def test_a_plan_that_does_not_fit_is_refused_before_the_store_is_created(write_sweep, tmp_path):
-    from harness.executors import ProcessExecutor
+@pytest.mark.parametrize(("executor", "ids", "message"), [
+    ("process", None, r"^a trial wants 99 devices \(parallelism.devices\) but this host has 1 cpu"),
+    ("inprocess", "7", r"^HARNESS_DEVICE_IDS='7' names devices \[7\] but this process has 1 \(cpu\)"),
+])
+def test_devices_that_do_not_fit_are_refused_before_the_store_is_created(executor, ids, message,
+                                                                       write_sweep, tmp_path, monkeypatch):
+    import jax
+
+    from harness.executors import InProcessExecutor, ProcessExecutor
     from harness.sweep import run_sweep
 
+    if len(jax.devices()) != 1:
+        pytest.skip("the messages assume the test process's one CPU device")
+    if ids:
+        monkeypatch.setenv(HDI, ids)
+    ex = ProcessExecutor(jobs=2, devices_per_trial=99) if executor == "process" else InProcessExecutor()
     db = tmp_path / "store.db"
-    with pytest.raises(DevicePlanError, match=r"^a trial wants 99 devices"):
+    with pytest.raises(ValueError, match=message):
         run_sweep(write_sweep(datasets=[TINY_DATA]), tracking_uri=f"sqlite:///{db}", quiet=True,
-                  executor_obj=ProcessExecutor(jobs=2, devices_per_trial=99))
+                  executor_obj=ex)
     assert not db.exists()
 
 
