@@ -18,7 +18,10 @@ over a 1-D mesh ``batch=4``, parameters and optimizer state replicated ``P()``, 
   out_shardings=P(), donate_argnums=0)`` called K times on batches gathered and sharded beforehand
   (the loop a user writes first);
 * ``hand_scan``: a hand-written ``jax.jit`` of ``lax.scan`` over K such pre-sharded batches
-  (stacked ``(K, B, ...)``, ``P(None, "batch")``), the strictest reference: no shuffle, no gather.
+  (stacked ``(K, B, ...)``, ``P(None, "batch")``), the strictest reference: no shuffle, no gather;
+* ``hand_scan_gather``: a hand-written ``lax.scan`` that gathers each batch from the replicated
+  device-resident training arrays by precomputed ``(K, B)`` indices and constrains it to
+  ``P("batch")``: the trainer's work except its per-epoch shuffle (the like-for-like reference).
 
 The variants run interleaved round by round (harness, hand_step, hand_scan, then again: the VM's
 speed swings within a minute, so only same-round ratios mean anything); reported per reference:
@@ -111,6 +114,17 @@ def scan_k(carry, xs, ys):
 
 
 hand_scan = jax.jit(scan_k, in_shardings=(r, spk, spk), out_shardings=(r, r), donate_argnums=0)
+
+
+def scan_gather(carry, x, y, idx):
+    def body(c, bidx):
+        xb = jax.lax.with_sharding_constraint(x[bidx], sp)
+        yb = jax.lax.with_sharding_constraint(y[bidx], sp)
+        return step(c, xb, yb)
+    return jax.lax.scan(body, carry, idx)
+
+
+hand_gather = jax.jit(scan_gather, in_shardings=(r, r, r, r), out_shardings=(r, r), donate_argnums=0)
 rng = np.random.default_rng(0)
 idx = rng.permutation(ds.x_train.shape[0])[: K * B].reshape(K, B) if K * B <= ds.x_train.shape[0] else \
     rng.integers(0, ds.x_train.shape[0], (K, B))
@@ -119,6 +133,8 @@ batches = [(jax.device_put(xs_np[k], sp), jax.device_put(ys_np[k], sp)) for k in
 xs, ys = jax.device_put(xs_np, spk), jax.device_put(ys_np, spk)
 s_state = [jax.device_put((jnp.int32(0), opt.init_fn(params)), r)]
 c_state = [jax.device_put((jnp.int32(0), opt.init_fn(params)), r)]
+g_state = [jax.device_put((jnp.int32(0), opt.init_fn(params)), r)]
+idx_dev = jax.device_put(jnp.asarray(idx, jnp.int32), r)
 
 
 def hand_step_round():
@@ -134,7 +150,13 @@ def hand_scan_round():
     jax.block_until_ready(losses)
 
 
-fns = {"harness": harness_round, "hand_step": hand_step_round, "hand_scan": hand_scan_round}
+def hand_gather_round():
+    g_state[0], losses = hand_gather(g_state[0], x_tr, y_tr, idx_dev)
+    np.asarray(losses)
+
+
+fns = {"harness": harness_round, "hand_step": hand_step_round, "hand_scan": hand_scan_round,
+       "hand_scan_gather": hand_gather_round}
 for f in fns.values():  # compile + warm-up
     for _ in range(3):
         f()
@@ -145,7 +167,7 @@ for _ in range(ROUNDS):
         f()
         times[k].append(time.perf_counter() - t0)
 res = {f"{k}_ms_per_step": statistics.median(v) * 1e3 / K for k, v in times.items()}
-for ref in ("hand_step", "hand_scan"):
+for ref in ("hand_step", "hand_scan", "hand_scan_gather"):
     ratios = np.array(times["harness"]) / np.array(times[ref])
     q25, q50, q75 = np.percentile(ratios, [25, 50, 75])
     res[f"harness_over_{ref}"] = float(q50)
