@@ -54,6 +54,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     measure_perf: true             # throughput measurement (once per perf key)
     dtype: float32
     divergence: {loss_factor: 100}  # diverged: train loss > 100 x the initial one (null: off)
+    parallelism: {devices: 1, shard: batch}  # devices: N | all; shard: batch (data-parallel) | trials
     tracking_uri: null             # overridden by --tracking-uri / MLFLOW_TRACKING_URI
     executor: inprocess            # inprocess | process | (ray, once registered)
     jobs: 1
@@ -310,6 +311,31 @@ class DivergenceCfg(_Strict):
     loss_factor: Float | None = Field(default=100.0, gt=1, le=1e30)
 
 
+def _devices(v: Any) -> Any:
+    """``devices``: a positive integer or the string ``"all"``."""
+    if isinstance(v, str):
+        if v.strip().lower() == "all":
+            return "all"
+        raise PydanticCustomError("devices", "expected a positive integer or 'all', got {v}",
+                                  {"v": short_repr(v)})
+    v = _strict_int(v)
+    if v < 1:
+        raise PydanticCustomError("devices", "must be >= 1 (or 'all'), got {v}", {"v": v})
+    return v
+
+
+class ParallelismCfg(_Strict):
+    """``parallelism: {devices, shard}``: how many of the process's visible devices
+    (:func:`harness.devices.visible_devices`) each trial uses (an int >= 1 or ``all``; default 1 =
+    one device, unchanged behaviour) and what is sharded over them: ``batch`` (data-parallel, each
+    step's batch split over a 1-D mesh, state replicated) or ``trials`` (the vmapped batch of
+    seed/step-size siblings split along its trial axis). Checked against the visible devices and
+    the batch sizes by the pre-flight (:mod:`harness.preflight`), before any MLflow write."""
+
+    devices: Annotated[int | str, BeforeValidator(_devices)] = 1
+    shard: Literal["batch", "trials"] = "batch"
+
+
 def _nonempty(v: list, what: str = "axis") -> list:
     if not v:
         raise PydanticCustomError("empty_axis", "empty axis (needs at least one value)")
@@ -383,6 +409,7 @@ class SweepConfig(_Strict):
         Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
     augment: dict[str, Any] | None = None
     divergence: DivergenceCfg = Field(default_factory=DivergenceCfg)
+    parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)
     tracking_uri: str | None = Field(default=None, max_length=limits.MAX_TEXT_CHARS)
     executor: str = Field(default="inprocess", max_length=100)
     jobs: Int = Field(default=1, gt=0, le=limits.MAX_JOBS)

@@ -240,7 +240,8 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 optimizer_hparams=hps["optimizers"], schedule_hparams=hps["schedules"],
                 dataset_hparams=ds.hparams,
                 target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
-                divergence_loss_factor=cfg.divergence.loss_factor)
+                divergence_loss_factor=cfg.divergence.loss_factor,
+                devices=cfg.parallelism.devices, shard=cfg.parallelism.shard)
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled)
             rows.append((group, -1 if k is None else k, len(rows), spec, origin))

@@ -20,7 +20,8 @@ def group_units(specs: list[TrialSpec], batching: str,
                 should_batch: Callable[[list[TrialSpec]], bool] | None = None) -> list[list[TrialSpec]]:
     """Work units: single trials (``off``) or groups of equal :meth:`TrialSpec.batch_key`
     (``on``; ``auto`` keeps a group only where ``should_batch(group)`` — by default
-    ``harness.trainer.should_batch`` — says batching pays)."""
+    ``harness.trainer.should_batch`` — says batching pays, or where its trials ask for
+    trial-parallel training, ``parallelism: {shard: trials}`` on more than one device)."""
     if batching == "off":
         return [[s] for s in specs]
     groups: dict[tuple, list[TrialSpec]] = {}
@@ -28,7 +29,8 @@ def group_units(specs: list[TrialSpec], batching: str,
         groups.setdefault(s.batch_key(), []).append(s)
     units = []
     for g in groups.values():
-        if len(g) > 1 and batching == "auto":
+        trial_parallel = g[0].shard == "trials" and g[0].devices != 1
+        if len(g) > 1 and batching == "auto" and not trial_parallel:
             if should_batch is None:
                 from harness.trainer import should_batch as sb
 

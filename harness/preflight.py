@@ -42,7 +42,11 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
       traces one update (``jax.eval_shape``, no compute);
     - every model builds on its dataset's input shape and initialises abstractly
       (``jax.eval_shape`` of its ``init``);
-    - no batch size exceeds its dataset's training examples.
+    - no batch size exceeds its dataset's training examples;
+    - ``parallelism``: ``devices`` does not exceed this process's visible devices
+      (:func:`harness.devices.visible_devices`), and with ``shard: batch`` every batch size divides
+      over the device count (the message names the nearest valid sizes,
+      :func:`harness.parallel.batch_problem`).
 
     Raises:
       harness.config.ConfigError: one ``FILE: KEY.PATH: message`` line per problem.
@@ -89,6 +93,20 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
             return False
         seen.add(key)
         return True
+
+    # parallelism: the device count, then each batch size against it
+    par = cfg.parallelism
+    if par.devices != 1:
+        from harness.parallel import batch_problem, resolve_devices
+
+        try:
+            n_dev = resolve_devices(par.devices)
+        except ValueError as e:
+            raise ConfigError([f"{file}: parallelism.devices: {e}"]) from None
+        if par.shard == "batch":
+            for s in specs:
+                if (msg := batch_problem(s.batch_size, n_dev)) is not None and once(("par", s.batch_size)):
+                    errors.append(f"{file}: batch_size: {msg}")
 
     p = jnp.zeros((2,), jnp.float32)
     lr_aval = jax.ShapeDtypeStruct((), jnp.float32)

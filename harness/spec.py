@@ -99,9 +99,20 @@ class TrialSpec:
         parameters, optimizer state and loss stay float32).
       augment: in-graph image augmentation hyperparameters (:mod:`harness.augment`; ``()`` = none).
       workload: the :mod:`harness.workloads` name this trial was expanded from (``""`` = none).
+      devices: how many of the process's visible devices (:func:`harness.devices.visible_devices`)
+        the trial trains on: an int >= 1, or ``"all"`` (resolved when it trains). 1 = one device,
+        the behaviour before parallelism existed (bit-identical).
+      shard: what is split over those devices: ``"batch"`` (data-parallel: each step's batch is
+        sharded, state replicated) or ``"trials"`` (a vmapped batch of trials is sharded along its
+        trial axis). Ignored when ``devices`` resolves to 1.
 
     ``augment`` and ``workload`` are left out of :meth:`to_dict` (hence of ``trial_id``) at their
-    defaults, so trials from before them keep their ids.
+    defaults, so trials from before them keep their ids. ``devices`` and ``shard`` are in
+    :meth:`to_dict` when not at their defaults (so ``trial.json`` records them) but **never in
+    ``trial_id``**: a trial's curves on D devices equal its one-device curves to float32 rounding
+    (tested), so re-running a sweep on more devices skips trials already FINISHED instead of
+    training them again. They are in :meth:`perf_key` (throughput does depend on them) and in
+    :meth:`batch_key`.
     """
 
     sweep: str
@@ -123,6 +134,8 @@ class TrialSpec:
     augment: tuple[tuple[str, Any], ...] = ()
     workload: str = ""
     divergence_loss_factor: float | None = 100.0
+    devices: int | str = 1
+    shard: Literal["batch", "trials"] = "batch"
 
     @classmethod
     def make(cls, **kw: Any) -> TrialSpec:
@@ -157,9 +170,11 @@ class TrialSpec:
 
     @property
     def trial_id(self) -> str:
-        """16 hex digits of the SHA-256 of the canonical JSON (sorted keys) of :meth:`to_dict` plus
+        """16 hex digits of the SHA-256 of the canonical JSON (sorted keys) of :meth:`to_dict`
+        without the :data:`NOT_IN_IDENTITY` fields (``devices``, ``shard``), plus
         ``{"protocol": PROTOCOL}``."""
-        blob = json.dumps({**self.to_dict(), "protocol": PROTOCOL}, sort_keys=True,
+        d = {k: v for k, v in self.to_dict().items() if k not in NOT_IN_IDENTITY}
+        blob = json.dumps({**d, "protocol": PROTOCOL}, sort_keys=True,
                           separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -177,6 +192,9 @@ class TrialSpec:
             out[f"augment.{name}"] = str(v)
         if self.workload:
             out["workload"] = self.workload
+        if self.devices != 1:
+            out["parallelism.devices"] = str(self.devices)
+            out["parallelism.shard"] = self.shard
         if self.target:
             out["target.metric"] = self.target.metric
             out["target.value"] = str(self.target.value)
@@ -190,22 +208,29 @@ class TrialSpec:
             self.sweep, self.model, self.model_hparams, self.optimizer, opt, self.schedule,
             self.schedule_hparams, self.dataset, self.dataset_hparams, self.steps, self.batch_size,
             self.eval_every, self.steps_per_dispatch, self.target, self.dtype, self.augment,
-            self.workload,
+            self.workload, self.devices, self.shard,
         )
 
     def perf_key(self) -> tuple:
         """Throughput is measured once per (model, optimizer, batch shape, dtype) on a device: the
         values of the optimizer's float hyperparameters (step size, betas, weight decay, ...) do
         not change the cost of a step, so a search over them measures each optimizer once; its
-        int/bool/str hyperparameters (which may change the computation) stay in the key."""
+        int/bool/str hyperparameters (which may change the computation) stay in the key. So do
+        ``devices`` and ``shard`` (the trainer's perf cache key adds the resolved device count,
+        since ``"all"`` depends on the process)."""
         opt = tuple((k, v) for k, v in self.optimizer_hparams
                     if k != "step_size" and not isinstance(v, float))
         return (self.model, self.model_hparams, self.optimizer, opt, self.dataset,
-                self.dataset_hparams, self.batch_size, self.dtype, self.augment)
+                self.dataset_hparams, self.batch_size, self.dtype, self.augment, self.devices,
+                self.shard)
 
 
 #: TrialSpec fields left out of ``to_dict`` (and ``trial_id``) when they equal these defaults.
-_OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0}
+_OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0,
+                                     "devices": 1, "shard": "batch"}
+#: TrialSpec fields never part of ``trial_id`` (see the class docstring: results equal to float32
+#: rounding whatever their value, so a change of them must not re-train finished trials).
+NOT_IN_IDENTITY = ("devices", "shard")
 
 
 @dataclass
@@ -234,6 +259,11 @@ class PerfResult:
     Units: seconds for ``compile_s``, milliseconds for step times, examples/s, FLOPs per step,
     FLOP/s for ``peak_flops``; ``utilization`` is a fraction in [0, 1] (achieved / measured peak).
     ``None`` where a quantity cannot be measured (e.g. XLA's cost analysis returned nothing).
+
+    On a mesh of ``num_devices`` devices every figure is for the **whole mesh**: ``examples_per_sec``
+    is the total (``examples_per_sec_per_device`` = total / devices), ``flops_per_step`` the FLOPs
+    all devices execute per step, ``peak_flops`` the measured one-device peak × devices, so
+    ``utilization`` is the mesh's achieved fraction of its combined peak.
     """
 
     compile_s: float
@@ -250,6 +280,12 @@ class PerfResult:
     device_kind: str = ""
     #: the compute dtype the step ran in; ``peak_flops`` is the measured peak of that dtype
     dtype: str = "float32"
+    #: devices the timed step ran on (its mesh size); 1 for a one-device step
+    num_devices: int = 1
+    #: ``examples_per_sec / num_devices``
+    examples_per_sec_per_device: float | None = None
+    #: the mesh, ``"AXIS=SIZE"`` (``"batch=4"``, ``"trials=4"``); ``""`` for a one-device step
+    mesh: str = ""
 
 
 @dataclass

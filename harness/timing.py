@@ -29,6 +29,15 @@ The method (what :func:`measure` does, in order):
    ``$HARNESS_CACHE_DIR/peak.json`` (default ``~/.cache/harness``) keyed by device
    kind and dtype, so later processes reuse it.
 
+6. **Several devices** (``measure(num_devices=D, mesh="batch=D")``, the trainer's sharded step on a
+   1-D mesh, :mod:`harness.parallel`): the timed call is the SPMD program over all D devices, so
+   ``examples_per_sec`` is the mesh's total and ``examples_per_sec_per_device`` = total / D. XLA's
+   ``cost_analysis()`` of an SPMD-partitioned executable counts **one device's** program (checked on
+   4 forced CPU devices: a batch-sharded MLP gradient reports 1/4 of the one-device count), so
+   the XLA count is multiplied by D to give FLOPs per step for the whole mesh (replicated work, e.g.
+   the optimizer update on replicated parameters, is counted on every device: it is executed D
+   times). The peak is the one-device measured peak × D, so utilisation is against the mesh.
+
 Units: seconds for compile, milliseconds for step times, FLOP/s for peaks; utilisation is a fraction.
 """
 
@@ -172,6 +181,8 @@ def measure(
     compiled: Any = None,
     compile_s: float | None = None,
     dtype: Any = jnp.float32,
+    num_devices: int = 1,
+    mesh: str = "",
 ) -> PerfResult:
     """Time ``fn(*args)`` per the module's protocol and return a :class:`~harness.spec.PerfResult`.
 
@@ -190,6 +201,11 @@ def measure(
         compiling again.
       dtype: the step's compute dtype: recorded in the result, and the default peak is the
         measured matmul peak of this dtype (``bfloat16`` steps are counted against the bf16 peak).
+      num_devices: devices the (SPMD) step runs on; ``batch_size`` is the whole mesh's examples per
+        step. The XLA FLOP count (per device) is multiplied by it, and so is the default peak
+        (item 6 of the module docstring); ``analytic_flops`` and ``peak_flops`` when given are
+        taken as whole-mesh figures.
+      mesh: the mesh shape, ``"batch=4"`` (recorded in the result).
 
     Returns:
       ``PerfResult`` with ``compile_s`` (s), ``step_time_ms`` (median) and p10/p90 (ms),
@@ -201,6 +217,8 @@ def measure(
     """
     if iters < 1 or steps_per_call < 1:
         raise ValueError(f"iters and steps_per_call must be >= 1, got {iters}, {steps_per_call}")
+    if num_devices < 1:
+        raise ValueError(f"num_devices must be >= 1, got {num_devices}")
     args = tuple(args)
     if compiled is None:
         t0 = time.perf_counter()
@@ -235,7 +253,7 @@ def measure(
     p10, p90 = (float(v) for v in np.percentile(per_step_ms, [10, 90]))
 
     xla = cost_flops(compiled)
-    xla = xla / steps_per_call if xla else None
+    xla = xla * num_devices / steps_per_call if xla else None
     agree = flops_agree(xla, analytic_flops)
     if agree is False:
         warnings.warn(
@@ -246,16 +264,17 @@ def measure(
     dev = next(iter(leaves[0].devices())) if leaves and hasattr(leaves[0], "devices") else None
     if peak_flops is None:
         try:
-            peak_flops = device_peak_flops(dev, dtype)
+            peak_flops = device_peak_flops(dev, dtype) * num_devices
         except Exception:  # a peak we cannot measure leaves utilisation unknown
             peak_flops = None
     util = flops / (median / 1e3) / peak_flops if flops and peak_flops and median > 0 else None
+    eps = batch_size / (median / 1e3) if median > 0 else math.inf
     return PerfResult(
         compile_s=compile_s,
         step_time_ms=median,
         step_time_ms_p10=p10,
         step_time_ms_p90=p90,
-        examples_per_sec=batch_size / (median / 1e3) if median > 0 else math.inf,
+        examples_per_sec=eps,
         flops_per_step=flops,
         flops_per_step_analytic=analytic_flops,
         peak_flops=peak_flops,
@@ -264,4 +283,7 @@ def measure(
         warmup_steps=warmup * steps_per_call,
         device_kind=device_kind(dev),
         dtype=jnp.dtype(dtype).name,
+        num_devices=num_devices,
+        examples_per_sec_per_device=eps / num_devices,
+        mesh=mesh,
     )

@@ -51,6 +51,15 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   :func:`run_trial` of it alone to float32 rounding: tested as ``rtol=1e-4, atol=1e-5`` on every
   curve value for every registered optimizer. Diverged members stop being recorded at their step;
   the batch stops when all have diverged.
+* **Devices** (``spec.devices``/``spec.shard``, :mod:`harness.parallel`): on one device (the
+  default) nothing below changes. On D > 1 devices a 1-D mesh of the first D visible devices:
+  ``shard: batch`` jits the chunk with state and data replicated (``P()``) and each gathered batch
+  constrained to ``P("batch")``, evaluation batches (``min(M, EVAL_BATCH)`` rounded down to a
+  multiple of D) likewise, the remainder replicated; ``shard: trials`` splits a vmapped batch's
+  state (leading axis T, padded up to a multiple of D with copies of the last trial, dropped) as
+  ``P("trials")``. Curves equal the one-device ones to float32 rounding (tested at ``rtol=atol=1e-5``;
+  measured max 2.4e-7). ``result.extra`` gets ``mesh`` (``"batch=4"``), ``num_devices`` and
+  ``padded_trials``. Raises ``ValueError`` when the devices are too few or B % D != 0.
 * **Compiled programs are cached** in the process (the last 16 of each kind): parameter init
   (compiled for a batch of 1: stax parameters do not depend on the batch size) and evaluation per
   (model, model hparams, dtype, dataset object); the K-step chunk per that plus (batch size,
@@ -59,8 +68,9 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   call actually spent (0.0 when everything was cached). The optimizer's own ``init_fn`` runs
   eagerly.
 * **Throughput** (``measure_perf``): :func:`harness.timing.measure` of the single-trial one-step
-  function on a fixed batch (state donated), once per ``(spec.perf_key(), device kind)`` through
-  ``perf_cache``. FLOPs are cross-checked against ``3 × flops_per_example × batch_size``.
+  function on a fixed batch (state donated), once per ``(spec.perf_key(), device kind)`` (plus the
+  resolved device count on a mesh) through ``perf_cache``; on a mesh the sharded step is timed
+  (:func:`_measure_perf`). FLOPs are cross-checked against ``3 × flops_per_example × batch_size``.
 
 Curve steps are 1-based update counts for train rows (``train_loss[j]`` is the loss of the batch
 that update ``train_step[j]`` used, computed before that update) and update counts for eval rows.
@@ -82,7 +92,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness import timing
+from harness import parallel, timing
 from harness.augment import AUGMENT_STREAM, make_augment
 from harness.data import Dataset, load_dataset
 from harness.registry import lookup
@@ -93,6 +103,9 @@ __all__ = ["EVAL_BATCH", "TrainState", "run_trial", "run_trials_batched", "shoul
 #: Largest evaluation batch (examples).
 EVAL_BATCH = 1024
 _PROGRAM_CACHE_SIZE = 16
+#: Test hook: when set, ``callback(sharding)`` receives the sharding of each data-parallel training
+#: batch as XLA's partitioner decided it (``jax.debug.inspect_array_sharding``, at compile time).
+_INSPECT_BATCH: Callable[[Any], None] | None = None
 
 
 def _registries() -> tuple[dict, dict, dict]:
@@ -207,6 +220,17 @@ class _ModelEntry:
         self.x_test = jax.device_put(_storage(ds.x_test, self.dtype))
         self.y_test = jax.device_put(ds.y_test)
         self.compiled: dict[tuple, Any] = {}
+        self._placed: dict[tuple, tuple] = {}
+
+    def placed(self, layout: Any) -> tuple:
+        """``(x_train, y_train, x_valid, y_valid, x_test, y_test)`` replicated over ``layout``'s
+        mesh (``NamedSharding(mesh, P())``; cached per mesh), or the one-device arrays for ``None``."""
+        arrays = (self.x_train, self.y_train, self.x_valid, self.y_valid, self.x_test, self.y_test)
+        if layout is None:
+            return arrays
+        if layout.key not in self._placed:
+            self._placed[layout.key] = tuple(jax.device_put(a, layout.replicated) for a in arrays)
+        return self._placed[layout.key]
 
     def init_params(self, k_init: jax.Array):
         # parameters do not depend on the batch size (stax convention): init with a batch of 1
@@ -224,15 +248,29 @@ class _ModelEntry:
         new = jax.tree_util.tree_map(lambda n, o: jnp.asarray(n, o.dtype), new, mstate)
         return _cast_floats(out, jnp.float32), new
 
-    def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array):
+    def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array, *, split: Any = None):
         """Example-weighted ``(loss, {metric name: value})`` over the whole split (every metric of
-        the model, ``float32`` scalars), in batches of ≤ EVAL_BATCH."""
+        the model, ``float32`` scalars), in batches of ≤ EVAL_BATCH.
+
+        ``split`` (data-parallel, a ``NamedSharding(mesh, P("batch"))`` of D devices): the batch
+        size is ``min(M, EVAL_BATCH)`` rounded down to a multiple of D, each full batch is
+        constrained to ``split`` (its examples spread over the devices) and the remainder batch
+        (< D·⌈…⌉ examples) runs replicated. The means equal the one-device ones to float32 rounding.
+        """
         rng = jax.random.PRNGKey(0) if self.needs_rng else None
         M = x.shape[0]
         eb = min(M, EVAL_BATCH)
+        if split is not None:
+            D = split.mesh.size
+            eb = eb // D * D
+            if eb == 0:  # fewer examples than devices: all replicated, one batch
+                eb, split = M, None
         nb, r = divmod(M, eb)
 
-        def stats(xb, yb):
+        def stats(xb, yb, shard=False):
+            if shard:
+                xb = jax.lax.with_sharding_constraint(xb, split)
+                yb = jax.lax.with_sharding_constraint(yb, split)
             out, _ = self.forward(params, mstate, xb, rng=rng, train=False)
             tgt = xb if self.recon else yb
             vals = {k: jnp.asarray(fn(out, tgt), jnp.float32) for k, fn in self.metric_fns.items()}
@@ -240,7 +278,7 @@ class _ModelEntry:
 
         xs = x[: nb * eb].reshape(nb, eb, *x.shape[1:])
         ys = y[: nb * eb].reshape(nb, eb, *y.shape[1:])
-        losses, mets = jax.lax.map(lambda b: stats(*b), (xs, ys))
+        losses, mets = jax.lax.map(lambda b: stats(*b, shard=split is not None), (xs, ys))
         loss_sum = jnp.sum(losses) * eb
         sums = {k: jnp.sum(v) * eb for k, v in mets.items()}
         if r:
@@ -249,18 +287,32 @@ class _ModelEntry:
             sums = {k: sums[k] + mr_[k] * r for k in sums}
         return loss_sum / M, {k: v / M for k, v in sums.items()}
 
-    def get(self, kind: str, T: int | None, *args: Any) -> tuple[Any, float]:
+    def get(self, kind: str, T: int | None, *args: Any, layout: Any = None) -> tuple[Any, float]:
         """Compiled ``init`` (single trial) or ``eval`` (``T`` = None or vmapped over T; one program
-        per split size) and the seconds spent compiling it now (0 when cached)."""
-        key = (kind, T, EVAL_BATCH, args[2].shape[0] if kind == "eval" else None)
+        per split size) and the seconds spent compiling it now (0 when cached).
+
+        ``layout`` (:class:`harness.parallel.Layout`, eval only): ``"batch"`` shards each evaluation
+        batch (parameters, state and data replicated); ``"trials"`` takes parameters and state split
+        along the trial axis (data replicated) and returns per-trial values split the same way."""
+        key = (kind, T, EVAL_BATCH, args[2].shape[0] if kind == "eval" else None,
+               layout.key if layout is not None else None)
         if key in self.compiled:
             return self.compiled[key], 0.0
+        jit_kw: dict[str, Any] = {}
         if kind == "init":
             fn = self.init_params
+        elif layout is not None and layout.axis == "batch":
+            def fn(p, m, x, y):
+                return self.evaluate(p, m, x, y, split=layout.split)
+            r = layout.replicated
+            jit_kw = {"in_shardings": (r, r, r, r), "out_shardings": r}
         else:
             fn = self.evaluate if T is None else jax.vmap(self.evaluate, in_axes=(0, 0, None, None))
+            if layout is not None:  # trials
+                sp, r = layout.split, layout.replicated
+                jit_kw = {"in_shardings": (sp, sp, r, r), "out_shardings": sp}
         t0 = time.perf_counter()
-        exe = jax.jit(fn).lower(*args).compile()
+        exe = jax.jit(fn, **jit_kw).lower(*args).compile()
         self.compiled[key] = exe
         return exe, time.perf_counter() - t0
 
@@ -316,8 +368,12 @@ class _Program:
         (loss, mstate), grads = jax.value_and_grad(self._loss, has_aux=True)(params, mstate, xb, yb, rng)
         return (opt.update_fn(i, grads, opt_state), mstate), loss
 
-    def chunk(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array, *, n: int):
-        """``n`` steps from update index ``start``; returns (state, losses ``float32 (n,)``)."""
+    def chunk(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array, *, n: int,
+              split: Any = None):
+        """``n`` steps from update index ``start``; returns (state, losses ``float32 (n,)``).
+
+        ``split`` (data-parallel): the sharding each gathered batch ``x[idx]`` / ``y[idx]`` (leading
+        axis B) is constrained to, ``NamedSharding(mesh, P("batch"))``."""
         opt = self.make_opt(state.step_size)
         B, N = self.B, self.e.N
         n_ep = -(-n * B // N) + 1
@@ -340,8 +396,14 @@ class _Program:
 
         def body(pair, inp):
             i, bidx = inp
-            xb = self._augment(x[bidx], state.data_key, i)
-            return self._update(opt, pair, i, xb, y[bidx], state.dropout_key)
+            xb, yb = x[bidx], y[bidx]
+            if split is not None:
+                xb = jax.lax.with_sharding_constraint(xb, split)
+                yb = jax.lax.with_sharding_constraint(yb, split)
+                if _INSPECT_BATCH is not None:  # test hook: the batch's sharding, at compile time
+                    jax.debug.inspect_array_sharding(xb, callback=_INSPECT_BATCH)
+            xb = self._augment(xb, state.data_key, i)
+            return self._update(opt, pair, i, xb, yb, state.dropout_key)
 
         (opt_state, mstate), losses = jax.lax.scan(
             body, (state.opt_state, state.model_state), (start + jnp.arange(n), idx))
@@ -355,20 +417,31 @@ class _Program:
             opt, (state.opt_state, state.model_state), i, xb, yb, state.dropout_key)
         return state._replace(opt_state=opt_state, model_state=mstate), loss
 
-    def get_chunk(self, T: int | None, n: int, *args: Any) -> tuple[Any, float]:
+    def get_chunk(self, T: int | None, n: int, *args: Any, layout: Any = None) -> tuple[Any, float]:
         """The compiled chunk of ``n`` steps (vmapped over ``T`` trials unless None), state donated,
-        and the seconds spent compiling it now (0 when cached)."""
-        key = (T, n)
+        and the seconds spent compiling it now (0 when cached).
+
+        ``layout`` (:class:`harness.parallel.Layout`): jitted with explicit in/out shardings:
+        ``"batch"``: state, start index and data replicated, each step's batch ``P("batch")``,
+        losses replicated; ``"trials"``: state and the ``(T, n)`` losses ``P("trials")``, start
+        index and data replicated."""
+        key = (T, n, layout.key if layout is not None else None)
         if key in self.compiled:
             return self.compiled[key], 0.0
+        split = layout.split if layout is not None and layout.axis == "batch" else None
 
         def fn(s, t, x, y):
-            return self.chunk(s, t, x, y, n=n)
+            return self.chunk(s, t, x, y, n=n, split=split)
 
         if T is not None:
             fn = jax.vmap(fn, in_axes=(0, None, None, None))
+        jit_kw: dict[str, Any] = {}
+        if layout is not None:
+            r = layout.replicated
+            st = r if layout.axis == "batch" else layout.split
+            jit_kw = {"in_shardings": (st, r, r, r), "out_shardings": (st, st)}
         t0 = time.perf_counter()
-        exe = jax.jit(fn, donate_argnums=(0,)).lower(*args).compile()
+        exe = jax.jit(fn, donate_argnums=(0,), **jit_kw).lower(*args).compile()
         self.compiled[key] = exe
         return exe, time.perf_counter() - t0
 
@@ -459,18 +532,41 @@ def _eval_points(steps: int, every: int) -> list[int]:
     return [*pts, steps]
 
 
+def _num_devices(spec: TrialSpec) -> int:
+    """The device count ``spec.devices`` resolves to here (the raw value if it cannot resolve)."""
+    if spec.devices == 1:
+        return 1
+    try:
+        return parallel.resolve_devices(spec.devices)
+    except ValueError:
+        return spec.devices  # type: ignore[return-value]
+
+
 def perf_cache_key(spec: TrialSpec) -> tuple:
-    """The key of ``spec``'s throughput in a ``perf_cache``: ``(spec.perf_key(), device kind)``."""
-    return (spec.perf_key(), timing.device_kind())
+    """The key of ``spec``'s throughput in a ``perf_cache``: ``(spec.perf_key(), device kind)``,
+    plus the resolved device count for a multi-device trial (``devices: all`` depends on the
+    process)."""
+    n = _num_devices(spec)
+    return (spec.perf_key(), timing.device_kind()) + ((n,) if n != 1 else ())
 
 
 def _measure_perf(prog: _Program, spec: TrialSpec, perf_cache: dict | None) -> PerfResult:
+    """Throughput of ``spec``'s step (module docstring). On D > 1 devices the sharded step is timed:
+    ``shard: batch``: one step of the B-example batch split over the mesh, state replicated
+    (examples/s = B / step time); ``shard: trials``: one vmapped step of D trials (one per device,
+    copies of this trial), state split along the trial axis (examples/s = D·B / step time).
+    FLOPs, peak and utilisation are for the whole mesh (:func:`harness.timing.measure`)."""
     pkey = perf_cache_key(spec)
     if perf_cache is not None and pkey in perf_cache:
         return perf_cache[pkey]
     e = prog.e
     state, _ = prog.init(jax.random.PRNGKey(spec.seed), _step_size(spec, prog.opt_builder))
     xb, yb = e.x_train[: prog.B], e.y_train[: prog.B]
+    layout = None
+    if spec.devices != 1:
+        D = parallel.resolve_devices(spec.devices)
+        layout = parallel.layout_for(spec.devices, spec.shard, batch_size=spec.batch_size,
+                                     num_trials=D if spec.shard == "trials" else None)
     fpe = None
     fpe_fn = getattr(e.model, "flops_per_example", None)
     if fpe_fn is not None:
@@ -479,8 +575,30 @@ def _measure_perf(prog: _Program, spec: TrialSpec, perf_cache: dict | None) -> P
         except Exception:  # an analytic count is optional
             fpe = None
     analytic = 3.0 * float(fpe) * prog.B if fpe else None
-    perf = timing.measure(prog.one_step, (state, xb, yb, jnp.int32(0)), batch_size=prog.B,
-                          donate_argnums=(0,), analytic_flops=analytic, dtype=e.compute_dtype)
+    if layout is None:
+        perf = timing.measure(prog.one_step, (state, xb, yb, jnp.int32(0)), batch_size=prog.B,
+                              donate_argnums=(0,), analytic_flops=analytic, dtype=e.compute_dtype)
+    else:
+        r, sp, D = layout.replicated, layout.split, layout.num_devices
+        if layout.axis == "batch":
+            fn, B = prog.one_step, prog.B
+            args = (jax.device_put(state, r), jax.device_put(xb, sp), jax.device_put(yb, sp),
+                    jax.device_put(jnp.int32(0), r))
+            shardings = {"in_shardings": (r, sp, sp, r), "out_shardings": (r, r)}
+        else:
+            fn, B = jax.vmap(prog.one_step, in_axes=(0, None, None, None)), prog.B * D
+            stacked = jax.tree_util.tree_map(lambda a: jnp.stack([a] * D), state)
+            args = (jax.device_put(stacked, sp), jax.device_put(xb, r), jax.device_put(yb, r),
+                    jax.device_put(jnp.int32(0), r))
+            shardings = {"in_shardings": (sp, r, r, r), "out_shardings": (sp, sp)}
+            analytic = analytic * D if analytic else None
+        del state
+        t0 = time.perf_counter()
+        exe = jax.jit(fn, donate_argnums=(0,), **shardings).lower(*args).compile()
+        compile_s = time.perf_counter() - t0
+        perf = timing.measure(fn, args, batch_size=B, donate_argnums=(0,), analytic_flops=analytic,
+                              dtype=e.compute_dtype, compiled=exe, compile_s=compile_s,
+                              num_devices=D, mesh=layout.label)
     if perf_cache is not None:
         perf_cache[pkey] = perf
     return perf
@@ -504,29 +622,47 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     ds = dataset if dataset is not None else load_dataset(spec0.dataset, **spec0.hparams("dataset"))
     prog = _program(spec0, ds)
     T = len(specs) if batched else None
+    # parallelism (harness.parallel): None = the one-device path, unchanged
+    layout = None if spec0.devices == 1 else parallel.layout_for(
+        spec0.devices, spec0.shard, batch_size=spec0.batch_size, num_trials=T)
+    if layout is not None and layout.axis == "trials":
+        T = layout.pad(T)  # padded with copies of the last trial; their results are dropped
+    state_sharding = None if layout is None else (
+        layout.replicated if layout.axis == "batch" else layout.split)
+
+    def place(tree: Any) -> Any:
+        return tree if layout is None else jax.device_put(tree, state_sharding)
 
     e = prog.e
+    x_train, y_train, x_valid, y_valid, x_test, y_test = e.placed(layout)
     compile_s = 0.0
     states = []
     for s in specs:  # each trial initialised exactly as alone (same executable), then stacked
         st, dt = prog.init(jax.random.PRNGKey(s.seed), _step_size(s, prog.opt_builder))
         states.append(st)
         compile_s += dt
+    if T is not None:
+        states.extend([states[-1]] * (T - len(states)))
     state = states[0] if T is None else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
+    state = place(state)
     del states
-    eval_exe, dt = e.get("eval", T, prog.params(state), state.model_state, e.x_valid, e.y_valid)
+
+    def params_of(st: TrainState) -> Any:
+        return place(prog.params(st) if T is None else jax.vmap(prog.params)(st))
+
+    eval_exe, dt = e.get("eval", T, params_of(state), state.model_state, x_valid, y_valid,
+                         layout=layout)
     compile_s += dt
 
     tracks = [_Track(s) for s in specs]
 
     def evaluate(exe, x, y) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        params = prog.params(state) if T is None else jax.vmap(prog.params)(state)
-        loss, mets = exe(params, state.model_state, x, y)
+        loss, mets = exe(params_of(state), state.model_state, x, y)
         return (np.atleast_1d(np.asarray(loss, np.float64)),
                 {k: np.atleast_1d(np.asarray(v, np.float64)) for k, v in mets.items()})
 
     def record_eval(step: int, wall: float) -> None:
-        loss, mets = evaluate(eval_exe, e.x_valid, e.y_valid)
+        loss, mets = evaluate(eval_exe, x_valid, y_valid)
         for j, tr in enumerate(tracks):
             if tr.active:
                 tr.add_eval(step, wall, float(loss[j]), {k: float(v[j]) for k, v in mets.items()})
@@ -540,6 +676,7 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     resumed = ck.restore(state, tracks, pfn) if ck is not None else None
     if resumed is not None:
         state, step, wall, done = resumed
+        state = place(state)
     else:
         record_eval(0, 0.0)
     start_int = jnp.int32(0)
@@ -549,11 +686,13 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
         while step < seg_end:
             n = min(K, seg_end - step)
             start_int = jnp.int32(step)
-            exe, dt = prog.get_chunk(T, n, state, start_int, e.x_train, e.y_train)
+            if layout is not None:
+                start_int = jax.device_put(start_int, layout.replicated)
+            exe, dt = prog.get_chunk(T, n, state, start_int, x_train, y_train, layout=layout)
             compile_s += dt
             t0 = time.perf_counter()
-            state, losses = exe(state, start_int, e.x_train, e.y_train)
-            losses = np.asarray(losses, np.float64).reshape(len(specs), n)
+            state, losses = exe(state, start_int, x_train, y_train)
+            losses = np.asarray(losses, np.float64).reshape(-1, n)
             dt = time.perf_counter() - t0
             for j, tr in enumerate(tracks):
                 if not tr.active:
@@ -583,9 +722,10 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
         ck.finish(step, wall, state, tracks, pfn)
 
     if any(tr.diverged_step is None for tr in tracks):  # the test split, once, after the last step
-        test_exe, dt = e.get("eval", T, prog.params(state), state.model_state, e.x_test, e.y_test)
+        test_exe, dt = e.get("eval", T, params_of(state), state.model_state, x_test, y_test,
+                             layout=layout)
         compile_s += dt
-        loss, mets = evaluate(test_exe, e.x_test, e.y_test)
+        loss, mets = evaluate(test_exe, x_test, y_test)
         for j, tr in enumerate(tracks):
             if tr.diverged_step is None:
                 tr.test_loss = float(loss[j])
@@ -612,6 +752,8 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
             train_seconds=c.train_wall_s[-1] if c.train_wall_s else 0.0,
             compile_seconds=compile_s,
             extra={"batched": len(specs) if batched else 1,
+                   **({"mesh": layout.label, "num_devices": layout.num_devices,
+                       "padded_trials": (T or 1) - len(specs)} if layout is not None else {}),
                    "eval_batch": min(e.M, EVAL_BATCH),
                    **{k: float(getattr(ds, k)) for k in ("loss_floor", "entropy_rate")
                       if getattr(ds, k, None) is not None},

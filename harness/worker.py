@@ -28,16 +28,18 @@ test split once, at the last step, ``test/loss``, ``test/accuracy``, ``test/<nam
 diverged trial); all with ``step=`` the training step and timestamps = training start + curve
 wall-clock (``train/loss`` at ≤ :data:`MAX_TRAIN_POINTS` evenly spaced steps including the first
 and last, so that tracking stays a small fraction of a trial), ``final/valid_loss`` and
-``final/valid_accuracy`` (last step), ``perf/*`` (``step=0``) and ``convergence/*``
+``final/valid_accuracy`` (last step), ``perf/*`` (``step=0``; with ``perf/num_devices`` and
+``perf/examples_per_sec_per_device``, the tag ``perf.mesh`` for a step timed on a mesh) and
+``convergence/*``
 (``step=steps_to_target``, the target being on validation); params
 ``TrialSpec.flat_params()`` plus ``target.mode``; tags ``harness.devices`` (the device(s) the trial
 trained on, e.g. ``cpu:2`` or ``cuda:0,1`` with host-level ids), ``harness.device_env`` (the device and
 memory variables of the training process, e.g. ``HARNESS_DEVICE_IDS=2``) and, under ``--jobs N``,
-``harness.device_env_set`` (``before-jax-import``; see :mod:`harness.devices`); ``harness.reason``
-(last line of the traceback, or why it diverged) and ``status_reason``; artifacts ``trial.json``
-(the resolved spec), ``curves.csv`` (``split,step,wall_s,loss,accuracy`` with ``split`` one of
-``train`` (every step), ``valid``, ``test``) and, for a failed trial, ``traceback.txt``; the training
-split as a dataset input.
+``harness.device_env_set`` (``before-jax-import``; see :mod:`harness.devices`); for a trial trained on
+several devices ``harness.mesh`` (``"batch=4"``); ``harness.reason`` (last line of the traceback, or
+why it diverged) and ``status_reason``; artifacts ``trial.json`` (the resolved spec), ``curves.csv``
+(``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every step), ``valid``,
+``test``) and, for a failed trial, ``traceback.txt``; the training split as a dataset input.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ from typing import Any
 
 from harness import devices, tracking
 from harness.spec import TrialResult, TrialSpec
+
+#: Tag of a trial trained on several devices: its mesh shape, ``"batch=4"`` / ``"trials=4"``
+#: (:mod:`harness.parallel`); absent for one-device trials.
+MESH_TAG = "harness.mesh"
 
 
 @dataclass(frozen=True)
@@ -268,12 +274,15 @@ def _train(specs: list[TrialSpec], ctx: RunContext, cks: list | None = None) -> 
 def _with_device_tags(results: list[TrialResult]) -> list[TrialResult]:
     """Record in each result the devices it trained on, here in the training process (a spooled
     result is written later, possibly by another process): ``extra["device_tags"]``."""
-    try:
-        tags = devices.device_tags(1)  # one device per trial until parallelism.devices reaches the spec
-    except Exception:  # never fail a trial for its provenance
-        return results
-    for r in results:
-        r.extra.setdefault("device_tags", tags)
+    by_n: dict = {}
+    for r in results:  # the spec's parallelism.devices (1, N or "all") of the mesh it trained on
+        n = getattr(r.spec, "devices", 1)
+        try:
+            if n not in by_n:
+                by_n[n] = devices.device_tags(n)
+        except Exception:  # never fail a trial for its provenance
+            continue
+        r.extra.setdefault("device_tags", by_n[n])
     return results
 
 
@@ -380,7 +389,8 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
     p = res.perf
     if p is not None:
         for key in ("step_time_ms", "step_time_ms_p10", "step_time_ms_p90", "examples_per_sec",
-                    "compile_s", "flops_per_step", "utilization", "peak_flops"):
+                    "compile_s", "flops_per_step", "utilization", "peak_flops",
+                    "examples_per_sec_per_device", "num_devices"):
             buf.add(f"perf/{key}", getattr(p, key), 0)
     if res.steps_to_target is not None:
         buf.add("convergence/steps_to_target", res.steps_to_target, res.steps_to_target)
@@ -391,6 +401,10 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
         tags["harness.resumed_from_step"] = str(ck["resumed_from_step"])
     if p is not None:
         tags["perf.dtype"] = p.dtype  # utilisation counts FLOPs against this dtype's peak
+        if p.mesh:
+            tags["perf.mesh"] = p.mesh  # the mesh the timed step ran on
+    if res.extra.get("mesh"):
+        tags[MESH_TAG] = res.extra["mesh"]  # the mesh the trial trained on, "batch=4"
     if res.diverged_step is not None:
         tags["diverged_step"] = str(res.diverged_step)
     if res.reason:

@@ -95,6 +95,11 @@ M_EXAMPLES_PER_S = "perf/examples_per_sec"
 M_COMPILE_S = "perf/compile_s"
 M_FLOPS = "perf/flops_per_step"
 M_UTIL = "perf/utilization"
+#: Throughput per device and the device count of the timed step (runs from before parallelism: NaN).
+M_EXAMPLES_PER_S_PER_DEVICE = "perf/examples_per_sec_per_device"
+M_NUM_DEVICES = "perf/num_devices"
+#: Tag: the mesh a trial trained on (``"batch=4"``), read into the ``mesh`` column (None: one device).
+TAG_MESH = "harness.mesh"
 M_STEPS_TO_TARGET = "convergence/steps_to_target"
 M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
 M_FINAL_LOSS = "final/valid_loss"
@@ -117,6 +122,8 @@ SUMMARY_METRICS = (
     M_COMPILE_S,
     M_FLOPS,
     M_UTIL,
+    M_EXAMPLES_PER_S_PER_DEVICE,
+    M_NUM_DEVICES,
     M_STEPS_TO_TARGET,
     M_SECONDS_TO_TARGET,
     M_FINAL_LOSS,
@@ -169,6 +176,7 @@ ID_COLUMNS = (
     "target_value",
     "target_mode",
     "protocol",
+    "mesh",
     *ENV_TAGS,
     "start_time",
     "end_time",
@@ -389,6 +397,7 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "target_value": _num(params.get(PARAM_TARGET_VALUE)),
         "target_mode": _target_mode(target_metric, params.get(PARAM_TARGET_MODE)) if target_metric else None,
         "protocol": _protocol(run),
+        "mesh": tags.get(TAG_MESH),
         "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True)
         if run.info.start_time
         else pd.NaT,
