@@ -199,6 +199,7 @@ def test_sweep_logs_per_device_throughput_to_mlflow(forced4):
     m, tags = run["metrics"], run["tags"]
     assert run["status"] == "FINISHED" and tags["status"] == "finished"
     assert tags["harness.mesh"] == "batch=4" and tags["perf.mesh"] == "batch=4"
+    assert tags["harness.devices"] == "cpu:0,1,2,3"  # the trial's mesh, not just its first device
     assert m["perf/num_devices"] == 4
     assert m["perf/examples_per_sec_per_device"] == pytest.approx(m["perf/examples_per_sec"] / 4)
     assert run["params"]["parallelism.devices"] == "4" and run["params"]["parallelism.shard"] == "batch"
