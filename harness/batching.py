@@ -49,6 +49,7 @@ import hashlib
 import json
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -157,7 +158,7 @@ def _write_disk(key: str, entry: dict[str, Any]) -> None:
         with FileLock(str(path) + ".lock", timeout=30):
             disk = _read_disk()
             disk[key] = entry
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(json.dumps(disk, indent=1, sort_keys=True))
             os.replace(tmp, path)
     except Exception:  # a cache we cannot write only means measuring again next time
