@@ -242,12 +242,19 @@ def _program(spec: TrialSpec):
 
 
 def _param_count(spec: TrialSpec) -> int:
+    """Parameters of one trial's model, from ``jax.eval_shape`` of its init (nothing compiled, no
+    data on the device)."""
     import jax
 
-    prog = _program(spec)
-    exe, _ = prog.e.get("init", None, jax.random.PRNGKey(0))
-    params, _ = exe(jax.random.PRNGKey(0))
-    return int(sum(np.size(p) for p in jax.tree_util.tree_leaves(params)))
+    from harness import trainer
+    from harness.data import load_dataset
+    from harness.registry import lookup
+
+    ds = load_dataset(spec.dataset, **spec.hparams("dataset"))
+    model = lookup(trainer._registries()[0], spec.model, "model")(
+        input_shape=ds.input_shape, num_classes=ds.num_classes, **spec.hparams("model"))
+    params = jax.eval_shape(lambda k: model.init(k, (1, *ds.input_shape))[1], jax.random.PRNGKey(0))
+    return int(sum(np.prod(p.shape, dtype=np.int64) for p in jax.tree_util.tree_leaves(params)))
 
 
 def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import threading
 
 import pytest
@@ -35,14 +34,17 @@ def _no_measure(specs):
 
 
 def test_measures_once_then_reads_the_cache(fresh, monkeypatch):
+    """The decision's bookkeeping, with a stand-in measurement (the real one, on the trainer's own
+    compiled chunks, runs in tests/test_gpu_check.py, where those programs are compiled anyway)."""
+    monkeypatch.setattr(batching, "measure_speedup", lambda specs: (1.3125, 4))
+    monkeypatch.setattr(batching, "_param_count", lambda spec: 1210)
     specs = [make_spec(seed=0), make_spec(seed=1, optimizer_hparams={"step_size": 0.1})]
     d = batching.decide(specs)
-    assert d.source == "measured" and d.speedup > 0
-    assert d.batch is (d.speedup >= batching.MIN_SPEEDUP) and trainer.should_batch(specs) is d.batch
-    assert re.fullmatch(r"(vmap\(2\)|sequential): measured \d+\.\d\dx", d.label)
+    assert (d.source, d.speedup, d.batch, d.label) == ("measured", 1.3125, True, "vmap(2): measured 1.31x")
+    assert trainer.should_batch(specs) is True
     disk = json.loads((fresh / "batching.json").read_text())
     (key, entry), = disk.items()
-    assert key.endswith(f"|T=2|{batching.signature(specs[0])}") and entry["reps"] >= batching.MIN_REPS
+    assert key.endswith(f"|T=2|{batching.signature(specs[0])}") and entry["reps"] == 4
     assert entry["speedup"] == pytest.approx(d.speedup, abs=1e-4) and entry["label"] == d.label
     # never measured again: not in this process, not in the next one (empty in-process cache)
     monkeypatch.setattr(batching, "measure_speedup", _no_measure)

@@ -13,7 +13,8 @@ utilisation against the device's measured matmul peak of that dtype, cached in
 ``run_trials_batched`` (one vmapped program) against 8 ``run_trial`` calls, each side's training
 seconds as the trainer counts them (compile and evaluation excluded), 3 interleaved repetitions,
 median of the paired ratios; beside it, what :mod:`harness.batching` decides for that group
-(``HARNESS_BATCH`` respected). The design claims >= 3x on a GPU.
+(``HARNESS_BATCH`` respected). The design claims >= 3x on a GPU. (Small sizes use the small MLP
+row's network for this part.)
 
 On CPU (auto-detected) or with ``--small`` every size is small so that the whole check takes
 seconds; the figures are then only a smoke test of the script.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -50,11 +52,11 @@ SIZES = {
     },
     "small": {
         "mlp": ("mlp", {"width": 64, "depth": 2}, "synthetic",
-                {"num_examples": 256, "num_valid": 32, "num_test": 32, "input_shape": [64]}, 64),
+                {"num_examples": 4096, "num_valid": 32, "num_test": 32, "input_shape": [64]}, 64),
         "cnn": ("cnn", {"width": 4, "hidden": 0}, "synthetic",
-                {"num_examples": 128, "num_valid": 32, "num_test": 32, "input_shape": [8, 8, 1]}, 32),
+                {"num_examples": 1024, "num_valid": 32, "num_test": 32, "input_shape": [8, 8, 1]}, 32),
         "transformer": ("transformer_lm", {"width": 32, "depth": 1, "num_heads": 2}, "markov_lm",
-                        {"seq_len": 16, "num_train": 256, "num_valid": 32, "num_test": 32}, 16),
+                        {"seq_len": 16, "num_train": 2048, "num_valid": 32, "num_test": 32}, 16),
     },
 }
 DTYPES = ("float32", "bfloat16")
@@ -72,16 +74,17 @@ def _spec(model, model_hp, dataset, dataset_hp, batch, dtype, *, seed=0, steps=1
                           model_hparams=model_hp, optimizer_hparams={"step_size": 1e-3}, dtype=dtype)
 
 
-def throughput_rows(size: str) -> list[dict]:
+def throughput_rows(size: str, workloads: Sequence[str] | None = None,
+                    dtypes: Sequence[str] = DTYPES) -> list[dict]:
     """One row per (workload, dtype): the trainer's perf measurement of its single-trial step."""
     from models.zoo import MODELS
 
     rows = []
     for name, (model, model_hp, dataset, dataset_hp, batch) in SIZES[size].items():
-        if model not in MODELS:
+        if model not in MODELS or (workloads is not None and name not in workloads):
             continue
         ds = load_dataset(dataset, **dataset_hp)
-        for dtype in DTYPES:
+        for dtype in dtypes:
             spec = _spec(model, model_hp, dataset, dataset_hp, batch, dtype)
             # what run_trial(..., measure_perf=True) measures, without training and evaluating
             perf = trainer._measure_perf(trainer._program(spec, ds), spec, None)
@@ -98,21 +101,30 @@ def throughput_rows(size: str) -> list[dict]:
 
 
 def batching_speedup(size: str, reps: int = 3) -> dict:
-    """8 seeds vmapped vs in sequence (trainer-counted training seconds), median of paired ratios."""
+    """8 seeds vmapped vs in sequence (trainer-counted training seconds), median of paired ratios.
+
+    Full size: the digits MLP (64 wide, 1 hidden layer, batch 32, adam), as the issue measured it.
+    Small size: the small MLP row's network and data (equal validation and test sizes, so that each
+    side compiles one evaluation program): fewer compiles, the same comparison."""
     steps = BATCH_STEPS[size]
-    ds = load_dataset("digits")
-    specs = [_spec("mlp", {"width": 64, "depth": 1}, "digits", {}, 32, "float32", seed=s, steps=steps)
+    if size == "full":
+        model_hp, dataset, dataset_hp, batch = {"width": 64, "depth": 1}, "digits", {}, 32
+    else:
+        _, model_hp, dataset, dataset_hp, batch = SIZES["small"]["mlp"]
+    ds = load_dataset(dataset, **dataset_hp)
+    specs = [_spec("mlp", model_hp, dataset, dataset_hp, batch, "float32", seed=s, steps=steps)
              for s in range(SEEDS)]
     batched_s, seq_s = [], []
-    for r in range(reps + 1):  # the first repetition compiles (its training seconds are not counted)
+    for r in range(reps + 1):  # the first repetition compiles: not counted unless reps == 0
         res_b = trainer.run_trials_batched(specs, dataset=ds, measure_perf=False)
         res_s = [trainer.run_trial(s, dataset=ds, measure_perf=False) for s in specs]
-        if r:
+        if r or reps == 0:  # (the trainer's clock excludes compiling; a first run still warms up)
             batched_s.append(res_b[0].train_seconds)
             seq_s.append(sum(x.train_seconds for x in res_s))
     p = paired(seq_s, batched_s)
-    return {"seeds": SEEDS, "steps": steps, "batched_s": min(batched_s), "sequential_s": min(seq_s),
-            "speedup": p.median, "speedup_min": p.lo, "speedup_max": p.hi, "reps": reps,
+    return {"seeds": SEEDS, "steps": steps, "model": f"mlp {model_hp} on {dataset}",
+            "batched_s": min(batched_s), "sequential_s": min(seq_s),
+            "speedup": p.median, "speedup_min": p.lo, "speedup_max": p.hi, "reps": len(seq_s),
             "decision": batching.decide(specs).label}
 
 
@@ -132,16 +144,22 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="small sizes (default on CPU)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
+    ap.add_argument("--workloads", default=",".join(SIZES["full"]),
+                    help="comma-separated subset of %(default)s")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated, default %(default)s")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="batching repetitions after the compiling one (0: count that one; "
+                         "default %(default)s)")
     args = ap.parse_args(argv)
     dev = jax.devices()[0]
     size = "small" if args.small or dev.platform == "cpu" else "full"
     print(f"gpu_check: {timing.device_kind(dev)} ({len(jax.devices())} device(s)), jax {jax.__version__}, "
           f"{size} sizes")
-    rows = throughput_rows(size)
+    rows = throughput_rows(size, args.workloads.split(","), args.dtypes.split(","))
     print(format_table(rows))
-    b = batching_speedup(size)
+    b = batching_speedup(size, args.reps)
     claim = ("met" if b["speedup"] >= 3 else "NOT met") if dev.platform != "cpu" else "for accelerators"
-    print(f"\ntrial batching, {b['seeds']} seeds of the digits MLP ({b['steps']} adam steps): "
+    print(f"\ntrial batching, {b['seeds']} seeds of {b['model']} ({b['steps']} adam steps): "
           f"vmapped {b['batched_s']:.3f} s vs sequential {b['sequential_s']:.3f} s of training -> "
           f"{b['speedup']:.2f}x [min-max {b['speedup_min']:.2f}-{b['speedup_max']:.2f}] "
           f"(design claim >= 3x: {claim})")
