@@ -31,8 +31,9 @@ and last, so that tracking stays a small fraction of a trial), ``final/valid_los
 ``final/valid_accuracy`` (last step), ``perf/*`` (``step=0``) and ``convergence/*``
 (``step=steps_to_target``, the target being on validation); params
 ``TrialSpec.flat_params()`` plus ``target.mode``; tags ``harness.reason`` (last line of the
-traceback, or why it diverged) and ``status_reason``; artifacts ``trial.json`` (the resolved
-spec), ``curves.csv`` (``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every
+traceback, or why it diverged) and ``status_reason``; ``harness.batching`` (how its unit trained
+and why, :mod:`harness.batching`; set by the sweep through ``RunContext.trial_tags``);
+artifacts ``trial.json`` (the resolved spec), ``curves.csv`` (``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every
 step), ``valid``, ``test``) and, for a failed trial,
 ``traceback.txt``; the training split as a dataset input.
 """
