@@ -33,8 +33,8 @@ and last, so that tracking stays a small fraction of a trial), ``final/valid_los
 ``TrialSpec.flat_params()`` plus ``target.mode``; tags ``harness.reason`` (last line of the
 traceback, or why it diverged) and ``status_reason``; ``harness.batching`` (how its unit trained
 and why, :mod:`harness.batching`; set by the sweep through ``RunContext.trial_tags``);
-artifacts ``trial.json`` (the resolved spec), ``curves.csv`` (``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every
-step), ``valid``, ``test``) and, for a failed trial,
+artifacts ``trial.json`` (the resolved spec), ``curves.csv`` (``split,step,wall_s,loss,accuracy``
+with ``split`` one of ``train`` (every step), ``valid``, ``test``) and, for a failed trial,
 ``traceback.txt``; the training split as a dataset input.
 """
 
