@@ -70,8 +70,11 @@ def sweep(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (trials, done, to run); "
                                  "train nothing."),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
-    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, help="Local worker processes [default: "
-                                    "the config's jobs, else 1; N > 1 implies --executor process]."),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, help="Local worker processes, each on "
+                                    "its own device(s) of the host (CUDA_VISIBLE_DEVICES on GPUs, "
+                                    "HARNESS_DEVICE_IDS on CPU); more workers than devices share them, "
+                                    "without GPU memory preallocation [default: the config's jobs, "
+                                    "else 1; N > 1 implies --executor process]."),
     executor: str | None = typer.Option(None, "--executor", help="inprocess | process | ray "
                                         "[default: the config's executor, else inprocess]."),
     address: str | None = typer.Option(None, "--address", help="Cluster address (ray)."),
@@ -83,8 +86,9 @@ def sweep(
     cpus_per_trial: float | None = typer.Option(None, "--cpus-per-trial", min=0,
                                                 help="Ray: CPUs each trial's task declares (default 1)."),
     gpus_per_trial: float | None = typer.Option(None, "--gpus-per-trial", min=0,
-                                                help="Ray: GPUs each trial's task declares; a fraction "
-                                                "shares a GPU (default 0)."),
+                                                help="Ray: GPUs each trial's task declares (Ray sets its "
+                                                "CUDA_VISIBLE_DEVICES); a fraction shares a GPU, "
+                                                "without memory preallocation (default 0)."),
     max_trials: int = typer.Option(DEFAULT_MAX_TRIALS, "--max-trials", min=1,
                                    help="Refuse a config that expands to more trials than this "
                                    "(checked from axis sizes, before anything is built)."),

@@ -10,8 +10,11 @@ per finished unit, in completion order. Executors are looked up by name with :fu
 
 - ``inprocess`` (:class:`InProcessExecutor`): units one after another in this process.
 - ``process`` (:class:`ProcessExecutor`, ``--jobs N``): ``N`` local worker processes (``spawn``
-  start method, so no forked JAX runtime). On GPUs the workers do not preallocate device memory.
-  A worker exits by itself within ~0.5 s once the process that started it is gone (e.g. SIGKILLed).
+  start method, so no forked JAX runtime). Each worker gets its own device(s) of the host
+  (:func:`harness.devices.plan_devices`: ``CUDA_VISIBLE_DEVICES`` on GPUs, ``HARNESS_DEVICE_IDS`` on
+  CPU), set in the worker before JAX is imported there; workers that share a GPU do not preallocate
+  its memory. A worker exits by itself within ~0.5 s once the process that started it is gone
+  (e.g. SIGKILLed).
 - other names: :func:`register_executor` adds one; an unknown name ``X`` is looked for as module
   ``harness.X_executor`` (e.g. ``harness/ray_executor.py`` registers ``"ray"`` when imported).
 
@@ -54,6 +57,13 @@ class InProcessExecutor:
         self.jobs = 1
         self.flush_wait_s = 0.0  # seconds spent waiting for background MLflow writes at the end
 
+    def validate(self, tracking_uri: str | None = None) -> None:
+        """A ``HARNESS_DEVICE_IDS`` set for this process must name its devices (checked before any
+        write; raises ``ValueError`` with the valid indices)."""
+        from harness import devices
+
+        devices.visible_devices()
+
     def run(self, units: list[list[TrialSpec]], ctx: RunContext,
             on_done: Callable[[list[TrialOutcome]], None]) -> None:
         # Results are written to MLflow on a background thread while the next unit trains, so
@@ -76,9 +86,14 @@ def _watch_parent(parent_pid: int, poll_s: float) -> None:
         time.sleep(poll_s)
 
 
-def _init_worker() -> None:
-    # Several processes share one accelerator: allocate on demand instead of 75% each.
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+def _init_worker(slots=None) -> None:
+    """Pool initializer (runs in the spawned worker before any task, so before JAX is imported
+    there: nothing this module imports at the top imports JAX). ``slots`` is a queue of the
+    workers' environments (:func:`harness.devices.worker_env`); each worker takes one."""
+    if slots is not None:
+        from harness import devices
+
+        devices.apply_worker_env(slots.get(timeout=60))
     # A SIGKILLed sweep cannot shut its pool down: its workers would be re-parented and live on
     # (holding host and device memory). Each worker polls its parent pid and exits when it changes.
     # The expected pid comes from multiprocessing, so a parent that died before this ran counts too.
@@ -110,18 +125,40 @@ class ProcessExecutor:
     fresh pool.
     """
 
-    def __init__(self, jobs: int = 2, **_: object) -> None:
+    def __init__(self, jobs: int = 2, devices_per_trial: int | str = 1, **_: object) -> None:
         if jobs < 1:
             raise ValueError(f"jobs must be >= 1, got {jobs}")
         self.jobs = jobs
+        self.devices_per_trial = devices_per_trial
+        #: The device assignment (:class:`harness.devices.DevicePlan`), made by :meth:`validate`.
+        self.device_plan = None
+
+    def validate(self, tracking_uri: str | None = None) -> None:
+        """Plan the workers' devices (before anything is written; the sweep calls this).
+
+        Raises:
+          harness.devices.DevicePlanError: ``jobs`` × devices per trial does not fit the host.
+        """
+        from harness import devices
+
+        n, platform, visible = devices.host_devices()
+        self.device_plan = devices.plan_devices(n, platform, self.jobs, self.devices_per_trial, visible)
 
     def run(self, units: list[list[TrialSpec]], ctx: RunContext,
             on_done: Callable[[list[TrialOutcome]], None]) -> None:
+        from harness import devices
+
+        if self.device_plan is None:
+            self.validate()
         pending = list(range(len(units)))
+        spawn = mp.get_context("spawn")
         while pending:
-            with cf.ProcessPoolExecutor(max_workers=min(self.jobs, len(pending)),
-                                        mp_context=mp.get_context("spawn"),
-                                        initializer=_init_worker) as pool:
+            n_workers = min(self.jobs, len(pending))
+            slots = spawn.Queue()  # one device environment per worker (harness.devices.plan_devices)
+            for env in self.device_plan.envs[:n_workers]:
+                slots.put(devices.worker_env(env))
+            with cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=spawn,
+                                        initializer=_init_worker, initargs=(slots,)) as pool:
                 futs = {pool.submit(execute_unit, units[i], ctx): i for i in pending}
                 broken: list[int] = []
                 try:
@@ -135,6 +172,8 @@ class ProcessExecutor:
                     for f in futs:
                         f.cancel()
                     raise
+            slots.close()  # the slots are in the pipe (tiny): nothing left to feed
+            slots.join_thread()
             if broken and len(broken) == len(pending):
                 # Nothing progressed: report them lost instead of looping.
                 for i in broken:

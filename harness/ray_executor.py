@@ -7,8 +7,13 @@ with ``ray.wait`` and hands each unit's outcomes to ``on_done`` as soon as that 
 the progress bar and the summary are the same as for a local sweep.
 
 Resources: every task declares ``num_cpus=cpus_per_trial`` and ``num_gpus=gpus_per_trial``. A vmapped
-batch is one compiled program and is scheduled as one trial. With a fractional GPU share (several
-tasks on one GPU) the worker's JAX is told not to preallocate GPU memory.
+batch is one compiled program and is scheduled as one trial. Devices follow the same mechanism as
+``--jobs N`` (:mod:`harness.devices`): Ray sets ``CUDA_VISIBLE_DEVICES`` for each task to the GPU(s) it
+assigned, before the task's worker starts JAX (Ray ends a GPU task's worker process after the task by
+default, so a worker never keeps a backend bound to another task's GPU); with a fractional GPU share
+(several tasks on one GPU) the tasks' JAX is told not to preallocate GPU memory
+(:func:`harness.devices.ray_task_env`); and each trial's run records its devices
+(``harness.devices``, e.g. ``cuda:3``) like a local worker's.
 
 Fault tolerance, in three layers:
 
@@ -268,6 +273,9 @@ class RayExecutor:
             raise ValueError("a trial must declare some resource: cpus_per_trial or gpus_per_trial > 0")
         if max_retries < 0 or resubmits < 0:
             raise ValueError(f"max_retries and resubmits must be >= 0, got {max_retries}, {resubmits}")
+        from harness.devices import ray_task_env
+
+        ray_task_env(gpus_per_trial)  # DevicePlanError (a ValueError) for e.g. 1.5 GPUs, before any write
         self.address = address
         self.cpus_per_trial = float(cpus_per_trial)
         self.gpus_per_trial = float(gpus_per_trial)
@@ -291,11 +299,11 @@ class RayExecutor:
         check_tracking_store(tracking_uri, self.address)
 
     def _task_env(self) -> dict[str, str]:
-        env: dict[str, str] = {}
-        if 0 < self.gpus_per_trial < 1:
-            # Several tasks share one GPU: JAX's default of preallocating 75 % of it would starve them.
-            env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-        return env
+        """The tasks' environment (:func:`harness.devices.ray_task_env`): Ray sets
+        ``CUDA_VISIBLE_DEVICES`` for ``num_gpus``; a fraction turns preallocation off."""
+        from harness.devices import ray_task_env
+
+        return ray_task_env(self.gpus_per_trial)
 
     def _connect(self, ray: Any) -> bool:
         """Connect (or start a local instance); True if this call did it and must shut it down."""
@@ -375,7 +383,13 @@ class RayExecutor:
         ctx: RunContext,
         on_done: Callable[[list[TrialOutcome]], None],
     ) -> set[str]:
-        remote = ray.remote(run_unit_task)
+        if self.gpus_per_trial > 0:
+            # One task per worker process: Ray sets CUDA_VISIBLE_DEVICES per task, but a reused
+            # worker's JAX backend stays bound to the GPU of its first task. (Ray makes this the
+            # default only for functions decorated with num_gpus; ours get it through .options().)
+            remote = ray.remote(max_calls=1)(run_unit_task)
+        else:
+            remote = ray.remote(run_unit_task)
         env = self._task_env()
         ctx_ref = ray.put(ctx)
         pending: dict[Any, int] = {}

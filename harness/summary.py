@@ -4,7 +4,6 @@ configuration per (dataset, model, optimizer) and the summary table with the com
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,12 +62,15 @@ def _fmt(x: float | None, spec: str = ".4f") -> str:
 def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
     """Best configuration per (dataset, model, optimizer), ranked exactly like the HTML report's
     leaderboard (:func:`reports.frame.best_configs`); the first difference decides: more seeds that
-    reached the target; lower median steps to target (one optimizer's steps cost the same, and
-    steps carry no wall-clock noise); more seeds finished (not diverged or failed); better mean
-    final target metric on **validation** (valid/accuracy, or valid/loss for loss targets); lower
-    median seconds to target; the configuration's name. Identical results select identically. Selection never reads the test split: ``value`` is the selected configuration's
-    mean validation metric, ``test_value`` its mean test metric over the seeds that have one (the
-    headline number; ``None`` for runs from before the three-split protocol)."""
+    reached the target; lower median steps to target (one optimizer's steps cost the same, and steps
+    carry no wall-clock noise); more seeds finished (not diverged or failed); better mean final target
+    metric on **validation** (valid/accuracy, or valid/loss for loss targets); lower median seconds to
+    target; the configuration's name (:func:`reports.frame.selection_key`, one rule for both). Identical
+    results select identically. Selection never reads the test split: ``value`` is the selected
+    configuration's mean validation metric, ``test_value`` its mean test metric over the seeds that have
+    one (the headline number; ``None`` for runs from before the three-split protocol)."""
+    from reports.frame import selection_key  # the report's rule, so both select alike
+
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
@@ -92,12 +94,8 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
             "reached": sum(o.seconds_to_target is not None for o in ok),
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
         }
-        sign = 1.0 if is_loss else -1.0
-        row["_rank"] = (-row["reached"],
-                        math.inf if row["steps_to_target"] is None else row["steps_to_target"],
-                        -len(ok), math.inf if row["value"] is None else sign * row["value"],
-                        math.inf if row["seconds_to_target"] is None else row["seconds_to_target"],
-                        str(conf))
+        row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
+                                     not is_loss, row["seconds_to_target"], str(conf))
         key = (ds, model, opt)
         if key not in best or row["_rank"] < best[key]["_rank"]:
             best[key] = row

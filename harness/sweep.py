@@ -19,6 +19,7 @@ invocation, the executor, a progress bar, and the end summary table.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,16 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         ex_names = known_executors()
         raise ValueError(f"unknown executor {cfg.executor!r}; valid choices: {', '.join(ex_names)}"
                          f"{did_you_mean(cfg.executor, ex_names)}")
-    specs = preflight(cfg, str(config_path), registries)  # before the store is touched, dry run too
+    from harness.devices import parent_off_devices
+    from harness.executors import InProcessExecutor
+
+    # With workers (--jobs N, Ray) the parent trains nothing: the JAX backend its preflight starts
+    # must not preallocate the GPU memory the workers need (harness.devices.parent_off_devices).
+    trains_here = isinstance(executor_obj, InProcessExecutor) if executor_obj is not None \
+        else cfg.executor == "inprocess"
+    off = contextlib.nullcontext() if trains_here else parent_off_devices()
+    with off:
+        specs = preflight(cfg, str(config_path), registries)  # before the store is touched, dry run too
     sweep_id = sweep_id_of(cfg.name, specs)
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
 
@@ -123,10 +133,16 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
 
     from harness.executors import get_executor
 
-    ex = executor_obj or get_executor(cfg.executor, jobs=cfg.jobs, address=cfg.address,
-                                      **(executor_opts or {}))
+    # Devices per trial for --jobs' device plan: the config's parallelism.devices once it has one.
+    # (Passed only when it is not 1, so that executors registered without the option keep working.)
+    per_trial = getattr(getattr(cfg, "parallelism", None), "devices", None) or 1
+    opts = {**({"devices_per_trial": per_trial} if per_trial != 1 else {}), **(executor_opts or {})}
+    ex = executor_obj or get_executor(cfg.executor, jobs=cfg.jobs, address=cfg.address, **opts)
     if hasattr(ex, "validate"):  # e.g. Ray refuses a SQLite store with a remote cluster, before any write
-        ex.validate(uri)
+        ex.validate(uri)  # (--jobs N: plans the workers' devices, refuses a plan that does not fit)
+    device_plan = getattr(ex, "device_plan", None)
+    if device_plan is not None and not quiet and (device_plan.platform != "cpu" or device_plan.n_devices > 1):
+        console.print(f"devices: {device_plan.describe()}", soft_wrap=True)
     client = tracking.prepare_store(uri)  # health check / schema creation, before any worker
     replayed = replay_spool(uri)  # results an earlier invocation could not write
     if replayed.written and not quiet:

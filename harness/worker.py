@@ -30,12 +30,15 @@ wall-clock (``train/loss`` at ≤ :data:`MAX_TRAIN_POINTS` evenly spaced steps i
 and last, so that tracking stays a small fraction of a trial), ``final/valid_loss`` and
 ``final/valid_accuracy`` (last step), ``perf/*`` (``step=0``) and ``convergence/*``
 (``step=steps_to_target``, the target being on validation); params
-``TrialSpec.flat_params()`` plus ``target.mode``; tags ``harness.reason`` (last line of the
-traceback, or why it diverged) and ``status_reason``; ``harness.batching`` (how its unit trained
-and why, :mod:`harness.batching`; set by the sweep through ``RunContext.trial_tags``);
-artifacts ``trial.json`` (the resolved spec), ``curves.csv`` (``split,step,wall_s,loss,accuracy``
-with ``split`` one of ``train`` (every step), ``valid``, ``test``) and, for a failed trial,
-``traceback.txt``; the training split as a dataset input.
+``TrialSpec.flat_params()`` plus ``target.mode``; tags ``harness.devices`` (the device(s) the trial
+trained on, e.g. ``cpu:2`` or ``cuda:0,1`` with host-level ids), ``harness.device_env`` (the device and
+memory variables of the training process, e.g. ``HARNESS_DEVICE_IDS=2``) and, under ``--jobs N``,
+``harness.device_env_set`` (``before-jax-import``; see :mod:`harness.devices`); ``harness.batching``
+(how its unit trained and why, :mod:`harness.batching`; set by the sweep through
+``RunContext.trial_tags``); ``harness.reason`` (last line of the traceback, or why it diverged) and
+``status_reason``; artifacts ``trial.json`` (the resolved spec), ``curves.csv``
+(``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every step), ``valid``,
+``test``) and, for a failed trial, ``traceback.txt``; the training split as a dataset input.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import tracking
+from harness import devices, tracking
 from harness.spec import TrialResult, TrialSpec
 
 
@@ -234,6 +237,7 @@ def _train(specs: list[TrialSpec], ctx: RunContext, cks: list | None = None) -> 
     ``(handle, trial ids)`` (the caller removes them once the results are in the store)."""
     from harness import trainer
 
+    devices.use_assigned_device()  # HARNESS_DEVICE_IDS: the worker's first device is JAX's default
     cks = [] if cks is None else cks
     if len(specs) > 1:
         ck = _checkpoints(specs, ctx, len(specs))
@@ -244,7 +248,7 @@ def _train(specs: list[TrialSpec], ctx: RunContext, cks: list | None = None) -> 
             if len(res) == len(specs):
                 if ck is not None:
                     cks.append((ck, [s.trial_id for s in specs]))
-                return list(res)
+                return _with_device_tags(list(res))
         except Exception:
             pass
         if ck is not None:
@@ -259,7 +263,19 @@ def _train(specs: list[TrialSpec], ctx: RunContext, cks: list | None = None) -> 
             out.append(_failed(s, e))
         if ck is not None:
             cks.append((ck, [s.trial_id]))
-    return out
+    return _with_device_tags(out)
+
+
+def _with_device_tags(results: list[TrialResult]) -> list[TrialResult]:
+    """Record in each result the devices it trained on, here in the training process (a spooled
+    result is written later, possibly by another process): ``extra["device_tags"]``."""
+    try:
+        tags = devices.device_tags(1)  # one device per trial until parallelism.devices reaches the spec
+    except Exception:  # never fail a trial for its provenance
+        return results
+    for r in results:
+        r.extra.setdefault("device_tags", tags)
+    return results
 
 
 def _end_checkpoints(cks: list, results: list[TrialResult], logged: set[str]) -> None:
@@ -370,7 +386,7 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
     if res.steps_to_target is not None:
         buf.add("convergence/steps_to_target", res.steps_to_target, res.steps_to_target)
         buf.add("convergence/seconds_to_target", res.seconds_to_target, res.steps_to_target)
-    tags = {"status": res.status}
+    tags = {"status": res.status, **(res.extra.get("device_tags") or {})}
     ck = res.extra.get("checkpoint") or {}
     if ck.get("resumed_from_step"):
         tags["harness.resumed_from_step"] = str(ck["resumed_from_step"])

@@ -719,6 +719,22 @@ def objective(frame: pd.DataFrame) -> Objective:
     return Objective(M_FINAL_LOSS, "min", None, math.nan)
 
 
+def selection_key(reached: int, median_steps: float | None, finished: int, value: float | None,
+                  higher_is_better: bool, median_seconds: float | None, config: str) -> tuple:
+    """The order in which one optimizer's configurations are selected: the smallest key wins.
+
+    First difference decides: more seeds that ``reached`` the target; lower ``median_steps`` to
+    target; more seeds ``finished``; better validation ``value`` (mean final metric; higher when
+    ``higher_is_better``); lower ``median_seconds`` to target; the ``config`` name. ``None`` (no
+    seed reached / no value) sorts last. The one rule :func:`best_configs` and the sweep's summary
+    table (``harness.summary``) both apply, so both always select the same configuration.
+    """
+    inf = math.inf
+    return (-int(reached), inf if median_steps is None else float(median_steps), -int(finished),
+            inf if value is None else (-1.0 if higher_is_better else 1.0) * float(value),
+            inf if median_seconds is None else float(median_seconds), str(config))
+
+
 @per_frame
 def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     """The best configuration of each optimizer on each task, one row per (task, optimizer).
@@ -759,8 +775,9 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
                 "n_seeds": len(g),
                 "n_finished": len(fin),
                 "n_reached": int(reached.sum()),
-                "_key": (-int(reached.sum()), float(steps.median()) if len(steps) else math.inf,
-                         -len(fin), metric, secs, str(cid)),
+                "_key": selection_key(int(reached.sum()), float(steps.median()) if len(steps) else None,
+                                      len(fin), float(final.mean()) if len(final) else None,
+                                      obj.mode == "max", float(ttt.median()) if len(ttt) else None, str(cid)),
                 "_rank_key": (-int(reached.sum()), secs, -len(fin), metric, str(opt)),
             }
         )

@@ -304,3 +304,22 @@ def test_selection_ignores_wall_clock_noise_when_steps_tie():
             for o in outcomes])
         best = RF.best_configs(summary)
         assert list(best["config"]) == ["adam cosine lr=0.003"], jitter
+
+
+def test_selection_key_orders_by_reached_steps_finished_value_seconds_name():
+    """Hand-ordered configurations: each neighbour pair differs in exactly one field, and the
+    earlier field wins over all later ones; ``None`` sorts last; loss targets prefer lower."""
+    from reports.frame import selection_key as key
+
+    ranked = [
+        key(3, 100, 3, 0.80, True, 9.0, "z"),   # most seeds reached
+        key(2, 50, 3, 0.99, True, 0.1, "a"),    # fewer reached, despite fewer steps and better value
+        key(2, 60, 3, 0.99, True, 0.1, "a"),    # more steps
+        key(2, 60, 2, 0.99, True, 0.1, "a"),    # fewer finished
+        key(2, 60, 2, 0.90, True, 0.1, "a"),    # worse validation accuracy
+        key(2, 60, 2, 0.90, True, 0.2, "a"),    # slower in seconds
+        key(2, 60, 2, 0.90, True, 0.2, "b"),    # the name breaks the last tie
+        key(2, None, 2, None, True, None, "a"),  # nothing known sorts after every known value
+    ]
+    assert sorted(ranked) == ranked and len(set(ranked)) == len(ranked)
+    assert key(0, None, 1, 0.1, False, None, "a") < key(0, None, 1, 0.2, False, None, "a")  # loss

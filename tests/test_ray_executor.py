@@ -179,7 +179,10 @@ class _FakeRay:
     def put(self, x):
         return x
 
-    def remote(self, fn):
+    def remote(self, fn=None, **decorator_opts):
+        if fn is None:  # ray.remote(max_calls=1)(fn)
+            return lambda f: self.remote(f, **decorator_opts)
+        self.decorator_opts = decorator_opts
         ray = self
 
         class Remote:
@@ -234,6 +237,7 @@ def test_driver_resubmits_after_ray_gives_up_and_reports_every_trial_once():
     assert opts["num_cpus"] == 2.0 and opts["num_gpus"] == 0.5 and opts["max_retries"] == 4
     assert opts["retry_exceptions"] is False and opts["name"] == f"harness-unit:{a.trial_id}"
     assert opts["runtime_env"] == {"env_vars": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}}
+    assert ray.decorator_opts == {"max_calls": 1}  # a GPU task's worker never serves another task
 
 
 def test_driver_fails_a_unit_after_the_last_resubmission_and_never_retries_its_own_error():
@@ -247,6 +251,7 @@ def test_driver_fails_a_unit_after_the_last_resubmission_and_never_retries_its_o
                      sweep_id="x", sweep="s")
     calls: list[list] = []
     ex._drive(ray, [[a], [b]], ctx, calls.append)
+    assert ray.decorator_opts == {}  # CPU tasks reuse their worker (it compiles a program once)
     out = {o.trial_id: o for batch in calls for o in batch}
     assert out[a.trial_id].status == "failed"
     assert out[a.trial_id].reason.startswith("Ray could not complete the task after 2 submission(s) "

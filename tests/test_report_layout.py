@@ -306,6 +306,9 @@ window.addEventListener('load', function () { setTimeout(function () {
   out.svgs = Array.prototype.map.call(document.querySelectorAll('figure svg.fig'), function (s) {
     var r = s.getBoundingClientRect(); return {w: r.width, h: r.height}; });
   out.main = document.querySelector('main').getBoundingClientRect().width;
+  out.tables = Array.prototype.map.call(document.querySelectorAll('main table'), function (t) {
+    return {id: t.id || (t.closest('section') || {}).id, w: t.getBoundingClientRect().width}; });
+  out.pageW = document.documentElement.scrollWidth; out.viewW = document.documentElement.clientWidth;
   out.vega = Array.prototype.map.call(document.querySelectorAll('.vl[data-spec]'), function (b) {
     return {state: b.dataset.state, marks: b.querySelectorAll('.vl-chart svg .mark-line path').length,
             legend: b.querySelector('.vl-chart svg') ? b.querySelector('.vl-chart svg').textContent : ''}; });
@@ -342,6 +345,9 @@ def test_report_in_headless_chromium(chromium, sweeps, tmp_path):
     assert len(out["svgs"]) == n_figs >= 5  # every drawn figure is laid out in the page
     for box in out["svgs"]:  # vector figures fill the page's content width
         assert abs(box["w"] - (out["main"] - 64)) < 3 and box["h"] > 150, (box, out["main"])
+    for t in out["tables"]:  # no table runs past the content width, the page never scrolls sideways
+        assert t["w"] <= out["main"] - 64 + 1, (t, out["main"])
+    assert out["pageW"] <= out["viewW"], (out["pageW"], out["viewW"])
     assert out["vega"] and all(v["state"] == "ok" and v["marks"] >= 6 for v in out["vega"]), out["vega"]
     assert "momentum" in out["vega"][0]["legend"] and "validation accuracy" in out["vega"][0]["legend"]
     acc = [float(v) for v in out["sorted"] if v]

@@ -650,3 +650,22 @@ def test_reports_never_imports_the_trainer():
 
 # The page in headless chromium (inline SVG, interactive views, sortable tables, the MLflow UI
 # landing): tests/test_report_layout.py.
+
+
+def test_sensitivity_panels_scale_each_task_to_its_own_values(frame):
+    """Found rendering the MNIST-1D report: the panels shared one y axis, so a task near 0.3
+    accuracy was a flat line under a task near 0.9. Each panel now fits its own values: the drawn
+    medians span at least a third of the panel's y range."""
+    obj = RF.objective(frame)
+    low = frame.copy()
+    tasks = sorted(low.loc[low["row"] == "summary", "task"].unique())
+    low.loc[low["task"] == tasks[0], obj.final] = 0.3 + 0.05 * low.loc[low["task"] == tasks[0], obj.final]
+    fig = F.sensitivity_figure(low)
+    for ax in fig.axes:
+        ys = np.concatenate([np.asarray(ln.get_ydata(), float) for ln in ax.lines] or [np.array([])])
+        ys = ys[np.isfinite(ys)]
+        if ys.size < 2:
+            continue
+        lo, hi = ax.get_ylim()
+        assert lo <= ys.min() and ys.max() <= hi, (ax.get_title(), lo, hi)
+        assert (ys.max() - ys.min()) / (hi - lo) > 1 / 3, (ax.get_title(), ys.min(), ys.max(), lo, hi)

@@ -130,7 +130,7 @@ def test_workload_sweep_tags_and_gap_to_entropy(tmp_path, monkeypatch, tracking_
     assert lb["Gap to entropy rate (nats)"].tolist() == [f"{hist[-1].value:.4g} (1 seed)"]
 
 def test_shipped_experiments_expand():
-    """experiments/workloads.yaml: 5 optimizers × 3 step sizes × 2 workloads; algoperf_small.yaml
+    """experiments/workloads.yaml: 5 optimizers × 3 quasi-random step sizes × 2 workloads; algoperf_small.yaml
     expands (its data is not prepared here, so only the structure and the expansion are checked)."""
     from pathlib import Path
 
@@ -146,3 +146,10 @@ def test_shipped_experiments_expand():
     assert len(specs) == 30
     assert {s.optimizer for s in specs} == {"adam", "adamw", "nadamw", "lion", "momentum"}
     assert {s.workload for s in specs} == {"markov_lm_transformer", "mnist1d_cnn"}
+    # the tuning protocol: 3 quasi-random step sizes per optimizer and workload, inside its range
+    lo = {"adam": 1e-3, "adamw": 1e-3, "nadamw": 1e-3, "lion": 1e-4, "momentum": 1e-2}
+    for opt, low in lo.items():
+        for wl in ("markov_lm_transformer", "mnist1d_cnn"):
+            lrs = {dict(s.optimizer_hparams)["step_size"] for s in specs
+                   if (s.optimizer, s.workload) == (opt, wl)}
+            assert len(lrs) == 3 and all(low <= v <= 10 * low for v in lrs), (opt, wl, lrs)
