@@ -80,7 +80,8 @@ def sweep(
     address: str | None = typer.Option(None, "--address", help="Cluster address (ray)."),
     batching: Batching | None = typer.Option(None, "--batching", help="Train seed/step-size siblings "
                                              "together under vmap: auto | on | off [default: the "
-                                             "config's batching, else auto: on GPU/TPU only]."),
+                                             "config's batching, else auto: where a short "
+                                             "measurement, cached per machine, finds it faster]."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     cpus_per_trial: float | None = typer.Option(None, "--cpus-per-trial", min=0,
                                                 help="Ray: CPUs each trial's task declares (default 1)."),

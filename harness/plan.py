@@ -17,12 +17,21 @@ from harness.worker import TrialOutcome, outcome_from_run
 
 
 def group_units(specs: list[TrialSpec], batching: str,
-                should_batch: Callable[[list[TrialSpec]], bool] | None = None) -> list[list[TrialSpec]]:
+                should_batch: Callable[[list[TrialSpec]], bool] | None = None,
+                labels: dict[str, str] | None = None) -> list[list[TrialSpec]]:
     """Work units: single trials (``off``) or groups of equal :meth:`TrialSpec.batch_key`
     (``on``; ``auto`` keeps a group only where ``should_batch(group)`` — by default
-    ``harness.trainer.should_batch`` — says batching pays, or where its trials ask for
-    trial-parallel training, ``parallelism: {shard: trials}`` on more than one device)."""
+    ``harness.trainer.should_batch``, measured by :mod:`harness.batching` — says batching pays, or
+    where its trials ask for trial-parallel training, ``parallelism: {shard: trials}`` on more than
+    one device).
+
+    ``labels``, when given, is filled with ``trial_id -> how its unit trains and why`` (the
+    ``harness.batching`` tag: ``"vmap(8): measured 1.21x"``, ``"sequential: batching off"``, ...)."""
+    from harness import batching as _batching
+
+    labels = {} if labels is None else labels
     if batching == "off":
+        labels.update((s.trial_id, "sequential: batching off") for s in specs)
         return [[s] for s in specs]
     groups: dict[tuple, list[TrialSpec]] = {}
     for s in specs:
@@ -36,11 +45,17 @@ def group_units(specs: list[TrialSpec], batching: str,
 
                 should_batch = sb
             if not should_batch(g):
+                labels.update((s.trial_id, _batching.describe(g, False)) for s in g)
                 units.extend([s] for s in g)
                 continue
+            label = _batching.describe(g, True)
+        elif trial_parallel and len(g) > 1:
+            label = f"vmap({len(g)}): trial-parallel over parallelism.devices={g[0].devices}"
+        else:
+            label = f"vmap({len(g)}): batching on" if len(g) > 1 else "sequential: single trial"
+        labels.update((s.trial_id, label) for s in g)
         units.append(g)
     return units
-
 
 
 @dataclass

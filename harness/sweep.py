@@ -152,7 +152,8 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     plan = make_plan(specs, client, exp_id)
     outcomes: list[TrialOutcome] = plan.done_outcomes
     outcomes += _still_spooled(plan, uri)  # trained, not yet in the store: not trained again
-    units = group_units(plan.todo, cfg.batching) if plan.todo else []
+    batching_tags: dict[str, str] = {}  # trial_id -> harness.batching (how its unit trains, and why)
+    units = group_units(plan.todo, cfg.batching, labels=batching_tags) if plan.todo else []
     if not plan.todo:
         # Nothing to train: no new parent run (an empty one would hold no trial, get the report of
         # the runs it does not describe, and be what `status` calls the sweep's last run). A dead
@@ -172,7 +173,8 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
 
     ctx = RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id=parent_id, sweep_id=sweep_id,
                      sweep=cfg.name, git_commit=tracking.git_commit(), measure_perf=cfg.measure_perf,
-                     trial_tags=search_tags(specs), checkpoint_every=cfg.checkpoint_every or "default",
+                     trial_tags=_with_batching_tags(search_tags(specs), batching_tags),
+                     checkpoint_every=cfg.checkpoint_every or "default",
                      checkpoint_dir=checkpoint.root_for(uri, cfg.checkpoint_dir),
                      keep_final_checkpoint=cfg.keep_final_checkpoint)
     status = "KILLED"
@@ -198,6 +200,14 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     if not quiet:
         print_summary(console, summary)
     return summary
+
+
+def _with_batching_tags(tags: dict[str, dict[str, str]], batching: dict[str, str]) -> dict:
+    """``trial_tags`` plus each trial's ``harness.batching`` tag."""
+    out = {tid: dict(t) for tid, t in tags.items()}
+    for tid, label in batching.items():
+        out.setdefault(tid, {})["harness.batching"] = label
+    return out
 
 
 def _still_spooled(plan: Plan, uri: str) -> list[TrialOutcome]:

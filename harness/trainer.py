@@ -83,7 +83,6 @@ import collections
 import dataclasses
 import inspect
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -814,22 +813,14 @@ def run_trials_batched(specs: list[TrialSpec], *, dataset: Dataset | None = None
 def should_batch(specs: list[TrialSpec]) -> bool:
     """Whether to train ``specs`` with :func:`run_trials_batched` rather than one by one.
 
-    The rule (documented, no probe): batch only when there are at least 2 trials sharing one batch
-    key **and** the default device is an accelerator (GPU/TPU). On CPU, XLA already spreads one
-    trial's matmuls over the cores, so vmapping adds work without adding parallelism; measured on the
-    2-core CPU: 8 seeds of a digits MLP, 500 adam steps, vmapped 0.72 s vs 8 scans in sequence 0.56 s
-    (issue 5; this module's benchmark repeats the comparison). On an accelerator a small model leaves
-    the device underused and a batch of k runs in about the time of one.
-    ``HARNESS_BATCH=always|never`` overrides the rule (never for incompatible specs).
+    Decided by measurement, per (program, number of trials, device kind), in
+    :func:`harness.batching.decide`: the vmapped chunk of the T trials against T single-trial
+    chunks, compile excluded, interleaved, cached in ``$HARNESS_CACHE_DIR/batching.json``; batch
+    when it is at least 1.05x faster. (A fixed rule, "never on CPU", was wrong both ways: 8 seeds of
+    the digits MLP ran 0.78x batched in issue 5 and 1.21x in issue 15 on the same 2-core CPU.)
+    Fewer than 2 trials or specs that cannot share a batch: False; large models are not measured
+    (False). ``HARNESS_BATCH=always|never`` overrides the measurement (never for incompatible specs).
     """
-    if len(specs) < 2:
-        return False
-    k0 = specs[0].batch_key()
-    if any(s.batch_key() != k0 for s in specs[1:]):
-        return False
-    override = os.environ.get("HARNESS_BATCH", "").strip().lower()
-    if override in ("always", "1", "true", "yes"):
-        return True
-    if override in ("never", "0", "false", "no"):
-        return False
-    return jax.devices()[0].platform != "cpu"
+    from harness import batching
+
+    return batching.decide(specs).batch

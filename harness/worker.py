@@ -36,8 +36,10 @@ and last, so that tracking stays a small fraction of a trial), ``final/valid_los
 trained on, e.g. ``cpu:2`` or ``cuda:0,1`` with host-level ids), ``harness.device_env`` (the device and
 memory variables of the training process, e.g. ``HARNESS_DEVICE_IDS=2``) and, under ``--jobs N``,
 ``harness.device_env_set`` (``before-jax-import``; see :mod:`harness.devices`); for a trial trained on
-several devices ``harness.mesh`` (``"batch=4"``); ``harness.reason`` (last line of the traceback, or
-why it diverged) and ``status_reason``; artifacts ``trial.json`` (the resolved spec), ``curves.csv``
+several devices ``harness.mesh`` (``"batch=4"``); ``harness.batching`` (how its unit trained and why,
+:mod:`harness.batching`; set by the sweep through ``RunContext.trial_tags``); ``harness.reason`` (last
+line of the traceback, or why it diverged) and ``status_reason``; artifacts ``trial.json`` (the
+resolved spec), ``curves.csv``
 (``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every step), ``valid``,
 ``test``) and, for a failed trial, ``traceback.txt``; the training split as a dataset input.
 """

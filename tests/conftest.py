@@ -38,6 +38,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 else:
     _JAX_CACHE = None
 
+# Trial batching is decided by a measurement (harness.batching) whose outcome depends on the
+# machine's load: the suite fixes it to what the old CPU rule gave (auto = sequential), so unit
+# structures, checkpoint layouts and timings stay deterministic. Tests of the decision unset it.
+os.environ.setdefault("HARNESS_BATCH", "never")
+
 #: Test files that take minutes (kill/re-run cycles, a Ray head, real sweeps): collected first, so
 #: that with ``-n 2 --dist loadfile --no-loadscope-reorder`` they start at once instead of being the
 #: run's tail (xdist's default reorder sends files with the most tests first: the one-test, 4-minute

@@ -46,6 +46,7 @@ def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tra
         assert {r.data.tags[k] for k in ("model", "optimizer", "schedule", "dataset", "seed")} == {
             "mlp", "sgd", "constant", "digits", "0"}
         assert r.data.tags["jax_version"] == "0.10.2" and r.data.tags["device_kind"]
+        assert r.data.tags["harness.batching"] == "sequential: batching off"  # how its unit trained
         assert r.data.params["model.width"] == "16" and r.data.params["train.steps"] == "40"
     assert ok.info.run_name == "mlp-sgd-constant-lr0.1-s0"
     assert ok.data.tags["status"] == "finished"

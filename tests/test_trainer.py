@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import trainer
+from harness import batching, trainer
 from harness.data import load_dataset
 from harness.spec import PerfResult, Target, TrialSpec
 from models.zoo import MODELS
@@ -188,11 +188,18 @@ def test_perf_measured_once_per_perf_key(tmp_path, monkeypatch, digits):
     assert r2.perf is p and len(cache) == 1
 
 
-def test_should_batch_rule_and_errors(monkeypatch, digits):
+def test_should_batch_rule_and_errors(monkeypatch, digits, tmp_path):
     a, b = make_spec(seed=0), make_spec(seed=1, optimizer_hparams={"step_size": 0.5})
     other = make_spec(batch_size=16)
-    monkeypatch.delenv("HARNESS_BATCH", raising=False)
-    assert trainer.should_batch([a, b]) is (jax.devices()[0].platform != "cpu")
+    monkeypatch.delenv("HARNESS_BATCH", raising=False)  # measured (harness.batching; tests/test_batching.py)
+    monkeypatch.setattr(batching, "_MEM", {})
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(batching, "measure_speedup", lambda specs: (1.5, 3))
+    assert trainer.should_batch([a, b]) is True
+    monkeypatch.setattr(batching, "_MEM", {})
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "other"))
+    monkeypatch.setattr(batching, "measure_speedup", lambda specs: (0.8, 3))
+    assert trainer.should_batch([a, b]) is False
     assert trainer.should_batch([a]) is False
     assert trainer.should_batch([a, other]) is False
     monkeypatch.setenv("HARNESS_BATCH", "always")

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.example_libraries import optimizers as R
+from paired import interleave, medians, paired
 
 import optimizers as O
 
@@ -135,22 +136,18 @@ def test_step_peak_memory_not_above_reference(benchmark, name):
     assert ours <= ref
 
 
-def _interleaved_medians(steps: dict, state0: dict, rounds: int = 30) -> dict:
-    """Median seconds per update of each variant, the variants taking turns round by round (the
-    VM's speed drifts within a minute, so separate benchmark groups can disagree by 30%)."""
-    import statistics
-    import time
+def _interleaved(steps: dict, state0: dict, rounds: int = 30) -> dict:
+    """Seconds per round of each variant (one update; ``harness_scan`` one chunk), the variants
+    taking turns round by round (:func:`paired.interleave`): the VM's speed drifts within a minute,
+    so separate benchmark groups can disagree by 30%."""
+    states = dict(state0)
 
-    states = {k: steps[k](state0[k]) for k in steps}  # compile + first run
-    jax.block_until_ready(states)
-    times: dict = {k: [] for k in steps}
-    for _ in range(rounds):
-        for k, step in steps.items():
-            t0 = time.perf_counter()
-            states[k] = step(states[k])
-            jax.block_until_ready(states[k])
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    def runner(k):
+        def run():
+            states[k] = jax.block_until_ready(steps[k](states[k]))
+        return run
+
+    return interleave({k: runner(k) for k in steps}, rounds)
 
 
 @pytest.mark.parametrize("name", list(LIB_OPT))
@@ -175,13 +172,20 @@ def test_interleaved_ratios(benchmark, name):
               "harness_scan": ours.init_fn(fresh(params))}
     if name in OPTAX_TX:
         steps["optax"], state0["optax"] = _optax_donated(name, params, grads)
-    med = _interleaved_medians(steps, state0)
-    med["harness_scan"] /= K  # per update
-    info = {f"{k}_ms": v * 1e3 for k, v in med.items()}
-    info["harness_over_reference"] = med["harness"] / med["reference"]
-    info["trainer_style_over_reference"] = med["harness_scan"] / med["reference"]
-    if "optax" in med:
-        info["harness_over_optax"] = med["harness"] / med["optax"]
+    times = _interleaved(steps, state0)
+    times["harness_scan"] = [t / K for t in times["harness_scan"]]  # per update
+    info = {f"{k}_ms": v * 1e3 for k, v in medians(times).items()}
+    # medians of per-round ratios (each round's variants saw the same moment of the machine)
+    pairs = {"harness_over_reference": ("harness", "reference"),
+             "trainer_style_over_reference": ("harness_scan", "reference"),
+             "harness_over_optax": ("harness", "optax")}
+    for label, (a, b) in pairs.items():
+        if b in times:
+            p = paired(times[a], times[b])
+            info[label] = p.median
+            info[label + "_iqr"] = (p.q1, p.q3)
     benchmark.extra_info.update(info)
-    print(f"\n[{name}] " + ", ".join(f"{k}={v:.3f}" for k, v in info.items()))
+    shown = (f"{k}={v:.3f}" if isinstance(v, float) else f"{k}=({v[0]:.3f}, {v[1]:.3f})"
+             for k, v in info.items())
+    print(f"\n[{name}] " + ", ".join(shown))
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)

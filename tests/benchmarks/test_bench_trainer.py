@@ -13,13 +13,13 @@ ratios mean anything), stores the medians and the ratio in ``benchmark.extra_inf
   stax scan again with the per-epoch shuffle computed in the jitted chunk as any shuffling loop
   must (``hand_scan_shuffled``: precomputed indices leave out work the trainer has to do).
 * ``test_batching_8_seeds``: 8 seeds of a digits MLP, 500 adam steps, as one vmapped program
-  (``run_trials_batched``) against 8 trials in sequence (``run_trial``), compile excluded.
+  (``run_trials_batched``) against 8 trials in sequence (``run_trial``), compile excluded, beside
+  the decision :mod:`harness.batching` measures for the same group.
+
+Interleaving and paired ratios come from ``tests/benchmarks/paired.py`` (shared by every benchmark).
 """
 
 from __future__ import annotations
-
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -27,24 +27,15 @@ import numpy as np
 import pytest
 from jax.example_libraries import optimizers as ref_opt
 from jax.example_libraries import stax
+from paired import interleave, medians, paired
 
-from harness import trainer
+from harness import batching, trainer
 from harness.data import load_dataset
 from harness.spec import TrialSpec
 from models.zoo import MODELS
 from optimizers import OPTIMIZERS
 
 K = 50
-
-
-def _interleave(fns: dict, rounds: int) -> dict:
-    times: dict = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 CASES = {
@@ -146,20 +137,21 @@ def test_step_vs_hand_scan(benchmark, case):
 
     fns = {"trainer": trainer_loop, "hand_scan_stax": ref_loop, "hand_scan_same": same_loop,
            "hand_scan_shuffled": shuffled_loop}
-    for f in fns.values():  # compile + warm
-        f()
-    med = _interleave(fns, rounds=7)
+    times = interleave(fns, rounds=7)  # one warm-up round (compile) first
+    med = medians(times)
     steps = K * c["chunks"]
     info = {f"{k}_ms_per_step": v / steps * 1e3 for k, v in med.items()}
-    info["ratio_trainer_over_hand_stax"] = med["trainer"] / med["hand_scan_stax"]
-    info["ratio_trainer_over_hand_same"] = med["trainer"] / med["hand_scan_same"]
-    info["ratio_trainer_over_hand_shuffled"] = med["trainer"] / med["hand_scan_shuffled"]
+    for ref in ("hand_scan_stax", "hand_scan_same", "hand_scan_shuffled"):  # medians of per-round ratios
+        p = paired(times["trainer"], times[ref])
+        info[f"ratio_trainer_over_{ref[5:]}"] = p.median
+        info[f"ratio_trainer_over_{ref[5:]}_spread"] = str(p)
     benchmark.extra_info.update(info)
     print(f"\n[{case}] {info}")
     benchmark.pedantic(trainer_loop, rounds=3, iterations=1)
 
 
-def test_batching_8_seeds(benchmark):
+def test_batching_8_seeds(benchmark, monkeypatch):
+    monkeypatch.delenv("HARNESS_BATCH", raising=False)  # tests/conftest.py pins it for the suite
     ds = load_dataset("digits")
     specs = [TrialSpec.make(sweep="bench", model="mlp", optimizer="adam", schedule="constant",
                             dataset="digits", seed=s, steps=500, batch_size=32, eval_every=500,
@@ -172,14 +164,15 @@ def test_batching_8_seeds(benchmark):
     def sequential():
         return [trainer.run_trial(s, dataset=ds, measure_perf=False) for s in specs]
 
-    batched(), sequential()  # compile (programs are cached afterwards)
-    med = _interleave({"batched": batched, "sequential": sequential}, rounds=3)
+    times = interleave({"batched": batched, "sequential": sequential}, rounds=3)  # warm-up: compile
+    med = medians(times)
+    p = paired(times["sequential"], times["batched"])
     rb, rs = batched(), sequential()
     info = {"batched_s": med["batched"], "sequential_s": med["sequential"],
-            "speedup_batched": med["sequential"] / med["batched"],
+            "speedup_batched": p.median, "speedup_spread": str(p),
             "batched_train_s": rb[0].train_seconds,
             "sequential_train_s": sum(r.train_seconds for r in rs),
-            "should_batch": trainer.should_batch(specs),
+            "should_batch": trainer.should_batch(specs), "decision": batching.decide(specs).label,
             "device": jax.devices()[0].device_kind}
     benchmark.extra_info.update(info)
     print(f"\n[8 seeds digits mlp, 500 adam steps] {info}")

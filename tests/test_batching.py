@@ -1,0 +1,109 @@
+"""harness.batching: the vmap-or-sequence decision, measured once per (program, T, device), cached."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from harness import batching, trainer
+from harness.plan import group_units
+from harness.spec import TrialSpec
+
+
+def make_spec(**kw) -> TrialSpec:
+    base = dict(sweep="t", model="mlp", optimizer="adam", schedule="constant", dataset="digits", seed=0,
+                steps=20, batch_size=32, eval_every=10, steps_per_dispatch=10,
+                model_hparams={"width": 16, "depth": 1}, optimizer_hparams={"step_size": 0.01})
+    base.update(kw)
+    return TrialSpec.make(**base)
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """An empty cache dir and in-process cache; no HARNESS_BATCH override."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("HARNESS_BATCH", raising=False)
+    monkeypatch.setattr(batching, "_MEM", {})
+    return tmp_path
+
+
+def _no_measure(specs):
+    raise AssertionError("measured a key that should not be measured")
+
+
+def test_measures_once_then_reads_the_cache(fresh, monkeypatch):
+    """The decision's bookkeeping, with a stand-in measurement (the real one, on the trainer's own
+    compiled chunks, runs in tests/test_gpu_check.py, where those programs are compiled anyway)."""
+    monkeypatch.setattr(batching, "measure_speedup", lambda specs: (1.3125, 4))
+    monkeypatch.setattr(batching, "_param_count", lambda spec: 1210)
+    specs = [make_spec(seed=0), make_spec(seed=1, optimizer_hparams={"step_size": 0.1})]
+    d = batching.decide(specs)
+    assert (d.source, d.speedup, d.batch, d.label) == ("measured", 1.3125, True, "vmap(2): measured 1.31x")
+    assert trainer.should_batch(specs) is True
+    disk = json.loads((fresh / "batching.json").read_text())
+    (key, entry), = disk.items()
+    assert key.endswith(f"|T=2|{batching.signature(specs[0])}") and entry["reps"] == 4
+    assert entry["speedup"] == pytest.approx(d.speedup, abs=1e-4) and entry["label"] == d.label
+    # never measured again: not in this process, not in the next one (empty in-process cache)
+    monkeypatch.setattr(batching, "measure_speedup", _no_measure)
+    assert batching.decide(specs) is d
+    monkeypatch.setattr(batching, "_MEM", {})
+    again = batching.decide([make_spec(seed=5), make_spec(seed=6)])  # other seeds: same key
+    assert again.source == "cached" and again.label == d.label and again.batch is d.batch
+    # what group_units logs for the group is that decision
+    labels: dict = {}
+    units = group_units(specs, "auto", labels=labels)
+    assert len(units) == (1 if d.batch else 2) and set(labels.values()) == {d.label}
+
+
+def test_overrides_trivial_cases_and_the_rule(fresh, monkeypatch):
+    a, b = make_spec(seed=0), make_spec(seed=1)
+    assert batching.decide([a], measure=_no_measure).label == "sequential: single trial"
+    assert batching.decide([a, make_spec(batch_size=16)], measure=_no_measure).batch is False
+    monkeypatch.setenv("HARNESS_BATCH", "always")
+    assert batching.decide([a, b], measure=_no_measure).label == "vmap(2): HARNESS_BATCH=always"
+    monkeypatch.setenv("HARNESS_BATCH", "never")
+    assert batching.decide([a, b], measure=_no_measure).label == "sequential: HARNESS_BATCH=never"
+    monkeypatch.delenv("HARNESS_BATCH")
+    assert batching.decide([a, b], measure=lambda s: (1.21, 3)).label == "vmap(2): measured 1.21x"
+    c = [make_spec(seed=s, model_hparams={"width": 8, "depth": 1}) for s in range(3)]
+    d = batching.decide(c, measure=lambda s: (1.02, 3))  # within the noise margin: sequential
+    assert d.batch is False and d.label == "sequential: measured 1.02x"
+    # a measurement that raises: sequential, remembered in this process only
+    e = [make_spec(seed=s, batch_size=8) for s in range(2)]
+    boom = batching.decide(e, measure=lambda s: 1 / 0)
+    assert boom.label == "sequential: measurement failed (ZeroDivisionError)"
+    assert len(json.loads((fresh / "batching.json").read_text())) == 2
+    # group_units: off / on / auto labels
+    labels: dict = {}
+    group_units([a, b], "off", labels=labels)
+    assert set(labels.values()) == {"sequential: batching off"}
+    group_units([a, b], "on", labels=labels)
+    assert set(labels.values()) == {"vmap(2): batching on"}
+    assert group_units([a, b], "auto", labels=labels) == [[a, b]]
+    assert set(labels.values()) == {"vmap(2): measured 1.21x"}
+
+
+def test_large_models_are_not_measured(fresh, monkeypatch):
+    monkeypatch.setattr(batching, "MAX_PARAMS", 1000)
+    monkeypatch.setattr(batching, "measure_speedup", _no_measure)
+    specs = [make_spec(seed=s) for s in range(4)]  # 64·16+16 + 16·10+10 = 1,210 parameters
+    d = batching.decide(specs)
+    assert (d.batch, d.source, d.label) == (False, "skipped",
+                                            "sequential: not measured (model too large: 0.0M params x 4)")
+    monkeypatch.setattr(batching, "_MEM", {})
+    assert batching.decide(specs).source == "cached"
+
+
+def test_concurrent_writers_keep_every_entry(fresh):
+    threads = [threading.Thread(target=batching._write_disk, args=(f"k{i}", {"speedup": i / 10}))
+               for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    disk = json.loads((fresh / "batching.json").read_text())
+    assert disk == {f"k{i}": {"speedup": i / 10} for i in range(12)}
+    assert not list(fresh.glob("*.tmp"))
