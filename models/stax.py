@@ -887,9 +887,12 @@ def LayerNorm(epsilon=1e-6, center=True, scale=True, beta_init=zeros, gamma_init
         # cancellation
         mean = jnp.mean(xs, axis=-1, keepdims=True)
         var = jnp.maximum(jnp.mean(jnp.square(xs), axis=-1, keepdims=True) - jnp.square(mean), 0.0)
-        y = (xs - mean) * lax.rsqrt(var + jnp.asarray(epsilon, sd))
+        # gamma folded into the (B, T, 1) inverse deviation first, as flax.linen.LayerNorm: one
+        # (B, T, F) multiply instead of two, and no separate (x - mean) pass kept for the gradient
+        mul = lax.rsqrt(var + jnp.asarray(epsilon, sd))
         if scale:
-            y = y * _compute(gamma, sd)
+            mul = mul * _compute(gamma, sd)
+        y = (xs - mean) * mul
         if center:
             y = y + _compute(beta, sd)
         return y.astype(x.dtype)
@@ -1053,9 +1056,11 @@ def MultiHeadSelfAttention(num_heads, *, causal=False, dropout=0.0, out_dropout=
         if drop and rng is None:
             raise ValueError(_ATTN_DROPOUT_MSG)
         r_attn, r_out = random.split(rng) if drop else (None, None)
-        qkv = jnp.reshape(jnp.dot(x, W_qkv) + b_qkv, (B, T, 3, num_heads, inner // num_heads))
-        a = attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=causal,
-                      dropout=dropout if drop else 0.0, rng=r_attn)
+        # One split (lax.split), not three slices: its cotangent is one concatenate of dq, dk, dv,
+        # where slicing gives three zero-padded (B, T, 3·H·D) cotangents summed (same values).
+        q, k, v = (jnp.reshape(t, (B, T, num_heads, inner // num_heads))
+                   for t in jnp.split(jnp.dot(x, W_qkv) + b_qkv, 3, axis=-1))
+        a = attention(q, k, v, causal=causal, dropout=dropout if drop else 0.0, rng=r_attn)
         out = jnp.dot(jnp.reshape(a, (B, T, inner)), W_out) + b_out
         if drop and out_dropout > 0:
             out = _dropout_mask(r_out, 1.0 - out_dropout, out)

@@ -110,11 +110,26 @@ def interleaved_ratio(variants, rounds=ROUNDS):
     return {k: float(np.median(v)) for k, v in times.items()}, float(np.median(ratios)), ratios
 
 
+def _param_count(carry, slot):
+    """Parameter count of a step's carry: the harness's params are slot 0 of each leaf's
+    ``(x, m, v)`` adam state, flax's the first element of ``(params, opt_state)``."""
+    if slot == "harness":
+        return sum(int(leaf[0].size) for leaf in carry[1].packed_state)
+    return sum(int(x.size) for x in jax.tree.leaves(carry[0]))
+
+
 def test_transformer_step_ratio(benchmark):
-    med, ratio, ratios = interleaved_ratio({"harness": harness_step(), "flax": flax_step()})
+    variants = {"harness": harness_step(), "flax": flax_step()}
+    counts = {name: _param_count(carry, name) for name, (_, carry) in variants.items()}
+    print(f"\n[transformer_lm] parameters: harness {counts['harness']:,}, flax {counts['flax']:,}")
+    assert counts["harness"] == counts["flax"], counts  # the same network on both sides
+    med, ratio, ratios = interleaved_ratio(variants)
     info = {"harness_ms": med["harness"] * 1e3, "flax_ms": med["flax"] * 1e3,
-            "harness_over_flax": ratio, "ratio_min": min(ratios), "ratio_max": max(ratios)}
+            "harness_over_flax": ratio, "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "params": counts["harness"]}
     benchmark.extra_info.update(info)
-    print("\n[transformer_lm B=32 T=128 d=256 L=4] " + ", ".join(f"{k}={v:.3f}" for k, v in info.items()))
+    shown = ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items())
+    print(f"\n[transformer_lm B=32 T=128 d=256 L=4] {shown}; per-round ratios "
+          + " ".join(f"{r:.3f}" for r in ratios))
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     assert ratio <= 1.0, f"harness / flax step time {ratio:.3f} > 1.0"
