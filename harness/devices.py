@@ -83,7 +83,8 @@ def visible_devices() -> list:
     try:
         ids = [int(t) for t in raw.split(",") if t.strip()]
     except ValueError:
-        raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} is not a comma-separated list of device indices") from None
+        raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} is not a comma-separated list of device "
+                         "indices") from None
     bad = [i for i in ids if not 0 <= i < len(devs)]
     if bad or not ids:
         raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} names devices {bad or ids} but this process has "

@@ -386,7 +386,8 @@ def test_concurrent_invocations_each_trial_finished_and_trained_once(tmp_path, p
     opened = dict(reversed((tmp_path / f"inv{i}.parent").read_text().split()) for i in range(n)
                   if (tmp_path / f"inv{i}.parent").exists())  # pid -> parent run id
     assert opened, "no invocation opened a parent run"
-    assert sorted(p.info.run_id for p in parents if p.info.run_id in opened.values()) == sorted(opened.values())
+    ids = sorted(opened.values())
+    assert sorted(p.info.run_id for p in parents if p.info.run_id in opened.values()) == ids
     assert len(parents) == len(opened) + existing and all(p.info.status == "FINISHED" for p in parents)
     trained = [ln.split() for ln in _calls(calls)]
     expect = 3 if existing else 4
