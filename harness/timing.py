@@ -27,7 +27,11 @@ The method (what :func:`measure` does, in order):
    (n = 2048 on CPU, 8192 on accelerators), compiled apart, 2 warm-ups, best of 5 timed calls,
    ``2 n³`` FLOPs per call. It is measured once per process and cached on disk in
    ``$HARNESS_CACHE_DIR/peak.json`` (default ``~/.cache/harness``) keyed by device
-   kind and dtype, so later processes reuse it.
+   kind and dtype, so later processes reuse it. A peak timed while the device was busy (a shared
+   CPU, a second ``--jobs`` worker) reads low: when a step then runs faster than it, the matmul is
+   timed again and the cache keeps the highest of the old peak, the new one and the step's rate,
+   so utilisation never exceeds 1 and always reads against the best rate measured on the device
+   (an MNIST-1D CNN report read 114% before).
 
 6. **Several devices** (``measure(num_devices=D, mesh="batch=D")``, the trainer's sharded step on a
    1-D mesh, :mod:`harness.parallel`): the timed call is the SPMD program over all D devices, so
@@ -147,13 +151,25 @@ def device_peak_flops(device: jax.Device | None = None, dtype: Any = jnp.float32
         return _PEAK[key]
     n = 2048 if device.platform == "cpu" else 8192
     peak = _time_matmul(n, dtype, device)
+    _store_peak(key, peak)
+    return peak
+
+
+def _store_peak(key: str, peak: float, *, only_higher: bool = False) -> float:
+    """Set the cached peak of ``key`` (``"<device_kind>|<dtype>"``) in this process and in
+    ``peak.json`` (atomic replace); with ``only_higher`` an entry already higher is kept. Returns
+    the peak now cached."""
+    path = _peak_path()
+    try:
+        disk = json.loads(path.read_text())
+    except (OSError, ValueError):
+        disk = {}
+    if only_higher:
+        old = [v for v in (_PEAK.get(key), disk.get(key)) if isinstance(v, int | float) and v > 0]
+        peak = max([peak, *old])
     _PEAK[key] = peak
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            disk = json.loads(path.read_text())
-        except (OSError, ValueError):
-            disk = {}
         disk[key] = peak
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(disk, indent=1, sort_keys=True))
@@ -161,6 +177,20 @@ def device_peak_flops(device: jax.Device | None = None, dtype: Any = jnp.float32
     except OSError:
         pass
     return peak
+
+
+def _raise_peak(device: jax.Device, dtype: Any, achieved: float) -> float:
+    """A timed step ran at ``achieved`` FLOP/s per device, above the cached matmul peak: that peak
+    was measured while the device was busier (a shared CPU, another worker). Re-time the matmul now
+    and cache the highest of the old peak, the new one and ``achieved`` (what the device has been
+    seen to do), so that utilisation stays a fraction of the best rate measured on the device."""
+    key = f"{device_kind(device)}|{jnp.dtype(dtype).name}"
+    n = 2048 if device.platform == "cpu" else 8192
+    try:
+        fresh = _time_matmul(n, dtype, device)
+    except Exception:  # keep what is known
+        fresh = 0.0
+    return _store_peak(key, max(fresh, achieved), only_higher=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -265,6 +295,9 @@ def measure(
     if peak_flops is None:
         try:
             peak_flops = device_peak_flops(dev, dtype) * num_devices
+            rate = flops / (median / 1e3) / num_devices if flops and median > 0 else 0.0
+            if dev is not None and rate > peak_flops / num_devices:  # the peak was timed under load
+                peak_flops = _raise_peak(dev, dtype, rate) * num_devices
         except Exception:  # a peak we cannot measure leaves utilisation unknown
             peak_flops = None
     util = flops / (median / 1e3) / peak_flops if flops and peak_flops and median > 0 else None
