@@ -112,27 +112,28 @@ def test_real_matmul_rate_positive():
     assert np.isfinite(rate) and rate > 1e6  # FLOP/s
 
 
-def test_a_peak_timed_under_load_is_raised_by_a_faster_step(tmp_path, monkeypatch):
+def test_a_peak_timed_under_load_is_retimed_when_a_step_beats_it(tmp_path, monkeypatch):
     """Found in the MNIST-1D report: the CNN read 114% utilisation because the cached matmul peak
     had been timed while the machine was busy. A step faster than the cached peak re-times the
-    matmul and the cache keeps the highest rate seen: utilisation is at most 1, on disk too."""
+    matmul (once per process) and the cache, on disk too, keeps the higher peak."""
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(timing, "_PEAK", {})
+    monkeypatch.setattr(timing, "_RETIMED", set())
     key = f"{timing.device_kind()}|float32"
     (tmp_path / "peak.json").write_text(json.dumps({key: 1e3}))  # 1 kFLOP/s: "timed under load"
     retimed = []
 
     def matmul(n, dtype, device):
         retimed.append(n)
-        return 2e3  # still far below what the step reaches
+        return 1e15  # the machine is quiet now
 
     monkeypatch.setattr(timing, "_time_matmul", matmul)
     n = 64
     a = jnp.ones((n, n), jnp.float32)
     perf = timing.measure(lambda x: x @ x, (a,), batch_size=1, iters=5, analytic_flops=2.0 * n**3)
-    rate = perf.flops_per_step / (perf.step_time_ms / 1e3)
-    assert len(retimed) == 1 and rate > 2e3
-    assert perf.peak_flops == pytest.approx(rate) and perf.utilization == pytest.approx(1.0)
-    assert json.loads((tmp_path / "peak.json").read_text())[key] == pytest.approx(rate)
+    assert len(retimed) == 1 and perf.peak_flops == 1e15 and 0 < perf.utilization < 1
+    assert json.loads((tmp_path / "peak.json").read_text())[key] == 1e15
+    # a step still faster than a re-timed peak is reported as measured, and not re-timed again
+    monkeypatch.setattr(timing, "_PEAK", {key: 1e3})
     perf2 = timing.measure(lambda x: x @ x, (a,), batch_size=1, iters=5, analytic_flops=2.0 * n**3)
-    assert perf2.utilization <= 1.0 + 1e-9 and perf2.peak_flops >= perf.peak_flops
+    assert len(retimed) == 1 and perf2.peak_flops == 1e3 and perf2.utilization > 1
