@@ -151,6 +151,17 @@ def write_sweep(tmp_path: Path):
 # --------------------------------------------------------------------------- fake trainer
 
 
+def make_spec(**kw):
+    """A small digits-MLP ``TrialSpec`` (20 adam steps, batch 32); ``kw`` overrides any field."""
+    from harness.spec import TrialSpec
+
+    base = dict(sweep="t", model="mlp", optimizer="adam", schedule="constant", dataset="digits", seed=0,
+                steps=20, batch_size=32, eval_every=10, steps_per_dispatch=10,
+                model_hparams={"width": 16, "depth": 1}, optimizer_hparams={"step_size": 0.01})
+    base.update(kw)
+    return TrialSpec.make(**base)
+
+
 def fake_result(spec, *, sleep: float = 0.0, raise_for: tuple = (), diverge_for: tuple = ()):
     """A deterministic ``TrialResult`` for ``spec``: validation loss 1/(1+step·lr), accuracy rising to
     0.9; test loss 0.01 above and test accuracy 0.01 below the last validation values.

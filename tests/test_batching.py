@@ -6,18 +6,10 @@ import json
 import threading
 
 import pytest
+from conftest import make_spec
 
 from harness import batching, trainer
 from harness.plan import group_units
-from harness.spec import TrialSpec
-
-
-def make_spec(**kw) -> TrialSpec:
-    base = dict(sweep="t", model="mlp", optimizer="adam", schedule="constant", dataset="digits", seed=0,
-                steps=20, batch_size=32, eval_every=10, steps_per_dispatch=10,
-                model_hparams={"width": 16, "depth": 1}, optimizer_hparams={"step_size": 0.01})
-    base.update(kw)
-    return TrialSpec.make(**base)
 
 
 @pytest.fixture

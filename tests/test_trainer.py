@@ -8,23 +8,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import make_spec
 
 from harness import batching, trainer
 from harness.data import load_dataset
-from harness.spec import PerfResult, Target, TrialSpec
+from harness.spec import PerfResult, Target
 from models.zoo import MODELS
 from optimizers import OPTIMIZERS
 
 # float32 tolerance of "trial i of a vmapped batch equals the trial run alone"
 RTOL, ATOL = 1e-4, 1e-5
-
-
-def make_spec(**kw) -> TrialSpec:
-    base = dict(sweep="t", model="mlp", optimizer="adam", schedule="constant", dataset="digits", seed=0,
-                steps=20, batch_size=32, eval_every=10, steps_per_dispatch=10,
-                model_hparams={"width": 16, "depth": 1}, optimizer_hparams={"step_size": 0.01})
-    base.update(kw)
-    return TrialSpec.make(**base)
 
 
 @pytest.fixture(scope="module")
