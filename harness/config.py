@@ -679,7 +679,8 @@ def _format_pydantic(err: ValidationError, file: str) -> list[str]:
         elif e["type"] == "target" and msg.startswith("value: "):
             loc, msg = (*loc, "value"), msg[len("value: "):]
         elif e["type"] not in ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size", "name",
-                               "tracking_uri", "target", "search", "workloads"):
+                               "tracking_uri", "target", "search", "workloads") \
+                and f"got {short_repr(e['input'])}" not in msg:  # a message that names it already
             msg = f"{msg} (got {short_repr(e['input'])})"
         lines.append(f"{file}: {_loc_path(loc)}: {msg}")
     return lines

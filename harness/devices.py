@@ -84,7 +84,8 @@ def visible_devices() -> list:
         ids = [int(t) for t in raw.split(",") if t.strip()]
     except ValueError:
         raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} is not a comma-separated list of device "
-                         "indices") from None
+                         f"indices: this process has {len(devs)} ({devs[0].platform}), use indices "
+                         f"0..{len(devs) - 1}, e.g. {DEVICE_IDS_ENV}=0") from None
     bad = [i for i in ids if not 0 <= i < len(devs)]
     if bad or not ids:
         raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} names devices {bad or ids} but this process has "

@@ -102,11 +102,12 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
         try:
             n_dev = resolve_devices(par.devices)
         except ValueError as e:
-            raise ConfigError([f"{file}: parallelism.devices: {e}"]) from None
+            why = str(e).removeprefix("parallelism.devices ")  # the key is in the line's prefix
+            raise ConfigError([f"{file}: parallelism.devices: {why}"]) from None
         if par.shard == "batch":
             for s in specs:
                 if (msg := batch_problem(s.batch_size, n_dev)) is not None and once(("par", s.batch_size)):
-                    errors.append(f"{file}: batch_size: {msg}")
+                    errors.append(f"{file}: batch_size: {msg.removeprefix('batch_size ')}")
 
     p = jnp.zeros((2,), jnp.float32)
     lr_aval = jax.ShapeDtypeStruct((), jnp.float32)

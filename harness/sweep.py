@@ -118,6 +118,21 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     sweep_id = sweep_id_of(cfg.name, specs)
     uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
 
+    from harness.executors import get_executor
+
+    # The executor is built and validated before the dry-run branch: a dry run promises what a run
+    # would do, so it refuses what a run would refuse (a bad HARNESS_DEVICE_IDS, a --jobs device plan
+    # that does not fit, Ray with an unshareable store).
+    # Devices per trial for --jobs' device plan: the config's parallelism.devices once it has one.
+    # (Passed only when it is not 1, so that executors registered without the option keep working.)
+    per_trial = getattr(getattr(cfg, "parallelism", None), "devices", None) or 1
+    opts = {**({"devices_per_trial": per_trial} if per_trial != 1 else {}), **(executor_opts or {})}
+    ex = executor_obj or get_executor(cfg.executor, jobs=cfg.jobs, address=cfg.address, **opts)
+    if hasattr(ex, "validate"):  # e.g. Ray refuses a SQLite store with a remote cluster, before any write
+        ex.validate(uri)  # (--jobs N: plans the workers' devices, refuses a plan that does not fit)
+    device_plan = getattr(ex, "device_plan", None)
+    if device_plan is not None and not quiet and (device_plan.platform != "cpu" or device_plan.n_devices > 1):
+        console.print(f"devices: {device_plan.describe()}", soft_wrap=True)
     if dry_run:
         # Read-only: do not create a store that does not exist yet.
         exp_id = None
@@ -131,18 +146,6 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         return SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
                             time.perf_counter() - t_start, dry_run=True)
 
-    from harness.executors import get_executor
-
-    # Devices per trial for --jobs' device plan: the config's parallelism.devices once it has one.
-    # (Passed only when it is not 1, so that executors registered without the option keep working.)
-    per_trial = getattr(getattr(cfg, "parallelism", None), "devices", None) or 1
-    opts = {**({"devices_per_trial": per_trial} if per_trial != 1 else {}), **(executor_opts or {})}
-    ex = executor_obj or get_executor(cfg.executor, jobs=cfg.jobs, address=cfg.address, **opts)
-    if hasattr(ex, "validate"):  # e.g. Ray refuses a SQLite store with a remote cluster, before any write
-        ex.validate(uri)  # (--jobs N: plans the workers' devices, refuses a plan that does not fit)
-    device_plan = getattr(ex, "device_plan", None)
-    if device_plan is not None and not quiet and (device_plan.platform != "cpu" or device_plan.n_devices > 1):
-        console.print(f"devices: {device_plan.describe()}", soft_wrap=True)
     client = tracking.prepare_store(uri)  # health check / schema creation, before any worker
     replayed = replay_spool(uri)  # results an earlier invocation could not write
     if replayed.written and not quiet:

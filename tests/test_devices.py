@@ -165,9 +165,13 @@ def test_tags_name_host_level_gpu_ids(monkeypatch):
 @pytest.mark.parametrize(("executor", "ids", "message"), [
     ("process", None, r"^a trial wants 99 devices \(parallelism.devices\) but this host has 1 cpu"),
     ("inprocess", "7", r"^HARNESS_DEVICE_IDS='7' names devices \[7\] but this process has 1 \(cpu\)"),
+    ("inprocess", "abc", r"^HARNESS_DEVICE_IDS='abc' is not a comma-separated list of device indices: "
+                         r"this process has 1 \(cpu\), use indices 0\.\.0, e\.g\. HARNESS_DEVICE_IDS=0$"),
 ])
-def test_devices_that_do_not_fit_are_refused_before_the_store_is_created(executor, ids, message,
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+def test_devices_that_do_not_fit_are_refused_before_the_store_is_created(executor, ids, message, dry_run,
                                                                        write_sweep, tmp_path, monkeypatch):
+    """A dry run refuses what the run would refuse (it once printed a plan for HARNESS_DEVICE_IDS=7)."""
     import jax
 
     from harness.executors import InProcessExecutor, ProcessExecutor
@@ -181,7 +185,7 @@ def test_devices_that_do_not_fit_are_refused_before_the_store_is_created(executo
     db = tmp_path / "store.db"
     with pytest.raises(ValueError, match=message):
         run_sweep(write_sweep(datasets=[TINY_DATA]), tracking_uri=f"sqlite:///{db}", quiet=True,
-                  executor_obj=ex)
+                  executor_obj=ex, dry_run=dry_run)
     assert not db.exists()
 
 
