@@ -134,8 +134,14 @@ def print_summary(console, summary: SweepSummary) -> None:
     configs: dict[tuple, list[str]] = {}
     for o in summary.outcomes:
         configs.setdefault((o.dataset, o.model, o.optimizer), []).append(o.config)
-    metric = rows[0]["metric"] if rows else "valid/accuracy"
-    short = metric.split("/", 1)[-1].replace("accuracy", "acc")
+    def short(metric: str) -> str:
+        return metric.split("/", 1)[-1].replace("accuracy", "acc")
+
+    # One metric for every row: it names the columns. Mixed (workloads with loss and accuracy
+    # targets): the columns are "valid"/"test" and each value carries its metric ("loss 1.9343").
+    metrics = {short(r["metric"]) for r in rows} or {"acc"}
+    shared = next(iter(metrics)) if len(metrics) == 1 else None
+    head = f" {shared}" if shared else ""
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
               title=f"{summary.name}: best configuration per task and optimizer\n"
                     f"{c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed, "
@@ -146,15 +152,16 @@ def print_summary(console, summary: SweepSummary) -> None:
     t.add_column("task", no_wrap=True)
     t.add_column("optimizer", no_wrap=True)
     t.add_column("best config", overflow="fold")
-    t.add_column(f"valid {short}", justify="right", no_wrap=True)
-    t.add_column(f"test {short}", justify="right", no_wrap=True)
+    t.add_column(f"valid{head}", justify="right", no_wrap=True)
+    t.add_column(f"test{head}", justify="right", no_wrap=True)
     t.add_column("to target", justify="right", no_wrap=True)
     t.add_column("ex/s", justify="right", no_wrap=True)
-    t.add_column("trials", justify="right", no_wrap=True)
+    t.add_column("seeds", justify="right", no_wrap=True)
     for r in rows:
         parts = _distinct_parts(sorted(set(configs[(r["dataset"], r["model"], r["optimizer"])])))
-        val = "—" if r["value"] is None else f"{r['value']:.4f}"
-        test = "—" if r.get("test_value") is None else f"{r['test_value']:.4f}"
+        label = "" if shared else f"{short(r['metric'])} "
+        val = "—" if r["value"] is None else f"{label}{r['value']:.4f}"
+        test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"
         ttt = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s"
         eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
         bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)

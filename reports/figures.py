@@ -42,8 +42,11 @@ from reports.frame import (
     best_configs,
     curves,
     objective,
+    objectives_differ,
     per_frame,
     summaries,
+    target_words,
+    task_objective_values,
 )
 from reports.layout import grid_shape, new_figure, task_labels
 from reports.protocol import MIN_SEEDS
@@ -197,6 +200,7 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
     if all(b.empty for b in bands.values()):
         return None
     pal, obj, labels = palette(frame), objective(frame), task_labels(frame)
+    mixed = objectives_differ(frame)
     one_task = len(tasks) == 1
     if one_task:
         panels = [(m, tasks[0]) for m in metrics]
@@ -232,8 +236,9 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
                 if len(d):
                     any_drop = True
                     ax.plot(d["x"], d["median"], ls="", marker="|", ms=9, mew=1.6, color=pal[opt])
-        if m == obj.target_metric and math.isfinite(obj.target_value):
-            ax.axhline(obj.target_value, color="0.3", ls="--", lw=1)
+        tobj = objective(frame, task)  # each task's own target (workloads mix loss and accuracy)
+        if m == tobj.target_metric and math.isfinite(tobj.target_value):
+            ax.axhline(tobj.target_value, color="0.3", ls="--", lw=1)
         if "loss" in m and len(b) and (b["q25"].dropna() > 0).all() and (b["median"] > 0).all():
             _log_y(ax, float(b[["q25", "median"]].min().min()), float(b[["q75", "median"]].max().max()))
         ax.set_title(METRIC_LABELS.get(m, m) if one_task else labels.get(task, task))
@@ -246,7 +251,9 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
             ax.set_xlabel(xlabel)
         ax.xaxis.set_major_locator(MaxNLocator(5))
     extra = []
-    if obj.target_metric in metrics and math.isfinite(obj.target_value):
+    if mixed and any(objective(frame, t).target_metric in metrics for t in tasks):
+        extra.append(Line2D([], [], color="0.3", ls="--", lw=1, label="each task's validation target"))
+    elif obj.target_metric in metrics and math.isfinite(obj.target_value):
         extra.append(
             Line2D(
                 [],
@@ -290,9 +297,9 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
     An optimizer run at a single step size is named in its panel instead of drawn as a dot; when
     every optimizer has a single step size the result is the sentence that says so (a ``str``)."""
     s = summaries(frame)
-    obj = objective(frame)
     s = s[s["step_size"].notna() & (s["step_size"] > 0)]
-    fin = s[(s["status"] == "finished") & s[obj.final].notna()]
+    s = s.assign(_value=task_objective_values(frame, s))  # each task's own metric
+    fin = s[(s["status"] == "finished") & s["_value"].notna()]
     if fin.empty:
         return None
     single = single_step_sizes(frame)
@@ -309,6 +316,7 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
     s, fin = s[keep], fin[keep.reindex(fin.index, fill_value=False)]
     sns, pal, labels = _sns(), palette(frame), task_labels(frame)
     tasks = sorted(set(s["task"]) | {t for t, _o in single})
+    mixed = objectives_differ(frame)  # then every panel names its own metric
     nrows, ncols = grid_shape(len(tasks))
     fig, axes = new_figure(nrows, ncols, 3.1 * nrows + 0.7, sharey=False)
     for k, task in enumerate(tasks):
@@ -319,7 +327,7 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
             sns.lineplot(
                 data=d,
                 x="step_size",
-                y=obj.final,
+                y="_value",
                 hue="optimizer",
                 palette=pal,
                 estimator="median",
@@ -350,8 +358,8 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
             ax.set_xticks([])
         ax.set_title(labels.get(task, task))
         ax.set_xlabel("step size (log scale)")
-        if k % ncols == 0:
-            ax.set_ylabel(obj.label)
+        if k % ncols == 0 or mixed:
+            ax.set_ylabel(objective(frame, task).label)
         ax.yaxis.set_tick_params(labelleft=True)
     for ax in axes.ravel()[len(tasks) :]:
         ax.set_visible(False)
@@ -428,6 +436,7 @@ def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
     if t.empty:
         return None
     obj, pal, labels = objective(frame), palette(frame), task_labels(frame)
+    mixed = objectives_differ(frame)
     tasks = sorted(t["task"].unique())
     opts = sorted(t["optimizer"].unique())
     nrows, ncols = grid_shape(len(tasks), max_columns=3)
@@ -457,14 +466,16 @@ def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
                 words = f"not reached{budget} (0/{row['n_seeds']} seeds)"
                 x_at = at
             _row_words(ax, i, words, x_at, xmax)
-        _time_rows_axes(ax, opts, xmax, labels.get(task, task), "seconds to target (median of seeds)")
+        title = labels.get(task, task)
+        if mixed:  # each panel names its own target
+            title += f"\n{target_words(objective(frame, task))}"
+        _time_rows_axes(ax, opts, xmax, title, "seconds to target (median of seeds)")
     for ax in axes.ravel()[len(tasks) :]:
         ax.set_visible(False)
-    fig.suptitle(
-        f"Time to reach {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
-        f"{'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g}  (▷ at the budget: not reached)",
-        fontsize=11,
-    )
+    goal = "each task's validation target" if mixed else (
+        f"{METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
+        f"{'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g}")
+    fig.suptitle(f"Time to reach {goal}  (▷ at the budget: not reached)", fontsize=11)
     return fig
 
 
@@ -653,8 +664,10 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     both stay inside the metric's range. "Beats" lists the optimizers whose test metric this one's
     exceeds by a paired bootstrap across seeds at 95% (needs ``MIN_SEEDS`` paired seeds;
     :func:`reports.protocol.pairwise_comparisons`). Runs from before the three-split protocol show
-    "— (selected and reported on one split)" as their test number. Returns display strings plus
-    numeric ``_``-prefixed columns.
+    "— (selected and reported on one split)" as their test number. Each task is selected and
+    headlined by its own objective (:func:`reports.frame.objective` of the task); when the tasks'
+    metrics differ the headline column is "Test metric (selected on validation)" and each cell
+    names its metric ("loss 1.927 …"). Returns display strings plus numeric ``_``-prefixed columns.
     """
     from reports import protocol
 
@@ -665,9 +678,12 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     obj = objective(frame)
     head = protocol.headline(frame).set_index(["task", "optimizer"])
     comps = protocol.pairwise_comparisons(frame)
-    test_name = obj.test.split("/", 1)[1]
+    mixed = objectives_differ(frame)  # e.g. a loss-target task beside an accuracy-target one
+    test_col = "Test metric (selected on validation)" if mixed else \
+        f"Test {obj.test.split('/', 1)[1]} (selected on validation)"
     rows = []
     for b in best.itertuples():
+        task_test = objective(frame, b.task).test.split("/", 1)[1]
         g = s[(s["task"] == b.task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)]
         fin = g[g["status"] == "finished"]
         h = head.loc[(b.task, b.optimizer)]
@@ -686,6 +702,8 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             test_cell, beats = f"— ({PROTOCOL_ONE_SPLIT})", "—"
         else:
             test_cell = cell(h["test"], h["test_lo"], h["test_hi"], int(h["test_n"]), h["interval"])
+            if mixed:
+                test_cell = f"{task_test} {test_cell}"
             if len(won):
                 beats = ", ".join(f"{r.b} ({r.diff:+.3g})" for r in won.itertuples())
             elif len(c) and int(c["n"].max()) < MIN_SEEDS:
@@ -700,7 +718,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
             + (" (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
             "Interval": interval_words(*row_how) if row_how[1] > 1 else "—",
-            f"Test {test_name} (selected on validation)": test_cell,
+            test_col: test_cell,
             "Beats (paired bootstrap, 95%)": beats,
             "Validation accuracy": cell(*acc),
             "Validation loss": cell(*loss),
@@ -758,9 +776,10 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
     tasks = sorted(tc["task"].unique())
     nrows, ncols = grid_shape(len(tasks))
     fig, axes = new_figure(nrows, ncols, 3.2 * nrows + 0.9)
-    metric = tc["metric"].iloc[0]
+    mixed = tc["metric"].nunique() > 1  # tasks with different objectives: each panel names its own
     for i, task in enumerate(tasks):
         ax = axes[i // ncols, i % ncols]
+        metric = tc.loc[tc["task"] == task, "metric"].iloc[0]
         for opt, g in tc[tc["task"] == task].groupby("optimizer", sort=True):
             c = pal.get(opt, "0.3")
             ax.plot(g["k"], g["valid"], color=c, lw=2, marker="o", ms=3)
@@ -771,7 +790,7 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
         ax.set_title(labels.get(task, task))
         ax.set_xlabel("configurations tried (k)")
         name = METRIC_LABELS.get(metric, metric).replace("final validation ", "")
-        if i % ncols == 0:
+        if i % ncols == 0 or mixed:
             ax.set_ylabel(f"expected {name}\nof the validation-best")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for j in range(len(tasks), nrows * ncols):
@@ -858,6 +877,10 @@ def sensitivity_data(frame: pd.DataFrame) -> pd.DataFrame:
     s = summaries(frame)
     obj = objective(frame)
     cols = ["task", "optimizer", "config", "seed", "step_size", "status", obj.final]
+    if objectives_differ(frame):  # both final metrics, and which one each task is drawn by
+        cols = [*cols[:-1], M_FINAL_ACC, M_FINAL_LOSS]
+        s = s.assign(objective=[objective(frame, t).final for t in s["task"]])
+        cols.append("objective")
     return s.loc[s["step_size"].notna(), cols].reset_index(drop=True)
 
 

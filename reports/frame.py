@@ -707,9 +707,17 @@ class Objective:
         return TEST_OF.get(self.final, M_TEST_ACC if self.mode == "max" else M_TEST_LOSS)
 
 
-def objective(frame: pd.DataFrame) -> Objective:
-    """The sweep's objective: its (most common) target's final metric, else final accuracy, else loss."""
+def objective(frame: pd.DataFrame, task: str | None = None) -> Objective:
+    """The objective of ``task`` (default: of the whole sweep): its (most common) target's final
+    metric, else final accuracy, else loss.
+
+    Tasks of one sweep may differ (``workloads: [markov_lm_transformer, mnist1d_cnn]``: a
+    ``valid/loss`` target and a ``valid/accuracy`` one), so everything that selects, ranks or
+    reports one task's configurations asks for that task's objective; the sweep-wide one only
+    labels what is shared (:func:`objectives_differ` says when it cannot)."""
     s = summaries(frame)
+    if task is not None:
+        s = s[s["task"] == task]
     tm = s["target_metric"].dropna()
     if len(tm):
         metric = tm.mode().iloc[0]
@@ -726,6 +734,38 @@ def objective(frame: pd.DataFrame) -> Objective:
     if s[M_FINAL_ACC].notna().any():
         return Objective(M_FINAL_ACC, "max", None, math.nan)
     return Objective(M_FINAL_LOSS, "min", None, math.nan)
+
+
+def objectives_differ(frame: pd.DataFrame) -> bool:
+    """Whether the sweep's tasks rank by different final metrics (e.g. one loss target, one
+    accuracy target): then a shared column or axis must name each task's metric."""
+    tasks = summaries(frame)["task"].dropna().unique()
+    return len({objective(frame, t).final for t in tasks}) > 1
+
+
+def task_objective_values(frame: pd.DataFrame, rows: pd.DataFrame, which: str = "final") -> pd.Series:
+    """Each row's value of its own task's objective metric (``which``: ``"final"``, the validation
+    column it ranks by, or ``"test"``): ``rows`` are rows of :func:`summaries`; NaN where absent."""
+    out = pd.Series(np.nan, index=rows.index, dtype=float)
+    for task, g in rows.groupby("task", sort=False):
+        obj = objective(frame, task)
+        out.loc[g.index] = g[obj.final if which == "final" else obj.test].astype(float)
+    return out
+
+
+def target_words(obj: Objective) -> str:
+    """``valid/accuracy ≥ 0.85`` for an objective with a target, else ``""``."""
+    if not obj.target_metric or not math.isfinite(obj.target_value):
+        return ""
+    return f"{obj.target_metric} {'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g}"
+
+
+def objective_label(frame: pd.DataFrame) -> str:
+    """The axis title for every task's objective: the sweep's (``final validation accuracy``),
+    or, when tasks differ (:func:`objectives_differ`), one that says each panel is its task's."""
+    if objectives_differ(frame):
+        return "final validation metric (each task's target: loss or accuracy)"
+    return objective(frame).label
 
 
 def selection_key(reached: int, median_steps: float | None, finished: int, value: float | None,
@@ -760,14 +800,15 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     the final metric).
     """
     s = summaries(frame)
-    obj = objective(frame)
     if s.empty:
         return pd.DataFrame(
             columns=["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "n_reached", "rank"]
         )
-    sign = -1.0 if obj.mode == "max" else 1.0
+    objs = {t: objective(frame, t) for t in s["task"].unique()}  # each task selects on its own metric
     rows = []
     for (task, opt, cid), g in s.groupby(["task", "optimizer", "config_id"], sort=True):
+        obj = objs[task]
+        sign = -1.0 if obj.mode == "max" else 1.0
         fin = g[g["status"] == "finished"]
         reached = fin[M_SECONDS_TO_TARGET].notna() | fin[M_STEPS_TO_TARGET].notna()
         ttt = fin.loc[fin[M_SECONDS_TO_TARGET].notna(), M_SECONDS_TO_TARGET]

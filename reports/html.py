@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.frame import ENV_TAGS, STATUSES, SweepData, objective, summaries
+from reports.frame import ENV_TAGS, STATUSES, SweepData, objective, objectives_differ, summaries, target_words
 
 TEMPLATE = "report.html.j2"
 
@@ -270,10 +270,14 @@ def render(
         flagged = [r for r in comp_rows if r["flag"] in ("regression", "improvement")]
         n_reg = sum(r["flag"] == "regression" for r in comp_rows)
 
-    obj = objective(frame)
-    target = ""
-    if obj.target_metric:
-        target = f" (target {obj.target_metric} {'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g})"
+    def words(o):
+        return o.label + (f" (target {target_words(o)})" if target_words(o) else "")
+
+    if objectives_differ(frame):  # workloads with different targets: each task's, by its label
+        objective_words = "each task's own: " + "; ".join(
+            f"{labels.get(t, t)}: {words(objective(frame, t))}" for t in sorted(s["task"].unique()))
+    else:
+        objective_words = words(objective(frame))
     return (
         _env()
         .get_template(TEMPLATE)
@@ -281,7 +285,7 @@ def render(
             experiment=data.experiment,
             sweep_id=data.sweep_id,
             n_invocations=len(data.parents),
-            objective=obj.label + target,
+            objective=objective_words,
             generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             n_trials=len(s),
             status_counts=[(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],

@@ -29,7 +29,9 @@ from reports.frame import (
     best_configs,
     curves,
     objective,
+    objective_label,
     summaries,
+    task_objective_values,
 )
 from reports.layout import PAGE_WIDTH_IN, grid_shape, task_labels
 
@@ -234,14 +236,14 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
 
 def tuning_long(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per trial with a step size: ``task`` (short label), ``optimizer``, ``config``,
-    ``seed``, ``status``, ``step_size`` and ``value`` (the objective's final metric; absent for
-    trials that did not finish)."""
+    ``seed``, ``status``, ``step_size``, ``value`` (the final value of its task's objective metric;
+    absent for trials that did not finish) and ``metric`` (that metric, in words)."""
     s = summaries(frame)
-    obj = objective(frame)
     s = s[s["step_size"].notna() & (s["step_size"] > 0)]
     if s.empty:
         return pd.DataFrame()
     labels = task_labels(frame)
+    value = task_objective_values(frame, s)  # each task's own target metric
     return pd.DataFrame(
         {
             "task": s["task"].map(labels).fillna(s["task"]).to_numpy(),
@@ -250,7 +252,8 @@ def tuning_long(frame: pd.DataFrame) -> pd.DataFrame:
             "seed": s["seed"].astype("Int64").astype(object).to_numpy(),
             "status": s["status"].to_numpy(),
             "step_size": s["step_size"].to_numpy(float),
-            "value": s[obj.final].where(s["status"] == "finished").to_numpy(float),
+            "value": value.where(s["status"] == "finished").to_numpy(float),
+            "metric": [objective(frame, t).label for t in s["task"]],
         }
     )
 
@@ -279,7 +282,6 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
     d = tuning_long(frame)
     if d.empty or d.groupby(["task", "optimizer"])["step_size"].nunique().max() < 2:
         return None
-    obj = objective(frame)
     cols, width = _facet_width(d["task"].nunique())
     opts = sorted(d["optimizer"].unique())
     color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
@@ -287,7 +289,7 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
     x = {"field": "step_size", "type": "quantitative", "scale": {"type": "log"},
          "axis": {"title": "step size", "format": "~g"}}
     y = {"field": "value", "type": "quantitative", "scale": {"type": "linear", "zero": False},
-         "axis": {"title": obj.label}}
+         "axis": {"title": objective_label(frame)}}
     opacity = {"condition": {"param": "shown", "value": 0.9}, "value": 0.08}
     return _value_facets(d, cols, width, 240, [
                 {
@@ -307,7 +309,8 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
                             {"field": "seed", "type": "ordinal"},
                             {"field": "step_size", "type": "quantitative", "format": "~g"},
                             {"field": "value", "type": "quantitative", "format": ".4~g",
-                             "title": obj.label},
+                             "title": objective_label(frame)},
+                            {"field": "metric", "type": "nominal"},
                         ],
                     },
                 },

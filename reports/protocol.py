@@ -232,10 +232,10 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
             "seconds", "n_reached", "metric", "test_metric", "mode", "protocol"]
     if s.empty:
         return pd.DataFrame(columns=cols)
-    obj = objective(frame)
-    worse = min if obj.mode == "max" else max
     rows = []
     for task, st in s.groupby("task", sort=True):
+        obj = objective(frame, task)
+        worse = min if obj.mode == "max" else max
         fin_t = st[st["status"] == "finished"]
         finite_v = fin_t[obj.final].dropna()
         finite_t = fin_t[obj.test].dropna()
@@ -363,9 +363,9 @@ def headline(frame: pd.DataFrame) -> pd.DataFrame:
 
     best = best_configs(frame)
     s = summaries(frame)
-    obj = objective(frame)
     rows = []
     for b in best.itertuples():
+        obj = objective(frame, b.task)
         g = s[(s["task"] == b.task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)]
         fin = g[g["status"] == "finished"]
         one_split = (g["protocol"] == PROTOCOL_ONE_SPLIT).all()
@@ -389,9 +389,9 @@ def pairwise_comparisons(frame: pd.DataFrame) -> pd.DataFrame:
     """
     h = headline(frame)
     s = summaries(frame)
-    obj = objective(frame)
     rows = []
     for task, ht in h.groupby("task", sort=True):
+        obj = objective(frame, task)
         per = {}
         for r in ht.itertuples():
             g = s[(s["task"] == task) & (s["optimizer"] == r.optimizer) & (s["config_id"] == r.config_id)

@@ -323,3 +323,89 @@ def test_selection_key_orders_by_reached_steps_finished_value_seconds_name():
     ]
     assert sorted(ranked) == ranked and len(set(ranked)) == len(ranked)
     assert key(0, None, 1, 0.1, False, None, "a") < key(0, None, 1, 0.2, False, None, "a")  # loss
+
+
+def _mixed_objective_outcomes():
+    """A workloads-style sweep: a language model with a loss target beside a CNN with an accuracy
+    target (three CNN configurations, so accuracy is the sweep's most common target metric).
+    lm's config "lowloss" has the lower validation loss but the lower accuracy; no lm trial
+    reaches its target, so the validation metric decides its selection."""
+    from harness.worker import TrialOutcome
+
+    out = []
+    lm = {"lowloss": (1.90, 0.30, 1.91, 0.29), "highacc": (1.99, 0.33, 2.00, 0.34)}
+    for conf, (vl, va, tl, ta) in lm.items():
+        out.append(TrialOutcome(
+            trial_id=f"lm-{conf}", status="finished", model="transformer_lm", optimizer="adam",
+            dataset="markov_lm", seed=0, config=conf, target_metric="valid/loss",
+            final_valid_loss=vl, final_valid_accuracy=va, test_loss=tl, test_accuracy=ta))
+    for conf, acc in (("c1", 0.90), ("c2", 0.95), ("c3", 0.93)):
+        out.append(TrialOutcome(
+            trial_id=f"cnn-{conf}", status="finished", model="cnn1d", optimizer="adam",
+            dataset="mnist1d", seed=0, config=conf, target_metric="valid/accuracy",
+            final_valid_loss=1 - acc, final_valid_accuracy=acc, test_loss=1.01 - acc,
+            test_accuracy=acc - 0.01))
+    return out
+
+
+def _summary_frame(outcomes):
+    from reports import frame as RF
+
+    def step_size(o):
+        return {"lowloss": 1e-3, "highacc": 1e-2, "c1": 1e-3, "c2": 3e-3, "c3": 1e-2}[o.config]
+
+    return pd.DataFrame([{
+        "row": "summary", "task": f"{o.model} / {o.dataset}", "model": o.model, "dataset": o.dataset,
+        "optimizer": o.optimizer,
+        "config_id": o.config, "config": o.config, "status": o.status, "seed": o.seed,
+        "step_size": step_size(o), RF.M_SECONDS_TO_TARGET: None, RF.M_STEPS_TO_TARGET: None,
+        RF.M_FINAL_ACC: o.final_valid_accuracy, RF.M_FINAL_LOSS: o.final_valid_loss,
+        RF.M_TEST_ACC: o.test_accuracy, RF.M_TEST_LOSS: o.test_loss, RF.M_STEP_MS: 1.0,
+        "protocol": RF.PROTOCOL_THREE_SPLITS, "target_metric": o.target_metric,
+        "target_mode": "min" if o.target_metric.endswith("loss") else "max",
+        "target_value": 1.8 if o.target_metric.endswith("loss") else 0.99} for o in outcomes])
+
+
+def test_each_task_is_selected_and_reported_on_its_own_metric():
+    """Found in the workloads report: one sweep-wide objective (the most common target metric,
+    accuracy) selected and headlined the Transformer's configurations by accuracy, though its
+    target is a loss; the terminal summary (per trial's target) picked by loss. Now every task
+    uses its own objective, in the summary, the selection, the headline, the leaderboard and the
+    step-size figures alike."""
+    from harness.summary import best_configs as summary_best
+    from reports import figures as F
+    from reports import frame as RF
+    from reports import interactive as I
+    from reports import protocol as P
+
+    outcomes = _mixed_objective_outcomes()
+    rows = {r["model"]: r for r in summary_best(outcomes)}
+    assert rows["transformer_lm"]["config"] == "lowloss" and rows["cnn1d"]["config"] == "c2"
+    frame = _summary_frame(outcomes)
+    assert RF.objective(frame).final == RF.M_FINAL_ACC  # the sweep-wide one: accuracy (3 of 5)
+    assert RF.objective(frame, "transformer_lm / markov_lm").final == RF.M_FINAL_LOSS
+    assert RF.objectives_differ(frame)
+    best = RF.best_configs(frame).set_index("task")
+    assert best.loc["transformer_lm / markov_lm", "config"] == "lowloss"
+    assert best.loc["cnn1d / mnist1d", "config"] == "c2"
+    head = P.headline(frame).set_index("task")
+    assert head.loc["transformer_lm / markov_lm", "test_metric"] == RF.M_TEST_LOSS
+    assert head.loc["transformer_lm / markov_lm", "test"] == pytest.approx(1.91)
+    assert head.loc["cnn1d / mnist1d", "test"] == pytest.approx(0.94)
+    lb = F.leaderboard(frame).set_index("Task")
+    col = "Test metric (selected on validation)"
+    assert lb.loc["transformer_lm / markov_lm", col].startswith("loss 1.91")
+    assert lb.loc["cnn1d / mnist1d", col].startswith("accuracy 0.94")
+    cv = P.config_values(frame).set_index(["task", "config_id"])
+    assert cv.loc[("transformer_lm / markov_lm", "highacc"), "valid"] == pytest.approx(1.99)
+    assert cv.loc[("transformer_lm / markov_lm", "highacc"), "metric"] == RF.M_FINAL_LOSS
+    tl = I.tuning_long(frame)
+    assert sorted(tl["value"]) == pytest.approx([0.90, 0.93, 0.95, 1.90, 1.99])
+    fig = F.sensitivity_figure(frame)
+    assert {ax.get_ylabel() for ax in fig.axes if ax.get_visible() and ax.get_ylabel()} == {
+        "final validation loss", "final validation accuracy"}
+    fig = F.tuning_figure(frame)
+    assert {ax.get_ylabel() for ax in fig.axes if ax.get_visible() and ax.get_ylabel()} == {
+        "expected loss\nof the validation-best", "expected accuracy\nof the validation-best"}
+    one = frame[frame["task"] == "cnn1d / mnist1d"]  # one metric: the column keeps its name
+    assert "Test accuracy (selected on validation)" in F.leaderboard(one).columns

@@ -330,6 +330,41 @@ def test_summary_best_config_ranks_like_the_report_leaderboard():
     assert best["config"] == "A"
 
 
+def test_summary_names_each_rows_metric_when_tasks_differ():
+    """A workloads sweep mixes a loss target (markov_lm) with an accuracy target (mnist1d): the
+    table once headed every row "valid loss", so the CNN's accuracy 0.9475 read as a loss."""
+    from rich.console import Console
+
+    from harness.sweep import SweepSummary, print_summary
+    from harness.worker import TrialOutcome
+
+    def o(model, ds, metric, valid, test, seed=0):
+        is_loss = metric.endswith("loss")
+        kw = {"final_valid_loss": valid, "test_loss": test} if is_loss else \
+            {"final_valid_accuracy": valid, "test_accuracy": test}
+        return TrialOutcome(trial_id=f"{model}{seed}", status="finished", model=model, optimizer="adam",
+                            dataset=ds, config="lr=0.01", seed=seed, target_metric=metric, **kw)
+
+    def table(outcomes):
+        console = Console(record=True, width=200)
+        print_summary(console, SweepSummary("w", "sid", "1", None, "sqlite:///x.db", outcomes, 1.0))
+        lines = console.export_text().splitlines()
+        return next(ln for ln in lines if ln.split()[:2] == ["task", "optimizer"]), lines
+
+    mixed = [o("transformer_lm", "markov_lm", "valid/loss", 1.9343, 1.9268),
+             o("cnn1d", "mnist1d", "valid/accuracy", 0.9475, 0.9470),
+             o("cnn1d", "mnist1d", "valid/accuracy", 0.9275, 0.9270, seed=1)]
+    head, lines = table(mixed)
+    assert head.split() == ["task", "optimizer", "best", "config", "valid", "test", "to", "target",
+                            "ex/s", "seeds"]
+    row = {ln.split()[0]: ln.split() for ln in lines if " · " in ln}
+    assert row["transformer_lm"][5:9] == ["loss", "1.9343", "loss", "1.9268"]
+    assert row["cnn1d"][5:9] == ["acc", "0.9375", "acc", "0.9370"] and row["cnn1d"][-1] == "2"
+    head, lines = table(mixed[1:])  # one metric: it names the columns, the values stay bare
+    assert "valid acc" in head and "test acc" in head
+    assert next(ln for ln in lines if " · " in ln).split()[5:7] == ["0.9375", "0.9370"]
+
+
 def test_background_writes_are_flushed_before_a_throughput_measurement(
         tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
     """Throughput must not be timed while the background thread writes to MLflow (on 2 cores the

@@ -21,10 +21,15 @@ over a 1-D mesh ``batch=4``, parameters and optimizer state replicated ``P()``, 
   (stacked ``(K, B, ...)``, ``P(None, "batch")``), the strictest reference: no shuffle, no gather;
 * ``hand_scan_gather``: a hand-written ``lax.scan`` that gathers each batch from the replicated
   device-resident training arrays by precomputed ``(K, B)`` indices and constrains it to
-  ``P("batch")``: the trainer's work except its per-epoch shuffle (the like-for-like reference).
+  ``P("batch")``: the trainer's work except its per-epoch shuffle;
+* ``hand_scan_shuffle``: the same scan with the trainer's data order written by hand in the graph
+  (each epoch ``jax.random.permutation(fold_in(key, epoch), N)``, step ``i`` takes stream positions
+  ``[i·B, (i+1)·B)``): the trainer's work, the like-for-like reference for the overhead.
+  (K·B = 5,120 is 4.5 epochs of digits' 1,150 training examples, so each chunk permutes 5–6
+  epochs; that shuffle is what separates ``hand_scan_gather`` from ``hand_scan_shuffle``.)
 
-The variants run interleaved round by round (harness, hand_step, hand_scan, then again: the VM's
-speed swings within a minute, so only same-round ratios mean anything); reported per reference:
+The variants run interleaved round by round (``paired.interleave``, the order rotated each round:
+the VM's speed swings within a minute, so only same-round ratios mean anything); reported per reference:
 the median of the per-round ratios harness / reference and its spread (25th–75th percentile).
 Target (issue 15): harness / hand-written <= 1.05.
 
@@ -48,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = r'''
 import json, statistics, sys, time
 import numpy as np
+import paired
 import jax, jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 from harness import parallel, trainer
@@ -125,6 +131,22 @@ def scan_gather(carry, x, y, idx):
 
 
 hand_gather = jax.jit(scan_gather, in_shardings=(r, r, r, r), out_shardings=(r, r), donate_argnums=0)
+
+
+def scan_shuffle(carry, x, y, data_key, start):
+    # the trainer's data order written by hand: epoch e is permutation(fold_in(data_key, e), N) and
+    # step i takes stream positions [i*B, (i+1)*B); every epoch the chunk touches is permuted anew
+    N = x.shape[0]
+    first = start * B
+    e0 = first // N
+    perms = jnp.concatenate([jax.random.permutation(jax.random.fold_in(data_key, e0 + j), N)
+                             for j in range(-(-K * B // N) + 1)])
+    idx = jax.lax.dynamic_slice(perms, (first - e0 * N,), (K * B,)).reshape(K, B)
+    return scan_gather(carry, x, y, idx)
+
+
+hand_shuffle = jax.jit(scan_shuffle, in_shardings=(r, r, r, r, r), out_shardings=(r, r),
+                       donate_argnums=0)
 rng = np.random.default_rng(0)
 idx = rng.permutation(ds.x_train.shape[0])[: K * B].reshape(K, B) if K * B <= ds.x_train.shape[0] else \
     rng.integers(0, ds.x_train.shape[0], (K, B))
@@ -134,6 +156,9 @@ xs, ys = jax.device_put(xs_np, spk), jax.device_put(ys_np, spk)
 s_state = [jax.device_put((jnp.int32(0), opt.init_fn(params)), r)]
 c_state = [jax.device_put((jnp.int32(0), opt.init_fn(params)), r)]
 g_state = [jax.device_put((jnp.int32(0), opt.init_fn(params)), r)]
+f_state = [jax.device_put((jnp.int32(0), opt.init_fn(params)), r)]
+f_start = [0]
+data_key = jax.device_put(jax.random.PRNGKey(1), r)
 idx_dev = jax.device_put(jnp.asarray(idx, jnp.int32), r)
 
 
@@ -155,19 +180,18 @@ def hand_gather_round():
     np.asarray(losses)
 
 
+def hand_shuffle_round():
+    f_state[0], losses = hand_shuffle(f_state[0], x_tr, y_tr, data_key,
+                                      jax.device_put(jnp.int32(f_start[0]), r))
+    np.asarray(losses)
+    f_start[0] += K
+
+
 fns = {"harness": harness_round, "hand_step": hand_step_round, "hand_scan": hand_scan_round,
-       "hand_scan_gather": hand_gather_round}
-for f in fns.values():  # compile + warm-up
-    for _ in range(3):
-        f()
-times = {k: [] for k in fns}
-for _ in range(ROUNDS):
-    for k, f in fns.items():
-        t0 = time.perf_counter()
-        f()
-        times[k].append(time.perf_counter() - t0)
+       "hand_scan_gather": hand_gather_round, "hand_scan_shuffle": hand_shuffle_round}
+times = paired.interleave(fns, ROUNDS, warmup=3)  # order rotated round by round
 res = {f"{k}_ms_per_step": statistics.median(v) * 1e3 / K for k, v in times.items()}
-for ref in ("hand_step", "hand_scan", "hand_scan_gather"):
+for ref in ("hand_step", "hand_scan", "hand_scan_gather", "hand_scan_shuffle"):
     ratios = np.array(times["harness"]) / np.array(times[ref])
     q25, q50, q75 = np.percentile(ratios, [25, 50, 75])
     res[f"harness_over_{ref}"] = float(q50)
@@ -194,7 +218,8 @@ print("JSON:" + json.dumps(out))
 def measured(tmp_path_factory):
     work = tmp_path_factory.mktemp("bench_parallel")
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "PYTHONPATH": str(ROOT), "HARNESS_CACHE_DIR": str(work)}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "benchmarks")]),
+           "HARNESS_CACHE_DIR": str(work)}
     env.pop("HARNESS_DEVICE_IDS", None)
     rounds = os.environ.get("HARNESS_BENCH_ROUNDS", "40")
     p = subprocess.run([sys.executable, "-c", SCRIPT, rounds], cwd=work, env=env,
