@@ -879,7 +879,7 @@ def sensitivity_data(frame: pd.DataFrame) -> pd.DataFrame:
     cols = ["task", "optimizer", "config", "seed", "step_size", "status", obj.final]
     if objectives_differ(frame):  # both final metrics, and which one each task is drawn by
         cols = [*cols[:-1], M_FINAL_ACC, M_FINAL_LOSS]
-        s = s.assign(objective=[objective(frame, t).final for t in s["task"]])
+        s = s.assign(objective=s["task"].map({t: objective(frame, t).final for t in s["task"].unique()}))
         cols.append("objective")
     return s.loc[s["step_size"].notna(), cols].reset_index(drop=True)
 

@@ -743,13 +743,12 @@ def objectives_differ(frame: pd.DataFrame) -> bool:
     return len({objective(frame, t).final for t in tasks}) > 1
 
 
-def task_objective_values(frame: pd.DataFrame, rows: pd.DataFrame, which: str = "final") -> pd.Series:
-    """Each row's value of its own task's objective metric (``which``: ``"final"``, the validation
-    column it ranks by, or ``"test"``): ``rows`` are rows of :func:`summaries`; NaN where absent."""
+def task_objective_values(frame: pd.DataFrame, rows: pd.DataFrame) -> pd.Series:
+    """Each row's final validation value of its own task's objective metric (the column it ranks
+    by): ``rows`` are rows of :func:`summaries`; NaN where absent."""
     out = pd.Series(np.nan, index=rows.index, dtype=float)
     for task, g in rows.groupby("task", sort=False):
-        obj = objective(frame, task)
-        out.loc[g.index] = g[obj.final if which == "final" else obj.test].astype(float)
+        out.loc[g.index] = g[objective(frame, task).final].astype(float)
     return out
 
 

@@ -253,7 +253,7 @@ def tuning_long(frame: pd.DataFrame) -> pd.DataFrame:
             "status": s["status"].to_numpy(),
             "step_size": s["step_size"].to_numpy(float),
             "value": value.where(s["status"] == "finished").to_numpy(float),
-            "metric": [objective(frame, t).label for t in s["task"]],
+            "metric": s["task"].map({t: objective(frame, t).label for t in s["task"].unique()}).to_numpy(),
         }
     )
 

@@ -43,6 +43,26 @@ else:
 # structures, checkpoint layouts and timings stay deterministic. Tests of the decision unset it.
 os.environ.setdefault("HARNESS_BATCH", "never")
 
+# Compile time, not run time, is most of this suite on 2 CPU cores: a tiny MLP with dropout took
+# 2.5 s to compile at XLA's default LLVM optimisation level and 1.4 s at level 0 (vmapped: 6.1 s and
+# 1.7 s); tests/test_zoo.py ran in 157 s and 65 s. The level changes how fast the compiled loops
+# run, not what they compute (no fast-math either way), and every parity and bit-identity check
+# compares two programs compiled alike. The benchmarks (``--benchmark-only``) keep the default:
+# they measure speed. HARNESS_TEST_XLA_OPT=default keeps it for the unit tests too.
+_XLA_FAST_COMPILE = "--xla_backend_optimization_level=0"
+
+
+def pytest_configure(config):
+    benchmarks = config.getoption("benchmark_only", False) or any(
+        "benchmarks" in str(a) for a in config.args)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if not benchmarks and os.environ.get("HARNESS_TEST_XLA_OPT") != "default" \
+            and "xla_backend_optimization_level" not in flags:
+        # before any test imports JAX (XLA reads the flags when its backend starts); inherited by
+        # every sweep, --jobs worker and Ray worker the tests start
+        os.environ["XLA_FLAGS"] = f"{flags} {_XLA_FAST_COMPILE}".strip()
+
+
 #: Test files that take minutes (kill/re-run cycles, a Ray head, real sweeps): collected first, so
 #: that with ``-n 2 --dist loadfile --no-loadscope-reorder`` they start at once instead of being the
 #: run's tail (xdist's default reorder sends files with the most tests first: the one-test, 4-minute

@@ -130,7 +130,8 @@ def forced4(tmp_path_factory):
     # a known peak, so that the subprocess does not time a 2048² matmul (utilisation is checked
     # against it)
     (cache / "peak.json").write_text(json.dumps({"cpu:cpu|float32": 1e10}))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4".strip()
+    env = {**os.environ, "XLA_FLAGS": flags,  # (keeps the suite's compile flags, tests/conftest.py)
            "PYTHONPATH": str(ROOT), "HARNESS_CACHE_DIR": str(cache), "MLFLOW_LOGGING_LEVEL": "WARNING"}
     env.pop("HARNESS_DEVICE_IDS", None)
     p = subprocess.run([sys.executable, "-c", CHECKS, str(work)], cwd=work, env=env,
