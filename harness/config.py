@@ -283,6 +283,15 @@ class TargetCfg(_Strict):
         if self.metric.endswith("accuracy") and not 0.0 <= self.value <= 1.0:
             raise PydanticCustomError("target", "value: an accuracy target must be within [0, 1], "
                                       "got {v}", {"v": short_repr(self.value)})
+        if self.metric.endswith("loss") and self.value < 0:
+            raise PydanticCustomError("target", "value: a loss target must be >= 0 (cross-entropy and "
+                                      "squared error never go below 0), got {v}", {"v": short_repr(self.value)})
+        natural = "max" if self.metric.endswith("accuracy") else "min"
+        if self.mode is not None and self.mode != natural:  # a worse value would count as reached
+            raise PydanticCustomError(
+                "target", "mode: {metric} is reached going {way}: mode {natural} (or leave mode out), "
+                "got {mode}", {"metric": self.metric, "way": "up" if natural == "max" else "down",
+                               "natural": natural, "mode": self.mode})
         return self
 
     def resolved_mode(self) -> str:
@@ -668,6 +677,9 @@ def _format_pydantic(err: ValidationError, file: str) -> list[str]:
             msg = msg.split(": ", 1)[1]
         elif e["type"] == "missing":
             msg = "required key is missing"
+        elif e["type"] == "model_type":  # a section that must be a mapping: say so, and its keys
+            keys = ", ".join(_model_at(loc).model_fields)
+            msg = f"expected a mapping with keys {keys}, got {short_repr(e['input'])}"
         elif loc in (("batch_size",), ("seeds",)) and e["type"] == "list_type":
             what = "an int or a list of ints" if loc == ("batch_size",) else \
                 "an int (a count) or a list of ints"
@@ -676,8 +688,9 @@ def _format_pydantic(err: ValidationError, file: str) -> list[str]:
             msg = (f"expected a mapping {{DATASET: {{metric, value}}}}, e.g. targets: {{digits: "
                    f"{{metric: valid/accuracy, value: 0.9}}}} (use 'target' for one target for all "
                    f"datasets), got {short_repr(e['input'])}")
-        elif e["type"] == "target" and msg.startswith("value: "):
-            loc, msg = (*loc, "value"), msg[len("value: "):]
+        elif e["type"] == "target" and msg.split(": ", 1)[0] in ("value", "mode"):
+            key, msg = msg.split(": ", 1)
+            loc = (*loc, key)
         elif e["type"] not in ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size", "name",
                                "tracking_uri", "target", "search", "workloads") \
                 and f"got {short_repr(e['input'])}" not in msg:  # a message that names it already

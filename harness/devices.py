@@ -72,7 +72,8 @@ def visible_devices() -> list:
     """The ``jax.Device`` objects this process may use, in ``jax.devices()`` order.
 
     Raises:
-      ValueError: ``HARNESS_DEVICE_IDS`` is not a comma-separated list of indices of ``jax.devices()``.
+      ValueError: ``HARNESS_DEVICE_IDS`` is not a comma-separated list of distinct indices of
+        ``jax.devices()``.
     """
     import jax
 
@@ -90,6 +91,11 @@ def visible_devices() -> list:
     if bad or not ids:
         raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} names devices {bad or ids} but this process has "
                          f"{len(devs)} ({devs[0].platform}): use indices 0..{len(devs) - 1}")
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:  # a mesh over one device twice cannot shard (every trial failed in jax's reshard)
+        raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} names device{'s' if len(twice) > 1 else ''} "
+                         f"{', '.join(map(str, twice))} more than once: list each device once, e.g. "
+                         f"{DEVICE_IDS_ENV}={','.join(map(str, dict.fromkeys(ids)))}")
     return [devs[i] for i in ids]
 
 

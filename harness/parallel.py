@@ -48,10 +48,17 @@ def resolve_devices(devices: int | str, visible: int | None = None) -> int:
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ValueError(f"parallelism.devices must be an integer >= 1 or 'all', got {devices!r}")
     if devices > visible:
+        import os
+
+        from harness.devices import DEVICE_IDS_ENV
+
+        ids = os.environ.get(DEVICE_IDS_ENV, "").strip()
+        how = (f"{DEVICE_IDS_ENV}={ids!r} limits this process to them: list more devices there" if ids
+               else "on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N set before JAX starts "
+                    "gives N devices")
         raise ValueError(f"parallelism.devices {devices} exceeds the {visible} visible device"
                          f"{'s' if visible != 1 else ''} of this process (use 'all' or at most {visible};"
-                         " on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N set before JAX "
-                         "starts gives N devices)")
+                         f" {how})")
     return devices
 
 

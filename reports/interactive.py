@@ -30,6 +30,7 @@ from reports.frame import (
     curves,
     objective,
     objective_label,
+    objectives_differ,
     summaries,
     task_objective_values,
 )
@@ -320,7 +321,7 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
 def tuning_curves_long(frame: pd.DataFrame) -> pd.DataFrame:
     """:func:`reports.protocol.tuning_curves` in long form: one row per (task label, optimizer,
     k, curve) with ``curve`` ``"validation (selects)"`` or ``"test of the selected"``, ``value``,
-    ``lo``, ``hi`` (the 95% bootstrap band) and ``n_configs``."""
+    ``lo``, ``hi`` (the 95% bootstrap band), ``n_configs`` and ``metric`` (the column it is of)."""
     from reports import protocol
 
     tc = protocol.tuning_curves(frame)
@@ -328,14 +329,16 @@ def tuning_curves_long(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     labels = task_labels(frame)
     parts = []
-    for curve, col in (("validation (selects)", "valid"), ("test of the selected", "test")):
+    for curve, col, metric in (("validation (selects)", "valid", "metric"),
+                               ("test of the selected", "test", "test_metric")):
         part = tc[tc[col].notna()]
         parts.append(pd.DataFrame({
             "task": part["task"].map(labels).fillna(part["task"]).to_numpy(),
             "optimizer": part["optimizer"].to_numpy(), "k": part["k"].to_numpy(int),
             "curve": curve, "value": part[col].to_numpy(float),
             "lo": part[f"{col}_lo"].to_numpy(float), "hi": part[f"{col}_hi"].to_numpy(float),
-            "n_configs": part["n_configs"].to_numpy(int)}))
+            "n_configs": part["n_configs"].to_numpy(int),
+            "metric": part[metric].to_numpy()}))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -347,7 +350,6 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     d = tuning_curves_long(frame)
     if d.empty:
         return None
-    obj = objective(frame)
     cols, width = _facet_width(d["task"].nunique())
     opts = sorted(d["optimizer"].unique())
     color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
@@ -358,7 +360,10 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
             "legend": {"title": None, "orient": "top"}}
     x = {"field": "k", "type": "quantitative", "axis": {"title": "configurations tried (k)",
                                                         "tickMinStep": 1, "format": "d"}}
-    name = obj.label.replace("final validation ", "")
+    # one axis title for every facet: with tasks of different metrics it names neither (the
+    # tooltip's "metric" says which each point is)
+    name = "value (each task's metric)" if objectives_differ(frame) else \
+        objective(frame).label.replace("final validation ", "")
     y = {"field": "value", "type": "quantitative", "scale": {"type": "linear", "zero": False},
          "axis": {"title": f"expected {name} of the validation-best"}}
     shown = {"condition": {"param": "shown", "value": 0.9}, "value": 0.06}
@@ -382,6 +387,7 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                             {"field": "k", "type": "quantitative", "title": "configurations (k)"},
                             {"field": "n_configs", "type": "quantitative", "title": "of N"},
                             {"field": "value", "type": "quantitative", "format": ".4~g"},
+                            {"field": "metric", "type": "nominal"},
                             {"field": "lo", "type": "quantitative", "format": ".4~g",
                              "title": "band low (95%)"},
                             {"field": "hi", "type": "quantitative", "format": ".4~g",

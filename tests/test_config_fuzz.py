@@ -191,6 +191,12 @@ case("target-acc-above-1", _text(target={"metric": "valid/accuracy", "value": 1.
      "target.value: an accuracy target must be within [0, 1]")
 case("target-acc-negative", _text(target={"metric": "eval/accuracy", "value": -0.1}), "within [0, 1]")
 case("target-acc-percent", _text(target={"metric": "eval/accuracy", "value": 90}), "within [0, 1]")
+case("target-loss-negative", _text(target={"metric": "valid/loss", "value": -1}),
+     "target.value: a loss target must be >= 0 (cross-entropy and squared error never go below 0), got -1")
+case("target-loss-mode-max", _text(target={"metric": "valid/loss", "value": 0.5, "mode": "max"}),
+     "target.mode: valid/loss is reached going down: mode min (or leave mode out), got max")
+case("target-acc-mode-min", _text(target={"metric": "valid/accuracy", "value": 0.5, "mode": "min"}),
+     "target.mode: valid/accuracy is reached going up: mode max (or leave mode out), got min")
 case("target-string", _text(target={"metric": "eval/accuracy", "value": "high"}), "target.value")
 case("target-metric", _text(target={"metric": "eval/acc", "value": 0.9}), "target.metric")
 case("targets-nan", _text(targets={"digits": {"metric": "eval/accuracy", "value": math.nan}}),

@@ -165,6 +165,8 @@ def test_tags_name_host_level_gpu_ids(monkeypatch):
 @pytest.mark.parametrize(("executor", "ids", "message"), [
     ("process", None, r"^a trial wants 99 devices \(parallelism.devices\) but this host has 1 cpu"),
     ("inprocess", "7", r"^HARNESS_DEVICE_IDS='7' names devices \[7\] but this process has 1 \(cpu\)"),
+    ("inprocess", "0,0", r"^HARNESS_DEVICE_IDS='0,0' names device 0 more than once: list each device "
+                         r"once, e.g\. HARNESS_DEVICE_IDS=0$"),
     ("inprocess", "abc", r"^HARNESS_DEVICE_IDS='abc' is not a comma-separated list of device indices: "
                          r"this process has 1 \(cpu\), use indices 0\.\.0, e\.g\. HARNESS_DEVICE_IDS=0$"),
 ])

@@ -236,7 +236,8 @@ def test_trial_identity_ignores_parallelism_perf_key_does_not():
     ({"devices": 0}, "c.yaml: parallelism.devices: must be >= 1 (or 'all'), got 0"),
     ({"devices": True}, "c.yaml: parallelism.devices: expected an integer, not a boolean (got True)"),
     ({"devices": "many"}, "c.yaml: parallelism.devices: expected a positive integer or 'all', got 'many'"),
-    ({"shard": "model"}, "c.yaml: parallelism.shard: ")])
+    ({"shard": "model"}, "c.yaml: parallelism.shard: "),
+    (4, "c.yaml: parallelism: expected a mapping with keys devices, shard, got 4")])
 def test_config_parallelism_schema(tmp_path, value, ok):
     """Each bad value's line names it once (it read "got 0 (got 0)" before)."""
     doc = {"name": "p", "models": ["mlp"], "optimizers": ["adam"], "datasets": ["digits"],
@@ -270,6 +271,19 @@ def test_divisibility_error_before_any_mlflow_write(tmp_path, write_sweep, monke
     assert res.exit_code == 2, res.output
     assert ": batch_size: 30 does not divide over 4 devices: use 28 or 32" in res.output
     assert not db.exists() and not db.parent.exists()
+
+
+def test_too_many_devices_names_harness_device_ids_when_it_is_the_limit(tmp_path, write_sweep, monkeypatch):
+    """With HARNESS_DEVICE_IDS set, the limit is that list, not the host: the message said to
+    force more CPU devices, which were already there."""
+    monkeypatch.setenv("HARNESS_DEVICE_IDS", "0")
+    res, db = _sweep_cli(tmp_path, write_sweep, monkeypatch, 1, batch_size=32,
+                         parallelism={"devices": 4})
+    assert res.exit_code == 2, res.output
+    assert ("parallelism.devices: 4 exceeds the 1 visible device of this process (use 'all' or at most "
+            "1; HARNESS_DEVICE_IDS='0' limits this process to them: list more devices there)") \
+        in " ".join(res.output.split())
+    assert not db.exists()
 
 
 def test_too_many_devices_error_before_any_mlflow_write(tmp_path, write_sweep, monkeypatch):

@@ -407,5 +407,11 @@ def test_each_task_is_selected_and_reported_on_its_own_metric():
     fig = F.tuning_figure(frame)
     assert {ax.get_ylabel() for ax in fig.axes if ax.get_visible() and ax.get_ylabel()} == {
         "expected loss\nof the validation-best", "expected accuracy\nof the validation-best"}
+    spec = I.tuning_curves_spec(frame)  # one y title for all facets: it must not say "accuracy"
+    line = spec["spec"]["layer"][1]["encoding"]
+    assert line["y"]["axis"]["title"] == "expected value (each task's metric) of the validation-best"
+    tcl = I.tuning_curves_long(frame)
+    assert set(tcl.loc[tcl["task"].str.startswith("transformer"), "metric"]) == {RF.M_FINAL_LOSS,
+                                                                                 RF.M_TEST_LOSS}
     one = frame[frame["task"] == "cnn1d / mnist1d"]  # one metric: the column keeps its name
     assert "Test accuracy (selected on validation)" in F.leaderboard(one).columns
