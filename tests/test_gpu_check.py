@@ -13,10 +13,15 @@ from harness import batching, timing
 SCRIPT = Path(__file__).parent / "benchmarks" / "gpu_check.py"
 
 
-def test_gpu_check_small_on_cpu(capsys, monkeypatch, tmp_path):
+def _gpu_check():
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     gc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gc)
+    return gc
+
+
+def test_gpu_check_small_on_cpu(capsys, monkeypatch, tmp_path):
+    gc = _gpu_check()
     # the peak is measured once per machine and cached (peak.json); a fresh CI machine would pay it
     monkeypatch.setattr(timing, "device_peak_flops", lambda device=None, dtype=None, **kw: 3e10)
     # the MLP at float32 only, and the batching part's compiling repetition only, keep the test's
@@ -47,4 +52,14 @@ def test_gpu_check_small_on_cpu(capsys, monkeypatch, tmp_path):
     assert re.fullmatch(r"(vmap\(8\)|sequential): measured \d+\.\d\dx", b["decision"])
     (key, entry), = json.loads((tmp_path / "batching.json").read_text()).items()
     assert "|T=8|" in key and entry["label"] == b["decision"] and entry["reps"] >= batching.MIN_REPS
-    assert f"harness.batching decides: {b['decision']}" in text
+    assert f"harness.batching decides: {b['decision']} (measured)" in text
+
+
+def test_a_cached_batching_decision_says_so():
+    """The CPU run printed vmapped 1.08x faster, then "harness.batching decides: sequential:
+    measured 0.62x": a decision cached hours earlier on a busier machine, not said to be one."""
+    gc = _gpu_check()
+    d = gc._decision(batching.Decision(False, "sequential: measured 0.62x", 0.62, "cached"))
+    assert d == {"decision": "sequential: measured 0.62x",
+                 "decision_source": f"cached from an earlier run; delete {batching.cache_path()} to "
+                                    "measure again"}

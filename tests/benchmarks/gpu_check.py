@@ -125,7 +125,18 @@ def batching_speedup(size: str, reps: int = 3) -> dict:
     return {"seeds": SEEDS, "steps": steps, "model": f"mlp {model_hp} on {dataset}",
             "batched_s": min(batched_s), "sequential_s": min(seq_s),
             "speedup": p.median, "speedup_min": p.lo, "speedup_max": p.hi, "reps": len(seq_s),
-            "decision": batching.decide(specs).label}
+            **_decision(batching.decide(specs))}
+
+
+def _decision(d) -> dict:
+    """What harness.batching decided and where that came from: a decision read from
+    ``$HARNESS_CACHE_DIR/batching.json`` was measured by an earlier run (perhaps on a busier
+    machine), so it may disagree with the speed-up measured just above."""
+    from harness import batching
+
+    where = (f"cached from an earlier run; delete {batching.cache_path()} to measure again"
+             if d.source == "cached" else d.source)
+    return {"decision": d.label, "decision_source": where}
 
 
 def format_table(rows: list[dict]) -> str:
@@ -163,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"vmapped {b['batched_s']:.3f} s vs sequential {b['sequential_s']:.3f} s of training -> "
           f"{b['speedup']:.2f}x [min-max {b['speedup_min']:.2f}-{b['speedup_max']:.2f}] "
           f"(design claim >= 3x: {claim})")
-    print(f"harness.batching decides: {b['decision']}")
+    print(f"harness.batching decides: {b['decision']} ({b['decision_source']})")
     out = {"device_kind": timing.device_kind(dev), "size": size, "rows": rows, "batching": b}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
