@@ -22,6 +22,7 @@ Errors are raised as :class:`ValueError` with messages the pre-flight turns into
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,6 @@ def resolve_devices(devices: int | str, visible: int | None = None) -> int:
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ValueError(f"parallelism.devices must be an integer >= 1 or 'all', got {devices!r}")
     if devices > visible:
-        import os
-
         from harness.devices import DEVICE_IDS_ENV
 
         ids = os.environ.get(DEVICE_IDS_ENV, "").strip()

@@ -776,7 +776,7 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
     tasks = sorted(tc["task"].unique())
     nrows, ncols = grid_shape(len(tasks))
     fig, axes = new_figure(nrows, ncols, 3.2 * nrows + 0.9)
-    mixed = tc["metric"].nunique() > 1  # tasks with different objectives: each panel names its own
+    mixed = objectives_differ(frame)  # tasks with different objectives: each panel names its own
     for i, task in enumerate(tasks):
         ax = axes[i // ncols, i % ncols]
         metric = tc.loc[tc["task"] == task, "metric"].iloc[0]
