@@ -18,7 +18,7 @@ from pathlib import Path
 
 import typer
 
-from harness.limits import DEFAULT_MAX_TRIALS
+from harness.config.limits import DEFAULT_MAX_TRIALS
 
 _EPILOG = """\b
 Examples:
@@ -94,10 +94,10 @@ def sweep(
                                    "(checked from axis sizes, before anything is built)."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
-    from harness.config import ConfigError
-    from harness.executors import ExecutorUnavailableError
-    from harness.sweep import SweepInterrupted, run_sweep
-    from harness.tracking import TrackingUnavailableError
+    from harness.config.load import ConfigError
+    from harness.execute.executors import ExecutorUnavailableError
+    from harness.sweep.run import SweepInterrupted, run_sweep
+    from harness.tracking.client import TrackingUnavailableError
 
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
@@ -203,13 +203,13 @@ def list_(
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.config import builder_hparams, default_registries
+    from harness.config.load import builder_hparams, default_registries
 
     reg = default_registries()
     kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
              "schedules": ("schedule", reg.schedules), "datasets": ("dataset", reg.datasets)}
     if kind is not None and kind not in (*kinds, "workloads"):
-        from harness.registry import did_you_mean
+        from harness.core.registry import did_you_mean
 
         valid = [*kinds, "workloads"]
         _err(f"unknown kind {kind!r}; valid choices: {', '.join(valid)}{did_you_mean(kind, valid)}")
@@ -241,11 +241,11 @@ def list_(
 
 
 def _print_workloads(console) -> None:
-    """The :data:`harness.workloads.WORKLOADS` table for ``list``."""
+    """The :data:`harness.config.workloads.WORKLOADS` table for ``list``."""
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.workloads import WORKLOADS
+    from harness.config.workloads import WORKLOADS
 
     t = Table(title="workloads (validation targets)")
     t.add_column("name", no_wrap=True)
@@ -270,15 +270,15 @@ def status(
     from rich.console import Console
     from rich.table import Table
 
-    from harness import tracking
-    from harness.config import ConfigError
+    from harness.tracking import client as tracking
+    from harness.config.load import ConfigError
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     expected: dict[str, set[str]] = {}
     names: list[str] | None = [experiment] if experiment else None
     if config is not None:
-        from harness.config import load_config
-        from harness.sweep import expand, sweep_id_of
+        from harness.config.load import load_config
+        from harness.sweep.run import expand, sweep_id_of
 
         try:
             cfg = load_config(config)
@@ -296,7 +296,7 @@ def status(
         raise typer.Exit(3) from None
     exps = [client.get_experiment_by_name(n) for n in names] if names else client.search_experiments()
     if experiment and config is None and exps[0] is None:
-        from harness.registry import did_you_mean
+        from harness.core.registry import did_you_mean
 
         known = [e.name for e in client.search_experiments()]
         _err(f"error: no experiment {experiment!r} in {uri}; experiments: {', '.join(known) or '(none)'}"
@@ -342,7 +342,7 @@ def status(
     if not console.is_terminal:  # piped or logged: do not squeeze ids into 80 columns
         console = Console(width=140)
     console.print(t)
-    from harness import spool
+    from harness.tracking import spool
 
     n_spooled = len(spool.entries(uri))
     if n_spooled:
@@ -353,7 +353,7 @@ def status(
 def _parent_state(client, run) -> str:
     """``name (STATUS)``; for a RUNNING parent also whether its process is alive, e.g.
     ``sweep-... (RUNNING, but its process host:123 is gone; the next sweep marks it KILLED)``."""
-    from harness import tracking
+    from harness.tracking import client as tracking
 
     s = f"{run.info.run_name} ({run.info.status}"
     if run.info.status == "RUNNING":
@@ -378,7 +378,8 @@ def ui(
     the trials grouped by optimizer; default experiment: the sweep that ran last). Ctrl-C stops it."""
     import subprocess
 
-    from harness import mlflow_ui, tracking
+    from harness.tracking import mlflow_ui
+    from harness.tracking import client as tracking
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     exp_id = share_key = None
@@ -436,12 +437,12 @@ def ui(
 def _ui_experiment(client, name: str | None, uri: str):
     """The experiment ``ui`` opens: ``name``, else the one whose sweep ran last (None if the store
     holds no sweep). Exits 2 naming the experiments there when ``name`` is unknown."""
-    from harness import tracking
+    from harness.tracking import client as tracking
 
     if name:
         exp = client.get_experiment_by_name(name)
         if exp is None:
-            from harness.registry import did_you_mean
+            from harness.core.registry import did_you_mean
 
             known = [e.name for e in client.search_experiments()]
             _err(f"error: no experiment {name!r} in {uri}; experiments: {', '.join(known) or '(none)'}"
@@ -494,7 +495,7 @@ def report(
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
-    from harness import tracking
+    from harness.tracking import client as tracking
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     try:

@@ -4,7 +4,7 @@
 - ``mlflow_server``: one real ``mlflow server`` per test session on 127.0.0.1 (SQLite backend,
   ``--workers 1``, job execution off), yielding its ``http://`` URI; stopped with SIGTERM.
 - ``write_sweep``: writes a small sweep YAML into tmp_path from keyword overrides.
-- ``fake_trainer``: replaces ``harness.trainer.run_trial``/``run_trials_batched`` with a cheap
+- ``fake_trainer``: replaces ``harness.train.loop.run_trial``/``run_trials_batched`` with a cheap
   deterministic stand-in (see :func:`fake_result`), for tests of the runner rather than of training.
 """
 
@@ -173,7 +173,7 @@ def write_sweep(tmp_path: Path):
 
 def make_spec(**kw):
     """A small digits-MLP ``TrialSpec`` (20 adam steps, batch 32); ``kw`` overrides any field."""
-    from harness.spec import TrialSpec
+    from harness.core.spec import TrialSpec
 
     base = dict(sweep="t", model="mlp", optimizer="adam", schedule="constant", dataset="digits", seed=0,
                 steps=20, batch_size=32, eval_every=10, steps_per_dispatch=10,
@@ -189,7 +189,7 @@ def fake_result(spec, *, sleep: float = 0.0, raise_for: tuple = (), diverge_for:
     Raises ``RuntimeError("boom <trial_id>")`` when ``spec.seed`` is in ``raise_for``; diverges at
     step 2 (a ``nan`` loss) when the seed is in ``diverge_for``.
     """
-    from harness.spec import Curves, TrialResult
+    from harness.core.spec import Curves, TrialResult
 
     if sleep:
         time.sleep(sleep)
@@ -219,7 +219,7 @@ def fake_result(spec, *, sleep: float = 0.0, raise_for: tuple = (), diverge_for:
 def fake_trainer(monkeypatch):
     """Patch the trainer with :func:`fake_result`; returns a dict of options to tweak
     (``sleep``, ``raise_for``, ``diverge_for``) and a ``calls`` list of trained trial ids."""
-    import harness.trainer as trainer
+    import harness.train.loop as trainer
 
     opts = {"sleep": 0.0, "raise_for": (), "diverge_for": (), "calls": []}
 

@@ -15,14 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import checkpoint, trainer
-from harness.checkpoint import Cadence, UnitCheckpoints, parse_every
-from harness.spec import TrialSpec
+from harness.train import checkpoint
+from harness.train import loop as trainer
+from harness.train.checkpoint import Cadence, UnitCheckpoints, parse_every
+from harness.core.spec import TrialSpec
 
 
 @pytest.fixture(scope="module")
 def digits_ds():
-    from harness.data import load_dataset
+    from harness.data.sources import load_dataset
 
     return load_dataset("digits")
 
@@ -53,7 +54,7 @@ def test_parse_every_rejects_with_the_accepted_forms(value):
 
 
 def test_config_key_is_validated_and_canonical(write_sweep):
-    from harness.config import ConfigError, load_config
+    from harness.config.load import ConfigError, load_config
 
     assert load_config(write_sweep(checkpoint_every="5 min")).checkpoint_every == "300s"
     assert load_config(write_sweep(checkpoint_every=40)).checkpoint_every == "40 steps"
@@ -64,8 +65,8 @@ def test_config_key_is_validated_and_canonical(write_sweep):
 
 
 def test_cadence_is_not_part_of_the_trial(write_sweep):
-    from harness.config import load_config
-    from harness.sweep import expand
+    from harness.config.load import load_config
+    from harness.sweep.run import expand
 
     a = expand(load_config(write_sweep()))
     b = expand(load_config(write_sweep(checkpoint_every=3, keep_final_checkpoint=True)))
@@ -244,7 +245,7 @@ def test_a_second_process_neither_writes_nor_deletes_an_owned_unit(tmp_path, dig
                [], lambda st: ())
     assert owner.saves == 1
     code = textwrap.dedent(f"""
-        from harness.checkpoint import UnitCheckpoints, parse_every
+        from harness.train.checkpoint import UnitCheckpoints, parse_every
         u = UnitCheckpoints({d!r}, [{s.trial_id!r}], None, parse_every(10))
         print(u._own()); u.cleanup()
     """)
@@ -260,7 +261,7 @@ def test_a_second_process_neither_writes_nor_deletes_an_owned_unit(tmp_path, dig
 _WRITER = textwrap.dedent("""
     import sys, numpy as np, jax.numpy as jnp
     from typing import NamedTuple
-    from harness.checkpoint import UnitCheckpoints, parse_every
+    from harness.train.checkpoint import UnitCheckpoints, parse_every
     from optimizers import adam
 
     class S(NamedTuple):
@@ -337,8 +338,8 @@ def test_sigkill_mid_write_leaves_the_previous_checkpoint_usable(tmp_path):
 
 def test_sweep_removes_checkpoints_and_can_keep_the_final_state(tmp_path, write_sweep, tracking_uri,
                                                                 monkeypatch):
-    from harness import tracking
-    from harness.sweep import run_sweep
+    from harness.tracking import client as tracking
+    from harness.sweep.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(checkpoint.ENV_EVERY, "20")

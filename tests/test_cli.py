@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from harness import tracking
+from harness.tracking import client as tracking
 from harness.cli import app
 
 runner = CliRunner()
@@ -56,7 +56,7 @@ def test_dry_run_plan_then_status(tmp_path, write_sweep, tracking_uri, fake_trai
     r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri])
     assert r.exit_code == 1, r.output  # a failed trial → exit status 1
     assert "best configuration per task and optimizer" in r.output
-    from harness.sweep import python_command
+    from harness.sweep.run import python_command
 
     assert f"{python_command()} -m harness ui --experiment tiny" in r.output
     r = runner.invoke(app, ["sweep", str(cfg), "--dry-run", "--tracking-uri", tracking_uri])
@@ -79,7 +79,7 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
     import time
     import urllib.request
 
-    from harness import tracking
+    from harness.tracking import client as tracking
 
     c = tracking.prepare_store(tracking_uri)
     exp_id = tracking.get_or_create_experiment(c, "ui_exp", tracking_uri)
@@ -188,7 +188,7 @@ def test_preflight_tfds_not_prepared_fails_at_once(tmp_path, write_sweep, monkey
     cfg = write_sweep(datasets=[{"name": "tfds:mnist", "hparams": {"data_dir": str(empty)}}])
     r = runner.invoke(app, ["sweep", str(cfg)])
     assert r.exit_code == 2, r.output
-    from harness.data import _prepare_hint
+    from harness.data.sources import _prepare_hint
 
     assert f"{cfg}: datasets[0].name: {_prepare_hint('mnist', str(empty))}" in r.output
     _no_store(tmp_path)
@@ -242,7 +242,7 @@ def test_ui_port_in_use_exits_2_before_starting(tmp_path, tracking_uri):
 
 
 def _parent_run(uri: str, name: str, sweep_id: str) -> None:
-    from harness import tracking
+    from harness.tracking import client as tracking
 
     c = tracking.prepare_store(uri)
     exp_id = tracking.get_or_create_experiment(c, name, uri)
@@ -270,7 +270,7 @@ def test_status_unknown_experiment_and_untruncated_ids(tmp_path, tracking_uri, m
 def test_ctrl_c_prints_progress_and_exits_130(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
     from conftest import fake_result
 
-    import harness.trainer as trainer
+    import harness.train.loop as trainer
 
     monkeypatch.chdir(tmp_path)
     calls = []
@@ -361,7 +361,7 @@ def test_list_says_each_thing_once_and_which_inputs_each_model_fits():
 
 
 def test_did_you_mean_counts_a_swap_as_one_edit():
-    from harness.registry import did_you_mean, edit_distance
+    from harness.core.registry import did_you_mean, edit_distance
 
     assert edit_distance("adma", "adam") == 1 and edit_distance("adma", "adamax") == 2
     opts = ["adagrad", "adam", "adamax", "adamw", "sgd", "momentum", "nesterov"]
@@ -380,7 +380,7 @@ def test_2d_model_on_1d_data_points_at_cnn1d():
 def test_readme_and_quickstart_config_agree_on_the_time_and_docs_name_real_schedules():
     from pathlib import Path
 
-    import harness.config
+    import harness.config.load
     from optimizers import SCHEDULES
 
     root = Path(__file__).resolve().parents[1]
@@ -388,7 +388,7 @@ def test_readme_and_quickstart_config_agree_on_the_time_and_docs_name_real_sched
     config = " ".join((root / "experiments" / "quickstart.yaml").read_text().split())
     assert "about a minute on 2 cpu cores" in readme.lower()
     assert "about a minute on 2 cpu cores" in config.lower()
-    for line in harness.config.__doc__.splitlines():
+    for line in harness.config.load.__doc__.splitlines():
         m = re.match(r"\s*schedules: \[([^\]]*)\]", line)
         if m:
             assert all(n.strip() in SCHEDULES for n in m.group(1).split(",")), line

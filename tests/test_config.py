@@ -8,8 +8,8 @@ import sys
 import pytest
 import yaml
 
-from harness.config import ConfigError, hparam_values, load_config, parse_config
-from harness.sweep import expand, group_units, sweep_id_of
+from harness.config.load import ConfigError, hparam_values, load_config, parse_config
+from harness.sweep.run import expand, group_units, sweep_id_of
 
 
 def _load(write_sweep, **overrides):

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import tracking
-from harness.config import ConfigError, load_config
-from harness.limits import DEFAULT_MAX_TRIALS
+from harness.tracking import client as tracking
+from harness.config.load import ConfigError, load_config
+from harness.config.limits import DEFAULT_MAX_TRIALS
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
@@ -365,7 +365,7 @@ def _guard(seconds: float, max_bytes: int):
 def warm():
     """Import jax, the registries and the preflight once, outside the measurement, by loading and
     pre-flighting the real quickstart."""
-    from harness import sweep
+    from harness.sweep import run as sweep
 
     cfg = load_config(QUICKSTART)
     sweep.preflight(cfg, str(QUICKSTART))

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from harness import devices
-from harness.devices import DevicePlanError, plan_devices, ray_task_env, worker_env
+from harness.execute import devices
+from harness.execute.devices import DevicePlanError, plan_devices, ray_task_env, worker_env
 
 #: A dataset that costs nothing to make (``digits`` imports scikit-learn in every process: ~4 s each).
 TINY_DATA = {"name": "synthetic", "hparams": {"num_examples": 64, "num_valid": 32, "num_test": 32,
@@ -120,7 +120,7 @@ def test_ray_gpus_per_trial_maps_onto_the_same_memory_rule(gpus, user, env):
 
 
 def test_ray_refuses_a_gpu_count_it_cannot_schedule_before_anything_runs():
-    from harness.ray_executor import RayExecutor
+    from harness.execute.ray_executor import RayExecutor
 
     with pytest.raises(DevicePlanError) as e:
         RayExecutor(gpus_per_trial=1.5)
@@ -176,8 +176,8 @@ def test_devices_that_do_not_fit_are_refused_before_the_store_is_created(executo
     """A dry run refuses what the run would refuse (it once printed a plan for HARNESS_DEVICE_IDS=7)."""
     import jax
 
-    from harness.executors import InProcessExecutor, ProcessExecutor
-    from harness.sweep import run_sweep
+    from harness.execute.executors import InProcessExecutor, ProcessExecutor
+    from harness.sweep.run import run_sweep
 
     if len(jax.devices()) != 1:
         pytest.skip("the messages assume the test process's one CPU device")

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import store, tracking
+from harness.tracking import store
+from harness.tracking import client as tracking
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ def _redirect(log: str | None) -> None:
 
 
 def _child_create(db: str, env: dict, log: str | None = None) -> None:
-    """Create the store ``db`` with :func:`harness.store.ensure_sqlite_store`."""
+    """Create the store ``db`` with :func:`harness.tracking.store.ensure_sqlite_store`."""
     _redirect(log)
     os.environ.update(env)
     os.chdir(Path(db).parent)
@@ -88,7 +89,7 @@ def _child_cli(args: list[str], env: dict, log: str, calls: str, sleep_s: float 
     sys.path.insert(0, TESTS)
     from conftest import fake_result
 
-    import harness.trainer as trainer
+    import harness.train.loop as trainer
 
     def run_trial(spec, **_):
         gate = (gates or {}).get(spec.seed)
@@ -101,7 +102,7 @@ def _child_cli(args: list[str], env: dict, log: str, calls: str, sleep_s: float 
     trainer.run_trial = run_trial
     trainer.run_trials_batched = lambda specs, **kw: [run_trial(s) for s in specs]
     trainer.should_batch = lambda specs: False
-    import harness.sweep as sweep
+    import harness.sweep.run as sweep
 
     def start_parent(*a, **kw):  # LOG.parent exists iff this invocation opened a parent run
         run_id = real_start_parent(*a, **kw)
@@ -177,7 +178,7 @@ def _sha(p: Path) -> str:
 
 
 def _rerun_in_process(tmp_path, cfg, uri, fake_trainer):
-    from harness.sweep import run_sweep
+    from harness.sweep.run import run_sweep
 
     s = run_sweep(cfg, tracking_uri=uri, quiet=True)
     return s.counts()
@@ -486,7 +487,7 @@ def test_server_down_longer_than_retries_then_back(tmp_path, procs, env_base):
     """A real `mlflow server` stopped after the first trial and restarted after two more trained:
     the sweep keeps training, spools the two results, says the store is down, writes them when the
     server answers, ends 0 with a one-line account; every trial FINISHED once, trained once."""
-    from harness import spool
+    from harness.tracking import spool
 
     d = tmp_path / "srv"
     d.mkdir()
@@ -564,7 +565,7 @@ def test_store_folder_unwritable_mid_sweep(tmp_path, procs, env_base, fake_train
         pytest.skip("chattr +i does not stop writes here")
     from typer.testing import CliRunner
 
-    from harness import spool
+    from harness.tracking import spool
     from harness.cli import app
 
     folder = tmp_path / "store"
@@ -603,7 +604,7 @@ def test_store_folder_unwritable_mid_sweep(tmp_path, procs, env_base, fake_train
     assert "(RUNNING, but process" in res.output and "is gone;" in res.output, res.output
     assert "marks it KILLED" in res.output, res.output
     assert "3 trained results are in the local spool" in res.output.replace("\n", "")
-    from harness.sweep import run_sweep
+    from harness.sweep.run import run_sweep
 
     s = run_sweep(cfg, tracking_uri=uri, quiet=True)
     assert s.counts()["skipped"] == 4 and fake_trainer["calls"] == []

@@ -8,7 +8,8 @@ import math
 import re
 from pathlib import Path
 
-from harness import batching, timing
+from harness.train import batching
+from harness.train import timing
 
 SCRIPT = Path(__file__).parent / "benchmarks" / "gpu_check.py"
 

@@ -16,7 +16,7 @@ The same check for a small CNN (convolutions batch-sharded; also 2.4e-7) lives i
 file's time budget (~45 s).
 
 The config-level checks (the divisibility message, the device-count error, both before any MLflow
-write) run in this process with ``harness.devices.visible_devices`` patched to 4 (2) devices.
+write) run in this process with ``harness.execute.devices.visible_devices`` patched to 4 (2) devices.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import parallel
-from harness.config import ConfigError, parse_config
-from harness.spec import TrialSpec
+from harness.train import parallel
+from harness.config.load import ConfigError, parse_config
+from harness.core.spec import TrialSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 RTOL = ATOL = 1e-5
@@ -40,9 +40,9 @@ CHECKS = r'''
 import json, os, runpy, sys
 import numpy as np
 import jax
-from harness import trainer
-from harness.data import load_dataset
-from harness.spec import TrialSpec
+from harness.train import loop as trainer
+from harness.data.sources import load_dataset
+from harness.core.spec import TrialSpec
 
 out = {"devices": jax.device_count()}
 ds = load_dataset("digits")
@@ -110,7 +110,7 @@ from mlflow import MlflowClient
 client = MlflowClient(uri)
 exp = client.get_experiment_by_name("par_e2e")
 runs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("harness.kind") == "trial"]
-from harness import worker
+from harness.execute import worker
 (p,) = worker._PERF_CACHE.values()  # the sweep's one throughput measurement
 out["perf"] = {k: getattr(p, k) for k in ("num_devices", "examples_per_sec",
                "examples_per_sec_per_device", "mesh", "flops_per_step", "flops_per_step_analytic",
@@ -255,7 +255,7 @@ def _sweep_cli(tmp_path, write_sweep, monkeypatch, n_visible: int, **cfg):
     import jax
     from typer.testing import CliRunner
 
-    import harness.devices
+    import harness.execute.devices
     from harness.cli import app
 
     monkeypatch.setattr(harness.devices, "visible_devices", lambda: [jax.devices()[0]] * n_visible)

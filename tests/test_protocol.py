@@ -124,7 +124,7 @@ SEED_OFFSET = {0: -0.005, 1: 0.005}
 
 
 def _designed_result(spec):
-    from harness.spec import Curves, TrialResult
+    from harness.core.spec import Curves, TrialResult
 
     v, t, secs = DESIGN[(spec.optimizer, spec.hparams("optimizer")["step_size"])]
     off = SEED_OFFSET[spec.seed]
@@ -146,8 +146,8 @@ def _designed_result(spec):
 
 @pytest.fixture
 def designed_sweep(tmp_path, write_sweep, tracking_uri, monkeypatch):
-    import harness.trainer as trainer
-    from harness.sweep import run_sweep
+    import harness.train.loop as trainer
+    from harness.sweep.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(trainer, "run_trial", lambda spec, **kw: _designed_result(spec))
@@ -167,7 +167,7 @@ def test_constructed_sweep_reports_the_validation_best_test_number(designed_swee
     from rich.console import Console
 
     import reports
-    from harness.sweep import best_configs, print_summary
+    from harness.sweep.run import best_configs, print_summary
     from reports import figures as F
     from reports import frame as RF
 
@@ -270,7 +270,7 @@ def test_runs_from_before_the_protocol_are_labelled_one_split(tmp_path, tracking
 def _tie_outcomes(jitter: dict[str, float]):
     """Two configurations of one optimizer whose seeds reach the target at the same steps;
     'cosine' has the better validation accuracy; ``jitter`` adds wall-clock seconds per config."""
-    from harness.worker import TrialOutcome
+    from harness.execute.worker import TrialOutcome
 
     out = []
     for conf, acc in (("constant", 0.95), ("cosine", 0.97)):
@@ -288,7 +288,7 @@ def test_selection_ignores_wall_clock_noise_when_steps_tie():
     """Found by a new user: identical per-trial results selected different configurations in
     two runs because seconds to target (wall-clock noise) decided a tie in steps. Steps, then
     the validation metric, decide now; seconds only break a tie in both."""
-    from harness.summary import best_configs
+    from harness.sweep.summary import best_configs
     from reports import frame as RF
 
     for jitter in ({"constant": 0.0, "cosine": 0.05}, {"constant": 0.05, "cosine": 0.0}):
@@ -330,7 +330,7 @@ def _mixed_objective_outcomes():
     target (three CNN configurations, so accuracy is the sweep's most common target metric).
     lm's config "lowloss" has the lower validation loss but the lower accuracy; no lm trial
     reaches its target, so the validation metric decides its selection."""
-    from harness.worker import TrialOutcome
+    from harness.execute.worker import TrialOutcome
 
     out = []
     lm = {"lowloss": (1.90, 0.30, 1.91, 0.29), "highacc": (1.99, 0.33, 2.00, 0.34)}
@@ -372,7 +372,7 @@ def test_each_task_is_selected_and_reported_on_its_own_metric():
     target is a loss; the terminal summary (per trial's target) picked by loss. Now every task
     uses its own objective, in the summary, the selection, the headline, the leaderboard and the
     step-size figures alike."""
-    from harness.summary import best_configs as summary_best
+    from harness.sweep.summary import best_configs as summary_best
     from reports import figures as F
     from reports import frame as RF
     from reports import interactive as I

@@ -35,10 +35,10 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.
 psutil = pytest.importorskip("psutil")
 
 from harness import tracking  # noqa: E402
-from harness.executors import InProcessExecutor  # noqa: E402
-from harness.ray_executor import TASK_PREFIX, RayExecutor  # noqa: E402
-from harness.spec import TrialSpec  # noqa: E402
-from harness.worker import RunContext  # noqa: E402
+from harness.execute.executors import InProcessExecutor  # noqa: E402
+from harness.execute.ray_executor import TASK_PREFIX, RayExecutor  # noqa: E402
+from harness.core.spec import TrialSpec  # noqa: E402
+from harness.execute.worker import RunContext  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.server, pytest.mark.slow]
 
@@ -303,7 +303,8 @@ def test_a_ray_task_resumes_a_unit_from_the_checkpoint_of_an_attempt_that_died(r
     and its ``curves.csv`` equals an uninterrupted run bit for bit."""
     import csv
 
-    from harness import checkpoint, trainer
+    from harness.train import checkpoint
+    from harness.train import loop as trainer
 
     sweep = "ray-ckpt"
     specs = _specs(sweep)

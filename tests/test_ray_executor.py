@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import ray_executor as rx
-from harness.ray_executor import (
+from harness.execute import ray_executor as rx
+from harness.execute.ray_executor import (
     RayExecutor,
     RayTrackingError,
     address_is_local,
@@ -17,7 +17,7 @@ from harness.ray_executor import (
     check_tracking_store,
     store_is_machine_local,
 )
-from harness.spec import TrialSpec
+from harness.core.spec import TrialSpec
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_fractional_gpu_turns_off_jax_preallocation():
 
 def test_refusal_happens_before_ray_is_touched(monkeypatch):
     """A remote address with a SQLite store: nothing connects, nothing runs, on_done is not called."""
-    from harness.worker import RunContext
+    from harness.execute.worker import RunContext
 
     touched = []
     monkeypatch.setattr(RayExecutor, "_connect", lambda self, ray: touched.append(1))
@@ -215,7 +215,7 @@ def _spec(seed):
 
 
 def test_driver_resubmits_after_ray_gives_up_and_reports_every_trial_once():
-    from harness.worker import RunContext, TrialOutcome
+    from harness.execute.worker import RunContext, TrialOutcome
 
     a, b, c = _spec(0), _spec(1), _spec(2)
     ok = lambda *ss: [TrialOutcome(trial_id=s.trial_id, status="finished") for s in ss]  # noqa: E731
@@ -241,7 +241,7 @@ def test_driver_resubmits_after_ray_gives_up_and_reports_every_trial_once():
 
 
 def test_driver_fails_a_unit_after_the_last_resubmission_and_never_retries_its_own_error():
-    from harness.worker import RunContext
+    from harness.execute.worker import RunContext
 
     a, b = _spec(0), _spec(1)
     script = {a.trial_id: [_RayError("WorkerCrashedError")] * 2, b.trial_id: [_TaskError("ImportError: x")]}
@@ -262,8 +262,8 @@ def test_driver_fails_a_unit_after_the_last_resubmission_and_never_retries_its_o
 
 
 def test_dedupe_keeps_the_earliest_finished_run(tmp_path):
-    from harness import tracking
-    from harness.worker import RunContext
+    from harness.tracking import client as tracking
+    from harness.execute.worker import RunContext
 
     uri = f"sqlite:///{tmp_path}/m.db"
     client = tracking.prepare_store(uri)
@@ -306,7 +306,7 @@ def test_cli_refuses_sqlite_with_a_remote_cluster_before_anything_is_written(wri
 def test_cli_passes_resources_to_the_ray_executor(write_sweep, monkeypatch):
     from typer.testing import CliRunner
 
-    import harness.sweep
+    import harness.sweep.run
     from harness.cli import app
 
     seen = {}

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 import reports
-from harness.spec import TrialSpec
+from harness.core.spec import TrialSpec
 from reports import figures as F
 from reports import frame as RF
 from reports.compare import compare

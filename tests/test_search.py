@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from harness import search, tracking
-from harness.config import ConfigError, hparam_values, load_config
-from harness.search import Distribution, Search, parse_distribution, sample, unit_points
-from harness.sweep import expand, run_sweep
+from harness.config import search
+from harness.tracking import client as tracking
+from harness.config.load import ConfigError, hparam_values, load_config
+from harness.config.search import Distribution, Search, parse_distribution, sample, unit_points
+from harness.sweep.run import expand, run_sweep
 
 
 def _errors(write_sweep, **overrides) -> list[str]:
@@ -244,7 +245,7 @@ def test_expansion_crosses_grid_axes_with_the_sampled_points(write_sweep):
     assert [s.hparams("optimizer")["step_size"] for s in sgd[:4]] == [
         lr2.map(ur[0, 0]), lr2.map(ur[0, 0]), lr2.map(ur[1, 0]), lr2.map(ur[1, 0])]
     assert specs.origins[sgd[0].trial_id].method == "random"
-    from harness.expansion import budgets, search_tags, unequal_budgets
+    from harness.plan.expansion import budgets, search_tags, unequal_budgets
 
     assert budgets(specs) == {"digits · mlp (width=8, depth=1)": {"adam": 3, "sgd": 2},
                               "digits · mlp (width=16, depth=1)": {"adam": 3, "sgd": 2}}
@@ -362,7 +363,7 @@ def test_readme_config_example_is_valid_and_budgets_are_equal(tmp_path):
     p = tmp_path / "readme.yaml"
     p.write_text("name: my-sweep" + block)
     specs = expand(load_config(p))
-    from harness.expansion import budgets, unequal_budgets
+    from harness.plan.expansion import budgets, unequal_budgets
 
     assert budgets(specs) == {f"digits · mlp (width={w})": {"adam": 32, "momentum": 32} for w in (64, 256)}
     assert unequal_budgets(specs) == [] and len(specs) == 2 * 2 * 32 * 3

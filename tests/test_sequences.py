@@ -9,10 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import sequences, trainer
-from harness.augment import make_augment, validate_augment
-from harness.data import load_dataset
-from harness.spec import TrialSpec
+from harness.data import sequences
+from harness.train import loop as trainer
+from harness.train.augment import make_augment, validate_augment
+from harness.data.sources import load_dataset
+from harness.core.spec import TrialSpec
 from models import stax
 from models.zoo import ModelDef
 
@@ -162,7 +163,7 @@ def test_sequence_task_and_bfloat16(standin, monkeypatch, tmp_path):
     assert 0.0 < gap < 0.5  # a model cannot beat the floor (up to sampling noise of the split)
     assert 0.3 < c.eval_accuracy[-1] < 1.0
 
-    from harness import timing
+    from harness.train import timing
 
     seen = []
 

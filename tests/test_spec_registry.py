@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from harness.registry import REQUIRED, did_you_mean, hyperparameters, lookup
-from harness.spec import Target, TrialSpec
+from harness.core.registry import REQUIRED, did_you_mean, hyperparameters, lookup
+from harness.core.spec import Target, TrialSpec
 
 
 def _spec(**over):

@@ -18,9 +18,9 @@ def test_reports_stand_on_mlflow_alone_without_importing_harness():
 def test_config_imports_neither_the_executors_nor_the_worker():
     # config -> executors -> worker -> config was an import circle; the executor names now live in
     # harness.registry
-    mods = _loaded_after("import harness.config")
-    assert {"harness.executors", "harness.worker", "harness.trainer"} & mods == set()
-    assert "harness.registry" in mods
+    mods = _loaded_after("import harness.config.load")
+    assert {"harness.execute.executors", "harness.execute.worker", "harness.train.loop"} & mods == set()
+    assert "harness.core.registry" in mods
 
 
 def test_report_version_comes_from_the_distribution_metadata():

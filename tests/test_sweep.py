@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from harness import tracking
-from harness.sweep import run_sweep
+from harness.tracking import client as tracking
+from harness.sweep.run import run_sweep
 
 
 def _trial_runs(uri: str, name: str):
@@ -131,9 +131,9 @@ def test_trial_that_raises_is_failed_and_rerun(tmp_path, write_sweep, tracking_u
 
 def test_execute_unit_is_idempotent(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
     """A retried unit skips FINISHED trials and kills stale RUNNING runs of its trials."""
-    from harness.config import load_config
-    from harness.sweep import expand
-    from harness.worker import RunContext, execute_unit
+    from harness.config.load import load_config
+    from harness.sweep.run import expand
+    from harness.execute.worker import RunContext, execute_unit
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
@@ -154,7 +154,7 @@ def test_execute_unit_is_idempotent(tmp_path, write_sweep, tracking_uri, fake_tr
 _KILL_SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {tests!r})
-    import harness.trainer as trainer
+    import harness.train.loop as trainer
     from conftest import fake_result
 
     def run_trial(spec, **kw):
@@ -229,7 +229,7 @@ def test_sigkill_midway_then_resume_completes_exactly_the_missing(tmp_path, writ
 
 
 def test_train_rows_to_log_keeps_ends_and_bounds():
-    from harness.worker import train_rows_to_log
+    from harness.execute.worker import train_rows_to_log
 
     assert train_rows_to_log(5, 250) == [0, 1, 2, 3, 4]
     rows = train_rows_to_log(1000, 250)
@@ -242,9 +242,9 @@ def test_background_logging_writes_every_run_and_defers_to_a_finished_one(
     """``execute_unit(..., background=True)`` makes no MLflow call on the training path; after
     ``flush_logging`` every trial has one FINISHED run with its metrics, and a FINISHED run that
     appeared meanwhile (a concurrent invocation) wins: no second FINISHED run is made."""
-    from harness.config import load_config
-    from harness.sweep import expand
-    from harness.worker import RunContext, execute_unit, flush_logging
+    from harness.config.load import load_config
+    from harness.sweep.run import expand
+    from harness.execute.worker import RunContext, execute_unit, flush_logging
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
@@ -272,7 +272,7 @@ def test_flush_logging_raises_the_store_error(monkeypatch):
     """A background write that fails surfaces at ``flush_logging`` (its trial stays unfinished)."""
     import concurrent.futures as cf
 
-    from harness import worker
+    from harness.execute import worker
 
     fut: cf.Future = cf.Future()
     fut.set_exception(ConnectionError("store went away"))
@@ -285,7 +285,7 @@ def test_flush_logging_raises_the_store_error(monkeypatch):
 def test_hint_commands_name_the_interpreter_the_user_ran(tmp_path, monkeypatch):
     import shutil
 
-    from harness.sweep import SweepSummary, print_summary, python_command
+    from harness.sweep.run import SweepSummary, print_summary, python_command
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(shutil, "which", lambda name: sys.executable)  # an activated venv
@@ -313,8 +313,8 @@ def test_summary_best_config_ranks_like_the_report_leaderboard():
     """Time to target (in steps, within one optimizer) beats a higher final accuracy, and more seeds
     reaching the target beats both (the terminal summary used to pick by final accuracy alone,
     unlike the HTML report)."""
-    from harness.sweep import best_configs
-    from harness.worker import TrialOutcome
+    from harness.sweep.run import best_configs
+    from harness.execute.worker import TrialOutcome
 
     def o(config, seed, acc, secs):
         return TrialOutcome(trial_id=f"{config}{seed}", status="finished", model="mlp", optimizer="sgd",
@@ -335,8 +335,8 @@ def test_summary_names_each_rows_metric_when_tasks_differ():
     table once headed every row "valid loss", so the CNN's accuracy 0.9475 read as a loss."""
     from rich.console import Console
 
-    from harness.sweep import SweepSummary, print_summary
-    from harness.worker import TrialOutcome
+    from harness.sweep.run import SweepSummary, print_summary
+    from harness.execute.worker import TrialOutcome
 
     def o(model, ds, metric, valid, test, seed=0):
         is_loss = metric.endswith("loss")
@@ -370,10 +370,11 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     """Throughput must not be timed while the background thread writes to MLflow (on 2 cores the
     quickstart's first CNN examples/s read 2.7x low): a unit whose perf key is not measured yet
     waits for pending writes; a unit with a cached measurement does not."""
-    from harness import trainer, worker
-    from harness.config import load_config
-    from harness.sweep import expand
-    from harness.worker import RunContext, execute_unit
+    from harness.train import loop as trainer
+    from harness.execute import worker
+    from harness.config.load import load_config
+    from harness.sweep.run import expand
+    from harness.execute.worker import RunContext, execute_unit
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
@@ -397,8 +398,8 @@ def test_concurrent_invocations_leave_one_finished_run_per_trial(
     """Two invocations racing on one trial (simulated: the other invocation's FINISHED run appears
     after this one's check) end with exactly one FINISHED run per trial; the later is KILLED and
     tagged ``harness.duplicate_of``."""
-    from harness import worker
-    from harness.sweep import run_sweep
+    from harness.execute import worker
+    from harness.sweep.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     cfg = write_sweep(seeds=[0])
@@ -427,7 +428,7 @@ def test_params_include_builder_defaults_and_the_filled_total_steps(
         tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
     """Only the config's own values were logged: adam's b1/b2/eps and the schedule's total_steps
     (filled with the step budget by the trainer) were missing from the run's params."""
-    from harness.sweep import run_sweep
+    from harness.sweep.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     cfg = write_sweep(optimizers=[{"name": "adam", "hparams": {"step_size": 0.01, "b1": 0.8}}],

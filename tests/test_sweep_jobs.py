@@ -18,7 +18,7 @@ _JOBS_SCRIPT = textwrap.dedent("""
     import os, sys
     from pathlib import Path
     sys.path.insert(0, {tests!r})
-    import harness.trainer as trainer
+    import harness.train.loop as trainer
     from conftest import fake_result
 
     def run_trial(spec, **kw):
@@ -100,7 +100,7 @@ class _InterruptedPool:
         self.units: list = []
 
     def run(self, units, ctx, on_done) -> None:
-        from harness.worker import execute_unit
+        from harness.execute.worker import execute_unit
 
         self.units.extend(units)
         on_done(execute_unit(units[0], ctx))
@@ -114,7 +114,7 @@ def test_ctrl_c_count_includes_units_that_finished_during_shutdown(
     from mlflow import MlflowClient
     from typer.testing import CliRunner
 
-    import harness.executors as executors
+    import harness.execute.executors as executors
     from harness.cli import app
 
     monkeypatch.chdir(tmp_path)

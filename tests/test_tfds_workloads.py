@@ -16,7 +16,7 @@ PIL_Image = pytest.importorskip("PIL.Image")
 from tensorflow_datasets.datasets.lm1b.lm1b_dataset_builder import Builder as _Lm1b  # noqa: E402
 from tensorflow_datasets.image_classification.cifar import Cifar10 as _Cifar10  # noqa: E402
 
-from harness.data import load_dataset  # noqa: E402
+from harness.data.sources import load_dataset  # noqa: E402
 
 
 def _images(n, seed):

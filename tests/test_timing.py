@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness import timing
+from harness.train import timing
 
 
 class _Fake:

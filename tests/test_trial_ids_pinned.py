@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_config
-from harness.sweep import expand
+from harness.config.load import load_config
+from harness.sweep.run import expand
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 

@@ -6,7 +6,7 @@
 
 Prints one table: examples/s and utilisation of one training step of the zoo's MLP, CNN and (when
 ``models.zoo`` has it) Transformer LM, at float32 and bfloat16, measured exactly as a sweep measures
-them (the trainer's compiled single-trial step, timed by :func:`harness.timing.measure`: compile apart,
+them (the trainer's compiled single-trial step, timed by :func:`harness.train.timing.measure`: compile apart,
 warm-up, 20 timed steps each ended with ``block_until_ready``, FLOPs from XLA's cost analysis,
 utilisation against the device's measured matmul peak of that dtype, cached in
 ``$HARNESS_CACHE_DIR/peak.json``). Then the trial-batching speed-up for 8 seeds of the digits MLP:
@@ -36,9 +36,11 @@ for p in (str(_HERE), str(_HERE.parents[1])):  # paired.py; the repository root 
 import jax  # noqa: E402
 from paired import paired  # noqa: E402
 
-from harness import batching, timing, trainer  # noqa: E402
-from harness.data import load_dataset  # noqa: E402
-from harness.spec import TrialSpec  # noqa: E402
+from harness import trainer  # noqa: E402
+from harness.train import batching
+from harness.train import timing
+from harness.data.sources import load_dataset  # noqa: E402
+from harness.core.spec import TrialSpec  # noqa: E402
 
 #: (model, model hparams, dataset, dataset hparams, batch size) per workload and size.
 SIZES = {
@@ -132,7 +134,7 @@ def _decision(d) -> dict:
     """What harness.batching decided and where that came from: a decision read from
     ``$HARNESS_CACHE_DIR/batching.json`` was measured by an earlier run (perhaps on a busier
     machine), so it may disagree with the speed-up measured just above."""
-    from harness import batching
+    from harness.train import batching
 
     where = (f"cached from an earlier run; delete {batching.cache_path()} to measure again"
              if d.source == "cached" else d.source)

@@ -1,4 +1,4 @@
-"""Overhead of mid-trial checkpoints at the default cadence (``harness.checkpoint.DEFAULT_EVERY``).
+"""Overhead of mid-trial checkpoints at the default cadence (``harness.train.checkpoint.DEFAULT_EVERY``).
 
 Run: ``pytest tests/benchmarks/test_bench_checkpoint.py --benchmark-only -s``.
 
@@ -28,9 +28,10 @@ import time
 import jax
 import pytest
 
-from harness import checkpoint, trainer
-from harness.data import load_dataset
-from harness.spec import TrialSpec
+from harness.train import checkpoint
+from harness.train import loop as trainer
+from harness.data.sources import load_dataset
+from harness.core.spec import TrialSpec
 
 BATCH = 128
 IMAGES = ("synthetic", {"input_shape": [32, 32, 3], "num_examples": 2048, "num_test": 256})

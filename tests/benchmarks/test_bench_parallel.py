@@ -56,9 +56,10 @@ import numpy as np
 import paired
 import jax, jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
-from harness import parallel, trainer
-from harness.data import load_dataset
-from harness.spec import TrialSpec
+from harness.train import parallel
+from harness.train import loop as trainer
+from harness.data.sources import load_dataset
+from harness.core.spec import TrialSpec
 from models.zoo import MODELS
 from optimizers import OPTIMIZERS
 

@@ -1,0 +1,270 @@
+"""Bounds on what a sweep config may ask for, checked while it is loaded (before any expansion, any
+dataset load and any MLflow call).
+
+- **Plan size.** :func:`plan_size` computes the number of trials a config would expand to from its
+  axis sizes alone (a ``log_grid`` of 10^9 points counts as 10^9 without building it; ``seeds:
+  1000000`` as 10^6 without a list); :func:`check_plan_size` rejects more than ``max_trials``
+  (default :data:`DEFAULT_MAX_TRIALS` = 10,000; ``python -m harness sweep --max-trials N`` raises it),
+  naming the count and the key that multiplied it most. The count is the grid's product before
+  ``exclude`` rules and de-duplication (an upper bound on the trials that run).
+- **Numbers.** :data:`MAX_STEPS` (the trainer counts steps in int32), :data:`MAX_EPOCHS`,
+  :data:`MAX_STEPS_PER_DISPATCH` (one dispatch holds ``K × batch`` indices in memory),
+  :data:`MAX_BATCH_SIZE`, :data:`MAX_JOBS`, seeds in ``[0, 2**32)`` (``jax.random.PRNGKey`` takes a
+  uint32 seed on a default, 32-bit JAX).
+- **Names and strings** against MLflow's limits (``mlflow/utils/validation.py`` in mlflow 3.17:
+  experiment names ≤ 500 characters, param values ≤ 6,000, tag values ≤ 8,000) and the file
+  system's: the sweep ``name`` is the experiment's name, a tag value and, made file-safe, the
+  experiment's artifact directory (one path component: ≤ 255 bytes), so :func:`name_problem`
+  allows at most :data:`MAX_NAME_CHARS` characters, 255 UTF-8 bytes, and no control or format
+  characters.
+- **Tracking URIs**: :func:`tracking_uri_problem` accepts the schemes the harness can use
+  (``sqlite:///PATH``, ``http(s)://HOST[:PORT]``, ``postgresql``/``mysql``/``mssql`` database URIs,
+  ``databricks``) and explains anything else before MLflow sees it.
+
+No jax, pydantic or MLflow import.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import unicodedata
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+#: Default ``--max-trials``: the largest plan a sweep may expand to.
+DEFAULT_MAX_TRIALS = 10_000
+#: Largest step budget (``budget.steps``, ``eval_every``, and steps derived from ``epochs``).
+MAX_STEPS = 1_000_000_000
+#: Largest ``budget.epochs``.
+MAX_EPOCHS = 1_000_000
+#: Largest ``steps_per_dispatch``.
+MAX_STEPS_PER_DISPATCH = 10_000
+#: Largest batch size.
+MAX_BATCH_SIZE = 10_000_000
+#: Largest ``jobs``.
+MAX_JOBS = 1024
+#: Seeds are in ``[0, SEED_LIMIT)``.
+SEED_LIMIT = 2**32
+#: Longest sweep ``name`` (characters; MLflow allows 500 for an experiment name, but the name also
+#: becomes the experiment's artifact directory name, at most 255 bytes).
+MAX_NAME_CHARS = 200
+#: Longest ``description``, ``address`` and ``tracking_uri`` (characters).
+MAX_TEXT_CHARS = 8000
+#: MLflow's limit on a param value (characters): every hyperparameter value is logged as one.
+MAX_PARAM_VALUE_CHARS = 6000
+
+_DB_SCHEMES = ("postgresql", "mysql", "mssql")
+_URI_HELP = ("use sqlite:///PATH/mlflow.db (a local store), http://HOST:PORT or https://... (an "
+             "MLflow server), or a database URI (postgresql://, mysql://, mssql://)")
+
+
+# --------------------------------------------------------------------------- plan size
+
+
+def hparam_count(x: Any, values: Callable[[Any], list] | None = None) -> int:
+    """How many values one hyperparameter form takes, without materialising a ``log_grid``:
+    a list → its length; ``{value: X}`` → 1; ``{log_grid: [low, high, num]}`` → ``num`` (when
+    well-formed; else 1, the form's own validator reports it); a scalar → 1; any other mapping →
+    ``len(values(x))`` (``values`` defaults to :func:`harness.config.load.hparam_values`), or 1 when that
+    raises."""
+    if isinstance(x, list):
+        return len(x)
+    if isinstance(x, Mapping):
+        if set(x) == {"value"}:
+            return 1
+        if set(x) == {"log_grid"}:
+            g = x["log_grid"]
+            if isinstance(g, list) and len(g) == 3 and isinstance(g[2], int | float) \
+                    and not isinstance(g[2], bool) and math.isfinite(g[2]) and g[2] >= 1:
+                return int(g[2])
+            return 1
+        if values is None:
+            from harness.config.load import hparam_values as values
+        try:
+            return len(values(x))
+        except Exception:
+            return 1
+    return 1
+
+
+def _component_count(comp: Any, path: str, factors: list[tuple[int, str]],
+                     values: Callable[[Any], list] | None) -> int:
+    counts = {k: hparam_count(v, values) for k, v in (comp.hparams or {}).items()}
+    for k, n in counts.items():
+        factors.append((n, f"{path}.hparams.{k}"))
+    zipped = {a: i for i, g in enumerate(comp.zip or []) for a in g}
+    total, seen = 1, set()
+    for k, n in counts.items():
+        gi = zipped.get(k)
+        if gi is None:
+            total *= n
+        elif gi not in seen:
+            seen.add(gi)
+            total *= n
+    return total
+
+
+def _has_dist(comp: Any) -> bool:
+    from harness.config.search import is_distribution
+
+    return any(is_distribution(v) for v in (comp.hparams or {}).values())
+
+
+def _trials(cfg: Any, comp: Any) -> int:
+    """Sampled configurations per cell for optimizer entry ``comp`` (1 when it does not sample)."""
+    from harness.config.search import resolve_search
+
+    t = resolve_search(getattr(cfg, "search", None), getattr(comp, "search", None)).trials
+    return t if isinstance(t, int) and not isinstance(t, bool) and t >= 1 else 1
+
+
+def plan_size(cfg: Any, values: Callable[[Any], list] | None = None) -> tuple[int, list[tuple[int, str]]]:
+    """``(trials, factors)``: the number of trials ``cfg`` (a parsed ``SweepConfig``) expands to
+    before ``exclude`` and de-duplication, and ``(count, key path)`` for every axis,
+    hyperparameter and ``search.trials``, so a message can name the biggest. Arithmetic only:
+    nothing is expanded or sampled.
+
+    A (model, optimizer, schedule) cell with a distribution in any of the three becomes
+    ``search.trials`` cells (the optimizer entry's search, else the top level's), as
+    :func:`harness.plan.expansion.expand` does; when a top-level ``zip`` pairs one of those axes with
+    another, the count is the upper bound that multiplies every cell by the largest ``trials``."""
+    factors: list[tuple[int, str]] = []
+    axes = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
+    grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g)
+                                                 for i, g in enumerate(getattr(cfg, "include", []))]
+    total = 0
+    for prefix, grid in grids:
+        sizes: dict[str, int] = {}
+        entries: dict[str, list[tuple[int, bool, Any]]] = {}
+        for axis in axes:
+            val = getattr(grid, axis, None)
+            own = val is not None
+            if val is None:
+                val = getattr(cfg, axis)
+            if val is None and axis == "datasets":  # workloads: one (dataset, model, budget) each
+                val = [types.SimpleNamespace(hparams={}, zip=[])
+                       for _ in getattr(cfg, "workloads", None) or []]
+            elif val is None and axis not in ("seeds", "batch_size"):  # set by the workloads
+                val = [types.SimpleNamespace(hparams={}, zip=[])]
+            if axis in ("seeds", "batch_size"):
+                n = len(val)
+            else:
+                sink = factors if own or not prefix else []
+                entries[axis] = [(_component_count(c, f"{prefix if own else ''}{axis}[{j}]", sink, values),
+                                  axis != "datasets" and _has_dist(c), c) for j, c in enumerate(val)]
+                n = sum(e[0] for e in entries[axis])
+            sizes[axis] = n
+            if own or not prefix:
+                factors.append((n, f"{prefix if own else ''}{axis}"))
+        opt_prefix = prefix if getattr(grid, "optimizers", None) is not None else ""
+        trials = [_trials(cfg, c) for _, _, c in entries["optimizers"]]
+        for j, t in enumerate(trials):
+            own_search = getattr(entries["optimizers"][j][2], "search", None)
+            if t > 1:
+                factors.append((t, f"{opt_prefix}optimizers[{j}].search.trials"
+                                if own_search is not None and own_search.trials is not None
+                                else "search.trials"))
+        zip_groups = getattr(cfg, "zip", []) if not prefix else []
+        grouped = {a: i for i, g in enumerate(zip_groups) for a in g}
+        cell_axes = ("models", "optimizers", "schedules")
+        any_dist = any(d for a in cell_axes for _, d, _ in entries[a])
+        if any(a in grouped for a in cell_axes):
+            mult = max(trials, default=1) if any_dist else 1
+            rest = axes
+        else:  # exact: sum over optimizer entries of its cells, sampled ones times its trials
+            m_all, s_all = sizes["models"], sizes["schedules"]
+            m_plain = sum(n for n, d, _ in entries["models"] if not d)
+            s_plain = sum(n for n, d, _ in entries["schedules"] if not d)
+            cells = 0
+            for (n_o, d_o, _), t in zip(entries["optimizers"], trials, strict=True):
+                if d_o:
+                    cells += n_o * t * m_all * s_all
+                else:
+                    cells += n_o * (t * (m_all * s_all - m_plain * s_plain) + m_plain * s_plain)
+            mult = cells
+            rest = ("datasets", "seeds", "batch_size")
+        prod, seen = mult, set()
+        for axis in rest:
+            gi = grouped.get(axis)
+            if gi is None:
+                prod *= sizes[axis]
+            elif gi not in seen:
+                seen.add(gi)
+                prod *= sizes[axis]
+        total += prod
+    return total, factors
+
+
+def plan_size_problem(cfg: Any, max_trials: int, values: Callable[[Any], list] | None = None
+                      ) -> tuple[str, str] | None:
+    """``(key path, message)`` when ``cfg`` would expand to more than ``max_trials`` trials, else
+    ``None``. The key path is the axis or hyperparameter with the most values (the deepest such
+    key on a tie)."""
+    total, factors = plan_size(cfg, values)
+    if total <= max_trials:
+        return None
+    n, path = max(factors, key=lambda f: (f[0], f[1].count(".") + f[1].count("[")))
+    return path, (f"the sweep would expand to {total:,} trials, more than the limit of "
+                  f"{max_trials:,}; this key gives {n:,} values. Shrink the grid, or raise the "
+                  f"limit with `python -m harness sweep --max-trials N`")
+
+
+# --------------------------------------------------------------------------- names and URIs
+
+
+def name_problem(name: str, limit: int = MAX_NAME_CHARS) -> str | None:
+    """Why ``name`` cannot be a sweep (experiment) name, or ``None``: empty or blank, longer than
+    ``limit`` characters or 255 UTF-8 bytes, or holding control/format characters (newlines, NUL,
+    bidi overrides)."""
+    if not name.strip():
+        return "must not be empty or blank"
+    if len(name) > limit:
+        return (f"{len(name):,} characters; at most {limit} (it names the MLflow experiment and its "
+                f"artifact directory)")
+    if len(name.encode("utf-8", "surrogatepass")) > 255:
+        return f"{len(name.encode('utf-8', 'surrogatepass'))} bytes in UTF-8; at most 255"
+    bad = [c for c in name if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")]
+    if bad:
+        return (f"contains the control or format character U+{ord(bad[0]):04X}; use printable "
+                f"characters")
+    return None
+
+
+def text_problem(text: str, limit: int = MAX_TEXT_CHARS) -> str | None:
+    """Why free text (``description``) is too long, or ``None``."""
+    if len(text) > limit:
+        return f"{len(text):,} characters; at most {limit:,}"
+    return None
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """Why the harness cannot use ``uri`` as an MLflow tracking URI, or ``None``."""
+    if len(uri) > MAX_TEXT_CHARS:
+        return f"{len(uri):,} characters; at most {MAX_TEXT_CHARS:,}"
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in uri) or uri != uri.strip():
+        return f"contains whitespace or control characters; {_URI_HELP}"
+    try:
+        parts = urlsplit(uri)
+    except ValueError as e:
+        return f"not a URI ({e}); {_URI_HELP}"
+    scheme = parts.scheme.lower()
+    if scheme == "sqlite":
+        if not uri.startswith("sqlite:///") or len(uri) <= len("sqlite:///"):
+            return "a SQLite URI needs a file path: sqlite:///relative.db or sqlite:////abs/path.db"
+        return None
+    if scheme in ("http", "https"):
+        if not parts.hostname:
+            return f"no host in {uri!r}; e.g. http://127.0.0.1:5000"
+        try:
+            parts.port  # noqa: B018  (raises on a malformed port)
+        except ValueError:
+            return f"malformed port in {uri!r}; e.g. http://127.0.0.1:5000"
+        return None
+    if scheme.split("+", 1)[0] in _DB_SCHEMES or scheme in ("databricks", "databricks-uc", "uc"):
+        return None
+    if scheme in ("", "file"):
+        return (f"a file store ({uri!r}) is not supported (MLflow keeps it in maintenance mode); "
+                f"{_URI_HELP}")
+    return f"unsupported scheme {scheme!r}; {_URI_HELP}"

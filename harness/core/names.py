@@ -1,0 +1,104 @@
+"""Every name the harness writes to MLflow and ``reports`` reads back: tags, params, metrics, artifacts.
+
+One home for each name, so that a logged metric is added in one place and read back under the same
+spelling. Runs logged before the three-split protocol (train / validation / test) hold ``eval/*``
+metrics and ``final/eval_*`` summaries; :func:`canonical_metric` and :data:`LEGACY_METRICS` are the one
+rule that reads them as ``valid/*``. Standard library only.
+"""
+
+from __future__ import annotations
+
+# -- tags of every run the harness creates ----------------------------------------------------------
+TAG_TRIAL_ID = "harness.trial_id"
+TAG_SWEEP = "harness.sweep"
+TAG_SWEEP_ID = "harness.sweep_id"
+TAG_KIND = "harness.kind"  # "parent" or "trial"
+KIND_PARENT = "parent"
+KIND_TRIAL = "trial"
+TAG_PARENT_RUN = "mlflow.parentRunId"
+TAG_OWNER = "harness.owner"  # "host:pid" of the process that created the run
+TAG_OWNER_START = "harness.owner_start"  # "<boot id>:<start time in clock ticks>" (pid reuse)
+TAG_HEARTBEAT = "harness.heartbeat"  # epoch seconds of the owner's last sign of life (parent runs)
+TAG_KILLED_REASON = "harness.killed_reason"
+TAG_DUPLICATE_OF = "harness.duplicate_of"
+TAG_SPOOLED = "harness.spooled"
+TAG_RESUMED_FROM_STEP = "harness.resumed_from_step"
+TAG_SEARCH = "harness.search"
+TAG_SEARCH_INDEX = "harness.search_index"
+TAG_MESH = "harness.mesh"
+TAG_DEVICES = "harness.devices"
+TAG_DEVICE_ENV = "harness.device_env"
+TAG_DEVICE_ENV_SET = "harness.device_env_set"
+TAG_BATCHING = "harness.batching"
+TAG_REASON = "harness.reason"
+# -- tags of a trial run: what it trained -----------------------------------------------------------
+TAG_STATUS = "status"  # "finished" / "diverged" / "failed"
+TAG_MODEL = "model"
+TAG_OPTIMIZER = "optimizer"
+TAG_SCHEDULE = "schedule"
+TAG_DATASET = "dataset"
+TAG_SEED = "seed"
+TAG_WORKLOAD = "workload"
+#: Environment tags (any may be absent on old runs).
+ENV_TAGS = ("jax_version", "jaxlib_version", "harness_version", "device_kind", "git_commit")
+
+# -- params -----------------------------------------------------------------------------------------
+PARAM_STEP_SIZE = "optimizer.step_size"
+PARAM_BATCH_SIZE = "train.batch_size"
+PARAM_STEPS = "train.steps"
+PARAM_SEED = "train.seed"
+PARAM_TARGET_METRIC = "target.metric"
+PARAM_TARGET_VALUE = "target.value"
+PARAM_TARGET_MODE = "target.mode"  # optional; inferred from the metric's name when absent
+
+# -- metrics ----------------------------------------------------------------------------------------
+M_TRAIN_LOSS = "train/loss"
+M_VALID_LOSS = "valid/loss"
+M_VALID_ACC = "valid/accuracy"
+M_WALL_S = "time/wall_s"
+M_TEST_LOSS = "test/loss"
+M_TEST_ACC = "test/accuracy"
+M_FINAL_LOSS = "final/valid_loss"
+M_FINAL_ACC = "final/valid_accuracy"
+M_FINAL_GAP = "final/valid_nats_above_entropy"
+M_STEP_MS = "perf/step_time_ms"
+M_STEP_MS_P10 = "perf/step_time_ms_p10"
+M_STEP_MS_P90 = "perf/step_time_ms_p90"
+M_EXAMPLES_PER_S = "perf/examples_per_sec"
+M_EXAMPLES_PER_S_PER_DEVICE = "perf/examples_per_sec_per_device"
+M_NUM_DEVICES = "perf/num_devices"
+M_COMPILE_S = "perf/compile_s"
+M_FLOPS = "perf/flops_per_step"
+M_UTIL = "perf/utilization"
+M_STEPS_TO_TARGET = "convergence/steps_to_target"
+M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
+
+#: Metric names of runs logged before the three-split protocol → today's name.
+LEGACY_METRICS = {
+    "eval/loss": M_VALID_LOSS,
+    "eval/accuracy": M_VALID_ACC,
+    "final/eval_loss": M_FINAL_LOSS,
+    "final/eval_accuracy": M_FINAL_ACC,
+}
+
+# -- artifacts ----------------------------------------------------------------------------------------
+ARTIFACT_CONFIG = "config.yaml"
+ARTIFACT_TRIALS = "trials.json"  # the parent run's list of the sweep's trials ({"trial_id": ...})
+ARTIFACT_TRIAL = "trial.json"
+ARTIFACT_CURVES = "curves.csv"
+ARTIFACT_TRACEBACK = "traceback.txt"
+
+
+def canonical_metric(name: str) -> str:
+    """Today's name of a metric: ``eval/x`` → ``valid/x``, ``final/eval_x`` → ``final/valid_x``.
+
+    The one rule for the names of before the three-split protocol; every other name is returned
+    unchanged. Example: ``canonical_metric("eval/accuracy") == "valid/accuracy"``.
+    """
+    if name in LEGACY_METRICS:
+        return LEGACY_METRICS[name]
+    if name.startswith("eval/"):
+        return "valid/" + name[len("eval/"):]
+    if name.startswith("final/eval_"):
+        return "final/valid_" + name[len("final/eval_"):]
+    return name

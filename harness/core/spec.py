@@ -1,0 +1,318 @@
+"""The records that flow through a sweep: :class:`TrialSpec` in, :class:`TrialResult` out.
+
+Plain frozen dataclasses with no jax import, so that the CLI, the executors and the reports can use
+them cheaply. A trial's identity is :attr:`TrialSpec.trial_id`, a hash of its canonical JSON; it is
+stored in MLflow as the tag ``harness.trial_id`` and is what resume keys on.
+
+Metric names (the three-split protocol): periodic evaluation is on the validation split
+(``valid/loss``, ``valid/accuracy``, ``valid/<name>``), the test split is evaluated once at the end
+(``test/*``); a target's metric is a ``valid/*`` name (``eval/*``, the name before the protocol, is
+accepted and means ``valid/*``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Status = Literal["finished", "diverged", "failed"]
+
+#: Part of every trial's identity hash (not of :meth:`TrialSpec.to_dict`): trials of the
+#: three-split protocol train on a smaller training part and evaluate on validation, so their
+#: results differ from those of the same config before it, and so do their ids (a re-run trains
+#: them anew rather than skipping them as FINISHED with old two-split numbers).
+PROTOCOL = "train/valid/test"
+
+
+def canonical_metric(name: str) -> str:
+    """``eval/x`` (the name before the three-split protocol) → ``valid/x``; other names unchanged."""
+    return "valid/" + name[len("eval/"):] if name.startswith("eval/") else name
+
+
+def _freeze(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    def norm(v: Any) -> Any:
+        if isinstance(v, list | tuple):
+            return tuple(norm(x) for x in v)
+        if isinstance(v, Mapping):
+            return tuple(sorted((str(k), norm(x)) for k, x in v.items()))
+        return v
+
+    return tuple(sorted((str(k), norm(v)) for k, v in (mapping or {}).items()))
+
+
+def _thaw(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_thaw(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class Target:
+    """A convergence target on the validation split: ``metric`` (``valid/accuracy``,
+    ``valid/loss`` or ``valid/<name>``) reaching ``value``. ``eval/*`` is stored as ``valid/*``
+    (:func:`canonical_metric`), so both spellings are the same target.
+
+    ``mode`` is ``"max"`` when larger is better (accuracy) and ``"min"`` when smaller is (loss).
+    """
+
+    metric: str = "valid/accuracy"
+    value: float = 0.9
+    mode: Literal["max", "min"] = "max"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metric", canonical_metric(self.metric))
+
+    def reached(self, x: float) -> bool:
+        if not math.isfinite(x):
+            return False
+        return x >= self.value if self.mode == "max" else x <= self.value
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything that determines one trial's result. Hashable and canonical.
+
+    Hyperparameter mappings are stored as sorted tuples of ``(name, value)`` pairs; use
+    :meth:`make` to build one from plain dicts and :meth:`hparams` to read them back.
+
+    Attributes:
+      sweep: the sweep's name (the MLflow experiment).
+      model, optimizer, schedule, dataset: registry names.
+      *_hparams: keyword arguments for the registry builders.
+      seed: PRNG seed (int) for init, data order and dropout.
+      steps: training budget in optimizer steps.
+      batch_size: examples per step.
+      eval_every: evaluate on the whole validation split every this many steps (and at the end);
+        the test split is evaluated once, at the end.
+      steps_per_dispatch: K, the number of steps fused into one ``lax.scan`` dispatch.
+      target: convergence target, or ``None``.
+      dtype: parameter/compute dtype name (``"float32"``).
+      divergence_loss_factor: the trial diverges when a train loss exceeds this multiple of its
+        initial (first step's) train loss; ``None``: only a non-finite loss counts. Omitted from
+        :meth:`to_dict` (hence from ``trial_id``) at its default, 100.0.
+      dtype: compute dtype name (``"float32"``; ``"bfloat16"``/``"float16"`` are mixed precision:
+        parameters, optimizer state and loss stay float32).
+      augment: in-graph image augmentation hyperparameters (:mod:`harness.augment`; ``()`` = none).
+      workload: the :mod:`harness.workloads` name this trial was expanded from (``""`` = none).
+      devices: how many of the process's visible devices (:func:`harness.execute.devices.visible_devices`)
+        the trial trains on: an int >= 1, or ``"all"`` (resolved when it trains). 1 = one device,
+        the behaviour before parallelism existed (bit-identical).
+      shard: what is split over those devices: ``"batch"`` (data-parallel: each step's batch is
+        sharded, state replicated) or ``"trials"`` (a vmapped batch of trials is sharded along its
+        trial axis). Ignored when ``devices`` resolves to 1.
+
+    ``augment`` and ``workload`` are left out of :meth:`to_dict` (hence of ``trial_id``) at their
+    defaults, so trials from before them keep their ids. ``devices`` and ``shard`` are in
+    :meth:`to_dict` when not at their defaults (so ``trial.json`` records them) but **never in
+    ``trial_id``**: a trial's curves on D devices equal its one-device curves to float32 rounding
+    (tested), so re-running a sweep on more devices skips trials already FINISHED instead of
+    training them again. They are in :meth:`perf_key` (throughput does depend on them) and in
+    :meth:`batch_key`.
+    """
+
+    sweep: str
+    model: str
+    optimizer: str
+    schedule: str
+    dataset: str
+    seed: int
+    steps: int
+    batch_size: int
+    eval_every: int
+    steps_per_dispatch: int = 50
+    model_hparams: tuple[tuple[str, Any], ...] = ()
+    optimizer_hparams: tuple[tuple[str, Any], ...] = ()
+    schedule_hparams: tuple[tuple[str, Any], ...] = ()
+    dataset_hparams: tuple[tuple[str, Any], ...] = ()
+    target: Target | None = None
+    dtype: str = "float32"
+    augment: tuple[tuple[str, Any], ...] = ()
+    workload: str = ""
+    divergence_loss_factor: float | None = 100.0
+    devices: int | str = 1
+    shard: Literal["batch", "trials"] = "batch"
+
+    @classmethod
+    def make(cls, **kw: Any) -> TrialSpec:
+        """Build from plain dicts for the ``*_hparams`` fields (and a dict for ``target``)."""
+        for k in ("model_hparams", "optimizer_hparams", "schedule_hparams", "dataset_hparams",
+                  "augment"):
+            if k in kw:
+                kw[k] = _freeze(kw[k])
+        if isinstance(kw.get("target"), Mapping):
+            kw["target"] = Target(**kw["target"])
+        return cls(**kw)
+
+    def hparams(self, which: Literal["model", "optimizer", "schedule", "dataset"]) -> dict[str, Any]:
+        """The hyperparameters of one component as a plain dict."""
+        return {k: _thaw(v) for k, v in getattr(self, f"{which}_hparams")}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON-able dict (hyperparameters as dicts)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for k in ("model", "optimizer", "schedule", "dataset"):
+            d[f"{k}_hparams"] = self.hparams(k)  # type: ignore[arg-type]
+        d["target"] = dataclasses.asdict(self.target) if self.target else None
+        d["augment"] = {k: _thaw(v) for k, v in self.augment}
+        for k, default in _OMIT_AT_DEFAULT.items():
+            if d[k] == default:
+                del d[k]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrialSpec:
+        return cls.make(**dict(d))
+
+    @property
+    def trial_id(self) -> str:
+        """16 hex digits of the SHA-256 of the canonical JSON (sorted keys) of :meth:`to_dict`
+        without the :data:`NOT_IN_IDENTITY` fields (``devices``, ``shard``), plus
+        ``{"protocol": PROTOCOL}``."""
+        d = {k: v for k, v in self.to_dict().items() if k not in NOT_IN_IDENTITY}
+        blob = json.dumps({**d, "protocol": PROTOCOL}, sort_keys=True,
+                          separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def flat_params(self) -> dict[str, str]:
+        """MLflow params, flattened with dots: ``optimizer.step_size``, ``model.width``, ``train.steps``."""
+        out: dict[str, str] = {}
+        for k in ("model", "optimizer", "schedule", "dataset"):
+            out[k] = getattr(self, k)
+            for name, v in self.hparams(k).items():  # type: ignore[arg-type]
+                out[f"{k}.{name}"] = str(v)
+        for k in ("seed", "steps", "batch_size", "eval_every", "steps_per_dispatch", "dtype"):
+            out[f"train.{k}"] = str(getattr(self, k))
+        out["train.divergence_loss_factor"] = str(self.divergence_loss_factor)
+        for name, v in self.augment:
+            out[f"augment.{name}"] = str(v)
+        if self.workload:
+            out["workload"] = self.workload
+        if self.devices != 1:
+            out["parallelism.devices"] = str(self.devices)
+            out["parallelism.shard"] = self.shard
+        if self.target:
+            out["target.metric"] = self.target.metric
+            out["target.value"] = str(self.target.value)
+        return out
+
+    def batch_key(self) -> tuple:
+        """Trials with equal keys differ only in seed and/or ``optimizer.step_size``: they may be
+        trained together under ``jax.vmap``."""
+        opt = tuple((k, v) for k, v in self.optimizer_hparams if k != "step_size")
+        return (
+            self.sweep, self.model, self.model_hparams, self.optimizer, opt, self.schedule,
+            self.schedule_hparams, self.dataset, self.dataset_hparams, self.steps, self.batch_size,
+            self.eval_every, self.steps_per_dispatch, self.target, self.dtype, self.augment,
+            self.workload, self.devices, self.shard,
+        )
+
+    def perf_key(self) -> tuple:
+        """Throughput is measured once per (model, optimizer, batch shape, dtype) on a device: the
+        values of the optimizer's float hyperparameters (step size, betas, weight decay, ...) do
+        not change the cost of a step, so a search over them measures each optimizer once; its
+        int/bool/str hyperparameters (which may change the computation) stay in the key. So do
+        ``devices`` and ``shard`` (the trainer's perf cache key adds the resolved device count,
+        since ``"all"`` depends on the process)."""
+        opt = tuple((k, v) for k, v in self.optimizer_hparams
+                    if k != "step_size" and not isinstance(v, float))
+        return (self.model, self.model_hparams, self.optimizer, opt, self.dataset,
+                self.dataset_hparams, self.batch_size, self.dtype, self.augment, self.devices,
+                self.shard)
+
+
+#: TrialSpec fields left out of ``to_dict`` (and ``trial_id``) when they equal these defaults.
+_OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0,
+                                     "devices": 1, "shard": "batch"}
+#: TrialSpec fields never part of ``trial_id`` (see the class docstring: results equal to float32
+#: rounding whatever their value, so a change of them must not re-train finished trials).
+NOT_IN_IDENTITY = ("devices", "shard")
+
+
+@dataclass
+class Curves:
+    """Per-trial curves. Train rows are one per step (loss is the mean over the step's batch);
+    eval rows one per evaluation **of the validation split** (logged as ``valid/loss``,
+    ``valid/accuracy`` and ``valid/<name>`` for each ``eval_metrics`` name). ``wall_s`` is seconds
+    since training started (compile excluded). Non-finite values are kept here as ``nan``; the
+    tracker never logs them as metrics."""
+
+    train_step: list[int] = field(default_factory=list)
+    train_wall_s: list[float] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)
+    eval_step: list[int] = field(default_factory=list)
+    eval_wall_s: list[float] = field(default_factory=list)
+    eval_loss: list[float] = field(default_factory=list)
+    eval_accuracy: list[float] = field(default_factory=list)
+    #: The model's other metrics at the eval rows, ``{name: [value per eval row]}``.
+    eval_metrics: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class PerfResult:
+    """Throughput of one compiled training step (see :mod:`harness.timing` for the method).
+
+    Units: seconds for ``compile_s``, milliseconds for step times, examples/s, FLOPs per step,
+    FLOP/s for ``peak_flops``; ``utilization`` is a fraction in [0, 1] (achieved / measured peak).
+    ``None`` where a quantity cannot be measured (e.g. XLA's cost analysis returned nothing).
+
+    On a mesh of ``num_devices`` devices every figure is for the **whole mesh**: ``examples_per_sec``
+    is the total (``examples_per_sec_per_device`` = total / devices), ``flops_per_step`` the FLOPs
+    all devices execute per step, ``peak_flops`` the measured one-device peak × devices, so
+    ``utilization`` is the mesh's achieved fraction of its combined peak.
+    """
+
+    compile_s: float
+    step_time_ms: float  # median
+    step_time_ms_p10: float
+    step_time_ms_p90: float
+    examples_per_sec: float
+    flops_per_step: float | None = None
+    flops_per_step_analytic: float | None = None
+    peak_flops: float | None = None
+    utilization: float | None = None
+    timed_steps: int = 0
+    warmup_steps: int = 0
+    device_kind: str = ""
+    #: the compute dtype the step ran in; ``peak_flops`` is the measured peak of that dtype
+    dtype: str = "float32"
+    #: devices the timed step ran on (its mesh size); 1 for a one-device step
+    num_devices: int = 1
+    #: ``examples_per_sec / num_devices``
+    examples_per_sec_per_device: float | None = None
+    #: the mesh, ``"AXIS=SIZE"`` (``"batch=4"``, ``"trials=4"``); ``""`` for a one-device step
+    mesh: str = ""
+
+
+@dataclass
+class TrialResult:
+    """What training one trial produced.
+
+    ``status`` is ``finished`` (trained to budget), ``diverged`` (a non-finite loss stopped it at
+    ``diverged_step``) or ``failed`` (an exception; ``reason`` holds the traceback text).
+    ``steps_to_target``/``seconds_to_target`` are ``None`` when the target was not reached (both
+    on validation). ``final_valid_*`` are the last validation evaluation; ``test_*`` the one
+    evaluation of the test split after the last step (``None`` for a diverged or failed trial);
+    ``test_metrics`` holds the model's other metrics on test, ``{name: value}``.
+    """
+
+    spec: TrialSpec
+    status: Status
+    curves: Curves = field(default_factory=Curves)
+    perf: PerfResult | None = None
+    reason: str = ""
+    diverged_step: int | None = None
+    steps_to_target: int | None = None
+    seconds_to_target: float | None = None
+    final_valid_loss: float | None = None
+    final_valid_accuracy: float | None = None
+    test_loss: float | None = None
+    test_accuracy: float | None = None
+    test_metrics: dict[str, float] = field(default_factory=dict)
+    train_seconds: float = 0.0
+    compile_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,340 @@
+"""Expansion: a validated :class:`~harness.config.load.SweepConfig` → ordered, de-duplicated
+trials (:class:`~harness.core.spec.TrialSpec`), and the sweep's stable id.
+
+- :func:`expand`: the full grid of the top-level axes (``zip`` groups varying together), the
+  ``include`` sub-grids, minus the ``exclude`` rules; seeds vary fastest so that batchable siblings
+  are adjacent.
+- :func:`component_variants`: the hyperparameter dicts one axis entry yields.
+- :func:`entry_paths`: which config key path yields each (name, hyperparameters) value, for error
+  messages (:mod:`harness.preflight`).
+- :func:`sweep_id_of`: 12 hex of SHA-256 of the sweep name and its sorted trial ids (the tag
+  ``harness.sweep_id``); the same config gives the same id on every invocation.
+
+No jax, no MLflow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from harness.config.load import Component, SweepConfig, hparam_values
+from harness.config.limits import MAX_STEPS
+from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, resolve_search, sample
+from harness.core.spec import Target, TrialSpec
+
+_AXIS_ORDER = ("datasets", "models", "optimizers", "schedules", "batch_size", "seeds")
+
+
+# --------------------------------------------------------------------------- expansion
+
+
+def _zip_product(names: list[str], values: Mapping[str, list[Any]], groups: list[list[str]],
+                 mismatch: Callable[[list[str], list[int]], Exception]) -> list[dict[str, Any]]:
+    """Cross product of the axes ``names`` (each a list in ``values``), where the axes of one group
+    in ``groups`` vary together (equal lengths, else ``mismatch(group, lengths)`` is raised)."""
+    group_of = {a: i for i, g in enumerate(groups) for a in g}
+    axes: list[list[dict[str, Any]]] = []
+    seen: set[int] = set()
+    for n in names:
+        if n not in group_of:
+            axes.append([{n: v} for v in values[n]])
+            continue
+        gi = group_of[n]
+        if gi in seen:
+            continue
+        seen.add(gi)
+        group = groups[gi]
+        lens = [len(values[x]) for x in group]
+        if len(set(lens)) > 1:
+            raise mismatch(group, lens)
+        axes.append([{x: values[x][i] for x in group} for i in range(lens[0])])
+    out = []
+    for combo in itertools.product(*axes):
+        pt: dict[str, Any] = {}
+        for part in combo:
+            pt.update(part)
+        out.append(pt)
+    return out
+
+
+def component_variants(comp: Component) -> list[dict[str, Any]]:
+    """The hyperparameter dicts of one entry: product of its grid axes, zip groups varying together.
+    A distribution stays in as its :class:`~harness.config.search.Distribution` (filled in by
+    :func:`expand`)."""
+    return _zip_product(list(comp.hparams), {n: hparam_values(v) for n, v in comp.hparams.items()},
+                        comp.zip, lambda g, lens: ValueError(f"zipped hyperparameters {g} have "
+                                                             f"different numbers of values {lens}"))
+
+
+class _Variant(NamedTuple):
+    """One value of a component axis: an entry's name and one of its hyperparameter variants, the
+    entry's config key path and the entry itself (for its ``search`` override)."""
+
+    name: str
+    hparams: dict[str, Any]
+    path: str
+    comp: Component
+
+
+@dataclass(frozen=True)
+class TrialOrigin:
+    """Where a trial came from in its config (for error messages, the dry run and run tags).
+
+    Attributes:
+      paths: component axis (``models``, ``optimizers``, ``schedules``, ``datasets``) -> the config
+        key path of the entry that yielded it (``optimizers[1]``, ``include[0].models[0]``).
+      task: label of the (dataset, model) task whose optimizers' budgets are compared.
+      method: the search method that sampled it, or None (nothing sampled: a grid trial).
+      index: its point's index ``k`` in the search sequence (0-based), or None.
+      sampled: the sampled hyperparameters, as flat keys (``optimizer.step_size``), in the
+        sequence's dimension order.
+    """
+
+    paths: dict[str, str]
+    task: str
+    method: str | None = None
+    index: int | None = None
+    sampled: tuple[str, ...] = ()
+
+
+class TrialList(list):
+    """The trials of :func:`expand` (a plain list of :class:`TrialSpec`) plus ``origins``:
+    ``trial_id`` -> :class:`TrialOrigin`."""
+
+    origins: dict[str, TrialOrigin]
+
+
+def _axis_points(grid: Any, cfg: SweepConfig, axis: str, prefix: str) -> list[Any]:
+    val = getattr(grid, axis, None)
+    if val is None:
+        val, prefix = getattr(cfg, axis), ""
+    if axis in ("seeds", "batch_size"):
+        return list(val)
+    return [_Variant(c.name, h, f"{prefix}{axis}[{j}]", c)
+            for j, c in enumerate(val) for h in component_variants(c)]
+
+
+def _grid_points(grid: Any, cfg: SweepConfig, zip_groups: list[list[str]],
+                 file: str = "<config>", prefix: str = "") -> list[dict[str, Any]]:
+    from harness.config.load import ConfigError
+
+    points = {a: _axis_points(grid, cfg, a, prefix) for a in _AXIS_ORDER}
+    return _zip_product(list(_AXIS_ORDER), points, zip_groups, lambda g, lens: ConfigError(
+        [f"{file}: zip: zipped axes {g} must have equal numbers of values, got {lens}"]))
+
+
+def _flat(pt: Mapping[str, Any]) -> dict[str, Any]:
+    f: dict[str, Any] = {"seed": pt["seeds"], "batch_size": pt["batch_size"]}
+    for axis, key in (("models", "model"), ("optimizers", "optimizer"), ("schedules", "schedule"),
+                      ("datasets", "dataset")):
+        v = pt[axis]
+        f[key] = v.name
+        for k, x in v.hparams.items():
+            f[f"{key}.{k}"] = x
+    return f
+
+
+def _matches(rule: Mapping[str, Any], flat: Mapping[str, Any]) -> bool:
+    for k, want in rule.items():
+        if k not in flat:
+            return False
+        wants = want if isinstance(want, list) else [want]
+        if flat[k] not in wants:
+            return False
+    return True
+
+
+_SAMPLED_AXES = (("models", "model"), ("optimizers", "optimizer"), ("schedules", "schedule"))
+
+
+def _cell_variants(cfg: SweepConfig, pt: Mapping[str, Any], cache: dict[str, list[tuple]]
+                   ) -> list[tuple[dict[str, dict[str, Any]], int | None, str | None, tuple[str, ...]]]:
+    """The configurations of one grid point: ``(hparams per axis, k, method, sampled keys)``, one per
+    sampled point when the point has distributions, else the point itself (``k`` None)."""
+    dims = [(axis, key, k, v) for axis, key in _SAMPLED_AXES
+            for k, v in pt[axis].hparams.items() if isinstance(v, Distribution)]
+    base = {axis: pt[axis].hparams for axis, _ in _SAMPLED_AXES}
+    if not dims:
+        return [(base, None, None, ())]
+    srch = resolve_search(cfg.search, pt["optimizers"].comp.search)
+    ck = repr((srch, [d[3] for d in dims]))
+    if ck not in cache:
+        cache[ck] = sample([d[3] for d in dims], srch)
+    out = []
+    for k, values in enumerate(cache[ck]):
+        hps = {axis: dict(h) for axis, h in base.items()}
+        for (axis, _, name, _), v in zip(dims, values, strict=True):
+            hps[axis][name] = v
+        out.append((hps, k, srch.method, tuple(f"{key}.{name}" for _, key, name, _ in dims)))
+    return out
+
+
+def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | None = None,
+           file: str = "<config>") -> TrialList:
+    """All trials of ``cfg``, in order, without duplicates (a :class:`TrialList`: a list of
+    :class:`TrialSpec` whose ``origins`` say where each came from).
+
+    The grid points of the top-level axes (``zip`` groups varying together) and of each ``include``
+    sub-grid are formed first; a point whose model, optimizer or schedule has distributions becomes
+    ``trials`` points of its search (:mod:`harness.search`; the search of its optimizer entry, else
+    the top level's); then ``exclude`` rules drop trials (matching the sampled values). Within a grid
+    point, trials are ordered by sequence index, and seeds vary fastest.
+
+    ``n_train(dataset, hparams)`` gives a dataset's training-split size, needed only for an
+    ``epochs`` budget (default: :func:`harness.data.sources.load_dataset`). ``file`` prefixes error lines.
+
+    Raises:
+      harness.config.load.ConfigError: zipped top-level axes of unequal lengths.
+    """
+    from harness.config import workloads
+
+    if workloads.needs_parts(cfg):  # workloads / a dtype axis: plain parts (harness.workloads)
+        return workloads.expand_parts(cfg, lambda part: expand(part, n_train, file))
+    points = _grid_points(cfg, cfg, cfg.zip, file)
+    for i, sub in enumerate(cfg.include):
+        points += _grid_points(sub, cfg, [], file, prefix=f"include[{i}].")
+    sizes: dict[tuple, int] = {}
+    cache: dict[str, list[tuple]] = {}
+    groups: dict[str, int] = {}
+    rows: list[tuple[int, int, int, TrialSpec, TrialOrigin]] = []
+    for pt in points:
+        ds = pt["datasets"]
+        bs = pt["batch_size"]
+        group = groups.setdefault(repr([(a, pt[a]) if a in ("batch_size",) else
+                                        (a, pt[a].name, hp_key(pt[a].hparams), pt[a].path)
+                                        for a in _AXIS_ORDER if a != "seeds"]), len(groups))
+        if cfg.budget.steps is not None:
+            steps = cfg.budget.steps
+        else:
+            key = (ds.name, hp_key(ds.hparams))
+            if key not in sizes:
+                sizes[key] = (n_train or _n_train)(ds.name, ds.hparams)
+            steps = max(1, math.ceil(cfg.budget.epochs * sizes[key] / bs))
+            if steps > MAX_STEPS:
+                from harness.config.load import ConfigError
+
+                raise ConfigError([f"{file}: budget.epochs: {cfg.budget.epochs:g} epochs of dataset "
+                                   f"{ds.name!r} at batch size {bs} are {steps:,} steps; at most "
+                                   f"{MAX_STEPS:,}"])
+        tgt = cfg.target_for(ds.name)
+        model = pt["models"]
+        task = f"{ds.name}" + (f" ({_hp_text(ds.hparams)})" if ds.hparams else "") + f" · {model.name}"
+        fixed_model = {k: v for k, v in model.hparams.items() if not isinstance(v, Distribution)}
+        if fixed_model:
+            task += f" ({_hp_text(fixed_model)})"
+        for hps, k, method, sampled in _cell_variants(cfg, pt, cache):
+            flat = _flat({**pt, **{a: pt[a]._replace(hparams=hps[a]) for a, _ in _SAMPLED_AXES}})
+            if any(_matches(rule, flat) for rule in cfg.exclude):
+                continue
+            spec = TrialSpec.make(
+                sweep=cfg.name, model=model.name, optimizer=pt["optimizers"].name,
+                schedule=pt["schedules"].name, dataset=ds.name, seed=pt["seeds"], steps=steps,
+                batch_size=bs, eval_every=cfg.eval_every or max(1, steps // 10),
+                steps_per_dispatch=cfg.steps_per_dispatch, model_hparams=hps["models"],
+                optimizer_hparams=hps["optimizers"], schedule_hparams=hps["schedules"],
+                dataset_hparams=ds.hparams,
+                target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
+                divergence_loss_factor=cfg.divergence.loss_factor,
+                devices=cfg.parallelism.devices, shard=cfg.parallelism.shard)
+            origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
+                                 task, method, k, sampled)
+            rows.append((group, -1 if k is None else k, len(rows), spec, origin))
+    rows.sort(key=lambda r: r[:3])
+    out = TrialList()
+    out.origins = {}
+    for *_, spec, origin in rows:
+        if spec.trial_id not in out.origins:
+            out.origins[spec.trial_id] = origin
+            out.append(spec)
+    return out
+
+
+def search_tags(trials: TrialList) -> dict[str, dict[str, str]]:
+    """``trial_id`` -> the run tags of a sampled trial: :data:`harness.config.search.SEARCH_TAG` (the
+    method) and :data:`harness.config.search.SEARCH_INDEX_TAG` (its index in the sequence). Grid trials
+    get none."""
+    out = {}
+    for tid, o in getattr(trials, "origins", {}).items():
+        if o.index is not None:
+            out[tid] = {SEARCH_TAG: str(o.method), SEARCH_INDEX_TAG: str(o.index)}
+    return out
+
+
+def search_methods(trials: list[TrialSpec]) -> str:
+    """The parent run's ``harness.search`` tag: the sampling methods the trials used, sorted and
+    comma-separated (``"quasirandom"``), or ``"grid"`` when nothing was sampled."""
+    used = {o.method for o in getattr(trials, "origins", {}).values() if o.method}
+    return ",".join(sorted(used)) or "grid"
+
+
+def config_key(spec: TrialSpec) -> str:
+    """A configuration's identity: the trial's canonical JSON without its seed (the trials of one
+    configuration differ only in seed)."""
+    d = spec.to_dict()
+    d.pop("seed", None)
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def budgets(trials: TrialList) -> dict[str, dict[str, int]]:
+    """Tuning budget per task and optimizer: ``task label -> {optimizer name -> number of distinct
+    configurations}`` (schedules and entries of one optimizer name add up; seeds do not count),
+    in trial order."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for s in trials:
+        task = trials.origins[s.trial_id].task
+        seen.setdefault(task, {}).setdefault(s.optimizer, set()).add(config_key(s))
+    return {t: {o: len(c) for o, c in opts.items()} for t, opts in seen.items()}
+
+
+def unequal_budgets(trials: TrialList) -> list[str]:
+    """One warning line per task whose optimizers get different numbers of configurations."""
+    out = []
+    for task, opts in budgets(trials).items():
+        if len(set(opts.values())) > 1:
+            per = ", ".join(f"{o} {n}" for o, n in opts.items())
+            out.append(f"warning: unequal tuning budgets on {task}: {per} configurations; a "
+                       f"comparison favours the optimizer tuned more (set search.trials per "
+                       f"optimizer entry to equalise)")
+    return out
+
+
+def _hp_text(hp: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in hp.items())
+
+
+def _n_train(name: str, hparams: dict[str, Any]) -> int:
+    from harness.data.sources import load_dataset
+
+    return len(load_dataset(name, **hparams).x_train)
+
+
+def entry_paths(cfg: SweepConfig) -> dict[str, dict[tuple[str, str], str]]:
+    """Per component axis: ``(name, canonical hparams JSON)`` -> the config key path of the first
+    entry that yields it (top level first, then ``include[i]``); a distribution's key is its text
+    (sampled trials are traced back through :attr:`TrialList.origins` instead)."""
+    out: dict[str, dict[tuple[str, str], str]] = {}
+    grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
+    for axis in ("models", "optimizers", "schedules", "datasets"):
+        m = out.setdefault(axis, {})
+        for prefix, g in grids:
+            for j, comp in enumerate(getattr(g, axis) or []):
+                for hp in component_variants(comp):
+                    m.setdefault((comp.name, hp_key(hp)), f"{prefix}{axis}[{j}]")
+    return out
+
+
+def hp_key(hp: Mapping[str, Any]) -> str:
+    return json.dumps(hp, sort_keys=True, default=str)
+
+
+def sweep_id_of(name: str, specs: list[TrialSpec]) -> str:
+    """12 hex digits of SHA-256 over the sweep name and its sorted trial ids."""
+    blob = json.dumps([name, sorted(s.trial_id for s in specs)])
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+

@@ -1,0 +1,81 @@
+"""The parent run of one sweep invocation: created before any worker starts (tags, params, the config
+and trial list as artifacts) and ended with the sweep's counts and tracking cost.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from harness.tracking import client as tracking
+from harness.plan.expansion import search_methods
+from harness.config.search import SEARCH_TAG
+from harness.execute.worker import TrialOutcome
+
+
+def kill_dead_invocations(client, exp_id: str) -> int:
+    """Mark KILLED the RUNNING parent and trial runs of the experiment whose owner is gone (an
+    invocation that was killed); a live invocation's runs, and finished runs, are never touched.
+    Returns how many."""
+    stale = tracking.search_all(client, exp_id, "attributes.status = 'RUNNING'")
+    parents = [r for r in stale if r.data.tags.get(tracking.KIND_TAG) == "parent"]
+    trials = [r for r in stale if r.data.tags.get(tracking.KIND_TAG) == "trial"]
+    return tracking.kill_stale(client, parents) + tracking.kill_stale(client, trials)
+
+
+def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -> str:
+    """Create this invocation's parent run (tags include its owner ``harness.owner`` = ``host:pid``
+    and a first heartbeat), after marking dead invocations' leftover runs KILLED."""
+    from mlflow.entities import Param
+
+    # An earlier invocation that died leaves its parent (and maybe trial runs) RUNNING.
+    kill_dead_invocations(client, exp_id)
+    tags = {tracking.SWEEP_TAG: cfg.name, tracking.SWEEP_ID_TAG: sweep_id, tracking.KIND_TAG: "parent",
+            "git_commit": tracking.git_commit(), SEARCH_TAG: search_methods(specs), **tracking.owner_tags()}
+    run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    rid = run.info.run_id
+    params = [Param(k, str(v)) for k, v in {
+        "config_file": str(config_path), "n_trials": len(specs), "n_todo": len(plan.todo),
+        "n_skipped": len(plan.done), "executor": cfg.executor, "jobs": cfg.jobs, "batching": cfg.batching,
+        "budget.steps": cfg.budget.steps if cfg.budget else None,
+        "budget.epochs": cfg.budget.epochs if cfg.budget else None,
+        **({"workloads": ",".join(w.name for w in cfg.workloads)} if cfg.workloads else {}),
+        **{f"search.{k}": v for k, v in (cfg.search.model_dump() if cfg.search else {}).items()
+           if v is not None}}.items()]
+    client.log_batch(rid, params=params, synchronous=True)
+    with tempfile.TemporaryDirectory(prefix="harness-") as d:
+        dp = Path(d)
+        (dp / "config.yaml").write_text(Path(config_path).read_text())
+        (dp / "resolved_config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
+        (dp / "trials.json").write_text(json.dumps(
+            [{"trial_id": s.trial_id, **s.to_dict()} for s in specs], indent=2, default=str))
+        client.log_artifacts(rid, d)
+    return rid
+
+
+def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, status: str,
+                flush_wait_s: float = 0.0) -> None:
+    """End the parent run with the sweep's counts and its tracking cost: ``sweep/tracking_s`` is the
+    MLflow time on the critical path (per-trial calls made before/after training plus the final wait
+    for background writes), ``sweep/tracking_fraction`` that over the trials' wall-clock."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    counts = {"finished": 0, "diverged": 0, "failed": 0}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    ms = [Metric(f"sweep/n_{k}", float(v), now, 0) for k, v in counts.items()]
+    ms.append(Metric("sweep/n_skipped", float(sum(o.skipped for o in outcomes)), now, 0))
+    ms.append(Metric("sweep/n_spooled", float(sum(o.spooled and not o.skipped for o in outcomes)), now, 0))
+    ms.append(Metric("sweep/wall_s", float(wall_s), now, 0))
+    ran = [o for o in outcomes if not o.skipped and o.wall_seconds > 0]
+    if ran:
+        track = sum(o.tracking_seconds for o in ran) + flush_wait_s
+        ms.append(Metric("sweep/tracking_s", track, now, 0))
+        ms.append(Metric("sweep/tracking_fraction", track / sum(o.wall_seconds for o in ran), now, 0))
+    try:
+        client.log_batch(rid, metrics=ms, synchronous=True)
+    finally:
+        client.set_terminated(rid, status=status)

@@ -1,0 +1,171 @@
+"""Pre-flight: everything a sweep's trials need, checked once per distinct value before any work or
+MLflow write (dry runs too), so that values that only fail at build time are config errors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from harness.config.load import ConfigError, Registries, SweepConfig
+from harness.plan.expansion import TrialList, entry_paths, expand, hp_key
+
+
+def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
+    """``path.hparams.K`` when the message names exactly one of the entry's hyperparameters ``K``."""
+    named = [k for k in hp if re.search(rf"\b{re.escape(k)}\b", msg)]
+    return f"{path}.hparams.{named[0]}" if len(named) == 1 else f"{path}.hparams"
+
+
+def _hp_text(hp: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in hp.items()) or "defaults"
+
+
+def _exc_text(e: BaseException) -> str:
+    if isinstance(e, KeyError) and e.args:
+        return str(e.args[0])
+    return str(e) or type(e).__name__
+
+
+def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None) -> TrialList:
+    """Everything a trial needs, checked once per distinct value before any work or MLflow write;
+    returns the expanded trials.
+
+    - every dataset loads (a ``tfds:NAME`` that is not prepared fails here with the full
+      "how to prepare it" message; small datasets are loaded, and the in-process executor reuses
+      this process's cache);
+    - the trials left after ``include``/``exclude`` are not zero;
+    - every optimizer builds with its hyperparameters and schedule exactly as the trainer does
+      (:func:`harness.train.loop.make_opt_factory`, ``total_steps`` injected, a traced step size) and
+      traces one update (``jax.eval_shape``, no compute);
+    - every model builds on its dataset's input shape and initialises abstractly
+      (``jax.eval_shape`` of its ``init``);
+    - no batch size exceeds its dataset's training examples;
+    - ``parallelism``: ``devices`` does not exceed this process's visible devices
+      (:func:`harness.execute.devices.visible_devices`), and with ``shard: batch`` every batch size divides
+      over the device count (the message names the nearest valid sizes,
+      :func:`harness.train.parallel.batch_problem`).
+
+    Raises:
+      harness.config.load.ConfigError: one ``FILE: KEY.PATH: message`` line per problem.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from harness.config import workloads
+    from harness.config.load import default_registries
+
+    if workloads.needs_parts(cfg):  # each part checked as its own grid (harness.workloads)
+        return workloads.expand_parts(cfg, lambda part: preflight(part, file, registries))
+    from harness.data.sources import DATASETS, TFDS_PREFIX, load_dataset
+    from harness.train.loop import base_step_size, make_opt_factory
+
+    reg = registries or default_registries()
+    paths = entry_paths(cfg)
+    errors: list[str] = []
+
+    # datasets
+    loaded: dict[tuple[str, str], Any] = {}
+    for (name, hpk), path in paths["datasets"].items():
+        hp = json.loads(hpk)
+        try:
+            if name.startswith(TFDS_PREFIX) or reg.datasets is DATASETS:
+                loaded[(name, hpk)] = load_dataset(name, **hp)
+            else:  # an injected registry (tests)
+                loaded[(name, hpk)] = reg.datasets[name](**hp)
+        except FileNotFoundError as e:  # DatasetNotPreparedError: its message says how to prepare it
+            errors.append(f"{file}: {path}.name: {_exc_text(e)}")
+        except Exception as e:
+            errors.append(f"{file}: {_hp_path(path, hp, str(e))}: cannot load dataset {name!r} "
+                          f"({_hp_text(hp)}): {_exc_text(e)}")
+    if errors:
+        raise ConfigError(errors)
+    specs = expand(cfg, n_train=lambda n, hp: loaded[(n, hp_key(hp))].num_train, file=file)
+    if not specs:
+        raise ConfigError([f"{file}: exclude: no trials left after include/exclude"])
+
+    seen: set[tuple] = set()
+
+    def once(key: tuple) -> bool:
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    # parallelism: the device count, then each batch size against it
+    par = cfg.parallelism
+    if par.devices != 1:
+        from harness.train.parallel import batch_problem, resolve_devices
+
+        try:
+            n_dev = resolve_devices(par.devices)
+        except ValueError as e:
+            why = str(e).removeprefix("parallelism.devices ")  # the key is in the line's prefix
+            raise ConfigError([f"{file}: parallelism.devices: {why}"]) from None
+        if par.shard == "batch":
+            for s in specs:
+                if (msg := batch_problem(s.batch_size, n_dev)) is not None and once(("par", s.batch_size)):
+                    errors.append(f"{file}: batch_size: {msg.removeprefix('batch_size ')}")
+
+    p = jnp.zeros((2,), jnp.float32)
+    lr_aval = jax.ShapeDtypeStruct((), jnp.float32)
+    key_aval = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    for s in specs:
+        ds_key = (s.dataset, hp_key(s.hparams("dataset")))
+        ds = loaded[ds_key]
+        # batch size
+        if s.batch_size > ds.num_train and once(("bs", s.batch_size, ds_key)):
+            bs_path = next((f"include[{i}].batch_size" for i, g in enumerate(cfg.include)
+                            if g.batch_size and s.batch_size in g.batch_size
+                            and s.batch_size not in cfg.batch_size), "batch_size")
+            errors.append(f"{file}: {bs_path}: {s.batch_size} exceeds the {ds.num_train} training "
+                          f"examples of dataset {s.dataset!r}")
+        # model
+        mhp = s.hparams("model")
+        if once(("model", s.model, hp_key(mhp), ds.input_shape, ds.num_classes)):
+            mpath = specs.origins[s.trial_id].paths["models"]
+            try:
+                model = reg.models[s.model](input_shape=ds.input_shape, num_classes=ds.num_classes, **mhp)
+                jax.eval_shape(lambda k, m=model, sh=ds.input_shape: m.init(k, (1, *sh)), key_aval)
+            except Exception as e:
+                if once(("model-err", s.model, hp_key(mhp), _exc_text(e))):  # once, not per dataset
+                    errors.append(f"{file}: {_hp_path(mpath, mhp, str(e))}: model {s.model!r} "
+                                  f"({_hp_text(mhp)}) on dataset {s.dataset!r} with input shape "
+                                  f"{ds.input_shape}: {_exc_text(e)}")
+        # optimizer alone, then with its schedule (as the trainer builds it)
+        ohp = s.hparams("optimizer")
+        opath = specs.origins[s.trial_id].paths["optimizers"]
+        shp = s.hparams("schedule")
+        spath = specs.origins[s.trial_id].paths["schedules"]
+        for sched, sched_hp, steps in (("none", {}, 0), (s.schedule, shp, s.steps)):
+            if ("bad-opt", s.optimizer, hp_key(ohp)) in seen:
+                break  # reported once, on the optimizer
+            if not once(("opt", s.optimizer, hp_key(ohp), sched, hp_key(sched_hp), steps)):
+                continue
+            try:
+                make = make_opt_factory(s.optimizer, ohp, sched, sched_hp, steps, reg.optimizers,
+                                        reg.schedules)
+                base_step_size(s.optimizer, ohp, reg.optimizers[s.optimizer])
+
+                def one_update(lr, make=make):
+                    opt = make(lr)
+                    state = opt.init_fn(p)
+                    return opt.params_fn(opt.update_fn(0, p, state))
+
+                jax.eval_shape(one_update, lr_aval)
+            except Exception as e:
+                if sched == "none":
+                    seen.add(("bad-opt", s.optimizer, hp_key(ohp)))
+                    errors.append(f"{file}: {_hp_path(opath, ohp, str(e))}: optimizer {s.optimizer!r} "
+                                  f"({_hp_text(ohp)}): {_exc_text(e)}")
+                else:
+                    errors.append(f"{file}: {_hp_path(spath, shp, str(e))}: schedule {s.schedule!r} "
+                                  f"({_hp_text(shp)}, total_steps={steps}) with optimizer "
+                                  f"{s.optimizer!r}: {_exc_text(e)}")
+    if errors:
+        raise ConfigError(errors)
+    return specs
+
+

@@ -1,0 +1,200 @@
+"""The end of a sweep: :class:`SweepSummary` (what :func:`harness.sweep.run.run_sweep` returns), the best
+configuration per (dataset, model, optimizer) and the summary table with the commands to look further.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.tracking import client as tracking
+from harness.execute.worker import TrialOutcome
+
+
+@dataclass
+class SweepSummary:
+    """What :func:`run_sweep` returns: the outcomes of every trial of the sweep (skipped included)."""
+
+    name: str
+    sweep_id: str
+    experiment_id: str | None
+    parent_run_id: str | None
+    tracking_uri: str
+    outcomes: list[TrialOutcome]
+    wall_s: float
+    dry_run: bool = False
+    #: Results still in the local spool when the sweep ended (the store did not answer), and the
+    #: spool's folder; the next invocation writes them.
+    spooled_left: int = 0
+    spool_dir: str = ""
+    #: Results that went through the spool during this invocation (written later, or still left).
+    spooled_during: int = 0
+    #: The store's last error while it was unreachable (one line), if any.
+    store_error: str = ""
+
+    def spool_account(self) -> str:
+        """One line about results the store did not take at once ("" when there were none)."""
+        if self.spooled_left:
+            why = f" (the store: {self.store_error})" if self.store_error else ""
+            return (f"{self.spooled_left} results spooled at {self.spool_dir}; they will be written on "
+                    f"the next run{why}")
+        if self.spooled_during:
+            return (f"{self.spooled_during} results were kept in the local spool while the store was "
+                    f"unreachable; all were written when it answered again")
+        return ""
+
+    def counts(self) -> dict[str, int]:
+        c = {"finished": 0, "diverged": 0, "failed": 0, "skipped": 0}
+        for o in self.outcomes:
+            c[o.status] = c.get(o.status, 0) + 1
+            c["skipped"] += o.skipped
+        return c
+
+
+
+def _fmt(x: float | None, spec: str = ".4f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+
+def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
+    """Best configuration per (dataset, model, optimizer), ranked exactly like the HTML report's
+    leaderboard (:func:`reports.frame.best_configs`); the first difference decides: more seeds that
+    reached the target; lower median steps to target (one optimizer's steps cost the same, and steps
+    carry no wall-clock noise); more seeds finished (not diverged or failed); better mean final target
+    metric on **validation** (valid/accuracy, or valid/loss for loss targets); lower median seconds to
+    target; the configuration's name (:func:`reports.frame.selection_key`, one rule for both). Identical
+    results select identically. Selection never reads the test split: ``value`` is the selected
+    configuration's mean validation metric, ``test_value`` its mean test metric over the seeds that have
+    one (the headline number; ``None`` for runs from before the three-split protocol)."""
+    from reports.frame import selection_key  # the report's rule, so both select alike
+
+    groups: dict[tuple, list[TrialOutcome]] = {}
+    for o in outcomes:
+        groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
+    best: dict[tuple, dict[str, Any]] = {}
+    for (ds, model, opt, conf), os_ in groups.items():
+        ok = [o for o in os_ if o.status == "finished"]
+        metric = os_[0].target_metric
+        is_loss = metric.endswith("/loss")
+        vals = [(o.final_valid_loss if is_loss else o.final_valid_accuracy) for o in ok]
+        vals = [v for v in vals if v is not None]
+        tests = [(o.test_loss if is_loss else o.test_accuracy) for o in ok]
+        tests = [v for v in tests if v is not None]
+        row = {
+            "dataset": ds, "model": model, "optimizer": opt, "config": conf, "metric": metric,
+            "value": statistics.fmean(vals) if vals else None,
+            "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
+            "n_diverged": sum(o.status == "diverged" for o in os_),
+            "n_failed": sum(o.status == "failed" for o in os_),
+            "seconds_to_target": _median([o.seconds_to_target for o in ok]),
+            "steps_to_target": _median([o.steps_to_target for o in ok]),
+            "reached": sum(o.seconds_to_target is not None for o in ok),
+            "examples_per_sec": _median([o.examples_per_sec for o in os_]),
+        }
+        row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
+                                     not is_loss, row["seconds_to_target"], str(conf))
+        key = (ds, model, opt)
+        if key not in best or row["_rank"] < best[key]["_rank"]:
+            best[key] = row
+    return [{k: v for k, v in r.items() if k != "_rank"} for r in best.values()]
+
+
+def _median(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _distinct_parts(configs: list[str]) -> dict[str, str]:
+    """config string → the words of it that are not shared by every config in ``configs`` (what
+    tells the configurations of one model and optimizer apart; ``""`` when there is one)."""
+    words = [c.split() for c in configs]
+    common = set.intersection(*map(set, words)) if words else set()
+    return {c: " ".join(w for w in ws if w not in common).replace("step_size=", "lr=")
+            for c, ws in zip(configs, words, strict=True)}
+
+
+def _si(x: float) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def print_summary(console, summary: SweepSummary) -> None:
+    """The end-of-sweep table (one line per task and optimizer, short labels: it fits an 80-column
+    terminal; the full configurations are in the HTML report) and the commands to look further."""
+    from rich import box
+    from rich.table import Table
+
+    c = summary.counts()
+    rows = sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
+    configs: dict[tuple, list[str]] = {}
+    for o in summary.outcomes:
+        configs.setdefault((o.dataset, o.model, o.optimizer), []).append(o.config)
+    def short(metric: str) -> str:
+        return metric.split("/", 1)[-1].replace("accuracy", "acc")
+
+    # One metric for every row: it names the columns. Mixed (workloads with loss and accuracy
+    # targets): the columns are "valid"/"test" and each value carries its metric ("loss 1.9343").
+    metrics = {short(r["metric"]) for r in rows} or {"acc"}
+    shared = next(iter(metrics)) if len(metrics) == 1 else None
+    head = f" {shared}" if shared else ""
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+              title=f"{summary.name}: best configuration per task and optimizer\n"
+                    f"{c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed, "
+                    f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s",
+              caption="best = selected on validation: most seeds reaching the target, then fewest "
+                      "steps to it, then most finished, then best validation metric; test = its mean "
+                      "test metric; full configurations: the HTML report")
+    t.add_column("task", no_wrap=True)
+    t.add_column("optimizer", no_wrap=True)
+    t.add_column("best config", overflow="fold")
+    t.add_column(f"valid{head}", justify="right", no_wrap=True)
+    t.add_column(f"test{head}", justify="right", no_wrap=True)
+    t.add_column("to target", justify="right", no_wrap=True)
+    t.add_column("ex/s", justify="right", no_wrap=True)
+    t.add_column("seeds", justify="right", no_wrap=True)
+    for r in rows:
+        parts = _distinct_parts(sorted(set(configs[(r["dataset"], r["model"], r["optimizer"])])))
+        label = "" if shared else f"{short(r['metric'])} "
+        val = "—" if r["value"] is None else f"{label}{r['value']:.4f}"
+        test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"
+        ttt = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s"
+        eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
+        bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
+        trials = f"{r['n']}" + (f" ({bad})" if bad else "")
+        t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], parts.get(r["config"], "") or "—",
+                  val, test, ttt, eps, trials)
+    console.print(t)
+    uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \
+        f" --tracking-uri {summary.tracking_uri}"
+    py = python_command()
+    console.print(f"Open the MLflow UI: {py} -m harness ui --experiment {summary.name}{uri_opt}",
+                  soft_wrap=True)
+    console.print(f"HTML report:        {py} -m harness report --experiment {summary.name} "
+                  f"--sweep {summary.sweep_id}{uri_opt}", soft_wrap=True)
+
+
+def python_command() -> str:
+    """How the user should invoke this interpreter: ``python`` when that resolves on ``PATH`` to
+    ``sys.executable`` (e.g. an activated venv), else ``sys.executable`` relative to the working
+    directory when it lies under it (``.venv/bin/python``), else its absolute path."""
+    import os
+    import shutil
+    import sys
+
+    exe = sys.executable
+    found = shutil.which("python")
+    # same bin directory and same binary (a venv's python and python3 are links to one file; the
+    # system python that a venv links to is a different directory, so it does not count)
+    if found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(exe)) \
+            and os.path.realpath(found) == os.path.realpath(exe):
+        return "python"
+    try:
+        rel = Path(exe).relative_to(Path.cwd())
+    except ValueError:
+        return exe
+    return str(rel)

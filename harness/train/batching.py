@@ -1,0 +1,313 @@
+"""Whether trials that share a batch key train faster as one vmapped program: decided by measuring.
+
+:func:`decide` answers for a group of trials (equal :meth:`~harness.core.spec.TrialSpec.batch_key`,
+that is differing only in seed and/or ``optimizer.step_size``); ``harness.train.loop.should_batch``
+returns its ``batch``. The method:
+
+1. **Overrides and trivial cases.** ``HARNESS_BATCH=always`` (or ``1``/``true``/``yes``) batches,
+   ``HARNESS_BATCH=never`` (``0``/``false``/``no``) does not, without measuring. Fewer than 2 trials,
+   or specs that cannot share a batch, are sequential.
+2. **Cache.** The decision is keyed by ``(program signature, T, device kind)``: the signature is a
+   hash of what sets a step's cost (``spec.perf_key()``: model and its hparams, optimizer and its
+   non-float hparams, dataset, batch size, dtype, augmentation; plus the schedule and the chunk
+   length ``n = min(steps_per_dispatch, eval_every, steps)``), ``T`` the number of trials and the
+   device kind :func:`harness.train.timing.device_kind`. Looked up in this process, then in
+   ``$HARNESS_CACHE_DIR/batching.json`` (default ``~/.cache/harness``, beside ``peak.json``);
+   a cached key is never measured again. The file is rewritten whole under a
+   :class:`filelock.FileLock` (read, merge, temp file, ``os.replace``), so concurrent processes keep
+   each other's entries and a reader never sees a partial file.
+3. **Skip.** A model with more than :data:`MAX_PARAMS` parameters × ``T`` is not measured, nor one
+   whose ``T`` single-trial chunks take more than :data:`MAX_REP_S` (timed once, before the vmapped
+   program is compiled): sequential, since such a model keeps the device busy alone and measuring
+   it would cost seconds. Skips are cached like measurements.
+4. **Measurement** (:func:`measure_speedup`): the trainer's own compiled chunk of ``n`` steps, the
+   vmapped ``T``-trial one and the single-trial one (the executables training then reuses in this
+   process: the chunk length is the trial's first), compiled first and not timed. Then
+   interleaved repetitions, one untimed warm-up each: ``T`` single-trial chunks in sequence against
+   one vmapped chunk, each call ended by fetching its losses to the host as the trainer does. The
+   number of repetitions is :data:`MIN_REPS`..:data:`MAX_REPS`, fewer when one repetition is slow,
+   so that the timed part stays near :data:`BUDGET_S`. ``speedup`` = median over repetitions of
+   (sequential seconds / vmapped seconds).
+5. **Rule.** Batch when ``speedup >= MIN_SPEEDUP`` (1.05: below it the difference is within this
+   VM's noise, and separate units keep ``--jobs`` parallelism and per-trial failure isolation).
+   A measurement that raises (e.g. out of memory for the vmapped program) gives sequential, kept in
+   this process only.
+
+Every decision has a ``label`` that the sweep logs as the trial runs' tag ``harness.batching``:
+``"vmap(8): measured 1.21x"``, ``"sequential: measured 0.80x"``, ``"sequential: HARNESS_BATCH=never"``,
+``"sequential: not measured (model too large: 25.2M params x 8)"``, ``"sequential: single trial"``.
+
+The decision is made where the work units are formed (the sweep's own process), on that process's
+default device: with ``--jobs`` the workers see the same kind of device; a Ray cluster whose
+workers have another kind of device than the head decides for the head's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.core.spec import TrialSpec
+
+__all__ = ["BUDGET_S", "MAX_PARAMS", "MAX_REP_S", "MIN_SPEEDUP", "Decision", "cache_path", "decide",
+           "describe", "measure_speedup", "signature"]
+
+#: Batch when the measured speed-up (sequential / vmapped) is at least this.
+MIN_SPEEDUP = 1.05
+#: Models with more than this many parameters × trials are not measured (sequential).
+MAX_PARAMS = 20_000_000
+#: Target seconds of timed repetitions in one measurement.
+BUDGET_S = 0.5
+#: A group whose T single-trial chunks take longer than this (s) is not measured (sequential).
+MAX_REP_S = 0.5
+MIN_REPS, MAX_REPS = 3, 7
+
+_ALWAYS = ("always", "1", "true", "yes")
+_NEVER = ("never", "0", "false", "no")
+
+
+class _TooSlowError(Exception):
+    """T single-trial chunks take ``args[0]`` seconds: not worth measuring."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """``batch``: train the group vmapped; ``label``: the ``harness.batching`` tag; ``speedup``:
+    measured sequential/vmapped time (``None`` when not measured); ``source``: ``override``,
+    ``trivial``, ``skipped``, ``measured``, ``cached`` or ``failed``."""
+
+    batch: bool
+    label: str
+    speedup: float | None = None
+    source: str = "measured"
+
+
+_MEM: dict[str, Decision] = {}
+
+
+def cache_path() -> Path:
+    """``$HARNESS_CACHE_DIR/batching.json`` (default ``~/.cache/harness/batching.json``)."""
+    d = Path(os.environ.get("HARNESS_CACHE_DIR") or Path.home() / ".cache" / "harness")
+    return d / "batching.json"
+
+
+def _chunk_len(spec: TrialSpec) -> int:
+    return max(1, min(spec.steps_per_dispatch, spec.eval_every, spec.steps))
+
+
+def signature(spec: TrialSpec) -> str:
+    """Hash (16 hex digits) of what sets the cost of ``spec``'s training chunk (module docstring)."""
+    text = repr((spec.perf_key(), spec.schedule, _chunk_len(spec)))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _key(specs: Sequence[TrialSpec]) -> str:
+    from harness.train import timing
+
+    return f"{timing.device_kind()}|T={len(specs)}|{signature(specs[0])}"
+
+
+def _label(batch: bool, T: int, why: str) -> str:
+    return f"{f'vmap({T})' if batch else 'sequential'}: {why}"
+
+
+def _from_ratio(T: int, ratio: float, source: str) -> Decision:
+    batch = ratio >= MIN_SPEEDUP
+    return Decision(batch, _label(batch, T, f"measured {ratio:.2f}x"), ratio, source)
+
+
+def _trivial(specs: Sequence[TrialSpec]) -> Decision | None:
+    if len(specs) < 2:
+        return Decision(False, "sequential: single trial", None, "trivial")
+    k0 = specs[0].batch_key()
+    if any(s.batch_key() != k0 for s in specs[1:]):
+        return Decision(False, "sequential: trials differ in more than seed and step size", None, "trivial")
+    override = os.environ.get("HARNESS_BATCH", "").strip().lower()
+    if override in _ALWAYS:
+        return Decision(True, _label(True, len(specs), f"HARNESS_BATCH={override}"), None, "override")
+    if override in _NEVER:
+        return Decision(False, _label(False, len(specs), f"HARNESS_BATCH={override}"), None, "override")
+    return None
+
+
+def _read_disk() -> dict[str, Any]:
+    try:
+        d = json.loads(cache_path().read_text())
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_disk(key: str, entry: dict[str, Any]) -> None:
+    """Merge ``{key: entry}`` into the cache file under its lock; atomic replace; never raises."""
+    from filelock import FileLock
+
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock", timeout=30):
+            disk = _read_disk()
+            disk[key] = entry
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(json.dumps(disk, indent=1, sort_keys=True))
+            os.replace(tmp, path)
+    except Exception:  # a cache we cannot write only means measuring again next time
+        pass
+
+
+def decide(specs: Sequence[TrialSpec], *, measure: Callable[[Sequence[TrialSpec]], tuple[float, int]]
+           | None = None) -> Decision:
+    """The batching decision for ``specs`` (see the module docstring).
+
+    Args:
+      specs: trials meant to be trained together.
+      measure: ``measure(specs) -> (speedup, reps)`` (default :func:`measure_speedup`); tests pass
+        a stand-in.
+    """
+    trivial = _trivial(specs)
+    if trivial is not None:
+        return trivial
+    key = _key(specs)
+    if key in _MEM:
+        return _MEM[key]
+    entry = _read_disk().get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("speedup"), int | float):
+        dec = _from_ratio(len(specs), float(entry["speedup"]), "cached")
+        _MEM[key] = dec
+        return dec
+    if isinstance(entry, dict) and entry.get("batch") is False and isinstance(entry.get("label"), str):
+        dec = _MEM[key] = Decision(False, entry["label"], None, "cached")
+        return dec
+    T = len(specs)
+    t0 = time.perf_counter()
+    ratio = reps = None
+    try:
+        n_params = _param_count(specs[0]) if measure is None else 0
+        if n_params * T > MAX_PARAMS:
+            dec = Decision(False, _label(False, T, f"not measured (model too large: "
+                                                   f"{n_params / 1e6:.1f}M params x {T})"), None, "skipped")
+        else:
+            ratio, reps = (measure or measure_speedup)(specs)
+            dec = _from_ratio(T, ratio, "measured")
+    except _TooSlowError as e:
+        dec = Decision(False, _label(False, T, f"not measured ({T} chunks take ~{e.args[0]:.1f} s)"),
+                       None, "skipped")
+    except Exception as e:  # e.g. the vmapped program does not fit: sequential, this process only
+        dec = Decision(False, _label(False, T, f"measurement failed ({type(e).__name__})"), None, "failed")
+        _MEM[key] = dec
+        return dec
+    _MEM[key] = dec
+    s = specs[0]
+    _write_disk(key, {"speedup": None if ratio is None else round(float(ratio), 4), "batch": dec.batch,
+                      "label": dec.label, "reps": reps, "measure_s": round(time.perf_counter() - t0, 3),
+                      "model": s.model, "dataset": s.dataset, "batch_size": s.batch_size,
+                      "dtype": s.dtype, "optimizer": s.optimizer, "chunk_steps": _chunk_len(s),
+                      "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return dec
+
+
+def describe(specs: Sequence[TrialSpec], batched: bool) -> str:
+    """The ``harness.batching`` label of a group that ``group_units`` did (``batched``) or did not
+    batch: the decision :func:`decide` made for it in this process when there is one, else a plain
+    ``"vmap(T)"`` / ``"sequential"``."""
+    trivial = _trivial(specs)
+    if trivial is not None and (trivial.source == "trivial" or trivial.batch == batched):
+        return trivial.label
+    dec = _MEM.get(_key(specs))
+    if dec is not None and dec.batch == batched:
+        return dec.label
+    return f"vmap({len(specs)})" if batched else "sequential"
+
+
+# --------------------------------------------------------------------------------------------------
+# the measurement
+
+
+def _program(spec: TrialSpec):
+    from harness.train import loop as trainer
+    from harness.data.sources import load_dataset
+
+    ds = load_dataset(spec.dataset, **spec.hparams("dataset"))
+    return trainer._program(spec, ds)
+
+
+def _param_count(spec: TrialSpec) -> int:
+    """Parameters of one trial's model, from ``jax.eval_shape`` of its init (nothing compiled, no
+    data on the device)."""
+    import jax
+
+    from harness.train import loop as trainer
+    from harness.data.sources import load_dataset
+    from harness.core.registry import lookup
+
+    ds = load_dataset(spec.dataset, **spec.hparams("dataset"))
+    model = lookup(trainer._registries()[0], spec.model, "model")(
+        input_shape=ds.input_shape, num_classes=ds.num_classes, **spec.hparams("model"))
+    params = jax.eval_shape(lambda k: model.init(k, (1, *ds.input_shape))[1], jax.random.PRNGKey(0))
+    return int(sum(np.prod(p.shape, dtype=np.int64) for p in jax.tree_util.tree_leaves(params)))
+
+
+def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
+    """``(median sequential/vmapped seconds, repetitions)`` for ``specs`` (module docstring, step 4)."""
+    import jax
+    import jax.numpy as jnp
+
+    from harness.train import loop as trainer
+
+    spec0, T = specs[0], len(specs)
+    prog = _program(spec0)
+    e = prog.e
+    n = _chunk_len(spec0)
+    singles = [prog.init(jax.random.PRNGKey(s.seed), trainer._step_size(s, prog.opt_builder))[0]
+               for s in specs]
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *singles)
+    one = singles[0]
+    del singles
+    start = jnp.int32(0)
+    exe_1, _ = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)
+    box = {"1": one}
+
+    def vmapped() -> float:
+        t0 = time.perf_counter()
+        box["v"], losses = exe_v(box["v"], start, e.x_train, e.y_train)
+        np.asarray(losses)
+        return time.perf_counter() - t0
+
+    def sequential() -> float:
+        t0 = time.perf_counter()
+        for _ in range(T):  # T chunks, as T trials in sequence run them (one state carried)
+            box["1"], losses = exe_1(box["1"], start, e.x_train, e.y_train)
+            np.asarray(losses)
+        return time.perf_counter() - t0
+
+    for _ in range(2):  # warm-up, then one timed chunk: are T of them too slow to be worth measuring?
+        t0 = time.perf_counter()
+        box["1"], losses = exe_1(box["1"], start, e.x_train, e.y_train)
+        np.asarray(losses)
+    t_seq = T * (time.perf_counter() - t0)
+    if t_seq > MAX_REP_S:
+        raise _TooSlowError(t_seq)
+    exe_v, _ = prog.get_chunk(T, n, stacked, start, e.x_train, e.y_train)
+    box["v"] = stacked
+    pair = vmapped() + t_seq  # warm-up, also the cost of one repetition
+    reps = int(min(MAX_REPS, max(MIN_REPS, BUDGET_S // max(pair, 1e-9))))
+    ratios = []
+    for r in range(reps):
+        if r % 2:  # alternate which goes first
+            tv = vmapped()
+            ts = sequential()
+        else:
+            ts = sequential()
+            tv = vmapped()
+        ratios.append(ts / tv)
+    return float(statistics.median(ratios)), reps

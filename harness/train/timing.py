@@ -1,0 +1,327 @@
+"""Throughput protocol: how the harness times one compiled training step.
+
+The method (what :func:`measure` does, in order):
+
+1. **Compile apart.** ``jax.jit(fn, donate_argnums=...).lower(*args).compile()`` is timed with
+   ``time.perf_counter`` and reported as ``compile_s``; nothing after it compiles.
+2. **Warm-up.** ``warmup`` calls of the compiled executable, the last one ended with
+   ``jax.block_until_ready`` (first-touch allocation, caches, clock ramp-up).
+3. **Timed steps.** ``iters`` calls, each ended with ``jax.block_until_ready`` on its outputs and timed
+   individually with ``time.perf_counter``. A call runs ``steps_per_call`` optimizer steps (1 for
+   the single-step function the trainer hands over); per-step times are call time / steps_per_call.
+   Reported: median (``step_time_ms``), 10th and 90th percentiles (``numpy.percentile``, linear), and
+   ``examples_per_sec = batch_size / median step time``. Each timed call includes one host dispatch
+   (~10–250 µs on CPU depending on the argument pytree), which is part of the step time a user sees.
+   The state output of call *i* is the state input of call *i+1*, so donated buffers are reused as in
+   training.
+4. **FLOPs per step** from the compiled executable's ``cost_analysis()`` (``flops``; the result may be a
+   dict or a list of dicts; ``None``, a missing key or a negative value such as ``-1`` mean *unknown*),
+   divided by ``steps_per_call``. For a ``lax.scan`` XLA counts the loop body once, so scanned
+   programs must be timed with ``steps_per_call=1`` semantics in mind (see :func:`cost_flops`).
+   It is cross-checked against an analytic count (``analytic_flops``, e.g. 3 × forward FLOPs × batch
+   for a dense network: forward + two backward matmuls); :func:`flops_agree` is the check, and a
+   disagreement beyond a factor of 2 is reported with a :class:`FlopsMismatchWarning`.
+5. **Utilisation** = (FLOPs per step / median step seconds) / peak, where the peak is
+   :func:`device_peak_flops` of the step's compute dtype (``measure(dtype=...)``; a bfloat16
+   mixed-precision step counts against the bfloat16 peak): a square ``n × n`` matmul of the dtype
+   (n = 2048 on CPU, 8192 on accelerators), compiled apart, 2 warm-ups, best of 5 timed calls,
+   ``2 n³`` FLOPs per call. It is measured once per process and cached on disk in
+   ``$HARNESS_CACHE_DIR/peak.json`` (default ``~/.cache/harness``) keyed by device
+   kind and dtype, so later processes reuse it. A peak timed while the device was busy (a shared
+   CPU, a second ``--jobs`` worker) reads low: when a step then runs faster than it, the matmul is
+   timed again (once per process and key) and the cache keeps the higher of the two (an MNIST-1D
+   CNN report read 114% against a peak timed under load). A utilisation still above 1 is reported
+   as measured, never clipped: the step beat the matmul, or its FLOP count is too high.
+
+6. **Several devices** (``measure(num_devices=D, mesh="batch=D")``, the trainer's sharded step on a
+   1-D mesh, :mod:`harness.parallel`): the timed call is the SPMD program over all D devices, so
+   ``examples_per_sec`` is the mesh's total and ``examples_per_sec_per_device`` = total / D. XLA's
+   ``cost_analysis()`` of an SPMD-partitioned executable counts **one device's** program (checked on
+   4 forced CPU devices: a batch-sharded MLP gradient reports 1/4 of the one-device count), so
+   the XLA count is multiplied by D to give FLOPs per step for the whole mesh (replicated work, e.g.
+   the optimizer update on replicated parameters, is counted on every device: it is executed D
+   times). The peak is the one-device measured peak × D, so utilisation is against the mesh.
+
+Units: seconds for compile, milliseconds for step times, FLOP/s for peaks; utilisation is a fraction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from harness.core.spec import PerfResult
+from models.flops import cost_analysis_flops
+
+__all__ = [
+    "FlopsMismatchWarning",
+    "cost_flops",
+    "device_kind",
+    "device_peak_flops",
+    "flops_agree",
+    "measure",
+]
+
+
+class FlopsMismatchWarning(UserWarning):
+    """XLA's FLOP count and the analytic one disagree by more than the tolerance."""
+
+
+def device_kind(device: jax.Device | None = None) -> str:
+    """``"<platform>:<device_kind>"`` of ``device`` (default: the first device), e.g. ``"cpu:cpu"``."""
+    d = device or jax.devices()[0]
+    return f"{d.platform}:{d.device_kind}"
+
+
+def cost_flops(compiled: Any) -> float | None:
+    """FLOPs of a compiled executable from ``compiled.cost_analysis()``, or ``None`` if unknown.
+
+    The parsing (a dict, a list/tuple of dicts summed, ``-1``/missing/non-finite as unknown) is
+    :func:`models.flops.cost_analysis_flops`; a zero count is unknown too. Never raises.
+    """
+    try:
+        ca = compiled.cost_analysis()
+    except Exception:
+        return None
+    return cost_analysis_flops(ca) or None
+
+
+def flops_agree(xla: float | None, analytic: float | None, factor: float = 2.0) -> bool | None:
+    """``True`` if the two counts are within ``factor`` of each other, ``None`` if either is unknown."""
+    if not xla or not analytic:
+        return None
+    r = xla / analytic
+    return 1.0 / factor <= r <= factor
+
+
+# --------------------------------------------------------------------------------------------------
+# peak
+
+_PEAK: dict[str, float] = {}
+
+
+def _peak_path() -> Path:
+    d = Path(os.environ.get("HARNESS_CACHE_DIR") or Path.home() / ".cache" / "harness")
+    return d / "peak.json"
+
+
+def _time_matmul(n: int, dtype: Any, device: jax.Device) -> float:
+    a = jax.device_put(jnp.ones((n, n), dtype), device)
+    b = jax.device_put(jnp.full((n, n), 0.5, dtype), device)
+    f = jax.jit(jnp.matmul).lower(a, b).compile()
+    for _ in range(2):
+        jax.block_until_ready(f(a, b))
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(a, b))
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n**3 / best
+
+
+def device_peak_flops(device: jax.Device | None = None, dtype: Any = jnp.float32, *,
+                      refresh: bool = False) -> float:
+    """Measured peak FLOP/s of ``device`` for ``dtype`` (a large square matmul; see module docstring).
+
+    Cached per process and on disk (``peak.json`` in the harness cache dir) keyed by
+    ``"<device_kind>|<dtype>"``; ``refresh=True`` re-measures and overwrites the entry.
+    """
+    device = device or jax.devices()[0]
+    key = f"{device_kind(device)}|{jnp.dtype(dtype).name}"
+    if not refresh and key in _PEAK:
+        return _PEAK[key]
+    path = _peak_path()
+    disk: dict[str, float] = {}
+    try:
+        disk = json.loads(path.read_text())
+    except (OSError, ValueError):
+        disk = {}
+    if not refresh and isinstance(disk.get(key), int | float) and disk[key] > 0:
+        _PEAK[key] = float(disk[key])
+        return _PEAK[key]
+    n = 2048 if device.platform == "cpu" else 8192
+    peak = _time_matmul(n, dtype, device)
+    _store_peak(key, peak)
+    return peak
+
+
+def _store_peak(key: str, peak: float, *, only_higher: bool = False) -> float:
+    """Set the cached peak of ``key`` (``"<device_kind>|<dtype>"``) in this process and in
+    ``peak.json`` (atomic replace); with ``only_higher`` an entry already higher is kept. Returns
+    the peak now cached."""
+    path = _peak_path()
+    try:
+        disk = json.loads(path.read_text())
+    except (OSError, ValueError):
+        disk = {}
+    if only_higher:
+        old = [v for v in (_PEAK.get(key), disk.get(key)) if isinstance(v, int | float) and v > 0]
+        peak = max([peak, *old])
+    _PEAK[key] = peak
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        disk[key] = peak
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(disk, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return peak
+
+
+def _retime_peak(device: jax.Device, dtype: Any, cached: float) -> float:
+    """A timed step ran faster than the cached matmul peak ``cached`` (FLOP/s per device): that peak
+    was probably timed while the device was busier (a shared CPU, another worker). Time the matmul
+    again, once per process for each device kind and dtype, and cache the higher of the two. Never
+    the step's own rate: it rests on a FLOP count that may be wrong. Returns the peak now cached."""
+    key = f"{device_kind(device)}|{jnp.dtype(dtype).name}"
+    if key in _RETIMED:
+        return cached
+    _RETIMED.add(key)
+    try:
+        fresh = device_peak_flops(device, dtype, refresh=True)
+    except Exception:  # keep what is known
+        fresh = 0.0
+    return _store_peak(key, max(fresh, cached), only_higher=True)
+
+
+_RETIMED: set[str] = set()
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def measure(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    batch_size: int,
+    steps_per_call: int = 1,
+    warmup: int = 3,
+    iters: int = 20,
+    donate_argnums: int | tuple[int, ...] = (),
+    carry: Callable[[Any, tuple], tuple] | None = None,
+    analytic_flops: float | None = None,
+    peak_flops: float | None = None,
+    compiled: Any = None,
+    compile_s: float | None = None,
+    dtype: Any = jnp.float32,
+    num_devices: int = 1,
+    mesh: str = "",
+) -> PerfResult:
+    """Time ``fn(*args)`` per the module's protocol and return a :class:`~harness.core.spec.PerfResult`.
+
+    Args:
+      fn: a jit-able function running ``steps_per_call`` training steps on one batch of
+        ``batch_size`` examples.
+      args: its arguments (device arrays / pytrees); ``args`` are not reused after donation.
+      batch_size: examples per step (for examples/s).
+      warmup, iters: untimed and timed calls (``iters >= 1``).
+      donate_argnums: passed to ``jax.jit``; donated inputs must be fed from outputs by ``carry``.
+      carry: ``carry(outputs, args) -> next args``; default: if ``fn`` returns a tuple whose first
+        element has the structure of ``args[0]``, it replaces ``args[0]`` (state in, state out).
+      analytic_flops: an analytic FLOPs-per-step count to cross-check and fall back on.
+      peak_flops: FLOP/s to compute utilisation against (default :func:`device_peak_flops`).
+      compiled, compile_s: an already compiled executable of ``fn`` and its compile time, to skip
+        compiling again.
+      dtype: the step's compute dtype: recorded in the result, and the default peak is the
+        measured matmul peak of this dtype (``bfloat16`` steps are counted against the bf16 peak).
+      num_devices: devices the (SPMD) step runs on; ``batch_size`` is the whole mesh's examples per
+        step. The XLA FLOP count (per device) is multiplied by it, and so is the default peak
+        (item 6 of the module docstring); ``analytic_flops`` and ``peak_flops`` when given are
+        taken as whole-mesh figures.
+      mesh: the mesh shape, ``"batch=4"`` (recorded in the result).
+
+    Returns:
+      ``PerfResult`` with ``compile_s`` (s), ``step_time_ms`` (median) and p10/p90 (ms),
+      ``examples_per_sec``, ``flops_per_step`` (XLA count, else the analytic one, else ``None``),
+      ``flops_per_step_analytic``, ``peak_flops``, ``utilization`` (fraction), ``device_kind``.
+
+    Raises:
+      ValueError: ``iters < 1`` or ``steps_per_call < 1``.
+    """
+    if iters < 1 or steps_per_call < 1:
+        raise ValueError(f"iters and steps_per_call must be >= 1, got {iters}, {steps_per_call}")
+    if num_devices < 1:
+        raise ValueError(f"num_devices must be >= 1, got {num_devices}")
+    args = tuple(args)
+    if compiled is None:
+        t0 = time.perf_counter()
+        compiled = jax.jit(fn, donate_argnums=donate_argnums).lower(*args).compile()
+        compile_s = time.perf_counter() - t0
+    compile_s = float(compile_s or 0.0)
+
+    def advance(out: Any, a: tuple) -> tuple:
+        if carry is not None:
+            return tuple(carry(out, a))
+        if isinstance(out, tuple) and out and (
+            jax.tree_util.tree_structure(out[0]) == jax.tree_util.tree_structure(a[0])
+        ):
+            return (out[0], *a[1:])
+        return a
+
+    out = None
+    for _ in range(warmup):
+        out = compiled(*args)
+        args = advance(out, args)
+    if out is not None:
+        jax.block_until_ready(out)
+    times = np.empty(iters)
+    for i in range(iters):
+        t0 = time.perf_counter()
+        out = compiled(*args)
+        jax.block_until_ready(out)
+        times[i] = time.perf_counter() - t0
+        args = advance(out, args)
+    per_step_ms = times * 1e3 / steps_per_call
+    median = float(np.median(per_step_ms))
+    p10, p90 = (float(v) for v in np.percentile(per_step_ms, [10, 90]))
+
+    xla = cost_flops(compiled)
+    xla = xla * num_devices / steps_per_call if xla else None
+    agree = flops_agree(xla, analytic_flops)
+    if agree is False:
+        warnings.warn(
+            f"XLA cost analysis counts {xla:.4g} FLOPs/step, the analytic count is {analytic_flops:.4g}",
+            FlopsMismatchWarning, stacklevel=2)
+    flops = xla or analytic_flops
+    leaves = jax.tree_util.tree_leaves(out)
+    dev = next(iter(leaves[0].devices())) if leaves and hasattr(leaves[0], "devices") else None
+    if peak_flops is None:
+        try:
+            peak_flops = device_peak_flops(dev, dtype) * num_devices
+            rate = flops / (median / 1e3) / num_devices if flops and median > 0 else 0.0
+            if dev is not None and rate > peak_flops / num_devices:  # the peak was timed under load
+                peak_flops = _retime_peak(dev, dtype, peak_flops / num_devices) * num_devices
+        except Exception:  # a peak we cannot measure leaves utilisation unknown
+            peak_flops = None
+    util = flops / (median / 1e3) / peak_flops if flops and peak_flops and median > 0 else None
+    eps = batch_size / (median / 1e3) if median > 0 else math.inf
+    return PerfResult(
+        compile_s=compile_s,
+        step_time_ms=median,
+        step_time_ms_p10=p10,
+        step_time_ms_p90=p90,
+        examples_per_sec=eps,
+        flops_per_step=flops,
+        flops_per_step_analytic=analytic_flops,
+        peak_flops=peak_flops,
+        utilization=util,
+        timed_steps=iters * steps_per_call,
+        warmup_steps=warmup * steps_per_call,
+        device_kind=device_kind(dev),
+        dtype=jnp.dtype(dtype).name,
+        num_devices=num_devices,
+        examples_per_sec_per_device=eps / num_devices,
+        mesh=mesh,
+    )
