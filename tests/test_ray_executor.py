@@ -315,7 +315,7 @@ def test_cli_passes_resources_to_the_ray_executor(write_sweep, monkeypatch):
         seen.update(kw)
         raise ValueError("stop here")
 
-    monkeypatch.setattr(harness.sweep, "run_sweep", fake_run_sweep)
+    monkeypatch.setattr(harness.sweep.run, "run_sweep", fake_run_sweep)
     args = ["sweep", str(write_sweep()), "--executor", "ray", "--address", "127.0.0.1:6379",
             "--cpus-per-trial", "2", "--gpus-per-trial", "0.5"]
     res = CliRunner().invoke(app, args)
