@@ -287,7 +287,8 @@ def test_layers_and_packages_rules_fire(tmp_path):
     (h / "train" / "loop.py").write_text("def f():\n    from harness.plan import units\n")
     (h / "plan" / "units.py").write_text("from harness.core import x\n")
     (tmp_path / "reports").mkdir()
-    (tmp_path / "reports" / "__init__.py").write_text("from harness.plan import units\nfrom harness.core import x\n")
+    (tmp_path / "reports" / "__init__.py").write_text(
+        "from harness.plan import units\nfrom harness.core import x\n")
     v = violations(walk(tmp_path, ("harness", "reports")))
     assert [s.split(": ")[-1] for s in v["layer"]] == [
         f"layer train imports the higher layer plan ({' < '.join(LAYERS)})"]
