@@ -139,10 +139,11 @@ def _first_sentence(text: str) -> str:
     return para if m is None else para[: m.start() + 1]
 
 
-def describe(builder) -> str:
+def describe(builder, note: str | None = None) -> str:
     """One line for ``list``: the first sentence of the builder's docstring, reST roles and literal
-    markup removed; a docstring that only points at another function (``:func:`optimizers.core.adam```,
-    as the registry's thin factories say) is replaced by that function's first sentence."""
+    markup removed; a docstring that only points at another function (``:func:`optimizers.core.adam```)
+    is replaced by that function's first sentence. ``note`` (the registry's remark on the entry,
+    :data:`optimizers.registry.NOTES`) is added after the sentence."""
     import importlib
     import inspect
 
@@ -157,6 +158,8 @@ def describe(builder) -> str:
             text += f"; {rest}." if rest and not _says_again(rest, text) else "."
         except (ImportError, AttributeError):
             pass
+    if note:
+        text = f"{text.rstrip('.')}; {note}."
     return _plain(text)
 
 
@@ -204,6 +207,7 @@ def list_(
     from rich.table import Table
 
     from harness.config.load import builder_hparams, default_registries
+    from optimizers.registry import NOTES
 
     reg = default_registries()
     kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
@@ -229,7 +233,7 @@ def list_(
             hps = builder_hparams(single, b)
             hp = ", ".join(f"{h.name}" if h.required else f"{h.name}={h.default!r}" for h in hps.values())
             extra = [input_kinds(b)] if k == "models" else []
-            t.add_row(escape(name), escape(hp or "—"), *extra, escape(describe(b)))
+            t.add_row(escape(name), escape(hp or "—"), *extra, escape(describe(b, NOTES.get(k, {}).get(name))))
         if k == "datasets":
             t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
         if k == "models":
