@@ -9,7 +9,7 @@ import typing
 import pytest
 
 import optimizers as O
-from harness.cli import describe
+from harness.cli.list_cmd import describe
 from harness.core.registry import hyperparameters
 from optimizers import core, extra
 from optimizers.registry import NOTES, register_optimizer, with_defaults
