@@ -9,7 +9,8 @@ execute < sweep < cli``: a module imports only its own or lower subpackages); on
 imported by ``harness`` outside ``harness.cli``, or ``reports`` importing ``harness`` outside
 ``harness.core``; on ``models``/``optimizers`` importing ``harness``; on ``harness.core``
 importing anything but the standard library and ``harness.core``; on another module's private
-name; and on a module of ``harness`` over 500 lines.
+name; and on a module of ``harness`` over 500 lines. The package ``harness`` itself (its
+``__init__``) imports nothing, so any layer may import it (for ``__version__``).
 """
 
 from __future__ import annotations
@@ -143,8 +144,12 @@ def _collect(mod: Module, tree: ast.Module, index: dict[str, Path], packages: tu
             break
 
 
-def layer(module: str) -> str | None:
-    """The layer of a ``harness`` module (None outside ``harness``)."""
+def layer(module: str, *, as_target: bool = False) -> str | None:
+    """The layer of a ``harness`` module (None outside ``harness``). As an import's target, the
+    package ``harness`` itself (its ``__init__``: ``__version__``, importing nothing) is at the
+    bottom: importing any module of ``harness`` runs it anyway."""
+    if as_target and module == "harness":
+        return "core"
     if module in TOP_LEVEL:
         return TOP_LEVEL[module]
     parts = module.split(".")
@@ -219,18 +224,20 @@ def violations(mods: dict[str, Module]) -> dict[str, list[str]]:
             if imp.internal and imp.name and _is_private(imp.name) and imp.target != m:
                 out["private"].append(f"{where}: a private name of another module")
             if not imp.internal:
-                if m.startswith("harness.core") and t_top not in sys.stdlib_module_names:
-                    out["core-stdlib"].append(f"{where}: harness.core imports only the standard library")
+                if (m == "harness" or m.startswith("harness.core")) and t_top not in sys.stdlib_module_names:
+                    out["core-stdlib"].append(f"{where}: {m} imports only the standard library")
                 continue
             if top == "harness" and t_top == "reports" and layer(m) != "cli":
                 out["reports"].append(f"{where}: only harness.cli may import reports")
-            if top == "reports" and t_top == "harness" and not (
-                    imp.target == "harness.core" or imp.target.startswith("harness.core.")):
+            if top == "reports" and t_top == "harness" and layer(imp.target, as_target=True) != "core":
                 out["reports"].append(f"{where}: reports imports only harness.core of harness")
             if top in ("models", "optimizers") and t_top == "harness":
                 out["harness-free"].append(f"{where}: {top} must not import harness")
-            if top == "harness" and t_top == "harness":
-                lo, hi = layer(m), layer(imp.target)
+            if m == "harness":
+                out["core-stdlib"].append(f"{where}: the package harness imports nothing (every import "
+                                          f"of harness runs it)")
+            elif top == "harness" and t_top == "harness":
+                lo, hi = layer(m), layer(imp.target, as_target=True)
                 if m.startswith("harness.core") and hi != "core":
                     out["core-stdlib"].append(f"{where}: harness.core imports nothing of harness "
                                               f"outside core")
@@ -277,7 +284,8 @@ def test_walker_sees_every_kind_of_import(tmp_path):
 
 def test_layers_and_packages_rules_fire(tmp_path):
     """Self-test: a layer inversion, harness.core importing a third-party module and reports
-    importing harness outside core are each caught."""
+    importing harness outside core are each caught; the package ``harness`` itself is importable
+    from any layer."""
     h = tmp_path / "harness"
     for sub in ("core", "train", "plan"):
         (h / sub).mkdir(parents=True)
@@ -285,7 +293,7 @@ def test_layers_and_packages_rules_fire(tmp_path):
     (h / "__init__.py").write_text("")
     (h / "core" / "x.py").write_text("import numpy\nimport json\n")
     (h / "train" / "loop.py").write_text("def f():\n    from harness.plan import units\n")
-    (h / "plan" / "units.py").write_text("from harness.core import x\n")
+    (h / "plan" / "units.py").write_text("from harness.core import x\n\n\ndef v():\n    import harness\n")
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "__init__.py").write_text(
         "from harness.plan import units\nfrom harness.core import x\n")
