@@ -142,6 +142,7 @@ def _collect(mod: Module, tree: ast.Module, index: dict[str, Path], packages: tu
             if _is_private(attr):
                 mod.imports.append(Import(target, node.lineno, attr))
             break
+    mod.imports.sort(key=lambda i: i.line)
 
 
 def layer(module: str, *, as_target: bool = False) -> str | None:
