@@ -4,7 +4,9 @@ A drop-in replacement for ``jax.example_libraries.optimizers`` (every public nam
 signatures and update rules; see :mod:`optimizers.core`), plus ``adamw``, ``nadamw``, ``lion``,
 the schedules ``linear_warmup``, ``cosine_decay``, ``warmup_cosine_decay``, ``join_schedules``,
 the Optax bridge ``from_optax`` (:mod:`optimizers.extra`) and the name registries ``OPTIMIZERS``
-and ``SCHEDULES`` (:mod:`optimizers.registry`). Imports jax and numpy only.
+and ``SCHEDULES`` (:mod:`optimizers.registry`; each entry registers itself where it is defined,
+in ``core`` or ``extra``). Helpers both share: :mod:`optimizers.common`. Imports jax and numpy
+only (never ``harness``).
 """
 
 from optimizers.core import (

@@ -36,6 +36,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from optimizers.common import (
+    adam_moments,
+    check_step_size,
+    check_unit_interval,
+    fresh,
+    params_of,
+    tree_mismatch,
+    with_two_zeros,
+)
+from optimizers.registry import register_optimizer, register_schedule
+
 __all__ = [
     "Array",
     "InitFn",
@@ -110,46 +121,6 @@ class Optimizer(NamedTuple):
     params_fn: ParamsFn
 
 
-# --------------------------------------------------------------------------------------------
-# Validation of concrete hyperparameters (never of traced ones).
-
-
-def _is_concrete_number(x: Any) -> bool:
-    """True for Python/numpy numbers and concrete 0-d arrays; False for tracers and the rest."""
-    if isinstance(x, bool | np.bool_):
-        return False
-    if isinstance(x, int | float | np.integer | np.floating):
-        return True
-    if isinstance(x, np.ndarray):
-        return x.ndim == 0 and np.issubdtype(x.dtype, np.number)
-    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-        return x.ndim == 0 and jnp.issubdtype(x.dtype, jnp.number)
-    return False
-
-
-def _check_step_size(step_size: Any, name: str = "step_size") -> None:
-    """Raise ``ValueError`` if ``step_size`` is a concrete number that is not > 0 (NaN included)."""
-    if _is_concrete_number(step_size):
-        v = float(step_size)
-        if not v > 0:
-            raise ValueError(f"{name} must be positive, got {step_size!r}")
-
-
-def _check_unit_interval(value: Any, name: str) -> None:
-    """Raise ``ValueError`` if ``value`` is a concrete number outside ``[0, 1)``."""
-    if _is_concrete_number(value):
-        v = float(value)
-        if not 0.0 <= v < 1.0:
-            raise ValueError(f"{name} must be in [0, 1), got {value!r}")
-
-
-def _fresh(x: Any) -> Any:
-    """A copy of a concrete ``jax.Array`` (so donating the state never frees the caller's buffer)."""
-    if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-        return jnp.array(x, copy=True)
-    return x
-
-
 def _unzip2(pairs):
     """``[(a, b), ...] -> ((a, ...), (b, ...))`` (tuples, like the reference's ``unzip2``)."""
     firsts, seconds = [], []
@@ -157,14 +128,6 @@ def _unzip2(pairs):
         firsts.append(a)
         seconds.append(b)
     return tuple(firsts), tuple(seconds)
-
-
-def _tree_mismatch(params_tree, grads_tree) -> TypeError:
-    return TypeError(
-        "optimizer update function was passed a gradient tree that did not match the parameter "
-        f"tree structure with which it was initialized: parameter tree {params_tree} and grad tree "
-        f"{grads_tree}."
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,7 +156,7 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]) -> 
         @functools.wraps(init)
         def tree_init(x0_tree):
             x0_flat, tree = jax.tree.flatten(x0_tree)
-            initial_states = [init(_fresh(x0)) for x0 in x0_flat]
+            initial_states = [init(fresh(x0)) for x0 in x0_flat]
             states_flat, subtrees = _unzip2(jax.tree.flatten(s) for s in initial_states)
             return OptimizerState(states_flat, tree, subtrees)
 
@@ -202,7 +165,7 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]) -> 
             states_flat, tree, subtrees = opt_state
             grad_flat, tree2 = jax.tree.flatten(grad_tree)
             if tree2 != tree:
-                raise _tree_mismatch(tree, tree2)
+                raise tree_mismatch(tree, tree2)
             new_flat = []
             for g, subtree, flat in zip(grad_flat, subtrees, states_flat, strict=True):
                 new_state = update(i, g, jax.tree.unflatten(subtree, flat))
@@ -233,33 +196,12 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]) -> 
 # every state slot has the parameter leaf's shape and dtype.
 
 
-def _params_of(state):
-    """``get_params`` of every optimizer whose per-leaf state is a tuple starting with ``x``."""
-    return state[0]
-
-
 def _with_zero(x0):
     """``init`` of optimizers whose per-leaf state is ``(x, velocity)`` with zero velocity."""
     return x0, jnp.zeros_like(x0)
 
 
-def _with_two_zeros(x0):
-    """``init`` of optimizers whose per-leaf state is ``(x, s1, s2)`` with both slots zero."""
-    return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
-
-
-def _adam_moments(i, g, m, v, b1, b2):
-    """Adam's moment estimates and their bias corrections at 0-based step ``i``:
-    ``m <- (1 - b1) g + b1 m;  v <- (1 - b2) g**2 + b2 v;  m^ = m / (1 - b1**(i+1));
-    v^ = v / (1 - b2**(i+1))`` (powers in the leaf's dtype, as the reference). Returns
-    ``(m, v, m^, v^)``."""
-    m = (1 - b1) * g + b1 * m
-    v = (1 - b2) * jnp.square(g) + b2 * v
-    mhat = m / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
-    vhat = v / (1 - jnp.asarray(b2, m.dtype) ** (i + 1))
-    return m, v, mhat, vhat
-
-
+@register_optimizer("sgd")
 @optimizer
 def sgd(step_size):
     """Stochastic gradient descent: ``x <- x - lr * g``.
@@ -290,8 +232,9 @@ def sgd(step_size):
     return Optimizer(init, update, get_params)
 
 
+@register_optimizer("momentum", defaults={"mass": 0.9})
 @optimizer
-def momentum(step_size: Schedule, mass: float):
+def momentum(step_size, mass: float):
     """SGD with heavy-ball momentum (Polyak 1964).
 
     ``v <- mass * v + g;  x <- x - lr * v``. State per leaf: ``(x, v)``, ``v`` starts at 0.
@@ -313,11 +256,12 @@ def momentum(step_size: Schedule, mass: float):
         x = x - step_size(i) * velocity
         return x, velocity
 
-    return _with_zero, update, _params_of
+    return _with_zero, update, params_of
 
 
+@register_optimizer("nesterov", defaults={"mass": 0.9})
 @optimizer
-def nesterov(step_size: Schedule, mass: float):
+def nesterov(step_size, mass: float):
     """SGD with Nesterov momentum (Sutskever et al. 2013 formulation).
 
     ``v <- mass * v + g;  x <- x - lr * (mass * v + g)``. State per leaf: ``(x, v)``.
@@ -339,11 +283,12 @@ def nesterov(step_size: Schedule, mass: float):
         x = x - step_size(i) * (mass * velocity + g)
         return x, velocity
 
-    return _with_zero, update, _params_of
+    return _with_zero, update, params_of
 
 
+@register_optimizer("adagrad")
 @optimizer
-def adagrad(step_size, momentum=0.9):
+def adagrad(step_size, momentum: float = 0.9):
     """Adagrad with momentum (Duchi, Hazan & Singer 2011, JMLR 12).
 
     ``s <- s + g**2;  m <- (1 - momentum) * g / sqrt(s) + momentum * m`` (``g / sqrt(s)`` taken
@@ -368,11 +313,12 @@ def adagrad(step_size, momentum=0.9):
         x = x - step_size(i) * m
         return x, g_sq, m
 
-    return _with_two_zeros, update, _params_of
+    return with_two_zeros, update, params_of
 
 
+@register_optimizer("rmsprop")
 @optimizer
-def rmsprop(step_size, gamma=0.9, eps=1e-8):
+def rmsprop(step_size, gamma: float = 0.9, eps: float = 1e-8):
     """RMSProp (Tieleman & Hinton 2012, lecture 6.5).
 
     ``a <- gamma * a + (1 - gamma) * g**2;  x <- x - lr * g / sqrt(a + eps)``. State: ``(x, a)``.
@@ -398,11 +344,12 @@ def rmsprop(step_size, gamma=0.9, eps=1e-8):
         x = x - step_size(i) * g / jnp.sqrt(avg_sq_grad + eps)
         return x, avg_sq_grad
 
-    return init, update, _params_of
+    return init, update, params_of
 
 
+@register_optimizer("rmsprop_momentum")
 @optimizer
-def rmsprop_momentum(step_size, gamma=0.9, eps=1e-8, momentum=0.9):
+def rmsprop_momentum(step_size, gamma: float = 0.9, eps: float = 1e-8, momentum: float = 0.9):
     """RMSProp with momentum.
 
     ``a <- gamma * a + (1 - gamma) * g**2;  m <- momentum * m + lr * g / sqrt(a + eps);
@@ -428,11 +375,12 @@ def rmsprop_momentum(step_size, gamma=0.9, eps=1e-8, momentum=0.9):
         x = x - mom
         return x, avg_sq_grad, mom
 
-    return _with_two_zeros, update, _params_of
+    return with_two_zeros, update, params_of
 
 
+@register_optimizer("adam")
 @optimizer
-def adam(step_size, b1=0.9, b2=0.999, eps=1e-8):
+def adam(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
     """Adam (Kingma & Ba 2015, arXiv:1412.6980).
 
     ``m <- (1 - b1) g + b1 m;  v <- (1 - b2) g**2 + b2 v;  m^ = m / (1 - b1**t);
@@ -451,20 +399,21 @@ def adam(step_size, b1=0.9, b2=0.999, eps=1e-8):
     Source: ``jax.example_libraries.optimizers.adam``.
     """
     step_size = make_schedule(step_size)
-    _check_unit_interval(b1, "b1")
-    _check_unit_interval(b2, "b2")
+    check_unit_interval(b1, "b1")
+    check_unit_interval(b2, "b2")
 
     def update(i, g, state):
         x, m, v = state
-        m, v, mhat, vhat = _adam_moments(i, g, m, v, b1, b2)
+        m, v, mhat, vhat = adam_moments(i, g, m, v, b1, b2)
         x = x - step_size(i) * mhat / (jnp.sqrt(vhat) + eps)
         return x, m, v
 
-    return _with_two_zeros, update, _params_of
+    return with_two_zeros, update, params_of
 
 
+@register_optimizer("adamax")
 @optimizer
-def adamax(step_size, b1=0.9, b2=0.999, eps=1e-8):
+def adamax(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
     """AdaMax, Adam with the infinity norm (Kingma & Ba 2015, section 7).
 
     ``m <- (1 - b1) g + b1 m;  u <- max(b2 u, |g|);  x <- x - (lr / (1 - b1**t)) m / (u + eps)``.
@@ -482,8 +431,8 @@ def adamax(step_size, b1=0.9, b2=0.999, eps=1e-8):
     Source: ``jax.example_libraries.optimizers.adamax``.
     """
     step_size = make_schedule(step_size)
-    _check_unit_interval(b1, "b1")
-    _check_unit_interval(b2, "b2")
+    check_unit_interval(b1, "b1")
+    check_unit_interval(b2, "b2")
 
     def update(i, g, state):
         x, m, u = state
@@ -492,7 +441,7 @@ def adamax(step_size, b1=0.9, b2=0.999, eps=1e-8):
         x = x - (step_size(i) / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))) * m / (u + eps)
         return x, m, u
 
-    return _with_two_zeros, update, _params_of
+    return with_two_zeros, update, params_of
 
 
 def _splice(seq, i, x):
@@ -501,8 +450,9 @@ def _splice(seq, i, x):
     return lst
 
 
+@register_optimizer("sm3")
 @optimizer
-def sm3(step_size, momentum=0.9):
+def sm3(step_size, momentum: float = 0.9):
     """SM3-II with momentum (Anil, Gupta, Koren & Singer 2019, arXiv:1901.11150).
 
     For a leaf of shape ``(n_1, ..., n_k)`` (a 0-d leaf is treated as shape ``(1,)``), one
@@ -561,6 +511,7 @@ def sm3(step_size, momentum=0.9):
 # scalar of the promoted dtype of its inputs.
 
 
+@register_schedule("constant")
 def constant(step_size) -> Schedule:
     """``schedule(i) = step_size``.
 
@@ -569,7 +520,7 @@ def constant(step_size) -> Schedule:
 
     Source: ``jax.example_libraries.optimizers.constant``.
     """
-    _check_step_size(step_size)
+    check_step_size(step_size)
 
     def schedule(i):
         return step_size
@@ -577,7 +528,8 @@ def constant(step_size) -> Schedule:
     return schedule
 
 
-def exponential_decay(step_size, decay_steps, decay_rate) -> Schedule:
+@register_schedule("exponential_decay")
+def exponential_decay(step_size, decay_steps: float, decay_rate: float) -> Schedule:
     """``schedule(i) = step_size * decay_rate ** (i / decay_steps)`` (continuous, not staircase).
 
     Raises:
@@ -585,7 +537,7 @@ def exponential_decay(step_size, decay_steps, decay_rate) -> Schedule:
 
     Source: ``jax.example_libraries.optimizers.exponential_decay``.
     """
-    _check_step_size(step_size)
+    check_step_size(step_size)
 
     def schedule(i):
         return step_size * decay_rate ** (i / decay_steps)
@@ -593,7 +545,10 @@ def exponential_decay(step_size, decay_steps, decay_rate) -> Schedule:
     return schedule
 
 
-def inverse_time_decay(step_size, decay_steps, decay_rate, staircase=False) -> Schedule:
+@register_schedule("inverse_time_decay")
+def inverse_time_decay(
+    step_size, decay_steps: float, decay_rate: float, staircase: bool = False
+) -> Schedule:
     """``schedule(i) = step_size / (1 + decay_rate * i / decay_steps)``.
 
     With ``staircase=True``, ``i / decay_steps`` is floored.
@@ -603,7 +558,7 @@ def inverse_time_decay(step_size, decay_steps, decay_rate, staircase=False) -> S
 
     Source: ``jax.example_libraries.optimizers.inverse_time_decay``.
     """
-    _check_step_size(step_size)
+    check_step_size(step_size)
     if staircase:
 
         def schedule(i):
@@ -617,7 +572,10 @@ def inverse_time_decay(step_size, decay_steps, decay_rate, staircase=False) -> S
     return schedule
 
 
-def polynomial_decay(step_size, decay_steps, final_step_size, power=1.0) -> Schedule:
+@register_schedule("polynomial_decay", note="(``final_step_size`` is absolute)")
+def polynomial_decay(
+    step_size, decay_steps: int, final_step_size: float, power: float = 1.0
+) -> Schedule:
     """``schedule(i) = (1 - min(i, decay_steps) / decay_steps) ** power * (step_size - final)
     + final``: from ``step_size`` at 0 to ``final_step_size`` at ``decay_steps`` and after.
 
@@ -626,7 +584,7 @@ def polynomial_decay(step_size, decay_steps, final_step_size, power=1.0) -> Sche
 
     Source: ``jax.example_libraries.optimizers.polynomial_decay``.
     """
-    _check_step_size(step_size)
+    check_step_size(step_size)
 
     def schedule(step_num):
         step_num = jnp.minimum(step_num, decay_steps)

@@ -20,21 +20,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from optimizers.core import (
-    Optimizer,
-    OptimizerState,
-    Schedule,
-    _adam_moments,
-    _check_step_size,
-    _check_unit_interval,
-    _fresh,
-    _is_concrete_number,
-    _params_of,
-    _tree_mismatch,
-    _with_two_zeros,
-    make_schedule,
-    optimizer,
+from optimizers.common import (
+    adam_moments,
+    check_step_size,
+    check_unit_interval,
+    fresh,
+    is_concrete_number,
+    params_of,
+    tree_mismatch,
+    with_two_zeros,
 )
+from optimizers.core import Optimizer, OptimizerState, Schedule, make_schedule, optimizer, piecewise_constant
+from optimizers.registry import register_optimizer, register_schedule
 
 __all__ = [
     "adamw",
@@ -44,19 +41,23 @@ __all__ = [
     "linear_warmup",
     "lion",
     "nadamw",
+    "optax_adam",
+    "optax_momentum",
+    "optax_sgd",
+    "piecewise",
     "warmup_cosine_decay",
 ]
 
 
 def _check_nonnegative(value: Any, name: str) -> None:
-    if _is_concrete_number(value) and not float(value) >= 0:
+    if is_concrete_number(value) and not float(value) >= 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
 
 
 def _check_total_steps(total_steps: Any, fn: str) -> None:
     if total_steps is None:
         raise ValueError(f"{fn}: total_steps is required (the harness fills it with the trial's step budget)")
-    if _is_concrete_number(total_steps) and not float(total_steps) > 0:
+    if is_concrete_number(total_steps) and not float(total_steps) > 0:
         raise ValueError(f"{fn}: total_steps must be positive, got {total_steps!r}")
 
 
@@ -64,8 +65,11 @@ def _check_total_steps(total_steps: Any, fn: str) -> None:
 # Optimizers.
 
 
+@register_optimizer("adamw")
 @optimizer
-def adamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
+def adamw(
+    step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 1e-4
+):
     """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter 2019, arXiv:1711.05101).
 
     With ``t = i + 1``:
@@ -85,21 +89,24 @@ def adamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
         ``weight_decay < 0``.
     """
     step_size = make_schedule(step_size)
-    _check_unit_interval(b1, "b1")
-    _check_unit_interval(b2, "b2")
+    check_unit_interval(b1, "b1")
+    check_unit_interval(b2, "b2")
     _check_nonnegative(weight_decay, "weight_decay")
 
     def update(i, g, state):
         x, m, v = state
-        m, v, mhat, vhat = _adam_moments(i, g, m, v, b1, b2)
+        m, v, mhat, vhat = adam_moments(i, g, m, v, b1, b2)
         x = x - step_size(i) * (mhat / (jnp.sqrt(vhat) + eps) + weight_decay * x)
         return x, m, v
 
-    return _with_two_zeros, update, _params_of
+    return with_two_zeros, update, params_of
 
 
+@register_optimizer("nadamw")
 @optimizer
-def nadamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
+def nadamw(
+    step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, weight_decay: float = 1e-4
+):
     """NAdamW, the AlgoPerf baseline: Nesterov Adam (Dozat 2016) with decoupled weight decay.
 
     As in ``mlcommons/algorithmic-efficiency`` (``baselines/nadamw``), with ``t = i + 1``:
@@ -121,23 +128,24 @@ def nadamw(step_size, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-4):
         ``weight_decay < 0``.
     """
     step_size = make_schedule(step_size)
-    _check_unit_interval(b1, "b1")
-    _check_unit_interval(b2, "b2")
+    check_unit_interval(b1, "b1")
+    check_unit_interval(b2, "b2")
     _check_nonnegative(weight_decay, "weight_decay")
 
     def update(i, g, state):
         x, m, v = state
-        m, v, _, vhat = _adam_moments(i, g, m, v, b1, b2)
+        m, v, _, vhat = adam_moments(i, g, m, v, b1, b2)
         n = (1 - b1) * g + b1 * m
         nhat = n / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
         x = x - step_size(i) * (nhat / (jnp.sqrt(vhat) + eps) + weight_decay * x)
         return x, m, v
 
-    return _with_two_zeros, update, _params_of
+    return with_two_zeros, update, params_of
 
 
+@register_optimizer("lion")
 @optimizer
-def lion(step_size, b1=0.9, b2=0.99, weight_decay=1e-3):
+def lion(step_size, b1: float = 0.9, b2: float = 0.99, weight_decay: float = 1e-3):
     """Lion, EvoLved Sign Momentum (Chen et al. 2023, arXiv:2302.06675).
 
     ``c = b1 m + (1 - b1) g;  x <- x - lr * (sign(c) + weight_decay * x);
@@ -155,8 +163,8 @@ def lion(step_size, b1=0.9, b2=0.99, weight_decay=1e-3):
         ``weight_decay < 0``.
     """
     step_size = make_schedule(step_size)
-    _check_unit_interval(b1, "b1")
-    _check_unit_interval(b2, "b2")
+    check_unit_interval(b1, "b1")
+    check_unit_interval(b2, "b2")
     _check_nonnegative(weight_decay, "weight_decay")
 
     def init(x0):
@@ -169,14 +177,28 @@ def lion(step_size, b1=0.9, b2=0.99, weight_decay=1e-3):
         m = b2 * m + (1 - b2) * g
         return x, m
 
-    return init, update, _params_of
+    return init, update, params_of
 
 
 # --------------------------------------------------------------------------------------------
 # Schedules.
 
 
-def linear_warmup(step_size, warmup_steps, init_scale=0.0) -> Schedule:
+@register_schedule("piecewise")
+def piecewise(step_size, boundaries: Sequence[int], multipliers: Sequence[float]) -> Schedule:
+    """:func:`optimizers.core.piecewise_constant` with values ``step_size * multipliers[k]``.
+
+    Step ``i`` gets ``multipliers[k]`` where ``k`` counts the boundaries strictly below ``i``.
+
+    Raises:
+      ValueError: ``len(boundaries) != len(multipliers) - 1``, or a concrete ``step_size <= 0``.
+    """
+    check_step_size(step_size)
+    return piecewise_constant(boundaries, [step_size * m for m in multipliers])
+
+
+@register_schedule("linear_warmup")
+def linear_warmup(step_size, warmup_steps: int, init_scale: float = 0.0) -> Schedule:
     """Linear ramp from ``init_scale * step_size`` at step 0 to ``step_size`` at ``warmup_steps``,
     constant after: ``lr(i) = (i0 - step_size) * (1 - min(max(i, 0), w) / w) + step_size``
     with ``i0 = init_scale * step_size``. ``warmup_steps == 0`` gives a constant schedule.
@@ -186,9 +208,9 @@ def linear_warmup(step_size, warmup_steps, init_scale=0.0) -> Schedule:
     Raises:
       ValueError: concrete ``step_size <= 0`` or ``warmup_steps < 0``.
     """
-    _check_step_size(step_size)
+    check_step_size(step_size)
     _check_nonnegative(warmup_steps, "warmup_steps")
-    if _is_concrete_number(warmup_steps) and warmup_steps == 0:
+    if is_concrete_number(warmup_steps) and warmup_steps == 0:
 
         def constant_schedule(i):
             return step_size
@@ -203,7 +225,8 @@ def linear_warmup(step_size, warmup_steps, init_scale=0.0) -> Schedule:
     return schedule
 
 
-def cosine_decay(step_size, total_steps=None, alpha=0.0) -> Schedule:
+@register_schedule("cosine_decay", note="(``total_steps`` injected by the harness)")
+def cosine_decay(step_size, total_steps: int | None = None, alpha: float = 0.0) -> Schedule:
     """Cosine decay (Loshchilov & Hutter 2017, SGDR, without restarts) over ``total_steps``:
     ``lr(i) = step_size * ((1 - alpha) * 0.5 * (1 + cos(pi * min(i, T) / T)) + alpha)``,
     from ``step_size`` at 0 to ``alpha * step_size`` at ``T`` and after.
@@ -218,7 +241,7 @@ def cosine_decay(step_size, total_steps=None, alpha=0.0) -> Schedule:
     Raises:
       ValueError: concrete ``step_size <= 0``; ``total_steps`` missing or not positive.
     """
-    _check_step_size(step_size)
+    check_step_size(step_size)
     _check_total_steps(total_steps, "cosine_decay")
 
     def schedule(i):
@@ -262,7 +285,10 @@ def join_schedules(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> 
     return schedule
 
 
-def warmup_cosine_decay(step_size, warmup_steps, total_steps=None, init_scale=0.0, alpha=0.0) -> Schedule:
+@register_schedule("warmup_cosine_decay", note="(``total_steps`` injected by the harness)")
+def warmup_cosine_decay(
+    step_size, warmup_steps: int, total_steps: int | None = None, init_scale: float = 0.0, alpha: float = 0.0
+) -> Schedule:
     """:func:`linear_warmup` over ``warmup_steps`` then :func:`cosine_decay` over the remaining
     ``total_steps - warmup_steps`` steps, from ``step_size`` down to ``alpha * step_size``.
 
@@ -273,9 +299,9 @@ def warmup_cosine_decay(step_size, warmup_steps, total_steps=None, init_scale=0.
       ValueError: concrete ``step_size <= 0``; ``total_steps`` missing or not greater than
         ``warmup_steps``.
     """
-    _check_step_size(step_size)
+    check_step_size(step_size)
     _check_total_steps(total_steps, "warmup_cosine_decay")
-    concrete = _is_concrete_number(total_steps) and _is_concrete_number(warmup_steps)
+    concrete = is_concrete_number(total_steps) and is_concrete_number(warmup_steps)
     if concrete and not total_steps > warmup_steps:
         raise ValueError(
             f"warmup_cosine_decay: total_steps ({total_steps!r}) must exceed warmup_steps ({warmup_steps!r})"
@@ -318,7 +344,7 @@ def from_optax(tx: Any) -> Optimizer:
     outer = jax.tree.structure(0)
 
     def init_fn(params):
-        params = jax.tree.map(_fresh, params)
+        params = jax.tree.map(fresh, params)
         leaves, inner = jax.tree.flatten((params, tx.init(params)))
         return OptimizerState((leaves,), outer, (inner,))
 
@@ -331,7 +357,7 @@ def from_optax(tx: Any) -> Optimizer:
         params, inner_state = _unpack(opt_state)
         p_tree, g_tree = jax.tree.structure(params), jax.tree.structure(grads)
         if p_tree != g_tree:
-            raise _tree_mismatch(p_tree, g_tree)
+            raise tree_mismatch(p_tree, g_tree)
         updates, inner_state = tx.update(grads, inner_state, params)
         params = jax.tree.map(lambda p, u: jnp.asarray(p + u).astype(jnp.asarray(p).dtype), params, updates)
         leaves, inner = jax.tree.flatten((params, inner_state))
@@ -358,5 +384,32 @@ def _optax_lr(step_size: Any) -> Any:
     """A step size for Optax: schedules pass through, concrete scalars are checked."""
     if callable(step_size):
         return step_size
-    _check_step_size(step_size)
+    check_step_size(step_size)
     return step_size
+
+
+# --------------------------------------------------------------------------------------------
+# Optax optimizers by name (for comparisons in sweeps), through from_optax.
+
+
+@register_optimizer("optax_sgd")
+def optax_sgd(step_size) -> Optimizer:
+    """``optax.sgd(step_size)`` through :func:`optimizers.extra.from_optax`."""
+    optax = _import_optax()
+    return from_optax(optax.sgd(_optax_lr(step_size)))
+
+
+@register_optimizer("optax_momentum")
+def optax_momentum(step_size, mass: float = 0.9, nesterov: bool = False) -> Optimizer:
+    """``optax.sgd(step_size, momentum=mass, nesterov=nesterov)`` through ``from_optax``."""
+    optax = _import_optax()
+    return from_optax(optax.sgd(_optax_lr(step_size), momentum=mass, nesterov=nesterov))
+
+
+@register_optimizer("optax_adam")
+def optax_adam(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Optimizer:
+    """``optax.adam(step_size, b1, b2, eps)`` through ``from_optax``."""
+    check_unit_interval(b1, "b1")
+    check_unit_interval(b2, "b2")
+    optax = _import_optax()
+    return from_optax(optax.adam(_optax_lr(step_size), b1=b1, b2=b2, eps=eps))

@@ -8,9 +8,9 @@ import threading
 import pytest
 from conftest import make_spec
 
+from harness.plan.units import group_units
 from harness.train import batching
 from harness.train import loop as trainer
-from harness.plan.units import group_units
 
 
 @pytest.fixture

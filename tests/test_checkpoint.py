@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.core.spec import TrialSpec
 from harness.train import checkpoint
 from harness.train import loop as trainer
 from harness.train.checkpoint import Cadence, UnitCheckpoints, parse_every
-from harness.core.spec import TrialSpec
 
 
 @pytest.fixture(scope="module")
@@ -338,8 +338,8 @@ def test_sigkill_mid_write_leaves_the_previous_checkpoint_usable(tmp_path):
 
 def test_sweep_removes_checkpoints_and_can_keep_the_final_state(tmp_path, write_sweep, tracking_uri,
                                                                 monkeypatch):
-    from harness.tracking import client as tracking
     from harness.sweep.run import run_sweep
+    from harness.tracking import client as tracking
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(checkpoint.ENV_EVERY, "20")

@@ -81,8 +81,8 @@ def _read_curves(path: Path) -> tuple[list, list]:
 def _reference(specs) -> dict[tuple, tuple[list, list]]:
     """Curves of an uninterrupted run of each unit, as ``curves.csv`` holds them (``repr`` of each
     float), keyed by (optimizer, seed)."""
-    from harness.train import loop as trainer
     from harness.sweep.run import group_units
+    from harness.train import loop as trainer
 
     out = {}
     for unit in group_units(specs, "on"):
@@ -152,9 +152,9 @@ class Lane:
 
 
 def test_sigkill_during_training_then_rerun_resumes_bit_identically(tmp_path):
-    from harness.tracking import client as tracking
     from harness.config.load import load_config
     from harness.sweep.run import expand
+    from harness.tracking import client as tracking
 
     env = {**os.environ, "HARNESS_CHECKPOINT_EVERY": "20", "HARNESS_TEST_CHUNK_SLEEP_S": "0.05",
            "PYTHONUNBUFFERED": "1",

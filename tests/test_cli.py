@@ -9,8 +9,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from harness.tracking import client as tracking
 from harness.cli import app
+from harness.tracking import client as tracking
 
 runner = CliRunner()
 
@@ -298,7 +298,7 @@ def test_ctrl_c_prints_progress_and_exits_130(tmp_path, write_sweep, tracking_ur
 def test_list_descriptions_are_plain_sentences():
     """``list`` showed raw reST (":func:`optimizers.core.adam`.") for the registry's thin factories."""
     import optimizers
-    from harness.cli import describe
+    from harness.cli.list_cmd import describe
 
     assert describe(optimizers.OPTIMIZERS["adam"]) == "Adam (Kingma & Ba 2015, arXiv:1412.6980)."
     assert describe(optimizers.OPTIMIZERS["sgd"]) == "Stochastic gradient descent: x <- x - lr * g."

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.tracking import client as tracking
-from harness.config.load import ConfigError, load_config
 from harness.config.limits import DEFAULT_MAX_TRIALS
+from harness.config.load import ConfigError, load_config
+from harness.tracking import client as tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"

@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 
+from harness.core.registry import hyperparameters
 from harness.data import sources as data
 from harness.data.sources import DATASETS, Dataset, load_dataset
-from harness.core.registry import hyperparameters
 
 
 def test_registry_names_and_hparams():

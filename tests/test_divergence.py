@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.train import loop as trainer
-from harness.data.sources import load_dataset
 from harness.core.spec import TrialSpec
+from harness.data.sources import load_dataset
+from harness.train import loop as trainer
 
 
 def _spec(optimizer: str, step_size: float, **kw) -> TrialSpec:

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.tracking import store
 from harness.tracking import client as tracking
+from harness.tracking import store
 
 pytestmark = pytest.mark.slow
 
@@ -565,8 +565,8 @@ def test_store_folder_unwritable_mid_sweep(tmp_path, procs, env_base, fake_train
         pytest.skip("chattr +i does not stop writes here")
     from typer.testing import CliRunner
 
-    from harness.tracking import spool
     from harness.cli import app
+    from harness.tracking import spool
 
     folder = tmp_path / "store"
     folder.mkdir()

@@ -8,8 +8,7 @@ import math
 import re
 from pathlib import Path
 
-from harness.train import batching
-from harness.train import timing
+from harness.train import batching, timing
 
 SCRIPT = Path(__file__).parent / "benchmarks" / "gpu_check.py"
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.train import parallel
 from harness.config.load import ConfigError, parse_config
 from harness.core.spec import TrialSpec
+from harness.train import parallel
 
 ROOT = Path(__file__).resolve().parents[1]
 RTOL = ATOL = 1e-5

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.core.spec import TrialSpec
 from harness.execute import ray_executor as rx
 from harness.execute.ray_executor import (
     RayExecutor,
@@ -17,7 +18,6 @@ from harness.execute.ray_executor import (
     check_tracking_store,
     store_is_machine_local,
 )
-from harness.core.spec import TrialSpec
 
 
 @pytest.mark.parametrize(
@@ -262,8 +262,8 @@ def test_driver_fails_a_unit_after_the_last_resubmission_and_never_retries_its_o
 
 
 def test_dedupe_keeps_the_earliest_finished_run(tmp_path):
-    from harness.tracking import client as tracking
     from harness.execute.worker import RunContext
+    from harness.tracking import client as tracking
 
     uri = f"sqlite:///{tmp_path}/m.db"
     client = tracking.prepare_store(uri)

@@ -13,10 +13,10 @@ import pytest
 from mlflow import MlflowClient
 
 from harness.config import search
-from harness.tracking import client as tracking
 from harness.config.load import ConfigError, hparam_values, load_config
 from harness.config.search import Distribution, Search, parse_distribution, sample, unit_points
 from harness.sweep.run import expand, run_sweep
+from harness.tracking import client as tracking
 
 
 def _errors(write_sweep, **overrides) -> list[str]:

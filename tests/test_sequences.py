@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from harness.core.spec import TrialSpec
 from harness.data import sequences
+from harness.data.sources import load_dataset
 from harness.train import loop as trainer
 from harness.train.augment import make_augment, validate_augment
-from harness.data.sources import load_dataset
-from harness.core.spec import TrialSpec
 from models import stax
 from models.zoo import ModelDef
 

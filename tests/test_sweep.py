@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from harness.tracking import client as tracking
 from harness.sweep.run import run_sweep
+from harness.tracking import client as tracking
 
 
 def _trial_runs(uri: str, name: str):
@@ -132,8 +132,8 @@ def test_trial_that_raises_is_failed_and_rerun(tmp_path, write_sweep, tracking_u
 def test_execute_unit_is_idempotent(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
     """A retried unit skips FINISHED trials and kills stale RUNNING runs of its trials."""
     from harness.config.load import load_config
-    from harness.sweep.run import expand
     from harness.execute.worker import RunContext, execute_unit
+    from harness.sweep.run import expand
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
@@ -243,8 +243,8 @@ def test_background_logging_writes_every_run_and_defers_to_a_finished_one(
     ``flush_logging`` every trial has one FINISHED run with its metrics, and a FINISHED run that
     appeared meanwhile (a concurrent invocation) wins: no second FINISHED run is made."""
     from harness.config.load import load_config
-    from harness.sweep.run import expand
     from harness.execute.worker import RunContext, execute_unit, flush_logging
+    from harness.sweep.run import expand
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
@@ -313,13 +313,14 @@ def test_summary_best_config_ranks_like_the_report_leaderboard():
     """Time to target (in steps, within one optimizer) beats a higher final accuracy, and more seeds
     reaching the target beats both (the terminal summary used to pick by final accuracy alone,
     unlike the HTML report)."""
-    from harness.sweep.run import best_configs
     from harness.execute.worker import TrialOutcome
+    from harness.sweep.run import best_configs
 
     def o(config, seed, acc, secs):
         return TrialOutcome(trial_id=f"{config}{seed}", status="finished", model="mlp", optimizer="sgd",
                             dataset="digits", config=config, seed=seed, final_valid_accuracy=acc,
-                            seconds_to_target=secs, steps_to_target=None if secs is None else round(secs * 100))
+                            seconds_to_target=secs,
+                            steps_to_target=None if secs is None else round(secs * 100))
 
     slow_accurate = [o("A", 0, 0.99, 0.5), o("A", 1, 0.99, 0.5)]
     fast = [o("B", 0, 0.95, 0.1), o("B", 1, 0.95, 0.1)]
@@ -335,8 +336,8 @@ def test_summary_names_each_rows_metric_when_tasks_differ():
     table once headed every row "valid loss", so the CNN's accuracy 0.9475 read as a loss."""
     from rich.console import Console
 
-    from harness.sweep.run import SweepSummary, print_summary
     from harness.execute.worker import TrialOutcome
+    from harness.sweep.run import SweepSummary, print_summary
 
     def o(model, ds, metric, valid, test, seed=0):
         is_loss = metric.endswith("loss")
@@ -370,11 +371,11 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     """Throughput must not be timed while the background thread writes to MLflow (on 2 cores the
     quickstart's first CNN examples/s read 2.7x low): a unit whose perf key is not measured yet
     waits for pending writes; a unit with a cached measurement does not."""
-    from harness.train import loop as trainer
-    from harness.execute import worker
     from harness.config.load import load_config
-    from harness.sweep.run import expand
+    from harness.execute import worker
     from harness.execute.worker import RunContext, execute_unit
+    from harness.sweep.run import expand
+    from harness.train import loop as trainer
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))

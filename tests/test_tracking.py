@@ -11,8 +11,8 @@ import time
 import pytest
 from mlflow import MlflowClient
 
-from harness.tracking import client as tracking
 from harness.sweep.run import run_sweep
+from harness.tracking import client as tracking
 
 
 def _closed_port() -> int:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from conftest import make_spec
 
+from harness.core.spec import PerfResult, Target
+from harness.data.sources import load_dataset
 from harness.train import batching
 from harness.train import loop as trainer
-from harness.data.sources import load_dataset
-from harness.core.spec import PerfResult, Target
 from models.zoo import MODELS
 from optimizers import OPTIMIZERS
 

@@ -7,10 +7,10 @@ import yaml
 from mlflow import MlflowClient
 from test_sequences import bigram_mlp
 
-from harness.tracking import client as tracking
 from harness.config.load import ConfigError, default_registries, load_config, parse_config
-from harness.sweep.run import expand, run_sweep
 from harness.config.workloads import WORKLOADS, Workload, get_workload
+from harness.sweep.run import expand, run_sweep
+from harness.tracking import client as tracking
 
 SHIPPED = {"mnist1d_mlp", "mnist1d_cnn", "digits_cnn", "cifar10_resnet18", "cifar10_vit",
            "markov_lm_transformer", "lm1b_transformer"}

@@ -36,11 +36,10 @@ for p in (str(_HERE), str(_HERE.parents[1])):  # paired.py; the repository root 
 import jax  # noqa: E402
 from paired import paired  # noqa: E402
 
-from harness.train import loop as trainer  # noqa: E402
-from harness.train import batching
-from harness.train import timing
-from harness.data.sources import load_dataset  # noqa: E402
 from harness.core.spec import TrialSpec  # noqa: E402
+from harness.data.sources import load_dataset  # noqa: E402
+from harness.train import batching, timing  # noqa: E402
+from harness.train import loop as trainer  # noqa: E402
 
 #: (model, model hparams, dataset, dataset hparams, batch size) per workload and size.
 SIZES = {

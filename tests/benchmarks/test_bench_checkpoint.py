@@ -28,10 +28,10 @@ import time
 import jax
 import pytest
 
+from harness.core.spec import TrialSpec
+from harness.data.sources import load_dataset
 from harness.train import checkpoint
 from harness.train import loop as trainer
-from harness.data.sources import load_dataset
-from harness.core.spec import TrialSpec
 
 BATCH = 128
 IMAGES = ("synthetic", {"input_shape": [32, 32, 3], "num_examples": 2048, "num_test": 256})
@@ -97,7 +97,8 @@ def test_checkpoint_overhead_at_the_default_cadence(benchmark, case):
     def run(on: bool) -> tuple[float, dict]:
         d = tempfile.mkdtemp(prefix="bench-ckpt-")
         # adaptive=True: the default cadence as a sweep uses it (worker.unit_checkpoints)
-        ck = checkpoint.UnitCheckpoints(f"{d}/u", [spec.trial_id], None, cadence, adaptive=True) if on else None
+        ck = (checkpoint.UnitCheckpoints(f"{d}/u", [spec.trial_id], None, cadence, adaptive=True)
+              if on else None)
         t0 = time.perf_counter()
         res = trainer.run_trial(spec, dataset=ds, measure_perf=False, checkpoints=ck)
         if ck is not None:

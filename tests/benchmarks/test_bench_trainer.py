@@ -29,10 +29,10 @@ from jax.example_libraries import optimizers as ref_opt
 from jax.example_libraries import stax
 from paired import interleave, medians, paired
 
+from harness.core.spec import TrialSpec
+from harness.data.sources import load_dataset
 from harness.train import batching
 from harness.train import loop as trainer
-from harness.data.sources import load_dataset
-from harness.core.spec import TrialSpec
 from models.zoo import MODELS
 from optimizers import OPTIMIZERS
 

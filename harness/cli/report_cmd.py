@@ -1,0 +1,46 @@
+"""``report``: write the HTML comparison report (and its CSV) of a sweep from what MLflow holds."""
+
+from __future__ import annotations
+
+import typer
+
+from harness.cli.common import URI_HELP, err
+
+EPILOG = """\b
+Examples:
+  python -m harness report --experiment quickstart                  # latest sweep
+  python -m harness report -e quickstart -o quickstart.html
+  python -m harness report -e mnist1d --sweep 1a2b3c4d5e6f --baseline 0f9e8d7c6b5a
+\b
+Writes one self-contained HTML file (vector figures, interactive curves, downloads) and the
+tidy CSV beside it, prints both paths, and logs both to the parent runs whose trials it shows."""
+
+
+def report(
+    experiment: str = typer.Option(..., "--experiment", "-e", help="Sweep name (MLflow experiment)."),
+    sweep_id: str | None = typer.Option(None, "--sweep", help="Sweep id (default: the latest)."),
+    output: str | None = typer.Option(None, "-o", "--output", help="Output HTML path."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Sweep id to compare against."),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
+) -> None:
+    """Build one self-contained HTML comparison report from what MLflow holds."""
+    from harness.tracking import client as tracking
+
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    try:
+        tracking.prepare_store(uri, create=False)
+    except tracking.TrackingUnavailableError as e:
+        err(f"error: {e}")
+        raise typer.Exit(3) from None
+    from reports import make_report
+
+    try:
+        path = make_report(experiment, sweep_id, output, baseline, uri)
+    except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
+        err(f"error: {e.args[0] if e.args else e}")
+        raise typer.Exit(2) from None
+    csv = path.with_suffix(".csv")
+    typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, one self-contained HTML file)")
+    if csv.exists():
+        typer.echo(f"data:   {csv} (the tidy table behind every figure)")
+    typer.echo("Both are also logged to the sweep's parent run(s) in MLflow, under reports/.")

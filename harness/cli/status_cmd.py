@@ -1,0 +1,114 @@
+"""``status``: per sweep in a store, its trials finished / diverged / failed / pending and the state
+of its last parent run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from harness.cli.common import URI_HELP, err, exit_no_experiment
+from harness.core.names import KIND_PARENT, TAG_KIND, TAG_STATUS, TAG_SWEEP_ID
+
+
+def status(
+    config: Path | None = typer.Argument(None, help="A sweep config: count its pending trials exactly."),
+    experiment: str | None = typer.Option(None, "--experiment", "-e", help="Only this sweep name."),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
+) -> None:
+    """Per sweep: finished / diverged / failed / pending trials."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.config.load import ConfigError
+    from harness.tracking import client as tracking
+
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    expected: dict[str, set[str]] = {}
+    names: list[str] | None = [experiment] if experiment else None
+    if config is not None:
+        from harness.config.load import load_config
+        from harness.sweep.run import expand, sweep_id_of
+
+        try:
+            cfg = load_config(config)
+        except ConfigError as e:
+            err(f"invalid sweep config:\n{e}")
+            raise typer.Exit(2) from None
+        uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
+        specs = expand(cfg)
+        expected[sweep_id_of(cfg.name, specs)] = {s.trial_id for s in specs}
+        names = [cfg.name]
+    try:
+        client = tracking.prepare_store(uri, create=False)
+    except tracking.TrackingUnavailableError as e:
+        err(f"error: {e}")
+        raise typer.Exit(3) from None
+    exps = [client.get_experiment_by_name(n) for n in names] if names else client.search_experiments()
+    if experiment and config is None and exps[0] is None:
+        exit_no_experiment(client, experiment, uri)
+    t = Table(title=f"sweeps in {uri}")
+    for col in ("sweep", "sweep_id", "trials", "finished", "diverged", "failed", "pending", "last run"):
+        # names and ids are never truncated: they are what users copy into other commands
+        t.add_column(col, no_wrap=col != "last run", overflow="fold")
+    for exp in exps:
+        if exp is None:
+            continue
+        parents = tracking.search_all(client, exp.experiment_id, f"tags.`{TAG_KIND}` = '{KIND_PARENT}'")
+        by_trial = tracking.trial_runs(client, exp.experiment_id)
+        sweep_ids: dict[str, dict] = {}
+        for p in sorted(parents, key=lambda r: r.info.start_time):
+            sid = p.data.tags.get(TAG_SWEEP_ID, "?")
+            d = sweep_ids.setdefault(sid, {"n": 0, "last": p})
+            d["last"] = p
+            d["n"] = max(d["n"], int(p.data.params.get("n_trials", 0) or 0))
+        for sid in expected:
+            sweep_ids.setdefault(sid, {"n": len(expected[sid]), "last": None})
+        for sid, d in sweep_ids.items():
+            ids = expected.get(sid)
+            if ids is None:  # trials that ran under this sweep id
+                ids = {tid for tid, rs in by_trial.items()
+                       if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
+            c = {"finished": 0, "diverged": 0, "failed": 0}
+            # TODO(lead): classifying a trial's runs (finished / diverged / failed / pending) has one
+            # home in helper exec's work (harness/sweep or harness/tracking): call it here instead.
+            for tid in ids:
+                rs = by_trial.get(tid, [])
+                fin = [r for r in rs if r.info.status == "FINISHED"]
+                if fin:
+                    c["diverged" if fin[0].data.tags.get(TAG_STATUS) == "diverged" else "finished"] += 1
+                elif any(r.info.status == "FAILED" for r in rs):
+                    c["failed"] += 1
+            n = max(d["n"], len(ids))
+            pending = n - sum(c.values())
+            last = d["last"]
+            last_s = "—" if last is None else _parent_state(client, last)
+            t.add_row(exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
+                      str(pending), last_s)
+    console = Console()
+    if not console.is_terminal:  # piped or logged: do not squeeze ids into 80 columns
+        console = Console(width=140)
+    console.print(t)
+    from harness.tracking import spool
+
+    n_spooled = len(spool.entries(uri))
+    if n_spooled:
+        console.print(f"{n_spooled} trained results are in the local spool {spool.spool_dir(uri)} (the "
+                      f"store did not take them); the next sweep on this store writes them", soft_wrap=True)
+
+
+def _parent_state(client, run) -> str:
+    """``name (STATUS)``; for a RUNNING parent also whether its process is alive, e.g.
+    ``sweep-... (RUNNING, but its process host:123 is gone; the next sweep marks it KILLED)``."""
+    from harness.tracking import client as tracking
+
+    s = f"{run.info.run_name} ({run.info.status}"
+    if run.info.status == "RUNNING":
+        state, why = tracking.run_liveness(client, run)
+        if state == "gone":
+            s += f", but {why}; the next sweep marks it KILLED"
+        elif state == "alive":
+            s += f": {why}"
+        else:
+            s += f": {why}"
+    return s + ")"

@@ -1,0 +1,96 @@
+"""``sweep``: run a config (resumable) and map what went wrong to the exit code."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+from harness.cli.common import URI_HELP, err
+from harness.config.limits import DEFAULT_MAX_TRIALS
+
+
+class Batching(StrEnum):
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+EPILOG = """\b
+Examples:
+  python -m harness sweep experiments/quickstart.yaml
+  python -m harness sweep experiments/quickstart.yaml --dry-run     # the plan, nothing trained
+  python -m harness sweep experiments/mnist1d.yaml --jobs 2         # 2 local worker processes
+  python -m harness sweep experiments/mnist1d.yaml --tracking-uri http://127.0.0.1:5000
+  python -m harness sweep experiments/mnist1d.yaml --executor ray --address HOST:6379 \\
+      --tracking-uri http://HOST:5000 --cpus-per-trial 2
+\b
+Exit codes: 0 ok; 1 some trial failed; 2 invalid config or usage; 3 tracking store
+unreachable or unusable (also when results are left in the local spool: the next run
+writes them); 130 interrupted (re-run the same command to resume)."""
+
+
+def sweep(
+    config: Path = typer.Argument(..., help="Sweep config (YAML), e.g. experiments/quickstart.yaml."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (trials, done, to run); "
+                                 "train nothing."),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
+    jobs: int | None = typer.Option(None, "--jobs", "-j", min=1, help="Local worker processes, each on "
+                                    "its own device(s) of the host (CUDA_VISIBLE_DEVICES on GPUs, "
+                                    "HARNESS_DEVICE_IDS on CPU); more workers than devices share them, "
+                                    "without GPU memory preallocation [default: the config's jobs, "
+                                    "else 1; N > 1 implies --executor process]."),
+    executor: str | None = typer.Option(None, "--executor", help="inprocess | process | ray "
+                                        "[default: the config's executor, else inprocess]."),
+    address: str | None = typer.Option(None, "--address", help="Cluster address (ray)."),
+    batching: Batching | None = typer.Option(None, "--batching", help="Train seed/step-size siblings "
+                                             "together under vmap: auto | on | off [default: the "
+                                             "config's batching, else auto: where a short "
+                                             "measurement, cached per machine, finds it faster]."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    cpus_per_trial: float | None = typer.Option(None, "--cpus-per-trial", min=0,
+                                                help="Ray: CPUs each trial's task declares (default 1)."),
+    gpus_per_trial: float | None = typer.Option(None, "--gpus-per-trial", min=0,
+                                                help="Ray: GPUs each trial's task declares (Ray sets its "
+                                                "CUDA_VISIBLE_DEVICES); a fraction shares a GPU, "
+                                                "without memory preallocation (default 0)."),
+    max_trials: int = typer.Option(DEFAULT_MAX_TRIALS, "--max-trials", min=1,
+                                   help="Refuse a config that expands to more trials than this "
+                                   "(checked from axis sizes, before anything is built)."),
+) -> None:
+    """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
+    from harness.config.load import ConfigError
+    from harness.execute.executors import ExecutorUnavailableError
+    from harness.sweep.run import SweepInterrupted, run_sweep
+    from harness.tracking.client import TrackingUnavailableError
+
+    try:
+        summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
+                            address=address, batching=batching.value if batching else None,
+                            dry_run=dry_run, quiet=quiet, max_trials=max_trials,
+                            executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
+                                                             ("gpus_per_trial", gpus_per_trial))
+                                           if v is not None})
+    except ConfigError as e:
+        err(f"invalid sweep config:\n{e}")
+        raise typer.Exit(2) from None
+    except TrackingUnavailableError as e:
+        err(f"error: {e}")
+        raise typer.Exit(3) from None
+    except SweepInterrupted as e:
+        err(f"interrupted: {e.done}/{e.total} trials done; run the same command again to resume")
+        raise typer.Exit(130) from None
+    except ExecutorUnavailableError as e:  # e.g. --executor ray without Ray installed
+        err(f"error: {e}")
+        raise typer.Exit(2) from None
+    except ValueError as e:  # e.g. an unknown executor from the command line
+        err(f"error: {e}")
+        raise typer.Exit(2) from None
+    account = summary.spool_account()
+    if account:
+        err(account)
+    if summary.spooled_left:
+        raise typer.Exit(3)
+    if not dry_run and summary.counts()["failed"]:
+        raise typer.Exit(1)

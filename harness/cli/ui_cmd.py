@@ -1,0 +1,113 @@
+"""``ui``: start ``mlflow ui`` on the store (or point at the tracking server) and print the URL of the
+sweep's runs view."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from harness.cli.common import URI_HELP, err, exit_no_experiment
+from harness.core.names import KIND_PARENT, TAG_KIND
+
+
+def ui(
+    experiment: str | None = typer.Option(None, "--experiment", "-e", help="Sweep name to open."),
+    port: int = typer.Option(5000, "--port", help="Port for the UI on 127.0.0.1."),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
+) -> None:
+    """Start `mlflow ui` on the store and print the URL of the experiment's runs view (charts of
+    the trials grouped by optimizer; default experiment: the sweep that ran last). Ctrl-C stops it."""
+    import subprocess
+
+    from harness.tracking import client as tracking
+    from harness.tracking import mlflow_ui
+
+    uri = tracking.resolve_tracking_uri(tracking_uri)
+    exp_id = share_key = None
+    try:
+        client = tracking.prepare_store(uri, create=False)
+        exp = _ui_experiment(client, experiment, uri)
+        if exp is not None:
+            exp_id = exp.experiment_id
+            share_key = mlflow_ui.prepare(client, exp_id)  # training kind + the grouped chart view
+    except tracking.TrackingUnavailableError as e:
+        err(f"error: {e}")
+        raise typer.Exit(3) from None
+    base = uri if tracking.is_server(uri) else f"http://{host}:{port}"
+    url = mlflow_ui.runs_view_url(base, exp_id, share_key) if exp_id else base.rstrip("/")
+    if tracking.is_server(uri):
+        typer.echo(f"The tracking server already serves the UI: {url}")
+        return
+    busy = _port_in_use(host, port)
+    if busy:
+        err(f"error: cannot serve the UI on {host}:{port}: {busy}; choose another port, e.g. "
+             f"--port {port + 1}")
+        raise typer.Exit(2)
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host,
+           "--port", str(port), "--workers", "1"]
+    root = tracking.artifact_root_for(uri)
+    if root:
+        cmd += ["--default-artifact-root", root]
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    if exp_id is None:
+        typer.echo("No sweep in this store yet: run `python -m harness sweep CONFIG` first.")
+    typer.echo(f"MLflow UI: {url}")
+    typer.echo(f"  (store {uri}; Ctrl-C to stop)")
+    import signal
+
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def _stop(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        code = 0
+    finally:
+        if proc.poll() is None:  # stop mlflow ui and its uvicorn worker (one process group)
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    raise typer.Exit(code)
+
+
+def _ui_experiment(client, name: str | None, uri: str):
+    """The experiment ``ui`` opens: ``name``, else the one whose sweep ran last (None if the store
+    holds no sweep). Exits 2 naming the experiments there when ``name`` is unknown."""
+    if name:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            exit_no_experiment(client, name, uri)
+        return exp
+    latest = None
+    for exp in client.search_experiments():
+        runs = client.search_runs([exp.experiment_id], f"tags.`{TAG_KIND}` = '{KIND_PARENT}'",
+                                  max_results=1, order_by=["attributes.start_time DESC"])
+        if runs and (latest is None or runs[0].info.start_time > latest[0]):
+            latest = (runs[0].info.start_time, exp)
+    return latest[1] if latest else None
+
+
+def _port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound (e.g. ``address already in use``), or None if it can."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        return f"cannot resolve host {host!r} ({e.strerror or e})"
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
+        try:
+            s.bind(addr)
+        except OSError as e:
+            return (e.strerror or str(e)).lower()
+    return None
