@@ -94,7 +94,7 @@ def sweep(
                                    "(checked from axis sizes, before anything is built)."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
-    from harness.config.load import ConfigError
+    from harness.config.errors import ConfigError
     from harness.execute.executors import ExecutorUnavailableError
     from harness.sweep.run import SweepInterrupted, run_sweep
     from harness.tracking.client import TrackingUnavailableError
@@ -203,7 +203,7 @@ def list_(
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.config.load import builder_hparams, default_registries
+    from harness.config.registries import builder_hparams, default_registries
 
     reg = default_registries()
     kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
@@ -271,7 +271,7 @@ def status(
     from rich.table import Table
 
     from harness.tracking import client as tracking
-    from harness.config.load import ConfigError
+    from harness.config.errors import ConfigError
 
     uri = tracking.resolve_tracking_uri(tracking_uri)
     expected: dict[str, set[str]] = {}

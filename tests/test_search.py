@@ -14,7 +14,8 @@ from mlflow import MlflowClient
 
 from harness.config import search
 from harness.tracking import client as tracking
-from harness.config.load import ConfigError, hparam_values, load_config
+from harness.config.load import ConfigError, load_config
+from harness.config.values import hparam_values
 from harness.config.search import Distribution, Search, parse_distribution, sample, unit_points
 from harness.sweep.run import expand, run_sweep
 
