@@ -2,10 +2,11 @@
 
 Owns, low to high: the bounded YAML reader (``yamlsafe``), strict numbers (``numbers``), search
 distributions and their sampling (``search``), hyperparameter grid values (``values``), the limits
-(``limits``), config errors and the rewording of pydantic's (``errors``), the pydantic schema
-(``schema``), the registries a config is checked against (``registries``), one entry against its
-builder (``hparams``), the workload registry and its split of a config into parts (``workloads``),
-the validation of a whole config (``validate``) and loading (``load``: ``load_config``,
+(``limits``), the ``checkpoint_every`` cadence (``cadence``), the ``augment`` keys (``augment``),
+config errors and the rewording of pydantic's (``errors``), the pydantic schema (``schema``), the
+registries a config is checked against (``registries``), one entry against its builder
+(``hparams``), the workload registry and its split of a config into parts (``workloads``), the
+validation of a whole config (``validate``) and loading (``load``: ``load_config``,
 ``parse_config``). May import :mod:`harness.core`, :mod:`harness.data`, ``models`` and
 ``optimizers``; never the trainer, the planner, the tracking store, the executors or the sweep.
 """

@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from harness.config import limits, search
+from harness.config.cadence import parse_every
 from harness.config.errors import key_text
 from harness.config.numbers import Float, Int, strict_int
 from harness.config.values import hparam_count, hparam_values, log_grid_args
@@ -281,8 +282,6 @@ class SweepConfig(_Strict):
     @field_validator("checkpoint_every", mode="before")
     @classmethod
     def _ckpt_every(cls, v: Any) -> Any:
-        from harness.train.checkpoint import parse_every
-
         try:
             return str(parse_every(v))  # canonical: "N steps", "Xs" or "off"
         except ValueError as e:

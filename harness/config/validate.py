@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config import search
+from harness.config.augment import validate_augment
 from harness.config.errors import ConfigError, key_text
 from harness.config.hparams import check_component
 from harness.config.registries import Registries, builder_hparams
@@ -100,8 +101,6 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
     for i, w in enumerate(cfg.workloads or []):
         _check_workload(w, f"workloads[{i}]", file, registries, errors)
     if cfg.augment is not None:
-        from harness.train.augment import validate_augment
-
         try:
             validate_augment(cfg.augment)
         except ValueError as e:
