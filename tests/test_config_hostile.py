@@ -12,7 +12,8 @@ import yaml
 from harness.config.load import ConfigError, load_config, parse_config
 from harness.plan.expansion import expand, sweep_id_of
 from harness.config.limits import plan_size
-from harness.config.yamlsafe import MAX_ECHO, YamlConfigError, load_yaml_text, short_repr
+from harness.config.echo import MAX_ECHO, short_repr
+from harness.config.yamlsafe import YamlConfigError, load_yaml_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

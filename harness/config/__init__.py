@@ -1,6 +1,7 @@
 """Sweep configs: from a YAML file to a validated :class:`SweepConfig`, before any work or write.
 
-Owns, low to high: the bounded YAML reader (``yamlsafe``), strict numbers (``numbers``), search
+Owns, low to high: a user's value in a message (``echo``), what a number is (``numbers``), the
+bounded YAML reader (``yamlsafe``), the strict number fields (``fields``), search
 distributions and their sampling (``search``), hyperparameter grid values (``values``), the limits
 (``limits``), the ``checkpoint_every`` cadence (``cadence``), the ``augment`` keys (``augment``),
 config errors and the rewording of pydantic's (``errors``), the pydantic schema (``schema``), the

@@ -5,7 +5,7 @@ mean" where one is close); :class:`ConfigError` carries them all (at most 50 lin
 characters). :func:`format_pydantic` turns a pydantic ``ValidationError`` of the schema
 (:mod:`harness.config.schema`) into such lines: an unknown key names the valid keys, a section that
 must be a mapping says so, a user's value is echoed in at most 200 characters
-(:func:`harness.config.yamlsafe.short_repr`).
+(:func:`harness.config.echo.short_repr`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from harness.config.yamlsafe import short_repr
+from harness.config.echo import short_repr
 from harness.core.registry import did_you_mean
 
 __all__ = ["ConfigError", "format_pydantic", "key_text", "loc_path"]

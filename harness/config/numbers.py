@@ -1,20 +1,15 @@
-"""Strict numbers of a sweep config: a boolean is never a number, an integral float is an integer.
+"""Numbers in a sweep config: a boolean is never a number.
 
-:func:`is_num` is the one test of "a number" (an int or a float, never a ``bool``) that the schema,
-the grid values and the search distributions share; :data:`Int` and :data:`Float` are the pydantic
-field types built on it (``eval_every: true`` is an error, ``steps: 1e3`` is 1000). Imports pydantic's
-core error type only.
+:func:`is_num` is the one test of "a number" (an int or a float, never a ``bool``) that the schema
+(:mod:`harness.config.fields`), the grid values and the search distributions share;
+:func:`quoted_hint` says when a string was meant as a number. Standard library only.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BeforeValidator
-from pydantic_core import PydanticCustomError
-
-__all__ = ["Float", "Int", "is_num", "quoted_hint", "strict_float", "strict_int"]
+__all__ = ["is_num", "quoted_hint"]
 
 
 def is_num(a: Any) -> bool:
@@ -32,45 +27,3 @@ def quoted_hint(v: Any) -> str:
             return ""
         return " (a quoted string; write the number without quotes)"
     return ""
-
-
-def strict_int(v: Any) -> Any:
-    """An integer field: an int, or a float with an integral value (``1e3`` → 1000); never a bool
-    (``true`` is not 1) or a string.
-
-    Raises:
-      PydanticCustomError: type ``strict_int``.
-    """
-    if isinstance(v, bool):
-        raise PydanticCustomError("strict_int", "expected an integer, not a boolean")
-    if isinstance(v, float):
-        if math.isfinite(v) and v.is_integer():
-            return int(v)
-        raise PydanticCustomError("strict_int", "expected an integer")
-    if not isinstance(v, int):
-        raise PydanticCustomError("strict_int", "expected an integer" + quoted_hint(v))
-    return v
-
-
-def strict_float(v: Any) -> Any:
-    """A number field: an int or a float (as float); never a bool or a string.
-
-    Raises:
-      PydanticCustomError: type ``strict_float``.
-    """
-    if isinstance(v, bool):
-        raise PydanticCustomError("strict_float", "expected a number, not a boolean")
-    if isinstance(v, int):
-        try:
-            return float(v)
-        except OverflowError:
-            raise PydanticCustomError("strict_float", "number too large") from None
-    if not isinstance(v, float):
-        raise PydanticCustomError("strict_float", "expected a number" + quoted_hint(v))
-    return v
-
-
-#: A pydantic integer field checked by :func:`strict_int`.
-Int = Annotated[int, BeforeValidator(strict_int)]
-#: A pydantic number field checked by :func:`strict_float` (always a ``float``).
-Float = Annotated[float, BeforeValidator(strict_float)]

@@ -5,7 +5,7 @@ docstring, ``experiments/quickstart.yaml`` a complete example); :class:`Componen
 component axis, :class:`SubGrid` an ``include`` entry, :class:`WorkloadEntry` a ``workloads`` entry,
 :class:`SearchCfg`, :class:`TargetCfg`, :class:`Budget`, :class:`DivergenceCfg` and
 :class:`ParallelismCfg` its sections. Integers are never booleans and an integral float counts as an
-integer (:mod:`harness.config.numbers`); ranges come from :mod:`harness.config.limits`. A validator
+integer (:mod:`harness.config.fields`); ranges come from :mod:`harness.config.limits`. A validator
 raises ``PydanticCustomError`` whose type names the rule; :func:`harness.config.errors.format_pydantic`
 rewords them. Names are checked against the registries later (:mod:`harness.config.validate`).
 """
@@ -30,10 +30,10 @@ from pydantic_core import PydanticCustomError
 
 from harness.config import limits, search
 from harness.config.cadence import parse_every
+from harness.config.echo import short_repr
 from harness.config.errors import key_text
-from harness.config.numbers import Float, Int, strict_int
+from harness.config.fields import Float, Int, strict_int
 from harness.config.values import hparam_count, hparam_values, log_grid_args
-from harness.config.yamlsafe import short_repr
 from harness.core.names import canonical_metric
 from harness.core.registry import did_you_mean
 
