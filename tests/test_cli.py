@@ -188,9 +188,9 @@ def test_preflight_tfds_not_prepared_fails_at_once(tmp_path, write_sweep, monkey
     cfg = write_sweep(datasets=[{"name": "tfds:mnist", "hparams": {"data_dir": str(empty)}}])
     r = runner.invoke(app, ["sweep", str(cfg)])
     assert r.exit_code == 2, r.output
-    from harness.data.sources import _prepare_hint
+    from harness.data.tfds_source import prepare_hint
 
-    assert f"{cfg}: datasets[0].name: {_prepare_hint('mnist', str(empty))}" in r.output
+    assert f"{cfg}: datasets[0].name: {prepare_hint('mnist', str(empty))}" in r.output
     _no_store(tmp_path)
 
 

@@ -8,7 +8,8 @@ import sys
 import pytest
 import yaml
 
-from harness.config.load import ConfigError, hparam_values, load_config, parse_config
+from harness.config.load import ConfigError, load_config, parse_config
+from harness.config.values import hparam_values
 from harness.sweep.run import expand, group_units, sweep_id_of
 
 

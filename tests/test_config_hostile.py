@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.config.echo import MAX_ECHO, short_repr
 from harness.config.limits import plan_size
 from harness.config.load import ConfigError, load_config, parse_config
-from harness.config.yamlsafe import MAX_ECHO, YamlConfigError, load_yaml_text, short_repr
+from harness.config.yamlsafe import YamlConfigError, load_yaml_text
 from harness.plan.expansion import expand, sweep_id_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,3 +130,36 @@ def test_plan_size_counts_search_trials():
     cfg = parse_config(base, "x")
     # 2 models x 2 schedules x 2 seeds x (sgd 5 + adam 2 + momentum 2 x 7)
     assert plan_size(cfg)[0] == 8 * (5 + 2 + 14) == len(expand(cfg, n_train=lambda n, h: 1437))
+
+
+@pytest.mark.parametrize("where, search", [
+    ("search.trials", {"trials": True}),
+    ("search.seed", {"method": "random", "trials": 4, "seed": True}),
+    ("optimizers[0].search.trials", None),
+])
+def test_search_trials_and_seed_are_never_booleans(where, search):
+    # issue 20: `trials: true` / `seed: true` were accepted as 1, though no number is ever a boolean
+    base = yaml.safe_load((ROOT / "experiments" / "quickstart.yaml").read_text())
+    if search is None:
+        base["optimizers"][0]["search"] = {"trials": True}
+    else:
+        base["search"] = search
+    with pytest.raises(ConfigError) as ei:
+        parse_config(base, "x")
+    assert ei.value.errors == [f"x: {where}: expected an integer, not a boolean (got True)"]
+
+
+def test_description_errors_are_reported_under_description():
+    # issue 20: the description validator raised its error as a "name" error
+    from pydantic import ValidationError
+
+    from harness.config import SweepConfig
+
+    base = yaml.safe_load((ROOT / "experiments" / "quickstart.yaml").read_text())
+    base["description"] = "x" * 9000
+    with pytest.raises(ValidationError) as ei:
+        SweepConfig.model_validate(base)
+    assert [(e["loc"], e["type"]) for e in ei.value.errors()] == [(("description",), "description")]
+    with pytest.raises(ConfigError) as ei:
+        parse_config(base, "x")
+    assert ei.value.errors == ["x: description: 9,000 characters; at most 8,000"]

@@ -7,8 +7,9 @@ import time
 import numpy as np
 import pytest
 
+from harness import data
 from harness.core.registry import hyperparameters
-from harness.data import sources as data
+from harness.data import offline, tfds_source
 from harness.data.sources import DATASETS, Dataset, load_dataset
 
 
@@ -19,7 +20,7 @@ def test_registry_names_and_hparams():
     # input_shape/num_classes are real dataset hyperparameters (INJECTED only applies to models)
     assert list(hyperparameters(DATASETS["synthetic"], skip=frozenset())) == [
         "num_examples", "num_test", "input_shape", "num_classes", "seed", "num_valid"]
-    assert "validation_fraction" in hyperparameters(data.load_tfds)
+    assert "validation_fraction" in hyperparameters(tfds_source.load_tfds)
 
 
 def test_digits_values():
@@ -99,7 +100,7 @@ def test_mnist1d_generated_and_cached(tmp_path, monkeypatch):
         raise AssertionError("mnist1d download path used")
 
     monkeypatch.setattr(md, "get_dataset", no_download)
-    ds = data.mnist1d()
+    ds = offline.mnist1d()
     assert ds.split_sizes == {"train": 3200, "valid": 800, "test": 1000}
     assert ds.x_train.shape == (3200, 40) and ds.x_test.shape == (1000, 40)
     assert ds.input_shape == (40,) and ds.num_classes == 10 and ds.x_train.dtype == np.float32
@@ -107,7 +108,7 @@ def test_mnist1d_generated_and_cached(tmp_path, monkeypatch):
     assert len(cached) == 1
     # second call reads the cache (make_dataset must not run again) and gives the same arrays
     monkeypatch.setattr(md, "make_dataset", no_download)
-    again = data.mnist1d()
+    again = offline.mnist1d()
     np.testing.assert_array_equal(again.x_train, ds.x_train)
     np.testing.assert_array_equal(again.y_test, ds.y_test)
     np.testing.assert_array_equal(again.x_valid, ds.x_valid)

@@ -13,8 +13,9 @@ import pytest
 from mlflow import MlflowClient
 
 from harness.config import search
-from harness.config.load import ConfigError, hparam_values, load_config
+from harness.config.load import ConfigError, load_config
 from harness.config.search import Distribution, Search, parse_distribution, sample, unit_points
+from harness.config.values import hparam_values
 from harness.sweep.run import expand, run_sweep
 from harness.tracking import client as tracking
 

@@ -102,7 +102,7 @@ def test_workload_sweep_tags_and_gap_to_entropy(tmp_path, monkeypatch, tracking_
     monkeypatch.setitem(WORKLOADS, "markov_tiny", Workload(
         name="markov_tiny", description="test", dataset="markov_lm",
         dataset_hparams={"num_train": 512, "num_valid": 128, "num_test": 128}, model="bigram_mlp",
-        model_hparams={"width": 16}, loss="per-token CE", metric="valid/loss", target=3.0,
+        model_hparams={"width": 16}, metric="valid/loss", target=3.0,
         target_mode="min", target_source="test", steps=20, batch_size=32, eval_every=10))
     monkeypatch.chdir(tmp_path)
     p = _write(tmp_path, workloads=["markov_tiny"], measure_perf=False,

@@ -84,7 +84,7 @@ def list_(
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.config.load import builder_hparams, default_registries
+    from harness.config.registries import builder_hparams, default_registries
     from optimizers.registry import NOTES
 
     reg = default_registries()

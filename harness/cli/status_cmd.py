@@ -20,7 +20,7 @@ def status(
     from rich.console import Console
     from rich.table import Table
 
-    from harness.config.load import ConfigError
+    from harness.config.errors import ConfigError
     from harness.tracking import client as tracking
 
     uri = tracking.resolve_tracking_uri(tracking_uri)

@@ -60,7 +60,7 @@ def sweep(
                                    "(checked from axis sizes, before anything is built)."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
-    from harness.config.load import ConfigError
+    from harness.config.errors import ConfigError
     from harness.execute.executors import ExecutorUnavailableError
     from harness.sweep.run import SweepInterrupted, run_sweep
     from harness.tracking.client import TrackingUnavailableError

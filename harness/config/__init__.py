@@ -1,12 +1,18 @@
 """Sweep configs: from a YAML file to a validated :class:`SweepConfig`, before any work or write.
 
-Owns the bounded YAML reader, the schema, hyperparameter values and search distributions, the
-limits, the workload registry and the validation of every name and value against the registries.
-May import :mod:`harness.core`, :mod:`harness.data`, ``models`` and ``optimizers``; never the
-trainer, the tracking store, the executors or the sweep.
+Owns, low to high: a user's value in a message (``echo``), what a number is (``numbers``), the
+bounded YAML reader (``yamlsafe``), the strict number fields (``fields``), search
+distributions and their sampling (``search``), hyperparameter grid values (``values``), the limits
+(``limits``), the ``checkpoint_every`` cadence (``cadence``), the ``augment`` keys (``augment``),
+config errors and the rewording of pydantic's (``errors``), the pydantic schema (``schema``), the
+registries a config is checked against (``registries``), one entry against its builder
+(``hparams``), the workload registry and its split of a config into parts (``workloads``), the
+validation of a whole config (``validate``) and loading (``load``: ``load_config``,
+``parse_config``). May import :mod:`harness.core`, :mod:`harness.data`, ``models`` and
+``optimizers``; never the trainer, the planner, the tracking store, the executors or the sweep.
 """
 
-_LAZY = {"load_config": "load", "parse_config": "load", "ConfigError": "load", "SweepConfig": "load"}
+_LAZY = {"load_config": "load", "parse_config": "load", "ConfigError": "errors", "SweepConfig": "schema"}
 
 
 def __getattr__(name: str):

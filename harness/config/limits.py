@@ -3,10 +3,10 @@ dataset load and any MLflow call).
 
 - **Plan size.** :func:`plan_size` computes the number of trials a config would expand to from its
   axis sizes alone (a ``log_grid`` of 10^9 points counts as 10^9 without building it; ``seeds:
-  1000000`` as 10^6 without a list); :func:`check_plan_size` rejects more than ``max_trials``
-  (default :data:`DEFAULT_MAX_TRIALS` = 10,000; ``python -m harness sweep --max-trials N`` raises it),
-  naming the count and the key that multiplied it most. The count is the grid's product before
-  ``exclude`` rules and de-duplication (an upper bound on the trials that run).
+  1000000`` as 10^6 without a list); :func:`harness.config.load.check_plan_size` rejects more
+  than ``max_trials`` (default :data:`DEFAULT_MAX_TRIALS` = 10,000; ``python -m harness sweep
+  --max-trials N`` raises it), naming the count and the key that multiplied it most. The count is
+  the grid's product before ``exclude`` rules and de-duplication (an upper bound on the trials that run).
 - **Numbers.** :data:`MAX_STEPS` (the trainer counts steps in int32), :data:`MAX_EPOCHS`,
   :data:`MAX_STEPS_PER_DISPATCH` (one dispatch holds ``K × batch`` indices in memory),
   :data:`MAX_BATCH_SIZE`, :data:`MAX_JOBS`, seeds in ``[0, 2**32)`` (``jax.random.PRNGKey`` takes a
@@ -21,17 +21,18 @@ dataset load and any MLflow call).
   (``sqlite:///PATH``, ``http(s)://HOST[:PORT]``, ``postgresql``/``mysql``/``mssql`` database URIs,
   ``databricks``) and explains anything else before MLflow sees it.
 
-No jax, pydantic or MLflow import.
+No jax or MLflow import; counts come from :func:`harness.config.values.hparam_count`.
 """
 
 from __future__ import annotations
 
-import math
 import types
 import unicodedata
-from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
+
+from harness.config.search import is_distribution, resolve_search
+from harness.config.values import hparam_count
 
 #: Default ``--max-trials``: the largest plan a sweep may expand to.
 DEFAULT_MAX_TRIALS = 10_000
@@ -63,35 +64,8 @@ _URI_HELP = ("use sqlite:///PATH/mlflow.db (a local store), http://HOST:PORT or 
 # --------------------------------------------------------------------------- plan size
 
 
-def hparam_count(x: Any, values: Callable[[Any], list] | None = None) -> int:
-    """How many values one hyperparameter form takes, without materialising a ``log_grid``:
-    a list → its length; ``{value: X}`` → 1; ``{log_grid: [low, high, num]}`` → ``num`` (when
-    well-formed; else 1, the form's own validator reports it); a scalar → 1; any other mapping →
-    ``len(values(x))`` (``values`` defaults to :func:`harness.config.load.hparam_values`), or 1 when that
-    raises."""
-    if isinstance(x, list):
-        return len(x)
-    if isinstance(x, Mapping):
-        if set(x) == {"value"}:
-            return 1
-        if set(x) == {"log_grid"}:
-            g = x["log_grid"]
-            if isinstance(g, list) and len(g) == 3 and isinstance(g[2], int | float) \
-                    and not isinstance(g[2], bool) and math.isfinite(g[2]) and g[2] >= 1:
-                return int(g[2])
-            return 1
-        if values is None:
-            from harness.config.load import hparam_values as values
-        try:
-            return len(values(x))
-        except Exception:
-            return 1
-    return 1
-
-
-def _component_count(comp: Any, path: str, factors: list[tuple[int, str]],
-                     values: Callable[[Any], list] | None) -> int:
-    counts = {k: hparam_count(v, values) for k, v in (comp.hparams or {}).items()}
+def _component_count(comp: Any, path: str, factors: list[tuple[int, str]]) -> int:
+    counts = {k: hparam_count(v) for k, v in (comp.hparams or {}).items()}
     for k, n in counts.items():
         factors.append((n, f"{path}.hparams.{k}"))
     zipped = {a: i for i, g in enumerate(comp.zip or []) for a in g}
@@ -107,20 +81,16 @@ def _component_count(comp: Any, path: str, factors: list[tuple[int, str]],
 
 
 def _has_dist(comp: Any) -> bool:
-    from harness.config.search import is_distribution
-
     return any(is_distribution(v) for v in (comp.hparams or {}).values())
 
 
 def _trials(cfg: Any, comp: Any) -> int:
     """Sampled configurations per cell for optimizer entry ``comp`` (1 when it does not sample)."""
-    from harness.config.search import resolve_search
-
     t = resolve_search(getattr(cfg, "search", None), getattr(comp, "search", None)).trials
     return t if isinstance(t, int) and not isinstance(t, bool) and t >= 1 else 1
 
 
-def plan_size(cfg: Any, values: Callable[[Any], list] | None = None) -> tuple[int, list[tuple[int, str]]]:
+def plan_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:
     """``(trials, factors)``: the number of trials ``cfg`` (a parsed ``SweepConfig``) expands to
     before ``exclude`` and de-duplication, and ``(count, key path)`` for every axis,
     hyperparameter and ``search.trials``, so a message can name the biggest. Arithmetic only:
@@ -152,7 +122,7 @@ def plan_size(cfg: Any, values: Callable[[Any], list] | None = None) -> tuple[in
                 n = len(val)
             else:
                 sink = factors if own or not prefix else []
-                entries[axis] = [(_component_count(c, f"{prefix if own else ''}{axis}[{j}]", sink, values),
+                entries[axis] = [(_component_count(c, f"{prefix if own else ''}{axis}[{j}]", sink),
                                   axis != "datasets" and _has_dist(c), c) for j, c in enumerate(val)]
                 n = sum(e[0] for e in entries[axis])
             sizes[axis] = n
@@ -197,12 +167,11 @@ def plan_size(cfg: Any, values: Callable[[Any], list] | None = None) -> tuple[in
     return total, factors
 
 
-def plan_size_problem(cfg: Any, max_trials: int, values: Callable[[Any], list] | None = None
-                      ) -> tuple[str, str] | None:
+def plan_size_problem(cfg: Any, max_trials: int) -> tuple[str, str] | None:
     """``(key path, message)`` when ``cfg`` would expand to more than ``max_trials`` trials, else
     ``None``. The key path is the axis or hyperparameter with the most values (the deepest such
     key on a tie)."""
-    total, factors = plan_size(cfg, values)
+    total, factors = plan_size(cfg)
     if total <= max_trials:
         return None
     n, path = max(factors, key=lambda f: (f[0], f[1].count(".") + f[1].count("[")))

@@ -1,11 +1,11 @@
 """Search spaces and their sampling: the one module that both the config validator
-(:mod:`harness.config`) and the planner (:mod:`harness.expansion`) use.
+(:mod:`harness.config`) and the planner (:mod:`harness.plan.expansion`) use.
 
 A hyperparameter value in a config is one of
 
 - a **fixed value** (``0.9``), a **grid axis** (a list ``[0.9, 0.99]`` or ``{log_grid: [lo, hi, num]}``),
   a literal (``{value: X}``, e.g. for a list-valued hyperparameter) — see
-  :func:`harness.config.load.hparam_values`;
+  :func:`harness.config.values.hparam_values`;
 - a **distribution** (:class:`Distribution`), sampled by the search:
 
   ``{log_uniform: [lo, hi]}``  ``exp(U(log lo, log hi))``, needs ``0 < lo < hi``;
@@ -50,6 +50,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.config.numbers import is_num
+from harness.core.names import TAG_SEARCH, TAG_SEARCH_INDEX
+
 #: The distribution forms, the key of their one-key mapping.
 DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
 #: Search methods of ``search.method``.
@@ -57,12 +60,8 @@ METHODS = ("quasirandom", "random", "grid")
 #: The method used when a config gives ``search`` without ``method``.
 DEFAULT_METHOD = "quasirandom"
 #: Run tags of a sampled trial: the method that sampled it and its index in the sequence.
-SEARCH_TAG = "harness.search"
-SEARCH_INDEX_TAG = "harness.search_index"
-
-
-def _is_num(a: Any) -> bool:
-    return isinstance(a, int | float) and not isinstance(a, bool)
+SEARCH_TAG = TAG_SEARCH
+SEARCH_INDEX_TAG = TAG_SEARCH_INDEX
 
 
 def _round6(x: float) -> float:
@@ -121,7 +120,7 @@ class Distribution:
         to its config entry)."""
         if self.kind == "choice":
             return any(value == o and type(value) is type(o) for o in self.args)
-        if not _is_num(value):
+        if not is_num(value):
             return False
         if self.kind == "int_uniform" and not isinstance(value, int):
             return False
@@ -162,7 +161,7 @@ def parse_distribution(x: Mapping[str, Any] | Distribution) -> Distribution:
         if not isinstance(args, list) or not args:
             raise ValueError(f"choice must be a non-empty list of options, got {args!r}")
         return Distribution("choice", tuple(args))
-    if not (isinstance(args, list) and len(args) == 2 and all(_is_num(a) for a in args)):
+    if not (isinstance(args, list) and len(args) == 2 and all(is_num(a) for a in args)):
         raise ValueError(f"{kind} must be [lo, hi] (two numbers), got {args!r}")
     lo, hi = args
     if not (math.isfinite(lo) and math.isfinite(hi)):

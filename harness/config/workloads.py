@@ -29,7 +29,7 @@ or go below). Where they come from:
   is a level that a tuned run reaches within its budget and an untuned one may not.
 * ``markov_lm_transformer``: the target is the chain's exact loss floor plus 0.08 nats
   (``valid/loss <= 1.9547``, floor 1.8747, entropy rate 1.8487 nats/token; see
-  :mod:`harness.sequences`), the level adam (step size 3e-3 and 1e-2, seed 0) passed at step 700 of
+  :mod:`harness.data.sequences`), the level adam (step size 3e-3 and 1e-2, seed 0) passed at step 700 of
   its 800 (final gaps 0.063 and 0.063 nats) in runs measured here; its report shows
   ``valid/nats_above_entropy``.
 """
@@ -40,7 +40,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["WORKLOADS", "Workload", "get_workload"]
+from harness.config.schema import Budget, Component, SweepConfig, TargetCfg
+from harness.core.registry import lookup
+
+__all__ = ["WORKLOADS", "Workload", "config_parts", "get_workload", "needs_parts", "part_error"]
 
 
 @dataclass(frozen=True)
@@ -51,13 +54,11 @@ class Workload:
       name: registry name. description: one line.
       dataset, dataset_hparams: a :data:`harness.data.sources.DATASETS` name (or ``tfds:NAME``) and its
         hyperparameters. model, model_hparams: a :data:`models.zoo.MODELS` name and its.
-      loss: the training loss, in words (the model's ``loss``: softmax cross-entropy over classes,
-        or per token for sequence tasks). metric: the evaluation metric the target is on.
+      metric: the evaluation metric the target is on (``valid/accuracy`` or ``valid/loss``).
       target: the validation level; ``target_mode`` ``"max"`` (accuracy: reach or exceed) or
         ``"min"`` (loss: reach or go below). target_source: where the value comes from.
       steps, batch_size: the step budget and the batch size. eval_every: steps between evaluations.
-      augment: :mod:`harness.augment` hyperparameters for the training batches (``{}`` = none).
-      extra_metrics: further validation metrics the report shows (``valid/nats_above_entropy``).
+      augment: :mod:`harness.train.augment` hyperparameters for the training batches (``{}`` = none).
       needs_data_dir: reads a user-prepared TFDS ``data_dir`` (never downloaded).
     """
 
@@ -65,7 +66,6 @@ class Workload:
     description: str
     dataset: str
     model: str
-    loss: str
     metric: str
     target: float
     target_mode: str
@@ -76,12 +76,9 @@ class Workload:
     dataset_hparams: Mapping[str, Any] = field(default_factory=dict)
     model_hparams: Mapping[str, Any] = field(default_factory=dict)
     augment: Mapping[str, Any] = field(default_factory=dict)
-    extra_metrics: tuple[str, ...] = ()
     needs_data_dir: bool = False
 
 
-_CE = "softmax cross-entropy (nats)"
-_TOKEN_CE = "per-token softmax cross-entropy of the next token (nats)"
 _MEASURED = "measured here (docs/workloads.md)"
 
 #: The workload registry: name → :class:`Workload`.
@@ -90,33 +87,33 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
         name="mnist1d_mlp", description="MNIST-1D (40-sample signals, 10 classes), 2×256 ReLU MLP",
         dataset="mnist1d", dataset_hparams={"validation_fraction": 0.1},
         model="mlp", model_hparams={"width": 256, "depth": 2},
-        loss=_CE, metric="valid/accuracy", target=0.60, target_mode="max", target_source=_MEASURED,
+        metric="valid/accuracy", target=0.60, target_mode="max", target_source=_MEASURED,
         steps=2000, batch_size=128, eval_every=200),
     Workload(
         name="mnist1d_cnn", description="MNIST-1D, 1-D CNN (2 conv stages of 32/64 channels, dense 128)",
         dataset="mnist1d", dataset_hparams={"validation_fraction": 0.1},
         model="cnn1d", model_hparams={"width": 32, "depth": 2, "kernel_size": 5, "hidden": 128},
-        loss=_CE, metric="valid/accuracy", target=0.85, target_mode="max", target_source=_MEASURED,
+        metric="valid/accuracy", target=0.85, target_mode="max", target_source=_MEASURED,
         steps=1500, batch_size=128, eval_every=150),
     Workload(
         name="digits_cnn", description="scikit-learn 8×8 digits, LeNet-like CNN (16/32 channels)",
         dataset="digits", dataset_hparams={"validation_fraction": 0.15},
         model="cnn", model_hparams={"width": 16, "hidden": 64},
-        loss=_CE, metric="valid/accuracy", target=0.97, target_mode="max", target_source=_MEASURED,
+        metric="valid/accuracy", target=0.97, target_mode="max", target_source=_MEASURED,
         steps=600, batch_size=64, eval_every=60),
     Workload(
         name="markov_lm_transformer",
         description="order-2 Markov chain over 16 tokens (known entropy rate), 2-layer Transformer LM",
         dataset="markov_lm", dataset_hparams={},
         model="transformer_lm", model_hparams={"width": 64, "depth": 2, "num_heads": 4},
-        loss=_TOKEN_CE, metric="valid/loss", target=1.9547, target_mode="min",
+        metric="valid/loss", target=1.9547, target_mode="min",
         target_source="exact loss floor 1.8747 + 0.08 nats (harness.sequences), measured here",
-        steps=800, batch_size=64, eval_every=100, extra_metrics=("valid/nats_above_entropy",)),
+        steps=800, batch_size=64, eval_every=100),
     Workload(
         name="cifar10_resnet18", description="CIFAR-10 (prepared TFDS data_dir), ResNet-18, crop+flip",
         dataset="tfds:cifar10", dataset_hparams={"validation_fraction": 0.1},
         model="resnet18", model_hparams={},
-        loss=_CE, metric="valid/accuracy", target=0.85, target_mode="max",
+        metric="valid/accuracy", target=0.85, target_mode="max",
         target_source="AlgoPerf CIFAR-10 ResNet-18 validation_target_value (mlcommons/"
                       "algorithmic-efficiency, algoperf/workloads/cifar/workload.py)",
         steps=35157, batch_size=128, eval_every=1758, augment={"crop_pad": 4, "flip": True},
@@ -125,7 +122,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
         name="cifar10_vit", description="CIFAR-10 (prepared TFDS data_dir), ViT patch 4, crop+flip",
         dataset="tfds:cifar10", dataset_hparams={"validation_fraction": 0.1},
         model="vit", model_hparams={"patch_size": 4, "width": 192, "depth": 6, "num_heads": 3},
-        loss=_CE, metric="valid/accuracy", target=0.80, target_mode="max",
+        metric="valid/accuracy", target=0.80, target_mode="max",
         target_source="Wu 2025, arXiv:2501.06220 (Tiny ViT ~80% on CIFAR-10 with crop/flip)",
         steps=35157, batch_size=128, eval_every=1758, augment={"crop_pad": 4, "flip": True},
         needs_data_dir=True),
@@ -134,7 +131,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
         description="LM1B byte level (prepared TFDS data_dir), 6-layer Transformer LM, context 128",
         dataset="tfds:lm1b", dataset_hparams={"seq_len": 128, "max_train_sequences": 1_000_000},
         model="transformer_lm", model_hparams={"width": 512, "depth": 6, "num_heads": 8},
-        loss=_TOKEN_CE, metric="valid/loss", target=1.10, target_mode="min",
+        metric="valid/loss", target=1.10, target_mode="min",
         target_source="not a verified published number: a conservative level (see the module "
                       "docstring); replace with a measured value",
         steps=50000, batch_size=64, eval_every=2500, needs_data_dir=True),
@@ -147,8 +144,6 @@ def get_workload(name: str) -> Workload:
     Raises:
       KeyError: ``unknown workload 'x'; valid choices: ... (did you mean ...?)``.
     """
-    from harness.core.registry import lookup
-
     return lookup(WORKLOADS, name, "workload")  # type: ignore[arg-type]
 
 
@@ -156,26 +151,13 @@ def get_workload(name: str) -> Workload:
 # sweep configs with workloads
 
 
-def needs_parts(cfg: Any) -> bool:
+def needs_parts(cfg: SweepConfig) -> bool:
     """Whether ``cfg`` must be split by :func:`config_parts` (workloads, a ``dtype`` axis or a
     top-level ``augment``) before the plain models × datasets expansion."""
     return bool(cfg.workloads) or not isinstance(cfg.dtype, str) or cfg.augment is not None
 
 
-def _target_cfg(metric: str, value: float, mode: str) -> Any:
-    """A :class:`harness.config.load.TargetCfg`; ``valid/*`` falls back to its alias ``eval/*`` where the
-    config schema predates the three-split contract."""
-    from pydantic import ValidationError
-
-    from harness.config.load import TargetCfg
-
-    try:
-        return TargetCfg(metric=metric, value=value, mode=mode)
-    except ValidationError:
-        return TargetCfg(metric=metric.replace("valid/", "eval/"), value=value, mode=mode)
-
-
-def config_parts(cfg: Any) -> list[tuple[str, dict[str, Any], Any]]:
+def config_parts(cfg: SweepConfig) -> list[tuple[str, dict[str, Any], SweepConfig]]:
     """``cfg`` as plain parts, each a config with one scalar ``dtype``, no ``workloads`` and no
     ``augment``: ``[(label, spec_overrides, part_config)]``. ``label`` names the part in error
     messages (``""`` for the models × datasets grid, else ``workloads[i]``); ``spec_overrides``
@@ -188,15 +170,13 @@ def config_parts(cfg: Any) -> list[tuple[str, dict[str, Any], Any]]:
     grid they belong to the grid. ``targets: {WORKLOAD: ...}`` overrides one workload's target.
     ``include`` sub-grids belong to the grid; ``exclude`` rules apply everywhere.
     """
-    from harness.config.load import Budget, Component
-
     set_ = cfg.model_fields_set
     grid = cfg.models is not None
 
     def own(key: str) -> bool:
         return key in set_ and not grid
 
-    parts: list[tuple[str, dict[str, Any], Any]] = []
+    parts: list[tuple[str, dict[str, Any], SweepConfig]] = []
     for dt in cfg.dtypes():
         base = {"dtype": dt, "workloads": None, "augment": None}
         if grid:
@@ -208,7 +188,7 @@ def config_parts(cfg: Any) -> list[tuple[str, dict[str, Any], Any]]:
             elif own("target") and cfg.target is not None:
                 target = cfg.target
             else:
-                target = _target_cfg(wl.metric, wl.target, wl.target_mode)
+                target = TargetCfg(metric=wl.metric, value=wl.target, mode=wl.target_mode)
             upd = {
                 **base,
                 "models": [Component(name=wl.model, hparams={**wl.model_hparams, **entry.model_hparams})],
@@ -226,66 +206,21 @@ def config_parts(cfg: Any) -> list[tuple[str, dict[str, Any], Any]]:
     return parts
 
 
-def expand_parts(cfg: Any, expand_one: Any) -> Any:
-    """All trials of ``cfg``: ``expand_one(part)`` for each of :func:`config_parts`, with the part's
-    overrides set, in order and without duplicates, as a :class:`harness.plan.expansion.TrialList` whose
-    ``origins`` name ``workloads[i]`` for the model and dataset of a workload part and use the
-    workload's name (and a non-float32 dtype) as the task label.
-
-    ``expand_one(part) -> TrialList`` (the plain expansion or the pre-flight). A
-    :class:`harness.config.load.ConfigError` of a workload part names ``workloads[i]`` instead of the
-    part's ``models[0]``/``datasets[0]``/``batch_size``.
-    """
-    import dataclasses
-
-    from harness.config.load import ConfigError
-    from harness.plan.expansion import TrialList
-    from harness.core.spec import _freeze
-
-    out = TrialList()
-    out.origins = {}
-    errors: list[str] = []
-    for label, overrides, part in config_parts(cfg):
-        try:
-            specs = expand_one(part)
-        except ConfigError as e:
-            if not label:
-                errors.extend(e.errors)
-            else:
-                for line in e.errors:
-                    for key, what in (("models[0]", "model"), ("datasets[0]", "dataset"),
-                                      ("batch_size", "batch_size")):
-                        line = line.replace(f": {key}", f": {label} ({what} of workload "
-                                            f"{part_workload(part, what)!r})", 1)
-                    errors.append(line)
-            continue
-        origins = getattr(specs, "origins", {})
-        for s in specs:
-            kw = dict(overrides)
-            if "augment" in kw:
-                kw["augment"] = _freeze(kw["augment"])
-            s2 = dataclasses.replace(s, **kw)
-            if s2.trial_id in out.origins:
-                continue
-            o = origins.get(s.trial_id)
-            if o is not None:
-                paths = dict(o.paths)
-                task = o.task
-                if label:
-                    paths.update(models=f"{label}.model_hparams", datasets=f"{label}.dataset_hparams")
-                    task = overrides["workload"]
-                if part.dtype != "float32":
-                    task += f" [{part.dtype}]"
-                o = dataclasses.replace(o, paths=paths, task=task)
-            out.origins[s2.trial_id] = o
-            out.append(s2)
-    if errors:
-        raise ConfigError(list(dict.fromkeys(errors)))
-    return out
+def part_error(label: str, part: SweepConfig, line: str) -> str:
+    """A :class:`~harness.config.errors.ConfigError` line of part ``label`` (from
+    :func:`config_parts`) as the user wrote it: a workload part's ``models[0]``, ``datasets[0]`` and
+    ``batch_size`` are the workload's, so the line names ``workloads[i]`` and the workload's model,
+    dataset or batch size instead. A line of the models × datasets part (``label == ""``) is
+    returned unchanged."""
+    if not label:
+        return line
+    for key, what in (("models[0]", "model"), ("datasets[0]", "dataset"), ("batch_size", "batch_size")):
+        line = line.replace(f": {key}", f": {label} ({what} of workload {_part_workload(part, what)!r})", 1)
+    return line
 
 
-def part_workload(part: Any, what: str) -> str:
-    """The model or dataset name of a workload part (for error messages)."""
+def _part_workload(part: SweepConfig, what: str) -> str:
+    """The model or dataset name (or the batch size) of a workload part (for error messages)."""
     if what == "model":
         return part.models[0].name
     if what == "dataset":

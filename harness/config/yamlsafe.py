@@ -1,4 +1,4 @@
-"""A bounded, strict YAML loader for sweep configs, and bounded ``repr`` for error messages.
+"""A bounded, strict YAML loader for sweep configs: size, UTF-8, duplicate keys, aliases, nesting.
 
 Configs are user input and may be hostile (huge, malformed, malicious). :func:`load_yaml_file`
 reads one file and returns plain Python data (dicts, lists, str, int, float, bool, None, dates), or
@@ -22,9 +22,8 @@ and, where known, the line. Compared with ``yaml.safe_load`` it:
   default, requires a dot, so ``3e-3`` was the string ``'3e-3'``). Everything else resolves as in
   ``yaml.safe_load`` (YAML 1.1 booleans ``yes``/``no``/``on``/``off`` included).
 
-:func:`short_repr` is the ``repr`` every config error message uses for a user's value: at most
-:data:`MAX_ECHO` characters, computed without building the full ``repr`` of a large or deeply
-nested value (``reprlib`` limits per level).
+Error messages echo a user's value with :func:`harness.config.echo.short_repr` (at most 200
+characters).
 
 No jax, pydantic or MLflow import: this runs before anything else.
 """
@@ -32,12 +31,13 @@ No jax, pydantic or MLflow import: this runs before anything else.
 from __future__ import annotations
 
 import re
-import reprlib
 from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from harness.config.echo import short_repr
 
 #: Largest config file accepted, in bytes.
 MAX_FILE_BYTES = 1 << 20
@@ -47,30 +47,6 @@ MAX_ALIASES = 1000
 MAX_EXPANDED_NODES = 100_000
 #: Deepest nesting of lists/mappings.
 MAX_DEPTH = 50
-#: Most characters of a user's value echoed in an error message.
-MAX_ECHO = 200
-
-_REPR = reprlib.Repr()
-_REPR.maxlevel = 3
-_REPR.maxlist = _REPR.maxtuple = _REPR.maxset = _REPR.maxdict = 8
-_REPR.maxstring = 120
-_REPR.maxother = 120
-_REPR.maxlong = 60
-
-
-def short_repr(value: Any, limit: int = MAX_ECHO) -> str:
-    """``repr(value)`` cut to at most ``limit`` characters (``...`` marks a cut; a long string also
-    says how long it was). Cost is bounded by ``reprlib``'s per-level limits, not by the value's
-    size."""
-    try:
-        text = _REPR.repr(value)
-    except Exception:  # a hostile __repr__ cannot break an error message
-        text = f"<{type(value).__name__}>"
-    if isinstance(value, str) and len(value) > _REPR.maxstring:
-        text += f" ({len(value):,} characters)"
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return text
 
 
 class YamlConfigError(ValueError):

@@ -20,6 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness.core.names import canonical_metric
+from harness.core.util import freeze
+
 Status = Literal["finished", "diverged", "failed"]
 
 #: Part of every trial's identity hash (not of :meth:`TrialSpec.to_dict`): trials of the
@@ -27,22 +30,6 @@ Status = Literal["finished", "diverged", "failed"]
 #: results differ from those of the same config before it, and so do their ids (a re-run trains
 #: them anew rather than skipping them as FINISHED with old two-split numbers).
 PROTOCOL = "train/valid/test"
-
-
-def canonical_metric(name: str) -> str:
-    """``eval/x`` (the name before the three-split protocol) → ``valid/x``; other names unchanged."""
-    return "valid/" + name[len("eval/"):] if name.startswith("eval/") else name
-
-
-def _freeze(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
-    def norm(v: Any) -> Any:
-        if isinstance(v, list | tuple):
-            return tuple(norm(x) for x in v)
-        if isinstance(v, Mapping):
-            return tuple(sorted((str(k), norm(x)) for k, x in v.items()))
-        return v
-
-    return tuple(sorted((str(k), norm(v)) for k, v in (mapping or {}).items()))
 
 
 def _thaw(v: Any) -> Any:
@@ -143,7 +130,7 @@ class TrialSpec:
         for k in ("model_hparams", "optimizer_hparams", "schedule_hparams", "dataset_hparams",
                   "augment"):
             if k in kw:
-                kw[k] = _freeze(kw[k])
+                kw[k] = freeze(kw[k])
         if isinstance(kw.get("target"), Mapping):
             kw["target"] = Target(**kw["target"])
         return cls(**kw)

@@ -1,10 +1,14 @@
 """Datasets: the registry ``DATASETS`` of offline sources and TFDS datasets from a prepared ``data_dir``.
 
-Owns :class:`Dataset` (three disjoint splits as numpy arrays plus metadata), the offline sources
-(scikit-learn's digits, MNIST-1D, synthetic, the Markov-chain language model), byte-level text and
-TFDS loading. May import :mod:`harness.core` and numpy; nothing else of ``harness``.
+Owns, low to high: :class:`Dataset` (three disjoint splits as numpy arrays plus metadata) and the
+validation-carving rule (``dataset``); the offline sources: scikit-learn's digits, MNIST-1D,
+synthetic (``offline``) and the Markov-chain language model with byte-level text packing
+(``sequences``); TFDS loading (``tfds_source``); the registry and the memoised ``load_dataset``
+(``sources``, which imports the sources). May import :mod:`harness.core` and numpy; nothing else of
+``harness``.
 """
 
-from harness.data.sources import DATASETS, Dataset, DatasetNotPreparedError, load_dataset
+from harness.data.dataset import Dataset, DatasetNotPreparedError, carve_validation
+from harness.data.sources import DATASETS, load_dataset
 
-__all__ = ["DATASETS", "Dataset", "DatasetNotPreparedError", "load_dataset"]
+__all__ = ["DATASETS", "Dataset", "DatasetNotPreparedError", "carve_validation", "load_dataset"]

@@ -1,6 +1,6 @@
 """Sequence (language-modelling) datasets: a Markov chain with a known entropy rate, and byte-level text.
 
-A sequence :class:`~harness.data.sources.Dataset` has ``task == "sequence"``: inputs ``x_* int32 (N, T)``
+A sequence :class:`~harness.data.dataset.Dataset` has ``task == "sequence"``: inputs ``x_* int32 (N, T)``
 are token ids in ``[0, V)``, targets ``y_* int32 (N, T)`` are the next tokens (``y[:, t] ==
 x[:, t + 1]`` within a window, and ``y[:, T - 1]`` is the token after the window), ``input_shape ==
 (T,)`` and ``num_classes == V`` (the vocabulary). Models score them with the mean per-token
@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+
+from harness.data.dataset import Dataset
 
 __all__ = ["MarkovChain", "entropy_rate", "loss_floor", "make_chain", "markov_lm", "pack_bytes",
            "sample_sequences"]
@@ -140,10 +142,11 @@ def sample_sequences(chain: MarkovChain, n: int, length: int, rng: np.random.Gen
 
 
 def markov_lm(vocab_size: int = 16, order: int = 2, seq_len: int = 32, concentration: float = 0.3,
-              num_train: int = 16384, num_valid: int = 512, num_test: int = 512, seed: int = 0):
+              num_train: int = 16384, num_valid: int = 512, num_test: int = 512, seed: int = 0
+              ) -> Dataset:
     """Next-token prediction on a random order-``order`` Markov chain (see the module docstring).
 
-    Returns a sequence :class:`~harness.data.sources.Dataset`: ``x_* int32 (N, seq_len)``, ``y_*`` the
+    Returns a sequence :class:`~harness.data.dataset.Dataset`: ``x_* int32 (N, seq_len)``, ``y_*`` the
     next tokens, ``num_classes = vocab_size``, ``entropy_rate`` and ``loss_floor`` in nats/token.
     Defaults: V = 16, k = 2, T = 32, Dirichlet(0.3): entropy rate 1.5957 nats (log 16 = 2.7726),
     floor 1.6004 nats on 32-token windows (tested).
@@ -162,14 +165,13 @@ def markov_lm(vocab_size: int = 16, order: int = 2, seq_len: int = 32, concentra
         splits.append((seqs[:, :-1].copy(), seqs[:, 1:].copy()))
     H, floor = entropy_rate(chain), loss_floor(chain, seq_len)
     (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = splits
-    return make_dataset(
-        dict(x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te, input_shape=(seq_len,),
-             num_classes=vocab_size, name="markov_lm", task="sequence",
-             entropy_rate=H, loss_floor=floor,
-             source=(f"harness.data.sequences.markov_lm(vocab_size={vocab_size}, order={order}, "
-                     f"concentration={concentration}, seed={seed}): generated locally"),
-             license="CC0", citation=""),
-        x_va, y_va)
+    return Dataset(
+        x_train=x_tr, y_train=y_tr, x_valid=x_va, y_valid=y_va, x_test=x_te, y_test=y_te,
+        input_shape=(seq_len,), num_classes=vocab_size, name="markov_lm", task="sequence",
+        entropy_rate=H, loss_floor=floor,
+        source=(f"harness.data.sequences.markov_lm(vocab_size={vocab_size}, order={order}, "
+                f"concentration={concentration}, seed={seed}): generated locally"),
+        license="CC0", citation="")
 
 
 def pack_bytes(texts: Iterable[str], seq_len: int, max_sequences: int | None = None
@@ -197,17 +199,3 @@ def pack_bytes(texts: Iterable[str], seq_len: int, max_sequences: int | None = N
         raise ValueError(f"the text holds {len(buf)} bytes, fewer than one window of {seq_len + 1}")
     w = buf[: n * (seq_len + 1)].reshape(n, seq_len + 1).astype(np.int32)
     return w[:, :-1].copy(), w[:, 1:].copy()
-
-
-def make_dataset(fields: dict, x_valid: np.ndarray, y_valid: np.ndarray):
-    """A :class:`~harness.data.sources.Dataset` from ``fields`` plus a validation split: as ``x_valid`` /
-    ``y_valid`` when the Dataset has them (the three-split contract), else as the evaluation split
-    (``x_test``/``y_test``, the only split evaluated during training before that contract)."""
-    import dataclasses
-
-    from harness.data.sources import Dataset
-
-    names = {f.name for f in dataclasses.fields(Dataset)}
-    if "x_valid" in names:
-        return Dataset(**fields, x_valid=x_valid, y_valid=y_valid)
-    return Dataset(**{**fields, "x_test": x_valid, "y_test": y_valid})

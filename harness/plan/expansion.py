@@ -1,4 +1,4 @@
-"""Expansion: a validated :class:`~harness.config.load.SweepConfig` → ordered, de-duplicated
+"""Expansion: a validated :class:`~harness.config.schema.SweepConfig` → ordered, de-duplicated
 trials (:class:`~harness.core.spec.TrialSpec`), and the sweep's stable id.
 
 - :func:`expand`: the full grid of the top-level axes (``zip`` groups varying together), the
@@ -15,6 +15,7 @@ No jax, no MLflow.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -23,10 +24,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from harness.config.load import Component, SweepConfig, hparam_values
+from harness.config import workloads
+from harness.config.errors import ConfigError
 from harness.config.limits import MAX_STEPS
+from harness.config.schema import Component, SweepConfig
 from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, resolve_search, sample
+from harness.config.values import hparam_values
 from harness.core.spec import Target, TrialSpec
+from harness.core.util import freeze
 
 _AXIS_ORDER = ("datasets", "models", "optimizers", "schedules", "batch_size", "seeds")
 
@@ -122,8 +127,6 @@ def _axis_points(grid: Any, cfg: SweepConfig, axis: str, prefix: str) -> list[An
 
 def _grid_points(grid: Any, cfg: SweepConfig, zip_groups: list[list[str]],
                  file: str = "<config>", prefix: str = "") -> list[dict[str, Any]]:
-    from harness.config.load import ConfigError
-
     points = {a: _axis_points(grid, cfg, a, prefix) for a in _AXIS_ORDER}
     return _zip_product(list(_AXIS_ORDER), points, zip_groups, lambda g, lens: ConfigError(
         [f"{file}: zip: zipped axes {g} must have equal numbers of values, got {lens}"]))
@@ -190,12 +193,10 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
     ``epochs`` budget (default: :func:`harness.data.sources.load_dataset`). ``file`` prefixes error lines.
 
     Raises:
-      harness.config.load.ConfigError: zipped top-level axes of unequal lengths.
+      harness.config.errors.ConfigError: zipped top-level axes of unequal lengths.
     """
-    from harness.config import workloads
-
-    if workloads.needs_parts(cfg):  # workloads / a dtype axis: plain parts (harness.workloads)
-        return workloads.expand_parts(cfg, lambda part: expand(part, n_train, file))
+    if workloads.needs_parts(cfg):  # workloads / a dtype axis: plain parts (harness.config.workloads)
+        return expand_parts(cfg, lambda part: expand(part, n_train, file))
     points = _grid_points(cfg, cfg, cfg.zip, file)
     for i, sub in enumerate(cfg.include):
         points += _grid_points(sub, cfg, [], file, prefix=f"include[{i}].")
@@ -217,8 +218,6 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 sizes[key] = (n_train or _n_train)(ds.name, ds.hparams)
             steps = max(1, math.ceil(cfg.budget.epochs * sizes[key] / bs))
             if steps > MAX_STEPS:
-                from harness.config.load import ConfigError
-
                 raise ConfigError([f"{file}: budget.epochs: {cfg.budget.epochs:g} epochs of dataset "
                                    f"{ds.name!r} at batch size {bs} are {steps:,} steps; at most "
                                    f"{MAX_STEPS:,}"])
@@ -252,6 +251,51 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
         if spec.trial_id not in out.origins:
             out.origins[spec.trial_id] = origin
             out.append(spec)
+    return out
+
+
+def expand_parts(cfg: SweepConfig, expand_one: Callable[[SweepConfig], TrialList]) -> TrialList:
+    """All trials of ``cfg``: ``expand_one(part)`` for each of
+    :func:`harness.config.workloads.config_parts`, with the part's overrides set, in order and
+    without duplicates; ``origins`` name ``workloads[i]`` for the model and dataset of a workload
+    part and use the workload's name (and a non-float32 dtype) as the task label.
+
+    ``expand_one(part) -> TrialList`` (:func:`expand`, or the pre-flight). A
+    :class:`~harness.config.errors.ConfigError` of a workload part names ``workloads[i]`` instead of
+    the part's ``models[0]``/``datasets[0]``/``batch_size``
+    (:func:`harness.config.workloads.part_error`).
+    """
+    out = TrialList()
+    out.origins = {}
+    errors: list[str] = []
+    for label, overrides, part in workloads.config_parts(cfg):
+        try:
+            specs = expand_one(part)
+        except ConfigError as e:
+            errors.extend(workloads.part_error(label, part, line) for line in e.errors)
+            continue
+        origins = getattr(specs, "origins", {})
+        for s in specs:
+            kw = dict(overrides)
+            if "augment" in kw:
+                kw["augment"] = freeze(kw["augment"])
+            s2 = dataclasses.replace(s, **kw)
+            if s2.trial_id in out.origins:
+                continue
+            o = origins.get(s.trial_id)
+            if o is not None:
+                paths = dict(o.paths)
+                task = o.task
+                if label:
+                    paths.update(models=f"{label}.model_hparams", datasets=f"{label}.dataset_hparams")
+                    task = overrides["workload"]
+                if part.dtype != "float32":
+                    task += f" [{part.dtype}]"
+                o = dataclasses.replace(o, paths=paths, task=task)
+            out.origins[s2.trial_id] = o
+            out.append(s2)
+    if errors:
+        raise ConfigError(list(dict.fromkeys(errors)))
     return out
 
 

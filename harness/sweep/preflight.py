@@ -9,8 +9,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from harness.config.load import ConfigError, Registries, SweepConfig
-from harness.plan.expansion import TrialList, entry_paths, expand, hp_key
+from harness.config.errors import ConfigError
+from harness.config.registries import Registries, default_registries
+from harness.config.schema import SweepConfig
+from harness.config.workloads import needs_parts
+from harness.plan.expansion import TrialList, entry_paths, expand, expand_parts, hp_key
 
 
 def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
@@ -49,16 +52,13 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
       :func:`harness.train.parallel.batch_problem`).
 
     Raises:
-      harness.config.load.ConfigError: one ``FILE: KEY.PATH: message`` line per problem.
+      harness.config.errors.ConfigError: one ``FILE: KEY.PATH: message`` line per problem.
     """
     import jax
     import jax.numpy as jnp
 
-    from harness.config import workloads
-    from harness.config.load import default_registries
-
-    if workloads.needs_parts(cfg):  # each part checked as its own grid (harness.workloads)
-        return workloads.expand_parts(cfg, lambda part: preflight(part, file, registries))
+    if needs_parts(cfg):  # each part checked as its own grid (harness.config.workloads)
+        return expand_parts(cfg, lambda part: preflight(part, file, registries))
     from harness.data.sources import DATASETS, TFDS_PREFIX, load_dataset
     from harness.train.loop import base_step_size, make_opt_factory
 

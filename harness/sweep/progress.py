@@ -10,7 +10,7 @@ from harness.tracking import client as tracking
 from harness.execute.worker import TrialOutcome
 
 if TYPE_CHECKING:
-    from harness.config.load import SweepConfig
+    from harness.config.schema import SweepConfig
     from harness.plan.units import Plan
 
 

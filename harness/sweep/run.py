@@ -26,7 +26,8 @@ from typing import Any
 
 from harness.tracking import spool
 from harness.tracking import client as tracking
-from harness.config.load import Registries, load_config
+from harness.config.load import load_config
+from harness.config.registries import Registries
 from harness.plan.expansion import component_variants, expand, search_tags, sweep_id_of
 from harness.config.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
 from harness.sweep.parent_run import end_parent, kill_dead_invocations, start_parent
@@ -74,7 +75,7 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     plan (checked from axis sizes before expansion, :func:`harness.config.load.check_plan_size`).
 
     Raises:
-      harness.config.load.ConfigError: invalid config (nothing logged).
+      harness.config.errors.ConfigError: invalid config (nothing logged).
       harness.tracking.client.TrackingUnavailableError: the store cannot be reached (nothing trained).
       SweepInterrupted: Ctrl-C (a ``KeyboardInterrupt``); the parent run is ended KILLED.
     """

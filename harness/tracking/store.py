@@ -299,7 +299,7 @@ def _template_enabled() -> bool:
 
 
 def template_path() -> Path:
-    from harness.data.sources import cache_dir
+    from harness.core.util import cache_dir
 
     return cache_dir() / "mlflow-schema" / f"{_mlflow_version()}-{schema_head()}.db"
 

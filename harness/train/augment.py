@@ -24,31 +24,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from harness.config.augment import AUGMENT_KEYS, validate_augment
+
 __all__ = ["AUGMENT_KEYS", "AUGMENT_STREAM", "make_augment", "validate_augment"]
 
-#: The hyperparameters an ``augment`` mapping may name, with their defaults.
-AUGMENT_KEYS: dict[str, Any] = {"crop_pad": 0, "flip": False}
 #: ``fold_in`` constant that separates the augmentation stream from the epoch permutations
 #: (``fold_in(data_key, epoch)``, epochs counted from 0).
 AUGMENT_STREAM = 2**31 - 1
-
-
-def validate_augment(hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """``hparams`` with defaults filled in.
-
-    Raises:
-      ValueError: an unknown key, a negative or non-integer ``crop_pad``, a non-bool ``flip``.
-    """
-    unknown = sorted(set(hparams) - set(AUGMENT_KEYS))
-    if unknown:
-        raise ValueError(f"unknown augment hyperparameter(s) {unknown}; valid: {sorted(AUGMENT_KEYS)}")
-    hp = {**AUGMENT_KEYS, **dict(hparams)}
-    pad = hp["crop_pad"]
-    if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
-        raise ValueError(f"augment.crop_pad must be an int >= 0, got {pad!r}")
-    if not isinstance(hp["flip"], bool):
-        raise ValueError(f"augment.flip must be true or false, got {hp['flip']!r}")
-    return hp
 
 
 def make_augment(hparams: Mapping[str, Any]) -> Callable[[jax.Array, jax.Array], jax.Array] | None:
@@ -56,7 +38,7 @@ def make_augment(hparams: Mapping[str, Any]) -> Callable[[jax.Array, jax.Array],
     asks for nothing (no crop, no flip).
 
     Raises:
-      ValueError: see :func:`validate_augment`.
+      ValueError: see :func:`harness.config.augment.validate_augment`.
     """
     hp = validate_augment(hparams)
     pad, flip = int(hp["crop_pad"]), bool(hp["flip"])

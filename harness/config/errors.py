@@ -1,0 +1,118 @@
+"""Config errors: :class:`ConfigError` and the rewording of pydantic's errors into its lines.
+
+Every problem of a config is one line ``FILE: KEY.PATH: message`` (the valid choices and a "did you
+mean" where one is close); :class:`ConfigError` carries them all (at most 50 lines of at most 1,000
+characters). :func:`format_pydantic` turns a pydantic ``ValidationError`` of the schema
+(:mod:`harness.config.schema`) into such lines: an unknown key names the valid keys, a section that
+must be a mapping says so, a user's value is echoed in at most 200 characters
+(:func:`harness.config.echo.short_repr`).
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from harness.config.echo import short_repr
+from harness.core.registry import did_you_mean
+
+__all__ = ["ConfigError", "format_pydantic", "key_text", "loc_path"]
+
+#: Error types whose message already says what was given (no ``(got ...)`` appended).
+_SELF_EXPLAINED = ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size", "name", "description",
+                   "tracking_uri", "target", "search", "workloads")
+
+
+class ConfigError(ValueError):
+    """An invalid sweep config. ``errors`` holds one ``FILE: KEY.PATH: message`` line per problem;
+    ``str(err)`` is those lines joined with newlines."""
+
+    #: At most this many lines are kept (a last line says how many more there were) ...
+    MAX_LINES = 50
+    #: ... each cut to this many characters.
+    MAX_LINE_CHARS = 1000
+
+    def __init__(self, errors: list[str]):
+        lines = [e if len(e) <= self.MAX_LINE_CHARS else e[: self.MAX_LINE_CHARS - 3] + "..."
+                 for e in errors[: self.MAX_LINES]]
+        if len(errors) > self.MAX_LINES:
+            head = errors[0].split(": ", 1)[0] + ": " if ": " in errors[0] else ""
+            lines.append(f"{head}... and {len(errors) - self.MAX_LINES:,} more problems")
+        self.errors = lines
+        super().__init__("\n".join(self.errors))
+
+
+def key_text(k: Any, limit: int = 60) -> str:
+    """A user's mapping key for a message or key path, cut to ``limit`` characters."""
+    k = str(k) if not isinstance(k, str) else k
+    return k if len(k) <= limit else k[: limit - 3] + "..."
+
+
+def loc_path(loc: tuple) -> str:
+    """A pydantic location as a key path: ``("optimizers", 0, "hparams")`` → ``optimizers[0].hparams``
+    (``<top>`` for the empty location)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + key_text(part)
+    return out or "<top>"
+
+
+def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The pydantic model class that holds the mapping at ``loc`` below ``root`` (for unknown-key
+    messages)."""
+    cls: type[BaseModel] = root
+    for part in loc:
+        if isinstance(part, int) or part not in cls.model_fields:
+            continue
+        ann = cls.model_fields[part].annotation
+        stack = [ann]
+        while stack:
+            a = stack.pop()
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                cls = a
+                break
+            stack.extend(typing.get_args(a))
+    return cls
+
+
+def format_pydantic(err: ValidationError, file: str, root: type[BaseModel]) -> list[str]:
+    """One ``FILE: KEY.PATH: message`` line per error of ``err``, raised validating ``root`` (the
+    schema's :class:`~harness.config.schema.SweepConfig`)."""
+    lines = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if p not in ("function-after", "function-before"))
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            valid = list(_model_at(root, loc[:-1]).model_fields)
+            key = str(loc[-1])
+            msg = (f"unknown key {short_repr(key, 80)}; valid keys: {', '.join(valid)}"
+                   f"{did_you_mean(key[:200], valid)}")
+        elif e["type"] in ("bad_grid", "empty_axis") and "key" in (e.get("ctx") or {}):
+            loc = (*loc, e["ctx"]["key"])
+            msg = msg.split(": ", 1)[1]
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        elif e["type"] == "model_type":  # a section that must be a mapping: say so, and its keys
+            keys = ", ".join(_model_at(root, loc).model_fields)
+            msg = f"expected a mapping with keys {keys}, got {short_repr(e['input'])}"
+        elif loc in (("batch_size",), ("seeds",)) and e["type"] == "list_type":
+            what = "an int or a list of ints" if loc == ("batch_size",) else \
+                "an int (a count) or a list of ints"
+            msg = f"expected {what}, got {short_repr(e['input'])}"
+        elif loc == ("targets",) and e["type"] == "dict_type":
+            msg = (f"expected a mapping {{DATASET: {{metric, value}}}}, e.g. targets: {{digits: "
+                   f"{{metric: valid/accuracy, value: 0.9}}}} (use 'target' for one target for all "
+                   f"datasets), got {short_repr(e['input'])}")
+        elif e["type"] == "target" and msg.split(": ", 1)[0] in ("value", "mode"):
+            key, msg = msg.split(": ", 1)
+            loc = (*loc, key)
+        elif e["type"] not in _SELF_EXPLAINED \
+                and f"got {short_repr(e['input'])}" not in msg:  # a message that names it already
+            msg = f"{msg} (got {short_repr(e['input'])})"
+        lines.append(f"{file}: {loc_path(loc)}: {msg}")
+    return lines

@@ -1,0 +1,60 @@
+"""Strict number fields of the schema: integers are never booleans, an integral float is an integer.
+
+:data:`Int` and :data:`Float` are the pydantic field types of every number in
+:mod:`harness.config.schema` (``eval_every: true`` is an error, ``steps: 1e3`` is 1000, a quoted
+``"0.1"`` is an error that says so).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
+
+from harness.config.numbers import quoted_hint
+
+__all__ = ["Float", "Int", "strict_float", "strict_int"]
+
+
+def strict_int(v: Any) -> Any:
+    """An integer field: an int, or a float with an integral value (``1e3`` → 1000); never a bool
+    (``true`` is not 1) or a string.
+
+    Raises:
+      PydanticCustomError: type ``strict_int``.
+    """
+    if isinstance(v, bool):
+        raise PydanticCustomError("strict_int", "expected an integer, not a boolean")
+    if isinstance(v, float):
+        if math.isfinite(v) and v.is_integer():
+            return int(v)
+        raise PydanticCustomError("strict_int", "expected an integer")
+    if not isinstance(v, int):
+        raise PydanticCustomError("strict_int", "expected an integer" + quoted_hint(v))
+    return v
+
+
+def strict_float(v: Any) -> Any:
+    """A number field: an int or a float (as float); never a bool or a string.
+
+    Raises:
+      PydanticCustomError: type ``strict_float``.
+    """
+    if isinstance(v, bool):
+        raise PydanticCustomError("strict_float", "expected a number, not a boolean")
+    if isinstance(v, int):
+        try:
+            return float(v)
+        except OverflowError:
+            raise PydanticCustomError("strict_float", "number too large") from None
+    if not isinstance(v, float):
+        raise PydanticCustomError("strict_float", "expected a number" + quoted_hint(v))
+    return v
+
+
+#: A pydantic integer field checked by :func:`strict_int`.
+Int = Annotated[int, BeforeValidator(strict_int)]
+#: A pydantic number field checked by :func:`strict_float` (always a ``float``).
+Float = Annotated[float, BeforeValidator(strict_float)]

@@ -1,0 +1,225 @@
+"""One config entry against its builder: names, hyperparameters, types, and canonical numbers.
+
+:func:`check_component` checks one ``models``/``optimizers``/``schedules``/``datasets`` entry: the
+name is in its registry (or a well-formed ``tfds:NAME``), every hyperparameter is one of the
+builder's (:func:`harness.config.registries.builder_hparams`), every value (each grid value, each
+option or bound of a distribution) fits the builder's annotation or default (:func:`type_error`),
+``step_size``/``learning_rate`` are > 0, numbers are finite and fit 64 bits, a value's text fits an
+MLflow param, required hyperparameters are given and ``zip`` groups name equal-length grid axes.
+:func:`canonicalize_numbers` turns an int into a float where the builder takes a float, so that
+``step_size: 1000`` and ``1000.0`` are one trial.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from harness.config import limits, search
+from harness.config.echo import short_repr
+from harness.config.errors import key_text
+from harness.config.numbers import is_num, quoted_hint
+from harness.config.registries import Registries, builder_hparams
+from harness.config.schema import Component, SweepConfig
+from harness.config.values import hparam_count, hparam_values
+from harness.core.registry import REQUIRED, HParam, did_you_mean, lookup
+
+__all__ = ["POSITIVE_HPARAMS", "annotation_of", "canonicalize_numbers", "check_component", "type_error"]
+
+#: Hyperparameters that must be numbers > 0 (and are always floats).
+POSITIVE_HPARAMS = ("step_size", "learning_rate")
+TFDS_RE = re.compile(r"^tfds:[a-z][a-z0-9_]*(/[A-Za-z0-9_.\-]+)?(:\d+\.\d+\.\d+)?$")
+
+
+def annotation_of(builder: Callable, hp: HParam) -> Any:
+    """The type a builder's hyperparameter takes: its annotation (resolved), else the type of its
+    default (``float | int`` for a float default; ``None`` when nothing checkable is known)."""
+    try:
+        hints = typing.get_type_hints(builder)
+    except Exception:
+        hints = {}
+    ann = hints.get(hp.name, hp.annotation if not isinstance(hp.annotation, str) else None)
+    if ann is None and hp.default is not REQUIRED and hp.default is not None:
+        t = type(hp.default)
+        ann = float | int if t is float else t
+        if t not in (int, float, bool, str):
+            ann = None
+    return ann
+
+
+def type_error(value: Any, ann: Any) -> str | None:
+    """Why ``value`` does not fit annotation ``ann`` (pydantic strict mode; a list may stand for a
+    tuple), or ``None`` when it fits or ``ann`` cannot be checked."""
+    from pydantic import TypeAdapter
+
+    try:
+        adapter = TypeAdapter(ann)
+    except Exception:
+        return None  # not a checkable annotation (e.g. a bare Callable protocol)
+
+    def tup(v: Any) -> Any:
+        return tuple(tup(x) for x in v) if isinstance(v, list) else v
+
+    for candidate in (value, tup(value)):
+        try:
+            adapter.validate_python(candidate, strict=True)
+            return None
+        except Exception:
+            continue
+    if ann in (float, float | int, int | float):
+        return f"expected a number, got {short_repr(value)}{quoted_hint(value)}"
+    name = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
+    return f"expected {name}, got {short_repr(value)}"
+
+
+def check_component(kind: str, registry: Mapping[str, Callable], comp: Component, path: str,
+                    file: str, errors: list[str]) -> None:
+    """Append to ``errors`` one ``FILE: PATH...: message`` line per problem of entry ``comp`` of
+    ``kind`` (model, optimizer, schedule, dataset) at key path ``path`` (see the module docstring)."""
+    if len(comp.name) > 200:
+        errors.append(f"{file}: {path}.name: not a {kind} name ({len(comp.name):,} characters: "
+                      f"{short_repr(comp.name, 60)}); `python -m harness list` shows the names")
+        return
+    if kind == "dataset" and comp.name.startswith("tfds:"):
+        if not TFDS_RE.match(comp.name):
+            errors.append(f"{file}: {path}.name: malformed TFDS dataset {comp.name!r}; expected "
+                          f"'tfds:NAME', 'tfds:NAME/CONFIG' or 'tfds:NAME:1.2.3'")
+        return
+    try:
+        builder = lookup(registry, comp.name, kind)
+    except KeyError as e:
+        errors.append(f"{file}: {path}.name: {e.args[0]}")
+        return
+    hps = builder_hparams(kind, builder)
+    for k, raw in comp.hparams.items():
+        if k not in hps:
+            valid = ", ".join(hps) or "(none)"
+            errors.append(f"{file}: {path}.hparams.{key_text(k)}: unknown hyperparameter of {kind} "
+                          f"{comp.name!r}; valid: {valid}{did_you_mean(k[:200], list(hps))}")
+            continue
+        ann = annotation_of(builder, hps[k])
+        if ann is None and k in POSITIVE_HPARAMS:
+            ann = float | int
+        values = hparam_values(raw)
+        of = ""
+        if isinstance(values[0], search.Distribution):
+            dist = values[0]
+            of = f" ({'an option' if dist.kind == 'choice' else 'a bound'} of {dist})"
+            if (msg := _distribution_error(kind, k, dist, ann)) is not None:
+                errors.append(f"{file}: {path}.hparams.{k}: {msg}")
+                continue
+            values = dist.values_to_check()
+        for v in values:
+            if ann is not None and (msg := type_error(v, ann)):
+                if isinstance(raw, list) and type_error(raw, ann) is None:
+                    msg += " (a list is a grid axis; write {value: [...]} for one list value)"
+                errors.append(f"{file}: {path}.hparams.{k}: {msg}{of}")
+                break
+            if k in POSITIVE_HPARAMS and is_num(v) and not v > 0:
+                errors.append(f"{file}: {path}.hparams.{k}: must be > 0, got {short_repr(v)}{of}")
+                break
+            if is_num(v) and not math.isfinite(v):
+                errors.append(f"{file}: {path}.hparams.{k}: must be finite, got {short_repr(v)}{of}")
+                break
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:
+                errors.append(f"{file}: {path}.hparams.{k}: {short_repr(v)} does not fit in 64 bits")
+                break
+            if len(text := str(v)) > limits.MAX_PARAM_VALUE_CHARS:
+                errors.append(f"{file}: {path}.hparams.{k}: the value is {len(text):,} characters "
+                              f"as text; MLflow keeps at most {limits.MAX_PARAM_VALUE_CHARS:,} in a "
+                              f"param ({short_repr(v, 80)})")
+                break
+    for name, hp in hps.items():
+        if hp.required and name not in comp.hparams:
+            errors.append(f"{file}: {path}.hparams: missing required hyperparameter {name!r} of "
+                          f"{kind} {comp.name!r}")
+    names = set(comp.hparams)
+    seen: set[str] = set()
+    for i, group in enumerate(comp.zip):
+        lengths = set()
+        for a in group:
+            if a not in names:
+                errors.append(f"{file}: {path}.zip[{i}]: {short_repr(a, 60)} is not one of this "
+                              f"entry's hparams ({', '.join(names) or 'none'})"
+                              f"{did_you_mean(str(a)[:200], list(names))}")
+            elif a in seen:
+                errors.append(f"{file}: {path}.zip[{i}]: {a!r} is in more than one zip group")
+            elif search.is_distribution(comp.hparams[a]):
+                errors.append(f"{file}: {path}.zip[{i}]: {a!r} is a distribution; only grid axes "
+                              f"(lists, log_grid) can be zipped")
+            else:
+                lengths.add(hparam_count(comp.hparams[a]))
+            seen.add(a)
+        if len(lengths) > 1:
+            errors.append(f"{file}: {path}.zip[{i}]: zipped axes must have equal lengths, got "
+                          f"{sorted(lengths)}")
+
+
+def _distribution_error(kind: str, name: str, dist: search.Distribution, ann: Any) -> str | None:
+    """Why ``dist`` cannot be the value of hyperparameter ``name`` (annotation ``ann``) of a ``kind``
+    builder, or None: datasets are never sampled; a discrete hyperparameter (one that takes no
+    non-integer number) takes ``choice`` or, when it takes ints, ``int_uniform``."""
+    if kind == "dataset":
+        return (f"a dataset's hyperparameters cannot be sampled (distributions are for models, "
+                f"optimizers and schedules); use a value or a list, got {dist}")
+    if ann is None or dist.kind == "choice":
+        return None
+    takes_float = type_error(0.5, ann) is None
+    takes_int = type_error(1, ann) is None
+    if dist.produces_floats and not takes_float:
+        if takes_int:
+            return (f"{name} is discrete (an int): use {{int_uniform: [lo, hi]}} or {{choice: [...]}}, "
+                    f"not {dist.kind}")
+        return f"{name} is discrete: use {{choice: [...]}}, not {dist.kind}"
+    if dist.kind == "int_uniform" and not takes_int:
+        return f"{name} takes no integers: use {{choice: [...]}}, not int_uniform"
+    return None
+
+
+def canonicalize_numbers(cfg: SweepConfig, registries: Registries) -> SweepConfig:
+    """``cfg`` with every int hyperparameter value turned into a float where the builder takes a
+    float (its annotation, or its float default, accepts the float; ``step_size`` and
+    ``learning_rate`` always), so that ``step_size: 1000`` and ``step_size: 1000.0`` give one
+    trial id. Float values, ints of int-typed hyperparameters and ``{...}`` forms other than
+    ``{value: N}`` are left as they are, so existing float-valued trial ids do not change."""
+    kinds = (("models", "model", registries.models), ("optimizers", "optimizer", registries.optimizers),
+             ("schedules", "schedule", registries.schedules), ("datasets", "dataset", registries.datasets))
+
+    def takes_float(kind: str, reg: Mapping[str, Callable], comp: Component, k: str) -> bool:
+        if k in POSITIVE_HPARAMS:
+            return True
+        builder = reg.get(comp.name)
+        if builder is None:
+            return False
+        hp = builder_hparams(kind, builder).get(k)
+        ann = annotation_of(builder, hp) if hp is not None else None
+        return ann is not None and type_error(1.5, ann) is None
+
+    def fix(v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return float(v)
+        if isinstance(v, list):
+            return [fix(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v]
+        if isinstance(v, Mapping) and set(v) == {"value"}:
+            x = v["value"]
+            return {"value": float(x)} if isinstance(x, int) and not isinstance(x, bool) else v
+        return v
+
+    def fix_comps(comps: list[Component] | None, kind: str, reg: Mapping[str, Callable]):
+        if comps is None:
+            return None
+        out = []
+        for c in comps:
+            new = {k: fix(v) if takes_float(kind, reg, c, k) else v for k, v in c.hparams.items()}
+            out.append(c if new == c.hparams and all(type(new[k]) is type(c.hparams[k]) for k in new)
+                       else c.model_copy(update={"hparams": new}))
+        return out
+
+    update = {axis: fix_comps(getattr(cfg, axis), kind, reg) for axis, kind, reg in kinds}
+    update["include"] = [g.model_copy(update={axis: fix_comps(getattr(g, axis), kind, reg)
+                                              for axis, kind, reg in kinds}) for g in cfg.include]
+    return cfg.model_copy(update=update)
+

@@ -1,0 +1,391 @@
+"""The schema of a sweep config: pydantic models, unknown keys forbidden, types and ranges checked.
+
+:class:`SweepConfig` is a whole config (the YAML schema is in :mod:`harness.config.load`'s
+docstring, ``experiments/quickstart.yaml`` a complete example); :class:`Component` one entry of a
+component axis, :class:`SubGrid` an ``include`` entry, :class:`WorkloadEntry` a ``workloads`` entry,
+:class:`SearchCfg`, :class:`TargetCfg`, :class:`Budget`, :class:`DivergenceCfg` and
+:class:`ParallelismCfg` its sections. Integers are never booleans and an integral float counts as an
+integer (:mod:`harness.config.fields`); ranges come from :mod:`harness.config.limits`. A validator
+raises ``PydanticCustomError`` whose type names the rule; :func:`harness.config.errors.format_pydantic`
+rewords them. Names are checked against the registries later (:mod:`harness.config.validate`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from harness.config import limits, search
+from harness.config.cadence import parse_every
+from harness.config.echo import short_repr
+from harness.config.errors import key_text
+from harness.config.fields import Float, Int, strict_int
+from harness.config.values import hparam_count, hparam_values, log_grid_args
+from harness.core.names import canonical_metric
+from harness.core.registry import did_you_mean
+
+#: Top-level axes that ``zip`` and ``include`` may name.
+TOP_AXES = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
+#: Flat keys (and prefixes ``model.`` ...) that ``exclude`` rules may use.
+RULE_KEYS = ("model", "optimizer", "schedule", "dataset", "seed", "batch_size")
+
+
+class _Strict(BaseModel):
+    """Base: unknown keys are errors (reworded by :func:`harness.config.errors.format_pydantic` to
+    name the valid keys)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SearchCfg(_Strict):
+    """``search: {method, trials, seed}`` (top level, or an optimizer entry's override of some of its
+    fields); see :mod:`harness.config.search`. Unset fields inherit (top level: ``quasirandom``, seed 0)."""
+
+    method: str | None = None
+    trials: Int | None = None
+    seed: Int | None = None
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str | None) -> str | None:
+        if v is not None and v not in search.METHODS:
+            raise PydanticCustomError(
+                "search", "unknown method '{v}'; valid: {valid}{hint}",
+                {"v": v, "valid": ", ".join(search.METHODS), "hint": did_you_mean(v, search.METHODS)})
+        return v
+
+    @field_validator("trials")
+    @classmethod
+    def _trials(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise PydanticCustomError("search", "must be >= 1, got {v}", {"v": v})
+        return v
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, v: int | None) -> int | None:
+        if v is not None and v < 0:
+            raise PydanticCustomError("search", "must be >= 0, got {v}", {"v": v})
+        return v
+
+
+class Component(_Strict):
+    """One entry of a component axis: a registry name, its hyperparameters (scalars, grids,
+    distributions), optional zip groups of hyperparameter names and (optimizer entries) a ``search``
+    override. A bare string ``"adam"`` means ``{name: adam}``."""
+
+    name: str
+    hparams: dict[str, Any] = Field(default_factory=dict)
+    zip: list[list[str]] = Field(default_factory=list)
+    search: SearchCfg | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_str(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+    @field_validator("hparams")
+    @classmethod
+    def _grids(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for k, x in v.items():
+            try:
+                if isinstance(x, Mapping) and set(x) == {"log_grid"}:
+                    log_grid_args(x["log_grid"])  # checked and counted, never built here
+                    n = hparam_count(x)
+                else:
+                    n = len(hparam_values(x))
+            except ValueError as e:
+                raise PydanticCustomError("bad_grid", "{key}: {msg}", {"key": k, "msg": str(e)}) from None
+            if not n:
+                raise PydanticCustomError("empty_axis", "{key}: empty axis (needs at least one value)",
+                                          {"key": k})
+        return v
+
+
+class TargetCfg(_Strict):
+    """A convergence target on the validation split; ``mode`` defaults to ``max`` for accuracy and
+    ``min`` for loss. ``eval/accuracy``/``eval/loss`` (the names before the three-split protocol)
+    are accepted and stored as ``valid/*``."""
+
+    metric: Literal["valid/accuracy", "valid/loss", "eval/accuracy", "eval/loss"] = "valid/accuracy"
+    value: Float
+    mode: Literal["max", "min"] | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _canonical(cls, v: str) -> str:
+        return canonical_metric(v)
+
+    @model_validator(mode="after")
+    def _range(self) -> TargetCfg:
+        if not math.isfinite(self.value):
+            raise PydanticCustomError("target", "value: must be a finite number, got {v}",
+                                      {"v": short_repr(self.value)})
+        if self.metric.endswith("accuracy") and not 0.0 <= self.value <= 1.0:
+            raise PydanticCustomError("target", "value: an accuracy target must be within [0, 1], "
+                                      "got {v}", {"v": short_repr(self.value)})
+        if self.metric.endswith("loss") and self.value < 0:
+            raise PydanticCustomError("target", "value: a loss target must be >= 0 (cross-entropy and "
+                                      "squared error never go below 0), got {v}",
+                                      {"v": short_repr(self.value)})
+        natural = "max" if self.metric.endswith("accuracy") else "min"
+        if self.mode is not None and self.mode != natural:  # a worse value would count as reached
+            raise PydanticCustomError(
+                "target", "mode: {metric} is reached going {way}: mode {natural} (or leave mode out), "
+                "got {mode}", {"metric": self.metric, "way": "up" if natural == "max" else "down",
+                               "natural": natural, "mode": self.mode})
+        return self
+
+    def resolved_mode(self) -> str:
+        return self.mode or ("max" if self.metric.endswith("accuracy") else "min")
+
+
+class Budget(_Strict):
+    """Training budget: exactly one of ``steps`` (optimizer steps) or ``epochs`` (passes over the
+    training split)."""
+
+    steps: Int | None = Field(default=None, gt=0, le=limits.MAX_STEPS)
+    epochs: Float | None = Field(default=None, gt=0, le=limits.MAX_EPOCHS)
+
+    @model_validator(mode="after")
+    def _one(self) -> Budget:
+        if (self.steps is None) == (self.epochs is None):
+            raise PydanticCustomError("budget", "give exactly one of 'steps' or 'epochs'")
+        return self
+
+
+class DivergenceCfg(_Strict):
+    """When a trial counts as diverged (besides a non-finite train loss, always): a train loss
+    above ``loss_factor`` × the trial's initial train loss (the first step's). ``null`` turns the
+    factor rule off."""
+
+    loss_factor: Float | None = Field(default=100.0, gt=1, le=1e30)
+
+
+def _devices(v: Any) -> Any:
+    """``devices``: a positive integer or the string ``"all"``."""
+    if isinstance(v, str):
+        if v.strip().lower() == "all":
+            return "all"
+        raise PydanticCustomError("devices", "expected a positive integer or 'all', got {v}",
+                                  {"v": short_repr(v)})
+    v = strict_int(v)
+    if v < 1:
+        raise PydanticCustomError("devices", "must be >= 1 (or 'all'), got {v}", {"v": v})
+    return v
+
+
+class ParallelismCfg(_Strict):
+    """``parallelism: {devices, shard}``: how many of the process's visible devices
+    (:func:`harness.execute.devices.visible_devices`) each trial uses (an int >= 1 or ``all``; default 1 =
+    one device, unchanged behaviour) and what is sharded over them: ``batch`` (data-parallel, each
+    step's batch split over a 1-D mesh, state replicated) or ``trials`` (the vmapped batch of
+    seed/step-size siblings split along its trial axis). Checked against the visible devices and
+    the batch sizes by the pre-flight (:mod:`harness.sweep.preflight`), before any MLflow write."""
+
+    devices: Annotated[int | str, BeforeValidator(_devices)] = 1
+    shard: Literal["batch", "trials"] = "batch"
+
+
+def _nonempty(v: list, what: str = "axis") -> list:
+    if not v:
+        raise PydanticCustomError("empty_axis", "empty axis (needs at least one value)")
+    return v
+
+
+class SubGrid(_Strict):
+    """An ``include`` entry: extra trials; axes it does not set are taken from the top level."""
+
+    models: list[Component] | None = None
+    optimizers: list[Component] | None = None
+    schedules: list[Component] | None = None
+    datasets: list[Component] | None = None
+    seeds: list[Annotated[Int, Field(ge=0, lt=limits.SEED_LIMIT)]] | None = None
+    batch_size: list[Annotated[Int, Field(gt=0, le=limits.MAX_BATCH_SIZE)]] | None = None
+
+    @field_validator("seeds", "batch_size", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @field_validator("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
+    @classmethod
+    def _ne(cls, v: list | None) -> list | None:
+        return v if v is None else _nonempty(v)
+
+
+class WorkloadEntry(_Strict):
+    """One entry of ``workloads``: a :data:`harness.config.workloads.WORKLOADS` name, with optional
+    overrides of its model's and dataset's hyperparameters (scalars or grids, as in ``models``).
+    A bare string ``"mnist1d_cnn"`` means ``{name: mnist1d_cnn}``."""
+
+    name: str
+    model_hparams: dict[str, Any] = Field(default_factory=dict)
+    dataset_hparams: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_str(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+
+class SweepConfig(_Strict):
+    """A whole sweep config (see the module docstring for the YAML schema)."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    models: list[Component] | None = None
+    optimizers: list[Component]
+    schedules: list[Component] = Field(default_factory=lambda: [Component(name="constant")])
+    datasets: list[Component] | None = None
+    workloads: list[WorkloadEntry] | None = None
+    seeds: list[Annotated[Int, Field(ge=0, lt=limits.SEED_LIMIT)]] = Field(default_factory=lambda: [0])
+    batch_size: list[Annotated[Int, Field(gt=0, le=limits.MAX_BATCH_SIZE)]] = \
+        Field(default_factory=lambda: [128])
+    budget: Budget | None = None
+    search: SearchCfg | None = None
+    eval_every: Int | None = Field(default=None, gt=0, le=limits.MAX_STEPS)
+    steps_per_dispatch: Int = Field(default=50, gt=0, le=limits.MAX_STEPS_PER_DISPATCH)
+    target: TargetCfg | None = None
+    targets: dict[str, TargetCfg] = Field(default_factory=dict)
+    zip: list[list[str]] = Field(default_factory=list)
+    include: list[SubGrid] = Field(default_factory=list)
+    exclude: list[dict[str, Any]] = Field(default_factory=list)
+    batching: Literal["auto", "on", "off"] = "auto"
+    measure_perf: StrictBool = True
+    dtype: Literal["float32", "bfloat16", "float16", "float64"] | list[
+        Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
+    augment: dict[str, Any] | None = None
+    divergence: DivergenceCfg = Field(default_factory=DivergenceCfg)
+    parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)
+    tracking_uri: str | None = Field(default=None, max_length=limits.MAX_TEXT_CHARS)
+    executor: str = Field(default="inprocess", max_length=100)
+    jobs: Int = Field(default=1, gt=0, le=limits.MAX_JOBS)
+    address: str | None = Field(default=None, max_length=limits.MAX_TEXT_CHARS)
+    checkpoint_every: int | str | None = None
+    checkpoint_dir: str | None = Field(default=None, max_length=limits.MAX_TEXT_CHARS)
+    keep_final_checkpoint: StrictBool = False
+
+    @field_validator("checkpoint_every", mode="before")
+    @classmethod
+    def _ckpt_every(cls, v: Any) -> Any:
+        try:
+            return str(parse_every(v))  # canonical: "N steps", "Xs" or "off"
+        except ValueError as e:
+            msg = str(e).split(": ", 1)[-1]
+            raise PydanticCustomError("checkpoint_every", "{msg}", {"msg": msg}) from None
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v <= 0:
+                raise PydanticCustomError("seeds", "an int seed count must be > 0, got {v}",
+                                          {"v": short_repr(v)})
+            cap = (info.context or {}).get("max_trials", limits.DEFAULT_MAX_TRIALS)
+            if v > cap:  # checked before the list is built: seeds: 10**12 must not hang
+                raise PydanticCustomError(
+                    "seeds", "{v} seeds alone exceed the limit of {cap} trials; use fewer, or "
+                    "raise the limit with `python -m harness sweep --max-trials N`",
+                    {"v": f"{v:,}", "cap": f"{cap:,}"})
+            return list(range(v))
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if (msg := limits.name_problem(v)) is not None:
+            raise PydanticCustomError("name", "{msg}", {"msg": msg})
+        return v
+
+    @field_validator("description")
+    @classmethod
+    def _description_ok(cls, v: str) -> str:
+        if (msg := limits.text_problem(v)) is not None:
+            raise PydanticCustomError("description", "{msg}", {"msg": msg})
+        return v
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _uri_ok(cls, v: str | None) -> str | None:
+        if v is not None and (msg := limits.tracking_uri_problem(v)) is not None:
+            raise PydanticCustomError("tracking_uri", "{msg}", {"msg": msg})
+        return v
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _bs(cls, v: Any) -> Any:
+        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @field_validator("batching", mode="before")
+    @classmethod
+    def _batching(cls, v: Any) -> Any:
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
+    @field_validator("models", "optimizers", "schedules", "datasets", "seeds", "batch_size",
+                     "workloads", "dtype")
+    @classmethod
+    def _ne(cls, v: list | None) -> list | None:
+        return v if v is None or isinstance(v, str) else _nonempty(v)
+
+    @model_validator(mode="after")
+    def _grid_or_workloads(self) -> SweepConfig:
+        if self.workloads is None:
+            missing = [k for k in ("models", "datasets", "budget") if getattr(self, k) is None]
+            if missing:
+                raise PydanticCustomError(
+                    "workloads", "give {missing} (or 'workloads', which name each model, dataset "
+                    "and budget)", {"missing": " and ".join(repr(m) for m in missing)})
+        elif (self.models is None) != (self.datasets is None):
+            raise PydanticCustomError("workloads", "with 'workloads', give both 'models' and "
+                                      "'datasets' (an extra grid) or neither")
+        elif self.models is not None and self.budget is None:
+            raise PydanticCustomError("workloads", "the 'models' x 'datasets' grid needs a 'budget'")
+        return self
+
+    def dtypes(self) -> list[str]:
+        """The ``dtype`` axis as a list."""
+        return [self.dtype] if isinstance(self.dtype, str) else list(self.dtype)
+
+    @field_validator("zip")
+    @classmethod
+    def _zip_axes(cls, v: list[list[str]]) -> list[list[str]]:
+        for group in v:
+            for a in group:
+                if a not in TOP_AXES:
+                    raise PydanticCustomError(
+                        "zip", "unknown axis '{a}'; valid axes: {valid}{hint}",
+                        {"a": key_text(a), "valid": ", ".join(TOP_AXES), "hint": did_you_mean(a, TOP_AXES)})
+        return v
+
+    @field_validator("exclude")
+    @classmethod
+    def _rule_keys(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for rule in v:
+            for k in rule:
+                head = k.split(".", 1)[0]
+                if k not in RULE_KEYS and not (head in RULE_KEYS[:4] and "." in k):
+                    raise PydanticCustomError(
+                        "rule", "unknown rule key '{k}'; valid: {valid}, or model.HPARAM, "
+                        "optimizer.HPARAM, schedule.HPARAM, dataset.HPARAM{hint}",
+                        {"k": key_text(k), "valid": ", ".join(RULE_KEYS), "hint": did_you_mean(k, RULE_KEYS)})
+        return v
+
+    def target_for(self, dataset: str) -> TargetCfg | None:
+        """The target of ``dataset``: its ``targets`` entry, else the sweep's ``target`` (or None)."""
+        return self.targets.get(dataset, self.target)
+
+

@@ -1,0 +1,191 @@
+"""A whole config against the registries: every entry, the search, ``exclude`` rules, workloads.
+
+:func:`validate_names` runs, after the structural checks of :mod:`harness.config.schema`: every
+entry of every axis (top level and ``include``) through :func:`harness.config.hparams.check_component`;
+the search settings against the distributions they must sample; ``exclude`` rules (names are
+registry names, a ``KIND.HPARAM`` key names a hyperparameter some entry sets); the executor; each
+``workloads`` entry (its model and dataset with the overrides); ``augment``; ``targets`` keys. All
+problems are raised together as one :class:`~harness.config.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from harness.config import search
+from harness.config.augment import validate_augment
+from harness.config.echo import short_repr
+from harness.config.errors import ConfigError, key_text
+from harness.config.hparams import check_component
+from harness.config.registries import Registries, builder_hparams
+from harness.config.schema import Component, SweepConfig, WorkloadEntry
+from harness.config.workloads import WORKLOADS
+from harness.core.registry import did_you_mean, known_executors, lookup
+
+__all__ = ["validate_names"]
+
+
+def _dist_keys(comp: Component) -> list[str]:
+    return [k for k, v in comp.hparams.items() if search.is_distribution(v)]
+
+
+def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
+    """The search settings against the distributions they must sample: ``search`` only on optimizer
+    entries; no distribution in a cell whose method is ``grid``; a sampling method with distributions
+    needs ``trials``; ``grid`` takes no ``trials``."""
+    if cfg.search is not None and cfg.search.method == "grid" and cfg.search.trials is not None:
+        errors.append(f"{file}: search.trials: method grid has no trials (its grid points are the "
+                      f"budget); remove trials, or use method quasirandom or random")
+    grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
+    hint = ("add search: {method: quasirandom, trials: N} at the top level (or on the optimizer "
+            "entry)")
+    for prefix, grid in grids:
+        opt_prefix = prefix if grid.optimizers is not None else ""
+        opts = list(enumerate(grid.optimizers if grid.optimizers is not None else cfg.optimizers))
+        searches = [(f"{opt_prefix}optimizers[{j}]", c, search.resolve_search(cfg.search, c.search))
+                    for j, c in opts]
+        for axis in ("models", "schedules", "datasets"):
+            for j, comp in enumerate(getattr(grid, axis) or []):
+                if comp.search is not None:
+                    errors.append(f"{file}: {prefix}{axis}[{j}].search: only optimizer entries may "
+                                  f"override search (each optimizer's budget is set there)")
+        for j, comp in opts if grid.optimizers is not None or not prefix else []:
+            path, _, srch = searches[j]
+            if comp.search is not None and comp.search.trials is not None and srch.method == "grid":
+                errors.append(f"{file}: {path}.search.trials: method grid has no trials (its grid "
+                              f"points are the budget); remove trials, or use method quasirandom or "
+                              f"random")
+        for axis in ("models", "optimizers", "schedules"):
+            if getattr(grid, axis) is None:
+                continue
+            for j, comp in enumerate(getattr(grid, axis)):
+                for k in _dist_keys(comp):
+                    where = f"{file}: {prefix}{axis}[{j}].hparams.{k}"
+                    dist = comp.hparams[k]
+                    mine = [searches[j]] if axis == "optimizers" else searches
+                    grid_opt = next((p for p, _, sr in mine if sr.method == "grid"), None)
+                    no_trials = next((p for p, _, sr in mine if sr.method != "grid" and sr.trials is None),
+                                     None)
+                    text = str(search.parse_distribution(dist))
+                    with_opt = "" if axis == "optimizers" else f" (with {grid_opt or no_trials})"
+                    if grid_opt is not None:
+                        errors.append(f"{where}: {text} is a distribution, but search.method is grid"
+                                      f"{with_opt}: pick a sampling method (search: {{method: "
+                                      f"quasirandom, trials: N}}), or write a grid (a list or "
+                                      f"{{log_grid: [lo, hi, num]}})")
+                    elif no_trials is not None:
+                        errors.append(f"{where}: a distribution needs search.trials{with_opt}: {hint}")
+
+
+def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
+    """Check every registry name and hyperparameter of ``cfg`` (top level and ``include``).
+
+    Raises:
+      ConfigError: one line per problem (nothing has been run or logged).
+    """
+    errors: list[str] = []
+    axes = [("models", "model", registries.models), ("optimizers", "optimizer", registries.optimizers),
+            ("schedules", "schedule", registries.schedules), ("datasets", "dataset", registries.datasets)]
+    grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
+    for prefix, grid in grids:
+        for axis, kind, reg in axes:
+            for j, comp in enumerate(getattr(grid, axis) or []):
+                check_component(kind, reg, comp, f"{prefix}{axis}[{j}]", file, errors)
+    _check_search(cfg, file, errors)
+    _check_rules(cfg, file, registries, errors)
+    if cfg.executor not in known_executors():
+        ex = known_executors()
+        errors.append(f"{file}: executor: unknown executor {cfg.executor!r}; valid choices: "
+                      f"{', '.join(ex)}{did_you_mean(cfg.executor, ex)}")
+    for i, w in enumerate(cfg.workloads or []):
+        _check_workload(w, f"workloads[{i}]", file, registries, errors)
+    if cfg.augment is not None:
+        try:
+            validate_augment(cfg.augment)
+        except ValueError as e:
+            errors.append(f"{file}: augment: {e}")
+    for k in cfg.targets:
+        names = [c.name for c in cfg.datasets or []] + [c.name for g in cfg.include
+                                                         for c in g.datasets or []]
+        names += [w.name for w in cfg.workloads or []]
+        if k not in names:
+            errors.append(f"{file}: targets.{key_text(k)}: not a dataset of this sweep; datasets: "
+                          f"{', '.join(names)}{did_you_mean(k[:200], names)}")
+    if errors:
+        raise ConfigError(errors)
+
+
+def _check_rules(cfg: SweepConfig, file: str, registries: Registries, errors: list[str]) -> None:
+    """``exclude`` rules: names are registry names; a ``KIND.HPARAM`` key names a hyperparameter
+    that some ``KIND`` entry of this sweep sets (did-you-mean against the builders' hyperparameters:
+    a misspelt key would silently match no trial); values are scalars or lists of scalars."""
+    regs = {"model": registries.models, "optimizer": registries.optimizers,
+            "schedule": registries.schedules, "dataset": registries.datasets}
+    axis_of = {"model": "models", "optimizer": "optimizers", "schedule": "schedules",
+               "dataset": "datasets"}
+    grids: list[Any] = [cfg, *cfg.include]
+    for i, rule in enumerate(cfg.exclude):
+        for key, want in rule.items():
+            where = f"{file}: exclude[{i}].{key_text(key)}"
+            wants = want if isinstance(want, list) else [want]
+            if any(isinstance(w, Mapping | list) for w in wants):
+                errors.append(f"{where}: a rule value is a scalar or a list of scalars, got "
+                              f"{short_repr(want)}")
+                continue
+            if key in regs:
+                for v in wants:
+                    if key == "dataset" and isinstance(v, str) and v.startswith("tfds:"):
+                        continue
+                    try:
+                        lookup(regs[key], v, key)
+                    except (KeyError, TypeError) as e:
+                        msg = e.args[0] if isinstance(e, KeyError) else f"not a {key} name: {short_repr(v)}"
+                        errors.append(f"{where}: {msg}")
+                continue
+            kind, _, hp = key.partition(".")
+            if kind not in regs or not hp:
+                continue  # seed, batch_size (the structural check rejected anything else)
+            names = rule.get(kind)
+            names = set(names if isinstance(names, list) else [names]) if names is not None else None
+            comps = [c for g in grids for c in (getattr(g, axis_of[kind]) or [])
+                     if names is None or c.name in names]
+            sets = {k for c in comps for k in c.hparams}
+            if hp in sets:
+                continue
+            valid: list[str] = []
+            for c in comps:
+                if c.name in regs[kind] and not c.name.startswith("tfds:"):
+                    valid += [h for h in builder_hparams(kind, regs[kind][c.name]) if h not in valid]
+            if hp in valid:
+                errors.append(f"{where}: no {kind} entry of this sweep sets {hp!r}, so the rule "
+                              f"matches no trial; rules match hyperparameters the config sets "
+                              f"({', '.join(sorted(sets)) or 'none'})")
+            else:
+                errors.append(f"{where}: {short_repr(hp, 60)} is not a hyperparameter of the "
+                              f"{kind}s of this sweep ({', '.join(valid) or 'none'})"
+                              f"{did_you_mean(hp[:200], valid)}")
+
+
+def _check_workload(w: WorkloadEntry, path: str, file: str, registries: Registries,
+                    errors: list[str]) -> None:
+    """The workload exists, and its model and dataset (with the overrides) pass the same checks as
+    a ``models``/``datasets`` entry."""
+    try:
+        wl = lookup(WORKLOADS, w.name, "workload")
+    except KeyError as e:
+        errors.append(f"{file}: {path}.name: {e.args[0]}")
+        return
+    for kind, reg, name, base, over in (
+            ("model", registries.models, wl.model, wl.model_hparams, w.model_hparams),
+            ("dataset", registries.datasets, wl.dataset, wl.dataset_hparams, w.dataset_hparams)):
+        comp = Component(name=name, hparams={**base, **over})
+        sub: list[str] = []
+        check_component(kind, reg, comp, f"{path}.{kind}_hparams", file, sub)
+        # "workloads[0].model_hparams.name: unknown model ..." reads as the workload's own model
+        errors.extend(m.replace(f"{path}.{kind}_hparams.name:", f"{path}.name: workload "
+                                f"{w.name!r} needs {kind} {name!r}, but:").replace(
+                                f"{path}.{kind}_hparams.hparams", f"{path}.{kind}_hparams")
+                      for m in sub)
+
+
