@@ -370,7 +370,7 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     """Throughput must not be timed while the background thread writes to MLflow (on 2 cores the
     quickstart's first CNN examples/s read 2.7x low): a unit whose perf key is not measured yet
     waits for pending writes; a unit with a cached measurement does not."""
-    from harness.train import loop as trainer
+    from harness.train import perf
     from harness.execute import worker
     from harness.config.load import load_config
     from harness.sweep.run import expand
@@ -387,7 +387,7 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     monkeypatch.setattr(worker, "_PERF_CACHE", {})
     execute_unit(specs[:1], ctx, background=True)
     assert calls == ["flush"]
-    worker._PERF_CACHE[trainer.perf_cache_key(specs[1])] = object()
+    worker._PERF_CACHE[perf.perf_cache_key(specs[1])] = object()
     execute_unit(specs[1:], ctx, background=True)
     assert calls == ["flush"]
     real_flush()
