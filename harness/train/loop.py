@@ -107,6 +107,8 @@ __all__ = ["run_trial", "run_trials_batched", "should_batch"]
 class _UnitRun:
     """One work unit (a trial, or ``T`` trials under ``jax.vmap``) while it trains: the program, the
     mesh layout, the (stacked) state, the per-trial tracks, the clock and the compile seconds.
+    ``width`` is the vmapped width (``T``, padded to the mesh for ``shard: trials``; ``None`` for a
+    trial trained alone).
 
     Each method does one step of :func:`_train`; together they are the method of the module
     docstring."""
@@ -116,14 +118,14 @@ class _UnitRun:
         self.specs, self.spec0, self.ds, self.ck = specs, specs[0], ds, checkpoints
         self.prog: TrainingProgram = program_for(self.spec0, ds)
         self.entry = self.prog.entry
-        self.T = len(specs) if batched else None
+        self.width = len(specs) if batched else None
         self.layout = self._layout()
         self.compile_s = 0.0
         self.step, self.wall = 0, 0.0
         self.tracks = [TrialTrack(s) for s in specs]
         (self.x_train, self.y_train, self.x_valid, self.y_valid,
          self.x_test, self.y_test) = self.entry.placed(self.layout)
-        self.params_fn = self.prog.params if self.T is None else jax.vmap(self.prog.params)
+        self.params_fn = self.prog.params if self.width is None else jax.vmap(self.prog.params)
         self.state = self._initial_state()
         self._eval_exe(self._params(), self.x_valid, self.y_valid)  # compiled up front
 
@@ -134,9 +136,9 @@ class _UnitRun:
         ``T`` for ``shard: trials`` with copies of the last trial, whose results are dropped."""
         s = self.spec0
         layout = None if s.devices == 1 else parallel.layout_for(
-            s.devices, s.shard, batch_size=s.batch_size, num_trials=self.T)
+            s.devices, s.shard, batch_size=s.batch_size, num_trials=self.width)
         if layout is not None and layout.axis == "trials":
-            self.T = layout.pad(self.T)
+            self.width = layout.pad(self.width)
         return layout
 
     def place(self, tree: Any) -> Any:
@@ -153,9 +155,9 @@ class _UnitRun:
             st, dt = self.prog.init(jax.random.PRNGKey(s.seed), trial_step_size(s, self.prog.opt_builder))
             states.append(st)
             self.compile_s += dt
-        if self.T is not None:
-            states.extend([states[-1]] * (self.T - len(states)))
-        state = states[0] if self.T is None else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
+        if self.width is not None:
+            states.extend([states[-1]] * (self.width - len(states)))
+        state = states[0] if self.width is None else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
         return self.place(state)
 
     # -- evaluation --------------------------------------------------------------------------------
@@ -166,7 +168,7 @@ class _UnitRun:
 
     def _eval_exe(self, params: Any, x: jax.Array, y: jax.Array) -> Any:
         """The compiled evaluation of a split of ``x``'s size (its compile seconds counted)."""
-        exe, dt = self.entry.get("eval", self.T, params, self.state.model_state, x, y, layout=self.layout)
+        exe, dt = self.entry.get("eval", self.width, params, self.state.model_state, x, y, layout=self.layout)
         self.compile_s += dt
         return exe
 
@@ -205,7 +207,7 @@ class _UnitRun:
         start = jnp.int32(self.step)
         if self.layout is not None:
             start = jax.device_put(start, self.layout.replicated)
-        exe, dt = self.prog.get_chunk(self.T, n, self.state, start, self.x_train, self.y_train,
+        exe, dt = self.prog.get_chunk(self.width, n, self.state, start, self.x_train, self.y_train,
                                       layout=self.layout)
         self.compile_s += dt
         t0 = time.perf_counter()
@@ -264,7 +266,7 @@ class _UnitRun:
         lay, ck, ds = self.layout, self.ck, self.ds
         return {"batched": len(self.specs) if batched else 1,
                 **({"mesh": lay.label, "num_devices": lay.num_devices,
-                    "padded_trials": (self.T or 1) - len(self.specs)} if lay is not None else {}),
+                    "padded_trials": (self.width or 1) - len(self.specs)} if lay is not None else {}),
                 "eval_batch": self.entry.eval_batch,
                 **{k: float(getattr(ds, k)) for k in ("loss_floor", "entropy_rate")
                    if getattr(ds, k, None) is not None},
