@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from harness.core.spec import TrialSpec
-from harness.train import checkpoint
+from harness.train import checkpoint, program
 from harness.train import loop as trainer
 from harness.train.checkpoint import Cadence, UnitCheckpoints, parse_every
 
@@ -241,7 +241,7 @@ def test_a_second_process_neither_writes_nor_deletes_an_owned_unit(tmp_path, dig
     (s,) = _specs()[:1]
     d = str(tmp_path / "u")
     owner = UnitCheckpoints(d, [s.trial_id], None, parse_every(10))
-    owner.save(0, 0.0, trainer._program(s, digits_ds).init(__import__("jax").random.PRNGKey(0), 0.01)[0],
+    owner.save(0, 0.0, program.program_for(s, digits_ds).init(__import__("jax").random.PRNGKey(0), 0.01)[0],
                [], lambda st: ())
     assert owner.saves == 1
     code = textwrap.dedent(f"""

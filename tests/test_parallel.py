@@ -16,7 +16,7 @@ The same check for a small CNN (convolutions batch-sharded; also 2.4e-7) lives i
 file's time budget (~45 s).
 
 The config-level checks (the divisibility message, the device-count error, both before any MLflow
-write) run in this process with ``harness.execute.devices.visible_devices`` patched to 4 (2) devices.
+write) run in this process with ``harness.train.parallel.visible_devices`` patched to 4 (2) devices.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import json, os, runpy, sys
 import numpy as np
 import jax
 from harness.train import loop as trainer
+from harness.train import program
 from harness.data.sources import load_dataset
 from harness.core.spec import TrialSpec
 
@@ -71,11 +72,11 @@ def shardings(exe):
 
 
 seen = []
-trainer._INSPECT_BATCH = lambda s: seen.append(str(s.spec))
+program.INSPECT_BATCH = lambda s: seen.append(str(s.spec))
 one = trainer.run_trial(mk(), dataset=ds, measure_perf=False)
 four = trainer.run_trial(mk(devices=4), dataset=ds, measure_perf=False)
 out["mlp"] = {"one": curves(one), "four": curves(four), "extra": four.extra}
-prog = next(pr for k, pr in trainer._PROGRAMS.items() if k[0] == "mlp")
+prog = next(pr for k, pr in program.PROGRAMS.items() if k[0] == "mlp")
 chunk = next(exe for key, exe in prog.compiled.items() if key[2] is not None)
 out["chunk_shardings"] = shardings(chunk)
 out["batch_sharding_seen"] = sorted(set(seen))
@@ -88,7 +89,7 @@ alone = [trainer.run_trial(mk(seed=s.seed, optimizer_hparams=s.hparams("optimize
                            measure_perf=False) for s in specs]
 out["trials"] = {"batch": [curves(r) for r in batch], "alone": [curves(r) for r in alone],
                  "extra": batch[0].extra}
-prog = next(pr for k, pr in trainer._PROGRAMS.items() if k[0] == "mlp")
+prog = next(pr for k, pr in program.PROGRAMS.items() if k[0] == "mlp")
 exe = next(exe for key, exe in prog.compiled.items() if key[2] is not None and key[2][0] == "trials")
 out["trials_shardings"] = shardings(exe)
 
@@ -255,10 +256,9 @@ def _sweep_cli(tmp_path, write_sweep, monkeypatch, n_visible: int, **cfg):
     import jax
     from typer.testing import CliRunner
 
-    import harness.execute.devices
     from harness.cli import app
 
-    monkeypatch.setattr(harness.devices, "visible_devices", lambda: [jax.devices()[0]] * n_visible)
+    monkeypatch.setattr(parallel, "visible_devices", lambda: [jax.devices()[0]] * n_visible)
     path = write_sweep(**cfg)
     db = tmp_path / "store" / "mlflow.db"
     res = CliRunner().invoke(app, ["sweep", str(path), "--tracking-uri", f"sqlite:///{db}"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -13,6 +14,7 @@ from harness.core.spec import TrialSpec
 from harness.data import sequences
 from harness.data.sources import load_dataset
 from harness.train import loop as trainer
+from harness.train import program
 from harness.train.augment import make_augment, validate_augment
 from models import stax
 from models.zoo import ModelDef
@@ -125,13 +127,13 @@ def bigram_mlp(*, input_shape, num_classes, width: int = 32):
 
 @pytest.fixture
 def standin(monkeypatch):
-    real = trainer._registries
+    real = program.default_registries
 
     def regs():
-        m, o, s = real()
-        return {**m, "bigram_mlp": bigram_mlp}, o, s
+        r = real()
+        return dataclasses.replace(r, models={**r.models, "bigram_mlp": bigram_mlp})
 
-    monkeypatch.setattr(trainer, "_registries", regs)
+    monkeypatch.setattr(program, "default_registries", regs)
 
 
 def _spec(**kw):
@@ -182,11 +184,11 @@ def test_sequence_task_and_bfloat16(standin, monkeypatch, tmp_path):
     # the bf16 peak, never the f32 one (asked again if the step beat it: timing re-times the peak)
     assert bf16.perf.dtype == "bfloat16" and bf16.perf.peak_flops == 2e9 and set(seen) == {"bfloat16"}
     # parameters and optimizer state stay float32, the loss is float32
-    prog = trainer._program(_spec(dtype="bfloat16"), ds)
+    prog = program.program_for(_spec(dtype="bfloat16"), ds)
     state, _ = prog.init(jax.random.PRNGKey(0), 1e-3)
     assert {a.dtype for a in jax.tree_util.tree_leaves(state.opt_state)} == {jnp.dtype(jnp.float32)}
-    loss, _ = prog._loss(prog.params(state), state.model_state, prog.e.x_train[:4],
-                         prog.e.y_train[:4], None)
+    loss, _ = prog.loss(prog.params(state), state.model_state, prog.entry.x_train[:4],
+                        prog.entry.y_train[:4], None)
     assert loss.dtype == jnp.float32
 
 
@@ -225,13 +227,13 @@ def test_augmentation_reproducible_and_changes_the_batch():
                               measure_perf=False)
     assert plain.curves.train_loss != a.curves.train_loss
     # the augmented batch differs from the plain one, and is keyed by the data key and the step
-    prog = trainer._program(spec, ds)
+    prog = program.program_for(spec, ds)
     st, _ = prog.init(jax.random.PRNGKey(0), 1e-3)
-    xb = prog.e.x_train[:32]
-    a0 = prog._augment(xb, st.data_key, jnp.int32(0))
+    xb = prog.entry.x_train[:32]
+    a0 = prog.augment(xb, st.data_key, jnp.int32(0))
     assert not np.array_equal(np.asarray(a0), np.asarray(xb))
-    np.testing.assert_array_equal(a0, prog._augment(xb, st.data_key, jnp.int32(0)))
-    assert not np.array_equal(np.asarray(a0), np.asarray(prog._augment(xb, st.data_key, jnp.int32(1))))
+    np.testing.assert_array_equal(a0, prog.augment(xb, st.data_key, jnp.int32(0)))
+    assert not np.array_equal(np.asarray(a0), np.asarray(prog.augment(xb, st.data_key, jnp.int32(1))))
     # spec identity: augment is in the trial id only when set
     assert "augment" not in TrialSpec.make(**{**spec.to_dict(), "augment": {}}).to_dict()
     assert spec.to_dict()["augment"] == {"crop_pad": 1, "flip": True}

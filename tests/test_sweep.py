@@ -375,7 +375,7 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     from harness.execute import worker
     from harness.execute.worker import RunContext, execute_unit
     from harness.sweep.run import expand
-    from harness.train import loop as trainer
+    from harness.train import perf
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
@@ -388,7 +388,7 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     monkeypatch.setattr(worker, "_PERF_CACHE", {})
     execute_unit(specs[:1], ctx, background=True)
     assert calls == ["flush"]
-    worker._PERF_CACHE[trainer.perf_cache_key(specs[1])] = object()
+    worker._PERF_CACHE[perf.perf_cache_key(specs[1])] = object()
     execute_unit(specs[1:], ctx, background=True)
     assert calls == ["flush"]
     real_flush()

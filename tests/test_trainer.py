@@ -12,7 +12,7 @@ from conftest import make_spec
 
 from harness.core.spec import PerfResult, Target
 from harness.data.sources import load_dataset
-from harness.train import batching
+from harness.train import batching, build
 from harness.train import loop as trainer
 from models.zoo import MODELS
 from optimizers import OPTIMIZERS
@@ -103,7 +103,7 @@ def test_eval_batches_cover_split_exactly(monkeypatch, digits):
     (3 full + 60) give the whole-split means."""
     spec = make_spec(steps=4, eval_every=4, steps_per_dispatch=4, seed=3)
     whole = trainer.run_trial(spec, dataset=digits, measure_perf=False)
-    monkeypatch.setattr(trainer, "EVAL_BATCH", 100)
+    monkeypatch.setattr(build, "EVAL_BATCH", 100)
     batched = trainer.run_trial(spec, dataset=digits, measure_perf=False)
     assert batched.extra["eval_batch"] == 100 and whole.extra["eval_batch"] == 287
     np.testing.assert_allclose(batched.curves.eval_loss, whole.curves.eval_loss, rtol=1e-5)

@@ -50,7 +50,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-DEVICE_IDS_ENV = "HARNESS_DEVICE_IDS"
+from harness.train.parallel import DEVICE_IDS_ENV, visible_devices
+
 PREALLOCATE_ENV = "XLA_PYTHON_CLIENT_PREALLOCATE"
 #: JAX's GPU memory settings (https://docs.jax.dev/en/latest/gpu_memory_allocation.html): a value the
 #: user set is never overridden by a worker's plan.
@@ -66,37 +67,6 @@ DEVICE_ENV_SET_TAG = "harness.device_env_set"
 __all__ = ["DEVICE_IDS_ENV", "DevicePlan", "DevicePlanError", "apply_worker_env", "device_tags",
            "host_devices", "parent_off_devices", "plan_devices", "ray_task_env",
            "use_assigned_device", "visible_devices", "worker_env"]
-
-
-def visible_devices() -> list:
-    """The ``jax.Device`` objects this process may use, in ``jax.devices()`` order.
-
-    Raises:
-      ValueError: ``HARNESS_DEVICE_IDS`` is not a comma-separated list of distinct indices of
-        ``jax.devices()``.
-    """
-    import jax
-
-    devs = jax.devices()
-    raw = os.environ.get(DEVICE_IDS_ENV, "").strip()
-    if not raw:
-        return list(devs)
-    try:
-        ids = [int(t) for t in raw.split(",") if t.strip()]
-    except ValueError:
-        raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} is not a comma-separated list of device "
-                         f"indices: this process has {len(devs)} ({devs[0].platform}), use indices "
-                         f"0..{len(devs) - 1}, e.g. {DEVICE_IDS_ENV}=0") from None
-    bad = [i for i in ids if not 0 <= i < len(devs)]
-    if bad or not ids:
-        raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} names devices {bad or ids} but this process has "
-                         f"{len(devs)} ({devs[0].platform}): use indices 0..{len(devs) - 1}")
-    twice = sorted({i for i in ids if ids.count(i) > 1})
-    if twice:  # a mesh over one device twice cannot shard (every trial failed in jax's reshard)
-        raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} names device{'s' if len(twice) > 1 else ''} "
-                         f"{', '.join(map(str, twice))} more than once: list each device once, e.g. "
-                         f"{DEVICE_IDS_ENV}={','.join(map(str, dict.fromkeys(ids)))}")
-    return [devs[i] for i in ids]
 
 
 # --------------------------------------------------------------------------- the plan (pure)

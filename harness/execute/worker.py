@@ -749,9 +749,9 @@ def _end_checkpoints_after(futs: list[cf.Future], cks: list, results: list[Trial
 
 
 def _needs_perf_measurement(unit: list[TrialSpec]) -> bool:
-    from harness.train import loop as trainer
+    from harness.train.perf import perf_cache_key
 
-    return any(trainer.perf_cache_key(s) not in _PERF_CACHE for s in unit)
+    return any(perf_cache_key(s) not in _PERF_CACHE for s in unit)
 
 
 def _execute_unit_background(unit: list[TrialSpec], ctx: RunContext, wait_s: float) -> list[TrialOutcome]:

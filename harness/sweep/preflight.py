@@ -41,7 +41,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
       this process's cache);
     - the trials left after ``include``/``exclude`` are not zero;
     - every optimizer builds with its hyperparameters and schedule exactly as the trainer does
-      (:func:`harness.train.loop.make_opt_factory`, ``total_steps`` injected, a traced step size) and
+      (:func:`harness.train.build.make_opt_factory`, ``total_steps`` injected, a traced step size) and
       traces one update (``jax.eval_shape``, no compute);
     - every model builds on its dataset's input shape and initialises abstractly
       (``jax.eval_shape`` of its ``init``);
@@ -60,7 +60,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
     if needs_parts(cfg):  # each part checked as its own grid (harness.config.workloads)
         return expand_parts(cfg, lambda part: preflight(part, file, registries))
     from harness.data.sources import DATASETS, TFDS_PREFIX, load_dataset
-    from harness.train.loop import base_step_size, make_opt_factory
+    from harness.train.build import base_step_size, make_opt_factory
 
     reg = registries or default_registries()
     paths = entry_paths(cfg)

@@ -1,7 +1,13 @@
 """Training: one trial (or a vmapped batch of trials) → :class:`~harness.core.spec.TrialResult`.
 
-Owns building the model and the optimizer, the compiled training and evaluation programs, the
-training loop, the vmap-or-sequence decision, devices and meshes, augmentation, the throughput
-protocol and mid-trial checkpoints. May import :mod:`harness.core`, :mod:`harness.config`,
-:mod:`harness.data`, ``models`` and ``optimizers``; never MLflow or the tracking store.
+Owns building the model and the optimizer (:mod:`~harness.train.build`), the compiled training and
+evaluation programs and their cache (:mod:`~harness.train.program`), the training loop
+(:mod:`~harness.train.loop`: ``run_trial``, ``run_trials_batched``, ``should_batch``) and its per-trial
+bookkeeping (:mod:`~harness.train.track`), the vmap-or-sequence decision (:mod:`~harness.train.batching`),
+devices and meshes (:mod:`~harness.train.parallel`), augmentation (:mod:`~harness.train.augment`), the
+throughput protocol (:mod:`~harness.train.timing`, :mod:`~harness.train.perf`) and mid-trial checkpoints
+(:mod:`~harness.train.checkpoint`, :mod:`~harness.train.checkpoint_state`). May import
+:mod:`harness.core`, :mod:`harness.config`, :mod:`harness.data`, ``models`` and ``optimizers``; never
+MLflow, the tracking store or any higher layer (plan, tracking, execute, sweep, cli). Inside, the arrows
+are ``build → program → (perf, batching) → loop``; ``checkpoint_state → checkpoint → loop``.
 """

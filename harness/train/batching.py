@@ -49,18 +49,24 @@ import hashlib
 import json
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from harness.core.spec import TrialSpec
+from harness.core.util import cache_dir, write_json_atomic
+from harness.data.sources import load_dataset
+from harness.train import timing
+from harness.train.build import trial_step_size
+from harness.train.program import TrainingProgram, program_for, trial_model
 
-__all__ = ["BUDGET_S", "MAX_PARAMS", "MAX_REP_S", "MIN_SPEEDUP", "Decision", "cache_path", "decide",
-           "describe", "measure_speedup", "signature"]
+__all__ = ["BUDGET_S", "MAX_PARAMS", "MAX_REP_S", "MIN_SPEEDUP", "Decision", "batch_mismatch", "cache_path",
+           "decide", "describe", "measure_speedup", "signature"]
 
 #: Batch when the measured speed-up (sequential / vmapped) is at least this.
 MIN_SPEEDUP = 1.05
@@ -97,8 +103,7 @@ _MEM: dict[str, Decision] = {}
 
 def cache_path() -> Path:
     """``$HARNESS_CACHE_DIR/batching.json`` (default ``~/.cache/harness/batching.json``)."""
-    d = Path(os.environ.get("HARNESS_CACHE_DIR") or Path.home() / ".cache" / "harness")
-    return d / "batching.json"
+    return cache_dir("batching.json")
 
 
 def _chunk_len(spec: TrialSpec) -> int:
@@ -112,8 +117,6 @@ def signature(spec: TrialSpec) -> str:
 
 
 def _key(specs: Sequence[TrialSpec]) -> str:
-    from harness.train import timing
-
     return f"{timing.device_kind()}|T={len(specs)}|{signature(specs[0])}"
 
 
@@ -126,11 +129,17 @@ def _from_ratio(T: int, ratio: float, source: str) -> Decision:
     return Decision(batch, _label(batch, T, f"measured {ratio:.2f}x"), ratio, source)
 
 
+def batch_mismatch(specs: Sequence[TrialSpec]) -> TrialSpec | None:
+    """The first of ``specs`` whose :meth:`~harness.core.spec.TrialSpec.batch_key` differs from the
+    first's (it cannot share their vmapped program), or ``None`` when they all can."""
+    k0 = specs[0].batch_key()
+    return next((s for s in specs[1:] if s.batch_key() != k0), None)
+
+
 def _trivial(specs: Sequence[TrialSpec]) -> Decision | None:
     if len(specs) < 2:
         return Decision(False, "sequential: single trial", None, "trivial")
-    k0 = specs[0].batch_key()
-    if any(s.batch_key() != k0 for s in specs[1:]):
+    if batch_mismatch(specs) is not None:
         return Decision(False, "sequential: trials differ in more than seed and step size", None, "trivial")
     override = os.environ.get("HARNESS_BATCH", "").strip().lower()
     if override in _ALWAYS:
@@ -158,9 +167,7 @@ def _write_disk(key: str, entry: dict[str, Any]) -> None:
         with FileLock(str(path) + ".lock", timeout=30):
             disk = _read_disk()
             disk[key] = entry
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(json.dumps(disk, indent=1, sort_keys=True))
-            os.replace(tmp, path)
+            write_json_atomic(path, disk)
     except Exception:  # a cache we cannot write only means measuring again next time
         pass
 
@@ -233,42 +240,26 @@ def describe(specs: Sequence[TrialSpec], batched: bool) -> str:
 # the measurement
 
 
-def _program(spec: TrialSpec):
-    from harness.train import loop as trainer
-    from harness.data.sources import load_dataset
-
-    ds = load_dataset(spec.dataset, **spec.hparams("dataset"))
-    return trainer._program(spec, ds)
+def _program(spec: TrialSpec) -> TrainingProgram:
+    return program_for(spec, load_dataset(spec.dataset, **spec.hparams("dataset")))
 
 
 def _param_count(spec: TrialSpec) -> int:
     """Parameters of one trial's model, from ``jax.eval_shape`` of its init (nothing compiled, no
     data on the device)."""
-    import jax
-
-    from harness.train import loop as trainer
-    from harness.data.sources import load_dataset
-    from harness.core.registry import lookup
-
     ds = load_dataset(spec.dataset, **spec.hparams("dataset"))
-    model = lookup(trainer._registries()[0], spec.model, "model")(
-        input_shape=ds.input_shape, num_classes=ds.num_classes, **spec.hparams("model"))
+    model = trial_model(spec, ds)
     params = jax.eval_shape(lambda k: model.init(k, (1, *ds.input_shape))[1], jax.random.PRNGKey(0))
     return int(sum(np.prod(p.shape, dtype=np.int64) for p in jax.tree_util.tree_leaves(params)))
 
 
 def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     """``(median sequential/vmapped seconds, repetitions)`` for ``specs`` (module docstring, step 4)."""
-    import jax
-    import jax.numpy as jnp
-
-    from harness.train import loop as trainer
-
     spec0, T = specs[0], len(specs)
     prog = _program(spec0)
-    e = prog.e
+    e = prog.entry
     n = _chunk_len(spec0)
-    singles = [prog.init(jax.random.PRNGKey(s.seed), trainer._step_size(s, prog.opt_builder))[0]
+    singles = [prog.init(jax.random.PRNGKey(s.seed), trial_step_size(s, prog.opt_builder))[0]
                for s in specs]
     stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *singles)
     one = singles[0]

@@ -56,7 +56,6 @@ trial's ``checkpoint/`` artifact).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import logging
@@ -66,7 +65,15 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from harness.train.checkpoint_state import (
+    flatten_state,
+    jsonable,
+    track_from_json,
+    track_to_json,
+    unflatten_state,
+)
 
 from harness.config.cadence import Cadence, parse_every
 
@@ -106,126 +113,30 @@ def root_for(tracking_uri: str, configured: str | None = None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# the state <-> flat numpy dict
-
-
-def _is_join(x: Any) -> bool:
-    return type(x).__name__ == "JoinPoint" and hasattr(x, "subtree")
-
-
-def _flatten_state(state: Any, params_fn: Callable[[Any], Any] | None) -> dict[str, Any]:
-    """A ``harness.train.loop.TrainState`` (device arrays) → ``{name: numpy array}`` (copies); with
-    ``params_fn`` the parameters too (``params.*``, only in a final checkpoint: mid-trial they are
-    inside the optimizer state and would double the bytes written)."""
-    import jax
-    import numpy as np
-
-    from optimizers import unpack_optimizer_state
-
-    out: dict[str, Any] = {}
-    try:
-        joins = jax.tree.leaves(unpack_optimizer_state(state.opt_state), is_leaf=_is_join)
-        for p, jp in enumerate(joins):
-            for k, leaf in enumerate(jax.tree.leaves(jp.subtree)):
-                out[f"opt_state.p{p:05d}.s{k:02d}"] = leaf
-    except (TypeError, ValueError, AttributeError):  # not an OptimizerState: its plain leaves
-        for i, leaf in enumerate(jax.tree.leaves(state.opt_state)):
-            out[f"opt_state.flat{i:05d}"] = leaf
-    if params_fn is not None:
-        for i, leaf in enumerate(jax.tree.leaves(params_fn(state))):
-            out[f"params.{i:05d}"] = leaf
-    for i, leaf in enumerate(jax.tree.leaves(state.model_state)):
-        out[f"model_state.{i:05d}"] = leaf
-    for name in ("data_key", "dropout_key", "step_size", "perm", "perm_epoch"):
-        out[name] = getattr(state, name)
-    # one host transfer for all leaves, then private copies (the device buffers are donated next)
-    host = jax.device_get(out)
-    return {k: np.array(v, copy=True) for k, v in host.items()}
-
-
-def _unflatten_state(template: Any, arrays: dict[str, Any]) -> Any:
-    """Put ``arrays`` (from :func:`_flatten_state`) into the structure of ``template`` (a freshly
-    initialised state of the same unit) as device arrays.
-
-    Raises:
-      ValueError: a name, shape or dtype does not match the template (a checkpoint of another unit).
-    """
-    import jax
-    import numpy as np
-
-    from optimizers import pack_optimizer_state, unpack_optimizer_state
-
-    def take(name: str, like: Any) -> Any:
-        if name not in arrays:
-            raise ValueError(f"checkpoint lacks {name}")
-        a = np.asarray(arrays[name])
-        if a.shape != tuple(like.shape) or a.dtype != like.dtype:
-            raise ValueError(f"checkpoint {name}: {a.dtype}{a.shape} != {like.dtype}{tuple(like.shape)}")
-        return jax.device_put(a)
-
-    if any(k.startswith("opt_state.flat") for k in arrays):
-        leaves, tdef = jax.tree.flatten(template.opt_state)
-        opt_state = jax.tree.unflatten(
-            tdef, [take(f"opt_state.flat{i:05d}", x) for i, x in enumerate(leaves)])
-    else:
-        marked = unpack_optimizer_state(template.opt_state)
-        joins, jdef = jax.tree.flatten(marked, is_leaf=_is_join)
-        new = []
-        for p, jp in enumerate(joins):
-            sl, sdef = jax.tree.flatten(jp.subtree)
-            new.append(type(jp)(jax.tree.unflatten(
-                sdef, [take(f"opt_state.p{p:05d}.s{k:02d}", x) for k, x in enumerate(sl)])))
-        opt_state = pack_optimizer_state(jax.tree.unflatten(jdef, new))
-    ml, mdef = jax.tree.flatten(template.model_state)
-    model_state = jax.tree.unflatten(mdef, [take(f"model_state.{i:05d}", x) for i, x in enumerate(ml)])
-    rest = {n: take(n, getattr(template, n))
-            for n in ("data_key", "dropout_key", "step_size", "perm", "perm_epoch")}
-    return template._replace(opt_state=opt_state, model_state=model_state, **rest)
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, bool | str) or x is None:
-        return x
-    if isinstance(x, int):
-        return int(x)
-    if isinstance(x, float):
-        return float(x)
-    if hasattr(x, "item"):  # numpy scalar
-        return _jsonable(x.item())
-    return str(x)
-
-
-def _track_to_json(track: Any) -> dict[str, Any]:
-    """A trainer's per-trial record (a dataclass with ``spec`` and ``curves``) → JSON-able dict."""
-    out = {}
-    for f in dataclasses.fields(track):
-        if f.name == "spec":
-            continue
-        v = getattr(track, f.name)
-        out[f.name] = dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
-    return _jsonable(out)
-
-
-def _track_from_json(track: Any, d: dict[str, Any]) -> None:
-    """Restore :func:`_track_to_json` output into ``track`` in place (fields unknown to either side
-    are left alone)."""
-    for f in dataclasses.fields(track):
-        if f.name == "spec" or f.name not in d:
-            continue
-        cur = getattr(track, f.name)
-        v = d[f.name]
-        if dataclasses.is_dataclass(cur) and isinstance(v, dict):
-            names = {g.name for g in dataclasses.fields(cur)}
-            v = type(cur)(**{k: x for k, x in v.items() if k in names})
-        setattr(track, f.name, v)
-
-
-# ------------------------------------------------------------------------------------------------
 # one unit's checkpoints
+
+
+class TrainCheckpoints(Protocol):
+    """What the trainer (:mod:`harness.train.loop`) asks of a unit's checkpoints;
+    :class:`UnitCheckpoints` is the implementation.
+
+    ``state`` is the unit's :class:`harness.train.program.TrainState` (stacked for a vmapped unit),
+    ``tracks`` its :class:`harness.train.track.TrialTrack` list, ``params_fn(state)`` its parameters.
+    ``resumed_from`` (the step resumed from, or ``None``), ``saves`` (checkpoints written) and
+    ``save_seconds`` go to ``TrialResult.extra["checkpoint"]``."""
+
+    resumed_from: int | None
+    saves: int
+    save_seconds: float
+
+    def restore(self, template: Any, tracks: list[Any], params_fn: Callable
+                ) -> tuple[Any, int, float, bool] | None: ...
+
+    def after_chunk(self, step: int, wall_s: float, state: Any, tracks: list[Any], params_fn: Callable,
+                    *, done: bool = False) -> None: ...
+
+    def finish(self, step: int, wall_s: float, state: Any, tracks: list[Any],
+               params_fn: Callable) -> None: ...
 
 
 def _ocp():
@@ -346,16 +257,16 @@ class UnitCheckpoints:
                     log.warning("checkpoint %s/%s belongs to another unit: ignored", self.directory, step)
                     continue
                 like = {k: np.asarray(v) for k, v in
-                        _flatten_state(template, params_fn if host.get("done") else None).items()}
+                        flatten_state(template, params_fn if host.get("done") else None).items()}
                 got = mgr.restore(step, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(like)))["state"]
-                state = _unflatten_state(template, got)
+                state = unflatten_state(template, got)
             except Exception as e:
                 log.warning("checkpoint %s/%s cannot be read (%s: %s); trying an older one",
                             self.directory, step, type(e).__name__, e)
                 continue
             for tr, d in zip(tracks, host["tracks"], strict=True):
-                _track_from_json(tr, d)
+                track_from_json(tr, d)
             self._last_step = int(host["step"])
             self._latest = step
             self.saves = 0
@@ -415,17 +326,17 @@ class UnitCheckpoints:
             if not self._own():
                 self._disabled = True
                 return
-            arrays = _flatten_state(state, params_fn if done else None)
+            arrays = flatten_state(state, params_fn if done else None)
             host = {"format": FORMAT, "trial_ids": self.trial_ids, "batched": self.batched,
                     "step": int(step), "wall_s": float(wall_s), "done": bool(done),
-                    "tracks": [_track_to_json(t) for t in tracks], "saves": self.saves + 1,
+                    "tracks": [track_to_json(t) for t in tracks], "saves": self.saves + 1,
                     "saved_at": time.time()}
             ocp = _ocp()
             mgr = self._manager(create=True)
             if step in mgr.all_steps():  # same step (e.g. resumed there): replace it
                 mgr.delete(step)
             mgr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(arrays),
-                                                   host=ocp.args.JsonSave(_jsonable(host))), force=True)
+                                                   host=ocp.args.JsonSave(jsonable(host))), force=True)
             mgr.wait_until_finished()
         except Exception as e:
             self._fail("save", e)

@@ -2,7 +2,7 @@
 
 A trial's ``parallelism`` (``TrialSpec.devices``, ``TrialSpec.shard``; config key ``parallelism:
 {devices: all | N, shard: batch | trials}``) picks the first ``devices`` of
-:func:`harness.execute.devices.visible_devices` (never ``jax.devices()`` directly, so a launcher's
+:func:`visible_devices` (never ``jax.devices()`` directly, so a launcher's
 ``HARNESS_DEVICE_IDS`` is honoured) and lays them out as a 1-D :class:`jax.sharding.Mesh` whose one
 axis is named after what it splits:
 
@@ -26,7 +26,43 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Layout", "batch_problem", "layout_for", "mesh_label", "resolve_devices"]
+__all__ = ["DEVICE_IDS_ENV", "Layout", "batch_problem", "layout_for", "mesh_label", "resolve_devices",
+           "visible_devices"]
+
+#: A comma-separated list of indices into ``jax.devices()``: the devices this process may use (set
+#: by a launcher, :mod:`harness.execute.devices`).
+DEVICE_IDS_ENV = "HARNESS_DEVICE_IDS"
+
+
+def visible_devices() -> list:
+    """The ``jax.Device`` objects this process may use, in ``jax.devices()`` order.
+
+    Raises:
+      ValueError: ``HARNESS_DEVICE_IDS`` is not a comma-separated list of distinct indices of
+        ``jax.devices()``.
+    """
+    import jax
+
+    devs = jax.devices()
+    raw = os.environ.get(DEVICE_IDS_ENV, "").strip()
+    if not raw:
+        return list(devs)
+    try:
+        ids = [int(t) for t in raw.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} is not a comma-separated list of device "
+                         f"indices: this process has {len(devs)} ({devs[0].platform}), use indices "
+                         f"0..{len(devs) - 1}, e.g. {DEVICE_IDS_ENV}=0") from None
+    bad = [i for i in ids if not 0 <= i < len(devs)]
+    if bad or not ids:
+        raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} names devices {bad or ids} but this process has "
+                         f"{len(devs)} ({devs[0].platform}): use indices 0..{len(devs) - 1}")
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:  # a mesh over one device twice cannot shard (every trial failed in jax's reshard)
+        raise ValueError(f"{DEVICE_IDS_ENV}={raw!r} names device{'s' if len(twice) > 1 else ''} "
+                         f"{', '.join(map(str, twice))} more than once: list each device once, e.g. "
+                         f"{DEVICE_IDS_ENV}={','.join(map(str, dict.fromkeys(ids)))}")
+    return [devs[i] for i in ids]
 
 
 def resolve_devices(devices: int | str, visible: int | None = None) -> int:
@@ -41,16 +77,12 @@ def resolve_devices(devices: int | str, visible: int | None = None) -> int:
       ValueError: ``devices`` exceeds the visible devices, or is neither an int >= 1 nor ``"all"``.
     """
     if visible is None:
-        from harness.execute.devices import visible_devices
-
         visible = len(visible_devices())
     if devices == "all":
         return visible
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise ValueError(f"parallelism.devices must be an integer >= 1 or 'all', got {devices!r}")
     if devices > visible:
-        from harness.execute.devices import DEVICE_IDS_ENV
-
         ids = os.environ.get(DEVICE_IDS_ENV, "").strip()
         how = (f"{DEVICE_IDS_ENV}={ids!r} limits this process to them: list more devices there" if ids
                else "on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N set before JAX starts "
@@ -111,8 +143,6 @@ def layout_for(devices: int | str, shard: str, *, batch_size: int, num_trials: i
     """
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    from harness.execute.devices import visible_devices
 
     devs = visible_devices()
     n = resolve_devices(devices, len(devs))

@@ -34,7 +34,7 @@ The method (what :func:`measure` does, in order):
    as measured, never clipped: the step beat the matmul, or its FLOP count is too high.
 
 6. **Several devices** (``measure(num_devices=D, mesh="batch=D")``, the trainer's sharded step on a
-   1-D mesh, :mod:`harness.parallel`): the timed call is the SPMD program over all D devices, so
+   1-D mesh, :mod:`harness.train.parallel`): the timed call is the SPMD program over all D devices, so
    ``examples_per_sec`` is the mesh's total and ``examples_per_sec_per_device`` = total / D. XLA's
    ``cost_analysis()`` of an SPMD-partitioned executable counts **one device's** program (checked on
    4 forced CPU devices: a batch-sharded MLP gradient reports 1/4 of the one-device count), so
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -61,6 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness.core.spec import PerfResult
+from harness.core.util import cache_dir, write_json_atomic
 from models.flops import cost_analysis_flops
 
 __all__ = [
@@ -111,8 +111,7 @@ _PEAK: dict[str, float] = {}
 
 
 def _peak_path() -> Path:
-    d = Path(os.environ.get("HARNESS_CACHE_DIR") or Path.home() / ".cache" / "harness")
-    return d / "peak.json"
+    return cache_dir("peak.json")
 
 
 def _time_matmul(n: int, dtype: Any, device: jax.Device) -> float:
@@ -169,11 +168,8 @@ def _store_peak(key: str, peak: float, *, only_higher: bool = False) -> float:
         peak = max([peak, *old])
     _PEAK[key] = peak
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         disk[key] = peak
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(disk, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        write_json_atomic(path, disk)
     except OSError:
         pass
     return peak

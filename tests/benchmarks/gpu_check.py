@@ -40,6 +40,8 @@ from harness.core.spec import TrialSpec  # noqa: E402
 from harness.data.sources import load_dataset  # noqa: E402
 from harness.train import batching, timing  # noqa: E402
 from harness.train import loop as trainer  # noqa: E402
+from harness.train.perf import measure_trial_perf  # noqa: E402
+from harness.train.program import program_for  # noqa: E402
 
 #: (model, model hparams, dataset, dataset hparams, batch size) per workload and size.
 SIZES = {
@@ -88,7 +90,7 @@ def throughput_rows(size: str, workloads: Sequence[str] | None = None,
         for dtype in dtypes:
             spec = _spec(model, model_hp, dataset, dataset_hp, batch, dtype)
             # what run_trial(..., measure_perf=True) measures, without training and evaluating
-            perf = trainer._measure_perf(trainer._program(spec, ds), spec, None)
+            perf = measure_trial_perf(program_for(spec, ds), spec, None)
             flops, sec = perf.flops_per_step, perf.step_time_ms / 1e3
             rows.append({
                 "workload": name, "dtype": dtype, "batch": batch, "step_ms": perf.step_time_ms,

@@ -10,7 +10,7 @@ Variants (digits, ``models.zoo`` MLP width 256 × depth 2, the project's ``adam`
 over a 1-D mesh ``batch=4``, parameters and optimizer state replicated ``P()``, batches
 ``P("batch")``, state donated):
 
-* ``harness``: the trainer's own compiled K-step chunk (``_Program.get_chunk`` with the trainer's
+* ``harness``: the trainer's own compiled K-step chunk (``TrainingProgram.get_chunk`` with the trainer's
   layout: the per-epoch shuffle and the batch gather inside the jitted ``lax.scan``, the batch
   constrained to ``P("batch")``), the K losses fetched to the host once per chunk, as
   ``run_trial`` runs it;
@@ -58,6 +58,7 @@ import jax, jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 from harness.train import parallel
 from harness.train import loop as trainer
+from harness.train import program
 from harness.data.sources import load_dataset
 from harness.core.spec import TrialSpec
 from models.zoo import MODELS
@@ -79,10 +80,10 @@ def mk(**kw):
 
 # ---- the harness: its compiled chunk on its layout, run as the trainer runs it
 spec = mk()
-prog = trainer._program(spec, ds)
+prog = program.program_for(spec, ds)
 layout = parallel.layout_for(4, "batch", batch_size=B, num_trials=None)
 r, sp = layout.replicated, layout.split
-x_tr, y_tr = prog.e.placed(layout)[:2]
+x_tr, y_tr = prog.entry.placed(layout)[:2]
 st, _ = prog.init(jax.random.PRNGKey(0), 1e-3)
 h_state = [jax.device_put(st, r)]
 start = [0]

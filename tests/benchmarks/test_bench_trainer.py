@@ -31,7 +31,7 @@ from paired import interleave, medians, paired
 
 from harness.core.spec import TrialSpec
 from harness.data.sources import load_dataset
-from harness.train import batching
+from harness.train import batching, program
 from harness.train import loop as trainer
 from models.zoo import MODELS
 from optimizers import OPTIMIZERS
@@ -56,8 +56,8 @@ def test_step_vs_hand_scan(benchmark, case):
                           steps_per_dispatch=K, model_hparams={"width": c["width"], "depth": c["depth"]},
                           optimizer_hparams={"step_size": 0.01, "mass": 0.9})
     # -- the trainer's inner loop, as _train runs it
-    prog = trainer._program(spec, ds)
-    e = prog.e
+    prog = program.program_for(spec, ds)
+    e = prog.entry
     state0, _ = prog.init(jax.random.PRNGKey(0), 0.01)
     exe, _ = prog.get_chunk(None, K, state0, jnp.int32(0), e.x_train, e.y_train)
     box = {"s": state0}

@@ -1,0 +1,248 @@
+"""Building a trial's parts: its model on a dataset, its optimizer, its step size and dtypes.
+
+* :func:`build_model` calls the model builder as every trial does
+  (``MODELS[spec.model](input_shape=..., num_classes=..., **model_hp)``).
+* :func:`make_opt_factory` builds the optimizer *from its step size* (a float or a traced scalar,
+  so step sizes can be vmapped): ``OPTIMIZERS[name](SCHEDULES[schedule](step_size, **schedule_hp),
+  **optimizer_hp)``, ``total_steps`` of the schedule filled with the trial's steps;
+  :func:`base_step_size` is the step size a trial starts from. The sweep's pre-flight builds
+  optimizers with these two functions too.
+* :class:`ModelEntry` is a model on one dataset: the data on the device (floating inputs in the
+  storage dtype), the forward pass under mixed precision (:func:`cast_floats`), the whole-split
+  evaluation in batches of at most :data:`EVAL_BATCH`, and the compiled parameter-init and
+  evaluation executables, shared by every optimizer, step size and seed.
+
+Registries are passed in (``models``, ``optimizers``, ``schedules`` mappings); this module never
+looks them up itself (:mod:`harness.train.program` does).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from harness.core.registry import lookup
+from harness.core.spec import TrialSpec
+from harness.data.sources import Dataset
+
+__all__ = ["EVAL_BATCH", "ModelEntry", "base_step_size", "build_model", "cast_floats",
+           "make_opt_factory", "storage_array", "trial_step_size"]
+
+#: Largest evaluation batch (examples). Read at call time, so a test may lower it.
+EVAL_BATCH = 1024
+
+
+def storage_array(x: np.ndarray, dtype: Any) -> np.ndarray:
+    """Floating inputs in the storage ``dtype``; integer inputs (token ids) unchanged."""
+    return np.asarray(x, dtype) if np.issubdtype(x.dtype, np.floating) else np.asarray(x)
+
+
+def cast_floats(tree: Any, dtype: Any) -> Any:
+    """Every floating leaf of ``tree`` cast to ``dtype`` (integer leaves untouched)."""
+    return jax.tree_util.tree_map(
+        lambda a: a.astype(dtype) if jnp.issubdtype(jnp.result_type(a), jnp.floating) else a, tree)
+
+
+def base_step_size(optimizer: str, optimizer_hparams: Mapping[str, Any], opt_builder: Callable) -> float:
+    """The base step size of a trial: its ``step_size`` hyperparameter, else the builder's default
+    first argument.
+
+    Raises:
+      ValueError: neither is given (``optimizer 'x' needs optimizer.step_size``).
+    """
+    if "step_size" in optimizer_hparams:
+        return float(optimizer_hparams["step_size"])
+    first = next(iter(inspect.signature(opt_builder).parameters.values()), None)
+    if first is not None and first.default is not inspect.Parameter.empty:
+        return float(first.default)
+    raise ValueError(f"optimizer {optimizer!r} needs optimizer.step_size")
+
+
+def trial_step_size(spec: TrialSpec, opt_builder: Callable) -> float:
+    """:func:`base_step_size` of ``spec``.
+
+    Raises:
+      ValueError: as :func:`base_step_size`, the message prefixed with ``trial <trial_id>: ``.
+    """
+    try:
+        return base_step_size(spec.optimizer, spec.hparams("optimizer"), opt_builder)
+    except ValueError as e:
+        raise ValueError(f"trial {spec.trial_id}: {e}") from None
+
+
+def make_opt_factory(optimizer: str, optimizer_hparams: Mapping[str, Any], schedule: str,
+                     schedule_hparams: Mapping[str, Any], steps: int, OPTIMIZERS: Mapping[str, Callable],
+                     SCHEDULES: Mapping[str, Callable]) -> Callable[[Any], Any]:
+    """``make(step_size) -> Optimizer``, built exactly as a trial builds it: the optimizer's
+    hyperparameters except ``step_size`` (which ``make`` takes, a float or a traced scalar), wrapped
+    in ``schedule`` (``"none"``/``""``, or ``"constant"`` when no such schedule is registered, mean
+    none) whose ``total_steps`` argument, if it has one, is filled with ``steps``.
+
+    Raises:
+      KeyError: an unknown optimizer or schedule name (with the valid choices).
+    """
+    opt_builder = lookup(OPTIMIZERS, optimizer, "optimizer")
+    opt_hp = {k: v for k, v in optimizer_hparams.items() if k != "step_size"}
+    sched_hp = dict(schedule_hparams)
+    if schedule in ("none", "") or (schedule == "constant" and "constant" not in SCHEDULES):
+        sched_builder = None
+    else:
+        sched_builder = lookup(SCHEDULES, schedule, "schedule")
+        if "total_steps" in inspect.signature(sched_builder).parameters:
+            sched_hp = {**sched_hp, "total_steps": steps}
+
+    def make(step_size: Any) -> Any:
+        lr = step_size if sched_builder is None else sched_builder(step_size, **sched_hp)
+        return opt_builder(lr, **opt_hp)
+
+    return make
+
+
+def build_model(spec: TrialSpec, ds: Dataset, models: Mapping[str, Callable]) -> Any:
+    """``spec``'s model (a ``models.zoo.ModelDef``) for ``ds``'s input shape and classes.
+
+    Raises:
+      KeyError: an unknown model name (with the valid choices).
+    """
+    return lookup(models, spec.model, "model")(
+        input_shape=ds.input_shape, num_classes=ds.num_classes, **spec.hparams("model"))
+
+
+class ModelEntry:
+    """A model on one dataset: device-resident data and the optimizer-independent executables
+    (parameter init, evaluation), shared by every optimizer, step size and seed.
+
+    ``dtype`` is the storage dtype of parameters and inputs (float32 under mixed precision),
+    ``compute_dtype`` that of the forward pass; ``num_train`` / ``num_valid`` count the examples of
+    the training and validation splits."""
+
+    def __init__(self, spec: TrialSpec, ds: Dataset, models: Mapping[str, Callable]):
+        self.ds = ds  # kept alive while cached, so id(ds) in the cache key stays unique
+        self.model = build_model(spec, ds, models)
+        # mixed precision: bfloat16/float16 compute, float32 parameters, inputs and loss
+        self.compute_dtype = jnp.dtype(spec.dtype)
+        self.mixed = self.compute_dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+        self.dtype = jnp.dtype(jnp.float32) if self.mixed else self.compute_dtype
+        self.num_train, self.num_valid = ds.num_train, ds.num_valid
+        self.input_shape = ds.input_shape
+        self.reconstruction = getattr(self.model, "task", "classification") == "reconstruction"
+        self.needs_rng = bool(getattr(self.model, "needs_rng", False))
+        self.metric_fns = dict(sorted((dict(getattr(self.model, "metrics", {}) or {})).items()))
+        self.x_train = jax.device_put(storage_array(ds.x_train, self.dtype))
+        self.y_train = jax.device_put(ds.y_train)
+        self.x_valid = jax.device_put(storage_array(ds.x_valid, self.dtype))
+        self.y_valid = jax.device_put(ds.y_valid)
+        self.x_test = jax.device_put(storage_array(ds.x_test, self.dtype))
+        self.y_test = jax.device_put(ds.y_test)
+        self.compiled: dict[tuple, Any] = {}
+        self._placed: dict[tuple, tuple] = {}
+
+    @property
+    def eval_batch(self) -> int:
+        """The validation split's evaluation batch size: ``min(num_valid, EVAL_BATCH)``."""
+        return min(self.num_valid, EVAL_BATCH)
+
+    def target(self, x: jax.Array, y: jax.Array) -> jax.Array:
+        """What the loss compares the outputs with: the inputs for a reconstruction model, else ``y``."""
+        return x if self.reconstruction else y
+
+    def placed(self, layout: Any) -> tuple:
+        """``(x_train, y_train, x_valid, y_valid, x_test, y_test)`` replicated over ``layout``'s
+        mesh (``NamedSharding(mesh, P())``; cached per mesh), or the one-device arrays for ``None``."""
+        arrays = (self.x_train, self.y_train, self.x_valid, self.y_valid, self.x_test, self.y_test)
+        if layout is None:
+            return arrays
+        if layout.key not in self._placed:
+            self._placed[layout.key] = tuple(jax.device_put(a, layout.replicated) for a in arrays)
+        return self._placed[layout.key]
+
+    def init_params(self, k_init: jax.Array):
+        """``(params, model state)`` of the model, parameters in the storage dtype."""
+        # parameters do not depend on the batch size (stax convention): init with a batch of 1
+        _, params, mstate = self.model.init(k_init, (1, *self.input_shape))
+        return jax.tree_util.tree_map(lambda p: jnp.asarray(p, self.dtype), params), mstate
+
+    def forward(self, params: Any, mstate: Any, xb: jax.Array, *, rng: Any, train: bool):
+        """``model.apply``; under mixed precision the floating parameters, state and inputs are cast
+        to the compute dtype, the outputs back to float32 and the new state to its own dtypes."""
+        if not self.mixed:
+            return self.model.apply(params, mstate, xb, rng=rng, train=train)
+        cd = self.compute_dtype
+        out, new = self.model.apply(cast_floats(params, cd), cast_floats(mstate, cd),
+                                    cast_floats(xb, cd), rng=rng, train=train)
+        new = jax.tree_util.tree_map(lambda n, o: jnp.asarray(n, o.dtype), new, mstate)
+        return cast_floats(out, jnp.float32), new
+
+    def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array, *, split: Any = None):
+        """Example-weighted ``(loss, {metric name: value})`` over the whole split (every metric of
+        the model, ``float32`` scalars), in batches of ≤ EVAL_BATCH.
+
+        ``split`` (data-parallel, a ``NamedSharding(mesh, P("batch"))`` of D devices): the batch
+        size is ``min(M, EVAL_BATCH)`` rounded down to a multiple of D, each full batch is
+        constrained to ``split`` (its examples spread over the devices) and the remainder batch
+        (< D·⌈…⌉ examples) runs replicated. The means equal the one-device ones to float32 rounding.
+        """
+        rng = jax.random.PRNGKey(0) if self.needs_rng else None
+        M = x.shape[0]
+        eb = min(M, EVAL_BATCH)
+        if split is not None:
+            D = split.mesh.size
+            eb = eb // D * D
+            if eb == 0:  # fewer examples than devices: all replicated, one batch
+                eb, split = M, None
+        nb, r = divmod(M, eb)
+
+        def stats(xb, yb, shard=False):
+            if shard:
+                xb = jax.lax.with_sharding_constraint(xb, split)
+                yb = jax.lax.with_sharding_constraint(yb, split)
+            out, _ = self.forward(params, mstate, xb, rng=rng, train=False)
+            tgt = self.target(xb, yb)
+            vals = {k: jnp.asarray(fn(out, tgt), jnp.float32) for k, fn in self.metric_fns.items()}
+            return jnp.asarray(self.model.loss(out, tgt), jnp.float32), vals
+
+        xs = x[: nb * eb].reshape(nb, eb, *x.shape[1:])
+        ys = y[: nb * eb].reshape(nb, eb, *y.shape[1:])
+        losses, mets = jax.lax.map(lambda b: stats(*b, shard=split is not None), (xs, ys))
+        loss_sum = jnp.sum(losses) * eb
+        sums = {k: jnp.sum(v) * eb for k, v in mets.items()}
+        if r:
+            lr_, mr_ = stats(x[nb * eb:], y[nb * eb:])
+            loss_sum = loss_sum + lr_ * r
+            sums = {k: sums[k] + mr_[k] * r for k in sums}
+        return loss_sum / M, {k: v / M for k, v in sums.items()}
+
+    def get(self, kind: str, T: int | None, *args: Any, layout: Any = None) -> tuple[Any, float]:
+        """Compiled ``init`` (single trial) or ``eval`` (``T`` = None or vmapped over T; one program
+        per split size) and the seconds spent compiling it now (0 when cached).
+
+        ``layout`` (:class:`harness.train.parallel.Layout`, eval only): ``"batch"`` shards each evaluation
+        batch (parameters, state and data replicated); ``"trials"`` takes parameters and state split
+        along the trial axis (data replicated) and returns per-trial values split the same way."""
+        key = (kind, T, EVAL_BATCH, args[2].shape[0] if kind == "eval" else None,
+               layout.key if layout is not None else None)
+        if key in self.compiled:
+            return self.compiled[key], 0.0
+        jit_kw: dict[str, Any] = {}
+        if kind == "init":
+            fn = self.init_params
+        elif layout is not None and layout.axis == "batch":
+            def fn(p, m, x, y):
+                return self.evaluate(p, m, x, y, split=layout.split)
+            r = layout.replicated
+            jit_kw = {"in_shardings": (r, r, r, r), "out_shardings": r}
+        else:
+            fn = self.evaluate if T is None else jax.vmap(self.evaluate, in_axes=(0, 0, None, None))
+            if layout is not None:  # trials
+                sp, r = layout.split, layout.replicated
+                jit_kw = {"in_shardings": (sp, sp, r, r), "out_shardings": sp}
+        t0 = time.perf_counter()
+        exe = jax.jit(fn, **jit_kw).lower(*args).compile()
+        self.compiled[key] = exe
+        return exe, time.perf_counter() - t0

@@ -1,0 +1,101 @@
+"""The throughput of a trial's training step, measured once per distinct step and device.
+
+:func:`measure_trial_perf` times the single-trial one-step function of a
+:class:`~harness.train.program.TrainingProgram` on a fixed batch with
+:func:`harness.train.timing.measure` (state donated), once per :func:`perf_cache_key` through a
+``perf_cache`` dict that the caller keeps. On D > 1 devices the sharded step is timed:
+``shard: batch``: one step of the B-example batch split over the mesh, state replicated (examples/s =
+B / step time); ``shard: trials``: one vmapped step of D trials (one per device, copies of this
+trial), state split along the trial axis (examples/s = D·B / step time). FLOPs, peak and utilisation
+are for the whole mesh. FLOPs are cross-checked against ``3 × flops_per_example × batch_size``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+
+from harness.core.spec import PerfResult, TrialSpec
+from harness.train import parallel, timing
+from harness.train.build import trial_step_size
+from harness.train.program import TrainingProgram
+
+__all__ = ["measure_trial_perf", "perf_cache_key"]
+
+
+def _num_devices(spec: TrialSpec) -> int:
+    """The device count ``spec.devices`` resolves to here (the raw value if it cannot resolve)."""
+    if spec.devices == 1:
+        return 1
+    try:
+        return parallel.resolve_devices(spec.devices)
+    except ValueError:
+        return spec.devices  # type: ignore[return-value]
+
+
+def perf_cache_key(spec: TrialSpec) -> tuple:
+    """The key of ``spec``'s throughput in a ``perf_cache``: ``(spec.perf_key(), device kind)``,
+    plus the resolved device count for a multi-device trial (``devices: all`` depends on the
+    process)."""
+    n = _num_devices(spec)
+    return (spec.perf_key(), timing.device_kind()) + ((n,) if n != 1 else ())
+
+
+def _analytic_flops(prog: TrainingProgram) -> float | None:
+    """``3 × flops_per_example × batch_size`` when the model has an analytic count, else ``None``."""
+    entry = prog.entry
+    fpe = None
+    fpe_fn = getattr(entry.model, "flops_per_example", None)
+    if fpe_fn is not None:
+        try:
+            fpe = fpe_fn(entry.input_shape)
+        except Exception:  # an analytic count is optional
+            fpe = None
+    return 3.0 * float(fpe) * prog.batch_size if fpe else None
+
+
+def measure_trial_perf(prog: TrainingProgram, spec: TrialSpec, perf_cache: dict | None) -> PerfResult:
+    """Throughput of ``spec``'s step (module docstring), from ``perf_cache`` when it has it (and
+    stored there when measured)."""
+    pkey = perf_cache_key(spec)
+    if perf_cache is not None and pkey in perf_cache:
+        return perf_cache[pkey]
+    e = prog.entry
+    B = prog.batch_size
+    state, _ = prog.init(jax.random.PRNGKey(spec.seed), trial_step_size(spec, prog.opt_builder))
+    xb, yb = e.x_train[:B], e.y_train[:B]
+    layout = None
+    if spec.devices != 1:
+        D = parallel.resolve_devices(spec.devices)
+        layout = parallel.layout_for(spec.devices, spec.shard, batch_size=spec.batch_size,
+                                     num_trials=D if spec.shard == "trials" else None)
+    analytic = _analytic_flops(prog)
+    if layout is None:
+        perf = timing.measure(prog.one_step, (state, xb, yb, jnp.int32(0)), batch_size=B,
+                              donate_argnums=(0,), analytic_flops=analytic, dtype=e.compute_dtype)
+    else:
+        r, sp, D = layout.replicated, layout.split, layout.num_devices
+        if layout.axis == "batch":
+            fn, examples = prog.one_step, B
+            args = (jax.device_put(state, r), jax.device_put(xb, sp), jax.device_put(yb, sp),
+                    jax.device_put(jnp.int32(0), r))
+            shardings = {"in_shardings": (r, sp, sp, r), "out_shardings": (r, r)}
+        else:
+            fn, examples = jax.vmap(prog.one_step, in_axes=(0, None, None, None)), B * D
+            stacked = jax.tree_util.tree_map(lambda a: jnp.stack([a] * D), state)
+            args = (jax.device_put(stacked, sp), jax.device_put(xb, r), jax.device_put(yb, r),
+                    jax.device_put(jnp.int32(0), r))
+            shardings = {"in_shardings": (sp, r, r, r), "out_shardings": (sp, sp)}
+            analytic = analytic * D if analytic else None
+        del state
+        t0 = time.perf_counter()
+        exe = jax.jit(fn, donate_argnums=(0,), **shardings).lower(*args).compile()
+        compile_s = time.perf_counter() - t0
+        perf = timing.measure(fn, args, batch_size=examples, donate_argnums=(0,), analytic_flops=analytic,
+                              dtype=e.compute_dtype, compiled=exe, compile_s=compile_s,
+                              num_devices=D, mesh=layout.label)
+    if perf_cache is not None:
+        perf_cache[pkey] = perf
+    return perf

@@ -1,0 +1,232 @@
+"""The compiled training programs of a trial, and the process's cache of them.
+
+:class:`TrainingProgram` holds the pure functions of one trial's training (``init``, ``params``,
+``loss``, ``augment``, ``chunk`` of K steps, ``one_step``) for one batch key (model entry, batch size,
+optimizer and its non-step-size hyperparameters, schedule, steps, augmentation) and compiles its
+K-step chunk, vmapped over T trials or not, on one device or over a mesh (:meth:`get_chunk`).
+
+:func:`program_for` is the one way to get a program: it looks the registries up
+(:func:`harness.config.load.default_registries`) and keeps the last :data:`PROGRAM_CACHE_SIZE` model
+entries (:class:`harness.train.build.ModelEntry`) and programs of the process in :data:`ENTRIES`
+and :data:`PROGRAMS`, so the seeds and step sizes of a sweep compile once.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from harness.config.registries import default_registries
+from harness.core.registry import lookup
+from harness.core.spec import TrialSpec
+from harness.data.sources import Dataset
+from harness.train.augment import AUGMENT_STREAM, make_augment
+from harness.train.build import ModelEntry, build_model, make_opt_factory
+
+__all__ = ["ENTRIES", "INSPECT_BATCH", "PROGRAMS", "PROGRAM_CACHE_SIZE", "TrainState",
+           "TrainingProgram", "program_for", "trial_model"]
+
+#: Model entries and programs kept per process (the most recently used of each kind).
+PROGRAM_CACHE_SIZE = 16
+#: Test hook: when set, ``callback(sharding)`` receives the sharding of each data-parallel training
+#: batch as XLA's partitioner decided it (``jax.debug.inspect_array_sharding``, at compile time).
+INSPECT_BATCH: Callable[[Any], None] | None = None
+
+
+class TrainState(NamedTuple):
+    """The donated carry of one trial: optimizer state (params inside), model state, keys, step size,
+    and the permutation of the last epoch the previous chunk touched (``perm_epoch`` -1: none yet),
+    so that each epoch's permutation is computed once."""
+
+    opt_state: Any
+    model_state: Any
+    data_key: jax.Array
+    dropout_key: jax.Array
+    step_size: jax.Array
+    perm: jax.Array
+    perm_epoch: jax.Array
+
+
+class TrainingProgram:
+    """The training executables for one batch key (optimizer, schedule, budget) of a model entry.
+
+    ``entry`` is the :class:`~harness.train.build.ModelEntry`, ``batch_size`` the examples per
+    update, ``opt_builder`` the optimizer's registered builder, ``make_opt(step_size)`` the optimizer
+    (:func:`harness.train.build.make_opt_factory`)."""
+
+    def __init__(self, spec: TrialSpec, entry: ModelEntry, optimizers: Any, schedules: Any):
+        self.entry = entry
+        self.make_opt = make_opt_factory(spec.optimizer, spec.hparams("optimizer"), spec.schedule,
+                                         spec.hparams("schedule"), spec.steps, optimizers, schedules)
+        self.opt_builder = lookup(optimizers, spec.optimizer, "optimizer")
+        self.batch_size = spec.batch_size
+        self.augmenter = make_augment(dict(spec.augment))
+        if self.batch_size > entry.num_train:
+            raise ValueError(f"batch_size {self.batch_size} exceeds the {entry.num_train} training "
+                             f"examples of {entry.ds.name}")
+        self.compiled: dict[tuple, Any] = {}
+
+    # -- pure functions of one trial -------------------------------------------------------------
+
+    def init(self, key: jax.Array, step_size: float) -> tuple[TrainState, float]:
+        """One trial's state (uses the model entry's compiled init; optimizer init runs eagerly) and
+        the seconds spent compiling now."""
+        k_init, k_data, k_drop = jax.random.split(key, 3)
+        exe, dt = self.entry.get("init", None, k_init)
+        params, mstate = exe(k_init)
+        lr = jnp.float32(step_size)
+        opt_state = self.make_opt(lr).init_fn(params)
+        perm = jnp.zeros((self.entry.num_train,), jnp.int32)
+        return TrainState(opt_state, mstate, k_data, k_drop, lr, perm, jnp.int32(-1)), dt
+
+    def params(self, state: TrainState) -> Any:
+        """The parameters inside ``state``'s optimizer state."""
+        return self.make_opt(state.step_size).params_fn(state.opt_state)
+
+    def loss(self, params, mstate, xb, yb, rng):
+        """``(float32 loss, new model state)`` of one training batch."""
+        out, new_mstate = self.entry.forward(params, mstate, xb, rng=rng, train=True)
+        loss = self.entry.model.loss(out, self.entry.target(xb, yb))
+        return jnp.asarray(loss, jnp.float32), new_mstate
+
+    def augment(self, xb, data_key, i):
+        """The training batch of update ``i`` augmented (:mod:`harness.train.augment`; keyed by the
+        trial's data key and ``i``), or unchanged when the trial has no augmentation."""
+        if self.augmenter is None:
+            return xb
+        key = jax.random.fold_in(jax.random.fold_in(data_key, AUGMENT_STREAM), i)
+        return self.augmenter(xb, key)
+
+    def _update(self, opt, state_pair, i, xb, yb, drop_key):
+        opt_state, mstate = state_pair
+        rng = jax.random.fold_in(drop_key, i) if self.entry.needs_rng else None
+        params = opt.params_fn(opt_state)
+        (loss, mstate), grads = jax.value_and_grad(self.loss, has_aux=True)(params, mstate, xb, yb, rng)
+        return (opt.update_fn(i, grads, opt_state), mstate), loss
+
+    def chunk(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array, *, n: int,
+              split: Any = None):
+        """``n`` steps from update index ``start``; returns (state, losses ``float32 (n,)``).
+
+        ``split`` (data-parallel): the sharding each gathered batch ``x[idx]`` / ``y[idx]`` (leading
+        axis B) is constrained to, ``NamedSharding(mesh, P("batch"))``."""
+        opt = self.make_opt(state.step_size)
+        B, N = self.batch_size, self.entry.num_train
+        n_ep = -(-n * B // N) + 1
+        first = start * B
+        e0 = first // N
+        e_last = (first + n * B - 1) // N
+
+        def perm_of(e):
+            return jax.random.permutation(jax.random.fold_in(state.data_key, e), N).astype(jnp.int32)
+
+        # epoch e0 is usually the one the previous chunk ended in (carried); later slots are computed
+        # only when this chunk reaches them (lax.cond: one branch runs, except under vmap)
+        perms = [jax.lax.cond(state.perm_epoch == e0, lambda: state.perm, lambda: perm_of(e0))]
+        zeros = jnp.zeros((N,), jnp.int32)
+        for j in range(1, n_ep):
+            perms.append(jax.lax.cond(e0 + j <= e_last, lambda j=j: perm_of(e0 + j), lambda: zeros))
+        perms = jnp.stack(perms)
+        idx = perms.reshape(-1)[first - e0 * N + jnp.arange(n * B)].reshape(n, B)
+        state = state._replace(perm=perms[e_last - e0], perm_epoch=e_last.astype(jnp.int32))
+
+        def body(pair, inp):
+            i, bidx = inp
+            xb, yb = x[bidx], y[bidx]
+            if split is not None:
+                xb = jax.lax.with_sharding_constraint(xb, split)
+                yb = jax.lax.with_sharding_constraint(yb, split)
+                if INSPECT_BATCH is not None:  # test hook: the batch's sharding, at compile time
+                    jax.debug.inspect_array_sharding(xb, callback=INSPECT_BATCH)
+            xb = self.augment(xb, state.data_key, i)
+            return self._update(opt, pair, i, xb, yb, state.dropout_key)
+
+        (opt_state, mstate), losses = jax.lax.scan(
+            body, (state.opt_state, state.model_state), (start + jnp.arange(n), idx))
+        return state._replace(opt_state=opt_state, model_state=mstate), losses.astype(jnp.float32)
+
+    def one_step(self, state: TrainState, xb: jax.Array, yb: jax.Array, i: jax.Array):
+        """One optimizer step on a given batch (what :mod:`harness.train.timing` times)."""
+        opt = self.make_opt(state.step_size)
+        xb = self.augment(xb, state.data_key, i)
+        (opt_state, mstate), loss = self._update(
+            opt, (state.opt_state, state.model_state), i, xb, yb, state.dropout_key)
+        return state._replace(opt_state=opt_state, model_state=mstate), loss
+
+    def get_chunk(self, T: int | None, n: int, *args: Any, layout: Any = None) -> tuple[Any, float]:
+        """The compiled chunk of ``n`` steps (vmapped over ``T`` trials unless None), state donated,
+        and the seconds spent compiling it now (0 when cached).
+
+        ``layout`` (:class:`harness.train.parallel.Layout`): jitted with explicit in/out shardings:
+        ``"batch"``: state, start index and data replicated, each step's batch ``P("batch")``,
+        losses replicated; ``"trials"``: state and the ``(T, n)`` losses ``P("trials")``, start
+        index and data replicated."""
+        key = (T, n, layout.key if layout is not None else None)
+        if key in self.compiled:
+            return self.compiled[key], 0.0
+        split = layout.split if layout is not None and layout.axis == "batch" else None
+
+        def fn(s, t, x, y):
+            return self.chunk(s, t, x, y, n=n, split=split)
+
+        if T is not None:
+            fn = jax.vmap(fn, in_axes=(0, None, None, None))
+        jit_kw: dict[str, Any] = {}
+        if layout is not None:
+            r = layout.replicated
+            st = r if layout.axis == "batch" else layout.split
+            jit_kw = {"in_shardings": (st, r, r, r), "out_shardings": (st, st)}
+        t0 = time.perf_counter()
+        exe = jax.jit(fn, donate_argnums=(0,), **jit_kw).lower(*args).compile()
+        self.compiled[key] = exe
+        return exe, time.perf_counter() - t0
+
+
+#: The process's model entries and programs, least recently used first.
+ENTRIES: collections.OrderedDict[tuple, ModelEntry] = collections.OrderedDict()
+PROGRAMS: collections.OrderedDict[tuple, TrainingProgram] = collections.OrderedDict()
+
+
+def _cached(cache: collections.OrderedDict, key: tuple, make: Callable[[], Any]) -> Any:
+    obj = cache.get(key)
+    if obj is None:
+        obj = cache[key] = make()
+        while len(cache) > PROGRAM_CACHE_SIZE:
+            cache.popitem(last=False)
+    cache.move_to_end(key)
+    return obj
+
+
+def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
+    """The (cached) :class:`TrainingProgram` of ``spec`` on the loaded dataset ``ds``.
+
+    Raises:
+      KeyError: unknown model, optimizer or schedule name. ValueError: a batch larger than the
+        training split.
+    """
+    reg = default_registries()
+    regs = (id(reg.models), id(reg.optimizers), id(reg.schedules))
+    ekey = (spec.model, spec.model_hparams, spec.dtype, id(ds), regs)
+    entry = _cached(ENTRIES, ekey, lambda: ModelEntry(spec, ds, reg.models))
+    opt_hp = tuple((k, v) for k, v in spec.optimizer_hparams if k != "step_size")
+    pkey = (*ekey, spec.batch_size, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps,
+            spec.augment)
+
+    def make() -> TrainingProgram:
+        return TrainingProgram(spec, entry, reg.optimizers, reg.schedules)
+
+    prog = _cached(PROGRAMS, pkey, make)
+    if prog.entry is not entry:  # the entry was evicted and rebuilt: rebuild the program on it
+        prog = PROGRAMS[pkey] = make()
+    return prog
+
+
+def trial_model(spec: TrialSpec, ds: Dataset) -> Any:
+    """``spec``'s model on ``ds`` from the same registries as :func:`program_for` (nothing compiled,
+    no data on the device)."""
+    return build_model(spec, ds, default_registries().models)

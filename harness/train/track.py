@@ -1,0 +1,122 @@
+"""The per-trial bookkeeping of training: curves, divergence, targets, test numbers, the result.
+
+One :class:`TrialTrack` per trial of a work unit (one, or T trained together under ``jax.vmap``)
+records the rows the loop hands it and decides, per trial:
+
+* **Divergence** (:meth:`TrialTrack.check_divergence`): the first non-finite train loss, or the first
+  train loss above ``spec.divergence_loss_factor`` × the trial's initial train loss (the rule applies
+  only when that is finite and > 0), ends the trial at that step (1-based).
+* **Targets** (:meth:`TrialTrack.add_eval`): the first validation evaluation whose metric
+  (``valid/loss``, ``valid/accuracy`` or ``valid/<name>``) reaches ``spec.target`` sets
+  ``steps_to_target`` and ``seconds_to_target``.
+
+Checkpoints (:mod:`harness.train.checkpoint_state`) save and restore a track's fields as JSON, so
+every field but ``spec`` is plain data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from harness.core.spec import Curves, PerfResult, TrialResult, TrialSpec
+
+__all__ = ["TrialTrack", "eval_points"]
+
+
+def eval_points(steps: int, every: int) -> list[int]:
+    """The steps after which the validation split is evaluated: every ``every`` steps and the last.
+
+    Raises:
+      ValueError: ``steps`` or ``every`` < 1.
+    """
+    if steps < 1 or every < 1:
+        raise ValueError(f"steps and eval_every must be >= 1, got {steps}, {every}")
+    pts = list(range(every, steps, every))
+    return [*pts, steps]
+
+
+@dataclasses.dataclass
+class TrialTrack:
+    """One trial's curves and bookkeeping while it trains (``active`` until it diverges)."""
+
+    spec: TrialSpec
+    curves: Curves = dataclasses.field(default_factory=Curves)
+    active: bool = True
+    diverged_step: int | None = None
+    diverged_reason: str = ""
+    initial_loss: float | None = None
+    steps_to_target: int | None = None
+    seconds_to_target: float | None = None
+    test_loss: float | None = None
+    test_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def check_divergence(self, step: int, loss: float) -> bool:
+        """Record ``loss`` of ``step`` against the divergence rules (module docstring); True when
+        it ends the trial."""
+        if self.initial_loss is None:
+            self.initial_loss = loss
+        factor = self.spec.divergence_loss_factor
+        if not math.isfinite(loss):
+            self.diverged_reason = f"non-finite train loss at step {step}"
+        elif factor is not None and math.isfinite(self.initial_loss) and self.initial_loss > 0 \
+                and loss > factor * self.initial_loss:
+            self.diverged_reason = (f"train loss {loss:.4g} at step {step} exceeds {factor:g}x the "
+                                    f"initial train loss {self.initial_loss:.4g}")
+        else:
+            return False
+        self.active, self.diverged_step = False, step
+        return True
+
+    def add_train(self, step: int, wall: float, dt: float, losses: Any) -> None:
+        """The rows of one chunk of ``n = len(losses)`` updates after ``step`` updates and ``wall``
+        seconds, which took ``dt`` seconds (rows interpolated linearly inside it); stops at the
+        update that diverges (its row is kept)."""
+        c, n = self.curves, len(losses)
+        for m in range(n):
+            c.train_step.append(step + m + 1)
+            c.train_wall_s.append(wall + dt * (m + 1) / n)
+            v = float(losses[m])
+            c.train_loss.append(v)
+            if self.check_divergence(step + m + 1, v):
+                break
+
+    def add_eval(self, step: int, wall: float, loss: float, metrics: dict[str, float]) -> None:
+        """One validation evaluation: ``loss`` and ``{metric name: value}`` of the model."""
+        c = self.curves
+        c.eval_step.append(step)
+        c.eval_wall_s.append(wall)
+        c.eval_loss.append(loss)
+        c.eval_accuracy.append(metrics.get("accuracy", math.nan))
+        for k, v in metrics.items():
+            if k != "accuracy":
+                c.eval_metrics.setdefault(k, []).append(v)
+        tgt = self.spec.target
+        if tgt is not None and self.steps_to_target is None:
+            name = tgt.metric.split("/", 1)[-1]
+            value = loss if name == "loss" else metrics.get(name, math.nan)
+            if tgt.reached(value):
+                self.steps_to_target, self.seconds_to_target = step, wall
+
+    def result(self, *, perf: PerfResult | None, compile_s: float, extra: dict[str, Any]) -> TrialResult:
+        """The trial's :class:`~harness.core.spec.TrialResult` (``"diverged"`` or ``"finished"``)."""
+        c = self.curves
+        return TrialResult(
+            spec=self.spec,
+            status="diverged" if self.diverged_step is not None else "finished",
+            curves=c,
+            perf=perf,
+            reason=self.diverged_reason,
+            diverged_step=self.diverged_step,
+            steps_to_target=self.steps_to_target,
+            seconds_to_target=self.seconds_to_target,
+            final_valid_loss=c.eval_loss[-1] if c.eval_loss else None,
+            final_valid_accuracy=c.eval_accuracy[-1] if c.eval_accuracy else None,
+            test_loss=self.test_loss,
+            test_accuracy=self.test_metrics.get("accuracy"),
+            test_metrics={k: v for k, v in self.test_metrics.items() if k != "accuracy"},
+            train_seconds=c.train_wall_s[-1] if c.train_wall_s else 0.0,
+            compile_seconds=compile_s,
+            extra=extra,
+        )
