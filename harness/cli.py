@@ -97,7 +97,7 @@ def sweep(
     from harness.config.load import ConfigError
     from harness.execute.executors import ExecutorUnavailableError
     from harness.sweep.run import SweepInterrupted, run_sweep
-    from harness.tracking.client import TrackingUnavailableError
+    from harness.tracking.errors import TrackingUnavailableError
 
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
@@ -270,10 +270,13 @@ def status(
     from rich.console import Console
     from rich.table import Table
 
-    from harness.tracking import client as tracking
+    from harness.core.names import TAG_KIND, TAG_SWEEP_ID
+    from harness.tracking.client import prepare_store, search_all, trial_runs
+    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.uris import resolve_tracking_uri
     from harness.config.load import ConfigError
 
-    uri = tracking.resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
     expected: dict[str, set[str]] = {}
     names: list[str] | None = [experiment] if experiment else None
     if config is not None:
@@ -285,13 +288,13 @@ def status(
         except ConfigError as e:
             _err(f"invalid sweep config:\n{e}")
             raise typer.Exit(2) from None
-        uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
+        uri = resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
         specs = expand(cfg)
         expected[sweep_id_of(cfg.name, specs)] = {s.trial_id for s in specs}
         names = [cfg.name]
     try:
-        client = tracking.prepare_store(uri, create=False)
-    except tracking.TrackingUnavailableError as e:
+        client = prepare_store(uri, create=False)
+    except TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
     exps = [client.get_experiment_by_name(n) for n in names] if names else client.search_experiments()
@@ -309,11 +312,11 @@ def status(
     for exp in exps:
         if exp is None:
             continue
-        parents = tracking.search_all(client, exp.experiment_id, f"tags.`{tracking.KIND_TAG}` = 'parent'")
-        by_trial = tracking.trial_runs(client, exp.experiment_id)
+        parents = search_all(client, exp.experiment_id, f"tags.`{TAG_KIND}` = 'parent'")
+        by_trial = trial_runs(client, exp.experiment_id)
         sweep_ids: dict[str, dict] = {}
         for p in sorted(parents, key=lambda r: r.info.start_time):
-            sid = p.data.tags.get(tracking.SWEEP_ID_TAG, "?")
+            sid = p.data.tags.get(TAG_SWEEP_ID, "?")
             d = sweep_ids.setdefault(sid, {"n": 0, "last": p})
             d["last"] = p
             d["n"] = max(d["n"], int(p.data.params.get("n_trials", 0) or 0))
@@ -323,7 +326,7 @@ def status(
             ids = expected.get(sid)
             if ids is None:  # trials that ran under this sweep id
                 ids = {tid for tid, rs in by_trial.items()
-                       if any(r.data.tags.get(tracking.SWEEP_ID_TAG) == sid for r in rs)}
+                       if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
             c = {"finished": 0, "diverged": 0, "failed": 0}
             for tid in ids:
                 rs = by_trial.get(tid, [])
@@ -353,11 +356,11 @@ def status(
 def _parent_state(client, run) -> str:
     """``name (STATUS)``; for a RUNNING parent also whether its process is alive, e.g.
     ``sweep-... (RUNNING, but its process host:123 is gone; the next sweep marks it KILLED)``."""
-    from harness.tracking import client as tracking
+    from harness.tracking.liveness import run_liveness
 
     s = f"{run.info.run_name} ({run.info.status}"
     if run.info.status == "RUNNING":
-        state, why = tracking.run_liveness(client, run)
+        state, why = run_liveness(client, run)
         if state == "gone":
             s += f", but {why}; the next sweep marks it KILLED"
         elif state == "alive":
@@ -379,22 +382,24 @@ def ui(
     import subprocess
 
     from harness.tracking import mlflow_ui
-    from harness.tracking import client as tracking
+    from harness.tracking.client import prepare_store
+    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.uris import artifact_root_for, is_server, resolve_tracking_uri
 
-    uri = tracking.resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
     exp_id = share_key = None
     try:
-        client = tracking.prepare_store(uri, create=False)
+        client = prepare_store(uri, create=False)
         exp = _ui_experiment(client, experiment, uri)
         if exp is not None:
             exp_id = exp.experiment_id
             share_key = mlflow_ui.prepare(client, exp_id)  # training kind + the grouped chart view
-    except tracking.TrackingUnavailableError as e:
+    except TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
-    base = uri if tracking.is_server(uri) else f"http://{host}:{port}"
+    base = uri if is_server(uri) else f"http://{host}:{port}"
     url = mlflow_ui.runs_view_url(base, exp_id, share_key) if exp_id else base.rstrip("/")
-    if tracking.is_server(uri):
+    if is_server(uri):
         typer.echo(f"The tracking server already serves the UI: {url}")
         return
     busy = _port_in_use(host, port)
@@ -404,7 +409,7 @@ def ui(
         raise typer.Exit(2)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host,
            "--port", str(port), "--workers", "1"]
-    root = tracking.artifact_root_for(uri)
+    root = artifact_root_for(uri)
     if root:
         cmd += ["--default-artifact-root", root]
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
@@ -437,7 +442,7 @@ def ui(
 def _ui_experiment(client, name: str | None, uri: str):
     """The experiment ``ui`` opens: ``name``, else the one whose sweep ran last (None if the store
     holds no sweep). Exits 2 naming the experiments there when ``name`` is unknown."""
-    from harness.tracking import client as tracking
+    from harness.core.names import TAG_KIND
 
     if name:
         exp = client.get_experiment_by_name(name)
@@ -451,7 +456,7 @@ def _ui_experiment(client, name: str | None, uri: str):
         return exp
     latest = None
     for exp in client.search_experiments():
-        runs = client.search_runs([exp.experiment_id], f"tags.`{tracking.KIND_TAG}` = 'parent'",
+        runs = client.search_runs([exp.experiment_id], f"tags.`{TAG_KIND}` = 'parent'",
                                   max_results=1, order_by=["attributes.start_time DESC"])
         if runs and (latest is None or runs[0].info.start_time > latest[0]):
             latest = (runs[0].info.start_time, exp)
@@ -495,12 +500,14 @@ def report(
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=_URI_HELP),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
-    from harness.tracking import client as tracking
+    from harness.tracking.client import prepare_store
+    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.uris import resolve_tracking_uri
 
-    uri = tracking.resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
     try:
-        tracking.prepare_store(uri, create=False)
-    except tracking.TrackingUnavailableError as e:
+        prepare_store(uri, create=False)
+    except TrackingUnavailableError as e:
         _err(f"error: {e}")
         raise typer.Exit(3) from None
     from reports import make_report
