@@ -42,10 +42,9 @@ class MetricBuffer:
         """Write the buffered metrics (plus ``params`` and ``tags``, ≤ 100 each) in as few
         ``log_batch`` calls as MLflow's limits allow (1000 entities a call). Returns the number of
         metrics written."""
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Metric
 
-        ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
-        ts = [RunTag(k, str(v)) for k, v in (tags or {}).items()]
+        ps, ts = _entities(params or {}, tags or {})
         if len(ps) > MAX_PARAMS_PER_BATCH or len(ts) > MAX_PARAMS_PER_BATCH:
             log_params_tags(client, run_id, dict(params or {}), dict(tags or {}))
             ps, ts = [], []
@@ -64,15 +63,20 @@ class MetricBuffer:
 
 def log_params_tags(client, run_id: str, params: Mapping[str, Any], tags: Mapping[str, Any]) -> None:
     """Params (≤100 a call) and tags with as few ``log_batch`` calls as possible."""
-    from mlflow.entities import Param, RunTag
-
-    ps = [Param(k, str(v)[:6000]) for k, v in params.items()]
-    ts = [RunTag(k, str(v)) for k, v in tags.items()]
+    ps, ts = _entities(params, tags)
     first = True
     for i in range(0, max(len(ps), 1), MAX_PARAMS_PER_BATCH):
         client.log_batch(run_id, params=ps[i:i + MAX_PARAMS_PER_BATCH], tags=ts if first else [],
                          synchronous=True)
         first = False
+
+
+def _entities(params: Mapping[str, Any], tags: Mapping[str, Any]) -> tuple[list, list]:
+    """MLflow ``Param``s (values cut at 6,000 characters, MLflow's limit) and ``RunTag``s."""
+    from mlflow.entities import Param, RunTag
+
+    return ([Param(k, str(v)[:6000]) for k, v in params.items()],
+            [RunTag(k, str(v)) for k, v in tags.items()])
 
 
 def log_dataset_input(client, run_id: str, dataset: Any, name: str, digest_cache: dict) -> None:
