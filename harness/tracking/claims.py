@@ -33,10 +33,12 @@ class Claim:
 
     @classmethod
     def path_for(cls, db: Path, trial_id: str) -> Path:
+        """The claim file of ``trial_id`` for the store ``db`` (``<side dir>/claims/<trial_id>``)."""
         return side_dir(db) / "claims" / trial_id
 
     @classmethod
     def try_take(cls, db: str | Path, trial_id: str, *, wait_s: float = 0.0):
+        """A held :class:`Claim`, ``None`` (held elsewhere after ``wait_s`` s) or :data:`NO_CLAIMS`."""
         try:
             import fcntl
         except ImportError:  # not POSIX: no claims
@@ -71,11 +73,13 @@ class Claim:
             return "unknown"
 
     def mark(self, text: str) -> None:
+        """Replace the marker with ``text`` (errors ignored: the marker is advisory)."""
         with contextlib.suppress(OSError):
             os.ftruncate(self.fd, 0)
             os.pwrite(self.fd, text.encode() + b"\n", 0)
 
     def release(self) -> None:
+        """Close the claim's file, which releases the lock; idempotent."""
         fd, self.fd = self.fd, -1
         if fd >= 0:
             with contextlib.suppress(OSError):
@@ -83,6 +87,7 @@ class Claim:
 
     @property
     def held(self) -> bool:
+        """Whether this claim has not been released."""
         return self.fd >= 0
 
 

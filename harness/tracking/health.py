@@ -28,14 +28,17 @@ class StoreHealth:
 
     @property
     def down(self) -> bool:
+        """Whether the last write failed."""
         return self.down_since is not None
 
     def failed(self, e: BaseException) -> None:
+        """Record a failed write (``down_since`` keeps the first failure's time)."""
         if self.down_since is None:
             self.down_since = time.time()
         self.error = one_line(e, 160)
 
     def ok(self) -> None:
+        """Record that the store answers again."""
         self.down_since = None
         self.error = ""
 

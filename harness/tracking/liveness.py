@@ -161,6 +161,7 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="harness-heartbeat")
 
     def start(self) -> Heartbeat:
+        """Start the thread; returns ``self``."""
         self._thread.start()
         return self
 
@@ -172,6 +173,7 @@ class Heartbeat:
                 HEALTH.failed(e)
 
     def stop(self) -> None:
+        """Stop the thread (waits up to 1 s for it)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=1.0)

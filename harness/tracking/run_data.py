@@ -32,6 +32,7 @@ class MetricBuffer:
         self.rows: list[tuple[str, float, int, int]] = []
 
     def add(self, key: str, value: Any, step: int, timestamp_ms: int | None = None) -> None:
+        """Buffer one point (``timestamp_ms`` defaults to now); ``None`` and non-finite values are dropped."""
         if value is None or not finite(float(value)):
             return
         ts = int(timestamp_ms if timestamp_ms is not None else time.time() * 1000)
