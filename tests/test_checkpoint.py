@@ -339,7 +339,7 @@ def test_sigkill_mid_write_leaves_the_previous_checkpoint_usable(tmp_path):
 def test_sweep_removes_checkpoints_and_can_keep_the_final_state(tmp_path, write_sweep, tracking_uri,
                                                                 monkeypatch):
     from harness.sweep.run import run_sweep
-    from harness.tracking import client as tracking
+    from harness.tracking.client import client_for, search_all
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(checkpoint.ENV_EVERY, "20")
@@ -348,8 +348,8 @@ def test_sweep_removes_checkpoints_and_can_keep_the_final_state(tmp_path, write_
     assert s.counts()["finished"] == 2
     root = tmp_path / "checkpoints"
     assert list(root.glob("*/*")) == []  # <experiment>/<unit>: no unit directory (nor lock) is left
-    client = tracking.client_for(tracking_uri)
-    for r in tracking.search_all(client, s.experiment_id, "tags.`harness.kind` = 'trial'"):
+    client = client_for(tracking_uri)
+    for r in search_all(client, s.experiment_id, "tags.`harness.kind` = 'trial'"):
         names = {a.path for a in client.list_artifacts(r.info.run_id, "checkpoint")}
         assert {"checkpoint/state", "checkpoint/host"} <= names, names
 

@@ -154,7 +154,7 @@ class Lane:
 def test_sigkill_during_training_then_rerun_resumes_bit_identically(tmp_path):
     from harness.config.load import load_config
     from harness.sweep.run import expand
-    from harness.tracking import client as tracking
+    from harness.tracking.client import client_for, trial_runs
 
     env = {**os.environ, "HARNESS_CHECKPOINT_EVERY": "20", "HARNESS_TEST_CHUNK_SLEEP_S": "0.05",
            "PYTHONUNBUFFERED": "1",
@@ -192,9 +192,9 @@ def test_sigkill_during_training_then_rerun_resumes_bit_identically(tmp_path):
     for lane in lanes:
         specs = expand(load_config(lane.cfg))
         assert len(specs) == 3
-        client = tracking.client_for(lane.uri)
+        client = client_for(lane.uri)
         exp = client.get_experiment_by_name(lane.name)
-        by_trial = tracking.trial_runs(client, exp.experiment_id)
+        by_trial = trial_runs(client, exp.experiment_id)
         assert set(by_trial) == {s.trial_id for s in specs}
         by_id = {s.trial_id: s for s in specs}
         for tid, runs in by_trial.items():

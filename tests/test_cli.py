@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.tracking import client as tracking
+from harness.tracking.client import prepare_store
 
 runner = CliRunner()
 
@@ -79,10 +79,10 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
     import time
     import urllib.request
 
-    from harness.tracking import client as tracking
+    from harness.tracking.client import get_or_create_experiment, prepare_store
 
-    c = tracking.prepare_store(tracking_uri)
-    exp_id = tracking.get_or_create_experiment(c, "ui_exp", tracking_uri)
+    c = prepare_store(tracking_uri)
+    exp_id = get_or_create_experiment(c, "ui_exp", tracking_uri)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -130,7 +130,7 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
         return tmp_path / "r.html"
 
     monkeypatch.setattr(reports, "make_report", fake)
-    tracking.prepare_store(tracking_uri)  # report reads an existing store
+    prepare_store(tracking_uri)  # report reads an existing store
     r = runner.invoke(app, ["report", "--experiment", "q", "--sweep", "abc", "-o", "x.html", "--baseline",
                             "def", "--tracking-uri", tracking_uri])
     assert r.exit_code == 0, r.output
@@ -227,7 +227,7 @@ def test_sweep_with_no_trials_left_is_an_error(tmp_path, write_sweep, monkeypatc
 def test_ui_port_in_use_exits_2_before_starting(tmp_path, tracking_uri):
     import socket
 
-    tracking.prepare_store(tracking_uri)  # ui serves an existing store
+    prepare_store(tracking_uri)  # ui serves an existing store
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -242,11 +242,12 @@ def test_ui_port_in_use_exits_2_before_starting(tmp_path, tracking_uri):
 
 
 def _parent_run(uri: str, name: str, sweep_id: str) -> None:
-    from harness.tracking import client as tracking
+    from harness.core.names import TAG_KIND, TAG_SWEEP_ID
+    from harness.tracking.client import get_or_create_experiment, prepare_store
 
-    c = tracking.prepare_store(uri)
-    exp_id = tracking.get_or_create_experiment(c, name, uri)
-    run = c.create_run(exp_id, tags={tracking.KIND_TAG: "parent", tracking.SWEEP_ID_TAG: sweep_id},
+    c = prepare_store(uri)
+    exp_id = get_or_create_experiment(c, name, uri)
+    run = c.create_run(exp_id, tags={TAG_KIND: "parent", TAG_SWEEP_ID: sweep_id},
                        run_name="sweep-20260101-000000")
     c.set_terminated(run.info.run_id)
 

@@ -26,7 +26,6 @@ import yaml
 
 from harness.config.limits import DEFAULT_MAX_TRIALS
 from harness.config.load import ConfigError, load_config
-from harness.tracking import client as tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
@@ -377,8 +376,9 @@ def no_store(monkeypatch):
     def touched(*a, **k):
         raise AssertionError("the MLflow store was touched")
 
-    monkeypatch.setattr(tracking, "prepare_store", touched)
-    monkeypatch.setattr(tracking, "client_for", touched)
+    monkeypatch.setattr("harness.sweep.run.prepare_store", touched)  # where run_sweep looks it up
+    monkeypatch.setattr("harness.tracking.client.prepare_store", touched)
+    monkeypatch.setattr("harness.tracking.client.client_for", touched)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 

@@ -26,14 +26,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.tracking import client as tracking
-from harness.tracking import store
+from harness.core.names import TAG_HEARTBEAT, TAG_KILLED_REASON, TAG_OWNER
+from harness.tracking import store, store_build, store_state
+from harness.tracking.client import get_or_create_experiment, prepare_store, search_all
+from harness.tracking.liveness import hostname, kill_stale
 
 pytestmark = pytest.mark.slow
 
 TESTS = str(Path(__file__).parent)
 _PRELOAD = ["mlflow", "mlflow.store.tracking.sqlalchemy_store", "alembic.command", "jax", "harness.cli",
-            "harness.sweep", "harness.worker", "harness.store", "harness.trainer", "harness.data"]
+            "harness.sweep", "harness.execute.worker", "harness.tracking.store", "harness.trainer",
+            "harness.data"]
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +162,7 @@ def _runs(uri: str, name: str):
 
     c = MlflowClient(uri)
     exp = c.get_experiment_by_name(name)
-    runs = tracking.search_all(c, exp.experiment_id)
+    runs = search_all(c, exp.experiment_id)
     return ([r for r in runs if r.data.tags.get("harness.kind") == "trial"],
             [r for r in runs if r.data.tags.get("harness.kind") == "parent"])
 
@@ -212,8 +215,8 @@ def test_sigkill_at_20_points_during_store_creation_then_rerun(tmp_path, procs, 
     lock and the link."""
     monkeypatch.chdir(tmp_path)
     cfg = _sweep_yaml(tmp_path)
-    store.migrate(tmp_path / "count.db")
-    n_stmt = store.LAST_MIGRATION[0]
+    store_build.migrate(tmp_path / "count.db")
+    n_stmt = store_build.LAST_MIGRATION[0]
     assert n_stmt > 100
     store.ensure_sqlite_store(tmp_path / "warm.db")  # the template for the re-runs (this process)
     no_tpl = {**env_base, "HARNESS_STORE_TEMPLATE": "0"}
@@ -230,7 +233,7 @@ def test_sigkill_at_20_points_during_store_creation_then_rerun(tmp_path, procs, 
         child = _start(procs, _child_create, str(db), env)
         child.join(120)
         assert child.exitcode == -signal.SIGKILL, (k, where, child.exitcode)  # killed there, not done
-        st = store.inspect_file(db)
+        st = store_state.inspect_file(db)
         assert st.kind in after, (k, where, st)  # never half-migrated
         after[st.kind] += 1
         uri = f"sqlite:///{db}"
@@ -238,12 +241,12 @@ def test_sigkill_at_20_points_during_store_creation_then_rerun(tmp_path, procs, 
             monkeypatch.setenv("HARNESS_CACHE_DIR", env["HARNESS_CACHE_DIR"])
         assert _rerun_in_process(tmp_path, cfg, uri, fake_trainer)["finished"] == 2, (k, where)
         if where == "template":
-            assert store.inspect_file(store.template_path()).kind == "ready"
+            assert store_state.inspect_file(store_build.template_path()).kind == "ready"
             monkeypatch.setenv("HARNESS_CACHE_DIR", env_base["HARNESS_CACHE_DIR"])
         trials, _ = _runs(uri, "tiny")
         assert _finished_once(trials, 2), (k, where)
-        assert store.inspect_file(db).kind == "ready"
-        assert not list(store.side_dir(db).glob("creating-*")), (k, where)
+        assert store_state.inspect_file(db).kind == "ready"
+        assert not list(store_state.side_dir(db).glob("creating-*")), (k, where)
     assert sum(after.values()) == 20 and after["ready"] == 2  # killed after the link: "linked", "unlocked"
     print(f"20/20 kills during creation ({n_stmt} statements): store after the kill missing "
           f"{after['missing']}, complete {after['ready']}, half-migrated 0; 20/20 re-runs usable, 40/40 "
@@ -256,8 +259,8 @@ def test_half_migrated_store_is_repaired_before_any_trial(tmp_path, procs, env_b
     backs it up, repairs it and runs; each re-run store is usable and holds every trial once."""
     monkeypatch.chdir(tmp_path)
     cfg = _sweep_yaml(tmp_path)
-    store.migrate(tmp_path / "count.db")
-    n_stmt = store.LAST_MIGRATION[0]
+    store_build.migrate(tmp_path / "count.db")
+    n_stmt = store_build.LAST_MIGRATION[0]
     kinds = []
     for k in range(4):
         db = tmp_path / f"h{k}" / "mlflow.db"
@@ -265,7 +268,7 @@ def test_half_migrated_store_is_repaired_before_any_trial(tmp_path, procs, env_b
         child = _start(procs, _child_plain_mlflow, str(db), (k + 1) * n_stmt // 5)
         child.join(120)
         assert child.exitcode == -signal.SIGKILL
-        st = store.inspect_file(db)
+        st = store_state.inspect_file(db)
         kinds.append(st.kind)
         uri = f"sqlite:///{db}"
         counts = _rerun_in_process(tmp_path, cfg, uri, fake_trainer)
@@ -293,12 +296,13 @@ def test_repair_refuses_to_drop_data_in_one_line(tmp_path, env_base):
     from alembic.script import ScriptDirectory
     from mlflow.store.db.utils import _get_alembic_config
 
-    old = ScriptDirectory.from_config(_get_alembic_config("")).get_revision(store.schema_head()).down_revision
+    head = store_state.schema_head()
+    old = ScriptDirectory.from_config(_get_alembic_config("")).get_revision(head).down_revision
     con.execute("update alembic_version set version_num = ?", (old,))
     con.commit()
     con.close()
     before = _sha(db)
-    with pytest.raises(store.StoreError) as ei:
+    with pytest.raises(store_state.StoreError) as ei:
         store.ensure_sqlite_store(db)
     msg = str(ei.value)
     assert "\n" not in msg and "could not be repaired" in msg and "column experiments.legacy_note" in msg
@@ -409,29 +413,29 @@ def test_kill_stale_spares_live_owners_and_finished_runs(tmp_path, env_base):
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    c = tracking.prepare_store(uri)
-    exp = tracking.get_or_create_experiment(c, "live", uri)
+    c = prepare_store(uri)
+    exp = get_or_create_experiment(c, "live", uri)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    host = tracking.hostname()
+    host = hostname()
     now = time.time()
-    owners = {"live": {tracking.OWNER_TAG: f"{host}:{sleeper.pid}"},
-              "dead": {tracking.OWNER_TAG: f"{host}:{dead.pid}"},
-              "remote_fresh": {tracking.OWNER_TAG: "elsewhere:1", tracking.HEARTBEAT_TAG: str(int(now - 5))},
-              "remote_old": {tracking.OWNER_TAG: "elsewhere:2", tracking.HEARTBEAT_TAG: str(int(now - 900))},
+    owners = {"live": {TAG_OWNER: f"{host}:{sleeper.pid}"},
+              "dead": {TAG_OWNER: f"{host}:{dead.pid}"},
+              "remote_fresh": {TAG_OWNER: "elsewhere:1", TAG_HEARTBEAT: str(int(now - 5))},
+              "remote_old": {TAG_OWNER: "elsewhere:2", TAG_HEARTBEAT: str(int(now - 900))},
               "legacy": {}}
     ids = {k: c.create_run(exp, tags={"harness.kind": "parent", **t}).info.run_id for k, t in owners.items()}
     fin = c.create_run(exp, tags={"harness.kind": "parent", **owners["dead"]}).info.run_id
     c.set_terminated(fin, "FINISHED")
     try:
-        runs = tracking.search_all(c, exp)
-        assert tracking.kill_stale(c, runs) == 3
+        runs = search_all(c, exp)
+        assert kill_stale(c, runs) == 3
         status = {k: MlflowClient(uri).get_run(r).info.status for k, r in ids.items()}
         assert status == {"live": "RUNNING", "dead": "KILLED", "remote_fresh": "RUNNING",
                           "remote_old": "KILLED", "legacy": "KILLED"}
         assert c.get_run(fin).info.status == "FINISHED"
-        assert c.get_run(ids["dead"]).data.tags[tracking.KILLED_REASON_TAG] == \
+        assert c.get_run(ids["dead"]).data.tags[TAG_KILLED_REASON] == \
             f"process {host}:{dead.pid} is gone"
     finally:
         sleeper.kill()
@@ -611,7 +615,7 @@ def test_store_folder_unwritable_mid_sweep(tmp_path, procs, env_base, fake_train
     trials, parents = _runs(uri, "tiny")
     assert _finished_once(trials, 4) and spool.entries(uri) == []
     dead = [p for p in parents if p.info.status == "KILLED"]
-    assert len(dead) == 1 and "is gone" in dead[0].data.tags[tracking.KILLED_REASON_TAG]
+    assert len(dead) == 1 and "is gone" in dead[0].data.tags[TAG_KILLED_REASON]
     assert len(_calls(calls)) == 4
     print("folder unwritable mid-sweep: exit 3, 1 account line, 3 results spooled; next run wrote 3/3, "
           "0 trained again, 4/4 FINISHED once, dead parent KILLED")

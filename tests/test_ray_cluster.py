@@ -34,11 +34,18 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
 psutil = pytest.importorskip("psutil")
 
+from harness.core.names import TAG_KIND, TAG_SWEEP, TAG_TRIAL_ID  # noqa: E402
 from harness.core.spec import TrialSpec  # noqa: E402
 from harness.execute.executors import InProcessExecutor  # noqa: E402
 from harness.execute.ray_executor import TASK_PREFIX, RayExecutor  # noqa: E402
 from harness.execute.worker import RunContext  # noqa: E402
-from harness.tracking import client as tracking  # noqa: E402
+from harness.tracking.client import (  # noqa: E402
+    client_for,
+    get_or_create_experiment,
+    prepare_store,
+    search_all,
+    trial_runs,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.server, pytest.mark.slow]
 
@@ -134,9 +141,9 @@ def _specs(sweep: str) -> list[TrialSpec]:
 
 
 def _context(uri: str, sweep: str) -> tuple[RunContext, object]:
-    client = tracking.prepare_store(uri)
-    eid = tracking.get_or_create_experiment(client, sweep, uri)
-    parent = client.create_run(eid, tags={tracking.KIND_TAG: "parent", tracking.SWEEP_TAG: sweep})
+    client = prepare_store(uri)
+    eid = get_or_create_experiment(client, sweep, uri)
+    parent = client.create_run(eid, tags={TAG_KIND: "parent", TAG_SWEEP: sweep})
     ctx = RunContext(tracking_uri=uri, experiment_id=eid, parent_run_id=parent.info.run_id,
                      sweep_id="test", sweep=sweep, measure_perf=False, log_dataset=False)
     return ctx, client
@@ -145,7 +152,7 @@ def _context(uri: str, sweep: str) -> tuple[RunContext, object]:
 def _histories(client, eid: str) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """{trial_id: {metric: [(step, value), ...]}} of the FINISHED run of every trial."""
     out = {}
-    for tid, runs in tracking.trial_runs(client, eid).items():
+    for tid, runs in trial_runs(client, eid).items():
         (run,) = [r for r in runs if r.info.status == "FINISHED"]
         out[tid] = {k: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, k))
                     for k in METRICS}
@@ -158,9 +165,9 @@ def _kill_a_worker_mid_trial(client, eid: str, unit_of: dict[str, str], stop: th
     unit (``ray::harness-unit:<first trial id>``), and SIGKILL it."""
     while not stop.is_set():
         with contextlib.suppress(Exception):
-            running = tracking.search_all(client, eid, "attributes.status = 'RUNNING'")
+            running = search_all(client, eid, "attributes.status = 'RUNNING'")
             for r in running:
-                tid = r.data.tags.get(tracking.TRIAL_TAG)
+                tid = r.data.tags.get(TAG_TRIAL_ID)
                 if tid not in unit_of:
                     continue
                 title = f"ray::{TASK_PREFIX}:{unit_of[tid]}"
@@ -200,7 +207,7 @@ def test_ray_sweep_survives_a_killed_worker_and_matches_a_local_run(ray_head, ml
 
     # MLflow: every trial exactly once FINISHED; the killed attempt was marked KILLED by the retry.
     assert killed, "no worker was caught running a trial"
-    by_trial = tracking.trial_runs(client, ctx.experiment_id)
+    by_trial = trial_runs(client, ctx.experiment_id)
     assert set(by_trial) == {s.trial_id for s in specs}
     for tid, runs in by_trial.items():
         assert [r.info.status for r in runs].count("FINISHED") == 1, tid
@@ -241,7 +248,7 @@ measure_perf: false
 
 def _finished(client, eid: str) -> dict[str, int]:
     return {tid: [r.info.status for r in runs].count("FINISHED")
-            for tid, runs in tracking.trial_runs(client, eid).items()}
+            for tid, runs in trial_runs(client, eid).items()}
 
 
 def test_cli_sweep_on_ray_resumes_after_the_driver_is_killed(ray_head, mlflow_server, tmp_path):
@@ -252,7 +259,7 @@ def test_cli_sweep_on_ray_resumes_after_the_driver_is_killed(ray_head, mlflow_se
            "--tracking-uri", uri]
     env = {**os.environ, **RAY_ENV}
     env.pop("MLFLOW_TRACKING_URI", None)
-    client = tracking.client_for(uri)
+    client = client_for(uri)
 
     # 1. Kill the driver (SIGKILL) once at least one trial is FINISHED.
     first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
@@ -284,10 +291,10 @@ def test_cli_sweep_on_ray_resumes_after_the_driver_is_killed(ray_head, mlflow_se
     assert "mlp" in second.stdout and "sgd" in second.stdout  # the summary table
     finished = _finished(client, eid)
     assert len(finished) == 6 and set(finished.values()) == {1}, finished
-    parents = tracking.search_all(client, eid, f"tags.`{tracking.KIND_TAG}` = 'parent'")
+    parents = search_all(client, eid, f"tags.`{TAG_KIND}` = 'parent'")
     assert len(parents) == 2
     second_parent = next(p for p in parents if p.info.status == "FINISHED").info.run_id
-    for tid, runs in tracking.trial_runs(client, eid).items():
+    for tid, runs in trial_runs(client, eid).items():
         fin = next(r for r in runs if r.info.status == "FINISHED")
         # Trials finished before the kill were not re-run; the others ran under the second parent.
         expect = "first" if tid in done_before else "second"
@@ -340,7 +347,7 @@ def test_a_ray_task_resumes_a_unit_from_the_checkpoint_of_an_attempt_that_died(r
     reported: list = []
     RayExecutor(address=ray_head, cpus_per_trial=1, poll_s=0.2).run(units, ctx, reported.extend)
     assert {o.status for o in reported} == {"finished"}, [o.reason for o in reported]
-    for tid, runs in tracking.trial_runs(client, ctx.experiment_id).items():
+    for tid, runs in trial_runs(client, ctx.experiment_id).items():
         (run,) = runs
         assert run.info.status == "FINISHED" and run.data.tags["harness.resumed_from_step"] == "30"
         path = client.download_artifacts(run.info.run_id, "curves.csv", str(tmp_path / tid))

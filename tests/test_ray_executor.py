@@ -262,16 +262,17 @@ def test_driver_fails_a_unit_after_the_last_resubmission_and_never_retries_its_o
 
 
 def test_dedupe_keeps_the_earliest_finished_run(tmp_path):
+    from harness.core.names import TAG_KIND, TAG_TRIAL_ID
     from harness.execute.worker import RunContext
-    from harness.tracking import client as tracking
+    from harness.tracking.client import get_or_create_experiment, prepare_store
 
     uri = f"sqlite:///{tmp_path}/m.db"
-    client = tracking.prepare_store(uri)
-    eid = tracking.get_or_create_experiment(client, "s", uri)
-    tags = {tracking.KIND_TAG: "trial", tracking.TRIAL_TAG: "t1"}
+    client = prepare_store(uri)
+    eid = get_or_create_experiment(client, "s", uri)
+    tags = {TAG_KIND: "trial", TAG_TRIAL_ID: "t1"}
     r1 = client.create_run(eid, tags=tags, start_time=1000).info.run_id
     r2 = client.create_run(eid, tags=tags, start_time=2000).info.run_id
-    r3 = client.create_run(eid, tags={**tags, tracking.TRIAL_TAG: "t2"}).info.run_id
+    r3 = client.create_run(eid, tags={**tags, TAG_TRIAL_ID: "t2"}).info.run_id
     for r in (r1, r2, r3):
         client.set_terminated(r, status="FINISHED")
     ctx = RunContext(tracking_uri=uri, experiment_id=eid, parent_run_id="p", sweep_id="x", sweep="s")

@@ -17,7 +17,7 @@ from harness.config.load import ConfigError, load_config
 from harness.config.search import Distribution, Search, parse_distribution, sample, unit_points
 from harness.config.values import hparam_values
 from harness.sweep.run import expand, run_sweep
-from harness.tracking import client as tracking
+from harness.tracking.client import search_all
 
 
 def _errors(write_sweep, **overrides) -> list[str]:
@@ -334,10 +334,10 @@ def test_growing_the_search_trains_only_the_new_points(tmp_path, write_sweep, tr
     assert {o.trial_id for o in grown.outcomes if o.skipped} == {o.trial_id for o in first.outcomes}
     c = MlflowClient(tracking_uri)
     exp = c.get_experiment_by_name("tiny")
-    trials = [r for r in tracking.search_all(c, exp.experiment_id)
+    trials = [r for r in search_all(c, exp.experiment_id)
               if r.data.tags.get("harness.kind") == "trial"]
     assert len(trials) == 4 and all(r.info.status == "FINISHED" for r in trials)  # 2 + 2, none twice
-    parents = sorted((r for r in tracking.search_all(c, exp.experiment_id)
+    parents = sorted((r for r in search_all(c, exp.experiment_id)
                       if r.data.tags.get("harness.kind") == "parent"), key=lambda r: r.info.start_time)
     assert [p.data.tags[search.SEARCH_TAG] for p in parents] == ["quasirandom", "quasirandom"]
     assert [p.data.params["search.trials"] for p in parents] == ["2", "4"]

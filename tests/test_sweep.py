@@ -15,13 +15,14 @@ import pytest
 from mlflow import MlflowClient
 
 from harness.sweep.run import run_sweep
-from harness.tracking import client as tracking
+from harness.tracking.client import get_or_create_experiment, prepare_store, search_all
+from harness.tracking.uris import default_tracking_uri
 
 
 def _trial_runs(uri: str, name: str):
     c = MlflowClient(uri)
     exp = c.get_experiment_by_name(name)
-    runs = tracking.search_all(c, exp.experiment_id)
+    runs = search_all(c, exp.experiment_id)
     return c, [r for r in runs if r.data.tags.get("harness.kind") == "trial"], \
         [r for r in runs if r.data.tags.get("harness.kind") == "parent"]
 
@@ -137,8 +138,8 @@ def test_execute_unit_is_idempotent(tmp_path, write_sweep, tracking_uri, fake_tr
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
-    c = tracking.prepare_store(tracking_uri)
-    exp = tracking.get_or_create_experiment(c, "tiny", tracking_uri)
+    c = prepare_store(tracking_uri)
+    exp = get_or_create_experiment(c, "tiny", tracking_uri)
     parent = c.create_run(exp).info.run_id
     ctx = RunContext(tracking_uri, exp, parent, "sid", "tiny")
     stale = c.create_run(exp, tags={"harness.trial_id": specs[1].trial_id, "harness.kind": "trial"})
@@ -210,7 +211,7 @@ def test_sigkill_midway_then_resume_completes_exactly_the_missing(tmp_path, writ
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    runs = tracking.search_all(c, exp.experiment_id)
+    runs = search_all(c, exp.experiment_id)
     trials = [x for x in runs if x.data.tags.get("harness.kind") == "trial"]
     fin = [x.data.tags["harness.trial_id"] for x in trials if x.info.status == "FINISHED"]
     assert len(fin) == len(set(fin)) == 8  # every trial once, no duplicate
@@ -248,8 +249,8 @@ def test_background_logging_writes_every_run_and_defers_to_a_finished_one(
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
-    c = tracking.prepare_store(tracking_uri)
-    exp = tracking.get_or_create_experiment(c, "tiny", tracking_uri)
+    c = prepare_store(tracking_uri)
+    exp = get_or_create_experiment(c, "tiny", tracking_uri)
     ctx = RunContext(tracking_uri, exp, c.create_run(exp).info.run_id, "sid", "tiny")
     # a concurrent invocation finished trial 1 first
     other = c.create_run(exp, tags={"harness.trial_id": specs[1].trial_id, "harness.kind": "trial"})
@@ -298,7 +299,7 @@ def test_hint_commands_name_the_interpreter_the_user_ran(tmp_path, monkeypatch):
     from rich.console import Console
 
     console = Console(record=True, width=200)
-    print_summary(console, SweepSummary("quickstart", "abc123", None, None, tracking.default_tracking_uri(),
+    print_summary(console, SweepSummary("quickstart", "abc123", None, None, default_tracking_uri(),
                                         [], 1.0))
     text = console.export_text()
     assert "Open the MLflow UI: .venv/bin/python -m harness ui --experiment quickstart\n" in text
@@ -379,8 +380,8 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
 
     monkeypatch.chdir(tmp_path)
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
-    c = tracking.prepare_store(tracking_uri)
-    exp = tracking.get_or_create_experiment(c, "tiny", tracking_uri)
+    c = prepare_store(tracking_uri)
+    exp = get_or_create_experiment(c, "tiny", tracking_uri)
     ctx = RunContext(tracking_uri, exp, c.create_run(exp).info.run_id, "sid", "tiny", measure_perf=True)
     calls = []
     real_flush = worker.flush_logging

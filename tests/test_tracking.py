@@ -12,7 +12,10 @@ import pytest
 from mlflow import MlflowClient
 
 from harness.sweep.run import run_sweep
-from harness.tracking import client as tracking
+from harness.tracking.client import get_or_create_experiment, prepare_store
+from harness.tracking.errors import TrackingUnavailableError
+from harness.tracking.run_data import MetricBuffer
+from harness.tracking.uris import artifact_root_for, resolve_tracking_uri
 
 
 def _closed_port() -> int:
@@ -24,7 +27,7 @@ def _closed_port() -> int:
 def test_server_down_is_a_clear_error_before_training(tmp_path, write_sweep, fake_trainer):
     uri = f"http://127.0.0.1:{_closed_port()}"
     t0 = time.monotonic()
-    with pytest.raises(tracking.TrackingUnavailableError) as ei:
+    with pytest.raises(TrackingUnavailableError) as ei:
         run_sweep(write_sweep(), tracking_uri=uri, quiet=True)
     assert time.monotonic() - t0 < 10
     assert str(ei.value).startswith(f"cannot reach the MLflow tracking server at {uri} (")
@@ -63,10 +66,10 @@ def test_sweep_into_real_server(tmp_path, write_sweep, mlflow_server, monkeypatc
 
 
 def test_metric_buffer_drops_non_finite_and_batches(tracking_uri):
-    c = tracking.prepare_store(tracking_uri)
-    exp = tracking.get_or_create_experiment(c, "buf", tracking_uri)
+    c = prepare_store(tracking_uri)
+    exp = get_or_create_experiment(c, "buf", tracking_uri)
     rid = c.create_run(exp).info.run_id
-    buf = tracking.MetricBuffer()
+    buf = MetricBuffer()
     for s in range(1200):
         buf.add("train/loss", 1.0 / (s + 1), s)
     buf.add("train/loss", math.nan, 1200)
@@ -81,9 +84,9 @@ def test_metric_buffer_drops_non_finite_and_batches(tracking_uri):
 def test_resolve_tracking_uri(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert tracking.resolve_tracking_uri() == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
-    assert tracking.resolve_tracking_uri(None, "http://cfg") == "http://cfg"
+    assert resolve_tracking_uri() == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    assert resolve_tracking_uri(None, "http://cfg") == "http://cfg"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://env")
-    assert tracking.resolve_tracking_uri(None, "http://cfg") == "http://env"
-    assert tracking.resolve_tracking_uri("http://cli", "http://cfg") == "http://cli"
-    assert tracking.artifact_root_for(f"sqlite:///{tmp_path}/x.db") == (tmp_path / "mlruns").as_uri()
+    assert resolve_tracking_uri(None, "http://cfg") == "http://env"
+    assert resolve_tracking_uri("http://cli", "http://cfg") == "http://cli"
+    assert artifact_root_for(f"sqlite:///{tmp_path}/x.db") == (tmp_path / "mlruns").as_uri()

@@ -10,7 +10,7 @@ from test_sequences import bigram_mlp
 from harness.config.load import ConfigError, default_registries, load_config, parse_config
 from harness.config.workloads import WORKLOADS, Workload, get_workload
 from harness.sweep.run import expand, run_sweep
-from harness.tracking import client as tracking
+from harness.tracking.client import search_all
 
 SHIPPED = {"mnist1d_mlp", "mnist1d_cnn", "digits_cnn", "cifar10_resnet18", "cifar10_vit",
            "markov_lm_transformer", "lm1b_transformer"}
@@ -111,7 +111,7 @@ def test_workload_sweep_tags_and_gap_to_entropy(tmp_path, monkeypatch, tracking_
     assert s.counts()["finished"] == 1
     c = MlflowClient(tracking_uri)
     exp = c.get_experiment_by_name("wl")
-    (run,) = [r for r in tracking.search_all(c, exp.experiment_id)
+    (run,) = [r for r in search_all(c, exp.experiment_id)
               if r.data.tags.get("harness.kind") == "trial"]
     assert run.data.tags["workload"] == "markov_tiny" and run.data.params["workload"] == "markov_tiny"
     hist = c.get_metric_history(run.info.run_id, "valid/nats_above_entropy")

@@ -24,12 +24,14 @@ def report(
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
-    from harness.tracking import client as tracking
+    from harness.tracking.client import prepare_store
+    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.uris import resolve_tracking_uri
 
-    uri = tracking.resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
     try:
-        tracking.prepare_store(uri, create=False)
-    except tracking.TrackingUnavailableError as e:
+        prepare_store(uri, create=False)
+    except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
     from reports import make_report

@@ -21,9 +21,11 @@ def status(
     from rich.table import Table
 
     from harness.config.errors import ConfigError
-    from harness.tracking import client as tracking
+    from harness.tracking.client import prepare_store, search_all, trial_runs
+    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.uris import resolve_tracking_uri
 
-    uri = tracking.resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
     expected: dict[str, set[str]] = {}
     names: list[str] | None = [experiment] if experiment else None
     if config is not None:
@@ -35,13 +37,13 @@ def status(
         except ConfigError as e:
             err(f"invalid sweep config:\n{e}")
             raise typer.Exit(2) from None
-        uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
+        uri = resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
         specs = expand(cfg)
         expected[sweep_id_of(cfg.name, specs)] = {s.trial_id for s in specs}
         names = [cfg.name]
     try:
-        client = tracking.prepare_store(uri, create=False)
-    except tracking.TrackingUnavailableError as e:
+        client = prepare_store(uri, create=False)
+    except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
     exps = [client.get_experiment_by_name(n) for n in names] if names else client.search_experiments()
@@ -54,8 +56,8 @@ def status(
     for exp in exps:
         if exp is None:
             continue
-        parents = tracking.search_all(client, exp.experiment_id, f"tags.`{TAG_KIND}` = '{KIND_PARENT}'")
-        by_trial = tracking.trial_runs(client, exp.experiment_id)
+        parents = search_all(client, exp.experiment_id, f"tags.`{TAG_KIND}` = '{KIND_PARENT}'")
+        by_trial = trial_runs(client, exp.experiment_id)
         sweep_ids: dict[str, dict] = {}
         for p in sorted(parents, key=lambda r: r.info.start_time):
             sid = p.data.tags.get(TAG_SWEEP_ID, "?")
@@ -100,11 +102,11 @@ def status(
 def _parent_state(client, run) -> str:
     """``name (STATUS)``; for a RUNNING parent also whether its process is alive, e.g.
     ``sweep-... (RUNNING, but its process host:123 is gone; the next sweep marks it KILLED)``."""
-    from harness.tracking import client as tracking
+    from harness.tracking.liveness import run_liveness
 
     s = f"{run.info.run_name} ({run.info.status}"
     if run.info.status == "RUNNING":
-        state, why = tracking.run_liveness(client, run)
+        state, why = run_liveness(client, run)
         if state == "gone":
             s += f", but {why}; the next sweep marks it KILLED"
         elif state == "alive":

@@ -63,7 +63,7 @@ def sweep(
     from harness.config.errors import ConfigError
     from harness.execute.executors import ExecutorUnavailableError
     from harness.sweep.run import SweepInterrupted, run_sweep
-    from harness.tracking.client import TrackingUnavailableError
+    from harness.tracking.errors import TrackingUnavailableError
 
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,

@@ -22,23 +22,25 @@ def ui(
     the trials grouped by optimizer; default experiment: the sweep that ran last). Ctrl-C stops it."""
     import subprocess
 
-    from harness.tracking import client as tracking
     from harness.tracking import mlflow_ui
+    from harness.tracking.client import prepare_store
+    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.uris import artifact_root_for, is_server, resolve_tracking_uri
 
-    uri = tracking.resolve_tracking_uri(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
     exp_id = share_key = None
     try:
-        client = tracking.prepare_store(uri, create=False)
+        client = prepare_store(uri, create=False)
         exp = _ui_experiment(client, experiment, uri)
         if exp is not None:
             exp_id = exp.experiment_id
             share_key = mlflow_ui.prepare(client, exp_id)  # training kind + the grouped chart view
-    except tracking.TrackingUnavailableError as e:
+    except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
-    base = uri if tracking.is_server(uri) else f"http://{host}:{port}"
+    base = uri if is_server(uri) else f"http://{host}:{port}"
     url = mlflow_ui.runs_view_url(base, exp_id, share_key) if exp_id else base.rstrip("/")
-    if tracking.is_server(uri):
+    if is_server(uri):
         typer.echo(f"The tracking server already serves the UI: {url}")
         return
     busy = _port_in_use(host, port)
@@ -48,7 +50,7 @@ def ui(
         raise typer.Exit(2)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host,
            "--port", str(port), "--workers", "1"]
-    root = tracking.artifact_root_for(uri)
+    root = artifact_root_for(uri)
     if root:
         cmd += ["--default-artifact-root", root]
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")

@@ -468,11 +468,11 @@ class RayExecutor:
 
 
 def dedupe_finished_runs(ctx: RunContext, trial_ids: set[str]) -> dict[str, list[str]]:
-    """:func:`harness.tracking.client.dedupe_finished_runs` on the sweep's store (kept for callers of the
+    """:func:`harness.tracking.dedupe.dedupe_finished_runs` on the sweep's store (kept for callers of the
     Ray executor; every sweep now runs it when its executor returns)."""
-    from harness.tracking import client as tracking
+    from harness.tracking import dedupe
 
-    return tracking.dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id, trial_ids)
+    return dedupe.dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id, trial_ids)
 
 
 def _register() -> None:

@@ -59,7 +59,21 @@ from pathlib import Path
 from typing import Any
 
 from harness.execute import devices
-from harness.tracking import client as tracking
+from harness.core.names import (
+    TAG_KILLED_REASON,
+    TAG_KIND,
+    TAG_OWNER,
+    TAG_PARENT_RUN,
+    TAG_SWEEP,
+    TAG_SWEEP_ID,
+    TAG_TRIAL_ID,
+)
+from harness.tracking.client import client_for, runs_of_trial
+from harness.tracking.errors import TrackingUnavailableError, is_outage, one_line
+from harness.tracking.health import HEALTH, store_reachable
+from harness.tracking.liveness import kill_stale, owner_tags
+from harness.tracking.provenance import environment_tags
+from harness.tracking.run_data import MetricBuffer, finite, log_dataset_input
 from harness.core.spec import TrialResult, TrialSpec
 
 #: Tag of a trial trained on several devices: its mesh shape, ``"batch=4"`` / ``"trials=4"``
@@ -148,7 +162,7 @@ class TrialOutcome:
     #: Another invocation on this machine holds the trial's claim (it is training or writing it):
     #: nothing was trained here; the sweep comes back to it once the claim is free.
     deferred: bool = False
-    #: The result could not be written to the store and is in the local spool (``harness.spool``).
+    #: The result could not be written to the store and is in the local spool (``harness.tracking.spool``).
     spooled: bool = False
 
 
@@ -206,14 +220,14 @@ def outcome_from_run(spec: TrialSpec, run) -> TrialOutcome:
 
 def _tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
     if not _ENV_TAGS:
-        _ENV_TAGS.update(tracking.environment_tags())
+        _ENV_TAGS.update(environment_tags())
     return {
-        tracking.TRIAL_TAG: spec.trial_id, tracking.SWEEP_TAG: ctx.sweep,
-        tracking.SWEEP_ID_TAG: ctx.sweep_id, tracking.KIND_TAG: "trial",
-        tracking.PARENT_TAG: ctx.parent_run_id, "model": spec.model, "optimizer": spec.optimizer,
+        TAG_TRIAL_ID: spec.trial_id, TAG_SWEEP: ctx.sweep,
+        TAG_SWEEP_ID: ctx.sweep_id, TAG_KIND: "trial",
+        TAG_PARENT_RUN: ctx.parent_run_id, "model": spec.model, "optimizer": spec.optimizer,
         "schedule": spec.schedule, "dataset": spec.dataset, "seed": str(spec.seed),
         "git_commit": ctx.git_commit, **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
-        **tracking.owner_tags(),
+        **owner_tags(),
         **({"workload": spec.workload} if spec.workload else {}),
     }
 
@@ -350,7 +364,7 @@ def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
     return out
 
 
-def _log_floor_gap(buf: tracking.MetricBuffer, res: TrialResult, t0_ms: int) -> None:
+def _log_floor_gap(buf: MetricBuffer, res: TrialResult, t0_ms: int) -> None:
     """For datasets with a known loss floor (``markov_lm``): ``valid/nats_above_entropy`` = validation
     loss − floor at every evaluation, ``final/valid_nats_above_entropy`` at the last one, and the
     floor and entropy rate themselves (``dataset/loss_floor``, ``dataset/entropy_rate``, step 0)."""
@@ -368,7 +382,7 @@ def _log_floor_gap(buf: tracking.MetricBuffer, res: TrialResult, t0_ms: int) -> 
 
 
 def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunContext) -> None:
-    buf = tracking.MetricBuffer()
+    buf = MetricBuffer()
     c = res.curves
     for i in train_rows_to_log(len(c.train_step)):
         buf.add("train/loss", c.train_loss[i], c.train_step[i], t0_ms + int(c.train_wall_s[i] * 1000))
@@ -431,7 +445,7 @@ def _log_result(client, run_id: str, res: TrialResult, t0_ms: int, ctx: RunConte
 def _outcome(res: TrialResult, run_id: str | None, tracking_s: float) -> TrialOutcome:
     o = _base_outcome(res.spec, res.status)
     o.run_id = run_id
-    fin = tracking.finite
+    fin = finite
     o.final_valid_accuracy = res.final_valid_accuracy if fin(res.final_valid_accuracy) else None
     o.final_valid_loss = res.final_valid_loss if fin(res.final_valid_loss) else None
     o.test_accuracy = res.test_accuracy if fin(res.test_accuracy) else None
@@ -462,7 +476,7 @@ def _finish_run(client, rid: str, res: TrialResult, t0_ms: int, ctx: RunContext,
     if ctx.log_dataset and res.status != "failed":
         # provenance only: never fail a trial for it
         with contextlib.suppress(Exception):
-            tracking.log_dataset_input(client, rid, _dataset(res.spec), res.spec.dataset, _DIGESTS)
+            log_dataset_input(client, rid, _dataset(res.spec), res.spec.dataset, _DIGESTS)
     client.set_terminated(rid, status="FAILED" if res.status == "failed" else "FINISHED")
 
 
@@ -472,14 +486,14 @@ def _claim(client, unit: list[TrialSpec], ctx: RunContext,
     in ``outcomes``; RUNNING runs whose owner is gone are marked KILLED (never a live owner's)."""
     todo = []
     for spec in unit:
-        runs = tracking.runs_of_trial(client, ctx.experiment_id, spec.trial_id)
+        runs = runs_of_trial(client, ctx.experiment_id, spec.trial_id)
         done = [r for r in runs if r.info.status == "FINISHED"]
         if done:
             o = outcome_from_run(spec, done[0])
             o.skipped = True
             outcomes[spec.trial_id] = o
             continue
-        tracking.kill_stale(client, runs)
+        kill_stale(client, runs)
         todo.append(spec)
     return todo
 
@@ -520,11 +534,11 @@ def _done_elsewhere(spec: TrialSpec, ctx: RunContext) -> TrialOutcome | None:
     if o is not None:
         return o
     try:
-        client = tracking.client_for(ctx.tracking_uri)
-        done = [r for r in tracking.runs_of_trial(client, ctx.experiment_id, spec.trial_id)
+        client = client_for(ctx.tracking_uri)
+        done = [r for r in runs_of_trial(client, ctx.experiment_id, spec.trial_id)
                 if r.info.status == "FINISHED"]
     except Exception as e:
-        tracking.HEALTH.failed(e)
+        HEALTH.failed(e)
         return None
     if not done:
         return None
@@ -540,7 +554,7 @@ def _take_claims(unit: list[TrialSpec], ctx: RunContext, wait_s: float):
     and outcomes for the others (``deferred``: another process holds the claim; ``skipped``: done
     meanwhile, by another invocation).
     """
-    from harness.tracking.store import NO_CLAIMS, Claim
+    from harness.tracking.claims import NO_CLAIMS, Claim
 
     db = _claims_db(ctx)
     if db is None:
@@ -590,8 +604,8 @@ def _spool_entry(res: TrialResult, t0_ms: int, ctx: RunContext, stale_run_id: st
     tid = res.spec.trial_id
     ctx_d["trial_tags"] = {tid: ctx.trial_tags[tid]} if tid in ctx.trial_tags else {}  # not the sweep's
     return {"kind": "trial", "uri": ctx.tracking_uri, "ctx": ctx_d, "t0_ms": t0_ms,
-            "result": res, "stale_run_id": stale_run_id, "error": tracking.one_line(error),
-            "spooled_at": time.time(), "owner": tracking.owner_tags()[tracking.OWNER_TAG]}
+            "result": res, "stale_run_id": stale_run_id, "error": one_line(error),
+            "spooled_at": time.time(), "owner": owner_tags()[TAG_OWNER]}
 
 
 def _spool(res: TrialResult, t0_ms: int, ctx: RunContext, stale_run_id: str | None,
@@ -603,16 +617,16 @@ def _spool(res: TrialResult, t0_ms: int, ctx: RunContext, stale_run_id: str | No
     """
     from harness.tracking import spool
 
-    if tracking.is_outage(error):
-        tracking.HEALTH.failed(error)
+    if is_outage(error):
+        HEALTH.failed(error)
     else:
         import logging
 
         logging.getLogger(__name__).warning("the store refused trial %s (%s); result spooled",
-                                            res.spec.trial_id, tracking.one_line(error))
+                                            res.spec.trial_id, one_line(error))
     entry = _spool_entry(res, t0_ms, ctx, stale_run_id, error)
     entry["path"] = str(spool.put(ctx.tracking_uri, entry))
-    tracking.HEALTH.spooled += 1
+    HEALTH.spooled += 1
     return entry
 
 
@@ -624,7 +638,7 @@ def write_spooled(entry: dict[str, Any]) -> bool:
     """
     ctx = RunContext(**entry["ctx"])
     res: TrialResult = entry["result"]
-    client = tracking.client_for(ctx.tracking_uri)
+    client = client_for(ctx.tracking_uri)
     wrote = False
     if _claim(client, [res.spec], ctx, {}):
         run = client.create_run(ctx.experiment_id, start_time=entry["t0_ms"],
@@ -636,8 +650,8 @@ def write_spooled(entry: dict[str, Any]) -> bool:
     if stale:
         with contextlib.suppress(Exception):
             if client.get_run(stale).info.status == "RUNNING":
-                client.set_tag(stale, tracking.KILLED_REASON_TAG, "its write failed; the spooled result "
-                                                                  "was written as another run")
+                client.set_tag(stale, TAG_KILLED_REASON, "its write failed; the spooled result "
+                                                         "was written as another run")
                 client.set_terminated(stale, status="KILLED")
     return wrote
 
@@ -646,24 +660,24 @@ def replay_spool(uri: str):
     """Write everything spooled for ``uri`` (see :func:`harness.tracking.spool.replay`); returns its report."""
     from harness.tracking import spool
 
-    rep = spool.replay(uri, write_spooled, tracking.is_outage)
+    rep = spool.replay(uri, write_spooled, is_outage)
     if rep.error:
-        tracking.HEALTH.failed(RuntimeError(rep.error))
+        HEALTH.failed(RuntimeError(rep.error))
     elif rep.written or rep.already:
-        tracking.HEALTH.ok()
+        HEALTH.ok()
     return rep
 
 
 def _store_should_be_tried(uri: str) -> bool:
     """False while the store is known down and was probed less than :data:`PROBE_S` s ago."""
-    h = tracking.HEALTH
+    h = HEALTH
     if not h.down:
         return True
     now = time.time()
     if now - h.last_probe < PROBE_S:
         return False
     h.last_probe = now
-    return tracking.store_reachable(uri)
+    return store_reachable(uri)
 
 
 # --------------------------------------------------------------------------- writing a unit
@@ -705,11 +719,11 @@ def _record(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, rid: s
     """
     uri = ctx.tracking_uri
     if claim is not None:
-        claim.mark(f"writing {tracking.owner_tags()[tracking.OWNER_TAG]}")
+        claim.mark(f"writing {owner_tags()[TAG_OWNER]}")
     try:
         if not _store_should_be_tried(uri):
-            raise tracking.TrackingUnavailableError(f"the store is unreachable ({tracking.HEALTH.error})")
-        client = client or tracking.client_for(uri)
+            raise TrackingUnavailableError(f"the store is unreachable ({HEALTH.error})")
+        client = client or client_for(uri)
         if rid is None:
             if not _claim(client, [res.spec], ctx, {}):  # a FINISHED run appeared meanwhile: it wins
                 _release(claim, "done")
@@ -726,8 +740,8 @@ def _record(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, rid: s
         _release(claim, "spooled")
         return rid, entry
     _release(claim, f"done {rid}")
-    if tracking.HEALTH.down or tracking.HEALTH.spooled:
-        tracking.HEALTH.ok()
+    if HEALTH.down or HEALTH.spooled:
+        HEALTH.ok()
         replay_spool(uri)  # the store answers again: write what was spooled meanwhile
     return rid, None
 
@@ -783,7 +797,7 @@ def _execute_unit_background(unit: list[TrialSpec], ctx: RunContext, wait_s: flo
             _PENDING.append(futs[-1])
             o = _outcome(res, None, time.perf_counter() - t1)
             o.wall_seconds = o.tracking_seconds + train_s / len(results)
-            o.spooled = tracking.HEALTH.down
+            o.spooled = HEALTH.down
             outcomes[res.spec.trial_id] = o
         if cks:
             _PENDING.append(_background_pool().submit(_end_checkpoints_after, futs, cks, results))
@@ -827,13 +841,13 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
     todo = specs
     if specs and _store_should_be_tried(ctx.tracking_uri):
         try:
-            client = tracking.client_for(ctx.tracking_uri)
+            client = client_for(ctx.tracking_uri)
             todo = _claim(client, specs, ctx, outcomes)
             for spec in todo:
                 run = client.create_run(ctx.experiment_id, tags=_tags(spec, ctx), run_name=run_name(spec))
                 run_ids[spec.trial_id] = run.info.run_id
         except Exception as e:  # the store is down: train anyway, spool the results
-            tracking.HEALTH.failed(e)
+            HEALTH.failed(e)
             client = None
     for tid in [t for t in claims if t in outcomes]:  # done meanwhile (found by _claim)
         _release(claims.pop(tid))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.tracking import client as tracking
+from harness.tracking.client import trial_runs
 from harness.core.spec import TrialSpec
 from harness.execute.worker import TrialOutcome, outcome_from_run
 
@@ -80,7 +80,7 @@ class Plan:
 
 def make_plan(specs: list[TrialSpec], client, experiment_id: str | None) -> Plan:
     """Split ``specs`` into done / to do from the runs stored in ``experiment_id`` (None: none)."""
-    runs = tracking.trial_runs(client, experiment_id) if experiment_id else {}
+    runs = trial_runs(client, experiment_id) if experiment_id else {}
     done, failed, todo = {}, set(), []
     for s in specs:
         rs = runs.get(s.trial_id, [])

@@ -9,7 +9,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.tracking import client as tracking
+from harness.core.names import TAG_KIND, TAG_SWEEP, TAG_SWEEP_ID
+from harness.tracking.client import search_all
+from harness.tracking.liveness import kill_stale, owner_tags
+from harness.tracking.provenance import git_commit
 from harness.plan.expansion import search_methods
 from harness.config.search import SEARCH_TAG
 from harness.execute.worker import TrialOutcome
@@ -19,10 +22,10 @@ def kill_dead_invocations(client, exp_id: str) -> int:
     """Mark KILLED the RUNNING parent and trial runs of the experiment whose owner is gone (an
     invocation that was killed); a live invocation's runs, and finished runs, are never touched.
     Returns how many."""
-    stale = tracking.search_all(client, exp_id, "attributes.status = 'RUNNING'")
-    parents = [r for r in stale if r.data.tags.get(tracking.KIND_TAG) == "parent"]
-    trials = [r for r in stale if r.data.tags.get(tracking.KIND_TAG) == "trial"]
-    return tracking.kill_stale(client, parents) + tracking.kill_stale(client, trials)
+    stale = search_all(client, exp_id, "attributes.status = 'RUNNING'")
+    parents = [r for r in stale if r.data.tags.get(TAG_KIND) == "parent"]
+    trials = [r for r in stale if r.data.tags.get(TAG_KIND) == "trial"]
+    return kill_stale(client, parents) + kill_stale(client, trials)
 
 
 def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -> str:
@@ -32,8 +35,8 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
 
     # An earlier invocation that died leaves its parent (and maybe trial runs) RUNNING.
     kill_dead_invocations(client, exp_id)
-    tags = {tracking.SWEEP_TAG: cfg.name, tracking.SWEEP_ID_TAG: sweep_id, tracking.KIND_TAG: "parent",
-            "git_commit": tracking.git_commit(), SEARCH_TAG: search_methods(specs), **tracking.owner_tags()}
+    tags = {TAG_SWEEP: cfg.name, TAG_SWEEP_ID: sweep_id, TAG_KIND: "parent",
+            "git_commit": git_commit(), SEARCH_TAG: search_methods(specs), **owner_tags()}
     run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     rid = run.info.run_id
     params = [Param(k, str(v)) for k, v in {

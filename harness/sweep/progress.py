@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.tracking import client as tracking
+from harness.tracking.dedupe import dedupe_finished_runs
+from harness.tracking.health import HEALTH
 from harness.execute.worker import TrialOutcome
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome],
     def desc() -> str:
         d = (f"[green]{counts['finished']} ok[/] [yellow]{counts['diverged']} diverged[/] "
              f"[red]{counts['failed']} failed[/]")
-        h = tracking.HEALTH
+        h = HEALTH
         if h.down:
             from rich.markup import escape
 
@@ -132,7 +133,7 @@ def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome],
         def store_news() -> None:
             from rich.markup import escape
 
-            h = tracking.HEALTH
+            h = HEALTH
             if h.down and not was_down[0] and not quiet:
                 msg = (f"the store is unreachable ({h.error}); finished results go to the local spool "
                        f"{spool.spool_dir(ctx.tracking_uri)}; training goes on")
@@ -151,7 +152,7 @@ def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome],
                 if entry is not None:  # a worker's result the store did not take
                     import os
 
-                    tracking.HEALTH.failed(RuntimeError(entry.get("error", "write failed")))
+                    HEALTH.failed(RuntimeError(entry.get("error", "write failed")))
                     if not os.path.exists(entry.get("path", "")):  # written on another machine
                         entry.pop("path", None)
                         spool.put(ctx.tracking_uri, entry)
@@ -177,8 +178,8 @@ def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome],
             ex.run(again, dataclasses.replace(ctx, claim_wait_s=CLAIM_WAIT_S), on_done)
         # an invocation on another machine (or a retried Ray task) may have finished a trial too:
         # keep one FINISHED run per trial
-        tracking.dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id,
-                                      {s.trial_id for unit in units for s in unit})
+        dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id,
+                             {s.trial_id for unit in units for s in unit})
 
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:

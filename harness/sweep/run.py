@@ -25,7 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.tracking import spool
-from harness.tracking import client as tracking
+from harness.tracking.client import get_or_create_experiment, prepare_store
+from harness.tracking.health import HEALTH, store_reachable
+from harness.tracking.liveness import Heartbeat, end_leftovers
+from harness.tracking.provenance import git_commit
+from harness.tracking.uris import is_server, resolve_tracking_uri
 from harness.config.load import load_config
 from harness.config.registries import Registries
 from harness.plan.expansion import component_variants, expand, search_tags, sweep_id_of
@@ -76,7 +80,7 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
 
     Raises:
       harness.config.errors.ConfigError: invalid config (nothing logged).
-      harness.tracking.client.TrackingUnavailableError: the store cannot be reached (nothing trained).
+      harness.tracking.errors.TrackingUnavailableError: the store cannot be reached (nothing trained).
       SweepInterrupted: Ctrl-C (a ``KeyboardInterrupt``); the parent run is ended KILLED.
     """
     from rich.console import Console
@@ -118,7 +122,7 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     with off:
         specs = preflight(cfg, str(config_path), registries)  # before the store is touched, dry run too
     sweep_id = sweep_id_of(cfg.name, specs)
-    uri = tracking.resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
 
     from harness.execute.executors import get_executor
 
@@ -139,8 +143,8 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         # Read-only: do not create a store that does not exist yet.
         exp_id = None
         client = None
-        if tracking.is_server(uri) or not uri.startswith("sqlite:///") or Path(uri[10:]).exists():
-            client = tracking.prepare_store(uri)
+        if is_server(uri) or not uri.startswith("sqlite:///") or Path(uri[10:]).exists():
+            client = prepare_store(uri)
             exp = client.get_experiment_by_name(cfg.name)
             exp_id = exp.experiment_id if exp else None
         plan = make_plan(specs, client, exp_id) if client else Plan(specs, list(specs))
@@ -148,12 +152,12 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         return SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
                             time.perf_counter() - t_start, dry_run=True)
 
-    client = tracking.prepare_store(uri)  # health check / schema creation, before any worker
+    client = prepare_store(uri)  # health check / schema creation, before any worker
     replayed = replay_spool(uri)  # results an earlier invocation could not write
     if replayed.written and not quiet:
         console.print(f"{replayed.written} results kept in the local spool by an earlier run were "
                       f"written to the store")
-    exp_id = tracking.get_or_create_experiment(client, cfg.name, uri)
+    exp_id = get_or_create_experiment(client, cfg.name, uri)
     plan = make_plan(specs, client, exp_id)
     outcomes: list[TrialOutcome] = plan.done_outcomes
     outcomes += _still_spooled(plan, uri)  # trained, not yet in the store: not trained again
@@ -173,11 +177,11 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
         return summary
 
     parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
-    heartbeat = tracking.Heartbeat(uri, parent_id).start()
+    heartbeat = Heartbeat(uri, parent_id).start()
     from harness.train import checkpoint
 
     ctx = RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id=parent_id, sweep_id=sweep_id,
-                     sweep=cfg.name, git_commit=tracking.git_commit(), measure_perf=cfg.measure_perf,
+                     sweep=cfg.name, git_commit=git_commit(), measure_perf=cfg.measure_perf,
                      trial_tags=_with_batching_tags(search_tags(specs), batching_tags),
                      checkpoint_every=cfg.checkpoint_every or "default",
                      checkpoint_dir=checkpoint.root_for(uri, cfg.checkpoint_dir),
@@ -199,9 +203,9 @@ def run_sweep(config_path: str | Path, *, tracking_uri: str | None = None, jobs:
     summary = SweepSummary(cfg.name, sweep_id, exp_id, parent_id, uri, outcomes,
                            time.perf_counter() - t_start, spooled_left=len(left),
                            spool_dir=str(spool.spool_dir(uri)) if left else "",
-                           spooled_during=max(tracking.HEALTH.spooled,
-                                              sum(o.spooled and not o.skipped for o in outcomes)),
-                           store_error=tracking.HEALTH.error)
+                           spooled_during=max(HEALTH.spooled,
+                                     sum(o.spooled and not o.skipped for o in outcomes)),
+                           store_error=HEALTH.error)
     if not quiet:
         print_summary(console, summary)
     return summary
@@ -239,12 +243,12 @@ def _close_invocation(client, exp_id: str, parent_id: str, uri: str, outcomes: l
     fails here leaves the parent RUNNING with an owner that is about to exit: the next invocation
     marks it KILLED, and ``status`` shows it as gone meanwhile."""
     try:
-        if spool.entries(uri) and tracking.store_reachable(uri):
+        if spool.entries(uri) and store_reachable(uri):
             replay_spool(uri)
-        tracking.end_leftovers(client, exp_id, parent_id)
+        end_leftovers(client, exp_id, parent_id)
         end_parent(client, parent_id, outcomes, wall_s, status, flush_wait_s=flush_wait_s)
     except Exception as e:
-        tracking.HEALTH.failed(e)
+        HEALTH.failed(e)
 
 
 def _check_uri(cli_uri: str | None) -> None:

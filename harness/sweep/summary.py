@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.tracking import client as tracking
+from harness.tracking.uris import default_tracking_uri
 from harness.execute.worker import TrialOutcome
 
 
@@ -169,7 +169,7 @@ def print_summary(console, summary: SweepSummary) -> None:
         t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], parts.get(r["config"], "") or "—",
                   val, test, ttt, eps, trials)
     console.print(t)
-    uri_opt = "" if summary.tracking_uri == tracking.default_tracking_uri() else \
+    uri_opt = "" if summary.tracking_uri == default_tracking_uri() else \
         f" --tracking-uri {summary.tracking_uri}"
     py = python_command()
     console.print(f"Open the MLflow UI: {py} -m harness ui --experiment {summary.name}{uri_opt}",

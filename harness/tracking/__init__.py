@@ -1,7 +1,16 @@
 """Tracking: everything that talks to MLflow or the store beside it.
 
-Owns tracking URIs and health checks, the MLflow client, owner liveness and heartbeats, the SQLite
-store (atomic creation, repair, per-trial claims), the local spool of results the store did not
-take, and the MLflow UI's experiment tags. May import :mod:`harness.core` and MLflow; never the
-trainer, the executors or the sweep.
+Owns, one job a module: what store errors mean (:mod:`~harness.tracking.errors`), tracking URIs and a
+server's health (:mod:`~harness.tracking.uris`), the MLflow client and its queries
+(:mod:`~harness.tracking.client`), this process's store health (:mod:`~harness.tracking.health`),
+run owners and heartbeats (:mod:`~harness.tracking.liveness`), writing a run's metrics, params and
+inputs (:mod:`~harness.tracking.run_data`), provenance tags (:mod:`~harness.tracking.provenance`),
+de-duplication of FINISHED runs (:mod:`~harness.tracking.dedupe`), the SQLite store (classification
+:mod:`~harness.tracking.store_state`, schema building :mod:`~harness.tracking.store_build`, repair
+:mod:`~harness.tracking.store_repair`, atomic creation :mod:`~harness.tracking.store`), per-trial
+claims (:mod:`~harness.tracking.claims`), the local spool of results the store did not take
+(:mod:`~harness.tracking.spool`), and the MLflow UI's experiment tags
+(:mod:`~harness.tracking.mlflow_ui`). May import :mod:`harness.core` (and ``harness`` itself for its
+version), MLflow and ``filelock``; never the trainer, the config, the plan, the executors or the
+sweep.
 """

@@ -21,12 +21,14 @@ from __future__ import annotations
 import hashlib
 import json
 
+from harness.core.names import KIND_TRIAL, TAG_KIND
+
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 #: The runs-view state :func:`training_view` shares (keys as MLflow 3.17's UI reads them).
 TRAINING_VIEW = {
-    "searchFilter": "tags.`harness.kind` = 'trial'",
+    "searchFilter": f"tags.`{TAG_KIND}` = '{KIND_TRIAL}'",
     "orderByKey": "attributes.start_time",
     "orderByAsc": False,
     "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": "optimizer"}]},

@@ -34,12 +34,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.util import cache_dir
+from harness.tracking.errors import one_line
+
 
 def spool_root() -> Path:
+    """``$HARNESS_SPOOL_DIR``, else ``$HARNESS_CACHE_DIR/spool`` (not created)."""
     env = os.environ.get("HARNESS_SPOOL_DIR")
     if env:
         return Path(env)
-    return Path(os.environ.get("HARNESS_CACHE_DIR") or Path.home() / ".cache" / "harness") / "spool"
+    return cache_dir("spool")
 
 
 def spool_dir(uri: str) -> Path:
@@ -156,13 +160,9 @@ def replay(uri: str, write: Callable[[dict[str, Any]], bool],
                 wrote = write(e)
             except Exception as exc:
                 if is_outage(exc):
-                    from harness.tracking.client import one_line
-
                     rep.error = one_line(exc, 160)
                     rep.left = len(paths) - i
                     return rep
-                from harness.tracking.client import one_line
-
                 _move(p, "rejected", one_line(exc, 2000))
                 rep.rejected += 1
                 continue

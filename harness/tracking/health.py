@@ -1,0 +1,82 @@
+"""Whether this process's store is answering: the last write's outcome, and a cheap probe.
+
+:data:`HEALTH` (a :class:`StoreHealth`) records whether this process's last write to the store
+failed and how many results it spooled; the progress line shows both. :func:`store_reachable` is the
+probe that decides when to replay the spool (:mod:`harness.tracking.spool`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from harness.tracking.errors import TrackingUnavailableError, one_line
+from harness.tracking.uris import check_server, is_server, sqlite_path
+
+
+class StoreHealth:
+    """Whether this process's last write to the store failed (thread-safe enough: plain attribute
+    writes). ``down_since`` (epoch s) is ``None`` while writes succeed; ``spooled`` counts results
+    this process put in the local spool; the progress line shows both."""
+
+    def __init__(self) -> None:
+        self.down_since: float | None = None
+        self.error = ""
+        self.spooled = 0
+        self.last_probe = 0.0
+
+    @property
+    def down(self) -> bool:
+        """Whether the last write failed."""
+        return self.down_since is not None
+
+    def failed(self, e: BaseException) -> None:
+        """Record a failed write (``down_since`` keeps the first failure's time)."""
+        if self.down_since is None:
+            self.down_since = time.time()
+        self.error = one_line(e, 160)
+
+    def ok(self) -> None:
+        """Record that the store answers again."""
+        self.down_since = None
+        self.error = ""
+
+
+#: This process's store health (one per process: a worker process has its own).
+HEALTH = StoreHealth()
+
+
+def store_reachable(uri: str, timeout: float = 2.0) -> bool:
+    """A cheap probe: ``GET /health`` for a server; for a SQLite store, whether its file and folder
+    can be written (the next write then tells for sure)."""
+    if is_server(uri):
+        try:
+            check_server(uri, timeout)
+            return True
+        except TrackingUnavailableError:
+            return False
+    db = sqlite_path(uri)
+    if db is not None:
+        return os.access(db, os.W_OK) and os.access(db.parent, os.W_OK) and _not_immutable(db)
+    return True
+
+
+def _not_immutable(db: Path) -> bool:
+    """False when the file or its folder carries the immutable attribute (``chattr +i``), which
+    ``os.access`` does not see for root."""
+    try:
+        import fcntl
+        import struct
+
+        for p in (db, db.parent):
+            fd = os.open(p, os.O_RDONLY | (os.O_DIRECTORY if p.is_dir() else 0))
+            try:
+                buf = fcntl.ioctl(fd, 0x80086601, struct.pack("l", 0))  # FS_IOC_GETFLAGS
+            finally:
+                os.close(fd)
+            if struct.unpack("l", buf)[0] & 0x10:  # FS_IMMUTABLE_FL
+                return False
+    except (OSError, ImportError):
+        pass
+    return True

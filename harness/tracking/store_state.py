@@ -1,0 +1,180 @@
+"""What an SQLite file is, read without writing to it: a ready MLflow store, or why it is not.
+
+:func:`inspect_file` classifies an existing file: ready (schema at MLflow's head revision), empty,
+behind (a known older revision: an old store or a half-migrated one), unversioned (MLflow tables but
+no revision: killed before the first revision was stamped), newer (a revision this MLflow does not
+know), foreign (SQLite, not MLflow) or corrupt (not SQLite, truncated, malformed). Costs: the
+header, the page count and ``PRAGMA quick_check`` (skipped for files over
+:data:`QUICK_CHECK_MAX_BYTES`). Also the store's side directory (:func:`side_dir`: creation lock,
+temporary files, trial claims) and :class:`StoreError`, the one-line error for the user (the CLI
+exits 3 on it). See :mod:`harness.tracking.store` for how a store is created and repaired.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: ``PRAGMA quick_check`` reads every page (~0.1 s per 20 MB here); larger files skip it.
+QUICK_CHECK_MAX_BYTES = 256 * 2**20
+#: How long an invocation waits for another one that holds the creation lock.
+LOCK_WAIT_S = 600.0
+
+
+class StoreError(RuntimeError):
+    """The SQLite store cannot be used as it is; the message is one line that says what to do."""
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def side_dir(db: Path) -> Path:
+    """``<dir>/.<name>.harness``: the creation lock, temporary files and trial claims of ``db``."""
+    return db.parent / f".{db.name}.harness"
+
+
+def lock_path(db: Path) -> Path:
+    """The creation lock of ``db`` (a ``filelock`` file in :func:`side_dir`)."""
+    return side_dir(db) / "create.lock"
+
+
+# --------------------------------------------------------------------------- MLflow's schema
+
+
+_HEAD: list[str] = []
+_KNOWN: set[str] = set()
+
+
+def schema_head() -> str:
+    """MLflow's latest schema revision (alembic head), e.g. ``dc11669786a5`` for MLflow 3.17.2."""
+    if not _HEAD:
+        from alembic.script import ScriptDirectory
+        from mlflow.store.db.utils import _get_alembic_config
+
+        script = ScriptDirectory.from_config(_get_alembic_config(db_url=""))
+        heads = script.get_heads()
+        if len(heads) != 1:  # MLflow itself refuses this state
+            raise StoreError(f"MLflow's migration scripts have {len(heads)} heads {heads}; reinstall mlflow")
+        _HEAD.append(heads[0])
+        _KNOWN.update(r.revision for r in script.walk_revisions())
+    return _HEAD[0]
+
+
+def known_revisions() -> set[str]:
+    """Every schema revision MLflow's migration scripts know (imports alembic and mlflow)."""
+    schema_head()
+    return _KNOWN
+
+
+# --------------------------------------------------------------------------- inspection
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What :func:`inspect_file` found. ``kind`` is one of ``missing``, ``empty``, ``ready``,
+    ``behind``, ``unversioned``, ``newer``, ``foreign``, ``corrupt``; ``revision`` the schema
+    revision stored in ``alembic_version`` (or ``None``); ``detail`` a short reason."""
+
+    kind: str
+    revision: str | None = None
+    detail: str = ""
+
+
+def _hot_journal(db: Path) -> bool:
+    for suffix in ("-journal", "-wal"):
+        p = db.with_name(db.name + suffix)
+        with contextlib.suppress(OSError):
+            if p.stat().st_size > 0:
+                return True
+    return False
+
+
+def _header_problem(db: Path, size: int) -> str | None:
+    """Why the first 100 bytes say the file is not a complete SQLite database, or ``None``."""
+    with db.open("rb") as f:
+        head = f.read(100)
+    if not head.startswith(SQLITE_HEADER):
+        return f"its first bytes are {head[:16]!r}, not an SQLite header"
+    if len(head) < 100:
+        return f"it has only {size} bytes"
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    n_pages = int.from_bytes(head[28:32], "big")
+    counter, valid_for = head[24:28], head[92:96]
+    if page < 512 or page & (page - 1):
+        return f"its header gives an impossible page size {page}"
+    if n_pages and counter == valid_for and not _hot_journal(db) and size < n_pages * page:
+        return f"it is truncated: {size} bytes where its header says {n_pages * page}"
+    return None
+
+
+def inspect_file(db: Path) -> FileState:
+    """Classify the file ``db`` without writing to it (see the module docstring)."""
+    try:
+        size = db.stat().st_size
+    except FileNotFoundError:
+        return FileState("missing")
+    if size == 0:
+        return FileState("empty", detail="0 bytes")
+    try:
+        problem = _header_problem(db, size)
+    except OSError as e:
+        return FileState("corrupt", detail=f"it cannot be read ({e.strerror or e})")
+    if problem:
+        return FileState("corrupt", detail=problem)
+    mode = "rw" if _hot_journal(db) else "ro"  # a hot journal is rolled back by the first reader
+    try:
+        con = sqlite3.connect(f"file:{db}?mode={mode}", uri=True, timeout=30)
+    except sqlite3.Error as e:
+        return FileState("corrupt", detail=f"SQLite cannot open it ({e})")
+    try:
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+        if size <= QUICK_CHECK_MAX_BYTES:
+            rows = [r[0] for r in con.execute("PRAGMA quick_check(3)")]
+            if rows != ["ok"]:
+                text = " ".join("; ".join(rows).split())  # its rows hold line breaks
+                return FileState("corrupt", detail=f"SQLite's quick_check reports: {text[:200]}")
+        if not tables:
+            return FileState("empty", detail="no tables")
+        rev = None
+        if "alembic_version" in tables:
+            row = con.execute("select version_num from alembic_version").fetchone()
+            rev = row[0] if row else None
+    except sqlite3.DatabaseError as e:
+        return FileState("corrupt", detail=f"SQLite reports: {' '.join(str(e).split())[:200]}")
+    finally:
+        con.close()
+    if rev is None:
+        if "experiments" in tables or "alembic_version" in tables:
+            return FileState("unversioned", detail="MLflow tables without a schema revision")
+        return FileState("foreign", detail=f"its tables ({', '.join(sorted(tables)[:5])}) are not MLflow's")
+    if rev == schema_head():
+        return FileState("ready", rev)
+    if rev in known_revisions():
+        return FileState("behind", rev, f"schema revision {rev}, MLflow {mlflow_version()} needs "
+                                        f"{schema_head()}")
+    return FileState("newer", rev, f"schema revision {rev} is unknown to MLflow {mlflow_version()}")
+
+
+def mlflow_version() -> str:
+    """The installed MLflow's version (imports mlflow)."""
+    import mlflow
+
+    return mlflow.__version__
+
+
+def unusable_error(db: Path, st: FileState) -> StoreError:
+    """The one-line error for a ``newer``, ``foreign`` or ``corrupt`` file (which is left untouched)."""
+    if st.kind == "newer":
+        return StoreError(f"the MLflow store {db} was written by a newer MLflow ({st.detail}); upgrade "
+                          f"mlflow, or point --tracking-uri / MLFLOW_TRACKING_URI at another store; the "
+                          f"file was left untouched")
+    what = "is not an MLflow store" if st.kind == "foreign" else "is not a usable SQLite database"
+    return StoreError(f"{db} {what} ({st.detail}); restore it from a backup or move it away (a new "
+                      f"store is then created there), or point --tracking-uri / MLFLOW_TRACKING_URI "
+                      f"at another store; the file was left untouched")
+
+
