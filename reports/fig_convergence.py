@@ -14,9 +14,9 @@ from matplotlib.ticker import MaxNLocator
 from harness.core.names import M_TRAIN_LOSS, M_VALID_ACC, M_VALID_LOSS, M_WALL_S
 from reports.frame import curves, per_frame
 from reports.layout import grid_shape, new_figure, task_labels
-from reports.objectives import objective, objectives_differ
+from reports.objectives import METRIC_LABELS, objective, objectives_differ
 from reports.selection import best_configs
-from reports.style import METRIC_LABELS, legend, log_y, palette
+from reports.style import legend, log_y, palette
 
 #: Points of the common time grid that curves against seconds are interpolated onto.
 TIME_GRID_POINTS = 80

@@ -17,9 +17,9 @@ from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET, M_WALL_S
 from reports import protocol
 from reports.frame import curves, summaries
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
-from reports.objectives import objective, objectives_differ, target_words
+from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
 from reports.selection import best_configs
-from reports.style import METRIC_LABELS, palette
+from reports.style import palette
 
 
 def row_words(ax, i: int, words: str, x_at: float, xmax: float) -> None:

@@ -12,8 +12,8 @@ from matplotlib.ticker import MaxNLocator
 
 from reports import protocol
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
-from reports.objectives import objective, objectives_differ
-from reports.style import METRIC_LABELS, legend, palette
+from reports.objectives import METRIC_LABELS, objective, objectives_differ
+from reports.style import legend, palette
 
 
 def profile_times(frame: pd.DataFrame) -> pd.DataFrame:

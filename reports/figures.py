@@ -31,8 +31,9 @@ from reports.fig_throughput import throughput, throughput_figure
 from reports.fig_time import time_to_target, time_to_target_figure, tuned_time_figure
 from reports.fig_tuning import performance_profile, profile_figure, profile_times, tuning_figure
 from reports.leaderboard import format_interval, interval_words, leaderboard
+from reports.objectives import METRIC_LABELS
 from reports.protocol import SOLVED_FRACTION
-from reports.style import METRIC_LABELS, palette, png_bytes
+from reports.style import palette, png_bytes
 
 __all__ = [
     "FIGURES",

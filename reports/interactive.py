@@ -25,7 +25,13 @@ from harness.core.names import M_TRAIN_LOSS, M_VALID_ACC, M_VALID_LOSS, M_WALL_S
 from reports import protocol
 from reports.frame import curves, summaries
 from reports.layout import PAGE_WIDTH_IN, grid_shape, task_labels
-from reports.objectives import objective, objective_label, objectives_differ, task_objective_values
+from reports.objectives import (
+    METRIC_LABELS,
+    objective,
+    objective_label,
+    objectives_differ,
+    task_objective_values,
+)
 from reports.selection import best_configs
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
@@ -36,11 +42,8 @@ MAX_TRIALS_ALL_CONFIGS = 200
 #: Pixel width of the whole chart (the page's content width less the y axis and padding).
 CHART_PX = int(PAGE_WIDTH_IN * 96) - 20
 
-_METRIC_NAMES = {
-    M_TRAIN_LOSS: "train loss",
-    M_VALID_LOSS: "validation loss",
-    M_VALID_ACC: "validation accuracy",
-}
+#: The curve metrics drawn, in order, with their words.
+_METRIC_NAMES = {m: METRIC_LABELS[m] for m in (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC)}
 
 
 @functools.cache

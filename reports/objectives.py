@@ -20,6 +20,7 @@ from harness.core.names import (
     M_FINAL_LOSS,
     M_TEST_ACC,
     M_TEST_LOSS,
+    M_TRAIN_LOSS,
     M_VALID_ACC,
     M_VALID_LOSS,
     canonical_metric,
@@ -31,6 +32,16 @@ from reports.frame import summaries, target_mode
 FINAL_OF = {M_VALID_ACC: M_FINAL_ACC, M_VALID_LOSS: M_FINAL_LOSS}
 #: The test metric reported for a final validation metric.
 TEST_OF = {M_FINAL_ACC: M_TEST_ACC, M_FINAL_LOSS: M_TEST_LOSS}
+#: Metrics in words, for titles, axes and legends.
+METRIC_LABELS = {
+    M_TRAIN_LOSS: "train loss",
+    M_VALID_LOSS: "validation loss",
+    M_VALID_ACC: "validation accuracy",
+    M_FINAL_ACC: "final validation accuracy",
+    M_FINAL_LOSS: "final validation loss",
+    M_TEST_ACC: "test accuracy",
+    M_TEST_LOSS: "test loss",
+}
 
 
 @dataclass(frozen=True)
@@ -44,9 +55,8 @@ class Objective:
 
     @property
     def label(self) -> str:
-        return {M_FINAL_ACC: "final validation accuracy", M_FINAL_LOSS: "final validation loss"}.get(
-            self.final, self.final
-        )
+        """The final metric in words (``final validation accuracy``)."""
+        return METRIC_LABELS.get(self.final, self.final)
 
     @property
     def test(self) -> str:

@@ -1,5 +1,5 @@
-"""The look every report figure shares: metric names in words, one colour per optimizer, the
-legend above the panels, log axes with plain numbers, PNG output.
+"""The look every report figure shares: one colour per optimizer, the legend above the panels, log
+axes with plain numbers, PNG output.
 
 Figures are drawn on ``matplotlib.figure.Figure`` objects with an Agg canvas
 (:func:`reports.layout.new_figure`: no pyplot, no global backend switch), so every figure module is
@@ -15,26 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from harness.core.names import (
-    M_FINAL_ACC,
-    M_FINAL_LOSS,
-    M_TEST_ACC,
-    M_TEST_LOSS,
-    M_TRAIN_LOSS,
-    M_VALID_ACC,
-    M_VALID_LOSS,
-)
 from reports.frame import summaries
-
-METRIC_LABELS = {
-    M_TRAIN_LOSS: "train loss",
-    M_VALID_LOSS: "validation loss",
-    M_VALID_ACC: "validation accuracy",
-    M_FINAL_ACC: "final validation accuracy",
-    M_FINAL_LOSS: "final validation loss",
-    M_TEST_ACC: "test accuracy",
-    M_TEST_LOSS: "test loss",
-}
 
 
 def palette(frame: pd.DataFrame) -> dict[str, tuple]:
