@@ -5,12 +5,18 @@ Public API:
 * :func:`make_report` — what ``python -m harness report`` calls.
 * :func:`load_frame` — the tidy frame of one sweep, for notebooks (see :mod:`reports.frame`).
 
-Submodules: :mod:`reports.frame` (reading MLflow; every tag/param/metric name is a constant there),
+Submodules, low to high: :mod:`reports.runs` (reading MLflow), :mod:`reports.labels` (task and
+configuration labels), :mod:`reports.frame` (the tidy frame), :mod:`reports.objectives` (what
+"better" means per task), :mod:`reports.selection` (best configuration per optimizer and task),
 :mod:`reports.protocol` (selection on validation, test headline, tuning curves, tuned
-time-to-result, intervals and paired comparisons),
-:mod:`reports.figures` (figures and tables, each a view of the frame), :mod:`reports.compare`
-(``--baseline`` regression flags), :mod:`reports.html` (the Jinja2 page). Heavy imports (mlflow,
-matplotlib, seaborn) happen on first use, never at ``import reports``; the trainer is never imported.
+time-to-result, intervals and paired comparisons), :mod:`reports.compare` (``--baseline``
+regression flags), :mod:`reports.leaderboard`, :mod:`reports.layout` and :mod:`reports.style`
+(labels, sizes and look of figures), the figure families ``reports.fig_*``,
+:mod:`reports.interactive` (Vega-Lite views), :mod:`reports.figures` (the report's figures, each a
+view of the frame) and :mod:`reports.html` (the Jinja2 page). Every MLflow name is
+:mod:`harness.core.names`'; ``reports`` imports nothing of ``harness`` but ``harness.core``, and
+nothing of ``harness`` imports ``reports`` but the CLI. Heavy imports (mlflow, matplotlib, seaborn)
+happen on first use, never at ``import reports``; the trainer is never imported.
 """
 
 from __future__ import annotations
@@ -20,21 +26,14 @@ import re
 
 import pandas as pd
 
+from harness.core.names import TAG_SWEEP_ID
+from reports import runs as mlruns
+from reports.compare import compare
+from reports.frame import load_frame, load_sweep, summaries
+from reports.leaderboard import leaderboard
+from reports.protocol import csv_rows
+
 __all__ = ["load_frame", "make_report"]
-
-
-def load_frame(experiment: str, sweep_id: str | None = None, tracking_uri: str | None = None) -> pd.DataFrame:
-    """The tidy frame of one sweep of ``experiment`` (its latest sweep when ``sweep_id`` is None).
-
-    One row per trial and logged step (``row == "curve"``) plus one per trial (``row == "summary"``)
-    with the perf and convergence metrics; see :mod:`reports.frame` for the columns.
-
-    Raises:
-      ValueError: unknown experiment or sweep id (the message lists what exists).
-    """
-    from reports.frame import load_frame as _load
-
-    return _load(experiment, sweep_id, tracking_uri)
 
 
 def _default_output(experiment: str, sweep_id: str) -> pathlib.Path:
@@ -67,13 +66,9 @@ def make_report(
     Raises:
       ValueError: unknown experiment, sweep id or baseline sweep id.
     """
-    from reports import figures as figs
-    from reports.compare import compare
-    from reports.frame import _client, load_sweep
-    from reports.html import render
-    from reports.protocol import csv_rows
+    from reports.html import figure_items, render  # matplotlib: imported on first use
 
-    client = _client(tracking_uri)
+    client = mlruns.mlflow_client(tracking_uri)
     data = load_sweep(experiment, sweep_id, client=client)
     if tracking_uri:
         data.tracking_uri = tracking_uri
@@ -83,15 +78,13 @@ def make_report(
     # the tidy frame plus the protocol's tables (tuning curves, tuned time-to-result) as extra rows
     pd.concat([data.frame, csv_rows(data.frame)], ignore_index=True).to_csv(csv, index=False)
 
-    from reports.html import figure_items
-
     figures = figure_items(data.frame, out.stem)
 
     comparison = None
     if baseline is not None:
         comparison = compare(data.frame, _load_baseline(client, experiment, baseline))
 
-    html = render(data, figures, figs.leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
+    html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
     out.write_text(html, encoding="utf-8")
     for parent in report_parents(data):
         client.log_artifact(parent, str(out), artifact_path="reports")
@@ -103,8 +96,6 @@ def report_parents(data) -> list[str]:
     """The parent runs a report is attached to: those whose trial runs the report shows (a trial
     run's ``mlflow.parentRunId``), oldest first. A re-run that trained nothing has no trial in the
     report and gets no copy; a sweep whose trials name no parent falls back to its latest parent."""
-    from reports.frame import summaries
-
     s = summaries(data.frame)
     used = set(s["parent_run_id"].dropna()) if "parent_run_id" in s else set()
     ids = [p.info.run_id for p in data.parents if p.info.run_id in used]
@@ -114,14 +105,11 @@ def report_parents(data) -> list[str]:
 
 
 def _load_baseline(client, experiment: str, baseline: str) -> pd.DataFrame:
-    from reports.frame import TAG_SWEEP_ID, load_sweep
-
     try:
         return load_sweep(experiment, baseline, client=client).frame
     except ValueError:
         pass
-    for exp in client.search_experiments():
-        page = client.search_runs([exp.experiment_id], f"tags.`{TAG_SWEEP_ID}` = '{baseline}'", max_results=1)
-        if len(page):
-            return load_sweep(exp.name, baseline, client=client).frame
+    other = mlruns.experiment_of_sweep(client, baseline)
+    if other is not None:
+        return load_sweep(other, baseline, client=client).frame
     raise ValueError(f"no run in any experiment has {TAG_SWEEP_ID} = {baseline!r} (the --baseline sweep)")

@@ -24,15 +24,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from reports.frame import (
+from harness.core.names import (
     M_SECONDS_TO_TARGET,
     M_STEP_MS,
     M_STEP_MS_P10,
     M_STEP_MS_P90,
     M_STEPS_TO_TARGET,
-    objective,
-    summaries,
 )
+from reports.frame import summaries
+from reports.objectives import objective
 
 COLUMNS = ["check", "task", "optimizer", "config", "metric", "baseline", "current", "change", "flag", "rule"]
 #: Two-sided confidence level of the seed-spread tests.

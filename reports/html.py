@@ -19,7 +19,19 @@ from typing import Any
 
 import pandas as pd
 
-from reports.frame import ENV_TAGS, STATUSES, SweepData, objective, objectives_differ, summaries, target_words
+from harness.core.names import (
+    ENV_TAGS,
+    M_FINAL_ACC,
+    M_FINAL_LOSS,
+    M_SECONDS_TO_TARGET,
+    M_STEP_MS,
+    M_TEST_ACC,
+)
+from reports.figures import FIGURES
+from reports.frame import STATUSES, SweepData, summaries
+from reports.interactive import vega_bundle
+from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with_labels
+from reports.objectives import objective, objectives_differ, target_words
 
 TEMPLATE = "report.html.j2"
 
@@ -41,11 +53,6 @@ def data_uri(payload: bytes, mime: str) -> str:
     return f"data:{mime};base64," + base64.b64encode(payload).decode("ascii")
 
 
-def data_uri_png(png: bytes) -> str:
-    """``data:image/png;base64,…`` for PNG bytes."""
-    return data_uri(png, "image/png")
-
-
 def _script_json(obj: Any) -> str:
     """JSON safe inside ``<script type="application/json">`` (no ``</`` can close the element)."""
     import json
@@ -57,9 +64,6 @@ def figure_items(frame: pd.DataFrame, stem: str) -> list[dict[str, Any]]:
     """Every figure of :data:`reports.figures.FIGURES` ready for the template: ``svg`` (inline
     markup) or ``message`` (a sentence instead of a figure) or neither (``empty``), the downloads
     (``pdf``/``csv`` data URIs and file names) and ``vl`` (interactive spec as JSON, or None)."""
-    from reports.figures import FIGURES
-    from reports.layout import pdf_bytes, svg_markup, task_labels, with_labels
-
     labels = task_labels(frame)
     items = []
     for spec in FIGURES:
@@ -86,9 +90,7 @@ def figure_items(frame: pd.DataFrame, stem: str) -> list[dict[str, Any]]:
                 {"kind": "PDF", "name": f"{stem}-{spec.key}.pdf",
                  "href": data_uri(pdf_bytes(result), "application/pdf")}
             )
-            import matplotlib
-
-            matplotlib.figure.Figure.clear(result)
+            result.clear()
         if spec.data is not None and (item["svg"] or item["message"]):
             table = spec.data(frame)
             if len(table) and "task" in table:
@@ -165,15 +167,11 @@ def environment(data: SweepData) -> list[tuple[str, str]]:
 
 
 def _vega_js() -> str:
-    from reports.interactive import vega_bundle
-
     return vega_bundle().replace("</script", "<\\/script")
 
 
 def _trial_rows(s: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, Any]]:
     """One row per trial for the sortable trials table (display strings)."""
-    from reports.frame import M_FINAL_ACC, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEP_MS, M_TEST_ACC
-
     def num(v: Any, fmt: str) -> str:
         return "" if v is None or pd.isna(v) else format(float(v), fmt)
 
@@ -211,8 +209,6 @@ def render(
     ``figures`` is :func:`figure_items` of the frame (``None`` builds them here, named after
     ``csv_name``); ``leaderboard`` is :func:`reports.figures.leaderboard` of the frame.
     """
-    from reports.layout import label_table, task_labels
-
     frame = data.frame
     s = summaries(frame)
     if figures is None:
@@ -310,17 +306,15 @@ def render(
             environment=environment(data),
             tracking_uri=_safe_uri(data.tracking_uri),
             csv_name=csv_name,
-            harness_version=_harness_version(),
+            harness_version=harness_version(),
         )
     )
 
 
-def _harness_version() -> str:
+def harness_version() -> str:
     """The installed distribution's version (read from its metadata, so reports need not import
     ``harness``), or ``"unknown"`` when it is not installed."""
-    import importlib.metadata
-
     try:
-        return importlib.metadata.version("jax-train-harness")
-    except importlib.metadata.PackageNotFoundError:
+        return metadata.version("jax-train-harness")
+    except metadata.PackageNotFoundError:
         return "unknown"

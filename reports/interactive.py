@@ -21,20 +21,18 @@ import math
 import numpy as np
 import pandas as pd
 
-from reports.frame import (
-    M_EVAL_ACC,
-    M_EVAL_LOSS,
-    M_TRAIN_LOSS,
-    M_WALL_S,
-    best_configs,
-    curves,
+from harness.core.names import M_TRAIN_LOSS, M_VALID_ACC, M_VALID_LOSS, M_WALL_S
+from reports import protocol
+from reports.frame import curves, summaries
+from reports.layout import PAGE_WIDTH_IN, grid_shape, task_labels
+from reports.objectives import (
+    METRIC_LABELS,
     objective,
     objective_label,
     objectives_differ,
-    summaries,
     task_objective_values,
 )
-from reports.layout import PAGE_WIDTH_IN, grid_shape, task_labels
+from reports.selection import best_configs
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 #: At most this many points per trial and metric (evenly spaced steps, first and last kept).
@@ -44,11 +42,8 @@ MAX_TRIALS_ALL_CONFIGS = 200
 #: Pixel width of the whole chart (the page's content width less the y axis and padding).
 CHART_PX = int(PAGE_WIDTH_IN * 96) - 20
 
-_METRIC_NAMES = {
-    M_TRAIN_LOSS: "train loss",
-    M_EVAL_LOSS: "validation loss",
-    M_EVAL_ACC: "validation accuracy",
-}
+#: The curve metrics drawn, in order, with their words.
+_METRIC_NAMES = {m: METRIC_LABELS[m] for m in (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC)}
 
 
 @functools.cache
@@ -322,8 +317,6 @@ def tuning_curves_long(frame: pd.DataFrame) -> pd.DataFrame:
     """:func:`reports.protocol.tuning_curves` in long form: one row per (task label, optimizer,
     k, curve) with ``curve`` ``"validation (selects)"`` or ``"test of the selected"``, ``value``,
     ``lo``, ``hi`` (the 95% bootstrap band), ``n_configs`` and ``metric`` (the column it is of)."""
-    from reports import protocol
-
     tc = protocol.tuning_curves(frame)
     if tc.empty:
         return pd.DataFrame()

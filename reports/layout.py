@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable
 from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
+
+from reports.labels import is_task_param
 
 #: Width of every report figure in inches; at :data:`DPI` this is the page's content width in CSS px.
 PAGE_WIDTH_IN = 12.0
@@ -83,24 +84,19 @@ def _bracket(task: str) -> str:
     return m.group(1) if m else ""
 
 
-def task_label(frame: pd.DataFrame, task: str) -> str:
-    """The short label of one full task name (the name itself when the frame does not know it)."""
-    return task_labels(frame).get(task, task)
-
-
 def label_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per task: ``label``, ``model``, ``dataset`` and ``configuration`` (every model,
-    dataset, training and target parameter of the task, ``name=value`` joined by ``, ``; a value
-    that differs between a task's trials is listed with all its values)."""
+    dataset, training and target parameter of the task, :func:`reports.labels.is_task_param`,
+    ``name=value`` joined by ``, ``; a value that differs between a task's trials is listed with
+    all its values)."""
     s = frame[frame["row"] == "summary"] if "row" in frame else frame
     labels = task_labels(frame)
     rows = []
-    skip = {"train.seed", "train.steps_per_dispatch"}
     for task, g in s.groupby("task", sort=True):
         parts = []
         for c in sorted(c for c in g.columns if c.startswith("params.")):
             name = c[len("params.") :]
-            if not name.startswith(("model.", "dataset.", "train.", "target.")) or name in skip:
+            if not is_task_param(name):
                 continue
             vals = sorted(g[c].dropna().astype(str).unique())
             if vals:
@@ -178,13 +174,6 @@ def svg_markup(fig, prefix: str) -> str:
     return text
 
 
-def svg_bytes(fig) -> bytes:
-    """A standalone SVG file of the figure (no date, so the same figure gives the same bytes)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
-    return buf.getvalue()
-
-
 def pdf_bytes(fig) -> bytes:
     """The figure as a one-page PDF (no creation date, so the same figure gives the same bytes)."""
     buf = io.BytesIO()
@@ -248,8 +237,3 @@ def layout_problems(fig, tolerance_px: float = 0.5) -> list[str]:
 
 def _fmt(bb) -> str:
     return f"[{bb.x0:.0f},{bb.y0:.0f}–{bb.x1:.0f},{bb.y1:.0f}]"
-
-
-def check_figures(figs: Iterable[tuple[str, object]]) -> dict[str, list[str]]:
-    """``{key: problems}`` for every non-empty ``(key, figure)``; figures that are ``None`` skip."""
-    return {k: layout_problems(f) for k, f in figs if f is not None}

@@ -49,14 +49,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from reports.frame import (
-    M_SECONDS_TO_TARGET,
-    M_STEPS_TO_TARGET,
-    PROTOCOL_ONE_SPLIT,
-    objective,
-    per_frame,
-    summaries,
-)
+from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
+from reports.frame import PROTOCOL_ONE_SPLIT, per_frame, summaries
+from reports.objectives import objective
+from reports.selection import best_configs
 
 __all__ = [
     "MIN_SEEDS",
@@ -353,14 +349,12 @@ def paired_comparison(a: pd.Series, b: pd.Series, mode: str = "max", level: floa
 
 
 def headline(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (task, optimizer): the configuration selected on validation (:func:`reports.frame.
+    """Per (task, optimizer): the configuration selected on validation (:func:`reports.selection.
     best_configs`) and its **test** metric across seeds with :func:`seed_interval`.
 
     Columns ``task, optimizer, rank, config_id, config, n_seeds, test_metric, test, test_lo,
     test_hi, test_n, interval, valid_metric, valid, protocol``.
     """
-    from reports.frame import best_configs
-
     best = best_configs(frame)
     s = summaries(frame)
     rows = []

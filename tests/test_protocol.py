@@ -12,7 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.core import names as N
 from reports import protocol as P
+from reports import selection as RS
+from reports.objectives import objective, objectives_differ
 
 # ---------------------------------------------------------------------------------------------
 # The estimator
@@ -243,11 +246,11 @@ def test_runs_from_before_the_protocol_are_labelled_one_split(tmp_path, tracking
 
     c = MlflowClient(tracking_uri)
     exp = c.create_experiment("old", artifact_location=str(tmp_path / "art"))
-    parent = c.create_run(exp, tags={"harness.kind": "parent", RF.TAG_SWEEP_ID: "s0"}).info.run_id
+    parent = c.create_run(exp, tags={"harness.kind": "parent", N.TAG_SWEEP_ID: "s0"}).info.run_id
     for opt, acc in (("adam", 0.9), ("sgd", 0.8)):
         for seed in (0, 1):
-            r = c.create_run(exp, tags={RF.TAG_TRIAL_ID: f"{opt}{seed}", RF.TAG_SWEEP_ID: "s0",
-                                        RF.TAG_PARENT_RUN_ID: parent, "harness.kind": "trial",
+            r = c.create_run(exp, tags={N.TAG_TRIAL_ID: f"{opt}{seed}", N.TAG_SWEEP_ID: "s0",
+                                        N.TAG_PARENT_RUN: parent, "harness.kind": "trial",
                                         "model": "mlp", "optimizer": opt, "schedule": "constant",
                                         "dataset": "digits", "seed": str(seed), "status": "finished"})
             c.log_batch(r.info.run_id, metrics=[Metric("eval/accuracy", acc + seed / 100, 0, 40),
@@ -289,7 +292,6 @@ def test_selection_ignores_wall_clock_noise_when_steps_tie():
     two runs because seconds to target (wall-clock noise) decided a tie in steps. Steps, then
     the validation metric, decide now; seconds only break a tie in both."""
     from harness.sweep.summary import best_configs
-    from reports import frame as RF
 
     for jitter in ({"constant": 0.0, "cosine": 0.05}, {"constant": 0.05, "cosine": 0.0}):
         outcomes = _tie_outcomes(jitter)
@@ -298,18 +300,18 @@ def test_selection_ignores_wall_clock_noise_when_steps_tie():
         summary = pd.DataFrame([{
             "row": "summary", "task": "cnn / digits", "optimizer": o.optimizer,
             "config_id": o.schedule, "config": o.config, "status": o.status, "seed": o.seed,
-            RF.M_SECONDS_TO_TARGET: o.seconds_to_target, RF.M_STEPS_TO_TARGET: o.steps_to_target,
-            RF.M_FINAL_ACC: o.final_valid_accuracy, RF.M_FINAL_LOSS: o.final_valid_loss,
+            N.M_SECONDS_TO_TARGET: o.seconds_to_target, N.M_STEPS_TO_TARGET: o.steps_to_target,
+            N.M_FINAL_ACC: o.final_valid_accuracy, N.M_FINAL_LOSS: o.final_valid_loss,
             "target_metric": "valid/accuracy", "target_mode": "max", "target_value": 0.9}
             for o in outcomes])
-        best = RF.best_configs(summary)
+        best = RS.best_configs(summary)
         assert list(best["config"]) == ["adam cosine lr=0.003"], jitter
 
 
 def test_selection_key_orders_by_reached_steps_finished_value_seconds_name():
     """Hand-ordered configurations: each neighbour pair differs in exactly one field, and the
     earlier field wins over all later ones; ``None`` sorts last; loss targets prefer lower."""
-    from reports.frame import selection_key as key
+    from harness.core.selection import selection_key as key
 
     ranked = [
         key(3, 100, 3, 0.80, True, 9.0, "z"),   # most seeds reached
@@ -358,9 +360,9 @@ def _summary_frame(outcomes):
         "row": "summary", "task": f"{o.model} / {o.dataset}", "model": o.model, "dataset": o.dataset,
         "optimizer": o.optimizer,
         "config_id": o.config, "config": o.config, "status": o.status, "seed": o.seed,
-        "step_size": step_size(o), RF.M_SECONDS_TO_TARGET: None, RF.M_STEPS_TO_TARGET: None,
-        RF.M_FINAL_ACC: o.final_valid_accuracy, RF.M_FINAL_LOSS: o.final_valid_loss,
-        RF.M_TEST_ACC: o.test_accuracy, RF.M_TEST_LOSS: o.test_loss, RF.M_STEP_MS: 1.0,
+        "step_size": step_size(o), N.M_SECONDS_TO_TARGET: None, N.M_STEPS_TO_TARGET: None,
+        N.M_FINAL_ACC: o.final_valid_accuracy, N.M_FINAL_LOSS: o.final_valid_loss,
+        N.M_TEST_ACC: o.test_accuracy, N.M_TEST_LOSS: o.test_loss, N.M_STEP_MS: 1.0,
         "protocol": RF.PROTOCOL_THREE_SPLITS, "target_metric": o.target_metric,
         "target_mode": "min" if o.target_metric.endswith("loss") else "max",
         "target_value": 1.8 if o.target_metric.endswith("loss") else 0.99} for o in outcomes])
@@ -374,7 +376,6 @@ def test_each_task_is_selected_and_reported_on_its_own_metric():
     step-size figures alike."""
     from harness.sweep.summary import best_configs as summary_best
     from reports import figures as F
-    from reports import frame as RF
     from reports import interactive as I
     from reports import protocol as P
 
@@ -382,14 +383,14 @@ def test_each_task_is_selected_and_reported_on_its_own_metric():
     rows = {r["model"]: r for r in summary_best(outcomes)}
     assert rows["transformer_lm"]["config"] == "lowloss" and rows["cnn1d"]["config"] == "c2"
     frame = _summary_frame(outcomes)
-    assert RF.objective(frame).final == RF.M_FINAL_ACC  # the sweep-wide one: accuracy (3 of 5)
-    assert RF.objective(frame, "transformer_lm / markov_lm").final == RF.M_FINAL_LOSS
-    assert RF.objectives_differ(frame)
-    best = RF.best_configs(frame).set_index("task")
+    assert objective(frame).final == N.M_FINAL_ACC  # the sweep-wide one: accuracy (3 of 5)
+    assert objective(frame, "transformer_lm / markov_lm").final == N.M_FINAL_LOSS
+    assert objectives_differ(frame)
+    best = RS.best_configs(frame).set_index("task")
     assert best.loc["transformer_lm / markov_lm", "config"] == "lowloss"
     assert best.loc["cnn1d / mnist1d", "config"] == "c2"
     head = P.headline(frame).set_index("task")
-    assert head.loc["transformer_lm / markov_lm", "test_metric"] == RF.M_TEST_LOSS
+    assert head.loc["transformer_lm / markov_lm", "test_metric"] == N.M_TEST_LOSS
     assert head.loc["transformer_lm / markov_lm", "test"] == pytest.approx(1.91)
     assert head.loc["cnn1d / mnist1d", "test"] == pytest.approx(0.94)
     lb = F.leaderboard(frame).set_index("Task")
@@ -398,7 +399,7 @@ def test_each_task_is_selected_and_reported_on_its_own_metric():
     assert lb.loc["cnn1d / mnist1d", col].startswith("accuracy 0.94")
     cv = P.config_values(frame).set_index(["task", "config_id"])
     assert cv.loc[("transformer_lm / markov_lm", "highacc"), "valid"] == pytest.approx(1.99)
-    assert cv.loc[("transformer_lm / markov_lm", "highacc"), "metric"] == RF.M_FINAL_LOSS
+    assert cv.loc[("transformer_lm / markov_lm", "highacc"), "metric"] == N.M_FINAL_LOSS
     tl = I.tuning_long(frame)
     assert sorted(tl["value"]) == pytest.approx([0.90, 0.93, 0.95, 1.90, 1.99])
     fig = F.sensitivity_figure(frame)
@@ -411,7 +412,7 @@ def test_each_task_is_selected_and_reported_on_its_own_metric():
     line = spec["spec"]["layer"][1]["encoding"]
     assert line["y"]["axis"]["title"] == "expected value (each task's metric) of the validation-best"
     tcl = I.tuning_curves_long(frame)
-    assert set(tcl.loc[tcl["task"].str.startswith("transformer"), "metric"]) == {RF.M_FINAL_LOSS,
-                                                                                 RF.M_TEST_LOSS}
+    assert set(tcl.loc[tcl["task"].str.startswith("transformer"), "metric"]) == {N.M_FINAL_LOSS,
+                                                                                 N.M_TEST_LOSS}
     one = frame[frame["task"] == "cnn1d / mnist1d"]  # one metric: the column keeps its name
     assert "Test accuracy (selected on validation)" in F.leaderboard(one).columns

@@ -23,10 +23,14 @@ import pandas as pd
 import pytest
 
 import reports
+from harness.core import names as N
 from harness.core.spec import TrialSpec
 from reports import figures as F
 from reports import frame as RF
+from reports import runs as mlruns
 from reports.compare import compare
+from reports.objectives import objective
+from reports.selection import best_configs
 
 EXP = "demo"
 SWEEP = "sweep-cur"
@@ -134,7 +138,7 @@ def _log_sweep(client, exp_id, sweep_id, t0, acc_shift=None, ms_scale=None, mode
             exp_id,
             start_time=t0 + i * 100_000,
             run_name=f"{sweep_id}-{i}",
-            tags={RF.TAG_SWEEP_ID: sweep_id, RF.TAG_ROLE: RF.ROLE_PARENT, RF.TAG_SWEEP: EXP, **env},
+            tags={N.TAG_SWEEP_ID: sweep_id, N.TAG_KIND: N.KIND_PARENT, N.TAG_SWEEP: EXP, **env},
         )
         parents.append(p.info.run_id)
     expected = {}
@@ -146,9 +150,9 @@ def _log_sweep(client, exp_id, sweep_id, t0, acc_shift=None, ms_scale=None, mode
                     key = (model, opt, lr, seed)
                     spec = _spec(model, opt, lr, seed)
                     tags = {
-                        RF.TAG_TRIAL_ID: spec.trial_id,
-                        RF.TAG_SWEEP: EXP,
-                        RF.TAG_SWEEP_ID: sweep_id,
+                        N.TAG_TRIAL_ID: spec.trial_id,
+                        N.TAG_SWEEP: EXP,
+                        N.TAG_SWEEP_ID: sweep_id,
                         "model": model,
                         "optimizer": opt,
                         "schedule": "constant",
@@ -172,9 +176,9 @@ def _log_sweep(client, exp_id, sweep_id, t0, acc_shift=None, ms_scale=None, mode
                             start_time=t,
                             tags={
                                 **tags,
-                                RF.TAG_PARENT_RUN_ID: parent,
-                                RF.TAG_STATUS: status,
-                                **({RF.TAG_REASON: "RuntimeError: boom"} if run_status == "FAILED" else {}),
+                                N.TAG_PARENT_RUN: parent,
+                                N.TAG_STATUS: status,
+                                **({N.TAG_REASON: "RuntimeError: boom"} if run_status == "FAILED" else {}),
                             },
                         )
                         t += 1000
@@ -201,7 +205,7 @@ def _log_sweep(client, exp_id, sweep_id, t0, acc_shift=None, ms_scale=None, mode
                         "values": None if key == FAILED else vals,
                         "attempts": len(attempts),
                     }
-    client.log_text(parents[0], "sweep: demo\noptimizers: [sgd, momentum, adam]\n", RF.ARTIFACT_CONFIG)
+    client.log_text(parents[0], "sweep: demo\noptimizers: [sgd, momentum, adam]\n", N.ARTIFACT_CONFIG)
     for i, p in enumerate(parents):
         client.set_terminated(p, end_time=t0 + i * 100_000 + 90_000)
     return expected, parents
@@ -348,7 +352,7 @@ def test_pagination_reads_every_page(store, monkeypatch):
         return page
 
     monkeypatch.setattr(MlflowClient, "search_runs", spy)
-    monkeypatch.setattr(RF, "PAGE_SIZE", 7)
+    monkeypatch.setattr(mlruns, "PAGE_SIZE", 7)
     f = reports.load_frame(EXP, SWEEP, tracking_uri=store["uri"])
     n_runs = len(store["expected"]) + 1 + 2  # + the retried trial's FAILED run + 2 parents
     pages = [c for c in calls if c[0] == 7]
@@ -369,13 +373,13 @@ def test_more_than_a_thousand_runs_are_read_in_full(fast_tmp):
             exp,
             start_time=T0 + i,
             tags={
-                RF.TAG_TRIAL_ID: f"t{i:04d}",
-                RF.TAG_SWEEP_ID: "s",
+                N.TAG_TRIAL_ID: f"t{i:04d}",
+                N.TAG_SWEEP_ID: "s",
                 "optimizer": "sgd",
                 "model": "m",
                 "dataset": "d",
                 "seed": str(i),
-                RF.TAG_STATUS: "finished",
+                N.TAG_STATUS: "finished",
             },
         )
     f = reports.load_frame("big", "s", tracking_uri=f"sqlite:///{tmp_path}.db")
@@ -397,7 +401,7 @@ def _expected_acc(expected, model, opt, lr):
 
 
 def test_leaderboard_best_configs_and_confidence_intervals(store, frame):
-    best = RF.best_configs(frame).set_index(["task", "optimizer"])
+    best = best_configs(frame).set_index(["task", "optimizer"])
     for model in MODELS:
         task = f"{model} / mnist1d"
         assert best.loc[(task, "adam"), "rank"] == 1 and best.loc[(task, "momentum"), "rank"] == 2
@@ -565,14 +569,14 @@ def test_report_is_self_contained_with_csv_and_artifact(store, report, frame):
 def test_sweep_with_only_failed_trials_still_reports(store, tmp_path, monkeypatch):
     client = store["client"]
     exp = client.create_experiment("broken", artifact_location=str(tmp_path / "art"))
-    parent = client.create_run(exp, tags={RF.TAG_SWEEP_ID: "b1", RF.TAG_ROLE: RF.ROLE_PARENT}).info.run_id
+    parent = client.create_run(exp, tags={N.TAG_SWEEP_ID: "b1", N.TAG_KIND: N.KIND_PARENT}).info.run_id
     for i in range(2):  # no status tag, no params, no metrics: what a crash at start leaves
         run = client.create_run(
             exp,
             tags={
-                RF.TAG_SWEEP_ID: "b1",
-                RF.TAG_TRIAL_ID: f"t{i}",
-                RF.TAG_PARENT_RUN_ID: parent,
+                N.TAG_SWEEP_ID: "b1",
+                N.TAG_TRIAL_ID: f"t{i}",
+                N.TAG_PARENT_RUN: parent,
                 "optimizer": "sgd",
             },
         )
@@ -594,7 +598,7 @@ def test_tags_written_by_harness_tracking_are_understood(store, tmp_path):
 
     client = store["client"]
     exp = client.create_experiment("kinds", artifact_location=str(tmp_path / "art"))
-    parent = client.create_run(exp, tags={RF.TAG_SWEEP_ID: "k1", "harness.kind": "parent"}).info.run_id
+    parent = client.create_run(exp, tags={N.TAG_SWEEP_ID: "k1", "harness.kind": "parent"}).info.run_id
     ids = []
     for i, (status, extra) in enumerate(
         [
@@ -606,10 +610,10 @@ def test_tags_written_by_harness_tracking_are_understood(store, tmp_path):
         run = client.create_run(
             exp,
             tags={
-                RF.TAG_SWEEP_ID: "k1",
-                RF.TAG_TRIAL_ID: f"t{i}",
+                N.TAG_SWEEP_ID: "k1",
+                N.TAG_TRIAL_ID: f"t{i}",
                 "harness.kind": "trial",
-                RF.TAG_PARENT_RUN_ID: parent,
+                N.TAG_PARENT_RUN: parent,
                 "status": status,
                 **extra,
             },
@@ -656,7 +660,7 @@ def test_sensitivity_panels_scale_each_task_to_its_own_values(frame):
     """Found rendering the MNIST-1D report: the panels shared one y axis, so a task near 0.3
     accuracy was a flat line under a task near 0.9. Each panel now fits its own values: the drawn
     medians span at least a third of the panel's y range."""
-    obj = RF.objective(frame)
+    obj = objective(frame)
     low = frame.copy()
     tasks = sorted(low.loc[low["row"] == "summary", "task"].unique())
     low.loc[low["task"] == tasks[0], obj.final] = 0.3 + 0.05 * low.loc[low["task"] == tasks[0], obj.final]

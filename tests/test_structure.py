@@ -326,6 +326,6 @@ def test_config_imports_neither_the_executors_nor_the_worker():
 
 def test_report_version_comes_from_the_distribution_metadata():
     import harness
-    from reports.html import _harness_version
+    from reports.html import harness_version
 
-    assert _harness_version() == harness.__version__ == "0.1.0"
+    assert harness_version() == harness.__version__ == "0.1.0"

@@ -31,6 +31,8 @@ TAG_DEVICE_ENV = "harness.device_env"
 TAG_DEVICE_ENV_SET = "harness.device_env_set"
 TAG_BATCHING = "harness.batching"
 TAG_REASON = "harness.reason"
+TAG_STATUS_REASON = "status_reason"  # the full reason (traceback) of a failed trial
+TAG_DIVERGED_STEP = "diverged_step"  # the step at which a diverged trial stopped
 # -- tags of a trial run: what it trained -----------------------------------------------------------
 TAG_STATUS = "status"  # "finished" / "diverged" / "failed"
 TAG_MODEL = "model"
@@ -47,6 +49,7 @@ PARAM_STEP_SIZE = "optimizer.step_size"
 PARAM_BATCH_SIZE = "train.batch_size"
 PARAM_STEPS = "train.steps"
 PARAM_SEED = "train.seed"
+PARAM_STEPS_PER_DISPATCH = "train.steps_per_dispatch"
 PARAM_TARGET_METRIC = "target.metric"
 PARAM_TARGET_VALUE = "target.value"
 PARAM_TARGET_MODE = "target.mode"  # optional; inferred from the metric's name when absent

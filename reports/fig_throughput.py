@@ -1,0 +1,94 @@
+"""The throughput figure: examples/s, utilisation of the measured peak and compile time per optimizer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import EngFormatter, MaxNLocator
+
+from harness.core.names import (
+    M_COMPILE_S,
+    M_EXAMPLES_PER_S,
+    M_STEP_MS,
+    M_STEP_MS_P10,
+    M_STEP_MS_P90,
+    M_UTIL,
+)
+from reports.frame import summaries
+from reports.layout import new_figure, task_labels
+
+
+def throughput(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, optimizer): median over its trials of examples/s, step time (ms, p10/p50/p90),
+    utilisation and compile time; ``examples_per_sec_lo``/``_hi`` are examples/s at the p90/p10
+    step time (the spread of steady-state steps)."""
+    s = summaries(frame)
+    s = s[s[M_EXAMPLES_PER_S].notna() | s[M_STEP_MS].notna()]
+    rows = []
+    for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
+        eps, ms = g[M_EXAMPLES_PER_S].median(), g[M_STEP_MS].median()
+        p10, p90 = g[M_STEP_MS_P10].median(), g[M_STEP_MS_P90].median()
+        rows.append(
+            {
+                "task": task,
+                "optimizer": opt,
+                "examples_per_sec": eps,
+                "step_time_ms": ms,
+                "step_time_ms_p10": p10,
+                "step_time_ms_p90": p90,
+                "examples_per_sec_lo": eps * ms / p90 if p90 > 0 else math.nan,
+                "examples_per_sec_hi": eps * ms / p10 if p10 > 0 else math.nan,
+                "utilization": g[M_UTIL].median(),
+                "compile_s": g[M_COMPILE_S].median(),
+                "n_trials": len(g),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def throughput_figure(frame: pd.DataFrame) -> Figure | None:
+    """Three panels: examples/s (bars from the p90 to the p10 step time), utilisation (% of the
+    device's measured peak FLOP/s) and compile time (s), per optimizer, one colour per task."""
+    t = throughput(frame)
+    if t.empty or t["examples_per_sec"].isna().all():
+        return None
+    tasks = sorted(t["task"].unique())
+    opts = sorted(t["optimizer"].unique())
+    labels = task_labels(frame)
+    import seaborn as sns
+
+    tcol = dict(zip(tasks, sns.color_palette("muted", len(tasks)), strict=False))
+    fig, axes = new_figure(1, 3, 0.5 * len(opts) * max(1, len(tasks)) ** 0.5 + 2.0, sharey=True)
+    h = 0.8 / len(tasks)
+    panels = [
+        ("examples_per_sec", "examples / s (bars: p90–p10 step time)", 1.0),
+        ("utilization", "utilisation (% of measured peak)", 100.0),
+        ("compile_s", "compile time (s)", 1.0),
+    ]
+    for j, (col, label, scale) in enumerate(panels):
+        ax = axes[0, j]
+        for k, task in enumerate(tasks):
+            d = t[t["task"] == task].set_index("optimizer").reindex(opts)
+            y = np.arange(len(opts)) - 0.4 + h * (k + 0.5)
+            vals = d[col].to_numpy(float) * scale
+            xerr = None
+            if col == "examples_per_sec":
+                lo, hi = d["examples_per_sec_lo"].to_numpy(float), d["examples_per_sec_hi"].to_numpy(float)
+                xerr = np.nan_to_num(np.vstack([vals - lo, hi - vals]), nan=0.0).clip(min=0)
+            ax.barh(y, np.nan_to_num(vals), height=h, color=tcol[task], xerr=xerr, capsize=2, label=task)
+            for yi, v in zip(y, vals, strict=True):
+                if not math.isfinite(v):
+                    ax.text(0, yi, " not measured", va="center", fontsize=8, style="italic", color="0.3")
+        ax.set_yticks(range(len(opts)), opts)
+        ax.set_ylim(len(opts) - 0.5, -0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        if col == "examples_per_sec":
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 120k, not 120000
+        ax.set_xlabel(label)
+    handles = [Patch(color=c, label=labels.get(tk, tk)) for tk, c in tcol.items()]
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4), frameon=False)
+    return fig

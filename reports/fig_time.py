@@ -1,0 +1,173 @@
+"""Time figures: seconds to the validation target of each optimizer's best configuration, and
+its tuned time-to-result (the fastest of its configurations), one row per optimizer and task panel.
+
+A "not reached" is a hollow ▷ at the budget (the seconds the training ran), never a bar whose
+length would read as a time."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET, M_WALL_S
+from reports import protocol
+from reports.frame import curves, summaries
+from reports.layout import grid_shape, hide_unused, new_figure, task_labels
+from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
+from reports.selection import best_configs
+from reports.style import palette
+
+
+def row_words(ax, i: int, words: str, x_at: float, xmax: float) -> None:
+    """Write ``words`` above row ``i`` of a time-per-optimizer panel, at the side away from the
+    marker at ``x_at`` (axes coordinates: the words cannot spill past the axes, and they take no part
+    in layout)."""
+    side = 0.02 if x_at > 0.5 * xmax else 0.98
+    txt = ax.text(side, i - 0.2, words, transform=ax.get_yaxis_transform(), va="bottom",
+                  ha="left" if side < 0.5 else "right", fontsize=8, color="0.15")
+    txt.set_in_layout(False)
+
+
+def time_rows_axes(ax, opts: list, xmax: float, title: str, xlabel: str) -> None:
+    """One row per optimizer, seconds on x from 0 to ``xmax``: the axes of both time figures."""
+    ax.set_yticks(range(len(opts)), opts)
+    ax.set_ylim(len(opts) - 0.4, -0.75)
+    ax.set_xlim(0, xmax)
+    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+
+
+def time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (task, optimizer), for its best configuration: seeds, seeds that reached the target,
+    the median / 25th / 75th percentile of seconds and steps to target over those that did, and the
+    budget (``budget_steps``; ``budget_seconds``: median over seeds of the last logged
+    ``time/wall_s``). Empty when the sweep has no target."""
+    obj = objective(frame)
+    if obj.target_metric is None:
+        return pd.DataFrame()
+    s = summaries(frame).merge(
+        best_configs(frame)[["task", "optimizer", "config_id"]], on=["task", "optimizer", "config_id"]
+    )
+    c = curves(frame)
+    ends = c.groupby("trial_id")[M_WALL_S].max() if len(c) else pd.Series(dtype=float)
+    rows = []
+    for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
+        budget_s = g["trial_id"].map(ends).dropna()
+        secs = g.loc[g["status"] == "finished", M_SECONDS_TO_TARGET].dropna()
+        steps = g.loc[g["status"] == "finished", M_STEPS_TO_TARGET].dropna()
+        rows.append(
+            {
+                "task": task,
+                "optimizer": opt,
+                "config": g["config"].iloc[0],
+                "n_seeds": len(g),
+                "n_reached": int(max(len(secs), len(steps))),
+                "seconds_median": secs.median() if len(secs) else math.nan,
+                "seconds_q25": secs.quantile(0.25) if len(secs) else math.nan,
+                "seconds_q75": secs.quantile(0.75) if len(secs) else math.nan,
+                "steps_median": steps.median() if len(steps) else math.nan,
+                "budget_seconds": float(budget_s.median()) if len(budget_s) else math.nan,
+                "budget_steps": g["train_steps"].dropna().max() if g["train_steps"].notna().any() else pd.NA,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
+    """Median seconds to target across seeds (dot; whiskers: interquartile range) of each
+    optimizer's best configuration, one panel per task. An optimizer none of whose seeds reached
+    the target gets a hollow marker at its budget (the seconds its training ran) with the words
+    "not reached" — never a bar, whose length would read as a time."""
+    t = time_to_target(frame)
+    if t.empty:
+        return None
+    obj, pal, labels = objective(frame), palette(frame), task_labels(frame)
+    mixed = objectives_differ(frame)
+    tasks = sorted(t["task"].unique())
+    opts = sorted(t["optimizer"].unique())
+    nrows, ncols = grid_shape(len(tasks), max_columns=3)
+    fig, axes = new_figure(nrows, ncols, nrows * (0.42 * len(opts) + 1.3) + 0.5)
+    for k, task in enumerate(tasks):
+        ax = axes.ravel()[k]
+        d = t[t["task"] == task].set_index("optimizer")
+        xs = np.r_[d["seconds_q75"].to_numpy(float), d["budget_seconds"].to_numpy(float)]
+        xs = xs[np.isfinite(xs)]
+        xmax = float(xs.max()) * 1.08 if xs.size and xs.max() > 0 else 1.0
+        for i, opt in enumerate(opts):
+            if opt not in d.index:
+                continue
+            row = d.loc[opt]
+            reached = row["n_reached"] > 0 and math.isfinite(row["seconds_median"])
+            if reached:
+                med = row["seconds_median"]
+                err = [[med - row["seconds_q25"]], [row["seconds_q75"] - med]]
+                ax.errorbar(med, i, xerr=err, fmt="o", color=pal[opt], ms=7, capsize=3, lw=1.5)
+                steps = f" · {row['steps_median']:.0f} steps" if math.isfinite(row["steps_median"]) else ""
+                words = f"{med:.3g} s{steps} ({row['n_reached']}/{row['n_seeds']} seeds)"
+                x_at = row["seconds_q75"]
+            else:
+                at = row["budget_seconds"] if math.isfinite(row["budget_seconds"]) else xmax / 1.08
+                ax.plot(at, i, marker=">", ms=8, mfc="white", mec=pal[opt], mew=1.6, ls="")
+                budget = f" in {int(row['budget_steps'])} steps" if pd.notna(row["budget_steps"]) else ""
+                words = f"not reached{budget} (0/{row['n_seeds']} seeds)"
+                x_at = at
+            row_words(ax, i, words, x_at, xmax)
+        title = labels.get(task, task)
+        if mixed:  # each panel names its own target
+            title += f"\n{target_words(objective(frame, task))}"
+        time_rows_axes(ax, opts, xmax, title, "seconds to target (median of seeds)")
+    hide_unused(axes, len(tasks))
+    goal = "each task's validation target" if mixed else (
+        f"{METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
+        f"{'≥' if obj.mode == 'max' else '≤'} {obj.target_value:g}")
+    fig.suptitle(f"Time to reach {goal}  (▷ at the budget: not reached)", fontsize=11)
+    return fig
+
+
+def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
+    """Per task, each optimizer's tuned time-to-result (the fastest of its N configurations to the
+    validation target; :func:`reports.protocol.tuned_time_to_result`) as a dot; where none of its
+    configurations reached the target, a hollow ▷ at the seconds its best configuration trained
+    (the budget) with the words "not reached" — never a bar."""
+    obj = objective(frame)
+    if obj.target_metric is None:
+        return None
+    t = protocol.tuned_time_to_result(frame)
+    if t.empty:
+        return None
+    pal, labels = palette(frame), task_labels(frame)
+    tasks = sorted(t["task"].unique())
+    opts = sorted(t["optimizer"].unique())
+    tt = time_to_target(frame)
+    budget = tt.set_index(["task", "optimizer"])["budget_seconds"] if len(tt) else pd.Series(dtype=float)
+    nrows, ncols = grid_shape(len(tasks), max_columns=3)
+    fig, axes = new_figure(nrows, ncols, nrows * (0.42 * len(opts) + 1.3) + 0.3)
+    for k, task in enumerate(tasks):
+        ax = axes.ravel()[k]
+        d = t[t["task"] == task].set_index("optimizer")
+        xs = [float(v) for v in d["seconds"] if math.isfinite(v)]
+        xs += [float(budget.get((task, o), math.nan)) for o in d.index]
+        xs = [v for v in xs if math.isfinite(v)]
+        xmax = max(xs) * 1.08 if xs and max(xs) > 0 else 1.0
+        for i, opt in enumerate(opts):
+            if opt not in d.index:
+                continue
+            row = d.loc[opt]
+            if math.isfinite(row["seconds"]):
+                at = float(row["seconds"])
+                ax.plot(at, i, "o", color=pal[opt], ms=7)
+                words = f"{at:.3g} s (best of {row['n_configs']})"
+            else:
+                at = float(budget.get((task, opt), math.nan))
+                at = at if math.isfinite(at) else xmax / 1.08
+                ax.plot(at, i, marker=">", ms=8, mfc="white", mec=pal[opt], mew=1.6, ls="")
+                words = f"not reached (0 of {row['n_configs']} configurations)"
+            row_words(ax, i, words, at, xmax)
+        time_rows_axes(ax, opts, xmax, labels.get(task, task), "tuned seconds to the target")
+    hide_unused(axes, len(tasks))
+    return fig

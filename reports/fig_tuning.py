@@ -1,0 +1,113 @@
+"""The protocol's tuning figures (:mod:`reports.protocol`): tuning curves (expected best
+validation metric after k configurations) and AlgoPerf-style performance profiles of the tuned
+time-to-result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+
+from reports import protocol
+from reports.layout import grid_shape, hide_unused, new_figure, task_labels
+from reports.objectives import METRIC_LABELS, objective, objectives_differ
+from reports.style import legend, palette
+
+
+def profile_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """Task × optimizer table of tuned time-to-result (:func:`reports.protocol.tuned_time_to_result`:
+    the fastest of the optimizer's configurations to the validation target, a configuration's time
+    being the median over its seeds; ``inf`` where no configuration had at least
+    ``SOLVED_FRACTION`` of its seeds reach the target). Empty when the sweep has no target."""
+    if objective(frame).target_metric is None:
+        return pd.DataFrame()
+    t = protocol.tuned_time_to_result(frame)
+    if t.empty:
+        return pd.DataFrame()
+    return t.pivot(index="task", columns="optimizer", values="seconds").fillna(np.inf)
+
+
+def performance_profile(frame: pd.DataFrame, taus: np.ndarray | None = None) -> pd.DataFrame:
+    """ρ_o(τ): the fraction of tasks optimizer ``o`` solves within ``τ`` × the fastest optimizer's
+    time on that task (Dolan & Moré 2002, as used by AlgoPerf: Dahl et al. 2023, §4.5).
+
+    Columns ``optimizer, tau, rho``; ``taus`` defaults to 200 points from 1 to max(4, 1.1 × the
+    largest finite ratio). A task no optimizer solved counts as unsolved for all.
+    """
+    times = profile_times(frame)
+    if times.empty:
+        return pd.DataFrame(columns=["optimizer", "tau", "rho"])
+    best = times.min(axis=1)
+    ratios = times.div(best.where(np.isfinite(best)), axis=0)  # nan row where nobody solved
+    finite = ratios.to_numpy()[np.isfinite(ratios.to_numpy())]
+    if taus is None:
+        taus = np.linspace(1.0, max(4.0, 1.1 * float(finite.max()) if finite.size else 4.0), 200)
+    n_tasks = len(times)
+    rows = []
+    for opt in times.columns:
+        r = ratios[opt].to_numpy()
+        for tau in taus:
+            rows.append(
+                {
+                    "optimizer": opt,
+                    "tau": float(tau),
+                    "rho": float(np.sum(np.isfinite(r) & (r <= tau)) / n_tasks),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def profile_figure(frame: pd.DataFrame) -> Figure | None:
+    """Step plot of :func:`performance_profile` for every optimizer."""
+    p = performance_profile(frame)
+    if p.empty:
+        return None
+    pal = palette(frame)
+    n_tasks = len(profile_times(frame))
+    fig, axes = new_figure(1, 1, 3.6)
+    ax = axes[0, 0]
+    for i, (opt, g) in enumerate(p.groupby("optimizer", sort=True)):
+        # small vertical offsets keep coinciding profiles visible
+        ax.step(g["tau"], g["rho"] + 0.006 * (i - 1), where="post", color=pal[opt], lw=2, label=opt)
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_xlim(1.0, float(p["tau"].max()))
+    ax.set_xlabel("τ (time relative to the fastest optimizer on each task)")
+    ax.set_ylabel(f"fraction of tasks solved\n(of {n_tasks})")
+    ax.legend(loc="lower right", frameon=True)
+    return fig
+
+
+def tuning_figure(frame: pd.DataFrame) -> Figure | None:
+    """Expected best validation metric after k configurations (solid, band: bootstrap 95%) and the
+    expected test metric of the configuration validation selects among them (dashed), per task
+    and optimizer (:func:`reports.protocol.tuning_curves`)."""
+    tc = protocol.tuning_curves(frame)
+    if tc.empty:
+        return None
+    pal, labels = palette(frame), task_labels(frame)
+    tasks = sorted(tc["task"].unique())
+    nrows, ncols = grid_shape(len(tasks))
+    fig, axes = new_figure(nrows, ncols, 3.2 * nrows + 0.9)
+    mixed = objectives_differ(frame)  # tasks with different objectives: each panel names its own
+    for i, task in enumerate(tasks):
+        ax = axes[i // ncols, i % ncols]
+        metric = tc.loc[tc["task"] == task, "metric"].iloc[0]
+        for opt, g in tc[tc["task"] == task].groupby("optimizer", sort=True):
+            c = pal.get(opt, "0.3")
+            ax.plot(g["k"], g["valid"], color=c, lw=2, marker="o", ms=3)
+            ax.fill_between(g["k"], g["valid_lo"], g["valid_hi"], color=c, alpha=0.15, lw=0)
+            if g["test"].notna().any():
+                ax.plot(g["k"], g["test"], color=c, lw=1.6, ls="--")
+                ax.fill_between(g["k"], g["test_lo"], g["test_hi"], color=c, alpha=0.07, lw=0)
+        ax.set_title(labels.get(task, task))
+        ax.set_xlabel("configurations tried (k)")
+        name = METRIC_LABELS.get(metric, metric).replace("final validation ", "")
+        if i % ncols == 0 or mixed:
+            ax.set_ylabel(f"expected {name}\nof the validation-best")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    hide_unused(axes, len(tasks))
+    legend(fig, pal, [Line2D([], [], color="0.3", lw=2, label="validation (selects)"),
+                       Line2D([], [], color="0.3", lw=1.6, ls="--", label="test of the selected")])
+    return fig

@@ -1,0 +1,71 @@
+"""Labels of a sweep's trials: the task a trial trains and the optimizer configuration it uses.
+
+From a trial's MLflow params: ``task`` (model / dataset plus the task-defining params that vary),
+``config`` (optimizer, schedule when it varies, plus the configuration params that vary) and
+``config_id`` (a stable hash of every configuration param), the columns :mod:`reports.frame` adds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+
+from harness.core.names import PARAM_SEED, PARAM_STEPS_PER_DISPATCH
+
+#: Param prefixes that define the task a trial trains (``train.seed`` excluded).
+TASK_PARAM_PREFIXES = ("model.", "dataset.", "train.", "target.")
+#: Param prefixes that define an optimizer configuration.
+CONFIG_PARAM_PREFIXES = ("optimizer.", "schedule.")
+#: Param names that are neither task nor configuration (vary across seeds / packing only).
+NON_CONFIG_PARAMS = (PARAM_SEED, PARAM_STEPS_PER_DISPATCH)
+
+
+def is_task_param(name: str) -> bool:
+    """Whether the param ``name`` (``model.width``; no ``params.`` prefix) defines the task."""
+    return name.startswith(TASK_PARAM_PREFIXES) and name not in NON_CONFIG_PARAMS
+
+
+def is_config_param(name: str) -> bool:
+    """Whether the param ``name`` (``optimizer.step_size``) defines the optimizer configuration."""
+    return name.startswith(CONFIG_PARAM_PREFIXES) and name not in NON_CONFIG_PARAMS
+
+
+def _varying(params: pd.DataFrame, cols: list[str]) -> list[str]:
+    return [c for c in cols if params[c].astype("string").fillna("<absent>").nunique() > 1]
+
+
+def add_labels(summary: pd.DataFrame) -> pd.DataFrame:
+    """Add ``task``, ``config_id`` and ``config`` (human-readable) to one-row-per-trial ``summary``
+    (columns ``model``, ``dataset``, ``optimizer``, ``schedule`` and ``params.<name>``)."""
+    pcols = sorted(c for c in summary.columns if c.startswith("params."))
+    names = {c: c[len("params.") :] for c in pcols}
+    task_cols = [c for c in pcols if is_task_param(names[c])]
+    conf_cols = [c for c in pcols if is_config_param(names[c])]
+
+    def label(df: pd.DataFrame, cols: list[str], head: pd.Series) -> pd.Series:
+        var = _varying(df, cols)
+        out = head.copy()
+        for i in df.index:
+            bits = [f"{names[c].split('.', 1)[1]}={df.at[i, c]}" for c in var if pd.notna(df.at[i, c])]
+            if bits:
+                out[i] = f"{out[i]} ({', '.join(bits)})"
+        return out
+
+    summary = summary.copy()
+    summary["task"] = label(summary, task_cols, summary["model"] + " / " + summary["dataset"])
+    summary["config"] = summary["optimizer"]
+    summary["config_id"] = ""
+    for _opt, idx in summary.groupby("optimizer", sort=False).groups.items():
+        df = summary.loc[idx]
+        head = df["optimizer"].copy()
+        if df["schedule"].nunique() > 1:
+            head = head + " · " + df["schedule"]
+        summary.loc[idx, "config"] = label(df, conf_cols, head)
+    for i in summary.index:
+        key = "|".join(
+            [summary.at[i, "optimizer"], str(summary.at[i, "schedule"])]
+            + [f"{names[c]}={summary.at[i, c]}" for c in conf_cols if pd.notna(summary.at[i, c])]
+        )
+        summary.at[i, "config_id"] = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return summary

@@ -1,0 +1,134 @@
+"""The leaderboard: each optimizer's best configuration per task, selected on validation and
+headlined by its test metric with an honest interval across seeds (a table, not a figure)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from harness.core.names import M_FINAL_ACC, M_FINAL_GAP, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEP_MS
+from reports import protocol
+from reports.frame import PROTOCOL_ONE_SPLIT, summaries
+from reports.objectives import objective, objectives_differ
+from reports.protocol import MIN_SEEDS
+from reports.selection import best_configs
+
+
+def interval_words(how: str, n: int) -> str:
+    """What an interval across ``n`` seeds is: ``min–max of 2 seeds (< 5)``, ``95% bootstrap, 6 seeds``."""
+    return f"min–max of {n} seeds (< {MIN_SEEDS})" if how == "min–max" else f"95% bootstrap, {n} seeds"
+
+
+def format_interval(mean: float, lo: float, hi: float, n: int, how: str = "", unit: str = "",
+                    say_how: bool = True) -> str:
+    """``mean [lo, hi] · how`` (:func:`interval_words`; left out with ``say_how=False``, for a
+    table that says it once per row), rounded to two significant digits of the interval's width;
+    ``mean (1 seed)``; ``—`` without values."""
+    if n == 0 or not math.isfinite(mean):
+        return "—"
+    if n == 1:
+        return f"{mean:.4g}{unit} (1 seed)"
+    what = f" · {interval_words(how, n)}" if say_how else ""
+    if not hi > lo:
+        return f"{mean:.4g} [{lo:.4g}, {hi:.4g}]{unit}{what}"
+    d = max(0, 1 - math.floor(math.log10(hi - lo)))
+    return f"{mean:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]{unit}{what}"
+
+
+def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
+    """Best configuration per optimizer on each task, **selected on validation** (``best_configs``),
+    headlined by its **test** metric across seeds (:func:`reports.protocol.headline`).
+
+    Intervals across seeds are :func:`reports.protocol.seed_interval`: min–max with fewer than
+    ``MIN_SEEDS`` seeds (the row's "Interval" column says so, once; a cell whose interval is of
+    another kind, e.g. time to target over fewer seeds, says its own), else a 95% bootstrap
+    percentile interval of the mean; both stay inside the metric's range. "Beats" lists the
+    optimizers whose test metric this one's exceeds by a paired bootstrap across seeds at 95%
+    (needs ``MIN_SEEDS`` paired seeds; :func:`reports.protocol.pairwise_comparisons`). Runs from
+    before the three-split protocol show "— (selected and reported on one split)" as their test
+    number. Each task is selected and
+    headlined by its own objective (:func:`reports.objectives.objective` of the task); when the tasks'
+    metrics differ the headline column is "Test metric (selected on validation)" and each cell
+    names its metric ("loss 1.927 …"). Returns display strings plus numeric ``_``-prefixed columns.
+    """
+    best = best_configs(frame)
+    if best.empty:
+        return pd.DataFrame()
+    s = summaries(frame)
+    obj = objective(frame)
+    head = protocol.headline(frame).set_index(["task", "optimizer"])
+    comps = protocol.pairwise_comparisons(frame)
+    mixed = objectives_differ(frame)  # e.g. a loss-target task beside an accuracy-target one
+    test_col = "Test metric (selected on validation)" if mixed else \
+        f"Test {obj.test.split('/', 1)[1]} (selected on validation)"
+    rows = []
+    for b in best.itertuples():
+        task_test = objective(frame, b.task).test.split("/", 1)[1]
+        g = s[(s["task"] == b.task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)]
+        fin = g[g["status"] == "finished"]
+        h = head.loc[(b.task, b.optimizer)]
+        acc = protocol.seed_interval(fin[M_FINAL_ACC])
+        loss = protocol.seed_interval(fin[M_FINAL_LOSS])
+        ttt = protocol.seed_interval(fin[M_SECONDS_TO_TARGET])
+        bad = g["status"].value_counts().drop("finished", errors="ignore")
+        c = comps[(comps["task"] == b.task) & (comps["a"] == b.optimizer)]
+        won = c[c["a_better"]]
+        one_split = h["protocol"] == PROTOCOL_ONE_SPLIT
+        row_how = (acc[4], acc[3]) if one_split else (h["interval"], int(h["test_n"]))
+
+        def cell(mean, lo, hi, n, how, row_how=row_how):
+            return format_interval(mean, lo, hi, n, how, say_how=(how, n) != row_how and n > 1)
+
+        if h["protocol"] == PROTOCOL_ONE_SPLIT:
+            test_cell, beats = f"— ({PROTOCOL_ONE_SPLIT})", "—"
+        else:
+            test_cell = cell(h["test"], h["test_lo"], h["test_hi"], int(h["test_n"]), h["interval"])
+            if mixed:
+                test_cell = f"{task_test} {test_cell}"
+            if len(won):
+                beats = ", ".join(f"{r.b} ({r.diff:+.3g})" for r in won.itertuples())
+            elif len(c) and int(c["n"].max()) < MIN_SEEDS:
+                beats = f"not tested (< {MIN_SEEDS} paired seeds)"
+            else:
+                beats = "—"
+        row = {
+            "Task": b.task,
+            "Rank": b.rank,
+            "Optimizer": b.optimizer,
+            "Best configuration": b.config,
+            "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
+            + (" (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
+            "Interval": interval_words(*row_how) if row_how[1] > 1 else "—",
+            test_col: test_cell,
+            "Beats (paired bootstrap, 95%)": beats,
+            "Validation accuracy": cell(*acc),
+            "Validation loss": cell(*loss),
+        }
+        if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
+            row["Gap to entropy rate (nats)"] = cell(*protocol.seed_interval(fin[M_FINAL_GAP]))
+        if obj.target_metric is not None:
+            row["Time to target (s)"] = (
+                (cell(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
+                if ttt[3]
+                else f"not reached (0/{b.n_seeds})"
+            )
+        row["Step time (ms, median)"] = f"{g[M_STEP_MS].median():.3g}" if g[M_STEP_MS].notna().any() else "—"
+        row.update(
+            {
+                "_test_mean": h["test"],
+                "_test_lo": h["test_lo"],
+                "_test_hi": h["test_hi"],
+                "_acc_mean": acc[0],
+                "_acc_lo": acc[1],
+                "_acc_hi": acc[2],
+                "_loss_mean": loss[0],
+                "_loss_lo": loss[1],
+                "_loss_hi": loss[2],
+                "_ttt_mean": ttt[0],
+                "_n": acc[3],
+                "_protocol": h["protocol"],
+            }
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)

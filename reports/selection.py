@@ -1,0 +1,72 @@
+"""Selection on validation: the best configuration of each optimizer on each task, and its rank.
+
+The selection rule itself is :func:`harness.core.selection.selection_key`, the one rule this
+module and the sweep's end-of-run table (:mod:`harness.sweep.summary`) both apply, so that both
+always select the same configuration.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
+from harness.core.selection import selection_key
+from reports.frame import per_frame, summaries
+from reports.objectives import objective
+
+#: Columns of :func:`best_configs`.
+BEST_COLUMNS = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "n_reached", "rank"]
+
+
+@per_frame
+def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
+    """The best configuration of each optimizer on each task, one row per (task, optimizer).
+
+    Selection among one optimizer's configurations (first difference decides,
+    :func:`harness.core.selection.selection_key`): more seeds that
+    reached the target; lower median ``convergence/steps_to_target`` over the seeds that reached
+    it (one optimizer's steps all cost the same, so steps measure its speed without the
+    wall-clock's noise); more seeds that finished (not diverged/failed); better mean of the
+    objective's final metric over finished seeds; then lower median seconds to target, then
+    ``config_id``. Identical per-trial results therefore always select the same configuration.
+    Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, n_reached, rank``
+    (``rank`` 1 = best optimizer on the task: more seeds reaching the target, then lower median
+    **seconds** to target, since optimizers' steps cost different times, then more finished, then
+    the final metric).
+    """
+    s = summaries(frame)
+    if s.empty:
+        return pd.DataFrame(columns=BEST_COLUMNS)
+    objs = {t: objective(frame, t) for t in s["task"].unique()}  # each task selects on its own metric
+    rows = []
+    for (task, opt, cid), g in s.groupby(["task", "optimizer", "config_id"], sort=True):
+        obj = objs[task]
+        sign = -1.0 if obj.mode == "max" else 1.0
+        fin = g[g["status"] == "finished"]
+        reached = fin[M_SECONDS_TO_TARGET].notna() | fin[M_STEPS_TO_TARGET].notna()
+        ttt = fin.loc[fin[M_SECONDS_TO_TARGET].notna(), M_SECONDS_TO_TARGET]
+        steps = fin.loc[fin[M_STEPS_TO_TARGET].notna(), M_STEPS_TO_TARGET]
+        final = fin[obj.final].dropna()
+        secs = float(ttt.median()) if len(ttt) else math.inf
+        metric = sign * float(final.mean()) if len(final) else math.inf
+        rows.append(
+            {
+                "task": task,
+                "optimizer": opt,
+                "config_id": cid,
+                "config": g["config"].iloc[0],
+                "n_seeds": len(g),
+                "n_finished": len(fin),
+                "n_reached": int(reached.sum()),
+                "_key": selection_key(int(reached.sum()), float(steps.median()) if len(steps) else None,
+                                      len(fin), float(final.mean()) if len(final) else None,
+                                      obj.mode == "max", float(ttt.median()) if len(ttt) else None, str(cid)),
+                "_rank_key": (-int(reached.sum()), secs, -len(fin), metric, str(opt)),
+            }
+        )
+    allc = pd.DataFrame(rows).sort_values("_key", kind="stable")
+    best = allc.groupby(["task", "optimizer"], sort=False).head(1).copy()
+    best["rank"] = best.groupby("task")["_rank_key"].rank(method="first").astype(int)
+    return best.drop(columns=["_key", "_rank_key"]).sort_values(["task", "rank"]).reset_index(drop=True)
