@@ -35,10 +35,10 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.
 psutil = pytest.importorskip("psutil")
 
 from harness import tracking  # noqa: E402
+from harness.core.context import RunContext  # noqa: E402
+from harness.core.spec import TrialSpec  # noqa: E402
 from harness.execute.executors import InProcessExecutor  # noqa: E402
 from harness.execute.ray_executor import TASK_PREFIX, RayExecutor  # noqa: E402
-from harness.core.spec import TrialSpec  # noqa: E402
-from harness.execute.worker import RunContext  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.server, pytest.mark.slow]
 

@@ -1,4 +1,5 @@
-"""Small rules that several subpackages share: the cache folder, process liveness, atomic JSON files.
+"""Small rules that several subpackages share: the cache folder, process liveness, atomic JSON files,
+finite numbers.
 
 Standard library only.
 """
@@ -6,6 +7,7 @@ Standard library only.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from pathlib import Path
@@ -44,3 +46,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     os.replace(tmp, path)
+
+
+def finite(x: Any) -> bool:
+    """Whether ``x`` is a finite ``int`` or ``float`` (not a ``bool``, not ``nan``/``inf``, not ``None``)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)

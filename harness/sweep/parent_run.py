@@ -9,10 +9,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.tracking import client as tracking
-from harness.plan.expansion import search_methods
 from harness.config.search import SEARCH_TAG
-from harness.execute.worker import TrialOutcome
+from harness.core.outcome import TrialOutcome
+from harness.plan.expansion import search_methods
+from harness.tracking import client as tracking
 
 
 def kill_dead_invocations(client, exp_id: str) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config.load import ConfigError, Registries, SweepConfig
-from harness.plan.expansion import TrialList, entry_paths, expand, hp_key
+from harness.plan.expansion import TrialList, entry_paths, expand, hp_key, hp_text
 
 
 def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
@@ -20,7 +20,7 @@ def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
 
 
 def _hp_text(hp: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in hp.items()) or "defaults"
+    return hp_text(hp) or "defaults"
 
 
 def _exc_text(e: BaseException) -> str:
