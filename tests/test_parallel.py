@@ -111,8 +111,8 @@ from mlflow import MlflowClient
 client = MlflowClient(uri)
 exp = client.get_experiment_by_name("par_e2e")
 runs = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("harness.kind") == "trial"]
-from harness.execute import worker
-(p,) = worker._PERF_CACHE.values()  # the sweep's one throughput measurement
+from harness.execute import training
+(p,) = training.PERF_CACHE.values()  # the sweep's one throughput measurement
 out["perf"] = {k: getattr(p, k) for k in ("num_devices", "examples_per_sec",
                "examples_per_sec_per_device", "mesh", "flops_per_step", "flops_per_step_analytic",
                "peak_flops", "utilization", "device_kind")}

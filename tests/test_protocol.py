@@ -273,7 +273,7 @@ def test_runs_from_before_the_protocol_are_labelled_one_split(tmp_path, tracking
 def _tie_outcomes(jitter: dict[str, float]):
     """Two configurations of one optimizer whose seeds reach the target at the same steps;
     'cosine' has the better validation accuracy; ``jitter`` adds wall-clock seconds per config."""
-    from harness.execute.worker import TrialOutcome
+    from harness.core.outcome import TrialOutcome
 
     out = []
     for conf, acc in (("constant", 0.95), ("cosine", 0.97)):
@@ -332,7 +332,7 @@ def _mixed_objective_outcomes():
     target (three CNN configurations, so accuracy is the sweep's most common target metric).
     lm's config "lowloss" has the lower validation loss but the lower accuracy; no lm trial
     reaches its target, so the validation metric decides its selection."""
-    from harness.execute.worker import TrialOutcome
+    from harness.core.outcome import TrialOutcome
 
     out = []
     lm = {"lowloss": (1.90, 0.30, 1.91, 0.29), "highacc": (1.99, 0.33, 2.00, 0.34)}

@@ -34,11 +34,11 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
 psutil = pytest.importorskip("psutil")
 
+from harness.core.context import RunContext  # noqa: E402
 from harness.core.names import TAG_KIND, TAG_SWEEP, TAG_TRIAL_ID  # noqa: E402
 from harness.core.spec import TrialSpec  # noqa: E402
 from harness.execute.executors import InProcessExecutor  # noqa: E402
 from harness.execute.ray_executor import TASK_PREFIX, RayExecutor  # noqa: E402
-from harness.execute.worker import RunContext  # noqa: E402
 from harness.tracking.client import (  # noqa: E402
     client_for,
     get_or_create_experiment,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.core.outcome import failed_unit
 from harness.core.spec import TrialSpec
 from harness.execute import ray_executor as rx
 from harness.execute.ray_executor import (
@@ -118,7 +119,7 @@ def test_fractional_gpu_turns_off_jax_preallocation():
 
 def test_refusal_happens_before_ray_is_touched(monkeypatch):
     """A remote address with a SQLite store: nothing connects, nothing runs, on_done is not called."""
-    from harness.execute.worker import RunContext
+    from harness.core.context import RunContext
 
     touched = []
     monkeypatch.setattr(RayExecutor, "_connect", lambda self, ray: touched.append(1))
@@ -135,7 +136,7 @@ def test_refusal_happens_before_ray_is_touched(monkeypatch):
 def test_failed_outcomes_name_every_trial_of_the_unit():
     specs = [TrialSpec.make(sweep="s", model="mlp", optimizer="sgd", schedule="constant",
                             dataset="digits", seed=k, steps=2, batch_size=8, eval_every=2) for k in (0, 1)]
-    out = rx._failed_outcomes(specs, "WorkerCrashedError: boom")
+    out = failed_unit(specs, "WorkerCrashedError: boom")
     assert [o.trial_id for o in out] == [s.trial_id for s in specs]
     assert {o.status for o in out} == {"failed"}
     assert out[1].seed == 1 and out[0].reason == "WorkerCrashedError: boom"
@@ -215,7 +216,8 @@ def _spec(seed):
 
 
 def test_driver_resubmits_after_ray_gives_up_and_reports_every_trial_once():
-    from harness.execute.worker import RunContext, TrialOutcome
+    from harness.core.context import RunContext
+    from harness.core.outcome import TrialOutcome
 
     a, b, c = _spec(0), _spec(1), _spec(2)
     ok = lambda *ss: [TrialOutcome(trial_id=s.trial_id, status="finished") for s in ss]  # noqa: E731
@@ -241,7 +243,7 @@ def test_driver_resubmits_after_ray_gives_up_and_reports_every_trial_once():
 
 
 def test_driver_fails_a_unit_after_the_last_resubmission_and_never_retries_its_own_error():
-    from harness.execute.worker import RunContext
+    from harness.core.context import RunContext
 
     a, b = _spec(0), _spec(1)
     script = {a.trial_id: [_RayError("WorkerCrashedError")] * 2, b.trial_id: [_TaskError("ImportError: x")]}
@@ -262,9 +264,10 @@ def test_driver_fails_a_unit_after_the_last_resubmission_and_never_retries_its_o
 
 
 def test_dedupe_keeps_the_earliest_finished_run(tmp_path):
+    from harness.core.context import RunContext
     from harness.core.names import TAG_KIND, TAG_TRIAL_ID
-    from harness.execute.worker import RunContext
     from harness.tracking.client import get_or_create_experiment, prepare_store
+    from harness.tracking.dedupe import dedupe_finished_runs
 
     uri = f"sqlite:///{tmp_path}/m.db"
     client = prepare_store(uri)
@@ -276,11 +279,11 @@ def test_dedupe_keeps_the_earliest_finished_run(tmp_path):
     for r in (r1, r2, r3):
         client.set_terminated(r, status="FINISHED")
     ctx = RunContext(tracking_uri=uri, experiment_id=eid, parent_run_id="p", sweep_id="x", sweep="s")
-    assert rx.dedupe_finished_runs(ctx, {"t1", "t2"}) == {"t1": [r2]}
+    assert dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id, {"t1", "t2"}) == {"t1": [r2]}
     assert client.get_run(r1).info.status == "FINISHED" and client.get_run(r3).info.status == "FINISHED"
     assert client.get_run(r2).info.status == "KILLED"
     assert client.get_run(r2).data.tags["harness.duplicate_of"] == r1
-    assert rx.dedupe_finished_runs(ctx, {"t1", "t2"}) == {}
+    assert dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id, {"t1", "t2"}) == {}
 
 
 # --------------------------------------------------------------------------------------------------

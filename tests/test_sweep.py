@@ -133,7 +133,8 @@ def test_trial_that_raises_is_failed_and_rerun(tmp_path, write_sweep, tracking_u
 def test_execute_unit_is_idempotent(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
     """A retried unit skips FINISHED trials and kills stale RUNNING runs of its trials."""
     from harness.config.load import load_config
-    from harness.execute.worker import RunContext, execute_unit
+    from harness.core.context import RunContext
+    from harness.execute.worker import execute_unit
     from harness.sweep.run import expand
 
     monkeypatch.chdir(tmp_path)
@@ -150,6 +151,37 @@ def test_execute_unit_is_idempotent(tmp_path, write_sweep, tracking_uri, fake_tr
     assert out[0].run_id == first[0].run_id
     assert c.get_run(stale.info.run_id).info.status == "KILLED"
     assert fake_trainer["calls"] == [specs[0].trial_id, specs[1].trial_id]
+
+
+def test_a_failed_vmapped_batch_says_why_its_trials_were_retried_one_at_a_time(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch, caplog):
+    """A vmapped batch that raised was retried trial by trial with its exception swallowed
+    (``except Exception: pass``): the reason is now logged (a warning) and tagged on each retried
+    trial's run (``harness.batch_fallback_reason``)."""
+    import logging
+
+    from harness.config.load import load_config
+    from harness.core.context import RunContext
+    from harness.execute.worker import execute_unit
+    from harness.sweep.run import expand
+    from harness.train import loop as trainer
+
+    def batch_fails(specs, **kw):
+        raise ValueError("vmapped program ran out of memory\nsecond line")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(trainer, "run_trials_batched", batch_fails)
+    specs = expand(load_config(write_sweep(seeds=[0, 1])))
+    c = prepare_store(tracking_uri)
+    exp = get_or_create_experiment(c, "tiny", tracking_uri)
+    ctx = RunContext(tracking_uri, exp, c.create_run(exp).info.run_id, "sid", "tiny")
+    with caplog.at_level(logging.WARNING):
+        out = execute_unit(specs, ctx)
+    assert [o.status for o in out] == ["finished", "finished"]  # retried one at a time: both train
+    why = "ValueError: vmapped program ran out of memory"
+    assert any(why in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    for o in out:
+        assert c.get_run(o.run_id).data.tags["harness.batch_fallback_reason"] == why
 
 
 _KILL_SCRIPT = textwrap.dedent("""
@@ -230,7 +262,7 @@ def test_sigkill_midway_then_resume_completes_exactly_the_missing(tmp_path, writ
 
 
 def test_train_rows_to_log_keeps_ends_and_bounds():
-    from harness.execute.worker import train_rows_to_log
+    from harness.tracking.trial_run import train_rows_to_log
 
     assert train_rows_to_log(5, 250) == [0, 1, 2, 3, 4]
     rows = train_rows_to_log(1000, 250)
@@ -244,7 +276,9 @@ def test_background_logging_writes_every_run_and_defers_to_a_finished_one(
     ``flush_logging`` every trial has one FINISHED run with its metrics, and a FINISHED run that
     appeared meanwhile (a concurrent invocation) wins: no second FINISHED run is made."""
     from harness.config.load import load_config
-    from harness.execute.worker import RunContext, execute_unit, flush_logging
+    from harness.core.context import RunContext
+    from harness.execute.background import flush_logging
+    from harness.execute.worker import execute_unit
     from harness.sweep.run import expand
 
     monkeypatch.chdir(tmp_path)
@@ -273,14 +307,14 @@ def test_flush_logging_raises_the_store_error(monkeypatch):
     """A background write that fails surfaces at ``flush_logging`` (its trial stays unfinished)."""
     import concurrent.futures as cf
 
-    from harness.execute import worker
+    from harness.execute import background
 
     fut: cf.Future = cf.Future()
     fut.set_exception(ConnectionError("store went away"))
-    monkeypatch.setattr(worker, "_PENDING", [fut])
+    monkeypatch.setattr(background, "PENDING", [fut])
     with pytest.raises(ConnectionError, match="store went away"):
-        worker.flush_logging()
-    assert worker._PENDING == []
+        background.flush_logging()
+    assert background.PENDING == []
 
 
 def test_hint_commands_name_the_interpreter_the_user_ran(tmp_path, monkeypatch):
@@ -314,7 +348,7 @@ def test_summary_best_config_ranks_like_the_report_leaderboard():
     """Time to target (in steps, within one optimizer) beats a higher final accuracy, and more seeds
     reaching the target beats both (the terminal summary used to pick by final accuracy alone,
     unlike the HTML report)."""
-    from harness.execute.worker import TrialOutcome
+    from harness.core.outcome import TrialOutcome
     from harness.sweep.run import best_configs
 
     def o(config, seed, acc, secs):
@@ -337,7 +371,7 @@ def test_summary_names_each_rows_metric_when_tasks_differ():
     table once headed every row "valid loss", so the CNN's accuracy 0.9475 read as a loss."""
     from rich.console import Console
 
-    from harness.execute.worker import TrialOutcome
+    from harness.core.outcome import TrialOutcome
     from harness.sweep.run import SweepSummary, print_summary
 
     def o(model, ds, metric, valid, test, seed=0):
@@ -373,8 +407,9 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     quickstart's first CNN examples/s read 2.7x low): a unit whose perf key is not measured yet
     waits for pending writes; a unit with a cached measurement does not."""
     from harness.config.load import load_config
-    from harness.execute import worker
-    from harness.execute.worker import RunContext, execute_unit
+    from harness.core.context import RunContext
+    from harness.execute import background, training
+    from harness.execute.worker import execute_unit
     from harness.sweep.run import expand
     from harness.train import perf
 
@@ -384,12 +419,12 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     exp = get_or_create_experiment(c, "tiny", tracking_uri)
     ctx = RunContext(tracking_uri, exp, c.create_run(exp).info.run_id, "sid", "tiny", measure_perf=True)
     calls = []
-    real_flush = worker.flush_logging
-    monkeypatch.setattr(worker, "flush_logging", lambda: calls.append("flush") or real_flush())
-    monkeypatch.setattr(worker, "_PERF_CACHE", {})
+    real_flush = background.flush_logging
+    monkeypatch.setattr(background, "flush_logging", lambda: calls.append("flush") or real_flush())
+    monkeypatch.setattr(training, "PERF_CACHE", {})
     execute_unit(specs[:1], ctx, background=True)
     assert calls == ["flush"]
-    worker._PERF_CACHE[perf.perf_cache_key(specs[1])] = object()
+    training.PERF_CACHE[perf.perf_cache_key(specs[1])] = object()
     execute_unit(specs[1:], ctx, background=True)
     assert calls == ["flush"]
     real_flush()
@@ -400,12 +435,12 @@ def test_concurrent_invocations_leave_one_finished_run_per_trial(
     """Two invocations racing on one trial (simulated: the other invocation's FINISHED run appears
     after this one's check) end with exactly one FINISHED run per trial; the later is KILLED and
     tagged ``harness.duplicate_of``."""
-    from harness.execute import worker
+    from harness.execute import claims
     from harness.sweep.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     cfg = write_sweep(seeds=[0])
-    real_claim = worker._claim
+    real_claim = claims.take_unfinished
     raced = []
 
     def claim_then_race(client, unit, ctx, outcomes):
@@ -417,7 +452,7 @@ def test_concurrent_invocations_leave_one_finished_run_per_trial(
             raced.append(r.info.run_id)
         return todo
 
-    monkeypatch.setattr(worker, "_claim", claim_then_race)
+    monkeypatch.setattr(claims, "take_unfinished", claim_then_race)
     run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
     _, trials, _ = _trial_runs(tracking_uri, "tiny")
     finished = [r for r in trials if r.info.status == "FINISHED"]

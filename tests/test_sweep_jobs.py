@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.execute.executors import Executor
+
 # Run by the sweep's main process *and* imported (as ``__mp_main__``) by every spawn worker, so the
 # workers get the slow fake trainer too; each call first drops a ``started-<pid>`` file.
 _JOBS_SCRIPT = textwrap.dedent("""
@@ -90,7 +92,7 @@ def test_workers_exit_when_the_sweep_process_is_sigkilled(tmp_path, write_sweep,
                 os.kill(k, signal.SIGKILL)
 
 
-class _InterruptedPool:
+class _InterruptedPool(Executor):
     """Stands in for ``--jobs 2`` hit by Ctrl-C: unit 0 reports its outcome, units 1 and 2 were in
     flight and finish (write their FINISHED runs) while the pool shuts down, but their outcomes never
     reach ``on_done``; then the ``KeyboardInterrupt`` propagates."""
@@ -124,7 +126,7 @@ def test_ctrl_c_count_includes_units_that_finished_during_shutdown(
         pools.append(_InterruptedPool(**opts))
         return pools[-1]
 
-    monkeypatch.setitem(executors._EXECUTORS, "interrupted", factory)
+    monkeypatch.setitem(executors.EXECUTORS, "interrupted", factory)
     cfg = write_sweep(seeds=[0, 1, 2, 3])
     r = CliRunner().invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri,
                                  "--executor", "interrupted", "-q"])

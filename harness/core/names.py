@@ -105,3 +105,20 @@ def canonical_metric(name: str) -> str:
     if name.startswith("final/eval_"):
         return "final/valid_" + name[len("final/eval_"):]
     return name
+
+
+# -- the trial run's remaining names (added with harness.tracking.trial_run) -------------------------
+TAG_GIT_COMMIT = "git_commit"
+TAG_DIVERGED_STEP = "diverged_step"
+TAG_STATUS_REASON = "status_reason"  # a diverged trial's whole reason (harness.reason: its last line)
+TAG_PERF_DTYPE = "perf.dtype"  # the dtype whose peak perf/utilization is measured against
+TAG_PERF_MESH = "perf.mesh"  # the mesh the timed step ran on
+#: Why a vmapped batch was retried one trial at a time (the batch's exception, one line); set on
+#: each trial of that batch.
+TAG_BATCH_FALLBACK_REASON = "harness.batch_fallback_reason"
+PREFIX_VALID = "valid/"  # + a model's metric name, at every evaluation of the validation split
+PREFIX_TEST = "test/"  # + a model's metric name, once at the end, on the test split
+M_PEAK_FLOPS = "perf/peak_flops"
+M_VALID_GAP = "valid/nats_above_entropy"  # validation loss minus a dataset's known loss floor
+M_LOSS_FLOOR = "dataset/loss_floor"
+M_ENTROPY_RATE = "dataset/entropy_rate"

@@ -108,7 +108,8 @@ def lookup(registry: Mapping[str, Callable], name: str, kind: str) -> Callable:
 
 #: Executors by name: a factory ``(**opts) -> Executor``, or for the built-ins the
 #: ``"module:attribute"`` of one, imported only when an executor is built
-#: (:func:`harness.execute.executors.get_executor`). :func:`harness.execute.executors.register_executor` adds entries.
+#: (:func:`harness.execute.executors.get_executor`);
+#: :func:`harness.execute.executors.register_executor` adds entries.
 EXECUTORS: dict[str, Any] = {
     "inprocess": "harness.execute.executors:InProcessExecutor",
     "process": "harness.execute.executors:ProcessExecutor",

@@ -1,5 +1,5 @@
 """Small rules that several subpackages share: the cache folder, process liveness, atomic JSON files,
-frozen (hashable) hyperparameter mappings.
+frozen (hashable) hyperparameter mappings, finite numbers.
 
 Standard library only.
 """
@@ -7,6 +7,7 @@ Standard library only.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from collections.abc import Mapping
@@ -64,3 +65,8 @@ def freeze(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
         return v
 
     return tuple(sorted((str(k), norm(v)) for k, v in (mapping or {}).items()))
+
+
+def finite(x: Any) -> bool:
+    """Whether ``x`` is a finite ``int`` or ``float`` (not a ``bool``, not ``nan``/``inf``, not ``None``)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)

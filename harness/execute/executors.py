@@ -1,9 +1,12 @@
 """Executors: how a sweep's work units reach :func:`harness.execute.worker.execute_unit`.
 
-Protocol (:class:`Executor`)::
+The protocol is the base class :class:`Executor`::
 
+    validate(tracking_uri) -> None          # refuse before anything is written (default: accept)
     run(units: list[list[TrialSpec]], ctx: RunContext,
         on_done: Callable[[list[TrialOutcome]], None]) -> None
+    device_plan: DevicePlan | None          # the workers' devices, once validated (default None)
+    flush_wait_s: float                     # s waited for background writes at the end (default 0)
 
 ``run`` returns when every unit has been executed; ``on_done`` is called in the calling thread once
 per finished unit, in completion order. Executors are looked up by name with :func:`get_executor`:
@@ -15,11 +18,13 @@ per finished unit, in completion order. Executors are looked up by name with :fu
   CPU), set in the worker before JAX is imported there; workers that share a GPU do not preallocate
   its memory. A worker exits by itself within ~0.5 s once the process that started it is gone
   (e.g. SIGKILLed).
-- other names: :func:`register_executor` adds one; an unknown name ``X`` is looked for as module
-  ``harness.X_executor`` (e.g. ``harness/ray_executor.py`` registers ``"ray"`` when imported).
+- other names: :func:`register_executor` adds one (its factory returns an :class:`Executor`); an
+  unknown name ``X`` is looked for as module ``harness.execute.X_executor`` (e.g.
+  ``harness/execute/ray_executor.py`` registers ``"ray"`` when imported).
 
-The name table itself is :data:`harness.core.registry.EXECUTORS` (with :func:`~harness.core.registry.known_executors`),
-so that :mod:`harness.config` validates ``executor:`` without importing this module or the worker.
+The name table itself is :data:`harness.core.registry.EXECUTORS` (with
+:func:`~harness.core.registry.known_executors`), so that :mod:`harness.config` validates
+``executor:`` without importing this module or the worker.
 """
 
 from __future__ import annotations
@@ -32,25 +37,40 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
 
+from harness.core.context import RunContext
+from harness.core.outcome import TrialOutcome, failed_unit
 from harness.core.registry import EXECUTORS, did_you_mean, known_executors
 from harness.core.spec import TrialSpec
-from harness.execute.worker import RunContext, TrialOutcome, execute_unit, flush_logging
+from harness.execute import background, devices
+from harness.execute.devices import DevicePlan
+from harness.execute.worker import execute_unit
 
 
 class ExecutorUnavailableError(RuntimeError):
     """An executor's optional dependency is missing (the message says what to install)."""
 
 
-class Executor(Protocol):
-    """Runs work units; see the module docstring."""
+class Executor:
+    """Runs work units (see the module docstring); subclasses implement :meth:`run`."""
+
+    #: How the workers split the host's devices (:class:`harness.execute.devices.DevicePlan`), set by
+    #: :meth:`validate` for executors that plan devices; ``None`` for the others.
+    device_plan: DevicePlan | None = None
+    #: Seconds :meth:`run` waited at its end for background MLflow writes (the sweep's tracking cost).
+    flush_wait_s: float = 0.0
+
+    def validate(self, tracking_uri: str | None = None) -> None:
+        """Refuse what cannot run, before anything is written (the sweep calls this, dry runs too).
+        The default accepts everything."""
 
     def run(self, units: list[list[TrialSpec]], ctx: RunContext,
-            on_done: Callable[[list[TrialOutcome]], None]) -> None: ...
+            on_done: Callable[[list[TrialOutcome]], None]) -> None:
+        """Execute every unit, calling ``on_done(outcomes)`` in the calling thread as each ends."""
+        raise NotImplementedError
 
 
-class InProcessExecutor:
+class InProcessExecutor(Executor):
     """Units one after another in the calling process (the default; ``jobs`` must be 1)."""
 
     def __init__(self, jobs: int = 1, **_: object) -> None:
@@ -60,8 +80,6 @@ class InProcessExecutor:
     def validate(self, tracking_uri: str | None = None) -> None:
         """A ``HARNESS_DEVICE_IDS`` set for this process must name its devices (checked before any
         write; raises ``ValueError`` with the valid indices)."""
-        from harness.execute import devices
-
         devices.visible_devices()
 
     def run(self, units: list[list[TrialSpec]], ctx: RunContext,
@@ -72,7 +90,7 @@ class InProcessExecutor:
             for unit in units:
                 on_done(execute_unit(unit, ctx, background=True))
         finally:
-            self.flush_wait_s = flush_logging()
+            self.flush_wait_s = background.flush_logging()
 
 
 PARENT_POLL_S = 0.5  # how often a worker checks that the process that started it is alive
@@ -91,8 +109,6 @@ def _init_worker(slots=None) -> None:
     there: nothing this module imports at the top imports JAX). ``slots`` is a queue of the
     workers' environments (:func:`harness.execute.devices.worker_env`); each worker takes one."""
     if slots is not None:
-        from harness.execute import devices
-
         devices.apply_worker_env(slots.get(timeout=60))
     # A SIGKILLed sweep cannot shut its pool down: its workers would be re-parented and live on
     # (holding host and device memory). Each worker polls its parent pid and exits when it changes.
@@ -105,18 +121,7 @@ def _init_worker(slots=None) -> None:
                      name="harness-parent-watch").start()
 
 
-def _lost(unit: list[TrialSpec], why: str) -> list[TrialOutcome]:
-    from harness.execute.worker import _base_outcome
-
-    out = []
-    for s in unit:
-        o = _base_outcome(s, "failed")
-        o.reason = why
-        out.append(o)
-    return out
-
-
-class ProcessExecutor:
+class ProcessExecutor(Executor):
     """``jobs`` local worker processes (``spawn``), each running whole units.
 
     A worker that dies (e.g. killed by the OS) fails its unit's outcomes with reason
@@ -139,15 +144,11 @@ class ProcessExecutor:
         Raises:
           harness.execute.devices.DevicePlanError: ``jobs`` × devices per trial does not fit the host.
         """
-        from harness.execute import devices
-
         n, platform, visible = devices.host_devices()
         self.device_plan = devices.plan_devices(n, platform, self.jobs, self.devices_per_trial, visible)
 
     def run(self, units: list[list[TrialSpec]], ctx: RunContext,
             on_done: Callable[[list[TrialOutcome]], None]) -> None:
-        from harness.execute import devices
-
         if self.device_plan is None:
             self.validate()
         pending = list(range(len(units)))
@@ -177,17 +178,14 @@ class ProcessExecutor:
             if broken and len(broken) == len(pending):
                 # Nothing progressed: report them lost instead of looping.
                 for i in broken:
-                    on_done(_lost(units[i], "worker process died"))
+                    on_done(failed_unit(units[i], "worker process died"))
                 return
             pending = broken
 
 
-_EXECUTORS = EXECUTORS  # the one table (harness.registry), so the config validator sees registrations
-
-
 def register_executor(name: str, factory: Callable[..., Executor]) -> None:
     """Make ``get_executor(name, **opts)`` return ``factory(**opts)``."""
-    _EXECUTORS[name] = factory
+    EXECUTORS[name] = factory
 
 
 def get_executor(name: str, **opts: object) -> Executor:
@@ -196,13 +194,13 @@ def get_executor(name: str, **opts: object) -> Executor:
     Raises:
       ValueError: ``unknown executor 'x'; valid choices: ...`` (with a did-you-mean).
     """
-    if name not in _EXECUTORS and importlib.util.find_spec(f"harness.execute.{name}_executor") is not None:
+    if name not in EXECUTORS and importlib.util.find_spec(f"harness.execute.{name}_executor") is not None:
         importlib.import_module(f"harness.execute.{name}_executor")
-    if name not in _EXECUTORS:
+    if name not in EXECUTORS:
         valid = known_executors()
         raise ValueError(f"unknown executor {name!r}; valid choices: {', '.join(valid)}"
                          f"{did_you_mean(name, valid)}")
-    factory = _EXECUTORS[name]
+    factory = EXECUTORS[name]
     if isinstance(factory, str):  # "module:attribute" of a built-in
         mod, _, attr = factory.partition(":")
         factory = getattr(importlib.import_module(mod), attr)

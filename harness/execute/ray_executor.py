@@ -23,11 +23,12 @@ Fault tolerance, in three layers:
 2. If Ray gives up (retries exhausted, node lost, object lost), the driver resubmits the unit as a
    fresh task up to ``resubmits`` times; after that the unit's trials are reported as ``failed`` and
    the next invocation of the sweep re-runs them (they are not FINISHED in MLflow).
-3. Re-running is safe because :func:`harness.execute.worker.execute_unit` is idempotent: it skips trials that
-   already have a FINISHED run and marks stale RUNNING runs of the same trial KILLED before training.
-   After the last task the driver checks MLflow: every trial of the sweep has been reported, and a
-   trial with more than one FINISHED run (possible only if a node was declared dead while its worker
-   kept running) keeps its earliest FINISHED run; the later ones are set KILLED and tagged
+3. Re-running is safe because :func:`harness.execute.worker.execute_unit` is idempotent: it skips
+   trials that already have a FINISHED run and marks stale RUNNING runs of the same trial KILLED
+   before training. After the last task the driver checks that every trial of the sweep has been
+   reported; then the sweep (:func:`harness.sweep.resume.dedupe_sweep`, as for every executor) keeps
+   the earliest FINISHED run of a trial with more than one (possible only if a node was declared
+   dead while its worker kept running); the later ones are set KILLED and tagged
    ``harness.duplicate_of``. So no trial ends up FINISHED twice.
 
 Tracking stores: a SQLite (or ``file:``) store lives on the driver's disk, and a tracking server on
@@ -47,14 +48,15 @@ import socket
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
-from harness.execute.executors import ExecutorUnavailableError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from harness.core.spec import TrialSpec
-    from harness.execute.worker import RunContext, TrialOutcome
+from harness.core.context import RunContext
+from harness.core.outcome import TrialOutcome, failed_unit
+from harness.core.spec import TrialSpec
+from harness.execute.devices import ray_task_env
+from harness.execute.executors import Executor, ExecutorUnavailableError, register_executor
+from harness.execute.worker import execute_unit
 
 log = logging.getLogger(__name__)
 
@@ -203,38 +205,14 @@ def check_cluster(nodes: Sequence[dict[str, Any]], tracking_uri: str | None, add
 
 def run_unit_task(unit: list[TrialSpec], ctx: RunContext) -> list[TrialOutcome]:
     """The body of one Ray task: :func:`harness.execute.worker.execute_unit` on a worker process."""
-    from harness.execute.worker import execute_unit
-
     return execute_unit(unit, ctx)
-
-
-def _failed_outcomes(unit: Sequence[TrialSpec], reason: str) -> list[TrialOutcome]:
-    """Outcomes for a unit whose task could not complete (Ray gave up, or the task raised).
-
-    Nothing is FINISHED in MLflow for these trials, so the next invocation of the sweep re-runs them.
-    """
-    from harness.execute.worker import TrialOutcome, config_label, run_name
-
-    return [
-        TrialOutcome(
-            trial_id=spec.trial_id, status="failed", run_name=run_name(spec), model=spec.model,
-            optimizer=spec.optimizer, schedule=spec.schedule, dataset=spec.dataset, seed=spec.seed,
-            config=config_label(spec), reason=reason[:300],
-            target_metric=spec.target.metric if spec.target else "valid/accuracy",
-        )
-        for spec in unit
-    ]
-
-
-def _outcome_trial_id(outcome: TrialOutcome) -> str:
-    return str(outcome.trial_id)
 
 
 # --------------------------------------------------------------------------------------------------
 # The executor
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """Executor that runs each work unit as a Ray task (see the module docstring).
 
     Args:
@@ -273,8 +251,6 @@ class RayExecutor:
             raise ValueError("a trial must declare some resource: cpus_per_trial or gpus_per_trial > 0")
         if max_retries < 0 or resubmits < 0:
             raise ValueError(f"max_retries and resubmits must be >= 0, got {max_retries}, {resubmits}")
-        from harness.execute.devices import ray_task_env
-
         ray_task_env(gpus_per_trial)  # DevicePlanError (a ValueError) for e.g. 1.5 GPUs, before any write
         self.address = address
         self.cpus_per_trial = float(cpus_per_trial)
@@ -289,7 +265,7 @@ class RayExecutor:
 
     # -- checks that run before anything ---------------------------------------------------------
 
-    def validate(self, tracking_uri: str | None) -> None:
+    def validate(self, tracking_uri: str | None = None) -> None:
         """Refuse a missing Ray or an unshareable tracking store (call before the parent run is created).
 
         Raises:
@@ -301,8 +277,6 @@ class RayExecutor:
     def _task_env(self) -> dict[str, str]:
         """The tasks' environment (:func:`harness.execute.devices.ray_task_env`): Ray sets
         ``CUDA_VISIBLE_DEVICES`` for ``num_gpus``; a fraction turns preallocation off."""
-        from harness.execute.devices import ray_task_env
-
         return ray_task_env(self.gpus_per_trial)
 
     def _connect(self, ray: Any) -> bool:
@@ -374,7 +348,8 @@ class RayExecutor:
         missing = expected - reported
         if missing:
             raise RuntimeError(f"{len(missing)} trial(s) were never reported: {sorted(missing)[:5]}")
-        dedupe_finished_runs(ctx, expected)  # a retried task may have raced its first attempt
+        # A retried task may have raced its first attempt: the sweep keeps one FINISHED run per
+        # trial once its executor returns (harness.sweep.resume.dedupe_sweep), for every executor.
 
     def _drive(
         self,
@@ -420,7 +395,7 @@ class RayExecutor:
                     outcomes = self._collect(ray, ref, i, units[i], submit)
                     if outcomes is None:  # resubmitted
                         continue
-                    reported.update(_outcome_trial_id(o) for o in outcomes)
+                    reported.update(str(o.trial_id) for o in outcomes)
                     on_done(outcomes)
         except BaseException:
             # Ctrl-C or an error in on_done: stop the cluster's work for this sweep. The trials left
@@ -444,9 +419,9 @@ class RayExecutor:
             cause = e.as_instanceof_cause() if hasattr(e, "as_instanceof_cause") else e
             reason = "".join(traceback.format_exception_only(type(cause), cause)).strip()
             log.error("unit %s raised on its Ray worker: %s", unit[0].trial_id, reason)
-            return _failed_outcomes(unit, f"Ray task raised: {e}")
+            return failed_unit(unit, f"Ray task raised: {e}")
         except exc.TaskCancelledError:
-            return _failed_outcomes(unit, "Ray task was cancelled")
+            return failed_unit(unit, "Ray task was cancelled")
         except exc.RayError as e:  # worker/node died after Ray's own retries, object lost, OOM kill
             n = self.submissions.get(i, 1)
             if n <= self.resubmits:
@@ -456,29 +431,11 @@ class RayExecutor:
                 )
                 submit(i)
                 return None
-            return _failed_outcomes(
+            return failed_unit(
                 unit,
                 f"Ray could not complete the task after {n} submission(s) with {self.max_retries} "
                 f"retries each: {type(e).__name__}: {e}",
             )
 
 
-# --------------------------------------------------------------------------------------------------
-# The final check in MLflow
-
-
-def dedupe_finished_runs(ctx: RunContext, trial_ids: set[str]) -> dict[str, list[str]]:
-    """:func:`harness.tracking.dedupe.dedupe_finished_runs` on the sweep's store (kept for callers of the
-    Ray executor; every sweep now runs it when its executor returns)."""
-    from harness.tracking import dedupe
-
-    return dedupe.dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id, trial_ids)
-
-
-def _register() -> None:
-    from harness.execute.executors import register_executor
-
-    register_executor("ray", RayExecutor)
-
-
-_register()
+register_executor("ray", RayExecutor)

@@ -223,10 +223,10 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                                    f"{MAX_STEPS:,}"])
         tgt = cfg.target_for(ds.name)
         model = pt["models"]
-        task = f"{ds.name}" + (f" ({_hp_text(ds.hparams)})" if ds.hparams else "") + f" · {model.name}"
+        task = f"{ds.name}" + (f" ({hp_text(ds.hparams)})" if ds.hparams else "") + f" · {model.name}"
         fixed_model = {k: v for k, v in model.hparams.items() if not isinstance(v, Distribution)}
         if fixed_model:
-            task += f" ({_hp_text(fixed_model)})"
+            task += f" ({hp_text(fixed_model)})"
         for hps, k, method, sampled in _cell_variants(cfg, pt, cache):
             flat = _flat({**pt, **{a: pt[a]._replace(hparams=hps[a]) for a, _ in _SAMPLED_AXES}})
             if any(_matches(rule, flat) for rule in cfg.exclude):
@@ -348,7 +348,8 @@ def unequal_budgets(trials: TrialList) -> list[str]:
     return out
 
 
-def _hp_text(hp: Mapping[str, Any]) -> str:
+def hp_text(hp: Mapping[str, Any]) -> str:
+    """Hyperparameters as a message shows them, ``step_size=0.1, b1=0.9`` (``""`` for none)."""
     return ", ".join(f"{k}={v!r}" for k, v in hp.items())
 
 

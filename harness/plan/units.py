@@ -1,19 +1,13 @@
-"""The resume plan and work units of a sweep.
-
-- :func:`make_plan` reads the experiment's trial runs: a trial with a FINISHED run is done (skipped);
-  FAILED, KILLED, RUNNING or missing ones are to do.
-- :func:`group_units` forms work units (vmappable siblings when batching is on/auto).
+"""The work units of a sweep: :func:`group_units` forms them from its trials (vmappable siblings
+together when batching is on/auto, else one trial each) and says why, for the ``harness.batching``
+tag. (Which trials are done is the store's: :mod:`harness.sweep.resume`.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-from harness.tracking.client import trial_runs
 from harness.core.spec import TrialSpec
-from harness.execute.worker import TrialOutcome, outcome_from_run
 
 
 def group_units(specs: list[TrialSpec], batching: str,
@@ -56,39 +50,3 @@ def group_units(specs: list[TrialSpec], batching: str,
         labels.update((s.trial_id, label) for s in g)
         units.append(g)
     return units
-
-
-@dataclass
-class Plan:
-    """Which trials of a sweep are already done (a FINISHED run exists) and which will run."""
-
-    specs: list[TrialSpec]
-    todo: list[TrialSpec]
-    done: dict[str, Any] = field(default_factory=dict)  # trial_id -> FINISHED run
-    failed_before: set[str] = field(default_factory=set)
-
-    @property
-    def done_outcomes(self) -> list[TrialOutcome]:
-        by_id = {s.trial_id: s for s in self.specs}
-        out = []
-        for tid, run in self.done.items():
-            o = outcome_from_run(by_id[tid], run)
-            o.skipped = True
-            out.append(o)
-        return out
-
-
-def make_plan(specs: list[TrialSpec], client, experiment_id: str | None) -> Plan:
-    """Split ``specs`` into done / to do from the runs stored in ``experiment_id`` (None: none)."""
-    runs = trial_runs(client, experiment_id) if experiment_id else {}
-    done, failed, todo = {}, set(), []
-    for s in specs:
-        rs = runs.get(s.trial_id, [])
-        fin = [r for r in rs if r.info.status == "FINISHED"]
-        if fin:
-            done[s.trial_id] = fin[0]
-        else:
-            if any(r.info.status == "FAILED" for r in rs):
-                failed.add(s.trial_id)
-            todo.append(s)
-    return Plan(specs, todo, done, failed)

@@ -1,13 +1,16 @@
 """A sweep from config to MLflow: :func:`run_sweep` validates, plans, runs and summarises a config.
 
-Owns the pre-flight, the resume plan, the parent run of an invocation, the console output (plan
-table, progress, summary) and the orchestration. May import every other subpackage of ``harness``
-but the command line; never ``reports``.
+Owns the pre-flight (``preflight``), the resume plan and de-duplication (``resume``), the parent
+run of an invocation (``parent_run``), running the units on the executor (``execution``), the
+console output (``progress``: plan table and progress bar; ``summary``: the end table) and the
+orchestration (``run``). May import every other subpackage of ``harness`` but the command line;
+never ``reports``.
 """
 
 _LAZY = {"run_sweep": "run", "SweepInterrupted": "run", "expand": "run", "sweep_id_of": "run",
          "group_units": "run", "make_plan": "run", "preflight": "run", "best_configs": "run",
-         "print_summary": "run", "SweepSummary": "run", "python_command": "run"}
+         "print_summary": "run", "SweepSummary": "run", "python_command": "run",
+         "SweepOptions": "run"}
 
 
 def __getattr__(name: str):

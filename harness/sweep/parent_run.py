@@ -9,13 +9,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.config.search import SEARCH_TAG
 from harness.core.names import TAG_KIND, TAG_SWEEP, TAG_SWEEP_ID
+from harness.core.outcome import TrialOutcome
+from harness.plan.expansion import search_methods
 from harness.tracking.client import search_all
 from harness.tracking.liveness import kill_stale, owner_tags
 from harness.tracking.provenance import git_commit
-from harness.plan.expansion import search_methods
-from harness.config.search import SEARCH_TAG
-from harness.execute.worker import TrialOutcome
 
 
 def kill_dead_invocations(client, exp_id: str) -> int:

@@ -13,7 +13,7 @@ from harness.config.errors import ConfigError
 from harness.config.registries import Registries, default_registries
 from harness.config.schema import SweepConfig
 from harness.config.workloads import needs_parts
-from harness.plan.expansion import TrialList, entry_paths, expand, expand_parts, hp_key
+from harness.plan.expansion import TrialList, entry_paths, expand, expand_parts, hp_key, hp_text
 
 
 def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
@@ -23,7 +23,7 @@ def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
 
 
 def _hp_text(hp: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in hp.items()) or "defaults"
+    return hp_text(hp) or "defaults"
 
 
 def _exc_text(e: BaseException) -> str:

@@ -1,29 +1,30 @@
-"""What a sweep prints while it runs: the dry-run plan table, the progress bar with one line per
-finished trial.
+"""What a sweep prints while it runs: the dry-run plan table and search points, the progress bar
+(:class:`ProgressDisplay`) with one line per finished trial. Display only: what runs is
+:mod:`harness.sweep.execution`'s.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.tracking.dedupe import dedupe_finished_runs
+from harness.core.outcome import TrialOutcome, config_label, run_name
+from harness.tracking import spool
 from harness.tracking.health import HEALTH
-from harness.execute.worker import TrialOutcome
 
 if TYPE_CHECKING:
-    from harness.config.schema import SweepConfig
-    from harness.plan.units import Plan
+    from harness.config.load import SweepConfig
+    from harness.sweep.resume import Plan
 
 
 def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -> None:
+    """The dry run's table: every trial with its run name, configuration and state (done, to run,
+    re-run after failing), the search points, and where it would log."""
     from rich.table import Table
 
     t = Table(title=f"sweep {cfg.name!r} ({sweep_id}): {len(plan.specs)} trials, {len(plan.done)} done "
                     f"(skipped), {len(plan.todo)} to run", show_lines=False)
     for col in ("#", "trial_id", "run name", "dataset", "config", "steps", "state"):
         t.add_column(col)
-    from harness.execute.worker import config_label, run_name
-
     for i, s in enumerate(plan.specs):
         state = "done" if s.trial_id in plan.done else (
             "re-run (failed before)" if s.trial_id in plan.failed_before else "to run")
@@ -81,112 +82,92 @@ def print_search(console, trials) -> None:
         console.print(escape(line), soft_wrap=True)
 
 
+class ProgressDisplay:
+    """The progress bar of a running sweep (a context manager; nothing shows when ``quiet``).
 
-def execute_with_progress(console, ex, units, ctx, outcomes: list[TrialOutcome], plan: Plan,
-                          quiet: bool) -> None:
-    """Run ``units`` on executor ``ex`` under a progress bar (one line per finished trial unless
-    ``quiet``), appending every outcome to ``outcomes``; then keep one FINISHED run per trial.
-
-    Trials ``deferred`` because another invocation on this machine holds their claim are run again
-    at the end, each waiting for its claim (they are then found done, or trained here). While the
-    store fails, the bar's description says so and how many results are in the local spool; a
-    result a worker on another machine could not write arrives in its outcome and is spooled here.
+    ``total`` trials to run; ``n_done`` already finished (said once at the start). :meth:`trial`
+    prints one line per finished trial and counts it; :meth:`unit_done` advances the bar. While the
+    store fails, the bar's description says so and how many results are in the local spool of
+    ``uri``, and a line says when it fails and when it answers again.
     """
-    import dataclasses
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    def __init__(self, console, total: int, n_done: int, uri: str, quiet: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-    from harness.tracking import spool
+        self.uri, self.quiet, self.n_done = uri, quiet, n_done
+        self.counts = {"finished": 0, "diverged": 0, "failed": 0}
+        self.was_down = False
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                                 TimeRemainingColumn(), console=console, disable=quiet, transient=False)
+        self.total = total
 
-    n_todo = sum(len(u) for u in units)
-    counts = {"finished": 0, "diverged": 0, "failed": 0}
-    deferred: list = []
+    def __enter__(self) -> ProgressDisplay:
+        self.progress.__enter__()
+        self.task = self.progress.add_task(self._desc(), total=self.total)
+        if self.n_done:
+            self.note(f"{self.n_done} trials already finished: skipped")
+        return self
 
-    def desc() -> str:
-        d = (f"[green]{counts['finished']} ok[/] [yellow]{counts['diverged']} diverged[/] "
-             f"[red]{counts['failed']} failed[/]")
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def _desc(self) -> str:
+        c = self.counts
+        d = f"[green]{c['finished']} ok[/] [yellow]{c['diverged']} diverged[/] [red]{c['failed']} failed[/]"
         h = HEALTH
         if h.down:
             from rich.markup import escape
 
-            n = len(spool.entries(ctx.tracking_uri))
+            n = len(spool.entries(self.uri))
             d += f" [red]· store unreachable ({escape(h.error[:60])}); {n} results spooled[/]"
         return d
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
-                  disable=quiet, transient=False) as progress:
-        task = progress.add_task(desc(), total=n_todo)
-        if plan.done and not quiet:
-            progress.console.print(f"{len(plan.done)} trials already finished: skipped")
+    def note(self, line: str) -> None:
+        """Print ``line`` above the bar (unless ``quiet``)."""
+        if not self.quiet:
+            self.progress.console.print(line)
 
-        was_down = [False]
+    def trial(self, o: TrialOutcome) -> None:
+        """One finished (or skipped) trial: counted, and its line printed."""
+        if not o.skipped:
+            self.counts[o.status] = self.counts.get(o.status, 0) + 1
+        self.note(outcome_line(o))
 
-        def store_news() -> None:
-            from rich.markup import escape
+    def _store_news(self) -> None:
+        from rich.markup import escape
 
-            h = HEALTH
-            if h.down and not was_down[0] and not quiet:
-                msg = (f"the store is unreachable ({h.error}); finished results go to the local spool "
-                       f"{spool.spool_dir(ctx.tracking_uri)}; training goes on")
-                progress.console.print(f"[red]{escape(msg)}[/]", soft_wrap=True)
-            elif was_down[0] and not h.down and not quiet:
-                progress.console.print("[green]the store answers again; spooled results are written[/]")
-            was_down[0] = h.down
+        h = HEALTH
+        if h.down and not self.was_down:
+            msg = (f"the store is unreachable ({h.error}); finished results go to the local spool "
+                   f"{spool.spool_dir(self.uri)}; training goes on")
+            if not self.quiet:
+                self.progress.console.print(f"[red]{escape(msg)}[/]", soft_wrap=True)
+        elif self.was_down and not h.down:
+            self.note("[green]the store answers again; spooled results are written[/]")
+        self.was_down = h.down
 
-        def on_done(batch: list[TrialOutcome]) -> None:
-            n = 0
-            for o in batch:
-                if o.deferred:
-                    deferred.append(o.trial_id)
-                    continue
-                entry = o.extra.pop("spool_entry", None)
-                if entry is not None:  # a worker's result the store did not take
-                    import os
-
-                    HEALTH.failed(RuntimeError(entry.get("error", "write failed")))
-                    if not os.path.exists(entry.get("path", "")):  # written on another machine
-                        entry.pop("path", None)
-                        spool.put(ctx.tracking_uri, entry)
-                outcomes.append(o)
-                n += 1
-                if not o.skipped:
-                    counts[o.status] = counts.get(o.status, 0) + 1
-                if not quiet:
-                    progress.console.print(_outcome_line(o))
-            store_news()
-            progress.update(task, advance=n, description=desc())
-
-        ex.run(units, ctx, on_done)
-        if deferred:
-            if not quiet:
-                progress.console.print(f"{len(deferred)} trials are being trained by another invocation "
-                                       f"on this machine: waiting for them")
-            by_id = {s.trial_id: s for u in units for s in u}
-            again = [[by_id[t]] for t in deferred]
-            deferred.clear()
-            from harness.execute.worker import CLAIM_WAIT_S
-
-            ex.run(again, dataclasses.replace(ctx, claim_wait_s=CLAIM_WAIT_S), on_done)
-        # an invocation on another machine (or a retried Ray task) may have finished a trial too:
-        # keep one FINISHED run per trial
-        dedupe_finished_runs(ctx.tracking_uri, ctx.experiment_id,
-                             {s.trial_id for unit in units for s in unit})
+    def unit_done(self, n: int) -> None:
+        """A unit ended with ``n`` trials reported: say what changed about the store, advance the bar."""
+        self._store_news()
+        self.progress.update(self.task, advance=n, description=self._desc())
 
 
 def _fmt(x: float | None, spec: str = ".4f") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def _outcome_line(o: TrialOutcome) -> str:
+def outcome_line(o: TrialOutcome) -> str:
+    """The progress line of one trial (rich markup): status, run name, trial id, and its validation
+    accuracy and loss, or why it failed or diverged."""
     color = {"finished": "green", "diverged": "yellow", "failed": "red"}.get(o.status, "white")
     extra = f"valid acc {_fmt(o.final_valid_accuracy)} loss {_fmt(o.final_valid_loss)}"
     if o.status == "failed":

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.core.outcome import TrialOutcome
+from harness.core.selection import selection_key
 from harness.tracking.uris import default_tracking_uri
-from harness.execute.worker import TrialOutcome
 
 
 @dataclass
@@ -53,24 +54,17 @@ class SweepSummary:
         return c
 
 
-
-def _fmt(x: float | None, spec: str = ".4f") -> str:
-    return "—" if x is None else format(x, spec)
-
-
-
 def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
     """Best configuration per (dataset, model, optimizer), ranked exactly like the HTML report's
-    leaderboard (:func:`reports.selection.best_configs`); the first difference decides: more seeds that
+    leaderboard (:func:`reports.frame.best_configs`); the first difference decides: more seeds that
     reached the target; lower median steps to target (one optimizer's steps cost the same, and steps
     carry no wall-clock noise); more seeds finished (not diverged or failed); better mean final target
     metric on **validation** (valid/accuracy, or valid/loss for loss targets); lower median seconds to
-    target; the configuration's name (:func:`harness.core.selection.selection_key`, one rule for both).
-    Identical results select identically. Selection never reads the test split: ``value`` is the selected
-    configuration's mean validation metric, ``test_value`` its mean test metric over the seeds that have
-    one (the headline number; ``None`` for runs from before the three-split protocol)."""
-    from harness.core.selection import selection_key  # the report's rule, so both select alike
-
+    target; the configuration's name (:func:`harness.core.selection.selection_key`, one rule for
+    both). Identical results select identically. Selection never reads the test split: ``value`` is
+    the selected configuration's mean validation metric, ``test_value`` its mean test metric over the
+    seeds that have one (the headline number; ``None`` for runs from before the three-split
+    protocol)."""
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)

@@ -8,18 +8,14 @@ costs 30–180 ms, so the in-process executor writes them on a background thread
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from harness.core.util import finite
+
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
-
-
-def finite(x: Any) -> bool:
-    """Whether ``x`` is a real number (``int``/``float``, not ``bool``) that is finite."""
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 class MetricBuffer:

@@ -67,6 +67,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.config.cadence import Cadence, parse_every
 from harness.train.checkpoint_state import (
     flatten_state,
     jsonable,
@@ -74,8 +75,6 @@ from harness.train.checkpoint_state import (
     track_to_json,
     unflatten_state,
 )
-
-from harness.config.cadence import Cadence, parse_every
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,183 @@
+"""What a sweep learns about one trial: :class:`TrialOutcome`, built by one constructor per source.
+
+Every outcome of the harness comes from one of these constructors, so that a trial reads the same
+whichever way it was reached:
+
+- :meth:`TrialOutcome.from_result`: a trial trained in this invocation (a :class:`TrialResult`);
+- :meth:`TrialOutcome.from_run`: a trial that already has a run in the store (skipped);
+- :meth:`TrialOutcome.from_spool`: a trained result kept in the local spool (skipped, spooled);
+- :meth:`TrialOutcome.failed` (:func:`failed_unit` for a whole unit): a unit that could not run
+  at all (a worker process died, Ray gave up); nothing is in the store for it;
+- :meth:`TrialOutcome.deferred_to_other`: another invocation on this machine holds the trial's claim.
+
+Also :func:`run_name` and :func:`config_label`, a trial's readable names. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.core import names
+from harness.core.spec import TrialResult, TrialSpec
+from harness.core.util import finite
+
+
+def run_name(spec: TrialSpec) -> str:
+    """Readable run name, e.g. ``mlp-adam-cosine-lr0.001-s0``."""
+    parts = [spec.model, spec.optimizer, spec.schedule]
+    lr = spec.hparams("optimizer").get("step_size")
+    if lr is not None:
+        parts.append(f"lr{lr:g}" if isinstance(lr, int | float) else f"lr{lr}")
+    parts.append(f"s{spec.seed}")
+    return "-".join(str(p) for p in parts)
+
+
+def config_label(spec: TrialSpec) -> str:
+    """The trial's configuration without its seed, e.g. ``cosine step_size=0.1 width=64 bs=64``."""
+    bits = [spec.schedule]
+    for which in ("optimizer", "schedule", "model"):
+        for k, v in spec.hparams(which).items():  # type: ignore[arg-type]
+            bits.append(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}")
+    bits.append(f"bs={spec.batch_size}")
+    return " ".join(bits)
+
+
+def _last_line(text: str, limit: int) -> str:
+    """The last line of ``text`` (a traceback's exception line), at most ``limit`` characters."""
+    return (text.strip().splitlines() or [""])[-1][:limit]
+
+
+def _or_none(x: Any) -> Any:
+    return x if finite(x) else None
+
+
+@dataclass
+class TrialOutcome:
+    """Picklable summary of one trial for the progress bar, the summary table and ``status``.
+
+    ``status`` is ``finished``, ``diverged`` or ``failed``; ``skipped`` is true when a FINISHED run
+    already existed (nothing was trained). Metrics are ``None`` where absent or non-finite:
+    ``final_valid_*`` the last validation evaluation (what selection reads), ``test_*`` the test
+    split at the end (what the summary reports for the selected configuration). A run logged
+    before the three-split protocol has only ``eval/*``: read back as ``final_valid_*``, with
+    ``test_*`` ``None``.
+    ``seconds_to_target`` in s, ``examples_per_sec`` in examples/s, ``train_seconds``,
+    ``tracking_seconds`` and ``wall_seconds`` in s (training dispatches as the trainer counts them,
+    MLflow calls for this trial, and the trial's share of its unit's whole wall-clock).
+    """
+
+    trial_id: str
+    status: str
+    run_id: str | None = None
+    run_name: str = ""
+    model: str = ""
+    optimizer: str = ""
+    schedule: str = ""
+    dataset: str = ""
+    seed: int | None = None
+    config: str = ""
+    final_valid_accuracy: float | None = None
+    final_valid_loss: float | None = None
+    test_accuracy: float | None = None
+    test_loss: float | None = None
+    steps_to_target: int | None = None
+    seconds_to_target: float | None = None
+    examples_per_sec: float | None = None
+    train_seconds: float = 0.0
+    tracking_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    reason: str = ""
+    skipped: bool = False
+    target_metric: str = names.M_VALID_ACC
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: Another invocation on this machine holds the trial's claim (it is training or writing it):
+    #: nothing was trained here; the sweep comes back to it once the claim is free.
+    deferred: bool = False
+    #: The result could not be written to the store and is in the local spool (``harness.spool``).
+    spooled: bool = False
+
+    # -- one constructor per source ------------------------------------------------------------
+
+    @classmethod
+    def of_spec(cls, spec: TrialSpec, status: str) -> TrialOutcome:
+        """The trial's names and ``status``, no metrics (what every other constructor starts from)."""
+        return cls(trial_id=spec.trial_id, status=status, run_name=run_name(spec), model=spec.model,
+                   optimizer=spec.optimizer, schedule=spec.schedule, dataset=spec.dataset,
+                   seed=spec.seed, config=config_label(spec),
+                   target_metric=spec.target.metric if spec.target else names.M_VALID_ACC)
+
+    @classmethod
+    def from_result(cls, res: TrialResult, run_id: str | None = None,
+                    tracking_s: float = 0.0) -> TrialOutcome:
+        """A trial trained here: its result's metrics (non-finite ones ``None``), ``run_id`` (``None``
+        while the result is not in the store), ``tracking_s`` s of MLflow calls for it. ``reason``
+        is the last line of a failed trial's traceback (≤ 300 characters) or where it diverged."""
+        o = cls.of_spec(res.spec, res.status)
+        o.run_id = run_id
+        o.final_valid_accuracy = _or_none(res.final_valid_accuracy)
+        o.final_valid_loss = _or_none(res.final_valid_loss)
+        o.test_accuracy = _or_none(res.test_accuracy)
+        o.test_loss = _or_none(res.test_loss)
+        o.steps_to_target = res.steps_to_target
+        o.seconds_to_target = res.seconds_to_target
+        o.examples_per_sec = _or_none(res.perf.examples_per_sec) if res.perf else None
+        o.train_seconds = res.train_seconds
+        o.tracking_seconds = tracking_s
+        if res.status == "failed":
+            o.reason = _last_line(res.reason, 300)
+        elif res.diverged_step is not None:
+            o.reason = f"diverged at step {res.diverged_step}"
+        return o
+
+    @classmethod
+    def from_run(cls, spec: TrialSpec, run: Any) -> TrialOutcome:
+        """A trial that already has a FINISHED (or FAILED) MLflow ``run``: its latest metric values
+        (legacy ``eval/*`` names read as ``valid/*``, :func:`harness.core.names.canonical_metric`)
+        and its ``status`` tag; ``skipped`` (nothing was trained for it here)."""
+        m = {k: v for k, v in run.data.metrics.items() if names.canonical_metric(k) == k}
+        for k, v in run.data.metrics.items():  # today's name wins over a legacy one
+            m.setdefault(names.canonical_metric(k), v)
+        status = run.data.tags.get(names.TAG_STATUS) or (
+            "finished" if run.info.status == "FINISHED" else "failed")
+        o = cls.of_spec(spec, status)
+        o.run_id = run.info.run_id
+        o.final_valid_accuracy = m.get(names.M_VALID_ACC)
+        o.final_valid_loss = m.get(names.M_VALID_LOSS)
+        o.test_accuracy = m.get(names.M_TEST_ACC)
+        o.test_loss = m.get(names.M_TEST_LOSS)
+        steps = m.get(names.M_STEPS_TO_TARGET)
+        o.steps_to_target = int(steps) if steps is not None else None
+        o.seconds_to_target = m.get(names.M_SECONDS_TO_TARGET)
+        o.examples_per_sec = m.get(names.M_EXAMPLES_PER_S)
+        o.skipped = True
+        return o
+
+    @classmethod
+    def from_spool(cls, entry: dict[str, Any]) -> TrialOutcome:
+        """A trained result still in the local spool (``entry["result"]``, a :class:`TrialResult`):
+        ``skipped`` (not trained again) and ``spooled``."""
+        o = cls.from_result(entry["result"])
+        o.skipped = o.spooled = True
+        return o
+
+    @classmethod
+    def failed(cls, spec: TrialSpec, reason: str) -> TrialOutcome:
+        """A trial of a unit that could not run (its worker process died, Ray gave up, the task
+        raised): ``failed`` with ``reason`` (≤ 300 characters); nothing is in the store for it, so
+        the next invocation of the sweep runs it again."""
+        o = cls.of_spec(spec, "failed")
+        o.reason = reason[:300]
+        return o
+
+    @classmethod
+    def deferred_to_other(cls, spec: TrialSpec) -> TrialOutcome:
+        """Another invocation on this machine holds the trial's claim: ``deferred``, nothing trained."""
+        o = cls.of_spec(spec, "deferred")
+        o.deferred = True
+        return o
+
+
+def failed_unit(unit: list[TrialSpec], reason: str) -> list[TrialOutcome]:
+    """:meth:`TrialOutcome.failed` for every trial of a unit that could not run."""
+    return [TrialOutcome.failed(spec, reason) for spec in unit]

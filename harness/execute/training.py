@@ -1,0 +1,162 @@
+"""Training one work unit in a worker: the vmapped batch, its trial-by-trial fallback, checkpoints.
+
+- :func:`train_unit`: trains a unit's trials (one :class:`TrialResult` each, in order). A unit of
+  several trials trains them together (``harness.train.loop.run_trials_batched``); when that batch
+  raises, the reason is logged (a warning line, and the tag ``harness.batch_fallback_reason`` on
+  each of its trials) and the trials train one at a time, so that only the trials that raise on
+  their own are FAILED. A trial that raises gets a ``failed`` result with its traceback.
+- Each result records the devices it trained on (``extra["device_tags"]``), here in the training
+  process: a spooled result is written later, possibly by another process.
+- Checkpoints: the unit's handles (:func:`harness.train.checkpoint.for_unit`) are collected as
+  ``(handle, trial ids)``; :func:`end_checkpoints` removes those whose trials are all in the store
+  (or the spool) and unlocks the others, so the next attempt resumes them.
+- :data:`PERF_CACHE`: this process's throughput measurements (one per perf key), reused by every
+  unit it trains; :func:`needs_perf_measurement` says whether a unit adds one.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from harness.core.context import RunContext
+from harness.core.spec import TrialResult, TrialSpec
+from harness.execute import devices
+
+log = logging.getLogger(__name__)
+
+#: This process's throughput measurements, ``perf_cache_key -> PerfResult`` (a worker process
+#: serves many units; ``harness.train.loop`` fills it).
+PERF_CACHE: dict = {}
+
+#: A unit's checkpoint handles: ``(harness.train.checkpoint.UnitCheckpoints, its trial ids)``.
+Checkpoints = list[tuple[Any, list[str]]]
+
+
+def load_dataset_of(spec: TrialSpec):
+    """The trial's dataset (``harness.data.sources.load_dataset`` keeps the recent ones per process)."""
+    from harness.data.sources import load_dataset
+
+    return load_dataset(spec.dataset, **spec.hparams("dataset"))
+
+
+def failed_result(spec: TrialSpec, exc: BaseException) -> TrialResult:
+    """A ``failed`` result whose ``reason`` is the exception's whole traceback."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return TrialResult(spec=spec, status="failed", reason=tb)
+
+
+def _first_line(e: BaseException, limit: int = 300) -> str:
+    """``"ValueError: message"``: the exception's type and the first line of its message."""
+    text = "".join(traceback.format_exception_only(type(e), e)).strip()
+    return (text.splitlines() or [type(e).__name__])[0][:limit]
+
+
+def needs_perf_measurement(unit: list[TrialSpec]) -> bool:
+    """Whether training ``unit`` measures a throughput this process has not measured yet."""
+    from harness.train import loop as trainer
+
+    return any(trainer.perf_cache_key(s) not in PERF_CACHE for s in unit)
+
+
+def _unit_checkpoints(specs: list[TrialSpec], ctx: RunContext, batched: int | None):
+    """The unit's :class:`harness.train.checkpoint.UnitCheckpoints` (``None`` when off)."""
+    from harness.train import checkpoint
+
+    root = ctx.checkpoint_dir or checkpoint.root_for(ctx.tracking_uri)
+    return checkpoint.for_unit(root, ctx.experiment_id, [s.trial_id for s in specs], batched,
+                               ctx.checkpoint_every, keep_final=ctx.keep_final_checkpoint)
+
+
+def _train_batch(specs: list[TrialSpec], ctx: RunContext, cks: Checkpoints) -> tuple[list | None, str]:
+    """Train ``specs`` together: ``(results, "")``, or ``(None, why)`` when the batch raised or
+    returned the wrong number of results (its checkpoint handle is then released)."""
+    from harness.train import loop as trainer
+
+    ck = _unit_checkpoints(specs, ctx, len(specs))
+    try:
+        res = trainer.run_trials_batched(specs, dataset=load_dataset_of(specs[0]), perf_cache=PERF_CACHE,
+                                         measure_perf=ctx.measure_perf, checkpoints=ck)
+        if len(res) == len(specs):
+            if ck is not None:
+                cks.append((ck, [s.trial_id for s in specs]))
+            return list(res), ""
+        why = f"the batch returned {len(res)} results for {len(specs)} trials"
+    except Exception as e:
+        why = _first_line(e)
+    if ck is not None:
+        ck.release()
+    return None, why
+
+
+def train_unit(specs: list[TrialSpec], ctx: RunContext, cks: Checkpoints | None = None) -> list[TrialResult]:
+    """Train a unit (see the module docstring); one result per spec, in order.
+
+    The unit's checkpoint handles are appended to ``cks`` (the caller ends them with
+    :func:`end_checkpoints` once the results are in the store). Raises only what is not an
+    ``Exception`` (``KeyboardInterrupt``...): a trial's own error is its ``failed`` result.
+    """
+    from harness.train import loop as trainer
+
+    devices.use_assigned_device()  # HARNESS_DEVICE_IDS: the worker's first device is JAX's default
+    cks = [] if cks is None else cks
+    fallback = ""
+    if len(specs) > 1:
+        results, fallback = _train_batch(specs, ctx, cks)
+        if results is not None:
+            return _with_device_tags(results)
+        log.warning("a vmapped batch of %d trials (%s, ...) failed: %s; training them one at a time",
+                    len(specs), specs[0].trial_id, fallback)
+    out = []
+    for s in specs:
+        ck = _unit_checkpoints([s], ctx, None)
+        try:
+            out.append(trainer.run_trial(s, dataset=load_dataset_of(s), perf_cache=PERF_CACHE,
+                                         measure_perf=ctx.measure_perf, checkpoints=ck))
+        except Exception as e:
+            out.append(failed_result(s, e))
+        if ck is not None:
+            cks.append((ck, [s.trial_id]))
+        if fallback:
+            out[-1].extra["batch_fallback_reason"] = fallback
+    return _with_device_tags(out)
+
+
+def _with_device_tags(results: list[TrialResult]) -> list[TrialResult]:
+    """Record in each result the devices it trained on: ``extra["device_tags"]``."""
+    by_n: dict = {}
+    for r in results:  # the spec's parallelism.devices (1, N or "all") of the mesh it trained on
+        n = getattr(r.spec, "devices", 1)
+        try:
+            if n not in by_n:
+                by_n[n] = devices.device_tags(n)
+        except Exception:  # never fail a trial for its provenance
+            continue
+        r.extra.setdefault("device_tags", by_n[n])
+    return results
+
+
+def end_checkpoints(cks: Checkpoints, results: list[TrialResult], logged: set[str]) -> None:
+    """Remove the checkpoints of units whose trials all trained to an end and are in the store
+    (``logged``); keep (unlock) the others, so that the next attempt resumes them."""
+    ok = {r.spec.trial_id for r in results if r.status != "failed"} & logged
+    for ck, ids in cks:
+        if all(t in ok for t in ids):
+            ck.cleanup()
+        else:
+            ck.release()
+
+
+def release_checkpoints(cks: Checkpoints) -> None:
+    """Unlock every handle of ``cks`` and keep its files (training was interrupted)."""
+    for ck, _ in cks:
+        ck.release()
+
+
+def final_checkpoint(cks: Checkpoints, trial_id: str) -> str | None:
+    """The final-step checkpoint directory of ``trial_id`` (``None``: none kept)."""
+    for ck, ids in cks:
+        if trial_id in ids:
+            return ck.final_step_dir()
+    return None

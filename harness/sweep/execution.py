@@ -1,0 +1,65 @@
+"""Running a sweep's work units on its executor, under the progress display.
+
+:func:`execute_units` hands the units to the executor and every reported outcome to the sweep's
+list and the display. Trials ``deferred`` because another invocation on this machine holds their
+claim are run again at the end, each waiting for its claim (they are then found done, or trained
+here). A result that a worker (possibly on another machine) could not write arrives in its outcome
+(``extra["spool_entry"]``) and is kept in this machine's spool. Once the executor returns, one
+FINISHED run per trial is kept (:func:`harness.sweep.resume.dedupe_sweep`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from harness.core.context import RunContext
+from harness.core.outcome import TrialOutcome
+from harness.core.spec import TrialSpec
+from harness.execute.claims import CLAIM_WAIT_S
+from harness.execute.executors import Executor
+from harness.sweep.progress import ProgressDisplay
+from harness.sweep.resume import dedupe_sweep
+from harness.tracking import spool
+from harness.tracking.health import HEALTH
+
+
+def keep_spool_entry(o: TrialOutcome, uri: str) -> None:
+    """A worker's result the store did not take (``o.extra["spool_entry"]``): note the store's
+    failure, and spool the entry here when it was spooled on another machine."""
+    entry = o.extra.pop("spool_entry", None)
+    if entry is None:
+        return
+    HEALTH.failed(RuntimeError(entry.get("error", "write failed")))
+    if not os.path.exists(entry.get("path", "")):  # written on another machine
+        entry.pop("path", None)
+        spool.put(uri, entry)
+
+
+def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
+                  outcomes: list[TrialOutcome], display: ProgressDisplay) -> None:
+    """Run ``units`` on ``ex``, appending every outcome to ``outcomes`` and showing it on
+    ``display``; then run the deferred trials again and keep one FINISHED run per trial."""
+    deferred: list[str] = []
+
+    def on_done(batch: list[TrialOutcome]) -> None:
+        n = 0
+        for o in batch:
+            if o.deferred:
+                deferred.append(o.trial_id)
+                continue
+            keep_spool_entry(o, ctx.tracking_uri)
+            outcomes.append(o)
+            n += 1
+            display.trial(o)
+        display.unit_done(n)
+
+    ex.run(units, ctx, on_done)
+    if deferred:
+        display.note(f"{len(deferred)} trials are being trained by another invocation on this machine: "
+                     f"waiting for them")
+        by_id = {s.trial_id: s for u in units for s in u}
+        again = [[by_id[t]] for t in deferred]
+        deferred.clear()
+        ex.run(again, dataclasses.replace(ctx, claim_wait_s=CLAIM_WAIT_S), on_done)
+    dedupe_sweep(ctx, units)

@@ -1,0 +1,247 @@
+"""The MLflow layout of one trial: what its child run holds once trained, and how its runs read back.
+
+Each child run gets: tags ``harness.trial_id``, ``harness.sweep``, ``harness.sweep_id``,
+``harness.kind=trial``, ``model``, ``optimizer``, ``schedule``, ``dataset``, ``seed``, ``status``,
+versions, ``device_kind``, ``git_commit``, ``mlflow.parentRunId``;
+metrics ``train/loss``; on the validation split at the eval steps ``valid/loss``,
+``valid/accuracy`` and ``valid/<name>`` for the model's other metrics, with ``time/wall_s``; on the
+test split once, at the last step, ``test/loss``, ``test/accuracy``, ``test/<name>`` (absent for a
+diverged trial); all with ``step=`` the training step and timestamps = training start + curve
+wall-clock (``train/loss`` at ≤ :data:`MAX_TRAIN_POINTS` evenly spaced steps including the first
+and last, so that tracking stays a small fraction of a trial), ``final/valid_loss`` and
+``final/valid_accuracy`` (last step), ``perf/*`` (``step=0``; with ``perf/num_devices`` and
+``perf/examples_per_sec_per_device``, the tag ``perf.mesh`` for a step timed on a mesh) and
+``convergence/*``
+(``step=steps_to_target``, the target being on validation); params
+``TrialSpec.flat_params()``, the builders' defaults the trial used (``defaults``) plus
+``target.mode``; tags ``harness.devices`` (the device(s) the trial
+trained on, e.g. ``cpu:2`` or ``cuda:0,1`` with host-level ids), ``harness.device_env`` (the device and
+memory variables of the training process, e.g. ``HARNESS_DEVICE_IDS=2``) and, under ``--jobs N``,
+``harness.device_env_set`` (``before-jax-import``; see :mod:`harness.execute.devices`); for a trial
+trained on several devices ``harness.mesh`` (``"batch=4"``); ``harness.batching`` (how its unit
+trained and why, :mod:`harness.train.batching`; set by the sweep through ``RunContext.trial_tags``);
+``harness.batch_fallback_reason`` (the exception of a vmapped batch retried one trial at a time);
+``harness.reason`` (last line of the traceback, or why it diverged) and ``status_reason``;
+artifacts ``trial.json`` (the resolved spec), ``curves.csv``
+(``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every step), ``valid``,
+``test``) and, for a failed trial, ``traceback.txt``; the training split as a dataset input.
+Every name is :mod:`harness.core.names`'s.
+
+:func:`trial_state` is the one rule for what a trial's runs say: done (its first FINISHED run),
+failed before, or still to run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.core import names
+from harness.core.context import RunContext
+from harness.core.spec import TrialResult, TrialSpec
+from harness.tracking.liveness import owner_tags
+from harness.tracking.provenance import environment_tags
+from harness.tracking.run_data import MetricBuffer, log_dataset_input
+
+#: At most this many ``train/loss`` points are logged per trial (``curves.csv`` has every step).
+MAX_TRAIN_POINTS = 250
+
+# Per-process caches (a worker process writes many trials).
+_ENV_TAGS: dict[str, str] = {}
+_DIGESTS: dict = {}
+
+
+# --------------------------------------------------------------------------- reading a trial's runs
+
+
+def trial_state(runs: Iterable[Any]) -> tuple[str, Any]:
+    """What the MLflow runs of one trial say, as ``(state, run)``.
+
+    ``("finished", run)`` / ``("diverged", run)``: the trial is done; ``run`` is its first FINISHED
+    run (in ``runs``' order) and the state its ``status`` tag. ``("failed", None)``: no FINISHED run
+    and at least one FAILED (it ran and raised; it runs again). ``("pending", None)``: neither
+    (no run, or RUNNING/KILLED ones).
+    """
+    runs = list(runs)
+    done = [r for r in runs if r.info.status == "FINISHED"]
+    if done:
+        return ("diverged" if done[0].data.tags.get(names.TAG_STATUS) == "diverged" else "finished"), done[0]
+    if any(r.info.status == "FAILED" for r in runs):
+        return "failed", None
+    return "pending", None
+
+
+# --------------------------------------------------------------------------- the run's layout
+
+
+def trial_tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
+    """The tags a trial's run is created with (its identity, sweep, provenance and owner)."""
+    if not _ENV_TAGS:
+        _ENV_TAGS.update(environment_tags())
+    return {
+        names.TAG_TRIAL_ID: spec.trial_id, names.TAG_SWEEP: ctx.sweep,
+        names.TAG_SWEEP_ID: ctx.sweep_id, names.TAG_KIND: names.KIND_TRIAL,
+        names.TAG_PARENT_RUN: ctx.parent_run_id, names.TAG_MODEL: spec.model,
+        names.TAG_OPTIMIZER: spec.optimizer, names.TAG_SCHEDULE: spec.schedule,
+        names.TAG_DATASET: spec.dataset, names.TAG_SEED: str(spec.seed),
+        names.TAG_GIT_COMMIT: ctx.git_commit, **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
+        **owner_tags(),
+        **({names.TAG_WORKLOAD: spec.workload} if spec.workload else {}),
+    }
+
+
+def train_rows_to_log(n: int, max_points: int = MAX_TRAIN_POINTS) -> list[int]:
+    """Indices of the train curve rows logged as ``train/loss`` metrics: all of them when
+    ``n <= max_points``, else ``max_points`` evenly spaced ones including the first and the last."""
+    if n <= max_points:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
+
+
+def write_curves(res: TrialResult, path: Path) -> None:
+    """``curves.csv``: ``split,step,wall_s,loss,accuracy``, every train step, every validation
+    evaluation and the test evaluation (at the last validation step)."""
+    c = res.curves
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["split", "step", "wall_s", "loss", "accuracy"])
+        for s, t, loss in zip(c.train_step, c.train_wall_s, c.train_loss, strict=False):
+            w.writerow(["train", s, f"{t:.6f}", loss, ""])
+        for s, t, loss, acc in zip(c.eval_step, c.eval_wall_s, c.eval_loss, c.eval_accuracy, strict=False):
+            w.writerow(["valid", s, f"{t:.6f}", loss, acc])
+        if res.test_loss is not None and c.eval_step:
+            acc = "" if res.test_accuracy is None else res.test_accuracy
+            w.writerow(["test", c.eval_step[-1], f"{c.eval_wall_s[-1]:.6f}", res.test_loss, acc])
+
+
+def _add_floor_gap(buf: MetricBuffer, res: TrialResult, t0_ms: int) -> None:
+    """For datasets with a known loss floor (``markov_lm``): ``valid/nats_above_entropy`` = validation
+    loss − floor at every evaluation, ``final/valid_nats_above_entropy`` at the last one, and the
+    floor and entropy rate themselves (``dataset/loss_floor``, ``dataset/entropy_rate``, step 0)."""
+    floor = res.extra.get("loss_floor")
+    if floor is None:
+        return
+    c = res.curves
+    for s, t, lv in zip(c.eval_step, c.eval_wall_s, c.eval_loss, strict=False):
+        buf.add(names.M_VALID_GAP, lv - floor, s, t0_ms + int(t * 1000))
+    if res.final_valid_loss is not None and c.eval_step:
+        buf.add(names.M_FINAL_GAP, res.final_valid_loss - floor, c.eval_step[-1])
+    buf.add(names.M_LOSS_FLOOR, floor, 0)
+    if res.extra.get("entropy_rate") is not None:
+        buf.add(names.M_ENTROPY_RATE, res.extra["entropy_rate"], 0)
+
+
+#: ``PerfResult`` attribute → its ``perf/*`` metric.
+_PERF_METRICS = {"step_time_ms": names.M_STEP_MS, "step_time_ms_p10": names.M_STEP_MS_P10,
+                 "step_time_ms_p90": names.M_STEP_MS_P90, "examples_per_sec": names.M_EXAMPLES_PER_S,
+                 "compile_s": names.M_COMPILE_S, "flops_per_step": names.M_FLOPS,
+                 "utilization": names.M_UTIL, "peak_flops": names.M_PEAK_FLOPS,
+                 "examples_per_sec_per_device": names.M_EXAMPLES_PER_S_PER_DEVICE,
+                 "num_devices": names.M_NUM_DEVICES}
+
+
+def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
+    """Every metric of a trained trial, buffered (non-finite values dropped); ``t0_ms`` is the
+    training start (epoch ms) that the curves' wall-clock is added to."""
+    buf = MetricBuffer()
+    c = res.curves
+    for i in train_rows_to_log(len(c.train_step)):
+        buf.add(names.M_TRAIN_LOSS, c.train_loss[i], c.train_step[i], t0_ms + int(c.train_wall_s[i] * 1000))
+    for j, (s, t, lv, av) in enumerate(zip(c.eval_step, c.eval_wall_s, c.eval_loss, c.eval_accuracy,
+                                           strict=False)):
+        ts = t0_ms + int(t * 1000)
+        buf.add(names.M_VALID_LOSS, lv, s, ts)
+        buf.add(names.M_VALID_ACC, av, s, ts)
+        for name, vals in c.eval_metrics.items():
+            buf.add(names.PREFIX_VALID + name, vals[j] if j < len(vals) else None, s, ts)
+        buf.add(names.M_WALL_S, t, s, ts)
+    last = c.eval_step[-1] if c.eval_step else (c.train_step[-1] if c.train_step else 0)
+    t_last = t0_ms + int((c.eval_wall_s[-1] if c.eval_wall_s else 0.0) * 1000)
+    buf.add(names.M_FINAL_LOSS, res.final_valid_loss, last)
+    buf.add(names.M_FINAL_ACC, res.final_valid_accuracy, last)
+    buf.add(names.M_TEST_LOSS, res.test_loss, last, t_last)
+    buf.add(names.M_TEST_ACC, res.test_accuracy, last, t_last)
+    for name, v in res.test_metrics.items():
+        buf.add(names.PREFIX_TEST + name, v, last, t_last)
+    _add_floor_gap(buf, res, t0_ms)
+    if res.perf is not None:
+        for attr, metric in _PERF_METRICS.items():
+            buf.add(metric, getattr(res.perf, attr), 0)
+    if res.steps_to_target is not None:
+        buf.add(names.M_STEPS_TO_TARGET, res.steps_to_target, res.steps_to_target)
+        buf.add(names.M_SECONDS_TO_TARGET, res.seconds_to_target, res.steps_to_target)
+    return buf
+
+
+def result_tags(res: TrialResult) -> dict[str, str]:
+    """The tags a trained trial's run gets at its end: ``status``, its devices, mesh, resumption,
+    divergence, batch fallback and reason."""
+    p = res.perf
+    tags = {names.TAG_STATUS: res.status, **(res.extra.get("device_tags") or {})}
+    ck = res.extra.get("checkpoint") or {}
+    if ck.get("resumed_from_step"):
+        tags[names.TAG_RESUMED_FROM_STEP] = str(ck["resumed_from_step"])
+    if p is not None:
+        tags[names.TAG_PERF_DTYPE] = p.dtype  # utilisation counts FLOPs against this dtype's peak
+        if p.mesh:
+            tags[names.TAG_PERF_MESH] = p.mesh  # the mesh the timed step ran on
+    if res.extra.get("mesh"):
+        tags[names.TAG_MESH] = res.extra["mesh"]  # the mesh the trial trained on, "batch=4"
+    if res.extra.get("batch_fallback_reason"):
+        tags[names.TAG_BATCH_FALLBACK_REASON] = res.extra["batch_fallback_reason"]
+    if res.diverged_step is not None:
+        tags[names.TAG_DIVERGED_STEP] = str(res.diverged_step)
+    if res.reason:
+        tags[names.TAG_REASON] = (res.reason.strip().splitlines() or [""])[-1][:500]
+        if res.status != "failed":
+            tags[names.TAG_STATUS_REASON] = res.reason[:5000]
+    return tags
+
+
+def result_params(res: TrialResult, defaults: Mapping[str, str]) -> dict[str, str]:
+    """The run's params: the builders' ``defaults`` the trial used, overridden by
+    :meth:`TrialSpec.flat_params`, plus ``target.mode``."""
+    params = {**defaults, **res.spec.flat_params()}
+    if res.spec.target is not None:
+        params[names.PARAM_TARGET_MODE] = res.spec.target.mode
+    return params
+
+
+def log_result(client, run_id: str, res: TrialResult, t0_ms: int, defaults: Mapping[str, str]) -> None:
+    """Write a trained trial's metrics, params, end tags and artifacts (``trial.json``,
+    ``curves.csv``, ``traceback.txt`` for a failed trial) to its run ``run_id``."""
+    result_metrics(res, t0_ms).flush(client, run_id, params=result_params(res, defaults),
+                                     tags=result_tags(res))
+    with tempfile.TemporaryDirectory(prefix="harness-") as d:
+        dp = Path(d)
+        (dp / names.ARTIFACT_TRIAL).write_text(json.dumps(
+            {"trial_id": res.spec.trial_id, **res.spec.to_dict()}, indent=2, sort_keys=True, default=str))
+        write_curves(res, dp / names.ARTIFACT_CURVES)
+        if res.status == "failed":
+            (dp / names.ARTIFACT_TRACEBACK).write_text(res.reason)
+        client.log_artifacts(run_id, d)
+
+
+def finish_run(client, rid: str, res: TrialResult, t0_ms: int, ctx: RunContext, *,
+               defaults: Mapping[str, str], dataset: Callable[[], Any] | None = None,
+               final_checkpoint: str | None = None) -> None:
+    """Log one trained trial (:func:`log_result`) and end its run (FINISHED, or FAILED for a trial
+    that raised); ``final_checkpoint`` (a step directory) becomes its ``checkpoint/`` artifact when
+    ``ctx.keep_final_checkpoint``; ``dataset()`` (the trial's training data) its dataset input when
+    ``ctx.log_dataset`` (provenance only: a failure there never fails the trial).
+
+    A write that fails leaves the run RUNNING (never FINISHED with part of its data): the caller
+    spools the result, and the spool's replay ends that run KILLED and writes a complete one.
+    """
+    log_result(client, rid, res, t0_ms, defaults)
+    if final_checkpoint and ctx.keep_final_checkpoint and res.status != "failed":
+        client.log_artifacts(rid, final_checkpoint, "checkpoint")
+    if ctx.log_dataset and res.status != "failed" and dataset is not None:
+        with contextlib.suppress(Exception):
+            log_dataset_input(client, rid, dataset(), res.spec.dataset, _DIGESTS)
+    client.set_terminated(rid, status="FAILED" if res.status == "failed" else "FINISHED")
