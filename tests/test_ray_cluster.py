@@ -34,11 +34,11 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
 psutil = pytest.importorskip("psutil")
 
-from harness import tracking  # noqa: E402
 from harness.core.context import RunContext  # noqa: E402
 from harness.core.spec import TrialSpec  # noqa: E402
 from harness.execute.executors import InProcessExecutor  # noqa: E402
 from harness.execute.ray_executor import TASK_PREFIX, RayExecutor  # noqa: E402
+from harness.tracking import client as tracking  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.server, pytest.mark.slow]
 
