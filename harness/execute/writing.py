@@ -46,7 +46,7 @@ def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
     defaults (``optimizer.b1``, ``model.depth``, ...) and the ``schedule.total_steps`` the trainer
     fills in (the trial's step budget). The config's own values are :meth:`TrialSpec.flat_params`.
     """
-    from harness.config.load import builder_hparams, default_registries
+    from harness.config.registries import builder_hparams, default_registries
 
     reg = default_registries()
     out: dict[str, str] = {}
