@@ -55,9 +55,9 @@ def _first_line(e: BaseException, limit: int = 300) -> str:
 
 def needs_perf_measurement(unit: list[TrialSpec]) -> bool:
     """Whether training ``unit`` measures a throughput this process has not measured yet."""
-    from harness.train import loop as trainer
+    from harness.train.perf import perf_cache_key
 
-    return any(trainer.perf_cache_key(s) not in PERF_CACHE for s in unit)
+    return any(perf_cache_key(s) not in PERF_CACHE for s in unit)
 
 
 def _unit_checkpoints(specs: list[TrialSpec], ctx: RunContext, batched: int | None):
