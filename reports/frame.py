@@ -38,29 +38,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.core.names import CURVE_METRICS as CURVE_METRICS  # the report's columns, one home
 from harness.core.names import (
     ENV_TAGS,
     LEGACY_METRICS,
-    M_COMPILE_S,
-    M_EXAMPLES_PER_S,
-    M_EXAMPLES_PER_S_PER_DEVICE,
     M_FINAL_ACC,
-    M_FINAL_GAP,
     M_FINAL_LOSS,
-    M_FLOPS,
-    M_NUM_DEVICES,
-    M_SECONDS_TO_TARGET,
-    M_STEP_MS,
-    M_STEP_MS_P10,
-    M_STEP_MS_P90,
-    M_STEPS_TO_TARGET,
     M_TEST_ACC,
     M_TEST_LOSS,
-    M_TRAIN_LOSS,
-    M_UTIL,
     M_VALID_ACC,
     M_VALID_LOSS,
-    M_WALL_S,
     PARAM_BATCH_SIZE,
     PARAM_SEED,
     PARAM_STEP_SIZE,
@@ -84,17 +71,10 @@ from harness.core.names import (
     TAG_TRIAL_ID,
     canonical_metric,
 )
+from harness.core.names import SUMMARY_METRICS as SUMMARY_METRICS
 from reports import runs as mlruns
 from reports.labels import add_labels
 
-#: Metrics logged with a step: read in full with their history.
-CURVE_METRICS = (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC, M_WALL_S)
-#: Single-valued metrics: their latest value goes into the trial's summary row.
-SUMMARY_METRICS = (
-    M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL,
-    M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
-    M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP,
-)
 #: Column ``protocol``: how a trial's numbers may be read.
 PROTOCOL_THREE_SPLITS = "selected on validation, reported on test"
 PROTOCOL_ONE_SPLIT = "selected and reported on one split"

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from harness.cli.common import URI_HELP, err, exit_no_experiment
-from harness.core.names import KIND_PARENT, TAG_KIND, TAG_STATUS, TAG_SWEEP_ID
+from harness.core.names import KIND_PARENT, TAG_KIND, TAG_SWEEP_ID
 
 
 def status(
@@ -23,6 +23,7 @@ def status(
     from harness.config.errors import ConfigError
     from harness.tracking.client import prepare_store, search_all, trial_runs
     from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.trial_run import trial_state
     from harness.tracking.uris import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -72,15 +73,10 @@ def status(
                 ids = {tid for tid, rs in by_trial.items()
                        if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
             c = {"finished": 0, "diverged": 0, "failed": 0}
-            # TODO(lead): classifying a trial's runs (finished / diverged / failed / pending) has one
-            # home in helper exec's work (harness/sweep or harness/tracking): call it here instead.
-            for tid in ids:
-                rs = by_trial.get(tid, [])
-                fin = [r for r in rs if r.info.status == "FINISHED"]
-                if fin:
-                    c["diverged" if fin[0].data.tags.get(TAG_STATUS) == "diverged" else "finished"] += 1
-                elif any(r.info.status == "FAILED" for r in rs):
-                    c["failed"] += 1
+            for tid in ids:  # the one rule for what a trial's runs say (harness.tracking.trial_run)
+                state, _ = trial_state(by_trial.get(tid, []))
+                if state in c:
+                    c[state] += 1
             n = max(d["n"], len(ids))
             pending = n - sum(c.values())
             last = d["last"]

@@ -1,7 +1,12 @@
 """The harness's shared vocabulary: records, names and small rules, standard library only.
 
-Owns the records that flow through a sweep (:mod:`harness.core.spec`: ``TrialSpec``, ``TrialResult``),
-the name → builder registry helpers (:mod:`harness.core.registry`: signature → hyperparameters,
-did-you-mean, executor names). It imports nothing but the standard library and nothing of
-``harness``, so every other subpackage, and ``reports``, may import it cheaply.
+Owns the records that flow through a sweep (:mod:`~harness.core.spec`: ``TrialSpec`` in,
+``TrialResult`` out; :mod:`~harness.core.outcome`: ``TrialOutcome``, one constructor per source;
+:mod:`~harness.core.context`: ``RunContext``, what a worker needs to log a unit), every MLflow name
+with the legacy ``eval/*`` map (:mod:`~harness.core.names`), the selection rule that the sweep's
+summary and the reports share (:mod:`~harness.core.selection`), the name → builder registry helpers
+(:mod:`~harness.core.registry`: signature → hyperparameters, did-you-mean, executor names) and small
+shared rules (:mod:`~harness.core.util`: the cache folder, process liveness, atomic JSON, frozen
+mappings, finite numbers). It imports nothing but the standard library and nothing of ``harness``
+outside itself, so every other subpackage, and ``reports``, may import it cheaply.
 """

@@ -76,6 +76,17 @@ M_UTIL = "perf/utilization"
 M_STEPS_TO_TARGET = "convergence/steps_to_target"
 M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
 
+#: Metrics logged with a step: a report reads them in full with their history.
+CURVE_METRICS = (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC, M_WALL_S)
+#: Single-valued metrics: a report puts their latest value into the trial's summary row. A new
+#: metric that a report should show is named above and listed here (and logged by
+#: :mod:`harness.tracking.trial_run`).
+SUMMARY_METRICS = (
+    M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL,
+    M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
+    M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP,
+)
+
 #: Metric names of runs logged before the three-split protocol → today's name.
 LEGACY_METRICS = {
     "eval/loss": M_VALID_LOSS,

@@ -16,7 +16,7 @@ so it is neither retried forever nor lost. An entry that cannot be unpickled (wr
 harness version) is moved to ``unreadable/``.
 
 Entry (a dict, pickled): ``kind`` (``"trial"``), ``uri``, ``ctx`` (the
-:class:`harness.execute.worker.RunContext` fields), ``t0_ms`` (training start, ms), ``result`` (the
+:class:`harness.core.context.RunContext` fields), ``t0_ms`` (training start, ms), ``result`` (the
 :class:`harness.core.spec.TrialResult`), ``stale_run_id`` (a RUNNING run of the trial left by the failed
 write, ended KILLED on replay, or ``None``), ``error`` (why it was spooled), ``spooled_at`` (epoch
 s), ``owner`` (``host:pid``).

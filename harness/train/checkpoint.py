@@ -40,7 +40,7 @@ is one minute of wall-clock since the unit started, so trials under a minute nev
 never sooner than :data:`ADAPTIVE_FACTOR` times the last save's duration (a model whose save takes
 2 s is checkpointed every 200 s): the default costs under ~1% of training for any model size. The
 cadence never changes a result, so it is not part of the ``TrialSpec`` (nor of ``trial_id``):
-it reaches the workers through :class:`harness.execute.worker.RunContext`. ``HARNESS_CHECKPOINT_EVERY``
+it reaches the workers through :class:`harness.core.context.RunContext`. ``HARNESS_CHECKPOINT_EVERY``
 overrides the config (tests use it to force a step cadence).
 
 Safety: Orbax writes a step into a temporary directory and renames it into place when complete, so
