@@ -84,23 +84,29 @@ def _adam_direction(i, g, m, v, b1, b2, eps, nesterov: bool):
 def newton_schulz(x: jax.Array, ns_steps: int = 5, coeffs=MUON_NS_COEFFS, eps: float = 1e-8) -> jax.Array:
     """An approximate orthogonalisation ``U S' V^T`` of a matrix ``x = U S V^T`` (``S'`` near 1).
 
-    ``x`` (shape ``(m, n)``) is transposed to wide form when ``m > n``, scaled to unit Frobenius
-    norm (``x / (||x||_F + eps)``), then ``ns_steps`` quintic iterations ``A = X X^T;
+    ``x``: shape ``(m, n)``, or ``(..., m, n)`` for a stack of matrices, each done on its own.
+    Each matrix is transposed to wide form when ``m > n``, scaled to unit Frobenius norm
+    (``x / (||x||_F + eps)``), then ``ns_steps`` quintic iterations ``A = X X^T;
     X <- a X + (b A + c A A) X`` with ``coeffs = (a, b, c)`` cast to ``x``'s dtype, and
-    transposed back. Source: ``optax.contrib.orthogonalize_via_newton_schulz`` (``'frobenius'``
-    preconditioning), after Jordan et al. 2024.
+    transposed back. The matrices go through ``jax.vmap`` with a leading batch axis (a single
+    matrix too), as in ``optax.contrib.orthogonalize_via_newton_schulz`` (``'frobenius'``
+    preconditioning), whose rounding this then shares; after Jordan et al. 2024.
     """
-    if x.ndim != 2:
+    if x.ndim < 2:
         raise ValueError(f"newton_schulz needs a matrix, got shape {x.shape}")
-    transposed = x.shape[0] > x.shape[1]
-    if transposed:
-        x = x.T
-    x = x / (jnp.linalg.norm(x, ord="fro") + eps)
-    a, b, c = jnp.asarray(coeffs).astype(x.dtype)
-    for _ in range(ns_steps):
-        gram = x @ x.T
-        x = a * x + (b * gram + c * gram @ gram) @ x
-    return x.T if transposed else x
+
+    def one(x):
+        transposed = x.shape[0] > x.shape[1]
+        if transposed:
+            x = x.T
+        x = x / (jnp.linalg.norm(x, ord="fro") + eps)
+        a, b, c = jnp.asarray(coeffs).astype(x.dtype)
+        for _ in range(ns_steps):
+            gram = x @ x.T
+            x = a * x + (b * gram + c * gram @ gram) @ x
+        return x.T if transposed else x
+
+    return jax.vmap(one)(x.reshape((-1, *x.shape[-2:]))).reshape(x.shape)
 
 
 def muon_matrices(params) -> Any:
