@@ -6,9 +6,10 @@ the schedules ``linear_warmup``, ``cosine_decay``, ``warmup_cosine_decay``, ``jo
 the Optax bridge ``from_optax`` (:mod:`optimizers.extra`), the optimizers of 2018-2024
 ``muon``, ``adafactor``, ``lamb``, ``lars`` (:mod:`optimizers.modern`), ``schedule_free_sgd``,
 ``schedule_free_adamw`` with ``schedule_free_eval_params``, ``prodigy``
-(:mod:`optimizers.modern_free`), and the name registries ``OPTIMIZERS`` and ``SCHEDULES``
-(:mod:`optimizers.registry`; each entry registers itself where it is defined). Shared helpers:
-:mod:`optimizers.common`. Imports jax and numpy only (never ``harness``).
+(:mod:`optimizers.modern_free`), ``soap`` (:mod:`optimizers.modern_soap`), and the name
+registries ``OPTIMIZERS`` and ``SCHEDULES`` (:mod:`optimizers.registry`; each entry registers
+itself where it is defined). Shared helpers: :mod:`optimizers.common`. Imports jax and numpy
+only (never ``harness``).
 """
 
 from optimizers.core import (
@@ -57,6 +58,7 @@ from optimizers.extra import (
 )
 from optimizers.modern import adafactor, lamb, lars, muon, muon_matrices, newton_schulz
 from optimizers.modern_free import prodigy, schedule_free_adamw, schedule_free_eval_params, schedule_free_sgd
+from optimizers.modern_soap import soap
 from optimizers.registry import OPTIMIZERS, SCHEDULES
 
 __all__ = [
@@ -110,6 +112,7 @@ __all__ = [
     "schedule_free_sgd",
     "sgd",
     "sm3",
+    "soap",
     "unpack_optimizer_state",
     "warmup_cosine_decay",
 ]
