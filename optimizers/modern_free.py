@@ -196,7 +196,9 @@ def prodigy(
     x <- x - weight_decay * dlr * x - dlr * m / (sqrt(v) + d * eps)`` (the new ``d`` in the
     denominator). ``lr`` is the step size, which multiplies the estimate: 1.0 (the default of
     the paper and of Optax) trusts it, a schedule from 1.0 down is what the authors recommend.
-    ``beta3`` defaults to ``sqrt(b2)``. State per leaf: ``(x, x0, m, v, s, d, r)`` (``d`` and
+    ``beta3`` defaults to ``sqrt(b2)``. While ``sum |s|`` is 0 (only steps of step size 0 so far,
+    as at the start of a warmup from 0) ``d`` is kept, as in the authors' PyTorch code, where
+    Optax's becomes NaN; elsewhere the two agree. State per leaf: ``(x, x0, m, v, s, d, r)`` (``d`` and
     ``r`` 0-d, the same in every leaf). Source: ``optax.contrib.prodigy`` (``betas=(b1, b2)``),
     which this matches at equal settings.
 
@@ -257,7 +259,9 @@ def prodigy(
             new.append((x, x0, m, v, s))
         r = beta3 * r + (d / estim_lr0) * dlr * numerator
         denominator = functools.reduce(operator.add, (jnp.sum(jnp.abs(s[4])) for s in new), 0)
-        d = jnp.maximum(d, estim_lr_coef * r / denominator)
+        # 0 / 0 where no step has been taken yet (a step size of 0, as a warmup's first): keep d,
+        # as the paper's PyTorch code (Optax's d becomes NaN there).
+        d = jnp.where(denominator > 0, jnp.maximum(d, estim_lr_coef * r / denominator), d)
         out = []
         for (x, x0, m, v, s), sub in zip(new, subtrees, strict=True):
             u = -weight_decay * dlr * x - dlr * m / (jnp.sqrt(v) + d * eps)

@@ -250,6 +250,22 @@ def test_schedules_match_optax():
         assert_close(mine, final)
 
 
+def test_prodigy_keeps_its_estimate_through_a_zero_step_size():
+    """The one convention difference: a step size of 0 at step 0 (a warmup from 0) leaves
+    ``sum |s| = 0``; the authors' code then keeps ``d``, Optax's ``d`` becomes 0/0 = NaN. After
+    the first nonzero step both agree again up to the NaN, so ours trains and matches a run
+    whose first step is skipped."""
+    params, loss = mlp()
+    sched = O.linear_warmup(1.0, 10)
+    mine = O.prodigy(sched)
+    twin = optax.contrib.prodigy(optax.linear_schedule(0.0, 1.0, 10))
+    state, (final, _) = run_pair(mine, twin, params, loss, steps=20)
+    assert np.isnan(np.asarray(final["l1"]["w"])).all()
+    got = mine.params_fn(state)
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(got))
+    assert float(loss(got)) < float(loss(params))
+
+
 # ---------------------------------------------------------------------------------------------
 # Muon's leaf rule.
 
