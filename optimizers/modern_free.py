@@ -1,0 +1,278 @@
+"""Learning-rate-free and schedule-free optimizers: :func:`schedule_free_sgd`,
+:func:`schedule_free_adamw` (with :func:`schedule_free_eval_params`) and :func:`prodigy`.
+
+Each follows its ``optax.contrib`` twin operation by operation (see :mod:`optimizers.modern`).
+The Schedule-Free rules are per-array (:func:`optimizers.core.optimizer`; the two scalars of the
+averaging, identical for every leaf, are kept in each leaf's state). Prodigy's step-size estimate
+is a sum over the whole tree, so its update sees every leaf at once; its two scalars are likewise
+repeated in each leaf's state, so its state is an :class:`~optimizers.core.OptimizerState` with
+one inner tree per parameter leaf like every other optimizer's. Imports jax and numpy only.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from optimizers.common import check_unit_interval, fresh, is_concrete_number, tree_mismatch
+from optimizers.core import Optimizer, OptimizerState, make_schedule, optimizer
+from optimizers.modern import bias_correction, check_nonnegative, step_count
+from optimizers.registry import register_optimizer
+
+__all__ = ["prodigy", "schedule_free_adamw", "schedule_free_eval_params", "schedule_free_sgd"]
+
+
+def _check_open_unit(value: Any, name: str) -> None:
+    if is_concrete_number(value) and not 0.0 < float(value) < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Schedule-Free.
+
+
+def _schedule_free(step_size, b1, weight_lr_power, direction, n_slots):
+    """The Schedule-Free wrapper (Defazio et al. 2024) around a base step ``direction(i, g, y,
+    slots) -> (u, slots)`` (``u`` already multiplied by ``-lr``), as ``optax.contrib.schedule_free``.
+
+    Per-leaf state ``(y, z, b1, weight_sum, max_lr, *slots)``: ``y`` the parameters (where
+    gradients are taken), ``z`` the base sequence, then 0-d ``b1``, the running sum of the
+    averaging weights and the largest step size so far. The averaging weight of step ``i`` is
+    ``max_lr ** weight_lr_power`` with ``max_lr`` including ``step_size(i + 1)`` (Optax calls the
+    schedule with its 1-based ``step_count`` there, and with the 0-based count in the base step).
+    """
+    step_size = make_schedule(step_size)
+
+    def init(y0):
+        zero = jnp.zeros((), y0.dtype)
+        return (y0, jnp.array(y0, copy=True), jnp.asarray(b1, y0.dtype), zero, zero,
+                *(jnp.zeros_like(y0) for _ in range(n_slots)))
+
+    def update(i, g, state):
+        y, z, b1_, weight_sum, max_lr, *slots = state
+        max_lr = jnp.maximum(max_lr, jnp.asarray(step_size(step_count(i)), max_lr.dtype))
+        weight = max_lr**weight_lr_power
+        total = weight_sum + weight
+        ck = jnp.where(jnp.logical_or(jnp.isnan(weight), jnp.isnan(total)), jnp.full(weight.shape, jnp.nan),
+                       jnp.nan_to_num(weight / total, nan=0.0, posinf=jnp.inf))
+        u, slots = direction(i, g, y, slots)
+        z_new = jnp.asarray(z + u).astype(z.dtype)
+        x = (y - (1.0 - b1) * z) / b1
+        x = (1.0 - ck) * x + ck * z_new
+        y_new = b1 * x + (1.0 - b1) * z_new
+        # y + (y_new - y), not y_new: Optax returns the difference as the update.
+        y = jnp.asarray(y + (y_new - y)).astype(y.dtype)
+        return (y, z_new, b1_, total, max_lr, *slots)
+
+    def get_params(state):
+        return state[0]
+
+    return init, update, get_params
+
+
+@register_optimizer("schedule_free_sgd")
+@optimizer
+def schedule_free_sgd(step_size, b1: float = 0.9, weight_decay: float = 0.0, weight_lr_power: float = 2.0):
+    """Schedule-Free SGD (Defazio et al. 2024, arXiv:2405.15682, "The Road Less Scheduled").
+
+    With ``y`` the parameters (gradients are taken there), ``z`` the SGD sequence and ``x`` the
+    average (the evaluation parameters, :func:`schedule_free_eval_params`):
+    ``z' = z - lr(i) * (g + weight_decay * y);  c = w / (sum of w so far), w = max_lr**weight_lr_power
+    (max_lr including lr(i + 1));  x' = (1 - c) x + c z';  y' = b1 x' + (1 - b1) z'``, where
+    ``x = (y - (1 - b1) z) / b1``. State per leaf: ``(y, z, b1, weight_sum, max_lr)`` (the last
+    three 0-d). No schedule is needed; a warmup is the ``linear_warmup`` schedule (Optax's
+    ``warmup_steps``). Defaults are the paper's and ``optax.contrib.schedule_free_sgd``'s, which
+    this matches at equal settings (``weight_decay=None`` there is 0 here).
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      b1: interpolation between the average and the base sequence, in ``(0, 1)``.
+      weight_decay: decay added to the gradient at ``y`` (>= 0), multiplied by the step size.
+      weight_lr_power: exponent of the step size in the averaging weights.
+
+    Raises:
+      ValueError: concrete ``step_size <= 0``, ``b1`` outside ``(0, 1)``, ``weight_decay < 0``.
+    """
+    _check_open_unit(b1, "b1")
+    check_nonnegative(weight_decay, "weight_decay")
+    lr = make_schedule(step_size)
+
+    def direction(i, g, y, slots):
+        return -lr(i) * (g + weight_decay * y), slots
+
+    return _schedule_free(step_size, b1, weight_lr_power, direction, 0)
+
+
+@register_optimizer("schedule_free_adamw")
+@optimizer
+def schedule_free_adamw(
+    step_size,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    weight_lr_power: float = 2.0,
+):
+    """Schedule-Free AdamW (Defazio et al. 2024, arXiv:2405.15682), the AlgoPerf 2024 winner.
+
+    :func:`schedule_free_sgd` with the base step of Adam without momentum: with ``t = i + 1``,
+    ``v <- (1 - b2) g**2 + b2 v;  z' = z - lr(i) * (g / (sqrt(v / (1 - b2**t)) + eps) +
+    weight_decay * y)``. State per leaf: ``(y, z, b1, weight_sum, max_lr, v)``. Evaluate at
+    :func:`schedule_free_eval_params`. Defaults are ``optax.contrib.schedule_free_adamw``'s (b1
+    0.9, b2 0.999, eps 1e-8, no weight decay, power 2), which this matches at equal settings.
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      b1: interpolation between the average and the base sequence, in ``(0, 1)``.
+      b2: second-moment decay in ``[0, 1)``.
+      eps: added to the root of the second moment.
+      weight_decay: decay added at ``y`` (>= 0), multiplied by the step size.
+      weight_lr_power: exponent of the step size in the averaging weights.
+
+    Raises:
+      ValueError: concrete ``step_size <= 0``, ``b1`` outside ``(0, 1)``, ``b2`` outside
+        ``[0, 1)``, ``weight_decay < 0``.
+    """
+    _check_open_unit(b1, "b1")
+    check_unit_interval(b2, "b2")
+    check_nonnegative(weight_decay, "weight_decay")
+    lr = make_schedule(step_size)
+
+    def direction(i, g, y, slots):
+        (v,) = slots
+        v = (1 - b2) * g**2 + b2 * v
+        u = 1 / (jnp.sqrt(bias_correction(v, b2, step_count(i))) + eps) * g
+        return jnp.asarray(-lr(i), u.dtype) * (u + weight_decay * y), (v,)
+
+    return _schedule_free(step_size, b1, weight_lr_power, direction, 1)
+
+
+def schedule_free_eval_params(opt_state: OptimizerState) -> Any:
+    """The evaluation parameters ``x = (y - (1 - b1) z) / b1`` of a :func:`schedule_free_sgd` or
+    :func:`schedule_free_adamw` state (its ``params_fn`` gives ``y``, where gradients are taken).
+
+    Source: ``optax.contrib.schedule_free_eval_params(state, params)``.
+    """
+    states_flat, treedef, subtrees = opt_state
+    out = []
+    for flat, sub in zip(states_flat, subtrees, strict=True):
+        y, z, b1 = jax.tree.unflatten(sub, flat)[:3]
+        out.append((y - (1.0 - b1) * z) / b1)
+    return jax.tree.unflatten(treedef, out)
+
+
+# --------------------------------------------------------------------------------------------
+# Prodigy.
+
+
+def _vdot(a, b):
+    return jnp.tensordot(a, b, jnp.ndim(a), precision=jax.lax.Precision.HIGHEST)
+
+
+@register_optimizer("prodigy")
+def prodigy(
+    step_size,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    beta3: float | None = None,
+    eps: float = 1e-8,
+    estim_lr0: float = 1e-6,
+    estim_lr_coef: float = 1.0,
+    weight_decay: float = 0.0,
+    safeguard_warmup: bool = False,
+) -> Optimizer:
+    """Prodigy, learning-rate-free AdamW (Mishchenko & Defazio 2024, arXiv:2306.06101).
+
+    ``d`` (``estim_lr``, starting at ``estim_lr0``) estimates the distance to the solution; with
+    ``t = i + 1``, ``dlr = d * lr(i) * sqrt(1 - b2**t) / (1 - b1**t)`` and sums over every leaf:
+    ``m <- b1 m + (1 - b1) d g;  v <- b2 v + (1 - b2) (d g)**2;
+    s <- beta3 s + (d if safeguard_warmup else dlr) * d g / estim_lr0;
+    r <- beta3 r + (d / estim_lr0) * dlr * <g, x0 - x>;
+    d <- max(d, estim_lr_coef * r / sum |s|);
+    x <- x - weight_decay * dlr * x - dlr * m / (sqrt(v) + d * eps)`` (the new ``d`` in the
+    denominator). ``lr`` is the step size, which multiplies the estimate: 1.0 (the default of
+    the paper and of Optax) trusts it, a schedule from 1.0 down is what the authors recommend.
+    ``beta3`` defaults to ``sqrt(b2)``. While ``sum |s|`` is 0 (only steps of step size 0 so far,
+    as at the start of a warmup from 0) ``d`` is kept, as in the authors' PyTorch code, where
+    Optax's becomes NaN; elsewhere the two agree. State per leaf: ``(x, x0, m, v, s, d, r)`` (``d`` and
+    ``r`` 0-d, the same in every leaf). Source: ``optax.contrib.prodigy`` (``betas=(b1, b2)``),
+    which this matches at equal settings.
+
+    Args:
+      step_size: multiplier of the estimated step size (positive scalar, traced, or schedule).
+      b1, b2: Adam's decay rates in ``[0, 1)``.
+      beta3: decay of the estimate's sums (``None``: ``sqrt(b2)``).
+      eps: Adam's epsilon (multiplied by ``d``).
+      estim_lr0: initial (under-)estimate ``d0``.
+      estim_lr_coef: multiplies each new estimate.
+      weight_decay: decoupled decay (>= 0), multiplied by ``dlr``.
+      safeguard_warmup: leave the step size out of ``s`` (for warmup schedules).
+
+    Raises:
+      ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
+        ``weight_decay < 0``, ``estim_lr0 <= 0``; at update, a gradient tree whose structure
+        differs from the parameters'.
+    """
+    step_size = make_schedule(step_size)
+    check_unit_interval(b1, "b1")
+    check_unit_interval(b2, "b2")
+    check_nonnegative(weight_decay, "weight_decay")
+    if is_concrete_number(estim_lr0) and not float(estim_lr0) > 0:
+        raise ValueError(f"estim_lr0 must be positive, got {estim_lr0!r}")
+    beta3 = b2**0.5 if beta3 is None else beta3
+
+    def init_fn(params):
+        leaves, treedef = jax.tree.flatten(params)
+        dtype = min((jnp.asarray(x).dtype for x in leaves), key=lambda d: jnp.finfo(d).bits,
+                    default=jnp.float32)
+        d0, r0 = jnp.asarray(estim_lr0, dtype), jnp.zeros((), dtype)
+        flats, subs = [], []
+        for x in leaves:
+            x = fresh(x)
+            z = jnp.zeros_like(x)
+            flat, sub = jax.tree.flatten((x, jnp.array(x, copy=True), z, z, z, d0, r0))
+            flats.append(flat)
+            subs.append(sub)
+        return OptimizerState(tuple(flats), treedef, tuple(subs))
+
+    def update_fn(i, grads, opt_state):
+        states_flat, treedef, subtrees = opt_state
+        gs, tree2 = jax.tree.flatten(grads)
+        if tree2 != treedef:
+            raise tree_mismatch(treedef, tree2)
+        states = [jax.tree.unflatten(s, f) for s, f in zip(subtrees, states_flat, strict=True)]
+        d, r = states[0][5], states[0][6]
+        t = step_count(i)
+        dlr = jnp.asarray(d * step_size(i) * (((1 - b2**t) ** 0.5) / (1 - b1**t)), d.dtype)
+        diffs = (_vdot(g, s[1] - s[0]) for g, s in zip(gs, states, strict=True))
+        numerator = functools.reduce(operator.add, diffs, 0)
+        new = []
+        for g, (x, x0, m, v, s, _, _) in zip(gs, states, strict=True):
+            dg = d * g
+            m = b1 * m + (1 - b1) * dg
+            v = b2 * v + (1 - b2) * dg * dg
+            s = beta3 * s + (d if safeguard_warmup else dlr) * dg / estim_lr0
+            new.append((x, x0, m, v, s))
+        r = beta3 * r + (d / estim_lr0) * dlr * numerator
+        denominator = functools.reduce(operator.add, (jnp.sum(jnp.abs(s[4])) for s in new), 0)
+        # 0 / 0 where no step has been taken yet (a step size of 0, as a warmup's first): keep d,
+        # as the paper's PyTorch code (Optax's d becomes NaN there).
+        d = jnp.where(denominator > 0, jnp.maximum(d, estim_lr_coef * r / denominator), d)
+        out = []
+        for (x, x0, m, v, s), sub in zip(new, subtrees, strict=True):
+            u = -weight_decay * dlr * x - dlr * m / (jnp.sqrt(v) + d * eps)
+            x = jnp.asarray(x + u).astype(x.dtype)
+            leaves, sub2 = jax.tree.flatten((x, x0, m, v, s, d, r))
+            assert sub2 == sub, (sub, sub2)
+            out.append(leaves)
+        return OptimizerState(tuple(out), treedef, subtrees)
+
+    def params_fn(opt_state):
+        states_flat, treedef, _ = opt_state
+        return jax.tree.unflatten(treedef, [flat[0] for flat in states_flat])
+
+    return Optimizer(init_fn, update_fn, params_fn)

@@ -1,0 +1,142 @@
+"""SOAP: Adam in the eigenbasis of Shampoo's preconditioner (Vyas et al. 2024, arXiv:2409.11321).
+
+No Optax twin; ``tests/test_optimizers_modern_soap.py`` checks the eigenbasis against
+``numpy.linalg.eigh`` and one step written out from the paper's algorithm. Per-array
+(:func:`optimizers.core.optimizer`). Imports jax and numpy only.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from optimizers.common import check_unit_interval, params_of
+from optimizers.core import make_schedule, optimizer
+from optimizers.modern import check_nonnegative
+from optimizers.registry import register_optimizer
+
+__all__ = ["soap", "soap_sides"]
+
+
+def soap_sides(shape, max_precond_dim: int) -> tuple[bool, bool]:
+    """Which sides of a leaf of ``shape`` SOAP rotates: ``(left, right)``, each True for a 2-D
+    leaf whose rows (resp. columns) number at most ``max_precond_dim``; ``(False, False)`` for
+    every leaf that is not 2-D (those take plain Adam steps)."""
+    if len(shape) != 2:
+        return False, False
+    return shape[0] <= max_precond_dim, shape[1] <= max_precond_dim
+
+
+def _eigenvectors(stat):
+    """Eigenvectors (columns, eigenvalues ascending) of a symmetric statistic, in float32."""
+    return jnp.linalg.eigh(stat.astype(jnp.float32))[1].astype(stat.dtype)
+
+
+@register_optimizer("soap")
+@optimizer
+def soap(
+    step_size,
+    b1: float = 0.95,
+    b2: float = 0.95,
+    shampoo_beta: float | None = None,
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+    precondition_frequency: int = 10,
+    max_precond_dim: int = 10000,
+):
+    """SOAP, ShampoO with Adam in the Preconditioner's eigenbasis (Vyas et al. 2024, arXiv:2409.11321).
+
+    For a 2-D leaf ``x`` of shape ``(m, n)`` with gradient ``G`` at step ``t = i`` (the
+    reference's count): Adam in the current rotated basis, ``G' = Q_L^T G Q_R;
+    m <- b1 m + (1 - b1) G';  v <- b2 v + (1 - b2) G'**2;
+    N = Q_L (m / (sqrt(v) + eps)) Q_R^T * sqrt(1 - b2**t) / (1 - b1**t);
+    x <- x - lr N;  x <- x - lr * weight_decay * x`` (skipped at step 0, which only gathers
+    statistics, as the reference); then ``L <- s L + (1 - s) G G^T`` (``(m, m)``) and
+    ``R <- s R + (1 - s) G^T G`` (``(n, n)``), ``s = shampoo_beta`` (default ``b2``), and every
+    ``precondition_frequency`` steps from step 0 on, ``Q_L, Q_R`` become the eigenvectors of
+    ``L, R`` (``eigh``), the first moment carried into the new basis
+    (``m <- Q_L'^T Q_L m Q_R^T Q_R'``). A side longer than ``max_precond_dim`` (the block bound)
+    is not rotated (``Q = I``, no statistic kept); leaves that are not 2-D take plain AdamW
+    steps. State per leaf: ``(x, m, v, L, Q_L, R, Q_R)`` (``None`` for a side not rotated).
+
+    Defaults are the paper's reference code (betas 0.95, eps 1e-8, weight decay 0.01, frequency
+    10, max dimension 10,000; ``nikhilvyas/SOAP``, ``soap.py``). Departures from it: the bases
+    are exact eigenvectors at every refresh (the reference refines them by one QR power step
+    after the first), and the second moment is kept as is when the basis changes (the reference
+    reorders it by the refined eigenvalues).
+
+    Args:
+      step_size: positive scalar, traced scalar, or schedule.
+      b1, b2: Adam's moment decay rates in ``[0, 1)``.
+      shampoo_beta: decay of ``L`` and ``R`` (``None``: ``b2``).
+      eps: added to the root of the second moment.
+      weight_decay: decoupled decay (>= 0), multiplied by the step size.
+      precondition_frequency: steps between eigendecompositions (>= 1).
+      max_precond_dim: longest side that is rotated.
+
+    Raises:
+      ValueError: concrete ``step_size <= 0``, decay rates outside ``[0, 1)``,
+        ``weight_decay < 0``, ``precondition_frequency < 1``.
+    """
+    step_size = make_schedule(step_size)
+    check_unit_interval(b1, "b1")
+    check_unit_interval(b2, "b2")
+    check_nonnegative(weight_decay, "weight_decay")
+    if not int(precondition_frequency) >= 1:
+        raise ValueError(f"precondition_frequency must be >= 1, got {precondition_frequency!r}")
+    beta = b2 if shampoo_beta is None else shampoo_beta
+    check_unit_interval(beta, "shampoo_beta")
+
+    def init(x0):
+        left, right = soap_sides(jnp.shape(x0), max_precond_dim)
+
+        def side(k):
+            eye = jnp.eye(jnp.shape(x0)[k], dtype=jnp.asarray(x0).dtype)
+            return (jnp.zeros_like(eye), eye)
+
+        lq = side(0) if left else (None, None)
+        rq = side(1) if right else (None, None)
+        return (x0, jnp.zeros_like(x0), jnp.zeros_like(x0), *lq, *rq)
+
+    def update(i, g, state):
+        x, m, v, sl, ql, sr, qr = state
+        # Adam in the current basis (built from the gradients before this one).
+        gp = g
+        if ql is not None:
+            gp = ql.T @ gp
+        if qr is not None:
+            gp = gp @ qr
+        t = jnp.asarray(i, jnp.int32)
+        m_new = (1 - b1) * gp + b1 * m
+        v_new = (1 - b2) * gp**2 + b2 * v
+        scale = (1 - b2**t).astype(x.dtype) ** 0.5 / (1 - b1**t).astype(x.dtype)
+        n = m_new / (jnp.sqrt(v_new) + eps)
+        if ql is not None:
+            n = ql @ n
+        if qr is not None:
+            n = n @ qr.T
+        x_new = x - step_size(i) * scale * n
+        x_new = x_new - step_size(i) * weight_decay * x_new
+        first = t == 0  # step 0 only gathers statistics, as the reference
+        x, m, v = (jnp.where(first, a, b) for a, b in ((x, x_new), (m, m_new), (v, v_new)))
+        # Then the statistics, and every precondition_frequency steps the bases.
+        if sl is not None:
+            sl = beta * sl + (1 - beta) * (g @ g.T)
+        if sr is not None:
+            sr = beta * sr + (1 - beta) * (g.T @ g)
+        if sl is not None or sr is not None:
+
+            def refresh(operand):
+                m, ql, qr = operand
+                new_ql = _eigenvectors(sl) if sl is not None else None
+                new_qr = _eigenvectors(sr) if sr is not None else None
+                if ql is not None:
+                    m = new_ql.T @ (ql @ m)
+                if qr is not None:
+                    m = (m @ qr.T) @ new_qr
+                return m, new_ql, new_qr
+
+            m, ql, qr = jax.lax.cond(t % precondition_frequency == 0, refresh, lambda o: o, (m, ql, qr))
+        return x, m, v, sl, ql, sr, qr
+
+    return init, update, params_of
