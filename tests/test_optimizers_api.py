@@ -270,6 +270,19 @@ EXPECTED_OPTIMIZERS = {
     "optax_sgd": {},
     "optax_momentum": {"mass": 0.9, "nesterov": False},
     "optax_adam": {"b1": 0.9, "b2": 0.999, "eps": 1e-8},
+    "muon": {"beta": 0.95, "ns_steps": 5, "eps": 1e-08, "weight_decay": 0.0, "nesterov": True, "adam_b1": 0.9,
+             "adam_b2": 0.999, "adam_weight_decay": 0.0, "adam_lr_ratio": 1.0, "muon_mask": None},
+    "adafactor": {"min_dim_size_to_factor": 128, "decay_rate": 0.8, "decay_offset": 0,
+                  "multiply_by_parameter_scale": True, "clipping_threshold": 1.0, "momentum": None,
+                  "weight_decay_rate": None, "eps": 1e-30, "factored": True},
+    "lamb": {"b1": 0.9, "b2": 0.999, "eps": 1e-06, "weight_decay": 0.0},
+    "lars": {"weight_decay": 0.0, "trust_coefficient": 0.001, "eps": 0.0, "momentum": 0.9, "nesterov": False},
+    "schedule_free_sgd": {"b1": 0.9, "weight_decay": 0.0, "weight_lr_power": 2.0},
+    "schedule_free_adamw": {"b1": 0.9, "b2": 0.999, "eps": 1e-08, "weight_decay": 0.0, "weight_lr_power": 2.0},
+    "prodigy": {"b1": 0.9, "b2": 0.999, "beta3": None, "eps": 1e-08, "estim_lr0": 1e-06, "estim_lr_coef": 1.0,
+                "weight_decay": 0.0, "safeguard_warmup": False},
+    "soap": {"b1": 0.95, "b2": 0.95, "shampoo_beta": None, "eps": 1e-08, "weight_decay": 0.01,
+             "precondition_frequency": 10, "max_precond_dim": 10000},
 }
 
 
@@ -322,7 +335,10 @@ def test_every_registry_entry_runs_in_scan_with_traced_lr_and_schedule():
         out = {}
         for k, name in enumerate(names):
             sname = sched_names[k % len(sched_names)]
-            opt = O.OPTIMIZERS[name](O.SCHEDULES[sname](lr, **hp.get(sname, {})))
+            # prodigy's step_size multiplies its own estimate, which starts at estim_lr0 (1e-6 by
+            # default: 12 steps would not move float32 parameters)
+            ohp = {"estim_lr0": 1e-2} if name == "prodigy" else {}
+            opt = O.OPTIMIZERS[name](O.SCHEDULES[sname](lr, **hp.get(sname, {})), **ohp)
 
             def body(s, t, opt=opt):
                 return opt.update_fn(t, grads_of(opt.params_fn(s), t), s), None

@@ -11,7 +11,7 @@ import pytest
 import optimizers as O
 from harness.cli.list_cmd import describe
 from harness.core.registry import hyperparameters
-from optimizers import core, extra
+from optimizers import core, extra, modern, modern_free, modern_soap
 from optimizers.registry import NOTES, register_optimizer, with_defaults
 
 PINNED_OPTIMIZERS = {
@@ -74,6 +74,52 @@ PINNED_OPTIMIZERS = {
     "optax_adam": (
         "step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-08",
         "optax.adam(step_size, b1, b2, eps) through from_optax.",
+    ),
+    "muon": (
+        'step_size, beta: float = 0.95, ns_steps: int = 5, eps: float = 1e-08, weight_decay: float = '
+        '0.0, nesterov: bool = True, adam_b1: float = 0.9, adam_b2: float = 0.999, adam_weight_decay:'
+        ' float = 0.0, adam_lr_ratio: float = 1.0, muon_mask: Callable[[typing.Any], typing.Any] | '
+        'None = None',
+        'Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al. 2024), AdamW for non-matrices.',
+    ),
+    "adafactor": (
+        'step_size, min_dim_size_to_factor: int = 128, decay_rate: float = 0.8, decay_offset: int = '
+        '0, multiply_by_parameter_scale: bool = True, clipping_threshold: float | None = 1.0, '
+        'momentum: float | None = None, weight_decay_rate: float | None = None, eps: float = 1e-30, '
+        'factored: bool = True',
+        'Adafactor (Shazeer & Stern 2018, arXiv:1804.04235): factored second moments, update '
+        'clipping.',
+    ),
+    "lamb": (
+        'step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-06, weight_decay: float = 0.0',
+        'LAMB, layer-wise adaptive Adam (You et al. 2020, arXiv:1904.00962).',
+    ),
+    "lars": (
+        'step_size, weight_decay: float = 0.0, trust_coefficient: float = 0.001, eps: float = 0.0, '
+        'momentum: float = 0.9, nesterov: bool = False',
+        'LARS, layer-wise adaptive rate scaling (You, Gitman & Ginsburg 2017, arXiv:1708.03888).',
+    ),
+    "schedule_free_sgd": (
+        'step_size, b1: float = 0.9, weight_decay: float = 0.0, weight_lr_power: float = 2.0',
+        'Schedule-Free SGD (Defazio et al. 2024, arXiv:2405.15682, "The Road Less Scheduled").',
+    ),
+    "schedule_free_adamw": (
+        'step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-08, weight_decay: float = '
+        '0.0, weight_lr_power: float = 2.0',
+        'Schedule-Free AdamW (Defazio et al. 2024, arXiv:2405.15682), the AlgoPerf 2024 winner.',
+    ),
+    "prodigy": (
+        'step_size, b1: float = 0.9, b2: float = 0.999, beta3: float | None = None, eps: float = '
+        '1e-08, estim_lr0: float = 1e-06, estim_lr_coef: float = 1.0, weight_decay: float = 0.0, '
+        'safeguard_warmup: bool = False',
+        'Prodigy, learning-rate-free AdamW (Mishchenko & Defazio 2024, arXiv:2306.06101).',
+    ),
+    "soap": (
+        'step_size, b1: float = 0.95, b2: float = 0.95, shampoo_beta: float | None = None, eps: float'
+        ' = 1e-08, weight_decay: float = 0.01, precondition_frequency: int = 10, max_precond_dim: int'
+        ' = 10000',
+        "SOAP, ShampoO with Adam in the Preconditioner's eigenbasis (Vyas et al. 2024, "
+        'arXiv:2409.11321).',
     ),
 }
 
@@ -144,7 +190,7 @@ def test_registry_entries_are_pinned(registry, table, pinned):
 
 
 def test_entries_are_the_functions_themselves_except_reference_defaults():
-    """No wrapper restates a default: an entry is the function defined in core/extra; only
+    """No wrapper restates a default: an entry is the function defined in core/extra/modern*; only
     ``momentum``/``nesterov``, whose reference signatures have no default ``mass``, are registered
     with one (and the reference functions keep theirs unchanged)."""
     for name, builder in {**O.OPTIMIZERS, **O.SCHEDULES}.items():
@@ -156,7 +202,8 @@ def test_entries_are_the_functions_themselves_except_reference_defaults():
             x = builder(0.1).init_fn(1.0)
             assert builder(0.1).update_fn(0, 1.0, x) == ref(0.1, 0.9).update_fn(0, 1.0, x)
         else:
-            assert builder is getattr(core, name, None) or builder is getattr(extra, name), name
+            homes = (core, extra, modern, modern_free, modern_soap)
+            assert any(builder is getattr(m, name, None) for m in homes), name
 
 
 def test_register_refuses_a_second_entry_and_unknown_defaults():
