@@ -279,8 +279,8 @@ EXPECTED_OPTIMIZERS = {
     "lars": {"weight_decay": 0.0, "trust_coefficient": 0.001, "eps": 0.0, "momentum": 0.9, "nesterov": False},
     "schedule_free_sgd": {"b1": 0.9, "weight_decay": 0.0, "weight_lr_power": 2.0},
     "schedule_free_adamw": {"b1": 0.9, "b2": 0.999, "eps": 1e-08, "weight_decay": 0.0, "weight_lr_power": 2.0},
-    "prodigy": {"b1": 0.9, "b2": 0.999, "beta3": None, "eps": 1e-08, "estim_lr0": 1e-06, "estim_lr_coef": 1.0,
-                "weight_decay": 0.0, "safeguard_warmup": False},
+    "prodigy": {"b1": 0.9, "b2": 0.999, "beta3": None, "eps": 1e-08, "estim_lr0": 1e-06,
+                "estim_lr_coef": 1.0, "weight_decay": 0.0, "safeguard_warmup": False},
     "soap": {"b1": 0.95, "b2": 0.95, "shampoo_beta": None, "eps": 1e-08, "weight_decay": 0.01,
              "precondition_frequency": 10, "max_precond_dim": 10000},
 }
