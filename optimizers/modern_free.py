@@ -48,9 +48,10 @@ def _schedule_free(step_size, b1, weight_lr_power, direction, n_slots):
     step_size = make_schedule(step_size)
 
     def init(y0):
-        zero = jnp.zeros((), y0.dtype)
-        return (y0, jnp.array(y0, copy=True), jnp.asarray(b1, y0.dtype), zero, zero,
-                *(jnp.zeros_like(y0) for _ in range(n_slots)))
+        # every leaf of the state its own buffer: the trainer donates the state, and one buffer
+        # in two places fails the donation ("donate the same buffer twice")
+        return (y0, jnp.array(y0, copy=True), jnp.asarray(b1, y0.dtype), jnp.zeros((), y0.dtype),
+                jnp.zeros((), y0.dtype), *(jnp.zeros_like(y0) for _ in range(n_slots)))
 
     def update(i, g, state):
         y, z, b1_, weight_sum, max_lr, *slots = state
@@ -229,12 +230,12 @@ def prodigy(
         leaves, treedef = jax.tree.flatten(params)
         dtype = min((jnp.asarray(x).dtype for x in leaves), key=lambda d: jnp.finfo(d).bits,
                     default=jnp.float32)
-        d0, r0 = jnp.asarray(estim_lr0, dtype), jnp.zeros((), dtype)
         flats, subs = [], []
-        for x in leaves:
+        for x in leaves:  # every state leaf its own buffer (the trainer donates the state)
             x = fresh(x)
-            z = jnp.zeros_like(x)
-            flat, sub = jax.tree.flatten((x, jnp.array(x, copy=True), z, z, z, d0, r0))
+            zeros = [jnp.zeros_like(x) for _ in range(3)]
+            flat, sub = jax.tree.flatten((x, jnp.array(x, copy=True), *zeros,
+                                          jnp.full((), estim_lr0, dtype), jnp.zeros((), dtype)))
             flats.append(flat)
             subs.append(sub)
         return OptimizerState(tuple(flats), treedef, tuple(subs))

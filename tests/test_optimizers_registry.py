@@ -6,6 +6,7 @@ with their annotations and defaults (what the config validator reads), and the s
 import inspect
 import typing
 
+import jax
 import pytest
 
 import optimizers as O
@@ -211,3 +212,17 @@ def test_register_refuses_a_second_entry_and_unknown_defaults():
         register_optimizer("adam")(core.adam)
     with pytest.raises(TypeError, match="no parameter"):
         with_defaults(core.momentum, {"masss": 0.9})
+
+
+@pytest.mark.parametrize("name", sorted(O.OPTIMIZERS))
+def test_initial_state_leaves_are_distinct_buffers(name):
+    """The trainer donates the optimizer state; two leaves on one buffer fail the donation ("Attempt to
+    donate the same buffer twice": schedule_free_* and prodigy did, from a shared zero), and a leaf on
+    the caller's parameter buffer would be freed under it."""
+    import jax.numpy as jnp
+
+    params = {"w": jnp.ones((3, 4), jnp.float32), "b": jnp.zeros((4,), jnp.float32), "s": jnp.float32(0.5)}
+    state = O.OPTIMIZERS[name](1e-2).init_fn(params)
+    ptrs = [x.unsafe_buffer_pointer() for x in jax.tree.leaves(state) if isinstance(x, jax.Array)]
+    assert len(ptrs) == len(set(ptrs)), name
+    assert not {p.unsafe_buffer_pointer() for p in jax.tree.leaves(params)} & set(ptrs), name
