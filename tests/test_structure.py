@@ -329,3 +329,17 @@ def test_report_version_comes_from_the_distribution_metadata():
     from reports.html import harness_version
 
     assert harness_version() == harness.__version__ == "0.1.0"
+
+
+def test_old_import_paths_users_hold_keep_working():
+    """Issue 20 moved the flat modules into subpackages; the three paths users were told about stay."""
+    code = ("import harness.sweep, harness.trainer, harness.data, harness.sweep.run, harness.train.loop\n"
+            "assert harness.sweep.run_sweep is harness.sweep.run.run_sweep\n"
+            "assert harness.trainer.run_trial is harness.train.loop.run_trial\n"
+            "assert harness.trainer.run_trials_batched is harness.train.loop.run_trials_batched\n"
+            "from harness.data import DATASETS, load_dataset\n"
+            "assert {'digits', 'mnist1d', 'synthetic', 'markov_lm'} <= set(DATASETS)\n"
+            "from harness.config import load_config, ConfigError\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "ok"
