@@ -35,7 +35,7 @@ def test_unknown_optimizer_schedule_dataset_hparam(write_sweep):
                                             {"name": "momentum", "hparams": {"step_size": 0.1, "mas": 0.9}}],
                    schedules=["cosine"], datasets=["digts", "tfds:MNIST"])
     assert errs[0].startswith(
-        "F: optimizers[0].name: unknown optimizer 'addam'; valid choices: adagrad, adam,")
+        "F: optimizers[0].name: unknown optimizer 'addam'; valid choices: adafactor, adagrad, adam,")
     assert errs[0].endswith("(did you mean 'adam'?)")
     assert errs[1] == ("F: optimizers[1].hparams.mas: unknown hyperparameter of optimizer 'momentum'; "
                        "valid: step_size, mass (did you mean 'mass'?)")
@@ -171,7 +171,7 @@ def test_exclude_rule_values_checked_against_registries(write_sweep):
                                          {"optimizer": ["sgd", "adamm"], "dataset": "digts"}])
     assert errs[0] == ("F: exclude[0].model: unknown model 'cnnn'; valid choices: autoencoder, cnn, cnn1d, "
                        "logreg, mlp, resnet, resnet18, transformer_lm, vit (did you mean 'cnn'?)")
-    assert errs[1].startswith("F: exclude[1].optimizer: unknown optimizer 'adamm'; valid choices: adagrad,")
+    assert errs[1].startswith("F: exclude[1].optimizer: unknown optimizer 'adamm'; valid choices: adafactor, adagrad,")
     assert errs[1].endswith("(did you mean 'adam'?)")
     assert errs[2].startswith("F: exclude[1].dataset: unknown dataset 'digts'; valid choices: digits,")
     assert len(errs) == 3
