@@ -171,7 +171,8 @@ def test_exclude_rule_values_checked_against_registries(write_sweep):
                                          {"optimizer": ["sgd", "adamm"], "dataset": "digts"}])
     assert errs[0] == ("F: exclude[0].model: unknown model 'cnnn'; valid choices: autoencoder, cnn, cnn1d, "
                        "logreg, mlp, resnet, resnet18, transformer_lm, vit (did you mean 'cnn'?)")
-    assert errs[1].startswith("F: exclude[1].optimizer: unknown optimizer 'adamm'; valid choices: adafactor, adagrad,")
+    assert errs[1].startswith("F: exclude[1].optimizer: unknown optimizer 'adamm'; "
+                              "valid choices: adafactor, adagrad,")
     assert errs[1].endswith("(did you mean 'adam'?)")
     assert errs[2].startswith("F: exclude[1].dataset: unknown dataset 'digts'; valid choices: digits,")
     assert len(errs) == 3
