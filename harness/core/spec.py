@@ -92,6 +92,13 @@ class TrialSpec:
       shard: what is split over those devices: ``"batch"`` (data-parallel: each step's batch is
         sharded, state replicated) or ``"trials"`` (a vmapped batch of trials is sharded along its
         trial axis). Ignored when ``devices`` resolves to 1.
+      optimizer_source: the optimizer entry's ``source`` as written (``"my_opts.py:my_adam"``;
+        ``""`` = a registered optimizer), see :mod:`harness.core.source`.
+      optimizer_source_hash: the source's digest (file bytes, or package and version): part of
+        ``trial_id``, so editing the file re-trains.
+      optimizer_source_ref: ``(kind, target, function, digest, code)`` of the source, shipped with
+        the trial to the worker that trains it (the file's text included); never in
+        :meth:`to_dict`, equality or ``trial_id``.
 
     ``augment`` and ``workload`` are left out of :meth:`to_dict` (hence of ``trial_id``) at their
     defaults, so trials from before them keep their ids. ``devices`` and ``shard`` are in
@@ -123,6 +130,9 @@ class TrialSpec:
     divergence_loss_factor: float | None = 100.0
     devices: int | str = 1
     shard: Literal["batch", "trials"] = "batch"
+    optimizer_source: str = ""
+    optimizer_source_hash: str = ""
+    optimizer_source_ref: tuple = field(default=(), compare=False, repr=False)
 
     @classmethod
     def make(cls, **kw: Any) -> TrialSpec:
@@ -141,7 +151,8 @@ class TrialSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """Canonical JSON-able dict (hyperparameters as dicts)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in NOT_IN_DICT}
         for k in ("model", "optimizer", "schedule", "dataset"):
             d[f"{k}_hparams"] = self.hparams(k)  # type: ignore[arg-type]
         d["target"] = dataclasses.asdict(self.target) if self.target else None
@@ -165,6 +176,11 @@ class TrialSpec:
                           separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    @property
+    def optimizer_api(self) -> str:
+        """``"algoperf"`` for an AlgoPerf submission (its own per-step loop), else ``"triple"``."""
+        return "algoperf" if self.optimizer_source.startswith("algoperf:") else "triple"
+
     def flat_params(self) -> dict[str, str]:
         """MLflow params, flattened with dots: ``optimizer.step_size``, ``model.width``, ``train.steps``."""
         out: dict[str, str] = {}
@@ -179,6 +195,8 @@ class TrialSpec:
             out[f"augment.{name}"] = str(v)
         if self.workload:
             out["workload"] = self.workload
+        if self.optimizer_source:
+            out["optimizer.source"] = self.optimizer_source
         if self.devices != 1:
             out["parallelism.devices"] = str(self.devices)
             out["parallelism.shard"] = self.shard
@@ -195,7 +213,7 @@ class TrialSpec:
             self.sweep, self.model, self.model_hparams, self.optimizer, opt, self.schedule,
             self.schedule_hparams, self.dataset, self.dataset_hparams, self.steps, self.batch_size,
             self.eval_every, self.steps_per_dispatch, self.target, self.dtype, self.augment,
-            self.workload, self.devices, self.shard,
+            self.workload, self.devices, self.shard, self.optimizer_source, self.optimizer_source_hash,
         )
 
     def perf_key(self) -> tuple:
@@ -209,12 +227,15 @@ class TrialSpec:
                     if k != "step_size" and not isinstance(v, float))
         return (self.model, self.model_hparams, self.optimizer, opt, self.dataset,
                 self.dataset_hparams, self.batch_size, self.dtype, self.augment, self.devices,
-                self.shard)
+                self.shard) + ((self.optimizer_source_hash,) if self.optimizer_source_hash else ())
 
 
 #: TrialSpec fields left out of ``to_dict`` (and ``trial_id``) when they equal these defaults.
 _OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0,
-                                     "devices": 1, "shard": "batch"}
+                                     "devices": 1, "shard": "batch", "optimizer_source": "",
+                                     "optimizer_source_hash": ""}
+#: TrialSpec fields never in ``to_dict`` (the shipped source text: the hash stands for it).
+NOT_IN_DICT = ("optimizer_source_ref",)
 #: TrialSpec fields never part of ``trial_id`` (see the class docstring: results equal to float32
 #: rounding whatever their value, so a change of them must not re-train finished trials).
 NOT_IN_IDENTITY = ("devices", "shard")

@@ -1,0 +1,235 @@
+"""Where a user's training algorithm comes from: an optimizer entry's ``source``.
+
+A config's optimizer entry may name code outside the project's registries::
+
+    optimizers:
+      - {name: my_adam, source: "my_opts.py:my_adam"}          # a file, relative to the config
+      - {name: mine, source: "mypkg.opts:make"}                 # an importable module
+      - {name: sf, source: "optax.contrib:schedule_free_adamw"}  # any Optax optimizer
+      - {name: nadamw_ap, source: "algoperf:submissions/nadamw.py"}  # an AlgoPerf submission
+
+:func:`parse_source` turns the text into a :class:`SourceRef`: its kind (``path``, ``module``,
+``optax`` or ``algoperf``), where it lives, the function it names, and a **digest** that is part of
+every trial's identity (``TrialSpec.optimizer_source_hash``): the SHA-256 of the file's bytes for a
+file, of ``"<distribution>==<version>"`` for an installed package (of the module file's bytes for a
+module that no installed distribution owns). Editing your file changes the digest, hence the
+trial ids, so a re-run trains again instead of skipping as FINISHED.
+
+A file's text travels with the trial (``TrialSpec.optimizer_source_code``, never part of its
+identity), and :func:`load_module` executes exactly that text, the bytes that were hashed, in a
+module of its own (cached per digest), with the file's folder on ``sys.path`` while it runs so
+that it may import its neighbours. So a worker on another machine (Ray) needs no copy of the file,
+and a file edited while a sweep runs cannot mix two versions into one sweep.
+
+Standard library only (importing the named module is the only thing that runs user code).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import re
+import sys
+import threading
+import types
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["SOURCE_KINDS", "SourceError", "SourceRef", "load_module", "parse_source", "source_of"]
+
+#: The kinds of source, in the order the docs present them.
+SOURCE_KINDS = ("path", "module", "optax", "algoperf")
+#: Largest source file read (bytes): an optimizer is code, not data.
+MAX_SOURCE_BYTES = 2 * 1024 * 1024
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_MODULE_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
+_FUNC_RE = re.compile(rf"^{_IDENT}$")
+
+
+class SourceError(ValueError):
+    """A ``source`` that cannot be used; the message is one line saying what to do."""
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """A parsed ``source``.
+
+    Attributes:
+      text: the source as written in the config (``"my_opts.py:my_adam"``).
+      kind: ``"path"``, ``"module"``, ``"optax"`` (``optax:`` / ``optax.contrib:``) or
+        ``"algoperf"``.
+      target: the file's absolute path (``path``, ``algoperf``) or the module's dotted name.
+      function: the factory's name (``""`` for an AlgoPerf submission: the module is the algorithm).
+      digest: 16 hex digits of SHA-256 (see the module docstring).
+      code: the file's text (``path``, ``algoperf``; ``""`` for modules).
+    """
+
+    text: str
+    kind: Literal["path", "module", "optax", "algoperf"]
+    target: str
+    function: str
+    digest: str
+    code: str = ""
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind in ("path", "algoperf")
+
+    @property
+    def filename(self) -> str:
+        """The file's base name (``my_opts.py``), or the module's name."""
+        return os.path.basename(self.target) if self.is_file else self.target
+
+
+def _sha16(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _read_file(path: str, text: str) -> str:
+    if not os.path.isfile(path):
+        where = "no such file" if not os.path.exists(path) else "not a file"
+        raise SourceError(f"source {text!r}: {where}: {path} (a path is relative to the config "
+                          f"file's folder)")
+    size = os.path.getsize(path)
+    if size > MAX_SOURCE_BYTES:
+        raise SourceError(f"source {text!r}: {path} is {size:,} bytes; a source file is at most "
+                          f"{MAX_SOURCE_BYTES:,}")
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SourceError(f"source {text!r}: {path} is not UTF-8 text ({e.reason} at byte "
+                          f"{e.start})") from None
+    except OSError as e:
+        raise SourceError(f"source {text!r}: cannot read {path}: {e.strerror}") from None
+
+
+def _module_digest(module: str, text: str) -> str:
+    """``"<dist>==<version>"`` of the distribution that provides ``module``'s top package, else
+    the bytes of the module's file."""
+    top = module.split(".")[0]
+    dists = importlib.metadata.packages_distributions().get(top, [])
+    if dists:
+        name = sorted(dists)[0]
+        return _sha16(f"{name}=={importlib.metadata.version(name)}".encode())
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as e:
+        raise SourceError(f"source {text!r}: cannot import {module!r}: {e}") from None
+    if spec is None:
+        raise SourceError(f"source {text!r}: no module named {module!r} (is it installed, or on "
+                          f"PYTHONPATH?)")
+    origin = spec.origin if spec.origin and os.path.isfile(spec.origin) else None
+    if origin is None:
+        return _sha16(module.encode())
+    with open(origin, "rb") as f:
+        return _sha16(f.read())
+
+
+def parse_source(text: Any, base_dir: str) -> SourceRef:
+    """The :class:`SourceRef` of ``text`` (see the module docstring); a relative path is relative
+    to ``base_dir`` (the config file's folder). Reads the file (to hash it) but runs no code of it.
+
+    Raises:
+      SourceError: not a string; malformed (``expected PATH.py:FUNCTION, package.module:FUNCTION,
+        optax:NAME, optax.contrib:NAME or algoperf:PATH.py``); the file is missing, not UTF-8 or
+        too large; the module is not installed.
+    """
+    forms = ("expected PATH.py:FUNCTION, package.module:FUNCTION, optax:NAME, optax.contrib:NAME "
+             "or algoperf:PATH.py")
+    if not isinstance(text, str) or not text.strip():
+        raise SourceError(f"source must be a non-empty string; {forms}")
+    if len(text) > 1000:
+        raise SourceError(f"source is {len(text):,} characters; {forms}")
+    if text.startswith("algoperf:"):
+        rel = text[len("algoperf:"):]
+        if not rel.endswith(".py"):
+            raise SourceError(f"source {text!r}: an AlgoPerf submission is a .py file "
+                              f"(algoperf:PATH.py)")
+        path = os.path.abspath(os.path.join(base_dir, rel))
+        code = _read_file(path, text)
+        return SourceRef(text, "algoperf", path, "", _sha16(code.encode()), code)
+    where, sep, func = text.rpartition(":")
+    if not sep or not where or not _FUNC_RE.match(func):
+        raise SourceError(f"source {text!r}: {forms}")
+    if where.endswith(".py"):
+        path = os.path.abspath(os.path.join(base_dir, where))
+        code = _read_file(path, text)
+        return SourceRef(text, "path", path, func, _sha16(code.encode()), code)
+    if not _MODULE_RE.match(where):
+        raise SourceError(f"source {text!r}: {where!r} is neither a .py path nor a module name; {forms}")
+    kind: Literal["module", "optax"] = "optax" if where in ("optax", "optax.contrib") else "module"
+    return SourceRef(text, kind, where, func, _module_digest(where, text))
+
+
+def source_of(spec: Any) -> SourceRef | None:
+    """The :class:`SourceRef` a :class:`~harness.core.spec.TrialSpec` carries (``None`` for a
+    registered optimizer); the file's text is the one shipped with the spec."""
+    text = getattr(spec, "optimizer_source", "")
+    if not text:
+        return None
+    kind, target, func, digest, code = spec.optimizer_source_ref
+    return SourceRef(text, kind, target, func, digest, code)
+
+
+_LOADED: dict[tuple[str, str], types.ModuleType] = {}
+_LOCK = threading.Lock()
+
+
+def load_module(ref: SourceRef) -> types.ModuleType:
+    """The module of ``ref``: for a file, a fresh module executed from ``ref.code`` (cached per
+    file and digest; registered in ``sys.modules`` as ``harness_source_<digest>``); else
+    ``importlib.import_module(ref.target)``.
+
+    Raises:
+      SourceError: the module cannot be imported, or executing the file raised (the message names
+        the file, the exception and its line).
+    """
+    if not ref.is_file:
+        try:
+            return importlib.import_module(ref.target)
+        except Exception as e:
+            raise SourceError(f"source {ref.text!r}: importing {ref.target!r} raised "
+                              f"{type(e).__name__}: {e}") from None
+    key = (ref.target, ref.digest)
+    with _LOCK:
+        mod = _LOADED.get(key)
+        if mod is not None:
+            return mod
+        name = f"harness_source_{ref.digest}"
+        mod = types.ModuleType(name)
+        mod.__file__ = ref.target
+        sys.modules[name] = mod
+        folder = os.path.dirname(ref.target)
+        added = folder not in sys.path
+        if added:
+            sys.path.insert(0, folder)
+        try:
+            exec(compile(ref.code, ref.target, "exec"), mod.__dict__)
+        except Exception as e:
+            sys.modules.pop(name, None)
+            raise SourceError(f"source {ref.text!r}: running {os.path.basename(ref.target)} raised "
+                              f"{type(e).__name__}: {e}{_line_of(e, ref.target)}") from None
+        finally:
+            if added:
+                with contextlib.suppress(ValueError):
+                    sys.path.remove(folder)
+        _LOADED[key] = mod
+        return mod
+
+
+def _line_of(e: BaseException, filename: str) -> str:
+    """`` (line N)`` of the innermost frame of ``e`` in ``filename``, or ``""``."""
+    if isinstance(e, SyntaxError) and e.lineno:
+        return f" (line {e.lineno})"
+    tb, line = e.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f" (line {line})" if line else ""
