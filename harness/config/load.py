@@ -88,6 +88,8 @@ value mappings and why raising ``trials`` keeps the earlier trials.
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -103,7 +105,8 @@ from harness.config.validate import validate_names
 from harness.config.yamlsafe import YamlConfigError, load_yaml_file
 
 #: ``ConfigError`` is here too: it is what these functions raise.
-__all__ = ["ConfigError", "check_plan_size", "load_config", "parse_config"]
+__all__ = ["ConfigError", "check_plan_size", "config_registries", "load_config", "parse_config",
+           "with_config_sources"]
 
 
 def parse_config(data: Any, file: str = "<config>",
@@ -157,6 +160,40 @@ def load_config(path: str | Path, registries: Registries | None = None,
     except YamlConfigError as e:
         raise ConfigError(e.lines) from None
     cfg = parse_config(data, file, max_trials)
-    regs = registries or default_registries()
+    regs = with_config_sources(registries or default_registries(), cfg, file,
+                               os.path.dirname(os.path.abspath(file)))
     validate_names(cfg, file, regs)
     return canonicalize_numbers(cfg, regs)
+
+
+def with_config_sources(regs: Registries, cfg: SweepConfig, file: str, base_dir: str) -> Registries:
+    """``regs`` plus the builders of ``cfg``'s sourced optimizer entries
+    (:func:`harness.config.optimizer_sources.resolve_sources`; paths relative to ``base_dir``).
+
+    Raises:
+      ConfigError: a ``source`` on an entry other than an optimizer, or one that cannot be used.
+    """
+    errors = [f"{file}: {prefix}{axis}[{j}].source: only optimizer entries take a source"
+              for prefix, grid in [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
+              for axis in ("models", "schedules", "datasets")
+              for j, comp in enumerate(getattr(grid, axis) or []) if comp.source is not None]
+    if errors:
+        raise ConfigError(errors)
+    if not any(c.source is not None for g in (cfg, *cfg.include) for c in g.optimizers or []):
+        return regs
+    from harness.config.optimizer_sources import resolve_sources, with_sources
+
+    builders, errors = resolve_sources(cfg, file, base_dir)
+    if errors:
+        raise ConfigError(errors)
+    return with_sources(regs, builders)
+
+
+def config_registries(cfg: SweepConfig, regs: Registries) -> Registries:
+    """``regs`` plus the builders of the optimizer entries of a loaded ``cfg`` that have a
+    source (already resolved by :func:`load_config`)."""
+    from harness.config.optimizer_sources import source_builder, with_sources
+
+    builders = {c.name: source_builder(c.source_ref, tuple(c.hparams))
+                for g in (cfg, *cfg.include) for c in g.optimizers or [] if c.source_ref is not None}
+    return with_sources(regs, builders)

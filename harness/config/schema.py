@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     ValidationInfo,
     field_validator,
@@ -91,6 +92,18 @@ class Component(_Strict):
     hparams: dict[str, Any] = Field(default_factory=dict)
     zip: list[list[str]] = Field(default_factory=list)
     search: SearchCfg | None = None
+    #: optimizer entries: where the optimizer's code comes from (:mod:`harness.core.source`)
+    source: str | None = None
+    _source_ref: Any = PrivateAttr(default=None)
+
+    @property
+    def source_ref(self) -> Any:
+        """The parsed ``source`` (a :class:`harness.core.source.SourceRef`), once
+        :func:`harness.config.optimizer_sources.resolve_sources` has set it; else ``None``."""
+        return self._source_ref
+
+    def set_source_ref(self, ref: Any) -> None:
+        self._source_ref = ref
 
     @model_validator(mode="before")
     @classmethod

@@ -41,6 +41,13 @@ TAG_SCHEDULE = "schedule"
 TAG_DATASET = "dataset"
 TAG_SEED = "seed"
 TAG_WORKLOAD = "workload"
+#: A user's optimizer (``source:``): the source as written, its digest (in the trial id), how the
+#: trainer ran it (``factory``: a builder's optimizer in the compiled loop; ``algoperf``: a
+#: submission's own per-step loop) and whether it evaluated at ``eval_params`` (``true``).
+TAG_OPTIMIZER_SOURCE = "optimizer.source"
+TAG_OPTIMIZER_SOURCE_HASH = "optimizer.source_hash"
+TAG_OPTIMIZER_API = "optimizer.api"
+TAG_EVAL_PARAMS = "optimizer.eval_params"
 #: Environment tags (any may be absent on old runs).
 ENV_TAGS = ("jax_version", "jaxlib_version", "harness_version", "device_kind", "git_commit")
 
@@ -101,6 +108,7 @@ ARTIFACT_TRIALS = "trials.json"  # the parent run's list of the sweep's trials (
 ARTIFACT_TRIAL = "trial.json"
 ARTIFACT_CURVES = "curves.csv"
 ARTIFACT_TRACEBACK = "traceback.txt"
+ARTIFACT_SOURCE_DIR = "source"  # a user optimizer's file (source: PATH.py:FUNCTION, algoperf:PATH.py)
 
 
 def canonical_metric(name: str) -> str:

@@ -46,9 +46,10 @@ def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
     defaults (``optimizer.b1``, ``model.depth``, ...) and the ``schedule.total_steps`` the trainer
     fills in (the trial's step budget). The config's own values are :meth:`TrialSpec.flat_params`.
     """
-    from harness.config.registries import builder_hparams, default_registries
+    from harness.config.optimizer_sources import registries_for
+    from harness.config.registries import builder_hparams
 
-    reg = default_registries()
+    reg = registries_for(spec)
     out: dict[str, str] = {}
     for kind, registry in (("model", reg.models), ("optimizer", reg.optimizers),
                            ("schedule", reg.schedules), ("dataset", reg.datasets)):

@@ -240,7 +240,8 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 dataset_hparams=ds.hparams,
                 target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
                 divergence_loss_factor=cfg.divergence.loss_factor,
-                devices=cfg.parallelism.devices, shard=cfg.parallelism.shard)
+                devices=cfg.parallelism.devices, shard=cfg.parallelism.shard,
+                **source_fields(pt["optimizers"].comp))
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled)
             rows.append((group, -1 if k is None else k, len(rows), spec, origin))
@@ -252,6 +253,15 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
             out.origins[spec.trial_id] = origin
             out.append(spec)
     return out
+
+
+def source_fields(comp: Component) -> dict[str, Any]:
+    """The :class:`TrialSpec` fields of an optimizer entry's resolved ``source`` (none without)."""
+    ref = comp.source_ref
+    if ref is None:
+        return {}
+    return {"optimizer_source": ref.text, "optimizer_source_hash": ref.digest,
+            "optimizer_source_ref": (ref.kind, ref.target, ref.function, ref.digest, ref.code)}
 
 
 def expand_parts(cfg: SweepConfig, expand_one: Callable[[SweepConfig], TrialList]) -> TrialList:

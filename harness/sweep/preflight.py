@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config.errors import ConfigError
+from harness.config.load import config_registries
 from harness.config.registries import Registries, default_registries
 from harness.config.schema import SweepConfig
 from harness.config.workloads import needs_parts
@@ -42,7 +43,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
     - the trials left after ``include``/``exclude`` are not zero;
     - every optimizer builds with its hyperparameters and schedule exactly as the trainer does
       (:func:`harness.train.build.make_opt_factory`, ``total_steps`` injected, a traced step size) and
-      traces one update (``jax.eval_shape``, no compute);
+      traces one update on the parameter shapes of the trial's model (``jax.eval_shape``, no
+      compute), a user's optimizer (``source:``) as a built-in; an AlgoPerf submission is checked
+      when it loads;
     - every model builds on its dataset's input shape and initialises abstractly
       (``jax.eval_shape`` of its ``init``);
     - no batch size exceeds its dataset's training examples;
@@ -62,7 +65,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
     from harness.data.sources import DATASETS, TFDS_PREFIX, load_dataset
     from harness.train.build import base_step_size, make_opt_factory
 
-    reg = registries or default_registries()
+    reg = config_registries(cfg, registries or default_registries())
     paths = entry_paths(cfg)
     errors: list[str] = []
 
@@ -109,7 +112,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
                 if (msg := batch_problem(s.batch_size, n_dev)) is not None and once(("par", s.batch_size)):
                     errors.append(f"{file}: batch_size: {msg.removeprefix('batch_size ')}")
 
-    p = jnp.zeros((2,), jnp.float32)
+    avals: dict[tuple, Any] = {}  # each model's parameter shapes: the optimizers are checked on them
     lr_aval = jax.ShapeDtypeStruct((), jnp.float32)
     key_aval = jax.ShapeDtypeStruct((2,), jnp.uint32)
     for s in specs:
@@ -124,16 +127,20 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
                           f"examples of dataset {s.dataset!r}")
         # model
         mhp = s.hparams("model")
-        if once(("model", s.model, hp_key(mhp), ds.input_shape, ds.num_classes)):
+        mkey = ("model", s.model, hp_key(mhp), ds.input_shape, ds.num_classes)
+        if once(mkey):
             mpath = specs.origins[s.trial_id].paths["models"]
             try:
                 model = reg.models[s.model](input_shape=ds.input_shape, num_classes=ds.num_classes, **mhp)
-                jax.eval_shape(lambda k, m=model, sh=ds.input_shape: m.init(k, (1, *sh)), key_aval)
+                avals[mkey] = jax.eval_shape(lambda k, m=model, sh=ds.input_shape: m.init(k, (1, *sh)),
+                                             key_aval)[1]
             except Exception as e:
                 if once(("model-err", s.model, hp_key(mhp), _exc_text(e))):  # once, not per dataset
                     errors.append(f"{file}: {_hp_path(mpath, mhp, str(e))}: model {s.model!r} "
                                   f"({_hp_text(mhp)}) on dataset {s.dataset!r} with input shape "
                                   f"{ds.input_shape}: {_exc_text(e)}")
+        if s.optimizer_api == "algoperf":  # its own loop: checked when the submission loads
+            continue
         # optimizer alone, then with its schedule (as the trainer builds it)
         ohp = s.hparams("optimizer")
         opath = specs.origins[s.trial_id].paths["optimizers"]
@@ -142,19 +149,22 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
         for sched, sched_hp, steps in (("none", {}, 0), (s.schedule, shp, s.steps)):
             if ("bad-opt", s.optimizer, hp_key(ohp)) in seen:
                 break  # reported once, on the optimizer
-            if not once(("opt", s.optimizer, hp_key(ohp), sched, hp_key(sched_hp), steps)):
+            if mkey not in avals:  # the model failed (reported above)
+                break
+            p = avals[mkey]
+            if not once(("opt", s.optimizer, hp_key(ohp), sched, hp_key(sched_hp), steps, mkey)):
                 continue
             try:
                 make = make_opt_factory(s.optimizer, ohp, sched, sched_hp, steps, reg.optimizers,
                                         reg.schedules)
                 base_step_size(s.optimizer, ohp, reg.optimizers[s.optimizer])
 
-                def one_update(lr, make=make):
+                def one_update(lr, params, make=make):
                     opt = make(lr)
-                    state = opt.init_fn(p)
-                    return opt.params_fn(opt.update_fn(0, p, state))
+                    state = opt.init_fn(params)
+                    return opt.params_fn(opt.update_fn(0, params, state))
 
-                jax.eval_shape(one_update, lr_aval)
+                jax.eval_shape(one_update, lr_aval, p)
             except Exception as e:
                 if sched == "none":
                     seen.add(("bad-opt", s.optimizer, hp_key(ohp)))

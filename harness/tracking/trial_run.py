@@ -25,6 +25,9 @@ trained and why, :mod:`harness.train.batching`; set by the sweep through ``RunCo
 artifacts ``trial.json`` (the resolved spec), ``curves.csv``
 (``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every step), ``valid``,
 ``test``) and, for a failed trial, ``traceback.txt``; the training split as a dataset input.
+A trial of a user's optimizer (``source:``) also gets the tags ``optimizer.source``,
+``optimizer.source_hash`` and ``optimizer.api``, ``optimizer.eval_params`` when it was evaluated
+at its optimizer's ``eval_params``, and its file as the artifact ``source/<file name>``.
 Every name is :mod:`harness.core.names`'s.
 
 :func:`trial_state` is the one rule for what a trial's runs say: done (its first FINISHED run),
@@ -92,7 +95,18 @@ def trial_tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
         names.TAG_GIT_COMMIT: ctx.git_commit, **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
         **owner_tags(),
         **({names.TAG_WORKLOAD: spec.workload} if spec.workload else {}),
+        **source_tags(spec),
     }
+
+
+def source_tags(spec: TrialSpec) -> dict[str, str]:
+    """``optimizer.source``, ``optimizer.source_hash`` and ``optimizer.api`` of a trial whose
+    optimizer has a ``source`` (none for a registered optimizer)."""
+    if not spec.optimizer_source:
+        return {}
+    api = "algoperf" if spec.optimizer_api == "algoperf" else "factory"
+    return {names.TAG_OPTIMIZER_SOURCE: spec.optimizer_source,
+            names.TAG_OPTIMIZER_SOURCE_HASH: spec.optimizer_source_hash, names.TAG_OPTIMIZER_API: api}
 
 
 def train_rows_to_log(n: int, max_points: int = MAX_TRAIN_POINTS) -> list[int]:
@@ -194,6 +208,8 @@ def result_tags(res: TrialResult) -> dict[str, str]:
         tags[names.TAG_MESH] = res.extra["mesh"]  # the mesh the trial trained on, "batch=4"
     if res.extra.get("batch_fallback_reason"):
         tags[names.TAG_BATCH_FALLBACK_REASON] = res.extra["batch_fallback_reason"]
+    if res.extra.get("eval_params"):
+        tags[names.TAG_EVAL_PARAMS] = "true"  # evaluated at the optimizer's eval_params
     if res.diverged_step is not None:
         tags[names.TAG_DIVERGED_STEP] = str(res.diverged_step)
     if res.reason:
@@ -224,6 +240,10 @@ def log_result(client, run_id: str, res: TrialResult, t0_ms: int, defaults: Mapp
         write_curves(res, dp / names.ARTIFACT_CURVES)
         if res.status == "failed":
             (dp / names.ARTIFACT_TRACEBACK).write_text(res.reason)
+        ref = res.spec.optimizer_source_ref
+        if ref and ref[4]:  # the user's optimizer file, exactly the bytes that were hashed and run
+            (dp / names.ARTIFACT_SOURCE_DIR).mkdir()
+            (dp / names.ARTIFACT_SOURCE_DIR / Path(ref[1]).name).write_text(ref[4])
         client.log_artifacts(run_id, d)
 
 

@@ -6,7 +6,8 @@ optimizer and its non-step-size hyperparameters, schedule, steps, augmentation) 
 K-step chunk, vmapped over T trials or not, on one device or over a mesh (:meth:`get_chunk`).
 
 :func:`program_for` is the one way to get a program: it looks the registries up
-(:func:`harness.config.load.default_registries`) and keeps the last :data:`PROGRAM_CACHE_SIZE` model
+(:func:`harness.config.optimizer_sources.registries_for`: the default registries plus the
+spec's own optimizer source, if it has one) and keeps the last :data:`PROGRAM_CACHE_SIZE` model
 entries (:class:`harness.train.build.ModelEntry`) and programs of the process in :data:`ENTRIES`
 and :data:`PROGRAMS`, so the seeds and step sizes of a sweep compile once.
 """
@@ -21,7 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from harness.config.registries import default_registries
+from harness.config.optimizer_sources import registries_for
 from harness.core.registry import lookup
 from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
@@ -209,7 +210,7 @@ def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
       KeyError: unknown model, optimizer or schedule name. ValueError: a batch larger than the
         training split.
     """
-    reg = default_registries()
+    reg = registries_for(spec)
     regs = (id(reg.models), id(reg.optimizers), id(reg.schedules))
     ekey = (spec.model, spec.model_hparams, spec.dtype, id(ds), regs)
     entry = _cached(ENTRIES, ekey, lambda: ModelEntry(spec, ds, reg.models))
@@ -229,4 +230,4 @@ def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
 def trial_model(spec: TrialSpec, ds: Dataset) -> Any:
     """``spec``'s model on ``ds`` from the same registries as :func:`program_for` (nothing compiled,
     no data on the device)."""
-    return build_model(spec, ds, default_registries().models)
+    return build_model(spec, ds, registries_for(spec).models)
