@@ -89,7 +89,6 @@ value mappings and why raising ``trials`` keeps the earlier trials.
 from __future__ import annotations
 
 import os
-
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any

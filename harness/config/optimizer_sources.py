@@ -208,9 +208,10 @@ def resolve_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Calla
                 continue
             try:
                 ref = parse_source(comp.source, base_dir)
-                if comp.name in refs and (refs[comp.name].text, refs[comp.name].digest) != (ref.text, ref.digest):
+                old = refs.get(comp.name)
+                if old is not None and (old.text, old.digest) != (ref.text, ref.digest):
                     errors.append(f"{where}: entries named {comp.name!r} have different sources "
-                                  f"({refs[comp.name].text!r}, {ref.text!r}); name them apart")
+                                  f"({old.text!r}, {ref.text!r}); name them apart")
                     continue
                 builder = source_builder(ref, tuple(comp.hparams))
                 if ref.kind != "algoperf":
