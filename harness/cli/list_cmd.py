@@ -77,9 +77,15 @@ def input_kinds(builder) -> str:
 def list_(
     kind: str | None = typer.Argument(
         None, help="models | optimizers | schedules | datasets | workloads (default all)."),
+    optax: bool = typer.Option(
+        False, "--optax", help="List every Optax and optax.contrib optimizer instead, as the "
+        "`source:` that runs it (optax:NAME) with its hyperparameters (learning_rate is step_size)."),
 ) -> None:
     """Registered models, optimizers, schedules, datasets and workloads with their hyperparameters
-    and defaults (a workload: dataset, model, loss, validation target, steps × batch size)."""
+    and defaults (a workload: dataset, model, loss, validation target, steps × batch size).
+
+    Your own optimizer needs no registration: name it in a config entry's `source:`
+    (docs/your-optimizer.md); `list optimizers --optax` shows what `source: optax:NAME` reaches."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -97,6 +103,12 @@ def list_(
         err(f"unknown kind {kind!r}; valid choices: {', '.join(valid)}{did_you_mean(kind, valid)}")
         raise typer.Exit(2)
     console = Console()
+    if optax:
+        if kind not in (None, "optimizers"):
+            err(f"--optax lists optimizers; drop {kind!r} (python -m harness list optimizers --optax)")
+            raise typer.Exit(2)
+        _print_optax(console)
+        return
     for k, (single, registry) in kinds.items():
         if kind and k != kind:
             continue
@@ -121,6 +133,32 @@ def list_(
         console.print(t)
     if kind in (None, "workloads"):
         _print_workloads(console)
+
+
+def _print_optax(console) -> None:
+    """The table of ``list optimizers --optax``: each Optax optimizer as the ``source:`` that runs
+    it, with its hyperparameters and first docstring sentence."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from harness.config.optimizer_sources import optax_optimizers
+    from harness.config.registries import builder_hparams
+
+    try:
+        found = optax_optimizers()
+    except ImportError as e:
+        err(str(e))
+        raise typer.Exit(2) from None
+    t = Table(title=f"Optax optimizers ({len(found)}): use as  source: \"optax:NAME\"")
+    t.add_column("source", no_wrap=True)
+    t.add_column("hyperparameters (default)")
+    t.add_column("description", overflow="fold")
+    for text, b in found.items():
+        hps = builder_hparams("optimizer", b)
+        hp = ", ".join(h.name if h.required else f"{h.name}={h.default!r}" for h in hps.values())
+        t.add_row(escape(text), escape(hp or "—"), escape(describe(b)))
+    t.caption = "learning_rate is the harness's step_size (a float, a search distribution, or a schedule)"
+    console.print(t)
 
 
 def _print_workloads(console) -> None:

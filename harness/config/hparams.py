@@ -42,12 +42,25 @@ def annotation_of(builder: Callable, hp: HParam) -> Any:
     except Exception:
         hints = {}
     ann = hints.get(hp.name, hp.annotation if not isinstance(hp.annotation, str) else None)
+    if ann is not None and not _checkable(ann):  # e.g. Optax's jax.typing.ArrayLike: the default
+        ann = None  # says more (b1=0.9: a number)
     if ann is None and hp.default is not REQUIRED and hp.default is not None:
         t = type(hp.default)
         ann = float | int if t is float else t
         if t not in (int, float, bool, str):
             ann = None
     return ann
+
+
+def _checkable(ann: Any) -> bool:
+    """Whether pydantic can check values against ``ann``."""
+    from pydantic import TypeAdapter
+
+    try:
+        TypeAdapter(ann)
+    except Exception:
+        return False
+    return True
 
 
 def type_error(value: Any, ann: Any) -> str | None:

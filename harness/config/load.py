@@ -162,7 +162,14 @@ def load_config(path: str | Path, registries: Registries | None = None,
     regs = with_config_sources(registries or default_registries(), cfg, file,
                                os.path.dirname(os.path.abspath(file)))
     validate_names(cfg, file, regs)
-    return canonicalize_numbers(cfg, regs)
+    cfg = canonicalize_numbers(cfg, regs)
+    if regs is not registries and any(c.source_ref is not None for g in (cfg, *cfg.include)
+                                      for c in g.optimizers or []):
+        from harness.config.optimizer_sources import probe_sources
+
+        if errors := probe_sources(cfg, file):
+            raise ConfigError(errors)
+    return cfg
 
 
 def with_config_sources(regs: Registries, cfg: SweepConfig, file: str, base_dir: str) -> Registries:

@@ -40,8 +40,8 @@ from harness.config.registries import Registries, default_registries
 from harness.core.registry import did_you_mean
 from harness.core.source import SourceError, SourceRef, load_module, parse_source, source_of
 
-__all__ = ["ALGOPERF_REQUIRED", "optimizer_form", "registries_for", "resolve_sources", "source_builder",
-           "with_sources"]
+__all__ = ["ALGOPERF_REQUIRED", "optax_optimizers", "optimizer_form", "probe_sources", "registries_for",
+           "resolve_sources", "source_builder", "with_sources"]
 
 #: The functions an AlgoPerf submission module must define (``prepare_for_eval`` is optional:
 #: submissions written before AlgoPerf v0.6 lack it, and evaluate at the training parameters).
@@ -83,6 +83,8 @@ def _renamed(fn: Callable, arg: str) -> Callable:
     renamed ``step_size`` and moved first."""
     sig = inspect.signature(fn)
     first = sig.parameters[arg].replace(name="step_size", kind=inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if first.default is None:  # Optax's "no learning rate" (e.g. adafactor's own schedule): the
+        first = first.replace(default=inspect.Parameter.empty)  # harness always passes one
     rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind != p.VAR_KEYWORD else p
             for n, p in sig.parameters.items() if n != arg and p.kind != p.VAR_POSITIONAL]
 
@@ -214,8 +216,6 @@ def resolve_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Calla
                                   f"({old.text!r}, {ref.text!r}); name them apart")
                     continue
                 builder = source_builder(ref, tuple(comp.hparams))
-                if ref.kind != "algoperf":
-                    _probe(ref, builder, comp.hparams)
             except SourceError as e:
                 errors.append(f"{where}: {e}")
                 continue
@@ -223,6 +223,25 @@ def resolve_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Calla
             refs[comp.name] = ref
             builders[comp.name] = builder
     return builders, errors
+
+
+def probe_sources(cfg: Any, file: str) -> list[str]:
+    """Call each resolved factory of ``cfg`` once with concrete values (the first value of each
+    hyperparameter its entry sets; run after the hyperparameters were validated) and check that it
+    returns an optimizer (:func:`optimizer_form`). Returns one ``FILE: KEY.PATH: message`` line per
+    factory that raises or returns something else."""
+    errors: list[str] = []
+    grids = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
+    for prefix, grid in grids:
+        for j, comp in enumerate(grid.optimizers or []):
+            ref = comp.source_ref
+            if ref is None or ref.kind == "algoperf":
+                continue
+            try:
+                _probe(ref, source_builder(ref), comp.hparams)
+            except SourceError as e:
+                errors.append(f"{file}: {prefix}optimizers[{j}].source: {e}")
+    return errors
 
 
 def with_sources(reg: Registries, builders: Mapping[str, Callable]) -> Registries:
@@ -248,4 +267,32 @@ def registries_for(spec: Any, base: Registries | None = None) -> Registries:
     out = _FOR_SPEC.get(key)
     if out is None:
         out = _FOR_SPEC[key] = with_sources(reg, {spec.optimizer: source_builder(ref, names)})
+    return out
+
+
+def optax_optimizers() -> dict[str, Callable]:
+    """Every public function of ``optax`` and ``optax.contrib`` that takes a ``learning_rate``, as
+    ``{"optax:adam": builder, "optax.contrib:muon": builder, ...}`` (sorted; the builders as a
+    ``source:`` of that text gets them, ``learning_rate`` renamed ``step_size``).
+
+    Raises:
+      ImportError: optax is not installed (the message says what to install).
+    """
+    try:
+        import optax
+        import optax.contrib
+    except ImportError as e:
+        raise ImportError("listing Optax's optimizers needs optax: pip install 'optax==0.2.8'") from e
+    out: dict[str, Callable] = {}
+    for modname, mod in (("optax", optax), ("optax.contrib", optax.contrib)):
+        for n in sorted(dir(mod)):
+            fn = getattr(mod, n, None)
+            if n.startswith("_") or not inspect.isfunction(fn):
+                continue
+            try:
+                params = inspect.signature(fn).parameters
+            except (TypeError, ValueError):
+                continue
+            if "learning_rate" in params:
+                out[f"{modname}:{n}"] = _renamed(fn, "learning_rate")
     return out

@@ -119,6 +119,8 @@ def _module_digest(module: str, text: str) -> str:
         return _sha16(f"{name}=={importlib.metadata.version(name)}".encode())
     try:
         spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:
+        spec = None
     except (ImportError, ValueError) as e:
         raise SourceError(f"source {text!r}: cannot import {module!r}: {e}") from None
     if spec is None:

@@ -1,0 +1,275 @@
+"""Bring your own optimizer: an optimizer entry's ``source`` (a file, a module, Optax, AlgoPerf).
+
+Real files, real sweeps into a real SQLite store, real subprocesses; no mocks."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.config.errors import ConfigError
+from harness.config.load import load_config
+from harness.plan.expansion import expand
+from harness.sweep.run import run_sweep
+from harness.tracking.client import search_all
+from harness.train.loop import run_trial
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+
+MY_OPTS = textwrap.dedent('''
+    """A user's optimizers, outside the project."""
+    import jax.numpy as jnp
+
+    from optimizers import make_schedule, optimizer
+
+
+    @optimizer
+    def my_momentum(step_size, mass: float = 0.9):
+        """Heavy ball: v = mass * v + g; x = x - lr * v."""
+        lr = make_schedule(step_size)
+
+        def init(x):
+            return x, jnp.zeros_like(x)
+
+        def update(i, g, state):
+            x, v = state
+            v = mass * v + g
+            return x - lr(i) * v, v
+
+        return init, update, lambda state: state[0]
+
+
+    def raises(step_size):
+        raise RuntimeError("no optimizer today")
+
+
+    def returns_int(step_size):
+        return 3
+
+
+    def no_step_size(lr, b1=0.9):
+        return None
+
+
+    @optimizer
+    def needs_matrices(step_size):
+        """Fails on a bias vector: its update multiplies by the transpose (x @ x.T)."""
+        def init(x):
+            return x
+
+        def update(i, g, x):
+            return x - step_size * (g @ x.T @ x)
+
+        return init, update, lambda x: x
+''')
+
+
+def _write(tmp_path: Path, optimizers: list, extra: str = "", **over) -> Path:
+    (tmp_path / "my_opts.py").write_text(MY_OPTS + extra)
+    import yaml
+
+    cfg = {"name": "byo", "models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}],
+           "optimizers": optimizers, "datasets": ["digits"], "seeds": [0], "batch_size": 32,
+           "budget": {"steps": 30}, "eval_every": 10, "steps_per_dispatch": 10, "measure_perf": False,
+           **over}
+    p = tmp_path / "sweep.yaml"
+    p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return p
+
+
+def _trial_runs(uri: str, name: str):
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name(name)
+    return c, [r for r in search_all(c, exp.experiment_id) if r.data.tags.get("harness.kind") == "trial"]
+
+
+def _errors(path: Path, preflight: bool = False) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        cfg = load_config(path)
+        if preflight:
+            from harness.sweep.preflight import preflight as pf
+
+            pf(cfg, str(path))
+    return e.value.errors
+
+
+def test_a_file_optimizer_trains_like_the_builtin_it_reimplements_and_mlflow_records_its_source(
+        tmp_path, tracking_uri, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = _write(tmp_path, [{"name": "my_momentum", "source": "my_opts.py:my_momentum",
+                             "hparams": {"step_size": 0.05, "mass": 0.8}},
+                            {"name": "momentum", "hparams": {"step_size": 0.05, "mass": 0.8}}])
+    summary = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    assert summary.counts()["finished"] == 2
+    c, runs = _trial_runs(tracking_uri, "byo")
+    by = {r.data.tags["optimizer"]: r for r in runs}
+    mine, builtin = by["my_momentum"], by["momentum"]
+    digest = hashlib.sha256((tmp_path / "my_opts.py").read_bytes()).hexdigest()[:16]
+    assert mine.data.tags["optimizer.source"] == "my_opts.py:my_momentum"
+    assert mine.data.tags["optimizer.source_hash"] == digest
+    assert mine.data.tags["optimizer.api"] == "factory"
+    assert "optimizer.source" not in builtin.data.tags
+    assert mine.data.params["optimizer.mass"] == "0.8" and mine.data.params["optimizer.source"] == \
+        "my_opts.py:my_momentum"
+    art = Path(c.download_artifacts(mine.info.run_id, "source/my_opts.py", str(tmp_path / "dl")))
+    assert art.read_text() == (tmp_path / "my_opts.py").read_text()
+    # the same update rule as the built-in heavy ball: the same validation curve (float32 rounding)
+    curve = {k: [m.value for m in c.get_metric_history(r.info.run_id, "valid/loss")] for k, r in by.items()}
+    assert len(curve["my_momentum"]) == 4
+    np.testing.assert_allclose(curve["my_momentum"], curve["momentum"], rtol=1e-6)
+
+
+def test_editing_the_file_retrains_only_its_trials(tmp_path, tracking_uri, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    opts = [{"name": "my_momentum", "source": "my_opts.py:my_momentum", "hparams": {"step_size": 0.05}},
+            {"name": "sgd", "hparams": {"step_size": 0.1}}]
+    cfg = _write(tmp_path, opts)
+    first = [s.trial_id for s in expand(load_config(cfg))]
+    assert run_sweep(cfg, tracking_uri=tracking_uri, quiet=True).counts()["finished"] == 2
+    again = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True).counts()
+    assert again["skipped"] == 2  # nothing changed: nothing re-trains
+    _write(tmp_path, opts, extra="\n# an edit\n")
+    second = [s.trial_id for s in expand(load_config(cfg))]
+    assert first[1] == second[1] and first[0] != second[0]  # only the edited source's trial changed
+    counts = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True).counts()
+    assert counts["finished"] == 2 and counts["skipped"] == 1  # one trained, one skipped as FINISHED
+    _, runs = _trial_runs(tracking_uri, "byo")
+    assert sorted(r.data.tags["optimizer"] for r in runs) == ["my_momentum", "my_momentum", "sgd"]
+
+
+def test_optax_source_is_bit_identical_to_the_registered_optax_twin(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = _write(tmp_path, [{"name": "oadam", "source": "optax:adam",
+                             "hparams": {"step_size": 0.01, "b1": 0.8}},
+                            {"name": "optax_adam", "hparams": {"step_size": 0.01, "b1": 0.8}}],
+                 schedules=[{"name": "warmup_cosine_decay", "hparams": {"warmup_steps": 5}}])
+    a, b = (run_trial(s) for s in expand(load_config(cfg)))
+    assert a.spec.optimizer_source == "optax:adam" and a.status == b.status == "finished"
+    assert a.curves.eval_loss == b.curves.eval_loss and a.curves.train_loss == b.curves.train_loss
+
+
+def test_the_worker_runs_the_shipped_text_without_the_file(tmp_path, monkeypatch):
+    """A trial carries its file's text: a process elsewhere (a Ray worker on another machine)
+    trains it after the file is gone, with the same curve."""
+    monkeypatch.chdir(tmp_path)
+    cfg = _write(tmp_path, [{"name": "my_momentum", "source": "my_opts.py:my_momentum",
+                             "hparams": {"step_size": 0.05}}])
+    spec = expand(load_config(cfg))[0]
+    here = run_trial(spec)
+    (tmp_path / "spec.pkl").write_bytes(pickle.dumps(spec))
+    (tmp_path / "my_opts.py").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = ("import pickle, sys; from harness.train.loop import run_trial; "
+            f"r = run_trial(pickle.load(open({str(tmp_path / 'spec.pkl')!r}, 'rb'))); "
+            "print(repr(r.curves.eval_loss))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert eval(r.stdout.strip().splitlines()[-1]) == here.curves.eval_loss
+
+
+def test_hyperparameters_are_read_from_the_signature_like_a_builtins(tmp_path):
+    cfg = _write(tmp_path, [{"name": "my_momentum", "source": "my_opts.py:my_momentum",
+                             "hparams": {"step_size": 0.1, "mas": 0.5}},
+                            {"name": "sf", "source": "optax.contrib:schedule_free_adamw",
+                             "hparams": {"step_size": {"log_uniform": [1e-4, 1e-2]}, "b1": "x"}}],
+                 search={"trials": 2})
+    lines = _errors(cfg)
+    assert lines == [
+        f"{cfg}: optimizers[0].hparams.mas: unknown hyperparameter of optimizer 'my_momentum'; "
+        "valid: step_size, mass (did you mean 'mass'?)",
+        f"{cfg}: optimizers[1].hparams.b1: expected a number, got 'x'",
+    ]
+
+
+@pytest.mark.parametrize("source,message", [
+    ("my_optz.py:my_momentum", "source 'my_optz.py:my_momentum': no such file: {tmp}/my_optz.py (a path "
+                               "is relative to the config file's folder)"),
+    ("my_opts.py:my_momentun", "source 'my_opts.py:my_momentun': my_opts.py has no 'my_momentun' "
+                               "(did you mean 'my_momentum'?)"),
+    ("my_opts.py:raises", "source 'my_opts.py:raises': raises(step_size=0.1) raised RuntimeError: no "
+                          "optimizer today"),
+    ("my_opts.py:returns_int", "source 'my_opts.py:returns_int': returns_int returned int; expected an "
+                               "(init_fun, update_fun, get_params) triple, a 4-tuple (init_fun, "
+                               "update_fun, get_params, eval_params) or an optax GradientTransformation"),
+    ("my_opts.py:no_step_size", "source 'my_opts.py:no_step_size': no_step_size(lr, b1) takes no "
+                                "step_size (or learning_rate): the harness passes each trial's step "
+                                "size (or its schedule) as that argument"),
+    ("no_such_pkg.opts:make", "source 'no_such_pkg.opts:make': no module named 'no_such_pkg.opts' (is "
+                              "it installed, or on PYTHONPATH?)"),
+    ("optax:adamm", "source 'optax:adamm': module 'optax' has no 'adamm' (did you mean 'adam'?)"),
+    ("my_opts.py", "source 'my_opts.py': expected PATH.py:FUNCTION, package.module:FUNCTION, "
+                   "optax:NAME, optax.contrib:NAME or algoperf:PATH.py"),
+    ("algoperf:my_opts.py", "source 'algoperf:my_opts.py': my_opts.py is not an AlgoPerf submission: "
+                            "it defines no get_batch_size, init_optimizer_state, update_params, "
+                            "data_selection (AlgoPerf's JAX API needs get_batch_size, "
+                            "init_optimizer_state, update_params, data_selection)"),
+])
+def test_a_bad_source_is_one_line_with_file_and_key_path(tmp_path, source, message):
+    cfg = _write(tmp_path, [{"name": "mine", "source": source, "hparams": {"step_size": 0.1}}])
+    assert _errors(cfg) == [f"{cfg}: optimizers[0].source: {message.format(tmp=tmp_path)}"]
+
+
+def test_a_file_that_raises_on_import_names_its_line(tmp_path):
+    (tmp_path / "broken.py").write_text("import math\n\nx = 1 / 0\n")
+    cfg = _write(tmp_path, [{"name": "mine", "source": "broken.py:f", "hparams": {"step_size": 0.1}}])
+    assert _errors(cfg) == [f"{cfg}: optimizers[0].source: source 'broken.py:f': running broken.py "
+                            "raised ZeroDivisionError: division by zero (line 3)"]
+
+
+def test_names_and_kinds_of_sourced_entries(tmp_path):
+    cfg = _write(tmp_path, [{"name": "adam", "source": "optax:adam", "hparams": {"step_size": 0.1}},
+                            {"name": "mine", "source": "optax:adam", "hparams": {"step_size": 0.1}},
+                            {"name": "mine", "source": "optax:sgd", "hparams": {"step_size": 0.1}}])
+    assert _errors(cfg) == [
+        f"{cfg}: optimizers[0].source: 'adam' is a built-in optimizer; give your source entry a name "
+        "of its own (e.g. 'my_adam')",
+        f"{cfg}: optimizers[2].source: entries named 'mine' have different sources ('optax:adam', "
+        "'optax:sgd'); name them apart"]
+    cfg = _write(tmp_path, [{"name": "sgd", "hparams": {"step_size": 0.1}}],
+                 models=[{"name": "mlp", "source": "my_opts.py:my_momentum"}])
+    assert _errors(cfg) == [f"{cfg}: models[0].source: only optimizer entries take a source"]
+
+
+def test_preflight_traces_a_sourced_update_on_the_models_parameters(tmp_path):
+    cfg = _write(tmp_path, [{"name": "mine", "source": "my_opts.py:needs_matrices",
+                             "hparams": {"step_size": 0.1}}])
+    lines = _errors(cfg, preflight=True)
+    assert len(lines) == 1 and lines[0].startswith(
+        f"{cfg}: optimizers[0].hparams: optimizer 'mine' (step_size=0.1): matmul input operand")
+
+
+def test_cli_exits_2_before_any_write_for_each_bad_source(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for source in ("missing.py:f", "my_opts.py:nope", "optax:nope", "algoperf:missing.py",
+                   "my_opts.py:needs_matrices"):
+        cfg = _write(tmp_path, [{"name": "mine", "source": source, "hparams": {"step_size": 0.1}}])
+        r = runner.invoke(app, ["sweep", str(cfg)])
+        assert r.exit_code == 2, (source, r.output)
+        assert "optimizers[0]" in r.output and "Traceback" not in r.output
+        assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_list_optimizers_optax_shows_every_optax_optimizer_as_a_source():
+    r = runner.invoke(app, ["list", "optimizers", "--optax"], terminal_width=250)
+    assert r.exit_code == 0, r.output
+    assert "optax:adam " in r.output and "optax.contrib:muon" in r.output
+    assert "optax.contrib:schedule_free_adamw" in r.output
+    line = next(x for x in r.output.splitlines() if "optax:adam " in x)
+    assert "step_size, b1=0.9" in line and "learning_rate" not in line
+    r = runner.invoke(app, ["list", "models", "--optax"])
+    assert r.exit_code == 2 and "--optax lists optimizers" in r.output
