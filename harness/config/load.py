@@ -88,6 +88,7 @@ value mappings and why raising ``trials`` keeps the earlier trials.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -105,7 +106,7 @@ from harness.config.yamlsafe import YamlConfigError, load_yaml_file
 
 #: ``ConfigError`` is here too: it is what these functions raise.
 __all__ = ["ConfigError", "check_plan_size", "config_registries", "load_config", "parse_config",
-           "with_config_sources"]
+           "with_config_sources", "with_search_spaces"]
 
 
 def parse_config(data: Any, file: str = "<config>",
@@ -158,6 +159,7 @@ def load_config(path: str | Path, registries: Registries | None = None,
         data = load_yaml_file(path)
     except YamlConfigError as e:
         raise ConfigError(e.lines) from None
+    data = with_search_spaces(data, file, os.path.dirname(os.path.abspath(file)))
     cfg = parse_config(data, file, max_trials)
     regs = with_config_sources(registries or default_registries(), cfg, file,
                                os.path.dirname(os.path.abspath(file)))
@@ -170,6 +172,62 @@ def load_config(path: str | Path, registries: Registries | None = None,
         if errors := probe_sources(cfg, file):
             raise ConfigError(errors)
     return cfg
+
+
+#: Largest ``search_space`` file read (bytes).
+MAX_SEARCH_SPACE_BYTES = 1024 * 1024
+
+
+def with_search_spaces(data: Any, file: str, base_dir: str) -> Any:
+    """``data`` (the YAML's plain data) with each optimizer entry's ``search_space`` (an AlgoPerf
+    ``tuning_search_space.json``, relative to ``base_dir``) converted
+    (:func:`harness.config.algoperf_space.search_space_from_algoperf`) and merged under its
+    ``hparams`` (``hparams`` win). The ``search_space`` key stays, as a record of where they came from.
+
+    Raises:
+      ConfigError: ``FILE: optimizers[i].search_space: message`` for a missing, oversized or
+        malformed file.
+    """
+    if not isinstance(data, Mapping):
+        return data
+    from harness.config.algoperf_space import search_space_from_algoperf
+
+    errors: list[str] = []
+
+    def fix(entries: Any, where: str) -> Any:
+        if not isinstance(entries, list):
+            return entries
+        out = []
+        for j, e in enumerate(entries):
+            if isinstance(e, Mapping) and isinstance(e.get("search_space"), str):
+                path = os.path.join(base_dir, e["search_space"])
+                key = f"{file}: {where}optimizers[{j}].search_space"
+                try:
+                    if os.path.getsize(path) > MAX_SEARCH_SPACE_BYTES:
+                        raise ValueError(f"{path} is larger than {MAX_SEARCH_SPACE_BYTES:,} bytes")
+                    with open(path, encoding="utf-8") as f:
+                        space = search_space_from_algoperf(json.load(f))
+                    own = e.get("hparams") if isinstance(e.get("hparams"), Mapping) else {}
+                    e = {**e, "hparams": {**space, **own}}
+                except FileNotFoundError:
+                    errors.append(f"{key}: no such file: {path} (a path is relative to the config "
+                                  f"file's folder)")
+                except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError
+                    errors.append(f"{key}: {e['search_space']}: {err}")
+            out.append(e)
+        return out
+
+    data = dict(data)
+    data["optimizers"] = fix(data.get("optimizers"), "")
+    if isinstance(data.get("include"), list):
+        data["include"] = [{**g, "optimizers": fix(g.get("optimizers"), f"include[{i}].")}
+                           if isinstance(g, Mapping) and "optimizers" in g else g
+                           for i, g in enumerate(data["include"])]
+    if data["optimizers"] is None:
+        del data["optimizers"]
+    if errors:
+        raise ConfigError(errors)
+    return data
 
 
 def with_config_sources(regs: Registries, cfg: SweepConfig, file: str, base_dir: str) -> Registries:

@@ -219,6 +219,12 @@ def resolve_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Calla
             except SourceError as e:
                 errors.append(f"{where}: {e}")
                 continue
+            scheds = [c.name for c in (grid.schedules or cfg.schedules or [])]
+            if ref.kind == "algoperf" and any(n not in ("constant", "none") for n in scheds):
+                errors.append(f"{where}: an AlgoPerf submission schedules its own step size; this "
+                              f"grid also has schedules {', '.join(scheds)}: give the submission an "
+                              f"include: entry of its own with schedules: [constant]")
+                continue
             comp.set_source_ref(ref)
             refs[comp.name] = ref
             builders[comp.name] = builder

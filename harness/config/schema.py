@@ -94,6 +94,9 @@ class Component(_Strict):
     search: SearchCfg | None = None
     #: optimizer entries: where the optimizer's code comes from (:mod:`harness.core.source`)
     source: str | None = None
+    #: optimizer entries: an AlgoPerf ``tuning_search_space.json`` (relative to the config file)
+    #: whose hyperparameters :func:`harness.config.load.load_config` merged into ``hparams``
+    search_space: str | None = None
     _source_ref: Any = PrivateAttr(default=None)
 
     @property
