@@ -139,6 +139,8 @@ def batch_mismatch(specs: Sequence[TrialSpec]) -> TrialSpec | None:
 def _trivial(specs: Sequence[TrialSpec]) -> Decision | None:
     if len(specs) < 2:
         return Decision(False, "sequential: single trial", None, "trivial")
+    if any(s.optimizer_api == "algoperf" for s in specs):
+        return Decision(False, "sequential: AlgoPerf submission (its own per-step loop)", None, "trivial")
     if batch_mismatch(specs) is not None:
         return Decision(False, "sequential: trials differ in more than seed and step size", None, "trivial")
     override = os.environ.get("HARNESS_BATCH", "").strip().lower()

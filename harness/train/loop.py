@@ -71,6 +71,11 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   sizes of a sweep run one after another compile once; ``compile_seconds`` is the compile time a
   call actually spent (0.0 when everything was cached). The optimizer's own ``init_fn`` runs
   eagerly.
+* **AlgoPerf submissions** (``spec.optimizer_api == "algoperf"``, a ``source: "algoperf:PATH.py"``):
+  :func:`run_trial` hands the trial to :func:`harness.train.algoperf.runner.run_algoperf_trial`,
+  AlgoPerf's per-step Python loop (``data_selection`` → ``update_params``, the submission's own
+  jit) on the same initial parameters, data order, evaluation, divergence and target rules; never
+  vmapped (:func:`should_batch` is False for them).
 * **Throughput** (``measure_perf``, :mod:`harness.train.perf`): :func:`harness.train.timing.measure`
   of the single-trial one-step function on a fixed batch (state donated), once per
   ``(spec.perf_key(), device kind)`` (plus the resolved device count on a mesh) through
@@ -324,6 +329,11 @@ def run_trial(spec: TrialSpec, *, dataset: Dataset | None = None, perf_cache: di
       KeyError: unknown model/optimizer/schedule/dataset name. Any exception from building or
         training propagates (the caller records the trial as failed).
     """
+    if spec.optimizer_api == "algoperf":  # an AlgoPerf submission: its own per-step loop
+        from harness.train.algoperf.runner import run_algoperf_trial
+
+        return run_algoperf_trial(spec, dataset=dataset, checkpoints=checkpoints, on_progress=on_progress,
+                                  perf_cache=perf_cache, measure_perf=measure_perf)
     return _train([spec], False, dataset, perf_cache, measure_perf, on_progress, checkpoints)[0]
 
 
@@ -339,6 +349,11 @@ def run_trials_batched(specs: list[TrialSpec], *, dataset: Dataset | None = None
     Raises:
       ValueError: the specs do not share a batch key (or the list is empty).
     """
+    if len(specs) > 1 and any(s.optimizer_api == "algoperf" for s in specs):
+        # AlgoPerf submissions are never vmapped: one after another (a unit's checkpoints are for
+        # one program, so none here)
+        return [run_trial(s, dataset=dataset, perf_cache=perf_cache, measure_perf=measure_perf,
+                          on_progress=on_progress) for s in specs]
     if len(specs) == 1:
         return [run_trial(specs[0], dataset=dataset, perf_cache=perf_cache, measure_perf=measure_perf,
                           on_progress=on_progress, checkpoints=checkpoints)]

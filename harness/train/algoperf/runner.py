@@ -1,0 +1,425 @@
+"""Training one trial whose optimizer is an AlgoPerf submission: AlgoPerf's per-step loop on the
+harness's workloads, with the harness's evaluation, bookkeeping, checkpoints and clock.
+
+:func:`run_algoperf_trial` (``harness.train.loop.run_trial`` dispatches here when
+``spec.optimizer_api == "algoperf"``) does what AlgoPerf's ``submission_runner.train_once`` does,
+in a Python loop, one update per iteration:
+
+* **Set-up.** The submission is loaded (:func:`~harness.train.algoperf.submission.load_submission`);
+  the model on its dataset is a :class:`~harness.train.build.ModelEntry` (its compiled init and
+  evaluation) seen through :func:`~harness.train.algoperf.workload.make_workload`. Keys: as the
+  native trainer, ``split(PRNGKey(seed), 3)`` = (init, data order, dropout): the same initial
+  parameters and data order; the update ``rng`` of step ``i`` is ``fold_in(dropout key, i)`` (the
+  native trainer's dropout key of that step); ``init_optimizer_state``, ``data_selection`` and
+  ``prepare_for_eval`` get keys of their own (``fold_in(PRNGKey(seed), AUX_STREAM)`` derived).
+  ``hyperparameters`` is a namedtuple of ``spec.hparams("optimizer")`` (fields = the names).
+* **Batch size.** ``get_batch_size(workload_name)`` when it returns one for the name (``None``,
+  ``KeyError``, ``ValueError``, ``NotImplementedError``: the spec's ``batch_size``);
+  ``extra["batch_size"]`` and ``extra["batch_size_source"]`` (``"submission"`` or ``"workload"``).
+* **A step.** ``data_selection(workload, input_queue, ...)`` (the queue yields the native trainer's
+  batches, :class:`~harness.train.algoperf.workload.InputQueue`), then ``update_params(...)``, its
+  outputs waited for (``jax.block_until_ready``). ``train_state`` is passed when the function takes
+  it. ``spec.TrainingCompleteError`` ends training (a final evaluation follows).
+* **Train loss.** AlgoPerf's ``update_params`` does not return its loss, so the harness computes the
+  loss of the step's batch at the parameters before the update, with a small jitted forward pass
+  in training mode and the step's rng (exactly the native trainer's per-step loss); it is not part of
+  ``wall_s``. Divergence and targets: :class:`~harness.train.track.TrialTrack`, as for native trials.
+* **Evaluation** on the validation split at step 0, every ``eval_every`` steps and at the end, and
+  on the test split once at the end, with the harness's compiled evaluation (``entry.evaluate``):
+  the same metrics as a native trial. Before each, ``prepare_for_eval`` (when the submission has one)
+  returns ``(optimizer_state, params, model_state)``, evaluated **and kept** as the state training
+  continues from, as AlgoPerf's runner does. ``eval_results`` (passed to the submission) is the list
+  of ``(step, {"validation/loss": ..., "validation/accuracy": ...})`` so far.
+* **Clock.** ``wall_s`` counts update calls only (``update_params`` to its outputs ready), less the
+  time JAX spent tracing, lowering and compiling inside them (JAX's ``/jax/core/compile/*`` duration
+  events, :func:`compile_clock`): a submission's ``jax.jit`` compiles on its first call, and again
+  when its inputs' shardings change after it (measured with the example NAdamW: its second call
+  compiled again: 1.8 s after 2.6 s, the first parameters coming from the init
+  executable and the next from its own output). That time goes to ``compile_seconds``
+  (with the evaluation's and the loss's). Were no compile event seen, the whole first call counts
+  as compilation.
+* **Throughput** (``result.perf``): the protocol of :mod:`harness.train.timing` on the trial's own
+  update calls (compile excluded as above): the first call's compilation is ``compile_s``, the next
+  up to 3 calls are warm-up, the rest are timed (median, p10, p90); FLOPs per step are the
+  analytic ``3 × flops_per_example × B`` (XLA's count is not available: the submission compiles its
+  own step). Once per perf key via ``perf_cache``.
+* **Checkpoints** (a :class:`~harness.train.checkpoint.TrainCheckpoints`): the state in the form of
+  :mod:`harness.train.algoperf.state`, offered after every step (``after_chunk``; after the
+  evaluation at an evaluation point) and at the end; resume is bit-identical (tested).
+* **Result.** ``extra["optimizer_api"] = "algoperf"`` (logged as ``optimizer.api``), the workload
+  name, the batch size and its source, whether ``prepare_for_eval`` ran, ``train_loss`` (how it was
+  computed), ``eval_batch`` and ``checkpoint``. One device only (``spec.devices`` must be 1).
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import threading
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from harness.config.registries import default_registries
+from harness.core.source import SourceError, source_of
+from harness.core.spec import PerfResult, TrialResult, TrialSpec
+from harness.data.sources import Dataset, load_dataset
+from harness.train import timing
+from harness.train.algoperf import state as ckstate
+from harness.train.algoperf.submission import (
+    algoperf_modules,
+    load_submission,
+    optional_fn,
+    submission_name,
+)
+from harness.train.algoperf.workload import InputQueue, make_workload
+from harness.train.build import ModelEntry
+from harness.train.checkpoint import TrainCheckpoints
+from harness.train.perf import perf_cache_key
+from harness.train.track import TrialTrack, eval_points
+
+__all__ = ["AUX_STREAM", "ENTRIES", "batch_size_of", "compile_clock", "entry_for", "hyperparameters_of",
+           "run_algoperf_trial"]
+
+#: ``fold_in(PRNGKey(seed), AUX_STREAM)`` is the root of the keys the native trainer has no use for
+#: (``init_optimizer_state``: its fold 0; step ``i``'s ``data_selection`` and ``prepare_for_eval``:
+#: ``split(fold_in(fold_in(root, 1), i))``).
+AUX_STREAM = 0x41504552
+#: Model entries of AlgoPerf trials, the last 8 (the native trainer's cache holds programs too).
+ENTRIES: collections.OrderedDict[tuple, ModelEntry] = collections.OrderedDict()
+_WARMUP = 3
+
+
+def entry_for(spec: TrialSpec, ds: Dataset) -> ModelEntry:
+    """The (cached) :class:`~harness.train.build.ModelEntry` of ``spec``'s model on ``ds``."""
+    models = default_registries().models
+    key = (spec.model, spec.model_hparams, spec.dtype, id(ds), id(models))
+    entry = ENTRIES.get(key)
+    if entry is None:
+        entry = ENTRIES[key] = ModelEntry(spec, ds, models)
+        while len(ENTRIES) > 8:
+            ENTRIES.popitem(last=False)
+    ENTRIES.move_to_end(key)
+    return entry
+
+
+def hyperparameters_of(spec: TrialSpec) -> Any:
+    """The trial's optimizer hyperparameters as AlgoPerf hands them over: a namedtuple."""
+    hp = spec.hparams("optimizer")
+    return collections.namedtuple("Hyperparameters", list(hp))(**hp)
+
+
+def batch_size_of(module: Any, name: str, default: int) -> tuple[int, str]:
+    """``(batch size, "submission" | "workload")``: ``get_batch_size(name)`` when it knows the
+    workload, else ``default`` (the spec's).
+
+    Raises:
+      SourceError: it returned something that is not a positive integer.
+    """
+    try:
+        b = module.get_batch_size(name)
+    except (KeyError, ValueError, NotImplementedError):
+        return int(default), "workload"
+    if b is None:
+        return int(default), "workload"
+    if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1:
+        raise SourceError(f"get_batch_size({name!r}) returned {b!r}; expected a positive integer")
+    return int(b), "submission"
+
+
+_COMPILING = threading.local()
+_LISTENING: list[bool] = []
+
+
+def _on_event(name: str, seconds: float, **_: Any) -> None:
+    if name.startswith("/jax/core/compile/"):
+        _COMPILING.seconds = getattr(_COMPILING, "seconds", 0.0) + seconds
+
+
+def compile_clock() -> float:
+    """Seconds this thread has spent tracing, lowering and compiling JAX programs since the first
+    call (JAX's ``/jax/core/compile/*`` duration events; the listener is registered once)."""
+    if not _LISTENING:
+        jax.monitoring.register_event_duration_secs_listener(_on_event)
+        _LISTENING.append(True)
+    return getattr(_COMPILING, "seconds", 0.0)
+
+
+def _block(tree: Any) -> None:
+    jax.block_until_ready([x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)])
+
+
+class _AlgoPerfRun:
+    """One AlgoPerf trial while it trains (module docstring)."""
+
+    def __init__(self, spec: TrialSpec, ds: Dataset, checkpoints: TrainCheckpoints | None):
+        ref = source_of(spec)
+        if ref is None or ref.kind != "algoperf":
+            raise ValueError(f"trial {spec.trial_id}: its optimizer is not an AlgoPerf submission "
+                             f"(source {spec.optimizer_source!r})")
+        if spec.devices != 1:
+            raise ValueError(f"trial {spec.trial_id}: AlgoPerf submissions train on one device "
+                             f"(parallelism.devices is {spec.devices!r})")
+        self.spec, self.ck = spec, checkpoints
+        self.sub = load_submission(ref)
+        self.name = submission_name(ref)
+        self.prepare = optional_fn(self.sub, "prepare_for_eval")
+        api, _ = algoperf_modules()
+        self.complete_error = getattr(api, "TrainingCompleteError", ())
+        self.entry = e = entry_for(spec, ds)
+        self.workload = make_workload(e, spec, api)
+        self.hp = hyperparameters_of(spec)
+        self.batch_size, self.batch_source = batch_size_of(self.sub, self.workload.workload_name,
+                                                           spec.batch_size)
+        if self.batch_size > e.num_train:
+            raise ValueError(f"batch size {self.batch_size} ({self.batch_source}) exceeds the {e.num_train} "
+                             f"training examples of {e.ds.name}")
+        self.compile_s, self.step, self.wall = 0.0, 0, 0.0
+        self.step_times: list[float] = []
+        self.track = TrialTrack(spec)
+        self.eval_results: list[tuple[int, dict[str, float]]] = []
+        key = jax.random.PRNGKey(spec.seed)
+        k_init, self.k_data, self.k_drop = jax.random.split(key, 3)
+        aux = jax.random.fold_in(key, AUX_STREAM)
+        self.k_opt, self.k_steps = jax.random.fold_in(aux, 0), jax.random.fold_in(aux, 1)
+        exe, dt = e.get("init", None, k_init)
+        self.compile_s += dt
+        self.params, self.model_state = exe(k_init)
+        self.workload.set_params(self.params)
+        self.optimizer_state = self.sub.init_optimizer_state(
+            self.workload, self.params, self.model_state, self.hp, self.k_opt)
+        self.fresh = (self.optimizer_state, self.params)
+        self.queue = InputQueue(e, spec, self.k_data, self.batch_size)
+        self.takes_train_state = "train_state" in inspect.signature(self.sub.update_params).parameters
+        self._loss = jax.jit(self._batch_loss)
+        self.like = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), self.params)
+        exe, dt = e.get("eval", None, self.params, self.model_state, e.x_valid, e.y_valid)
+        self.compile_s += dt
+        self.first_call = True
+        self.first_compile_s = 0.0
+
+    # -- pieces --------------------------------------------------------------------------------
+
+    def _batch_loss(self, params, mstate, batch, rng):
+        out, _ = self.entry.forward(params, mstate, batch["inputs"], rng=rng, train=True)
+        return jnp.asarray(self.entry.model.loss(out, batch["targets"]), jnp.float32)
+
+    def _step_keys(self, step: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(data selection, prepare for eval, update) keys of ``step``."""
+        sel, prep = jax.random.split(jax.random.fold_in(self.k_steps, step))
+        return sel, prep, jax.random.fold_in(self.k_drop, step)
+
+    def _train_state(self) -> types.MappingProxyType:
+        return types.MappingProxyType({
+            "validation_goal_reached": self.track.steps_to_target is not None,
+            "test_goal_reached": False, "is_time_remaining": True, "training_complete": False,
+            "accumulated_submission_time": self.wall, "accumulated_eval_time": 0.0,
+            "accumulated_logging_time": 0.0, "last_eval_time": 0.0, "last_step_end_time": None})
+
+    def _ckpt_state(self) -> ckstate.CheckpointState:
+        return ckstate.pack(self.optimizer_state, self.params, self.model_state, self.k_data,
+                            self.k_drop, self.queue.position)
+
+    def _params_fn(self, _state: Any) -> Any:
+        return self.params
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def _evaluate(self, x: jax.Array, y: jax.Array) -> tuple[float, dict[str, float]]:
+        params = jax.tree.map(lambda p, s: jnp.asarray(p, s.dtype), self.params, self.like)
+        exe, dt = self.entry.get("eval", None, params, self.model_state, x, y)
+        self.compile_s += dt
+        loss, mets = exe(params, self.model_state, x, y)
+        return float(loss), {k: float(v) for k, v in mets.items()}
+
+    def record_eval(self, final: bool = False) -> None:
+        """``prepare_for_eval`` (its state kept), the validation split, and at the end the test split."""
+        if self.prepare is not None:
+            _, prep_rng, _ = self._step_keys(self.step)
+            out = self.prepare(
+                workload=self.workload, current_param_container=self.params,
+                current_params_types=self.workload.model_params_types, model_state=self.model_state,
+                hyperparameters=self.hp, loss_type=self.workload.loss_type,
+                optimizer_state=self.optimizer_state, eval_results=list(self.eval_results),
+                global_step=self.step, rng=prep_rng)
+            self.optimizer_state, self.params, self.model_state = self._three(out, "prepare_for_eval")
+        e = self.entry
+        loss, mets = self._evaluate(e.x_valid, e.y_valid)
+        self.track.add_eval(self.step, self.wall, loss, mets)
+        self.eval_results.append((self.step, {"validation/loss": loss,
+                                              **{f"validation/{k}": v for k, v in mets.items()}}))
+        if final:
+            self.track.test_loss, self.track.test_metrics = self._evaluate(e.x_test, e.y_test)
+
+    def _three(self, out: Any, fn: str) -> tuple[Any, Any, Any]:
+        if not isinstance(out, tuple | list) or len(out) != 3:
+            got = f"{len(out)} values" if isinstance(out, tuple | list) else type(out).__name__
+            raise TypeError(f"AlgoPerf submission {self.name}: {fn} returned {got}; expected "
+                            f"(optimizer_state, params, model_state)")
+        return tuple(out)  # type: ignore[return-value]
+
+    # -- training ------------------------------------------------------------------------------
+
+    def update(self) -> bool:
+        """One step: data selection, the train loss, ``update_params``; False when the submission
+        declared training complete (nothing was updated then)."""
+        sel_rng, _, upd_rng = self._step_keys(self.step)
+        batch = self.sub.data_selection(self.workload, self.queue, self.optimizer_state, self.params,
+                                        self.model_state, self.hp, self.step, sel_rng)
+        rng = upd_rng if self.entry.needs_rng else None
+        c0 = compile_clock()
+        loss = float(self._loss(self.params, self.model_state, batch, rng))
+        kw = {"train_state": self._train_state()} if self.takes_train_state else {}
+        c1 = compile_clock()
+        t0 = time.perf_counter()
+        try:
+            out = self.sub.update_params(
+                workload=self.workload, current_param_container=self.params,
+                current_params_types=self.workload.model_params_types, model_state=self.model_state,
+                hyperparameters=self.hp, batch=batch, loss_type=self.workload.loss_type,
+                optimizer_state=self.optimizer_state, eval_results=list(self.eval_results),
+                global_step=self.step, rng=upd_rng, **kw)
+        except self.complete_error:
+            return False
+        self.optimizer_state, self.params, self.model_state = self._three(out, "update_params")
+        _block((self.optimizer_state, self.params, self.model_state))
+        dt = time.perf_counter() - t0
+        c2 = compile_clock()
+        compiling = c2 - c1
+        if self.first_call and compiling == 0.0:  # no compile events seen: the whole first call
+            compiling = dt
+        counted = max(dt - compiling, 0.0)
+        self.compile_s += c1 - c0 + compiling
+        if self.first_call:
+            self.first_compile_s = compiling
+        self.first_call = False
+        self.step_times.append(counted)
+        self.track.add_train(self.step, self.wall, counted, [loss])
+        self.step += 1
+        self.wall += counted
+        return True
+
+    def resume(self) -> bool:
+        """Resume from the newest checkpoint (``done`` returned), else evaluate at step 0."""
+        got = None
+        if self.ck is not None:
+            got = self.ck.restore(self._ckpt_state(), [self.track], self._params_fn)
+        if got is None:
+            self.record_eval()
+            return False
+        st, self.step, self.wall, done = got
+        self.optimizer_state, self.params, self.model_state, self.queue.position = ckstate.unpack(
+            st, *self.fresh)
+        c = self.track.curves
+        self.eval_results = [(s, {"validation/loss": lo, "validation/accuracy": a,
+                                  **{f"validation/{k}": v[j] for k, v in c.eval_metrics.items()}})
+                             for j, (s, lo, a) in enumerate(zip(c.eval_step, c.eval_loss, c.eval_accuracy,
+                                                                 strict=True))]
+        return done
+
+    def train(self, on_progress: Callable[[int, int], None] | None) -> None:
+        """Steps to ``spec.steps`` with an evaluation at every evaluation point (the last one with
+        the test split) and a checkpoint offer after each step; stops at divergence, or early when
+        the submission raises ``TrainingCompleteError`` (then one final evaluation)."""
+        spec, ck = self.spec, self.ck
+        steps, K = spec.steps, max(1, spec.steps_per_dispatch)
+        points = set(eval_points(steps, spec.eval_every))
+        done = self.resume()
+        while not done and self.step < steps:
+            if not self.update():
+                break
+            if on_progress is not None and (self.step % K == 0 or self.step in points):
+                on_progress(self.step, steps)
+            if not self.track.active:
+                break
+            if self.step in points:
+                self.record_eval(final=self.step >= steps)
+            if ck is not None:
+                ck.after_chunk(self.step, self.wall, self._ckpt_state(), [self.track], self._params_fn,
+                               done=self.step >= steps)
+        if self.track.active and self.track.test_loss is None:  # ended early by the submission
+            c = self.track.curves
+            if c.eval_step and c.eval_step[-1] == self.step:
+                e = self.entry
+                self.track.test_loss, self.track.test_metrics = self._evaluate(e.x_test, e.y_test)
+            else:
+                self.record_eval(final=True)
+        if ck is not None:
+            ck.finish(self.step, self.wall, self._ckpt_state(), [self.track], self._params_fn)
+
+    # -- results -------------------------------------------------------------------------------
+
+    def perf(self, perf_cache: dict | None) -> PerfResult | None:
+        """Throughput from the trial's own update calls (module docstring), via ``perf_cache``."""
+        key = (*perf_cache_key(self.spec), "algoperf", self.batch_size)
+        if perf_cache is not None and key in perf_cache:
+            return perf_cache[key]
+        if not self.step_times:
+            return None
+        rest = self.step_times[1:]
+        warm = min(_WARMUP, max(len(rest) - 1, 0))
+        timed = np.asarray(rest[warm:] or self.step_times[:1]) * 1e3
+        median = float(np.median(timed))
+        p10, p90 = (float(v) for v in np.percentile(timed, [10, 90]))
+        flops = self._analytic_flops()
+        peak = None
+        try:
+            peak = timing.device_peak_flops(None, self.entry.compute_dtype)
+        except Exception:  # utilisation unknown
+            peak = None
+        util = flops / (median / 1e3) / peak if flops and peak and median > 0 else None
+        eps = self.batch_size / (median / 1e3) if median > 0 else float("inf")
+        perf = PerfResult(compile_s=self.first_compile_s, step_time_ms=median, step_time_ms_p10=p10,
+                          step_time_ms_p90=p90, examples_per_sec=eps, flops_per_step=flops,
+                          flops_per_step_analytic=flops, peak_flops=peak, utilization=util,
+                          timed_steps=len(timed), warmup_steps=warm, device_kind=timing.device_kind(),
+                          dtype=jnp.dtype(self.entry.compute_dtype).name, num_devices=1,
+                          examples_per_sec_per_device=eps)
+        if perf_cache is not None:
+            perf_cache[key] = perf
+        return perf
+
+    def _analytic_flops(self) -> float | None:
+        fn = getattr(self.entry.model, "flops_per_example", None)
+        try:
+            fpe = fn(self.entry.input_shape) if fn is not None else None
+        except Exception:  # an analytic count is optional
+            fpe = None
+        return 3.0 * float(fpe) * self.batch_size if fpe else None
+
+    def extra(self) -> dict[str, Any]:
+        ck, ds = self.ck, self.entry.ds
+        return {"batched": 1, "optimizer_api": "algoperf", "submission": self.name,
+                "workload_name": self.workload.workload_name, "batch_size": self.batch_size,
+                "batch_size_source": self.batch_source,
+                "prepare_for_eval": self.prepare is not None,
+                "train_loss": "harness: the step's batch before the update (not in wall_s)",
+                "eval_batch": self.entry.eval_batch,
+                **{k: float(getattr(ds, k)) for k in ("loss_floor", "entropy_rate")
+                   if getattr(ds, k, None) is not None},
+                **({"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,
+                                   "save_s": ck.save_seconds}} if ck is not None else {})}
+
+
+def run_algoperf_trial(spec: TrialSpec, *, dataset: Dataset | None = None,
+                       checkpoints: TrainCheckpoints | None = None,
+                       on_progress: Callable[[int, int], None] | None = None,
+                       perf_cache: dict | None = None, measure_perf: bool = True) -> TrialResult:
+    """Train one trial whose optimizer is an AlgoPerf submission (module docstring); the
+    arguments are :func:`harness.train.loop.run_trial`'s.
+
+    Raises:
+      SourceError: the submission cannot be loaded or lacks a required function. ValueError: not
+        an AlgoPerf trial, more than one device, or a batch larger than the training split. Any
+        exception of the submission propagates (the caller records the trial as failed).
+    """
+    ds = dataset if dataset is not None else load_dataset(spec.dataset, **spec.hparams("dataset"))
+    run = _AlgoPerfRun(spec, ds, checkpoints)
+    run.train(on_progress)
+    perf = run.perf(perf_cache) if measure_perf else None
+    return run.track.result(perf=perf, compile_s=run.compile_s, extra=run.extra())
