@@ -273,3 +273,40 @@ def test_list_optimizers_optax_shows_every_optax_optimizer_as_a_source():
     assert "step_size, b1=0.9" in line and "learning_rate" not in line
     r = runner.invoke(app, ["list", "models", "--optax"])
     assert r.exit_code == 2 and "--optax lists optimizers" in r.output
+
+
+def test_an_algoperf_search_space_file_becomes_the_entrys_hyperparameters(tmp_path):
+    import json
+
+    sub = ROOT / "experiments" / "submissions" / "nadamw.py"
+    (tmp_path / "nadamw.py").write_text(sub.read_text())
+    (tmp_path / "space.json").write_text(json.dumps({
+        "learning_rate": {"min": 1e-3, "max": 1e-2, "scaling": "log"},
+        "beta2": {"feasible_points": [0.999]}, "warmup_factor": {"feasible_points": [0.05, 0.1]}}))
+    cfg = _write(tmp_path, [{"name": "ap", "source": "algoperf:nadamw.py", "search_space": "space.json",
+                             "hparams": {"beta2": 0.99, "one_minus_beta1": 0.1, "weight_decay": 0.0}}],
+                 search={"trials": 3})
+    specs = expand(load_config(cfg))
+    assert len(specs) == 3 and {s.optimizer_api for s in specs} == {"algoperf"}
+    for s in specs:
+        hp = s.hparams("optimizer")
+        assert 1e-3 <= hp["learning_rate"] <= 1e-2 and hp["beta2"] == 0.99  # the entry's own value wins
+        assert hp["warmup_factor"] in (0.05, 0.1)
+    # AlgoPerf's list of fixed points: one zipped grid
+    (tmp_path / "space.json").write_text(json.dumps([
+        {"learning_rate": 1e-3, "one_minus_beta1": 0.1, "beta2": 0.99, "weight_decay": 0.0,
+         "warmup_factor": 0.1},
+        {"learning_rate": 3e-3, "one_minus_beta1": 0.05, "beta2": 0.999, "weight_decay": 0.01,
+         "warmup_factor": 0.05}]))
+    cfg = _write(tmp_path, [{"name": "ap", "source": "algoperf:nadamw.py", "search_space": "space.json"}])
+    got = sorted((s.hparams("optimizer")["learning_rate"], s.hparams("optimizer")["beta2"])
+                 for s in expand(load_config(cfg)))
+    assert got == [(1e-3, 0.99), (3e-3, 0.999)]
+    cfg = _write(tmp_path, [{"name": "ap", "source": "algoperf:nadamw.py", "search_space": "nope.json"}])
+    assert _errors(cfg) == [f"{cfg}: optimizers[0].search_space: no such file: {tmp_path}/nope.json (a "
+                            "path is relative to the config file's folder)"]
+    cfg = _write(tmp_path, [{"name": "ap", "source": "algoperf:nadamw.py",
+                             "hparams": {"learning_rate": 0.1}}], schedules=["constant", "cosine_decay"])
+    assert _errors(cfg) == [f"{cfg}: optimizers[0].source: an AlgoPerf submission schedules its own step "
+                            "size; this grid also has schedules constant, cosine_decay: give the "
+                            "submission an include: entry of its own with schedules: [constant]"]

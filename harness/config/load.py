@@ -181,8 +181,9 @@ MAX_SEARCH_SPACE_BYTES = 1024 * 1024
 def with_search_spaces(data: Any, file: str, base_dir: str) -> Any:
     """``data`` (the YAML's plain data) with each optimizer entry's ``search_space`` (an AlgoPerf
     ``tuning_search_space.json``, relative to ``base_dir``) converted
-    (:func:`harness.config.algoperf_space.search_space_from_algoperf`) and merged under its
-    ``hparams`` (``hparams`` win). The ``search_space`` key stays, as a record of where they came from.
+    (:mod:`harness.config.algoperf_space`: ranges become distributions, ``feasible_points``
+    choices; a list of fixed points becomes one zipped grid) and merged under its ``hparams``
+    (``hparams`` win). The ``search_space`` key stays, as a record of where they came from.
 
     Raises:
       ConfigError: ``FILE: optimizers[i].search_space: message`` for a missing, oversized or
@@ -190,7 +191,7 @@ def with_search_spaces(data: Any, file: str, base_dir: str) -> Any:
     """
     if not isinstance(data, Mapping):
         return data
-    from harness.config.algoperf_space import search_space_from_algoperf
+    from harness.config.algoperf_space import points_from_algoperf, search_space_from_algoperf
 
     errors: list[str] = []
 
@@ -206,9 +207,19 @@ def with_search_spaces(data: Any, file: str, base_dir: str) -> Any:
                     if os.path.getsize(path) > MAX_SEARCH_SPACE_BYTES:
                         raise ValueError(f"{path} is larger than {MAX_SEARCH_SPACE_BYTES:,} bytes")
                     with open(path, encoding="utf-8") as f:
-                        space = search_space_from_algoperf(json.load(f))
+                        obj = json.load(f)
                     own = e.get("hparams") if isinstance(e.get("hparams"), Mapping) else {}
-                    e = {**e, "hparams": {**space, **own}}
+                    if isinstance(obj, list):  # AlgoPerf's list of fixed points: a zipped grid
+                        points = points_from_algoperf(obj)
+                        names = list(points[0])
+                        if any(list(p) != names for p in points):
+                            raise ValueError("every point of a list search space must name the same "
+                                             f"hyperparameters ({', '.join(names)})")
+                        space = {n: [p[n] for p in points] for n in names if n not in own}
+                        zips = [list(space)] if len(points) > 1 and len(space) > 1 else []
+                        e = {**e, "hparams": {**space, **own}, "zip": [*e.get("zip", []), *zips]}
+                    else:
+                        e = {**e, "hparams": {**search_space_from_algoperf(obj), **own}}
                 except FileNotFoundError:
                     errors.append(f"{key}: no such file: {path} (a path is relative to the config "
                                   f"file's folder)")
