@@ -48,6 +48,11 @@ TAG_OPTIMIZER_SOURCE = "optimizer.source"
 TAG_OPTIMIZER_SOURCE_HASH = "optimizer.source_hash"
 TAG_OPTIMIZER_API = "optimizer.api"
 TAG_EVAL_PARAMS = "optimizer.eval_params"
+#: An AlgoPerf submission's trial: the batch size it trained with, and who decided it
+#: (``submission``: its get_batch_size knew the workload; ``workload``: the config's batch_size).
+TAG_ALGOPERF_BATCH_SIZE = "algoperf.batch_size"
+TAG_ALGOPERF_BATCH_SIZE_SOURCE = "algoperf.batch_size_source"
+TAG_ALGOPERF_WORKLOAD = "algoperf.workload_name"
 #: Environment tags (any may be absent on old runs).
 ENV_TAGS = ("jax_version", "jaxlib_version", "harness_version", "device_kind", "git_commit")
 

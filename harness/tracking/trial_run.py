@@ -27,7 +27,9 @@ artifacts ``trial.json`` (the resolved spec), ``curves.csv``
 ``test``) and, for a failed trial, ``traceback.txt``; the training split as a dataset input.
 A trial of a user's optimizer (``source:``) also gets the tags ``optimizer.source``,
 ``optimizer.source_hash`` and ``optimizer.api``, ``optimizer.eval_params`` when it was evaluated
-at its optimizer's ``eval_params``, and its file as the artifact ``source/<file name>``.
+at its optimizer's ``eval_params``, and its file as the artifact ``source/<file name>``; an
+AlgoPerf submission's run also ``algoperf.batch_size``, ``algoperf.batch_size_source``
+(``submission`` or ``workload``) and ``algoperf.workload_name``.
 Every name is :mod:`harness.core.names`'s.
 
 :func:`trial_state` is the one rule for what a trial's runs say: done (its first FINISHED run),
@@ -210,6 +212,10 @@ def result_tags(res: TrialResult) -> dict[str, str]:
         tags[names.TAG_BATCH_FALLBACK_REASON] = res.extra["batch_fallback_reason"]
     if res.extra.get("eval_params"):
         tags[names.TAG_EVAL_PARAMS] = "true"  # evaluated at the optimizer's eval_params
+    if res.extra.get("batch_size_source"):  # an AlgoPerf submission: who chose its batch size
+        tags[names.TAG_ALGOPERF_BATCH_SIZE] = str(res.extra.get("batch_size"))
+        tags[names.TAG_ALGOPERF_BATCH_SIZE_SOURCE] = str(res.extra["batch_size_source"])
+        tags[names.TAG_ALGOPERF_WORKLOAD] = str(res.extra.get("workload_name", ""))
     if res.diverged_step is not None:
         tags[names.TAG_DIVERGED_STEP] = str(res.diverged_step)
     if res.reason:
