@@ -72,7 +72,8 @@ class TrainingProgram:
         if self.batch_size > entry.num_train:
             raise ValueError(f"batch_size {self.batch_size} exceeds the {entry.num_train} training "
                              f"examples of {entry.ds.name}")
-        self.compiled: dict[tuple, Any] = {}
+        self.compiled: dict[tuple, Any] = {}  # the chunks
+        self.compiled_eval_params: dict[tuple, Any] = {}  # None: the optimizer has none
 
     # -- pure functions of one trial -------------------------------------------------------------
 
@@ -212,20 +213,20 @@ class TrainingProgram:
         """The compiled :meth:`eval_params` (vmapped over ``T`` trials unless None; ``state`` not
         donated, output on the state's sharding) and the seconds spent compiling it now, or
         ``(None, 0.0)`` when the optimizer has no evaluation parameters (decided by tracing, once)."""
-        key = ("eval_params", T, layout.key if layout is not None else None)
-        if key in self.compiled:
-            return self.compiled[key], 0.0
+        key = (T, layout.key if layout is not None else None)
+        if key in self.compiled_eval_params:
+            return self.compiled_eval_params[key], 0.0
         fn = self.eval_params if T is None else jax.vmap(self.eval_params)
         t0 = time.perf_counter()
         if jax.eval_shape(fn, state) is None:
-            self.compiled[key] = None
+            self.compiled_eval_params[key] = None
             return None, 0.0
         jit_kw: dict[str, Any] = {}
         if layout is not None:
             st = layout.replicated if layout.axis == "batch" else layout.split
             jit_kw = {"in_shardings": (st,), "out_shardings": st}
         exe = jax.jit(fn, **jit_kw).lower(state).compile()
-        self.compiled[key] = exe
+        self.compiled_eval_params[key] = exe
         return exe, time.perf_counter() - t0
 
 
