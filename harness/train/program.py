@@ -3,9 +3,9 @@
 :class:`TrainingProgram` holds the pure functions of one trial's training (``init``, ``params``,
 ``eval_params``, ``loss``, ``augment``, ``chunk`` of K steps, ``one_step``) for one batch key
 (model entry, batch size, optimizer and its non-step-size hyperparameters, schedule, steps,
-augmentation) and compiles its
-K-step chunk, vmapped over T trials or not, on one device or over a mesh (:meth:`get_chunk`), and
-its evaluation parameters where the optimizer has them (:meth:`get_eval_params`).
+augmentation) and compiles its K-step chunk, vmapped over T trials or not, on one device or over a
+mesh (:meth:`get_chunk`), and its evaluation parameters where the optimizer has them
+(:meth:`get_eval_params`).
 
 :func:`program_for` is the one way to get a program: it looks the registries up
 (:func:`harness.config.load.default_registries`) and keeps the last :data:`PROGRAM_CACHE_SIZE` model
@@ -207,7 +207,6 @@ class TrainingProgram:
         exe = jax.jit(fn, donate_argnums=(0,), **jit_kw).lower(*args).compile()
         self.compiled[key] = exe
         return exe, time.perf_counter() - t0
-
 
     def get_eval_params(self, T: int | None, state: TrainState, layout: Any = None) -> tuple[Any, float]:
         """The compiled :meth:`eval_params` (vmapped over ``T`` trials unless None; ``state`` not
