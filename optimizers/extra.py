@@ -9,11 +9,14 @@
   ``join_schedules``) with values given as multiples of the base ``step_size``, so a vmapped
   (traced) step size scales the whole schedule.
 * :func:`from_optax`: any Optax ``GradientTransformation`` as an ``(init, update, get_params)``
-  triple. Optax is never imported by this module at import time.
+  triple; :func:`optax_eval_params`: the evaluation parameters of such a state when its Optax
+  state holds an ``optax.contrib`` Schedule-Free state. Optax is never imported by this module at
+  import time.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +45,7 @@ __all__ = [
     "lion",
     "nadamw",
     "optax_adam",
+    "optax_eval_params",
     "optax_momentum",
     "optax_sgd",
     "piecewise",
@@ -345,7 +349,10 @@ def from_optax(tx: Any) -> Optimizer:
 
     def init_fn(params):
         params = jax.tree.map(fresh, params)
-        leaves, inner = jax.tree.flatten((params, tx.init(params)))
+        # every leaf its own buffer: an Optax state may hold the parameters or a hyperparameter
+        # array it was given (inject_hyperparams keeps the step size), and the trainer donates the
+        # state with its step size ("donate the same buffer twice")
+        leaves, inner = jax.tree.flatten((params, jax.tree.map(fresh, tx.init(params))))
         return OptimizerState((leaves,), outer, (inner,))
 
     def _unpack(opt_state):
@@ -367,6 +374,36 @@ def from_optax(tx: Any) -> Optimizer:
         return _unpack(opt_state)[0]
 
     return Optimizer(init_fn, update_fn, params_fn)
+
+
+def optax_eval_params(opt_state: Any) -> Any:
+    """The evaluation parameters of a :func:`from_optax` state whose Optax state holds an
+    ``optax.contrib.ScheduleFreeState`` (anywhere: bare, inside a ``chain``,
+    ``inject_hyperparams``, ...; the outermost first): ``optax.contrib.schedule_free_eval_params(
+    sf_state, params)``. ``None`` for any other state (not a :func:`from_optax` state, or no
+    Schedule-Free state in it) -- decided from the structure alone, so also under tracing.
+
+    Optax is looked for only where something has imported it already (an Optax state cannot exist
+    otherwise), so this never imports it into a process that does not use it.
+    """
+    optax = sys.modules.get("optax")
+    if optax is None or not isinstance(opt_state, OptimizerState) or len(opt_state.packed_state) != 1:
+        return None
+    try:
+        from optax import contrib
+    except ImportError:  # pragma: no cover - optax without contrib
+        return None
+    (leaves,), _, (inner,) = opt_state
+    tree = jax.tree.unflatten(inner, leaves)
+    if not (isinstance(tree, tuple) and len(tree) == 2):
+        return None
+    params, inner_state = tree
+    sf_type = contrib.ScheduleFreeState
+    found = [s for s in jax.tree.leaves(inner_state, is_leaf=lambda x: isinstance(x, sf_type))
+             if isinstance(s, sf_type)]
+    if not found:
+        return None
+    return contrib.schedule_free_eval_params(found[0], params)
 
 
 def _import_optax():

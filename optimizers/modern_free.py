@@ -75,7 +75,21 @@ def _schedule_free(step_size, b1, weight_lr_power, direction, n_slots):
     return init, update, get_params
 
 
-@register_optimizer("schedule_free_sgd")
+def schedule_free_eval_params(opt_state: OptimizerState) -> Any:
+    """The evaluation parameters ``x = (y - (1 - b1) z) / b1`` of a :func:`schedule_free_sgd` or
+    :func:`schedule_free_adamw` state (its ``params_fn`` gives ``y``, where gradients are taken).
+
+    Source: ``optax.contrib.schedule_free_eval_params(state, params)``.
+    """
+    states_flat, treedef, subtrees = opt_state
+    out = []
+    for flat, sub in zip(states_flat, subtrees, strict=True):
+        y, z, b1 = jax.tree.unflatten(sub, flat)[:3]
+        out.append((y - (1.0 - b1) * z) / b1)
+    return jax.tree.unflatten(treedef, out)
+
+
+@register_optimizer("schedule_free_sgd", eval_params=schedule_free_eval_params)
 @optimizer
 def schedule_free_sgd(step_size, b1: float = 0.9, weight_decay: float = 0.0, weight_lr_power: float = 2.0):
     """Schedule-Free SGD (Defazio et al. 2024, arXiv:2405.15682, "The Road Less Scheduled").
@@ -108,7 +122,7 @@ def schedule_free_sgd(step_size, b1: float = 0.9, weight_decay: float = 0.0, wei
     return _schedule_free(step_size, b1, weight_lr_power, direction, 0)
 
 
-@register_optimizer("schedule_free_adamw")
+@register_optimizer("schedule_free_adamw", eval_params=schedule_free_eval_params)
 @optimizer
 def schedule_free_adamw(
     step_size,
@@ -150,20 +164,6 @@ def schedule_free_adamw(
         return jnp.asarray(-lr(i), u.dtype) * (u + weight_decay * y), (v,)
 
     return _schedule_free(step_size, b1, weight_lr_power, direction, 1)
-
-
-def schedule_free_eval_params(opt_state: OptimizerState) -> Any:
-    """The evaluation parameters ``x = (y - (1 - b1) z) / b1`` of a :func:`schedule_free_sgd` or
-    :func:`schedule_free_adamw` state (its ``params_fn`` gives ``y``, where gradients are taken).
-
-    Source: ``optax.contrib.schedule_free_eval_params(state, params)``.
-    """
-    states_flat, treedef, subtrees = opt_state
-    out = []
-    for flat, sub in zip(states_flat, subtrees, strict=True):
-        y, z, b1 = jax.tree.unflatten(sub, flat)[:3]
-        out.append((y - (1.0 - b1) * z) / b1)
-    return jax.tree.unflatten(treedef, out)
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ A schedule argument named ``total_steps`` is filled in by the harness with the t
 
 * ``OPTIMIZERS[name](step_size, **hparams) -> Optimizer``
 * ``SCHEDULES[name](step_size, **hparams) -> Schedule``
+* ``EVAL_PARAMS[name](opt_state) -> params``: where an optimizer evaluates at other parameters
+  than it trains at (Schedule-Free's average), the rule giving them; the trainer evaluates there.
 
 Entries are in registration order (``optimizers.core`` first, then ``optimizers.extra``). This
 module imports nothing (the registering modules import it).
@@ -22,7 +24,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["NOTES", "OPTIMIZERS", "SCHEDULES", "register_optimizer", "register_schedule"]
+__all__ = ["EVAL_PARAMS", "NOTES", "OPTIMIZERS", "SCHEDULES", "register_optimizer", "register_schedule"]
 
 #: ``name -> factory`` returning an :class:`~optimizers.core.Optimizer`.
 OPTIMIZERS: dict[str, Callable[..., Any]] = {}
@@ -32,6 +34,9 @@ SCHEDULES: dict[str, Callable[..., Any]] = {}
 #: entries are listed (``python -m harness list``): ``NOTES[registry][name]``, registry
 #: ``"optimizers"`` or ``"schedules"``.
 NOTES: dict[str, dict[str, str]] = {"optimizers": {}, "schedules": {}}
+#: ``name -> eval_params(opt_state) -> params`` of the optimizers that evaluate at other parameters
+#: than their ``params_fn`` gives (registered with ``register_optimizer(..., eval_params=...)``).
+EVAL_PARAMS: dict[str, Callable[[Any], Any]] = {}
 
 
 def with_defaults(fn: Callable, defaults: Mapping[str, Any]) -> Callable:
@@ -72,17 +77,27 @@ def _register(registry: str, table: dict[str, Callable], name: str, note: str | 
     return decorate
 
 
-def register_optimizer(name: str, *, note: str | None = None,
-                       defaults: Mapping[str, Any] | None = None) -> Callable[[Callable], Callable]:
+def register_optimizer(name: str, *, note: str | None = None, defaults: Mapping[str, Any] | None = None,
+                       eval_params: Callable[[Any], Any] | None = None) -> Callable[[Callable], Callable]:
     """Decorator: register the optimizer factory it decorates as ``OPTIMIZERS[name]`` and return
     it unchanged. ``defaults`` gives parameters that have none in the factory's own signature a
     default in the registry's entry only (``momentum``'s ``mass``, which the reference leaves
-    without default); ``note`` goes to :data:`NOTES`.
+    without default); ``note`` goes to :data:`NOTES`; ``eval_params(opt_state) -> params`` (the
+    parameters to evaluate at, where they are not the training iterate) to :data:`EVAL_PARAMS`.
 
     Raises:
       ValueError: ``name`` is already registered.
     """
-    return _register("optimizers", OPTIMIZERS, name, note, defaults)
+    register = _register("optimizers", OPTIMIZERS, name, note, defaults)
+    if eval_params is None:
+        return register
+
+    def decorate(fn: Callable) -> Callable:
+        out = register(fn)
+        EVAL_PARAMS[name] = eval_params
+        return out
+
+    return decorate
 
 
 def register_schedule(name: str, *, note: str | None = None,

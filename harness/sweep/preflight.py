@@ -42,10 +42,11 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
       this process's cache);
     - the trials left after ``include``/``exclude`` are not zero;
     - every optimizer builds with its hyperparameters and schedule exactly as the trainer does
-      (:func:`harness.train.build.make_opt_factory`, ``total_steps`` injected, a traced step size) and
-      traces one update on the parameter shapes of the trial's model (``jax.eval_shape``, no
-      compute), a user's optimizer (``source:``) as a built-in; an AlgoPerf submission is checked
-      when it loads;
+      (:func:`harness.train.build.make_opt_factory`, ``total_steps`` injected, a traced step size),
+      returns one of the accepted forms (:func:`harness.train.build.as_train_optimizer`) and
+      traces one update and its evaluation parameters on the parameter shapes of the trial's model
+      (``jax.eval_shape``, no compute), a user's optimizer (``source:``) as a built-in; an AlgoPerf
+      submission is checked when it loads;
     - every model builds on its dataset's input shape and initialises abstractly
       (``jax.eval_shape`` of its ``init``);
     - no batch size exceeds its dataset's training examples;
@@ -161,8 +162,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
 
                 def one_update(lr, params, make=make):
                     opt = make(lr)
-                    state = opt.init_fn(params)
-                    return opt.params_fn(opt.update_fn(0, params, state))
+                    state = opt.update_fn(0, params, opt.init_fn(params))
+                    ev = None if opt.eval_params_fn is None else opt.eval_params_fn(state)
+                    return opt.params_fn(state), ev
 
                 jax.eval_shape(one_update, lr_aval, p)
             except Exception as e:

@@ -7,6 +7,14 @@
   **optimizer_hp)``, ``total_steps`` of the schedule filled with the trial's steps;
   :func:`base_step_size` is the step size a trial starts from. The sweep's pre-flight builds
   optimizers with these two functions too.
+* :func:`as_train_optimizer` turns whatever a builder returned into a :class:`TrainOptimizer`
+  (``init_fn, update_fn, params_fn, eval_params_fn``): this project's or
+  ``jax.example_libraries``' ``Optimizer`` or any ``(init_fun, update_fun, get_params)`` triple, a
+  4-tuple whose fourth member is ``eval_params(opt_state) -> params``, or an Optax
+  ``GradientTransformation`` (through ``optimizers.from_optax``). The evaluation parameters come
+  from the fourth member, else the rule registered for the builtin (``optimizers.registry.
+  EVAL_PARAMS``: the Schedule-Free pair), else an ``optax.contrib`` Schedule-Free state inside an
+  Optax state (``optimizers.extra.optax_eval_params``).
 * :class:`ModelEntry` is a model on one dataset: the data on the device (floating inputs in the
   storage dtype), the forward pass under mixed precision (:func:`cast_floats`), the whole-split
   evaluation in batches of at most :data:`EVAL_BATCH`, and the compiled parameter-init and
@@ -21,7 +29,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,9 +38,13 @@ import numpy as np
 from harness.core.registry import lookup
 from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
+from optimizers.extra import from_optax, optax_eval_params
+from optimizers.registry import EVAL_PARAMS
+from optimizers.registry import OPTIMIZERS as BUILTIN_OPTIMIZERS
 
-__all__ = ["EVAL_BATCH", "ModelEntry", "base_step_size", "build_model", "cast_floats",
-           "make_opt_factory", "storage_array", "trial_step_size"]
+__all__ = ["ACCEPTED_FORMS", "EVAL_BATCH", "ModelEntry", "TrainOptimizer", "as_train_optimizer",
+           "base_step_size", "build_model", "cast_floats", "make_opt_factory", "storage_array",
+           "trial_step_size"]
 
 #: Largest evaluation batch (examples). Read at call time, so a test may lower it.
 EVAL_BATCH = 1024
@@ -76,18 +88,73 @@ def trial_step_size(spec: TrialSpec, opt_builder: Callable) -> float:
         raise ValueError(f"trial {spec.trial_id}: {e}") from None
 
 
+#: What an optimizer builder may return (the end of :func:`as_train_optimizer`'s TypeError).
+ACCEPTED_FORMS = ("an (init_fun, update_fun, get_params) triple, a 4-tuple with eval_params, "
+                  "or an optax GradientTransformation")
+
+
+class TrainOptimizer(NamedTuple):
+    """An optimizer as the trainer uses it: the triple, and ``eval_params_fn(opt_state)`` giving
+    the parameters to evaluate at, or ``None`` where they are ``params_fn``'s (the function itself
+    may return ``None`` too: no evaluation parameters for that state, decided by its structure)."""
+
+    init_fn: Callable[[Any], Any]
+    update_fn: Callable[[Any, Any, Any], Any]
+    params_fn: Callable[[Any], Any]
+    eval_params_fn: Callable[[Any], Any] | None = None
+
+
+def _returned(obj: Any) -> str:
+    if isinstance(obj, tuple | list):
+        n_callable = sum(callable(m) for m in obj)
+        return f"a {type(obj).__name__} of {len(obj)} members ({n_callable} callable)"
+    return type(obj).__name__
+
+
+def as_train_optimizer(obj: Any, name: str,
+                       eval_params: Callable[[Any], Any] | None = None) -> TrainOptimizer:
+    """``obj`` (what optimizer ``name``'s builder returned) as a :class:`TrainOptimizer`.
+
+    Accepted: an Optax ``GradientTransformation`` (anything with callable ``init`` and ``update``;
+    wrapped with ``optimizers.from_optax``); a tuple of 3 callables ``(init_fun, update_fun,
+    get_params)`` (this project's and ``jax.example_libraries``' ``Optimizer`` among them); a tuple of
+    4 callables, the fourth ``eval_params(opt_state) -> params`` (``None`` there: none); a
+    :class:`TrainOptimizer`.
+    ``eval_params`` (the rule registered for a builtin) is used where ``obj`` brings none; without
+    either, ``optimizers.extra.optax_eval_params`` looks for an ``optax.contrib`` Schedule-Free state.
+
+    Raises:
+      TypeError: anything else (``optimizer 'x' returned int; expected an (init_fun, update_fun,
+        get_params) triple, ...``).
+    """
+    if isinstance(obj, TrainOptimizer):
+        return obj
+    if callable(getattr(obj, "init", None)) and callable(getattr(obj, "update", None)):
+        return TrainOptimizer(*from_optax(obj), eval_params or optax_eval_params)
+    members = list(obj[:3]) if isinstance(obj, tuple | list) and len(obj) == 4 and obj[3] is None else obj
+    if isinstance(members, tuple | list) and len(members) in (3, 4) and all(callable(m) for m in members):
+        init_fn, update_fn, params_fn, *fourth = members
+        return TrainOptimizer(init_fn, update_fn, params_fn,
+                              fourth[0] if fourth else eval_params or optax_eval_params)
+    raise TypeError(f"optimizer {name!r} returned {_returned(obj)}; expected {ACCEPTED_FORMS}")
+
+
 def make_opt_factory(optimizer: str, optimizer_hparams: Mapping[str, Any], schedule: str,
                      schedule_hparams: Mapping[str, Any], steps: int, OPTIMIZERS: Mapping[str, Callable],
                      SCHEDULES: Mapping[str, Callable]) -> Callable[[Any], Any]:
-    """``make(step_size) -> Optimizer``, built exactly as a trial builds it: the optimizer's
+    """``make(step_size) -> TrainOptimizer``, built exactly as a trial builds it: the optimizer's
     hyperparameters except ``step_size`` (which ``make`` takes, a float or a traced scalar), wrapped
     in ``schedule`` (``"none"``/``""``, or ``"constant"`` when no such schedule is registered, mean
-    none) whose ``total_steps`` argument, if it has one, is filled with ``steps``.
+    none) whose ``total_steps`` argument, if it has one, is filled with ``steps``; what the builder
+    returns goes through :func:`as_train_optimizer` (the registered evaluation rule of a builtin
+    applies where ``OPTIMIZERS[optimizer]`` is the builtin's own entry).
 
     Raises:
       KeyError: an unknown optimizer or schedule name (with the valid choices).
+      TypeError: (from ``make``) the builder returned none of the accepted forms.
     """
     opt_builder = lookup(OPTIMIZERS, optimizer, "optimizer")
+    eval_rule = EVAL_PARAMS.get(optimizer) if opt_builder is BUILTIN_OPTIMIZERS.get(optimizer) else None
     opt_hp = {k: v for k, v in optimizer_hparams.items() if k != "step_size"}
     sched_hp = dict(schedule_hparams)
     if schedule in ("none", "") or (schedule == "constant" and "constant" not in SCHEDULES):
@@ -99,7 +166,7 @@ def make_opt_factory(optimizer: str, optimizer_hparams: Mapping[str, Any], sched
 
     def make(step_size: Any) -> Any:
         lr = step_size if sched_builder is None else sched_builder(step_size, **sched_hp)
-        return opt_builder(lr, **opt_hp)
+        return as_train_optimizer(opt_builder(lr, **opt_hp), optimizer, eval_rule)
 
     return make
 

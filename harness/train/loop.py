@@ -35,7 +35,13 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   :data:`harness.train.build.EVAL_BATCH` (a scan over full batches plus one remainder batch, no
   padding); the loss and
   every metric of the model (``ModelDef.metrics``) are example-weighted means. Models without an
-  ``accuracy`` metric report ``nan`` accuracy. Training never sees either split.
+  ``accuracy`` metric report ``nan`` accuracy. Training never sees either split. Both evaluate at
+  the optimizer's **evaluation parameters** where it has them (Schedule-Free's average, a
+  builder's fourth member ``eval_params(opt_state)``, an ``optax.contrib`` Schedule-Free state:
+  :func:`harness.train.build.as_train_optimizer`), computed by a compiled (vmapped) function of the
+  state (:meth:`~harness.train.program.TrainingProgram.get_eval_params`), with
+  ``result.extra["eval_params"] = True``; training, checkpoints (the optimizer state) and
+  throughput use the training iterate ``params_fn``.
 * **Clock.** ``wall_s`` counts training dispatches only (compile and evaluation excluded), measured
   at each chunk's host sync; rows inside a chunk are interpolated linearly.
 * **Divergence** (:mod:`harness.train.track`). The first non-finite train loss, or the first train
@@ -132,6 +138,9 @@ class _UnitRun:
          self.x_test, self.y_test) = self.entry.placed(self.layout)
         self.params_fn = self.prog.params if self.width is None else jax.vmap(self.prog.params)
         self.state = self._initial_state()
+        # the optimizer's evaluation parameters (None: evaluate at params_fn's), compiled up front
+        self.eval_params_exe, dt = self.prog.get_eval_params(self.width, self.state, layout=self.layout)
+        self.compile_s += dt
         self._eval_exe(self._params(), self.x_valid, self.y_valid)  # compiled up front
 
     # -- set-up ------------------------------------------------------------------------------------
@@ -168,7 +177,11 @@ class _UnitRun:
     # -- evaluation --------------------------------------------------------------------------------
 
     def _params(self) -> Any:
-        """The current parameters (stacked for a vmapped unit), on the state's sharding."""
+        """The parameters to evaluate the current state at (stacked for a vmapped unit), on the
+        state's sharding: the optimizer's evaluation parameters where it has them, else the
+        training iterate (``params_fn``, which everything else uses)."""
+        if self.eval_params_exe is not None:
+            return self.eval_params_exe(self.state)
         return self.place(self.params_fn(self.state))
 
     def _eval_exe(self, params: Any, x: jax.Array, y: jax.Array) -> Any:
@@ -273,6 +286,7 @@ class _UnitRun:
                 **({"mesh": lay.label, "num_devices": lay.num_devices,
                     "padded_trials": (self.width or 1) - len(self.specs)} if lay is not None else {}),
                 "eval_batch": self.entry.eval_batch,
+                **({"eval_params": True} if self.eval_params_exe is not None else {}),
                 **{k: float(getattr(ds, k)) for k in ("loss_floor", "entropy_rate")
                    if getattr(ds, k, None) is not None},
                 **({"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,

@@ -1,9 +1,11 @@
 """The compiled training programs of a trial, and the process's cache of them.
 
 :class:`TrainingProgram` holds the pure functions of one trial's training (``init``, ``params``,
-``loss``, ``augment``, ``chunk`` of K steps, ``one_step``) for one batch key (model entry, batch size,
-optimizer and its non-step-size hyperparameters, schedule, steps, augmentation) and compiles its
-K-step chunk, vmapped over T trials or not, on one device or over a mesh (:meth:`get_chunk`).
+``eval_params``, ``loss``, ``augment``, ``chunk`` of K steps, ``one_step``) for one batch key
+(model entry, batch size, optimizer and its non-step-size hyperparameters, schedule, steps,
+augmentation) and compiles its K-step chunk, vmapped over T trials or not, on one device or over a
+mesh (:meth:`get_chunk`), and its evaluation parameters where the optimizer has them
+(:meth:`get_eval_params`).
 
 :func:`program_for` is the one way to get a program: it looks the registries up
 (:func:`harness.config.optimizer_sources.registries_for`: the default registries plus the
@@ -65,12 +67,14 @@ class TrainingProgram:
         self.make_opt = make_opt_factory(spec.optimizer, spec.hparams("optimizer"), spec.schedule,
                                          spec.hparams("schedule"), spec.steps, optimizers, schedules)
         self.opt_builder = lookup(optimizers, spec.optimizer, "optimizer")
+        self.optimizer = spec.optimizer
         self.batch_size = spec.batch_size
         self.augmenter = make_augment(dict(spec.augment))
         if self.batch_size > entry.num_train:
             raise ValueError(f"batch_size {self.batch_size} exceeds the {entry.num_train} training "
                              f"examples of {entry.ds.name}")
-        self.compiled: dict[tuple, Any] = {}
+        self.compiled: dict[tuple, Any] = {}  # the chunks
+        self.compiled_eval_params: dict[tuple, Any] = {}  # None: the optimizer has none
 
     # -- pure functions of one trial -------------------------------------------------------------
 
@@ -86,8 +90,26 @@ class TrainingProgram:
         return TrainState(opt_state, mstate, k_data, k_drop, lr, perm, jnp.int32(-1)), dt
 
     def params(self, state: TrainState) -> Any:
-        """The parameters inside ``state``'s optimizer state."""
+        """The parameters inside ``state``'s optimizer state (the training iterate)."""
         return self.make_opt(state.step_size).params_fn(state.opt_state)
+
+    def eval_params(self, state: TrainState) -> Any:
+        """The parameters to evaluate ``state`` at (the optimizer's ``eval_params_fn``, each leaf
+        in its training parameter's dtype), or ``None`` where the optimizer has none for it.
+
+        Raises:
+          ValueError: (at trace time) evaluation parameters not shaped as the parameters."""
+        opt = self.make_opt(state.step_size)
+        out = None if opt.eval_params_fn is None else opt.eval_params_fn(state.opt_state)
+        if out is None:
+            return None
+        params = opt.params_fn(state.opt_state)
+        got, want = ([jnp.shape(a) for a in jax.tree.leaves(t)] for t in (out, params))
+        if jax.tree.structure(out) != jax.tree.structure(params) or got != want:
+            raise ValueError(f"optimizer {self.optimizer!r}: its eval_params returned "
+                             f"{jax.tree.structure(out)} with shapes {got}, not the parameters' "
+                             f"{jax.tree.structure(params)} with shapes {want}")
+        return jax.tree.map(lambda e, p: jnp.asarray(e, jnp.result_type(p)), out, params)
 
     def loss(self, params, mstate, xb, yb, rng):
         """``(float32 loss, new model state)`` of one training batch."""
@@ -185,6 +207,26 @@ class TrainingProgram:
         t0 = time.perf_counter()
         exe = jax.jit(fn, donate_argnums=(0,), **jit_kw).lower(*args).compile()
         self.compiled[key] = exe
+        return exe, time.perf_counter() - t0
+
+    def get_eval_params(self, T: int | None, state: TrainState, layout: Any = None) -> tuple[Any, float]:
+        """The compiled :meth:`eval_params` (vmapped over ``T`` trials unless None; ``state`` not
+        donated, output on the state's sharding) and the seconds spent compiling it now, or
+        ``(None, 0.0)`` when the optimizer has no evaluation parameters (decided by tracing, once)."""
+        key = (T, layout.key if layout is not None else None)
+        if key in self.compiled_eval_params:
+            return self.compiled_eval_params[key], 0.0
+        fn = self.eval_params if T is None else jax.vmap(self.eval_params)
+        t0 = time.perf_counter()
+        if jax.eval_shape(fn, state) is None:
+            self.compiled_eval_params[key] = None
+            return None, 0.0
+        jit_kw: dict[str, Any] = {}
+        if layout is not None:
+            st = layout.replicated if layout.axis == "batch" else layout.split
+            jit_kw = {"in_shardings": (st,), "out_shardings": st}
+        exe = jax.jit(fn, **jit_kw).lower(state).compile()
+        self.compiled_eval_params[key] = exe
         return exe, time.perf_counter() - t0
 
 
