@@ -310,3 +310,95 @@ def test_an_algoperf_search_space_file_becomes_the_entrys_hyperparameters(tmp_pa
     assert _errors(cfg) == [f"{cfg}: optimizers[0].source: an AlgoPerf submission schedules its own step "
                             "size; this grid also has schedules constant, cosine_decay: give the "
                             "submission an include: entry of its own with schedules: [constant]"]
+
+
+BAD = textwrap.dedent('''
+    import sys
+
+    import optax
+
+    NOTCALL = 3
+
+
+    class Klass:
+        def __init__(self, step_size):
+            pass
+
+
+    def exits(step_size):
+        raise SystemExit(0)
+
+
+    def tree_change(step_size):
+        return (lambda p: (p, 0.0), lambda i, g, s: {"p": s[0]},
+                lambda s: s[0] if isinstance(s, tuple) else s["p"])
+
+
+    def scalar_only(step_size, mass: float = 0.9):
+        return optax.sgd(step_size * 1.0, momentum=mass)
+''')
+
+
+@pytest.mark.parametrize("source,message", [
+    ("bad.py:exits", "source 'bad.py:exits': exits(step_size=0.1) raised SystemExit: 0"),
+    ("bad.py:NOTCALL", "source 'bad.py:NOTCALL': 'NOTCALL' in bad.py is an int, not a function returning "
+                       "an optimizer"),
+    ("bad.py:Klass", "source 'bad.py:Klass': 'Klass' in bad.py is a class, not a function returning an "
+                     "optimizer"),
+    ("exit0.py:f", "source 'exit0.py:f': running exit0.py raised SystemExit: 0 (line 1)"),
+    ("syntax.py:f", "source 'syntax.py:f': running syntax.py raised SyntaxError: invalid syntax "
+                    "(syntax.py, line 1)"),
+    ("../../etc/passwd:f", "source '../../etc/passwd:f': '../../etc/passwd' is not a .py file (a file "
+                           "source ends in .py); "
+                           "expected PATH.py:FUNCTION, package.module:FUNCTION, optax:NAME, "
+                           "optax.contrib:NAME or algoperf:PATH.py"),
+])
+def test_what_the_breaker_found_is_one_line_and_never_ends_the_sweep(tmp_path, source, message):
+    """A sys.exit() in a file or factory used to end the sweep silently with exit 0."""
+    (tmp_path / "bad.py").write_text(BAD)
+    (tmp_path / "exit0.py").write_text("import sys; sys.exit(0)\ndef f(step_size):\n    pass\n")
+    (tmp_path / "syntax.py").write_text("def f(:\n")
+    cfg = _write(tmp_path, [{"name": "mine", "source": source, "hparams": {"step_size": 0.1}}])
+    assert _errors(cfg) == [f"{cfg}: optimizers[0].source: {message}"]
+
+
+def test_preflight_rejects_an_update_that_changes_the_state_structure(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD)
+    cfg = _write(tmp_path, [{"name": "mine", "source": "bad.py:tree_change", "hparams": {"step_size": 0.1}}])
+    (line,) = _errors(cfg, preflight=True)
+    assert line.startswith(f"{cfg}: optimizers[0].hparams: optimizer 'mine' (step_size=0.1): update_fun "
+                           "returned a state of another structure than init_fun's: ")
+
+
+def test_a_factory_that_cannot_take_a_schedule_is_blamed_once_on_its_source(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD)
+    cfg = _write(tmp_path, [{"name": "mine", "source": "bad.py:scalar_only",
+                             "hparams": {"step_size": [0.01, 0.02]}}])
+    assert _errors(cfg, preflight=True) == [
+        f"{cfg}: optimizers[0].source: optimizer 'mine' (bad.py:scalar_only) with schedule 'constant': "
+        "unsupported operand type(s) for *: 'function' and 'float' (with a schedule the factory's "
+        "step_size is a function i -> step size: optimizers.make_schedule(step_size) takes both)"]
+
+
+def test_an_error_about_a_search_space_hyperparameter_names_the_search_space(tmp_path):
+    import json
+
+    (tmp_path / "nadamw.py").write_text((ROOT / "experiments" / "submissions" / "nadamw.py").read_text())
+    (tmp_path / "space.json").write_text(json.dumps({"learning_rate": {"min": 1e-3, "max": 1e-2,
+                                                                       "scaling": "log"}}))
+    cfg = _write(tmp_path, [{"name": "ap", "source": "algoperf:nadamw.py", "search_space": "space.json"}])
+    (line,) = _errors(cfg)
+    assert line.startswith(f"{cfg}: optimizers[0].search_space (learning_rate from space.json): a "
+                           "distribution needs search.trials")
+
+
+def test_the_reason_of_a_failed_trial_is_the_exception_not_jaxs_notice():
+    from harness.core.outcome import reason_line
+
+    tb = ("Traceback (most recent call last):\n  File \"x.py\", line 1\nTypeError: scan body function "
+          "carry input and carry output must have the same pytree structure\n--------------------\n"
+          "For simplicity, JAX has removed its internal frames from the traceback of the following "
+          "exception. Set JAX_TRACEBACK_FILTERING=off to include these.\n")
+    assert reason_line(tb) == ("TypeError: scan body function carry input and carry output must have "
+                               "the same pytree structure")
+    assert reason_line("ValueError: x\n") == "ValueError: x"

@@ -159,41 +159,59 @@ def load_config(path: str | Path, registries: Registries | None = None,
         data = load_yaml_file(path)
     except YamlConfigError as e:
         raise ConfigError(e.lines) from None
-    data = with_search_spaces(data, file, os.path.dirname(os.path.abspath(file)))
-    cfg = parse_config(data, file, max_trials)
-    regs = with_config_sources(registries or default_registries(), cfg, file,
-                               os.path.dirname(os.path.abspath(file)))
-    validate_names(cfg, file, regs)
-    cfg = canonicalize_numbers(cfg, regs)
-    if regs is not registries and any(c.source_ref is not None for g in (cfg, *cfg.include)
-                                      for c in g.optimizers or []):
-        from harness.config.optimizer_sources import probe_sources
+    data, moved = with_search_spaces(data, file, os.path.dirname(os.path.abspath(file)))
+    try:
+        cfg = parse_config(data, file, max_trials)
+        regs = with_config_sources(registries or default_registries(), cfg, file,
+                                   os.path.dirname(os.path.abspath(file)))
+        validate_names(cfg, file, regs)
+        cfg = canonicalize_numbers(cfg, regs)
+        if regs is not registries and any(c.source_ref is not None for g in (cfg, *cfg.include)
+                                          for c in g.optimizers or []):
+            from harness.config.optimizer_sources import probe_sources
 
-        if errors := probe_sources(cfg, file):
-            raise ConfigError(errors)
+            if errors := probe_sources(cfg, file):
+                raise ConfigError(errors)
+    except ConfigError as e:
+        if not moved:
+            raise
+        raise ConfigError([_moved_line(line, file, moved) for line in e.errors]) from None
     return cfg
+
+
+def _moved_line(line: str, file: str, moved: Mapping[str, str]) -> str:
+    """An error line about a hyperparameter that came from a ``search_space`` file, pointed at
+    that key (the user never wrote ``hparams.<name>``)."""
+    for key, where in moved.items():
+        for sep in (":", "."):
+            if line.startswith(f"{file}: {key}{sep}"):
+                return f"{file}: {where}{line[len(file) + 2 + len(key):]}"
+    return line
 
 
 #: Largest ``search_space`` file read (bytes).
 MAX_SEARCH_SPACE_BYTES = 1024 * 1024
 
 
-def with_search_spaces(data: Any, file: str, base_dir: str) -> Any:
+def with_search_spaces(data: Any, file: str, base_dir: str) -> tuple[Any, dict[str, str]]:
     """``data`` (the YAML's plain data) with each optimizer entry's ``search_space`` (an AlgoPerf
     ``tuning_search_space.json``, relative to ``base_dir``) converted
     (:mod:`harness.config.algoperf_space`: ranges become distributions, ``feasible_points``
     choices; a list of fixed points becomes one zipped grid) and merged under its ``hparams``
     (``hparams`` win). The ``search_space`` key stays, as a record of where they came from.
+    Also returns ``{"optimizers[i].hparams.NAME": "optimizers[i].search_space (NAME from FILE)"}``
+    for the hyperparameters a file added, so that an error about one names where it came from.
 
     Raises:
       ConfigError: ``FILE: optimizers[i].search_space: message`` for a missing, oversized or
         malformed file.
     """
     if not isinstance(data, Mapping):
-        return data
+        return data, {}
     from harness.config.algoperf_space import points_from_algoperf, search_space_from_algoperf
 
     errors: list[str] = []
+    moved: dict[str, str] = {}
 
     def fix(entries: Any, where: str) -> Any:
         if not isinstance(entries, list):
@@ -219,7 +237,11 @@ def with_search_spaces(data: Any, file: str, base_dir: str) -> Any:
                         zips = [list(space)] if len(points) > 1 and len(space) > 1 else []
                         e = {**e, "hparams": {**space, **own}, "zip": [*e.get("zip", []), *zips]}
                     else:
-                        e = {**e, "hparams": {**search_space_from_algoperf(obj), **own}}
+                        space = {k: v for k, v in search_space_from_algoperf(obj).items() if k not in own}
+                        e = {**e, "hparams": {**space, **own}}
+                    moved.update({f"{where}optimizers[{j}].hparams.{k}":
+                                  f"{where}optimizers[{j}].search_space ({k} from {e['search_space']})"
+                                  for k in space})
                 except FileNotFoundError:
                     errors.append(f"{key}: no such file: {path} (a path is relative to the config "
                                   f"file's folder)")
@@ -238,7 +260,7 @@ def with_search_spaces(data: Any, file: str, base_dir: str) -> Any:
         del data["optimizers"]
     if errors:
         raise ConfigError(errors)
-    return data
+    return data, moved
 
 
 def with_config_sources(regs: Registries, cfg: SweepConfig, file: str, base_dir: str) -> Registries:

@@ -72,10 +72,15 @@ def _factory(ref: SourceRef) -> Callable:
     if fn is None:
         raise SourceError(f"source {ref.text!r}: {where} has no {ref.function!r}"
                           f"{did_you_mean(ref.function, _callables(mod))}")
-    if not callable(fn):
-        raise SourceError(f"source {ref.text!r}: {ref.function!r} in {where} is a "
-                          f"{type(fn).__name__}, not a function returning an optimizer")
+    if not callable(fn) or inspect.isclass(fn):
+        what = "a class" if inspect.isclass(fn) else _a(type(fn).__name__)
+        raise SourceError(f"source {ref.text!r}: {ref.function!r} in {where} is {what}, not a "
+                          f"function returning an optimizer")
     return fn
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _renamed(fn: Callable, arg: str) -> Callable:
@@ -176,7 +181,7 @@ def _probe(ref: SourceRef, builder: Callable, hparams: Mapping[str, Any]) -> Non
         lr = first_param.default if first_param.default is not inspect.Parameter.empty else 1e-3
     try:
         obj = builder(lr, **hp)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise SourceError(f"source {ref.text!r}: {ref.function}(step_size={lr!r}"
                           f"{''.join(f', {k}={v!r}' for k, v in hp.items())}) raised "
                           f"{type(e).__name__}: {e}") from None

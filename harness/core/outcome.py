@@ -43,9 +43,17 @@ def config_label(spec: TrialSpec) -> str:
     return " ".join(bits)
 
 
-def _last_line(text: str, limit: int) -> str:
-    """The last line of ``text`` (a traceback's exception line), at most ``limit`` characters."""
-    return (text.strip().splitlines() or [""])[-1][:limit]
+#: Lines JAX appends after the exception line of a traceback it filtered: never the reason.
+_JAX_NOTICES = ("For simplicity, JAX has removed its internal frames", "-" * 20)
+
+
+def reason_line(text: str, limit: int = 500) -> str:
+    """The exception line of a traceback ``text`` (its last line, skipping the notice JAX appends
+    after a filtered traceback and its dashed separator), at most ``limit`` characters."""
+    lines = [ln for ln in text.strip().splitlines()
+             if ln.strip() and not ln.startswith(_JAX_NOTICES)]
+    return (lines or [""])[-1][:limit]
+
 
 
 def _or_none(x: Any) -> Any:
@@ -125,7 +133,7 @@ class TrialOutcome:
         o.train_seconds = res.train_seconds
         o.tracking_seconds = tracking_s
         if res.status == "failed":
-            o.reason = _last_line(res.reason, 300)
+            o.reason = reason_line(res.reason, 300)
         elif res.diverged_step is not None:
             o.reason = f"diverged at step {res.diverged_step}"
         return o

@@ -164,7 +164,9 @@ def parse_source(text: Any, base_dir: str) -> SourceRef:
         code = _read_file(path, text)
         return SourceRef(text, "path", path, func, _sha16(code.encode()), code)
     if not _MODULE_RE.match(where):
-        raise SourceError(f"source {text!r}: {where!r} is neither a .py path nor a module name; {forms}")
+        why = ("not a .py file (a file source ends in .py)" if "/" in where or "\\" in where else
+               "neither a .py path nor a module name")
+        raise SourceError(f"source {text!r}: {where!r} is {why}; {forms}")
     kind: Literal["module", "optax"] = "optax" if where in ("optax", "optax.contrib") else "module"
     return SourceRef(text, kind, where, func, _module_digest(where, text))
 
@@ -195,7 +197,7 @@ def load_module(ref: SourceRef) -> types.ModuleType:
     if not ref.is_file:
         try:
             return importlib.import_module(ref.target)
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise SourceError(f"source {ref.text!r}: importing {ref.target!r} raised "
                               f"{type(e).__name__}: {e}") from None
     key = (ref.target, ref.digest)
@@ -213,7 +215,7 @@ def load_module(ref: SourceRef) -> types.ModuleType:
             sys.path.insert(0, folder)
         try:
             exec(compile(ref.code, ref.target, "exec"), mod.__dict__)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # a sys.exit() in the file must not end the sweep
             sys.modules.pop(name, None)
             raise SourceError(f"source {ref.text!r}: running {os.path.basename(ref.target)} raised "
                               f"{type(e).__name__}: {e}{_line_of(e, ref.target)}") from None
@@ -227,8 +229,8 @@ def load_module(ref: SourceRef) -> types.ModuleType:
 
 def _line_of(e: BaseException, filename: str) -> str:
     """`` (line N)`` of the innermost frame of ``e`` in ``filename``, or ``""``."""
-    if isinstance(e, SyntaxError) and e.lineno:
-        return f" (line {e.lineno})"
+    if isinstance(e, SyntaxError):  # its message already names the line
+        return ""
     tb, line = e.__traceback__, None
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == filename:

@@ -162,13 +162,25 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
 
                 def one_update(lr, params, make=make):
                     opt = make(lr)
-                    state = opt.update_fn(0, params, opt.init_fn(params))
+                    state0 = opt.init_fn(params)
+                    state = opt.update_fn(0, params, state0)
+                    before, after = jax.tree.structure(state0), jax.tree.structure(state)
+                    if before != after:  # the trainer's scan carries the state: it must keep its form
+                        raise TypeError(f"update_fun returned a state of another structure than "
+                                        f"init_fun's: {after} after {before}")
                     ev = None if opt.eval_params_fn is None else opt.eval_params_fn(state)
                     return opt.params_fn(state), ev
 
                 jax.eval_shape(one_update, lr_aval, p)
             except Exception as e:
-                if sched == "none":
+                if s.optimizer_source and sched != "none":  # the factory, given a schedule, failed
+                    line = (f"{file}: {opath}.source: optimizer {s.optimizer!r} ({s.optimizer_source}) "
+                            f"with schedule {s.schedule!r}: {_exc_text(e)} (with a schedule the "
+                            f"factory's step_size is a function i -> step size: "
+                            f"optimizers.make_schedule(step_size) takes both)")
+                    if line not in errors:
+                        errors.append(line)
+                elif sched == "none":
                     seen.add(("bad-opt", s.optimizer, hp_key(ohp)))
                     errors.append(f"{file}: {_hp_path(opath, ohp, str(e))}: optimizer {s.optimizer!r} "
                                   f"({_hp_text(ohp)}): {_exc_text(e)}")

@@ -48,6 +48,7 @@ from typing import Any
 
 from harness.core import names
 from harness.core.context import RunContext
+from harness.core.outcome import reason_line
 from harness.core.spec import TrialResult, TrialSpec
 from harness.tracking.liveness import owner_tags
 from harness.tracking.provenance import environment_tags
@@ -219,7 +220,7 @@ def result_tags(res: TrialResult) -> dict[str, str]:
     if res.diverged_step is not None:
         tags[names.TAG_DIVERGED_STEP] = str(res.diverged_step)
     if res.reason:
-        tags[names.TAG_REASON] = (res.reason.strip().splitlines() or [""])[-1][:500]
+        tags[names.TAG_REASON] = reason_line(res.reason, 500)
         if res.status != "failed":
             tags[names.TAG_STATUS_REASON] = res.reason[:5000]
     return tags
