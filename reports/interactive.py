@@ -16,6 +16,7 @@ compiles one with vl-convert, which is what the tests use to validate them.
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import numpy as np
@@ -351,7 +352,12 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     cols, width = _facet_width(d["task"].nunique())
     opts = sorted(d["optimizer"].unique())
     color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
-             "legend": {"title": "optimizer (click to toggle)", "orient": "top"}}
+             "legend": {"title": "optimizer (click to toggle)", "orient": "top", "symbolOpacity": 1}}
+    # (a layer with legend None drops the merged colour legend of every layer: each keeps it)
+    only_own = sorted(set(d.loc[d["self_tuning"], "optimizer"]) - set(d.loc[~d["self_tuning"], "optimizer"]))
+    if only_own:  # the legend names a self-tuning optimizer as the static figure does
+        color["legend"]["labelExpr"] = (f"indexof({json.dumps(only_own)}, datum.label) >= 0 ? "
+                                        f"datum.label + ' (self-tuning)' : datum.label")
     dash = {"field": "curve", "type": "nominal", "scale": {"domain": ["validation (selects)",
                                                                       "test of the selected"],
                                                            "range": [[1, 0], [6, 3]]},
@@ -369,7 +375,7 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                 {
                     "mark": {"type": "area", "opacity": 0.12},
                     "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
-                                 "y2": {"field": "hi"}, "color": {**color, "legend": None},
+                                 "y2": {"field": "hi"}, "color": color,
                                  "detail": {"field": "curve", "type": "nominal"}},
                     "transform": [{"filter": "datum.curve == 'validation (selects)' && "
                                              "!datum.self_tuning"}],

@@ -200,6 +200,9 @@ def test_real_sweep_tags_the_runs_and_the_report_draws_a_horizontal_line(write_s
 
     spec = I.tuning_curves_spec(frame)
     I.compile_check(spec)
+    legends = [layer["encoding"]["color"].get("legend") for layer in spec["spec"]["layer"]]
+    assert None not in legends  # one layer's legend None would drop the colour legend of all
+    assert "prodigy" in legends[0]["labelExpr"] and "(self-tuning)" in legends[0]["labelExpr"]
     rule = spec["spec"]["layer"][-1]
     assert rule["mark"]["type"] == "rule" and "x" not in rule["encoding"]
     rows = [r for r in spec["data"]["values"] if r["self_tuning"]]
