@@ -82,7 +82,10 @@ def profile_figure(frame: pd.DataFrame) -> Figure | None:
 def tuning_figure(frame: pd.DataFrame) -> Figure | None:
     """Expected best validation metric after k configurations (solid, band: bootstrap 95%) and the
     expected test metric of the configuration validation selects among them (dashed), per task
-    and optimizer (:func:`reports.protocol.tuning_curves`)."""
+    and optimizer (:func:`reports.protocol.tuning_curves`). A self-tuning optimizer (a ``tuning:
+    none`` entry: one configuration) is a horizontal line at its validation value (solid) and its
+    test value (dashed) across every k, labelled ``"prodigy (self-tuning)"``: where a tuned curve
+    crosses it is the budget at which tuning pays."""
     tc = protocol.tuning_curves(frame)
     if tc.empty:
         return None
@@ -93,14 +96,22 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
     mixed = objectives_differ(frame)  # tasks with different objectives: each panel names its own
     for i, task in enumerate(tasks):
         ax = axes[i // ncols, i % ncols]
-        metric = tc.loc[tc["task"] == task, "metric"].iloc[0]
-        for opt, g in tc[tc["task"] == task].groupby("optimizer", sort=True):
+        here = tc[tc["task"] == task]
+        metric = here["metric"].iloc[0]
+        for opt, g in here[~here["self_tuning"]].groupby("optimizer", sort=True):
             c = pal.get(opt, "0.3")
             ax.plot(g["k"], g["valid"], color=c, lw=2, marker="o", ms=3)
             ax.fill_between(g["k"], g["valid_lo"], g["valid_hi"], color=c, alpha=0.15, lw=0)
             if g["test"].notna().any():
                 ax.plot(g["k"], g["test"], color=c, lw=1.6, ls="--")
                 ax.fill_between(g["k"], g["test_lo"], g["test_hi"], color=c, alpha=0.07, lw=0)
+        for r in here[here["self_tuning"]].itertuples():
+            c = pal.get(r.optimizer, "0.3")
+            ax.axhline(r.valid, color=c, lw=2, label=r.label)
+            if np.isfinite(r.test):
+                ax.axhline(r.test, color=c, lw=1.6, ls="--", label=f"{r.label}: test")
+        if here["self_tuning"].all():  # no tuned curve sets the k axis
+            ax.set_xlim(0.5, 1.5)
         ax.set_title(labels.get(task, task))
         ax.set_xlabel("configurations tried (k)")
         name = METRIC_LABELS.get(metric, metric).replace("final validation ", "")
@@ -108,6 +119,11 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
             ax.set_ylabel(f"expected {name}\nof the validation-best")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     hide_unused(axes, len(tasks))
-    legend(fig, pal, [Line2D([], [], color="0.3", lw=2, label="validation (selects)"),
+    own = tc[tc["self_tuning"]].drop_duplicates("label")
+    only_own = set(own["optimizer"]) - set(tc.loc[~tc["self_tuning"], "optimizer"])
+    keys = {o: c for o, c in pal.items() if o not in only_own}
+    extra = [Line2D([], [], color=pal.get(r.optimizer, "0.3"), lw=2.5, label=r.label)
+             for r in own.itertuples()]
+    legend(fig, keys, [*extra, Line2D([], [], color="0.3", lw=2, label="validation (selects)"),
                        Line2D([], [], color="0.3", lw=1.6, ls="--", label="test of the selected")])
     return fig

@@ -19,6 +19,8 @@ for the validation-selected configuration). Runs logged before it hold only ``ev
 
 Every row carries the trial's identity (``trial_id``, ``run_id``, ``model``, ``optimizer``, …,
 ``seed``, ``status``), derived labels (``task``, ``config``, ``config_id``: :mod:`reports.labels`),
+``tuning`` (the tag ``harness.tuning``: ``"none"`` for a trial of a ``tuning: none`` optimizer entry,
+the self-tuning track; ``None`` for a tuned one),
 its target, its environment tags, and every MLflow param as a ``params.<name>`` column (strings, as
 stored). Metric values are exactly the floats MLflow holds.
 
@@ -69,6 +71,7 @@ from harness.core.names import (
     TAG_SWEEP,
     TAG_SWEEP_ID,
     TAG_TRIAL_ID,
+    TAG_TUNING,
     canonical_metric,
 )
 from harness.core.names import SUMMARY_METRICS as SUMMARY_METRICS
@@ -87,8 +90,8 @@ STATUSES = ("finished", "diverged", "failed", "running")
 ID_COLUMNS = (
     "row", "experiment", "sweep", "sweep_id", "trial_id", "run_id", "parent_run_id", "attempts",
     "run_status", "status", "reason", "model", "optimizer", "schedule", "dataset", "seed", "task",
-    "config", "config_id", "step_size", "batch_size", "train_steps", "target_metric", "target_value",
-    "target_mode", "protocol", "mesh", *ENV_TAGS, "start_time", "end_time", "step",
+    "config", "config_id", "tuning", "step_size", "batch_size", "train_steps", "target_metric",
+    "target_value", "target_mode", "protocol", "mesh", *ENV_TAGS, "start_time", "end_time", "step",
 )
 
 
@@ -210,6 +213,7 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "target_mode": target_mode(target_metric, params.get(PARAM_TARGET_MODE)) if target_metric else None,
         "protocol": _protocol(run),
         "mesh": tags.get(TAG_MESH),
+        "tuning": tags.get(TAG_TUNING),
         "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True)
         if run.info.start_time
         else pd.NaT,

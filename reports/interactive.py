@@ -16,6 +16,7 @@ compiles one with vl-convert, which is what the tests use to validate them.
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import numpy as np
@@ -316,7 +317,9 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
 def tuning_curves_long(frame: pd.DataFrame) -> pd.DataFrame:
     """:func:`reports.protocol.tuning_curves` in long form: one row per (task label, optimizer,
     k, curve) with ``curve`` ``"validation (selects)"`` or ``"test of the selected"``, ``value``,
-    ``lo``, ``hi`` (the 95% bootstrap band), ``n_configs`` and ``metric`` (the column it is of)."""
+    ``lo``, ``hi`` (the 95% bootstrap band), ``n_configs``, ``metric`` (the column it is of),
+    ``self_tuning`` (a ``tuning: none`` configuration's value, drawn at every k) and ``line`` (the
+    curve's label: the optimizer, or ``"prodigy (self-tuning)"``)."""
     tc = protocol.tuning_curves(frame)
     if tc.empty:
         return pd.DataFrame()
@@ -331,7 +334,9 @@ def tuning_curves_long(frame: pd.DataFrame) -> pd.DataFrame:
             "curve": curve, "value": part[col].to_numpy(float),
             "lo": part[f"{col}_lo"].to_numpy(float), "hi": part[f"{col}_hi"].to_numpy(float),
             "n_configs": part["n_configs"].to_numpy(int),
-            "metric": part[metric].to_numpy()}))
+            "metric": part[metric].to_numpy(),
+            "self_tuning": [bool(x) for x in part["self_tuning"]],
+            "line": part["label"].to_numpy()}))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -339,14 +344,20 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     """Vega-Lite spec of the tuning curves (Dodge et al. 2019): expected best validation metric
     after k configurations (solid) and the expected test metric of the one validation selects
     (dashed), each with its bootstrap band, one panel per task; click the legend to toggle
-    optimizers, hover for k, the value and its band. ``None`` without finished configurations."""
+    optimizers, hover for k, the value and its band. A self-tuning optimizer (``tuning: none``) is
+    a horizontal rule at its value across every k. ``None`` without finished configurations."""
     d = tuning_curves_long(frame)
     if d.empty:
         return None
     cols, width = _facet_width(d["task"].nunique())
     opts = sorted(d["optimizer"].unique())
     color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
-             "legend": {"title": "optimizer (click to toggle)", "orient": "top"}}
+             "legend": {"title": "optimizer (click to toggle)", "orient": "top", "symbolOpacity": 1}}
+    # (a layer with legend None drops the merged colour legend of every layer: each keeps it)
+    only_own = sorted(set(d.loc[d["self_tuning"], "optimizer"]) - set(d.loc[~d["self_tuning"], "optimizer"]))
+    if only_own:  # the legend names a self-tuning optimizer as the static figure does
+        color["legend"]["labelExpr"] = (f"indexof({json.dumps(only_own)}, datum.label) >= 0 ? "
+                                        f"datum.label + ' (self-tuning)' : datum.label")
     dash = {"field": "curve", "type": "nominal", "scale": {"domain": ["validation (selects)",
                                                                       "test of the selected"],
                                                            "range": [[1, 0], [6, 3]]},
@@ -364,12 +375,14 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                 {
                     "mark": {"type": "area", "opacity": 0.12},
                     "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
-                                 "y2": {"field": "hi"}, "color": {**color, "legend": None},
+                                 "y2": {"field": "hi"}, "color": color,
                                  "detail": {"field": "curve", "type": "nominal"}},
-                    "transform": [{"filter": "datum.curve == 'validation (selects)'"}],
+                    "transform": [{"filter": "datum.curve == 'validation (selects)' && "
+                                             "!datum.self_tuning"}],
                 },
                 {
                     "params": [_legend_toggle()],
+                    "transform": [{"filter": "!datum.self_tuning"}],
                     "mark": {"type": "line", "point": {"filled": True, "size": 30}},
                     "encoding": {
                         "x": x, "y": y, "color": color, "strokeDash": dash, "opacity": shown,
@@ -385,6 +398,21 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                              "title": "band low (95%)"},
                             {"field": "hi", "type": "quantitative", "format": ".4~g",
                              "title": "band high (95%)"},
+                        ],
+                    },
+                },
+                {
+                    "mark": {"type": "rule", "strokeWidth": 2},
+                    "transform": [{"filter": "datum.self_tuning"}],
+                    "encoding": {
+                        "y": y, "color": color, "strokeDash": dash, "opacity": shown,
+                        "tooltip": [
+                            {"field": "task", "type": "nominal"},
+                            {"field": "line", "type": "nominal", "title": "optimizer"},
+                            {"field": "curve", "type": "nominal"},
+                            {"field": "value", "type": "quantitative", "format": ".4~g",
+                             "title": "value at every k"},
+                            {"field": "metric", "type": "nominal"},
                         ],
                     },
                 },

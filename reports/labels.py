@@ -11,7 +11,7 @@ import hashlib
 
 import pandas as pd
 
-from harness.core.names import PARAM_SEED, PARAM_STEPS_PER_DISPATCH
+from harness.core.names import PARAM_SEED, PARAM_STEPS_PER_DISPATCH, TUNING_NONE
 
 #: Param prefixes that define the task a trial trains (``train.seed`` excluded).
 TASK_PARAM_PREFIXES = ("model.", "dataset.", "train.", "target.")
@@ -19,6 +19,19 @@ TASK_PARAM_PREFIXES = ("model.", "dataset.", "train.", "target.")
 CONFIG_PARAM_PREFIXES = ("optimizer.", "schedule.")
 #: Param names that are neither task nor configuration (vary across seeds / packing only).
 NON_CONFIG_PARAMS = (PARAM_SEED, PARAM_STEPS_PER_DISPATCH)
+#: Appended to the ``config`` label of a ``tuning: none`` entry's configuration.
+SELF_TUNING = "(self-tuning)"
+
+
+def is_self_tuning(tuning) -> bool:
+    """Whether a trial's ``harness.tuning`` tag value (``"none"``, ``"none,tuned"``, absent) makes
+    it a configuration of a self-tuning (``tuning: none``) optimizer entry."""
+    return isinstance(tuning, str) and TUNING_NONE in tuning.split(",")
+
+
+def is_tuned(tuning) -> bool:
+    """Whether an entry that tunes yields the trial (absent tag, or ``"none,tuned"``)."""
+    return not is_self_tuning(tuning) or "tuned" in tuning.split(",")
 
 
 def is_task_param(name: str) -> bool:
@@ -37,7 +50,8 @@ def _varying(params: pd.DataFrame, cols: list[str]) -> list[str]:
 
 def add_labels(summary: pd.DataFrame) -> pd.DataFrame:
     """Add ``task``, ``config_id`` and ``config`` (human-readable) to one-row-per-trial ``summary``
-    (columns ``model``, ``dataset``, ``optimizer``, ``schedule`` and ``params.<name>``)."""
+    (columns ``model``, ``dataset``, ``optimizer``, ``schedule`` and ``params.<name>``; a trial
+    whose ``tuning`` column says self-tuning gets :data:`SELF_TUNING` after its ``config``)."""
     pcols = sorted(c for c in summary.columns if c.startswith("params."))
     names = {c: c[len("params.") :] for c in pcols}
     task_cols = [c for c in pcols if is_task_param(names[c])]
@@ -62,6 +76,9 @@ def add_labels(summary: pd.DataFrame) -> pd.DataFrame:
         if df["schedule"].nunique() > 1:
             head = head + " · " + df["schedule"]
         summary.loc[idx, "config"] = label(df, conf_cols, head)
+    if "tuning" in summary:
+        own = summary["tuning"].map(is_self_tuning).astype(bool)
+        summary.loc[own, "config"] = summary.loc[own, "config"] + f" {SELF_TUNING}"
     for i in summary.index:
         key = "|".join(
             [summary.at[i, "optimizer"], str(summary.at[i, "schedule"])]

@@ -24,6 +24,9 @@ Definitions (the numbers a report shows follow from these and nothing else):
   ``F̂(v)^k``) and is available as ``replace=True``, tested against enumeration of all ``N^k``
   ordered draws. The band is a bootstrap percentile band: the ``N`` configurations resampled with
   replacement ``n_boot`` times (fixed seed), the exact curve computed on each resample.
+  A **self-tuning** optimizer (a ``tuning: none`` entry, AlgoPerf's self-tuning track) has one
+  configuration and no budget to spend: its "curve" is its configuration's value at every ``k``
+  (drawn as a horizontal line), so a reader sees at which ``k`` a tuned optimizer overtakes it.
 * **Tuned time-to-result** (AlgoPerf's external-tuning rule, Dahl et al. 2023): per task and
   optimizer, the time to the validation target of the best of its ``N`` configurations, i.e. the
   smallest configuration time, where a configuration's time is the median
@@ -51,6 +54,7 @@ import pandas as pd
 
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from reports.frame import PROTOCOL_ONE_SPLIT, per_frame, summaries
+from reports.labels import SELF_TUNING, is_self_tuning, is_tuned
 from reports.objectives import objective
 from reports.selection import best_configs
 
@@ -219,13 +223,15 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
     docstring: mean over seeds, non-finished seeds imputed with the task's worst value).
 
     Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, valid, test, seconds,
-    n_reached, metric, test_metric, mode, protocol``; ``seconds`` is the configuration's time to
-    the validation target (``inf`` when fewer than :data:`SOLVED_FRACTION` of its seeds reached
-    it). ``test`` is ``nan`` for runs from before the three-split protocol.
+    n_reached, metric, test_metric, mode, protocol, self_tuning, tuned``; ``seconds`` is the
+    configuration's time to the validation target (``inf`` when fewer than :data:`SOLVED_FRACTION`
+    of its seeds reached it). ``test`` is ``nan`` for runs from before the three-split protocol.
+    ``self_tuning``: a ``tuning: none`` entry yields it; ``tuned``: an entry that tunes does (both
+    when the two kinds of entry yield the same trials).
     """
     s = summaries(frame)
     cols = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "valid", "test",
-            "seconds", "n_reached", "metric", "test_metric", "mode", "protocol"]
+            "seconds", "n_reached", "metric", "test_metric", "mode", "protocol", "self_tuning", "tuned"]
     if s.empty:
         return pd.DataFrame(columns=cols)
     rows = []
@@ -243,6 +249,7 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
             one_split = (g["protocol"] == PROTOCOL_ONE_SPLIT).all()
             t = g[obj.test].where(fin & g[obj.test].notna(), worst_t)
             reached = fin & (g[M_SECONDS_TO_TARGET].notna() | g[M_STEPS_TO_TARGET].notna())
+            tuning = g["tuning"] if "tuning" in g else pd.Series([None] * len(g), dtype=object)
             secs = g.loc[reached & g[M_SECONDS_TO_TARGET].notna(), M_SECONDS_TO_TARGET]
             solved = reached.sum() > 0 and reached.sum() >= SOLVED_FRACTION * len(g)
             rows.append({
@@ -253,34 +260,46 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
                 "seconds": float(secs.median()) if solved and len(secs) else math.inf,
                 "n_reached": int(reached.sum()), "metric": obj.final, "test_metric": obj.test,
                 "mode": obj.mode, "protocol": PROTOCOL_ONE_SPLIT if one_split else g["protocol"].iloc[0],
+                "self_tuning": bool(tuning.map(is_self_tuning).any()),
+                "tuned": bool(tuning.map(is_tuned).any()),
             })
     return pd.DataFrame(rows, columns=cols)
 
 
 def tuning_curves(frame: pd.DataFrame, replace: bool = False, n_boot: int = N_BOOT_BAND,
                   seed: int = 0) -> pd.DataFrame:
-    """:func:`tuning_curve` of every (task, optimizer) over its configurations' values.
+    """:func:`tuning_curve` of every (task, optimizer) over its configurations' values (those an
+    entry that tunes yields), and one row per self-tuning configuration (a ``tuning: none``
+    entry's: ``k = 1``, its value, a band of width 0), which a figure draws at every ``k``.
 
     Columns ``task, optimizer, n_configs, k, valid, valid_lo, valid_hi, test, test_lo, test_hi,
-    metric, test_metric, mode, protocol``.
+    metric, test_metric, mode, protocol, self_tuning, label``; ``label`` names the line: the
+    optimizer, or ``"prodigy (self-tuning)"`` (the configuration's label when the optimizer has
+    several self-tuning configurations on the task).
     """
     cv = config_values(frame)
     parts = []
     for (task, opt), g in cv.groupby(["task", "optimizer"], sort=True):
         g = g[g["valid"].notna()]
-        if g.empty:
-            continue
-        c = tuning_curve(g["valid"], g["test"], g["mode"].iloc[0], replace=replace,
-                         tiebreak=np.argsort(np.argsort(g["config_id"].to_numpy())), n_boot=n_boot,
-                         seed=seed)
-        c.insert(0, "n_configs", len(g))
-        c.insert(0, "optimizer", opt)
-        c.insert(0, "task", task)
-        for col in ("metric", "test_metric", "mode", "protocol"):
-            c[col] = g[col].iloc[0]
-        parts.append(c)
+        own = g[g["self_tuning"]]
+        g = g[g["tuned"]]
+        lines = [(g, opt, False)] if len(g) else []
+        lines += [(own.iloc[[i]], f"{opt} {SELF_TUNING}" if len(own) == 1 else own["config"].iloc[i], True)
+                  for i in range(len(own))]
+        for g, label, self_tuning in lines:
+            c = tuning_curve(g["valid"], g["test"], g["mode"].iloc[0], replace=replace,
+                             tiebreak=np.argsort(np.argsort(g["config_id"].to_numpy())), n_boot=n_boot,
+                             seed=seed)
+            c.insert(0, "n_configs", len(g))
+            c.insert(0, "optimizer", opt)
+            c.insert(0, "task", task)
+            for col in ("metric", "test_metric", "mode", "protocol"):
+                c[col] = g[col].iloc[0]
+            c["self_tuning"] = self_tuning
+            c["label"] = label
+            parts.append(c)
     cols = ["task", "optimizer", "n_configs", "k", "valid", "valid_lo", "valid_hi", "test", "test_lo",
-            "test_hi", "metric", "test_metric", "mode", "protocol"]
+            "test_hi", "metric", "test_metric", "mode", "protocol", "self_tuning", "label"]
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
@@ -400,14 +419,15 @@ def csv_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The protocol's tables as extra rows of the report's tidy CSV: ``row == "tuning_curve"`` (one
     per task, optimizer and k: columns ``tuning.k``, ``tuning.n_configs``, ``tuning.valid``,
     ``tuning.valid_lo``, ``tuning.valid_hi``, ``tuning.test``, ``tuning.test_lo``,
-    ``tuning.test_hi``, ``tuning.metric``, ``tuning.test_metric``) and ``row == "tuned_time"``
+    ``tuning.test_hi``, ``tuning.metric``, ``tuning.test_metric``, ``tuning.self_tuning``: the row is
+    a ``tuning: none`` configuration's value, the same at every k) and ``row == "tuned_time"``
     (one per task and optimizer: ``tuning.seconds`` (``inf`` = not reached), ``tuning.n_configs``,
     ``config_id``, ``config``). ``task``, ``optimizer`` and ``protocol`` are the frame's columns."""
     tc = tuning_curves(frame)
     a = pd.DataFrame({"row": "tuning_curve", "task": tc["task"], "optimizer": tc["optimizer"],
                       "protocol": tc["protocol"]})
     for col in ("k", "n_configs", "valid", "valid_lo", "valid_hi", "test", "test_lo", "test_hi", "metric",
-                "test_metric"):
+                "test_metric", "self_tuning"):
         a[f"tuning.{col}"] = tc[col].to_numpy()
     tt = tuned_time_to_result(frame)
     b = pd.DataFrame({"row": "tuned_time", "task": tt["task"], "optimizer": tt["optimizer"],

@@ -80,7 +80,7 @@ def test_unknown_keys_top_and_nested(write_sweep):
     errs = _errors(write_sweep, seedz=[1], budget={"step": 10},
                    optimizers=[{"name": "sgd", "hparam": {"step_size": 0.1}}])
     assert errs[0] == ("F: optimizers[0].hparam: unknown key 'hparam'; valid keys: name, hparams, zip, "
-                       "search, source (did you mean 'hparams'?)")
+                       "search, tuning, source, search_space (did you mean 'hparams'?)")
     assert errs[1] == "F: budget.step: unknown key 'step'; valid keys: steps, epochs (did you mean 'steps'?)"
     assert errs[2].startswith("F: seedz: unknown key 'seedz'; valid keys: name, description, models,")
     assert errs[2].endswith("(did you mean 'seeds'?)")

@@ -146,7 +146,11 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
                               f"param ({short_repr(v, 80)})")
                 break
     for name, hp in hps.items():
-        if hp.required and name not in comp.hparams:
+        if hp.required and name not in comp.hparams and kind == "optimizer" and comp.tuning == "none":
+            errors.append(f"{file}: {path}.hparams: tuning: none runs {comp.name!r} with its "
+                          f"defaults, but it has no default {name}; fix one here (hparams: "
+                          f"{{{name}: ...}})")
+        elif hp.required and name not in comp.hparams:
             errors.append(f"{file}: {path}.hparams: missing required hyperparameter {name!r} of "
                           f"{kind} {comp.name!r}")
     names = set(comp.hparams)

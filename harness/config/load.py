@@ -83,6 +83,20 @@ entry may override ``search`` field by field)::
 
 Grid axes stay crossed with the sampled points; see :mod:`harness.config.search` for the sampling, the
 value mappings and why raising ``trials`` keeps the earlier trials.
+
+An optimizer entry may say ``tuning: none`` (AlgoPerf's self-tuning track): it runs **one**
+configuration per task, the builder's defaults plus the scalar values the entry fixes, with every
+seed::
+
+    optimizers:
+      - {name: prodigy, tuning: none, hparams: {step_size: 1.0}}   # fixed values only
+
+A grid or a distribution in its ``hparams``, a ``search`` override beside it, ``tuning`` on a
+model, schedule or dataset entry, a value other than ``none``, or a required hyperparameter it
+leaves out (no built-in optimizer has a default ``step_size``) is a config error; so is a sweep
+whose schedules, batch sizes or sampled model hyperparameters would give the entry several
+configurations on one task (found when the trials are formed). ``tuning: none`` is not part of a
+trial's id (the trial trains the same either way): its runs carry the tag ``harness.tuning``.
 """
 
 

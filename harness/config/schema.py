@@ -86,12 +86,16 @@ class SearchCfg(_Strict):
 class Component(_Strict):
     """One entry of a component axis: a registry name, its hyperparameters (scalars, grids,
     distributions), optional zip groups of hyperparameter names and (optimizer entries) a ``search``
-    override. A bare string ``"adam"`` means ``{name: adam}``."""
+    override or ``tuning: none`` (the self-tuning track: one configuration, the optimizer's
+    defaults and the values the entry fixes; checked by :mod:`harness.config.validate`). A bare
+    string ``"adam"`` means ``{name: adam}``."""
 
     name: str
     hparams: dict[str, Any] = Field(default_factory=dict)
     zip: list[list[str]] = Field(default_factory=list)
     search: SearchCfg | None = None
+    #: optimizer entries: ``"none"`` = self-tuning, run once per seed with its defaults; else ``None``
+    tuning: str | None = None
     #: optimizer entries: where the optimizer's code comes from (:mod:`harness.core.source`)
     source: str | None = None
     #: optimizer entries: an AlgoPerf ``tuning_search_space.json`` (relative to the config file)
@@ -112,6 +116,14 @@ class Component(_Strict):
     @classmethod
     def _from_str(cls, data: Any) -> Any:
         return {"name": data} if isinstance(data, str) else data
+
+    @field_validator("tuning", mode="before")
+    @classmethod
+    def _tuning(cls, v: Any) -> Any:
+        if v is not None and v != "none":
+            raise PydanticCustomError("tuning", "expected none (the optimizer runs one configuration, "
+                                      "its defaults) or no tuning key, got {v}", {"v": short_repr(v)})
+        return v
 
     @field_validator("hparams")
     @classmethod

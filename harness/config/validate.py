@@ -20,6 +20,7 @@ from harness.config.errors import ConfigError, key_text
 from harness.config.hparams import check_component
 from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig, WorkloadEntry
+from harness.config.values import hparam_count
 from harness.config.workloads import WORKLOADS
 from harness.core.registry import did_you_mean, known_executors, lookup
 
@@ -60,6 +61,8 @@ def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
             if getattr(grid, axis) is None:
                 continue
             for j, comp in enumerate(getattr(grid, axis)):
+                if comp.tuning == "none" and axis == "optimizers":
+                    continue  # its own message: tuning: none runs one configuration (_check_tuning)
                 for k in _dist_keys(comp):
                     where = f"{file}: {prefix}{axis}[{j}].hparams.{k}"
                     dist = comp.hparams[k]
@@ -78,6 +81,34 @@ def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
                         errors.append(f"{where}: a distribution needs search.trials{with_opt}: {hint}")
 
 
+def _check_tuning(cfg: SweepConfig, file: str, errors: list[str]) -> None:
+    """``tuning: none`` only on optimizer entries, never with a ``search`` override, and with one
+    configuration: a fixed value for each hyperparameter (a one-value list is one value), no grid
+    and no distribution. (A schedule or model axis that would still give such an entry several
+    configurations on a task is caught when the trials are formed,
+    :func:`harness.plan.expansion.expand`.)"""
+    grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
+    for prefix, grid in grids:
+        for axis in ("models", "schedules", "datasets"):
+            for j, comp in enumerate(getattr(grid, axis) or []):
+                if comp.tuning is not None:
+                    errors.append(f"{file}: {prefix}{axis}[{j}].tuning: only optimizer entries take "
+                                  f"tuning: none (the optimizer then runs with its defaults)")
+        for j, comp in enumerate(grid.optimizers or []):
+            if comp.tuning != "none":
+                continue
+            path = f"{file}: {prefix}optimizers[{j}]"
+            if comp.search is not None:
+                errors.append(f"{path}.search: tuning: none runs one configuration; a search "
+                              f"override would tune it (remove one of the two)")
+            for k, v in comp.hparams.items():
+                what = ("a distribution" if search.is_distribution(v)
+                        else "a grid" if hparam_count(v) > 1 else None)
+                if what:
+                    errors.append(f"{path}.hparams.{key_text(k)}: tuning: none runs one "
+                                  f"configuration; {what} here would tune it")
+
+
 def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
     """Check every registry name and hyperparameter of ``cfg`` (top level and ``include``).
 
@@ -93,6 +124,7 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
             for j, comp in enumerate(getattr(grid, axis) or []):
                 check_component(kind, reg, comp, f"{prefix}{axis}[{j}]", file, errors)
     _check_search(cfg, file, errors)
+    _check_tuning(cfg, file, errors)
     _check_rules(cfg, file, registries, errors)
     if cfg.executor not in known_executors():
         ex = known_executors()

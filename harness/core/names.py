@@ -25,6 +25,12 @@ TAG_SPOOLED = "harness.spooled"
 TAG_RESUMED_FROM_STEP = "harness.resumed_from_step"
 TAG_SEARCH = "harness.search"
 TAG_SEARCH_INDEX = "harness.search_index"
+#: A trial of an optimizer entry with ``tuning: none`` (AlgoPerf's self-tuning track: the optimizer
+#: runs one configuration, its defaults): :data:`TUNING_NONE`, or :data:`TUNING_NONE_AND_TUNED` when
+#: an entry that tunes yields the same trial too. Absent on every other trial; not in the trial id.
+TAG_TUNING = "harness.tuning"
+TUNING_NONE = "none"
+TUNING_NONE_AND_TUNED = "none,tuned"
 TAG_MESH = "harness.mesh"
 TAG_DEVICES = "harness.devices"
 TAG_DEVICE_ENV = "harness.device_env"

@@ -30,6 +30,7 @@ from harness.config.limits import MAX_STEPS
 from harness.config.schema import Component, SweepConfig
 from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, resolve_search, sample
 from harness.config.values import hparam_values
+from harness.core.names import TAG_TUNING, TUNING_NONE
 from harness.core.spec import Target, TrialSpec
 from harness.core.util import freeze
 
@@ -99,6 +100,9 @@ class TrialOrigin:
       index: its point's index ``k`` in the search sequence (0-based), or None.
       sampled: the sampled hyperparameters, as flat keys (``optimizer.step_size``), in the
         sequence's dimension order.
+      tuning: None for a trial of an optimizer entry that tunes; ``"none"``
+        (:data:`harness.core.names.TUNING_NONE`) for one of a ``tuning: none`` entry, and
+        ``"none,tuned"`` when entries of both kinds yield it (the tag ``harness.tuning``).
     """
 
     paths: dict[str, str]
@@ -106,6 +110,18 @@ class TrialOrigin:
     method: str | None = None
     index: int | None = None
     sampled: tuple[str, ...] = ()
+    tuning: str | None = None
+
+    def roles(self) -> set[str]:
+        """``{"tuned"}``, ``{"none"}`` or both: the kinds of entry that yield the trial."""
+        return set((self.tuning or "tuned").split(","))
+
+
+def _merged(a: TrialOrigin, b: TrialOrigin) -> TrialOrigin:
+    """``a`` (the first entry to yield a trial) with ``tuning`` saying every kind of entry that
+    yields it, ``b`` being another one."""
+    roles = a.roles() | b.roles()
+    return dataclasses.replace(a, tuning=None if roles == {"tuned"} else ",".join(sorted(roles)))
 
 
 class TrialList(list):
@@ -243,16 +259,45 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 devices=cfg.parallelism.devices, shard=cfg.parallelism.shard,
                 **source_fields(pt["optimizers"].comp))
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
-                                 task, method, k, sampled)
+                                 task, method, k, sampled, pt["optimizers"].comp.tuning)
             rows.append((group, -1 if k is None else k, len(rows), spec, origin))
     rows.sort(key=lambda r: r[:3])
+    _one_configuration([(spec, origin) for *_, spec, origin in rows], file)
     out = TrialList()
     out.origins = {}
     for *_, spec, origin in rows:
         if spec.trial_id not in out.origins:
             out.origins[spec.trial_id] = origin
             out.append(spec)
+        else:
+            out.origins[spec.trial_id] = _merged(out.origins[spec.trial_id], origin)
     return out
+
+
+def _one_configuration(trials: list[tuple[TrialSpec, TrialOrigin]], file: str) -> None:
+    """A ``tuning: none`` entry has one configuration on each task (its seeds aside): several
+    schedules, a schedule's grid or distribution, sampled model hyperparameters or several batch
+    sizes would tune it.
+
+    Raises:
+      ConfigError: ``FILE: optimizers[j].tuning: ...`` naming the task and what differs.
+    """
+    per: dict[tuple[str, str], dict[str, TrialSpec]] = {}
+    for spec, origin in trials:
+        if origin.tuning == TUNING_NONE:
+            per.setdefault((origin.paths["optimizers"], origin.task), {})[config_key(spec)] = spec
+    errors = []
+    for (path, task), configs in per.items():
+        if len(configs) < 2:
+            continue
+        dicts = [s.to_dict() for s in configs.values()]
+        differ = [k for k in dicts[0] if k != "seed" and any(d.get(k) != dicts[0][k] for d in dicts)]
+        errors.append(f"{file}: {path}.tuning: tuning: none runs one configuration per task, but "
+                      f"{task} gives it {len(configs)} (they differ in {', '.join(differ)}); pair "
+                      f"it with one schedule, batch size and fixed model (an include entry, or an "
+                      f"exclude rule)")
+    if errors:
+        raise ConfigError(errors)
 
 
 def source_fields(comp: Component) -> dict[str, Any]:
@@ -290,9 +335,11 @@ def expand_parts(cfg: SweepConfig, expand_one: Callable[[SweepConfig], TrialList
             if "augment" in kw:
                 kw["augment"] = freeze(kw["augment"])
             s2 = dataclasses.replace(s, **kw)
-            if s2.trial_id in out.origins:
-                continue
             o = origins.get(s.trial_id)
+            if s2.trial_id in out.origins:
+                if o is not None and out.origins[s2.trial_id] is not None:
+                    out.origins[s2.trial_id] = _merged(out.origins[s2.trial_id], o)
+                continue
             if o is not None:
                 paths = dict(o.paths)
                 task = o.task
@@ -310,13 +357,19 @@ def expand_parts(cfg: SweepConfig, expand_one: Callable[[SweepConfig], TrialList
 
 
 def search_tags(trials: TrialList) -> dict[str, dict[str, str]]:
-    """``trial_id`` -> the run tags of a sampled trial: :data:`harness.config.search.SEARCH_TAG` (the
-    method) and :data:`harness.config.search.SEARCH_INDEX_TAG` (its index in the sequence). Grid trials
-    get none."""
-    out = {}
+    """``trial_id`` -> the run tags its origin gives a trial: a sampled trial's
+    :data:`harness.config.search.SEARCH_TAG` (the method) and
+    :data:`harness.config.search.SEARCH_INDEX_TAG` (its index in the sequence); a ``tuning: none``
+    entry's trial's :data:`harness.core.names.TAG_TUNING` (:attr:`TrialOrigin.tuning`). Other
+    trials get none."""
+    out: dict[str, dict[str, str]] = {}
     for tid, o in getattr(trials, "origins", {}).items():
+        if o is None:
+            continue
         if o.index is not None:
             out[tid] = {SEARCH_TAG: str(o.method), SEARCH_INDEX_TAG: str(o.index)}
+        if o.tuning is not None:
+            out.setdefault(tid, {})[TAG_TUNING] = o.tuning
     return out
 
 
@@ -335,19 +388,23 @@ def config_key(spec: TrialSpec) -> str:
     return json.dumps(d, sort_keys=True, default=str)
 
 
-def budgets(trials: TrialList) -> dict[str, dict[str, int]]:
+def budgets(trials: TrialList, self_tuning: bool = False) -> dict[str, dict[str, int]]:
     """Tuning budget per task and optimizer: ``task label -> {optimizer name -> number of distinct
     configurations}`` (schedules and entries of one optimizer name add up; seeds do not count),
-    in trial order."""
+    in trial order. Of the entries that tune, or with ``self_tuning`` of the ``tuning: none``
+    entries (one configuration each per task); a trial both kinds yield counts in both."""
+    role = TUNING_NONE if self_tuning else "tuned"
     seen: dict[str, dict[str, set[str]]] = {}
     for s in trials:
-        task = trials.origins[s.trial_id].task
-        seen.setdefault(task, {}).setdefault(s.optimizer, set()).add(config_key(s))
+        o = trials.origins[s.trial_id]
+        if role in o.roles():
+            seen.setdefault(o.task, {}).setdefault(s.optimizer, set()).add(config_key(s))
     return {t: {o: len(c) for o, c in opts.items()} for t, opts in seen.items()}
 
 
 def unequal_budgets(trials: TrialList) -> list[str]:
-    """One warning line per task whose optimizers get different numbers of configurations."""
+    """One warning line per task whose optimizers that tune get different numbers of
+    configurations (a ``tuning: none`` entry's one configuration is meant to differ)."""
     out = []
     for task, opts in budgets(trials).items():
         if len(set(opts.values())) > 1:

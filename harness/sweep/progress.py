@@ -41,7 +41,8 @@ def _val(v: object) -> str:
 def print_search(console, trials) -> None:
     """The dry run's search part: per cell with sampled hyperparameters, its points (index ``k`` in
     the sequence and the sampled values, once per configuration); then the tuning budget of every
-    optimizer per task, and a warning line for each task whose optimizers get unequal budgets.
+    optimizer per task (a ``tuning: none`` entry's as ``1 (tuning: none)``), and a warning line for
+    each task whose optimizers that tune get unequal budgets.
     ``trials`` is an :func:`harness.plan.expansion.expand` result (plain lists print nothing)."""
     from rich.markup import escape
     from rich.table import Table
@@ -69,14 +70,16 @@ def print_search(console, trials) -> None:
         for (idx, _), values in sorted(pts.items(), key=lambda kv: kv[0][0]):
             t.add_row(str(idx), *(_val(v) for v in values))
         console.print(t)
-    b = budgets(trials)
+    b, own = budgets(trials), budgets(trials, self_tuning=True)
     console.print("tuning budget: configurations per optimizer and task (each runs with every seed):")
     t = Table()
     for col in ("task", "optimizer", "configurations"):
         t.add_column(col, justify="right" if col == "configurations" else "left")
-    for task, opts in b.items():
-        for opt, n in opts.items():
+    for task in dict.fromkeys([*b, *own]):
+        for opt, n in b.get(task, {}).items():
             t.add_row(escape(task), opt, str(n))
+        for opt, n in own.get(task, {}).items():
+            t.add_row(escape(task), opt, escape(f"{n} (tuning: none)"))
     console.print(t)
     for line in unequal_budgets(trials):
         console.print(escape(line), soft_wrap=True)
