@@ -3,6 +3,25 @@
 No Optax twin; ``tests/test_optimizers_modern_soap.py`` checks the eigenbasis against
 ``numpy.linalg.eigh`` and one step written out from the paper's algorithm. Per-array
 (:func:`optimizers.core.optimizer`). Imports jax and numpy only.
+
+Cost (``tests/benchmarks/test_bench_optimizers.py::test_soap_update_cost``): one ``1024 x 1024``
+float32 layer, jitted and donated, on 2 shared, loaded CPU cores, ms per update (median of 3
+rounds) and the paired ratio to :func:`optimizers.adam` on the same layer, two runs:
+
+    ========================================= ================ ================
+    variant                                   run 1            run 2
+    ========================================= ================ ================
+    adam                                      1.7 ms           2.0 ms
+    soap, precondition_frequency 10 (default) 823 ms (481x)    504 ms (344x)
+    soap, precondition_frequency 1            4,086 ms (1737x) 5,560 ms (4020x)
+    soap, max_precond_dim 256                 3.3 ms (1.9x)    4.0 ms (2.3x)
+    ========================================= ================ ================
+
+A step without a refresh is six ``1024^3`` matrix products (the rotation in and out on both sides,
+``G G^T``, ``G^T G``); a refresh adds two ``eigh`` of ``1024 x 1024``, seconds each on this
+machine, so frequency 1 costs several times frequency 10. There is no block size: with
+``max_precond_dim`` 256 this layer is not rotated at all and takes AdamW steps (the ratio above 1
+is the weight decay and the step-0 selects).
 """
 
 from __future__ import annotations
