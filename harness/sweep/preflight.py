@@ -150,9 +150,8 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
         for sched, sched_hp, steps in (("none", {}, 0), (s.schedule, shp, s.steps)):
             if ("bad-opt", s.optimizer, hp_key(ohp)) in seen:
                 break  # reported once, on the optimizer
-            if mkey not in avals:  # the model failed (reported above)
-                break
-            p = avals[mkey]
+            # the model's parameter shapes; a vector when the model failed (reported above)
+            p = avals.get(mkey, jax.ShapeDtypeStruct((2,), jnp.float32))
             if not once(("opt", s.optimizer, hp_key(ohp), sched, hp_key(sched_hp), steps, mkey)):
                 continue
             try:

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from harness.config.optimizer_sources import registries_for
+from harness.config.registries import default_registries
 from harness.core.registry import lookup
 from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
@@ -252,7 +253,7 @@ def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
       KeyError: unknown model, optimizer or schedule name. ValueError: a batch larger than the
         training split.
     """
-    reg = registries_for(spec)
+    reg = registries_for(spec, default_registries())
     regs = (id(reg.models), id(reg.optimizers), id(reg.schedules))
     ekey = (spec.model, spec.model_hparams, spec.dtype, id(ds), regs)
     entry = _cached(ENTRIES, ekey, lambda: ModelEntry(spec, ds, reg.models))
@@ -272,4 +273,4 @@ def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
 def trial_model(spec: TrialSpec, ds: Dataset) -> Any:
     """``spec``'s model on ``ds`` from the same registries as :func:`program_for` (nothing compiled,
     no data on the device)."""
-    return build_model(spec, ds, registries_for(spec).models)
+    return build_model(spec, ds, registries_for(spec, default_registries()).models)
