@@ -194,3 +194,24 @@ def test_batch_size_and_targets_messages_say_the_expected_form(write_sweep):
         "F: targets: expected a mapping {DATASET: {metric, value}}, e.g. targets: {digits: {metric: "
         "valid/accuracy, value: 0.9}} (use 'target' for one target for all datasets), got "
         "[{'metric': 'eval/accuracy', 'value': 0.5}]"]
+
+
+def test_numbers_written_with_an_unsigned_exponent_are_numbers(tmp_path):
+    """YAML 1.1 (PyYAML) wants 1.5e+3; 1.5e3, 1.0e0, 2.5e-1 and 1.0e308 were read as strings and
+    refused as "a quoted string" (issue 24 §3). An integer key takes an integral float."""
+    from harness.config.yamlsafe import load_yaml_text
+
+    assert load_yaml_text("[1.5e3, 1.0e0, 2.5e0, 1.0e308, .5e1, 1.e3, 1e3, 123, 1_000, '1.5e3']") == \
+        [1500.0, 1.0, 2.5, 1.0e308, 5.0, 1000.0, 1000.0, 123, 1000, "1.5e3"]
+    p = tmp_path / "a.yaml"
+    p.write_text("name: yf\nmodels: [mlp]\noptimizers: [{name: sgd, hparams: {step_size: 1.0e0}}]\n"
+                 "datasets: [digits]\nbudget: {steps: 1.5e3}\n"
+                 "target: {metric: valid/accuracy, value: 2.5e-1}\n")
+    cfg = load_config(p)
+    assert cfg.budget.steps == 1500 and cfg.optimizers[0].hparams == {"step_size": 1.0}
+    assert cfg.target.value == 0.25
+    p.write_text("name: yf\nmodels: [mlp]\noptimizers: [{name: sgd, hparams: {step_size: 0.1}}]\n"
+                 "datasets: [digits]\nbudget: {steps: 1.5e-3}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert e.value.errors == [f"{p}: budget.steps: expected an integer (got 0.0015)"]

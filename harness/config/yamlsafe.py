@@ -61,8 +61,9 @@ class _Limit(yaml.YAMLError):
     """A bound of this loader was exceeded, or a duplicate key was found."""
 
 
-# YAML 1.2 floats without a dot (1.1's float resolver already matches those with a dot).
-_FLOAT12 = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
+# YAML 1.2 floats with an exponent: 1e3, 1.5e3, 2.5e0, 1.e3, .5e1 (1.1's float resolver wants the
+# exponent signed, 1.5e+3, and took 1.5e3 for a string; plain 1.5 it already reads).
+_FLOAT12 = re.compile(r"^[-+]?([0-9][0-9_]*(\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$")
 
 # libyaml's parser (C) when PyYAML was built with it: ~100x faster than the pure-Python scanner
 # on a large file; both resolve tags through the Python resolver and build nodes the same way.
@@ -91,7 +92,7 @@ def _make_loader(base: type) -> type:
                     seen[key] = line
             return super().construct_mapping(node, deep=deep)
 
-    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT12, list("-+0123456789"))
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT12, list("-+0123456789."))
     return Loader
 
 
