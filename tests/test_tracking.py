@@ -90,3 +90,16 @@ def test_resolve_tracking_uri(monkeypatch, tmp_path):
     assert resolve_tracking_uri(None, "http://cfg") == "http://env"
     assert resolve_tracking_uri("http://cli", "http://cfg") == "http://cli"
     assert artifact_root_for(f"sqlite:///{tmp_path}/x.db") == (tmp_path / "mlruns").as_uri()
+
+
+@pytest.mark.parametrize("name,folder", [("..", "_.."), (".", "_."), ("../x", "_.._x"), ("a.b", "a.b")])
+def test_a_sweep_named_dot_dot_keeps_its_artifacts_inside_mlruns(tmp_path, name, folder):
+    """A sweep named ``..`` put its runs' artifacts in the store's parent folder (issue 24 §5)."""
+    from pathlib import Path
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = prepare_store(uri)
+    exp = c.get_experiment(get_or_create_experiment(c, name, uri))
+    loc = Path(exp.artifact_location.removeprefix("file://"))
+    root = Path(artifact_root_for(uri).removeprefix("file://"))
+    assert loc == root / folder and loc.resolve().parent == root.resolve()

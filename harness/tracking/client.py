@@ -102,7 +102,11 @@ def get_or_create_experiment(client, name: str, uri: str) -> str:
 
 
 def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    """``name`` as one folder name inside the artifact root: letters, digits, ``-_.`` kept, others
+    ``_``; a leading dot gets a ``_`` before it, so that ``..`` or ``.`` never names the root's
+    parent or the root itself (``..`` → ``_..``)."""
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return "_" + out if out.startswith(".") else out
 
 
 # --------------------------------------------------------------------------- queries
