@@ -127,7 +127,13 @@ case("deep-nesting-map", Q.replace("budget: {steps: 400}", "budget: " + "{a: " *
 case("yaml-syntax", Q.replace("seeds: 2", "seeds: [2"), "not valid YAML: line")
 case("yaml-tab-indent", Q.replace("  - {name: cnn", "\t- {name: cnn"), "not valid YAML")
 case("yaml-python-tag", Q.replace("seeds: 2", "seeds: !!python/object/apply:os.system [echo hi]"),
-     "could not determine a constructor")
+     "a !!python/object/apply:os.system value; a config holds strings, numbers")
+# issue 24 §7: non-core tags were silently coerced (name: !!binary aGVsbG8= became the sweep "hello")
+case("yaml-binary-tag", Q.replace("name: quickstart", "name: !!binary aGVsbG8="), "a !!binary value")
+case("yaml-set-tag", Q.replace("seeds: 2", "seeds: !!set {1, 2}"), "a !!set value")
+case("yaml-omap-tag", Q.replace("seeds: 2", "seeds: !!omap [{a: 1}]"), "a !!omap value")
+case("yaml-timestamp", Q.replace("seeds: 2", "seeds: 2020-01-01"), "a !!timestamp value")
+case("yaml-local-tag", Q.replace("seeds: 2", "seeds: !mine 2"), "a !mine value")
 case("yaml-unhashable-key", Q + "? [a, b]\n: 1\n", "unhashable key")
 case("yaml-multi-doc", Q + "---\nname: two\n", "not valid YAML")
 

@@ -108,11 +108,18 @@ def _kids(node: Node) -> list[Node]:
     return []
 
 
+#: The tags a config's values may have: YAML 1.2's core schema (and ``<<`` merge keys). Others
+#: (``!!binary``, ``!!set``, ``!!timestamp``, ``!!omap``, ...) would be silently coerced.
+CORE_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in
+                      ("str", "int", "float", "bool", "null", "seq", "map", "merge"))
+
+
 def check_graph(root: Node) -> None:
     """Bounds on a composed document, before anything is constructed: no node contains itself (a
     recursive alias), at most :data:`MAX_ALIASES` alias uses (references to a node after its
     first), at most :data:`MAX_EXPANDED_NODES` nodes with aliases expanded, at most
-    :data:`MAX_DEPTH` levels. Iterative and memoised: O(distinct nodes + references).
+    :data:`MAX_DEPTH` levels; every tag one of :data:`CORE_TAGS`. Iterative and memoised:
+    O(distinct nodes + references).
 
     Raises:
       _Limit: which bound, with a line number where one helps.
@@ -133,6 +140,11 @@ def check_graph(root: Node) -> None:
             continue
         if id(node) in size or id(node) in open_:
             continue
+        if node.tag not in CORE_TAGS:
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!", 1)
+            raise _Limit(f"line {node.start_mark.line + 1}: a {tag} value; a config holds strings, "
+                         f"numbers, booleans, null, lists and mappings only (quote it to mean the "
+                         f"text)")
         open_.add(id(node))
         stack.append((node, True))
         for k in kids:
