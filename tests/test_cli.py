@@ -393,3 +393,17 @@ def test_readme_and_quickstart_config_agree_on_the_time_and_docs_name_real_sched
         m = re.match(r"\s*schedules: \[([^\]]*)\]", line)
         if m:
             assert all(n.strip() in SCHEDULES for n in m.group(1).split(",")), line
+
+
+def test_an_in_memory_store_is_refused_before_any_work(tmp_path, write_sweep, monkeypatch):
+    """``--tracking-uri sqlite:///:memory:`` created a file ./:memory:, trained, said every result
+    was written, and kept none (issue 24 §1)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = write_sweep()
+    for uri in ("sqlite:///:memory:", "sqlite:///file:x?mode=memory&uri=true"):
+        r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", uri])
+        assert r.exit_code == 2, r.output
+        assert "an in-memory SQLite store keeps nothing once the process ends" in r.output
+        assert not (tmp_path / ":memory:").exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+            "sweep.yaml"]

@@ -208,6 +208,10 @@ def text_problem(text: str, limit: int = MAX_TEXT_CHARS) -> str | None:
     return None
 
 
+#: MLflow's Databricks tracking URIs (``databricks``, ``databricks://PROFILE``, ``databricks-uc``).
+_DATABRICKS = ("databricks", "databricks-uc", "uc")
+
+
 def tracking_uri_problem(uri: str) -> str | None:
     """Why the harness cannot use ``uri`` as an MLflow tracking URI, or ``None``."""
     if len(uri) > MAX_TEXT_CHARS:
@@ -222,6 +226,10 @@ def tracking_uri_problem(uri: str) -> str | None:
     if scheme == "sqlite":
         if not uri.startswith("sqlite:///") or len(uri) <= len("sqlite:///"):
             return "a SQLite URI needs a file path: sqlite:///relative.db or sqlite:////abs/path.db"
+        path = uri[len("sqlite:///"):]
+        if path.split("?")[0] == ":memory:" or "mode=memory" in parts.query:
+            return ("an in-memory SQLite store keeps nothing once the process ends (every result "
+                    "would be lost); give a file: sqlite:///mlflow.db")
         return None
     if scheme in ("http", "https"):
         if not parts.hostname:
@@ -231,7 +239,7 @@ def tracking_uri_problem(uri: str) -> str | None:
         except ValueError:
             return f"malformed port in {uri!r}; e.g. http://127.0.0.1:5000"
         return None
-    if scheme.split("+", 1)[0] in _DB_SCHEMES or scheme in ("databricks", "databricks-uc", "uc"):
+    if scheme.split("+", 1)[0] in _DB_SCHEMES or scheme in _DATABRICKS or uri in _DATABRICKS:
         return None
     if scheme in ("", "file"):
         return (f"a file store ({uri!r}) is not supported (MLflow keeps it in maintenance mode); "
