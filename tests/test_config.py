@@ -215,3 +215,16 @@ def test_numbers_written_with_an_unsigned_exponent_are_numbers(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(p)
     assert e.value.errors == [f"{p}: budget.steps: expected an integer (got 0.0015)"]
+
+
+def test_a_fifo_config_path_is_refused_without_blocking(tmp_path):
+    """A FIFO with no writer blocked ``sweep`` in open() forever (issue 24 §2)."""
+    import os
+
+    fifo = tmp_path / "sweep.yaml"
+    os.mkfifo(fifo)
+    r = subprocess.run([sys.executable, "-m", "harness", "sweep", str(fifo), "--dry-run"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert f"{fifo}: not a regular file (a pipe, socket, device or folder)" in r.stdout + r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.yaml"]

@@ -30,7 +30,9 @@ No jax, pydantic or MLflow import: this runs before anything else.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -218,8 +220,16 @@ def load_yaml_file(path: str | Path) -> Any:
     """
     file = str(path)
     try:
-        with open(path, "rb") as f:
+        # a FIFO, socket or device would block open() or read() forever (a FIFO with no writer):
+        # open without blocking and refuse anything but a regular file
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise YamlConfigError([f"{file}: not a regular file (a pipe, socket, device or "
+                                       f"folder); give the path of a YAML file"])
             raw = f.read(MAX_FILE_BYTES + 1)
+    except IsADirectoryError:
+        raise YamlConfigError([f"{file}: is a folder; give the path of a YAML file"]) from None
     except OSError as e:
         raise YamlConfigError([f"{file}: cannot read: {e.strerror or e}"]) from None
     if len(raw) > MAX_FILE_BYTES:
