@@ -407,3 +407,25 @@ def test_an_in_memory_store_is_refused_before_any_work(tmp_path, write_sweep, mo
         assert "an in-memory SQLite store keeps nothing once the process ends" in r.output
         assert not (tmp_path / ":memory:").exists() and sorted(p.name for p in tmp_path.iterdir()) == [
             "sweep.yaml"]
+
+
+def test_a_dangling_symlink_store_is_refused_at_once(tmp_path, write_sweep, monkeypatch):
+    """``mlflow.db`` a link to nothing: os.link failed and the sweep waited 600 s silently
+    (issue 24 §2)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep()
+    os.symlink(tmp_path / "gone" / "x.db", tmp_path / "mlflow.db")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "harness", "sweep", str(cfg)], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path, env=env)
+    assert r.returncode != 0 and time.monotonic() - t0 < 120
+    out = r.stdout + r.stderr
+    assert f"{tmp_path / 'mlflow.db'} is a symbolic link to {tmp_path / 'gone' / 'x.db'}, which does not " \
+           "exist" in " ".join(out.split()), out[-2000:]
+    assert "Traceback" not in out

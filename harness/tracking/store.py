@@ -160,6 +160,9 @@ def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = 
     notes (waiting, repaired). Returns the repair account, or ``None``.
     """
     db = Path(db)
+    if db.is_symlink() and not db.exists():  # os.link cannot put a store there: it would wait forever
+        raise StoreError(f"{db} is a symbolic link to {os.readlink(db)}, which does not exist; remove "
+                         f"the link, or point it at an MLflow store")
     st = inspect_file(db)
     if st.kind == "ready":
         _clean_dead_temporaries(db)
