@@ -262,6 +262,18 @@ def _check_positive(builder, **values):
             raise ValueError(f"{builder}: {key} must be positive, got {value}")
 
 
+#: The most layers (or blocks) a zoo builder makes: deeper networks take minutes to trace and
+#: compile before the first step, and a typo (``depth: 100000``) must fail at once.
+MAX_LAYERS = 1000
+
+
+def _check_layers(builder, **counts):
+    for key, value in counts.items():
+        if value > MAX_LAYERS:
+            raise ValueError(f"{builder}: {key} is {value:,}; at most {MAX_LAYERS:,} (a deeper network "
+                             f"takes minutes to trace before its first step)")
+
+
 def _check_nonnegative(builder, **values):
     for key, value in values.items():
         if value < 0:
@@ -286,6 +298,7 @@ def mlp(*, input_shape, num_classes, width: int = 256, depth: int = 2, activatio
     ``stax.Dropout(1 - dropout)`` since stax's rate is the keep probability.
     """
     _check_positive("mlp", width=width)
+    _check_layers("mlp", depth=depth)
     if depth < 0:
         raise ValueError(f"mlp: depth must be >= 0, got {depth}")
     if not 0.0 <= dropout < 1.0:
@@ -309,6 +322,7 @@ def cnn1d(*, input_shape, num_classes, width: int = 32, depth: int = 2, kernel_s
 
     ``conv_impl``: see :func:`cnn`."""
     _check_positive("cnn1d", width=width, depth=depth, kernel_size=kernel_size)
+    _check_layers("cnn1d", depth=depth)
     _check_nonnegative("cnn1d", hidden=hidden)
     shape = _spatial(input_shape, 1, "cnn1d")
     layers = [_reshape(shape)]
@@ -368,6 +382,7 @@ def resnet(*, input_shape, num_classes, width: int = 16, stages: int = 2, blocks
     BatchNorm running statistics use ``bn_momentum``. ``conv_impl``: see :func:`cnn`.
     """
     _check_positive("resnet", width=width, stages=stages, blocks_per_stage=blocks_per_stage)
+    _check_layers("resnet", blocks=stages * blocks_per_stage)
     if not 0.0 <= bn_momentum < 1.0:
         raise ValueError(f"resnet: bn_momentum must be in [0, 1), got {bn_momentum}")
     shape = tuple(int(d) for d in input_shape)
@@ -449,6 +464,7 @@ def _encoder_block(width, num_heads, mlp_dim, dropout, causal):
 def _check_transformer(builder, width, depth, num_heads, mlp_ratio, dropout):
     _check_positive(builder, width=width, num_heads=num_heads, mlp_ratio=mlp_ratio)
     _check_nonnegative(builder, depth=depth)
+    _check_layers(builder, depth=depth)
     if width % num_heads:
         raise ValueError(f"{builder}: width {width} must be divisible by num_heads {num_heads}")
     if not 0.0 <= dropout < 1.0:

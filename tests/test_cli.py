@@ -429,3 +429,30 @@ def test_a_dangling_symlink_store_is_refused_at_once(tmp_path, write_sweep, monk
     assert f"{tmp_path / 'mlflow.db'} is a symbolic link to {tmp_path / 'gone' / 'x.db'}, which does not " \
            "exist" in " ".join(out.split()), out[-2000:]
     assert "Traceback" not in out
+
+
+def test_values_that_would_fail_every_trial_are_refused_before_the_store(tmp_path, write_sweep, monkeypatch):
+    """``step_size: 1.0e-320`` (0 in float32), ``width: 1e9`` (out of memory) and ``depth: 100000``
+    (a pre-flight that never ended) were accepted; the store was written and every trial failed
+    (issue 24 §2, §4)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = write_sweep(models=[{"name": "mlp", "hparams": {"width": 1_000_000_000, "depth": 1}},
+                              {"name": "mlp", "hparams": {"depth": 100_000}}],
+                      optimizers=[{"name": "sgd", "hparams": {"step_size": 1.0e-320}},
+                                  {"name": "adam", "hparams": {"step_size": 1.0e39}}])
+    r = runner.invoke(app, ["sweep", str(cfg)], terminal_width=400)
+    assert r.exit_code == 2, r.output
+    lines = r.output.splitlines()
+    assert any(ln.startswith(f"{cfg}: models[0].hparams: model 'mlp' (depth=1, width=1000000000) on "
+                             "dataset 'digits': 75,000,000,010 parameters (300.0 GB); with gradients ")
+               and
+               "more than the" in ln for ln in lines), r.output
+    assert f"{cfg}: models[1].hparams.depth: model 'mlp' (depth=100000) on dataset 'digits' with input " \
+           "shape (8, 8, 1): mlp: depth is 100,000; at most 1,000 (a deeper network takes minutes to " \
+           "trace before its first step)" in lines
+    assert f"{cfg}: optimizers[0].hparams.step_size: 1e-320 is 0 in float32, the dtype training uses " \
+           "(its positive range is 1.18e-38 to 3.4e+38)" in lines
+    assert f"{cfg}: optimizers[1].hparams.step_size: 1e+39 is infinite in float32, the dtype training " \
+           "uses (its positive range is 1.18e-38 to 3.4e+38)" in lines
+    _no_store(tmp_path)

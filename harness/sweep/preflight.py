@@ -4,7 +4,9 @@ MLflow write (dry runs too), so that values that only fail at build time are con
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +33,62 @@ def _exc_text(e: BaseException) -> str:
     if isinstance(e, KeyError) and e.args:
         return str(e.args[0])
     return str(e) or type(e).__name__
+
+
+#: A step holds the parameters, their gradients and the optimizer's state: at least this many
+#: copies of the parameters (Adam: 4; SOAP and Shampoo more).
+MIN_PARAMETER_COPIES = 4
+
+
+def device_memory_bytes() -> int | None:
+    """Memory of the first device: its allocator's limit on an accelerator, the machine's physical
+    memory on a CPU (``None`` when neither is known)."""
+    import jax
+
+    stats = None
+    with contextlib.suppress(Exception):
+        stats = jax.devices()[0].memory_stats()
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return None
+
+
+def memory_problem(params: Any) -> str | None:
+    """Why a model whose parameters are ``params`` (shape/dtype structs) cannot train on this
+    device (:data:`MIN_PARAMETER_COPIES` copies of its parameters exceed the device's memory),
+    with the figures; else ``None``."""
+    import jax
+    import numpy as np
+
+    leaves = jax.tree.leaves(params)
+    count = sum(int(np.prod(a.shape)) for a in leaves)
+    nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in leaves)
+    limit = device_memory_bytes()
+    if limit is None or nbytes * MIN_PARAMETER_COPIES <= limit:
+        return None
+    return (f"{count:,} parameters ({nbytes / 1e9:,.1f} GB); with gradients and optimizer state a "
+            f"step needs at least {MIN_PARAMETER_COPIES * nbytes / 1e9:,.1f} GB, more than the "
+            f"{limit / 1e9:,.1f} GB of device memory")
+
+
+def step_size_problem(optimizer_hparams: Mapping[str, Any], dtype: str) -> str | None:
+    """Why the trial's ``step_size`` is 0 or infinite in its parameters' dtype (float32 under
+    mixed precision), or ``None``."""
+    import numpy as np
+
+    lr = optimizer_hparams.get("step_size")
+    if not isinstance(lr, float) or lr == 0.0:
+        return None
+    store = np.float32 if dtype in ("bfloat16", "float16", "float32") else np.dtype(dtype).type
+    with np.errstate(over="ignore", under="ignore"):
+        v = store(lr)
+    if v == 0 or not np.isfinite(v):
+        info = np.finfo(store)
+        return (f"{lr!r} is {'0' if v == 0 else 'infinite'} in {np.dtype(store).name}, the dtype "
+                f"training uses (its positive range is {float(info.tiny):.3g} to {float(info.max):.3g})")
+    return None
 
 
 def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None) -> TrialList:
@@ -135,11 +193,18 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
                 model = reg.models[s.model](input_shape=ds.input_shape, num_classes=ds.num_classes, **mhp)
                 avals[mkey] = jax.eval_shape(lambda k, m=model, sh=ds.input_shape: m.init(k, (1, *sh)),
                                              key_aval)[1]
+                if (msg := memory_problem(avals[mkey])) is not None:
+                    errors.append(f"{file}: {_hp_path(mpath, mhp, '')}: model {s.model!r} "
+                                  f"({_hp_text(mhp)}) on dataset {s.dataset!r}: {msg}")
             except Exception as e:
                 if once(("model-err", s.model, hp_key(mhp), _exc_text(e))):  # once, not per dataset
                     errors.append(f"{file}: {_hp_path(mpath, mhp, str(e))}: model {s.model!r} "
                                   f"({_hp_text(mhp)}) on dataset {s.dataset!r} with input shape "
                                   f"{ds.input_shape}: {_exc_text(e)}")
+        if (msg := step_size_problem(s.hparams("optimizer"), s.dtype)) is not None and \
+                once(("lr", msg)):
+            errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.hparams.step_size: "
+                          f"{msg}")
         if s.optimizer_api == "algoperf":  # its own loop: checked when the submission loads
             continue
         # optimizer alone, then with its schedule (as the trainer builds it)
