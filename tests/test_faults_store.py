@@ -619,3 +619,24 @@ def test_store_folder_unwritable_mid_sweep(tmp_path, procs, env_base, fake_train
     assert len(_calls(calls)) == 4
     print("folder unwritable mid-sweep: exit 3, 1 account line, 3 results spooled; next run wrote 3/3, "
           "0 trained again, 4/4 FINISHED once, dead parent KILLED")
+
+
+def test_a_skipped_write_does_not_nest_the_stores_error():
+    """While the store was down, the progress line read "store unreachable (the store is
+    unreachable (the store is unreachable (the stor)" (issue 24 §6): each skipped write wrapped
+    the last error and recorded it again."""
+    import harness.execute.writing as writing
+    from harness.execute.writing import skipped_write_error
+    from harness.tracking.errors import one_line
+    from harness.tracking.health import StoreHealth
+
+    h = StoreHealth()
+    h.failed(RuntimeError("sqlite3.OperationalError: database is locked"))
+    saved, writing.HEALTH = writing.HEALTH, h
+    try:
+        for _ in range(3):
+            h.failed(skipped_write_error())
+    finally:
+        writing.HEALTH = saved
+    assert h.error == "sqlite3.OperationalError: database is locked"
+    assert one_line(RuntimeError(h.error)) == h.error

@@ -82,6 +82,13 @@ def store_should_be_tried(uri: str) -> bool:
     return store_reachable(uri)
 
 
+def skipped_write_error() -> TrackingUnavailableError:
+    """The error of a write not even tried (the store was down moments ago): the store's own last
+    error, unwrapped, so that recording it again does not nest it ("store unreachable (the store is
+    unreachable (the store is ..." on the progress line)."""
+    return TrackingUnavailableError(HEALTH.error or "the store is unreachable")
+
+
 def write_result(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, rid: str | None = None,
                  final_checkpoint: str | None = None) -> tuple[str | None, dict[str, Any] | None]:
     """Write one trained result (a run ``rid`` made before training, or a new one), or spool it.
@@ -94,7 +101,7 @@ def write_result(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, r
         claim.mark(f"writing {owner_tags()[TAG_OWNER]}")
     try:
         if not store_should_be_tried(uri):
-            raise TrackingUnavailableError(f"the store is unreachable ({HEALTH.error})")
+            raise skipped_write_error()
         client = client or client_for(uri)
         if rid is None:
             if not claims.take_unfinished(client, [res.spec], ctx, {}):  # a FINISHED run appeared: it wins
