@@ -478,3 +478,23 @@ def test_params_include_builder_defaults_and_the_filled_total_steps(
     assert p["schedule.total_steps"] == p["train.steps"] == "40"
     assert p["schedule.alpha"] == "0.0" and p["model.width"] == "16" and p["model.depth"] == "1"
     assert p["model.activation"] == "relu" and p["model.dropout"] == "0.0"
+
+
+def test_summary_says_no_target_when_the_config_has_none(tmp_path):
+    """A sweep without a target was summarised as "not reached" (issue 24 §13), where the report
+    rightly says there is no target."""
+    from conftest import make_spec
+    from rich.console import Console
+
+    from harness.core.outcome import TrialOutcome
+    from harness.sweep.run import SweepSummary, print_summary
+
+    def table(spec):
+        o = TrialOutcome.of_spec(spec, "finished")
+        o.final_valid_accuracy, o.test_accuracy = 0.9, 0.88
+        console = Console(record=True, width=200)
+        print_summary(console, SweepSummary("t", "sid", "1", None, "sqlite:///x.db", [o], 1.0))
+        return next(ln for ln in console.export_text().splitlines() if " · " in ln)
+
+    assert "no target" in table(make_spec(target=None))
+    assert "not reached" in table(make_spec(target={"metric": "valid/accuracy", "value": 0.95}))

@@ -98,6 +98,8 @@ class TrialOutcome:
     reason: str = ""
     skipped: bool = False
     target_metric: str = names.M_VALID_ACC
+    #: Whether the trial had a target at all (``False``: "to target" is not "not reached")
+    has_target: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     #: Another invocation on this machine holds the trial's claim (it is training or writing it):
     #: nothing was trained here; the sweep comes back to it once the claim is free.
@@ -113,7 +115,8 @@ class TrialOutcome:
         return cls(trial_id=spec.trial_id, status=status, run_name=run_name(spec), model=spec.model,
                    optimizer=spec.optimizer, schedule=spec.schedule, dataset=spec.dataset,
                    seed=spec.seed, config=config_label(spec),
-                   target_metric=spec.target.metric if spec.target else names.M_VALID_ACC)
+                   target_metric=spec.target.metric if spec.target else names.M_VALID_ACC,
+                   has_target=spec.target is not None)
 
     @classmethod
     def from_result(cls, res: TrialResult, run_id: str | None = None,

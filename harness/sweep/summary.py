@@ -86,6 +86,7 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
             "seconds_to_target": _median([o.seconds_to_target for o in ok]),
             "steps_to_target": _median([o.steps_to_target for o in ok]),
             "reached": sum(o.seconds_to_target is not None for o in ok),
+            "has_target": any(o.has_target for o in os_),
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
         }
         row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
@@ -156,7 +157,8 @@ def print_summary(console, summary: SweepSummary) -> None:
         label = "" if shared else f"{short(r['metric'])} "
         val = "—" if r["value"] is None else f"{label}{r['value']:.4f}"
         test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"
-        ttt = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s"
+        ttt = ("no target" if not r.get("has_target", True) else "not reached"
+               if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s")
         eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
         bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
         trials = f"{r['n']}" + (f" ({bad})" if bad else "")
