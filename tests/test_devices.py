@@ -169,6 +169,9 @@ def test_tags_name_host_level_gpu_ids(monkeypatch):
                          r"once, e.g\. HARNESS_DEVICE_IDS=0$"),
     ("inprocess", "abc", r"^HARNESS_DEVICE_IDS='abc' is not a comma-separated list of device indices: "
                          r"this process has 1 \(cpu\), use indices 0\.\.0, e\.g\. HARNESS_DEVICE_IDS=0$"),
+    # issue 24 §17: set and empty meant every device, where an empty CUDA_VISIBLE_DEVICES means none
+    ("inprocess", " ", r"^HARNESS_DEVICE_IDS is set but empty, which names no device \(as an empty "
+                       r"CUDA_VISIBLE_DEVICES hides every GPU\): unset it to use all 1 \(cpu\)"),
 ])
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
 def test_devices_that_do_not_fit_are_refused_before_the_store_is_created(executor, ids, message, dry_run,

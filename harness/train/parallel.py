@@ -38,15 +38,19 @@ def visible_devices() -> list:
     """The ``jax.Device`` objects this process may use, in ``jax.devices()`` order.
 
     Raises:
-      ValueError: ``HARNESS_DEVICE_IDS`` is not a comma-separated list of distinct indices of
-        ``jax.devices()``.
+      ValueError: ``HARNESS_DEVICE_IDS`` is set but empty (it names no device), or is not a
+        comma-separated list of distinct indices of ``jax.devices()``.
     """
     import jax
 
     devs = jax.devices()
-    raw = os.environ.get(DEVICE_IDS_ENV, "").strip()
-    if not raw:
+    if os.environ.get(DEVICE_IDS_ENV) is None:
         return list(devs)
+    raw = os.environ[DEVICE_IDS_ENV].strip()
+    if not raw:  # as an empty CUDA_VISIBLE_DEVICES hides every GPU: set and empty names none
+        raise ValueError(f"{DEVICE_IDS_ENV} is set but empty, which names no device (as an empty "
+                         f"CUDA_VISIBLE_DEVICES hides every GPU): unset it to use all {len(devs)} "
+                         f"({devs[0].platform}), or list indices, e.g. {DEVICE_IDS_ENV}=0")
     try:
         ids = [int(t) for t in raw.split(",") if t.strip()]
     except ValueError:
