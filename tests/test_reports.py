@@ -673,3 +673,30 @@ def test_sensitivity_panels_scale_each_task_to_its_own_values(frame):
         lo, hi = ax.get_ylim()
         assert lo <= ys.min() and ys.max() <= hi, (ax.get_title(), lo, hi)
         assert (ys.max() - ys.min()) / (hi - lo) > 1 / 3, (ax.get_title(), ys.min(), ys.max(), lo, hi)
+
+
+def test_leaderboard_markup_is_parsed_as_classes_not_escaped_text(report):
+    """The leaderboard's rows rendered as ``<tr class=&#34;best&#34;>`` (the attribute escaped inside
+    its tag), so the best row was never highlighted and numbers never right-aligned (issue 24 §12).
+    Checked on the parsed DOM."""
+    from html.parser import HTMLParser
+
+    class Rows(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.in_board, self.tr_classes, self.td_classes = False, [], []
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "section":
+                self.in_board = a.get("id") == "leaderboard"
+            elif self.in_board and tag == "tr":
+                self.tr_classes.append(a.get("class"))
+            elif self.in_board and tag == "td":
+                self.td_classes.append(a.get("class"))
+
+    p = Rows()
+    p.feed(report.read_text(encoding="utf-8"))
+    assert "best" in p.tr_classes and "num" in p.td_classes
+    assert not any(c and "&" in c for c in p.tr_classes + p.td_classes)
+    assert "&#34;" not in report.read_text(encoding="utf-8").split('id="leaderboard"')[1][:20000]
