@@ -456,3 +456,22 @@ def test_values_that_would_fail_every_trial_are_refused_before_the_store(tmp_pat
     assert f"{cfg}: optimizers[1].hparams.step_size: 1e+39 is infinite in float32, the dtype training " \
            "uses (its positive range is 1.18e-38 to 3.4e+38)" in lines
     _no_store(tmp_path)
+
+
+def test_an_unprepared_tfds_dataset_is_one_clean_error_without_absl_noise(tmp_path, write_sweep):
+    """An unprepared ``tfds:cifar10`` whose version folder exists but is empty printed absl's
+    "Variant folder ... has no dataset_info.json" warning before the harness's error (issue 24 §14)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("tensorflow_datasets")
+    data = tmp_path / "tfds"
+    (data / "mnist" / "3.0.1").mkdir(parents=True)
+    cfg = write_sweep(datasets=[{"name": "tfds:mnist", "hparams": {"data_dir": str(data)}}])
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    r = subprocess.run([sys.executable, "-m", "harness", "sweep", str(cfg), "--dry-run"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2
+    out = r.stdout + r.stderr
+    assert "is not prepared in data_dir" in out and "absl" not in out and "dataset_info.json" not in out

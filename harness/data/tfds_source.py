@@ -11,6 +11,8 @@ to prepare it. ``tensorflow_datasets`` is imported only when a dataset is loaded
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -87,10 +89,14 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
 
     data_dir = str(data_dir or default_tfds_data_dir())
     try:
-        builder = tfds.builder(name, data_dir=data_dir)
+        # TFDS warns through absl about the empty version folder of a dataset that is not prepared
+        # ("Variant folder ... has no dataset_info.json") before the harness's own clear error
+        with _quiet_absl():
+            builder = tfds.builder(name, data_dir=data_dir)
+            prepared = builder.is_prepared()
     except tfds.core.registered.DatasetNotFoundError as e:
         raise KeyError(f"unknown TFDS dataset {name!r}: {str(e).splitlines()[0]}") from None
-    if not builder.is_prepared():
+    if not prepared:
         raise DatasetNotPreparedError(prepare_hint(name, data_dir))
     info = builder.info
     sup = info.supervised_keys
@@ -171,3 +177,15 @@ def _tfds_text(builder: Any, name: str, data_dir: str, text_key: str, splits: se
         input_shape=(seq_len,), num_classes=256, name=f"{TFDS_PREFIX}{name}", task="sequence",
         source=f"TFDS {info.full_name} from {data_dir}, UTF-8 bytes in windows of {seq_len}",
         license=str(getattr(info, "license", "") or ""), citation=str(info.citation or ""))
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    """absl's warnings off for the block (errors still show): its Python logger ``absl``."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
