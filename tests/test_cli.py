@@ -86,9 +86,10 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    errf = open(tmp_path / "ui.err", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([sys.executable, "-m", "harness", "ui", "--experiment", "ui_exp", "--port",
                              str(port), "--tracking-uri", tracking_uri], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=errf, text=True)
     try:
         first = proc.stdout.readline()
         # the runs view (not MLflow 3's GenAI overview), in chart mode, with the shared grouped view
@@ -113,8 +114,12 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+        errf.close()
     with pytest.raises(OSError):  # the server went away with it
         urllib.request.urlopen(base + "/health", timeout=2)
+    # no noise before the URL (issue 24 §14): MLflow's registry note and Starlette's deprecation
+    err_text = (tmp_path / "ui.err").read_text()
+    assert "Registry store URI not provided" not in err_text and "Deprecat" not in err_text, err_text
 
 
 def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):

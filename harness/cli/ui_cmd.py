@@ -48,12 +48,16 @@ def ui(
         err(f"error: cannot serve the UI on {host}:{port}: {busy}; choose another port, e.g. "
              f"--port {port + 1}")
         raise typer.Exit(2)
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host,
-           "--port", str(port), "--workers", "1"]
+    # the registry in the same store (MLflow's default, said out loud when not given), and none of
+    # the server's own deprecation warnings (a Starlette module MLflow imports) before the URL
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--registry-store-uri", uri,
+           "--host", host, "--port", str(port), "--workers", "1"]
     root = artifact_root_for(uri)
     if root:
         cmd += ["--default-artifact-root", root]
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    env.setdefault("PYTHONWARNINGS",
+                   "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated")
     if exp_id is None:
         typer.echo("No sweep in this store yet: run `python -m harness sweep CONFIG` first.")
     typer.echo(f"MLflow UI: {url}")
