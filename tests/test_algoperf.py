@@ -129,7 +129,7 @@ def test_missing_function_or_not_python_is_a_source_error(tmp_path):
     with pytest.raises(SourceError) as e:
         load_submission(parse_source("algoperf:notpython.py", str(tmp_path)))
     assert str(e.value) == ("source 'algoperf:notpython.py': running notpython.py raised SyntaxError: "
-                            "invalid syntax (notpython.py, line 1) (line 1)")
+                            "invalid syntax (notpython.py, line 1)")
     (tmp_path / "sub.txt").write_text("x = 1\n")
     with pytest.raises(SourceError) as e:
         parse_source("algoperf:sub.txt", str(tmp_path))

@@ -432,7 +432,7 @@ def test_hostile_config_rejected_before_any_write(cid, content, key, tmp_path, w
 
 def test_missing_file_and_directory_name_the_file(tmp_path):
     for p, msg in ((tmp_path / "nope.yaml", "cannot read: No such file or directory"),
-                   (tmp_path, "cannot read: Is a directory")):
+                   (tmp_path, "is a folder; give the path of a YAML file")):
         with pytest.raises(ConfigError) as ei:
             load_config(p)
         assert ei.value.errors == [f"{p}: {msg}"]
