@@ -38,6 +38,11 @@ Outside pytest (a standalone script, not kept: the same two jitted functions int
 third variant) the ratio read 0.93 and 0.99, and that variant, the scalars computed once from the first
 leaf and passed through in the others, read 1.12x and 1.06x *slower* than the harness: the excess
 is not shown to be in the compiled update, and no change to ``optimizers/`` is made for it.
+On the same 2 cores idle (nothing else running, 2026-12-02), two runs of the whole set: muon 0.99,
+1.00; schedule_free_adamw 0.85, 0.92; schedule_free_sgd 1.05, 1.06 (1.02 and 1.02 when it ran
+alone); adafactor 0.74, 0.74; lamb 0.68, 0.69; lars 0.71, 0.68; prodigy 1.06, 1.05. So with the
+machine quiet, schedule_free_sgd and prodigy sit at the 1.05 target, within its noise (their IQRs
+span 0.93-1.23 and 0.97-1.10), and the others are under it.
 Timing ratios are printed and recorded, not asserted (this VM moves a median by ±0.3 between
 runs); what is asserted is compiled memory (``test_modern_peak_memory_not_above_optax``).
 
