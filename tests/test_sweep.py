@@ -498,3 +498,23 @@ def test_summary_says_no_target_when_the_config_has_none(tmp_path):
 
     assert "no target" in table(make_spec(target=None))
     assert "not reached" in table(make_spec(target={"metric": "valid/accuracy", "value": 0.95}))
+
+
+def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path, write_sweep, monkeypatch):
+    """A grown sweep showed a blank terminal for a minute before its progress bar (issue 24 §11):
+    the loading and the pre-flight now say what they do, on a terminal, while they run."""
+    import io
+
+    from rich.console import Console
+
+    monkeypatch.chdir(tmp_path)
+    buf = io.StringIO()
+    cfg = write_sweep()
+    run_sweep(cfg, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}", dry_run=True,
+              console=Console(file=buf, force_terminal=True, width=300))
+    assert f"checking {cfg}: reading it, loading its datasets, tracing every model and optimizer" in \
+        buf.getvalue()
+    plain = io.StringIO()  # a pipe: nothing transient in what a script reads
+    run_sweep(cfg, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}", dry_run=True,
+              console=Console(file=plain, force_terminal=False, width=300))
+    assert "checking" not in plain.getvalue() and "tiny" in plain.getvalue()

@@ -112,13 +112,19 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     opts = SweepOptions(**options)
     t_start = time.perf_counter()
     console = _console(opts.console)
-    cfg = _load(config_path, opts)
-    trains_here = isinstance(opts.executor_obj, InProcessExecutor) if opts.executor_obj is not None \
-        else cfg.executor == "inprocess"
-    # With workers (--jobs N, Ray) the parent trains nothing: the JAX backend its preflight starts
-    # must not preallocate the GPU memory the workers need (harness.execute.devices.parent_off_devices).
-    with contextlib.nullcontext() if trains_here else parent_off_devices():
-        specs = preflight(cfg, str(config_path), opts.registries)  # before the store is touched, dry run too
+    # within a second of the start, on a terminal: what the seconds before the plan are spent on
+    # (transient; nothing on a pipe, so the output a script reads is unchanged)
+    status = contextlib.nullcontext() if opts.quiet else console.status(
+        f"checking {config_path}: reading it, loading its datasets, tracing every model and optimizer "
+        f"(nothing is trained or written yet)")
+    with status:
+        cfg = _load(config_path, opts)
+        trains_here = isinstance(opts.executor_obj, InProcessExecutor) if opts.executor_obj is not None \
+            else cfg.executor == "inprocess"
+        # With workers (--jobs N, Ray) the parent trains nothing: the JAX backend its preflight starts
+        # must not preallocate the GPU memory the workers need (harness.execute.devices.parent_off_devices).
+        with contextlib.nullcontext() if trains_here else parent_off_devices():
+            specs = preflight(cfg, str(config_path), opts.registries)  # before the store: dry run too
     sweep_id = sweep_id_of(cfg.name, specs)
     uri = resolve_tracking_uri(opts.tracking_uri, cfg.tracking_uri)
     # The executor is built and validated before the dry-run branch: a dry run promises what a run
