@@ -480,3 +480,22 @@ def test_an_unprepared_tfds_dataset_is_one_clean_error_without_absl_noise(tmp_pa
     assert r.returncode == 2
     out = r.stdout + r.stderr
     assert "is not prepared in data_dir" in out and "absl" not in out and "dataset_info.json" not in out
+
+
+def test_status_of_a_grown_sweep_counts_its_earlier_trials_as_done(tmp_path, write_sweep, tracking_uri,
+                                                                   fake_trainer, monkeypatch):
+    """After the README's own workflow (raise the seeds, re-run), ``status`` without a config showed
+    the grown sweep as "1 finished, 2 pending" where it was 3/3 done (issue 24 §8): it counted only
+    the trials trained under the new sweep id."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert runner.invoke(app, ["sweep", str(write_sweep(seeds=[0, 1])), "--tracking-uri",
+                               tracking_uri]).exit_code == 0
+    r = runner.invoke(app, ["sweep", str(write_sweep(seeds=[0, 1, 2])), "--tracking-uri", tracking_uri])
+    assert r.exit_code == 0 and "2 from earlier runs" in r.output, r.output
+    r = runner.invoke(app, ["status", "--tracking-uri", tracking_uri], terminal_width=250)
+    rows = [[c.strip() for c in ln.split("│")[1:-1]] for ln in r.output.splitlines()
+            if "tiny" in ln and "│" in ln]
+    # sweep, sweep_id, trials, finished, diverged, failed, pending: the first sweep 2/2, the grown 3/3
+    assert sorted(row[2:7] for row in rows) == [["2", "2", "0", "0", "0"], ["3", "3", "0", "0", "0"]], \
+        r.output

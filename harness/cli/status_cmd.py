@@ -69,6 +69,8 @@ def status(
             sweep_ids.setdefault(sid, {"n": len(expected[sid]), "last": None})
         for sid, d in sweep_ids.items():
             ids = expected.get(sid)
+            if ids is None and d["last"] is not None:  # the sweep's own list of its trials
+                ids = _listed_trials(client, d["last"])
             if ids is None:  # trials that ran under this sweep id
                 ids = {tid for tid, rs in by_trial.items()
                        if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
@@ -93,6 +95,23 @@ def status(
     if n_spooled:
         console.print(f"{n_spooled} trained results are in the local spool {spool.spool_dir(uri)} (the "
                       f"store did not take them); the next sweep on this store writes them", soft_wrap=True)
+
+
+def _listed_trials(client, parent) -> set[str] | None:
+    """The trial ids a parent run lists in its ``trials.json`` (every trial of its sweep, those
+    skipped as done under an earlier sweep id included), or ``None`` when it has none."""
+    import json
+    import tempfile
+
+    from harness.core.names import ARTIFACT_TRIALS
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="harness-status-") as d:
+            path = client.download_artifacts(parent.info.run_id, ARTIFACT_TRIALS, d)
+            with open(path, encoding="utf-8") as f:
+                return {t["trial_id"] for t in json.load(f)}
+    except Exception:  # an old parent without the list, or an unreadable one: count by tags
+        return None
 
 
 def _parent_state(client, run) -> str:
