@@ -16,6 +16,7 @@ import numpy as np
 
 __all__ = [
     "adam_moments",
+    "check_nonnegative",
     "check_step_size",
     "check_unit_interval",
     "fresh",
@@ -49,6 +50,12 @@ def check_step_size(step_size: Any, name: str = "step_size") -> None:
         v = float(step_size)
         if not v > 0:
             raise ValueError(f"{name} must be positive, got {step_size!r}")
+
+
+def check_nonnegative(value: Any, name: str) -> None:
+    """Raise ``ValueError`` if ``value`` is a concrete number that is not ``>= 0``."""
+    if is_concrete_number(value) and not float(value) >= 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
 
 
 def check_unit_interval(value: Any, name: str) -> None:

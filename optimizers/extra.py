@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from optimizers.common import (
     adam_moments,
+    check_nonnegative,
     check_step_size,
     check_unit_interval,
     fresh,
@@ -51,11 +52,6 @@ __all__ = [
     "piecewise",
     "warmup_cosine_decay",
 ]
-
-
-def _check_nonnegative(value: Any, name: str) -> None:
-    if is_concrete_number(value) and not float(value) >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
 
 
 def _check_total_steps(total_steps: Any, fn: str) -> None:
@@ -95,7 +91,7 @@ def adamw(
     step_size = make_schedule(step_size)
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
-    _check_nonnegative(weight_decay, "weight_decay")
+    check_nonnegative(weight_decay, "weight_decay")
 
     def update(i, g, state):
         x, m, v = state
@@ -134,7 +130,7 @@ def nadamw(
     step_size = make_schedule(step_size)
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
-    _check_nonnegative(weight_decay, "weight_decay")
+    check_nonnegative(weight_decay, "weight_decay")
 
     def update(i, g, state):
         x, m, v = state
@@ -169,7 +165,7 @@ def lion(step_size, b1: float = 0.9, b2: float = 0.99, weight_decay: float = 1e-
     step_size = make_schedule(step_size)
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
-    _check_nonnegative(weight_decay, "weight_decay")
+    check_nonnegative(weight_decay, "weight_decay")
 
     def init(x0):
         return x0, jnp.zeros_like(x0)
@@ -213,7 +209,7 @@ def linear_warmup(step_size, warmup_steps: int, init_scale: float = 0.0) -> Sche
       ValueError: concrete ``step_size <= 0`` or ``warmup_steps < 0``.
     """
     check_step_size(step_size)
-    _check_nonnegative(warmup_steps, "warmup_steps")
+    check_nonnegative(warmup_steps, "warmup_steps")
     if is_concrete_number(warmup_steps) and warmup_steps == 0:
 
         def constant_schedule(i):

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from optimizers.common import check_unit_interval, fresh, is_concrete_number, params_of
+from optimizers.common import check_nonnegative, check_unit_interval, fresh, params_of
 from optimizers.core import Optimizer, OptimizerState, make_schedule, optimizer
 from optimizers.registry import register_optimizer
 
@@ -46,12 +46,6 @@ MUON_NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
 # --------------------------------------------------------------------------------------------
 # Pieces shared with optimizers.modern_free and optimizers.modern_soap.
-
-
-def check_nonnegative(value: Any, name: str) -> None:
-    """Raise ``ValueError`` if ``value`` is a concrete number that is not ``>= 0``."""
-    if is_concrete_number(value) and not float(value) >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
 
 
 def step_count(i) -> jax.Array:

@@ -18,9 +18,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from optimizers.common import check_unit_interval, fresh, is_concrete_number, tree_mismatch
+from optimizers.common import check_nonnegative, check_unit_interval, fresh, is_concrete_number, tree_mismatch
 from optimizers.core import Optimizer, OptimizerState, make_schedule, optimizer
-from optimizers.modern import bias_correction, check_nonnegative, step_count
+from optimizers.modern import bias_correction, step_count
 from optimizers.registry import register_optimizer
 
 __all__ = ["prodigy", "schedule_free_adamw", "schedule_free_eval_params", "schedule_free_sgd"]

@@ -29,9 +29,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from optimizers.common import check_unit_interval, params_of
+from optimizers.common import check_nonnegative, check_unit_interval, params_of
 from optimizers.core import make_schedule, optimizer
-from optimizers.modern import check_nonnegative
 from optimizers.registry import register_optimizer
 
 __all__ = ["soap", "soap_sides"]
