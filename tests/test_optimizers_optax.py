@@ -56,6 +56,7 @@ PAIRS = {
     "nesterov": (lambda: O.nesterov(LR, 0.9), lambda: optax.sgd(LR, momentum=0.9, nesterov=True)),
     "adam": (lambda: O.adam(LR, 0.9, 0.99, 1e-8), lambda: optax.adam(LR, b1=0.9, b2=0.99, eps=1e-8)),
     "rmsprop": (lambda: O.rmsprop(LR, 0.9, 1e-8), lambda: optax.rmsprop(LR, decay=0.9, eps=1e-8)),
+    "adamax": (lambda: O.adamax(LR, 0.9, 0.99, 1e-8), lambda: optax.adamax(LR, b1=0.9, b2=0.99, eps=1e-8)),
     "adagrad": (
         lambda: O.adagrad(LR, momentum=0.0),
         lambda: optax.adagrad(LR, initial_accumulator_value=0.0, eps=0.0),
