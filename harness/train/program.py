@@ -33,7 +33,7 @@ from harness.train.augment import AUGMENT_STREAM, make_augment
 from harness.train.build import ModelEntry, build_model, make_opt_factory
 
 __all__ = ["ENTRIES", "INSPECT_BATCH", "PROGRAMS", "PROGRAM_CACHE_SIZE", "TrainState",
-           "TrainingProgram", "program_for", "trial_model"]
+           "TrainingProgram", "model_entry", "program_for", "trial_model"]
 
 #: Model entries and programs kept per process (the most recently used of each kind).
 PROGRAM_CACHE_SIZE = 16
@@ -246,6 +246,19 @@ def _cached(cache: collections.OrderedDict, key: tuple, make: Callable[[], Any])
     return obj
 
 
+def _entry(spec: TrialSpec, ds: Dataset, reg: Any) -> tuple[tuple, ModelEntry]:
+    """The key and the (cached) :class:`ModelEntry` of ``spec``'s model on ``ds``."""
+    ekey = (spec.model, spec.model_hparams, spec.dtype, id(ds),
+            (id(reg.models), id(reg.optimizers), id(reg.schedules)))
+    return ekey, _cached(ENTRIES, ekey, lambda: ModelEntry(spec, ds, reg.models))
+
+
+def model_entry(spec: TrialSpec, ds: Dataset) -> ModelEntry:
+    """The (cached) :class:`ModelEntry` of ``spec``'s model on ``ds``, the one :func:`program_for`
+    builds its program on (an AlgoPerf trial, which has no program, uses it alone)."""
+    return _entry(spec, ds, registries_for(spec, default_registries()))[1]
+
+
 def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
     """The (cached) :class:`TrainingProgram` of ``spec`` on the loaded dataset ``ds``.
 
@@ -254,9 +267,7 @@ def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
         training split.
     """
     reg = registries_for(spec, default_registries())
-    regs = (id(reg.models), id(reg.optimizers), id(reg.schedules))
-    ekey = (spec.model, spec.model_hparams, spec.dtype, id(ds), regs)
-    entry = _cached(ENTRIES, ekey, lambda: ModelEntry(spec, ds, reg.models))
+    ekey, entry = _entry(spec, ds, reg)
     opt_hp = tuple((k, v) for k, v in spec.optimizer_hparams if k != "step_size")
     pkey = (*ekey, spec.batch_size, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps,
             spec.augment)

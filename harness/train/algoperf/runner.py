@@ -65,7 +65,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness.config.registries import default_registries
 from harness.core.source import SourceError, source_of
 from harness.core.spec import PerfResult, TrialResult, TrialSpec
 from harness.data.sources import Dataset, load_dataset
@@ -81,31 +80,23 @@ from harness.train.algoperf.workload import InputQueue, make_workload
 from harness.train.build import ModelEntry
 from harness.train.checkpoint import TrainCheckpoints
 from harness.train.perf import perf_cache_key
+from harness.train.program import TrainState, model_entry
 from harness.train.track import TrialTrack, eval_points
 
-__all__ = ["AUX_STREAM", "ENTRIES", "batch_size_of", "compile_clock", "entry_for", "hyperparameters_of",
+__all__ = ["AUX_STREAM", "batch_size_of", "compile_clock", "entry_for", "hyperparameters_of",
            "run_algoperf_trial"]
 
 #: ``fold_in(PRNGKey(seed), AUX_STREAM)`` is the root of the keys the native trainer has no use for
 #: (``init_optimizer_state``: its fold 0; step ``i``'s ``data_selection`` and ``prepare_for_eval``:
 #: ``split(fold_in(fold_in(root, 1), i))``).
 AUX_STREAM = 0x41504552
-#: Model entries of AlgoPerf trials, the last 8 (the native trainer's cache holds programs too).
-ENTRIES: collections.OrderedDict[tuple, ModelEntry] = collections.OrderedDict()
 _WARMUP = 3
 
 
 def entry_for(spec: TrialSpec, ds: Dataset) -> ModelEntry:
-    """The (cached) :class:`~harness.train.build.ModelEntry` of ``spec``'s model on ``ds``."""
-    models = default_registries().models
-    key = (spec.model, spec.model_hparams, spec.dtype, id(ds), id(models))
-    entry = ENTRIES.get(key)
-    if entry is None:
-        entry = ENTRIES[key] = ModelEntry(spec, ds, models)
-        while len(ENTRIES) > 8:
-            ENTRIES.popitem(last=False)
-    ENTRIES.move_to_end(key)
-    return entry
+    """The (cached) :class:`~harness.train.build.ModelEntry` of ``spec``'s model on ``ds``: the
+    native trainer's (:func:`harness.train.program.model_entry`)."""
+    return model_entry(spec, ds)
 
 
 def hyperparameters_of(spec: TrialSpec) -> Any:
@@ -221,7 +212,7 @@ class _AlgoPerfRun:
             "accumulated_submission_time": self.wall, "accumulated_eval_time": 0.0,
             "accumulated_logging_time": 0.0, "last_eval_time": 0.0, "last_step_end_time": None})
 
-    def _ckpt_state(self) -> ckstate.CheckpointState:
+    def _ckpt_state(self) -> TrainState:
         return ckstate.pack(self.optimizer_state, self.params, self.model_state, self.k_data,
                             self.k_drop, self.queue.position)
 

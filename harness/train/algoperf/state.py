@@ -3,8 +3,7 @@
 :class:`harness.train.checkpoint.UnitCheckpoints` saves a state with the fields of the trainer's
 ``TrainState`` (:func:`harness.train.checkpoint_state.flatten_state`): ``opt_state`` (any pytree of
 arrays: its leaves are saved in order), ``model_state``, ``data_key``, ``dropout_key``,
-``step_size``, ``perm``, ``perm_epoch``. :class:`CheckpointState` has those fields; an AlgoPerf
-trial fills them so:
+``step_size``, ``perm``, ``perm_epoch``. An AlgoPerf trial fills a ``TrainState`` so:
 
 * ``opt_state``: ``{"arrays": [...], "position": int32}``: every **array** leaf of
   ``(optimizer_state, params)`` in ``jax.tree.leaves`` order, and the input queue's position
@@ -19,25 +18,15 @@ trial fills them so:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["CheckpointState", "array_leaves", "pack", "unpack"]
+from harness.train.program import TrainState
 
-
-class CheckpointState(NamedTuple):
-    """The fields :func:`harness.train.checkpoint_state.flatten_state` reads (module docstring)."""
-
-    opt_state: Any
-    model_state: Any
-    data_key: jax.Array
-    dropout_key: jax.Array
-    step_size: jax.Array
-    perm: jax.Array
-    perm_epoch: jax.Array
+__all__ = ["array_leaves", "pack", "unpack"]
 
 
 def _is_array(x: Any) -> bool:
@@ -50,14 +39,14 @@ def array_leaves(tree: Any) -> list[Any]:
 
 
 def pack(optimizer_state: Any, params: Any, model_state: Any, data_key: jax.Array,
-         dropout_key: jax.Array, position: int) -> CheckpointState:
-    """The :class:`CheckpointState` of a trial's state."""
-    return CheckpointState(
+         dropout_key: jax.Array, position: int) -> TrainState:
+    """The checkpointable :class:`~harness.train.program.TrainState` of a trial's state."""
+    return TrainState(
         {"arrays": array_leaves((optimizer_state, params)), "position": jnp.int32(position)},
         model_state, data_key, dropout_key, jnp.float32(0.0), jnp.zeros((1,), jnp.int32), jnp.int32(-1))
 
 
-def unpack(state: CheckpointState, fresh_optimizer_state: Any,
+def unpack(state: TrainState, fresh_optimizer_state: Any,
            fresh_params: Any) -> tuple[Any, Any, Any, int]:
     """``(optimizer_state, params, model_state, position)``: the saved arrays put back into the
     structure of a freshly initialised ``(optimizer_state, params)`` (its other leaves kept).
