@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from interrupting import Interrupt, Interrupting
 
 from harness.config.algoperf_space import (
     load_algoperf_space,
@@ -26,6 +27,8 @@ from harness.train.checkpoint import UnitCheckpoints, parse_every
 
 HERE = Path(__file__).parent
 SUBS = HERE / "algoperf_submissions"
+#: The shipped example submission: the parity test runs exactly what users copy.
+EXAMPLES = HERE.parent / "experiments" / "submissions"
 NADAMW_HP = {"learning_rate": 3e-3, "one_minus_beta1": 0.1, "beta2": 0.99, "weight_decay": 0.01,
              "warmup_factor": 0.1}
 
@@ -37,11 +40,11 @@ def mnist1d():
     return load_dataset("mnist1d")
 
 
-def algoperf_spec(file: str, hparams: dict, **kw) -> TrialSpec:
-    ref = parse_source(f"algoperf:{file}", str(SUBS))
+def algoperf_spec(path: Path, hparams: dict, **kw) -> TrialSpec:
+    ref = parse_source(f"algoperf:{path.name}", str(path.parent))
     base = dict(sweep="ap", model="mlp", dataset="mnist1d", seed=0, steps=100, batch_size=32,
                 eval_every=25, steps_per_dispatch=25, model_hparams={"width": 32, "depth": 1},
-                optimizer=Path(file).stem, schedule="none", optimizer_hparams=hparams,
+                optimizer=path.stem, schedule="none", optimizer_hparams=hparams,
                 optimizer_source=ref.text, optimizer_source_hash=ref.digest,
                 optimizer_source_ref=(ref.kind, ref.target, ref.function, ref.digest, ref.code))
     base.update(kw)
@@ -64,7 +67,8 @@ def test_algoperf_nadamw_equals_builtin_nadamw_with_warmup_cosine(mnist1d):
     same data order: every validation and train value within rtol 1e-5 (measured: valid loss max
     abs 1.2e-7, rel 6.0e-8; train loss max abs 4.8e-7, rel 1.7e-7). Both at the same initial
     parameters (step-0 evaluation equal exactly)."""
-    ap = trainer.run_trial(algoperf_spec("nadamw.py", NADAMW_HP, target={"value": 0.3}), dataset=mnist1d)
+    ap = trainer.run_trial(algoperf_spec(EXAMPLES / "nadamw.py", NADAMW_HP, target={"value": 0.3}),
+                           dataset=mnist1d)
     native = trainer.run_trial(TrialSpec.make(
         sweep="ap", model="mlp", dataset="mnist1d", seed=0, steps=100, batch_size=32, eval_every=25,
         steps_per_dispatch=25, model_hparams={"width": 32, "depth": 1}, optimizer="nadamw",
@@ -98,7 +102,7 @@ def test_prepare_for_eval_params_are_the_evaluated_ones(mnist1d):
     here from those parameters with the model's own loss), which differ from the raw ones."""
     from harness.train.algoperf.runner import entry_for
 
-    spec = algoperf_spec("ema.py", {"learning_rate": 0.05, "ema_decay": 0.9}, steps=30, eval_every=10)
+    spec = algoperf_spec(SUBS / "ema.py", {"learning_rate": 0.05, "ema_decay": 0.9}, steps=30, eval_every=10)
     r = trainer.run_trial(spec, dataset=mnist1d, measure_perf=False)
     mod = load_submission(parse_source("algoperf:ema.py", str(SUBS)))
     got = [(s, p) for s, p in mod.EVAL_PARAMS[-4:]]
@@ -138,7 +142,7 @@ def test_missing_function_or_not_python_is_a_source_error(tmp_path):
 
 
 def test_standins_are_what_submissions_import():
-    mod = load_submission(parse_source("algoperf:nadamw.py", str(SUBS)))
+    mod = load_submission(parse_source("algoperf:nadamw.py", str(EXAMPLES)))
     if "algoperf" in sys.modules and getattr(sys.modules["algoperf"], "__path__", None) == []:
         from harness.train.algoperf import spec as standin
 
@@ -150,11 +154,17 @@ def test_standins_are_what_submissions_import():
 # --------------------------------------------------------------------------- d. batch size
 
 
-def test_get_batch_size_decides_when_it_knows_the_workload(mnist1d):
-    known = trainer.run_trial(algoperf_spec("batchsize.py", NADAMW_HP, steps=4, eval_every=4),
+def test_get_batch_size_decides_when_it_knows_the_workload(mnist1d, tmp_path):
+    """``batchsize.py`` imports the example NAdamW beside it (a submission may import its
+    neighbours): both are copied into one folder."""
+    import shutil
+
+    shutil.copy(EXAMPLES / "nadamw.py", tmp_path)
+    sub = Path(shutil.copy(SUBS / "batchsize.py", tmp_path))
+    known = trainer.run_trial(algoperf_spec(sub, NADAMW_HP, steps=4, eval_every=4),
                               dataset=mnist1d, measure_perf=False)
     assert known.extra["batch_size"] == 48 and known.extra["batch_size_source"] == "submission"
-    other = trainer.run_trial(algoperf_spec("batchsize.py", NADAMW_HP, steps=4, eval_every=4,
+    other = trainer.run_trial(algoperf_spec(sub, NADAMW_HP, steps=4, eval_every=4,
                                             workload="mnist1d_other"), dataset=mnist1d, measure_perf=False)
     assert other.extra["batch_size"] == 32 and other.extra["batch_size_source"] == "workload"
     assert other.extra["workload_name"] == "mnist1d_other"
@@ -167,7 +177,7 @@ def test_input_queue_follows_the_native_data_order(mnist1d):
     from harness.train.algoperf.runner import entry_for
     from harness.train.algoperf.workload import InputQueue
 
-    spec = algoperf_spec("nadamw.py", NADAMW_HP)
+    spec = algoperf_spec(EXAMPLES / "nadamw.py", NADAMW_HP)
     entry = entry_for(spec, mnist1d)
     key = jax.random.split(jax.random.PRNGKey(0), 3)[1]
     q = InputQueue(entry, spec, key, 1000)
@@ -182,7 +192,7 @@ def test_input_queue_follows_the_native_data_order(mnist1d):
 
 
 def test_algoperf_trials_are_never_vmapped():
-    specs = [algoperf_spec("nadamw.py", NADAMW_HP, seed=s) for s in (0, 1)]
+    specs = [algoperf_spec(EXAMPLES / "nadamw.py", NADAMW_HP, seed=s) for s in (0, 1)]
     dec = batching.decide(specs)
     assert not dec.batch and "AlgoPerf" in dec.label
 
@@ -190,27 +200,13 @@ def test_algoperf_trials_are_never_vmapped():
 # --------------------------------------------------------------------------- e. resume
 
 
-class Interrupt(Exception):
-    pass
-
-
-class Interrupting(UnitCheckpoints):
-    def __init__(self, *a, stop_after: int, **kw):
-        super().__init__(*a, **kw)
-        self.calls, self.stop_after = 0, stop_after
-
-    def after_chunk(self, *a, **kw):
-        super().after_chunk(*a, **kw)
-        self.calls += 1
-        if self.calls == self.stop_after:
-            raise Interrupt(self.calls)
 
 
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, mnist1d):
     """Dropout (the update rng), the EMA state that prepare_for_eval hands back, and the queue's
     position all survive a checkpoint: a trial interrupted after step 12 (checkpoint every 7 steps:
     the newest at 7) or 23 (at 21, after the evaluation at 20) resumes to the same curves, bit for bit."""
-    spec = algoperf_spec("ema.py", {"learning_rate": 0.05, "ema_decay": 0.9}, steps=30, eval_every=10,
+    spec = algoperf_spec(SUBS / "ema.py", {"learning_rate": 0.05, "ema_decay": 0.9}, steps=30, eval_every=10,
                          model_hparams={"width": 32, "depth": 1, "dropout": 0.2},
                          target={"metric": "valid/loss", "value": 2.0, "mode": "min"})
     ref = trainer.run_trial(spec, dataset=mnist1d, measure_perf=False)

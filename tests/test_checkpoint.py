@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interrupting import Interrupt, Interrupting
 
 from harness.core.spec import TrialSpec
 from harness.train import checkpoint, program
@@ -87,22 +88,6 @@ def test_root_beside_a_sqlite_store_or_configured(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- bit-identical resume
 
 
-class Interrupt(Exception):
-    pass
-
-
-class Interrupting(UnitCheckpoints):
-    """Raises after the hook at chunk end number ``stop_after`` (1-based), once it has saved."""
-
-    def __init__(self, *a, stop_after: int, **kw):
-        super().__init__(*a, **kw)
-        self.calls, self.stop_after = 0, stop_after
-
-    def after_chunk(self, *a, **kw):
-        super().after_chunk(*a, **kw)
-        self.calls += 1
-        if self.calls == self.stop_after:
-            raise Interrupt(self.calls)
 
 
 def _specs(**kw) -> list[TrialSpec]:

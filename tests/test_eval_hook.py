@@ -20,6 +20,7 @@ import optax
 import optax.contrib
 import pytest
 from conftest import make_spec
+from interrupting import Interrupt, Interrupting
 
 import optimizers
 from harness.train import build, program
@@ -273,22 +274,6 @@ def test_batched_schedule_free_equals_alone(opt, digits):
     assert batched[0].curves.eval_loss != batched[1].curves.eval_loss
 
 
-class Interrupt(Exception):
-    pass
-
-
-class Interrupting(UnitCheckpoints):
-    """Raises after chunk end number ``stop_after`` (1-based), once that chunk's checkpoint is saved."""
-
-    def __init__(self, *a, stop_after: int, **kw):
-        super().__init__(*a, **kw)
-        self.calls, self.stop_after = 0, stop_after
-
-    def after_chunk(self, *a, **kw):
-        super().after_chunk(*a, **kw)
-        self.calls += 1
-        if self.calls == self.stop_after:
-            raise Interrupt(self.calls)
 
 
 def _everything(r) -> tuple:

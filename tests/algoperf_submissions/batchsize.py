@@ -1,4 +1,5 @@
-"""Test submission: the example NAdamW with a batch size of its own for the workload mnist1d_mlp."""
+"""Test submission: the example NAdamW (experiments/submissions/nadamw.py, copied beside this file
+by the test) with a batch size of its own for the workload mnist1d_mlp."""
 
 from nadamw import data_selection, init_optimizer_state, update_params  # noqa: F401
 
