@@ -180,8 +180,7 @@ def load_config(path: str | Path, registries: Registries | None = None,
                                    os.path.dirname(os.path.abspath(file)))
         validate_names(cfg, file, regs)
         cfg = canonicalize_numbers(cfg, regs)
-        if regs is not registries and any(c.source_ref is not None for g in (cfg, *cfg.include)
-                                          for c in g.optimizers or []):
+        if any(c.source_ref is not None for g in (cfg, *cfg.include) for c in g.optimizers or []):
             from harness.config.optimizer_sources import probe_sources
 
             if errors := probe_sources(cfg, file):
