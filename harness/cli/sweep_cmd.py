@@ -58,6 +58,10 @@ def sweep(
     max_trials: int = typer.Option(DEFAULT_MAX_TRIALS, "--max-trials", min=1,
                                    help="Refuse a config that expands to more trials than this "
                                    "(checked from axis sizes, before anything is built)."),
+    no_compile_cache: bool = typer.Option(False, "--no-compile-cache",
+                                          help="Compile every program afresh instead of loading it "
+                                          "from the persistent XLA cache in $HARNESS_CACHE_DIR/xla "
+                                          "(also: HARNESS_COMPILE_CACHE=0)."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
     from harness.config.errors import ConfigError
@@ -69,6 +73,7 @@ def sweep(
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
                             address=address, batching=batching.value if batching else None,
                             dry_run=dry_run, quiet=quiet, max_trials=max_trials,
+                            compile_cache=not no_compile_cache,
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
                                                              ("gpus_per_trial", gpus_per_trial))
                                            if v is not None})

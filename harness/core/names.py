@@ -89,6 +89,13 @@ M_EXAMPLES_PER_S = "perf/examples_per_sec"
 M_EXAMPLES_PER_S_PER_DEVICE = "perf/examples_per_sec_per_device"
 M_NUM_DEVICES = "perf/num_devices"
 M_COMPILE_S = "perf/compile_s"
+#: Seconds the trial's own programs took to compile (or to load from the persistent cache):
+#: training chunks, evaluation, evaluation parameters (of its batch, shared by its members).
+M_TIME_COMPILE_S = "time/compile_s"
+#: Programs of the trial's batch loaded from the persistent compilation cache / compiled because
+#: it had no entry (:mod:`harness.train.compile_cache`).
+M_CACHE_HITS = "compile/cache_hits"
+M_CACHE_MISSES = "compile/cache_misses"
 M_FLOPS = "perf/flops_per_step"
 M_UTIL = "perf/utilization"
 M_STEPS_TO_TARGET = "convergence/steps_to_target"
@@ -102,7 +109,8 @@ CURVE_METRICS = (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC, M_WALL_S)
 SUMMARY_METRICS = (
     M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL,
     M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
-    M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP,
+    M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP, M_TIME_COMPILE_S, M_CACHE_HITS,
+    M_CACHE_MISSES,
 )
 
 #: Metric names of runs logged before the three-split protocol → today's name.

@@ -52,6 +52,7 @@ from harness.tracking.health import HEALTH, store_reachable
 from harness.tracking.liveness import Heartbeat, end_leftovers
 from harness.tracking.provenance import git_commit
 from harness.tracking.uris import is_server, resolve_tracking_uri
+from harness.train import compile_cache
 
 __all__ = ["Plan", "SweepInterrupted", "SweepOptions", "SweepSummary", "best_configs",
            "component_variants", "expand", "group_units", "make_plan", "preflight", "print_summary",
@@ -83,6 +84,8 @@ class SweepOptions:
       executor_opts: extra keyword arguments of the executor (``cpus_per_trial``...).
       max_trials: bound on the plan (checked from axis sizes before expansion,
         :func:`harness.config.load.check_plan_size`).
+      compile_cache: use the persistent XLA compilation cache (``--no-compile-cache`` turns it off;
+        :mod:`harness.train.compile_cache`).
     """
 
     tracking_uri: str | None = None
@@ -97,6 +100,7 @@ class SweepOptions:
     executor_obj: Executor | None = None
     executor_opts: dict[str, Any] | None = None
     max_trials: int = DEFAULT_MAX_TRIALS
+    compile_cache: bool = True
 
 
 def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
@@ -111,6 +115,7 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     """
     opts = SweepOptions(**options)
     t_start = time.perf_counter()
+    compile_cache.enable(opts.compile_cache)  # before this process compiles anything
     console = _console(opts.console)
     # within a second of the start, on a terminal: what the seconds before the plan are spent on
     # (transient; nothing on a pipe, so the output a script reads is unchanged)

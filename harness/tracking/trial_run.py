@@ -189,6 +189,11 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     if res.perf is not None:
         for attr, metric in _PERF_METRICS.items():
             buf.add(metric, getattr(res.perf, attr), 0)
+    buf.add(names.M_TIME_COMPILE_S, res.compile_seconds, 0)
+    cache = res.extra.get("compile_cache")
+    if cache:
+        buf.add(names.M_CACHE_HITS, cache["hits"], 0)
+        buf.add(names.M_CACHE_MISSES, cache["misses"], 0)
     if res.steps_to_target is not None:
         buf.add(names.M_STEPS_TO_TARGET, res.steps_to_target, res.steps_to_target)
         buf.add(names.M_SECONDS_TO_TARGET, res.seconds_to_target, res.steps_to_target)

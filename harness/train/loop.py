@@ -105,7 +105,7 @@ import numpy as np
 
 from harness.core.spec import TrialResult, TrialSpec
 from harness.data.sources import Dataset, load_dataset
-from harness.train import batching, parallel
+from harness.train import batching, compile_cache, parallel
 from harness.train.build import trial_step_size
 from harness.train.checkpoint import TrainCheckpoints
 from harness.train.perf import measure_trial_perf
@@ -306,13 +306,17 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
            measure_perf: bool, on_progress: Callable[[int, int], None] | None,
            checkpoints: TrainCheckpoints | None = None) -> list[TrialResult]:
     _check_batch(specs)
+    cache0 = compile_cache.cache_counts()
     spec0 = specs[0]
     ds = dataset if dataset is not None else load_dataset(spec0.dataset, **spec0.hparams("dataset"))
     run = _UnitRun(specs, batched, ds, checkpoints)
     run.train(on_progress)
     run.record_test()
     perf = measure_trial_perf(run.prog, spec0, perf_cache) if measure_perf else None
-    return [tr.result(perf=perf, compile_s=run.compile_s, extra=run.extra(batched)) for tr in run.tracks]
+    cache = compile_cache.cache_counts() - cache0
+    counts = {"compile_cache": {"hits": cache.hits, "misses": cache.misses}}
+    return [tr.result(perf=perf, compile_s=run.compile_s, extra={**run.extra(batched), **counts})
+            for tr in run.tracks]
 
 
 # --------------------------------------------------------------------------------------------------
