@@ -9,7 +9,10 @@ the same moment of the machine), reported with its spread (interquartile range a
 
 * :func:`interleave` → ``{name: [seconds per round]}``;
 * :func:`paired` → :class:`Paired` (median, q1, q3, min, max of the per-round ratios);
-* :func:`table` → the printed table of every variant against a baseline and a floor.
+* :func:`table` → the printed table of every variant against a baseline and a floor;
+* :func:`record` → pytest-benchmark's own table and ``--benchmark-save`` JSON get the harness
+  variant's seconds of those same interleaved rounds (not a ``lambda: None``), so
+  ``--benchmark-compare`` between two commits compares real figures.
 """
 
 from __future__ import annotations
@@ -47,6 +50,25 @@ def interleave(fns: Mapping[str, Callable[[], Any]], rounds: int, *,
 def medians(times: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """Median seconds per variant."""
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def record(benchmark: Any, seconds: Sequence[float], per: int = 1) -> None:
+    """Hand pytest-benchmark the per-round ``seconds`` of the variant a benchmark is about (the
+    harness's, measured by :func:`interleave` here or in a subprocess), divided by ``per`` (calls
+    per round), as the fixture's rounds: its min/median/IQR columns, ``--benchmark-save`` and
+    ``--benchmark-compare`` then describe that variant. The paired ratios stay in ``extra_info``.
+
+    pytest-benchmark times only what it calls itself; the variants here must take turns round by
+    round, so the rounds are timed by :func:`interleave` and given to the fixture's statistics
+    (``_make_stats``: the one call its ``pedantic`` makes per run, pytest-benchmark 5.x).
+    """
+    if not seconds:
+        raise ValueError("no rounds to record")
+    if getattr(benchmark, "disabled", False):
+        return
+    stats = benchmark._make_stats(1)
+    for s in seconds:
+        stats.update(s / per)
 
 
 @dataclass(frozen=True)
