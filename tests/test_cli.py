@@ -92,9 +92,11 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
                             stdout=subprocess.PIPE, stderr=errf, text=True)
     try:
         first = proc.stdout.readline()
-        # the runs view (not MLflow 3's GenAI overview), in chart mode, with the shared grouped view
+        # the runs view in "Model training" mode (not MLflow 3's GenAI mode, issue 24 §15), in chart
+        # mode, with the shared grouped view
         assert re.fullmatch(rf"MLflow UI: http://127\.0\.0\.1:{port}/#/experiments/{exp_id}/runs"
-                            r"\?compareRunsMode=CHART&viewStateShareKey=[0-9a-f]{32}\n", first), first
+                            r"\?workflowType=machine_learning&compareRunsMode=CHART"
+                            r"&viewStateShareKey=[0-9a-f]{32}\n", first), first
         tags = c.get_experiment(exp_id).tags
         assert tags["mlflow.experimentKind"] == "custom_model_development"
         key = first.rsplit("=", 1)[1].strip()

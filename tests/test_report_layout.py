@@ -370,7 +370,8 @@ def test_report_in_headless_chromium(chromium, sweeps, tmp_path):
 @pytest.mark.browser
 def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps, tmp_path):
     """``harness ui`` on the quickstart store; chromium opens the printed URL: MLflow 3.17 shows the
-    training runs (not the GenAI overview) in chart mode, grouped by optimizer, parents filtered out."""
+    runs in "Model training" mode (not GenAI) in chart mode, grouped by optimizer, parents filtered
+    out, the validation curves' section first."""
     import signal
     import socket
     import sys
@@ -394,17 +395,24 @@ def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps,
                 assert time.monotonic() < deadline, "mlflow ui did not answer /health in 90 s"
                 time.sleep(0.5)
         shot = screenshot_dir(tmp_path) / "mlflow-ui-quickstart.png"
-        dom = run_chromium(url, tmp_path / "ui", "--window-size=1600,1000", "--virtual-time-budget=25000",
+        dom = run_chromium(url, tmp_path / "ui", "--window-size=1600,2400", "--virtual-time-budget=25000",
                            f"--screenshot={shot}", timeout=90)
         assert shot.stat().st_size > 50_000
-        dom = run_chromium(url, tmp_path / "ui2", "--window-size=1600,1000", "--virtual-time-budget=25000",
+        dom = run_chromium(url, tmp_path / "ui2", "--window-size=1600,2400", "--virtual-time-budget=25000",
                            "--dump-dom", timeout=90)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-    text = re.sub(r"<[^>]+>", " ", dom)
+    text = re.sub(r"\s+", " ", htmlmod.unescape(re.sub(r"<[^>]+>", " ", dom)))
     assert "tags.`harness.kind` = 'trial'" in htmlmod.unescape(dom)  # the search box: parents hidden
-    for needle in ("Training runs", "Group by: optimizer", "Group: adam", "Group: momentum", "Group: sgd",
-                   "matching runs", "convergence"):  # chart sections below the fold are not rendered
+    for needle in ("Group by: optimizer", "Group: adam", "Group: momentum", "Group: sgd", "matching runs",
+                   "Model registry"):  # the sidebar's "Model training" links
         assert needle in text, (needle, text[:3000])
+    # not GenAI mode (issue 24 §15): its sidebar (Overview, Judges, Evaluation runs) and page title
+    for genai in ("Judges", "Evaluation runs", "Training runs", "Overview"):
+        assert genai not in text, (genai, text[:3000])
+    # the chart sections: validation curves first, the single-valued metrics after the curves
+    sections = [name for name, _ in re.findall(r"\b([a-z]+) \((\d+)\)", text)]
+    assert sections[:2] == ["valid", "train"] and sections.index("final") > sections.index("train"), sections
+    assert sections.index("convergence") > sections.index("test"), sections
     assert "No data" not in text and "does not exist" not in text

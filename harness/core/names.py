@@ -113,6 +113,14 @@ SUMMARY_METRICS = (
     M_CACHE_MISSES,
 )
 
+
+
+def is_curve_metric(name: str) -> bool:
+    """Whether ``name`` is logged at several steps of a trial (a curve to chart against the step):
+    :data:`CURVE_METRICS` and every ``valid/<name>``; every other metric holds one value per trial."""
+    return name in CURVE_METRICS or name.startswith(PREFIX_VALID)
+
+
 #: Metric names of runs logged before the three-split protocol → today's name.
 LEGACY_METRICS = {
     "eval/loss": M_VALID_LOSS,

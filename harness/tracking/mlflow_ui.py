@@ -1,17 +1,27 @@
 """Where ``python -m harness ui`` lands in the MLflow UI (MLflow 3.17): the runs view of an
-experiment, as model training, charts grouped by optimizer.
+experiment, as model training, on the validation curves grouped by optimizer, with the final
+values as bars and as the runs table's columns.
 
-* MLflow 3 shows an experiment as GenAI (traces, an "Overview" of latency with "No data") unless the
-  experiment tag ``mlflow.experimentKind`` says otherwise; :func:`mark_training` sets it to
-  ``custom_model_development`` (the UI's "model training" kind). The sweep sets it when it creates
-  an experiment; ``ui`` sets it on experiments made before that.
-* The runs view's state (grouping, which runs the charts show, the search filter) can be shared
-  through an experiment tag ``mlflow.sharedViewState.<key>`` holding the state as JSON and the URL
-  parameter ``viewStateShareKey=<key>`` (what the UI's own "Share" button writes).
-  :func:`training_view` writes one that shows only trial runs (parents hidden by the filter
-  ``tags.`harness.kind` = 'trial'``), grouped by the ``optimizer`` tag with the curves averaged per
-  group (min-max band), every run in the charts; :func:`runs_view_url` opens it in chart mode
-  (``compareRunsMode=CHART``).
+* **Model training, not GenAI.** MLflow 3.17's UI shows every page in one of two modes, the
+  "GenAI" / "Model training" toggle in its sidebar. The URL parameter ``workflowType`` chooses it
+  (``machine_learning``); without one the browser's remembered choice (``localStorage``
+  ``mlflow.workflowType``, first ``genai``) does, whatever the experiment is. The experiment tag
+  ``mlflow.experimentKind`` (``custom_model_development``, set by :func:`mark_training`) is what the
+  experiment's own pages read for its kind. :func:`runs_view_url` puts ``workflowType`` in the URL;
+  the sweep sets the tag when it creates an experiment, ``ui`` on experiments made before that.
+* **The runs view's state** (search filter, grouping, chart sections and charts, table columns) is
+  shared through an experiment tag ``mlflow.sharedViewState.<key>`` holding it as JSON and the URL
+  parameter ``viewStateShareKey=<key>`` (what the UI's own "Share" button writes). :func:`view_state`
+  builds one: only trial runs (parents hidden by the filter ``tags.`harness.kind` = 'trial'``),
+  grouped by the ``optimizer`` tag with the curves averaged per group (min-max band); the chart
+  sections ``valid`` (the validation curves), ``train``, the other curves, then the single-valued
+  metrics' sections as bar charts of the group means (``final``, ``test``, ``convergence`` open, the
+  rest collapsed); the table's columns the trial's tags and its final, test and convergence values.
+  MLflow itself orders sections by name and draws a line against the step for any metric last logged
+  at a step >= 1, which put ``convergence/steps_to_target`` (logged at the step the target was
+  reached) first, as a line. Metrics not known when the view was written are added by MLflow at the
+  end. (MLflow's "difference view" table renders empty cells for grouped runs: its column ids are the
+  group ids, which contain dots; so no such table here.)
 
 MLflow's client is passed in (``MlflowClient``); nothing here imports MLflow itself.
 """
@@ -21,17 +31,40 @@ from __future__ import annotations
 import hashlib
 import json
 
-from harness.core.names import KIND_TRIAL, TAG_KIND
+from harness.core.names import (
+    KIND_TRIAL,
+    TAG_DATASET,
+    TAG_KIND,
+    TAG_MODEL,
+    TAG_OPTIMIZER,
+    TAG_SCHEDULE,
+    TAG_SEED,
+    is_curve_metric,
+)
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
-#: The runs-view state :func:`training_view` shares (keys as MLflow 3.17's UI reads them).
-TRAINING_VIEW = {
+#: The longest experiment tag value MLflow 3.17 stores.
+MAX_TAG_VALUE = 20_000
+#: The URL parameter and value that select MLflow 3.17's "Model training" mode.
+WORKFLOW_PARAM = ("workflowType", "machine_learning")
+#: Curve sections first, in this order (then the other curve sections by name).
+FIRST_SECTIONS = ("valid", "train")
+#: Single-valued sections shown open and as the runs table's metric columns, in this order (the
+#: other single-valued sections follow collapsed).
+TABLE_SECTIONS = ("final", "test", "convergence")
+#: The runs table's first columns (then the metrics of :data:`TABLE_SECTIONS`).
+TABLE_TAGS = tuple(f"tags.`{t}`" for t in (TAG_MODEL, TAG_OPTIMIZER, TAG_SCHEDULE, TAG_DATASET, TAG_SEED))
+#: Cards per row (MLflow's default 3): the curves two a row.
+_LAYOUT = {"valid": {"columns": 2}, "train": {"columns": 2}}
+#: The runs-view state every view shares (keys as MLflow 3.17's UI reads them).
+BASE_VIEW = {
     "searchFilter": f"tags.`{TAG_KIND}` = '{KIND_TRIAL}'",
     "orderByKey": "attributes.start_time",
     "orderByAsc": False,
-    "groupBy": {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": "optimizer"}]},
+    "groupBy": {"aggregateFunction": "average",
+                "groupByKeys": [{"mode": "tag", "groupByData": TAG_OPTIMIZER}]},
     "useGroupedValuesInCharts": True,
     "runsHiddenMode": "SHOW_ALL",
     "hideEmptyCharts": True,
@@ -46,10 +79,51 @@ def mark_training(client, experiment_id: str) -> None:
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
 
 
+def section_of(metric: str) -> str:
+    """The chart section MLflow puts ``metric`` in: its name up to the last ``/`` (``""`` for none)."""
+    return metric.rsplit("/", 1)[0] if "/" in metric else ""
+
+
+def view_state(metric_keys, bars: bool = True) -> dict:
+    """The runs-view state for runs that logged ``metric_keys`` (see the module's docstring);
+    without ``bars``, MLflow makes the single-valued metrics' charts. Sections and charts get stable
+    ids (``harness-section-<name>``, ``harness-chart-<metric>``): the same metrics, the same state."""
+    keys = sorted({k for k in metric_keys if section_of(k)})  # no "/": MLflow's "Model metrics"
+    curve = {section_of(k) for k in keys if is_curve_metric(k)}
+    single = {section_of(k) for k in keys} - curve
+    order = ([s for s in FIRST_SECTIONS if s in curve] + sorted(curve - set(FIRST_SECTIONS))
+             + [s for s in TABLE_SECTIONS if s in single] + sorted(single - set(TABLE_SECTIONS)))
+    sections = [{"uuid": f"harness-section-{name}", "name": name,
+                 "display": name in curve or name in TABLE_SECTIONS, "isReordered": False,
+                 "deleted": False, "isGenerated": False, **_LAYOUT.get(name, {})} for name in order]
+    # single values as bars of the group means (MLflow would draw a line against the step of a value
+    # logged at step >= 1); the curves' line charts are left to MLflow, one per metric in its section
+    bars_ = [{"uuid": f"harness-chart-{k}", "type": "BAR", "runsCountToCompare": 10,
+              "metricSectionId": f"harness-section-{section_of(k)}", "deleted": False, "isGenerated": False,
+              "metricKey": k, "displayName": k}
+             for k in keys if bars and section_of(k) in single]
+    columns = [f"metrics.`{k}`" for s in TABLE_SECTIONS for k in keys
+               if section_of(k) == s and not is_curve_metric(k)]
+    return {**BASE_VIEW, "compareRunSections": sections, "compareRunCharts": bars_,
+            "isAccordionReordered": True, "selectedColumns": [*TABLE_TAGS, *columns]}
+
+
+def metric_keys(client, experiment_id: str, max_runs: int = 200) -> set[str]:
+    """The metric names of the experiment's latest ``max_runs`` runs (trials, and the parents'
+    ``sweep/*``: MLflow loads a shown trial's parent, and charts its metrics too)."""
+    runs = client.search_runs([experiment_id], max_results=max_runs, order_by=["attributes.start_time DESC"])
+    return {k for r in runs for k in r.data.metrics}
+
+
 def training_view(client, experiment_id: str) -> str:
-    """Write the shared runs-view state :data:`TRAINING_VIEW` on the experiment (idempotent: the
-    key is a hash of the state) and return its key."""
-    value = json.dumps(TRAINING_VIEW, sort_keys=True, separators=(",", ":"))
+    """Write :func:`view_state` for the experiment's metrics as a shared view on the
+    experiment (idempotent: the key is a hash of the state) and return its key."""
+    keys = metric_keys(client, experiment_id)
+    value = json.dumps(view_state(keys), sort_keys=True, separators=(",", ":"))
+    if len(value) > MAX_TAG_VALUE:  # many metrics: leave their bar charts to MLflow
+        value = json.dumps(view_state(keys, bars=False), sort_keys=True, separators=(",", ":"))
+    if len(value) > MAX_TAG_VALUE:  # and their sections and columns
+        value = json.dumps(BASE_VIEW, sort_keys=True, separators=(",", ":"))
     key = hashlib.sha256(value.encode()).hexdigest()[:32]
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(SHARED_VIEW_PREFIX + key) != value:
@@ -58,8 +132,10 @@ def training_view(client, experiment_id: str) -> str:
 
 
 def runs_view_url(base: str, experiment_id: str, share_key: str | None = None) -> str:
-    """``<base>/#/experiments/<id>/runs`` in chart mode, with the shared view when given."""
-    url = f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?compareRunsMode=CHART"
+    """``<base>/#/experiments/<id>/runs`` in "Model training" mode and chart mode, with the shared
+    view when given."""
+    name, value = WORKFLOW_PARAM
+    url = f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{name}={value}&compareRunsMode=CHART"
     return url + (f"&viewStateShareKey={share_key}" if share_key else "")
 
 
