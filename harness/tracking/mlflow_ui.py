@@ -101,7 +101,7 @@ def view_state(metric_keys, bars: bool = True) -> dict:
     bars_ = [{"uuid": f"harness-chart-{k}", "type": "BAR", "runsCountToCompare": 10,
               "metricSectionId": f"harness-section-{section_of(k)}", "deleted": False, "isGenerated": False,
               "metricKey": k, "displayName": k}
-             for k in keys if bars and section_of(k) in single]
+             for k in keys if bars and not is_curve_metric(k)]  # also beside curves (time/compile_s)
     columns = [f"metrics.`{k}`" for s in TABLE_SECTIONS for k in keys
                if section_of(k) == s and not is_curve_metric(k)]
     return {**BASE_VIEW, "compareRunSections": sections, "compareRunCharts": bars_,
