@@ -297,7 +297,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
                                                      e, opath):
                         errors.append(f"{file}: {where}: optimizer {s.optimizer!r} ({_hp_text(ohp)}): "
                                       f"{text}")
-                else:
+                elif once(("sched-err", spath, hp_key(shp), steps, _exc_text(e))):  # not per optimizer
                     errors.append(f"{file}: {_hp_path(spath, shp, str(e))}: schedule {s.schedule!r} "
                                   f"({_hp_text(shp)}, total_steps={steps}) with optimizer "
                                   f"{s.optimizer!r}: {_exc_text(e)}")
