@@ -51,24 +51,27 @@ class SweepSummary:
         return ""
 
     def counts(self) -> dict[str, int]:
-        """Trials per status (``finished`` counts the spooled ones too), ``skipped`` (from earlier
-        runs) and ``spooled`` (trained, results only in the local spool, not yet in the store)."""
-        c = {"finished": 0, "diverged": 0, "failed": 0, "skipped": 0, "spooled": 0}
+        """Trials per status (``finished`` counts the spooled ones too, see :meth:`spooled`) and
+        ``skipped`` (from earlier runs)."""
+        c = {"finished": 0, "diverged": 0, "failed": 0, "skipped": 0}
         for o in self.outcomes:
             c[o.status] = c.get(o.status, 0) + 1
             c["skipped"] += o.skipped
-            c["spooled"] += o.status != "failed" and o.trial_id in self.in_spool
         return c
+
+    def spooled(self) -> dict[str, int]:
+        """Trained trials whose results are only in the local spool, not yet in the store, per
+        status (``finished``, ``diverged``)."""
+        return {s: sum(o.status == s and o.trial_id in self.in_spool for o in self.outcomes)
+                for s in ("finished", "diverged")}
 
     def headline(self) -> str:
         """The counts under the summary's title: trials in the store, and apart from them those whose
         results are only in the local spool ("1 finished, 7 finished and spooled (not yet in the
         store), ...")."""
-        c = self.counts()
-        spooled = {s: sum(o.status == s and o.trial_id in self.in_spool for o in self.outcomes)
-                   for s in ("finished", "diverged")}
+        c, spooled = self.counts(), self.spooled()
         parts = [f"{c['finished'] - spooled['finished']} finished"]
-        if c["spooled"]:
+        if any(spooled.values()):
             parts.append(" and ".join(f"{n} {s}" for s, n in spooled.items() if n)
                          + " and spooled (not yet in the store)")
         parts.append(f"{c['diverged'] - spooled['diverged']} diverged")
@@ -77,7 +80,7 @@ class SweepSummary:
 
     def spool_hint(self, py: str = "python") -> str:
         """The command that writes the spooled results of this sweep ("" when none are left)."""
-        n = self.counts()["spooled"]
+        n = sum(self.spooled().values())
         if not n:
             return ""
         return (f"{n} spooled {'result is' if n == 1 else 'results are'} not yet in the store: run "
