@@ -600,10 +600,12 @@ def no_store(monkeypatch):
 def test_case_count_and_categories():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids))
-    assert len(CASES) >= 131
+    assert len(CASES) >= 343  # 228 before issue 24's attack round
+    assert len(ACCEPTED) >= 15 and len({c[0] for c in ACCEPTED}) == len(ACCEPTED)
     for prefix in ("plan-", "dup-", "bomb-", "bool-", "exclude-", "include-", "target-", "seed-",
                    "steps-", "epochs-", "name-", "uri-", "non-utf8-", "deep-nesting-", "unicode-",
-                   "type-", "binary-", "unknown-"):
+                   "type-", "binary-", "unknown-", "issue24-", "nul-", "huge-int-", "negzero-", "nan-",
+                   "list-", "map-", "anchor-", "merge-", "key-", "sched-", "source-", "search-", "file-"):
         assert any(i.startswith(prefix) for i in ids), prefix
 
 
