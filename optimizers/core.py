@@ -38,6 +38,7 @@ import numpy as np
 
 from optimizers.common import (
     adam_moments,
+    check_nonnegative,
     check_step_size,
     check_unit_interval,
     fresh,
@@ -329,11 +330,14 @@ def rmsprop(step_size, gamma: float = 0.9, eps: float = 1e-8):
       eps: added inside the square root (default 1e-8).
 
     Raises:
-      ValueError: a concrete ``step_size`` that is not positive.
+      ValueError: a concrete ``step_size`` that is not positive, ``gamma`` outside ``[0, 1)`` or
+        ``eps`` below 0.
 
     Source: ``jax.example_libraries.optimizers.rmsprop``.
     """
     step_size = make_schedule(step_size)
+    check_unit_interval(gamma, "gamma")
+    check_nonnegative(eps, "eps")
 
     def init(x0):
         return x0, jnp.zeros_like(x0)
@@ -362,11 +366,14 @@ def rmsprop_momentum(step_size, gamma: float = 0.9, eps: float = 1e-8, momentum:
       momentum: momentum coefficient (default 0.9).
 
     Raises:
-      ValueError: a concrete ``step_size`` that is not positive.
+      ValueError: a concrete ``step_size`` that is not positive, ``gamma`` outside ``[0, 1)`` or
+        ``eps`` below 0.
 
     Source: ``jax.example_libraries.optimizers.rmsprop_momentum``.
     """
     step_size = make_schedule(step_size)
+    check_unit_interval(gamma, "gamma")
+    check_nonnegative(eps, "eps")
 
     def update(i, g, state):
         x, avg_sq_grad, mom = state
@@ -394,13 +401,15 @@ def adam(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive; concrete ``b1``/``b2`` outside
-        ``[0, 1)``.
+        ``[0, 1)``; a concrete ``eps`` below 0 (the
+        denominator could reach 0).
 
     Source: ``jax.example_libraries.optimizers.adam``.
     """
     step_size = make_schedule(step_size)
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
+    check_nonnegative(eps, "eps")
 
     def update(i, g, state):
         x, m, v = state
@@ -426,13 +435,15 @@ def adamax(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive; concrete ``b1``/``b2`` outside
-        ``[0, 1)``.
+        ``[0, 1)``; a concrete ``eps`` below 0 (the
+        denominator could reach 0).
 
     Source: ``jax.example_libraries.optimizers.adamax``.
     """
     step_size = make_schedule(step_size)
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
+    check_nonnegative(eps, "eps")
 
     def update(i, g, state):
         x, m, u = state
@@ -533,11 +544,14 @@ def exponential_decay(step_size, decay_steps: float, decay_rate: float) -> Sched
     """``schedule(i) = step_size * decay_rate ** (i / decay_steps)`` (continuous, not staircase).
 
     Raises:
-      ValueError: a concrete ``step_size`` that is not positive.
+      ValueError: a concrete ``step_size``, ``decay_steps`` or ``decay_rate`` that is not positive
+        (a negative rate alternates the sign of the step size).
 
     Source: ``jax.example_libraries.optimizers.exponential_decay``.
     """
     check_step_size(step_size)
+    check_step_size(decay_steps, "decay_steps")
+    check_step_size(decay_rate, "decay_rate")
 
     def schedule(i):
         return step_size * decay_rate ** (i / decay_steps)
@@ -554,11 +568,14 @@ def inverse_time_decay(
     With ``staircase=True``, ``i / decay_steps`` is floored.
 
     Raises:
-      ValueError: a concrete ``step_size`` that is not positive.
+      ValueError: a concrete ``step_size`` or ``decay_steps`` that is not positive, a concrete
+        ``decay_rate`` below 0 (the step size would pass through infinity).
 
     Source: ``jax.example_libraries.optimizers.inverse_time_decay``.
     """
     check_step_size(step_size)
+    check_step_size(decay_steps, "decay_steps")
+    check_nonnegative(decay_rate, "decay_rate")
     if staircase:
 
         def schedule(i):
@@ -580,11 +597,14 @@ def polynomial_decay(
     + final``: from ``step_size`` at 0 to ``final_step_size`` at ``decay_steps`` and after.
 
     Raises:
-      ValueError: a concrete ``step_size`` that is not positive.
+      ValueError: a concrete ``step_size`` or ``decay_steps`` that is not positive, a concrete
+        ``final_step_size`` below 0.
 
     Source: ``jax.example_libraries.optimizers.polynomial_decay``.
     """
     check_step_size(step_size)
+    check_step_size(decay_steps, "decay_steps")
+    check_nonnegative(final_step_size, "final_step_size")
 
     def schedule(step_num):
         step_num = jnp.minimum(step_num, decay_steps)

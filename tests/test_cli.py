@@ -187,6 +187,29 @@ def test_preflight_rejects_unbuildable_trials_before_mlflow(tmp_path, write_swee
     _no_store(tmp_path)
 
 
+def test_preflight_reports_every_problem_of_an_entry(tmp_path, write_sweep, monkeypatch):
+    """Issue 24 §17: a builder stops at its first problem; the pre-flight reports each one, on its own
+    line with its key path (before: the first only, one line per entry)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = write_sweep(models=[{"name": "mlp", "hparams": {"width": -5, "depth": -1, "activation": "nope"}}],
+                      optimizers=[{"name": "adam", "hparams": {"step_size": 0.1, "b1": 1.5, "b2": -1.0}}])
+    r = runner.invoke(app, ["sweep", str(cfg), "--dry-run"])
+    assert r.exit_code == 2, r.output
+    m = f"{cfg}: models[0].hparams.%s: model 'mlp' (activation='nope', depth=-1, width=-5) on dataset " \
+        f"'digits' with input shape (8, 8, 1): %s"
+    o = f"{cfg}: optimizers[0].hparams.%s: optimizer 'adam' (b1=1.5, b2=-1.0, step_size=0.1): %s"
+    assert r.output.splitlines() == [
+        "invalid sweep config:",
+        m % ("width", "mlp: width must be positive, got -5"),
+        m % ("depth", "mlp: depth must be >= 0, got -1"),
+        m % ("activation", "unknown activation 'nope'; choose one of ['elu', 'gelu', 'leaky_relu', "
+                           "'relu', 'selu', 'sigmoid', 'softplus', 'tanh']"),
+        o % ("b1", "b1 must be in [0, 1), got 1.5"),
+        o % ("b2", "b2 must be in [0, 1), got -1.0")], r.output
+    _no_store(tmp_path)
+
+
 def test_preflight_tfds_not_prepared_fails_at_once(tmp_path, write_sweep, monkeypatch):
     pytest.importorskip("tensorflow_datasets")
     monkeypatch.chdir(tmp_path)

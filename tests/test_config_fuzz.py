@@ -349,6 +349,215 @@ for _key, _bads in _WRONG.items():
         case(f"type-{_key}-{_i}", _text(**{_key: _bad}), _key)
 
 
+# --- issue 24's hostile inputs that a config carries (the rest: tests below) ---------------------
+case("issue24-uri-memory", _text(tracking_uri="sqlite:///:memory:"), "tracking_uri: ")
+case("issue24-uri-mode-memory", _text(tracking_uri="sqlite:///file:x?mode=memory&uri=true"),
+     "tracking_uri: ")
+case("issue24-depth-100000", _text(models=[{"name": "mlp", "hparams": {"depth": 100_000}}]),
+     "models[0].hparams.depth: model 'mlp' (depth=100000) on dataset 'digits' with input shape (8, 8, 1): "
+     "mlp: depth is 100,000; at most 1,000")
+case("issue24-step-size-1e308", Q.replace("step_size: 0.1}", "step_size: 1.0e308}"),
+     "optimizers[0].hparams.step_size: 1e+308 is infinite in float32")
+case("issue24-step-size-1e-320", Q.replace("step_size: 0.1}", "step_size: 1.0e-320}"),
+     "optimizers[0].hparams.step_size: 1e-320 is 0 in float32")
+case("issue24-width-1e9", _text(models=[{"name": "mlp", "hparams": {"width": 1_000_000_000, "depth": 1}}]),
+     "GB of device memory")
+case("issue24-steps-1.5e-3", Q.replace("steps: 400", "steps: 1.5e-3"), "budget.steps: ")
+
+# --- issue 24, round 2: an attacker's own ---------------------------------------------------------
+# unicode confusables and invisible characters
+case("unicode-cyrillic-optimizer", _text(optimizers=[{"name": "\u0455gd", "hparams": {"step_size": 0.1}}]),
+     "optimizers[0].name: unknown optimizer")
+case("unicode-cyrillic-dataset", _text(datasets=["d\u0456gits"]), "datasets[0].name: unknown dataset")
+case("unicode-fullwidth-key", _text().replace("seeds:", "\uff53eeds:"), "unknown key '\uff53eeds'")
+case("unicode-nbsp-key", _text().replace("seeds:", "seeds\u00a0:"), "unknown key")
+case("unicode-bom-in-name", _text(name="quick\ufeffstart"),
+     "name: contains the control or format character U+FEFF")
+case("unicode-zwj-name", _text(name="quick\u200dstart"), "U+200D")
+case("unicode-tab-in-name", _text(name="quick\tstart"), "U+0009")
+case("unicode-lone-surrogate-bytes",
+     Q.replace("name: quickstart", "name: quick").encode() + b"\xed\xa0\x80\n",
+     "not UTF-8 text")
+case("unicode-utf32", Q.encode("utf-32"), "not UTF-8 text")
+case("unicode-homoglyph-hparam-key", _text(models=[{"name": "mlp", "hparams": {"w\u0456dth": 8}}]),
+     "models[0].hparams.w\u0456dth: unknown hyperparameter")
+# NUL bytes where strings go
+case("nul-in-key", Q.replace("seeds: 2", '"see\\0ds": 2'), "unknown key")
+case("nul-in-model-name", _text(models=["mlp\x00"]), "models[0].name")
+case("nul-in-tracking-uri", _text(tracking_uri="sqlite:///x\x00.db"), "tracking_uri")
+case("nul-in-hparam-string", _text(models=[{"name": "mlp", "hparams": {"activation": "relu\x00"}}]),
+     "models[0].hparams.activation")
+# integers beyond every float (10**400)
+_HUGE = 10**400
+case("huge-int-steps", _text(budget={"steps": _HUGE}), "budget.steps")
+case("huge-int-seed", _text(seeds=[_HUGE]), "seeds[0]")
+case("huge-int-seed-count", _text(seeds=_HUGE), "seeds")
+case("huge-int-width", _text(models=[{"name": "mlp", "hparams": {"width": _HUGE}}]),
+     "models[0].hparams.width: 1000")
+case("huge-int-width-64-bits", _text(models=[{"name": "mlp", "hparams": {"width": _HUGE}}]),
+     "does not fit in 64 bits")
+case("huge-int-step-size", _text(optimizers=_opt(step_size=_HUGE)),
+     "optimizers[0].hparams.step_size: 1000")
+case("huge-int-step-size-list", _text(optimizers=_opt(step_size=[0.1, _HUGE])), "does not fit in 64 bits")
+case("huge-int-mass", _text(optimizers=[{"name": "momentum", "hparams": {"step_size": 0.1, "mass": _HUGE}}]),
+     "optimizers[0].hparams.mass: 1000000000000000000000000000...00000000000000000000000000000 does not "
+     "fit in 64 bits")
+case("huge-int-target-value", _text(target={"metric": "valid/loss", "value": _HUGE}), "target.value")
+case("huge-int-batch-size", _text(batch_size=_HUGE), "batch_size")
+case("huge-int-eval-every", _text(eval_every=_HUGE), "eval_every")
+case("huge-int-loss-factor", _text(divergence={"loss_factor": _HUGE}), "divergence.loss_factor")
+case("huge-int-epochs", _text(budget={"epochs": _HUGE}), "budget.epochs")
+case("huge-int-search-trials", _text(search={"method": "random", "trials": _HUGE}, optimizers=[
+    {"name": "sgd", "hparams": {"step_size": {"log_uniform": [1e-3, 1.0]}}}]), "search.trials")
+case("huge-int-log-uniform", _text(search={"method": "random", "trials": 2}, optimizers=[
+    {"name": "sgd", "hparams": {"step_size": {"log_uniform": [1e-3, _HUGE]}}}]),
+    "optimizers[0].hparams.step_size: log_uniform needs finite bounds")
+# negative zero
+case("negzero-step-size", _text(optimizers=_opt(step_size=-0.0)),
+     "optimizers[0].hparams.step_size: must be > 0")
+case("negzero-epochs", _text(budget={"epochs": -0.0}), "budget.epochs")
+case("negzero-batch-size", _text(batch_size=-0.0), "batch_size")
+# NaN in every other numeric key
+case("nan-batch-size", _text(batch_size=math.nan), "batch_size")
+case("nan-eval-every", _text(eval_every=math.nan), "eval_every")
+case("nan-steps-per-dispatch", _text(steps_per_dispatch=math.nan), "steps_per_dispatch")
+case("nan-jobs", _text(jobs=math.nan), "jobs")
+case("nan-loss-factor", _text(divergence={"loss_factor": math.nan}), "divergence.loss_factor")
+case("nan-width", _text(models=[{"name": "mlp", "hparams": {"width": math.nan}}]), "models[0].hparams.width")
+case("nan-dropout", _text(models=[{"name": "mlp", "hparams": {"dropout": math.nan}}]),
+     "models[0].hparams.dropout")
+case("nan-adam-b1", _text(optimizers=[{"name": "adam", "hparams": {"step_size": 0.1, "b1": math.nan}}]),
+     "optimizers[0].hparams.b1")
+case("nan-adam-eps", _text(optimizers=[{"name": "adam", "hparams": {"step_size": 0.1, "eps": math.nan}}]),
+     "optimizers[0].hparams.eps")
+case("nan-schedule-hparam",
+     _text(schedules=[{"name": "exponential_decay", "hparams": {"decay_rate": math.nan}}]),
+     "schedules[0].hparams.decay_rate")
+case("nan-log-uniform", _text(search={"method": "random", "trials": 2}, optimizers=[
+    {"name": "sgd", "hparams": {"step_size": {"log_uniform": [math.nan, 1.0]}}}]),
+    "optimizers[0].hparams.step_size")
+case("nan-search-trials", _text(search={"method": "random", "trials": math.nan}, optimizers=[
+    {"name": "sgd", "hparams": {"step_size": {"log_uniform": [1e-3, 1.0]}}}]), "search.trials")
+case("nan-seed-count", _text(seeds=math.nan), "seeds")
+case("inf-width", _text(models=[{"name": "mlp", "hparams": {"width": math.inf}}]), "models[0].hparams.width")
+# lists where maps go, maps where scalars go
+case("list-budget", _text(budget=[{"steps": 10}]), "budget")
+case("list-divergence", _text(divergence=[10]), "divergence")
+case("list-search", _text(search=["random"]), "search")
+case("list-model-entry-hparams", _text(models=[{"name": "mlp", "hparams": [["width", 3]]}]),
+     "models[0].hparams")
+case("map-steps", _text(budget={"steps": {"a": 1}}), "budget.steps")
+case("map-dtype", _text(dtype={"float32": 1}), "dtype")
+case("map-seed-in-list", _text(seeds=[{"a": 1}]), "seeds[0]")
+case("map-executor", _text(executor={"ray": 1}), "executor")
+case("map-tracking-uri", _text(tracking_uri={"sqlite": "x"}), "tracking_uri")
+case("map-model-name", _text(models=[{"name": {"mlp": 1}}]), "models[0].name")
+# 10k-element lists
+case("list-10k-step-sizes", _text(optimizers=_opt(step_size=[0.001 * (i + 1) for i in range(10_000)])),
+     "optimizers[0].hparams.step_size: the sweep would expand")
+case("list-10k-models", _text(models=["mlp"] * 10_000), "models")
+case("list-10k-datasets", _text(datasets=["digits"] * 10_000), "datasets")
+case("list-10k-zip", _text(zip=[["models", "optimizers"]] * 10_000), "zip")
+# anchors, aliases and merges
+case("anchor-chain-60", "".join(f"a{i}: &a{i} [{'*a' + str(i - 1) if i else 1}]\n" for i in range(60))
+     + Q.replace("seeds: 2", "seeds: *a59"), "nested more than 50")
+case("merge-scalar", Q.replace("budget: {steps: 400}", "budget: {<<: 5, steps: 400}"),
+     "not valid YAML: line 17, column 14: while constructing a mapping expected a mapping or list of "
+     "mappings for merging, but found scalar")
+case("merge-list-of-scalars", Q.replace("budget: {steps: 400}", "budget: {<<: [1, 2], steps: 400}"),
+     "not valid YAML: line 17, column 15: while constructing a mapping expected a mapping for merging")
+case("merge-alias-to-list", "l: &l [1]\n" + Q.replace("budget: {steps: 400}", "budget: {<<: *l}"),
+     "not valid YAML: line 1, column 8: while constructing a mapping expected a mapping for merging")
+case("merge-unknown-key", "b: &b {stepz: 3}\n" + Q.replace("budget: {steps: 400}", "budget: {<<: *b}"),
+     "unknown key")
+# keys that are numbers, booleans, null
+_NAME = "in YAML, not a name; remove it, or quote it if it is meant as a name"
+case("key-int-top", Q + "1: x\n", f"<top>: the key 1 is a number {_NAME}")
+case("key-bool-top", Q + "yes: 1\n",
+     f"<top>: the key True is a boolean (yes, no, on, off, true, false) {_NAME}")
+case("key-null-top", Q + "~: 1\n", f"<top>: the key None is null (~ or null) {_NAME}")
+case("key-float-hparam", _text(models=[{"name": "mlp", "hparams": {1.5: 3}}]),
+     f"models[0].hparams: the key 1.5 is a number {_NAME}")
+case("key-int-budget", _text(budget={1: 10}), f"budget: the key 1 is a number {_NAME}")
+case("key-bool-hparams", Q.replace("{width: 64, depth: 2}", "{width: 64, on: 2}"),
+     "models[0].hparams: the key True is a boolean")
+# schedules with absurd parameters
+case("sched-warmup-negative",
+     _text(schedules=[{"name": "warmup_cosine_decay", "hparams": {"warmup_steps": -5}}]),
+     "schedules[0].hparams.warmup_steps")
+case("sched-warmup-huge", _text(schedules=[{"name": "warmup_cosine_decay",
+                                             "hparams": {"warmup_steps": 10**12}}]), "schedules[0].hparams")
+case("sched-decay-negative", _text(schedules=[{"name": "exponential_decay",
+                                                "hparams": {"decay_rate": -1.0, "decay_steps": 100}}]),
+     "schedules[0].hparams.decay_rate: schedule 'exponential_decay' (decay_rate=-1.0, decay_steps=100.0, "
+     "total_steps=400) with optimizer 'sgd': decay_rate must be positive, got -1.0")
+case("sched-exp-decay-zero-steps", _text(schedules=[{"name": "exponential_decay", "hparams": {
+    "decay_rate": 0.5, "decay_steps": 0}}]), "schedules[0].hparams.decay_steps: schedule 'exponential_decay'")
+case("sched-inverse-time-negative", _text(schedules=[{"name": "inverse_time_decay", "hparams": {
+    "decay_rate": -2.0, "decay_steps": 10}}]), "decay_rate must be >= 0, got -2.0")
+case("sched-polynomial-negative-final", _text(schedules=[{"name": "polynomial_decay", "hparams": {
+    "decay_steps": 100, "final_step_size": -0.5}}]), "final_step_size must be >= 0, got -0.5")
+case("adam-eps-negative", _text(optimizers=[{"name": "adam", "hparams": {"step_size": 0.1, "eps": -1e-8}}]),
+     "optimizers[0].hparams.eps: optimizer 'adam' (eps=-1e-08, step_size=0.1): eps must be >= 0, got -1e-08")
+case("rmsprop-gamma-above-1",
+     _text(optimizers=[{"name": "rmsprop", "hparams": {"step_size": 0.1, "gamma": 1.5}}]),
+     "optimizers[0].hparams.gamma: optimizer 'rmsprop' (gamma=1.5, step_size=0.1): gamma must be in [0, 1)")
+case("sched-unknown-hparam", _text(schedules=[{"name": "cosine_decay", "hparams": {"alpah": 0.1}}]),
+     "schedules[0].hparams.alpah: unknown hyperparameter")
+case("sched-piecewise-garbage", _text(schedules=[{"name": "piecewise", "hparams": {"boundaries": "x"}}]),
+     "schedules[0].hparams")
+# targets with metrics that do not exist
+case("target-metric-test", _text(target={"metric": "test/accuracy", "value": 0.9}), "target.metric")
+case("target-metric-empty", _text(target={"metric": "", "value": 0.9}), "target.metric")
+case("target-metric-injection", _text(target={"metric": "valid/accuracy' OR 1=1 --", "value": 0.9}),
+     "target.metric")
+case("target-metric-train", _text(target={"metric": "train/perplexity", "value": 0.9}), "target.metric")
+# duplicate entries, ranges, cadences
+case("seed-2-31-negative", _text(seeds=[-(2**31)]), "seeds[0]")
+case("batch-size-negative", _text(batch_size=-32), "batch_size")
+case("batch-size-zero-in-list", _text(batch_size=[32, 0]), "batch_size")
+case("eval-every-negative-zero", Q.replace("eval_every: 50", "eval_every: -0"), "eval_every")
+case("steps-per-dispatch-negative", _text(steps_per_dispatch=-1), "steps_per_dispatch")
+case("jobs-negative-huge", _text(jobs=-(10**400)), "jobs")
+# optimizer sources that are not code
+case("source-dev-zero",
+     _text(optimizers=[{"name": "mine", "source": "/dev/zero:f", "hparams": {"step_size": 0.1}}]),
+     "optimizers[0].source")
+case("source-etc-passwd", _text(optimizers=[{"name": "mine", "source": "../../../../../../etc/passwd:f",
+                                               "hparams": {"step_size": 0.1}}]), "optimizers[0].source")
+case("source-directory",
+     _text(optimizers=[{"name": "mine", "source": "/tmp:f", "hparams": {"step_size": 0.1}}]),
+     "optimizers[0].source")
+case("source-proc-self", _text(optimizers=[{"name": "mine", "source": "/proc/self/mem:f",
+                                              "hparams": {"step_size": 0.1}}]), "optimizers[0].source")
+case("source-empty", _text(optimizers=[{"name": "mine", "source": "", "hparams": {"step_size": 0.1}}]),
+     "optimizers[0].source")
+# search spaces that are empty or undefined
+_S = {"method": "random", "trials": 3}
+case("search-log-uniform-reversed", _text(search=_S, optimizers=_opt(step_size={"log_uniform": [1.0, 1e-3]})),
+     "optimizers[0].hparams.step_size")
+case("search-log-uniform-zero", _text(search=_S, optimizers=_opt(step_size={"log_uniform": [0, 1.0]})),
+     "optimizers[0].hparams.step_size")
+case("search-log-uniform-negative", _text(search=_S, optimizers=_opt(step_size={"log_uniform": [-1, 1.0]})),
+     "optimizers[0].hparams.step_size")
+case("search-uniform-reversed", _text(search=_S, optimizers=[{"name": "momentum", "hparams": {
+    "step_size": 0.1, "mass": {"uniform": [0.99, 0.1]}}}]), "optimizers[0].hparams.mass")
+case("search-int-uniform-reversed", _text(search=_S, models=[{"name": "mlp", "hparams": {
+    "width": {"int_uniform": [64, 8]}}}]), "models[0].hparams.width")
+case("search-choice-empty", _text(search=_S, optimizers=_opt(step_size={"choice": []})),
+     "optimizers[0].hparams.step_size")
+case("search-uniform-equal", _text(search=_S, optimizers=[{"name": "momentum", "hparams": {
+    "step_size": 0.1, "mass": {"uniform": [0.5, 0.5]}}}]), "optimizers[0].hparams.mass")
+case("search-method-unknown", _text(search={"method": "bayes", "trials": 3}), "search.method")
+case("search-trials-zero", _text(search={"method": "random", "trials": 0}, optimizers=_opt(
+    step_size={"log_uniform": [1e-3, 1.0]})), "search.trials")
+# the file itself
+case("file-long-line", Q.replace("description: MLP", "description: " + "x" * 900_000 + " MLP"),
+     "description: 900,")
+case("file-only-comments", "# nothing\n# here\n", "<top>: a sweep config must be a mapping")
+case("file-null-document", "~\n", "<top>: a sweep config must be a mapping")
+
+
 def _guard(seconds: float, max_bytes: int):
     """Every 50 ms: raise ``TimeoutError`` past ``seconds``, ``MemoryError`` past ``max_bytes``
     traced by ``tracemalloc`` (so a runaway case fails instead of exhausting the shared machine).
@@ -391,10 +600,12 @@ def no_store(monkeypatch):
 def test_case_count_and_categories():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids))
-    assert len(CASES) >= 131
+    assert len(CASES) >= 343  # 228 before issue 24's attack round
+    assert len(ACCEPTED) >= 15 and len({c[0] for c in ACCEPTED}) == len(ACCEPTED)
     for prefix in ("plan-", "dup-", "bomb-", "bool-", "exclude-", "include-", "target-", "seed-",
                    "steps-", "epochs-", "name-", "uri-", "non-utf8-", "deep-nesting-", "unicode-",
-                   "type-", "binary-", "unknown-"):
+                   "type-", "binary-", "unknown-", "issue24-", "nul-", "huge-int-", "negzero-", "nan-",
+                   "list-", "map-", "anchor-", "merge-", "key-", "sched-", "source-", "search-", "file-"):
         assert any(i.startswith(prefix) for i in ids), prefix
 
 
@@ -423,11 +634,75 @@ def test_hostile_config_rejected_before_any_write(cid, content, key, tmp_path, w
     for line in lines:
         assert line.startswith(f"{path}: "), line[:300]
         assert "\n" not in line and len(line) <= 1000, line[:300]
+    assert len(lines) == len(set(lines)), f"{cid}: a line repeated:\n" + "\n".join(lines)[:2000]
     text = "\n".join(lines)
     assert key in text, f"{cid}: {key!r} not in:\n{text[:2000]}"
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
     assert dt < MAX_SECONDS, f"{cid}: {dt:.2f} s"
     assert peak < MAX_PEAK_BYTES, f"{cid}: peak {peak / 2**20:.1f} MiB"
+
+
+#: Hostile-looking configs that are right and must load, with what they load as: (case id, content,
+#: {attribute path: value} on the loaded config, or "trials": the pre-flight's trial count).
+ACCEPTED: list[tuple[str, str | bytes, dict]] = [
+    # issue 24 §3: a float with an integral value is an integer budget, as people write budgets
+    ("issue24-steps-1.5e3", Q.replace("steps: 400", "steps: 1.5e3"), {"budget.steps": 1500}),
+    ("steps-1e3", Q.replace("steps: 400", "steps: 1e3"), {"budget.steps": 1000}),
+    ("issue24-step-size-1.0e0", Q.replace("step_size: 0.1}", "step_size: 1.0e0}"),
+     {"optimizers[0].hparams.step_size": 1.0}),
+    # issue 24 §5: the name is kept; its artifact folder is made safe (tests/test_tracking.py)
+    ("issue24-name-dotdot", _text(name=".."), {"name": ".."}),
+    # issue 24 §6: an MLflow tracking URI the harness hands to MLflow (Databricks' own login applies)
+    ("issue24-uri-databricks", _text(tracking_uri="databricks"), {"tracking_uri": "databricks"}),
+    ("file-bom", "\ufeff" + Q, {"name": "quickstart", "trials": 24}),
+    ("file-bom-twice", "\ufeff\ufeff" + Q, {"name": "quickstart", "trials": 24}),
+    ("file-crlf", Q.replace("\n", "\r\n"), {"name": "quickstart", "budget.steps": 400, "trials": 24}),
+    ("file-cr-only", Q.replace("\n", "\r"), {"name": "quickstart", "budget.steps": 400, "trials": 24}),
+    ("file-tab-after-colon", Q.replace("seeds: 2", "seeds:\t2"), {"seeds": [0, 1]}),
+    ("negzero-loss-target", _text(target={"metric": "valid/loss", "value": -0.0}), {"target.value": 0.0}),
+    ("seed-max-uint32", _text(seeds=[2**32 - 1]), {"seeds": [2**32 - 1]}),
+    ("unicode-combining-name", _text(name="quickstart\u0301"), {"name": "quickstart\u0301"}),
+    # the same entry twice is the same trials once, not twice
+    ("dup-optimizer-entries", _text(optimizers=[{"name": "sgd", "hparams": {"step_size": 0.1}}] * 2),
+     {"trials": 8}),
+    # search with nothing to sample: the grid, as without search
+    ("search-no-distribution", _text(search={"method": "random", "trials": 3}), {"trials": 24}),
+]
+
+
+def _attr(cfg, path: str):
+    import re as _re
+
+    obj = cfg
+    for part in _re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        obj = obj[int(part[1:-1])] if part.startswith("[") else (
+            obj[part] if isinstance(obj, dict) else getattr(obj, part))
+    return obj
+
+
+@pytest.mark.parametrize(("cid", "content", "expect"), ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_hostile_looking_config_that_is_right_loads(cid, content, expect, tmp_path, warm):
+    path = tmp_path / f"{cid}.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    t0 = time.perf_counter()
+    cfg = load_config(path)
+    for key, want in expect.items():
+        got = len(warm.preflight(cfg, str(path))) if key == "trials" else _attr(cfg, key)
+        assert got == want and type(got) is type(want), (cid, key, got)
+    assert time.perf_counter() - t0 < MAX_SECONDS
+
+
+def test_a_schedules_own_problem_is_one_line_not_one_per_optimizer_and_model(tmp_path, warm):
+    """The pre-flight builds each schedule with each optimizer (and model): a problem of the schedule
+    alone was reported 6 times for quickstart's 2 models x 3 optimizers."""
+    p = tmp_path / "s.yaml"
+    p.write_text(_text(schedules=[{"name": "exponential_decay", "hparams": {"decay_rate": -1.0,
+                                                                            "decay_steps": 100}}]))
+    with pytest.raises(ConfigError) as ei:
+        warm.preflight(load_config(p), str(p))
+    assert ei.value.errors == [
+        f"{p}: schedules[0].hparams.decay_rate: schedule 'exponential_decay' (decay_rate=-1.0, "
+        f"decay_steps=100.0, total_steps=400) with optimizer 'sgd': decay_rate must be positive, got -1.0"]
 
 
 def test_missing_file_and_directory_name_the_file(tmp_path):

@@ -14,6 +14,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import random
+import re
 import signal
 import socket
 import sqlite3
@@ -539,6 +540,67 @@ def test_server_down_longer_than_retries_then_back(tmp_path, procs, env_base):
     assert [p.info.status for p in parents] == ["FINISHED"]
     print(f"server down {down_s:.0f} s (retries give up after ~7 s): 2 results spooled, 2/2 written on "
           f"its return, 4/4 trials FINISHED once, 4 trainings, 0 lost; sweep {time.monotonic() - t0:.0f} s")
+
+
+@pytest.mark.server
+def test_summary_counts_spooled_results_apart_from_the_store(tmp_path, procs, env_base):
+    """Issue 24 §6: a real `mlflow server` stopped after the first trial and not restarted: the
+    summary counted every trained trial "finished" although three were only in the local spool. It
+    says 1 finished, 3 finished and spooled (not yet in the store), and the command that writes
+    them; that command, once the server is back, writes them."""
+    from harness.tracking import spool
+
+    d = tmp_path / "srv"
+    d.mkdir()
+    port = _free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = _start_server(d, port)
+    cfg = _sweep_yaml(tmp_path, seeds=range(4))
+    calls, down = tmp_path / "calls.txt", tmp_path / "down"
+    log, log2 = tmp_path / "sweep.log", tmp_path / "again.log"
+    kid = _start(procs, _child_cli, ["sweep", str(cfg), "--tracking-uri", uri], env_base, str(log),
+                 str(calls), 0.2, {1: str(down)})
+    try:
+        from mlflow import MlflowClient
+
+        def first_written() -> bool:
+            with contextlib.suppress(Exception):
+                exp = MlflowClient(uri).get_experiment_by_name("tiny")
+                q = "attributes.status = 'FINISHED' and tags.`harness.kind` = 'trial'"
+                return exp is not None and len(MlflowClient(uri).search_runs([exp.experiment_id], q)) == 1
+            return False
+
+        _wait_for(first_written, 120, "the first trial reached the server")
+        _stop_server(server)
+        down.touch()
+        kid.join(300)
+        out = log.read_text()
+        assert kid.exitcode == 3, out[-3000:]
+        assert len(spool.entries(uri)) == 3
+        server = _start_server(d, port)
+        again = _start(procs, _child_cli, ["sweep", str(cfg), "--tracking-uri", uri], env_base, str(log2),
+                       str(calls))
+        again.join(180)
+        out2 = log2.read_text()
+        assert again.exitcode == 0, out2[-3000:]
+        trials, _ = _runs(uri, "tiny")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            _stop_server(server)
+        for k in (kid, locals().get("again")):
+            if k is not None and k.is_alive():
+                k.kill()
+    flat = " ".join(out.split())  # the table's title may wrap
+    assert "1 finished, 3 finished and spooled (not yet in the store), 0 diverged, 0 failed, 0 from " \
+           "earlier runs" in flat, out[-3000:]
+    hint = re.compile(rf"3 spooled results are not yet in the store: run `\S+ -m harness sweep "
+                      rf"{re.escape(str(cfg))} --tracking-uri {re.escape(uri)}` when it answers to "
+                      rf"write them")
+    assert any(hint.fullmatch(ln) for ln in out.splitlines()), out[-3000:]
+    assert "4 finished" not in flat and "Traceback" not in out
+    assert "3 results kept in the local spool by an earlier run were written to the store" in out2
+    assert _finished_once(trials, 4) and spool.entries(uri) == []
+    assert len(_calls(calls)) == 4  # the second invocation trained nothing
 
 
 def _chattr(flag: str, path: Path) -> None:

@@ -95,6 +95,12 @@ def format_pydantic(err: ValidationError, file: str, root: type[BaseModel]) -> l
         elif e["type"] in ("bad_grid", "empty_axis") and "key" in (e.get("ctx") or {}):
             loc = (*loc, e["ctx"]["key"])
             msg = msg.split(": ", 1)[1]
+        elif (e["type"] == "invalid_key" and loc) or loc[-1:] == ("[key]",):  # YAML read the key as a
+            key, loc = e["input"], loc[:-2] if loc[-1] == "[key]" else loc[:-1]  # number, bool or null
+            kind = {bool: "a boolean (yes, no, on, off, true, false)", type(None): "null (~ or null)"}.get(
+                type(key), "a number")
+            msg = (f"the key {short_repr(key, 80)} is {kind} in YAML, not a name; remove it, or quote "
+                   f"it if it is meant as a name")
         elif e["type"] == "missing":
             msg = "required key is missing"
         elif e["type"] == "model_type":  # a section that must be a mapping: say so, and its keys

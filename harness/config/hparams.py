@@ -12,7 +12,6 @@ MLflow param, required hyperparameters are given and ``zip`` groups name equal-l
 
 from __future__ import annotations
 
-import math
 import re
 import typing
 from collections.abc import Callable, Mapping
@@ -21,7 +20,7 @@ from typing import Any
 from harness.config import limits, search
 from harness.config.echo import short_repr
 from harness.config.errors import key_text
-from harness.config.numbers import is_num, quoted_hint
+from harness.config.numbers import is_finite, is_num, quoted_hint
 from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig
 from harness.config.values import hparam_count, hparam_values
@@ -126,6 +125,9 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
                 continue
             values = dist.values_to_check()
         for v in values:
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:  # before the type:
+                errors.append(f"{file}: {path}.hparams.{k}: {short_repr(v)} does not fit in 64 bits")
+                break  # 10**400 for a float is a number that no float holds, not "not a number"
             if ann is not None and (msg := type_error(v, ann)):
                 if isinstance(raw, list) and type_error(raw, ann) is None:
                     msg += " (a list is a grid axis; write {value: [...]} for one list value)"
@@ -134,11 +136,8 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
             if k in POSITIVE_HPARAMS and is_num(v) and not v > 0:
                 errors.append(f"{file}: {path}.hparams.{k}: must be > 0, got {short_repr(v)}{of}")
                 break
-            if is_num(v) and not math.isfinite(v):
+            if is_num(v) and not is_finite(v):
                 errors.append(f"{file}: {path}.hparams.{k}: must be finite, got {short_repr(v)}{of}")
-                break
-            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:
-                errors.append(f"{file}: {path}.hparams.{k}: {short_repr(v)} does not fit in 64 bits")
                 break
             if len(text := str(v)) > limits.MAX_PARAM_VALUE_CHARS:
                 errors.append(f"{file}: {path}.hparams.{k}: the value is {len(text):,} characters "

@@ -19,10 +19,47 @@ from harness.config.workloads import needs_parts
 from harness.plan.expansion import TrialList, entry_paths, expand, expand_parts, hp_key, hp_text
 
 
+def _named(hp: Mapping[str, Any], msg: str) -> str | None:
+    """The one hyperparameter of ``hp`` that ``msg`` names, or ``None`` (none, or several)."""
+    named = [k for k in hp if re.search(rf"\b{re.escape(k)}\b", msg)]
+    return named[0] if len(named) == 1 else None
+
+
 def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
     """``path.hparams.K`` when the message names exactly one of the entry's hyperparameters ``K``."""
-    named = [k for k in hp if re.search(rf"\b{re.escape(k)}\b", msg)]
-    return f"{path}.hparams.{named[0]}" if len(named) == 1 else f"{path}.hparams"
+    k = _named(hp, msg)
+    return f"{path}.hparams" if k is None else f"{path}.hparams.{k}"
+
+
+def _defaults(kind: str, builder: Any) -> dict[str, Any]:
+    from harness.config.registries import builder_hparams
+
+    try:
+        return {k: h.default for k, h in builder_hparams(kind, builder).items() if not h.required}
+    except Exception:  # a builder whose signature cannot be read: only its first problem is known
+        return {}
+
+
+def every_problem(attempt, hp: Mapping[str, Any], defaults: Mapping[str, Any], first: BaseException,
+                  path: str) -> list[tuple[str, str]]:
+    """``(key path, message)`` of each problem of one entry, whose builder stops at its first:
+    ``first`` is what ``attempt(hp)`` raised; while a message names one hyperparameter that has a
+    default, that one is set to its default and ``attempt`` runs again for the next problem (at most
+    once per hyperparameter)."""
+    hp, e, out, done = dict(hp), first, [], set()
+    while True:
+        k = _named(hp, str(e))
+        out.append((_hp_path(path, hp, str(e)), _exc_text(e)))
+        if k is None or k in done or k not in defaults or len(done) >= len(hp):
+            return out
+        done.add(k)
+        hp[k] = defaults[k]
+        try:
+            attempt(hp)
+        except Exception as again:
+            e = again
+            continue
+        return out
 
 
 def _hp_text(hp: Mapping[str, Any]) -> str:
@@ -189,18 +226,23 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
         mkey = ("model", s.model, hp_key(mhp), ds.input_shape, ds.num_classes)
         if once(mkey):
             mpath = specs.origins[s.trial_id].paths["models"]
+
+            def model_params(hp, name=s.model, ds=ds):
+                model = reg.models[name](input_shape=ds.input_shape, num_classes=ds.num_classes, **hp)
+                return jax.eval_shape(lambda k, m=model, sh=ds.input_shape: m.init(k, (1, *sh)),
+                                      key_aval)[1]
+
             try:
-                model = reg.models[s.model](input_shape=ds.input_shape, num_classes=ds.num_classes, **mhp)
-                avals[mkey] = jax.eval_shape(lambda k, m=model, sh=ds.input_shape: m.init(k, (1, *sh)),
-                                             key_aval)[1]
+                avals[mkey] = model_params(mhp)
                 if (msg := memory_problem(avals[mkey])) is not None:
                     errors.append(f"{file}: {_hp_path(mpath, mhp, '')}: model {s.model!r} "
                                   f"({_hp_text(mhp)}) on dataset {s.dataset!r}: {msg}")
             except Exception as e:
                 if once(("model-err", s.model, hp_key(mhp), _exc_text(e))):  # once, not per dataset
-                    errors.append(f"{file}: {_hp_path(mpath, mhp, str(e))}: model {s.model!r} "
-                                  f"({_hp_text(mhp)}) on dataset {s.dataset!r} with input shape "
-                                  f"{ds.input_shape}: {_exc_text(e)}")
+                    defaults = _defaults("model", reg.models[s.model])
+                    for where, text in every_problem(model_params, mhp, defaults, e, mpath):
+                        errors.append(f"{file}: {where}: model {s.model!r} ({_hp_text(mhp)}) on dataset "
+                                      f"{s.dataset!r} with input shape {ds.input_shape}: {text}")
         if (msg := step_size_problem(s.hparams("optimizer"), s.dtype)) is not None and \
                 once(("lr", msg)):
             errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.hparams.step_size: "
@@ -219,7 +261,8 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
             p = avals.get(mkey, jax.ShapeDtypeStruct((2,), jnp.float32))
             if not once(("opt", s.optimizer, hp_key(ohp), sched, hp_key(sched_hp), steps, mkey)):
                 continue
-            try:
+
+            def trace_update(ohp, sched=sched, sched_hp=sched_hp, steps=steps, p=p, s=s):
                 make = make_opt_factory(s.optimizer, ohp, sched, sched_hp, steps, reg.optimizers,
                                         reg.schedules)
                 base_step_size(s.optimizer, ohp, reg.optimizers[s.optimizer])
@@ -236,6 +279,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
                     return opt.params_fn(state), ev
 
                 jax.eval_shape(one_update, lr_aval, p)
+
+            try:
+                trace_update(ohp)
             except Exception as e:
                 if s.optimizer_source and sched != "none":  # the factory, given a schedule, failed
                     line = (f"{file}: {opath}.source: optimizer {s.optimizer!r} ({s.optimizer_source}) "
@@ -246,9 +292,12 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
                         errors.append(line)
                 elif sched == "none":
                     seen.add(("bad-opt", s.optimizer, hp_key(ohp)))
-                    errors.append(f"{file}: {_hp_path(opath, ohp, str(e))}: optimizer {s.optimizer!r} "
-                                  f"({_hp_text(ohp)}): {_exc_text(e)}")
-                else:
+                    for where, text in every_problem(trace_update, ohp,
+                                                     _defaults("optimizer", reg.optimizers[s.optimizer]),
+                                                     e, opath):
+                        errors.append(f"{file}: {where}: optimizer {s.optimizer!r} ({_hp_text(ohp)}): "
+                                      f"{text}")
+                elif once(("sched-err", spath, hp_key(shp), steps, _exc_text(e))):  # not per optimizer
                     errors.append(f"{file}: {_hp_path(spath, shp, str(e))}: schedule {s.schedule!r} "
                                   f"({_hp_text(shp)}, total_steps={steps}) with optimizer "
                                   f"{s.optimizer!r}: {_exc_text(e)}")

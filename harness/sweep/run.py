@@ -158,7 +158,9 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
                            spool_dir=str(spool.spool_dir(uri)) if left else "",
                            spooled_during=max(HEALTH.spooled,
                                               sum(o.spooled and not o.skipped for o in outcomes)),
-                           store_error=HEALTH.error)
+                           store_error=HEALTH.error,
+                           in_spool=frozenset(spool.pending_trials(uri)) if left else frozenset(),
+                           config_path=str(config_path))
     if not opts.quiet:
         print_summary(console, summary)
     return summary

@@ -34,6 +34,10 @@ class SweepSummary:
     spooled_during: int = 0
     #: The store's last error while it was unreachable (one line), if any.
     store_error: str = ""
+    #: Trial ids whose results are still only in the local spool when the sweep ended.
+    in_spool: frozenset[str] = frozenset()
+    #: The config file, for the command that writes the spooled results.
+    config_path: str = ""
 
     def spool_account(self) -> str:
         """One line about results the store did not take at once ("" when there were none)."""
@@ -47,11 +51,45 @@ class SweepSummary:
         return ""
 
     def counts(self) -> dict[str, int]:
+        """Trials per status (``finished`` counts the spooled ones too, see :meth:`spooled`) and
+        ``skipped`` (from earlier runs)."""
         c = {"finished": 0, "diverged": 0, "failed": 0, "skipped": 0}
         for o in self.outcomes:
             c[o.status] = c.get(o.status, 0) + 1
             c["skipped"] += o.skipped
         return c
+
+    def spooled(self) -> dict[str, int]:
+        """Trained trials whose results are only in the local spool, not yet in the store, per
+        status (``finished``, ``diverged``)."""
+        return {s: sum(o.status == s and o.trial_id in self.in_spool for o in self.outcomes)
+                for s in ("finished", "diverged")}
+
+    def headline(self) -> str:
+        """The counts under the summary's title: trials in the store, and apart from them those whose
+        results are only in the local spool ("1 finished, 7 finished and spooled (not yet in the
+        store), ...")."""
+        c, spooled = self.counts(), self.spooled()
+        parts = [f"{c['finished'] - spooled['finished']} finished"]
+        if any(spooled.values()):
+            parts.append(" and ".join(f"{n} {s}" for s, n in spooled.items() if n)
+                         + " and spooled (not yet in the store)")
+        parts.append(f"{c['diverged'] - spooled['diverged']} diverged")
+        return ", ".join(parts) + f", {c['failed']} failed, {c['skipped']} from earlier runs; " \
+                                  f"{self.wall_s:.1f} s"
+
+    def spool_hint(self, py: str = "python") -> str:
+        """The command that writes the spooled results of this sweep ("" when none are left)."""
+        n = sum(self.spooled().values())
+        if not n:
+            return ""
+        return (f"{n} spooled {'result is' if n == 1 else 'results are'} not yet in the store: run "
+                f"`{py} -m harness sweep {self.config_path or 'CONFIG'}{self.uri_option()}` when it "
+                f"answers to write {'it' if n == 1 else 'them'}")
+
+    def uri_option(self) -> str:
+        """`` --tracking-uri URI`` unless the store is the default one."""
+        return "" if self.tracking_uri == default_tracking_uri() else f" --tracking-uri {self.tracking_uri}"
 
 
 def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
@@ -124,7 +162,7 @@ def print_summary(console, summary: SweepSummary) -> None:
     from rich import box
     from rich.table import Table
 
-    c = summary.counts()
+    py = python_command()
     rows = sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
     configs: dict[tuple, list[str]] = {}
     for o in summary.outcomes:
@@ -138,9 +176,7 @@ def print_summary(console, summary: SweepSummary) -> None:
     shared = next(iter(metrics)) if len(metrics) == 1 else None
     head = f" {shared}" if shared else ""
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
-              title=f"{summary.name}: best configuration per task and optimizer\n"
-                    f"{c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed, "
-                    f"{c['skipped']} from earlier runs; {summary.wall_s:.1f} s",
+              title=f"{summary.name}: best configuration per task and optimizer\n{summary.headline()}",
               caption="best = selected on validation: most seeds reaching the target, then fewest "
                       "steps to it, then most finished, then best validation metric; test = its mean "
                       "test metric; full configurations: the HTML report")
@@ -165,9 +201,9 @@ def print_summary(console, summary: SweepSummary) -> None:
         t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], parts.get(r["config"], "") or "—",
                   val, test, ttt, eps, trials)
     console.print(t)
-    uri_opt = "" if summary.tracking_uri == default_tracking_uri() else \
-        f" --tracking-uri {summary.tracking_uri}"
-    py = python_command()
+    if hint := summary.spool_hint(py):
+        console.print(hint, soft_wrap=True)
+    uri_opt = summary.uri_option()
     console.print(f"Open the MLflow UI: {py} -m harness ui --experiment {summary.name}{uri_opt}",
                   soft_wrap=True)
     console.print(f"HTML report:        {py} -m harness report --experiment {summary.name} "

@@ -43,6 +43,9 @@ def lock_path(db: Path) -> Path:
 
 # --------------------------------------------------------------------------- MLflow's schema
 
+#: Tables every MLflow tracking store has since its first schema revision.
+MLFLOW_TABLES = frozenset({"experiments", "runs", "metrics", "params", "tags"})
+
 
 _HEAD: list[str] = []
 _KNOWN: set[str] = set()
@@ -147,16 +150,29 @@ def inspect_file(db: Path) -> FileState:
         return FileState("corrupt", detail=f"SQLite reports: {' '.join(str(e).split())[:200]}")
     finally:
         con.close()
+    # Another program's database is never repaired nor called "newer", whatever alembic_version it
+    # holds (alembic is common): a revision MLflow does not know counts as a newer MLflow's only in a
+    # file with MLflow's tables; no revision, only in a file with MLflow's experiments table or with
+    # nothing but the alembic_version table its migration creates first (a creation killed at once).
+    foreign = FileState("foreign", rev, f"its tables: {_table_list(tables)}")
     if rev is None:
-        if "experiments" in tables or "alembic_version" in tables:
+        if "experiments" in tables or tables == {"alembic_version"}:
             return FileState("unversioned", detail="MLflow tables without a schema revision")
-        return FileState("foreign", detail=f"its tables ({', '.join(sorted(tables)[:5])}) are not MLflow's")
+        return foreign
     if rev == schema_head():
         return FileState("ready", rev)
     if rev in known_revisions():
         return FileState("behind", rev, f"schema revision {rev}, MLflow {mlflow_version()} needs "
                                         f"{schema_head()}")
-    return FileState("newer", rev, f"schema revision {rev} is unknown to MLflow {mlflow_version()}")
+    if not tables >= MLFLOW_TABLES:
+        return foreign
+    return FileState("newer", rev, f"schema revision {rev}, newer than MLflow {mlflow_version()} knows "
+                                   f"(its newest is {schema_head()})")
+
+def _table_list(tables: set[str], most: int = 8) -> str:
+    names = sorted(tables)
+    more = f", ... ({len(names)} tables)" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
 
 
 def mlflow_version() -> str:
@@ -172,9 +188,12 @@ def unusable_error(db: Path, st: FileState) -> StoreError:
         return StoreError(f"the MLflow store {db} was written by a newer MLflow ({st.detail}); upgrade "
                           f"mlflow, or point --tracking-uri / MLFLOW_TRACKING_URI at another store; the "
                           f"file was left untouched")
-    what = "is not an MLflow store" if st.kind == "foreign" else "is not a usable SQLite database"
-    return StoreError(f"{db} {what} ({st.detail}); restore it from a backup or move it away (a new "
-                      f"store is then created there), or point --tracking-uri / MLFLOW_TRACKING_URI "
-                      f"at another store; the file was left untouched")
+    if st.kind == "foreign":
+        return StoreError(f"{db} is not an MLflow store ({st.detail}): give --tracking-uri (or "
+                          f"MLFLOW_TRACKING_URI) a new file or an MLflow store; the file was left "
+                          f"untouched")
+    return StoreError(f"{db} is not a usable SQLite database ({st.detail}); restore it from a backup or "
+                      f"move it away (a new store is then created there), or point --tracking-uri / "
+                      f"MLFLOW_TRACKING_URI at another store; the file was left untouched")
 
 

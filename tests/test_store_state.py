@@ -1,0 +1,95 @@
+"""What an existing SQLite file is (issue 24 §6): another program's database, even one that keeps an
+``alembic_version`` table, is "not an MLflow store", never "written by a newer MLflow"; an MLflow store
+whose revision this MLflow does not know is "newer" and says its revision. Files made with sqlite3."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from harness.tracking import store, store_state
+
+
+def _make(db, *sql: str) -> str:
+    con = sqlite3.connect(db)
+    for s in sql:
+        con.execute(s)
+    con.commit()
+    con.close()
+    return hashlib.sha256(db.read_bytes()).hexdigest()
+
+
+def _error(db) -> str:
+    with pytest.raises(store_state.StoreError) as ei:
+        store.ensure_sqlite_store(db)
+    return str(ei.value)
+
+
+def test_other_programs_alembic_database_is_not_an_mlflow_store(tmp_path):
+    db = tmp_path / "app.db"
+    sha = _make(db, "create table users (id integer primary key, name text)",
+                "create table orders (id integer, user_id integer)",
+                "create table alembic_version (version_num varchar(32) not null)",
+                "insert into alembic_version values ('1f2e3d4c5b6a')")
+    st = store_state.inspect_file(db)
+    assert (st.kind, st.revision, st.detail) == ("foreign", "1f2e3d4c5b6a",
+                                                 "its tables: alembic_version, orders, users")
+    assert _error(db) == (f"{db} is not an MLflow store (its tables: alembic_version, orders, users): "
+                          f"give --tracking-uri (or MLFLOW_TRACKING_URI) a new file or an MLflow store; "
+                          f"the file was left untouched")
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == sha
+
+
+def test_empty_alembic_table_beside_other_tables_is_not_repaired(tmp_path):
+    """Before: any alembic_version table made the file "unversioned" and the harness ran MLflow's
+    migrations into another program's database."""
+    db = tmp_path / "app.db"
+    sha = _make(db, "create table notes (x)", "create table alembic_version (version_num varchar(32))")
+    assert store_state.inspect_file(db).kind == "foreign"
+    assert "is not an MLflow store (its tables: alembic_version, notes)" in _error(db)
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == sha
+
+
+def test_many_tables_are_listed_briefly(tmp_path):
+    db = tmp_path / "big.db"
+    _make(db, *[f"create table t{i:02d} (x)" for i in range(12)])
+    assert store_state.inspect_file(db).detail == (
+        "its tables: t00, t01, t02, t03, t04, t05, t06, t07, ... (12 tables)")
+
+
+def test_mlflow_store_at_an_unknown_revision_is_newer_and_says_it(tmp_path):
+    db = tmp_path / "mlflow.db"
+    store.ensure_sqlite_store(db)
+    sha = _make(db, "update alembic_version set version_num = 'ffffeeee0000'")
+    head, ver = store_state.schema_head(), store_state.mlflow_version()
+    st = store_state.inspect_file(db)
+    assert (st.kind, st.revision) == ("newer", "ffffeeee0000")
+    assert _error(db) == (f"the MLflow store {db} was written by a newer MLflow (schema revision "
+                          f"ffffeeee0000, newer than MLflow {ver} knows (its newest is {head})); upgrade "
+                          f"mlflow, or point --tracking-uri / MLFLOW_TRACKING_URI at another store; the "
+                          f"file was left untouched")
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == sha
+
+
+def test_mlflow_creation_killed_after_its_first_table_is_still_repairable(tmp_path):
+    db = tmp_path / "mlflow.db"
+    _make(db, "create table alembic_version (version_num varchar(32) not null)")
+    assert store_state.inspect_file(db).kind == "unversioned"
+
+
+def test_foreign_alembic_file_through_the_cli_is_one_line_exit_3(tmp_path):
+    db = tmp_path / "app.db"
+    sha = _make(db, "create table users (id)", "create table alembic_version (version_num varchar(32))",
+                "insert into alembic_version values ('abcdef123456')")
+    r = subprocess.run([sys.executable, "-m", "harness", "status", "--tracking-uri", f"sqlite:///{db}"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert len(lines) == 1 and "newer" not in lines[0], lines
+    assert f"{db} is not an MLflow store (its tables: alembic_version, users): give --tracking-uri" \
+        in lines[0]
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == sha
