@@ -413,7 +413,8 @@ def test_leaderboard_best_configs_and_confidence_intervals(store, frame):
     assert row["_acc_mean"] == pytest.approx(accs.mean(), rel=1e-12)
     # 3 seeds (< 5): the interval is the seeds' min–max, never a t-interval, and the cell says so
     assert (row["_acc_lo"], row["_acc_hi"]) == (accs.min(), accs.max())
-    d = 1 - math.floor(math.log10(accs.max() - accs.min()))  # two significant digits of the width
+    # two significant digits of the narrowest width in the column (one format per column)
+    d = max(1 - math.floor(math.log10(hi - lo)) for hi, lo in zip(lb["_acc_hi"], lb["_acc_lo"], strict=True))
     assert row["Validation accuracy"] == f"{accs.mean():.{d}f} [{accs.min():.{d}f}, {accs.max():.{d}f}]"
     assert row["Interval"] == "min–max of 3 seeds (< 5)"  # said once per row, not in every cell
     # the headline: the test accuracy of the validation-selected configuration (lr 0.01)
@@ -700,3 +701,96 @@ def test_leaderboard_markup_is_parsed_as_classes_not_escaped_text(report):
     assert "best" in p.tr_classes and "num" in p.td_classes
     assert not any(c and "&" in c for c in p.tr_classes + p.td_classes)
     assert "&#34;" not in report.read_text(encoding="utf-8").split('id="leaderboard"')[1][:20000]
+
+
+def _tables(html_text: str) -> dict[str, dict]:
+    """Every ``<table id=...>`` of the page, parsed: ``caption`` (text), ``head`` (header cells)
+    and ``rows`` (lists of cell texts)."""
+    from html.parser import HTMLParser
+
+    class Tables(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tables, self.cur, self.where, self.text = {}, None, None, None
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "table" and a.get("id"):
+                self.cur = self.tables.setdefault(a["id"], {"caption": "", "head": [], "rows": []})
+            elif self.cur is None:
+                return
+            elif tag == "caption":
+                self.where = "caption"
+            elif tag == "tr":
+                self.row = []
+            elif tag in ("td", "th"):
+                self.text = []
+
+        def handle_endtag(self, tag):
+            if self.cur is None:
+                return
+            if tag == "table":
+                self.cur = None
+            elif tag == "caption":
+                self.where = None
+            elif tag in ("td", "th"):
+                self.row.append("".join(self.text).strip())
+                self.text = None
+            elif tag == "tr":
+                (self.cur["head"].extend if not self.cur["head"] else self.cur["rows"].append)(self.row)
+
+        def handle_data(self, data):
+            if self.cur is not None and self.where == "caption":
+                self.cur["caption"] += data
+            elif self.text is not None:
+                self.text.append(data)
+
+    p = Tables()
+    p.feed(html_text)
+    return p.tables
+
+
+def test_leaderboard_says_a_shared_interval_and_beats_once_in_its_caption(report):
+    """With < 5 seeds every row's "Interval" and "Beats" said the same words (issue 24 §13): the
+    caption says them once and the columns are left out."""
+    lb = _tables(report.read_text(encoding="utf-8"))["leaderboard-table"]
+    assert lb["caption"] == ("In every row: Interval: min–max of 3 seeds (< 5); "
+                             "Beats (paired bootstrap, 95%): not tested (< 5 paired seeds).")
+    assert "Interval" not in lb["head"] and not any(h.startswith("Beats") for h in lb["head"])
+    assert len(lb["rows"]) == len(MODELS) * len(OPTS)
+    assert not any("seeds" in cell for row in lb["rows"] for cell in row)
+
+
+def test_leaderboard_columns_have_one_number_format_each(report, frame):
+    """``0.02106 [0.02106, 0.02106]`` beside ``0.15 [0.08, 0.22]`` (issue 24 §13): every number of
+    an interval column has the same decimals, those the column's widest-needing interval asks for."""
+    from reports.leaderboard import column_digits
+
+    lb = _tables(report.read_text(encoding="utf-8"))["leaderboard-table"]
+    table = F.leaderboard(frame)
+    checked = 0
+    for col in ("Validation accuracy", "Validation loss", "Test accuracy (selected on validation)",
+                "Time to target (s)"):
+        cells = [row[lb["head"].index(col)] for row in lb["rows"]]
+        nums = [n for c in cells for n in re.findall(r"\d+\.(\d+)", c.split(" (")[0])]
+        decimals = {len(n) for n in nums}
+        assert len(decimals) == 1, (col, cells)
+        key = {"Validation accuracy": "acc", "Validation loss": "loss"}.get(col)
+        if key:  # the decimals are those column_digits picks from the column's intervals
+            ivs = [(r[f"_{key}_mean"], r[f"_{key}_lo"], r[f"_{key}_hi"], r["_n"], "")
+                   for r in table.to_dict("records")]
+            assert decimals == {column_digits(ivs)}, col
+        checked += len(nums)
+    assert checked > 40
+
+
+def test_trials_table_has_the_test_loss(report, frame):
+    """The trials table showed test accuracy but no test loss (issue 24 §17)."""
+    t = _tables(report.read_text(encoding="utf-8"))["trials-table"]
+    col, tid = t["head"].index("Test loss"), t["head"].index("Trial")
+    got = {row[tid]: row[col] for row in t["rows"]}
+    s = RF.summaries(frame).set_index("trial_id")
+    finished = s[s["status"] == "finished"]
+    assert len(finished) > 40
+    for trial_id, r in finished.iterrows():
+        assert got[trial_id] == f"{r[N.M_TEST_LOSS]:.4f}", trial_id
