@@ -794,3 +794,67 @@ def test_trials_table_has_the_test_loss(report, frame):
     assert len(finished) > 40
     for trial_id, r in finished.iterrows():
         assert got[trial_id] == f"{r[N.M_TEST_LOSS]:.4f}", trial_id
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_performance_profile_legend_sits_outside_the_axes(frame):
+    """The legend sat in the lower right inside the axes, over a profile at y = 0 (issue 24 §13)."""
+    fig = F.profile_figure(frame)
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    box = fig.legends[0].get_window_extent(r)
+    assert not _overlap(box, ax.get_window_extent(r)), (box, ax.get_window_extent(r))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == sorted(OPTS)
+
+
+def test_performance_profile_of_one_task_is_a_sentence(frame):
+    """One task made a degenerate single step (issue 24 §13): the report says a profile needs 2."""
+    one = frame[frame["task"] == "mlp / mnist1d"]
+    assert F.profile_times(one).shape[0] == 1
+    assert F.profile_figure(one) == ("A performance profile needs at least 2 tasks; this sweep has 1. "
+                                     "The tuned time-to-result below shows its times.")
+
+
+def test_throughput_tasks_are_not_drawn_in_optimizer_colours(frame):
+    """Tasks took seaborn's "muted" colours, the optimizers' hues (issue 24 §13): tasks are greys
+    with a hatch each, no bar has any optimizer's colour."""
+    from matplotlib.colors import to_hex
+
+    from reports.style import palette
+
+    fig = F.throughput_figure(frame)
+    opt_hex = {to_hex(c) for c in palette(frame).values()}
+    bars = [p for ax in fig.axes for p in ax.patches]
+    assert len(bars) == 3 * len(MODELS) * len(OPTS)
+    faces = {to_hex(p.get_facecolor()) for p in bars}
+    assert not faces & opt_hex
+    assert all(h[1:3] == h[3:5] == h[5:7] for h in faces)  # grey
+    by_task = {(to_hex(p.get_facecolor()), p.get_hatch()) for p in bars}
+    assert len(by_task) == len(MODELS)  # one distinct (grey, hatch) per task
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert legend == {"cnn · mnist1d", "mlp · mnist1d"}
+
+
+def test_tuning_curve_bands_are_faint_fills_with_edges(frame):
+    """Overlapping 0.15-alpha bands of several optimizers turned muddy (issue 24 §13): fills of at
+    most 0.08 alpha, each band edged by thin lines at its low and high values."""
+    from matplotlib.collections import PolyCollection
+
+    from reports import protocol
+
+    fig = F.tuning_figure(frame)
+    tc = protocol.tuning_curves(frame)
+    ax = fig.axes[[a.get_title() for a in fig.axes].index("mlp · mnist1d")]
+    fills = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(fills) == len(OPTS) and all(c.get_alpha() <= 0.08 for c in fills)
+    edges = [ln for ln in ax.lines if ln.get_gid() == "band-edge"]
+    g = tc[(tc["task"] == "mlp / mnist1d") & (tc["optimizer"] == "adam")]
+    ys = [list(ln.get_ydata()) for ln in edges]
+    for col in ("valid_lo", "valid_hi", "test_lo", "test_hi"):
+        assert list(g[col]) in ys, col
+    assert len(edges) == 4 * len(OPTS)
