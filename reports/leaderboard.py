@@ -136,7 +136,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
                 if ttt[3]
                 else f"not reached (0/{b.n_seeds})"
             )
-        row["Step time (ms, median)"] = f"{g[M_STEP_MS].median():.3g}" if g[M_STEP_MS].notna().any() else "—"
+        row["Step time (ms, median)"] = g[M_STEP_MS].median()  # formatted below, per column
         row.update(
             {
                 "_test_mean": h["test"],
@@ -159,6 +159,11 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
         for r in rows:
             if isinstance(r[col], _Cell):
                 r[col] = r[col].text(digits)
+    ms = [r["Step time (ms, median)"] for r in rows if math.isfinite(r["Step time (ms, median)"])]
+    d = min(max(0, 2 - math.floor(math.log10(min(ms)))), 4) if ms and min(ms) > 0 else 2
+    for r in rows:  # three significant digits of the fastest, the same decimals in every row
+        v = r["Step time (ms, median)"]
+        r["Step time (ms, median)"] = f"{v:.{d}f}" if math.isfinite(v) else "—"
     return pd.DataFrame(rows)
 
 

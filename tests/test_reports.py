@@ -782,6 +782,10 @@ def test_leaderboard_columns_have_one_number_format_each(report, frame):
             assert decimals == {column_digits(ivs)}, col
         checked += len(nums)
     assert checked > 40
+    # the median step time (.3g gave "1", "1.1" and "0.999" in one column)
+    steps = [row[lb["head"].index("Step time (ms, median)")] for row in lb["rows"]]
+    assert len({len(c.split(".")[1]) if re.fullmatch(r"\d+\.\d+", c) else -1 for c in steps}) == 1, steps
+    assert all(re.fullmatch(r"\d+\.\d+", c) for c in steps), steps
 
 
 def test_trials_table_has_the_test_loss(report, frame):
