@@ -50,6 +50,18 @@ def throughput(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: Tasks in the throughput figure: shades of grey and hatches, never an optimizer's colour (the
+#: rows are optimizers; a task coloured like one would read as that optimizer).
+TASK_GREYS = ("0.35", "0.6", "0.82", "0.48", "0.7")
+TASK_HATCHES = ("", "//", "..", "\\\\", "xx", "--")
+
+
+def task_styles(tasks: list[str]) -> dict[str, dict]:
+    """Bar style per task: a grey and a hatch (``facecolor``, ``hatch``, ``edgecolor``)."""
+    return {t: {"facecolor": TASK_GREYS[i % len(TASK_GREYS)], "hatch": TASK_HATCHES[i % len(TASK_HATCHES)],
+                "edgecolor": "0.15"} for i, t in enumerate(tasks)}
+
+
 def throughput_figure(frame: pd.DataFrame) -> Figure | None:
     """Three panels: examples/s (bars from the p90 to the p10 step time), utilisation (% of the
     device's measured peak FLOP/s) and compile time (s), per optimizer, one colour per task."""
@@ -59,9 +71,7 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
     tasks = sorted(t["task"].unique())
     opts = sorted(t["optimizer"].unique())
     labels = task_labels(frame)
-    import seaborn as sns
-
-    tcol = dict(zip(tasks, sns.color_palette("muted", len(tasks)), strict=False))
+    tcol = task_styles(tasks)
     fig, axes = new_figure(1, 3, 0.5 * len(opts) * max(1, len(tasks)) ** 0.5 + 2.0, sharey=True)
     h = 0.8 / len(tasks)
     panels = [
@@ -79,7 +89,7 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
             if col == "examples_per_sec":
                 lo, hi = d["examples_per_sec_lo"].to_numpy(float), d["examples_per_sec_hi"].to_numpy(float)
                 xerr = np.nan_to_num(np.vstack([vals - lo, hi - vals]), nan=0.0).clip(min=0)
-            ax.barh(y, np.nan_to_num(vals), height=h, color=tcol[task], xerr=xerr, capsize=2, label=task)
+            ax.barh(y, np.nan_to_num(vals), height=h, xerr=xerr, capsize=2, label=task, **tcol[task])
             for yi, v in zip(y, vals, strict=True):
                 if not math.isfinite(v):
                     ax.text(0, yi, " not measured", va="center", fontsize=8, style="italic", color="0.3")
@@ -89,6 +99,6 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
         if col == "examples_per_sec":
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 120k, not 120000
         ax.set_xlabel(label)
-    handles = [Patch(color=c, label=labels.get(tk, tk)) for tk, c in tcol.items()]
+    handles = [Patch(**st, label=labels.get(tk, tk)) for tk, st in tcol.items()]
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4), frameon=False)
     return fig

@@ -59,13 +59,23 @@ def performance_profile(frame: pd.DataFrame, taus: np.ndarray | None = None) -> 
     return pd.DataFrame(rows)
 
 
-def profile_figure(frame: pd.DataFrame) -> Figure | None:
-    """Step plot of :func:`performance_profile` for every optimizer."""
+#: Tuning-curve bands: fill opacity (validation) and the edge lines that keep overlapping bands
+#: of several optimizers apart (a stack of translucent fills turns into one muddy colour).
+BAND_ALPHA, BAND_EDGE_LW = 0.08, 0.7
+
+
+def profile_figure(frame: pd.DataFrame) -> Figure | str | None:
+    """Step plot of :func:`performance_profile` for every optimizer, the legend above the axes (a
+    legend inside covers a profile at 0 or 1); a sentence instead with fewer than 2 tasks (a profile
+    of one task is a single step that says no more than the time-to-target figure)."""
     p = performance_profile(frame)
     if p.empty:
         return None
-    pal = palette(frame)
     n_tasks = len(profile_times(frame))
+    if n_tasks < 2:
+        return (f"A performance profile needs at least 2 tasks; this sweep has {n_tasks}. "
+                "The tuned time-to-result below shows its times.")
+    pal = palette(frame)
     fig, axes = new_figure(1, 1, 3.6)
     ax = axes[0, 0]
     for i, (opt, g) in enumerate(p.groupby("optimizer", sort=True)):
@@ -75,7 +85,7 @@ def profile_figure(frame: pd.DataFrame) -> Figure | None:
     ax.set_xlim(1.0, float(p["tau"].max()))
     ax.set_xlabel("τ (time relative to the fastest optimizer on each task)")
     ax.set_ylabel(f"fraction of tasks solved\n(of {n_tasks})")
-    ax.legend(loc="lower right", frameon=True)
+    legend(fig, {o: pal[o] for o in sorted(p["optimizer"].unique())})
     return fig
 
 
@@ -101,10 +111,14 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
         for opt, g in here[~here["self_tuning"]].groupby("optimizer", sort=True):
             c = pal.get(opt, "0.3")
             ax.plot(g["k"], g["valid"], color=c, lw=2, marker="o", ms=3)
-            ax.fill_between(g["k"], g["valid_lo"], g["valid_hi"], color=c, alpha=0.15, lw=0)
-            if g["test"].notna().any():
+            # a faint fill with thin edges: bands of several optimizers stay apart where they overlap
+            ax.fill_between(g["k"], g["valid_lo"], g["valid_hi"], color=c, alpha=BAND_ALPHA, lw=0)
+            for edge in ("valid_lo", "valid_hi"):
+                ax.plot(g["k"], g[edge], color=c, lw=BAND_EDGE_LW, alpha=0.8, gid="band-edge")
+            if g["test"].notna().any():  # the test band: its edges only (dotted)
                 ax.plot(g["k"], g["test"], color=c, lw=1.6, ls="--")
-                ax.fill_between(g["k"], g["test_lo"], g["test_hi"], color=c, alpha=0.07, lw=0)
+                for edge in ("test_lo", "test_hi"):
+                    ax.plot(g["k"], g[edge], color=c, lw=BAND_EDGE_LW, ls=":", gid="band-edge")
         for r in here[here["self_tuning"]].itertuples():
             c = pal.get(r.optimizer, "0.3")
             ax.axhline(r.valid, color=c, lw=2, label=r.label)

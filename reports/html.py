@@ -26,11 +26,13 @@ from harness.core.names import (
     M_SECONDS_TO_TARGET,
     M_STEP_MS,
     M_TEST_ACC,
+    M_TEST_LOSS,
 )
 from reports.figures import FIGURES
 from reports.frame import STATUSES, SweepData, summaries
 from reports.interactive import vega_bundle
 from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with_labels
+from reports.leaderboard import shared_columns
 from reports.objectives import objective, objectives_differ, target_words
 
 TEMPLATE = "report.html.j2"
@@ -187,6 +189,7 @@ def _trial_rows(s: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, Any]]
                 "acc": num(r[M_FINAL_ACC], ".4f"),
                 "loss": num(r[M_FINAL_LOSS], ".4f"),
                 "test": num(r[M_TEST_ACC], ".4f") if M_TEST_ACC in r else "",
+                "test_loss": num(r[M_TEST_LOSS], ".4f") if M_TEST_LOSS in r else "",
                 "ttt": num(r[M_SECONDS_TO_TARGET], ".3g"),
                 "ms": num(r[M_STEP_MS], ".3g"),
                 "reason": r["reason"] if isinstance(r["reason"], str) else "",
@@ -227,9 +230,11 @@ def render(
 
     lb = None
     if not leaderboard.empty:
-        cols = [c for c in leaderboard.columns if not c.startswith("_")]
+        shared = shared_columns(leaderboard)  # said once, in the caption
+        cols = [c for c in leaderboard.columns if not c.startswith("_") and c not in shared]
         rows = leaderboard.assign(Task=leaderboard["Task"].map(labels).fillna(leaderboard["Task"]))
         lb = {
+            "caption": [(c, "none" if v == "—" else v) for c, v in shared.items()],
             "columns": cols,
             "numeric": {"Rank", "Seeds finished", "Step time (ms, median)"},
             "rows": rows[cols].to_dict("records"),

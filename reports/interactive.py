@@ -22,7 +22,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.core.names import M_TRAIN_LOSS, M_VALID_ACC, M_VALID_LOSS, M_WALL_S
+from harness.core.names import (
+    M_FINAL_ACC,
+    M_FINAL_LOSS,
+    M_TRAIN_LOSS,
+    M_VALID_ACC,
+    M_VALID_LOSS,
+    M_WALL_S,
+    canonical_metric,
+)
 from reports import protocol
 from reports.frame import curves, summaries
 from reports.layout import PAGE_WIDTH_IN, grid_shape, task_labels
@@ -34,6 +42,7 @@ from reports.objectives import (
     task_objective_values,
 )
 from reports.selection import best_configs
+from reports.style import palette_hex
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 #: At most this many points per trial and metric (evenly spaced steps, first and last kept).
@@ -45,6 +54,25 @@ CHART_PX = int(PAGE_WIDTH_IN * 96) - 20
 
 #: The curve metrics drawn, in order, with their words.
 _METRIC_NAMES = {m: METRIC_LABELS[m] for m in (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC)}
+#: The curve whose final value a task's objective ranks by.
+_CURVE_OF = {M_FINAL_ACC: M_VALID_ACC, M_FINAL_LOSS: M_VALID_LOSS}
+#: The convergence view's first metric choice when the tasks select on different metrics.
+EACH_TASKS_OWN = "each task's selection metric"
+
+
+def selection_curve(frame: pd.DataFrame, task: str | None = None) -> str:
+    """The curve metric (``valid/accuracy``, ``valid/loss``) that ``task``'s objective selects on
+    (:func:`reports.objectives.objective`), in words."""
+    return _METRIC_NAMES[_CURVE_OF.get(objective(frame, task).final, M_VALID_ACC)]
+
+
+def optimizer_color(frame: pd.DataFrame, **legend) -> dict:
+    """The colour encoding of every interactive view: :func:`reports.style.palette` (the static
+    figures' colours) as an explicit domain and range, the legend on top."""
+    pal = palette_hex(frame)
+    return {"field": "optimizer", "type": "nominal",
+            "scale": {"domain": list(pal), "range": list(pal.values())},
+            "legend": {"title": "optimizer (click to toggle)", "orient": "top", **legend}}
 
 
 @functools.cache
@@ -95,7 +123,8 @@ def _facet_width(n_tasks: int) -> tuple[int, int]:
 def convergence_long(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (trial, metric, logged step): ``task`` (short label), ``optimizer``, ``config``,
     ``seed``, ``trial``, ``best`` (the trial is of its optimizer's best configuration on the task),
-    ``metric`` (display name), ``step``, ``seconds`` (``time/wall_s`` interpolated at the step) and
+    ``metric`` (display name), ``selects`` (the metric is the one its task's objective selects on:
+    :func:`selection_curve`), ``step``, ``seconds`` (``time/wall_s`` interpolated at the step) and
     ``value``; at most :data:`MAX_POINTS_PER_CURVE` points per curve."""
     c = curves(frame)
     if c.empty:
@@ -106,6 +135,7 @@ def convergence_long(frame: pd.DataFrame) -> pd.DataFrame:
     if c["trial_id"].nunique() > MAX_TRIALS_ALL_CONFIGS:
         c = c[c["best"]]
     labels = task_labels(frame)
+    selects = {t: selection_curve(frame, t) for t in c["task"].unique()}
     parts = []
     for _tid, g in c.groupby("trial_id", sort=True):
         g = g.sort_values("step")
@@ -135,6 +165,7 @@ def convergence_long(frame: pd.DataFrame) -> pd.DataFrame:
                         "trial": h["trial_id"].to_numpy(),
                         "best": h["best"].to_numpy(),
                         "metric": name,
+                        "selects": h["task"].map(selects).eq(name).to_numpy(),
                         "step": h["step"].astype(int).to_numpy(),
                         "seconds": np.round(h["seconds"].to_numpy(float), 4),
                         "value": h[m].to_numpy(float),
@@ -156,15 +187,15 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
     d = convergence_long(frame)
     if d.empty:
         return None
-    obj = objective(frame)
     metrics = [m for m in _METRIC_NAMES.values() if m in set(d["metric"])]
-    default = _METRIC_NAMES.get(obj.target_metric, metrics[-1]) if obj.target_metric else metrics[-1]
-    if default not in metrics:
-        default = metrics[-1]
+    if objectives_differ(frame):  # open on each task's own metric, then any one for every task
+        metrics, default = [EACH_TASKS_OWN, *metrics], EACH_TASKS_OWN
+    else:
+        default = selection_curve(frame) if selection_curve(frame) in metrics else metrics[-1]
+    targets = _target_rows(frame, metrics)
+    own = json.dumps(EACH_TASKS_OWN)  # a Vega expression's string literal
     cols, width = _facet_width(d["task"].nunique())
-    opts = sorted(d["optimizer"].unique())
-    color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
-             "legend": {"title": "optimizer (click to toggle)", "orient": "top"}}
+    color = optimizer_color(frame)
     tooltip = [
         {"field": "task", "type": "nominal"},
         {"field": "optimizer", "type": "nominal"},
@@ -177,14 +208,20 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
     ]
     x = {"field": "x", "type": "quantitative", "axis": {"title": {"expr": "xaxis == 'step' ? "
          "'optimizer step' : 'seconds since the start of training'"}}}
-    y = {"field": "value", "type": "quantitative", "scale": {"type": "log", "zero": False},
-         "axis": {"title": {"expr": "metric"}}}
+    ylog = "loss" in default  # the y scale it opens with (the report's switch changes it)
+    y = {"field": "value", "type": "quantitative",
+         "scale": {"type": "log"} if ylog else {"type": "linear", "zero": False},
+         "axis": {"title": {"expr": f"metric == {own} ? {json.dumps(EACH_TASKS_OWN + ' (panel titles)')} "
+                                    ": metric"}}}
+    own_metric = {t: "" for t in d["task"].unique()}
+    for t in summaries(frame)["task"].dropna().unique():
+        own_metric[task_labels(frame).get(t, t)] = selection_curve(frame, t)
     layer_enc = {"x": x, "y": y, "color": color, "detail": {"field": "trial", "type": "nominal"}}
     spec = {
         "$schema": SCHEMA,
         # read by the report's log/linear switch: the y scale it starts with
-        "usermeta": {"ylog": "loss" in default},
-        "data": {"values": _records(d)},
+        "usermeta": {"ylog": ylog},
+        "data": {"values": _records(d) + targets},
         "params": [
             {"name": "metric", "value": default,
              "bind": {"input": "select", "options": metrics, "name": "metric "}},
@@ -192,12 +229,15 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
              "bind": {"input": "radio", "options": ["step", "seconds"], "name": "x axis "}},
         ],
         "transform": [
-            {"filter": "datum.metric == metric"},
+            {"filter": f"metric == {own} ? datum.selects : datum.metric == metric"},
             {"calculate": "xaxis == 'step' ? datum.step : datum.seconds", "as": "x"},
-            {"filter": "isValid(datum.x) && isValid(datum.value)"},  # > 0 added by the log switch
+            # > 0 added by the log switch; a target row has no x (a rule across the panel)
+            {"filter": "(datum.target || isValid(datum.x)) && isValid(datum.value)"},
         ],
         "facet": {"field": "task", "type": "nominal", "title": None,
-                  "header": {"labelFontSize": 13, "labelFontWeight": "bold"}},
+                  "header": {"labelFontSize": 13, "labelFontWeight": "bold",
+                             "labelExpr": f"metric == {own} ? datum.value + ' — ' + "
+                                          f"{json.dumps(own_metric)}[datum.value] : datum.value"}},
         "columns": cols,
         "resolve": {"scale": {"x": "independent", "y": "independent"}},
         "spec": {
@@ -206,6 +246,7 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
             "layer": [
                 {
                     "params": [_legend_toggle()],
+                    "transform": [{"filter": "!datum.target"}],
                     "mark": {"type": "line", "interpolate": "linear"},
                     "encoding": {
                         **layer_enc,
@@ -216,6 +257,7 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
                 {
                     "params": [{"name": "hover", "select": {"type": "point", "on": "pointerover",
                                                             "nearest": True, "clear": "pointerout"}}],
+                    "transform": [{"filter": "!datum.target"}],
                     "mark": {"type": "point", "filled": True, "size": 50},
                     "encoding": {
                         **layer_enc,
@@ -224,11 +266,32 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
                         "tooltip": tooltip,
                     },
                 },
+                *([{
+                    "transform": [{"filter": "datum.target"}],
+                    "mark": {"type": "rule", "color": "#4d4d4d", "strokeDash": [5, 3], "strokeWidth": 1.2},
+                    "encoding": {"y": y, "tooltip": [{"field": "task", "type": "nominal"},
+                                                     {"field": "metric", "type": "nominal"},
+                                                     {"field": "value", "type": "quantitative",
+                                                      "title": "target", "format": "~g"}]},
+                }] if targets else []),
             ],
         },
         "config": {"view": {"stroke": "#dde2ea"}, "axis": {"labelFontSize": 11, "titleFontSize": 12}},
     }
     return spec
+
+
+def _target_rows(frame: pd.DataFrame, metrics: list[str]) -> list[dict]:
+    """One row per task with a target on a drawn curve metric: ``task`` (label), ``metric``,
+    ``selects``, ``target`` (True) and ``value`` (the target): the view's dashed rule."""
+    labels, rows = task_labels(frame), []
+    for t in sorted(summaries(frame)["task"].dropna().unique()):
+        o = objective(frame, t)
+        curve = _METRIC_NAMES.get(canonical_metric(o.target_metric)) if o.target_metric else None
+        if curve in metrics and math.isfinite(o.target_value):
+            rows.append({"task": labels.get(t, t), "metric": curve, "target": True,
+                         "selects": curve == selection_curve(frame, t), "value": o.target_value})
+    return rows
 
 
 def tuning_long(frame: pd.DataFrame) -> pd.DataFrame:
@@ -280,9 +343,7 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
     if d.empty or d.groupby(["task", "optimizer"])["step_size"].nunique().max() < 2:
         return None
     cols, width = _facet_width(d["task"].nunique())
-    opts = sorted(d["optimizer"].unique())
-    color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
-             "legend": {"title": "optimizer (click to toggle)", "orient": "top"}}
+    color = optimizer_color(frame)
     x = {"field": "step_size", "type": "quantitative", "scale": {"type": "log"},
          "axis": {"title": "step size", "format": "~g"}}
     y = {"field": "value", "type": "quantitative", "scale": {"type": "linear", "zero": False},
@@ -350,9 +411,7 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     if d.empty:
         return None
     cols, width = _facet_width(d["task"].nunique())
-    opts = sorted(d["optimizer"].unique())
-    color = {"field": "optimizer", "type": "nominal", "scale": {"scheme": "tableau10", "domain": opts},
-             "legend": {"title": "optimizer (click to toggle)", "orient": "top", "symbolOpacity": 1}}
+    color = optimizer_color(frame, symbolOpacity=1)
     # (a layer with legend None drops the merged colour legend of every layer: each keeps it)
     only_own = sorted(set(d.loc[d["self_tuning"], "optimizer"]) - set(d.loc[~d["self_tuning"], "optimizer"]))
     if only_own:  # the legend names a self-tuning optimizer as the static figure does
@@ -362,8 +421,11 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                                                                       "test of the selected"],
                                                            "range": [[1, 0], [6, 3]]},
             "legend": {"title": None, "orient": "top"}}
-    x = {"field": "k", "type": "quantitative", "axis": {"title": "configurations tried (k)",
-                                                        "tickMinStep": 1, "format": "d"}}
+    # whole budgets only: "tickMinStep" still let Vega put a tick at 1.5, labelled "2" by "d"
+    k_max = int(d["k"].max())
+    ticks = list(range(1, k_max + 1, max(1, math.ceil(k_max / 12))))
+    x = {"field": "k", "type": "quantitative", "scale": {"domain": [1, max(k_max, 2)]},
+         "axis": {"title": "configurations tried (k)", "values": ticks, "format": "d"}}
     # one axis title for every facet: with tasks of different metrics it names neither (the
     # tooltip's "metric" says which each point is)
     name = "value (each task's metric)" if objectives_differ(frame) else \
@@ -371,7 +433,9 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     y = {"field": "value", "type": "quantitative", "scale": {"type": "linear", "zero": False},
          "axis": {"title": f"expected {name} of the validation-best"}}
     shown = {"condition": {"param": "shown", "value": 0.9}, "value": 0.06}
-    return _value_facets(d, cols, width, 260, [
+    tuned, own = (~d["self_tuning"]).any(), d["self_tuning"].any()
+    # a layer whose rows are all filtered out gives an empty scale ("Infinite extent" warnings)
+    return _value_facets(d, cols, width, 260, [*([
                 {
                     "mark": {"type": "area", "opacity": 0.12},
                     "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
@@ -400,8 +464,9 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                              "title": "band high (95%)"},
                         ],
                     },
-                },
+                }] if tuned else []), *([
                 {
+                    **({} if tuned else {"params": [_legend_toggle()]}),
                     "mark": {"type": "rule", "strokeWidth": 2},
                     "transform": [{"filter": "datum.self_tuning"}],
                     "encoding": {
@@ -415,5 +480,5 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                             {"field": "metric", "type": "nominal"},
                         ],
                     },
-                },
+                }] if own else []),
     ])

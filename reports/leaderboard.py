@@ -4,6 +4,7 @@ headlined by its test metric with an honest interval across seeds (a table, not 
 from __future__ import annotations
 
 import math
+import typing
 
 import pandas as pd
 
@@ -14,25 +15,47 @@ from reports.objectives import objective, objectives_differ
 from reports.protocol import MIN_SEEDS
 from reports.selection import best_configs
 
+#: Columns the report states once in the caption when every row holds the same text.
+SAID_ONCE = ("Interval", "Beats (paired bootstrap, 95%)")
+
 
 def interval_words(how: str, n: int) -> str:
     """What an interval across ``n`` seeds is: ``min–max of 2 seeds (< 5)``, ``95% bootstrap, 6 seeds``."""
     return f"min–max of {n} seeds (< {MIN_SEEDS})" if how == "min–max" else f"95% bootstrap, {n} seeds"
 
 
+def interval_digits(mean: float, lo: float, hi: float) -> int | None:
+    """Decimals that give two significant digits of the interval's width (of ``mean`` itself, four
+    significant digits, when the interval has no width); ``None`` without a finite value."""
+    if not math.isfinite(mean):
+        return None
+    if math.isfinite(hi - lo) and hi > lo:
+        return max(0, 1 - math.floor(math.log10(hi - lo)))
+    return max(0, 3 - math.floor(math.log10(abs(mean)))) if mean else 0
+
+
+def column_digits(cells: list[tuple]) -> int | None:
+    """One number of decimals for a whole column of ``(mean, lo, hi, n, how)`` cells: the most any
+    of its cells with two seeds or more needs (:func:`interval_digits`; a column of one-seed cells
+    uses theirs), capped at 6; ``None`` for a column without values."""
+    with_width = [c for c in cells if c[3] > 1 and c[2] > c[1]]
+    pool = with_width or [c for c in cells if c[3] >= 1]
+    ds = [d for c in pool if (d := interval_digits(*c[:3])) is not None]
+    return min(max(ds), 6) if ds else None
+
+
 def format_interval(mean: float, lo: float, hi: float, n: int, how: str = "", unit: str = "",
-                    say_how: bool = True) -> str:
+                    say_how: bool = True, digits: int | None = None) -> str:
     """``mean [lo, hi] · how`` (:func:`interval_words`; left out with ``say_how=False``, for a
-    table that says it once per row), rounded to two significant digits of the interval's width;
-    ``mean (1 seed)``; ``—`` without values."""
+    table that says it once), with ``digits`` decimals (default :func:`interval_digits`: two
+    significant digits of the interval's width; a table passes its column's
+    :func:`column_digits`); ``mean (1 seed)``; ``—`` without values."""
     if n == 0 or not math.isfinite(mean):
         return "—"
+    d = interval_digits(mean, lo, hi) if digits is None else digits
     if n == 1:
-        return f"{mean:.4g}{unit} (1 seed)"
+        return f"{mean:.{d}f}{unit} (1 seed)"
     what = f" · {interval_words(how, n)}" if say_how else ""
-    if not hi > lo:
-        return f"{mean:.4g} [{lo:.4g}, {hi:.4g}]{unit}{what}"
-    d = max(0, 1 - math.floor(math.log10(hi - lo)))
     return f"{mean:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]{unit}{what}"
 
 
@@ -77,15 +100,15 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
         one_split = h["protocol"] == PROTOCOL_ONE_SPLIT
         row_how = (acc[4], acc[3]) if one_split else (h["interval"], int(h["test_n"]))
 
-        def cell(mean, lo, hi, n, how, row_how=row_how):
-            return format_interval(mean, lo, hi, n, how, say_how=(how, n) != row_how and n > 1)
+        def cell(mean, lo, hi, n, how, row_how=row_how, prefix="", suffix=""):
+            # formatted below, once the column's digits are known
+            return _Cell((mean, lo, hi, n, how), (how, n) != row_how and n > 1, prefix, suffix)
 
         if h["protocol"] == PROTOCOL_ONE_SPLIT:
             test_cell, beats = f"— ({PROTOCOL_ONE_SPLIT})", "—"
         else:
-            test_cell = cell(h["test"], h["test_lo"], h["test_hi"], int(h["test_n"]), h["interval"])
-            if mixed:
-                test_cell = f"{task_test} {test_cell}"
+            test_cell = cell(h["test"], h["test_lo"], h["test_hi"], int(h["test_n"]), h["interval"],
+                             prefix=f"{task_test} " if mixed else "")
             if len(won):
                 beats = ", ".join(f"{r.b} ({r.diff:+.3g})" for r in won.itertuples())
             elif len(c) and int(c["n"].max()) < MIN_SEEDS:
@@ -109,11 +132,11 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             row["Gap to entropy rate (nats)"] = cell(*protocol.seed_interval(fin[M_FINAL_GAP]))
         if obj.target_metric is not None:
             row["Time to target (s)"] = (
-                (cell(*ttt) + f" ({b.n_reached}/{b.n_seeds} reached)")
+                cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached)")
                 if ttt[3]
                 else f"not reached (0/{b.n_seeds})"
             )
-        row["Step time (ms, median)"] = f"{g[M_STEP_MS].median():.3g}" if g[M_STEP_MS].notna().any() else "—"
+        row["Step time (ms, median)"] = g[M_STEP_MS].median()  # formatted below, per column
         row.update(
             {
                 "_test_mean": h["test"],
@@ -131,4 +154,38 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             }
         )
         rows.append(row)
+    for col in {k for r in rows for k, v in r.items() if isinstance(v, _Cell)}:
+        digits = column_digits([r[col].values for r in rows if isinstance(r[col], _Cell)])
+        for r in rows:
+            if isinstance(r[col], _Cell):
+                r[col] = r[col].text(digits)
+    ms = [r["Step time (ms, median)"] for r in rows if math.isfinite(r["Step time (ms, median)"])]
+    d = min(max(0, 2 - math.floor(math.log10(min(ms)))), 4) if ms and min(ms) > 0 else 2
+    for r in rows:  # three significant digits of the fastest, the same decimals in every row
+        v = r["Step time (ms, median)"]
+        r["Step time (ms, median)"] = f"{v:.{d}f}" if math.isfinite(v) else "—"
     return pd.DataFrame(rows)
+
+
+class _Cell(typing.NamedTuple):
+    """An interval cell before its column's digits are known."""
+
+    values: tuple  # (mean, lo, hi, n, how): reports.protocol.seed_interval
+    say_how: bool
+    prefix: str = ""
+    suffix: str = ""
+
+    def text(self, digits: int | None) -> str:
+        body = format_interval(*self.values, say_how=self.say_how, digits=digits)
+        return f"{self.prefix}{body}{self.suffix}" if body != "—" else body
+
+
+def shared_columns(lb: pd.DataFrame) -> dict[str, str]:
+    """The leaderboard's columns that hold one text in every row (with fewer than ``MIN_SEEDS``
+    seeds: "Interval" and "Beats" say the same everywhere), each with that text: the report says it
+    once, in the table's caption, and leaves the column out."""
+    out = {}
+    for col in SAID_ONCE:
+        if col in lb and len(lb) > 1 and lb[col].nunique() == 1:
+            out[col] = str(lb[col].iloc[0])
+    return out

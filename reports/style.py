@@ -26,6 +26,14 @@ def palette(frame: pd.DataFrame) -> dict[str, tuple]:
     return dict(zip(opts, sns.color_palette("colorblind", max(len(opts), 1)), strict=False))
 
 
+def palette_hex(frame: pd.DataFrame) -> dict[str, str]:
+    """:func:`palette` as ``#rrggbb`` strings: the interactive views' colours, so an optimizer has
+    the same colour in the static figures and in the page's interactive versions."""
+    from matplotlib.colors import to_hex
+
+    return {o: to_hex(c) for o, c in palette(frame).items()}
+
+
 def legend(fig: Figure, pal: dict[str, tuple], extra: list | None = None, title: str | None = None) -> None:
     """The figure's legend above the panels; ``title`` (a one-task figure's task label) is the
     legend's own title: a separate ``suptitle`` collides with an "outside" legend of two rows."""

@@ -416,3 +416,125 @@ def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps,
     assert sections[:2] == ["valid", "train"] and sections.index("final") > sections.index("train"), sections
     assert sections.index("convergence") > sections.index("test"), sections
     assert "No data" not in text and "does not exist" not in text
+
+
+def console_messages(stderr: str) -> list[str]:
+    """The page's console messages in chromium's ``--enable-logging=stderr`` output."""
+    return [m.group(1) for m in re.finditer(r':CONSOLE:\d+\] "(.*?)", source:', stderr)]
+
+
+def _vega_views(dom: str) -> dict[str, dict]:
+    """Per interactive view of a dumped page (by its spec id): the optimizer legend's entries as
+    ``{label: symbol colour}``, the stroke colours of its line marks and its count of rule marks."""
+    out = {}
+    for chunk in dom.split('data-spec="')[1:]:
+        key = chunk.split('"', 1)[0]
+        chunk = chunk.split('data-spec="')[0]
+        legend = dict((lab, col) for col, lab in re.findall(
+            r'optimizer_legend_symbols"><path[^>]*? fill="(#[0-9a-f]{6})"[^>]*></path></g>'
+            r'<g class="mark-text role-legend-label optimizer_legend_labels"><text[^>]*>([^<]+)</text>',
+            chunk))
+        lines = set(re.findall(r'<g class="mark-line role-mark[^"]*"[^>]*>(.*?)</g>', chunk, re.S))
+        strokes = {c for block in lines for c in re.findall(r'stroke="(#[0-9a-f]{6})"', block)}
+        rules = re.findall(r'<g class="mark-rule role-mark[^"]*"[^>]*>(.*?)</g>', chunk, re.S)
+        out[key] = {"legend": legend, "strokes": strokes, "rules": sum(b.count("<line") for b in rules),
+                    "axis_titles": re.findall(r'role-axis-title"[^>]*><text[^>]*>([^<]+)</text>', chunk)}
+    return out
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", ["quickstart", "three-tasks"])
+def test_interactive_views_match_the_static_colours_in_chromium(chromium, sweeps, name, tmp_path):
+    """Issue 24 §9, in the browser: every interactive view has an optimizer legend naming every
+    optimizer, each in the static figures' colour (:func:`reports.style.palette`); the tuning curves'
+    x axis is integer budgets; the convergence view opens on the task's selection metric with a
+    rule at the target in every panel; the page logs no warning, also after the log switch."""
+    from matplotlib.colors import to_hex
+
+    import reports
+    from reports.style import palette
+
+    frame = reports.load_frame(name, tracking_uri=sweeps["uri"])
+    pal = {o: to_hex(c) for o, c in palette(frame).items()}  # what the static figures draw with
+    page = sweeps[name]
+    text = page.read_text(encoding="utf-8")
+    # the static figures draw in the same colours
+    static = text.split('id="convergence-steps-static"')[1].split("</svg>")[0]
+    assert all(c in static for c in pal.values()), pal
+    # after load, switch every view to a log y axis (re-embeds it) to catch its warnings too
+    switch = ("<script>window.addEventListener('load', function () { setTimeout(function () {"
+              "document.querySelectorAll('.vl input[type=radio][value=log]').forEach(function (r) {"
+              "r.checked = true; r.dispatchEvent(new Event('change')); }); }, 3000); });</script>")
+    end = text.rindex("</body>")
+    logged = tmp_path / "log.html"
+    logged.write_text(text[:end] + switch + text[end:], encoding="utf-8")
+    cmd = [chromium_binary(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'prof'}",
+           "--enable-logging=stderr",
+           "--v=0", "--window-size=1400,2000", "--virtual-time-budget=20000", "--dump-dom"]
+    first = subprocess.run([*cmd, page.as_uri()], capture_output=True, text=True, timeout=90)
+    views = _vega_views(first.stdout)
+    assert set(views) >= {"convergence-steps-spec", "tuning-curves-spec"}, set(views)
+    for key, v in views.items():
+        assert v["legend"] == pal, (key, v["legend"], pal)  # every optimizer, the static colour
+        assert v["strokes"] and v["strokes"] <= set(pal.values()), (key, v["strokes"])
+    # the tuning curves: integer budgets on x (no "1, 2, 2")
+    tc = first.stdout.split('data-spec="tuning-curves-spec"')[1].split('data-spec="')[0]
+    ticks = re.findall(r'role-axis-label"[^>]*>(.*?)</g>', tc, re.S)
+    x_labels = re.findall(r">([^<]+)</text>", ticks[0])
+    assert x_labels == [str(k) for k in range(1, len(x_labels) + 1)], x_labels
+    conv = views["convergence-steps-spec"]
+    assert conv["axis_titles"].count("validation accuracy") == frame["task"].nunique()
+    assert conv["rules"] == frame["task"].nunique()  # the 0.9 / 0.5 target, once per panel
+    second = subprocess.run([*cmd, logged.as_uri()], capture_output=True, text=True, timeout=90)
+    assert 'data-state="ok"' in second.stdout
+    for res in (first, second):
+        msgs = console_messages(res.stderr)
+        assert not [m for m in msgs if "WARN" in m or "Conflicting" in m or "rror" in m], msgs
+
+
+@pytest.mark.browser
+def test_convergence_view_opens_on_each_tasks_own_selection_metric(chromium, sweeps, tmp_path):
+    """The convergence view opened on validation accuracy for every task (issue 24 §9): with a loss
+    target beside accuracy targets it opens on each task's own selection metric (named in the panel
+    titles) with a rule at each task's target, and renders so in chromium without a warning."""
+    import reports
+    from reports.interactive import convergence_spec, vega_bundle
+
+    each_tasks_own = "each task's selection metric"
+
+    frame = reports.load_frame("three-tasks", tracking_uri=sweeps["uri"])
+    assert convergence_spec(frame)["params"][0]["value"] == "validation accuracy"  # one shared target
+    mixed = frame.copy()
+    loss_task = sorted(mixed["task"].unique())[0]
+    on = mixed["task"] == loss_task
+    mixed.loc[on, "target_metric"], mixed.loc[on, "target_value"], mixed.loc[on, "target_mode"] = \
+        "valid/loss", 0.7, "min"
+    spec = convergence_spec(mixed)
+    metric = spec["params"][0]
+    assert metric["value"] == each_tasks_own and metric["bind"]["options"][0] == each_tasks_own
+    from reports.layout import task_labels
+
+    label = task_labels(mixed)[loss_task]
+    rows = spec["data"]["values"]
+    own = {(r["task"], r["metric"]) for r in rows if r.get("selects") and not r.get("target")}
+    assert {m for t, m in own if t == label} == {"validation loss"}
+    assert {m for t, m in own if t != label} == {"validation accuracy"}
+    targets = sorted((r["task"], r["metric"], r["value"]) for r in rows if r.get("target"))
+    assert len(targets) == 3 and (label, "validation loss", 0.7) in targets
+    assert {(m, v) for t, m, v in targets if t != label} == {("validation accuracy", 0.5)}
+    page = tmp_path / "mixed.html"
+    page.write_text(f"<html><body><div id=v></div><script>{vega_bundle()}</script><script>"
+                    f"vegaEmbed('#v', {json.dumps(spec)}, {{renderer: 'svg'}});</script></body></html>",
+                    encoding="utf-8")
+    cmd = [chromium_binary(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'prof'}",
+           "--enable-logging=stderr",
+           "--v=0", "--window-size=1400,1200", "--virtual-time-budget=15000", "--dump-dom", page.as_uri()]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    headers = re.findall(r"aria-label=\"Title text '([^']+)'\"", res.stdout)  # the facets' titles
+    assert f"{label} — validation loss" in headers, headers
+    assert sum(h.endswith("— validation accuracy") for h in headers) == 2, headers
+    rules = re.findall(r'<line aria-label="([^"]*)" role="graphics-symbol" aria-roledescription="rule mark"',
+                       res.stdout)
+    assert sorted(rules) == sorted(f"value: {v:g}; task: {t}; metric: {m}; target: {v:g}"
+                                   for t, m, v in targets)
+    assert not [m for m in console_messages(res.stderr) if "WARN" in m or "rror" in m], res.stderr[-2000:]

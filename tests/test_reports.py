@@ -413,7 +413,8 @@ def test_leaderboard_best_configs_and_confidence_intervals(store, frame):
     assert row["_acc_mean"] == pytest.approx(accs.mean(), rel=1e-12)
     # 3 seeds (< 5): the interval is the seeds' min–max, never a t-interval, and the cell says so
     assert (row["_acc_lo"], row["_acc_hi"]) == (accs.min(), accs.max())
-    d = 1 - math.floor(math.log10(accs.max() - accs.min()))  # two significant digits of the width
+    # two significant digits of the narrowest width in the column (one format per column)
+    d = max(1 - math.floor(math.log10(hi - lo)) for hi, lo in zip(lb["_acc_hi"], lb["_acc_lo"], strict=True))
     assert row["Validation accuracy"] == f"{accs.mean():.{d}f} [{accs.min():.{d}f}, {accs.max():.{d}f}]"
     assert row["Interval"] == "min–max of 3 seeds (< 5)"  # said once per row, not in every cell
     # the headline: the test accuracy of the validation-selected configuration (lr 0.01)
@@ -700,3 +701,164 @@ def test_leaderboard_markup_is_parsed_as_classes_not_escaped_text(report):
     assert "best" in p.tr_classes and "num" in p.td_classes
     assert not any(c and "&" in c for c in p.tr_classes + p.td_classes)
     assert "&#34;" not in report.read_text(encoding="utf-8").split('id="leaderboard"')[1][:20000]
+
+
+def _tables(html_text: str) -> dict[str, dict]:
+    """Every ``<table id=...>`` of the page, parsed: ``caption`` (text), ``head`` (header cells)
+    and ``rows`` (lists of cell texts)."""
+    from html.parser import HTMLParser
+
+    class Tables(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tables, self.cur, self.where, self.text = {}, None, None, None
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "table" and a.get("id"):
+                self.cur = self.tables.setdefault(a["id"], {"caption": "", "head": [], "rows": []})
+            elif self.cur is None:
+                return
+            elif tag == "caption":
+                self.where = "caption"
+            elif tag == "tr":
+                self.row = []
+            elif tag in ("td", "th"):
+                self.text = []
+
+        def handle_endtag(self, tag):
+            if self.cur is None:
+                return
+            if tag == "table":
+                self.cur = None
+            elif tag == "caption":
+                self.where = None
+            elif tag in ("td", "th"):
+                self.row.append("".join(self.text).strip())
+                self.text = None
+            elif tag == "tr":
+                (self.cur["head"].extend if not self.cur["head"] else self.cur["rows"].append)(self.row)
+
+        def handle_data(self, data):
+            if self.cur is not None and self.where == "caption":
+                self.cur["caption"] += data
+            elif self.text is not None:
+                self.text.append(data)
+
+    p = Tables()
+    p.feed(html_text)
+    return p.tables
+
+
+def test_leaderboard_says_a_shared_interval_and_beats_once_in_its_caption(report):
+    """With < 5 seeds every row's "Interval" and "Beats" said the same words (issue 24 §13): the
+    caption says them once and the columns are left out."""
+    lb = _tables(report.read_text(encoding="utf-8"))["leaderboard-table"]
+    assert lb["caption"] == ("In every row: Interval: min–max of 3 seeds (< 5); "
+                             "Beats (paired bootstrap, 95%): not tested (< 5 paired seeds).")
+    assert "Interval" not in lb["head"] and not any(h.startswith("Beats") for h in lb["head"])
+    assert len(lb["rows"]) == len(MODELS) * len(OPTS)
+    assert not any("seeds" in cell for row in lb["rows"] for cell in row)
+
+
+def test_leaderboard_columns_have_one_number_format_each(report, frame):
+    """``0.02106 [0.02106, 0.02106]`` beside ``0.15 [0.08, 0.22]`` (issue 24 §13): every number of
+    an interval column has the same decimals, those the column's widest-needing interval asks for."""
+    from reports.leaderboard import column_digits
+
+    lb = _tables(report.read_text(encoding="utf-8"))["leaderboard-table"]
+    table = F.leaderboard(frame)
+    checked = 0
+    for col in ("Validation accuracy", "Validation loss", "Test accuracy (selected on validation)",
+                "Time to target (s)"):
+        cells = [row[lb["head"].index(col)] for row in lb["rows"]]
+        nums = [n for c in cells for n in re.findall(r"\d+\.(\d+)", c.split(" (")[0])]
+        decimals = {len(n) for n in nums}
+        assert len(decimals) == 1, (col, cells)
+        key = {"Validation accuracy": "acc", "Validation loss": "loss"}.get(col)
+        if key:  # the decimals are those column_digits picks from the column's intervals
+            ivs = [(r[f"_{key}_mean"], r[f"_{key}_lo"], r[f"_{key}_hi"], r["_n"], "")
+                   for r in table.to_dict("records")]
+            assert decimals == {column_digits(ivs)}, col
+        checked += len(nums)
+    assert checked > 40
+    # the median step time (.3g gave "1", "1.1" and "0.999" in one column)
+    steps = [row[lb["head"].index("Step time (ms, median)")] for row in lb["rows"]]
+    assert len({len(c.split(".")[1]) if re.fullmatch(r"\d+\.\d+", c) else -1 for c in steps}) == 1, steps
+    assert all(re.fullmatch(r"\d+\.\d+", c) for c in steps), steps
+
+
+def test_trials_table_has_the_test_loss(report, frame):
+    """The trials table showed test accuracy but no test loss (issue 24 §17)."""
+    t = _tables(report.read_text(encoding="utf-8"))["trials-table"]
+    col, tid = t["head"].index("Test loss"), t["head"].index("Trial")
+    got = {row[tid]: row[col] for row in t["rows"]}
+    s = RF.summaries(frame).set_index("trial_id")
+    finished = s[s["status"] == "finished"]
+    assert len(finished) > 40
+    for trial_id, r in finished.iterrows():
+        assert got[trial_id] == f"{r[N.M_TEST_LOSS]:.4f}", trial_id
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_performance_profile_legend_sits_outside_the_axes(frame):
+    """The legend sat in the lower right inside the axes, over a profile at y = 0 (issue 24 §13)."""
+    fig = F.profile_figure(frame)
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    box = fig.legends[0].get_window_extent(r)
+    assert not _overlap(box, ax.get_window_extent(r)), (box, ax.get_window_extent(r))
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == sorted(OPTS)
+
+
+def test_performance_profile_of_one_task_is_a_sentence(frame):
+    """One task made a degenerate single step (issue 24 §13): the report says a profile needs 2."""
+    one = frame[frame["task"] == "mlp / mnist1d"]
+    assert F.profile_times(one).shape[0] == 1
+    assert F.profile_figure(one) == ("A performance profile needs at least 2 tasks; this sweep has 1. "
+                                     "The tuned time-to-result below shows its times.")
+
+
+def test_throughput_tasks_are_not_drawn_in_optimizer_colours(frame):
+    """Tasks took seaborn's "muted" colours, the optimizers' hues (issue 24 §13): tasks are greys
+    with a hatch each, no bar has any optimizer's colour."""
+    from matplotlib.colors import to_hex
+
+    from reports.style import palette
+
+    fig = F.throughput_figure(frame)
+    opt_hex = {to_hex(c) for c in palette(frame).values()}
+    bars = [p for ax in fig.axes for p in ax.patches]
+    assert len(bars) == 3 * len(MODELS) * len(OPTS)
+    faces = {to_hex(p.get_facecolor()) for p in bars}
+    assert not faces & opt_hex
+    assert all(h[1:3] == h[3:5] == h[5:7] for h in faces)  # grey
+    by_task = {(to_hex(p.get_facecolor()), p.get_hatch()) for p in bars}
+    assert len(by_task) == len(MODELS)  # one distinct (grey, hatch) per task
+    legend = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert legend == {"cnn · mnist1d", "mlp · mnist1d"}
+
+
+def test_tuning_curve_bands_are_faint_fills_with_edges(frame):
+    """Overlapping 0.15-alpha bands of several optimizers turned muddy (issue 24 §13): fills of at
+    most 0.08 alpha, each band edged by thin lines at its low and high values."""
+    from matplotlib.collections import PolyCollection
+
+    from reports import protocol
+
+    fig = F.tuning_figure(frame)
+    tc = protocol.tuning_curves(frame)
+    ax = fig.axes[[a.get_title() for a in fig.axes].index("mlp · mnist1d")]
+    fills = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(fills) == len(OPTS) and all(c.get_alpha() <= 0.08 for c in fills)
+    edges = [ln for ln in ax.lines if ln.get_gid() == "band-edge"]
+    g = tc[(tc["task"] == "mlp / mnist1d") & (tc["optimizer"] == "adam")]
+    ys = [list(ln.get_ydata()) for ln in edges]
+    for col in ("valid_lo", "valid_hi", "test_lo", "test_hi"):
+        assert list(g[col]) in ys, col
+    assert len(edges) == 4 * len(OPTS)
