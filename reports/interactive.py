@@ -437,13 +437,22 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     # a layer whose rows are all filtered out gives an empty scale ("Infinite extent" warnings)
     return _value_facets(d, cols, width, 260, [*([
                 {
-                    "mark": {"type": "area", "opacity": 0.12},
+                    # faint fills with thin edges (as the static figure): 2-6 overlapping bands
+                    # at a higher opacity turned muddy (issue 24 §13)
+                    "mark": {"type": "area", "opacity": 0.07},
                     "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
                                  "y2": {"field": "hi"}, "color": color,
                                  "detail": {"field": "curve", "type": "nominal"}},
                     "transform": [{"filter": "datum.curve == 'validation (selects)' && "
                                              "!datum.self_tuning"}],
                 },
+                *({
+                    "mark": {"type": "line", "strokeWidth": 0.7, "opacity": 0.55},
+                    "encoding": {"x": x, "y": {"field": edge, "type": "quantitative"}, "color": color,
+                                 "detail": {"field": "curve", "type": "nominal"}},
+                    "transform": [{"filter": "datum.curve == 'validation (selects)' && "
+                                             "!datum.self_tuning"}],
+                } for edge in ("lo", "hi")),
                 {
                     "params": [_legend_toggle()],
                     "transform": [{"filter": "!datum.self_tuning"}],

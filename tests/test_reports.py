@@ -862,3 +862,29 @@ def test_tuning_curve_bands_are_faint_fills_with_edges(frame):
     for col in ("valid_lo", "valid_hi", "test_lo", "test_hi"):
         assert list(g[col]) in ys, col
     assert len(edges) == 4 * len(OPTS)
+
+
+def test_interactive_tuning_bands_are_faint_fills_with_edges(frame):
+    """The interactive tuning curves drew their bands at 0.12 opacity, muddy where 2-6 overlap
+    (issue 24 §13): fills of at most 0.08 opacity and a thin line at each band's low and high."""
+    from reports import interactive
+
+    layers = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "mark" in node:
+                layers.append(node)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(interactive.tuning_curves_spec(frame))
+    areas = [ly for ly in layers if isinstance(ly["mark"], dict) and ly["mark"].get("type") == "area"]
+    assert areas and all(ly["mark"]["opacity"] <= 0.08 for ly in areas)
+    edges = {ly["encoding"]["y"]["field"] for ly in layers
+             if isinstance(ly["mark"], dict) and ly["mark"].get("type") == "line"
+             and ly["mark"].get("strokeWidth", 2) < 1}
+    assert edges == {"lo", "hi"}
