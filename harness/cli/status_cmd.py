@@ -3,6 +3,7 @@ of its last parent run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -17,15 +18,17 @@ def status(
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
 ) -> None:
     """Per sweep: finished / diverged / failed / pending trials."""
-    from rich.console import Console
     from rich.table import Table
 
     from harness.config.errors import ConfigError
+    from harness.sweep.tables import print_table, stdout_console
     from harness.tracking.client import prepare_store, search_all, trial_runs
     from harness.tracking.errors import TrackingUnavailableError
     from harness.tracking.trial_run import trial_state
     from harness.tracking.uris import resolve_tracking_uri
 
+    # reading a parent's trials.json is not worth a progress bar on stderr per sweep
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     uri = resolve_tracking_uri(tracking_uri)
     expected: dict[str, set[str]] = {}
     names: list[str] | None = [experiment] if experiment else None
@@ -85,10 +88,8 @@ def status(
             last_s = "—" if last is None else _parent_state(client, last)
             t.add_row(exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
                       str(pending), last_s)
-    console = Console()
-    if not console.is_terminal:  # piped or logged: do not squeeze ids into 80 columns
-        console = Console(width=140)
-    console.print(t)
+    console = stdout_console()
+    print_table(console, t)  # a narrow terminal: one block per sweep, nothing cut
     from harness.tracking import spool
 
     n_spooled = len(spool.entries(uri))

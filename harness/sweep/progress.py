@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.core.outcome import TrialOutcome, config_label, run_name
+from harness.sweep.tables import print_table
 from harness.tracking import spool
 from harness.tracking.health import HEALTH
 
@@ -29,7 +30,7 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
         state = "done" if s.trial_id in plan.done else (
             "re-run (failed before)" if s.trial_id in plan.failed_before else "to run")
         t.add_row(str(i + 1), s.trial_id, run_name(s), s.dataset, config_label(s), str(s.steps), state)
-    console.print(t)
+    print_table(console, t)
     print_search(console, plan.specs)
     console.print(f"tracking: {uri}; batching: {cfg.batching}; executor: {cfg.executor} (jobs={cfg.jobs})")
 
@@ -69,7 +70,7 @@ def print_search(console, trials) -> None:
             t.add_column(k, justify="right")
         for (idx, _), values in sorted(pts.items(), key=lambda kv: kv[0][0]):
             t.add_row(str(idx), *(_val(v) for v in values))
-        console.print(t)
+        print_table(console, t)
     b, own = budgets(trials), budgets(trials, self_tuning=True)
     console.print("tuning budget: configurations per optimizer and task (each runs with every seed):")
     t = Table()
@@ -80,7 +81,7 @@ def print_search(console, trials) -> None:
             t.add_row(escape(task), opt, str(n))
         for opt, n in own.get(task, {}).items():
             t.add_row(escape(task), opt, escape(f"{n} (tuning: none)"))
-    console.print(t)
+    print_table(console, t)
     for line in unequal_budgets(trials):
         console.print(escape(line), soft_wrap=True)
 

@@ -167,15 +167,10 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
 
 
 def _console(console):
-    """``console``, or stdout's (140 columns when piped or logged: room for the commands)."""
-    if console is not None:
-        return console
-    from rich.console import Console
+    """``console``, or stdout's (:func:`harness.sweep.tables.stdout_console`)."""
+    from harness.sweep.tables import stdout_console
 
-    console = Console(stderr=False)
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
-        console = Console(stderr=False, width=140)
-    return console
+    return console if console is not None else stdout_console()
 
 
 def _load(config_path: str | Path, opts: SweepOptions) -> SweepConfig:

@@ -149,6 +149,18 @@ def _distinct_parts(configs: list[str]) -> dict[str, str]:
             for c, ws in zip(configs, words, strict=True)}
 
 
+def config_cell(config: str, optimizer_configs: list[str], task_configs: list[str]) -> str:
+    """The "best config" cell of ``config``: what tells it apart from the other configurations its
+    optimizer ran (``optimizer_configs``); when the optimizer ran this one configuration, what
+    tells it apart from the other optimizers' on the task (``task_configs``: its step size, ...);
+    when that is nothing either, the whole configuration. Never empty: a configuration that ran
+    shows its values."""
+    for pool in (optimizer_configs, task_configs):
+        if len(set(pool)) > 1 and (part := _distinct_parts(sorted(set(pool)))[config]):
+            return part
+    return config.replace("step_size=", "lr=")
+
+
 def _si(x: float) -> str:
     for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= div:
@@ -160,13 +172,18 @@ def print_summary(console, summary: SweepSummary) -> None:
     """The end-of-sweep table (one line per task and optimizer, short labels: it fits an 80-column
     terminal; the full configurations are in the HTML report) and the commands to look further."""
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
+
+    from harness.sweep.tables import print_table
 
     py = python_command()
     rows = sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
     configs: dict[tuple, list[str]] = {}
+    task_configs: dict[tuple, list[str]] = {}
     for o in summary.outcomes:
         configs.setdefault((o.dataset, o.model, o.optimizer), []).append(o.config)
+        task_configs.setdefault((o.dataset, o.model), []).append(o.config)
     def short(metric: str) -> str:
         return metric.split("/", 1)[-1].replace("accuracy", "acc")
 
@@ -189,7 +206,8 @@ def print_summary(console, summary: SweepSummary) -> None:
     t.add_column("ex/s", justify="right", no_wrap=True)
     t.add_column("seeds", justify="right", no_wrap=True)
     for r in rows:
-        parts = _distinct_parts(sorted(set(configs[(r["dataset"], r["model"], r["optimizer"])])))
+        best = config_cell(r["config"], configs[(r["dataset"], r["model"], r["optimizer"])],
+                           task_configs[(r["dataset"], r["model"])])
         label = "" if shared else f"{short(r['metric'])} "
         val = "—" if r["value"] is None else f"{label}{r['value']:.4f}"
         test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"
@@ -198,9 +216,9 @@ def print_summary(console, summary: SweepSummary) -> None:
         eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
         bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
         trials = f"{r['n']}" + (f" ({bad})" if bad else "")
-        t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], parts.get(r["config"], "") or "—",
+        t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], escape(best),
                   val, test, ttt, eps, trials)
-    console.print(t)
+    print_table(console, t)
     if hint := summary.spool_hint(py):
         console.print(hint, soft_wrap=True)
     uri_opt = summary.uri_option()

@@ -1,0 +1,117 @@
+"""Every command's output on an 80-column terminal keeps every cell's content (issue 24 §10): a
+table that does not fit is printed as one block per row (``column: value``), wrapped, never cut
+with "…"; and the summary's "best config" of an optimizer that ran one configuration (§17)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+
+runner = CliRunner()
+
+LONG = "a_rather_long_sweep_name_mnist1d_all_optimizers"
+
+
+@pytest.fixture(autouse=True)
+def _narrow(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+def _uncut(out: str) -> None:
+    assert "…" not in out, out
+    # a table fits the terminal (a long plain line may be soft-wrapped: the terminal wraps it)
+    assert all(len(ln) <= 80 for ln in out.splitlines() if set(ln) & set("│┃─━")), out
+
+
+def test_status_at_80_columns_keeps_the_last_runs_state(tmp_path, write_sweep, tracking_uri, fake_trainer,
+                                                        monkeypatch):
+    """``status`` squeezed "last run" to zero width at 80 columns: KILLED was lost."""
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(name=LONG, optimizers=[{"name": "sgd", "hparams": {"step_size": 0.1}},
+                                             {"name": "adam", "hparams": {"step_size": 0.003}}])
+    assert runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri]).exit_code == 0
+    c = MlflowClient(tracking_uri)
+    exp = c.get_experiment_by_name(LONG)
+    parent = c.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'")[0]
+    c.set_terminated(parent.info.run_id, "KILLED")
+    sid = parent.data.tags["harness.sweep_id"]
+    for args in (["status"], ["status", str(cfg)]):
+        r = runner.invoke(app, [*args, "--tracking-uri", tracking_uri])
+        assert r.exit_code == 0, r.output
+        _uncut(r.output)
+        lines = [ln.rstrip() for ln in r.output.splitlines()]
+        i = lines.index(LONG)
+        assert lines[i + 1:i + 9] == [f"  sweep_id: {sid}", "  trials: 4", "  finished: 4", "  diverged: 0",
+                                      "  failed: 0", "  pending: 0",
+                                      f"  last run: {parent.info.run_name} (KILLED)"][:8], r.output
+    r = runner.invoke(app, ["status", "--tracking-uri", tracking_uri], env={"COLUMNS": "250"})
+    assert f"{parent.info.run_name} (KILLED)" in r.output and "│" in r.output  # wide: still a table
+
+
+def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking_uri, fake_trainer,
+                                                 monkeypatch):
+    """The summary dropped "best config" (the winning step size) at 80 columns and cut "seeds" to
+    "see…"; the dry run's plan cut trial ids and configurations."""
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(optimizers=[{"name": "sgd", "hparams": {"step_size": [0.1, 0.3]}},
+                                  {"name": "adam", "hparams": {"step_size": 0.003}}])
+    r = runner.invoke(app, ["sweep", str(cfg), "--dry-run", "--tracking-uri", tracking_uri])
+    assert r.exit_code == 0, r.output
+    _uncut(r.output)
+    from harness.config.load import load_config
+    from harness.core.outcome import config_label, run_name
+    from harness.sweep.run import expand
+
+    specs = expand(load_config(cfg))
+    for s in specs:
+        assert f"  trial_id: {s.trial_id}" in r.output and f"  run name: {run_name(s)}" in r.output
+        assert f"  config: {config_label(s)}" in r.output
+    r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri])
+    assert r.exit_code == 0, r.output
+    _uncut(r.output)
+    lines = [ln.rstrip() for ln in r.output.splitlines()]
+    # fake_result: the larger step size reaches the same accuracy with a lower loss: every config
+    # reaches the target at the same step, so the validation accuracy (equal) then the name decide
+    blocks = {lines[i + 1]: lines[i:i + 9] for i, ln in enumerate(lines) if ln == "mlp · digits"}
+    assert blocks["  optimizer: adam"][2] == "  best config: lr=0.003"  # its one configuration (§17)
+    assert blocks["  optimizer: sgd"][2] in ("  best config: lr=0.1", "  best config: lr=0.3")
+    assert blocks["  optimizer: adam"][3:] == ["  valid acc: 0.9000", "  test acc: 0.8900", "  to target: 0.02 s",
+                                             "  ex/s: —", "  seeds: 2"], r.output
+
+
+def test_best_config_of_an_optimizer_that_ran_one_configuration():
+    """It showed "—" (§17): the one configuration's values are what the reader wants to know."""
+    from harness.sweep.summary import config_cell
+
+    adam = "constant step_size=0.003 width=16 depth=1 bs=32"
+    sgd = ["constant step_size=0.1 width=16 depth=1 bs=32", "constant step_size=0.3 width=16 depth=1 bs=32"]
+    assert config_cell(adam, [adam, adam], [adam, adam, *sgd]) == "lr=0.003"
+    assert config_cell(sgd[1], sgd, [adam, *sgd]) == "lr=0.3"
+    assert config_cell(adam, [adam], [adam]) == "constant lr=0.003 width=16 depth=1 bs=32"
+
+
+def test_print_table_keeps_every_cell_on_a_narrow_console():
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.sweep.tables import print_table
+
+    t = Table(title="t")
+    for col in ("name", "value", "note"):
+        t.add_column(col, no_wrap=True)
+    t.add_row("x" * 30, "y" * 40, "z" * 100)
+    buf = io.StringIO()
+    print_table(Console(file=buf, width=80), t)
+    out = buf.getvalue()
+    _uncut(out)
+    assert all(len(ln) <= 80 for ln in out.splitlines()) and out.count("z") == 100  # folded, all there
+    assert "  value: " + "y" * 40 in out
+    buf = io.StringIO()
+    print_table(Console(file=buf, width=250), t)
+    assert "│ " + "x" * 30 in buf.getvalue()  # fits: a table
