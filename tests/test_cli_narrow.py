@@ -81,8 +81,8 @@ def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking
     blocks = {lines[i + 1]: lines[i:i + 9] for i, ln in enumerate(lines) if ln == "mlp · digits"}
     assert blocks["  optimizer: adam"][2] == "  best config: lr=0.003"  # its one configuration (§17)
     assert blocks["  optimizer: sgd"][2] in ("  best config: lr=0.1", "  best config: lr=0.3")
-    assert blocks["  optimizer: adam"][3:] == ["  valid acc: 0.9000", "  test acc: 0.8900", "  to target: 0.02 s",
-                                             "  ex/s: —", "  seeds: 2"], r.output
+    assert blocks["  optimizer: adam"][3:] == ["  valid acc: 0.9000", "  test acc: 0.8900",
+                                             "  to target: 0.02 s", "  ex/s: —", "  seeds: 2"], r.output
 
 
 def test_best_config_of_an_optimizer_that_ran_one_configuration():
@@ -115,3 +115,68 @@ def test_print_table_keeps_every_cell_on_a_narrow_console():
     buf = io.StringIO()
     print_table(Console(file=buf, width=250), t)
     assert "│ " + "x" * 30 in buf.getvalue()  # fits: a table
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_list_at_80_columns_is_short_and_keeps_every_default():
+    """``list`` cut defaults (``positional='learne…``) and wrapped each description into 10-20 lines:
+    300 lines with no argument. Now: one line per entry (names), each default and description
+    whole under ``list KIND``, one entry in full under ``list KIND NAME``."""
+    from test_cli import list_blocks
+
+    from harness.config.optimizer_sources import optax_optimizers
+    from harness.config.registries import builder_hparams, default_registries
+    from harness.config.workloads import WORKLOADS
+
+    reg = default_registries()
+    r = runner.invoke(app, ["list"])
+    assert r.exit_code == 0, r.output
+    _uncut(r.output)
+    kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
+             "schedules": ("schedule", reg.schedules), "datasets": ("dataset", reg.datasets)}
+    n_entries = sum(len(r_) for _, r_ in kinds.values()) + len(WORKLOADS)
+    assert len(r.output.splitlines()) < n_entries + 45, r.output  # was 300 lines
+    starts = {ln.split()[0] for ln in r.output.splitlines() if ln.strip()}
+    assert all(n in starts for _, reg_ in kinds.values() for n in reg_) and set(WORKLOADS) <= starts
+
+    def defaults(single, builder):
+        return [h.name if h.required else f"{h.name}={h.default!r}"
+                for h in builder_hparams(single, builder).values()]
+
+    for kind, (single, registry) in kinds.items():
+        r = runner.invoke(app, ["list", kind])
+        assert r.exit_code == 0, r.output
+        _uncut(r.output)
+        blocks = list_blocks(r.output)
+        for name, b in registry.items():
+            for d in defaults(single, b):  # e.g. positional='learned', whole
+                assert d in blocks[name], (name, d, blocks[name])
+    r = runner.invoke(app, ["list", "optimizers", "--optax"])
+    assert r.exit_code == 0
+    _uncut(r.output)
+    blocks = list_blocks(r.output)
+    for source, b in optax_optimizers().items():
+        flat = blocks[source].replace(" ", "")  # a long default (a function's repr) is folded
+        assert all(d.replace(" ", "") in flat for d in defaults("optimizer", b)), source
+    r = runner.invoke(app, ["list", "workloads"])
+    _uncut(r.output)
+    for name, w in WORKLOADS.items():
+        assert f"{w.metric} {'>=' if w.target_mode == 'max' else '<='} {w.target:g}" in r.output, name
+
+
+def test_list_one_entry_in_full():
+    r = runner.invoke(app, ["list", "models", "transformer_lm"])
+    assert r.exit_code == 0, r.output
+    _uncut(r.output)
+    lines = [ln.rstrip() for ln in r.output.splitlines()]
+    assert lines[:2] == ["transformer_lm", "  hyperparameters (default):"]
+    assert "    positional='learned'" in lines
+    r = runner.invoke(app, ["list", "optimizers", "adam"])
+    assert "Source: jax.example_libraries.optimizers.adam." in r.output  # the whole docstring
+    r = runner.invoke(app, ["list", "optimizers", "adma"])
+    assert r.exit_code == 2 and r.output.rstrip().endswith("(did you mean 'adam'?)"), r.output
+    r = runner.invoke(app, ["list", "optimizers", "--optax", "adamw"])
+    assert r.exit_code == 0 and r.output.splitlines()[0] == "optax:adamw", r.output

@@ -76,7 +76,10 @@ def input_kinds(builder) -> str:
 
 def list_(
     kind: str | None = typer.Argument(
-        None, help="models | optimizers | schedules | datasets | workloads (default all)."),
+        None, help="models | optimizers | schedules | datasets | workloads (default: all, one line "
+        "each)."),
+    name: str | None = typer.Argument(None, help="One entry of KIND: every hyperparameter with its "
+                                      "default and the whole description."),
     optax: bool = typer.Option(
         False, "--optax", help="List every Optax and optax.contrib optimizer instead, as the "
         "`source:` that runs it (optax:NAME) with its hyperparameters (learning_rate is step_size)."),
@@ -84,14 +87,12 @@ def list_(
     """Registered models, optimizers, schedules, datasets and workloads with their hyperparameters
     and defaults (a workload: dataset, model, loss, validation target, steps × batch size).
 
-    Your own optimizer needs no registration: name it in a config entry's `source:`
-    (docs/your-optimizer.md); `list optimizers --optax` shows what `source: optax:NAME` reaches."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from harness.config.registries import builder_hparams, default_registries
-    from optimizers.registry import NOTES
+    `list` alone: one line per entry; `list KIND`: each entry's defaults and description;
+    `list KIND NAME`: one entry in full. Your own optimizer needs no registration: name it in a
+    config entry's `source:` (docs/your-optimizer.md); `list optimizers --optax` shows what
+    `source: optax:NAME` reaches."""
+    from harness.config.registries import default_registries
+    from harness.sweep.tables import stdout_console
 
     reg = default_registries()
     kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
@@ -102,80 +103,166 @@ def list_(
         valid = [*kinds, "workloads"]
         err(f"unknown kind {kind!r}; valid choices: {', '.join(valid)}{did_you_mean(kind, valid)}")
         raise typer.Exit(2)
-    console = Console()
+    console = stdout_console()
     if optax:
         if kind not in (None, "optimizers"):
             err(f"--optax lists optimizers; drop {kind!r} (python -m harness list optimizers --optax)")
             raise typer.Exit(2)
-        _print_optax(console)
+        _print_optax(console, name)
         return
-    for k, (single, registry) in kinds.items():
-        if kind and k != kind:
-            continue
-        t = Table(title=k)
-        t.add_column("name")
-        t.add_column("hyperparameters (default)")
-        if k == "models":
-            t.add_column("inputs", no_wrap=True)
-        t.add_column("description", overflow="fold")
-        for name in sorted(registry):
-            b = registry[name]
-            hps = builder_hparams(single, b)
-            hp = ", ".join(f"{h.name}" if h.required else f"{h.name}={h.default!r}" for h in hps.values())
-            extra = [input_kinds(b)] if k == "models" else []
-            note = NOTES.get(k, {}).get(name)
-            t.add_row(escape(name), escape(hp or "—"), *extra, escape(describe(b, note)))
-        if k == "datasets":
-            t.add_row("tfds:NAME", "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)")
-        if k == "models":
-            t.caption = ("inputs: the example shapes a model builds on — (L,): 1-D data such as mnist1d "
-                         "or synthetic; (H, W, C): images such as digits; tokens (T,): int sequences")
-        console.print(t)
-    if kind in (None, "workloads"):
-        _print_workloads(console)
+    if kind is None:
+        _print_short(console, kinds)
+        _print_workloads(console, short=True)
+        console.print("each entry's defaults and description: python -m harness list KIND [NAME]")
+        return
+    if kind == "workloads":
+        _print_workloads(console, name=name)
+        return
+    single, registry = kinds[kind]
+    entries = dict(registry)
+    if kind == "datasets":
+        entries["tfds:NAME"] = None
+    if name is not None:
+        if name not in entries:
+            from harness.core.registry import did_you_mean
+
+            err(f"no {single} {name!r}; {kind}: {', '.join(sorted(entries))}"
+                f"{did_you_mean(name, list(entries))}")
+            raise typer.Exit(2)
+        entries = {name: entries[name]}
+    if name is None:
+        console.print(f"[bold]{kind}[/] ({len(entries)})")
+    for n in sorted(entries):
+        _print_entry(console, kind, single, n, entries[n], full=name is not None)
+    if kind == "models":
+        console.print(_INPUTS_NOTE)
 
 
-def _print_optax(console) -> None:
-    """The table of ``list optimizers --optax``: each Optax optimizer as the ``source:`` that runs
-    it, with its hyperparameters and first docstring sentence."""
+_INPUTS_NOTE = ("inputs: the example shapes a model builds on — (L,): 1-D data such as mnist1d or "
+                "synthetic; (H, W, C): images such as digits; tokens (T,): int sequences")
+
+
+def _hparams_text(single: str, builder, names_only: bool = False) -> str:
+    """``step_size, b1=0.9, ...`` (required ones bare); ``names_only``: ``step_size, b1, ...``."""
+    from harness.config.registries import builder_hparams
+
+    hps = builder_hparams(single, builder).values()
+    return ", ".join(h.name if h.required or names_only else f"{h.name}={h.default!r}" for h in hps)
+
+
+def _print_entry(console, kind: str, single: str, name: str, builder, full: bool) -> None:
+    """One entry, stacked so that nothing is cut at any width: its name and hyperparameters with
+    their defaults on one line (wrapped), then its description (and a model's inputs) indented;
+    ``full``: one hyperparameter a line and the builder's whole docstring."""
+    import inspect
+
+    from rich.markup import escape
+    from rich.padding import Padding
+    from rich.table import Table
+
+    from optimizers.registry import NOTES
+
+    note = NOTES.get(kind, {}).get(name)
+    if builder is None:  # datasets' tfds:NAME
+        hp, desc, doc = "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)", ""
+    else:
+        hp = _hparams_text(single, builder)
+        desc = describe(builder, note)
+        doc = _plain(inspect.getdoc(builder) or "")
+    if not full:  # a grid: the hyperparameters wrap under themselves, not under the name
+        g = Table.grid(padding=(0, 2))
+        g.add_column(no_wrap=True)
+        g.add_column(overflow="fold")
+        g.add_row(f"[bold]{escape(name)}[/]", escape(hp or "—"))
+        console.print(g)
+        lines = [desc]
+    else:
+        console.print(f"[bold]{escape(name)}[/]")
+        console.print(Padding("hyperparameters (default):", (0, 0, 0, 2)))
+        for h in hp.split(", ") if hp else ["—"]:
+            console.print(Padding(escape(h), (0, 0, 0, 4)), overflow="fold")
+        lines = [doc or desc, *([f"note: {_plain(note)}"] if note else [])]
+    if kind == "models" and builder is not None:
+        lines.append(f"inputs: {input_kinds(builder)}")
+    for line in lines:
+        console.print(Padding(escape(line), (0, 0, 0, 2)), overflow="fold")
+
+
+def _print_short(console, kinds: dict) -> None:
+    """``list`` alone: per kind one line per entry, its name and hyperparameter names."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
+    for k, (single, registry) in kinds.items():
+        t = Table(title=f"{k} ({len(registry)})", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_header=False, pad_edge=False)
+        t.add_column("name", no_wrap=True)
+        t.add_column("hyperparameters", overflow="fold")
+        for n in sorted(registry):
+            t.add_row(escape(n), escape(_hparams_text(single, registry[n], names_only=True) or "—"))
+        if k == "datasets":
+            t.add_row("tfds:NAME", "data_dir, ...")
+        console.print(t)
+
+
+def _print_optax(console, name: str | None = None) -> None:
+    """``list optimizers --optax [NAME]``: each Optax optimizer as the ``source:`` that runs it,
+    with its hyperparameters and first docstring sentence (stacked: nothing cut at 80 columns)."""
     from harness.config.optimizer_sources import optax_optimizers
-    from harness.config.registries import builder_hparams
 
     try:
         found = optax_optimizers()
     except ImportError as e:
         err(str(e))
         raise typer.Exit(2) from None
-    t = Table(title=f"Optax optimizers ({len(found)}): use as  source: \"optax:NAME\"")
-    t.add_column("source", no_wrap=True)
-    t.add_column("hyperparameters (default)")
-    t.add_column("description", overflow="fold")
+    if name is not None:
+        hits = {k: b for k, b in found.items() if name in (k, k.split(":", 1)[1])}
+        if not hits:
+            from harness.core.registry import did_you_mean
+
+            short = [k.split(":", 1)[1] for k in found]
+            err(f"no Optax optimizer {name!r}{did_you_mean(name, short)} "
+                f"(python -m harness list optimizers --optax lists them)")
+            raise typer.Exit(2)
+        found = hits
+    if name is None:
+        console.print(f"[bold]Optax optimizers ({len(found)})[/]: use as  source: \"optax:NAME\"")
     for text, b in found.items():
-        hps = builder_hparams("optimizer", b)
-        hp = ", ".join(h.name if h.required else f"{h.name}={h.default!r}" for h in hps.values())
-        t.add_row(escape(text), escape(hp or "—"), escape(describe(b)))
-    t.caption = "learning_rate is the harness's step_size (a float, a search distribution, or a schedule)"
-    console.print(t)
+        _print_entry(console, "optax", "optimizer", text, b, full=name is not None)
+    console.print("learning_rate is the harness's step_size (a float, a search distribution, or a schedule)")
 
 
-def _print_workloads(console) -> None:
-    """The :data:`harness.config.workloads.WORKLOADS` table for ``list``."""
+def _print_workloads(console, short: bool = False, name: str | None = None) -> None:
+    """The :data:`harness.config.workloads.WORKLOADS` table for ``list`` (``short``: one line each,
+    without steps × batch; ``name``: that workload only)."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
     from harness.config.workloads import WORKLOADS
+    from harness.sweep.tables import print_table
 
-    t = Table(title="workloads (validation targets)")
+    names = sorted(WORKLOADS)
+    if name is not None:
+        if name not in WORKLOADS:
+            from harness.core.registry import did_you_mean
+
+            err(f"no workload {name!r}; workloads: {', '.join(names)}{did_you_mean(name, names)}")
+            raise typer.Exit(2)
+        names = [name]
+    t = Table(title=f"workloads ({len(names)}, validation targets)", title_justify="left",
+              **({"box": box.SIMPLE_HEAD, "pad_edge": False} if short else {}))
     t.add_column("name", no_wrap=True)
-    for col in ("dataset / model", "target", "steps x batch"):
+    for col in ("dataset / model", "target", *(() if short else ("steps x batch",))):
         t.add_column(col, overflow="fold")
-    for name in sorted(WORKLOADS):
-        w = WORKLOADS[name]
+    for n in names:
+        w = WORKLOADS[n]
         op = ">=" if w.target_mode == "max" else "<="
         data = f"{w.dataset}{' (data_dir)' if w.needs_data_dir else ''} / {w.model}"
-        t.add_row(escape(name), escape(data), escape(f"{w.metric} {op} {w.target:g}"),
-                  f"{w.steps} x {w.batch_size}")
-    console.print(t)
+        t.add_row(escape(n), escape(data), escape(f"{w.metric} {op} {w.target:g}"),
+                  *(() if short else (f"{w.steps} x {w.batch_size}",)))
+    if short:  # one line each where it fits; a long cell wraps within its column
+        console.print(t)
+    else:
+        print_table(console, t)
