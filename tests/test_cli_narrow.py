@@ -180,3 +180,24 @@ def test_list_one_entry_in_full():
     assert r.exit_code == 2 and r.output.rstrip().endswith("(did you mean 'adam'?)"), r.output
     r = runner.invoke(app, ["list", "optimizers", "--optax", "adamw"])
     assert r.exit_code == 0 and r.output.splitlines()[0] == "optax:adamw", r.output
+
+
+def test_summary_table_names_the_one_configuration_an_optimizer_ran():
+    """§17 on a wide terminal: adam ran one configuration; its "best config" cell said "—"."""
+    from rich.console import Console
+
+    from harness.core.outcome import TrialOutcome
+    from harness.sweep.summary import SweepSummary, print_summary
+
+    def o(opt, lr, seed):
+        return TrialOutcome(trial_id=f"{opt}{lr}{seed}", status="finished", model="mlp", optimizer=opt,
+                            dataset="digits", seed=seed, config=f"constant step_size={lr} width=16 bs=32",
+                            final_valid_accuracy=0.9, final_valid_loss=0.3)
+
+    outcomes = [o("adam", 0.003, s) for s in (0, 1)] + [o("sgd", lr, 0) for lr in (0.1, 0.3)]
+    buf = io.StringIO()
+    print_summary(Console(file=buf, width=250), SweepSummary("x", "sid", None, None, "sqlite:///x.db",
+                                                             outcomes, 1.0))
+    rows = {ln.split("digits")[1].split()[0]: ln.split("digits")[1].split()[1]
+            for ln in buf.getvalue().splitlines() if ln.strip().startswith("mlp · digits")}
+    assert rows == {"adam": "lr=0.003", "sgd": "lr=0.1"}, buf.getvalue()

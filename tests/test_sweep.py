@@ -500,9 +500,11 @@ def test_summary_says_no_target_when_the_config_has_none(tmp_path):
     assert "not reached" in table(make_spec(target={"metric": "valid/accuracy", "value": 0.95}))
 
 
-def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path, write_sweep, monkeypatch):
+def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path, write_sweep, monkeypatch,
+                                                                       capsys):
     """A grown sweep showed a blank terminal for a minute before its progress bar (issue 24 §11):
-    the loading and the pre-flight now say what they do, on a terminal, while they run."""
+    the loading and the pre-flight now say what they do while they run: on a terminal in a
+    transient line, on a pipe once per stage on stderr (stdout, what a script reads, unchanged)."""
     import io
 
     from rich.console import Console
@@ -512,9 +514,49 @@ def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path,
     cfg = write_sweep()
     run_sweep(cfg, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}", dry_run=True,
               console=Console(file=buf, force_terminal=True, width=300))
-    assert f"checking {cfg}: reading it, loading its datasets, tracing every model and optimizer" in \
-        buf.getvalue()
+    assert f"checking {cfg}: reading it" in buf.getvalue()
+    assert "pre-flight 0/3: tracing every model and optimizer build" in buf.getvalue()
+    assert capsys.readouterr().err == ""
     plain = io.StringIO()  # a pipe: nothing transient in what a script reads
     run_sweep(cfg, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}", dry_run=True,
               console=Console(file=plain, force_terminal=False, width=300))
     assert "checking" not in plain.getvalue() and "tiny" in plain.getvalue()
+    # one mlp, and sgd alone and with its constant schedule: 3 traces; each stage said once
+    assert capsys.readouterr().err.splitlines() == [
+        f"checking {cfg}: reading it (nothing is trained or written yet)",
+        f"loading 1 dataset of {cfg}",
+        "pre-flight 0/3: tracing every model and optimizer build (nothing is trained or written yet)",
+        f"reading what the store sqlite:///{tmp_path / 'x.db'} holds of this sweep"]
+
+
+def test_a_real_sweep_in_a_pty_shows_pre_flight_k_of_n_before_its_first_trial(tmp_path, write_sweep):
+    """What a user at a terminal sees (issue 24 §11): the stage line with pre-flight k/N and the
+    programs being built, before the first trial's line; a real sweep, the real trainer."""
+    import pty
+    import re
+
+    cfg = write_sweep(optimizers=[{"name": "sgd", "hparams": {"step_size": 0.1}},
+                                  {"name": "adam", "hparams": {"step_size": 0.003}}], seeds=[0])
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "TERM": "xterm"}
+    p = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri",
+                          f"sqlite:///{tmp_path / 'x.db'}"], stdin=slave, stdout=slave, stderr=slave,
+                         cwd=tmp_path, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the pty
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert p.wait(timeout=300) == 0
+    os.close(master)
+    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
+    first_trial = out.index("finished ")
+    # 1 mlp; sgd and adam, each alone and with the constant schedule: 5 traces
+    k_of_n = [m.start() for m in re.finditer(r"pre-flight [0-5]/5: tracing every model", out)]
+    assert k_of_n and k_of_n[0] < first_trial, out
+    assert -1 < out.index("building 2 programs for 2 trials (batching auto") < first_trial, out

@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.config.errors import ConfigError
@@ -128,9 +128,34 @@ def step_size_problem(optimizer_hparams: Mapping[str, Any], dtype: str) -> str |
     return None
 
 
-def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None) -> TrialList:
+def _model_key(s, ds) -> tuple:
+    """What a model is traced once per: name, hyperparameters, the dataset's input shape and classes."""
+    return ("model", s.model, hp_key(s.hparams("model")), ds.input_shape, ds.num_classes)
+
+
+def _opt_keys(s, mkey: tuple) -> list[tuple]:
+    """What an optimizer is traced once per, alone then with its schedule (as the trainer builds
+    it), on model ``mkey``'s parameters; none for an AlgoPerf submission (checked when it loads)."""
+    if s.optimizer_api == "algoperf":
+        return []
+    ohp = hp_key(s.hparams("optimizer"))
+    return [("opt", s.optimizer, ohp, "none", hp_key({}), 0, mkey),
+            ("opt", s.optimizer, ohp, s.schedule, hp_key(s.hparams("schedule")), s.steps, mkey)]
+
+
+def _traced(s, ds) -> set[tuple]:
+    """The traces trial ``s`` needs (its model's and its optimizer builds'): pre-flight's k/N."""
+    mkey = _model_key(s, ds)
+    return {mkey, *_opt_keys(s, mkey)}
+
+
+def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
+              on_stage: Callable[[str, str], None] | None = None) -> TrialList:
     """Everything a trial needs, checked once per distinct value before any work or MLflow write;
-    returns the expanded trials.
+    returns the expanded trials. ``on_stage(name, text)``, when given, hears what it is doing:
+    ``("datasets", "loading N datasets ...")``, then ``("pre-flight", "pre-flight k/N ...")`` after
+    each trial, N the distinct models and optimizer builds it traces and k those done
+    (:class:`harness.sweep.progress.StageLine` shows them).
 
     - every dataset loads (a ``tfds:NAME`` that is not prepared fails here with the full
       "how to prepare it" message; small datasets are loaded, and the in-process executor reuses
@@ -157,15 +182,18 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
     import jax.numpy as jnp
 
     if needs_parts(cfg):  # each part checked as its own grid (harness.config.workloads)
-        return expand_parts(cfg, lambda part: preflight(part, file, registries))
+        return expand_parts(cfg, lambda part: preflight(part, file, registries, on_stage))
     from harness.data.sources import DATASETS, TFDS_PREFIX, load_dataset
     from harness.train.build import base_step_size, make_opt_factory
 
     reg = config_registries(cfg, registries or default_registries())
     paths = entry_paths(cfg)
     errors: list[str] = []
+    say = on_stage or (lambda name, text: None)
 
     # datasets
+    n_ds = len(paths["datasets"])
+    say("datasets", f"loading {n_ds} dataset{'' if n_ds == 1 else 's'} of {file}")
     loaded: dict[tuple[str, str], Any] = {}
     for (name, hpk), path in paths["datasets"].items():
         hp = json.loads(hpk)
@@ -211,7 +239,19 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
     avals: dict[tuple, Any] = {}  # each model's parameter shapes: the optimizers are checked on them
     lr_aval = jax.ShapeDtypeStruct((), jnp.float32)
     key_aval = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    # progress: the distinct models and optimizer builds traced (k/N); a trial's count as done after it
+    traced = {s.trial_id: _traced(s, loaded[(s.dataset, hp_key(s.hparams("dataset")))]) for s in specs}
+    n_traced = len(set().union(*traced.values()))
+    done: set[tuple] = set()
+
+
+    def progress() -> None:
+        say("pre-flight", f"pre-flight {len(done)}/{n_traced}: tracing every model and optimizer build "
+                          f"(nothing is trained or written yet)")
+
     for s in specs:
+        progress()
+        done |= traced[s.trial_id]
         ds_key = (s.dataset, hp_key(s.hparams("dataset")))
         ds = loaded[ds_key]
         # batch size
@@ -223,7 +263,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
                           f"examples of dataset {s.dataset!r}")
         # model
         mhp = s.hparams("model")
-        mkey = ("model", s.model, hp_key(mhp), ds.input_shape, ds.num_classes)
+        mkey = _model_key(s, ds)
         if once(mkey):
             mpath = specs.origins[s.trial_id].paths["models"]
 
@@ -254,12 +294,14 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
         opath = specs.origins[s.trial_id].paths["optimizers"]
         shp = s.hparams("schedule")
         spath = specs.origins[s.trial_id].paths["schedules"]
-        for sched, sched_hp, steps in (("none", {}, 0), (s.schedule, shp, s.steps)):
+        for okey in _opt_keys(s, mkey):
+            _, _, _, sched, _, steps, _ = okey
+            sched_hp = shp if sched != "none" else {}
             if ("bad-opt", s.optimizer, hp_key(ohp)) in seen:
                 break  # reported once, on the optimizer
             # the model's parameter shapes; a vector when the model failed (reported above)
             p = avals.get(mkey, jax.ShapeDtypeStruct((2,), jnp.float32))
-            if not once(("opt", s.optimizer, hp_key(ohp), sched, hp_key(sched_hp), steps, mkey)):
+            if not once(okey):
                 continue
 
             def trace_update(ohp, sched=sched, sched_hp=sched_hp, steps=steps, p=p, s=s):
@@ -301,8 +343,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None)
                     errors.append(f"{file}: {_hp_path(spath, shp, str(e))}: schedule {s.schedule!r} "
                                   f"({_hp_text(shp)}, total_steps={steps}) with optimizer "
                                   f"{s.optimizer!r}: {_exc_text(e)}")
+    progress()
     if errors:
         raise ConfigError(errors)
     return specs
-
-

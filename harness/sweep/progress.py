@@ -184,3 +184,50 @@ def outcome_line(o: TrialOutcome) -> str:
     if o.spooled:
         skipped += " (spooled: the store did not answer)" if not o.skipped else " (in the local spool)"
     return f"[{color}]{o.status:8}[/] {escape(f'{o.run_name} [{o.trial_id}]{skipped} {extra}')}"
+
+
+class StageLine:
+    """What a sweep does before its progress bar (reading the config, loading datasets, pre-flight
+    k/N, building N programs), said within a second of the start: on a terminal one transient
+    spinner line that each :meth:`stage` rewrites (at once when the stage changes, at most every
+    0.1 s within one); on a pipe one plain line on stderr per stage name, the first time that stage
+    is reached (a log holds each stage once, not every k/N); nothing when ``quiet``. :meth:`stop`
+    (idempotent) ends it before the plan or the bar prints."""
+
+    def __init__(self, console, quiet: bool) -> None:
+        self.console, self.quiet = console, quiet
+        self.seen: set[str] = set()
+        self.live = self.spinner = None
+        self.name, self.shown_at = "", 0.0
+
+    def stage(self, name: str, text: str) -> None:
+        """Now at stage ``name`` (the key a pipe says once), described by ``text``."""
+        import time
+
+        if self.quiet:
+            return
+        if not self.console.is_terminal:
+            if name not in self.seen:
+                import sys
+
+                self.seen.add(name)
+                print(text, file=sys.stderr, flush=True)
+            return
+        from rich.live import Live
+        from rich.spinner import Spinner
+        from rich.text import Text
+
+        if self.live is None:
+            self.spinner = Spinner("dots", Text(text))
+            self.live = Live(self.spinner, console=self.console, transient=True, refresh_per_second=12.5)
+            self.live.start()
+        now = time.monotonic()
+        self.spinner.update(text=Text(text))
+        if name != self.name or now - self.shown_at >= 0.1:
+            self.live.refresh()
+            self.name, self.shown_at = name, now
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = self.spinner = None

@@ -43,7 +43,7 @@ from harness.plan.units import group_units
 from harness.sweep.execution import execute_units
 from harness.sweep.parent_run import end_parent, kill_dead_invocations, start_parent
 from harness.sweep.preflight import preflight
-from harness.sweep.progress import ProgressDisplay, print_plan
+from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
 from harness.sweep.resume import Plan, count_done, make_plan, take_spooled
 from harness.sweep.summary import SweepSummary, best_configs, print_summary, python_command
 from harness.tracking import spool
@@ -117,19 +117,27 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     t_start = time.perf_counter()
     compile_cache.enable(opts.compile_cache)  # before this process compiles anything
     console = _console(opts.console)
-    # within a second of the start, on a terminal: what the seconds before the plan are spent on
-    # (transient; nothing on a pipe, so the output a script reads is unchanged)
-    status = contextlib.nullcontext() if opts.quiet else console.status(
-        f"checking {config_path}: reading it, loading its datasets, tracing every model and optimizer "
-        f"(nothing is trained or written yet)")
-    with status:
-        cfg = _load(config_path, opts)
-        trains_here = isinstance(opts.executor_obj, InProcessExecutor) if opts.executor_obj is not None \
-            else cfg.executor == "inprocess"
-        # With workers (--jobs N, Ray) the parent trains nothing: the JAX backend its preflight starts
-        # must not preallocate the GPU memory the workers need (harness.execute.devices.parent_off_devices).
-        with contextlib.nullcontext() if trains_here else parent_off_devices():
-            specs = preflight(cfg, str(config_path), opts.registries)  # before the store: dry run too
+    # within a second of the start: what the seconds before the plan or the bar are spent on (a
+    # transient line on a terminal; on a pipe one line per stage on stderr: stdout is unchanged)
+    stages = StageLine(console, opts.quiet)
+    try:
+        return _run_sweep(config_path, opts, console, stages, t_start)
+    finally:
+        stages.stop()
+
+
+def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: StageLine,
+               t_start: float) -> SweepSummary:
+    """:func:`run_sweep`'s body; ``stages`` says what it does until the plan or the bar prints."""
+    stages.stage("config", f"checking {config_path}: reading it (nothing is trained or written yet)")
+    cfg = _load(config_path, opts)
+    trains_here = isinstance(opts.executor_obj, InProcessExecutor) if opts.executor_obj is not None \
+        else cfg.executor == "inprocess"
+    # With workers (--jobs N, Ray) the parent trains nothing: the JAX backend its preflight starts
+    # must not preallocate the GPU memory the workers need (harness.execute.devices.parent_off_devices).
+    with contextlib.nullcontext() if trains_here else parent_off_devices():
+        # before the store: dry run too
+        specs = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage)
     sweep_id = sweep_id_of(cfg.name, specs)
     uri = resolve_tracking_uri(opts.tracking_uri, cfg.tracking_uri)
     # The executor is built and validated before the dry-run branch: a dry run promises what a run
@@ -137,8 +145,10 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     # that does not fit, Ray with an unshareable store).
     ex = _executor(cfg, opts, uri, console)
     if opts.dry_run:
-        return _dry_run(cfg, specs, sweep_id, uri, console, t_start)
+        stages.stage("store", f"reading what the store {uri} holds of this sweep")
+        return _dry_run(cfg, specs, sweep_id, uri, console, t_start, stages)
 
+    stages.stage("store", f"opening the store {uri}; finding the trials already done")
     client = prepare_store(uri)  # health check / schema creation, before any worker
     replayed = replay_spool(uri)  # results an earlier invocation could not write
     if replayed.written and not opts.quiet:
@@ -149,9 +159,10 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     outcomes: list[TrialOutcome] = plan.done_outcomes
     outcomes += take_spooled(plan, uri)  # trained, not yet in the store: not trained again
     if not plan.todo:
+        stages.stop()
         return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts.quiet, t_start)
     parent_id = _run_invocation(cfg, config_path, specs, plan, outcomes, ex, client, exp_id, sweep_id,
-                                uri, console, opts.quiet, t_start)
+                                uri, console, stages, opts.quiet, t_start)
     left = spool.entries(uri)
     summary = SweepSummary(cfg.name, sweep_id, exp_id, parent_id, uri, outcomes,
                            time.perf_counter() - t_start, spooled_left=len(left),
@@ -211,7 +222,7 @@ def _executor(cfg: SweepConfig, opts: SweepOptions, uri: str, console) -> Execut
 
 
 def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, console,
-             t_start: float) -> SweepSummary:
+             t_start: float, stages: StageLine) -> SweepSummary:
     """Print the plan; read-only: a store that does not exist yet is not created."""
     exp_id = None
     client = None
@@ -220,6 +231,7 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
         exp = client.get_experiment_by_name(cfg.name)
         exp_id = exp.experiment_id if exp else None
     plan = make_plan(specs, client, exp_id) if client else Plan(specs, list(specs))
+    stages.stop()
     print_plan(console, cfg, plan, sweep_id, uri)
     return SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
                         time.perf_counter() - t_start, dry_run=True)
@@ -242,7 +254,7 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
 
 def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList, plan: Plan,
                     outcomes: list[TrialOutcome], ex: Executor, client, exp_id: str, sweep_id: str,
-                    uri: str, console, quiet: bool, t_start: float) -> str:
+                    uri: str, console, stages: StageLine, quiet: bool, t_start: float) -> str:
     """One invocation's parent run around the execution of ``plan.todo`` (appending to
     ``outcomes``), with its heartbeat; the parent ends FINISHED, FAILED or KILLED. Returns its id.
 
@@ -250,7 +262,12 @@ def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList,
       SweepInterrupted: Ctrl-C.
     """
     batching_tags: dict[str, str] = {}  # trial_id -> harness.batching (how its unit trains, and why)
+    n_programs = len({s.batch_key() for s in plan.todo})
+    stages.stage("build", f"building {n_programs} program{'s' * (n_programs != 1)} for "
+                          f"{len(plan.todo)} trials (batching "
+                          f"{cfg.batching}{': measuring where vmap pays' if cfg.batching == 'auto' else ''})")
     units = group_units(plan.todo, cfg.batching, labels=batching_tags)
+    stages.stop()
     parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
     heartbeat = Heartbeat(uri, parent_id).start()
     ctx = _run_context(cfg, uri, exp_id, parent_id, sweep_id,
