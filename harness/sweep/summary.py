@@ -169,8 +169,9 @@ def _si(x: float) -> str:
 
 
 def print_summary(console, summary: SweepSummary) -> None:
-    """The end-of-sweep table (one line per task and optimizer, short labels: it fits an 80-column
-    terminal; the full configurations are in the HTML report) and the commands to look further."""
+    """The end-of-sweep table (one row per task and optimizer, short labels, so that it fits an
+    80-column terminal, else a block per row; the full configurations are in the HTML report) and
+    the commands to look further."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -192,19 +193,18 @@ def print_summary(console, summary: SweepSummary) -> None:
     metrics = {short(r["metric"]) for r in rows} or {"acc"}
     shared = next(iter(metrics)) if len(metrics) == 1 else None
     head = f" {shared}" if shared else ""
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
               title=f"{summary.name}: best configuration per task and optimizer\n{summary.headline()}",
               caption="best = selected on validation: most seeds reaching the target, then fewest "
                       "steps to it, then most finished, then best validation metric; test = its mean "
                       "test metric; full configurations: the HTML report")
+    # the task and optimizer on one line; the rest may wrap at words (a header over two lines) so
+    # that the table fits 80 columns (harness.sweep.tables.print_table: else a block per row)
     t.add_column("task", no_wrap=True)
     t.add_column("optimizer", no_wrap=True)
-    t.add_column("best config", overflow="fold")
-    t.add_column(f"valid{head}", justify="right", no_wrap=True)
-    t.add_column(f"test{head}", justify="right", no_wrap=True)
-    t.add_column("to target", justify="right", no_wrap=True)
-    t.add_column("ex/s", justify="right", no_wrap=True)
-    t.add_column("seeds", justify="right", no_wrap=True)
+    t.add_column("best config")
+    for col in (f"valid{head}", f"test{head}", "to target", "ex/s", "seeds"):
+        t.add_column(col, justify="right")
     for r in rows:
         best = config_cell(r["config"], configs[(r["dataset"], r["model"], r["optimizer"])],
                            task_configs[(r["dataset"], r["model"])])

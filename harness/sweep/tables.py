@@ -18,28 +18,36 @@ def _plain(x) -> str:
 
 
 def fit_widths(console, table) -> list[int] | None:
-    """Column widths at which ``table`` prints on ``console`` without cutting a cell: every
-    ``no_wrap`` column at its widest cell, every other at least as wide as its longest word, the
-    room left shared out up to each column's widest cell; ``None`` when even that does not fit."""
+    """Column widths at which ``table`` prints on ``console`` without cutting a cell; ``None`` when
+    there are none. Every ``no_wrap`` column is as wide as its widest cell; the others, at best as
+    wide as their widest cell (only a header wraps), else as their longest word (cells wrap at
+    words); the room left goes to the columns that need the least more to be whole."""
     from rich.cells import cell_len
 
-    lines = [[ln for x in (c.header, *c.cells) for ln in _plain(x).splitlines() or [""]]
-             for c in table.columns]
-    widest = [max(map(cell_len, ls), default=0) for ls in lines]
-    least = [w if c.no_wrap else max((cell_len(word) for ln in ls for word in ln.split()), default=0)
-             for c, ls, w in zip(table.columns, lines, widest, strict=True)]
+    def words(lines: list[str]) -> list[int]:
+        return [cell_len(w) for ln in lines for w in ln.split()]
+
+    heads = [_plain(c.header).splitlines() or [""] for c in table.columns]
+    cells = [[ln for x in c.cells for ln in _plain(x).splitlines() or [""]] for c in table.columns]
+    widest = [max(map(cell_len, h + c), default=0) for h, c in zip(heads, cells, strict=True)]
     unbounded = console.options.update_width(1 << 20)  # the table at its own widths
-    overhead = console.measure(table, options=unbounded).maximum - sum(widest)
-    room = console.width - overhead - sum(least)
-    if room < 0:
-        return None
-    widths = list(least)
-    order = sorted(range(len(widths)), key=lambda i: widest[i] - least[i])  # smallest needs first
-    for n_left, i in zip(range(len(order), 0, -1), order, strict=True):
-        extra = min(widest[i] - least[i], room // n_left)
-        widths[i] += extra
-        room -= extra
-    return widths
+    budget = console.width - (console.measure(table, options=unbounded).maximum - sum(widest))
+    whole_cells = [w if col.no_wrap else max([*words(h), *map(cell_len, c)], default=0)
+                   for col, h, c, w in zip(table.columns, heads, cells, widest, strict=True)]
+    any_word = [w if col.no_wrap else max(words(h + c), default=0)
+                for col, h, c, w in zip(table.columns, heads, cells, widest, strict=True)]
+    for least in (whole_cells, any_word):
+        room = budget - sum(least)
+        if room < 0:
+            continue
+        widths = list(least)
+        order = sorted(range(len(widths)), key=lambda i: widest[i] - least[i])  # smallest needs first
+        for n_left, i in zip(range(len(order), 0, -1), order, strict=True):
+            extra = min(widest[i] - least[i], room // n_left)
+            widths[i] += extra
+            room -= extra
+        return widths
+    return None
 
 
 def print_table(console, table) -> None:
