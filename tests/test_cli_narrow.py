@@ -132,10 +132,6 @@ def table_rows(output: str) -> dict[str, list[str]]:
     return {k: [" ".join(p) for p in v] for k, v in rows.items()}
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.split())
-
-
 def test_list_at_80_columns_is_short_and_keeps_every_default():
     """``list`` cut defaults (``positional='learne…``) and wrapped each description into 10-20 lines:
     300 lines with no argument. Now: one line per entry (names), each default and description

@@ -509,6 +509,8 @@ def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path,
 
     from rich.console import Console
 
+    import harness.sweep.progress as progress
+
     monkeypatch.chdir(tmp_path)
     buf = io.StringIO()
     cfg = write_sweep()
@@ -518,15 +520,47 @@ def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path,
     assert "pre-flight 0/3: tracing every model and optimizer build" in buf.getvalue()
     assert capsys.readouterr().err == ""
     plain = io.StringIO()  # a pipe: nothing transient in what a script reads
+    monkeypatch.setattr(progress, "PIPE_AFTER_S", 60.0)
     run_sweep(cfg, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}", dry_run=True,
               console=Console(file=plain, force_terminal=False, width=300))
     assert "checking" not in plain.getvalue() and "tiny" in plain.getvalue()
-    # one mlp, and sgd alone and with its constant schedule: 3 traces; each stage said once
-    assert capsys.readouterr().err.splitlines() == [
-        f"checking {cfg}: reading it (nothing is trained or written yet)",
-        f"loading 1 dataset of {cfg}",
-        "pre-flight 0/3: tracing every model and optimizer build (nothing is trained or written yet)",
-        f"reading what the store sqlite:///{tmp_path / 'x.db'} holds of this sweep"]
+    assert capsys.readouterr().err == ""  # no stage lasted PIPE_AFTER_S: nothing said (an error alone)
+
+
+def test_a_pipe_hears_each_slow_stage_once_on_stderr(tmp_path, write_sweep, monkeypatch, capsys):
+    """On a pipe, a stage that lasts (loading a large dataset, tracing many programs) is said once
+    on stderr with its latest k/N (issue 24 §11); stdout, what a script reads, is unchanged."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    import harness.sweep.progress as progress
+    import harness.sweep.run as run_mod
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(progress, "PIPE_AFTER_S", 0.05)
+    real = run_mod.preflight
+
+    def slow_preflight(cfg, file, registries=None, on_stage=None):
+        def stage(name, text):
+            on_stage(name, text)
+            time.sleep(0.2)  # every stage and every k/N step lasts
+        return real(cfg, file, registries, on_stage=stage)
+
+    monkeypatch.setattr(run_mod, "preflight", slow_preflight)
+    cfg = write_sweep()
+    plain = io.StringIO()
+    run_sweep(cfg, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}", dry_run=True,
+              console=Console(file=plain, force_terminal=False, width=300))
+    assert "sweep:" not in plain.getvalue() and "tiny" in plain.getvalue()
+    # one mlp, and sgd alone and with its constant schedule: 3 traces; each slow stage said once, with
+    # its k/N of then (reading the config and the store may or may not have lasted 0.05 s)
+    err = capsys.readouterr().err.splitlines()
+    assert [ln for ln in err if not ln.startswith((f"sweep: checking {cfg}", "sweep: reading what"))] == [
+        f"sweep: loading 1 dataset of {cfg}",
+        "sweep: pre-flight 0/3: tracing every model and optimizer build (nothing is trained or written yet)"]
+    assert len(err) == len(set(err)) <= 4, err
 
 
 def test_a_real_sweep_in_a_pty_shows_pre_flight_k_of_n_before_its_first_trial(tmp_path, write_sweep):

@@ -186,33 +186,39 @@ def outcome_line(o: TrialOutcome) -> str:
     return f"[{color}]{o.status:8}[/] {escape(f'{o.run_name} [{o.trial_id}]{skipped} {extra}')}"
 
 
+#: What starts a stage's line on a pipe (``grep -v '^sweep: '`` leaves the rest of stderr).
+PIPE_PREFIX = "sweep: "
+#: On a pipe a stage is said once it has lasted this long (s): a config that fails at once prints
+#: its error alone, as before; one that takes a while says where it is.
+PIPE_AFTER_S = 0.5
+
+
 class StageLine:
     """What a sweep does before its progress bar (reading the config, loading datasets, pre-flight
     k/N, building N programs), said within a second of the start: on a terminal one transient
     spinner line that each :meth:`stage` rewrites (at once when the stage changes, at most every
-    0.1 s within one); on a pipe one plain line on stderr per stage name, the first time that stage
-    is reached (a log holds each stage once, not every k/N); nothing when ``quiet``. :meth:`stop`
-    (idempotent) ends it before the plan or the bar prints."""
+    0.1 s within one); on a pipe one plain line on stderr per stage name (:data:`PIPE_PREFIX` and
+    its latest text) once the stage has lasted :data:`PIPE_AFTER_S` (a log holds each slow stage
+    once, not every k/N); nothing when ``quiet``. :meth:`stop` (idempotent) ends it before the plan
+    or the bar prints."""
 
     def __init__(self, console, quiet: bool) -> None:
+        import threading
+
         self.console, self.quiet = console, quiet
-        self.seen: set[str] = set()
-        self.live = self.spinner = None
-        self.name, self.shown_at = "", 0.0
+        self.live = self.spinner = self.timer = None
+        self.name, self.text, self.shown_at = "", "", 0.0
+        self.lock = threading.Lock()
 
     def stage(self, name: str, text: str) -> None:
         """Now at stage ``name`` (the key a pipe says once), described by ``text``."""
-        import time
-
         if self.quiet:
             return
         if not self.console.is_terminal:
-            if name not in self.seen:
-                import sys
-
-                self.seen.add(name)
-                print(text, file=sys.stderr, flush=True)
+            self._pipe(name, text)
             return
+        import time
+
         from rich.live import Live
         from rich.spinner import Spinner
         from rich.text import Text
@@ -227,7 +233,32 @@ class StageLine:
             self.live.refresh()
             self.name, self.shown_at = name, now
 
+    def _pipe(self, name: str, text: str) -> None:
+        import threading
+
+        with self.lock:
+            same = name == self.name
+            self.name, self.text = name, text
+            if same:
+                return
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer = threading.Timer(PIPE_AFTER_S, self._say, (name,))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def _say(self, name: str) -> None:
+        import sys
+
+        with self.lock:
+            if name == self.name:  # still there: say its latest text
+                print(f"{PIPE_PREFIX}{self.text}", file=sys.stderr, flush=True)
+
     def stop(self) -> None:
+        with self.lock:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timer, self.name = None, ""
         if self.live is not None:
             self.live.stop()
             self.live = self.spinner = None
