@@ -52,6 +52,15 @@ def test_status_at_80_columns_keeps_the_last_runs_state(tmp_path, write_sweep, t
                                       f"  last run: {parent.info.run_name} (KILLED)"][:8], r.output
     r = runner.invoke(app, ["status", "--tracking-uri", tracking_uri], env={"COLUMNS": "250"})
     assert f"{parent.info.run_name} (KILLED)" in r.output and "│" in r.output  # wide: still a table
+    # report: its lines are plain text, each path whole (a terminal wraps them, nothing cuts them)
+    out = tmp_path / "a_report_with_a_rather_long_name_to_see_that_nothing_cuts_it.html"
+    r = runner.invoke(app, ["report", "-e", LONG, "-o", str(out), "--tracking-uri", tracking_uri])
+    assert r.exit_code == 0, r.output
+    _uncut(r.output)
+    lines = r.output.splitlines()
+    assert lines[0].startswith(f"report: {out} (") and lines[0].endswith(" MB, one self-contained HTML file)")
+    assert lines[1:] == [f"data:   {out.with_suffix('.csv')} (the tidy table behind every figure)",
+                         "Both are also logged to the sweep's parent run(s) in MLflow, under reports/."]
 
 
 def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking_uri, fake_trainer,
