@@ -244,7 +244,6 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     n_traced = len(set().union(*traced.values()))
     done: set[tuple] = set()
 
-
     def progress() -> None:
         say("pre-flight", f"pre-flight {len(done)}/{n_traced}: tracing every model and optimizer build "
                           f"(nothing is trained or written yet)")
@@ -294,9 +293,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
         opath = specs.origins[s.trial_id].paths["optimizers"]
         shp = s.hparams("schedule")
         spath = specs.origins[s.trial_id].paths["schedules"]
-        for okey in _opt_keys(s, mkey):
+        for alone, okey in zip((True, False), _opt_keys(s, mkey), strict=True):  # then with its schedule
             _, _, _, sched, _, steps, _ = okey
-            sched_hp = shp if sched != "none" else {}
+            sched_hp = {} if alone else shp
             if ("bad-opt", s.optimizer, hp_key(ohp)) in seen:
                 break  # reported once, on the optimizer
             # the model's parameter shapes; a vector when the model failed (reported above)
