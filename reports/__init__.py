@@ -31,7 +31,7 @@ from reports import runs as mlruns
 from reports.compare import compare
 from reports.frame import load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
-from reports.protocol import csv_rows
+from reports.protocol import TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
 
 __all__ = ["load_frame", "make_report"]
 
@@ -47,6 +47,7 @@ def make_report(
     output: str | None = None,
     baseline: str | None = None,
     tracking_uri: str | None = None,
+    tuning_draws: str = "without-replacement",
 ) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
@@ -59,6 +60,9 @@ def make_report(
         with; regressions beyond run-to-run spread are flagged (:mod:`reports.compare`).
       tracking_uri: MLflow tracking URI; ``None`` uses MLflow's default (``MLFLOW_TRACKING_URI`` or
         ``sqlite:///mlflow.db`` in the working directory).
+      tuning_draws: how the tuning curves draw k of the N configurations:
+        ``"without-replacement"`` (k-subsets) or ``"with-replacement"`` (Dodge et al.'s formula);
+        :data:`reports.protocol.TUNING_DRAWS`. The caption says which.
 
     The HTML (and CSV) are also logged as artifacts under ``reports/`` of every parent run whose
     trials the report shows (:func:`report_parents`).
@@ -68,8 +72,11 @@ def make_report(
     """
     from reports.html import figure_items, render  # matplotlib: imported on first use
 
+    if tuning_draws not in TUNING_DRAWS:  # before anything is read
+        raise ValueError(f"--tuning-curves must be one of {', '.join(TUNING_DRAWS)}; got {tuning_draws!r}")
     client = mlruns.mlflow_client(tracking_uri)
     data = load_sweep(experiment, sweep_id, client=client)
+    data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
     if tracking_uri:
         data.tracking_uri = tracking_uri
     out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)

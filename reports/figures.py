@@ -78,7 +78,7 @@ class FigureSpec:
 
     key: str
     title: str
-    caption: str
+    caption: str | Callable[[pd.DataFrame], str]  # a callable: the caption depends on the frame
     build: Callable[[pd.DataFrame], Figure | str | None]
     empty: str  # shown instead when ``build`` returns None
     data: Callable[[pd.DataFrame], pd.DataFrame] | None = None
@@ -131,10 +131,16 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "tuning_curves",
         "Tuning curves",
-        "Expected best validation metric after k configurations (solid; band: 95% bootstrap over "
-        "configurations) and expected test metric of the configuration validation selects among "
-        "those k (dashed), computed exactly from the N configurations tried (Dodge et al. 2019, "
-        "k-subsets drawn without replacement; a configuration's value is the mean over its seeds).",
+        lambda f: (
+            "Expected best validation metric after k configurations (solid; band: 95% bootstrap over "
+            "configurations) and expected test metric of the configuration validation selects among "
+            "those k (dashed), computed exactly from the N configurations tried (Dodge et al. 2019; "
+            + ("k draws with replacement, as Dodge et al.'s formula and code; the default draws "
+               "k-subsets without replacement: report --tuning-curves without-replacement"
+               if protocol.tuning_draws(f) == "with-replacement" else
+               "k-subsets drawn without replacement, \u201chad I run only k of them\u201d; Dodge et al.'s "
+               "paper and code draw with replacement: report --tuning-curves with-replacement")
+            + "; a configuration's value is the mean over its seeds)."),
         tuning_figure,
         "No finished configuration.",
         lambda f: protocol.tuning_curves(f),

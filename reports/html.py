@@ -74,7 +74,7 @@ def figure_items(frame: pd.DataFrame, stem: str) -> list[dict[str, Any]]:
             "id": fid,
             "key": spec.key,
             "title": spec.title,
-            "caption": spec.caption,
+            "caption": spec.caption(frame) if callable(spec.caption) else spec.caption,
             "empty": spec.empty,
             "svg": None,
             "message": None,

@@ -266,7 +266,26 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def tuning_curves(frame: pd.DataFrame, replace: bool = False, n_boot: int = N_BOOT_BAND,
+#: How the tuning curves draw k of the N configurations (``report --tuning-curves``): ``k``-subsets
+#: (the default) or Dodge et al.'s ``k`` draws with replacement; a frame says which in
+#: ``frame.attrs[TUNING_DRAWS_ATTR]``.
+TUNING_DRAWS = ("without-replacement", "with-replacement")
+TUNING_DRAWS_ATTR = "tuning_draws"
+
+
+def tuning_draws(frame: pd.DataFrame) -> str:
+    """The frame's tuning-curve draws, one of :data:`TUNING_DRAWS` (default: without replacement).
+
+    Raises:
+      ValueError: the frame names another variant.
+    """
+    draws = frame.attrs.get(TUNING_DRAWS_ATTR, TUNING_DRAWS[0])
+    if draws not in TUNING_DRAWS:
+        raise ValueError(f"tuning-curve draws must be one of {', '.join(TUNING_DRAWS)}; got {draws!r}")
+    return draws
+
+
+def tuning_curves(frame: pd.DataFrame, replace: bool | None = None, n_boot: int = N_BOOT_BAND,
                   seed: int = 0) -> pd.DataFrame:
     """:func:`tuning_curve` of every (task, optimizer) over its configurations' values (those an
     entry that tunes yields), and one row per self-tuning configuration (a ``tuning: none``
@@ -277,6 +296,8 @@ def tuning_curves(frame: pd.DataFrame, replace: bool = False, n_boot: int = N_BO
     optimizer, or ``"prodigy (self-tuning)"`` (the configuration's label when the optimizer has
     several self-tuning configurations on the task).
     """
+    if replace is None:  # as the frame says (report --tuning-curves)
+        replace = tuning_draws(frame) == "with-replacement"
     cv = config_values(frame)
     parts = []
     for (task, opt), g in cv.groupby(["task", "optimizer"], sort=True):

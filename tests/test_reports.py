@@ -888,3 +888,27 @@ def test_interactive_tuning_bands_are_faint_fills_with_edges(frame):
              if isinstance(ly["mark"], dict) and ly["mark"].get("type") == "line"
              and ly["mark"].get("strokeWidth", 2) < 1}
     assert edges == {"lo", "hi"}
+
+
+def test_tuning_curves_draws_follow_the_report_option_and_the_caption_says_which(frame):
+    """Dodge et al.'s paper and code draw k configurations with replacement; the report draws
+    k-subsets (issue 22 §7): ``report --tuning-curves with-replacement`` switches, and the
+    caption names the variant in use and the other."""
+    from reports import protocol
+    from reports.figures import FIGURES
+
+    spec = next(s for s in FIGURES if s.key == "tuning_curves")
+    default = protocol.tuning_curves(frame)
+    assert "k-subsets drawn without replacement" in spec.caption(frame)
+    assert "--tuning-curves with-replacement" in spec.caption(frame)
+    with_repl = frame.copy()
+    with_repl.attrs[protocol.TUNING_DRAWS_ATTR] = "with-replacement"
+    got = protocol.tuning_curves(with_repl)
+    pd.testing.assert_frame_equal(got, protocol.tuning_curves(frame, replace=True))
+    # with replacement the expected best of k >= 2 draws is lower (a draw may repeat): a real change
+    tuned = default[(default["k"] >= 2) & ~default["self_tuning"]]
+    assert (got.loc[tuned.index, "valid"] != tuned["valid"]).any()
+    assert "k draws with replacement" in spec.caption(with_repl)
+    with_repl.attrs[protocol.TUNING_DRAWS_ATTR] = "bootstrap"
+    with pytest.raises(ValueError, match="one of without-replacement, with-replacement; got 'bootstrap'"):
+        protocol.tuning_curves(with_repl)

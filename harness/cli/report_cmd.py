@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import typer
 
 from harness.cli.common import URI_HELP, err
@@ -16,12 +18,22 @@ Writes one self-contained HTML file (vector figures, interactive curves, downloa
 tidy CSV beside it, prints both paths, and logs both to the parent runs whose trials it shows."""
 
 
+class TuningDraws(StrEnum):
+    without_replacement = "without-replacement"
+    with_replacement = "with-replacement"
+
+
 def report(
     experiment: str = typer.Option(..., "--experiment", "-e", help="Sweep name (MLflow experiment)."),
     sweep_id: str | None = typer.Option(None, "--sweep", help="Sweep id (default: the latest)."),
     output: str | None = typer.Option(None, "-o", "--output", help="Output HTML path."),
     baseline: str | None = typer.Option(None, "--baseline", help="Sweep id to compare against."),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
+    tuning_curves: TuningDraws = typer.Option(
+        TuningDraws.without_replacement, "--tuning-curves",
+        help="How a tuning curve draws k of an optimizer's N configurations: without-replacement "
+        "(k-subsets: 'had I run only k of them') or with-replacement (Dodge et al. 2019's formula "
+        "and code: k i.i.d. draws). The figure's caption says which."),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
     from harness.tracking.client import prepare_store
@@ -37,7 +49,7 @@ def report(
     from reports import make_report
 
     try:
-        path = make_report(experiment, sweep_id, output, baseline, uri)
+        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
