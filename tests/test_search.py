@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 
 import numpy as np
 import pytest
@@ -381,3 +382,40 @@ def test_include_subgrids_are_sampled_with_their_own_entry_paths(write_sweep):
     assert [(x.paths["optimizers"], x.method, x.index) for x in o] == [
         ("optimizers[0]", None, None), ("include[0].optimizers[0]", "random", 0),
         ("include[0].optimizers[0]", "random", 1), ("include[0].optimizers[0]", "random", 2)]
+
+
+# --------------------------------------------------------------------------- boundary warnings
+
+
+def test_edge_is_measured_on_the_log_scale_for_log_uniform():
+    from harness.core.boundary import SearchRange, edge, edge_warning
+
+    r = SearchRange("optimizer.step_size", "log_uniform", 1e-5, 1e-3)
+    # log10 position: 8.2e-4 -> 0.957 (top), 2e-5 -> 0.151 (inside), 1.5e-5 -> 0.088 (bottom)
+    assert [edge(v, r) for v in (8.2e-4, 2e-5, 1.5e-5, 1e-4)] == ["top", None, "bottom", None]
+    lin = SearchRange("optimizer.b1", "uniform", 0.8, 1.0)
+    assert [edge(v, lin) for v in (0.985, 0.97, 0.81, "x", float("nan"))] == ["top", None, "bottom", None, None]
+    assert edge_warning("lion", r, 8.2e-4, "top") == \
+        "lion: best step_size 0.00082 is at the top of [1e-05, 0.001]: widen the range"
+
+
+def test_summary_warns_when_the_selected_step_size_is_at_the_top_of_its_range(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """Google's tuning playbook's first check (issue 22 §5): the fake trainer's validation loss falls
+    with the step size, so the largest sampled step size is selected; 16 quasi-random points of one
+    dimension put one in each sixteenth of the range, so it lies in the top 10% (log scale)."""
+    from rich.console import Console
+
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(search={"trials": 16, "seed": 0}, seeds=[0], target={"metric": "valid/loss", "value": 10.0},
+                      optimizers=[{"name": "sgd", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}},
+                                  *_adam({"step_size": [0.001, 0.01]})])
+    buf = io.StringIO()
+    summary = run_sweep(cfg, tracking_uri=tracking_uri, console=Console(file=buf, width=200))
+    best = max(float(re.search(r"step_size=([0-9.e+-]+)", o.config).group(1))
+               for o in summary.outcomes if o.optimizer == "sgd")
+    assert 10 ** (-1 - 0.3) <= best <= 0.1  # the top 10% of 3 decades
+    want = (f"sgd: best step_size {best:.3g} is at the top of [0.0001, 0.1] (mlp · digits): widen the "
+            "range")
+    assert summary.boundary == [want]  # adam's grid has no range to be at the edge of
+    assert f"search range: {want}" in buf.getvalue().replace("\n", " ")

@@ -25,6 +25,8 @@ TAG_SPOOLED = "harness.spooled"
 TAG_RESUMED_FROM_STEP = "harness.resumed_from_step"
 TAG_SEARCH = "harness.search"
 TAG_SEARCH_INDEX = "harness.search_index"
+#: A sampled trial's search ranges, JSON (:func:`harness.core.boundary.space_tag`).
+TAG_SEARCH_SPACE = "harness.search_space"
 #: A trial of an optimizer entry with ``tuning: none`` (AlgoPerf's self-tuning track: the optimizer
 #: runs one configuration, its defaults): :data:`TUNING_NONE`, or :data:`TUNING_NONE_AND_TUNED` when
 #: an entry that tunes yields the same trial too. Absent on every other trial; not in the trial id.

@@ -30,7 +30,8 @@ from harness.config.limits import MAX_STEPS
 from harness.config.schema import Component, SweepConfig
 from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, resolve_search, sample
 from harness.config.values import hparam_values
-from harness.core.names import TAG_TUNING, TUNING_NONE
+from harness.core.boundary import RANGE_KINDS, SearchRange, space_tag
+from harness.core.names import TAG_SEARCH_SPACE, TAG_TUNING, TUNING_NONE
 from harness.core.spec import Target, TrialSpec
 from harness.core.util import freeze
 
@@ -100,6 +101,8 @@ class TrialOrigin:
       index: its point's index ``k`` in the search sequence (0-based), or None.
       sampled: the sampled hyperparameters, as flat keys (``optimizer.step_size``), in the
         sequence's dimension order.
+      ranges: the sampled dimensions' ranges (:class:`harness.core.boundary.SearchRange`; the tag
+        ``harness.search_space``, read by the boundary warnings).
       tuning: None for a trial of an optimizer entry that tunes; ``"none"``
         (:data:`harness.core.names.TUNING_NONE`) for one of a ``tuning: none`` entry, and
         ``"none,tuned"`` when entries of both kinds yield it (the tag ``harness.tuning``).
@@ -111,6 +114,7 @@ class TrialOrigin:
     index: int | None = None
     sampled: tuple[str, ...] = ()
     tuning: str | None = None
+    ranges: tuple[SearchRange, ...] = ()
 
     def roles(self) -> set[str]:
         """``{"tuned"}``, ``{"none"}`` or both: the kinds of entry that yield the trial."""
@@ -173,24 +177,28 @@ _SAMPLED_AXES = (("models", "model"), ("optimizers", "optimizer"), ("schedules",
 
 
 def _cell_variants(cfg: SweepConfig, pt: Mapping[str, Any], cache: dict[str, list[tuple]]
-                   ) -> list[tuple[dict[str, dict[str, Any]], int | None, str | None, tuple[str, ...]]]:
-    """The configurations of one grid point: ``(hparams per axis, k, method, sampled keys)``, one per
-    sampled point when the point has distributions, else the point itself (``k`` None)."""
+                   ) -> list[tuple[dict[str, dict[str, Any]], int | None, str | None, tuple[str, ...],
+                                   tuple[SearchRange, ...]]]:
+    """The configurations of one grid point: ``(hparams per axis, k, method, sampled keys, ranges)``,
+    one per sampled point when the point has distributions, else the point itself (``k`` None);
+    ``ranges`` are the sampled dimensions' ranges (not ``choice``), for boundary warnings."""
     dims = [(axis, key, k, v) for axis, key in _SAMPLED_AXES
             for k, v in pt[axis].hparams.items() if isinstance(v, Distribution)]
     base = {axis: pt[axis].hparams for axis, _ in _SAMPLED_AXES}
     if not dims:
-        return [(base, None, None, ())]
+        return [(base, None, None, (), ())]
     srch = resolve_search(cfg.search, pt["optimizers"].comp.search)
     ck = repr((srch, [d[3] for d in dims]))
     if ck not in cache:
         cache[ck] = sample([d[3] for d in dims], srch)
+    ranges = tuple(SearchRange(f"{key}.{name}", d.kind, d.lo, d.hi) for _, key, name, d in dims
+                   if d.kind in RANGE_KINDS)
     out = []
     for k, values in enumerate(cache[ck]):
         hps = {axis: dict(h) for axis, h in base.items()}
         for (axis, _, name, _), v in zip(dims, values, strict=True):
             hps[axis][name] = v
-        out.append((hps, k, srch.method, tuple(f"{key}.{name}" for _, key, name, _ in dims)))
+        out.append((hps, k, srch.method, tuple(f"{key}.{name}" for _, key, name, _ in dims), ranges))
     return out
 
 
@@ -243,7 +251,7 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
         fixed_model = {k: v for k, v in model.hparams.items() if not isinstance(v, Distribution)}
         if fixed_model:
             task += f" ({hp_text(fixed_model)})"
-        for hps, k, method, sampled in _cell_variants(cfg, pt, cache):
+        for hps, k, method, sampled, ranges in _cell_variants(cfg, pt, cache):
             flat = _flat({**pt, **{a: pt[a]._replace(hparams=hps[a]) for a, _ in _SAMPLED_AXES}})
             if any(_matches(rule, flat) for rule in cfg.exclude):
                 continue
@@ -259,7 +267,7 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 devices=cfg.parallelism.devices, shard=cfg.parallelism.shard,
                 **source_fields(pt["optimizers"].comp))
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
-                                 task, method, k, sampled, pt["optimizers"].comp.tuning)
+                                 task, method, k, sampled, pt["optimizers"].comp.tuning, ranges)
             rows.append((group, -1 if k is None else k, len(rows), spec, origin))
     rows.sort(key=lambda r: r[:3])
     _one_configuration([(spec, origin) for *_, spec, origin in rows], file)
@@ -368,6 +376,8 @@ def search_tags(trials: TrialList) -> dict[str, dict[str, str]]:
             continue
         if o.index is not None:
             out[tid] = {SEARCH_TAG: str(o.method), SEARCH_INDEX_TAG: str(o.index)}
+            if o.ranges:
+                out[tid][TAG_SEARCH_SPACE] = space_tag(list(o.ranges))
         if o.tuning is not None:
             out.setdefault(tid, {})[TAG_TUNING] = o.tuning
     return out

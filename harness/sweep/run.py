@@ -45,7 +45,7 @@ from harness.sweep.parent_run import end_parent, kill_dead_invocations, start_pa
 from harness.sweep.preflight import preflight
 from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
 from harness.sweep.resume import Plan, count_done, make_plan, take_spooled
-from harness.sweep.summary import SweepSummary, best_configs, print_summary, python_command
+from harness.sweep.summary import SweepSummary, best_configs, boundary_warnings, print_summary, python_command
 from harness.tracking import spool
 from harness.tracking.client import get_or_create_experiment, prepare_store
 from harness.tracking.health import HEALTH, store_reachable
@@ -171,7 +171,8 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
                                               sum(o.spooled and not o.skipped for o in outcomes)),
                            store_error=HEALTH.error,
                            in_spool=frozenset(spool.pending_trials(uri)) if left else frozenset(),
-                           config_path=str(config_path))
+                           config_path=str(config_path),
+                           boundary=boundary_warnings(outcomes, specs))
     if not opts.quiet:
         print_summary(console, summary)
     return summary
@@ -245,8 +246,9 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
     kill_dead_invocations(client, exp_id)
     if not quiet:
         console.print(f"{len(plan.done)} trials already finished: nothing to train, no new parent run.")
-    summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
-                           time.perf_counter() - t_start)
+    done = plan.done_outcomes
+    summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, done, time.perf_counter() - t_start,
+                           boundary=boundary_warnings(done, plan.specs))
     if not quiet:
         print_summary(console, summary)
     return summary

@@ -5,10 +5,11 @@ configuration per (dataset, model, optimizer) and the summary table with the com
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.boundary import edge, edge_warning
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import selection_key
 from harness.tracking.uris import default_tracking_uri
@@ -38,6 +39,8 @@ class SweepSummary:
     in_spool: frozenset[str] = frozenset()
     #: The config file, for the command that writes the spooled results.
     config_path: str = ""
+    #: Boundary warnings of the selected configurations (:func:`boundary_warnings`).
+    boundary: list[str] = field(default_factory=list)
 
     def spool_account(self) -> str:
         """One line about results the store did not take at once ("" when there were none)."""
@@ -135,6 +138,32 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k != "_rank"} for r in best.values()]
 
 
+def boundary_warnings(outcomes: list[TrialOutcome], trials: list) -> list[str]:
+    """One line per sampled hyperparameter of a selected configuration (:func:`best_configs`) that
+    lies in the outer 10% of its search range (:func:`harness.core.boundary.edge`; log scale for
+    ``log_uniform``): ``"lion: best step_size 0.00082 is at the top of [1e-05, 0.001] (mlp ·
+    digits): widen the range"``. ``trials`` is the sweep's :class:`~harness.plan.expansion.TrialList`
+    (its ``origins`` hold each sampled trial's ranges); grid and ``tuning: none`` trials have none."""
+    origins = getattr(trials, "origins", {}) or {}
+    specs = {s.trial_id: s for s in trials}
+    first: dict[tuple, str] = {}
+    for o in outcomes:
+        first.setdefault((o.dataset, o.model, o.optimizer, o.config), o.trial_id)
+    out = []
+    for r in sorted(best_configs(outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"])):
+        tid = first.get((r["dataset"], r["model"], r["optimizer"], r["config"]))
+        origin, spec = origins.get(tid), specs.get(tid)
+        if origin is None or spec is None:
+            continue
+        for rng in origin.ranges:
+            axis, name = rng.key.split(".", 1)
+            value = spec.hparams(axis).get(name)
+            side = edge(value, rng)
+            if side:
+                out.append(edge_warning(r["optimizer"], rng, value, side, f"{r['model']} · {r['dataset']}"))
+    return out
+
+
 def _median(xs: list[float | None]) -> float | None:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -219,6 +248,8 @@ def print_summary(console, summary: SweepSummary) -> None:
         t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], escape(best),
                   val, test, ttt, eps, trials)
     print_table(console, t)
+    for line in summary.boundary:
+        console.print(f"[yellow]search range[/]: {escape(line)}", soft_wrap=True)
     if hint := summary.spool_hint(py):
         console.print(hint, soft_wrap=True)
     uri_opt = summary.uri_option()
