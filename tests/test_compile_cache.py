@@ -118,4 +118,5 @@ def test_a_bad_size_bound_is_refused(monkeypatch, tmp_path, raw, message):
 
 def test_cache_path_names_the_jax_and_jaxlib_versions(monkeypatch, tmp_path):
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
-    assert compile_cache.cache_path() == tmp_path / "xla" / f"jax-{jax.__version__}-jaxlib-{jaxlib.__version__}"
+    folder = f"jax-{jax.__version__}-jaxlib-{jaxlib.__version__}"
+    assert compile_cache.cache_path() == tmp_path / "xla" / folder

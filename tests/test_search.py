@@ -394,7 +394,8 @@ def test_edge_is_measured_on_the_log_scale_for_log_uniform():
     # log10 position: 8.2e-4 -> 0.957 (top), 2e-5 -> 0.151 (inside), 1.5e-5 -> 0.088 (bottom)
     assert [edge(v, r) for v in (8.2e-4, 2e-5, 1.5e-5, 1e-4)] == ["top", None, "bottom", None]
     lin = SearchRange("optimizer.b1", "uniform", 0.8, 1.0)
-    assert [edge(v, lin) for v in (0.985, 0.97, 0.81, "x", float("nan"))] == ["top", None, "bottom", None, None]
+    assert [edge(v, lin) for v in (0.985, 0.97, 0.81, "x", float("nan"))] == \
+        ["top", None, "bottom", None, None]
     assert edge_warning("lion", r, 8.2e-4, "top") == \
         "lion: best step_size 0.00082 is at the top of [1e-05, 0.001]: widen the range"
 
@@ -407,9 +408,10 @@ def test_summary_warns_when_the_selected_step_size_is_at_the_top_of_its_range(
     from rich.console import Console
 
     monkeypatch.chdir(tmp_path)
-    cfg = write_sweep(search={"trials": 16, "seed": 0}, seeds=[0], target={"metric": "valid/loss", "value": 10.0},
-                      optimizers=[{"name": "sgd", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}},
-                                  *_adam({"step_size": [0.001, 0.01]})])
+    sgd = {"name": "sgd", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}}
+    cfg = write_sweep(search={"trials": 16, "seed": 0}, seeds=[0],
+                      target={"metric": "valid/loss", "value": 10.0},
+                      optimizers=[sgd, *_adam({"step_size": [0.001, 0.01]})])
     buf = io.StringIO()
     summary = run_sweep(cfg, tracking_uri=tracking_uri, console=Console(file=buf, width=200))
     best = max(float(re.search(r"step_size=([0-9.e+-]+)", o.config).group(1))
