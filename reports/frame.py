@@ -65,6 +65,7 @@ from harness.core.names import (
     TAG_PARENT_RUN,
     TAG_REASON,
     TAG_SCHEDULE,
+    TAG_SEARCH_SPACE,
     TAG_SEED,
     TAG_STATUS,
     TAG_STATUS_REASON,
@@ -90,8 +91,9 @@ STATUSES = ("finished", "diverged", "failed", "running")
 ID_COLUMNS = (
     "row", "experiment", "sweep", "sweep_id", "trial_id", "run_id", "parent_run_id", "attempts",
     "run_status", "status", "reason", "model", "optimizer", "schedule", "dataset", "seed", "task",
-    "config", "config_id", "tuning", "step_size", "batch_size", "train_steps", "target_metric",
-    "target_value", "target_mode", "protocol", "mesh", *ENV_TAGS, "start_time", "end_time", "step",
+    "config", "config_id", "tuning", "search_space", "step_size", "batch_size", "train_steps",
+    "target_metric", "target_value", "target_mode", "protocol", "mesh", *ENV_TAGS, "start_time",
+    "end_time", "step",
 )
 
 
@@ -214,6 +216,7 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "protocol": _protocol(run),
         "mesh": tags.get(TAG_MESH),
         "tuning": tags.get(TAG_TUNING),
+        "search_space": tags.get(TAG_SEARCH_SPACE),
         "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True)
         if run.info.start_time
         else pd.NaT,

@@ -34,6 +34,7 @@ from reports.interactive import vega_bundle
 from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with_labels
 from reports.leaderboard import shared_columns
 from reports.objectives import objective, objectives_differ, target_words
+from reports.selection import boundary_warnings
 
 TEMPLATE = "report.html.j2"
 
@@ -294,6 +295,7 @@ def render(
             n_optimizers=s["optimizer"].nunique(),
             sections=sections,
             leaderboard=lb,
+            boundary=boundary_warnings(frame, labels),
             tasks=tasks,
             trials=trials,
             figures=figures,

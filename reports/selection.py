@@ -11,6 +11,7 @@ import math
 
 import pandas as pd
 
+from harness.core.boundary import edge, edge_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.selection import selection_key
 from reports.frame import per_frame, summaries
@@ -70,3 +71,30 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     best = allc.groupby(["task", "optimizer"], sort=False).head(1).copy()
     best["rank"] = best.groupby("task")["_rank_key"].rank(method="first").astype(int)
     return best.drop(columns=["_key", "_rank_key"]).sort_values(["task", "rank"]).reset_index(drop=True)
+
+
+def boundary_warnings(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> list[str]:
+    """One line per sampled hyperparameter of a selected configuration (:func:`best_configs`) that
+    lies in the outer 10% of the search range its trials record (tag ``harness.search_space``; log
+    scale for ``log_uniform``, :func:`harness.core.boundary.edge`), as the sweep's summary says it:
+    ``"sgd: best step_size 0.0977 is at the top of [0.0001, 0.1] (mlp · digits): widen the range"``
+    (the task by its label in ``labels``). Runs without the tag (grid trials, older runs) add none."""
+    best = best_configs(frame)
+    s = summaries(frame)
+    if best.empty or "search_space" not in s:
+        return []
+    out = []
+    for _, b in best.iterrows():
+        g = s[(s["task"] == b["task"]) & (s["optimizer"] == b["optimizer"])
+              & (s["config_id"] == b["config_id"])]
+        spaces = g["search_space"].dropna()
+        if spaces.empty:
+            continue
+        trial = g.loc[spaces.index[0]]
+        for rng in parse_space(spaces.iloc[0]):
+            value = trial.get(f"params.{rng.key}")
+            side = edge(value, rng)
+            if side:
+                task = (labels or {}).get(b["task"], b["task"])
+                out.append(edge_warning(b["optimizer"], rng, value, side, task))
+    return out

@@ -421,3 +421,8 @@ def test_summary_warns_when_the_selected_step_size_is_at_the_top_of_its_range(
             "range")
     assert summary.boundary == [want]  # adam's grid has no range to be at the edge of
     assert f"search range: {want}" in buf.getvalue().replace("\n", " ")
+    # the report says the same, under its leaderboard (from the runs' harness.search_space tags)
+    from reports import make_report
+
+    html = make_report(summary.name, summary.sweep_id, str(tmp_path / "r.html"), tracking_uri=tracking_uri)
+    assert f"<li>{want}</li>" in html.read_text()
