@@ -207,7 +207,7 @@ def test_preflight_reports_every_problem_of_an_entry(tmp_path, write_sweep, monk
     m = f"{cfg}: models[0].hparams.%s: model 'mlp' (activation='nope', depth=-1, width=-5) on dataset " \
         f"'digits' with input shape (8, 8, 1): %s"
     o = f"{cfg}: optimizers[0].hparams.%s: optimizer 'adam' (b1=1.5, b2=-1.0, step_size=0.1): %s"
-    assert r.output.splitlines() == [
+    assert without_stages(r.output).splitlines() == [
         "invalid sweep config:",
         m % ("width", "mlp: width must be positive, got -5"),
         m % ("depth", "mlp: depth must be >= 0, got -1"),
@@ -215,6 +215,28 @@ def test_preflight_reports_every_problem_of_an_entry(tmp_path, write_sweep, monk
                            "'relu', 'selu', 'sigmoid', 'softplus', 'tanh']"),
         o % ("b1", "b1 must be in [0, 1), got 1.5"),
         o % ("b2", "b2 must be in [0, 1), got -1.0")], r.output
+    _no_store(tmp_path)
+
+
+def test_an_entry_with_a_refused_key_still_reports_its_builders_problems(tmp_path, write_sweep,
+                                                                         monkeypatch):
+    """A fresh user's attack: ``step_size: -1, b1: 2.0, bogus: 3`` gave the step_size and bogus
+    lines only: the config checks refused the entry, so its builder never ran and ``b1: 2.0`` was
+    only reported once it was the sole problem. Now the builder runs with the refused keys at their
+    defaults (a stand-in step size) and reports the rest."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = write_sweep(optimizers=[{"name": "adam", "hparams": {"step_size": -1, "b1": 2.0, "b2": -1,
+                                                              "bogus": 3}}])
+    r = runner.invoke(app, ["sweep", str(cfg), "--dry-run"])
+    assert r.exit_code == 2, r.output
+    lines = without_stages(r.output).splitlines()
+    assert lines[0] == "invalid sweep config:"
+    assert f"{cfg}: optimizers[0].hparams.step_size: must be > 0, got -1" in lines
+    assert f"{cfg}: optimizers[0].hparams.b1: b1 must be in [0, 1), got 2.0" in lines
+    assert f"{cfg}: optimizers[0].hparams.b2: b2 must be in [0, 1), got -1" in lines
+    assert any(ln.startswith(f"{cfg}: optimizers[0].hparams.bogus: unknown hyperparameter") for ln in lines)
+    assert len(lines) == 5, r.output
     _no_store(tmp_path)
 
 

@@ -5,6 +5,9 @@ with "…"; and the summary's "best config" of an optimizer that ran one configu
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -223,3 +226,15 @@ def test_summary_table_names_the_one_configuration_an_optimizer_ran():
     rows = {ln.split("digits")[1].split()[0]: ln.split("digits")[1].split()[1]
             for ln in buf.getvalue().splitlines() if ln.strip().startswith("mlp · digits")}
     assert rows == {"adam": "lr=0.003", "sgd": "lr=0.1"}, buf.getvalue()
+
+
+@pytest.mark.parametrize("command", [[], ["sweep"], ["report"], ["status"], ["list"], ["ui"]])
+def test_help_fits_80_columns(command, monkeypatch):
+    """``report --help`` printed its examples in lines of 93 and 96 characters at 80 columns (a
+    fresh user's attack): every command's help, epilog included, fits."""
+    monkeypatch.setenv("COLUMNS", "80")
+    r = subprocess.run([sys.executable, "-m", "harness", *command, "--help"], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    long = [ln for ln in r.stdout.splitlines() if len(ln) > 80]
+    assert long == []

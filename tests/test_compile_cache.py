@@ -90,8 +90,10 @@ def test_second_invocation_with_new_seeds_compiles_nothing_new(tmp_path):
 
 def test_no_compile_cache_compiles_everything_and_writes_no_cache(tmp_path):
     out = _sweep(tmp_path, "c", "[0]", "--no-compile-cache")
-    assert all(t["metrics"][names.M_CACHE_HITS] == 0 and t["metrics"][names.M_CACHE_MISSES] == 0
+    # no cache, no counts: 0 misses would read as "nothing compiled" (it all was)
+    assert all(names.M_CACHE_HITS not in t["metrics"] and names.M_CACHE_MISSES not in t["metrics"]
                for t in out.values())
+    assert all(t["metrics"][names.M_TIME_COMPILE_S] > 0 for k, t in out.items() if k[0] == "sgd")
     assert not (tmp_path / "cache" / "xla").exists()
 
 
@@ -108,6 +110,11 @@ def test_enable_respects_the_users_cache_and_the_off_switch(monkeypatch, tmp_pat
     ("lots", "HARNESS_COMPILE_CACHE_MAX_BYTES='lots' is not a number of bytes (e.g. 2e9)"),
     ("0", "HARNESS_COMPILE_CACHE_MAX_BYTES='0' must be positive; to turn the cache off set "
           "HARNESS_COMPILE_CACHE=0"),
+    ("nan", "HARNESS_COMPILE_CACHE_MAX_BYTES='nan' must be positive; to turn the cache off set "
+            "HARNESS_COMPILE_CACHE=0"),
+    # inf and 1e400 raised OverflowError (a traceback); 1.5 was a 1-byte cache
+    *((raw, f"HARNESS_COMPILE_CACHE_MAX_BYTES={raw!r} must be between 1 MiB (1048576) and 1 PiB "
+            "(1e+15) bytes, e.g. 2e9") for raw in ("inf", "1e400", "1.5")),
 ])
 def test_a_bad_size_bound_is_refused(monkeypatch, tmp_path, raw, message):
     monkeypatch.setenv(compile_cache.MAX_BYTES_ENV, raw)
@@ -120,3 +127,13 @@ def test_cache_path_names_the_jax_and_jaxlib_versions(monkeypatch, tmp_path):
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
     folder = f"jax-{jax.__version__}-jaxlib-{jaxlib.__version__}"
     assert compile_cache.cache_path() == tmp_path / "xla" / folder
+
+
+@pytest.mark.parametrize("raw", ["maybe", "2"])
+def test_an_unknown_switch_is_refused(monkeypatch, raw):
+    """``HARNESS_COMPILE_CACHE=maybe`` left the cache on without a word."""
+    monkeypatch.setenv(compile_cache.CACHE_ENV, raw)
+    with pytest.raises(ValueError) as ei:
+        compile_cache.enable()
+    assert str(ei.value) == (f"HARNESS_COMPILE_CACHE={raw!r} is neither on (1, on, true, yes) nor off "
+                             "(0, off, false, no)")

@@ -589,8 +589,30 @@ def test_a_real_sweep_in_a_pty_shows_pre_flight_k_of_n_before_its_first_trial(tm
     assert p.wait(timeout=300) == 0
     os.close(master)
     out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
-    first_trial = out.index("finished ")
+    first_trial = re.search(r"(finished|trained) ", out).start()
     # 1 mlp; sgd and adam, each alone and with the constant schedule: 5 traces
     k_of_n = [m.start() for m in re.finditer(r"pre-flight [0-5]/5: tracing every model", out)]
     assert k_of_n and k_of_n[0] < first_trial, out
     assert -1 < out.index("building 2 programs for 2 trials (batching auto") < first_trial, out
+
+
+def test_a_trial_still_being_written_is_not_called_finished():
+    """A fresh user's attack: a sweep SIGKILLed right after "finished mlp-sgd-... valid acc 0.9164"
+    had no run of that trial in the store (its write was queued on the background writer), so the
+    line said more than was true. Until its run is written the line says "trained ... (being
+    written)"; a written one (a run id) says "finished"."""
+    from conftest import make_spec
+
+    from harness.core.outcome import TrialOutcome
+    from harness.sweep.progress import outcome_line
+
+    spec = make_spec()
+    o = TrialOutcome.of_spec(spec, "finished")
+    o.final_valid_accuracy, o.final_valid_loss = 0.9164, 0.3608
+    queued = outcome_line(o)
+    assert queued.startswith("[green]trained [/]") and "(being written)" in queued
+    o.run_id = "abc"
+    written = outcome_line(o)
+    assert written.startswith("[green]finished[/]") and "being written" not in written
+    d = TrialOutcome.of_spec(spec, "diverged")
+    assert outcome_line(d).startswith("[yellow]diverged[/]") and "(being written)" in outcome_line(d)

@@ -20,16 +20,17 @@ from harness.cli import list_cmd, report_cmd, status_cmd, sweep_cmd, ui_cmd
 
 _EPILOG = """\b
 Examples:
-  python -m harness list optimizers                     # names, hyperparameters, defaults
+  python -m harness list optimizers         # names, hyperparameters
   python -m harness sweep experiments/quickstart.yaml --dry-run
-  python -m harness sweep experiments/quickstart.yaml   # results in ./mlflow.db
+  python -m harness sweep experiments/quickstart.yaml     # ./mlflow.db
   python -m harness sweep experiments/mnist1d.yaml --jobs 2
-  python -m harness status                              # finished / diverged / failed / pending
+  python -m harness status                  # finished / failed / pending
   python -m harness report --experiment quickstart -o quickstart.html
-  python -m harness ui --experiment quickstart          # MLflow UI on the same store
+  python -m harness ui --experiment quickstart   # MLflow UI, same store
 \b
-Re-running a sweep skips finished trials. Use --tracking-uri http://HOST:PORT (or
-MLFLOW_TRACKING_URI) for a shared MLflow server. Docs: README.md, docs/architecture.md."""
+Re-running a sweep skips finished trials. Use --tracking-uri
+http://HOST:PORT (or MLFLOW_TRACKING_URI) for a shared MLflow server.
+Docs: README.md, docs/architecture.md."""
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Benchmark harness for training algorithms in JAX (sweeps logged to MLflow).",

@@ -10,12 +10,14 @@ from harness.cli.common import URI_HELP, err
 
 EPILOG = """\b
 Examples:
-  python -m harness report --experiment quickstart                  # latest sweep
+  python -m harness report --experiment quickstart     # latest sweep
   python -m harness report -e quickstart -o quickstart.html
-  python -m harness report -e mnist1d --sweep 1a2b3c4d5e6f --baseline 0f9e8d7c6b5a
+  python -m harness report -e mnist1d --sweep 1a2b3c4d5e6f \\
+      --baseline 0f9e8d7c6b5a
 \b
-Writes one self-contained HTML file (vector figures, interactive curves, downloads) and the
-tidy CSV beside it, prints both paths, and logs both to the parent runs whose trials it shows."""
+Writes one self-contained HTML file (vector figures, interactive curves,
+downloads) and the tidy CSV beside it, prints both paths, and logs both
+to the parent runs whose trials it shows."""
 
 
 class TuningDraws(StrEnum):

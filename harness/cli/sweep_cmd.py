@@ -20,15 +20,19 @@ class Batching(StrEnum):
 EPILOG = """\b
 Examples:
   python -m harness sweep experiments/quickstart.yaml
-  python -m harness sweep experiments/quickstart.yaml --dry-run     # the plan, nothing trained
-  python -m harness sweep experiments/mnist1d.yaml --jobs 2         # 2 local worker processes
-  python -m harness sweep experiments/mnist1d.yaml --tracking-uri http://127.0.0.1:5000
-  python -m harness sweep experiments/mnist1d.yaml --executor ray --address HOST:6379 \\
-      --tracking-uri http://HOST:5000 --cpus-per-trial 2
+  # the plan, nothing trained:
+  python -m harness sweep experiments/quickstart.yaml --dry-run
+  # 2 local worker processes:
+  python -m harness sweep experiments/mnist1d.yaml --jobs 2
+  python -m harness sweep experiments/mnist1d.yaml \\
+      --tracking-uri http://127.0.0.1:5000
+  python -m harness sweep experiments/mnist1d.yaml --executor ray \\
+      --address HOST:6379 --tracking-uri http://HOST:5000 --cpus-per-trial 2
 \b
-Exit codes: 0 ok; 1 some trial failed; 2 invalid config or usage; 3 tracking store
-unreachable or unusable (also when results are left in the local spool: the next run
-writes them); 130 interrupted (re-run the same command to resume)."""
+Exit codes: 0 ok; 1 some trial failed; 2 invalid config or usage; 3
+tracking store unreachable or unusable (also when results are left in
+the local spool: the next run writes them); 130 interrupted (re-run the
+same command to resume)."""
 
 
 def sweep(

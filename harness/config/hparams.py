@@ -91,6 +91,7 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
                     file: str, errors: list[str]) -> None:
     """Append to ``errors`` one ``FILE: PATH...: message`` line per problem of entry ``comp`` of
     ``kind`` (model, optimizer, schedule, dataset) at key path ``path`` (see the module docstring)."""
+    start = len(errors)
     if len(comp.name) > 200:
         errors.append(f"{file}: {path}.name: not a {kind} name ({len(comp.name):,} characters: "
                       f"{short_repr(comp.name, 60)}); `python -m harness list` shows the names")
@@ -144,6 +145,10 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
                               f"as text; MLflow keeps at most {limits.MAX_PARAM_VALUE_CHARS:,} in a "
                               f"param ({short_repr(v, 80)})")
                 break
+    if kind == "optimizer" and len(errors) > start:  # the builder's own checks see the other keys
+        refused = {k for k in comp.hparams
+                   if any(f"{path}.hparams.{key_text(k)}:" in e for e in errors[start:])}
+        errors.extend(builder_problems(builder, comp.hparams, refused, path, file))
     for name, hp in hps.items():
         if hp.required and name not in comp.hparams and kind == "optimizer" and comp.tuning == "none":
             errors.append(f"{file}: {path}.hparams: tuning: none runs {comp.name!r} with its "
@@ -239,3 +244,89 @@ def canonicalize_numbers(cfg: SweepConfig, registries: Registries) -> SweepConfi
                                               for axis, kind, reg in kinds}) for g in cfg.include]
     return cfg.model_copy(update=update)
 
+
+
+# --------------------------------------------------------------------------------------------
+# Every problem of an entry whose builder stops at its first (the pre-flight's, and the checks above
+# when they found some already).
+
+
+def named_hparam(hp: Mapping[str, Any], msg: str) -> str | None:
+    """The one hyperparameter of ``hp`` that ``msg`` names, or ``None`` (none, or several)."""
+    named = [k for k in hp if re.search(rf"\b{re.escape(k)}\b", msg)]
+    return named[0] if len(named) == 1 else None
+
+
+def hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
+    """``path.hparams.K`` when the message names exactly one of the entry's hyperparameters ``K``."""
+    k = named_hparam(hp, msg)
+    return f"{path}.hparams" if k is None else f"{path}.hparams.{k}"
+
+
+def exc_text(e: BaseException) -> str:
+    """An exception's message as a config error line shows it (a ``KeyError``'s without quotes)."""
+    if isinstance(e, KeyError) and e.args:
+        return str(e.args[0])
+    return str(e) or type(e).__name__
+
+
+def builder_defaults(kind: str, builder: Any) -> dict[str, Any]:
+    """The defaults of a builder's hyperparameters (``{}`` when its signature cannot be read)."""
+    try:
+        return {k: h.default for k, h in builder_hparams(kind, builder).items() if not h.required}
+    except Exception:  # a builder whose signature cannot be read: only its first problem is known
+        return {}
+
+
+#: Valid values of required hyperparameters, put in place of a bad one only to find the entry's next
+#: problem (``step_size: -1`` hid ``b1: 2.0``); never trained with.
+STAND_IN = {"step_size": 1e-3}
+
+
+def every_problem(attempt, hp: Mapping[str, Any], defaults: Mapping[str, Any], first: BaseException,
+                  path: str) -> list[tuple[str, str]]:
+    """``(key path, message)`` of each problem of one entry, whose builder stops at its first:
+    ``first`` is what ``attempt(hp)`` raised; while a message names one hyperparameter that has a
+    default, that one is set to its default and ``attempt`` runs again for the next problem (at most
+    once per hyperparameter; a required ``step_size`` takes :data:`STAND_IN` instead)."""
+    hp, e, out, done = dict(hp), first, [], set()
+    stand_in = {**STAND_IN, **defaults}
+    while True:
+        k = named_hparam(hp, str(e))
+        out.append((hp_path(path, hp, str(e)), exc_text(e)))
+        if k is None or k in done or k not in stand_in or len(done) >= len(hp):
+            return out
+        done.add(k)
+        hp[k] = stand_in[k]
+        try:
+            attempt(hp)
+        except Exception as again:
+            e = again
+            continue
+        return out
+
+
+def builder_problems(builder: Callable, hp: Mapping[str, Any], skip: set[str], path: str,
+                     file: str) -> list[str]:
+    """The problems an optimizer's builder itself finds (``b1 must be in [0, 1)``) in an entry whose
+    other keys (``skip``: unknown, mistyped or out of range, reported already) the checks above
+    refused: those take their default or :data:`STAND_IN`, so the builder reaches the rest. Only
+    single, concrete values are tried (a grid's first value, a distribution's bounds are checked
+    at pre-flight); one ``FILE: PATH.hparams.K: message`` line each."""
+    defaults = builder_defaults("optimizer", builder)
+    stand_in = {**STAND_IN, **defaults}
+    hp = {k: v for k, v in hp.items() if k not in skip or k in stand_in}
+    for k in skip & set(hp):
+        hp[k] = stand_in[k]
+    if any(isinstance(v, list | dict) for v in hp.values()):
+        return []
+
+    def attempt(h):
+        builder(**h)
+
+    try:
+        attempt(hp)
+    except Exception as e:  # the builder's own check: report it and the ones after it
+        return [f"{file}: {where}: {text}" for where, text in every_problem(attempt, hp, defaults, e, path)
+                if not any(where == f"{path}.hparams.{k}" for k in skip)]
+    return []

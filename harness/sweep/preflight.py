@@ -7,11 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.config.errors import ConfigError
+from harness.config.hparams import builder_defaults, every_problem, exc_text, hp_path
 from harness.config.load import config_registries
 from harness.config.registries import Registries, default_registries
 from harness.config.schema import SweepConfig
@@ -19,57 +19,8 @@ from harness.config.workloads import needs_parts
 from harness.plan.expansion import TrialList, entry_paths, expand, expand_parts, hp_key, hp_text
 
 
-def _named(hp: Mapping[str, Any], msg: str) -> str | None:
-    """The one hyperparameter of ``hp`` that ``msg`` names, or ``None`` (none, or several)."""
-    named = [k for k in hp if re.search(rf"\b{re.escape(k)}\b", msg)]
-    return named[0] if len(named) == 1 else None
-
-
-def _hp_path(path: str, hp: Mapping[str, Any], msg: str) -> str:
-    """``path.hparams.K`` when the message names exactly one of the entry's hyperparameters ``K``."""
-    k = _named(hp, msg)
-    return f"{path}.hparams" if k is None else f"{path}.hparams.{k}"
-
-
-def _defaults(kind: str, builder: Any) -> dict[str, Any]:
-    from harness.config.registries import builder_hparams
-
-    try:
-        return {k: h.default for k, h in builder_hparams(kind, builder).items() if not h.required}
-    except Exception:  # a builder whose signature cannot be read: only its first problem is known
-        return {}
-
-
-def every_problem(attempt, hp: Mapping[str, Any], defaults: Mapping[str, Any], first: BaseException,
-                  path: str) -> list[tuple[str, str]]:
-    """``(key path, message)`` of each problem of one entry, whose builder stops at its first:
-    ``first`` is what ``attempt(hp)`` raised; while a message names one hyperparameter that has a
-    default, that one is set to its default and ``attempt`` runs again for the next problem (at most
-    once per hyperparameter)."""
-    hp, e, out, done = dict(hp), first, [], set()
-    while True:
-        k = _named(hp, str(e))
-        out.append((_hp_path(path, hp, str(e)), _exc_text(e)))
-        if k is None or k in done or k not in defaults or len(done) >= len(hp):
-            return out
-        done.add(k)
-        hp[k] = defaults[k]
-        try:
-            attempt(hp)
-        except Exception as again:
-            e = again
-            continue
-        return out
-
-
 def _hp_text(hp: Mapping[str, Any]) -> str:
     return hp_text(hp) or "defaults"
-
-
-def _exc_text(e: BaseException) -> str:
-    if isinstance(e, KeyError) and e.args:
-        return str(e.args[0])
-    return str(e) or type(e).__name__
 
 
 #: A step holds the parameters, their gradients and the optimizer's state: at least this many
@@ -203,10 +154,10 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
             else:  # an injected registry (tests)
                 loaded[(name, hpk)] = reg.datasets[name](**hp)
         except FileNotFoundError as e:  # DatasetNotPreparedError: its message says how to prepare it
-            errors.append(f"{file}: {path}.name: {_exc_text(e)}")
+            errors.append(f"{file}: {path}.name: {exc_text(e)}")
         except Exception as e:
-            errors.append(f"{file}: {_hp_path(path, hp, str(e))}: cannot load dataset {name!r} "
-                          f"({_hp_text(hp)}): {_exc_text(e)}")
+            errors.append(f"{file}: {hp_path(path, hp, str(e))}: cannot load dataset {name!r} "
+                          f"({_hp_text(hp)}): {exc_text(e)}")
     if errors:
         raise ConfigError(errors)
     specs = expand(cfg, n_train=lambda n, hp: loaded[(n, hp_key(hp))].num_train, file=file)
@@ -274,11 +225,11 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
             try:
                 avals[mkey] = model_params(mhp)
                 if (msg := memory_problem(avals[mkey])) is not None:
-                    errors.append(f"{file}: {_hp_path(mpath, mhp, '')}: model {s.model!r} "
+                    errors.append(f"{file}: {hp_path(mpath, mhp, '')}: model {s.model!r} "
                                   f"({_hp_text(mhp)}) on dataset {s.dataset!r}: {msg}")
             except Exception as e:
-                if once(("model-err", s.model, hp_key(mhp), _exc_text(e))):  # once, not per dataset
-                    defaults = _defaults("model", reg.models[s.model])
+                if once(("model-err", s.model, hp_key(mhp), exc_text(e))):  # once, not per dataset
+                    defaults = builder_defaults("model", reg.models[s.model])
                     for where, text in every_problem(model_params, mhp, defaults, e, mpath):
                         errors.append(f"{file}: {where}: model {s.model!r} ({_hp_text(mhp)}) on dataset "
                                       f"{s.dataset!r} with input shape {ds.input_shape}: {text}")
@@ -326,22 +277,21 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
             except Exception as e:
                 if s.optimizer_source and sched != "none":  # the factory, given a schedule, failed
                     line = (f"{file}: {opath}.source: optimizer {s.optimizer!r} ({s.optimizer_source}) "
-                            f"with schedule {s.schedule!r}: {_exc_text(e)} (with a schedule the "
+                            f"with schedule {s.schedule!r}: {exc_text(e)} (with a schedule the "
                             f"factory's step_size is a function i -> step size: "
                             f"optimizers.make_schedule(step_size) takes both)")
                     if line not in errors:
                         errors.append(line)
                 elif sched == "none":
                     seen.add(("bad-opt", s.optimizer, hp_key(ohp)))
-                    for where, text in every_problem(trace_update, ohp,
-                                                     _defaults("optimizer", reg.optimizers[s.optimizer]),
-                                                     e, opath):
+                    odefaults = builder_defaults("optimizer", reg.optimizers[s.optimizer])
+                    for where, text in every_problem(trace_update, ohp, odefaults, e, opath):
                         errors.append(f"{file}: {where}: optimizer {s.optimizer!r} ({_hp_text(ohp)}): "
                                       f"{text}")
-                elif once(("sched-err", spath, hp_key(shp), steps, _exc_text(e))):  # not per optimizer
-                    errors.append(f"{file}: {_hp_path(spath, shp, str(e))}: schedule {s.schedule!r} "
+                elif once(("sched-err", spath, hp_key(shp), steps, exc_text(e))):  # not per optimizer
+                    errors.append(f"{file}: {hp_path(spath, shp, str(e))}: schedule {s.schedule!r} "
                                   f"({_hp_text(shp)}, total_steps={steps}) with optimizer "
-                                  f"{s.optimizer!r}: {_exc_text(e)}")
+                                  f"{s.optimizer!r}: {exc_text(e)}")
     progress()
     if errors:
         raise ConfigError(errors)

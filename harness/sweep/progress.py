@@ -183,7 +183,12 @@ def outcome_line(o: TrialOutcome) -> str:
     skipped = " (already done)" if o.skipped else ""
     if o.spooled:
         skipped += " (spooled: the store did not answer)" if not o.skipped else " (in the local spool)"
-    return f"[{color}]{o.status:8}[/] {escape(f'{o.run_name} [{o.trial_id}]{skipped} {extra}')}"
+    status = o.status
+    if o.run_id is None and not o.spooled and not o.skipped:
+        # trained here, its run still queued on the background writer: not yet FINISHED in the store
+        # (a kill now loses the result and the next sweep trains it again), so not called finished
+        status, skipped = ("trained" if o.status == "finished" else o.status), skipped + " (being written)"
+    return f"[{color}]{status:8}[/] {escape(f'{o.run_name} [{o.trial_id}]{skipped} {extra}')}"
 
 
 #: What starts a stage's line on a pipe (``grep -v '^sweep: '`` leaves the rest of stderr).

@@ -183,10 +183,12 @@ def config_cell(config: str, optimizer_configs: list[str], task_configs: list[st
     optimizer ran (``optimizer_configs``); when the optimizer ran this one configuration, what
     tells it apart from the other optimizers' on the task (``task_configs``: its step size, ...);
     when that is nothing either, the whole configuration. Never empty: a configuration that ran
-    shows its values."""
+    shows its values. The step size is always shown (``lr=0.003 constant``): it is what a reader
+    looks for, also where the optimizer's configurations differ only in their schedule."""
+    lr = next((w.replace("step_size=", "lr=") for w in config.split() if w.startswith("step_size=")), "")
     for pool in (optimizer_configs, task_configs):
         if len(set(pool)) > 1 and (part := _distinct_parts(sorted(set(pool)))[config]):
-            return part
+            return part if not lr or lr in part.split() else f"{lr} {part}"
     return config.replace("step_size=", "lr=")
 
 

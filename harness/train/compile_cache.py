@@ -32,15 +32,18 @@ from pathlib import Path
 
 from harness.core.util import cache_dir
 
-__all__ = ["CACHE_ENV", "MAX_BYTES_ENV", "CacheCounts", "cache_counts", "cache_path", "enable"]
+__all__ = ["CACHE_ENV", "MAX_BYTES_ENV", "CacheCounts", "active", "cache_counts", "cache_path", "enable"]
 
 #: Set to ``0``/``off``/``false``/``no`` to compile everything afresh (no persistent cache).
 CACHE_ENV = "HARNESS_COMPILE_CACHE"
 #: Size bound of the cache folder in bytes (least recently used entries are evicted above it).
 MAX_BYTES_ENV = "HARNESS_COMPILE_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 2 << 30
+MIN_BYTES = 1 << 20  # below this no program fits: the cache would evict everything it writes
+MAX_BYTES = 2**50
 
 _OFF = {"0", "off", "false", "no"}
+_ON = {"", "1", "on", "true", "yes"}
 _JAX_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
@@ -57,13 +60,16 @@ def _max_bytes() -> int:
     if not raw:
         return DEFAULT_MAX_BYTES
     try:
-        value = int(float(raw))
+        value = float(raw)
     except ValueError:
         raise ValueError(f"{MAX_BYTES_ENV}={raw!r} is not a number of bytes (e.g. 2e9)") from None
-    if value <= 0:
+    if not value > 0:
         raise ValueError(f"{MAX_BYTES_ENV}={raw!r} must be positive; to turn the cache off set "
                          f"{CACHE_ENV}=0")
-    return value
+    if not MIN_BYTES <= value <= MAX_BYTES:  # inf, 1e400 (OverflowError in int()), 1.5 bytes
+        raise ValueError(f"{MAX_BYTES_ENV}={raw!r} must be between 1 MiB ({MIN_BYTES}) and 1 PiB "
+                         f"({MAX_BYTES:.0e}) bytes, e.g. 2e9")
+    return int(value)
 
 
 def enable(enabled: bool = True) -> str | None:
@@ -76,12 +82,17 @@ def enable(enabled: bool = True) -> str | None:
       The cache folder in use (the user's own if one was configured), or ``None`` when off.
 
     Raises:
-      ValueError: ``HARNESS_COMPILE_CACHE_MAX_BYTES`` is not a positive number.
+      ValueError: ``HARNESS_COMPILE_CACHE`` is neither on nor off, or
+        ``HARNESS_COMPILE_CACHE_MAX_BYTES`` is not a number of bytes in [1 MiB, 1 PiB].
     """
     import jax
 
     _listen()
-    if not enabled or os.environ.get(CACHE_ENV, "").strip().lower() in _OFF:
+    switch = os.environ.get(CACHE_ENV, "").strip().lower()
+    if switch not in _OFF | _ON:
+        raise ValueError(f"{CACHE_ENV}={os.environ[CACHE_ENV]!r} is neither on (1, on, true, yes) nor "
+                         f"off (0, off, false, no)")
+    if not enabled or switch in _OFF:
         return None
     limit = _max_bytes()
     own = os.environ.get(_JAX_DIR_ENV) or jax.config.jax_compilation_cache_dir
@@ -135,6 +146,14 @@ def _listen() -> None:
     import jax
 
     jax.monitoring.register_event_listener(_on_event)
+
+
+def active() -> bool:
+    """Whether this process compiles through a persistent cache (its own, the user's, or the one
+    a parent sweep's environment gave this worker)."""
+    import jax
+
+    return bool(jax.config.jax_compilation_cache_dir) and bool(jax.config.jax_enable_compilation_cache)
 
 
 def cache_counts() -> CacheCounts:

@@ -314,7 +314,8 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     run.record_test()
     perf = measure_trial_perf(run.prog, spec0, perf_cache) if measure_perf else None
     cache = compile_cache.cache_counts() - cache0
-    counts = {"compile_cache": {"hits": cache.hits, "misses": cache.misses}}
+    # no counts without a cache: "0 compiled" would read as "everything loaded"
+    counts = {"compile_cache": {"hits": cache.hits, "misses": cache.misses}} if compile_cache.active() else {}
     return [tr.result(perf=perf, compile_s=run.compile_s, extra={**run.extra(batched), **counts})
             for tr in run.tracks]
 
