@@ -255,8 +255,11 @@ def test_expansion_crosses_grid_axes_with_the_sampled_points(write_sweep):
         "warning: unequal tuning budgets on digits · mlp (width=8, depth=1): adam 3, sgd 2 configurations; "
         "a comparison favours the optimizer tuned more (set search.trials per optimizer entry to "
         "equalise)")
-    assert search_tags(specs)[adam[2].trial_id] == {"harness.search": "quasirandom",
-                                                     "harness.search_index": "1"}
+    assert search_tags(specs)[adam[2].trial_id] == {
+        "harness.search": "quasirandom", "harness.search_index": "1",
+        # the ranges, for the boundary warnings (issue 22 §5)
+        "harness.search_space": '{"optimizer.b1":["uniform",0.8,0.9],'
+                                '"optimizer.step_size":["log_uniform",0.0001,0.1]}'}
 
 
 def test_expansion_prefix_stable_trial_ids_and_model_dims(write_sweep):

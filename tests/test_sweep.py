@@ -589,7 +589,7 @@ def test_a_real_sweep_in_a_pty_shows_pre_flight_k_of_n_before_its_first_trial(tm
     assert p.wait(timeout=300) == 0
     os.close(master)
     out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
-    first_trial = re.search(r"(finished|trained) ", out).start()
+    first_trial = re.search(r"(finished|trained)\s+mlp-", out).start()
     # 1 mlp; sgd and adam, each alone and with the constant schedule: 5 traces
     k_of_n = [m.start() for m in re.finditer(r"pre-flight [0-5]/5: tracing every model", out)]
     assert k_of_n and k_of_n[0] < first_trial, out
