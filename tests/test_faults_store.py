@@ -486,6 +486,17 @@ def _wait_for(pred, timeout: float, what: str) -> None:
         assert time.monotonic() < deadline, what
         time.sleep(0.1)
 
+def _finished_trials(uri: str, name: str = "tiny") -> int | None:
+    """FINISHED trial runs of sweep ``name`` on the server ``uri`` (``None`` while it does not answer)."""
+    from mlflow import MlflowClient
+
+    with contextlib.suppress(Exception):
+        exp = MlflowClient(uri).get_experiment_by_name(name)
+        q = "attributes.status = 'FINISHED' and tags.`harness.kind` = 'trial'"
+        return 0 if exp is None else len(MlflowClient(uri).search_runs([exp.experiment_id], q))
+    return None
+
+
 
 @pytest.mark.server
 def test_server_down_longer_than_retries_then_back(tmp_path, procs, env_base):
@@ -506,16 +517,7 @@ def test_server_down_longer_than_retries_then_back(tmp_path, procs, env_base):
     kid = _start(procs, _child_cli, ["sweep", str(cfg), "--tracking-uri", uri], env_base, str(log),
                  str(calls), 0.2, {1: str(down), 3: str(up)})
     try:
-        from mlflow import MlflowClient
-
-        def first_written() -> bool:
-            with contextlib.suppress(Exception):
-                exp = MlflowClient(uri).get_experiment_by_name("tiny")
-                q = "attributes.status = 'FINISHED' and tags.`harness.kind` = 'trial'"
-                return exp is not None and len(MlflowClient(uri).search_runs([exp.experiment_id], q)) == 1
-            return False
-
-        _wait_for(first_written, 120, "the first trial reached the server")
+        _wait_for(lambda: _finished_trials(uri) == 1, 120, "the first trial reached the server")
         _stop_server(server)
         t_down = time.monotonic()
         down.touch()
@@ -561,16 +563,7 @@ def test_summary_counts_spooled_results_apart_from_the_store(tmp_path, procs, en
     kid = _start(procs, _child_cli, ["sweep", str(cfg), "--tracking-uri", uri], env_base, str(log),
                  str(calls), 0.2, {1: str(down)})
     try:
-        from mlflow import MlflowClient
-
-        def first_written() -> bool:
-            with contextlib.suppress(Exception):
-                exp = MlflowClient(uri).get_experiment_by_name("tiny")
-                q = "attributes.status = 'FINISHED' and tags.`harness.kind` = 'trial'"
-                return exp is not None and len(MlflowClient(uri).search_runs([exp.experiment_id], q)) == 1
-            return False
-
-        _wait_for(first_written, 120, "the first trial reached the server")
+        _wait_for(lambda: _finished_trials(uri) == 1, 120, "the first trial reached the server")
         _stop_server(server)
         down.touch()
         kid.join(300)
