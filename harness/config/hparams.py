@@ -315,9 +315,7 @@ def builder_problems(builder: Callable, hp: Mapping[str, Any], skip: set[str], p
     at pre-flight); one ``FILE: PATH.hparams.K: message`` line each."""
     defaults = builder_defaults("optimizer", builder)
     stand_in = {**STAND_IN, **defaults}
-    hp = {k: v for k, v in hp.items() if k not in skip or k in stand_in}
-    for k in skip & set(hp):
-        hp[k] = stand_in[k]
+    hp = {k: stand_in[k] if k in skip else v for k, v in hp.items() if k not in skip or k in stand_in}
     if any(isinstance(v, list | dict) for v in hp.values()):
         return []
 
