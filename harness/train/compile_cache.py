@@ -25,6 +25,7 @@ variables, so the worker processes of ``--jobs N`` inherit the cache.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -62,13 +63,15 @@ def _max_bytes() -> int:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{MAX_BYTES_ENV}={raw!r} is not a number of bytes (e.g. 2e9)") from None
+        value = math.nan
+    if math.isnan(value):
+        raise ValueError(f"{MAX_BYTES_ENV}={raw!r} is not a number of bytes (e.g. 2e9)")
     if not value > 0:
         raise ValueError(f"{MAX_BYTES_ENV}={raw!r} must be positive; to turn the cache off set "
                          f"{CACHE_ENV}=0")
     if not MIN_BYTES <= value <= MAX_BYTES:  # inf, 1e400 (OverflowError in int()), 1.5 bytes
         raise ValueError(f"{MAX_BYTES_ENV}={raw!r} must be between 1 MiB ({MIN_BYTES}) and 1 PiB "
-                         f"({MAX_BYTES:.0e}) bytes, e.g. 2e9")
+                         f"({MAX_BYTES}) bytes, e.g. 2e9")
     return int(value)
 
 
@@ -114,8 +117,11 @@ def enable(enabled: bool = True) -> str | None:
 
 @dataclass(frozen=True)
 class CacheCounts:
-    """Programs this process loaded from the persistent cache (``hits``) and compiled because the
-    cache had no entry (``misses``: each is then written to it), since the process started."""
+    """Compile requests of this process answered from the persistent cache (``hits``) and compiled
+    because the cache had no entry (``misses``: each is then written to it), since the process
+    started. They count requests, not distinct programs: a program the process builds twice (the
+    throughput measurement and the batching decision lower the training chunk again) counts twice,
+    so a re-run's hits can exceed the first run's misses."""
 
     hits: int
     misses: int
