@@ -60,6 +60,29 @@ def test_curves_target_progress_and_determinism(digits):
     assert r4.steps_to_target is None and r4.seconds_to_target is None
 
 
+def test_target_met_at_initialisation_is_reached_at_the_first_evaluation_after(digits):
+    """Found by a new user: a target met by the evaluation at initialisation gave
+    ``seconds_to_target = 0``, so every time ratio of the performance profile was 0/0 or x/0 and
+    the task counted as unsolved for every optimizer. It is reached at the next evaluation now,
+    with that evaluation's step and clock; the curves are unchanged."""
+    spec = make_spec(steps=20, eval_every=10, target={"metric": "valid/loss", "value": 1e9, "mode": "min"})
+    r = trainer.run_trial(spec, dataset=digits, measure_perf=False)
+    c = r.curves
+    assert c.eval_step == [0, 10, 20] and c.eval_wall_s[0] == 0.0 and c.eval_loss[0] < 1e9
+    assert r.steps_to_target == 10 and r.seconds_to_target == c.eval_wall_s[1] > 0.0
+    # a target first met later keeps its own evaluation (met at step 0 or not: the same rule)
+    from harness.train.track import TrialTrack
+
+    tr = TrialTrack(dataclasses.replace(spec, target=Target("valid/loss", 0.5, "min")))
+    for step, wall, loss in ((0, 0.0, 2.3), (10, 0.01, 0.9), (20, 0.02, 0.4), (30, 0.03, 0.3)):
+        tr.add_eval(step, wall, loss, {"accuracy": 0.5})
+    assert (tr.steps_to_target, tr.seconds_to_target) == (20, 0.02)
+    tr = TrialTrack(dataclasses.replace(spec, target=Target("valid/loss", 2.5, "min")))
+    for step, wall, loss in ((0, 0.0, 2.3), (10, 0.01, 2.6), (20, 0.02, 2.0)):
+        tr.add_eval(step, wall, loss, {"accuracy": 0.5})
+    assert (tr.steps_to_target, tr.seconds_to_target) == (10, 0.01)  # solved at step 0: the next one
+
+
 def test_matches_hand_written_reference(digits):
     """Data order (epoch permutations, straddling batches), update indexing, evaluation on the
     validation split during training and on the test split at the end: by hand."""
@@ -217,7 +240,7 @@ def test_reconstruction_task_targets_are_inputs(digits):
     assert all(np.isnan(a) for a in r.curves.eval_accuracy) and r.test_accuracy is None
     assert set(r.curves.eval_metrics) == {"mse"} and set(r.test_metrics) == {"mse"}
     assert r.curves.eval_metrics["mse"] == pytest.approx(r.curves.eval_loss)  # its loss is its mse
-    assert r.steps_to_target == 0  # the loss target (any finite loss) is met at the first evaluation
+    assert r.steps_to_target == 2  # met at step 0 (any finite loss): reached at the next evaluation
     # the eval loss is the MSE of reconstructing the validation inputs, computed by hand at step 0
     model = MODELS["autoencoder"](input_shape=(8, 8, 1), num_classes=10, width=4)
     k_init = jax.random.split(jax.random.PRNGKey(0), 3)[0]
