@@ -31,7 +31,7 @@ from reports import runs as mlruns
 from reports.compare import compare
 from reports.frame import load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
-from reports.protocol import TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
+from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
 
 __all__ = ["load_frame", "make_report"]
 
@@ -48,6 +48,7 @@ def make_report(
     baseline: str | None = None,
     tracking_uri: str | None = None,
     tuning_draws: str = "without-replacement",
+    scoring: str | None = None,
 ) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
@@ -63,6 +64,10 @@ def make_report(
       tuning_draws: how the tuning curves draw k of the N configurations:
         ``"without-replacement"`` (k-subsets) or ``"with-replacement"`` (Dodge et al.'s formula);
         :data:`reports.protocol.TUNING_DRAWS`. The caption says which.
+      scoring: the tuned time-to-result rule, ``"harness"`` or ``"algoperf"``
+        (:data:`reports.protocol.SCORING`); ``None`` takes the sweep's (its latest parent run's
+        ``scoring`` param, from the config's ``scoring:``; ``harness`` when absent). The profile's
+        caption says which; ``algoperf`` adds AlgoPerf's score to the leaderboard.
 
     The HTML (and CSV) are also logged as artifacts under ``reports/`` of every parent run whose
     trials the report shows (:func:`report_parents`).
@@ -74,9 +79,12 @@ def make_report(
 
     if tuning_draws not in TUNING_DRAWS:  # before anything is read
         raise ValueError(f"--tuning-curves must be one of {', '.join(TUNING_DRAWS)}; got {tuning_draws!r}")
+    if scoring is not None and scoring not in SCORING:
+        raise ValueError(f"--scoring must be one of {', '.join(SCORING)}; got {scoring!r}")
     client = mlruns.mlflow_client(tracking_uri)
     data = load_sweep(experiment, sweep_id, client=client)
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
+    data.frame.attrs[SCORING_ATTR] = scoring or sweep_scoring(data)
     if tracking_uri:
         data.tracking_uri = tracking_uri
     out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)
@@ -97,6 +105,15 @@ def make_report(
         client.log_artifact(parent, str(out), artifact_path="reports")
         client.log_artifact(parent, str(csv), artifact_path="reports")
     return out
+
+
+def sweep_scoring(data) -> str:
+    """The rule the sweep's config chose (``scoring:``, the latest parent run's ``scoring`` param);
+    ``harness`` for sweeps from before the key."""
+    for parent in reversed(data.parents):
+        if rule := parent.data.params.get(SCORING_ATTR):
+            return rule
+    return SCORING[0]
 
 
 def report_parents(data) -> list[str]:

@@ -1,6 +1,6 @@
 """The protocol's tuning figures (:mod:`reports.protocol`): tuning curves (expected best
-validation metric after k configurations) and AlgoPerf-style performance profiles of the tuned
-time-to-result."""
+validation metric after k configurations) and performance profiles of the tuned time-to-result
+(:mod:`reports.scoring`, by the frame's rule)."""
 
 from __future__ import annotations
 
@@ -12,52 +12,9 @@ from matplotlib.ticker import MaxNLocator
 
 from reports import protocol
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
-from reports.objectives import METRIC_LABELS, objective, objectives_differ
+from reports.objectives import METRIC_LABELS, objectives_differ
+from reports.scoring import performance_profile, profile_times
 from reports.style import legend, palette
-
-
-def profile_times(frame: pd.DataFrame) -> pd.DataFrame:
-    """Task × optimizer table of tuned time-to-result (:func:`reports.protocol.tuned_time_to_result`:
-    the fastest of the optimizer's configurations to the validation target, a configuration's time
-    being the median over its seeds; ``inf`` where no configuration had at least
-    ``SOLVED_FRACTION`` of its seeds reach the target). Empty when the sweep has no target."""
-    if objective(frame).target_metric is None:
-        return pd.DataFrame()
-    t = protocol.tuned_time_to_result(frame)
-    if t.empty:
-        return pd.DataFrame()
-    return t.pivot(index="task", columns="optimizer", values="seconds").fillna(np.inf)
-
-
-def performance_profile(frame: pd.DataFrame, taus: np.ndarray | None = None) -> pd.DataFrame:
-    """ρ_o(τ): the fraction of tasks optimizer ``o`` solves within ``τ`` × the fastest optimizer's
-    time on that task (Dolan & Moré 2002, as used by AlgoPerf: Dahl et al. 2023, §4.5).
-
-    Columns ``optimizer, tau, rho``; ``taus`` defaults to 200 points from 1 to max(4, 1.1 × the
-    largest finite ratio). A task no optimizer solved counts as unsolved for all.
-    """
-    times = profile_times(frame)
-    if times.empty:
-        return pd.DataFrame(columns=["optimizer", "tau", "rho"])
-    best = times.min(axis=1)
-    ratios = times.div(best.where(np.isfinite(best)), axis=0)  # nan row where nobody solved
-    finite = ratios.to_numpy()[np.isfinite(ratios.to_numpy())]
-    if taus is None:
-        taus = np.linspace(1.0, max(4.0, 1.1 * float(finite.max()) if finite.size else 4.0), 200)
-    n_tasks = len(times)
-    rows = []
-    for opt in times.columns:
-        r = ratios[opt].to_numpy()
-        for tau in taus:
-            rows.append(
-                {
-                    "optimizer": opt,
-                    "tau": float(tau),
-                    "rho": float(np.sum(np.isfinite(r) & (r <= tau)) / n_tasks),
-                }
-            )
-    return pd.DataFrame(rows)
-
 
 #: Tuning-curve bands: fill opacity (validation) and the edge lines that keep overlapping bands
 #: of several optimizers apart (a stack of translucent fills turns into one muddy colour).
@@ -65,9 +22,10 @@ BAND_ALPHA, BAND_EDGE_LW = 0.08, 0.7
 
 
 def profile_figure(frame: pd.DataFrame) -> Figure | str | None:
-    """Step plot of :func:`performance_profile` for every optimizer, the legend above the axes (a
-    legend inside covers a profile at 0 or 1); a sentence instead with fewer than 2 tasks (a profile
-    of one task is a single step that says no more than the time-to-target figure)."""
+    """Step plot of :func:`reports.scoring.performance_profile` (the frame's rule) for every
+    optimizer, the legend above the axes (a legend inside covers a profile at 0 or 1); a sentence
+    instead with fewer than 2 tasks (a profile of one task is a single step that says no more than
+    the time-to-target figure)."""
     p = performance_profile(frame)
     if p.empty:
         return None

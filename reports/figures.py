@@ -29,10 +29,11 @@ from reports.fig_convergence import (
 from reports.fig_sensitivity import sensitivity_data, sensitivity_figure, single_step_sizes
 from reports.fig_throughput import throughput, throughput_figure
 from reports.fig_time import time_to_target, time_to_target_figure, tuned_time_figure
-from reports.fig_tuning import performance_profile, profile_figure, profile_times, tuning_figure
+from reports.fig_tuning import profile_figure, tuning_figure
 from reports.leaderboard import format_interval, interval_words, leaderboard
 from reports.objectives import METRIC_LABELS
 from reports.protocol import SOLVED_FRACTION
+from reports.scoring import performance_profile, profile_times
 from reports.style import palette, png_bytes
 
 __all__ = [
@@ -85,6 +86,19 @@ class FigureSpec:
     interactive: Callable[[pd.DataFrame], dict | None] | None = None
 
 
+def rule_words(frame: pd.DataFrame) -> str:
+    """What the frame's tuned-time rule is (:func:`reports.protocol.scoring`), for a caption."""
+    if protocol.scoring(frame) == "algoperf":
+        return ("AlgoPerf's rule (scoring: algoperf): each seed is a study whose time is its fastest "
+                "configuration's (∞ when none reached the target); the tuned time is the median over "
+                "seeds; a time above 4× the task's fastest counts as not solved; τ runs over [1, 4], "
+                "and the leaderboard's AlgoPerf score is the profile's integral over it divided by 3.")
+    return ("The harness's rule (scoring: harness, not AlgoPerf's): the time of the fastest of the "
+            "optimizer's configurations, a configuration reaching the target when "
+            f"≥ {SOLVED_FRACTION:.0%} of its seeds do, its time the median across those seeds; no 4× "
+            "cap, no score (AlgoPerf's rule: scoring: algoperf, or report --scoring algoperf).")
+
+
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "convergence_steps",
@@ -120,10 +134,8 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "performance_profile",
         "Performance profiles",
-        "AlgoPerf-style: fraction of tasks an optimizer solves within τ × the fastest optimizer's "
-        "tuned time-to-result on that task (time of the fastest of its configurations to the "
-        f"validation target; a configuration reaches it when ≥ {SOLVED_FRACTION:.0%} of its seeds do, "
-        "its time = median across those seeds).",
+        lambda f: "Fraction of tasks an optimizer solves within τ × the fastest optimizer's tuned " \
+        f"time-to-result on that task. {rule_words(f)}",
         profile_figure,
         "The sweep has no target.",
         performance_profile,
@@ -149,9 +161,8 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "tuned_time_to_result",
         "Tuned time-to-result",
-        "AlgoPerf-style: per task, the time to the validation target of each optimizer's fastest "
-        "configuration among the N it tried (median over that configuration's seeds); "
-        "▷ at the longest training (the budget): none of its configurations reached the target.",
+        lambda f: "Per task, each optimizer's tuned time to the validation target over the N "
+        "configurations it tried; ▷ at the longest training (the budget): not reached. " + rule_words(f),
         tuned_time_figure,
         "The sweep has no target.",
         lambda f: protocol.tuned_time_to_result(f),

@@ -9,7 +9,7 @@ import typing
 import pandas as pd
 
 from harness.core.names import M_FINAL_ACC, M_FINAL_GAP, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEP_MS
-from reports import protocol
+from reports import protocol, scoring
 from reports.frame import PROTOCOL_ONE_SPLIT, summaries
 from reports.objectives import objective, objectives_differ
 from reports.protocol import MIN_SEEDS
@@ -17,6 +17,8 @@ from reports.selection import best_configs
 
 #: Columns the report states once in the caption when every row holds the same text.
 SAID_ONCE = ("Interval", "Beats (paired bootstrap, 95%)")
+#: The column of AlgoPerf's score (only when the frame's rule is ``algoperf``).
+SCORE_COL = "AlgoPerf score (all tasks, τ ∈ [1, 4])"
 
 
 def interval_words(how: str, n: int) -> str:
@@ -73,7 +75,10 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     number. Each task is selected and
     headlined by its own objective (:func:`reports.objectives.objective` of the task); when the tasks'
     metrics differ the headline column is "Test metric (selected on validation)" and each cell
-    names its metric ("loss 1.927 …"). Returns display strings plus numeric ``_``-prefixed columns.
+    names its metric ("loss 1.927 …"). When the frame's tuned-time rule is ``algoperf``
+    (:func:`reports.protocol.scoring`) and the sweep has a target, :data:`SCORE_COL` holds each
+    optimizer's AlgoPerf score over all tasks (:func:`reports.scoring.algoperf_scores`; the same in
+    each of its rows). Returns display strings plus numeric ``_``-prefixed columns.
     """
     best = best_configs(frame)
     if best.empty:
@@ -85,6 +90,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     mixed = objectives_differ(frame)  # e.g. a loss-target task beside an accuracy-target one
     test_col = "Test metric (selected on validation)" if mixed else \
         f"Test {obj.test.split('/', 1)[1]} (selected on validation)"
+    scores = scoring.algoperf_scores(frame) if protocol.scoring(frame) == "algoperf" else None
     rows = []
     for b in best.itertuples():
         task_test = objective(frame, b.task).test.split("/", 1)[1]
@@ -136,6 +142,8 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
                 if ttt[3]
                 else f"not reached (0/{b.n_seeds})"
             )
+        if scores is not None and len(scores):
+            row[SCORE_COL] = f"{scores.get(b.optimizer, 0.0):.3f}"
         row["Step time (ms, median)"] = g[M_STEP_MS].median()  # formatted below, per column
         row.update(
             {

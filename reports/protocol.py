@@ -27,12 +27,18 @@ Definitions (the numbers a report shows follow from these and nothing else):
   A **self-tuning** optimizer (a ``tuning: none`` entry, AlgoPerf's self-tuning track) has one
   configuration and no budget to spend: its "curve" is its configuration's value at every ``k``
   (drawn as a horizontal line), so a reader sees at which ``k`` a tuned optimizer overtakes it.
-* **Tuned time-to-result** (AlgoPerf's external-tuning rule, Dahl et al. 2023): per task and
-  optimizer, the time to the validation target of the best of its ``N`` configurations, i.e. the
-  smallest configuration time, where a configuration's time is the median
-  ``convergence/seconds_to_target`` over its seeds that reached the target, and ``inf`` ("not
-  reached") when fewer than :data:`SOLVED_FRACTION` of its seeds reached it. The performance
-  profiles are drawn from these times.
+* **Tuned time-to-result**, by one of two rules (:data:`SCORING`; config ``scoring:``, ``report
+  --scoring``; the frame says which in ``frame.attrs[SCORING_ATTR]``). ``harness`` (the default, the
+  harness's own rule): per task and optimizer, the smallest configuration time, where a
+  configuration's time is the median ``convergence/seconds_to_target`` over its seeds that reached
+  the target, and ``inf`` ("not reached") when fewer than :data:`SOLVED_FRACTION` of its seeds
+  reached it. ``algoperf`` (AlgoPerf's external-tuning rule, Dahl et al. 2023,
+  ``scoring/performance_profile.py``): each seed plays one of AlgoPerf's studies, its trials being
+  the optimizer's configurations run with that seed; a study's time is its fastest trial's
+  ``seconds_to_target`` (``inf`` when none of them reached the target; a trial that diverged after
+  reaching it counts, as in AlgoPerf), and the tuned time is the median over studies (``inf`` once
+  half or more are ``inf``). The performance profiles, the 4×
+  cap and AlgoPerf's score are :mod:`reports.scoring`.
 * **Intervals across seeds** (:func:`seed_interval`): with fewer than :data:`MIN_SEEDS` seeds the
   min–max range of the seeds (the table says so); with more, a 95% bootstrap percentile interval of
   the mean. Both stay inside the metric's range (no t-interval running past 1.0).
@@ -60,6 +66,7 @@ from reports.selection import best_configs
 
 __all__ = [
     "MIN_SEEDS",
+    "SCORING",
     "SOLVED_FRACTION",
     "brute_force_curve",
     "config_values",
@@ -68,6 +75,7 @@ __all__ = [
     "headline",
     "paired_comparison",
     "pairwise_comparisons",
+    "scoring",
     "seed_interval",
     "selection_weights",
     "tuned_time_to_result",
@@ -324,22 +332,69 @@ def tuning_curves(frame: pd.DataFrame, replace: bool | None = None, n_boot: int 
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 
-def tuned_time_to_result(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (task, optimizer): the best of its ``N`` configurations' times to the validation target.
+#: The rules of tuned time-to-result (module docstring): the harness's own (default) and AlgoPerf's.
+SCORING = ("harness", "algoperf")
+#: ``frame.attrs`` key naming the frame's rule (config ``scoring:``, ``report --scoring``).
+SCORING_ATTR = "scoring"
 
-    Columns ``task, optimizer, n_configs, seconds`` (``inf`` = no configuration reached it),
-    ``config_id, config`` (the fastest; ties by ``config_id``; empty when none reached).
+
+def scoring(frame: pd.DataFrame) -> str:
+    """The frame's tuned-time rule, one of :data:`SCORING` (default ``harness``).
+
+    Raises:
+      ValueError: the frame names another rule.
     """
+    rule = frame.attrs.get(SCORING_ATTR) or SCORING[0]
+    if rule not in SCORING:
+        raise ValueError(f"scoring must be one of {', '.join(SCORING)}; got {rule!r}")
+    return rule
+
+
+def tuned_time_to_result(frame: pd.DataFrame, rule: str | None = None) -> pd.DataFrame:
+    """Per (task, optimizer): its tuned time to the validation target by ``rule`` (module
+    docstring; default :func:`scoring` of the frame).
+
+    Columns ``task, optimizer, n_configs, seconds`` (``inf`` = not reached), ``config_id, config``:
+    by the ``harness`` rule the fastest configuration (ties by ``config_id``; empty when none
+    reached); by ``algoperf`` the configuration fastest on most seeds (ties by ``config_id``; empty
+    when the tuned time is ``inf``), since each seed picks its own.
+    """
+    rule = scoring(frame) if rule is None else rule
+    if rule not in SCORING:
+        raise ValueError(f"scoring must be one of {', '.join(SCORING)}; got {rule!r}")
     cv = config_values(frame)
+    per_seed = _study_times(frame) if rule == "algoperf" else None
     rows = []
     for (task, opt), g in cv.groupby(["task", "optimizer"], sort=True):
-        g = g.sort_values(["seconds", "config_id"], kind="stable")
-        best = g.iloc[0]
-        hit = math.isfinite(best["seconds"])
-        rows.append({"task": task, "optimizer": opt, "n_configs": len(g),
-                     "seconds": float(best["seconds"]),
+        if per_seed is None:
+            g = g.sort_values(["seconds", "config_id"], kind="stable")
+            best, secs = g.iloc[0], float(g["seconds"].iloc[0])
+        else:
+            studies = per_seed[(per_seed["task"] == task) & (per_seed["optimizer"] == opt)]
+            secs = float(np.median(studies["seconds"])) if len(studies) else math.inf
+            wins = studies.loc[studies["config_id"] != "", "config_id"].value_counts()
+            top = sorted(c for c, n in wins.items() if n == wins.max()) if len(wins) else []
+            best = g[g["config_id"] == top[0]].iloc[0] if top else g.iloc[0]
+        hit = math.isfinite(secs)
+        rows.append({"task": task, "optimizer": opt, "n_configs": len(g), "seconds": secs,
                      "config_id": best["config_id"] if hit else "", "config": best["config"] if hit else ""})
     return pd.DataFrame(rows, columns=["task", "optimizer", "n_configs", "seconds", "config_id", "config"])
+
+
+def _study_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """AlgoPerf's studies: per (task, optimizer, seed) the fastest ``seconds_to_target`` of the
+    optimizer's trials with that seed (``inf``, ``config_id`` empty: none reached it). As in
+    AlgoPerf, whose curves keep the evaluation that reached the target, a trial that reached it and
+    diverged later counts. Columns ``task, optimizer, seed, seconds, config_id``."""
+    s = summaries(frame)
+    rows = []
+    for (task, opt, seed), g in s.groupby(["task", "optimizer", "seed"], sort=True):
+        hit = g[g[M_SECONDS_TO_TARGET].notna()]
+        hit = hit.sort_values([M_SECONDS_TO_TARGET, "config_id"], kind="stable")
+        rows.append({"task": task, "optimizer": opt, "seed": seed,
+                     "seconds": float(hit[M_SECONDS_TO_TARGET].iloc[0]) if len(hit) else math.inf,
+                     "config_id": hit["config_id"].iloc[0] if len(hit) else ""})
+    return pd.DataFrame(rows, columns=["task", "optimizer", "seed", "seconds", "config_id"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,7 +498,8 @@ def csv_rows(frame: pd.DataFrame) -> pd.DataFrame:
     ``tuning.test_hi``, ``tuning.metric``, ``tuning.test_metric``, ``tuning.self_tuning``: the row is
     a ``tuning: none`` configuration's value, the same at every k) and ``row == "tuned_time"``
     (one per task and optimizer: ``tuning.seconds`` (``inf`` = not reached), ``tuning.n_configs``,
-    ``config_id``, ``config``). ``task``, ``optimizer`` and ``protocol`` are the frame's columns."""
+    ``tuning.rule`` (:func:`scoring`), ``config_id``, ``config``). ``task``, ``optimizer`` and
+    ``protocol`` are the frame's columns."""
     tc = tuning_curves(frame)
     a = pd.DataFrame({"row": "tuning_curve", "task": tc["task"], "optimizer": tc["optimizer"],
                       "protocol": tc["protocol"]})
@@ -453,5 +509,6 @@ def csv_rows(frame: pd.DataFrame) -> pd.DataFrame:
     tt = tuned_time_to_result(frame)
     b = pd.DataFrame({"row": "tuned_time", "task": tt["task"], "optimizer": tt["optimizer"],
                       "config_id": tt["config_id"], "config": tt["config"],
-                      "tuning.seconds": tt["seconds"], "tuning.n_configs": tt["n_configs"]})
+                      "tuning.seconds": tt["seconds"], "tuning.n_configs": tt["n_configs"],
+                      "tuning.rule": scoring(frame)})
     return pd.concat([a, b], ignore_index=True)

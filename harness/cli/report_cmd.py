@@ -20,6 +20,11 @@ downloads) and the tidy CSV beside it, prints both paths, and logs both
 to the parent runs whose trials it shows."""
 
 
+class Scoring(StrEnum):
+    harness = "harness"
+    algoperf = "algoperf"
+
+
 class TuningDraws(StrEnum):
     without_replacement = "without-replacement"
     with_replacement = "with-replacement"
@@ -36,6 +41,11 @@ def report(
         help="How a tuning curve draws k of an optimizer's N configurations: without-replacement "
         "(k-subsets: 'had I run only k of them') or with-replacement (Dodge et al. 2019's formula "
         "and code: k i.i.d. draws). The figure's caption says which."),
+    scoring: Scoring | None = typer.Option(
+        None, "--scoring",
+        help="Tuned time-to-result rule: harness (the fastest configuration's median over seeds) or "
+        "algoperf (AlgoPerf's: per seed the fastest configuration, median over seeds, the 4x cap, "
+        "the score over tau in [1, 4]). Default: the sweep config's `scoring:` (else harness)."),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
     from harness.tracking.client import prepare_store
@@ -51,7 +61,8 @@ def report(
     from reports import make_report
 
     try:
-        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value)
+        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value,
+                           scoring=scoring.value if scoring is not None else None)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None

@@ -55,6 +55,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     exclude: [{model: cnn, optimizer.step_size: [1.0]}]   # drop trials matching every key
     batching: auto                 # auto | true | false: train seed/step-size siblings under vmap
     measure_perf: true             # throughput measurement (once per perf key)
+    scoring: harness               # tuned time-to-result rule: harness | algoperf (reports.scoring)
     dtype: float32
     divergence: {loss_factor: 100}  # diverged: train loss > 100 x the initial one (null: off)
     parallelism: {devices: 1, shard: batch}  # devices: N | all; shard: batch (data-parallel) | trials

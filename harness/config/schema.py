@@ -294,6 +294,7 @@ class SweepConfig(_Strict):
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     batching: Literal["auto", "on", "off"] = "auto"
     measure_perf: StrictBool = True
+    scoring: Literal["harness", "algoperf"] = "harness"  # tuned time-to-result rule: reports.protocol
     dtype: Literal["float32", "bfloat16", "float16", "float64"] | list[
         Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
     augment: dict[str, Any] | None = None

@@ -1,0 +1,167 @@
+"""reports.scoring and the two tuned-time rules of reports.protocol: AlgoPerf's rule against a
+transcription of AlgoPerf's scoring code on a table with ties, misses and time ratios 4, 4.01, 5
+and 8; the config key ``scoring:`` recorded on the parent run, read by the report and overridden by
+``report --scoring``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.core import names as N
+from reports import frame as RF
+from reports import protocol as P
+from reports import scoring as S
+
+INF = math.inf
+# (task, optimizer) → per configuration, seconds to target per seed 0, 1, 2 (None: not reached);
+# a time written as -t is a trial that reached the target at t seconds and diverged later.
+TABLE = {
+    # a and b tie (per-seed minima over configurations [1, 1, 1]); c at exactly 4× the fastest
+    # stays solved at τ = 4; d at 4.01× is over AlgoPerf's cap
+    ("t1", "a"): {"c1": [1, 1, 5], "c2": [3, 1, 1]},
+    ("t1", "b"): {"c1": [1, 2, None], "c2": [None, 1, 1]},
+    ("t1", "c"): {"c1": [4, 4, 4], "c2": [None, None, None]},
+    ("t1", "d"): {"c1": [4.01, 9, 4.01], "c2": [None, 4.01, None]},
+    # ratios 5 and 8: over the cap; d misses on every seed
+    ("t2", "a"): {"c1": [2, 2, 2], "c2": [3, 3, 3]},
+    ("t2", "b"): {"c1": [10, 10, 10], "c2": [None, None, None]},
+    ("t2", "c"): {"c1": [16, 16, 20], "c2": [None, None, 16]},
+    ("t2", "d"): {"c1": [None, None, None], "c2": [None, None, None]},
+    # nobody reaches the target: unsolved for everyone, still in the denominator
+    ("t3", "a"): {"c1": [None, None, None]},
+    ("t3", "b"): {"c1": [None, None, None]},
+    ("t3", "c"): {"c1": [None, None, None]},
+    ("t3", "d"): {"c1": [None, None, None]},
+    # a: two seeds miss (median over [1, inf, inf] = inf); b: one seed misses (median 3);
+    # c: its configurations tie; d's fastest trials diverged after reaching the target (they count)
+    ("t4", "a"): {"c1": [1, None, None], "c2": [None, None, None]},
+    ("t4", "b"): {"c1": [3, None, None], "c2": [None, 2, None]},
+    ("t4", "c"): {"c1": [2, 2, 2], "c2": [2, 2, 2]},
+    ("t4", "d"): {"c1": [6, 6, 6], "c2": [-5, -5, None]},
+}
+
+
+def _frame(table=TABLE, rule: str | None = None) -> pd.DataFrame:
+    rows = []
+    for (task, opt), configs in table.items():
+        for cid, times in configs.items():
+            for seed, t in enumerate(times):
+                rows.append({
+                    "row": "summary", "task": task, "optimizer": opt, "config_id": f"{opt}-{cid}",
+                    "config": f"{opt} {cid}", "seed": seed,
+                    "status": "diverged" if t is not None and t < 0 else "finished",
+                    N.M_SECONDS_TO_TARGET: abs(t) if t is not None else None,
+                    N.M_STEPS_TO_TARGET: 10 if t is not None else None,
+                    N.M_FINAL_ACC: 0.9, N.M_FINAL_LOSS: 0.1, N.M_TEST_ACC: 0.9, N.M_TEST_LOSS: 0.1,
+                    N.M_STEP_MS: 1.0, "protocol": RF.PROTOCOL_THREE_SPLITS,
+                    "target_metric": "valid/accuracy", "target_mode": "max", "target_value": 0.9})
+    f = pd.DataFrame(rows)
+    if rule is not None:
+        f.attrs[P.SCORING_ATTR] = rule
+    return f
+
+
+def _algoperf_transcription(table=TABLE) -> tuple[pd.DataFrame, pd.Series]:
+    """AlgoPerf's ``scoring/performance_profile.py`` and ``score_submissions.py`` as read (written
+    here from their definitions, not copied): a study's time is its fastest trial's time to the
+    target (``inf`` if no trial reached it); a submission's time on a workload is ``np.median``
+    over its studies; times ``> 4 ×`` the workload's fastest become ``inf``; each time is divided
+    by the workload's fastest; ρ(τ) = (#workloads with ratio ≤ τ) / #workloads at 100 points of
+    ``np.linspace(1, 4)``; the score is ``trapz(ρ, τ) / (4 - 1)``."""
+    studies = {}
+    for (task, opt), configs in table.items():
+        per_seed = []
+        for seed in range(3):
+            reached = [abs(ts[seed]) for ts in configs.values() if ts[seed] is not None]
+            per_seed.append(min(reached) if reached else np.inf)
+        studies.setdefault(opt, {})[task] = np.median(per_seed)
+    df = pd.DataFrame(studies).T  # submissions × workloads, as AlgoPerf's
+    best = df.min(axis=0)
+    df[df.apply(lambda x: x > 4 * best, axis=1)] = np.inf
+    df = df.div(df.min(axis=0), axis=1)
+    taus = np.linspace(1.0, 4.0, num=100)
+    n_workloads = df.shape[1]
+    prof = pd.concat([(df <= tau).sum(axis=1) / n_workloads for tau in taus], axis=1)
+    trapezoid = getattr(np, "trapezoid", None) or np.trapz
+    score = trapezoid(prof.to_numpy(), x=taus, axis=1) / (taus.max() - taus.min())
+    return prof.set_axis(taus, axis=1), pd.Series(score, index=prof.index)
+
+
+def test_algoperf_rule_matches_the_transcription_of_algoperfs_code():
+    frame = _frame(rule="algoperf")
+    tt = P.tuned_time_to_result(frame).set_index(["task", "optimizer"])["seconds"]
+    assert tt.to_dict() == {
+        ("t1", "a"): 1.0, ("t1", "b"): 1.0, ("t1", "c"): 4.0, ("t1", "d"): 4.01,
+        ("t2", "a"): 2.0, ("t2", "b"): 10.0, ("t2", "c"): 16.0, ("t2", "d"): INF,
+        ("t3", "a"): INF, ("t3", "b"): INF, ("t3", "c"): INF, ("t3", "d"): INF,
+        ("t4", "a"): INF, ("t4", "b"): 3.0, ("t4", "c"): 2.0, ("t4", "d"): 5.0}
+    # the 4× cap: 4 stays, 4.01, 5 and 8 do not
+    times = S.profile_times(frame)
+    assert times.loc["t1"].tolist() == [1.0, 1.0, 4.0, INF]
+    assert times.loc["t2"].tolist() == [2.0, INF, INF, INF]
+    prof_want, score_want = _algoperf_transcription()
+    prof = S.performance_profile(frame).pivot(index="optimizer", columns="tau", values="rho")
+    np.testing.assert_array_equal(prof.columns.to_numpy(), prof_want.columns.to_numpy())
+    np.testing.assert_array_equal(prof.to_numpy(), prof_want.loc[prof.index].to_numpy())
+    scores = S.algoperf_scores(frame)
+    np.testing.assert_allclose(scores.to_numpy(), score_want.loc[scores.index].to_numpy(), rtol=1e-14)
+    # by hand (4 tasks, 99 intervals of 3/99): a solves t1 and t2 at ratio 1; c solves t4 at 1 and
+    # t1 at exactly 4 (the last half interval: 1/198 of the range); d solves t4 at 2.5 (τ ≥ 2.5
+    # from grid point 50 on: 49 whole intervals and half of the one before)
+    assert scores["a"] == pytest.approx(0.5, abs=1e-14)
+    assert scores["c"] == pytest.approx(0.25 + 0.25 / 198, abs=1e-14)
+    assert scores["d"] == pytest.approx(0.25 * 49.5 / 99, abs=1e-14)
+    assert scores["b"] == pytest.approx(score_want["b"], abs=1e-14) and 0.25 < scores["b"] < 0.5
+
+
+def test_harness_rule_is_the_default_and_differs_where_it_says():
+    """The harness's rule (the fastest configuration's median over its seeds that reached, a
+    configuration counting when at least half its seeds did; no cap): on t4 neither a nor b has a
+    configuration that reached on half its seeds, and d's diverged trials do not count (6 s, not 5)."""
+    frame = _frame()
+    assert P.scoring(frame) == "harness"
+    tt = P.tuned_time_to_result(frame).set_index(["task", "optimizer"])["seconds"]
+    assert tt[("t4", "a")] == INF and tt[("t4", "b")] == INF and tt[("t4", "d")] == 6.0
+    assert tt[("t2", "c")] == 16.0  # 8× the fastest: no cap, the profile keeps it
+    assert S.profile_times(frame).loc["t2", "c"] == 16.0
+    p = S.performance_profile(frame)
+    assert p["tau"].max() == pytest.approx(1.1 * 8)  # its grid runs past the largest ratio
+    with pytest.raises(ValueError, match="scoring must be one of harness, algoperf; got 'fastest'"):
+        P.tuned_time_to_result(frame, "fastest")
+
+
+def test_scoring_key_is_recorded_read_by_the_report_and_overridden(tmp_path, write_sweep, tracking_uri,
+                                                                     fake_trainer, monkeypatch):
+    from mlflow import MlflowClient
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.sweep.run import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(name="scored", scoring="algoperf", target={"metric": "valid/accuracy", "value": 0.5})
+    run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    c = MlflowClient(tracking_uri)
+    exp = c.get_experiment_by_name("scored")
+    (parent,) = c.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'")
+    assert parent.data.params["scoring"] == "algoperf"
+    runner = CliRunner()
+    for extra, words, score_col in (
+            ([], "AlgoPerf&#39;s rule (scoring: algoperf)", True),
+            (["--scoring", "harness"], "The harness&#39;s rule (scoring: harness, not AlgoPerf&#39;s)",
+             False)):
+        out = tmp_path / f"r{len(extra)}.html"
+        res = runner.invoke(app, ["report", "-e", "scored", "--tracking-uri", tracking_uri, "-o", str(out),
+                                  *extra])
+        assert res.exit_code == 0, res.output
+        html = out.read_text()
+        assert words in html
+        assert ("AlgoPerf score (all tasks, τ ∈ [1, 4])" in html) is score_col
+        rules = set(pd.read_csv(out.with_suffix(".csv")).query("row == 'tuned_time'")["tuning.rule"])
+        assert rules == {"algoperf" if score_col else "harness"}
+    res = runner.invoke(app, ["report", "-e", "scored", "--tracking-uri", tracking_uri, "--scoring", "fast"])
+    assert res.exit_code == 2 and "'fast' is not one of 'harness', 'algoperf'" in res.output
