@@ -13,6 +13,7 @@ from reports import protocol, scoring
 from reports.frame import PROTOCOL_ONE_SPLIT, summaries
 from reports.objectives import objective, objectives_differ
 from reports.protocol import MIN_SEEDS
+from reports.ranks import shared_ranks
 from reports.selection import best_configs
 
 #: Columns the report states once in the caption when every row holds the same text.
@@ -75,10 +76,11 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     number. Each task is selected and
     headlined by its own objective (:func:`reports.objectives.objective` of the task); when the tasks'
     metrics differ the headline column is "Test metric (selected on validation)" and each cell
-    names its metric ("loss 1.927 …"). When the frame's tuned-time rule is ``algoperf``
-    (:func:`reports.protocol.scoring`) and the sweep has a target, :data:`SCORE_COL` holds each
-    optimizer's AlgoPerf score over all tasks (:func:`reports.scoring.algoperf_scores`; the same in
-    each of its rows). Returns display strings plus numeric ``_``-prefixed columns.
+    names its metric ("loss 1.927 …"). "Rank" is :func:`reports.ranks.shared_ranks`' label: ``"2="``
+    for optimizers whose ranking numbers are not distinguishable. When the frame's tuned-time rule
+    is ``algoperf`` (:func:`reports.protocol.scoring`) and the sweep has a target, :data:`SCORE_COL`
+    holds each optimizer's AlgoPerf score over all tasks (:func:`reports.scoring.algoperf_scores`;
+    the same in each of its rows). Returns display strings plus numeric ``_``-prefixed columns.
     """
     best = best_configs(frame)
     if best.empty:
@@ -86,6 +88,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     s = summaries(frame)
     obj = objective(frame)
     head = protocol.headline(frame).set_index(["task", "optimizer"])
+    ranks = shared_ranks(frame).set_index(["task", "optimizer"])["label"]
     comps = protocol.pairwise_comparisons(frame)
     mixed = objectives_differ(frame)  # e.g. a loss-target task beside an accuracy-target one
     test_col = "Test metric (selected on validation)" if mixed else \
@@ -123,7 +126,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
                 beats = "—"
         row = {
             "Task": b.task,
-            "Rank": b.rank,
+            "Rank": ranks[(b.task, b.optimizer)],
             "Optimizer": b.optimizer,
             "Best configuration": b.config,
             "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
@@ -158,6 +161,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
                 "_loss_hi": loss[2],
                 "_ttt_mean": ttt[0],
                 "_n": acc[3],
+                "_rank": b.rank,
                 "_protocol": h["protocol"],
             }
         )

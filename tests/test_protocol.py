@@ -209,7 +209,7 @@ def test_constructed_sweep_reports_the_validation_best_test_number(designed_swee
     assert lb.loc["adam", "Test accuracy (selected on validation)"] == "0.800 [0.795, 0.805]"
     assert lb.loc["adam", "Interval"] == "min–max of 2 seeds (< 5)"  # said once per row
     assert lb.loc["adam", "Beats (paired bootstrap, 95%)"] == "not tested (< 5 paired seeds)"
-    assert lb.loc["adam", "Rank"] == 1
+    assert lb.loc["adam", "Rank"] == "1"
     out = reports.make_report("designed", tracking_uri=uri, output=str(tmp / "r.html"))
     html = out.read_text()
     assert "0.800 [0.795, 0.805]" in html and "0.88" not in re.sub(r"<img[^>]*>", "", html).split(

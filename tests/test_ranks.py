@@ -1,0 +1,60 @@
+"""reports.ranks: the leaderboard's shared ranks on hand-built frames (issue 22 §6). Found by a new
+user: adam and momentum reached the target at the same step on both seeds, and wall-clock jitter
+(0.402 s and 0.182 s for momentum's 150 steps) ranked adam first."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.core import names as N
+from reports import frame as RF
+from reports import ranks as R
+from reports.leaderboard import leaderboard
+
+
+def _frame(per_opt: dict[str, list[float]], target: bool = True) -> pd.DataFrame:
+    """One task; per optimizer one configuration whose seed ``i`` has value ``per_opt[opt][i]``:
+    seconds to the target (``target=True``: every seed reached it), else final validation accuracy."""
+    rows = []
+    for opt, values in per_opt.items():
+        for seed, v in enumerate(values):
+            rows.append({
+                "row": "summary", "task": "mlp / digits", "optimizer": opt, "config_id": f"{opt}-0",
+                "config": f"{opt} lr=0.1", "seed": seed, "status": "finished",
+                N.M_SECONDS_TO_TARGET: v if target else None, N.M_STEPS_TO_TARGET: 150 if target else None,
+                N.M_FINAL_ACC: 0.9 if target else v, N.M_FINAL_LOSS: 0.1, N.M_TEST_ACC: 0.9,
+                N.M_TEST_LOSS: 0.1, N.M_STEP_MS: 1.0, "protocol": RF.PROTOCOL_THREE_SPLITS,
+                "target_metric": "valid/accuracy", "target_mode": "max", "target_value": 0.99 if not target
+                else 0.9})
+    return pd.DataFrame(rows)
+
+
+def _labels(frame: pd.DataFrame) -> dict[str, str]:
+    return R.shared_ranks(frame).set_index("optimizer")["label"].to_dict()
+
+
+def test_overlapping_min_max_intervals_share_a_rank_disjoint_ones_do_not():
+    # the new user's case: momentum's seeds 0.402 s and 0.182 s straddle adam's 0.25 s and 0.3 s
+    f = _frame({"adam": [0.25, 0.30], "momentum": [0.402, 0.182], "sgd": [0.9, 1.1]})
+    assert _labels(f) == {"adam": "1=", "momentum": "1=", "sgd": "3"}
+    lb = leaderboard(f).set_index("Optimizer")
+    assert lb["Rank"].to_dict() == {"adam": "1=", "momentum": "1=", "sgd": "3"}
+    assert lb["_rank"].to_dict() == {"adam": 1, "momentum": 2, "sgd": 3}  # the strict order stays
+    # disjoint: [0.25, 0.30] and [0.31, 0.40] do not touch
+    assert _labels(_frame({"adam": [0.25, 0.30], "momentum": [0.31, 0.40]})) == {"adam": "1", "momentum": "2"}
+    # a group is measured from its first member: c overlaps b but not a, so it starts its own
+    f = _frame({"a": [1.0, 1.2], "b": [1.1, 1.5], "c": [1.3, 1.6]})
+    assert _labels(f) == {"a": "1=", "b": "1=", "c": "3"}
+
+
+def test_without_a_target_the_final_metric_decides_and_ties_alike():
+    f = _frame({"adam": [0.95, 0.97], "sgd": [0.96, 0.98], "lion": [0.90, 0.92]}, target=False)
+    assert _labels(f) == {"sgd": "1=", "adam": "1=", "lion": "3"}
+
+
+def test_five_paired_seeds_use_the_paired_comparison():
+    a = [1.0, 1.1, 1.2, 1.3, 1.4]
+    # the min–max intervals overlap, but b is 0.2 s slower on every seed: distinguishable
+    assert _labels(_frame({"a": a, "b": [x + 0.2 for x in a]})) == {"a": "1", "b": "2"}
+    # differences of both signs: the paired interval contains 0, a shared rank
+    assert _labels(_frame({"a": a, "b": [1.05, 1.0, 1.3, 1.25, 1.45]})) == {"a": "1=", "b": "1="}
