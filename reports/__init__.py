@@ -9,7 +9,8 @@ Submodules, low to high: :mod:`reports.runs` (reading MLflow), :mod:`reports.lab
 configuration labels), :mod:`reports.frame` (the tidy frame), :mod:`reports.objectives` (what
 "better" means per task), :mod:`reports.selection` (best configuration per optimizer and task),
 :mod:`reports.protocol` (selection on validation, test headline, tuning curves, tuned
-time-to-result, intervals and paired comparisons), :mod:`reports.compare` (``--baseline``
+time-to-result, intervals and paired comparisons), :mod:`reports.scoring` (performance profiles,
+AlgoPerf's score), :mod:`reports.ranks` (shared ranks), :mod:`reports.compare` (``--baseline``
 regression flags), :mod:`reports.leaderboard`, :mod:`reports.layout` and :mod:`reports.style`
 (labels, sizes and look of figures), the figure families ``reports.fig_*``,
 :mod:`reports.interactive` (Vega-Lite views), :mod:`reports.figures` (the report's figures, each a

@@ -165,3 +165,14 @@ def test_scoring_key_is_recorded_read_by_the_report_and_overridden(tmp_path, wri
         assert rules == {"algoperf" if score_col else "harness"}
     res = runner.invoke(app, ["report", "-e", "scored", "--tracking-uri", tracking_uri, "--scoring", "fast"])
     assert res.exit_code == 2 and "'fast' is not one of 'harness', 'algoperf'" in res.output
+
+
+def test_an_unknown_scoring_rule_is_a_one_line_config_error(tmp_path, write_sweep):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    cfg = write_sweep(name="scored", scoring="fastest")
+    res = CliRunner().invoke(app, ["sweep", str(cfg), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
+    assert res.exit_code == 2
+    assert f"{cfg.name}: scoring: Input should be 'harness' or 'algoperf' (got 'fastest')" in res.output
