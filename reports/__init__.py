@@ -27,7 +27,7 @@ import re
 
 import pandas as pd
 
-from harness.core.names import TAG_SWEEP_ID
+from harness.core.names import PARAM_SCORING, TAG_SWEEP_ID
 from reports import runs as mlruns
 from reports.compare import compare
 from reports.frame import load_frame, load_sweep, summaries
@@ -112,7 +112,7 @@ def sweep_scoring(data) -> str:
     """The rule the sweep's config chose (``scoring:``, the latest parent run's ``scoring`` param);
     ``harness`` for sweeps from before the key."""
     for parent in reversed(data.parents):
-        if rule := parent.data.params.get(SCORING_ATTR):
+        if rule := parent.data.params.get(PARAM_SCORING):
             return rule
     return SCORING[0]
 

@@ -58,7 +58,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
+from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET, SCORING_RULES
 from reports.frame import PROTOCOL_ONE_SPLIT, per_frame, summaries
 from reports.labels import SELF_TUNING, is_self_tuning, is_tuned
 from reports.objectives import objective
@@ -333,7 +333,7 @@ def tuning_curves(frame: pd.DataFrame, replace: bool | None = None, n_boot: int 
 
 
 #: The rules of tuned time-to-result (module docstring): the harness's own (default) and AlgoPerf's.
-SCORING = ("harness", "algoperf")
+SCORING = SCORING_RULES
 #: ``frame.attrs`` key naming the frame's rule (config ``scoring:``, ``report --scoring``).
 SCORING_ATTR = "scoring"
 

@@ -7,6 +7,7 @@ from enum import StrEnum
 import typer
 
 from harness.cli.common import URI_HELP, err
+from harness.core.names import SCORING_RULES
 
 EPILOG = """\b
 Examples:
@@ -20,9 +21,7 @@ downloads) and the tidy CSV beside it, prints both paths, and logs both
 to the parent runs whose trials it shows."""
 
 
-class Scoring(StrEnum):
-    harness = "harness"
-    algoperf = "algoperf"
+Scoring = StrEnum("Scoring", {rule: rule for rule in SCORING_RULES})
 
 
 class TuningDraws(StrEnum):

@@ -35,7 +35,7 @@ from harness.config.echo import short_repr
 from harness.config.errors import key_text
 from harness.config.fields import Float, Int, strict_int
 from harness.config.values import hparam_count, hparam_values, log_grid_args
-from harness.core.names import canonical_metric
+from harness.core.names import SCORING_RULES, canonical_metric
 from harness.core.registry import did_you_mean
 
 #: Top-level axes that ``zip`` and ``include`` may name.
@@ -294,7 +294,7 @@ class SweepConfig(_Strict):
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     batching: Literal["auto", "on", "off"] = "auto"
     measure_perf: StrictBool = True
-    scoring: Literal["harness", "algoperf"] = "harness"  # tuned time-to-result rule: reports.protocol
+    scoring: Literal[SCORING_RULES] = SCORING_RULES[0]  # tuned time-to-result rule: reports.protocol
     dtype: Literal["float32", "bfloat16", "float16", "float64"] | list[
         Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
     augment: dict[str, Any] | None = None

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from harness.config.search import SEARCH_TAG
-from harness.core.names import TAG_KIND, TAG_SWEEP, TAG_SWEEP_ID
+from harness.core.names import PARAM_SCORING, TAG_KIND, TAG_SWEEP, TAG_SWEEP_ID
 from harness.core.outcome import TrialOutcome
 from harness.plan.expansion import search_methods
 from harness.tracking.client import search_all
@@ -42,7 +42,7 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
     params = [Param(k, str(v)) for k, v in {
         "config_file": str(config_path), "n_trials": len(specs), "n_todo": len(plan.todo),
         "n_skipped": len(plan.done), "executor": cfg.executor, "jobs": cfg.jobs, "batching": cfg.batching,
-        "scoring": cfg.scoring,
+        PARAM_SCORING: cfg.scoring,
         "budget.steps": cfg.budget.steps if cfg.budget else None,
         "budget.epochs": cfg.budget.epochs if cfg.budget else None,
         **({"workloads": ",".join(w.name for w in cfg.workloads)} if cfg.workloads else {}),
