@@ -26,12 +26,14 @@ import re
 
 import pandas as pd
 
-from harness.core.names import TAG_SWEEP_ID
+from harness.core.names import TAG_SELECT_BY, TAG_SWEEP_ID
+from harness.core.selection import SELECT_BY
 from reports import runs as mlruns
 from reports.compare import compare
-from reports.frame import load_frame, load_sweep, summaries
+from reports.frame import SELECT_BY_ATTR, load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
 from reports.protocol import TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
+from reports.selection import select_by as select_of
 
 __all__ = ["load_frame", "make_report"]
 
@@ -48,6 +50,7 @@ def make_report(
     baseline: str | None = None,
     tracking_uri: str | None = None,
     tuning_draws: str = "without-replacement",
+    select_by: str | None = None,
 ) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
@@ -63,6 +66,9 @@ def make_report(
       tuning_draws: how the tuning curves draw k of the N configurations:
         ``"without-replacement"`` (k-subsets) or ``"with-replacement"`` (Dodge et al.'s formula);
         :data:`reports.protocol.TUNING_DRAWS`. The caption says which.
+      select_by: the selection objective (:data:`harness.core.selection.SELECT_BY`); ``None``
+        takes the sweep's own (its latest parent run's tag ``harness.select_by``; default
+        ``time_to_target``). The leaderboard's text says which.
 
     The HTML (and CSV) are also logged as artifacts under ``reports/`` of every parent run whose
     trials the report shows (:func:`report_parents`).
@@ -74,9 +80,19 @@ def make_report(
 
     if tuning_draws not in TUNING_DRAWS:  # before anything is read
         raise ValueError(f"--tuning-curves must be one of {', '.join(TUNING_DRAWS)}; got {tuning_draws!r}")
+    if select_by is not None and select_by not in SELECT_BY:
+        raise ValueError(f"--select-by must be one of {', '.join(SELECT_BY)}; got {select_by!r}")
     client = mlruns.mlflow_client(tracking_uri)
     data = load_sweep(experiment, sweep_id, client=client)
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
+    if select_by is not None:  # overrides the sweep's recorded objective
+        data.frame.attrs[SELECT_BY_ATTR] = select_by
+    try:
+        select_of(data.frame)  # a recorded tag that is not an objective: said before anything is drawn
+    except ValueError as e:
+        raise ValueError(f"the sweep's parent run records {TAG_SELECT_BY} = "
+                         f"{data.frame.attrs.get(SELECT_BY_ATTR)!r}, not one of {', '.join(SELECT_BY)}: "
+                         f"pass --select-by") from e
     if tracking_uri:
         data.tracking_uri = tracking_uri
     out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)

@@ -20,6 +20,12 @@ downloads) and the tidy CSV beside it, prints both paths, and logs both
 to the parent runs whose trials it shows."""
 
 
+class SelectBy(StrEnum):
+    time_to_target = "time_to_target"
+    final = "final"
+    best = "best"
+
+
 class TuningDraws(StrEnum):
     without_replacement = "without-replacement"
     with_replacement = "with-replacement"
@@ -36,6 +42,12 @@ def report(
         help="How a tuning curve draws k of an optimizer's N configurations: without-replacement "
         "(k-subsets: 'had I run only k of them') or with-replacement (Dodge et al. 2019's formula "
         "and code: k i.i.d. draws). The figure's caption says which."),
+    select_by: SelectBy | None = typer.Option(
+        None, "--select-by",
+        help="How each optimizer's best configuration is selected on validation: time_to_target "
+        "(most seeds reaching the target, then fewest steps), final (best mean final validation "
+        "metric) or best (best mean of the best validation value during training). Default: the "
+        "sweep's own (its config's selection.by, recorded on its parent run)."),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
     from harness.tracking.client import prepare_store
@@ -51,7 +63,8 @@ def report(
     from reports import make_report
 
     try:
-        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value)
+        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value,
+                           select_by=select_by.value if select_by else None)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None

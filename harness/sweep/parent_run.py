@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from harness.config.search import SEARCH_TAG
-from harness.core.names import TAG_KIND, TAG_SWEEP, TAG_SWEEP_ID
+from harness.core.names import TAG_KIND, TAG_SELECT_BY, TAG_SWEEP, TAG_SWEEP_ID
 from harness.core.outcome import TrialOutcome
 from harness.plan.expansion import search_methods
 from harness.tracking.client import search_all
@@ -29,14 +29,16 @@ def kill_dead_invocations(client, exp_id: str) -> int:
 
 
 def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -> str:
-    """Create this invocation's parent run (tags include its owner ``harness.owner`` = ``host:pid``
-    and a first heartbeat), after marking dead invocations' leftover runs KILLED."""
+    """Create this invocation's parent run (tags include its owner ``harness.owner`` = ``host:pid``,
+    a first heartbeat and the selection objective ``harness.select_by`` that the report reads),
+    after marking dead invocations' leftover runs KILLED."""
     from mlflow.entities import Param
 
     # An earlier invocation that died leaves its parent (and maybe trial runs) RUNNING.
     kill_dead_invocations(client, exp_id)
     tags = {TAG_SWEEP: cfg.name, TAG_SWEEP_ID: sweep_id, TAG_KIND: "parent",
-            "git_commit": git_commit(), SEARCH_TAG: search_methods(specs), **owner_tags()}
+            "git_commit": git_commit(), SEARCH_TAG: search_methods(specs),
+            TAG_SELECT_BY: cfg.selection.by, **owner_tags()}
     run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     rid = run.info.run_id
     params = [Param(k, str(v)) for k, v in {

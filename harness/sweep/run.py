@@ -172,7 +172,8 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
                            store_error=HEALTH.error,
                            in_spool=frozenset(spool.pending_trials(uri)) if left else frozenset(),
                            config_path=str(config_path),
-                           boundary=boundary_warnings(outcomes, specs))
+                           boundary=boundary_warnings(outcomes, specs, cfg.selection.by),
+                           select_by=cfg.selection.by)
     if not opts.quiet:
         print_summary(console, summary)
     return summary
@@ -248,7 +249,8 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
         console.print(f"{len(plan.done)} trials already finished: nothing to train, no new parent run.")
     done = plan.done_outcomes
     summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, done, time.perf_counter() - t_start,
-                           boundary=boundary_warnings(done, plan.specs))
+                           boundary=boundary_warnings(done, plan.specs, cfg.selection.by),
+                           select_by=cfg.selection.by)
     if not quiet:
         print_summary(console, summary)
     return summary
