@@ -257,6 +257,14 @@ def test_the_sweep_records_its_objective_and_the_report_follows_or_overrides_it(
     assert parent.data.tags[N.TAG_SELECT_BY] == "final"
     (trial,) = client.search_runs([exp.experiment_id], f"tags.{N.TAG_KIND} = 'trial'")
     assert trial.data.metrics[N.M_BEST_ACC] == 0.9  # the fake curve rises to 0.9
+    # a re-run that trains nothing opens no parent run: the latest parent takes the new objective
+    again = write_sweep(selection={"by": "best"}, seeds=[0])
+    r = runner.invoke(app, ["sweep", str(again), "--tracking-uri", tracking_uri], terminal_width=250)
+    assert r.exit_code == 0 and "nothing to train, no new parent run" in r.output, r.output
+    assert client.get_run(parent.info.run_id).data.tags[N.TAG_SELECT_BY] == "best"
+    again = write_sweep(selection={"by": "final"}, seeds=[0])
+    r = runner.invoke(app, ["sweep", str(again), "--tracking-uri", tracking_uri], terminal_width=250)
+    assert client.get_run(parent.info.run_id).data.tags[N.TAG_SELECT_BY] == "final"
     _old_run_reads_best_from_its_curve(client)
 
     import reports.html

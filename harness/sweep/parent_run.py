@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.config.search import SEARCH_TAG
 from harness.core.names import TAG_KIND, TAG_SELECT_BY, TAG_SWEEP, TAG_SWEEP_ID
 from harness.core.outcome import TrialOutcome
+from harness.core.selection import DEFAULT_SELECT_BY
 from harness.plan.expansion import search_methods
 from harness.tracking.client import search_all
 from harness.tracking.liveness import kill_stale, owner_tags
@@ -58,6 +59,20 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
             [{"trial_id": s.trial_id, **s.to_dict()} for s in specs], indent=2, default=str))
         client.log_artifacts(rid, d)
     return rid
+
+
+def record_selection(client, exp_id: str, sweep_id: str, by: str) -> None:
+    """A re-run that trains nothing opens no parent run (:func:`harness.sweep.run`): when its
+    config's selection objective ``by`` differs from the one the sweep's latest parent run records
+    (absent = the default), that parent's ``harness.select_by`` is set to it, so that the report
+    selects as the summary just printed. Nothing is written when they agree."""
+    parents = search_all(client, exp_id,
+                         f"tags.`{TAG_KIND}` = 'parent' and tags.`{TAG_SWEEP_ID}` = '{sweep_id}'")
+    if not parents:
+        return
+    latest = max(parents, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+    if latest.data.tags.get(TAG_SELECT_BY, DEFAULT_SELECT_BY) != by:
+        client.set_tag(latest.info.run_id, TAG_SELECT_BY, by)
 
 
 def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, status: str,

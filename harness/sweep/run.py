@@ -41,7 +41,7 @@ from harness.execute.writing import replay_spool
 from harness.plan.expansion import TrialList, component_variants, expand, search_tags, sweep_id_of
 from harness.plan.units import group_units
 from harness.sweep.execution import execute_units
-from harness.sweep.parent_run import end_parent, kill_dead_invocations, start_parent
+from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_selection, start_parent
 from harness.sweep.preflight import preflight
 from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
 from harness.sweep.resume import Plan, count_done, make_plan, take_spooled
@@ -245,6 +245,7 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
     the runs it does not describe, and be what ``status`` calls the sweep's last run). A dead
     invocation's runs are still marked KILLED, as ``status`` promises."""
     kill_dead_invocations(client, exp_id)
+    record_selection(client, exp_id, sweep_id, cfg.selection.by)  # the report selects as this summary
     if not quiet:
         console.print(f"{len(plan.done)} trials already finished: nothing to train, no new parent run.")
     done = plan.done_outcomes
