@@ -6,7 +6,9 @@ Definitions (the numbers a report shows follow from these and nothing else):
 
 * **Configuration** (= a *trial* of a tuning budget): a trial's spec minus its seed, i.e. one
   ``config_id`` of one optimizer on one task. Its **value** on a split is the mean over its seeds of
-  the final metric on that split (``final/valid_*`` for validation, ``test/*`` for test). A seed
+  the final metric on that split (``final/valid_*`` for validation, ``test/*`` for test; under
+  ``selection: {by: best}``, :func:`reports.selection.select_by`, the validation value is each
+  seed's best evaluation during training, ``best/valid_*``). A seed
   that did not finish (diverged, failed) contributes the *worst* finite value of that metric seen
   on the task (any optimizer, any configuration), so a configuration that diverges counts as a
   bad draw of the budget rather than vanishing from it. A configuration with no finite value

@@ -82,6 +82,12 @@ def test_each_objective_selects_its_configuration_in_the_report_and_the_summary(
     assert best["rank"].to_dict() == ranks  # and ranks optimizers by the same objective
     lb = leaderboard(_frame(outcomes, by)).set_index("Optimizer")
     assert lb.loc["sgd", "Best configuration"] == sgd and lb["Rank"].to_dict() == ranks
+    best_col = "Best validation value during training (selects)"
+    if by == "best":  # the value it was selected on, beside the final one
+        assert lb.loc["sgd", best_col] == "0.9750 [0.9740, 0.9760]"
+        assert lb.loc["sgd", "Validation accuracy"] == "0.9300 [0.9290, 0.9310]"
+    else:
+        assert best_col not in lb
 
 
 def test_the_default_selects_as_before_the_objective_existed():
@@ -278,8 +284,10 @@ def test_the_sweep_records_its_objective_and_the_report_follows_or_overrides_it(
         assert r.exit_code == 0, r.output
         return out.read_text()
 
+    html = say([])
+    assert '<span id="selected-by">selected on validation by final accuracy</span>' in html  # the header
     assert "Best configuration of each optimizer per task, selected on validation by final accuracy (by " \
-        "seeds finished" in say([])
+        "seeds finished" in html
     assert "selected on validation by best accuracy during training (by seeds finished" \
         in say(["--select-by", "best"])
     r = runner.invoke(app, ["report", "-e", "tiny", "--tracking-uri", tracking_uri, "--select-by", "fast"])
