@@ -27,12 +27,14 @@ import re
 
 import pandas as pd
 
-from harness.core.names import PARAM_SCORING, TAG_SWEEP_ID
+from harness.core.names import PARAM_SCORING, TAG_SELECT_BY, TAG_SWEEP_ID
+from harness.core.selection import SELECT_BY
 from reports import runs as mlruns
 from reports.compare import compare
-from reports.frame import load_frame, load_sweep, summaries
+from reports.frame import SELECT_BY_ATTR, load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
+from reports.selection import select_by as select_of
 
 __all__ = ["load_frame", "make_report"]
 
@@ -50,6 +52,7 @@ def make_report(
     tracking_uri: str | None = None,
     tuning_draws: str = "without-replacement",
     scoring: str | None = None,
+    select_by: str | None = None,
 ) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
@@ -69,6 +72,9 @@ def make_report(
         (:data:`reports.protocol.SCORING`); ``None`` takes the sweep's (its latest parent run's
         ``scoring`` param, from the config's ``scoring:``; ``harness`` when absent). The profile's
         caption says which; ``algoperf`` adds AlgoPerf's score to the leaderboard.
+      select_by: the selection objective (:data:`harness.core.selection.SELECT_BY`); ``None``
+        takes the sweep's own (its latest parent run's tag ``harness.select_by``; default
+        ``time_to_target``). The leaderboard's text says which.
 
     The HTML (and CSV) are also logged as artifacts under ``reports/`` of every parent run whose
     trials the report shows (:func:`report_parents`).
@@ -82,10 +88,20 @@ def make_report(
         raise ValueError(f"--tuning-curves must be one of {', '.join(TUNING_DRAWS)}; got {tuning_draws!r}")
     if scoring is not None and scoring not in SCORING:
         raise ValueError(f"--scoring must be one of {', '.join(SCORING)}; got {scoring!r}")
+    if select_by is not None and select_by not in SELECT_BY:
+        raise ValueError(f"--select-by must be one of {', '.join(SELECT_BY)}; got {select_by!r}")
     client = mlruns.mlflow_client(tracking_uri)
     data = load_sweep(experiment, sweep_id, client=client)
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
     data.frame.attrs[SCORING_ATTR] = scoring or sweep_scoring(data)
+    if select_by is not None:  # overrides the sweep's recorded objective
+        data.frame.attrs[SELECT_BY_ATTR] = select_by
+    try:
+        select_of(data.frame)  # a recorded tag that is not an objective: said before anything is drawn
+    except ValueError as e:
+        raise ValueError(f"the sweep's parent run records {TAG_SELECT_BY} = "
+                         f"{data.frame.attrs.get(SELECT_BY_ATTR)!r}, not one of {', '.join(SELECT_BY)}: "
+                         f"pass --select-by") from e
     if tracking_uri:
         data.tracking_uri = tracking_uri
     out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)

@@ -34,6 +34,7 @@ from reports.leaderboard import format_interval, interval_words, leaderboard
 from reports.objectives import METRIC_LABELS
 from reports.protocol import SOLVED_FRACTION
 from reports.scoring import performance_profile, profile_times
+from reports.selection import tuning_value_words
 from reports.style import palette, png_bytes
 
 __all__ = [
@@ -152,7 +153,7 @@ FIGURES: tuple[FigureSpec, ...] = (
                if protocol.tuning_draws(f) == "with-replacement" else
                "k-subsets drawn without replacement, \u201chad I run only k of them\u201d; Dodge et al.'s "
                "paper and code draw with replacement: report --tuning-curves with-replacement")
-            + "; a configuration's value is the mean over its seeds)."),
+            + "; a configuration's value is the mean over its seeds). " + tuning_value_words(f)),
         tuning_figure,
         "No finished configuration.",
         lambda f: protocol.tuning_curves(f),

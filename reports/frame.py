@@ -44,6 +44,8 @@ from harness.core.names import CURVE_METRICS as CURVE_METRICS  # the report's co
 from harness.core.names import (
     ENV_TAGS,
     LEGACY_METRICS,
+    M_BEST_ACC,
+    M_BEST_LOSS,
     M_FINAL_ACC,
     M_FINAL_LOSS,
     M_TEST_ACC,
@@ -67,6 +69,7 @@ from harness.core.names import (
     TAG_SCHEDULE,
     TAG_SEARCH_SPACE,
     TAG_SEED,
+    TAG_SELECT_BY,
     TAG_STATUS,
     TAG_STATUS_REASON,
     TAG_SWEEP,
@@ -76,6 +79,7 @@ from harness.core.names import (
     canonical_metric,
 )
 from harness.core.names import SUMMARY_METRICS as SUMMARY_METRICS
+from harness.core.selection import best_of
 from reports import runs as mlruns
 from reports.labels import add_labels
 
@@ -86,6 +90,10 @@ PROTOCOL_ONE_SPLIT = "selected and reported on one split"
 REASON_TAGS = (TAG_REASON, TAG_STATUS_REASON)
 
 STATUSES = ("finished", "diverged", "failed", "running")
+#: ``frame.attrs[SELECT_BY_ATTR]``: the selection objective the report's views select by
+#: (:mod:`harness.core.selection`): the sweep's latest parent run's tag ``harness.select_by``
+#: (:func:`load_sweep`), overridden by ``report --select-by``.
+SELECT_BY_ATTR = "select_by"
 
 #: Identity columns of every row, in order.
 ID_COLUMNS = (
@@ -266,6 +274,13 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     per_trial: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for (i, _rid, _stored, key), h in zip(jobs, hists, strict=True):
         per_trial.setdefault(i, {})[key] = h
+    # A finished trial without best/* metrics (logged before them): its validation curve's best
+    # evaluation (the same rule as the logged value: harness.core.selection.best_of).
+    for best, curve, higher in ((M_BEST_ACC, M_VALID_ACC, True), (M_BEST_LOSS, M_VALID_LOSS, False)):
+        for i, metrics in per_trial.items():
+            if curve in metrics and math.isnan(summary.at[i, best]) and summary.at[i, "status"] == "finished":
+                b = best_of(list(metrics[curve][1]), higher)
+                summary.at[i, best] = math.nan if b is None else b
     curve_parts = []
     ident_cols = [c for c in summary.columns if c not in SUMMARY_METRICS and c not in ("row", "step")]
     for i, metrics in per_trial.items():
@@ -329,6 +344,8 @@ def load_sweep(
     frame.attrs.update(
         experiment=experiment, sweep_id=sweep_id, parent_run_ids=[p.info.run_id for p in parents]
     )
+    if parents and parents[-1].data.tags.get(TAG_SELECT_BY):  # the latest invocation's objective
+        frame.attrs[SELECT_BY_ATTR] = parents[-1].data.tags[TAG_SELECT_BY]
     return SweepData(
         experiment=experiment,
         experiment_id=exp.experiment_id,
@@ -364,11 +381,13 @@ def per_frame(fn):
     view (best configurations, configuration values) from a dozen figures and tables, and each
     costs a pass over every row. Keyed by the frame's identity (checked through a weak reference,
     so a new frame at a recycled address is never served an old result); a caller gets its own
-    copy. Frames are treated as immutable once loaded: every view here only reads them."""
+    copy. Frames are treated as immutable once loaded: every view here only reads them; a view may
+    read the frame's ``attrs`` (the selection objective, :data:`SELECT_BY_ATTR`), which are part of
+    the key, so a frame whose objective is changed is not served the old selection."""
 
     @functools.wraps(fn)
     def view(frame: pd.DataFrame) -> pd.DataFrame:
-        key = (fn.__qualname__, id(frame))
+        key = (fn.__qualname__, id(frame), repr(sorted(frame.attrs.items())))
         hit = _MEMO.get(key)
         if hit is not None and hit[0]() is frame:
             return hit[1].copy()

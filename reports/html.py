@@ -34,7 +34,7 @@ from reports.interactive import vega_bundle
 from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with_labels
 from reports.leaderboard import shared_columns
 from reports.objectives import objective, objectives_differ, target_words
-from reports.selection import boundary_warnings
+from reports.selection import boundary_warnings, selection_caption, selection_sentence
 
 TEMPLATE = "report.html.j2"
 
@@ -288,6 +288,8 @@ def render(
             sweep_id=data.sweep_id,
             n_invocations=len(data.parents),
             objective=objective_words,
+            selection=selection_sentence(frame, objective_words),
+            selected_by=selection_caption(frame),
             generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             n_trials=len(s),
             status_counts=[(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],

@@ -14,7 +14,7 @@ from reports.frame import PROTOCOL_ONE_SPLIT, summaries
 from reports.objectives import objective, objectives_differ
 from reports.protocol import MIN_SEEDS
 from reports.ranks import shared_ranks
-from reports.selection import best_configs
+from reports.selection import best_configs, select_by
 
 #: Columns the report states once in the caption when every row holds the same text.
 SAID_ONCE = ("Interval", "Beats (paired bootstrap, 95%)")
@@ -137,6 +137,10 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Validation accuracy": cell(*acc),
             "Validation loss": cell(*loss),
         }
+        if select_by(frame) == "best":  # what selected it: each seed's best evaluation in training
+            row["Best validation value during training (selects)"] = cell(
+                *protocol.seed_interval(fin[objective(frame, b.task).best]),
+                prefix=f"{task_test} " if mixed else "")
         if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
             row["Gap to entropy rate (nats)"] = cell(*protocol.seed_interval(fin[M_FINAL_GAP]))
         if obj.target_metric is not None:

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from harness.core.names import (
+    M_BEST_ACC,
+    M_BEST_LOSS,
     M_FINAL_ACC,
     M_FINAL_LOSS,
     M_TEST_ACC,
@@ -25,6 +27,7 @@ from harness.core.names import (
     M_VALID_LOSS,
     canonical_metric,
 )
+from harness.core.selection import value_kind
 from reports.frame import summaries, target_mode
 
 #: Which final (validation) metric a target metric is judged by (``eval/*`` targets, the names of
@@ -32,6 +35,8 @@ from reports.frame import summaries, target_mode
 FINAL_OF = {M_VALID_ACC: M_FINAL_ACC, M_VALID_LOSS: M_FINAL_LOSS}
 #: The test metric reported for a final validation metric.
 TEST_OF = {M_FINAL_ACC: M_TEST_ACC, M_FINAL_LOSS: M_TEST_LOSS}
+#: The best-during-training validation metric of a final one (``selection: {by: best}``).
+BEST_OF = {M_FINAL_ACC: M_BEST_ACC, M_FINAL_LOSS: M_BEST_LOSS}
 #: Metrics in words, for titles, axes and legends.
 METRIC_LABELS = {
     M_TRAIN_LOSS: "train loss",
@@ -39,6 +44,8 @@ METRIC_LABELS = {
     M_VALID_ACC: "validation accuracy",
     M_FINAL_ACC: "final validation accuracy",
     M_FINAL_LOSS: "final validation loss",
+    M_BEST_ACC: "best validation accuracy",
+    M_BEST_LOSS: "best validation loss",
     M_TEST_ACC: "test accuracy",
     M_TEST_LOSS: "test loss",
 }
@@ -62,6 +69,16 @@ class Objective:
     def test(self) -> str:
         """The test column reported for this objective (``test/accuracy`` or ``test/loss``)."""
         return TEST_OF.get(self.final, M_TEST_ACC if self.mode == "max" else M_TEST_LOSS)
+
+    @property
+    def best(self) -> str:
+        """The best-during-training validation column of this objective (``best/valid_accuracy``)."""
+        return BEST_OF.get(self.final, M_BEST_ACC if self.mode == "max" else M_BEST_LOSS)
+
+    def selected(self, by: str) -> str:
+        """The validation column that selection by ``by`` reads (:func:`harness.core.selection.
+        value_kind`): :attr:`best` for ``best``, else :attr:`final`."""
+        return self.best if value_kind(by) == "best" else self.final
 
 
 def objective(frame: pd.DataFrame, task: str | None = None) -> Objective:

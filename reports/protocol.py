@@ -6,7 +6,9 @@ Definitions (the numbers a report shows follow from these and nothing else):
 
 * **Configuration** (= a *trial* of a tuning budget): a trial's spec minus its seed, i.e. one
   ``config_id`` of one optimizer on one task. Its **value** on a split is the mean over its seeds of
-  the final metric on that split (``final/valid_*`` for validation, ``test/*`` for test). A seed
+  the final metric on that split (``final/valid_*`` for validation, ``test/*`` for test; under
+  ``selection: {by: best}``, :func:`reports.selection.select_by`, the validation value is each
+  seed's best evaluation during training, ``best/valid_*``). A seed
   that did not finish (diverged, failed) contributes the *worst* finite value of that metric seen
   on the task (any optimizer, any configuration), so a configuration that diverges counts as a
   bad draw of the budget rather than vanishing from it. A configuration with no finite value
@@ -62,7 +64,7 @@ from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET, SCORING_R
 from reports.frame import PROTOCOL_ONE_SPLIT, per_frame, summaries
 from reports.labels import SELF_TUNING, is_self_tuning, is_tuned
 from reports.objectives import objective
-from reports.selection import best_configs
+from reports.selection import best_configs, select_by
 
 __all__ = [
     "MIN_SEEDS",
@@ -238,6 +240,7 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
     when the two kinds of entry yield the same trials).
     """
     s = summaries(frame)
+    by = select_by(frame)  # valid: the final value, or the best during training (selection: best)
     cols = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "valid", "test",
             "seconds", "n_reached", "metric", "test_metric", "mode", "protocol", "self_tuning", "tuned"]
     if s.empty:
@@ -247,13 +250,14 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
         obj = objective(frame, task)
         worse = min if obj.mode == "max" else max
         fin_t = st[st["status"] == "finished"]
-        finite_v = fin_t[obj.final].dropna()
+        vcol = obj.selected(by)
+        finite_v = fin_t[vcol].dropna()
         finite_t = fin_t[obj.test].dropna()
         worst_v = worse(finite_v) if len(finite_v) else math.nan
         worst_t = worse(finite_t) if len(finite_t) else math.nan
         for (opt, cid), g in st.groupby(["optimizer", "config_id"], sort=True):
             fin = g["status"] == "finished"
-            v = g[obj.final].where(fin & g[obj.final].notna(), worst_v)
+            v = g[vcol].where(fin & g[vcol].notna(), worst_v)
             one_split = (g["protocol"] == PROTOCOL_ONE_SPLIT).all()
             t = g[obj.test].where(fin & g[obj.test].notna(), worst_t)
             reached = fin & (g[M_SECONDS_TO_TARGET].notna() | g[M_STEPS_TO_TARGET].notna())
@@ -266,7 +270,7 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
                 "valid": float(v.mean()) if v.notna().all() else math.nan,
                 "test": math.nan if one_split or not t.notna().all() else float(t.mean()),
                 "seconds": float(secs.median()) if solved and len(secs) else math.inf,
-                "n_reached": int(reached.sum()), "metric": obj.final, "test_metric": obj.test,
+                "n_reached": int(reached.sum()), "metric": vcol, "test_metric": obj.test,
                 "mode": obj.mode, "protocol": PROTOCOL_ONE_SPLIT if one_split else g["protocol"].iloc[0],
                 "self_tuning": bool(tuning.map(is_self_tuning).any()),
                 "tuned": bool(tuning.map(is_tuned).any()),

@@ -4,7 +4,9 @@
 target, then median seconds to it, then seeds finished, then the final validation metric). Two
 neighbours in that order are **not distinguishable** when they agree on what is counted (seeds
 reaching the target; without any, seeds finished) and the per-seed numbers that order them, seconds
-to the target (when they reached it) or else the final validation metric, are not told apart:
+to the target (when they reached it) or else the final validation metric, are not told apart
+(selecting by ``final`` or ``best``, :func:`reports.selection.select_by`: the seeds finished and
+the selected validation value, the order :func:`best_configs` ranks by then):
 
 * with at least :data:`reports.protocol.MIN_SEEDS` paired seeds: the paired bootstrap of
   :func:`reports.protocol.paired_comparison` has a 95% interval containing 0;
@@ -25,7 +27,7 @@ from harness.core.names import M_SECONDS_TO_TARGET
 from reports.frame import summaries
 from reports.objectives import objective
 from reports.protocol import MIN_SEEDS, paired_comparison, seed_interval
-from reports.selection import best_configs
+from reports.selection import best_configs, select_by
 
 __all__ = ["TIE_MARK", "distinguishable", "shared_ranks"]
 
@@ -56,6 +58,7 @@ def shared_ranks(frame: pd.DataFrame) -> pd.DataFrame:
     if best.empty:
         return pd.DataFrame(columns=cols)
     s = summaries(frame)
+    by = select_by(frame)
     rows = []
     for task, bt in best.groupby("task", sort=True):
         obj = objective(frame, task)
@@ -64,7 +67,9 @@ def shared_ranks(frame: pd.DataFrame) -> pd.DataFrame:
         for b in bt.itertuples():
             g = s[(s["task"] == task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)
                   & (s["status"] == "finished")].set_index("seed")
-            per[b.optimizer] = (b.n_reached, b.n_finished, g[M_SECONDS_TO_TARGET], g[obj.final])
+            # ranked by time to target: seconds to it, else the final value; by final or best: that value
+            n_reached = b.n_reached if by == "time_to_target" else 0
+            per[b.optimizer] = (n_reached, b.n_finished, g[M_SECONDS_TO_TARGET], g[obj.selected(by)])
         groups: list[list] = []
         for b in bt.itertuples():
             if groups and _tied(per[groups[-1][0].optimizer], per[b.optimizer], obj.mode):

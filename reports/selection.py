@@ -13,9 +13,62 @@ import pandas as pd
 
 from harness.core.boundary import edge, edge_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
-from harness.core.selection import selection_key
-from reports.frame import per_frame, summaries
-from reports.objectives import objective
+from harness.core.selection import check_select_by, selection_key, selection_words
+from reports.frame import SELECT_BY_ATTR, per_frame, summaries
+from reports.objectives import objective, objectives_differ
+
+
+def select_by(frame: pd.DataFrame) -> str:
+    """The frame's selection objective (``frame.attrs[SELECT_BY_ATTR]``: the sweep's recorded one,
+    or ``report --select-by``), one of :data:`harness.core.selection.SELECT_BY`; default
+    ``time_to_target``.
+
+    Raises:
+      ValueError: the frame names another objective.
+    """
+    return check_select_by(frame.attrs.get(SELECT_BY_ATTR))
+
+
+def selection_caption(frame: pd.DataFrame) -> str:
+    """``"selected on validation by final accuracy"`` for the frame's objective and metric (each
+    task's metric, said as "metric", when the tasks' objectives differ)."""
+    metric = "valid/metric" if objectives_differ(frame) else \
+        objective(frame).final.replace("final/valid_", "valid/")
+    return selection_words(select_by(frame), metric)
+
+
+def selection_sentence(frame: pd.DataFrame, objective_words: str) -> str:
+    """The leaderboard's account of its selection (the report's text under "Leaderboard"):
+    :func:`selection_caption` and the order :func:`best_configs` applies; ``objective_words`` names
+    the validation metric (``final validation accuracy (target valid/accuracy ≥ 0.9)``) in the
+    ``time_to_target`` order, where the final value breaks ties."""
+    by = select_by(frame)
+    if by == "time_to_target":
+        order = (f"by seeds reaching the validation target, then median steps to it, then seeds "
+                 f"finished, then {objective_words}; optimizers are ranked by seeds reaching the "
+                 f"target, then median seconds to it")
+    else:
+        value = "best-during-training" if by == "best" else "final"
+        order = (f"by seeds finished, then the mean over seeds of the {value} validation value of "
+                 f"each task's metric, then seeds reaching the target, then median steps to it; "
+                 f"optimizers are ranked the same way, with median seconds to target before the name")
+    return f"{selection_caption(frame)} ({order}; report --select-by changes it)"
+
+
+def tuning_value_words(frame: pd.DataFrame) -> str:
+    """What a configuration's validation value is in the tuning curves, for their caption: it
+    follows the frame's objective (:func:`select_by`), except ``time_to_target``, which gives a
+    configuration no validation value: those curves use the final one, and say so."""
+    by = select_by(frame)
+    if by == "best":
+        return ("Its validation value is its best evaluation during training, as the leaderboard "
+                "selects (selection by best).")
+    if by == "final":
+        return "Its validation value is its final one, as the leaderboard selects (selection by final)."
+    return ("The leaderboard selects by time to target, which gives no validation value to draw: "
+            "these curves use each configuration's final validation value "
+            "(report --select-by final|best selects on it).")
+
 
 #: Columns of :func:`best_configs`.
 BEST_COLUMNS = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "n_reached", "rank"]
@@ -25,8 +78,12 @@ BEST_COLUMNS = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finish
 def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     """The best configuration of each optimizer on each task, one row per (task, optimizer).
 
-    Selection among one optimizer's configurations (first difference decides,
-    :func:`harness.core.selection.selection_key`): more seeds that
+    Selection among one optimizer's configurations by the frame's objective (:func:`select_by`;
+    :func:`harness.core.selection.selection_key`). ``final``/``best``: more seeds finished, then
+    the better mean final / best-during-training validation value of the task's objective
+    (``final/valid_*`` / ``best/valid_*``), then the time-to-target order below; optimizers are
+    ranked the same way (finished, value, reached, median seconds, name). ``time_to_target`` (the
+    default), first difference decides: more seeds that
     reached the target; lower median ``convergence/steps_to_target`` over the seeds that reached
     it (one optimizer's steps all cost the same, so steps measure its speed without the
     wall-clock's noise); more seeds that finished (not diverged/failed); better mean of the
@@ -40,6 +97,7 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     s = summaries(frame)
     if s.empty:
         return pd.DataFrame(columns=BEST_COLUMNS)
+    by = select_by(frame)
     objs = {t: objective(frame, t) for t in s["task"].unique()}  # each task selects on its own metric
     rows = []
     for (task, opt, cid), g in s.groupby(["task", "optimizer", "config_id"], sort=True):
@@ -49,7 +107,7 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
         reached = fin[M_SECONDS_TO_TARGET].notna() | fin[M_STEPS_TO_TARGET].notna()
         ttt = fin.loc[fin[M_SECONDS_TO_TARGET].notna(), M_SECONDS_TO_TARGET]
         steps = fin.loc[fin[M_STEPS_TO_TARGET].notna(), M_STEPS_TO_TARGET]
-        final = fin[obj.final].dropna()
+        final = fin[obj.selected(by)].dropna()  # the final or the best-during-training value
         secs = float(ttt.median()) if len(ttt) else math.inf
         metric = sign * float(final.mean()) if len(final) else math.inf
         rows.append(
@@ -63,8 +121,10 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
                 "n_reached": int(reached.sum()),
                 "_key": selection_key(int(reached.sum()), float(steps.median()) if len(steps) else None,
                                       len(fin), float(final.mean()) if len(final) else None,
-                                      obj.mode == "max", float(ttt.median()) if len(ttt) else None, str(cid)),
-                "_rank_key": (-int(reached.sum()), secs, -len(fin), metric, str(opt)),
+                                      obj.mode == "max", float(ttt.median()) if len(ttt) else None, str(cid),
+                                      by),
+                "_rank_key": (-int(reached.sum()), secs, -len(fin), metric, str(opt))
+                if by == "time_to_target" else (-len(fin), metric, -int(reached.sum()), secs, str(opt)),
             }
         )
     allc = pd.DataFrame(rows).sort_values("_key", kind="stable")

@@ -137,9 +137,10 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
 
     seen = {}
 
-    def fake(experiment, sweep_id, output, baseline, tracking_uri, tuning_draws, scoring):
+    def fake(experiment, sweep_id, output, baseline, tracking_uri, tuning_draws, scoring, select_by):
         seen.update(experiment=experiment, sweep_id=sweep_id, output=output, baseline=baseline,
-                    tracking_uri=tracking_uri, tuning_draws=tuning_draws, scoring=scoring)
+                    tracking_uri=tracking_uri, tuning_draws=tuning_draws, scoring=scoring,
+                    select_by=select_by)
         (tmp_path / "r.html").write_text("x" * 2_100_000)
         (tmp_path / "r.csv").write_text("row\n")
         return tmp_path / "r.html"
@@ -150,7 +151,8 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
                             "def", "--tracking-uri", tracking_uri])
     assert r.exit_code == 0, r.output
     assert seen == {"experiment": "q", "sweep_id": "abc", "output": "x.html", "baseline": "def",
-                    "tracking_uri": tracking_uri, "tuning_draws": "without-replacement", "scoring": None}
+                    "tracking_uri": tracking_uri, "tuning_draws": "without-replacement", "scoring": None,
+                    "select_by": None}  # None: the sweep's rule and objective
     assert r.output.strip().splitlines()[-3:] == [  # every file it wrote
         f"report: {tmp_path / 'r.html'} (2.1 MB, one self-contained HTML file)",
         f"data:   {tmp_path / 'r.csv'} (the tidy table behind every figure)",

@@ -26,7 +26,7 @@ def test_sections_open_on_the_validation_curves_and_single_values_are_bars():
     sections = state["compareRunSections"]
     # MLflow orders sections by name: "convergence" (steps_to_target, drawn against the step) came first
     assert [s["name"] for s in sections] == ["valid", "train", "time", "final", "test", "convergence",
-                                             "compile", "dataset", "perf", "sweep"]
+                                             "best", "compile", "dataset", "perf", "sweep"]
     assert state["isAccordionReordered"] is True  # MLflow keeps this order instead of sorting
     assert [s["name"] for s in sections if s["display"]] == ["valid", "train", "time", "final", "test",
                                                               "convergence"]

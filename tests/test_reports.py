@@ -71,6 +71,10 @@ def _spec(model, opt, lr, seed):
     )
 
 
+#: A finished run without ``best/valid_*`` (logged before them): the frame holds its curve's best.
+BEST_OF_CURVE = {"best/valid_accuracy": ("valid/accuracy", max), "best/valid_loss": ("valid/loss", min)}
+
+
 def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
     """Every metric value of one trial: {'curves': {key: [(step, value)]}, 'summary': {key: value}}."""
     k = MODELS[model] * OPTS[opt] * math.exp(-((math.log10(lr) + 2) ** 2))
@@ -281,6 +285,9 @@ def test_frame_holds_exactly_what_mlflow_stored(store, frame):
         for m in RF.SUMMARY_METRICS:
             if m in vals["summary"]:
                 assert row[m] == vals["summary"][m], (tid, m)  # exact: the stored float
+            elif m in BEST_OF_CURVE and not vals["diverged"]:  # logged before best/*: the curve's best
+                curve, pick = BEST_OF_CURVE[m]
+                assert row[m] == pick(v for _, v in vals["curves"][curve]), (tid, m)
             else:
                 assert math.isnan(row[m]), (tid, m)
         for m, pts in vals["curves"].items():

@@ -8,6 +8,7 @@ import typer
 
 from harness.cli.common import URI_HELP, err
 from harness.core.names import SCORING_RULES
+from harness.core.selection import SELECT_BY
 
 EPILOG = """\b
 Examples:
@@ -22,6 +23,7 @@ to the parent runs whose trials it shows."""
 
 
 Scoring = StrEnum("Scoring", {rule: rule for rule in SCORING_RULES})
+SelectBy = StrEnum("SelectBy", {by: by for by in SELECT_BY})
 
 
 class TuningDraws(StrEnum):
@@ -45,6 +47,12 @@ def report(
         help="Tuned time-to-result rule: harness (the fastest configuration's median over seeds) or "
         "algoperf (AlgoPerf's: per seed the fastest configuration, median over seeds, the 4x cap, "
         "the score over tau in [1, 4]). Default: the sweep config's `scoring:` (else harness)."),
+    select_by: SelectBy | None = typer.Option(
+        None, "--select-by",
+        help="How each optimizer's best configuration is selected on validation: time_to_target "
+        "(most seeds reaching the target, then fewest steps), final (best mean final validation "
+        "metric) or best (best mean of the best validation value during training). Default: the "
+        "sweep's own (its config's selection.by, recorded on its parent run)."),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
     from harness.tracking.client import prepare_store
@@ -61,7 +69,8 @@ def report(
 
     try:
         path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value,
-                           scoring=scoring.value if scoring is not None else None)
+                           scoring=scoring.value if scoring is not None else None,
+                           select_by=select_by.value if select_by else None)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None

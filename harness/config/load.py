@@ -58,6 +58,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     scoring: harness               # tuned time-to-result rule: harness | algoperf (reports.scoring)
     dtype: float32
     divergence: {loss_factor: 100}  # diverged: train loss > 100 x the initial one (null: off)
+    selection: {by: time_to_target}  # each optimizer's best config: time_to_target | final | best
     parallelism: {devices: 1, shard: batch}  # devices: N | all; shard: batch (data-parallel) | trials
     tracking_uri: null             # overridden by --tracking-uri / MLFLOW_TRACKING_URI
     executor: inprocess            # inprocess | process | (ray, once registered)

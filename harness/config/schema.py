@@ -37,6 +37,7 @@ from harness.config.fields import Float, Int, strict_int
 from harness.config.values import hparam_count, hparam_values, log_grid_args
 from harness.core.names import SCORING_RULES, canonical_metric
 from harness.core.registry import did_you_mean
+from harness.core.selection import DEFAULT_SELECT_BY, SELECT_BY
 
 #: Top-level axes that ``zip`` and ``include`` may name.
 TOP_AXES = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
@@ -181,6 +182,24 @@ class TargetCfg(_Strict):
         return self.mode or ("max" if self.metric.endswith("accuracy") else "min")
 
 
+class SelectionCfg(_Strict):
+    """``selection: {by: ...}``: how each optimizer's best configuration is selected on validation
+    (:mod:`harness.core.selection`): ``time_to_target`` (the default), ``final`` or ``best``."""
+
+    by: str = DEFAULT_SELECT_BY
+
+    @field_validator("by", mode="before")
+    @classmethod
+    def _by(cls, v: Any) -> str:
+        if not isinstance(v, str) or v not in SELECT_BY:
+            shown = short_repr(v)
+            raise PydanticCustomError(
+                "selection", "must be one of {valid}, got {v}{hint}",
+                {"valid": ", ".join(SELECT_BY), "v": shown,
+                 "hint": did_you_mean(v, SELECT_BY) if isinstance(v, str) else ""})
+        return v
+
+
 class Budget(_Strict):
     """Training budget: exactly one of ``steps`` (optimizer steps) or ``epochs`` (passes over the
     training split)."""
@@ -299,6 +318,7 @@ class SweepConfig(_Strict):
         Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
     augment: dict[str, Any] | None = None
     divergence: DivergenceCfg = Field(default_factory=DivergenceCfg)
+    selection: SelectionCfg = Field(default_factory=SelectionCfg)
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)
     tracking_uri: str | None = Field(default=None, max_length=limits.MAX_TEXT_CHARS)
     executor: str = Field(default="inprocess", max_length=100)

@@ -25,6 +25,9 @@ TAG_SPOOLED = "harness.spooled"
 TAG_RESUMED_FROM_STEP = "harness.resumed_from_step"
 TAG_SEARCH = "harness.search"
 TAG_SEARCH_INDEX = "harness.search_index"
+#: A sweep parent run's selection objective (``selection: {by: ...}``, one of
+#: :data:`harness.core.selection.SELECT_BY`); the report reads the latest parent's.
+TAG_SELECT_BY = "harness.select_by"
 #: A sampled trial's search ranges, JSON (:func:`harness.core.boundary.space_tag`).
 TAG_SEARCH_SPACE = "harness.search_space"
 #: A trial of an optimizer entry with ``tuning: none`` (AlgoPerf's self-tuning track: the optimizer
@@ -86,6 +89,10 @@ M_TEST_ACC = "test/accuracy"
 M_FINAL_LOSS = "final/valid_loss"
 M_FINAL_ACC = "final/valid_accuracy"
 M_FINAL_GAP = "final/valid_nats_above_entropy"
+#: The best validation value of the trial's evaluations (accuracy: the highest, loss: the lowest),
+#: what ``selection: {by: best}`` reads (:func:`harness.core.selection.best_of`).
+M_BEST_LOSS = "best/valid_loss"
+M_BEST_ACC = "best/valid_accuracy"
 M_STEP_MS = "perf/step_time_ms"
 M_STEP_MS_P10 = "perf/step_time_ms_p10"
 M_STEP_MS_P90 = "perf/step_time_ms_p90"
@@ -114,7 +121,7 @@ SUMMARY_METRICS = (
     M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL,
     M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
     M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP, M_TIME_COMPILE_S, M_CACHE_HITS,
-    M_CACHE_MISSES,
+    M_CACHE_MISSES, M_BEST_LOSS, M_BEST_ACC,
 )
 
 

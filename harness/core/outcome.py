@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core import names
+from harness.core.selection import best_of
 from harness.core.spec import TrialResult, TrialSpec
 from harness.core.util import finite
 
@@ -87,6 +88,10 @@ class TrialOutcome:
     config: str = ""
     final_valid_accuracy: float | None = None
     final_valid_loss: float | None = None
+    #: The best validation evaluation during training (``best/valid_*``; ``None`` on a run logged
+    #: before that metric existed): what ``selection: {by: best}`` reads.
+    best_valid_accuracy: float | None = None
+    best_valid_loss: float | None = None
     test_accuracy: float | None = None
     test_loss: float | None = None
     steps_to_target: int | None = None
@@ -128,6 +133,8 @@ class TrialOutcome:
         o.run_id = run_id
         o.final_valid_accuracy = _or_none(res.final_valid_accuracy)
         o.final_valid_loss = _or_none(res.final_valid_loss)
+        o.best_valid_accuracy = best_of(res.curves.eval_accuracy, True)
+        o.best_valid_loss = best_of(res.curves.eval_loss, False)
         o.test_accuracy = _or_none(res.test_accuracy)
         o.test_loss = _or_none(res.test_loss)
         o.steps_to_target = res.steps_to_target
@@ -155,6 +162,8 @@ class TrialOutcome:
         o.run_id = run.info.run_id
         o.final_valid_accuracy = m.get(names.M_VALID_ACC)
         o.final_valid_loss = m.get(names.M_VALID_LOSS)
+        o.best_valid_accuracy = m.get(names.M_BEST_ACC)
+        o.best_valid_loss = m.get(names.M_BEST_LOSS)
         o.test_accuracy = m.get(names.M_TEST_ACC)
         o.test_loss = m.get(names.M_TEST_LOSS)
         steps = m.get(names.M_STEPS_TO_TARGET)

@@ -1,7 +1,18 @@
 """The selection rule: which of one optimizer's configurations is its best on a task.
 
-The one home of the rule that the reports (``reports.frame.best_configs``) and the end-of-sweep
+The one home of the rule that the reports (``reports.selection.best_configs``) and the end-of-sweep
 table (:mod:`harness.sweep.summary`) both apply, so that both always select the same configuration.
+The objective is the config's ``selection: {by: ...}`` (recorded on the sweep's parent run as
+:data:`harness.core.names.TAG_SELECT_BY`; ``report --select-by`` overrides it), one of
+:data:`SELECT_BY`:
+
+- ``time_to_target`` (the default): most seeds reaching the validation target, then fewest median
+  steps to it (:func:`selection_key` documents the rest of the order);
+- ``final``: the best mean over seeds of the final validation metric of the task's objective
+  (accuracy higher, loss lower);
+- ``best``: the best mean over seeds of the best validation value seen during training (the
+  curve's best evaluation, logged as ``best/valid_accuracy`` / ``best/valid_loss``).
+
 Standard library only.
 """
 
@@ -9,17 +20,78 @@ from __future__ import annotations
 
 import math
 
+#: The selection objectives (``selection: {by: ...}``, ``report --select-by``).
+SELECT_BY = ("time_to_target", "final", "best")
+#: Today's rule, unchanged: a config without ``selection`` selects as before it existed.
+DEFAULT_SELECT_BY = "time_to_target"
+
+
+def check_select_by(by: str | None) -> str:
+    """``by`` when it is one of :data:`SELECT_BY` (``None``: :data:`DEFAULT_SELECT_BY`).
+
+    Raises:
+      ValueError: any other value, naming the valid ones.
+    """
+    if by is None:
+        return DEFAULT_SELECT_BY
+    if by not in SELECT_BY:
+        raise ValueError(f"selection by must be one of {', '.join(SELECT_BY)}; got {by!r}")
+    return by
+
+
+def value_kind(by: str) -> str:
+    """Which validation value of a seed selection reads: ``"best"`` (the best evaluation during
+    training) for ``by == "best"``, else ``"final"`` (the last evaluation; ``time_to_target`` breaks
+    its ties with it)."""
+    return "best" if check_select_by(by) == "best" else "final"
+
 
 def selection_key(reached: int, median_steps: float | None, finished: int, value: float | None,
-                  higher_is_better: bool, median_seconds: float | None, config: str) -> tuple:
+                  higher_is_better: bool, median_seconds: float | None, config: str,
+                  by: str = DEFAULT_SELECT_BY) -> tuple:
     """The order in which one optimizer's configurations are selected: the smallest key wins.
 
-    First difference decides: more seeds that ``reached`` the target; lower ``median_steps`` to
-    target; more seeds ``finished``; better validation ``value`` (mean final metric; higher when
-    ``higher_is_better``); lower ``median_seconds`` to target; the ``config`` name. ``None`` (no
-    seed reached / no value) sorts last.
+    ``value`` is the mean over finished seeds of the validation value that ``by`` reads
+    (:func:`value_kind`: final, or best during training); higher is better when
+    ``higher_is_better``. ``None`` (no seed reached / no value) sorts last. First difference
+    decides:
+
+    - ``time_to_target``: more seeds that ``reached`` the target; lower ``median_steps`` to
+      target; more seeds ``finished``; better ``value``; lower ``median_seconds`` to target; the
+      ``config`` name.
+    - ``final`` / ``best``: more seeds ``finished`` (a seed that diverged or failed has no value:
+      it counts as the worst, so the mean over all seeds of a configuration with fewer finished
+      seeds is never better); better ``value``; more seeds ``reached``; lower ``median_steps``;
+      lower ``median_seconds``; the ``config`` name. Wall-clock never comes before the metric.
     """
     inf = math.inf
-    return (-int(reached), inf if median_steps is None else float(median_steps), -int(finished),
-            inf if value is None else (-1.0 if higher_is_better else 1.0) * float(value),
-            inf if median_seconds is None else float(median_seconds), str(config))
+    steps = inf if median_steps is None else float(median_steps)
+    val = inf if value is None else (-1.0 if higher_is_better else 1.0) * float(value)
+    secs = inf if median_seconds is None else float(median_seconds)
+    if check_select_by(by) == "time_to_target":
+        return (-int(reached), steps, -int(finished), val, secs, str(config))
+    return (-int(finished), val, -int(reached), steps, secs, str(config))
+
+
+def selection_words(by: str, metric: str) -> str:
+    """How configurations were selected, in words, for a caption or a table title: ``metric`` is
+    the task's target metric (``valid/accuracy``, ``valid/loss``). ``"selected on validation by
+    final accuracy"``, ``"selected on validation by best accuracy during training"``, ``"selected
+    on validation by time to target"`` (most seeds reaching it, then fewest steps: a caption states
+    the order)."""
+    name = metric.split("/", 1)[-1]
+    by = check_select_by(by)
+    if by == "final":
+        return f"selected on validation by final {name}"
+    if by == "best":
+        return f"selected on validation by best {name} during training"
+    return "selected on validation by time to target"
+
+
+def best_of(values: list[float] | tuple[float, ...], higher_is_better: bool) -> float | None:
+    """The best finite value of one validation curve (max when ``higher_is_better``, else min);
+    ``None`` when it has none. What ``best/valid_*`` logs and ``best`` selection reads."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return None
+    return max(finite) if higher_is_better else min(finite)

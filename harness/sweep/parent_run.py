@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from harness.config.search import SEARCH_TAG
-from harness.core.names import PARAM_SCORING, TAG_KIND, TAG_SWEEP, TAG_SWEEP_ID
+from harness.core.names import PARAM_SCORING, TAG_KIND, TAG_SELECT_BY, TAG_SWEEP, TAG_SWEEP_ID
 from harness.core.outcome import TrialOutcome
+from harness.core.selection import DEFAULT_SELECT_BY
 from harness.plan.expansion import search_methods
 from harness.tracking.client import search_all
 from harness.tracking.liveness import kill_stale, owner_tags
@@ -29,14 +30,16 @@ def kill_dead_invocations(client, exp_id: str) -> int:
 
 
 def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -> str:
-    """Create this invocation's parent run (tags include its owner ``harness.owner`` = ``host:pid``
-    and a first heartbeat), after marking dead invocations' leftover runs KILLED."""
+    """Create this invocation's parent run (tags include its owner ``harness.owner`` = ``host:pid``,
+    a first heartbeat and the selection objective ``harness.select_by`` that the report reads),
+    after marking dead invocations' leftover runs KILLED."""
     from mlflow.entities import Param
 
     # An earlier invocation that died leaves its parent (and maybe trial runs) RUNNING.
     kill_dead_invocations(client, exp_id)
     tags = {TAG_SWEEP: cfg.name, TAG_SWEEP_ID: sweep_id, TAG_KIND: "parent",
-            "git_commit": git_commit(), SEARCH_TAG: search_methods(specs), **owner_tags()}
+            "git_commit": git_commit(), SEARCH_TAG: search_methods(specs),
+            TAG_SELECT_BY: cfg.selection.by, **owner_tags()}
     run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     rid = run.info.run_id
     params = [Param(k, str(v)) for k, v in {
@@ -57,6 +60,20 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
             [{"trial_id": s.trial_id, **s.to_dict()} for s in specs], indent=2, default=str))
         client.log_artifacts(rid, d)
     return rid
+
+
+def record_selection(client, exp_id: str, sweep_id: str, by: str) -> None:
+    """A re-run that trains nothing opens no parent run (:func:`harness.sweep.run`): when its
+    config's selection objective ``by`` differs from the one the sweep's latest parent run records
+    (absent = the default), that parent's ``harness.select_by`` is set to it, so that the report
+    selects as the summary just printed. Nothing is written when they agree."""
+    parents = search_all(client, exp_id,
+                         f"tags.`{TAG_KIND}` = 'parent' and tags.`{TAG_SWEEP_ID}` = '{sweep_id}'")
+    if not parents:
+        return
+    latest = max(parents, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+    if latest.data.tags.get(TAG_SELECT_BY, DEFAULT_SELECT_BY) != by:
+        client.set_tag(latest.info.run_id, TAG_SELECT_BY, by)
 
 
 def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, status: str,

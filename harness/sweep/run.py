@@ -41,7 +41,7 @@ from harness.execute.writing import replay_spool
 from harness.plan.expansion import TrialList, component_variants, expand, search_tags, sweep_id_of
 from harness.plan.units import group_units
 from harness.sweep.execution import execute_units
-from harness.sweep.parent_run import end_parent, kill_dead_invocations, start_parent
+from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_selection, start_parent
 from harness.sweep.preflight import preflight
 from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
 from harness.sweep.resume import Plan, count_done, make_plan, take_spooled
@@ -172,7 +172,8 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
                            store_error=HEALTH.error,
                            in_spool=frozenset(spool.pending_trials(uri)) if left else frozenset(),
                            config_path=str(config_path),
-                           boundary=boundary_warnings(outcomes, specs))
+                           boundary=boundary_warnings(outcomes, specs, cfg.selection.by),
+                           select_by=cfg.selection.by)
     if not opts.quiet:
         print_summary(console, summary)
     return summary
@@ -244,11 +245,13 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
     the runs it does not describe, and be what ``status`` calls the sweep's last run). A dead
     invocation's runs are still marked KILLED, as ``status`` promises."""
     kill_dead_invocations(client, exp_id)
+    record_selection(client, exp_id, sweep_id, cfg.selection.by)  # the report selects as this summary
     if not quiet:
         console.print(f"{len(plan.done)} trials already finished: nothing to train, no new parent run.")
     done = plan.done_outcomes
     summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, done, time.perf_counter() - t_start,
-                           boundary=boundary_warnings(done, plan.specs))
+                           boundary=boundary_warnings(done, plan.specs, cfg.selection.by),
+                           select_by=cfg.selection.by)
     if not quiet:
         print_summary(console, summary)
     return summary

@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.core.boundary import edge, edge_warning
 from harness.core.outcome import TrialOutcome
-from harness.core.selection import selection_key
+from harness.core.selection import DEFAULT_SELECT_BY, selection_key, selection_words, value_kind
 from harness.tracking.uris import default_tracking_uri
 
 
@@ -41,6 +41,8 @@ class SweepSummary:
     config_path: str = ""
     #: Boundary warnings of the selected configurations (:func:`boundary_warnings`).
     boundary: list[str] = field(default_factory=list)
+    #: The selection objective (the config's ``selection.by``, :mod:`harness.core.selection`).
+    select_by: str = DEFAULT_SELECT_BY
 
     def spool_account(self) -> str:
         """One line about results the store did not take at once ("" when there were none)."""
@@ -95,17 +97,21 @@ class SweepSummary:
         return "" if self.tracking_uri == default_tracking_uri() else f" --tracking-uri {self.tracking_uri}"
 
 
-def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
-    """Best configuration per (dataset, model, optimizer), ranked exactly like the HTML report's
-    leaderboard (:func:`reports.frame.best_configs`); the first difference decides: more seeds that
-    reached the target; lower median steps to target (one optimizer's steps cost the same, and steps
-    carry no wall-clock noise); more seeds finished (not diverged or failed); better mean final target
-    metric on **validation** (valid/accuracy, or valid/loss for loss targets); lower median seconds to
-    target; the configuration's name (:func:`harness.core.selection.selection_key`, one rule for
-    both). Identical results select identically. Selection never reads the test split: ``value`` is
-    the selected configuration's mean validation metric, ``test_value`` its mean test metric over the
-    seeds that have one (the headline number; ``None`` for runs from before the three-split
-    protocol)."""
+def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY) -> list[dict[str, Any]]:
+    """Best configuration per (dataset, model, optimizer), selected exactly like the HTML report's
+    leaderboard (:func:`reports.selection.best_configs`) by the objective ``by``
+    (:func:`harness.core.selection.selection_key`, one rule for both). ``time_to_target`` (the
+    default), first difference decides: more seeds that reached the target; lower median steps to
+    target (one optimizer's steps cost the same, and steps carry no wall-clock noise); more seeds
+    finished (not diverged or failed); better mean final target metric on **validation**
+    (valid/accuracy, or valid/loss for loss targets); lower median seconds to target; the
+    configuration's name. ``final`` / ``best``: more seeds finished, then the better mean final /
+    best-during-training validation metric, then the rest as above. Identical results select
+    identically. Selection never reads the test split: ``value`` is the selected configuration's
+    mean validation metric (the final one; the best during training for ``by="best"``: what it was
+    selected on), ``test_value`` its mean test metric over the seeds that have one (the headline
+    number; ``None`` for runs from before the three-split protocol)."""
+    kind = value_kind(by)
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
@@ -114,7 +120,10 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
         ok = [o for o in os_ if o.status == "finished"]
         metric = os_[0].target_metric
         is_loss = metric.endswith("/loss")
-        vals = [(o.final_valid_loss if is_loss else o.final_valid_accuracy) for o in ok]
+        if kind == "best":
+            vals = [(o.best_valid_loss if is_loss else o.best_valid_accuracy) for o in ok]
+        else:
+            vals = [(o.final_valid_loss if is_loss else o.final_valid_accuracy) for o in ok]
         vals = [v for v in vals if v is not None]
         tests = [(o.test_loss if is_loss else o.test_accuracy) for o in ok]
         tests = [v for v in tests if v is not None]
@@ -131,26 +140,27 @@ def best_configs(outcomes: list[TrialOutcome]) -> list[dict[str, Any]]:
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
         }
         row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
-                                     not is_loss, row["seconds_to_target"], str(conf))
+                                     not is_loss, row["seconds_to_target"], str(conf), by)
         key = (ds, model, opt)
         if key not in best or row["_rank"] < best[key]["_rank"]:
             best[key] = row
     return [{k: v for k, v in r.items() if k != "_rank"} for r in best.values()]
 
 
-def boundary_warnings(outcomes: list[TrialOutcome], trials: list) -> list[str]:
+def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFAULT_SELECT_BY) -> list[str]:
     """One line per sampled hyperparameter of a selected configuration (:func:`best_configs`) that
     lies in the outer 10% of its search range (:func:`harness.core.boundary.edge`; log scale for
     ``log_uniform``): ``"lion: best step_size 0.00082 is at the top of [1e-05, 0.001] (mlp ·
     digits): widen the range"``. ``trials`` is the sweep's :class:`~harness.plan.expansion.TrialList`
-    (its ``origins`` hold each sampled trial's ranges); grid and ``tuning: none`` trials have none."""
+    (its ``origins`` hold each sampled trial's ranges); grid and ``tuning: none`` trials have none.
+    ``by``: the selection objective (:func:`best_configs`)."""
     origins = getattr(trials, "origins", {}) or {}
     specs = {s.trial_id: s for s in trials}
     first: dict[tuple, str] = {}
     for o in outcomes:
         first.setdefault((o.dataset, o.model, o.optimizer, o.config), o.trial_id)
     out = []
-    for r in sorted(best_configs(outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"])):
+    for r in sorted(best_configs(outcomes, by), key=lambda r: (r["dataset"], r["model"], r["optimizer"])):
         tid = first.get((r["dataset"], r["model"], r["optimizer"], r["config"]))
         origin, spec = origins.get(tid), specs.get(tid)
         if origin is None or spec is None:
@@ -162,6 +172,17 @@ def boundary_warnings(outcomes: list[TrialOutcome], trials: list) -> list[str]:
             if side:
                 out.append(edge_warning(r["optimizer"], rng, value, side, f"{r['model']} · {r['dataset']}"))
     return out
+
+
+def _rule_words(by: str) -> str:
+    """The summary's caption: the selection order of ``by`` (:func:`selection_key`) in words."""
+    if by == "time_to_target":
+        return ("most seeds reaching the target, then fewest steps to it, then most finished, then "
+                "best validation metric")
+    value = "of the seeds' best validation metric during training" if by == "best" else \
+        "final validation metric"
+    return (f"most seeds finished, then best mean {value} (valid), then most reaching the target, "
+            f"then fewest steps to it")
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -210,7 +231,8 @@ def print_summary(console, summary: SweepSummary) -> None:
     from harness.sweep.tables import print_table
 
     py = python_command()
-    rows = sorted(best_configs(summary.outcomes), key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
+    rows = sorted(best_configs(summary.outcomes, summary.select_by),
+                  key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
     configs: dict[tuple, list[str]] = {}
     task_configs: dict[tuple, list[str]] = {}
     for o in summary.outcomes:
@@ -224,11 +246,13 @@ def print_summary(console, summary: SweepSummary) -> None:
     metrics = {short(r["metric"]) for r in rows} or {"acc"}
     shared = next(iter(metrics)) if len(metrics) == 1 else None
     head = f" {shared}" if shared else ""
+    chosen = selection_words(summary.select_by, "valid/" + ("metric" if shared is None else
+                                                          {"acc": "accuracy"}.get(shared, shared)))
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
-              title=f"{summary.name}: best configuration per task and optimizer\n{summary.headline()}",
-              caption="best = selected on validation: most seeds reaching the target, then fewest "
-                      "steps to it, then most finished, then best validation metric; test = its mean "
-                      "test metric; full configurations: the HTML report")
+              title=f"{summary.name}: best configuration per task and optimizer\n{chosen}\n"
+                    f"{summary.headline()}",
+              caption=f"best = selected on validation: {_rule_words(summary.select_by)}; test = its "
+                      f"mean test metric; full configurations: the HTML report")
     # the task and optimizer on one line; the rest may wrap at words (a header over two lines) so
     # that the table fits 80 columns (harness.sweep.tables.print_table: else a block per row)
     t.add_column("task", no_wrap=True)

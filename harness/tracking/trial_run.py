@@ -49,6 +49,7 @@ from typing import Any
 from harness.core import names
 from harness.core.context import RunContext
 from harness.core.outcome import reason_line
+from harness.core.selection import best_of
 from harness.core.spec import TrialResult, TrialSpec
 from harness.tracking.liveness import owner_tags
 from harness.tracking.provenance import environment_tags
@@ -181,6 +182,8 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     t_last = t0_ms + int((c.eval_wall_s[-1] if c.eval_wall_s else 0.0) * 1000)
     buf.add(names.M_FINAL_LOSS, res.final_valid_loss, last)
     buf.add(names.M_FINAL_ACC, res.final_valid_accuracy, last)
+    buf.add(names.M_BEST_LOSS, best_of(c.eval_loss, False), last)
+    buf.add(names.M_BEST_ACC, best_of(c.eval_accuracy, True), last)
     buf.add(names.M_TEST_LOSS, res.test_loss, last, t_last)
     buf.add(names.M_TEST_ACC, res.test_accuracy, last, t_last)
     for name, v in res.test_metrics.items():
