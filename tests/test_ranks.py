@@ -58,3 +58,14 @@ def test_five_paired_seeds_use_the_paired_comparison():
     assert _labels(_frame({"a": a, "b": [x + 0.2 for x in a]})) == {"a": "1", "b": "2"}
     # differences of both signs: the paired interval contains 0, a shared rank
     assert _labels(_frame({"a": a, "b": [1.05, 1.0, 1.3, 1.25, 1.45]})) == {"a": "1=", "b": "1="}
+
+
+def test_selecting_by_the_final_metric_ties_on_it_not_on_seconds():
+    # both reach the target; seconds far apart (a strict order by time), final accuracies overlap
+    f = _frame({"adam": [0.1, 0.1], "momentum": [0.5, 0.6]})
+    assert _labels(f) == {"adam": "1", "momentum": "2"}  # time to target: told apart
+    f[N.M_FINAL_ACC] = [0.95, 0.97, 0.96, 0.98]  # adam's seeds, then momentum's
+    f.attrs[RF.SELECT_BY_ATTR] = "final"
+    assert _labels(f) == {"momentum": "1=", "adam": "1="}  # by final accuracy: [0.95, 0.97] ∩ [0.96, 0.98]
+    f[N.M_FINAL_ACC] = [0.90, 0.91, 0.96, 0.98]
+    assert _labels(f) == {"momentum": "1", "adam": "2"}
