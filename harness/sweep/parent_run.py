@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from harness.config.search import SEARCH_TAG
-from harness.core.names import TAG_KIND, TAG_SWEEP, TAG_SWEEP_ID
+from harness.core.names import M_SWEEP_WALL_S, M_TIME, TAG_KIND, TAG_SWEEP, TAG_SWEEP_ID
 from harness.core.outcome import TrialOutcome
 from harness.plan.expansion import search_methods
 from harness.tracking.client import search_all
@@ -59,10 +59,11 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
 
 
 def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, status: str,
-                flush_wait_s: float = 0.0) -> None:
+                flush_wait_s: float = 0.0, budget: dict[str, float] | None = None) -> None:
     """End the parent run with the sweep's counts and its tracking cost: ``sweep/tracking_s`` is the
     MLflow time on the critical path (per-trial calls made before/after training plus the final wait
-    for background writes), ``sweep/tracking_fraction`` that over the trials' wall-clock."""
+    for background writes), ``sweep/tracking_fraction`` that over the trials' wall-clock; and its
+    time ``budget`` (``part -> s``, :mod:`harness.sweep.budget`) as ``time/<part>_s``."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
@@ -72,7 +73,8 @@ def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, st
     ms = [Metric(f"sweep/n_{k}", float(v), now, 0) for k, v in counts.items()]
     ms.append(Metric("sweep/n_skipped", float(sum(o.skipped for o in outcomes)), now, 0))
     ms.append(Metric("sweep/n_spooled", float(sum(o.spooled and not o.skipped for o in outcomes)), now, 0))
-    ms.append(Metric("sweep/wall_s", float(wall_s), now, 0))
+    ms.append(Metric(M_SWEEP_WALL_S, float(wall_s), now, 0))
+    ms.extend(Metric(M_TIME[k], float(v), now, 0) for k, v in (budget or {}).items())
     ran = [o for o in outcomes if not o.skipped and o.wall_seconds > 0]
     if ran:
         track = sum(o.tracking_seconds for o in ran) + flush_wait_s
