@@ -2,10 +2,12 @@
 
 The parts (:data:`harness.core.names.TIME_PARTS`, each logged as ``time/<part>_s``):
 
-- ``startup``: process start to the sweep starting work (imports, the command line); parent only.
-  The process start is :data:`harness.PROCESS_START`, a clock taken when the ``harness`` package is
-  first imported: what the interpreter did before (its own start-up, ``site``, ``-m``'s look-up) is
-  missed. A sweep started from Python (:func:`harness.sweep.run.run_sweep`) has none (0).
+- ``startup``: process start to the pre-flight (imports, the command line, loading the config);
+  parent only. The process start is :data:`harness.PROCESS_START`, a clock taken when the
+  ``harness`` package is first imported: what the interpreter did before (its own start-up,
+  ``site``, ``-m``'s look-up) is missed. A sweep started inside a longer process
+  (:func:`harness.sweep.run.run_sweep` called from Python, a test's ``CliRunner``) starts its clock
+  at the call: its ``startup`` is loading the config.
 - ``preflight``: loading and checking the config, building every component once; parent only.
 - ``compile``, ``train``, ``eval``, ``throughput``: the trainer's clocks (compiling or loading
   programs; training dispatches; evaluating the validation and test splits; the throughput
