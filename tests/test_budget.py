@@ -149,3 +149,29 @@ def test_the_budget_line():
     assert budget.budget_line(41.8, parts, width=34) == "41.8 s: other 42%, ..."
     assert budget.budget_line(41.8, parts, width=12) == "41.8 s: ..."
     assert budget.budget_line(0.0, {}) == "0.0 s"
+
+
+def test_the_command_line_starts_the_clock_at_the_process_start(write_sweep, tmp_path):
+    """``python -m harness sweep``: the budget starts at :data:`harness.PROCESS_START` (``startup``
+    holds the imports and the command line), still adds up, and the summary prints its line."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = write_sweep(name="budgetcli", seeds=[0], budget={"steps": 10}, eval_every=10, steps_per_dispatch=10)
+    uri = f"sqlite:///{tmp_path / 'cli.db'}"
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "80"}
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", uri],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    process_wall = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr[-3000:]
+    parent, _ = _runs(uri, "budgetcli")
+    parts = {p: parent[names.M_TIME[p]] for p in names.TIME_PARTS}
+    assert parts["startup"] > 0 and budget.named_sum(parts) <= parent[names.M_SWEEP_WALL_S]
+    assert sum(parts.values()) == pytest.approx(parent[names.M_SWEEP_WALL_S], rel=1e-9)
+    assert parent[names.M_SWEEP_WALL_S] < process_wall  # the interpreter's own start-up is missed
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("time ")]
+    assert lines and lines[0].startswith(f"time {parent[names.M_SWEEP_WALL_S]:.1f} s: "), r.stdout
