@@ -175,3 +175,25 @@ def test_the_command_line_starts_the_clock_at_the_process_start(write_sweep, tmp
     assert parent[names.M_SWEEP_WALL_S] < process_wall  # the interpreter's own start-up is missed
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("time ")]
     assert lines and lines[0].startswith(f"time {parent[names.M_SWEEP_WALL_S]:.1f} s: "), r.stdout
+
+
+def test_a_jobs_sweep_reports_one_wall_clock_not_the_workers_sum(write_sweep, tracking_uri):
+    """``--jobs 2``: two worker processes train in parallel; the parent's parts still add up to its
+    one wall-clock (the trials' seconds scaled to the execution), none negative, and the trials'
+    trainer seconds fit in it once scaled: never the two workers' seconds stacked end to end."""
+    from harness.sweep.run import run_sweep
+
+    cfg = write_sweep(name="budgetjobs", optimizers=[{"name": "sgd", "hparams": {"step_size": [0.1, 0.05]}}],
+                      seeds=[0, 1], batching="off", budget={"steps": 20}, eval_every=20)
+    t0 = time.perf_counter()
+    run_sweep(cfg, tracking_uri=tracking_uri, quiet=True, jobs=2)
+    wall = time.perf_counter() - t0
+    parent, trials = _runs(tracking_uri, "budgetjobs")
+    assert len(trials) == 4
+    parts = {p: parent[names.M_TIME[p]] for p in names.TIME_PARTS}
+    assert all(v >= 0 for v in parts.values()), parts
+    assert budget.named_sum(parts) <= parent[names.M_SWEEP_WALL_S], parts
+    assert sum(parts.values()) == pytest.approx(wall, rel=0.02), (parts, wall)
+    for p in budget.TRAINER_PARTS:  # scaled by wall / summed (<= 1): at most the trials' own sum
+        assert parts[p] <= sum(t[names.M_TIME[p]] for t in trials) * (1 + 1e-9), p
+    assert parts["compile"] > 0 and parts["train"] > 0

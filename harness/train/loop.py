@@ -321,12 +321,14 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     run = _UnitRun(specs, batched, ds, checkpoints)
     run.train(on_progress)
     run.record_test()
-    t_perf = time.perf_counter()
-    perf = measure_trial_perf(run.prog, spec0, perf_cache) if measure_perf else None
+    t_perf, perf = time.perf_counter(), None
+    if measure_perf:
+        perf = measure_trial_perf(run.prog, spec0, perf_cache)
+    perf_s = time.perf_counter() - t_perf if measure_perf else 0.0
     # the unit's clocks, divided between its trials (harness.core.budget): their sum is the unit's
     n = len(specs)
     times = {"compile": run.compile_s / n, "train": run.train_s / n, "eval": run.eval_s / n,
-             "throughput": (time.perf_counter() - t_perf) / n}
+             "throughput": perf_s / n}
     cache = compile_cache.cache_counts() - cache0
     # no counts without a cache: "0 compiled" would read as "everything loaded"
     counts = {"compile_cache": {"hits": cache.hits, "misses": cache.misses}} if compile_cache.active() else {}
