@@ -5,4 +5,11 @@ The runner (``python -m harness``): sweep configs are validated, expanded into t
 This package imports nothing heavy at import time so that ``python -m harness --help`` stays fast.
 """
 
+import time as _time
+
 __version__ = "0.1.0"
+
+#: ``time.perf_counter()`` when this package was first imported: the earliest clock of a ``python -m
+#: harness`` process, the start of a sweep's ``time/startup_s`` (:mod:`harness.core.budget`). It misses
+#: the interpreter's own start-up before the first ``import harness``.
+PROCESS_START = _time.perf_counter()

@@ -3,7 +3,8 @@ frame of :mod:`reports.frame`, and :func:`make_figures`.
 
 The figures themselves live by family: :mod:`reports.fig_convergence`, :mod:`reports.fig_time`
 (time to target, tuned time-to-result), :mod:`reports.fig_tuning` (tuning curves, performance
-profiles), :mod:`reports.fig_sensitivity`, :mod:`reports.fig_throughput`; the leaderboard table is
+profiles), :mod:`reports.fig_sensitivity`, :mod:`reports.fig_throughput`, :mod:`reports.fig_budget`
+(the time budget); the leaderboard table is
 :mod:`reports.leaderboard`, the shared look :mod:`reports.style`. Their public names are
 re-exported here (``reports.figures.leaderboard``, ``reports.figures.curve_bands``, …).
 Each ``*_figure`` function returns a ``Figure``, or ``None`` when the sweep holds no data for that
@@ -19,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from reports import interactive, protocol
+from reports.fig_budget import budget_figure, time_budget
 from reports.fig_convergence import (
     TIME_GRID_POINTS,
     best_curves,
@@ -43,6 +45,7 @@ __all__ = [
     "TIME_GRID_POINTS",
     "FigureSpec",
     "best_curves",
+    "budget_figure",
     "convergence_data",
     "convergence_figure",
     "curve_bands",
@@ -60,6 +63,7 @@ __all__ = [
     "single_step_sizes",
     "throughput",
     "throughput_figure",
+    "time_budget",
     "time_to_target",
     "time_to_target_figure",
     "tuned_time_figure",
@@ -187,6 +191,18 @@ FIGURES: tuple[FigureSpec, ...] = (
         throughput_figure,
         "No throughput was measured.",
         throughput,
+    ),
+    FigureSpec(
+        "time_budget",
+        "Time budget",
+        "Where each task's seconds went, summed over its trials: compiling (or loading) programs, "
+        "training steps, evaluation, the throughput measurement, MLflow writes on the critical path, "
+        "and the rest (data, initialisation, checkpoints). A vmapped batch's seconds are divided "
+        "between its trials. Start-up, pre-flight and the batching decision are the sweep's: its "
+        "parent run and the summary's time line.",
+        budget_figure,
+        "No time budget was logged (runs from before issue 25).",
+        time_budget,
     ),
 )
 

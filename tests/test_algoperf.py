@@ -89,6 +89,12 @@ def test_algoperf_nadamw_equals_builtin_nadamw_with_warmup_cosine(mnist1d):
     assert ap.extra["batch_size"] == 32 and ap.extra["batch_size_source"] == "workload"
     # clock and throughput: compile apart, one timed row per update, a PerfResult of the update calls
     assert ap.compile_seconds > 0 and 0 < ap.train_seconds < ap.compile_seconds
+    # its time budget (issue 25 §1): the same clocks, and the throughput protocol's seconds
+    budget = ap.extra["time"]
+    assert budget["compile"] == ap.compile_seconds and budget["throughput"] > 0
+    assert budget["train"] == pytest.approx(ap.train_seconds, rel=1e-9)
+    assert set(native.extra["time"]) == {"compile", "train", "eval", "throughput"}
+    assert native.extra["time"]["throughput"] == 0.0 < native.extra["time"]["eval"]  # measure_perf off
     assert len(a.train_wall_s) == 100 and a.train_wall_s == sorted(a.train_wall_s)
     assert ap.perf is not None and ap.perf.timed_steps == 96 and ap.perf.warmup_steps == 3
     assert ap.perf.step_time_ms > 0 and ap.perf.examples_per_sec > 0 and ap.perf.flops_per_step > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -94,6 +95,10 @@ def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking
                     "sgd": ["lr=0.1", "0.9000", "0.8900", "0.02", "s", "—", "2"]}, r.output
     head = next(i for i, ln in enumerate(r.output.splitlines()) if ln.split()[:2] == ["task", "optimizer"])
     assert r.output.splitlines()[head].split()[-3:] == ["target", "ex/s", "seeds"], r.output
+    # the time budget (issue 25 §1): one line within the 80 columns, after the table
+    budget = [ln for ln in r.output.splitlines() if ln.startswith("time ")]
+    assert len(budget) == 1 and len(budget[0]) <= 80, r.output
+    assert re.fullmatch(r"time \d+\.\d s: [a-z]+ \d+%(, [a-z]+ \d+%)*(, \.\.\.)?", budget[0]), budget
 
 
 def test_best_config_of_an_optimizer_that_ran_one_configuration():

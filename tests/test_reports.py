@@ -111,6 +111,10 @@ def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
         "perf/compile_s": 0.5 + 0.1 * OPT_MS[opt],
         "perf/flops_per_step": 1e6 * STEP_MS[model],
         "perf/utilization": 0.1 * OPT_MS[opt] / STEP_MS[model] * 2,
+        # the trial's time budget (issue 25 §1)
+        "time/compile_s": 0.5 + 0.1 * OPT_MS[opt], "time/train_s": float(wall[-1]),
+        "time/eval_s": 0.1 * STEP_MS[model], "time/throughput_s": 0.2, "time/tracking_s": 0.01,
+        "time/other_s": 0.05,
     }
     if not diverged:
         summ["final/valid_accuracy"] = float(acc[-1])
@@ -511,6 +515,15 @@ def test_every_figure_exists_and_draws_data(frame):
     assert any(" s · " in t for t in texts)
     labels = {t.get_text() for ax in figs["throughput"].axes for t in ax.get_yticklabels()}
     assert labels == set(OPTS)
+    # the time budget: a bar per task, as long as its trials' seconds together
+    budget = figs["time_budget"].axes[0]
+    tasks = [t.get_text() for t in budget.get_yticklabels()]
+    assert tasks == ["cnn · mnist1d", "mlp · mnist1d"]
+    s = frame[frame["row"] == "summary"]
+    totals = [sum(b.get_width() for b in budget.patches if abs(b.get_y() + b.get_height() / 2 - i) < 0.01)
+              for i in range(len(tasks))]
+    parts = [f"time/{p}_s" for p in ("compile", "train", "eval", "throughput", "tracking", "other")]
+    assert totals == pytest.approx([s[s["model"] == t.split(" · ")[0]][parts].sum().sum() for t in tasks])
 
 
 def test_curve_bands_are_median_and_quartiles(store, frame):

@@ -16,7 +16,8 @@ import os
 
 import typer
 
-from harness.cli import list_cmd, report_cmd, status_cmd, sweep_cmd, ui_cmd
+import harness
+from harness.cli import common, list_cmd, report_cmd, status_cmd, sweep_cmd, ui_cmd
 
 _EPILOG = """\b
 Examples:
@@ -51,4 +52,5 @@ def main() -> None:
     # MLflow announces schema creation and migrations at INFO; the CLI reports what matters itself.
     # (MLflow reads this when it is first imported; a user's own setting wins.)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    common.PROCESS_START = harness.PROCESS_START  # a sweep's time budget starts at the process start
     app()

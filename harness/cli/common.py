@@ -1,9 +1,15 @@
-"""What the commands share: the ``--tracking-uri`` help, messages on stderr, and the "no such
-experiment" exit."""
+"""What the commands share: the ``--tracking-uri`` help, messages on stderr, the "no such
+experiment" exit, and the process's start (:data:`PROCESS_START`)."""
 
 from __future__ import annotations
 
 import typer
+
+#: ``time.perf_counter()`` at the process start when the command line is the process's entry point
+#: (:func:`harness.cli.main` sets it to :data:`harness.PROCESS_START`); ``None`` when a command is
+#: invoked inside a longer process (a test's ``CliRunner``): its sweep's time budget then starts at
+#: the call, not at whatever the process did before.
+PROCESS_START: float | None = None
 
 URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, then sqlite:///<cwd>/mlflow.db)."
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from harness.cli import common
 from harness.cli.common import URI_HELP, err
 from harness.config.limits import DEFAULT_MAX_TRIALS
 
@@ -77,7 +78,7 @@ def sweep(
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
                             address=address, batching=batching.value if batching else None,
                             dry_run=dry_run, quiet=quiet, max_trials=max_trials,
-                            compile_cache=not no_compile_cache,
+                            compile_cache=not no_compile_cache, process_start=common.PROCESS_START,
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
                                                              ("gpus_per_trial", gpus_per_trial))
                                            if v is not None})

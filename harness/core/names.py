@@ -101,14 +101,35 @@ M_EXAMPLES_PER_S_PER_DEVICE = "perf/examples_per_sec_per_device"
 M_NUM_DEVICES = "perf/num_devices"
 M_COMPILE_S = "perf/compile_s"
 #: Seconds the trial's own programs took to compile (or to load from the persistent cache):
-#: training chunks, evaluation, evaluation parameters (of its batch, shared by its members).
+#: training chunks, evaluation, evaluation parameters (its share of its batch's: the batch's seconds
+#: divided by its number of trials; on the parent run, the sweep's sum).
 M_TIME_COMPILE_S = "time/compile_s"
+#: Where a sweep's wall-clock went (issue 25 §1, :mod:`harness.core.budget`), one metric per part,
+#: logged once on the parent run and on each trial's run (the trial's share of its unit; the sweep-level
+#: parts ``startup``, ``preflight`` and ``batching`` only on the parent). ``time/compile_s`` is one of
+#: them: the trial's share of its batch's compile (or load) seconds.
+TIME_PARTS = ("startup", "preflight", "compile", "train", "eval", "throughput", "batching", "tracking",
+              "other")
+M_TIME_STARTUP_S = "time/startup_s"
+M_TIME_PREFLIGHT_S = "time/preflight_s"
+M_TIME_TRAIN_S = "time/train_s"
+M_TIME_EVAL_S = "time/eval_s"
+M_TIME_THROUGHPUT_S = "time/throughput_s"
+M_TIME_BATCHING_S = "time/batching_s"
+M_TIME_TRACKING_S = "time/tracking_s"
+M_TIME_OTHER_S = "time/other_s"
 #: Programs of the trial's batch loaded from the persistent compilation cache / compiled because
 #: it had no entry (:mod:`harness.train.compile_cache`).
 M_CACHE_HITS = "compile/cache_hits"
 M_CACHE_MISSES = "compile/cache_misses"
 M_FLOPS = "perf/flops_per_step"
 M_UTIL = "perf/utilization"
+#: ``part -> metric`` of :data:`TIME_PARTS` (the one map from a part to its metric's name).
+M_TIME = {"startup": M_TIME_STARTUP_S, "preflight": M_TIME_PREFLIGHT_S, "compile": M_TIME_COMPILE_S,
+          "train": M_TIME_TRAIN_S, "eval": M_TIME_EVAL_S, "throughput": M_TIME_THROUGHPUT_S,
+          "batching": M_TIME_BATCHING_S, "tracking": M_TIME_TRACKING_S, "other": M_TIME_OTHER_S}
+#: The parent run's sweep wall-clock the parts add up to (seconds).
+M_SWEEP_WALL_S = "sweep/wall_s"
 M_STEPS_TO_TARGET = "convergence/steps_to_target"
 M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
 
@@ -120,8 +141,8 @@ CURVE_METRICS = (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC, M_WALL_S)
 SUMMARY_METRICS = (
     M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL,
     M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
-    M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP, M_TIME_COMPILE_S, M_CACHE_HITS,
-    M_CACHE_MISSES, M_BEST_LOSS, M_BEST_ACC,
+    M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP, M_CACHE_HITS,
+    M_CACHE_MISSES, M_BEST_LOSS, M_BEST_ACC, *M_TIME.values(),
 )
 
 

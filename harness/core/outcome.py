@@ -111,6 +111,9 @@ class TrialOutcome:
     deferred: bool = False
     #: The result could not be written to the store and is in the local spool (``harness.spool``).
     spooled: bool = False
+    #: Where the trial's seconds went (:mod:`harness.core.budget`'s trial parts, ``part -> s``; empty
+    #: for a trial not trained here).
+    time_parts: dict[str, float] = field(default_factory=dict)
 
     # -- one constructor per source ------------------------------------------------------------
 
@@ -142,6 +145,7 @@ class TrialOutcome:
         o.examples_per_sec = _or_none(res.perf.examples_per_sec) if res.perf else None
         o.train_seconds = res.train_seconds
         o.tracking_seconds = tracking_s
+        o.time_parts = dict(res.extra.get("time") or {})
         if res.status == "failed":
             o.reason = reason_line(res.reason, 300)
         elif res.diverged_step is not None:

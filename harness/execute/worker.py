@@ -10,7 +10,9 @@ spec, through one lifecycle whatever the writes' thread:
    is skipped (its outcome is read back from that run), RUNNING runs of the trial left by a dead
    invocation are marked KILLED, and each trial's run is created before training, so a retried unit
    never makes a second FINISHED run;
-3. train (:func:`harness.execute.training.train_unit`);
+3. train (:func:`harness.execute.training.train_unit`); each result's ``extra["time"]`` becomes the
+   trial's time budget (:func:`harness.core.budget.trial_parts`: the trainer's parts, its share of
+   the MLflow seconds before training, ``other`` the rest of its share of the unit's wall-clock);
 4. write each result (:func:`harness.execute.writing.write_result`: its run filled and ended, or the
    result spooled), releasing its claim;
 5. end the unit's checkpoints once its results are in the store or the spool.
@@ -32,6 +34,7 @@ import contextlib
 import time
 from typing import Any
 
+from harness.core import budget
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome, run_name
 from harness.core.spec import TrialResult, TrialSpec
@@ -160,9 +163,10 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
     todo = writes.prepare(specs, outcomes)
     for tid in [t for t in held if t in outcomes]:  # done meanwhile (found by prepare)
         claims.release(held.pop(tid))
+    if todo:
+        writes.before_training(todo)  # may wait for the background writer: tracking too
     pre_s = time.perf_counter() - t_track
     if todo:
-        writes.before_training(todo)
         t0_ms = int(time.time() * 1000)
         t_train = time.perf_counter()
         cks: training.Checkpoints = []
@@ -180,6 +184,9 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
             for res in results:
                 t1 = time.perf_counter()
                 tid = res.spec.trial_id
+                res.extra["time"] = budget.trial_parts(
+                    {k: v for k, v in (res.extra.get("time") or {}).items() if k in budget.TRAINER_PARTS},
+                    train_s / len(todo), pre_s / len(todo))
                 rid, entry, spooled = writes.write(res, t0_ms, held.pop(tid, None),
                                                    training.final_checkpoint(cks, tid))
                 logged.add(tid)

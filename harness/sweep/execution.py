@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome
@@ -37,9 +38,10 @@ def keep_spool_entry(o: TrialOutcome, uri: str) -> None:
 
 
 def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
-                  outcomes: list[TrialOutcome], display: ProgressDisplay) -> None:
+                  outcomes: list[TrialOutcome], display: ProgressDisplay) -> float:
     """Run ``units`` on ``ex``, appending every outcome to ``outcomes`` and showing it on
-    ``display``; then run the deferred trials again and keep one FINISHED run per trial."""
+    ``display``; then run the deferred trials again and keep one FINISHED run per trial. Returns
+    the seconds that last step took (MLflow calls: the time budget's ``tracking``)."""
     deferred: list[str] = []
 
     def on_done(batch: list[TrialOutcome]) -> None:
@@ -62,4 +64,6 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
         again = [[by_id[t]] for t in deferred]
         deferred.clear()
         ex.run(again, dataclasses.replace(ctx, claim_wait_s=CLAIM_WAIT_S), on_done)
+    t0 = time.perf_counter()
     dedupe_sweep(ctx, units)
+    return time.perf_counter() - t0

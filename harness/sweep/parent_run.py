@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from harness.config.search import SEARCH_TAG
-from harness.core.names import PARAM_SCORING, TAG_KIND, TAG_SELECT_BY, TAG_SWEEP, TAG_SWEEP_ID
+from harness.core.names import M_SWEEP_WALL_S, M_TIME, PARAM_SCORING, TAG_KIND, TAG_SELECT_BY, TAG_SWEEP, TAG_SWEEP_ID
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import DEFAULT_SELECT_BY
 from harness.plan.expansion import search_methods
@@ -77,10 +77,11 @@ def record_selection(client, exp_id: str, sweep_id: str, by: str) -> None:
 
 
 def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, status: str,
-                flush_wait_s: float = 0.0) -> None:
+                flush_wait_s: float = 0.0, budget: dict[str, float] | None = None) -> None:
     """End the parent run with the sweep's counts and its tracking cost: ``sweep/tracking_s`` is the
     MLflow time on the critical path (per-trial calls made before/after training plus the final wait
-    for background writes), ``sweep/tracking_fraction`` that over the trials' wall-clock."""
+    for background writes), ``sweep/tracking_fraction`` that over the trials' wall-clock; and its
+    time ``budget`` (``part -> s``, :mod:`harness.sweep.budget`) as ``time/<part>_s``."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
@@ -90,7 +91,8 @@ def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, st
     ms = [Metric(f"sweep/n_{k}", float(v), now, 0) for k, v in counts.items()]
     ms.append(Metric("sweep/n_skipped", float(sum(o.skipped for o in outcomes)), now, 0))
     ms.append(Metric("sweep/n_spooled", float(sum(o.spooled and not o.skipped for o in outcomes)), now, 0))
-    ms.append(Metric("sweep/wall_s", float(wall_s), now, 0))
+    ms.append(Metric(M_SWEEP_WALL_S, float(wall_s), now, 0))
+    ms.extend(Metric(M_TIME[k], float(v), now, 0) for k, v in (budget or {}).items())
     ran = [o for o in outcomes if not o.skipped and o.wall_seconds > 0]
     if ran:
         track = sum(o.tracking_seconds for o in ran) + flush_wait_s

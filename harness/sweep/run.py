@@ -31,6 +31,7 @@ from typing import Any
 
 from harness.config.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
 from harness.config.load import Registries, SweepConfig, load_config
+from harness.core import budget
 from harness.core.context import RunContext
 from harness.core.names import TAG_BATCHING
 from harness.core.outcome import TrialOutcome
@@ -40,6 +41,7 @@ from harness.execute.executors import Executor, InProcessExecutor, get_executor
 from harness.execute.writing import replay_spool
 from harness.plan.expansion import TrialList, component_variants, expand, search_tags, sweep_id_of
 from harness.plan.units import group_units
+from harness.sweep.budget import SweepClock
 from harness.sweep.execution import execute_units
 from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_selection, start_parent
 from harness.sweep.preflight import preflight
@@ -86,6 +88,9 @@ class SweepOptions:
         :func:`harness.config.load.check_plan_size`).
       compile_cache: use the persistent XLA compilation cache (``--no-compile-cache`` turns it off;
         :mod:`harness.train.compile_cache`).
+      process_start: ``time.perf_counter()`` at the process start (the command line passes
+        :data:`harness.PROCESS_START`): the time budget's ``startup`` and wall-clock start there
+        (default: when :func:`run_sweep` is called; :mod:`harness.sweep.budget`).
     """
 
     tracking_uri: str | None = None
@@ -101,6 +106,7 @@ class SweepOptions:
     executor_opts: dict[str, Any] | None = None
     max_trials: int = DEFAULT_MAX_TRIALS
     compile_cache: bool = True
+    process_start: float | None = None
 
 
 def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
@@ -115,19 +121,20 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     """
     opts = SweepOptions(**options)
     t_start = time.perf_counter()
+    clock = SweepClock(t_start, opts.process_start)
     compile_cache.enable(opts.compile_cache)  # before this process compiles anything
     console = _console(opts.console)
     # within a second of the start: what the seconds before the plan or the bar are spent on (a
     # transient line on a terminal; on a pipe one line per stage on stderr: stdout is unchanged)
     stages = StageLine(console, opts.quiet)
     try:
-        return _run_sweep(config_path, opts, console, stages, t_start)
+        return _run_sweep(config_path, opts, console, stages, t_start, clock)
     finally:
         stages.stop()
 
 
 def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: StageLine,
-               t_start: float) -> SweepSummary:
+               t_start: float, clock: SweepClock) -> SweepSummary:
     """:func:`run_sweep`'s body; ``stages`` says what it does until the plan or the bar prints."""
     stages.stage("config", f"checking {config_path}: reading it (nothing is trained or written yet)")
     cfg = _load(config_path, opts)
@@ -135,7 +142,8 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
         else cfg.executor == "inprocess"
     # With workers (--jobs N, Ray) the parent trains nothing: the JAX backend its preflight starts
     # must not preallocate the GPU memory the workers need (harness.execute.devices.parent_off_devices).
-    with contextlib.nullcontext() if trains_here else parent_off_devices():
+    clock.startup_ends()
+    with contextlib.nullcontext() if trains_here else parent_off_devices(), clock.part("preflight"):
         # before the store: dry run too
         specs = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage)
     sweep_id = sweep_id_of(cfg.name, specs)
@@ -149,20 +157,22 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
         return _dry_run(cfg, specs, sweep_id, uri, console, t_start, stages)
 
     stages.stage("store", f"opening the store {uri}; finding the trials already done")
-    client = prepare_store(uri)  # health check / schema creation, before any worker
-    replayed = replay_spool(uri)  # results an earlier invocation could not write
+    with clock.part("tracking"):
+        client = prepare_store(uri)  # health check / schema creation, before any worker
+        replayed = replay_spool(uri)  # results an earlier invocation could not write
     if replayed.written and not opts.quiet:
         console.print(f"{replayed.written} results kept in the local spool by an earlier run were "
                       f"written to the store")
-    exp_id = get_or_create_experiment(client, cfg.name, uri)
-    plan = make_plan(specs, client, exp_id)
-    outcomes: list[TrialOutcome] = plan.done_outcomes
-    outcomes += take_spooled(plan, uri)  # trained, not yet in the store: not trained again
+    with clock.part("tracking"):
+        exp_id = get_or_create_experiment(client, cfg.name, uri)
+        plan = make_plan(specs, client, exp_id)
+        outcomes: list[TrialOutcome] = plan.done_outcomes
+        outcomes += take_spooled(plan, uri)  # trained, not yet in the store: not trained again
     if not plan.todo:
         stages.stop()
         return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts.quiet, t_start)
     parent_id = _run_invocation(cfg, config_path, specs, plan, outcomes, ex, client, exp_id, sweep_id,
-                                uri, console, stages, opts.quiet, t_start)
+                                uri, console, stages, opts.quiet, clock)
     left = spool.entries(uri)
     summary = SweepSummary(cfg.name, sweep_id, exp_id, parent_id, uri, outcomes,
                            time.perf_counter() - t_start, spooled_left=len(left),
@@ -173,7 +183,8 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
                            in_spool=frozenset(spool.pending_trials(uri)) if left else frozenset(),
                            config_path=str(config_path),
                            boundary=boundary_warnings(outcomes, specs, cfg.selection.by),
-                           select_by=cfg.selection.by)
+                           select_by=cfg.selection.by,
+                           budget=clock.budget, budget_wall_s=clock.wall_s)
     if not opts.quiet:
         print_summary(console, summary)
     return summary
@@ -259,7 +270,7 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
 
 def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList, plan: Plan,
                     outcomes: list[TrialOutcome], ex: Executor, client, exp_id: str, sweep_id: str,
-                    uri: str, console, stages: StageLine, quiet: bool, t_start: float) -> str:
+                    uri: str, console, stages: StageLine, quiet: bool, clock: SweepClock) -> str:
     """One invocation's parent run around the execution of ``plan.todo`` (appending to
     ``outcomes``), with its heartbeat; the parent ends FINISHED, FAILED or KILLED. Returns its id.
 
@@ -271,16 +282,19 @@ def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList,
     stages.stage("build", f"building {n_programs} program{'s' * (n_programs != 1)} for "
                           f"{len(plan.todo)} trials (batching "
                           f"{cfg.batching}{': measuring where vmap pays' if cfg.batching == 'auto' else ''})")
-    units = group_units(plan.todo, cfg.batching, labels=batching_tags)
+    with clock.part("batching"):
+        units = group_units(plan.todo, cfg.batching, labels=batching_tags)
     stages.stop()
-    parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
-    heartbeat = Heartbeat(uri, parent_id).start()
+    with clock.part("tracking"):
+        parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
+        heartbeat = Heartbeat(uri, parent_id).start()
     ctx = _run_context(cfg, uri, exp_id, parent_id, sweep_id,
                        _with_batching_tags(search_tags(specs), batching_tags))
     status = "KILLED"
+    n_before, t_exec, dedupe_s = len(outcomes), time.perf_counter(), 0.0
     try:
         with ProgressDisplay(console, sum(len(u) for u in units), len(plan.done), uri, quiet) as display:
-            execute_units(ex, units, ctx, outcomes, display)
+            dedupe_s = execute_units(ex, units, ctx, outcomes, display)
         status = "FINISHED"
     except KeyboardInterrupt:
         raise SweepInterrupted(count_done(specs, client, exp_id, outcomes), len(specs)) from None
@@ -288,9 +302,12 @@ def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList,
         status = "FAILED"
         raise
     finally:
-        heartbeat.stop()
-        _close_invocation(client, exp_id, parent_id, uri, outcomes, time.perf_counter() - t_start, status,
-                          ex.flush_wait_s)
+        # the execution's trials, their wall-clock without the final dedupe (the parent's MLflow)
+        clock.execution(outcomes[n_before:], time.perf_counter() - t_exec - dedupe_s, ex.flush_wait_s)
+        budget.add(clock.parts, {"tracking": dedupe_s})
+        with clock.part("tracking"):
+            heartbeat.stop()
+        _close_invocation(client, exp_id, parent_id, uri, outcomes, clock, status, ex.flush_wait_s)
     return parent_id
 
 
@@ -315,16 +332,19 @@ def _with_batching_tags(tags: dict[str, dict[str, str]], batching: dict[str, str
 
 
 def _close_invocation(client, exp_id: str, parent_id: str, uri: str, outcomes: list[TrialOutcome],
-                      wall_s: float, status: str, flush_wait_s: float) -> None:
+                      clock: SweepClock, status: str, flush_wait_s: float) -> None:
     """End of an invocation, whatever happened: write what the spool holds (the store may answer
     again), end this invocation's leftover RUNNING trial runs, end the parent run. A store that
     fails here leaves the parent RUNNING with an owner that is about to exit: the next invocation
     marks it KILLED, and ``status`` shows it as gone meanwhile."""
     try:
-        if spool.entries(uri) and store_reachable(uri):
-            replay_spool(uri)
-        end_leftovers(client, exp_id, parent_id)
-        end_parent(client, parent_id, outcomes, wall_s, status, flush_wait_s=flush_wait_s)
+        with clock.part("tracking"):
+            if spool.entries(uri) and store_reachable(uri):
+                replay_spool(uri)
+            end_leftovers(client, exp_id, parent_id)
+        parts = clock.finish()  # the parent's last write below is not in the wall-clock
+        end_parent(client, parent_id, outcomes, clock.wall_s, status, flush_wait_s=flush_wait_s,
+                   budget=parts)
     except Exception as e:
         HEALTH.failed(e)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.boundary import edge, edge_warning
+from harness.core.budget import budget_line
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import DEFAULT_SELECT_BY, selection_key, selection_words, value_kind
 from harness.tracking.uris import default_tracking_uri
@@ -43,6 +44,17 @@ class SweepSummary:
     boundary: list[str] = field(default_factory=list)
     #: The selection objective (the config's ``selection.by``, :mod:`harness.core.selection`).
     select_by: str = DEFAULT_SELECT_BY
+    #: The parent run's time budget (``part -> s``, :mod:`harness.sweep.budget`) and the wall-clock
+    #: its parts add up to; ``None`` when this invocation trained nothing.
+    budget: dict[str, float] | None = None
+    budget_wall_s: float = 0.0
+
+    def budget_line(self, width: int = 80) -> str:
+        """``"time 41.8 s: compile 37%, train 11%, ..."`` (at most ``width`` characters; "" without
+        a budget)."""
+        if self.budget is None:
+            return ""
+        return "time " + budget_line(self.budget_wall_s, self.budget, width - len("time "))
 
     def spool_account(self) -> str:
         """One line about results the store did not take at once ("" when there were none)."""
@@ -274,6 +286,8 @@ def print_summary(console, summary: SweepSummary) -> None:
         t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], escape(best),
                   val, test, ttt, eps, trials)
     print_table(console, t)
+    if line := summary.budget_line():
+        console.print(line, soft_wrap=True)
     for line in summary.boundary:
         console.print(f"[yellow]search range[/]: {escape(line)}", soft_wrap=True)
     if hint := summary.spool_hint(py):

@@ -192,7 +192,9 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     if res.perf is not None:
         for attr, metric in _PERF_METRICS.items():
             buf.add(metric, getattr(res.perf, attr), 0)
-    buf.add(names.M_TIME_COMPILE_S, res.compile_seconds, 0)
+    budget = res.extra.get("time") or {"compile": res.compile_seconds}
+    for part, seconds in budget.items():  # the trial's time budget (harness.core.budget)
+        buf.add(names.M_TIME[part], seconds, 0)
     cache = res.extra.get("compile_cache")
     if cache:
         buf.add(names.M_CACHE_HITS, cache["hits"], 0)

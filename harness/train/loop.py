@@ -43,7 +43,11 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   ``result.extra["eval_params"] = True``; training, checkpoints (the optimizer state) and
   throughput use the training iterate ``params_fn``.
 * **Clock.** ``wall_s`` counts training dispatches only (compile and evaluation excluded), measured
-  at each chunk's host sync; rows inside a chunk are interpolated linearly.
+  at each chunk's host sync; rows inside a chunk are interpolated linearly. ``result.extra["time"]``
+  is the unit's time budget in seconds (:mod:`harness.core.budget`): ``compile``, ``train``
+  (dispatches), ``eval`` (evaluations, their compile excluded) and ``throughput`` (the protocol, its
+  compile included), each the unit's seconds divided by its number of trials (a vmapped batch shares one
+  clock; the trials' figures sum to the batch's).
 * **Divergence** (:mod:`harness.train.track`). The first non-finite train loss, or the first train
   loss above
   ``spec.divergence_loss_factor`` (default 100) × the trial's initial train loss (step 1's, computed
@@ -133,6 +137,7 @@ class _UnitRun:
         self.width = len(specs) if batched else None
         self.layout = self._layout()
         self.compile_s = 0.0
+        self.train_s = self.eval_s = 0.0  # this invocation's dispatch / evaluation seconds
         self.step, self.wall = 0, 0.0
         self.tracks = [TrialTrack(s) for s in specs]
         (self.x_train, self.y_train, self.x_valid, self.y_valid,
@@ -193,10 +198,13 @@ class _UnitRun:
 
     def _evaluate(self, x: jax.Array, y: jax.Array) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Per-trial ``(loss (T,), {metric: (T,)})`` (float64) of the current state on one split."""
+        t0, c0 = time.perf_counter(), self.compile_s
         params = self._params()
         loss, mets = self._eval_exe(params, x, y)(params, self.state.model_state, x, y)
-        return (np.atleast_1d(np.asarray(loss, np.float64)),
-                {k: np.atleast_1d(np.asarray(v, np.float64)) for k, v in mets.items()})
+        out = (np.atleast_1d(np.asarray(loss, np.float64)),
+               {k: np.atleast_1d(np.asarray(v, np.float64)) for k, v in mets.items()})
+        self.eval_s += time.perf_counter() - t0 - (self.compile_s - c0)  # its compile is compile_s's
+        return out
 
     def record_eval(self) -> None:
         """Evaluate the validation split now and add the row to every active trial."""
@@ -238,6 +246,7 @@ class _UnitRun:
                 tr.add_train(self.step, self.wall, dt, losses[j])
         self.step += n
         self.wall += dt
+        self.train_s += dt
 
     def resume(self) -> bool:
         """Resume from the unit's newest checkpoint (``done`` returned: nothing left to train), else
@@ -313,11 +322,19 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     run = _UnitRun(specs, batched, ds, checkpoints)
     run.train(on_progress)
     run.record_test()
-    perf = measure_trial_perf(run.prog, spec0, perf_cache) if measure_perf else None
+    t_perf, perf = time.perf_counter(), None
+    if measure_perf:
+        perf = measure_trial_perf(run.prog, spec0, perf_cache)
+    perf_s = time.perf_counter() - t_perf if measure_perf else 0.0
+    # the unit's clocks, divided between its trials (harness.core.budget): their sum is the unit's
+    n = len(specs)
+    times = {"compile": run.compile_s / n, "train": run.train_s / n, "eval": run.eval_s / n,
+             "throughput": perf_s / n}
     cache = compile_cache.cache_counts() - cache0
     # no counts without a cache: "0 compiled" would read as "everything loaded"
     counts = {"compile_cache": {"hits": cache.hits, "misses": cache.misses}} if compile_cache.active() else {}
-    return [tr.result(perf=perf, compile_s=run.compile_s, extra={**run.extra(batched), **counts})
+    return [tr.result(perf=perf, compile_s=run.compile_s,
+                      extra={**run.extra(batched), **counts, "time": dict(times)})
             for tr in run.tracks]
 
 

@@ -46,7 +46,9 @@ in a Python loop, one update per iteration:
 * **Checkpoints** (a :class:`~harness.train.checkpoint.TrainCheckpoints`): the state in the form of
   :mod:`harness.train.algoperf.state`, offered after every step (``after_chunk``; after the
   evaluation at an evaluation point) and at the end; resume is bit-identical (tested).
-* **Result.** ``extra["optimizer_api"] = "algoperf"`` (logged as ``optimizer.api``), the workload
+* **Result.** ``extra["time"]``: the time budget's ``compile``, ``train`` (the counted update
+  seconds) and ``throughput`` seconds (:mod:`harness.core.budget`; evaluation is not timed apart).
+  ``extra["optimizer_api"] = "algoperf"`` (logged as ``optimizer.api``), the workload
   name, the batch size and its source, whether ``prepare_for_eval`` ran, ``train_loss`` (how it was
   computed), ``eval_batch`` and ``checkpoint``. One device only (``spec.devices`` must be 1).
 """
@@ -412,5 +414,10 @@ def run_algoperf_trial(spec: TrialSpec, *, dataset: Dataset | None = None,
     ds = dataset if dataset is not None else load_dataset(spec.dataset, **spec.hparams("dataset"))
     run = _AlgoPerfRun(spec, ds, checkpoints)
     run.train(on_progress)
-    perf = run.perf(perf_cache) if measure_perf else None
-    return run.track.result(perf=perf, compile_s=run.compile_s, extra=run.extra())
+    t_perf, perf = time.perf_counter(), None
+    if measure_perf:
+        perf = run.perf(perf_cache)
+    # the time budget (harness.core.budget): evaluation is not timed apart here (it is in "other")
+    times = {"compile": run.compile_s, "train": float(sum(run.step_times)),
+             "throughput": time.perf_counter() - t_perf if measure_perf else 0.0}
+    return run.track.result(perf=perf, compile_s=run.compile_s, extra={**run.extra(), "time": times})
