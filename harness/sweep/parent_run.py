@@ -10,7 +10,15 @@ import time
 from pathlib import Path
 
 from harness.config.search import SEARCH_TAG
-from harness.core.names import M_SWEEP_WALL_S, M_TIME, PARAM_SCORING, TAG_KIND, TAG_SELECT_BY, TAG_SWEEP, TAG_SWEEP_ID
+from harness.core.names import (
+    M_SWEEP_WALL_S,
+    M_TIME,
+    PARAM_SCORING,
+    TAG_KIND,
+    TAG_SELECT_BY,
+    TAG_SWEEP,
+    TAG_SWEEP_ID,
+)
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import DEFAULT_SELECT_BY
 from harness.plan.expansion import search_methods
