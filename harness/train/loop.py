@@ -86,7 +86,8 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   of the single-trial one-step function on a fixed batch (state donated), once per
   ``(spec.perf_key(), device kind)`` (plus the resolved device count on a mesh) through
   ``perf_cache``; on a mesh the sharded step is timed. FLOPs are cross-checked against
-  ``3 × flops_per_example × batch_size``.
+  ``3 × flops_per_example × batch_size``, the step time against the unit's training clock
+  (``wall_s`` / steps trained; re-measured once, then ``perf.suspect``).
 
 Curve steps are 1-based update counts for train rows (``train_loss[j]`` is the loss of the batch
 that update ``train_step[j]`` used, computed before that update) and update counts for eval rows.
@@ -312,7 +313,8 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     run = _UnitRun(specs, batched, ds, checkpoints)
     run.train(on_progress)
     run.record_test()
-    perf = measure_trial_perf(run.prog, spec0, perf_cache) if measure_perf else None
+    clock = (run.wall, run.step, run.width or 1)  # checks the measured step time (harness.train.perf)
+    perf = measure_trial_perf(run.prog, spec0, perf_cache, clock) if measure_perf else None
     cache = compile_cache.cache_counts() - cache0
     # no counts without a cache: "0 compiled" would read as "everything loaded"
     counts = {"compile_cache": {"hits": cache.hits, "misses": cache.misses}} if compile_cache.active() else {}
