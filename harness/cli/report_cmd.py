@@ -20,6 +20,11 @@ downloads) and the tidy CSV beside it, prints both paths, and logs both
 to the parent runs whose trials it shows."""
 
 
+class TimeClock(StrEnum):
+    modeled = "modeled"
+    measured = "measured"
+
+
 class TuningDraws(StrEnum):
     without_replacement = "without-replacement"
     with_replacement = "with-replacement"
@@ -36,6 +41,11 @@ def report(
         help="How a tuning curve draws k of an optimizer's N configurations: without-replacement "
         "(k-subsets: 'had I run only k of them') or with-replacement (Dodge et al. 2019's formula "
         "and code: k i.i.d. draws). The figure's caption says which."),
+    time_clock: TimeClock = typer.Option(
+        TimeClock.modeled, "--time",
+        help="The clock time to target is ranked on: modeled (steps to target x the program's median "
+        "step time, free of the machine's load; a trial with a suspect step time counts its measured "
+        "seconds) or measured (the wall-clock each trial logged). The leaderboard says which."),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
     from harness.tracking.client import prepare_store
@@ -51,7 +61,8 @@ def report(
     from reports import make_report
 
     try:
-        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value)
+        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value,
+                           time_clock=time_clock.value)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
