@@ -87,7 +87,7 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   ``(spec.perf_key(), device kind)`` (plus the resolved device count on a mesh) through
   ``perf_cache``; on a mesh the sharded step is timed. FLOPs are cross-checked against
   ``3 × flops_per_example × batch_size``, the step time against the unit's training clock
-  (``wall_s`` / steps trained; re-measured once, then ``perf.suspect``).
+  (the median over its dispatches of seconds per step; re-measured once, then ``perf.suspect``).
 
 Curve steps are 1-based update counts for train rows (``train_loss[j]`` is the loss of the batch
 that update ``train_step[j]`` used, computed before that update) and update counts for eval rows.
@@ -109,7 +109,7 @@ from harness.data.sources import Dataset, load_dataset
 from harness.train import batching, compile_cache, parallel
 from harness.train.build import trial_step_size
 from harness.train.checkpoint import TrainCheckpoints
-from harness.train.perf import measure_trial_perf
+from harness.train.perf import TrainClock, measure_trial_perf
 from harness.train.program import TrainingProgram, TrainState, program_for
 from harness.train.track import TrialTrack, eval_points
 
@@ -134,6 +134,7 @@ class _UnitRun:
         self.layout = self._layout()
         self.compile_s = 0.0
         self.step, self.wall = 0, 0.0
+        self.dispatch_step_s: list[float] = []  # seconds per step of each dispatch (the perf check)
         self.tracks = [TrialTrack(s) for s in specs]
         (self.x_train, self.y_train, self.x_valid, self.y_valid,
          self.x_test, self.y_test) = self.entry.placed(self.layout)
@@ -238,6 +239,7 @@ class _UnitRun:
                 tr.add_train(self.step, self.wall, dt, losses[j])
         self.step += n
         self.wall += dt
+        self.dispatch_step_s.append(dt / n)
 
     def resume(self) -> bool:
         """Resume from the unit's newest checkpoint (``done`` returned: nothing left to train), else
@@ -313,7 +315,7 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     run = _UnitRun(specs, batched, ds, checkpoints)
     run.train(on_progress)
     run.record_test()
-    clock = (run.wall, run.step, run.width or 1)  # checks the measured step time (harness.train.perf)
+    clock = TrainClock(run.wall, run.step, run.width or 1, run.dispatch_step_s)  # checks the step time
     perf = measure_trial_perf(run.prog, spec0, perf_cache, clock) if measure_perf else None
     cache = compile_cache.cache_counts() - cache0
     # no counts without a cache: "0 compiled" would read as "everything loaded"

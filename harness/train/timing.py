@@ -231,6 +231,7 @@ def measure(
     max_spread: float | None = None,
     max_iters: int = 400,
     max_seconds: float = 2.0,
+    flops_of: Any = None,
 ) -> PerfResult:
     """Time ``fn(*args)`` per the module's protocol and return a :class:`~harness.core.spec.PerfResult`.
 
@@ -258,6 +259,9 @@ def measure(
         (:func:`relative_spread`, IQR / median) is at most this, or ``max_iters`` calls were
         timed, or ``max_seconds`` of timing passed (item 3b of the module docstring); ``None``
         (the default): one block.
+      flops_of: a compiled executable of **one** step whose ``cost_analysis()`` gives the FLOPs
+        per step (not divided by ``steps_per_call``): for a ``lax.scan`` of ``steps_per_call``
+        steps, whose own count holds the loop body once.
 
     Returns:
       ``PerfResult`` with ``compile_s`` (s), ``step_time_ms`` (median) and p10/p90 (ms),
@@ -310,8 +314,8 @@ def measure(
     median = float(np.median(per_step_ms))
     p10, p90 = (float(v) for v in np.percentile(per_step_ms, [10, 90]))
 
-    xla = cost_flops(compiled)
-    xla = xla * num_devices / steps_per_call if xla else None
+    xla = cost_flops(compiled if flops_of is None else flops_of)
+    xla = xla * num_devices / (steps_per_call if flops_of is None else 1) if xla else None
     agree = flops_agree(xla, analytic_flops)
     if agree is False:
         warnings.warn(
