@@ -87,7 +87,8 @@ class TrainClock(NamedTuple):
     """A unit's own training clock: ``seconds`` of training dispatches (compile and evaluation
     excluded) for ``steps`` steps of ``width`` vmapped trials, and the seconds per step of each
     dispatch (``dispatch_step_s``; when given, their median is the clock's time per step, so that
-    one dispatch slowed by something else on the machine does not decide; else seconds / steps)."""
+    one dispatch slowed by something else on the machine does not decide, the first left out when
+    there are more (it pays first-touch allocation); else seconds / steps)."""
 
     seconds: float
     steps: int
@@ -106,12 +107,14 @@ def clock_disagreement(step_time_ms: float, train_clock: TrainClock | tuple | No
     seconds, steps, width, per_dispatch = TrainClock(*train_clock)
     if steps <= 0 or seconds <= 0 or not step_time_ms > 0:
         return ""
+    per_dispatch = list(per_dispatch)[1:] if len(per_dispatch) > 1 else list(per_dispatch)  # warm-up
     clock_ms = statistics.median(per_dispatch) * 1e3 if per_dispatch else seconds * 1e3 / steps
     lo, hi = clock_ms / max(width, 1) / CLOCK_FACTOR, clock_ms * CLOCK_FACTOR
     if lo <= step_time_ms <= hi:
         return ""
     of = f" of {width} vmapped trials" if width > 1 else ""
-    how = f"median of {len(per_dispatch)} dispatches; " if per_dispatch else ""
+    n = len(per_dispatch)
+    how = f"median of {n} dispatch{'' if n == 1 else 'es'}; " if n else ""
     return (f"step time {step_time_ms:.3g} ms measured, the training clock says {clock_ms:.3g} ms per "
             f"step{of} ({how}{seconds:.3g} s / {steps} steps): they differ by more than "
             f"{CLOCK_FACTOR:g}x")
