@@ -27,9 +27,11 @@ import re
 
 import pandas as pd
 
+from harness.core.clock import CLOCKS
 from harness.core.names import PARAM_SCORING, TAG_SELECT_BY, TAG_SWEEP_ID
 from harness.core.selection import SELECT_BY
 from reports import runs as mlruns
+from reports.clock import use_clock
 from reports.compare import compare
 from reports.frame import SELECT_BY_ATTR, load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
@@ -53,6 +55,7 @@ def make_report(
     tuning_draws: str = "without-replacement",
     scoring: str | None = None,
     select_by: str | None = None,
+    time_clock: str = "modeled",
 ) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
@@ -75,6 +78,9 @@ def make_report(
       select_by: the selection objective (:data:`harness.core.selection.SELECT_BY`); ``None``
         takes the sweep's own (its latest parent run's tag ``harness.select_by``; default
         ``time_to_target``). The leaderboard's text says which.
+      time_clock: the clock time to target is ranked and drawn on (:mod:`reports.clock`):
+        ``"modeled"`` (steps × the program's median step time) or ``"measured"`` (wall-clock as
+        logged). The leaderboard says which.
 
     The HTML (and CSV) are also logged as artifacts under ``reports/`` of every parent run whose
     trials the report shows (:func:`report_parents`).
@@ -90,6 +96,8 @@ def make_report(
         raise ValueError(f"--scoring must be one of {', '.join(SCORING)}; got {scoring!r}")
     if select_by is not None and select_by not in SELECT_BY:
         raise ValueError(f"--select-by must be one of {', '.join(SELECT_BY)}; got {select_by!r}")
+    if time_clock not in CLOCKS:
+        raise ValueError(f"--time must be one of {', '.join(CLOCKS)}; got {time_clock!r}")
     client = mlruns.mlflow_client(tracking_uri)
     data = load_sweep(experiment, sweep_id, client=client)
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
@@ -107,14 +115,17 @@ def make_report(
     out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)
     out.parent.mkdir(parents=True, exist_ok=True)
     csv = out.with_suffix(".csv")
-    # the tidy frame plus the protocol's tables (tuning curves, tuned time-to-result) as extra rows
-    pd.concat([data.frame, csv_rows(data.frame)], ignore_index=True).to_csv(csv, index=False)
+    # the tidy frame as MLflow holds it plus the protocol's tables (tuning curves, tuned
+    # time-to-result, on the report's clock) as extra rows
+    ranked = use_clock(data.frame, time_clock)
+    pd.concat([data.frame, csv_rows(ranked)], ignore_index=True).to_csv(csv, index=False)
+    data.frame = ranked  # every view below counts time on the report's clock
 
     figures = figure_items(data.frame, out.stem)
 
     comparison = None
     if baseline is not None:
-        comparison = compare(data.frame, _load_baseline(client, experiment, baseline))
+        comparison = compare(data.frame, use_clock(_load_baseline(client, experiment, baseline), time_clock))
 
     html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
     out.write_text(html, encoding="utf-8")

@@ -31,7 +31,7 @@ from harness.core.names import (
     M_STEP_MS_P90,
     M_STEPS_TO_TARGET,
 )
-from reports.frame import summaries
+from reports.frame import summaries, trusted
 from reports.objectives import objective
 
 COLUMNS = ["check", "task", "optimizer", "config", "metric", "baseline", "current", "change", "flag", "rule"]
@@ -89,7 +89,7 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
 
     # throughput
     def perf(s: pd.DataFrame) -> pd.DataFrame:
-        s = s[s[M_STEP_MS].notna()]
+        s = s[s[M_STEP_MS].notna() & trusted(s)]  # a suspect step time compares nothing
         g = s.groupby(["task", "optimizer"])
         return pd.DataFrame(
             {

@@ -18,18 +18,23 @@ from harness.core.names import (
     M_STEP_MS_P90,
     M_UTIL,
 )
-from reports.frame import summaries
+from reports.frame import summaries, trusted
 from reports.layout import new_figure, task_labels
 
 
 def throughput(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (task, optimizer): median over its trials of examples/s, step time (ms, p10/p50/p90),
     utilisation and compile time; ``examples_per_sec_lo``/``_hi`` are examples/s at the p90/p10
-    step time (the spread of steady-state steps)."""
+    step time (the spread of steady-state steps). Trials whose step time is suspect (tag
+    ``perf.suspect``) are left out when the group has others; ``suspect`` is the reason when every
+    trial of the group is suspect (its figure is then drawn hatched), else ``""``."""
     s = summaries(frame)
     s = s[s[M_EXAMPLES_PER_S].notna() | s[M_STEP_MS].notna()]
     rows = []
     for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
+        ok = trusted(g)
+        suspect = "" if ok.any() else str(g["perf_suspect"].iloc[0])
+        g = g[ok] if ok.any() else g
         eps, ms = g[M_EXAMPLES_PER_S].median(), g[M_STEP_MS].median()
         p10, p90 = g[M_STEP_MS_P10].median(), g[M_STEP_MS_P90].median()
         rows.append(
@@ -45,6 +50,7 @@ def throughput(frame: pd.DataFrame) -> pd.DataFrame:
                 "utilization": g[M_UTIL].median(),
                 "compile_s": g[M_COMPILE_S].median(),
                 "n_trials": len(g),
+                "suspect": suspect,
             }
         )
     return pd.DataFrame(rows)
@@ -54,6 +60,10 @@ def throughput(frame: pd.DataFrame) -> pd.DataFrame:
 #: rows are optimizers; a task coloured like one would read as that optimizer).
 TASK_GREYS = ("0.35", "0.6", "0.82", "0.48", "0.7")
 TASK_HATCHES = ("", "//", "..", "\\\\", "xx", "--")
+
+
+#: A suspect step time (tag ``perf.suspect``): drawn over its bar, red cross-hatched.
+SUSPECT_STYLE = {"facecolor": "none", "hatch": "xxxx", "edgecolor": "tab:red", "linewidth": 0.0}
 
 
 def task_styles(tasks: list[str]) -> dict[str, dict]:
@@ -90,6 +100,9 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
                 lo, hi = d["examples_per_sec_lo"].to_numpy(float), d["examples_per_sec_hi"].to_numpy(float)
                 xerr = np.nan_to_num(np.vstack([vals - lo, hi - vals]), nan=0.0).clip(min=0)
             ax.barh(y, np.nan_to_num(vals), height=h, xerr=xerr, capsize=2, label=task, **tcol[task])
+            bad = (d["suspect"].fillna("") != "").to_numpy()
+            if bad.any():  # a step time that disagreed with its trials' training clock
+                ax.barh(y[bad], np.nan_to_num(vals[bad]), height=h, **SUSPECT_STYLE)
             for yi, v in zip(y, vals, strict=True):
                 if not math.isfinite(v):
                     ax.text(0, yi, " not measured", va="center", fontsize=8, style="italic", color="0.3")
@@ -100,5 +113,7 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 120k, not 120000
         ax.set_xlabel(label)
     handles = [Patch(**st, label=labels.get(tk, tk)) for tk, st in tcol.items()]
+    if (t["suspect"] != "").any():
+        handles.append(Patch(**SUSPECT_STYLE, label="suspect: disagrees with the training clock"))
     fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4), frameon=False)
     return fig

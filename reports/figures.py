@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from reports import interactive, protocol
+from reports.clock import clock_note
 from reports.fig_budget import budget_figure, time_budget
 from reports.fig_convergence import (
     TIME_GRID_POINTS,
@@ -129,9 +130,9 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "time_to_target",
         "Time to target",
-        "Median seconds to reach the target across seeds of each optimizer's best configuration "
-        "(whiskers: interquartile range). ▷: no seed reached the target; the marker sits at the "
-        "seconds the training ran (its budget).",
+        lambda f: "Median seconds to reach the target across seeds of each optimizer's best "
+        "configuration (whiskers: interquartile range). ▷: no seed reached the target; the marker "
+        "sits at the seconds the training ran (its budget). " + clock_note(f),
         time_to_target_figure,
         "The sweep has no target.",
         time_to_target,
@@ -187,7 +188,10 @@ FIGURES: tuple[FigureSpec, ...] = (
         "throughput",
         "Throughput",
         "Steady-state training throughput, utilisation of the measured peak FLOP/s and compile "
-        "time of one training step.",
+        "time of one training step. Red cross-hatched: a step time that disagreed by more than 2x "
+        "with its trials' own training clock, also when measured again (tag perf.suspect); it "
+        "is left out of the baseline comparison, and time to target counts those trials' measured "
+        "seconds.",
         throughput_figure,
         "No throughput was measured.",
         throughput,

@@ -20,7 +20,8 @@ for the validation-selected configuration). Runs logged before it hold only ``ev
 Every row carries the trial's identity (``trial_id``, ``run_id``, ``model``, ``optimizer``, …,
 ``seed``, ``status``), derived labels (``task``, ``config``, ``config_id``: :mod:`reports.labels`),
 ``tuning`` (the tag ``harness.tuning``: ``"none"`` for a trial of a ``tuning: none`` optimizer entry,
-the self-tuning track; ``None`` for a tuned one),
+the self-tuning track; ``None`` for a tuned one), ``perf_suspect`` (the tag ``perf.suspect``: why
+its measured step time is not trusted; ``None`` when it is),
 its target, its environment tags, and every MLflow param as a ``params.<name>`` column (strings, as
 stored). Metric values are exactly the floats MLflow holds.
 
@@ -65,6 +66,7 @@ from harness.core.names import (
     TAG_MODEL,
     TAG_OPTIMIZER,
     TAG_PARENT_RUN,
+    TAG_PERF_SUSPECT,
     TAG_REASON,
     TAG_SCHEDULE,
     TAG_SEARCH_SPACE,
@@ -100,7 +102,8 @@ ID_COLUMNS = (
     "row", "experiment", "sweep", "sweep_id", "trial_id", "run_id", "parent_run_id", "attempts",
     "run_status", "status", "reason", "model", "optimizer", "schedule", "dataset", "seed", "task",
     "config", "config_id", "tuning", "search_space", "step_size", "batch_size", "train_steps",
-    "target_metric", "target_value", "target_mode", "protocol", "mesh", *ENV_TAGS, "start_time",
+    "target_metric", "target_value", "target_mode", "protocol", "mesh", "perf_suspect", *ENV_TAGS,
+    "start_time",
     "end_time", "step",
 )
 
@@ -223,6 +226,7 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "target_mode": target_mode(target_metric, params.get(PARAM_TARGET_MODE)) if target_metric else None,
         "protocol": _protocol(run),
         "mesh": tags.get(TAG_MESH),
+        "perf_suspect": tags.get(TAG_PERF_SUSPECT),  # why its step time is not trusted
         "tuning": tags.get(TAG_TUNING),
         "search_space": tags.get(TAG_SEARCH_SPACE),
         "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True)
@@ -408,3 +412,9 @@ def summaries(frame: pd.DataFrame) -> pd.DataFrame:
 def curves(frame: pd.DataFrame) -> pd.DataFrame:
     """The step rows (``row == "curve"``)."""
     return frame[frame["row"] == "curve"].reset_index(drop=True)
+
+
+def trusted(s: pd.DataFrame) -> pd.Series:
+    """Which summary rows' measured step time is trusted: no ``perf.suspect`` tag (a step time that
+    disagreed with the trial's own training clock is left out of what compares step times)."""
+    return s["perf_suspect"].isna() if "perf_suspect" in s else pd.Series(True, index=s.index)

@@ -28,6 +28,7 @@ from harness.core.names import (
     M_TEST_ACC,
     M_TEST_LOSS,
 )
+from reports.clock import clock_note
 from reports.figures import FIGURES
 from reports.frame import STATUSES, SweepData, summaries
 from reports.interactive import vega_bundle
@@ -290,6 +291,7 @@ def render(
             objective=objective_words,
             selection=selection_sentence(frame, objective_words),
             selected_by=selection_caption(frame),
+            time_clock=clock_note(frame),
             generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             n_trials=len(s),
             status_counts=[(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],

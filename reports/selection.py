@@ -91,8 +91,10 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     ``config_id``. Identical per-trial results therefore always select the same configuration.
     Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, n_reached, rank``
     (``rank`` 1 = best optimizer on the task: more seeds reaching the target, then lower median
-    **seconds** to target, since optimizers' steps cost different times, then more finished, then
-    the final metric).
+    **seconds** to target (on the report's clock, :mod:`reports.clock`), since optimizers' steps
+    cost different times, then more finished, then the final metric; optimizers that reached the
+    target in the same median number of steps are tied on time and ordered by seeds finished, then
+    the final validation metric, never by seconds).
     """
     s = summaries(frame)
     if s.empty:
@@ -125,12 +127,29 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
                                       by),
                 "_rank_key": (-int(reached.sum()), secs, -len(fin), metric, str(opt))
                 if by == "time_to_target" else (-len(fin), metric, -int(reached.sum()), secs, str(opt)),
+                # ranked by time: equal steps to the target (the same evaluation) is a tie, ordered by
+                # the metric (_ranked); ranked by the metric: no such ties (the name is unique)
+                "_tie_key": (-int(reached.sum()), float(steps.median()) if len(steps) else math.inf)
+                if by == "time_to_target" else (str(opt),),
+                "_metric_key": (-len(fin), metric, str(opt)),
             }
         )
     allc = pd.DataFrame(rows).sort_values("_key", kind="stable")
     best = allc.groupby(["task", "optimizer"], sort=False).head(1).copy()
-    best["rank"] = best.groupby("task")["_rank_key"].rank(method="first").astype(int)
-    return best.drop(columns=["_key", "_rank_key"]).sort_values(["task", "rank"]).reset_index(drop=True)
+    best = pd.concat([_ranked(g) for _, g in best.groupby("task", sort=False)])
+    return best.drop(columns=["_key", "_rank_key", "_tie_key", "_metric_key"]).sort_values(
+        ["task", "rank"]).reset_index(drop=True)
+
+
+def _ranked(g: pd.DataFrame) -> pd.DataFrame:
+    """One task's best configurations with ``rank``: ordered by ``_rank_key`` (seeds reaching the
+    target, seconds to it, ...), then each run of neighbours that reached the target in the same
+    median number of steps (the same evaluation: a tie, whatever the clock says) reordered by
+    ``_metric_key`` (seeds finished, then the final validation metric)."""
+    g = g.sort_values("_rank_key", kind="stable")
+    ties = g["_tie_key"].ne(g["_tie_key"].shift()).cumsum()
+    g = pd.concat([run.sort_values("_metric_key", kind="stable") for _, run in g.groupby(ties, sort=True)])
+    return g.assign(rank=range(1, len(g) + 1))
 
 
 def boundary_warnings(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> list[str]:

@@ -189,6 +189,8 @@ def test_schedule_total_steps_filled(digits):
 
 def test_perf_measured_once_per_perf_key(tmp_path, monkeypatch, digits):
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    # no clock check (a 10-step trial's clock is one dispatch; the check: tests/test_modeled_time.py)
+    monkeypatch.setattr("harness.train.perf.CLOCK_FACTOR", float("inf"))
     cache: dict = {}
     spec = make_spec(steps=10, eval_every=10)
     r = trainer.run_trial(spec, dataset=digits, perf_cache=cache)

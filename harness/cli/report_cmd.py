@@ -7,6 +7,7 @@ from enum import StrEnum
 import typer
 
 from harness.cli.common import URI_HELP, err
+from harness.core.clock import CLOCKS
 from harness.core.names import SCORING_RULES
 from harness.core.selection import SELECT_BY
 
@@ -24,6 +25,7 @@ to the parent runs whose trials it shows."""
 
 Scoring = StrEnum("Scoring", {rule: rule for rule in SCORING_RULES})
 SelectBy = StrEnum("SelectBy", {by: by for by in SELECT_BY})
+TimeClock = StrEnum("TimeClock", {clock: clock for clock in CLOCKS})
 
 
 class TuningDraws(StrEnum):
@@ -53,6 +55,11 @@ def report(
         "(most seeds reaching the target, then fewest steps), final (best mean final validation "
         "metric) or best (best mean of the best validation value during training). Default: the "
         "sweep's own (its config's selection.by, recorded on its parent run)."),
+    time_clock: TimeClock = typer.Option(
+        TimeClock.modeled, "--time",
+        help="The clock time to target is ranked on: modeled (steps to target x the program's median "
+        "step time, free of the machine's load; a trial with a suspect step time counts its measured "
+        "seconds) or measured (the wall-clock each trial logged). The leaderboard says which."),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
     from harness.tracking.client import prepare_store
@@ -70,7 +77,8 @@ def report(
     try:
         path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value,
                            scoring=scoring.value if scoring is not None else None,
-                           select_by=select_by.value if select_by else None)
+                           select_by=select_by.value if select_by else None,
+                           time_clock=time_clock.value)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None

@@ -132,6 +132,11 @@ M_TIME = {"startup": M_TIME_STARTUP_S, "preflight": M_TIME_PREFLIGHT_S, "compile
 M_SWEEP_WALL_S = "sweep/wall_s"
 M_STEPS_TO_TARGET = "convergence/steps_to_target"
 M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
+#: steps_to_target × perf/step_time_ms / 1000 (:func:`harness.core.clock.modeled_seconds`); absent
+#: when the step time is suspect (``perf.suspect``) or not measured.
+M_MODELED_SECONDS_TO_TARGET = "convergence/modeled_seconds_to_target"
+#: IQR / median of the timed calls behind perf/step_time_ms (:mod:`harness.train.timing`).
+M_STEP_SPREAD = "perf/step_time_spread"
 
 #: Metrics logged with a step: a report reads them in full with their history.
 CURVE_METRICS = (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC, M_WALL_S)
@@ -142,7 +147,7 @@ SUMMARY_METRICS = (
     M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL,
     M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
     M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP, M_CACHE_HITS,
-    M_CACHE_MISSES, M_BEST_LOSS, M_BEST_ACC, *M_TIME.values(),
+    M_CACHE_MISSES, M_BEST_LOSS, M_BEST_ACC, *M_TIME.values(), M_MODELED_SECONDS_TO_TARGET, M_STEP_SPREAD,
 )
 
 
@@ -191,6 +196,9 @@ TAG_DIVERGED_STEP = "diverged_step"
 TAG_STATUS_REASON = "status_reason"  # a diverged trial's whole reason (harness.reason: its last line)
 TAG_PERF_DTYPE = "perf.dtype"  # the dtype whose peak perf/utilization is measured against
 TAG_PERF_MESH = "perf.mesh"  # the mesh the timed step ran on
+#: Why the trial's measured step time is not trusted: it disagreed by more than 2x with the trial's
+#: own training clock, also when measured again (both figures); absent when it is trusted.
+TAG_PERF_SUSPECT = "perf.suspect"
 #: Why a vmapped batch was retried one trial at a time (the batch's exception, one line); set on
 #: each trial of that batch.
 TAG_BATCH_FALLBACK_REASON = "harness.batch_fallback_reason"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core import names
+from harness.core.clock import modeled_seconds
 from harness.core.selection import best_of
 from harness.core.spec import TrialResult, TrialSpec
 from harness.core.util import finite
@@ -96,6 +97,10 @@ class TrialOutcome:
     test_loss: float | None = None
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
+    #: steps to target × the program's median step time (:mod:`harness.core.clock`); ``None`` when
+    #: not reached, or the step time is unmeasured or suspect (``perf_suspect``: why)
+    modeled_seconds_to_target: float | None = None
+    perf_suspect: str = ""
     examples_per_sec: float | None = None
     train_seconds: float = 0.0
     tracking_seconds: float = 0.0
@@ -142,6 +147,10 @@ class TrialOutcome:
         o.test_loss = _or_none(res.test_loss)
         o.steps_to_target = res.steps_to_target
         o.seconds_to_target = res.seconds_to_target
+        p = res.perf
+        o.perf_suspect = p.suspect if p else ""
+        o.modeled_seconds_to_target = modeled_seconds(res.steps_to_target, p.step_time_ms if p else None,
+                                                      o.perf_suspect)
         o.examples_per_sec = _or_none(res.perf.examples_per_sec) if res.perf else None
         o.train_seconds = res.train_seconds
         o.tracking_seconds = tracking_s
@@ -173,6 +182,8 @@ class TrialOutcome:
         steps = m.get(names.M_STEPS_TO_TARGET)
         o.steps_to_target = int(steps) if steps is not None else None
         o.seconds_to_target = m.get(names.M_SECONDS_TO_TARGET)
+        o.modeled_seconds_to_target = m.get(names.M_MODELED_SECONDS_TO_TARGET)
+        o.perf_suspect = run.data.tags.get(names.TAG_PERF_SUSPECT, "")
         o.examples_per_sec = m.get(names.M_EXAMPLES_PER_S)
         o.skipped = True
         return o

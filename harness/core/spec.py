@@ -294,6 +294,13 @@ class PerfResult:
     examples_per_sec_per_device: float | None = None
     #: the mesh, ``"AXIS=SIZE"`` (``"batch=4"``, ``"trials=4"``); ``""`` for a one-device step
     mesh: str = ""
+    #: IQR / median of the timed calls (:func:`harness.train.timing.relative_spread`)
+    spread: float | None = None
+    #: measured a second time because the first disagreed with the trial's training clock
+    remeasured: bool = False
+    #: why this step time is not trusted (it disagrees > 2x with the trial's own training clock
+    #: after a re-measure; logged as the tag ``perf.suspect``); ``""`` when it is trusted
+    suspect: str = ""
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.core.boundary import edge, edge_warning
 from harness.core.budget import budget_line
+from harness.core.clock import DEFAULT_CLOCK, clock_sentence, ranked_seconds
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import DEFAULT_SELECT_BY, selection_key, selection_words, value_kind
 from harness.tracking.uris import default_tracking_uri
@@ -116,13 +117,15 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY) -> l
     default), first difference decides: more seeds that reached the target; lower median steps to
     target (one optimizer's steps cost the same, and steps carry no wall-clock noise); more seeds
     finished (not diverged or failed); better mean final target metric on **validation**
-    (valid/accuracy, or valid/loss for loss targets); lower median seconds to target; the
-    configuration's name. ``final`` / ``best``: more seeds finished, then the better mean final /
-    best-during-training validation metric, then the rest as above. Identical results select
-    identically. Selection never reads the test split: ``value`` is the selected configuration's
-    mean validation metric (the final one; the best during training for ``by="best"``: what it was
-    selected on), ``test_value`` its mean test metric over the seeds that have one (the headline
-    number; ``None`` for runs from before the three-split protocol)."""
+    (valid/accuracy, or valid/loss for loss targets); lower median seconds to target (on the
+    modeled clock, :mod:`harness.core.clock`: steps × the program's median step time; a trial with
+    a suspect step time counts its measured seconds); the configuration's name. ``final`` /
+    ``best``: more seeds finished, then the better mean final / best-during-training validation
+    metric, then the rest as above. Identical results select identically. Selection never reads the
+    test split: ``value`` is the selected configuration's mean validation metric (the final one;
+    the best during training for ``by="best"``: what it was selected on), ``test_value`` its mean
+    test metric over the seeds that have one (the headline number; ``None`` for runs from before
+    the three-split protocol)."""
     kind = value_kind(by)
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
@@ -145,7 +148,9 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY) -> l
             "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
             "n_diverged": sum(o.status == "diverged" for o in os_),
             "n_failed": sum(o.status == "failed" for o in os_),
-            "seconds_to_target": _median([o.seconds_to_target for o in ok]),
+            # the modeled clock, a trial with a suspect step time on its measured seconds
+            "seconds_to_target": _median([ranked_seconds(o.modeled_seconds_to_target, o.seconds_to_target,
+                                                         DEFAULT_CLOCK)[0] for o in ok]),
             "steps_to_target": _median([o.steps_to_target for o in ok]),
             "reached": sum(o.seconds_to_target is not None for o in ok),
             "has_target": any(o.has_target for o in os_),
@@ -250,6 +255,9 @@ def print_summary(console, summary: SweepSummary) -> None:
     for o in summary.outcomes:
         configs.setdefault((o.dataset, o.model, o.optimizer), []).append(o.config)
         task_configs.setdefault((o.dataset, o.model), []).append(o.config)
+    fallbacks = sum(ranked_seconds(o.modeled_seconds_to_target, o.seconds_to_target, DEFAULT_CLOCK)[1]
+                    for o in summary.outcomes if o.status == "finished")
+
     def short(metric: str) -> str:
         return metric.split("/", 1)[-1].replace("accuracy", "acc")
 
@@ -264,7 +272,8 @@ def print_summary(console, summary: SweepSummary) -> None:
               title=f"{summary.name}: best configuration per task and optimizer\n{chosen}\n"
                     f"{summary.headline()}",
               caption=f"best = selected on validation: {_rule_words(summary.select_by)}; test = its "
-                      f"mean test metric; full configurations: the HTML report")
+                      f"mean test metric; full configurations: the HTML report. "
+                      + clock_sentence(DEFAULT_CLOCK, fallbacks))
     # the task and optimizer on one line; the rest may wrap at words (a header over two lines) so
     # that the table fits 80 columns (harness.sweep.tables.print_table: else a block per row)
     t.add_column("task", no_wrap=True)

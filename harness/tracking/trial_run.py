@@ -12,7 +12,9 @@ and last, so that tracking stays a small fraction of a trial), ``final/valid_los
 ``final/valid_accuracy`` (last step), ``perf/*`` (``step=0``; with ``perf/num_devices`` and
 ``perf/examples_per_sec_per_device``, the tag ``perf.mesh`` for a step timed on a mesh) and
 ``convergence/*``
-(``step=steps_to_target``, the target being on validation); params
+(``step=steps_to_target``, the target being on validation; ``convergence/modeled_seconds_to_target`` =
+steps to target × ``perf/step_time_ms``, :mod:`harness.core.clock`, absent when the step time is
+suspect, and then the tag ``perf.suspect`` says why); params
 ``TrialSpec.flat_params()``, the builders' defaults the trial used (``defaults``) plus
 ``target.mode``; tags ``harness.devices`` (the device(s) the trial
 trained on, e.g. ``cpu:2`` or ``cuda:0,1`` with host-level ids), ``harness.device_env`` (the device and
@@ -47,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import names
+from harness.core.clock import modeled_seconds
 from harness.core.context import RunContext
 from harness.core.outcome import reason_line
 from harness.core.selection import best_of
@@ -160,7 +163,7 @@ _PERF_METRICS = {"step_time_ms": names.M_STEP_MS, "step_time_ms_p10": names.M_ST
                  "compile_s": names.M_COMPILE_S, "flops_per_step": names.M_FLOPS,
                  "utilization": names.M_UTIL, "peak_flops": names.M_PEAK_FLOPS,
                  "examples_per_sec_per_device": names.M_EXAMPLES_PER_S_PER_DEVICE,
-                 "num_devices": names.M_NUM_DEVICES}
+                 "num_devices": names.M_NUM_DEVICES, "spread": names.M_STEP_SPREAD}
 
 
 def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
@@ -202,6 +205,10 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     if res.steps_to_target is not None:
         buf.add(names.M_STEPS_TO_TARGET, res.steps_to_target, res.steps_to_target)
         buf.add(names.M_SECONDS_TO_TARGET, res.seconds_to_target, res.steps_to_target)
+        p = res.perf
+        buf.add(names.M_MODELED_SECONDS_TO_TARGET,  # None (not logged) for a suspect step time
+                modeled_seconds(res.steps_to_target, p.step_time_ms if p else None, p.suspect if p else ""),
+                res.steps_to_target)
     return buf
 
 
@@ -217,6 +224,8 @@ def result_tags(res: TrialResult) -> dict[str, str]:
         tags[names.TAG_PERF_DTYPE] = p.dtype  # utilisation counts FLOPs against this dtype's peak
         if p.mesh:
             tags[names.TAG_PERF_MESH] = p.mesh  # the mesh the timed step ran on
+        if p.suspect:
+            tags[names.TAG_PERF_SUSPECT] = p.suspect[:500]  # disagreed with the training clock twice
     if res.extra.get("mesh"):
         tags[names.TAG_MESH] = res.extra["mesh"]  # the mesh the trial trained on, "batch=4"
     if res.extra.get("batch_fallback_reason"):

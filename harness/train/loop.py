@@ -91,7 +91,8 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   of the single-trial one-step function on a fixed batch (state donated), once per
   ``(spec.perf_key(), device kind)`` (plus the resolved device count on a mesh) through
   ``perf_cache``; on a mesh the sharded step is timed. FLOPs are cross-checked against
-  ``3 × flops_per_example × batch_size``.
+  ``3 × flops_per_example × batch_size``, the step time against the unit's training clock
+  (the median over its dispatches of seconds per step; re-measured once, then ``perf.suspect``).
 
 Curve steps are 1-based update counts for train rows (``train_loss[j]`` is the loss of the batch
 that update ``train_step[j]`` used, computed before that update) and update counts for eval rows.
@@ -113,7 +114,7 @@ from harness.data.sources import Dataset, load_dataset
 from harness.train import batching, compile_cache, parallel
 from harness.train.build import trial_step_size
 from harness.train.checkpoint import TrainCheckpoints
-from harness.train.perf import measure_trial_perf
+from harness.train.perf import TrainClock, measure_trial_perf
 from harness.train.program import TrainingProgram, TrainState, program_for
 from harness.train.track import TrialTrack, eval_points
 
@@ -139,6 +140,7 @@ class _UnitRun:
         self.compile_s = 0.0
         self.train_s = self.eval_s = 0.0  # this invocation's dispatch / evaluation seconds
         self.step, self.wall = 0, 0.0
+        self.dispatch_step_s: list[float] = []  # seconds per step of each dispatch (the perf check)
         self.tracks = [TrialTrack(s) for s in specs]
         (self.x_train, self.y_train, self.x_valid, self.y_valid,
          self.x_test, self.y_test) = self.entry.placed(self.layout)
@@ -247,6 +249,7 @@ class _UnitRun:
         self.step += n
         self.wall += dt
         self.train_s += dt
+        self.dispatch_step_s.append(dt / n)
 
     def resume(self) -> bool:
         """Resume from the unit's newest checkpoint (``done`` returned: nothing left to train), else
@@ -322,9 +325,9 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     run = _UnitRun(specs, batched, ds, checkpoints)
     run.train(on_progress)
     run.record_test()
-    t_perf, perf = time.perf_counter(), None
-    if measure_perf:
-        perf = measure_trial_perf(run.prog, spec0, perf_cache)
+    clock = TrainClock(run.wall, run.step, run.width or 1, run.dispatch_step_s)  # checks the step time
+    t_perf = time.perf_counter()
+    perf = measure_trial_perf(run.prog, spec0, perf_cache, clock) if measure_perf else None
     perf_s = time.perf_counter() - t_perf if measure_perf else 0.0
     # the unit's clocks, divided between its trials (harness.core.budget): their sum is the unit's
     n = len(specs)

@@ -14,6 +14,12 @@ The method (what :func:`measure` does, in order):
    (~10–250 µs on CPU depending on the argument pytree), which is part of the step time a user sees.
    The state output of call *i* is the state input of call *i+1*, so donated buffers are reused as in
    training.
+3b. **Repeats until stable** (``max_spread``; the trainer's measurement passes
+   :data:`harness.train.perf.MAX_SPREAD`): while the spread of all timed calls, IQR / median
+   (:func:`relative_spread`, reported as ``spread``), is above ``max_spread``, another block of
+   ``iters`` calls is timed, up to ``max_iters`` calls or ``max_seconds`` of timing; the median and
+   percentiles are over every timed call. A busy machine thus gets more samples, and the median of
+   many is what it reports.
 4. **FLOPs per step** from the compiled executable's ``cost_analysis()`` (``flops``; the result may be a
    dict or a list of dicts; ``None``, a missing key or a negative value such as ``-1`` mean *unknown*),
    divided by ``steps_per_call``. For a ``lax.scan`` XLA counts the loop body once, so scanned
@@ -70,6 +76,7 @@ __all__ = [
     "device_peak_flops",
     "flops_agree",
     "measure",
+    "relative_spread",
 ]
 
 
@@ -94,6 +101,13 @@ def cost_flops(compiled: Any) -> float | None:
     except Exception:
         return None
     return cost_analysis_flops(ca) or None
+
+
+def relative_spread(times: Sequence[float]) -> float:
+    """The spread of timed calls: interquartile range / median (``numpy.percentile``, linear);
+    ``inf`` for a zero median. Example: ``relative_spread([1, 2, 3, 4, 5]) == 2 / 3``."""
+    q25, med, q75 = np.percentile(np.asarray(times, float), [25, 50, 75])
+    return float((q75 - q25) / med) if med > 0 else math.inf
 
 
 def flops_agree(xla: float | None, analytic: float | None, factor: float = 2.0) -> bool | None:
@@ -214,6 +228,10 @@ def measure(
     dtype: Any = jnp.float32,
     num_devices: int = 1,
     mesh: str = "",
+    max_spread: float | None = None,
+    max_iters: int = 400,
+    max_seconds: float = 2.0,
+    flops_of: Any = None,
 ) -> PerfResult:
     """Time ``fn(*args)`` per the module's protocol and return a :class:`~harness.core.spec.PerfResult`.
 
@@ -237,6 +255,13 @@ def measure(
         (item 6 of the module docstring); ``analytic_flops`` and ``peak_flops`` when given are
         taken as whole-mesh figures.
       mesh: the mesh shape, ``"batch=4"`` (recorded in the result).
+      max_spread: repeat the block of ``iters`` timed calls until the spread of all timed calls
+        (:func:`relative_spread`, IQR / median) is at most this, or ``max_iters`` calls were
+        timed, or ``max_seconds`` of timing passed (item 3b of the module docstring); ``None``
+        (the default): one block.
+      flops_of: a compiled executable of **one** step whose ``cost_analysis()`` gives the FLOPs
+        per step (not divided by ``steps_per_call``): for a ``lax.scan`` of ``steps_per_call``
+        steps, whose own count holds the loop body once.
 
     Returns:
       ``PerfResult`` with ``compile_s`` (s), ``step_time_ms`` (median) and p10/p90 (ms),
@@ -272,19 +297,25 @@ def measure(
         args = advance(out, args)
     if out is not None:
         jax.block_until_ready(out)
-    times = np.empty(iters)
-    for i in range(iters):
-        t0 = time.perf_counter()
-        out = compiled(*args)
-        jax.block_until_ready(out)
-        times[i] = time.perf_counter() - t0
-        args = advance(out, args)
-    per_step_ms = times * 1e3 / steps_per_call
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:  # blocks of `iters` timed calls until the spread is small or a bound is hit
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            out = compiled(*args)
+            jax.block_until_ready(out)
+            times.append(time.perf_counter() - t0)
+            args = advance(out, args)
+        spread = relative_spread(times)
+        if (max_spread is None or spread <= max_spread or len(times) >= max_iters
+                or time.perf_counter() - start >= max_seconds):
+            break
+    per_step_ms = np.asarray(times) * 1e3 / steps_per_call
     median = float(np.median(per_step_ms))
     p10, p90 = (float(v) for v in np.percentile(per_step_ms, [10, 90]))
 
-    xla = cost_flops(compiled)
-    xla = xla * num_devices / steps_per_call if xla else None
+    xla = cost_flops(compiled if flops_of is None else flops_of)
+    xla = xla * num_devices / (steps_per_call if flops_of is None else 1) if xla else None
     agree = flops_agree(xla, analytic_flops)
     if agree is False:
         warnings.warn(
@@ -313,7 +344,8 @@ def measure(
         flops_per_step_analytic=analytic_flops,
         peak_flops=peak_flops,
         utilization=util,
-        timed_steps=iters * steps_per_call,
+        timed_steps=len(times) * steps_per_call,
+        spread=spread,
         warmup_steps=warmup * steps_per_call,
         device_kind=device_kind(dev),
         dtype=jnp.dtype(dtype).name,
