@@ -93,8 +93,11 @@ class SweepSummary:
             parts.append(" and ".join(f"{n} {s}" for s, n in spooled.items() if n)
                          + " and spooled (not yet in the store)")
         parts.append(f"{c['diverged'] - spooled['diverged']} diverged")
+        # the time budget's wall-clock where there is one (from the process start, as the "time"
+        # line says it), so the two lines of one summary never give two figures
+        wall = self.budget_wall_s if self.budget is not None else self.wall_s
         return ", ".join(parts) + f", {c['failed']} failed, {c['skipped']} from earlier runs; " \
-                                  f"{self.wall_s:.1f} s"
+                                  f"{wall:.1f} s"
 
     def spool_hint(self, py: str = "python") -> str:
         """The command that writes the spooled results of this sweep ("" when none are left)."""
