@@ -4,7 +4,9 @@
 target, then median seconds to it, then seeds finished, then the final validation metric). Two
 neighbours in that order are **not distinguishable** when they agree on what is counted (seeds
 reaching the target; without any, seeds finished) and the per-seed numbers that order them, seconds
-to the target (when they reached it) or else the final validation metric, are not told apart
+to the target (when they reached it; at the same median steps, a tie on time that
+:func:`reports.selection.best_configs` orders by the final metric: that metric) or else the final
+validation metric, are not told apart
 (selecting by ``final`` or ``best``, :func:`reports.selection.select_by`: the seeds finished and
 the selected validation value, the order :func:`best_configs` ranks by then):
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.core.names import M_SECONDS_TO_TARGET
+from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from reports.frame import summaries
 from reports.objectives import objective
 from reports.protocol import MIN_SEEDS, paired_comparison, seed_interval
@@ -67,9 +69,13 @@ def shared_ranks(frame: pd.DataFrame) -> pd.DataFrame:
         for b in bt.itertuples():
             g = s[(s["task"] == task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)
                   & (s["status"] == "finished")].set_index("seed")
-            # ranked by time to target: seconds to it, else the final value; by final or best: that value
+            # ranked by time to target: seconds to it (the same median steps: a tie on time, the
+            # final value decides, as reports.selection orders them), else the final value; by final
+            # or best: that value
             n_reached = b.n_reached if by == "time_to_target" else 0
-            per[b.optimizer] = (n_reached, b.n_finished, g[M_SECONDS_TO_TARGET], g[obj.selected(by)])
+            steps = g[M_STEPS_TO_TARGET].dropna()
+            per[b.optimizer] = (n_reached, b.n_finished, g[M_SECONDS_TO_TARGET], g[obj.selected(by)],
+                                float(steps.median()) if len(steps) else None)
         groups: list[list] = []
         for b in bt.itertuples():
             if groups and _tied(per[groups[-1][0].optimizer], per[b.optimizer], obj.mode):
@@ -85,9 +91,9 @@ def shared_ranks(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _tied(lead: tuple, other: tuple, mode: str) -> bool:
-    (r1, f1, sec1, val1), (r2, f2, sec2, val2) = lead, other
+    (r1, f1, sec1, val1, st1), (r2, f2, sec2, val2, st2) = lead, other
     if r1 != r2:
         return False
-    if r1 > 0:
+    if r1 > 0 and st1 != st2:
         return not distinguishable(sec1, sec2, "min")
     return f1 == f2 and not distinguishable(val1, val2, mode)

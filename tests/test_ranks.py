@@ -12,16 +12,21 @@ from reports import ranks as R
 from reports.leaderboard import leaderboard
 
 
-def _frame(per_opt: dict[str, list[float]], target: bool = True) -> pd.DataFrame:
+def _frame(per_opt: dict[str, list[float]], target: bool = True, steps: dict[str, int] | None = None,
+           ) -> pd.DataFrame:
     """One task; per optimizer one configuration whose seed ``i`` has value ``per_opt[opt][i]``:
-    seconds to the target (``target=True``: every seed reached it), else final validation accuracy."""
+    seconds to the target (``target=True``: every seed reached it, at ``steps[opt]`` steps; by
+    default each optimizer at its own count, so the seconds order them), else final validation
+    accuracy."""
     rows = []
+    steps = steps or {opt: 100 + 50 * i for i, opt in enumerate(per_opt)}
     for opt, values in per_opt.items():
         for seed, v in enumerate(values):
             rows.append({
                 "row": "summary", "task": "mlp / digits", "optimizer": opt, "config_id": f"{opt}-0",
                 "config": f"{opt} lr=0.1", "seed": seed, "status": "finished",
-                N.M_SECONDS_TO_TARGET: v if target else None, N.M_STEPS_TO_TARGET: 150 if target else None,
+                N.M_SECONDS_TO_TARGET: v if target else None,
+                N.M_STEPS_TO_TARGET: steps[opt] if target else None,
                 N.M_FINAL_ACC: 0.9 if target else v, N.M_FINAL_LOSS: 0.1, N.M_TEST_ACC: 0.9,
                 N.M_TEST_LOSS: 0.1, N.M_STEP_MS: 1.0, "protocol": RF.PROTOCOL_THREE_SPLITS,
                 "target_metric": "valid/accuracy", "target_mode": "max", "target_value": 0.99 if not target
@@ -34,7 +39,7 @@ def _labels(frame: pd.DataFrame) -> dict[str, str]:
 
 
 def test_overlapping_min_max_intervals_share_a_rank_disjoint_ones_do_not():
-    # the new user's case: momentum's seeds 0.402 s and 0.182 s straddle adam's 0.25 s and 0.3 s
+    # momentum's seeds 0.402 s and 0.182 s straddle adam's 0.25 s and 0.3 s
     f = _frame({"adam": [0.25, 0.30], "momentum": [0.402, 0.182], "sgd": [0.9, 1.1]})
     assert _labels(f) == {"adam": "1=", "momentum": "1=", "sgd": "3"}
     lb = leaderboard(f).set_index("Optimizer")
@@ -69,3 +74,14 @@ def test_selecting_by_the_final_metric_ties_on_it_not_on_seconds():
     assert _labels(f) == {"momentum": "1=", "adam": "1="}  # by final accuracy: [0.95, 0.97] ∩ [0.96, 0.98]
     f[N.M_FINAL_ACC] = [0.90, 0.91, 0.96, 0.98]
     assert _labels(f) == {"momentum": "1", "adam": "2"}
+
+
+def test_the_same_steps_to_target_is_a_tie_on_time_the_final_metric_decides():
+    # the new user's case: adam and momentum reached the target at step 50 on both seeds; their
+    # (modeled) seconds are disjoint only because momentum's step time was measured 2x adam's
+    f = _frame({"adam": [0.0091, 0.0091], "momentum": [0.0173, 0.0173], "sgd": [0.05, 0.05]},
+               steps={"adam": 50, "momentum": 50, "sgd": 100})
+    f[N.M_FINAL_ACC] = [0.9756, 0.9791, 0.9721, 0.9791, 0.9652, 0.9721]
+    assert _labels(f) == {"adam": "1=", "momentum": "1=", "sgd": "3"}  # accuracies overlap
+    f[N.M_FINAL_ACC] = [0.9756, 0.9791, 0.9621, 0.9691, 0.9652, 0.9721]
+    assert _labels(f) == {"adam": "1", "momentum": "2", "sgd": "3"}  # [0.9756, 0.9791] above [0.9621, 0.9691]
