@@ -46,7 +46,9 @@ def selection_sentence(frame: pd.DataFrame, objective_words: str) -> str:
     if by == "time_to_target":
         order = (f"by seeds reaching the validation target, then median steps to it, then seeds "
                  f"finished, then {objective_words}; optimizers are ranked by seeds reaching the "
-                 f"target, then median seconds to it")
+                 f"target, then median seconds to it, except that those reaching it at the same "
+                 f"median steps (the same evaluation) are a tie on time, ordered by seeds finished, "
+                 f"then the validation metric")
     else:
         value = "best-during-training" if by == "best" else "final"
         order = (f"by seeds finished, then the mean over seeds of the {value} validation value of "

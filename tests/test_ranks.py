@@ -85,3 +85,12 @@ def test_the_same_steps_to_target_is_a_tie_on_time_the_final_metric_decides():
     assert _labels(f) == {"adam": "1=", "momentum": "1=", "sgd": "3"}  # accuracies overlap
     f[N.M_FINAL_ACC] = [0.9756, 0.9791, 0.9621, 0.9691, 0.9652, 0.9721]
     assert _labels(f) == {"adam": "1", "momentum": "2", "sgd": "3"}  # [0.9756, 0.9791] above [0.9621, 0.9691]
+
+
+def test_the_leaderboard_says_the_tie_rule_it_applies():
+    from reports.selection import selection_sentence
+
+    said = selection_sentence(_frame({"adam": [0.1, 0.1]}), "final validation accuracy")
+    assert ("optimizers are ranked by seeds reaching the target, then median seconds to it, except that "
+            "those reaching it at the same median steps (the same evaluation) are a tie on time, ordered "
+            "by seeds finished, then the validation metric") in said
