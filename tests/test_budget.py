@@ -27,6 +27,19 @@ def _runs(uri: str, experiment: str) -> tuple[dict[str, float], list[dict[str, f
     return parents[0], trials
 
 
+def _adds_up(uri: str, name: str, wall: float) -> tuple[dict, list[dict], dict[str, float]]:
+    """The parent's metrics, the 4 trials' and the parent's parts, checked: none negative, the
+    named parts within the parent's wall-clock, all of them within 2% of ``wall`` (a clock taken
+    around ``run_sweep``)."""
+    parent, trials = _runs(uri, name)
+    assert len(trials) == 4
+    parts = {p: parent[names.M_TIME[p]] for p in names.TIME_PARTS}
+    assert all(v >= 0 for v in parts.values()), parts
+    assert budget.named_sum(parts) <= parent[names.M_SWEEP_WALL_S], parts
+    assert sum(parts.values()) == pytest.approx(wall, rel=0.02), (parts, wall)
+    return parent, trials, parts
+
+
 def test_the_time_budget_of_a_real_sweep_adds_up_to_its_wall_clock(write_sweep, tracking_uri):
     """Read back from MLflow: the parent's parts add up to the sweep's wall-clock within 2%, the
     trials' to the parent's, the summary's line and the report's figure show them."""
@@ -37,17 +50,10 @@ def test_the_time_budget_of_a_real_sweep_adds_up_to_its_wall_clock(write_sweep, 
 
     t0 = time.perf_counter()
     summary = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
-    wall = time.perf_counter() - t0
-    parent, trials = _runs(tracking_uri, "budget")
-    assert len(trials) == 4
-
     # the parent: every part, none negative, the named ones within the wall-clock (other is the
     # rest, so an accounting that counts a second twice shows here), adding up to the sweep's
-    parts = {p: parent[names.M_TIME[p]] for p in names.TIME_PARTS}
-    assert all(v >= 0 for v in parts.values()), parts
-    assert budget.named_sum(parts) <= parent[names.M_SWEEP_WALL_S], parts
+    parent, trials, parts = _adds_up(tracking_uri, "budget", time.perf_counter() - t0)
     assert sum(parts.values()) == pytest.approx(parent[names.M_SWEEP_WALL_S], rel=1e-9)
-    assert sum(parts.values()) == pytest.approx(wall, rel=0.02), (parts, wall)
     # every part the trainer measures happened (throughput: measure_perf)
     for p in ("preflight", "compile", "train", "eval", "throughput", "tracking"):
         assert parts[p] > 0, (p, parts)
@@ -189,13 +195,7 @@ def test_a_jobs_sweep_reports_one_wall_clock_not_the_workers_sum(write_sweep, tr
                       seeds=[0, 1], batching="off", budget={"steps": 20}, eval_every=20)
     t0 = time.perf_counter()
     run_sweep(cfg, tracking_uri=tracking_uri, quiet=True, jobs=2)
-    wall = time.perf_counter() - t0
-    parent, trials = _runs(tracking_uri, "budgetjobs")
-    assert len(trials) == 4
-    parts = {p: parent[names.M_TIME[p]] for p in names.TIME_PARTS}
-    assert all(v >= 0 for v in parts.values()), parts
-    assert budget.named_sum(parts) <= parent[names.M_SWEEP_WALL_S], parts
-    assert sum(parts.values()) == pytest.approx(wall, rel=0.02), (parts, wall)
+    _, trials, parts = _adds_up(tracking_uri, "budgetjobs", time.perf_counter() - t0)
     for p in budget.TRAINER_PARTS:  # scaled by wall / summed (<= 1): at most the trials' own sum
         assert parts[p] <= sum(t[names.M_TIME[p]] for t in trials) * (1 + 1e-9), p
     assert parts["compile"] > 0 and parts["train"] > 0
