@@ -16,9 +16,11 @@ the selected validation value, the order :func:`best_configs` ranks by then):
   min–max) overlap.
 
 Ranks are competition ranks over groups: walking down the order, an optimizer joins the current
-group when it is not distinguishable from the group's first member, else it starts a new group
-ranked by its position. A group of several is written ``"2="`` (all its members share rank 2, the
-next group is ranked 2 + its size); a lone optimizer ``"2"``.
+group when it is not distinguishable from one of its members, else it starts a new group ranked by
+its position. (Measured from the group's first member only, an optimizer whose results equal a
+member's could rank apart from it: momentum "1=" and sgd "3" with the same steps and the same
+accuracies, found by an attacking helper.) A group of several is written ``"2="`` (all its members
+share rank 2, the next group is ranked 2 + its size); a lone optimizer ``"2"``.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def shared_ranks(frame: pd.DataFrame) -> pd.DataFrame:
                                 float(steps.median()) if len(steps) else None)
         groups: list[list] = []
         for b in bt.itertuples():
-            if groups and _tied(per[groups[-1][0].optimizer], per[b.optimizer], obj.mode):
+            if groups and any(_tied(per[m.optimizer], per[b.optimizer], obj.mode) for m in groups[-1]):
                 groups[-1].append(b)
             else:
                 groups.append([b])

@@ -47,9 +47,12 @@ def test_overlapping_min_max_intervals_share_a_rank_disjoint_ones_do_not():
     assert lb["_rank"].to_dict() == {"adam": 1, "momentum": 2, "sgd": 3}  # the strict order stays
     # disjoint: [0.25, 0.30] and [0.31, 0.40] do not touch
     assert _labels(_frame({"adam": [0.25, 0.30], "momentum": [0.31, 0.40]})) == {"adam": "1", "momentum": "2"}
-    # a group is measured from its first member: c overlaps b but not a, so it starts its own
+    # a group takes in whoever cannot be told from one of its members: c overlaps b (not a)
     f = _frame({"a": [1.0, 1.2], "b": [1.1, 1.5], "c": [1.3, 1.6]})
-    assert _labels(f) == {"a": "1=", "b": "1=", "c": "3"}
+    assert _labels(f) == {"a": "1=", "b": "1=", "c": "1="}
+    # d is told apart from every member: a group of its own
+    f = _frame({"a": [1.0, 1.2], "b": [1.1, 1.5], "c": [1.3, 1.6], "d": [1.7, 1.8]})
+    assert _labels(f) == {"a": "1=", "b": "1=", "c": "1=", "d": "4"}
 
 
 def test_without_a_target_the_final_metric_decides_and_ties_alike():
@@ -94,3 +97,13 @@ def test_the_leaderboard_says_the_tie_rule_it_applies():
     assert ("optimizers are ranked by seeds reaching the target, then median seconds to it, except that "
             "those reaching it at the same median steps (the same evaluation) are a tie on time, ordered "
             "by seeds finished, then the validation metric") in said
+
+
+def test_equal_results_share_a_rank_whoever_leads_their_group():
+    # the attacking helper's sweep: momentum and sgd (mass 0) equal in steps (100) and accuracies;
+    # adam leads (steps 50 and 100, seconds overlapping momentum's), sgd's seconds are apart from
+    # adam's: measured from adam alone, sgd ranked "3" beside momentum's "1="
+    f = _frame({"adam": [0.0062, 0.0125], "momentum": [0.0106, 0.0106], "sgd": [0.0203, 0.0203]},
+               steps={"adam": 75, "momentum": 100, "sgd": 100})
+    f[N.M_FINAL_ACC] = [0.972, 0.969, 0.930, 0.920, 0.930, 0.920]
+    assert _labels(f) == {"adam": "1=", "momentum": "1=", "sgd": "1="}
