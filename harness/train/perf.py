@@ -129,11 +129,12 @@ def measure_trial_perf(prog: TrainingProgram, spec: TrialSpec, perf_cache: dict 
     perf = perf_cache.get(pkey) if perf_cache is not None else None
     if perf is None:
         perf = _measure(prog, spec)
-    if clock_disagreement(perf.step_time_ms, train_clock) and not perf.remeasured:
+    why = clock_disagreement(perf.step_time_ms, train_clock)
+    if why and not perf.remeasured:
         perf = dataclasses.replace(_measure(prog, spec), remeasured=True)
+        why = clock_disagreement(perf.step_time_ms, train_clock)
     if perf_cache is not None:
         perf_cache[pkey] = perf
-    why = clock_disagreement(perf.step_time_ms, train_clock)
     return dataclasses.replace(perf, suspect=why) if why else perf
 
 
