@@ -100,3 +100,24 @@ def test_concurrent_writers_keep_every_entry(fresh):
     disk = json.loads((fresh / "batching.json").read_text())
     assert disk == {f"k{i}": {"speedup": i / 10} for i in range(12)}
     assert not list(fresh.glob("*.tmp"))
+
+
+def test_schedules_share_one_measurement(fresh, monkeypatch):
+    """Groups that differ only in their schedule are measured once (issue 25 §2): the measurement
+    compiles the single-trial and vmapped chunks of the first group only (it compiled both for
+    every schedule before: 4 chunks here), and both groups get its decision."""
+    import collections
+
+    from harness.train import program
+
+    monkeypatch.setattr(program, "PROGRAMS", collections.OrderedDict())
+    specs = [make_spec(seed=s, schedule=sched, steps=12, eval_every=6, steps_per_dispatch=6)
+             for sched in ("constant", "cosine_decay") for s in (0, 1)]
+    labels: dict = {}
+    group_units(specs, "auto", labels=labels)
+    chunks = {key[-4]: sorted(str(k[0]) for k in p.compiled) for key, p in program.PROGRAMS.items()}
+    assert chunks == {"constant": ["2", "None"]}
+    (label,) = set(labels.values())
+    assert label.split(": ")[1].startswith("measured")
+    (key,) = json.loads((fresh / "batching.json").read_text())
+    assert key.endswith(f"|T=2|{batching.signature(specs[2])}")

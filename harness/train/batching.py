@@ -9,13 +9,16 @@ returns its ``batch``. The method:
    or specs that cannot share a batch, are sequential.
 2. **Cache.** The decision is keyed by ``(program signature, T, device kind)``: the signature is a
    hash of what sets a step's cost (``spec.perf_key()``: model and its hparams, optimizer and its
-   non-float hparams, dataset, batch size, dtype, augmentation; plus the schedule and the chunk
-   length ``n = min(steps_per_dispatch, eval_every, steps)``), ``T`` the number of trials and the
-   device kind :func:`harness.train.timing.device_kind`. Looked up in this process, then in
-   ``$HARNESS_CACHE_DIR/batching.json`` (default ``~/.cache/harness``, beside ``peak.json``);
-   a cached key is never measured again. The file is rewritten whole under a
-   :class:`filelock.FileLock` (read, merge, temp file, ``os.replace``), so concurrent processes keep
-   each other's entries and a reader never sees a partial file.
+   non-float hparams, dataset, batch size, dtype, augmentation; plus the chunk length
+   ``n = min(steps_per_dispatch, eval_every, steps)``), ``T`` the number of trials and the
+   device kind :func:`harness.train.timing.device_kind`. Not the schedule: it adds a few scalar
+   operations per step to a step that costs thousands, so the groups of a sweep that differ only in
+   their schedule (the quickstart's constant and cosine_decay) share one measurement, made on the
+   first of them (issue 25 §2: the quickstart measured 12 groups, 24 chunk compiles; now 6 and 12).
+   Looked up in this process, then in ``$HARNESS_CACHE_DIR/batching.json`` (default
+   ``~/.cache/harness``, beside ``peak.json``); a cached key is never measured again. The file is
+   rewritten whole under a :class:`filelock.FileLock` (read, merge, temp file, ``os.replace``), so
+   concurrent processes keep each other's entries and a reader never sees a partial file.
 3. **Skip.** A model with more than :data:`MAX_PARAMS` parameters × ``T`` is not measured, nor one
    whose ``T`` single-trial chunks take more than :data:`MAX_REP_S` (timed once, before the vmapped
    program is compiled): sequential, since such a model keeps the device busy alone and measuring
@@ -112,7 +115,7 @@ def _chunk_len(spec: TrialSpec) -> int:
 
 def signature(spec: TrialSpec) -> str:
     """Hash (16 hex digits) of what sets the cost of ``spec``'s training chunk (module docstring)."""
-    text = repr((spec.perf_key(), spec.schedule, _chunk_len(spec)))
+    text = repr((spec.perf_key(), _chunk_len(spec)))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

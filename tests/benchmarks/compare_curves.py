@@ -1,0 +1,73 @@
+"""Compare two sweeps' curves value by value, exactly (issue 25 §2: fewer compiles, same curves).
+
+    python tests/benchmarks/compare_curves.py before.db after.db
+
+Reads every metric history of every trial run (tag ``harness.trial_id``) from two MLflow SQLite
+stores and requires exact equality of each (step, value) sequence, except the metrics that are
+clocks or measurements of this machine (:data:`TIMING_PREFIXES`, :data:`TIMING_KEYS`). Exit 0 and
+"identical: N trials, M metrics, V values" when equal; else exit 1 and the first differences.
+"""
+
+from __future__ import annotations
+
+import collections
+import sqlite3
+import sys
+
+#: Metrics that measure this machine (wall-clock, throughput), not the training: not compared.
+TIMING_PREFIXES = ("time/", "perf/", "system/")
+TIMING_KEYS = ("wall_s", "seconds_to_target", "compile_seconds", "valid/wall_s", "train/wall_s")
+
+
+def _timing(key: str) -> bool:
+    return key.startswith(TIMING_PREFIXES) or key in TIMING_KEYS or "seconds" in key or key.endswith("_s")
+
+
+def curves(db: str) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """``{trial_id: {metric: [(step, value), ...]}}`` of every trial run in the store ``db``."""
+    con = sqlite3.connect(db)
+    rows = con.execute(
+        "select t.value, m.key, m.step, m.value from metrics m join tags t on t.run_uuid = m.run_uuid "
+        "where t.key = 'harness.trial_id' order by t.value, m.key, m.step, m.timestamp").fetchall()
+    con.close()
+    out: dict[str, dict[str, list]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for trial, key, step, value in rows:
+        if not _timing(key):
+            out[trial][key].append((int(step), float(value)))
+    return out
+
+
+def compare(a: str, b: str, limit: int = 20) -> list[str]:
+    """The differences between the stores ``a`` and ``b`` (at most ``limit``), empty when identical."""
+    ca, cb = curves(a), curves(b)
+    diffs = []
+    for trial in sorted(set(ca) | set(cb)):
+        ka, kb = ca.get(trial, {}), cb.get(trial, {})
+        for key in sorted(set(ka) | set(kb)):
+            va, vb = ka.get(key), kb.get(key)
+            if va != vb:  # exact; nan != nan, so a nan would show here: none is expected in a curve
+                pairs = zip(va or [], vb or [], strict=False)
+                first = next((f"step {x[0]}: {x[1]!r} vs {y[1]!r}" for x, y in pairs if x != y),
+                             f"{len(va or [])} vs {len(vb or [])} values")
+                diffs.append(f"{trial} {key}: {first}")
+                if len(diffs) >= limit:
+                    return diffs
+    return diffs
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    diffs = compare(*argv)
+    if diffs:
+        print("DIFFERENT:\n  " + "\n  ".join(diffs))
+        return 1
+    c = curves(argv[0])
+    print(f"identical: {len(c)} trials, {sum(len(m) for m in c.values())} metrics, "
+          f"{sum(len(v) for m in c.values() for v in m.values())} values")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
