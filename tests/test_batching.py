@@ -102,6 +102,16 @@ def test_concurrent_writers_keep_every_entry(fresh):
     assert not list(fresh.glob("*.tmp"))
 
 
+
+def _chunks_compiled(program) -> dict:
+    """``{schedule: sorted widths of its compiled chunks}`` of the process's programs."""
+    return {key[-4]: sorted(str(k[0]) for k in p.compiled) for key, p in program.PROGRAMS.items()}
+
+
+def _tiny(sched: str, seed: int, steps: int = 12):
+    return make_spec(seed=seed, schedule=sched, steps=steps, eval_every=6, steps_per_dispatch=6)
+
+
 def test_schedules_share_one_measurement(fresh, monkeypatch):
     """Groups that differ only in their schedule are measured once (issue 25 §2): the measurement
     compiles the single-trial and vmapped chunks of the first group only (it compiled both for
@@ -111,13 +121,41 @@ def test_schedules_share_one_measurement(fresh, monkeypatch):
     from harness.train import program
 
     monkeypatch.setattr(program, "PROGRAMS", collections.OrderedDict())
-    specs = [make_spec(seed=s, schedule=sched, steps=12, eval_every=6, steps_per_dispatch=6)
-             for sched in ("constant", "cosine_decay") for s in (0, 1)]
+    monkeypatch.setattr(batching, "_max_saving", lambda specs, chunk_s: float("inf"))  # always measure
+    specs = [_tiny(sched, s) for sched in ("constant", "cosine_decay") for s in (0, 1)]
     labels: dict = {}
     group_units(specs, "auto", labels=labels)
-    chunks = {key[-4]: sorted(str(k[0]) for k in p.compiled) for key, p in program.PROGRAMS.items()}
-    assert chunks == {"constant": ["2", "None"]}
+    assert _chunks_compiled(program) == {"constant": ["2", "None"]}
     (label,) = set(labels.values())
     assert label.split(": ")[1].startswith("measured")
     (key,) = json.loads((fresh / "batching.json").read_text())
     assert key.endswith(f"|T=2|{batching.signature(specs[2])}")
+
+
+def test_not_measured_where_compiling_costs_more_than_vmap_could_save(fresh, monkeypatch):
+    """Two seeds of 12 steps train in milliseconds; compiling the vmapped chunk to measure them
+    costs far more: sequential, and only the single-trial chunk (which sequential training uses)
+    is compiled (issue 25 §2; before, the vmapped one as well). A budget long enough for vmap to
+    pay is measured, from the cached entry's own chunk and compile seconds, compiling nothing."""
+    import collections
+    import re
+
+    from harness.train import program
+
+    monkeypatch.setattr(program, "PROGRAMS", collections.OrderedDict())
+    specs = [_tiny("constant", s) for s in (0, 1)]
+    d = batching.decide(specs)
+    assert (d.batch, d.source) == (False, "skipped")
+    assert re.fullmatch(r"sequential: not measured \(vmap could save at most 0\.\d\d s of training; "
+                        r"measuring costs a ~\d+\.\d s compile\)", d.label), d.label
+    assert _chunks_compiled(program) == {"constant": ["None"]}
+    (entry,) = json.loads((fresh / "batching.json").read_text()).values()
+    assert entry["rule"] == "cost" and entry["label"] == d.label
+    assert 0 < 2 * entry["chunk_s"] < entry["compile_s"]  # 2 chunks of 6 steps saved at most
+    # the next process: the same budget is decided from the cache, a long one is measured
+    monkeypatch.setattr(batching, "_MEM", {})
+    again = batching.decide([_tiny("constant", s) for s in (5, 6)], measure=_no_measure)
+    assert (again.source, again.label) == ("cached", d.label)
+    monkeypatch.setattr(batching, "_MEM", {})
+    long = [_tiny("constant", s, steps=6 * 10**6) for s in (0, 1)]
+    assert batching.decide(long, measure=lambda s: (1.2, 3)).label == "vmap(2): measured 1.20x"

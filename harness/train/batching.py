@@ -22,7 +22,15 @@ returns its ``batch``. The method:
 3. **Skip.** A model with more than :data:`MAX_PARAMS` parameters × ``T`` is not measured, nor one
    whose ``T`` single-trial chunks take more than :data:`MAX_REP_S` (timed once, before the vmapped
    program is compiled): sequential, since such a model keeps the device busy alone and measuring
-   it would cost seconds. Skips are cached like measurements.
+   it would cost seconds. Nor one where batching cannot pay for its measurement: the most vmap
+   could save is the training of ``T - 1`` of the trials (``(T - 1) * ceil(steps / n)`` chunks at
+   the single chunk's time, timed before the vmapped program is compiled), and measuring costs a
+   compile of the vmapped program, which takes at least as long as the single one's (its compile
+   seconds, known then). When the first is smaller, sequential (issue 25 §2: on the quickstart,
+   2 cores, a group's vmap could save at most ~0.2 s of training and the vmapped compile cost ~3 s;
+   the measured speed-ups of T=2 were noise around 1.0x, 0.83-1.12x). Skips are cached like
+   measurements; a cost skip keeps its chunk and compile seconds, so a sweep with another budget
+   on the same signature re-applies the rule to its own steps without compiling anything.
 4. **Measurement** (:func:`measure_speedup`): the trainer's own compiled chunk of ``n`` steps, the
    vmapped ``T``-trial one and the single-trial one (the executables training then reuses in this
    process: the chunk length is the trial's first), compiled first and not timed. Then
@@ -87,6 +95,27 @@ _NEVER = ("never", "0", "false", "no")
 
 class _TooSlowError(Exception):
     """T single-trial chunks take ``args[0]`` seconds: not worth measuring."""
+
+
+class _NotWorthError(Exception):
+    """Batching could save at most ``save_s`` of training, less than the ``compile_s`` that
+    measuring it would cost (``chunk_s``: one single-trial chunk)."""
+
+    def __init__(self, save_s: float, compile_s: float, chunk_s: float):
+        super().__init__(save_s, compile_s, chunk_s)
+        self.save_s, self.compile_s, self.chunk_s = save_s, compile_s, chunk_s
+
+
+def _max_saving(specs: Sequence[TrialSpec], chunk_s: float) -> float:
+    """The most seconds of training that vmapping ``specs`` could save: ``T - 1`` of them trained
+    for free (``ceil(steps / n)`` chunks each, at ``chunk_s`` seconds per single-trial chunk)."""
+    return (len(specs) - 1) * -(-specs[0].steps // _chunk_len(specs[0])) * chunk_s
+
+
+def _not_worth(T: int, save_s: float, compile_s: float, source: str) -> Decision:
+    return Decision(False, _label(False, T, f"not measured (vmap could save at most {save_s:.2f} s of "
+                                            f"training; measuring costs a ~{compile_s:.1f} s compile)"),
+                    None, source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,12 +226,18 @@ def decide(specs: Sequence[TrialSpec], *, measure: Callable[[Sequence[TrialSpec]
         dec = _from_ratio(len(specs), float(entry["speedup"]), "cached")
         _MEM[key] = dec
         return dec
-    if isinstance(entry, dict) and entry.get("batch") is False and isinstance(entry.get("label"), str):
+    if isinstance(entry, dict) and entry.get("rule") == "cost":  # re-applied to these specs' steps
+        save_s = _max_saving(specs, float(entry["chunk_s"]))
+        if save_s < float(entry["compile_s"]):
+            dec = _MEM[key] = _not_worth(len(specs), save_s, float(entry["compile_s"]), "cached")
+            return dec
+    elif isinstance(entry, dict) and entry.get("batch") is False and isinstance(entry.get("label"), str):
         dec = _MEM[key] = Decision(False, entry["label"], None, "cached")
         return dec
     T = len(specs)
     t0 = time.perf_counter()
     ratio = reps = None
+    cost: dict[str, Any] = {}
     try:
         n_params = _param_count(specs[0]) if measure is None else 0
         if n_params * T > MAX_PARAMS:
@@ -211,6 +246,9 @@ def decide(specs: Sequence[TrialSpec], *, measure: Callable[[Sequence[TrialSpec]
         else:
             ratio, reps = (measure or measure_speedup)(specs)
             dec = _from_ratio(T, ratio, "measured")
+    except _NotWorthError as e:
+        dec = _not_worth(T, e.save_s, e.compile_s, "skipped")
+        cost = {"rule": "cost", "chunk_s": round(e.chunk_s, 6), "compile_s": round(e.compile_s, 3)}
     except _TooSlowError as e:
         dec = Decision(False, _label(False, T, f"not measured ({T} chunks take ~{e.args[0]:.1f} s)"),
                        None, "skipped")
@@ -224,7 +262,7 @@ def decide(specs: Sequence[TrialSpec], *, measure: Callable[[Sequence[TrialSpec]
                       "label": dec.label, "reps": reps, "measure_s": round(time.perf_counter() - t0, 3),
                       "model": s.model, "dataset": s.dataset, "batch_size": s.batch_size,
                       "dtype": s.dtype, "optimizer": s.optimizer, "chunk_steps": _chunk_len(s),
-                      "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                      "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **cost})
     return dec
 
 
@@ -270,7 +308,7 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     one = singles[0]
     del singles
     start = jnp.int32(0)
-    exe_1, _ = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)
+    exe_1, compile_1 = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)
     box = {"1": one}
 
     def vmapped() -> float:
@@ -290,9 +328,13 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
         t0 = time.perf_counter()
         box["1"], losses = exe_1(box["1"], start, e.x_train, e.y_train)
         np.asarray(losses)
-    t_seq = T * (time.perf_counter() - t0)
+    chunk_s = time.perf_counter() - t0
+    t_seq = T * chunk_s
     if t_seq > MAX_REP_S:
         raise _TooSlowError(t_seq)
+    save_s = _max_saving(specs, chunk_s)
+    if save_s < compile_1:  # (0 when the single chunk was compiled already: then it measures)
+        raise _NotWorthError(save_s, compile_1, chunk_s)
     exe_v, _ = prog.get_chunk(T, n, stacked, start, e.x_train, e.y_train)
     box["v"] = stacked
     pair = vmapped() + t_seq  # warm-up, also the cost of one repetition
