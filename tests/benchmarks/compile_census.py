@@ -3,15 +3,16 @@
     HARNESS_CACHE_DIR=/tmp/fresh python tests/benchmarks/compile_census.py experiments/quickstart.yaml \
         --tracking-uri sqlite:////tmp/fresh/m.db
 
-Runs the sweep in this process (``jobs=1``) and counts JAX's backend compiles
-(``/jax/core/compile/backend_compile_duration`` events: one per program XLA actually compiles,
-not those loaded from the persistent cache) and persistent-cache hits, each attributed to the
+Runs the sweep in this process (``jobs=1``) and counts JAX's compile requests
+(``/jax/core/compile/backend_compile_duration`` events: one per program compiled or loaded from
+the persistent cache) and persistent-cache hits (loaded), each attributed to the
 innermost harness call that asked for it: the batching measurement's chunks (vmapped / single),
 the trainer's chunks (per width and length, so a remainder chunk shows), init, eval, eval_params,
 the throughput protocol, and "other" (eager operations: ``jnp.stack``, ``PRNGKey``, an optimizer's
-``init_fn``, ...). Prints a table: source, compiles, cache hits, seconds of backend compile, and
-seconds inside ``Lowered.compile()`` (backend compile, or the persistent cache's key and load; the rest of a
-compile site's time is tracing and lowering).
+``init_fn``, ...). Prints a table: source, requests, loaded (cache hits), compiled (the
+difference), seconds of those requests, and seconds inside ``Lowered.compile()`` (backend
+compile, or the persistent cache's key and load; the rest of a compile site's time is tracing and
+lowering).
 """
 
 from __future__ import annotations
@@ -97,11 +98,13 @@ def install() -> None:
 def table() -> str:
     rows = sorted(set(_counts) | set(_hits))
     w = max([len(r) for r in rows] + [6])
-    out = [f"{'source':<{w}}  compiles  cache hits  backend s  in .compile() s"]
+    out = [f"{'source':<{w}}  requests  loaded  compiled  request s  in .compile() s"]
     for r in rows:
-        out.append(f"{r:<{w}}  {_counts[r]:>8}  {_hits[r]:>10}  {_secs[r]:>9.2f}  {_in_compile[r]:>15.2f}")
-    out.append(f"{'total':<{w}}  {sum(_counts.values()):>8}  {sum(_hits.values()):>10}  "
-               f"{sum(_secs.values()):>9.2f}  {sum(_in_compile.values()):>15.2f}")
+        out.append(f"{r:<{w}}  {_counts[r]:>8}  {_hits[r]:>6}  {_counts[r] - _hits[r]:>8}  {_secs[r]:>9.2f}  "
+                   f"{_in_compile[r]:>15.2f}")
+    n, h = sum(_counts.values()), sum(_hits.values())
+    out.append(f"{'total':<{w}}  {n:>8}  {h:>6}  {n - h:>8}  {sum(_secs.values()):>9.2f}  "
+               f"{sum(_in_compile.values()):>15.2f}")
     return "\n".join(out)
 
 
