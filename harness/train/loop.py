@@ -408,9 +408,10 @@ def should_batch(specs: list[TrialSpec]) -> bool:
     chunks, compile excluded, interleaved, cached in ``$HARNESS_CACHE_DIR/batching.json``; batch
     when it is at least 1.05x faster. (A fixed rule, "never on CPU", was wrong both ways: 8 seeds of
     the digits MLP ran 0.78x batched in issue 5 and 1.21x in issue 15 on the same 2-core CPU.)
-    Fewer than 2 trials or specs that cannot share a batch: False; large models are not measured
-    (False). ``HARNESS_BATCH=always|never`` overrides the measurement (never for incompatible specs).
-    The worker and :func:`harness.plan.units.group_units` call it through this module (tests
-    replace it here).
+    Fewer than 2 trials or specs that cannot share a batch: False; large models, and groups whose
+    vmap could save less training time than compiling the vmapped chunk to measure it would cost,
+    are not measured (False). ``HARNESS_BATCH=always|never`` overrides the measurement (never for
+    incompatible specs). The worker and :func:`harness.plan.units.group_units` call it through
+    this module (tests replace it here).
     """
     return batching.decide(specs).batch
