@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import threading
 
+import jax
+import jax.numpy as jnp
 import pytest
 from conftest import make_spec
 
+from harness.data.sources import load_dataset
 from harness.plan.units import group_units
 from harness.train import batching
 from harness.train import loop as trainer
@@ -144,6 +147,10 @@ def test_not_measured_where_compiling_costs_more_than_vmap_could_save(fresh, mon
 
     monkeypatch.setattr(program, "PROGRAMS", collections.OrderedDict())
     specs = [_tiny("constant", s) for s in (0, 1)]
+    # an earlier stage (throughput) compiled the single-trial chunk: its compile still counts
+    prog = program.program_for(specs[0], load_dataset("digits"))
+    one, _ = prog.init(jax.random.PRNGKey(0), 0.01)
+    prog.get_chunk(None, 6, one, jnp.int32(0), prog.entry.x_train, prog.entry.y_train)
     d = batching.decide(specs)
     assert (d.batch, d.source) == (False, "skipped")
     assert re.fullmatch(r"sequential: not measured \(vmap could save at most 0\.\d\d s of training; "

@@ -26,7 +26,8 @@ returns its ``batch``. The method:
    could save is the training of ``T - 1`` of the trials (``(T - 1) * ceil(steps / n)`` chunks at
    the single chunk's time, timed before the vmapped program is compiled), and measuring costs a
    compile of the vmapped program, which takes at least as long as the single one's (its compile
-   seconds, known then). When the first is smaller, sequential (issue 25 §2: on the quickstart,
+   seconds in this process, whichever stage compiled it; nothing when the vmapped one is compiled
+   already). When the first is smaller, sequential (issue 25 §2: on the quickstart,
    2 cores, a group's vmap could save at most ~0.2 s of training and the vmapped compile cost ~3 s;
    the measured speed-ups of T=2 were noise around 1.0x, 0.83-1.12x). Skips are cached like
    measurements; a cost skip keeps its chunk and compile seconds, so a sweep with another budget
@@ -308,7 +309,10 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     one = singles[0]
     del singles
     start = jnp.int32(0)
-    exe_1, compile_1 = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)
+    exe_1, _ = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)
+    # what measuring costs: compiling the vmapped chunk, which takes at least as long as the single
+    # one did (whichever stage compiled that); nothing when it is compiled already
+    cost_s = 0.0 if prog.chunk_compile_s(T, n) is not None else prog.chunk_compile_s(None, n) or 0.0
     box = {"1": one}
 
     def vmapped() -> float:
@@ -333,8 +337,8 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     if t_seq > MAX_REP_S:
         raise _TooSlowError(t_seq)
     save_s = _max_saving(specs, chunk_s)
-    if save_s < compile_1:  # (0 when the single chunk was compiled already: then it measures)
-        raise _NotWorthError(save_s, compile_1, chunk_s)
+    if save_s < cost_s:
+        raise _NotWorthError(save_s, cost_s, chunk_s)
     exe_v, _ = prog.get_chunk(T, n, stacked, start, e.x_train, e.y_train)
     box["v"] = stacked
     pair = vmapped() + t_seq  # warm-up, also the cost of one repetition

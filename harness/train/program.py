@@ -75,6 +75,7 @@ class TrainingProgram:
             raise ValueError(f"batch_size {self.batch_size} exceeds the {entry.num_train} training "
                              f"examples of {entry.ds.name}")
         self.compiled: dict[tuple, Any] = {}  # the chunks
+        self.compile_seconds: dict[tuple, float] = {}  # what compiling (or loading) each chunk took
         self.compiled_eval_params: dict[tuple, Any] = {}  # None: the optimizer has none
 
     # -- pure functions of one trial -------------------------------------------------------------
@@ -208,7 +209,13 @@ class TrainingProgram:
         t0 = time.perf_counter()
         exe = jax.jit(fn, donate_argnums=(0,), **jit_kw).lower(*args).compile()
         self.compiled[key] = exe
-        return exe, time.perf_counter() - t0
+        dt = self.compile_seconds[key] = time.perf_counter() - t0
+        return exe, dt
+
+    def chunk_compile_s(self, T: int | None, n: int, layout: Any = None) -> float | None:
+        """The seconds that compiling (or loading) the chunk :meth:`get_chunk` ``(T, n, layout)``
+        took in this process, whoever asked for it; ``None`` when it is not compiled."""
+        return self.compile_seconds.get((T, n, layout.key if layout is not None else None))
 
     def get_eval_params(self, T: int | None, state: TrainState, layout: Any = None) -> tuple[Any, float]:
         """The compiled :meth:`eval_params` (vmapped over ``T`` trials unless None; ``state`` not
