@@ -175,4 +175,4 @@ def test_an_unknown_scoring_rule_is_a_one_line_config_error(tmp_path, write_swee
     cfg = write_sweep(name="scored", scoring="fastest")
     res = CliRunner().invoke(app, ["sweep", str(cfg), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
     assert res.exit_code == 2
-    assert f"{cfg.name}: scoring: Input should be 'harness' or 'algoperf' (got 'fastest')" in res.output
+    assert f"{cfg.name}: scoring: must be one of harness, algoperf, got 'fastest'\n" in res.output
