@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness.core.boundary import edge, edge_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
-from harness.core.selection import check_select_by, selection_key, selection_words
+from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
 from reports.frame import SELECT_BY_ATTR, per_frame, summaries
 from reports.objectives import objective, objectives_differ
 
@@ -44,17 +44,13 @@ def selection_sentence(frame: pd.DataFrame, objective_words: str) -> str:
     ``time_to_target`` order, where the final value breaks ties."""
     by = select_by(frame)
     if by == "time_to_target":
-        order = (f"by seeds reaching the validation target, then median steps to it, then seeds "
-                 f"finished, then {objective_words}; optimizers are ranked by seeds reaching the "
-                 f"target, then median seconds to it, except that those reaching it at the same "
-                 f"median steps (the same evaluation) are a tie on time, ordered by seeds finished, "
-                 f"then the validation metric")
+        ranked = ("optimizers are ranked by seeds reaching the target, then median seconds to it, "
+                  "except that those reaching it at the same median steps (the same evaluation) are a "
+                  "tie on time, ordered by seeds finished, then the validation metric")
     else:
-        value = "best-during-training" if by == "best" else "final"
-        order = (f"by seeds finished, then the mean over seeds of the {value} validation value of "
-                 f"each task's metric, then seeds reaching the target, then median steps to it; "
-                 f"optimizers are ranked the same way, with median seconds to target before the name")
-    return f"{selection_caption(frame)} ({order}; report --select-by changes it)"
+        ranked = "optimizers are ranked the same way, with median seconds to target before the name"
+    return (f"{selection_caption(frame)} ({selection_order(by, objective_words)}; {ranked}; "
+            f"report --select-by changes it)")
 
 
 def tuning_value_words(frame: pd.DataFrame) -> str:
