@@ -35,6 +35,7 @@ from reports.clock import use_clock
 from reports.compare import compare
 from reports.frame import SELECT_BY_ATTR, SWEEP_TIME_ATTR, load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
+from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
 from reports.selection import select_by as select_of
 
@@ -102,6 +103,13 @@ def make_report(
     client = mlruns.mlflow_client(tracking_uri)
     data = load_sweep(experiment, sweep_id, client=client)
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
+    if objective(data.frame).target_metric is None:  # what ranks on time to target cannot run
+        for flag, value, need, instead in (("--scoring", scoring, "algoperf", "--scoring harness"),
+                                           ("--select-by", select_by, "time_to_target",
+                                            "--select-by final or best")):
+            if value == need:
+                raise ValueError(f"{flag} {need} ranks on time to the validation target and sweep "
+                                 f"{data.sweep_id} has no target; use {instead}")
     if scoring is not None:  # overrides the sweep's recorded rule (reports.frame.sweep_settings)
         data.frame.attrs[SCORING_ATTR] = scoring
     if select_by is not None:  # overrides the sweep's recorded objective

@@ -15,7 +15,7 @@ from harness.core.boundary import edge, edge_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
 from reports.frame import SELECT_BY_ATTR, per_frame, summaries
-from reports.objectives import objective, objectives_differ
+from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
 
 
 def select_by(frame: pd.DataFrame) -> str:
@@ -35,6 +35,23 @@ def selection_caption(frame: pd.DataFrame) -> str:
     metric = "valid/metric" if objectives_differ(frame) else \
         objective(frame).final.replace("final/valid_", "valid/")
     return selection_words(select_by(frame), metric)
+
+
+def objective_words(frame: pd.DataFrame, task: str | None = None) -> str:
+    """The objective a configuration is selected on, as the report's header names it, for the
+    frame's objective (:func:`select_by`) and ``task``'s metric (default the sweep's):
+    ``"time to valid/accuracy ≥ 0.9 (ties: final validation accuracy)"`` (``time_to_target``),
+    ``"final validation accuracy (target valid/accuracy ≥ 0.9)"`` (``final``), ``"best validation
+    accuracy during training (target ...)"`` (``best``). A task without a target selected by time
+    to target says what decides instead: its final value."""
+    obj, by = objective(frame, task), select_by(frame)
+    target = target_words(obj)
+    if by == "time_to_target":
+        if target:
+            return f"time to {target} (ties: {obj.label})"
+        return f"{obj.label} (no target: time to target cannot decide)"
+    label = f"{METRIC_LABELS.get(obj.best, obj.best)} during training" if by == "best" else obj.label
+    return label + (f" (target {target})" if target else "")
 
 
 def selection_sentence(frame: pd.DataFrame, objective_words: str) -> str:
