@@ -132,7 +132,7 @@ def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
         title = labels.get(task, task)
         if mixed:  # each panel names its own target
             title += f"\n{target_words(objective(frame, task))}"
-        time_rows_axes(ax, opts, xmax, title, f"{clock_of(frame, task)} seconds to target (median of seeds)")
+        time_rows_axes(ax, opts, xmax, title, f"seconds to target ({clock_of(frame, task)})")
     hide_unused(axes, len(tasks))
     goal = "each task's validation target" if mixed else (
         f"{METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
@@ -181,6 +181,6 @@ def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
                 words = f"not reached (0 of {row['n_configs']} configurations)"
             row_words(ax, i, words, at, xmax)
         time_rows_axes(ax, opts, xmax, labels.get(task, task),
-                       f"tuned {clock_of(frame, task)} seconds to the target")
+                       f"tuned seconds to target ({clock_of(frame, task)})")
     hide_unused(axes, len(tasks))
     return fig
