@@ -27,14 +27,15 @@ import re
 
 import pandas as pd
 
-from harness.core.clock import CLOCKS
-from harness.core.names import PARAM_SCORING, TAG_SELECT_BY, TAG_SWEEP_ID
+from harness.core.clock import CLOCKS, DEFAULT_CLOCK
+from harness.core.names import TAG_SELECT_BY, TAG_SWEEP_ID
 from harness.core.selection import SELECT_BY
 from reports import runs as mlruns
 from reports.clock import use_clock
 from reports.compare import compare
-from reports.frame import SELECT_BY_ATTR, load_frame, load_sweep, summaries
+from reports.frame import SELECT_BY_ATTR, SWEEP_TIME_ATTR, load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
+from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
 from reports.selection import select_by as select_of
 
@@ -55,7 +56,7 @@ def make_report(
     tuning_draws: str = "without-replacement",
     scoring: str | None = None,
     select_by: str | None = None,
-    time_clock: str = "modeled",
+    time_clock: str | None = None,
 ) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
@@ -80,7 +81,8 @@ def make_report(
         ``time_to_target``). The leaderboard's text says which.
       time_clock: the clock time to target is ranked and drawn on (:mod:`reports.clock`):
         ``"modeled"`` (steps × the program's median step time) or ``"measured"`` (wall-clock as
-        logged). The leaderboard says which.
+        logged); ``None`` takes the sweep's (its config's ``time:``, recorded on its latest parent
+        run; ``modeled`` when absent). The leaderboard says which.
 
     The HTML (and CSV) are also logged as artifacts under ``reports/`` of every parent run whose
     trials the report shows (:func:`report_parents`).
@@ -96,12 +98,20 @@ def make_report(
         raise ValueError(f"--scoring must be one of {', '.join(SCORING)}; got {scoring!r}")
     if select_by is not None and select_by not in SELECT_BY:
         raise ValueError(f"--select-by must be one of {', '.join(SELECT_BY)}; got {select_by!r}")
-    if time_clock not in CLOCKS:
+    if time_clock is not None and time_clock not in CLOCKS:
         raise ValueError(f"--time must be one of {', '.join(CLOCKS)}; got {time_clock!r}")
     client = mlruns.mlflow_client(tracking_uri)
     data = load_sweep(experiment, sweep_id, client=client)
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
-    data.frame.attrs[SCORING_ATTR] = scoring or sweep_scoring(data)
+    if objective(data.frame).target_metric is None:  # what ranks on time to target cannot run
+        for flag, value, need, instead in (("--scoring", scoring, "algoperf", "--scoring harness"),
+                                           ("--select-by", select_by, "time_to_target",
+                                            "--select-by final or best")):
+            if value == need:
+                raise ValueError(f"{flag} {need} ranks on time to the validation target and sweep "
+                                 f"{data.sweep_id} has no target; use {instead}")
+    if scoring is not None:  # overrides the sweep's recorded rule (reports.frame.sweep_settings)
+        data.frame.attrs[SCORING_ATTR] = scoring
     if select_by is not None:  # overrides the sweep's recorded objective
         data.frame.attrs[SELECT_BY_ATTR] = select_by
     try:
@@ -117,6 +127,7 @@ def make_report(
     csv = out.with_suffix(".csv")
     # the tidy frame as MLflow holds it plus the protocol's tables (tuning curves, tuned
     # time-to-result, on the report's clock) as extra rows
+    time_clock = time_clock or data.frame.attrs.get(SWEEP_TIME_ATTR) or DEFAULT_CLOCK
     ranked = use_clock(data.frame, time_clock)
     pd.concat([data.frame, csv_rows(ranked)], ignore_index=True).to_csv(csv, index=False)
     data.frame = ranked  # every view below counts time on the report's clock
@@ -133,15 +144,6 @@ def make_report(
         client.log_artifact(parent, str(out), artifact_path="reports")
         client.log_artifact(parent, str(csv), artifact_path="reports")
     return out
-
-
-def sweep_scoring(data) -> str:
-    """The rule the sweep's config chose (``scoring:``, the latest parent run's ``scoring`` param);
-    ``harness`` for sweeps from before the key."""
-    for parent in reversed(data.parents):
-        if rule := parent.data.params.get(PARAM_SCORING):
-            return rule
-    return SCORING[0]
 
 
 def report_parents(data) -> list[str]:

@@ -13,8 +13,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET, M_WALL_S
+from harness.core.names import M_SECONDS_TO_TARGET, M_STEP_MS, M_STEPS_TO_TARGET, M_WALL_S
 from reports import protocol
+from reports.clock import clock_of
 from reports.frame import curves, summaries
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
 from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
@@ -42,11 +43,22 @@ def time_rows_axes(ax, opts: list, xmax: float, title: str, xlabel: str) -> None
     ax.set_xlabel(xlabel)
 
 
+def budget_seconds(g: pd.DataFrame, ends: pd.Series, clock: str) -> pd.Series:
+    """The seconds each trial of ``g`` (summary rows) trained, on ``clock`` (the clock its task's
+    time to target is on, :func:`reports.clock.clock_of`): ``measured``, its last logged
+    ``time/wall_s`` (``ends``, by trial id); ``modeled``, its steps trained × its program's median
+    step time, so that a not-reached marker and the axis are on the clock of the times beside them."""
+    if clock == "modeled":
+        steps = pd.to_numeric(g["train_steps"], errors="coerce")
+        return steps * pd.to_numeric(g[M_STEP_MS], errors="coerce") / 1e3
+    return g["trial_id"].map(ends)
+
+
 def time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (task, optimizer), for its best configuration: seeds, seeds that reached the target,
     the median / 25th / 75th percentile of seconds and steps to target over those that did, and the
-    budget (``budget_steps``; ``budget_seconds``: median over seeds of the last logged
-    ``time/wall_s``). Empty when the sweep has no target."""
+    budget (``budget_steps``; ``budget_seconds``: median over seeds of the seconds trained on the
+    task's clock, :func:`budget_seconds`). Empty when the sweep has no target."""
     obj = objective(frame)
     if obj.target_metric is None:
         return pd.DataFrame()
@@ -57,7 +69,7 @@ def time_to_target(frame: pd.DataFrame) -> pd.DataFrame:
     ends = c.groupby("trial_id")[M_WALL_S].max() if len(c) else pd.Series(dtype=float)
     rows = []
     for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
-        budget_s = g["trial_id"].map(ends).dropna()
+        budget_s = budget_seconds(g, ends, clock_of(frame, task)).dropna()
         secs = g.loc[g["status"] == "finished", M_SECONDS_TO_TARGET].dropna()
         steps = g.loc[g["status"] == "finished", M_STEPS_TO_TARGET].dropna()
         rows.append(
@@ -120,7 +132,7 @@ def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
         title = labels.get(task, task)
         if mixed:  # each panel names its own target
             title += f"\n{target_words(objective(frame, task))}"
-        time_rows_axes(ax, opts, xmax, title, "seconds to target (median of seeds)")
+        time_rows_axes(ax, opts, xmax, title, f"seconds to target ({clock_of(frame, task)})")
     hide_unused(axes, len(tasks))
     goal = "each task's validation target" if mixed else (
         f"{METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
@@ -168,6 +180,7 @@ def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
                 ax.plot(at, i, marker=">", ms=8, mfc="white", mec=pal[opt], mew=1.6, ls="")
                 words = f"not reached (0 of {row['n_configs']} configurations)"
             row_words(ax, i, words, at, xmax)
-        time_rows_axes(ax, opts, xmax, labels.get(task, task), "tuned seconds to the target")
+        time_rows_axes(ax, opts, xmax, labels.get(task, task),
+                       f"tuned seconds to target ({clock_of(frame, task)})")
     hide_unused(axes, len(tasks))
     return fig

@@ -132,7 +132,8 @@ FIGURES: tuple[FigureSpec, ...] = (
         "Time to target",
         lambda f: "Median seconds to reach the target across seeds of each optimizer's best "
         "configuration (whiskers: interquartile range). ▷: no seed reached the target; the marker "
-        "sits at the seconds the training ran (its budget). " + clock_note(f),
+        "sits at the seconds the training ran (its budget, on the same clock: modeled, steps trained × "
+        "the step time). " + clock_note(f),
         time_to_target_figure,
         "The sweep has no target.",
         time_to_target,

@@ -54,6 +54,7 @@ from harness.core.names import (
     M_VALID_ACC,
     M_VALID_LOSS,
     PARAM_BATCH_SIZE,
+    PARAM_SCORING,
     PARAM_SEED,
     PARAM_STEP_SIZE,
     PARAM_STEPS,
@@ -69,6 +70,7 @@ from harness.core.names import (
     TAG_PERF_SUSPECT,
     TAG_REASON,
     TAG_SCHEDULE,
+    TAG_SCORING,
     TAG_SEARCH_SPACE,
     TAG_SEED,
     TAG_SELECT_BY,
@@ -76,6 +78,7 @@ from harness.core.names import (
     TAG_STATUS_REASON,
     TAG_SWEEP,
     TAG_SWEEP_ID,
+    TAG_TIME,
     TAG_TRIAL_ID,
     TAG_TUNING,
     canonical_metric,
@@ -96,6 +99,30 @@ STATUSES = ("finished", "diverged", "failed", "running")
 #: (:mod:`harness.core.selection`): the sweep's latest parent run's tag ``harness.select_by``
 #: (:func:`load_sweep`), overridden by ``report --select-by``.
 SELECT_BY_ATTR = "select_by"
+#: ``frame.attrs`` keys of the sweep's tuned-time rule (``scoring:``, ``report --scoring``;
+#: :func:`reports.protocol.scoring`) and of the clock its config asked for (``time:``; ``report
+#: --time`` overrides it, :func:`reports.clock.use_clock`), read like :data:`SELECT_BY_ATTR`.
+SCORING_ATTR = "scoring"
+SWEEP_TIME_ATTR = "sweep_time"
+#: Each setting's tag on a parent run (:func:`sweep_settings`) and its ``frame.attrs`` key.
+SETTINGS = {TAG_SELECT_BY: SELECT_BY_ATTR, TAG_SCORING: SCORING_ATTR, TAG_TIME: SWEEP_TIME_ATTR}
+
+
+def sweep_settings(parents: list) -> dict[str, str]:
+    """How the sweep asked to be ranked, as ``frame.attrs`` (:data:`SETTINGS`): each setting's tag
+    on its latest parent run (the latest invocation's config; a re-run that trains nothing updates
+    it). A sweep from before the ``harness.scoring`` tag has its rule as the ``scoring`` param;
+    a setting no parent records is left out (the views use their default)."""
+    out = {}
+    for tag, attr in SETTINGS.items():
+        if parents and parents[-1].data.tags.get(tag):
+            out[attr] = parents[-1].data.tags[tag]
+    if SCORING_ATTR not in out:
+        for parent in reversed(parents):
+            if rule := parent.data.params.get(PARAM_SCORING):
+                out[SCORING_ATTR] = rule
+                break
+    return out
 
 #: Identity columns of every row, in order.
 ID_COLUMNS = (
@@ -348,8 +375,7 @@ def load_sweep(
     frame.attrs.update(
         experiment=experiment, sweep_id=sweep_id, parent_run_ids=[p.info.run_id for p in parents]
     )
-    if parents and parents[-1].data.tags.get(TAG_SELECT_BY):  # the latest invocation's objective
-        frame.attrs[SELECT_BY_ATTR] = parents[-1].data.tags[TAG_SELECT_BY]
+    frame.attrs.update(sweep_settings(parents))
     return SweepData(
         experiment=experiment,
         experiment_id=exp.experiment_id,

@@ -35,7 +35,9 @@ from reports.interactive import vega_bundle
 from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with_labels
 from reports.leaderboard import shared_columns
 from reports.objectives import objective, objectives_differ, target_words
+from reports.scoring import score_note
 from reports.selection import boundary_warnings, selection_caption, selection_sentence
+from reports.selection import objective_words as selected_on
 
 TEMPLATE = "report.html.j2"
 
@@ -279,8 +281,11 @@ def render(
     if objectives_differ(frame):  # workloads with different targets: each task's, by its label
         objective_words = "each task's own: " + "; ".join(
             f"{labels.get(t, t)}: {words(objective(frame, t))}" for t in sorted(s["task"].unique()))
+        header = "each task's own: " + "; ".join(
+            f"{labels.get(t, t)}: {selected_on(frame, t)}" for t in sorted(s["task"].unique()))
     else:
         objective_words = words(objective(frame))
+        header = selected_on(frame)
     return (
         _env()
         .get_template(TEMPLATE)
@@ -288,10 +293,11 @@ def render(
             experiment=data.experiment,
             sweep_id=data.sweep_id,
             n_invocations=len(data.parents),
-            objective=objective_words,
+            objective=header,
             selection=selection_sentence(frame, objective_words),
             selected_by=selection_caption(frame),
             time_clock=clock_note(frame),
+            score_note=score_note(frame),
             generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             n_trials=len(s),
             status_counts=[(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],

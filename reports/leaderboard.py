@@ -78,9 +78,11 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     metrics differ the headline column is "Test metric (selected on validation)" and each cell
     names its metric ("loss 1.927 …"). "Rank" is :func:`reports.ranks.shared_ranks`' label: ``"2="``
     for optimizers whose ranking numbers are not distinguishable. When the frame's tuned-time rule
-    is ``algoperf`` (:func:`reports.protocol.scoring`) and the sweep has a target, :data:`SCORE_COL`
-    holds each optimizer's AlgoPerf score over all tasks (:func:`reports.scoring.algoperf_scores`;
-    the same in each of its rows). Returns display strings plus numeric ``_``-prefixed columns.
+    is ``algoperf`` (:func:`reports.protocol.scoring`) and the sweep has a target and more than one
+    task (:func:`reports.scoring.shows_score`; one task: :func:`reports.scoring.score_note`),
+    :data:`SCORE_COL` holds each optimizer's AlgoPerf score over all tasks
+    (:func:`reports.scoring.algoperf_scores`; the same in each of its rows).
+    Returns display strings plus numeric ``_``-prefixed columns.
     """
     best = best_configs(frame)
     if best.empty:
@@ -93,7 +95,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     mixed = objectives_differ(frame)  # e.g. a loss-target task beside an accuracy-target one
     test_col = "Test metric (selected on validation)" if mixed else \
         f"Test {obj.test.split('/', 1)[1]} (selected on validation)"
-    scores = scoring.algoperf_scores(frame) if protocol.scoring(frame) == "algoperf" else None
+    scores = scoring.algoperf_scores(frame) if scoring.shows_score(frame) else None
     rows = []
     for b in best.itertuples():
         task_test = objective(frame, b.task).test.split("/", 1)[1]

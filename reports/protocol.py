@@ -61,7 +61,7 @@ import numpy as np
 import pandas as pd
 
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET, SCORING_RULES
-from reports.frame import PROTOCOL_ONE_SPLIT, per_frame, summaries
+from reports.frame import PROTOCOL_ONE_SPLIT, SCORING_ATTR, per_frame, summaries
 from reports.labels import SELF_TUNING, is_self_tuning, is_tuned
 from reports.objectives import objective
 from reports.selection import best_configs, select_by
@@ -338,8 +338,6 @@ def tuning_curves(frame: pd.DataFrame, replace: bool | None = None, n_boot: int 
 
 #: The rules of tuned time-to-result (module docstring): the harness's own (default) and AlgoPerf's.
 SCORING = SCORING_RULES
-#: ``frame.attrs`` key naming the frame's rule (config ``scoring:``, ``report --scoring``).
-SCORING_ATTR = "scoring"
 
 
 def scoring(frame: pd.DataFrame) -> str:

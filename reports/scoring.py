@@ -25,7 +25,13 @@ from reports import protocol
 from reports.objectives import objective
 
 __all__ = ["ALGOPERF_MAX_TAU", "ALGOPERF_TAU_POINTS", "algoperf_scores", "performance_profile",
-           "profile_times"]
+           "profile_times", "score_note", "shows_score"]
+
+#: Why a sweep of one task shows no AlgoPerf score (:func:`score_note`).
+ONE_TASK_NOTE = ("AlgoPerf score left out: the sweep has one task, and over one task the score is only "
+                 "(4 − r)/3 of each optimizer's time ratio r to the fastest (0 above 4×), not a "
+                 "summary across tasks; the tuned time-to-result figure shows the times themselves. "
+                 "A sweep of two tasks or more shows it.")
 
 #: AlgoPerf: times above this multiple of the task's fastest are unsolved; τ's upper end.
 ALGOPERF_MAX_TAU = 4.0
@@ -91,3 +97,19 @@ def algoperf_scores(frame: pd.DataFrame) -> pd.Series:
         area = float(np.sum((rho[1:] + rho[:-1]) * np.diff(tau)) / 2)  # the trapezoidal rule
         out[opt] = area / (tau.max() - tau.min())
     return pd.Series(out, name="score", dtype=float)
+
+
+def shows_score(frame: pd.DataFrame) -> bool:
+    """Whether the leaderboard shows AlgoPerf's score: the frame's rule is ``algoperf``, the sweep
+    has a target and **more than one task** (over one task the profile is degenerate:
+    :data:`ONE_TASK_NOTE`)."""
+    return (protocol.scoring(frame) == "algoperf" and objective(frame).target_metric is not None
+            and profile_times(frame, "algoperf").shape[0] > 1)
+
+
+def score_note(frame: pd.DataFrame) -> str:
+    """The report's sentence about a score it leaves out (:data:`ONE_TASK_NOTE` for a sweep of one
+    task under ``algoperf``), else ``""``."""
+    if protocol.scoring(frame) != "algoperf" or shows_score(frame):
+        return ""
+    return ONE_TASK_NOTE if profile_times(frame, "algoperf").shape[0] == 1 else ""

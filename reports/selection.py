@@ -13,9 +13,9 @@ import pandas as pd
 
 from harness.core.boundary import edge, edge_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
-from harness.core.selection import check_select_by, selection_key, selection_words
+from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
 from reports.frame import SELECT_BY_ATTR, per_frame, summaries
-from reports.objectives import objective, objectives_differ
+from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
 
 
 def select_by(frame: pd.DataFrame) -> str:
@@ -37,6 +37,23 @@ def selection_caption(frame: pd.DataFrame) -> str:
     return selection_words(select_by(frame), metric)
 
 
+def objective_words(frame: pd.DataFrame, task: str | None = None) -> str:
+    """The objective a configuration is selected on, as the report's header names it, for the
+    frame's objective (:func:`select_by`) and ``task``'s metric (default the sweep's):
+    ``"time to valid/accuracy ≥ 0.9 (ties: final validation accuracy)"`` (``time_to_target``),
+    ``"final validation accuracy (target valid/accuracy ≥ 0.9)"`` (``final``), ``"best validation
+    accuracy during training (target ...)"`` (``best``). A task without a target selected by time
+    to target says what decides instead: its final value."""
+    obj, by = objective(frame, task), select_by(frame)
+    target = target_words(obj)
+    if by == "time_to_target":
+        if target:
+            return f"time to {target} (ties: {obj.label})"
+        return f"{obj.label} (no target: time to target cannot decide)"
+    label = f"{METRIC_LABELS.get(obj.best, obj.best)} during training" if by == "best" else obj.label
+    return label + (f" (target {target})" if target else "")
+
+
 def selection_sentence(frame: pd.DataFrame, objective_words: str) -> str:
     """The leaderboard's account of its selection (the report's text under "Leaderboard"):
     :func:`selection_caption` and the order :func:`best_configs` applies; ``objective_words`` names
@@ -44,17 +61,13 @@ def selection_sentence(frame: pd.DataFrame, objective_words: str) -> str:
     ``time_to_target`` order, where the final value breaks ties."""
     by = select_by(frame)
     if by == "time_to_target":
-        order = (f"by seeds reaching the validation target, then median steps to it, then seeds "
-                 f"finished, then {objective_words}; optimizers are ranked by seeds reaching the "
-                 f"target, then median seconds to it, except that those reaching it at the same "
-                 f"median steps (the same evaluation) are a tie on time, ordered by seeds finished, "
-                 f"then the validation metric")
+        ranked = ("optimizers are ranked by seeds reaching the target, then median seconds to it, "
+                  "except that those reaching it at the same median steps (the same evaluation) are a "
+                  "tie on time, ordered by seeds finished, then the validation metric")
     else:
-        value = "best-during-training" if by == "best" else "final"
-        order = (f"by seeds finished, then the mean over seeds of the {value} validation value of "
-                 f"each task's metric, then seeds reaching the target, then median steps to it; "
-                 f"optimizers are ranked the same way, with median seconds to target before the name")
-    return f"{selection_caption(frame)} ({order}; report --select-by changes it)"
+        ranked = "optimizers are ranked the same way, with median seconds to target before the name"
+    return (f"{selection_caption(frame)} ({selection_order(by, objective_words)}; {ranked}; "
+            f"report --select-by changes it)")
 
 
 def tuning_value_words(frame: pd.DataFrame) -> str:

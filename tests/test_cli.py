@@ -153,7 +153,7 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
     assert r.exit_code == 0, r.output
     assert seen == {"experiment": "q", "sweep_id": "abc", "output": "x.html", "baseline": "def",
                     "tracking_uri": tracking_uri, "tuning_draws": "without-replacement", "scoring": None,
-                    "select_by": None, "time_clock": "modeled"}  # None: the sweep's rule and objective
+                    "select_by": None, "time_clock": None}  # None: the sweep's rule, objective and clock
     assert r.output.strip().splitlines()[-3:] == [  # every file it wrote
         f"report: {tmp_path / 'r.html'} (2.1 MB, one self-contained HTML file)",
         f"data:   {tmp_path / 'r.csv'} (the tidy table behind every figure)",

@@ -18,7 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from harness.core import names as N
-from harness.core.clock import clock_sentence, modeled_seconds, ranked_seconds
+from harness.core.clock import clock_sentence, modeled_seconds, ranked_seconds, task_clock
 from harness.train import perf as P
 from harness.train import timing
 
@@ -94,13 +94,22 @@ def test_modeled_seconds_and_which_clock():
     assert modeled_seconds(150, 0.2) == pytest.approx(0.03)
     assert modeled_seconds(None, 0.2) is None and modeled_seconds(150, None) is None
     assert modeled_seconds(150, 0.2, "step time 10.4 ms measured, ...") is None
-    assert ranked_seconds(0.03, 0.4, "modeled") == (0.03, False)
-    assert ranked_seconds(None, 0.4, "modeled") == (0.4, True)  # suspect: its measured seconds
-    assert ranked_seconds(0.03, 0.4, "measured") == (0.4, False)
+    assert ranked_seconds(0.03, 0.4, "modeled") == 0.03
+    assert ranked_seconds(0.03, 0.4, "measured") == 0.4
     with pytest.raises(ValueError, match="the time clock must be one of modeled, measured; got 'wall'"):
         ranked_seconds(0.03, 0.4, "wall")
-    assert clock_sentence("modeled", 2).endswith(
-        "2 trials with a suspect or unmeasured step time count their measured seconds.")
+    # one comparison, one clock: a trial that reached the target without a modeled time (suspect,
+    # unmeasured) moves its whole task to measured seconds; one that did not reach it moves nothing
+    assert task_clock([(0.03, 0.4), (0.05, 0.5)], "modeled") == "modeled"
+    assert task_clock([(0.03, 0.4), (None, 0.5)], "modeled") == "measured"
+    assert task_clock([(0.03, 0.4), (None, None)], "modeled") == "modeled"
+    assert task_clock([(0.03, 0.4)], "measured") == "measured"
+    assert clock_sentence("modeled", ["mlp · digits"]).endswith(
+        "mlp · digits ranks on measured seconds: a trial there has a suspect or unmeasured step time, "
+        "and one comparison never mixes two clocks.")
+    assert clock_sentence("modeled", list("abcd")).endswith(
+        " a, b, c and 1 more rank on measured seconds: a trial there has a suspect or unmeasured step "
+        "time, and one comparison never mixes two clocks.")
 
 
 # --------------------------------------------------------------------------- ties and the clock
@@ -142,19 +151,25 @@ def test_a_tie_in_steps_is_ranked_by_the_final_metric_on_either_clock(clock):
     assert _ranks(f) == ["sgd", "momentum", "adam"]
 
 
-def test_use_clock_rewrites_the_seconds_and_falls_back_for_a_suspect_step_time():
-    from reports.clock import clock_note, use_clock
+def test_a_suspect_step_time_moves_its_whole_task_to_measured_seconds():
+    """Before: adam-1 (suspect) counted its measured 0.11 s beside the others' modeled seconds, one
+    comparison on two clocks. Now the task with the suspect trial ranks every trial on measured
+    seconds and says so; a second task without one stays modeled."""
+    from reports.clock import clock_note, clock_of, use_clock
 
-    raw = _tie_frame()
+    one = _tie_frame()
+    other = _tie_frame().assign(task="cnn / digits", trial_id=lambda f: "cnn-" + f["trial_id"])
+    raw = pd.concat([one, other], ignore_index=True)
     raw.loc[raw["trial_id"] == "adam-1", ["perf_suspect", N.M_MODELED_SECONDS_TO_TARGET]] = ["slow", None]
     m = use_clock(raw, "modeled")
     secs = dict(zip(m["trial_id"], m[N.M_SECONDS_TO_TARGET], strict=True))
-    assert secs["adam-0"] == pytest.approx(0.15) and secs["momentum-0"] == pytest.approx(0.18)
-    assert secs["adam-1"] == 0.11  # its measured seconds: the step time is suspect
-    assert clock_note(m) == clock_sentence("modeled", 1) and "1 trial with a suspect" in clock_note(m)
+    assert [secs[f"{o}-{s}"] for o in ("adam", "momentum") for s in (0, 1)] == [0.10, 0.11, 0.402, 0.182]
+    assert secs["cnn-adam-0"] == pytest.approx(0.15) and secs["cnn-momentum-0"] == pytest.approx(0.18)
+    assert clock_of(m, "mlp / digits") == "measured" and clock_of(m, "cnn / digits") == "modeled"
+    assert clock_note(m) == clock_sentence("modeled", ["mlp / digits"])
     w = use_clock(raw, "measured")
     assert list(w[N.M_SECONDS_TO_TARGET]) == list(raw[N.M_SECONDS_TO_TARGET])
-    assert clock_note(w).startswith("Time to target: measured")
+    assert clock_note(w).startswith("Time to target: measured") and clock_of(w, "cnn / digits") == "measured"
     assert list(raw[N.M_SECONDS_TO_TARGET])[:2] == [0.10, 0.11]  # the loaded frame is left alone
     with pytest.raises(ValueError, match="--time must be one of modeled, measured; got 'wall'"):
         use_clock(raw, "wall")

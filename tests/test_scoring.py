@@ -149,8 +149,9 @@ def test_scoring_key_is_recorded_read_by_the_report_and_overridden(tmp_path, wri
     exp = c.get_experiment_by_name("scored")
     (parent,) = c.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'")
     assert parent.data.params["scoring"] == "algoperf"
+    assert parent.data.tags[N.TAG_SCORING] == "algoperf"
     runner = CliRunner()
-    for extra, words, score_col in (
+    for extra, words, algoperf in (
             ([], "AlgoPerf&#39;s rule (scoring: algoperf)", True),
             (["--scoring", "harness"], "The harness&#39;s rule (scoring: harness, not AlgoPerf&#39;s)",
              False)):
@@ -160,9 +161,12 @@ def test_scoring_key_is_recorded_read_by_the_report_and_overridden(tmp_path, wri
         assert res.exit_code == 0, res.output
         html = out.read_text()
         assert words in html
-        assert ("AlgoPerf score (all tasks, τ ∈ [1, 4])" in html) is score_col
+        # one task: no score column; under algoperf the report says why (issue 22 leftovers §2)
+        assert "AlgoPerf score (all tasks, τ ∈ [1, 4])" not in html
+        assert ('<p class="sub" id="score-note">AlgoPerf score left out: the sweep has one task' in html) \
+            is algoperf
         rules = set(pd.read_csv(out.with_suffix(".csv")).query("row == 'tuned_time'")["tuning.rule"])
-        assert rules == {"algoperf" if score_col else "harness"}
+        assert rules == {"algoperf" if algoperf else "harness"}
     res = runner.invoke(app, ["report", "-e", "scored", "--tracking-uri", tracking_uri, "--scoring", "fast"])
     assert res.exit_code == 2 and "'fast' is not one of 'harness', 'algoperf'" in res.output
 
@@ -175,4 +179,20 @@ def test_an_unknown_scoring_rule_is_a_one_line_config_error(tmp_path, write_swee
     cfg = write_sweep(name="scored", scoring="fastest")
     res = CliRunner().invoke(app, ["sweep", str(cfg), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
     assert res.exit_code == 2
-    assert f"{cfg.name}: scoring: Input should be 'harness' or 'algoperf' (got 'fastest')" in res.output
+    assert f"{cfg.name}: scoring: must be one of harness, algoperf, got 'fastest'\n" in res.output
+
+
+def test_the_algoperf_score_shows_over_two_tasks_or_more_and_one_task_says_why():
+    """A profile over one task is degenerate (the score is (4 − r)/3 of one time ratio): the
+    leaderboard leaves the column out there and the report says why; over several tasks it shows."""
+    from reports.leaderboard import SCORE_COL, leaderboard
+
+    many = _frame(rule="algoperf")
+    assert S.shows_score(many) and S.score_note(many) == ""
+    assert leaderboard(many).drop_duplicates("Optimizer").set_index("Optimizer")[SCORE_COL].to_dict() == {
+        "a": "0.500", "b": f"{S.algoperf_scores(many)['b']:.3f}", "c": "0.251", "d": "0.125"}
+    one = _frame({k: v for k, v in TABLE.items() if k[0] == "t1"}, rule="algoperf")
+    assert not S.shows_score(one) and SCORE_COL not in leaderboard(one)
+    assert S.score_note(one) == S.ONE_TASK_NOTE
+    assert S.ONE_TASK_NOTE.startswith("AlgoPerf score left out: the sweep has one task, and over one task")
+    assert S.score_note(_frame({k: v for k, v in TABLE.items() if k[0] == "t1"})) == ""  # harness rule

@@ -55,11 +55,12 @@ def report(
         "(most seeds reaching the target, then fewest steps), final (best mean final validation "
         "metric) or best (best mean of the best validation value during training). Default: the "
         "sweep's own (its config's selection.by, recorded on its parent run)."),
-    time_clock: TimeClock = typer.Option(
-        TimeClock.modeled, "--time",
+    time_clock: TimeClock | None = typer.Option(
+        None, "--time",
         help="The clock time to target is ranked on: modeled (steps to target x the program's median "
-        "step time, free of the machine's load; a trial with a suspect step time counts its measured "
-        "seconds) or measured (the wall-clock each trial logged). The leaderboard says which."),
+        "step time, free of the machine's load; a task where a trial's step time is suspect ranks on "
+        "measured seconds, all its trials alike) or measured (the wall-clock each trial logged). "
+        "Default: the sweep config's `time:` (else modeled). The leaderboard says which."),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
     from harness.tracking.client import prepare_store
@@ -78,7 +79,7 @@ def report(
         path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value,
                            scoring=scoring.value if scoring is not None else None,
                            select_by=select_by.value if select_by else None,
-                           time_clock=time_clock.value)
+                           time_clock=time_clock.value if time_clock else None)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None

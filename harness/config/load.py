@@ -56,6 +56,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     batching: auto                 # auto | true | false: train seed/step-size siblings under vmap
     measure_perf: true             # throughput measurement (once per perf key)
     scoring: harness               # tuned time-to-result rule: harness | algoperf (reports.scoring)
+    time: modeled                  # the clock time to target ranks on: modeled | measured (core.clock)
     dtype: float32
     divergence: {loss_factor: 100}  # diverged: train loss > 100 x the initial one (null: off)
     selection: {by: time_to_target}  # each optimizer's best config: time_to_target | final | best

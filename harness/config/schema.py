@@ -35,6 +35,7 @@ from harness.config.echo import short_repr
 from harness.config.errors import key_text
 from harness.config.fields import Float, Int, strict_int
 from harness.config.values import hparam_count, hparam_values, log_grid_args
+from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import SCORING_RULES, canonical_metric
 from harness.core.registry import did_you_mean
 from harness.core.selection import DEFAULT_SELECT_BY, SELECT_BY
@@ -182,6 +183,17 @@ class TargetCfg(_Strict):
         return self.mode or ("max" if self.metric.endswith("accuracy") else "min")
 
 
+def one_of(v: Any, valid: tuple[str, ...], kind: str) -> str:
+    """``v`` when it is one of ``valid``; else a one-line error (the rule type ``kind``) naming the
+    valid values and the closest one: the one wording of every enumerated config value."""
+    if not isinstance(v, str) or v not in valid:
+        raise PydanticCustomError(
+            kind, "must be one of {valid}, got {v}{hint}",
+            {"valid": ", ".join(valid), "v": short_repr(v),
+             "hint": did_you_mean(v[:200], valid) if isinstance(v, str) else ""})
+    return v
+
+
 class SelectionCfg(_Strict):
     """``selection: {by: ...}``: how each optimizer's best configuration is selected on validation
     (:mod:`harness.core.selection`): ``time_to_target`` (the default), ``final`` or ``best``."""
@@ -191,13 +203,7 @@ class SelectionCfg(_Strict):
     @field_validator("by", mode="before")
     @classmethod
     def _by(cls, v: Any) -> str:
-        if not isinstance(v, str) or v not in SELECT_BY:
-            shown = short_repr(v)
-            raise PydanticCustomError(
-                "selection", "must be one of {valid}, got {v}{hint}",
-                {"valid": ", ".join(SELECT_BY), "v": shown,
-                 "hint": did_you_mean(v, SELECT_BY) if isinstance(v, str) else ""})
-        return v
+        return one_of(v, SELECT_BY, "selection")
 
 
 class Budget(_Strict):
@@ -313,7 +319,8 @@ class SweepConfig(_Strict):
     exclude: list[dict[str, Any]] = Field(default_factory=list)
     batching: Literal["auto", "on", "off"] = "auto"
     measure_perf: StrictBool = True
-    scoring: Literal[SCORING_RULES] = SCORING_RULES[0]  # tuned time-to-result rule: reports.protocol
+    scoring: str = SCORING_RULES[0]  # tuned time-to-result rule: reports.protocol
+    time: str = DEFAULT_CLOCK  # the clock time to target is ranked on: harness.core.clock
     dtype: Literal["float32", "bfloat16", "float16", "float64"] | list[
         Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
     augment: dict[str, Any] | None = None
@@ -336,6 +343,16 @@ class SweepConfig(_Strict):
         except ValueError as e:
             msg = str(e).split(": ", 1)[-1]
             raise PydanticCustomError("checkpoint_every", "{msg}", {"msg": msg}) from None
+
+    @field_validator("scoring", mode="before")
+    @classmethod
+    def _scoring(cls, v: Any) -> str:
+        return one_of(v, SCORING_RULES, "scoring")
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time(cls, v: Any) -> str:
+        return one_of(v, CLOCKS, "time")
 
     @field_validator("seeds", mode="before")
     @classmethod

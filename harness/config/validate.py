@@ -137,15 +137,33 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
             validate_augment(cfg.augment)
         except ValueError as e:
             errors.append(f"{file}: augment: {e}")
+    names = [c.name for c in cfg.datasets or []] + [c.name for g in cfg.include
+                                                     for c in g.datasets or []]
+    names += [w.name for w in cfg.workloads or []]
+    _check_needs_target(cfg, file, names, errors)
     for k in cfg.targets:
-        names = [c.name for c in cfg.datasets or []] + [c.name for g in cfg.include
-                                                         for c in g.datasets or []]
-        names += [w.name for w in cfg.workloads or []]
         if k not in names:
             errors.append(f"{file}: targets.{key_text(k)}: not a dataset of this sweep; datasets: "
                           f"{', '.join(names)}{did_you_mean(k[:200], names)}")
     if errors:
         raise ConfigError(errors)
+
+
+def _check_needs_target(cfg: SweepConfig, file: str, datasets: list[str], errors: list[str]) -> None:
+    """``scoring: algoperf`` and an explicit ``selection: {by: time_to_target}`` rank on time to the
+    validation target: every dataset of the sweep needs one (``target`` or its ``targets`` entry)."""
+    missing = list(dict.fromkeys(d for d in datasets if cfg.target_for(d) is None))
+    if not missing:
+        return
+    which = (f"dataset {missing[0]} has none" if len(missing) == 1
+             else f"datasets {', '.join(missing)} have none")
+    add = "add target: {metric: valid/accuracy, value: X} (or a targets entry per dataset)"
+    if cfg.scoring == "algoperf":
+        errors.append(f"{file}: scoring: algoperf scores time to the validation target and {which}; "
+                      f"{add}, or use scoring: harness")
+    if "by" in cfg.selection.model_fields_set and cfg.selection.by == "time_to_target":
+        errors.append(f"{file}: selection.by: time_to_target selects on reaching the validation target "
+                      f"and {which}; {add}, or use selection: {{by: final}} or {{by: best}}")
 
 
 def _check_rules(cfg: SweepConfig, file: str, registries: Registries, errors: list[str]) -> None:

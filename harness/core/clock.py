@@ -10,13 +10,18 @@
   this time, load included.
 
 A trial whose step time is suspect (tag ``perf.suspect``: it disagreed with the trial's own
-training clock twice) has no modeled time; on the modeled clock it counts its measured seconds
-instead, and the reader is told (:func:`clock_sentence`). Standard library only.
+training clock twice) or was not measured has no modeled time. One comparison never mixes two
+clocks: on the modeled clock, a task any of whose trials reached the target without a modeled time
+ranks all its trials on measured seconds (:func:`task_clock`), and the reader is told which tasks
+(:func:`clock_sentence`). The clock comes from the config's ``time:`` (recorded on the sweep's
+parent run as :data:`harness.core.names.TAG_TIME`), ``report --time`` overrides it. Standard
+library only.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 
 #: The clocks, the default first (``report --time``).
 CLOCKS = ("modeled", "measured")
@@ -35,28 +40,49 @@ def modeled_seconds(steps_to_target: float | None, step_time_ms: float | None,
     return steps * ms / 1e3
 
 
-def ranked_seconds(modeled: float | None, measured: float | None, clock: str) -> tuple[float | None, bool]:
-    """The seconds to target that ``clock`` ranks a trial on, and whether it fell back to the
-    measured seconds (the modeled clock, no modeled time: a suspect or unmeasured step time)."""
+def check_clock(clock: str | None) -> str:
+    """``clock`` when it is one of :data:`CLOCKS` (``None``: :data:`DEFAULT_CLOCK`).
+
+    Raises:
+      ValueError: any other value, naming the valid ones.
+    """
+    if clock is None:
+        return DEFAULT_CLOCK
     if clock not in CLOCKS:
         raise ValueError(f"the time clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
-    if clock == "measured" or modeled is not None:
-        return (measured if clock == "measured" else modeled), False
-    return measured, measured is not None
+    return clock
 
 
-def clock_sentence(clock: str, fallbacks: int = 0) -> str:
+def task_clock(trials: Iterable[tuple[float | None, float | None]], clock: str) -> str:
+    """The clock one task ranks all its trials on, given each trial's ``(modeled, measured)``
+    seconds to target: ``clock``, except that on the modeled clock a task where some trial reached
+    the target (measured seconds) without a modeled time ranks on ``"measured"`` (one comparison,
+    one clock)."""
+    if check_clock(clock) == "measured":
+        return clock
+    return "measured" if any(m is None and s is not None for m, s in trials) else "modeled"
+
+
+def ranked_seconds(modeled: float | None, measured: float | None, clock: str) -> float | None:
+    """The seconds to target of one trial on ``clock`` (a task's :func:`task_clock`)."""
+    return measured if check_clock(clock) == "measured" else modeled
+
+
+def clock_sentence(clock: str, measured_tasks: Sequence[str] = ()) -> str:
     """What a table or figure that ranks on time says about its clock, e.g. ``"Time to target:
-    modeled (steps to target × the program's median step time, free of the machine's load); 1
-    trial with a suspect or unmeasured step time counts its measured seconds."``"""
+    modeled (steps to target × the program's median step time, free of the machine's load); mlp ·
+    digits ranks on measured seconds: a trial there has a suspect or unmeasured step time, and one
+    comparison never mixes two clocks."`` (``measured_tasks``: the tasks :func:`task_clock` moved
+    to the measured clock)."""
     if clock == "measured":
-        text = ("Time to target: measured (the trial's wall-clock of training, load included; "
+        return ("Time to target: measured (the trial's wall-clock of training, load included; "
                 "`--time modeled` counts steps × the program's median step time).")
-    else:
-        text = ("Time to target: modeled (steps to target × the program's median step time, free of "
-                "the machine's load; `--time measured` ranks on wall-clock).")
-    if fallbacks:
-        one = fallbacks == 1
-        text += (f" {fallbacks} trial{'' if one else 's'} with a suspect or unmeasured step time "
-                 f"count{'s its' if one else ' their'} measured seconds.")
+    text = ("Time to target: modeled (steps to target × the program's median step time, free of "
+            "the machine's load; `--time measured` ranks on wall-clock).")
+    if measured_tasks:
+        names = list(measured_tasks)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        one = len(names) == 1
+        text += (f" {shown} rank{'s' if one else ''} on measured seconds: a trial there has a suspect "
+                 f"or unmeasured step time, and one comparison never mixes two clocks.")
     return text

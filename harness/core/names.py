@@ -28,6 +28,12 @@ TAG_SEARCH_INDEX = "harness.search_index"
 #: A sweep parent run's selection objective (``selection: {by: ...}``, one of
 #: :data:`harness.core.selection.SELECT_BY`); the report reads the latest parent's.
 TAG_SELECT_BY = "harness.select_by"
+#: A sweep parent run's tuned time-to-result rule (``scoring:``, one of :data:`SCORING_RULES`) and
+#: the clock time to target ranks on (``time:``, one of :data:`harness.core.clock.CLOCKS`): tags,
+#: like :data:`TAG_SELECT_BY`, which a re-run that trains nothing updates; the report reads the
+#: latest parent's (:func:`reports.frame.sweep_settings`).
+TAG_SCORING = "harness.scoring"
+TAG_TIME = "harness.time"
 #: A sampled trial's search ranges, JSON (:func:`harness.core.boundary.space_tag`).
 TAG_SEARCH_SPACE = "harness.search_space"
 #: A trial of an optimizer entry with ``tuning: none`` (AlgoPerf's self-tuning track: the optimizer
@@ -41,7 +47,7 @@ TAG_DEVICES = "harness.devices"
 TAG_DEVICE_ENV = "harness.device_env"
 TAG_DEVICE_ENV_SET = "harness.device_env_set"
 TAG_BATCHING = "harness.batching"
-PARAM_SCORING = "scoring"  # a parent run's tuned time-to-result rule (config `scoring:`), of SCORING_RULES
+PARAM_SCORING = "scoring"  # also a param (the MLflow UI's table); sweeps from before TAG_SCORING have only it
 SCORING_RULES = ("harness", "algoperf")  # reports.protocol: the harness's own (the default), AlgoPerf's
 TAG_REASON = "harness.reason"
 TAG_STATUS_REASON = "status_reason"  # the full reason (traceback) of a failed trial

@@ -88,6 +88,23 @@ def selection_words(by: str, metric: str) -> str:
     return "selected on validation by time to target"
 
 
+def selection_order(by: str, value_words: str = "the final validation metric") -> str:
+    """The order :func:`selection_key` selects a configuration in, in words (the one text of the
+    report's leaderboard and the sweep's summary): ``"by seeds reaching the validation target,
+    then median steps to it, then seeds finished, then {value_words}"`` for ``time_to_target``
+    (``value_words`` names the final value that breaks its ties), ``"by seeds finished, then the
+    mean over seeds of the final validation value of each task's metric, ..."`` for ``final`` and
+    ``best`` (best-during-training). The last keys (median seconds to target, the name) decide only
+    exact ties and are left out."""
+    by = check_select_by(by)
+    if by == "time_to_target":
+        return (f"by seeds reaching the validation target, then median steps to it, then seeds "
+                f"finished, then {value_words}")
+    value = "best-during-training" if by == "best" else "final"
+    return (f"by seeds finished, then the mean over seeds of the {value} validation value of each "
+            f"task's metric, then seeds reaching the target, then median steps to it")
+
+
 def best_of(values: list[float] | tuple[float, ...], higher_is_better: bool) -> float | None:
     """The best finite value of one validation curve (max when ``higher_is_better``, else min);
     ``None`` when it has none. What ``best/valid_*`` logs and ``best`` selection reads."""

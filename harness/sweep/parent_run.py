@@ -10,14 +10,18 @@ import time
 from pathlib import Path
 
 from harness.config.search import SEARCH_TAG
+from harness.core.clock import DEFAULT_CLOCK
 from harness.core.names import (
     M_SWEEP_WALL_S,
     M_TIME,
     PARAM_SCORING,
+    SCORING_RULES,
     TAG_KIND,
+    TAG_SCORING,
     TAG_SELECT_BY,
     TAG_SWEEP,
     TAG_SWEEP_ID,
+    TAG_TIME,
 )
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import DEFAULT_SELECT_BY
@@ -39,7 +43,7 @@ def kill_dead_invocations(client, exp_id: str) -> int:
 
 def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -> str:
     """Create this invocation's parent run (tags include its owner ``harness.owner`` = ``host:pid``,
-    a first heartbeat and the selection objective ``harness.select_by`` that the report reads),
+    a first heartbeat and the settings the report reads: :func:`settings_tags`),
     after marking dead invocations' leftover runs KILLED."""
     from mlflow.entities import Param
 
@@ -47,7 +51,7 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
     kill_dead_invocations(client, exp_id)
     tags = {TAG_SWEEP: cfg.name, TAG_SWEEP_ID: sweep_id, TAG_KIND: "parent",
             "git_commit": git_commit(), SEARCH_TAG: search_methods(specs),
-            TAG_SELECT_BY: cfg.selection.by, **owner_tags()}
+            **settings_tags(cfg), **owner_tags()}
     run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     rid = run.info.run_id
     params = [Param(k, str(v)) for k, v in {
@@ -70,18 +74,29 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
     return rid
 
 
-def record_selection(client, exp_id: str, sweep_id: str, by: str) -> None:
-    """A re-run that trains nothing opens no parent run (:func:`harness.sweep.run`): when its
-    config's selection objective ``by`` differs from the one the sweep's latest parent run records
-    (absent = the default), that parent's ``harness.select_by`` is set to it, so that the report
-    selects as the summary just printed. Nothing is written when they agree."""
+def settings_tags(cfg) -> dict[str, str]:
+    """The parent run's tags of how the report ranks: the selection objective, the tuned-time rule
+    and the clock (``selection.by``, ``scoring``, ``time``)."""
+    return {TAG_SELECT_BY: cfg.selection.by, TAG_SCORING: cfg.scoring, TAG_TIME: cfg.time}
+
+
+#: Each setting's value on a parent run from before its tag.
+_SETTING_DEFAULTS = {TAG_SELECT_BY: DEFAULT_SELECT_BY, TAG_SCORING: SCORING_RULES[0], TAG_TIME: DEFAULT_CLOCK}
+
+
+def record_settings(client, exp_id: str, sweep_id: str, cfg) -> None:
+    """A re-run that trains nothing opens no parent run (:func:`harness.sweep.run`): each of its
+    config's settings (:func:`settings_tags`) that differs from what the sweep's latest parent run
+    records (absent = the default) is set on that parent, so that the report ranks as the summary
+    just printed. Nothing is written when they agree."""
     parents = search_all(client, exp_id,
                          f"tags.`{TAG_KIND}` = 'parent' and tags.`{TAG_SWEEP_ID}` = '{sweep_id}'")
     if not parents:
         return
     latest = max(parents, key=lambda r: (r.info.start_time or 0, r.info.run_id))
-    if latest.data.tags.get(TAG_SELECT_BY, DEFAULT_SELECT_BY) != by:
-        client.set_tag(latest.info.run_id, TAG_SELECT_BY, by)
+    for tag, value in settings_tags(cfg).items():
+        if latest.data.tags.get(tag, _SETTING_DEFAULTS[tag]) != value:
+            client.set_tag(latest.info.run_id, tag, value)
 
 
 def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, status: str,

@@ -43,7 +43,7 @@ from harness.plan.expansion import TrialList, component_variants, expand, search
 from harness.plan.units import group_units
 from harness.sweep.budget import SweepClock
 from harness.sweep.execution import execute_units
-from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_selection, start_parent
+from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_settings, start_parent
 from harness.sweep.preflight import preflight
 from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
 from harness.sweep.resume import Plan, count_done, make_plan, take_spooled
@@ -183,7 +183,7 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
                            in_spool=frozenset(spool.pending_trials(uri)) if left else frozenset(),
                            config_path=str(config_path),
                            boundary=boundary_warnings(outcomes, specs, cfg.selection.by),
-                           select_by=cfg.selection.by,
+                           select_by=cfg.selection.by, time_clock=cfg.time,
                            budget=clock.budget, budget_wall_s=clock.wall_s)
     if not opts.quiet:
         print_summary(console, summary)
@@ -256,13 +256,13 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
     the runs it does not describe, and be what ``status`` calls the sweep's last run). A dead
     invocation's runs are still marked KILLED, as ``status`` promises."""
     kill_dead_invocations(client, exp_id)
-    record_selection(client, exp_id, sweep_id, cfg.selection.by)  # the report selects as this summary
+    record_settings(client, exp_id, sweep_id, cfg)  # the report ranks as this summary
     if not quiet:
         console.print(f"{len(plan.done)} trials already finished: nothing to train, no new parent run.")
     done = plan.done_outcomes
     summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, done, time.perf_counter() - t_start,
                            boundary=boundary_warnings(done, plan.specs, cfg.selection.by),
-                           select_by=cfg.selection.by)
+                           select_by=cfg.selection.by, time_clock=cfg.time)
     if not quiet:
         print_summary(console, summary)
     return summary

@@ -11,9 +11,15 @@ from typing import Any
 
 from harness.core.boundary import edge, edge_warning
 from harness.core.budget import budget_line
-from harness.core.clock import DEFAULT_CLOCK, clock_sentence, ranked_seconds
+from harness.core.clock import DEFAULT_CLOCK, clock_sentence, ranked_seconds, task_clock
 from harness.core.outcome import TrialOutcome
-from harness.core.selection import DEFAULT_SELECT_BY, selection_key, selection_words, value_kind
+from harness.core.selection import (
+    DEFAULT_SELECT_BY,
+    selection_key,
+    selection_order,
+    selection_words,
+    value_kind,
+)
 from harness.tracking.uris import default_tracking_uri
 
 
@@ -45,6 +51,8 @@ class SweepSummary:
     boundary: list[str] = field(default_factory=list)
     #: The selection objective (the config's ``selection.by``, :mod:`harness.core.selection`).
     select_by: str = DEFAULT_SELECT_BY
+    #: The clock time to target ranks on (the config's ``time:``, :mod:`harness.core.clock`).
+    time_clock: str = DEFAULT_CLOCK
     #: The parent run's time budget (``part -> s``, :mod:`harness.sweep.budget`) and the wall-clock
     #: its parts add up to; ``None`` when this invocation trained nothing.
     budget: dict[str, float] | None = None
@@ -113,16 +121,29 @@ class SweepSummary:
         return "" if self.tracking_uri == default_tracking_uri() else f" --tracking-uri {self.tracking_uri}"
 
 
-def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY) -> list[dict[str, Any]]:
+def task_clocks(outcomes: list[TrialOutcome], clock: str = DEFAULT_CLOCK) -> dict[tuple[str, str], str]:
+    """(dataset, model) → the clock that task ranks on (:func:`harness.core.clock.task_clock` over
+    its finished trials: a task where a trial reached the target without a modeled time ranks on
+    measured seconds)."""
+    pairs: dict[tuple[str, str], list] = {}
+    for o in outcomes:
+        pairs.setdefault((o.dataset, o.model), []).extend(
+            [(o.modeled_seconds_to_target, o.seconds_to_target)] if o.status == "finished" else [])
+    return {k: task_clock(v, clock) for k, v in pairs.items()}
+
+
+def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
+                 clock: str = DEFAULT_CLOCK) -> list[dict[str, Any]]:
     """Best configuration per (dataset, model, optimizer), selected exactly like the HTML report's
     leaderboard (:func:`reports.selection.best_configs`) by the objective ``by``
     (:func:`harness.core.selection.selection_key`, one rule for both). ``time_to_target`` (the
     default), first difference decides: more seeds that reached the target; lower median steps to
     target (one optimizer's steps cost the same, and steps carry no wall-clock noise); more seeds
     finished (not diverged or failed); better mean final target metric on **validation**
-    (valid/accuracy, or valid/loss for loss targets); lower median seconds to target (on the
-    modeled clock, :mod:`harness.core.clock`: steps × the program's median step time; a trial with
-    a suspect step time counts its measured seconds); the configuration's name. ``final`` /
+    (valid/accuracy, or valid/loss for loss targets); lower median seconds to target (on ``clock``,
+    :mod:`harness.core.clock`; the modeled clock is steps × the program's median step time, and a
+    task with a suspect step time ranks on measured seconds, :func:`task_clocks`); the
+    configuration's name. ``final`` /
     ``best``: more seeds finished, then the better mean final / best-during-training validation
     metric, then the rest as above. Identical results select identically. Selection never reads the
     test split: ``value`` is the selected configuration's mean validation metric (the final one;
@@ -130,6 +151,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY) -> l
     test metric over the seeds that have one (the headline number; ``None`` for runs from before
     the three-split protocol)."""
     kind = value_kind(by)
+    clocks = task_clocks(outcomes, clock)
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
@@ -151,9 +173,9 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY) -> l
             "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
             "n_diverged": sum(o.status == "diverged" for o in os_),
             "n_failed": sum(o.status == "failed" for o in os_),
-            # the modeled clock, a trial with a suspect step time on its measured seconds
+            # on the task's clock (task_clocks)
             "seconds_to_target": _median([ranked_seconds(o.modeled_seconds_to_target, o.seconds_to_target,
-                                                         DEFAULT_CLOCK)[0] for o in ok]),
+                                                         clocks[(ds, model)]) for o in ok]),
             "steps_to_target": _median([o.steps_to_target for o in ok]),
             "reached": sum(o.seconds_to_target is not None for o in ok),
             "has_target": any(o.has_target for o in os_),
@@ -192,17 +214,6 @@ def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFA
             if side:
                 out.append(edge_warning(r["optimizer"], rng, value, side, f"{r['model']} · {r['dataset']}"))
     return out
-
-
-def _rule_words(by: str) -> str:
-    """The summary's caption: the selection order of ``by`` (:func:`selection_key`) in words."""
-    if by == "time_to_target":
-        return ("most seeds reaching the target, then fewest steps to it, then most finished, then "
-                "best validation metric")
-    value = "of the seeds' best validation metric during training" if by == "best" else \
-        "final validation metric"
-    return (f"most seeds finished, then best mean {value} (valid), then most reaching the target, "
-            f"then fewest steps to it")
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -251,15 +262,15 @@ def print_summary(console, summary: SweepSummary) -> None:
     from harness.sweep.tables import print_table
 
     py = python_command()
-    rows = sorted(best_configs(summary.outcomes, summary.select_by),
+    rows = sorted(best_configs(summary.outcomes, summary.select_by, summary.time_clock),
                   key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
     configs: dict[tuple, list[str]] = {}
     task_configs: dict[tuple, list[str]] = {}
     for o in summary.outcomes:
         configs.setdefault((o.dataset, o.model, o.optimizer), []).append(o.config)
         task_configs.setdefault((o.dataset, o.model), []).append(o.config)
-    fallbacks = sum(ranked_seconds(o.modeled_seconds_to_target, o.seconds_to_target, DEFAULT_CLOCK)[1]
-                    for o in summary.outcomes if o.status == "finished")
+    clocks = task_clocks(summary.outcomes, summary.time_clock)
+    measured = [f"{m} · {d}" for (d, m), c in sorted(clocks.items()) if c != summary.time_clock]
 
     def short(metric: str) -> str:
         return metric.split("/", 1)[-1].replace("accuracy", "acc")
@@ -274,9 +285,9 @@ def print_summary(console, summary: SweepSummary) -> None:
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
               title=f"{summary.name}: best configuration per task and optimizer\n{chosen}\n"
                     f"{summary.headline()}",
-              caption=f"best = selected on validation: {_rule_words(summary.select_by)}; test = its "
+              caption=f"best = selected on validation: {selection_order(summary.select_by)}; test = its "
                       f"mean test metric; full configurations: the HTML report. "
-                      + clock_sentence(DEFAULT_CLOCK, fallbacks))
+                      + clock_sentence(summary.time_clock, measured))
     # the task and optimizer on one line; the rest may wrap at words (a header over two lines) so
     # that the table fits 80 columns (harness.sweep.tables.print_table: else a block per row)
     t.add_column("task", no_wrap=True)
