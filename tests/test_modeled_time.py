@@ -167,19 +167,17 @@ def _slow_measure(monkeypatch, times: int | None):
     """Make the first ``times`` throughput measurements (every one: ``None``) take 30 ms a step
     more than the step does: the timed executable sleeps before each call (the issue's 10.4 ms
     measured under load; 30 ms so that a training clock slowed by a busy test machine, up to 15 ms
-    a step, still disagrees by more than 2x), while training is untouched. Returns the list of
-    measured times."""
-    real = timing.measure
-    seen: list[float] = []
+    a step, still disagrees by more than 2x), while training is untouched. The sweep's interleaved
+    measurement before training and a unit's own re-measurement both time what
+    ``perf._chunk_job`` hands them. Returns the list of measured step times."""
+    real_job, real_result = P._chunk_job, timing.perf_result
+    jobs, seen = [0], []
 
-    def measure(fn, args, **kw):
-        if times is None or len(seen) < times:
-            import jax
-
-            exe = kw.pop("compiled", None) or jax.jit(fn, donate_argnums=kw.get("donate_argnums", ())
-                                                       ).lower(*args).compile()
-
-            k = kw.get("steps_per_call", 1)
+    def chunk_job(prog, spec, state=None):
+        job, kw = real_job(prog, spec, state)
+        jobs[0] += 1
+        if times is None or jobs[0] <= times:
+            exe, k = job.compiled, kw["steps_per_call"]
 
             class Slow:
                 def __call__(self, *a):
@@ -191,12 +189,16 @@ def _slow_measure(monkeypatch, times: int | None):
                 def cost_analysis(self):
                     return exe.cost_analysis()
 
-            kw.update(compiled=Slow(), compile_s=kw.get("compile_s") or 0.0)
-        out = real(fn, args, **kw)
+            job = job._replace(compiled=Slow())
+        return job, kw
+
+    def perf_result(*a, **kw):
+        out = real_result(*a, **kw)
         seen.append(out.step_time_ms)
         return out
 
-    monkeypatch.setattr(P.timing, "measure", measure)
+    monkeypatch.setattr(P, "_chunk_job", chunk_job)
+    monkeypatch.setattr(P.timing, "perf_result", perf_result)
     monkeypatch.setattr("harness.execute.training.PERF_CACHE", {})  # this process's measurements
     return seen
 
