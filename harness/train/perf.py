@@ -2,16 +2,32 @@
 
 :func:`measure_trial_perf` times the single-trial training dispatch of a
 :class:`~harness.train.program.TrainingProgram` (its compiled chunk of ``K = steps_per_dispatch``
-steps, batches gathered from the training split on the device, as the trainer runs it; per-step
-time = call time / K) with :func:`harness.train.timing.measure` (state donated), once per
-:func:`perf_cache_key` through a ``perf_cache`` dict that the caller keeps; its FLOPs per step come
-from the compiled one-step function (XLA counts a scan's body once). Timing one step per dispatch
-instead counted a host dispatch per step that training pays once per K steps (a digits MLP: 0.56
-ms against the 0.14 ms its training took). On D > 1 devices the sharded one-step function is timed:
-``shard: batch``: one step of the B-example batch split over the mesh, state replicated (examples/s =
-B / step time); ``shard: trials``: one vmapped step of D trials (one per device, copies of this
-trial), state split along the trial axis (examples/s = D·B / step time). FLOPs, peak and utilisation
-are for the whole mesh. FLOPs are cross-checked against ``3 × flops_per_example × batch_size``.
+steps, batches gathered from the training split on the device, as the trainer runs it, the very
+executable ``prog.get_chunk`` returns to training; per-step time = call time / K) with
+:func:`harness.train.timing.measure` (state donated), once per :func:`perf_cache_key` through a
+``perf_cache`` dict that the caller keeps. Its FLOPs per step come from the cost analysis of the
+one-step function **lowered, not compiled** (XLA counts a scan's body once, so the chunk's own count
+would not do): for the zoo's models the lowered count is 0.5–9.4% below the compiled one's
+(logreg 0.9%, MLP 0.5%, CNN 3.0%, CNN-1D 3.4%, autoencoder 6.6%, ResNet 9.4%, ViT 1.4%, transformer
+LM 0.9%, ResNet-18 1.7%: the optimised program fuses and rewrites), well inside the factor-2
+cross-check against the analytic count, and it saves a compile that took 2–33 s on a shared CPU.
+
+**Interleaved, before training** (:func:`measure_interleaved`, the sweep's in-process stage):
+the sweep's distinct one-device programs are timed round by round, each round a block of calls of
+every program in turn (:func:`harness.train.timing.time_rounds`), until each program's spread is at
+most :data:`MAX_SPREAD` or a bound (:func:`interleave_bounds`), the median per program going into
+the ``perf_cache`` that the trainer reads. A load that comes and goes during the measurement then
+slows every program alike, and their ratios, which decide ranks on the modeled clock, hold (timed
+one after another, at each unit's end, two identical programs read 0.18 and 0.35 ms).
+
+Timing one step per dispatch instead counted a host dispatch per step that training pays once per K
+steps (a digits MLP: 0.56 ms against the 0.14 ms its training took). On D > 1 devices the sharded
+one-step function is timed (compiled: it is what is timed), when the unit trains:
+``shard: batch``: one step of the B-example batch split over the mesh, state replicated
+(examples/s = B / step time); ``shard: trials``: one vmapped step of D trials (one per device,
+copies of this trial), state split along the trial axis (examples/s = D·B / step time). FLOPs,
+peak and utilisation are for the whole mesh. FLOPs are cross-checked against
+``3 × flops_per_example × batch_size``.
 
 **Checked against the trial's own clock.** The timed block is repeated until its spread (IQR /
 median) is at most :data:`MAX_SPREAD` or a bound is hit (:func:`harness.train.timing.measure`'s
@@ -22,7 +38,9 @@ trial alone should take between clock-per-step / T and clock-per-step. A step ti
 ``[clock/T / CLOCK_FACTOR, clock × CLOCK_FACTOR]`` (:func:`clock_disagreement`) is measured once
 more (the cache then holds the new one); if that one disagrees too, the trial's ``PerfResult`` gets
 ``suspect`` = the reason with both figures (logged as the tag ``perf.suspect``; reports draw it
-hatched and rank that trial on its measured seconds). A measurement taken under load (10.4 ms where
+hatched and rank that trial on its measured seconds). A figure from the interleaved stage is
+checked the same way when its unit trains (and re-measured alone if it disagrees). A measurement
+taken under load (10.4 ms where
 the trial's 5,000 steps took 6.5 s, 1.3 ms each) is what this catches.
 """
 
@@ -149,12 +167,13 @@ def _chunk_job(prog: TrainingProgram, spec: TrialSpec, state=None) -> tuple[timi
     """The single-trial K-step chunk the trainer dispatches (``prog.get_chunk``: compiled once per
     process, training reuses it), as a :class:`harness.train.timing.Timed` starting from ``state``
     (default: a fresh one), and the keywords of :func:`harness.train.timing.perf_result` for it
-    (its batch, K, the analytic FLOPs and the one-step program whose cost analysis counts them)."""
+    (its batch, K, the analytic FLOPs and the one-step program whose cost analysis counts them:
+    lowered, not compiled, see the module docstring)."""
     e = prog.entry
     state = _init_state(prog, spec) if state is None else state
     xb, yb = e.x_train[:prog.batch_size], e.y_train[:prog.batch_size]
     t0 = time.perf_counter()
-    one = jax.jit(prog.one_step, donate_argnums=(0,)).lower(state, xb, yb, jnp.int32(0)).compile()
+    one = jax.jit(prog.one_step).lower(state, xb, yb, jnp.int32(0))  # counted, never compiled
     compile_s = time.perf_counter() - t0
     K = max(1, min(spec.steps_per_dispatch, spec.steps))
     args = (state, jnp.int32(0), jnp.asarray(e.x_train), jnp.asarray(e.y_train))
