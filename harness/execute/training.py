@@ -62,7 +62,7 @@ def needs_perf_measurement(unit: list[TrialSpec]) -> bool:
     return any(perf_cache_key(s) not in PERF_CACHE for s in unit)
 
 
-def measure_throughput(units: list[list[TrialSpec]]) -> int:
+def measure_throughput(units: list[list[TrialSpec]]) -> float:
     """Measure, interleaved, the step of every distinct perf key of ``units`` that :data:`PERF_CACHE`
     lacks (``harness.train.perf.measure_interleaved``), before any of them trains, and store the
     figures in :data:`PERF_CACHE`, where the trainer finds them (it then only checks them against
@@ -71,7 +71,8 @@ def measure_throughput(units: list[list[TrialSpec]]) -> int:
     AlgoPerf submissions (their runner times their own calls) and multi-device trials (measured
     when their unit trains). Never raises for a trial: one whose program cannot be built is left to
     its unit (which records the error); a measurement that fails is logged and each unit measures
-    its own. Returns the number of programs measured."""
+    its own. Returns the seconds of it spent compiling (the chunks training reuses, and lowering
+the one-step programs for their FLOPs: the time budget's ``compile``, not ``throughput``)."""
     from harness.train.perf import measure_interleaved, perf_cache_key
     from harness.train.program import program_for
 
@@ -90,11 +91,11 @@ def measure_throughput(units: list[list[TrialSpec]]) -> int:
         except Exception:  # its unit trains it and records why
             continue
     try:
-        return len(measure_interleaved(progs, PERF_CACHE))
+        return sum(p.compile_s for p in measure_interleaved(progs, PERF_CACHE).values())
     except Exception as e:
         log.warning("the interleaved throughput measurement failed (%s); each unit measures its own",
                     _first_line(e))
-        return 0
+        return 0.0
 
 
 def _unit_checkpoints(specs: list[TrialSpec], ctx: RunContext, batched: int | None):
