@@ -20,6 +20,12 @@ The method (what :func:`measure` does, in order):
    ``iters`` calls is timed, up to ``max_iters`` calls or ``max_seconds`` of timing; the median and
    percentiles are over every timed call. A busy machine thus gets more samples, and the median of
    many is what it reports.
+3c. **Several programs, interleaved** (:func:`time_rounds`, which :func:`measure` runs for one
+   program, a round being one block): each program's warm-up, then rounds, each a block of timed
+   calls of every program in turn, until every program's spread is small (after ``min_rounds``) or
+   a bound is hit; :func:`perf_result` turns each program's calls into its result. Load that comes
+   and goes falls on all programs alike, so their medians keep their ratios
+   (:func:`harness.train.perf.measure_interleaved` times a sweep's programs so before training).
 4. **FLOPs per step** from the compiled executable's ``cost_analysis()`` (``flops``; the result may be a
    dict or a list of dicts; ``None``, a missing key or a negative value such as ``-1`` mean *unknown*),
    divided by ``steps_per_call``. For a ``lax.scan`` XLA counts the loop body once, so scanned
