@@ -236,4 +236,6 @@ def fake_trainer(monkeypatch):
     monkeypatch.setattr(trainer, "run_trial", run_trial)
     monkeypatch.setattr(trainer, "run_trials_batched", run_trials_batched)
     monkeypatch.setattr(trainer, "should_batch", lambda specs: False)
+    # nor does the sweep time real programs before training (its interleaved throughput stage)
+    monkeypatch.setattr("harness.execute.training.measure_throughput", lambda units: 0.0)
     return opts

@@ -63,8 +63,12 @@ def test_the_time_budget_of_a_real_sweep_adds_up_to_its_wall_clock(write_sweep, 
         assert {k for k in t if k.startswith("time/") and k != names.M_WALL_S} == \
             {names.M_TIME[p] for p in budget.TRIAL_PARTS}, t
         assert all(t[names.M_TIME[p]] >= 0 for p in budget.TRIAL_PARTS), t
-    for p in budget.TRAINER_PARTS:
+    for p in ("train", "eval"):
         assert sum(t[names.M_TIME[p]] for t in trials) == pytest.approx(parts[p], rel=1e-9), p
+    # compile and throughput: the trials' plus the sweep's interleaved throughput stage before
+    # training (harness.sweep.execution: its timing is throughput, its compiles compile)
+    for p in ("compile", "throughput"):
+        assert sum(t[names.M_TIME[p]] for t in trials) < parts[p], p
     # a batch's seconds divided between its trials: both members of a unit hold the same share,
     # and all the trials' seconds together fit in the execution (the batch's seconds repeated on
     # each member would count the compile twice and overflow it)

@@ -69,9 +69,10 @@ def _sweep(tmp_path: Path, store: str, seeds: str, *extra: str) -> dict[str, dic
 def test_second_invocation_with_new_seeds_compiles_nothing_new(tmp_path):
     first = _sweep(tmp_path, "a", "[0, 1]")
     assert len(first) == 4
-    # the first invocation compiled (a later trial of the same shapes reuses the process's programs)
+    # the first invocation compiled (a later trial of the same shapes reuses the process's programs;
+    # the training chunks are compiled by the sweep's interleaved throughput stage before training,
+    # so a trial's counts hold what its unit compiled beyond them: here the first unit's evaluation)
     assert first[("sgd", "0")]["metrics"][names.M_CACHE_MISSES] > 0, first[("sgd", "0")]["metrics"]
-    assert first[("adam", "0")]["metrics"][names.M_CACHE_MISSES] > 0
     assert first[("sgd", "0")]["metrics"][names.M_TIME_COMPILE_S] > 0
     folder = tmp_path / "cache" / "xla" / f"jax-{jax.__version__}-jaxlib-{jaxlib.__version__}"
     assert folder.is_dir() and any(folder.iterdir())
@@ -84,8 +85,7 @@ def test_second_invocation_with_new_seeds_compiles_nothing_new(tmp_path):
         assert t["metrics"][names.M_CACHE_MISSES] == 0, key
         if key[1] in "01":
             assert t["valid_loss"] == first[key]["valid_loss"], key
-    for opt in ("sgd", "adam"):
-        assert again[(opt, "0")]["metrics"][names.M_CACHE_HITS] > 0
+    assert again[("sgd", "0")]["metrics"][names.M_CACHE_HITS] > 0
 
 
 def test_no_compile_cache_compiles_everything_and_writes_no_cache(tmp_path):

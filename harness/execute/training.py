@@ -11,7 +11,9 @@
   ``(handle, trial ids)``; :func:`end_checkpoints` removes those whose trials are all in the store
   (or the spool) and unlocks the others, so the next attempt resumes them.
 - :data:`PERF_CACHE`: this process's throughput measurements (one per perf key), reused by every
-  unit it trains; :func:`needs_perf_measurement` says whether a unit adds one.
+  unit it trains; :func:`needs_perf_measurement` says whether a unit adds one;
+  :func:`measure_throughput` fills it for a whole sweep before training, its programs measured
+  interleaved (``harness.train.perf.measure_interleaved``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,42 @@ def needs_perf_measurement(unit: list[TrialSpec]) -> bool:
     from harness.train.perf import perf_cache_key
 
     return any(perf_cache_key(s) not in PERF_CACHE for s in unit)
+
+
+def measure_throughput(units: list[list[TrialSpec]]) -> float:
+    """Measure, interleaved, the step of every distinct perf key of ``units`` that :data:`PERF_CACHE`
+    lacks (``harness.train.perf.measure_interleaved``), before any of them trains, and store the
+    figures in :data:`PERF_CACHE`, where the trainer finds them (it then only checks them against
+    its unit's clock). Each program comes from ``harness.train.program.program_for``, preferring a
+    trial that trains alone (not vmapped), whose compiled chunk training then reuses. Left out:
+    AlgoPerf submissions (their runner times their own calls) and multi-device trials (measured
+    when their unit trains). Never raises for a trial: one whose program cannot be built is left to
+    its unit (which records the error); a measurement that fails is logged and each unit measures
+    its own. Returns the seconds of it spent compiling (the chunks training reuses, and lowering
+the one-step programs for their FLOPs: the time budget's ``compile``, not ``throughput``)."""
+    from harness.train.perf import measure_interleaved, perf_cache_key
+    from harness.train.program import program_for
+
+    devices.use_assigned_device()
+    chosen: dict = {}
+    for s in (s for u in sorted(units, key=len) for s in u):  # alone-trained trials first
+        if s.optimizer_api == "algoperf" or s.devices != 1:
+            continue
+        key = perf_cache_key(s)
+        if key not in PERF_CACHE and key not in chosen:
+            chosen[key] = s
+    progs = []
+    for s in chosen.values():
+        try:
+            progs.append((program_for(s, load_dataset_of(s)), s))
+        except Exception:  # its unit trains it and records why
+            continue
+    try:
+        return sum(p.compile_s for p in measure_interleaved(progs, PERF_CACHE).values())
+    except Exception as e:
+        log.warning("the interleaved throughput measurement failed (%s); each unit measures its own",
+                    _first_line(e))
+        return 0.0
 
 
 def _unit_checkpoints(specs: list[TrialSpec], ctx: RunContext, batched: int | None):

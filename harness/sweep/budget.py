@@ -12,7 +12,9 @@ The parent's parts:
 - ``tracking``: the parent's own MLflow calls (preparing the store, replaying the spool, planning
   from the store, the parent run's creation and end, ending leftovers, keeping one run per trial)
   plus the execution's (each trial's ``tracking_seconds``, the final wait for the background writer);
-- ``compile``, ``train``, ``eval``, ``throughput``: the sums of the trained trials' parts;
+- ``compile``, ``train``, ``eval``, ``throughput``: the sums of the trained trials' parts, plus,
+  for ``throughput`` and ``compile``, the in-process sweep's interleaved throughput stage before
+  training (:mod:`harness.sweep.execution`: its timing, and its compiles);
 - ``other``: the rest (building the executor, the workers' start-up, data loading, checkpoints...).
 
 With several workers the trials' seconds (their ``wall_seconds``, summed) exceed the execution's

@@ -6,6 +6,16 @@ claim are run again at the end, each waiting for its claim (they are then found 
 here). A result that a worker (possibly on another machine) could not write arrives in its outcome
 (``extra["spool_entry"]``) and is kept in this machine's spool. Once the executor returns, one
 FINISHED run per trial is kept (:func:`harness.sweep.resume.dedupe_sweep`).
+
+**Throughput first, interleaved.** On the in-process executor (the default) the step of every
+program the units will time is measured before any unit trains, the programs interleaved round by
+round (:func:`harness.execute.training.measure_throughput`): one figure per (program, device), taken
+under the same load for all, so that ranks on the modeled clock do not follow load that comes and
+goes. Its seconds are the time budget's ``throughput``, but for its compiles (the chunks training
+then reuses): ``compile``. Process and Ray workers (``--jobs N``) keep
+each unit's own measurement after it trains: a worker's programs are known only as its units arrive,
+and workers time while other workers train, so a sweep-wide interleaving is not available there
+(each worker's clock check still re-measures a figure that disagrees with its training).
 """
 
 from __future__ import annotations
@@ -14,11 +24,14 @@ import dataclasses
 import os
 import time
 
+from harness.core import budget
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
+from harness.execute import training
 from harness.execute.claims import CLAIM_WAIT_S
-from harness.execute.executors import Executor
+from harness.execute.executors import Executor, InProcessExecutor
+from harness.sweep.budget import SweepClock
 from harness.sweep.progress import ProgressDisplay
 from harness.sweep.resume import dedupe_sweep
 from harness.tracking import spool
@@ -38,11 +51,21 @@ def keep_spool_entry(o: TrialOutcome, uri: str) -> None:
 
 
 def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
-                  outcomes: list[TrialOutcome], display: ProgressDisplay) -> float:
+                  outcomes: list[TrialOutcome], display: ProgressDisplay,
+                  clock: SweepClock | None = None) -> float:
     """Run ``units`` on ``ex``, appending every outcome to ``outcomes`` and showing it on
-    ``display``; then run the deferred trials again and keep one FINISHED run per trial. Returns
-    the seconds that last step took (MLflow calls: the time budget's ``tracking``)."""
+    ``display`` (on the in-process executor the throughput of their programs is measured first,
+    interleaved, counted in ``clock``'s ``throughput`` and ``compile``: the module docstring);
+    then run the deferred trials again and keep one FINISHED run per trial. Returns the seconds
+    that last step took (MLflow calls: the time budget's ``tracking``)."""
     deferred: list[str] = []
+    if ctx.measure_perf and isinstance(ex, InProcessExecutor):
+        t0 = time.perf_counter()
+        compile_s = training.measure_throughput(units)
+        if clock is not None:  # its compiles are the budget's compile (training reuses them)
+            stage_s = time.perf_counter() - t0
+            budget.add(clock.parts, {"compile": min(compile_s, stage_s),
+                                     "throughput": max(0.0, stage_s - compile_s)})
 
     def on_done(batch: list[TrialOutcome]) -> None:
         n = 0

@@ -294,7 +294,7 @@ def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList,
     n_before, t_exec, dedupe_s = len(outcomes), time.perf_counter(), 0.0
     try:
         with ProgressDisplay(console, sum(len(u) for u in units), len(plan.done), uri, quiet) as display:
-            dedupe_s = execute_units(ex, units, ctx, outcomes, display)
+            dedupe_s = execute_units(ex, units, ctx, outcomes, display, clock)
         status = "FINISHED"
     except KeyboardInterrupt:
         raise SweepInterrupted(count_done(specs, client, exp_id, outcomes), len(specs)) from None

@@ -20,6 +20,12 @@ The method (what :func:`measure` does, in order):
    ``iters`` calls is timed, up to ``max_iters`` calls or ``max_seconds`` of timing; the median and
    percentiles are over every timed call. A busy machine thus gets more samples, and the median of
    many is what it reports.
+3c. **Several programs, interleaved** (:func:`time_rounds`, which :func:`measure` runs for one
+   program, a round being one block): each program's warm-up, then rounds, each a block of timed
+   calls of every program in turn, until every program's spread is small (after ``min_rounds``) or
+   a bound is hit; :func:`perf_result` turns each program's calls into its result. Load that comes
+   and goes falls on all programs alike, so their medians keep their ratios
+   (:func:`harness.train.perf.measure_interleaved` times a sweep's programs so before training).
 4. **FLOPs per step** from the compiled executable's ``cost_analysis()`` (``flops``; the result may be a
    dict or a list of dicts; ``None``, a missing key or a negative value such as ``-1`` mean *unknown*),
    divided by ``steps_per_call``. For a ``lax.scan`` XLA counts the loop body once, so scanned
@@ -59,7 +65,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -71,12 +77,16 @@ from models.flops import cost_analysis_flops
 
 __all__ = [
     "FlopsMismatchWarning",
+    "Timed",
     "cost_flops",
     "device_kind",
     "device_peak_flops",
     "flops_agree",
     "measure",
+    "perf_result",
     "relative_spread",
+    "state_carry",
+    "time_rounds",
 ]
 
 
@@ -211,6 +221,73 @@ _RETIMED: set[str] = set()
 # --------------------------------------------------------------------------------------------------
 
 
+class Timed(NamedTuple):
+    """One program of a round robin (:func:`time_rounds`): its compiled executable, the arguments of
+    its first call, and how one call's outputs become the next call's arguments (donated state)."""
+
+    compiled: Any
+    args: tuple
+    advance: Callable[[Any, tuple], tuple]
+
+
+def state_carry(carry: Callable[[Any, tuple], tuple] | None = None) -> Callable[[Any, tuple], tuple]:
+    """The ``advance`` of :class:`Timed`: ``carry(outputs, args)`` when given; else, if the call
+    returns a tuple whose first element has the structure of ``args[0]``, it replaces ``args[0]``
+    (state in, state out); else the arguments are reused."""
+
+    def advance(out: Any, a: tuple) -> tuple:
+        if carry is not None:
+            return tuple(carry(out, a))
+        if isinstance(out, tuple) and out and (
+            jax.tree_util.tree_structure(out[0]) == jax.tree_util.tree_structure(a[0])
+        ):
+            return (out[0], *a[1:])
+        return a
+
+    return advance
+
+
+def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_spread: float | None,
+                max_rounds: int, max_seconds: float, min_rounds: int = 1,
+                on_call: Callable[[int], None] | None = None) -> tuple[list[list[float]], list[Any]]:
+    """Time ``programs`` round by round (items 2, 3 and 3b of the module docstring, for one program
+    or several): ``warmup`` untimed calls of each (the last one's outputs waited for), then rounds,
+    each ``block`` timed calls of every program in turn (each call ended with
+    ``jax.block_until_ready`` and timed alone), until every program's spread (:func:`relative_spread`
+    of all its timed calls) is at most ``max_spread`` after at least ``min_rounds`` rounds, or
+    ``max_rounds`` rounds were timed, or ``max_seconds`` of timing passed. Load that comes and goes
+    then falls on every program alike, and their medians keep their ratios. ``on_call(i)`` is
+    called before each timed call of program ``i`` (the order is observable). Returns the seconds
+    of every timed call per program and each program's last outputs."""
+    if block < 1 or not programs:
+        raise ValueError(f"block must be >= 1 and programs not empty, got {block}, {len(programs)}")
+    args = [tuple(p.args) for p in programs]
+    outs: list[Any] = [None] * len(programs)
+    for i, p in enumerate(programs):
+        for _ in range(warmup):
+            outs[i] = p.compiled(*args[i])
+            args[i] = p.advance(outs[i], args[i])
+        if outs[i] is not None:
+            jax.block_until_ready(outs[i])
+    times: list[list[float]] = [[] for _ in programs]
+    start, rounds = time.perf_counter(), 0
+    while True:
+        for i, p in enumerate(programs):
+            for _ in range(block):
+                if on_call is not None:
+                    on_call(i)
+                t0 = time.perf_counter()
+                outs[i] = p.compiled(*args[i])
+                jax.block_until_ready(outs[i])
+                times[i].append(time.perf_counter() - t0)
+                args[i] = p.advance(outs[i], args[i])
+        rounds += 1
+        stable = max_spread is None or all(relative_spread(t) <= max_spread for t in times)
+        if (stable and rounds >= min_rounds) or rounds >= max_rounds \
+                or time.perf_counter() - start >= max_seconds:
+            return times, outs
+
+
 def measure(
     fn: Callable[..., Any],
     args: Sequence[Any],
@@ -280,36 +357,25 @@ def measure(
         t0 = time.perf_counter()
         compiled = jax.jit(fn, donate_argnums=donate_argnums).lower(*args).compile()
         compile_s = time.perf_counter() - t0
+    (times,), (out,) = time_rounds([Timed(compiled, args, state_carry(carry))], block=iters, warmup=warmup,
+                                   max_spread=max_spread, max_rounds=1 if max_spread is None else
+                                   -(-max_iters // iters), max_seconds=max_seconds)
+    return perf_result(times, out, compiled=compiled, compile_s=compile_s, batch_size=batch_size,
+                       steps_per_call=steps_per_call, warmup=warmup, analytic_flops=analytic_flops,
+                       peak_flops=peak_flops, dtype=dtype, num_devices=num_devices, mesh=mesh,
+                       flops_of=flops_of)
+
+
+def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: float | None,
+                batch_size: int, steps_per_call: int = 1, warmup: int = 0,
+                analytic_flops: float | None = None, peak_flops: float | None = None,
+                dtype: Any = jnp.float32, num_devices: int = 1, mesh: str = "",
+                flops_of: Any = None) -> PerfResult:
+    """The :class:`~harness.core.spec.PerfResult` of timed calls ``times`` (seconds each, of
+    ``steps_per_call`` steps) of ``compiled`` whose last outputs are ``out`` (items 3 to 6 of the
+    module docstring; the arguments are :func:`measure`'s)."""
     compile_s = float(compile_s or 0.0)
-
-    def advance(out: Any, a: tuple) -> tuple:
-        if carry is not None:
-            return tuple(carry(out, a))
-        if isinstance(out, tuple) and out and (
-            jax.tree_util.tree_structure(out[0]) == jax.tree_util.tree_structure(a[0])
-        ):
-            return (out[0], *a[1:])
-        return a
-
-    out = None
-    for _ in range(warmup):
-        out = compiled(*args)
-        args = advance(out, args)
-    if out is not None:
-        jax.block_until_ready(out)
-    times: list[float] = []
-    start = time.perf_counter()
-    while True:  # blocks of `iters` timed calls until the spread is small or a bound is hit
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            out = compiled(*args)
-            jax.block_until_ready(out)
-            times.append(time.perf_counter() - t0)
-            args = advance(out, args)
-        spread = relative_spread(times)
-        if (max_spread is None or spread <= max_spread or len(times) >= max_iters
-                or time.perf_counter() - start >= max_seconds):
-            break
+    spread = relative_spread(times)
     per_step_ms = np.asarray(times) * 1e3 / steps_per_call
     median = float(np.median(per_step_ms))
     p10, p90 = (float(v) for v in np.percentile(per_step_ms, [10, 90]))
