@@ -50,6 +50,14 @@ def test_clock_disagreement_says_both_figures():
         "step time 17.3 ms measured, the training clock says 1.1 ms per step (median of 3 dispatches; "
         "0.55 s / 40 steps): they differ by more than 2x")
     assert "(median of 1 dispatch; " in P.clock_disagreement(17.3, P.TrainClock(0.04, 20, 1, [0.3, 0.001]))
+    # too fast is judged on the fastest dispatch: dispatches slowed by other work in the process
+    # (the background MLflow writer) do not make a true figure "impossible" (seen: 0.338 ms measured,
+    # median dispatch 0.775 ms, which the median-based bound of 0.39 ms flagged)
+    busy = P.TrainClock(0.0927, 120, 1, [d / 20 for d in (0.02, 0.0155, 0.0155, 0.0155, 0.008, 0.015)])
+    assert P.clock_disagreement(0.338, busy) == ""
+    assert P.clock_disagreement(0.19, busy) == (
+        "step time 0.19 ms measured, the training clock says 0.4 ms per step (fastest of 5 dispatches; "
+        "0.0927 s / 120 steps): they differ by more than 2x")
 
 
 def test_relative_spread_and_repeats_until_stable(monkeypatch):
@@ -279,7 +287,7 @@ def test_the_modeled_time_is_steps_times_the_step_time(tmp_path, write_sweep, tr
 
 # --------------------------------------------------------------------------- the issue's done-when
 
-LOADED = {"models": [{"name": "mlp", "hparams": {"width": 64, "depth": 2}}], "datasets": ["digits"],
+LOADED = {"models": [{"name": "mlp", "hparams": {"width": 256, "depth": 2}}], "datasets": ["digits"],
           "schedules": ["constant"], "batch_size": 64,
           "optimizers": [{"name": "sgd", "hparams": {"step_size": 0.05}},
                          {"name": "momentum", "hparams": {"step_size": 0.03, "mass": 0.9}},
@@ -295,16 +303,16 @@ def burn_cpus(n: int = 2) -> list[subprocess.Popen]:
 
 @pytest.fixture(scope="module")
 def loaded_sweeps(tmp_path_factory):
-    """The same sweep twice into one store: ``quiet`` alone, ``loaded`` with CPU-burning processes
-    beside it on both cores (killed when the sweep ends). The clock check is off: on a shared test
-    machine a unit's training clock and the stage's figure, taken seconds apart under a load that
-    changed, disagree by 2x either way (seen: 2.22 ms measured against 0.49 ms trained), and a
-    suspect figure ranks on wall-clock; the check has its own tests above."""
+    """The same sweep twice into one store: ``quiet`` alone, ``loaded`` with a CPU-burning process
+    beside it (the issue's setting; killed when the sweep ends). The clock check stays on: a figure
+    it flagged would rank its task on wall-clock, and the test asserts none was. The MLP is 256 wide
+    (a step of ~1.5 ms): at 64 wide (0.4 ms, 8 ms per 20-step dispatch) the training clock's
+    dispatches ran at twice the stage's figure even on the quiet run (0.427 ms measured, fastest
+    dispatch 0.901 ms per step; the in-process MLflow writer works beside training), and the check
+    flagged true figures."""
     d = tmp_path_factory.mktemp("loaded")
     uri = f"sqlite:///{d / 'mlflow.db'}"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(P, "CLOCK_FACTOR", float("inf"))
-        _run_twice(d, uri)
+    _run_twice(d, uri)
     return uri
 
 
@@ -318,7 +326,7 @@ def _run_twice(d, uri) -> None:
         cfg = d / f"{name}.yaml"
         cfg.write_text(yaml.safe_dump({**LOADED, "name": name}, sort_keys=False))
         training.PERF_CACHE.clear()  # as a new process: each run measures its own step times
-        burners = burn_cpus() if name == "loaded" else []
+        burners = burn_cpus(1) if name == "loaded" else []
         try:
             run_sweep(cfg, tracking_uri=uri, quiet=True)
         finally:
@@ -328,8 +336,8 @@ def _run_twice(d, uri) -> None:
 
 
 def test_a_loaded_machine_gives_the_same_leaderboard_order(loaded_sweeps):
-    """Issue 22's done-when: the same sweep run twice, the second time beside CPU burners on both
-    cores, ranks its optimizers in the same order on the default, modeled clock. They reach the
+    """Issue 22's done-when: the same sweep run twice, the second time beside a CPU-burning
+    process, ranks its optimizers in the same order on the default, modeled clock. They reach the
     target at *different* steps (so the order is steps × each program's step time, not a tie), and
     two of them have modeled times within 1.5x of each other (so a step time measured alone, at
     each unit's end, under a load that came and went, could flip them); the programs are measured
