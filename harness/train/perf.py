@@ -33,9 +33,9 @@ peak and utilisation are for the whole mesh. FLOPs are cross-checked against
 median) is at most :data:`MAX_SPREAD` or a bound is hit (:func:`harness.train.timing.measure`'s
 ``max_spread``). The trainer passes its training clock (:class:`TrainClock`: wall seconds of
 training dispatches, compile and evaluation excluded; steps trained; the vmapped width ``T``; the
-seconds per step of each dispatch, whose median is the clock's time per step): one step of this
-trial alone should take between clock-per-step / T and clock-per-step. A step time outside
-``[clock/T / CLOCK_FACTOR, clock × CLOCK_FACTOR]`` (:func:`clock_disagreement`) is measured once
+seconds per step of each dispatch): one step of this trial alone should take between the
+fastest dispatch's seconds per step / T and the median dispatch's. A step time outside
+``[fastest/T / CLOCK_FACTOR, median × CLOCK_FACTOR]`` (:func:`clock_disagreement`) is measured once
 more (the cache then holds the new one); if that one disagrees too, the trial's ``PerfResult`` gets
 ``suspect`` = the reason with both figures (logged as the tag ``perf.suspect``; reports draw it
 hatched and rank that trial on its measured seconds). A figure from the interleaved stage is
