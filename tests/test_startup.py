@@ -94,3 +94,51 @@ def test_a_sweep_says_its_first_stage_before_importing_jax_or_mlflow(tmp_path, w
         assert first["stream"] == "stderr", first
         assert first["text"] == f"sweep: checking {cfg}: reading it (nothing is trained or written yet)"
 
+
+
+#: What each command may import beyond the command line itself; everything else of :data:`HEAVY`
+#: must stay out. MLflow brings pandas and scipy with it (``mlflow.data``); ``list`` reads the
+#: registries' signatures, whose modules import JAX.
+ALLOWED = {
+    "--help": set(),
+    "sweep --help": set(),
+    "report --help": set(),
+    "ui --help": set(),
+    "list": {"jax"},
+    "list optimizers adam": {"jax"},
+    "ui --tracking-uri sqlite:///{tmp}/none.db": set(),  # no store: exits 3 before starting a server
+    "status --tracking-uri sqlite:///{tmp}/none.db": set(),
+}
+
+
+@pytest.mark.parametrize("command", list(ALLOWED))
+def test_a_command_imports_only_what_it_needs(tmp_path, command):
+    """``sys.modules`` after each command, in a fresh process: nothing heavy that it does not use."""
+    code = ("import sys\nsys.argv = ['harness', *sys.argv[1:]]\nfrom harness.cli import main\ntry:\n"
+            "    main()\nexcept SystemExit as e:\n    print('EXIT', e.code, file=sys.stderr)\nfinally:\n"
+            f"    print('LOADED', ','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
+    args = command.format(tmp=tmp_path).split()
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=300)
+    loaded = set(r.stderr.rsplit("LOADED ", 1)[1].strip().split(",")) - {""}
+    assert loaded == ALLOWED[command], r.stderr
+    assert ("EXIT 3" in r.stderr) == ("none.db" in command), r.stderr  # the missing store is refused
+
+
+def test_status_imports_mlflow_but_neither_jax_nor_the_report(tmp_path, write_sweep, tracking_uri,
+                                                              fake_trainer):
+    """``status`` on a real store reads it with MLflow (which brings pandas and scipy); JAX,
+    matplotlib and scikit-learn stay out."""
+    from harness.sweep.run import run_sweep
+
+    run_sweep(write_sweep(), tracking_uri=tracking_uri, quiet=True)
+    code = ("import sys\nsys.argv = ['harness', *sys.argv[1:]]\nfrom harness.cli import main\ntry:\n"
+            "    main()\nfinally:\n"
+            f"    print('LOADED', ','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code, "status", "--tracking-uri", tracking_uri],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                       env={**os.environ, "COLUMNS": "60"})  # one "column: value" block per sweep
+    assert r.returncode == 0, r.stderr
+    assert "  trials: 2\n  finished: 2\n  diverged: 0\n  failed: 0\n  pending: 0\n" in r.stdout, r.stdout
+    loaded = set(r.stderr.rsplit("LOADED ", 1)[1].strip().split(","))
+    assert "mlflow" in loaded and not loaded & {"jax", "matplotlib", "sklearn"}, loaded
