@@ -142,3 +142,33 @@ def test_status_imports_mlflow_but_neither_jax_nor_the_report(tmp_path, write_sw
     assert "  trials: 2\n  finished: 2\n  diverged: 0\n  failed: 0\n  pending: 0\n" in r.stdout, r.stdout
     loaded = set(r.stderr.rsplit("LOADED ", 1)[1].strip().split(","))
     assert "mlflow" in loaded and not loaded & {"jax", "matplotlib", "sklearn"}, loaded
+
+
+def test_on_a_pipe_the_first_stage_counts_from_the_process_start(monkeypatch, capsys):
+    """On a pipe a stage was said once it had lasted 0.5 s, so the first line came 0.5 s after
+    the imports of the command line (about a second on an idle machine, more on a loaded one).
+    The first stage now counts from the process start: a process that has already run that long
+    says it at once; later stages, and a sweep run inside a longer process (no start given), keep
+    the rule."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    import harness.sweep.progress as progress
+
+    monkeypatch.setattr(progress, "PIPE_AFTER_S", 60.0)
+    pipe = Console(file=io.StringIO(), force_terminal=False)
+    started = progress.StageLine(pipe, quiet=False, since=time.perf_counter() - 61.0)
+    started.stage("config", "checking x.yaml: reading it")
+    deadline = time.monotonic() + 30
+    while "checking" not in (err := capsys.readouterr().err) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert err == "sweep: checking x.yaml: reading it\n"
+    started.stage("datasets", "loading 1 dataset")  # a later stage: its own 60 s
+    inside = progress.StageLine(pipe, quiet=False)  # no process start: the stage's own 60 s
+    inside.stage("config", "checking y.yaml: reading it")
+    time.sleep(0.3)
+    started.stop()
+    inside.stop()
+    assert capsys.readouterr().err == ""

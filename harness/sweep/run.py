@@ -126,7 +126,7 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     # within a second of the start: what the seconds before the plan or the bar are spent on (a
     # transient line on a terminal; on a pipe one line per stage on stderr: stdout is unchanged).
     # Said before JAX or MLflow is imported (seconds each): the first stage is the first thing done.
-    stages = StageLine(console, opts.quiet)
+    stages = StageLine(console, opts.quiet, since=opts.process_start)
     try:
         return _run_sweep(config_path, opts, console, stages, t_start, clock)
     finally:
