@@ -172,3 +172,23 @@ def test_on_a_pipe_the_first_stage_counts_from_the_process_start(monkeypatch, ca
     started.stop()
     inside.stop()
     assert capsys.readouterr().err == ""
+
+
+def test_pre_flight_traces_each_optimizer_once_per_model_and_schedule(monkeypatch):
+    """The quickstart's pre-flight traced 20 programs: 2 models, and each of 3 optimizers alone
+    and with each of 2 schedules on each model. The alone trace only says which of the two failed,
+    so it is made only when the build with the schedule fails: 14 programs."""
+    from pathlib import Path
+
+    import jax
+
+    from harness.config.load import load_config
+    from harness.sweep.preflight import preflight
+
+    calls = []
+    real = jax.eval_shape
+    monkeypatch.setattr(jax, "eval_shape", lambda f, *a, **k: calls.append(f) or real(f, *a, **k))
+    cfg_path = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+    specs = preflight(load_config(cfg_path), str(cfg_path))
+    assert len(specs) == 24
+    assert len(calls) == 2 + 2 * 3 * 2
