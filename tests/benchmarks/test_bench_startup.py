@@ -7,10 +7,13 @@ or written) and stops it at its first non-empty line (a terminal's control seque
 The rounds of the variants are interleaved (:mod:`paired`); pytest-benchmark's table gets the
 pipe's seconds (``record``), ``extra_info`` the medians of every variant.
 
-Measured on 2 shared cores (2026-12-02, loaded): the first line came 4.5 s after the start (the
-stage line waited for ``import jax``, which switching on the compilation cache made first); it now
-comes when the config stage has lasted 0.5 s on a pipe (at once on a terminal), before JAX or
-MLflow is imported. The order of events is tested in ``tests/test_startup.py``.
+Before issue 25 §5 the first line waited for ``import jax`` (switching on the compilation cache
+came first): 4.5 s after the start on a loaded machine. Now the stage line is set before JAX or
+MLflow is imported: on a terminal it is printed then, on a pipe 0.5 s after the process start.
+Measured on 2 shared cores under a load average of ~7 (2026-12-02; imports take several times
+their idle seconds): pipe 3.4-4.2 s, terminal 3.1-4.5 s over 5 rounds, which is the interpreter,
+typer and the harness's modules at that load. The order of events is tested in
+``tests/test_startup.py``.
 """
 
 from __future__ import annotations
