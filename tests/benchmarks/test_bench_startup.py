@@ -10,9 +10,11 @@ pipe's seconds (``record``), ``extra_info`` the medians of every variant.
 Before issue 25 §5 the first line waited for ``import jax`` (switching on the compilation cache
 came first): 4.5 s after the start on a loaded machine. Now the stage line is set before JAX or
 MLflow is imported: on a terminal it is printed then, on a pipe 0.5 s after the process start.
-Measured on 2 shared cores under a load average of ~7 (2026-12-02; imports take several times
-their idle seconds): pipe 3.4-4.2 s, terminal 3.1-4.5 s over 5 rounds, which is the interpreter,
-typer and the harness's modules at that load. The order of events is tested in
+Measured on 2 shared cores (2026-12-02), 5 rounds: at a load average of ~2.5, pipe 0.72-0.83 s,
+terminal 0.68-0.82 s (the quickstart's ``--dry-run`` on a pipe, same moment: 3.5-4.1 s before, 0.64-0.75
+s after, three interleaved pairs); ``--help`` 0.18 s, ``report --help`` 0.45 s, ``status`` (no
+store) 0.69 s, ``list`` 3.3 s (its registries import JAX). At a load average of ~7 every import
+takes several times as long: pipe 3.4-4.2 s, terminal 3.1-4.5 s. The order of events is tested in
 ``tests/test_startup.py``.
 """
 
