@@ -85,19 +85,21 @@ def _model_key(s, ds) -> tuple:
 
 
 def _opt_keys(s, mkey: tuple) -> list[tuple]:
-    """What an optimizer is traced once per, alone then with its schedule (as the trainer builds
-    it), on model ``mkey``'s parameters; none for an AlgoPerf submission (checked when it loads)."""
+    """What an optimizer is traced once per, with its schedule (as the trainer builds it) and,
+    only when that fails, alone (which of the two failed), on model ``mkey``'s parameters; none for
+    an AlgoPerf submission (checked when it loads)."""
     if s.optimizer_api == "algoperf":
         return []
     ohp = hp_key(s.hparams("optimizer"))
-    return [("opt", s.optimizer, ohp, "none", hp_key({}), 0, mkey),
-            ("opt", s.optimizer, ohp, s.schedule, hp_key(s.hparams("schedule")), s.steps, mkey)]
+    return [("opt", s.optimizer, ohp, s.schedule, hp_key(s.hparams("schedule")), s.steps, mkey),
+            ("opt", s.optimizer, ohp, "none", hp_key({}), 0, mkey)]
 
 
 def _traced(s, ds) -> set[tuple]:
-    """The traces trial ``s`` needs (its model's and its optimizer builds'): pre-flight's k/N."""
+    """The traces trial ``s`` needs when nothing fails (its model's and its optimizer's build with
+    its schedule): pre-flight's k/N."""
     mkey = _model_key(s, ds)
-    return {mkey, *_opt_keys(s, mkey)}
+    return {mkey, *_opt_keys(s, mkey)[:1]}
 
 
 def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
@@ -116,8 +118,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
       (:func:`harness.train.build.make_opt_factory`, ``total_steps`` injected, a traced step size),
       returns one of the accepted forms (:func:`harness.train.build.as_train_optimizer`) and
       traces one update and its evaluation parameters on the parameter shapes of the trial's model
-      (``jax.eval_shape``, no compute), a user's optimizer (``source:``) as a built-in; an AlgoPerf
-      submission is checked when it loads;
+      (``jax.eval_shape``, no compute), a user's optimizer (``source:``) as a built-in; where that
+      fails the optimizer is traced alone too, so the error names the optimizer or the schedule;
+      an AlgoPerf submission is checked when it loads;
     - every model builds on its dataset's input shape and initialises abstractly
       (``jax.eval_shape`` of its ``init``);
     - no batch size exceeds its dataset's training examples;
@@ -239,59 +242,63 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
                           f"{msg}")
         if s.optimizer_api == "algoperf":  # its own loop: checked when the submission loads
             continue
-        # optimizer alone, then with its schedule (as the trainer builds it)
+        # the optimizer with its schedule (as the trainer builds it); alone only when that fails, to
+        # say which of the two failed (an optimizer alone was traced for every trial before: a
+        # third of the traces, none of them needed when the builds pass)
         ohp = s.hparams("optimizer")
         opath = specs.origins[s.trial_id].paths["optimizers"]
         shp = s.hparams("schedule")
         spath = specs.origins[s.trial_id].paths["schedules"]
-        for alone, okey in zip((True, False), _opt_keys(s, mkey), strict=True):  # then with its schedule
-            _, _, _, sched, _, steps, _ = okey
-            sched_hp = {} if alone else shp
-            if ("bad-opt", s.optimizer, hp_key(ohp)) in seen:
-                break  # reported once, on the optimizer
-            # the model's parameter shapes; a vector when the model failed (reported above)
-            p = avals.get(mkey, jax.ShapeDtypeStruct((2,), jnp.float32))
-            if not once(okey):
-                continue
+        okey, alone_key = _opt_keys(s, mkey)
+        if ("bad-opt", s.optimizer, hp_key(ohp)) in seen or not once(okey):
+            continue  # an optimizer that fails is reported once, on the optimizer
+        # the model's parameter shapes; a vector when the model failed (reported above)
+        p = avals.get(mkey, jax.ShapeDtypeStruct((2,), jnp.float32))
 
-            def trace_update(ohp, sched=sched, sched_hp=sched_hp, steps=steps, p=p, s=s):
-                make = make_opt_factory(s.optimizer, ohp, sched, sched_hp, steps, reg.optimizers,
-                                        reg.schedules)
-                base_step_size(s.optimizer, ohp, reg.optimizers[s.optimizer])
+        def trace_update(ohp, sched="none", sched_hp=None, steps=0, p=p, s=s):
+            make = make_opt_factory(s.optimizer, ohp, sched, sched_hp or {}, steps, reg.optimizers,
+                                    reg.schedules)
+            base_step_size(s.optimizer, ohp, reg.optimizers[s.optimizer])
 
-                def one_update(lr, params, make=make):
-                    opt = make(lr)
-                    state0 = opt.init_fn(params)
-                    state = opt.update_fn(0, params, state0)
-                    before, after = jax.tree.structure(state0), jax.tree.structure(state)
-                    if before != after:  # the trainer's scan carries the state: it must keep its form
-                        raise TypeError(f"update_fun returned a state of another structure than "
-                                        f"init_fun's: {after} after {before}")
-                    ev = None if opt.eval_params_fn is None else opt.eval_params_fn(state)
-                    return opt.params_fn(state), ev
+            def one_update(lr, params, make=make):
+                opt = make(lr)
+                state0 = opt.init_fn(params)
+                state = opt.update_fn(0, params, state0)
+                before, after = jax.tree.structure(state0), jax.tree.structure(state)
+                if before != after:  # the trainer's scan carries the state: it must keep its form
+                    raise TypeError(f"update_fun returned a state of another structure than "
+                                    f"init_fun's: {after} after {before}")
+                ev = None if opt.eval_params_fn is None else opt.eval_params_fn(state)
+                return opt.params_fn(state), ev
 
-                jax.eval_shape(one_update, lr_aval, p)
+            jax.eval_shape(one_update, lr_aval, p)
 
+        try:
+            trace_update(ohp, s.schedule, shp, s.steps)
+            continue
+        except Exception as e:
+            err = e
+        if once(alone_key):  # traced alone before (for another schedule) means it passed alone
             try:
                 trace_update(ohp)
             except Exception as e:
-                if s.optimizer_source and sched != "none":  # the factory, given a schedule, failed
-                    line = (f"{file}: {opath}.source: optimizer {s.optimizer!r} ({s.optimizer_source}) "
-                            f"with schedule {s.schedule!r}: {exc_text(e)} (with a schedule the "
-                            f"factory's step_size is a function i -> step size: "
-                            f"optimizers.make_schedule(step_size) takes both)")
-                    if line not in errors:
-                        errors.append(line)
-                elif sched == "none":
-                    seen.add(("bad-opt", s.optimizer, hp_key(ohp)))
-                    odefaults = builder_defaults("optimizer", reg.optimizers[s.optimizer])
-                    for where, text in every_problem(trace_update, ohp, odefaults, e, opath):
-                        errors.append(f"{file}: {where}: optimizer {s.optimizer!r} ({_hp_text(ohp)}): "
-                                      f"{text}")
-                elif once(("sched-err", spath, hp_key(shp), steps, exc_text(e))):  # not per optimizer
-                    errors.append(f"{file}: {hp_path(spath, shp, str(e))}: schedule {s.schedule!r} "
-                                  f"({_hp_text(shp)}, total_steps={steps}) with optimizer "
-                                  f"{s.optimizer!r}: {exc_text(e)}")
+                seen.add(("bad-opt", s.optimizer, hp_key(ohp)))
+                odefaults = builder_defaults("optimizer", reg.optimizers[s.optimizer])
+                for where, text in every_problem(trace_update, ohp, odefaults, e, opath):
+                    errors.append(f"{file}: {where}: optimizer {s.optimizer!r} ({_hp_text(ohp)}): "
+                                  f"{text}")
+                continue
+        if s.optimizer_source:  # the factory, given a schedule, failed
+            line = (f"{file}: {opath}.source: optimizer {s.optimizer!r} ({s.optimizer_source}) "
+                    f"with schedule {s.schedule!r}: {exc_text(err)} (with a schedule the "
+                    f"factory's step_size is a function i -> step size: "
+                    f"optimizers.make_schedule(step_size) takes both)")
+            if line not in errors:
+                errors.append(line)
+        elif once(("sched-err", spath, hp_key(shp), s.steps, exc_text(err))):  # not per optimizer
+            errors.append(f"{file}: {hp_path(spath, shp, str(err))}: schedule {s.schedule!r} "
+                          f"({_hp_text(shp)}, total_steps={s.steps}) with optimizer "
+                          f"{s.optimizer!r}: {exc_text(err)}")
     progress()
     if errors:
         raise ConfigError(errors)

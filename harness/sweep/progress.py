@@ -205,12 +205,15 @@ class StageLine:
     0.1 s within one); on a pipe one plain line on stderr per stage name (:data:`PIPE_PREFIX` and
     its latest text) once the stage has lasted :data:`PIPE_AFTER_S` (a log holds each slow stage
     once, not every k/N); nothing when ``quiet``. :meth:`stop` (idempotent) ends it before the plan
-    or the bar prints."""
+    or the bar prints. ``since`` (``time.perf_counter()`` at the process start, when known): the
+    first stage's line on a pipe is said :data:`PIPE_AFTER_S` after the process started rather than
+    after the stage did, so the first line comes within a second of the start (issue 25 §5) while
+    a config that fails at once still prints its error alone."""
 
-    def __init__(self, console, quiet: bool) -> None:
+    def __init__(self, console, quiet: bool, since: float | None = None) -> None:
         import threading
 
-        self.console, self.quiet = console, quiet
+        self.console, self.quiet, self.since = console, quiet, since
         self.live = self.spinner = self.timer = None
         self.name, self.text, self.shown_at = "", "", 0.0
         self.lock = threading.Lock()
@@ -246,9 +249,15 @@ class StageLine:
             self.name, self.text = name, text
             if same:
                 return
+            delay = PIPE_AFTER_S
+            if self.since is not None:  # the first stage: counted from the process start
+                import time
+
+                delay = max(0.0, self.since + PIPE_AFTER_S - time.perf_counter())
+                self.since = None
             if self.timer is not None:
                 self.timer.cancel()
-            self.timer = threading.Timer(PIPE_AFTER_S, self._say, (name,))
+            self.timer = threading.Timer(delay, self._say, (name,))
             self.timer.daemon = True
             self.timer.start()
 

@@ -122,11 +122,11 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     opts = SweepOptions(**options)
     t_start = time.perf_counter()
     clock = SweepClock(t_start, opts.process_start)
-    compile_cache.enable(opts.compile_cache)  # before this process compiles anything
     console = _console(opts.console)
     # within a second of the start: what the seconds before the plan or the bar are spent on (a
-    # transient line on a terminal; on a pipe one line per stage on stderr: stdout is unchanged)
-    stages = StageLine(console, opts.quiet)
+    # transient line on a terminal; on a pipe one line per stage on stderr: stdout is unchanged).
+    # Said before JAX or MLflow is imported (seconds each): the first stage is the first thing done.
+    stages = StageLine(console, opts.quiet, since=opts.process_start)
     try:
         return _run_sweep(config_path, opts, console, stages, t_start, clock)
     finally:
@@ -137,7 +137,8 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
                t_start: float, clock: SweepClock) -> SweepSummary:
     """:func:`run_sweep`'s body; ``stages`` says what it does until the plan or the bar prints."""
     stages.stage("config", f"checking {config_path}: reading it (nothing is trained or written yet)")
-    cfg = _load(config_path, opts)
+    cfg = _load(config_path, opts)  # a config error is said without importing JAX
+    compile_cache.enable(opts.compile_cache)  # imports JAX; before this process compiles anything
     trains_here = isinstance(opts.executor_obj, InProcessExecutor) if opts.executor_obj is not None \
         else cfg.executor == "inprocess"
     # With workers (--jobs N, Ray) the parent trains nothing: the JAX backend its preflight starts
