@@ -50,31 +50,6 @@ def test_digits_values():
         ds.x_train[0, 0, 0, 0] = 1.0
 
 
-def test_digits_are_read_without_importing_scikit_learn_and_equal_load_digits(monkeypatch):
-    """The pre-flight of a digits sweep imported scikit-learn (and scipy: 1.5-3 s) to read 1,797
-    small images; they are read from the file scikit-learn ships, equal to ``load_digits``'s bit
-    for bit, and ``load_digits`` itself is the fallback when the file is not found."""
-    import importlib.util
-    import subprocess
-    import sys
-
-    from sklearn.datasets import load_digits
-
-    raw = load_digits()
-    images, target = offline._digits_arrays()
-    assert images.dtype == raw.images.dtype and target.dtype == raw.target.dtype
-    np.testing.assert_array_equal(images, raw.images)
-    np.testing.assert_array_equal(target, raw.target)
-    code = ("import sys; from harness.data.offline import digits; d = digits(); "
-            "print(d.split_sizes, 'sklearn' in sys.modules, 'scipy' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.stdout.strip() == "{'train': 1150, 'valid': 287, 'test': 360} False False", r.stderr
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # the file not found
-    images, target = offline._digits_arrays()
-    np.testing.assert_array_equal(images, raw.images)
-    np.testing.assert_array_equal(target, raw.target)
-
-
 def _rows(x):
     return {a.tobytes() for a in np.asarray(x)}
 
