@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sqlite3
 from pathlib import Path
 
 import numpy as np
-
-SCRIPT = Path(__file__).parent / "benchmarks" / "compare_curves.py"
+from subproc import load_benchmark_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("compare_curves", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark_script("compare_curves")
 
 
 def _store(path: Path, rows: dict[str, tuple[str, list[tuple[str, int, float]]]]) -> str:

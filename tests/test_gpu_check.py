@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
-from pathlib import Path
+
+from subproc import load_benchmark_script
 
 from harness.train import batching, timing
 
-SCRIPT = Path(__file__).parent / "benchmarks" / "gpu_check.py"
-
 
 def _gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    gc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gc)
-    return gc
+    return load_benchmark_script("gpu_check")
 
 
 def test_gpu_check_small_on_cpu(capsys, monkeypatch, tmp_path):

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
 import sys
 
 import pytest
+from subproc import run_in_pty
 
 HEAVY = ("jax", "mlflow", "pandas", "matplotlib", "sklearn", "scipy", "alembic")
 
@@ -57,20 +57,8 @@ def _probe(tmp_path, args, terminal: bool) -> dict:
         r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
     else:
-        master, slave = pty.openpty()
-        p = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, cwd=tmp_path, env=env)
-        os.close(slave)
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the pty
-                break
-            if not data:
-                break
-            chunks.append(data)
-        os.close(master)
-        assert p.wait(timeout=300) == 0, b"".join(chunks).decode("utf-8", "replace")
+        rc, written = run_in_pty(cmd, cwd=tmp_path, env=env)
+        assert rc == 0, written.decode("utf-8", "replace")
     return json.loads(out.read_text())
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from subproc import run_in_pty
 
 from harness.sweep.run import run_sweep
 from harness.tracking.client import get_or_create_experiment, prepare_store, search_all
@@ -566,29 +567,15 @@ def test_a_pipe_hears_each_slow_stage_once_on_stderr(tmp_path, write_sweep, monk
 def test_a_real_sweep_in_a_pty_shows_pre_flight_k_of_n_before_its_first_trial(tmp_path, write_sweep):
     """What a user at a terminal sees (issue 24 §11): the stage line with pre-flight k/N and the
     programs being built, before the first trial's line; a real sweep, the real trainer."""
-    import pty
     import re
 
     cfg = write_sweep(optimizers=[{"name": "sgd", "hparams": {"step_size": 0.1}},
                                   {"name": "adam", "hparams": {"step_size": 0.003}}], seeds=[0])
-    master, slave = pty.openpty()
     env = {**os.environ, "COLUMNS": "200", "TERM": "xterm"}
-    p = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri",
-                          f"sqlite:///{tmp_path / 'x.db'}"], stdin=slave, stdout=slave, stderr=slave,
-                         cwd=tmp_path, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the pty
-            break
-        if not data:
-            break
-        chunks.append(data)
-    assert p.wait(timeout=300) == 0
-    os.close(master)
-    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode("utf-8", "replace"))
+    rc, written = run_in_pty([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri",
+                              f"sqlite:///{tmp_path / 'x.db'}"], cwd=tmp_path, env=env)
+    assert rc == 0
+    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", written.decode("utf-8", "replace"))
     first_trial = re.search(r"(finished|trained)\s+mlp-", out).start()
     # 1 mlp; sgd and adam, each with the constant schedule: 3 traces
     k_of_n = [m.start() for m in re.finditer(r"pre-flight [0-3]/3: tracing every model", out)]

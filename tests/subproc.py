@@ -1,0 +1,40 @@
+"""Helpers the tests share for running things out of process: a command in a pseudo-terminal, and
+the scripts under ``tests/benchmarks/`` loaded as modules."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pty
+import subprocess
+from pathlib import Path
+from types import ModuleType
+
+BENCHMARKS = Path(__file__).parent / "benchmarks"
+
+
+def run_in_pty(argv: list[str], *, cwd: Path, env: dict, timeout: float = 300) -> tuple[int, bytes]:
+    """Run ``argv`` with stdin, stdout and stderr on a new pseudo-terminal (so the child sees a
+    terminal); returns its exit code and every byte it wrote."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the pty
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return p.wait(timeout=timeout), b"".join(chunks)
+
+
+def load_benchmark_script(name: str) -> ModuleType:
+    """``tests/benchmarks/<name>.py`` imported as the module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
