@@ -574,3 +574,26 @@ def test_status_of_a_grown_sweep_counts_its_earlier_trials_as_done(tmp_path, wri
     # sweep, sweep_id, trials, finished, diverged, failed, pending: the first sweep 2/2, the grown 3/3
     assert sorted(row[2:7] for row in rows) == [["2", "2", "0", "0", "0"], ["3", "3", "0", "0", "0"]], \
         r.output
+
+
+@pytest.mark.parametrize(("args", "want"), [
+    (["report", "-e", "x", "--select-by", "bogus"],
+     "Invalid value for '--select-by': 'bogus' is not one of 'time_to_target', 'final', 'best'"),
+    (["report", "-e", "x", "--scoring", "AlgoPerf"],
+     "Invalid value for '--scoring': 'AlgoPerf' is not one of 'harness', 'algoperf' (did you mean "
+     "'algoperf'?)"),
+    (["report", "-e", "x", "--time", "modelled"],
+     "Invalid value for '--time': 'modelled' is not one of 'modeled', 'measured' (did you mean 'modeled'?)"),
+    (["report", "-e", "x", "--tuning-curves", "with"],
+     "Invalid value for '--tuning-curves': 'with' is not one of 'without-replacement', 'with-replacement'"),
+    (["sweep", "experiments/quickstart.yaml", "--batching", "onn"],
+     "Invalid value for '--batching': 'onn' is not one of 'auto', 'on', 'off' (did you mean 'on'?)"),
+])
+def test_an_option_outside_its_choices_is_a_usage_error_with_did_you_mean(args, want):
+    """Every option with a fixed set of values says the valid ones and the closest, exit 2, without
+    the "Value error," of typer's Enum conversion (pydantic's wording) that it printed before."""
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    flat = " ".join(res.output.replace("│", " ").split())  # click's box may wrap the message
+    assert want in flat, res.output
+    assert "Value error" not in res.output

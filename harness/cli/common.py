@@ -11,6 +11,22 @@ import typer
 #: the call, not at whatever the process did before.
 PROCESS_START: float | None = None
 
+def one_of(*valid: str):
+    """A typer ``parser`` for an option whose value is one of ``valid``: the value itself, or click's
+    usage error (exit 2) ``Invalid value for '--opt': 'bogus' is not one of 'a', 'b' (did you mean
+    'a'?)``. typer's own Enum handling prefixed pydantic's "Value error," and offered no did-you-mean."""
+    from harness.core.registry import did_you_mean
+
+    def parse(value: str) -> str:
+        if value in valid:
+            return value
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(map(repr, valid))}"
+                                 f"{did_you_mean(value, valid)}")
+
+    parse.__name__ = "|".join(valid)  # typer shows a parser's name as the metavar's type
+    return parse
+
+
 URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, then sqlite:///<cwd>/mlflow.db)."
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import typer
 
-from harness.cli.common import URI_HELP, err
+from harness.cli.common import URI_HELP, err, one_of
 from harness.core.clock import CLOCKS
 from harness.core.names import SCORING_RULES
 from harness.core.selection import SELECT_BY
@@ -23,14 +21,12 @@ downloads) and the tidy CSV beside it, prints both paths, and logs both
 to the parent runs whose trials it shows."""
 
 
-Scoring = StrEnum("Scoring", {rule: rule for rule in SCORING_RULES})
-SelectBy = StrEnum("SelectBy", {by: by for by in SELECT_BY})
-TimeClock = StrEnum("TimeClock", {clock: clock for clock in CLOCKS})
+TUNING_DRAWS = ("without-replacement", "with-replacement")
 
 
-class TuningDraws(StrEnum):
-    without_replacement = "without-replacement"
-    with_replacement = "with-replacement"
+def _choice(valid) -> dict:
+    """The typer.Option arguments of an option whose value is one of ``valid``."""
+    return {"parser": one_of(*valid), "metavar": "|".join(valid)}
 
 
 def report(
@@ -39,24 +35,24 @@ def report(
     output: str | None = typer.Option(None, "-o", "--output", help="Output HTML path."),
     baseline: str | None = typer.Option(None, "--baseline", help="Sweep id to compare against."),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
-    tuning_curves: TuningDraws = typer.Option(
-        TuningDraws.without_replacement, "--tuning-curves",
+    tuning_curves: str = typer.Option(
+        "without-replacement", "--tuning-curves", **_choice(TUNING_DRAWS),
         help="How a tuning curve draws k of an optimizer's N configurations: without-replacement "
         "(k-subsets: 'had I run only k of them') or with-replacement (Dodge et al. 2019's formula "
         "and code: k i.i.d. draws). The figure's caption says which."),
-    scoring: Scoring | None = typer.Option(
-        None, "--scoring",
+    scoring: str | None = typer.Option(
+        None, "--scoring", **_choice(SCORING_RULES),
         help="Tuned time-to-result rule: harness (the fastest configuration's median over seeds) or "
         "algoperf (AlgoPerf's: per seed the fastest configuration, median over seeds, the 4x cap, "
         "the score over tau in [1, 4]). Default: the sweep config's `scoring:` (else harness)."),
-    select_by: SelectBy | None = typer.Option(
-        None, "--select-by",
+    select_by: str | None = typer.Option(
+        None, "--select-by", **_choice(SELECT_BY),
         help="How each optimizer's best configuration is selected on validation: time_to_target "
         "(most seeds reaching the target, then fewest steps), final (best mean final validation "
         "metric) or best (best mean of the best validation value during training). Default: the "
         "sweep's own (its config's selection.by, recorded on its parent run)."),
-    time_clock: TimeClock | None = typer.Option(
-        None, "--time",
+    time_clock: str | None = typer.Option(
+        None, "--time", **_choice(CLOCKS),
         help="The clock time to target is ranked on: modeled (steps to target x the program's median "
         "step time, free of the machine's load; a task where a trial's step time is suspect ranks on "
         "measured seconds, all its trials alike) or measured (the wall-clock each trial logged). "
@@ -76,10 +72,8 @@ def report(
     from reports import make_report
 
     try:
-        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves.value,
-                           scoring=scoring.value if scoring is not None else None,
-                           select_by=select_by.value if select_by else None,
-                           time_clock=time_clock.value if time_clock else None)
+        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves,
+                           scoring=scoring, select_by=select_by, time_clock=time_clock)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None

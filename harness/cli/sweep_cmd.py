@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -10,13 +9,6 @@ import typer
 from harness.cli import common
 from harness.cli.common import URI_HELP, err
 from harness.config.limits import DEFAULT_MAX_TRIALS
-
-
-class Batching(StrEnum):
-    auto = "auto"
-    on = "on"
-    off = "off"
-
 
 EPILOG = """\b
 Examples:
@@ -49,7 +41,8 @@ def sweep(
     executor: str | None = typer.Option(None, "--executor", help="inprocess | process | ray "
                                         "[default: the config's executor, else inprocess]."),
     address: str | None = typer.Option(None, "--address", help="Cluster address (ray)."),
-    batching: Batching | None = typer.Option(None, "--batching", help="Train seed/step-size siblings "
+    batching: str | None = typer.Option(None, "--batching", parser=common.one_of("auto", "on", "off"),
+                                             metavar="auto|on|off", help="Train seed/step-size siblings "
                                              "together under vmap: auto | on | off [default: the "
                                              "config's batching, else auto: where a short "
                                              "measurement, cached per machine, finds it faster]."),
@@ -76,7 +69,7 @@ def sweep(
 
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
-                            address=address, batching=batching.value if batching else None,
+                            address=address, batching=batching,
                             dry_run=dry_run, quiet=quiet, max_trials=max_trials,
                             compile_cache=not no_compile_cache, process_start=common.PROCESS_START,
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
