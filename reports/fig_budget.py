@@ -1,10 +1,13 @@
-"""The time budget figure (issue 25 §1): where the trials' seconds went, one stacked bar per task.
+"""The time budget figure (issue 25 §1): where the sweep's seconds went, and each task's.
 
-Each trial's run holds its share of its work unit's seconds (``time/<part>_s``,
-:mod:`harness.core.budget`: a vmapped batch's seconds divided between its trials), so a task's bar is
-the sum over its trials: compiling, training, evaluating, the throughput protocol, MLflow, the rest.
-The sweep-level parts (start-up, pre-flight, the batching decision) are on the sweep's parent run
-and in the summary's ``time`` line, not here.
+The first bar is the whole sweep: its parent runs' ``time/<part>_s`` (every part of
+:data:`harness.core.names.TIME_PARTS`: start-up, pre-flight, the batching decision and the
+throughput stage included; summed over its invocations, ``frame.attrs[SWEEP_BUDGET_ATTR]``), as long
+as its wall-clock. Then one bar per task: each trial's run holds its share of its work unit's seconds
+(:mod:`harness.core.budget`: a vmapped batch's seconds divided between its trials), so a task's bar
+is the sum over its trials of compiling, training, evaluating, the unit's own throughput measurement,
+MLflow and the rest. With ``--jobs N`` the trials' seconds ran side by side, so the tasks' bars can
+add up to more than the sweep's.
 """
 
 from __future__ import annotations
@@ -15,67 +18,82 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from harness.core.budget import TRIAL_PARTS
-from harness.core.names import M_TIME
-from reports.frame import summaries
+from harness.core.names import M_TIME, TIME_PARTS
+from reports.frame import SWEEP_BUDGET_ATTR, summaries
 from reports.layout import new_figure, task_labels
 
 #: The parts a trial's run holds, in the order they are stacked.
 PARTS = TRIAL_PARTS
+#: The parts of the sweep's bar (its parent runs'), in the order they are stacked.
+SWEEP_PARTS = TIME_PARTS
+#: The ``task`` of the sweep's rows in :func:`time_budget`, and its bar's label.
+SWEEP_ROW = "whole sweep"
 
 #: A style per part: greys and hatches, never an optimizer's colour (the bars are tasks; a part
 #: coloured like an optimizer would read as that optimizer).
 PART_STYLES = {
+    "startup": {"facecolor": "0.4", "hatch": "--"},
+    "preflight": {"facecolor": "0.85", "hatch": "||"},
     "compile": {"facecolor": "0.25", "hatch": ""},
     "train": {"facecolor": "0.55", "hatch": ""},
     "eval": {"facecolor": "0.75", "hatch": "//"},
     "throughput": {"facecolor": "0.9", "hatch": ".."},
+    "batching": {"facecolor": "0.45", "hatch": "++"},
     "tracking": {"facecolor": "0.6", "hatch": "xx"},
     "other": {"facecolor": "1.0", "hatch": "\\\\"},
 }
 
 
+def _rows(task: str, secs: dict[str, float], n_trials: int) -> list[dict]:
+    total = sum(secs.values())
+    return [{"task": task, "part": p, "seconds": v, "share": v / total if total > 0 else np.nan,
+             "n_trials": n_trials} for p, v in secs.items()]
+
+
 def time_budget(frame: pd.DataFrame) -> pd.DataFrame:
     """Per task and part: the seconds its trials spent (``seconds``, summed over the trials that
-    logged a time budget), its share of the task's total (``share``) and ``n_trials``. Empty when no
-    trial logged one (runs from before issue 25)."""
+    logged a time budget), its share of the task's total (``share``) and ``n_trials``; first, when
+    the parent runs logged one, the rows of :data:`SWEEP_ROW` (every part of :data:`SWEEP_PARTS`,
+    ``n_trials`` the sweep's). Empty when nothing logged one (runs from before issue 25)."""
     s = summaries(frame)
     cols = [M_TIME[p] for p in PARTS]
     for c in cols:
         if c not in s:
             s[c] = np.nan
+    sweep = frame.attrs.get(SWEEP_BUDGET_ATTR) or {}
+    rows = _rows(SWEEP_ROW, {p: float(sweep.get(p, 0.0)) for p in SWEEP_PARTS}, len(s)) if sweep else []
     s = s[s[cols].notna().any(axis=1)]
-    rows = []
     for task, g in s.groupby("task", sort=True):
-        secs = {p: float(g[M_TIME[p]].fillna(0.0).clip(lower=0.0).sum()) for p in PARTS}
-        total = sum(secs.values())
-        rows.extend({"task": task, "part": p, "seconds": v, "share": v / total if total > 0 else np.nan,
-                     "n_trials": len(g)} for p, v in secs.items())
+        rows.extend(_rows(task, {p: float(g[M_TIME[p]].fillna(0.0).clip(lower=0.0).sum()) for p in PARTS},
+                          len(g)))
     return pd.DataFrame(rows, columns=["task", "part", "seconds", "share", "n_trials"])
 
 
 def budget_figure(frame: pd.DataFrame) -> Figure | None:
-    """One horizontal bar per task, stacked by part (seconds summed over its trials), the total at
-    its end; ``None`` without a time budget."""
+    """The whole sweep's bar (when its parents logged a budget), then one horizontal bar per task,
+    stacked by part (seconds summed over its trials), the total at each bar's end; ``None`` without
+    a time budget."""
     t = time_budget(frame)
     if t.empty or not (t["seconds"] > 0).any():
         return None
     labels = task_labels(frame)
-    tasks = sorted(t["task"].unique())
-    fig, axes = new_figure(1, 1, 0.45 * len(tasks) + 1.6)
+    bars = list(dict.fromkeys(t["task"]))  # the sweep first, then the tasks sorted
+    fig, axes = new_figure(1, 1, 0.45 * len(bars) + 1.6)
     ax = axes[0, 0]
-    left = np.zeros(len(tasks))
-    for p in PARTS:
-        d = t[t["part"] == p].set_index("task").reindex(tasks)
+    left = np.zeros(len(bars))
+    shown = [p for p in SWEEP_PARTS if p in set(t["part"])]
+    for p in shown:
+        d = t[t["part"] == p].drop_duplicates("task").set_index("task").reindex(bars)
         vals = d["seconds"].fillna(0.0).to_numpy(float)
-        ax.barh(np.arange(len(tasks)), vals, left=left, height=0.6, edgecolor="0.15", label=p,
+        ax.barh(np.arange(len(bars)), vals, left=left, height=0.6, edgecolor="0.15", label=p,
                 **PART_STYLES[p])
         left += vals
     for y, total in enumerate(left):
         ax.text(total, y, f" {total:.3g} s", va="center", fontsize=9)
     ax.set_xlim(0, left.max() * 1.15)
-    ax.set_yticks(range(len(tasks)), [labels.get(tk, tk) for tk in tasks])
-    ax.set_ylim(len(tasks) - 0.5, -0.5)
-    ax.set_xlabel("seconds, summed over the task's trials")
-    handles = [Patch(edgecolor="0.15", label=p, **PART_STYLES[p]) for p in PARTS]
-    fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), frameon=False)
+    ax.set_yticks(range(len(bars)), [labels.get(b, b) for b in bars])
+    ax.set_ylim(len(bars) - 0.5, -0.5)
+    ax.set_xlabel("seconds: the sweep's wall-clock; a task's, summed over its trials")
+    handles = [Patch(edgecolor="0.15", label=p, **PART_STYLES[p]) for p in shown]
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 5), frameon=False)
     return fig

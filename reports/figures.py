@@ -200,11 +200,13 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "time_budget",
         "Time budget",
-        "Where each task's seconds went, summed over its trials: compiling (or loading) programs, "
-        "training steps, evaluation, the throughput measurement, MLflow writes on the critical path, "
-        "and the rest (data, initialisation, checkpoints). A vmapped batch's seconds are divided "
-        "between its trials. Start-up, pre-flight and the batching decision are the sweep's: its "
-        "parent run and the summary's time line.",
+        "Where the seconds went. First the whole sweep, as long as its wall-clock (its parent runs, "
+        "every invocation: start-up, pre-flight, the batching decision, the throughput stage and "
+        "what its trials spent, as the summary's time line); then each task, summed over its "
+        "trials: compiling (or loading) programs, training steps, evaluation, its own throughput "
+        "measurement, MLflow writes on the critical path, and the rest (data, initialisation, "
+        "checkpoints). A vmapped batch's seconds are divided between its trials; with several "
+        "workers the tasks' seconds ran side by side and can add up to more than the sweep's.",
         budget_figure,
         "No time budget was logged (runs from before issue 25).",
         time_budget,

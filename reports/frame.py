@@ -51,6 +51,7 @@ from harness.core.names import (
     M_FINAL_LOSS,
     M_TEST_ACC,
     M_TEST_LOSS,
+    M_TIME,
     M_VALID_ACC,
     M_VALID_LOSS,
     PARAM_BATCH_SIZE,
@@ -81,6 +82,7 @@ from harness.core.names import (
     TAG_TIME,
     TAG_TRIAL_ID,
     TAG_TUNING,
+    TIME_PARTS,
     canonical_metric,
 )
 from harness.core.names import SUMMARY_METRICS as SUMMARY_METRICS
@@ -123,6 +125,20 @@ def sweep_settings(parents: list) -> dict[str, str]:
                 out[SCORING_ATTR] = rule
                 break
     return out
+
+#: ``frame.attrs[SWEEP_BUDGET_ATTR]``: the sweep's own time budget, ``{part: seconds}`` over
+#: :data:`harness.core.names.TIME_PARTS` (start-up, pre-flight and the batching decision included),
+#: summed over its parent runs (one per invocation; :func:`sweep_budget`); absent for a sweep whose
+#: parents logged none (from before issue 25).
+SWEEP_BUDGET_ATTR = "sweep_budget"
+
+
+def sweep_budget(parents: list) -> dict[str, float]:
+    """``{part: seconds}`` of the parents' ``time/<part>_s`` metrics, summed over the parents that
+    logged any (their parts add up to each one's ``sweep/wall_s``); ``{}`` when none did."""
+    logged = [p.data.metrics for p in parents if any(M_TIME[k] in p.data.metrics for k in TIME_PARTS)]
+    return {k: float(sum(m.get(M_TIME[k], 0.0) for m in logged)) for k in TIME_PARTS} if logged else {}
+
 
 #: Identity columns of every row, in order.
 ID_COLUMNS = (
@@ -376,6 +392,8 @@ def load_sweep(
         experiment=experiment, sweep_id=sweep_id, parent_run_ids=[p.info.run_id for p in parents]
     )
     frame.attrs.update(sweep_settings(parents))
+    if budget := sweep_budget(parents):
+        frame.attrs[SWEEP_BUDGET_ATTR] = budget
     return SweepData(
         experiment=experiment,
         experiment_id=exp.experiment_id,

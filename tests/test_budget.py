@@ -90,21 +90,32 @@ def test_the_time_budget_of_a_real_sweep_adds_up_to_its_wall_clock(write_sweep, 
     for k, pct in shown:
         assert pct == round(100 * parts[k] / parent[names.M_SWEEP_WALL_S]), (k, line)
 
-    # the report's figure: one stacked bar for the task, its segments the trials' summed seconds
+    # the report's figure: the whole sweep's bar (the parent's parts, as long as its wall-clock),
+    # then one stacked bar for the task, its segments the trials' summed seconds
     import reports
     from reports import layout
-    from reports.fig_budget import PARTS, budget_figure, time_budget
+    from reports.fig_budget import PARTS, SWEEP_PARTS, SWEEP_ROW, budget_figure, time_budget
 
     frame = reports.load_frame("budget", tracking_uri=tracking_uri)
-    table = time_budget(frame).set_index("part")
+    full = time_budget(frame)
+    table = full[full["task"] != SWEEP_ROW].set_index("part")
     for p in PARTS:
         assert table.loc[p, "seconds"] == pytest.approx(sum(t[names.M_TIME[p]] for t in trials), rel=1e-9)
     assert table["share"].sum() == pytest.approx(1.0)
+    sweep = full[full["task"] == SWEEP_ROW].set_index("part")
+    assert list(sweep.index) == list(SWEEP_PARTS)
+    for p in SWEEP_PARTS:
+        assert sweep.loc[p, "seconds"] == pytest.approx(parent[names.M_TIME[p]], rel=1e-9)
+    assert sweep["seconds"].sum() == pytest.approx(parent[names.M_SWEEP_WALL_S], rel=1e-6)
     fig = budget_figure(frame)
     assert layout.layout_problems(fig) == []
-    widths = [b.get_width() for b in fig.axes[0].patches]
-    assert widths == pytest.approx([table.loc[p, "seconds"] for p in PARTS])
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["mlp · digits"]
+    bars = {}  # bar index -> segment widths, in stacking order
+    for b in fig.axes[0].patches:
+        bars.setdefault(round(b.get_y() + b.get_height() / 2), []).append(b.get_width())
+    assert bars[0] == pytest.approx([sweep.loc[p, "seconds"] for p in SWEEP_PARTS])
+    assert [w for w in bars[1] if w] == pytest.approx([v for v in (table.loc[p, "seconds"] for p in
+                                                                   SWEEP_PARTS if p in PARTS) if v])
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [SWEEP_ROW, "mlp · digits"]
 
 
 def _outcome(wall: float, tracking: float, **parts: float) -> TrialOutcome:
