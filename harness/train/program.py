@@ -32,8 +32,9 @@ from harness.data.sources import Dataset
 from harness.train.augment import AUGMENT_STREAM, make_augment
 from harness.train.build import ModelEntry, build_model, make_opt_factory
 
-__all__ = ["ENTRIES", "INSPECT_BATCH", "PROGRAMS", "PROGRAM_CACHE_SIZE", "TrainState",
-           "TrainingProgram", "model_entry", "program_for", "trial_model"]
+__all__ = ["ENTRIES", "INSPECT_BATCH", "ORDERS", "PROGRAMS", "PROGRAM_CACHE_SIZE", "TrainState",
+           "TrainingProgram", "batch_order", "model_entry", "order_program", "program_for",
+           "trial_model"]
 
 #: Model entries and programs kept per process (the most recently used of each kind).
 PROGRAM_CACHE_SIZE = 16
@@ -134,31 +135,24 @@ class TrainingProgram:
         (loss, mstate), grads = jax.value_and_grad(self.loss, has_aux=True)(params, mstate, xb, yb, rng)
         return (opt.update_fn(i, grads, opt_state), mstate), loss
 
-    def chunk(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array, *, n: int,
-              split: Any = None):
-        """``n`` steps from update index ``start``; returns (state, losses ``float32 (n,)``).
+    def order(self, state: TrainState, start: jax.Array, *, n: int) -> tuple[jax.Array, TrainState]:
+        """The training examples of updates ``start .. start + n - 1``: ``int32 (n, batch_size)``
+        indices into the training split (epoch ``e``'s order is ``jax.random.permutation`` of the
+        data key folded with ``e``; a batch may straddle two epochs), and ``state`` with the carried
+        permutation advanced to the last epoch they touch. Integer work only."""
+        idx, perm, perm_epoch = batch_order(state.data_key, state.perm, state.perm_epoch, start,
+                                            n=n, batch_size=self.batch_size, num_train=self.entry.num_train)
+        return idx, state._replace(perm=perm, perm_epoch=perm_epoch)
+
+    def steps(self, state: TrainState, start: jax.Array, idx: jax.Array, x: jax.Array, y: jax.Array, *,
+              split: Any = None) -> tuple[TrainState, jax.Array]:
+        """``idx.shape[0]`` updates from update index ``start``, update ``j`` on the examples
+        ``idx[j]`` (``int32 (n, batch_size)``, from :meth:`order`); returns (state, losses
+        ``float32 (n,)``).
 
         ``split`` (data-parallel): the sharding each gathered batch ``x[idx]`` / ``y[idx]`` (leading
         axis B) is constrained to, ``NamedSharding(mesh, P("batch"))``."""
         opt = self.make_opt(state.step_size)
-        B, N = self.batch_size, self.entry.num_train
-        n_ep = -(-n * B // N) + 1
-        first = start * B
-        e0 = first // N
-        e_last = (first + n * B - 1) // N
-
-        def perm_of(e):
-            return jax.random.permutation(jax.random.fold_in(state.data_key, e), N).astype(jnp.int32)
-
-        # epoch e0 is usually the one the previous chunk ended in (carried); later slots are computed
-        # only when this chunk reaches them (lax.cond: one branch runs, except under vmap)
-        perms = [jax.lax.cond(state.perm_epoch == e0, lambda: state.perm, lambda: perm_of(e0))]
-        zeros = jnp.zeros((N,), jnp.int32)
-        for j in range(1, n_ep):
-            perms.append(jax.lax.cond(e0 + j <= e_last, lambda j=j: perm_of(e0 + j), lambda: zeros))
-        perms = jnp.stack(perms)
-        idx = perms.reshape(-1)[first - e0 * N + jnp.arange(n * B)].reshape(n, B)
-        state = state._replace(perm=perms[e_last - e0], perm_epoch=e_last.astype(jnp.int32))
 
         def body(pair, inp):
             i, bidx = inp
@@ -172,8 +166,15 @@ class TrainingProgram:
             return self._update(opt, pair, i, xb, yb, state.dropout_key)
 
         (opt_state, mstate), losses = jax.lax.scan(
-            body, (state.opt_state, state.model_state), (start + jnp.arange(n), idx))
+            body, (state.opt_state, state.model_state), (start + jnp.arange(idx.shape[0]), idx))
         return state._replace(opt_state=opt_state, model_state=mstate), losses.astype(jnp.float32)
+
+    def chunk(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array, *, n: int,
+              split: Any = None):
+        """``n`` steps from update index ``start`` (:meth:`order`, then :meth:`steps`, traced as one
+        function); returns (state, losses ``float32 (n,)``)."""
+        idx, state = self.order(state, start, n=n)
+        return self.steps(state, start, idx, x, y, split=split)
 
     def one_step(self, state: TrainState, xb: jax.Array, yb: jax.Array, i: jax.Array):
         """One optimizer step on a given batch (what :mod:`harness.train.timing` times)."""
@@ -185,32 +186,55 @@ class TrainingProgram:
 
     def get_chunk(self, T: int | None, n: int, *args: Any, layout: Any = None) -> tuple[Any, float]:
         """The compiled chunk of ``n`` steps (vmapped over ``T`` trials unless None), state donated,
-        and the seconds spent compiling it now (0 when cached).
+        and the seconds spent compiling it now (0 when cached): ``exe(state, start, x, y) ->
+        (state, losses)``.
 
-        ``layout`` (:class:`harness.train.parallel.Layout`): jitted with explicit in/out shardings:
-        ``"batch"``: state, start index and data replicated, each step's batch ``P("batch")``,
-        losses replicated; ``"trials"``: state and the ``(T, n)`` losses ``P("trials")``, start
-        index and data replicated."""
+        On one device (``layout`` None) it is two executables called in turn: the batch order
+        (:meth:`order`; integer work, compiled once per training-split size, batch size, ``n`` and
+        ``T`` and shared by every optimizer and schedule: :func:`order_program`) and the updates
+        (:meth:`steps`). The order, a threefry permutation per epoch, used to be compiled into every
+        chunk; apart, the quickstart's 12 chunks compile ~40% faster (issue 25 §2), and the values
+        are the same integers, so every curve is unchanged (``tests/test_trainer.py``).
+
+        ``layout`` (:class:`harness.train.parallel.Layout`): one executable (order and updates),
+        jitted with explicit in/out shardings: ``"batch"``: state, start index and data replicated,
+        each step's batch ``P("batch")``, losses replicated; ``"trials"``: state and the ``(T, n)``
+        losses ``P("trials")``, start index and data replicated."""
         key = (T, n, layout.key if layout is not None else None)
         if key in self.compiled:
             return self.compiled[key], 0.0
-        split = layout.split if layout is not None and layout.axis == "batch" else None
+        t0 = time.perf_counter()
+        if layout is None:
+            exe = self._two_part_chunk(T, n, *args)
+        else:
+            split = layout.split if layout.axis == "batch" else None
 
-        def fn(s, t, x, y):
-            return self.chunk(s, t, x, y, n=n, split=split)
+            def fn(s, t, x, y):
+                return self.chunk(s, t, x, y, n=n, split=split)
 
-        if T is not None:
-            fn = jax.vmap(fn, in_axes=(0, None, None, None))
-        jit_kw: dict[str, Any] = {}
-        if layout is not None:
+            if T is not None:
+                fn = jax.vmap(fn, in_axes=(0, None, None, None))
             r = layout.replicated
             st = r if layout.axis == "batch" else layout.split
-            jit_kw = {"in_shardings": (st, r, r, r), "out_shardings": (st, st)}
-        t0 = time.perf_counter()
-        exe = jax.jit(fn, donate_argnums=(0,), **jit_kw).lower(*args).compile()
+            exe = jax.jit(fn, donate_argnums=(0,), in_shardings=(st, r, r, r),
+                          out_shardings=(st, st)).lower(*args).compile()
         self.compiled[key] = exe
         dt = self.compile_seconds[key] = time.perf_counter() - t0
         return exe, dt
+
+    def _two_part_chunk(self, T: int | None, n: int, state: TrainState, start: jax.Array, x: jax.Array,
+                        y: jax.Array) -> Callable:
+        """``get_chunk``'s one-device executable: the shared order program, then the updates."""
+        order_exe = order_program(T, n, self.batch_size, self.entry.num_train, state.data_key)
+        idx = jax.ShapeDtypeStruct((*(() if T is None else (T,)), n, self.batch_size), jnp.int32)
+
+        def fn(s, t, i, x, y):
+            return self.steps(s, t, i, x, y)
+
+        if T is not None:
+            fn = jax.vmap(fn, in_axes=(0, None, 0, None, None))
+        steps_exe = jax.jit(fn, donate_argnums=(0,)).lower(state, start, idx, x, y).compile()
+        return _Chunk(order_exe, steps_exe)
 
     def chunk_compile_s(self, T: int | None, n: int, layout: Any = None) -> float | None:
         """The seconds that compiling (or loading) the chunk :meth:`get_chunk` ``(T, n, layout)``
@@ -236,6 +260,72 @@ class TrainingProgram:
         exe = jax.jit(fn, **jit_kw).lower(state).compile()
         self.compiled_eval_params[key] = exe
         return exe, time.perf_counter() - t0
+
+
+def batch_order(data_key: jax.Array, perm: jax.Array, perm_epoch: jax.Array, start: jax.Array, *, n: int,
+                batch_size: int, num_train: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(idx int32 (n, batch_size), perm int32 (num_train,), perm_epoch int32 ())``: the training
+    examples of updates ``start .. start + n - 1`` and the permutation of the last epoch they touch.
+
+    Epoch ``e``'s order is ``jax.random.permutation(fold_in(data_key, e), num_train)``; update ``i``
+    takes examples ``i * batch_size .. (i + 1) * batch_size - 1`` of the concatenated epochs. ``perm``
+    is the permutation of epoch ``perm_epoch`` (-1: none yet), carried from the previous chunk so that
+    each epoch's permutation is computed once; later epochs are computed only when reached
+    (``lax.cond``: one branch runs, except under vmap)."""
+    B, N = batch_size, num_train
+    n_ep = -(-n * B // N) + 1
+    first = start * B
+    e0 = first // N
+    e_last = (first + n * B - 1) // N
+
+    def perm_of(e):
+        return jax.random.permutation(jax.random.fold_in(data_key, e), N).astype(jnp.int32)
+
+    perms = [jax.lax.cond(perm_epoch == e0, lambda: perm, lambda: perm_of(e0))]
+    zeros = jnp.zeros((N,), jnp.int32)
+    for j in range(1, n_ep):
+        perms.append(jax.lax.cond(e0 + j <= e_last, lambda j=j: perm_of(e0 + j), lambda: zeros))
+    perms = jnp.stack(perms)
+    idx = perms.reshape(-1)[first - e0 * N + jnp.arange(n * B)].reshape(n, B)
+    return idx, perms[e_last - e0], e_last.astype(jnp.int32)
+
+
+#: The process's compiled batch-order programs (:func:`order_program`).
+ORDERS: dict[tuple, Any] = {}
+
+
+def order_program(T: int | None, n: int, batch_size: int, num_train: int, data_key: jax.Array) -> Any:
+    """The compiled :func:`batch_order` for ``n`` updates of ``batch_size`` from ``num_train``
+    examples (vmapped over ``T`` trials unless None; ``data_key`` gives the key's shape and dtype):
+    ``exe(data_key, perm, perm_epoch, start) -> (idx, perm, perm_epoch)``. One per process and key,
+    shared by every program with that training split, batch size and chunk length."""
+    key = (T, n, batch_size, num_train, data_key.shape, str(data_key.dtype))
+    exe = ORDERS.get(key)
+    if exe is None:
+        def fn(k, p, e, t):
+            return batch_order(k, p, e, t, n=n, batch_size=batch_size, num_train=num_train)
+
+        if T is not None:
+            fn = jax.vmap(fn, in_axes=(0, 0, 0, None))
+        k_shape = data_key.shape if T is None else data_key.shape[1:]
+        lead = () if T is None else (T,)
+        args = (jax.ShapeDtypeStruct(lead + k_shape, data_key.dtype),
+                jax.ShapeDtypeStruct((*lead, num_train), jnp.int32),
+                jax.ShapeDtypeStruct(lead, jnp.int32), jax.ShapeDtypeStruct((), jnp.int32))
+        exe = ORDERS[key] = jax.jit(fn).lower(*args).compile()
+    return exe
+
+
+class _Chunk:
+    """A one-device training chunk: the batch order, then the updates (state donated).
+    ``exe(state, start, x, y) -> (state, losses)`` as one jitted chunk would be."""
+
+    def __init__(self, order_exe: Any, steps_exe: Any):
+        self.order_exe, self.steps_exe = order_exe, steps_exe
+
+    def __call__(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array):
+        idx, perm, perm_epoch = self.order_exe(state.data_key, state.perm, state.perm_epoch, start)
+        return self.steps_exe(state._replace(perm=perm, perm_epoch=perm_epoch), start, idx, x, y)
 
 
 #: The process's model entries and programs, least recently used first.
