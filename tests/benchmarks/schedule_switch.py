@@ -1,7 +1,7 @@
 """Would one program serve every schedule of a sweep? A traced switch over schedules, checked for
 bit-identity against the one-schedule program (issue 25 §2, option (b); not adopted).
 
-    python tests/benchmarks/schedule_switch.py [--model mlp] [--steps 100]
+    python tests/benchmarks/schedule_switch.py [--model mlp] [--steps 100] [--optimizers lars adamax]
 
 For every registered optimizer and every builtin schedule (hyperparameters below), trains the
 quickstart's model on digits for ``--steps`` updates (two chunks of ``steps / 2``) twice from the
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--optimizers", nargs="+", metavar="NAME", help="only these (default: every one)")
     args = ap.parse_args(argv)
     reg = default_registries()
     steps = args.steps
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                                          inspect.signature(b).parameters else {})}
 
     differ = same = 0
-    for opt in sorted(reg.optimizers):
+    for opt in args.optimizers or sorted(reg.optimizers):
         spec = dataclasses.replace(base, optimizer=opt, optimizer_hparams=(("step_size", 0.01),), steps=steps)
         prog = program_for(spec, ds)
         for k, name in enumerate(names):
