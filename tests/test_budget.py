@@ -118,6 +118,31 @@ def test_the_time_budget_of_a_real_sweep_adds_up_to_its_wall_clock(write_sweep, 
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [SWEEP_ROW, "mlp · digits"]
 
 
+def test_the_batching_measurements_compiles_are_compile_not_batching(write_sweep, tracking_uri, tmp_path,
+                                                                   monkeypatch):
+    """``batching: auto`` measures a group on a new machine: the parameter init and the chunk it
+    compiles are the programs training then reuses, so the parent's ``time/compile_s`` holds them
+    and ``time/batching_s`` does not (before: all of it was ``batching``, 43% of a cold quickstart)."""
+    from harness.sweep.run import run_sweep
+    from harness.train import batching
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "fresh-cache"))  # no cached decision
+    monkeypatch.delenv("HARNESS_BATCH", raising=False)
+    # a width no other test compiles, so this process has neither its init nor its chunk
+    cfg = write_sweep(name="budgetbatch", models=[{"name": "mlp", "hparams": {"width": 23, "depth": 1}}],
+                      optimizers=[{"name": "sgd", "hparams": {"step_size": [0.1, 0.05]}}], batching="auto")
+    before = batching.compile_seconds()
+    t0 = time.perf_counter()
+    run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    moved = batching.compile_seconds() - before
+    _, trials, parts = _adds_up(tracking_uri, "budgetbatch", time.perf_counter() - t0)
+    assert moved > 0  # the init and the single chunk, at least
+    # the trials compiled nothing new (training reused the measurement's programs): the parent's
+    # compile is theirs plus the measurement's
+    assert parts["compile"] == pytest.approx(sum(t[names.M_TIME_COMPILE_S] for t in trials) + moved, rel=1e-6)
+    assert 0 <= parts["batching"] < parts["compile"]
+
+
 def _outcome(wall: float, tracking: float, **parts: float) -> TrialOutcome:
     o = TrialOutcome(trial_id=f"t{wall}{parts}", status="finished", wall_seconds=wall,
                      tracking_seconds=tracking)

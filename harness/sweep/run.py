@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,8 +284,12 @@ def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList,
     stages.stage("build", f"building {n_programs} program{'s' * (n_programs != 1)} for "
                           f"{len(plan.todo)} trials (batching "
                           f"{cfg.batching}{': measuring where vmap pays' if cfg.batching == 'auto' else ''})")
+    compiled_before = _batching_compile_s()
     with clock.part("batching"):
         units = group_units(plan.todo, cfg.batching, labels=batching_tags)
+    # the measurements' compiles (init, chunks) are training's programs: the budget's compile
+    moved = _batching_compile_s() - compiled_before
+    budget.add(clock.parts, {"compile": moved, "batching": -moved})
     stages.stop()
     with clock.part("tracking"):
         parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
@@ -310,6 +315,12 @@ def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList,
             heartbeat.stop()
         _close_invocation(client, exp_id, parent_id, uri, outcomes, clock, status, ex.flush_wait_s)
     return parent_id
+
+
+def _batching_compile_s() -> float:
+    """:func:`harness.train.batching.compile_seconds`, 0 when batching (hence JAX) is not imported."""
+    mod = sys.modules.get("harness.train.batching")
+    return mod.compile_seconds() if mod is not None else 0.0
 
 
 def _run_context(cfg: SweepConfig, uri: str, exp_id: str, parent_id: str, sweep_id: str,

@@ -78,7 +78,7 @@ from harness.train.build import trial_step_size
 from harness.train.program import TrainingProgram, program_for, trial_model
 
 __all__ = ["BUDGET_S", "MAX_PARAMS", "MAX_REP_S", "MIN_SPEEDUP", "Decision", "batch_mismatch", "cache_path",
-           "decide", "describe", "measure_speedup", "signature"]
+           "compile_seconds", "decide", "describe", "measure_speedup", "signature"]
 
 #: Batch when the measured speed-up (sequential / vmapped) is at least this.
 MIN_SPEEDUP = 1.05
@@ -132,6 +132,16 @@ class Decision:
 
 
 _MEM: dict[str, Decision] = {}
+#: Seconds the measurements of this process spent compiling (or loading) programs: parameter init and
+#: the chunks, which training then reuses (the time budget counts them as ``compile``).
+_COMPILE_S = [0.0]
+
+
+def compile_seconds() -> float:
+    """The seconds this process's batching measurements have spent compiling or loading programs
+    (parameter init, the single and vmapped chunks; training reuses them, so the sweep's time budget
+    counts them as ``compile``, not ``batching``)."""
+    return _COMPILE_S[0]
 
 
 def cache_path() -> Path:
@@ -303,13 +313,16 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     prog = _program(spec0)
     e = prog.entry
     n = _chunk_len(spec0)
-    singles = [prog.init(jax.random.PRNGKey(s.seed), trial_step_size(s, prog.opt_builder))[0]
-               for s in specs]
+    inits = [prog.init(jax.random.PRNGKey(s.seed), trial_step_size(s, prog.opt_builder)) for s in specs]
+    _COMPILE_S[0] += sum(dt for _, dt in inits)
+    singles = [st for st, _ in inits]
+    del inits
     stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *singles)
     one = singles[0]
     del singles
     start = jnp.int32(0)
-    exe_1, _ = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)
+    exe_1, dt = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)
+    _COMPILE_S[0] += dt
     # what measuring costs: compiling the vmapped chunk, which takes at least as long as the single
     # one did (whichever stage compiled that); nothing when it is compiled already
     cost_s = 0.0 if prog.chunk_compile_s(T, n) is not None else prog.chunk_compile_s(None, n) or 0.0
@@ -339,7 +352,8 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     save_s = _max_saving(specs, chunk_s)
     if save_s < cost_s:
         raise _NotWorthError(save_s, cost_s, chunk_s)
-    exe_v, _ = prog.get_chunk(T, n, stacked, start, e.x_train, e.y_train)
+    exe_v, dt = prog.get_chunk(T, n, stacked, start, e.x_train, e.y_train)
+    _COMPILE_S[0] += dt
     box["v"] = stacked
     pair = vmapped() + t_seq  # warm-up, also the cost of one repetition
     reps = int(min(MAX_REPS, max(MIN_REPS, BUDGET_S // max(pair, 1e-9))))
