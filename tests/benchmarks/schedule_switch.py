@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             ok, gap = _pair(prog, opt, names, k, hp, steps, reg)
             same += ok
             differ += not ok
-            print(f"{opt:22s} {name:20s} {'identical' if ok else f'DIFFERS (loss by {gap:.3g})'}", flush=True)
+            why = f"loss by {gap:.3g}" if gap else "the state; the losses are equal"
+            print(f"{opt:22s} {name:20s} {'identical' if ok else f'DIFFERS ({why})'}", flush=True)
     print(f"{same} identical, {differ} differ ({args.model}, {steps} steps)")
     return 1 if differ else 0
 
