@@ -9,8 +9,9 @@ The parent's parts:
 - ``startup``: the start to the pre-flight (imports, the command line, loading the config);
 - ``preflight``: :func:`harness.sweep.preflight.preflight`; ``batching``: forming the work units
   (:func:`harness.plan.units.group_units`, the measured vmap-or-not decision), less the compiles of
-  its measurements (:func:`harness.train.batching.compile_seconds`: programs training reuses), which
-  are ``compile``;
+  its measurements (:func:`harness.train.batching.compile_seconds`: programs the in-process
+  executor's training reuses, and that ``--jobs`` workers load from the persistent compilation
+  cache), which are ``compile``;
 - ``tracking``: the parent's own MLflow calls (preparing the store, replaying the spool, planning
   from the store, the parent run's creation and end, ending leftovers, keeping one run per trial)
   plus the execution's (each trial's ``tracking_seconds``, the final wait for the background writer);

@@ -290,7 +290,8 @@ class ModelEntry:
         per split size) and the seconds spent compiling it now (0 when cached).
 
         ``layout`` (:class:`harness.train.parallel.Layout`, eval only): ``"batch"`` shards each evaluation
-        batch (parameters, state and data replicated); ``"trials"`` takes parameters and state split
+        batch (parameters, state and data replicated; vmapped over the ``T`` trials' stacked
+        parameters and state when ``T`` is given); ``"trials"`` takes parameters and state split
         along the trial axis (data replicated) and returns per-trial values split the same way."""
         key = (kind, T, EVAL_BATCH, args[2].shape[0] if kind == "eval" else None,
                layout.key if layout is not None else None)
@@ -302,6 +303,8 @@ class ModelEntry:
         elif layout is not None and layout.axis == "batch":
             def fn(p, m, x, y):
                 return self.evaluate(p, m, x, y, split=layout.split)
+            if T is not None:  # a vmapped unit: its trials' parameters stacked, each batch still split
+                fn = jax.vmap(fn, in_axes=(0, 0, None, None))
             r = layout.replicated
             jit_kw = {"in_shardings": (r, r, r, r), "out_shardings": r}
         else:
