@@ -467,8 +467,8 @@ def test_readme_and_quickstart_config_agree_on_the_time_and_docs_name_real_sched
     root = Path(__file__).resolve().parents[1]
     readme = " ".join((root / "README.md").read_text().split())
     config = " ".join((root / "experiments" / "quickstart.yaml").read_text().split())
-    assert "about a minute on 2 cpu cores" in readme.lower()
-    assert "about a minute on 2 cpu cores" in config.lower()
+    assert "about half a minute on 2 cpu cores" in readme.lower()
+    assert "about half a minute on 2 cpu cores" in config.lower()
     for line in harness.config.load.__doc__.splitlines():
         m = re.match(r"\s*schedules: \[([^\]]*)\]", line)
         if m:
