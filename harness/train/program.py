@@ -307,9 +307,8 @@ def order_program(T: int | None, n: int, batch_size: int, num_train: int, data_k
 
         if T is not None:
             fn = jax.vmap(fn, in_axes=(0, 0, 0, None))
-        k_shape = data_key.shape if T is None else data_key.shape[1:]
         lead = () if T is None else (T,)
-        args = (jax.ShapeDtypeStruct(lead + k_shape, data_key.dtype),
+        args = (jax.ShapeDtypeStruct(data_key.shape, data_key.dtype),
                 jax.ShapeDtypeStruct((*lead, num_train), jnp.int32),
                 jax.ShapeDtypeStruct(lead, jnp.int32), jax.ShapeDtypeStruct((), jnp.int32))
         exe = ORDERS[key] = jax.jit(fn).lower(*args).compile()
