@@ -13,7 +13,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from harness.core.names import M_SECONDS_TO_TARGET, M_STEP_MS, M_STEPS_TO_TARGET, M_WALL_S
+from harness.core.names import (
+    M_COST_SECONDS_TO_TARGET,
+    M_MODELED_STEP_MS,
+    M_SECONDS_TO_TARGET,
+    M_STEP_MS,
+    M_STEPS_TO_TARGET,
+    M_WALL_S,
+)
 from reports import protocol
 from reports.clock import clock_of
 from reports.frame import curves, summaries
@@ -46,11 +53,19 @@ def time_rows_axes(ax, opts: list, xmax: float, title: str, xlabel: str) -> None
 def budget_seconds(g: pd.DataFrame, ends: pd.Series, clock: str) -> pd.Series:
     """The seconds each trial of ``g`` (summary rows) trained, on ``clock`` (the clock its task's
     time to target is on, :func:`reports.clock.clock_of`): ``measured``, its last logged
-    ``time/wall_s`` (``ends``, by trial id); ``modeled``, its steps trained × its program's median
-    step time, so that a not-reached marker and the axis are on the clock of the times beside them."""
+    ``time/wall_s`` (``ends``, by trial id); ``modeled``, its steps trained × its program's
+    ``perf/modeled_step_ms`` (``perf/step_time_ms`` for runs from before it); ``cost``, its steps
+    trained × FLOPs per step ÷ peak; so that a not-reached marker and the axis are on the clock of the
+    times beside them."""
+    steps = pd.to_numeric(g["train_steps"], errors="coerce")
     if clock == "modeled":
-        steps = pd.to_numeric(g["train_steps"], errors="coerce")
-        return steps * pd.to_numeric(g[M_STEP_MS], errors="coerce") / 1e3
+        ms = pd.to_numeric(g[M_MODELED_STEP_MS], errors="coerce") if M_MODELED_STEP_MS in g else None
+        wall = pd.to_numeric(g[M_STEP_MS], errors="coerce")
+        return steps * (wall if ms is None else ms.fillna(wall)) / 1e3
+    if clock == "cost" and M_COST_SECONDS_TO_TARGET in g:  # the same cost per step for every trial
+        per_step = (pd.to_numeric(g[M_COST_SECONDS_TO_TARGET], errors="coerce")
+                    / pd.to_numeric(g[M_STEPS_TO_TARGET], errors="coerce").where(lambda x: x > 0))
+        return steps * per_step.median()
     return g["trial_id"].map(ends)
 
 

@@ -25,11 +25,12 @@ def test_time_rounds_times_programs_round_by_round():
     x = jnp.ones(8)
     exes = [jax.jit(lambda a, c=c: a * 1.0 + c).lower(x).compile() for c in (1.0, 2.0, 3.0)]
     order: list[int] = []
-    times, outs = timing.time_rounds([timing.Timed(e, (x,), lambda out, a: (out,)) for e in exes],
-                                     block=2, warmup=2, max_spread=None, min_rounds=3, max_rounds=3,
-                                     max_seconds=60.0, on_call=order.append)
+    times, outs, cpu = timing.time_rounds([timing.Timed(e, (x,), lambda out, a: (out,)) for e in exes],
+                                          block=2, warmup=2, max_spread=None, min_rounds=3, max_rounds=3,
+                                          max_seconds=60.0, on_call=order.append)
     assert order == [0, 0, 1, 1, 2, 2] * 3
     assert [len(t) for t in times] == [6, 6, 6] and all(s > 0 for t in times for s in t)
+    assert [len(c) for c in cpu] == [3, 3, 3] and all(c >= 0 for b in cpu for c in b)  # one per block
     # 2 warm-ups + 6 timed calls, each adding its constant to the previous output
     assert [float(o[0]) for o in outs] == [1.0 + 8 * 1.0, 1.0 + 8 * 2.0, 1.0 + 8 * 3.0]
     with pytest.raises(ValueError, match="block must be >= 1 and programs not empty, got 0, 3"):
@@ -42,8 +43,8 @@ def test_time_rounds_stops_at_its_bound():
     x = jnp.ones(4)
     exe = jax.jit(lambda a: a + 1).lower(x).compile()
     order: list[int] = []
-    times, _ = timing.time_rounds([timing.Timed(exe, (x,), lambda o, a: a)] * 2, block=1, warmup=0,
-                                  max_spread=-1.0, max_rounds=5, max_seconds=60.0, on_call=order.append)
+    times, _, _ = timing.time_rounds([timing.Timed(exe, (x,), lambda o, a: a)] * 2, block=1, warmup=0,
+                                     max_spread=-1.0, max_rounds=5, max_seconds=60.0, on_call=order.append)
     assert order == [0, 1] * 5 and [len(t) for t in times] == [5, 5]
 
 
@@ -74,7 +75,7 @@ def test_measure_interleaved_times_the_trainers_chunks_in_turn(monkeypatch):
     assert set(out) == set(cache) == {P.perf_cache_key(specs[0]), P.perf_cache_key(specs[1])}
     assert P.perf_cache_key(specs[1]) == P.perf_cache_key(specs[2])
     block, rounds = seen["block"], len(order) // (2 * seen["block"])
-    assert block == 2 and rounds >= 3 and order == [0, 0, 1, 1] * rounds  # K = 10: ceil(8 / 10) -> 2
+    assert block == 2 and rounds >= 5 and order == [0, 0, 1, 1] * rounds  # K = 10: ceil(8 / 10) -> 2
     for (prog, s), exe in zip(progs[:2], seen["compiled"], strict=True):
         assert prog.compiled[(None, 10, None)] is exe  # what training dispatches
         r = cache[P.perf_cache_key(s)]

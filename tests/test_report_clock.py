@@ -82,21 +82,24 @@ def test_the_summary_keeps_one_clock_per_task_and_follows_the_config_clock():
     from harness.core.outcome import TrialOutcome
     from harness.sweep.summary import SweepSummary, best_configs, print_summary
 
-    def outcome(opt, ds, measured, modeled):
+    def outcome(opt, ds, measured, modeled, suspect=""):
         return TrialOutcome(trial_id=f"{opt}{ds}", status="finished", dataset=ds, model="mlp",
                             optimizer=opt, config=f"mlp {opt} lr=0.1", seconds_to_target=measured,
-                            modeled_seconds_to_target=modeled, steps_to_target=100, final_valid_accuracy=0.9,
+                            modeled_seconds_to_target=modeled,
+                            cost_seconds_to_target=0.01 * (opt == "sgd") + 0.02,
+                            steps_to_target=100, final_valid_accuracy=0.9, perf_suspect=suspect,
                             target_metric="valid/accuracy", has_target=True)
 
-    outs = [outcome("adam", "digits", 2.0, 0.1), outcome("sgd", "digits", 3.0, None),  # sgd: suspect
-            outcome("adam", "mnist1d", 2.0, 0.1), outcome("sgd", "mnist1d", 3.0, 0.3)]
+    outs = [outcome("adam", "digits", 2.0, 0.1), outcome("sgd", "digits", 3.0, None),  # sgd: untimed
+            outcome("adam", "mnist1d", 2.0, 0.1), outcome("sgd", "mnist1d", 3.0, 0.3, "slow")]
     secs = {(r["dataset"], r["optimizer"]): r["seconds_to_target"] for r in best_configs(outs)}
-    assert secs == {("digits", "adam"): 2.0, ("digits", "sgd"): 3.0,
-                    ("mnist1d", "adam"): 0.1, ("mnist1d", "sgd"): 0.3}
+    assert secs == {("digits", "adam"): 0.02, ("digits", "sgd"): 0.03,  # cost: one clock, deterministic
+                    ("mnist1d", "adam"): 0.1, ("mnist1d", "sgd"): 0.3}  # the flagged sgd stays modeled
     measured = {(r["dataset"], r["optimizer"]): r["seconds_to_target"]
                 for r in best_configs(outs, clock="measured")}
     assert measured[("mnist1d", "sgd")] == 3.0
-    for clock, said in (("modeled", "mlp · digits ranks on measured seconds: a trial there has a suspect"),
+    for clock, said in (("modeled", "mlp · digits ranks on cost (steps to target × the model's FLOPs"),
+                        ("modeled", "Flagged (†): sgd · mnist1d · mlp: the step time disagreed"),
                         ("measured", "Time to target: measured (the trial's wall-clock")):
         buf = io.StringIO()
         print_summary(Console(file=buf, width=400), SweepSummary(

@@ -1,21 +1,30 @@
-"""Which clock a time to target is counted on: the one rule for the modeled and the measured clock.
+"""Which clock a time to target is counted on: the one rule for the modeled, cost and measured clocks.
 
 * **modeled** (the default): ``convergence/modeled_seconds_to_target`` = ``steps_to_target`` × the
-  robust per-step time of the trial's program (``perf/step_time_ms``, the median of the throughput
-  protocol's repeated timed calls, :mod:`harness.train.timing`; one measurement per program and
-  device, :mod:`harness.train.perf`). Two trials of one program that reach the target at the same
-  evaluation get the same time, whatever else ran on the machine while they trained.
-* **measured**: ``convergence/seconds_to_target``, the trial's own wall-clock of training
-  dispatches up to that evaluation (compile and evaluation excluded): what happened on this machine
-  this time, load included.
+  program's per-step figure ``perf/modeled_step_ms``, taken before training with the sweep's
+  programs timed in turn, round by round (:mod:`harness.train.perf`): on a CPU device the step's
+  **CPU time** (the work of a step, summed over the threads doing it; waiting for a core is not CPU
+  time, so other processes on the machine barely move it: :mod:`harness.train.timing` item 7), on an
+  accelerator its device wall-clock. Two trials of one program that reach the target at the same
+  evaluation get the same time. A figure that disagreed with its trial's own training clock was
+  measured again beside its task's programs and still counts, flagged (tag ``perf.suspect``): the
+  modeled clock never gives way to wall-clock.
+* **cost** (a task where some trial reached the target with no figure: an AlgoPerf submission,
+  whose per-step ``jit`` is its own and is not timed in the interleaved stage; a step that could not
+  be timed): ``convergence/cost_seconds_to_target`` = ``steps_to_target`` × the model's analytic
+  FLOPs per step (the same for every optimizer on the task) ÷ the device's measured peak FLOP/s.
+  Deterministic: every trial of the task is charged the same per-step cost, so its rank follows its
+  steps to target, and no load can move it. The whole task ranks on it (one comparison, one clock).
+* **measured** (``time: measured`` or ``report --time measured``): ``convergence/seconds_to_target``,
+  the trial's own wall-clock of training dispatches up to that evaluation (compile and evaluation
+  excluded): what happened on this machine this time, load included. On the modeled clock a task
+  falls back to it only when a trial reached the target with neither a figure nor a FLOP count,
+  and the sentence then says so and why.
 
-A trial whose step time is suspect (tag ``perf.suspect``: it disagreed with the trial's own
-training clock twice) or was not measured has no modeled time. One comparison never mixes two
-clocks: on the modeled clock, a task any of whose trials reached the target without a modeled time
-ranks all its trials on measured seconds (:func:`task_clock`), and the reader is told which tasks
-(:func:`clock_sentence`). The clock comes from the config's ``time:`` (recorded on the sweep's
-parent run as :data:`harness.core.names.TAG_TIME`), ``report --time`` overrides it. Standard
-library only.
+The clock comes from the config's ``time:`` (recorded on the sweep's parent run as
+:data:`harness.core.names.TAG_TIME`), ``report --time`` overrides it. :func:`task_clock` decides a
+task's clock, :func:`ranked_seconds` a trial's seconds on it, :func:`clock_sentence` what a table
+says about it. Standard library only.
 """
 
 from __future__ import annotations
@@ -23,21 +32,85 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-#: The clocks, the default first (``report --time``).
+#: The clocks a user chooses, the default first (``time:``, ``report --time``).
 CLOCKS = ("modeled", "measured")
 DEFAULT_CLOCK = "modeled"
+#: The clock a task ranks on when the modeled clock cannot cover all its trials (:func:`task_clock`).
+COST_CLOCK = "cost"
+#: The modeled clock's resolution: per-step figures of one task within this factor of the next one
+#: up (sorted) are one cost class, charged one common figure (:func:`cost_classes`). Beside 2 ×
+#: nproc CPU-burning processes the CPU-time ratio of two programs moved by up to 13% (lion to sgd on
+#: a digits MLP, 1.22x idle, 1.06x loaded), so figures closer than this are not told apart.
+RESOLUTION = 1.25
 
 
-def modeled_seconds(steps_to_target: float | None, step_time_ms: float | None,
-                    suspect: str | None = "") -> float | None:
-    """``steps_to_target × step_time_ms / 1000``, or ``None`` when the target was not reached, the
-    step time is unknown (not measured, not positive) or ``suspect`` (non-empty: its reason)."""
-    if steps_to_target is None or step_time_ms is None or suspect:
+def _finite_positive(*xs: float | None) -> bool:
+    return all(x is not None and math.isfinite(float(x)) and float(x) > 0 for x in xs)
+
+
+def modeled_seconds(steps_to_target: float | None, step_ms: float | None) -> float | None:
+    """``steps_to_target × step_ms / 1000`` (``step_ms``: the program's ``modeled_step_ms``), or
+    ``None`` when the target was not reached or the figure is unknown (not measured, not positive).
+    A target met at the step-0 evaluation is 0 seconds."""
+    if steps_to_target is None or not _finite_positive(step_ms):
         return None
-    steps, ms = float(steps_to_target), float(step_time_ms)
-    if not (math.isfinite(steps) and math.isfinite(ms)) or ms <= 0:
+    steps = float(steps_to_target)
+    return steps * float(step_ms) / 1e3 if math.isfinite(steps) else None  # type: ignore[arg-type]
+
+
+def cost_seconds(steps_to_target: float | None, flops_per_step: float | None,
+                 peak_flops: float | None) -> float | None:
+    """``steps_to_target × flops_per_step / peak_flops`` (FLOPs per step of the model, analytic;
+    FLOP/s), or ``None`` when the target was not reached or either count is unknown. Example:
+    ``cost_seconds(200, 3e6, 1.5e11) == 0.004``."""
+    if steps_to_target is None or not _finite_positive(flops_per_step, peak_flops):
         return None
-    return steps * ms / 1e3
+    steps = float(steps_to_target)
+    return steps * float(flops_per_step) / float(peak_flops) if math.isfinite(steps) else None  # type: ignore[arg-type]
+
+
+def cost_classes(figures: Iterable[float | None]) -> dict[float, float]:
+    """``{figure: its class's common figure}`` for the distinct positive per-step figures (ms) of one
+    task's programs: sorted, a figure within :data:`RESOLUTION` × the one below it joins that one's
+    class (single linkage, so a class is a chain of close figures); a class's common figure is the
+    median of its distinct figures. Example: ``cost_classes([0.056, 0.0565, 0.061, 0.068, 0.24])``
+    puts the first four in one class (common figure 0.05875) and 0.24 alone."""
+    xs = sorted({float(f) for f in figures if _finite_positive(f)})
+    classes: list[list[float]] = []
+    for x in xs:
+        if classes and x <= classes[-1][-1] * RESOLUTION:
+            classes[-1].append(x)
+        else:
+            classes.append([x])
+    out: dict[float, float] = {}
+    for c in classes:
+        mid = len(c) // 2
+        common = c[mid] if len(c) % 2 else (c[mid - 1] + c[mid]) / 2
+        out.update(dict.fromkeys(c, common))
+    return out
+
+
+def classed_seconds(trials: Sequence[tuple[float | None, float | None, float | None]]) -> list[float | None]:
+    """The modeled seconds to target each trial of one task ranks on, given its ``(steps_to_target,
+    modeled_step_ms, logged modeled seconds)``: ``steps × its cost class's common figure / 1000``
+    (:func:`cost_classes` over the task's figures), so that programs whose figures the clock cannot
+    tell apart differ only by their steps; the logged seconds for a trial without a figure (a run
+    from before ``perf/modeled_step_ms``)."""
+    common = cost_classes(ms for _, ms, _ in trials)
+    return [modeled_seconds(steps, common[float(ms)]) if steps is not None and _finite_positive(ms)
+            else logged for steps, ms, logged in trials]
+
+
+def clock_seconds(steps_to_target: float | None, perf: object | None) -> tuple[float | None, float | None]:
+    """``(modeled, cost)`` seconds to target of a trial whose throughput is ``perf`` (a
+    :class:`harness.core.spec.PerfResult`, or ``None``): :func:`modeled_seconds` of its
+    ``modeled_step_ms`` and :func:`cost_seconds` of its analytic FLOPs per step (else XLA's) and
+    peak."""
+    if perf is None:
+        return None, None
+    flops = getattr(perf, "flops_per_step_analytic", None) or getattr(perf, "flops_per_step", None)
+    return (modeled_seconds(steps_to_target, getattr(perf, "modeled_step_ms", None)),
+            cost_seconds(steps_to_target, flops, getattr(perf, "peak_flops", None)))
 
 
 def check_clock(clock: str | None) -> str:
@@ -53,36 +126,60 @@ def check_clock(clock: str | None) -> str:
     return clock
 
 
-def task_clock(trials: Iterable[tuple[float | None, float | None]], clock: str) -> str:
-    """The clock one task ranks all its trials on, given each trial's ``(modeled, measured)``
-    seconds to target: ``clock``, except that on the modeled clock a task where some trial reached
-    the target (measured seconds) without a modeled time ranks on ``"measured"`` (one comparison,
-    one clock)."""
+def task_clock(trials: Iterable[tuple[float | None, float | None, float | None]], clock: str) -> str:
+    """The clock one task ranks all its trials on, given each trial's ``(modeled, cost, measured)``
+    seconds to target (``None`` where unknown; a trial reached the target when any is known):
+    ``"measured"`` on the measured clock; else ``"modeled"`` when every trial that reached the target
+    has a modeled time, else ``"cost"`` (:data:`COST_CLOCK`) when every one has a cost time, else
+    ``"measured"`` (nothing deterministic covers them all)."""
     if check_clock(clock) == "measured":
         return clock
-    return "measured" if any(m is None and s is not None for m, s in trials) else "modeled"
+    reached = [t for t in trials if any(v is not None for v in t)]
+    if all(m is not None for m, _, _ in reached):
+        return "modeled"
+    if all(c is not None for _, c, _ in reached):
+        return COST_CLOCK
+    return "measured"
 
 
-def ranked_seconds(modeled: float | None, measured: float | None, clock: str) -> float | None:
+def ranked_seconds(modeled: float | None, cost: float | None, measured: float | None,
+                   clock: str) -> float | None:
     """The seconds to target of one trial on ``clock`` (a task's :func:`task_clock`)."""
-    return measured if check_clock(clock) == "measured" else modeled
+    return {"modeled": modeled, COST_CLOCK: cost, "measured": measured}[clock]
 
 
-def clock_sentence(clock: str, measured_tasks: Sequence[str] = ()) -> str:
+def _names(tasks: Sequence[str]) -> str:
+    names = list(tasks)
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def clock_sentence(clock: str, measured_tasks: Sequence[str] = (), cost_tasks: Sequence[str] = (),
+                   flagged: Sequence[str] = ()) -> str:
     """What a table or figure that ranks on time says about its clock, e.g. ``"Time to target:
-    modeled (steps to target × the program's median step time, free of the machine's load); mlp ·
-    digits ranks on measured seconds: a trial there has a suspect or unmeasured step time, and one
-    comparison never mixes two clocks."`` (``measured_tasks``: the tasks :func:`task_clock` moved
-    to the measured clock)."""
+    modeled (steps to target × the program's CPU time per step, measured before training with the
+    task's programs in turn; other processes do not move it; `--time measured` ranks on
+    wall-clock)."`` ``cost_tasks`` / ``measured_tasks``: the tasks :func:`task_clock` moved to the
+    cost / measured clock; ``flagged``: the programs (e.g. ``"sgd · digits · mlp"``) whose figure
+    disagreed with a trial's training clock and was measured again (tag ``perf.suspect``)."""
     if clock == "measured":
         return ("Time to target: measured (the trial's wall-clock of training, load included; "
-                "`--time modeled` counts steps × the program's median step time).")
-    text = ("Time to target: modeled (steps to target × the program's median step time, free of "
-            "the machine's load; `--time measured` ranks on wall-clock).")
+                "`--time modeled` counts steps × the program's step time measured before training).")
+    text = ("Time to target: modeled (steps to target × the program's step time — CPU time on a CPU, "
+            "device time on an accelerator — measured before training with the task's programs in "
+            "turn, which other processes on the machine do not move; `--time measured` ranks on "
+            "wall-clock).")
+    if cost_tasks:
+        one = len(cost_tasks) == 1
+        text += (f" {_names(cost_tasks)} rank{'s' if one else ''} on cost (steps to target × the "
+                 f"model's FLOPs per step ÷ the device's peak, the same per step for every optimizer): "
+                 f"a trial there has no timed step (an AlgoPerf submission's own jit), and one "
+                 f"comparison never mixes two clocks.")
     if measured_tasks:
-        names = list(measured_tasks)
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        one = len(names) == 1
-        text += (f" {shown} rank{'s' if one else ''} on measured seconds: a trial there has a suspect "
-                 f"or unmeasured step time, and one comparison never mixes two clocks.")
+        one = len(measured_tasks) == 1
+        text += (f" {_names(measured_tasks)} rank{'s' if one else ''} on measured seconds: a trial "
+                 f"there has neither a timed step nor a FLOP count.")
+    if flagged:
+        text += (f" Flagged (†): {_names(flagged)}: the step time disagreed with the trial's own "
+                 f"training clock and was measured again beside the task's programs; it ranks on "
+                 f"that figure (tag perf.suspect says why).")
     return text

@@ -138,9 +138,18 @@ M_TIME = {"startup": M_TIME_STARTUP_S, "preflight": M_TIME_PREFLIGHT_S, "compile
 M_SWEEP_WALL_S = "sweep/wall_s"
 M_STEPS_TO_TARGET = "convergence/steps_to_target"
 M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
-#: steps_to_target × perf/step_time_ms / 1000 (:func:`harness.core.clock.modeled_seconds`); absent
-#: when the step time is suspect (``perf.suspect``) or not measured.
+#: steps_to_target × perf/modeled_step_ms / 1000 (:func:`harness.core.clock.modeled_seconds`); absent
+#: when the step was not timed by the harness (an AlgoPerf submission's own jit).
 M_MODELED_SECONDS_TO_TARGET = "convergence/modeled_seconds_to_target"
+#: steps_to_target × the model's FLOPs per step / the device's peak FLOP/s
+#: (:func:`harness.core.clock.cost_seconds`): the deterministic clock of a task the modeled clock
+#: cannot cover.
+M_COST_SECONDS_TO_TARGET = "convergence/cost_seconds_to_target"
+#: Median CPU milliseconds per step over the timed blocks (:mod:`harness.train.timing`, item 7).
+M_STEP_CPU_MS = "perf/step_cpu_ms"
+#: The per-step milliseconds the modeled clock multiplies by steps: CPU time on a CPU device,
+#: device wall-clock on an accelerator; re-measured beside the task's programs when flagged.
+M_MODELED_STEP_MS = "perf/modeled_step_ms"
 #: IQR / median of the timed calls behind perf/step_time_ms (:mod:`harness.train.timing`).
 M_STEP_SPREAD = "perf/step_time_spread"
 
@@ -154,6 +163,7 @@ SUMMARY_METRICS = (
     M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
     M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP, M_CACHE_HITS,
     M_CACHE_MISSES, M_BEST_LOSS, M_BEST_ACC, *M_TIME.values(), M_MODELED_SECONDS_TO_TARGET, M_STEP_SPREAD,
+    M_COST_SECONDS_TO_TARGET, M_STEP_CPU_MS, M_MODELED_STEP_MS,
 )
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core import names
-from harness.core.clock import modeled_seconds
+from harness.core.clock import clock_seconds
 from harness.core.selection import best_of
 from harness.core.spec import TrialResult, TrialSpec
 from harness.core.util import finite
@@ -98,8 +98,12 @@ class TrialOutcome:
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
     #: steps to target × the program's median step time (:mod:`harness.core.clock`); ``None`` when
-    #: not reached, or the step time is unmeasured or suspect (``perf_suspect``: why)
+    #: not reached, or the step not timed by the harness; ``perf_suspect``: why its figure is flagged
     modeled_seconds_to_target: float | None = None
+    #: steps to target × FLOPs per step ÷ peak (:func:`harness.core.clock.cost_seconds`)
+    cost_seconds_to_target: float | None = None
+    #: the program's per-step figure the modeled clock uses (``perf/modeled_step_ms``)
+    modeled_step_ms: float | None = None
     perf_suspect: str = ""
     examples_per_sec: float | None = None
     train_seconds: float = 0.0
@@ -149,8 +153,8 @@ class TrialOutcome:
         o.seconds_to_target = res.seconds_to_target
         p = res.perf
         o.perf_suspect = p.suspect if p else ""
-        o.modeled_seconds_to_target = modeled_seconds(res.steps_to_target, p.step_time_ms if p else None,
-                                                      o.perf_suspect)
+        o.modeled_seconds_to_target, o.cost_seconds_to_target = clock_seconds(res.steps_to_target, p)
+        o.modeled_step_ms = p.modeled_step_ms if p else None
         o.examples_per_sec = _or_none(res.perf.examples_per_sec) if res.perf else None
         o.train_seconds = res.train_seconds
         o.tracking_seconds = tracking_s
@@ -183,6 +187,8 @@ class TrialOutcome:
         o.steps_to_target = int(steps) if steps is not None else None
         o.seconds_to_target = m.get(names.M_SECONDS_TO_TARGET)
         o.modeled_seconds_to_target = m.get(names.M_MODELED_SECONDS_TO_TARGET)
+        o.cost_seconds_to_target = m.get(names.M_COST_SECONDS_TO_TARGET)
+        o.modeled_step_ms = m.get(names.M_MODELED_STEP_MS)
         o.perf_suspect = run.data.tags.get(names.TAG_PERF_SUSPECT, "")
         o.examples_per_sec = m.get(names.M_EXAMPLES_PER_S)
         o.skipped = True

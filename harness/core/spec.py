@@ -296,11 +296,24 @@ class PerfResult:
     mesh: str = ""
     #: IQR / median of the timed calls (:func:`harness.train.timing.relative_spread`)
     spread: float | None = None
-    #: measured a second time because the first disagreed with the trial's training clock
+    #: measured again because the first figure disagreed with the trial's training clock
     remeasured: bool = False
-    #: why this step time is not trusted (it disagrees > 2x with the trial's own training clock
-    #: after a re-measure; logged as the tag ``perf.suspect``); ``""`` when it is trusted
+    #: a trial carries this figure already (checked against its clock): every later trial of the
+    #: program gets the same figure, never a re-measured one (:mod:`harness.train.perf`)
+    checked: bool = False
+    #: why this step time is flagged (it disagreed > 2x with the trial's own training clock and was
+    #: measured again, interleaved with its task's programs; logged as the tag ``perf.suspect``; the
+    #: trial still ranks on ``modeled_step_ms``, see :mod:`harness.core.clock`); ``""`` when not
     suspect: str = ""
+    #: median CPU milliseconds per step over the timed blocks, summed over the threads doing the
+    #: step's work (the process's CPU less its other Python threads':
+    #: :func:`harness.train.timing.work_cpu_s`); ``None`` when not measured
+    step_cpu_ms: float | None = None
+    #: the per-step milliseconds the modeled clock multiplies by steps to target: ``step_cpu_ms`` on a
+    #: CPU device, ``step_time_ms`` on an accelerator (:func:`harness.train.timing.modeled_step_ms`);
+    #: after a re-measure, the re-measured figure in the interleaved stage's frame
+    #: (:mod:`harness.train.perf`); ``None`` when the step was not timed by the harness
+    modeled_step_ms: float | None = None
 
 
 @dataclass

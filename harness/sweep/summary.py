@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.core.boundary import edge, edge_warning
 from harness.core.budget import budget_line
-from harness.core.clock import DEFAULT_CLOCK, clock_sentence, ranked_seconds, task_clock
+from harness.core.clock import DEFAULT_CLOCK, classed_seconds, clock_sentence, ranked_seconds, task_clock
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import (
     DEFAULT_SELECT_BY,
@@ -123,13 +123,35 @@ class SweepSummary:
 
 def task_clocks(outcomes: list[TrialOutcome], clock: str = DEFAULT_CLOCK) -> dict[tuple[str, str], str]:
     """(dataset, model) → the clock that task ranks on (:func:`harness.core.clock.task_clock` over
-    its finished trials: a task where a trial reached the target without a modeled time ranks on
-    measured seconds)."""
+    its finished trials: a task where a trial reached the target without a modeled time, e.g. an
+    AlgoPerf submission, ranks on the cost clock)."""
     pairs: dict[tuple[str, str], list] = {}
     for o in outcomes:
         pairs.setdefault((o.dataset, o.model), []).extend(
-            [(o.modeled_seconds_to_target, o.seconds_to_target)] if o.status == "finished" else [])
+            [(o.modeled_seconds_to_target, o.cost_seconds_to_target, o.seconds_to_target)]
+            if o.status == "finished" else [])
     return {k: task_clock(v, clock) for k, v in pairs.items()}
+
+
+def classed_modeled(outcomes: list[TrialOutcome]) -> dict[str, float | None]:
+    """trial id → the modeled seconds to target it ranks on: steps × its task's cost class's common
+    figure (:func:`harness.core.clock.classed_seconds`, per (dataset, model))."""
+    tasks: dict[tuple[str, str], list[TrialOutcome]] = {}
+    for o in outcomes:
+        tasks.setdefault((o.dataset, o.model), []).append(o)
+    out: dict[str, float | None] = {}
+    for os_ in tasks.values():
+        secs = classed_seconds([(o.steps_to_target, o.modeled_step_ms, o.modeled_seconds_to_target)
+                                for o in os_])
+        out.update(zip((o.trial_id for o in os_), secs, strict=True))
+    return out
+
+
+def flagged_programs(outcomes: list[TrialOutcome]) -> list[str]:
+    """``"optimizer · dataset · model"`` of every finished trial whose figure is flagged (tag
+    ``perf.suspect``), once each, sorted."""
+    return sorted({f"{o.optimizer} · {o.dataset} · {o.model}" for o in outcomes
+                   if o.status == "finished" and o.perf_suspect})
 
 
 def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
@@ -142,7 +164,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     finished (not diverged or failed); better mean final target metric on **validation**
     (valid/accuracy, or valid/loss for loss targets); lower median seconds to target (on ``clock``,
     :mod:`harness.core.clock`; the modeled clock is steps × the program's median step time, and a
-    task with a suspect step time ranks on measured seconds, :func:`task_clocks`); the
+    task where a trial has no timed step ranks on the cost clock, :func:`task_clocks`); the
     configuration's name. ``final`` /
     ``best``: more seeds finished, then the better mean final / best-during-training validation
     metric, then the rest as above. Identical results select identically. Selection never reads the
@@ -152,6 +174,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     the three-split protocol)."""
     kind = value_kind(by)
     clocks = task_clocks(outcomes, clock)
+    modeled = classed_modeled(outcomes)
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
@@ -174,8 +197,9 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             "n_diverged": sum(o.status == "diverged" for o in os_),
             "n_failed": sum(o.status == "failed" for o in os_),
             # on the task's clock (task_clocks)
-            "seconds_to_target": _median([ranked_seconds(o.modeled_seconds_to_target, o.seconds_to_target,
-                                                         clocks[(ds, model)]) for o in ok]),
+            "seconds_to_target": _median([ranked_seconds(modeled.get(o.trial_id), o.cost_seconds_to_target,
+                                                         o.seconds_to_target, clocks[(ds, model)])
+                                          for o in ok]),
             "steps_to_target": _median([o.steps_to_target for o in ok]),
             "reached": sum(o.seconds_to_target is not None for o in ok),
             "has_target": any(o.has_target for o in os_),
@@ -270,7 +294,9 @@ def print_summary(console, summary: SweepSummary) -> None:
         configs.setdefault((o.dataset, o.model, o.optimizer), []).append(o.config)
         task_configs.setdefault((o.dataset, o.model), []).append(o.config)
     clocks = task_clocks(summary.outcomes, summary.time_clock)
-    measured = [f"{m} · {d}" for (d, m), c in sorted(clocks.items()) if c != summary.time_clock]
+    on_modeled = summary.time_clock != "measured"
+    measured = [f"{m} · {d}" for (d, m), c in sorted(clocks.items()) if on_modeled and c == "measured"]
+    cost = [f"{m} · {d}" for (d, m), c in sorted(clocks.items()) if c == "cost"]
 
     def short(metric: str) -> str:
         return metric.split("/", 1)[-1].replace("accuracy", "acc")
@@ -287,7 +313,8 @@ def print_summary(console, summary: SweepSummary) -> None:
                     f"{summary.headline()}",
               caption=f"best = selected on validation: {selection_order(summary.select_by)}; test = its "
                       f"mean test metric; full configurations: the HTML report. "
-                      + clock_sentence(summary.time_clock, measured))
+                      + clock_sentence(summary.time_clock, measured, cost,
+                                       flagged_programs(summary.outcomes)))
     # the task and optimizer on one line; the rest may wrap at words (a header over two lines) so
     # that the table fits 80 columns (harness.sweep.tables.print_table: else a block per row)
     t.add_column("task", no_wrap=True)

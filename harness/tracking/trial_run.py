@@ -13,8 +13,9 @@ and last, so that tracking stays a small fraction of a trial), ``final/valid_los
 ``perf/examples_per_sec_per_device``, the tag ``perf.mesh`` for a step timed on a mesh) and
 ``convergence/*``
 (``step=steps_to_target``, the target being on validation; ``convergence/modeled_seconds_to_target`` =
-steps to target × ``perf/step_time_ms``, :mod:`harness.core.clock`, absent when the step time is
-suspect, and then the tag ``perf.suspect`` says why); params
+steps to target × ``perf/modeled_step_ms`` and ``convergence/cost_seconds_to_target`` = steps × FLOPs
+per step ÷ peak, :mod:`harness.core.clock`; the tag ``perf.suspect`` says why a figure is
+flagged); params
 ``TrialSpec.flat_params()``, the builders' defaults the trial used (``defaults``) plus
 ``target.mode``; tags ``harness.devices`` (the device(s) the trial
 trained on, e.g. ``cpu:2`` or ``cuda:0,1`` with host-level ids), ``harness.device_env`` (the device and
@@ -49,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import names
-from harness.core.clock import modeled_seconds
+from harness.core.clock import clock_seconds
 from harness.core.context import RunContext
 from harness.core.outcome import reason_line
 from harness.core.selection import best_of
@@ -163,7 +164,8 @@ _PERF_METRICS = {"step_time_ms": names.M_STEP_MS, "step_time_ms_p10": names.M_ST
                  "compile_s": names.M_COMPILE_S, "flops_per_step": names.M_FLOPS,
                  "utilization": names.M_UTIL, "peak_flops": names.M_PEAK_FLOPS,
                  "examples_per_sec_per_device": names.M_EXAMPLES_PER_S_PER_DEVICE,
-                 "num_devices": names.M_NUM_DEVICES, "spread": names.M_STEP_SPREAD}
+                 "num_devices": names.M_NUM_DEVICES, "spread": names.M_STEP_SPREAD,
+                 "step_cpu_ms": names.M_STEP_CPU_MS, "modeled_step_ms": names.M_MODELED_STEP_MS}
 
 
 def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
@@ -205,10 +207,9 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     if res.steps_to_target is not None:
         buf.add(names.M_STEPS_TO_TARGET, res.steps_to_target, res.steps_to_target)
         buf.add(names.M_SECONDS_TO_TARGET, res.seconds_to_target, res.steps_to_target)
-        p = res.perf
-        buf.add(names.M_MODELED_SECONDS_TO_TARGET,  # None (not logged) for a suspect step time
-                modeled_seconds(res.steps_to_target, p.step_time_ms if p else None, p.suspect if p else ""),
-                res.steps_to_target)
+        modeled, cost = clock_seconds(res.steps_to_target, res.perf)
+        buf.add(names.M_MODELED_SECONDS_TO_TARGET, modeled, res.steps_to_target)  # None: not logged
+        buf.add(names.M_COST_SECONDS_TO_TARGET, cost, res.steps_to_target)
     return buf
 
 

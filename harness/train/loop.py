@@ -92,7 +92,8 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   ``(spec.perf_key(), device kind)`` (plus the resolved device count on a mesh) through
   ``perf_cache``; on a mesh the sharded step is timed. FLOPs are cross-checked against
   ``3 × flops_per_example × batch_size``, the step time against the unit's training clock
-  (the median over its dispatches of seconds per step; re-measured once, then ``perf.suspect``).
+  (the median over its dispatches of seconds per step, CPU seconds for a CPU figure; re-measured
+  beside the task's programs, then ``perf.suspect``: :mod:`harness.train.perf`).
 
 Curve steps are 1-based update counts for train rows (``train_loss[j]`` is the loss of the batch
 that update ``train_step[j]`` used, computed before that update) and update counts for eval rows.
@@ -111,7 +112,7 @@ import numpy as np
 
 from harness.core.spec import TrialResult, TrialSpec
 from harness.data.sources import Dataset, load_dataset
-from harness.train import batching, compile_cache, parallel
+from harness.train import batching, compile_cache, parallel, timing
 from harness.train.build import trial_step_size
 from harness.train.checkpoint import TrainCheckpoints
 from harness.train.perf import TrainClock, measure_trial_perf
@@ -141,6 +142,7 @@ class _UnitRun:
         self.train_s = self.eval_s = 0.0  # this invocation's dispatch / evaluation seconds
         self.step, self.wall = 0, 0.0
         self.dispatch_step_s: list[float] = []  # seconds per step of each dispatch (the perf check)
+        self.dispatch_cpu_s: list[float] = []  # CPU seconds per step of each dispatch (the same)
         self.tracks = [TrialTrack(s) for s in specs]
         (self.x_train, self.y_train, self.x_valid, self.y_valid,
          self.x_test, self.y_test) = self.entry.placed(self.layout)
@@ -239,10 +241,12 @@ class _UnitRun:
         exe, dt = self.prog.get_chunk(self.width, n, self.state, start, self.x_train, self.y_train,
                                       layout=self.layout)
         self.compile_s += dt
+        c0 = timing.cpu_snapshot()
         t0 = time.perf_counter()
         self.state, losses = exe(self.state, start, self.x_train, self.y_train)
         losses = np.asarray(losses, np.float64).reshape(-1, n)
         dt = time.perf_counter() - t0
+        self.dispatch_cpu_s.append(timing.work_cpu_s(c0, timing.cpu_snapshot()) / n)
         for j, tr in enumerate(self.tracks):
             if tr.active:
                 tr.add_train(self.step, self.wall, dt, losses[j])
@@ -325,7 +329,8 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     run = _UnitRun(specs, batched, ds, checkpoints)
     run.train(on_progress)
     run.record_test()
-    clock = TrainClock(run.wall, run.step, run.width or 1, run.dispatch_step_s)  # checks the step time
+    clock = TrainClock(run.wall, run.step, run.width or 1, run.dispatch_step_s,  # checks the step time
+                       run.dispatch_cpu_s)
     t_perf = time.perf_counter()
     perf = measure_trial_perf(run.prog, spec0, perf_cache, clock) if measure_perf else None
     perf_s = time.perf_counter() - t_perf if measure_perf else 0.0

@@ -54,6 +54,17 @@ The method (what :func:`measure` does, in order):
    the optimizer update on replicated parameters, is counted on every device: it is executed D
    times). The peak is the one-device measured peak × D, so utilisation is against the mesh.
 
+7. **CPU time and the modeled clock's figure.** Around each timed block the process's CPU seconds
+   are read (:func:`cpu_snapshot`), less those of its other Python threads (a background MLflow
+   writer is not the step's work): :func:`work_cpu_s`. ``step_cpu_ms`` is the median over blocks of
+   CPU seconds per call / ``steps_per_call``: the work of one step, summed over the threads that do
+   it. Waiting for a core is not CPU time, so other processes on the machine barely move it: beside
+   2 × nproc CPU-burning processes a muon step's wall-clock ratio to an sgd step's went from 4.1x
+   to 5.7x, its CPU-time ratio from 3.9x to 4.3x (digits MLP, 50-step chunks, same run). On a CPU
+   device this is the figure the modeled clock ranks on (``modeled_step_ms``,
+   :func:`modeled_step_ms`) and the one a measurement repeats until stable (:func:`stable_figure`); on
+   an accelerator the wall-clock median is (device time; host load barely moves it).
+
 Units: seconds for compile, milliseconds for step times, FLOP/s for peaks; utilisation is a fraction.
 """
 
@@ -61,6 +72,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -76,17 +88,23 @@ from harness.core.util import cache_dir, write_json_atomic
 from models.flops import cost_analysis_flops
 
 __all__ = [
+    "CpuSnapshot",
     "FlopsMismatchWarning",
+    "Rounds",
     "Timed",
     "cost_flops",
+    "cpu_snapshot",
     "device_kind",
     "device_peak_flops",
     "flops_agree",
     "measure",
+    "modeled_step_ms",
     "perf_result",
     "relative_spread",
+    "stable_figure",
     "state_carry",
     "time_rounds",
+    "work_cpu_s",
 ]
 
 
@@ -221,6 +239,71 @@ _RETIMED: set[str] = set()
 # --------------------------------------------------------------------------------------------------
 
 
+def modeled_step_ms(step_time_ms: float, step_cpu_ms: float | None, platform: str) -> float:
+    """The per-step figure the modeled clock multiplies by steps (item 7 of the module docstring):
+    on a CPU device the step's CPU time ``step_cpu_ms`` (when measured), elsewhere the wall-clock
+    median ``step_time_ms`` (an accelerator's step is device time, which other processes on the host
+    barely move; the host's CPU time would not be the step's cost there)."""
+    return step_cpu_ms if platform == "cpu" and step_cpu_ms is not None else step_time_ms
+
+
+def stable_figure(platform: str | None = None) -> str:
+    """Which figure a measurement repeats until stable (``time_rounds``'s ``stable_on``): ``"cpu"``
+    on a CPU device (``platform``, default the default backend's), ``"wall"`` elsewhere: the figure
+    :func:`modeled_step_ms` ranks on."""
+    return "cpu" if (platform or jax.devices()[0].platform) == "cpu" else "wall"
+
+
+class CpuSnapshot(NamedTuple):
+    """The process's CPU seconds (all threads, :func:`time.process_time`) and the CPU seconds of each
+    other live Python thread (``{thread ident: seconds}``) at one moment: :func:`work_cpu_s` of two
+    snapshots is the CPU the step's work took between them."""
+
+    process_s: float
+    others: dict[int, float]
+
+
+def cpu_snapshot() -> CpuSnapshot:
+    """A :class:`CpuSnapshot` now, taken from the calling thread (every other Python thread's clock
+    is read with :func:`time.pthread_getcpuclockid`; a thread that ends meanwhile is left out)."""
+    me = threading.get_ident()
+    others: dict[int, float] = {}
+    for t in threading.enumerate():
+        if t.ident is None or t.ident == me:
+            continue
+        try:
+            others[t.ident] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except (OSError, ValueError, AttributeError):  # ended since enumerate, or no such clock
+            continue
+    return CpuSnapshot(time.process_time(), others)
+
+
+def work_cpu_s(before: CpuSnapshot, after: CpuSnapshot) -> float:
+    """CPU seconds the process spent between two :func:`cpu_snapshot` s, less what its other Python
+    threads spent (the background MLflow writer, heartbeats, a progress bar: not the step's work).
+    What remains is the calling thread's dispatch and the XLA threads' computation, summed over
+    threads (a step that keeps two cores busy for 1 ms costs 2 ms). Other processes on the machine do
+    not move it: time spent waiting for a core is not CPU time (the wall-clock of the same calls beside
+    4 CPU-burning processes on 2 cores read 1.8x a muon step's ratio to an sgd step; CPU time 1.08x).
+    A Python thread that started or ended between the snapshots counts as work (rare; a block's
+    median hides it). Never negative."""
+    spent = after.process_s - before.process_s
+    for ident, s in after.others.items():
+        if ident in before.others:
+            spent -= s - before.others[ident]
+    return max(spent, 0.0)
+
+
+class Rounds(NamedTuple):
+    """What :func:`time_rounds` returns, per program: the wall seconds of every timed call
+    (``times``), the last outputs (``outs``), and the CPU seconds per call of each timed block
+    (``cpu``: :func:`work_cpu_s` of the block / its calls)."""
+
+    times: list[list[float]]
+    outs: list[Any]
+    cpu: list[list[float]]
+
+
 class Timed(NamedTuple):
     """One program of a round robin (:func:`time_rounds`): its compiled executable, the arguments of
     its first call, and how one call's outputs become the next call's arguments (donated state)."""
@@ -249,18 +332,29 @@ def state_carry(carry: Callable[[Any, tuple], tuple] | None = None) -> Callable[
 
 def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_spread: float | None,
                 max_rounds: int, max_seconds: float, min_rounds: int = 1,
-                on_call: Callable[[int], None] | None = None) -> tuple[list[list[float]], list[Any]]:
+                on_call: Callable[[int], None] | None = None, stable_on: str = "wall") -> Rounds:
     """Time ``programs`` round by round (items 2, 3 and 3b of the module docstring, for one program
     or several): ``warmup`` untimed calls of each (the last one's outputs waited for), then rounds,
     each ``block`` timed calls of every program in turn (each call ended with
-    ``jax.block_until_ready`` and timed alone), until every program's spread (:func:`relative_spread`
-    of all its timed calls) is at most ``max_spread`` after at least ``min_rounds`` rounds, or
-    ``max_rounds`` rounds were timed, or ``max_seconds`` of timing passed. Load that comes and goes
-    then falls on every program alike, and their medians keep their ratios. ``on_call(i)`` is
-    called before each timed call of program ``i`` (the order is observable). Returns the seconds
-    of every timed call per program and each program's last outputs."""
+    ``jax.block_until_ready`` and timed alone; the block's CPU seconds taken around it,
+    :func:`work_cpu_s`), until every program's spread is at most ``max_spread`` after at least
+    ``min_rounds`` rounds, or ``max_rounds`` rounds were timed, or ``max_seconds`` of timing passed.
+    The spread is :func:`relative_spread` of the figure that will be used: the wall seconds of all
+    timed calls (``stable_on="wall"``) or the CPU seconds per call of the blocks (``"cpu"``). Load
+    that comes and goes then falls on every program alike, and their medians keep their ratios.
+    ``on_call(i)`` is called before each timed call of program ``i`` (the order is observable).
+
+    Returns:
+      :class:`Rounds`: per program the seconds of every timed call, its last outputs and the CPU
+      seconds per call of each block.
+
+    Raises:
+      ValueError: ``block < 1``, no programs, or ``stable_on`` not ``"wall"``/``"cpu"``.
+    """
     if block < 1 or not programs:
         raise ValueError(f"block must be >= 1 and programs not empty, got {block}, {len(programs)}")
+    if stable_on not in ("wall", "cpu"):
+        raise ValueError(f"stable_on must be 'wall' or 'cpu', got {stable_on!r}")
     args = [tuple(p.args) for p in programs]
     outs: list[Any] = [None] * len(programs)
     for i, p in enumerate(programs):
@@ -270,9 +364,11 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
         if outs[i] is not None:
             jax.block_until_ready(outs[i])
     times: list[list[float]] = [[] for _ in programs]
+    cpu: list[list[float]] = [[] for _ in programs]
     start, rounds = time.perf_counter(), 0
     while True:
         for i, p in enumerate(programs):
+            c0 = cpu_snapshot()
             for _ in range(block):
                 if on_call is not None:
                     on_call(i)
@@ -281,11 +377,13 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
                 jax.block_until_ready(outs[i])
                 times[i].append(time.perf_counter() - t0)
                 args[i] = p.advance(outs[i], args[i])
+            cpu[i].append(work_cpu_s(c0, cpu_snapshot()) / block)
         rounds += 1
-        stable = max_spread is None or all(relative_spread(t) <= max_spread for t in times)
+        figures = times if stable_on == "wall" else cpu
+        stable = max_spread is None or all(relative_spread(t) <= max_spread for t in figures)
         if (stable and rounds >= min_rounds) or rounds >= max_rounds \
                 or time.perf_counter() - start >= max_seconds:
-            return times, outs
+            return Rounds(times, outs, cpu)
 
 
 def measure(
@@ -309,6 +407,7 @@ def measure(
     max_iters: int = 400,
     max_seconds: float = 2.0,
     flops_of: Any = None,
+    stable_on: str | None = None,
 ) -> PerfResult:
     """Time ``fn(*args)`` per the module's protocol and return a :class:`~harness.core.spec.PerfResult`.
 
@@ -336,6 +435,8 @@ def measure(
         (:func:`relative_spread`, IQR / median) is at most this, or ``max_iters`` calls were
         timed, or ``max_seconds`` of timing passed (item 3b of the module docstring); ``None``
         (the default): one block.
+      stable_on: the figure ``max_spread`` applies to, ``"wall"`` or ``"cpu"`` (default
+        :func:`stable_figure`: the one the modeled clock ranks on, CPU time on a CPU device).
       flops_of: a compiled executable of **one** step whose ``cost_analysis()`` gives the FLOPs
         per step (not divided by ``steps_per_call``): for a ``lax.scan`` of ``steps_per_call``
         steps, whose own count holds the loop body once.
@@ -357,10 +458,12 @@ def measure(
         t0 = time.perf_counter()
         compiled = jax.jit(fn, donate_argnums=donate_argnums).lower(*args).compile()
         compile_s = time.perf_counter() - t0
-    (times,), (out,) = time_rounds([Timed(compiled, args, state_carry(carry))], block=iters, warmup=warmup,
-                                   max_spread=max_spread, max_rounds=1 if max_spread is None else
-                                   -(-max_iters // iters), max_seconds=max_seconds)
-    return perf_result(times, out, compiled=compiled, compile_s=compile_s, batch_size=batch_size,
+    (times,), (out,), (cpu,) = time_rounds([Timed(compiled, args, state_carry(carry))], block=iters,
+                                           warmup=warmup, max_spread=max_spread,
+                                           max_rounds=1 if max_spread is None else -(-max_iters // iters),
+                                           max_seconds=max_seconds,
+                                           stable_on=stable_on or stable_figure())
+    return perf_result(times, out, compiled=compiled, compile_s=compile_s, batch_size=batch_size, cpu=cpu,
                        steps_per_call=steps_per_call, warmup=warmup, analytic_flops=analytic_flops,
                        peak_flops=peak_flops, dtype=dtype, num_devices=num_devices, mesh=mesh,
                        flops_of=flops_of)
@@ -370,10 +473,11 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
                 batch_size: int, steps_per_call: int = 1, warmup: int = 0,
                 analytic_flops: float | None = None, peak_flops: float | None = None,
                 dtype: Any = jnp.float32, num_devices: int = 1, mesh: str = "",
-                flops_of: Any = None) -> PerfResult:
+                flops_of: Any = None, cpu: Sequence[float] | None = None) -> PerfResult:
     """The :class:`~harness.core.spec.PerfResult` of timed calls ``times`` (seconds each, of
-    ``steps_per_call`` steps) of ``compiled`` whose last outputs are ``out`` (items 3 to 6 of the
-    module docstring; the arguments are :func:`measure`'s)."""
+    ``steps_per_call`` steps) of ``compiled`` whose last outputs are ``out`` (items 3 to 7 of the
+    module docstring; the arguments are :func:`measure`'s; ``cpu``: the CPU seconds per call of each
+    timed block, :attr:`Rounds.cpu`)."""
     compile_s = float(compile_s or 0.0)
     spread = relative_spread(times)
     per_step_ms = np.asarray(times) * 1e3 / steps_per_call
@@ -400,6 +504,8 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
             peak_flops = None
     util = flops / (median / 1e3) / peak_flops if flops and peak_flops and median > 0 else None
     eps = batch_size / (median / 1e3) if median > 0 else math.inf
+    cpu_ms = float(np.median(cpu)) * 1e3 / steps_per_call if cpu else None
+    platform = dev.platform if dev is not None else jax.devices()[0].platform
     return PerfResult(
         compile_s=compile_s,
         step_time_ms=median,
@@ -418,4 +524,6 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
         num_devices=num_devices,
         examples_per_sec_per_device=eps / num_devices,
         mesh=mesh,
+        step_cpu_ms=cpu_ms,
+        modeled_step_ms=modeled_step_ms(median, cpu_ms, platform),
     )
