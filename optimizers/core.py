@@ -324,6 +324,11 @@ def rmsprop(step_size, gamma: float = 0.9, eps: float = 1e-8):
 
     ``a <- gamma * a + (1 - gamma) * g**2;  x <- x - lr * g / sqrt(a + eps)``. State: ``(x, a)``.
 
+    Convention (``jax.example_libraries``'; also ``optax.rmsprop``'s default
+    ``eps_in_sqrt=True``): eps is added inside the square root. ``torch.optim.RMSprop`` adds it
+    outside, ``g / (sqrt(a) + eps)`` (and defaults to ``alpha`` 0.99 where ``gamma`` is 0.9
+    here). Checked by hand in ``tests/test_optimizer_conventions.py``.
+
     Args:
       step_size: positive scalar, traced scalar, or schedule.
       gamma: decay of the squared-gradient average (default 0.9).
@@ -358,6 +363,12 @@ def rmsprop_momentum(step_size, gamma: float = 0.9, eps: float = 1e-8, momentum:
 
     ``a <- gamma * a + (1 - gamma) * g**2;  m <- momentum * m + lr * g / sqrt(a + eps);
     x <- x - m``. State per leaf: ``(x, a, m)``.
+
+    Convention (``jax.example_libraries``'): eps inside the square root and the step size inside
+    the buffer. ``torch.optim.RMSprop(momentum=...)`` keeps ``b <- momentum * b + g / (sqrt(a) +
+    eps);  x <- x - lr * b``: eps outside the root, and the step size applied after the buffer
+    (the same at a constant step size, apart from eps). Checked by hand in
+    ``tests/test_optimizer_conventions.py``.
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
@@ -427,6 +438,12 @@ def adamax(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
 
     ``m <- (1 - b1) g + b1 m;  u <- max(b2 u, |g|);  x <- x - (lr / (1 - b1**t)) m / (u + eps)``.
     State per leaf: ``(x, m, u)``.
+
+    Convention (``jax.example_libraries``'): eps is added to ``u`` in the denominator, outside the
+    maximum. ``torch.optim.Adamax`` and ``optax.adamax`` put it inside: ``u <- max(b2 u, |g| +
+    eps)``, step ``m / u``, so their eps is carried in ``u`` and decays with it. The two agree on
+    the first step and wherever ``|g|`` wins the maximum. Checked by hand in
+    ``tests/test_optimizer_conventions.py``.
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.

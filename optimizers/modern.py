@@ -146,6 +146,19 @@ def muon(
     decay), which this matches at equal settings (``adam_learning_rate = adam_lr_ratio * lr``;
     its ``muon_weight_dimension_numbers`` with ``None`` for the leaves whose mask is False).
 
+    Convention (Optax's, not ``torch.optim.Muon``'s): the Nesterov momentum is bias-corrected
+    (``m^`` above). ``torch.optim.Muon`` orthogonalises ``beta m + (1 - beta) g`` uncorrected
+    (its ``grad.lerp(buf, momentum)``); on step 1 both are multiples of ``g``, which the
+    normalisation erases, and from step 2 on the mix of ``m`` and ``g`` differs (without
+    Nesterov the correction is a scale only, erased alike). Newton-Schulz runs here in the
+    parameters' dtype (float32, or float64 for float64 parameters) at JAX's default matmul
+    precision, as Optax; torch runs it in bfloat16 (``grad.bfloat16()``) and divides by
+    ``max(||x||_F, eps)`` (eps 1e-7) rather than ``||x||_F + eps``. Torch's defaults also differ
+    (weight decay 0.1); its decay ``x <- x (1 - lr weight_decay)`` and its scale
+    ``sqrt(max(1, A / B))`` of an ``(A, B) = (fan_out, fan_in)`` weight are this one's for a
+    ``(fan_in, fan_out)`` leaf. Checked in float64 against numpy Muon with and without the
+    correction (``tests/test_optimizer_conventions.py``).
+
     Args:
       step_size: positive scalar, traced scalar, or schedule.
       beta: momentum decay in ``[0, 1)``.
@@ -265,6 +278,16 @@ def adafactor(
     (decay 0.8, clipping 1.0, eps 1e-30, no momentum) and ``optax.adafactor``'s, which this
     matches at equal settings (``learning_rate=step_size``).
 
+    Conventions (Optax's, checked against numpy in ``tests/test_optimizer_conventions.py``):
+    ``rho`` is computed in float32 whatever the parameters' dtype, so float64 parameters see a
+    float32-rounded decay (``transformers.Adafactor`` computes it in Python's float64); there is
+    no relative step (the paper's and ``transformers.Adafactor``'s default ``relative_step=True``
+    replace the step size by ``min(1e-2, 1/sqrt(t))``); a leaf is factored only when its
+    second-largest axis has at least ``min_dim_size_to_factor`` (128) entries, and then over its
+    two largest axes, where the paper and ``transformers.Adafactor`` factor every leaf of two or
+    more axes over its last two; ``weight_decay_rate`` is not multiplied by the step size
+    (``transformers.Adafactor`` multiplies it by ``lr``).
+
     Args:
       step_size: positive scalar, traced scalar, or schedule.
       min_dim_size_to_factor: factor only when the second-largest axis is at least this long.
@@ -344,6 +367,13 @@ def lamb(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6, weigh
     over the whole leaf). State per leaf: ``(x, m, v)``. Defaults are ``optax.lamb``'s (the paper
     uses eps 1e-6 and weight decay 0.01 for BERT), which this matches at equal settings.
 
+    Trust ratio (Optax's; the paper's Algorithm 2 with ``phi`` the identity): ``||x|| / ||r||``
+    per leaf, ``r`` the bias-corrected Adam direction plus ``weight_decay * x``, 1 where either
+    norm is 0, ``||x||`` not clipped. Other variants: the paper allows a clipped
+    ``phi(||x||)``; ``cybertronai/pytorch-lamb`` clamps ``||x||`` to at most 10 and does not
+    bias-correct the moments. Checked in float64 against numpy
+    (``tests/test_optimizer_conventions.py``).
+
     Args:
       step_size: positive scalar, traced scalar, or schedule.
       b1, b2: moment decay rates in ``[0, 1)``.
@@ -389,6 +419,14 @@ def lars(
     buffer accumulates step-size-scaled updates. State per leaf: ``(x, b)``. Defaults are
     ``optax.lars``'s (the paper's trust coefficient 0.001 and momentum 0.9; it used weight decay
     5e-4), which this matches at equal settings (decay and trust ratio on every leaf).
+
+    Trust ratio (Optax's): ``trust_coefficient * ||x|| / (||g + weight_decay * x|| + eps)``, the
+    norm of the decayed gradient. The paper's Algorithm 1 (and NVIDIA apex's ``LARC``) divide by
+    ``||g|| + weight_decay * ||x||`` (plus eps) instead: the same without weight decay, a smaller
+    ratio with it (``||g + wd x|| <= ||g|| + wd ||x||``). Both scale ``g + weight_decay * x``, and
+    the paper's momentum buffer holds step-size-scaled updates as here (``LARC`` wraps
+    ``torch.optim.SGD``, whose buffer is scaled by the step size after, which differs once the
+    step size changes). Checked in float64 against numpy (``tests/test_optimizer_conventions.py``).
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.

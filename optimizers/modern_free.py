@@ -166,6 +166,15 @@ def schedule_free_sgd(step_size, b1: float = 0.9, weight_decay: float = 0.0, wei
     ``optax.contrib.schedule_free_sgd``'s, which this matches at equal settings
     (``weight_decay=None`` there is 0 here).
 
+    Conventions (Optax's; the authors' ``schedulefree.SGDScheduleFree`` differs in two): there
+    is no ``r`` (their averaging weight ``(k + 1)**r * max_lr**weight_lr_power``; ``r`` is 0
+    here, their default), and ``weight_lr_power`` is theirs. Warm-up is a schedule, called with
+    ``i`` for the SGD step and ``i + 1`` for the averaging weight (Optax's indexing: a linear
+    warm-up takes a zero step at step 0), where their built-in ``warmup_steps`` scales both the
+    step and the weight of step ``k`` by ``(k + 1) / warmup_steps``. At a constant step size the
+    two are the same update (checked in float64 against numpy,
+    ``tests/test_optimizer_conventions.py``).
+
     Args:
       step_size: positive scalar, traced scalar, or schedule.
       b1: interpolation between the average and the base sequence, in ``(0, 1)``.
@@ -202,6 +211,13 @@ def schedule_free_adamw(
     max_lr)``. Evaluate at
     :func:`schedule_free_eval_params`. Defaults are ``optax.contrib.schedule_free_adamw``'s (b1
     0.9, b2 0.999, eps 1e-8, no weight decay, power 2), which this matches at equal settings.
+
+    Conventions: those of :func:`schedule_free_sgd` (Optax's): no ``r`` (0, the authors'
+    default), a warm-up schedule called with ``i`` for the step and ``i + 1`` for the weight
+    where the authors' ``warmup_steps`` uses ``(k + 1) / warmup_steps`` for both. The second
+    moment is bias-corrected inside the root, with eps outside it, as in the authors' current
+    ``schedulefree.AdamWScheduleFree``; their earlier releases multiplied the step size (and so
+    the averaging weights) by ``sqrt(1 - b2**t)`` and added eps to ``sqrt(v)`` instead.
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
@@ -265,6 +281,16 @@ def prodigy(
     Optax's becomes NaN; elsewhere the two agree. State: per leaf ``(x, x0, m, v, s)``, and once,
     after the first leaf's, the vector ``(d, r)``. Source: ``optax.contrib.prodigy`` (``betas=(b1, b2)``),
     which this matches at equal settings.
+
+    Convention (Optax's): Adam's bias correction is always on, ``dlr`` carrying
+    ``sqrt(1 - b2**t) / (1 - b1**t)``. The authors' ``prodigyopt.Prodigy`` has
+    ``use_bias_correction=False`` by default (``dlr = d * lr``), so at its defaults its step
+    ``t`` (and the terms it adds to the estimate's sums) is ``(1 - b1**t) / sqrt(1 - b2**t)``
+    times this one's for the same ``d`` (3.2x on step 1 with the default betas, tending to 1).
+    Its other defaults (decoupled weight decay, ``d_coef`` = ``estim_lr_coef`` 1, ``d0`` =
+    ``estim_lr0`` 1e-6, no growth limit) are these.
+    Checked in float64 against numpy with and without the correction
+    (``tests/test_optimizer_conventions.py``).
 
     Args:
       step_size: multiplier of the estimated step size (positive scalar, traced, or schedule).
