@@ -1,0 +1,130 @@
+"""Issue 32 §1: the rank clock's pieces, exactly.
+
+CPU time that other Python threads of the process spend is not the step's; figures within the clock's
+resolution form one cost class; a figure that disagrees with its training clock is re-measured beside
+its task's programs and put into the interleaved stage's frame; a later trial of a program carries
+the figure the first one settled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import pytest
+
+from harness.core.clock import RESOLUTION, classed_seconds, cost_classes
+from harness.core.spec import PerfResult
+from harness.train import perf as P
+from harness.train import timing
+from tests.conftest import make_spec
+
+
+def _spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_work_cpu_s_leaves_out_the_other_python_threads():
+    """A background thread (the MLflow writer's place) spins for 0.3 s of CPU while the calling thread
+    sleeps: the process's CPU grew by about that much, the step's work (:func:`work_cpu_s`) by about
+    nothing; the calling thread's own spin counts in full."""
+    d0 = timing.cpu_snapshot()
+    _spin(0.2)
+    assert timing.work_cpu_s(d0, timing.cpu_snapshot()) == pytest.approx(0.2, abs=0.05)
+    release = threading.Event()
+    t = threading.Thread(target=lambda: (_spin(0.3), release.wait(10)))
+    t.start()
+    time.sleep(0.01)
+    s0 = timing.cpu_snapshot()  # the thread is alive at both snapshots
+    while time.process_time() - s0.process_s < 0.25:
+        time.sleep(0.01)
+    s1 = timing.cpu_snapshot()
+    release.set()
+    t.join(timeout=10)
+    assert s1.process_s - s0.process_s > 0.2  # the process burned it ...
+    assert timing.work_cpu_s(s0, s1) < 0.05  # ... the step's work did not
+    assert timing.work_cpu_s(s1, s1) == 0.0
+
+
+def test_cost_classes_chain_figures_within_the_resolution():
+    """Sorted figures join the class below when within ``RESOLUTION`` (1.25x) of its largest
+    member; the common figure is the median of the class's distinct figures."""
+    assert RESOLUTION == 1.25
+    got = cost_classes([0.0565, 0.056, 0.061, 0.068, 0.24, None, 0.0, float("nan")])
+    assert got == {0.056: pytest.approx(0.05875), 0.0565: pytest.approx(0.05875),
+                   0.061: pytest.approx(0.05875), 0.068: pytest.approx(0.05875), 0.24: 0.24}
+    # a chain: 1.0 -> 1.2 (1.2x) -> 1.45 (1.21x) -> 2.0 (1.38x: a new class)
+    assert cost_classes([1.0, 1.2, 1.45, 2.0]) == {1.0: 1.2, 1.2: 1.2, 1.45: 1.2, 2.0: 2.0}
+    assert cost_classes([1.0, 1.25]) == {1.0: 1.125, 1.25: 1.125}  # exactly 1.25x joins
+    # the seconds each trial ranks on: steps × its class's figure; a trial without a figure keeps
+    # the logged seconds; one that did not reach the target has none
+    assert classed_seconds([(50, 1.0, 0.05), (60, 1.2, 0.072), (10, 2.0, 0.02), (None, 1.45, None),
+                            (30, None, 0.5)]) == [pytest.approx(0.06), pytest.approx(0.072),
+                                                  pytest.approx(0.02), None, 0.5]
+
+
+def _perf(ms: float, **kw) -> PerfResult:
+    return PerfResult(compile_s=0.0, step_time_ms=ms, step_time_ms_p10=ms, step_time_ms_p90=ms,
+                      examples_per_sec=1.0, device_kind="cpu:cpu", step_cpu_ms=ms, modeled_step_ms=ms,
+                      spread=0.05, **kw)
+
+
+def test_a_remeasure_is_put_into_the_stage_frame_through_the_task_peers(monkeypatch):
+    """The stage measured a (1 ms) and b (2 ms) together. a's training clock says 3 ms a step, so a is
+    re-measured beside b: now a reads 3.2 ms and b 4 ms (the machine got twice as busy for b). a's
+    figure in the stage's frame is 3.2 × 2/4 = 1.6 ms: within 2x of the clock, so accepted,
+    ``remeasured`` and not flagged; the cache keeps it, ``checked``."""
+    a = make_spec(optimizer="sgd", optimizer_hparams={"step_size": 0.1})
+    b = make_spec(optimizer="adam", optimizer_hparams={"step_size": 0.01})
+    ka, kb = P.perf_cache_key(a), P.perf_cache_key(b)
+    cache = {ka: _perf(1.0), kb: _perf(2.0)}
+    monkeypatch.setitem(P._PEERS, P.task_key(a), {ka: a, kb: b})
+    monkeypatch.setattr(P, "program_for", lambda spec, ds: f"prog-{spec.optimizer}")
+    monkeypatch.setattr(P, "load_dataset", lambda *a, **k: None)
+    timed: list[list[str]] = []
+
+    def together(programs):
+        timed.append([p for p, _ in programs])
+        return [_perf(3.2), _perf(4.0)]
+
+    monkeypatch.setattr(P, "_time_together", together)
+    clock = P.TrainClock(0.3, 100, 1, [0.003] * 4, [0.003] * 4)
+    got = P.measure_trial_perf("prog-sgd", a, cache, clock)
+    assert timed == [["prog-sgd", "prog-adam"]]  # the program beside its task's other one
+    assert got.modeled_step_ms == pytest.approx(1.6) and got.remeasured and got.suspect == ""
+    assert cache[ka].checked and cache[ka].modeled_step_ms == pytest.approx(1.6)
+    # a later trial of the same program carries the settled figure, flagged by its own clock
+    fast = P.TrainClock(0.1, 100, 1, [0.001] * 4, [0.0005] * 4)
+    later = P.measure_trial_perf("prog-sgd", a, cache, fast)
+    assert timed == [["prog-sgd", "prog-adam"]]  # not measured again
+    assert later.modeled_step_ms == pytest.approx(1.6)
+    assert later.suspect.startswith("step CPU time 1.6 ms measured, the training clock's CPU time says "
+                                    "0.5 ms per step (median of 3 dispatches;")
+
+
+def test_a_figure_that_stays_apart_from_its_clock_is_ranked_on_its_stable_value(monkeypatch):
+    """Every re-measure reads 3 ms (alone: no peers) while the clock says 1 ms: the second figure
+    agrees with the first within 10%, so it is stable: returned with ``suspect`` saying so, and its
+    modeled figure is 3 ms (it still ranks). Three figures that never agree: the one of least
+    spread, flagged as never stable."""
+    a = make_spec(optimizer="sgd", optimizer_hparams={"step_size": 0.1}, seed=7)
+    clock = P.TrainClock(0.1, 100, 1, [0.001] * 3, [0.001] * 3)
+    figures = iter([3.0, 3.1])
+    monkeypatch.setattr(P, "_measure", lambda prog, spec: _perf(next(figures)))
+    got = P.remeasure_in_task(None, a, _perf(3.0), {}, clock)
+    assert got.modeled_step_ms == 3.1 and got.remeasured
+    assert got.suspect.endswith("; re-measured 2 times alone, stable at 3.1 ms: ranked on it")
+    spreads = iter([(3.0, 0.3), (5.0, 0.1), (9.0, 0.2)])
+
+    def measure(prog, spec):
+        ms, spread = next(spreads)
+        return dataclasses.replace(_perf(ms), spread=spread)
+
+    monkeypatch.setattr(P, "_measure", measure)
+    got = P.remeasure_in_task(None, a, _perf(3.0), {}, clock)
+    assert got.modeled_step_ms == 5.0
+    assert got.suspect.endswith(f"; re-measured {P.REMEASURES} times, never stable within 10%: ranked on "
+                                "the figure of least spread, 5 ms")
