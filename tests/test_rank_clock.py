@@ -128,3 +128,54 @@ def test_a_figure_that_stays_apart_from_its_clock_is_ranked_on_its_stable_value(
     assert got.modeled_step_ms == 5.0
     assert got.suspect.endswith(f"; re-measured {P.REMEASURES} times, never stable within 10%: ranked on "
                                 "the figure of least spread, 5 ms")
+
+
+def test_a_task_with_an_algoperf_submission_ranks_on_cost_not_on_wall_clock(tmp_path):
+    """A real sweep: an AlgoPerf submission (its own per-step jit, which the interleaved stage does
+    not time) beside sgd and adam on one task. Before: the task ranked on measured seconds; now on
+    the cost clock (steps × the model's FLOPs per step ÷ peak: the same per step for all three), in
+    the summary and in the report's frame alike."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from harness.core import names as N
+    from reports.clock import clock_note, clock_of, use_clock
+    from reports.frame import load_frame, summaries
+
+    sub = Path(__file__).resolve().parents[1] / "experiments" / "submissions" / "nadamw.py"
+    cfg = {"name": "apclock", "models": [{"name": "mlp", "hparams": {"width": 32, "depth": 1}}],
+           "optimizers": [{"name": "sgd", "hparams": {"step_size": 0.1}},
+                          {"name": "adam", "hparams": {"step_size": 0.003}},
+                          {"name": "nadamw_sub", "source": f"algoperf:{sub}",
+                           "hparams": {"learning_rate": 0.003, "one_minus_beta1": 0.1, "beta2": 0.999,
+                                       "weight_decay": 0.01, "warmup_factor": 0.05}}],
+           "schedules": ["constant"], "datasets": ["digits"], "seeds": 1, "batch_size": 64,
+           "budget": {"steps": 100}, "eval_every": 50, "steps_per_dispatch": 50,
+           "target": {"metric": "valid/accuracy", "value": 0.3}, "measure_perf": True}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    r = subprocess.run([sys.executable, "-m", "harness", "sweep", "c.yaml", "--tracking-uri", uri],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    said = " ".join(r.stdout.split())
+    assert "mlp · digits ranks on cost (steps to target × the model's FLOPs per step" in said, said
+    assert "on measured seconds" not in said
+    frame = use_clock(load_frame("apclock", tracking_uri=uri))
+    (task,) = set(summaries(frame)["task"])
+    assert clock_of(frame, task) == "cost" and "ranks on cost" in clock_note(frame)
+    s = summaries(frame).set_index("optimizer")
+    assert s[N.M_COST_SECONDS_TO_TARGET].notna().all()
+    assert pd_isna(s.loc["nadamw_sub", N.M_MODELED_SECONDS_TO_TARGET])  # no timed step of its own
+    per_step = s[N.M_COST_SECONDS_TO_TARGET] / s[N.M_STEPS_TO_TARGET]
+    assert per_step.max() == pytest.approx(per_step.min(), rel=1e-9)  # one cost per step for all
+
+
+def pd_isna(x) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(x))
