@@ -179,3 +179,33 @@ def pd_isna(x) -> bool:
     import pandas as pd
 
     return bool(pd.isna(x))
+
+
+def test_a_step_whose_timing_fails_ranks_its_task_on_cost(tmp_path, write_sweep, tracking_uri, monkeypatch):
+    """The throughput measurement raises (both the interleaved stage and the unit's own): the trial
+    still trains and is FINISHED, with no modeled time but a cost time (the model's analytic FLOPs
+    per step ÷ peak) and ``perf.suspect`` saying why. Before: the error failed the trial."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.core import names as N
+    from harness.sweep.run import run_sweep
+
+    def broken(*a, **k):
+        raise RuntimeError("timer exploded")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(P, "_measure", broken)
+    monkeypatch.setattr(P, "_time_together", broken)
+    monkeypatch.setattr("harness.execute.training.PERF_CACHE", {})
+    cfg = write_sweep(name="untimed", seeds=[0], measure_perf=True)
+    run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    c = MlflowClient(tracking_uri)
+    exp = c.get_experiment_by_name("untimed").experiment_id
+    (run,) = c.search_runs([exp], "tags.`harness.kind` = 'trial'")
+    assert run.info.status == "FINISHED" and run.data.tags[N.TAG_STATUS] == "finished"
+    assert run.data.tags[N.TAG_PERF_SUSPECT] == (
+        "the step could not be timed (RuntimeError: timer exploded): ranked on the cost clock")
+    m = run.data.metrics
+    assert N.M_MODELED_SECONDS_TO_TARGET not in m and N.M_STEP_MS not in m
+    assert m[N.M_COST_SECONDS_TO_TARGET] == pytest.approx(
+        m[N.M_STEPS_TO_TARGET] * m[N.M_FLOPS] / m[N.M_PEAK_FLOPS], rel=1e-9)

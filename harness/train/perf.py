@@ -67,7 +67,7 @@ from harness.train.program import TrainingProgram, program_for
 
 __all__ = ["CLOCK_FACTOR", "MAX_SPREAD", "REMEASURES", "STABLE_TOL", "TrainClock", "clock_disagreement",
            "interleave_bounds", "measure_interleaved", "measure_trial_perf", "perf_cache_key",
-           "remeasure_in_task", "task_key"]
+           "remeasure_in_task", "task_key", "untimed_perf"]
 
 #: The timed block is repeated until IQR / median of the timed calls is at most this (or a bound).
 MAX_SPREAD = 0.1
@@ -190,6 +190,24 @@ def task_key(spec: TrialSpec) -> tuple:
             spec.dtype, timing.device_kind(), _num_devices(spec))
 
 
+def untimed_perf(prog: TrainingProgram, why: str) -> PerfResult:
+    """The :class:`PerfResult` of a step whose timing failed (``why``: the error's first line):
+    no figure (the wall-clock fields are NaN, which MLflow never logs; ``modeled_step_ms`` ``None``),
+    but the model's analytic FLOPs per step and the device's peak, so that its task ranks on the
+    deterministic cost clock (:mod:`harness.core.clock`); ``suspect`` says why."""
+    try:
+        peak = timing.device_peak_flops(None, prog.entry.compute_dtype)
+    except Exception:  # no peak: the cost clock cannot cover the trial either
+        peak = None
+    nan = float("nan")
+    flops = _analytic_flops(prog)
+    return PerfResult(compile_s=0.0, step_time_ms=nan, step_time_ms_p10=nan, step_time_ms_p90=nan,
+                      examples_per_sec=nan, flops_per_step=flops, flops_per_step_analytic=flops,
+                      peak_flops=peak, device_kind=timing.device_kind(),
+                      dtype=jnp.dtype(prog.entry.compute_dtype).name,
+                      suspect=f"the step could not be timed ({why}): ranked on the cost clock")
+
+
 def measure_trial_perf(prog: TrainingProgram, spec: TrialSpec, perf_cache: dict | None,
                        train_clock: TrainClock | None = None) -> PerfResult:
     """Throughput of ``spec``'s step (module docstring), from ``perf_cache`` when it has it (and
@@ -203,7 +221,11 @@ def measure_trial_perf(prog: TrainingProgram, spec: TrialSpec, perf_cache: dict 
     pkey = perf_cache_key(spec)
     perf = perf_cache.get(pkey) if perf_cache is not None else None
     if perf is None:
-        perf = _measure(prog, spec)
+        try:
+            perf = _measure(prog, spec)
+        except Exception as e:  # the trial trained: it ranks on the cost clock, and says why
+            first = str(e).splitlines()[0] if str(e) else ""
+            return untimed_perf(prog, f"{type(e).__name__}: {first}"[:200])
     why = _disagreement(perf, train_clock)
     if why and not perf.checked:
         perf = remeasure_in_task(prog, spec, perf, perf_cache, train_clock)
