@@ -132,9 +132,9 @@ def test_prepare_for_eval_params_are_the_evaluated_ones(mnist1d):
 def test_missing_function_or_not_python_is_a_source_error(tmp_path):
     with pytest.raises(SourceError) as e:
         load_submission(parse_source("algoperf:missing.py", str(SUBS)))
-    assert str(e.value) == ("AlgoPerf submission missing.py defines no data_selection, update_params "
-                            "(a submission defines get_batch_size, init_optimizer_state, data_selection, "
-                            "update_params)")
+    assert str(e.value) == ("source 'algoperf:missing.py': AlgoPerf submission missing.py defines no "
+                            "update_params, data_selection (a submission defines get_batch_size, "
+                            "init_optimizer_state, update_params, data_selection)")
     (tmp_path / "notpython.py").write_text("this file is not Python\n")
     with pytest.raises(SourceError) as e:
         load_submission(parse_source("algoperf:notpython.py", str(tmp_path)))

@@ -19,8 +19,12 @@ any three callables of that contract), a 4-tuple whose fourth member is ``eval_p
 (the evaluation hook), or an Optax ``GradientTransformation``.
 
 An AlgoPerf submission (``algoperf:PATH.py``) is a module, not a factory: it is checked here by
-reading its syntax tree (the functions AlgoPerf's API requires; no code of it runs), and its
-hyperparameters are the names its config entry gives (AlgoPerf passes them as a namedtuple).
+reading its syntax tree (a syntax error; the functions AlgoPerf's API requires, :data:`ALGOPERF_REQUIRED`;
+no code of it runs at load, which must not import the trainer's ``algoperf`` stand-ins), and its
+hyperparameters are the names its config entry gives (AlgoPerf passes them as a namedtuple). The
+pre-flight then runs the file as a worker will, with the bounds of every user file, and checks its
+API (:func:`harness.sweep.preflight.submission_problem`): a module it imports that is not
+installed is refused there, before anything is written.
 
 :func:`resolve_sources` resolves every sourced entry of a config (errors are config errors: one
 line with file and key path, before anything is written); :func:`with_sources` overlays the
@@ -44,7 +48,8 @@ __all__ = ["ALGOPERF_REQUIRED", "optax_optimizers", "optimizer_form", "probe_sou
            "resolve_sources", "source_builder", "with_sources"]
 
 #: The functions an AlgoPerf submission module must define (``prepare_for_eval`` is optional:
-#: submissions written before AlgoPerf v0.6 lack it, and evaluate at the training parameters).
+#: submissions written before AlgoPerf v0.6 lack it, and evaluate at the training parameters); the
+#: one list of them (:mod:`harness.train.algoperf.submission` checks the loaded module against it).
 ALGOPERF_REQUIRED = ("get_batch_size", "init_optimizer_state", "update_params", "data_selection")
 
 _FORMS = ("an (init_fun, update_fun, get_params) triple, a 4-tuple (init_fun, update_fun, "

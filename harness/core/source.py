@@ -191,15 +191,16 @@ def load_module(ref: SourceRef) -> types.ModuleType:
     ``importlib.import_module(ref.target)``.
 
     Raises:
-      SourceError: the module cannot be imported, or executing the file raised (the message names
-        the file, the exception and its line).
+      SourceError: the module cannot be imported, or executing the file raised (one line: the
+        file, the exception, the first line of its message and its line; for a module the code
+        imports that is not installed, the Python to install it for).
     """
     if not ref.is_file:
         try:
             return importlib.import_module(ref.target)
         except (Exception, SystemExit) as e:
             raise SourceError(f"source {ref.text!r}: importing {ref.target!r} raised "
-                              f"{type(e).__name__}: {e}") from None
+                              f"{type(e).__name__}: {_one_line(e)}{_install_hint(e)}") from None
     key = (ref.target, ref.digest)
     with _LOCK:
         mod = _LOADED.get(key)
@@ -218,13 +219,31 @@ def load_module(ref: SourceRef) -> types.ModuleType:
         except (Exception, SystemExit) as e:  # a sys.exit() in the file must not end the sweep
             sys.modules.pop(name, None)
             raise SourceError(f"source {ref.text!r}: running {os.path.basename(ref.target)} raised "
-                              f"{type(e).__name__}: {e}{_line_of(e, ref.target)}") from None
+                              f"{type(e).__name__}: {_one_line(e)}{_line_of(e, ref.target)}"
+                              f"{_install_hint(e)}") from None
         finally:
             if added:
                 with contextlib.suppress(ValueError):
                     sys.path.remove(folder)
         _LOADED[key] = mod
         return mod
+
+
+def _one_line(e: BaseException) -> str:
+    """``str(e)`` on one line: its first non-empty line, `` ...`` when more followed (a config error
+    is one line per problem)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    return lines[0] + (" ..." if len(lines) > 1 else "")
+
+
+def _install_hint(e: BaseException) -> str:
+    """For a module the code imports that is not installed: where to install it."""
+    if type(e) is not ModuleNotFoundError or not getattr(e, "name", None):
+        return ""
+    top = e.name.split(".")[0]
+    return f"; install the package that provides {top!r} for {sys.executable}, or put it on PYTHONPATH"
 
 
 def _line_of(e: BaseException, filename: str) -> str:

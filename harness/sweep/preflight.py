@@ -87,12 +87,28 @@ def _model_key(s, ds) -> tuple:
 def _opt_keys(s, mkey: tuple) -> list[tuple]:
     """What an optimizer is traced once per, with its schedule (as the trainer builds it) and,
     only when that fails, alone (which of the two failed), on model ``mkey``'s parameters; none for
-    an AlgoPerf submission (checked when it loads)."""
+    an AlgoPerf submission (imported and its API checked instead: :func:`submission_problem`)."""
     if s.optimizer_api == "algoperf":
         return []
     ohp = hp_key(s.hparams("optimizer"))
     return [("opt", s.optimizer, ohp, s.schedule, hp_key(s.hparams("schedule")), s.steps, mkey),
             ("opt", s.optimizer, ohp, "none", hp_key({}), 0, mkey)]
+
+
+def submission_problem(s) -> str | None:
+    """Why trial ``s``'s AlgoPerf submission cannot train, or ``None``: the file's shipped text run
+    as a worker runs it (:func:`harness.train.algoperf.submission.load_submission`: the bounds of
+    every user file, exceptions and ``SystemExit`` as one line with the file's line; a missing module
+    says where to install it) and its API checked (the functions AlgoPerf's runner calls, each
+    callable with the arguments it passes)."""
+    from harness.core.source import SourceError, source_of
+    from harness.train.algoperf.submission import load_submission
+
+    try:
+        load_submission(source_of(s))
+    except SourceError as e:
+        return str(e)
+    return None
 
 
 def _traced(s, ds) -> set[tuple]:
@@ -120,7 +136,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
       traces one update and its evaluation parameters on the parameter shapes of the trial's model
       (``jax.eval_shape``, no compute), a user's optimizer (``source:``) as a built-in; where that
       fails the optimizer is traced alone too, so the error names the optimizer or the schedule;
-      an AlgoPerf submission is checked when it loads;
+      an AlgoPerf submission (which builds its optimizer in its own loop) is imported, once per
+      file, and its API checked (:func:`submission_problem`): a module it imports that is not
+      installed, an exception or a missing function is its entry's ``source`` line;
     - every model builds on its dataset's input shape and initialises abstractly
       (``jax.eval_shape`` of its ``init``);
     - no batch size exceeds its dataset's training examples;
@@ -240,7 +258,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
                 once(("lr", msg)):
             errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.hparams.step_size: "
                           f"{msg}")
-        if s.optimizer_api == "algoperf":  # its own loop: checked when the submission loads
+        if s.optimizer_api == "algoperf":  # its own loop: imported and its API checked, once per file
+            if once(("algoperf", s.optimizer_source_hash)) and (msg := submission_problem(s)) is not None:
+                errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.source: {msg}")
             continue
         # the optimizer with its schedule (as the trainer builds it); alone only when that fails, to
         # say which of the two failed (an optimizer alone was traced for every trial before: a
