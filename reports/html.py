@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import math
 import platform
 from importlib import metadata
 from typing import Any
@@ -28,6 +29,7 @@ from harness.core.names import (
     M_TEST_ACC,
     M_TEST_LOSS,
 )
+from harness.core.ties import power_words
 from reports.clock import clock_note
 from reports.figures import FIGURES
 from reports.frame import STATUSES, SweepData, summaries
@@ -38,6 +40,7 @@ from reports.objectives import objective, objectives_differ, target_words
 from reports.scoring import score_note
 from reports.selection import boundary_warnings, selection_caption, selection_sentence
 from reports.selection import objective_words as selected_on
+from reports.stats import across_tasks, stats_note
 
 TEMPLATE = "report.html.j2"
 
@@ -203,6 +206,35 @@ def _trial_rows(s: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, Any]]
     return rows
 
 
+def across_rows(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> tuple[list[dict], str]:
+    """The across-task table's rows (:func:`reports.stats.across_tasks`: IQM of normalised scores and
+    probability of improvement over the baseline optimizer, each with its 95% stratified bootstrap
+    interval) and the sentence under it; ``([], "")`` with fewer than two optimizers. Task names in
+    the sentence are their short ``labels``."""
+    s = summaries(frame)
+    if s.empty or s["optimizer"].nunique() < 2:
+        return [], ""
+    table = across_tasks(frame)
+    if table.empty:
+        return [], ""
+
+    def cell(x: float, lo: float, hi: float) -> str:
+        if not math.isfinite(x):
+            return "—"
+        return f"{x:.2f} [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) else f"{x:.2f} (one run per task)"
+
+    rows = []
+    table = table.sort_values(["iqm", "optimizer"], ascending=[False, True], na_position="last")
+    for r in table.itertuples():
+        poi = "— (the baseline)" if r.optimizer == r.baseline else cell(r.poi, r.poi_lo, r.poi_hi)
+        rows.append({"optimizer": r.optimizer, "iqm": cell(r.iqm, r.iqm_lo, r.iqm_hi), "poi": poi,
+                     "tasks": r.n_tasks, "runs": r.n_runs, "baseline": r.baseline})
+    note = stats_note(frame)
+    for task, label in (labels or {}).items():
+        note = note.replace(task, label)
+    return rows, note
+
+
 def render(
     data: SweepData,
     figures: list[dict[str, Any]] | None,
@@ -243,6 +275,7 @@ def render(
             "numeric": {"Rank", "Seeds finished", "Step time (ms, median)"},
             "rows": rows[cols].to_dict("records"),
         }
+    across, across_note = across_rows(frame, labels)
     tasks = label_table(frame).to_dict("records")
     trials = _trial_rows(s, labels)
 
@@ -305,6 +338,10 @@ def render(
             n_optimizers=s["optimizer"].nunique(),
             sections=sections,
             leaderboard=lb,
+            ties_shown=lb is not None and any(" · " in r["Rank"] for r in lb["rows"]),
+            tie_words=power_words(),
+            across=across,
+            across_note=across_note,
             boundary=boundary_warnings(frame, labels),
             tasks=tasks,
             trials=trials,

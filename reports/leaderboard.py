@@ -77,7 +77,12 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     headlined by its own objective (:func:`reports.objectives.objective` of the task); when the tasks'
     metrics differ the headline column is "Test metric (selected on validation)" and each cell
     names its metric ("loss 1.927 …"). "Rank" is :func:`reports.ranks.shared_ranks`' label: ``"2="``
-    for optimizers whose ranking numbers are not distinguishable. When the frame's tuned-time rule
+    for optimizers whose ranking numbers are not distinguishable; the rows of such a tie are in the
+    order of the column the reader sees (time to target, fastest first, when all reached it; else
+    the validation value that ranks them), and a row below a tied neighbour adds the seeds that would
+    separate the two (``"1= · 7 seeds would separate"``: :func:`harness.core.ties.separation`, the
+    power 0.8 of the rank rule's paired test, two-sided, nominal α = 0.05). Rows are in that order
+    (``_order``); ``_rank`` keeps the strict one. When the frame's tuned-time rule
     is ``algoperf`` (:func:`reports.protocol.scoring`) and the sweep has a target and more than one
     task (:func:`reports.scoring.shows_score`; one task: :func:`reports.scoring.score_note`),
     :data:`SCORE_COL` holds each optimizer's AlgoPerf score over all tasks
@@ -90,7 +95,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     s = summaries(frame)
     obj = objective(frame)
     head = protocol.headline(frame).set_index(["task", "optimizer"])
-    ranks = shared_ranks(frame).set_index(["task", "optimizer"])["label"]
+    ranked = shared_ranks(frame).set_index(["task", "optimizer"])
     comps = protocol.pairwise_comparisons(frame)
     mixed = objectives_differ(frame)  # e.g. a loss-target task beside an accuracy-target one
     test_col = "Test metric (selected on validation)" if mixed else \
@@ -128,7 +133,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
                 beats = "—"
         row = {
             "Task": b.task,
-            "Rank": ranks[(b.task, b.optimizer)],
+            "Rank": rank_cell(ranked.loc[(b.task, b.optimizer)]),
             "Optimizer": b.optimizer,
             "Best configuration": b.config,
             "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
@@ -168,6 +173,9 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
                 "_ttt_mean": ttt[0],
                 "_n": acc[3],
                 "_rank": b.rank,
+                "_order": int(ranked.loc[(b.task, b.optimizer), "order"]),
+                "_shared_rank": ranked.loc[(b.task, b.optimizer), "label"],
+                "_separation_seeds": ranked.loc[(b.task, b.optimizer), "separation_seeds"],
                 "_protocol": h["protocol"],
             }
         )
@@ -182,7 +190,18 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     for r in rows:  # three significant digits of the fastest, the same decimals in every row
         v = r["Step time (ms, median)"]
         r["Step time (ms, median)"] = f"{v:.{d}f}" if math.isfinite(v) else "—"
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).sort_values(["Task", "_order"], kind="stable").reset_index(drop=True)
+
+
+def rank_cell(r: pd.Series) -> str:
+    """The "Rank" cell of one row of :func:`reports.ranks.shared_ranks`: its label, and below a tied
+    neighbour the seeds that would separate the two (``"1= · 7 seeds would separate"``; ``"... (on
+    the validation value)"`` where the rows show time to target but the two reached the target at
+    the same median steps, so that their validation values are what the rule compares)."""
+    if not r["separation"]:
+        return str(r["label"])
+    on = " (on the validation value)" if r["separation_on"] != r["tie_on"] else ""
+    return f"{r['label']} · {r['separation']}{on}"
 
 
 class _Cell(typing.NamedTuple):

@@ -60,6 +60,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from harness.core import ties
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET, SCORING_RULES
 from reports.frame import PROTOCOL_ONE_SPLIT, SCORING_ATTR, per_frame, summaries
 from reports.labels import SELF_TUNING, is_self_tuning, is_tuned
@@ -85,8 +86,9 @@ __all__ = [
     "tuning_curves",
 ]
 
-#: Below this many seeds intervals are min–max and no "A beats B" is marked.
-MIN_SEEDS = 5
+#: Below this many seeds intervals are min–max and no "A beats B" is marked (the rank rule's own
+#: threshold, :data:`harness.core.ties.MIN_SEEDS`: one number for both).
+MIN_SEEDS = ties.MIN_SEEDS
 #: A configuration reaches the target when at least this fraction of its seeds reached it.
 SOLVED_FRACTION = 0.5
 #: Confidence level of intervals, bands and comparisons.

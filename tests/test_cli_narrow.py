@@ -90,10 +90,11 @@ def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking
     _uncut(r.output)
     # the table fits 80 columns with its headers over two lines; every cell whole (fake_result:
     # every configuration reaches the target at the same step and accuracy, so the name decides)
-    rows = {ln.split()[3]: ln.split()[4:] for ln in r.output.splitlines() if ln.strip().startswith("mlp · ")}
+    # one ranked table per task (issue 32 §2): rank, optimizer, ...; equal results share rank 1
+    rows = {ln.split()[1]: ln.split()[2:] for ln in r.output.splitlines() if re.match(r"\s*1=\s", ln)}
     assert rows == {"adam": ["lr=0.003", "0.9000", "0.8900", "0.02", "s", "—", "2"],  # its one config (§17)
                     "sgd": ["lr=0.1", "0.9000", "0.8900", "0.02", "s", "—", "2"]}, r.output
-    head = next(i for i, ln in enumerate(r.output.splitlines()) if ln.split()[:2] == ["task", "optimizer"])
+    head = next(i for i, ln in enumerate(r.output.splitlines()) if ln.split()[:2] == ["rank", "optimizer"])
     assert r.output.splitlines()[head].split()[-3:] == ["target", "ex/s", "seeds"], r.output
     # the time budget (issue 25 §1): one line within the 80 columns, after the table
     budget = [ln for ln in r.output.splitlines() if ln.startswith("time ")]
@@ -228,8 +229,8 @@ def test_summary_table_names_the_one_configuration_an_optimizer_ran():
     buf = io.StringIO()
     print_summary(Console(file=buf, width=250), SweepSummary("x", "sid", None, None, "sqlite:///x.db",
                                                              outcomes, 1.0))
-    rows = {ln.split("digits")[1].split()[0]: ln.split("digits")[1].split()[1]
-            for ln in buf.getvalue().splitlines() if ln.strip().startswith("mlp · digits")}
+    rows = {ln.split()[1]: ln.split()[2] for ln in buf.getvalue().splitlines()
+            if re.match(r"\d+=?\s+\S+\s+lr=", ln)}  # rank, optimizer, best config
     assert rows == {"adam": "lr=0.003", "sgd": "lr=0.1"}, buf.getvalue()
 
 

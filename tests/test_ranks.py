@@ -4,6 +4,8 @@ user: adam and momentum reached the target at the same step on both seeds, and w
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from harness.core import names as N
@@ -43,7 +45,9 @@ def test_overlapping_min_max_intervals_share_a_rank_disjoint_ones_do_not():
     f = _frame({"adam": [0.25, 0.30], "momentum": [0.402, 0.182], "sgd": [0.9, 1.1]})
     assert _labels(f) == {"adam": "1=", "momentum": "1=", "sgd": "3"}
     lb = leaderboard(f).set_index("Optimizer")
-    assert lb["Rank"].to_dict() == {"adam": "1=", "momentum": "1=", "sgd": "3"}
+    assert lb["_shared_rank"].to_dict() == {"adam": "1=", "momentum": "1=", "sgd": "3"}
+    assert lb.loc["adam", "Rank"] == "1=" and lb.loc["sgd", "Rank"] == "3"
+    assert lb.loc["momentum", "Rank"].startswith("1= · ")  # the seeds that would separate it from adam
     assert lb["_rank"].to_dict() == {"adam": 1, "momentum": 2, "sgd": 3}  # the strict order stays
     # disjoint: [0.25, 0.30] and [0.31, 0.40] do not touch
     assert _labels(_frame({"adam": [0.25, 0.30], "momentum": [0.31, 0.40]})) == {"adam": "1", "momentum": "2"}
@@ -107,3 +111,79 @@ def test_equal_results_share_a_rank_whoever_leads_their_group():
                steps={"adam": 75, "momentum": 100, "sgd": 100})
     f[N.M_FINAL_ACC] = [0.972, 0.969, 0.930, 0.920, 0.930, 0.920]
     assert _labels(f) == {"adam": "1=", "momentum": "1=", "sgd": "1="}
+
+
+def test_a_ties_rows_follow_the_time_shown():
+    """Issue 32 §2: within "1=" a row reading 0.80 s stood above one reading 0.54 s (both reached the
+    target at the same steps: a tie on time, which the final metric orders)."""
+    f = _frame({"adam": [0.80, 0.80], "momentum": [0.54, 0.54]}, steps={"adam": 50, "momentum": 50})
+    f[N.M_FINAL_ACC] = [0.975, 0.972, 0.970, 0.976]  # adam's mean 0.9735 above momentum's 0.973
+    lb = leaderboard(f)
+    assert list(lb["Optimizer"]) == ["momentum", "adam"]  # 0.54 s above 0.80 s
+    assert list(lb["_rank"]) == [2, 1]  # the strict order (by the metric) is kept apart
+    assert [float(c.split(" [")[0]) for c in lb["Time to target (s)"]] == [0.54, 0.80]
+    # the power line: the rule compares their validation values (the same steps), and says so
+    assert lb["Rank"].iloc[0] == "1="
+    assert lb["Rank"].iloc[1].startswith("1= · ") and lb["Rank"].iloc[1].endswith(
+        "seeds would separate (on the validation value)")
+    r = R.shared_ranks(f).set_index("optimizer")
+    assert r.loc["adam", "order"] == 2 and r.loc["adam", "separation_on"] == "validation value"
+    # differences (adam - momentum) 0.005 and -0.004: mean 0.0005, SD 0.006364, effect 0.0786;
+    # the rule's power first reaches 0.8 beyond 100 seeds
+    assert r.loc["adam", "separation"] == "> 100 seeds would separate"
+
+
+def test_the_power_line_on_a_tie_of_seconds_is_hand_computed():
+    """a: 1.0 s and 1.3 s, b: 1.2 s and 1.4 s (overlapping ranges: "1="). Paired differences
+    (b - a) 0.2 and 0.1: mean 0.15, SD 0.0707, effect 2.121. The rule separates at n pairs when
+    |t| > 1.96·√((n-1)/n); P(|T_{n-1}(2.121·√n)| > that) at n = 5 (the fewest the paired test uses)
+    is 0.995 (scipy.stats.nct), so 5 seeds."""
+    from scipy import stats
+
+    f = _frame({"a": [1.0, 1.3], "b": [1.2, 1.4]})
+    lb = leaderboard(f)
+    assert list(lb["Rank"]) == ["1=", "1= · 5 seeds would separate"]
+    effect = 0.15 / math.sqrt(((0.2 - 0.15) ** 2 + (0.1 - 0.15) ** 2) / 1)
+    c = stats.norm.ppf(0.975) * math.sqrt(4 / 5)
+    assert stats.nct.sf(c, 4, effect * math.sqrt(5)) + stats.nct.cdf(-c, 4, effect * math.sqrt(5)) > 0.8
+    # a wider spread: b - a = 0.3 and -0.1 (mean 0.1, SD 0.283, effect 0.354): the first n with the
+    # rule's power >= 0.8, searched on scipy's noncentral t
+    f = _frame({"a": [1.0, 1.3], "b": [1.3, 1.2]})
+    effect = 0.1 / math.sqrt(((0.3 - 0.1) ** 2 + (-0.1 - 0.1) ** 2) / 1)
+    n = next(n for n in range(5, 101) if (lambda c, lam: stats.nct.sf(c, n - 1, lam) + stats.nct.cdf(
+        -c, n - 1, lam))(stats.norm.ppf(0.975) * math.sqrt((n - 1) / n), effect * math.sqrt(n)) >= 0.8)
+    assert list(leaderboard(f)["Rank"]) == ["1=", f"1= · {n} seeds would separate"] and n == 63
+    # equal results: no number
+    f = _frame({"a": [1.0, 1.3], "b": [1.0, 1.3]}, steps={"a": 100, "b": 150})
+    assert list(leaderboard(f)["Rank"]) == ["1=", "1= · no seed count separates equal results"]
+
+
+def test_the_summary_ranks_ties_and_orders_like_the_leaderboard():
+    """harness.sweep.summary.ranked_rows on outcomes and reports.ranks on the frame of the same
+    trials: the same labels, the same order, the same seeds that would separate."""
+    from harness.core.outcome import TrialOutcome
+    from harness.sweep.summary import ranked_rows
+
+    cases = [
+        ({"adam": [0.80, 0.80], "momentum": [0.54, 0.54], "sgd": [2.0, 2.2]},
+         {"adam": 50, "momentum": 50, "sgd": 90}, [0.975, 0.972, 0.970, 0.976, 0.95, 0.95]),
+        ({"a": [1.0, 1.3], "b": [1.2, 1.4], "c": [1.35, 1.6], "d": [3.0, 3.1]}, None, None),
+        ({"a": [1.0, 1.1, 1.2, 1.3, 1.4], "b": [1.05, 1.0, 1.3, 1.25, 1.45]}, None, None),
+    ]
+    for per_opt, steps, accs in cases:
+        f = _frame(per_opt, steps=steps)
+        if accs:
+            f[N.M_FINAL_ACC] = accs
+        s = f[f["row"] == "summary"]
+        outcomes = [TrialOutcome(trial_id=f"{r.optimizer}{r.seed}", status="finished", model="mlp",
+                                 dataset="digits", optimizer=r.optimizer, config=r.config, seed=int(r.seed),
+                                 final_valid_accuracy=r[N.M_FINAL_ACC], test_accuracy=r[N.M_TEST_ACC],
+                                 seconds_to_target=r[N.M_SECONDS_TO_TARGET],
+                                 modeled_seconds_to_target=r[N.M_SECONDS_TO_TARGET],
+                                 steps_to_target=int(r[N.M_STEPS_TO_TARGET]))
+                    for _, r in s.iterrows()]
+        rows = ranked_rows(outcomes)
+        report = R.shared_ranks(f).sort_values("order")
+        assert [r["optimizer"] for r in rows] == list(report["optimizer"])
+        assert [r["label"] for r in rows] == list(report["label"])
+        assert [r["separation"].words if r["separation"] else "" for r in rows] == list(report["separation"])

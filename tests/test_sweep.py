@@ -386,20 +386,29 @@ def test_summary_names_each_rows_metric_when_tasks_differ():
         console = Console(record=True, width=200)
         print_summary(console, SweepSummary("w", "sid", "1", None, "sqlite:///x.db", outcomes, 1.0))
         lines = console.export_text().splitlines()
-        return next(ln for ln in lines if ln.split()[:2] == ["task", "optimizer"]), lines
+        return next(ln for ln in lines if ln.split()[:2] == ["rank", "optimizer"]), lines
+
+    def rows(lines):  # one ranked table per task, under its label (issue 32 §2): model -> its row
+        out, model = {}, None
+        for ln in lines:
+            if " · " in ln and not ln[:1].isspace() and not ln[:1].isdigit():
+                model = ln.split()[0]
+            elif model and ln.split()[1:2] == ["adam"]:
+                out[model] = ln.split()
+        return out
 
     mixed = [o("transformer_lm", "markov_lm", "valid/loss", 1.9343, 1.9268),
              o("cnn1d", "mnist1d", "valid/accuracy", 0.9475, 0.9470),
              o("cnn1d", "mnist1d", "valid/accuracy", 0.9275, 0.9270, seed=1)]
     head, lines = table(mixed)
-    assert head.split() == ["task", "optimizer", "best", "config", "valid", "test", "to", "target",
+    assert head.split() == ["rank", "optimizer", "best", "config", "valid", "test", "to", "target",
                             "ex/s", "seeds"]
-    row = {ln.split()[0]: ln.split() for ln in lines if " · " in ln}
-    assert row["transformer_lm"][5:9] == ["loss", "1.9343", "loss", "1.9268"]
-    assert row["cnn1d"][5:9] == ["acc", "0.9375", "acc", "0.9370"] and row["cnn1d"][-1] == "2"
+    row = rows(lines)
+    assert row["transformer_lm"][3:7] == ["loss", "1.9343", "loss", "1.9268"]
+    assert row["cnn1d"][3:7] == ["acc", "0.9375", "acc", "0.9370"] and row["cnn1d"][-1] == "2"
     head, lines = table(mixed[1:])  # one metric: it names the columns, the values stay bare
     assert "valid acc" in head and "test acc" in head
-    assert next(ln for ln in lines if " · " in ln).split()[5:7] == ["0.9375", "0.9370"]
+    assert rows(lines)["cnn1d"][3:5] == ["0.9375", "0.9370"]
 
 
 def test_background_writes_are_flushed_before_a_throughput_measurement(
@@ -495,7 +504,8 @@ def test_summary_says_no_target_when_the_config_has_none(tmp_path):
         o.final_valid_accuracy, o.test_accuracy = 0.9, 0.88
         console = Console(record=True, width=200)
         print_summary(console, SweepSummary("t", "sid", "1", None, "sqlite:///x.db", [o], 1.0))
-        return next(ln for ln in console.export_text().splitlines() if " · " in ln)
+        # its row (rank 1, adam)
+        return next(ln for ln in console.export_text().splitlines() if ln.split()[:2] == ["1", "adam"])
 
     assert "no target" in table(make_spec(target=None))
     assert "not reached" in table(make_spec(target={"metric": "valid/accuracy", "value": 0.95}))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core import ties
 from harness.core.boundary import edge, edge_warning
 from harness.core.budget import budget_line
 from harness.core.clock import DEFAULT_CLOCK, classed_seconds, clock_sentence, ranked_seconds, task_clock
@@ -171,7 +172,8 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     test split: ``value`` is the selected configuration's mean validation metric (the final one;
     the best during training for ``by="best"``: what it was selected on), ``test_value`` its mean
     test metric over the seeds that have one (the headline number; ``None`` for runs from before
-    the three-split protocol)."""
+    the three-split protocol); ``seed_seconds`` and ``seed_values`` the same per seed (seed → seconds
+    to target on the task's clock, seed → validation value), what :func:`ranked_rows` ties on."""
     kind = value_kind(by)
     clocks = task_clocks(outcomes, clock)
     modeled = classed_modeled(outcomes)
@@ -187,7 +189,12 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             vals = [(o.best_valid_loss if is_loss else o.best_valid_accuracy) for o in ok]
         else:
             vals = [(o.final_valid_loss if is_loss else o.final_valid_accuracy) for o in ok]
+        seed_values = {_seed(o): v for o, v in zip(ok, vals, strict=True) if v is not None}
         vals = [v for v in vals if v is not None]
+        # on the task's clock (task_clocks), per seed
+        seed_seconds = {_seed(o): x for o in ok if (x := ranked_seconds(
+            modeled.get(o.trial_id), o.cost_seconds_to_target, o.seconds_to_target, clocks[(ds, model)]))
+            is not None}
         tests = [(o.test_loss if is_loss else o.test_accuracy) for o in ok]
         tests = [v for v in tests if v is not None]
         row = {
@@ -196,12 +203,10 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
             "n_diverged": sum(o.status == "diverged" for o in os_),
             "n_failed": sum(o.status == "failed" for o in os_),
-            # on the task's clock (task_clocks)
-            "seconds_to_target": _median([ranked_seconds(modeled.get(o.trial_id), o.cost_seconds_to_target,
-                                                         o.seconds_to_target, clocks[(ds, model)])
-                                          for o in ok]),
+            "seconds_to_target": _median(list(seed_seconds.values())),
             "steps_to_target": _median([o.steps_to_target for o in ok]),
             "reached": sum(o.seconds_to_target is not None for o in ok),
+            "finished": len(ok), "seed_seconds": seed_seconds, "seed_values": seed_values,
             "has_target": any(o.has_target for o in os_),
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
         }
@@ -211,6 +216,46 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         if key not in best or row["_rank"] < best[key]["_rank"]:
             best[key] = row
     return [{k: v for k, v in r.items() if k != "_rank"} for r in best.values()]
+
+
+def _seed(o: TrialOutcome):
+    return o.seed if o.seed is not None else o.trial_id
+
+
+def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
+                clock: str = DEFAULT_CLOCK) -> list[dict[str, Any]]:
+    """:func:`best_configs`' rows ranked per task as the report's leaderboard ranks them
+    (:mod:`harness.core.ties`, one rule for both): sorted by task, then ``order`` (groups in rank
+    order, a tie's rows in the order of the "to target" column shown, else of the validation value
+    that ranks them), each with ``rank`` (the strict position), ``label`` (``"1="`` for a shared
+    rank), ``tie_on`` (what orders a tie's rows; ``""`` for a lone row) and ``separation`` (for a row
+    below a tied neighbour, :func:`harness.core.ties.separation` of the two; else ``None``)."""
+    tasks: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in best_configs(outcomes, by, clock):
+        tasks.setdefault((r["dataset"], r["model"]), []).append(r)
+    out = []
+    for key in sorted(tasks):
+        rows = {r["optimizer"]: r for r in tasks[key]}
+        ordered = ties.strict_order([ties.Standing(
+            name=r["optimizer"], reached=r["reached"], finished=r["finished"],
+            median_steps=r["steps_to_target"], seconds=r["seed_seconds"], values=r["seed_values"],
+            higher_is_better=not r["metric"].endswith("/loss")) for r in tasks[key]], by)
+        groups = ties.share_ranks(ordered, by)
+        labels = ties.tie_labels(groups)
+        for grp in groups:
+            members = [ordered[i] for i in grp]
+            on = ties.tie_column(members, by)
+            shown = [rows[m.name]["seconds_to_target"] if on == ties.TIME else rows[m.name]["value"]
+                     for m in members]
+            prev = None
+            for j in ties.order_within(shown, on == ties.TIME or not members[0].higher_is_better):
+                i = grp[j]
+                out.append({**rows[ordered[i].name], "rank": i + 1, "label": labels[i][1], "order": len(out),
+                            "tie_on": on if len(grp) > 1 else "",
+                            "separation": ties.separation(ordered[prev], ordered[i], by)
+                            if prev is not None else None})
+                prev = i
+    return out
 
 
 def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFAULT_SELECT_BY) -> list[str]:
@@ -275,10 +320,40 @@ def _si(x: float) -> str:
     return f"{x:.3g}"
 
 
+#: What the summary's rank column means (said once under its tables).
+RANK_WORDS = (f"shared (\"1=\") where the rank rule cannot tell two apart on what orders them "
+              f"(seconds to target, or at the same median steps or without the target the validation "
+              f"value: a paired bootstrap 95% interval containing 0 with {ties.MIN_SEEDS} paired seeds or "
+              f"more, else overlapping min–max ranges), as the HTML report's leaderboard; a tie's rows "
+              f"in the order of \"to target\" (else of the validation value)")
+
+
+def tie_line(rows: list[dict[str, Any]]) -> str:
+    """The one line under the summary's tables on its ties (``""`` without any): for each pair of
+    tied neighbours (:func:`ranked_rows`), the seeds that would separate them, and how that is
+    estimated (:func:`harness.core.ties.power_words`)."""
+    pairs = []
+    prev: dict[str, Any] | None = None
+    for r in rows:
+        sep = r["separation"]
+        if sep is not None and prev is not None:
+            on = " on the validation value" if sep.what != r["tie_on"] else ""
+            pairs.append(f"{prev['optimizer']} and {r['optimizer']} ({r['model']} · {r['dataset']}, "
+                         f"{r['label']}): {sep.words}{on}")
+        prev = r
+    if not pairs:
+        return ""
+    return f"Ties: {'; '.join(pairs)} — {ties.power_words()}."
+
+
 def print_summary(console, summary: SweepSummary) -> None:
-    """The end-of-sweep table (one row per task and optimizer, short labels, so that it fits an
-    80-column terminal, else a block per row; the full configurations are in the HTML report) and
-    the commands to look further."""
+    """The end-of-sweep summary: its title lines, one ranked table per task (:func:`ranked_rows`:
+    rank, optimizer, best configuration, validation and test metric, time to target, examples/s,
+    seeds; short labels, so that it fits an 80-column terminal, else a block per row; the full
+    configurations are in the HTML report), what the columns mean and the clock, the ties' line
+    (:func:`tie_line`) and the commands to look further."""
+    import itertools
+
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -286,8 +361,7 @@ def print_summary(console, summary: SweepSummary) -> None:
     from harness.sweep.tables import print_table
 
     py = python_command()
-    rows = sorted(best_configs(summary.outcomes, summary.select_by, summary.time_clock),
-                  key=lambda r: (r["dataset"], r["model"], r["optimizer"]))
+    rows = ranked_rows(summary.outcomes, summary.select_by, summary.time_clock)
     configs: dict[tuple, list[str]] = {}
     task_configs: dict[tuple, list[str]] = {}
     for o in summary.outcomes:
@@ -308,34 +382,41 @@ def print_summary(console, summary: SweepSummary) -> None:
     head = f" {shared}" if shared else ""
     chosen = selection_words(summary.select_by, "valid/" + ("metric" if shared is None else
                                                           {"acc": "accuracy"}.get(shared, shared)))
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
-              title=f"{summary.name}: best configuration per task and optimizer\n{chosen}\n"
-                    f"{summary.headline()}",
-              caption=f"best = selected on validation: {selection_order(summary.select_by)}; test = its "
-                      f"mean test metric; full configurations: the HTML report. "
-                      + clock_sentence(summary.time_clock, measured, cost,
-                                       flagged_programs(summary.outcomes)))
-    # the task and optimizer on one line; the rest may wrap at words (a header over two lines) so
-    # that the table fits 80 columns (harness.sweep.tables.print_table: else a block per row)
-    t.add_column("task", no_wrap=True)
-    t.add_column("optimizer", no_wrap=True)
-    t.add_column("best config")
-    for col in (f"valid{head}", f"test{head}", "to target", "ex/s", "seeds"):
-        t.add_column(col, justify="right")
-    for r in rows:
-        best = config_cell(r["config"], configs[(r["dataset"], r["model"], r["optimizer"])],
-                           task_configs[(r["dataset"], r["model"])])
-        label = "" if shared else f"{short(r['metric'])} "
-        val = "—" if r["value"] is None else f"{label}{r['value']:.4f}"
-        test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"
-        ttt = ("no target" if not r.get("has_target", True) else "not reached"
-               if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s")
-        eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
-        bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
-        trials = f"{r['n']}" + (f" ({bad})" if bad else "")
-        t.add_row(f"{r['model']} · {r['dataset']}", r["optimizer"], escape(best),
-                  val, test, ttt, eps, trials)
-    print_table(console, t)
+    caption = (f"rank: {RANK_WORDS}. best = selected on validation: {selection_order(summary.select_by)}; "
+               f"test = its mean test metric; full configurations: the HTML report. "
+               + clock_sentence(summary.time_clock, measured, cost, flagged_programs(summary.outcomes)))
+    console.print(f"[bold]{escape(summary.name)}: best configuration per task and optimizer[/]",
+                  soft_wrap=True)
+    console.print(chosen, soft_wrap=True)
+    console.print(summary.headline(), soft_wrap=True)
+    # one ranked table per task (its label the title), so that the rank, optimizer and numbers fit
+    # 80 columns; the optimizer on one line, the rest may wrap at words (a header over two lines)
+    # (harness.sweep.tables.print_table: else a block per row)
+    for (ds, model), task_rows in itertools.groupby(rows, key=lambda r: (r["dataset"], r["model"])):
+        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
+                  show_edge=False, title=f"{model} · {ds}", title_justify="left", title_style="bold")
+        t.add_column("rank", no_wrap=True)
+        t.add_column("optimizer", no_wrap=True)
+        t.add_column("best config")
+        for col in (f"valid{head}", f"test{head}", "to target", "ex/s", "seeds"):
+            t.add_column(col, justify="right")
+        for r in task_rows:
+            best = config_cell(r["config"], configs[(r["dataset"], r["model"], r["optimizer"])],
+                               task_configs[(r["dataset"], r["model"])])
+            label = "" if shared else f"{short(r['metric'])} "
+            val = "—" if r["value"] is None else f"{label}{r['value']:.4f}"
+            test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"
+            ttt = ("no target" if not r.get("has_target", True) else "not reached"
+                   if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s"
+                   + (f" ({r['reached']}/{r['n']})" if r["reached"] < r["n"] else ""))
+            eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
+            bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
+            trials = f"{r['n']}" + (f" ({bad})" if bad else "")
+            t.add_row(r["label"], r["optimizer"], escape(best), val, test, ttt, eps, trials)
+        print_table(console, t)
+    console.print(escape(caption))
+    if line := tie_line(rows):
+        console.print(escape(line))
     if line := summary.budget_line():
         console.print(line, soft_wrap=True)
     for line in summary.boundary:
