@@ -16,8 +16,8 @@ import pytest
 
 from harness.core.clock import RESOLUTION, classed_seconds, cost_classes
 from harness.core.spec import PerfResult
+from harness.train import cpu_clock
 from harness.train import perf as P
-from harness.train import timing
 from tests.conftest import make_spec
 
 
@@ -31,22 +31,22 @@ def test_work_cpu_s_leaves_out_the_other_python_threads():
     """A background thread (the MLflow writer's place) spins for 0.3 s of CPU while the calling thread
     sleeps: the process's CPU grew by about that much, the step's work (:func:`work_cpu_s`) by about
     nothing; the calling thread's own spin counts in full."""
-    d0 = timing.cpu_snapshot()
+    d0 = cpu_clock.cpu_snapshot()
     _spin(0.2)
-    assert timing.work_cpu_s(d0, timing.cpu_snapshot()) == pytest.approx(0.2, abs=0.05)
+    assert cpu_clock.work_cpu_s(d0, cpu_clock.cpu_snapshot()) == pytest.approx(0.2, abs=0.05)
     release = threading.Event()
     t = threading.Thread(target=lambda: (_spin(0.3), release.wait(10)))
     t.start()
     time.sleep(0.01)
-    s0 = timing.cpu_snapshot()  # the thread is alive at both snapshots
+    s0 = cpu_clock.cpu_snapshot()  # the thread is alive at both snapshots
     while time.process_time() - s0.process_s < 0.25:
         time.sleep(0.01)
-    s1 = timing.cpu_snapshot()
+    s1 = cpu_clock.cpu_snapshot()
     release.set()
     t.join(timeout=10)
     assert s1.process_s - s0.process_s > 0.2  # the process burned it ...
-    assert timing.work_cpu_s(s0, s1) < 0.05  # ... the step's work did not
-    assert timing.work_cpu_s(s1, s1) == 0.0
+    assert cpu_clock.work_cpu_s(s0, s1) < 0.05  # ... the step's work did not
+    assert cpu_clock.work_cpu_s(s1, s1) == 0.0
 
 
 def test_cost_classes_chain_figures_within_the_resolution():

@@ -112,9 +112,10 @@ import numpy as np
 
 from harness.core.spec import TrialResult, TrialSpec
 from harness.data.sources import Dataset, load_dataset
-from harness.train import batching, compile_cache, parallel, timing
+from harness.train import batching, compile_cache, parallel
 from harness.train.build import trial_step_size
 from harness.train.checkpoint import TrainCheckpoints
+from harness.train.cpu_clock import cpu_snapshot, work_cpu_s
 from harness.train.perf import TrainClock, measure_trial_perf
 from harness.train.program import TrainingProgram, TrainState, program_for
 from harness.train.track import TrialTrack, eval_points
@@ -241,12 +242,12 @@ class _UnitRun:
         exe, dt = self.prog.get_chunk(self.width, n, self.state, start, self.x_train, self.y_train,
                                       layout=self.layout)
         self.compile_s += dt
-        c0 = timing.cpu_snapshot()
+        c0 = cpu_snapshot()
         t0 = time.perf_counter()
         self.state, losses = exe(self.state, start, self.x_train, self.y_train)
         losses = np.asarray(losses, np.float64).reshape(-1, n)
         dt = time.perf_counter() - t0
-        self.dispatch_cpu_s.append(timing.work_cpu_s(c0, timing.cpu_snapshot()) / n)
+        self.dispatch_cpu_s.append(work_cpu_s(c0, cpu_snapshot()) / n)
         for j, tr in enumerate(self.tracks):
             if tr.active:
                 tr.add_train(self.step, self.wall, dt, losses[j])

@@ -230,7 +230,8 @@ def measure_trial_perf(prog: TrainingProgram, spec: TrialSpec, perf_cache: dict 
     if why and not perf.checked:
         perf = remeasure_in_task(prog, spec, perf, perf_cache, train_clock)
         why = perf.suspect
-    perf = dataclasses.replace(perf, checked=True, suspect="")
+    if not perf.checked or perf.suspect:  # settled once: later trials carry the very same figure
+        perf = dataclasses.replace(perf, checked=True, suspect="")
     if perf_cache is not None:
         perf_cache[pkey] = perf
     return dataclasses.replace(perf, suspect=why) if why else perf

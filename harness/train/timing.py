@@ -55,15 +55,16 @@ The method (what :func:`measure` does, in order):
    times). The peak is the one-device measured peak × D, so utilisation is against the mesh.
 
 7. **CPU time and the modeled clock's figure.** Around each timed block the process's CPU seconds
-   are read (:func:`cpu_snapshot`), less those of its other Python threads (a background MLflow
-   writer is not the step's work): :func:`work_cpu_s`. ``step_cpu_ms`` is the median over blocks of
-   CPU seconds per call / ``steps_per_call``: the work of one step, summed over the threads that do
-   it. Waiting for a core is not CPU time, so other processes on the machine barely move it: beside
-   2 × nproc CPU-burning processes a muon step's wall-clock ratio to an sgd step's went from 4.1x
-   to 5.7x, its CPU-time ratio from 3.9x to 4.3x (digits MLP, 50-step chunks, same run). On a CPU
-   device this is the figure the modeled clock ranks on (``modeled_step_ms``,
-   :func:`modeled_step_ms`) and the one a measurement repeats until stable (:func:`stable_figure`); on
-   an accelerator the wall-clock median is (device time; host load barely moves it).
+   are read (:func:`harness.train.cpu_clock.cpu_snapshot`), less those of its other Python threads
+   (a background MLflow writer is not the step's work: :func:`harness.train.cpu_clock.work_cpu_s`).
+   ``step_cpu_ms`` is the median over blocks of CPU seconds per call / ``steps_per_call``: the work
+   of one step, summed over the threads that do it. Waiting for a core is not CPU time, so other
+   processes on the machine barely move it: beside 2 × nproc CPU-burning processes a muon step's
+   wall-clock ratio to an sgd step's went from 4.1x to 5.7x, its CPU-time ratio from 3.9x to 4.3x
+   (digits MLP, 50-step chunks, same run). On a CPU device this is the figure the modeled clock
+   ranks on (``modeled_step_ms``, :func:`modeled_step_ms`) and the one a measurement repeats until
+   stable (:func:`stable_figure`); on an accelerator the wall-clock median is (device time; host
+   load barely moves it).
 
 Units: seconds for compile, milliseconds for step times, FLOP/s for peaks; utilisation is a fraction.
 """
@@ -72,7 +73,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -85,15 +85,14 @@ import numpy as np
 
 from harness.core.spec import PerfResult
 from harness.core.util import cache_dir, write_json_atomic
+from harness.train.cpu_clock import cpu_snapshot, work_cpu_s
 from models.flops import cost_analysis_flops
 
 __all__ = [
-    "CpuSnapshot",
     "FlopsMismatchWarning",
     "Rounds",
     "Timed",
     "cost_flops",
-    "cpu_snapshot",
     "device_kind",
     "device_peak_flops",
     "flops_agree",
@@ -104,7 +103,6 @@ __all__ = [
     "stable_figure",
     "state_carry",
     "time_rounds",
-    "work_cpu_s",
 ]
 
 
@@ -252,46 +250,6 @@ def stable_figure(platform: str | None = None) -> str:
     on a CPU device (``platform``, default the default backend's), ``"wall"`` elsewhere: the figure
     :func:`modeled_step_ms` ranks on."""
     return "cpu" if (platform or jax.devices()[0].platform) == "cpu" else "wall"
-
-
-class CpuSnapshot(NamedTuple):
-    """The process's CPU seconds (all threads, :func:`time.process_time`) and the CPU seconds of each
-    other live Python thread (``{thread ident: seconds}``) at one moment: :func:`work_cpu_s` of two
-    snapshots is the CPU the step's work took between them."""
-
-    process_s: float
-    others: dict[int, float]
-
-
-def cpu_snapshot() -> CpuSnapshot:
-    """A :class:`CpuSnapshot` now, taken from the calling thread (every other Python thread's clock
-    is read with :func:`time.pthread_getcpuclockid`; a thread that ends meanwhile is left out)."""
-    me = threading.get_ident()
-    others: dict[int, float] = {}
-    for t in threading.enumerate():
-        if t.ident is None or t.ident == me:
-            continue
-        try:
-            others[t.ident] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
-        except (OSError, ValueError, AttributeError):  # ended since enumerate, or no such clock
-            continue
-    return CpuSnapshot(time.process_time(), others)
-
-
-def work_cpu_s(before: CpuSnapshot, after: CpuSnapshot) -> float:
-    """CPU seconds the process spent between two :func:`cpu_snapshot` s, less what its other Python
-    threads spent (the background MLflow writer, heartbeats, a progress bar: not the step's work).
-    What remains is the calling thread's dispatch and the XLA threads' computation, summed over
-    threads (a step that keeps two cores busy for 1 ms costs 2 ms). Other processes on the machine do
-    not move it: time spent waiting for a core is not CPU time (the wall-clock of the same calls beside
-    4 CPU-burning processes on 2 cores read 1.8x a muon step's ratio to an sgd step; CPU time 1.08x).
-    A Python thread that started or ended between the snapshots counts as work (rare; a block's
-    median hides it). Never negative."""
-    spent = after.process_s - before.process_s
-    for ident, s in after.others.items():
-        if ident in before.others:
-            spent -= s - before.others[ident]
-    return max(spent, 0.0)
 
 
 class Rounds(NamedTuple):
