@@ -22,6 +22,16 @@ SAID_ONCE = ("Interval", "Beats (paired bootstrap, 95%)")
 SCORE_COL = "AlgoPerf score (all tasks, τ ∈ [1, 4])"
 
 
+#: After a time to target whose program's figure is flagged (tag ``perf.suspect``,
+#: :func:`reports.clock.clock_note` names it and says why).
+FLAG_MARK = " †"
+
+
+def _flagged(rows: pd.DataFrame) -> bool:
+    """Whether any of these summary rows carries a flagged figure (tag ``perf.suspect``)."""
+    return "perf_suspect" in rows and bool((rows["perf_suspect"].fillna("").astype(str) != "").any())
+
+
 def interval_words(how: str, n: int) -> str:
     """What an interval across ``n`` seeds is: ``min–max of 2 seeds (< 5)``, ``95% bootstrap, 6 seeds``."""
     return f"min–max of {n} seeds (< {MIN_SEEDS})" if how == "min–max" else f"95% bootstrap, {n} seeds"
@@ -151,8 +161,9 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
         if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
             row["Gap to entropy rate (nats)"] = cell(*protocol.seed_interval(fin[M_FINAL_GAP]))
         if obj.target_metric is not None:
+            flag = FLAG_MARK if _flagged(fin) else ""  # perf.suspect: the clock sentence says why
             row["Time to target (s)"] = (
-                cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached)")
+                cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached){flag}")
                 if ttt[3]
                 else f"not reached (0/{b.n_seeds})"
             )

@@ -199,6 +199,7 @@ def test_a_suspect_figure_keeps_its_task_on_the_modeled_clock():
     note = clock_note(m)
     assert "on measured seconds" not in note and "cnn · digits ranks on cost" in note
     assert "Flagged (†): adam · mlp · digits:" in note
+
     w = use_clock(raw, "measured")
     assert list(w[N.M_SECONDS_TO_TARGET]) == list(raw[N.M_SECONDS_TO_TARGET])
     assert clock_note(w).startswith("Time to target: measured") and clock_of(w, "cnn / digits") == "measured"

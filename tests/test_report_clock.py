@@ -74,6 +74,24 @@ def test_the_header_names_the_objective_that_selected(by, words):
         "final": "final validation accuracy", "best": "best validation accuracy during training"}[by]
 
 
+def test_a_flagged_figure_marks_its_leaderboard_row():
+    """Issue 32 §1: a trial whose figure is flagged (tag perf.suspect) still ranks on it, and its row's
+    time to target carries ``†`` (the clock sentence names it and says why); others do not."""
+    from reports.clock import clock_note, use_clock
+    from reports.leaderboard import leaderboard
+
+    raw = _frame()
+    why = "step CPU time 9 ms measured, ..."
+    raw["perf_suspect"] = [why if t == "adam-0" else None for t in raw["trial_id"]]
+    f = use_clock(raw, "modeled")
+    lb = leaderboard(f).set_index("Optimizer")
+    assert lb.loc["adam", "Time to target (s)"].endswith(" †")
+    assert lb.loc["sgd", "Time to target (s)"].startswith("not reached")
+    assert "Flagged (†): adam · mlp · digits" in clock_note(f)
+    assert not leaderboard(use_clock(_frame(), "modeled")).set_index("Optimizer").loc[
+        "adam", "Time to target (s)"].endswith(" †")
+
+
 def test_the_summary_keeps_one_clock_per_task_and_follows_the_config_clock():
     """Before: a suspect trial's measured seconds sat beside the others' modeled ones in one
     summary row set; the caption counted trials, and the clock was always the modeled one."""
@@ -107,6 +125,7 @@ def test_the_summary_keeps_one_clock_per_task_and_follows_the_config_clock():
         text = " ".join(buf.getvalue().split())
         assert said in text
         assert (" 0.3 s " in text) is (clock == "modeled")
+        assert (" 0.3 s † " in text) is (clock == "modeled")  # the flagged figure is marked on its row
 
 
 def test_the_config_clock_is_recorded_read_by_the_report_and_overridden(tmp_path, write_sweep, tracking_uri,

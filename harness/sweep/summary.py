@@ -198,6 +198,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         tests = [(o.test_loss if is_loss else o.test_accuracy) for o in ok]
         tests = [v for v in tests if v is not None]
         row = {
+            "flagged": any(o.perf_suspect for o in ok),
             "dataset": ds, "model": model, "optimizer": opt, "config": conf, "metric": metric,
             "value": statistics.fmean(vals) if vals else None,
             "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
@@ -408,7 +409,8 @@ def print_summary(console, summary: SweepSummary) -> None:
             test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"
             ttt = ("no target" if not r.get("has_target", True) else "not reached"
                    if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s"
-                   + (f" ({r['reached']}/{r['n']})" if r["reached"] < r["n"] else ""))
+                   + (f" ({r['reached']}/{r['n']})" if r["reached"] < r["n"] else "")
+                   + (" †" if r.get("flagged") else ""))  # perf.suspect: the caption says why
             eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
             bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
             trials = f"{r['n']}" + (f" ({bad})" if bad else "")
