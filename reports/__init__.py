@@ -31,6 +31,7 @@ from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import TAG_SELECT_BY, TAG_SWEEP_ID
 from harness.core.selection import SELECT_BY
 from reports import runs as mlruns
+from reports import stats
 from reports.clock import use_clock
 from reports.compare import compare
 from reports.frame import SELECT_BY_ATTR, SWEEP_TIME_ATTR, load_frame, load_sweep, summaries
@@ -57,6 +58,7 @@ def make_report(
     scoring: str | None = None,
     select_by: str | None = None,
     time_clock: str | None = None,
+    stats_baseline: str | None = None,
 ) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
@@ -83,12 +85,14 @@ def make_report(
         ``"modeled"`` (steps × the program's median step time) or ``"measured"`` (wall-clock as
         logged); ``None`` takes the sweep's (its config's ``time:``, recorded on its latest parent
         run; ``modeled`` when absent). The leaderboard says which.
+      stats_baseline: the optimizer the across-task statistics compare with
+        (:func:`reports.stats.baseline_optimizer`; ``None``: adam, else adamw, else the first).
 
     The HTML (and CSV) are also logged as artifacts under ``reports/`` of every parent run whose
     trials the report shows (:func:`report_parents`).
 
     Raises:
-      ValueError: unknown experiment, sweep id or baseline sweep id.
+      ValueError: unknown experiment, sweep id, baseline sweep id or stats baseline optimizer.
     """
     from reports.html import figure_items, render  # matplotlib: imported on first use
 
@@ -114,6 +118,9 @@ def make_report(
         data.frame.attrs[SCORING_ATTR] = scoring
     if select_by is not None:  # overrides the sweep's recorded objective
         data.frame.attrs[SELECT_BY_ATTR] = select_by
+    if stats_baseline is not None:  # checked here, before anything is drawn
+        data.frame.attrs[stats.BASELINE_ATTR] = stats_baseline
+        stats.baseline_optimizer(data.frame)
     try:
         select_of(data.frame)  # a recorded tag that is not an objective: said before anything is drawn
     except ValueError as e:

@@ -189,10 +189,11 @@ FIGURES: tuple[FigureSpec, ...] = (
         "throughput",
         "Throughput",
         "Steady-state training throughput, utilisation of the measured peak FLOP/s and compile "
-        "time of one training step. Red cross-hatched: a step time that disagreed by more than 2x "
-        "with its trials' own training clock, also when measured again (tag perf.suspect); it "
-        "is left out of the baseline comparison, and time to target counts those trials' measured "
-        "seconds.",
+        "time of one training step (wall-clock: what this machine delivered, load included). Red "
+        "cross-hatched: a step whose figure disagreed by more than 2x with its trials' own training "
+        "clock, also when measured again beside its task's programs (tag perf.suspect, † in the "
+        "leaderboard); it is left out of the baseline comparison, and time to target still counts "
+        "its modeled figure.",
         throughput_figure,
         "No throughput was measured.",
         throughput,

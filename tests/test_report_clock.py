@@ -178,3 +178,28 @@ def test_a_report_that_ranks_on_a_target_the_sweep_lacks_is_one_line(tmp_path, w
             f"error: {flag} {need} ranks on time to the validation target and sweep {summary.sweep_id} has "
             f"no target; use {instead}"]
     assert not list(tmp_path.glob("report-*.html"))
+
+
+def test_report_stats_baseline_chooses_the_across_task_baseline(tmp_path, write_sweep, tracking_uri,
+                                                                fake_trainer, monkeypatch):
+    """``report --stats-baseline NAME`` names the optimizer the across-task statistics compare with;
+    an optimizer the sweep did not run is one line and exit 2 before anything is drawn."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.sweep.run import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    cfg = write_sweep(name="based", seeds=[0, 1], optimizers=[
+        {"name": "sgd", "hparams": {"step_size": 0.1}}, {"name": "adam", "hparams": {"step_size": 0.01}}])
+    run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    runner = CliRunner()
+    out = tmp_path / "b.html"
+    r = runner.invoke(app, ["report", "-e", "based", "--tracking-uri", tracking_uri, "-o", str(out),
+                            "--stats-baseline", "sgd"])
+    assert r.exit_code == 0, r.output
+    assert "Baseline optimizer: sgd." in out.read_text()
+    r = runner.invoke(app, ["report", "-e", "based", "--tracking-uri", tracking_uri, "-o", str(out),
+                            "--stats-baseline", "nope"])
+    assert r.exit_code == 2
+    assert "the baseline optimizer must be one the sweep ran (adam, sgd); got 'nope'" in r.output

@@ -53,10 +53,15 @@ def report(
         "sweep's own (its config's selection.by, recorded on its parent run)."),
     time_clock: str | None = typer.Option(
         None, "--time", **_choice(CLOCKS),
-        help="The clock time to target is ranked on: modeled (steps to target x the program's median "
-        "step time, free of the machine's load; a task where a trial's step time is suspect ranks on "
-        "measured seconds, all its trials alike) or measured (the wall-clock each trial logged). "
-        "Default: the sweep config's `time:` (else modeled). The leaderboard says which."),
+        help="The clock time to target is ranked on: modeled (steps to target x the program's step "
+        "time measured before training, CPU time on a CPU, which other processes do not move; a "
+        "task with an AlgoPerf submission ranks on its FLOP cost) or measured (the wall-clock each "
+        "trial logged). Default: the sweep config's `time:` (else modeled). The leaderboard says "
+        "which."),
+    stats_baseline: str | None = typer.Option(
+        None, "--stats-baseline", metavar="OPTIMIZER",
+        help="The optimizer the across-task statistics compare with (probability of improvement, "
+        "IQM of normalised scores). Default: adam, else adamw, else the first by name."),
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds."""
     from harness.tracking.client import prepare_store
@@ -73,7 +78,8 @@ def report(
 
     try:
         path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves,
-                           scoring=scoring, select_by=select_by, time_clock=time_clock)
+                           scoring=scoring, select_by=select_by, time_clock=time_clock,
+                           stats_baseline=stats_baseline)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
