@@ -29,22 +29,29 @@ The name table itself is :data:`harness.core.registry.EXECUTORS` (with
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import contextlib
 import importlib
 import importlib.util
+import logging
 import multiprocessing as mp
 import os
+import pickle
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from multiprocessing.connection import wait
 
 from harness.core.context import RunContext
-from harness.core.outcome import TrialOutcome, failed_unit
+from harness.core.outcome import TrialOutcome
 from harness.core.registry import EXECUTORS, did_you_mean, known_executors
-from harness.core.spec import TrialSpec
-from harness.execute import background, devices
+from harness.core.spec import TrialResult, TrialSpec
+from harness.execute import background, claims, devices, writing
 from harness.execute.devices import DevicePlan
 from harness.execute.worker import execute_unit
+from harness.tracking.client import client_for
+
+log = logging.getLogger(__name__)
 
 
 class ExecutorUnavailableError(RuntimeError):
@@ -59,6 +66,9 @@ class Executor:
     device_plan: DevicePlan | None = None
     #: Seconds :meth:`run` waited at its end for background MLflow writes (the sweep's tracking cost).
     flush_wait_s: float = 0.0
+    #: Where the executor says what the user should know mid-run (a worker died, a unit is tried
+    #: again); the sweep sets it to its progress display's ``note``. ``None``: the log only.
+    note: Callable[[str], None] | None = None
 
     def validate(self, tracking_uri: str | None = None) -> None:
         """Refuse what cannot run, before anything is written (the sweep calls this, dry runs too).
@@ -94,6 +104,11 @@ class InProcessExecutor(Executor):
 
 
 PARENT_POLL_S = 0.5  # how often a worker checks that the process that started it is alive
+#: How many times a unit may lose its worker process: a unit whose worker dies this many times is
+#: recorded FAILED (``worker process died (signal 9) twice``) instead of being tried again.
+UNIT_DEATHS = 2
+#: Seconds the workers get to leave by themselves at the end (or after Ctrl-C) before SIGTERM.
+JOIN_S = 10.0
 
 
 def _watch_parent(parent_pid: int, poll_s: float) -> None:
@@ -104,13 +119,13 @@ def _watch_parent(parent_pid: int, poll_s: float) -> None:
         time.sleep(poll_s)
 
 
-def _init_worker(slots=None) -> None:
-    """Pool initializer (runs in the spawned worker before any task, so before JAX is imported
-    there: nothing this module imports at the top imports JAX). ``slots`` is a queue of the
-    workers' environments (:func:`harness.execute.devices.worker_env`); each worker takes one."""
-    if slots is not None:
-        devices.apply_worker_env(slots.get(timeout=60))
-    # A SIGKILLed sweep cannot shut its pool down: its workers would be re-parented and live on
+def _init_worker(env: dict[str, str] | None = None) -> None:
+    """Worker set-up, before any unit, so before JAX is imported there (nothing this module imports
+    at the top imports JAX): the worker's device environment
+    (:func:`harness.execute.devices.worker_env`), and the watch on its parent."""
+    if env is not None:
+        devices.apply_worker_env(env)
+    # A SIGKILLed sweep cannot shut its workers down: they would be re-parented and live on
     # (holding host and device memory). Each worker polls its parent pid and exits when it changes.
     # The expected pid comes from multiprocessing, so a parent that died before this ran counts too.
     # (prctl(PR_SET_PDEATHSIG) is not used: it fires when the *thread* that spawned the worker
@@ -121,13 +136,120 @@ def _init_worker(slots=None) -> None:
                      name="harness-parent-watch").start()
 
 
-class ProcessExecutor(Executor):
-    """``jobs`` local worker processes (``spawn``), each running whole units.
+def _worker_main(conn, env: dict[str, str] | None) -> None:
+    """A ``--jobs`` worker process: receive ``(index, unit, ctx)``, answer ``(index, True, outcomes)``
+    (or ``(index, False, exception)`` when :func:`execute_unit` itself raised), until ``None``."""
+    _init_worker(env)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if msg is None:
+            return
+        i, unit, ctx = msg
+        try:
+            reply = (i, True, execute_unit(unit, ctx))
+        except BaseException as e:  # handed to the parent, which raises it
+            reply = (i, False, _picklable(e))
+        try:
+            conn.send(reply)
+        except (OSError, ValueError):
+            return
 
-    A worker that dies (e.g. killed by the OS) fails its unit's outcomes with reason
-    ``worker process died`` without writing to MLflow: those trials stay pending (their RUNNING
-    runs are marked KILLED by the next invocation) and the remaining units are resubmitted to a
-    fresh pool.
+
+def _picklable(e: BaseException) -> BaseException:
+    """``e`` if it pickles, else a ``RuntimeError`` with its text (a worker's exception crosses a pipe)."""
+    try:
+        pickle.dumps(e)
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
+
+
+def death_reason(exitcode: int | None) -> str:
+    """How a worker process ended, for a reason: ``signal 9`` (SIGKILL), ``exit code 1``."""
+    if exitcode is None:
+        return "unknown exit"
+    if exitcode < 0:
+        return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def gave_up_reason(deaths: list[str]) -> str:
+    """The FAILED reason of a unit whose worker died ``len(deaths)`` times:
+    ``worker process died (signal 9) twice`` (``... died twice (signal 9; exit code 1)`` when the
+    deaths differ)."""
+    times = {1: "once", 2: "twice"}.get(len(deaths), f"{len(deaths)} times")
+    if len(set(deaths)) == 1:
+        return f"worker process died ({deaths[0]}) {times}"
+    return f"worker process died {times} ({'; '.join(deaths)})"
+
+
+def record_failed_unit(unit: list[TrialSpec], ctx: RunContext, reason: str) -> list[TrialOutcome]:
+    """Record the trials of a unit given up (its worker died each time) as FAILED runs with
+    ``reason``, written from this process (:func:`harness.execute.writing.write_result`: spooled
+    if the store fails). A trial that got a FINISHED run before its worker died keeps it (its
+    outcome is read back). Returns one outcome per spec, in order."""
+    outcomes: dict[str, TrialOutcome] = {}
+    t0_ms = int(time.time() * 1000)
+    todo = list(unit)
+    with contextlib.suppress(Exception):  # the store is down: write_result spools the results
+        todo = claims.take_unfinished(client_for(ctx.tracking_uri), unit, ctx, outcomes)
+    for spec in todo:
+        res = TrialResult(spec=spec, status="failed", reason=reason)
+        rid, entry = writing.write_result(None, res, t0_ms, ctx, None)
+        o = TrialOutcome.failed(spec, reason)
+        o.run_id = rid if entry is None else None
+        if entry is not None:
+            o.spooled = True
+            o.extra["spool_entry"] = entry
+        outcomes[spec.trial_id] = o
+    return [outcomes[s.trial_id] for s in unit]
+
+
+class _Worker:
+    """One spawned worker process, its pipe, its device environment and the unit it holds."""
+
+    def __init__(self, spawn, env: dict[str, str] | None) -> None:
+        self.env = env
+        self.conn, child = spawn.Pipe()
+        self.proc = spawn.Process(target=_worker_main, args=(child, env), name="harness-worker")
+        self.proc.start()
+        child.close()
+        self.unit: int | None = None
+
+    def give(self, i: int, unit: list[TrialSpec], ctx: RunContext) -> bool:
+        """Hand unit ``i`` to this worker; ``False`` when the worker is already gone."""
+        try:
+            self.conn.send((i, unit, ctx))
+        except (OSError, ValueError):
+            return False
+        self.unit = i
+        return True
+
+    def stop(self, wait_s: float) -> None:
+        """Ask the worker to leave, wait ``wait_s`` s, then SIGTERM, then SIGKILL."""
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(None)
+        self.proc.join(wait_s)
+        for end in (self.proc.terminate, self.proc.kill):
+            if self.proc.exitcode is None:
+                end()
+                self.proc.join(2.0)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+
+class ProcessExecutor(Executor):
+    """``jobs`` local worker processes (``spawn``), each running whole units, one at a time.
+
+    A worker process that dies (SIGKILLed, killed by the OS for memory, ``os._exit`` in user code)
+    costs only the unit it held: a fresh worker takes its place, the other workers go on, and the
+    unit is tried again on a fresh worker (its RUNNING runs, whose owner is gone, are marked KILLED
+    then; checkpoints let it resume). A unit whose worker dies :data:`UNIT_DEATHS` times is given up:
+    its trials are written FAILED from this process with the reason (``worker process died
+    (signal 9) twice``), so the store holds a run for every trial the sweep reports.
     """
 
     def __init__(self, jobs: int = 2, devices_per_trial: int | str = 1, **_: object) -> None:
@@ -137,6 +259,8 @@ class ProcessExecutor(Executor):
         self.devices_per_trial = devices_per_trial
         #: The device assignment (:class:`harness.execute.devices.DevicePlan`), made by :meth:`validate`.
         self.device_plan = None
+        #: ``unit index -> [how its worker ended, ...]`` of the last :meth:`run` (worker deaths).
+        self.deaths: dict[int, list[str]] = {}
 
     def validate(self, tracking_uri: str | None = None) -> None:
         """Plan the workers' devices (before anything is written; the sweep calls this).
@@ -151,36 +275,77 @@ class ProcessExecutor(Executor):
             on_done: Callable[[list[TrialOutcome]], None]) -> None:
         if self.device_plan is None:
             self.validate()
-        pending = list(range(len(units)))
+        if not units:
+            return
         spawn = mp.get_context("spawn")
-        while pending:
-            n_workers = min(self.jobs, len(pending))
-            slots = spawn.Queue()  # one device environment per worker (harness.execute.devices.plan_devices)
-            for env in self.device_plan.envs[:n_workers]:
-                slots.put(devices.worker_env(env))
-            with cf.ProcessPoolExecutor(max_workers=n_workers, mp_context=spawn,
-                                        initializer=_init_worker, initargs=(slots,)) as pool:
-                futs = {pool.submit(execute_unit, units[i], ctx): i for i in pending}
-                broken: list[int] = []
-                try:
-                    for f in cf.as_completed(futs):
-                        i = futs[f]
-                        try:
-                            on_done(f.result())
-                        except cf.process.BrokenProcessPool:
-                            broken.append(i)
-                except BaseException:
-                    for f in futs:
-                        f.cancel()
-                    raise
-            slots.close()  # the slots are in the pipe (tiny): nothing left to feed
-            slots.join_thread()
-            if broken and len(broken) == len(pending):
-                # Nothing progressed: report them lost instead of looping.
-                for i in broken:
-                    on_done(failed_unit(units[i], "worker process died"))
-                return
-            pending = broken
+        queue = deque(range(len(units)))
+        self.deaths = {}
+        envs = [devices.worker_env(e) for e in self.device_plan.envs[:min(self.jobs, len(units))]]
+        workers = [_Worker(spawn, env) for env in envs]
+        wait_s = JOIN_S
+        try:
+            while queue or any(w.unit is not None for w in workers):
+                for k in range(len(workers)):
+                    while workers[k].unit is None and queue:
+                        if workers[k].proc.is_alive() and workers[k].give(queue[0], units[queue[0]], ctx):
+                            queue.popleft()
+                        else:  # gone while idle: nothing to charge to a unit
+                            workers[k] = self._replace(spawn, workers[k])
+                busy = [w for w in workers if w.unit is not None]
+                wait([w.conn for w in busy] + [w.proc.sentinel for w in busy])
+                for k, w in enumerate(workers):
+                    if w.unit is not None:
+                        workers[k] = self._collect(spawn, w, units, ctx, queue, on_done)
+        except BaseException:
+            wait_s = 5.0  # Ctrl-C reached the workers too: a moment to end their runs KILLED
+            raise
+        finally:
+            for w in workers:
+                w.stop(wait_s)
+
+    def _replace(self, spawn, w: _Worker) -> _Worker:
+        w.stop(0.0)
+        return _Worker(spawn, w.env)
+
+    def _collect(self, spawn, w: _Worker, units: list[list[TrialSpec]], ctx: RunContext,
+                 queue: deque, on_done: Callable[[list[TrialOutcome]], None]) -> _Worker:
+        """Take what the busy worker ``w`` has to say (nothing yet, its unit's outcomes, or its death);
+        returns the worker that holds its place afterwards."""
+        i = w.unit
+        try:
+            if not w.conn.poll():
+                if w.proc.is_alive():
+                    return w
+                raise EOFError
+            _, ok, payload = w.conn.recv()
+        except (EOFError, OSError):
+            w.proc.join(5.0)
+            why = death_reason(w.proc.exitcode)
+            deaths = self.deaths.setdefault(i, [])
+            deaths.append(why)
+            w.unit = None
+            label = f"{len(units[i])} trial(s) from {units[i][0].trial_id}"
+            if len(deaths) < UNIT_DEATHS:
+                self._note(f"worker process {w.proc.pid} died ({why}) while running {label}: "
+                           f"trying it again on a fresh worker")
+                queue.appendleft(i)
+            else:
+                reason = gave_up_reason(deaths)
+                self._note(f"worker process {w.proc.pid} died ({why}) while running {label} again: "
+                           f"recording it FAILED ({reason})")
+                on_done(record_failed_unit(units[i], ctx, reason))
+            return self._replace(spawn, w) if queue else w
+        w.unit = None
+        if not ok:
+            raise payload
+        on_done(payload)
+        return w
+
+    def _note(self, line: str) -> None:
+        if self.note is not None:
+            self.note(line)
+        else:
+            log.warning("%s", line)
 
 
 def register_executor(name: str, factory: Callable[..., Executor]) -> None:

@@ -79,6 +79,7 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
             display.trial(o)
         display.unit_done(n)
 
+    ex.note = display.note  # a worker that died, a unit tried again: said above the bar
     ex.run(units, ctx, on_done)
     if deferred:
         display.note(f"{len(deferred)} trials are being trained by another invocation on this machine: "
