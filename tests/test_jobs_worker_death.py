@@ -174,3 +174,83 @@ def test_a_unit_that_kills_its_worker_is_tried_once_more_then_recorded_failed(tm
     assert lines[tid].endswith("worker process died (signal 9) twice"), lines[tid]
     assert out.count("died (signal 9) while running 1 trial(s) from " + tid) == 2, out[-3000:]
     assert "trying it again on a fresh worker" in out
+
+
+class _CrashedRay:
+    """Stands in for the ``ray`` module when every task's worker dies and Ray gives up on it."""
+
+    class exceptions:
+        class RayError(Exception):
+            pass
+
+        class RayTaskError(RayError):
+            pass
+
+        class TaskCancelledError(RayError):
+            pass
+
+    def put(self, x):
+        return x
+
+    def remote(self, fn):
+        crash = self.exceptions.RayError
+
+        class Remote:
+            def options(self, **opts):
+                return self
+
+            def remote(self, unit, ctx):  # each submission its own reference
+                return crash("WorkerCrashedError: the worker died (SIGKILL)")
+
+        return Remote()
+
+    def wait(self, refs, num_returns, timeout):
+        return refs[:1], refs[1:]
+
+    def get(self, ref):
+        raise ref
+
+
+def test_a_unit_ray_gives_up_on_is_written_failed_as_printed(tmp_path):
+    """The Ray executor retries a dead worker's task itself (Ray's ``max_retries``, then the driver's
+    ``resubmits``: ``tests/test_ray_cluster.py`` kills one for real); a unit it gives up on is now
+    written FAILED with the reason, and its line no longer says "(being written)" of nothing."""
+    import io
+
+    from conftest import make_spec
+    from rich.console import Console
+
+    from harness.core.context import RunContext
+    from harness.execute.ray_executor import RayExecutor
+    from harness.sweep.execution import execute_units
+    from harness.sweep.progress import ProgressDisplay
+    from harness.tracking.client import get_or_create_experiment, prepare_store
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = prepare_store(uri)
+    eid = get_or_create_experiment(client, "t", uri)
+    parent = client.create_run(eid, tags={"harness.kind": "parent"}).info.run_id
+    ctx = RunContext(tracking_uri=uri, experiment_id=eid, parent_run_id=parent, sweep_id="x", sweep="t",
+                     measure_perf=False, log_dataset=False)
+
+    class GivesUp(RayExecutor):
+        def run(self, units, ctx, on_done):
+            self._drive(_CrashedRay(), units, ctx, on_done)
+
+    units = [[make_spec(seed=0)], [make_spec(seed=1), make_spec(seed=2)]]
+    outcomes: list = []
+    buf = io.StringIO()
+    with ProgressDisplay(Console(file=buf, width=200), 3, 0, uri, quiet=False) as display:
+        ex = GivesUp(address="127.0.0.1:1", resubmits=1, max_retries=0)
+        execute_units(ex, units, ctx, outcomes, display)
+    assert len(outcomes) == 3 and all(o.status == "failed" and o.run_id for o in outcomes)
+    runs = _runs(uri, "t")
+    runs.pop("parent")
+    assert sorted(runs) == sorted(s.trial_id for u in units for s in u)
+    for rs in runs.values():
+        [run] = rs
+        assert run.info.status == "FAILED" and run.data.tags["status"] == "failed"
+        assert run.data.tags["harness.reason"].startswith(
+            "Ray could not complete the task after 2 submission(s) with 0 retries each")
+    printed = buf.getvalue()
+    assert printed.count("failed ") >= 3 and "(being written)" not in printed, printed

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 
 from harness.core.context import RunContext
-from harness.core.outcome import TrialOutcome
+from harness.core.outcome import TrialOutcome, failed_unit
 from harness.core.registry import EXECUTORS, did_you_mean, known_executors
 from harness.core.spec import TrialResult, TrialSpec
 from harness.execute import background, claims, devices, writing
@@ -186,26 +186,40 @@ def gave_up_reason(deaths: list[str]) -> str:
     return f"worker process died {times} ({'; '.join(deaths)})"
 
 
-def record_failed_unit(unit: list[TrialSpec], ctx: RunContext, reason: str) -> list[TrialOutcome]:
-    """Record the trials of a unit given up (its worker died each time) as FAILED runs with
-    ``reason``, written from this process (:func:`harness.execute.writing.write_result`: spooled
-    if the store fails). A trial that got a FINISHED run before its worker died keeps it (its
-    outcome is read back). Returns one outcome per spec, in order."""
-    outcomes: dict[str, TrialOutcome] = {}
-    t0_ms = int(time.time() * 1000)
-    todo = list(unit)
-    with contextlib.suppress(Exception):  # the store is down: write_result spools the results
-        todo = claims.take_unfinished(client_for(ctx.tracking_uri), unit, ctx, outcomes)
-    for spec in todo:
-        res = TrialResult(spec=spec, status="failed", reason=reason)
-        rid, entry = writing.write_result(None, res, t0_ms, ctx, None)
-        o = TrialOutcome.failed(spec, reason)
-        o.run_id = rid if entry is None else None
-        if entry is not None:
-            o.spooled = True
-            o.extra["spool_entry"] = entry
-        outcomes[spec.trial_id] = o
-    return [outcomes[s.trial_id] for s in unit]
+#: ``TrialOutcome.extra`` key of a trial that could not run at all (its worker process died each
+#: time, Ray gave up): the sweep writes its FAILED run (:func:`write_not_run`) before showing it.
+NOT_RUN = "not_run"
+
+
+def not_run(unit: list[TrialSpec], reason: str) -> list[TrialOutcome]:
+    """The outcomes of a unit that could not run (``failed`` with ``reason``, marked :data:`NOT_RUN`):
+    what an executor reports; the sweep then writes the FAILED runs."""
+    outcomes = failed_unit(unit, reason)
+    for o in outcomes:
+        o.extra[NOT_RUN] = True
+    return outcomes
+
+
+def write_not_run(spec: TrialSpec, ctx: RunContext, reason: str) -> TrialOutcome:
+    """Record a trial that could not run as a FAILED run with ``reason`` (tags ``status=failed``,
+    ``harness.reason``), written from the sweep's process by
+    :func:`harness.execute.writing.write_result` (spooled if the store fails; the outcome says so).
+    A trial that got a FINISHED run before its worker died keeps it: its outcome is read back."""
+    done: dict[str, TrialOutcome] = {}
+    try:
+        todo = claims.take_unfinished(client_for(ctx.tracking_uri), [spec], ctx, done)
+    except Exception:  # the store is down: write_result spools the result
+        todo = [spec]
+    if not todo:
+        return done[spec.trial_id]
+    rid, entry = writing.write_result(None, TrialResult(spec=spec, status="failed", reason=reason),
+                                      int(time.time() * 1000), ctx, None)
+    o = TrialOutcome.failed(spec, reason)
+    o.run_id = rid if entry is None else None
+    if entry is not None:
+        o.spooled = True
+        o.extra["spool_entry"] = entry
+    return o
 
 
 class _Worker:
@@ -248,8 +262,8 @@ class ProcessExecutor(Executor):
     costs only the unit it held: a fresh worker takes its place, the other workers go on, and the
     unit is tried again on a fresh worker (its RUNNING runs, whose owner is gone, are marked KILLED
     then; checkpoints let it resume). A unit whose worker dies :data:`UNIT_DEATHS` times is given up:
-    its trials are written FAILED from this process with the reason (``worker process died
-    (signal 9) twice``), so the store holds a run for every trial the sweep reports.
+    its outcomes are :func:`not_run` (``worker process died (signal 9) twice``), which the sweep
+    writes as FAILED runs, so the store holds a run for every trial the sweep reports.
     """
 
     def __init__(self, jobs: int = 2, devices_per_trial: int | str = 1, **_: object) -> None:
@@ -333,7 +347,7 @@ class ProcessExecutor(Executor):
                 reason = gave_up_reason(deaths)
                 self._note(f"worker process {w.proc.pid} died ({why}) while running {label} again: "
                            f"recording it FAILED ({reason})")
-                on_done(record_failed_unit(units[i], ctx, reason))
+                on_done(not_run(units[i], reason))
             return self._replace(spawn, w) if queue else w
         w.unit = None
         if not ok:

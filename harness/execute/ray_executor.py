@@ -21,8 +21,9 @@ Fault tolerance, in three layers:
    ``max_retries`` times, on any worker that has the resources (``retry_exceptions=False``: an
    exception raised by the unit itself is not a crash and is not retried).
 2. If Ray gives up (retries exhausted, node lost, object lost), the driver resubmits the unit as a
-   fresh task up to ``resubmits`` times; after that the unit's trials are reported as ``failed`` and
-   the next invocation of the sweep re-runs them (they are not FINISHED in MLflow).
+   fresh task up to ``resubmits`` times; after that the unit's trials are reported as ``failed``
+   (:func:`harness.execute.executors.not_run`), which the sweep writes as FAILED runs with the
+   reason, and the next invocation of the sweep re-runs them (they are not FINISHED in MLflow).
 3. Re-running is safe because :func:`harness.execute.worker.execute_unit` is idempotent: it skips
    trials that already have a FINISHED run and marks stale RUNNING runs of the same trial KILLED
    before training. After the last task the driver checks that every trial of the sweep has been
@@ -52,10 +53,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 from harness.core.context import RunContext
-from harness.core.outcome import TrialOutcome, failed_unit
+from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
 from harness.execute.devices import ray_task_env
-from harness.execute.executors import Executor, ExecutorUnavailableError, register_executor
+from harness.execute.executors import Executor, ExecutorUnavailableError, not_run, register_executor
 from harness.execute.worker import execute_unit
 
 log = logging.getLogger(__name__)
@@ -419,9 +420,9 @@ class RayExecutor(Executor):
             cause = e.as_instanceof_cause() if hasattr(e, "as_instanceof_cause") else e
             reason = "".join(traceback.format_exception_only(type(cause), cause)).strip()
             log.error("unit %s raised on its Ray worker: %s", unit[0].trial_id, reason)
-            return failed_unit(unit, f"Ray task raised: {e}")
+            return not_run(unit, f"Ray task raised: {e}")
         except exc.TaskCancelledError:
-            return failed_unit(unit, "Ray task was cancelled")
+            return not_run(unit, "Ray task was cancelled")
         except exc.RayError as e:  # worker/node died after Ray's own retries, object lost, OOM kill
             n = self.submissions.get(i, 1)
             if n <= self.resubmits:
@@ -431,7 +432,7 @@ class RayExecutor(Executor):
                 )
                 submit(i)
                 return None
-            return failed_unit(
+            return not_run(
                 unit,
                 f"Ray could not complete the task after {n} submission(s) with {self.max_retries} "
                 f"retries each: {type(e).__name__}: {e}",

@@ -3,9 +3,11 @@
 :func:`execute_units` hands the units to the executor and every reported outcome to the sweep's
 list and the display. Trials ``deferred`` because another invocation on this machine holds their
 claim are run again at the end, each waiting for its claim (they are then found done, or trained
-here). A result that a worker (possibly on another machine) could not write arrives in its outcome
-(``extra["spool_entry"]``) and is kept in this machine's spool. Once the executor returns, one
-FINISHED run per trial is kept (:func:`harness.sweep.resume.dedupe_sweep`).
+here). A trial the executor could not run at all (its worker process died each time, Ray gave up:
+``executors.NOT_RUN``) is written FAILED with its reason here, before it is shown. A result that a
+worker (possibly on another machine) could not write arrives in its outcome (``extra["spool_entry"]``)
+and is kept in this machine's spool. Once the executor returns, one FINISHED run per trial is kept
+(:func:`harness.sweep.resume.dedupe_sweep`).
 
 **Throughput first, interleaved.** On the in-process executor (the default) the step of every
 program the units will time is measured before any unit trains, the programs interleaved round by
@@ -30,7 +32,7 @@ from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
 from harness.execute import training
 from harness.execute.claims import CLAIM_WAIT_S
-from harness.execute.executors import Executor, InProcessExecutor
+from harness.execute.executors import NOT_RUN, Executor, InProcessExecutor, write_not_run
 from harness.sweep.budget import SweepClock
 from harness.sweep.progress import ProgressDisplay
 from harness.sweep.resume import dedupe_sweep
@@ -67,12 +69,16 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
             budget.add(clock.parts, {"compile": min(compile_s, stage_s),
                                      "throughput": max(0.0, stage_s - compile_s)})
 
+    by_id = {s.trial_id: s for u in units for s in u}
+
     def on_done(batch: list[TrialOutcome]) -> None:
         n = 0
         for o in batch:
             if o.deferred:
                 deferred.append(o.trial_id)
                 continue
+            if o.extra.get(NOT_RUN):  # could not run (its worker died, Ray gave up): FAILED in the store
+                o = write_not_run(by_id[o.trial_id], ctx, o.reason)
             keep_spool_entry(o, ctx.tracking_uri)
             outcomes.append(o)
             n += 1
@@ -84,7 +90,6 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
     if deferred:
         display.note(f"{len(deferred)} trials are being trained by another invocation on this machine: "
                      f"waiting for them")
-        by_id = {s.trial_id: s for u in units for s in u}
         again = [[by_id[t]] for t in deferred]
         deferred.clear()
         ex.run(again, dataclasses.replace(ctx, claim_wait_s=CLAIM_WAIT_S), on_done)
