@@ -17,7 +17,9 @@ per finished unit, in completion order. Executors are looked up by name with :fu
   (:func:`harness.execute.devices.plan_devices`: ``CUDA_VISIBLE_DEVICES`` on GPUs, ``HARNESS_DEVICE_IDS`` on
   CPU), set in the worker before JAX is imported there; workers that share a GPU do not preallocate
   its memory. A worker exits by itself within ~0.5 s once the process that started it is gone
-  (e.g. SIGKILLed).
+  (e.g. SIGKILLed). A worker that dies costs only the unit it held: it is replaced, the others go
+  on, the unit is tried once more on a fresh worker and, if that worker dies too, reported
+  :func:`not_run` (the sweep writes it FAILED: ``worker process died (signal 9) twice``).
 - other names: :func:`register_executor` adds one (its factory returns an :class:`Executor`); an
   unknown name ``X`` is looked for as module ``harness.execute.X_executor`` (e.g.
   ``harness/execute/ray_executor.py`` registers ``"ray"`` when imported).
