@@ -28,6 +28,8 @@ from harness.core.clock import (
     DEFAULT_CLOCK,
     classed_seconds,
     clock_sentence,
+    cost_class_of,
+    cost_classes,
     ranked_seconds,
     task_clock,
 )
@@ -40,6 +42,10 @@ from harness.core.names import (
 )
 from reports.layout import task_labels
 
+#: The frame's column of each trial's cost class on its task's clock
+#: (:func:`harness.core.clock.cost_class_of`; ``None`` on the measured clock): equal steps in
+#: different classes are different times, in one class a tie on time.
+COST_CLASS = "cost_class_ms"
 #: ``frame.attrs`` keys: the clock, and the tasks that rank on another clock under it (task → clock).
 CLOCK_ATTR = "time_clock"
 TASK_CLOCKS_ATTR = "time_task_clocks"
@@ -67,6 +73,7 @@ def use_clock(frame: pd.DataFrame, clock: str = DEFAULT_CLOCK) -> pd.DataFrame:
     cost = _column(out, M_COST_SECONDS_TO_TARGET)
     steps, figure = _column(out, M_STEPS_TO_TARGET), _column(out, M_MODELED_STEP_MS)
     rows = out.index[(out["row"] == "summary")]
+    out[COST_CLASS] = pd.Series([None] * len(out), index=out.index, dtype=object)
     moved: dict[str, str] = {}
     for task, idx in out.loc[rows].groupby("task", sort=True).groups.items():
         finished = [i for i in idx if out.at[i, "status"] == "finished"]
@@ -76,8 +83,11 @@ def use_clock(frame: pd.DataFrame, clock: str = DEFAULT_CLOCK) -> pd.DataFrame:
             moved[task] = on
         classed = dict(zip(idx, classed_seconds([(_num(steps.at[i]), _num(figure.at[i]), _num(modeled.at[i]))
                                                  for i in idx]), strict=True))
+        common = cost_classes(_num(figure.at[i]) for i in idx)
         for i in idx:
             secs = ranked_seconds(classed[i], _num(cost.at[i]), _num(out.at[i, M_SECONDS_TO_TARGET]), on)
+            out.at[i, COST_CLASS] = cost_class_of(on, _num(figure.at[i]), _num(cost.at[i]),
+                                                  _num(steps.at[i]), common)
             out.at[i, M_SECONDS_TO_TARGET] = float("nan") if secs is None else secs
     out.attrs[CLOCK_ATTR] = clock
     out.attrs[TASK_CLOCKS_ATTR] = moved

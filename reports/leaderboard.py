@@ -29,7 +29,9 @@ FLAG_MARK = " †"
 
 def _flagged(rows: pd.DataFrame) -> bool:
     """Whether any of these summary rows carries a flagged figure (tag ``perf.suspect``)."""
-    return "perf_suspect" in rows and bool((rows["perf_suspect"].fillna("").astype(str) != "").any())
+    if "perf_suspect" not in rows:
+        return False
+    return bool(rows["perf_suspect"].map(lambda v: isinstance(v, str) and v != "").any())
 
 
 def interval_words(how: str, n: int) -> str:

@@ -33,7 +33,7 @@ from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.ties import MIN_SEEDS, TIE_MARK
 from reports.frame import summaries
 from reports.objectives import objective
-from reports.selection import best_configs, select_by
+from reports.selection import best_configs, cost_class, select_by
 
 __all__ = ["MIN_SEEDS", "TIE_MARK", "distinguishable", "shared_ranks", "standings"]
 
@@ -69,7 +69,8 @@ def standings(frame: pd.DataFrame) -> dict[str, list[ties.Standing]]:
                 name=b.optimizer, reached=int(b.n_reached), finished=int(b.n_finished),
                 median_steps=float(steps.median()) if len(steps) else None,
                 seconds=g[M_SECONDS_TO_TARGET].dropna().to_dict(),
-                values=g[obj.selected(by)].dropna().to_dict(), higher_is_better=obj.mode == "max"))
+                values=g[obj.selected(by)].dropna().to_dict(), higher_is_better=obj.mode == "max",
+                cost_class=cost_class(g)))
         out[task] = rows
     return out
 

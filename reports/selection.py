@@ -14,6 +14,7 @@ import pandas as pd
 from harness.core.boundary import edge, edge_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
+from reports.clock import COST_CLASS
 from reports.frame import SELECT_BY_ATTR, per_frame, summaries
 from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
 
@@ -108,8 +109,8 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     (``rank`` 1 = best optimizer on the task: more seeds reaching the target, then lower median
     **seconds** to target (on the report's clock, :mod:`reports.clock`), since optimizers' steps
     cost different times, then more finished, then the final metric; optimizers that reached the
-    target in the same median number of steps are tied on time and ordered by seeds finished, then
-    the final validation metric, never by seconds).
+    target in the same median number of steps and the same cost class (:func:`cost_class`) are tied
+    on time and ordered by seeds finished, then the final validation metric, never by seconds).
     """
     s = summaries(frame)
     if s.empty:
@@ -142,10 +143,10 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
                                       by),
                 "_rank_key": (-int(reached.sum()), secs, -len(fin), metric, str(opt))
                 if by == "time_to_target" else (-len(fin), metric, -int(reached.sum()), secs, str(opt)),
-                # ranked by time: equal steps to the target (the same evaluation) is a tie, ordered by
-                # the metric (_ranked); ranked by the metric: no such ties (the name is unique)
-                "_tie_key": (-int(reached.sum()), float(steps.median()) if len(steps) else math.inf)
-                if by == "time_to_target" else (str(opt),),
+                # ranked by time: equal steps to the target (the same evaluation) in one cost class is
+                # a tie, ordered by the metric (_ranked); ranked by the metric: no such ties
+                "_tie_key": (-int(reached.sum()), float(steps.median()) if len(steps) else math.inf,
+                             cost_class(fin)) if by == "time_to_target" else (str(opt),),
                 "_metric_key": (-len(fin), metric, str(opt)),
             }
         )
@@ -154,6 +155,16 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     best = pd.concat([_ranked(g) for _, g in best.groupby("task", sort=False)])
     return best.drop(columns=["_key", "_rank_key", "_tie_key", "_metric_key"]).sort_values(
         ["task", "rank"]).reset_index(drop=True)
+
+
+def cost_class(rows: pd.DataFrame) -> float | None:
+    """The cost class of a configuration's trials on its task's clock (the column
+    :data:`reports.clock.COST_CLASS` that :func:`reports.clock.use_clock` adds; ``None`` on the
+    measured clock or without it): their programs' one class."""
+    if COST_CLASS not in rows:
+        return None
+    got = [float(v) for v in rows[COST_CLASS] if v is not None and not pd.isna(v)]
+    return got[0] if got else None
 
 
 def _ranked(g: pd.DataFrame) -> pd.DataFrame:

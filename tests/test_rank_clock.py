@@ -209,3 +209,29 @@ def test_a_step_whose_timing_fails_ranks_its_task_on_cost(tmp_path, write_sweep,
     assert N.M_MODELED_SECONDS_TO_TARGET not in m and N.M_STEP_MS not in m
     assert m[N.M_COST_SECONDS_TO_TARGET] == pytest.approx(
         m[N.M_STEPS_TO_TARGET] * m[N.M_FLOPS] / m[N.M_PEAK_FLOPS], rel=1e-9)
+
+
+def test_equal_steps_in_different_cost_classes_are_not_a_tie_on_time():
+    """Issue 32 §1 with §2: muon (a 4x figure, its own cost class) and adam reach the target at the
+    same evaluation: before, "the same steps is a tie on time whatever the clock says" put muon "1="
+    beside adam (decided by the final metric), while its time read 4x adam's. Now the same steps
+    in different classes are compared on time (muon second), while sgd and adam, one class, still
+    tie on time and are ordered by the final metric."""
+    from harness.core import ties
+
+    def standing(name, steps, ms, value):
+        return ties.Standing(name=name, reached=2, finished=2, median_steps=steps,
+                             seconds={0: steps * ms / 1e3, 1: steps * ms / 1e3}, values={0: value, 1: value},
+                             cost_class=ms)
+
+    common = cost_classes([0.055, 0.059, 0.217])
+    adam = standing("adam", 50, common[0.059], 0.97)
+    sgd = standing("sgd", 50, common[0.055], 0.96)
+    muon = standing("muon", 50, common[0.217], 0.99)
+    order = ties.strict_order([muon, sgd, adam])
+    assert [s.name for s in order] == ["adam", "sgd", "muon"]  # adam/sgd: one class, by the metric
+    assert [lab for _, lab in ties.tie_labels(ties.share_ranks(order)).values()] == ["1", "2", "3"]
+    assert ties.compared(adam, muon).what == ties.TIME and ties.compared(adam, sgd).what == ties.VALUE
+    # on the measured clock (no classes) the same steps stay a tie on time, as before
+    wall = [dataclasses.replace(s, cost_class=None) for s in (muon, sgd, adam)]
+    assert [s.name for s in ties.strict_order(wall)] == ["muon", "adam", "sgd"]

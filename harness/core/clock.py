@@ -90,6 +90,19 @@ def cost_classes(figures: Iterable[float | None]) -> dict[float, float]:
     return out
 
 
+def cost_class_of(clock: str, figure_ms: float | None, cost_s: float | None,
+                  steps_to_target: float | None, common: dict[float, float]) -> float | None:
+    """The per-step cost class a trial ranks in on its task's ``clock`` (what a tie on time means:
+    :attr:`harness.core.ties.Standing.cost_class`): on ``modeled`` its figure's common figure
+    (``common``: :func:`cost_classes` of the task); on ``cost`` its cost per step in ms (9
+    significant digits: one per batch size); on ``measured`` ``None`` (wall-clock has no classes)."""
+    if clock == "modeled" and _finite_positive(figure_ms):
+        return common.get(float(figure_ms))  # type: ignore[arg-type]
+    if clock == COST_CLOCK and _finite_positive(cost_s, steps_to_target):
+        return float(f"{float(cost_s) / float(steps_to_target) * 1e3:.9g}")  # type: ignore[arg-type]
+    return None
+
+
 def classed_seconds(trials: Sequence[tuple[float | None, float | None, float | None]]) -> list[float | None]:
     """The modeled seconds to target each trial of one task ranks on, given its ``(steps_to_target,
     modeled_step_ms, logged modeled seconds)``: ``steps × its cost class's common figure / 1000``

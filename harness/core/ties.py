@@ -7,15 +7,17 @@ Standard library only.
 ranked by time to target (the default objective), more seeds reaching the target, then lower
 median seconds to it (on the task's clock, :mod:`harness.core.clock`), then more seeds finished,
 then the better mean validation value, then the name; a run of neighbours that reached the target
-at the same median steps (the same evaluation: a tie on time, whatever the clock says) is reordered
-by seeds finished, then the validation value, then the name. Ranked by ``final`` / ``best``: seeds
+at the same median steps and the same per-step cost class (:attr:`Standing.cost_class`: the same
+evaluation at the same cost, a tie on time; on the measured clock, whose seconds carry no class,
+the same steps, whatever the wall-clock says) is reordered by seeds finished, then the validation
+value, then the name. Ranked by ``final`` / ``best``: seeds
 finished, the value, seeds reaching the target, median seconds, the name.
 
 **Not distinguishable** (:func:`tied`). Two optimizers are compared on what orders them: with
-the same seeds reaching the target (ranked by time to target) at different median steps, on their
-per-seed seconds to the target; else, with the same seeds finished, on their per-seed validation
-values (the value the objective selects on: final, or best during training). Per-seed values ``a``
-and ``b`` are not told apart (:func:`distinguishable`):
+the same seeds reaching the target (ranked by time to target) at different median steps or in
+different cost classes, on their per-seed seconds to the target; else, with the same seeds
+finished, on their per-seed validation values (the value the objective selects on: final, or best
+during training). Per-seed values ``a`` and ``b`` are not told apart (:func:`distinguishable`):
 
 * with at least :data:`MIN_SEEDS` paired seeds: the paired bootstrap's 95% percentile interval of
   the mean difference ``a - b`` (:func:`mean_interval`: :data:`N_BOOT` resamples of the pairs,
@@ -125,6 +127,10 @@ class Standing:
     seconds: Mapping
     values: Mapping
     higher_is_better: bool = True
+    #: the per-step figure of its cost class on a deterministic clock (the modeled clock's common
+    #: figure, :func:`harness.core.clock.cost_classes`; the cost clock's cost per step); ``None`` on
+    #: the measured clock. Equal steps in different classes are different times.
+    cost_class: float | None = None
 
     def median_seconds(self) -> float | None:
         """The median of :attr:`seconds` (``None`` without any)."""
@@ -230,7 +236,8 @@ def compared(lead: Standing, other: Standing, by: str = "time_to_target") -> Bas
     by_time = by == "time_to_target"
     if by_time and lead.reached != other.reached:
         return None
-    if by_time and lead.reached > 0 and lead.median_steps != other.median_steps:
+    if by_time and lead.reached > 0 and (lead.median_steps, lead.cost_class) != (other.median_steps,
+                                                                                 other.cost_class):
         return Basis(lead.seconds, other.seconds, TIME, False)
     if lead.finished != other.finished:
         return None
@@ -260,11 +267,13 @@ def strict_order(standings: Sequence[Standing], by: str = "time_to_target") -> l
     order = sorted(standings, key=lambda s: (-s.reached, secs(s), -s.finished, metric(s), s.name))
     out: list[Standing] = []
     i = 0
-    while i < len(order):  # a run at the same (reached, median steps): a tie on time, by the metric
+    def same_time(s: Standing) -> tuple:  # (reached, median steps, cost class): a tie on time
+        return s.reached, math.inf if s.median_steps is None else s.median_steps, s.cost_class
+
+    while i < len(order):  # a run at the same (reached, steps, class): a tie on time, by the metric
         j = i
-        key = (order[i].reached, math.inf if order[i].median_steps is None else order[i].median_steps)
-        while j < len(order) and (order[j].reached, math.inf if order[j].median_steps is None
-                                  else order[j].median_steps) == key:
+        key = same_time(order[i])
+        while j < len(order) and same_time(order[j]) == key:
             j += 1
         out += sorted(order[i:j], key=lambda s: (-s.finished, metric(s), s.name))
         i = j

@@ -12,7 +12,15 @@ from typing import Any
 from harness.core import ties
 from harness.core.boundary import edge, edge_warning
 from harness.core.budget import budget_line
-from harness.core.clock import DEFAULT_CLOCK, classed_seconds, clock_sentence, ranked_seconds, task_clock
+from harness.core.clock import (
+    DEFAULT_CLOCK,
+    classed_seconds,
+    clock_sentence,
+    cost_class_of,
+    cost_classes,
+    ranked_seconds,
+    task_clock,
+)
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import (
     DEFAULT_SELECT_BY,
@@ -134,18 +142,26 @@ def task_clocks(outcomes: list[TrialOutcome], clock: str = DEFAULT_CLOCK) -> dic
     return {k: task_clock(v, clock) for k, v in pairs.items()}
 
 
-def classed_modeled(outcomes: list[TrialOutcome]) -> dict[str, float | None]:
-    """trial id → the modeled seconds to target it ranks on: steps × its task's cost class's common
-    figure (:func:`harness.core.clock.classed_seconds`, per (dataset, model))."""
+def classed_modeled(outcomes: list[TrialOutcome], clocks: dict[tuple[str, str], str]
+                    ) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """Two maps of trial id: the modeled seconds to target it ranks on (steps × its task's cost
+    class's common figure: :func:`harness.core.clock.classed_seconds`, per (dataset, model)) and its
+    cost class on its task's clock (``clocks``, :func:`task_clocks`;
+    :func:`harness.core.clock.cost_class_of`: what a tie on time means)."""
     tasks: dict[tuple[str, str], list[TrialOutcome]] = {}
     for o in outcomes:
         tasks.setdefault((o.dataset, o.model), []).append(o)
-    out: dict[str, float | None] = {}
-    for os_ in tasks.values():
-        secs = classed_seconds([(o.steps_to_target, o.modeled_step_ms, o.modeled_seconds_to_target)
-                                for o in os_])
-        out.update(zip((o.trial_id for o in os_), secs, strict=True))
-    return out
+    secs: dict[str, float | None] = {}
+    classes: dict[str, float | None] = {}
+    for key, os_ in tasks.items():
+        got = classed_seconds([(o.steps_to_target, o.modeled_step_ms, o.modeled_seconds_to_target)
+                               for o in os_])
+        secs.update(zip((o.trial_id for o in os_), got, strict=True))
+        common = cost_classes(o.modeled_step_ms for o in os_)
+        for o in os_:
+            classes[o.trial_id] = cost_class_of(clocks.get(key, "measured"), o.modeled_step_ms,
+                                                o.cost_seconds_to_target, o.steps_to_target, common)
+    return secs, classes
 
 
 def flagged_programs(outcomes: list[TrialOutcome]) -> list[str]:
@@ -176,7 +192,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     to target on the task's clock, seed → validation value), what :func:`ranked_rows` ties on."""
     kind = value_kind(by)
     clocks = task_clocks(outcomes, clock)
-    modeled = classed_modeled(outcomes)
+    modeled, classes = classed_modeled(outcomes, clocks)
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
@@ -199,6 +215,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         tests = [v for v in tests if v is not None]
         row = {
             "flagged": any(o.perf_suspect for o in ok),
+            "cost_class": next((c for o in ok if (c := classes.get(o.trial_id)) is not None), None),
             "dataset": ds, "model": model, "optimizer": opt, "config": conf, "metric": metric,
             "value": statistics.fmean(vals) if vals else None,
             "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
@@ -240,7 +257,8 @@ def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         ordered = ties.strict_order([ties.Standing(
             name=r["optimizer"], reached=r["reached"], finished=r["finished"],
             median_steps=r["steps_to_target"], seconds=r["seed_seconds"], values=r["seed_values"],
-            higher_is_better=not r["metric"].endswith("/loss")) for r in tasks[key]], by)
+            higher_is_better=not r["metric"].endswith("/loss"), cost_class=r["cost_class"])
+            for r in tasks[key]], by)
         groups = ties.share_ranks(ordered, by)
         labels = ties.tie_labels(groups)
         for grp in groups:
