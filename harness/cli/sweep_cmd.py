@@ -62,6 +62,7 @@ def sweep(
                                           "(also: HARNESS_COMPILE_CACHE=0)."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
+    from harness.config.environment import EnvSettingError
     from harness.config.errors import ConfigError
     from harness.execute.executors import ExecutorUnavailableError
     from harness.sweep.run import SweepInterrupted, run_sweep
@@ -75,8 +76,8 @@ def sweep(
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
                                                              ("gpus_per_trial", gpus_per_trial))
                                            if v is not None})
-    except ConfigError as e:
-        err(f"invalid sweep config:\n{e}")
+    except ConfigError as e:  # an EnvSettingError (a HARNESS_* variable) is one line of its own
+        err(f"error: {e}" if isinstance(e, EnvSettingError) else f"invalid sweep config:\n{e}")
         raise typer.Exit(2) from None
     except TrackingUnavailableError as e:
         err(f"error: {e}")

@@ -114,6 +114,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.config import limits
+from harness.config.environment import check_environment
 from harness.config.errors import ConfigError, format_pydantic
 from harness.config.hparams import canonicalize_numbers
 from harness.config.registries import Registries, default_registries
@@ -169,8 +170,11 @@ def load_config(path: str | Path, registries: Registries | None = None,
 
     Raises:
       ConfigError: the file is missing, unreadable, not UTF-8, not safe YAML, or invalid (all
-        problems listed, one ``FILE: KEY.PATH: message`` line each).
+        problems listed, one ``FILE: KEY.PATH: message`` line each); its subclass
+        :class:`harness.config.environment.EnvSettingError`: a ``HARNESS_*`` environment variable
+        holds a value the harness cannot use (one line per variable).
     """
+    check_environment()  # the HARNESS_* variables, before the file (harness.config.environment)
     file = str(path)
     try:
         data = load_yaml_file(path)

@@ -150,6 +150,36 @@ def _creation_lock(db: Path, wait_s: float, say):
     kill_point("unlocked")
 
 
+def make_store_folder(db: Path) -> None:
+    """Create the folder of a new store file ``db``, by the one rule for it: only that one folder,
+    and only inside an existing, writable folder that is not the filesystem root. A deeper missing
+    path (``sqlite:///tmp/a/b/c/x.db`` with no ``tmp/a``), or a folder the URI would put at ``/``
+    (``sqlite:////nonexistent_dir/x.db``), is refused with nothing created.
+
+    Raises:
+      StoreError: ``the folder X does not exist: create it or choose another --tracking-uri`` (and
+        why it is not created here). OSError: ``mkdir`` itself failed.
+    """
+    folder = Path(os.path.abspath(db)).parent
+    if folder.exists() or folder.is_symlink():  # a folder, or a file / dangling link mkdir reports
+        return
+    parent = folder.parent
+    if parent == parent.parent:
+        why = " (a store's folder is never made at the filesystem root)"
+    elif not parent.exists():
+        why = f", nor does {parent}"
+    elif not parent.is_dir():
+        why = f" ({parent} is not a folder)"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        why = f" ({parent} is not writable)"
+    else:
+        why = ""
+    if why:
+        raise StoreError(f"the folder {folder} does not exist{why}: create it or choose another "
+                         f"--tracking-uri")
+    folder.mkdir(exist_ok=True)
+
+
 def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = LOCK_WAIT_S,
                         say=_say) -> str | None:
     """Make ``db`` a complete MLflow store at MLflow's head revision, or raise :class:`StoreError`.
@@ -181,7 +211,8 @@ def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = 
                              f"experiments/quickstart.yaml) or point --tracking-uri / MLFLOW_TRACKING_URI "
                              f"at your store")
     try:
-        side_dir(db).mkdir(parents=True, exist_ok=True)
+        make_store_folder(db)
+        side_dir(db).mkdir(exist_ok=True)
     except OSError as e:
         raise StoreError(f"cannot create the MLflow store's directory {side_dir(db)} ({e.strerror or e}); "
                          f"run from a writable directory or point --tracking-uri elsewhere") from None

@@ -25,6 +25,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from harness.config import environment
 from harness.core.util import cache_dir
 from harness.tracking.store_state import LOCK_WAIT_S, StoreError, inspect_file, mlflow_version, schema_head
 
@@ -104,8 +105,9 @@ def quiet_migrations():
 
 
 def template_enabled() -> bool:
-    """Whether new stores copy the cached template (``HARNESS_STORE_TEMPLATE`` not ``0``)."""
-    return os.environ.get("HARNESS_STORE_TEMPLATE", "1").lower() not in ("0", "false", "no", "off")
+    """Whether new stores copy the cached template (``HARNESS_STORE_TEMPLATE`` not off; a sweep's
+    config loading refuses a value neither on nor off: :mod:`harness.config.environment`)."""
+    return os.environ.get(environment.STORE_TEMPLATE, "").strip().lower() not in environment.OFF
 
 
 def template_path() -> Path:

@@ -67,6 +67,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.config import environment
 from harness.config.cadence import Cadence, parse_every
 from harness.train.checkpoint_state import (
     flatten_state,
@@ -84,8 +85,10 @@ ADAPTIVE_FACTOR = 100.0
 #: Checkpoints kept per unit (the newest; an older one is a fallback if the newest cannot be read).
 MAX_TO_KEEP = 2
 FORMAT = 1
-ENV_EVERY = "HARNESS_CHECKPOINT_EVERY"
-ENV_DIR = "HARNESS_CHECKPOINT_DIR"
+#: The cadence and root overrides; checked with the config, before any write
+#: (:mod:`harness.config.environment`).
+ENV_EVERY = environment.CHECKPOINT_EVERY
+ENV_DIR = environment.CHECKPOINT_DIR
 #: Test-only: seconds to sleep after every chunk (widens the window in which a kill lands in training).
 ENV_TEST_CHUNK_SLEEP = "HARNESS_TEST_CHUNK_SLEEP_S"
 #: Test-only: a file that gets one line ``pid step`` per chunk end (tells a test training is under way).

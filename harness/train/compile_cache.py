@@ -25,26 +25,21 @@ variables, so the worker processes of ``--jobs N`` inherit the cache.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.config import environment
 from harness.core.util import cache_dir
 
 __all__ = ["CACHE_ENV", "MAX_BYTES_ENV", "CacheCounts", "active", "cache_counts", "cache_path", "enable"]
 
 #: Set to ``0``/``off``/``false``/``no`` to compile everything afresh (no persistent cache).
-CACHE_ENV = "HARNESS_COMPILE_CACHE"
+CACHE_ENV = environment.COMPILE_CACHE
 #: Size bound of the cache folder in bytes (least recently used entries are evicted above it).
-MAX_BYTES_ENV = "HARNESS_COMPILE_CACHE_MAX_BYTES"
-DEFAULT_MAX_BYTES = 2 << 30
-MIN_BYTES = 1 << 20  # below this no program fits: the cache would evict everything it writes
-MAX_BYTES = 2**50
-
-_OFF = {"0", "off", "false", "no"}
-_ON = {"", "1", "on", "true", "yes"}
+MAX_BYTES_ENV = environment.COMPILE_CACHE_MAX_BYTES
+DEFAULT_MAX_BYTES = environment.DEFAULT_MAX_BYTES
 _JAX_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
@@ -54,25 +49,6 @@ def cache_path() -> Path:
     import jaxlib
 
     return cache_dir("xla", f"jax-{jax.__version__}-jaxlib-{jaxlib.__version__}")
-
-
-def _max_bytes() -> int:
-    raw = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_BYTES
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if math.isnan(value):
-        raise ValueError(f"{MAX_BYTES_ENV}={raw!r} is not a number of bytes (e.g. 2e9)")
-    if not value > 0:
-        raise ValueError(f"{MAX_BYTES_ENV}={raw!r} must be positive; to turn the cache off set "
-                         f"{CACHE_ENV}=0")
-    if not MIN_BYTES <= value <= MAX_BYTES:  # inf, 1e400 (OverflowError in int()), 1.5 bytes
-        raise ValueError(f"{MAX_BYTES_ENV}={raw!r} must be between 1 MiB ({MIN_BYTES}) and 1 PiB "
-                         f"({MAX_BYTES}) bytes, e.g. 2e9")
-    return int(value)
 
 
 def enable(enabled: bool = True) -> str | None:
@@ -85,19 +61,17 @@ def enable(enabled: bool = True) -> str | None:
       The cache folder in use (the user's own if one was configured), or ``None`` when off.
 
     Raises:
-      ValueError: ``HARNESS_COMPILE_CACHE`` is neither on nor off, or
-        ``HARNESS_COMPILE_CACHE_MAX_BYTES`` is not a number of bytes in [1 MiB, 1 PiB].
+      harness.config.environment.EnvSettingError (a ``ValueError``): ``HARNESS_COMPILE_CACHE`` is
+        neither on nor off, or ``HARNESS_COMPILE_CACHE_MAX_BYTES`` is not a number of bytes in
+        [1 MiB, 1 PiB] (a sweep's config loading refuses both first).
     """
     import jax
 
     _listen()
-    switch = os.environ.get(CACHE_ENV, "").strip().lower()
-    if switch not in _OFF | _ON:
-        raise ValueError(f"{CACHE_ENV}={os.environ[CACHE_ENV]!r} is neither on (1, on, true, yes) nor "
-                         f"off (0, off, false, no)")
-    if not enabled or switch in _OFF:
+    on = environment.switch(CACHE_ENV)  # the rules: harness.config.environment
+    if not enabled or not on:
         return None
-    limit = _max_bytes()
+    limit = environment.compile_cache_max_bytes()
     own = os.environ.get(_JAX_DIR_ENV) or jax.config.jax_compilation_cache_dir
     if own:
         return str(own)
