@@ -1,5 +1,6 @@
-"""What the commands share: the ``--tracking-uri`` help, messages on stderr, the "no such
-experiment" exit, and the process's start (:data:`PROCESS_START`)."""
+"""What the commands share: the ``--tracking-uri`` help, messages on stderr (any password in them
+masked by :func:`harness.core.redact.mask_text`), the "no such experiment" exit, and the process's
+start (:data:`PROCESS_START`)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI, then sqlite:///<
 
 
 def err(msg: str) -> None:
-    """Print ``msg`` on stderr."""
-    typer.echo(msg, err=True)
+    """Print ``msg`` on stderr, the password of any URI in it masked (``alice:***@``)."""
+    from harness.core.redact import mask_text
+
+    typer.echo(mask_text(msg), err=True)
 
 
 def exit_no_experiment(client, name: str, uri: str) -> None:

@@ -1,5 +1,7 @@
 """``ui``: start ``mlflow ui`` on the store (or point at the tracking server) and print the URL of the
-sweep's runs view."""
+sweep's runs view. A server URI's credentials go to the environment (``resolve_tracking_uri``), so the
+URL printed holds none; a database URI is shown with its password masked and handed to ``mlflow ui``
+in its environment, never on its command line."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def ui(
     from harness.tracking import mlflow_ui
     from harness.tracking.client import prepare_store
     from harness.tracking.errors import TrackingUnavailableError
-    from harness.tracking.uris import artifact_root_for, is_server, resolve_tracking_uri
+    from harness.tracking.uris import artifact_root_for, is_server, mask_uri, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
     exp_id = share_key = None
@@ -50,18 +52,20 @@ def ui(
         raise typer.Exit(2)
     # the registry in the same store (MLflow's default, said out loud when not given), and none of
     # the server's own deprecation warnings (a Starlette module MLflow imports) before the URL
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--registry-store-uri", uri,
-           "--host", host, "--port", str(port), "--workers", "1"]
+    # the store's URI (a database's may hold a password) in the child's environment, which MLflow's
+    # CLI reads, not on its command line, which any local user can read in the process list
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--host", host, "--port", str(port), "--workers", "1"]
     root = artifact_root_for(uri)
     if root:
         cmd += ["--default-artifact-root", root]
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_BACKEND_STORE_URI=uri,
+               MLFLOW_REGISTRY_STORE_URI=uri)
     env.setdefault("PYTHONWARNINGS",
                    "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated")
     if exp_id is None:
         typer.echo("No sweep in this store yet: run `python -m harness sweep CONFIG` first.")
     typer.echo(f"MLflow UI: {url}")
-    typer.echo(f"  (store {uri}; Ctrl-C to stop)")
+    typer.echo(f"  (store {mask_uri(uri)}; Ctrl-C to stop)")
     import signal
 
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)

@@ -3,10 +3,14 @@
 :class:`TrackingUnavailableError` is the harness's own "the store cannot be reached" (raised before
 training; the CLI exits 3 on it). :func:`one_line` is how every store error is printed;
 :func:`is_outage` decides whether a failed write goes to the spool (:mod:`harness.tracking.spool`)
-to be retried, or is a refusal that retrying would not change. Standard library only.
+to be retried, or is a refusal that retrying would not change. A password in a store's message
+(a database URI quoted by its driver) is masked (:func:`harness.core.redact.mask_text`). Standard
+library only.
 """
 
 from __future__ import annotations
+
+from harness.core.redact import mask_text
 
 
 class TrackingUnavailableError(RuntimeError):
@@ -16,7 +20,7 @@ class TrackingUnavailableError(RuntimeError):
 def one_line(e: BaseException, limit: int = 300) -> str:
     """What a one-line error shows of a store's exception: the first non-empty line of the message
     of its root cause (``sqlite3.OperationalError: unable to open database file`` rather than
-    SQLAlchemy's wrapper note), at most ``limit`` characters."""
+    SQLAlchemy's wrapper note), any password in it masked, at most ``limit`` characters."""
     root, seen = e, 0
     while root.__cause__ is not None and seen < 10:
         root, seen = root.__cause__, seen + 1
@@ -26,6 +30,7 @@ def one_line(e: BaseException, limit: int = 300) -> str:
     else:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         text = lines[0] if lines else type(e).__name__
+    text = mask_text(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
