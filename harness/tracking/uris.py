@@ -132,7 +132,9 @@ def check_server(uri: str, timeout: float = 3.0) -> None:
             f"use the local SQLite store; nothing was run") from None
     if status in (401, 403):
         if auth:
-            why = f"refused the credentials (HTTP {status}); check the user name and password"
+            user = split_userinfo(uri)[1] or (_mlflow_creds()[0] if auth.startswith("Basic ") else None)
+            whose = f" of user {user!r}" if user else ""
+            why = f"refused the credentials{whose} (HTTP {status}); check the user name and password"
         else:
             why = (f"asks for credentials (HTTP {status}); give them as http://USER:PASSWORD@HOST:PORT "
                    f"or in {USER_ENV} and {PASSWORD_ENV}")
