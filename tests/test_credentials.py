@@ -241,3 +241,28 @@ def test_a_uri_with_user_info_works_end_to_end_and_the_password_appears_nowhere(
     for f in (spool_dir.rglob("*") if spool_dir.exists() else []):
         if f.is_file():
             assert SECRET.encode() not in f.read_bytes(), f
+
+
+def test_a_database_uri_password_is_masked_in_the_summary_hints_and_stage_lines(tmp_path):
+    """The rerun hint, the UI/report commands and the stage lines print a database URI's password
+    masked (a server URI's credentials already move into the environment). Before: the summary's
+    ``--tracking-uri postgresql://u:secretpw@...`` hint and ``opening the store postgresql://u:secretpw@``."""
+    import io
+
+    from rich.console import Console
+
+    from harness.sweep.summary import SweepSummary, print_summary
+
+    uri = "postgresql://u:secretpw@127.0.0.1:1/db"
+    s = SweepSummary("s", "sid", None, None, uri, [], 1.0)
+    assert s.uri_option() == " --tracking-uri postgresql://u:***@127.0.0.1:1/db"
+    buf = io.StringIO()
+    print_summary(Console(file=buf, width=200), s)
+    assert "secretpw" not in buf.getvalue() and "u:***@127.0.0.1" in buf.getvalue()
+    import inspect
+
+    from harness.sweep import progress, run
+
+    for mod in (run, progress):  # every line that prints the store's URI masks it
+        src = inspect.getsource(mod)
+        assert "{uri}" not in src and "mask_uri(uri)" in src

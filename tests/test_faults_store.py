@@ -537,7 +537,10 @@ def test_server_down_longer_than_retries_then_back(tmp_path, procs, env_base):
         if kid.is_alive():
             kid.kill()
     assert "the store is unreachable" in out and "Traceback" not in out
-    assert "2 results were kept in the local spool while the store was unreachable; all were written" in out
+    # seeds 1 and 2 trained while it was down; seed 3's result is spooled too when it comes within
+    # PROBE_S of the last failed probe (the store is not tried again sooner), and written with them
+    assert re.search(r"[23] results were kept in the local spool while the store was unreachable; all were "
+                     r"written", out), out[-2000:]
     assert _finished_once(trials, 4) and len(trials) == 4
     trained = [ln.split()[0] for ln in _calls(calls)]
     assert len(trained) == len(set(trained)) == 4 and spool.entries(uri) == []
@@ -656,7 +659,7 @@ def test_store_folder_unwritable_mid_sweep(tmp_path, procs, env_base, fake_train
         _chattr("-i", folder)
     out = log.read_text()
     assert kid.exitcode == 3, out[-3000:]
-    assert "Traceback" not in out and len(out.splitlines()) < 40, out[-3000:]
+    assert "Traceback" not in out and len(out.splitlines()) < 50, out[-3000:]  # a table per task
     account = [ln for ln in out.splitlines() if "results spooled at" in ln]
     assert account == [f"3 results spooled at {spool.spool_dir(uri)}; they will be written on the next "
                        f"run (the store: {account[0].split('(the store: ', 1)[1]}"], out[-2000:]

@@ -47,8 +47,8 @@ def test_sections_open_on_the_validation_curves_and_single_values_are_bars():
         "tags.`model`", "tags.`optimizer`", "tags.`schedule`", "tags.`dataset`", "tags.`seed`",
         "metrics.`final/valid_accuracy`", "metrics.`final/valid_loss`",
         "metrics.`final/valid_nats_above_entropy`", "metrics.`test/accuracy`", "metrics.`test/loss`",
-        "metrics.`convergence/modeled_seconds_to_target`", "metrics.`convergence/seconds_to_target`",
-        "metrics.`convergence/steps_to_target`"]
+        "metrics.`convergence/cost_seconds_to_target`", "metrics.`convergence/modeled_seconds_to_target`",
+        "metrics.`convergence/seconds_to_target`", "metrics.`convergence/steps_to_target`"]
 
 
 def test_a_model_metric_is_a_curve_in_valid_and_a_bar_in_test():

@@ -10,6 +10,7 @@ import typer
 
 from harness.cli.common import URI_HELP, err, exit_no_experiment
 from harness.core.names import KIND_PARENT, TAG_KIND, TAG_SWEEP_ID
+from harness.core.redact import mask_uri
 
 
 def status(
@@ -53,7 +54,7 @@ def status(
     exps = [client.get_experiment_by_name(n) for n in names] if names else client.search_experiments()
     if experiment and config is None and exps[0] is None:
         exit_no_experiment(client, experiment, uri)
-    t = Table(title=f"sweeps in {uri}")
+    t = Table(title=f"sweeps in {mask_uri(uri)}")
     for col in ("sweep", "sweep_id", "trials", "finished", "diverged", "failed", "pending", "last run"):
         # names and ids are never truncated: they are what users copy into other commands
         t.add_column(col, no_wrap=col != "last run", overflow="fold")

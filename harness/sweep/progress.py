@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.core.outcome import TrialOutcome, config_label, run_name
+from harness.core.redact import mask_uri
 from harness.sweep.tables import print_table
 from harness.tracking import spool
 from harness.tracking.health import HEALTH
@@ -32,7 +33,8 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
         t.add_row(str(i + 1), s.trial_id, run_name(s), s.dataset, config_label(s), str(s.steps), state)
     print_table(console, t)
     print_search(console, plan.specs)
-    console.print(f"tracking: {uri}; batching: {cfg.batching}; executor: {cfg.executor} (jobs={cfg.jobs})")
+    console.print(f"tracking: {mask_uri(uri)}; batching: {cfg.batching}; executor: {cfg.executor} "
+                  f"(jobs={cfg.jobs})")
 
 
 def _val(v: object) -> str:

@@ -36,6 +36,7 @@ from harness.core import budget
 from harness.core.context import RunContext
 from harness.core.names import TAG_BATCHING
 from harness.core.outcome import TrialOutcome
+from harness.core.redact import mask_uri
 from harness.core.registry import did_you_mean, known_executors
 from harness.execute.devices import parent_off_devices
 from harness.execute.executors import Executor, InProcessExecutor, get_executor
@@ -155,10 +156,10 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
     # that does not fit, Ray with an unshareable store).
     ex = _executor(cfg, opts, uri, console)
     if opts.dry_run:
-        stages.stage("store", f"reading what the store {uri} holds of this sweep")
+        stages.stage("store", f"reading what the store {mask_uri(uri)} holds of this sweep")
         return _dry_run(cfg, specs, sweep_id, uri, console, t_start, stages)
 
-    stages.stage("store", f"opening the store {uri}; finding the trials already done")
+    stages.stage("store", f"opening the store {mask_uri(uri)}; finding the trials already done")
     with clock.part("tracking"):
         client = prepare_store(uri)  # health check / schema creation, before any worker
         replayed = replay_spool(uri)  # results an earlier invocation could not write

@@ -22,6 +22,7 @@ from harness.core.clock import (
     task_clock,
 )
 from harness.core.outcome import TrialOutcome
+from harness.core.redact import mask_uri
 from harness.core.selection import (
     DEFAULT_SELECT_BY,
     selection_key,
@@ -126,8 +127,11 @@ class SweepSummary:
                 f"answers to write {'it' if n == 1 else 'them'}")
 
     def uri_option(self) -> str:
-        """`` --tracking-uri URI`` unless the store is the default one."""
-        return "" if self.tracking_uri == default_tracking_uri() else f" --tracking-uri {self.tracking_uri}"
+        """`` --tracking-uri URI`` unless the store is the default one (its password masked: the
+        user types it, or sets it in the environment)."""
+        if self.tracking_uri == default_tracking_uri():
+            return ""
+        return f" --tracking-uri {mask_uri(self.tracking_uri)}"
 
 
 def task_clocks(outcomes: list[TrialOutcome], clock: str = DEFAULT_CLOCK) -> dict[tuple[str, str], str]:
