@@ -35,6 +35,7 @@ psutil = pytest.importorskip("psutil")
 
 def _sweep(cfg: Path, uri: str, env: dict[str, str]) -> subprocess.Popen:
     env = {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}
+    env["COLUMNS"] = "250"  # one line per note and trial (at 80 columns a note wrapped inside its trial id)
     return subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(cfg), "--jobs", "2",
                              "--tracking-uri", uri], cwd=cfg.parent, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
