@@ -266,3 +266,20 @@ def test_a_database_uri_password_is_masked_in_the_summary_hints_and_stage_lines(
     for mod in (run, progress):  # every line that prints the store's URI masks it
         src = inspect.getsource(mod)
         assert "{uri}" not in src and "mask_uri(uri)" in src
+
+
+def test_ray_tasks_get_the_tracking_servers_credentials(monkeypatch):
+    """A Ray task on another machine authenticates as the driver does: the credentials the harness
+    moved out of the URI into MLflow's variables go into the tasks' environment. Before: none did,
+    and a remote task's writes were refused by a server that asks for them."""
+    from harness.execute.ray_executor import RayExecutor
+
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "S3cretPW")
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+    env = RayExecutor()._task_env()
+    assert env["MLFLOW_TRACKING_USERNAME"] == "alice" and env["MLFLOW_TRACKING_PASSWORD"] == "S3cretPW"
+    assert "MLFLOW_TRACKING_TOKEN" not in env
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME")
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD")
+    assert not {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"} & set(RayExecutor()._task_env())

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import traceback
 import warnings
@@ -213,6 +214,10 @@ def run_unit_task(unit: list[TrialSpec], ctx: RunContext) -> list[TrialOutcome]:
 # The executor
 
 
+#: The environment variables of MLflow's client that carry a tracking server's credentials.
+CREDENTIAL_VARS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+
+
 class RayExecutor(Executor):
     """Executor that runs each work unit as a Ray task (see the module docstring).
 
@@ -277,8 +282,13 @@ class RayExecutor(Executor):
 
     def _task_env(self) -> dict[str, str]:
         """The tasks' environment (:func:`harness.execute.devices.ray_task_env`): Ray sets
-        ``CUDA_VISIBLE_DEVICES`` for ``num_gpus``; a fraction turns preallocation off."""
-        return ray_task_env(self.gpus_per_trial)
+        ``CUDA_VISIBLE_DEVICES`` for ``num_gpus``; a fraction turns preallocation off. The tracking
+        server's credentials (:data:`CREDENTIAL_VARS`, where the harness moved a server URI's
+        user-info: :func:`harness.tracking.uris.resolve_tracking_uri`) go with them, so that a task
+        on another machine authenticates as the driver does; the URI the tasks carry has none."""
+        env = ray_task_env(self.gpus_per_trial)
+        env.update({k: os.environ[k] for k in CREDENTIAL_VARS if os.environ.get(k)})
+        return env
 
     def _connect(self, ray: Any) -> bool:
         """Connect (or start a local instance); True if this call did it and must shut it down."""
