@@ -8,11 +8,29 @@ fast. The top layer of ``harness``: may import every subpackage, and ``reports``
 
 Exit codes: 0 ok; 1 some trials failed (``sweep``) or a runtime error; 2 invalid config or usage;
 3 the tracking store cannot be reached.
+
+The process ends after its command whatever threads a user's code left running: when a thread
+that is not a daemon is still alive as the command returns (an optimizer file that started one),
+a daemon watch gives the interpreter's own shutdown (which joins such threads, then runs the
+``atexit`` handlers) :data:`EXIT_GRACE_S` seconds, then runs the ``atexit`` handlers, flushes
+stdout and stderr and ends the process with the command's exit code (``os._exit``).
+
+A ``jax.debug.callback`` (or ``pure_callback``, ``io_callback``) of a user's optimizer that raises
+fails its trial, whose run records the error and its traceback; JAX's own log record of it (the
+traceback again, on stderr) is dropped (:class:`_CallbackFailed`), as a failed trial prints one line,
+and so is the same error raised once more by JAX's ``atexit`` wait for its runtime tokens
+(:func:`_settle_jax_effects`).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import logging
 import os
+import sys
+import threading
+import time
 
 import typer
 
@@ -44,7 +62,64 @@ app.command(short_help="Finished/diverged/failed/pending per sweep.")(status_cmd
 app.command(short_help="Start the MLflow UI on the store.")(ui_cmd.ui)
 app.command(short_help="Write the HTML comparison report.", epilog=report_cmd.EPILOG)(report_cmd.report)
 
-__all__ = ["app", "main"]
+__all__ = ["EXIT_GRACE_S", "app", "main"]
+
+#: Seconds the interpreter's shutdown may wait for threads left alive before the process ends anyway.
+EXIT_GRACE_S = 5.0
+
+
+#: JAX's loggers that print a failed callback's traceback, and those records' messages.
+_CALLBACK_LOGGERS = ("jax._src.debugging", "jax._src.callback")
+_CALLBACK_FAILED = ("jax.debug.callback failed", "jax.pure_callback failed", "jax.io_callback failed")
+
+
+class _CallbackFailed(logging.Filter):
+    """Drops JAX's "jax.debug.callback failed" records (module docstring); ``jax.debug.log`` and
+    every other record pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() not in _CALLBACK_FAILED
+
+
+def _settle_jax_effects() -> None:
+    """Wait for JAX's pending side effects now (``jax.effects_barrier``); a callback's error it
+    raises again (its trial already failed with it) is dropped with the tokens that hold it, so
+    that JAX's ``atexit`` handlers do not print it as a traceback."""
+    if "jax" not in sys.modules:
+        return
+    try:
+        sys.modules["jax"].effects_barrier()
+    except Exception:
+        with contextlib.suppress(Exception):
+            from jax._src import dispatch  # the token set JAX's atexit handlers wait on
+
+            dispatch.runtime_tokens.clear()
+
+
+def _exit_code(code: object) -> int:
+    """``SystemExit.code`` as the process's exit status (``None`` 0, an int itself, text 1)."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def _end_despite_threads(code: int, grace_s: float = EXIT_GRACE_S) -> None:
+    """When a non-daemon thread other than this one is alive, start the daemon watch (module
+    docstring) that ends the process with ``code`` ``grace_s`` seconds from now."""
+    me = threading.current_thread()
+    if not any(t is not me and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        return
+
+    def watch() -> None:
+        time.sleep(grace_s)
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
+        os._exit(code)
+
+    threading.Thread(target=watch, name="harness-exit-watch", daemon=True).start()
 
 
 def main() -> None:
@@ -53,4 +128,11 @@ def main() -> None:
     # (MLflow reads this when it is first imported; a user's own setting wins.)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     common.PROCESS_START = harness.PROCESS_START  # a sweep's time budget starts at the process start
-    app()
+    for name in _CALLBACK_LOGGERS:
+        logging.getLogger(name).addFilter(_CallbackFailed())
+    try:
+        app()
+    except SystemExit as e:  # typer ends every command so
+        _settle_jax_effects()
+        _end_despite_threads(_exit_code(e.code))
+        raise

@@ -42,7 +42,15 @@ from typing import Any
 
 from harness.config.registries import Registries, default_registries
 from harness.core.registry import did_you_mean
-from harness.core.source import SourceError, SourceRef, load_module, parse_source, source_of
+from harness.core.source import (
+    DEFAULT_TIMEOUT_S,
+    SourceError,
+    SourceRef,
+    bounded,
+    load_module,
+    parse_source,
+    source_of,
+)
 
 __all__ = ["ALGOPERF_REQUIRED", "optax_optimizers", "optimizer_form", "probe_sources", "registries_for",
            "resolve_sources", "source_builder", "with_sources"]
@@ -157,21 +165,29 @@ def _cached_builder(ref: SourceRef, names: tuple[str, ...]) -> Callable:
                       f"schedule) as that argument")
 
 
-def source_builder(ref: SourceRef, hparam_names: tuple[str, ...] = ()) -> Callable:
+def source_builder(ref: SourceRef, hparam_names: tuple[str, ...] = (),
+                   limit_s: float | None = None) -> Callable:
     """The builder of ``ref`` (cached per source and digest). ``hparam_names`` are the
-    hyperparameters of an AlgoPerf submission (its config entry's); ignored otherwise.
+    hyperparameters of an AlgoPerf submission (its config entry's); ignored otherwise. Importing
+    the file runs under :func:`harness.core.source.bounded` with ``limit_s`` seconds (the config's
+    ``source_timeout_s``; ``None`` in a worker: the pre-flight saw it return).
 
     Raises:
       SourceError: the module cannot be imported or its file raised; the function is missing (with
         did-you-mean over the module's callables) or not callable; it takes neither ``step_size``
-        nor ``learning_rate``; an AlgoPerf file lacks a function of the API.
+        nor ``learning_rate``; an AlgoPerf file lacks a function of the API; an accident of the
+        import (past the limit, ``os._exit``, a ``KeyboardInterrupt``, a change of directory).
     """
+    if limit_s is not None and ref.kind != "algoperf":  # imported here, bounded; then cached
+        load_module(ref, limit_s)
     return _cached_builder(ref, tuple(hparam_names) if ref.kind == "algoperf" else ())
 
 
-def _probe(ref: SourceRef, builder: Callable, hparams: Mapping[str, Any]) -> None:
+def _probe(ref: SourceRef, builder: Callable, hparams: Mapping[str, Any],
+           limit_s: float | None = DEFAULT_TIMEOUT_S) -> None:
     """Call the builder once with concrete values (``hparams``: one value per hyperparameter the
-    entry sets) and check what it returns."""
+    entry sets), bounded (:func:`harness.core.source.bounded`, ``limit_s``), and check what it
+    returns."""
     from harness.config.search import Distribution
     from harness.config.values import hparam_values
 
@@ -184,12 +200,14 @@ def _probe(ref: SourceRef, builder: Callable, hparams: Mapping[str, Any]) -> Non
     if lr is None:
         first_param = next(iter(inspect.signature(builder).parameters.values()))
         lr = first_param.default if first_param.default is not inspect.Parameter.empty else 1e-3
+    call = f"{ref.function}(step_size={lr!r}{''.join(f', {k}={v!r}' for k, v in hp.items())})"
     try:
-        obj = builder(lr, **hp)
+        with bounded(f"source {ref.text!r}: {call}", limit_s, ref.target if ref.is_file else ""):
+            obj = builder(lr, **hp)
+    except SourceError:
+        raise
     except (Exception, SystemExit) as e:
-        raise SourceError(f"source {ref.text!r}: {ref.function}(step_size={lr!r}"
-                          f"{''.join(f', {k}={v!r}' for k, v in hp.items())}) raised "
-                          f"{type(e).__name__}: {e}") from None
+        raise SourceError(f"source {ref.text!r}: {call} raised {type(e).__name__}: {e}") from None
     if optimizer_form(obj) is None:
         raise SourceError(f"source {ref.text!r}: {ref.function} returned {type(obj).__name__}; "
                           f"expected {_FORMS}")
@@ -208,6 +226,7 @@ def resolve_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Calla
     builders: dict[str, Callable] = {}
     refs: dict[str, SourceRef] = {}
     errors: list[str] = []
+    limit_s = getattr(cfg, "source_timeout_s", DEFAULT_TIMEOUT_S)
     grids = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
     for prefix, grid in grids:
         for j, comp in enumerate(grid.optimizers or []):
@@ -225,7 +244,7 @@ def resolve_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Calla
                     errors.append(f"{where}: entries named {comp.name!r} have different sources "
                                   f"({old.text!r}, {ref.text!r}); name them apart")
                     continue
-                builder = source_builder(ref, tuple(comp.hparams))
+                builder = source_builder(ref, tuple(comp.hparams), limit_s)
             except SourceError as e:
                 errors.append(f"{where}: {e}")
                 continue
@@ -247,6 +266,7 @@ def probe_sources(cfg: Any, file: str) -> list[str]:
     returns an optimizer (:func:`optimizer_form`). Returns one ``FILE: KEY.PATH: message`` line per
     factory that raises or returns something else."""
     errors: list[str] = []
+    limit_s = getattr(cfg, "source_timeout_s", DEFAULT_TIMEOUT_S)
     grids = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
     for prefix, grid in grids:
         for j, comp in enumerate(grid.optimizers or []):
@@ -254,7 +274,7 @@ def probe_sources(cfg: Any, file: str) -> list[str]:
             if ref is None or ref.kind == "algoperf":
                 continue
             try:
-                _probe(ref, source_builder(ref), comp.hparams)
+                _probe(ref, source_builder(ref, (), limit_s), comp.hparams, limit_s)
             except SourceError as e:
                 errors.append(f"{file}: {prefix}optimizers[{j}].source: {e}")
     return errors

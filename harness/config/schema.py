@@ -39,6 +39,7 @@ from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import SCORING_RULES, canonical_metric
 from harness.core.registry import did_you_mean
 from harness.core.selection import DEFAULT_SELECT_BY, SELECT_BY
+from harness.core.source import DEFAULT_TIMEOUT_S
 
 #: Top-level axes that ``zip`` and ``include`` may name.
 TOP_AXES = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
@@ -334,6 +335,9 @@ class SweepConfig(_Strict):
     checkpoint_every: int | str | None = None
     checkpoint_dir: str | None = Field(default=None, max_length=limits.MAX_TEXT_CHARS)
     keep_final_checkpoint: StrictBool = False
+    #: Seconds each check that runs a user's code before any write may take (importing an optimizer
+    #: ``source`` file, calling its factory, tracing one update): harness.core.source.bounded.
+    source_timeout_s: Float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=86_400)  # a day
 
     @field_validator("checkpoint_every", mode="before")
     @classmethod

@@ -17,9 +17,17 @@ trial ids, so a re-run trains again instead of skipping as FINISHED.
 
 A file's text travels with the trial (``TrialSpec.optimizer_source_code``, never part of its
 identity), and :func:`load_module` executes exactly that text, the bytes that were hashed, in a
-module of its own (cached per digest), with the file's folder on ``sys.path`` while it runs so
-that it may import its neighbours. So a worker on another machine (Ray) needs no copy of the file,
-and a file edited while a sweep runs cannot mix two versions into one sweep.
+module of its own (``harness_source_<digest>``, cached per digest), with the file's folder **last**
+on ``sys.path`` while it runs so that it may import its neighbours without shadowing anything (a
+``json.py``, ``random.py`` or ``optimizers.py`` beside the config is not what ``import json``
+finds). So a worker on another machine (Ray) needs no copy of the file, and a file edited while a
+sweep runs cannot mix two versions into one sweep.
+
+User code runs inside :func:`bounded`: the user's code is trusted, its accidents are not. A call
+that does not return within its limit (``SIGALRM`` in the main thread: a Python loop or a
+``time.sleep`` is interrupted), that calls ``os._exit``, raises a ``BaseException`` that is
+neither an ``Exception`` nor ``SystemExit`` (``KeyboardInterrupt`` from the code, not from Ctrl-C),
+or changes the working directory (restored) becomes one :class:`SourceError` line.
 
 Standard library only (importing the named module is the only thing that runs user code).
 """
@@ -33,18 +41,24 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import signal
 import sys
 import threading
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["SOURCE_KINDS", "SourceError", "SourceRef", "load_module", "parse_source", "source_of"]
+__all__ = ["DEFAULT_TIMEOUT_S", "SOURCE_KINDS", "SourceError", "SourceRef", "bounded", "load_module",
+           "parse_source", "source_of"]
 
 #: The kinds of source, in the order the docs present them.
 SOURCE_KINDS = ("path", "module", "optax", "algoperf")
 #: Largest source file read (bytes): an optimizer is code, not data.
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
+#: Seconds a user's code may run in each pre-flight check (importing a file, calling its factory,
+#: tracing one update): the config's ``source_timeout_s`` default.
+DEFAULT_TIMEOUT_S = 60.0
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _MODULE_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
@@ -185,20 +199,25 @@ _LOADED: dict[tuple[str, str], types.ModuleType] = {}
 _LOCK = threading.Lock()
 
 
-def load_module(ref: SourceRef) -> types.ModuleType:
+def load_module(ref: SourceRef, limit_s: float | None = None) -> types.ModuleType:
     """The module of ``ref``: for a file, a fresh module executed from ``ref.code`` (cached per
     file and digest; registered in ``sys.modules`` as ``harness_source_<digest>``); else
-    ``importlib.import_module(ref.target)``.
+    ``importlib.import_module(ref.target)``. Either runs :func:`bounded` (``limit_s`` seconds; no
+    time limit when ``None``).
 
     Raises:
       SourceError: the module cannot be imported, or executing the file raised (one line: the
         file, the exception, the first line of its message and its line; for a module the code
-        imports that is not installed, the Python to install it for).
+        imports that is not installed, the Python to install it for), or an accident
+        (:func:`bounded`).
     """
     if not ref.is_file:
         try:
-            return importlib.import_module(ref.target)
+            with bounded(f"source {ref.text!r}: importing {ref.target!r}", limit_s):
+                return importlib.import_module(ref.target)
         except (Exception, SystemExit) as e:
+            if isinstance(e, SourceError):
+                raise
             raise SourceError(f"source {ref.text!r}: importing {ref.target!r} raised "
                               f"{type(e).__name__}: {_one_line(e)}{_install_hint(e)}") from None
     key = (ref.target, ref.digest)
@@ -212,12 +231,16 @@ def load_module(ref: SourceRef) -> types.ModuleType:
         sys.modules[name] = mod
         folder = os.path.dirname(ref.target)
         added = folder not in sys.path
-        if added:
-            sys.path.insert(0, folder)
+        if added:  # last: a neighbour named like a module the harness imports (json.py) shadows nothing
+            sys.path.append(folder)
         try:
-            exec(compile(ref.code, ref.target, "exec"), mod.__dict__)
+            with bounded(f"source {ref.text!r}: running {os.path.basename(ref.target)}", limit_s,
+                         ref.target):
+                exec(compile(ref.code, ref.target, "exec"), mod.__dict__)
         except (Exception, SystemExit) as e:  # a sys.exit() in the file must not end the sweep
             sys.modules.pop(name, None)
+            if isinstance(e, SourceError):
+                raise
             raise SourceError(f"source {ref.text!r}: running {os.path.basename(ref.target)} raised "
                               f"{type(e).__name__}: {_one_line(e)}{_line_of(e, ref.target)}"
                               f"{_install_hint(e)}") from None
@@ -256,3 +279,106 @@ def _line_of(e: BaseException, filename: str) -> str:
             line = tb.tb_lineno
         tb = tb.tb_next
     return f" (line {line})" if line else ""
+
+
+class _Overran(BaseException):
+    """Raised by :func:`bounded`'s alarm: a ``BaseException``, so that an ``except Exception`` in a
+    user's loop does not swallow it."""
+
+
+class _Exited(BaseException):
+    """Raised instead of ``os._exit`` while user code runs under :func:`bounded`."""
+
+    def __init__(self, code: Any):
+        super().__init__(code)
+        self.code = code
+
+
+_ACTIVE = threading.local()
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was removed
+        return ""
+
+
+@contextlib.contextmanager
+def bounded(what: str, limit_s: float | None = None, filename: str = "",
+            limit_name: str = "source_timeout_s") -> Iterator[None]:
+    """Run user code (the ``with`` body) so that its accidents are one line each, a
+    :class:`SourceError` that starts with ``what`` (``"source 'x.py:f': running x.py"``):
+
+    - it runs more than ``limit_s`` seconds (``None``: no limit): ``... did not return within 5 s
+      (source_timeout_s; it was at line 3)``. Timed with ``SIGALRM`` (``setitimer``, repeated every
+      second past the limit), so only in the main thread: a Python loop or a sleep is interrupted,
+      a computation inside one C call is not; in another thread there is no time limit;
+    - it calls ``os._exit`` (in this thread; another thread's ``os._exit`` exits as ever);
+    - it raises a ``BaseException`` that is neither ``Exception`` nor ``SystemExit`` (a
+      ``KeyboardInterrupt`` of a real Ctrl-C, seen by the ``SIGINT`` handler, is raised as it is);
+    - it changes the working directory (changed back first).
+
+    ``Exception`` and ``SystemExit`` pass through unchanged (the callers word them). ``filename``
+    (the user's file) gives the line. Nested, only the outermost bound applies.
+    """
+    if getattr(_ACTIVE, "on", False):
+        yield
+        return
+    _ACTIVE.on = True
+    me, real_exit, before = threading.get_ident(), os._exit, _cwd()
+    ctrl_c: list[bool] = []
+    timed = (limit_s is not None and hasattr(signal, "setitimer")
+             and threading.current_thread() is threading.main_thread())
+    old: tuple = ()
+
+    def side_door(code: int = 0) -> None:
+        if threading.get_ident() != me:
+            real_exit(code)
+        raise _Exited(code)
+
+    if timed:
+        def on_alarm(signum: int, frame: Any) -> None:
+            raise _Overran()
+
+        def on_int(signum: int, frame: Any) -> None:
+            ctrl_c.append(True)
+            raise KeyboardInterrupt
+
+        old = (signal.signal(signal.SIGALRM, on_alarm), signal.getsignal(signal.SIGINT))
+        if old[1] is signal.default_int_handler:
+            signal.signal(signal.SIGINT, on_int)
+        signal.setitimer(signal.ITIMER_REAL, float(limit_s), 1.0)
+    os._exit = side_door  # type: ignore[assignment]
+    try:
+        try:
+            yield
+        finally:
+            if timed:
+                signal.setitimer(signal.ITIMER_REAL, 0.0)
+                signal.signal(signal.SIGALRM, old[0])
+                signal.signal(signal.SIGINT, old[1])
+            os._exit = real_exit
+            _ACTIVE.on = False
+            now = _cwd()
+            if now != before and before:
+                with contextlib.suppress(OSError):
+                    os.chdir(before)
+    except _Overran as e:
+        where = _line_of(e, filename).strip(" ()") if filename else ""
+        raise SourceError(f"{what} did not return within {limit_s:g} s ({limit_name}: {limit_s:g}"
+                          f"{'; it was at ' + where if where else ''})") from None
+    except _Exited as e:
+        raise SourceError(f"{what} called os._exit({e.code!r}){_line_of(e, filename) if filename else ''}"
+                          f"; the sweep goes on only without it") from None
+    except (Exception, SystemExit):
+        raise
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt) and ctrl_c:
+            raise
+        raise SourceError(f"{what} raised {type(e).__name__}{': ' if str(e) else ''}{_one_line(e)}"
+                          f"{_line_of(e, filename) if filename else ''}") from None
+    if now != before and before:
+        raise SourceError(f"{what} changed the working directory to {now or '(a removed folder)'}; "
+                          f"the sweep's store and files are relative to {before}, where it was put "
+                          f"back: leave it unchanged")

@@ -95,20 +95,25 @@ def _opt_keys(s, mkey: tuple) -> list[tuple]:
             ("opt", s.optimizer, ohp, "none", hp_key({}), 0, mkey)]
 
 
-def submission_problem(s) -> str | None:
+def submission_problem(s, limit_s: float | None = None) -> str | None:
     """Why trial ``s``'s AlgoPerf submission cannot train, or ``None``: the file's shipped text run
     as a worker runs it (:func:`harness.train.algoperf.submission.load_submission`: the bounds of
-    every user file, exceptions and ``SystemExit`` as one line with the file's line; a missing module
-    says where to install it) and its API checked (the functions AlgoPerf's runner calls, each
-    callable with the arguments it passes)."""
+    every user file, :func:`harness.core.source.bounded` with ``limit_s`` seconds: exceptions,
+    ``SystemExit``, ``os._exit``, a ``KeyboardInterrupt``, a change of directory or the time limit
+    as one line with the file's line; a missing module says where to install it) and its API
+    checked (the functions AlgoPerf's runner calls, each callable with the arguments it passes)."""
     from harness.core.source import SourceError, source_of
     from harness.train.algoperf.submission import load_submission
 
     try:
-        load_submission(source_of(s))
+        load_submission(source_of(s), limit_s)
     except SourceError as e:
         return str(e)
     return None
+
+
+class _AccidentError(Exception):
+    """A user's code met :func:`harness.core.source.bounded` while traced; the text is its line."""
 
 
 def _traced(s, ds) -> set[tuple]:
@@ -187,6 +192,23 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
 
     seen: set[tuple] = set()
 
+    @contextlib.contextmanager
+    def user_code(s, opath: str):
+        """A sourced optimizer's trace, bounded (:func:`harness.core.source.bounded`): an accident
+        is an :class:`_AccidentError` whose text is the entry's error line."""
+        if not s.optimizer_source:
+            yield
+            return
+        from harness.core.source import SourceError, bounded, source_of
+
+        ref = source_of(s)
+        try:
+            with bounded(f"source {ref.text!r}: tracing one update of {s.optimizer!r}",
+                         cfg.source_timeout_s, ref.target if ref.is_file else ""):
+                yield
+        except SourceError as e:
+            raise _AccidentError(f"{file}: {opath}.source: {e}") from None
+
     def once(key: tuple) -> bool:
         if key in seen:
             return False
@@ -259,7 +281,8 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
             errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.hparams.step_size: "
                           f"{msg}")
         if s.optimizer_api == "algoperf":  # its own loop: imported and its API checked, once per file
-            if once(("algoperf", s.optimizer_source_hash)) and (msg := submission_problem(s)) is not None:
+            if once(("algoperf", s.optimizer_source_hash)) and \
+                    (msg := submission_problem(s, cfg.source_timeout_s)) is not None:
                 errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.source: {msg}")
             continue
         # the optimizer with its schedule (as the trainer builds it); alone only when that fails, to
@@ -294,13 +317,23 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
             jax.eval_shape(one_update, lr_aval, p)
 
         try:
-            trace_update(ohp, s.schedule, shp, s.steps)
+            with user_code(s, opath):
+                trace_update(ohp, s.schedule, shp, s.steps)
+            continue
+        except _AccidentError as e:  # past source_timeout_s, os._exit, ...: once, on the source
+            seen.add(("bad-opt", s.optimizer, hp_key(ohp)))
+            errors.append(str(e))
             continue
         except Exception as e:
             err = e
         if once(alone_key):  # traced alone before (for another schedule) means it passed alone
             try:
-                trace_update(ohp)
+                with user_code(s, opath):
+                    trace_update(ohp)
+            except _AccidentError as e:
+                seen.add(("bad-opt", s.optimizer, hp_key(ohp)))
+                errors.append(str(e))
+                continue
             except Exception as e:
                 seen.add(("bad-opt", s.optimizer, hp_key(ohp)))
                 odefaults = builder_defaults("optimizer", reg.optimizers[s.optimizer])

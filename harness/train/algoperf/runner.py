@@ -46,6 +46,14 @@ in a Python loop, one update per iteration:
 * **Checkpoints** (a :class:`~harness.train.checkpoint.TrainCheckpoints`): the state in the form of
   :mod:`harness.train.algoperf.state`, offered after every step (``after_chunk``; after the
   evaluation at an evaluation point) and at the end; resume is bit-identical (tested).
+* **Bound.** Every call into the submission while it trains (``get_batch_size``,
+  ``init_optimizer_state``, ``data_selection``, ``update_params``, ``prepare_for_eval``) runs under
+  :func:`harness.core.source.bounded` with :func:`call_limit_s` seconds (600; a first
+  ``update_params`` compiles the submission's step): a call that does not return in time (a Python
+  loop, a sleep), ``os._exit``, a ``KeyboardInterrupt`` it raises or a change of directory raises a
+  ``SourceError`` that fails this trial alone; the sweep goes on. Timed in the main thread only
+  (the in-process executor's and each ``--jobs`` worker's); a computation stuck inside one C call
+  (an XLA loop that never ends) is not interrupted.
 * **Result.** ``extra["time"]``: the time budget's ``compile``, ``train`` (the counted update
   seconds) and ``throughput`` seconds (:mod:`harness.core.budget`; evaluation is not timed apart).
   ``extra["optimizer_api"] = "algoperf"`` (logged as ``optimizer.api``), the workload
@@ -56,7 +64,9 @@ in a Python loop, one update per iteration:
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
+import os
 import threading
 import time
 import types
@@ -67,7 +77,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness.core.source import SourceError, source_of
+from harness.core.source import SourceError, bounded, source_of
 from harness.core.spec import PerfResult, TrialResult, TrialSpec
 from harness.data.sources import Dataset, load_dataset
 from harness.train import timing
@@ -85,14 +95,28 @@ from harness.train.perf import perf_cache_key
 from harness.train.program import TrainState, model_entry
 from harness.train.track import TrialTrack, eval_points
 
-__all__ = ["AUX_STREAM", "batch_size_of", "compile_clock", "entry_for", "hyperparameters_of",
-           "run_algoperf_trial"]
+__all__ = ["AUX_STREAM", "CALL_LIMIT_S", "batch_size_of", "call_limit_s", "compile_clock", "entry_for",
+           "hyperparameters_of", "run_algoperf_trial"]
 
 #: ``fold_in(PRNGKey(seed), AUX_STREAM)`` is the root of the keys the native trainer has no use for
 #: (``init_optimizer_state``: its fold 0; step ``i``'s ``data_selection`` and ``prepare_for_eval``:
 #: ``split(fold_in(fold_in(root, 1), i))``).
 AUX_STREAM = 0x41504552
 _WARMUP = 3
+#: Seconds one call into a submission may take while it trains (:func:`call_limit_s`).
+CALL_LIMIT_S = 600.0
+#: The test suite's hook: a shorter :data:`CALL_LIMIT_S` (seconds) for the process.
+CALL_LIMIT_ENV = "HARNESS_TEST_SUBMISSION_CALL_S"
+
+
+def call_limit_s() -> float:
+    """:data:`CALL_LIMIT_S`, or the test suite's ``HARNESS_TEST_SUBMISSION_CALL_S`` when it is a
+    positive number."""
+    with contextlib.suppress(ValueError):
+        v = float(os.environ.get(CALL_LIMIT_ENV, ""))
+        if v > 0:
+            return v
+    return CALL_LIMIT_S
 
 
 def entry_for(spec: TrialSpec, ds: Dataset) -> ModelEntry:
@@ -161,14 +185,16 @@ class _AlgoPerfRun:
         self.spec, self.ck = spec, checkpoints
         self.sub = load_submission(ref)
         self.name = submission_name(ref)
+        self.file = ref.target
         self.prepare = optional_fn(self.sub, "prepare_for_eval")
         api, _ = algoperf_modules()
         self.complete_error = getattr(api, "TrainingCompleteError", ())
         self.entry = e = entry_for(spec, ds)
         self.workload = make_workload(e, spec, api)
         self.hp = hyperparameters_of(spec)
-        self.batch_size, self.batch_source = batch_size_of(self.sub, self.workload.workload_name,
-                                                           spec.batch_size)
+        with self._bounded("get_batch_size"):
+            self.batch_size, self.batch_source = batch_size_of(self.sub, self.workload.workload_name,
+                                                               spec.batch_size)
         if self.batch_size > e.num_train:
             raise ValueError(f"batch size {self.batch_size} ({self.batch_source}) exceeds the {e.num_train} "
                              f"training examples of {e.ds.name}")
@@ -184,8 +210,9 @@ class _AlgoPerfRun:
         self.compile_s += dt
         self.params, self.model_state = exe(k_init)
         self.workload.set_params(self.params)
-        self.optimizer_state = self.sub.init_optimizer_state(
-            self.workload, self.params, self.model_state, self.hp, self.k_opt)
+        with self._bounded("init_optimizer_state"):
+            self.optimizer_state = self.sub.init_optimizer_state(
+                self.workload, self.params, self.model_state, self.hp, self.k_opt)
         self.fresh = (self.optimizer_state, self.params)
         self.queue = InputQueue(e, spec, self.k_data, self.batch_size)
         self.takes_train_state = "train_state" in inspect.signature(self.sub.update_params).parameters
@@ -197,6 +224,12 @@ class _AlgoPerfRun:
         self.first_compile_s = 0.0
 
     # -- pieces --------------------------------------------------------------------------------
+
+    def _bounded(self, fn: str):
+        """A call of the submission's ``fn``, bounded (module docstring: **Bound**)."""
+        step = f" at step {self.step}" if hasattr(self, "step") else ""
+        return bounded(f"AlgoPerf submission {self.name}: {fn}{step}", call_limit_s(), self.file,
+                       "the limit of one call into a submission while it trains")
 
     def _batch_loss(self, params, mstate, batch, rng):
         out, _ = self.entry.forward(params, mstate, batch["inputs"], rng=rng, train=True)
@@ -234,12 +267,13 @@ class _AlgoPerfRun:
         """``prepare_for_eval`` (its state kept), the validation split, and at the end the test split."""
         if self.prepare is not None:
             _, prep_rng, _ = self._step_keys(self.step)
-            out = self.prepare(
-                workload=self.workload, current_param_container=self.params,
-                current_params_types=self.workload.model_params_types, model_state=self.model_state,
-                hyperparameters=self.hp, loss_type=self.workload.loss_type,
-                optimizer_state=self.optimizer_state, eval_results=list(self.eval_results),
-                global_step=self.step, rng=prep_rng)
+            with self._bounded("prepare_for_eval"):
+                out = self.prepare(
+                    workload=self.workload, current_param_container=self.params,
+                    current_params_types=self.workload.model_params_types,
+                    model_state=self.model_state, hyperparameters=self.hp,
+                    loss_type=self.workload.loss_type, optimizer_state=self.optimizer_state,
+                    eval_results=list(self.eval_results), global_step=self.step, rng=prep_rng)
             self.optimizer_state, self.params, self.model_state = self._three(out, "prepare_for_eval")
         e = self.entry
         loss, mets = self._evaluate(e.x_valid, e.y_valid)
@@ -262,8 +296,9 @@ class _AlgoPerfRun:
         """One step: data selection, the train loss, ``update_params``; False when the submission
         declared training complete (nothing was updated then)."""
         sel_rng, _, upd_rng = self._step_keys(self.step)
-        batch = self.sub.data_selection(self.workload, self.queue, self.optimizer_state, self.params,
-                                        self.model_state, self.hp, self.step, sel_rng)
+        with self._bounded("data_selection"):
+            batch = self.sub.data_selection(self.workload, self.queue, self.optimizer_state,
+                                            self.params, self.model_state, self.hp, self.step, sel_rng)
         rng = upd_rng if self.entry.needs_rng else None
         c0 = compile_clock()
         loss = float(self._loss(self.params, self.model_state, batch, rng))
@@ -271,12 +306,13 @@ class _AlgoPerfRun:
         c1 = compile_clock()
         t0 = time.perf_counter()
         try:
-            out = self.sub.update_params(
-                workload=self.workload, current_param_container=self.params,
-                current_params_types=self.workload.model_params_types, model_state=self.model_state,
-                hyperparameters=self.hp, batch=batch, loss_type=self.workload.loss_type,
-                optimizer_state=self.optimizer_state, eval_results=list(self.eval_results),
-                global_step=self.step, rng=upd_rng, **kw)
+            with self._bounded("update_params"):
+                out = self.sub.update_params(
+                    workload=self.workload, current_param_container=self.params,
+                    current_params_types=self.workload.model_params_types,
+                    model_state=self.model_state, hyperparameters=self.hp, batch=batch,
+                    loss_type=self.workload.loss_type, optimizer_state=self.optimizer_state,
+                    eval_results=list(self.eval_results), global_step=self.step, rng=upd_rng, **kw)
         except self.complete_error:
             return False
         self.optimizer_state, self.params, self.model_state = self._three(out, "update_params")

@@ -110,19 +110,22 @@ def algoperf_modules() -> tuple[types.ModuleType, types.ModuleType]:
         return mods
 
 
-def load_submission(ref: SourceRef) -> types.ModuleType:
+def load_submission(ref: SourceRef, limit_s: float | None = None) -> types.ModuleType:
     """The submission module of ``ref`` (an ``algoperf:PATH.py`` source), its ``algoperf`` imports
-    satisfied by :func:`algoperf_modules`, its API checked (:func:`api_problem`).
+    satisfied by :func:`algoperf_modules`, its API checked (:func:`api_problem`). The file runs under
+    :func:`harness.core.source.bounded` (``limit_s`` seconds: the pre-flight passes the config's
+    ``source_timeout_s``; a worker ``None``, the pre-flight having seen it return).
 
     Raises:
       SourceError: running the file raised (from :func:`~harness.core.source.load_module`: a
-        missing module, a syntax error, any exception or ``SystemExit``, with its line); or its API
+        missing module, a syntax error, any exception or ``SystemExit``, with its line, or an
+        accident: past ``limit_s``, ``os._exit``, ``KeyboardInterrupt``, a change of directory); or its API
         is not AlgoPerf's: ``source 'algoperf:nadamw.py': AlgoPerf submission nadamw.py defines no
         update_params (a submission defines get_batch_size, init_optimizer_state, update_params,
         data_selection)``.
     """
     algoperf_modules()
-    module = load_module(ref)
+    module = load_module(ref, limit_s)
     problem = api_problem(module, submission_name(ref))
     if problem is not None:
         raise SourceError(f"source {ref.text!r}: {problem}")
