@@ -37,7 +37,7 @@ from reports.interactive import vega_bundle
 from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with_labels
 from reports.leaderboard import shared_columns
 from reports.objectives import objective, objectives_differ, target_words
-from reports.scoring import score_note
+from reports.scoring import denominator_note, score_note
 from reports.selection import boundary_warnings, selection_caption, selection_sentence
 from reports.selection import objective_words as selected_on
 from reports.stats import across_tasks, stats_note
@@ -331,6 +331,7 @@ def render(
             selected_by=selection_caption(frame),
             time_clock=clock_note(frame),
             score_note=score_note(frame),
+            denominator_note=denominator_note(frame),
             generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             n_trials=len(s),
             status_counts=[(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],

@@ -12,8 +12,19 @@ The tuned times come from :func:`reports.protocol.tuned_time_to_result` under th
   in ``[1, 4]``; the **score** of an optimizer is the trapezoidal integral of its profile over
   those τ divided by the interval's length (3), so 1.0 = fastest on every task, 0 = solved none.
 
-Both: the denominator of ρ is the number of tasks; a task that no optimizer solved counts as
-unsolved for all of them.
+Both, as AlgoPerf's ``compute_performance_profiles`` computes them: the ratio to the task's
+fastest is ``df.update(df.div(df.min(axis=0), axis=1))``, and ``DataFrame.update`` skips NaN, so a
+``0 / 0`` ratio (a time of 0 where the fastest is 0) keeps the time itself, 0, and counts as solved
+at every τ, while any other time on that task is ``t / 0 = inf``, unsolved (:func:`ratios`); a task
+that no optimizer solved counts as unsolved for all of them. (A target the initial parameters
+already meet gives no 0 in a harness sweep: :mod:`harness.train.track` counts it at the first
+evaluation after training starts, as AlgoPerf's runner first evaluates after a step; a 0 comes from
+a table written otherwise, e.g. runs logged before that rule.)
+
+**The denominator** of ρ is the number of tasks in the sweep (:func:`denominator_note`). AlgoPerf's
+``rho`` divides by its fixed ``NUM_BASE_WORKLOADS`` (8), so that a submission is charged for the
+workloads it was not run on; a sweep chooses its own tasks, and dividing by 8 would only scale
+every optimizer's profile and score by (tasks / 8), so the harness divides by what it ran.
 """
 
 from __future__ import annotations
@@ -24,8 +35,9 @@ import pandas as pd
 from reports import protocol
 from reports.objectives import objective
 
-__all__ = ["ALGOPERF_MAX_TAU", "ALGOPERF_TAU_POINTS", "algoperf_scores", "performance_profile",
-           "profile_times", "score_note", "shows_score"]
+__all__ = ["ALGOPERF_MAX_TAU", "ALGOPERF_NUM_BASE_WORKLOADS", "ALGOPERF_TAU_POINTS", "algoperf_scores",
+           "denominator_note", "performance_profile", "profile_of", "profile_times", "ratios",
+           "score_note", "scores_of", "shows_score"]
 
 #: Why a sweep of one task shows no AlgoPerf score (:func:`score_note`).
 ONE_TASK_NOTE = ("AlgoPerf score left out: the sweep has one task, and over one task the score is only "
@@ -37,6 +49,8 @@ ONE_TASK_NOTE = ("AlgoPerf score left out: the sweep has one task, and over one 
 ALGOPERF_MAX_TAU = 4.0
 #: AlgoPerf: how many evenly spaced τ in ``[1, ALGOPERF_MAX_TAU]`` the score integrates over.
 ALGOPERF_TAU_POINTS = 100
+#: AlgoPerf's ``NUM_BASE_WORKLOADS``: the fixed denominator of its ρ (:func:`denominator_note`).
+ALGOPERF_NUM_BASE_WORKLOADS = 8
 
 
 def profile_times(frame: pd.DataFrame, rule: str | None = None) -> pd.DataFrame:
@@ -56,6 +70,30 @@ def profile_times(frame: pd.DataFrame, rule: str | None = None) -> pd.DataFrame:
     return times
 
 
+def ratios(times: pd.DataFrame) -> pd.DataFrame:
+    """Each time over its task's fastest, as AlgoPerf's ``df.update(df.div(best))`` gives it (the
+    module docstring): a NaN ratio (``0 / 0``, ``inf / inf``) keeps the time itself, so a time of 0
+    on a task whose fastest is 0 stays 0 (solved at every τ) and ``inf`` stays ``inf`` (unsolved);
+    ``t / 0`` for ``t > 0`` is ``inf``. Example: times ``{x: 0, y: 2}`` on one task give ratios
+    ``{x: 0, y: inf}``; ``{x: 1, y: 2}`` give ``{x: 1, y: 2}``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = times.div(times.min(axis=1), axis=0)
+    return r.where(r.notna(), times)
+
+
+def denominator_note(frame: pd.DataFrame) -> str:
+    """The sentence under a leaderboard that shows AlgoPerf's score: which denominator it uses and
+    why (module docstring), ``""`` when no score is shown."""
+    if not shows_score(frame):
+        return ""
+    n = profile_times(frame, "algoperf").shape[0]
+    return (f"AlgoPerf score: the performance profile's denominator is this sweep's {n} tasks. "
+            f"AlgoPerf's scoring divides by its fixed {ALGOPERF_NUM_BASE_WORKLOADS} base workloads, "
+            f"charging a submission for workloads it did not run; a sweep chooses its tasks, and "
+            f"dividing by {ALGOPERF_NUM_BASE_WORKLOADS} would only scale every score by "
+            f"{n}/{ALGOPERF_NUM_BASE_WORKLOADS}.")
+
+
 def _taus(rule: str, ratios: np.ndarray) -> np.ndarray:
     if rule == "algoperf":
         return np.linspace(1.0, ALGOPERF_MAX_TAU, ALGOPERF_TAU_POINTS)
@@ -68,27 +106,38 @@ def performance_profile(frame: pd.DataFrame, taus: np.ndarray | None = None,
     """ρ_o(τ) of every optimizer (module docstring) by ``rule`` (default the frame's), at ``taus``
     (default the rule's grid). Columns ``optimizer, tau, rho``."""
     rule = protocol.scoring(frame) if rule is None else rule
-    times = profile_times(frame, rule)
+    return profile_of(profile_times(frame, rule), rule, taus)
+
+
+def profile_of(times: pd.DataFrame, rule: str, taus: np.ndarray | None = None) -> pd.DataFrame:
+    """ρ_o(τ) of a task × optimizer table of times (:func:`profile_times`' form: ``inf`` unsolved;
+    under ``algoperf`` already capped at 4×) by ``rule``: the ratios of :func:`ratios`, the
+    fraction of the table's tasks solved within τ. Columns ``optimizer, tau, rho``."""
     if times.empty:
         return pd.DataFrame(columns=["optimizer", "tau", "rho"])
-    best = times.min(axis=1)
-    ratios = times.div(best.where(np.isfinite(best)), axis=0)  # nan row where nobody solved
-    taus = _taus(rule, ratios.to_numpy()) if taus is None else np.asarray(taus, float)
+    r = ratios(times)
+    taus = _taus(rule, r.to_numpy()) if taus is None else np.asarray(taus, float)
     n_tasks = len(times)
     rows = []
     for opt in times.columns:
-        r = ratios[opt].to_numpy()
-        solved = np.isfinite(r)
+        x = r[opt].to_numpy()
+        solved = np.isfinite(x)
         for tau in taus:
             rows.append({"optimizer": opt, "tau": float(tau),
-                         "rho": float(np.sum(solved & (r <= tau)) / n_tasks)})
+                         "rho": float(np.sum(solved & (x <= tau)) / n_tasks)})
     return pd.DataFrame(rows, columns=["optimizer", "tau", "rho"])
 
 
 def algoperf_scores(frame: pd.DataFrame) -> pd.Series:
     """AlgoPerf's score per optimizer (module docstring), always by the ``algoperf`` rule; empty
     when the sweep has no target."""
-    p = performance_profile(frame, rule="algoperf")
+    return scores_of(performance_profile(frame, rule="algoperf"))
+
+
+def scores_of(p: pd.DataFrame) -> pd.Series:
+    """AlgoPerf's score of each optimizer of a profile (:func:`profile_of` under ``algoperf``): the
+    trapezoidal integral of ρ over its τ grid / the grid's length (AlgoPerf's
+    ``compute_leaderboard_score(..., normalize=True)``)."""
     if p.empty:
         return pd.Series(dtype=float, name="score")
     out = {}

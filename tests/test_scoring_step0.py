@@ -1,0 +1,113 @@
+"""Issue 32 §3: AlgoPerf's scoring to the last case: a time of 0 and the denominator.
+
+AlgoPerf's ``scoring/performance_profile.py`` (``compute_performance_profiles``) divides each
+workload's times by the fastest with ``df.update(df.div(df.min(axis=0), axis=1))``. ``update`` skips
+NaN, so a ``0 / 0`` ratio keeps the time 0 (solved at every τ), while ``t / 0 = inf`` (unsolved).
+The harness divided plainly: ``0 / 0 = NaN``, unsolved, and the fastest optimizer's score halved.
+``algoperf_reference`` below follows AlgoPerf's code step by step (written here from reading it,
+with pandas, in AlgoPerf's orientation: submissions × workloads) so the harness is compared with
+the library's own arithmetic, not with itself.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from reports import scoring
+
+
+def algoperf_reference(times: pd.DataFrame, num_workloads: int) -> pd.Series:
+    """AlgoPerf's score of each submission from a workload × submission table of times (``inf``:
+    not reached): the 4x cap, ``update(div(min))``, ``rho = (r <= tau).sum / NUM``, 100 τ in
+    [1, 4], ``np.trapz`` normalised by the range of τ."""
+    df = times.T.copy()  # submissions × workloads, as AlgoPerf holds it
+    best = df.min(axis=0)
+    df[df.apply(lambda x: x > 4 * best, axis=1)] = np.inf
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df.update(df.div(df.min(axis=0), axis=1))
+    points = np.linspace(1.0, 4.0, num=100)
+    perf = pd.concat([(df <= tau).sum(axis=1) / num_workloads for tau in points], axis=1)
+    perf.columns = points
+    trapz = getattr(np, "trapezoid", None) or np.trapz
+    scores = trapz(perf, x=perf.columns) / (perf.columns.max() - perf.columns.min())
+    return pd.Series(scores, index=perf.index, name="score")
+
+
+def test_ratios_keep_a_zero_over_zero_as_algoperfs_update_does():
+    """Hand values: ``{x: 0, y: 2}`` on one task gives ratios ``{x: 0, y: inf}`` (before: x NaN,
+    unsolved); both 0 gives both 0; a task nobody solved stays ``inf``; a plain task divides."""
+    t = pd.DataFrame({"x": [0.0, 0.0, math.inf, 1.0], "y": [2.0, 0.0, math.inf, 2.0]},
+                     index=["a", "b", "c", "d"])
+    r = scoring.ratios(t)
+    assert r.loc["a"].tolist() == [0.0, math.inf]
+    assert r.loc["b"].tolist() == [0.0, 0.0]
+    assert r.loc["c"].tolist() == [math.inf, math.inf]
+    assert r.loc["d"].tolist() == [1.0, 2.0]
+
+
+def test_a_zero_time_scores_as_algoperfs_own_code_scores_it():
+    """Two tasks: on ``a`` x took 0 s (its fastest) and y 2 s; on ``b`` x 2 s, y 1 s. By hand (the
+    continuous integral): x solves ``a`` at every τ and ``b`` from τ = 2: ρ_x = 0.5 on [1, 2), 1 on
+    [2, 4], score (0.5·1 + 1·2) / 3 = 0.8333; y never solves ``a`` (2 > 4 × 0), ``b`` at every τ:
+    0.5. On AlgoPerf's 100-point grid the step at τ = 2 moves x's score by under 0.01. Before:
+    x's ``a`` was NaN, unsolved: its score 0.333, under y's."""
+    times = pd.DataFrame({"x": [0.0, 2.0], "y": [2.0, 1.0]}, index=["a", "b"])
+    capped = times.mask(times.gt(4 * times.min(axis=1), axis=0), np.inf)
+    got = scoring.scores_of(scoring.profile_of(capped, "algoperf"))
+    ref = algoperf_reference(times, num_workloads=2)
+    assert got["x"] == pytest.approx(ref["x"], abs=1e-12) and got["y"] == pytest.approx(ref["y"], abs=1e-12)
+    assert got["x"] == pytest.approx(2.5 / 3, abs=0.01) and got["y"] == pytest.approx(0.5, abs=1e-12)
+
+
+def test_a_target_met_at_initialisation_through_a_real_sweep(tmp_path):
+    """A real sweep (``scoring: algoperf``) on two tasks, where the initial parameters already meet
+    digits' target (valid/loss ≤ 100): every optimizer solves digits, at the first evaluation after
+    training starts (as AlgoPerf's runner first evaluates after a step), with a time > 0; the
+    leaderboard's scores equal AlgoPerf's code on the report's own table; the report says which
+    denominator the score uses and why."""
+    import html as htmlmod
+    import re
+
+    from reports.clock import use_clock
+    from reports.frame import load_frame
+
+    cfg = {"name": "step0", "models": [{"name": "mlp", "hparams": {"width": 32, "depth": 1}}],
+           "optimizers": [{"name": "sgd", "hparams": {"step_size": 0.1}},
+                          {"name": "adam", "hparams": {"step_size": 0.003}}],
+           "schedules": ["constant"], "datasets": ["digits", "mnist1d"],
+           "targets": {"digits": {"metric": "valid/loss", "value": 100.0},
+                       "mnist1d": {"metric": "valid/accuracy", "value": 0.3}},
+           "scoring": "algoperf", "seeds": 2, "batch_size": 64, "budget": {"steps": 200},
+           "eval_every": 50, "steps_per_dispatch": 50, "measure_perf": True}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "harness", "sweep", "c.yaml", "--tracking-uri", uri],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    frame = use_clock(load_frame("step0", tracking_uri=uri))
+    times = scoring.profile_times(frame, "algoperf")
+    digits = next(t for t in times.index if "digits" in t)
+    assert (times.loc[digits] > 0).all() and np.isfinite(times.loc[digits]).all()  # solved by all
+    got = scoring.algoperf_scores(frame)
+    ref = algoperf_reference(times, num_workloads=len(times))
+    for opt in ref.index:
+        assert got[opt] == pytest.approx(ref[opt], abs=1e-12), (got, ref)
+    r = subprocess.run([sys.executable, "-m", "harness", "report", "-e", "step0", "--tracking-uri", uri,
+                        "-o", str(tmp_path / "r.html")], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    page = (tmp_path / "r.html").read_text()
+    said = htmlmod.unescape(re.search(r'<p class="sub" id="score-denominator">(.*?)</p>', page)[1])
+    assert said == ("AlgoPerf score: the performance profile's denominator is this sweep's 2 tasks. "
+                    "AlgoPerf's scoring divides by its fixed 8 base workloads, charging a submission for "
+                    "workloads it did not run; a sweep chooses its tasks, and dividing by 8 would only "
+                    "scale every score by 2/8.")
