@@ -39,8 +39,11 @@ Definitions (the numbers a report shows follow from these and nothing else):
   the optimizer's configurations run with that seed; a study's time is its fastest trial's
   ``seconds_to_target`` (``inf`` when none of them reached the target; a trial that diverged after
   reaching it counts, as in AlgoPerf), and the tuned time is the median over studies (``inf`` once
-  half or more are ``inf``). The performance profiles, the 4×
-  cap and AlgoPerf's score are :mod:`reports.scoring`.
+  half or more are ``inf``). Under both rules a time of 0 (a target met at the evaluation at
+  initialisation, in runs logged before :mod:`harness.train.track` counted it at the first
+  evaluation after training starts, or in another tool's table) is a time like any other: reached,
+  and the fastest. The performance profiles, the 4× cap, how a 0 divides (as AlgoPerf's code:
+  solved at every τ) and AlgoPerf's score are :mod:`reports.scoring`.
 * **Intervals across seeds** (:func:`seed_interval`): with fewer than :data:`MIN_SEEDS` seeds the
   min–max range of the seeds (the table says so); with more, a 95% bootstrap percentile interval of
   the mean. Both stay inside the metric's range (no t-interval running past 1.0).

@@ -8,23 +8,31 @@ The tuned times come from :func:`reports.protocol.tuned_time_to_result` under th
   ``max(4, 1.1 ×`` the largest finite ratio``)``. No cap, no score.
 * ``algoperf`` (AlgoPerf's ``scoring/performance_profile.py`` and ``score_submissions.py``): a
   time more than :data:`ALGOPERF_MAX_TAU` × the task's fastest counts as not solved (``inf``; a
-  time of exactly 4× stays); the profile is taken on :data:`ALGOPERF_TAU_POINTS` evenly spaced τ
-  in ``[1, 4]``; the **score** of an optimizer is the trapezoidal integral of its profile over
-  those τ divided by the interval's length (3), so 1.0 = fastest on every task, 0 = solved none.
+  time of exactly 4× stays: ``compute_performance_profiles``' ``df > 4 * best_scores``); the
+  profile is taken on :data:`ALGOPERF_TAU_POINTS` evenly spaced τ in ``[1, 4]`` (``rho``: ratio
+  ``<= tau``); the **score** of an optimizer is the trapezoidal integral of its profile over those
+  τ divided by the interval's length (3) (``compute_leaderboard_score(..., normalize=True)``), so
+  1.0 = fastest on every task, 0 = solved none.
 
 Both, as AlgoPerf's ``compute_performance_profiles`` computes them: the ratio to the task's
 fastest is ``df.update(df.div(df.min(axis=0), axis=1))``, and ``DataFrame.update`` skips NaN, so a
 ``0 / 0`` ratio (a time of 0 where the fastest is 0) keeps the time itself, 0, and counts as solved
-at every τ, while any other time on that task is ``t / 0 = inf``, unsolved (:func:`ratios`); a task
-that no optimizer solved counts as unsolved for all of them. (A target the initial parameters
-already meet gives no 0 in a harness sweep: :mod:`harness.train.track` counts it at the first
-evaluation after training starts, as AlgoPerf's runner first evaluates after a step; a 0 comes from
-a table written otherwise, e.g. runs logged before that rule.)
+at every τ (``0 <= tau``), while any other time on that task is ``t / 0 = inf`` (under
+``algoperf`` already ``inf`` by the cap, ``t > 4 × 0``), unsolved (:func:`ratios`); ``inf / inf``
+keeps ``inf``: a task that no optimizer solved counts as unsolved for all of them. Plain division
+made the 0 a NaN, unsolved: a task whose fastest time is 0 was unsolved for every optimizer. (A
+target the initial parameters already meet gives no 0 in a harness sweep: :mod:`harness.train.track`
+counts it at the first evaluation after training starts, as AlgoPerf's ``submission_runner``
+evaluates first after an update; a 0 comes from a table written otherwise, e.g. runs logged before
+that rule.)
 
 **The denominator** of ρ is the number of tasks in the sweep (:func:`denominator_note`). AlgoPerf's
-``rho`` divides by its fixed ``NUM_BASE_WORKLOADS`` (8), so that a submission is charged for the
-workloads it was not run on; a sweep chooses its own tasks, and dividing by 8 would only scale
-every optimizer's profile and score by (tasks / 8), so the harness divides by what it ran.
+``rho`` divides by its fixed ``NUM_BASE_WORKLOADS`` (8; its table is cut to ``BASE_WORKLOADS``,
+and ``NUM_VARIANT_WORKLOADS`` is 0, held-out variants only filtering their base workload), so that
+a submission is charged for the workloads it was not run on; a sweep chooses its own tasks, and
+dividing by 8 would only scale every optimizer's profile and score by (tasks / 8), so the harness
+divides by what it ran. Within the sweep the charge stays: a task an optimizer has no time on
+counts as unsolved for it (:func:`profile_times` fills it with ``inf``).
 """
 
 from __future__ import annotations

@@ -69,9 +69,11 @@ def _algoperf_transcription(table=TABLE) -> tuple[pd.DataFrame, pd.Series]:
     """AlgoPerf's ``scoring/performance_profile.py`` and ``score_submissions.py`` as read (written
     here from their definitions, not copied): a study's time is its fastest trial's time to the
     target (``inf`` if no trial reached it); a submission's time on a workload is ``np.median``
-    over its studies; times ``> 4 ×`` the workload's fastest become ``inf``; each time is divided
-    by the workload's fastest; ρ(τ) = (#workloads with ratio ≤ τ) / #workloads at 100 points of
-    ``np.linspace(1, 4)``; the score is ``trapz(ρ, τ) / (4 - 1)``."""
+    over its studies (``get_workloads_time_to_target``); times ``> 4 ×`` the workload's fastest
+    become ``inf``; each time is divided by the workload's fastest with ``df.update(df.div(...))``,
+    which leaves a NaN ratio (0/0, inf/inf) as the time itself (``compute_performance_profiles``);
+    ρ(τ) = (#workloads with ratio ≤ τ) / #workloads at 100 points of ``np.linspace(1, 4)``; the
+    score is ``trapz(ρ, τ) / (4 - 1)`` (``compute_leaderboard_score(normalize=True)``)."""
     studies = {}
     for (task, opt), configs in table.items():
         per_seed = []
@@ -82,7 +84,8 @@ def _algoperf_transcription(table=TABLE) -> tuple[pd.DataFrame, pd.Series]:
     df = pd.DataFrame(studies).T  # submissions × workloads, as AlgoPerf's
     best = df.min(axis=0)
     df[df.apply(lambda x: x > 4 * best, axis=1)] = np.inf
-    df = df.div(df.min(axis=0), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df.update(df.div(df.min(axis=0), axis=1))
     taus = np.linspace(1.0, 4.0, num=100)
     n_workloads = df.shape[1]
     prof = pd.concat([(df <= tau).sum(axis=1) / n_workloads for tau in taus], axis=1)
@@ -196,3 +199,56 @@ def test_the_algoperf_score_shows_over_two_tasks_or_more_and_one_task_says_why()
     assert S.score_note(one) == S.ONE_TASK_NOTE
     assert S.ONE_TASK_NOTE.startswith("AlgoPerf score left out: the sweep has one task, and over one task")
     assert S.score_note(_frame({k: v for k, v in TABLE.items() if k[0] == "t1"})) == ""  # harness rule
+
+
+# A time of 0 (a target the initial parameters meet, in a table that records it at 0 s: runs logged
+# before harness.train.track counted it at the next evaluation, or another tool's table). Per seed 0,
+# 1, 2: x met it at initialisation on every seed; y on two of three; z took 2 s.
+ZERO_TABLE = {
+    ("t1", "x"): {"c1": [0, 0, 0]},
+    ("t1", "y"): {"c1": [0, 0, 5]},
+    ("t1", "z"): {"c1": [2, 2, 2]},
+    ("t2", "x"): {"c1": [2, 2, 2]},
+    ("t2", "y"): {"c1": [1, 1, 1]},
+    ("t2", "z"): {"c1": [3, 3, 3]},
+}
+
+
+def test_a_time_of_zero_is_solved_as_algoperfs_update_leaves_it():
+    """AlgoPerf's ``compute_performance_profiles`` divides by the fastest with
+    ``df.update(df.div(min))``: ``0 / 0`` is NaN, which ``update`` skips, so the time 0 stays (solved
+    at every τ); z's 2 s is over 4 × 0 (the cap) and ``2 / 0 = inf``: unsolved. Before, the harness
+    divided plainly: 0/0 = NaN, t1 unsolved for everyone, y 0.500 and x 0.336 (not 1.000, 0.836).
+
+    By hand, 100 τ = 1 + 3i/99 and 2 tasks: y solves t1 (time 0) and t2 (ratio 1) at every τ: 1.
+    x solves t1 at every τ and t2 (ratio 2) from i = 33 (τ = 2): ρ 0.5 below, 1 from there; the
+    trapezoids (each 3/99 wide, divided by 3): (32 × 0.5 + 0.75 + 66 × 1) / 99 = 82.75 / 99. z solves
+    only t2 at ratio 3, from i = 66: (0.25 + 33 × 0.5) / 99 = 16.75 / 99."""
+    from reports.leaderboard import SCORE_COL, leaderboard
+    from reports.selection import best_configs
+
+    frame = _frame(ZERO_TABLE, rule="algoperf")
+    tt = P.tuned_time_to_result(frame).set_index(["task", "optimizer"])
+    # y's studies: [0, 0, 5] → the median 0; a time of 0 selects its configuration like any other
+    assert tt["seconds"].to_dict() == {("t1", "x"): 0.0, ("t1", "y"): 0.0, ("t1", "z"): 2.0,
+                                       ("t2", "x"): 2.0, ("t2", "y"): 1.0, ("t2", "z"): 3.0}
+    assert tt.loc[("t1", "x"), "config_id"] == "x-c1" and tt.loc[("t1", "y"), "config_id"] == "y-c1"
+    assert S.profile_times(frame).loc["t1"].tolist() == [0.0, 0.0, INF]  # z over the cap
+    scores = S.algoperf_scores(frame)
+    assert scores["y"] == pytest.approx(1.0, abs=1e-14)
+    assert scores["x"] == pytest.approx(82.75 / 99, abs=1e-14)
+    assert scores["z"] == pytest.approx(16.75 / 99, abs=1e-14)
+    prof_want, score_want = _algoperf_transcription(ZERO_TABLE)
+    prof = S.performance_profile(frame).pivot(index="optimizer", columns="tau", values="rho")
+    np.testing.assert_array_equal(prof.to_numpy(), prof_want.loc[prof.index].to_numpy())
+    np.testing.assert_allclose(scores.to_numpy(), score_want.loc[scores.index].to_numpy(), rtol=1e-14)
+    lb = leaderboard(frame).drop_duplicates("Optimizer").set_index("Optimizer")[SCORE_COL].to_dict()
+    assert lb == {"x": "0.836", "y": "1.000", "z": "0.169"}
+    # reached at 0 s counts as reached for selection too (3 seeds of x, 3 of y: 0, 0 and 5 s)
+    best = best_configs(frame).set_index(["task", "optimizer"])
+    assert best.loc[("t1", "x"), "n_reached"] == 3 and best.loc[("t1", "y"), "n_reached"] == 3
+    # the harness's rule: no cap, but 2 / 0 is still inf and 0 / 0 still keeps the 0
+    h = _frame(ZERO_TABLE)
+    assert S.profile_times(h).loc["t1"].tolist() == [0.0, 0.0, 2.0]
+    rho = S.performance_profile(h, taus=[1.0]).set_index("optimizer")["rho"].to_dict()
+    assert rho == {"x": 0.5, "y": 1.0, "z": 0.0}

@@ -28,6 +28,12 @@ def algoperf_reference(times: pd.DataFrame, num_workloads: int) -> pd.Series:
     """AlgoPerf's score of each submission from a workload × submission table of times (``inf``:
     not reached): the 4x cap, ``update(div(min))``, ``rho = (r <= tau).sum / NUM``, 100 τ in
     [1, 4], ``np.trapz`` normalised by the range of τ."""
+    return algoperf_profile_and_scores(times, num_workloads)[1]
+
+
+def algoperf_profile_and_scores(times: pd.DataFrame, num_workloads: int) -> tuple[pd.DataFrame, pd.Series]:
+    """:func:`algoperf_reference` with the profile too (submissions × τ, as
+    ``compute_performance_profiles`` returns it)."""
     df = times.T.copy()  # submissions × workloads, as AlgoPerf holds it
     best = df.min(axis=0)
     df[df.apply(lambda x: x > 4 * best, axis=1)] = np.inf
@@ -38,7 +44,7 @@ def algoperf_reference(times: pd.DataFrame, num_workloads: int) -> pd.Series:
     perf.columns = points
     trapz = getattr(np, "trapezoid", None) or np.trapz
     scores = trapz(perf, x=perf.columns) / (perf.columns.max() - perf.columns.min())
-    return pd.Series(scores, index=perf.index, name="score")
+    return perf, pd.Series(scores, index=perf.index, name="score")
 
 
 def test_ratios_keep_a_zero_over_zero_as_algoperfs_update_does():
@@ -76,8 +82,10 @@ def test_a_target_met_at_initialisation_through_a_real_sweep(tmp_path):
     import html as htmlmod
     import re
 
+    from harness.core import names as N
     from reports.clock import use_clock
     from reports.frame import load_frame
+    from reports.leaderboard import SCORE_COL, leaderboard
 
     cfg = {"name": "step0", "models": [{"name": "mlp", "hparams": {"width": 32, "depth": 1}}],
            "optimizers": [{"name": "sgd", "hparams": {"step_size": 0.1}},
@@ -93,14 +101,33 @@ def test_a_target_met_at_initialisation_through_a_real_sweep(tmp_path):
     r = subprocess.run([sys.executable, "-m", "harness", "sweep", "c.yaml", "--tracking-uri", uri],
                        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    frame = use_clock(load_frame("step0", tracking_uri=uri))
+    raw = load_frame("step0", tracking_uri=uri)
+    # what the pipeline recorded: the evaluation at initialisation met digits' target (loss < 100)
+    # on every trial; each trial reached it at its first evaluation after training started (step
+    # 50), with that evaluation's clock, and a modeled time of those 50 steps × its step time
+    curves = raw[(raw["row"] == "curve") & (raw["dataset"] == "digits") & raw["valid/loss"].notna()]
+    first = curves[curves["step"] == 0]
+    assert len(first) == 4 and (first["valid/loss"] < 100).all() and (first["time/wall_s"] == 0).all()
+    s = raw[(raw["row"] == "summary") & (raw["dataset"] == "digits")]
+    assert (s[N.M_STEPS_TO_TARGET] == 50).all()
+    at50 = curves[curves["step"] == 50].set_index("trial_id")["time/wall_s"]
+    assert (s.set_index("trial_id")[N.M_SECONDS_TO_TARGET] == at50.loc[s["trial_id"]]).all()
+    modeled = s[N.M_MODELED_SECONDS_TO_TARGET].notna()
+    np.testing.assert_allclose(s.loc[modeled, N.M_MODELED_SECONDS_TO_TARGET],
+                               50 * s.loc[modeled, N.M_MODELED_STEP_MS] / 1e3, rtol=1e-12)
+    frame = use_clock(raw)
     times = scoring.profile_times(frame, "algoperf")
     digits = next(t for t in times.index if "digits" in t)
     assert (times.loc[digits] > 0).all() and np.isfinite(times.loc[digits]).all()  # solved by all
+    # the profile, the scores and the leaderboard's score column: AlgoPerf's code on this table
     got = scoring.algoperf_scores(frame)
-    ref = algoperf_reference(times, num_workloads=len(times))
+    prof_ref, ref = algoperf_profile_and_scores(times, num_workloads=len(times))
+    prof = scoring.performance_profile(frame).pivot(index="optimizer", columns="tau", values="rho")
+    np.testing.assert_array_equal(prof.to_numpy(), prof_ref.loc[prof.index].to_numpy())
     for opt in ref.index:
         assert got[opt] == pytest.approx(ref[opt], abs=1e-12), (got, ref)
+    lb = leaderboard(frame).drop_duplicates("Optimizer").set_index("Optimizer")[SCORE_COL].to_dict()
+    assert lb == {opt: f"{ref[opt]:.3f}" for opt in ref.index}
     r = subprocess.run([sys.executable, "-m", "harness", "report", "-e", "step0", "--tracking-uri", uri,
                         "-o", str(tmp_path / "r.html")], cwd=tmp_path, capture_output=True, text=True,
                        timeout=600, env=env)
