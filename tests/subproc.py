@@ -1,5 +1,5 @@
-"""Helpers the tests share for running things out of process: a command in a pseudo-terminal, and
-the scripts under ``tests/benchmarks/`` loaded as modules."""
+"""Helpers the tests share for running things out of process: a command in a pseudo-terminal, the
+scripts under ``tests/benchmarks/`` loaded as modules, and CPU-burning processes (a busy machine)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import importlib.util
 import os
 import pty
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -38,3 +39,8 @@ def load_benchmark_script(name: str) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def burn_cpus(n: int) -> list[subprocess.Popen]:
+    """``n`` processes spinning (``while True: pass``); the caller kills them."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]

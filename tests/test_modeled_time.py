@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -22,6 +20,7 @@ from harness.core import names as N
 from harness.core.clock import clock_sentence, cost_seconds, modeled_seconds, ranked_seconds, task_clock
 from harness.train import perf as P
 from harness.train import timing
+from tests.subproc import burn_cpus
 
 # --------------------------------------------------------------------------- the rules, exactly
 
@@ -334,11 +333,6 @@ LOADED = {"models": [{"name": "mlp", "hparams": {"width": 256, "depth": 2}}], "d
                          {"name": "adam", "hparams": {"step_size": 0.003}}],
           "seeds": [0], "measure_perf": True, "budget": {"steps": 120}, "eval_every": 20,
           "steps_per_dispatch": 20, "batching": "off", "target": {"metric": "valid/accuracy", "value": 0.85}}
-
-
-def burn_cpus(n: int = 2) -> list[subprocess.Popen]:
-    """``n`` processes spinning (``while True: pass``), one per core of the test machine."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")

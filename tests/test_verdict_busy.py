@@ -25,6 +25,8 @@ import sys
 import pytest
 import yaml
 
+from tests.subproc import burn_cpus
+
 RACE = {
     "name": "race",
     "description": "five optimizers of different step cost on two MLP tasks",
@@ -46,11 +48,6 @@ RACE = {
     "target": {"metric": "valid/accuracy", "value": 0.5},
     "measure_perf": True,
 }
-
-
-def burn_cpus(n: int) -> list[subprocess.Popen]:
-    """``n`` processes spinning (``while True: pass``)."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def _sweep(d, burners: int) -> tuple[str, str]:
