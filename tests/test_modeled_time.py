@@ -15,12 +15,12 @@ import re
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from subproc import burn_cpus
 
 from harness.core import names as N
 from harness.core.clock import clock_sentence, cost_seconds, modeled_seconds, ranked_seconds, task_clock
 from harness.train import perf as P
 from harness.train import timing
-from tests.subproc import burn_cpus
 
 # --------------------------------------------------------------------------- the rules, exactly
 

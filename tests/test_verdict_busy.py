@@ -24,8 +24,7 @@ import sys
 
 import pytest
 import yaml
-
-from tests.subproc import burn_cpus
+from subproc import burn_cpus
 
 RACE = {
     "name": "race",
