@@ -54,7 +54,8 @@ def report(
     time_clock: str | None = typer.Option(
         None, "--time", **_choice(CLOCKS),
         help="The clock time to target is ranked on: modeled (steps to target x the program's step "
-        "time measured before training, CPU time on a CPU, which other processes do not move; a "
+        "time measured before training, CPU time on a CPU, which other processes move far less than "
+        "wall-clock, though a step XLA runs on several threads reads lower on a busy machine; a "
         "task with an AlgoPerf submission ranks on its FLOP cost) or measured (the wall-clock each "
         "trial logged). Default: the sweep config's `time:` (else modeled). The leaderboard says "
         "which."),

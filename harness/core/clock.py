@@ -4,7 +4,8 @@
   program's per-step figure ``perf/modeled_step_ms``, taken before training with the sweep's
   programs timed in turn, round by round (:mod:`harness.train.perf`): on a CPU device the step's
   **CPU time** (the work of a step, summed over the threads doing it; waiting for a core is not CPU
-  time, so other processes on the machine barely move it: :mod:`harness.train.timing` item 7), on an
+  time, so other processes move it far less than wall-clock, though a step XLA runs on several
+  threads reads up to 45% lower on a busy machine: :mod:`harness.train.timing` item 7), on an
   accelerator its device wall-clock. Two trials of one program that reach the target at the same
   evaluation get the same time. A figure that disagreed with its trial's own training clock was
   measured again beside its task's programs and still counts, flagged (tag ``perf.suspect``): the
@@ -170,7 +171,7 @@ def clock_sentence(clock: str, measured_tasks: Sequence[str] = (), cost_tasks: S
                    flagged: Sequence[str] = ()) -> str:
     """What a table or figure that ranks on time says about its clock, e.g. ``"Time to target:
     modeled (steps to target × the program's CPU time per step, measured before training with the
-    task's programs in turn; other processes do not move it; `--time measured` ranks on
+    task's programs in turn; other processes move it far less than wall-clock; `--time measured` ranks on
     wall-clock)."`` ``cost_tasks`` / ``measured_tasks``: the tasks :func:`task_clock` moved to the
     cost / measured clock; ``flagged``: the programs (e.g. ``"sgd · digits · mlp"``) whose figure
     disagreed with a trial's training clock and was measured again (tag ``perf.suspect``)."""
@@ -179,7 +180,7 @@ def clock_sentence(clock: str, measured_tasks: Sequence[str] = (), cost_tasks: S
                 "`--time modeled` counts steps × the program's step time measured before training).")
     text = ("Time to target: modeled (steps to target × the program's step time — CPU time on a CPU, "
             "device time on an accelerator — measured before training with the task's programs in "
-            "turn, which other processes on the machine do not move; `--time measured` ranks on "
+            "turn, which other processes move far less than wall-clock; `--time measured` ranks on "
             "wall-clock).")
     if cost_tasks:
         one = len(cost_tasks) == 1
