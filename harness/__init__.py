@@ -13,3 +13,8 @@ __version__ = "0.1.0"
 #: harness`` process, the start of a sweep's ``time/startup_s`` (:mod:`harness.core.budget`). It misses
 #: the interpreter's own start-up before the first ``import harness``.
 PROCESS_START = _time.perf_counter()
+
+from harness.core.xla_threads import pin as _pin_xla_cpu_threads  # noqa: E402
+
+#: XLA's CPU pool size, set before any JAX computation (see :mod:`harness.core.xla_threads`).
+XLA_CPU_THREADS = _pin_xla_cpu_threads()

@@ -15,6 +15,8 @@ Each variable and what it takes (empty counts as unset):
 - ``HARNESS_BATCH``: ``always`` (``1``, ``true``, ``yes``), ``never`` (``0``, ``false``, ``no``) or
   ``auto`` (:mod:`harness.train.batching` reads it).
 - ``HARNESS_CLAIMS``: ``1`` (per-trial claims, the default) or ``0`` (:mod:`harness.execute.claims`).
+- ``HARNESS_XLA_CPU_THREADS``: ``1`` (the default), a positive number of threads, or ``all``: the size
+  of XLA's CPU thread pool, set when :mod:`harness` is imported (:mod:`harness.core.xla_threads`).
 
 ``HARNESS_DEVICE_IDS`` needs JAX's device list: the executor checks it, also before any write
 (:meth:`harness.execute.executors.Executor.validate`). ``HARNESS_TEST_*`` are the test suite's hooks
@@ -34,9 +36,11 @@ from harness.config.cadence import parse_every
 from harness.config.echo import short_repr
 from harness.config.errors import ConfigError
 from harness.core.util import CACHE_ENV
+from harness.core.xla_threads import ENV as XLA_CPU_THREADS
+from harness.core.xla_threads import threads_setting
 
 __all__ = ["BATCH", "CACHE_DIR", "CHECKPOINT_DIR", "CHECKPOINT_EVERY", "CLAIMS", "COMPILE_CACHE",
-           "COMPILE_CACHE_MAX_BYTES", "SPOOL_DIR", "STORE_TEMPLATE", "EnvSettingError",
+           "COMPILE_CACHE_MAX_BYTES", "SPOOL_DIR", "STORE_TEMPLATE", "XLA_CPU_THREADS", "EnvSettingError",
            "check_environment", "compile_cache_max_bytes", "problems", "switch"]
 
 CHECKPOINT_EVERY = "HARNESS_CHECKPOINT_EVERY"
@@ -157,6 +161,10 @@ def problems(environ: Mapping[str, str] | None = None) -> list[str]:
     raw = env.get(CLAIMS, "")
     if raw not in ("", "0", "1"):
         lines.append(f"{_shown(CLAIMS, raw)} is neither 1 (per-trial claims, the default) nor 0 (off)")
+    try:
+        threads_setting(env)
+    except ValueError as e:
+        lines.append(str(e))
     return lines
 
 
