@@ -116,9 +116,12 @@ def test_a_file_optimizer_trains_like_the_builtin_it_reimplements_and_mlflow_rec
     c, runs = _trial_runs(tracking_uri, "byo")
     by = {r.data.tags["optimizer"]: r for r in runs}
     mine, builtin = by["my_momentum"], by["momentum"]
-    digest = hashlib.sha256((tmp_path / "my_opts.py").read_bytes()).hexdigest()[:16]
+    from harness.core.source import code_digest
+
+    text = (tmp_path / "my_opts.py").read_text()
     assert mine.data.tags["optimizer.source"] == "my_opts.py:my_momentum"
-    assert mine.data.tags["optimizer.source_hash"] == digest
+    assert mine.data.tags["optimizer.source_hash"] == code_digest(text, ["my_momentum"])  # identity
+    assert mine.data.tags["optimizer.source_file_hash"] == hashlib.sha256(text.encode()).hexdigest()[:16]
     assert mine.data.tags["optimizer.api"] == "factory"
     assert "optimizer.source" not in builtin.data.tags
     assert mine.data.params["optimizer.mass"] == "0.8" and mine.data.params["optimizer.source"] == \
@@ -140,7 +143,9 @@ def test_editing_the_file_retrains_only_its_trials(tmp_path, tracking_uri, monke
     assert run_sweep(cfg, tracking_uri=tracking_uri, quiet=True).counts()["finished"] == 2
     again = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True).counts()
     assert again["skipped"] == 2  # nothing changed: nothing re-trains
-    _write(tmp_path, opts, extra="\n# an edit\n")
+    _write(tmp_path, opts, extra="\n# a comment changes nothing\n")
+    assert [s.trial_id for s in expand(load_config(cfg))] == first
+    (tmp_path / "my_opts.py").write_text(MY_OPTS.replace("v = mass * v + g", "v = mass * v + 1.0 * g"))
     second = [s.trial_id for s in expand(load_config(cfg))]
     assert first[1] == second[1] and first[0] != second[0]  # only the edited source's trial changed
     counts = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True).counts()

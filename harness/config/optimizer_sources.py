@@ -299,7 +299,7 @@ def registries_for(spec: Any, base: Registries | None = None) -> Registries:
     if ref is None:
         return reg
     names = tuple(k for k, _ in spec.optimizer_hparams)
-    key = (id(reg.optimizers), spec.optimizer, ref.target, ref.digest, names)
+    key = (id(reg.optimizers), spec.optimizer, ref.target, ref.file_digest or ref.digest, names)
     out = _FOR_SPEC.get(key)
     if out is None:
         out = _FOR_SPEC[key] = with_sources(reg, {spec.optimizer: source_builder(ref, names)})

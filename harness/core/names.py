@@ -60,11 +60,14 @@ TAG_SCHEDULE = "schedule"
 TAG_DATASET = "dataset"
 TAG_SEED = "seed"
 TAG_WORKLOAD = "workload"
-#: A user's optimizer (``source:``): the source as written, its digest (in the trial id), how the
-#: trainer ran it (``factory``: a builder's optimizer in the compiled loop; ``algoperf``: a
-#: submission's own per-step loop) and whether it evaluated at ``eval_params`` (``true``).
+#: A user's optimizer (``source:``): the source as written, its digest (in the trial id: the code
+#: the factory depends on, :func:`harness.core.source.code_digest`), the whole file's SHA-256
+#: (provenance: the exact text that ran; file sources only), how the trainer ran it (``factory``: a
+#: builder's optimizer in the compiled loop; ``algoperf``: a submission's own per-step loop) and
+#: whether it evaluated at ``eval_params`` (``true``).
 TAG_OPTIMIZER_SOURCE = "optimizer.source"
 TAG_OPTIMIZER_SOURCE_HASH = "optimizer.source_hash"
+TAG_OPTIMIZER_SOURCE_FILE_HASH = "optimizer.source_file_hash"
 TAG_OPTIMIZER_API = "optimizer.api"
 TAG_EVAL_PARAMS = "optimizer.eval_params"
 #: An AlgoPerf submission's trial: the batch size it trained with, and who decided it
@@ -141,7 +144,8 @@ M_SECONDS_TO_TARGET = "convergence/seconds_to_target"
 #: steps_to_target × perf/modeled_step_ms / 1000 (:func:`harness.core.clock.modeled_seconds`); absent
 #: when the step was not timed by the harness (an AlgoPerf submission's own jit).
 M_MODELED_SECONDS_TO_TARGET = "convergence/modeled_seconds_to_target"
-#: steps_to_target × the model's FLOPs per step / the device's peak FLOP/s
+#: steps_to_target × the program's FLOPs per step (XLA's count, else the model's analytic one) / the
+#: device's peak FLOP/s
 #: (:func:`harness.core.clock.cost_seconds`): the deterministic clock of a task the modeled clock
 #: cannot cover.
 M_COST_SECONDS_TO_TARGET = "convergence/cost_seconds_to_target"

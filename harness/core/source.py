@@ -10,14 +10,28 @@ A config's optimizer entry may name code outside the project's registries::
 
 :func:`parse_source` turns the text into a :class:`SourceRef`: its kind (``path``, ``module``,
 ``optax`` or ``algoperf``), where it lives, the function it names, and a **digest** that is part of
-every trial's identity (``TrialSpec.optimizer_source_hash``): the SHA-256 of the file's bytes for a
-file, of ``"<distribution>==<version>"`` for an installed package (of the module file's bytes for a
-module that no installed distribution owns). Editing your file changes the digest, hence the
-trial ids, so a re-run trains again instead of skipping as FINISHED.
+every trial's identity (``TrialSpec.optimizer_source_hash``):
+
+- a file (``path``; a module's file that no installed distribution owns): :func:`code_digest` of
+  the code the factory's behaviour depends on: the top-level statements that bind the factory's
+  name, every top-level definition they reach by name (transitively: helpers, constants, imports,
+  decorators, classes), and every top-level statement that binds nothing (it runs for its effect);
+  each as its syntax tree with docstrings and other constant expression statements dropped, dumped
+  without line numbers. So a comment, a docstring, formatting, or an edit of a function the factory
+  never reaches changes nothing, and any change of what it runs changes the digest. Code that reads
+  the module's names dynamically (``globals()``, ``vars()``, ``eval``, ``exec``) makes the whole
+  file count; a file that does not parse is hashed as bytes (loading it then fails anyway);
+- an AlgoPerf submission: the same, from the functions AlgoPerf's runner calls
+  (:data:`ALGOPERF_API`);
+- an installed package (``optax``, ``mypkg``): the SHA-256 of ``"<distribution>==<version>"``.
+
+Changing what your factory runs changes the digest, hence the trial ids, so a re-run trains again
+instead of skipping as FINISHED. The whole file's SHA-256 (:attr:`SourceRef.file_digest`) is kept
+for provenance (the run's tag ``optimizer.source_file_hash``), not for identity.
 
 A file's text travels with the trial (``TrialSpec.optimizer_source_code``, never part of its
-identity), and :func:`load_module` executes exactly that text, the bytes that were hashed, in a
-module of its own (``harness_source_<digest>``, cached per digest), with the file's folder **last**
+identity), and :func:`load_module` executes exactly that text in a module of its own
+(``harness_source_<file digest>``, cached per file and whole-file digest), with the file's folder **last**
 on ``sys.path`` while it runs so that it may import its neighbours without shadowing anything (a
 ``json.py``, ``random.py`` or ``optimizers.py`` beside the config is not what ``import json``
 finds). So a worker on another machine (Ray) needs no copy of the file, and a file edited while a
@@ -34,6 +48,7 @@ Standard library only (importing the named module is the only thing that runs us
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib
@@ -45,12 +60,12 @@ import signal
 import sys
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["DEFAULT_TIMEOUT_S", "SOURCE_KINDS", "SourceError", "SourceRef", "bounded", "load_module",
-           "parse_source", "source_of"]
+__all__ = ["ALGOPERF_API", "DEFAULT_TIMEOUT_S", "SOURCE_KINDS", "SourceError", "SourceRef", "bounded",
+           "code_digest", "load_module", "parse_source", "source_of"]
 
 #: The kinds of source, in the order the docs present them.
 SOURCE_KINDS = ("path", "module", "optax", "algoperf")
@@ -59,6 +74,11 @@ MAX_SOURCE_BYTES = 2 * 1024 * 1024
 #: Seconds a user's code may run in each pre-flight check (importing a file, calling its factory,
 #: tracing one update): the config's ``source_timeout_s`` default.
 DEFAULT_TIMEOUT_S = 60.0
+
+#: The functions of an AlgoPerf submission that AlgoPerf's runner (and the harness's) calls: the
+#: roots of its digest.
+ALGOPERF_API = ("get_batch_size", "init_optimizer_state", "data_selection", "update_params",
+                "prepare_for_eval")
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _MODULE_RE = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
@@ -79,7 +99,8 @@ class SourceRef:
         ``"algoperf"``.
       target: the file's absolute path (``path``, ``algoperf``) or the module's dotted name.
       function: the factory's name (``""`` for an AlgoPerf submission: the module is the algorithm).
-      digest: 16 hex digits of SHA-256 (see the module docstring).
+      digest: 16 hex digits of SHA-256 of what the optimizer's behaviour depends on (see the
+        module docstring): its identity.
       code: the file's text (``path``, ``algoperf``; ``""`` for modules).
     """
 
@@ -95,6 +116,12 @@ class SourceRef:
         return self.kind in ("path", "algoperf")
 
     @property
+    def file_digest(self) -> str:
+        """16 hex digits of SHA-256 of the whole file's text (``""`` for a module): provenance, the
+        exact version that ran; not identity (:attr:`digest` is)."""
+        return _sha16(self.code.encode()) if self.code else ""
+
+    @property
     def filename(self) -> str:
         """The file's base name (``my_opts.py``), or the module's name."""
         return os.path.basename(self.target) if self.is_file else self.target
@@ -102,6 +129,125 @@ class SourceRef:
 
 def _sha16(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+#: Bumped when :func:`code_digest`'s rule changes (every ``source:`` trial id changes with it).
+_DIGEST_RULE = "harness-source-digest-2"
+#: Calls that read a module's names by string: code that makes them makes the whole file count.
+_DYNAMIC = frozenset({"globals", "vars", "eval", "exec", "__import__"})
+
+
+def code_digest(code: str, roots: Iterable[str]) -> str:
+    """16 hex digits of SHA-256 of the part of ``code`` (a module's text) that the top-level names
+    ``roots`` (a factory; an AlgoPerf submission's functions) depend on; see the module docstring.
+
+    The statements kept, in file order: those that bind a root, those that bind a name a kept
+    statement uses (transitively), and those that bind no name (their effect runs on import; an
+    ``if __name__ == "__main__":`` block, which does not run on import, is left out). Each is its
+    syntax tree without docstrings or other constant expression statements, serialised field by
+    field without positions (:func:`_canonical`), so comments, docstrings, quotes, blank lines and
+    line breaks do not count. The whole file counts when a kept statement calls ``globals``,
+    ``vars``, ``eval``, ``exec`` or ``__import__``, or when no statement binds a root (a name made
+    some other way). A file that does not parse: SHA-256 of its bytes."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return _sha16(code.encode())
+    body = [st for st in _strip_constants(tree).body if not _is_main_guard(st)]
+    binds = [_bound_names(st) for st in body]
+    uses = [_used_names(st) for st in body]
+    wanted = set(roots)
+    if not any(b & wanted for b in binds):
+        keep = set(range(len(body)))
+    else:
+        keep = {i for i, b in enumerate(binds) if not b}
+        for i in keep:
+            wanted |= uses[i]
+        grew = True
+        while grew:
+            grew = False
+            for i, b in enumerate(binds):
+                if i not in keep and b & wanted:
+                    keep.add(i)
+                    wanted |= uses[i]
+                    grew = True
+        if any(uses[i] & _DYNAMIC for i in keep):
+            keep = set(range(len(body)))
+    parts = [_DIGEST_RULE, *(_canonical(body[i]) for i in sorted(keep))]
+    return _sha16("\n".join(parts).encode())
+
+
+def _strip_constants(tree: ast.Module) -> ast.Module:
+    """``tree`` without expression statements that are constants (docstrings, ``...``, bare
+    strings), anywhere in it."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                block[:] = [st for st in block
+                            if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
+    return tree
+
+
+def _is_main_guard(st: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (no ``else``): code that does not run when the file is loaded
+    as a source."""
+    t = getattr(st, "test", None)
+    return (isinstance(st, ast.If) and not st.orelse and isinstance(t, ast.Compare)
+            and isinstance(t.left, ast.Name) and t.left.id == "__name__" and len(t.comparators) == 1
+            and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value == "__main__")
+
+
+def _bound_names(st: ast.stmt) -> set[str]:
+    """The module-level names a top-level statement binds (definitions, assignments, imports, loop
+    and ``with`` targets, inside ``if``/``try``/``for``/``with`` blocks too; not inside function or
+    class bodies). ``from m import *`` binds unknown names: the empty set (kept as an effect)."""
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            out.add(node.id)
+            return
+        if isinstance(node, ast.Lambda):
+            return
+        if isinstance(node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+            return  # comprehension variables are local
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(st)
+    return out
+
+
+def _used_names(st: ast.stmt) -> set[str]:
+    """Every name a statement reads or binds anywhere in it (decorators, defaults, annotations,
+    nested bodies): a superset of the module-level names it may reach."""
+    return {n.id for n in ast.walk(st) if isinstance(n, ast.Name)}
+
+
+def _canonical(node: Any) -> str:
+    """A syntax tree as text: each node's type and its fields, positions left out; fields that are
+    ``None`` or empty lists omitted (so a newer Python's new optional fields change nothing), and
+    ``Constant.kind`` (the ``u`` of ``u"..."``) ignored."""
+    if isinstance(node, ast.AST):
+        fields = []
+        for name in node._fields:
+            if name == "kind" and isinstance(node, ast.Constant):
+                continue
+            value = getattr(node, name, None)
+            if value is None or (isinstance(value, list) and not value):
+                continue
+            fields.append(f"{name}={_canonical(value)}")
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(_canonical(x) for x in node)}]"
+    return repr(node)
 
 
 def _read_file(path: str, text: str) -> str:
@@ -123,9 +269,9 @@ def _read_file(path: str, text: str) -> str:
         raise SourceError(f"source {text!r}: cannot read {path}: {e.strerror}") from None
 
 
-def _module_digest(module: str, text: str) -> str:
+def _module_digest(module: str, function: str, text: str) -> str:
     """``"<dist>==<version>"`` of the distribution that provides ``module``'s top package, else
-    the bytes of the module's file."""
+    :func:`code_digest` of the module's file from ``function``."""
     top = module.split(".")[0]
     dists = importlib.metadata.packages_distributions().get(top, [])
     if dists:
@@ -144,7 +290,11 @@ def _module_digest(module: str, text: str) -> str:
     if origin is None:
         return _sha16(module.encode())
     with open(origin, "rb") as f:
-        return _sha16(f.read())
+        data = f.read()
+    try:
+        return code_digest(data.decode("utf-8"), (function,))
+    except UnicodeDecodeError:  # not Python text (an extension module): its bytes
+        return _sha16(data)
 
 
 def parse_source(text: Any, base_dir: str) -> SourceRef:
@@ -169,20 +319,20 @@ def parse_source(text: Any, base_dir: str) -> SourceRef:
                               f"(algoperf:PATH.py)")
         path = os.path.abspath(os.path.join(base_dir, rel))
         code = _read_file(path, text)
-        return SourceRef(text, "algoperf", path, "", _sha16(code.encode()), code)
+        return SourceRef(text, "algoperf", path, "", code_digest(code, ALGOPERF_API), code)
     where, sep, func = text.rpartition(":")
     if not sep or not where or not _FUNC_RE.match(func):
         raise SourceError(f"source {text!r}: {forms}")
     if where.endswith(".py"):
         path = os.path.abspath(os.path.join(base_dir, where))
         code = _read_file(path, text)
-        return SourceRef(text, "path", path, func, _sha16(code.encode()), code)
+        return SourceRef(text, "path", path, func, code_digest(code, (func,)), code)
     if not _MODULE_RE.match(where):
         why = ("not a .py file (a file source ends in .py)" if "/" in where or "\\" in where else
                "neither a .py path nor a module name")
         raise SourceError(f"source {text!r}: {where!r} is {why}; {forms}")
     kind: Literal["module", "optax"] = "optax" if where in ("optax", "optax.contrib") else "module"
-    return SourceRef(text, kind, where, func, _module_digest(where, text))
+    return SourceRef(text, kind, where, func, _module_digest(where, func, text))
 
 
 def source_of(spec: Any) -> SourceRef | None:
@@ -201,7 +351,8 @@ _LOCK = threading.Lock()
 
 def load_module(ref: SourceRef, limit_s: float | None = None) -> types.ModuleType:
     """The module of ``ref``: for a file, a fresh module executed from ``ref.code`` (cached per
-    file and digest; registered in ``sys.modules`` as ``harness_source_<digest>``); else
+    file and whole-file digest, so the text that runs is exactly the shipped one; registered in
+    ``sys.modules`` as ``harness_source_<file digest>``); else
     ``importlib.import_module(ref.target)``. Either runs :func:`bounded` (``limit_s`` seconds; no
     time limit when ``None``).
 
@@ -220,12 +371,12 @@ def load_module(ref: SourceRef, limit_s: float | None = None) -> types.ModuleTyp
                 raise
             raise SourceError(f"source {ref.text!r}: importing {ref.target!r} raised "
                               f"{type(e).__name__}: {_one_line(e)}{_install_hint(e)}") from None
-    key = (ref.target, ref.digest)
+    key = (ref.target, ref.file_digest)
     with _LOCK:
         mod = _LOADED.get(key)
         if mod is not None:
             return mod
-        name = f"harness_source_{ref.digest}"
+        name = f"harness_source_{ref.file_digest}"
         mod = types.ModuleType(name)
         mod.__file__ = ref.target
         sys.modules[name] = mod

@@ -94,8 +94,9 @@ class TrialSpec:
         trial axis). Ignored when ``devices`` resolves to 1.
       optimizer_source: the optimizer entry's ``source`` as written (``"my_opts.py:my_adam"``;
         ``""`` = a registered optimizer), see :mod:`harness.core.source`.
-      optimizer_source_hash: the source's digest (file bytes, or package and version): part of
-        ``trial_id``, so editing the file re-trains.
+      optimizer_source_hash: the source's digest (:func:`harness.core.source.code_digest`: the code
+        the factory depends on, docstrings, comments and formatting left out; or package and
+        version): part of ``trial_id``, so changing what the factory runs re-trains.
       optimizer_source_ref: ``(kind, target, function, digest, code)`` of the source, shipped with
         the trial to the worker that trains it (the file's text included); never in
         :meth:`to_dict`, equality or ``trial_id``.

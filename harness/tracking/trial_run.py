@@ -54,6 +54,7 @@ from harness.core.clock import clock_seconds
 from harness.core.context import RunContext
 from harness.core.outcome import reason_line
 from harness.core.selection import best_of
+from harness.core.source import source_of
 from harness.core.spec import TrialResult, TrialSpec
 from harness.tracking.liveness import owner_tags
 from harness.tracking.provenance import environment_tags
@@ -108,13 +109,17 @@ def trial_tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
 
 
 def source_tags(spec: TrialSpec) -> dict[str, str]:
-    """``optimizer.source``, ``optimizer.source_hash`` and ``optimizer.api`` of a trial whose
-    optimizer has a ``source`` (none for a registered optimizer)."""
+    """``optimizer.source``, ``optimizer.source_hash`` (the digest in the trial id),
+    ``optimizer.source_file_hash`` (the whole file's, for a file) and ``optimizer.api`` of a trial
+    whose optimizer has a ``source`` (none for a registered optimizer)."""
     if not spec.optimizer_source:
         return {}
     api = "algoperf" if spec.optimizer_api == "algoperf" else "factory"
+    ref = source_of(spec) if spec.optimizer_source_ref else None
+    file_hash = {names.TAG_OPTIMIZER_SOURCE_FILE_HASH: ref.file_digest} if ref and ref.file_digest else {}
     return {names.TAG_OPTIMIZER_SOURCE: spec.optimizer_source,
-            names.TAG_OPTIMIZER_SOURCE_HASH: spec.optimizer_source_hash, names.TAG_OPTIMIZER_API: api}
+            names.TAG_OPTIMIZER_SOURCE_HASH: spec.optimizer_source_hash, **file_hash,
+            names.TAG_OPTIMIZER_API: api}
 
 
 def train_rows_to_log(n: int, max_points: int = MAX_TRAIN_POINTS) -> list[int]:
