@@ -1,5 +1,6 @@
 """``status``: per sweep in a store, its trials finished / diverged / failed / pending and the state
-of its last parent run."""
+of its last parent run; a sweep superseded by a newer version of its config (the same name, other
+trials: another sweep id) says so, and which sweep id superseded it (:func:`superseded`)."""
 
 from __future__ import annotations
 
@@ -54,10 +55,7 @@ def status(
     exps = [client.get_experiment_by_name(n) for n in names] if names else client.search_experiments()
     if experiment and config is None and exps[0] is None:
         exit_no_experiment(client, experiment, uri)
-    t = Table(title=f"sweeps in {mask_uri(uri)}")
-    for col in ("sweep", "sweep_id", "trials", "finished", "diverged", "failed", "pending", "last run"):
-        # names and ids are never truncated: they are what users copy into other commands
-        t.add_column(col, no_wrap=col != "last run", overflow="fold")
+    rows: list[tuple[str, ...]] = []
     for exp in exps:
         if exp is None:
             continue
@@ -71,6 +69,7 @@ def status(
             d["n"] = max(d["n"], int(p.data.params.get("n_trials", 0) or 0))
         for sid in expected:
             sweep_ids.setdefault(sid, {"n": len(expected[sid]), "last": None})
+        newer = superseded({sid: d["last"] for sid, d in sweep_ids.items()}, next(iter(expected), None))
         for sid, d in sweep_ids.items():
             ids = expected.get(sid)
             if ids is None and d["last"] is not None:  # the sweep's own list of its trials
@@ -87,8 +86,17 @@ def status(
             pending = n - sum(c.values())
             last = d["last"]
             last_s = "—" if last is None else _parent_state(client, last)
-            t.add_row(exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
-                      str(pending), last_s)
+            version = f"superseded by {newer[sid]}" if sid in newer else "current"
+            rows.append((exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
+                         str(pending), last_s, version))
+    versions = any(r[-1] != "current" for r in rows)  # the column only where a sweep is superseded
+    t = Table(title=f"sweeps in {mask_uri(uri)}")
+    for col in ("sweep", "sweep_id", "trials", "finished", "diverged", "failed", "pending", "last run",
+                *(("version",) if versions else ())):
+        # names and ids are never truncated: they are what users copy into other commands
+        t.add_column(col, no_wrap=col not in ("last run", "version"), overflow="fold")
+    for r in rows:
+        t.add_row(*(r if versions else r[:-1]))
     console = stdout_console()
     print_table(console, t)  # a narrow terminal: one block per sweep, nothing cut
     from harness.tracking import spool
@@ -97,6 +105,19 @@ def status(
     if n_spooled:
         console.print(f"{n_spooled} trained results are in the local spool {spool.spool_dir(uri)} (the "
                       f"store did not take them); the next sweep on this store writes them", soft_wrap=True)
+
+
+def superseded(last: dict[str, object], current: str | None = None) -> dict[str, str]:
+    """``{sweep_id: the sweep_id that superseded it}`` among the versions of one config (one
+    experiment's sweep ids; ``last``: each one's latest parent run, ``None`` for a version not run
+    yet): the current version is ``current`` (the config given to ``status``) if given, else the
+    one whose latest parent run started last; every other version is superseded by it."""
+    if current is None:
+        started = {sid: p.info.start_time for sid, p in last.items() if p is not None}
+        if not started:
+            return {}
+        current = max(started, key=lambda sid: started[sid])
+    return {sid: current for sid in last if sid != current}
 
 
 def _listed_trials(client, parent) -> set[str] | None:

@@ -18,20 +18,53 @@ if TYPE_CHECKING:
     from harness.sweep.resume import Plan
 
 
+#: Reasons (:func:`harness.sweep.resume.why_to_run`) of a trial that ran before in this version.
+_AGAIN = ("failed before", "killed before", "unfinished before")
+
+
+def state_of(trial_id: str, plan: Plan, why: dict[str, str]) -> str:
+    """A trial's state in the dry run's table: ``done``, ``re-run (failed before)`` (killed,
+    unfinished), or ``to run (new)`` / ``to run (source changed (...))`` / ``to run (config
+    changed (...))``."""
+    if trial_id in plan.done:
+        return "done"
+    reason = why.get(trial_id, "new")
+    return f"re-run ({reason})" if reason.startswith(_AGAIN) else f"to run ({reason})"
+
+
+def why_line(plan: Plan, why: dict[str, str]) -> str:
+    """One line counting the reasons of the trials to run: ``to run: 2 new, 1 source changed
+    (opts.py:f), 1 failed before``; ``""`` when none is to run."""
+    counts: dict[str, int] = {}
+    for s in plan.todo:
+        reason = why.get(s.trial_id, "new")
+        kind = reason.split(" (", 1)[0]
+        if kind in ("source changed", "source and config changed") and s.optimizer_source:
+            kind += f" ({s.optimizer_source})"
+        counts[kind] = counts.get(kind, 0) + 1
+    return ("to run: " + ", ".join(f"{n} {k}" for k, n in counts.items())) if counts else ""
+
+
 def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -> None:
-    """The dry run's table: every trial with its run name, configuration and state (done, to run,
-    re-run after failing), the search points, and where it would log."""
+    """The dry run's table: every trial with its run name, configuration and state (done, or why it
+    is to run: :func:`state_of`), a line counting the reasons, the search points, and where it
+    would log."""
+    from rich.markup import escape
     from rich.table import Table
 
+    from harness.sweep.resume import why_to_run
+
+    why = why_to_run(plan)
     t = Table(title=f"sweep {cfg.name!r} ({sweep_id}): {len(plan.specs)} trials, {len(plan.done)} done "
                     f"(skipped), {len(plan.todo)} to run", show_lines=False)
     for col in ("#", "trial_id", "run name", "dataset", "config", "steps", "state"):
         t.add_column(col)
     for i, s in enumerate(plan.specs):
-        state = "done" if s.trial_id in plan.done else (
-            "re-run (failed before)" if s.trial_id in plan.failed_before else "to run")
-        t.add_row(str(i + 1), s.trial_id, run_name(s), s.dataset, config_label(s), str(s.steps), state)
+        t.add_row(str(i + 1), s.trial_id, escape(run_name(s)), escape(s.dataset), escape(config_label(s)),
+                  str(s.steps), escape(state_of(s.trial_id, plan, why)))
     print_table(console, t)
+    if line := why_line(plan, why):
+        console.print(escape(line))
     print_search(console, plan.specs)
     console.print(f"tracking: {mask_uri(uri)}; batching: {cfg.batching}; executor: {cfg.executor} "
                   f"(jobs={cfg.jobs})")

@@ -3,6 +3,10 @@
 - :func:`make_plan` reads the experiment's trial runs (:func:`harness.tracking.trial_run.trial_state`,
   the one rule): a trial with a FINISHED run is done (skipped); FAILED, KILLED, RUNNING or missing
   ones are to do. :class:`Plan` holds the split.
+- :func:`why_to_run`: for each trial to do, why (the dry run's table): failed, killed or unfinished
+  before; or, when the store holds a run of a trial this config no longer makes that differs from
+  it only in its optimizer's source digest or a few settings, ``source changed`` / ``config
+  changed`` naming what; else ``new``.
 - :func:`take_spooled`: trials whose results wait in the local spool are trained: they leave the
   plan's to-do list (the spool's replay writes them).
 - :func:`count_done`: how many trials are done after a Ctrl-C.
@@ -15,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core import names
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
@@ -32,6 +37,8 @@ class Plan:
     todo: list[TrialSpec]
     done: dict[str, Any] = field(default_factory=dict)  # trial_id -> FINISHED run
     failed_before: set[str] = field(default_factory=set)
+    #: every trial run of the experiment, ``{trial_id: [runs]}`` (those of other versions too)
+    runs: dict[str, list] = field(default_factory=dict)
 
     @property
     def done_outcomes(self) -> list[TrialOutcome]:
@@ -52,7 +59,89 @@ def make_plan(specs: list[TrialSpec], client, experiment_id: str | None) -> Plan
             if state == "failed":
                 failed.add(s.trial_id)
             todo.append(s)
-    return Plan(specs, todo, done, failed)
+    return Plan(specs, todo, done, failed, runs)
+
+
+#: At most this many settings may differ for a trial to be called a changed version of an older one
+#: (``config changed``); more, and it is ``new``.
+MAX_CHANGED = 3
+
+
+def why_to_run(plan: Plan) -> dict[str, str]:
+    """``{trial_id: reason}`` for each trial of ``plan.todo``:
+
+    - ``failed before`` / ``killed before``: the trial has a FAILED / KILLED run (and no FINISHED
+      one); ``unfinished before (RUNNING)``: a RUNNING run (another invocation training it, or one
+      that died without ending it: the next sweep marks it KILLED);
+    - otherwise, from the runs of trials this config no longer makes (older versions: of the same
+      optimizer name and seed) the one whose params differ least from what this trial would log
+      (its params and its builders' defaults, :func:`harness.execute.writing.resolved_defaults`):
+      ``source changed (opts.py:f 1a2b3c4d -> 5e6f7a8b)`` when only the optimizer's source digest
+      differs, ``config changed (train.steps 30 -> 50)`` when at most :data:`MAX_CHANGED` params
+      differ (``source and config changed (...)`` when both);
+    - else ``new``.
+    """
+    planned = {s.trial_id for s in plan.specs}
+    older: dict[tuple[str, str], list] = {}
+    for tid, rs in plan.runs.items():
+        if tid in planned:
+            continue
+        for r in rs:
+            if r.data.params:
+                key = (r.data.tags.get(names.TAG_OPTIMIZER, ""), r.data.tags.get(names.TAG_SEED, ""))
+                older.setdefault(key, []).append(r)
+    out: dict[str, str] = {}
+    for s in plan.todo:
+        statuses = {r.info.status for r in plan.runs.get(s.trial_id, [])}
+        if "FAILED" in statuses:
+            out[s.trial_id] = "failed before"
+        elif "KILLED" in statuses:
+            out[s.trial_id] = "killed before"
+        elif "RUNNING" in statuses:
+            out[s.trial_id] = "unfinished before (RUNNING)"
+        else:
+            candidates = older.get((s.optimizer, str(s.seed)), [])
+            out[s.trial_id] = _changed_from(s, candidates) if candidates else "new"
+    return out
+
+
+def _expected_params(spec: TrialSpec) -> dict[str, str]:
+    """The params a run of ``spec`` gets (:func:`harness.tracking.trial_run.result_params`), without
+    those that are not its identity (``parallelism.*``)."""
+    try:
+        from harness.execute.writing import resolved_defaults
+
+        params = {**resolved_defaults(spec), **spec.flat_params()}
+    except Exception:  # a builder that cannot be read here: the config's own values
+        params = spec.flat_params()
+    if spec.target is not None:
+        params[names.PARAM_TARGET_MODE] = spec.target.mode
+    return {k: v for k, v in params.items() if not k.startswith("parallelism.")}
+
+
+def _changed_from(spec: TrialSpec, runs: list) -> str:
+    """``source changed (...)``, ``config changed (...)``, both, or ``new``: ``spec`` against the
+    closest of ``runs`` (see :func:`why_to_run`)."""
+    want = _expected_params(spec)
+    best: tuple[int, list[str], Any] | None = None
+    for r in runs:
+        have = {k: v for k, v in r.data.params.items() if not k.startswith("parallelism.")}
+        keys = sorted(k for k in want.keys() | have.keys() if want.get(k) != have.get(k))
+        if best is None or len(keys) < best[0]:
+            best = (len(keys), keys, r)
+    assert best is not None
+    n, keys, run = best
+    if n > MAX_CHANGED:
+        return "new"
+    old_hash = run.data.tags.get(names.TAG_OPTIMIZER_SOURCE_HASH, "")
+    source = ""
+    if spec.optimizer_source and old_hash and old_hash != spec.optimizer_source_hash:
+        source = f"{spec.optimizer_source} {old_hash[:8]} -> {spec.optimizer_source_hash[:8]}"
+    if not keys:
+        return f"source changed ({source})" if source else "config changed"
+    have = run.data.params
+    changes = ", ".join(f"{k} {have.get(k, '(none)')} -> {want.get(k, '(none)')}" for k in keys)
+    return f"source and config changed ({source}; {changes})" if source else f"config changed ({changes})"
 
 
 def take_spooled(plan: Plan, uri: str) -> list[TrialOutcome]:
