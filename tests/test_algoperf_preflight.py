@@ -275,6 +275,14 @@ BAD = {
         "current_param_container=, current_params_types=, model_state=, hyperparameters=, batch=, "
         "loss_type=, optimizer_state=, eval_results=, global_step=, rng=): missing a required argument: "
         "'params'"),
+    # issue 32, D6: the import passes and the API is right, but update_params fails when called
+    # (before: the store was created and every trial of it FAILED)
+    "lazy_import.py": (
+        CHEX_MOMENTUM.replace("    replicated = jax_sharding_utils.get_replicate_sharding()",
+                              "    import optimizer_helpers_not_installed  # noqa: F401\n"
+                              "    replicated = jax_sharding_utils.get_replicate_sharding()"),
+        "its first update (on mlp · digits) raised ModuleNotFoundError: No module named "
+        "'optimizer_helpers_not_installed'"),
     "exits.py": (
         "import sys\n" + CHEX_MOMENTUM + "\nsys.exit(3)\n",
         "running exits.py raised SystemExit: 3 (line {last})"),
@@ -289,6 +297,7 @@ def test_a_submission_that_cannot_train_is_refused_before_any_write(tmp_path, fi
     """The bad submission is the second entry, beside a built-in: exit 2 and one line naming
     ``optimizers[1].source``, no traceback, no store (a dry run is refused the same way)."""
     text, message = BAD[filename]
+    assert text != CHEX_MOMENTUM
     (tmp_path / filename).write_text(text)
     lines = text.splitlines()
     line = next(i for i, ln in enumerate(lines, 1) if ",," in ln) if ",," in text else 0

@@ -18,7 +18,14 @@ from mlflow.tracking import MlflowClient
 from subproc import burn_cpus
 
 from harness.core import names as N
-from harness.core.clock import clock_sentence, cost_seconds, modeled_seconds, ranked_seconds, task_clock
+from harness.core.clock import (
+    clock_seconds,
+    clock_sentence,
+    cost_seconds,
+    modeled_seconds,
+    ranked_seconds,
+    task_clock,
+)
 from harness.train import perf as P
 from harness.train import timing
 
@@ -123,9 +130,10 @@ def test_modeled_seconds_and_which_clock():
     assert task_clock([(0.03, 0.004, 0.4), (None, None, None)], "modeled") == "modeled"
     assert task_clock([(0.03, 0.004, 0.4)], "measured") == "measured"
     assert clock_sentence("modeled", cost_tasks=["mlp · digits"]).endswith(
-        "mlp · digits ranks on cost (steps to target × the model's FLOPs per step ÷ the device's peak, "
-        "the same per step for every optimizer): a trial there has no timed step (an AlgoPerf "
-        "submission's own jit), and one comparison never mixes two clocks.")
+        "mlp · digits ranks on cost (steps to target × the program's FLOPs per step ÷ the device's "
+        "peak: XLA's count of the compiled step, update included; for an AlgoPerf submission the "
+        "model's, its update uncounted): a trial there has no timed step (an AlgoPerf submission's "
+        "own jit), and one comparison never mixes two clocks.")
     assert clock_sentence("modeled", list("abcd")).endswith(
         " a, b, c and 1 more rank on measured seconds: a trial there has neither a timed step nor a FLOP "
         "count.")
@@ -163,6 +171,23 @@ def _ranks(frame) -> list[str]:
     from reports.selection import best_configs
 
     return list(best_configs(frame).sort_values("rank")["optimizer"])
+
+
+def test_the_cost_clock_charges_each_program_its_own_flops():
+    """Issue 32, D4: the cost clock charged every optimizer the model's analytic FLOPs, so muon's
+    Newton–Schulz products cost it nothing there. It charges the program's XLA count (update
+    included) where there is one, the analytic count only where there is not."""
+    from harness.core.spec import PerfResult
+
+    def perf(xla, analytic):
+        return PerfResult(compile_s=0.0, step_time_ms=1.0, step_time_ms_p10=1.0, step_time_ms_p90=1.0,
+                          examples_per_sec=1.0, flops_per_step=xla, flops_per_step_analytic=analytic,
+                          peak_flops=1e11, modeled_step_ms=0.5)
+
+    assert clock_seconds(200, perf(4e7, 1e7)) == (pytest.approx(0.1), pytest.approx(200 * 4e7 / 1e11))
+    assert clock_seconds(200, perf(None, 1e7))[1] == pytest.approx(200 * 1e7 / 1e11)
+    assert clock_seconds(200, perf(None, None))[1] is None
+    assert clock_seconds(200, None) == (None, None)
 
 
 @pytest.mark.parametrize("clock", ["modeled", "measured"])

@@ -101,6 +101,16 @@ def test_a_target_met_at_initialisation_through_a_real_sweep(tmp_path):
     r = subprocess.run([sys.executable, "-m", "harness", "sweep", "c.yaml", "--tracking-uri", uri],
                        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    # the summary says the digits target needs no training (issue 32, D5), and MLflow holds the tag
+    said = " ".join(r.stdout.split())
+    assert ("Target met at initialisation on mlp · digits: the initial parameters already reach it, "
+            "so its times to target") in said and "on mlp · mnist1d:" not in said, said[-1500:]
+    from mlflow.tracking import MlflowClient
+
+    runs = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("step0").experiment_id],
+                                         f"tags.{N.TAG_STATUS} = 'finished'")
+    flags = {(r.data.params.get("dataset"), r.data.tags.get(N.TAG_TARGET_AT_INIT)) for r in runs}
+    assert flags == {("digits", "true"), ("mnist1d", None)}, flags
     raw = load_frame("step0", tracking_uri=uri)
     # what the pipeline recorded: the evaluation at initialisation met digits' target (loss < 100)
     # on every trial; each trial reached it at its first evaluation after training started (step

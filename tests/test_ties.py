@@ -119,8 +119,11 @@ def test_separation_words():
     # a tiny effect: capped
     assert T.separation(_standing("e", [1.0, 2.0, 3.0]), _standing("f", [1.1, 1.9, 3.01]),
                         "final").words == "> 100 seeds would separate"
-    # constant differences (SD 0): the paired test separates from MIN_SEEDS on
-    assert T.separation(a, _standing("g", [0.94, 0.96]), "final").seeds == T.MIN_SEEDS
+    # constant differences (SD 0): no power to estimate, only the rule's floor, said as a floor
+    # (before: "5 seeds would separate", as if 2 seeds without spread had measured the power)
+    const = T.separation(a, _standing("g", [0.94, 0.96]), "final")
+    assert (const.seeds, const.words) == (T.MIN_SEEDS,
+                                          "≥ 5 seeds would separate (no spread in 2 paired seeds)")
     # one paired seed: nothing to estimate
     assert T.separation(_standing("h", [0.9]), _standing("i", [0.8]), "final").words == \
         "1 paired seed: too few to estimate"

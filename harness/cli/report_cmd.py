@@ -54,11 +54,10 @@ def report(
     time_clock: str | None = typer.Option(
         None, "--time", **_choice(CLOCKS),
         help="The clock time to target is ranked on: modeled (steps to target x the program's step "
-        "time measured before training, CPU time on a CPU, which other processes move far less than "
-        "wall-clock, though a step XLA runs on several threads reads lower on a busy machine; a "
-        "task with an AlgoPerf submission ranks on its FLOP cost) or measured (the wall-clock each "
-        "trial logged). Default: the sweep config's `time:` (else modeled). The leaderboard says "
-        "which."),
+        "time measured before training, CPU time of one XLA thread on a CPU, which other processes "
+        "barely move; a task with an AlgoPerf submission ranks on its FLOP cost) or measured (the "
+        "wall-clock each trial logged). Default: the sweep config's `time:` (else modeled). The "
+        "leaderboard says which."),
     stats_baseline: str | None = typer.Option(
         None, "--stats-baseline", metavar="OPTIMIZER",
         help="The optimizer the across-task statistics compare with (probability of improvement, "

@@ -4,18 +4,22 @@
   program's per-step figure ``perf/modeled_step_ms``, taken before training with the sweep's
   programs timed in turn, round by round (:mod:`harness.train.perf`): on a CPU device the step's
   **CPU time** (the work of a step, summed over the threads doing it; waiting for a core is not CPU
-  time, so other processes move it far less than wall-clock, though a step XLA runs on several
-  threads reads up to 45% lower on a busy machine: :mod:`harness.train.timing` item 7), on an
+  time, and XLA's CPU pool is one thread (:mod:`harness.core.xla_threads`), whose CPU time is
+  the step's work, not idle workers spinning, so 2 × nproc CPU-burning processes moved it by 1–3%:
+  :mod:`harness.train.timing` item 7), on an
   accelerator its device wall-clock. Two trials of one program that reach the target at the same
   evaluation get the same time. A figure that disagreed with its trial's own training clock was
   measured again beside its task's programs and still counts, flagged (tag ``perf.suspect``): the
   modeled clock never gives way to wall-clock.
 * **cost** (a task where some trial reached the target with no figure: an AlgoPerf submission,
   whose per-step ``jit`` is its own and is not timed in the interleaved stage; a step that could not
-  be timed): ``convergence/cost_seconds_to_target`` = ``steps_to_target`` × the model's analytic
-  FLOPs per step (the same for every optimizer on the task) ÷ the device's measured peak FLOP/s.
-  Deterministic: every trial of the task is charged the same per-step cost, so its rank follows its
-  steps to target, and no load can move it. The whole task ranks on it (one comparison, one clock).
+  be timed): ``convergence/cost_seconds_to_target`` = ``steps_to_target`` × the program's FLOPs per
+  step ÷ the device's measured peak FLOP/s. The count is XLA's cost analysis of the compiled step
+  where the harness compiled it (so muon's Newton–Schulz products are charged to muon, not to every
+  optimizer); for an AlgoPerf submission, whose ``update_params`` the harness does not compile, the
+  model's analytic count (3 × forward FLOPs × batch: its update's own FLOPs are not charged).
+  Deterministic: no load can move either count. The whole task ranks on it (one comparison, one
+  clock).
 * **measured** (``time: measured`` or ``report --time measured``): ``convergence/seconds_to_target``,
   the trial's own wall-clock of training dispatches up to that evaluation (compile and evaluation
   excluded): what happened on this machine this time, load included. On the modeled clock a task
@@ -61,8 +65,8 @@ def modeled_seconds(steps_to_target: float | None, step_ms: float | None) -> flo
 
 def cost_seconds(steps_to_target: float | None, flops_per_step: float | None,
                  peak_flops: float | None) -> float | None:
-    """``steps_to_target × flops_per_step / peak_flops`` (FLOPs per step of the model, analytic;
-    FLOP/s), or ``None`` when the target was not reached or either count is unknown. Example:
+    """``steps_to_target × flops_per_step / peak_flops`` (FLOPs per step of the program; FLOP/s),
+    or ``None`` when the target was not reached or either count is unknown. Example:
     ``cost_seconds(200, 3e6, 1.5e11) == 0.004``."""
     if steps_to_target is None or not _finite_positive(flops_per_step, peak_flops):
         return None
@@ -75,7 +79,10 @@ def cost_classes(figures: Iterable[float | None]) -> dict[float, float]:
     task's programs: sorted, a figure within :data:`RESOLUTION` × the one below it joins that one's
     class (single linkage, so a class is a chain of close figures); a class's common figure is the
     median of its distinct figures. Example: ``cost_classes([0.056, 0.0565, 0.061, 0.068, 0.24])``
-    puts the first four in one class (common figure 0.05875) and 0.24 alone."""
+    puts the first four in one class (common figure 0.05875) and 0.24 alone. Classes depend on the
+    task's whole set of figures: a figure between two classes chains them (adding an optimizer can
+    change another's common figure, never its steps); a fixed grid would not, but would split two
+    figures 1% apart at each grid line, which load can move across."""
     xs = sorted({float(f) for f in figures if _finite_positive(f)})
     classes: list[list[float]] = []
     for x in xs:
@@ -118,11 +125,11 @@ def classed_seconds(trials: Sequence[tuple[float | None, float | None, float | N
 def clock_seconds(steps_to_target: float | None, perf: object | None) -> tuple[float | None, float | None]:
     """``(modeled, cost)`` seconds to target of a trial whose throughput is ``perf`` (a
     :class:`harness.core.spec.PerfResult`, or ``None``): :func:`modeled_seconds` of its
-    ``modeled_step_ms`` and :func:`cost_seconds` of its analytic FLOPs per step (else XLA's) and
-    peak."""
+    ``modeled_step_ms`` and :func:`cost_seconds` of its program's FLOPs per step (XLA's count of the
+    compiled step, update included, where there is one; else the model's analytic count) and peak."""
     if perf is None:
         return None, None
-    flops = getattr(perf, "flops_per_step_analytic", None) or getattr(perf, "flops_per_step", None)
+    flops = getattr(perf, "flops_per_step", None) or getattr(perf, "flops_per_step_analytic", None)
     return (modeled_seconds(steps_to_target, getattr(perf, "modeled_step_ms", None)),
             cost_seconds(steps_to_target, flops, getattr(perf, "peak_flops", None)))
 
@@ -171,7 +178,7 @@ def clock_sentence(clock: str, measured_tasks: Sequence[str] = (), cost_tasks: S
                    flagged: Sequence[str] = ()) -> str:
     """What a table or figure that ranks on time says about its clock, e.g. ``"Time to target:
     modeled (steps to target × the program's CPU time per step, measured before training with the
-    task's programs in turn; other processes move it far less than wall-clock; `--time measured` ranks on
+    task's programs in turn, on one XLA thread, which other processes barely move; `--time measured` ranks on
     wall-clock)."`` ``cost_tasks`` / ``measured_tasks``: the tasks :func:`task_clock` moved to the
     cost / measured clock; ``flagged``: the programs (e.g. ``"sgd · digits · mlp"``) whose figure
     disagreed with a trial's training clock and was measured again (tag ``perf.suspect``)."""
@@ -180,12 +187,13 @@ def clock_sentence(clock: str, measured_tasks: Sequence[str] = (), cost_tasks: S
                 "`--time modeled` counts steps × the program's step time measured before training).")
     text = ("Time to target: modeled (steps to target × the program's step time — CPU time on a CPU, "
             "device time on an accelerator — measured before training with the task's programs in "
-            "turn, which other processes move far less than wall-clock; `--time measured` ranks on "
+            "turn, on one XLA thread, which other processes barely move; `--time measured` ranks on "
             "wall-clock).")
     if cost_tasks:
         one = len(cost_tasks) == 1
         text += (f" {_names(cost_tasks)} rank{'s' if one else ''} on cost (steps to target × the "
-                 f"model's FLOPs per step ÷ the device's peak, the same per step for every optimizer): "
+                 f"program's FLOPs per step ÷ the device's peak: XLA's count of the compiled step, "
+                 f"update included; for an AlgoPerf submission the model's, its update uncounted): "
                  f"a trial there has no timed step (an AlgoPerf submission's own jit), and one "
                  f"comparison never mixes two clocks.")
     if measured_tasks:

@@ -219,6 +219,13 @@ TAG_PERF_MESH = "perf.mesh"  # the mesh the timed step ran on
 #: Why the trial's measured step time is not trusted: it disagreed by more than 2x with the trial's
 #: own training clock, also when measured again (both figures); absent when it is trusted.
 TAG_PERF_SUSPECT = "perf.suspect"
+#: XLA's FLOP count of the trial's step and the analytic one disagree by more than 2x: both counts
+#: (``harness.core.conditions``; the sweep says it in one line per optimizer and task)
+TAG_PERF_FLOPS_MISMATCH = "perf.flops_mismatch"
+#: ``"true"`` on a trial whose target its initial parameters already met (the step-0 evaluation):
+#: it counts as reached at its first evaluation after training starts, as AlgoPerf's runner times
+#: its first evaluation after the first update; the summary says the task needs no training
+TAG_TARGET_AT_INIT = "convergence.target_at_init"
 #: Why a vmapped batch was retried one trial at a time (the batch's exception, one line); set on
 #: each trial of that batch.
 TAG_BATCH_FALLBACK_REASON = "harness.batch_fallback_reason"

@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.core import names
 from harness.core.clock import clock_seconds
+from harness.core.conditions import flops_note
 from harness.core.selection import best_of
 from harness.core.spec import TrialResult, TrialSpec
 from harness.core.util import finite
@@ -105,6 +106,8 @@ class TrialOutcome:
     #: the program's per-step figure the modeled clock uses (``perf/modeled_step_ms``)
     modeled_step_ms: float | None = None
     perf_suspect: str = ""
+    #: its initial parameters already met the target (tag ``convergence.target_at_init``)
+    target_at_init: bool = False
     examples_per_sec: float | None = None
     train_seconds: float = 0.0
     tracking_seconds: float = 0.0
@@ -123,6 +126,9 @@ class TrialOutcome:
     #: Where the trial's seconds went (:mod:`harness.core.budget`'s trial parts, ``part -> s``; empty
     #: for a trial not trained here).
     time_parts: dict[str, float] = field(default_factory=dict)
+    #: Conditions the sweep says in one line each, once per optimizer and task
+    #: (:mod:`harness.core.conditions`; a trial trained here only).
+    notes: list[str] = field(default_factory=list)
 
     # -- one constructor per source ------------------------------------------------------------
 
@@ -153,12 +159,16 @@ class TrialOutcome:
         o.seconds_to_target = res.seconds_to_target
         p = res.perf
         o.perf_suspect = p.suspect if p else ""
+        o.target_at_init = bool(res.extra.get("target_at_init"))
         o.modeled_seconds_to_target, o.cost_seconds_to_target = clock_seconds(res.steps_to_target, p)
         o.modeled_step_ms = p.modeled_step_ms if p else None
         o.examples_per_sec = _or_none(res.perf.examples_per_sec) if res.perf else None
         o.train_seconds = res.train_seconds
         o.tracking_seconds = tracking_s
         o.time_parts = dict(res.extra.get("time") or {})
+        if res.extra.get("flops_mismatch"):
+            task = res.spec.workload or f"{res.spec.dataset} · {res.spec.model}"
+            o.notes.append(flops_note(res.spec.optimizer, task, res.extra["flops_mismatch"]))
         if res.status == "failed":
             o.reason = reason_line(res.reason, 300)
         elif res.diverged_step is not None:
@@ -190,6 +200,7 @@ class TrialOutcome:
         o.cost_seconds_to_target = m.get(names.M_COST_SECONDS_TO_TARGET)
         o.modeled_step_ms = m.get(names.M_MODELED_STEP_MS)
         o.perf_suspect = run.data.tags.get(names.TAG_PERF_SUSPECT, "")
+        o.target_at_init = run.data.tags.get(names.TAG_TARGET_AT_INIT) == "true"
         o.examples_per_sec = m.get(names.M_EXAMPLES_PER_S)
         o.skipped = True
         return o

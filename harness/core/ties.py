@@ -53,7 +53,10 @@ this rule is liberal: at 5 pairs it separates equal means about 15% of the time 
 at ``α = 0.05``, :func:`t_critical`, 5%); the estimate follows the rule the ranks apply, not the
 textbook test, and a brute-force simulation of the bootstrap itself agrees within 0.02 (tests). A
 mean difference of exactly 0 has no such number ("no seed count separates equal results"); above
-:data:`MAX_SEEDS` it says "> 100". One paired seed has no SD: nothing to estimate.
+:data:`MAX_SEEDS` it says "> 100". One paired seed has no SD: nothing to estimate. Paired
+differences all equal (SD 0, e.g. two seeds reaching the target 50 steps apart each) give no
+estimate either, only the rule's floor, said as such ("≥ 5 seeds would separate (no spread in 2
+paired seeds)"; before, "5 seeds would separate", as if the power were known).
 """
 
 from __future__ import annotations
@@ -164,7 +167,9 @@ class Separation:
     share now), ``effect`` (mean paired difference / its SD; ``inf`` for constant differences,
     ``nan`` when not estimated), ``what`` they are compared on, and ``words`` (``"7 seeds would
     separate"``, ``"> 100 seeds would separate"``, ``"no seed count separates equal results"``,
-    ``"1 paired seed: too few to estimate"``)."""
+    ``"1 paired seed: too few to estimate"``, ``"≥ 5 seeds would separate (no spread in 2 paired
+    seeds)"`` when every paired difference is the same: the rule needs at least that many, and a
+    spread of 0 from few seeds says nothing about how many more)."""
 
     seeds: int | None
     paired: int
@@ -423,8 +428,12 @@ def separation(lead: Standing, other: Standing, by: str = "time_to_target") -> S
     if mean == 0:
         return Separation(None, n, 0.0, basis.what, "no seed count separates equal results")
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n - 1))
-    effect = abs(mean) / sd if sd > 0 else math.inf
-    seeds = seeds_to_separate(effect, start=max(MIN_SEEDS, n + 1) if n >= MIN_SEEDS else MIN_SEEDS)
+    start = max(MIN_SEEDS, n + 1) if n >= MIN_SEEDS else MIN_SEEDS
+    if sd == 0:  # one constant difference: no spread seen, so no power to estimate, only the floor
+        return Separation(start, n, math.inf, basis.what,
+                          f"≥ {start} seeds would separate (no spread in {n} paired seeds)")
+    effect = abs(mean) / sd
+    seeds = seeds_to_separate(effect, start=start)
     words = f"{seeds} seeds would separate" if seeds is not None else f"> {MAX_SEEDS} seeds would separate"
     return Separation(seeds, n, effect, basis.what, words)
 

@@ -112,6 +112,30 @@ def submission_problem(s, limit_s: float | None = None) -> str | None:
     return None
 
 
+def submission_step_problem(s, ds) -> str | None:
+    """One line saying why AlgoPerf submission trial ``s`` cannot take its first step on dataset
+    ``ds`` (a :class:`harness.data.dataset.Dataset`), else ``None``. Importing the file and checking
+    its API (:func:`submission_problem`) does not run ``init_optimizer_state``, ``data_selection`` or
+    ``update_params``: an ``import`` inside one of them, a shape error or a wrong return only showed
+    once the store existed and the trial failed. So the pre-flight builds the trial as a worker does
+    (:class:`harness.train.algoperf.runner._AlgoPerfRun`, no checkpoints, nothing written) and takes
+    one real update (its own ``jit``: there is nothing to trace abstractly), each call into the
+    submission bounded as in training (the runner's limit of one call, not ``source_timeout_s``:
+    the first update compiles)."""
+    from harness.core.source import SourceError
+    from harness.train.algoperf.runner import _AlgoPerfRun
+
+    where = f"source {s.optimizer_source!r}: its first update (on {s.model} · {s.dataset})"
+    try:
+        _AlgoPerfRun(s, ds, None).update()
+    except SourceError as e:
+        return f"source {s.optimizer_source!r}: {e}"[:500]
+    except Exception as e:  # the submission's own error, as one line
+        first = str(e).splitlines()[0] if str(e) else ""
+        return f"{where} raised {type(e).__name__}: {first}"[:500]
+    return None
+
+
 class _AccidentError(Exception):
     """A user's code met :func:`harness.core.source.bounded` while traced; the text is its line."""
 
@@ -123,13 +147,35 @@ def _traced(s, ds) -> set[tuple]:
     return {mkey, *_opt_keys(s, mkey)[:1]}
 
 
+def _parts_said(cfg: SweepConfig, file: str, registries: Registries | None,
+                on_stage: Callable[[str, str], None] | None) -> Callable[[SweepConfig], TrialList]:
+    """The pre-flight of each part of a config with workloads (:func:`expand_parts` calls it once
+    per part, in :func:`harness.config.workloads.config_parts`' order), its stage lines naming the
+    part (``...; part 2 of 3: mnist1d_cnn``): each part counts its own builds and trials."""
+    from harness.config.workloads import config_parts
+
+    names = [o.get("workload") or "the models x datasets grid" for _, o, _ in config_parts(cfg)]
+    names = [f"{n} [{p.dtype}]" if p.dtype != "float32" else n
+             for n, (_, _, p) in zip(names, config_parts(cfg), strict=True)]
+    turn = iter(range(len(names)))
+
+    def one(part: SweepConfig) -> TrialList:
+        i = next(turn)
+        say = None if on_stage is None else (
+            lambda name, text: on_stage(name, f"{text}; part {i + 1} of {len(names)}: {names[i]}"))
+        return preflight(part, file, registries, say)
+
+    return one
+
+
 def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
               on_stage: Callable[[str, str], None] | None = None) -> TrialList:
     """Everything a trial needs, checked once per distinct value before any work or MLflow write;
     returns the expanded trials. ``on_stage(name, text)``, when given, hears what it is doing:
-    ``("datasets", "loading N datasets ...")``, then ``("pre-flight", "pre-flight k/N ...")`` after
-    each trial, N the distinct models and optimizer builds it traces and k those done
-    (:class:`harness.sweep.progress.StageLine` shows them).
+    ``("datasets", "loading N datasets ...")``, then ``("pre-flight", "pre-flight: k of N distinct
+    model and optimizer builds traced, for T trials ...")`` after each trial, N the distinct models
+    and optimizer builds it traces and k those done (:class:`harness.sweep.progress.StageLine`
+    shows them); with workloads, each part's lines end ``; part i of n: WORKLOAD``.
 
     - every dataset loads (a ``tfds:NAME`` that is not prepared fails here with the full
       "how to prepare it" message; small datasets are loaded, and the in-process executor reuses
@@ -143,7 +189,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
       fails the optimizer is traced alone too, so the error names the optimizer or the schedule;
       an AlgoPerf submission (which builds its optimizer in its own loop) is imported, once per
       file, and its API checked (:func:`submission_problem`): a module it imports that is not
-      installed, an exception or a missing function is its entry's ``source`` line;
+      installed, an exception or a missing function is its entry's ``source`` line; then, where
+      nothing failed before it, it takes one real update on its first trial's task
+      (:func:`submission_step_problem`), so an error inside ``update_params`` is refused here too;
     - every model builds on its dataset's input shape and initialises abstractly
       (``jax.eval_shape`` of its ``init``);
     - no batch size exceeds its dataset's training examples;
@@ -159,7 +207,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     import jax.numpy as jnp
 
     if needs_parts(cfg):  # each part checked as its own grid (harness.config.workloads)
-        return expand_parts(cfg, lambda part: preflight(part, file, registries, on_stage))
+        return expand_parts(cfg, _parts_said(cfg, file, registries, on_stage))
     from harness.data.sources import DATASETS, TFDS_PREFIX, load_dataset
     from harness.train.build import base_step_size, make_opt_factory
 
@@ -238,9 +286,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     n_traced = len(set().union(*traced.values()))
     done: set[tuple] = set()
 
-    def progress() -> None:
-        say("pre-flight", f"pre-flight {len(done)}/{n_traced}: tracing every model and optimizer build "
-                          f"(nothing is trained or written yet)")
+    def progress() -> None:  # the same words in a dry run and a real one: the pre-flight is one
+        say("pre-flight", f"pre-flight: {len(done)} of {n_traced} distinct model and optimizer builds "
+                          f"traced, for {len(specs)} trials (nothing is trained or written yet)")
 
     for s in specs:
         progress()
@@ -280,10 +328,13 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
                 once(("lr", msg)):
             errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.hparams.step_size: "
                           f"{msg}")
-        if s.optimizer_api == "algoperf":  # its own loop: imported and its API checked, once per file
-            if once(("algoperf", s.optimizer_source_hash)) and \
-                    (msg := submission_problem(s, cfg.source_timeout_s)) is not None:
-                errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.source: {msg}")
+        if s.optimizer_api == "algoperf":  # its own loop: imported, its API checked, one update taken
+            if once(("algoperf", s.optimizer_source_hash)):  # once per file, on its first trial
+                msg = submission_problem(s, cfg.source_timeout_s)
+                if msg is None and not errors:  # a step only where everything else passed so far
+                    msg = submission_step_problem(s, ds)
+                if msg is not None:
+                    errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.source: {msg}")
             continue
         # the optimizer with its schedule (as the trainer builds it); alone only when that fails, to
         # say which of the two failed (an optimizer alone was traced for every trial before: a

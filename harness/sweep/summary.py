@@ -175,6 +175,22 @@ def flagged_programs(outcomes: list[TrialOutcome]) -> list[str]:
                    if o.status == "finished" and o.perf_suspect})
 
 
+def solved_at_init(outcomes: list[TrialOutcome]) -> str:
+    """The sentence the summary adds when some task's target was already met by the initial
+    parameters (tag ``convergence.target_at_init``), else ``""``: such a target needs no training,
+    and its times to target (the first evaluation after training starts, as AlgoPerf's runner times
+    its first evaluation) compare only the cost of the first ``eval_every`` steps."""
+    tasks = sorted({f"{o.model} · {o.dataset}" for o in outcomes
+                    if o.status == "finished" and o.target_at_init})
+    if not tasks:
+        return ""
+    named = ", ".join(tasks[:3]) + (f" and {len(tasks) - 3} more" if len(tasks) > 3 else "")
+    return (f" Target met at initialisation on {named}: the initial parameters already reach it, so "
+            f"its times to target (the first evaluation after training starts, as AlgoPerf's runner "
+            f"times its first evaluation) compare only the cost of the first eval_every steps, not "
+            f"training; set a harder target to compare training.")
+
+
 def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
                  clock: str = DEFAULT_CLOCK) -> list[dict[str, Any]]:
     """Best configuration per (dataset, model, optimizer), selected exactly like the HTML report's
@@ -407,7 +423,8 @@ def print_summary(console, summary: SweepSummary) -> None:
                                                           {"acc": "accuracy"}.get(shared, shared)))
     caption = (f"rank: {RANK_WORDS}. best = selected on validation: {selection_order(summary.select_by)}; "
                f"test = its mean test metric; full configurations: the HTML report. "
-               + clock_sentence(summary.time_clock, measured, cost, flagged_programs(summary.outcomes)))
+               + clock_sentence(summary.time_clock, measured, cost, flagged_programs(summary.outcomes))
+               + solved_at_init(summary.outcomes))
     console.print(f"[bold]{escape(summary.name)}: best configuration per task and optimizer[/]",
                   soft_wrap=True)
     console.print(chosen, soft_wrap=True)

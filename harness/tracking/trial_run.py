@@ -232,6 +232,10 @@ def result_tags(res: TrialResult) -> dict[str, str]:
             tags[names.TAG_PERF_MESH] = p.mesh  # the mesh the timed step ran on
         if p.suspect:
             tags[names.TAG_PERF_SUSPECT] = p.suspect[:500]  # disagreed with the training clock twice
+    if res.extra.get("flops_mismatch"):  # XLA's and the analytic FLOPs/step > 2x apart
+        tags[names.TAG_PERF_FLOPS_MISMATCH] = str(res.extra["flops_mismatch"])[:500]
+    if res.extra.get("target_at_init"):
+        tags[names.TAG_TARGET_AT_INIT] = "true"  # met before training: the summary warns
     if res.extra.get("mesh"):
         tags[names.TAG_MESH] = res.extra["mesh"]  # the mesh the trial trained on, "batch=4"
     if res.extra.get("batch_fallback_reason"):

@@ -205,7 +205,8 @@ def task_key(spec: TrialSpec) -> tuple:
 def untimed_perf(prog: TrainingProgram, why: str) -> PerfResult:
     """The :class:`PerfResult` of a step whose timing failed (``why``: the error's first line):
     no figure (the wall-clock fields are NaN, which MLflow never logs; ``modeled_step_ms`` ``None``),
-    but the model's analytic FLOPs per step and the device's peak, so that its task ranks on the
+    but the model's analytic FLOPs per step (no XLA count: the step was not compiled here) and the
+    device's peak, so that its task ranks on the
     deterministic cost clock (:mod:`harness.core.clock`); ``suspect`` says why."""
     try:
         peak = timing.device_peak_flops(None, prog.entry.compute_dtype)

@@ -61,7 +61,10 @@ The method (what :func:`measure` does, in order):
    of one step, summed over the threads that do it. Waiting for a core is not CPU time, so other
    processes on the machine barely move it: beside 2 × nproc CPU-burning processes a muon step's
    wall-clock ratio to an sgd step's went from 4.1x to 5.7x, its CPU-time ratio from 3.9x to 4.3x
-   (digits MLP, 50-step chunks, same run). On a CPU device this is the figure the modeled clock
+   (digits MLP, 50-step chunks, same run). That holds when XLA's CPU pool is one thread, as the
+   harness sets it (:mod:`harness.core.xla_threads`): with a pool per core the idle workers spin,
+   spinning is CPU time, and load moved it by 22–29%; on one thread by 1–3%. On a CPU device this is
+   the figure the modeled clock
    ranks on (``modeled_step_ms``, :func:`modeled_step_ms`) and the one a measurement repeats until
    stable (:func:`stable_figure`); on an accelerator the wall-clock median is (device time; host
    load barely moves it).

@@ -124,5 +124,5 @@ class TrialTrack:
             test_metrics={k: v for k, v in self.test_metrics.items() if k != "accuracy"},
             train_seconds=c.train_wall_s[-1] if c.train_wall_s else 0.0,
             compile_seconds=compile_s,
-            extra=extra,
+            extra={**extra, "target_at_init": True} if self.target_at_init else extra,
         )
