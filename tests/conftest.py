@@ -22,6 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+# XLA's CPU pool at one thread, as a user's sweep has it (harness.core.xla_threads): imported before
+# any test computes, so in-process timing and every subprocess (NPROC inherited) see the same pool.
+import harness  # noqa: F401
+
 # --------------------------------------------------------------------------- session-wide settings
 
 # One persistent XLA compilation cache per test process (per xdist worker), inherited by every
@@ -237,5 +241,5 @@ def fake_trainer(monkeypatch):
     monkeypatch.setattr(trainer, "run_trials_batched", run_trials_batched)
     monkeypatch.setattr(trainer, "should_batch", lambda specs: False)
     # nor does the sweep time real programs before training (its interleaved throughput stage)
-    monkeypatch.setattr("harness.execute.training.measure_throughput", lambda units: 0.0)
+    monkeypatch.setattr("harness.execute.training.measure_throughput", lambda units, on_stage=None: 0.0)
     return opts
