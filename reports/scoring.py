@@ -22,7 +22,7 @@ at every τ (``0 <= tau``), while any other time on that task is ``t / 0 = inf``
 keeps ``inf``: a task that no optimizer solved counts as unsolved for all of them. Plain division
 made the 0 a NaN, unsolved: a task whose fastest time is 0 was unsolved for every optimizer. (A
 target the initial parameters already meet gives no 0 in a harness sweep: :mod:`harness.train.track`
-counts it at the first evaluation after training starts, as AlgoPerf's ``submission_runner``
+counts it at the first evaluation after training starts that meets it, as AlgoPerf's ``submission_runner``
 evaluates first after an update; a 0 comes from a table written otherwise, e.g. runs logged before
 that rule.)
 

@@ -223,8 +223,8 @@ TAG_PERF_SUSPECT = "perf.suspect"
 #: (``harness.core.conditions``; the sweep says it in one line per optimizer and task)
 TAG_PERF_FLOPS_MISMATCH = "perf.flops_mismatch"
 #: ``"true"`` on a trial whose target its initial parameters already met (the step-0 evaluation):
-#: it counts as reached at its first evaluation after training starts, as AlgoPerf's runner times
-#: its first evaluation after the first update; the summary says the task needs no training
+#: not counted; the target is reached at the first later evaluation that meets it (AlgoPerf's
+#: runner first evaluates after an update); the summary says the task needs no training
 TAG_TARGET_AT_INIT = "convergence.target_at_init"
 #: Why a vmapped batch was retried one trial at a time (the batch's exception, one line); set on
 #: each trial of that batch.

@@ -58,8 +58,8 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   with a train loss of 1.9e21.) The same check runs per member in a vmapped batch.
 * **Convergence.** ``steps_to_target``/``seconds_to_target`` = the first validation evaluation whose
   metric (``valid/loss``, ``valid/accuracy`` or ``valid/<name>``) reaches ``spec.target``
-  (``None`` = not reached); one met at step 0 (at initialisation) counts at the next evaluation
-  (its step and clock: never a time of 0).
+  (``None`` = not reached), after training started: the step-0 evaluation (at initialisation) is
+  not counted, as AlgoPerf's runner first evaluates after an update (never a time of 0).
 * **Batching.** :func:`run_trials_batched` trains trials sharing ``spec.batch_key()`` (they differ in
   seed and/or ``optimizer.step_size``) as one ``jax.vmap``-ed program. Trial *i* equals
   :func:`run_trial` of it alone to float32 rounding: tested as ``rtol=1e-4, atol=1e-5`` on every

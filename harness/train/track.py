@@ -8,10 +8,12 @@ records the rows the loop hands it and decides, per trial:
   only when that is finite and > 0), ends the trial at that step (1-based).
 * **Targets** (:meth:`TrialTrack.add_eval`): the first validation evaluation whose metric
   (``valid/loss``, ``valid/accuracy`` or ``valid/<name>``) reaches ``spec.target`` sets
-  ``steps_to_target`` and ``seconds_to_target``. A target already met at step 0 (the evaluation at
-  initialisation, whose clock reads 0) counts as reached at the next evaluation, with its step and
-  clock, whatever the metric reads there: every optimizer of a sweep starts from the same
-  initialisation, so all of them meet it there, and a time of 0 would make time ratios 0/0.
+  ``steps_to_target`` and ``seconds_to_target``, counting evaluations after training started only,
+  as AlgoPerf's runner, whose first evaluation follows the first update: a target the step-0
+  evaluation (at initialisation, clock 0) already meets is reached at the first later evaluation
+  that meets it too (every optimizer of a sweep starts from the same initialisation, so all of them
+  meet it at step 0, and a time of 0 would make time ratios 0/0); ``target_at_init`` records it, and
+  the summary says the task needs no training.
 
 Checkpoints (:mod:`harness.train.checkpoint_state`) save and restore a track's fields as JSON, so
 every field but ``spec`` is plain data.
@@ -52,7 +54,7 @@ class TrialTrack:
     initial_loss: float | None = None
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
-    target_at_init: bool = False  # met at step 0: reached at the next evaluation
+    target_at_init: bool = False  # met at step 0 (not counted: the summary warns)
     test_loss: float | None = None
     test_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
@@ -101,8 +103,8 @@ class TrialTrack:
             name = tgt.metric.split("/", 1)[-1]
             value = loss if name == "loss" else metrics.get(name, math.nan)
             if step == 0 and tgt.reached(value):
-                self.target_at_init = True  # solved at the first evaluation after training starts
-            elif step > 0 and (self.target_at_init or tgt.reached(value)):
+                self.target_at_init = True  # not counted: AlgoPerf's runner has no step-0 evaluation
+            elif step > 0 and tgt.reached(value):
                 self.steps_to_target, self.seconds_to_target = step, wall
 
     def result(self, *, perf: PerfResult | None, compile_s: float, extra: dict[str, Any]) -> TrialResult:
