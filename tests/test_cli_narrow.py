@@ -171,8 +171,10 @@ def test_list_at_80_columns_is_short_and_keeps_every_default():
     starts = {ln.split()[0] for ln in r.output.splitlines() if ln.strip()}
     assert all(n in starts for _, reg_ in kinds.values() for n in reg_) and set(WORKLOADS) <= starts
 
-    def defaults(single, builder):
-        return [h.name if h.required else f"{h.name}={h.default!r}"
+    from harness.cli.list_cmd import default_text
+
+    def defaults(single, builder):  # a number as its repr, a function or class readably (issue 36 §4)
+        return [h.name if h.required else f"{h.name}={default_text(h.default)}"
                 for h in builder_hparams(single, builder).values()]
 
     for kind, (single, registry) in kinds.items():

@@ -143,11 +143,59 @@ _INPUTS_NOTE = ("inputs: the example shapes a model builds on — (L,): 1-D data
 
 
 def _hparams_text(single: str, builder, names_only: bool = False) -> str:
-    """``step_size, b1=0.9, ...`` (required ones bare); ``names_only``: ``step_size, b1, ...``."""
+    """``step_size, b1=0.9, ...`` (required ones bare; defaults as :func:`default_text`);
+    ``names_only``: ``step_size, b1, ...``."""
     from harness.config.registries import builder_hparams
 
     hps = builder_hparams(single, builder).values()
-    return ", ".join(h.name if h.required or names_only else f"{h.name}={h.default!r}" for h in hps)
+    return ", ".join(h.name if h.required or names_only else f"{h.name}={default_text(h.default)}"
+                     for h in hps)
+
+
+def default_text(value) -> str:
+    """A default as a reader can use it: ``repr`` for numbers, strings, ``None`` and containers of
+    them; a class or an importable function by its dotted name (``jax.numpy.float32``,
+    ``optax.safe_norm``); a lambda as its code (``lambda x: x ** 0.25``, else ``a function
+    (lambda)``); a function made inside another as ``a function (made by f)``; any other object
+    whose ``repr`` shows an address by its type (``GradientTransformation(...)``); never as
+    ``<function <lambda> at 0x7f...>``."""
+    import inspect
+
+    if inspect.isclass(value):
+        return _dotted(value)
+    if inspect.isfunction(value) or inspect.isbuiltin(value) or inspect.ismethod(value):
+        qual = getattr(value, "__qualname__", getattr(value, "__name__", "?"))
+        if qual == "<lambda>":
+            return _lambda_text(value) or "a function (lambda)"
+        if "<locals>" in qual:
+            return f"a function (made by {qual.split('.<locals>')[0]})"
+        return _dotted(value)
+    text = repr(value)
+    if " at 0x" in text or (text.startswith("<") and text.endswith(">")):
+        return f"{type(value).__name__}(...)"
+    return text
+
+
+def _lambda_text(fn) -> str:
+    """The code of a lambda (``lambda x: x + 1``) read from its module's source, or ``""`` when it
+    cannot be told apart (no source, or two lambdas on its line)."""
+    import ast
+    import inspect
+
+    try:
+        tree = ast.parse(inspect.getsource(inspect.getmodule(fn)))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return ""
+    line = fn.__code__.co_firstlineno
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and n.lineno == line]
+    return ast.unparse(found[0]) if len(found) == 1 else ""
+
+
+def _dotted(obj) -> str:
+    """``module.qualname`` of a class or function, the module left out for builtins."""
+    module = getattr(obj, "__module__", "") or ""
+    name = getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj)))
+    return name if module in ("builtins", "") else f"{module}.{name}"
 
 
 def _print_entry(console, kind: str, single: str, name: str, builder, full: bool) -> None:
@@ -235,7 +283,7 @@ def _print_optax(console, name: str | None = None) -> None:
 
 def _print_workloads(console, short: bool = False, name: str | None = None) -> None:
     """The :data:`harness.config.workloads.WORKLOADS` table for ``list`` (``short``: one line each,
-    without steps × batch; ``name``: that workload only)."""
+    without steps × batch); ``name``: that workload in full (:func:`_print_workload`)."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -250,7 +298,8 @@ def _print_workloads(console, short: bool = False, name: str | None = None) -> N
 
             err(f"no workload {name!r}; workloads: {', '.join(names)}{did_you_mean(name, names)}")
             raise typer.Exit(2)
-        names = [name]
+        _print_workload(console, WORKLOADS[name])
+        return
     t = Table(title=f"workloads ({len(names)}, validation targets)", title_justify="left",
               **({"box": box.SIMPLE_HEAD, "pad_edge": False} if short else {}))
     t.add_column("name", no_wrap=True)
@@ -266,3 +315,62 @@ def _print_workloads(console, short: bool = False, name: str | None = None) -> N
         console.print(t)
     else:
         print_table(console, t)
+
+
+#: What a model's loss is, per its task (:class:`models.zoo.ModelDef`).
+_LOSS_OF_TASK = {
+    "classification": "softmax cross-entropy of the logits against the labels, mean over the batch",
+    "sequence": "next-token softmax cross-entropy, mean over the tokens (padding excluded)",
+    "reconstruction": "mean squared error against the inputs",
+}
+
+
+def loss_text(builder, hparams) -> str:
+    """The loss of the model ``builder(**hparams)`` builds: its function's name and what it is
+    (``softmax_cross_entropy: softmax cross-entropy of the logits ...``), probed on the example
+    shapes :func:`input_kinds` uses; ``"—"`` when it builds on none."""
+    for shape in _PROBE_SHAPES.values():
+        try:
+            md = builder(input_shape=shape, num_classes=10, **hparams)
+        except Exception:  # the builder refuses the shape
+            continue
+        what = _LOSS_OF_TASK.get(md.task, md.task)
+        return f"{getattr(md.loss, '__name__', 'loss')}: {what}"
+    return "—"
+
+
+def _print_workload(console, w) -> None:
+    """``list workloads NAME``: one workload in full, stacked (nothing cut at 80 columns): its
+    description, dataset, model with every hyperparameter (the workload's values, then the model's
+    defaults), loss, validation target, steps × batch, evaluation interval, augmentation."""
+    from rich.markup import escape
+    from rich.padding import Padding
+
+    from harness.config.registries import builder_hparams, default_registries
+
+    reg = default_registries()
+    builder = reg.models.get(w.model)
+    hps = builder_hparams("model", builder) if builder is not None else {}
+    fixed = dict(w.model_hparams)
+    lines = [f"  {w.description}"]
+    data_hp = ", ".join(f"{k}={default_text(v)}" for k, v in w.dataset_hparams.items())
+    lines.append(f"  dataset: {w.dataset}{f' ({data_hp})' if data_hp else ''}"
+                 f"{' from a prepared TFDS data_dir' if w.needs_data_dir else ''}")
+    lines.append(f"  model: {w.model}, hyperparameters:")
+    for k, v in fixed.items():
+        lines.append(f"    {k}={default_text(v)}")
+    for h in hps.values():
+        if h.name not in fixed:
+            lines.append(f"    {h.name}={default_text(h.default)} (the model's default)"
+                         if not h.required else f"    {h.name} (required)")
+    if builder is not None:
+        lines.append(f"  loss: {loss_text(builder, fixed)}")
+    op = ">=" if w.target_mode == "max" else "<="
+    lines.append(f"  target: {w.metric} {op} {w.target:g} ({w.target_source})")
+    lines.append(f"  steps x batch: {w.steps} x {w.batch_size}, evaluated every {w.eval_every} steps")
+    aug = ", ".join(f"{k}={default_text(v)}" for k, v in w.augment.items())
+    lines.append(f"  augment: {aug or 'none'}")
+    console.print(f"[bold]{escape(w.name)}[/]")
+    for line in lines:
+        indent = len(line) - len(line.lstrip(" "))
+        console.print(Padding(escape(line.strip()), (0, 0, 0, indent)), overflow="fold")

@@ -6,7 +6,9 @@
   each of its trials) and the trials train one at a time, so that only the trials that raise on
   their own are FAILED. A trial that raises gets a ``failed`` result with its traceback.
 - Each result records the devices it trained on (``extra["device_tags"]``), here in the training
-  process: a spooled result is written later, possibly by another process.
+  process: a spooled result is written later, possibly by another process; and the conditions it
+  met that become a tag and one line (``extra["flops_mismatch"]``, :mod:`harness.core.conditions`;
+  a Python warning while a unit trains is one line, never a source excerpt).
 - Checkpoints: the unit's handles (:func:`harness.train.checkpoint.for_unit`) are collected as
   ``(handle, trial ids)``; :func:`end_checkpoints` removes those whose trials are all in the store
   (or the spool) and unlocks the others, so the next attempt resumes them.
@@ -20,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from typing import Any
 
+from harness.core.conditions import one_line_warnings
 from harness.core.context import RunContext
 from harness.core.spec import TrialResult, TrialSpec
 from harness.execute import devices
@@ -62,7 +66,8 @@ def needs_perf_measurement(unit: list[TrialSpec]) -> bool:
     return any(perf_cache_key(s) not in PERF_CACHE for s in unit)
 
 
-def measure_throughput(units: list[list[TrialSpec]]) -> float:
+def measure_throughput(units: list[list[TrialSpec]],
+                       on_stage: Callable[[str, str], None] | None = None) -> float:
     """Measure, interleaved, the step of every distinct perf key of ``units`` that :data:`PERF_CACHE`
     lacks (``harness.train.perf.measure_interleaved``), before any of them trains, and store the
     figures in :data:`PERF_CACHE`, where the trainer finds them (it then only checks them against
@@ -72,7 +77,9 @@ def measure_throughput(units: list[list[TrialSpec]]) -> float:
     when their unit trains). Never raises for a trial: one whose program cannot be built is left to
     its unit (which records the error); a measurement that fails is logged and each unit measures
     its own. Returns the seconds of it spent compiling (the chunks training reuses, and lowering
-the one-step programs for their FLOPs: the time budget's ``compile``, not ``throughput``)."""
+the one-step programs for their FLOPs: the time budget's ``compile``, not ``throughput``).
+    ``on_stage(name, text)``, when given, hears the count: ``"building program 2 of 7 for the
+    throughput measurement"``, then ``"timing 7 programs, interleaved"``."""
     from harness.train.perf import measure_interleaved, perf_cache_key
     from harness.train.program import program_for
 
@@ -84,12 +91,18 @@ the one-step programs for their FLOPs: the time budget's ``compile``, not ``thro
         key = perf_cache_key(s)
         if key not in PERF_CACHE and key not in chosen:
             chosen[key] = s
+    say = on_stage or (lambda name, text: None)
     progs = []
-    for s in chosen.values():
+    for i, s in enumerate(chosen.values(), 1):
+        say("throughput", f"building program {i} of {len(chosen)} for the throughput measurement "
+                          f"(compiled once; training reuses it)")
         try:
             progs.append((program_for(s, load_dataset_of(s)), s))
         except Exception:  # its unit trains it and records why
             continue
+    if progs:
+        say("throughput", f"timing {len(progs)} program{'s' * (len(progs) != 1)}, interleaved (one "
+                          f"step time per program, under the same load)")
     try:
         return sum(p.compile_s for p in measure_interleaved(progs, PERF_CACHE).values())
     except Exception as e:
@@ -135,15 +148,20 @@ def train_unit(specs: list[TrialSpec], ctx: RunContext, cks: Checkpoints | None 
     :func:`end_checkpoints` once the results are in the store). Raises only what is not an
     ``Exception`` (``KeyboardInterrupt``...): a trial's own error is its ``failed`` result.
     """
+    devices.use_assigned_device()  # HARNESS_DEVICE_IDS: the worker's first device is JAX's default
+    with one_line_warnings():  # a condition is a tag and one line, never a Python warning
+        return _with_conditions(_with_device_tags(_train_unit(specs, ctx, [] if cks is None else cks)))
+
+
+def _train_unit(specs: list[TrialSpec], ctx: RunContext, cks: Checkpoints) -> list[TrialResult]:
+    """:func:`train_unit`'s training: the batch, else one trial at a time."""
     from harness.train import loop as trainer
 
-    devices.use_assigned_device()  # HARNESS_DEVICE_IDS: the worker's first device is JAX's default
-    cks = [] if cks is None else cks
     fallback = ""
     if len(specs) > 1:
         results, fallback = _train_batch(specs, ctx, cks)
         if results is not None:
-            return _with_device_tags(results)
+            return results
         log.warning("a vmapped batch of %d trials (%s, ...) failed: %s; training them one at a time",
                     len(specs), specs[0].trial_id, fallback)
     out = []
@@ -158,7 +176,21 @@ def train_unit(specs: list[TrialSpec], ctx: RunContext, cks: Checkpoints | None 
             cks.append((ck, [s.trial_id]))
         if fallback:
             out[-1].extra["batch_fallback_reason"] = fallback
-    return _with_device_tags(out)
+    return out
+
+
+def _with_conditions(results: list[TrialResult]) -> list[TrialResult]:
+    """Record in each result what the trial met that the sweep says in one line and its run keeps
+    as a tag (:mod:`harness.core.conditions`): ``extra["flops_mismatch"]`` when XLA's FLOP count of
+    its step and the analytic one disagree (``harness.train.timing.flops_agree``)."""
+    from harness.train.timing import flops_agree
+
+    for r in results:
+        p = r.perf
+        if p is not None and flops_agree(p.flops_per_step, p.flops_per_step_analytic) is False:
+            r.extra["flops_mismatch"] = (f"XLA's cost analysis counts {p.flops_per_step:.3g} FLOPs/step, "
+                                         f"the analytic count {p.flops_per_step_analytic:.3g}")
+    return results
 
 
 def _with_device_tags(results: list[TrialResult]) -> list[TrialResult]:

@@ -12,7 +12,8 @@ from harness.core.spec import TrialSpec
 
 def group_units(specs: list[TrialSpec], batching: str,
                 should_batch: Callable[[list[TrialSpec]], bool] | None = None,
-                labels: dict[str, str] | None = None) -> list[list[TrialSpec]]:
+                labels: dict[str, str] | None = None,
+                on_measure: Callable[[int, int], None] | None = None) -> list[list[TrialSpec]]:
     """Work units: single trials (``off``) or groups of equal :meth:`TrialSpec.batch_key`
     (``on``; ``auto`` keeps a group only where ``should_batch(group)`` — by default
     ``harness.train.loop.should_batch``, measured by :mod:`harness.batching` — says batching pays, or
@@ -20,7 +21,9 @@ def group_units(specs: list[TrialSpec], batching: str,
     one device).
 
     ``labels``, when given, is filled with ``trial_id -> how its unit trains and why`` (the
-    ``harness.batching`` tag: ``"vmap(8): measured 1.21x"``, ``"sequential: batching off"``, ...)."""
+    ``harness.batching`` tag: ``"vmap(8): measured 1.21x"``, ``"sequential: batching off"``, ...).
+    ``on_measure(i, n)``, when given, is called before ``auto`` decides the ``i``-th of the ``n``
+    groups it decides (each may compile and time programs: a stage line's count)."""
     from harness.train import batching as _batching
 
     labels = {} if labels is None else labels
@@ -31,9 +34,13 @@ def group_units(specs: list[TrialSpec], batching: str,
     for s in specs:
         groups.setdefault(s.batch_key(), []).append(s)
     units = []
+    decided = [g for g in groups.values()  # the groups auto measures (or finds in its cache)
+               if len(g) > 1 and not (g[0].shard == "trials" and g[0].devices != 1)]
     for g in groups.values():
         trial_parallel = g[0].shard == "trials" and g[0].devices != 1
         if len(g) > 1 and batching == "auto" and not trial_parallel:
+            if on_measure is not None:
+                on_measure(1 + next(i for i, d in enumerate(decided) if d is g), len(decided))
             if should_batch is None:
                 from harness.train.loop import should_batch as sb
 

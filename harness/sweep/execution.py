@@ -63,7 +63,8 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
     deferred: list[str] = []
     if ctx.measure_perf and isinstance(ex, InProcessExecutor):
         t0 = time.perf_counter()
-        compile_s = training.measure_throughput(units)
+        compile_s = training.measure_throughput(units, on_stage=display.stage)
+        display.stage_done()
         if clock is not None:  # its compiles are the budget's compile (training reuses them)
             stage_s = time.perf_counter() - t0
             budget.add(clock.parts, {"compile": min(compile_s, stage_s),

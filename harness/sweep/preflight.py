@@ -151,7 +151,7 @@ def _parts_said(cfg: SweepConfig, file: str, registries: Registries | None,
                 on_stage: Callable[[str, str], None] | None) -> Callable[[SweepConfig], TrialList]:
     """The pre-flight of each part of a config with workloads (:func:`expand_parts` calls it once
     per part, in :func:`harness.config.workloads.config_parts`' order), its stage lines naming the
-    part (``...; part 2 of 3: mnist1d_cnn``): each part counts its own builds and trials."""
+    part (``mnist1d_cnn (2 of 3): pre-flight: ...``): each part counts its own builds and trials."""
     from harness.config.workloads import config_parts
 
     names = [o.get("workload") or "the models x datasets grid" for _, o, _ in config_parts(cfg)]
@@ -162,7 +162,7 @@ def _parts_said(cfg: SweepConfig, file: str, registries: Registries | None,
     def one(part: SweepConfig) -> TrialList:
         i = next(turn)
         say = None if on_stage is None else (
-            lambda name, text: on_stage(name, f"{text}; part {i + 1} of {len(names)}: {names[i]}"))
+            lambda name, text: on_stage(name, f"{names[i]} ({i + 1} of {len(names)}): {text}"))
         return preflight(part, file, registries, say)
 
     return one
@@ -173,9 +173,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     """Everything a trial needs, checked once per distinct value before any work or MLflow write;
     returns the expanded trials. ``on_stage(name, text)``, when given, hears what it is doing:
     ``("datasets", "loading N datasets ...")``, then ``("pre-flight", "pre-flight: k of N distinct
-    model and optimizer builds traced, for T trials ...")`` after each trial, N the distinct models
-    and optimizer builds it traces and k those done (:class:`harness.sweep.progress.StageLine`
-    shows them); with workloads, each part's lines end ``; part i of n: WORKLOAD``.
+    model/optimizer builds traced for T trials ...")`` after each trial, N the distinct models and
+    optimizer builds it traces and k those done (:class:`harness.sweep.progress.StageLine` shows
+    them); with workloads, each part's lines start ``WORKLOAD (i of n): ``.
 
     - every dataset loads (a ``tfds:NAME`` that is not prepared fails here with the full
       "how to prepare it" message; small datasets are loaded, and the in-process executor reuses
@@ -287,8 +287,8 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     done: set[tuple] = set()
 
     def progress() -> None:  # the same words in a dry run and a real one: the pre-flight is one
-        say("pre-flight", f"pre-flight: {len(done)} of {n_traced} distinct model and optimizer builds "
-                          f"traced, for {len(specs)} trials (nothing is trained or written yet)")
+        say("pre-flight", f"pre-flight: {len(done)} of {n_traced} distinct model/optimizer builds "
+                          f"traced for {len(specs)} trials (nothing is trained or written yet)")
 
     for s in specs:
         progress()

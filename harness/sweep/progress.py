@@ -148,6 +148,8 @@ class ProgressDisplay:
                                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
                                  TimeRemainingColumn(), console=console, disable=quiet, transient=False)
         self.total = total
+        self.pipe_stages: StageLine | None = None
+        self.said: set[str] = set()  # the notes printed
 
     def __enter__(self) -> ProgressDisplay:
         self.progress.__enter__()
@@ -157,6 +159,8 @@ class ProgressDisplay:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self.pipe_stages is not None:
+            self.pipe_stages.stop()
         self.progress.__exit__(*exc)
 
     def _desc(self) -> str:
@@ -170,16 +174,45 @@ class ProgressDisplay:
             d += f" [red]· store unreachable ({escape(h.error[:60])}); {n} results spooled[/]"
         return d
 
+    def stage(self, name: str, text: str) -> None:
+        """Say what the sweep does before the bar's first trial (the throughput measurement): on a
+        terminal as the bar's description, until the next unit is done; on a pipe as a
+        :class:`StageLine` (one line on stderr per stage name that lasts)."""
+        if self.quiet:
+            return
+        if not self.progress.console.is_terminal:
+            if self.pipe_stages is None:
+                self.pipe_stages = StageLine(self.progress.console, self.quiet)
+            self.pipe_stages.stage(name, text)
+            return
+        from rich.markup import escape
+
+        self.progress.update(self.task, description=escape(text))
+
+    def stage_done(self) -> None:
+        """The stage :meth:`stage` said is over: the bar says its counts again."""
+        if self.pipe_stages is not None:
+            self.pipe_stages.stop()
+        if not self.quiet:
+            self.progress.update(self.task, description=self._desc())
+
     def note(self, line: str) -> None:
         """Print ``line`` above the bar (unless ``quiet``)."""
         if not self.quiet:
             self.progress.console.print(line)
 
     def trial(self, o: TrialOutcome) -> None:
-        """One finished (or skipped) trial: counted, and its line printed."""
+        """One finished (or skipped) trial: counted, and its line printed; then each of its notes
+        (:attr:`TrialOutcome.notes`) that no earlier trial printed, as one line."""
         if not o.skipped:
             self.counts[o.status] = self.counts.get(o.status, 0) + 1
         self.note(outcome_line(o))
+        from rich.markup import escape
+
+        for line in o.notes:
+            if line not in self.said:
+                self.said.add(line)
+                self.note(f"[yellow]{escape(line)}[/]")
 
     def _store_news(self) -> None:
         from rich.markup import escape
@@ -226,6 +259,50 @@ def outcome_line(o: TrialOutcome) -> str:
     return f"[{color}]{status:8}[/] {escape(f'{o.run_name} [{o.trial_id}]{skipped} {extra}')}"
 
 
+def _elide(path: str, tail: int) -> str:
+    """``path`` with the folders between its first and its last ``tail`` parts replaced by
+    ``...`` (``/work/.../experiments/quickstart.yaml``); ``tail`` 0: ``.../quickstart.yaml``."""
+    parts = path.split("/")
+    if tail == 0:
+        return f".../{parts[-1]}" if len(parts) > 1 else path
+    first = next((i for i, p in enumerate(parts) if p and not p.endswith(":")), 0)
+    if len(parts) - (first + 1) <= tail:
+        return path
+    return "/".join([*parts[:first + 1], "...", *parts[-tail:]])
+
+
+def fit_line(text: str, width: int) -> str:
+    """``text`` at most ``width`` characters where shortening it can do it, in this order: each
+    path (a word with a ``/``) under the working directory made relative to it; a trailing remark
+    in parentheses that holds no number (``(nothing is trained or written yet)``) left out; the
+    longest paths elided in the middle (:func:`_elide`), keeping the file's name. Counts and names
+    are never cut (a line that still does not fit wraps)."""
+    import os
+    import re
+
+    if len(text) <= width:
+        return text
+    paths = sorted({m.group(0).rstrip(":;,.)'\"") for m in re.finditer(r"\S*/\S*", text)}, key=len,
+                   reverse=True)
+    try:
+        here = os.getcwd()
+    except OSError:
+        here = ""
+    for p in paths:
+        if here and os.path.isabs(p) and p.startswith(here.rstrip("/") + "/"):
+            text = text.replace(p, os.path.relpath(p, here))
+    remark = re.search(r" \([^()0-9]*\)$", text)
+    if remark and len(text) > width:
+        text = text[:remark.start()]
+    for tail in (2, 1, 0):
+        for m in sorted(re.finditer(r"\S*/\S*", text), key=lambda m: len(m.group(0)), reverse=True):
+            if len(text) <= width:
+                return text
+            p = m.group(0).rstrip(":;,.)'\"")
+            text = text.replace(p, _elide(p, tail))
+    return text
+
+
 #: What starts a stage's line on a pipe (``grep -v '^sweep: '`` leaves the rest of stderr).
 PIPE_PREFIX = "sweep: "
 #: On a pipe a stage is said once it has lasted this long (s): a config that fails at once prints
@@ -243,7 +320,9 @@ class StageLine:
     or the bar prints. ``since`` (``time.perf_counter()`` at the process start, when known): the
     first stage's line on a pipe is said :data:`PIPE_AFTER_S` after the process started rather than
     after the stage did, so the first line comes within a second of the start (issue 25 §5) while
-    a config that fails at once still prints its error alone."""
+    a config that fails at once still prints its error alone. A line longer than the width
+    (:func:`harness.sweep.tables.output_width`; the console's on a terminal) has its paths
+    shortened (:func:`fit_line`)."""
 
     def __init__(self, console, quiet: bool, since: float | None = None) -> None:
         import threading
@@ -257,14 +336,18 @@ class StageLine:
         """Now at stage ``name`` (the key a pipe says once), described by ``text``."""
         if self.quiet:
             return
+        from harness.sweep.tables import output_width
+
         if not self.console.is_terminal:
-            self._pipe(name, text)
+            self._pipe(name, fit_line(text, output_width("stderr") - len(PIPE_PREFIX)))
             return
         import time
 
         from rich.live import Live
         from rich.spinner import Spinner
         from rich.text import Text
+
+        text = fit_line(text, self.console.width - 2)  # the spinner and a space before it
 
         if self.live is None:
             self.spinner = Spinner("dots", Text(text))

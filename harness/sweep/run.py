@@ -33,6 +33,7 @@ from typing import Any
 from harness.config.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
 from harness.config.load import Registries, SweepConfig, load_config
 from harness.core import budget
+from harness.core.conditions import one_line_warnings
 from harness.core.context import RunContext
 from harness.core.names import TAG_BATCHING
 from harness.core.outcome import TrialOutcome
@@ -130,7 +131,8 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     # Said before JAX or MLflow is imported (seconds each): the first stage is the first thing done.
     stages = StageLine(console, opts.quiet, since=opts.process_start)
     try:
-        return _run_sweep(config_path, opts, console, stages, t_start, clock)
+        with one_line_warnings():  # a Python warning is one line, never a source excerpt
+            return _run_sweep(config_path, opts, console, stages, t_start, clock)
     finally:
         stages.stop()
 
@@ -282,12 +284,16 @@ def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList,
     """
     batching_tags: dict[str, str] = {}  # trial_id -> harness.batching (how its unit trains, and why)
     n_programs = len({s.batch_key() for s in plan.todo})
-    stages.stage("build", f"building {n_programs} program{'s' * (n_programs != 1)} for "
-                          f"{len(plan.todo)} trials (batching "
-                          f"{cfg.batching}{': measuring where vmap pays' if cfg.batching == 'auto' else ''})")
+    building = (f"building {n_programs} program{'s' * (n_programs != 1)} for {len(plan.todo)} trials "
+                f"(batching {cfg.batching}")
+    stages.stage("build", f"{building})")
+
+    def measuring(i: int, n: int) -> None:  # each group auto decides may compile and time programs
+        stages.stage("build", f"{building}): measuring group {i} of {n} (where vmap pays)")
+
     compiled_before = _batching_compile_s()
     with clock.part("batching"):
-        units = group_units(plan.todo, cfg.batching, labels=batching_tags)
+        units = group_units(plan.todo, cfg.batching, labels=batching_tags, on_measure=measuring)
     # the measurements' compiles (init, chunks) are training's programs: the budget's compile
     moved = _batching_compile_s() - compiled_before
     budget.add(clock.parts, {"compile": moved, "batching": -moved})

@@ -1,7 +1,9 @@
 """Terminal tables that never lose a cell's content: :func:`print_table` prints a rich table as a
 table where its cells fit (wrapped at words), and otherwise (a narrow terminal: 80 columns) as
 records, one block per row with ``column: value`` lines that wrap instead of truncating. Used by
-every table the command line prints (the sweep's plan and summary, ``status``)."""
+every table the command line prints (the sweep's plan and summary, ``status``). Also the width the
+command line lays its output out for (:func:`output_width`: ``COLUMNS``, else the terminal's, else
+80) and its stdout console (:func:`stdout_console`: no trailing spaces on a pipe)."""
 
 from __future__ import annotations
 
@@ -96,13 +98,68 @@ def record_lines(table) -> list:
 
 
 def stdout_console():
-    """A rich console on stdout: the terminal's width, ``COLUMNS`` when set; 140 columns when
-    piped or logged without ``COLUMNS`` (room for ids and commands on one line)."""
-    import os
-
+    """A rich console on stdout, :func:`output_width` columns wide; not on a terminal (a pipe, a
+    file) without trailing spaces on any line (:class:`NoTrailingSpaces`)."""
     from rich.console import Console
 
-    console = Console(stderr=False)
-    if not console.is_terminal and not os.environ.get("COLUMNS"):
-        console = Console(stderr=False, width=140)
-    return console
+    width = output_width()
+    if Console(stderr=False).is_terminal:
+        return Console(stderr=False, width=width)
+    return Console(file=NoTrailingSpaces(), width=width)
+
+
+def output_width(stream: str = "stdout") -> int:
+    """The width what the command line prints is laid out for: ``COLUMNS`` when it is set (a
+    positive number); else the terminal's width when ``stream`` (``"stdout"``/``"stderr"``) is a
+    terminal; else 80 (a pipe or a file, whatever stdin is)."""
+    import os
+    import sys
+
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    f = getattr(sys, stream, None)
+    try:
+        if f is not None and f.isatty():
+            return os.get_terminal_size(f.fileno()).columns or 80
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 80
+
+
+class NoTrailingSpaces:
+    """A text stream that writes to the current ``sys.stdout`` (looked up at each write, so that a
+    test's captured stdout gets it) with the spaces at the end of each line dropped: a rich table
+    pads its cells to the column's width, which a pipe or a log keeps as trailing spaces. Spaces at
+    the end of a write wait for the next one (dropped if it starts a new line)."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    @staticmethod
+    def _out():
+        import sys
+
+        return sys.stdout
+
+    def write(self, text: str) -> int:
+        n = len(text)
+        text = self._held + text
+        lines = text.split("\n")
+        last = lines[-1].rstrip(" ")
+        self._held = lines[-1][len(last):]
+        self._out().write("\n".join([*(ln.rstrip(" ") for ln in lines[:-1]), last]))
+        return n
+
+    def flush(self) -> None:
+        self._out().flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._out().fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._out(), "encoding", None) or "utf-8"
