@@ -84,7 +84,8 @@ class SweepOptions:
         ``process`` executor).
       dry_run: print the plan; write nothing. quiet: print nothing.
       registries: the model/optimizer/schedule/dataset registries (tests inject their own).
-      console: a ``rich`` console to print to (default: stdout, 140 columns when piped).
+      console: a ``rich`` console to print to (default: stdout at ``COLUMNS``, the terminal's width,
+        else 80 columns; :func:`harness.sweep.tables.stdout_console`).
       executor_obj: an :class:`~harness.execute.executors.Executor` to use instead of building one.
       executor_opts: extra keyword arguments of the executor (``cpus_per_trial``...).
       max_trials: bound on the plan (checked from axis sizes before expansion,
