@@ -170,3 +170,24 @@ def test_stages_count_what_they_do_the_same_in_a_dry_run_and_a_real_one(tmp_path
         "building program 1 of 2 for the throughput measurement (compiled once; training reuses it)",
         "building program 2 of 2 for the throughput measurement (compiled once; training reuses it)"]
     assert throughput[2] == "timing 2 programs, interleaved (one step time per program, under the same load)"
+
+
+def test_a_stage_line_is_shortened_by_its_paths_and_remark_never_by_its_counts_or_words(monkeypatch,
+                                                                                         tmp_path):
+    from harness.sweep.progress import fit_line
+
+    monkeypatch.chdir(tmp_path)
+    line = ("pre-flight: 13 of 13 distinct model/optimizer builds traced for 32 trials (nothing is "
+            "trained or written yet)")
+    assert fit_line(line, 200) == line
+    assert fit_line(line, 73) == "pre-flight: 13 of 13 distinct model/optimizer builds traced for 32 trials"
+    assert fit_line(line, 40) == "pre-flight: 13 of 13 distinct model/optimizer builds traced for 32 trials"
+    inside = tmp_path / "configs" / "sweep.yaml"
+    assert fit_line(f"checking {inside}: reading it (nothing is trained or written yet)", 80) == \
+        "checking configs/sweep.yaml: reading it (nothing is trained or written yet)"
+    far = "/srv/a_long_folder/another_long_folder/and_a_third_one/configs/sweep.yaml"
+    assert fit_line(f"checking {far}: reading it", 60) == "checking /srv/.../configs/sweep.yaml: reading it"
+    assert fit_line(f"checking {far}: reading it", 40) == "checking /srv/.../sweep.yaml: reading it"
+    assert fit_line(f"checking {far}: reading it", 36) == "checking .../sweep.yaml: reading it"
+    build = "building 7 programs for 42 trials (batching auto): measuring group 3 of 7"
+    assert fit_line(f"{build} (where vmap pays)", 72) == build

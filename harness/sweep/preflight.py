@@ -151,7 +151,8 @@ def _parts_said(cfg: SweepConfig, file: str, registries: Registries | None,
                 on_stage: Callable[[str, str], None] | None) -> Callable[[SweepConfig], TrialList]:
     """The pre-flight of each part of a config with workloads (:func:`expand_parts` calls it once
     per part, in :func:`harness.config.workloads.config_parts`' order), its stage lines naming the
-    part (``mnist1d_cnn (2 of 3): pre-flight: ...``): each part counts its own builds and trials."""
+    part when there are several (``mnist1d_cnn (2 of 3): pre-flight: ...``): each part counts its
+    own builds and trials."""
     from harness.config.workloads import config_parts
 
     names = [o.get("workload") or "the models x datasets grid" for _, o, _ in config_parts(cfg)]
@@ -161,7 +162,7 @@ def _parts_said(cfg: SweepConfig, file: str, registries: Registries | None,
 
     def one(part: SweepConfig) -> TrialList:
         i = next(turn)
-        say = None if on_stage is None else (
+        say = on_stage if on_stage is None or len(names) == 1 else (
             lambda name, text: on_stage(name, f"{names[i]} ({i + 1} of {len(names)}): {text}"))
         return preflight(part, file, registries, say)
 

@@ -275,15 +275,14 @@ def fit_line(text: str, width: int) -> str:
     """``text`` at most ``width`` characters where shortening it can do it, in this order: each
     path (a word with a ``/``) under the working directory made relative to it; a trailing remark
     in parentheses that holds no number (``(nothing is trained or written yet)``) left out; the
-    longest paths elided in the middle (:func:`_elide`), keeping the file's name. Counts and names
-    are never cut (a line that still does not fit wraps)."""
+    longest paths elided in the middle (:func:`_elide`), keeping the file's name (:func:`_paths`
+    says what a path is). Counts and names are never cut (a line that still does not fit wraps)."""
     import os
     import re
 
     if len(text) <= width:
         return text
-    paths = sorted({m.group(0).rstrip(":;,.)'\"") for m in re.finditer(r"\S*/\S*", text)}, key=len,
-                   reverse=True)
+    paths = sorted(set(_paths(text)), key=len, reverse=True)
     try:
         here = os.getcwd()
     except OSError:
@@ -295,12 +294,25 @@ def fit_line(text: str, width: int) -> str:
     if remark and len(text) > width:
         text = text[:remark.start()]
     for tail in (2, 1, 0):
-        for m in sorted(re.finditer(r"\S*/\S*", text), key=lambda m: len(m.group(0)), reverse=True):
+        for p in sorted(_paths(text), key=len, reverse=True):
             if len(text) <= width:
                 return text
-            p = m.group(0).rstrip(":;,.)'\"")
             text = text.replace(p, _elide(p, tail))
     return text
+
+
+def _paths(text: str) -> list[str]:
+    """The words of ``text`` that are paths or URIs: a word with a ``/`` that starts with ``/``,
+    ``~/``, ``./`` or ``../``, holds ``://``, or whose last part has a suffix (``configs/a.yaml``);
+    not ``model/optimizer`` or ``valid/accuracy``."""
+    import re
+
+    out = []
+    for m in re.finditer(r"\S*/\S*", text):
+        w = m.group(0).rstrip(":;,.)'\"")
+        if w.startswith(("/", "~/", "./", "../")) or "://" in w or "." in w.rsplit("/", 1)[-1]:
+            out.append(w)
+    return out
 
 
 #: What starts a stage's line on a pipe (``grep -v '^sweep: '`` leaves the rest of stderr).
