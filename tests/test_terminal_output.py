@@ -191,3 +191,20 @@ def test_a_stage_line_is_shortened_by_its_paths_and_remark_never_by_its_counts_o
     assert fit_line(f"checking {far}: reading it", 36) == "checking .../sweep.yaml: reading it"
     build = "building 7 programs for 42 trials (batching auto): measuring group 3 of 7"
     assert fit_line(f"{build} (where vmap pays)", 72) == build
+
+
+def test_a_config_with_workloads_names_the_part_each_pre_flight_count_is_of(tmp_path):
+    from harness.config.load import load_config
+    from harness.sweep.preflight import preflight
+
+    cfg = tmp_path / "w.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "w", "workloads": ["digits_cnn", "mnist1d_mlp"],
+                                   "optimizers": [{"name": "sgd", "hparams": {"step_size": 0.1}}],
+                                   "seeds": [0], "budget": {"steps": 10}}, sort_keys=False))
+    said: list[str] = []
+    preflight(load_config(cfg), str(cfg), on_stage=lambda name, text: said.append(text))
+    counts = [t for t in said if "pre-flight:" in t]
+    assert counts[0] == ("digits_cnn (1 of 2): pre-flight: 0 of 2 distinct model/optimizer builds traced "
+                         "for 1 trial (nothing is trained or written yet)")
+    assert "mnist1d_mlp (2 of 2): pre-flight: 0 of 2 distinct model/optimizer builds traced for 1 trial " \
+           "(nothing is trained or written yet)" in counts

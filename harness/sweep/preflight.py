@@ -289,7 +289,8 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
 
     def progress() -> None:  # the same words in a dry run and a real one: the pre-flight is one
         say("pre-flight", f"pre-flight: {len(done)} of {n_traced} distinct model/optimizer builds "
-                          f"traced for {len(specs)} trials (nothing is trained or written yet)")
+                          f"traced for {len(specs)} trial{'s' * (len(specs) != 1)} (nothing is trained "
+                          f"or written yet)")
 
     for s in specs:
         progress()
