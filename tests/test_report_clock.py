@@ -116,7 +116,7 @@ def test_the_summary_keeps_one_clock_per_task_and_follows_the_config_clock():
     measured = {(r["dataset"], r["optimizer"]): r["seconds_to_target"]
                 for r in best_configs(outs, clock="measured")}
     assert measured[("mnist1d", "sgd")] == 3.0
-    for clock, said in (("modeled", "mlp · digits ranks on cost (steps to target × the model's FLOPs"),
+    for clock, said in (("modeled", "mlp · digits ranks on cost (steps to target × the program's FLOPs"),
                         ("modeled", "Flagged (†): sgd · mnist1d · mlp: the step time disagreed"),
                         ("measured", "Time to target: measured (the trial's wall-clock")):
         buf = io.StringIO()
