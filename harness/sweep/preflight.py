@@ -118,16 +118,16 @@ def submission_step_problem(s, ds) -> str | None:
     its API (:func:`submission_problem`) does not run ``init_optimizer_state``, ``data_selection`` or
     ``update_params``: an ``import`` inside one of them, a shape error or a wrong return only showed
     once the store existed and the trial failed. So the pre-flight builds the trial as a worker does
-    (:class:`harness.train.algoperf.runner._AlgoPerfRun`, no checkpoints, nothing written) and takes
+    (:func:`harness.train.algoperf.runner.first_update`, no checkpoints, nothing written) and takes
     one real update (its own ``jit``: there is nothing to trace abstractly), each call into the
     submission bounded as in training (the runner's limit of one call, not ``source_timeout_s``:
     the first update compiles)."""
     from harness.core.source import SourceError
-    from harness.train.algoperf.runner import _AlgoPerfRun
+    from harness.train.algoperf.runner import first_update
 
     where = f"source {s.optimizer_source!r}: its first update (on {s.model} · {s.dataset})"
     try:
-        _AlgoPerfRun(s, ds, None).update()
+        first_update(s, ds)
     except SourceError as e:
         return f"source {s.optimizer_source!r}: {e}"[:500]
     except Exception as e:  # the submission's own error, as one line

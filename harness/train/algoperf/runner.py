@@ -96,7 +96,7 @@ from harness.train.program import TrainState, model_entry
 from harness.train.track import TrialTrack, eval_points
 
 __all__ = ["AUX_STREAM", "CALL_LIMIT_S", "batch_size_of", "call_limit_s", "compile_clock", "entry_for",
-           "hyperparameters_of", "run_algoperf_trial"]
+           "first_update", "hyperparameters_of", "run_algoperf_trial"]
 
 #: ``fold_in(PRNGKey(seed), AUX_STREAM)`` is the root of the keys the native trainer has no use for
 #: (``init_optimizer_state``: its fold 0; step ``i``'s ``data_selection`` and ``prepare_for_eval``:
@@ -433,6 +433,18 @@ class _AlgoPerfRun:
                    if getattr(ds, k, None) is not None},
                 **({"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,
                                    "save_s": ck.save_seconds}} if ck is not None else {})}
+
+
+def first_update(spec: TrialSpec, dataset: Dataset) -> None:
+    """Build trial ``spec`` as :func:`run_algoperf_trial` does (nothing written, no checkpoints) and
+    take its first update: what the pre-flight runs so that an error inside the submission's
+    ``init_optimizer_state``, ``data_selection`` or ``update_params`` is refused before any write.
+
+    Raises:
+      SourceError: the submission cannot be loaded, or a call into it overran or left by a side
+        door. Any exception of the submission propagates.
+    """
+    _AlgoPerfRun(spec, dataset, None).update()
 
 
 def run_algoperf_trial(spec: TrialSpec, *, dataset: Dataset | None = None,
