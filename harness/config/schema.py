@@ -34,6 +34,7 @@ from harness.config.cadence import parse_every
 from harness.config.echo import short_repr
 from harness.config.errors import key_text
 from harness.config.fields import Float, Int, strict_int
+from harness.config.ladder_schema import LadderCfg
 from harness.config.values import hparam_count, hparam_values, log_grid_args
 from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import SCORING_RULES, canonical_metric
@@ -306,6 +307,8 @@ class SweepConfig(_Strict):
     schedules: list[Component] = Field(default_factory=lambda: [Component(name="constant")])
     datasets: list[Component] | None = None
     workloads: list[WorkloadEntry] | None = None
+    #: a model-size ladder on one workload (issue 38): harness.config.ladder_schema
+    ladder: LadderCfg | None = None
     seeds: list[Annotated[Int, Field(ge=0, lt=limits.SEED_LIMIT)]] = Field(default_factory=lambda: [0])
     batch_size: list[Annotated[Int, Field(gt=0, le=limits.MAX_BATCH_SIZE)]] = \
         Field(default_factory=lambda: [128])
@@ -413,6 +416,8 @@ class SweepConfig(_Strict):
 
     @model_validator(mode="after")
     def _grid_or_workloads(self) -> SweepConfig:
+        if self.ladder is not None:
+            return self._ladder_alone()
         if self.workloads is None:
             missing = [k for k in ("models", "datasets", "budget") if getattr(self, k) is None]
             if missing:
@@ -424,6 +429,23 @@ class SweepConfig(_Strict):
                                       "'datasets' (an extra grid) or neither")
         elif self.models is not None and self.budget is None:
             raise PydanticCustomError("workloads", "the 'models' x 'datasets' grid needs a 'budget'")
+        return self
+
+    def _ladder_alone(self) -> SweepConfig:
+        """A ladder names its workload, models and budgets; its baseline and ``transfer`` keys name
+        optimizers of the config."""
+        clash = [k for k in ("workloads", "models", "datasets", "budget") if getattr(self, k) is not None]
+        if clash:
+            raise PydanticCustomError("ladder", "a ladder gives the models, dataset and budget of "
+                                      "each rung; remove {keys}", {"keys": ", ".join(clash)})
+        names = [c.name for c in self.optimizers]
+        named = [("baseline", self.ladder.baseline)] + [("transfer", k) for k in self.ladder.transfer]
+        for what, name in named:
+            if name not in names:
+                raise PydanticCustomError(
+                    "ladder", "{what}: {name} is not an optimizer of this config ({valid}){hint}",
+                    {"what": what, "name": short_repr(name), "valid": ", ".join(names),
+                     "hint": did_you_mean(name, names)})
         return self
 
     def dtypes(self) -> list[str]:

@@ -132,6 +132,15 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
                       f"{', '.join(ex)}{did_you_mean(cfg.executor, ex)}")
     for i, w in enumerate(cfg.workloads or []):
         _check_workload(w, f"workloads[{i}]", file, registries, errors)
+    if cfg.ladder is not None:  # the workload, and its model at each size (harness.config.ladder)
+        try:
+            lookup(WORKLOADS, cfg.ladder.workload, "workload")
+        except KeyError as e:
+            errors.append(f"{file}: ladder.workload: {e.args[0]}")
+        for i, size in enumerate(cfg.ladder.sizes if cfg.ladder.workload in WORKLOADS else []):
+            entry = WorkloadEntry(name=cfg.ladder.workload, model_hparams=size,
+                                  dataset_hparams=cfg.ladder.dataset_hparams)
+            _check_workload(entry, f"ladder.sizes[{i}]", file, registries, errors)
     if cfg.augment is not None:
         try:
             validate_augment(cfg.augment)

@@ -152,9 +152,10 @@ def get_workload(name: str) -> Workload:
 
 
 def needs_parts(cfg: SweepConfig) -> bool:
-    """Whether ``cfg`` must be split by :func:`config_parts` (workloads, a ``dtype`` axis or a
-    top-level ``augment``) before the plain models × datasets expansion."""
-    return bool(cfg.workloads) or not isinstance(cfg.dtype, str) or cfg.augment is not None
+    """Whether ``cfg`` must be split by :func:`config_parts` (workloads, a ladder, a ``dtype`` axis
+    or a top-level ``augment``) before the plain models × datasets expansion."""
+    return (bool(cfg.workloads) or cfg.ladder is not None or not isinstance(cfg.dtype, str)
+            or cfg.augment is not None)
 
 
 def config_parts(cfg: SweepConfig) -> list[tuple[str, dict[str, Any], SweepConfig]]:
@@ -168,8 +169,14 @@ def config_parts(cfg: SweepConfig) -> list[tuple[str, dict[str, Any], SweepConfi
     models × datasets grid of its own, its explicit ``batch_size``, ``budget``, ``eval_every``,
     ``target`` and ``augment`` override the workloads' (a quick look at smaller budgets); with a
     grid they belong to the grid. ``targets: {WORKLOAD: ...}`` overrides one workload's target.
-    ``include`` sub-grids belong to the grid; ``exclude`` rules apply everywhere.
+    ``include`` sub-grids belong to the grid; ``exclude`` rules apply everywhere. A config with a
+    ``ladder`` is its rungs' parts (:func:`harness.config.ladder.ladder_parts`; their overrides add
+    ``ladder``, the part's :class:`harness.core.ladder.Rung`).
     """
+    if cfg.ladder is not None:
+        from harness.config.ladder import ladder_parts
+
+        return ladder_parts(cfg, get_workload(cfg.ladder.workload))
     set_ = cfg.model_fields_set
     grid = cfg.models is not None
 

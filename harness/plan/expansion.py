@@ -31,6 +31,7 @@ from harness.config.schema import Component, SweepConfig
 from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, resolve_search, sample
 from harness.config.values import hparam_values
 from harness.core.boundary import RANGE_KINDS, SearchRange, space_tag
+from harness.core.ladder import Rung
 from harness.core.names import TAG_SEARCH_SPACE, TAG_TUNING, TUNING_NONE
 from harness.core.spec import Target, TrialSpec
 from harness.core.util import freeze
@@ -106,6 +107,7 @@ class TrialOrigin:
       tuning: None for a trial of an optimizer entry that tunes; ``"none"``
         (:data:`harness.core.names.TUNING_NONE`) for one of a ``tuning: none`` entry, and
         ``"none,tuned"`` when entries of both kinds yield it (the tag ``harness.tuning``).
+      ladder: the :class:`harness.core.ladder.Rung` of a ladder's trial (its run tags ``ladder.*``).
     """
 
     paths: dict[str, str]
@@ -115,6 +117,8 @@ class TrialOrigin:
     sampled: tuple[str, ...] = ()
     tuning: str | None = None
     ranges: tuple[SearchRange, ...] = ()
+    #: the ladder rung it trains (harness.core.ladder.Rung), or None outside a ladder
+    ladder: Rung | None = None
 
     def roles(self) -> set[str]:
         """``{"tuned"}``, ``{"none"}`` or both: the kinds of entry that yield the trial."""
@@ -338,8 +342,9 @@ def expand_parts(cfg: SweepConfig, expand_one: Callable[[SweepConfig], TrialList
             errors.extend(workloads.part_error(label, part, line) for line in e.errors)
             continue
         origins = getattr(specs, "origins", {})
+        rung = overrides.get("ladder")
         for s in specs:
-            kw = dict(overrides)
+            kw = {k: v for k, v in overrides.items() if k != "ladder"}
             if "augment" in kw:
                 kw["augment"] = freeze(kw["augment"])
             s2 = dataclasses.replace(s, **kw)
@@ -351,12 +356,15 @@ def expand_parts(cfg: SweepConfig, expand_one: Callable[[SweepConfig], TrialList
             if o is not None:
                 paths = dict(o.paths)
                 task = o.task
-                if label:
+                if rung is not None:
+                    paths.update(models=label, datasets="ladder.workload")
+                    task = rung.task
+                elif label:
                     paths.update(models=f"{label}.model_hparams", datasets=f"{label}.dataset_hparams")
                     task = overrides["workload"]
                 if part.dtype != "float32":
                     task += f" [{part.dtype}]"
-                o = dataclasses.replace(o, paths=paths, task=task)
+                o = dataclasses.replace(o, paths=paths, task=task, ladder=rung)
             out.origins[s2.trial_id] = o
             out.append(s2)
     if errors:
@@ -369,8 +377,9 @@ def search_tags(trials: TrialList) -> dict[str, dict[str, str]]:
     :data:`harness.config.search.SEARCH_TAG` (the method) and
     :data:`harness.config.search.SEARCH_INDEX_TAG` (its index in the sequence); a ``tuning: none``
     entry's trial's :data:`harness.core.names.TAG_TUNING` (:attr:`TrialOrigin.tuning`). Other
-    trials get none."""
+    trials get none. A ladder's trial gets its rung's tags (:meth:`harness.core.ladder.Rung.tags`)."""
     out: dict[str, dict[str, str]] = {}
+    optimizer_of = {s.trial_id: s.optimizer for s in trials}
     for tid, o in getattr(trials, "origins", {}).items():
         if o is None:
             continue
@@ -380,6 +389,8 @@ def search_tags(trials: TrialList) -> dict[str, dict[str, str]]:
                 out[tid][TAG_SEARCH_SPACE] = space_tag(list(o.ranges))
         if o.tuning is not None:
             out.setdefault(tid, {})[TAG_TUNING] = o.tuning
+        if o.ladder is not None:
+            out.setdefault(tid, {}).update(o.ladder.tags(optimizer_of[tid]))
     return out
 
 

@@ -52,6 +52,7 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
     from rich.markup import escape
     from rich.table import Table
 
+    from harness.sweep.ladder_plan import print_ladder
     from harness.sweep.resume import why_to_run
 
     why = why_to_run(plan)
@@ -66,6 +67,7 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
     if line := why_line(plan, why):
         console.print(escape(line))
     print_search(console, plan.specs)
+    print_ladder(console, plan.specs)
     console.print(f"tracking: {mask_uri(uri)}; batching: {cfg.batching}; executor: {cfg.executor} "
                   f"(jobs={cfg.jobs})")
 
