@@ -16,7 +16,7 @@ from reports.frame import curves, per_frame
 from reports.layout import grid_shape, new_figure, task_labels
 from reports.objectives import METRIC_LABELS, objective, objectives_differ
 from reports.selection import best_configs
-from reports.style import legend, log_y, palette
+from reports.style import NEUTRAL, legend, log_y, markers, palette
 
 #: Points of the common time grid that curves against seconds are interpolated onto.
 TIME_GRID_POINTS = 80
@@ -112,7 +112,8 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
     bands = {m: curve_bands(frame, m, x) for m in metrics}
     if all(b.empty for b in bands.values()):
         return None
-    pal, obj, labels = palette(frame), objective(frame), task_labels(frame)
+    pal, marks, obj, labels = palette(frame), markers(frame), objective(frame), task_labels(frame)
+    order = {o: i for i, o in enumerate(pal)}
     mixed = objectives_differ(frame)
     one_task = len(tasks) == 1
     if one_task:
@@ -137,8 +138,11 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
         for opt, g in b.groupby("optimizer", sort=True):
             full = g["n"].max()
             whole = g["n"].to_numpy() == full
-            # solid while every seed is behind the median, dashed once some have ended
-            ax.plot(g["x"].where(whole), g["median"].where(whole), color=pal[opt], lw=1.8)
+            # solid while every seed is behind the median, dashed once some have ended; the
+            # optimizer's marker at a few points, staggered so that coinciding lines keep theirs
+            every = max(1, len(g) // 5)
+            ax.plot(g["x"].where(whole), g["median"].where(whole), color=pal[opt], lw=1.8,
+                    marker=marks[opt], ms=5, markevery=(order[opt] * every // max(1, len(pal)), every))
             if not whole.all():
                 tail = g.iloc[max(0, int(np.argmin(whole)) - 1) :]
                 ax.plot(tail["x"], tail["median"], color=pal[opt], lw=1.3, ls=(0, (3, 2)))
@@ -151,7 +155,7 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
                     ax.plot(d["x"], d["median"], ls="", marker="|", ms=9, mew=1.6, color=pal[opt])
         tobj = objective(frame, task)  # each task's own target (workloads mix loss and accuracy)
         if m == tobj.target_metric and math.isfinite(tobj.target_value):
-            ax.axhline(tobj.target_value, color="0.3", ls="--", lw=1)
+            ax.axhline(tobj.target_value, color=NEUTRAL, ls="--", lw=1)
         if "loss" in m and len(b) and (b["q25"].dropna() > 0).all() and (b["median"] > 0).all():
             log_y(ax, float(b[["q25", "median"]].min().min()), float(b[["q75", "median"]].max().max()))
         ax.set_title(METRIC_LABELS.get(m, m) if one_task else labels.get(task, task))
@@ -165,13 +169,13 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
         ax.xaxis.set_major_locator(MaxNLocator(5))
     extra = []
     if mixed and any(objective(frame, t).target_metric in metrics for t in tasks):
-        extra.append(Line2D([], [], color="0.3", ls="--", lw=1, label="each task's validation target"))
+        extra.append(Line2D([], [], color=NEUTRAL, ls="--", lw=1, label="each task's validation target"))
     elif obj.target_metric in metrics and math.isfinite(obj.target_value):
         extra.append(
             Line2D(
                 [],
                 [],
-                color="0.3",
+                color=NEUTRAL,
                 ls="--",
                 lw=1,
                 label=f"target {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
@@ -179,9 +183,9 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
             )
         )
     if any_drop:
-        extra.append(Line2D([], [], color="0.3", ls=(0, (3, 2)), marker="|", ms=9, mew=1.6,
+        extra.append(Line2D([], [], color=NEUTRAL, ls=(0, (3, 2)), marker="|", ms=9, mew=1.6,
                             label="| a seed ends; dashed: fewer seeds remain"))
-    legend(fig, pal, extra, title=labels.get(tasks[0], tasks[0]) if one_task else None)
+    legend(fig, pal, extra, title=labels.get(tasks[0], tasks[0]) if one_task else None, marks=marks)
     return fig
 
 

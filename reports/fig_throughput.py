@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import EngFormatter, MaxNLocator
 
@@ -20,20 +21,29 @@ from harness.core.names import (
 )
 from reports.frame import summaries, trusted
 from reports.layout import new_figure, task_labels
+from reports.style import fit_legend
+
+
+def _flag(v) -> bool:
+    return isinstance(v, str) and v != ""
 
 
 def throughput(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (task, optimizer): median over its trials of examples/s, step time (ms, p10/p50/p90),
     utilisation and compile time; ``examples_per_sec_lo``/``_hi`` are examples/s at the p90/p10
     step time (the spread of steady-state steps). Trials whose step time is suspect (tag
-    ``perf.suspect``) are left out when the group has others; ``suspect`` is the reason when every
-    trial of the group is suspect (its figure is then drawn hatched), else ``""``."""
+    ``perf.suspect``) are left out when the group has others (``left_out``: how many); ``suspect``
+    is the reason when every trial of the group is suspect (its figure is then drawn hatched), else
+    ``""``; ``suspect_trials``: the suspect trials' ids, space-separated (either way)."""
     s = summaries(frame)
     s = s[s[M_EXAMPLES_PER_S].notna() | s[M_STEP_MS].notna()]
     rows = []
     for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
         ok = trusted(g)
         suspect = "" if ok.any() else str(g["perf_suspect"].iloc[0])
+        flagged = g["perf_suspect"].map(_flag) if "perf_suspect" in g else pd.Series(False, index=g.index)
+        bad_ids = " ".join(sorted(g.loc[flagged, "trial_id"].astype(str)))
+        left_out = int((~ok).sum()) if ok.any() else 0
         g = g[ok] if ok.any() else g
         eps, ms = g[M_EXAMPLES_PER_S].median(), g[M_STEP_MS].median()
         p10, p90 = g[M_STEP_MS_P10].median(), g[M_STEP_MS_P90].median()
@@ -51,9 +61,52 @@ def throughput(frame: pd.DataFrame) -> pd.DataFrame:
                 "compile_s": g[M_COMPILE_S].median(),
                 "n_trials": len(g),
                 "suspect": suspect,
+                "left_out": left_out,
+                "suspect_trials": bad_ids,
             }
         )
     return pd.DataFrame(rows)
+
+
+def _trial_words(s: pd.DataFrame, ids: list[str], labels: dict[str, str]) -> str:
+    """``trial <id> (<optimizer> · <task label>, <configuration>, seed <n>)`` for each of ``ids``."""
+    by_id = s.drop_duplicates("trial_id").set_index("trial_id")
+    out = []
+    for tid in ids:
+        r = by_id.loc[tid]
+        seed = "" if pd.isna(r["seed"]) else f", seed {r['seed']}"
+        task = labels.get(r["task"], r["task"])
+        out.append(f"trial {tid} ({r['optimizer']} · {task}, {r['config']}{seed})")
+    return "; ".join(out)
+
+
+def suspect_caption(frame: pd.DataFrame) -> str:
+    """What the throughput figure shows of suspect step times (tag ``perf.suspect``: the figure
+    disagreed by more than 2x with its trials' own training clock, also when measured again beside
+    its task's programs), naming every suspect trial: a red cross-hatched bar where every trial of
+    an optimizer on a task is suspect; a "†" after the bar where suspect trials were left out of
+    it (the bar is the others'); ``""`` when no trial is suspect, so that the caption never promises
+    a mark the figure does not draw."""
+    t = throughput(frame)
+    if t.empty:
+        return ""
+    s, labels = summaries(frame), task_labels(frame)
+    hatched = t[t["suspect"] != ""]
+    left = t[(t["left_out"] > 0)]
+    parts = []
+    if len(hatched):
+        ids = [i for v in hatched["suspect_trials"] for i in v.split()]
+        parts.append("Red cross-hatched: every trial's step time is suspect (tag perf.suspect: it disagreed "
+                     "by more than 2x with the trials' own training clock, also when measured again beside "
+                     f"its task's programs): {_trial_words(s, ids, labels)}.")
+    if len(left):
+        ids = [i for v in left["suspect_trials"] for i in v.split()]
+        parts.append("† after a bar: suspect trials (tag perf.suspect) left out of it, the bar is the other "
+                     f"trials': {_trial_words(s, ids, labels)}.")
+    if parts:
+        parts.append("A suspect figure is marked † in the leaderboard and left out of the baseline "
+                     "comparison; time to target still counts its modeled figure.")
+    return " ".join(parts)
 
 
 #: Tasks in the throughput figure: shades of grey and hatches, never an optimizer's colour (the
@@ -102,7 +155,11 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
             ax.barh(y, np.nan_to_num(vals), height=h, xerr=xerr, capsize=2, label=task, **tcol[task])
             bad = (d["suspect"].fillna("") != "").to_numpy()
             if bad.any():  # a step time that disagreed with its trials' training clock
-                ax.barh(y[bad], np.nan_to_num(vals[bad]), height=h, **SUSPECT_STYLE)
+                ax.barh(y[bad], np.nan_to_num(vals[bad]), height=h, gid=f"suspect-{j}-{k}", **SUSPECT_STYLE)
+            dagger = (d["left_out"].fillna(0) > 0).to_numpy()
+            for n, (yi, v) in enumerate(zip(y[dagger], vals[dagger], strict=True)):  # trials left out
+                ax.text(np.nan_to_num(v), yi, " †", va="center", fontsize=10, color="tab:red",
+                        gid=f"dagger-{j}-{k}-{n}")
             for yi, v in zip(y, vals, strict=True):
                 if not math.isfinite(v):
                     ax.text(0, yi, " not measured", va="center", fontsize=8, style="italic", color="0.3")
@@ -115,5 +172,8 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
     handles = [Patch(**st, label=labels.get(tk, tk)) for tk, st in tcol.items()]
     if (t["suspect"] != "").any():
         handles.append(Patch(**SUSPECT_STYLE, label="suspect: disagrees with the training clock"))
-    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4), frameon=False)
+    if (t["left_out"] > 0).any():
+        handles.append(Line2D([], [], ls="", marker="$†$", ms=9, color="tab:red",
+                              label="† suspect trials left out of the bar"))
+    fit_legend(fig, handles, max_columns=4)
     return fig

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from harness.core.names import (
     M_COST_SECONDS_TO_TARGET,
@@ -27,27 +27,51 @@ from reports.frame import curves, summaries
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
 from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
 from reports.selection import best_configs
-from reports.style import palette
+from reports.style import markers, palette
+
+#: A time axis turns logarithmic when its plotted values span more than this factor (a decade).
+LOG_SPAN = 10.0
 
 
-def row_words(ax, i: int, words: str, x_at: float, xmax: float) -> None:
+def time_axis(ax, values, xlabel: str) -> str:
+    """Set the x axis of a time-per-optimizer panel from the values it plots (``values``: every
+    marker and whisker end, a not-reached marker's budget included; never a reached optimizer's
+    budget, which once ran the axis to the slowest training while the times sat in its first
+    twentieth): logarithmic when they span more than :data:`LOG_SPAN` (and are all positive), else
+    linear from 0; the label says which. Returns ``"log"`` or ``"linear"``."""
+    v = np.asarray([x for x in values if math.isfinite(x)], float)
+    lo, hi = (float(v.min()), float(v.max())) if v.size else (0.0, 1.0)
+    if lo > 0 and hi / lo > LOG_SPAN:
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.6, hi * 1.6)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"{xlabel}, log scale")
+        return "log"
+    ax.set_xlim(0, hi * 1.08 if hi > 0 else 1.0)
+    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.set_xlabel(xlabel)
+    return "linear"
+
+
+def row_words(ax, i: int, words: str, x_at: float) -> None:
     """Write ``words`` above row ``i`` of a time-per-optimizer panel, at the side away from the
-    marker at ``x_at`` (axes coordinates: the words cannot spill past the axes, and they take no part
-    in layout)."""
-    side = 0.02 if x_at > 0.5 * xmax else 0.98
+    marker at ``x_at`` (data coordinates; the axis must be set, :func:`time_axis`), in axes
+    coordinates: the words cannot spill past the axes, and they take no part in layout."""
+    frac = (ax.transScale + ax.transLimits).transform((x_at, 0.0))[0] if math.isfinite(x_at) else 1.0
+    side = 0.02 if frac > 0.5 else 0.98
     txt = ax.text(side, i - 0.2, words, transform=ax.get_yaxis_transform(), va="bottom",
                   ha="left" if side < 0.5 else "right", fontsize=8, color="0.15")
     txt.set_in_layout(False)
 
 
-def time_rows_axes(ax, opts: list, xmax: float, title: str, xlabel: str) -> None:
-    """One row per optimizer, seconds on x from 0 to ``xmax``: the axes of both time figures."""
+def time_rows_axes(ax, opts: list, values, title: str, xlabel: str) -> str:
+    """One row per optimizer, seconds on x chosen from ``values`` (:func:`time_axis`): the axes of
+    both time figures. Returns the x scale."""
     ax.set_yticks(range(len(opts)), opts)
     ax.set_ylim(len(opts) - 0.4, -0.75)
-    ax.set_xlim(0, xmax)
-    ax.xaxis.set_major_locator(MaxNLocator(5))
     ax.set_title(title)
-    ax.set_xlabel(xlabel)
+    return time_axis(ax, values, xlabel)
 
 
 def budget_seconds(g: pd.DataFrame, ends: pd.Series, clock: str) -> pd.Series:
@@ -113,7 +137,7 @@ def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
     t = time_to_target(frame)
     if t.empty:
         return None
-    obj, pal, labels = objective(frame), palette(frame), task_labels(frame)
+    obj, pal, marks, labels = objective(frame), palette(frame), markers(frame), task_labels(frame)
     mixed = objectives_differ(frame)
     tasks = sorted(t["task"].unique())
     opts = sorted(t["optimizer"].unique())
@@ -122,32 +146,33 @@ def time_to_target_figure(frame: pd.DataFrame) -> Figure | None:
     for k, task in enumerate(tasks):
         ax = axes.ravel()[k]
         d = t[t["task"] == task].set_index("optimizer")
-        xs = np.r_[d["seconds_q75"].to_numpy(float), d["budget_seconds"].to_numpy(float)]
-        xs = xs[np.isfinite(xs)]
-        xmax = float(xs.max()) * 1.08 if xs.size and xs.max() > 0 else 1.0
+        reached = (d["n_reached"] > 0) & d["seconds_median"].notna()
+        budget = d["budget_seconds"].where(~reached)
+        values = [*d.loc[reached, ["seconds_q25", "seconds_median", "seconds_q75"]].to_numpy(float).ravel(),
+                  *budget.dropna().to_numpy(float)]
+        title = labels.get(task, task)
+        if mixed:  # each panel names its own target
+            title += f"\n{target_words(objective(frame, task))}"
+        time_rows_axes(ax, opts, values, title, f"seconds to target ({clock_of(frame, task)})")
+        xmax = ax.get_xlim()[1]
         for i, opt in enumerate(opts):
             if opt not in d.index:
                 continue
             row = d.loc[opt]
-            reached = row["n_reached"] > 0 and math.isfinite(row["seconds_median"])
-            if reached:
+            if reached[opt]:
                 med = row["seconds_median"]
                 err = [[med - row["seconds_q25"]], [row["seconds_q75"] - med]]
-                ax.errorbar(med, i, xerr=err, fmt="o", color=pal[opt], ms=7, capsize=3, lw=1.5)
+                ax.errorbar(med, i, xerr=err, fmt=marks[opt], color=pal[opt], ms=7, capsize=3, lw=1.5)
                 steps = f" · {row['steps_median']:.0f} steps" if math.isfinite(row["steps_median"]) else ""
                 words = f"{med:.3g} s{steps} ({row['n_reached']}/{row['n_seeds']} seeds)"
                 x_at = row["seconds_q75"]
             else:
                 at = row["budget_seconds"] if math.isfinite(row["budget_seconds"]) else xmax / 1.08
                 ax.plot(at, i, marker=">", ms=8, mfc="white", mec=pal[opt], mew=1.6, ls="")
-                budget = f" in {int(row['budget_steps'])} steps" if pd.notna(row["budget_steps"]) else ""
-                words = f"not reached{budget} (0/{row['n_seeds']} seeds)"
+                steps = f" in {int(row['budget_steps'])} steps" if pd.notna(row["budget_steps"]) else ""
+                words = f"not reached{steps} (0/{row['n_seeds']} seeds)"
                 x_at = at
-            row_words(ax, i, words, x_at, xmax)
-        title = labels.get(task, task)
-        if mixed:  # each panel names its own target
-            title += f"\n{target_words(objective(frame, task))}"
-        time_rows_axes(ax, opts, xmax, title, f"seconds to target ({clock_of(frame, task)})")
+            row_words(ax, i, words, x_at)
     hide_unused(axes, len(tasks))
     goal = "each task's validation target" if mixed else (
         f"{METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
@@ -167,7 +192,7 @@ def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
     t = protocol.tuned_time_to_result(frame)
     if t.empty:
         return None
-    pal, labels = palette(frame), task_labels(frame)
+    pal, marks, labels = palette(frame), markers(frame), task_labels(frame)
     tasks = sorted(t["task"].unique())
     opts = sorted(t["optimizer"].unique())
     tt = time_to_target(frame)
@@ -177,25 +202,23 @@ def tuned_time_figure(frame: pd.DataFrame) -> Figure | None:
     for k, task in enumerate(tasks):
         ax = axes.ravel()[k]
         d = t[t["task"] == task].set_index("optimizer")
-        xs = [float(v) for v in d["seconds"] if math.isfinite(v)]
-        xs += [float(budget.get((task, o), math.nan)) for o in d.index]
-        xs = [v for v in xs if math.isfinite(v)]
-        xmax = max(xs) * 1.08 if xs and max(xs) > 0 else 1.0
+        secs = pd.to_numeric(d["seconds"], errors="coerce")
+        at_budget = {o: float(budget.get((task, o), math.nan)) for o in d.index if not math.isfinite(secs[o])}
+        time_rows_axes(ax, opts, [*secs.dropna(), *at_budget.values()], labels.get(task, task),
+                       f"tuned seconds to target ({clock_of(frame, task)})")
+        xmax = ax.get_xlim()[1]
         for i, opt in enumerate(opts):
             if opt not in d.index:
                 continue
             row = d.loc[opt]
-            if math.isfinite(row["seconds"]):
-                at = float(row["seconds"])
-                ax.plot(at, i, "o", color=pal[opt], ms=7)
+            if math.isfinite(secs[opt]):
+                at = float(secs[opt])
+                ax.plot(at, i, marks[opt], color=pal[opt], ms=7)
                 words = f"{at:.3g} s (best of {row['n_configs']})"
             else:
-                at = float(budget.get((task, opt), math.nan))
-                at = at if math.isfinite(at) else xmax / 1.08
+                at = at_budget[opt] if math.isfinite(at_budget[opt]) else xmax / 1.08
                 ax.plot(at, i, marker=">", ms=8, mfc="white", mec=pal[opt], mew=1.6, ls="")
                 words = f"not reached (0 of {row['n_configs']} configurations)"
-            row_words(ax, i, words, at, xmax)
-        time_rows_axes(ax, opts, xmax, labels.get(task, task),
-                       f"tuned seconds to target ({clock_of(frame, task)})")
+            row_words(ax, i, words, at)
     hide_unused(axes, len(tasks))
     return fig

@@ -20,7 +20,9 @@ for the validation-selected configuration). Runs logged before it hold only ``ev
 Every row carries the trial's identity (``trial_id``, ``run_id``, ``model``, ``optimizer``, …,
 ``seed``, ``status``), derived labels (``task``, ``config``, ``config_id``: :mod:`reports.labels`),
 ``tuning`` (the tag ``harness.tuning``: ``"none"`` for a trial of a ``tuning: none`` optimizer entry,
-the self-tuning track; ``None`` for a tuned one), ``perf_suspect`` (the tag ``perf.suspect``: why
+the self-tuning track; ``None`` for a tuned one), ``source_hash`` (the tag ``optimizer.source_hash``
+of a user's optimizer: which version of its code the trial ran; ``None`` for a built-in),
+``perf_suspect`` (the tag ``perf.suspect``: why
 its measured step time is not trusted; ``None`` when it is),
 its target, its environment tags, and every MLflow param as a ``params.<name>`` column (strings, as
 stored). Metric values are exactly the floats MLflow holds.
@@ -67,6 +69,7 @@ from harness.core.names import (
     TAG_MESH,
     TAG_MODEL,
     TAG_OPTIMIZER,
+    TAG_OPTIMIZER_SOURCE_HASH,
     TAG_PARENT_RUN,
     TAG_PERF_SUSPECT,
     TAG_REASON,
@@ -133,6 +136,16 @@ def sweep_settings(parents: list) -> dict[str, str]:
 SWEEP_BUDGET_ATTR = "sweep_budget"
 
 
+#: ``frame.attrs[SWEEP_BUDGET_PARENTS_ATTR]``: the run ids of the parents :func:`sweep_budget`
+#: summed (the invocations the whole sweep's bar is made of).
+SWEEP_BUDGET_PARENTS_ATTR = "sweep_budget_parents"
+
+
+def budget_parents(parents: list) -> list[str]:
+    """The run ids of the ``parents`` that logged a time budget (``time/<part>_s``)."""
+    return [p.info.run_id for p in parents if any(M_TIME[k] in p.data.metrics for k in TIME_PARTS)]
+
+
 def sweep_budget(parents: list) -> dict[str, float]:
     """``{part: seconds}`` of the parents' ``time/<part>_s`` metrics, summed over the parents that
     logged any (their parts add up to each one's ``sweep/wall_s``); ``{}`` when none did."""
@@ -144,7 +157,8 @@ def sweep_budget(parents: list) -> dict[str, float]:
 ID_COLUMNS = (
     "row", "experiment", "sweep", "sweep_id", "trial_id", "run_id", "parent_run_id", "attempts",
     "run_status", "status", "reason", "model", "optimizer", "schedule", "dataset", "seed", "task",
-    "config", "config_id", "tuning", "search_space", "step_size", "batch_size", "train_steps",
+    "config", "config_id", "tuning", "source_hash", "search_space", "step_size", "batch_size",
+    "train_steps",
     "target_metric", "target_value", "target_mode", "protocol", "mesh", "perf_suspect", *ENV_TAGS,
     "start_time",
     "end_time", "step",
@@ -271,6 +285,8 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "mesh": tags.get(TAG_MESH),
         "perf_suspect": tags.get(TAG_PERF_SUSPECT),  # why its step time is not trusted
         "tuning": tags.get(TAG_TUNING),
+        # a user's optimizer (source:): the digest of the code its factory depends on, in its trial id
+        "source_hash": tags.get(TAG_OPTIMIZER_SOURCE_HASH),
         "search_space": tags.get(TAG_SEARCH_SPACE),
         "start_time": pd.to_datetime(run.info.start_time, unit="ms", utc=True)
         if run.info.start_time
@@ -394,6 +410,7 @@ def load_sweep(
     frame.attrs.update(sweep_settings(parents))
     if budget := sweep_budget(parents):
         frame.attrs[SWEEP_BUDGET_ATTR] = budget
+        frame.attrs[SWEEP_BUDGET_PARENTS_ATTR] = budget_parents(parents)
     return SweepData(
         experiment=experiment,
         experiment_id=exp.experiment_id,

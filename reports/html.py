@@ -28,6 +28,9 @@ from harness.core.names import (
     M_STEP_MS,
     M_TEST_ACC,
     M_TEST_LOSS,
+    TAG_CONFIG_COMMIT,
+    TAG_GIT_COMMIT,
+    TAG_HARNESS_COMMIT,
 )
 from harness.core.ties import power_words
 from reports.clock import clock_note
@@ -152,10 +155,29 @@ def _safe_uri(uri: str) -> str:
     return uri
 
 
+#: The environment section's words for a tag of :data:`harness.core.names.ENV_TAGS` (others: the
+#: tag's name with spaces).
+ENV_LABELS = {
+    TAG_HARNESS_COMMIT: "harness git commit (its installed checkout)",
+    TAG_CONFIG_COMMIT: "config folder's git commit",
+    TAG_GIT_COMMIT: "git commit (working directory, runs before harness_commit)",
+}
+
+
 def environment(data: SweepData) -> list[tuple[str, str]]:
-    """(label, value) pairs: versions and device from the trials' tags, dates, and the report's tools."""
+    """(label, value) pairs: versions, device and the two git commits (the harness's own, from
+    where it is installed, and the config folder's) from the trials' tags, else from the parent
+    runs'; dates, and the report's tools. ``git_commit`` (the working directory's, recorded by runs
+    from before the two) is shown only where a run holds it."""
     s = summaries(data.frame)
-    env = [(t.replace("_", " "), _values(s[t]) if t in s else "not logged") for t in ENV_TAGS]
+    env = []
+    for t in ENV_TAGS:
+        vals = s[t] if t in s else pd.Series(dtype=object)
+        if vals.isna().all() and t in (TAG_HARNESS_COMMIT, TAG_CONFIG_COMMIT):
+            vals = pd.Series([p.data.tags.get(t) for p in data.parents], dtype=object)
+        if t == TAG_GIT_COMMIT and vals.isna().all():
+            continue
+        env.append((ENV_LABELS.get(t, t.replace("_", " ")), _values(vals)))
     starts = [
         pd.to_datetime(p.info.start_time, unit="ms", utc=True) for p in data.parents if p.info.start_time
     ]
@@ -201,6 +223,7 @@ def _trial_rows(s: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, Any]]
                 "ms": num(r[M_STEP_MS], ".3g"),
                 "reason": r["reason"] if isinstance(r["reason"], str) else "",
                 "trial_id": r["trial_id"],
+                "source_hash": r["source_hash"] if isinstance(r.get("source_hash"), str) else "",
             }
         )
     return rows

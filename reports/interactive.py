@@ -42,7 +42,7 @@ from reports.objectives import (
     task_objective_values,
 )
 from reports.selection import best_configs
-from reports.style import palette_hex
+from reports.style import palette_hex, vega_shapes
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 #: At most this many points per trial and metric (evenly spaced steps, first and last kept).
@@ -66,13 +66,26 @@ def selection_curve(frame: pd.DataFrame, task: str | None = None) -> str:
     return _METRIC_NAMES[_CURVE_OF.get(objective(frame, task).final, M_VALID_ACC)]
 
 
+#: The optimizer legend's title (colour and shape share it, so Vega-Lite merges their legends).
+LEGEND_TITLE = "optimizer (click to toggle)"
+
+
 def optimizer_color(frame: pd.DataFrame, **legend) -> dict:
     """The colour encoding of every interactive view: :func:`reports.style.palette` (the static
     figures' colours) as an explicit domain and range, the legend on top."""
     pal = palette_hex(frame)
     return {"field": "optimizer", "type": "nominal",
             "scale": {"domain": list(pal), "range": list(pal.values())},
-            "legend": {"title": "optimizer (click to toggle)", "orient": "top", **legend}}
+            "legend": {"title": LEGEND_TITLE, "orient": "top", **legend}}
+
+
+def optimizer_shape(frame: pd.DataFrame, color: dict) -> dict:
+    """The shape encoding of the views' points: :func:`reports.style.vega_shapes` (the static
+    figures' markers), with the colour encoding ``color``'s legend (Vega-Lite merges the two)."""
+    shapes = vega_shapes(frame)
+    return {"field": "optimizer", "type": "nominal",
+            "scale": {"domain": list(shapes), "range": list(shapes.values())},
+            "legend": dict(color["legend"])}
 
 
 @functools.cache
@@ -359,7 +372,8 @@ def tuning_spec(frame: pd.DataFrame) -> dict | None:
                 {
                     "mark": {"type": "point", "filled": True, "size": 45},
                     "encoding": {
-                        "x": x, "y": y, "color": color, "opacity": opacity,
+                        "x": x, "y": y, "color": color, "shape": optimizer_shape(frame, color),
+                        "opacity": opacity,
                         "tooltip": [
                             {"field": "task", "type": "nominal"},
                             {"field": "optimizer", "type": "nominal"},
@@ -404,8 +418,9 @@ def tuning_curves_long(frame: pd.DataFrame) -> pd.DataFrame:
 def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     """Vega-Lite spec of the tuning curves (Dodge et al. 2019): expected best validation metric
     after k configurations (solid) and the expected test metric of the one validation selects
-    (dashed), each with its bootstrap band, one panel per task; click the legend to toggle
-    optimizers, hover for k, the value and its band. A self-tuning optimizer (``tuning: none``) is
+    (dashed), one panel per task, each optimizer in the static figure's colour and marker; the
+    validation curve's bootstrap band is drawn for the optimizer under the pointer; click the legend
+    to toggle optimizers, hover for k, the value and its band. A self-tuning optimizer (``tuning: none``) is
     a horizontal rule at its value across every k. ``None`` without finished configurations."""
     d = tuning_curves_long(frame)
     if d.empty:
@@ -437,28 +452,34 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     # a layer whose rows are all filtered out gives an empty scale ("Infinite extent" warnings)
     return _value_facets(d, cols, width, 260, [*([
                 {
-                    # faint fills with thin edges (as the static figure): 2-6 overlapping bands
-                    # at a higher opacity turned muddy (issue 24 §13)
-                    "mark": {"type": "area", "opacity": 0.07},
+                    # the band of the line under the pointer only (issue 36: seven overlapping
+                    # bands and their edge lines were a muddle); every band is in the CSV
+                    "mark": {"type": "area"},
                     "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
                                  "y2": {"field": "hi"}, "color": color,
+                                 "opacity": {"condition": {"param": "band", "empty": False, "value": 0.2},
+                                             "value": 0},
                                  "detail": {"field": "curve", "type": "nominal"}},
                     "transform": [{"filter": "datum.curve == 'validation (selects)' && "
                                              "!datum.self_tuning"}],
                 },
-                *({
-                    "mark": {"type": "line", "strokeWidth": 0.7, "opacity": 0.55},
-                    "encoding": {"x": x, "y": {"field": edge, "type": "quantitative"}, "color": color,
-                                 "detail": {"field": "curve", "type": "nominal"}},
-                    "transform": [{"filter": "datum.curve == 'validation (selects)' && "
-                                             "!datum.self_tuning"}],
-                } for edge in ("lo", "hi")),
                 {
                     "params": [_legend_toggle()],
                     "transform": [{"filter": "!datum.self_tuning"}],
-                    "mark": {"type": "line", "point": {"filled": True, "size": 30}},
+                    "mark": {"type": "line"},
+                    "encoding": {"x": x, "y": y, "color": color, "strokeDash": dash, "opacity": shown,
+                                 "detail": {"field": "curve", "type": "nominal"}},
+                },
+                {
+                    # the points: the optimizer's marker; the one nearest the pointer shows its band
+                    "params": [{"name": "band", "select": {"type": "point", "fields": ["optimizer"],
+                                                           "on": "pointerover", "clear": "pointerout",
+                                                           "nearest": True}}],
+                    "transform": [{"filter": "!datum.self_tuning"}],
+                    "mark": {"type": "point", "filled": True, "size": 45},
                     "encoding": {
-                        "x": x, "y": y, "color": color, "strokeDash": dash, "opacity": shown,
+                        "x": x, "y": y, "color": color, "shape": optimizer_shape(frame, color),
+                        "opacity": shown,
                         "tooltip": [
                             {"field": "task", "type": "nominal"},
                             {"field": "optimizer", "type": "nominal"},

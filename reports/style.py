@@ -1,5 +1,12 @@
-"""The look every report figure shares: one colour per optimizer, the legend above the panels, log
-axes with plain numbers, PNG output.
+"""The look every report figure shares: one colour and one marker per optimizer, the legend above
+the panels and inside the figure, log axes with plain numbers, PNG output.
+
+Colours are Okabe and Ito's eight (*Color Universal Design*, 2002: told apart with every common
+colour-vision deficiency), in an order that keeps the first seven clear of each other and of the
+grey of reference lines; every optimizer also gets a marker of its own (:data:`MARKERS`), so ten
+or more optimizers stay apart where colours repeat (colour i mod 8, marker i mod 10: unique up to
+40). The same optimizer gets the same colour and marker in every static figure and interactive
+view of a report (:func:`palette`, :func:`markers`, :func:`vega_shapes`).
 
 Figures are drawn on ``matplotlib.figure.Figure`` objects with an Agg canvas
 (:func:`reports.layout.new_figure`: no pyplot, no global backend switch), so every figure module is
@@ -17,13 +24,40 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from reports.frame import summaries
 
+#: Okabe and Ito's colour-blind-safe colours: blue, orange, bluish green, vermillion, reddish
+#: purple, sky blue, black, yellow (the palest last: it reads worst on white).
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+#: One marker per optimizer, matplotlib's name and Vega's ``shape`` for it (the interactive views'
+#: points): circle, square, triangle up, diamond, triangle down, plus, x, star, hexagon, pentagon.
+#: Never ``>`` (the time figures' hollow ▷ means "not reached").
+MARKERS = (
+    ("o", "circle"),
+    ("s", "square"),
+    ("^", "triangle-up"),
+    ("D", "diamond"),
+    ("v", "triangle-down"),
+    ("P", "cross"),
+    ("X", "M-0.7,-1L0,-0.3L0.7,-1L1,-0.7L0.3,0L1,0.7L0.7,1L0,0.3L-0.7,1L-1,0.7L-0.3,0L-1,-0.7Z"),
+    ("*", "M0,-1L0.235,-0.324L0.951,-0.309L0.38,0.124L0.588,0.809L0,0.4L-0.588,0.809L-0.38,0.124"
+          "L-0.951,-0.309L-0.235,-0.324Z"),
+    ("h", "M0,-1L0.866,-0.5L0.866,0.5L0,1L-0.866,0.5L-0.866,-0.5Z"),
+    ("p", "M0,-1L0.951,-0.309L0.588,0.809L-0.588,0.809L-0.951,-0.309Z"),
+)
+#: Lines and words that are no optimizer (targets, "validation (selects)", "a seed ends"): a grey
+#: that no colour of :data:`OKABE_ITO` is mistaken for.
+NEUTRAL = "0.45"
 
-def palette(frame: pd.DataFrame) -> dict[str, tuple]:
-    """One colour per optimizer (seaborn's colour-blind palette), the same in every figure."""
-    import seaborn as sns
 
-    opts = sorted(summaries(frame)["optimizer"].dropna().unique())
-    return dict(zip(opts, sns.color_palette("colorblind", max(len(opts), 1)), strict=False))
+def optimizers(frame: pd.DataFrame) -> list[str]:
+    """The frame's optimizers, sorted: the order colours and markers are handed out in."""
+    return sorted(summaries(frame)["optimizer"].dropna().unique())
+
+
+def palette(frame: pd.DataFrame) -> dict[str, str]:
+    """One colour per optimizer (``#rrggbb``; :data:`OKABE_ITO` in the sorted optimizers' order,
+    repeating after eight, where :func:`markers` still tells them apart), the same in every figure
+    and interactive view of the report."""
+    return {o: OKABE_ITO[i % len(OKABE_ITO)] for i, o in enumerate(optimizers(frame))}
 
 
 def palette_hex(frame: pd.DataFrame) -> dict[str, str]:
@@ -34,12 +68,51 @@ def palette_hex(frame: pd.DataFrame) -> dict[str, str]:
     return {o: to_hex(c) for o, c in palette(frame).items()}
 
 
-def legend(fig: Figure, pal: dict[str, tuple], extra: list | None = None, title: str | None = None) -> None:
-    """The figure's legend above the panels; ``title`` (a one-task figure's task label) is the
-    legend's own title: a separate ``suptitle`` collides with an "outside" legend of two rows."""
-    handles = [Line2D([], [], color=c, lw=2.5, label=o) for o, c in pal.items()] + (extra or [])
-    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 6), frameon=False,
-               title=title, title_fontsize=11)
+def markers(frame: pd.DataFrame) -> dict[str, str]:
+    """One matplotlib marker per optimizer (:data:`MARKERS`, in the order of :func:`palette`)."""
+    return {o: MARKERS[i % len(MARKERS)][0] for i, o in enumerate(optimizers(frame))}
+
+
+def vega_shapes(frame: pd.DataFrame) -> dict[str, str]:
+    """:func:`markers` as Vega-Lite ``shape`` values (the interactive views' points)."""
+    return {o: MARKERS[i % len(MARKERS)][1] for i, o in enumerate(optimizers(frame))}
+
+
+def optimizer_handles(pal: dict[str, str], marks: dict[str, str] | None = None) -> list[Line2D]:
+    """A legend key per optimizer of ``pal``: its colour, and its marker when ``marks`` names one."""
+    marks = marks or {}
+    return [Line2D([], [], color=c, lw=2.2, marker=marks.get(o, ""), ms=6, label=o) for o, c in pal.items()]
+
+
+#: A legend's horizontal margin inside the figure, in pixels on each side.
+LEGEND_MARGIN_PX = 6.0
+
+
+def fit_legend(fig: Figure, handles: list, title: str | None = None, max_columns: int = 6, **kw):
+    """A legend above the panels (``loc="outside upper center"``) with as many columns as fit the
+    figure's width, at most ``max_columns``: a legend wider than the figure is not shrunk by the
+    layout, it is cut at both edges (issue 36: "damw", "dan_optax"). Measured with the figure's
+    renderer before the figure is drawn; one column when nothing wider fits."""
+    renderer = fig.canvas.get_renderer()
+    room = fig.bbox.width - 2 * LEGEND_MARGIN_PX
+    leg = None
+    for ncols in range(max(1, min(len(handles), max_columns)), 0, -1):
+        if leg is not None:
+            leg.remove()
+        leg = fig.legend(handles=handles, loc="outside upper center", ncols=ncols, frameon=False,
+                         title=title, title_fontsize=11 if title else None, **kw)
+        if leg.get_window_extent(renderer).width <= room:
+            break
+    return leg
+
+
+def legend(fig: Figure, pal: dict, extra: list | None = None, title: str | None = None,
+           marks: dict[str, str] | None = None) -> None:
+    """The figure's legend above the panels: a key per optimizer of ``pal`` (with its marker from
+    ``marks``), then ``extra``; ``title`` (a one-task figure's task label) is the legend's own
+    title: a separate ``suptitle`` collides with an "outside" legend of two rows. Never wider than
+    the figure (:func:`fit_legend`)."""
+    fit_legend(fig, optimizer_handles(pal, marks) + (extra or []), title=title)
 
 
 def log_y(ax, lo: float, hi: float) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_hex
 
 import reports
 from harness.core import names as N
@@ -864,30 +865,40 @@ def test_throughput_tasks_are_not_drawn_in_optimizer_colours(frame):
     assert legend == {"cnn · mnist1d", "mlp · mnist1d"}
 
 
-def test_tuning_curve_bands_are_faint_fills_with_edges(frame):
-    """Overlapping 0.15-alpha bands of several optimizers turned muddy (issue 24 §13): fills of at
-    most 0.08 alpha, each band edged by thin lines at its low and high values."""
+def test_tuning_curve_bands_are_faint_fills_and_every_line_is_in_the_legend(frame):
+    """Overlapping 0.15-alpha bands of several optimizers turned muddy (issue 24 §13); their thin edge
+    lines were then "faint unexplained horizontal lines" (issue 36 §1.3): with 3 optimizers, faint
+    fills (at most 0.1 alpha) holding each optimizer's validation band, no edge lines; every line is
+    an optimizer's validation (solid) or test (dashed) curve, as the legend's keys say."""
     from matplotlib.collections import PolyCollection
 
     from reports import protocol
+    from reports.style import palette
 
     fig = F.tuning_figure(frame)
     tc = protocol.tuning_curves(frame)
     ax = fig.axes[[a.get_title() for a in fig.axes].index("mlp · mnist1d")]
     fills = [c for c in ax.collections if isinstance(c, PolyCollection)]
-    assert len(fills) == len(OPTS) and all(c.get_alpha() <= 0.08 for c in fills)
-    edges = [ln for ln in ax.lines if ln.get_gid() == "band-edge"]
+    assert len(fills) == len(OPTS) and all(c.get_alpha() <= 0.1 for c in fills)
     g = tc[(tc["task"] == "mlp / mnist1d") & (tc["optimizer"] == "adam")]
-    ys = [list(ln.get_ydata()) for ln in edges]
-    for col in ("valid_lo", "valid_hi", "test_lo", "test_hi"):
-        assert list(g[col]) in ys, col
-    assert len(edges) == 4 * len(OPTS)
+    adam = next(c for c in fills if to_hex(c.get_facecolor()[0]) == palette(frame)["adam"].lower())
+    ys = adam.get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(g["valid_lo"].min()) and max(ys) == pytest.approx(g["valid_hi"].max())
+    keys = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert keys >= {*OPTS, "validation (selects)", "test of the selected", "95% band (validation)"}
+    styles = {(to_hex(ln.get_color()), ln.get_linestyle()) for ax in fig.axes for ln in ax.lines}
+    colours = {c.lower() for c in palette(frame).values()}
+    assert {c for c, _ in styles} <= colours and {ls for _, ls in styles} == {"-", "--"}
+    assert len([ln for ax in fig.axes for ln in ax.lines]) == 2 * len(OPTS) * len(MODELS)
 
 
-def test_interactive_tuning_bands_are_faint_fills_with_edges(frame):
-    """The interactive tuning curves drew their bands at 0.12 opacity, muddy where 2-6 overlap
-    (issue 24 §13): fills of at most 0.08 opacity and a thin line at each band's low and high."""
+def test_interactive_tuning_bands_show_on_hover_without_edge_lines(frame):
+    """The interactive tuning curves drew every band with thin edge lines (issue 24 §13), a muddle
+    with many optimizers (issue 36 §1.3): one area layer, visible (0.2) only for the optimizer
+    under the pointer (the selection ``band``), no edge lines; the points carry the static
+    figure's markers."""
     from reports import interactive
+    from reports.style import vega_shapes
 
     layers = []
 
@@ -903,11 +914,15 @@ def test_interactive_tuning_bands_are_faint_fills_with_edges(frame):
 
     walk(interactive.tuning_curves_spec(frame))
     areas = [ly for ly in layers if isinstance(ly["mark"], dict) and ly["mark"].get("type") == "area"]
-    assert areas and all(ly["mark"]["opacity"] <= 0.08 for ly in areas)
-    edges = {ly["encoding"]["y"]["field"] for ly in layers
-             if isinstance(ly["mark"], dict) and ly["mark"].get("type") == "line"
-             and ly["mark"].get("strokeWidth", 2) < 1}
-    assert edges == {"lo", "hi"}
+    assert len(areas) == 1
+    assert areas[0]["encoding"]["opacity"] == {"condition": {"param": "band", "empty": False, "value": 0.2},
+                                               "value": 0}
+    thin = [ly for ly in layers if isinstance(ly["mark"], dict) and ly["mark"].get("type") == "line"
+            and ly["encoding"]["y"]["field"] in ("lo", "hi")]
+    assert not thin
+    points = [ly for ly in layers if isinstance(ly["mark"], dict) and ly["mark"].get("type") == "point"]
+    assert points[0]["encoding"]["shape"]["scale"]["range"] == list(vega_shapes(frame).values())
+    assert points[0]["params"][0]["name"] == "band"
 
 
 def test_tuning_curves_draws_follow_the_report_option_and_the_caption_says_which(frame):

@@ -19,7 +19,10 @@ class RunContext:
       parent_run_id: the invocation's parent run (children get ``mlflow.parentRunId``).
       sweep_id: stable id of the sweep (hash of its trial ids), tag ``harness.sweep_id``.
       sweep: the sweep's name (tag ``harness.sweep``; also the experiment's name).
-      git_commit: commit of the working tree that launched the sweep.
+      harness_commit: commit of the checkout the harness runs from (tag ``harness_commit``).
+      config_commit: commit of the config's folder (tag ``config_commit``).
+      git_commit: the working tree's commit, as runs before ``harness_commit`` recorded it; a
+        context spooled by such a version still carries it (``"unknown"``: not written).
       measure_perf: whether the trainer measures throughput.
       log_dataset: log the training split as an MLflow dataset input.
       claim_wait_s: on a SQLite store, how long a unit waits for a trial's claim held by another
@@ -39,6 +42,8 @@ class RunContext:
     sweep_id: str
     sweep: str
     git_commit: str = "unknown"
+    harness_commit: str = "unknown"
+    config_commit: str = "unknown"
     measure_perf: bool = True
     log_dataset: bool = True
     claim_wait_s: float = 0.0

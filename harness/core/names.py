@@ -75,8 +75,15 @@ TAG_EVAL_PARAMS = "optimizer.eval_params"
 TAG_ALGOPERF_BATCH_SIZE = "algoperf.batch_size"
 TAG_ALGOPERF_BATCH_SIZE_SOURCE = "algoperf.batch_size_source"
 TAG_ALGOPERF_WORKLOAD = "algoperf.workload_name"
+#: Provenance (issue 36): the git commit (``+dirty``) of the checkout the running harness is
+#: imported from (``unknown``: not a git checkout) and of the folder holding the sweep's config
+#: (``+untracked``: the config is not in it). Runs from before them hold ``git_commit``: the working
+#: directory's commit.
+TAG_HARNESS_COMMIT = "harness_commit"
+TAG_CONFIG_COMMIT = "config_commit"
 #: Environment tags (any may be absent on old runs).
-ENV_TAGS = ("jax_version", "jaxlib_version", "harness_version", "device_kind", "git_commit")
+ENV_TAGS = ("jax_version", "jaxlib_version", "harness_version", "device_kind", TAG_HARNESS_COMMIT,
+            TAG_CONFIG_COMMIT, "git_commit")
 
 # -- params -----------------------------------------------------------------------------------------
 PARAM_STEP_SIZE = "optimizer.step_size"

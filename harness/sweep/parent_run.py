@@ -28,7 +28,7 @@ from harness.core.selection import DEFAULT_SELECT_BY
 from harness.plan.expansion import search_methods
 from harness.tracking.client import search_all
 from harness.tracking.liveness import kill_stale, owner_tags
-from harness.tracking.provenance import git_commit
+from harness.tracking.provenance import commit_tags
 
 
 def kill_dead_invocations(client, exp_id: str) -> int:
@@ -50,7 +50,7 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -
     # An earlier invocation that died leaves its parent (and maybe trial runs) RUNNING.
     kill_dead_invocations(client, exp_id)
     tags = {TAG_SWEEP: cfg.name, TAG_SWEEP_ID: sweep_id, TAG_KIND: "parent",
-            "git_commit": git_commit(), SEARCH_TAG: search_methods(specs),
+            **commit_tags(config_path), SEARCH_TAG: search_methods(specs),
             **settings_tags(cfg), **owner_tags()}
     run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     rid = run.info.run_id

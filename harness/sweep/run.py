@@ -55,7 +55,7 @@ from harness.tracking import spool
 from harness.tracking.client import get_or_create_experiment, prepare_store
 from harness.tracking.health import HEALTH, store_reachable
 from harness.tracking.liveness import Heartbeat, end_leftovers
-from harness.tracking.provenance import git_commit
+from harness.tracking.provenance import commit_tags
 from harness.tracking.uris import is_server, resolve_tracking_uri
 from harness.train import compile_cache
 
@@ -302,7 +302,7 @@ def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList,
     with clock.part("tracking"):
         parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
         heartbeat = Heartbeat(uri, parent_id).start()
-    ctx = _run_context(cfg, uri, exp_id, parent_id, sweep_id,
+    ctx = _run_context(cfg, config_path, uri, exp_id, parent_id, sweep_id,
                        _with_batching_tags(search_tags(specs), batching_tags))
     status = "KILLED"
     n_before, t_exec, dedupe_s = len(outcomes), time.perf_counter(), 0.0
@@ -331,13 +331,13 @@ def _batching_compile_s() -> float:
     return mod.compile_seconds() if mod is not None else 0.0
 
 
-def _run_context(cfg: SweepConfig, uri: str, exp_id: str, parent_id: str, sweep_id: str,
-                 trial_tags: dict[str, dict[str, str]]) -> RunContext:
+def _run_context(cfg: SweepConfig, config_path: str | Path, uri: str, exp_id: str, parent_id: str,
+                 sweep_id: str, trial_tags: dict[str, dict[str, str]]) -> RunContext:
     """What every worker of this invocation gets with its units."""
     from harness.train import checkpoint
 
     return RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id=parent_id, sweep_id=sweep_id,
-                      sweep=cfg.name, git_commit=git_commit(), measure_perf=cfg.measure_perf,
+                      sweep=cfg.name, **commit_tags(config_path), measure_perf=cfg.measure_perf,
                       trial_tags=trial_tags, checkpoint_every=cfg.checkpoint_every or "default",
                       checkpoint_dir=checkpoint.root_for(uri, cfg.checkpoint_dir),
                       keep_final_checkpoint=cfg.keep_final_checkpoint)

@@ -2,7 +2,7 @@
 
 Each child run gets: tags ``harness.trial_id``, ``harness.sweep``, ``harness.sweep_id``,
 ``harness.kind=trial``, ``model``, ``optimizer``, ``schedule``, ``dataset``, ``seed``, ``status``,
-versions, ``device_kind``, ``git_commit``, ``mlflow.parentRunId``;
+versions, ``device_kind``, ``harness_commit``, ``config_commit``, ``mlflow.parentRunId``;
 metrics ``train/loss``; on the validation split at the eval steps ``valid/loss``,
 ``valid/accuracy`` and ``valid/<name>`` for the model's other metrics, with ``time/wall_s``; on the
 test split once, at the last step, ``test/loss``, ``test/accuracy``, ``test/<name>`` (absent for a
@@ -101,7 +101,9 @@ def trial_tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
         names.TAG_PARENT_RUN: ctx.parent_run_id, names.TAG_MODEL: spec.model,
         names.TAG_OPTIMIZER: spec.optimizer, names.TAG_SCHEDULE: spec.schedule,
         names.TAG_DATASET: spec.dataset, names.TAG_SEED: str(spec.seed),
-        names.TAG_GIT_COMMIT: ctx.git_commit, **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
+        names.TAG_HARNESS_COMMIT: ctx.harness_commit, names.TAG_CONFIG_COMMIT: ctx.config_commit,
+        **({names.TAG_GIT_COMMIT: ctx.git_commit} if ctx.git_commit != "unknown" else {}),
+        **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
         **owner_tags(),
         **({names.TAG_WORKLOAD: spec.workload} if spec.workload else {}),
         **source_tags(spec),
