@@ -30,9 +30,9 @@ from reports.fig_convergence import (
     curve_bands,
 )
 from reports.fig_sensitivity import sensitivity_data, sensitivity_figure, single_step_sizes
-from reports.fig_throughput import throughput, throughput_figure
+from reports.fig_throughput import suspect_caption, throughput, throughput_figure
 from reports.fig_time import time_to_target, time_to_target_figure, tuned_time_figure
-from reports.fig_tuning import profile_figure, tuning_figure
+from reports.fig_tuning import BAND_MAX_OPTIMIZERS, profile_figure, tuning_figure
 from reports.leaderboard import format_interval, interval_words, leaderboard
 from reports.objectives import METRIC_LABELS
 from reports.protocol import SOLVED_FRACTION
@@ -151,9 +151,11 @@ FIGURES: tuple[FigureSpec, ...] = (
         "tuning_curves",
         "Tuning curves",
         lambda f: (
-            "Expected best validation metric after k configurations (solid; band: 95% bootstrap over "
-            "configurations) and expected test metric of the configuration validation selects among "
-            "those k (dashed), computed exactly from the N configurations tried (Dodge et al. 2019; "
+            "Expected best validation metric after k configurations (solid, with the optimizer's "
+            "marker) and expected test metric of the configuration validation selects among those k "
+            f"(dashed); its 95% bootstrap band over configurations is drawn in panels of at most "
+            f"{BAND_MAX_OPTIMIZERS} tuned optimizers (with more, hover a line in the interactive view; "
+            "every band is in the CSV). Computed exactly from the N configurations tried (Dodge et al. 2019; "
             + ("k draws with replacement, as Dodge et al.'s formula and code; the default draws "
                "k-subsets without replacement: report --tuning-curves without-replacement"
                if protocol.tuning_draws(f) == "with-replacement" else
@@ -188,12 +190,9 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "throughput",
         "Throughput",
-        "Steady-state training throughput, utilisation of the measured peak FLOP/s and compile "
-        "time of one training step (wall-clock: what this machine delivered, load included). Red "
-        "cross-hatched: a step whose figure disagreed by more than 2x with its trials' own training "
-        "clock, also when measured again beside its task's programs (tag perf.suspect, † in the "
-        "leaderboard); it is left out of the baseline comparison, and time to target still counts "
-        "its modeled figure.",
+        lambda f: "Steady-state training throughput, utilisation of the measured peak FLOP/s and "
+        "compile time of one training step (wall-clock: what this machine delivered, load included). "
+        + suspect_caption(f),
         throughput_figure,
         "No throughput was measured.",
         throughput,
@@ -203,8 +202,12 @@ FIGURES: tuple[FigureSpec, ...] = (
         "Time budget",
         "Where the seconds went. First the whole sweep, as long as its wall-clock (its parent runs, "
         "every invocation: start-up, pre-flight, the batching decision, the throughput stage and "
-        "what its trials spent, as the summary's time line); then each task, summed over its "
-        "trials: compiling (or loading) programs, training steps, evaluation, its own throughput "
+        "what its trials spent, as the summary's time line); then each task, summed over the trials "
+        "those invocations trained (each bar says how many), and apart, labelled \u201cof other "
+        "invocations\u201d, the trials the report shows that other invocations trained (a grown "
+        "search's trials carried over from an earlier version, or an invocation that logged no time "
+        "budget), which the sweep's bar does not hold. A trial's seconds are "
+        "compiling (or loading) programs, training steps, evaluation, its own throughput "
         "measurement, MLflow writes on the critical path, and the rest (data, initialisation, "
         "checkpoints). A vmapped batch's seconds are divided between its trials; with several "
         "workers the tasks' seconds ran side by side and can add up to more than the sweep's.",
