@@ -36,7 +36,8 @@ condition number at a given point (interlacing of singular values); the report s
 
 **Intervals.** :func:`bootstrap_law` resamples the points with replacement *within each optimizer*
 (``scipy.stats.bootstrap``, one sample per optimizer, ``method="percentile"``), refits from the full
-fit's optimum, and gives percentile intervals of every parameter and factor.
+fit's optimum (at most 200 evaluations per refit), and gives percentile intervals of every
+parameter and factor.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def law_speedup(fit: LawFit, optimizer: str, N, tokens_per_param: float) -> np.n
     N = np.asarray(N, np.float64)
     D = tokens_per_param * N
     rest = fit.predict(optimizer, N, D) - fit.E - fit.A * N ** -fit.alpha
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d_b = np.where(rest > 0, (np.maximum(rest, 1e-300) / fit.B) ** (-1.0 / fit.beta), np.inf)
     return d_b / D
 
@@ -220,7 +221,7 @@ def _starts(prob: _Problem, pts: LawPoints) -> list[np.ndarray]:
     out = []
     for e0 in floors:
         span = max(lmax - e0, 1e-3 * lmax)
-        for al, be, fa, fb in itertools.product((0.1, 0.3, 0.7), (0.1, 0.3, 0.7), (0.1, 0.5), (0.1, 0.5)):
+        for al, be, fa, fb in itertools.product((0.15, 0.5), (0.15, 0.5), (0.1, 0.5), (0.1, 0.5)):
             th = [math.log(fa * span), math.log(fb * span), al, be]
             if prob.E is None:
                 th.append(math.log(e0))
@@ -228,23 +229,30 @@ def _starts(prob: _Problem, pts: LawPoints) -> list[np.ndarray]:
     return out
 
 
-def _solve(prob: _Problem, starts: list[np.ndarray], bounds, delta: float) -> tuple[np.ndarray, float]:
-    """The best of a robust least-squares solve from each start: ``(theta, Σ Huber_δ(r))``."""
+def _solve(prob: _Problem, starts: list[np.ndarray], bounds, delta: float,
+           polish: int = 3, max_nfev: int = 2000) -> tuple[np.ndarray, float]:
+    """The best robust least-squares solution from ``starts``: ``(theta, Σ Huber_δ(r))``. Each start
+    gets a short solve (60 evaluations); the ``polish`` best are then solved to convergence (an
+    ill-posed problem, such as a ladder with one data budget, otherwise spends thousands of
+    evaluations per start crawling along a flat valley)."""
     from scipy.optimize import least_squares
 
     lo = np.array([b[0] for b in bounds])
     hi = np.array([b[1] for b in bounds])
-    best, best_f = None, math.inf
-    for th0 in starts:
+
+    def run(th0: np.ndarray, nfev: int):
         th0 = np.clip(th0, lo + 1e-9 * (1 + np.abs(lo)), hi - 1e-9 * (1 + np.abs(hi)))
-        res = least_squares(lambda th: prob.resid_jac(th)[0], th0, jac=lambda th: prob.resid_jac(th)[1],
-                            bounds=(lo, hi), loss="huber", f_scale=delta, method="trf",
-                            xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=2000)
-        if np.isfinite(res.cost) and res.cost < best_f:
-            best, best_f = res.x, float(res.cost)
-    if best is None:
+        return least_squares(lambda th: prob.resid_jac(th)[0], th0, jac=lambda th: prob.resid_jac(th)[1],
+                             bounds=(lo, hi), loss="huber", f_scale=delta, method="trf",
+                             xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=nfev)
+
+    short = [r for r in (run(th0, 60) for th0 in starts) if np.isfinite(r.cost)]
+    if not short:
         raise RuntimeError("the scaling-law fit found no finite optimum from any starting point")
-    return best, best_f
+    short.sort(key=lambda r: r.cost)
+    done = [r if r.status > 0 else run(r.x, max_nfev) for r in short[:polish]]
+    best = min(done, key=lambda r: r.cost)
+    return best.x, float(best.cost)
 
 
 def fit_law(points: LawPoints, baseline: str, *, E: float | None = None,
@@ -329,7 +337,7 @@ def bootstrap_law(points: LawPoints, fit: LawFit, *, n_resamples: int = 200, lev
     def stat(*idx):
         sub = points.take(np.concatenate([g[i.astype(int)] for g, i in zip(groups, idx, strict=True)]))
         prob = _Problem(sub, fit.baseline, E, fit.rescale, others, fit.centre)
-        th, f = _solve(prob, [fit.theta], _bounds(prob, float(sub.loss.min())), delta)
+        th, f = _solve(prob, [fit.theta], _bounds(prob, float(sub.loss.min())), delta, max_nfev=200)
         g = _make_fit(prob, th, f, fit.baseline, fit.centre, delta)
         vals = [g.alpha, g.beta] + ([g.E] if fit.E_fitted else [])
         vals += [g.rho_n[o] for o in others if "N" in fit.rescale]

@@ -40,7 +40,7 @@ import numpy as np
 __all__ = ["SpeedUp", "SpeedUpInterval", "baseline_tokens_to_reach", "speedup", "speedup_interval"]
 
 #: Bootstrap defaults of :func:`speedup_interval`.
-N_RESAMPLES = 2000
+N_RESAMPLES = 1000
 LEVEL = 0.90
 
 

@@ -85,6 +85,19 @@ def test_rungs_expand_to_trials_with_counted_steps_and_tags():
         transfer={"lion": {"rule": "mup", "base_width": 8}})))] == [s.trial_id for s in trials]
 
 
+def test_baseline_only_budgets():
+    cfg = parse_config(cfg_of(tokens_per_param=[2], baseline_tokens_per_param=[2, 8]))
+    trials = expand(cfg)
+    by_ratio = {}
+    for s in trials:
+        r = trials.origins[s.trial_id].ladder
+        by_ratio.setdefault(r.tokens_per_param, set()).add(s.optimizer)
+        assert r.baseline_only == (r.tokens_per_param == 8)
+    # 2 is everyone's budget (listed again for the baseline: once); 8 the baseline's alone
+    assert by_ratio == {2.0: {"adamw", "lion"}, 8.0: {"adamw"}}
+    assert len(trials) == 2 * (4 + 2) + 2 * 4
+
+
 @pytest.mark.parametrize("change, message", [
     ({"baseline": "sgd"}, "baseline: 'sgd' is not an optimizer of this config"),
     ({"transfer": {"adamw": "fixed"}}, "transfer mup|transfer fixed carries one value"),

@@ -18,7 +18,8 @@ tokens trained on, ``D = steps · batch · T``, are the ratio's up to rounding. 
 keeps the entry as written, so its grid or search runs at every rung ("tuned at every scale");
 ``fixed`` and ``mup`` need each transferred hyperparameter to be one value (the one tuned at the
 base size; a grid or a distribution would tune it again), and ``mup`` scales ``step_size`` by
-``(base_width / width)^exponent``. Transferring from the base rung's *measured* optimum within one
+``(base_width / width)^exponent``. A ``baseline_tokens_per_param`` budget's parts hold the
+baseline's entries only. Transferring from the base rung's *measured* optimum within one
 invocation is not done here (it needs the base rung's results before the others expand).
 """
 
@@ -92,14 +93,14 @@ def rungs(cfg: SweepConfig, workload: Any) -> list[Rung]:
             errors.append(f"ladder.sizes[{i}]: {workload.model} ({size_text(size)}): {e}")
             continue
         transfer = tuple((name, _rule_text(lad.transfer_of(name))) for name in lad.transfer)
-        for r in lad.tokens_per_param:
+        for r, baseline_only in lad.ratios():
             steps = max(1, round(r * n / (batch * t)))
             tokens = steps * batch * t
             flops = 3.0 * fwd * steps * batch if fwd else 6.0 * n * tokens
             width = hp.get("width")
             out.append(Rung(workload.name, workload.model, i, size_text(size),
                             int(width) if isinstance(width, int) else None, n, float(r), t, batch,
-                            steps, float(flops), lad.baseline, transfer, train_tokens))
+                            steps, float(flops), lad.baseline, transfer, train_tokens, baseline_only))
     if errors:
         raise ConfigError(errors)
     return out
@@ -156,7 +157,8 @@ def ladder_parts(cfg: SweepConfig, workload: Any) -> list[tuple[str, dict[str, A
     for dt in cfg.dtypes():
         for rung in rungs(cfg, workload):
             opts = [transfer_hparams(c, lad.transfer_of(c.name), rung.width, f"optimizers[{j}]")
-                    for j, c in enumerate(cfg.optimizers)]
+                    for j, c in enumerate(cfg.optimizers)
+                    if not rung.baseline_only or c.name == lad.baseline]
             upd = {
                 "dtype": dt, "workloads": None, "augment": None, "ladder": None, "optimizers": opts,
                 "models": [Component(name=workload.model,

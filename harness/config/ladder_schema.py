@@ -9,6 +9,9 @@ trained on a data budget given in tokens per parameter (issue 38; the expansion 
         - {width: 16, depth: 2, num_heads: 2}
         - {width: 64, depth: 2, num_heads: 4}
       tokens_per_param: [5, 20]            # data budget(s) per rung: steps = round(r·N / (batch·T))
+      baseline_tokens_per_param: [40]      # more budgets for the baseline alone: its loss-vs-tokens
+                                           # curve then reaches past the others' budgets, so a
+                                           # speed-up up to 40/20 = 2x is measured, not bounded
       baseline: adamw                      # the optimizer speed-ups are measured against
       evals: 10                            # evaluations per trial (eval_every = steps // evals)
       transfer:                            # optimizer name -> how its hyperparameters cross rungs
@@ -61,16 +64,17 @@ class LadderCfg(_Strict):
     dataset_hparams: dict[str, Any] = Field(default_factory=dict)
     sizes: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_RUNGS)
     tokens_per_param: list[Float] = Field(min_length=1, max_length=16)
+    baseline_tokens_per_param: list[Float] = Field(default_factory=list, max_length=16)
     baseline: str = Field(min_length=1, max_length=200)
     evals: Int = Field(default=10, ge=1, le=1000)
     transfer: dict[str, TransferRule | str] = Field(default_factory=dict)
 
-    @field_validator("tokens_per_param", mode="before")
+    @field_validator("tokens_per_param", "baseline_tokens_per_param", mode="before")
     @classmethod
     def _listify(cls, v: Any) -> Any:
         return [v] if isinstance(v, int | float) and not isinstance(v, bool) else v
 
-    @field_validator("tokens_per_param")
+    @field_validator("tokens_per_param", "baseline_tokens_per_param")
     @classmethod
     def _positive(cls, v: list[float]) -> list[float]:
         for r in v:
@@ -105,6 +109,12 @@ class LadderCfg(_Strict):
                         "ladder", "transfer.{k}: must be one of {valid} or {{rule: mup, base_width: "
                         "W}}, got {x}", {"k": k, "valid": ", ".join(TRANSFER_MODES), "x": x[:100]})
         return v
+
+    def ratios(self) -> list[tuple[float, bool]]:
+        """Every budget, ``(ratio, baseline_only)``: ``tokens_per_param``, then the baseline's own
+        ``baseline_tokens_per_param`` that are not among them."""
+        extra = [r for r in self.baseline_tokens_per_param if r not in self.tokens_per_param]
+        return [(r, False) for r in self.tokens_per_param] + [(r, True) for r in extra]
 
     def transfer_of(self, optimizer: str) -> TransferRule | str:
         """How ``optimizer``'s hyperparameters cross rungs: ``"per_rung"`` (absent), ``"fixed"``

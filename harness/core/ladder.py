@@ -40,6 +40,7 @@ class Rung:
         ``6 · N · tokens`` (Kaplan et al. 2020) where the model has no analytic count.
       baseline: the baseline optimizer. transfer: optimizer name -> how it crosses rungs (text).
       train_tokens: the training split's tokens (``num_train · T``).
+      baseline_only: a ``baseline_tokens_per_param`` budget, trained by the baseline alone.
     """
 
     workload: str
@@ -56,6 +57,7 @@ class Rung:
     baseline: str
     transfer: tuple[tuple[str, str], ...] = ()
     train_tokens: int = 0
+    baseline_only: bool = False
 
     @property
     def epochs(self) -> float:
