@@ -1,11 +1,17 @@
 """Where ``harness ui`` lands in MLflow 3.17's UI (issue 24 §15): model training, not GenAI; the
 validation curves first, grouped by optimizer; single-valued metrics as bars and table columns,
-never a line against the step. The page itself is checked in Chromium by
+never a line against the step; trials only, never their parents, two versions of a user's optimizer
+in groups apart, the URL said once the server answers (issue 36 §2). The page itself is checked in
+Chromium here and by
 ``tests/test_report_layout.py::test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer``."""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
+
+import pytest
 
 from harness.core import names
 from harness.tracking import mlflow_ui
@@ -94,3 +100,115 @@ def test_a_state_too_long_for_an_experiment_tag_leaves_the_bars_to_mlflow(tracki
     value = client.get_experiment(exp_id).tags[f"mlflow.sharedViewState.{key}"]
     assert len(json.dumps(mlflow_ui.view_state([f"test/metric_{i:03d}" for i in range(120)]))) > 20_000
     assert len(value) <= mlflow_ui.MAX_TAG_VALUE and json.loads(value)["compareRunCharts"] == []
+
+
+def test_the_view_is_never_sorted_by_start_time_and_groups_source_versions_apart():
+    """MLflow 3.17's runs page loads the parent of every nested run it shows when the view is sorted
+    by start time (or has neither sort nor filter): the sweep's parents came back as "Additional
+    runs" and as an "Unassigned" group in every chart (issue 36 §2). Two source versions of one
+    optimizer are grouped apart, the hash a column of the table."""
+    state = mlflow_ui.view_state(QUICKSTART_METRICS)
+    assert state["orderByKey"] == "tags.`mlflow.runName`" and state["searchFilter"]
+    assert state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "optimizer"}]
+    both = mlflow_ui.view_state(QUICKSTART_METRICS, versions=True)
+    assert both["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "optimizer"},
+                                              {"mode": "tag", "groupByData": "optimizer.source_hash"}]
+    assert "tags.`optimizer.source_hash`" in both["selectedColumns"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The real UI, in chromium
+# ---------------------------------------------------------------------------------------------
+VERSIONS = {"a1b2c3d4e5f60718": 2, "99aa88bb77cc66dd": 2}
+
+
+@pytest.fixture
+def chromium():
+    from test_report_figures import chromium_binary
+
+    if chromium_binary() is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium); .ci/run installs it")
+
+
+def _ui_store(uri: str) -> tuple[str, int]:
+    """An experiment as two invocations leave it: 2 parent runs; adam (2 trials) and a user's
+    optimizer ``my_opt`` in two source versions (2 trials each), each trial with a validation
+    curve, a time part and a final value; nested under its parent. Returns (experiment id, trials)."""
+    from mlflow.entities import Metric
+
+    from harness.tracking.client import get_or_create_experiment, prepare_store
+
+    client = prepare_store(uri)
+    exp_id = get_or_create_experiment(client, "ui_versions", uri)
+    parents = []
+    for k in range(2):
+        p = client.create_run(exp_id, run_name=f"sweep-{k}", tags={names.TAG_KIND: names.KIND_PARENT,
+                                                                 names.TAG_SWEEP_ID: f"s{k}"})
+        client.log_batch(p.info.run_id, metrics=[Metric("time/compile_s", 40.0 + k, 0, 0),
+                                                 Metric("sweep/wall_s", 90.0, 0, 0)])
+        client.set_terminated(p.info.run_id)
+        parents.append(p.info.run_id)
+    trials = [("adam", None, 0), ("adam", None, 1)]
+    trials += [("my_opt", h, s) for h, n in VERSIONS.items() for s in range(n)]
+    for i, (opt, digest, seed) in enumerate(trials):
+        tags = {names.TAG_KIND: names.KIND_TRIAL, names.TAG_OPTIMIZER: opt, names.TAG_SEED: str(seed),
+                names.TAG_PARENT_RUN: parents[0 if digest != "99aa88bb77cc66dd" else 1],
+                **({names.TAG_OPTIMIZER_SOURCE_HASH: digest} if digest else {})}
+        run = client.create_run(exp_id, run_name=f"mlp-{opt}-{seed}", tags=tags)
+        client.log_batch(run.info.run_id, metrics=[
+            *[Metric(names.M_VALID_ACC, 0.1 + 0.1 * s + 0.01 * i, 0, 50 * s) for s in range(5)],
+            Metric("time/compile_s", 0.3 + 0.01 * i, 0, 0), Metric(names.M_FINAL_ACC, 0.5 + 0.01 * i, 0, 0)])
+        client.set_terminated(run.info.run_id)
+    return exp_id, len(trials)
+
+
+@pytest.mark.browser
+def test_ui_lands_on_trials_only_with_source_versions_apart_and_says_its_url_once_it_answers(
+        chromium, tmp_path):
+    """Issue 36 §2 on the real page: ``harness ui`` printed its URL ~30 s before the server
+    answered, and the page said "57 matching runs" for 54 trials (the parents as "Additional runs"
+    and an "Unassigned" series in every time/* chart), with two versions of one source averaged in
+    one group. Now: the URL line comes once the server answers (one request, no retry, succeeds);
+    chromium on that URL counts "6 matching runs" for 6 trials, no "Additional runs", no
+    "Unassigned"; my_opt's two versions are two groups (2 runs each), adam one."""
+    import html
+    import re
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    from test_report_figures import CHROMIUM_FLAGS, chromium_binary
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _exp_id, n_trials = _ui_store(uri)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "ui", "-e", "ui_versions", "--port", str(port),
+                             "--tracking-uri", uri], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("MLflow UI: http://127.0.0.1:"), line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:  # no retry
+            assert r.status == 200
+        url = line.split("MLflow UI: ", 1)[1].strip()
+        shot = Path(os.environ.get("REPORT_SCREENSHOTS") or tmp_path) / "mlflow-ui-versions.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        flags = [chromium_binary(), *CHROMIUM_FLAGS, "--window-size=1600,1400", "--virtual-time-budget=30000"]
+        subprocess.run([*flags, f"--user-data-dir={tmp_path / 'p1'}", f"--screenshot={shot}", url],
+                       capture_output=True, timeout=180, check=True)
+        dom = subprocess.run([*flags, f"--user-data-dir={tmp_path / 'p2'}", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=180, check=True).stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom)))
+    assert f"{n_trials} matching runs" in text, text[:3000]
+    assert "Additional runs" not in text and "Unassigned" not in text, text[:3000]
+    groups = re.findall(r"Group: (optimizer: \S+, optimizer\.source_hash: [^ ]+) (\d+)", text)
+    assert sorted(groups) == sorted([("optimizer: adam, optimizer.source_hash: (none)", "2")]
+                                    + [(f"optimizer: my_opt, optimizer.source_hash: {h}", str(n))
+                                       for h, n in VERSIONS.items()]), groups

@@ -418,6 +418,8 @@ def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps,
     assert sections[:2] == ["valid", "train"] and sections.index("final") > sections.index("train"), sections
     assert sections.index("convergence") > sections.index("test"), sections
     assert "No data" not in text and "does not exist" not in text
+    # trials only (issue 36 §2): the parent is neither a run of the page nor a chart's series
+    assert "24 matching runs" in text and "Additional runs" not in text and "Unassigned" not in text
 
 
 def console_messages(stderr: str) -> list[str]:

@@ -64,17 +64,24 @@ def ui(
                    "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated")
     if exp_id is None:
         typer.echo("No sweep in this store yet: run `python -m harness sweep CONFIG` first.")
-    typer.echo(f"MLflow UI: {url}")
-    typer.echo(f"  (store {mask_uri(uri)}; Ctrl-C to stop)")
     import signal
 
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    # the server's own log lines on stderr: stdout holds the URL alone (a script reads its first line)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=2)
 
     def _stop(*_: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)
     try:
+        # the URL once the server answers (it takes seconds to start; a URL printed at once led to
+        # a browser's "connection refused")
+        err(f"starting mlflow ui on {host}:{port} (the URL follows when it answers; Ctrl-C to stop)")
+        if _wait_until_answering(proc, host, port):
+            typer.echo(f"MLflow UI: {url}")
+            typer.echo(f"  (store {mask_uri(uri)}; Ctrl-C to stop)")
+        else:
+            err(f"error: mlflow ui exited with code {proc.returncode} before it answered on {host}:{port}")
         code = proc.wait()
     except KeyboardInterrupt:
         code = 0
@@ -121,3 +128,28 @@ def _port_in_use(host: str, port: int) -> str | None:
         except OSError as e:
             return (e.strerror or str(e)).lower()
     return None
+
+
+#: Seconds between two checks of whether ``mlflow ui`` answers.
+POLL_S = 0.25
+
+
+def _wait_until_answering(proc, host: str, port: int) -> bool:
+    """Wait until ``mlflow ui`` (``proc``) answers HTTP on ``host:port`` (its ``/health``): True;
+    False if it exits first. A wildcard host (``0.0.0.0``, ``::``) is asked on the loopback."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    ask = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
+    url = f"http://[{ask}]:{port}/health" if ":" in ask else f"http://{ask}:{port}/health"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+    while proc.poll() is None:
+        try:
+            with opener.open(url, timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answered (whatever it said about /health)
+        except OSError:
+            time.sleep(POLL_S)
+    return False

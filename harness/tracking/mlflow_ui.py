@@ -12,8 +12,14 @@ values as bars and as the runs table's columns.
 * **The runs view's state** (search filter, grouping, chart sections and charts, table columns) is
   shared through an experiment tag ``mlflow.sharedViewState.<key>`` holding it as JSON and the URL
   parameter ``viewStateShareKey=<key>`` (what the UI's own "Share" button writes). :func:`view_state`
-  builds one: only trial runs (parents hidden by the filter ``tags.`harness.kind` = 'trial'``),
-  grouped by the ``optimizer`` tag with the curves averaged per group (min-max band); the chart
+  builds one: only trial runs (parents hidden by the filter ``tags.`harness.kind` = 'trial'``,
+  and never loaded back: MLflow 3.17's runs page fetches the parent of every nested run it shows,
+  adding the sweep's parent runs to the page as "Additional runs" and to every chart as an
+  "Unassigned" group, whenever the view is sorted by start time (its default, and ours before issue
+  36) or has neither a sort nor a filter; so the view is sorted by run name, model and optimizer
+  first), grouped by the ``optimizer`` tag (and, where the experiment holds two versions of one
+  user's optimizer, by its ``optimizer.source_hash`` too: the versions are separate groups, not one
+  average) with the curves averaged per group (min-max band); the chart
   sections ``valid`` (the validation curves), ``train``, the other curves, then the single-valued
   metrics' sections as bar charts of the group means (``final``, ``test``, ``convergence`` open, the
   rest collapsed); the table's columns the trial's tags and its final, test and convergence values.
@@ -37,6 +43,7 @@ from harness.core.names import (
     TAG_KIND,
     TAG_MODEL,
     TAG_OPTIMIZER,
+    TAG_OPTIMIZER_SOURCE_HASH,
     TAG_SCHEDULE,
     TAG_SEED,
     is_curve_metric,
@@ -58,13 +65,20 @@ TABLE_SECTIONS = ("final", "test", "convergence")
 TABLE_TAGS = tuple(f"tags.`{t}`" for t in (TAG_MODEL, TAG_OPTIMIZER, TAG_SCHEDULE, TAG_DATASET, TAG_SEED))
 #: Cards per row (MLflow's default 3): the curves two a row.
 _LAYOUT = {"valid": {"columns": 2}, "train": {"columns": 2}}
+#: The runs table's sort: the run name (``<model>-<optimizer>-<schedule>-...``), one of the UI's own
+#: sort keys. MLflow 3.17 fetches missing parents when sorted by ``attributes.start_time``.
+ORDER_BY = "tags.`mlflow.runName`"
+#: Group by the optimizer; with :data:`VERSION_GROUP` too where one optimizer name has several
+#: source versions.
+OPTIMIZER_GROUP = {"mode": "tag", "groupByData": TAG_OPTIMIZER}
+VERSION_GROUP = {"mode": "tag", "groupByData": TAG_OPTIMIZER_SOURCE_HASH}
 #: The runs-view state every view shares (keys as MLflow 3.17's UI reads them).
 BASE_VIEW = {
     "searchFilter": f"tags.`{TAG_KIND}` = '{KIND_TRIAL}'",
-    "orderByKey": "attributes.start_time",
-    "orderByAsc": False,
-    "groupBy": {"aggregateFunction": "average",
-                "groupByKeys": [{"mode": "tag", "groupByData": TAG_OPTIMIZER}]},
+    # not attributes.start_time: sorted so, MLflow's page loads each shown run's parent (see above)
+    "orderByKey": ORDER_BY,
+    "orderByAsc": True,
+    "groupBy": {"aggregateFunction": "average", "groupByKeys": [OPTIMIZER_GROUP]},
     "useGroupedValuesInCharts": True,
     "runsHiddenMode": "SHOW_ALL",
     "hideEmptyCharts": True,
@@ -84,10 +98,11 @@ def section_of(metric: str) -> str:
     return metric.rsplit("/", 1)[0] if "/" in metric else ""
 
 
-def view_state(metric_keys, bars: bool = True) -> dict:
+def view_state(metric_keys, bars: bool = True, versions: bool = False) -> dict:
     """The runs-view state for runs that logged ``metric_keys`` (see the module's docstring);
-    without ``bars``, MLflow makes the single-valued metrics' charts. Sections and charts get stable
-    ids (``harness-section-<name>``, ``harness-chart-<metric>``): the same metrics, the same state."""
+    without ``bars``, MLflow makes the single-valued metrics' charts; with ``versions``, the runs
+    are grouped by optimizer and source version. Sections and charts get stable ids
+    (``harness-section-<name>``, ``harness-chart-<metric>``): the same metrics, the same state."""
     keys = sorted({k for k in metric_keys if section_of(k)})  # no "/": MLflow's "Model metrics"
     curve = {section_of(k) for k in keys if is_curve_metric(k)}
     single = {section_of(k) for k in keys} - curve
@@ -104,26 +119,51 @@ def view_state(metric_keys, bars: bool = True) -> dict:
              for k in keys if bars and not is_curve_metric(k)]  # also beside curves (time/compile_s)
     columns = [f"metrics.`{k}`" for s in TABLE_SECTIONS for k in keys
                if section_of(k) == s and not is_curve_metric(k)]
-    return {**BASE_VIEW, "compareRunSections": sections, "compareRunCharts": bars_,
-            "isAccordionReordered": True, "selectedColumns": [*TABLE_TAGS, *columns]}
+    return {**BASE_VIEW, **_grouping(versions), "compareRunSections": sections, "compareRunCharts": bars_,
+            "isAccordionReordered": True,
+            "selectedColumns": [*TABLE_TAGS, *([f"tags.`{TAG_OPTIMIZER_SOURCE_HASH}`"] if versions else []),
+                                *columns]}
 
 
-def metric_keys(client, experiment_id: str, max_runs: int = 200) -> set[str]:
-    """The metric names of the experiment's latest ``max_runs`` runs (trials, and the parents'
-    ``sweep/*``: MLflow loads a shown trial's parent, and charts its metrics too)."""
-    runs = client.search_runs([experiment_id], max_results=max_runs, order_by=["attributes.start_time DESC"])
+def _grouping(versions: bool) -> dict:
+    keys = [OPTIMIZER_GROUP, VERSION_GROUP] if versions else [OPTIMIZER_GROUP]
+    return {"groupBy": {**BASE_VIEW["groupBy"], "groupByKeys": keys}}
+
+
+def trial_runs(client, experiment_id: str, max_runs: int = 200) -> list:
+    """The experiment's latest ``max_runs`` trial runs (what the view shows; parents are not)."""
+    return client.search_runs([experiment_id], BASE_VIEW["searchFilter"], max_results=max_runs,
+                              order_by=["attributes.start_time DESC"])
+
+
+def metric_keys(runs) -> set[str]:
+    """The metric names of ``runs``."""
     return {k for r in runs for k in r.data.metrics}
 
 
+def several_versions(runs) -> bool:
+    """Whether one optimizer name of ``runs`` ran with two or more ``optimizer.source_hash``
+    values (a user's optimizer whose code changed between sweeps)."""
+    seen: dict[str, set] = {}
+    for r in runs:
+        tags = r.data.tags
+        if tags.get(TAG_OPTIMIZER_SOURCE_HASH):
+            seen.setdefault(tags.get(TAG_OPTIMIZER, ""), set()).add(tags[TAG_OPTIMIZER_SOURCE_HASH])
+    return any(len(v) > 1 for v in seen.values())
+
+
 def training_view(client, experiment_id: str) -> str:
-    """Write :func:`view_state` for the experiment's metrics as a shared view on the
-    experiment (idempotent: the key is a hash of the state) and return its key."""
-    keys = metric_keys(client, experiment_id)
-    value = json.dumps(view_state(keys), sort_keys=True, separators=(",", ":"))
+    """Write :func:`view_state` for the experiment's trial runs' metrics (grouped by source
+    version where :func:`several_versions`) as a shared view on the experiment (idempotent: the
+    key is a hash of the state) and return its key."""
+    runs = trial_runs(client, experiment_id)
+    keys, versions = metric_keys(runs), several_versions(runs)
+    value = json.dumps(view_state(keys, versions=versions), sort_keys=True, separators=(",", ":"))
     if len(value) > MAX_TAG_VALUE:  # many metrics: leave their bar charts to MLflow
-        value = json.dumps(view_state(keys, bars=False), sort_keys=True, separators=(",", ":"))
+        value = json.dumps(view_state(keys, bars=False, versions=versions), sort_keys=True,
+                           separators=(",", ":"))
     if len(value) > MAX_TAG_VALUE:  # and their sections and columns
-        value = json.dumps(BASE_VIEW, sort_keys=True, separators=(",", ":"))
+        value = json.dumps({**BASE_VIEW, **_grouping(versions)}, sort_keys=True, separators=(",", ":"))
     key = hashlib.sha256(value.encode()).hexdigest()[:32]
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(SHARED_VIEW_PREFIX + key) != value:
