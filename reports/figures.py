@@ -36,6 +36,7 @@ from reports.fig_tuning import BAND_MAX_OPTIMIZERS, profile_figure, tuning_figur
 from reports.leaderboard import format_interval, interval_words, leaderboard
 from reports.objectives import METRIC_LABELS
 from reports.protocol import SOLVED_FRACTION
+from reports.scaling_report import scaling_caption, scaling_figure, scaling_table
 from reports.scoring import performance_profile, profile_times
 from reports.selection import tuning_value_words
 from reports.style import palette, png_bytes
@@ -214,6 +215,14 @@ FIGURES: tuple[FigureSpec, ...] = (
         budget_figure,
         "No time budget was logged (runs from before issue 25).",
         time_budget,
+    ),
+    FigureSpec(
+        "scaling",
+        "Scaling: speed-up across model sizes",
+        scaling_caption,
+        scaling_figure,
+        "The sweep has no model-size ladder (a config's ladder: section, issue 38).",
+        scaling_table,
     ),
 )
 

@@ -1,0 +1,114 @@
+"""The report's scaling section (reports.scaling_report) on a hand-built ladder frame.
+
+The frame holds what a ladder sweep's trials hold (summary rows with the ladder.* tag columns,
+final validation losses, the gap to the loss floor): 4 sizes spanning 16x, 3 budgets (5, 20, 80
+tokens per parameter), 2 seeds, adamw (the baseline) and muon, each with a good and a worse
+configuration, final losses drawn from a known law (E = the Markov floor 1.8747, alpha 0.35,
+beta 0.30, muon's rho_N 1.4 and rho_D 1.6), seeds 0.0005 apart.
+"""
+
+import math
+
+import pandas as pd
+import pytest
+
+import harness  # noqa: F401  (XLA's pool pinned as in every test process)
+from harness.core import ladder as lt
+from harness.core.names import M_FINAL_ACC, M_FINAL_GAP, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
+from reports.layout import layout_problems
+from reports.scaling_law import law_speedup
+from reports.scaling_report import scaling_caption, scaling_figure, scaling_study, scaling_table
+
+E, A, ALPHA, B, BETA = 1.8747, 6.0, 0.35, 12.0, 0.30
+RHO = {"adamw": (1.0, 1.0), "muon": (1.4, 1.6)}
+SIZES = (1e4, 2.5e4, 6.4e4, 1.6e5)
+RATIOS = (5.0, 20.0, 80.0)
+
+
+def law(opt, n, d):
+    rn, rd = RHO[opt]
+    return E + A * (rn * n) ** -ALPHA + B * (rd * d) ** -BETA
+
+
+def frame(ratios=RATIOS):
+    rows = []
+    for i, n in enumerate(SIZES):
+        for r in ratios:
+            d = r * n
+            for opt in RHO:
+                for cfg, worse in (("good", 0.0), ("bad", 0.05)):
+                    for seed in (0, 1):
+                        loss = law(opt, n, d) + worse + (0.0005 if seed else -0.0005)
+                        tid = f"{i}-{r}-{opt}-{cfg}-{seed}"
+                        rows.append({
+                            "row": "summary", "task": f"rung {i} at {r:g}", "optimizer": opt,
+                            "config_id": f"{opt}-{cfg}", "config": f"{opt} {cfg}", "seed": seed,
+                            "status": "finished", "trial_id": tid, "run_id": tid, "target_metric": None,
+                            "target_mode": None, "target_value": math.nan, M_FINAL_LOSS: loss,
+                            M_FINAL_ACC: math.nan, M_SECONDS_TO_TARGET: math.nan,
+                            M_STEPS_TO_TARGET: math.nan, M_FINAL_GAP: loss - E, "train_steps": "100",
+                            lt.TAG_RUNG: str(i), lt.TAG_SIZE: f"width={i}", lt.TAG_PARAMS: str(int(n)),
+                            lt.TAG_RATIO: f"{r:g}", lt.TAG_TOKENS: str(int(d)), lt.TAG_BASELINE: "adamw",
+                            lt.TAG_TRANSFER: "per_rung", lt.TAG_FLOPS: "1", "step": pd.NA})
+    f = pd.DataFrame(rows)
+    f.attrs["select_by"] = "final"
+    return f
+
+
+def test_speedups_fit_and_extrapolation():
+    f = frame()
+    st = scaling_study(f)
+    assert st.baseline == "adamw" and st.curve_kind == "end-of-training" and st.floor == pytest.approx(E)
+    # the tuned configuration only: the "bad" configurations are not among the points
+    assert len(st.points) == 4 * 3 * 2 * 2 and st.points["loss"].lt(law("adamw", 1e4, 5e4) + 0.01).all()
+    # muon at the smallest size and 20 tokens/param against adamw's end-of-training curve at that
+    # size (5, 20, 80 tokens/param): by hand, linear in log-tokens between the bracketing budgets
+    n = SIZES[0]
+    lx = law("muon", n, 20 * n)
+    curve = [law("adamw", n, r * n) for r in RATIOS]
+    i = next(k for k, v in enumerate(curve) if v <= lx)
+    frac = (curve[i - 1] - lx) / (curve[i - 1] - curve[i])
+    want = math.exp(math.log(RATIOS[i - 1] * n) + frac * math.log(RATIOS[i] / RATIOS[i - 1])) / (20 * n)
+    row = st.speedups[(st.speedups["rung"] == 0) & (st.speedups["ratio"] == 20)].iloc[0]
+    assert row["speedup"] == pytest.approx(want, rel=1e-9) and row["bound"] == "="
+    assert row["low"] <= row["speedup"] <= row["high"]
+    # muon at the largest budget beats adamw's whole curve there: a lower bound, not extrapolated
+    top = st.speedups[(st.speedups["rung"] == 0) & (st.speedups["ratio"] == 80)].iloc[0]
+    assert top["bound"] == ">" and top["speedup"] == pytest.approx(1.0)
+    # the law: its factors recovered (the seeds' +-0.0005 is the only noise)
+    k = st.known
+    assert abs(k.E - E) < 1e-12 and st.fitted.E_fitted
+    assert k.alpha == pytest.approx(ALPHA, abs=0.02) and k.beta == pytest.approx(BETA, abs=0.01)
+    assert k.rho_n["muon"] == pytest.approx(1.4, rel=0.1) and k.rho_d["muon"] == pytest.approx(1.6, rel=0.1)
+    lo, hi = st.intervals["rho_D[muon]"]
+    assert lo < k.rho_d["muon"] < hi
+    assert st.fitted.condition > k.condition
+    # extrapolation: the law's speed-up at 10x and 100x the largest rung, per budget
+    ex = st.extrapolated
+    assert sorted(ex["times_largest"].unique()) == [10.0, 100.0] and set(ex["optimizer"]) == {"muon"}
+    got = ex[(ex["ratio"] == 20) & (ex["times_largest"] == 100)]["speedup"].iloc[0]
+    assert got == pytest.approx(float(law_speedup(k, "muon", SIZES[-1] * 100, 20)))
+    table = scaling_table(f)
+    assert set(table["kind"]) == {"measured", "extrapolated (law, E known)"}
+    cap = scaling_caption(f)
+    assert "Extrapolated (law, not measured)" in cap and "exact loss floor 1.8747" in cap
+    assert "end-of-training losses" in cap
+    fig = scaling_figure(f)
+    assert fig is not None and layout_problems(fig) == []
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "extrapolation" in texts
+
+
+def test_one_budget_rescales_data_only_and_says_its_curve_is_within_run():
+    f = frame(ratios=(20.0,))
+    st = scaling_study(f)
+    assert st.curve_kind == "within-run"
+    assert st.known.rescale == ("D",) and st.known.rho_n["muon"] == 1.0
+    assert st.speedups.empty  # the hand-built frame has no curve rows to read
+    assert "within-run curve" in scaling_caption(f)
+
+
+def test_no_ladder_no_section():
+    f = frame().drop(columns=list(lt.TAGS))
+    assert scaling_study(f) is None and scaling_figure(f) is None and scaling_table(f).empty
+    assert scaling_caption(f) == ""
