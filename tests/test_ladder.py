@@ -218,3 +218,17 @@ def test_killed_ladder_resumes_without_retraining_a_finished_rung(tmp_path):
     assert [r.info.run_id for r in rung0] == [first]
     assert len(rung1) == 1 and rung1[0].data.tags[lt.TAG_PARAMS] == str(n1)
     assert rung1[0].data.tags[lt.TAG_TOKENS] == str(steps1 * 16 * T)
+
+
+def test_shipped_scaling_study_expands():
+    """experiments/scaling.yaml (issue 38 §3): 5 optimizers on 4 sizes spanning >= 16x parameters,
+    2 seeds, adamw the baseline (tuned per rung, with a budget of its own), the others fixed."""
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    trials = expand(load_config(root / "scaling.yaml"))
+    rungs = {trials.origins[s.trial_id].ladder for s in trials}
+    params = sorted({r.params for r in rungs})
+    assert len(params) == 4 and params[-1] >= 16 * params[0]
+    assert {s.optimizer for s in trials} == {"adamw", "muon", "soap", "schedule_free_adamw", "lion"}
+    assert {s.seed for s in trials} == {0, 1} and len(trials) == 136
+    assert all(r.epochs < 1 for r in rungs)  # no window is seen twice
+    assert {r.tokens_per_param for r in rungs if r.baseline_only} == {40.0}
