@@ -11,7 +11,7 @@ from harness.core.names import M_FINAL_ACC, M_FINAL_LOSS
 from reports.frame import summaries
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
 from reports.objectives import objective, objectives_differ, task_objective_values
-from reports.style import legend, palette
+from reports.style import NEUTRAL, legend, markers, palette
 
 
 def single_step_sizes(frame: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -55,7 +55,7 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
     s, fin = s[keep], fin[keep.reindex(fin.index, fill_value=False)]
     import seaborn as sns
 
-    pal, labels = palette(frame), task_labels(frame)
+    pal, marks, labels = palette(frame), markers(frame), task_labels(frame)
     tasks = sorted(set(s["task"]) | {t for t, _o in single})
     mixed = objectives_differ(frame)  # then every panel names its own metric
     nrows, ncols = grid_shape(len(tasks))
@@ -71,10 +71,12 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
                 y="_value",
                 hue="optimizer",
                 palette=pal,
+                style="optimizer",  # the optimizer's marker, as in every figure (solid lines)
+                markers={o: marks[o] for o in d["optimizer"].unique()},
+                dashes=False,
                 estimator="median",
                 errorbar=("pi", 50),
                 err_style="bars",
-                marker="o",
                 legend=False,
                 ax=ax,
             )
@@ -104,7 +106,8 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
         ax.yaxis.set_tick_params(labelleft=True)
     hide_unused(axes, len(tasks))
     shown = {o: c for o, c in pal.items() if o in set(s["optimizer"])}
-    legend(fig, shown, [Line2D([], [], color="0.3", marker="x", ls="", label="diverged / failed")])
+    legend(fig, shown, [Line2D([], [], color=NEUTRAL, marker="x", ls="", label="diverged / failed")],
+           marks=marks)
     return fig
 
 
