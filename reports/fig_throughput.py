@@ -69,14 +69,14 @@ def throughput(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _trial_words(s: pd.DataFrame, ids: list[str], labels: dict[str, str]) -> str:
-    """``trial <id> (<optimizer> · <task label>, <configuration>, seed <n>)`` for each of ``ids``."""
+    """``trial <id> (<task label>, <configuration>, seed <n>)`` for each of ``ids`` (the
+    configuration names the optimizer)."""
     by_id = s.drop_duplicates("trial_id").set_index("trial_id")
     out = []
     for tid in ids:
         r = by_id.loc[tid]
         seed = "" if pd.isna(r["seed"]) else f", seed {r['seed']}"
-        task = labels.get(r["task"], r["task"])
-        out.append(f"trial {tid} ({r['optimizer']} · {task}, {r['config']}{seed})")
+        out.append(f"trial {tid} ({labels.get(r['task'], r['task'])}, {r['config']}{seed})")
     return "; ".join(out)
 
 
@@ -157,9 +157,10 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
             if bad.any():  # a step time that disagreed with its trials' training clock
                 ax.barh(y[bad], np.nan_to_num(vals[bad]), height=h, gid=f"suspect-{j}-{k}", **SUSPECT_STYLE)
             dagger = (d["left_out"].fillna(0) > 0).to_numpy()
-            for n, (yi, v) in enumerate(zip(y[dagger], vals[dagger], strict=True)):  # trials left out
+            ends = np.fmax(np.nan_to_num(vals), np.nan_to_num(vals + xerr[1])) if xerr is not None else vals
+            for n, (yi, v) in enumerate(zip(y[dagger], ends[dagger], strict=True)):  # trials left out
                 ax.text(np.nan_to_num(v), yi, " †", va="center", fontsize=10, color="tab:red",
-                        gid=f"dagger-{j}-{k}-{n}")
+                        gid=f"dagger-{j}-{k}-{n}")  # after the bar and its whisker
             for yi, v in zip(y, vals, strict=True):
                 if not math.isfinite(v):
                     ax.text(0, yi, " not measured", va="center", fontsize=8, style="italic", color="0.3")
