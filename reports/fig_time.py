@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from harness.core.names import (
     M_COST_SECONDS_TO_TARGET,
@@ -44,6 +44,7 @@ def time_axis(ax, values, xlabel: str) -> str:
     if lo > 0 and hi / lo > LOG_SPAN:
         ax.set_xscale("log")
         ax.set_xlim(lo / 1.6, hi * 1.6)
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # 0.2, 0.5, 1, 2, 5, ...
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{xlabel}, log scale")
