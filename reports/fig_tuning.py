@@ -90,9 +90,9 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
                         mfc="white")
         for r in here[here["self_tuning"]].itertuples():
             c = pal.get(r.optimizer, NEUTRAL)
-            ax.axhline(r.valid, color=c, lw=2)
+            ax.axhline(r.valid, color=c, lw=2, label=r.label)
             if np.isfinite(r.test):
-                ax.axhline(r.test, color=c, lw=1.5, ls="--")
+                ax.axhline(r.test, color=c, lw=1.5, ls="--", label=f"{r.label}: test")
         if here["self_tuning"].all():  # no tuned curve sets the k axis
             ax.set_xlim(0.5, 1.5)
         ax.set_title(labels.get(task, task))
