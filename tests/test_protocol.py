@@ -409,8 +409,8 @@ def test_each_task_is_selected_and_reported_on_its_own_metric():
     assert {ax.get_ylabel() for ax in fig.axes if ax.get_visible() and ax.get_ylabel()} == {
         "expected loss\nof the validation-best", "expected accuracy\nof the validation-best"}
     spec = I.tuning_curves_spec(frame)  # one y title for all facets: it must not say "accuracy"
-    line = next(ly for ly in spec["spec"]["layer"]  # the curve's line (the band's edge lines are thin)
-                if isinstance(ly["mark"], dict) and ly["mark"].get("point"))["encoding"]
+    line = next(ly for ly in spec["spec"]["layer"]  # the curves' line layer (the points are a layer apart)
+                if isinstance(ly["mark"], dict) and ly["mark"].get("type") == "line")["encoding"]
     assert line["y"]["axis"]["title"] == "expected value (each task's metric) of the validation-best"
     tcl = I.tuning_curves_long(frame)
     assert set(tcl.loc[tcl["task"].str.startswith("transformer"), "metric"]) == {N.M_FINAL_LOSS,
