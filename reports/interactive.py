@@ -268,10 +268,18 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
                     },
                 },
                 {
+                    # the point nearest the pointer (its Voronoi cells); no tooltip here: Vega-Lite
+                    # 6.4 (vl-convert 1.9) gives a nearest layer's string fields as "undefined"
                     "params": [{"name": "hover", "select": {"type": "point", "on": "pointerover",
                                                             "nearest": True, "clear": "pointerout"}}],
                     "transform": [{"filter": "!datum.target"}],
-                    "mark": {"type": "point", "filled": True, "size": 50},
+                    "mark": {"type": "point", "filled": True, "size": 50, "opacity": 0},
+                    "encoding": layer_enc,
+                },
+                {
+                    # drawn over the cells: the nearest point shown, its values on hover
+                    "transform": [{"filter": "!datum.target"}],
+                    "mark": {"type": "point", "filled": True, "size": 60},
                     "encoding": {
                         **layer_enc,
                         "opacity": {"condition": {"param": "hover", "empty": False, "value": 1},
@@ -471,10 +479,18 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                                  "detail": {"field": "curve", "type": "nominal"}},
                 },
                 {
-                    # the points: the optimizer's marker; the one nearest the pointer shows its band
+                    # the optimizer nearest the pointer (Voronoi cells) shows its band; no tooltip
+                    # here: Vega-Lite 6.4 (vl-convert 1.9) gives a nearest layer's string fields
+                    # as "undefined"
                     "params": [{"name": "band", "select": {"type": "point", "fields": ["optimizer"],
                                                            "on": "pointerover", "clear": "pointerout",
                                                            "nearest": True}}],
+                    "transform": [{"filter": "!datum.self_tuning"}],
+                    "mark": {"type": "point", "size": 45, "opacity": 0},
+                    "encoding": {"x": x, "y": y},
+                },
+                {
+                    # the points, over the cells: the optimizer's marker, its values on hover
                     "transform": [{"filter": "!datum.self_tuning"}],
                     "mark": {"type": "point", "filled": True, "size": 45},
                     "encoding": {
