@@ -59,12 +59,14 @@ def add_labels(summary: pd.DataFrame) -> pd.DataFrame:
 
     def label(df: pd.DataFrame, cols: list[str], head: pd.Series) -> pd.Series:
         var = _varying(df, cols)
-        out = head.copy()
-        for i in df.index:
-            bits = [f"{names[c].split('.', 1)[1]}={df.at[i, c]}" for c in var if pd.notna(df.at[i, c])]
-            if bits:
-                out[i] = f"{out[i]} ({', '.join(bits)})"
-        return out
+        if not var:
+            return head.copy()
+        columns = [(names[c].split(".", 1)[1], df[c].tolist()) for c in var]  # lists: 1,000 rows in ms
+        out = []
+        for j, h in enumerate(head.tolist()):
+            bits = [f"{n}={vals[j]}" for n, vals in columns if pd.notna(vals[j])]
+            out.append(f"{h} ({', '.join(bits)})" if bits else h)
+        return pd.Series(out, index=head.index, dtype=head.dtype)
 
     summary = summary.copy()
     summary["task"] = label(summary, task_cols, summary["model"] + " / " + summary["dataset"])
@@ -79,10 +81,11 @@ def add_labels(summary: pd.DataFrame) -> pd.DataFrame:
     if "tuning" in summary:
         own = summary["tuning"].map(is_self_tuning).astype(bool)
         summary.loc[own, "config"] = summary.loc[own, "config"] + f" {SELF_TUNING}"
-    for i in summary.index:
-        key = "|".join(
-            [summary.at[i, "optimizer"], str(summary.at[i, "schedule"])]
-            + [f"{names[c]}={summary.at[i, c]}" for c in conf_cols if pd.notna(summary.at[i, c])]
-        )
-        summary.at[i, "config_id"] = hashlib.sha256(key.encode()).hexdigest()[:12]
+    conf = [(names[c], summary[c].tolist()) for c in conf_cols]
+    ids = []
+    for j, (opt, sched) in enumerate(zip(summary["optimizer"].tolist(), summary["schedule"].tolist(),
+                                         strict=True)):
+        key = "|".join([opt, str(sched)] + [f"{n}={vals[j]}" for n, vals in conf if pd.notna(vals[j])])
+        ids.append(hashlib.sha256(key.encode()).hexdigest()[:12])
+    summary["config_id"] = pd.Series(ids, index=summary.index, dtype=summary["config_id"].dtype)
     return summary

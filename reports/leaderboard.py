@@ -13,7 +13,7 @@ from reports import protocol, scoring
 from reports.frame import PROTOCOL_ONE_SPLIT, summaries
 from reports.objectives import objective, objectives_differ
 from reports.protocol import MIN_SEEDS
-from reports.ranks import shared_ranks
+from reports.ranks import TIE_MARK, shared_ranks
 from reports.selection import best_configs, select_by
 
 #: Columns the report states once in the caption when every row holds the same text.
@@ -189,7 +189,24 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
                 "_order": int(ranked.loc[(b.task, b.optimizer), "order"]),
                 "_shared_rank": ranked.loc[(b.task, b.optimizer), "label"],
                 "_separation_seeds": ranked.loc[(b.task, b.optimizer), "separation_seeds"],
+                "_separation": ranked.loc[(b.task, b.optimizer), "separation"],
                 "_protocol": h["protocol"],
+                # the rest of the numbers behind the cells (leaderboard_numbers)
+                "_shared_rank_n": int(ranked.loc[(b.task, b.optimizer), "shared_rank"]),
+                "_config_id": b.config_id,
+                "_n_seeds": int(b.n_seeds),
+                "_n_finished": int(b.n_finished),
+                "_n_reached": int(b.n_reached),
+                "_test_metric": objective(frame, b.task).test,
+                "_test_n": int(h["test_n"]),
+                "_interval": row_how[0] if row_how[1] > 1 else "",
+                "_acc_n": acc[3],
+                "_loss_n": loss[3],
+                "_ttt_lo": ttt[1],
+                "_ttt_hi": ttt[2],
+                "_ttt_n": ttt[3],
+                "_step_ms": float(g[M_STEP_MS].median()),
+                "_beats": ", ".join(str(r.b) for r in won.itertuples()),
             }
         )
         rows.append(row)
@@ -204,6 +221,69 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
         v = r["Step time (ms, median)"]
         r["Step time (ms, median)"] = f"{v:.{d}f}" if math.isfinite(v) else "—"
     return pd.DataFrame(rows).sort_values(["Task", "_order"], kind="stable").reset_index(drop=True)
+
+
+#: :func:`leaderboard_numbers`' columns: each one's name → the :func:`leaderboard` column it reads
+#: (the numbers behind the formatted cells).
+NUMBER_COLUMNS = {
+    "task": "Task", "rank": "_shared_rank_n", "rank_label": "_shared_rank", "strict_rank": "_rank",
+    "order": "_order", "separation_seeds": "_separation_seeds", "separation": "_separation",
+    "optimizer": "Optimizer", "config": "Best configuration", "config_id": "_config_id",
+    "n_seeds": "_n_seeds", "n_finished": "_n_finished", "n_reached": "_n_reached",
+    "test_metric": "_test_metric", "test_mean": "_test_mean", "test_lo": "_test_lo", "test_hi": "_test_hi",
+    "test_n": "_test_n", "interval": "_interval",
+    "valid_accuracy_mean": "_acc_mean", "valid_accuracy_lo": "_acc_lo", "valid_accuracy_hi": "_acc_hi",
+    "valid_loss_mean": "_loss_mean", "valid_loss_lo": "_loss_lo", "valid_loss_hi": "_loss_hi",
+    "seconds_to_target_mean": "_ttt_mean", "seconds_to_target_lo": "_ttt_lo",
+    "seconds_to_target_hi": "_ttt_hi", "seconds_to_target_n": "_ttt_n",
+    "step_time_ms": "_step_ms", "beats": "_beats", "protocol": "_protocol",
+}
+#: Integer columns of :func:`leaderboard_numbers` (``Int64``: missing is ``<NA>``).
+INT_COLUMNS = ("rank", "strict_rank", "order", "separation_seeds", "n_seeds", "n_finished", "n_reached",
+               "test_n", "seconds_to_target_n")
+#: Text columns of :func:`leaderboard_numbers`; every other column is ``float64``, but ``tied``.
+TEXT_COLUMNS = ("task", "rank_label", "separation", "optimizer", "config", "config_id", "test_metric",
+                "interval", "beats", "protocol")
+
+
+def leaderboard_numbers(frame: pd.DataFrame, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The numbers of :func:`leaderboard` (``table``, computed from ``frame`` when not given) as
+    numbers, one row per (task, optimizer) in the leaderboard's order, columns
+    :data:`NUMBER_COLUMNS` plus ``tied``:
+
+    - ``rank`` (``Int64``): the shared competition rank (1, 1, 3), ``rank_label`` its text
+      (``"1="``), ``tied`` (``bool``) whether the row shares it, ``strict_rank`` the strict order,
+      ``order`` the row's position; ``separation_seeds`` (``Int64``, ``<NA>`` when there is no
+      number) and ``separation`` (text) the paired seeds that would separate the row from the tied
+      row above it (:func:`reports.ranks.shared_ranks`);
+    - ``test_mean``, ``test_lo``, ``test_hi`` (``float64``, the task's test metric
+      ``test_metric`` of the validation-selected configuration across seeds, the interval
+      ``interval``: ``"min–max"`` with fewer than 5 seeds, else ``"bootstrap"``, a 95% percentile
+      interval of the mean), ``test_n`` seeds; ``valid_accuracy_*``, ``valid_loss_*`` (final
+      validation values, same rule); ``seconds_to_target_*`` (on the frame's clock, over the seeds
+      that reached the target, ``n_reached`` of ``n_seeds``); ``step_time_ms`` (median wall-clock
+      milliseconds per step); ``beats`` (the optimizers this one beats by a paired bootstrap,
+      comma-separated); ``protocol``. Missing numbers are ``NaN``.
+
+    The rows are the formatted table's, number for number: a cell ``0.655 [0.650, 0.660]`` is
+    ``test_mean`` 0.655, ``test_lo`` 0.650, ``test_hi`` 0.660 before rounding.
+    """
+    lb = leaderboard(frame) if table is None else table
+    cols = [*NUMBER_COLUMNS, "tied"]
+    if lb.empty:
+        return pd.DataFrame({c: pd.Series(dtype="Int64" if c in INT_COLUMNS else "bool" if c == "tied"
+                                          else "str" if c in TEXT_COLUMNS else "float64") for c in cols})
+    out = pd.DataFrame({name: lb[src].to_numpy() for name, src in NUMBER_COLUMNS.items()})
+    for c in INT_COLUMNS:
+        out[c] = pd.array([None if v is None or (isinstance(v, float) and not math.isfinite(v)) else int(v)
+                           for v in out[c]], dtype="Int64")
+    for c in out.columns:
+        if c in TEXT_COLUMNS:
+            out[c] = out[c].fillna("").astype(str)
+        elif c not in INT_COLUMNS:
+            out[c] = out[c].astype("float64")
+    out["tied"] = out["rank_label"].str.endswith(TIE_MARK)
+    return out[cols]
 
 
 def rank_cell(r: pd.Series) -> str:

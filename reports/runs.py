@@ -57,15 +57,13 @@ def search_all_runs(
     follows the tokens until none is left, so a sweep of more than 1,000 runs is read in full.
     Runs come oldest first (``start_time`` ascending, then run id).
     """
-    from mlflow.entities import ViewType
-
     runs: list = []
     token = None
     while True:
         page = client.search_runs(
             list(experiment_ids),
             filter_string,
-            run_view_type=ViewType.ACTIVE_ONLY,
+            run_view_type=_active_only(client),
             max_results=page_size or PAGE_SIZE,
             order_by=["attributes.start_time ASC"],
             page_token=token,
@@ -74,6 +72,16 @@ def search_all_runs(
         token = getattr(page, "token", None)
         if not token:
             return runs
+
+
+def _active_only(client):
+    """MLflow's ``ViewType.ACTIVE_ONLY``; a :class:`reports.snapshot.StoreSnapshot` reads active runs
+    only and takes ``None`` (MLflow is not imported for it)."""
+    if getattr(client, "active_only", False):
+        return None
+    from mlflow.entities import ViewType
+
+    return ViewType.ACTIVE_ONLY
 
 
 def sweep_runs(client, experiment_id: str, sweep_id: str) -> list:
@@ -163,7 +171,11 @@ def select_trial_runs(children: Iterable) -> dict[str, tuple[Any, int]]:
 def metric_history(client, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps int64, values float64) of one metric of one run, by ascending step; a step logged
     twice keeps its later value (by timestamp)."""
-    hist = client.get_metric_history(run_id, key)
+    return _as_arrays(client.get_metric_history(run_id, key))
+
+
+def _as_arrays(hist: list) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`metric_history` of the ``Metric`` list MLflow returned."""
     if not hist:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
     # Same step logged twice: the later timestamp wins (sort is stable on step, then timestamp).
@@ -176,7 +188,10 @@ def metric_history(client, run_id: str, key: str) -> tuple[np.ndarray, np.ndarra
 
 def metric_histories(client, wanted: Sequence[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`metric_history` of every ``(run_id, key)`` in ``wanted``, in order, read by up to
-    :data:`HISTORY_THREADS` threads."""
+    :data:`HISTORY_THREADS` threads; a client that reads histories in bulk
+    (``get_metric_histories(wanted)``, :class:`reports.snapshot.StoreSnapshot`) reads them so."""
+    if (bulk := getattr(client, "get_metric_histories", None)) is not None:
+        return [_as_arrays(h) for h in bulk(wanted)]
     with ThreadPoolExecutor(max_workers=max(1, min(HISTORY_THREADS, len(wanted)))) as pool:
         return list(pool.map(lambda w: metric_history(client, w[0], w[1]), wanted))
 

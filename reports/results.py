@@ -1,0 +1,301 @@
+"""``harness.results(experiment)``: a sweep's results as tidy pandas DataFrames, for notebooks.
+
+:func:`results` reads the store once (a local SQLite store through :mod:`reports.snapshot`, in one
+read transaction; anything else through ``MlflowClient``) and returns a :class:`Results`, whose
+tables are computed on first use and kept:
+
+- ``.trials``: one row per current trial (:func:`reports.tidy.trials_table`);
+- ``.curves``: every logged curve value, long format (:func:`reports.tidy.curves_table`);
+- ``.leaderboard``: the report's leaderboard as numbers (:class:`reports.tidy.Leaderboard`:
+  ``.to_latex()``, ``.to_markdown()``);
+- ``.tuning_curves`` and ``.tuned_times``: the protocol's tables (:mod:`reports.protocol`);
+- ``.figure(key)``: one of the report's figures (:data:`reports.figures.FIGURES`) as a matplotlib
+  ``Figure``;
+- ``.to_csv(folder)`` / ``.to_parquet(folder)``: one file per row kind.
+
+**Current trials.** By default the trials of one sweep: the experiment's latest (its latest parent
+run's ``harness.sweep_id``), or ``sweep=ID``, with the trials its parents' ``trials.json`` name
+that an earlier invocation trained under another sweep id (as the report reads them). A changed
+optimizer file gives new trial ids, so the latest sweep holds the trials of each source's latest
+version; trials of older versions in the experiment are left out and listed in
+``.older_versions`` (and said in the notebook view). ``versions="all"`` takes every trial of the
+experiment instead, whatever sweep trained it. Either way an optimizer whose trials ran several
+versions of its source is one optimizer per version (``my_adam@1a2b3c4d``,
+:func:`reports.tidy.split_versions`): versions are never averaged together.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from harness.core.clock import CLOCKS, DEFAULT_CLOCK
+from harness.core.names import (
+    ENV_TAGS,
+    KIND_TRIAL,
+    TAG_KIND,
+    TAG_OPTIMIZER,
+    TAG_OPTIMIZER_SOURCE_HASH,
+    TAG_TRIAL_ID,
+)
+from harness.core.selection import SELECT_BY
+from reports import runs as mlruns
+from reports.frame import (
+    SELECT_BY_ATTR,
+    SWEEP_BUDGET_ATTR,
+    SWEEP_BUDGET_PARENTS_ATTR,
+    SWEEP_TIME_ATTR,
+    build_frame,
+    load_sweep,
+    sweep_settings,
+)
+from reports.objectives import objective
+from reports.snapshot import snapshot_or_client
+from reports.tidy import (
+    Leaderboard,
+    curves_table,
+    leaderboard_table,
+    split_versions,
+    trials_table,
+    tuned_time_table,
+    tuning_table,
+)
+
+__all__ = ["TABLES", "VERSIONS", "Results", "results"]
+
+#: ``results(versions=...)``: the current trials (module docstring), or every trial of the experiment.
+VERSIONS = ("current", "all")
+#: ``frame.attrs`` no table reads (the time budget figure's and the parents'): left off the ranked frame.
+UNRANKED_ATTRS = (SWEEP_BUDGET_ATTR, SWEEP_BUDGET_PARENTS_ATTR, "parent_run_ids")
+#: The row kinds :meth:`Results.to_csv` writes, one file each (``<kind>.csv``).
+TABLES = ("trials", "curves", "leaderboard", "tuning_curves", "tuned_times")
+
+
+def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | None = None,
+            versions: str = "current", clock: str | None = None, select_by: str | None = None) -> Results:
+    """The results of one sweep of ``experiment`` (the MLflow experiment = the sweep's ``name``).
+
+    Args:
+      experiment: the experiment's name.
+      sweep: a sweep id (``harness.sweep_id``); ``None``: the experiment's latest sweep.
+      tracking_uri: the store (``None``: ``MLFLOW_TRACKING_URI``, else ``./mlflow.db``).
+      versions: ``"current"`` (the sweep's trials) or ``"all"`` (every trial of the experiment);
+        module docstring.
+      clock: the clock time to target is ranked on, ``"modeled"`` or ``"measured"``
+        (:mod:`reports.clock`); ``None``: the sweep's own (its config's ``time:``).
+      select_by: how each optimizer's best configuration is selected on validation
+        (``time_to_target``, ``final``, ``best``); ``None``: the sweep's own.
+
+    Raises:
+      ValueError: an unknown experiment or sweep id (naming those the store holds), an unknown
+        ``versions``, ``clock`` or ``select_by``, or ``sweep`` together with ``versions="all"``.
+    """
+    if versions not in VERSIONS:
+        raise ValueError(f"versions must be one of {', '.join(VERSIONS)}; got {versions!r}")
+    if clock is not None and clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
+    if select_by is not None and select_by not in SELECT_BY:
+        raise ValueError(f"select_by must be one of {', '.join(SELECT_BY)}; got {select_by!r}")
+    if sweep is not None and versions == "all":
+        raise ValueError("versions='all' reads every trial of the experiment; leave sweep=None")
+    client = snapshot_or_client(tracking_uri, experiment)
+    exp = mlruns.get_experiment(client, experiment)
+    if versions == "current":
+        data = load_sweep(experiment, sweep, client=client)
+        frame, sweep_id = data.frame, data.sweep_id
+    else:
+        runs = mlruns.search_all_runs(client, [exp.experiment_id])
+        frame = build_frame(client, runs, experiment)
+        parents = [r for r in runs if mlruns.is_parent(r)]
+        frame.attrs.update(experiment=experiment, sweep_id=None,
+                           parent_run_ids=[p.info.run_id for p in parents])
+        frame.attrs.update(sweep_settings(parents))
+        sweep_id = None
+    if select_by is not None:
+        frame.attrs[SELECT_BY_ATTR] = select_by
+    older = _older_versions(client, exp.experiment_id, frame) if versions == "current" else _no_older()
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    out = Results(experiment, sweep_id, uri, versions, split_versions(frame),
+                  clock or frame.attrs.get(SWEEP_TIME_ATTR) or DEFAULT_CLOCK, older)
+    if hasattr(client, "close"):
+        client.close()
+    return out
+
+
+def _no_older() -> pd.DataFrame:
+    return pd.DataFrame({"optimizer": pd.Series(dtype="str"), "source_version": pd.Series(dtype="str"),
+                         "trials": pd.Series(dtype="int64")})
+
+
+def _older_versions(client, experiment_id: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The trials of the experiment that ran another version of a current optimizer's source than
+    the current trials do: one row per (optimizer, source_version) with its number of trials."""
+    s = frame[frame["row"] == "summary"] if len(frame) else frame
+    if s.empty or "source_hash" not in s or s["source_hash"].isna().all():
+        return _no_older()
+    current = s.groupby("optimizer")["source_hash"].agg(lambda v: set(v.dropna()))
+    current = current[current.map(bool)]
+    shown = set(s["trial_id"])
+    counts: dict[tuple[str, str], set[str]] = {}
+    trial_runs = f"tags.`{TAG_KIND}` = {mlruns.quote(KIND_TRIAL)}"
+    for r in mlruns.search_all_runs(client, [experiment_id], trial_runs):
+        tags = r.data.tags
+        opt, h, tid = tags.get(TAG_OPTIMIZER), tags.get(TAG_OPTIMIZER_SOURCE_HASH), tags.get(TAG_TRIAL_ID)
+        if opt in current.index and h and h not in current[opt] and tid not in shown:
+            counts.setdefault((opt, h), set()).add(tid)
+    if not counts:
+        return _no_older()
+    return pd.DataFrame([{"optimizer": o, "source_version": h, "trials": len(t)}
+                         for (o, h), t in sorted(counts.items())]).astype(
+        {"optimizer": "str", "source_version": "str", "trials": "int64"})
+
+
+class Results:
+    """One sweep's results (module docstring); made by :func:`results`.
+
+    Attributes:
+      experiment, sweep_id (``None`` with ``versions="all"``), tracking_uri, versions, clock.
+      frame: the report's tidy frame as loaded (``row`` ``curve`` and ``summary``;
+        :mod:`reports.frame`), optimizers split by source version.
+      older_versions: trials of older source versions left out (``optimizer``,
+        ``source_version``, ``trials``); empty with ``versions="all"``.
+    """
+
+    def __init__(self, experiment: str, sweep_id: str | None, tracking_uri: str, versions: str,
+                 frame: pd.DataFrame, clock: str, older_versions: pd.DataFrame):
+        self.experiment, self.sweep_id, self.tracking_uri = experiment, sweep_id, tracking_uri
+        self.versions, self.frame, self.clock, self.older_versions = versions, frame, clock, older_versions
+
+    # ------------------------------------------------------------------------------- the frames
+    @functools.cached_property
+    def _ranked(self) -> pd.DataFrame:
+        """The summary rows on the report's clock: what the leaderboard and protocol tables read."""
+        from reports.clock import use_clock
+
+        s = self.frame[self.frame["row"] == "summary"]
+        # what these views read: no params.* or environment columns (100 text columns a trial,
+        # copied at every selection), attrs without the time budget (deep-copied at every one)
+        s = s[[c for c in s.columns if not c.startswith("params.") and c not in ENV_TAGS]]
+        s = s.reset_index(drop=True)
+        s.attrs = {k: v for k, v in self.frame.attrs.items() if k not in UNRANKED_ATTRS}
+        return use_clock(s, self.clock)
+
+    @functools.cached_property
+    def _drawn(self) -> pd.DataFrame:
+        """The whole frame on the report's clock: what the figures draw."""
+        from reports.clock import use_clock
+
+        return use_clock(self.frame, self.clock)
+
+    @functools.cached_property
+    def trials(self) -> pd.DataFrame:
+        """One row per trial (:func:`reports.tidy.trials_table`; ``docs/python-api.md``)."""
+        return trials_table(self.frame, self._ranked, self.clock)
+
+    @functools.cached_property
+    def curves(self) -> pd.DataFrame:
+        """Every logged curve value, long format (:func:`reports.tidy.curves_table`)."""
+        return curves_table(self.frame)
+
+    @functools.cached_property
+    def leaderboard(self) -> Leaderboard:
+        """The leaderboard's numbers (:class:`reports.tidy.Leaderboard`)."""
+        has_target = len(self._ranked) > 0 and objective(self._ranked).target_metric is not None
+        return leaderboard_table(self._ranked, has_target)
+
+    @functools.cached_property
+    def tuning_curves(self) -> pd.DataFrame:
+        """Expected best validation (and the selected configuration's test) value after k
+        configurations, per task and optimizer (:func:`reports.protocol.tuning_curves`)."""
+        return tuning_table(self._ranked)
+
+    @functools.cached_property
+    def tuned_times(self) -> pd.DataFrame:
+        """Tuned time-to-result per task and optimizer (:func:`reports.protocol.tuned_time_to_result`)."""
+        return tuned_time_table(self._ranked)
+
+    # ------------------------------------------------------------------------------- figures
+    @property
+    def figure_keys(self) -> list[str]:
+        """The keys of the report's figures (:data:`reports.figures.FIGURES`)."""
+        from reports.figures import FIGURES
+
+        return [spec.key for spec in FIGURES]
+
+    def figure(self, key: str):
+        """The report's figure ``key`` (one of :attr:`figure_keys`) as a ``matplotlib.figure.Figure``
+        drawn from these results (on their clock); ``None`` where the sweep holds no data for it,
+        a sentence (``str``) where the report shows one instead.
+
+        Raises:
+          KeyError: an unknown key (the message lists the keys).
+        """
+        from reports.figures import FIGURES
+
+        for spec in FIGURES:
+            if spec.key == key:
+                return spec.build(self._drawn)
+        raise KeyError(f"no figure {key!r}; figures: {', '.join(self.figure_keys)}")
+
+    # ------------------------------------------------------------------------------- export
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table by row kind (:data:`TABLES`)."""
+        return {kind: pd.DataFrame(getattr(self, kind)) for kind in TABLES}
+
+    def to_csv(self, folder: str | Path) -> dict[str, Path]:
+        """Write one CSV per row kind (``trials.csv``, ``curves.csv``, ``leaderboard.csv``,
+        ``tuning_curves.csv``, ``tuned_times.csv``) into ``folder`` (made if absent); every column
+        holds one type, so ``pandas.read_csv`` reads each back without a mixed-type warning.
+        Returns the paths by kind."""
+        return self._write(folder, "csv", lambda df, p: df.to_csv(p, index=False))
+
+    def to_parquet(self, folder: str | Path) -> dict[str, Path]:
+        """As :meth:`to_csv`, as Parquet files (``<kind>.parquet``, dtypes kept exactly)."""
+        return self._write(folder, "parquet", lambda df, p: df.to_parquet(p, index=False))
+
+    def _write(self, folder: str | Path, suffix: str, write) -> dict[str, Path]:
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for kind, df in self.tables().items():
+            paths[kind] = out / f"{kind}.{suffix}"
+            write(df, paths[kind])
+        return paths
+
+    # ------------------------------------------------------------------------------- display
+    def _headline(self) -> str:
+        n = self.frame[self.frame["row"] == "summary"]["status"].value_counts() if len(self.frame) else {}
+        counts = ", ".join(f"{v} {k}" for k, v in n.items()) or "no trials"
+        which = f"sweep {self.sweep_id}" if self.sweep_id else "every trial of the experiment"
+        return f"{self.experiment}: {which}; {counts}; time to target on the {self.clock} clock"
+
+    def _older_note(self) -> str:
+        if self.older_versions.empty:
+            return ""
+        parts = [f"{o} ({len(g)} older version{'s' * (len(g) > 1)}, {int(g['trials'].sum())} trials)"
+                 for o, g in self.older_versions.groupby("optimizer")]
+        return (f"Older source versions left out: {', '.join(parts)}; "
+                f"results(..., versions='all') includes them, one optimizer per version.")
+
+    def __repr__(self) -> str:
+        lines = [self._headline()]
+        if len(self.leaderboard):
+            lines.append(self.leaderboard.to_markdown())
+        if note := self._older_note():
+            lines.append(note)
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """The notebook view: the headline, the leaderboard's formatted table and its caption."""
+        board = self.leaderboard
+        parts = [f"<p><b>{html.escape(self._headline())}</b></p>"]
+        if len(board):
+            parts.append(board.table().to_html(index=False, escape=True))
+            parts.append(f"<p><small>{html.escape(board.caption())}</small></p>")
+        if note := self._older_note():
+            parts.append(f"<p>{html.escape(note)}</p>")
+        return "\n".join(parts)
