@@ -487,7 +487,7 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                                                            "nearest": True}}],
                     "transform": [{"filter": "!datum.self_tuning"}],
                     "mark": {"type": "point", "size": 45, "opacity": 0},
-                    "encoding": {"x": x, "y": y},
+                    "encoding": {"x": x, "y": y, "color": color},  # every layer keeps the legend
                 },
                 {
                     # the points, over the cells: the optimizer's marker, its values on hover

@@ -922,8 +922,10 @@ def test_interactive_tuning_bands_show_on_hover_without_edge_lines(frame):
             and ly["encoding"]["y"]["field"] in ("lo", "hi")]
     assert not thin
     points = [ly for ly in layers if isinstance(ly["mark"], dict) and ly["mark"].get("type") == "point"]
-    assert points[0]["encoding"]["shape"]["scale"]["range"] == list(vega_shapes(frame).values())
-    assert points[0]["params"][0]["name"] == "band"
+    nearest, shown = points  # the band's selection (invisible), then the points with their tooltips
+    assert nearest["params"][0]["name"] == "band" and nearest["mark"]["opacity"] == 0
+    assert shown["encoding"]["shape"]["scale"]["range"] == list(vega_shapes(frame).values())
+    assert "tooltip" in shown["encoding"] and "tooltip" not in nearest["encoding"]
 
 
 def test_tuning_curves_draws_follow_the_report_option_and_the_caption_says_which(frame):
