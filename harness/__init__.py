@@ -14,6 +14,26 @@ __version__ = "0.1.0"
 #: the interpreter's own start-up before the first ``import harness``.
 PROCESS_START = _time.perf_counter()
 
+#: The Python API, imported on first use (``python -m harness --help`` imports none of it):
+#: ``harness.results`` and ``harness.reproduce``; ``harness.sweep`` is the subpackage
+#: :mod:`harness.sweep`, whose module is callable (``harness.sweep(config, ...)``).
+_LAZY = {"sweep": ("harness.sweep", None), "results": ("reports.results", "results"),
+         "Results": ("reports.results", "Results"), "reproduce": ("harness.sweep.reproduce", "reproduce"),
+         "ConfigError": ("harness.config.errors", "ConfigError")}
+
+
+def __getattr__(name: str):
+    """``harness.sweep``, ``harness.results``, ``harness.reproduce``, ``harness.ConfigError``:
+    imported when first used (see ``docs/python-api.md``)."""
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(module)
+        return mod if attr is None else getattr(mod, attr)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
 from harness.core.xla_threads import pin as _pin_xla_cpu_threads  # noqa: E402
 
 #: XLA's CPU pool size, set before any JAX computation (see :mod:`harness.core.xla_threads`).

@@ -54,6 +54,7 @@ from reports.frame import (
     sweep_settings,
 )
 from reports.objectives import objective
+from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR
 from reports.snapshot import snapshot_or_client
 from reports.tidy import (
     Leaderboard,
@@ -76,7 +77,8 @@ TABLES = ("trials", "curves", "leaderboard", "tuning_curves", "tuned_times")
 
 
 def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | None = None,
-            versions: str = "current", clock: str | None = None, select_by: str | None = None) -> Results:
+            versions: str = "current", clock: str | None = None, select_by: str | None = None,
+            scoring: str | None = None, tuning_draws: str | None = None) -> Results:
     """The results of one sweep of ``experiment`` (the MLflow experiment = the sweep's ``name``).
 
     Args:
@@ -89,6 +91,10 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
         (:mod:`reports.clock`); ``None``: the sweep's own (its config's ``time:``).
       select_by: how each optimizer's best configuration is selected on validation
         (``time_to_target``, ``final``, ``best``); ``None``: the sweep's own.
+      scoring: the tuned time-to-result rule of ``.tuned_times`` (``harness``, ``algoperf``;
+        :mod:`reports.protocol`); ``None``: the sweep's own.
+      tuning_draws: how ``.tuning_curves`` draws k configurations (``without-replacement``, the
+        default, or ``with-replacement``).
 
     Raises:
       ValueError: an unknown experiment or sweep id (naming those the store holds), an unknown
@@ -100,6 +106,10 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
     if select_by is not None and select_by not in SELECT_BY:
         raise ValueError(f"select_by must be one of {', '.join(SELECT_BY)}; got {select_by!r}")
+    if scoring is not None and scoring not in SCORING:
+        raise ValueError(f"scoring must be one of {', '.join(SCORING)}; got {scoring!r}")
+    if tuning_draws is not None and tuning_draws not in TUNING_DRAWS:
+        raise ValueError(f"tuning_draws must be one of {', '.join(TUNING_DRAWS)}; got {tuning_draws!r}")
     if sweep is not None and versions == "all":
         raise ValueError("versions='all' reads every trial of the experiment; leave sweep=None")
     client = snapshot_or_client(tracking_uri, experiment)
@@ -115,8 +125,10 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
                            parent_run_ids=[p.info.run_id for p in parents])
         frame.attrs.update(sweep_settings(parents))
         sweep_id = None
-    if select_by is not None:
-        frame.attrs[SELECT_BY_ATTR] = select_by
+    overrides = ((SELECT_BY_ATTR, select_by), (SCORING_ATTR, scoring), (TUNING_DRAWS_ATTR, tuning_draws))
+    for attr, value in overrides:
+        if value is not None:
+            frame.attrs[attr] = value
     older = _older_versions(client, exp.experiment_id, frame) if versions == "current" else _no_older()
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
     out = Results(experiment, sweep_id, uri, versions, split_versions(frame),

@@ -270,9 +270,9 @@ class Leaderboard(pd.DataFrame):
         df = pd.DataFrame(self)
         kinds = sorted({(i, _n(n)) for i, n in zip(df["interval"], df["test_n"], strict=True) if i})
         how = "; ".join(interval_words(i, n) for i, n in kinds) or "one seed"
-        return (f"Each optimizer's best configuration, selected on validation, reported on test: mean "
-                f"[lo, hi] across seeds ({how}). A rank followed by = is shared: the rows' numbers are "
-                f"not distinguishable across seeds.")
+        return (f"Each optimizer's best configuration, selected on validation, reported on test as "
+                f"mean [lo, hi] across seeds; interval: {how}. A rank followed by = is shared: the "
+                f"rows' numbers are not distinguishable across seeds.")
 
     def to_latex(self, buf=None, *, caption: str | None = None, label: str | None = None, **kwargs):
         """:meth:`table` through ``pandas.DataFrame.to_latex`` (``index=False``, special characters

@@ -1,7 +1,8 @@
 """``python -m harness``: the command line (typer).
 
 Commands: ``sweep`` (run a config), ``list`` (registries and hyperparameters), ``status`` (per sweep:
-finished/diverged/failed/pending), ``ui`` (the MLflow UI on the store), ``report`` (HTML report),
+finished/diverged/failed/pending), ``ui`` (the MLflow UI on the store), ``report`` (HTML report, or
+the tables as Markdown, LaTeX or CSV), ``reproduce`` (one stored trial trained again and compared),
 one module each (``harness.cli.<command>_cmd``); this package makes the typer ``app`` of them and
 ``main``. jax, MLflow, pydantic and the registries are imported inside the commands, so ``--help`` is
 fast. The top layer of ``harness``: may import every subpackage, and ``reports`` (``report`` only).
@@ -35,7 +36,7 @@ import time
 import typer
 
 import harness
-from harness.cli import common, list_cmd, report_cmd, status_cmd, sweep_cmd, ui_cmd
+from harness.cli import common, list_cmd, report_cmd, reproduce_cmd, status_cmd, sweep_cmd, ui_cmd
 
 _EPILOG = """\b
 Examples:
@@ -45,6 +46,7 @@ Examples:
   python -m harness sweep experiments/mnist1d.yaml --jobs 2
   python -m harness status                  # finished / failed / pending
   python -m harness report --experiment quickstart -o quickstart.html
+  python -m harness reproduce TRIAL_ID       # train it again: identical?
   python -m harness ui --experiment quickstart   # MLflow UI, same store
 \b
 Re-running a sweep skips finished trials. Use --tracking-uri
@@ -61,6 +63,8 @@ app.command("list", short_help="Models, optimizers, schedules, datasets.")(list_
 app.command(short_help="Finished/diverged/failed/pending per sweep.")(status_cmd.status)
 app.command(short_help="Start the MLflow UI on the store.")(ui_cmd.ui)
 app.command(short_help="Write the HTML comparison report.", epilog=report_cmd.EPILOG)(report_cmd.report)
+app.command(short_help="Re-train one stored trial; compare its values.",
+            epilog=reproduce_cmd.EPILOG)(reproduce_cmd.reproduce)
 
 __all__ = ["EXIT_GRACE_S", "app", "main"]
 

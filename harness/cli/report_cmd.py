@@ -15,10 +15,19 @@ Examples:
   python -m harness report -e quickstart -o quickstart.html
   python -m harness report -e mnist1d --sweep 1a2b3c4d5e6f \\
       --baseline 0f9e8d7c6b5a
+  python -m harness report -e quickstart --format tex -o board.tex
+  python -m harness report -e quickstart --format csv -o tables/
 \b
-Writes one self-contained HTML file (vector figures, interactive curves,
-downloads) and the tidy CSV beside it, prints both paths, and logs both
-to the parent runs whose trials it shows."""
+--format html (default) writes one self-contained HTML file (vector
+figures, interactive curves, downloads) and the tidy CSV beside it,
+prints both paths, and logs both to the parent runs whose trials it
+shows. md and tex write the leaderboard as a Markdown or LaTeX table;
+csv and parquet write one file per row kind (trials, curves,
+leaderboard, tuning_curves, tuned_times) into a folder. Only html is
+logged to MLflow."""
+
+#: ``report --format``: the HTML report, the leaderboard as Markdown or LaTeX, the tables as files.
+FORMATS = ("html", "md", "tex", "csv", "parquet")
 
 
 TUNING_DRAWS = ("without-replacement", "with-replacement")
@@ -62,8 +71,14 @@ def report(
         None, "--stats-baseline", metavar="OPTIMIZER",
         help="The optimizer the across-task statistics compare with (probability of improvement, "
         "IQM of normalised scores). Default: adam, else adamw, else the first by name."),
+    fmt: str = typer.Option(
+        "html", "--format", "-f", **_choice(FORMATS),
+        help="html: the report (and its CSV); md or tex: the leaderboard as a Markdown or LaTeX table "
+        "(-o FILE, default report-EXPERIMENT-SWEEP.md|.tex); csv or parquet: one file per row kind "
+        "(-o FOLDER, default report-EXPERIMENT-SWEEP/)."),
 ) -> None:
-    """Build one self-contained HTML comparison report from what MLflow holds."""
+    """Build one self-contained HTML comparison report from what MLflow holds (or, with --format,
+    its tables)."""
     from harness.tracking.client import prepare_store
     from harness.tracking.errors import TrackingUnavailableError
     from harness.tracking.uris import resolve_tracking_uri
@@ -74,6 +89,13 @@ def report(
     except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
+    if fmt != "html":
+        for flag, value in (("--baseline", baseline), ("--stats-baseline", stats_baseline)):
+            if value is not None:
+                err(f"error: {flag} is a view of the HTML report; --format {fmt} writes the tables only")
+                raise typer.Exit(2)
+        _tables(fmt, experiment, sweep_id, output, uri, tuning_curves, scoring, select_by, time_clock)
+        return
     from reports import make_report
 
     try:
@@ -88,3 +110,31 @@ def report(
     if csv.exists():
         typer.echo(f"data:   {csv} (the tidy table behind every figure)")
     typer.echo("Both are also logged to the sweep's parent run(s) in MLflow, under reports/.")
+
+
+def _tables(fmt: str, experiment: str, sweep_id: str | None, output: str | None, uri: str, draws: str,
+            scoring: str | None, select_by: str | None, clock: str | None) -> None:
+    """``report --format md|tex|csv|parquet``: :func:`reports.results.results` written out."""
+    import re
+    from pathlib import Path
+
+    from reports.results import results
+
+    try:
+        res = results(experiment, sweep=sweep_id, tracking_uri=uri, clock=clock, select_by=select_by,
+                      scoring=scoring, tuning_draws=draws)
+    except (LookupError, ValueError) as e:
+        err(f"error: {e.args[0] if e.args else e}")
+        raise typer.Exit(2) from None
+    default = "report-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{experiment}-{res.sweep_id}")
+    if fmt in ("md", "tex"):
+        path = Path(output or f"{default}.{fmt}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        board = res.leaderboard
+        text = board.to_markdown() + "\n\n" + board.caption() if fmt == "md" else board.to_latex()
+        path.write_text(text + "\n", encoding="utf-8")
+        typer.echo(f"leaderboard: {path} ({len(board)} rows, {fmt})")
+        return
+    paths = res.to_csv(output or default) if fmt == "csv" else res.to_parquet(output or default)
+    for kind, path in paths.items():
+        typer.echo(f"{kind}: {path}")

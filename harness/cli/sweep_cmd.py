@@ -17,6 +17,8 @@ Examples:
   python -m harness sweep experiments/quickstart.yaml --dry-run
   # 2 local worker processes:
   python -m harness sweep experiments/mnist1d.yaml --jobs 2
+  # part of a config (the same trial ids as the whole config):
+  python -m harness sweep experiments/quickstart.yaml --only optimizer=adam
   python -m harness sweep experiments/mnist1d.yaml \\
       --tracking-uri http://127.0.0.1:5000
   python -m harness sweep experiments/mnist1d.yaml --executor ray \\
@@ -60,10 +62,15 @@ def sweep(
                                           help="Compile every program afresh instead of loading it "
                                           "from the persistent XLA cache in $HARNESS_CACHE_DIR/xla "
                                           "(also: HARNESS_COMPILE_CACHE=0)."),
+    only: list[str] | None = typer.Option(None, "--only", metavar="AXIS=VALUE[,VALUE]",
+                                          help="Run only the trials with these values (axes: optimizer, "
+                                          "model, dataset, schedule, seed, workload; repeat for "
+                                          "several axes), with the same trial ids as the whole "
+                                          "config; the whole config is still validated."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
     from harness.config.environment import EnvSettingError
-    from harness.config.errors import ConfigError
+    from harness.config.errors import ConfigError, UsageError
     from harness.execute.executors import ExecutorUnavailableError
     from harness.sweep.run import SweepInterrupted, run_sweep
     from harness.tracking.errors import TrackingUnavailableError
@@ -73,11 +80,13 @@ def sweep(
                             address=address, batching=batching,
                             dry_run=dry_run, quiet=quiet, max_trials=max_trials,
                             compile_cache=not no_compile_cache, process_start=common.PROCESS_START,
+                            only=only or None,
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
                                                              ("gpus_per_trial", gpus_per_trial))
                                            if v is not None})
-    except ConfigError as e:  # an EnvSettingError (a HARNESS_* variable) is one line of its own
-        err(f"error: {e}" if isinstance(e, EnvSettingError) else f"invalid sweep config:\n{e}")
+    except ConfigError as e:  # an EnvSettingError (a HARNESS_* variable) is one line of its own,
+        # so is a UsageError (a tracking URI, executor or --only the harness cannot use)
+        err(f"error: {e}" if isinstance(e, EnvSettingError | UsageError) else f"invalid sweep config:\n{e}")
         raise typer.Exit(2) from None
     except TrackingUnavailableError as e:
         err(f"error: {e}")

@@ -10,6 +10,7 @@ must be a mapping says so, a user's value is echoed in at most 200 characters
 
 from __future__ import annotations
 
+import re
 import typing
 from typing import Any
 
@@ -18,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from harness.config.echo import short_repr
 from harness.core.registry import did_you_mean
 
-__all__ = ["ConfigError", "format_pydantic", "key_text", "loc_path"]
+__all__ = ["ConfigError", "UsageError", "format_pydantic", "key_path_of", "key_text", "loc_path"]
 
 #: Error types whose message already says what was given (no ``(got ...)`` appended).
 _SELF_EXPLAINED = ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size", "name", "description",
@@ -41,7 +42,59 @@ class ConfigError(ValueError):
             head = errors[0].split(": ", 1)[0] + ": " if ": " in errors[0] else ""
             lines.append(f"{head}... and {len(errors) - self.MAX_LINES:,} more problems")
         self.errors = lines
+        self._more = len(errors) > self.MAX_LINES
         super().__init__("\n".join(self.errors))
+
+    @property
+    def key_paths(self) -> list[str | None]:
+        """The config key path each problem line is about (``optimizers[0].hparams.step_size``,
+        ``<top>``), in line order; ``None`` for a line that names no key (a file that cannot be
+        read). The "... and N more problems" line is left out."""
+        lines = self.errors[:-1] if self._more else self.errors
+        return [key_path_of(line) for line in lines]
+
+    @property
+    def key_path(self) -> str | None:
+        """The first problem's key path (:attr:`key_paths`), ``None`` when no line names one."""
+        return next((k for k in self.key_paths if k), None)
+
+
+class UsageError(ConfigError):
+    """An option given beside the config that the harness cannot use (``tracking_uri``, ``executor``,
+    ``jobs``, ``only``): one line, and the key path it is about (the config key or option of that
+    name). A :class:`ConfigError`, so a caller catches one type; the command line prints it as
+    ``error: LINE`` (exit 2), as it did before it had a type."""
+
+    def __init__(self, line: str, key_path: str):
+        super().__init__([line])
+        self._key_path = key_path
+
+    @property
+    def key_paths(self) -> list[str | None]:
+        return [self._key_path]
+
+
+#: A key path at the start of a segment of an error line: ``<top>``, ``name``, ``a.b[0].c``.
+_KEY_PATH = re.compile(r"<top>|[A-Za-z_][\w-]*(?:\[\d+\])*(?:\.[^\s.:\[\]()]+(?:\[\d+\])*)*")
+
+
+def _is_file_label(seg: str) -> bool:
+    """Whether the first segment of an error line is the config's file (or ``<config>``/``<dict>``)."""
+    return seg != "<top>" and (("/" in seg or "\\" in seg) or seg.endswith((".yaml", ".yml", ".json"))
+                               or (seg.startswith("<") and seg.endswith(">")))
+
+
+def key_path_of(line: str) -> str | None:
+    """The key path of one ``FILE: KEY.PATH: message`` line (``FILE: `` may be absent), or ``None``."""
+    segs = line.split(": ")
+    if len(segs) > 1 and _is_file_label(segs[0]):
+        segs = segs[1:]
+    if len(segs) < 2:
+        return None
+    m = _KEY_PATH.match(segs[0])  # the whole segment, or the key and a bracketed note after it
+    if m is None or not (m.end() == len(segs[0]) or segs[0][m.end():].startswith(" (")):
+        return None
+    return m.group(0)
 
 
 def key_text(k: Any, limit: int = 60) -> str:

@@ -123,7 +123,8 @@ from harness.config.validate import validate_names
 from harness.config.yamlsafe import YamlConfigError, load_yaml_file
 
 #: ``ConfigError`` is here too: it is what these functions raise.
-__all__ = ["ConfigError", "check_plan_size", "config_registries", "load_config", "parse_config",
+__all__ = ["ConfigError", "check_plan_size", "config_from_data", "config_registries", "load_config",
+           "parse_config",
            "with_config_sources", "with_search_spaces"]
 
 
@@ -180,11 +181,23 @@ def load_config(path: str | Path, registries: Registries | None = None,
         data = load_yaml_file(path)
     except YamlConfigError as e:
         raise ConfigError(e.lines) from None
-    data, moved = with_search_spaces(data, file, os.path.dirname(os.path.abspath(file)))
+    return config_from_data(data, file, os.path.dirname(os.path.abspath(file)), registries, max_trials)
+
+
+def config_from_data(data: Any, file: str, base_dir: str, registries: Registries | None = None,
+                     max_trials: int = limits.DEFAULT_MAX_TRIALS) -> SweepConfig:
+    """:func:`load_config` of a document already read (the YAML's plain data): everything after
+    the reading, identical for a file and for a mapping a Python caller gives
+    (:mod:`harness.config.given`). ``file`` starts every error line; relative ``source:`` and
+    ``search_space:`` paths are relative to ``base_dir``.
+
+    Raises:
+      ConfigError: as :func:`load_config`.
+    """
+    data, moved = with_search_spaces(data, file, base_dir)
     try:
         cfg = parse_config(data, file, max_trials)
-        regs = with_config_sources(registries or default_registries(), cfg, file,
-                                   os.path.dirname(os.path.abspath(file)))
+        regs = with_config_sources(registries or default_registries(), cfg, file, base_dir)
         validate_names(cfg, file, regs)
         cfg = canonicalize_numbers(cfg, regs)
         if any(c.source_ref is not None for g in (cfg, *cfg.include) for c in g.optimizers or []):

@@ -9,6 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.config.given import given_config
 from harness.config.search import SEARCH_TAG
 from harness.core.clock import DEFAULT_CLOCK
 from harness.core.names import (
@@ -41,32 +42,37 @@ def kill_dead_invocations(client, exp_id: str) -> int:
     return kill_stale(client, parents) + kill_stale(client, trials)
 
 
-def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri) -> str:
+def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri, *, only: str = "") -> str:
     """Create this invocation's parent run (tags include its owner ``harness.owner`` = ``host:pid``,
     a first heartbeat and the settings the report reads: :func:`settings_tags`),
-    after marking dead invocations' leftover runs KILLED."""
+    after marking dead invocations' leftover runs KILLED. ``config_path`` is the config's file or a
+    :class:`harness.config.given.GivenConfig` (a mapping's text is logged as ``config.yaml``);
+    ``specs`` every trial of the config (``trials.json``); ``only`` the part this invocation runs
+    (``optimizer=adam``; param ``only``), ``""`` for all of it."""
     from mlflow.entities import Param
 
+    given = given_config(config_path)
     # An earlier invocation that died leaves its parent (and maybe trial runs) RUNNING.
     kill_dead_invocations(client, exp_id)
     tags = {TAG_SWEEP: cfg.name, TAG_SWEEP_ID: sweep_id, TAG_KIND: "parent",
-            **commit_tags(config_path), SEARCH_TAG: search_methods(specs),
+            **commit_tags(given.commit_path), SEARCH_TAG: search_methods(specs),
             **settings_tags(cfg), **owner_tags()}
     run = client.create_run(exp_id, tags=tags, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     rid = run.info.run_id
     params = [Param(k, str(v)) for k, v in {
-        "config_file": str(config_path), "n_trials": len(specs), "n_todo": len(plan.todo),
+        "config_file": given.label, "n_trials": len(specs), "n_todo": len(plan.todo),
         "n_skipped": len(plan.done), "executor": cfg.executor, "jobs": cfg.jobs, "batching": cfg.batching,
         PARAM_SCORING: cfg.scoring,
         "budget.steps": cfg.budget.steps if cfg.budget else None,
         "budget.epochs": cfg.budget.epochs if cfg.budget else None,
         **({"workloads": ",".join(w.name for w in cfg.workloads)} if cfg.workloads else {}),
+        **({"only": only} if only else {}),
         **{f"search.{k}": v for k, v in (cfg.search.model_dump() if cfg.search else {}).items()
            if v is not None}}.items()]
     client.log_batch(rid, params=params, synchronous=True)
     with tempfile.TemporaryDirectory(prefix="harness-") as d:
         dp = Path(d)
-        (dp / "config.yaml").write_text(Path(config_path).read_text())
+        (dp / "config.yaml").write_text(given.text)
         (dp / "resolved_config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
         (dp / "trials.json").write_text(json.dumps(
             [{"trial_id": s.trial_id, **s.to_dict()} for s in specs], indent=2, default=str))

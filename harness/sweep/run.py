@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config.errors import UsageError
+from harness.config.given import GivenConfig, given_config, load_given
 from harness.config.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
-from harness.config.load import Registries, SweepConfig, load_config
+from harness.config.load import Registries, SweepConfig
 from harness.core import budget
 from harness.core.conditions import one_line_warnings
 from harness.core.context import RunContext
@@ -46,6 +48,7 @@ from harness.plan.expansion import TrialList, component_variants, expand, search
 from harness.plan.units import group_units
 from harness.sweep.budget import SweepClock
 from harness.sweep.execution import execute_units
+from harness.sweep.only import describe, parse_only, select
 from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_settings, start_parent
 from harness.sweep.preflight import preflight
 from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
@@ -95,6 +98,10 @@ class SweepOptions:
       process_start: ``time.perf_counter()`` at the process start (the command line passes
         :data:`harness.PROCESS_START`): the time budget's ``startup`` and wall-clock start there
         (default: when :func:`run_sweep` is called; :mod:`harness.sweep.budget`).
+      only: run the trials of these axis values only (``{"optimizer": "adam"}``, ``sweep --only
+        optimizer=adam``; :mod:`harness.sweep.only`): the whole config is validated and expanded,
+        the kept trials have their ids in the whole config, the parent run is the whole config's
+        sweep's.
     """
 
     tracking_uri: str | None = None
@@ -111,19 +118,25 @@ class SweepOptions:
     max_trials: int = DEFAULT_MAX_TRIALS
     compile_cache: bool = True
     process_start: float | None = None
+    only: Any = None
 
 
-def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
-    """Validate, plan and run a sweep config; see the module docstring. ``options`` are the fields of
-    :class:`SweepOptions` (``tracking_uri=``, ``jobs=``, ``dry_run=``, ...).
+def run_sweep(config_path: str | Path | Any, **options: Any) -> SweepSummary:
+    """Validate, plan and run a sweep config; see the module docstring. ``config_path`` is a YAML
+    file's path, a mapping or a :class:`~harness.config.schema.SweepConfig`
+    (:mod:`harness.config.given`); ``options`` are the fields of :class:`SweepOptions`
+    (``tracking_uri=``, ``jobs=``, ``dry_run=``, ``only=``, ...).
 
     Raises:
-      TypeError: an unknown option.
-      harness.config.load.ConfigError: invalid config (nothing logged).
+      TypeError: an unknown option, or a config that is neither a path, a mapping nor a SweepConfig.
+      harness.config.load.ConfigError: invalid config (nothing logged); its subclass
+        :class:`harness.config.errors.UsageError`: a tracking URI, executor or ``only`` the harness
+        cannot use.
       harness.tracking.client.TrackingUnavailableError: the store cannot be reached (nothing trained).
       SweepInterrupted: Ctrl-C (a ``KeyboardInterrupt``); the parent run is ended KILLED.
     """
     opts = SweepOptions(**options)
+    given = given_config(config_path)
     t_start = time.perf_counter()
     clock = SweepClock(t_start, opts.process_start)
     console = _console(opts.console)
@@ -133,16 +146,18 @@ def run_sweep(config_path: str | Path, **options: Any) -> SweepSummary:
     stages = StageLine(console, opts.quiet, since=opts.process_start)
     try:
         with one_line_warnings():  # a Python warning is one line, never a source excerpt
-            return _run_sweep(config_path, opts, console, stages, t_start, clock)
+            return _run_sweep(given, opts, console, stages, t_start, clock)
     finally:
         stages.stop()
 
 
-def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: StageLine,
+def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLine,
                t_start: float, clock: SweepClock) -> SweepSummary:
     """:func:`run_sweep`'s body; ``stages`` says what it does until the plan or the bar prints."""
+    config_path = given.label
+    only = parse_only(opts.only)  # before the config: an unknown axis is said at once
     stages.stage("config", f"checking {config_path}: reading it (nothing is trained or written yet)")
-    cfg = _load(config_path, opts)  # a config error is said without importing JAX
+    cfg = _load(given, opts)  # a config error is said without importing JAX
     compile_cache.enable(opts.compile_cache)  # imports JAX; before this process compiles anything
     trains_here = isinstance(opts.executor_obj, InProcessExecutor) if opts.executor_obj is not None \
         else cfg.executor == "inprocess"
@@ -151,8 +166,9 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
     clock.startup_ends()
     with contextlib.nullcontext() if trains_here else parent_off_devices(), clock.part("preflight"):
         # before the store: dry run too
-        specs = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage)
-    sweep_id = sweep_id_of(cfg.name, specs)
+        whole = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage)
+    sweep_id = sweep_id_of(cfg.name, whole)  # the whole config's, also for a part of it (only)
+    specs = select(whole, only, config_path)
     uri = resolve_tracking_uri(opts.tracking_uri, cfg.tracking_uri)
     # The executor is built and validated before the dry-run branch: a dry run promises what a run
     # would do, so it refuses what a run would refuse (a bad HARNESS_DEVICE_IDS, a --jobs device plan
@@ -177,8 +193,8 @@ def _run_sweep(config_path: str | Path, opts: SweepOptions, console, stages: Sta
     if not plan.todo:
         stages.stop()
         return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts.quiet, t_start)
-    parent_id = _run_invocation(cfg, config_path, specs, plan, outcomes, ex, client, exp_id, sweep_id,
-                                uri, console, stages, opts.quiet, clock)
+    parent_id = _run_invocation(cfg, given, specs, plan, outcomes, ex, client, exp_id, sweep_id,
+                                uri, console, stages, opts.quiet, clock, whole, describe(only))
     left = spool.entries(uri)
     summary = SweepSummary(cfg.name, sweep_id, exp_id, parent_id, uri, outcomes,
                            time.perf_counter() - t_start, spooled_left=len(left),
@@ -203,13 +219,14 @@ def _console(console):
     return console if console is not None else stdout_console()
 
 
-def _load(config_path: str | Path, opts: SweepOptions) -> SweepConfig:
+def _load(given: GivenConfig, opts: SweepOptions) -> SweepConfig:
     """The validated config with the command line's overrides; the executor name checked.
 
     Raises:
-      harness.config.load.ConfigError: invalid config. ValueError: a bad tracking URI or executor.
+      harness.config.load.ConfigError: invalid config; its subclass
+        :class:`harness.config.errors.UsageError`: a bad tracking URI or executor.
     """
-    cfg = load_config(config_path, opts.registries, max_trials=opts.max_trials)
+    cfg = load_given(given, opts.registries, max_trials=opts.max_trials)
     _check_uri(opts.tracking_uri)
     overrides = {k: v for k, v in (("jobs", opts.jobs), ("executor", opts.executor),
                                    ("address", opts.address), ("batching", opts.batching)) if v is not None}
@@ -219,8 +236,8 @@ def _load(config_path: str | Path, opts: SweepOptions) -> SweepConfig:
         cfg = cfg.model_copy(update={"executor": "process"})
     if cfg.executor not in known_executors():
         ex_names = known_executors()
-        raise ValueError(f"unknown executor {cfg.executor!r}; valid choices: {', '.join(ex_names)}"
-                         f"{did_you_mean(cfg.executor, ex_names)}")
+        raise UsageError(f"unknown executor {cfg.executor!r}; valid choices: {', '.join(ex_names)}"
+                         f"{did_you_mean(cfg.executor, ex_names)}", "executor")
     return cfg
 
 
@@ -274,11 +291,14 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
     return summary
 
 
-def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList, plan: Plan,
+def _run_invocation(cfg: SweepConfig, given: GivenConfig, specs: TrialList, plan: Plan,
                     outcomes: list[TrialOutcome], ex: Executor, client, exp_id: str, sweep_id: str,
-                    uri: str, console, stages: StageLine, quiet: bool, clock: SweepClock) -> str:
+                    uri: str, console, stages: StageLine, quiet: bool, clock: SweepClock,
+                    whole: TrialList, only: str = "") -> str:
     """One invocation's parent run around the execution of ``plan.todo`` (appending to
     ``outcomes``), with its heartbeat; the parent ends FINISHED, FAILED or KILLED. Returns its id.
+    ``whole`` is the config's every trial (the parent's ``trials.json``), ``specs`` those this
+    invocation runs (fewer with ``only``, its text).
 
     Raises:
       SweepInterrupted: Ctrl-C.
@@ -300,10 +320,10 @@ def _run_invocation(cfg: SweepConfig, config_path: str | Path, specs: TrialList,
     budget.add(clock.parts, {"compile": moved, "batching": -moved})
     stages.stop()
     with clock.part("tracking"):
-        parent_id = start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri)
+        parent_id = start_parent(client, exp_id, cfg, given, whole, plan, sweep_id, uri, only=only)
         heartbeat = Heartbeat(uri, parent_id).start()
-    ctx = _run_context(cfg, config_path, uri, exp_id, parent_id, sweep_id,
-                       _with_batching_tags(search_tags(specs), batching_tags))
+    ctx = _run_context(cfg, given.commit_path, uri, exp_id, parent_id, sweep_id,
+                       _with_batching_tags(search_tags(whole), batching_tags))
     status = "KILLED"
     n_before, t_exec, dedupe_s = len(outcomes), time.perf_counter(), 0.0
     try:
@@ -374,11 +394,12 @@ def _check_uri(cli_uri: str | None) -> None:
     before anything is loaded or written (the config's ``tracking_uri`` was checked with it).
 
     Raises:
-      ValueError: names the source and the problem (the CLI exits 2).
+      harness.config.errors.UsageError: names the source and the problem (the CLI exits 2); its key
+        path is ``tracking_uri``.
     """
     for source, uri in (("--tracking-uri", cli_uri),
                         ("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI"))):
         if uri:
             if (msg := tracking_uri_problem(uri)) is not None:
-                raise ValueError(f"{source}: {msg}")
+                raise UsageError(f"{source}: {msg}", "tracking_uri")
             return

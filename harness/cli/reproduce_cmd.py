@@ -1,0 +1,43 @@
+"""``reproduce``: train one stored trial again and say whether every logged value is the same."""
+
+from __future__ import annotations
+
+import typer
+
+from harness.cli.common import URI_HELP, err
+
+EPILOG = """\b
+Examples:
+  python -m harness reproduce 3f2a9c0d1e4b5a69
+  python -m harness reproduce 3f2a9c0d1e4b5a69 --scratch /tmp/repro
+\b
+Reads the trial's latest FINISHED run (the store is only read), trains
+it again from its recorded spec (and a user's optimizer from the file
+text the run kept), writes the result into a scratch store, and compares
+every logged value but the clocks. Exit codes: 0 identical; 1 not
+identical (the largest difference and the versions that differ are
+printed); 2 no such trial, or its record no longer hashes to its id;
+3 a store cannot be opened."""
+
+
+def reproduce(
+    trial_id: str = typer.Argument(..., help="The trial's id (run tag harness.trial_id, 16 hex digits)."),
+    tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
+    scratch: str | None = typer.Option(None, "--scratch", help="Folder for the scratch store (default: a "
+                                       "new temporary folder, kept; its path is printed)."),
+) -> None:
+    """Re-train one stored trial and report whether its logged values are identical."""
+    from harness.sweep.reproduce import ReproduceError, reproduce
+    from harness.tracking.errors import TrackingUnavailableError
+
+    try:
+        answer = reproduce(trial_id, tracking_uri=tracking_uri, scratch=scratch)
+    except TrackingUnavailableError as e:
+        err(f"error: {e}")
+        raise typer.Exit(3) from None
+    except ReproduceError as e:
+        err(f"error: {e}")
+        raise typer.Exit(2) from None
+    typer.echo(str(answer))
+    if not answer.identical:
+        raise typer.Exit(1)

@@ -1,0 +1,154 @@
+"""``harness.sweep(config, ...)``: the command line's ``sweep`` from Python (a notebook, a script).
+
+The same validation, resume and guarantees as ``python -m harness sweep`` (it is
+:func:`harness.sweep.run.run_sweep`), with Python's conventions for what goes wrong: a config, an
+option or a ``only`` the harness cannot use is one exception type,
+:class:`harness.config.errors.ConfigError` (``err.key_path``, ``err.key_paths``, one
+``LABEL: KEY.PATH: message`` line each in ``str(err)``), raised, never ``SystemExit``. Failed
+trials do not raise: they are counted in the :class:`SweepRun` it returns (as the command line
+exits 1 and goes on). ``harness.sweep`` is this package's module made callable (see
+:mod:`harness.sweep`'s docstring), so ``harness.sweep.run_sweep`` and ``from harness.sweep import
+...`` keep working.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config.errors import ConfigError, UsageError
+from harness.config.limits import DEFAULT_MAX_TRIALS
+
+__all__ = ["SweepRun", "sweep"]
+
+
+def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: int | None = None,
+          dry_run: bool = False, only: Any = None, quiet: bool = False, executor: str | None = None,
+          batching: str | None = None, max_trials: int = DEFAULT_MAX_TRIALS, compile_cache: bool = True,
+          **options: Any) -> SweepRun:
+    """Validate, plan and run a sweep config; return what happened.
+
+    Args:
+      config: a YAML file's path, a mapping (the YAML's keys: ``{"name": ..., "models": [...],
+        ...}``) or a :class:`harness.config.schema.SweepConfig` from ``harness.config.load_config``
+        (:mod:`harness.config.given`).
+      tracking_uri: the MLflow store (``None``: ``MLFLOW_TRACKING_URI``, the config's
+        ``tracking_uri``, else ``sqlite:///<cwd>/mlflow.db``).
+      jobs: local worker processes (``None``: the config's ``jobs``, else 1); ``executor``
+        ``inprocess`` | ``process`` | ``ray`` (``None``: the config's).
+      dry_run: plan only: print the trials to run and why; nothing is trained or written.
+      only: run part of the config: ``{"optimizer": "adam"}``, ``{"optimizer": ["adam", "sgd"],
+        "seed": 0}`` or ``"optimizer=adam"`` (axes optimizer, model, dataset, schedule, seed,
+        workload; :mod:`harness.sweep.only`), with the trial ids of the whole config.
+      quiet: print nothing (no progress bar, no summary table).
+      batching: ``auto`` | ``on`` | ``off`` (``None``: the config's).
+      max_trials: refuse a config that expands to more trials.
+      compile_cache: load compiled programs from the persistent XLA cache.
+      options: :class:`harness.sweep.run.SweepOptions`' other fields (``console``, ``executor_opts``,
+        ``registries``, ...).
+
+    Returns:
+      a :class:`SweepRun`: counts, ids, and ``.results()``.
+
+    Raises:
+      harness.config.errors.ConfigError: an invalid config or option, nothing trained or written
+        (a :class:`harness.config.errors.UsageError` for ``tracking_uri``, ``executor``, ``jobs``
+        and ``only``); ``err.key_path`` names the key.
+      harness.tracking.errors.TrackingUnavailableError: the store cannot be reached or used.
+      harness.sweep.run.SweepInterrupted: interrupted (a ``KeyboardInterrupt``); calling again
+        resumes.
+      TypeError: ``config`` is neither a path, a mapping nor a SweepConfig, or an unknown option.
+    """
+    from harness.execute.devices import DevicePlanError
+    from harness.execute.executors import ExecutorUnavailableError
+    from harness.sweep.run import run_sweep
+
+    try:
+        summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, dry_run=dry_run, only=only,
+                            quiet=quiet, executor=executor, batching=batching, max_trials=max_trials,
+                            compile_cache=compile_cache, **options)
+    except ConfigError:
+        raise
+    except DevicePlanError as e:  # --jobs N's devices do not fit
+        raise UsageError(f"jobs: {e}", "jobs") from e
+    except ExecutorUnavailableError as e:  # e.g. executor ray without Ray installed
+        raise UsageError(f"executor: {e}", "executor") from e
+    except ValueError as e:  # what the command line reports as a usage error (exit 2), typed
+        from harness.execute.ray_executor import RayTrackingError
+
+        if isinstance(e, RayTrackingError):
+            raise UsageError(f"tracking_uri: {e}", "tracking_uri") from e
+        raise
+    return SweepRun(summary)
+
+
+@dataclass
+class SweepRun:
+    """What :func:`sweep` did.
+
+    Attributes:
+      summary: the :class:`harness.sweep.summary.SweepSummary` the command line prints.
+      experiment: the sweep's name (its MLflow experiment); ``sweep_id``; ``tracking_uri``.
+      counts: trials per status: ``finished``, ``diverged``, ``failed``, and ``skipped`` (finished
+        by an earlier invocation, not trained again); ``dry_run``.
+      trial_ids: every trial of this run (with ``only``, of that part), in the config's order.
+    """
+
+    summary: Any
+
+    @property
+    def experiment(self) -> str:
+        return self.summary.name
+
+    @property
+    def sweep_id(self) -> str:
+        return self.summary.sweep_id
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.summary.tracking_uri
+
+    @property
+    def dry_run(self) -> bool:
+        return self.summary.dry_run
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.summary.counts()
+
+    @property
+    def trial_ids(self) -> list[str]:
+        return [o.trial_id for o in self.summary.outcomes]
+
+    def results(self, **kwargs: Any):
+        """``harness.results(experiment, sweep=sweep_id, tracking_uri=...)`` of this sweep
+        (:func:`reports.results.results`; ``kwargs`` go to it: ``clock=``, ``select_by=``).
+
+        Raises:
+          ValueError: a dry run (nothing was written), or what :func:`reports.results.results` raises.
+        """
+        if self.dry_run:
+            raise ValueError("a dry run wrote nothing: run the sweep (dry_run=False) first")
+        import harness  # the package's lazily imported results (harness.results): reports reads the store
+
+        return harness.results(self.experiment, sweep=self.sweep_id, tracking_uri=self.tracking_uri,
+                               **kwargs)
+
+    def _line(self) -> str:
+        c = self.counts
+        what = "planned (dry run)" if self.dry_run else \
+            f"{c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed"
+        return (f"sweep {self.experiment} ({self.sweep_id}): {len(self.trial_ids)} trials, {what}, "
+                f"{c['skipped']} from earlier runs; store {self.tracking_uri}")
+
+    def __repr__(self) -> str:
+        return f"SweepRun({self._line()})"
+
+    def _repr_html_(self) -> str:
+        """The notebook view: the counts, then (after a real run) the results' leaderboard."""
+        head = f"<p>{html.escape(self._line())}</p>"
+        if self.dry_run or not self.summary.outcomes:
+            return head
+        return head + self.results()._repr_html_()

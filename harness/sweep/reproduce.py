@@ -1,0 +1,340 @@
+"""One stored trial trained again: ``python -m harness reproduce TRIAL_ID`` and ``harness.reproduce``.
+
+What a reviewer of a paper asks: does this number come out of this code? :func:`reproduce` reads
+the trial's latest FINISHED run (any experiment of the store), rebuilds its
+:class:`~harness.core.spec.TrialSpec` from the run's ``trial.json`` (and a user's optimizer from the
+file text the run kept, ``source/<file>``, checked against the digest in the trial's id), trains it
+again in this process (:func:`harness.train.loop.run_trial`, the sweep's trainer, one trial alone),
+writes the result with the sweep's own writer (:func:`harness.tracking.trial_run.finish_run`) into
+a scratch store (a fresh SQLite file; the stored run is only read), and compares every value of
+every metric both runs logged, step by step, as MLflow holds them: ``identical`` when all are equal
+bit for bit and both logged the same metrics at the same steps. The clocks (:data:`CLOCK_PREFIXES`:
+wall-clock, step times, compile times, seconds to target; measured, so never equal twice) are left
+out; the steps to the target are compared.
+
+Identical is what to expect on the same machine with the same versions (and XLA flags). Otherwise
+the answer names the largest difference (metric, step, both values) and the environment tags that
+differ between the stored run and this process (:data:`VERSION_TAGS`: JAX, jaxlib, the harness, its
+commit, the device). A trial that trained in a vmapped batch (its tag ``harness.batching``) is
+trained alone here: its values may differ in float32 rounding, and :class:`Reproduction` says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core import names
+from harness.core.spec import TrialSpec
+
+__all__ = ["CLOCK_PREFIXES", "VERSION_TAGS", "Difference", "ReproduceError", "Reproduction", "reproduce"]
+
+#: Metrics that measure time rather than what was computed: never compared.
+CLOCK_PREFIXES = ("perf/", "time/", "compile/", names.M_SECONDS_TO_TARGET,
+                  names.M_MODELED_SECONDS_TO_TARGET, names.M_COST_SECONDS_TO_TARGET)
+#: The environment tags compared between the stored run and this process.
+VERSION_TAGS = ("jax_version", "jaxlib_version", "harness_version", names.TAG_HARNESS_COMMIT, "device_kind")
+
+
+class ReproduceError(LookupError):
+    """The trial cannot be reproduced from the store: no FINISHED run of it, or its recorded spec
+    or source no longer hashes to its id. One line saying which."""
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Where two logged values differ: ``metric`` at ``step``, ``stored`` and ``new`` (``None``
+    where one run has no value there), ``abs_diff`` (``inf`` when one is missing)."""
+
+    metric: str
+    step: int
+    stored: float | None
+    new: float | None
+    abs_diff: float
+
+
+@dataclass
+class Reproduction:
+    """What :func:`reproduce` found.
+
+    Attributes:
+      trial_id, experiment: the trial and its experiment; ``stored_run_id`` the run read.
+      scratch_uri, new_run_id: the scratch store and the run written there.
+      identical: every compared value equal bit for bit, the same metrics at the same steps.
+      compared: how many values were compared; ``metrics`` which metrics.
+      largest: the largest difference (``None`` when identical).
+      differences: how many values differ (a missing one counts).
+      versions: ``{tag: (stored, now)}`` of the :data:`VERSION_TAGS` that differ.
+      batching: the stored run's ``harness.batching`` tag (how it trained); ``status``:
+        ``(stored, new)``; ``seconds``: the training's wall-clock here.
+    """
+
+    trial_id: str
+    experiment: str
+    stored_run_id: str
+    scratch_uri: str
+    new_run_id: str
+    identical: bool
+    compared: int
+    metrics: list[str]
+    largest: Difference | None
+    differences: int
+    versions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    batching: str = ""
+    status: tuple[str, str] = ("", "")
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        """The report: the verdict, then what differs and where the scratch run is."""
+        head = (f"trial {self.trial_id} ({self.experiment}, run {self.stored_run_id}): "
+                + (f"identical: {self.compared} values of {len(self.metrics)} metrics equal bit for bit"
+                   if self.identical else f"NOT identical: {self.differences} of {self.compared} values "
+                   f"differ"))
+        out = [head]
+        if self.largest is not None:
+            d = self.largest
+            out.append(f"largest difference: {d.metric} at step {d.step}: stored {_num(d.stored)}, "
+                       f"now {_num(d.new)} (|diff| {d.abs_diff:.6g})")
+        if self.status[0] != self.status[1]:
+            out.append(f"status: stored {self.status[0]}, now {self.status[1]}")
+        if self.versions:
+            out.append("versions that differ: " + "; ".join(f"{k} {a} -> {b}" for k, a, b in
+                                                           ((k, *v) for k, v in self.versions.items())))
+        elif not self.identical:
+            out.append(f"versions: the same ({', '.join(VERSION_TAGS)})")
+        if self.batching.startswith("vmapped"):
+            out.append(f"the stored trial trained in a vmapped batch ({self.batching}); here it trained "
+                       f"alone: values may differ in float32 rounding")
+        out.append(f"trained again in {self.seconds:.2f} s into {self.scratch_uri} (run {self.new_run_id})")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return "<pre>" + html.escape(str(self)) + "</pre>"
+
+
+def _num(v: float | None) -> str:
+    return "absent" if v is None else repr(v)
+
+
+def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | Path | None = None,
+              compile_cache: bool = True) -> Reproduction:
+    """Train the stored trial ``trial_id`` again and compare (module docstring).
+
+    Args:
+      trial_id: the trial's id (the run tag ``harness.trial_id``, 16 hex digits).
+      tracking_uri: the store holding it (``None``: ``MLFLOW_TRACKING_URI``, else ``./mlflow.db``);
+        only read.
+      scratch: a folder for the scratch store (``mlflow.db``) and the optimizer file; default a new
+        temporary folder, kept (its path is in the answer).
+      compile_cache: load compiled programs from the persistent XLA cache (as a sweep does).
+
+    Raises:
+      ReproduceError: no FINISHED run of the trial, or its recorded spec or source does not hash to
+        its id.
+      harness.tracking.errors.TrackingUnavailableError: a store cannot be opened.
+    """
+    from harness.tracking.client import prepare_store
+    from harness.tracking.uris import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    client = prepare_store(uri, create=False)
+    run, experiment = _stored_run(client, trial_id)
+    folder = Path(scratch) if scratch is not None else Path(tempfile.mkdtemp(prefix="harness-reproduce-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = _stored_spec(client, run, trial_id, folder)
+
+    from harness.train import compile_cache as cache
+    from harness.train.loop import run_trial
+
+    cache.enable(compile_cache)
+    t0 = time.perf_counter()
+    t0_ms = int(time.time() * 1000)
+    try:
+        result = run_trial(spec, measure_perf=False)
+    except Exception as e:  # recorded as a failed trial, as a sweep records it
+        import traceback
+
+        from harness.core.spec import TrialResult
+
+        result = TrialResult(spec=spec, status="failed", reason=f"{type(e).__name__}: {e}\n"
+                             + traceback.format_exc())
+    seconds = time.perf_counter() - t0
+    scratch_uri, new_client, new_run_id = _write(folder, experiment, run, result, t0_ms)
+    compared, metrics, diffs = _compare(client, run, new_client, new_run_id)
+    largest = max(diffs, key=lambda d: d.abs_diff) if diffs else None
+    new = new_client.get_run(new_run_id)
+    return Reproduction(
+        trial_id=trial_id, experiment=experiment, stored_run_id=run.info.run_id, scratch_uri=scratch_uri,
+        new_run_id=new_run_id, identical=not diffs, compared=compared, metrics=metrics, largest=largest,
+        differences=len(diffs), versions=_versions(run.data.tags, new.data.tags),
+        batching=run.data.tags.get(names.TAG_BATCHING, ""),
+        status=(run.data.tags.get(names.TAG_STATUS, ""), new.data.tags.get(names.TAG_STATUS, "")),
+        seconds=seconds)
+
+
+def _stored_run(client, trial_id: str) -> tuple[Any, str]:
+    """The latest FINISHED run of ``trial_id`` in any experiment, and its experiment's name.
+
+    Raises:
+      ReproduceError: no FINISHED run (naming the statuses of the runs there are).
+    """
+    from mlflow.entities import ViewType
+
+    flt = f"tags.`{names.TAG_TRIAL_ID}` = '{trial_id}'"
+    found = []
+    for exp in client.search_experiments(view_type=ViewType.ALL):
+        found += [(r, exp.name) for r in client.search_runs([exp.experiment_id], flt,
+                                                            run_view_type=ViewType.ACTIVE_ONLY,
+                                                            max_results=1000)]
+    finished = [(r, e) for r, e in found if r.info.status == "FINISHED"]
+    if not finished:
+        have = ", ".join(sorted({r.info.status for r, _ in found})) or "none"
+        raise ReproduceError(f"no FINISHED run of trial {trial_id!r} in the store (its runs: {have})")
+    return max(finished, key=lambda re_: (re_[0].info.start_time or 0, re_[0].info.run_id))
+
+
+def _artifact(client, run_id: str, path: str, folder: Path) -> str | None:
+    """The text of one artifact of a run (``None`` when absent), without MLflow's progress bar."""
+    bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(bar)
+    os.environ[bar] = "false"
+    try:
+        with tempfile.TemporaryDirectory(dir=folder) as d, contextlib.suppress(Exception):
+            return Path(client.download_artifacts(run_id, path, d)).read_text(encoding="utf-8")
+        return None
+    finally:
+        if before is None:
+            os.environ.pop(bar, None)
+        else:
+            os.environ[bar] = before
+
+
+def _stored_spec(client, run, trial_id: str, folder: Path) -> TrialSpec:
+    """The run's ``trial.json`` as a TrialSpec, a user's optimizer rebuilt from the run's copy of
+    its file (written into ``folder/source``).
+
+    Raises:
+      ReproduceError: ``trial.json`` missing, or the spec (or the source) not hashing to ``trial_id``.
+    """
+    text = _artifact(client, run.info.run_id, names.ARTIFACT_TRIAL, folder)
+    if text is None:
+        raise ReproduceError(f"run {run.info.run_id} of trial {trial_id} has no {names.ARTIFACT_TRIAL}")
+    d = json.loads(text)
+    d.pop("trial_id", None)
+    spec = TrialSpec.from_dict(d)
+    if spec.trial_id != trial_id:
+        raise ReproduceError(f"the recorded spec of trial {trial_id} hashes to {spec.trial_id} with this "
+                             f"harness (its identity rules changed since it was trained)")
+    if spec.optimizer_source:
+        spec = dataclasses.replace(spec, optimizer_source_ref=_source_ref(client, run, spec, folder))
+    return spec
+
+
+def _source_ref(client, run, spec: TrialSpec, folder: Path) -> tuple:
+    """``optimizer_source_ref`` of a user's optimizer: a file from the run's ``source/`` artifact,
+    a module or Optax as installed now; its digest must be the one in the trial's id.
+
+    Raises:
+      ReproduceError: the file is not in the run, or the digest differs.
+    """
+    from harness.core.source import SourceError, parse_source
+
+    text = spec.optimizer_source
+    kind_file = text.startswith("algoperf:") or text.rpartition(":")[0].endswith(".py")
+    try:
+        if kind_file:
+            rel = text[len("algoperf:"):] if text.startswith("algoperf:") else text.rpartition(":")[0]
+            name = os.path.basename(rel)
+            code = _artifact(client, run.info.run_id, f"{names.ARTIFACT_SOURCE_DIR}/{name}", folder)
+            if code is None:
+                raise ReproduceError(f"run {run.info.run_id} kept no copy of {name} "
+                                     f"({names.ARTIFACT_SOURCE_DIR}/{name})")
+            src = folder / "source"
+            src.mkdir(exist_ok=True)
+            (src / name).write_text(code, encoding="utf-8")
+            local = f"algoperf:{name}" if text.startswith("algoperf:") \
+                else f"{name}:{text.rpartition(':')[2]}"
+            ref = dataclasses.replace(parse_source(local, str(src)), text=text)
+        else:
+            ref = parse_source(text, ".")
+    except SourceError as e:
+        raise ReproduceError(str(e)) from None
+    if ref.digest != spec.optimizer_source_hash:
+        raise ReproduceError(f"source {text!r} digests to {ref.digest} now, the trial ran "
+                             f"{spec.optimizer_source_hash} (a package's version, or the file, differs)")
+    return (ref.kind, ref.target, ref.function, ref.digest, ref.code)
+
+
+def _write(folder: Path, experiment: str, run, result, t0_ms: int) -> tuple[str, Any, str]:
+    """The retrained result in a new SQLite store in ``folder``, written by the sweep's writer."""
+    from harness.core.context import RunContext
+    from harness.core.outcome import run_name
+    from harness.execute.writing import resolved_defaults
+    from harness.tracking.client import get_or_create_experiment, prepare_store
+    from harness.tracking.provenance import harness_commit
+    from harness.tracking.trial_run import finish_run, trial_tags
+
+    uri = f"sqlite:///{(folder / 'mlflow.db').resolve()}"
+    client = prepare_store(uri)
+    exp_id = get_or_create_experiment(client, experiment, uri)
+    tags = run.data.tags
+    ctx = RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id="",
+                     sweep_id=tags.get(names.TAG_SWEEP_ID, ""), sweep=result.spec.sweep,
+                     harness_commit=harness_commit(), config_commit=tags.get(names.TAG_CONFIG_COMMIT, ""),
+                     measure_perf=False, log_dataset=False)
+    spec = result.spec
+    new = client.create_run(exp_id, tags={k: v for k, v in trial_tags(spec, ctx).items()
+                                          if k != names.TAG_PARENT_RUN},
+                            run_name=f"reproduce-{run_name(spec)}")
+    finish_run(client, new.info.run_id, result, t0_ms, ctx, defaults=resolved_defaults(spec))
+    return uri, client, new.info.run_id
+
+
+def _is_clock(metric: str) -> bool:
+    return metric.startswith(CLOCK_PREFIXES) or metric == names.M_WALL_S
+
+
+def _history(client, run_id: str, key: str) -> dict[int, float]:
+    """step → value of one metric (a step logged twice: the later value)."""
+    out: dict[int, float] = {}
+    for m in sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp)):
+        out[int(m.step)] = float(m.value)
+    return out
+
+
+def _compare(client, run, new_client, new_run_id: str) -> tuple[int, list[str], list[Difference]]:
+    """Every value of every metric but the clocks, both runs: (values compared, metrics,
+    differences)."""
+    new_metrics = new_client.get_run(new_run_id).data.metrics
+    keys = sorted(k for k in set(run.data.metrics) | set(new_metrics) if not _is_clock(k))
+    compared, diffs = 0, []
+    for key in keys:
+        a = _history(client, run.info.run_id, key) if key in run.data.metrics else {}
+        b = _history(new_client, new_run_id, key) if key in new_metrics else {}
+        for step in sorted(set(a) | set(b)):
+            compared += 1
+            x, y = a.get(step), b.get(step)
+            if x is None or y is None:
+                diffs.append(Difference(key, step, x, y, math.inf))
+            elif x != y and not (math.isnan(x) and math.isnan(y)):
+                diffs.append(Difference(key, step, x, y, abs(x - y)))
+    return compared, keys, diffs
+
+
+def _versions(stored: dict[str, str], now: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """The :data:`VERSION_TAGS` whose values differ, ``{tag: (stored, now)}``."""
+    return {t: (stored.get(t, "(not recorded)"), now.get(t, "(not recorded)")) for t in VERSION_TAGS
+            if stored.get(t) != now.get(t)}
