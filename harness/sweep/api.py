@@ -120,7 +120,7 @@ class SweepRun:
 
     @property
     def trial_ids(self) -> list[str]:
-        return [o.trial_id for o in self.summary.outcomes]
+        return list(self.summary.trial_ids) or [o.trial_id for o in self.summary.outcomes]
 
     def results(self, **kwargs: Any):
         """``harness.results(experiment, sweep=sweep_id, tracking_uri=...)`` of this sweep

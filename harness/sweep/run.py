@@ -206,7 +206,8 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                            config_path=str(config_path),
                            boundary=boundary_warnings(outcomes, specs, cfg.selection.by),
                            select_by=cfg.selection.by, time_clock=cfg.time,
-                           budget=clock.budget, budget_wall_s=clock.wall_s)
+                           budget=clock.budget, budget_wall_s=clock.wall_s,
+                           trial_ids=[s.trial_id for s in specs])
     if not opts.quiet:
         print_summary(console, summary)
     return summary
@@ -270,7 +271,8 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
     stages.stop()
     print_plan(console, cfg, plan, sweep_id, uri)
     return SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
-                        time.perf_counter() - t_start, dry_run=True)
+                        time.perf_counter() - t_start, dry_run=True,
+                        trial_ids=[s.trial_id for s in specs])
 
 
 def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_id: str, uri: str,
@@ -285,7 +287,8 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
     done = plan.done_outcomes
     summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, done, time.perf_counter() - t_start,
                            boundary=boundary_warnings(done, plan.specs, cfg.selection.by),
-                           select_by=cfg.selection.by, time_clock=cfg.time)
+                           select_by=cfg.selection.by, time_clock=cfg.time,
+                           trial_ids=[s.trial_id for s in plan.specs])
     if not quiet:
         print_summary(console, summary)
     return summary

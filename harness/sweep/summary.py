@@ -67,6 +67,9 @@ class SweepSummary:
     #: its parts add up to; ``None`` when this invocation trained nothing.
     budget: dict[str, float] | None = None
     budget_wall_s: float = 0.0
+    #: Every trial this invocation was given, in the config's order (with ``only``, that part):
+    #: done, to do and, in a dry run, planned.
+    trial_ids: list[str] = field(default_factory=list)
 
     def budget_line(self, width: int = 80) -> str:
         """``"time 41.8 s: compile 37%, train 11%, ..."`` (at most ``width`` characters; "" without
