@@ -348,3 +348,28 @@ def test_old_import_paths_users_hold_keep_working():
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "ok"
+
+
+def test_the_python_api_is_reexported_lazily_from_the_package():
+    """``harness.sweep`` / ``harness.results`` / ``harness.reproduce`` (issue 37) are the package's
+    lazy re-exports (its module ``__getattr__``, string targets the import walker cannot see): each
+    target is a module the top layer may import, and ``import harness`` loads none of them (nor
+    MLflow, JAX or pandas), so ``python -m harness --help`` stays fast."""
+    import harness
+
+    for name, (module, _attr) in harness._LAZY.items():
+        top = module.split(".")[0]
+        assert top in ("harness", "reports"), (name, module)
+        if top == "harness":
+            assert layer(module, as_target=True) in LAYERS, (name, module)
+    mods = _loaded_after("import harness")
+    heavy = sorted(m for m in mods if m.split(".")[0] in ("reports", "mlflow", "jax", "pandas", "numpy"))
+    assert heavy == []
+    assert sorted(m for m in mods if m.startswith("harness.") and not m.startswith("harness.core")) == []
+    code = ("import harness, harness.sweep.run\n"
+            "assert callable(harness.sweep) and harness.sweep.run_sweep is harness.sweep.run.run_sweep\n"
+            "from harness.sweep import run_sweep, SweepRun\n"
+            "print(harness.results.__module__, harness.reproduce.__module__,\n"
+            "      harness.sweep.__class__.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.split() == ["reports.results", "harness.sweep.reproduce", "_CallableModule"]
