@@ -230,7 +230,8 @@ class Leaderboard(pd.DataFrame):
 
     def table(self) -> pd.DataFrame:
         """The formatted table: ``Task`` (with several tasks), ``Rank`` (``"1="`` for a shared
-        rank), ``Optimizer``, ``Configuration``, ``Test <metric>`` (``mean [lo, hi]`` with the digits
+        rank), ``Optimizer``, ``Configuration`` (unless every row's is its optimizer's name),
+        ``Test <metric>`` (``mean [lo, hi]`` with the digits
         of two significant digits of the widest interval, ``mean (1 seed)``; ``—`` without a value),
         ``Time to target (s)`` (when the sweep has a target: over the seeds that reached it, ``k/n
         reached``; ``not reached``), ``Seeds`` (finished / run). :meth:`caption` says what the
@@ -249,7 +250,8 @@ class Leaderboard(pd.DataFrame):
                 row["Task"] = r.task
             row["Rank"] = r.rank_label
             row["Optimizer"] = r.optimizer
-            row["Configuration"] = r.config
+            if (df["config"] != df["optimizer"]).any():  # else each row's configuration is its name
+                row["Configuration"] = r.config
             body = format_interval(r.test_mean, r.test_lo, r.test_hi, _n(r.test_n), say_how=False,
                                    digits=digits)
             mixed = len(metrics) > 1 and body != "—"
