@@ -34,7 +34,7 @@ def test_help_lists_commands_without_importing_jax_or_mlflow():
             "print([k for k in ('jax', 'mlflow', 'pydantic', 'yaml') if k in sys.modules])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     lines = r.stdout.splitlines()
-    assert lines[0] == "['list', 'report', 'status', 'sweep', 'ui']"
+    assert lines[0] == "['list', 'report', 'reproduce', 'status', 'sweep', 'ui']"
     assert lines[1] == "[]"
     r = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True,
                        timeout=60)
@@ -379,11 +379,11 @@ def test_help_lists_every_command_uncut_and_teaches_with_examples():
 
     top = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True,
                          check=True).stdout
-    for cmd in ("sweep", "list", "status", "ui", "report"):
+    for cmd in ("sweep", "list", "status", "ui", "report", "reproduce"):
         line = next(ln for ln in top.splitlines() if ln.strip().startswith(cmd + " "))
         assert "..." not in line and "…" not in line, line
     assert "Examples:" in top
-    for cmd in ("sweep", "report"):
+    for cmd in ("sweep", "report", "reproduce"):
         out = subprocess.run([sys.executable, "-m", "harness", cmd, "--help"], capture_output=True,
                              text=True, check=True).stdout
         assert "Examples:" in out and f"python -m harness {cmd} " in out
