@@ -269,3 +269,26 @@ def test_the_sqlite_snapshot_reads_what_mlflow_reads(tmp_path, tracking_uri, fak
     assert a.frame.attrs == b.frame.attrs and a.config_yaml == b.config_yaml and a.sweep_id == b.sweep_id
     assert a.frame[a.frame["row"] == "summary"]["trial_id"].nunique() == 9
     assert (a.frame["status"] == "failed").any()
+
+
+def test_sweep_only_on_the_command_line(tmp_path, tracking_uri, fake_trainer):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    path = tmp_path / "api.yaml"
+    path.write_text(yaml.safe_dump(_cfg()))
+    runner = CliRunner()
+    r = runner.invoke(app, ["sweep", str(path), "--tracking-uri", tracking_uri, "--only", "optimizer=sgd",
+                            "--only", "seed=0", "-q"])
+    assert r.exit_code == 0, r.output
+    whole = harness.sweep(path, tracking_uri=tracking_uri, dry_run=True, quiet=True)
+    sgd0 = harness.sweep(path, tracking_uri=tracking_uri, only={"optimizer": "sgd", "seed": 0},
+                         dry_run=True, quiet=True)
+    assert sorted(fake_trainer["calls"]) == sorted(sgd0.trial_ids) and len(sgd0.trial_ids) == 2
+    assert whole.counts["skipped"] == 2  # the whole config's plan sees them done
+    r = runner.invoke(app, ["sweep", str(path), "--tracking-uri", tracking_uri, "--only", "optimizer=adm"])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines()[-1] == (
+        f"error: only: optimizer=adm: no trial of {path} has it; its optimizer values: adam, sgd "
+        "(did you mean 'adam'?)")
