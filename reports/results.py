@@ -188,11 +188,13 @@ class Results:
         """The summary rows on the report's clock: what the leaderboard and protocol tables read."""
         from reports.clock import use_clock
 
-        s = self.frame[self.frame["row"] == "summary"]
         # what these views read: no params.* or environment columns (100 text columns a trial,
         # copied at every selection), attrs without the time budget (deep-copied at every one)
-        s = s[[c for c in s.columns if not c.startswith("params.") and c not in ENV_TAGS]]
-        s = s.reset_index(drop=True)
+        keep = [c for c in self.frame.columns if not c.startswith("params.") and c not in ENV_TAGS]
+        s = self.frame.loc[self.frame["row"] == "summary", keep].reset_index(drop=True)
+        # text as Python objects: the views select rows group by group, and taking rows of
+        # pyarrow-backed text columns costs more than the rest of a selection (the same numbers)
+        s = s.astype({c: object for c in s.columns if str(s[c].dtype) == "str"})
         s.attrs = {k: v for k, v in self.frame.attrs.items() if k not in UNRANKED_ATTRS}
         return use_clock(s, self.clock)
 

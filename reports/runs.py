@@ -189,9 +189,9 @@ def _as_arrays(hist: list) -> tuple[np.ndarray, np.ndarray]:
 def metric_histories(client, wanted: Sequence[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`metric_history` of every ``(run_id, key)`` in ``wanted``, in order, read by up to
     :data:`HISTORY_THREADS` threads; a client that reads histories in bulk
-    (``get_metric_histories(wanted)``, :class:`reports.snapshot.StoreSnapshot`) reads them so."""
-    if (bulk := getattr(client, "get_metric_histories", None)) is not None:
-        return [_as_arrays(h) for h in bulk(wanted)]
+    (``metric_arrays(wanted)``, :class:`reports.snapshot.StoreSnapshot`) gives them so."""
+    if (bulk := getattr(client, "metric_arrays", None)) is not None:
+        return bulk(wanted)
     with ThreadPoolExecutor(max_workers=max(1, min(HISTORY_THREADS, len(wanted)))) as pool:
         return list(pool.map(lambda w: metric_history(client, w[0], w[1]), wanted))
 

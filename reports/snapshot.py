@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import numpy as np
+
 __all__ = ["StoreSnapshot", "local_sqlite_path", "snapshot_or_client"]
 
 #: The tables a file must hold to be read as an MLflow store.
@@ -136,7 +138,7 @@ class StoreSnapshot:
         if missing := [t for t in TABLES if t not in have]:
             self._con.close()
             raise ValueError(f"{path} is not an MLflow store (no table {missing[0]!r})")
-        self._history: dict[str, dict[str, list[_Metric]]] = {}
+        self._history: dict[str, dict[str, list[tuple[int, int, float]]]] = {}
         with self._lock:
             self._con.execute("BEGIN")
             try:
@@ -170,17 +172,19 @@ class StoreSnapshot:
             self.runs[rid].data.metrics[key] = _value(value, is_nan)
         self._run_select, self._ids = sel, ids
 
-    def _metric_rows(self, key: str) -> dict[str, list[_Metric]]:
-        """Every value of metric ``key`` of the snapshot's runs, by run id (one query, cached)."""
+    def _metric_rows(self, key: str) -> dict[str, list[tuple[int, int, float]]]:
+        """Every ``(step, timestamp, value)`` of metric ``key`` of the snapshot's runs, by run id, in
+        the order :func:`reports.runs.metric_history` puts MLflow's history (step, then timestamp,
+        then value); one query per metric, cached."""
         with self._lock:
             if key not in self._history:
-                by_run: dict[str, list[_Metric]] = {}
+                by_run: dict[str, list[tuple[int, int, float]]] = {}
                 if self.runs:
-                    for rid, value, is_nan, ts, step in self._con.execute(
-                            "SELECT run_uuid, value, is_nan, timestamp, step FROM metrics WHERE key = ? "
-                            f"AND run_uuid IN ({self._run_select})", [key, *self._ids]):
-                        if rid in self.runs:
-                            by_run.setdefault(rid, []).append(_Metric(key, _value(value, is_nan), ts, step))
+                    for rid, step, ts, value, is_nan in self._con.execute(
+                            "SELECT run_uuid, step, timestamp, value, is_nan FROM metrics WHERE key = ? "
+                            f"AND run_uuid IN ({self._run_select}) ORDER BY run_uuid, step, timestamp, value",
+                            [key, *self._ids]):
+                        by_run.setdefault(rid, []).append((step, ts, _value(value, is_nan)))
                 self._history[key] = by_run
             return self._history[key]
 
@@ -236,11 +240,20 @@ class StoreSnapshot:
 
     def get_metric_history(self, run_id: str, key: str) -> list[_Metric]:
         """Every logged value of metric ``key`` of run ``run_id`` (empty when none)."""
-        return list(self._metric_rows(key).get(run_id, []))
+        return [_Metric(key, v, ts, step) for step, ts, v in self._metric_rows(key).get(run_id, [])]
 
-    def get_metric_histories(self, wanted: Sequence[tuple[str, str]]) -> list[list[_Metric]]:
-        """:meth:`get_metric_history` of every ``(run_id, key)``, in order (one query per key)."""
-        return [self.get_metric_history(rid, key) for rid, key in wanted]
+    def metric_arrays(self, wanted: Sequence[tuple[str, str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:func:`reports.runs.metric_history` of every ``(run_id, key)``, in order: (steps int64,
+        values float64) by ascending step, a step logged twice keeping its later value (one query
+        per key)."""
+        out = []
+        for rid, key in wanted:
+            last: dict[int, float] = {}
+            for step, _ts, v in self._metric_rows(key).get(rid, ()):
+                last[step] = v  # rows are by step, then timestamp: the later value wins
+            out.append((np.fromiter(last.keys(), np.int64, len(last)),
+                        np.fromiter(last.values(), np.float64, len(last))))
+        return out
 
     def download_artifacts(self, run_id: str, path: str, dst_path: str | None = None) -> str:
         """The local path of artifact ``path`` of run ``run_id`` (copied into ``dst_path`` when

@@ -139,7 +139,7 @@ def trials_table(raw: pd.DataFrame, ranked: pd.DataFrame, clock: str) -> pd.Data
     """
     s = raw[raw["row"] == "summary"].reset_index(drop=True)
     r = ranked[ranked["row"] == "summary"].set_index("trial_id")
-    s = with_task_labels(raw, s)
+    s = with_task_labels(s, s)  # the summary rows hold every task
     out = pd.DataFrame(index=s.index)
     for name, col, dtype in TRIAL_ID_COLUMNS:
         out[name] = _as(s[col] if col in s else pd.Series([None] * len(s), index=s.index), dtype)
@@ -169,8 +169,9 @@ def curves_table(raw: pd.DataFrame) -> pd.DataFrame:
     step between evaluations, where no clock is logged), ``value`` (``float64``, exactly as MLflow
     holds it). The test split is one value per trial, at its last evaluation's step. Rows are
     ordered by trial (the frame's order), split, metric, step."""
-    c = raw[raw["row"] == "curve"]
-    labels = task_labels(raw) if len(raw) else {}
+    keep = ["trial_id", "task", "optimizer", "config", "seed", "step",
+            *(col for col in (M_WALL_S, *(k for _s, _m, k in CURVES)) if col in raw)]
+    c = raw.loc[raw["row"] == "curve", keep]  # the columns first: the frame is 100 columns wide
     parts = []
     for split, metric, col in CURVES:
         if col not in c:
@@ -183,7 +184,9 @@ def curves_table(raw: pd.DataFrame) -> pd.DataFrame:
             "step": g["step"].to_numpy(dtype="int64"),
             "seconds": g[M_WALL_S].to_numpy(dtype="float64") if M_WALL_S in g else np.nan,
             "value": g[col].to_numpy(dtype="float64"), "_order": g.index.to_numpy()}))
-    s = raw[raw["row"] == "summary"]
+    tests = [k for _s, _m, k in TESTS if k in raw]
+    s = raw.loc[raw["row"] == "summary", [*keep[:5], "model", "dataset", *tests]]
+    labels = task_labels(s) if len(s) else {}
     last = c[c[M_VALID_LOSS].notna()].groupby("trial_id")[["step", M_WALL_S]].last() \
         if len(c) and M_VALID_LOSS in c else pd.DataFrame(columns=["step", M_WALL_S])
     for split, metric, col in TESTS:
