@@ -3,7 +3,10 @@
 Public API:
 
 * :func:`make_report` — what ``python -m harness report`` calls.
-* :func:`load_frame` — the tidy frame of one sweep, for notebooks (see :mod:`reports.frame`).
+* :func:`load_frame` — the tidy frame of one sweep (see :mod:`reports.frame`).
+* :func:`reports.results.results` (``harness.results``) — a sweep's results as tidy numeric
+  tables for notebooks and papers (``docs/python-api.md``); a local SQLite store is read by
+  :mod:`reports.snapshot`, the tables are :mod:`reports.tidy`'s.
 
 Submodules, low to high: :mod:`reports.runs` (reading MLflow), :mod:`reports.labels` (task and
 configuration labels), :mod:`reports.frame` (the tidy frame), :mod:`reports.objectives` (what
