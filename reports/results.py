@@ -55,7 +55,7 @@ from reports.frame import (
 )
 from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR
-from reports.snapshot import snapshot_or_client
+from reports.snapshot import local_sqlite_path, snapshot_or_client
 from reports.tidy import (
     Leaderboard,
     curves_table,
@@ -97,8 +97,9 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
         default, or ``with-replacement``).
 
     Raises:
-      ValueError: an unknown experiment or sweep id (naming those the store holds), an unknown
-        ``versions``, ``clock`` or ``select_by``, or ``sweep`` together with ``versions="all"``.
+      ValueError: no store at a local SQLite path (none is created), an unknown experiment or
+        sweep id (naming those the store holds), an unknown ``versions``, ``clock`` or
+        ``select_by``, or ``sweep`` together with ``versions="all"``.
     """
     if versions not in VERSIONS:
         raise ValueError(f"versions must be one of {', '.join(VERSIONS)}; got {versions!r}")
@@ -112,6 +113,10 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
         raise ValueError(f"tuning_draws must be one of {', '.join(TUNING_DRAWS)}; got {tuning_draws!r}")
     if sweep is not None and versions == "all":
         raise ValueError("versions='all' reads every trial of the experiment; leave sweep=None")
+    path = local_sqlite_path(tracking_uri)
+    if path is not None and not os.path.isfile(path):  # never create an empty store by reading
+        raise ValueError(f"no MLflow store at {os.path.abspath(path)} (tracking_uri "
+                         f"{tracking_uri or 'default: ./mlflow.db'})")
     client = snapshot_or_client(tracking_uri, experiment)
     exp = mlruns.get_experiment(client, experiment)
     if versions == "current":

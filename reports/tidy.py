@@ -90,14 +90,16 @@ def split_versions(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     out = frame.copy()
     out.attrs = dict(frame.attrs)
-    rows = out["optimizer"].isin(several)
-    for i in out.index[rows]:
-        opt, h = out.at[i, "optimizer"], out.at[i, "source_hash"]
-        new = f"{opt}@{h[:8] if isinstance(h, str) and h else 'builtin'}"
-        out.at[i, "optimizer"] = new
-        conf = str(out.at[i, "config"])
-        out.at[i, "config"] = new + conf[len(opt):] if conf.startswith(opt) else f"{new} {conf}"
-        out.at[i, "config_id"] = hashlib.sha256(f"{out.at[i, 'config_id']}|{h}".encode()).hexdigest()[:12]
+    rows = out.index[out["optimizer"].isin(several)]
+    opts, hashes = out.loc[rows, "optimizer"].tolist(), out.loc[rows, "source_hash"].tolist()
+    confs, ids = out.loc[rows, "config"].astype(str).tolist(), out.loc[rows, "config_id"].tolist()
+    names = [f"{o}@{h[:8] if isinstance(h, str) and h else 'builtin'}"
+             for o, h in zip(opts, hashes, strict=True)]
+    out.loc[rows, "optimizer"] = names
+    out.loc[rows, "config"] = [n + c[len(o):] if c.startswith(o) else f"{n} {c}"
+                               for n, o, c in zip(names, opts, confs, strict=True)]
+    out.loc[rows, "config_id"] = [hashlib.sha256(f"{i}|{h}".encode()).hexdigest()[:12]
+                                  for i, h in zip(ids, hashes, strict=True)]
     return out
 
 

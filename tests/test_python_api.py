@@ -248,6 +248,9 @@ def test_two_source_versions_current_by_default_all_on_request(tmp_path, trackin
         harness.results("ver", versions="some", tracking_uri=tracking_uri)
     with pytest.raises(ValueError, match=r"no MLflow experiment named 'vre'.*did you mean 'ver'"):
         harness.results("vre", tracking_uri=tracking_uri)
+    with pytest.raises(ValueError, match="no MLflow store at"):
+        harness.results("ver", tracking_uri=f"sqlite:///{tmp_path}/other.db")
+    assert not (tmp_path / "other.db").exists()
 
 
 def test_the_sqlite_snapshot_reads_what_mlflow_reads(tmp_path, tracking_uri, fake_trainer):
