@@ -39,6 +39,7 @@ def test_the_quickstart_notebook_runs_headless_and_shows_the_stores_values(tmp_p
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # the kernel inherits it
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # and reproduce's scratch store goes there
     before = sorted(p.name for p in NOTEBOOK.parent.iterdir())
     nb = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(nb, timeout=900, kernel_name="python3",
@@ -72,3 +73,4 @@ def test_the_quickstart_notebook_runs_headless_and_shows_the_stores_values(tmp_p
     first = res.trials["trial_id"].iloc[0]
     assert check.splitlines()[0].startswith(f"trial {first} (quickstart, run ")
     assert "): identical: " in check.splitlines()[0] and "equal bit for bit" in check, check
+    assert f"into sqlite:///{tmp_path}/harness-reproduce-" in check
