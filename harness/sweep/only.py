@@ -87,7 +87,7 @@ def select(specs: list[TrialSpec], only: Only, label: str = "<config>") -> list[
         values of that axis and a did-you-mean), or values that each match but no trial has all of.
     """
     if not only:
-        return list(specs)
+        return specs  # as given: a TrialList keeps its origins (the dry run's search table reads them)
     for axis, vals in only.items():
         have = sorted({str(getattr(s, axis)) for s in specs})
         for v in vals:
