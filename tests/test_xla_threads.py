@@ -55,3 +55,41 @@ def test_importing_the_harness_leaves_xla_one_thread():
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert out[0] == "None" and int(out[1]) == os.cpu_count()  # XLA's default: a thread per core
+
+
+JAX_FIRST = """
+import sys, jax, jax.numpy as jnp
+(jnp.ones((64, 64)) @ jnp.ones((64, 64))).block_until_ready()  # XLA's client starts: its own pool
+import harness, yaml
+cfg = yaml.safe_load(open(sys.argv[1]))
+harness.sweep(cfg, tracking_uri=sys.argv[2])
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="XLA's own pool is one thread on one core")
+def test_jax_before_the_harness_is_said_and_recorded(tmp_path, write_sweep):
+    """A notebook that computed with JAX before ``import harness`` keeps XLA's own pool: the sweep says
+    so in one line and every trial records the pool it ran on (before: silently, nothing recorded)."""
+    from mlflow import MlflowClient
+
+    from harness.core.names import TAG_XLA_CPU_THREADS
+    from harness.tracking.provenance import environment_tags
+
+    assert environment_tags()[TAG_XLA_CPU_THREADS] == "1"  # this process imported harness first
+    cfg = write_sweep(optimizers=[{"name": "sgd", "hparams": {"step_size": 0.1}}], seeds=1)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    env = {k: v for k, v in os.environ.items() if k not in ("NPROC", "HARNESS_XLA_CPU_THREADS")}
+    env["JAX_PLATFORMS"] = "cpu"
+    env["COLUMNS"] = "300"
+    out = subprocess.run([sys.executable, "-c", JAX_FIRST, str(cfg), uri], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n = os.cpu_count()
+    warning = [ln for ln in out.stdout.splitlines() if ln.startswith("warning: XLA's CPU pool")]
+    assert warning == [f"warning: XLA's CPU pool has {n} threads, not the 1 HARNESS_XLA_CPU_THREADS asks "
+                       f"for: JAX computed before `import harness`, so CPU step times here move with the "
+                       f"machine's load and the trials record xla_cpu_threads={n}; import harness before "
+                       f"jax (restart the kernel), or set HARNESS_XLA_CPU_THREADS=all to mean it"]
+    runs = MlflowClient(uri).search_runs(
+        [e.experiment_id for e in MlflowClient(uri).search_experiments()], "tags.`harness.kind` = 'trial'")
+    assert len(runs) == 1 and runs[0].data.tags[TAG_XLA_CPU_THREADS] == str(n)

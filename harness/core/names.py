@@ -81,9 +81,13 @@ TAG_ALGOPERF_WORKLOAD = "algoperf.workload_name"
 #: directory's commit.
 TAG_HARNESS_COMMIT = "harness_commit"
 TAG_CONFIG_COMMIT = "config_commit"
+#: The threads of XLA's CPU intra-op pool the trial computed on (issue 32; :mod:`harness.core.xla_threads`):
+#: ``1`` by default; it changes CPU step times and can change a reduction's bits. Absent on an
+#: accelerator and on runs from before it.
+TAG_XLA_CPU_THREADS = "xla_cpu_threads"
 #: Environment tags (any may be absent on old runs).
 ENV_TAGS = ("jax_version", "jaxlib_version", "harness_version", "device_kind", TAG_HARNESS_COMMIT,
-            TAG_CONFIG_COMMIT, "git_commit")
+            TAG_CONFIG_COMMIT, "git_commit", TAG_XLA_CPU_THREADS)
 
 # -- params -----------------------------------------------------------------------------------------
 PARAM_STEP_SIZE = "optimizer.step_size"

@@ -40,7 +40,7 @@ import os
 import pkgutil
 from collections.abc import Mapping, MutableMapping
 
-__all__ = ["ENV", "XLA_ENV", "pin", "pool_threads", "threads_setting"]
+__all__ = ["ENV", "XLA_ENV", "mismatch", "pin", "pool_threads", "threads_setting"]
 
 #: The harness's variable: ``1`` (unset: the default), a positive number of threads, or ``all``.
 ENV = "HARNESS_XLA_CPU_THREADS"
@@ -122,3 +122,23 @@ def pool_threads() -> int | None:
         except OSError:
             continue
     return count
+
+
+def mismatch(environ: Mapping[str, str] | None = None) -> str | None:
+    """A sentence when XLA's CPU pool in this process (:func:`pool_threads`, once JAX's CPU client
+    has started) is not the size ``HARNESS_XLA_CPU_THREADS`` asks for, else ``None``: the pool is
+    sized when the client starts, so a program (a notebook) that ran a JAX computation before
+    ``import harness`` keeps XLA's own pool, whose CPU figures move with the machine's load. Nothing
+    to say for ``all``, before the client starts, or where :func:`pin` leaves the threads alone."""
+    env = os.environ if environ is None else environ
+    try:
+        want = threads_setting(env)
+    except ValueError:
+        return None
+    have = pool_threads()
+    if want is None or not have or have == want or env.get(XLA_ENV) != str(want):
+        return None
+    return (f"XLA's CPU pool has {have} threads, not the {want} {ENV} asks for: JAX computed before "
+            f"`import harness`, so CPU step times here move with the machine's load and the trials "
+            f"record xla_cpu_threads={have}; import harness before jax (restart the kernel), or set "
+            f"{ENV}=all to mean it")

@@ -34,7 +34,7 @@ from harness.config.errors import UsageError
 from harness.config.given import GivenConfig, given_config, load_given
 from harness.config.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
 from harness.config.load import Registries, SweepConfig
-from harness.core import budget
+from harness.core import budget, xla_threads
 from harness.core.conditions import one_line_warnings
 from harness.core.context import RunContext
 from harness.core.names import TAG_BATCHING
@@ -167,6 +167,8 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     with contextlib.nullcontext() if trains_here else parent_off_devices(), clock.part("preflight"):
         # before the store: dry run too
         whole = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage)
+    if (pool := xla_threads.mismatch()) is not None:  # JAX computed before `import harness`
+        console.print(f"warning: {pool}", soft_wrap=True)
     sweep_id = sweep_id_of(cfg.name, whole)  # the whole config's, also for a part of it (only)
     specs = select(whole, only, config_path)
     uri = resolve_tracking_uri(opts.tracking_uri, cfg.tracking_uri)

@@ -66,16 +66,24 @@ def commit_tags(config_path: str | Path) -> dict[str, str]:
 
 
 def environment_tags() -> dict[str, str]:
-    """``jax_version``, ``jaxlib_version``, ``harness_version``, ``device_kind`` (imports jax)."""
+    """``jax_version``, ``jaxlib_version``, ``harness_version``, ``device_kind`` and, on a CPU device,
+    ``xla_cpu_threads`` (the threads of XLA's CPU pool this process computes on:
+    :func:`harness.core.xla_threads.pool_threads`, read once JAX's client has started). Imports jax."""
     import jax
     import jaxlib
 
     import harness
+    from harness.core.names import TAG_XLA_CPU_THREADS
+    from harness.core.xla_threads import pool_threads
 
     try:
         dev = jax.devices()[0]
         kind = f"{dev.platform}:{dev.device_kind}"
     except Exception:
         kind = "unknown"
-    return {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__,
+    tags = {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__,
             "harness_version": harness.__version__, "device_kind": kind}
+    threads = pool_threads() if kind.startswith("cpu:") else None
+    if threads:
+        tags[TAG_XLA_CPU_THREADS] = str(threads)
+    return tags
