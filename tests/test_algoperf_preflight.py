@@ -377,3 +377,39 @@ def test_an_algoperf_checkout_that_cannot_import_leaves_the_stand_ins_in_place(t
         f"UserWarning: the algoperf package at {checkout / 'algoperf'} cannot be imported "
         "(ModuleNotFoundError: No module named 'torch_is_not_installed_here'); AlgoPerf submissions run "
         "with the harness's stand-ins (harness/train/algoperf)"), out
+
+
+#: A submission written for 8x8 images: it reshapes every batch to (N, 8, 8, 1) before the model (an
+#: MLP flattens it again), so it trains on ``digits`` and raises on ``mnist1d``'s 40 features.
+IMAGES_ONLY = CHEX_MOMENTUM.replace(
+    "    def loss_fn(p):\n",
+    "    batch = {**batch, \"inputs\": batch[\"inputs\"].reshape((-1, 8, 8, 1))}\n\n"
+    "    def loss_fn(p):\n")
+
+
+def test_a_submission_that_breaks_on_one_dataset_only_is_refused_naming_it(tmp_path):
+    """The pre-flight takes one real update per (submission, task), not only on the grid's first
+    dataset: a submission that works on ``digits`` and raises on ``mnist1d``'s shapes is refused
+    before any trial trains (exit 2, one line naming ``mnist1d``, no store). Before, only the first
+    dataset was stepped: the store was written, the digits trials trained and mnist1d's failed."""
+    assert IMAGES_ONLY != CHEX_MOMENTUM
+    (tmp_path / "images_only.py").write_text(IMAGES_ONLY)
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "twodata", **BASE, "datasets": ["digits", "mnist1d"],
+        "optimizers": [{"name": "adam", "hparams": {"step_size": 0.001}},
+                       {"name": "mine", "source": "algoperf:images_only.py",
+                        "hparams": {"learning_rate": 0.05, "mass": 0.9}}]}, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["COLUMNS"] = "200"
+    r = subprocess.run([sys.executable, "-m", "harness", "sweep", str(cfg)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out
+    problems = [ln for ln in out.splitlines() if ln.startswith(f"{cfg}: ")]
+    assert len(problems) == 1, out
+    assert problems[0].startswith(
+        f"{cfg}: optimizers[1].source: source 'algoperf:images_only.py': its first update (on mlp · "
+        f"mnist1d) raised TypeError: "), out
+    assert "Traceback" not in out
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()

@@ -191,8 +191,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
       an AlgoPerf submission (which builds its optimizer in its own loop) is imported, once per
       file, and its API checked (:func:`submission_problem`): a module it imports that is not
       installed, an exception or a missing function is its entry's ``source`` line; then, where
-      nothing failed before it, it takes one real update on its first trial's task
-      (:func:`submission_step_problem`), so an error inside ``update_params`` is refused here too;
+      nothing failed before it, it takes one real update on each task (model on dataset) it trains
+      on (:func:`submission_step_problem`), so an error inside ``update_params``, also one on one
+      dataset's shapes only, is refused here too;
     - every model builds on its dataset's input shape and initialises abstractly
       (``jax.eval_shape`` of its ``init``);
     - no batch size exceeds its dataset's training examples;
@@ -331,12 +332,18 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
             errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.hparams.step_size: "
                           f"{msg}")
         if s.optimizer_api == "algoperf":  # its own loop: imported, its API checked, one update taken
-            if once(("algoperf", s.optimizer_source_hash)):  # once per file, on its first trial
+            sub = ("algoperf", s.optimizer_source_hash)
+            msg = None
+            if once(sub):  # imported once per file, on its first trial
                 msg = submission_problem(s, cfg.source_timeout_s)
-                if msg is None and not errors:  # a step only where everything else passed so far
-                    msg = submission_step_problem(s, ds)
                 if msg is not None:
-                    errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.source: {msg}")
+                    seen.add((*sub, "bad"))
+            # one update per file and task (model on dataset: a submission can break on one
+            # dataset's shapes only), where everything else passed so far
+            if msg is None and (*sub, "bad") not in seen and not errors and once((*sub, mkey)):
+                msg = submission_step_problem(s, ds)
+            if msg is not None:
+                errors.append(f"{file}: {specs.origins[s.trial_id].paths['optimizers']}.source: {msg}")
             continue
         # the optimizer with its schedule (as the trainer builds it); alone only when that fails, to
         # say which of the two failed (an optimizer alone was traced for every trial before: a
