@@ -41,7 +41,6 @@ from reports.frame import SELECT_BY_ATTR, SWEEP_TIME_ATTR, load_frame, load_swee
 from reports.leaderboard import leaderboard
 from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
-from reports.scaling_report import add_ladder_columns
 from reports.selection import select_by as select_of
 
 __all__ = ["load_frame", "make_report"]
@@ -109,9 +108,7 @@ def make_report(
     if time_clock is not None and time_clock not in CLOCKS:
         raise ValueError(f"--time must be one of {', '.join(CLOCKS)}; got {time_clock!r}")
     client = mlruns.mlflow_client(tracking_uri)
-    data = load_sweep(experiment, sweep_id, client=client)
-    # a ladder's trials: their ladder.* tags as columns (reports.scaling_report)
-    data.frame = add_ladder_columns(data.frame, mlruns.sweep_runs(client, data.experiment_id, data.sweep_id))
+    data = load_sweep(experiment, sweep_id, client=client)  # a ladder's ladder.* tags: its columns
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
     if objective(data.frame).target_metric is None:  # what ranks on time to target cannot run
         for flag, value, need, instead in (("--scoring", scoring, "algoperf", "--scoring harness"),

@@ -25,7 +25,11 @@ of a user's optimizer: which version of its code the trial ran; ``None`` for a b
 ``perf_suspect`` (the tag ``perf.suspect``: why
 its measured step time is not trusted; ``None`` when it is),
 its target, its environment tags, and every MLflow param as a ``params.<name>`` column (strings, as
-stored). Metric values are exactly the floats MLflow holds.
+stored). A ladder's trial (issue 38) also carries its rung's run tags as columns named as the tags
+(:data:`harness.core.ladder.TAGS`): ``ladder.rung``, ``ladder.params`` (``N``), ``ladder.tokens``
+(``D``) as ``Int64``; ``ladder.tokens_per_param``, ``ladder.flops`` as ``float64``; ``ladder.size``,
+``ladder.baseline``, ``ladder.transfer`` as text; the columns are there only when some trial of the
+sweep is a ladder's (``<NA>``/``None`` on its other rows). Metric values are exactly the floats MLflow holds.
 
 Reading MLflow is :mod:`reports.runs`; every tag, param and metric name is
 :mod:`harness.core.names`'. Conventions: ``docs/architecture.md`` ("MLflow conventions").
@@ -43,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.core import ladder as lt
 from harness.core.names import CURVE_METRICS as CURVE_METRICS  # the report's columns, one home
 from harness.core.names import (
     ENV_TAGS,
@@ -160,9 +165,14 @@ ID_COLUMNS = (
     "config", "config_id", "tuning", "source_hash", "search_space", "step_size", "batch_size",
     "train_steps",
     "target_metric", "target_value", "target_mode", "protocol", "mesh", "perf_suspect", *ENV_TAGS,
-    "start_time",
+    *lt.TAGS, "start_time",
     "end_time", "step",
 )
+#: The ladder tags (:mod:`harness.core.ladder`, issue 38) that are numbers: ``Int64`` (rung index,
+#: parameters ``N``, tokens ``D``) and ``float64`` (tokens per parameter, estimated FLOPs); the
+#: others (``ladder.size``, ``ladder.baseline``, ``ladder.transfer``) stay text.
+LADDER_INTS = (lt.TAG_RUNG, lt.TAG_PARAMS, lt.TAG_TOKENS)
+LADDER_FLOATS = (lt.TAG_RATIO, lt.TAG_FLOPS)
 
 
 @dataclass
@@ -294,6 +304,9 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
     }
     for t in ENV_TAGS:
         ident[t] = tags.get(t)
+    if tags.get(lt.TAG_RUNG) is not None:  # a ladder's trial: its rung as columns (issue 38)
+        for t in lt.TAGS:
+            ident[t] = tags.get(t)
     for k, v in params.items():
         ident[f"params.{k}"] = v
     return ident
@@ -374,6 +387,12 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     frame = frame[lead + rest + pcols]
     frame["step"] = frame["step"].astype("Int64")
     frame["seed"] = frame["seed"].astype("Int64")
+    for t in (t for t in lt.TAGS if t in frame):  # a ladder's tags: numbers as numbers
+        if t in LADDER_INTS or t in LADDER_FLOATS:
+            num = pd.to_numeric(frame[t], errors="coerce")
+            frame[t] = num.astype("Int64") if t in LADDER_INTS else num.astype("float64")
+        else:
+            frame[t] = frame[t].astype(object).where(frame[t].notna(), None)
     order = {"curve": 0, "summary": 1}
     frame = frame.sort_values(
         ["task", "optimizer", "config", "seed", "trial_id", "row", "step"],

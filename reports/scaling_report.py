@@ -1,7 +1,7 @@
 """The report's scaling section (issue 38): does an optimizer's gain over the baseline survive scale?
 
-Reads a ladder sweep's trials (the run tags ``ladder.*`` of :mod:`harness.core.ladder`, put on the
-frame by :func:`add_ladder_columns`) and computes, from the tidy frame only:
+Reads a ladder sweep's trials (the run tags ``ladder.*`` of :mod:`harness.core.ladder`, columns of
+the frame :func:`reports.frame.build_frame` builds) and computes, from the tidy frame only:
 
 * **The tuned configuration** of every optimizer at every rung and data budget: the report's own
   selection (:func:`reports.selection.best_configs`, each (rung, budget) being a task of its own);
@@ -54,9 +54,11 @@ _MARKS = ("o", "s", "D", "P", "X", "*", "h", "p")
 
 def add_ladder_columns(frame: pd.DataFrame, runs) -> pd.DataFrame:
     """``frame`` with a column per ladder tag (:data:`LADDER_COLUMNS`) from the trial ``runs``
-    (``mlflow.entities.Run``); ``frame`` unchanged when no run has them."""
+    (``mlflow.entities.Run``); ``frame`` unchanged when no run has them, or when it has them
+    already (:func:`reports.frame.build_frame` puts them on every frame it builds; this is for a
+    frame built without them)."""
     by_id = {r.info.run_id: r.data.tags for r in runs if r.data.tags.get(lt.TAG_RUNG) is not None}
-    if not by_id or "run_id" not in frame:
+    if not by_id or "run_id" not in frame or lt.TAG_RUNG in frame:
         return frame
     out = frame.copy()
     for t in LADDER_COLUMNS:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.core import ladder as lt
 from harness.core.names import (
     ENV_TAGS,
     M_SECONDS_TO_TARGET,
@@ -55,6 +56,11 @@ TRIAL_ID_COLUMNS = (
     ("target_value", "target_value", "float64"), ("target_mode", "target_mode", "str"),
     ("protocol", "protocol", "str"), ("attempts", "attempts", "Int64"),
 )
+#: A ladder's columns (issue 38; :data:`harness.core.ladder.TAGS`, as the frame holds them) and
+#: their dtypes; only in a table with a ladder's trial.
+LADDER_COLUMNS = ((lt.TAG_RUNG, "Int64"), (lt.TAG_SIZE, "str"), (lt.TAG_PARAMS, "Int64"),
+                  (lt.TAG_RATIO, "float64"), (lt.TAG_TOKENS, "Int64"), (lt.TAG_FLOPS, "float64"),
+                  (lt.TAG_BASELINE, "str"), (lt.TAG_TRANSFER, "str"))
 #: Hyperparameter columns come from these params (``optimizer.step_size``, ``model.width``, ...).
 HPARAM_PREFIXES = ("model.", "optimizer.", "schedule.", "dataset.", "augment.")
 #: :func:`curves_table`'s columns.
@@ -136,8 +142,10 @@ def trials_table(raw: pd.DataFrame, ranked: pd.DataFrame, clock: str) -> pd.Data
     its MLflow name (``float64``, ``NaN`` when not logged: ``convergence/seconds_to_target`` the
     measured wall-clock, ``convergence/modeled_seconds_to_target`` and
     ``convergence/cost_seconds_to_target`` the other clocks); ``clock`` and ``seconds_to_target``
-    (on that clock, what the leaderboard ranks); ``perf_suspect``; the environment tags; ``start_time``,
-    ``end_time`` (``datetime64[ms, UTC]``).
+    (on that clock, what the leaderboard ranks); ``perf_suspect``; a ladder's columns
+    (:data:`LADDER_COLUMNS`, only when the frame has them: ``ladder.rung``, ``ladder.params``,
+    ``ladder.tokens``, ...); the environment tags; ``start_time``, ``end_time``
+    (``datetime64[ms, UTC]``).
     """
     s = raw[raw["row"] == "summary"].reset_index(drop=True)
     r = ranked[ranked["row"] == "summary"].set_index("trial_id")
@@ -156,6 +164,9 @@ def trials_table(raw: pd.DataFrame, ranked: pd.DataFrame, clock: str) -> pd.Data
     secs = r[M_SECONDS_TO_TARGET] if M_SECONDS_TO_TARGET in r else pd.Series(dtype="float64")
     out["seconds_to_target"] = s["trial_id"].map(secs).astype("float64").to_numpy()
     out["perf_suspect"] = _as(s["perf_suspect"], "str") if "perf_suspect" in s else None
+    for t, dtype in LADDER_COLUMNS:  # a ladder's trials (issue 38): its rung, N, D, ...
+        if t in s:
+            out[t] = _as(s[t], dtype)
     for t in ENV_TAGS:
         out[t] = _as(s[t], "str") if t in s else None
     for t in ("start_time", "end_time"):

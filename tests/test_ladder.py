@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import harness  # noqa: F401  (XLA's pool pinned as in every test process)
+import harness  # XLA's pool pinned as in every test process; harness.sweep
 from harness.config.errors import ConfigError
 from harness.config.load import load_config, parse_config
 from harness.core import ladder as lt
@@ -232,3 +232,85 @@ def test_shipped_scaling_study_expands():
     assert {s.seed for s in trials} == {0, 1} and len(trials) == 136
     assert all(r.epochs < 1 for r in rungs)  # no window is seen twice
     assert {r.tokens_per_param for r in rungs if r.baseline_only} == {40.0}
+
+
+# ------------------------------------------------------------------ plan size (issue 38, item 4)
+
+
+@pytest.mark.parametrize("ladder, dtype", [
+    ({}, "float32"),  # 2 sizes x 2 budgets, adamw's 2 step sizes and lion, 2 seeds: 24
+    ({"tokens_per_param": [2], "baseline_tokens_per_param": [2, 8]}, "float32"),  # 20
+    ({"transfer": {"lion": "fixed"}}, ["float32", "float64"]),  # every part twice: 48
+])
+def test_plan_size_counts_every_rung(ladder, dtype):
+    """The arithmetic count (before anything is loaded) equals the trials the ladder expands to."""
+    from harness.config.limits import plan_size
+
+    cfg = parse_config({**cfg_of(**ladder), "dtype": dtype})
+    assert plan_size(cfg)[0] == len(expand(cfg))
+
+
+def test_a_ladder_past_the_trial_limit_is_refused_before_any_work(tmp_path, monkeypatch):
+    """64 sizes x (16 budgets x 6 trials + 1 baseline budget x 4) = 6,400 > 5,000: refused while
+    the config is read: no model is counted, no dataset loaded, no store created."""
+    import harness.config.ladder as config_ladder
+    from harness.config.limits import DEFAULT_MAX_TRIALS
+
+    def no_work(*a, **k):
+        raise AssertionError("a rung was counted: the limit came after work started")
+
+    monkeypatch.setattr(config_ladder, "_model_counts", no_work)
+    big = cfg_of(sizes=[{"width": 8 * i, "depth": 1, "num_heads": 2} for i in range(1, 65)],
+                 tokens_per_param=list(range(1, 17)), baseline_tokens_per_param=[40])
+    with pytest.raises(ConfigError) as e:
+        load_config(_write(tmp_path, big), max_trials=5000)
+    msg = str(e.value)
+    assert "ladder.sizes: the sweep would expand to 6,400 trials (64 ladder sizes x 17 data budgets" in msg
+    assert "--max-trials N" in msg
+    parse_config(big, max_trials=DEFAULT_MAX_TRIALS)  # under the default limit: accepted
+    db = tmp_path / "m.db"
+    with pytest.raises(ConfigError, match="6,400 trials"):
+        harness.sweep(big, tracking_uri=f"sqlite:///{db}", max_trials=5000, quiet=True)
+    assert not db.exists()
+    # the CLI says it in one line, before it reads anything else
+    out = subprocess.run([sys.executable, "-m", "harness", "sweep", str(_write(tmp_path, big)),
+                          "--max-trials", "5000", "--dry-run", "--tracking-uri", f"sqlite:///{db}"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "6,400 trials" in out.stderr + out.stdout and not db.exists()
+
+
+# ------------------------------------------------- the ladder's columns (issue 38, item 3)
+
+
+def test_ladder_tags_are_columns_of_the_frame_and_of_results_trials(tmp_path):
+    """A real two-rung ladder sweep (adamw, one seed, 9 and 41 steps): its ladder.* tags reach
+    reports.frame's frame (summary and curve rows) and results().trials, numbers as numbers."""
+    from reports.frame import curves, load_frame, summaries
+
+    n0, n1 = transformer_params(8, 1), transformer_params(16, 2)
+    cfg = {"name": "ladder_cols", "seeds": [0], "batch_size": 16, "measure_perf": False,
+           "batching": "off", "optimizers": [{"name": "adamw", "hparams": {"step_size": 0.003}}],
+           "ladder": {"workload": "markov_lm_transformer", "baseline": "adamw", "evals": 3,
+                      "sizes": [{"width": 8, "depth": 1, "num_heads": 2},
+                                {"width": 16, "depth": 2, "num_heads": 2}],
+                      "tokens_per_param": [2]}}
+    uri = f"sqlite:///{tmp_path}/m.db"
+    run = harness.sweep(cfg, tracking_uri=uri, quiet=True)
+    trials = run.results().trials.sort_values("ladder.rung").reset_index(drop=True)
+    steps = [round(2 * n / (16 * T)) for n in (n0, n1)]
+    assert trials["ladder.rung"].tolist() == [0, 1] and str(trials["ladder.rung"].dtype) == "Int64"
+    assert trials["ladder.params"].tolist() == [n0, n1] and str(trials["ladder.params"].dtype) == "Int64"
+    assert trials["ladder.tokens"].tolist() == [s * 16 * T for s in steps]
+    assert trials["ladder.tokens_per_param"].tolist() == [2.0, 2.0]
+    assert trials["ladder.tokens_per_param"].dtype == "float64" and trials["ladder.flops"].gt(0).all()
+    assert trials["ladder.size"].tolist() == ["width=8, depth=1, num_heads=2",
+                                              "width=16, depth=2, num_heads=2"]
+    assert set(trials["ladder.baseline"]) == {"adamw"} and set(trials["ladder.transfer"]) == {"per_rung"}
+    assert trials["train_steps"].tolist() == steps
+    frame = load_frame("ladder_cols", tracking_uri=uri)
+    s = summaries(frame).sort_values("ladder.rung")
+    assert s["ladder.params"].tolist() == [n0, n1] and str(s["ladder.params"].dtype) == "Int64"
+    c = curves(frame)
+    assert len(c) and c["ladder.rung"].notna().all()  # curve rows carry their rung too
+    by_trial = dict(zip(s["trial_id"], s["ladder.tokens"], strict=True))
+    assert (c["ladder.tokens"] == c["trial_id"].map(by_trial)).all()

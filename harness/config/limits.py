@@ -6,7 +6,8 @@ dataset load and any MLflow call).
   1000000`` as 10^6 without a list); :func:`harness.config.load.check_plan_size` rejects more
   than ``max_trials`` (default :data:`DEFAULT_MAX_TRIALS` = 10,000; ``python -m harness sweep
   --max-trials N`` raises it), naming the count and the key that multiplied it most. The count is
-  the grid's product before ``exclude`` rules and de-duplication (an upper bound on the trials that run).
+  the grid's product before ``exclude`` rules and de-duplication (an upper bound on the trials that run),
+  times the ``dtype`` list's length; a ``ladder:`` counts every rung and data budget's part (issue 38).
 - **Numbers.** :data:`MAX_STEPS` (the trainer counts steps in int32), :data:`MAX_EPOCHS`,
   :data:`MAX_STEPS_PER_DISPATCH` (one dispatch holds ``K × batch`` indices in memory),
   :data:`MAX_BATCH_SIZE`, :data:`MAX_JOBS`, seeds in ``[0, 2**32)`` (``jax.random.PRNGKey`` takes a
@@ -99,7 +100,12 @@ def plan_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:
     A (model, optimizer, schedule) cell with a distribution in any of the three becomes
     ``search.trials`` cells (the optimizer entry's search, else the top level's), as
     :func:`harness.plan.expansion.expand` does; when a top-level ``zip`` pairs one of those axes with
-    another, the count is the upper bound that multiplies every cell by the largest ``trials``."""
+    another, the count is the upper bound that multiplies every cell by the largest ``trials``.
+
+    A ``dtype`` list multiplies the count (one part per dtype). A ``ladder:`` counts its rungs
+    (:func:`_ladder_size`)."""
+    if getattr(cfg, "ladder", None) is not None:
+        return _ladder_size(cfg)
     factors: list[tuple[int, str]] = []
     axes = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
     grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g)
@@ -164,6 +170,35 @@ def plan_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:
                 seen.add(gi)
                 prod *= sizes[axis]
         total += prod
+    dtypes = cfg.dtypes() if hasattr(cfg, "dtypes") else [None]
+    if len(dtypes) > 1:
+        factors.append((len(dtypes), "dtype"))
+    return total * len(dtypes), factors
+
+
+def _ladder_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:
+    """:func:`plan_size` of a config with a ``ladder:`` (issue 38), as
+    :func:`harness.config.ladder.ladder_parts` expands it, without loading a model or dataset: every
+    size × every ``tokens_per_param`` ratio is one part holding every optimizer entry, every
+    ``baseline_tokens_per_param`` ratio not among those one part holding the baseline's entries
+    alone; each part one model, one dataset, one batch size, no ``include``; × ``dtype``.
+    ``transfer`` does not change a part's count (``fixed``/``mup`` need one value per
+    hyperparameter; ``per_rung`` keeps the entry's grid or search)."""
+    lad = cfg.ladder
+    one = [types.SimpleNamespace(hparams={}, zip=[])]
+    part = cfg.model_copy(update={
+        "ladder": None, "workloads": None, "models": one, "datasets": one, "batch_size": [0],
+        "include": [], "zip": [g for g in cfg.zip if not {"models", "datasets", "batch_size"} & set(g)]})
+    every, factors = plan_size(part)
+    base = [c for c in cfg.optimizers if c.name == lad.baseline]
+    alone = plan_size(part.model_copy(update={"optimizers": base}))[0] if base else 0
+    budgets = lad.ratios()
+    shared = sum(1 for _, baseline_only in budgets if not baseline_only)
+    total = len(lad.sizes) * (shared * every + (len(budgets) - shared) * alone)
+    factors = [f for f in factors if f[1] not in ("models", "datasets", "batch_size")]
+    factors += [(len(lad.sizes), "ladder.sizes"), (shared, "ladder.tokens_per_param")]
+    if len(budgets) > shared:
+        factors.append((len(budgets) - shared, "ladder.baseline_tokens_per_param"))
     return total, factors
 
 
@@ -175,7 +210,10 @@ def plan_size_problem(cfg: Any, max_trials: int) -> tuple[str, str] | None:
     if total <= max_trials:
         return None
     n, path = max(factors, key=lambda f: (f[0], f[1].count(".") + f[1].count("[")))
-    return path, (f"the sweep would expand to {total:,} trials, more than the limit of "
+    lad = getattr(cfg, "ladder", None)
+    rungs = "" if lad is None else (f" ({len(lad.sizes)} ladder sizes x {len(lad.ratios())} data "
+                                    f"budgets, each a part of the grid)")
+    return path, (f"the sweep would expand to {total:,} trials{rungs}, more than the limit of "
                   f"{max_trials:,}; this key gives {n:,} values. Shrink the grid, or raise the "
                   f"limit with `python -m harness sweep --max-trials N`")
 
