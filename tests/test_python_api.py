@@ -295,3 +295,16 @@ def test_sweep_only_on_the_command_line(tmp_path, tracking_uri, fake_trainer):
     assert r.output.strip().splitlines()[-1] == (
         f"error: only: optimizer=adm: no trial of {path} has it; its optimizer values: adam, sgd "
         "(did you mean 'adam'?)")
+
+
+def test_a_quiet_dry_run_prints_nothing_and_gives_the_plan(tmp_path, tracking_uri, capfd):
+    """``dry_run=True, quiet=True`` (a notebook asking for the planned trial ids) prints nothing
+    (before: the whole plan table, one block per trial); without ``quiet`` the plan is printed."""
+    quiet = harness.sweep(_cfg(), tracking_uri=tracking_uri, dry_run=True, quiet=True)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    assert quiet.dry_run and len(quiet.trial_ids) == 6 and quiet.counts["finished"] == 0
+    loud = harness.sweep(_cfg(), tracking_uri=tracking_uri, dry_run=True)
+    out, _ = capfd.readouterr()
+    assert loud.trial_ids == quiet.trial_ids
+    assert all(tid in out for tid in quiet.trial_ids) and "to run: 6 new" in out

@@ -48,7 +48,7 @@ def sweep(
                                              "together under vmap: auto | on | off [default: the "
                                              "config's batching, else auto: where a short "
                                              "measurement, cached per machine, finds it faster]."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, summary or dry-run plan."),
     cpus_per_trial: float | None = typer.Option(None, "--cpus-per-trial", min=0,
                                                 help="Ray: CPUs each trial's task declares (default 1)."),
     gpus_per_trial: float | None = typer.Option(None, "--gpus-per-trial", min=0,

@@ -42,7 +42,7 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
       only: run part of the config: ``{"optimizer": "adam"}``, ``{"optimizer": ["adam", "sgd"],
         "seed": 0}`` or ``"optimizer=adam"`` (axes optimizer, model, dataset, schedule, seed,
         workload; :mod:`harness.sweep.only`), with the trial ids of the whole config.
-      quiet: print nothing (no progress bar, no summary table).
+      quiet: print nothing (no progress bar, no summary table, no dry-run plan).
       batching: ``auto`` | ``on`` | ``off`` (``None``: the config's).
       max_trials: refuse a config that expands to more trials.
       compile_cache: load compiled programs from the persistent XLA cache.

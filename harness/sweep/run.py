@@ -178,7 +178,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     ex = _executor(cfg, opts, uri, console)
     if opts.dry_run:
         stages.stage("store", f"reading what the store {mask_uri(uri)} holds of this sweep")
-        return _dry_run(cfg, specs, sweep_id, uri, console, t_start, stages)
+        return _dry_run(cfg, specs, sweep_id, uri, console, t_start, stages, opts.quiet)
 
     stages.stage("store", f"opening the store {mask_uri(uri)}; finding the trials already done")
     with clock.part("tracking"):
@@ -261,8 +261,9 @@ def _executor(cfg: SweepConfig, opts: SweepOptions, uri: str, console) -> Execut
 
 
 def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, console,
-             t_start: float, stages: StageLine) -> SweepSummary:
-    """Print the plan; read-only: a store that does not exist yet is not created."""
+             t_start: float, stages: StageLine, quiet: bool = False) -> SweepSummary:
+    """Print the plan (unless ``quiet``: ``harness.sweep(..., dry_run=True, quiet=True)`` asks for
+    the planned trials only); read-only: a store that does not exist yet is not created."""
     exp_id = None
     client = None
     if is_server(uri) or not uri.startswith("sqlite:///") or Path(uri[10:]).exists():
@@ -271,7 +272,8 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
         exp_id = exp.experiment_id if exp else None
     plan = make_plan(specs, client, exp_id) if client else Plan(specs, list(specs))
     stages.stop()
-    print_plan(console, cfg, plan, sweep_id, uri)
+    if not quiet:
+        print_plan(console, cfg, plan, sweep_id, uri)
     return SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
                         time.perf_counter() - t_start, dry_run=True,
                         trial_ids=[s.trial_id for s in specs])
