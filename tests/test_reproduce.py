@@ -116,3 +116,111 @@ def test_an_unknown_trial_is_said_in_one_line(tmp_path, tracking_uri, fake_train
         "error: no FINISHED run of trial '0123456789abcdef' in the store (its runs: none)")
     r = CliRunner().invoke(app, ["reproduce", "x", "--tracking-uri", f"sqlite:///{tmp_path}/none.db"])
     assert r.exit_code == 3, r.output
+
+
+MODULE_OPT = """from optimizers import nesterov
+
+
+def make(step_size, mass: float = 0.8):
+    return nesterov(step_size, mass)
+"""
+
+SUBS = Path(__file__).resolve().parent / "algoperf_submissions"
+
+
+def _one_trial(tmp_path: Path, tracking_uri: str, entry: dict) -> str:
+    """A real sweep of one tiny digits-MLP trial (40 steps) of the optimizer ``entry``; its trial id."""
+    cfg = tmp_path / "one.yaml"
+    cfg.write_text(yaml.safe_dump({**TINY_SWEEP, "name": "one", "seeds": [0], "optimizers": [entry]}))
+    run = harness.sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    assert run.counts["finished"] == 1, run.counts
+    return run.trial_ids[0]
+
+
+def test_an_optax_source_is_identical(tmp_path, tracking_uri):
+    tid = _one_trial(tmp_path, tracking_uri, {"name": "oadam", "source": "optax:adam",
+                                              "hparams": {"step_size": 0.01, "b1": 0.8}})
+    same = harness.reproduce(tid, tracking_uri=tracking_uri, scratch=tmp_path / "s")
+    assert same.identical, str(same)
+    assert same.compared > 40 and "valid/accuracy" in same.metrics
+
+
+def test_a_module_source_is_identical_and_an_edited_module_refused(tmp_path, tracking_uri, monkeypatch):
+    pkg = tmp_path / "lib" / "mypkg37"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "opts.py").write_text(MODULE_OPT)
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    tid = _one_trial(tmp_path, tracking_uri, {"name": "mine", "source": "mypkg37.opts:make",
+                                              "hparams": {"step_size": 0.05}})
+    monkeypatch.chdir(tmp_path / "lib")  # not where the sweep's config was: the module is found by import
+    same = harness.reproduce(tid, tracking_uri=tracking_uri, scratch=tmp_path / "s")
+    assert same.identical, str(same)
+    (pkg / "opts.py").write_text(MODULE_OPT.replace("nesterov(step_size, mass)", "nesterov(step_size, 0.5)"))
+    with pytest.raises(ReproduceError, match=r"digests to [0-9a-f]{16} now, the trial ran"):
+        harness.reproduce(tid, tracking_uri=tracking_uri, scratch=tmp_path / "t")
+
+
+def test_an_algoperf_submission_is_rebuilt_from_the_file_its_run_kept(tmp_path, tracking_uri):
+    sub = tmp_path / "subs" / "ema.py"
+    sub.parent.mkdir()
+    sub.write_text((SUBS / "ema.py").read_text())
+    tid = _one_trial(tmp_path, tracking_uri, {"name": "ema", "source": "algoperf:subs/ema.py",
+                                              "hparams": {"learning_rate": 0.05, "ema_decay": 0.9}})
+    sub.unlink()  # the run's own copy is what trains again
+    same = harness.reproduce(tid, tracking_uri=tracking_uri, scratch=tmp_path / "s")
+    assert same.identical, str(same)
+    assert (tmp_path / "s" / "source" / "ema.py").read_text() == (SUBS / "ema.py").read_text()
+
+
+def test_a_trial_trains_again_on_the_xla_cpu_pool_it_recorded(tmp_path, tracking_uri, write_sweep):
+    """A trial swept with ``HARNESS_XLA_CPU_THREADS=2`` (its run records ``xla_cpu_threads`` 2) is
+    trained again on a pool of 2 threads, in a subprocess since this process's pool has 1; with
+    ``threads="here"`` it trains on this process's pool and the pool's size is named among the
+    versions that differ (before: not compared, not named)."""
+    import os
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+
+    from harness.core.names import TAG_XLA_CPU_THREADS
+    from harness.tracking.provenance import environment_tags
+
+    assert environment_tags()[TAG_XLA_CPU_THREADS] == "1"  # this process imported harness first
+    cfg = write_sweep(seeds=[0])
+    env = {**os.environ, "HARNESS_XLA_CPU_THREADS": "2", "JAX_PLATFORMS": "cpu"}
+    env.pop("NPROC", None)
+    out = subprocess.run([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", tracking_uri],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    client = MlflowClient(tracking_uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              "tags.`harness.kind` = 'trial'")
+    assert len(runs) == 1 and runs[0].data.tags[TAG_XLA_CPU_THREADS] == "2"
+    tid = runs[0].data.tags["harness.trial_id"]
+
+    same = harness.reproduce(tid, tracking_uri=tracking_uri, scratch=tmp_path / "stored")
+    assert same.subprocess_threads == 2 and same.pool_here == 1
+    new = MlflowClient(same.scratch_uri).get_run(same.new_run_id)
+    assert new.data.tags[TAG_XLA_CPU_THREADS] == "2"  # the subprocess computed on the stored pool
+    assert TAG_XLA_CPU_THREADS not in same.versions
+    assert same.identical, str(same)
+    assert ("trained in a subprocess on XLA's CPU pool of 2 threads, as the stored run "
+            "(xla_cpu_threads; this process computes on 1)") in str(same).splitlines()
+    assert (tmp_path / "stored" / "retrained.json").exists()
+
+    here = harness.reproduce(tid, tracking_uri=tracking_uri, scratch=tmp_path / "here", threads="here")
+    assert here.subprocess_threads is None
+    assert MlflowClient(here.scratch_uri).get_run(here.new_run_id).data.tags[TAG_XLA_CPU_THREADS] == "1"
+    assert here.versions == {TAG_XLA_CPU_THREADS: ("2", "1")}
+    assert "versions that differ: xla_cpu_threads 2 -> 1" in str(here).splitlines()
+
+    r = CliRunner().invoke(app, ["reproduce", tid, "--tracking-uri", tracking_uri, "--scratch",
+                                 str(tmp_path / "cli"), "--threads", "here"])
+    assert r.exit_code == (0 if here.identical else 1), r.output
+    assert "versions that differ: xla_cpu_threads 2 -> 1" in r.output.splitlines()
+    r = CliRunner().invoke(app, ["reproduce", tid, "--tracking-uri", tracking_uri, "--threads", "mine"])
+    assert r.exit_code == 2 and "'mine' is not one of 'stored', 'here'" in r.output
+    with pytest.raises(ValueError, match="threads='mine'"):
+        harness.reproduce(tid, tracking_uri=tracking_uri, threads="mine")

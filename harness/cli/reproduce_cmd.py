@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli.common import URI_HELP, err
+from harness.cli.common import URI_HELP, err, one_of
 
 EPILOG = """\b
 Examples:
@@ -14,7 +14,9 @@ Examples:
 Reads the trial's latest FINISHED run (the store is only read), trains
 it again from its recorded spec (and a user's optimizer from the file
 text the run kept), writes the result into a scratch store, and compares
-every logged value but the clocks. Exit codes: 0 identical; 1 not
+every logged value but the clocks. A CPU trial trains on the XLA CPU
+pool it recorded (tag xla_cpu_threads; a subprocess when this process's
+pool differs), unless --threads here. Exit codes: 0 identical; 1 not
 identical (the largest difference and the versions that differ are
 printed); 2 no such trial, or its record no longer hashes to its id;
 3 a store cannot be opened."""
@@ -25,13 +27,18 @@ def reproduce(
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
     scratch: str | None = typer.Option(None, "--scratch", help="Folder for the scratch store (default: a "
                                        "new temporary folder, kept; its path is printed)."),
+    threads: str = typer.Option("stored", "--threads", parser=one_of("stored", "here"),
+                                metavar="stored|here",
+                                help="XLA's CPU pool to train on: 'stored' (the stored run's "
+                                "xla_cpu_threads; a subprocess where this process's differs) or "
+                                "'here' (this process's; a difference is named)."),
 ) -> None:
     """Re-train one stored trial and report whether its logged values are identical."""
     from harness.sweep.reproduce import ReproduceError, reproduce
     from harness.tracking.errors import TrackingUnavailableError
 
     try:
-        answer = reproduce(trial_id, tracking_uri=tracking_uri, scratch=scratch)
+        answer = reproduce(trial_id, tracking_uri=tracking_uri, scratch=scratch, threads=threads)
     except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None

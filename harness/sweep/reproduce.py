@@ -15,8 +15,21 @@ out; the steps to the target are compared.
 Identical is what to expect on the same machine with the same versions (and XLA flags). Otherwise
 the answer names the largest difference (metric, step, both values) and the environment tags that
 differ between the stored run and this process (:data:`VERSION_TAGS`: JAX, jaxlib, the harness, its
-commit, the device). A trial that trained in a vmapped batch (its tag ``harness.batching``) is
-trained alone here: its values may differ in float32 rounding, and :class:`Reproduction` says so.
+commit, the device, the threads of XLA's CPU pool). A trial that trained in a vmapped batch (its tag
+``harness.batching``) is trained alone here: its values may differ in float32 rounding, and
+:class:`Reproduction` says so.
+
+**XLA's CPU pool.** A CPU trial records the threads of XLA's intra-op pool it computed on (tag
+``xla_cpu_threads``, :mod:`harness.core.xla_threads`): ``1`` by default, more under
+``HARNESS_XLA_CPU_THREADS=all`` or N. The pool's size is a setting of the run, not of the code or the
+machine, and it can change a reduction's bits, so by default the trial is trained again on the pool
+it recorded. XLA sizes the pool from ``NPROC`` once, when the process's CPU client starts, so where
+this process computes on another size the training runs in a subprocess started with
+``HARNESS_XLA_CPU_THREADS`` and ``NPROC`` set to the stored size (:func:`retrain_main`; it writes the
+same scratch store, and this process compares). ``threads="here"`` trains in this process instead,
+and the difference is named among the versions that differ. A pool of more than one thread may split
+a reduction differently from one run to the next (as threads' timing falls), so such a trial can
+differ in float32 rounding even on its own pool; the answer says so when it is not identical.
 """
 
 from __future__ import annotations
@@ -26,6 +39,8 @@ import dataclasses
 import json
 import math
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -35,13 +50,18 @@ from typing import Any
 from harness.core import names
 from harness.core.spec import TrialSpec
 
-__all__ = ["CLOCK_PREFIXES", "VERSION_TAGS", "Difference", "ReproduceError", "Reproduction", "reproduce"]
+__all__ = ["CLOCK_PREFIXES", "VERSION_TAGS", "Difference", "ReproduceError", "Reproduction", "reproduce",
+           "retrain_main"]
 
 #: Metrics that measure time rather than what was computed: never compared.
 CLOCK_PREFIXES = ("perf/", "time/", "compile/", names.M_SECONDS_TO_TARGET,
                   names.M_MODELED_SECONDS_TO_TARGET, names.M_COST_SECONDS_TO_TARGET)
 #: The environment tags compared between the stored run and this process.
-VERSION_TAGS = ("jax_version", "jaxlib_version", "harness_version", names.TAG_HARNESS_COMMIT, "device_kind")
+VERSION_TAGS = ("jax_version", "jaxlib_version", "harness_version", names.TAG_HARNESS_COMMIT, "device_kind",
+                names.TAG_XLA_CPU_THREADS)
+#: The file a subprocess that trained on the stored pool (:func:`retrain_main`) leaves in the scratch
+#: folder: ``{"scratch_uri", "new_run_id", "seconds"}``; ``subprocess.log`` holds its output.
+RETRAINED_JSON = "retrained.json"
 
 
 class ReproduceError(LookupError):
@@ -75,6 +95,9 @@ class Reproduction:
       versions: ``{tag: (stored, now)}`` of the :data:`VERSION_TAGS` that differ.
       batching: the stored run's ``harness.batching`` tag (how it trained); ``status``:
         ``(stored, new)``; ``seconds``: the training's wall-clock here.
+      subprocess_threads: the threads of XLA's CPU pool a subprocess trained on (the stored run's
+        ``xla_cpu_threads``, where this process's pool differs); ``None``: trained in this process.
+      pool_here: the threads of this process's XLA CPU pool (``None``: not a CPU, or not listed).
     """
 
     trial_id: str
@@ -91,6 +114,8 @@ class Reproduction:
     batching: str = ""
     status: tuple[str, str] = ("", "")
     seconds: float = 0.0
+    subprocess_threads: int | None = None
+    pool_here: int | None = None
 
     def lines(self) -> list[str]:
         """The report: the verdict, then what differs and where the scratch run is."""
@@ -110,6 +135,15 @@ class Reproduction:
                                                            ((k, *v) for k, v in self.versions.items())))
         elif not self.identical:
             out.append(f"versions: the same ({', '.join(VERSION_TAGS)})")
+        if self.subprocess_threads is not None:
+            out.append(f"trained in a subprocess on XLA's CPU pool of {self.subprocess_threads} "
+                       f"thread{'s' * (self.subprocess_threads != 1)}, as the stored run "
+                       f"({names.TAG_XLA_CPU_THREADS}; this process computes on {self.pool_here})")
+        pool = max([int(t) for t in self.versions.get(names.TAG_XLA_CPU_THREADS, ()) if str(t).isdigit()]
+                   + [self.subprocess_threads or 1, self.pool_here or 1])
+        if not self.identical and pool > 1:
+            out.append(f"XLA's CPU pool of {pool} threads may split a reduction differently from run to "
+                       f"run: values may differ in float32 rounding even on the same machine")
         if self.batching.startswith("vmapped"):
             out.append(f"the stored trial trained in a vmapped batch ({self.batching}); here it trained "
                        f"alone: values may differ in float32 rounding")
@@ -130,7 +164,7 @@ def _num(v: float | None) -> str:
 
 
 def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | Path | None = None,
-              compile_cache: bool = True) -> Reproduction:
+              compile_cache: bool = True, threads: str = "stored") -> Reproduction:
     """Train the stored trial ``trial_id`` again and compare (module docstring).
 
     Args:
@@ -140,22 +174,68 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
       scratch: a folder for the scratch store (``mlflow.db``) and the optimizer file; default a new
         temporary folder, kept (its path is in the answer).
       compile_cache: load compiled programs from the persistent XLA cache (as a sweep does).
+      threads: ``"stored"`` (default): train on the XLA CPU pool the stored run recorded (its tag
+        ``xla_cpu_threads``), in a subprocess where this process's pool has another size (a few
+        seconds more: the subprocess imports JAX); ``"here"``: in this process, whatever its pool (a
+        different size is then named among the versions that differ). Nothing changes for a run
+        without the tag (an accelerator's, or one from before it) or where this process is not on a CPU.
 
     Raises:
-      ReproduceError: no FINISHED run of the trial, or its recorded spec or source does not hash to
-        its id.
+      ReproduceError: no FINISHED run of the trial, its recorded spec or source does not hash to its
+        id, or the subprocess training on the stored pool ended without writing its run (its last
+        line of output, and the log's path, in the message).
+      ValueError: ``threads`` is neither ``"stored"`` nor ``"here"``.
       harness.tracking.errors.TrackingUnavailableError: a store cannot be opened.
     """
     from harness.tracking.client import prepare_store
     from harness.tracking.uris import resolve_tracking_uri
 
+    if threads not in ("stored", "here"):
+        raise ValueError(f"threads={threads!r}: 'stored' (the stored run's XLA CPU pool) or 'here' "
+                         f"(this process's)")
     uri = resolve_tracking_uri(tracking_uri)
     client = prepare_store(uri, create=False)
     run, experiment = _stored_run(client, trial_id)
     folder = Path(scratch) if scratch is not None else Path(tempfile.mkdtemp(prefix="harness-reproduce-"))
     folder.mkdir(parents=True, exist_ok=True)
     spec = _stored_spec(client, run, trial_id, folder)
+    stored_pool = _count(run.data.tags.get(names.TAG_XLA_CPU_THREADS))
+    here = _pool_here()
+    sub = stored_pool if threads == "stored" and stored_pool and here and here != stored_pool else None
+    if sub is None:
+        scratch_uri, new_client, new_run_id, seconds = _retrain(run, experiment, spec, folder, compile_cache)
+    else:
+        scratch_uri, new_run_id, seconds = _in_subprocess(trial_id, run.info.run_id, uri, folder,
+                                                          compile_cache, sub)
+        new_client = prepare_store(scratch_uri, create=False)
+    compared, metrics, diffs = _compare(client, run, new_client, new_run_id)
+    largest = max(diffs, key=lambda d: d.abs_diff) if diffs else None
+    new = new_client.get_run(new_run_id)
+    return Reproduction(
+        trial_id=trial_id, experiment=experiment, stored_run_id=run.info.run_id, scratch_uri=scratch_uri,
+        new_run_id=new_run_id, identical=not diffs, compared=compared, metrics=metrics, largest=largest,
+        differences=len(diffs), versions=_versions(run.data.tags, new.data.tags),
+        batching=run.data.tags.get(names.TAG_BATCHING, ""),
+        status=(run.data.tags.get(names.TAG_STATUS, ""), new.data.tags.get(names.TAG_STATUS, "")),
+        seconds=seconds, subprocess_threads=sub, pool_here=here)
 
+
+def _count(tag: str | None) -> int | None:
+    """A thread count tag as an int (``None``: absent or not a count)."""
+    return int(tag) if tag and tag.isdigit() and int(tag) > 0 else None
+
+
+def _pool_here() -> int | None:
+    """The threads of this process's XLA CPU pool (starts JAX's client); ``None`` off a CPU."""
+    from harness.tracking.provenance import environment_tags
+
+    return _count(environment_tags().get(names.TAG_XLA_CPU_THREADS))
+
+
+def _retrain(run, experiment: str, spec: TrialSpec, folder: Path,
+             compile_cache: bool) -> tuple[str, Any, str, float]:
+    """Train ``spec`` in this process and write it into ``folder``'s scratch store: (scratch URI, its
+    client, the new run's id, training seconds). A trainer's exception is a FAILED run, as in a sweep."""
     from harness.train import compile_cache as cache
     from harness.train.loop import run_trial
 
@@ -173,16 +253,59 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
                              + traceback.format_exc())
     seconds = time.perf_counter() - t0
     scratch_uri, new_client, new_run_id = _write(folder, experiment, run, result, t0_ms)
-    compared, metrics, diffs = _compare(client, run, new_client, new_run_id)
-    largest = max(diffs, key=lambda d: d.abs_diff) if diffs else None
-    new = new_client.get_run(new_run_id)
-    return Reproduction(
-        trial_id=trial_id, experiment=experiment, stored_run_id=run.info.run_id, scratch_uri=scratch_uri,
-        new_run_id=new_run_id, identical=not diffs, compared=compared, metrics=metrics, largest=largest,
-        differences=len(diffs), versions=_versions(run.data.tags, new.data.tags),
-        batching=run.data.tags.get(names.TAG_BATCHING, ""),
-        status=(run.data.tags.get(names.TAG_STATUS, ""), new.data.tags.get(names.TAG_STATUS, "")),
-        seconds=seconds)
+    return scratch_uri, new_client, new_run_id, seconds
+
+
+#: What the subprocess runs: this process's ``sys.path`` (so a module source imports as it does
+#: here), then :func:`retrain_main` on the remaining arguments.
+_CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+          "from harness.sweep.reproduce import retrain_main; retrain_main(sys.argv[2:])")
+
+
+def _in_subprocess(trial_id: str, run_id: str, uri: str, folder: Path, compile_cache: bool,
+                   threads: int) -> tuple[str, str, float]:
+    """Train in a subprocess whose XLA CPU pool has ``threads`` threads (``HARNESS_XLA_CPU_THREADS``
+    and ``NPROC`` set before it imports anything): (scratch URI, new run id, training seconds). Its
+    output goes to ``folder/subprocess.log``.
+
+    Raises:
+      ReproduceError: it ended without writing :data:`RETRAINED_JSON` (exit code, last line, log).
+    """
+    from harness.core.xla_threads import ENV, XLA_ENV
+
+    out, log = folder / RETRAINED_JSON, folder / "subprocess.log"
+    out.unlink(missing_ok=True)
+    env = {**os.environ, ENV: str(threads), XLA_ENV: str(threads)}
+    argv = [sys.executable, "-c", _CHILD, json.dumps(sys.path), trial_id, run_id, uri, str(folder.resolve()),
+            "1" if compile_cache else "0"]
+    with open(log, "w", encoding="utf-8") as f:
+        code = subprocess.run(argv, env=env, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
+    if code != 0 or not out.exists():
+        text = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        raise ReproduceError(f"the subprocess training trial {trial_id} on XLA's CPU pool of {threads} "
+                             f"threads ended with exit {code}: {text[-1] if text else '(no output)'} "
+                             f"(its output: {log}; threads='here' trains in this process)")
+    d = json.loads(out.read_text(encoding="utf-8"))
+    return d["scratch_uri"], d["new_run_id"], float(d["seconds"])
+
+
+def retrain_main(argv: list[str]) -> None:
+    """The subprocess's entry (:func:`reproduce` with ``threads="stored"``): ``argv`` is ``[trial_id,
+    stored run id, tracking URI, scratch folder, "1"|"0" (compile cache)]``; trains the run's spec
+    in this process and writes ``{"scratch_uri", "new_run_id", "seconds"}`` to
+    ``folder/``:data:`RETRAINED_JSON`. Errors propagate (a traceback, a non-zero exit)."""
+    from harness.core.util import write_json_atomic
+    from harness.tracking.client import prepare_store
+
+    trial_id, run_id, uri, where, cc = argv
+    client = prepare_store(uri, create=False)
+    run = client.get_run(run_id)
+    experiment = client.get_experiment(run.info.experiment_id).name
+    folder = Path(where)
+    spec = _stored_spec(client, run, trial_id, folder)
+    scratch_uri, _, new_run_id, seconds = _retrain(run, experiment, spec, folder, cc == "1")
+    write_json_atomic(folder / RETRAINED_JSON, {"scratch_uri": scratch_uri, "new_run_id": new_run_id,
+                                                "seconds": seconds})
 
 
 def _stored_run(client, trial_id: str) -> tuple[Any, str]:
