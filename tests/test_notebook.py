@@ -7,6 +7,7 @@ again: identical. Nothing is written beside the notebook."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,7 @@ def test_the_quickstart_notebook_runs_headless_and_shows_the_stores_values(tmp_p
     assert (res.trials["status"] == "finished").all()
 
     run_out = next(o["data"] for o in _cell(nb, "import harness")["outputs"] if "data" in o)
+    assert "warning:" not in _text(_cell(nb, "import harness"))  # quiet=True: not tqdm's widget notice
     assert "6 trials, 6 finished, 0 diverged, 0 failed" in run_out["text/plain"]
     assert "<table" in run_out["text/html"]  # the leaderboard, rendered by _repr_html_
 
@@ -74,3 +76,20 @@ def test_the_quickstart_notebook_runs_headless_and_shows_the_stores_values(tmp_p
     assert check.splitlines()[0].startswith(f"trial {first} (quickstart, run ")
     assert "): identical: " in check.splitlines()[0] and "equal bit for bit" in check, check
     assert f"into sqlite:///{tmp_path}/harness-reproduce-" in check
+
+
+def test_tqdms_widget_notice_is_not_a_sweep_warning(capfd):
+    """``import mlflow`` in a Jupyter kernel without ipywidgets raises tqdm's "IProgress not found"
+    (MLflow imports ``tqdm.auto``); the harness draws no tqdm bar, so a sweep does not print it (the
+    notebook's first cell showed ``warning: TqdmWarning: IProgress not found. ...`` under quiet=True).
+    Other warnings stay one line each."""
+    from tqdm import TqdmWarning
+
+    from harness.core.conditions import one_line_warnings
+
+    with warnings.catch_warnings(), one_line_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("IProgress not found. Please update jupyter and ipywidgets. See https://ipywidgets."
+                      "readthedocs.io/en/stable/user_install.html", TqdmWarning, stacklevel=1)
+        warnings.warn("something else\nsecond line", UserWarning, stacklevel=1)
+    assert capfd.readouterr().err == "warning: UserWarning: something else\n"

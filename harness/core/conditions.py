@@ -9,6 +9,9 @@ place, naming no trial. So while a sweep runs (the sweep's process and every wor
   analytic FLOP counts more than 2x apart, ``harness.train.timing.FlopsMismatchWarning``) is not
   shown: the trial's run gets a tag (``perf.flops_mismatch``) and the sweep prints one line naming
   the optimizer and the task, once (:func:`flops_note`);
+- a library's notice about a display the harness never uses (:data:`NOT_OURS`: tqdm's "IProgress
+  not found", which ``import mlflow`` raises in a Jupyter kernel without ipywidgets, since MLflow
+  imports ``tqdm.auto`` at import; the harness draws no tqdm bar) is not shown;
 - any other warning (JAX's, a user's optimizer's, a library's) is one line on stderr,
   ``warning: UserWarning: <first line of its message>``, without the source line.
 
@@ -25,10 +28,13 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["SAID_PER_TRIAL", "flops_note", "one_line_warnings"]
+__all__ = ["NOT_OURS", "SAID_PER_TRIAL", "flops_note", "one_line_warnings"]
 
 #: Warning classes (by name) whose condition each trial records itself: never shown as warnings.
 SAID_PER_TRIAL = ("FlopsMismatchWarning",)
+#: (warning class name, start of its message) of library notices about displays the harness never
+#: uses: not shown while a sweep runs.
+NOT_OURS = (("TqdmWarning", "IProgress not found"),)
 
 _LOCK = threading.Lock()
 _DEPTH = [0]
@@ -41,6 +47,8 @@ def _show(message: Any, category: type, filename: str, lineno: int, file: Any = 
     if category.__name__ in SAID_PER_TRIAL:
         return
     lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
+    if any(category.__name__ == name and lines and lines[0].startswith(start) for name, start in NOT_OURS):
+        return
     text = f"warning: {category.__name__}: {lines[0] if lines else ''}"
     with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing to say it on
         print(text, file=sys.stderr if file is None else file, flush=True)
