@@ -30,6 +30,7 @@ from harness.core.clock import (
     clock_sentence,
     cost_class_of,
     cost_classes,
+    cost_grid,
     ranked_seconds,
     task_clock,
 )
@@ -81,9 +82,11 @@ def use_clock(frame: pd.DataFrame, clock: str = DEFAULT_CLOCK) -> pd.DataFrame:
                          for i in finished], clock)
         if on != clock:
             moved[task] = on
+        kinds = out.loc[idx, "device_kind"].dropna() if "device_kind" in out else ()
+        grid = cost_grid(str(kinds.iloc[0]) if len(kinds) else None)
         classed = dict(zip(idx, classed_seconds([(_num(steps.at[i]), _num(figure.at[i]), _num(modeled.at[i]))
-                                                 for i in idx]), strict=True))
-        common = cost_classes(_num(figure.at[i]) for i in idx)
+                                                 for i in idx], grid), strict=True))
+        common = cost_classes((_num(figure.at[i]) for i in idx), grid)
         for i in idx:
             secs = ranked_seconds(classed[i], _num(cost.at[i]), _num(out.at[i, M_SECONDS_TO_TARGET]), on)
             out.at[i, COST_CLASS] = cost_class_of(on, _num(figure.at[i]), _num(cost.at[i]),

@@ -252,3 +252,56 @@ def test_a_gap_smaller_than_a_dispatchs_host_work_is_no_disagreement():
     assert P.clock_disagreement(0.458, big, cpu=True).startswith(
         "step CPU time 0.458 ms measured, the training clock's CPU time says 0.926 ms per step (fastest "
         "of 3 dispatches;")
+
+
+def test_on_a_cpu_figures_are_charged_in_powers_of_two_of_the_cheapest_class():
+    """``cost_classes(grid=2)``: each class (chained at RESOLUTION) is charged the cheapest class's
+    figure × 2^k, k the nearest whole number to log2 of its ratio (a midpoint rounds up); on an
+    accelerator (device time) figures are charged as measured."""
+    from harness.core.clock import CPU_GRID, cost_grid
+
+    assert CPU_GRID == 2.0
+    assert cost_grid("cpu:cpu") == 2.0 and cost_grid("") == 2.0 and cost_grid(None) == 2.0
+    assert cost_grid("gpu:NVIDIA H100 80GB HBM3") is None
+    got = cost_classes([0.1, 0.102, 0.1755, 0.345, 0.7], grid=2.0)
+    # classes: {0.1, 0.102} (common 0.101), 0.1755 (1.74x: 2^1), 0.345 (3.42x: 2^2), 0.7 (6.9x: 2^3)
+    assert got == {0.1: 0.101, 0.102: 0.101, 0.1755: 0.202, 0.345: 0.404, 0.7: 0.808}
+    # 1.41x rounds down, 1.42x up (the midpoint is sqrt(2) = 1.4142); both classes of 1.0x
+    assert cost_classes([1.0, 1.41], grid=2.0) == {1.0: 1.0, 1.41: 1.0}
+    assert cost_classes([1.0, 1.42], grid=2.0) == {1.0: 1.0, 1.42: 2.0}
+
+
+def test_a_busy_machines_drift_of_a_cpu_figure_moves_no_rank():
+    """The figures and steps of the MNIST-1D race of tests/test_verdict_busy.py as two real runs
+    stored them, quiet and at load 16 (4 burners beside other work): the same steps to the bit,
+    each figure 20-60% higher under load, muon's ratio to the elementwise optimizers' class 3.45x
+    then 3.73x. Ranked on the figures as measured (chained classes) the quiet run read momentum
+    "2=" and muon "2=", the busy one "2" and "3"; charged in powers of 2 both read the same."""
+    from harness.core.outcome import TrialOutcome
+    from harness.sweep.summary import ranked_rows
+
+    steps = {"adafactor": (650, 750), "adam": (200, 200), "lion": (750, 850), "momentum": (250, 350),
+             "muon": (100, 150), "sgd": (650, 700)}
+    quiet = {"adafactor": 0.173767, "adam": 0.100299, "lion": 0.102124, "momentum": 0.090408,
+             "muon": 0.344825, "sgd": 0.099885}
+    busy = {"adafactor": 0.235518, "adam": 0.133893, "lion": 0.131236, "momentum": 0.144868,
+            "muon": 0.494392, "sgd": 0.124532}
+
+    def labels(figures: dict[str, float], kind: str) -> list[tuple[str, str]]:
+        outcomes = []
+        for opt, ms in figures.items():
+            for seed, n in enumerate(steps[opt]):
+                outcomes.append(TrialOutcome(
+                    trial_id=f"{opt}{seed}", status="finished", model="mlp", optimizer=opt,
+                    dataset="mnist1d", seed=seed, config=opt, final_valid_accuracy=0.6,
+                    steps_to_target=n, seconds_to_target=n * ms / 1e3, modeled_step_ms=ms,
+                    modeled_seconds_to_target=n * ms / 1e3,
+                    device_kind=kind))
+        return [(r["optimizer"], r["label"]) for r in ranked_rows(outcomes)]
+
+    want = [("adam", "1"), ("momentum", "2"), ("muon", "3"), ("sgd", "4"), ("lion", "5"),
+            ("adafactor", "6")]
+    assert labels(quiet, "cpu:cpu") == labels(busy, "cpu:cpu") == want
+    # as measured (an accelerator's rule), the drift moved ranks: what the grid is for
+    assert labels(quiet, "gpu:x")[1:3] == [("momentum", "2="), ("muon", "2=")]
+    assert labels(busy, "gpu:x")[1:3] == [("momentum", "2"), ("muon", "3")]

@@ -63,8 +63,9 @@ def report(
     time_clock: str | None = typer.Option(
         None, "--time", **_choice(CLOCKS),
         help="The clock time to target is ranked on: modeled (steps to target x the program's step "
-        "time measured before training, CPU time of one XLA thread on a CPU, which other processes "
-        "barely move; a task with an AlgoPerf submission ranks on its FLOP cost) or measured (the "
+        "time measured before training: CPU time of one XLA thread on a CPU, charged in powers of 2 "
+        "of the task's cheapest program, since load moves one program's figure against another's; a "
+        "task with an AlgoPerf submission ranks on its FLOP cost) or measured (the "
         "wall-clock each trial logged). Default: the sweep config's `time:` (else modeled). The "
         "leaderboard says which."),
     stats_baseline: str | None = typer.Option(

@@ -5,10 +5,14 @@
   programs timed in turn, round by round (:mod:`harness.train.perf`): on a CPU device the step's
   **CPU time** (the work of a step, summed over the threads doing it; waiting for a core is not CPU
   time, and XLA's CPU pool is one thread (:mod:`harness.core.xla_threads`), whose CPU time is
-  the step's work, not idle workers spinning, so 2 × nproc CPU-burning processes moved it by 1–3%:
-  :mod:`harness.train.timing` item 7), on an
-  accelerator its device wall-clock. Two trials of one program that reach the target at the same
-  evaluation get the same time. A figure that disagreed with its trial's own training clock was
+  the step's work, not idle workers spinning: :mod:`harness.train.timing` item 7), on an
+  accelerator its device wall-clock. A busy machine still moves a CPU figure against another's
+  (by 8–28% beside 2 × nproc CPU-burning processes, depending on the programs: :data:`CPU_GRID`),
+  so figures within :data:`RESOLUTION` of each other are one cost class, and on a CPU each class
+  is charged its figure rounded to a power of 2 of the task's cheapest class's
+  (:func:`cost_classes`): steps, which no load moves, decide between programs of one charge. Two
+  trials of one program that reach the target at the same evaluation get the same time. A figure
+  that disagreed with its trial's own training clock was
   measured again beside its task's programs and still counts, flagged (tag ``perf.suspect``): the
   modeled clock never gives way to wall-clock.
 * **cost** (a task where some trial reached the target with no figure: an AlgoPerf submission,
@@ -43,10 +47,20 @@ DEFAULT_CLOCK = "modeled"
 #: The clock a task ranks on when the modeled clock cannot cover all its trials (:func:`task_clock`).
 COST_CLOCK = "cost"
 #: The modeled clock's resolution: per-step figures of one task within this factor of the next one
-#: up (sorted) are one cost class, charged one common figure (:func:`cost_classes`). Beside 2 ×
-#: nproc CPU-burning processes the CPU-time ratio of two programs moved by up to 13% (lion to sgd on
-#: a digits MLP, 1.22x idle, 1.06x loaded), so figures closer than this are not told apart.
+#: up (sorted) are one cost class, charged one common figure (:func:`cost_classes`).
 RESOLUTION = 1.25
+#: On a CPU a cost class is charged its figure rounded to a power of this factor of the task's
+#: cheapest class (:func:`cost_classes` with ``grid``): a CPU-time figure moves against another's
+#: when the machine is busy, by an amount that depends on the two programs. Beside 2 × nproc
+#: CPU-burning processes: a digits MLP's lion to sgd 1.22x → 1.06x (−13%); an MNIST-1D MLP's momentum
+#: to sgd 0.91x → 1.16x (+28%) and muon to the elementwise optimizers' class 3.45x → 3.73x (+8%),
+#: which alone turned "2=, 2=" into "2, 3" (same steps to the bit); a CNN of width 64's momentum to
+#: adam 0.80x → 1.00x (+25%). Compared as measured, any such drift across a pair's tipping point
+#: reorders rows, and a race has many pairs; rounded to powers of 2 the ranks change only where a
+#: class's ratio crosses a midpoint (2^k·√2), a few classes per task, and steps, which carry no load,
+#: decide the rest. On an accelerator the figure is device time, which host load barely moves:
+#: figures are charged as measured (classes only).
+CPU_GRID = 2.0
 
 
 def _finite_positive(*xs: float | None) -> bool:
@@ -74,7 +88,14 @@ def cost_seconds(steps_to_target: float | None, flops_per_step: float | None,
     return steps * float(flops_per_step) / float(peak_flops) if math.isfinite(steps) else None  # type: ignore[arg-type]
 
 
-def cost_classes(figures: Iterable[float | None]) -> dict[float, float]:
+def cost_grid(device_kind: str | None) -> float | None:
+    """The grid :func:`cost_classes` rounds to for figures measured on ``device_kind`` (the run tag,
+    e.g. ``"cpu:cpu"``): :data:`CPU_GRID` on a CPU and where the kind is unknown (runs from before
+    the tag, all on CPUs), ``None`` (as measured) on an accelerator."""
+    return CPU_GRID if not device_kind or str(device_kind).startswith("cpu") else None
+
+
+def cost_classes(figures: Iterable[float | None], grid: float | None = None) -> dict[float, float]:
     """``{figure: its class's common figure}`` for the distinct positive per-step figures (ms) of one
     task's programs: sorted, a figure within :data:`RESOLUTION` × the one below it joins that one's
     class (single linkage, so a class is a chain of close figures); a class's common figure is the
@@ -82,7 +103,13 @@ def cost_classes(figures: Iterable[float | None]) -> dict[float, float]:
     puts the first four in one class (common figure 0.05875) and 0.24 alone. Classes depend on the
     task's whole set of figures: a figure between two classes chains them (adding an optimizer can
     change another's common figure, never its steps); a fixed grid would not, but would split two
-    figures 1% apart at each grid line, which load can move across."""
+    figures 1% apart at each grid line, which load can move across.
+
+    With ``grid`` (:func:`cost_grid`; a CPU's figures) each class is then charged the cheapest
+    class's common figure × ``grid ** k``, ``k`` the nearest whole number to log base ``grid`` of
+    its ratio to it (classes that round alike share the figure). Example: ``cost_classes([0.1,
+    0.102, 0.1755, 0.345], grid=2.0)`` charges 0.101 to the first two, 0.202 to 0.1755 (1.74x) and
+    0.404 to 0.345 (3.42x)."""
     xs = sorted({float(f) for f in figures if _finite_positive(f)})
     classes: list[list[float]] = []
     for x in xs:
@@ -91,9 +118,13 @@ def cost_classes(figures: Iterable[float | None]) -> dict[float, float]:
         else:
             classes.append([x])
     out: dict[float, float] = {}
+    base = None
     for c in classes:
         mid = len(c) // 2
         common = c[mid] if len(c) % 2 else (c[mid - 1] + c[mid]) / 2
+        if grid is not None:
+            base = common if base is None else base
+            common = base * grid ** math.floor(math.log(common / base, grid) + 0.5)
         out.update(dict.fromkeys(c, common))
     return out
 
@@ -111,13 +142,14 @@ def cost_class_of(clock: str, figure_ms: float | None, cost_s: float | None,
     return None
 
 
-def classed_seconds(trials: Sequence[tuple[float | None, float | None, float | None]]) -> list[float | None]:
+def classed_seconds(trials: Sequence[tuple[float | None, float | None, float | None]],
+                    grid: float | None = None) -> list[float | None]:
     """The modeled seconds to target each trial of one task ranks on, given its ``(steps_to_target,
     modeled_step_ms, logged modeled seconds)``: ``steps × its cost class's common figure / 1000``
-    (:func:`cost_classes` over the task's figures), so that programs whose figures the clock cannot
-    tell apart differ only by their steps; the logged seconds for a trial without a figure (a run
-    from before ``perf/modeled_step_ms``)."""
-    common = cost_classes(ms for _, ms, _ in trials)
+    (:func:`cost_classes` over the task's figures, rounded to ``grid``), so that programs whose
+    figures the clock cannot tell apart differ only by their steps; the logged seconds for a trial
+    without a figure (a run from before ``perf/modeled_step_ms``)."""
+    common = cost_classes((ms for _, ms, _ in trials), grid)
     return [modeled_seconds(steps, common[float(ms)]) if steps is not None and _finite_positive(ms)
             else logged for steps, ms, logged in trials]
 
@@ -177,8 +209,7 @@ def _names(tasks: Sequence[str]) -> str:
 def clock_sentence(clock: str, measured_tasks: Sequence[str] = (), cost_tasks: Sequence[str] = (),
                    flagged: Sequence[str] = ()) -> str:
     """What a table or figure that ranks on time says about its clock, e.g. ``"Time to target:
-    modeled (steps to target × the program's CPU time per step, measured before training with the
-    task's programs in turn, on one XLA thread, which other processes barely move; `--time measured` ranks on
+    modeled (steps to target × the program's step time ...; `--time measured` ranks on
     wall-clock)."`` ``cost_tasks`` / ``measured_tasks``: the tasks :func:`task_clock` moved to the
     cost / measured clock; ``flagged``: the programs (e.g. ``"sgd · digits · mlp"``) whose figure
     disagreed with a trial's training clock and was measured again (tag ``perf.suspect``)."""
@@ -187,8 +218,10 @@ def clock_sentence(clock: str, measured_tasks: Sequence[str] = (), cost_tasks: S
                 "`--time modeled` counts steps × the program's step time measured before training).")
     text = ("Time to target: modeled (steps to target × the program's step time — CPU time on a CPU, "
             "device time on an accelerator — measured before training with the task's programs in "
-            "turn, on one XLA thread, which other processes barely move; `--time measured` ranks on "
-            "wall-clock).")
+            "turn; figures within 1.25x are one cost class and, on a CPU, where load moves one "
+            "program's figure against another's by up to 28%, a class is charged in powers of 2 of "
+            "the cheapest class's figure, so steps decide within a charge; `--time measured` ranks "
+            "on wall-clock).")
     if cost_tasks:
         one = len(cost_tasks) == 1
         text += (f" {_names(cost_tasks)} rank{'s' if one else ''} on cost (steps to target × the "

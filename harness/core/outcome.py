@@ -105,6 +105,9 @@ class TrialOutcome:
     cost_seconds_to_target: float | None = None
     #: the program's per-step figure the modeled clock uses (``perf/modeled_step_ms``)
     modeled_step_ms: float | None = None
+    #: the device the figure was timed on (``"cpu:cpu"``; tag ``device_kind``): on a CPU the modeled
+    #: clock rounds figures to a grid (:func:`harness.core.clock.cost_grid`); ``""`` when unknown
+    device_kind: str = ""
     perf_suspect: str = ""
     #: its initial parameters already met the target (tag ``convergence.target_at_init``)
     target_at_init: bool = False
@@ -162,6 +165,7 @@ class TrialOutcome:
         o.target_at_init = bool(res.extra.get("target_at_init"))
         o.modeled_seconds_to_target, o.cost_seconds_to_target = clock_seconds(res.steps_to_target, p)
         o.modeled_step_ms = p.modeled_step_ms if p else None
+        o.device_kind = p.device_kind if p else ""
         o.examples_per_sec = _or_none(res.perf.examples_per_sec) if res.perf else None
         o.train_seconds = res.train_seconds
         o.tracking_seconds = tracking_s
@@ -199,6 +203,7 @@ class TrialOutcome:
         o.modeled_seconds_to_target = m.get(names.M_MODELED_SECONDS_TO_TARGET)
         o.cost_seconds_to_target = m.get(names.M_COST_SECONDS_TO_TARGET)
         o.modeled_step_ms = m.get(names.M_MODELED_STEP_MS)
+        o.device_kind = run.data.tags.get("device_kind", "")
         o.perf_suspect = run.data.tags.get(names.TAG_PERF_SUSPECT, "")
         o.target_at_init = run.data.tags.get(names.TAG_TARGET_AT_INIT) == "true"
         o.examples_per_sec = m.get(names.M_EXAMPLES_PER_S)

@@ -18,6 +18,7 @@ from harness.core.clock import (
     clock_sentence,
     cost_class_of,
     cost_classes,
+    cost_grid,
     ranked_seconds,
     task_clock,
 )
@@ -161,10 +162,11 @@ def classed_modeled(outcomes: list[TrialOutcome], clocks: dict[tuple[str, str], 
     secs: dict[str, float | None] = {}
     classes: dict[str, float | None] = {}
     for key, os_ in tasks.items():
+        grid = cost_grid(next((o.device_kind for o in os_ if o.device_kind), None))
         got = classed_seconds([(o.steps_to_target, o.modeled_step_ms, o.modeled_seconds_to_target)
-                               for o in os_])
+                               for o in os_], grid)
         secs.update(zip((o.trial_id for o in os_), got, strict=True))
-        common = cost_classes(o.modeled_step_ms for o in os_)
+        common = cost_classes((o.modeled_step_ms for o in os_), grid)
         for o in os_:
             classes[o.trial_id] = cost_class_of(clocks.get(key, "measured"), o.modeled_step_ms,
                                                 o.cost_seconds_to_target, o.steps_to_target, common)

@@ -59,11 +59,15 @@ The method (what :func:`measure` does, in order):
    (a background MLflow writer is not the step's work: :func:`harness.train.cpu_clock.work_cpu_s`).
    ``step_cpu_ms`` is the median over blocks of CPU seconds per call / ``steps_per_call``: the work
    of one step, summed over the threads that do it. Waiting for a core is not CPU time, so other
-   processes on the machine barely move it: beside 2 × nproc CPU-burning processes a muon step's
+   processes move it less than the wall-clock: beside 2 × nproc CPU-burning processes a muon step's
    wall-clock ratio to an sgd step's went from 4.1x to 5.7x, its CPU-time ratio from 3.9x to 4.3x
-   (digits MLP, 50-step chunks, same run). That holds when XLA's CPU pool is one thread, as the
-   harness sets it (:mod:`harness.core.xla_threads`): with a pool per core the idle workers spin,
-   spinning is CPU time, and load moved it by 22–29%; on one thread by 1–3%. On a CPU device this is
+   (digits MLP, 50-step chunks, same run). XLA's CPU pool must be one thread, as the harness sets
+   it (:mod:`harness.core.xla_threads`): with a pool per core the idle workers spin, spinning is CPU
+   time, and load moved it by 22–29% (an MLP of width 256; on one thread −3% to +2%). Load still
+   moves the step's own work (caches, memory bandwidth shared with other processes): beside the
+   burners a CNN of width 64's figures rose 11–40% and an MNIST-1D MLP's 20–60% at load 16, each
+   program by its own amount, which the modeled clock absorbs by charging figures in powers of 2
+   (:data:`harness.core.clock.CPU_GRID`). On a CPU device this is
    the figure the modeled clock
    ranks on (``modeled_step_ms``, :func:`modeled_step_ms`) and the one a measurement repeats until
    stable (:func:`stable_figure`); on an accelerator the wall-clock median is (device time; host
