@@ -50,7 +50,7 @@ TAG_BATCHING = "harness.batching"
 PARAM_SCORING = "scoring"  # also a param (the MLflow UI's table); sweeps from before TAG_SCORING have only it
 SCORING_RULES = ("harness", "algoperf")  # reports.protocol: the harness's own (the default), AlgoPerf's
 TAG_REASON = "harness.reason"
-TAG_STATUS_REASON = "status_reason"  # the full reason (traceback) of a failed trial
+TAG_STATUS_REASON = "status_reason"  # the whole reason (failed: traceback); harness.reason: its last line
 TAG_DIVERGED_STEP = "diverged_step"  # the step at which a diverged trial stopped
 # -- tags of a trial run: what it trained -----------------------------------------------------------
 TAG_STATUS = "status"  # "finished" / "diverged" / "failed"
@@ -223,8 +223,6 @@ def canonical_metric(name: str) -> str:
 
 # -- the trial run's remaining names (added with harness.tracking.trial_run) -------------------------
 TAG_GIT_COMMIT = "git_commit"
-TAG_DIVERGED_STEP = "diverged_step"
-TAG_STATUS_REASON = "status_reason"  # a diverged trial's whole reason (harness.reason: its last line)
 TAG_PERF_DTYPE = "perf.dtype"  # the dtype whose peak perf/utilization is measured against
 TAG_PERF_MESH = "perf.mesh"  # the mesh the timed step ran on
 #: Why the trial's measured step time is not trusted: it disagreed by more than 2x with the trial's
