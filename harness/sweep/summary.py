@@ -31,6 +31,7 @@ from harness.core.selection import (
     selection_words,
     value_kind,
 )
+from harness.sweep.at_init import solved_at_init
 from harness.tracking.uris import default_tracking_uri
 
 
@@ -178,22 +179,6 @@ def flagged_programs(outcomes: list[TrialOutcome]) -> list[str]:
     ``perf.suspect``), once each, sorted."""
     return sorted({f"{o.optimizer} · {o.dataset} · {o.model}" for o in outcomes
                    if o.status == "finished" and o.perf_suspect})
-
-
-def solved_at_init(outcomes: list[TrialOutcome]) -> str:
-    """The sentence the summary adds when some task's target was already met by the initial
-    parameters (tag ``convergence.target_at_init``), else ``""``: such a target needs no training,
-    and its times to target (the first evaluation after training starts, as AlgoPerf's runner times
-    its first evaluation) compare only the cost of the first ``eval_every`` steps."""
-    tasks = sorted({f"{o.model} · {o.dataset}" for o in outcomes
-                    if o.status == "finished" and o.target_at_init})
-    if not tasks:
-        return ""
-    named = ", ".join(tasks[:3]) + (f" and {len(tasks) - 3} more" if len(tasks) > 3 else "")
-    return (f" Target met at initialisation on {named}: the initial parameters already reach it, so "
-            f"its times to target (the first evaluation after training starts, as AlgoPerf's runner "
-            f"times its first evaluation) compare only the cost of the first eval_every steps, not "
-            f"training; set a harder target to compare training.")
 
 
 def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
