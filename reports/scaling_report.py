@@ -260,22 +260,54 @@ def scaling_caption(frame: pd.DataFrame) -> str:
         text += (f"E known is the Markov source's exact loss floor {st.floor:.4f} nats; intervals: 90% "
                  f"bootstrap over runs within each optimizer ({N_BOOT_LAW} refits). ")
     if not st.extrapolated.empty:
-        ex = "; ".join(f"{r.optimizer} at {r.ratio:g} tokens/param: {r.speedup:.2f}× at {r.times_largest:g}×N"
-                       for r in st.extrapolated.itertuples())
-        text += f"Extrapolated (law, not measured): {ex}."
+        text += _extrapolated_text(st)
     return text
 
 
+#: How far (a factor) the speed-up axis reaches past the measured values for the law's
+#: extrapolated values; past it a law's line is clipped and its value is in the caption only.
+EXTRA_REACH = 10.0
+
+
 def _speedup_limits(st: ScalingStudy) -> tuple[float, float]:
-    """The speed-up axis (log): the measured values and intervals and the finite extrapolated
-    values, widened to include 1, capped to four decades around 1 (a law's line beyond is clipped)."""
-    vals = [1.0]
+    """The speed-up axis (log): the measured values and intervals, widened to include 1, then to
+    the finite extrapolated values but at most :data:`EXTRA_REACH` × past the measured ones (a law
+    whose extrapolation runs to 0.01× or ∞ would otherwise squash every measured point into a
+    sliver of the panel), capped to two decades around 1."""
+    meas = [1.0]
     if not st.speedups.empty:
-        vals += list(st.speedups[["low", "high", "speedup"]].to_numpy(float).ravel())
+        meas += list(st.speedups[["low", "high", "speedup"]].to_numpy(float).ravel())
+    m = np.array([x for x in meas if np.isfinite(x) and x > 0])
+    lo, hi = float(m.min()), float(m.max())
     if not st.extrapolated.empty:
-        vals += list(st.extrapolated["speedup"].to_numpy(float))
-    v = np.array([x for x in vals if np.isfinite(x) and x > 0])
-    return max(float(v.min()) / 1.5, 1e-2), min(float(v.max()) * 1.5, 1e2)
+        e = st.extrapolated["speedup"].to_numpy(float)
+        e = e[np.isfinite(e) & (e > 0)]
+        if e.size:
+            lo = min(lo, max(float(e.min()), lo / EXTRA_REACH))
+            hi = max(hi, min(float(e.max()), hi * EXTRA_REACH))
+    return max(lo / 1.5, 1e-2), min(hi * 1.5, 1e2)
+
+
+def _extrapolated_text(st: ScalingStudy) -> str:
+    """The law's extrapolated speed-ups, one clause per optimizer: ``"muon: 1.31×, 1.28× at
+    10 tokens/param; ∞, ∞ at 20"`` (at 10× and 100× the largest rung's N); ``∞`` where no amount
+    of data brings the baseline at that size to the optimizer's loss (said once)."""
+    parts, inf = [], False
+    for o, g in st.extrapolated.groupby("optimizer", sort=True):
+        per = []
+        for r, h in g.groupby("ratio", sort=True):
+            vals = [("∞" if not np.isfinite(v) else f"{v:.2f}×")
+                    for v in h.sort_values("times_largest")["speedup"]]
+            inf = inf or "∞" in vals
+            per.append(f"{', '.join(vals)} at {r:g}")
+        parts.append(f"{o}: " + "; ".join(per))
+    ks = " and ".join(f"{k:g}×" for k in EXTRAPOLATE)
+    text = (f"Extrapolated (law, not measured), at {ks} the largest rung's parameters, per tokens/param: "
+            + " · ".join(parts) + ".")
+    if inf:
+        text += (" ∞: the law's baseline at that size reaches the optimizer's loss with no amount of data "
+                 "(its parameter term alone is above it: ρ_N > 1 makes any size look larger).")
+    return text
 
 
 def scaling_figure(frame: pd.DataFrame):
@@ -336,7 +368,7 @@ def scaling_figure(frame: pd.DataFrame):
         ax.set_xlabel("parameters N")
     ax_l.set_yscale("log")
     ax_s.set_ylabel(f"speed-up over {st.baseline}")
-    ax_l.set_ylabel("final valid loss − E (nats)" + (f", {len(ratios)} budgets" if len(ratios) > 1 else ""))
+    ax_l.set_ylabel("valid loss − E (nats)")  # longer labels overran the panel's height
     ax_r.set_ylabel("residual log L̂ − log L")
     extra = [Line2D([], [], color=NEUTRAL, ls=styles[j % 4], label=f"law, {r:g} tokens/param")
              for j, r in enumerate(ratios)]

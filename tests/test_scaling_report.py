@@ -112,3 +112,58 @@ def test_no_ladder_no_section():
     f = frame().drop(columns=list(lt.TAGS))
     assert scaling_study(f) is None and scaling_figure(f) is None and scaling_table(f).empty
     assert scaling_caption(f) == ""
+
+
+def _extreme_extrapolation(f):
+    """The study of ``f`` with the law's extrapolated speed-ups made extreme, as the CPU study's
+    were (lion 0.01×, the others ∞: their ρ_N > 1): the figure and caption read this cached study."""
+    st = scaling_study(f)
+    ex = st.extrapolated.copy()
+    ex["speedup"] = [1e-4 if k == 100 else math.inf for k in ex["times_largest"]]
+    st.extrapolated = ex
+    return st
+
+
+def test_speedup_axis_is_set_by_the_measured_points_not_by_an_extreme_extrapolation():
+    """Chromium showed the study's measured speed-ups squashed against the top of the panel by a
+    law line running to 0.01×: the axis reaches at most EXTRA_REACH past the measured values."""
+    from reports.scaling_report import EXTRA_REACH
+
+    f = frame()
+    st = _extreme_extrapolation(f)
+    fig = scaling_figure(f)
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    meas = st.speedups[["low", "high", "speedup"]].to_numpy(float).ravel()
+    m_lo, m_hi = min(meas.min(), 1.0), max(meas.max(), 1.0)
+    assert lo <= m_lo and m_hi <= hi  # every measured point and bar inside the panel
+    assert lo >= m_lo / (EXTRA_REACH * 1.5) * 0.999 and hi <= m_hi * EXTRA_REACH * 1.5 * 1.001
+    # the measured points span a visible part of the panel's height, in pixels
+    fig.canvas.draw()
+    to_px = ax.transData.transform
+    span = abs(to_px((1, m_hi))[1] - to_px((1, m_lo))[1])
+    assert span >= 0.2 * ax.bbox.height, (span, ax.bbox.height)
+    assert layout_problems(fig) == []
+
+
+def test_caption_says_an_infinite_extrapolation_once_per_optimizer():
+    """The study's caption listed "inf× at 10×N" twenty times: now one clause per optimizer, ∞
+    explained once, no "inf"."""
+    f = frame()
+    _extreme_extrapolation(f)
+    cap = scaling_caption(f)
+    ext = cap[cap.index("Extrapolated (law, not measured)"):]
+    assert "inf" not in cap and ext.count("muon:") == 1
+    assert ext.count("∞: the law's baseline") == 1
+    assert "muon: ∞, 0.00× at 5; ∞, 0.00× at 20; ∞, 0.00× at 80." in ext
+
+
+def test_loss_panel_label_fits_its_panel():
+    """The middle panel's y label ("final valid loss − E (nats), 3 budgets") was taller than the
+    panel and ran into the legend: its drawn height is within the panel's."""
+    fig = scaling_figure(frame())
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        assert ax.yaxis.label.get_window_extent(r).height <= ax.get_window_extent(r).height, \
+            ax.yaxis.label.get_text()
