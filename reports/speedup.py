@@ -27,7 +27,9 @@ seeds and the baseline's seeds independently, with replacement (``scipy.stats.bo
 samples, ``method="percentile"``), recomputing the speed-up of each resample; a censored resample
 counts at its bound and the fraction of such resamples is reported beside the interval. With few
 seeds (2 per side: 3 × 3 distinct resamples) the percentile interval is close to the range over
-seed combinations; it says how far seeds move the answer, not a calibrated 95% interval.
+seed combinations; it says how far seeds move the answer, not a calibrated 95% interval. A side
+with one seed (a rung whose other seed failed or has not run yet) is held fixed and the other
+side's seeds are resampled alone.
 """
 
 from __future__ import annotations
@@ -183,8 +185,14 @@ def speedup_interval(tokens, base_losses, x_tokens: float, x_losses, *, level: f
 
     if xs.size == 1 and base.shape[0] == 1:  # nothing to resample
         return SpeedUpInterval(est, est.value, est.value, level, float(est.bound != "="), 1, 1)
-    data = (np.arange(xs.size), np.arange(base.shape[0]))
-    res = bootstrap(data, value, vectorized=False, paired=False, n_resamples=n_resamples,
+    one = np.zeros(1)
+    if xs.size == 1:  # scipy resamples a sample of 2+ only: the side with one seed is held fixed
+        data, fn = (np.arange(base.shape[0]),), (lambda ib: value(one, ib))
+    elif base.shape[0] == 1:
+        data, fn = (np.arange(xs.size),), (lambda ix: value(ix, one))
+    else:
+        data, fn = (np.arange(xs.size), np.arange(base.shape[0])), value
+    res = bootstrap(data, fn, vectorized=False, paired=False, n_resamples=n_resamples,
                     confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
     return SpeedUpInterval(est, float(res.confidence_interval.low[0]),
                            float(res.confidence_interval.high[0]), level,

@@ -69,3 +69,17 @@ def test_interval_reports_censored_resamples():
     assert iv.estimate.bound == "=" and iv.estimate.value == pytest.approx(10.0)
     assert 0.1 < iv.censored < 0.4  # P(both resampled seeds are 0.95) = 1/4
     assert "of resamples censored" in iv.text()
+
+
+def test_one_seed_on_one_side_resamples_the_other():
+    """A rung with one finished seed of X (or of the baseline) beside two of the other: scipy's
+    bootstrap refuses a one-observation sample, so that side is held fixed (the CPU study's
+    partial store raised ValueError here)."""
+    base = np.array([[3.1, 2.1, 1.1], [2.9, 1.9, 0.9]])
+    iv = speedup_interval(D, base, 1e4, [1.5], n_resamples=999)
+    # X at 1.5 against the baseline's seeds: 10**0.6 (the 3.1 curve), 10**0.4 (the 2.9 curve)
+    assert 10**0.4 - 1e-9 <= iv.low < iv.estimate.value < iv.high <= 10**0.6 + 1e-9
+    assert (iv.n_seeds, iv.n_base_seeds) == (1, 2)
+    iv = speedup_interval(D, base[:1], 1e4, [1.4, 1.6], n_resamples=999)
+    assert (iv.n_seeds, iv.n_base_seeds) == (2, 1) and iv.low < iv.high
+    assert iv.low >= 10**(0.7 - 0.2) - 1e-9 and iv.high <= 10**(0.7 + 0.2) + 1e-9
