@@ -536,6 +536,46 @@ def test_page_shows_identifiers_as_written_ids_on_one_line_and_the_source_hash(c
     assert "Red cross-hatched" in out["throughputCaption"] and out["throughputHatched"] > 0
 
 
+_FIT_PROBE = """<script>
+window.addEventListener('load', function () {
+  document.querySelectorAll('.figbar button[data-view=interactive]').forEach(function (b) { b.click(); });
+  setTimeout(function () {
+    var out = [];
+    document.querySelectorAll('.vl[data-spec]').forEach(function (box) {
+      var el = box.querySelector('.vl-chart'), svg = el.querySelector('svg');
+      var b = box.getBoundingClientRect(), st = getComputedStyle(box);
+      out.push({id: box.id, state: box.dataset.state || '',
+                boxRight: b.right - parseFloat(st.paddingRight) - parseFloat(st.borderRightWidth),
+                svgRight: svg ? svg.getBoundingClientRect().right : null,
+                overflow: box.scrollWidth - box.clientWidth});
+    });
+    var pre = document.createElement('pre'); pre.id = 'probe'; pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  }, 8000);
+});
+</script>"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1100, 1400])
+def test_interactive_views_stay_inside_their_box_in_a_narrower_window(chromium, page, tmp_path, width):
+    """Each interactive view (convergence, tuning curves, sensitivity), switched on as a reader does
+    (its Interactive button), lies inside its box: in a 1,100 px window the views were drawn at the
+    1,280 px page's width, their right end (the tuning curves' k = 2 and its points) cut off behind
+    a scroll bar (the SVG's right edge 60-70 px past the box). Measured by chromium on the report
+    page."""
+    text = Path(page).read_text(encoding="utf-8")
+    i = text.rfind("</body>")
+    probe_page = tmp_path / "fit.html"
+    probe_page.write_text(text[:i] + _FIT_PROBE + text[i:], encoding="utf-8")
+    out = probe_result(dump_dom(probe_page, tmp_path / "prof", width=width, height=900))
+    assert {o["id"] for o in out} >= {"tuning-curves-interactive", "convergence-steps-interactive"}, out
+    for o in out:
+        assert o["state"] == "ok", o
+        assert o["svgRight"] is not None and o["svgRight"] <= o["boxRight"] + 0.5, o
+        assert o["overflow"] <= 0, o
+
+
 class _Env(HTMLParser):
     """The report's environment section as {label: value}."""
 
