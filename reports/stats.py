@@ -180,13 +180,25 @@ def probability_of_improvement(x: list[np.ndarray], y: list[np.ndarray]) -> np.n
 
 def _interval(samples: list[np.ndarray], statistic, n_boot: int, seed: int) -> tuple[float, float]:
     """The stratified bootstrap percentile interval: every sample (a task's runs of one optimizer)
-    resampled independently (``scipy.stats.bootstrap``); ``nan`` when every sample has one run."""
+    resampled independently (``scipy.stats.bootstrap``); ``nan`` when every sample has one run. A
+    sample of one run (a task where the optimizer's other seeds did not finish) is held fixed, as
+    resampling it would (scipy refuses a one-observation sample); the others are resampled."""
     from scipy.stats import bootstrap
 
-    if all(len(x) < 2 for x in samples):
+    many = [i for i, x in enumerate(samples) if len(x) >= 2]
+    if not many:
         return math.nan, math.nan
-    res = bootstrap(tuple(samples), statistic, n_resamples=n_boot, vectorized=True, paired=False,
-                    confidence_level=LEVEL, method="percentile", rng=np.random.default_rng(seed))
+    stat = statistic
+    if len(many) < len(samples):
+        def stat(*xs, axis=-1):  # the one-run samples broadcast beside the resampled ones
+            got = dict(zip(many, xs, strict=True))
+            batch = xs[0].shape[:-1]
+            full = [got[i] if i in got else np.broadcast_to(np.asarray(x, float), (*batch, len(x)))
+                    for i, x in enumerate(samples)]
+            return statistic(*full, axis=axis)
+    res = bootstrap(tuple(samples[i] for i in many), stat, n_resamples=n_boot, vectorized=True,
+                    paired=False, confidence_level=LEVEL, method="percentile",
+                    rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 

@@ -186,3 +186,18 @@ def test_the_report_shows_the_table_near_the_leaderboard():
     assert [r["optimizer"] for r in rows] == ["adam", "sgd"]  # best IQM first
     assert rows[0]["poi"] == "— (the baseline)" and rows[1]["poi"].startswith("0.33 [")
     assert note.startswith("Baseline optimizer: adam.") and "stratified bootstrap" in note
+
+
+def test_a_task_with_one_run_is_held_fixed_not_refused():
+    """A task where an optimizer has one finished seed beside tasks with several (the scaling
+    study's partial store: scipy's bootstrap raised "each sample in `data` must contain two or
+    more observations" and the whole report failed): that task's one run is held fixed."""
+    from reports.stats import iqm_interval, poi_interval
+
+    runs = [np.array([1.0, 2.0, 3.0, 4.0]), np.array([10.0])]
+    point, lo, hi = iqm_interval(runs, n_boot=500)
+    assert lo <= point <= hi and np.isfinite([lo, hi]).all() and lo < hi
+    p, plo, phi = poi_interval([np.array([1.0, 3.0]), np.array([5.0])],
+                               [np.array([2.0, 2.5]), np.array([4.0])], n_boot=500)
+    assert plo <= p <= phi and np.isfinite([plo, phi]).all() and phi <= 1.0
+    assert np.isnan(iqm_interval([np.array([1.0]), np.array([2.0])], n_boot=100)[1:]).all()
