@@ -714,3 +714,21 @@ def test_interactive_hover_shows_values_and_the_band(chromium, frame, view, tmp_
     assert any(o in tip for o in OPTS[:7]), tip
     if view == "tuning_curves_spec":
         assert sorted(out["areas"]) == ["0"] * 6 + ["0.2"], out["areas"]  # seven bands, one shown
+
+
+def test_an_interactive_views_note_promises_controls_only_where_it_has_them(page):
+    """Each interactive view's note says "the controls below the chart choose what is drawn" only
+    where its Vega-Lite spec binds an input (a select or radio buttons): the tuning curves' view has
+    none and promised them (a reviewer's finding)."""
+    import json
+    import re
+
+    text = Path(page).read_text(encoding="utf-8")
+    views = re.findall(r'<div id="([a-z-]+)-interactive"[^>]*data-spec="([a-z-]+-spec)">'
+                       r'<p class="note">(.*?)</p>', text, re.S)
+    assert {v[0] for v in views} >= {"tuning-curves", "convergence-steps"}, [v[0] for v in views]
+    for fid, spec_id, note in views:
+        spec = re.search(rf'<script type="application/json" id="{spec_id}">(.*?)</script>', text, re.S)
+        inputs = '"input"' in json.dumps(json.loads(spec.group(1)))
+        assert ("controls below the chart" in note) == inputs, (fid, inputs, note)
+    assert dict((v[0], "controls below" in v[2]) for v in views)["tuning-curves"] is False
