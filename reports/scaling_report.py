@@ -289,14 +289,15 @@ def _speedup_limits(st: ScalingStudy) -> tuple[float, float]:
 
 
 def _extrapolated_text(st: ScalingStudy) -> str:
-    """The law's extrapolated speed-ups, one clause per optimizer: ``"muon: 1.31×, 1.28× at
-    10 tokens/param; ∞, ∞ at 20"`` (at 10× and 100× the largest rung's N); ``∞`` where no amount
+    """The law's extrapolated speed-ups, one clause per optimizer: ``"muon: 1.3×, 1.3× at
+    10; ∞, ∞ at 20"`` (at 10× and 100× the largest rung's N; two significant digits: a speed-up
+    of 0.0031× is not "0.00×"); ``∞`` where no amount
     of data brings the baseline at that size to the optimizer's loss (said once)."""
     parts, inf = [], False
     for o, g in st.extrapolated.groupby("optimizer", sort=True):
         per = []
         for r, h in g.groupby("ratio", sort=True):
-            vals = [("∞" if not np.isfinite(v) else f"{v:.2f}×")
+            vals = [("∞" if not np.isfinite(v) else f"{v:.2g}×")  # 0.0031×, not 0.00×
                     for v in h.sort_values("times_largest")["speedup"]]
             inf = inf or "∞" in vals
             per.append(f"{', '.join(vals)} at {r:g}")

@@ -155,7 +155,7 @@ def test_caption_says_an_infinite_extrapolation_once_per_optimizer():
     ext = cap[cap.index("Extrapolated (law, not measured)"):]
     assert "inf" not in cap and ext.count("muon:") == 1
     assert ext.count("∞: the law's baseline") == 1
-    assert "muon: ∞, 0.00× at 5; ∞, 0.00× at 20; ∞, 0.00× at 80." in ext
+    assert "muon: ∞, 0.0001× at 5; ∞, 0.0001× at 20; ∞, 0.0001× at 80." in ext  # not "0.00×"
 
 
 def test_loss_panel_label_fits_its_panel():
