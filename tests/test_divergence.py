@@ -65,3 +65,28 @@ def test_default_factor_keeps_trial_ids():
     assert _spec("sgd", 0.1, divergence_loss_factor=None).to_dict()["divergence_loss_factor"] is None
     assert TrialSpec.from_dict(s.to_dict()) == s
     assert s.flat_params()["train.divergence_loss_factor"] == "100.0"
+
+
+@pytest.mark.parametrize("optimizer,step_size,reason", [
+    ("lion", 3.0, "validation loss 8.658e+04 at step 1 exceeds 100x the initial validation loss 2.389"),
+    ("lion", 1e30, "non-finite validation loss at step 1")])
+def test_a_last_update_that_blows_up_is_diverged(digits, optimizer, step_size, reason):
+    """The train-loss rules see update k's loss before update k, so the blow-up of a trial's last
+    update showed only in the evaluation after it: lion at step size 3 on digits (one update, as the
+    last update of any budget) finished with a validation loss of 86,582 (36,000x the initial 2.389)
+    and a test loss of 80,391; at 1e30 with NaN validation and test losses. The evaluation now takes
+    the same rules (non-finite, or above the factor × the step-0 validation loss): diverged at that
+    step, no test numbers."""
+    spec = _spec(optimizer, step_size, steps=1, eval_every=1, steps_per_dispatch=1)
+    r = trainer.run_trial(spec, dataset=digits, measure_perf=False)
+    assert r.curves.train_loss == [pytest.approx(2.30816650390625)]  # the update's own loss: finite
+    assert r.status == "diverged" and r.diverged_step == 1, (r.status, r.curves.eval_loss)
+    assert r.reason == reason
+    assert r.test_loss is None
+
+
+def test_an_evaluation_inside_the_factor_keeps_the_trial_finished(digits):
+    """The evaluation rule leaves a trial that trains alone: sgd at 0.1 (20 steps, 2 evaluations)."""
+    r = trainer.run_trial(_spec("sgd", 0.1), dataset=digits, measure_perf=False)
+    assert r.status == "finished" and r.test_loss is not None
+    assert r.curves.eval_loss[-1] < r.curves.eval_loss[0]

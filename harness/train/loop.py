@@ -53,7 +53,9 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   ``spec.divergence_loss_factor`` (default 100) × the trial's initial train loss (step 1's, computed
   on the initial parameters; the rule applies only when that is finite and > 0), ends the trial:
   status ``"diverged"``, ``diverged_step`` = that step (1-based: the step whose update used that
-  loss), ``reason`` says which rule fired; its row is kept. Never raises for it. Other exceptions
+  loss), ``reason`` says which rule fired; its row is kept. The same rules on each later validation
+  loss (against the step-0 one) end it at the evaluation's step: only there does the blow-up of a
+  trial's last update show. Never raises for it. Other exceptions
   propagate. (sgd at step size 1e3 on digits: diverged within a few steps, instead of "finished"
   with a train loss of 1.9e21.) The same check runs per member in a vmapped batch.
 * **Convergence.** ``steps_to_target``/``seconds_to_target`` = the first validation evaluation whose

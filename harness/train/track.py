@@ -5,7 +5,10 @@ records the rows the loop hands it and decides, per trial:
 
 * **Divergence** (:meth:`TrialTrack.check_divergence`): the first non-finite train loss, or the first
   train loss above ``spec.divergence_loss_factor`` × the trial's initial train loss (the rule applies
-  only when that is finite and > 0), ends the trial at that step (1-based).
+  only when that is finite and > 0), ends the trial at that step (1-based). The same two rules on
+  each later validation evaluation's loss (against the step-0 evaluation's) end it at the
+  evaluation's step: the train loss of update k is computed before update k, so a blow-up of the
+  last update (lion at step size 3 on digits: validation loss 86,582) showed nowhere else.
 * **Targets** (:meth:`TrialTrack.add_eval`): the first validation evaluation whose metric
   (``valid/loss``, ``valid/accuracy`` or ``valid/<name>``) reaches ``spec.target`` sets
   ``steps_to_target`` and ``seconds_to_target``, counting evaluations after training started only,
@@ -13,7 +16,8 @@ records the rows the loop hands it and decides, per trial:
   evaluation (at initialisation, clock 0) already meets is reached at the first later evaluation
   that meets it too (every optimizer of a sweep starts from the same initialisation, so all of them
   meet it at step 0, and a time of 0 would make time ratios 0/0); ``target_at_init`` records it, and
-  the summary says the task needs no training.
+  the summary says per task which runs met it again, at which step, and which never did
+  (:mod:`harness.sweep.at_init`).
 
 Checkpoints (:mod:`harness.train.checkpoint_state`) save and restore a track's fields as JSON, so
 every field but ``spec`` is plain data.
@@ -75,6 +79,22 @@ class TrialTrack:
         self.active, self.diverged_step = False, step
         return True
 
+    def _eval_diverged(self, step: int, loss: float) -> bool:
+        """The divergence rules on the validation loss of the evaluation after ``step`` updates
+        (module docstring): the train loss of update k is computed before it, so only this sees the
+        blow-up of a trial's last update. True when it ends the trial at ``step``."""
+        c, factor = self.curves, self.spec.divergence_loss_factor
+        first = c.eval_loss[0] if c.eval_step and c.eval_step[0] == 0 else math.nan
+        if not math.isfinite(loss):
+            self.diverged_reason = f"non-finite validation loss at step {step}"
+        elif factor is not None and math.isfinite(first) and first > 0 and loss > factor * first:
+            self.diverged_reason = (f"validation loss {loss:.4g} at step {step} exceeds {factor:g}x the "
+                                    f"initial validation loss {first:.4g}")
+        else:
+            return False
+        self.active, self.diverged_step = False, step
+        return True
+
     def add_train(self, step: int, wall: float, dt: float, losses: Any) -> None:
         """The rows of one chunk of ``n = len(losses)`` updates after ``step`` updates and ``wall``
         seconds, which took ``dt`` seconds (rows interpolated linearly inside it); stops at the
@@ -98,6 +118,8 @@ class TrialTrack:
         for k, v in metrics.items():
             if k != "accuracy":
                 c.eval_metrics.setdefault(k, []).append(v)
+        if step > 0 and self._eval_diverged(step, loss):
+            return
         tgt = self.spec.target
         if tgt is not None and self.steps_to_target is None:
             name = tgt.metric.split("/", 1)[-1]
