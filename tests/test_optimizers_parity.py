@@ -220,3 +220,24 @@ def test_jacfwd_jacrev_through_loop(name):
     # Forward and reverse mode agree with each other (different arithmetic: a tolerance).
     np.testing.assert_allclose(float(rev), float(fwd), rtol=1e-4)
     assert float(fwd) != 0.0
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_linear_warmup_is_the_references_linear_polynomial_decay_bit_for_bit(x64):
+    """``linear_warmup(lr, w, init_scale)`` is ``jax.example_libraries.optimizers.polynomial_decay(
+    init_scale * lr, w, lr, power=1.0)`` for every step ``i >= 0``: the same value, bit for bit, and
+    the same dtype, with and without ``jax_enable_x64`` and for every kind of step counter (a Python
+    int, NumPy int64, ``jnp`` int32 and int64, a float), eagerly and under ``jit``. (Under x64 a
+    step counted in int32, as the reference's own update loop can, gives float32 in both.)"""
+    with jax.enable_x64(x64):
+        for lr, w, scale in ((0.1, 7, 0.0), (0.1, 7, 0.25), (3e-4, 1000, 0.1)):
+            ours, ref = O.linear_warmup(lr, w, init_scale=scale), R.polynomial_decay(scale * lr, w, lr, 1.0)
+            steps = [0, 1, w // 2, w - 1, w, w + 5, np.int64(3), jnp.int32(3), jnp.int64(3) if x64 else
+                     jnp.int32(w), 3.0]
+            for i in steps:
+                for a, b in ((ours(i), ref(i)), (jax.jit(ours)(i), jax.jit(ref)(i))):
+                    a, b = jnp.asarray(a), jnp.asarray(b)
+                    assert a.dtype == b.dtype, (lr, w, scale, repr(i), a.dtype, b.dtype)
+                    assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (lr, w, scale, repr(i), a, b)
+            if x64:
+                assert jnp.asarray(ours(3)).dtype == jnp.float64
