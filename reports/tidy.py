@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -294,12 +295,22 @@ class Leaderboard(pd.DataFrame):
 
     def to_latex(self, buf=None, *, caption: str | None = None, label: str | None = None, **kwargs):
         """:meth:`table` through ``pandas.DataFrame.to_latex`` (``index=False``, special characters
-        escaped, ``caption`` default :meth:`caption`); ``kwargs`` go to pandas. Returns the text, or
-        writes it to ``buf`` (a path or a file) and returns ``None``."""
+        escaped, ``caption`` default :meth:`caption`); ``kwargs`` go to pandas. ``<`` and ``>`` are
+        written ``\\textless{}`` / ``\\textgreater{}`` (pandas leaves them, and pdflatex's default
+        font encoding prints ``<`` as "¡"). Returns the text, or writes it to ``buf`` (a path or a
+        file) and returns ``None``."""
         kwargs.setdefault("index", False)
         kwargs.setdefault("escape", True)
-        return self.table().to_latex(buf, caption=self.caption() if caption is None else caption,
+        text = self.table().to_latex(None, caption=self.caption() if caption is None else caption,
                                      label=label, **kwargs)
+        text = text.replace("<", "\\textless{}").replace(">", "\\textgreater{}")
+        if buf is None:
+            return text
+        if hasattr(buf, "write"):
+            buf.write(text)
+        else:
+            Path(buf).write_text(text, encoding="utf-8")
+        return None
 
     def to_markdown(self, buf=None, **kwargs):
         """:meth:`table` through ``pandas.DataFrame.to_markdown`` (``tabulate``; ``index=False``),

@@ -71,12 +71,24 @@ def test_errors_are_one_type_with_the_key_path_and_nothing_is_written(tmp_path, 
     with pytest.raises(harness.ConfigError) as e:
         harness.sweep({**_cfg(), "seeds": [np.int64(0), object()]}, tracking_uri=tracking_uri, quiet=True)
     assert e.value.key_path == "seeds[1]"
+    # the options are checked by the config's own fields (before: jobs=0 trained, -3 and 10**6 and
+    # batching="bogus" were taken, "two" and 2.5 raised a bare TypeError; a reviewer's findings)
+    for kw, message in ((dict(jobs=0), "jobs: Input should be greater than 0; got 0"),
+                        (dict(jobs=10**6), "jobs: Input should be less than or equal to 1024; got 1000000"),
+                        (dict(jobs="two"), "jobs: expected an integer; got 'two'"),
+                        (dict(jobs=2.5), "jobs: expected an integer; got 2.5"),
+                        (dict(batching="bogus"),
+                         "batching: Input should be 'auto', 'on' or 'off'; got 'bogus'")):
+        with pytest.raises(harness.ConfigError) as e:
+            harness.sweep(_cfg(), tracking_uri=tracking_uri, quiet=True, **kw)
+        assert (e.value.key_path, str(e.value)) == (next(iter(kw)), message)
     assert fake_trainer["calls"] == [] and not (tmp_path / "mlflow.db").exists()
 
 
 def test_only_runs_part_of_the_config_with_its_trial_ids(tmp_path, tracking_uri, fake_trainer):
     whole = harness.sweep(_cfg(), tracking_uri=tracking_uri, dry_run=True, quiet=True)
-    part = harness.sweep(_cfg(), tracking_uri=tracking_uri, only={"optimizer": "sgd", "seed": 1}, quiet=True)
+    part = harness.sweep(_cfg(), tracking_uri=tracking_uri, only={"optimizer": "sgd", "seed": np.int64(1)},
+                         quiet=True)  # a seed as results().trials holds it (numpy): refused before
     assert len(part.trial_ids) == 2 and set(part.trial_ids) <= set(whole.trial_ids)
     assert part.sweep_id == whole.sweep_id and sorted(fake_trainer["calls"]) == sorted(part.trial_ids)
     rest = harness.sweep(_cfg(), tracking_uri=tracking_uri, quiet=True)
@@ -127,6 +139,8 @@ def test_results_are_tidy_numeric_tables_read_back_from_the_store(tmp_path, trac
     assert lb["task"].tolist() == ["mlp · digits"] * 2
     tex = lb.to_latex()
     assert "\\begin{tabular}" in tex and "0.8900 [0.8900, 0.8900]" in tex and "step\\_size" in tex
+    # "(< 5)" printed as "(¡ 5)" under pdflatex's default encoding (a reviewer's finding)
+    assert "<" not in tex and ">" not in tex and "(\\textless{} 5)" in tex
     md = lb.to_markdown()
     assert md.splitlines()[0].startswith("| Rank") and "| 2/2 " in md
     assert "<table" in res._repr_html_() and "sweep " + run.sweep_id in res._repr_html_()

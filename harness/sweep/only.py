@@ -13,6 +13,7 @@ line's ``["optimizer=adam,sgd", "seed=0"]`` (``--only`` repeated), or one such s
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,10 +35,12 @@ def _values(axis: str, raw: Any) -> tuple[str, ...]:
     items = raw if isinstance(raw, (list, tuple, set, frozenset)) else [raw]
     out = []
     for v in items:
-        if isinstance(v, bool) or not isinstance(v, (str, int)):
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            v = str(int(v))  # a numpy int too (a seed read from results().trials)
+        if not isinstance(v, str):
             raise UsageError(f"only: {axis}: {v!r} is not a name or a seed (give text, or an int for "
                              f"seed)", f"only.{axis}")
-        out.extend(p.strip() for p in str(v).split(",") if p.strip())
+        out.extend(p.strip() for p in v.split(",") if p.strip())
     if not out:
         raise UsageError(f"only: {axis}: no value given", f"only.{axis}")
     return tuple(dict.fromkeys(out))

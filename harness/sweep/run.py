@@ -231,8 +231,9 @@ def _load(given: GivenConfig, opts: SweepOptions) -> SweepConfig:
     """
     cfg = load_given(given, opts.registries, max_trials=opts.max_trials)
     _check_uri(opts.tracking_uri)
-    overrides = {k: v for k, v in (("jobs", opts.jobs), ("executor", opts.executor),
-                                   ("address", opts.address), ("batching", opts.batching)) if v is not None}
+    overrides = {k: _override(k, v) for k, v in (("jobs", opts.jobs), ("executor", opts.executor),
+                                                 ("address", opts.address), ("batching", opts.batching))
+                 if v is not None}
     if overrides:
         cfg = cfg.model_copy(update=overrides)
     if cfg.jobs > 1 and cfg.executor == "inprocess" and opts.executor is None:
@@ -242,6 +243,27 @@ def _load(given: GivenConfig, opts: SweepOptions) -> SweepConfig:
         raise UsageError(f"unknown executor {cfg.executor!r}; valid choices: {', '.join(ex_names)}"
                          f"{did_you_mean(cfg.executor, ex_names)}", "executor")
     return cfg
+
+
+def _override(key: str, value: Any) -> Any:
+    """``value`` for the config field ``key`` checked by that field's own type and bounds (the
+    config's ``jobs: Field(gt=0, le=MAX_JOBS)``, ``batching``'s choices): ``model_copy`` would take
+    it unchecked (``harness.sweep(jobs=0)`` trained; ``jobs="two"`` raised a bare TypeError).
+
+    Raises:
+      harness.config.errors.UsageError: the value the field refuses, with pydantic's reason; key
+        path ``key``.
+    """
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    field = SweepConfig.model_fields[key]
+    try:
+        kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        return TypeAdapter(kind).validate_python(value)
+    except ValidationError as e:
+        raise UsageError(f"{key}: {e.errors()[0]['msg']}; got {value!r}", key) from None
 
 
 def _executor(cfg: SweepConfig, opts: SweepOptions, uri: str, console) -> Executor:
