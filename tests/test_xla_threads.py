@@ -93,3 +93,28 @@ def test_jax_before_the_harness_is_said_and_recorded(tmp_path, write_sweep):
     runs = MlflowClient(uri).search_runs(
         [e.experiment_id for e in MlflowClient(uri).search_experiments()], "tags.`harness.kind` = 'trial'")
     assert len(runs) == 1 and runs[0].data.tags[TAG_XLA_CPU_THREADS] == str(n)
+
+
+BLAS_PROBE = ("import harness, jax.numpy as jnp; jnp.linalg.eigh(jnp.eye(64) + 1.0)[0].block_until_ready(); "
+              "import threadpoolctl; print(sorted({i['num_threads'] for i in threadpoolctl.threadpool_info() "
+              "if i['internal_api'] == 'openblas'}))")
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS's own pool is one thread on one core")
+def test_importing_the_harness_leaves_the_lapack_under_eigh_one_thread():
+    """``jnp.linalg.eigh`` on a CPU runs OpenBLAS's LAPACK, whose pool (a thread per core) spins while
+    it waits: a 128 x 128 eigh read 7-16 ms of CPU time on 2 loaded cores, 0.9 ms on one thread, and
+    a reviewer's soap figure rose 2.7x beside burners. ``import harness`` sizes it as XLA's pool (the
+    OpenBLAS libraries jaxlib loaded, read by threadpoolctl); a value the user set is kept."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NPROC", "HARNESS_XLA_CPU_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                        "MKL_NUM_THREADS")}
+    env["JAX_PLATFORMS"] = "cpu"
+
+    def pools(**extra) -> str:
+        return subprocess.run([sys.executable, "-c", BLAS_PROBE], env={**env, **extra}, capture_output=True,
+                              text=True, timeout=120, check=True).stdout.strip()
+
+    assert pools() == "[1]"
+    assert pools(HARNESS_XLA_CPU_THREADS="all") == f"[{os.cpu_count()}]"
+    assert pools(OPENBLAS_NUM_THREADS="2") == "[2]"  # the user's own value stays

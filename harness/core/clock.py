@@ -7,7 +7,8 @@
   time, and XLA's CPU pool is one thread (:mod:`harness.core.xla_threads`), whose CPU time is
   the step's work, not idle workers spinning: :mod:`harness.train.timing` item 7), on an
   accelerator its device wall-clock. A busy machine still moves a CPU figure against another's
-  (by 8–28% beside 2 × nproc CPU-burning processes, depending on the programs: :data:`CPU_GRID`),
+  (by 8–28% beside 2 × nproc CPU-burning processes in our races, up to 92% in a reviewer's
+  (sgd/nesterov on a width-128 MLP): :data:`CPU_GRID`),
   so figures within :data:`RESOLUTION` of each other are one cost class, and on a CPU each class
   is charged its figure rounded to a power of 2 of the task's cheapest class's
   (:func:`cost_classes`): steps, which no load moves, decide between programs of one charge. Two
@@ -53,7 +54,9 @@ RESOLUTION = 1.25
 #: cheapest class (:func:`cost_classes` with ``grid``): a CPU-time figure moves against another's
 #: when the machine is busy, by an amount that depends on the two programs. Beside 2 × nproc
 #: CPU-burning processes: a digits MLP's lion to sgd 1.22x → 1.06x (−13%); an MNIST-1D MLP's momentum
-#: to sgd 0.91x → 1.16x (+28%) and muon to the elementwise optimizers' class 3.45x → 3.73x (+8%),
+#: to sgd 0.91x → 1.16x (+28%) and muon to the elementwise optimizers' class 3.45x → 3.73x (+8%);
+#: in a reviewer's race (an MLP of width 128, load 10 and 4 burners) sgd to nesterov 0.89x → 1.71x,
+#: which the grid does not absorb (sgd charged 2x: rank 1= → 5; issue 32 stays open),
 #: which alone turned "2=, 2=" into "2, 3" (same steps to the bit); a CNN of width 64's momentum to
 #: adam 0.80x → 1.00x (+25%). Compared as measured, any such drift across a pair's tipping point
 #: reorders rows, and a race has many pairs; rounded to powers of 2 the ranks change only where a
@@ -219,9 +222,10 @@ def clock_sentence(clock: str, measured_tasks: Sequence[str] = (), cost_tasks: S
     text = ("Time to target: modeled (steps to target × the program's step time — CPU time on a CPU, "
             "device time on an accelerator — measured before training with the task's programs in "
             "turn; figures within 1.25x are one cost class and, on a CPU, where load moves one "
-            "program's figure against another's by up to 28%, a class is charged in powers of 2 of "
-            "the cheapest class's figure, so steps decide within a charge; `--time measured` ranks "
-            "on wall-clock).")
+            "program's figure against another's, a class is charged in powers of 2 of "
+            "the cheapest class's figure, so steps decide within a charge (the seconds shown are "
+            "those charges; MLflow's convergence/modeled_seconds_to_target keeps steps × the "
+            "program's own figure); `--time measured` ranks on wall-clock).")
     if cost_tasks:
         one = len(cost_tasks) == 1
         text += (f" {_names(cost_tasks)} rank{'s' if one else ''} on cost (steps to target × the "

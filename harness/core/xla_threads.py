@@ -40,12 +40,19 @@ import os
 import pkgutil
 from collections.abc import Mapping, MutableMapping
 
-__all__ = ["ENV", "XLA_ENV", "mismatch", "pin", "pool_threads", "threads_setting"]
+__all__ = ["BLAS_ENVS", "ENV", "XLA_ENV", "mismatch", "pin", "pool_threads", "threads_setting"]
 
 #: The harness's variable: ``1`` (unset: the default), a positive number of threads, or ``all``.
 ENV = "HARNESS_XLA_CPU_THREADS"
 #: The variable XLA's CPU client sizes its thread pools by.
 XLA_ENV = "NPROC"
+#: The variables the BLAS/LAPACK libraries size their thread pools by when they load. On a CPU
+#: ``jnp.linalg.eigh`` (SOAP's and Shampoo's eigendecompositions) calls OpenBLAS's LAPACK, whose
+#: pool of a thread per core waits for its workers by spinning: a 128 x 128 ``eigh`` took 7-16 ms of
+#: CPU time a call on 2 loaded cores, 0.94 ms on one thread, and a reviewer's soap figure rose 2.7x
+#: beside burners (4.33 -> 11.57 ms). :func:`pin` sets them to the same number of threads as XLA's
+#: pool unless the user set them (a value already set is kept).
+BLAS_ENVS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: Top-level packages of JAX's accelerator plugins (CUDA, ROCm, TPU), and the prefixes of the
 #: ``jax_plugins`` namespace entries they register.
 _PLUGIN_PACKAGES = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin", "jax_rocm7_plugin",
@@ -89,7 +96,8 @@ def _accelerator_installed() -> bool:
 
 
 def pin(environ: MutableMapping[str, str] | None = None) -> int | None:
-    """Set ``NPROC`` from ``HARNESS_XLA_CPU_THREADS`` before XLA's CPU client starts; returns the
+    """Set ``NPROC`` from ``HARNESS_XLA_CPU_THREADS`` before XLA's CPU client starts (and the BLAS
+    pools' :data:`BLAS_ENVS` to the same number, where the user has not set them); returns the
     threads set, or ``None`` where nothing was set (``all``, an invalid value, which
     :func:`harness.config.environment.check_environment` refuses before a sweep starts, or an
     accelerator plugin installed while ``JAX_PLATFORMS`` does not ask for CPU). Idempotent."""
@@ -104,6 +112,8 @@ def pin(environ: MutableMapping[str, str] | None = None) -> int | None:
     if (not platforms or not platforms.startswith("cpu")) and _accelerator_installed():
         return None
     env[XLA_ENV] = str(threads)
+    for name in BLAS_ENVS:  # the LAPACK under jnp.linalg on a CPU (eigh, svd, qr): the same size
+        env.setdefault(name, str(threads))
     return threads
 
 
