@@ -82,6 +82,9 @@ def test_errors_are_one_type_with_the_key_path_and_nothing_is_written(tmp_path, 
         with pytest.raises(harness.ConfigError) as e:
             harness.sweep(_cfg(), tracking_uri=tracking_uri, quiet=True, **kw)
         assert (e.value.key_path, str(e.value)) == (next(iter(kw)), message)
+    with pytest.raises(TypeError, match=r"^harness\.sweep\(\) got an unexpected keyword argument 'foo'; "
+                       r"its options: tracking_uri, jobs, "):  # before: SweepOptions.__init__() ...
+        harness.sweep(_cfg(), tracking_uri=tracking_uri, foo=1)
     assert fake_trainer["calls"] == [] and not (tmp_path / "mlflow.db").exists()
 
 

@@ -24,6 +24,10 @@ from harness.config.limits import DEFAULT_MAX_TRIALS
 __all__ = ["SweepRun", "sweep"]
 
 
+_NAMED = ("tracking_uri", "jobs", "dry_run", "only", "quiet", "executor", "batching", "max_trials",
+          "compile_cache")
+
+
 def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: int | None = None,
           dry_run: bool = False, only: Any = None, quiet: bool = False, executor: str | None = None,
           batching: str | None = None, max_trials: int = DEFAULT_MAX_TRIALS, compile_cache: bool = True,
@@ -61,9 +65,18 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
         resumes.
       TypeError: ``config`` is neither a path, a mapping nor a SweepConfig, or an unknown option.
     """
+    import dataclasses
+
     from harness.execute.devices import DevicePlanError
     from harness.execute.executors import ExecutorUnavailableError
-    from harness.sweep.run import run_sweep
+    from harness.sweep.run import SweepOptions, run_sweep
+
+    known = {f.name for f in dataclasses.fields(SweepOptions)}
+    for name in options:
+        if name not in known:  # said as sweep()'s, not as the internal SweepOptions.__init__'s
+            raise TypeError(f"harness.sweep() got an unexpected keyword argument {name!r}; its "
+                            f"options: tracking_uri, jobs, dry_run, only, quiet, executor, batching, "
+                            f"max_trials, compile_cache, {', '.join(sorted(known - set(_NAMED)))}")
 
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, dry_run=dry_run, only=only,
