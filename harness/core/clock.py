@@ -7,8 +7,8 @@
   time, and XLA's CPU pool is one thread (:mod:`harness.core.xla_threads`), whose CPU time is
   the step's work, not idle workers spinning: :mod:`harness.train.timing` item 7), on an
   accelerator its device wall-clock. A busy machine still moves a CPU figure against another's
-  (by 8–28% beside 2 × nproc CPU-burning processes in our races, up to 92% in a reviewer's
-  (sgd/nesterov on a width-128 MLP): :data:`CPU_GRID`),
+  (by 8–28% beside 2 × nproc CPU-burning processes, depending on the programs: :data:`CPU_GRID`;
+  more where a library's thread pool spins, which :mod:`harness.core.xla_threads` prevents),
   so figures within :data:`RESOLUTION` of each other are one cost class, and on a CPU each class
   is charged its figure rounded to a power of 2 of the task's cheapest class's
   (:func:`cost_classes`): steps, which no load moves, decide between programs of one charge. Two
@@ -54,12 +54,13 @@ RESOLUTION = 1.25
 #: cheapest class (:func:`cost_classes` with ``grid``): a CPU-time figure moves against another's
 #: when the machine is busy, by an amount that depends on the two programs. Beside 2 × nproc
 #: CPU-burning processes: a digits MLP's lion to sgd 1.22x → 1.06x (−13%); an MNIST-1D MLP's momentum
-#: to sgd 0.91x → 1.16x (+28%) and muon to the elementwise optimizers' class 3.45x → 3.73x (+8%);
-#: in a reviewer's race (an MLP of width 128, load 10 and 4 burners) sgd to nesterov 0.89x → 1.71x,
-#: which the grid does not absorb (sgd charged 2x: rank 1= → 5; issue 32 stays open),
+#: to sgd 0.91x → 1.16x (+28%) and muon to the elementwise optimizers' class 3.45x → 3.73x (+8%),
 #: which alone turned "2=, 2=" into "2, 3" (same steps to the bit); a CNN of width 64's momentum to
-#: adam 0.80x → 1.00x (+25%). Compared as measured, any such drift across a pair's tipping point
-#: reorders rows, and a race has many pairs; rounded to powers of 2 the ranks change only where a
+#: adam 0.80x → 1.00x (+25%). (A reviewer's race with soap read sgd to nesterov 0.89x → 1.71x and
+#: soap 2.7x: OpenBLAS's spinning pool under ``eigh`` charged to whichever program was timed next;
+#: with it at one thread, :data:`harness.core.xla_threads.BLAS_ENVS`, the same race moved by ≤ 1%:
+#: sgd/nesterov 1.016x → 1.008x, soap 6.94x → 7.01x.) Compared as measured, any such drift
+#: across a pair's tipping point reorders rows, and a race has many pairs; rounded to powers of 2 the ranks change only where a
 #: class's ratio crosses a midpoint (2^k·√2), a few classes per task, and steps, which carry no load,
 #: decide the rest. On an accelerator the figure is device time, which host load barely moves:
 #: figures are charged as measured (classes only).
