@@ -50,19 +50,18 @@ COST_CLOCK = "cost"
 #: The modeled clock's resolution: per-step figures of one task within this factor of the next one
 #: up (sorted) are one cost class, charged one common figure (:func:`cost_classes`).
 RESOLUTION = 1.25
-#: On a CPU a cost class is charged its figure rounded to a power of this factor of the task's
-#: cheapest class (:func:`cost_classes` with ``grid``): a CPU-time figure moves against another's
-#: when the machine is busy, by an amount that depends on the two programs. Beside 2 × nproc
-#: CPU-burning processes: a digits MLP's lion to sgd 1.22x → 1.06x (−13%); an MNIST-1D MLP's momentum
-#: to sgd 0.91x → 1.16x (+28%) and muon to the elementwise optimizers' class 3.45x → 3.73x (+8%),
-#: which alone turned "2=, 2=" into "2, 3" (same steps to the bit); a CNN of width 64's momentum to
-#: adam 0.80x → 1.00x (+25%). (A reviewer's race with soap read sgd to nesterov 0.89x → 1.71x and
-#: soap 2.7x: OpenBLAS's spinning pool under ``eigh`` charged to whichever program was timed next;
-#: with it at one thread, :data:`harness.core.xla_threads.BLAS_ENVS`, the same race moved by ≤ 1%:
-#: sgd/nesterov 1.016x → 1.008x, soap 6.94x → 7.01x.) Compared as measured, any such drift
-#: across a pair's tipping point reorders rows, and a race has many pairs; rounded to powers of 2 the ranks change only where a
-#: class's ratio crosses a midpoint (2^k·√2), a few classes per task, and steps, which carry no load,
-#: decide the rest. On an accelerator the figure is device time, which host load barely moves:
+#: On a CPU a cost class is charged its figure rounded to a power of this factor of the task's cheapest class
+#: (:func:`cost_classes` with ``grid``): a CPU-time figure moves against another's when the machine is busy,
+#: by an amount that depends on the two programs. Beside 2 × nproc CPU-burning processes: a digits MLP's lion
+#: to sgd 1.22x → 1.06x (−13%); an MNIST-1D MLP's momentum to sgd 0.91x → 1.16x (+28%) and muon to the
+#: elementwise optimizers' class 3.45x → 3.73x (+8%), which alone turned "2=, 2=" into "2, 3" (same steps to
+#: the bit); a CNN of width 64's momentum to adam 0.80x → 1.00x (+25%). (A reviewer's race with soap read sgd
+#: to nesterov 0.89x → 1.71x and soap 2.7x: OpenBLAS's spinning pool under ``eigh`` charged to whichever
+#: program was timed next; with it at one thread, :data:`harness.core.xla_threads.BLAS_ENVS`, the same race
+#: moved by ≤ 1%: sgd/nesterov 1.016x → 1.008x, soap 6.94x → 7.01x.) Compared as measured, any such drift
+#: across a pair's tipping point reorders rows, and a race has many pairs; rounded to powers of 2 the ranks
+#: change only where a class's ratio crosses a midpoint (2^k·√2), a few classes per task, and steps, which
+#: carry no load, decide the rest. On an accelerator the figure is device time, which host load barely moves:
 #: figures are charged as measured (classes only).
 CPU_GRID = 2.0
 
