@@ -125,6 +125,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its live children; 0 once it is gone."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     """A real MLflow tracking server shared by the session; yields its URI."""
@@ -139,7 +158,11 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
          "--workers", "1"],
         cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT)
     uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
+    # The start-up is bounded by the server's own CPU seconds (its process and children, 90 s), not
+    # by wall-clock: beside CPU-burning processes and a second test worker a server that needs ~20 s
+    # idle got too little CPU to answer within 90 s of wall-clock (3 errors in a CI run beside 2
+    # burners); 900 s of wall-clock is the backstop for a server that hangs without computing.
+    started = time.monotonic()
     try:
         while True:
             if proc.poll() is not None:
@@ -150,8 +173,10 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
                         break
             except OSError:
                 pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("mlflow server did not answer /health within 90 s")
+            cpu, wall = _tree_cpu_s(proc.pid), time.monotonic() - started
+            if cpu > 90 or wall > 900:
+                raise RuntimeError(f"mlflow server did not answer /health after {cpu:.0f} s of its CPU "
+                                   f"time ({wall:.0f} s of wall-clock)")
             time.sleep(0.5)
         yield uri
     finally:
