@@ -67,29 +67,26 @@ class TrialTrack:
         it ends the trial."""
         if self.initial_loss is None:
             self.initial_loss = loss
-        factor = self.spec.divergence_loss_factor
-        if not math.isfinite(loss):
-            self.diverged_reason = f"non-finite train loss at step {step}"
-        elif factor is not None and math.isfinite(self.initial_loss) and self.initial_loss > 0 \
-                and loss > factor * self.initial_loss:
-            self.diverged_reason = (f"train loss {loss:.4g} at step {step} exceeds {factor:g}x the "
-                                    f"initial train loss {self.initial_loss:.4g}")
-        else:
-            return False
-        self.active, self.diverged_step = False, step
-        return True
+        return self._diverges("train", step, loss, self.initial_loss)
 
     def _eval_diverged(self, step: int, loss: float) -> bool:
         """The divergence rules on the validation loss of the evaluation after ``step`` updates
         (module docstring): the train loss of update k is computed before it, so only this sees the
         blow-up of a trial's last update. True when it ends the trial at ``step``."""
-        c, factor = self.curves, self.spec.divergence_loss_factor
+        c = self.curves
         first = c.eval_loss[0] if c.eval_step and c.eval_step[0] == 0 else math.nan
+        return self._diverges("validation", step, loss, first)
+
+    def _diverges(self, kind: str, step: int, loss: float, initial: float) -> bool:
+        """The one divergence rule for the ``kind`` (train or validation) loss: non-finite, or above
+        the spec's loss factor × its ``initial`` value (when that is finite and positive); ends the
+        trial at ``step`` with the reason and returns True, else False."""
+        factor = self.spec.divergence_loss_factor
         if not math.isfinite(loss):
-            self.diverged_reason = f"non-finite validation loss at step {step}"
-        elif factor is not None and math.isfinite(first) and first > 0 and loss > factor * first:
-            self.diverged_reason = (f"validation loss {loss:.4g} at step {step} exceeds {factor:g}x the "
-                                    f"initial validation loss {first:.4g}")
+            self.diverged_reason = f"non-finite {kind} loss at step {step}"
+        elif factor is not None and math.isfinite(initial) and initial > 0 and loss > factor * initial:
+            self.diverged_reason = (f"{kind} loss {loss:.4g} at step {step} exceeds {factor:g}x the "
+                                    f"initial {kind} loss {initial:.4g}")
         else:
             return False
         self.active, self.diverged_step = False, step
