@@ -55,8 +55,25 @@ from harness.core.names import TAG_SEARCH, TAG_SEARCH_INDEX
 
 #: The distribution forms, the key of their one-key mapping.
 DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
+#: The fixed-plan methods: every trial is known before any trains (grid, or a sampled sequence).
+FIXED_METHODS = ("quasirandom", "random", "grid")
+#: The early-stopping methods (:mod:`harness.sweep.asha`): rungs at evaluation steps.
+ASHA_METHODS = ("asha", "successive_halving", "hyperband")
+#: The adaptive methods (issue 34): the sweep is a loop, propose -> train -> observe -> propose
+#: (:mod:`harness.sweep.searchers`); every decision is a function of what the store holds.
+ADAPTIVE_METHODS = (*ASHA_METHODS, "coordinate_descent", "optuna")
 #: Search methods of ``search.method``.
-METHODS = ("quasirandom", "random", "grid")
+METHODS = (*FIXED_METHODS, *ADAPTIVE_METHODS)
+#: Samplers of ``search.sampler``: Optuna's (``method: optuna``) and the sequences that draw an
+#: early-stopping method's configurations (``asha``, ``successive_halving``, ``hyperband``).
+OPTUNA_SAMPLERS = ("tpe", "cmaes", "gp", "random")
+SEQUENCE_SAMPLERS = ("quasirandom", "random")
+#: The options of ``search`` beyond method/trials/seed and the methods each applies to.
+OPTION_METHODS: dict[str, tuple[str, ...]] = {
+    "min_steps": ASHA_METHODS, "eta": ASHA_METHODS, "brackets": ASHA_METHODS, "audit": ASHA_METHODS,
+    "passes": ("coordinate_descent",), "start": ("coordinate_descent",),
+    "sampler": ("optuna", *ASHA_METHODS), "batch": ("optuna",),
+}
 #: The method used when a config gives ``search`` without ``method``.
 DEFAULT_METHOD = "quasirandom"
 #: Run tags of a sampled trial: the method that sampled it and its index in the sequence.
@@ -185,25 +202,61 @@ def parse_distribution(x: Mapping[str, Any] | Distribution) -> Distribution:
 @dataclass(frozen=True)
 class Search:
     """The resolved search of one cell: ``method`` (one of :data:`METHODS`), ``trials`` (configurations
-    to sample; ``None`` under ``grid``) and ``seed``."""
+    to sample; ``None`` under ``grid``; an adaptive method's compute budget: ``trials`` x the budget's
+    steps, per optimizer and task) and ``seed``; the adaptive methods' options (``None``: the
+    method's default, :mod:`harness.sweep.searchers`):
+
+    - ``asha``, ``successive_halving``, ``hyperband``: ``min_steps`` (the first rung, steps),
+      ``eta`` (reduction factor, an int >= 2), ``brackets``, ``audit`` (stopped trials also trained
+      to the end), ``sampler`` (``quasirandom`` or ``random``: the sequence the configurations come
+      from);
+    - ``coordinate_descent``: ``passes`` (at most this many passes over the axes), ``start``
+      (hyperparameter -> starting value, as sorted ``(name, value)`` pairs);
+    - ``optuna``: ``sampler`` (``tpe``, ``cmaes``, ``gp``, ``random``), ``batch`` (proposals per
+      round).
+    """
 
     method: str = DEFAULT_METHOD
     trials: int | None = None
     seed: int = 0
+    min_steps: int | None = None
+    eta: int | None = None
+    brackets: int | None = None
+    audit: int | None = None
+    passes: int | None = None
+    start: tuple[tuple[str, Any], ...] = ()
+    sampler: str | None = None
+    batch: int | None = None
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the method is a loop (:data:`ADAPTIVE_METHODS`), not a fixed plan."""
+        return self.method in ADAPTIVE_METHODS
+
+    @property
+    def sampling(self) -> Search:
+        """The fixed sequence this search draws its configurations from: itself for
+        ``quasirandom``/``random``; ``sampler`` (default quasirandom) for the early-stopping
+        methods and Optuna's candidates (a seed of the sampled space for pre-flight)."""
+        if self.method in ("quasirandom", "random"):
+            return self
+        seq = self.sampler if self.sampler in SEQUENCE_SAMPLERS else DEFAULT_METHOD
+        return Search(seq, self.trials, self.seed)
 
 
 def resolve_search(top: Any | None, entry: Any | None = None) -> Search:
     """The search of a cell from the config's top-level ``search`` and its optimizer entry's
-    ``search`` (objects with optional ``method``, ``trials``, ``seed``; the entry's fields override
-    the top level's field by field)."""
-    fields = {"method": DEFAULT_METHOD, "trials": None, "seed": 0}
+    ``search`` (objects with optional ``method``, ``trials``, ``seed`` and the options of
+    :class:`Search`; the entry's fields override the top level's field by field)."""
+    fields: dict[str, Any] = {"method": DEFAULT_METHOD, "trials": None, "seed": 0,
+                              **{k: None for k in OPTION_METHODS}, "start": ()}
     for layer in (top, entry):
         if layer is None:
             continue
         for k in fields:
             v = getattr(layer, k, None)
             if v is not None:
-                fields[k] = v
+                fields[k] = tuple(sorted(v.items())) if k == "start" else v
     return Search(**fields)
 
 

@@ -28,7 +28,8 @@ from harness.config import workloads
 from harness.config.errors import ConfigError
 from harness.config.limits import MAX_STEPS
 from harness.config.schema import Component, SweepConfig
-from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, resolve_search, sample
+from harness.config.search import (SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, Search, resolve_search,
+                                   sample)
 from harness.config.values import hparam_values
 from harness.core.boundary import RANGE_KINDS, SearchRange, space_tag
 from harness.core.ladder import Rung
@@ -117,6 +118,11 @@ class TrialOrigin:
     sampled: tuple[str, ...] = ()
     tuning: str | None = None
     ranges: tuple[SearchRange, ...] = ()
+    #: the resolved search of its cell (harness.config.search.Search) and the cell's sampled
+    #: dimensions, ``(axis key, hyperparameter, Distribution)`` (``("optimizer", "step_size", d)``):
+    #: what an adaptive searcher proposes new points of (harness.plan.cells)
+    search: Search | None = None
+    dims: tuple[tuple[str, str, Distribution], ...] = ()
     #: the ladder rung it trains (harness.core.ladder.Rung), or None outside a ladder
     ladder: Rung | None = None
 
@@ -185,16 +191,18 @@ def _cell_variants(cfg: SweepConfig, pt: Mapping[str, Any], cache: dict[str, lis
                                    tuple[SearchRange, ...]]]:
     """The configurations of one grid point: ``(hparams per axis, k, method, sampled keys, ranges)``,
     one per sampled point when the point has distributions, else the point itself (``k`` None);
-    ``ranges`` are the sampled dimensions' ranges (not ``choice``), for boundary warnings."""
-    dims = [(axis, key, k, v) for axis, key in _SAMPLED_AXES
-            for k, v in pt[axis].hparams.items() if isinstance(v, Distribution)]
+    ``ranges`` are the sampled dimensions' ranges (not ``choice``), for boundary warnings. An
+    adaptive method's points are its candidates: the first ``trials`` points of its sampler's
+    sequence (:attr:`harness.config.search.Search.sampling`); ``method`` names the adaptive method
+    even where nothing is sampled (``coordinate_descent`` on grids)."""
+    dims = _dims(pt)
     base = {axis: pt[axis].hparams for axis, _ in _SAMPLED_AXES}
-    if not dims:
-        return [(base, None, None, (), ())]
     srch = resolve_search(cfg.search, pt["optimizers"].comp.search)
-    ck = repr((srch, [d[3] for d in dims]))
+    if not dims:
+        return [(base, None, srch.method if srch.adaptive else None, (), ())]
+    ck = repr((srch.sampling, [d[3] for d in dims]))
     if ck not in cache:
-        cache[ck] = sample([d[3] for d in dims], srch)
+        cache[ck] = sample([d[3] for d in dims], srch.sampling)
     ranges = tuple(SearchRange(f"{key}.{name}", d.kind, d.lo, d.hi) for _, key, name, d in dims
                    if d.kind in RANGE_KINDS)
     out = []
@@ -204,6 +212,12 @@ def _cell_variants(cfg: SweepConfig, pt: Mapping[str, Any], cache: dict[str, lis
             hps[axis][name] = v
         out.append((hps, k, srch.method, tuple(f"{key}.{name}" for _, key, name, _ in dims), ranges))
     return out
+
+
+def _dims(pt: Mapping[str, Any]) -> list[tuple[str, str, str, Distribution]]:
+    """The sampled dimensions of a grid point: ``(axis, axis key, hyperparameter, distribution)``."""
+    return [(axis, key, k, v) for axis, key in _SAMPLED_AXES
+            for k, v in pt[axis].hparams.items() if isinstance(v, Distribution)]
 
 
 def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | None = None,
@@ -271,7 +285,9 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 devices=cfg.parallelism.devices, shard=cfg.parallelism.shard,
                 **source_fields(pt["optimizers"].comp))
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
-                                 task, method, k, sampled, pt["optimizers"].comp.tuning, ranges)
+                                 task, method, k, sampled, pt["optimizers"].comp.tuning, ranges,
+                                 search=resolve_search(cfg.search, pt["optimizers"].comp.search),
+                                 dims=tuple((key, name, d) for a, key, name, d in _dims(pt)))
             rows.append((group, -1 if k is None else k, len(rows), spec, origin))
     rows.sort(key=lambda r: r[:3])
     _one_configuration([(spec, origin) for *_, spec, origin in rows], file)
@@ -383,8 +399,10 @@ def search_tags(trials: TrialList) -> dict[str, dict[str, str]]:
     for tid, o in getattr(trials, "origins", {}).items():
         if o is None:
             continue
+        if o.method is not None:  # sampled, or an adaptive method's trial (coordinate_descent)
+            out[tid] = {SEARCH_TAG: str(o.method)}
         if o.index is not None:
-            out[tid] = {SEARCH_TAG: str(o.method), SEARCH_INDEX_TAG: str(o.index)}
+            out[tid][SEARCH_INDEX_TAG] = str(o.index)
             if o.ranges:
                 out[tid][TAG_SEARCH_SPACE] = space_tag(list(o.ranges))
         if o.tuning is not None:

@@ -1,0 +1,157 @@
+"""The searcher seam (issue 34): a sweep is a loop, propose -> train -> observe -> propose.
+
+A :class:`Searcher` searches one :class:`~harness.plan.cells.Cell` (one optimizer on one task). Given
+every trial of the sweep the store holds (``seen``: ``trial_id`` -> :class:`TrialOutcome`), its
+:meth:`Searcher.propose` returns the trials to train next, and ``[]`` once its search is over.
+**Nothing of a search lives only in memory**: ``propose`` is a pure function of ``seen`` (and of
+the config), replayed from the start at every call, so a sweep killed at any moment and run again
+makes the same decisions from the same store. The sweep loop
+(:func:`harness.sweep.adaptive.run_rounds`), the executors, resume, de-duplication and the report are
+written once against this seam.
+
+Methods (``search: {method: ...}``, :data:`harness.config.search.METHODS`):
+
+- ``grid``, ``random``, ``quasirandom``: :class:`FixedSearcher`, every candidate at once (today's
+  sweeps: same trials, same ids, same order);
+- ``asha``, ``successive_halving``, ``hyperband``: :mod:`harness.sweep.asha`;
+- ``coordinate_descent``: :mod:`harness.sweep.coordinate`;
+- ``optuna``: :mod:`harness.sweep.optuna_search`.
+
+A method module registers its class with :func:`register` (imported lazily by
+:func:`searcher_for`, so a grid sweep imports none of them).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from harness.core.outcome import TrialOutcome
+from harness.core.selection import DEFAULT_SELECT_BY
+from harness.core.spec import TrialSpec
+from harness.plan.cells import Cell, cells_of
+
+__all__ = ["FixedSearcher", "Searcher", "SweepSearch", "register", "searcher_for"]
+
+#: method -> the module that registers its searcher (imported on first use)
+_MODULES = {"asha": "harness.sweep.asha", "successive_halving": "harness.sweep.asha",
+            "hyperband": "harness.sweep.asha", "coordinate_descent": "harness.sweep.coordinate",
+            "optuna": "harness.sweep.optuna_search"}
+_REGISTRY: dict[str, type[Searcher]] = {}
+
+
+def register(*methods: str) -> Callable[[type[Searcher]], type[Searcher]]:
+    """Class decorator: the searcher of ``methods``."""
+    def deco(cls: type[Searcher]) -> type[Searcher]:
+        for m in methods:
+            _REGISTRY[m] = cls
+        return cls
+    return deco
+
+
+class Searcher:
+    """The search of one cell. Subclasses override :meth:`propose` (and, where they have something
+    to say, :meth:`candidates`, :meth:`max_steps`, :meth:`describe`).
+
+    Args:
+      cell: the cell (its candidates, sampled dimensions, seeds and resolved search).
+      select_by: the sweep's selection objective (:data:`harness.core.selection.SELECT_BY`): what
+        "better" means to a searcher, by :func:`harness.core.selection.selection_key`.
+    """
+
+    method: ClassVar[str] = "grid"
+
+    def __init__(self, cell: Cell, select_by: str = DEFAULT_SELECT_BY):
+        self.cell, self.select_by = cell, select_by
+
+    def candidates(self) -> list[TrialSpec]:
+        """The trials that stand for the search before it runs: pre-flight builds them, the sweep
+        id hashes them, the dry run counts them (default: the cell's expanded trials)."""
+        return list(self.cell.trials)
+
+    def propose(self, seen: Mapping[str, TrialOutcome]) -> list[TrialSpec]:
+        """The trials to train next given ``seen`` (every trial of the sweep the store holds, by id;
+        failed and stopped ones included); ``[]`` when the search is over. Must be a pure function of
+        ``seen``: deterministic, no state kept between calls. Trials already in ``seen`` may be
+        returned (the loop drops them)."""
+        raise NotImplementedError
+
+    def max_steps(self) -> int:
+        """The most training steps this search can spend (the dry run's budget line): default, every
+        candidate trained to its budget."""
+        return sum(s.steps for s in self.candidates())
+
+    def describe(self, seen: Mapping[str, TrialOutcome]) -> dict[str, Any]:
+        """What the search did, JSON-able (the parent run's ``search.json``, the report's section):
+        at least ``method``, ``cell``, ``task``, ``optimizer``, ``steps_spent``."""
+        mine = [seen[s.trial_id] for s in self.cell.trials if s.trial_id in seen]
+        return {"method": self.method, "cell": self.cell.key, "task": self.cell.task,
+                "optimizer": self.cell.optimizer, "trials": len(mine)}
+
+
+class FixedSearcher(Searcher):
+    """``grid``, ``random``, ``quasirandom``: every candidate at once, in the expansion's order."""
+
+    method = "fixed"
+
+    def propose(self, seen: Mapping[str, TrialOutcome]) -> list[TrialSpec]:
+        return [s for s in self.cell.trials if s.trial_id not in seen]
+
+
+def searcher_class(method: str) -> type[Searcher]:
+    """The searcher of ``method`` (its module imported on first use).
+
+    Raises:
+      ValueError: a method no module registers.
+    """
+    if method in ("grid", "random", "quasirandom"):
+        return FixedSearcher
+    if method not in _REGISTRY and method in _MODULES:
+        importlib.import_module(_MODULES[method])
+    if method not in _REGISTRY:
+        raise ValueError(f"no searcher for method {method!r}")
+    return _REGISTRY[method]
+
+
+class SweepSearch:
+    """Every cell's searcher of one sweep: the union of their proposals, cell by cell in order."""
+
+    def __init__(self, trials: list[TrialSpec], select_by: str = DEFAULT_SELECT_BY):
+        self.cells = cells_of(trials)
+        self.searchers = [searcher_class(c.search.method)(c, select_by) for c in self.cells]
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether any cell's method is a loop (else the sweep is today's fixed plan)."""
+        return any(c.search.adaptive for c in self.cells)
+
+    def candidates(self) -> list[TrialSpec]:
+        """Every searcher's candidates, in cell order, without duplicates."""
+        out: dict[str, TrialSpec] = {}
+        for s in self.searchers:
+            for t in s.candidates():
+                out.setdefault(t.trial_id, t)
+        return list(out.values())
+
+    def propose(self, seen: Mapping[str, TrialOutcome]) -> list[TrialSpec]:
+        """Every searcher's next trials not yet in ``seen``, in cell order, without duplicates."""
+        out: dict[str, TrialSpec] = {}
+        for s in self.searchers:
+            for t in s.propose(seen):
+                if t.trial_id not in seen:
+                    out.setdefault(t.trial_id, t)
+        return list(out.values())
+
+    def max_steps(self) -> dict[str, int]:
+        """Cell key -> the most steps its search can spend."""
+        return {s.cell.key: s.max_steps() for s in self.searchers}
+
+    def describe(self, seen: Mapping[str, TrialOutcome]) -> list[dict[str, Any]]:
+        """Each searcher's :meth:`Searcher.describe`, in cell order."""
+        return [s.describe(seen) for s in self.searchers]
+
+
+def searcher_for(trials: list[TrialSpec], select_by: str = DEFAULT_SELECT_BY) -> SweepSearch:
+    """The sweep's search over an expanded config's trials (a ``TrialList`` with ``origins``)."""
+    return SweepSearch(trials, select_by)
