@@ -77,6 +77,17 @@ class Searcher:
         returned (the loop drops them)."""
         raise NotImplementedError
 
+    def observe(self, outcome: TrialOutcome) -> None:
+        """A trial of this sweep just ended here (called by the loop as each outcome arrives, before
+        it is written: the in-process executor writes on a background thread). Default: nothing. A
+        searcher that keeps a cache of ``seen`` for decisions taken *during* training (ASHA's rungs)
+        updates it here; the cache must equal what the store will hold."""
+
+    def context(self) -> dict[str, Any]:
+        """Fields of :class:`harness.core.context.RunContext` this searcher's trials need while they
+        train (ASHA's rung board); merged by the loop. Default: none."""
+        return {}
+
     def max_steps(self) -> int:
         """The most training steps this search can spend (the dry run's budget line): default, every
         candidate trained to its budget."""
@@ -142,6 +153,18 @@ class SweepSearch:
                 if t.trial_id not in seen:
                     out.setdefault(t.trial_id, t)
         return list(out.values())
+
+    def observe(self, outcome: TrialOutcome) -> None:
+        """Each searcher's :meth:`Searcher.observe`."""
+        for s in self.searchers:
+            s.observe(outcome)
+
+    def context(self) -> dict[str, Any]:
+        """The searchers' :meth:`Searcher.context` fields, merged."""
+        out: dict[str, Any] = {}
+        for s in self.searchers:
+            out.update(s.context())
+        return out
 
     def max_steps(self) -> dict[str, int]:
         """Cell key -> the most steps its search can spend."""
