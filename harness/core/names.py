@@ -200,6 +200,7 @@ LEGACY_METRICS = {
 # -- artifacts ----------------------------------------------------------------------------------------
 ARTIFACT_CONFIG = "config.yaml"
 ARTIFACT_TRIALS = "trials.json"  # the parent run's list of the sweep's trials ({"trial_id": ...})
+ARTIFACT_SEARCH = "search.json"  # an adaptive sweep's parent run: each cell's search (issue 34)
 ARTIFACT_TRIAL = "trial.json"
 ARTIFACT_CURVES = "curves.csv"
 ARTIFACT_TRACEBACK = "traceback.txt"

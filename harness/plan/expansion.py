@@ -28,8 +28,7 @@ from harness.config import workloads
 from harness.config.errors import ConfigError
 from harness.config.limits import MAX_STEPS
 from harness.config.schema import Component, SweepConfig
-from harness.config.search import (SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, Search, resolve_search,
-                                   sample)
+from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, Search, resolve_search, sample
 from harness.config.values import hparam_values
 from harness.core.boundary import RANGE_KINDS, SearchRange, space_tag
 from harness.core.ladder import Rung

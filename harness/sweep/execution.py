@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 
 from harness.core import budget
 from harness.core.context import RunContext
@@ -54,12 +55,14 @@ def keep_spool_entry(o: TrialOutcome, uri: str) -> None:
 
 def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
                   outcomes: list[TrialOutcome], display: ProgressDisplay,
-                  clock: SweepClock | None = None) -> float:
+                  clock: SweepClock | None = None,
+                  on_outcome: Callable[[TrialOutcome], None] | None = None) -> float:
     """Run ``units`` on ``ex``, appending every outcome to ``outcomes`` and showing it on
     ``display`` (on the in-process executor the throughput of their programs is measured first,
     interleaved, counted in ``clock``'s ``throughput`` and ``compile``: the module docstring);
-    then run the deferred trials again and keep one FINISHED run per trial. Returns the seconds
-    that last step took (MLflow calls: the time budget's ``tracking``)."""
+    then run the deferred trials again and keep one FINISHED run per trial. ``on_outcome(o)`` hears
+    each outcome as it arrives (an adaptive sweep's searchers: :mod:`harness.sweep.adaptive`).
+    Returns the seconds that last step took (MLflow calls: the time budget's ``tracking``)."""
     deferred: list[str] = []
     if ctx.measure_perf and isinstance(ex, InProcessExecutor):
         t0 = time.perf_counter()
@@ -82,6 +85,8 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
                 o = write_not_run(by_id[o.trial_id], ctx, o.reason)
             keep_spool_entry(o, ctx.tracking_uri)
             outcomes.append(o)
+            if on_outcome is not None:
+                on_outcome(o)
             n += 1
             display.trial(o)
         display.unit_done(n)

@@ -216,6 +216,11 @@ class ProgressDisplay:
                 self.said.add(line)
                 self.note(f"[yellow]{escape(line)}[/]")
 
+    def grow(self, n: int) -> None:
+        """``n`` more trials to run (an adaptive sweep's next round): the bar's total grows."""
+        self.total += n
+        self.progress.update(self.task, total=self.total)
+
     def _store_news(self) -> None:
         from rich.markup import escape
 

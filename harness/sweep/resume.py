@@ -47,9 +47,13 @@ class Plan:
         return [TrialOutcome.from_run(by_id[tid], run) for tid, run in self.done.items()]
 
 
-def make_plan(specs: list[TrialSpec], client, experiment_id: str | None) -> Plan:
-    """Split ``specs`` into done / to do from the runs stored in ``experiment_id`` (None: none)."""
-    runs = trial_runs(client, experiment_id) if experiment_id else {}
+def make_plan(specs: list[TrialSpec], client, experiment_id: str | None,
+              runs: dict[str, list] | None = None) -> Plan:
+    """Split ``specs`` into done / to do from the runs stored in ``experiment_id`` (None: none);
+    ``runs`` (``{trial_id: [runs]}``, :func:`harness.tracking.client.trial_runs`) when the caller
+    read them already (an adaptive sweep's rounds read the store once)."""
+    if runs is None:
+        runs = trial_runs(client, experiment_id) if experiment_id else {}
     done, failed, todo = {}, set(), []
     for s in specs:
         state, run = trial_state(runs.get(s.trial_id, []))

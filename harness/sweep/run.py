@@ -23,6 +23,7 @@ the end summary table.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -41,11 +42,13 @@ from harness.core.names import TAG_BATCHING
 from harness.core.outcome import TrialOutcome
 from harness.core.redact import mask_uri
 from harness.core.registry import did_you_mean, known_executors
+from harness.core.spec import TrialSpec
 from harness.execute.devices import parent_off_devices
 from harness.execute.executors import Executor, InProcessExecutor, get_executor
 from harness.execute.writing import replay_spool
 from harness.plan.expansion import TrialList, component_variants, expand, search_tags, sweep_id_of
 from harness.plan.units import group_units
+from harness.sweep.adaptive import Rounds, keep_only, print_search_plan
 from harness.sweep.budget import SweepClock
 from harness.sweep.execution import execute_units
 from harness.sweep.only import describe, parse_only, select
@@ -53,6 +56,7 @@ from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_s
 from harness.sweep.preflight import preflight
 from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
 from harness.sweep.resume import Plan, count_done, make_plan, take_spooled
+from harness.sweep.searchers import SweepSearch, searcher_for
 from harness.sweep.summary import SweepSummary, best_configs, boundary_warnings, print_summary, python_command
 from harness.tracking import spool
 from harness.tracking.client import get_or_create_experiment, prepare_store
@@ -169,6 +173,9 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
         whole = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage)
     if (pool := xla_threads.mismatch()) is not None:  # JAX computed before `import harness`
         console.print(f"warning: {pool}", soft_wrap=True)
+    search = searcher_for(whole, cfg.selection.by)  # issue 34: the seam of every method
+    if search.adaptive:  # the candidates stand for the search (ASHA's carry their rule)
+        whole = _listed(search.candidates(), whole)
     sweep_id = sweep_id_of(cfg.name, whole)  # the whole config's, also for a part of it (only)
     specs = select(whole, only, config_path)
     uri = resolve_tracking_uri(opts.tracking_uri, cfg.tracking_uri)
@@ -178,7 +185,8 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     ex = _executor(cfg, opts, uri, console)
     if opts.dry_run:
         stages.stage("store", f"reading what the store {mask_uri(uri)} holds of this sweep")
-        return _dry_run(cfg, specs, sweep_id, uri, console, t_start, stages, opts.quiet)
+        return _dry_run(cfg, specs, sweep_id, uri, console, t_start, stages, opts.quiet,
+                        search if search.adaptive else None)
 
     stages.stage("store", f"opening the store {mask_uri(uri)}; finding the trials already done")
     with clock.part("tracking"):
@@ -187,16 +195,25 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     if replayed.written and not opts.quiet:
         console.print(f"{replayed.written} results kept in the local spool by an earlier run were "
                       f"written to the store")
+    rounds: Rounds | None = None
     with clock.part("tracking"):
         exp_id = get_or_create_experiment(client, cfg.name, uri)
-        plan = make_plan(specs, client, exp_id)
-        outcomes: list[TrialOutcome] = plan.done_outcomes
-        outcomes += take_spooled(plan, uri)  # trained, not yet in the store: not trained again
+        if search.adaptive:  # round by round (harness.sweep.adaptive); the first with work to do
+            outcomes: list[TrialOutcome] = []
+            rounds = Rounds(search, client, exp_id, uri, keep_only(only), carried=outcomes)
+            plan = rounds.next_plan() or Plan(rounds.proposed_specs(), [])
+        else:
+            plan = make_plan(specs, client, exp_id)
+            outcomes = plan.done_outcomes
+            outcomes += take_spooled(plan, uri)  # trained, not yet in the store: not trained again
     if not plan.todo:
         stages.stop()
-        return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts.quiet, t_start)
+        return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts.quiet, t_start,
+                                 outcomes)
     parent_id = _run_invocation(cfg, given, specs, plan, outcomes, ex, client, exp_id, sweep_id,
-                                uri, console, stages, opts.quiet, clock, whole, describe(only))
+                                uri, console, stages, opts.quiet, clock, whole, describe(only), rounds)
+    if rounds is not None:
+        specs = _listed(rounds.proposed_specs(), whole)
     left = spool.entries(uri)
     summary = SweepSummary(cfg.name, sweep_id, exp_id, parent_id, uri, outcomes,
                            time.perf_counter() - t_start, spooled_left=len(left),
@@ -282,10 +299,19 @@ def _executor(cfg: SweepConfig, opts: SweepOptions, uri: str, console) -> Execut
     return ex
 
 
+def _listed(specs: list[TrialSpec], whole: TrialList) -> TrialList:
+    """``specs`` as a :class:`TrialList` with ``whole``'s origins (an adaptive search's trials)."""
+    out = TrialList(specs)
+    out.origins = getattr(whole, "origins", {})
+    return out
+
+
 def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, console,
-             t_start: float, stages: StageLine, quiet: bool = False) -> SweepSummary:
+             t_start: float, stages: StageLine, quiet: bool = False,
+             search: SweepSearch | None = None) -> SweepSummary:
     """Print the plan (unless ``quiet``: ``harness.sweep(..., dry_run=True, quiet=True)`` asks for
-    the planned trials only); read-only: a store that does not exist yet is not created."""
+    the planned trials only; an adaptive ``search``: per cell its method, candidates and the most it
+    can spend); read-only: a store that does not exist yet is not created."""
     exp_id = None
     client = None
     if is_server(uri) or not uri.startswith("sqlite:///") or Path(uri[10:]).exists():
@@ -294,7 +320,9 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
         exp_id = exp.experiment_id if exp else None
     plan = make_plan(specs, client, exp_id) if client else Plan(specs, list(specs))
     stages.stop()
-    if not quiet:
+    if not quiet and search is not None:
+        print_search_plan(console, search, sweep_id, cfg.name, {o.trial_id: o for o in plan.done_outcomes})
+    elif not quiet:
         print_plan(console, cfg, plan, sweep_id, uri)
     return SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
                         time.perf_counter() - t_start, dry_run=True,
@@ -302,15 +330,16 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
 
 
 def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_id: str, uri: str,
-                      console, quiet: bool, t_start: float) -> SweepSummary:
+                      console, quiet: bool, t_start: float,
+                      done: list[TrialOutcome] | None = None) -> SweepSummary:
     """Every trial is done: no new parent run (an empty one would hold no trial, get the report of
     the runs it does not describe, and be what ``status`` calls the sweep's last run). A dead
     invocation's runs are still marked KILLED, as ``status`` promises."""
     kill_dead_invocations(client, exp_id)
     record_settings(client, exp_id, sweep_id, cfg)  # the report ranks as this summary
+    done = plan.done_outcomes if done is None else done
     if not quiet:
-        console.print(f"{len(plan.done)} trials already finished: nothing to train, no new parent run.")
-    done = plan.done_outcomes
+        console.print(f"{len(done)} trials already finished: nothing to train, no new parent run.")
     summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, done, time.perf_counter() - t_start,
                            boundary=boundary_warnings(done, plan.specs, cfg.selection.by),
                            select_by=cfg.selection.by, time_clock=cfg.time,
@@ -323,11 +352,12 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
 def _run_invocation(cfg: SweepConfig, given: GivenConfig, specs: TrialList, plan: Plan,
                     outcomes: list[TrialOutcome], ex: Executor, client, exp_id: str, sweep_id: str,
                     uri: str, console, stages: StageLine, quiet: bool, clock: SweepClock,
-                    whole: TrialList, only: str = "") -> str:
+                    whole: TrialList, only: str = "", rounds: Rounds | None = None) -> str:
     """One invocation's parent run around the execution of ``plan.todo`` (appending to
     ``outcomes``), with its heartbeat; the parent ends FINISHED, FAILED or KILLED. Returns its id.
     ``whole`` is the config's every trial (the parent's ``trials.json``), ``specs`` those this
-    invocation runs (fewer with ``only``, its text).
+    invocation runs (fewer with ``only``, its text). An adaptive sweep's ``rounds`` give the rounds
+    after ``plan`` (:mod:`harness.sweep.adaptive`), trained under the same parent run and bar.
 
     Raises:
       SweepInterrupted: Ctrl-C.
@@ -353,11 +383,21 @@ def _run_invocation(cfg: SweepConfig, given: GivenConfig, specs: TrialList, plan
         heartbeat = Heartbeat(uri, parent_id).start()
     ctx = _run_context(cfg, given.commit_path, uri, exp_id, parent_id, sweep_id,
                        _with_batching_tags(search_tags(whole), batching_tags))
+    if rounds is not None:
+        ctx = dataclasses.replace(ctx, **rounds.context())
     status = "KILLED"
     n_before, t_exec, dedupe_s = len(outcomes), time.perf_counter(), 0.0
     try:
         with ProgressDisplay(console, sum(len(u) for u in units), len(plan.done), uri, quiet) as display:
-            dedupe_s = execute_units(ex, units, ctx, outcomes, display, clock)
+            seen = rounds.add if rounds is not None else None
+            dedupe_s = execute_units(ex, units, ctx, outcomes, display, clock, seen)
+            while rounds is not None and (nxt := rounds.next_plan()) is not None:
+                with clock.part("batching"):
+                    units = group_units(nxt.todo, cfg.batching, labels=batching_tags)
+                ctx = dataclasses.replace(ctx, trial_tags=_with_batching_tags(search_tags(whole),
+                                                                              batching_tags))
+                display.grow(len(nxt.todo))
+                dedupe_s += execute_units(ex, units, ctx, outcomes, display, clock, seen)
         status = "FINISHED"
     except KeyboardInterrupt:
         raise SweepInterrupted(count_done(specs, client, exp_id, outcomes), len(specs)) from None
@@ -370,8 +410,19 @@ def _run_invocation(cfg: SweepConfig, given: GivenConfig, specs: TrialList, plan
         budget.add(clock.parts, {"tracking": dedupe_s})
         with clock.part("tracking"):
             heartbeat.stop()
+            if rounds is not None:
+                _log_search(rounds, client, parent_id)
         _close_invocation(client, exp_id, parent_id, uri, outcomes, clock, status, ex.flush_wait_s)
     return parent_id
+
+
+def _log_search(rounds: Rounds, client, parent_id: str) -> None:
+    """The search's ``search.json`` and proposed ``trials.json`` on the parent run; a store that
+    fails here is noted (the trials are written; the next invocation logs the search again)."""
+    try:
+        rounds.log(client, parent_id)
+    except Exception as e:
+        HEALTH.failed(e)
 
 
 def _batching_compile_s() -> float:
