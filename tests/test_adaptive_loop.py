@@ -1,0 +1,220 @@
+"""The adaptive sweep's loop (issue 34 §0): :mod:`harness.sweep.adaptive` on the seam of
+:mod:`harness.sweep.searchers`, driven by a small data-dependent searcher registered for the test.
+
+Checked on real sweeps (digits, a small MLP, 10 steps, SQLite): a fixed config is not adaptive and
+keeps its trials; the rounds train what the searcher proposes, one round at a time, under one parent
+run whose ``search.json`` and ``trials.json`` say what was proposed; a re-run trains nothing;
+``only`` never loops forever; and a sweep SIGKILLed between rounds (a real ``python`` subprocess)
+re-runs to exactly the trials and order of an uninterrupted sweep, each trial FINISHED once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import harness  # noqa: F401  (XLA's pool pinned as in every test process)
+from harness.config.load import load_config
+from harness.plan.expansion import expand
+from harness.sweep import searchers
+from harness.sweep.searchers import FixedSearcher, Searcher, searcher_for
+
+#: The test's searcher, in a file so that a subprocess can register it too.
+CHAIN = textwrap.dedent('''
+    from harness.sweep import searchers
+    from harness.sweep.searchers import Searcher
+
+    class Chain(Searcher):
+        """Proposes one candidate at a time; the next is chosen from the last result (its valid
+        accuracy's 4th decimal), so the path depends on what was trained; stops after 4."""
+        method = "optuna"
+
+        def path(self, seen):
+            out, i = [], 0
+            trials = self.cell.trials
+            while len(out) < 4:
+                s = trials[i % len(trials)]
+                if s.trial_id in [t.trial_id for t in out]:
+                    i += 1
+                    continue
+                out.append(s)
+                o = seen.get(s.trial_id)
+                if o is None:
+                    return out, False
+                acc = o.final_valid_accuracy or 0.0
+                i = int(round(acc * 10000)) % len(trials)
+            return out, True
+
+        def propose(self, seen):
+            out, _ = self.path(seen)
+            return [s for s in out if s.trial_id not in seen][:1]
+
+        def describe(self, seen):
+            out, done = self.path(seen)
+            return {**super().describe(seen), "path": [s.trial_id for s in out], "done": done}
+
+    searchers._REGISTRY["optuna"] = Chain
+''')
+
+
+def _config(tmp_path: Path, name: str = "loop") -> Path:
+    cfg = {"name": name, "datasets": ["digits"], "seeds": [0], "batch_size": 64,
+           "models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}],
+           "optimizers": [{"name": "momentum", "hparams": {"step_size": {"log_uniform": [0.01, 1.0]}}}],
+           "schedules": ["constant"], "budget": {"steps": 10}, "eval_every": 5,
+           "measure_perf": False, "search": {"method": "optuna", "trials": 8}}
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+@pytest.fixture
+def chain(tmp_path, monkeypatch):
+    (tmp_path / "chain_searcher.py").write_text(CHAIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    import chain_searcher
+    importlib.reload(chain_searcher)
+    monkeypatch.setitem(searchers._REGISTRY, "optuna", chain_searcher.Chain)
+    return chain_searcher.Chain
+
+
+def _finished(db: Path) -> list[tuple[str, str]]:
+    """``(trial_id, run name)`` of the FINISHED trial runs, in start order (read-only sqlite3)."""
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute(
+            "select t.value, r.name from runs r join tags t on t.run_uuid = r.run_uuid "
+            "and t.key = 'harness.trial_id' where r.status = 'FINISHED' order by r.start_time").fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        con.close()
+
+
+def test_a_fixed_config_is_not_adaptive_and_keeps_its_trials():
+    cfg = load_config("experiments/quickstart.yaml")
+    whole = expand(cfg)
+    search = searcher_for(whole, cfg.selection.by)
+    assert not search.adaptive
+    assert all(isinstance(s, FixedSearcher) for s in search.searchers)
+    assert [s.trial_id for s in search.candidates()] == [s.trial_id for s in whole]
+    assert [s.trial_id for s in search.propose({})] == [s.trial_id for s in whole]
+
+
+def test_rounds_train_what_the_searcher_proposes_and_log_it(tmp_path, chain):
+    from mlflow.tracking import MlflowClient
+
+    from harness.sweep.run import run_sweep
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    seen_order: list[str] = []
+    observe = chain.observe
+    chain.observe = lambda self, o: (seen_order.append(o.trial_id), observe(self, o))[-1]
+    try:
+        s = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
+    finally:
+        chain.observe = observe
+    ids = [o.trial_id for o in s.outcomes]
+    assert len(ids) == 4 and len(set(ids)) == 4
+    assert seen_order == ids  # observed as each arrived, in training order
+    stored = _finished(tmp_path / "m.db")
+    assert [t for t, _ in stored] == ids  # one FINISHED run each, trained round by round
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("loop")
+    parents = client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'")
+    assert len(parents) == 1  # one parent run for every round
+    rid = parents[0].info.run_id
+    described = json.loads(Path(client.download_artifacts(rid, "search.json", str(tmp_path))).read_text())
+    assert described[0]["path"] == ids and described[0]["done"] is True
+    assert described[0]["method"] == "optuna" and described[0]["trials"] == 4
+    listed = json.loads(Path(client.download_artifacts(rid, "trials.json", str(tmp_path))).read_text())
+    assert [t["trial_id"] for t in listed] == ids
+    # a re-run: every proposal is in the store, nothing is trained and no parent run is made
+    again = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
+    assert [o.trial_id for o in again.outcomes] == ids and all(o.skipped for o in again.outcomes)
+    assert len(client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'")) == 1
+
+
+def test_only_cannot_make_the_loop_spin(tmp_path, chain):
+    """``only`` leaves the searcher's proposal out: the round is empty, the search stops there."""
+    from harness.sweep.run import run_sweep
+
+    s = run_sweep(_config(tmp_path), tracking_uri=f"sqlite:///{tmp_path}/m.db", quiet=True,
+                  only={"seed": "0", "optimizer": "momentum"})
+    assert len(s.outcomes) == 4
+    with pytest.raises(Exception, match="only: seed=1: no trial"):
+        run_sweep(_config(tmp_path), tracking_uri=f"sqlite:///{tmp_path}/m.db", quiet=True,
+                  only={"seed": "1"})
+
+
+def test_a_searcher_that_proposes_what_it_saw_ends(tmp_path, monkeypatch):
+    """Proposals already in ``seen`` are dropped: a searcher that keeps returning them ends."""
+    from harness.sweep.run import run_sweep
+
+    class Stubborn(Searcher):
+        method = "optuna"
+
+        def propose(self, seen):
+            return list(self.cell.trials[:2])
+
+    monkeypatch.setitem(searchers._REGISTRY, "optuna", Stubborn)
+    s = run_sweep(_config(tmp_path), tracking_uri=f"sqlite:///{tmp_path}/m.db", quiet=True)
+    assert len(s.outcomes) == 2
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_between_rounds_replays_the_same_path(tmp_path):
+    """Uninterrupted in one store; in another, SIGKILLed once two trials are FINISHED and run again:
+    the same trials in the same order, each FINISHED once."""
+    (tmp_path / "chain_searcher.py").write_text(CHAIN)
+    (tmp_path / "go.py").write_text(textwrap.dedent('''
+        import sys
+        import chain_searcher  # registers the searcher
+        from harness.sweep.run import run_sweep
+        run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
+    '''))
+    cfg = _config(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()]),
+           "HARNESS_TEST_CHUNK_SLEEP_S": "0.4"}
+
+    def go(db: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
+                                cwd=tmp_path, env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    ref = go(str(tmp_path / "ref.db"))
+    killed_db = tmp_path / "k.db"
+    proc = go(str(killed_db))
+    try:
+        t0 = time.time()
+        while len(_finished(killed_db)) < 2 and time.time() - t0 < 300:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    n_at_kill = len(_finished(killed_db))
+    assert 2 <= n_at_kill < 4
+    again = go(str(killed_db))
+    assert again.wait(timeout=600) == 0, again.stderr.read()
+    assert ref.wait(timeout=600) == 0, ref.stderr.read()
+    ref_ids = [t for t, _ in _finished(tmp_path / "ref.db")]
+    got = [t for t, _ in _finished(killed_db)]
+    assert len(ref_ids) == 4
+    assert got == ref_ids  # the same path, and no trial FINISHED twice
