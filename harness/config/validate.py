@@ -33,8 +33,9 @@ def _dist_keys(comp: Component) -> list[str]:
 
 def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
     """The search settings against the distributions they must sample: ``search`` only on optimizer
-    entries; no distribution in a cell whose method is ``grid``; a sampling method with distributions
-    needs ``trials``; ``grid`` takes no ``trials``."""
+    entries; no distribution in a cell whose method is ``grid`` or ``coordinate_descent`` (it moves
+    along grid axes); a sampling method with distributions needs ``trials``; ``grid`` takes no
+    ``trials``."""
     if cfg.search is not None and cfg.search.method == "grid" and cfg.search.trials is not None:
         errors.append(f"{file}: search.trials: method grid has no trials (its grid points are the "
                       f"budget); remove trials, or use method quasirandom or random")
@@ -68,11 +69,17 @@ def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
                     dist = comp.hparams[k]
                     mine = [searches[j]] if axis == "optimizers" else searches
                     grid_opt = next((p for p, _, sr in mine if sr.method == "grid"), None)
+                    cd_opt = next((p for p, _, sr in mine if sr.method == "coordinate_descent"), None)
                     no_trials = next((p for p, _, sr in mine if sr.method != "grid" and sr.trials is None),
                                      None)
                     text = str(search.parse_distribution(dist))
                     with_opt = "" if axis == "optimizers" else f" (with {grid_opt or no_trials})"
-                    if grid_opt is not None:
+                    if cd_opt is not None:
+                        with_cd = "" if axis == "optimizers" else f" (with {cd_opt})"
+                        errors.append(f"{where}: {text} is a distribution, but search.method is "
+                                      f"coordinate_descent{with_cd}, which moves along grid axes: write "
+                                      f"a grid (a list or {{log_grid: [lo, hi, num]}})")
+                    elif grid_opt is not None:
                         errors.append(f"{where}: {text} is a distribution, but search.method is grid"
                                       f"{with_opt}: pick a sampling method (search: {{method: "
                                       f"quasirandom, trials: N}}), or write a grid (a list or "
