@@ -80,6 +80,7 @@ from harness.core.names import (
     TAG_REASON,
     TAG_SCHEDULE,
     TAG_SCORING,
+    TAG_SEARCH,
     TAG_SEARCH_SPACE,
     TAG_SEED,
     TAG_SELECT_BY,
@@ -162,7 +163,7 @@ def sweep_budget(parents: list) -> dict[str, float]:
 ID_COLUMNS = (
     "row", "experiment", "sweep", "sweep_id", "trial_id", "run_id", "parent_run_id", "attempts",
     "run_status", "status", "reason", "model", "optimizer", "schedule", "dataset", "seed", "task",
-    "config", "config_id", "tuning", "source_hash", "search_space", "step_size", "batch_size",
+    "config", "config_id", "tuning", "search", "source_hash", "search_space", "step_size", "batch_size",
     "train_steps",
     "target_metric", "target_value", "target_mode", "protocol", "mesh", "perf_suspect", *ENV_TAGS,
     *lt.TAGS, "start_time",
@@ -295,6 +296,8 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "mesh": tags.get(TAG_MESH),
         "perf_suspect": tags.get(TAG_PERF_SUSPECT),  # why its step time is not trusted
         "tuning": tags.get(TAG_TUNING),
+        # the search method that proposed it (issue 34; a grid's trials have no tag)
+        "search": tags.get(TAG_SEARCH) or "grid",
         # a user's optimizer (source:): the digest of the code its factory depends on, in its trial id
         "source_hash": tags.get(TAG_OPTIMIZER_SOURCE_HASH),
         "search_space": tags.get(TAG_SEARCH_SPACE),

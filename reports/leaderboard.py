@@ -11,13 +11,14 @@ import pandas as pd
 from harness.core.names import M_FINAL_ACC, M_FINAL_GAP, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEP_MS
 from reports import protocol, scoring
 from reports.frame import PROTOCOL_ONE_SPLIT, summaries
+from reports.labels import is_self_tuning
 from reports.objectives import objective, objectives_differ
 from reports.protocol import MIN_SEEDS
 from reports.ranks import TIE_MARK, shared_ranks
 from reports.selection import best_configs, select_by
 
 #: Columns the report states once in the caption when every row holds the same text.
-SAID_ONCE = ("Interval", "Beats (paired bootstrap, 95%)")
+SAID_ONCE = ("Interval", "Beats (paired bootstrap, 95%)", "Tuned by")
 #: The column of AlgoPerf's score (only when the frame's rule is ``algoperf``).
 SCORE_COL = "AlgoPerf score (all tasks, τ ∈ [1, 4])"
 
@@ -148,6 +149,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
             "Rank": rank_cell(ranked.loc[(b.task, b.optimizer)]),
             "Optimizer": b.optimizer,
             "Best configuration": b.config,
+            "Tuned by": tuned_by(g),
             "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
             + (" (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
             "Interval": interval_words(*row_how) if row_how[1] > 1 else "—",
@@ -228,7 +230,8 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
 NUMBER_COLUMNS = {
     "task": "Task", "rank": "_shared_rank_n", "rank_label": "_shared_rank", "strict_rank": "_rank",
     "order": "_order", "separation_seeds": "_separation_seeds", "separation": "_separation",
-    "optimizer": "Optimizer", "config": "Best configuration", "config_id": "_config_id",
+    "optimizer": "Optimizer", "config": "Best configuration", "tuned_by": "Tuned by",
+    "config_id": "_config_id",
     "n_seeds": "_n_seeds", "n_finished": "_n_finished", "n_reached": "_n_reached",
     "test_metric": "_test_metric", "test_mean": "_test_mean", "test_lo": "_test_lo", "test_hi": "_test_hi",
     "test_n": "_test_n", "interval": "_interval",
@@ -242,8 +245,18 @@ NUMBER_COLUMNS = {
 INT_COLUMNS = ("rank", "strict_rank", "order", "separation_seeds", "n_seeds", "n_finished", "n_reached",
                "test_n", "seconds_to_target_n")
 #: Text columns of :func:`leaderboard_numbers`; every other column is ``float64``, but ``tied``.
-TEXT_COLUMNS = ("task", "rank_label", "separation", "optimizer", "config", "config_id", "test_metric",
-                "interval", "beats", "protocol")
+TEXT_COLUMNS = ("task", "rank_label", "separation", "optimizer", "config", "tuned_by", "config_id",
+                "test_metric", "interval", "beats", "protocol")
+
+
+def tuned_by(trials: pd.DataFrame) -> str:
+    """The "Tuned by" cell: the search method(s) that proposed a selected configuration's trials (the
+    tag ``harness.search``: ``grid``, ``quasirandom``, ``random``, ``asha``, ``coordinate_descent``,
+    ``optuna``, ...), ``"none (self-tuning)"`` for a ``tuning: none`` entry's (issue 34 §4)."""
+    if "tuning" in trials and trials["tuning"].map(is_self_tuning).all() and len(trials):
+        return "none (self-tuning)"
+    methods = trials["search"].dropna() if "search" in trials else pd.Series(dtype=object)
+    return ", ".join(sorted(set(methods))) or "grid"
 
 
 def leaderboard_numbers(frame: pd.DataFrame, table: pd.DataFrame | None = None) -> pd.DataFrame:

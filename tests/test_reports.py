@@ -778,8 +778,9 @@ def test_leaderboard_says_a_shared_interval_and_beats_once_in_its_caption(report
     caption says them once and the columns are left out."""
     lb = _tables(report.read_text(encoding="utf-8"))["leaderboard-table"]
     assert lb["caption"] == ("In every row: Interval: min–max of 3 seeds (< 5); "
-                             "Beats (paired bootstrap, 95%): not tested (< 5 paired seeds).")
-    assert "Interval" not in lb["head"] and not any(h.startswith("Beats") for h in lb["head"])
+                             "Beats (paired bootstrap, 95%): not tested (< 5 paired seeds); "
+                             "Tuned by: grid.")
+    assert "Interval" not in lb["head"] and "Tuned by" not in lb["head"] and not any(h.startswith("Beats") for h in lb["head"])
     assert len(lb["rows"]) == len(MODELS) * len(OPTS)
     assert not any("seeds" in cell for row in lb["rows"] for cell in row)
 
