@@ -218,3 +218,28 @@ def test_a_sweep_killed_between_rounds_replays_the_same_path(tmp_path):
     got = [t for t, _ in _finished(killed_db)]
     assert len(ref_ids) == 4
     assert got == ref_ids  # the same path, and no trial FINISHED twice
+
+
+def test_a_trial_the_expansion_did_not_make_is_tagged_with_its_method(tmp_path, monkeypatch):
+    """A searcher's own point (Cell.make: step size 0.123, not one of the sequence's) trains, and
+    its run carries the tag harness.search of its cell's method, as the candidates' do."""
+    from mlflow.tracking import MlflowClient
+
+    from harness.sweep.run import run_sweep
+
+    class Maker(Searcher):
+        method = "optuna"
+
+        def propose(self, seen):
+            return [self.cell.make({"optimizer.step_size": 0.123}, self.cell.seeds[0])]
+
+    monkeypatch.setitem(searchers._REGISTRY, "optuna", Maker)
+    uri = f"sqlite:///{tmp_path}/m.db"
+    s = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
+    assert len(s.outcomes) == 1 and s.outcomes[0].status == "finished"
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("loop")
+    (run,) = client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'trial'")
+    assert run.data.params["optimizer.step_size"] == "0.123"
+    assert run.data.tags["harness.search"] == "optuna"
+    assert "harness.search_index" not in run.data.tags  # not a point of the sequence

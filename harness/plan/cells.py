@@ -53,6 +53,16 @@ class Cell:
     dims: tuple[tuple[str, Distribution], ...] = ()
     trials: list[TrialSpec] = field(default_factory=list)
     seeds: tuple[int, ...] = ()
+    #: the first candidate's TrialOrigin (harness.plan.expansion), or None: a proposal the expansion
+    #: did not make gets it, without a sequence index (origin_of)
+    origin: Any = None
+
+    def origin_of(self, spec: TrialSpec) -> Any:
+        """The origin of a trial this cell's search made (:attr:`origin` without the sequence index
+        and sampled point: the method, paths, task and search still hold), or None."""
+        if self.origin is None:
+            return None
+        return dataclasses.replace(self.origin, index=None)
 
     def axes(self) -> dict[str, list[Any]]:
         """The gridded coordinates: flat key -> its distinct values among the candidates (sorted;
@@ -112,7 +122,7 @@ def cells_of(trials: list[TrialSpec]) -> list[Cell]:
             dims = tuple((f"{axis}.{name}", d) for axis, name, d in o.dims)
         c = cells.get(key)
         if c is None:
-            c = cells[key] = Cell(key, task, s.optimizer, srch, dims)
+            c = cells[key] = Cell(key, task, s.optimizer, srch, dims, origin=o)
         c.trials.append(s)
         if s.seed not in c.seeds:
             c.seeds = (*c.seeds, s.seed)

@@ -52,12 +52,15 @@ class Rounds:
       client, experiment_id: the store (read once here: ``trial_runs``).
       uri: the tracking URI (its spool's trials count as trained).
       keep: which proposals this invocation may train (``only``).
+      carried: the sweep's outcome list (outcomes read back join it).
+      origins: the sweep's ``TrialList.origins``: a proposal without one gets its cell's
+        (:meth:`~harness.sweep.searchers.SweepSearch.adopt`), so its run is tagged with its method.
     """
 
     def __init__(self, search: SweepSearch, client, experiment_id: str, uri: str,
                  keep: Callable[[TrialSpec], bool] = lambda s: True,
-                 carried: list[TrialOutcome] | None = None):
-        self.search, self.uri, self.keep = search, uri, keep
+                 carried: list[TrialOutcome] | None = None, origins: dict | None = None):
+        self.search, self.uri, self.keep, self.origins = search, uri, keep, origins
         self.runs = trial_runs(client, experiment_id) if experiment_id else {}
         self.seen: dict[str, TrialOutcome] = {}
         self.proposed: dict[str, TrialSpec] = {}
@@ -79,6 +82,8 @@ class Rounds:
             self._last = ids
             for s in nxt:
                 self.proposed.setdefault(s.trial_id, s)
+            if self.origins is not None:
+                self.search.adopt(nxt, self.origins)
             plan = make_plan(nxt, None, None, runs=self.runs)
             for o in plan.done_outcomes + take_spooled(plan, self.uri):
                 self.add(o, carried=True)

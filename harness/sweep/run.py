@@ -176,6 +176,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     search = searcher_for(whole, cfg.selection.by)  # issue 34: the seam of every method
     if search.adaptive:  # the candidates stand for the search (ASHA's carry their rule)
         whole = _listed(search.candidates(), whole)
+        search.adopt(whole, whole.origins)
     sweep_id = sweep_id_of(cfg.name, whole)  # the whole config's, also for a part of it (only)
     specs = select(whole, only, config_path)
     uri = resolve_tracking_uri(opts.tracking_uri, cfg.tracking_uri)
@@ -200,7 +201,8 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
         exp_id = get_or_create_experiment(client, cfg.name, uri)
         if search.adaptive:  # round by round (harness.sweep.adaptive); the first with work to do
             outcomes: list[TrialOutcome] = []
-            rounds = Rounds(search, client, exp_id, uri, keep_only(only), carried=outcomes)
+            rounds = Rounds(search, client, exp_id, uri, keep_only(only), carried=outcomes,
+                            origins=whole.origins)
             plan = rounds.next_plan() or Plan(rounds.proposed_specs(), [])
         else:
             plan = make_plan(specs, client, exp_id)
@@ -300,9 +302,10 @@ def _executor(cfg: SweepConfig, opts: SweepOptions, uri: str, console) -> Execut
 
 
 def _listed(specs: list[TrialSpec], whole: TrialList) -> TrialList:
-    """``specs`` as a :class:`TrialList` with ``whole``'s origins (an adaptive search's trials)."""
+    """``specs`` as a :class:`TrialList` with (a copy of) ``whole``'s origins (an adaptive search's
+    trials; :meth:`SweepSearch.adopt` adds those of the trials the expansion did not make)."""
     out = TrialList(specs)
-    out.origins = getattr(whole, "origins", {})
+    out.origins = dict(getattr(whole, "origins", {}))
     return out
 
 

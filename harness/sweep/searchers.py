@@ -130,6 +130,8 @@ class SweepSearch:
 
     def __init__(self, trials: list[TrialSpec], select_by: str = DEFAULT_SELECT_BY):
         self.cells = cells_of(trials)
+        #: trial_id -> the cell whose searcher made it (candidates and proposals)
+        self.cell_of: dict[str, Cell] = {}
         self.searchers = [searcher_class(c.search.method)(c, select_by) for c in self.cells]
 
     @property
@@ -143,6 +145,7 @@ class SweepSearch:
         for s in self.searchers:
             for t in s.candidates():
                 out.setdefault(t.trial_id, t)
+                self.cell_of.setdefault(t.trial_id, s.cell)
         return list(out.values())
 
     def propose(self, seen: Mapping[str, TrialOutcome]) -> list[TrialSpec]:
@@ -152,7 +155,17 @@ class SweepSearch:
             for t in s.propose(seen):
                 if t.trial_id not in seen:
                     out.setdefault(t.trial_id, t)
+                    self.cell_of.setdefault(t.trial_id, s.cell)
         return list(out.values())
+
+    def adopt(self, specs: list[TrialSpec], origins: dict[str, Any]) -> None:
+        """Give each of ``specs`` that has no origin in ``origins`` (a trial the expansion did not
+        make: Optuna's proposal, ASHA's rule) its cell's (:meth:`harness.plan.cells.Cell.origin_of`),
+        so that it is tagged with its search method like the rest."""
+        for t in specs:
+            cell = self.cell_of.get(t.trial_id)
+            if t.trial_id not in origins and cell is not None and (o := cell.origin_of(t)) is not None:
+                origins[t.trial_id] = o
 
     def observe(self, outcome: TrialOutcome) -> None:
         """Each searcher's :meth:`Searcher.observe`."""
