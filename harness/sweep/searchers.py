@@ -176,7 +176,8 @@ class SweepSearch:
         """The searchers' :meth:`Searcher.context` fields, merged."""
         out: dict[str, Any] = {}
         for s in self.searchers:
-            out.update(s.context())
+            for k, v in s.context().items():  # one object several searchers share (ASHA's board)
+                out[k] = out[k].join(v) if k in out and hasattr(out[k], "join") else v
         return out
 
     def max_steps(self) -> dict[str, int]:
