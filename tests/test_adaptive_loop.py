@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import harness  # noqa: F401  (XLA's pool pinned as in every test process)
+import harness  # XLA's pool pinned as in every test process; harness.results
 from harness.config.load import load_config
 from harness.plan.expansion import expand
 from harness.sweep import searchers
@@ -243,3 +243,24 @@ def test_a_trial_the_expansion_did_not_make_is_tagged_with_its_method(tmp_path, 
     assert run.data.params["optimizer.step_size"] == "0.123"
     assert run.data.tags["harness.search"] == "optuna"
     assert "harness.search_index" not in run.data.tags  # not a point of the sequence
+
+
+def test_tuning_against_compute_follows_the_searchs_own_path(tmp_path, chain):
+    """The report's compute axis (issue 34 §4): for an adaptive search, its trials in the order they
+    ended, 10 steps each added up, the best final validation accuracy so far."""
+    from harness.sweep.run import run_sweep
+    from reports.compute_curves import compute_curves
+    from reports.figures import FIGURES
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    s = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
+    accs = [o.final_valid_accuracy for o in s.outcomes]
+    frame = harness.results("loop", tracking_uri=uri).frame
+    cc = compute_curves(frame)
+    assert list(cc["kind"]) == ["path"] * 4 and list(cc["method"]) == ["optuna"] * 4
+    assert list(cc["steps"]) == [10.0, 20.0, 30.0, 40.0]
+    best = [max(accs[: i + 1]) for i in range(4)]
+    assert cc["valid"].tolist() == pytest.approx(best, abs=1e-12)
+    spec = next(f for f in FIGURES if f.key == "tuning_compute")
+    fig = spec.build(frame)
+    assert fig is not None and fig.axes[0].get_xscale() == "log"
