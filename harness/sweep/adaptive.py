@@ -37,7 +37,7 @@ from harness.sweep.resume import Plan, make_plan, take_spooled
 from harness.sweep.searchers import SweepSearch
 from harness.tracking.client import trial_runs
 
-__all__ = ["ARTIFACT_SEARCH", "Rounds", "keep_only", "print_search_plan"]
+__all__ = ["Rounds", "keep_only", "print_search_plan", "unequal_compute"]
 
 def keep_only(only: dict[str, tuple[str, ...]]) -> Callable[[TrialSpec], bool]:
     """The predicate of ``sweep --only`` on a proposal: every axis of ``only`` has one of its values."""
@@ -141,5 +141,21 @@ def print_search_plan(console, search: SweepSearch, sweep_id: str, name: str, se
                   f"{most[c.key]:,}")
     print_table(console, t)
     console.print(f"the search can spend at most {sum(most.values()):,} training steps in all "
-                  f"(every method's budget is compute: trials x the budget's steps per optimizer and "
-                  f"task)")
+                  f"(an adaptive method's budget is compute: trials x the budget's steps per optimizer "
+                  f"and task)")
+    for line in unequal_compute(search):
+        console.print(f"[yellow]warning: {escape(line)}[/]")
+
+
+def unequal_compute(search: SweepSearch) -> list[str]:
+    """One line per task whose optimizers can spend different numbers of training steps (issue 34
+    §4: a comparison is fair when every optimizer gets the same compute): ``"digits · mlp: the
+    optimizers' most training steps differ: adam 2,000, sgd 1,000"``."""
+    per: dict[str, dict[str, int]] = {}
+    for s in search.searchers:
+        c = s.cell
+        per.setdefault(c.task, {})
+        per[c.task][c.optimizer] = per[c.task].get(c.optimizer, 0) + s.max_steps()
+    return [f"{task}: the optimizers' most training steps differ: "
+            + ", ".join(f"{o} {n:,}" for o, n in sorted(opts.items()))
+            for task, opts in per.items() if len(set(opts.values())) > 1]
