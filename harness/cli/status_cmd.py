@@ -77,7 +77,7 @@ def status(
             if ids is None:  # trials that ran under this sweep id
                 ids = {tid for tid, rs in by_trial.items()
                        if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
-            c = {"finished": 0, "diverged": 0, "failed": 0}
+            c = {"finished": 0, "diverged": 0, "failed": 0, "stopped": 0}
             for tid in ids:  # the one rule for what a trial's runs say (harness.tracking.trial_run)
                 state, _ = trial_state(by_trial.get(tid, []))
                 if state in c:
@@ -88,10 +88,15 @@ def status(
             last_s = "—" if last is None else _parent_state(client, last)
             version = f"superseded by {newer[sid]}" if sid in newer else "current"
             rows.append((exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
-                         str(pending), last_s, version))
+                         str(pending), last_s, version, str(c["stopped"])))
+    # early stopping (issue 34 §1): stopped trials are done, counted apart, in a column of their own
+    # only where a sweep has some
+    stops = any(r[-1] != "0" for r in rows)
+    rows = [(*r[:6], *((r[-1],) if stops else ()), *r[6:-1]) for r in rows]
     versions = any(r[-1] != "current" for r in rows)  # the column only where a sweep is superseded
     t = Table(title=f"sweeps in {mask_uri(uri)}")
-    for col in ("sweep", "sweep_id", "trials", "finished", "diverged", "failed", "pending", "last run",
+    for col in ("sweep", "sweep_id", "trials", "finished", "diverged", "failed",
+                *(("stopped (early)",) if stops else ()), "pending", "last run",
                 *(("version",) if versions else ())):
         # names and ids are never truncated: they are what users copy into other commands
         t.add_column(col, no_wrap=col not in ("last run", "version"), overflow="fold")

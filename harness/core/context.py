@@ -7,6 +7,7 @@ spool keeps its fields beside a result it could not write. Standard library only
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class RunContext:
         part of a trial's id.
       checkpoint_dir: checkpoint root (``""``: :func:`harness.train.checkpoint.root_for` the store).
       keep_final_checkpoint: log each trial's final training state as its ``checkpoint/`` artifact.
+      rung_board: an early-stopping sweep's :class:`harness.core.rungs.RungBoard` (``None``: none):
+        the trainer's gate ranks a trial at its rungs against it. A copy shipped to a worker is
+        not ``live`` (:mod:`harness.execute.rung_gate`); never spooled.
     """
 
     tracking_uri: str
@@ -51,3 +55,4 @@ class RunContext:
     checkpoint_every: str = "default"
     checkpoint_dir: str = ""
     keep_final_checkpoint: bool = False
+    rung_board: Any = None

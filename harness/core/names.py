@@ -52,8 +52,17 @@ SCORING_RULES = ("harness", "algoperf")  # reports.protocol: the harness's own (
 TAG_REASON = "harness.reason"
 TAG_STATUS_REASON = "status_reason"  # the whole reason (failed: traceback); harness.reason: its last line
 TAG_DIVERGED_STEP = "diverged_step"  # the step at which a diverged trial stopped
+#: Early stopping (issue 34 §1, :mod:`harness.core.rungs`): the rung step at which a stopped trial
+#: ended, why, its rung values as JSON ``{"step": value}``, and the stopped twin an ``audit`` trial
+#: (the same configuration trained to the end) checks; the bracket and the peer group of a trial.
+TAG_STOPPED_STEP = "harness.stopped_at_step"
+TAG_STOP_REASON = "harness.stop_reason"
+TAG_RUNGS = "harness.rungs"
+TAG_AUDIT_OF = "harness.audit_of"
+TAG_BRACKET = "harness.bracket"
+TAG_RUNG_GROUP = "harness.rung_group"
 # -- tags of a trial run: what it trained -----------------------------------------------------------
-TAG_STATUS = "status"  # "finished" / "diverged" / "failed"
+TAG_STATUS = "status"  # "finished" / "diverged" / "stopped" / "failed"
 TAG_MODEL = "model"
 TAG_OPTIMIZER = "optimizer"
 TAG_SCHEDULE = "schedule"

@@ -15,6 +15,7 @@ Also :func:`run_name` and :func:`config_label`, a trial's readable names. Standa
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,8 +68,10 @@ def _or_none(x: Any) -> Any:
 class TrialOutcome:
     """Picklable summary of one trial for the progress bar, the summary table and ``status``.
 
-    ``status`` is ``finished``, ``diverged`` or ``failed``; ``skipped`` is true when a FINISHED run
-    already existed (nothing was trained). Metrics are ``None`` where absent or non-finite:
+    ``status`` is ``finished``, ``diverged``, ``stopped`` (an early-stopping rule ended it at rung
+    ``stopped_step``, issue 34 §1: done, never selected, counted apart) or ``failed``; ``skipped``
+    is true when a FINISHED run already existed (nothing was trained). Metrics are ``None`` where
+    absent or non-finite:
     ``final_valid_*`` the last validation evaluation (what selection reads), ``test_*`` the test
     split at the end (what the summary reports for the selected configuration). A run logged
     before the three-split protocol has only ``eval/*``: read back as ``final_valid_*``, with
@@ -129,6 +132,13 @@ class TrialOutcome:
     #: Where the trial's seconds went (:mod:`harness.core.budget`'s trial parts, ``part -> s``; empty
     #: for a trial not trained here).
     time_parts: dict[str, float] = field(default_factory=dict)
+    #: Early stopping (:mod:`harness.core.rungs`): the rung a ``stopped`` trial ended at, and
+    #: ``{rung step: value}`` of every rung a trial with an ``early_stop`` rule reached (the run's
+    #: ``harness.rungs`` tag read back): what the searcher ranks.
+    stopped_step: int | None = None
+    #: the step a ``diverged`` trial stopped at (tag ``diverged_step``): the steps it spent
+    diverged_step: int | None = None
+    rungs: dict[int, float] = field(default_factory=dict)
     #: Conditions the sweep says in one line each, once per optimizer and task
     #: (:mod:`harness.core.conditions`; a trial trained here only).
     notes: list[str] = field(default_factory=list)
@@ -177,6 +187,10 @@ class TrialOutcome:
             o.reason = reason_line(res.reason, 300)
         elif res.diverged_step is not None:
             o.reason = f"diverged at step {res.diverged_step}"
+        elif res.stopped_step is not None:
+            o.reason = f"stopped at step {res.stopped_step}: {res.reason}"
+        o.stopped_step, o.diverged_step = res.stopped_step, res.diverged_step
+        o.rungs = {int(k): float(v) for k, v in (res.rungs or {}).items()}
         return o
 
     @classmethod
@@ -207,6 +221,14 @@ class TrialOutcome:
         o.perf_suspect = run.data.tags.get(names.TAG_PERF_SUSPECT, "")
         o.target_at_init = run.data.tags.get(names.TAG_TARGET_AT_INIT) == "true"
         o.examples_per_sec = m.get(names.M_EXAMPLES_PER_S)
+        tags = run.data.tags
+        if tags.get(names.TAG_STOPPED_STEP):
+            o.stopped_step = int(tags[names.TAG_STOPPED_STEP])
+            o.reason = f"stopped at step {o.stopped_step}: {tags.get(names.TAG_STOP_REASON, '')}"
+        if tags.get(names.TAG_DIVERGED_STEP):
+            o.diverged_step = int(tags[names.TAG_DIVERGED_STEP])
+        if tags.get(names.TAG_RUNGS):
+            o.rungs = {int(k): float(v) for k, v in json.loads(tags[names.TAG_RUNGS]).items()}
         o.skipped = True
         return o
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from harness.core.names import canonical_metric
 from harness.core.util import freeze
 
-Status = Literal["finished", "diverged", "failed"]
+Status = Literal["finished", "diverged", "failed", "stopped"]
 
 #: Part of every trial's identity hash (not of :meth:`TrialSpec.to_dict`): trials of the
 #: three-split protocol train on a smaller training part and evaluate on validation, so their
@@ -100,6 +100,12 @@ class TrialSpec:
       optimizer_source_ref: ``(kind, target, function, digest, code)`` of the source, shipped with
         the trial to the worker that trains it (the file's text included); never in
         :meth:`to_dict`, equality or ``trial_id``.
+      early_stop: the early-stopping rule of a trial an adaptive search may stop at its rungs
+        (:mod:`harness.core.rungs`: method, eta, bracket, rungs, metric, mode, value), as sorted
+        ``(name, value)`` pairs; ``()`` (the default, omitted from :meth:`to_dict`) for a trial that
+        trains its whole budget. Part of ``trial_id``: a stopped trial is never confused with a
+        full-budget trial of the same configuration. Such a trial never shares a vmapped unit
+        (:meth:`batch_key` is its own): a stopped member would save no compute.
 
     ``augment`` and ``workload`` are left out of :meth:`to_dict` (hence of ``trial_id``) at their
     defaults, so trials from before them keep their ids. ``devices`` and ``shard`` are in
@@ -133,13 +139,14 @@ class TrialSpec:
     shard: Literal["batch", "trials"] = "batch"
     optimizer_source: str = ""
     optimizer_source_hash: str = ""
+    early_stop: tuple[tuple[str, Any], ...] = ()
     optimizer_source_ref: tuple = field(default=(), compare=False, repr=False)
 
     @classmethod
     def make(cls, **kw: Any) -> TrialSpec:
         """Build from plain dicts for the ``*_hparams`` fields (and a dict for ``target``)."""
         for k in ("model_hparams", "optimizer_hparams", "schedule_hparams", "dataset_hparams",
-                  "augment"):
+                  "augment", "early_stop"):
             if k in kw:
                 kw[k] = freeze(kw[k])
         if isinstance(kw.get("target"), Mapping):
@@ -158,6 +165,7 @@ class TrialSpec:
             d[f"{k}_hparams"] = self.hparams(k)  # type: ignore[arg-type]
         d["target"] = dataclasses.asdict(self.target) if self.target else None
         d["augment"] = {k: _thaw(v) for k, v in self.augment}
+        d["early_stop"] = {k: _thaw(v) for k, v in self.early_stop}
         for k, default in _OMIT_AT_DEFAULT.items():
             if d[k] == default:
                 del d[k]
@@ -210,11 +218,13 @@ class TrialSpec:
         """Trials with equal keys differ only in seed and/or ``optimizer.step_size``: they may be
         trained together under ``jax.vmap``."""
         opt = tuple((k, v) for k, v in self.optimizer_hparams if k != "step_size")
+        alone = (("early_stop", self.trial_id),) if self.early_stop else ()  # never vmapped
         return (
             self.sweep, self.model, self.model_hparams, self.optimizer, opt, self.schedule,
             self.schedule_hparams, self.dataset, self.dataset_hparams, self.steps, self.batch_size,
             self.eval_every, self.steps_per_dispatch, self.target, self.dtype, self.augment,
             self.workload, self.devices, self.shard, self.optimizer_source, self.optimizer_source_hash,
+            *alone,
         )
 
     def perf_key(self) -> tuple:
@@ -234,7 +244,7 @@ class TrialSpec:
 #: TrialSpec fields left out of ``to_dict`` (and ``trial_id``) when they equal these defaults.
 _OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0,
                                      "devices": 1, "shard": "batch", "optimizer_source": "",
-                                     "optimizer_source_hash": ""}
+                                     "optimizer_source_hash": "", "early_stop": {}}
 #: TrialSpec fields never in ``to_dict`` (the shipped source text: the hash stands for it).
 NOT_IN_DICT = ("optimizer_source_ref",)
 #: TrialSpec fields never part of ``trial_id`` (see the class docstring: results equal to float32
@@ -322,7 +332,9 @@ class TrialResult:
     """What training one trial produced.
 
     ``status`` is ``finished`` (trained to budget), ``diverged`` (a non-finite loss stopped it at
-    ``diverged_step``) or ``failed`` (an exception; ``reason`` holds the traceback text).
+    ``diverged_step``), ``stopped`` (an early-stopping rule ended it at rung ``stopped_step``;
+    ``reason`` says why) or ``failed`` (an exception; ``reason`` holds the traceback text).
+    ``rungs`` is ``{rung step: value}`` of a trial with an ``early_stop`` rule (the rungs it reached).
     ``steps_to_target``/``seconds_to_target`` are ``None`` when the target was not reached (both
     on validation). ``final_valid_*`` are the last validation evaluation; ``test_*`` the one
     evaluation of the test split after the last step (``None`` for a diverged or failed trial);
@@ -335,6 +347,8 @@ class TrialResult:
     perf: PerfResult | None = None
     reason: str = ""
     diverged_step: int | None = None
+    stopped_step: int | None = None
+    rungs: dict[int, float] = field(default_factory=dict)
     steps_to_target: int | None = None
     seconds_to_target: float | None = None
     final_valid_loss: float | None = None

@@ -12,6 +12,8 @@
 - Checkpoints: the unit's handles (:func:`harness.train.checkpoint.for_unit`) are collected as
   ``(handle, trial ids)``; :func:`end_checkpoints` removes those whose trials are all in the store
   (or the spool) and unlocks the others, so the next attempt resumes them.
+- Early stopping: the trainer gets the sweep's gate (:func:`harness.execute.rung_gate.gate_for`),
+  which stops a trial with an ``early_stop`` rule at a rung.
 - :data:`PERF_CACHE`: this process's throughput measurements (one per perf key), reused by every
   unit it trains; :func:`needs_perf_measurement` says whether a unit adds one;
   :func:`measure_throughput` fills it for a whole sweep before training, its programs measured
@@ -29,6 +31,7 @@ from harness.core.conditions import one_line_warnings
 from harness.core.context import RunContext
 from harness.core.spec import TrialResult, TrialSpec
 from harness.execute import devices
+from harness.execute.rung_gate import gate_for
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,13 @@ the one-step programs for their FLOPs: the time budget's ``compile``, not ``thro
         return 0.0
 
 
+def _gate(ctx: RunContext) -> dict:
+    """``{"gate": ...}`` for the trainer when the sweep stops trials early, else ``{}`` (a trainer
+    replaced by a test keeps its signature)."""
+    g = gate_for(ctx)
+    return {} if g is None else {"gate": g}
+
+
 def _unit_checkpoints(specs: list[TrialSpec], ctx: RunContext, batched: int | None):
     """The unit's :class:`harness.train.checkpoint.UnitCheckpoints` (``None`` when off)."""
     from harness.train import checkpoint
@@ -128,7 +138,7 @@ def _train_batch(specs: list[TrialSpec], ctx: RunContext, cks: Checkpoints) -> t
     ck = _unit_checkpoints(specs, ctx, len(specs))
     try:
         res = trainer.run_trials_batched(specs, dataset=load_dataset_of(specs[0]), perf_cache=PERF_CACHE,
-                                         measure_perf=ctx.measure_perf, checkpoints=ck)
+                                         measure_perf=ctx.measure_perf, checkpoints=ck, **_gate(ctx))
         if len(res) == len(specs):
             if ck is not None:
                 cks.append((ck, [s.trial_id for s in specs]))
@@ -169,7 +179,7 @@ def _train_unit(specs: list[TrialSpec], ctx: RunContext, cks: Checkpoints) -> li
         ck = _unit_checkpoints([s], ctx, None)
         try:
             out.append(trainer.run_trial(s, dataset=load_dataset_of(s), perf_cache=PERF_CACHE,
-                                         measure_perf=ctx.measure_perf, checkpoints=ck))
+                                         measure_perf=ctx.measure_perf, checkpoints=ck, **_gate(ctx)))
         except Exception as e:
             out.append(failed_result(s, e))
         if ck is not None:

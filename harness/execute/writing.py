@@ -127,7 +127,7 @@ def write_result(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, r
 
 def _spool_entry(res: TrialResult, t0_ms: int, ctx: RunContext, stale_run_id: str | None,
                  error: BaseException) -> dict[str, Any]:
-    ctx_d = dataclasses.asdict(ctx)
+    ctx_d = dataclasses.asdict(dataclasses.replace(ctx, rung_board=None))  # the board: not spooled
     tid = res.spec.trial_id
     ctx_d["trial_tags"] = {tid: ctx.trial_tags[tid]} if tid in ctx.trial_tags else {}  # not the sweep's
     return {"kind": "trial", "uri": ctx.tracking_uri, "ctx": ctx_d, "t0_ms": t0_ms,

@@ -152,7 +152,8 @@ class SweepRun:
     def _line(self) -> str:
         c = self.counts
         what = "planned (dry run)" if self.dry_run else \
-            f"{c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed"
+            f"{c['finished']} finished, {c['diverged']} diverged, {c['failed']} failed" + \
+            (f", {c['stopped']} stopped early" if c.get("stopped") else "")
         return (f"sweep {self.experiment} ({self.sweep_id}): {len(self.trial_ids)} trials, {what}, "
                 f"{c['skipped']} from earlier runs; store {self.tracking_uri}")
 

@@ -144,7 +144,7 @@ class ProgressDisplay:
         )
 
         self.uri, self.quiet, self.n_done = uri, quiet, n_done
-        self.counts = {"finished": 0, "diverged": 0, "failed": 0}
+        self.counts = {"finished": 0, "diverged": 0, "failed": 0, "stopped": 0}
         self.was_down = False
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
@@ -168,6 +168,8 @@ class ProgressDisplay:
     def _desc(self) -> str:
         c = self.counts
         d = f"[green]{c['finished']} ok[/] [yellow]{c['diverged']} diverged[/] [red]{c['failed']} failed[/]"
+        if c["stopped"]:  # early stopping (issue 34 §1)
+            d += f" [cyan]{c['stopped']} stopped[/]"
         h = HEALTH
         if h.down:
             from rich.markup import escape
@@ -247,12 +249,13 @@ def _fmt(x: float | None, spec: str = ".4f") -> str:
 def outcome_line(o: TrialOutcome) -> str:
     """The progress line of one trial (rich markup): status, run name, trial id, and its validation
     accuracy and loss, or why it failed or diverged."""
-    color = {"finished": "green", "diverged": "yellow", "failed": "red"}.get(o.status, "white")
+    color = {"finished": "green", "diverged": "yellow", "failed": "red",
+             "stopped": "cyan"}.get(o.status, "white")
     extra = f"valid acc {_fmt(o.final_valid_accuracy)} loss {_fmt(o.final_valid_loss)}"
     if o.status == "failed":
         extra = o.reason
-    elif o.status == "diverged":
-        extra = o.reason or "diverged"
+    elif o.status in ("diverged", "stopped"):
+        extra = o.reason or o.status
     from rich.markup import escape
 
     skipped = " (already done)" if o.skipped else ""

@@ -116,6 +116,8 @@ class SweepSummary:
             parts.append(" and ".join(f"{n} {s}" for s, n in spooled.items() if n)
                          + " and spooled (not yet in the store)")
         parts.append(f"{c['diverged'] - spooled['diverged']} diverged")
+        if c.get("stopped"):  # early stopping (issue 34 §1): done at a rung, never selected
+            parts.append(f"{c['stopped']} stopped early")
         # the time budget's wall-clock where there is one (from the process start, as the "time"
         # line says it), so the two lines of one summary never give two figures
         wall = self.budget_wall_s if self.budget is not None else self.wall_s

@@ -24,7 +24,11 @@ memory variables of the training process, e.g. ``HARNESS_DEVICE_IDS=2``) and, un
 trained on several devices ``harness.mesh`` (``"batch=4"``); ``harness.batching`` (how its unit
 trained and why, :mod:`harness.train.batching`; set by the sweep through ``RunContext.trial_tags``);
 ``harness.batch_fallback_reason`` (the exception of a vmapped batch retried one trial at a time);
-``harness.reason`` (last line of the traceback, or why it diverged) and ``status_reason``;
+``harness.reason`` (last line of the traceback, or why it diverged) and ``status_reason``; a trial
+with an early-stopping rule (issue 34 §1) ``harness.rungs`` (JSON ``{"step": value}`` of the rungs
+it reached) and, when stopped (status ``stopped``, run FINISHED), ``harness.stopped_at_step`` and
+``harness.stop_reason``, plus its search tags from the rung board (``harness.search``,
+``harness.search_index``, ``harness.bracket``, ``harness.rung_group``, ``harness.audit_of``);
 artifacts ``trial.json`` (the resolved spec), ``curves.csv``
 (``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every step), ``valid``,
 ``test``) and, for a failed trial, ``traceback.txt``; the training split as a dataset input.
@@ -74,15 +78,16 @@ _DIGESTS: dict = {}
 def trial_state(runs: Iterable[Any]) -> tuple[str, Any]:
     """What the MLflow runs of one trial say, as ``(state, run)``.
 
-    ``("finished", run)`` / ``("diverged", run)``: the trial is done; ``run`` is its first FINISHED
-    run (in ``runs``' order) and the state its ``status`` tag. ``("failed", None)``: no FINISHED run
-    and at least one FAILED (it ran and raised; it runs again). ``("pending", None)``: neither
-    (no run, or RUNNING/KILLED ones).
+    ``("finished", run)`` / ``("diverged", run)`` / ``("stopped", run)``: the trial is done;
+    ``run`` is its first FINISHED run (in ``runs``' order) and the state its ``status`` tag.
+    ``("failed", None)``: no FINISHED run and at least one FAILED (it ran and raised; it runs
+    again). ``("pending", None)``: neither (no run, or RUNNING/KILLED ones).
     """
     runs = list(runs)
     done = [r for r in runs if r.info.status == "FINISHED"]
     if done:
-        return ("diverged" if done[0].data.tags.get(names.TAG_STATUS) == "diverged" else "finished"), done[0]
+        tag = done[0].data.tags.get(names.TAG_STATUS)
+        return (tag if tag in ("diverged", "stopped") else "finished"), done[0]
     if any(r.info.status == "FAILED" for r in runs):
         return "failed", None
     return "pending", None
@@ -104,6 +109,7 @@ def trial_tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
         names.TAG_HARNESS_COMMIT: ctx.harness_commit, names.TAG_CONFIG_COMMIT: ctx.config_commit,
         **({names.TAG_GIT_COMMIT: ctx.git_commit} if ctx.git_commit != "unknown" else {}),
         **_ENV_TAGS, **ctx.trial_tags.get(spec.trial_id, {}),
+        **(board.tags.get(spec.trial_id, {}) if (board := getattr(ctx, "rung_board", None)) else {}),
         **owner_tags(),
         **({names.TAG_WORKLOAD: spec.workload} if spec.workload else {}),
         **source_tags(spec),
@@ -250,6 +256,11 @@ def result_tags(res: TrialResult) -> dict[str, str]:
         tags[names.TAG_ALGOPERF_WORKLOAD] = str(res.extra.get("workload_name", ""))
     if res.diverged_step is not None:
         tags[names.TAG_DIVERGED_STEP] = str(res.diverged_step)
+    if res.stopped_step is not None:  # an early-stopping rule ended it at this rung
+        tags[names.TAG_STOPPED_STEP] = str(res.stopped_step)
+        tags[names.TAG_STOP_REASON] = res.reason[:500]
+    if res.rungs:
+        tags[names.TAG_RUNGS] = json.dumps({str(k): v for k, v in sorted(res.rungs.items())})
     if res.reason:
         tags[names.TAG_REASON] = reason_line(res.reason, 500)
         if res.status != "failed":

@@ -58,6 +58,13 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   trial's last update show. Never raises for it. Other exceptions
   propagate. (sgd at step size 1e3 on digits: diverged within a few steps, instead of "finished"
   with a train loss of 1.9e21.) The same check runs per member in a vmapped batch.
+* **Early stopping** (issue 34 §1, :mod:`harness.core.rungs`): a trial whose spec has an
+  ``early_stop`` rule is also evaluated at each of its rung steps; after each rung's evaluation it
+  records its rung value and asks the ``gate`` the caller passed (the execute layer's, built from
+  the sweep's rung board: dependency injection, this layer never imports it) whether to go on. A
+  trial the gate stops ends there: status ``"stopped"``, ``stopped_step`` the rung, ``reason`` the
+  gate's, its curves up to the rung, no test evaluation; ``result.rungs`` holds every rung value
+  it reached. Without a gate the rungs are recorded and nothing stops.
 * **Convergence.** ``steps_to_target``/``seconds_to_target`` = the first validation evaluation whose
   metric (``valid/loss``, ``valid/accuracy`` or ``valid/<name>``) reaches ``spec.target``
   (``None`` = not reached), after training started: the step-0 evaluation (at initialisation) is
@@ -122,7 +129,10 @@ from harness.train.perf import TrainClock, measure_trial_perf
 from harness.train.program import TrainingProgram, TrainState, program_for
 from harness.train.track import TrialTrack, eval_points
 
-__all__ = ["run_trial", "run_trials_batched", "should_batch"]
+__all__ = ["Gate", "run_trial", "run_trials_batched", "should_batch"]
+
+#: ``gate(spec, rung step, rung value) -> reason to stop, or None to go on`` (early stopping).
+Gate = Callable[[TrialSpec, int, float], "str | None"]
 
 
 class _UnitRun:
@@ -222,11 +232,11 @@ class _UnitRun:
 
     def record_test(self) -> None:
         """The test split, once, after the last step, for the trials that did not diverge."""
-        if all(tr.diverged_step is not None for tr in self.tracks):
+        if all(tr.diverged_step is not None or tr.stopped_step is not None for tr in self.tracks):
             return
         loss, mets = self._evaluate(self.x_test, self.y_test)
         for j, tr in enumerate(self.tracks):
-            if tr.diverged_step is None:
+            if tr.diverged_step is None and tr.stopped_step is None:
                 tr.test_loss = float(loss[j])
                 tr.test_metrics = {k: float(v[j]) for k, v in mets.items()}
 
@@ -269,15 +279,27 @@ class _UnitRun:
         self.state = self.place(state)
         return done
 
-    def train(self, on_progress: Callable[[int, int], None] | None) -> None:
-        """Chunks of at most ``K`` steps that end at every evaluation point, an evaluation at each
-        point, checkpoints at chunk ends; stops early when every trial has diverged."""
+    def at_rung(self, gate: Gate | None) -> None:
+        """After the evaluation at ``self.step``: each active trial with a rung there records its
+        rung value and ends when ``gate`` says so."""
+        for tr in self.tracks:
+            if tr.active and self.step in tr.rung_steps():
+                v = tr.record_rung(self.step)
+                why = gate(tr.spec, self.step, v) if gate is not None else None
+                if why:
+                    tr.stop(self.step, why)
+
+    def train(self, on_progress: Callable[[int, int], None] | None, gate: Gate | None = None) -> None:
+        """Chunks of at most ``K`` steps that end at every evaluation point (rung steps included),
+        an evaluation at each point, the rung decisions, checkpoints at chunk ends; stops early
+        when every trial has diverged or been stopped."""
         steps, K = self.spec0.steps, self.spec0.steps_per_dispatch
         if K < 1:
             raise ValueError(f"steps_per_dispatch must be >= 1, got {K}")
         ck = self.ck
         done = self.resume()
-        for seg_end in [] if done else eval_points(steps, self.spec0.eval_every):
+        rungs = sorted({r for tr in self.tracks for r in tr.rung_steps()})
+        for seg_end in [] if done else eval_points(steps, self.spec0.eval_every, rungs):
             if seg_end <= self.step:  # resumed past it
                 continue
             while self.step < seg_end:
@@ -291,9 +313,12 @@ class _UnitRun:
             if not self.active:
                 break
             self.record_eval()
+            self.at_rung(gate)
             if ck is not None:
                 ck.after_chunk(self.step, self.wall, self.state, self.tracks, self.params_fn,
-                               done=self.step >= steps)
+                               done=self.step >= steps or not self.active)
+            if not self.active:
+                break
         if ck is not None:
             ck.finish(self.step, self.wall, self.state, self.tracks, self.params_fn)
 
@@ -324,13 +349,13 @@ def _check_batch(specs: Sequence[TrialSpec]) -> None:
 
 def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, perf_cache: dict | None,
            measure_perf: bool, on_progress: Callable[[int, int], None] | None,
-           checkpoints: TrainCheckpoints | None = None) -> list[TrialResult]:
+           checkpoints: TrainCheckpoints | None = None, gate: Gate | None = None) -> list[TrialResult]:
     _check_batch(specs)
     cache0 = compile_cache.cache_counts()
     spec0 = specs[0]
     ds = dataset if dataset is not None else load_dataset(spec0.dataset, **spec0.hparams("dataset"))
     run = _UnitRun(specs, batched, ds, checkpoints)
-    run.train(on_progress)
+    run.train(on_progress, gate)
     run.record_test()
     clock = TrainClock(run.wall, run.step, run.width or 1, run.dispatch_step_s,  # checks the step time
                        run.dispatch_cpu_s)
@@ -355,7 +380,7 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
 
 def run_trial(spec: TrialSpec, *, dataset: Dataset | None = None, perf_cache: dict | None = None,
               measure_perf: bool = True, on_progress: Callable[[int, int], None] | None = None,
-              checkpoints: TrainCheckpoints | None = None) -> TrialResult:
+              checkpoints: TrainCheckpoints | None = None, gate: Gate | None = None) -> TrialResult:
     """Train one trial (see the module docstring for the method).
 
     Args:
@@ -369,9 +394,12 @@ def run_trial(spec: TrialSpec, *, dataset: Dataset | None = None, perf_cache: di
         :class:`~harness.train.checkpoint.UnitCheckpoints`) for this trial (``None``: none):
         training resumes from its newest checkpoint and saves at its cadence, only at chunk ends;
         ``result.extra["checkpoint"]`` says from which step it resumed and how many it wrote.
+      gate: the early-stopping decision at a rung (:data:`Gate`; module docstring), for a trial
+        with an ``early_stop`` rule; ``None``: its rungs are recorded, nothing stops.
 
     Returns:
-      ``TrialResult`` with ``status`` ``"finished"`` or ``"diverged"``; curves hold Python floats/ints.
+      ``TrialResult`` with ``status`` ``"finished"``, ``"diverged"`` or ``"stopped"``; curves hold
+      Python floats/ints.
 
     Raises:
       KeyError: unknown model/optimizer/schedule/dataset name. Any exception from building or
@@ -382,13 +410,14 @@ def run_trial(spec: TrialSpec, *, dataset: Dataset | None = None, perf_cache: di
 
         return run_algoperf_trial(spec, dataset=dataset, checkpoints=checkpoints, on_progress=on_progress,
                                   perf_cache=perf_cache, measure_perf=measure_perf)
-    return _train([spec], False, dataset, perf_cache, measure_perf, on_progress, checkpoints)[0]
+    return _train([spec], False, dataset, perf_cache, measure_perf, on_progress, checkpoints, gate)[0]
 
 
 def run_trials_batched(specs: list[TrialSpec], *, dataset: Dataset | None = None,
                        perf_cache: dict | None = None, measure_perf: bool = True,
                        on_progress: Callable[[int, int], None] | None = None,
-                       checkpoints: TrainCheckpoints | None = None) -> list[TrialResult]:
+                       checkpoints: TrainCheckpoints | None = None, gate: Gate | None = None
+                       ) -> list[TrialResult]:
     """Train trials sharing ``spec.batch_key()`` as one ``jax.vmap``-ed program.
 
     Result ``i`` equals ``run_trial(specs[i])`` within float32 rounding (tested at ``rtol=1e-4,
@@ -404,8 +433,8 @@ def run_trials_batched(specs: list[TrialSpec], *, dataset: Dataset | None = None
                           on_progress=on_progress) for s in specs]
     if len(specs) == 1:
         return [run_trial(specs[0], dataset=dataset, perf_cache=perf_cache, measure_perf=measure_perf,
-                          on_progress=on_progress, checkpoints=checkpoints)]
-    return _train(list(specs), True, dataset, perf_cache, measure_perf, on_progress, checkpoints)
+                          on_progress=on_progress, checkpoints=checkpoints, gate=gate)]
+    return _train(list(specs), True, dataset, perf_cache, measure_perf, on_progress, checkpoints, gate)
 
 
 def should_batch(specs: list[TrialSpec]) -> bool:

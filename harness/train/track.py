@@ -19,6 +19,11 @@ records the rows the loop hands it and decides, per trial:
   the summary says per task which runs met it again, at which step, and which never did
   (:mod:`harness.sweep.at_init`).
 
+* **Rungs** (:meth:`TrialTrack.record_rung`, :mod:`harness.core.rungs`): a trial with an
+  ``early_stop`` rule records its value at each rung step it reaches (``rungs``, ``[step, value]``
+  pairs); :meth:`TrialTrack.stop` ends it there (``stopped_step``, ``stop_reason``): status
+  ``stopped``, its curves up to the rung, no test evaluation.
+
 Checkpoints (:mod:`harness.train.checkpoint_state`) save and restore a track's fields as JSON, so
 every field but ``spec`` is plain data.
 """
@@ -29,21 +34,23 @@ import dataclasses
 import math
 from typing import Any
 
+from harness.core.rungs import rule_of, rung_value
 from harness.core.spec import Curves, PerfResult, TrialResult, TrialSpec
 
 __all__ = ["TrialTrack", "eval_points"]
 
 
-def eval_points(steps: int, every: int) -> list[int]:
-    """The steps after which the validation split is evaluated: every ``every`` steps and the last.
+def eval_points(steps: int, every: int, rungs: list[int] | tuple[int, ...] = ()) -> list[int]:
+    """The steps after which the validation split is evaluated: every ``every`` steps, each of
+    ``rungs`` below ``steps`` (an early-stopping trial's rung steps) and the last; sorted.
 
     Raises:
       ValueError: ``steps`` or ``every`` < 1.
     """
     if steps < 1 or every < 1:
         raise ValueError(f"steps and eval_every must be >= 1, got {steps}, {every}")
-    pts = list(range(every, steps, every))
-    return [*pts, steps]
+    pts = set(range(every, steps, every)) | {int(r) for r in rungs if 0 < int(r) < steps}
+    return [*sorted(pts), steps]
 
 
 @dataclasses.dataclass
@@ -61,6 +68,28 @@ class TrialTrack:
     target_at_init: bool = False  # met at step 0 (not counted: the summary warns)
     test_loss: float | None = None
     test_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    stopped_step: int | None = None
+    stop_reason: str = ""
+    rungs: list[list[Any]] = dataclasses.field(default_factory=list)  # [[step, value], ...]
+
+    def rung_steps(self) -> list[int]:
+        """The rung steps of the trial's ``early_stop`` rule (``[]``: none)."""
+        return rule_of(self.spec.early_stop).get("rungs", [])
+
+    def record_rung(self, step: int) -> float:
+        """The trial's value at rung ``step`` (:func:`harness.core.rungs.rung_value` of its rule's
+        metric on its validation curve so far), recorded in ``rungs``."""
+        rule, c = rule_of(self.spec.early_stop), self.curves
+        name = str(rule.get("metric", "valid/accuracy")).split("/", 1)[-1]
+        vals = c.eval_loss if name == "loss" else c.eval_accuracy if name == "accuracy" \
+            else c.eval_metrics.get(name, [])
+        v = rung_value(rule, c.eval_step, vals, step)
+        self.rungs.append([int(step), float(v)])
+        return v
+
+    def stop(self, step: int, reason: str) -> None:
+        """End the trial at rung ``step`` (its early-stopping rule decided it, ``reason``)."""
+        self.active, self.stopped_step, self.stop_reason = False, int(step), reason
 
     def check_divergence(self, step: int, loss: float) -> bool:
         """Record ``loss`` of ``step`` against the divergence rules (module docstring); True when
@@ -127,15 +156,20 @@ class TrialTrack:
                 self.steps_to_target, self.seconds_to_target = step, wall
 
     def result(self, *, perf: PerfResult | None, compile_s: float, extra: dict[str, Any]) -> TrialResult:
-        """The trial's :class:`~harness.core.spec.TrialResult` (``"diverged"`` or ``"finished"``)."""
+        """The trial's :class:`~harness.core.spec.TrialResult` (``"diverged"``, ``"stopped"`` or
+        ``"finished"``)."""
         c = self.curves
+        status = "diverged" if self.diverged_step is not None else \
+            "stopped" if self.stopped_step is not None else "finished"
         return TrialResult(
             spec=self.spec,
-            status="diverged" if self.diverged_step is not None else "finished",
+            status=status,
             curves=c,
             perf=perf,
-            reason=self.diverged_reason,
+            reason=self.diverged_reason or self.stop_reason,
             diverged_step=self.diverged_step,
+            stopped_step=self.stopped_step,
+            rungs={int(s): float(v) for s, v in self.rungs},
             steps_to_target=self.steps_to_target,
             seconds_to_target=self.seconds_to_target,
             final_valid_loss=c.eval_loss[-1] if c.eval_loss else None,

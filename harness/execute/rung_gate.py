@@ -1,0 +1,63 @@
+"""The early-stopping gate a worker hands the trainer (issue 34 §1; dependency injection: the train
+layer calls it, never imports this).
+
+:func:`gate_for` builds ``gate(spec, step, value)`` from the sweep's
+:class:`harness.core.rungs.RungBoard` (``RunContext.rung_board``):
+
+- in-process (the board is the searcher's own, ``live``): the board already holds the rung values
+  of every trial that ended before this one (the searcher's ``observe`` records them as each
+  outcome arrives, before the background writer writes it), so the decision reads only the board.
+  Trials train in proposal order, so each decision sees exactly its peers of smaller index: the
+  same decisions in every invocation.
+- in a worker process (``--jobs N``, Ray: a copy of the board, as it was when the unit was sent):
+  before each decision the peers' rung values are read from the store (the ``harness.rungs`` tag
+  of their FINISHED runs) and merged into the copy. A peer of smaller index still training, or
+  not yet written, is not counted: decisions then depend on timing (ASHA's asynchronous
+  behaviour), and a re-run after a kill may decide otherwise for the trials it trains again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+
+from harness.core.context import RunContext
+from harness.core.names import TAG_RUNGS, TAG_TRIAL_ID
+from harness.core.rungs import RungBoard, rule_of
+from harness.core.spec import TrialSpec
+
+__all__ = ["gate_for", "read_peers"]
+
+
+def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
+    """Merge into ``board`` the rung values the store holds for ``trial_id``'s peers of smaller
+    index (FINISHED runs' ``harness.rungs`` tags). A store that fails is ignored (the board's
+    values stand)."""
+    from harness.tracking.client import client_for, search_all
+
+    missing = [t for t in board.peers(trial_id) if t not in board.values]
+    if not missing:
+        return
+    with contextlib.suppress(Exception):
+        client = client_for(ctx.tracking_uri)
+        for i in range(0, len(missing), 50):
+            ids = ", ".join(f"'{t}'" for t in missing[i:i + 50])
+            for r in search_all(client, ctx.experiment_id, f"tags.`{TAG_TRIAL_ID}` IN ({ids})"):
+                tag = r.data.tags.get(TAG_RUNGS)
+                if r.info.status == "FINISHED" and tag:
+                    board.record(r.data.tags[TAG_TRIAL_ID], {int(k): v for k, v in json.loads(tag).items()})
+
+
+def gate_for(ctx: RunContext) -> Callable[[TrialSpec, int, float], str | None] | None:
+    """The trainer's gate for units of ``ctx`` (``None`` when the sweep has no rung board)."""
+    board = getattr(ctx, "rung_board", None)
+    if board is None:
+        return None
+
+    def gate(spec: TrialSpec, step: int, value: float) -> str | None:
+        if not board.live:
+            read_peers(board, ctx, spec.trial_id)
+        return board.decide(spec.trial_id, rule_of(spec.early_stop), step, value)
+
+    return gate

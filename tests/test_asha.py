@@ -1,0 +1,287 @@
+"""Early stopping (issue 34 §1) without a sweep: the rung schedule and the stop rule on hand-made
+values (:mod:`harness.core.rungs`), the ASHA searcher's proposals from hand-made
+:class:`TrialOutcome` objects (:mod:`harness.sweep.asha`), and the trainer's gate through
+:func:`harness.train.loop.run_trial` on a real trial (digits, a small MLP)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pickle
+from pathlib import Path
+
+import pytest
+import yaml
+
+import harness  # noqa: F401  (XLA's pool pinned as in every test process)
+from harness.config.load import load_config
+from harness.core.outcome import TrialOutcome
+from harness.core.rungs import RungBoard, continues, default_min_steps, rule_of, rung_steps, rung_value
+from harness.core.spec import TrialSpec
+from harness.plan.expansion import expand
+from harness.sweep.asha import AshaSearcher
+from harness.sweep.searchers import SweepSearch
+from harness.train.track import eval_points
+
+# -------------------------------------------------------------------------- the rung schedule
+
+
+def test_rung_steps_are_min_steps_times_powers_of_eta_below_the_budget():
+    assert rung_steps(10, 3, 90) == [10, 30]  # 90 is the budget: the top rung, nothing decided
+    assert rung_steps(10, 3, 91) == [10, 30, 90]
+    assert rung_steps(10, 3, 90, bracket=1) == [30]
+    assert rung_steps(10, 3, 90, bracket=2) == []
+    assert rung_steps(1, 2, 20) == [1, 2, 4, 8, 16]
+    assert default_min_steps(300) == 12 and rung_steps(12, 3, 300) == [12, 36, 108]
+    assert default_min_steps(400) == 15  # ceil(400 / 27)
+    assert default_min_steps(10) == 1
+    with pytest.raises(ValueError, match="need min_steps >= 1, eta >= 2"):
+        rung_steps(10, 1, 90)
+
+
+def test_eval_points_include_the_rungs():
+    assert eval_points(90, 30) == [30, 60, 90]
+    assert eval_points(90, 30, [10, 30]) == [10, 30, 60, 90]
+    assert eval_points(90, 30, [10, 90, 200]) == [10, 30, 60, 90]
+
+
+# -------------------------------------------------------------------------- the stop rule
+
+
+def test_continues_keeps_the_top_ceil_n_over_eta_of_the_earlier_peers_and_itself():
+    # n = 1: the first trial always continues
+    assert continues(0.1, 0, {}, 3, "max")
+    # n = 2, top ceil(2/3) = 1: it must beat trial 0
+    assert continues(0.6, 1, {0: 0.5}, 3, "max")
+    assert not continues(0.4, 1, {0: 0.5}, 3, "max")
+    # n = 3, top 1: 0.9 holds it
+    assert not continues(0.5, 2, {0: 0.9, 1: 0.4}, 3, "max")
+    # n = 4, top 2: 0.9 then 0.6 (continues), 0.45 is third (stops)
+    assert continues(0.6, 3, {0: 0.9, 1: 0.4, 2: 0.5}, 3, "max")
+    assert not continues(0.45, 3, {0: 0.9, 1: 0.4, 2: 0.5}, 3, "max")
+    # eta 2, n = 4, top 2
+    assert continues(0.45, 3, {0: 0.9, 1: 0.4, 2: 0.5}, 2, "max") is False
+    assert continues(0.55, 3, {0: 0.9, 1: 0.4, 2: 0.5}, 2, "max") is True
+
+
+def test_continues_ties_go_to_the_earlier_index_and_nan_ranks_last():
+    assert not continues(0.5, 1, {0: 0.5}, 3, "max")  # equal: trial 0 wins
+    assert continues(0.5, 0, {}, 3, "max")
+    assert not continues(math.nan, 1, {0: 0.1}, 3, "max")
+    assert continues(0.1, 1, {0: math.nan}, 3, "max")
+    # peers with a larger index never count (they ran after, in proposal order)
+    assert continues(0.5, 1, {0: 0.1, 2: 0.99, 3: 0.98}, 3, "max")
+
+
+def test_continues_with_mode_min_ranks_the_smaller_loss_first():
+    assert continues(0.2, 1, {0: 0.3}, 3, "min")
+    assert not continues(0.4, 1, {0: 0.3}, 3, "min")
+
+
+def test_rung_value_final_and_best():
+    steps, vals = [0, 10, 30], [0.1, 0.7, 0.6]
+    assert rung_value({"value": "final"}, steps, vals, 30) == 0.6
+    assert rung_value({"value": "best", "mode": "max"}, steps, vals, 30) == 0.7
+    assert rung_value({"value": "best", "mode": "min"}, steps, vals, 30) == 0.1
+    assert math.isnan(rung_value({"value": "final"}, steps, vals, 20))
+
+
+def test_the_board_decides_from_its_groups_and_a_copy_is_not_live():
+    b = RungBoard()
+    for k, v in enumerate([0.5, 0.8, 0.3]):
+        b.add(f"t{k}", "g", k)
+        b.record(f"t{k}", {10: v})
+    b.add("other", "h", 0)
+    b.record("other", {10: 0.99})  # another group: never a peer
+    b.add("t3", "g", 3)
+    rule = {"eta": 3, "mode": "max", "metric": "valid/accuracy"}
+    assert b.decide("t3", rule, 10, 0.6) is None  # n = 4, top 2: 0.8, 0.6
+    why = b.decide("t3", rule, 10, 0.4)
+    assert why == "rung 10: valid/accuracy 0.4 not in the top 2 of 4 (eta 3)"
+    assert b.decide("t3", rule, 30, 0.0) is None  # nobody else reached rung 30: n = 1
+    assert b.decide("unknown", rule, 10, 0.0) is None
+    c = pickle.loads(pickle.dumps(b))
+    assert b.live and not c.live and c.values == b.values and c.groups == b.groups
+
+
+def test_joined_boards_share_their_entries():
+    a, b = RungBoard(), RungBoard()
+    a.add("x", "g", 0)
+    assert a.join(b) is a
+    b.add("y", "g", 1)
+    b.record("y", {10: 1.0})
+    assert a.groups == {"x": ("g", 0), "y": ("g", 1)} and a.values == {"y": {10: 1.0}}
+
+
+# -------------------------------------------------------------------------- the spec
+
+
+def _spec(**kw) -> TrialSpec:
+    base = dict(sweep="s", model="mlp", optimizer="sgd", schedule="constant", dataset="digits", seed=0,
+                steps=90, batch_size=64, eval_every=30, model_hparams={"width": 16, "depth": 1},
+                optimizer_hparams={"step_size": 0.1})
+    return TrialSpec.make(**{**base, **kw})
+
+
+def test_early_stop_is_omitted_at_its_default_and_part_of_the_id_otherwise():
+    plain = _spec()
+    assert "early_stop" not in plain.to_dict()
+    rule = {"method": "asha", "eta": 3, "rungs": [10, 30], "bracket": 0}
+    es = _spec(early_stop=rule)
+    assert es.to_dict()["early_stop"] == {"bracket": 0, "eta": 3, "method": "asha", "rungs": [10, 30]}
+    assert es.trial_id != plain.trial_id
+    assert dataclasses.replace(es, early_stop=()).trial_id == plain.trial_id
+    assert TrialSpec.from_dict(es.to_dict()) == es
+    assert rule_of(es.early_stop)["rungs"] == [10, 30]
+    # never vmapped: two early-stop trials differing only in seed have different batch keys
+    assert es.batch_key() != dataclasses.replace(es, seed=1).batch_key()
+    assert plain.batch_key() == dataclasses.replace(plain, seed=1).batch_key()
+
+
+# -------------------------------------------------------------------------- the searcher
+
+
+def _config(tmp_path: Path, search: dict, seeds=(0,), steps: int = 90, name: str = "asha") -> Path:
+    cfg = {"name": name, "datasets": ["digits"], "seeds": list(seeds), "batch_size": 64,
+           "models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}],
+           "optimizers": [{"name": "sgd", "hparams": {"step_size": {"log_uniform": [0.001, 1.0]}}}],
+           "schedules": ["constant"], "budget": {"steps": steps}, "eval_every": 30,
+           "steps_per_dispatch": 10, "target": {"metric": "valid/accuracy", "value": 0.9},
+           "measure_perf": False, "batching": "off", "search": search}
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def _searcher(tmp_path, search, **kw) -> AshaSearcher:
+    whole = expand(load_config(_config(tmp_path, search, **kw)))
+    ss = SweepSearch(whole, "final")
+    assert ss.adaptive and len(ss.searchers) == 1
+    return ss.searchers[0]
+
+
+def _out(spec: TrialSpec, status: str, step: int | None = None, rungs: dict | None = None) -> TrialOutcome:
+    o = TrialOutcome.of_spec(spec, status)
+    o.stopped_step = step if status == "stopped" else None
+    o.rungs = rungs or {}
+    return o
+
+
+def test_the_searcher_settings_and_first_proposals(tmp_path):
+    s = _searcher(tmp_path, {"method": "asha", "trials": 4, "min_steps": 10, "eta": 3, "audit": 1},
+                  seeds=(0, 1))
+    assert (s.eta, s.min_steps, s.brackets, s.budget) == (3, 10, 1, 4 * 2 * 90)
+    first = s.propose({})
+    # every config pending counts 2 x 90: configurations 0..3, both seeds, seeds fastest
+    assert len(first) == 8 and [t.seed for t in first] == [0, 1] * 4
+    assert [t.trial_id for t in first] == [t.trial_id for t in s.candidates()]
+    rule = rule_of(first[0].early_stop)
+    assert rule == {"method": "asha", "eta": 3, "min_steps": 10, "bracket": 0, "rungs": [10, 30],
+                    "metric": "valid/accuracy", "mode": "max", "value": "final"}
+    # the candidates are the expansion's trials with the rule
+    assert [dataclasses.replace(t, early_stop=()).trial_id for t in first] == \
+        [t.trial_id for t in s.cell.trials]
+    assert s.max_steps() == 720 - 1 + 180 + 90
+    # the board knows each trial's group and index (per seed)
+    g0, k0 = s.board.groups[first[0].trial_id]
+    g1, _ = s.board.groups[first[1].trial_id]
+    assert k0 == 0 and g0.endswith("bracket 0 | seed 0") and g1.endswith("bracket 0 | seed 1")
+
+
+def test_proposals_follow_the_steps_spent(tmp_path):
+    """Budget 4 x 90 = 360 steps: configurations 0..3 spend 10 + 10 + 90 + 30 = 140; 4 and 5 pending
+    count 90 each (320 < 360), 6 makes 410: proposed are 4, 5 and 6, from the sequence beyond the
+    candidates."""
+    s = _searcher(tmp_path, {"method": "asha", "trials": 4, "min_steps": 10, "eta": 3})
+    first = s.propose({})
+    assert len(first) == 4
+    outs = [_out(first[0], "stopped", 10, {10: 0.2}), _out(first[1], "stopped", 10, {10: 0.1}),
+            _out(first[2], "finished", None, {10: 0.5, 30: 0.7}),
+            _out(first[3], "stopped", 30, {10: 0.6, 30: 0.5})]
+    seen = {o.trial_id: o for o in outs}
+    nxt = s.propose(seen)
+    assert [s.board.groups[t.trial_id][1] for t in nxt] == [4, 5, 6]
+    # 4 and 5 stop at 10, 6 finishes: 140 + 20 + 90 = 250 < 360, so 7 (and 8) come next
+    seen |= {nxt[0].trial_id: _out(nxt[0], "stopped", 10), nxt[1].trial_id: _out(nxt[1], "stopped", 10),
+             nxt[2].trial_id: _out(nxt[2], "finished")}
+    assert [s.board.groups[t.trial_id][1] for t in s.propose(seen)] == [7, 8]
+    assert s.describe(seen)["steps_spent"] == 250
+
+
+def test_the_sequence_beyond_the_candidates_is_the_same_sequence(tmp_path):
+    """Point k >= trials is the sampled sequence's point k: the searcher of trials: 4 makes, for
+    configurations 4..7, exactly the candidates of trials: 8 (same ids)."""
+    s4 = _searcher(tmp_path, {"method": "asha", "trials": 4}, name="a4")
+    s8 = _searcher(tmp_path, {"method": "asha", "trials": 8}, name="a4")
+    ids4 = [t.trial_id for k in range(8) for t in s4.trials_of(k)]
+    ids8 = [t.trial_id for k in range(8) for t in s8.trials_of(k)]
+    assert ids4 == ids8
+
+
+def test_audits_come_once_every_trial_ended_first_stopped_in_index_order(tmp_path):
+    s = _searcher(tmp_path, {"method": "asha", "trials": 2, "min_steps": 10, "audit": 2})
+    # budget 180: 0 stops at 10, 1 finishes (100), 2 stops at 30 (130), 3 stops at 10 (140), 4...
+    specs = [s.trials_of(k)[0] for k in range(8)]
+    outs = [_out(specs[0], "stopped", 10, {10: 0.3}), _out(specs[1], "finished", None, {10: 0.5, 30: 0.6}),
+            _out(specs[2], "stopped", 30, {10: 0.6, 30: 0.5}), _out(specs[3], "stopped", 10, {10: 0.1})]
+    seen = {o.trial_id: o for o in outs}
+    assert [s.board.groups[t.trial_id][1] for t in s.propose(seen)] == [4]  # 140 < 180; no audit yet
+    seen[specs[4].trial_id] = _out(specs[4], "finished")  # 230 >= 180: the search is over
+    audits = s.propose(seen)
+    assert [a.trial_id for a in audits] == [dataclasses.replace(specs[k], early_stop=()).trial_id
+                                           for k in (0, 2)]
+    assert all(a.early_stop == () for a in audits)
+    assert s.board.tags[audits[0].trial_id]["harness.audit_of"] == specs[0].trial_id
+    seen[audits[0].trial_id] = _out(audits[0], "finished")
+    d = s.describe(seen)
+    assert d["stopped"] == 3 and d["steps_spent"] == 230 and d["audit_steps"] == 90
+    assert [a["stopped_twin"] for a in d["audits"]] == [specs[0].trial_id, specs[2].trial_id]
+    assert [a["status"] for a in d["audits"]] == ["finished", "pending"]
+    assert d["brackets"][0]["rungs"] == [{"step": 10, "reached": 4, "stopped": 2, "continued": 2},
+                                         {"step": 30, "reached": 2, "stopped": 1, "continued": 1}]
+
+
+def test_hyperband_assigns_brackets_round_robin(tmp_path):
+    s = _searcher(tmp_path, {"method": "hyperband", "trials": 6, "min_steps": 10, "eta": 3})
+    assert s.brackets == 3  # rungs 10, 30 in bracket 0: brackets 0, 1 and 2 (no rung)
+    rules = [rule_of(s.trials_of(k)[0].early_stop) for k in range(6)]
+    assert [r["bracket"] for r in rules] == [0, 1, 2, 0, 1, 2]
+    assert [r["rungs"] for r in rules[:3]] == [[10, 30], [30], []]
+    s2 = _searcher(tmp_path, {"method": "hyperband", "trials": 6, "min_steps": 10, "brackets": 2},
+                   name="hb2")
+    assert [rule_of(s2.trials_of(k)[0].early_stop)["bracket"] for k in range(4)] == [0, 1, 0, 1]
+    sh = _searcher(tmp_path, {"method": "successive_halving", "trials": 3}, name="sh")
+    assert sh.brackets == 1 and sh.min_steps == default_min_steps(90) == 4
+    assert "synchronous" in sh.describe({})["note"]
+
+
+# -------------------------------------------------------------------------- the trainer's gate
+
+
+def test_the_gate_stops_a_real_trial_at_its_rung():
+    from harness.train.loop import run_trial
+
+    rule = {"method": "asha", "eta": 3, "bracket": 0, "rungs": [10, 30], "metric": "valid/accuracy",
+            "mode": "max", "value": "final"}
+    spec = _spec(early_stop=rule, steps_per_dispatch=10)
+    asked = []
+
+    def gate(s, step, value):
+        asked.append((s.trial_id, step, value))
+        return "enough" if step == 30 else None
+
+    res = run_trial(spec, measure_perf=False, gate=gate)
+    c = res.curves
+    assert res.status == "stopped" and res.stopped_step == 30 and res.reason == "enough"
+    assert c.eval_step == [0, 10, 30] and c.train_step[-1] == 30 and len(c.train_loss) == 30
+    assert res.rungs == {10: c.eval_accuracy[1], 30: c.eval_accuracy[2]}
+    assert asked == [(spec.trial_id, 10, c.eval_accuracy[1]), (spec.trial_id, 30, c.eval_accuracy[2])]
+    assert res.test_loss is None and res.test_accuracy is None
+    # without a gate: the same curve up to 30 (same seed), trained to the end, rungs recorded
+    full = run_trial(spec, measure_perf=False)
+    assert full.status == "finished" and full.curves.eval_step == [0, 10, 30, 60, 90]
+    assert full.curves.eval_accuracy[:3] == c.eval_accuracy and full.rungs == res.rungs
+    assert full.test_loss is not None
+    o = TrialOutcome.from_result(res)
+    assert o.status == "stopped" and o.stopped_step == 30 and o.rungs == res.rungs
+    assert o.reason == "stopped at step 30: enough"
