@@ -228,7 +228,8 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                            boundary=boundary_warnings(outcomes, specs, cfg.selection.by),
                            select_by=cfg.selection.by, time_clock=cfg.time,
                            budget=clock.budget, budget_wall_s=clock.wall_s,
-                           trial_ids=[s.trial_id for s in specs])
+                           trial_ids=[s.trial_id for s in specs],
+                           search=rounds.describe() if rounds is not None else [])
     if not opts.quiet:
         print_summary(console, summary)
     return summary

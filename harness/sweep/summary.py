@@ -72,6 +72,8 @@ class SweepSummary:
     #: Every trial this invocation was given, in the config's order (with ``only``, that part):
     #: done, to do and, in a dry run, planned.
     trial_ids: list[str] = field(default_factory=list)
+    #: An adaptive sweep's searches, each cell's ``describe`` (``search.json``; issue 34).
+    search: list[dict[str, Any]] = field(default_factory=list)
 
     def budget_line(self, width: int = 80) -> str:
         """``"time 41.8 s: compile 37%, train 11%, ..."`` (at most ``width`` characters; "" without
@@ -454,6 +456,10 @@ def print_summary(console, summary: SweepSummary) -> None:
         console.print(line, soft_wrap=True)
     for line in summary.boundary:
         console.print(f"[yellow]search range[/]: {escape(line)}", soft_wrap=True)
+    for d in summary.search:  # a coordinate descent's certificate, one line per optimizer and task
+        if cert := d.get("certificate"):
+            console.print(f"coordinate descent: {escape(d['optimizer'])} ({escape(d['task'])}): "
+                          f"{escape(cert['words'])}", soft_wrap=True)
     if hint := summary.spool_hint(py):
         console.print(hint, soft_wrap=True)
     uri_opt = summary.uri_option()
