@@ -1,0 +1,208 @@
+"""Early stopping end to end (issue 34 §1): real ASHA sweeps (digits, a small MLP, 60 steps, rungs
+at 10 and 30, SQLite), and what MLflow stored.
+
+- some trials are stopped: their runs are FINISHED with tag ``status=stopped``, the stop step and
+  reason, their rung values, and curves that end at the stop; every decision the store shows is
+  the stop rule recomputed from the stored rung values (peers of smaller index, same group);
+- the audit trial (a stopped configuration trained to the end, the plain trial id) is there;
+- the summary and ``status`` count stopped trials apart; a re-run trains nothing;
+- a sweep SIGKILLed twice mid-run (a real ``python`` subprocess, trials in training, a checkpoint
+  every 20 steps) and run again ends with the same trials, statuses and stop steps as an
+  uninterrupted sweep, each trial FINISHED once, and no trial stopped before a kill ever run again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+import harness  # noqa: F401  (XLA's pool pinned as in every test process)
+from harness.core.rungs import continues
+
+RUNGS = (10, 30)
+
+
+def _config(tmp_path: Path, name: str = "asha_e2e", **search) -> Path:
+    cfg = {"name": name, "datasets": ["digits"], "seeds": [0], "batch_size": 64,
+           "models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}],
+           "optimizers": [{"name": "sgd", "hparams": {"step_size": {"log_uniform": [0.001, 1.0]}}}],
+           "schedules": ["constant"], "budget": {"steps": 60}, "eval_every": 30, "steps_per_dispatch": 10,
+           "target": {"metric": "valid/accuracy", "value": 0.9}, "measure_perf": False,
+           "batching": "off", "checkpoint_every": 20, "selection": {"by": "final"},
+           "search": {"method": "asha", "trials": 4, "seed": 0, "min_steps": 10, "eta": 3, "audit": 1,
+                      **search}}
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def _runs(db: Path) -> list[dict]:
+    """Every trial run: id, status, start time and its tags (read-only sqlite3)."""
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute("select r.run_uuid, r.status, r.start_time from runs r join tags t on "
+                           "t.run_uuid = r.run_uuid and t.key = 'harness.kind' and t.value = 'trial' "
+                           "order by r.start_time").fetchall()
+        out = []
+        for rid, status, start in rows:
+            tags = dict(con.execute("select key, value from tags where run_uuid = ?", (rid,)).fetchall())
+            out.append({"run_id": rid, "status": status, "start": start, "tags": tags})
+        return out
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        con.close()
+
+
+def _finished(db: Path) -> list[dict]:
+    return [r for r in _runs(db) if r["status"] == "FINISHED"]
+
+
+def _decisions(db: Path) -> dict[str, tuple[str, str | None]]:
+    """trial id -> (status tag, stop step tag) of the FINISHED trial runs."""
+    return {r["tags"]["harness.trial_id"]: (r["tags"]["status"], r["tags"].get("harness.stopped_at_step"))
+            for r in _finished(db)}
+
+
+def _check_rule(finished: list[dict]) -> int:
+    """Every stored decision is the stop rule on the stored rung values; returns the decisions seen."""
+    groups: dict[str, dict[int, dict]] = {}
+    for r in finished:
+        t = r["tags"]
+        if "harness.rung_group" in t:
+            groups.setdefault(t["harness.rung_group"], {})[int(t["harness.search_index"])] = t
+    n = 0
+    for members in groups.values():
+        vals = {k: {int(s): v for s, v in json.loads(t["harness.rungs"]).items()} for k, t in members.items()}
+        for k, t in members.items():
+            stop = t.get("harness.stopped_at_step")
+            for r in sorted(vals[k]):
+                peers = {j: v[r] for j, v in vals.items() if j < k and r in v}
+                assert continues(vals[k][r], k, peers, 3, "max") == (str(r) != stop), (k, r, t)
+                n += 1
+            if stop is not None:
+                assert max(vals[k]) == int(stop)  # no rung after the stop
+    return n
+
+
+def test_a_real_asha_sweep_stops_trials_and_mlflow_keeps_them(tmp_path, monkeypatch):
+    import mlflow
+
+    from harness.sweep.run import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "m.db"
+    uri = f"sqlite:///{db}"
+    s = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
+    c = s.counts()
+    assert c["stopped"] >= 2 and c["finished"] >= 2 and c["failed"] == 0
+    assert f"{c['stopped']} stopped early" in s.headline()
+    fin = _finished(db)
+    assert len(fin) == len(_runs(db)) == len(s.outcomes)  # every run FINISHED, one per trial
+    client = mlflow.MlflowClient(uri)
+    stopped = [r for r in fin if r["tags"]["status"] == "stopped"]
+    assert len(stopped) == c["stopped"]
+    for r in stopped:
+        t, step = r["tags"], int(r["tags"]["harness.stopped_at_step"])
+        assert step in RUNGS
+        assert t["harness.stop_reason"].startswith(f"rung {step}: valid/accuracy ")
+        assert sorted(int(k) for k in json.loads(t["harness.rungs"])) == [x for x in RUNGS if x <= step]
+        hist = client.get_metric_history(r["run_id"], "valid/accuracy")
+        assert [m.step for m in hist] == [0, 10, 30][:RUNGS.index(step) + 2]  # the curve ends there
+        assert json.loads(t["harness.rungs"])[str(step)] == hist[-1].value
+        assert max(m.step for m in client.get_metric_history(r["run_id"], "train/loss")) == step
+        assert client.get_metric_history(r["run_id"], "test/accuracy") == []  # no test at a stop
+    assert _check_rule(fin) >= len(fin)
+    # the audit: the first stopped trial (in index order) trained to the end under its plain id
+    audit = [r for r in fin if "harness.audit_of" in r["tags"]]
+    assert len(audit) == 1 and audit[0]["tags"]["status"] == "finished"
+    twin = next(r for r in fin if r["tags"]["harness.trial_id"] == audit[0]["tags"]["harness.audit_of"])
+    assert twin["tags"]["status"] == "stopped"
+    first_stopped = min(stopped, key=lambda r: int(r["tags"]["harness.search_index"]))
+    assert twin is first_stopped
+    assert [m.step for m in client.get_metric_history(audit[0]["run_id"], "valid/accuracy")] == [0, 30, 60]
+    # search.json: the steps the ASHA trials spent reached the budget (4 x 60) within one trial
+    exp = client.get_experiment_by_name("asha_e2e")
+    parent = client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'")[0]
+    d = json.loads(Path(client.download_artifacts(parent.info.run_id, "search.json", str(tmp_path)))
+                   .read_text())[0]
+    spent = sum(int(r["tags"].get("harness.stopped_at_step") or 60) for r in fin
+                if "harness.rung_group" in r["tags"])
+    assert d["steps_spent"] == spent and 240 <= spent < 300 and d["audit_steps"] == 60
+    assert d["stopped"] == c["stopped"] and len(d["audits"]) == 1
+    assert sum(r["stopped"] for r in d["brackets"][0]["rungs"]) == c["stopped"]
+    # status counts them apart
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    out = CliRunner().invoke(app, ["status", "--tracking-uri", uri], terminal_width=250)
+    assert out.exit_code == 0, out.output
+    # one sweep: its fields one a line ("stopped (early): 3"), as a narrow terminal shows them
+    cells = dict(line.strip().split(": ", 1) for line in out.output.splitlines()[2:] if ": " in line)
+    assert cells["stopped (early)"] == str(c["stopped"]) and cells["finished"] == str(c["finished"])
+    assert cells["pending"] == "0" and cells["trials"] == str(len(fin))
+    # a re-run trains nothing
+    again = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
+    assert all(o.skipped for o in again.outcomes) and len(_runs(db)) == len(fin)
+    assert again.counts()["stopped"] == c["stopped"]
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
+    """Uninterrupted in one store; in another, SIGKILLed after 2 and after 5 FINISHED trials (a
+    trial training at each kill: 0.15 s per 10-step chunk), then run to the end: the same trials,
+    statuses and stop steps; each trial FINISHED once; a trial stopped before a kill has no other run."""
+    (tmp_path / "go.py").write_text(textwrap.dedent('''
+        import sys
+        from harness.sweep.run import run_sweep
+        run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
+    '''))
+    cfg = _config(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.15"}
+
+    def go(db: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
+                                cwd=tmp_path, env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    ref_db, db = tmp_path / "ref.db", tmp_path / "k.db"
+    ref = go(ref_db)
+    assert ref.wait(timeout=600) == 0, ref.stderr.read()
+    stopped_before: set[str] = set()
+    for n in (2, 5):
+        proc = go(db)
+        try:
+            t0 = time.time()
+            while len(_finished(db)) < n and time.time() - t0 < 300:
+                assert proc.poll() is None, proc.stderr.read()
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert len(_finished(db)) < len(_finished(ref_db))  # killed before the end
+        stopped_before |= {t for t, (st, _) in _decisions(db).items() if st == "stopped"}
+    again = go(db)
+    assert again.wait(timeout=600) == 0, again.stderr.read()
+    assert _decisions(db) == _decisions(ref_db)
+    assert any(st == "stopped" for st, _ in _decisions(db).values())
+    per_trial = Counter(r["tags"]["harness.trial_id"] for r in _finished(db))
+    assert set(per_trial.values()) == {1}  # nothing FINISHED twice
+    every = Counter(r["tags"]["harness.trial_id"] for r in _runs(db))
+    assert stopped_before and all(every[t] == 1 for t in stopped_before)  # never run again
+    assert _check_rule(_finished(db)) > 0
