@@ -159,6 +159,44 @@ def test_a_real_asha_sweep_stops_trials_and_mlflow_keeps_them(tmp_path, monkeypa
     again = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
     assert all(o.skipped for o in again.outcomes) and len(_runs(db)) == len(fin)
     assert again.counts()["stopped"] == c["stopped"]
+    _check_a_worker_gate_reads_the_store(tmp_path, uri, fin)
+
+
+def _check_a_worker_gate_reads_the_store(tmp_path: Path, uri: str, fin: list[dict]) -> None:
+    """A worker's gate (``--jobs N``: a copy of the board without any rung value) reads its peers'
+    values from the store: on the finished sweep it takes every decision the sweep took."""
+    import dataclasses
+    import pickle
+
+    import mlflow
+
+    from harness.config.load import load_config
+    from harness.core.context import RunContext
+    from harness.execute.rung_gate import gate_for
+    from harness.plan.expansion import expand
+    from harness.sweep.searchers import SweepSearch
+
+    search = SweepSearch(expand(load_config(_config(tmp_path))), "final")
+    asha = search.searchers[0]
+    by_index = {int(r["tags"]["harness.search_index"]): r["tags"] for r in fin
+                if "harness.rung_group" in r["tags"]}
+    specs = {k: asha.trials_of(k)[0] for k in by_index}  # registers every trial on the board
+    copy = pickle.loads(pickle.dumps(asha.board))
+    copy.values.clear()
+    assert not copy.live
+    exp = mlflow.MlflowClient(uri).get_experiment_by_name("asha_e2e")
+    ctx = dataclasses.replace(RunContext(uri, exp.experiment_id, "", "", "asha_e2e"), rung_board=copy)
+    gate = gate_for(ctx)
+    n = 0
+    for k, t in sorted(by_index.items()):
+        assert specs[k].trial_id == t["harness.trial_id"]
+        for r, v in sorted((int(a), b) for a, b in json.loads(t["harness.rungs"]).items()):
+            why = gate(specs[k], r, v)
+            assert (why is not None) == (t.get("harness.stopped_at_step") == str(r))
+            if why is not None:
+                assert why == t["harness.stop_reason"]
+            n += 1
+    assert n >= len(by_index)
 
 
 @pytest.mark.slow

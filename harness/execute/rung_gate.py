@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable
 
 from harness.core.context import RunContext
-from harness.core.names import TAG_RUNGS, TAG_TRIAL_ID
+from harness.core.names import TAG_RUNG_GROUP, TAG_RUNGS, TAG_TRIAL_ID
 from harness.core.rungs import RungBoard, rule_of
 from harness.core.spec import TrialSpec
 
@@ -32,21 +32,26 @@ __all__ = ["gate_for", "read_peers"]
 
 def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
     """Merge into ``board`` the rung values the store holds for ``trial_id``'s peers of smaller
-    index (FINISHED runs' ``harness.rungs`` tags). A store that fails is ignored (the board's
-    values stand)."""
+    index (FINISHED runs' ``harness.rungs`` tags, found by their ``harness.rung_group``). A store
+    that fails is ignored (the board's values stand)."""
     from harness.tracking.client import client_for, search_all
 
     missing = [t for t in board.peers(trial_id) if t not in board.values]
     if not missing:
         return
+    group = board.groups[trial_id][0]
+    # one query for the group (MLflow's filter has no IN for tags); one per trial where the group's
+    # name cannot be quoted
+    filters = [f"tags.`{TAG_RUNG_GROUP}` = '{group}'"] if "'" not in group else \
+        [f"tags.`{TAG_TRIAL_ID}` = '{t}'" for t in missing]
     with contextlib.suppress(Exception):
         client = client_for(ctx.tracking_uri)
-        for i in range(0, len(missing), 50):
-            ids = ", ".join(f"'{t}'" for t in missing[i:i + 50])
-            for r in search_all(client, ctx.experiment_id, f"tags.`{TAG_TRIAL_ID}` IN ({ids})"):
-                tag = r.data.tags.get(TAG_RUNGS)
-                if r.info.status == "FINISHED" and tag:
-                    board.record(r.data.tags[TAG_TRIAL_ID], {int(k): v for k, v in json.loads(tag).items()})
+        want = set(missing)
+        for f in filters:
+            for r in search_all(client, ctx.experiment_id, f):
+                tid, tag = r.data.tags.get(TAG_TRIAL_ID), r.data.tags.get(TAG_RUNGS)
+                if tid in want and r.info.status == "FINISHED" and tag:
+                    board.record(tid, {int(k): v for k, v in json.loads(tag).items()})
 
 
 def gate_for(ctx: RunContext) -> Callable[[TrialSpec, int, float], str | None] | None:

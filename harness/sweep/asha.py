@@ -50,7 +50,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config.search import unit_points
-from harness.core.names import TAG_AUDIT_OF, TAG_BRACKET, TAG_RUNG_GROUP, TAG_SEARCH, TAG_SEARCH_INDEX
+from harness.core.boundary import RANGE_KINDS, SearchRange, space_tag
+from harness.core.names import (
+    TAG_AUDIT_OF,
+    TAG_BRACKET,
+    TAG_RUNG_GROUP,
+    TAG_SEARCH,
+    TAG_SEARCH_INDEX,
+    TAG_SEARCH_SPACE,
+)
 from harness.core.outcome import TrialOutcome
 from harness.core.rungs import DEFAULT_ETA, RungBoard, default_min_steps, rung_steps
 from harness.core.selection import DEFAULT_SELECT_BY
@@ -109,6 +117,8 @@ class AshaSearcher(Searcher):
         self.extends = bool(cell.dims) and len(self._configs) == (srch.trials or 0) and all(
             len(c) == len(self.seeds) for c in self._configs)
         self._points: Any = None
+        ranges = [SearchRange(key, d.kind, d.lo, d.hi) for key, d in cell.dims if d.kind in RANGE_KINDS]
+        self._space = {TAG_SEARCH_SPACE: space_tag(ranges)} if ranges else {}  # boundary warnings
 
     # -- the configurations --------------------------------------------------------------------
 
@@ -147,7 +157,8 @@ class AshaSearcher(Searcher):
             s = dataclasses.replace(plain[seed], early_stop=self.rule(b))
             group = f"{self.cell.key} | bracket {b} | seed {seed}"
             self.board.add(s.trial_id, group, k, {TAG_SEARCH: self.method, TAG_SEARCH_INDEX: str(k),
-                                                  TAG_BRACKET: str(b), TAG_RUNG_GROUP: group})
+                                                  TAG_BRACKET: str(b), TAG_RUNG_GROUP: group,
+                                                  **self._space})
             out.append(s)
         return out
 
@@ -183,7 +194,8 @@ class AshaSearcher(Searcher):
         for s in stopped:
             a = dataclasses.replace(s, early_stop=())
             self.board.tags[a.trial_id] = {TAG_SEARCH: self.method, TAG_AUDIT_OF: s.trial_id,
-                                           TAG_SEARCH_INDEX: self.board.tags[s.trial_id][TAG_SEARCH_INDEX]}
+                                           TAG_SEARCH_INDEX: self.board.tags[s.trial_id][TAG_SEARCH_INDEX],
+                                           **self._space}
             out.append((s, a))
         return out
 
