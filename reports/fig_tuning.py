@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from reports import protocol
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
@@ -112,5 +112,46 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
                      label="test of the selected")]
     if banded:
         extra.append(Patch(facecolor=NEUTRAL, alpha=BAND_ALPHA * 2, lw=0, label="95% band (validation)"))
+    legend(fig, keys, extra, marks=marks)
+    return fig
+
+
+def compute_figure(frame: pd.DataFrame) -> Figure | None:
+    """The best validation metric against training steps spent on tuning, per task and optimizer
+    (:func:`reports.compute_curves.compute_curves`): an adaptive search's own path as a step line
+    (solid), a fixed plan's expectation (dashed); each line labelled ``optimizer (method)``; steps on
+    a log axis."""
+    from reports.compute_curves import compute_curves
+
+    cc = compute_curves(frame)
+    if cc.empty:
+        return None
+    pal, marks, labels = palette(frame), markers(frame), task_labels(frame)
+    tasks = sorted(cc["task"].unique())
+    nrows, ncols = grid_shape(len(tasks))
+    fig, axes = new_figure(nrows, ncols, 3.2 * nrows + 0.9)
+    mixed = objectives_differ(frame)
+    for i, task in enumerate(tasks):
+        ax = axes[i // ncols, i % ncols]
+        here = cc[cc["task"] == task]
+        for (opt, method), g in here.groupby(["optimizer", "method"], sort=True):
+            c = pal.get(opt, NEUTRAL)
+            path = g["kind"].iloc[0] == "path"
+            ax.step(g["steps"], g["valid"], where="post", color=c, lw=2, ls="-" if path else "--",
+                    marker=marks.get(opt, "o"), ms=4, label=f"{opt} ({method})")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: ""))
+        ax.set_title(labels.get(task, task))
+        ax.set_xlabel("training steps spent on tuning")
+        name = METRIC_LABELS.get(here["metric"].iloc[0], here["metric"].iloc[0]).replace(
+            "final validation ", "")
+        if i % ncols == 0 or mixed:
+            ax.set_ylabel(f"best {name}\nso far (validation)")
+        ax.legend(fontsize=7, loc="best")
+    hide_unused(axes, len(tasks))
+    extra = [Line2D([], [], color=NEUTRAL, lw=2, label="adaptive search: its path"),
+             Line2D([], [], color=NEUTRAL, lw=2, ls="--", label="fixed plan: expected best")]
+    keys = {o: c for o, c in pal.items() if o in set(cc["optimizer"])}
     legend(fig, keys, extra, marks=marks)
     return fig

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from reports import interactive, protocol
 from reports.clock import clock_note
+from reports.compute_curves import compute_curves
 from reports.fig_budget import budget_figure, time_budget
 from reports.fig_convergence import (
     TIME_GRID_POINTS,
@@ -32,7 +33,7 @@ from reports.fig_convergence import (
 from reports.fig_sensitivity import sensitivity_data, sensitivity_figure, single_step_sizes
 from reports.fig_throughput import suspect_caption, throughput, throughput_figure
 from reports.fig_time import time_to_target, time_to_target_figure, tuned_time_figure
-from reports.fig_tuning import BAND_MAX_OPTIMIZERS, profile_figure, tuning_figure
+from reports.fig_tuning import BAND_MAX_OPTIMIZERS, compute_figure, profile_figure, tuning_figure
 from reports.leaderboard import format_interval, interval_words, leaderboard
 from reports.objectives import METRIC_LABELS
 from reports.protocol import SOLVED_FRACTION
@@ -77,7 +78,8 @@ __all__ = [
 class FigureSpec:
     """One figure of the report.
 
-    ``build(frame)`` returns the ``Figure``, ``None`` (no data: the report shows ``empty``) or a
+    ``build(frame)`` returns the ``Figure``, ``None`` (no data: the report shows ``empty``, or leaves
+    an ``optional`` figure out) or a
     sentence (``str``) the report shows instead of a figure that would say nothing. ``data(frame)``
     is the table the figure is drawn from (the report's per-figure CSV download); ``interactive``
     (optional) returns a Vega-Lite spec (``dict``) of the same view for the report's interactive
@@ -91,6 +93,9 @@ class FigureSpec:
     empty: str  # shown instead when ``build`` returns None
     data: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     interactive: Callable[[pd.DataFrame], dict | None] | None = None
+    #: a figure only some sweeps have (a ladder's scaling): without data it is left out of the page
+    #: instead of saying ``empty``
+    optional: bool = False
 
 
 def rule_words(frame: pd.DataFrame) -> str:
@@ -169,6 +174,21 @@ FIGURES: tuple[FigureSpec, ...] = (
         lambda f: interactive.tuning_curves_spec(f),
     ),
     FigureSpec(
+        "tuning_compute",
+        "Tuning against compute",
+        "The best validation metric against the training steps spent on tuning, per optimizer and "
+        "task, so that tuning methods share one axis (issue 34): an adaptive search (asha, "
+        "coordinate_descent, optuna, ...) as its own path, its trials in the order they ended, a "
+        "stopped or diverged trial counting the steps it ran, the best configuration updated as each "
+        "configuration's seeds have all ended (solid); a fixed plan (grid, random, quasirandom) as "
+        "the tuning curve's expected best after k configurations placed at k × the steps one "
+        "configuration costs (dashed). A configuration's value is the mean over its seeds, a seed "
+        "that did not finish counted as the task's worst value.",
+        compute_figure,
+        "No finished configuration.",
+        compute_curves,
+    ),
+    FigureSpec(
         "tuned_time_to_result",
         "Tuned time-to-result",
         lambda f: "Per task, each optimizer's tuned time to the validation target over the N "
@@ -223,6 +243,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         scaling_figure,
         "The sweep has no model-size ladder (a config's ladder: section, issue 38).",
         scaling_table,
+        optional=True,
     ),
 )
 

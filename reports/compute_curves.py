@@ -1,0 +1,102 @@
+"""Tuning against compute (issue 34 §4): the best validation metric against the training steps
+spent on tuning, so that random search, early stopping and coordinate descent share one axis.
+
+Per (task, optimizer), by how its configurations were proposed (the ``search`` column, the tag
+``harness.search``):
+
+- a **fixed plan** (``grid``, ``random``, ``quasirandom``): every configuration trains to its budget,
+  so the order is arbitrary; the curve is the tuning curve's expected best after k configurations
+  (:func:`reports.protocol.tuning_curves`, Dodge et al. 2019) placed at k × the mean steps one
+  configuration costs (its seeds' steps summed);
+- an **adaptive search** (``asha``, ``successive_halving``, ``hyperband``, ``coordinate_descent``,
+  ``optuna``): the order is the search's, so the curve is its actual path: trials in the order they
+  ended, the steps they trained added up (a stopped or diverged trial counts the steps it ran), and
+  after each configuration whose every seed has ended, the best configuration value so far
+  (:func:`reports.protocol.config_values`: the mean over seeds, a seed that did not finish counted as
+  the task's worst value, so a stopped configuration never raises the curve).
+
+A trial's steps are its curve's last step (the budget ``train_steps`` where it logged no curve).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from reports import protocol
+from reports.frame import curves, summaries
+
+#: The search methods whose order is their own (a path, not an expectation).
+ADAPTIVE = ("asha", "successive_halving", "hyperband", "coordinate_descent", "optuna")
+COLUMNS = ["task", "optimizer", "method", "kind", "steps", "valid", "metric", "mode"]
+
+
+def trial_steps(frame: pd.DataFrame) -> pd.Series:
+    """``trial_id`` -> training steps it ran: its curve's last step, else its budget."""
+    s = summaries(frame)
+    budget = pd.Series(pd.to_numeric(s["train_steps"], errors="coerce").astype("float64").to_numpy(),
+                       index=s["trial_id"])
+    c = curves(frame)
+    ran = (pd.to_numeric(c.groupby("trial_id")["step"].max(), errors="coerce").astype("float64")
+           if len(c) else pd.Series(dtype="float64"))
+    out = budget.copy()
+    out.loc[ran.index.intersection(out.index)] = ran
+    return out.fillna(0.0)
+
+
+def compute_curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per point of each (task, optimizer)'s curve (module docstring).
+
+    Returns columns ``task, optimizer, method, kind, steps, valid, metric, mode``: ``kind`` is
+    ``"expected"`` (a fixed plan's expectation) or ``"path"`` (an adaptive search's own order);
+    ``steps`` the training steps spent on the optimizer's tuning on that task so far; ``valid`` the
+    best (expected best) configuration's validation value; ``metric`` what it is and ``mode`` its
+    direction (``max`` or ``min``).
+    """
+    s = summaries(frame)
+    if s.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    steps = trial_steps(frame)
+    cv = protocol.config_values(frame)
+    tc = protocol.tuning_curves(frame)
+    parts = []
+    for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
+        methods = sorted(set(g["search"].dropna())) if "search" in g else ["grid"]
+        method = ",".join(methods) or "grid"
+        mine = cv[(cv["task"] == task) & (cv["optimizer"] == opt)]
+        if mine.empty:
+            continue
+        mode, metric = mine["mode"].iloc[0], mine["metric"].iloc[0]
+        if any(m in ADAPTIVE for m in methods):
+            parts.append(_path(g, mine, steps, task, opt, method, metric, mode))
+            continue
+        t = tc[(tc["task"] == task) & (tc["optimizer"] == opt) & ~tc["self_tuning"]]
+        if t.empty:
+            continue
+        per_config = g.groupby("config_id")["trial_id"].apply(lambda ids: steps.reindex(ids).sum()).mean()
+        parts.append(pd.DataFrame({"task": task, "optimizer": opt, "method": method, "kind": "expected",
+                                   "steps": t["k"].to_numpy() * float(per_config),
+                                   "valid": t["valid"].to_numpy(), "metric": metric, "mode": mode}))
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True)[COLUMNS] if parts else pd.DataFrame(columns=COLUMNS)
+
+
+def _path(g: pd.DataFrame, mine: pd.DataFrame, steps: pd.Series, task: str, opt: str, method: str,
+          metric: str, mode: str) -> pd.DataFrame:
+    """An adaptive search's own curve: trials by end time, steps added up, the best configuration
+    value after each configuration whose seeds have all ended."""
+    order = g.sort_values(["end_time", "trial_id"], kind="stable")
+    value = dict(zip(mine["config_id"], mine["valid"], strict=True))
+    left = order.groupby("config_id")["trial_id"].count().to_dict()
+    spent, best, rows = 0.0, np.nan, []
+    for r in order.itertuples():
+        spent += float(steps.get(r.trial_id, 0.0))
+        left[r.config_id] -= 1
+        if left[r.config_id] == 0:
+            v = value.get(r.config_id, np.nan)
+            if np.isfinite(v) and (not np.isfinite(best) or (v > best if mode == "max" else v < best)):
+                best = v
+        if np.isfinite(best):
+            rows.append({"task": task, "optimizer": opt, "method": method, "kind": "path",
+                         "steps": spent, "valid": best, "metric": metric, "mode": mode})
+    return pd.DataFrame(rows, columns=COLUMNS)
