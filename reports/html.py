@@ -93,6 +93,8 @@ def figure_items(frame: pd.DataFrame, stem: str) -> list[dict[str, Any]]:
             "ylog": False,
         }
         result = spec.build(frame)
+        if result is None and spec.optional:  # e.g. a ladder's scaling, on a sweep without one
+            continue
         if isinstance(result, str):
             item["message"] = result
         elif result is not None:
