@@ -187,6 +187,25 @@ def test_a_loss_target_is_minimized_and_an_accuracy_target_maximized():
         assert best["value"] == want and best["k"] == vals.index(want)
 
 
+@pytest.mark.parametrize("sampler", ["tpe", "cmaes"])
+def test_loss_down_and_accuracy_up_are_the_same_search(sampler):
+    """With one seed and the step size alone, the bowl's loss is a decreasing function of its
+    accuracy (``loss = (0.95 - acc) / 0.05 + 0.1``); TPE and CMA-ES use only the ranks of the told
+    values, so minimizing the loss and maximizing the accuracy propose the same points; maximizing
+    the loss proposes others."""
+    kw = dict(sampler=sampler, trials=20, seeds=(0,), dims=(LR,))
+    by_loss = OptunaSearcher(_cell(target=Target("valid/loss", 0.2, "min"), **kw), "final")
+    by_acc = OptunaSearcher(_cell(target=Target("valid/accuracy", 0.9, "max"), **kw), "final")
+    _, seen_loss = _run(by_loss)
+    _, seen_acc = _run(by_acc)
+    points = _points(by_acc, seen_acc)  # (trial ids differ: the target is part of a trial)
+    assert _points(by_loss, seen_loss) == points and len(points) == 20
+    wrong = OptunaSearcher(_cell(target=Target("valid/loss", 0.2, "min"), **kw), "final")
+    wrong.direction = "maximize"  # the loss told the wrong way: another search
+    _, seen_wrong = _run(wrong)
+    assert _points(wrong, seen_wrong) != points
+
+
 def test_a_diverged_configuration_is_told_as_failed():
     se = OptunaSearcher(_cell(trials=3))
     first = se.propose({})
