@@ -167,3 +167,24 @@ def test_loss_panel_label_fits_its_panel():
     for ax in fig.axes:
         assert ax.yaxis.label.get_window_extent(r).height <= ax.get_window_extent(r).height, \
             ax.yaxis.label.get_text()
+
+
+def test_n_axes_label_more_than_the_decade_a_ladder_spans():
+    """Sizes 1e4 to 1.6e5 span about one decade: the N axes showed one labelled tick ("10^4"); now
+    1, 2 and 5 of each decade inside a narrow axis are labelled as counts (10k, 20k, 50k, 100k),
+    decades on a wide one (no labels overlap: test_speedups_fit_and_extrapolation's layout check)."""
+    from reports.scaling_report import count_text
+
+    assert [count_text(x) for x in (800, 4000, 20000, 4352, 1.2e6, 3e9)] == \
+        ["800", "4k", "20k", "4.35k", "1.2M", "3B"]
+    fig = scaling_figure(frame())
+    fig.canvas.draw()
+    shown = []
+    for ax in fig.axes:
+        lo, hi = ax.get_xlim()
+        shown.append([t.get_text() for t in ax.get_xticklabels()
+                      if t.get_text() and lo <= t.get_position()[0] <= hi])
+    assert all(len(s) >= 3 for s in shown), shown  # every N axis: at least 3 labelled sizes
+    # the speed-up panel runs to the extrapolation (10M): decades; the measured panels 1, 2, 5
+    assert shown[0] == ["10k", "100k", "1M", "10M"]
+    assert any({"10k", "20k", "50k", "100k"} <= set(s) for s in shown[1:]), shown
