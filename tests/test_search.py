@@ -138,10 +138,11 @@ def test_bad_search_and_placement_messages(write_sweep):
     assert _errors(write_sweep, optimizers=_adam({"step_size": 0.1}, search={"trials": 0})) == [
         "F: optimizers[0].search.trials: must be >= 1, got 0"]
     assert _errors(write_sweep, search={"method": "quasirandm", "trials": 3}) == [
-        "F: search.method: unknown method 'quasirandm'; valid: quasirandom, random, grid "
-        "(did you mean 'quasirandom'?)"]
+        "F: search.method: unknown method 'quasirandm'; valid: quasirandom, random, grid, asha, "
+        "successive_halving, hyperband, coordinate_descent, optuna (did you mean 'quasirandom'?)"]
     assert _errors(write_sweep, search={"method": "sobol", "trials": 3}) == [
-        "F: search.method: unknown method 'sobol'; valid: quasirandom, random, grid"]
+        "F: search.method: unknown method 'sobol'; valid: quasirandom, random, grid, asha, "
+        "successive_halving, hyperband, coordinate_descent, optuna"]
     assert _errors(write_sweep, search={"method": "grid", "trials": 3}) == [
         "F: search.trials: method grid has no trials (its grid points are the budget); remove trials, "
         "or use method quasirandom or random"]
@@ -429,3 +430,22 @@ def test_summary_warns_when_the_selected_step_size_is_at_the_top_of_its_range(
 
     html = make_report(summary.name, summary.sweep_id, str(tmp_path / "r.html"), tracking_uri=tracking_uri)
     assert f"<li>{want}</li>" in html.read_text()
+
+
+def test_adaptive_options_fit_their_method(write_sweep, monkeypatch):
+    """An adaptive method's option beside another method, a sampler its method does not take, and
+    Optuna's gp without torch are config errors with their key paths (issue 34)."""
+    import importlib.util
+
+    assert _errors(write_sweep, search={"method": "coordinate_descent", "eta": 3}) == [
+        "F: search: eta applies to method asha or successive_halving or hyperband, not coordinate_descent"]
+    assert _errors(write_sweep, search={"method": "optuna", "sampler": "quasirandom", "trials": 3}) == [
+        "F: search: sampler quasirandom does not apply to method optuna; valid: tpe, cmaes, gp, random"]
+    assert _errors(write_sweep, search={"method": "asha", "eta": 1, "trials": 3}) == [
+        "F: search.eta: must be an integer >= 2 (the reduction factor: 1 in eta trials goes on at each "
+        "rung), got 1"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a))
+    assert _errors(write_sweep, search={"method": "optuna", "sampler": "gp", "trials": 3}) == [
+        "F: search.sampler: gp (Optuna's GPSampler) needs torch, which is not installed: pip install "
+        "torch (the CPU build is enough), or choose sampler tpe, cmaes or random"]

@@ -3,11 +3,12 @@
 :class:`SweepConfig` is a whole config (the YAML schema is in :mod:`harness.config.load`'s
 docstring, ``experiments/quickstart.yaml`` a complete example); :class:`Component` one entry of a
 component axis, :class:`SubGrid` an ``include`` entry, :class:`WorkloadEntry` a ``workloads`` entry,
-:class:`SearchCfg`, :class:`TargetCfg`, :class:`Budget`, :class:`DivergenceCfg` and
-:class:`ParallelismCfg` its sections. Integers are never booleans and an integral float counts as an
-integer (:mod:`harness.config.fields`); ranges come from :mod:`harness.config.limits`. A validator
-raises ``PydanticCustomError`` whose type names the rule; :func:`harness.config.errors.format_pydantic`
-rewords them. Names are checked against the registries later (:mod:`harness.config.validate`).
+:class:`~harness.config.search_schema.SearchCfg`, :class:`TargetCfg`, :class:`Budget`,
+:class:`DivergenceCfg` and :class:`ParallelismCfg` its sections. Integers are never booleans and an
+integral float counts as an integer (:mod:`harness.config.fields`); ranges come from
+:mod:`harness.config.limits`. A validator raises ``PydanticCustomError`` whose type names the rule;
+:func:`harness.config.errors.format_pydantic` rewords them. Names are checked against the registries
+later (:mod:`harness.config.validate`).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from harness.config import limits, search
+from harness.config import limits
 from harness.config.cadence import parse_every
 from harness.config.echo import short_repr
 from harness.config.errors import key_text
 from harness.config.fields import Float, Int, strict_int
 from harness.config.ladder_schema import LadderCfg
+from harness.config.search_schema import SearchCfg
 from harness.config.values import hparam_count, hparam_values, log_grid_args
 from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import SCORING_RULES, canonical_metric
@@ -53,98 +55,6 @@ class _Strict(BaseModel):
     name the valid keys)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SearchCfg(_Strict):
-    """``search: {method, trials, seed}`` (top level, or an optimizer entry's override of some of its
-    fields); see :mod:`harness.config.search`. Unset fields inherit (top level: ``quasirandom``, seed 0)."""
-
-    method: str | None = None
-    trials: Int | None = None
-    seed: Int | None = None
-    #: the adaptive methods' options (harness.config.search.Search; OPTION_METHODS says whose)
-    min_steps: Int | None = None
-    eta: Int | None = None
-    brackets: Int | None = None
-    audit: Int | None = None
-    passes: Int | None = None
-    start: dict[str, Any] | None = None
-    sampler: str | None = None
-    batch: Int | None = None
-
-    @field_validator("min_steps", "brackets", "passes", "batch")
-    @classmethod
-    def _positive(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise PydanticCustomError("search", "must be >= 1, got {v}", {"v": v})
-        return v
-
-    @field_validator("eta")
-    @classmethod
-    def _eta(cls, v: int | None) -> int | None:
-        if v is not None and v < 2:
-            raise PydanticCustomError("search", "must be an integer >= 2 (the reduction factor: 1 in "
-                                      "eta trials goes on at each rung), got {v}", {"v": v})
-        return v
-
-    @field_validator("audit")
-    @classmethod
-    def _audit(cls, v: int | None) -> int | None:
-        if v is not None and v < 0:
-            raise PydanticCustomError("search", "must be >= 0, got {v}", {"v": v})
-        return v
-
-    @field_validator("sampler")
-    @classmethod
-    def _sampler(cls, v: str | None) -> str | None:
-        valid = (*search.OPTUNA_SAMPLERS, *search.SEQUENCE_SAMPLERS)
-        if v is not None and v not in valid:
-            raise PydanticCustomError(
-                "search", "unknown sampler '{v}'; valid: {valid}{hint}",
-                {"v": v, "valid": ", ".join(dict.fromkeys(valid)), "hint": did_you_mean(v, valid)})
-        return v
-
-    @model_validator(mode="after")
-    def _options_fit_method(self) -> SearchCfg:
-        """An option given beside a ``method`` it does not apply to is an error (``eta`` with
-        ``coordinate_descent``); so is a sampler its method does not take."""
-        if self.method is None:
-            return self
-        for k, methods in search.OPTION_METHODS.items():
-            if getattr(self, k) is not None and self.method not in methods:
-                raise PydanticCustomError(
-                    "search", "{k} applies to method {methods}, not {m}",
-                    {"k": k, "methods": " or ".join(methods), "m": self.method})
-        if self.sampler is not None:
-            valid = search.OPTUNA_SAMPLERS if self.method == "optuna" else search.SEQUENCE_SAMPLERS
-            if self.sampler not in valid:
-                raise PydanticCustomError(
-                    "search", "sampler {s} does not apply to method {m}; valid: {valid}",
-                    {"s": self.sampler, "m": self.method, "valid": ", ".join(valid)})
-        return self
-
-    @field_validator("method")
-    @classmethod
-    def _method(cls, v: str | None) -> str | None:
-        if v is not None and v not in search.METHODS:
-            raise PydanticCustomError(
-                "search", "unknown method '{v}'; valid: {valid}{hint}",
-                {"v": v, "valid": ", ".join(search.METHODS), "hint": did_you_mean(v, search.METHODS)})
-        return v
-
-    @field_validator("trials")
-    @classmethod
-    def _trials(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise PydanticCustomError("search", "must be >= 1, got {v}", {"v": v})
-        return v
-
-    @field_validator("seed")
-    @classmethod
-    def _seed(cls, v: int | None) -> int | None:
-        if v is not None and v < 0:
-            raise PydanticCustomError("search", "must be >= 0, got {v}", {"v": v})
-        return v
 
 
 class Component(_Strict):

@@ -68,6 +68,10 @@ METHODS = (*FIXED_METHODS, *ADAPTIVE_METHODS)
 #: early-stopping method's configurations (``asha``, ``successive_halving``, ``hyperband``).
 OPTUNA_SAMPLERS = ("tpe", "cmaes", "gp", "random")
 SEQUENCE_SAMPLERS = ("quasirandom", "random")
+#: Why ``sampler: gp`` is refused where torch cannot be imported (Optuna's GPSampler needs it; torch
+#: is not a dependency of the harness).
+GP_NEEDS_TORCH_REASON = ("gp (Optuna's GPSampler) needs torch, which is not installed: pip install "
+                         "torch (the CPU build is enough), or choose sampler tpe, cmaes or random")
 #: The options of ``search`` beyond method/trials/seed and the methods each applies to.
 OPTION_METHODS: dict[str, tuple[str, ...]] = {
     "min_steps": ASHA_METHODS, "eta": ASHA_METHODS, "brackets": ASHA_METHODS, "audit": ASHA_METHODS,
