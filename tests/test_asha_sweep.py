@@ -86,7 +86,8 @@ def _check_rule(finished: list[dict]) -> int:
             groups.setdefault(t["harness.rung_group"], {})[int(t["harness.search_index"])] = t
     n = 0
     for members in groups.values():
-        vals = {k: {int(s): v for s, v in json.loads(t["harness.rungs"]).items()} for k, t in members.items()}
+        vals = {k: {int(s): v for s, v in json.loads(t.get("harness.rungs", "{}")).items()}
+                for k, t in members.items()}
         for k, t in members.items():
             stop = t.get("harness.stopped_at_step")
             for r in sorted(vals[k]):
@@ -244,3 +245,34 @@ def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
     every = Counter(r["tags"]["harness.trial_id"] for r in _runs(db))
     assert stopped_before and all(every[t] == 1 for t in stopped_before)  # never run again
     assert _check_rule(_finished(db)) > 0
+
+
+def test_a_real_hyperband_sweep_with_two_seeds(tmp_path, monkeypatch):
+    """hyperband, 2 seeds: configurations go round-robin to brackets 0 (rungs 10, 30), 1 (rung 30)
+    and 2 (no rung); each (bracket, seed) is its own peer group; every stored decision is the rule."""
+    from harness.sweep.run import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "m.db"
+    cfg = _config(tmp_path, name="hb", method="hyperband", audit=0)
+    data = yaml.safe_load(cfg.read_text())
+    data["seeds"] = [0, 1]
+    data["search"]["trials"] = 3
+    cfg.write_text(yaml.safe_dump(data))
+    s = run_sweep(cfg, tracking_uri=f"sqlite:///{db}", quiet=True)
+    fin = _finished(db)
+    assert len(fin) == len(s.outcomes) and s.counts()["failed"] == 0
+    tags = [r["tags"] for r in fin]
+    for t in tags:
+        k, b = int(t["harness.search_index"]), int(t["harness.bracket"])
+        assert b == k % 3 and t["harness.rung_group"].endswith(f"bracket {b} | seed {t['seed']}")
+        rungs = sorted(int(x) for x in json.loads(t.get("harness.rungs", "{}")))
+        stop = t.get("harness.stopped_at_step")
+        assert rungs == [r for r in [(10, 30), (30,), ()][b] if stop is None or r <= int(stop)]
+        if b == 2:
+            assert t["status"] == "finished"  # no rung: never stopped
+    assert {t["seed"] for t in tags} == {"0", "1"}
+    assert _check_rule(fin) > 0
+    # budget 3 configurations x 2 seeds x 60 steps = 360: spent reaches it within one configuration
+    spent = sum(int(t.get("harness.stopped_at_step") or 60) for t in tags)
+    assert 360 <= spent < 360 + 120
