@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.errors import ConfigError
-from harness.config.search import Distribution
+from harness.config.search import GP_NEEDS_TORCH_REASON, Distribution
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import DEFAULT_SELECT_BY, value_kind
 from harness.core.spec import TrialSpec
@@ -86,9 +86,9 @@ DEFAULT_BATCH = 1
 OPTUNA_STARTUP = 10
 #: Significant digits of a told value (:func:`objective_value`).
 VALUE_DIGITS = 9
-#: The error of ``sampler: gp`` where torch cannot be imported.
-GP_NEEDS_TORCH = ("search.sampler: gp (Optuna's GPSampler) needs torch, which is not installed: "
-                  "pip install torch (the CPU build is enough), or choose sampler tpe, cmaes or random")
+#: The error of ``sampler: gp`` where torch cannot be imported (the config's own check says it at load,
+#: :mod:`harness.config.search_schema`; this one covers a config built past it).
+GP_NEEDS_TORCH = f"search.sampler: {GP_NEEDS_TORCH_REASON}"
 #: Option types Optuna's CategoricalDistribution can hold.
 _PRIMITIVE = (type(None), bool, int, float, str)
 
