@@ -105,7 +105,9 @@ PROTOCOL_ONE_SPLIT = "selected and reported on one split"
 #: Tags read, in order, for the reason shown beside a trial that did not finish.
 REASON_TAGS = (TAG_REASON, TAG_STATUS_REASON)
 
-STATUSES = ("finished", "diverged", "failed", "running")
+#: ``stopped``: an early-stopping rule ended the trial at a rung (issue 34 §1; a FINISHED run whose
+#: ``status`` tag says so): counted apart, never selected (selection reads ``finished`` trials).
+STATUSES = ("finished", "diverged", "failed", "running", "stopped")
 #: ``frame.attrs[SELECT_BY_ATTR]``: the selection objective the report's views select by
 #: (:mod:`harness.core.selection`): the sweep's latest parent run's tag ``harness.select_by``
 #: (:func:`load_sweep`), overridden by ``report --select-by``.
