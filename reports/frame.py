@@ -98,6 +98,7 @@ from harness.core.names import SUMMARY_METRICS as SUMMARY_METRICS
 from harness.core.selection import best_of
 from reports import runs as mlruns
 from reports.labels import add_labels
+from reports.search_report import read_search
 
 #: Column ``protocol``: how a trial's numbers may be read.
 PROTOCOL_THREE_SPLITS = "selected on validation, reported on test"
@@ -193,6 +194,8 @@ class SweepData:
     parents: list[Any] = field(default_factory=list)
     config_yaml: str | None = None
     tracking_uri: str = ""
+    #: the latest parent's ``search.json`` (an adaptive sweep's searches, :mod:`reports.search_report`)
+    search: list[dict[str, Any]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,6 +449,7 @@ def load_sweep(
         parents=parents,
         config_yaml=mlruns.config_yaml(client, parents),
         tracking_uri=str(client.tracking_uri if hasattr(client, "tracking_uri") else ""),
+        search=read_search(client, parents),
     )
 
 

@@ -41,6 +41,7 @@ from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with
 from reports.leaderboard import shared_columns
 from reports.objectives import objective, objectives_differ, target_words
 from reports.scoring import denominator_note, score_note
+from reports.search_report import certificate_rows
 from reports.selection import boundary_warnings, selection_caption, selection_sentence
 from reports.selection import objective_words as selected_on
 from reports.stats import across_tasks, stats_note
@@ -283,6 +284,9 @@ def render(
     sections += [{"id": f["id"], "title": f["title"]} for f in figures]
     if comparison is not None:
         sections.append({"id": "baseline", "title": f"Comparison with baseline {baseline_id}"})
+    tuning_paths = certificate_rows(getattr(data, "search", []))  # coordinate descent (issue 34)
+    if tuning_paths:
+        sections.append({"id": "tuning-paths", "title": "Tuning paths"})
     sections += [
         {"id": "trials", "title": "Trials"},
         {"id": "config", "title": "Sweep configuration"},
@@ -381,6 +385,7 @@ def render(
             statuses=STATUSES,
             status_table=status_table,
             not_finished=not_finished,
+            tuning_paths=tuning_paths,
             config_yaml=data.config_yaml,
             common_params=common,
             environment=environment(data),

@@ -9,6 +9,8 @@ tables are computed on first use and kept:
 - ``.leaderboard``: the report's leaderboard as numbers (:class:`reports.tidy.Leaderboard`:
   ``.to_latex()``, ``.to_markdown()``);
 - ``.tuning_curves`` and ``.tuned_times``: the protocol's tables (:mod:`reports.protocol`);
+- ``.search``: each coordinate descent's selected configuration and certificate
+  (:func:`reports.search_report.search_table`, from the latest parent run's ``search.json``);
 - ``.figure(key)``: one of the report's figures (:data:`reports.figures.FIGURES`) as a matplotlib
   ``Figure``;
 - ``.to_csv(folder)`` / ``.to_parquet(folder)``: one file per row kind.
@@ -55,6 +57,7 @@ from reports.frame import (
 )
 from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR
+from reports.search_report import read_search, search_table
 from reports.snapshot import local_sqlite_path, snapshot_or_client
 from reports.tidy import (
     Leaderboard,
@@ -121,7 +124,7 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
     exp = mlruns.get_experiment(client, experiment)
     if versions == "current":
         data = load_sweep(experiment, sweep, client=client)
-        frame, sweep_id = data.frame, data.sweep_id
+        frame, sweep_id, searches = data.frame, data.sweep_id, data.search
     else:
         runs = mlruns.search_all_runs(client, [exp.experiment_id])
         frame = build_frame(client, runs, experiment)
@@ -129,7 +132,7 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
         frame.attrs.update(experiment=experiment, sweep_id=None,
                            parent_run_ids=[p.info.run_id for p in parents])
         frame.attrs.update(sweep_settings(parents))
-        sweep_id = None
+        sweep_id, searches = None, read_search(client, parents)
     overrides = ((SELECT_BY_ATTR, select_by), (SCORING_ATTR, scoring), (TUNING_DRAWS_ATTR, tuning_draws))
     for attr, value in overrides:
         if value is not None:
@@ -137,7 +140,7 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
     older = _older_versions(client, exp.experiment_id, frame) if versions == "current" else _no_older()
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
     out = Results(experiment, sweep_id, uri, versions, split_versions(frame),
-                  clock or frame.attrs.get(SWEEP_TIME_ATTR) or DEFAULT_CLOCK, older)
+                  clock or frame.attrs.get(SWEEP_TIME_ATTR) or DEFAULT_CLOCK, older, searches)
     if hasattr(client, "close"):
         client.close()
     return out
@@ -180,12 +183,15 @@ class Results:
         :mod:`reports.frame`), optimizers split by source version.
       older_versions: trials of older source versions left out (``optimizer``,
         ``source_version``, ``trials``); empty with ``versions="all"``.
+      search_records: the latest parent run's ``search.json`` (an adaptive sweep's searches).
     """
 
     def __init__(self, experiment: str, sweep_id: str | None, tracking_uri: str, versions: str,
-                 frame: pd.DataFrame, clock: str, older_versions: pd.DataFrame):
+                 frame: pd.DataFrame, clock: str, older_versions: pd.DataFrame,
+                 search_records: list | None = None):
         self.experiment, self.sweep_id, self.tracking_uri = experiment, sweep_id, tracking_uri
         self.versions, self.frame, self.clock, self.older_versions = versions, frame, clock, older_versions
+        self.search_records = list(search_records or [])
 
     # ------------------------------------------------------------------------------- the frames
     @functools.cached_property
@@ -231,6 +237,12 @@ class Results:
         """Expected best validation (and the selected configuration's test) value after k
         configurations, per task and optimizer (:func:`reports.protocol.tuning_curves`)."""
         return tuning_table(self._ranked)
+
+    @functools.cached_property
+    def search(self) -> pd.DataFrame:
+        """Each optimizer's coordinate descent and its certificate (:func:`reports.search_report.
+        search_table`, from the latest parent run's ``search.json``); empty for other sweeps."""
+        return search_table(self.search_records)
 
     @functools.cached_property
     def tuned_times(self) -> pd.DataFrame:

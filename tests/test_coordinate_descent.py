@@ -266,3 +266,50 @@ def test_a_given_start_is_taken(write_sweep):
     first = cd.propose({})
     assert [(s.seed, s.hparams("optimizer")) for s in first] == [
         (0, {"b1": 0.95, "step_size": 0.1}), (1, {"b1": 0.95, "step_size": 0.1})]
+
+
+def test_a_tied_neighbour_keeps_the_certificate_and_is_named():
+    """A neighbour equal on the rule (without seconds) is not better: the point stays, and the words
+    say that the leaderboard breaks the tie by seconds to target."""
+    cell = _cell()
+    tie = set(_ids(cell, [(0.99, 0.01)]))
+    cd = CoordinateDescent(cell, "final")
+    seen: dict = {}
+    while new := [s for s in cd.propose(seen) if s.trial_id not in seen]:
+        for s in new:
+            o = _outcome(s)
+            if s.trial_id in tie:
+                o.final_valid_accuracy = 0.9 + 0.001 * s.seed  # as (0.95, 0.01)
+            seen[s.trial_id] = o
+    d = cd.describe(seen)
+    assert d["selected"]["values"] == {"optimizer.b1": 0.95, "optimizer.step_size": 0.01}
+    assert d["certificate"]["words"] == ("certified: all 4 neighbours trained, none better "
+                                         "(optimizer.b1=0.99 tied with it: the leaderboard breaks the "
+                                         "tie by seconds to target)")
+    assert [n["tied"] for n in d["certificate"]["neighbours"]] == [False, True, False, False]
+
+
+def test_the_report_rows_of_a_descent():
+    """reports.search_report on the bowl's record: the certificate table, the path, the neighbours."""
+    from reports.search_report import certificate_rows, search_table
+
+    cd = CoordinateDescent(_cell(), "final")
+    _, seen = _run(cd)
+    rec = json.loads(json.dumps(cd.describe(seen)))
+    (row,) = certificate_rows([rec, {"method": "quasirandom", "optimizer": "sgd"}])
+    assert (row["optimizer"], row["start"], row["selected"], row["passes"], row["trials"], row["steps"]) == (
+        "adamw", "b1=0.9 step_size=0.003", "b1=0.95 step_size=0.01", "2 of 3", 24, "480")
+    assert row["objective"] == "accuracy 0.9005" and row["certified"]
+    assert row["certificate"] == "certified: all 4 neighbours trained, none better"
+    assert [(p["pass"], p["axis"], p["move"]) for p in row["path"]] == [
+        (0, "start", "accuracy 0.8705"), (1, "b1", "0.9 → 0.95"), (1, "step_size", "0.003 → 0.01"),
+        (2, "b1", "stays at 0.95"), (2, "step_size", "stays at 0.01")]
+    assert row["path"][1]["tried"] == ("0.8: 0.7705 · 0.85: 0.8305 · 0.9: 0.8705 · ▶0.95: 0.8905 · "
+                                       "0.99: 0.8905")
+    assert [(n["axis"], n["value"], n["verdict"]) for n in row["neighbours"]] == [
+        ("optimizer.b1", "0.9", "not better"), ("optimizer.b1", "0.99", "not better"),
+        ("optimizer.step_size", "0.003", "not better"), ("optimizer.step_size", "0.03", "not better")]
+    table = search_table([rec])
+    cols = ["optimizer", "certified", "passes_done", "stop", "trials", "steps_spent"]
+    assert table.loc[0, cols].tolist() == ["adamw", True, 2, "converged", 24, 480]
+    assert search_table([]).empty and "certificate" in search_table([]).columns

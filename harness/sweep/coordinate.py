@@ -318,8 +318,9 @@ class CoordinateDescent(Searcher):
         values tried with their objectives, the one chosen, whether it moved), ``selected``,
         ``stop`` (``converged``, ``passes``, ``budget``, ``waiting``) and ``certificate``
         (``certified``, ``words``, ``neighbours``: axis, value, step -1/+1, trained, better,
-        objective). Objectives: ``metric``, ``value`` (mean validation value of the finished seeds),
-        ``reached``, ``finished``, ``seeds``, ``steps_to_target`` (median)."""
+        tied (equal on the rule without seconds and name), objective). Objectives: ``metric``,
+        ``value`` (mean validation value of the finished seeds), ``reached``, ``finished``,
+        ``seeds``, ``steps_to_target`` (median)."""
         w = self._walk(seen)
         start = self._score(self.start, seen)
         here = self._score(w.point, seen)
@@ -345,8 +346,10 @@ class CoordinateDescent(Searcher):
                 if not 0 <= i < len(self.axes[key]) or p not in self.grid:
                     continue
                 sc = self._score(p, seen)
+                both = sc is not None and here is not None
                 nbs.append({"axis": key, "value": self.axes[key][i], "step": d, "trained": sc is not None,
-                            "better": bool(sc is not None and here is not None and sc["key"] < here["key"]),
+                            "better": bool(both and sc["key"] < here["key"]),  # type: ignore[index]
+                            "tied": bool(both and sc["key"] == here["key"]),  # type: ignore[index]
                             "objective": _public(sc)})
         trained = sum(n["trained"] for n in nbs)
         better = [n for n in nbs if n["better"]]
@@ -354,12 +357,15 @@ class CoordinateDescent(Searcher):
         if ok:
             words = (f"certified: all {len(nbs)} neighbours trained, none better" if nbs else
                      "certified: no neighbour on the grid (one configuration)")
+            if tied := [n for n in nbs if n["tied"]]:
+                words += (f" ({_named(tied)} tied with it: the leaderboard breaks the tie by seconds "
+                          f"to target)")
         else:
             why = {"waiting": "the search has not ended", "passes": "pass budget spent",
                    "budget": "compute budget spent", "converged": "search ended"}[w.stop]
             words = f"not certified: {why}; {trained} of {len(nbs)} neighbours trained"
             if better:
-                words += ", better: " + ", ".join(f"{n['axis']}={n['value']!r}" for n in better)
+                words += f", better: {_named(better)}"
         return {"certified": ok, "words": words, "neighbours": nbs}
 
     def _stop_words(self, w: _Walk) -> str:
@@ -371,6 +377,10 @@ class CoordinateDescent(Searcher):
             return (f"compute budget spent: {w.spent:,} of {self.budget:,} steps used; the next round "
                     f"did not fit")
         return f"waiting for {len(w.pending)} trials (run the sweep again to train them)"
+
+
+def _named(neighbours: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{n['axis']}={n['value']!r}" for n in neighbours)
 
 
 def _public(score: dict[str, Any] | None) -> dict[str, Any] | None:

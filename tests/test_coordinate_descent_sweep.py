@@ -1,0 +1,184 @@
+"""Coordinate descent on real sweeps (issue 34 §2): digits, a small MLP, 20 steps, SQLite.
+
+adamw on a 3 x 3 grid (``b1`` x ``step_size``), one seed, selected by final validation accuracy:
+the trials the store holds are exactly those of the descent replayed from the store (read back
+with :meth:`TrialOutcome.from_run`), the replay proposes nothing more and describes the search as
+the parent run's ``search.json`` says; the HTML report and ``harness.results(...).search`` show the
+path and the certificate. A sweep SIGKILLed twice mid-descent (a real ``python`` subprocess, trials
+slowed by ``HARNESS_TEST_CHUNK_SLEEP_S``) and run again ends with the uninterrupted sweep's trials
+and path, each trial FINISHED once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+import harness
+from harness.config.load import load_config
+from harness.core.outcome import TrialOutcome
+from harness.plan.cells import cells_of
+from harness.plan.expansion import expand
+from harness.sweep.coordinate import CoordinateDescent
+
+CONFIG = {
+    "name": "cdsweep", "datasets": ["digits"], "seeds": [0], "batch_size": 64,
+    "models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}],
+    "optimizers": [{"name": "adamw", "hparams": {"step_size": {"log_grid": [0.001, 0.1, 3]},
+                                                 "b1": [0.5, 0.9, 0.99]}}],
+    "schedules": ["constant"], "budget": {"steps": 20}, "eval_every": 10, "steps_per_dispatch": 10,
+    "measure_perf": False, "batching": "off", "selection": {"by": "final"},
+    "search": {"method": "coordinate_descent"},
+}
+
+
+def _write(folder: Path) -> Path:
+    p = folder / "cd.yaml"
+    p.write_text(yaml.safe_dump(CONFIG))
+    return p
+
+
+def _finished(db: Path) -> list[str]:
+    """The trial ids of the FINISHED trial runs, in start order (read-only sqlite3)."""
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return [t for (t,) in con.execute(
+            "select t.value from runs r join tags t on t.run_uuid = r.run_uuid "
+            "and t.key = 'harness.trial_id' where r.status = 'FINISHED' order by r.start_time")]
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        con.close()
+
+
+def _logged(uri: str, name: str = "cdsweep") -> tuple[list[dict], list[str]]:
+    """The latest parent run's ``search.json`` and ``trials.json`` ids."""
+    from mlflow import MlflowClient
+
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name(name)
+    parent = c.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'",
+                           order_by=["attributes.start_time DESC"])[0].info.run_id
+    d = tempfile.mkdtemp()
+    search = json.loads(Path(c.download_artifacts(parent, "search.json", d)).read_text())
+    trials = json.loads(Path(c.download_artifacts(parent, "trials.json", d)).read_text())
+    return search, [t["trial_id"] for t in trials]
+
+
+def _replayed(cfg_path: Path, uri: str) -> tuple[CoordinateDescent, dict]:
+    """A fresh searcher and ``seen`` read back from the store (every FINISHED trial run)."""
+    from mlflow import MlflowClient
+
+    from harness.tracking.client import trial_runs
+
+    cfg = load_config(cfg_path)
+    (cell,) = cells_of(expand(cfg))
+    c = MlflowClient(uri)
+    runs = trial_runs(c, c.get_experiment_by_name("cdsweep").experiment_id)
+    specs = {s.trial_id: s for s in cell.trials}
+    seen = {t: TrialOutcome.from_run(specs[t], r) for t, rs in runs.items() for r in rs
+            if r.info.status == "FINISHED"}
+    return CoordinateDescent(cell, cfg.selection.by), seen
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One uninterrupted sweep: (folder, config path, uri, summary)."""
+    from harness.sweep.run import run_sweep
+
+    folder = tmp_path_factory.mktemp("cd_ref")
+    cfg = _write(folder)
+    uri = f"sqlite:///{folder}/m.db"
+    summary = run_sweep(str(cfg), tracking_uri=uri, quiet=True)
+    return folder, cfg, uri, summary
+
+
+def test_the_stored_trials_are_the_descents_and_the_report_shows_the_certificate(reference):
+    folder, cfg, uri, summary = reference
+    stored = _finished(folder / "m.db")
+    assert Counter(stored).most_common(1)[0][1] == 1  # no trial trained twice
+    assert len(summary.outcomes) == len(stored)
+    search, proposed = _logged(uri)
+    assert set(proposed) == set(stored)
+    cd, seen = _replayed(cfg, uri)
+    assert cd.propose(seen) == []  # the descent replayed from the store is over
+    walk = cd._walk(seen)
+    assert set(walk.used) == set(stored)  # every stored trial is one the descent used, and only those
+    (rec,) = search
+    again = json.loads(json.dumps(cd.describe(seen)))
+    assert again["path"] == rec["path"] and again["certificate"] == rec["certificate"]
+    assert rec["method"] == "coordinate_descent" and rec["stop"] in ("converged", "passes")
+    assert rec["trials"] == len(stored) and rec["steps_spent"] == 20 * len(stored)
+    # each step moved to the best value tried, only when strictly better than where it was
+    for step in rec["path"]:
+        vals = {t["value"]: t["objective"]["value"] for t in step["tried"]}
+        assert vals[step["chosen"]] == max(vals.values())
+        assert step["moved"] == (vals[step["chosen"]] > vals[step["from"]])
+    cert = rec["certificate"]
+    n = len(cert["neighbours"])
+    if rec["stop"] == "converged":
+        assert cert["certified"]
+        assert cert["words"].startswith(f"certified: all {n} neighbours trained, none better")
+    # the HTML report's section and harness.results
+    from reports import make_report
+
+    html = make_report("cdsweep", output=str(folder / "r.html"), tracking_uri=uri).read_text()
+    assert 'id="tuning-paths"' in html and 'href="#tuning-paths"' in html
+    assert cert["words"] in html.replace("&#39;", "'")
+    table = harness.results("cdsweep", tracking_uri=uri).search
+    assert list(table["optimizer"]) == ["adamw"]
+    assert table["certificate"].iloc[0] == cert["words"] and table["certified"].iloc[0] == cert["certified"]
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_twice_follows_the_same_path(reference, tmp_path):
+    """SIGKILL once 2 and then once 5 trials are FINISHED, run again to the end: the uninterrupted
+    sweep's trials (each FINISHED once) and the same path and certificate."""
+    _, _, ref_uri, _ = reference
+    ref_search, _ = _logged(ref_uri)
+    ref_ids = set(_finished(Path(ref_uri.removeprefix("sqlite:///"))))
+    cfg = _write(tmp_path)
+    db = tmp_path / "k.db"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.3"}
+
+    def go() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(cfg), "--quiet",
+                                 "--tracking-uri", f"sqlite:///{db}"], cwd=os.getcwd(), env=env,
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+
+    for at in (2, 5):
+        proc = go()
+        try:
+            t0 = time.time()
+            while len(_finished(db)) < at and time.time() - t0 < 300:
+                assert proc.poll() is None, proc.stderr.read()
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert at <= len(_finished(db)) < len(ref_ids)
+    last = go()
+    assert last.wait(timeout=600) == 0, last.stderr.read()
+    got = _finished(db)
+    assert Counter(got).most_common(1)[0][1] == 1  # no trial FINISHED twice
+    assert set(got) == ref_ids
+    search, _ = _logged(f"sqlite:///{db}")
+    assert search[0]["path"] == ref_search[0]["path"]
+    assert search[0]["certificate"] == ref_search[0]["certificate"]
+    assert search[0]["selected"] == ref_search[0]["selected"]
