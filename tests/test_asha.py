@@ -235,6 +235,12 @@ def test_audits_come_once_every_trial_ended_first_stopped_in_index_order(tmp_pat
     seen[audits[0].trial_id] = _out(audits[0], "finished")
     d = s.describe(seen)
     assert d["stopped"] == 3 and d["steps_spent"] == 230 and d["audit_steps"] == 90
+    assert d["words"] == "stopped 3 of 5 trials (step 10: 2, step 30: 1); 230 of 180 steps spent"
+    # with values: the audited trial (0.95) beats the promoted ones (0.9, 0.8): it would have won
+    for t, v in ((specs[1], 0.9), (specs[4], 0.8), (audits[0], 0.95)):
+        seen[t.trial_id].final_valid_accuracy = v
+    assert s.describe(seen)["words"].endswith("; audit: 1 of 1 stopped trials trained to the end would "
+                                              "have won")
     assert [a["stopped_twin"] for a in d["audits"]] == [specs[0].trial_id, specs[2].trial_id]
     assert [a["status"] for a in d["audits"]] == ["finished", "pending"]
     assert d["brackets"][0]["rungs"] == [{"step": 10, "reached": 4, "stopped": 2, "continued": 2},

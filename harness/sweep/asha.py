@@ -3,10 +3,11 @@
 One :class:`AshaSearcher` per cell (one optimizer on one task). Its configurations are the points of
 the cell's sampled sequence in order (:func:`harness.config.search.unit_points`, prefix-stable: the
 first ``trials`` are the expanded candidates, later ones come from the same sequence through
-:meth:`harness.plan.cells.Cell.make`); a cell without sampled dimensions (a grid) has only its
-candidates. Configuration ``k`` (its **index**) is trained with every seed, each trial carrying its
-rule in :attr:`harness.core.spec.TrialSpec.early_stop` (so its ``trial_id`` is its own: a stopped
-trial is never a full-budget trial of the same configuration).
+:meth:`harness.plan.cells.Cell.make`); a cell without sampled dimensions (a grid), or whose grid
+axes are crossed with its sampled ones, has only its candidates (its budget may then go unspent).
+Configuration ``k`` (its **index**) is trained with every seed, each trial carrying its rule in
+:attr:`harness.core.spec.TrialSpec.early_stop` (so its ``trial_id`` is its own: a stopped trial is
+never a full-budget trial of the same configuration).
 
 - **Rungs** (:mod:`harness.core.rungs`): ``min_steps * eta**(bracket + i)`` below the budget,
   evaluated by the trainer; defaults ``eta = 3``, ``min_steps = ceil(steps / 27)``.
@@ -223,6 +224,26 @@ class AshaSearcher(Searcher):
                                                                len(self._configs) * per)
         return most + self.audit * self.steps
 
+    def _words(self, trials: list[TrialSpec], seen: Mapping[str, TrialOutcome], brackets: list[dict],
+               spent: int, audits: list[dict], full: list[dict]) -> str:
+        """The search in one line: stops per rung, steps spent of the budget, the audits' verdict
+        (an audited trial whose full training beats every promoted trial "would have won")."""
+        n = sum(s.trial_id in seen for s in trials)
+        stops = [f"step {r['step']}: {r['stopped']}" for b in brackets for r in b["rungs"] if r["stopped"]]
+        nstop = sum(seen[s.trial_id].status == "stopped" for s in trials if s.trial_id in seen)
+        out = (f"stopped {nstop} of {n} trials" + (f" ({', '.join(stops)})" if stops else "")
+               + f"; {spent:,} of {self.budget:,} steps spent")
+        kind = "best" if self.value == "best" else "final"
+        key = f"{kind}_valid_{self.metric.split('/', 1)[-1]}"
+        vals = [f[key] for f in full if f.get(key) is not None]
+        done = [a for a in audits if a["status"] == "finished" and a.get(key) is not None]
+        if done and vals:
+            best = max(vals) if self.mode == "max" else min(vals)
+            won = sum((a[key] > best) if self.mode == "max" else (a[key] < best) for a in done)
+            out += (f"; audit: {won} of {len(done)} stopped trials trained to the end would have "
+                    f"won")
+        return out
+
     def describe(self, seen: Mapping[str, TrialOutcome]) -> dict[str, Any]:
         """The search's account (``search.json``): its settings, each bracket's rungs, per rung how
         many trials reached it, continued and were stopped there, the steps spent, and the audits
@@ -260,7 +281,9 @@ class AshaSearcher(Searcher):
                  "best_valid_loss": seen[s.trial_id].best_valid_loss,
                  "best_valid_accuracy": seen[s.trial_id].best_valid_accuracy}
                 for s in trials if s.trial_id in seen and seen[s.trial_id].status == "finished"]
+        words = self._words(trials, seen, brackets, spent, audits, full)
         return {**super().describe(seen), "trials": len(trials), "configurations": len(configs),
+                "words": words,
                 "synchronous": False, "eta": self.eta, "min_steps": self.min_steps,
                 "brackets": brackets, "budget_steps": self.budget, "steps_spent": spent,
                 "audit_steps": sum(steps_trained(seen.get(a.trial_id), a) for _, a in self.audits(seen)

@@ -460,6 +460,9 @@ def print_summary(console, summary: SweepSummary) -> None:
         if cert := d.get("certificate"):
             console.print(f"coordinate descent: {escape(d['optimizer'])} ({escape(d['task'])}): "
                           f"{escape(cert['words'])}", soft_wrap=True)
+        elif d.get("words"):  # an early-stopping search: its stops, steps and audit (issue 34 §1)
+            console.print(f"{escape(str(d['method']))}: {escape(d['optimizer'])} ({escape(d['task'])}): "
+                          f"{escape(d['words'])}", soft_wrap=True)
     if hint := summary.spool_hint(py):
         console.print(hint, soft_wrap=True)
     uri_opt = summary.uri_option()
