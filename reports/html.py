@@ -34,6 +34,7 @@ from harness.core.names import (
 )
 from harness.core.ties import power_words
 from reports.clock import clock_note
+from reports.early_stop import audit_rows
 from reports.figures import FIGURES
 from reports.frame import STATUSES, SweepData, summaries
 from reports.interactive import vega_bundle
@@ -287,6 +288,9 @@ def render(
     tuning_paths = certificate_rows(getattr(data, "search", []))  # coordinate descent (issue 34)
     if tuning_paths:
         sections.append({"id": "tuning-paths", "title": "Tuning paths"})
+    early_stops = audit_rows(getattr(data, "search", []))  # ASHA / Hyperband (issue 34 §1)
+    if early_stops:
+        sections.append({"id": "early-stopping", "title": "Early stopping"})
     sections += [
         {"id": "trials", "title": "Trials"},
         {"id": "config", "title": "Sweep configuration"},
@@ -386,6 +390,7 @@ def render(
             status_table=status_table,
             not_finished=not_finished,
             tuning_paths=tuning_paths,
+            early_stops=early_stops,
             config_yaml=data.config_yaml,
             common_params=common,
             environment=environment(data),

@@ -48,9 +48,9 @@ def test_audit_rows_of_a_real_asha_sweep(tmp_path, monkeypatch):
     """The search.json a real sweep wrote (tests/test_asha_sweep's config, audit: 2) reads into one row
     whose counts are the record's."""
     import mlflow
+    from test_asha_sweep import _config
 
     from harness.sweep.run import run_sweep
-    from test_asha_sweep import _config
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -65,3 +65,13 @@ def test_audit_rows_of_a_real_asha_sweep(tmp_path, monkeypatch):
     assert row["rung"] == 10 and row["pairs"] == 2 + len(recs[0]["full_budget"])
     assert row["kendall_tau"] is None or -1 <= row["kendall_tau"] <= 1
     assert row["stopped_would_win"] in (True, False)
+    # the HTML report's section shows the row, and counts the stopped trials apart
+    from reports import make_report
+
+    sweep_id = parent.data.tags["harness.sweep_id"]
+    html = make_report("asha_e2e", sweep_id, str(tmp_path / "r.html"), tracking_uri=uri).read_text()
+    table = html[html.index('<table id="early-stopping-table">'):]
+    table = table[:table.index("</table>")]
+    assert f'<td class="num">{row["stopped"]}</td>' in table and "<td>asha</td>" in table
+    assert ("yes: " if row["stopped_would_win"] else "<td>no</td>") in table
+    assert '<th class="num">stopped</th>' in html
