@@ -47,6 +47,13 @@ trains it again). A configuration already trained (an earlier pass's, an earlier
 same trial ids) is reused and never proposed as new, and a sweep killed at any moment and run again
 follows the same path.
 
+**Across a ladder's rungs** (issue 38): in a ``ladder:`` sweep, the descent of an optimizer at rung
+``r > 0`` (same optimizer entry, same tokens-per-parameter budget) starts from the configuration its
+descent at rung ``r - 1`` selected, once that descent has ended (each value mapped to the closest
+value of this rung's grid: a transferred step-size grid moves with the width), instead of from the
+rule above; an entry's own ``search.start`` wins. Until the previous rung's descent ends this one
+proposes nothing, so rungs are tuned in order (:meth:`CoordinateDescent.link`).
+
 **The certificate** (:meth:`CoordinateDescent.describe`): every one-step neighbour of the selected
 configuration (grid index +-1 on each axis, inside the grid and not excluded) was trained with every
 seed and is not better by the rule above; else the report says why not (the pass or compute budget
@@ -55,6 +62,7 @@ ran out, or the search has not ended).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -130,6 +138,8 @@ class CoordinateDescent(Searcher):
     """
 
     method = "coordinate_descent"
+    #: the same optimizer's descent at the ladder's previous rung (:meth:`link`), or None
+    previous: CoordinateDescent | None = None
 
     def __init__(self, cell: Cell, select_by: str = DEFAULT_SELECT_BY):
         super().__init__(cell, select_by)
@@ -155,6 +165,39 @@ class CoordinateDescent(Searcher):
                        else cell.search.trials * len(cell.seeds) * self.steps)
 
     # ------------------------------------------------------------------------------ the start
+    @classmethod
+    def link(cls, searchers: list[Any]) -> None:
+        """Chain the descents of a ladder (module docstring): per optimizer entry and budget, rung
+        ``r``'s descent gets ``previous`` = rung ``r - 1``'s, unless its entry gives ``search.start``."""
+        chains: dict[tuple, dict[int, CoordinateDescent]] = {}
+        for s in searchers:
+            rung = getattr(s.cell.origin, "ladder", None) if isinstance(s, cls) else None
+            if rung is not None:
+                key = (s.where, rung.tokens_per_param, rung.baseline_only)
+                chains.setdefault(key, {})[rung.index] = s
+        for chain in chains.values():
+            order = sorted(chain)
+            for a, b in itertools.pairwise(order):
+                if not chain[b].cell.search.start:
+                    chain[b].previous = chain[a]
+
+    def _begin(self, seen: Mapping[str, TrialOutcome]) -> tuple[Point | None, dict[str, str]]:
+        """Where the descent starts given ``seen``: its own start, or (chained) the previous rung's
+        selected configuration mapped onto this grid; ``None`` while the previous descent runs."""
+        if self.previous is None:
+            return self.start, self.start_rule
+        prev = self.previous._walk(seen)
+        if prev.stop == "waiting":
+            return None, {}
+        values = self.previous._values(prev.point)
+        rung = self.previous.cell.origin.ladder.index
+        point = [closest_index(vals, values[k]) if k in values else None for k, vals in self.axes.items()]
+        p = tuple(self.start[a] if i is None else i for a, i in enumerate(point))
+        if p not in self.grid:  # excluded here: the rule's own start
+            return self.start, self.start_rule
+        return p, {k: (f"the optimum of rung {rung} ({values[k]!r})" if point[a] is not None
+                       else self.start_rule[k]) for a, k in enumerate(self.names)}
+
     def _start(self) -> tuple[Point, dict[str, str]]:
         given: dict[str, tuple[str, Any]] = {}
         for name, v in self.cell.search.start:
@@ -253,11 +296,16 @@ class CoordinateDescent(Searcher):
     def _walk(self, seen: Mapping[str, TrialOutcome]) -> _Walk:
         """The descent from the start, replayed from ``seen`` alone, up to its first round without
         results (its trials in ``pending``) or its end."""
-        w = _Walk(self.start)
-        if not self._afford([self.start], w):
+        start, _ = self._begin(seen)
+        if start is None:  # the previous rung's descent has not ended: nothing to train yet
+            w = _Walk(self.start)
+            w.stop = "waiting"
+            return w
+        w = _Walk(start)
+        if not self._afford([start], w):
             w.stop = "budget"
             return w
-        if not self._trained([self.start], seen, w):
+        if not self._trained([start], seen, w):
             return w
         for n in range(1, self.passes + 1):
             moved = False
@@ -322,15 +370,16 @@ class CoordinateDescent(Searcher):
         ``value`` (mean validation value of the finished seeds), ``reached``, ``finished``,
         ``seeds``, ``steps_to_target`` (median)."""
         w = self._walk(seen)
-        start = self._score(self.start, seen)
+        begin, rule = self._begin(seen)
+        begin, rule = (self.start, self.start_rule) if begin is None else (begin, rule)
+        start = self._score(begin, seen)
         here = self._score(w.point, seen)
         cert = self._certificate(w, here, seen)
         return {
             **super().describe(seen), "trials": len(w.used), "steps_spent": w.spent,
             "budget_steps": self.budget, "passes": self.passes, "passes_done": w.passes_done,
             "select_by": self.select_by, "axes": self.axes,
-            "start": {"values": self._values(self.start), "rule": self.start_rule,
-                      "objective": _public(start)},
+            "start": {"values": self._values(begin), "rule": rule, "objective": _public(start)},
             "path": w.path, "stop": w.stop, "stop_words": self._stop_words(w),
             "selected": {"values": self._values(w.point), "objective": _public(here),
                          "config": config_label(next(iter(self.grid[w.point].values())))},
@@ -376,6 +425,8 @@ class CoordinateDescent(Searcher):
         if w.stop == "budget":
             return (f"compute budget spent: {w.spent:,} of {self.budget:,} steps used; the next round "
                     f"did not fit")
+        if not w.pending and self.previous is not None:
+            return "waiting for the previous rung's descent to end (it starts from its optimum)"
         return f"waiting for {len(w.pending)} trials (run the sweep again to train them)"
 
 

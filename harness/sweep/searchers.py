@@ -77,6 +77,12 @@ class Searcher:
         returned (the loop drops them)."""
         raise NotImplementedError
 
+    @classmethod
+    def link(cls, searchers: list[Searcher]) -> None:
+        """Called once per searcher class with every searcher of the sweep, after all are built: a
+        search that depends on another cell's (coordinate descent at a ladder's rung starting from
+        the previous rung's optimum) connects to it here. Default: nothing."""
+
     def observe(self, outcome: TrialOutcome) -> None:
         """A trial of this sweep just ended here (called by the loop as each outcome arrives, before
         it is written: the in-process executor writes on a background thread). Default: nothing. A
@@ -133,6 +139,8 @@ class SweepSearch:
         #: trial_id -> the cell whose searcher made it (candidates and proposals)
         self.cell_of: dict[str, Cell] = {}
         self.searchers = [searcher_class(c.search.method)(c, select_by) for c in self.cells]
+        for cls in dict.fromkeys(type(s) for s in self.searchers):
+            cls.link(self.searchers)
 
     @property
     def adaptive(self) -> bool:
