@@ -258,7 +258,7 @@ def test_hyperband_assigns_brackets_round_robin(tmp_path):
     assert [rule_of(s2.trials_of(k)[0].early_stop)["bracket"] for k in range(4)] == [0, 1, 0, 1]
     sh = _searcher(tmp_path, {"method": "successive_halving", "trials": 3}, name="sh")
     assert sh.brackets == 1 and sh.min_steps == default_min_steps(90) == 4
-    assert "synchronous" in sh.describe({})["note"]
+    assert sh.describe({})["synchronous"] is True  # harness.sweep.halving (tests/test_halving.py)
 
 
 # -------------------------------------------------------------------------- the trainer's gate

@@ -1,4 +1,5 @@
-"""Early stopping (issue 34 §1): ``search: {method: asha | successive_halving | hyperband}``.
+"""Early stopping (issue 34 §1): ``search: {method: asha | hyperband}`` (``successive_halving``:
+:mod:`harness.sweep.halving`).
 
 One :class:`AshaSearcher` per cell (one optimizer on one task). Its configurations are the points of
 the cell's sampled sequence in order (:func:`harness.config.search.unit_points`, prefix-stable: the
@@ -28,10 +29,7 @@ never a full-budget trial of the same configuration).
 - ``hyperband``: ``brackets`` brackets (default: every bracket with a rung, plus the one without:
   ``len(rungs of bracket 0) + 1``); configuration ``k`` goes to bracket ``k mod brackets``
   (round-robin, deterministic); bracket ``b`` starts at ``min_steps * eta**b``.
-- ``successive_halving``: one bracket (bracket 0). The synchronous algorithm (rank a bracket's
-  whole rung before any promotion) would need trials paused at a rung and resumed in a later round,
-  which the loop does not have (a trial in ``seen`` is never proposed again); so it runs the same
-  asynchronous stop rule as ``asha`` with one bracket. Said in its ``describe``.
+- ``successive_halving``: the synchronous algorithm, :mod:`harness.sweep.halving` (a subclass).
 - ``audit: K``: once the search has proposed its last configuration and all its trials ended, the
   first ``K`` stopped trials (in index order, then seed order) are also trained to the end as the
   same configuration without ``early_stop`` (the plain trial id, which a grid sweep reuses), tagged
@@ -89,7 +87,7 @@ def steps_trained(o: TrialOutcome | None, spec: TrialSpec) -> int:
     return spec.steps
 
 
-@register("asha", "successive_halving", "hyperband")
+@register("asha", "hyperband")
 class AshaSearcher(Searcher):
     """The early-stopping search of one cell (module docstring)."""
 
@@ -290,7 +288,4 @@ class AshaSearcher(Searcher):
                                    if a.trial_id in seen),
                 "objective": {"metric": self.metric, "mode": self.mode, "value": self.value},
                 "stopped": sum(seen[s.trial_id].status == "stopped" for s in trials if s.trial_id in seen),
-                "full_budget": full, "audits": audits,
-                **({"note": "successive_halving runs ASHA's asynchronous stop rule with one bracket: "
-                            "the synchronous algorithm needs paused trials, which the loop does not "
-                            "have"} if self.method == "successive_halving" else {})}
+                "full_budget": full, "audits": audits}

@@ -13,7 +13,7 @@ Methods (``search: {method: ...}``, :data:`harness.config.search.METHODS`):
 
 - ``grid``, ``random``, ``quasirandom``: :class:`FixedSearcher`, every candidate at once (today's
   sweeps: same trials, same ids, same order);
-- ``asha``, ``successive_halving``, ``hyperband``: :mod:`harness.sweep.asha`;
+- ``asha``, ``hyperband``: :mod:`harness.sweep.asha`; ``successive_halving``: :mod:`harness.sweep.halving`;
 - ``coordinate_descent``: :mod:`harness.sweep.coordinate`;
 - ``optuna``: :mod:`harness.sweep.optuna_search`.
 
@@ -35,7 +35,7 @@ from harness.plan.cells import Cell, cells_of
 __all__ = ["FixedSearcher", "Searcher", "SweepSearch", "register", "searcher_for"]
 
 #: method -> the module that registers its searcher (imported on first use)
-_MODULES = {"asha": "harness.sweep.asha", "successive_halving": "harness.sweep.asha",
+_MODULES = {"asha": "harness.sweep.asha", "successive_halving": "harness.sweep.halving",
             "hyperband": "harness.sweep.asha", "coordinate_descent": "harness.sweep.coordinate",
             "optuna": "harness.sweep.optuna_search"}
 _REGISTRY: dict[str, type[Searcher]] = {}

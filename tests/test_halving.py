@@ -1,0 +1,125 @@
+"""Synchronous successive halving (issue 34 §1, :mod:`harness.sweep.halving`): the bracket's size from
+the compute budget, whole-rung promotions on hand-made results, purity, the gate's ``stop_at``, and a
+real sweep whose stored runs follow the rounds (stopped at their rung, the survivors trained again
+to the next, the last round plain full-budget trials)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+import harness  # XLA's pool pinned as in every test process; harness.sweep
+from harness.config.load import load_config
+from harness.core.outcome import TrialOutcome
+from harness.core.rungs import RungBoard, rule_of
+from harness.plan.expansion import expand
+from harness.sweep.halving import SuccessiveHalving, bracket_cost, survivors
+from harness.sweep.searchers import SweepSearch
+
+
+def _config(tmp_path: Path, search: dict, steps: int = 90, name: str = "sh") -> Path:
+    cfg = {"name": name, "datasets": ["digits"], "seeds": [0], "batch_size": 64,
+           "models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}],
+           "optimizers": [{"name": "sgd", "hparams": {"step_size": {"log_uniform": [0.001, 1.0]}}}],
+           "schedules": ["constant"], "budget": {"steps": steps}, "eval_every": 30,
+           "steps_per_dispatch": 3, "target": {"metric": "valid/accuracy", "value": 0.9},
+           "measure_perf": False, "batching": "off", "search": search}
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def _searcher(tmp_path, search, **kw) -> SuccessiveHalving:
+    ss = SweepSearch(expand(load_config(_config(tmp_path, search, **kw))), "final")
+    (s,) = ss.searchers
+    assert isinstance(s, SuccessiveHalving)
+    return s
+
+
+def _done(spec, value: float, status: str = "stopped", step: int | None = None) -> TrialOutcome:
+    o = TrialOutcome.of_spec(spec, status)
+    r = rule_of(spec.early_stop)
+    o.stopped_step = r.get("stop_at") if status == "stopped" else None
+    o.rungs = {r["stop_at"]: value} if "stop_at" in r else {}
+    o.final_valid_accuracy = value
+    return o
+
+
+def test_the_brackets_cost_and_size():
+    assert survivors(9, 3) == 3 and survivors(2, 3) == 1 and survivors(0, 3) == 1
+    assert bracket_cost(9, [10, 30, 90], 3, 1) == 9 * 10 + 3 * 30 + 1 * 90 == 270
+    assert bracket_cost(9, [10, 30, 90], 3, 2) == 540
+
+
+def test_whole_rung_promotions_on_hand_made_results(tmp_path):
+    """trials 3 x 90 steps = 270: n = 9 (9x10 + 3x30 + 1x90 = 270; 10 configurations cost 280)."""
+    s = _searcher(tmp_path, {"method": "successive_halving", "trials": 3, "min_steps": 10, "eta": 3})
+    assert (s.levels, s.budget, s.n, s.max_steps()) == ([10, 30, 90], 270, 9, 270)
+    seen: dict[str, TrialOutcome] = {}
+    first = s.propose(seen)
+    assert len(first) == 9 and all(rule_of(t.early_stop)["stop_at"] == 10 for t in first)
+    assert [t.trial_id for t in first[:3]] == [t.trial_id for t in s.candidates()[:3]]
+    values = [0.5, 0.9, 0.2, 0.7, 0.9, 0.1, 0.3, 0.6, 0.8]  # top 3: k=1, 4 (tie: earlier), 8
+    for t, v in zip(first[:8], values, strict=False):
+        seen[t.trial_id] = _done(t, v)
+    assert [t.trial_id for t in s.propose(seen)] == [first[8].trial_id]  # the rung waits for all
+    seen[first[8].trial_id] = _done(first[8], values[8])
+    second = s.propose(seen)
+    assert [int(s.board.tags[t.trial_id]["harness.search_index"]) for t in second] == [1, 4, 8]
+    assert all(rule_of(t.early_stop)["stop_at"] == 30 for t in second)
+    for t, v in zip(second, [0.91, 0.95, 0.93], strict=True):
+        seen[t.trial_id] = _done(t, v)
+    (third,) = s.propose(seen)
+    assert third.early_stop == () and s.board.tags[third.trial_id]["harness.search_index"] == "4"
+    assert fresh_proposal(tmp_path, seen) == [third.trial_id]  # a fresh searcher: the same
+    seen[third.trial_id] = _done(third, 0.97, status="finished")
+    assert s.propose(seen) == []
+    d = s.describe(seen)
+    assert [(r["step"], r["configurations"], r["went_on"]) for r in d["rounds"]] == \
+        [(10, 9, 3), (30, 3, 1), (90, 1, 0)]
+    assert d["steps_spent"] == 270 and d["done"] and d["stopped"] == 9 + 3
+    assert d["full_budget"][0]["rungs"] == {"10": 0.9, "30": 0.95}
+
+
+def fresh_proposal(tmp_path, seen) -> list[str]:
+    """What a searcher built anew from the same config proposes on ``seen`` (a re-run's)."""
+    (tmp_path / "again").mkdir(exist_ok=True)
+    s = _searcher(tmp_path / "again", {"method": "successive_halving", "trials": 3, "min_steps": 10,
+                                       "eta": 3})
+    return [t.trial_id for t in s.propose(seen)]
+
+
+def test_the_gate_stops_at_stop_at_whatever_the_peers():
+    board = RungBoard()
+    rule = {"stop_at": 30, "eta": 3, "mode": "max"}
+    assert "successive halving's round ends here" in board.decide("t", rule, 30, 0.99)
+    assert board.decide("t", rule, 10, 0.99) is None
+
+
+def test_a_real_bracket_follows_its_rounds(tmp_path):
+    """trials 2 x 27 steps = 54: levels 3, 9, 27; n = 5 (5x3 + 1x9 + 1x27 = 51); the stored runs:
+    five stopped at step 3, the best of them stopped at 9, then the same configuration plain to 27."""
+    from mlflow.tracking import MlflowClient
+
+    p = _config(tmp_path, {"method": "successive_halving", "trials": 2, "min_steps": 3, "eta": 3},
+                steps=27)
+    uri = f"sqlite:///{tmp_path}/m.db"
+    run = harness.sweep(p, tracking_uri=uri, quiet=True)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("sh")
+    runs = client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'trial'",
+                              order_by=["attributes.start_time ASC"])
+    assert [r.info.status for r in runs] == ["FINISHED"] * 7
+    stops = [r.data.tags.get("harness.stopped_at_step") for r in runs]
+    assert stops == ["3"] * 5 + ["9", None]
+    rung3 = {int(r.data.tags["harness.search_index"]): json.loads(r.data.tags["harness.rungs"])["3"]
+             for r in runs[:5]}
+    best = min(rung3, key=lambda k: (-rung3[k], k))  # the top 1 of 5 by valid accuracy at step 3
+    assert [r.data.tags["harness.search_index"] for r in runs[5:]] == [str(best)] * 2
+    assert runs[6].data.params["optimizer.step_size"] == runs[5].data.params["optimizer.step_size"]
+    assert [r.data.tags["status"] for r in runs] == ["stopped"] * 6 + ["finished"]
+    assert run.counts["failed"] == 0
+    again = harness.sweep(p, tracking_uri=uri, quiet=True)  # a re-run trains nothing
+    assert again.counts["skipped"] == 7
