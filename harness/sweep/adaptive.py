@@ -136,13 +136,14 @@ def print_search_plan(console, search: SweepSearch, sweep_id: str, name: str, se
         t.add_column(col)
     for s in search.searchers:
         c = s.cell
-        held = sum(x.trial_id in seen for x in c.trials)
-        t.add_row(escape(c.task), escape(c.optimizer), c.search.method, str(len(c.trials)), str(held),
+        cands = s.candidates()  # ASHA's carry their rule: not the expansion's plain trials
+        held = sum(x.trial_id in seen for x in cands)
+        t.add_row(escape(c.task), escape(c.optimizer), c.search.method, str(len(cands)), str(held),
                   f"{most[c.key]:,}")
     print_table(console, t)
     console.print(f"the search can spend at most {sum(most.values()):,} training steps in all "
-                  f"(an adaptive method's budget is compute: trials x the budget's steps per optimizer "
-                  f"and task)")
+                  f"(an adaptive method's budget is compute: trials x seeds x the budget's steps per "
+                  f"optimizer and task)")
     for line in unequal_compute(search):
         console.print(f"[yellow]warning: {escape(line)}[/]")
 
