@@ -146,6 +146,7 @@ def test_rounds_train_what_the_searcher_proposes_and_log_it(tmp_path, chain):
     # a re-run: every proposal is in the store, nothing is trained and no parent run is made
     again = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
     assert [o.trial_id for o in again.outcomes] == ids and all(o.skipped for o in again.outcomes)
+    assert again.search[0]["path"] == ids  # the summary of a re-run still describes the search
     assert len(client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'")) == 1
 
 

@@ -211,7 +211,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     if not plan.todo:
         stages.stop()
         return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts.quiet, t_start,
-                                 outcomes)
+                                 outcomes, rounds.describe() if rounds is not None else [])
     parent_id = _run_invocation(cfg, given, specs, plan, outcomes, ex, client, exp_id, sweep_id,
                                 uri, console, stages, opts.quiet, clock, whole, describe(only), rounds)
     if rounds is not None:
@@ -335,7 +335,8 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
 
 def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_id: str, uri: str,
                       console, quiet: bool, t_start: float,
-                      done: list[TrialOutcome] | None = None) -> SweepSummary:
+                      done: list[TrialOutcome] | None = None,
+                      search: list[dict] | None = None) -> SweepSummary:
     """Every trial is done: no new parent run (an empty one would hold no trial, get the report of
     the runs it does not describe, and be what ``status`` calls the sweep's last run). A dead
     invocation's runs are still marked KILLED, as ``status`` promises."""
@@ -347,7 +348,7 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
     summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, done, time.perf_counter() - t_start,
                            boundary=boundary_warnings(done, plan.specs, cfg.selection.by),
                            select_by=cfg.selection.by, time_clock=cfg.time,
-                           trial_ids=[s.trial_id for s in plan.specs])
+                           trial_ids=[s.trial_id for s in plan.specs], search=search or [])
     if not quiet:
         print_summary(console, summary)
     return summary
