@@ -9,13 +9,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import MaxNLocator
 
 from reports import protocol
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
 from reports.objectives import METRIC_LABELS, objectives_differ
 from reports.scoring import performance_profile, profile_times
-from reports.style import NEUTRAL, legend, markers, palette
+from reports.style import NEUTRAL, legend, log_count_x, markers, palette
 
 #: Tuning-curve bands (validation, 95% bootstrap) are drawn in the static figure only in panels of
 #: at most this many tuned optimizers: more translucent bands overlap into one muddy colour (issue
@@ -139,9 +139,7 @@ def compute_figure(frame: pd.DataFrame) -> Figure | None:
             path = g["kind"].iloc[0] == "path"
             ax.step(g["steps"], g["valid"], where="post", color=c, lw=2, ls="-" if path else "--",
                     marker=marks.get(opt, "o"), ms=4, label=f"{opt} ({method})")
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
-        ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: ""))
+        log_count_x(ax)
         ax.set_title(labels.get(task, task))
         ax.set_xlabel("training steps spent on tuning")
         name = METRIC_LABELS.get(here["metric"].iloc[0], here["metric"].iloc[0]).replace(

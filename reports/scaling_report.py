@@ -314,10 +314,9 @@ def _extrapolated_text(st: ScalingStudy) -> str:
 def scaling_figure(frame: pd.DataFrame):
     """The section's figure (module docstring), ``None`` without a ladder."""
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from reports.layout import new_figure
-    from reports.style import legend, palette
+    from reports.style import legend, log_count_x, palette
 
     st = scaling_study(frame)
     if st is None or st.points.empty:
@@ -364,15 +363,7 @@ def scaling_figure(frame: pd.DataFrame):
     ax_s.axhline(1.0, color=NEUTRAL, lw=0.8)
     ax_r.axhline(0.0, color=NEUTRAL, lw=0.8)
     for ax in axes.ravel():
-        ax.set_xscale("log")
-        # 1, 2 and 5 of each decade (1 and 3 over a wider axis), as 4k / 20k / 1.2M: a ladder
-        # spanning about a decade showed one labelled tick (10^4) on its N axes
-        lo, hi = ax.get_xlim()
-        decades = float(np.log10(hi / lo)) if lo > 0 and hi > lo else 1.0
-        subs = (1.0, 2.0, 5.0) if decades <= 1.5 else (1.0, 3.0) if decades <= 2.5 else (1.0,)
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: count_text(x)))
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        log_count_x(ax)  # 10k / 20k / 50k: a ladder spanning about a decade showed one tick, 10^4
         ax.set_xlabel("parameters N")
     ax_l.set_yscale("log")
     ax_s.set_ylabel(f"speed-up over {st.baseline}")
@@ -385,11 +376,3 @@ def scaling_figure(frame: pd.DataFrame):
     legend(fig, {o: c for o, c in colours.items() if o in set(st.points["optimizer"])}, extra=extra)
     return fig
 
-
-def count_text(x: float) -> str:
-    """A parameter count as an axis label: ``800``, ``4k``, ``20k``, ``1.2M``, ``3B`` (3 significant
-    digits at most, trailing zeros dropped)."""
-    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.3g}{suffix}"
-    return f"{x:.3g}"

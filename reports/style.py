@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -126,6 +127,28 @@ def log_y(ax, lo: float, hi: float) -> None:
         ax.yaxis.set_minor_formatter(plain)
     else:
         ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def count_text(x: float) -> str:
+    """A count as an axis label: ``800``, ``4k``, ``20k``, ``1.2M``, ``3B`` (3 significant digits at
+    most, trailing zeros dropped)."""
+    for div, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def log_count_x(ax) -> None:
+    """Log x axis of counts (parameters, steps) labelled as :func:`count_text`: 1, 2 and 5 of each
+    decade on an axis spanning at most 1.5 decades, 1 and 3 up to 2.5, else decades only (a narrow
+    axis showed one labelled tick, 10^k); call it after the data are drawn (it reads the limits)."""
+    ax.set_xscale("log")
+    lo, hi = ax.get_xlim()
+    decades = float(np.log10(hi / lo)) if lo > 0 and hi > lo else 1.0
+    subs = (1.0, 2.0, 5.0) if decades <= 1.5 else (1.0, 3.0) if decades <= 2.5 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: count_text(x)))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def png_bytes(fig: Figure, dpi: int = 100) -> bytes:

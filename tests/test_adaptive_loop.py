@@ -265,3 +265,8 @@ def test_tuning_against_compute_follows_the_searchs_own_path(tmp_path, chain):
     spec = next(f for f in FIGURES if f.key == "tuning_compute")
     fig = spec.build(frame)
     assert fig is not None and fig.axes[0].get_xscale() == "log"
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    shown = {t.get_text() for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi}
+    assert {"10", "20"} <= shown, shown  # 1, 2, 5 of a decade on a narrow axis (it showed one tick)

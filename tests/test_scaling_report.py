@@ -173,7 +173,7 @@ def test_n_axes_label_more_than_the_decade_a_ladder_spans():
     """Sizes 1e4 to 1.6e5 span about one decade: the N axes showed one labelled tick ("10^4"); now
     1, 2 and 5 of each decade inside a narrow axis are labelled as counts (10k, 20k, 50k, 100k),
     decades on a wide one (no labels overlap: test_speedups_fit_and_extrapolation's layout check)."""
-    from reports.scaling_report import count_text
+    from reports.style import count_text
 
     assert [count_text(x) for x in (800, 4000, 20000, 4352, 1.2e6, 3e9)] == \
         ["800", "4k", "20k", "4.35k", "1.2M", "3B"]
