@@ -554,11 +554,11 @@ def test_a_pipe_hears_each_slow_stage_once_on_stderr(tmp_path, write_sweep, monk
     monkeypatch.setattr(progress, "PIPE_AFTER_S", 0.05)
     real = run_mod.preflight
 
-    def slow_preflight(cfg, file, registries=None, on_stage=None):
+    def slow_preflight(cfg, file, registries=None, on_stage=None, **kw):
         def stage(name, text):
             on_stage(name, text)
             time.sleep(0.2)  # every stage and every k/N step lasts
-        return real(cfg, file, registries, on_stage=stage)
+        return real(cfg, file, registries, on_stage=stage, **kw)
 
     monkeypatch.setattr(run_mod, "preflight", slow_preflight)
     cfg = write_sweep()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from harness.config.errors import ConfigError
@@ -79,6 +79,24 @@ def step_size_problem(optimizer_hparams: Mapping[str, Any], dtype: str) -> str |
     return None
 
 
+#: Called with the key of each abstract trace the pre-flight makes (a model's init: ``("model", ...)``;
+#: an optimizer's update with its schedule, or alone: ``("opt", ...)``), before it is made; tests
+#: count them. Issue 35 §2: one trace per program, not per step size, none for a FINISHED trial.
+TRACE_HOOKS: list[Callable[[tuple], None]] = []
+
+
+def _traces(key: tuple) -> None:
+    for hook in TRACE_HOOKS:
+        hook(key)
+
+
+def _program_hp(hp: Mapping[str, Any]) -> str:
+    """The hyperparameters that set a traced program: the int, bool and str ones (a float, such as
+    the step size or ``b1``, is a value in the same program; its checks run on every distinct value
+    when the optimizer is built, :func:`preflight`)."""
+    return hp_key({k: v for k, v in hp.items() if not isinstance(v, float)})
+
+
 def _model_key(s, ds) -> tuple:
     """What a model is traced once per: name, hyperparameters, the dataset's input shape and classes."""
     return ("model", s.model, hp_key(s.hparams("model")), ds.input_shape, ds.num_classes)
@@ -90,8 +108,9 @@ def _opt_keys(s, mkey: tuple) -> list[tuple]:
     an AlgoPerf submission (imported and its API checked instead: :func:`submission_problem`)."""
     if s.optimizer_api == "algoperf":
         return []
-    ohp = hp_key(s.hparams("optimizer"))
-    return [("opt", s.optimizer, ohp, s.schedule, hp_key(s.hparams("schedule")), s.steps, mkey),
+    ohp = hp_key({k: v for k, v in s.hparams("optimizer").items() if k != "step_size"})
+    return [("opt", s.optimizer, _program_hp(s.hparams("optimizer")), s.schedule,
+             _program_hp(s.hparams("schedule")), s.steps, mkey),
             ("opt", s.optimizer, ohp, "none", hp_key({}), 0, mkey)]
 
 
@@ -148,7 +167,9 @@ def _traced(s, ds) -> set[tuple]:
 
 
 def _parts_said(cfg: SweepConfig, file: str, registries: Registries | None,
-                on_stage: Callable[[str, str], None] | None) -> Callable[[SweepConfig], TrialList]:
+                on_stage: Callable[[str, str], None] | None,
+                finished: Callable[[list], Collection[str]] | None = None
+                ) -> Callable[[SweepConfig], TrialList]:
     """The pre-flight of each part of a config with workloads (:func:`expand_parts` calls it once
     per part, in :func:`harness.config.workloads.config_parts`' order), its stage lines naming the
     part when there are several (``mnist1d_cnn (2 of 3): pre-flight: ...``): each part counts its
@@ -164,19 +185,30 @@ def _parts_said(cfg: SweepConfig, file: str, registries: Registries | None,
         i = next(turn)
         say = on_stage if on_stage is None or len(names) == 1 else (
             lambda name, text: on_stage(name, f"{names[i]} ({i + 1} of {len(names)}): {text}"))
-        return preflight(part, file, registries, say)
+        return preflight(part, file, registries, say, finished)
 
     return one
 
 
 def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
-              on_stage: Callable[[str, str], None] | None = None) -> TrialList:
+              on_stage: Callable[[str, str], None] | None = None,
+              finished: Callable[[list], Collection[str]] | None = None) -> TrialList:
     """Everything a trial needs, checked once per distinct value before any work or MLflow write;
     returns the expanded trials. ``on_stage(name, text)``, when given, hears what it is doing:
     ``("datasets", "loading N datasets ...")``, then ``("pre-flight", "pre-flight: k of N distinct
     model/optimizer builds traced for T trials ...")`` after each trial, N the distinct models and
     optimizer builds it traces and k those done (:class:`harness.sweep.progress.StageLine` shows
-    them); with workloads, each part's lines start ``WORKLOAD (i of n): ``.
+    them); with workloads, each part's lines start ``WORKLOAD (i of n): ``. ``finished(specs)``, when
+    given, is called once per grid (per part with workloads) with its expanded trials and returns the
+    ids of those a FINISHED run in the store holds already: they are not traced (nor an AlgoPerf
+    submission run), they trained with these values (issue 35 §2).
+
+    Traces: each model once per name, hyperparameters and dataset shape; each optimizer once per
+    *program*, that is name, int/bool/str hyperparameters, schedule (and its int/bool/str ones) and
+    steps, on each model: not once per step size (a traced value of the program), nor per other float
+    (each distinct float value is built, which runs the optimizer's and schedule's own checks of it,
+    :mod:`optimizers.common`, and only where that build fails is it traced to name the key).
+    :data:`TRACE_HOOKS` hears each trace.
 
     - every dataset loads (a ``tfds:NAME`` that is not prepared fails here with the full
       "how to prepare it" message; small datasets are loaded, and the in-process executor reuses
@@ -240,6 +272,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     if not specs:
         raise ConfigError([f"{file}: exclude: no trials left after include/exclude"])
 
+    skip = frozenset(finished(specs)) if finished is not None else frozenset()
     seen: set[tuple] = set()
 
     @contextlib.contextmanager
@@ -284,16 +317,21 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     lr_aval = jax.ShapeDtypeStruct((), jnp.float32)
     key_aval = jax.ShapeDtypeStruct((2,), jnp.uint32)
     # progress: the distinct models and optimizer builds traced (k/N); a trial's count as done after it
-    traced = {s.trial_id: _traced(s, loaded[(s.dataset, hp_key(s.hparams("dataset")))]) for s in specs}
-    n_traced = len(set().union(*traced.values()))
+    traced = {s.trial_id: _traced(s, loaded[(s.dataset, hp_key(s.hparams("dataset")))]) for s in specs
+              if s.trial_id not in skip}
+    n_traced = len(set().union(set(), *traced.values()))
+    n_skip = sum(s.trial_id in skip for s in specs)
+    skipped = f", {n_skip} already finished" if n_skip else ""
     done: set[tuple] = set()
 
     def progress() -> None:  # the same words in a dry run and a real one: the pre-flight is one
         say("pre-flight", f"pre-flight: {len(done)} of {n_traced} distinct model/optimizer builds "
-                          f"traced for {len(specs)} trial{'s' * (len(specs) != 1)} (nothing is trained "
-                          f"or written yet)")
+                          f"traced for {len(specs)} trial{'s' * (len(specs) != 1)}{skipped} (nothing is "
+                          f"trained or written yet)")
 
     for s in specs:
+        if s.trial_id in skip:  # a FINISHED run holds it: it trained with these values
+            continue
         progress()
         done |= traced[s.trial_id]
         ds_key = (s.dataset, hp_key(s.hparams("dataset")))
@@ -317,6 +355,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
                                       key_aval)[1]
 
             try:
+                _traces(mkey)
                 avals[mkey] = model_params(mhp)
                 if (msg := memory_problem(avals[mkey])) is not None:
                     errors.append(f"{file}: {hp_path(mpath, mhp, '')}: model {s.model!r} "
@@ -353,15 +392,26 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
         shp = s.hparams("schedule")
         spath = specs.origins[s.trial_id].paths["schedules"]
         okey, alone_key = _opt_keys(s, mkey)
-        if ("bad-opt", s.optimizer, hp_key(ohp)) in seen or not once(okey):
+        if ("bad-opt", s.optimizer, hp_key(ohp)) in seen:
             continue  # an optimizer that fails is reported once, on the optimizer
+        # each distinct set of values is built (the optimizer's and schedule's own checks of them);
+        # each program (its int/bool/str hyperparameters) is traced once, on its first values; the
+        # step size is not a value of the build (make takes it traced; checked above)
+        if not once(("values", s.optimizer, alone_key[2], s.schedule, hp_key(shp), s.steps, mkey)):
+            continue
         # the model's parameter shapes; a vector when the model failed (reported above)
         p = avals.get(mkey, jax.ShapeDtypeStruct((2,), jnp.float32))
 
-        def trace_update(ohp, sched="none", sched_hp=None, steps=0, p=p, s=s):
+        def trace_update(ohp, sched="none", sched_hp=None, steps=0, p=p, s=s, key=None):
             make = make_opt_factory(s.optimizer, ohp, sched, sched_hp or {}, steps, reg.optimizers,
                                     reg.schedules)
             base_step_size(s.optimizer, ohp, reg.optimizers[s.optimizer])
+            if key is not None and key in seen:  # its program traced already: these values built
+                jax.eval_shape(lambda lr: (make(lr), lr)[1], lr_aval)
+                return
+            if key is not None:
+                seen.add(key)
+            _traces(key or ("opt", s.optimizer, hp_key(ohp), sched, hp_key(sched_hp or {}), steps))
 
             def one_update(lr, params, make=make):
                 opt = make(lr)
@@ -378,7 +428,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
 
         try:
             with user_code(s, opath):
-                trace_update(ohp, s.schedule, shp, s.steps)
+                trace_update(ohp, s.schedule, shp, s.steps, key=okey)
             continue
         except _AccidentError as e:  # past source_timeout_s, os._exit, ...: once, on the source
             seen.add(("bad-opt", s.optimizer, hp_key(ohp)))

@@ -7,6 +7,8 @@
   before; or, when the store holds a run of a trial this config no longer makes that differs from
   it only in its optimizer's source digest or a few settings, ``source changed`` / ``config
   changed`` naming what; else ``new``.
+- :func:`finished_trials`: the trials a FINISHED run holds, for the pre-flight (which traces none of
+  them), read-only, before the store is opened for writing.
 - :func:`take_spooled`: trials whose results wait in the local spool are trained: they leave the
   plan's to-do list (the spool's replay writes them).
 - :func:`count_done`: how many trials are done after a Ctrl-C.
@@ -16,6 +18,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,9 +27,10 @@ from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
 from harness.tracking import spool
-from harness.tracking.client import trial_runs
+from harness.tracking.client import prepare_store, trial_runs
 from harness.tracking.dedupe import dedupe_finished_runs
 from harness.tracking.trial_run import trial_state
+from harness.tracking.uris import is_server, sqlite_path
 
 
 @dataclass
@@ -146,6 +150,38 @@ def _changed_from(spec: TrialSpec, runs: list) -> str:
     have = run.data.params
     changes = ", ".join(f"{k} {have.get(k, '(none)')} -> {want.get(k, '(none)')}" for k in keys)
     return f"source and config changed ({source}; {changes})" if source else f"config changed ({changes})"
+
+
+def finished_trials(uri: Callable[[], str], experiment: str) -> Callable[[list[TrialSpec]], set[str]]:
+    """``finished(specs) -> ids of specs with a FINISHED run`` (:func:`trial_state`'s rule) in
+    experiment ``experiment`` of the store ``uri()`` names: the pre-flight traces none of them (issue
+    35 §2). Read-only and never creating anything: a SQLite file that does not exist, a store that
+    cannot be read or a URI that is refused (``uri()`` raising: said later, where the sweep opens the
+    store) hold nothing. The store is read once (one :func:`harness.tracking.client.trial_runs`),
+    on the first call; later calls (the parts of a config with workloads) reuse it."""
+    box: dict[str, dict[str, list]] = {}
+
+    def runs() -> dict[str, list]:
+        if "runs" not in box:
+            box["runs"] = {}
+            try:
+                u = uri()
+                db = sqlite_path(u)
+                if not (is_server(u) or (db is not None and db.exists())):
+                    return box["runs"]
+                client = prepare_store(u, create=False)
+                exp = client.get_experiment_by_name(experiment)
+                if exp is not None and exp.lifecycle_stage == "active":
+                    box["runs"] = trial_runs(client, exp.experiment_id)
+            except Exception:  # the sweep opens the store later and says what is wrong with it
+                pass
+        return box["runs"]
+
+    def finished(specs: list[TrialSpec]) -> set[str]:
+        by_id = runs()
+        return {s.trial_id for s in specs if trial_state(by_id.get(s.trial_id, []))[1] is not None}
+
+    return finished
 
 
 def take_spooled(plan: Plan, uri: str) -> list[TrialOutcome]:

@@ -55,7 +55,7 @@ from harness.sweep.only import describe, parse_only, select
 from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_settings, start_parent
 from harness.sweep.preflight import preflight
 from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
-from harness.sweep.resume import Plan, count_done, make_plan, take_spooled
+from harness.sweep.resume import Plan, count_done, finished_trials, make_plan, take_spooled
 from harness.sweep.searchers import SweepSearch, searcher_for
 from harness.sweep.summary import SweepSummary, best_configs, boundary_warnings, print_summary, python_command
 from harness.tracking import spool
@@ -170,7 +170,9 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     clock.startup_ends()
     with contextlib.nullcontext() if trains_here else parent_off_devices(), clock.part("preflight"):
         # before the store: dry run too
-        whole = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage)
+        whole = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage,
+                          finished=finished_trials(lambda: resolve_tracking_uri(opts.tracking_uri,
+                                                                                cfg.tracking_uri), cfg.name))
     if (pool := xla_threads.mismatch()) is not None:  # JAX computed before `import harness`
         console.print(f"warning: {pool}", soft_wrap=True)
     search = searcher_for(whole, cfg.selection.by)  # issue 34: the seam of every method
