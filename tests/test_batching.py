@@ -166,3 +166,51 @@ def test_not_measured_where_compiling_costs_more_than_vmap_could_save(fresh, mon
     monkeypatch.setattr(batching, "_MEM", {})
     long = [_tiny("constant", s, steps=6 * 10**6) for s in (0, 1)]
     assert batching.decide(long, measure=lambda s: (1.2, 3)).label == "vmap(2): measured 1.20x"
+
+
+def _siblings(T: int, steps: int = 12) -> list:
+    """``T`` trials of one program: the same digits MLP and adam, differing in step size and seed."""
+    return [make_spec(seed=i % 2, steps=steps, eval_every=6, steps_per_dispatch=6,
+                      optimizer_hparams={"step_size": 0.001 * (1 + i)}) for i in range(T)]
+
+
+@pytest.mark.parametrize("rule", ["too slow", "measured"])
+def test_a_decision_costs_the_same_programs_for_200_siblings_as_for_20(fresh, monkeypatch, rule):
+    """Issue 35 §2: deciding for 200 siblings initialises one trial state and gets at most two chunk
+    programs, as for 20 (before: one eager optimizer init per trial, 200 against 20, also when the
+    decision was not to measure). 'too slow': T single chunks over MAX_REP_S, not measured;
+    'measured': the whole measurement, single and vmapped chunks compiled and timed. The vmapped
+    chunks compiled are the T=20 and T=200 ones, one each."""
+    import collections
+
+    from harness.train import program
+
+    monkeypatch.setattr(program, "PROGRAMS", collections.OrderedDict())
+    monkeypatch.setattr(batching, "MAX_REP_S", 0.0 if rule == "too slow" else 1e9)
+    monkeypatch.setattr(batching, "BUDGET_S", 0.0)  # MIN_REPS repetitions: the counts are the point
+    steps = 12 if rule == "too slow" else 6 * 10**6  # measured: long enough that vmap could pay
+    counts = {}
+    for T in (20, 200):
+        before = batching.measure_counts()
+        d = batching.decide(_siblings(T, steps))
+        after = batching.measure_counts()
+        counts[T] = {k: after[k] - before[k] for k in after}
+        assert d.source == ("skipped" if rule == "too slow" else "measured"), d
+    programs = 1 if rule == "too slow" else 2
+    assert counts[20] == counts[200] == {"decisions": 1, "inits": 1, "programs": programs}
+    assert _chunks_compiled(program) == {"constant": ["None"] if rule == "too slow"
+                                         else ["20", "200", "None"]}
+
+
+def test_group_units_decides_once_per_program(fresh, monkeypatch):
+    """200 siblings of two programs (two batch sizes) are two groups, two decisions: the step sizes
+    and seeds do not make more."""
+    monkeypatch.setattr(batching, "_param_count", lambda spec: 1210)
+    calls = []
+    monkeypatch.setattr(batching, "measure_speedup", lambda specs: (calls.append(len(specs)), (0.9, 3))[1])
+    specs = _siblings(100) + [make_spec(seed=i % 2, batch_size=16, optimizer_hparams={"step_size": 1e-3 * i})
+                              for i in range(1, 101)]
+    labels: dict = {}
+    units = group_units(specs, "auto", labels=labels)
+    assert calls == [100, 100] and len(units) == 200
+    assert set(labels.values()) == {"sequential: measured 0.90x"}

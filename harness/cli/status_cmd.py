@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from harness.cli.common import URI_HELP, err, exit_no_experiment
-from harness.core.names import KIND_PARENT, TAG_KIND, TAG_SWEEP_ID
+from harness.core.names import KIND_PARENT, KIND_TRIAL, TAG_KIND, TAG_SWEEP_ID, TAG_TRIAL_ID
 from harness.core.redact import mask_uri
 
 
@@ -24,7 +24,7 @@ def status(
 
     from harness.config.errors import ConfigError
     from harness.sweep.tables import print_table, stdout_console
-    from harness.tracking.client import prepare_store, search_all, trial_runs
+    from harness.tracking.client import prepare_store, search_all
     from harness.tracking.errors import TrackingUnavailableError
     from harness.tracking.trial_run import trial_state
     from harness.tracking.uris import resolve_tracking_uri
@@ -59,8 +59,14 @@ def status(
     for exp in exps:
         if exp is None:
             continue
-        parents = search_all(client, exp.experiment_id, f"tags.`{TAG_KIND}` = '{KIND_PARENT}'")
-        by_trial = trial_runs(client, exp.experiment_id)
+        # one read of the experiment's runs (issue 35 §2): its parents and its trials apart
+        parents, by_trial = [], {}
+        for r in search_all(client, exp.experiment_id):
+            kind, tid = r.data.tags.get(TAG_KIND), r.data.tags.get(TAG_TRIAL_ID)
+            if kind == KIND_PARENT:
+                parents.append(r)
+            elif kind == KIND_TRIAL and tid:
+                by_trial.setdefault(tid, []).append(r)
         sweep_ids: dict[str, dict] = {}
         for p in sorted(parents, key=lambda r: r.info.start_time):
             sid = p.data.tags.get(TAG_SWEEP_ID, "?")

@@ -34,7 +34,10 @@ returns its ``batch``. The method:
    on the same signature re-applies the rule to its own steps without compiling anything.
 4. **Measurement** (:func:`measure_speedup`): the trainer's own compiled chunk of ``n`` steps, the
    vmapped ``T``-trial one and the single-trial one (the executables training then reuses in this
-   process: the chunk length is the trial's first), compiled first and not timed. Then
+   process: the chunk length is the trial's first), compiled first and not timed, on one trial's
+   state (the first's; the vmapped state is ``T`` copies of it: a chunk's time depends on the shapes,
+   not the values, and a decision initialises one state and gets at most two chunk programs whatever
+   ``T``, :func:`measure_counts`; it initialised all ``T``, eagerly, before issue 35). Then
    interleaved repetitions, one untimed warm-up each: ``T`` single-trial chunks in sequence against
    one vmapped chunk, each call ended by fetching its losses to the host as the trainer does. The
    number of repetitions is :data:`MIN_REPS`..:data:`MAX_REPS`, fewer when one repetition is slow,
@@ -78,7 +81,7 @@ from harness.train.build import trial_step_size
 from harness.train.program import TrainingProgram, program_for, trial_model
 
 __all__ = ["BUDGET_S", "MAX_PARAMS", "MAX_REP_S", "MIN_SPEEDUP", "Decision", "batch_mismatch", "cache_path",
-           "compile_seconds", "decide", "describe", "measure_speedup", "signature"]
+           "compile_seconds", "decide", "describe", "measure_counts", "measure_speedup", "signature"]
 
 #: Batch when the measured speed-up (sequential / vmapped) is at least this.
 MIN_SPEEDUP = 1.05
@@ -142,6 +145,22 @@ def compile_seconds() -> float:
     (parameter init, the single and vmapped chunks; training reuses them, so the sweep's time budget
     counts them as ``compile``, not ``batching``)."""
     return _COMPILE_S[0]
+
+
+#: What this process's measurements did, counted (:func:`measure_counts`).
+_COUNTS = {"decisions": 0, "inits": 0, "programs": 0}
+
+
+def _count(what: str) -> None:
+    _COUNTS[what] += 1
+
+
+def measure_counts() -> dict[str, int]:
+    """What this process's measurements (:func:`measure_speedup`) did so far: ``decisions``
+    measured (not found in a cache, not trivial, not overridden), trial states ``inits`` (one per
+    decision, whatever its number of trials ``T``) and chunk ``programs`` got (the single-trial chunk,
+    then the vmapped one when the measurement gets that far). A copy; each count only grows."""
+    return dict(_COUNTS)
 
 
 def cache_path() -> Path:
@@ -310,19 +329,21 @@ def _param_count(spec: TrialSpec) -> int:
 def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     """``(median sequential/vmapped seconds, repetitions)`` for ``specs`` (module docstring, step 4)."""
     spec0, T = specs[0], len(specs)
+    _count("decisions")
     prog = _program(spec0)
     e = prog.entry
     n = _chunk_len(spec0)
-    inits = [prog.init(jax.random.PRNGKey(s.seed), trial_step_size(s, prog.opt_builder)) for s in specs]
-    _COMPILE_S[0] += sum(dt for _, dt in inits)
-    singles = [st for st, _ in inits]
-    del inits
-    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *singles)
-    one = singles[0]
-    del singles
+    # one trial's state, whatever T: a chunk's time depends on the state's shapes, not its values, so
+    # the vmapped state is T copies of it (T eager optimizer inits cost O(T) before anything is decided)
+    one, dt = prog.init(jax.random.PRNGKey(spec0.seed), trial_step_size(spec0, prog.opt_builder))
+    _COMPILE_S[0] += dt
+    _count("inits")
+    # (before the single chunk donates ``one``): one copy per leaf, not per trial
+    stacked = jax.tree_util.tree_map(lambda a: jnp.repeat(jnp.asarray(a)[None], T, axis=0), one)
     start = jnp.int32(0)
     exe_1, dt = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)
     _COMPILE_S[0] += dt
+    _count("programs")
     # what measuring costs: compiling the vmapped chunk, which takes at least as long as the single
     # one did (whichever stage compiled that); nothing when it is compiled already
     cost_s = 0.0 if prog.chunk_compile_s(T, n) is not None else prog.chunk_compile_s(None, n) or 0.0
@@ -354,6 +375,7 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
         raise _NotWorthError(save_s, cost_s, chunk_s)
     exe_v, dt = prog.get_chunk(T, n, stacked, start, e.x_train, e.y_train)
     _COMPILE_S[0] += dt
+    _count("programs")
     box["v"] = stacked
     pair = vmapped() + t_seq  # warm-up, also the cost of one repetition
     reps = int(min(MAX_REPS, max(MIN_REPS, BUDGET_S // max(pair, 1e-9))))

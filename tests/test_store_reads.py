@@ -1,0 +1,96 @@
+"""Issue 35 §2: the resume check (make_plan), de-duplication and ``status`` read the store once per
+sweep, whatever its number of trials: the MLflow searches counted on real SQLite stores of 6 and 60
+trials (written by the harness's own writer; the trainer is the test suite's deterministic fake)."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from harness.cli import app
+
+
+@pytest.fixture
+def searches(monkeypatch):
+    """``{caller: number of MlflowClient.search_runs calls}``, the real method called each time."""
+    counts: collections.Counter = collections.Counter()
+    real = MlflowClient.search_runs
+
+    def counting(self, *a, **kw):
+        counts[counting.where] += 1
+        return real(self, *a, **kw)
+
+    counting.where = "sweep"
+    monkeypatch.setattr(MlflowClient, "search_runs", counting)
+    return counts, counting
+
+
+def _store(tmp_path, n: int) -> tuple[str, dict]:
+    """A SQLite store holding a finished sweep of ``n`` trials (seeds 0..n-1); its config."""
+    from conftest import TINY_SWEEP
+
+    from harness.sweep.run import run_sweep
+
+    cfg = {**TINY_SWEEP, "name": f"reads{n}", "seeds": list(range(n))}
+    uri = f"sqlite:///{tmp_path / f'store{n}.db'}"
+    summary = run_sweep(cfg, tracking_uri=uri, quiet=True)
+    assert sum(o.status == "finished" for o in summary.outcomes) == n
+    return uri, cfg
+
+
+def test_resume_dedupe_and_status_read_the_store_once_whatever_its_size(tmp_path, fake_trainer, searches,
+                                                                       monkeypatch):
+    from harness.config.load import parse_config
+    from harness.plan.expansion import expand
+    from harness.sweep.resume import dedupe_sweep, finished_trials, make_plan
+    from harness.sweep.run import run_sweep
+    from harness.tracking.client import client_for
+
+    monkeypatch.setenv("HARNESS_BATCH", "never")
+    counts, counting = searches
+    per_size = {}
+    for n in (6, 60):
+        uri, cfg = _store(tmp_path, n)
+        client = client_for(uri)
+        exp_id = client.get_experiment_by_name(cfg["name"]).experiment_id
+        specs = expand(parse_config(cfg))
+        seen = {}
+        counts.clear()
+        counting.where = "finished_trials"
+        assert len(finished_trials(lambda u=uri: u, cfg["name"])(specs)) == n
+        counting.where = "make_plan"
+        plan = make_plan(specs, client, exp_id)
+        assert (len(plan.done), len(plan.todo)) == (n, 0)
+        counting.where = "dedupe_sweep"
+        assert dedupe_sweep(_ctx(uri, exp_id), [specs]) == {}
+        seen.update(counts)
+        counts.clear()
+        counting.where = "status"
+        p = tmp_path / f"reads{n}.yaml"
+        p.write_text(yaml.safe_dump(cfg))
+        r = CliRunner().invoke(app, ["status", "--tracking-uri", uri])
+        assert r.exit_code == 0 and f"reads{n}" in r.output, r.output
+        seen["status"] = counts["status"]
+        # a re-run with everything finished: the pre-flight's read and the resume check's
+        counts.clear()
+        counting.where = "rerun"
+        again = run_sweep(cfg, tracking_uri=uri, quiet=True)
+        assert again.parent_run_id is None and len(again.outcomes) == n
+        seen["rerun"] = counts["rerun"]
+        per_size[n] = seen
+    assert per_size[6] == per_size[60], per_size
+    # one search each (one page: up to 1000 runs); status: one per experiment (the sweep's and
+    # MLflow's Default); the re-run: the pre-flight's FINISHED trials, the resume check, the dead
+    # invocations (RUNNING runs) and the settings (parents)
+    assert per_size[6] == {"finished_trials": 1, "make_plan": 1, "dedupe_sweep": 1, "status": 2,
+                           "rerun": 4}
+
+
+def _ctx(uri: str, exp_id: str):
+    from harness.core.context import RunContext
+
+    return RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id="", sweep_id="", sweep="reads")
