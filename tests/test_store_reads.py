@@ -84,13 +84,41 @@ def test_resume_dedupe_and_status_read_the_store_once_whatever_its_size(tmp_path
         per_size[n] = seen
     assert per_size[6] == per_size[60], per_size
     # one search each (one page: up to 1000 runs); status: one per experiment (the sweep's and
-    # MLflow's Default); the re-run: the pre-flight's FINISHED trials, the resume check, the dead
-    # invocations (RUNNING runs) and the settings (parents)
-    assert per_size[6] == {"finished_trials": 1, "make_plan": 1, "dedupe_sweep": 1, "status": 2,
-                           "rerun": 4}
+    # MLflow's Default); the re-run: the resume check, the dead invocations (RUNNING runs) and the
+    # settings (parents)
+    # (the pre-flight's read of a SQLite store is one query of two columns, no MLflow search)
+    assert per_size[6] == {"make_plan": 1, "dedupe_sweep": 1, "status": 2, "rerun": 3}
 
 
 def _ctx(uri: str, exp_id: str):
     from harness.core.context import RunContext
 
     return RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id="", sweep_id="", sweep="reads")
+
+
+def test_the_preflights_read_agrees_with_the_resume_check(tmp_path, fake_trainer, monkeypatch):
+    """The pre-flight's SQLite query (two columns) names the trials make_plan calls done, no other:
+    of 4 seeds, seed 2 raised (FAILED) and seed 3 diverged (FINISHED, harness.status diverged); a
+    missing store holds nothing and is not created."""
+    from conftest import TINY_SWEEP
+
+    from harness.config.load import parse_config
+    from harness.plan.expansion import expand
+    from harness.sweep.resume import finished_trials, make_plan
+    from harness.sweep.run import run_sweep
+    from harness.tracking.client import client_for
+
+    monkeypatch.setenv("HARNESS_BATCH", "never")
+    fake_trainer["raise_for"], fake_trainer["diverge_for"] = (2,), (3,)
+    cfg = {**TINY_SWEEP, "name": "agree", "seeds": [0, 1, 2, 3]}
+    uri = f"sqlite:///{tmp_path / 'agree.db'}"
+    run_sweep(cfg, tracking_uri=uri, quiet=True)
+    specs = expand(parse_config(cfg))
+    client = client_for(uri)
+    plan = make_plan(specs, client, client.get_experiment_by_name("agree").experiment_id)
+    got = finished_trials(lambda: uri, "agree")(specs)
+    assert got == set(plan.done) and {s.seed for s in specs if s.trial_id in got} == {0, 1, 3}
+    assert finished_trials(lambda: uri, "other")(specs) == set()
+    missing = tmp_path / "missing.db"
+    assert finished_trials(lambda: f"sqlite:///{missing}", "agree")(specs) == set()
+    assert not missing.exists()
