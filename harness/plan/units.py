@@ -36,11 +36,12 @@ def group_units(specs: list[TrialSpec], batching: str,
     units = []
     decided = [g for g in groups.values()  # the groups auto measures (or finds in its cache)
                if len(g) > 1 and not (g[0].shard == "trials" and g[0].devices != 1)]
+    turn = {id(g): i for i, g in enumerate(decided, 1)}
     for g in groups.values():
         trial_parallel = g[0].shard == "trials" and g[0].devices != 1
         if len(g) > 1 and batching == "auto" and not trial_parallel:
             if on_measure is not None:
-                on_measure(1 + next(i for i, d in enumerate(decided) if d is g), len(decided))
+                on_measure(turn[id(g)], len(decided))
             if should_batch is None:
                 from harness.train.loop import should_batch as sb
 
