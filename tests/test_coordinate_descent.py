@@ -313,3 +313,18 @@ def test_the_report_rows_of_a_descent():
     cols = ["optimizer", "certified", "passes_done", "stop", "trials", "steps_spent"]
     assert table.loc[0, cols].tolist() == ["adamw", True, 2, "converged", 24, 480]
     assert search_table([]).empty and "certificate" in search_table([]).columns
+
+
+def test_a_start_off_the_grid_is_refused_by_the_sweep_with_the_file(write_sweep, tmp_path):
+    """Through run_sweep (the command line's path) the searcher's error lines name the config file,
+    as every other config error does, and nothing is written."""
+    from harness.sweep.run import run_sweep
+
+    path = _cd_config(write_sweep, {"step_size": {"log_grid": [0.001, 0.1, 3]}},
+                      start={"step_size": 0.003})
+    with pytest.raises(ConfigError) as ei:
+        run_sweep(path, tracking_uri=f"sqlite:///{tmp_path}/m.db", quiet=True)
+    assert len(ei.value.errors) == 1
+    assert ei.value.errors[0].startswith(f"{path}: optimizers[0].search.start.step_size: 0.003 is not "
+                                         f"on the grid of optimizer.step_size")
+    assert not (tmp_path / "m.db").exists()

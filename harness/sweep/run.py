@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.errors import UsageError
+from harness.config.errors import ConfigError, UsageError
 from harness.config.given import GivenConfig, given_config, load_given
 from harness.config.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
 from harness.config.load import Registries, SweepConfig
@@ -175,7 +175,10 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                                                                                 cfg.tracking_uri), cfg.name))
     if (pool := xla_threads.mismatch()) is not None:  # JAX computed before `import harness`
         console.print(f"warning: {pool}", soft_wrap=True)
-    search = searcher_for(whole, cfg.selection.by)  # issue 34: the seam of every method
+    try:  # issue 34: the seam of every method; a searcher's config error names the file
+        search = searcher_for(whole, cfg.selection.by)
+    except ConfigError as e:
+        raise ConfigError([f"{config_path}: {line}" for line in e.errors]) from None
     if search.adaptive:  # the candidates stand for the search (ASHA's carry their rule)
         whole = _listed(search.candidates(), whole)
         search.adopt(whole, whole.origins)
