@@ -69,6 +69,7 @@ from harness.core.names import (
     PARAM_TARGET_METRIC,
     PARAM_TARGET_MODE,
     PARAM_TARGET_VALUE,
+    TAG_AUDIT_OF,
     TAG_DATASET,
     TAG_DIVERGED_STEP,
     TAG_MESH,
@@ -166,8 +167,8 @@ def sweep_budget(parents: list) -> dict[str, float]:
 ID_COLUMNS = (
     "row", "experiment", "sweep", "sweep_id", "trial_id", "run_id", "parent_run_id", "attempts",
     "run_status", "status", "reason", "model", "optimizer", "schedule", "dataset", "seed", "task",
-    "config", "config_id", "tuning", "search", "source_hash", "search_space", "step_size", "batch_size",
-    "train_steps",
+    "config", "config_id", "tuning", "search", "audit_of", "source_hash", "search_space", "step_size",
+    "batch_size", "train_steps",
     "target_metric", "target_value", "target_mode", "protocol", "mesh", "perf_suspect", *ENV_TAGS,
     *lt.TAGS, "start_time",
     "end_time", "step",
@@ -303,6 +304,9 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "tuning": tags.get(TAG_TUNING),
         # the search method that proposed it (issue 34; a grid's trials have no tag)
         "search": tags.get(TAG_SEARCH) or "grid",
+        # an early-stopping search's audit: a stopped trial trained to the end, outside the tuning
+        # budget (never selected, not one of the configuration's seeds: tuning_rows)
+        "audit_of": tags.get(TAG_AUDIT_OF),
         # a user's optimizer (source:): the digest of the code its factory depends on, in its trial id
         "source_hash": tags.get(TAG_OPTIMIZER_SOURCE_HASH),
         "search_space": tags.get(TAG_SEARCH_SPACE),
@@ -499,6 +503,15 @@ def per_frame(fn):
 def summaries(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per trial (the ``summary`` rows)."""
     return frame[frame["row"] == "summary"].reset_index(drop=True)
+
+
+def tuning_rows(s: pd.DataFrame) -> pd.DataFrame:
+    """The summary rows selection and seed counts read: without an early-stopping search's audit
+    trials (``audit_of``: trained to the end outside the tuning budget, issue 34 §1), which the
+    report shows in the Trials table and the Early stopping section only."""
+    if "audit_of" not in s:
+        return s
+    return s[s["audit_of"].isna()].reset_index(drop=True)
 
 
 def curves(frame: pd.DataFrame) -> pd.DataFrame:

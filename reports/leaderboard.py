@@ -10,7 +10,7 @@ import pandas as pd
 
 from harness.core.names import M_FINAL_ACC, M_FINAL_GAP, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEP_MS
 from reports import protocol, scoring
-from reports.frame import PROTOCOL_ONE_SPLIT, summaries
+from reports.frame import PROTOCOL_ONE_SPLIT, summaries, tuning_rows
 from reports.labels import is_self_tuning
 from reports.objectives import objective, objectives_differ
 from reports.protocol import MIN_SEEDS
@@ -105,7 +105,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     best = best_configs(frame)
     if best.empty:
         return pd.DataFrame()
-    s = summaries(frame)
+    s = tuning_rows(summaries(frame))  # seeds of the selected configuration: no audit trial
     obj = objective(frame)
     head = protocol.headline(frame).set_index(["task", "optimizer"])
     ranked = shared_ranks(frame).set_index(["task", "optimizer"])

@@ -65,7 +65,7 @@ import pandas as pd
 
 from harness.core import ties
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET, SCORING_RULES
-from reports.frame import PROTOCOL_ONE_SPLIT, SCORING_ATTR, per_frame, summaries
+from reports.frame import PROTOCOL_ONE_SPLIT, SCORING_ATTR, per_frame, summaries, tuning_rows
 from reports.labels import SELF_TUNING, is_self_tuning, is_tuned
 from reports.objectives import objective
 from reports.selection import best_configs, select_by
@@ -244,7 +244,7 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
     ``self_tuning``: a ``tuning: none`` entry yields it; ``tuned``: an entry that tunes does (both
     when the two kinds of entry yield the same trials).
     """
-    s = summaries(frame)
+    s = tuning_rows(summaries(frame))  # an audit trial is not one of a configuration's seeds
     by = select_by(frame)  # valid: the final value, or the best during training (selection: best)
     cols = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "valid", "test",
             "seconds", "n_reached", "metric", "test_metric", "mode", "protocol", "self_tuning", "tuned"]

@@ -15,7 +15,7 @@ from harness.core.boundary import edge, edge_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
 from reports.clock import COST_CLASS
-from reports.frame import SELECT_BY_ATTR, per_frame, summaries
+from reports.frame import SELECT_BY_ATTR, per_frame, summaries, tuning_rows
 from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
 
 
@@ -112,7 +112,7 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     target in the same median number of steps and the same cost class (:func:`cost_class`) are tied
     on time and ordered by seeds finished, then the final validation metric, never by seconds).
     """
-    s = summaries(frame)
+    s = tuning_rows(summaries(frame))  # an audit trial is never selected (issue 34 §1)
     if s.empty:
         return pd.DataFrame(columns=BEST_COLUMNS)
     by = select_by(frame)

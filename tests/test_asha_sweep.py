@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import harness  # noqa: F401  (XLA's pool pinned as in every test process)
+import harness  # XLA's pool pinned as in every test process; harness.results
 from harness.core.rungs import continues
 
 RUNGS = (10, 30)
@@ -311,3 +311,31 @@ def test_asha_stops_the_trials_a_full_run_ranks_last(tmp_path, monkeypatch):
     assert worst
     assert all(asha[lr]["status"] == "stopped" and asha[lr]["harness.stopped_at_step"] == "10"
                for lr in worst)
+
+
+def test_an_audit_trial_is_never_selected_nor_a_seed(tmp_path, monkeypatch):
+    """audit: 1 trains a stopped configuration to the end outside the budget: the summary's and the
+    report's selection leave it out (it had been selected: sgd's audited step size 0.744 headed the
+    leaderboard of experiments/asha.yaml), and it is not counted among its configuration's seeds."""
+    from harness.sweep.run import run_sweep
+    from harness.sweep.summary import best_configs
+    from reports.frame import summaries
+    from reports.selection import best_configs as report_best
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path}/m.db"
+    s = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
+    (audit,) = [o for o in s.outcomes if o.audit_of]
+    twin = next(o for o in s.outcomes if o.trial_id == audit.audit_of)
+    assert audit.status == "finished" and twin.status == "stopped"
+    rows = best_configs(s.outcomes, "final")
+    assert all(r["config"] != audit.config for r in rows)
+    for r in rows:  # seeds: the configuration's trials that are not audits
+        assert r["n"] == sum(o.config == r["config"] and not o.audit_of for o in s.outcomes)
+    frame = harness.results("asha_e2e", tracking_uri=uri).frame
+    sm = summaries(frame)
+    assert sm["audit_of"].notna().sum() == 1  # in the frame (the Trials table), not selected
+    audit_cid = sm.loc[sm["audit_of"].notna(), "config_id"].iloc[0]
+    assert audit_cid not in set(report_best(frame)["config_id"])
+    again = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)  # read back from the store
+    assert [o.audit_of for o in again.outcomes if o.audit_of] == [twin.trial_id]

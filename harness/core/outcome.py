@@ -139,6 +139,10 @@ class TrialOutcome:
     #: the step a ``diverged`` trial stopped at (tag ``diverged_step``): the steps it spent
     diverged_step: int | None = None
     rungs: dict[int, float] = field(default_factory=dict)
+    #: An early-stopping search's audit trial (a stopped trial trained to the end, outside the
+    #: tuning budget): the stopped twin's trial id (tag ``harness.audit_of``), else ``""``. Never
+    #: selected, nor counted as one of its configuration's seeds (:mod:`harness.sweep.summary`).
+    audit_of: str = ""
     #: Conditions the sweep says in one line each, once per optimizer and task
     #: (:mod:`harness.core.conditions`; a trial trained here only).
     notes: list[str] = field(default_factory=list)
@@ -229,6 +233,7 @@ class TrialOutcome:
             o.diverged_step = int(tags[names.TAG_DIVERGED_STEP])
         if tags.get(names.TAG_RUNGS):
             o.rungs = {int(k): float(v) for k, v in json.loads(tags[names.TAG_RUNGS]).items()}
+        o.audit_of = tags.get(names.TAG_AUDIT_OF, "")
         o.skipped = True
         return o
 

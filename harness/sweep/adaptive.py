@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.core.names import ARTIFACT_SEARCH, ARTIFACT_TRIALS
+from harness.core.names import ARTIFACT_SEARCH, ARTIFACT_TRIALS, TAG_AUDIT_OF
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
 from harness.sweep.resume import Plan, make_plan, take_spooled
@@ -69,6 +69,7 @@ class Rounds:
         self.carried: list[TrialOutcome] = carried if carried is not None else []
         self.rounds = 0
         self._last: frozenset[str] = frozenset()
+        self._board = search.context().get("rung_board")  # an early-stopping search's (audit tags)
 
     def next_plan(self) -> Plan | None:
         """The next round with trials to train (its ``todo``), or ``None`` when the search is over.
@@ -92,7 +93,12 @@ class Rounds:
                 return plan
 
     def add(self, o: TrialOutcome, carried: bool = False) -> None:
-        """An outcome of this sweep: into ``seen`` and to the searchers (:meth:`observe`)."""
+        """An outcome of this sweep: into ``seen`` and to the searchers (:meth:`observe`). A trial
+        trained here that a search made its audit (the rung board's tag ``harness.audit_of``) is
+        marked so (:attr:`TrialOutcome.audit_of`: never selected)."""
+        board = self._board
+        if not o.audit_of and board is not None:
+            o.audit_of = board.tags.get(o.trial_id, {}).get(TAG_AUDIT_OF, "")
         self.seen[o.trial_id] = o
         if carried:
             self.carried.append(o)

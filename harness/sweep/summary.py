@@ -205,6 +205,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     the three-split protocol); ``seed_seconds`` and ``seed_values`` the same per seed (seed → seconds
     to target on the task's clock, seed → validation value), what :func:`ranked_rows` ties on."""
     kind = value_kind(by)
+    outcomes = [o for o in outcomes if not o.audit_of]  # an audit trial is never selected (issue 34)
     clocks = task_clocks(outcomes, clock)
     modeled, classes = classed_modeled(outcomes, clocks)
     groups: dict[tuple, list[TrialOutcome]] = {}
