@@ -100,3 +100,23 @@ def test_a_wide_terminal_shows_the_same_ranks():
     narrow = " ".join(_run(80).split())
     for pattern in (r"1= adam ", r"1= momentum ", r"7 muon "):
         assert re.search(pattern, wide) and re.search(pattern, narrow)
+
+
+def test_best_configs_leaves_an_audit_trial_out():
+    """Configuration A (0.5, finished), configuration B (stopped) and B's audit (0.9, trained to the
+    end outside the budget): A is selected with its one seed; B counts its stopped seed only."""
+    from harness.core.outcome import TrialOutcome
+    from harness.sweep.summary import best_configs
+
+    def out(tid, config, status, acc, audit_of=""):
+        return TrialOutcome(trial_id=tid, status=status, model="mlp", dataset="digits", optimizer="sgd",
+                            seed=0, config=config, final_valid_accuracy=acc, audit_of=audit_of,
+                            has_target=False)
+
+    rows = best_configs([out("a", "A", "finished", 0.5), out("b", "B", "stopped", 0.3),
+                         out("b-audit", "B", "finished", 0.9, audit_of="b")], "final")
+    (row,) = rows
+    assert (row["config"], row["n"], row["finished"], row["value"]) == ("A", 1, 1, 0.5)
+    alone = best_configs([out("b", "B", "stopped", 0.3), out("b-audit", "B", "finished", 0.9, "b")],
+                         "final")
+    assert (alone[0]["n"], alone[0]["finished"], alone[0]["value"]) == (1, 0, None)
