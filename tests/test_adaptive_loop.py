@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 import yaml
+from sweep_store import finished_ids, kill_when_finished, start_sweep
 
 import harness  # XLA's pool pinned as in every test process; harness.results
 from harness.config.load import load_config
@@ -90,21 +88,6 @@ def chain(tmp_path, monkeypatch):
     return chain_searcher.Chain
 
 
-def _finished(db: Path) -> list[tuple[str, str]]:
-    """``(trial_id, run name)`` of the FINISHED trial runs, in start order (read-only sqlite3)."""
-    if not db.exists():
-        return []
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return con.execute(
-            "select t.value, r.name from runs r join tags t on t.run_uuid = r.run_uuid "
-            "and t.key = 'harness.trial_id' where r.status = 'FINISHED' order by r.start_time").fetchall()
-    except sqlite3.OperationalError:
-        return []
-    finally:
-        con.close()
-
-
 def test_a_fixed_config_is_not_adaptive_and_keeps_its_trials():
     cfg = load_config("experiments/quickstart.yaml")
     whole = expand(cfg)
@@ -131,8 +114,7 @@ def test_rounds_train_what_the_searcher_proposes_and_log_it(tmp_path, chain):
     ids = [o.trial_id for o in s.outcomes]
     assert len(ids) == 4 and len(set(ids)) == 4
     assert seen_order == ids  # observed as each arrived, in training order
-    stored = _finished(tmp_path / "m.db")
-    assert [t for t, _ in stored] == ids  # one FINISHED run each, trained round by round
+    assert finished_ids(tmp_path / "m.db") == ids  # one FINISHED run each, trained round by round
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("loop")
     parents = client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'")
@@ -193,30 +175,18 @@ def test_a_sweep_killed_between_rounds_replays_the_same_path(tmp_path):
            "HARNESS_TEST_CHUNK_SLEEP_S": "0.4"}
 
     def go(db: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
-                                cwd=tmp_path, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return start_sweep([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
+                           tmp_path, env)
 
     ref = go(str(tmp_path / "ref.db"))
     killed_db = tmp_path / "k.db"
-    proc = go(str(killed_db))
-    try:
-        t0 = time.time()
-        while len(_finished(killed_db)) < 2 and time.time() - t0 < 300:
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    n_at_kill = len(_finished(killed_db))
+    n_at_kill = kill_when_finished(go(str(killed_db)), killed_db, 2)
     assert 2 <= n_at_kill < 4
     again = go(str(killed_db))
     assert again.wait(timeout=600) == 0, again.stderr.read()
     assert ref.wait(timeout=600) == 0, ref.stderr.read()
-    ref_ids = [t for t, _ in _finished(tmp_path / "ref.db")]
-    got = [t for t, _ in _finished(killed_db)]
+    ref_ids = finished_ids(tmp_path / "ref.db")
+    got = finished_ids(killed_db)
     assert len(ref_ids) == 4
     assert got == ref_ids  # the same path, and no trial FINISHED twice
 

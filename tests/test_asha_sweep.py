@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
+from sweep_store import kill_when_finished, start_sweep, trial_runs
 
 import harness  # XLA's pool pinned as in every test process; harness.results
 from harness.core.rungs import continues
@@ -47,28 +45,8 @@ def _config(tmp_path: Path, name: str = "asha_e2e", **search) -> Path:
     return p
 
 
-def _runs(db: Path) -> list[dict]:
-    """Every trial run: id, status, start time and its tags (read-only sqlite3)."""
-    if not db.exists():
-        return []
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = con.execute("select r.run_uuid, r.status, r.start_time from runs r join tags t on "
-                           "t.run_uuid = r.run_uuid and t.key = 'harness.kind' and t.value = 'trial' "
-                           "order by r.start_time").fetchall()
-        out = []
-        for rid, status, start in rows:
-            tags = dict(con.execute("select key, value from tags where run_uuid = ?", (rid,)).fetchall())
-            out.append({"run_id": rid, "status": status, "start": start, "tags": tags})
-        return out
-    except sqlite3.OperationalError:
-        return []
-    finally:
-        con.close()
-
-
 def _finished(db: Path) -> list[dict]:
-    return [r for r in _runs(db) if r["status"] == "FINISHED"]
+    return [r for r in trial_runs(db) if r["status"] == "FINISHED"]
 
 
 def _decisions(db: Path) -> dict[str, tuple[str, str | None]]:
@@ -112,7 +90,7 @@ def test_a_real_asha_sweep_stops_trials_and_mlflow_keeps_them(tmp_path, monkeypa
     assert c["stopped"] >= 2 and c["finished"] >= 2 and c["failed"] == 0
     assert f"{c['stopped']} stopped early" in s.headline()
     fin = _finished(db)
-    assert len(fin) == len(_runs(db)) == len(s.outcomes)  # every run FINISHED, one per trial
+    assert len(fin) == len(trial_runs(db)) == len(s.outcomes)  # every run FINISHED, one per trial
     client = mlflow.MlflowClient(uri)
     stopped = [r for r in fin if r["tags"]["status"] == "stopped"]
     assert len(stopped) == c["stopped"]
@@ -158,7 +136,7 @@ def test_a_real_asha_sweep_stops_trials_and_mlflow_keeps_them(tmp_path, monkeypa
     assert cells["pending"] == "0" and cells["trials"] == str(len(fin))
     # a re-run trains nothing
     again = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
-    assert all(o.skipped for o in again.outcomes) and len(_runs(db)) == len(fin)
+    assert all(o.skipped for o in again.outcomes) and len(trial_runs(db)) == len(fin)
     assert again.counts()["stopped"] == c["stopped"]
     _check_a_worker_gate_reads_the_store(tmp_path, uri, fin)
 
@@ -214,27 +192,15 @@ def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.15"}
 
     def go(db: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
-                                cwd=tmp_path, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return start_sweep([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
+                           tmp_path, env)
 
     ref_db, db = tmp_path / "ref.db", tmp_path / "k.db"
     ref = go(ref_db)
     assert ref.wait(timeout=600) == 0, ref.stderr.read()
     stopped_before: set[str] = set()
     for n in (2, 5):
-        proc = go(db)
-        try:
-            t0 = time.time()
-            while len(_finished(db)) < n and time.time() - t0 < 300:
-                assert proc.poll() is None, proc.stderr.read()
-                time.sleep(0.05)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        assert len(_finished(db)) < len(_finished(ref_db))  # killed before the end
+        assert kill_when_finished(go(db), db, n) < len(_finished(ref_db))  # killed before the end
         stopped_before |= {t for t, (st, _) in _decisions(db).items() if st == "stopped"}
     again = go(db)
     assert again.wait(timeout=600) == 0, again.stderr.read()
@@ -242,7 +208,7 @@ def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
     assert any(st == "stopped" for st, _ in _decisions(db).values())
     per_trial = Counter(r["tags"]["harness.trial_id"] for r in _finished(db))
     assert set(per_trial.values()) == {1}  # nothing FINISHED twice
-    every = Counter(r["tags"]["harness.trial_id"] for r in _runs(db))
+    every = Counter(r["tags"]["harness.trial_id"] for r in trial_runs(db))
     assert stopped_before and all(every[t] == 1 for t in stopped_before)  # never run again
     assert _check_rule(_finished(db)) > 0
 

@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
+from sweep_store import finished_ids, kill_when_finished, start_sweep
 
 import harness
 from harness.config.load import load_config
@@ -47,21 +45,6 @@ def _write(folder: Path) -> Path:
     p = folder / "cd.yaml"
     p.write_text(yaml.safe_dump(CONFIG))
     return p
-
-
-def _finished(db: Path) -> list[str]:
-    """The trial ids of the FINISHED trial runs, in start order (read-only sqlite3)."""
-    if not db.exists():
-        return []
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return [t for (t,) in con.execute(
-            "select t.value from runs r join tags t on t.run_uuid = r.run_uuid "
-            "and t.key = 'harness.trial_id' where r.status = 'FINISHED' order by r.start_time")]
-    except sqlite3.OperationalError:
-        return []
-    finally:
-        con.close()
 
 
 def _logged(uri: str, name: str = "cdsweep") -> tuple[list[dict], list[str]]:
@@ -108,7 +91,7 @@ def reference(tmp_path_factory):
 
 def test_the_stored_trials_are_the_descents_and_the_report_shows_the_certificate(reference):
     folder, cfg, uri, summary = reference
-    stored = _finished(folder / "m.db")
+    stored = finished_ids(folder / "m.db")
     assert Counter(stored).most_common(1)[0][1] == 1  # no trial trained twice
     assert len(summary.outcomes) == len(stored)
     search, proposed = _logged(uri)
@@ -149,33 +132,20 @@ def test_a_sweep_killed_twice_follows_the_same_path(reference, tmp_path):
     sweep's trials (each FINISHED once) and the same path and certificate."""
     _, _, ref_uri, _ = reference
     ref_search, _ = _logged(ref_uri)
-    ref_ids = set(_finished(Path(ref_uri.removeprefix("sqlite:///"))))
+    ref_ids = set(finished_ids(Path(ref_uri.removeprefix("sqlite:///"))))
     cfg = _write(tmp_path)
     db = tmp_path / "k.db"
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.3"}
 
     def go() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(cfg), "--quiet",
-                                 "--tracking-uri", f"sqlite:///{db}"], cwd=os.getcwd(), env=env,
-                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
+        return start_sweep([sys.executable, "-m", "harness", "sweep", str(cfg), "--quiet",
+                            "--tracking-uri", f"sqlite:///{db}"], Path(os.getcwd()), env)
 
     for at in (2, 5):
-        proc = go()
-        try:
-            t0 = time.time()
-            while len(_finished(db)) < at and time.time() - t0 < 300:
-                assert proc.poll() is None, proc.stderr.read()
-                time.sleep(0.05)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        assert at <= len(_finished(db)) < len(ref_ids)
+        assert at <= kill_when_finished(go(), db, at) < len(ref_ids)
     last = go()
     assert last.wait(timeout=600) == 0, last.stderr.read()
-    got = _finished(db)
+    got = finished_ids(db)
     assert Counter(got).most_common(1)[0][1] == 1  # no trial FINISHED twice
     assert set(got) == ref_ids
     search, _ = _logged(f"sqlite:///{db}")

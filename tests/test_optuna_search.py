@@ -18,18 +18,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import make_spec
+from sweep_store import finished_ids, kill_when_finished, start_sweep
 
 from harness.config.errors import ConfigError
 from harness.config.search import Distribution, Search
@@ -245,21 +243,6 @@ def _config(tmp_path: Path, name: str = "opt") -> Path:
     return p
 
 
-def _finished(db: Path) -> list[str]:
-    """The trial ids of the FINISHED trial runs, in start order (read-only sqlite3)."""
-    if not db.exists():
-        return []
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return [r[0] for r in con.execute(
-            "select t.value from runs r join tags t on t.run_uuid = r.run_uuid "
-            "and t.key = 'harness.trial_id' where r.status = 'FINISHED' order by r.start_time")]
-    except sqlite3.OperationalError:
-        return []
-    finally:
-        con.close()
-
-
 def _search_json(uri: str, tmp_path: Path, name: str = "opt") -> list[dict]:
     from mlflow.tracking import MlflowClient
 
@@ -285,29 +268,17 @@ def test_a_tpe_sweep_of_six_and_a_killed_one_propose_the_same(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.4"}
 
     def go(db: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
-                                cwd=tmp_path, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return start_sweep([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
+                           tmp_path, env)
 
     ref_db, killed_db = tmp_path / "ref.db", tmp_path / "k.db"
     ref = go(ref_db)
-    proc = go(killed_db)
-    try:
-        t0 = time.time()
-        while len(_finished(killed_db)) < 2 and time.time() - t0 < 300:
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    n_at_kill = len(_finished(killed_db))
+    n_at_kill = kill_when_finished(go(killed_db), killed_db, 2)
     assert 2 <= n_at_kill < 6
     again = go(killed_db)
     assert again.wait(timeout=600) == 0, again.stderr.read()
     assert ref.wait(timeout=600) == 0, ref.stderr.read()
-    ref_ids, got = _finished(ref_db), _finished(killed_db)
+    ref_ids, got = finished_ids(ref_db), finished_ids(killed_db)
     assert len(ref_ids) == 6 and len(set(ref_ids)) == 6
     assert got == ref_ids  # the same proposals in the same order
     assert Counter(got) == Counter({t: 1 for t in ref_ids})  # no trial FINISHED twice
