@@ -1,16 +1,18 @@
 """Small rules that several subpackages share: the cache folder, process liveness, atomic JSON files,
-frozen (hashable) hyperparameter mappings, finite numbers.
+frozen (hashable) hyperparameter mappings, finite numbers, a logger's level for a block.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +72,16 @@ def freeze(mapping: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
 def finite(x: Any) -> bool:
     """Whether ``x`` is a finite ``int`` or ``float`` (not a ``bool``, not ``nan``/``inf``, not ``None``)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@contextlib.contextmanager
+def logger_level(name: str, level: int) -> Iterator[None]:
+    """The standard-library logger ``name`` at ``level`` for the block (a library's chatter off:
+    ``logger_level("absl", logging.ERROR)``), its own level restored after."""
+    log = logging.getLogger(name)
+    old = log.level
+    log.setLevel(level)
+    try:
+        yield
+    finally:
+        log.setLevel(old)

@@ -11,7 +11,6 @@ to prepare it. ``tensorflow_datasets`` is imported only when a dataset is loaded
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.core.util import logger_level
 from harness.data.dataset import VALIDATION_FRACTION, Dataset, DatasetNotPreparedError, carve_validation
 from harness.data.sequences import pack_bytes
 
@@ -91,7 +91,7 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
     try:
         # TFDS warns through absl about the empty version folder of a dataset that is not prepared
         # ("Variant folder ... has no dataset_info.json") before the harness's own clear error
-        with _quiet_absl():
+        with logger_level("absl", logging.ERROR):  # absl's warnings off (errors still show)
             builder = tfds.builder(name, data_dir=data_dir)
             prepared = builder.is_prepared()
     except tfds.core.registered.DatasetNotFoundError as e:
@@ -177,15 +177,3 @@ def _tfds_text(builder: Any, name: str, data_dir: str, text_key: str, splits: se
         input_shape=(seq_len,), num_classes=256, name=f"{TFDS_PREFIX}{name}", task="sequence",
         source=f"TFDS {info.full_name} from {data_dir}, UTF-8 bytes in windows of {seq_len}",
         license=str(getattr(info, "license", "") or ""), citation=str(info.citation or ""))
-
-
-@contextlib.contextmanager
-def _quiet_absl():
-    """absl's warnings off for the block (errors still show): its Python logger ``absl``."""
-    logger = logging.getLogger("absl")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)

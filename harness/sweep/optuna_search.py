@@ -58,13 +58,12 @@ inside the same study; a stopped trial is told as failed.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
 import logging
 import math
 import statistics
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +72,7 @@ from harness.config.search import GP_NEEDS_TORCH_REASON, Distribution
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import DEFAULT_SELECT_BY, value_kind
 from harness.core.spec import TrialSpec
+from harness.core.util import logger_level
 from harness.plan.cells import Cell
 from harness.sweep.searchers import Searcher, register
 
@@ -160,19 +160,6 @@ def make_sampler(sampler: str, seed: int, trials: int) -> Any:
     return optuna.samplers.RandomSampler(seed=seed)
 
 
-@contextlib.contextmanager
-def _quiet_optuna() -> Iterator[None]:
-    """Optuna's INFO lines ("Trial 3 finished with value ...") off while a study is replayed; its
-    logger's level restored after."""
-    log = logging.getLogger("optuna")
-    old = log.level
-    log.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        log.setLevel(old)
-
-
 @dataclass
 class Proposal:
     """One ask of the replayed study: configuration ``k`` (0-based), its values (flat key ->
@@ -250,7 +237,7 @@ class OptunaSearcher(Searcher):
 
         dists = {k: to_optuna(d) for k, d in self.space.items()}
         out: list[Proposal] = []
-        with _quiet_optuna():
+        with logger_level("optuna", logging.WARNING):  # its "Trial 3 finished" lines off
             study = optuna.create_study(sampler=make_sampler(self.sampler, self.seed, self.trials),
                                         direction=self.direction)
             while len(out) < self.trials:
