@@ -291,3 +291,27 @@ def test_the_gate_stops_a_real_trial_at_its_rung():
     o = TrialOutcome.from_result(res)
     assert o.status == "stopped" and o.stopped_step == 30 and o.rungs == res.rungs
     assert o.reason == "stopped at step 30: enough"
+
+
+def test_a_spooled_result_keeps_its_rung_board_tags(tmp_path):
+    """A trial the store did not take is spooled without the board (not JSON), but with the tags
+    the board gave its run (search index, rung group, audit_of): the replayed run keeps them. Before,
+    only ``RunContext.trial_tags`` was spooled, and an audit trial replayed from the spool lost
+    ``harness.audit_of`` (and with it: never selected)."""
+    from conftest import fake_result, make_spec
+
+    from harness.core.context import RunContext
+    from harness.execute.writing import spool_result
+
+    spec = make_spec()
+    board = RungBoard()
+    board.tags[spec.trial_id] = {"harness.audit_of": "abc", "harness.search_index": "3"}
+    ctx = RunContext(tracking_uri=f"sqlite:///{tmp_path}/m.db", experiment_id="1", parent_run_id="p",
+                     sweep_id="s", sweep="t", trial_tags={spec.trial_id: {"harness.search": "asha"}},
+                     rung_board=board)
+    assert ctx.tags_of(spec.trial_id) == {"harness.search": "asha", "harness.audit_of": "abc",
+                                          "harness.search_index": "3"}
+    entry = spool_result(fake_result(spec), 0, ctx, None, OSError("the store is down"))
+    assert entry["ctx"]["rung_board"] is None
+    assert entry["ctx"]["trial_tags"] == {spec.trial_id: ctx.tags_of(spec.trial_id)}
+    assert RunContext(**entry["ctx"]).tags_of(spec.trial_id)["harness.audit_of"] == "abc"

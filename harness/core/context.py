@@ -56,3 +56,9 @@ class RunContext:
     checkpoint_dir: str = ""
     keep_final_checkpoint: bool = False
     rung_board: Any = None
+
+    def tags_of(self, trial_id: str) -> dict[str, str]:
+        """The extra run tags of ``trial_id``: :attr:`trial_tags`' and, in an early-stopping sweep,
+        the rung board's (its search index, bracket, rung group, ``harness.audit_of``)."""
+        board = self.rung_board.tags.get(trial_id, {}) if self.rung_board is not None else {}
+        return {**self.trial_tags.get(trial_id, {}), **board}

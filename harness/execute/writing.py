@@ -129,7 +129,8 @@ def _spool_entry(res: TrialResult, t0_ms: int, ctx: RunContext, stale_run_id: st
                  error: BaseException) -> dict[str, Any]:
     ctx_d = dataclasses.asdict(dataclasses.replace(ctx, rung_board=None))  # the board: not spooled
     tid = res.spec.trial_id
-    ctx_d["trial_tags"] = {tid: ctx.trial_tags[tid]} if tid in ctx.trial_tags else {}  # not the sweep's
+    tags = ctx.tags_of(tid)  # its own, not the sweep's; the board's too (the board is not spooled)
+    ctx_d["trial_tags"] = {tid: tags} if tags else {}
     return {"kind": "trial", "uri": ctx.tracking_uri, "ctx": ctx_d, "t0_ms": t0_ms,
             "result": res, "stale_run_id": stale_run_id, "error": one_line(error),
             "spooled_at": time.time(), "owner": owner_tags()[TAG_OWNER]}
