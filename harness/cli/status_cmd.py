@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from harness.cli.common import URI_HELP, err, exit_no_experiment
-from harness.core.names import KIND_PARENT, KIND_TRIAL, TAG_KIND, TAG_SWEEP_ID, TAG_TRIAL_ID
+from harness.core.names import KIND_PARENT, TAG_KIND, TAG_SWEEP_ID
 from harness.core.redact import mask_uri
 
 
@@ -24,7 +24,7 @@ def status(
 
     from harness.config.errors import ConfigError
     from harness.sweep.tables import print_table, stdout_console
-    from harness.tracking.client import prepare_store, search_all
+    from harness.tracking.client import by_trial, prepare_store, search_all
     from harness.tracking.errors import TrackingUnavailableError
     from harness.tracking.trial_run import trial_state
     from harness.tracking.uris import resolve_tracking_uri
@@ -60,13 +60,9 @@ def status(
         if exp is None:
             continue
         # one read of the experiment's runs (issue 35 §2): its parents and its trials apart
-        parents, by_trial = [], {}
-        for r in search_all(client, exp.experiment_id):
-            kind, tid = r.data.tags.get(TAG_KIND), r.data.tags.get(TAG_TRIAL_ID)
-            if kind == KIND_PARENT:
-                parents.append(r)
-            elif kind == KIND_TRIAL and tid:
-                by_trial.setdefault(tid, []).append(r)
+        runs = search_all(client, exp.experiment_id)
+        parents = [r for r in runs if r.data.tags.get(TAG_KIND) == KIND_PARENT]
+        trials = by_trial(runs)
         sweep_ids: dict[str, dict] = {}
         for p in sorted(parents, key=lambda r: r.info.start_time):
             sid = p.data.tags.get(TAG_SWEEP_ID, "?")
@@ -81,11 +77,11 @@ def status(
             if ids is None and d["last"] is not None:  # the sweep's own list of its trials
                 ids = _listed_trials(client, d["last"])
             if ids is None:  # trials that ran under this sweep id
-                ids = {tid for tid, rs in by_trial.items()
+                ids = {tid for tid, rs in trials.items()
                        if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
             c = {"finished": 0, "diverged": 0, "failed": 0, "stopped": 0}
             for tid in ids:  # the one rule for what a trial's runs say (harness.tracking.trial_run)
-                state, _ = trial_state(by_trial.get(tid, []))
+                state, _ = trial_state(trials.get(tid, []))
                 if state in c:
                     c[state] += 1
             n = max(d["n"], len(ids))

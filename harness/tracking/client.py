@@ -126,11 +126,16 @@ def search_all(client, experiment_id: str, filter_string: str = "") -> list:
 
 def trial_runs(client, experiment_id: str) -> dict[str, list]:
     """All trial runs of an experiment grouped by ``harness.trial_id``."""
-    runs = search_all(client, experiment_id, f"tags.`{TAG_KIND}` = '{KIND_TRIAL}'")
+    return by_trial(search_all(client, experiment_id, f"tags.`{TAG_KIND}` = '{KIND_TRIAL}'"))
+
+
+def by_trial(runs: list) -> dict[str, list]:
+    """The trial runs among ``runs`` (tag ``harness.kind`` = trial) grouped by ``harness.trial_id``,
+    in ``runs``' order."""
     out: dict[str, list] = {}
     for r in runs:
         tid = r.data.tags.get(TAG_TRIAL_ID)
-        if tid:
+        if tid and r.data.tags.get(TAG_KIND) == KIND_TRIAL:
             out.setdefault(tid, []).append(r)
     return out
 
