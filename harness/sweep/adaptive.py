@@ -70,6 +70,7 @@ class Rounds:
         self.rounds = 0
         self._last: frozenset[str] = frozenset()
         self._board = search.context().get("rung_board")  # an early-stopping search's (audit tags)
+        self._described: tuple[int, list[dict[str, Any]]] | None = None
 
     def next_plan(self) -> Plan | None:
         """The next round with trials to train (its ``todo``), or ``None`` when the search is over.
@@ -113,8 +114,11 @@ class Rounds:
         return list(self.proposed.values())
 
     def describe(self) -> list[dict[str, Any]]:
-        """Each cell's account of its search (``search.json``)."""
-        return self.search.describe(self.seen)
+        """Each cell's account of its search (``search.json``, the summary's lines): replayed once per
+        state of ``seen`` (the parent run's artifact and the summary share it)."""
+        if self._described is None or self._described[0] != len(self.seen):
+            self._described = (len(self.seen), self.search.describe(self.seen))
+        return self._described[1]
 
     def log(self, client, parent_id: str) -> None:
         """``search.json`` and the proposed trials as ``trials.json`` on the parent run."""
