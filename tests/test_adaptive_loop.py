@@ -82,9 +82,11 @@ def chain(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     import importlib
 
+    # The real searcher is registered, and recorded for the undo, before the file's import
+    # overwrites it: recorded after, the undo would leave Chain as "optuna" for the next tests.
+    monkeypatch.setitem(searchers._REGISTRY, "optuna", searchers.searcher_class("optuna"))
     import chain_searcher
     importlib.reload(chain_searcher)
-    monkeypatch.setitem(searchers._REGISTRY, "optuna", chain_searcher.Chain)
     return chain_searcher.Chain
 
 
