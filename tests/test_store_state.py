@@ -93,3 +93,37 @@ def test_foreign_alembic_file_through_the_cli_is_one_line_exit_3(tmp_path):
     assert f"{db} is not an MLflow store (its tables: alembic_version, users): give --tracking-uri" \
         in lines[0]
     assert hashlib.sha256(db.read_bytes()).hexdigest() == sha
+
+
+def test_reading_the_store_file_keeps_this_processes_sqlite_locks(tmp_path):
+    """The harness's own reads of the store file (``inspect_file``'s header, the immutable-flag
+    check) while this process has a WAL connection open: another process that then opens and closes
+    the store must not take itself for the last connection (checkpoint, delete ``-wal``), or the
+    rows this process commits afterwards are lost to every other process. Before the fix, a plain
+    ``open()``/``close()`` of the file dropped this process's locks: the other process saw 20,001
+    rows, not 25,001."""
+    import subprocess
+    import sys
+
+    from harness.tracking.health import store_reachable
+    from harness.tracking.store_state import inspect_file
+
+    db = tmp_path / "t.db"
+    a = sqlite3.connect(db)
+    a.execute("PRAGMA journal_mode=WAL")
+    a.execute("create table t(x)")
+    a.executemany("insert into t values (?)", [(i,) for i in range(20000)])
+    a.commit()
+    assert inspect_file(db).kind == "foreign"  # read the header (and quick_check) in this process
+    assert store_reachable(f"sqlite:///{db}")  # the immutable-flag check opens the file too
+    other = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); {}; c.close()"
+    subprocess.run([sys.executable, "-c", other.format("c.execute('insert into t values (1)'); c.commit()"),
+                    str(db)], check=True)
+    assert (tmp_path / "t.db-wal").exists()  # this process's connection still counts
+    a.executemany("insert into t values (?)", [(i,) for i in range(5000)])
+    a.commit()
+    seen = subprocess.run([sys.executable, "-c", other.format("print(c.execute('select count(*) from t')"
+                                                              ".fetchone()[0])"), str(db)],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    assert seen == "25001"
+    a.close()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from harness.tracking.errors import TrackingUnavailableError, one_line
+from harness.tracking.store_state import held_fd
 from harness.tracking.uris import check_server, is_server, sqlite_path
 
 
@@ -70,11 +71,14 @@ def _not_immutable(db: Path) -> bool:
         import struct
 
         for p in (db, db.parent):
-            fd = os.open(p, os.O_RDONLY | (os.O_DIRECTORY if p.is_dir() else 0))
-            try:
-                buf = fcntl.ioctl(fd, 0x80086601, struct.pack("l", 0))  # FS_IOC_GETFLAGS
-            finally:
-                os.close(fd)
+            if p == db:  # never closed: closing it would drop this process's SQLite locks (held_fd)
+                buf = fcntl.ioctl(held_fd(db), 0x80086601, struct.pack("l", 0))  # FS_IOC_GETFLAGS
+            else:
+                fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    buf = fcntl.ioctl(fd, 0x80086601, struct.pack("l", 0))
+                finally:
+                    os.close(fd)
             if struct.unpack("l", buf)[0] & 0x10:  # FS_IMMUTABLE_FL
                 return False
     except (OSError, ImportError):

@@ -13,6 +13,7 @@ exits 3 on it). See :mod:`harness.tracking.store` for how a store is created and
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,10 +96,36 @@ def _hot_journal(db: Path) -> bool:
     return False
 
 
+#: ``(st_dev, st_ino)`` → a descriptor of that store file, opened once and never closed.
+_HELD: dict[tuple[int, int], int] = {}
+
+
+def held_fd(path: Path) -> int:
+    """A read-only descriptor of the store file ``path`` that this process keeps open until it exits.
+
+    Closing *any* descriptor of a file drops every POSIX lock this process holds on it, SQLite's
+    included: a header read with ``open()``/``close()`` while the sweep's connections are open lets
+    another process believe it holds the last connection of a WAL store, checkpoint it and delete
+    its ``-wal`` file, and the commits this process makes afterwards go to the deleted file (lost;
+    shown by ``tests/test_store_state.py``). SQLite itself defers such closes; this is the same rule
+    for the harness's own reads (the header here, the immutable flag in
+    :mod:`harness.tracking.health`).
+
+    Raises:
+      OSError: the file cannot be opened.
+    """
+    with contextlib.suppress(OSError):
+        st = os.stat(path)
+        if (fd := _HELD.get((st.st_dev, st.st_ino))) is not None:
+            return fd
+    fd = os.open(path, os.O_RDONLY)
+    st = os.fstat(fd)
+    return _HELD.setdefault((st.st_dev, st.st_ino), fd)  # a second one (a race) stays open too
+
+
 def _header_problem(db: Path, size: int) -> str | None:
     """Why the first 100 bytes say the file is not a complete SQLite database, or ``None``."""
-    with db.open("rb") as f:
-        head = f.read(100)
+    head = os.pread(held_fd(db), 100, 0)
     if not head.startswith(SQLITE_HEADER):
         return f"its first bytes are {head[:16]!r}, not an SQLite header"
     if len(head) < 100:
