@@ -52,6 +52,7 @@ def _sweep(tmp_path: Path, uri: str, **env: str) -> subprocess.CompletedProcess:
     ("HARNESS_BATCH", "sometimes", "is none of always (1, true, yes), never (0, false, no) or auto"),
     ("HARNESS_CLAIMS", "false", "is neither 1 (per-trial claims, the default) nor 0 (off)"),
     ("HARNESS_STORE_TEMPLATE", "perhaps", "is neither on (1, on, true, yes) nor off"),
+    ("HARNESS_SQLITE_WAL", "maybe", "is neither on (1, on, true, yes) nor off"),
     ("HARNESS_SPOOL_DIR", "{file}/spool", "is a file, not a folder"),
 ])
 def test_a_bad_environment_variable_is_one_line_exit_2_before_any_write(tmp_path, name, value, says):
@@ -88,6 +89,7 @@ def test_every_problem_is_named_and_the_value_bounded(tmp_path):
     {}, {"HARNESS_CHECKPOINT_EVERY": "20"}, {"HARNESS_CHECKPOINT_EVERY": "90s"},
     {"HARNESS_CHECKPOINT_EVERY": "off"}, {"HARNESS_BATCH": "never"}, {"HARNESS_BATCH": "auto"},
     {"HARNESS_CLAIMS": "0"}, {"HARNESS_STORE_TEMPLATE": "0"}, {"HARNESS_COMPILE_CACHE": " Off "},
+    {"HARNESS_SQLITE_WAL": "off"},
     {"HARNESS_COMPILE_CACHE_MAX_BYTES": "2e9"}, {"HARNESS_CACHE_DIR": "{tmp}/new/deeper"},
     {"HARNESS_CHECKPOINT_EVERY": ""},  # empty is unset
 ])

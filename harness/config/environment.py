@@ -9,8 +9,8 @@ Each variable and what it takes (empty counts as unset):
 - ``HARNESS_CHECKPOINT_DIR``, ``HARNESS_CACHE_DIR``, ``HARNESS_SPOOL_DIR``: a folder that is there or
   can be made (its nearest existing ancestor a writable folder); the checkpoint root may also be
   a URL Orbax writes (``gs://...``), which is not checked here.
-- ``HARNESS_COMPILE_CACHE``, ``HARNESS_STORE_TEMPLATE``: on (``1``, ``on``, ``true``, ``yes``) or off
-  (``0``, ``off``, ``false``, ``no``) (:func:`switch`).
+- ``HARNESS_COMPILE_CACHE``, ``HARNESS_STORE_TEMPLATE``, ``HARNESS_SQLITE_WAL``: on (``1``, ``on``,
+  ``true``, ``yes``) or off (``0``, ``off``, ``false``, ``no``) (:func:`switch`).
 - ``HARNESS_COMPILE_CACHE_MAX_BYTES``: bytes in [1 MiB, 1 PiB] (:func:`compile_cache_max_bytes`).
 - ``HARNESS_BATCH``: ``always`` (``1``, ``true``, ``yes``), ``never`` (``0``, ``false``, ``no``) or
   ``auto`` (:mod:`harness.train.batching` reads it).
@@ -40,7 +40,8 @@ from harness.core.xla_threads import ENV as XLA_CPU_THREADS
 from harness.core.xla_threads import threads_setting
 
 __all__ = ["BATCH", "CACHE_DIR", "CHECKPOINT_DIR", "CHECKPOINT_EVERY", "CLAIMS", "COMPILE_CACHE",
-           "COMPILE_CACHE_MAX_BYTES", "SPOOL_DIR", "STORE_TEMPLATE", "XLA_CPU_THREADS", "EnvSettingError",
+           "COMPILE_CACHE_MAX_BYTES", "SPOOL_DIR", "SQLITE_WAL", "STORE_TEMPLATE", "XLA_CPU_THREADS",
+           "EnvSettingError",
            "check_environment", "compile_cache_max_bytes", "problems", "switch"]
 
 CHECKPOINT_EVERY = "HARNESS_CHECKPOINT_EVERY"
@@ -50,6 +51,10 @@ SPOOL_DIR = "HARNESS_SPOOL_DIR"
 COMPILE_CACHE = "HARNESS_COMPILE_CACHE"
 COMPILE_CACHE_MAX_BYTES = "HARNESS_COMPILE_CACHE_MAX_BYTES"
 STORE_TEMPLATE = "HARNESS_STORE_TEMPLATE"
+#: On (the default): a SQLite store is written in WAL mode with ``synchronous=NORMAL``
+#: (:func:`harness.tracking.client.client_for`); off for a store on a file system without shared
+#: memory (NFS).
+SQLITE_WAL = "HARNESS_SQLITE_WAL"
 BATCH = "HARNESS_BATCH"
 CLAIMS = "HARNESS_CLAIMS"
 
@@ -149,7 +154,7 @@ def problems(environ: Mapping[str, str] | None = None) -> list[str]:
         if (raw := env.get(name, "")) and (line := _folder_problem(name, raw)):
             lines.append(line)
     for check in (lambda: switch(COMPILE_CACHE, env), lambda: compile_cache_max_bytes(env),
-                  lambda: switch(STORE_TEMPLATE, env)):
+                  lambda: switch(STORE_TEMPLATE, env), lambda: switch(SQLITE_WAL, env)):
         try:
             check()
         except EnvSettingError as e:
