@@ -122,3 +122,44 @@ def test_the_preflights_read_agrees_with_the_resume_check(tmp_path, fake_trainer
     missing = tmp_path / "missing.db"
     assert finished_trials(lambda: f"sqlite:///{missing}", "agree")(specs) == set()
     assert not missing.exists()
+
+
+def test_a_trials_write_is_three_mlflow_calls_whatever_the_sweep(tmp_path, fake_trainer, monkeypatch):
+    """Issue 35 §1: on a new store, each trial costs one ``create_run`` (with every tag it ends
+    with), one ``log_batch`` (params and metrics) and one ``set_terminated``; its artifacts go
+    straight to its repository (no ``log_artifacts``: it looks the run up again); the searches and
+    the dataset input are per sweep, not per trial (a held claim answers the FINISHED check). The
+    same for 6 and 60 trials."""
+    from conftest import TINY_SWEEP
+
+    from harness.sweep.run import run_sweep
+
+    monkeypatch.setenv("HARNESS_BATCH", "never")
+    calls: collections.Counter = collections.Counter()
+    for name in ("create_run", "log_batch", "set_terminated", "log_artifacts", "log_inputs", "search_runs",
+                 "get_run"):
+        real = getattr(MlflowClient, name)
+
+        def counting(self, *a, _real=real, _name=name, **kw):
+            calls[_name] += 1
+            return _real(self, *a, **kw)
+
+        monkeypatch.setattr(MlflowClient, name, counting)
+    per_size = {}
+    for n in (6, 60):
+        calls.clear()
+        cfg = {**TINY_SWEEP, "name": f"writes{n}", "seeds": list(range(n))}
+        uri = f"sqlite:///{tmp_path / f'w{n}.db'}"
+        summary = run_sweep(cfg, tracking_uri=uri, quiet=True)
+        assert sum(o.status == "finished" for o in summary.outcomes) == n
+        runs = MlflowClient(uri).search_runs(
+            [MlflowClient(uri).get_experiment_by_name(f"writes{n}").experiment_id],
+            "tags.`harness.kind` = 'trial'")
+        assert len(runs) == n and all(r.info.status == "FINISHED" for r in runs)
+        assert all({"curves.csv", "trial.json"} <= {a.path for a in MlflowClient(uri).list_artifacts(
+            r.info.run_id)} for r in runs[:3])
+        per_size[n] = {k: calls[k] - (n if k in ("create_run", "log_batch", "set_terminated") else 0)
+                       for k in calls}
+    # what is left once each trial's three calls are taken away: the parent run's, the same for both
+    assert per_size[6] == per_size[60], per_size
+    assert per_size[6].get("log_artifacts", 0) <= 3 and per_size[6].get("log_inputs", 0) == 1, per_size

@@ -93,7 +93,9 @@ def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tra
     assert csv_text.splitlines()[0] == "split,step,wall_s,loss,accuracy"
     assert len(csv_text.splitlines()) == 1 + 40 + 3 + 1
     assert [ln.split(",")[0] for ln in csv_text.splitlines()[-4:]] == ["valid"] * 3 + ["test"]
-    assert [d.dataset.name for d in ok.inputs.dataset_inputs] == ["digits"]
+    # the training split: one dataset input on the sweep's parent run, none per trial (issue 35 §1)
+    assert not ok.inputs.dataset_inputs
+    assert [d.dataset.name for d in c.get_run(parents[0].info.run_id).inputs.dataset_inputs] == ["digits"]
     assert {a.path for a in c.list_artifacts(parents[0].info.run_id)} == {
         "config.yaml", "resolved_config.json", "trials.json"}
 
@@ -139,6 +141,9 @@ def test_execute_unit_is_idempotent(tmp_path, write_sweep, tracking_uri, fake_tr
     from harness.sweep.run import expand
 
     monkeypatch.chdir(tmp_path)
+    # The concurrent invocation takes no claims (another machine, HARNESS_CLAIMS=0): a held claim
+    # answers the question itself, so the writer asks the store only for an unclaimed trial.
+    monkeypatch.setenv("HARNESS_CLAIMS", "0")
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
     c = prepare_store(tracking_uri)
     exp = get_or_create_experiment(c, "tiny", tracking_uri)
@@ -283,6 +288,9 @@ def test_background_logging_writes_every_run_and_defers_to_a_finished_one(
     from harness.sweep.run import expand
 
     monkeypatch.chdir(tmp_path)
+    # The concurrent invocation takes no claims (another machine, HARNESS_CLAIMS=0): a held claim
+    # answers the question itself, so the writer asks the store only for an unclaimed trial.
+    monkeypatch.setenv("HARNESS_CLAIMS", "0")
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
     c = prepare_store(tracking_uri)
     exp = get_or_create_experiment(c, "tiny", tracking_uri)
@@ -424,6 +432,9 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     from harness.train import perf
 
     monkeypatch.chdir(tmp_path)
+    # The concurrent invocation takes no claims (another machine, HARNESS_CLAIMS=0): a held claim
+    # answers the question itself, so the writer asks the store only for an unclaimed trial.
+    monkeypatch.setenv("HARNESS_CLAIMS", "0")
     specs = expand(load_config(write_sweep(seeds=[0, 1])))
     c = prepare_store(tracking_uri)
     exp = get_or_create_experiment(c, "tiny", tracking_uri)
@@ -449,6 +460,7 @@ def test_concurrent_invocations_leave_one_finished_run_per_trial(
     from harness.sweep.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HARNESS_CLAIMS", "0")  # the racer takes no claims (see the test above)
     cfg = write_sweep(seeds=[0])
     real_claim = claims.take_unfinished
     raced = []

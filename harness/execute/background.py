@@ -18,11 +18,24 @@ _POOL: list[cf.ThreadPoolExecutor] = []
 PENDING: list[cf.Future] = []
 
 
+#: CPU seconds the writer thread has spent on queued calls in this process (``time.thread_time``).
+WRITER_CPU_S = [0.0]
+
+
+def _timed(fn: Callable[..., Any], *args: Any) -> Any:
+    t0 = time.thread_time()
+    try:
+        return fn(*args)
+    finally:
+        WRITER_CPU_S[0] += time.thread_time() - t0
+
+
 def submit(fn: Callable[..., Any], *args: Any) -> cf.Future:
-    """Queue ``fn(*args)`` on the writer thread (started on first use); returns its future."""
+    """Queue ``fn(*args)`` on the writer thread (started on first use); returns its future. Its CPU
+    seconds add to :data:`WRITER_CPU_S`."""
     if not _POOL:
         _POOL.append(cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-mlflow"))
-    fut = _POOL[0].submit(fn, *args)
+    fut = _POOL[0].submit(_timed, fn, *args)
     PENDING.append(fut)
     return fut
 

@@ -53,6 +53,7 @@ class _SyncWrites:
         self.ctx = ctx
         self.client = None
         self.run_ids: dict[str, str] = {}
+        self.artifact_uris: dict[str, str] = {}
 
     def prepare(self, specs: list[TrialSpec], outcomes: dict[str, TrialOutcome]) -> list[TrialSpec]:
         """The specs still to train; a trial done meanwhile gets its outcome in ``outcomes``. A store
@@ -67,6 +68,7 @@ class _SyncWrites:
                     run = self.client.create_run(ctx.experiment_id, tags=trial_tags(spec, ctx),
                                                  run_name=run_name(spec))
                     self.run_ids[spec.trial_id] = run.info.run_id
+                    self.artifact_uris[spec.trial_id] = run.info.artifact_uri
             except Exception as e:  # the store is down: train anyway, spool the results
                 HEALTH.failed(e)
                 self.client = None
@@ -84,8 +86,9 @@ class _SyncWrites:
     def write(self, res: TrialResult, t0_ms: int, claim, final_checkpoint: str | None
               ) -> tuple[str | None, dict[str, Any] | None, bool]:
         """``(run id, spool entry, spooled)`` of one written (or spooled) result."""
-        rid, entry = writing.write_result(self.client, res, t0_ms, self.ctx, claim,
-                                          self.run_ids.get(res.spec.trial_id), final_checkpoint)
+        tid = res.spec.trial_id
+        rid, entry = writing.write_result(self.client, res, t0_ms, self.ctx, claim, self.run_ids.get(tid),
+                                          final_checkpoint, self.artifact_uris.get(tid))
         return (None if entry else rid), entry, entry is not None
 
     def end_checkpoints(self, cks: training.Checkpoints, results: list[TrialResult],

@@ -32,7 +32,7 @@ from harness.tracking.client import client_for
 from harness.tracking.errors import TrackingUnavailableError, is_outage, one_line
 from harness.tracking.health import HEALTH, store_reachable
 from harness.tracking.liveness import owner_tags
-from harness.tracking.trial_run import finish_run, trial_tags
+from harness.tracking.trial_run import finish_run, result_tags, trial_tags
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,22 @@ def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
 
 
 def write_run(client, rid: str, res: TrialResult, t0_ms: int, ctx: RunContext,
-              final_checkpoint: str | None = None) -> None:
+              final_checkpoint: str | None = None, *, end_tags: bool = True,
+              artifact_uri: str | None = None) -> None:
     """Fill and end the run ``rid`` of a trained result (:func:`harness.tracking.trial_run.finish_run`
     with the trial's :func:`resolved_defaults` and its dataset)."""
     finish_run(client, rid, res, t0_ms, ctx, defaults=resolved_defaults(res.spec),
-               dataset=lambda: load_dataset_of(res.spec), final_checkpoint=final_checkpoint)
+               dataset=lambda: load_dataset_of(res.spec), final_checkpoint=final_checkpoint,
+               end_tags=end_tags, artifact_uri=artifact_uri)
+
+
+def create_result_run(client, res: TrialResult, t0_ms: int, ctx: RunContext, extra_tags=None):
+    """The run of a trained result, created with every tag it ends with (its identity's and its
+    result's: :func:`~harness.tracking.trial_run.trial_tags`,
+    :func:`~harness.tracking.trial_run.result_tags`), so that its ``log_batch`` carries no tag."""
+    return client.create_run(ctx.experiment_id, start_time=t0_ms,
+                             tags={**trial_tags(res.spec, ctx), **result_tags(res), **(extra_tags or {})},
+                             run_name=run_name(res.spec))
 
 
 def store_should_be_tried(uri: str) -> bool:
@@ -90,8 +101,10 @@ def skipped_write_error() -> TrackingUnavailableError:
 
 
 def write_result(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, rid: str | None = None,
-                 final_checkpoint: str | None = None) -> tuple[str | None, dict[str, Any] | None]:
-    """Write one trained result (a run ``rid`` made before training, or a new one), or spool it.
+                 final_checkpoint: str | None = None, artifact_uri: str | None = None
+                 ) -> tuple[str | None, dict[str, Any] | None]:
+    """Write one trained result (a run ``rid`` made before training, whose ``artifact_uri`` it was
+    created with, or a new one), or spool it.
 
     ``claim`` (the trial's, or ``None``) is marked and released. Returns ``(run id or None, spool
     entry or None)``. Never raises for the store's errors.
@@ -104,12 +117,17 @@ def write_result(client, res: TrialResult, t0_ms: int, ctx: RunContext, claim, r
             raise skipped_write_error()
         client = client or client_for(uri)
         if rid is None:
-            if not claims.take_unfinished(client, [res.spec], ctx, {}):  # a FINISHED run appeared: it wins
-                release(claim, "done")
-                return None, None
-            rid = client.create_run(ctx.experiment_id, start_time=t0_ms, tags=trial_tags(res.spec, ctx),
-                                    run_name=run_name(res.spec)).info.run_id
-        write_run(client, rid, res, t0_ms, ctx, final_checkpoint)
+            # Held, the trial's claim already answered whether a FINISHED run appeared meanwhile
+            # (claims.take_claims read its marker before training); unclaimed (a server, or no
+            # claims), the store is asked.
+            if claim is None and not claims.take_unfinished(client, [res.spec], ctx, {}):
+                return None, None  # a FINISHED run appeared: it wins
+            run = create_result_run(client, res, t0_ms, ctx)
+            rid = run.info.run_id
+            write_run(client, rid, res, t0_ms, ctx, final_checkpoint, end_tags=False,
+                      artifact_uri=run.info.artifact_uri)
+        else:
+            write_run(client, rid, res, t0_ms, ctx, final_checkpoint, artifact_uri=artifact_uri)
     except Exception as e:
         try:
             entry = spool_result(res, t0_ms, ctx, rid, e)
@@ -164,10 +182,9 @@ def write_spooled(entry: dict[str, Any]) -> bool:
     client = client_for(ctx.tracking_uri)
     wrote = False
     if claims.take_unfinished(client, [res.spec], ctx, {}):
-        run = client.create_run(ctx.experiment_id, start_time=entry["t0_ms"],
-                                tags={**trial_tags(res.spec, ctx), TAG_SPOOLED: "1"},
-                                run_name=run_name(res.spec))
-        write_run(client, run.info.run_id, res, entry["t0_ms"], ctx)
+        run = create_result_run(client, res, entry["t0_ms"], ctx, {TAG_SPOOLED: "1"})
+        write_run(client, run.info.run_id, res, entry["t0_ms"], ctx, end_tags=False,
+                  artifact_uri=run.info.artifact_uri)
         wrote = True
     stale = entry.get("stale_run_id")
     if stale:

@@ -31,7 +31,8 @@ it reached) and, when stopped (status ``stopped``, run FINISHED), ``harness.stop
 ``harness.search_index``, ``harness.bracket``, ``harness.rung_group``, ``harness.audit_of``);
 artifacts ``trial.json`` (the resolved spec), ``curves.csv``
 (``split,step,wall_s,loss,accuracy`` with ``split`` one of ``train`` (every step), ``valid``,
-``test``) and, for a failed trial, ``traceback.txt``; the training split as a dataset input.
+``test``) and, for a failed trial, ``traceback.txt``. The training split is a dataset input of the
+sweep's parent run (once per dataset, not per trial: :func:`log_dataset_once`).
 A trial of a user's optimizer (``source:``) also gets the tags ``optimizer.source``,
 ``optimizer.source_hash`` and ``optimizer.api``, ``optimizer.eval_params`` when it was evaluated
 at its optimizer's ``eval_params``, and its file as the artifact ``source/<file name>``; an
@@ -70,6 +71,8 @@ MAX_TRAIN_POINTS = 250
 # Per-process caches (a worker process writes many trials).
 _ENV_TAGS: dict[str, str] = {}
 _DIGESTS: dict = {}
+#: ``(store, parent run, dataset)`` whose dataset input this process has logged.
+_INPUTS_LOGGED: set[tuple[str, str, str]] = set()
 
 
 # --------------------------------------------------------------------------- reading a trial's runs
@@ -276,11 +279,15 @@ def result_params(res: TrialResult, defaults: Mapping[str, str]) -> dict[str, st
     return params
 
 
-def log_result(client, run_id: str, res: TrialResult, t0_ms: int, defaults: Mapping[str, str]) -> None:
-    """Write a trained trial's metrics, params, end tags and artifacts (``trial.json``,
-    ``curves.csv``, ``traceback.txt`` for a failed trial) to its run ``run_id``."""
+def log_result(client, run_id: str, res: TrialResult, t0_ms: int, defaults: Mapping[str, str], *,
+               end_tags: bool = True, artifact_uri: str | None = None) -> None:
+    """Write a trained trial's metrics, params, end tags (``end_tags=False``: the run was created
+    with them) and artifacts (``trial.json``, ``curves.csv``, ``traceback.txt`` for a failed trial)
+    to its run ``run_id``: one ``log_batch`` (more only past MLflow's 1,000 entities a call) and one
+    upload of the artifact folder. ``artifact_uri`` (the run's, from ``create_run``) writes the
+    artifacts straight to its repository, without ``log_artifacts``' ``get_run``."""
     result_metrics(res, t0_ms).flush(client, run_id, params=result_params(res, defaults),
-                                     tags=result_tags(res))
+                                     tags=result_tags(res) if end_tags else None)
     with tempfile.TemporaryDirectory(prefix="harness-") as d:
         dp = Path(d)
         (dp / names.ARTIFACT_TRIAL).write_text(json.dumps(
@@ -292,24 +299,47 @@ def log_result(client, run_id: str, res: TrialResult, t0_ms: int, defaults: Mapp
         if ref and ref[4]:  # the user's optimizer file, exactly the bytes that were hashed and run
             (dp / names.ARTIFACT_SOURCE_DIR).mkdir()
             (dp / names.ARTIFACT_SOURCE_DIR / Path(ref[1]).name).write_text(ref[4])
-        client.log_artifacts(run_id, d)
+        if artifact_uri:
+            artifact_repository(artifact_uri, client.tracking_uri).log_artifacts(d)
+        else:
+            client.log_artifacts(run_id, d)
+
+
+def artifact_repository(artifact_uri: str, tracking_uri: str):
+    """MLflow's artifact repository of ``artifact_uri`` (a run's), one per URI (``log_artifacts``
+    finds it with a ``get_run`` per call)."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    return get_artifact_repository(artifact_uri, tracking_uri=tracking_uri)
+
+
+def log_dataset_once(client, ctx: RunContext, spec: TrialSpec, dataset: Callable[[], Any]) -> None:
+    """The training split of ``spec``'s dataset as an MLflow dataset input of the sweep's parent run,
+    once per parent run and dataset in this process (MLflow ignores the same input logged again by
+    another worker); provenance only: a failure here never fails a trial."""
+    key = (ctx.tracking_uri, ctx.parent_run_id, spec.dataset)
+    if not ctx.parent_run_id or key in _INPUTS_LOGGED:
+        return
+    with contextlib.suppress(Exception):
+        log_dataset_input(client, ctx.parent_run_id, dataset(), spec.dataset, _DIGESTS)
+        _INPUTS_LOGGED.add(key)
 
 
 def finish_run(client, rid: str, res: TrialResult, t0_ms: int, ctx: RunContext, *,
                defaults: Mapping[str, str], dataset: Callable[[], Any] | None = None,
-               final_checkpoint: str | None = None) -> None:
+               final_checkpoint: str | None = None, end_tags: bool = True,
+               artifact_uri: str | None = None) -> None:
     """Log one trained trial (:func:`log_result`) and end its run (FINISHED, or FAILED for a trial
     that raised); ``final_checkpoint`` (a step directory) becomes its ``checkpoint/`` artifact when
-    ``ctx.keep_final_checkpoint``; ``dataset()`` (the trial's training data) its dataset input when
-    ``ctx.log_dataset`` (provenance only: a failure there never fails the trial).
+    ``ctx.keep_final_checkpoint``; ``dataset()`` (the trial's training data) the parent run's dataset
+    input when ``ctx.log_dataset`` (:func:`log_dataset_once`).
 
     A write that fails leaves the run RUNNING (never FINISHED with part of its data): the caller
     spools the result, and the spool's replay ends that run KILLED and writes a complete one.
     """
-    log_result(client, rid, res, t0_ms, defaults)
+    log_result(client, rid, res, t0_ms, defaults, end_tags=end_tags, artifact_uri=artifact_uri)
     if final_checkpoint and ctx.keep_final_checkpoint and res.status != "failed":
         client.log_artifacts(rid, final_checkpoint, "checkpoint")
     if ctx.log_dataset and res.status != "failed" and dataset is not None:
-        with contextlib.suppress(Exception):
-            log_dataset_input(client, rid, dataset(), res.spec.dataset, _DIGESTS)
+        log_dataset_once(client, ctx, res.spec, dataset)
     client.set_terminated(rid, status="FAILED" if res.status == "failed" else "FINISHED")
