@@ -278,7 +278,7 @@ def render(
     frame = data.frame
     s = summaries(frame)
     if figures is None:
-        figures = figure_items(frame, csv_name.rsplit(".", 1)[0])
+        figures = figure_items(frame, csv_name.split(".", 1)[0])
     labels = task_labels(frame)
 
     sections = [{"id": "leaderboard", "title": "Leaderboard"}, {"id": "tasks", "title": "Tasks"}]

@@ -143,7 +143,7 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
                     tracking_uri=tracking_uri, tuning_draws=tuning_draws, scoring=scoring,
                     select_by=select_by, time_clock=time_clock, stats_baseline=stats_baseline)
         (tmp_path / "r.html").write_text("x" * 2_100_000)
-        (tmp_path / "r.csv").write_text("row\n")
+        (tmp_path / "r.csv.gz").write_text("row\n")
         return tmp_path / "r.html"
 
     monkeypatch.setattr(reports, "make_report", fake)
@@ -157,8 +157,8 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
                     "stats_baseline": None}  # None: adam, else adamw, else the first
     assert r.output.strip().splitlines()[-3:] == [  # every file it wrote
         f"report: {tmp_path / 'r.html'} (2.1 MB, one self-contained HTML file)",
-        f"data:   {tmp_path / 'r.csv'} (the tidy table behind every figure)",
-        "Both are also logged to the sweep's parent run(s) in MLflow, under reports/."]
+        f"data:   {tmp_path / 'r.csv.gz'} (the tidy table behind every figure, gzip CSV)",
+        "The HTML is also logged to the sweep's parent run(s) in MLflow, under reports/."]
 
     def missing(*a, **kw):
         raise LookupError("no experiment 'q'")

@@ -63,8 +63,9 @@ def test_status_at_80_columns_keeps_the_last_runs_state(tmp_path, write_sweep, t
     _uncut(r.output)
     lines = r.output.splitlines()
     assert lines[0].startswith(f"report: {out} (") and lines[0].endswith(" MB, one self-contained HTML file)")
-    assert lines[1:] == [f"data:   {out.with_suffix('.csv')} (the tidy table behind every figure)",
-                         "Both are also logged to the sweep's parent run(s) in MLflow, under reports/."]
+    assert lines[1:] == [f"data:   {out.with_suffix('.csv.gz')} (the tidy table behind every figure, "
+                         f"gzip CSV)",
+                         "The HTML is also logged to the sweep's parent run(s) in MLflow, under reports/."]
 
 
 def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking_uri, fake_trainer,

@@ -224,7 +224,7 @@ def test_constructed_sweep_reports_the_validation_best_test_number(designed_swee
     tt = protocol.tuned_time_to_result(frame).set_index("optimizer")
     assert tt.loc["adam", "seconds"] == 1.0 and "step_size=0.01" in tt.loc["adam", "config"]
     assert tt.loc["sgd", "seconds"] == math.inf
-    csv = pd.read_csv(out.with_suffix(".csv"))
+    csv = pd.read_csv(out.with_suffix(".csv.gz"))
     curve_rows = csv[(csv["row"] == "tuning_curve") & (csv["optimizer"] == "adam")]
     assert curve_rows["tuning.k"].tolist() == [1, 2]
     assert curve_rows["tuning.test"].tolist() == pytest.approx([0.84, 0.80])

@@ -573,7 +573,7 @@ def test_report_is_self_contained_with_csv_and_artifact(store, report, frame):
         "95% bootstrap interval",
     ):
         assert needle in text, needle
-    csv = pd.read_csv(report.with_suffix(".csv"))
+    csv = pd.read_csv(report.with_suffix(".csv.gz"))
     # the frame's rows, then the protocol's tables (reports.protocol.csv_rows)
     assert csv["row"].isin(["curve", "summary"]).sum() == len(frame)
     assert set(csv["row"]) == {"curve", "summary", "tuning_curve", "tuned_time"}
@@ -587,7 +587,7 @@ def test_report_is_self_contained_with_csv_and_artifact(store, report, frame):
     assert shown == set(store["parents"])
     for parent in store["parents"]:
         arts = store["client"].list_artifacts(parent, "reports")
-        assert {Path(a.path).name for a in arts} == {"demo.html", "demo.csv"}
+        assert {Path(a.path).name for a in arts} == {"demo.html"}  # the table: not a second copy
 
 
 def test_sweep_with_only_failed_trials_still_reports(store, tmp_path, monkeypatch):
@@ -609,7 +609,7 @@ def test_sweep_with_only_failed_trials_still_reports(store, tmp_path, monkeypatc
     path = reports.make_report("broken", tracking_uri=store["uri"])
     assert path == tmp_path / "report-broken-b1.html"
     text = path.read_text(encoding="utf-8")
-    s = RF.summaries(pd.read_csv(path.with_suffix(".csv")))
+    s = RF.summaries(pd.read_csv(path.with_suffix(".csv.gz")))
     assert s["status"].tolist() == ["failed", "failed"] and s["model"].tolist() == ["?", "?"]
     for spec in F.FIGURES:  # as Jinja's autoescape writes it (an apostrophe is &#39;)
         # an optional figure (a ladder's scaling) is left out of a page without its data

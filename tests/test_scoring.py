@@ -168,7 +168,7 @@ def test_scoring_key_is_recorded_read_by_the_report_and_overridden(tmp_path, wri
         assert "AlgoPerf score (all tasks, τ ∈ [1, 4])" not in html
         assert ('<p class="sub" id="score-note">AlgoPerf score left out: the sweep has one task' in html) \
             is algoperf
-        rules = set(pd.read_csv(out.with_suffix(".csv")).query("row == 'tuned_time'")["tuning.rule"])
+        rules = set(pd.read_csv(out.with_suffix(".csv.gz")).query("row == 'tuned_time'")["tuning.rule"])
         assert rules == {"algoperf" if algoperf else "harness"}
     res = runner.invoke(app, ["report", "-e", "scored", "--tracking-uri", tracking_uri, "--scoring", "fast"])
     assert res.exit_code == 2 and "'fast' is not one of 'harness', 'algoperf'" in res.output

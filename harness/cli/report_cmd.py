@@ -97,7 +97,7 @@ def report(
                 raise typer.Exit(2)
         _tables(fmt, experiment, sweep_id, output, uri, tuning_curves, scoring, select_by, time_clock)
         return
-    from reports import make_report
+    from reports import data_path, make_report
 
     try:
         path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves,
@@ -106,11 +106,11 @@ def report(
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
-    csv = path.with_suffix(".csv")
+    csv = data_path(path)
     typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, one self-contained HTML file)")
     if csv.exists():
-        typer.echo(f"data:   {csv} (the tidy table behind every figure)")
-    typer.echo("Both are also logged to the sweep's parent run(s) in MLflow, under reports/.")
+        typer.echo(f"data:   {csv} (the tidy table behind every figure, gzip CSV)")
+    typer.echo("The HTML is also logged to the sweep's parent run(s) in MLflow, under reports/.")
 
 
 def _tables(fmt: str, experiment: str, sweep_id: str | None, output: str | None, uri: str, draws: str,
