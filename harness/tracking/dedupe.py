@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
-from harness.core.names import TAG_DUPLICATE_OF
-from harness.tracking.client import client_for, trial_runs
+from harness.core.names import KIND_TRIAL, TAG_DUPLICATE_OF, TAG_KIND, TAG_TRIAL_ID
+from harness.tracking.client import by_trial, client_for, runs_of_trial, trial_runs
 from harness.tracking.errors import one_line
 from harness.tracking.health import HEALTH
+from harness.tracking.uris import sqlite_path
 
 _log = logging.getLogger(__name__)
 
@@ -37,7 +39,13 @@ def dedupe_finished_runs(uri: str, experiment_id: str, trial_ids: set[str]) -> d
     client = client_for(uri)
     demoted: dict[str, list[str]] = {}
     try:
-        groups = trial_runs(client, experiment_id)
+        db = sqlite_path(uri)
+        if db is not None and db.exists():  # the trials with two FINISHED runs, in one query
+            twice = duplicated_in_sqlite(db, experiment_id) & trial_ids
+            groups = {tid: by_trial(runs_of_trial(client, experiment_id, tid)).get(tid, [])
+                      for tid in sorted(twice)}
+        else:
+            groups = trial_runs(client, experiment_id)
     except Exception as e:
         HEALTH.failed(e)
         return {}
@@ -52,6 +60,27 @@ def dedupe_finished_runs(uri: str, experiment_id: str, trial_ids: set[str]) -> d
                 demoted.setdefault(tid, []).append(r.info.run_id)
         _log.warning("trial %s had %d FINISHED runs; kept %s", tid, len(done), keep)
     return demoted
+
+
+def duplicated_in_sqlite(db: Path, experiment_id: str) -> set[str]:
+    """The ``harness.trial_id`` of every trial with two or more active FINISHED trial runs in the
+    experiment, read from the MLflow SQLite file ``db`` with :mod:`sqlite3` read-only, in one
+    grouped query: what the sweep's closing check needs, without reading every run of the
+    experiment back through MLflow (2 s at 1,000 trials, 20 s at 10,000). Raises
+    :class:`sqlite3.Error` for a file that is not such a store."""
+    import sqlite3
+
+    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = con.execute(
+            "SELECT t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? "
+            "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = ? AND k.value = ? "
+            "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' AND r.status = 'FINISHED' "
+            "GROUP BY t.value HAVING COUNT(*) > 1",
+            (TAG_TRIAL_ID, TAG_KIND, KIND_TRIAL, int(experiment_id))).fetchall()
+    finally:
+        con.close()
+    return {v for (v,) in rows if v}
 
 
 def _demote(client, run_id: str, keep: str) -> bool:
