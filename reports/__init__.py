@@ -42,6 +42,7 @@ from reports.leaderboard import leaderboard
 from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
 from reports.selection import select_by as select_of
+from reports.snapshot import snapshot_or_client
 
 __all__ = ["load_frame", "make_report"]
 
@@ -107,7 +108,9 @@ def make_report(
         raise ValueError(f"--select-by must be one of {', '.join(SELECT_BY)}; got {select_by!r}")
     if time_clock is not None and time_clock not in CLOCKS:
         raise ValueError(f"--time must be one of {', '.join(CLOCKS)}; got {time_clock!r}")
-    client = mlruns.mlflow_client(tracking_uri)
+    # a local SQLite store is read with sqlite3 (reports.snapshot: every experiment when a baseline
+    # may live in another); MLflow's client only writes the HTML back
+    client = snapshot_or_client(tracking_uri, None if baseline is not None else experiment)
     data = load_sweep(experiment, sweep_id, client=client)  # a ladder's ladder.* tags: its columns
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
     if objective(data.frame).target_metric is None:  # what ranks on time to target cannot run
@@ -150,8 +153,9 @@ def make_report(
 
     html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
     out.write_text(html, encoding="utf-8")
+    writer = mlruns.mlflow_client(tracking_uri) if report_parents(data) else None
     for parent in report_parents(data):  # the HTML only: the table is the store's own data again
-        client.log_artifact(parent, str(out), artifact_path="reports")
+        writer.log_artifact(parent, str(out), artifact_path="reports")
     return out
 
 

@@ -83,12 +83,11 @@ def test_resume_dedupe_and_status_read_the_store_once_whatever_its_size(tmp_path
         seen["rerun"] = counts["rerun"]
         per_size[n] = seen
     assert per_size[6] == per_size[60], per_size
-    # one search each (one page: up to 1000 runs); status: one per experiment (the sweep's and
-    # MLflow's Default); the re-run: the resume check, the dead invocations (RUNNING runs) and the
-    # settings (parents)
-    # (the pre-flight's read of a SQLite store is one query of two columns, no MLflow search; so is
-    # the closing de-duplication's, which searches only the trials it finds twice: none here)
-    assert per_size[6] == {"make_plan": 1, "status": 2, "rerun": 3}  # dedupe_sweep: none
+    # On a SQLite store the resume check, the de-duplication and status read MLflow's tables with
+    # sqlite3 (harness.core.mlflow_rows; the de-duplication searches only trials it finds twice):
+    # no MLflow search; the re-run searches for the dead invocations' RUNNING runs and the
+    # settings (parents); the pre-flight's read is one query of two columns
+    assert per_size[6] == {"status": 0, "rerun": 2}, per_size  # make_plan, dedupe_sweep: none
 
 
 def _ctx(uri: str, exp_id: str):
@@ -164,3 +163,34 @@ def test_a_trials_write_is_three_mlflow_calls_whatever_the_sweep(tmp_path, fake_
     # what is left once each trial's three calls are taken away: the parent run's, the same for both
     assert per_size[6] == per_size[60], per_size
     assert per_size[6].get("log_artifacts", 0) <= 3 and per_size[6].get("log_inputs", 0) == 1, per_size
+
+
+def test_the_sqlite_read_of_trial_runs_is_mlflows(tmp_path, fake_trainer):
+    """``trial_runs`` on a SQLite store (read with sqlite3, :mod:`harness.core.mlflow_rows`) gives
+    what MLflow's ``search_runs`` gives: the same runs per trial in the same order, each with the
+    same status, times, name, artifact URI, tags, params and latest metrics (NaN where MLflow has
+    NaN)."""
+    import math
+
+    from harness.core.names import KIND_TRIAL, TAG_KIND
+    from harness.tracking.client import by_trial, client_for, search_all, trial_runs
+
+    uri, cfg = _store(tmp_path, 6)
+    client = client_for(uri)
+    exp_id = client.get_experiment_by_name(cfg["name"]).experiment_id
+    extra = client.create_run(exp_id, tags={"harness.trial_id": "t-failed", TAG_KIND: KIND_TRIAL})
+    client.log_metric(extra.info.run_id, "valid/loss", float("nan"))
+    client.set_terminated(extra.info.run_id, "FAILED")
+    ours = trial_runs(client, exp_id)
+    theirs = by_trial(search_all(client, exp_id, f"tags.`{TAG_KIND}` = '{KIND_TRIAL}'"))
+    assert list(ours) == list(theirs) and len(ours) == 7
+    for tid, runs in theirs.items():
+        assert [r.info.run_id for r in ours[tid]] == [r.info.run_id for r in runs]
+        for a, b in zip(ours[tid], runs, strict=True):
+            assert (a.info.status, a.info.start_time, a.info.end_time, a.info.run_name, a.info.artifact_uri,
+                    a.info.experiment_id) == (b.info.status, b.info.start_time, b.info.end_time,
+                                              b.info.run_name, b.info.artifact_uri, b.info.experiment_id)
+            assert a.data.tags == b.data.tags and a.data.params == b.data.params
+            assert a.data.metrics.keys() == b.data.metrics.keys()
+            for k, v in b.data.metrics.items():
+                assert a.data.metrics[k] == v or (math.isnan(v) and math.isnan(a.data.metrics[k])), k

@@ -5,12 +5,23 @@ trials: another sweep id) says so, and which sweep id superseded it (:func:`supe
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import typer
 
 from harness.cli.common import URI_HELP, err, exit_no_experiment
-from harness.core.names import KIND_PARENT, TAG_KIND, TAG_SWEEP_ID
+from harness.core.names import (
+    KIND_PARENT,
+    TAG_HEARTBEAT,
+    TAG_KIND,
+    TAG_OWNER,
+    TAG_OWNER_START,
+    TAG_PARENT_RUN,
+    TAG_STATUS,
+    TAG_SWEEP_ID,
+    TAG_TRIAL_ID,
+)
 from harness.core.redact import mask_uri
 
 
@@ -24,7 +35,7 @@ def status(
 
     from harness.config.errors import ConfigError
     from harness.sweep.tables import print_table, stdout_console
-    from harness.tracking.client import by_trial, prepare_store, search_all
+    from harness.tracking.client import by_trial, search_all
     from harness.tracking.errors import TrackingUnavailableError
     from harness.tracking.trial_run import trial_state
     from harness.tracking.uris import resolve_tracking_uri
@@ -48,7 +59,7 @@ def status(
         expected[sweep_id_of(cfg.name, specs)] = {s.trial_id for s in specs}
         names = [cfg.name]
     try:
-        client = prepare_store(uri, create=False)
+        client = _reader(uri, names[0] if names else None)
     except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
@@ -112,6 +123,33 @@ def status(
     if n_spooled:
         console.print(f"{n_spooled} trained results are in the local spool {spool.spool_dir(uri)} (the "
                       f"store did not take them); the next sweep on this store writes them", soft_wrap=True)
+
+
+#: The tags ``status`` reads (what a trial's runs say, which sweep they belong to, who owns them).
+STATUS_TAGS = (TAG_KIND, TAG_SWEEP_ID, TAG_TRIAL_ID, TAG_STATUS, TAG_OWNER, TAG_OWNER_START, TAG_HEARTBEAT,
+               TAG_PARENT_RUN)
+
+
+def _reader(uri: str, experiment: str | None):
+    """What ``status`` reads the store with: a local SQLite store through a read-only
+    :class:`reports.snapshot.StoreSnapshot` of the tags and params it needs (no MLflow import:
+    a 10,000-trial store in about a second instead of a minute), any other through MLflow's client.
+
+    Raises:
+      TrackingUnavailableError: the store cannot be opened (one line).
+    """
+    from harness.tracking.client import prepare_store, ready_sqlite_store
+
+    db = ready_sqlite_store(uri, create=False)
+    if db is not None:
+        from reports.snapshot import StoreSnapshot
+
+        try:
+            return StoreSnapshot(str(db), experiment, tag_keys=STATUS_TAGS, param_keys=("n_trials",),
+                                 metrics=False)
+        except (ValueError, OSError, sqlite3.Error):  # not readable so: MLflow says why
+            pass
+    return prepare_store(uri, create=False)
 
 
 def superseded(last: dict[str, object], current: str | None = None) -> dict[str, str]:

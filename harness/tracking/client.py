@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 
 from harness.config.environment import SQLITE_WAL, switch
+from harness.core import mlflow_rows
 from harness.core.names import KIND_TRIAL, TAG_KIND, TAG_SWEEP, TAG_TRIAL_ID
 from harness.tracking.errors import TrackingUnavailableError, one_line
 from harness.tracking.mlflow_ui import EXPERIMENT_KIND_TAG, TRAINING_KIND
@@ -78,6 +80,23 @@ def write_ahead_log(client) -> None:
     engine.dispose()  # the connections already open get the pragma when made again
 
 
+def ready_sqlite_store(uri: str, *, create: bool = True):
+    """The file of a SQLite store made ready (:func:`harness.tracking.store.ensure_sqlite_store`;
+    with ``create=False`` a missing file is an error), or ``None`` for any other store. Imports no
+    MLflow: ``status`` reads such a store with :mod:`sqlite3` alone.
+
+    Raises:
+      TrackingUnavailableError: one line (the store, the cause, what to do).
+    """
+    db = sqlite_path(uri)
+    if db is not None:
+        try:
+            ensure_sqlite_store(db, create=create)
+        except StoreError as e:
+            raise TrackingUnavailableError(str(e)) from None
+    return db
+
+
 def prepare_store(uri: str, health_timeout: float = 3.0, *, create: bool = True):
     """Make the store ready for concurrent writers and return an ``MlflowClient`` on it.
 
@@ -92,15 +111,11 @@ def prepare_store(uri: str, health_timeout: float = 3.0, *, create: bool = True)
       TrackingUnavailableError: one line (the store, the cause, what to do), for every way the
         store can fail to open; the CLI exits 3 on it.
     """
-    db = sqlite_path(uri)
     if is_server(uri):
         check_server(uri, health_timeout)
         bound_http_retries()
-    elif db is not None:
-        try:
-            ensure_sqlite_store(db, create=create)
-        except StoreError as e:
-            raise TrackingUnavailableError(str(e)) from None
+    else:
+        ready_sqlite_store(uri, create=create)
     saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
     if is_server(uri):  # the first request: fail fast rather than after MLflow's retries
         os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
@@ -164,8 +179,30 @@ def search_all(client, experiment_id: str, filter_string: str = "") -> list:
 
 
 def trial_runs(client, experiment_id: str) -> dict[str, list]:
-    """All trial runs of an experiment grouped by ``harness.trial_id``."""
+    """All trial runs of an experiment grouped by ``harness.trial_id``, each group in MLflow's
+    order (latest start first). On a local SQLite store they are read with :mod:`sqlite3`
+    (:func:`harness.core.mlflow_rows.read_runs`: 2 s instead of MLflow's 60 s at 10,000 runs)."""
+    db = sqlite_path(str(getattr(client, "tracking_uri", "") or ""))
+    if db is not None and db.is_file():
+        try:
+            return by_trial(_sqlite_runs(db, experiment_id))
+        except (OSError, ValueError, sqlite3.Error):  # not readable so: MLflow reads it, or says why
+            pass
     return by_trial(search_all(client, experiment_id, f"tags.`{TAG_KIND}` = '{KIND_TRIAL}'"))
+
+
+def _sqlite_runs(db, experiment_id: str) -> list:
+    """The active runs of ``experiment_id`` in the SQLite file ``db``, in ``search_runs``' default
+    order (start time descending, then run id), read in one read-only transaction."""
+    con = mlflow_rows.connect(str(db))
+    try:
+        con.execute("BEGIN")
+        _, runs, _, _ = mlflow_rows.read_runs(con, experiment_ids=[experiment_id])
+    finally:
+        con.close()
+    out = sorted(runs.values(), key=lambda r: r.info.run_id)
+    out.sort(key=lambda r: r.info.start_time or 0, reverse=True)
+    return out
 
 
 def by_trial(runs: list) -> dict[str, list]:

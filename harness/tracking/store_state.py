@@ -13,6 +13,7 @@ exits 3 on it). See :mod:`harness.tracking.store` for how a store is created and
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 from dataclasses import dataclass
@@ -53,8 +54,24 @@ _KNOWN: set[str] = set()
 
 
 def schema_head() -> str:
-    """MLflow's latest schema revision (alembic head), e.g. ``dc11669786a5`` for MLflow 3.17.2."""
+    """MLflow's latest schema revision (alembic head), e.g. ``dc11669786a5`` for MLflow 3.17.2.
+
+    Read from MLflow's migration scripts once per MLflow version on a machine (importing mlflow,
+    alembic and every script: ~1.5 s) and kept with the known revisions in
+    ``$HARNESS_CACHE_DIR/mlflow-schema/<version>.json``, so that ``status`` and the other readers
+    start without importing MLflow.
+    """
     if not _HEAD:
+        from importlib.metadata import version
+
+        from harness.core.util import cache_dir
+
+        cached = cache_dir("mlflow-schema", f"{version('mlflow')}.json")
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            got = json.loads(cached.read_text())
+            _KNOWN.update(got["known"])
+            _HEAD.append(str(got["head"]))
+            return _HEAD[0]
         from alembic.script import ScriptDirectory
         from mlflow.store.db.utils import _get_alembic_config
 
@@ -64,6 +81,11 @@ def schema_head() -> str:
             raise StoreError(f"MLflow's migration scripts have {len(heads)} heads {heads}; reinstall mlflow")
         _HEAD.append(heads[0])
         _KNOWN.update(r.revision for r in script.walk_revisions())
+        with contextlib.suppress(OSError):  # written whole, then renamed: never half a file
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"head": _HEAD[0], "known": sorted(_KNOWN)}))
+            os.replace(tmp, cached)
     return _HEAD[0]
 
 
