@@ -40,7 +40,6 @@ import os
 import pickle
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import wait
@@ -81,10 +80,6 @@ class Executor:
             on_done: Callable[[list[TrialOutcome]], None]) -> None:
         """Execute every unit, calling ``on_done(outcomes)`` in the calling thread as each ends."""
         raise NotImplementedError
-
-    def close(self) -> None:
-        """Release what :meth:`run` kept for the next call (the sweep calls this once, at its end;
-        an adaptive sweep calls :meth:`run` once per round). The default keeps nothing."""
 
 
 class InProcessExecutor(Executor):
@@ -262,13 +257,6 @@ class _Worker:
             self.conn.close()
 
 
-def _stop_workers(workers: list[_Worker], wait_s: float) -> None:
-    """Stop every worker of ``workers`` and empty the list."""
-    gone, workers[:] = list(workers), []
-    for w in gone:
-        w.stop(wait_s)
-
-
 class ProcessExecutor(Executor):
     """``jobs`` local worker processes (``spawn``), each running whole units, one at a time.
 
@@ -289,12 +277,6 @@ class ProcessExecutor(Executor):
         self.device_plan = None
         #: ``unit index -> [how its worker ended, ...]`` of the last :meth:`run` (worker deaths).
         self.deaths: dict[int, list[str]] = {}
-        #: The worker processes, kept from one :meth:`run` to the next (an adaptive sweep's rounds)
-        #: until :meth:`close`: each pays its start-up (interpreter, JAX, the data) once per sweep.
-        self._workers: list[_Worker] = []
-        # ... and stopped at the latest when this executor is collected or the interpreter exits
-        # (multiprocessing's own exit handler would wait for idle workers forever).
-        weakref.finalize(self, _stop_workers, self._workers, JOIN_S)
 
     def validate(self, tracking_uri: str | None = None) -> None:
         """Plan the workers' devices (before anything is written; the sweep calls this).
@@ -315,9 +297,8 @@ class ProcessExecutor(Executor):
         queue = deque(range(len(units)))
         self.deaths = {}
         envs = [devices.worker_env(e) for e in self.device_plan.envs[:min(self.jobs, len(units))]]
-        others = [w for w in self._workers if w.proc.is_alive()]  # kept from the last run
-        workers = [w if (w := self._take(others, env)) is not None else _Worker(spawn, env) for env in envs]
-        self._workers[:] = others + workers  # stopped by close() or the finalizer whatever happens
+        workers = [_Worker(spawn, env) for env in envs]
+        wait_s = JOIN_S
         try:
             while queue or any(w.unit is not None for w in workers):
                 for k in range(len(workers)):
@@ -332,23 +313,11 @@ class ProcessExecutor(Executor):
                     if w.unit is not None:
                         workers[k] = self._collect(spawn, w, units, ctx, queue, on_done)
         except BaseException:
-            self._workers[:] = others + workers  # with the replacements made meanwhile
-            _stop_workers(self._workers, 5.0)  # Ctrl-C reached them too: a moment to end runs KILLED
+            wait_s = 5.0  # Ctrl-C reached the workers too: a moment to end their runs KILLED
             raise
-        self._workers[:] = others + [w for w in workers if w.proc.is_alive()]
-
-    def close(self) -> None:
-        """Stop the kept workers (each asked to leave, then SIGTERM, then SIGKILL)."""
-        _stop_workers(self._workers, JOIN_S)
-
-    @staticmethod
-    def _take(kept: list[_Worker], env) -> _Worker | None:
-        """A kept worker of the device environment ``env`` (taken out of ``kept``), or ``None``."""
-        for w in kept:
-            if w.env == env:
-                kept.remove(w)
-                return w
-        return None
+        finally:
+            for w in workers:
+                w.stop(wait_s)
 
     def _replace(self, spawn, w: _Worker) -> _Worker:
         w.stop(0.0)

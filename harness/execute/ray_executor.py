@@ -268,8 +268,6 @@ class RayExecutor(Executor):
         self.poll_s = poll_s
         #: Filled by :meth:`run`: unit index → number of submissions it took (1 = no resubmission).
         self.submissions: dict[int, int] = {}
-        #: Whether :meth:`run` started the Ray instance it is connected to (:meth:`close` ends it).
-        self._owns = False
 
     # -- checks that run before anything ---------------------------------------------------------
 
@@ -349,31 +347,20 @@ class RayExecutor(Executor):
             return
         ray = _import_ray()
 
-        # Connected once per sweep: an adaptive sweep's rounds (one run() each) share the
-        # connection, a local instance and its warm worker processes until close().
-        self._owns = self._connect(ray) or self._owns
+        owns = self._connect(ray)
         try:
             check_cluster(ray.nodes(), ctx.tracking_uri, self.address)
             self._warn_if_unschedulable(ray)
             reported = self._drive(ray, units, ctx, on_done)
-        except BaseException:
-            self.close()
-            raise
+        finally:
+            if owns:
+                ray.shutdown()
         expected = {spec.trial_id for unit in units for spec in unit}
         missing = expected - reported
         if missing:
             raise RuntimeError(f"{len(missing)} trial(s) were never reported: {sorted(missing)[:5]}")
         # A retried task may have raced its first attempt: the sweep keeps one FINISHED run per
         # trial once its executor returns (harness.sweep.resume.dedupe_sweep), for every executor.
-
-    def close(self) -> None:
-        """Shut down the Ray instance that :meth:`run` started (nothing when it connected to one
-        that was already up)."""
-        if self._owns:
-            self._owns = False
-            ray = _import_ray()
-            if ray.is_initialized():
-                ray.shutdown()
 
     def _drive(
         self,

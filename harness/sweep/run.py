@@ -415,7 +415,6 @@ def _run_invocation(cfg: SweepConfig, given: GivenConfig, specs: TrialList, plan
         status = "FAILED"
         raise
     finally:
-        ex.close()  # the workers kept across the rounds
         # the execution's trials, their wall-clock without the final dedupe (the parent's MLflow)
         clock.execution(outcomes[n_before:], time.perf_counter() - t_exec - dedupe_s, ex.flush_wait_s)
         budget.add(clock.parts, {"tracking": dedupe_s})
