@@ -20,9 +20,11 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["MLFLOW_TABLES_READ", "Experiment", "Run", "RunData", "RunInfo", "connect", "read_runs"]
+__all__ = ["MLFLOW_TABLES_READ", "Experiment", "Run", "RunData", "RunInfo", "connect", "read_runs",
+           "values_of"]
 
 #: The tables a file must hold to be read as an MLflow store.
 MLFLOW_TABLES_READ = ("experiments", "runs", "tags", "params", "latest_metrics", "metrics")
@@ -127,3 +129,19 @@ def read_runs(con: sqlite3.Connection, experiments: Sequence[str] | None = None,
                 f"SELECT key, value, is_nan, run_uuid FROM latest_metrics WHERE run_uuid IN ({sel})", ids):
             runs[rid].data.metrics[key] = value_of(value, is_nan)
     return exps, runs, sel, ids
+
+
+def values_of(path: Any, sql: str, params: Sequence[Any]) -> set[str]:
+    """The non-empty values of the first column of one query on the MLflow SQLite file ``path``,
+    opened read-only (``mode=ro``: nothing created or migrated).
+
+    Raises:
+      sqlite3.Error: not an SQLite database, or not an MLflow store's tables.
+    """
+    uri = Path(path).resolve().as_uri()  # percent-encoded: a folder named "a?b" stays a folder
+    con = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = con.execute(sql, params).fetchall()
+    finally:
+        con.close()
+    return {v for (v, *_) in rows if v}

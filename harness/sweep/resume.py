@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.core import names
 from harness.core.context import RunContext
+from harness.core.mlflow_rows import values_of
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
 from harness.tracking import spool
@@ -194,20 +195,13 @@ def _finished_in_sqlite(db, experiment: str) -> set[str]:
     :mod:`sqlite3` read-only (``mode=ro``: nothing is created or migrated), in one query of the two
     columns it needs (:func:`trial_state`'s rule: a FINISHED run makes a trial done, whatever its
     ``harness.status``). Raises :class:`sqlite3.Error` for a file that is not such a store."""
-    import sqlite3
-
-    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-    try:
-        rows = con.execute(
-            "SELECT t.value FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id "
-            "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? "
-            "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = ? AND k.value = ? "
-            "WHERE e.name = ? AND e.lifecycle_stage = 'active' AND r.lifecycle_stage = 'active' "
-            "AND r.status = 'FINISHED'",
-            (names.TAG_TRIAL_ID, names.TAG_KIND, names.KIND_TRIAL, experiment)).fetchall()
-    finally:
-        con.close()
-    return {v for (v,) in rows if v}
+    return values_of(
+        db, "SELECT t.value FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id "
+        "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? "
+        "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = ? AND k.value = ? "
+        "WHERE e.name = ? AND e.lifecycle_stage = 'active' AND r.lifecycle_stage = 'active' "
+        "AND r.status = 'FINISHED'",
+        (names.TAG_TRIAL_ID, names.TAG_KIND, names.KIND_TRIAL, experiment))
 
 
 def take_spooled(plan: Plan, uri: str) -> list[TrialOutcome]:

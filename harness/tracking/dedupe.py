@@ -12,6 +12,7 @@ import logging
 import time
 from pathlib import Path
 
+from harness.core.mlflow_rows import values_of
 from harness.core.names import KIND_TRIAL, TAG_DUPLICATE_OF, TAG_KIND, TAG_TRIAL_ID
 from harness.tracking.client import by_trial, client_for, runs_of_trial, trial_runs
 from harness.tracking.errors import one_line
@@ -68,19 +69,12 @@ def duplicated_in_sqlite(db: Path, experiment_id: str) -> set[str]:
     grouped query: what the sweep's closing check needs, without reading every run of the
     experiment back through MLflow (2 s at 1,000 trials, 20 s at 10,000). Raises
     :class:`sqlite3.Error` for a file that is not such a store."""
-    import sqlite3
-
-    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-    try:
-        rows = con.execute(
-            "SELECT t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? "
+    return values_of(
+        db, "SELECT t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? "
             "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = ? AND k.value = ? "
             "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' AND r.status = 'FINISHED' "
             "GROUP BY t.value HAVING COUNT(*) > 1",
-            (TAG_TRIAL_ID, TAG_KIND, KIND_TRIAL, int(experiment_id))).fetchall()
-    finally:
-        con.close()
-    return {v for (v,) in rows if v}
+        (TAG_TRIAL_ID, TAG_KIND, KIND_TRIAL, int(experiment_id)))
 
 
 def _demote(client, run_id: str, keep: str) -> bool:
