@@ -6,6 +6,7 @@
 - ``write_sweep``: writes a small sweep YAML into tmp_path from keyword overrides.
 - ``fake_trainer``: replaces ``harness.train.loop.run_trial``/``run_trials_batched`` with a cheap
   deterministic stand-in (see :func:`fake_result`), for tests of the runner rather than of training.
+- every test (autouse) starts with an empty process throughput cache, as a new sweep process does.
 """
 
 from __future__ import annotations
@@ -111,6 +112,18 @@ def pytest_unconfigure(config):
         shutil.rmtree(_JAX_CACHE, ignore_errors=True)
 
 # --------------------------------------------------------------------------- MLflow stores
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throughput_cache(monkeypatch):
+    """Each test starts with this process's throughput measurements empty, as a new sweep process
+    does: ``harness.execute.training.PERF_CACHE`` is process-wide, so a sweep that an earlier test
+    ran on the same xdist worker (same model, optimizer and budget) made a later test's sweep skip
+    the measurement it counts. A test's own sweeps still share it."""
+    training = sys.modules.get("harness.execute.training")
+    if training is not None:
+        monkeypatch.setattr(training, "PERF_CACHE", {})
+    yield
 
 
 @pytest.fixture
