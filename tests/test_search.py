@@ -388,6 +388,31 @@ def test_include_subgrids_are_sampled_with_their_own_entry_paths(write_sweep):
         ("include[0].optimizers[0]", "random", 1), ("include[0].optimizers[0]", "random", 2)]
 
 
+def test_two_entries_whose_searches_make_the_same_trials_are_refused(write_sweep):
+    """An ASHA entry beside a quasi-random one over the same ranges with the same search seed made
+    the same trials: they were merged into the first entry's, and the ASHA search silently had no
+    configurations (its row was missing from the dry run). With another seed both search."""
+    hp = {"step_size": {"log_uniform": [1.0e-3, 1.0]}}
+    asha = {"method": "asha", "min_steps": 10, "eta": 3}
+    same = dict(search={"method": "quasirandom", "trials": 4, "seed": 0}, seeds=[0], budget={"steps": 30},
+                optimizers=[{"name": "sgd", "hparams": hp}, {"name": "sgd", "hparams": hp, "search": asha}])
+    with pytest.raises(ConfigError) as ei:
+        expand(load_config(write_sweep(**same)))
+    (msg,) = ei.value.errors
+    assert re.fullmatch(r"<config>: optimizers\[1\] \(search asha\) makes the same trials as optimizers\[0\] "
+                        r"\(search quasirandom\) on digits · mlp \(.*\), so it would search nothing of its "
+                        r"own: give one of them another search seed \(search: \{seed: 1\}\), range or grid",
+                        msg)
+    same["optimizers"][1]["search"] = {**asha, "seed": 1}
+    specs = expand(load_config(write_sweep(**same)))
+    methods = [specs.origins[s.trial_id].search.method for s in specs]
+    assert methods.count("quasirandom") == 4 and methods.count("asha") == 4
+    # two fixed plans that share a trial stay one trial, as before (a trial is a trial)
+    fixed = dict(same, optimizers=[{"name": "sgd", "hparams": {"step_size": [0.1, 0.3]}},
+                                   {"name": "sgd", "hparams": {"step_size": [0.3, 1.0]}}])
+    assert len(expand(load_config(write_sweep(**fixed)))) == 3
+
+
 # --------------------------------------------------------------------------- boundary warnings
 
 
