@@ -1,7 +1,7 @@
 """Tuning against compute (issue 34 §4): the best validation metric against the training steps
 spent on tuning, so that random search, early stopping and coordinate descent share one axis.
 
-Per (task, optimizer), by how its configurations were proposed (the ``search`` column, the tag
+Per (task, optimizer, method), by how its configurations were proposed (the ``search`` column, the tag
 ``harness.search``):
 
 - a **fixed plan** (``grid``, ``random``, ``quasirandom``): every configuration trains to its budget,
@@ -59,18 +59,22 @@ def compute_curves(frame: pd.DataFrame) -> pd.DataFrame:
     steps = trial_steps(frame)
     cv = protocol.config_values(frame)
     tc = protocol.tuning_curves(frame)
+    s = s.assign(method=s["search"].fillna("grid") if "search" in s else "grid")
+    n_methods = s.groupby(["task", "optimizer"])["method"].nunique()
     parts = []
-    for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
-        methods = sorted(set(g["search"].dropna())) if "search" in g else ["grid"]
-        method = ",".join(methods) or "grid"
-        mine = cv[(cv["task"] == task) & (cv["optimizer"] == opt)]
+    for (task, opt, method), g in s.groupby(["task", "optimizer", "method"], sort=True):
+        mine = cv[(cv["task"] == task) & (cv["optimizer"] == opt) & cv["config_id"].isin(g["config_id"])]
         if mine.empty:
             continue
         mode, metric = mine["mode"].iloc[0], mine["metric"].iloc[0]
-        if any(m in ADAPTIVE for m in methods):
+        if method in ADAPTIVE:
             parts.append(_path(g, mine, steps, task, opt, method, metric, mode))
             continue
-        t = tc[(tc["task"] == task) & (tc["optimizer"] == opt) & ~tc["self_tuning"]]
+        # a fixed plan beside other methods of the same optimizer: its expectation over its own
+        # configurations only
+        t = (tc if n_methods[(task, opt)] == 1 else
+             protocol.tuning_curves(frame[frame["trial_id"].isin(g["trial_id"])]))
+        t = t[(t["task"] == task) & (t["optimizer"] == opt) & ~t["self_tuning"]]
         if t.empty:
             continue
         per_config = g.groupby("config_id")["trial_id"].apply(lambda ids: steps.reindex(ids).sum()).mean()
@@ -79,6 +83,30 @@ def compute_curves(frame: pd.DataFrame) -> pd.DataFrame:
                                    "valid": t["valid"].to_numpy(), "metric": metric, "mode": mode}))
     parts = [p for p in parts if len(p)]
     return pd.concat(parts, ignore_index=True)[COLUMNS] if parts else pd.DataFrame(columns=COLUMNS)
+
+
+def steps_to_reach(cc: pd.DataFrame) -> pd.DataFrame:
+    """For each (task, optimizer) tuned by several methods (:func:`compute_curves`' rows), the
+    training steps each method spent until its curve first reached the value every one of them
+    reached: the worst of their final bests (``mode`` max: the smallest final best).
+
+    Returns columns ``task, optimizer, method, value, steps, final`` (``final``: the method's own
+    final best), ordered by task, optimizer, then steps; empty where no optimizer has two methods.
+    """
+    cols = ["task", "optimizer", "method", "value", "steps", "final"]
+    rows = []
+    for (task, opt), g in cc.groupby(["task", "optimizer"], sort=True):
+        if g["method"].nunique() < 2:
+            continue
+        mx = g["mode"].iloc[0] == "max"
+        finals = g.groupby("method")["valid"].agg("max" if mx else "min")
+        value = float(finals.min() if mx else finals.max())
+        for method, m in g.groupby("method"):
+            hit = m[m["valid"] >= value] if mx else m[m["valid"] <= value]
+            rows.append({"task": task, "optimizer": opt, "method": method, "value": value,
+                         "steps": float(hit["steps"].min()), "final": float(finals[method])})
+    out = pd.DataFrame(rows, columns=cols)
+    return out.sort_values(["task", "optimizer", "steps"], kind="stable", ignore_index=True)
 
 
 def _path(g: pd.DataFrame, mine: pd.DataFrame, steps: pd.Series, task: str, opt: str, method: str,
@@ -100,3 +128,22 @@ def _path(g: pd.DataFrame, mine: pd.DataFrame, steps: pd.Series, task: str, opt:
             rows.append({"task": task, "optimizer": opt, "method": method, "kind": "path",
                          "steps": spent, "valid": best, "metric": metric, "mode": mode})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def reach_words(frame: pd.DataFrame) -> str:
+    """A caption sentence from :func:`steps_to_reach`: per optimizer tuned by several methods, the
+    value all of them reached and each method's steps to it (``""`` when none is). Reads the
+    ``search`` column first, so a sweep of one method per optimizer computes no curves for it."""
+    s = summaries(frame)
+    if s.empty or "search" not in s or \
+            (s.assign(m=s["search"].fillna("grid")).groupby(["task", "optimizer"])["m"].nunique() < 2).all():
+        return ""
+    t = steps_to_reach(compute_curves(frame))
+    parts = []
+    for (task, opt), g in t.groupby(["task", "optimizer"], sort=False):
+        steps = ", ".join(f"{r.method} {r.steps:,.0f}" for r in g.itertuples())
+        where = f", {task}" if t["task"].nunique() > 1 else ""
+        parts.append(f"{opt} ({g['value'].iloc[0]:.4g}{where}): {steps}")
+    return (" Training steps each method spent until it first reached the best value that every method "
+            "of the optimizer reached: " + "; ".join(parts) + ".")
+

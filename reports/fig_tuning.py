@@ -12,6 +12,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from reports import protocol
+from reports.compute_curves import ADAPTIVE
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
 from reports.objectives import METRIC_LABELS, objectives_differ
 from reports.scoring import performance_profile, profile_times
@@ -116,40 +117,50 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
     return fig
 
 
+#: Line style of each search method in "Tuning against compute" (colour is the optimizer's).
+METHOD_STYLES = {"grid": "--", "random": "--", "quasirandom": "--", "asha": "-", "hyperband": "-",
+                 "successive_halving": "-", "coordinate_descent": "-.", "optuna": ":"}
+
+
 def compute_figure(frame: pd.DataFrame) -> Figure | None:
     """The best validation metric against training steps spent on tuning, per task and optimizer
-    (:func:`reports.compute_curves.compute_curves`): an adaptive search's own path as a step line
-    (solid), a fixed plan's expectation (dashed); each line labelled ``optimizer (method)``; steps on
-    a log axis."""
+    (:func:`reports.compute_curves.compute_curves`): an adaptive search's own path, a fixed plan's
+    expectation, as step lines styled by method (:data:`METHOD_STYLES`: fixed plans dashed, early
+    stopping solid, coordinate descent dash-dot, Optuna dotted) in the optimizer's colour, each
+    labelled ``optimizer (method)``; steps on a log axis. One panel per task, or per task and
+    optimizer where an optimizer was tuned by several methods (their lines side by side)."""
     from reports.compute_curves import compute_curves
 
     cc = compute_curves(frame)
     if cc.empty:
         return None
     pal, marks, labels = palette(frame), markers(frame), task_labels(frame)
-    tasks = sorted(cc["task"].unique())
-    nrows, ncols = grid_shape(len(tasks))
+    by_optimizer = bool((cc.groupby(["task", "optimizer"])["method"].nunique() > 1).any())
+    panels = sorted(cc.groupby(["task", "optimizer"] if by_optimizer else ["task"]).groups)
+    nrows, ncols = grid_shape(len(panels))
     fig, axes = new_figure(nrows, ncols, 3.2 * nrows + 0.9)
     mixed = objectives_differ(frame)
-    for i, task in enumerate(tasks):
+    for i, panel in enumerate(panels):
+        task, opt = (panel if by_optimizer else (panel[0] if isinstance(panel, tuple) else panel, None))
         ax = axes[i // ncols, i % ncols]
-        here = cc[cc["task"] == task]
-        for (opt, method), g in here.groupby(["optimizer", "method"], sort=True):
-            c = pal.get(opt, NEUTRAL)
-            path = g["kind"].iloc[0] == "path"
-            ax.step(g["steps"], g["valid"], where="post", color=c, lw=2, ls="-" if path else "--",
-                    marker=marks.get(opt, "o"), ms=4, label=f"{opt} ({method})")
+        here = cc[(cc["task"] == task) & ((cc["optimizer"] == opt) if opt else True)]
+        for (o, method), g in here.groupby(["optimizer", "method"], sort=True):
+            ax.step(g["steps"], g["valid"], where="post", color=pal.get(o, NEUTRAL), lw=2,
+                    ls=METHOD_STYLES.get(method, "-"), marker=marks.get(o, "o"), ms=4,
+                    label=f"{o} ({method})")
         log_count_x(ax)
-        ax.set_title(labels.get(task, task))
+        title = labels.get(task, task)
+        ax.set_title(f"{title}: {opt}" if opt else title)
         ax.set_xlabel("training steps spent on tuning")
         name = METRIC_LABELS.get(here["metric"].iloc[0], here["metric"].iloc[0]).replace(
             "final validation ", "")
         if i % ncols == 0 or mixed:
             ax.set_ylabel(f"best {name}\nso far (validation)")
         ax.legend(fontsize=7, loc="best")
-    hide_unused(axes, len(tasks))
-    extra = [Line2D([], [], color=NEUTRAL, lw=2, label="adaptive search: its path"),
-             Line2D([], [], color=NEUTRAL, lw=2, ls="--", label="fixed plan: expected best")]
+    hide_unused(axes, len(panels))
+    methods = sorted(set(cc["method"]))
+    extra = [Line2D([], [], color=NEUTRAL, lw=2, ls=METHOD_STYLES.get(m, "-"),
+                    label=f"{m}: {'expected best' if m not in ADAPTIVE else 'its path'}") for m in methods]
     keys = {o: c for o, c in pal.items() if o in set(cc["optimizer"])}
     legend(fig, keys, extra, marks=marks)
     return fig

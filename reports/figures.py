@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from reports import interactive, protocol
 from reports.clock import clock_note
-from reports.compute_curves import compute_curves
+from reports.compute_curves import compute_curves, reach_words
 from reports.fig_budget import budget_figure, time_budget
 from reports.fig_convergence import (
     TIME_GRID_POINTS,
@@ -176,14 +176,16 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         "tuning_compute",
         "Tuning against compute",
-        "The best validation metric against the training steps spent on tuning, per optimizer and "
-        "task, so that tuning methods share one axis (issue 34): an adaptive search (asha, "
-        "coordinate_descent, optuna, ...) as its own path, its trials in the order they ended, a "
+        lambda f: "The best validation metric against the training steps spent on tuning, per "
+        "optimizer and task, so that tuning methods share one axis (issue 34): an adaptive search "
+        "(asha, coordinate_descent, optuna, ...) as its own path, its trials in the order they ended, a "
         "stopped or diverged trial counting the steps it ran, the best configuration updated as each "
-        "configuration's seeds have all ended (solid); a fixed plan (grid, random, quasirandom) as "
-        "the tuning curve's expected best after k configurations placed at k × the steps one "
-        "configuration costs (dashed). A configuration's value is the mean over its seeds, a seed "
-        "that did not finish counted as the task's worst value.",
+        "configuration's seeds have all ended; a fixed plan (grid, random, quasirandom) as the tuning "
+        "curve's expected best after k configurations placed at k × the steps one configuration costs. "
+        "Line style by method: fixed plans dashed, early stopping solid, coordinate descent dash-dot, "
+        "Optuna dotted; one panel per optimizer where it was tuned by several methods. A "
+        "configuration's value is the mean over its seeds, a seed "
+        "that did not finish counted as the task's worst value." + reach_words(f),
         compute_figure,
         "No finished configuration.",
         compute_curves,

@@ -242,3 +242,77 @@ def test_tuning_against_compute_follows_the_searchs_own_path(tmp_path, chain):
     lo, hi = ax.get_xlim()
     shown = {t.get_text() for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi}
     assert {"10", "20"} <= shown, shown  # 1, 2, 5 of a decade on a narrow axis (it showed one tick)
+
+
+def test_steps_to_reach_the_value_every_method_reached_by_hand():
+    """Hand-made curves: momentum's three methods end at 0.90, 0.95 and 0.93, so the common value
+    is 0.90; asha reaches it at 30 steps (0.92 there), coordinate descent at 40, the fixed plan at
+    its last point, 60. A loss (mode min) takes the largest final instead. An optimizer tuned one
+    way has no row."""
+    import pandas as pd
+
+    from reports.compute_curves import COLUMNS, steps_to_reach
+
+    def rows(opt, method, pts, mode="max"):
+        return [{"task": "t", "optimizer": opt, "method": method, "kind": "path", "steps": s,
+                 "valid": v, "metric": "m", "mode": mode} for s, v in pts]
+
+    cc = pd.DataFrame(rows("momentum", "quasirandom", [(20, 0.5), (40, 0.8), (60, 0.9)])
+                      + rows("momentum", "asha", [(10, 0.6), (30, 0.92), (70, 0.95)])
+                      + rows("momentum", "coordinate_descent", [(20, 0.7), (40, 0.91), (80, 0.93)])
+                      + rows("adam", "quasirandom", [(10, 0.9)])
+                      + rows("lossy", "asha", [(10, 2.0), (20, 1.0)], "min")
+                      + rows("lossy", "quasirandom", [(30, 1.5), (90, 1.2)], "min"), columns=COLUMNS)
+    t = steps_to_reach(cc)
+    assert t[["optimizer", "method", "value", "steps", "final"]].values.tolist() == [
+        ["lossy", "asha", 1.2, 20.0, 1.0], ["lossy", "quasirandom", 1.2, 90.0, 1.2],
+        ["momentum", "asha", 0.9, 30.0, 0.95], ["momentum", "coordinate_descent", 0.9, 40.0, 0.93],
+        ["momentum", "quasirandom", 0.9, 60.0, 0.9]]
+
+
+def test_one_optimizer_tuned_by_two_methods_gets_a_curve_each(tmp_path, chain):
+    """``experiments/adaptive.yaml``'s shape: momentum tuned by a quasi-random plan (4
+    configurations) and by an adaptive search (the chain, as ``optuna``, 4 trials) in one sweep.
+    Each method is its own curve: the path over the search's trials, the fixed plan's expectation
+    over its own 4 configurations only (k = 4: their best), and the caption says the steps each
+    spent to the value both reached; the figure has momentum's panel with a line per method."""
+    from harness.sweep.run import run_sweep
+    from reports.compute_curves import compute_curves, reach_words, steps_to_reach
+    from reports.figures import FIGURES
+
+    p = _config(tmp_path, "two")
+    cfg = yaml.safe_load(p.read_text())
+    hp = cfg["optimizers"][0]["hparams"]
+    cfg["optimizers"] = [{"name": "momentum", "hparams": hp,
+                          "search": {"method": "quasirandom", "trials": 4, "seed": 0}},
+                         {"name": "momentum", "hparams": hp, "search": {"seed": 1}}]
+    p.write_text(yaml.safe_dump(cfg))
+    uri = f"sqlite:///{tmp_path}/m.db"
+    s = run_sweep(p, tracking_uri=uri, quiet=True)
+    frame = harness.results("two", tracking_uri=uri).frame
+    search = dict(zip(frame["trial_id"], frame["search"], strict=False))
+    acc = {o.trial_id: o.final_valid_accuracy for o in s.outcomes}
+    fixed = [a for t, a in acc.items() if search[t] == "quasirandom"]
+    chained = [a for t, a in acc.items() if search[t] == "optuna"]
+    assert len(fixed) == 4 and len(chained) == 4
+    cc = compute_curves(frame)
+    q, o = cc[cc["method"] == "quasirandom"], cc[cc["method"] == "optuna"]
+    assert list(q["kind"]) == ["expected"] * 4 and list(q["steps"]) == [10.0, 20.0, 30.0, 40.0]
+    assert q["valid"].iloc[-1] == pytest.approx(max(fixed), abs=1e-12)  # its own best, not the chain's
+    assert list(o["kind"]) == ["path"] * 4 and o["valid"].iloc[-1] == pytest.approx(max(chained), abs=1e-12)
+    t = steps_to_reach(cc)
+    common = min(max(fixed), max(chained))
+    assert t["value"].tolist() == pytest.approx([common] * 2, abs=1e-12)
+    for r in t.itertuples():
+        curve = cc[cc["method"] == r.method]
+        assert r.steps == curve[curve["valid"] >= common]["steps"].min()
+    words = reach_words(frame)
+    assert words.startswith(" Training steps each method spent until it first reached the best value that "
+                            f"every method of the optimizer reached: momentum ({common:.4g}): ")
+    spec = next(f for f in FIGURES if f.key == "tuning_compute")
+    assert spec.caption(frame).endswith(words)
+    fig = spec.build(frame)
+    ax = fig.axes[0]
+    assert ax.get_title().endswith(": momentum")
+    assert sorted((ln.get_label(), ln.get_linestyle()) for ln in ax.get_lines()) == [
+        ("momentum (optuna)", ":"), ("momentum (quasirandom)", "--")]
