@@ -127,8 +127,8 @@ def compute_figure(frame: pd.DataFrame) -> Figure | None:
     (:func:`reports.compute_curves.compute_curves`): an adaptive search's own path, a fixed plan's
     expectation, as step lines styled by method (:data:`METHOD_STYLES`: fixed plans dashed, early
     stopping solid, coordinate descent dash-dot, Optuna dotted) in the optimizer's colour, each
-    labelled ``optimizer (method)``; steps on a log axis. One panel per task, or per task and
-    optimizer where an optimizer was tuned by several methods (their lines side by side)."""
+    labelled ``optimizer (method)``, marked where the best improves; steps on a log axis. One panel
+    per task, or per task and optimizer where an optimizer was tuned by several methods."""
     from reports.compute_curves import compute_curves
 
     cc = compute_curves(frame)
@@ -145,8 +145,10 @@ def compute_figure(frame: pd.DataFrame) -> Figure | None:
         ax = axes[i // ncols, i % ncols]
         here = cc[(cc["task"] == task) & ((cc["optimizer"] == opt) if opt else True)]
         for (o, method), g in here.groupby(["optimizer", "method"], sort=True):
-            ax.step(g["steps"], g["valid"], where="post", color=pal.get(o, NEUTRAL), lw=2,
-                    ls=METHOD_STYLES.get(method, "-"), marker=marks.get(o, "o"), ms=4,
+            v = g["valid"].to_numpy()
+            moves = [0, *(j for j in range(1, len(v)) if v[j] != v[j - 1])]  # a marker where it improves
+            ax.step(g["steps"], v, where="post", color=pal.get(o, NEUTRAL), lw=2,
+                    ls=METHOD_STYLES.get(method, "-"), marker=marks.get(o, "o"), ms=4, markevery=moves,
                     label=f"{o} ({method})")
         log_count_x(ax)
         title = labels.get(task, task)
