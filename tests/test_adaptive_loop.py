@@ -316,3 +316,19 @@ def test_one_optimizer_tuned_by_two_methods_gets_a_curve_each(tmp_path, chain):
     assert ax.get_title().endswith(": momentum")
     assert sorted((ln.get_label(), ln.get_linestyle()) for ln in ax.get_lines()) == [
         ("momentum (optuna)", ":"), ("momentum (quasirandom)", "--")]
+
+
+def test_experiments_adaptive_tunes_each_optimizer_three_ways_on_one_budget():
+    """``experiments/adaptive.yaml`` (issue 34 §4): 4 optimizers on one task, each a cell of each of
+    quasi-random search, ASHA and coordinate descent, every cell with the same compute (16 x 90
+    steps) and ASHA's configurations not the quasi-random ones (another search seed)."""
+    from harness.plan.cells import cells_of
+
+    trials = expand(load_config(Path(__file__).resolve().parents[1] / "experiments" / "adaptive.yaml"))
+    cells = cells_of(trials)
+    methods = ["quasirandom", "asha", "coordinate_descent"]
+    assert [(c.optimizer, c.search.method) for c in cells] == [
+        (o, m) for o in ("momentum", "nesterov", "adam", "adamw") for m in methods]
+    assert {(c.search.trials, c.trials[0].steps) for c in cells} == {(16, 90)}
+    by = {(c.optimizer, c.search.method): {s.optimizer_hparams for s in c.trials} for c in cells}
+    assert all(not by[(o, "quasirandom")] & by[(o, "asha")] for o in ("momentum", "adam"))

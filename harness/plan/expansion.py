@@ -130,9 +130,16 @@ class TrialOrigin:
         return set((self.tuning or "tuned").split(","))
 
 
-def _merged(a: TrialOrigin, b: TrialOrigin) -> TrialOrigin:
+def _merged(a: TrialOrigin, b: TrialOrigin, file: str = "<config>") -> TrialOrigin:
     """``a`` (the first entry to yield a trial) with ``tuning`` saying every kind of entry that
-    yields it, ``b`` being another one."""
+    yields it, ``b`` being another one. Raises ConfigError where ``a`` and ``b`` search differently,
+    one adaptively (the second's search would silently have no trials of its own)."""
+    sa, sb = a.search or Search("grid"), b.search or Search("grid")
+    if sa.method != sb.method and (sa.adaptive or sb.adaptive):
+        raise ConfigError([f"{file}: {b.paths['optimizers']} (search {sb.method}) makes the same trials as "
+                           f"{a.paths['optimizers']} (search {sa.method}) on {a.task}, so it would search "
+                           "nothing of its own: give one of them another search seed (search: {seed: 1}), "
+                           "range or grid"])
     roles = a.roles() | b.roles()
     return dataclasses.replace(a, tuning=None if roles == {"tuned"} else ",".join(sorted(roles)))
 
@@ -297,25 +304,9 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
             out.origins[spec.trial_id] = origin
             out.append(spec)
         else:
-            _same_search(out.origins[spec.trial_id], origin, file)
-            out.origins[spec.trial_id] = _merged(out.origins[spec.trial_id], origin)
+            out.origins[spec.trial_id] = _merged(out.origins[spec.trial_id], origin, file)
     return out
 
-
-def _same_search(a: TrialOrigin, b: TrialOrigin, file: str) -> None:
-    """Two entries that yield the same trial under different searches, one of them adaptive: the
-    trial is one trial, so the second entry's search would silently have no trials of its own.
-
-    Raises:
-      ConfigError: ``FILE: optimizers[j] and optimizers[i] make the same trials ...``.
-    """
-    sa, sb = a.search or Search("grid"), b.search or Search("grid")
-    if sa.method == sb.method or not (sa.adaptive or sb.adaptive):
-        return
-    pa, pb = a.paths.get("optimizers", "?"), b.paths.get("optimizers", "?")
-    raise ConfigError([f"{file}: {pb} (search {sb.method}) makes the same trials as {pa} (search "
-                       f"{sa.method}) on {a.task}, so it would search nothing of its own: give one of "
-                       f"them another search seed (search: {{seed: 1}}), range or grid"])
 
 
 def _one_configuration(trials: list[tuple[TrialSpec, TrialOrigin]], file: str) -> None:
