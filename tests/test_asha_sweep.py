@@ -6,18 +6,22 @@ at 10 and 30, SQLite), and what MLflow stored.
   the stop rule recomputed from the stored rung values (peers of smaller index, same group);
 - the audit trial (a stopped configuration trained to the end, the plain trial id) is there;
 - the summary and ``status`` count stopped trials apart; a re-run trains nothing;
-- a sweep SIGKILLed twice mid-run (a real ``python`` subprocess, trials in training, a checkpoint
-  every 20 steps) and run again ends with the same trials, statuses and stop steps as an
-  uninterrupted sweep, each trial FINISHED once, and no trial stopped before a kill ever run again.
+- a sweep SIGKILLed three times (a real ``python`` subprocess: between a rung's result and its
+  decision, with a trial in training, at a random moment; a checkpoint every 20 steps) and run
+  again ends with the same trials, statuses and stop steps as an uninterrupted sweep, each trial
+  FINISHED once, and no trial stopped before a kill ever run again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +31,7 @@ from sweep_store import kill_when_finished, start_sweep, trial_runs
 
 import harness  # XLA's pool pinned as in every test process; harness.results
 from harness.core.rungs import continues
+from harness.execute.rung_gate import ENV_TEST_GATE_PAUSE
 
 RUNGS = (10, 30)
 
@@ -142,8 +147,9 @@ def test_a_real_asha_sweep_stops_trials_and_mlflow_keeps_them(tmp_path, monkeypa
 
 
 def _check_a_worker_gate_reads_the_store(tmp_path: Path, uri: str, fin: list[dict]) -> None:
-    """A worker's gate (``--jobs N``: a copy of the board without any rung value) reads its peers'
-    values from the store: on the finished sweep it takes every decision the sweep took."""
+    """A worker's gate (``--jobs N``: a copy of the board without any rung value), and the sweep's
+    own gate whose board lacks them, read the peers' values from the store: on the finished sweep
+    each takes every decision the sweep took."""
     import dataclasses
     import pickle
 
@@ -163,25 +169,32 @@ def _check_a_worker_gate_reads_the_store(tmp_path: Path, uri: str, fin: list[dic
     copy = pickle.loads(pickle.dumps(asha.board))
     copy.values.clear()
     assert not copy.live
+    # the sweep's own (live) board without the values of peers another invocation trained at the
+    # same time (its claims made this one skip them): read from the store too. Before, a live
+    # board never read the store, and such a trial was never stopped.
+    asha.board.values.clear()
+    assert asha.board.live
     exp = mlflow.MlflowClient(uri).get_experiment_by_name("asha_e2e")
-    ctx = dataclasses.replace(RunContext(uri, exp.experiment_id, "", "", "asha_e2e"), rung_board=copy)
-    gate = gate_for(ctx)
-    n = 0
-    for k, t in sorted(by_index.items()):
-        assert specs[k].trial_id == t["harness.trial_id"]
-        for r, v in sorted((int(a), b) for a, b in json.loads(t["harness.rungs"]).items()):
-            why = gate(specs[k], r, v)
-            assert (why is not None) == (t.get("harness.stopped_at_step") == str(r))
-            if why is not None:
-                assert why == t["harness.stop_reason"]
-            n += 1
-    assert n >= len(by_index)
+    for board in (copy, asha.board):
+        ctx = dataclasses.replace(RunContext(uri, exp.experiment_id, "", "", "asha_e2e"), rung_board=board)
+        gate = gate_for(ctx)
+        n = 0
+        for k, t in sorted(by_index.items()):
+            assert specs[k].trial_id == t["harness.trial_id"]
+            for r, v in sorted((int(a), b) for a, b in json.loads(t["harness.rungs"]).items()):
+                why = gate(specs[k], r, v)
+                assert (why is not None) == (t.get("harness.stopped_at_step") == str(r))
+                if why is not None:
+                    assert why == t["harness.stop_reason"]
+                n += 1
+        assert n >= len(by_index)
 
 
 @pytest.mark.slow
 def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
-    """Uninterrupted in one store; in another, SIGKILLed after 2 and after 5 FINISHED trials (a
-    trial training at each kill: 0.15 s per 10-step chunk), then run to the end: the same trials,
+    """Uninterrupted in one store; in another, SIGKILLed three times: between a rung's result and
+    its decision (the gate's test pause), after 5 FINISHED trials (a trial training: 0.15 s per
+    10-step chunk) and at a random moment of a run (seeded), then run to the end: the same trials,
     statuses and stop steps; each trial FINISHED once; a trial stopped before a kill has no other run."""
     (tmp_path / "go.py").write_text(textwrap.dedent('''
         import sys
@@ -191,17 +204,33 @@ def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
     cfg = _config(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.15"}
 
-    def go(db: Path) -> subprocess.Popen:
+    def go(db: Path, **extra: str) -> subprocess.Popen:
         return start_sweep([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
-                           tmp_path, env)
+                           tmp_path, {**env, **extra})
 
     ref_db, db = tmp_path / "ref.db", tmp_path / "k.db"
     ref = go(ref_db)
     assert ref.wait(timeout=600) == 0, ref.stderr.read()
     stopped_before: set[str] = set()
-    for n in (2, 5):
-        assert kill_when_finished(go(db), db, n) < len(_finished(ref_db))  # killed before the end
-        stopped_before |= {t for t, (st, _) in _decisions(db).items() if st == "stopped"}
+    # 1: inside the 3rd rung decision (its value computed, nothing decided: the gate waits 0.5 s)
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    p = go(db, **{ENV_TEST_GATE_PAUSE: str(pause)})
+    t0 = time.time()
+    while len(list(pause.iterdir())) < 3 and time.time() - t0 < 300:
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.02)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait(timeout=30)
+    stopped_before |= {t for t, (st, _) in _decisions(db).items() if st == "stopped"}
+    # 2: once 5 trials are FINISHED (one training); 3: at a random moment (seeded) of a run
+    assert kill_when_finished(go(db), db, 5) < len(_finished(ref_db))  # killed before the end
+    stopped_before |= {t for t, (st, _) in _decisions(db).items() if st == "stopped"}
+    p = go(db)
+    time.sleep(random.Random(34).uniform(1.0, 6.0))
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait(timeout=30)
+    stopped_before |= {t for t, (st, _) in _decisions(db).items() if st == "stopped"}
     again = go(db)
     assert again.wait(timeout=600) == 0, again.stderr.read()
     assert _decisions(db) == _decisions(ref_db)

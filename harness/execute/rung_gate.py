@@ -8,9 +8,11 @@ layer calls it, never imports this).
   of every trial that ended before this one (the searcher's ``observe`` records them as each
   outcome arrives, before the background writer writes it), so the decision reads only the board.
   Trials train in proposal order, so each decision sees exactly its peers of smaller index: the
-  same decisions in every invocation.
+  same decisions in every invocation. A peer the board lacks was trained by another invocation
+  running at the same time (its claim made this one skip it): its values are read from the store,
+  as a worker does, and one still training there is not counted (asynchronous, as below).
 - in a worker process (``--jobs N``, Ray: a copy of the board, as it was when the unit was sent):
-  before each decision the peers' rung values are read from the store (the ``harness.rungs`` tag
+  before each decision the missing peers' rung values are read from the store (the ``harness.rungs`` tag
   of their FINISHED runs) and merged into the copy. A peer of smaller index still training, or
   not yet written, is not counted: decisions then depend on timing (ASHA's asynchronous
   behaviour), and a re-run after a kill may decide otherwise for the trials it trains again.
@@ -20,14 +22,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from harness.core.context import RunContext
 from harness.core.names import TAG_RUNG_GROUP, TAG_RUNGS, TAG_TRIAL_ID
 from harness.core.rungs import RungBoard, rule_of
 from harness.core.spec import TrialSpec
 
-__all__ = ["gate_for", "read_peers"]
+__all__ = ["ENV_TEST_GATE_PAUSE", "gate_for", "read_peers"]
+
+#: Tests only: a folder. Each rung decision first writes ``<trial id>-<step>`` there and waits
+#: 0.5 s, so that a test can SIGKILL a sweep between a rung's result and its decision.
+ENV_TEST_GATE_PAUSE = "HARNESS_TEST_GATE_PAUSE_DIR"
 
 
 def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
@@ -60,9 +69,13 @@ def gate_for(ctx: RunContext) -> Callable[[TrialSpec, int, float], str | None] |
     if board is None:
         return None
 
+    pause = os.environ.get(ENV_TEST_GATE_PAUSE)
+
     def gate(spec: TrialSpec, step: int, value: float) -> str | None:
-        if not board.live:
-            read_peers(board, ctx, spec.trial_id)
+        if pause:
+            Path(pause, f"{spec.trial_id}-{step}").touch()
+            time.sleep(0.5)
+        read_peers(board, ctx, spec.trial_id)  # reads only for peers the board lacks
         return board.decide(spec.trial_id, rule_of(spec.early_stop), step, value)
 
     return gate
