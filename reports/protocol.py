@@ -195,12 +195,30 @@ def brute_force_curve(valid: Sequence[float], test: Sequence[float], mode: str =
     return np.array(ev), np.array(et)
 
 
+#: A tuning curve has a point at every k up to this many configurations; beyond, at this many k's
+#: (:func:`curve_ks`): 5,000 configurations at every k cost 48 s of CPU per curve (its bootstrap:
+#: 1,000 resamples x a 5,000 x 5,000 weight matrix), for a line no figure can show finer.
+MAX_CURVE_POINTS = 256
+
+
+def curve_ks(n: int, most: int = MAX_CURVE_POINTS) -> list[int]:
+    """The ``k`` of a tuning curve of ``n`` configurations: ``1..n`` when ``n <= most``; else every
+    ``k`` up to ``most // 4``, then ``k``'s spaced evenly on a log scale up to ``n`` (``n`` included),
+    at most ``most`` in all, increasing."""
+    if n <= most:
+        return list(range(1, n + 1))
+    head = list(range(1, most // 4 + 1))
+    tail = np.unique(np.round(np.geomspace(head[-1] + 1, n, most - len(head))).astype(int))
+    return head + [int(k) for k in tail if k > head[-1]]
+
+
 def tuning_curve(valid: Sequence[float], test: Sequence[float] | None, mode: str = "max",
                  replace: bool = False, tiebreak: Sequence | None = None, n_boot: int = N_BOOT_BAND,
                  level: float = LEVEL, seed: int = 0) -> pd.DataFrame:
     """:func:`expected_best` for ``k = 1..N`` with a bootstrap percentile band.
 
-    Returns columns ``k, valid, valid_lo, valid_hi, test, test_lo, test_hi`` (``N`` rows). The band
+    Returns columns ``k, valid, valid_lo, valid_hi, test, test_lo, test_hi``, a row per ``k`` of
+    :func:`curve_ks` (every ``k`` up to :data:`MAX_CURVE_POINTS` configurations). The band
     at ``level``: resample the ``N`` configurations with replacement ``n_boot`` times
     (``np.random.default_rng(seed)``), compute the exact curve on each resample, take the
     ``(1 ± level)/2`` quantiles per ``k``. ``N = 1`` gives a band of width 0.
@@ -209,11 +227,12 @@ def tuning_curve(valid: Sequence[float], test: Sequence[float] | None, mode: str
     t = np.full(len(v), np.nan) if test is None else np.asarray(test, float)
     tb = np.arange(len(v)) if tiebreak is None else np.asarray(tiebreak)
     n = len(v)
-    ev, et = expected_best(v, t, mode, replace=replace, tiebreak=tb)
-    W = np.stack([selection_weights(n, k, replace) for k in range(1, n + 1)])  # (k, rank)
+    ks = curve_ks(n)
+    ev, et = expected_best(v, t, mode, ks=ks, replace=replace, tiebreak=tb)
+    W = np.stack([selection_weights(n, k, replace) for k in ks])  # (k, rank)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_boot, n))
-    bv, bt = np.empty((n_boot, n)), np.empty((n_boot, n))
+    bv, bt = np.empty((n_boot, len(ks))), np.empty((n_boot, len(ks)))
     for b in range(n_boot):
         vi, ti, tbi = v[idx[b]], t[idx[b]], tb[idx[b]]
         order = _rank(vi, mode, tbi)
@@ -222,10 +241,10 @@ def tuning_curve(valid: Sequence[float], test: Sequence[float] | None, mode: str
     q = [(1 - level) / 2, (1 + level) / 2]
     vlo, vhi = np.quantile(bv, q, axis=0)
     if np.isnan(t).any():
-        tlo = thi = np.full(n, np.nan)
+        tlo = thi = np.full(len(ks), np.nan)
     else:
         tlo, thi = np.quantile(bt, q, axis=0)
-    return pd.DataFrame({"k": np.arange(1, n + 1), "valid": ev, "valid_lo": vlo, "valid_hi": vhi,
+    return pd.DataFrame({"k": np.asarray(ks), "valid": ev, "valid_lo": vlo, "valid_hi": vhi,
                          "test": et, "test_lo": tlo, "test_hi": thi})
 
 
@@ -304,6 +323,20 @@ def tuning_draws(frame: pd.DataFrame) -> str:
 
 def tuning_curves(frame: pd.DataFrame, replace: bool | None = None, n_boot: int = N_BOOT_BAND,
                   seed: int = 0) -> pd.DataFrame:
+    """:func:`curves_of_tunings`, computed once per frame at the defaults (the figures, the
+    interactive view, the CSV and the compute axis each ask for it)."""
+    if replace is None and n_boot == N_BOOT_BAND and seed == 0:
+        return _default_tuning_curves(frame)
+    return curves_of_tunings(frame, replace, n_boot, seed)
+
+
+@per_frame
+def _default_tuning_curves(frame: pd.DataFrame) -> pd.DataFrame:
+    return curves_of_tunings(frame)
+
+
+def curves_of_tunings(frame: pd.DataFrame, replace: bool | None = None, n_boot: int = N_BOOT_BAND,
+                      seed: int = 0) -> pd.DataFrame:
     """:func:`tuning_curve` of every (task, optimizer) over its configurations' values (those an
     entry that tunes yields), and one row per self-tuning configuration (a ``tuning: none``
     entry's: ``k = 1``, its value, a band of width 0), which a figure draws at every ``k``.
