@@ -315,3 +315,29 @@ def test_a_spooled_result_keeps_its_rung_board_tags(tmp_path):
     assert entry["ctx"]["rung_board"] is None
     assert entry["ctx"]["trial_tags"] == {spec.trial_id: ctx.tags_of(spec.trial_id)}
     assert RunContext(**entry["ctx"]).tags_of(spec.trial_id)["harness.audit_of"] == "abc"
+
+
+@pytest.mark.parametrize(("search", "msg"), [
+    ({"method": "asha", "min_steps": 500}, "optimizers[0]: search.min_steps: the first rung (500 steps) is "
+     "not below the budget's 90 steps, so asha would stop nothing: use min_steps < 90 (default: 90/3^3, "
+     "rounded up)"),
+    ({"method": "successive_halving", "min_steps": 90}, "optimizers[0]: search.min_steps: the first rung "
+     "(90 steps) is not below the budget's 90 steps, so successive_halving would stop nothing: use "
+     "min_steps < 90 (default: 90/3^3, rounded up)"),
+    ({"method": "hyperband", "min_steps": 10, "brackets": 50}, "optimizers[0]: search.brackets: 50 "
+     "brackets, but only 2 have a rung below the budget (90 steps) and one more runs without: at most 3"),
+])
+def test_settings_that_leave_no_rung_are_refused_before_anything_runs(write_sweep, tmp_path, search, msg):
+    """min_steps at or above the budget, or hyperband brackets beyond the last with a rung, ran as
+    plain full-budget trials ("stopped 0 of 8") without a word; now a config error naming the
+    file, and nothing is written."""
+    from harness.config.errors import ConfigError
+    from harness.sweep.run import run_sweep
+
+    path = write_sweep(optimizers=[{"name": "sgd", "hparams": {"step_size": {"log_uniform": [0.001, 1.0]}}}],
+                       budget={"steps": 90}, eval_every=30, seeds=[0],
+                       search={"trials": 4, "seed": 0, **search})
+    with pytest.raises(ConfigError) as ei:
+        run_sweep(path, tracking_uri=f"sqlite:///{tmp_path}/m.db", quiet=True)
+    assert ei.value.errors == [f"{path}: {msg}"]
+    assert not (tmp_path / "m.db").exists()

@@ -172,6 +172,34 @@ def test_bad_search_and_placement_messages(write_sweep):
         "be zipped"]
 
 
+def test_an_option_its_inherited_method_does_not_take_is_refused(write_sweep):
+    """A search block without ``method`` was never checked: ``search: {trials: 4, eta: 3}`` trained
+    a quasi-random plan with eta ignored, and an entry's ``{eta: 3}`` under a top-level coordinate
+    descent was accepted. Its options are checked against the method its cells get."""
+    lr = {"step_size": {"log_uniform": [1.0e-3, 0.1]}}
+    assert _errors(write_sweep, search={"trials": 4, "eta": 3}, optimizers=_adam(lr)) == [
+        "F: search: eta applies to method asha or successive_halving or hyperband, not quasirandom "
+        "(the default method: set search.method)"]
+    assert _errors(write_sweep, search={"method": "coordinate_descent"},
+                   optimizers=_adam({"step_size": [0.01, 0.1]}, search={"eta": 3, "sampler": "tpe"})) == [
+        "F: optimizers[0].search: eta applies to method asha or successive_halving or hyperband, not "
+        "coordinate_descent (the top level's search.method)",
+        "F: optimizers[0].search: sampler applies to method optuna or asha or successive_halving or "
+        "hyperband, not coordinate_descent (the top level's search.method)"]
+    assert _errors(write_sweep, search={"method": "asha", "trials": 4},
+                   optimizers=_adam(lr, search={"sampler": "tpe"})) == [
+        "F: optimizers[0].search: sampler tpe does not apply to method asha (the top level's "
+        "search.method); valid: quasirandom, random"]
+    # brackets are hyperband's only (asha and successive_halving took them and ignored them)
+    assert _errors(write_sweep, search={"method": "asha", "trials": 4, "brackets": 3},
+                   optimizers=_adam(lr)) == [
+        "F: search: brackets applies to method hyperband, not asha"]
+    # an entry's own method: the top level's options of another method are not its own (dropped)
+    cfg = load_config(write_sweep(search={"method": "asha", "trials": 4, "eta": 3},
+                                  optimizers=_adam(lr, search={"method": "optuna"})))
+    assert cfg.optimizers[0].search.method == "optuna"
+
+
 def test_distribution_on_unknown_or_discrete_hyperparameters(write_sweep):
     assert _errors(write_sweep, search={"trials": 2},
                    optimizers=_adam({"step_size": 0.1, "beta": {"uniform": [0.1, 0.2]}})) == [

@@ -74,7 +74,7 @@ GP_NEEDS_TORCH_REASON = ("gp (Optuna's GPSampler) needs torch, which is not inst
                          "torch (the CPU build is enough), or choose sampler tpe, cmaes or random")
 #: The options of ``search`` beyond method/trials/seed and the methods each applies to.
 OPTION_METHODS: dict[str, tuple[str, ...]] = {
-    "min_steps": ASHA_METHODS, "eta": ASHA_METHODS, "brackets": ASHA_METHODS, "audit": ASHA_METHODS,
+    "min_steps": ASHA_METHODS, "eta": ASHA_METHODS, "brackets": ("hyperband",), "audit": ASHA_METHODS,
     "passes": ("coordinate_descent",), "start": ("coordinate_descent",),
     "sampler": ("optuna", *ASHA_METHODS), "batch": ("optuna",),
 }

@@ -48,6 +48,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from harness.config.errors import ConfigError
 from harness.config.search import unit_points
 from harness.core.boundary import RANGE_KINDS, SearchRange, space_tag
 from harness.core.names import (
@@ -99,7 +100,16 @@ class AshaSearcher(Searcher):
         self.eta = int(srch.eta or DEFAULT_ETA)
         self.min_steps = int(srch.min_steps or default_min_steps(self.steps, self.eta))
         n0 = len(rung_steps(self.min_steps, self.eta, self.steps, 0))
+        if n0 == 0:
+            raise ConfigError([f"{self.where}: search.min_steps: the first rung ({self.min_steps} steps) "
+                               f"is not below the budget's {self.steps} steps, so {self.method} would stop "
+                               f"nothing: use min_steps < {self.steps} (default: {self.steps}/{self.eta}^3, "
+                               f"rounded up)"])
         self.brackets = int(srch.brackets or n0 + 1) if self.method == "hyperband" else 1
+        if self.brackets > n0 + 1:
+            raise ConfigError([f"{self.where}: search.brackets: {self.brackets} brackets, but only {n0} "
+                               f"have a rung below the budget ({self.steps} steps) and one more runs "
+                               f"without: at most {n0 + 1}"])
         self.audit = int(srch.audit or 0)
         self.metric, self.mode, self.value = objective(t0, select_by)
         self.budget = sum(s.steps for s in cell.trials)

@@ -143,8 +143,6 @@ class CoordinateDescent(Searcher):
 
     def __init__(self, cell: Cell, select_by: str = DEFAULT_SELECT_BY):
         super().__init__(cell, select_by)
-        parts = cell.key.split(" | ")
-        self.where = parts[1] if len(parts) > 1 else cell.optimizer
         self.label = f"{cell.optimizer} on {cell.task}"
         if cell.dims:
             raise ConfigError([f"{self.where}: {key}: {d} is a distribution, but search.method is "

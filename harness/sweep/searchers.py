@@ -64,6 +64,9 @@ class Searcher:
 
     def __init__(self, cell: Cell, select_by: str = DEFAULT_SELECT_BY):
         self.cell, self.select_by = cell, select_by
+        parts = cell.key.split(" | ")
+        #: the config path of the cell's optimizer entry (``optimizers[1]``), for a config error
+        self.where = parts[1] if len(parts) > 1 else cell.optimizer
 
     def candidates(self) -> list[TrialSpec]:
         """The trials that stand for the search before it runs: pre-flight builds them, the sweep
