@@ -50,6 +50,7 @@ def curve_bands(frame: pd.DataFrame, metric: str, x: str = "step") -> pd.DataFra
     Columns: ``task, optimizer, x, median, q25, q75, n``.
     """
     c = best_curves(frame)
+    c.attrs = {}  # a copy: its per-trial slices need not deep-copy the frame's attrs
     out = []
     for (task, opt), g in c.groupby(["task", "optimizer"], sort=True):
         per_trial = {}

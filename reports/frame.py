@@ -508,10 +508,13 @@ def summaries(frame: pd.DataFrame) -> pd.DataFrame:
 def tuning_rows(s: pd.DataFrame) -> pd.DataFrame:
     """The summary rows selection and seed counts read: without an early-stopping search's audit
     trials (``audit_of``: trained to the end outside the tuning budget, issue 34 §1), which the
-    report shows in the Trials table and the Early stopping section only."""
-    if "audit_of" not in s:
-        return s
-    return s[s["audit_of"].isna()].reset_index(drop=True)
+    report shows in the Trials table and the Early stopping section only. Returned without the
+    frame's ``attrs`` (read them from the frame): pandas deep-copies them into every slice, and the
+    per-configuration loops over these rows made ~500,000 slices at 10,000 trials (26 s of CPU)."""
+    out = s if "audit_of" not in s else s[s["audit_of"].isna()].reset_index(drop=True)
+    out = out.copy(deep=False) if out is s else out
+    out.attrs = {}
+    return out
 
 
 def curves(frame: pd.DataFrame) -> pd.DataFrame:
