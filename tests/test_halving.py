@@ -123,3 +123,19 @@ def test_a_real_bracket_follows_its_rounds(tmp_path):
     assert run.counts["failed"] == 0
     again = harness.sweep(p, tracking_uri=uri, quiet=True)  # a re-run trains nothing
     assert again.counts["skipped"] == 7
+    # the promoted configuration's three rounds are one seed (they were counted as 3 seeds, 1/3
+    # finished): its last round, the plain trial, is the configuration's seed
+    from reports.protocol import config_values
+    from reports.selection import best_configs
+
+    frame = run.results().frame
+    cv = config_values(frame).set_index("config_id")
+    won = frame[frame["trial_id"] == runs[6].data.tags["harness.trial_id"]]["config_id"].iloc[0]
+    assert (cv["n_seeds"] == 1).all() and len(cv) == 5
+    final = runs[6].data.metrics["final/valid_accuracy"]
+    assert (cv.loc[won, "n_finished"], cv.loc[won, "valid"]) == (1, final)
+    assert best_configs(frame)[["config_id", "n_seeds", "n_finished"]].values.tolist() == [[won, 1, 1]]
+    from harness.sweep import summary as terminal  # the summary table the command line prints
+
+    (row,) = terminal.best_configs(run.summary.outcomes)
+    assert (row["n"], row["value"]) == (1, final)

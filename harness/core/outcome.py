@@ -265,3 +265,17 @@ class TrialOutcome:
 def failed_unit(unit: list[TrialSpec], reason: str) -> list[TrialOutcome]:
     """:meth:`TrialOutcome.failed` for every trial of a unit that could not run."""
     return [TrialOutcome.failed(spec, reason) for spec in unit]
+
+
+def last_rounds(outcomes: list[TrialOutcome]) -> list[TrialOutcome]:
+    """One outcome per seed of one configuration's ``outcomes``: successive halving trains a
+    promoted configuration again to each round's rung (another trial id, the same seed), which
+    counted as more seeds. A trial that was not stopped wins, else the last (the latest round;
+    outcomes in the order they ended), as the report's ``reports.frame.tuning_rows``."""
+    by_seed: dict[Any, TrialOutcome] = {}
+    for o in outcomes:
+        seed = o.seed if o.seed is not None else o.trial_id
+        prev = by_seed.get(seed)
+        if prev is None or prev.status == "stopped":
+            by_seed[seed] = o
+    return list(by_seed.values())

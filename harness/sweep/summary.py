@@ -22,7 +22,7 @@ from harness.core.clock import (
     ranked_seconds,
     task_clock,
 )
-from harness.core.outcome import TrialOutcome
+from harness.core.outcome import TrialOutcome, last_rounds
 from harness.core.redact import mask_uri
 from harness.core.selection import (
     DEFAULT_SELECT_BY,
@@ -213,6 +213,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
     best: dict[tuple, dict[str, Any]] = {}
     for (ds, model, opt, conf), os_ in groups.items():
+        os_ = last_rounds(os_)
         ok = [o for o in os_ if o.status == "finished"]
         metric = os_[0].target_metric
         is_loss = metric.endswith("/loss")
