@@ -77,7 +77,7 @@ def compute_curves(frame: pd.DataFrame) -> pd.DataFrame:
         t = t[(t["task"] == task) & (t["optimizer"] == opt) & ~t["self_tuning"]]
         if t.empty:
             continue
-        per_config = g.groupby("config_id")["trial_id"].apply(lambda ids: steps.reindex(ids).sum()).mean()
+        per_config = steps.reindex(g["trial_id"]).groupby(g["config_id"].to_numpy()).sum().mean()
         parts.append(pd.DataFrame({"task": task, "optimizer": opt, "method": method, "kind": "expected",
                                    "steps": t["k"].to_numpy() * float(per_config),
                                    "valid": t["valid"].to_numpy(), "metric": metric, "mode": mode}))
