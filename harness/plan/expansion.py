@@ -308,7 +308,6 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
     return out
 
 
-
 def _one_configuration(trials: list[tuple[TrialSpec, TrialOrigin]], file: str) -> None:
     """A ``tuning: none`` entry has one configuration on each task (its seeds aside): several
     schedules, a schedule's grid or distribution, sampled model hyperparameters or several batch
