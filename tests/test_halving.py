@@ -139,3 +139,19 @@ def test_a_real_bracket_follows_its_rounds(tmp_path):
 
     (row,) = terminal.best_configs(run.summary.outcomes)
     assert (row["n"], row["value"]) == (1, final)
+
+
+def test_the_summary_line_gives_the_audits_verdict(tmp_path):
+    """A successive-halving sweep with ``audit: 2``: its summary line ends with how many audited
+    stopped trials would have won (an audit's final validation accuracy above every configuration
+    trained to the budget), as ASHA's does; it had no audit clause, only the report did."""
+    p = _config(tmp_path, {"method": "successive_halving", "trials": 2, "min_steps": 3, "eta": 3,
+                           "audit": 2}, steps=27)
+    run = harness.sweep(p, tracking_uri=f"sqlite:///{tmp_path}/m.db", quiet=True)
+    (d,) = run.summary.search
+    done = [a for a in d["audits"] if a["status"] == "finished"]
+    best = max(f["final_valid_accuracy"] for f in d["full_budget"])
+    won = sum(a["final_valid_accuracy"] > best for a in done)
+    assert len(done) == 2
+    assert d["words"].endswith(f"steps spent (restarts included); audit: {won} of 2 stopped trials "
+                               f"trained to the end would have won")

@@ -239,18 +239,21 @@ class AshaSearcher(Searcher):
         n = sum(s.trial_id in seen for s in trials)
         stops = [f"step {r['step']}: {r['stopped']}" for b in brackets for r in b["rungs"] if r["stopped"]]
         nstop = sum(seen[s.trial_id].status == "stopped" for s in trials if s.trial_id in seen)
-        out = (f"stopped {nstop} of {n} trials" + (f" ({', '.join(stops)})" if stops else "")
-               + f"; {spent:,} of {self.budget:,} steps spent")
+        return (f"stopped {nstop} of {n} trials" + (f" ({', '.join(stops)})" if stops else "")
+                + f"; {spent:,} of {self.budget:,} steps spent" + self._audit_words(audits, full))
+
+    def _audit_words(self, audits: list[dict], full: list[dict]) -> str:
+        """``"; audit: 1 of 2 stopped trials trained to the end would have won"`` (an audited trial
+        whose full training beats every promoted one), or ``""`` before any audit has finished."""
         kind = "best" if self.value == "best" else "final"
         key = f"{kind}_valid_{self.metric.split('/', 1)[-1]}"
         vals = [f[key] for f in full if f.get(key) is not None]
         done = [a for a in audits if a["status"] == "finished" and a.get(key) is not None]
-        if done and vals:
-            best = max(vals) if self.mode == "max" else min(vals)
-            won = sum((a[key] > best) if self.mode == "max" else (a[key] < best) for a in done)
-            out += (f"; audit: {won} of {len(done)} stopped trials trained to the end would have "
-                    f"won")
-        return out
+        if not (done and vals):
+            return ""
+        best = max(vals) if self.mode == "max" else min(vals)
+        won = sum((a[key] > best) if self.mode == "max" else (a[key] < best) for a in done)
+        return f"; audit: {won} of {len(done)} stopped trials trained to the end would have won"
 
     def describe(self, seen: Mapping[str, TrialOutcome]) -> dict[str, Any]:
         """The search's account (``search.json``): its settings, each bracket's rungs, per rung how

@@ -208,7 +208,8 @@ class SuccessiveHalving(AshaSearcher):
                 for k in top for s in self.level_trials(k, len(self.levels) - 1)
                 if s.trial_id in seen and seen[s.trial_id].status == "finished"]
         words = (" → ".join(f"{r['configurations']} to step {r['step']}" for r in table)
-                 + f"; {spent:,} of {self.budget:,} steps spent (restarts included)")
+                 + f"; {spent:,} of {self.budget:,} steps spent (restarts included)"
+                 + self._audit_words(audits, full))
         return {"method": self.method, "cell": self.cell.key, "task": self.cell.task,
                 "optimizer": self.cell.optimizer, "synchronous": True, "restarts": True,
                 "eta": self.eta, "min_steps": self.min_steps, "levels": self.levels,
