@@ -249,10 +249,10 @@ def test_a_start_off_the_grid_is_a_config_error(write_sweep):
         searcher_for(expand(cfg), cfg.selection.by)
     task = "adamw on digits · mlp (width=16, depth=1)"
     assert ei.value.errors == [  # in the order of the start's keys (sorted)
-        f"optimizers[0].search.start.model.width: model.width is not a grid axis of {task} (its axes: "
+        f"optimizers[0]: search.start.model.width: model.width is not a grid axis of {task} (its axes: "
         f"optimizer.b1, optimizer.step_size); a start is given only for a hyperparameter with a list "
         f"or log_grid",
-        f"optimizers[0].search.start.step_size: 0.003 is not on the grid of optimizer.step_size "
+        f"optimizers[0]: search.start.step_size: 0.003 is not on the grid of optimizer.step_size "
         f"[0.001, 0.01, 0.1] ({task}); start at one of its values"]
 
 
@@ -325,6 +325,6 @@ def test_a_start_off_the_grid_is_refused_by_the_sweep_with_the_file(write_sweep,
     with pytest.raises(ConfigError) as ei:
         run_sweep(path, tracking_uri=f"sqlite:///{tmp_path}/m.db", quiet=True)
     assert len(ei.value.errors) == 1
-    assert ei.value.errors[0].startswith(f"{path}: optimizers[0].search.start.step_size: 0.003 is not "
+    assert ei.value.errors[0].startswith(f"{path}: optimizers[0]: search.start.step_size: 0.003 is not "
                                          f"on the grid of optimizer.step_size")
     assert not (tmp_path / "m.db").exists()

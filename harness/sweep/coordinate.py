@@ -203,11 +203,11 @@ class CoordinateDescent(Searcher):
         errors = []
         for key, (name, v) in given.items():
             if key not in self.axes:
-                errors.append(f"{self.where}.search.start.{name}: {key} is not a grid axis of "
+                errors.append(f"{self.where}: search.start.{name}: {key} is not a grid axis of "
                               f"{self.label} (its axes: {', '.join(self.names) or 'none'}); a start "
                               f"is given only for a hyperparameter with a list or log_grid")
             elif v not in self.axes[key]:
-                errors.append(f"{self.where}.search.start.{name}: {v!r} is not on the grid of {key} "
+                errors.append(f"{self.where}: search.start.{name}: {v!r} is not on the grid of {key} "
                               f"{self.axes[key]!r} ({self.label}); start at one of its values")
         if errors:
             raise ConfigError(errors)
@@ -227,7 +227,7 @@ class CoordinateDescent(Searcher):
                 rule[key] = f"closest to the default {default!r}"
         start = tuple(point)
         if start not in self.grid:
-            raise ConfigError([f"{self.where}.search.start: the start point "
+            raise ConfigError([f"{self.where}: search.start: the start point "
                                f"{self._values(start)!r} of {self.label} is excluded by the config; "
                                f"give search.start values of a configuration it trains"])
         return start, rule
