@@ -183,8 +183,7 @@ def cost_class(rows: pd.DataFrame) -> float | None:
     measured clock or without it): their programs' one class."""
     if COST_CLASS not in rows:
         return None
-    got = [float(v) for v in rows[COST_CLASS] if v is not None and not pd.isna(v)]
-    return got[0] if got else None
+    return _first_class(rows[COST_CLASS].to_numpy(object), np.arange(len(rows)))
 
 
 def _ranked(g: pd.DataFrame) -> pd.DataFrame:
