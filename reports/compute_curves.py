@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from reports import protocol
-from reports.frame import curves, summaries
+from reports.frame import curves, per_frame, summaries
 
 #: The search methods whose order is their own (a path, not an expectation).
 ADAPTIVE = ("asha", "successive_halving", "hyperband", "coordinate_descent", "optuna")
@@ -44,6 +44,7 @@ def trial_steps(frame: pd.DataFrame) -> pd.Series:
     return out.fillna(0.0)
 
 
+@per_frame
 def compute_curves(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per point of each (task, optimizer)'s curve (module docstring).
 
