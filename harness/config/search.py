@@ -78,6 +78,20 @@ OPTION_METHODS: dict[str, tuple[str, ...]] = {
     "passes": ("coordinate_descent",), "start": ("coordinate_descent",),
     "sampler": ("optuna", *ASHA_METHODS), "batch": ("optuna",),
 }
+def option_errors(block: Any, method: str, why: str = "") -> list[str]:
+    """What a ``search`` block (a config's section: ``eta``, ``sampler``, ...) sets that ``method``
+    does not take: one line per option of :data:`OPTION_METHODS` of another method
+    (``eta applies to method asha or successive_halving or hyperband, not coordinate_descent``),
+    and a sampler its method does not take; ``why`` follows the method (where it came from)."""
+    out = [f"{k} applies to method {' or '.join(ms)}, not {method}{why}"
+           for k, ms in OPTION_METHODS.items() if getattr(block, k, None) is not None and method not in ms]
+    sampler = getattr(block, "sampler", None)
+    valid = OPTUNA_SAMPLERS if method == "optuna" else SEQUENCE_SAMPLERS
+    if sampler is not None and method in OPTION_METHODS["sampler"] and sampler not in valid:
+        out.append(f"sampler {sampler} does not apply to method {method}{why}; valid: {', '.join(valid)}")
+    return out
+
+
 #: The method used when a config gives ``search`` without ``method``.
 DEFAULT_METHOD = "quasirandom"
 #: Run tags of a sampled trial: the method that sampled it and its index in the sequence.

@@ -78,6 +78,10 @@ class SearchCfg(BaseModel):
         ``coordinate_descent``); so is a sampler its method does not take."""
         if self.method is None:
             return self
+        errors = search.option_errors(self, self.method)
+        if errors:
+            raise PydanticCustomError("search", "{msg}", {"msg": errors[0]})
+        return self
         for k, methods in search.OPTION_METHODS.items():
             if getattr(self, k) is not None and self.method not in methods:
                 raise PydanticCustomError(

@@ -31,27 +31,14 @@ def _dist_keys(comp: Component) -> list[str]:
     return [k for k, v in comp.hparams.items() if search.is_distribution(v)]
 
 
-def _options_of_another_method(block: Any, method: str, where: str, why: str) -> list[str]:
-    """The options written in a ``search`` block without ``method`` that ``method``, the one its
-    cells get, does not take (a block with ``method`` is checked by its schema)."""
-    out = [f"{where}: {k} applies to method {' or '.join(ms)}, not {method}{why}"
-           for k, ms in search.OPTION_METHODS.items() if getattr(block, k) is not None and method not in ms]
-    valid = search.OPTUNA_SAMPLERS if method == "optuna" else search.SEQUENCE_SAMPLERS
-    takes = method in search.OPTION_METHODS["sampler"]
-    if block.sampler is not None and takes and block.sampler not in valid:
-        out.append(f"{where}: sampler {block.sampler} does not apply to method {method}{why}; valid: "
-                   f"{', '.join(valid)}")
-    return out
-
-
 def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
     """The search settings against the distributions they must sample: ``search`` only on optimizer
     entries; no distribution in a cell whose method is ``grid`` or ``coordinate_descent`` (it moves
     along grid axes); a sampling method with distributions needs ``trials``; ``grid`` takes no
     ``trials``."""
     if cfg.search is not None and cfg.search.method is None:  # its options go to the default method
-        errors.extend(_options_of_another_method(cfg.search, search.DEFAULT_METHOD, f"{file}: search",
-                                                 " (the default method: set search.method)"))
+        errors.extend(f"{file}: search: {e}" for e in search.option_errors(
+            cfg.search, search.DEFAULT_METHOD, " (the default method: set search.method)"))
     if cfg.search is not None and cfg.search.method == "grid" and cfg.search.trials is not None:
         errors.append(f"{file}: search.trials: method grid has no trials (its grid points are the "
                       f"budget); remove trials, or use method quasirandom or random")
@@ -73,8 +60,8 @@ def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
             if comp.search is not None and comp.search.method is None:  # the method it inherits
                 why = (" (the top level's search.method)" if cfg.search is not None and cfg.search.method
                        else " (the default method: set search.method)")
-                errors.extend(_options_of_another_method(comp.search, srch.method,
-                                                         f"{file}: {path}.search", why))
+                errors.extend(f"{file}: {path}.search: {e}"
+                              for e in search.option_errors(comp.search, srch.method, why))
             if comp.search is not None and comp.search.trials is not None and srch.method == "grid":
                 errors.append(f"{file}: {path}.search.trials: method grid has no trials (its grid "
                               f"points are the budget); remove trials, or use method quasirandom or "
