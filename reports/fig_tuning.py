@@ -136,12 +136,12 @@ def compute_figure(frame: pd.DataFrame) -> Figure | None:
         return None
     pal, marks, labels = palette(frame), markers(frame), task_labels(frame)
     by_optimizer = bool((cc.groupby(["task", "optimizer"])["method"].nunique() > 1).any())
-    panels = sorted(cc.groupby(["task", "optimizer"] if by_optimizer else ["task"]).groups)
+    panels = (sorted(set(zip(cc["task"], cc["optimizer"], strict=True))) if by_optimizer
+              else [(task, None) for task in sorted(cc["task"].unique())])
     nrows, ncols = grid_shape(len(panels))
     fig, axes = new_figure(nrows, ncols, 3.2 * nrows + 0.9)
     mixed = objectives_differ(frame)
-    for i, panel in enumerate(panels):
-        task, opt = (panel if by_optimizer else (panel[0] if isinstance(panel, tuple) else panel, None))
+    for i, (task, opt) in enumerate(panels):
         ax = axes[i // ncols, i % ncols]
         here = cc[(cc["task"] == task) & ((cc["optimizer"] == opt) if opt else True)]
         for (o, method), g in here.groupby(["optimizer", "method"], sort=True):
