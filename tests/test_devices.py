@@ -246,7 +246,9 @@ def test_jobs_2_on_4_forced_cpu_devices_gives_each_worker_its_own_device(tmp_pat
         # the worker's environment named its device, and was in place before the worker imported jax
         assert t["harness.device_env"] == f"HARNESS_DEVICE_IDS={dev.split(':')[1]}"
         assert t["harness.device_env_set"] == "before-jax-import"
-        by_worker.setdefault(t["harness.owner"], set()).add(dev)
+        by_worker.setdefault(t["harness.trained_by"], set()).add(dev)
     assert len(by_worker) == 2 and all(len(d) == 1 for d in by_worker.values())  # one device each
+    # trained by the two workers, written by the sweep's own process (issue 35 §4)
+    assert {x.data.tags["harness.owner"] for x in runs} == {parent.data.tags["harness.owner"]}
     a, b = by_worker.values()
     assert a.isdisjoint(b)

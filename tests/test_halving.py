@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import psutil
+import pytest
 import yaml
+from mlflow.tracking import MlflowClient
 
 import harness  # XLA's pool pinned as in every test process; harness.sweep
 from harness.config.load import load_config
@@ -155,3 +158,28 @@ def test_the_summary_line_gives_the_audits_verdict(tmp_path):
     assert len(done) == 2
     assert d["words"].endswith(f"steps spent (restarts included); audit: {won} of 2 stopped trials "
                                f"trained to the end would have won")
+
+
+@pytest.mark.slow
+def test_jobs_workers_are_kept_across_the_rounds_and_gone_at_the_end(tmp_path):
+    """The same bracket with ``jobs=2``: its three rounds run on the same two worker processes
+    (issue 35 §4; before, each round spawned two fresh ones, six in all, as ``run`` outside a
+    session still does), the halving stores what it stores in-process, and once the sweep returns
+    no worker process is left."""
+    from harness.execute.executors import ProcessExecutor
+
+    p = _config(tmp_path, {"method": "successive_halving", "trials": 2, "min_steps": 3, "eta": 3},
+                steps=27)
+    uri = f"sqlite:///{tmp_path}/m.db"
+    ex = ProcessExecutor(jobs=2)
+    run = harness.sweep(p, tracking_uri=uri, quiet=True, executor_obj=ex)
+    assert run.counts["failed"] == 0
+    assert ex.started == 2
+    left = [c.cmdline() for c in psutil.Process().children() if c.status() != "zombie"]
+    assert [c for c in left if "resource_tracker" not in " ".join(c)] == []
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("sh")
+    runs = client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'trial'")
+    assert sorted(r.data.tags.get("harness.stopped_at_step") or "-" for r in runs) == \
+        ["-"] + ["3"] * 5 + ["9"]
+    assert len({r.data.tags["harness.trial_id"] for r in runs}) == 7

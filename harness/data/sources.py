@@ -52,8 +52,8 @@ the sources live in :mod:`harness.data.offline`, :mod:`harness.data.sequences` a
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from harness.core.registry import lookup
@@ -85,22 +85,65 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
 }
 
 
-@functools.lru_cache(maxsize=8)
-def _load_cached(name: str, frozen: tuple) -> Dataset:
-    hparams = dict(frozen)
-    if name.startswith(TFDS_PREFIX):
-        return load_tfds(name[len(TFDS_PREFIX):], **hparams)
-    return lookup(DATASETS, name, "dataset")(**hparams)
+#: The per-process memo: ``(name, frozen hyperparameters) -> Dataset``, the most recent last.
+_MEMO: OrderedDict[tuple[str, tuple], Dataset] = OrderedDict()
+#: How many datasets the memo keeps (the least recently used go first).
+MEMO_SIZE = 8
+
+
+def _remember(key: tuple[str, tuple], ds: Dataset) -> Dataset:
+    _MEMO[key] = ds
+    _MEMO.move_to_end(key)
+    while len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return ds
+
+
+def _key(name: str, hparams: dict[str, Any]) -> tuple[str, tuple]:
+    hparams = dict(hparams)
+    if name.startswith(TFDS_PREFIX) and hparams.get("data_dir") is None:
+        hparams["data_dir"] = default_tfds_data_dir()  # resolve now so the memo key sees the env
+    return name, freeze(hparams)
 
 
 def load_dataset(name: str, **hparams: Any) -> Dataset:
     """``DATASETS[name](**hparams)``, or :func:`harness.data.tfds_source.load_tfds` for ``tfds:NAME``;
-    memoised per process (the key is :func:`harness.core.util.freeze` of the hyperparameters).
+    memoised per process (the key is :func:`harness.core.util.freeze` of the hyperparameters; the
+    :data:`MEMO_SIZE` most recently used are kept).
 
     Raises:
       KeyError: unknown registry name (message lists the valid choices and the closest one).
       DatasetNotPreparedError: a ``tfds:`` dataset missing from its ``data_dir``.
     """
-    if name.startswith(TFDS_PREFIX) and hparams.get("data_dir") is None:
-        hparams["data_dir"] = default_tfds_data_dir()  # resolve now so the memo key sees the env
-    return _load_cached(name, freeze(hparams))
+    key = _key(name, hparams)
+    if key in _MEMO:
+        _MEMO.move_to_end(key)
+        return _MEMO[key]
+    kw = dict(key[1])
+    if name.startswith(TFDS_PREFIX):
+        return _remember(key, load_tfds(name[len(TFDS_PREFIX):], **kw))
+    return _remember(key, lookup(DATASETS, name, "dataset")(**kw))
+
+
+def memoised(requests: Iterable[tuple[str, dict[str, Any]]], max_bytes: int
+             ) -> list[tuple[tuple[str, tuple], Dataset]]:
+    """The datasets among ``requests`` (``(name, hyperparameters)`` pairs, as :func:`load_dataset`
+    takes them) that this process has already loaded, as ``(memo key, Dataset)`` entries for
+    :func:`preload`, up to ``max_bytes`` bytes of arrays in all (the larger ones are left out).
+    A ``--jobs`` worker is handed its sweep's entries instead of loading them again."""
+    out, total = [], 0
+    for key in dict.fromkeys(_key(n, h) for n, h in requests):
+        ds = _MEMO.get(key)
+        if ds is None:
+            continue
+        size = sum(a.nbytes for a in (ds.x_train, ds.y_train, ds.x_valid, ds.y_valid, ds.x_test, ds.y_test))
+        if total + size <= max_bytes:
+            out.append((key, ds))
+            total += size
+    return out
+
+
+def preload(entries: Iterable[tuple[tuple[str, tuple], Dataset]]) -> None:
+    """Put :func:`memoised`'s entries (loaded by another process) into this process's memo."""
+    for key, ds in entries:
+        _remember(key, ds)

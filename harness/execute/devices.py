@@ -63,6 +63,9 @@ VISIBILITY_ENV = {"cpu": DEVICE_IDS_ENV, "cuda": "CUDA_VISIBLE_DEVICES", "rocm":
 DEVICES_TAG = "harness.devices"
 DEVICE_ENV_TAG = "harness.device_env"
 DEVICE_ENV_SET_TAG = "harness.device_env_set"
+#: ``host:pid`` of the process that trained the trial (a ``--jobs`` worker, a Ray worker; the run's
+#: ``harness.owner`` is the process that wrote it, the sweep's own under ``--jobs``).
+TRAINED_BY_TAG = "harness.trained_by"
 
 __all__ = ["DEVICE_IDS_ENV", "DevicePlan", "DevicePlanError", "apply_worker_env", "device_tags",
            "host_devices", "parent_off_devices", "plan_devices", "ray_task_env",
@@ -339,11 +342,14 @@ def device_tags(n: int | str = 1) -> dict[str, str]:
 
     ``harness.devices`` (:func:`describe_devices` of the first ``n`` visible devices),
     ``harness.device_env`` (the device and memory variables set here, ``K=V`` space-separated) and,
-    in a worker whose launcher called :func:`apply_worker_env`, ``harness.device_env_set``.
+    in a worker whose launcher called :func:`apply_worker_env`, ``harness.device_env_set``; and
+    ``harness.trained_by`` (``host:pid`` of this process).
     """
+    from harness.tracking.liveness import hostname
+
     devs = visible_devices()
     k = len(devs) if n == "all" else max(1, int(n))
-    tags = {DEVICES_TAG: describe_devices(devs[:k])}
+    tags = {DEVICES_TAG: describe_devices(devs[:k]), TRAINED_BY_TAG: f"{hostname()}:{os.getpid()}"}
     names = sorted({*VISIBILITY_ENV.values(), *MEMORY_ENV})
     env = " ".join(f"{key}={os.environ[key]}" for key in names if key in os.environ)
     if env:

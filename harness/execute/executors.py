@@ -5,11 +5,18 @@ The protocol is the base class :class:`Executor`::
     validate(tracking_uri) -> None          # refuse before anything is written (default: accept)
     run(units: list[list[TrialSpec]], ctx: RunContext,
         on_done: Callable[[list[TrialOutcome]], None]) -> None
+    session() -> context manager            # what run() may keep from one call to the next
     device_plan: DevicePlan | None          # the workers' devices, once validated (default None)
     flush_wait_s: float                     # s waited for background writes at the end (default 0)
 
 ``run`` returns when every unit has been executed; ``on_done`` is called in the calling thread once
-per finished unit, in completion order. Executors are looked up by name with :func:`get_executor`:
+per finished unit, in completion order. Inside ``with executor.session():`` an executor may keep what
+one ``run`` started for the next (an adaptive sweep calls ``run`` once per round; the sweep opens one
+session around all of them): the process executor keeps its worker processes, so each pays its
+start-up (interpreter, JAX, data, compiles) once per sweep, not once per round. Everything kept is
+released when the session ends, however it ends; outside a session ``run`` keeps nothing.
+
+Executors are looked up by name with :func:`get_executor`:
 
 - ``inprocess`` (:class:`InProcessExecutor`): units one after another in this process.
 - ``process`` (:class:`ProcessExecutor`, ``--jobs N``): ``N`` local worker processes (``spawn``
@@ -50,6 +57,7 @@ from harness.core.registry import EXECUTORS, did_you_mean, known_executors
 from harness.core.spec import TrialResult, TrialSpec
 from harness.execute import background, claims, devices, writing
 from harness.execute.devices import DevicePlan
+from harness.execute.handoff import Handoff
 from harness.execute.worker import execute_unit
 from harness.tracking.client import client_for
 
@@ -80,6 +88,12 @@ class Executor:
             on_done: Callable[[list[TrialOutcome]], None]) -> None:
         """Execute every unit, calling ``on_done(outcomes)`` in the calling thread as each ends."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def session(self):
+        """A scope in which :meth:`run` may keep what it started for its next call (the module
+        docstring); released on exit. The default keeps nothing."""
+        yield self
 
 
 class InProcessExecutor(Executor):
@@ -121,12 +135,17 @@ def _watch_parent(parent_pid: int, poll_s: float) -> None:
         time.sleep(poll_s)
 
 
-def _init_worker(env: dict[str, str] | None = None) -> None:
+def _init_worker(env: dict[str, str] | None = None, datasets: list | None = None) -> None:
     """Worker set-up, before any unit, so before JAX is imported there (nothing this module imports
     at the top imports JAX): the worker's device environment
-    (:func:`harness.execute.devices.worker_env`), and the watch on its parent."""
+    (:func:`harness.execute.devices.worker_env`), the datasets its parent already loaded
+    (:func:`harness.data.sources.preload`), and the watch on its parent."""
     if env is not None:
         devices.apply_worker_env(env)
+    if datasets:
+        from harness.data.sources import preload
+
+        preload(datasets)
     # A SIGKILLed sweep cannot shut its workers down: they would be re-parented and live on
     # (holding host and device memory). Each worker polls its parent pid and exits when it changes.
     # The expected pid comes from multiprocessing, so a parent that died before this ran counts too.
@@ -138,10 +157,11 @@ def _init_worker(env: dict[str, str] | None = None) -> None:
                      name="harness-parent-watch").start()
 
 
-def _worker_main(conn, env: dict[str, str] | None) -> None:
-    """A ``--jobs`` worker process: receive ``(index, unit, ctx)``, answer ``(index, True, outcomes)``
-    (or ``(index, False, exception)`` when :func:`execute_unit` itself raised), until ``None``."""
-    _init_worker(env)
+def _worker_main(conn, env: dict[str, str] | None, datasets: list | None = None) -> None:
+    """A ``--jobs`` worker process: receive ``(index, unit, ctx, handoff)``, answer ``(index, True,
+    outcomes)`` (or ``(index, False, exception)`` when :func:`execute_unit` itself raised), until
+    ``None``."""
+    _init_worker(env, datasets)
     while True:
         try:
             msg = conn.recv()
@@ -149,9 +169,9 @@ def _worker_main(conn, env: dict[str, str] | None) -> None:
             return
         if msg is None:
             return
-        i, unit, ctx = msg
+        i, unit, ctx, handoff = msg
         try:
-            reply = (i, True, execute_unit(unit, ctx))
+            reply = (i, True, execute_unit(unit, ctx, handoff=handoff))
         except BaseException as e:  # handed to the parent, which raises it
             reply = (i, False, _picklable(e))
         try:
@@ -227,18 +247,18 @@ def write_not_run(spec: TrialSpec, ctx: RunContext, reason: str) -> TrialOutcome
 class _Worker:
     """One spawned worker process, its pipe, its device environment and the unit it holds."""
 
-    def __init__(self, spawn, env: dict[str, str] | None) -> None:
+    def __init__(self, spawn, env: dict[str, str] | None, datasets: list | None = None) -> None:
         self.env = env
         self.conn, child = spawn.Pipe()
-        self.proc = spawn.Process(target=_worker_main, args=(child, env), name="harness-worker")
+        self.proc = spawn.Process(target=_worker_main, args=(child, env, datasets), name="harness-worker")
         self.proc.start()
         child.close()
         self.unit: int | None = None
 
-    def give(self, i: int, unit: list[TrialSpec], ctx: RunContext) -> bool:
+    def give(self, i: int, unit: list[TrialSpec], ctx: RunContext, handoff: bool) -> bool:
         """Hand unit ``i`` to this worker; ``False`` when the worker is already gone."""
         try:
-            self.conn.send((i, unit, ctx))
+            self.conn.send((i, unit, ctx, handoff))
         except (OSError, ValueError):
             return False
         self.unit = i
@@ -257,13 +277,33 @@ class _Worker:
             self.conn.close()
 
 
+#: The most bytes of dataset arrays a ``--jobs`` worker is handed at its start (:func:`shared_datasets`).
+SHARED_DATASET_BYTES = 64 << 20
+
+
+def shared_datasets(units: list[list[TrialSpec]]) -> list:
+    """The datasets of ``units`` this process already loaded (its pre-flight did), up to
+    :data:`SHARED_DATASET_BYTES` in all, for each new worker to start with
+    (:func:`harness.data.sources.memoised`): a worker then loads only the larger ones itself.
+    Measured on digits: 2.3 s of a worker's start-up (scikit-learn's import and the loader)."""
+    from harness.data.sources import memoised
+
+    return memoised(((s.dataset, s.hparams("dataset")) for u in units for s in u), SHARED_DATASET_BYTES)
+
+
 class ProcessExecutor(Executor):
     """``jobs`` local worker processes (``spawn``), each running whole units, one at a time.
 
+    The workers make no MLflow call: this process takes each unit's claims before handing it out
+    and writes every result that comes back on its background writer (:class:`Handoff`), so it is
+    the store's only writer, as in-process; with ``keep_final_checkpoint`` (a checkpoint on the
+    worker's disk to log) each worker writes its own runs, created before it trains.
+
     A worker process that dies (SIGKILLed, killed by the OS for memory, ``os._exit`` in user code)
     costs only the unit it held: a fresh worker takes its place, the other workers go on, and the
-    unit is tried again on a fresh worker (its RUNNING runs, whose owner is gone, are marked KILLED
-    then; checkpoints let it resume). A unit whose worker dies :data:`UNIT_DEATHS` times is given up:
+    unit is tried again on a fresh worker (checkpoints let it resume; a worker that wrote its own
+    runs left them RUNNING, and the retry marks them KILLED, their owner being gone). A unit whose
+    worker dies :data:`UNIT_DEATHS` times is given up:
     its outcomes are :func:`not_run` (``worker process died (signal 9) twice``), which the sweep
     writes as FAILED runs, so the store holds a run for every trial the sweep reports.
     """
@@ -277,6 +317,11 @@ class ProcessExecutor(Executor):
         self.device_plan = None
         #: ``unit index -> [how its worker ended, ...]`` of the last :meth:`run` (worker deaths).
         self.deaths: dict[int, list[str]] = {}
+        #: Inside :meth:`session`: the idle worker processes the last :meth:`run` left for the next.
+        self._kept: list[_Worker] | None = None
+        #: Worker processes started so far (a kept worker counts once; a replacement counts).
+        self.started = 0
+        self._datasets: list = []  # what a worker starts with (shared_datasets of the run's units)
 
     def validate(self, tracking_uri: str | None = None) -> None:
         """Plan the workers' devices (before anything is written; the sweep calls this).
@@ -296,34 +341,86 @@ class ProcessExecutor(Executor):
         spawn = mp.get_context("spawn")
         queue = deque(range(len(units)))
         self.deaths = {}
+        # The parent is the store's only writer (module docstring); with a final checkpoint to log
+        # as an artifact (kept on the worker's disk until written), each worker writes its own.
+        handoff = not ctx.keep_final_checkpoint
+        book = Handoff(units, ctx) if handoff else None
         envs = [devices.worker_env(e) for e in self.device_plan.envs[:min(self.jobs, len(units))]]
-        workers = [_Worker(spawn, env) for env in envs]
+        kept, self._kept = self._kept, (None if self._kept is None else [])
+        self._datasets = shared_datasets(units)
+        workers = [self._take(kept, env) or self._spawn(spawn, env) for env in envs]
+        leave = kept or []  # kept workers this run has no use for (a round of fewer units)
         wait_s = JOIN_S
         try:
             while queue or any(w.unit is not None for w in workers):
                 for k in range(len(workers)):
                     while workers[k].unit is None and queue:
-                        if workers[k].proc.is_alive() and workers[k].give(queue[0], units[queue[0]], ctx):
+                        i = queue[0]
+                        if book is not None and not book.claim(i):  # nothing of it to train
+                            queue.popleft()
+                            on_done(book.outcomes(i, []))
+                        elif workers[k].proc.is_alive() and workers[k].give(
+                                i, book.todo[i] if book is not None else units[i], ctx, handoff):
                             queue.popleft()
                         else:  # gone while idle: nothing to charge to a unit
                             workers[k] = self._replace(spawn, workers[k])
+                if not any(w.unit is not None for w in workers):
+                    continue
                 busy = [w for w in workers if w.unit is not None]
                 wait([w.conn for w in busy] + [w.proc.sentinel for w in busy])
                 for k, w in enumerate(workers):
                     if w.unit is not None:
-                        workers[k] = self._collect(spawn, w, units, ctx, queue, on_done)
+                        workers[k] = self._collect(spawn, w, units, book, queue, on_done)
         except BaseException:
             wait_s = 5.0  # Ctrl-C reached the workers too: a moment to end their runs KILLED
+            leave = leave + workers
             raise
+        else:
+            if self._kept is None:
+                leave = leave + workers
+            else:  # in a session: idle and alive, they wait for the next run
+                self._kept = leave + [w for w in workers if w.proc.is_alive()]
+                leave = [w for w in workers if not w.proc.is_alive()]
         finally:
-            for w in workers:
+            for w in leave:
                 w.stop(wait_s)
+            if book is not None:
+                book.release_all()
+                self.flush_wait_s = background.flush_logging()
+
+    @contextlib.contextmanager
+    def session(self):
+        """Keep the worker processes from one :meth:`run` to the next (an adaptive sweep's rounds);
+        each is asked to leave when the session ends (then SIGTERM, then SIGKILL, as after a run)."""
+        if self._kept is not None:  # nested: the outer session owns them
+            yield self
+            return
+        self._kept = []
+        try:
+            yield self
+        finally:
+            kept, self._kept = self._kept, None
+            for w in kept:
+                w.stop(JOIN_S)
+
+    @staticmethod
+    def _take(kept: list[_Worker] | None, env: dict[str, str] | None) -> _Worker | None:
+        """A live kept worker of the device environment ``env`` (removed from ``kept``), or ``None``."""
+        for w in kept or []:
+            if w.env == env and w.proc.is_alive():
+                kept.remove(w)
+                return w
+        return None
+
+    def _spawn(self, spawn, env: dict[str, str] | None) -> _Worker:
+        self.started += 1
+        return _Worker(spawn, env, self._datasets)
 
     def _replace(self, spawn, w: _Worker) -> _Worker:
         w.stop(0.0)
-        return _Worker(spawn, w.env)
+        return self._spawn(spawn, w.env)
 
-    def _collect(self, spawn, w: _Worker, units: list[list[TrialSpec]], ctx: RunContext,
+    def _collect(self, spawn, w: _Worker, units: list[list[TrialSpec]], book: Handoff | None,
                  queue: deque, on_done: Callable[[list[TrialOutcome]], None]) -> _Worker:
         """Take what the busy worker ``w`` has to say (nothing yet, its unit's outcomes, or its death);
         returns the worker that holds its place afterwards."""
@@ -349,12 +446,15 @@ class ProcessExecutor(Executor):
                 reason = gave_up_reason(deaths)
                 self._note(f"worker process {w.proc.pid} died ({why}) while running {label} again: "
                            f"recording it FAILED ({reason})")
-                on_done(not_run(units[i], reason))
+                if book is None:
+                    on_done(not_run(units[i], reason))
+                else:
+                    on_done(book.outcomes(i, not_run(book.todo[i], reason)))
             return self._replace(spawn, w) if queue else w
         w.unit = None
         if not ok:
             raise payload
-        on_done(payload)
+        on_done(payload if book is None else book.outcomes(i, payload))
         return w
 
     def _note(self, line: str) -> None:

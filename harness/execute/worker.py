@@ -23,6 +23,10 @@ check, run creation, metrics, artifacts, end status) happens on the background w
 :func:`~harness.execute.background.flush_logging` waits for it (and runs before any unit whose
 throughput is still to be measured, so timing never overlaps a write).
 
+With ``handoff=True`` (the ``--jobs`` workers, :mod:`harness.execute.handoff`) steps 1, 2 and 4
+are the caller's: the worker trains, and each result goes back in its outcome for the sweep's
+process to write.
+
 A trial that raises ends FAILED (tag ``status=failed``, ``traceback.txt`` artifact) and
 :func:`execute_unit` itself never raises for a trial's own failure. A diverged trial ends FINISHED
 with tags ``status=diverged`` and ``diverged_step``. The run's layout: :mod:`harness.tracking.trial_run`.
@@ -126,6 +130,39 @@ class _BackgroundWrites:
             bg.submit(_end_checkpoints_after, self.futures, cks, results)
 
 
+class _HandoffWrites:
+    """No MLflow call in the worker: each result goes back to the sweep's process in its outcome
+    (``extra[HANDOFF] = (result, t0_ms)``), which writes it on its own background writer (the
+    ``--jobs`` executor, :class:`harness.execute.executors.ProcessExecutor`, whose process also holds
+    the trials' claims). A unit's checkpoints are removed once its results are handed over."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.handed: dict[str, tuple[TrialResult, int]] = {}
+
+    def prepare(self, specs: list[TrialSpec], outcomes: dict[str, TrialOutcome]) -> list[TrialSpec]:
+        return specs
+
+    def before_training(self, todo: list[TrialSpec]) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+    def write(self, res: TrialResult, t0_ms: int, claim, final_checkpoint: str | None
+              ) -> tuple[str | None, dict[str, Any] | None, bool]:
+        self.handed[res.spec.trial_id] = (res, t0_ms)
+        return None, None, False
+
+    def end_checkpoints(self, cks: training.Checkpoints, results: list[TrialResult],
+                        logged: set[str]) -> None:
+        training.end_checkpoints(cks, results, logged)
+
+
+#: ``TrialOutcome.extra`` key of a result handed back for the caller to write (``handoff=True``).
+HANDOFF = "handoff"
+
+
 def _end_checkpoints_after(futures: dict[str, Any], cks: training.Checkpoints,
                            results: list[TrialResult]) -> None:
     """Writer-thread body: end a unit's checkpoints; a trial counts as logged when its write
@@ -135,7 +172,7 @@ def _end_checkpoints_after(futures: dict[str, Any], cks: training.Checkpoints,
 
 
 def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = False,
-                 wait_claims_s: float = 0.0) -> list[TrialOutcome]:
+                 handoff: bool = False, wait_claims_s: float = 0.0) -> list[TrialOutcome]:
     """Train one work unit and log each trial as a nested child run of ``ctx.parent_run_id``.
 
     Args:
@@ -148,6 +185,10 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
         in-process executor does, at the end of the sweep). A process killed before that leaves
         the trial's run RUNNING, so the next invocation re-runs it: nothing FINISHED is lost,
         nothing runs twice.
+      handoff: make no MLflow call and take no claim here: the caller holds the trials' claims and
+        writes each result, which comes back in its outcome's ``extra[HANDOFF]`` as ``(result,
+        t0_ms)`` for :func:`harness.execute.writing.write_result` (the ``--jobs`` workers: their
+        sweep's process is the store's only writer, so a worker never imports MLflow).
       wait_claims_s: on a SQLite store, how long to wait for a trial's claim held by another
         invocation (0: do not wait; the trial's outcome is then ``deferred``).
 
@@ -160,8 +201,11 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
     result that cannot be written is spooled (its outcome carries ``extra["spool_entry"]``, so a
     driver on another machine can spool it too).
     """
-    writes = _BackgroundWrites(ctx) if background else _SyncWrites(ctx)
-    specs, held, outcomes = claims.take_claims(unit, ctx, wait_claims_s or ctx.claim_wait_s)
+    writes = _HandoffWrites(ctx) if handoff else _BackgroundWrites(ctx) if background else _SyncWrites(ctx)
+    if handoff:
+        specs, held, outcomes = list(unit), {}, {}
+    else:
+        specs, held, outcomes = claims.take_claims(unit, ctx, wait_claims_s or ctx.claim_wait_s)
     t_track = time.perf_counter()
     todo = writes.prepare(specs, outcomes)
     for tid in [t for t in held if t in outcomes]:  # done meanwhile (found by prepare)
@@ -199,6 +243,8 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
                 o.spooled = spooled
                 if entry is not None:
                     o.extra["spool_entry"] = entry
+                if handoff:
+                    o.extra[HANDOFF] = writes.handed.pop(tid)
                 outcomes[tid] = o
         finally:  # in the store or the spool: no longer needed
             writes.end_checkpoints(cks, results, logged)

@@ -398,7 +398,8 @@ def _run_invocation(cfg: SweepConfig, given: GivenConfig, specs: TrialList, plan
     status = "KILLED"
     n_before, t_exec, dedupe_s = len(outcomes), time.perf_counter(), 0.0
     try:
-        with ProgressDisplay(console, sum(len(u) for u in units), len(plan.done), uri, quiet) as display:
+        with ex.session(), ProgressDisplay(console, sum(len(u) for u in units), len(plan.done), uri,
+                                           quiet) as display:  # session: workers kept across rounds
             seen = rounds.add if rounds is not None else None
             dedupe_s = execute_units(ex, units, ctx, outcomes, display, clock, seen)
             while rounds is not None and (nxt := rounds.next_plan()) is not None:
