@@ -171,12 +171,16 @@ def test_jobs_workers_are_kept_across_the_rounds_and_gone_at_the_end(tmp_path):
     p = _config(tmp_path, {"method": "successive_halving", "trials": 2, "min_steps": 3, "eta": 3},
                 steps=27)
     uri = f"sqlite:///{tmp_path}/m.db"
+    def children() -> set[int]:  # this process's live children (a session's mlflow server among them)
+        return {c.pid for c in psutil.Process().children()
+                if c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(c.cmdline())}
+
+    before = children()
     ex = ProcessExecutor(jobs=2)
     run = harness.sweep(p, tracking_uri=uri, quiet=True, executor_obj=ex)
     assert run.counts["failed"] == 0
     assert ex.started == 2
-    left = [c.cmdline() for c in psutil.Process().children() if c.status() != "zombie"]
-    assert [c for c in left if "resource_tracker" not in " ".join(c)] == []
+    assert children() - before == set()
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("sh")
     runs = client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'trial'")

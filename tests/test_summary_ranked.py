@@ -120,3 +120,24 @@ def test_best_configs_leaves_an_audit_trial_out():
     alone = best_configs([out("b", "B", "stopped", 0.3), out("b-audit", "B", "finished", 0.9, "b")],
                          "final")
     assert (alone[0]["n"], alone[0]["finished"], alone[0]["value"]) == (1, 0, None)
+
+
+def test_spooled_trials_stopped_at_a_rung_are_counted_as_spooled():
+    """A helper's finding: with the store down, an ASHA sweep's summary said "14 spooled results" when
+    57 were in the spool (43 stopped at a rung): ``spooled()`` counted only finished and diverged."""
+    from harness.core.outcome import TrialOutcome
+    from harness.sweep.summary import SweepSummary
+
+    def outcome(tid: str, status: str) -> TrialOutcome:
+        return TrialOutcome(trial_id=tid, status=status, model="mlp", dataset="digits", optimizer="sgd",
+                            seed=0, config="mlp sgd")
+
+    outcomes = [outcome("f1", "finished"), outcome("f2", "finished"), outcome("s1", "stopped"),
+                outcome("s2", "stopped"), outcome("s3", "stopped")]
+    summary = SweepSummary("asha", "sid", "1", None, "sqlite:///x.db", outcomes, 1.0,
+                           spooled_left=4, in_spool=frozenset({"f2", "s1", "s2", "s3"}), config_path="a.yaml")
+    assert summary.spooled() == {"finished": 1, "diverged": 0, "stopped": 3}
+    assert summary.headline().startswith(
+        "1 finished, 1 finished and 3 stopped and spooled (not yet in the store), 0 diverged, 0 failed")
+    assert "stopped early" not in summary.headline()
+    assert summary.spool_hint().startswith("4 spooled results are not yet in the store")

@@ -294,7 +294,7 @@ def shared_datasets(units: list[list[TrialSpec]]) -> list:
 class ProcessExecutor(Executor):
     """``jobs`` local worker processes (``spawn``), each running whole units, one at a time.
 
-    The workers make no MLflow call: this process takes each unit's claims before handing it out
+    The workers write nothing to the store: this process takes each unit's claims before handing it out
     and writes every result that comes back on its background writer (:class:`Handoff`), so it is
     the store's only writer, as in-process; with ``keep_final_checkpoint`` (a checkpoint on the
     worker's disk to log) each worker writes its own runs, created before it trains.
@@ -355,6 +355,9 @@ class ProcessExecutor(Executor):
             while queue or any(w.unit is not None for w in workers):
                 for k in range(len(workers)):
                     while workers[k].unit is None and queue:
+                        if book is not None and ctx.claim_wait_s and any(w.unit is not None for w in workers):
+                            break  # claims waited for (deferred trials): one unit at a time, so this
+                            # process never holds an in-flight unit's claims while it waits for another's
                         i = queue[0]
                         if book is not None and not book.claim(i):  # nothing of it to train
                             queue.popleft()

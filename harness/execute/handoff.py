@@ -1,7 +1,8 @@
 """The ``--jobs`` parent as its workers' only MLflow writer (issue 35 §4): :class:`Handoff`.
 
-A worker (``execute_unit(..., handoff=True)``) trains and makes no MLflow call: it never imports
-MLflow nor opens the store, and two workers never wait on each other's SQLite write lock. The
+A worker (``execute_unit(..., handoff=True)``) trains and writes nothing to the store: two workers
+never wait on each other's SQLite write lock, and a worker imports MLflow only where an
+early-stopping sweep's gate reads its peers' rung values (:func:`harness.execute.rung_gate.read_peers`). The
 parent takes each unit's claims before handing it out, and queues every result that comes back on
 its own background writer (:mod:`harness.execute.background`), as the in-process executor does
 with its own results: a trial's run is created, filled and ended in one writer round after it

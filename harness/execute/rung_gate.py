@@ -20,7 +20,6 @@ layer calls it, never imports this).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -42,18 +41,22 @@ ENV_TEST_GATE_PAUSE = "HARNESS_TEST_GATE_PAUSE_DIR"
 def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
     """Merge into ``board`` the rung values the store holds for ``trial_id``'s peers of smaller
     index (FINISHED runs' ``harness.rungs`` tags, found by their ``harness.rung_group``). A store
-    that fails is ignored (the board's values stand)."""
+    that fails is ignored (the board's values stand) and noted in this process's
+    :data:`~harness.tracking.health.HEALTH`: while it is known down the store is not asked again
+    (:func:`harness.tracking.health.store_should_be_tried`: a probe every ``PROBE_S`` s), so a
+    worker's decisions do not each wait out a server's retries (about 7 s)."""
     from harness.tracking.client import client_for, search_all
+    from harness.tracking.health import HEALTH, store_should_be_tried
 
     missing = [t for t in board.peers(trial_id) if t not in board.values]
-    if not missing:
+    if not missing or not store_should_be_tried(ctx.tracking_uri):
         return
     group = board.groups[trial_id][0]
     # one query for the group (MLflow's filter has no IN for tags); one per trial where the group's
     # name cannot be quoted
     filters = [f"tags.`{TAG_RUNG_GROUP}` = '{group}'"] if "'" not in group else \
         [f"tags.`{TAG_TRIAL_ID}` = '{t}'" for t in missing]
-    with contextlib.suppress(Exception):
+    try:
         client = client_for(ctx.tracking_uri)
         want = set(missing)
         for f in filters:
@@ -61,6 +64,8 @@ def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
                 tid, tag = r.data.tags.get(TAG_TRIAL_ID), r.data.tags.get(TAG_RUNGS)
                 if tid in want and r.info.status == "FINISHED" and tag:
                     board.record(tid, {int(k): v for k, v in json.loads(tag).items()})
+    except Exception as e:
+        HEALTH.failed(e)
 
 
 def gate_for(ctx: RunContext) -> Callable[[TrialSpec, int, float], str | None] | None:

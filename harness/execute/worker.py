@@ -131,7 +131,7 @@ class _BackgroundWrites:
 
 
 class _HandoffWrites:
-    """No MLflow call in the worker: each result goes back to the sweep's process in its outcome
+    """No MLflow write in the worker: each result goes back to the sweep's process in its outcome
     (``extra[HANDOFF] = (result, t0_ms)``), which writes it on its own background writer (the
     ``--jobs`` executor, :class:`harness.execute.executors.ProcessExecutor`, whose process also holds
     the trials' claims). A unit's checkpoints are removed once its results are handed over."""
@@ -185,10 +185,11 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
         in-process executor does, at the end of the sweep). A process killed before that leaves
         the trial's run RUNNING, so the next invocation re-runs it: nothing FINISHED is lost,
         nothing runs twice.
-      handoff: make no MLflow call and take no claim here: the caller holds the trials' claims and
-        writes each result, which comes back in its outcome's ``extra[HANDOFF]`` as ``(result,
-        t0_ms)`` for :func:`harness.execute.writing.write_result` (the ``--jobs`` workers: their
-        sweep's process is the store's only writer, so a worker never imports MLflow).
+      handoff: write nothing to the store and take no claim here: the caller holds the trials'
+        claims and writes each result, which comes back in its outcome's ``extra[HANDOFF]`` as
+        ``(result, t0_ms)`` for :func:`harness.execute.writing.write_result` (the ``--jobs``
+        workers: their sweep's process is the store's only writer; a worker reads the store only
+        for an early-stopping gate's peers).
       wait_claims_s: on a SQLite store, how long to wait for a trial's claim held by another
         invocation (0: do not wait; the trial's outcome is then ``deferred``).
 

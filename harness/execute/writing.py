@@ -30,16 +30,11 @@ from harness.execute.training import load_dataset_of
 from harness.tracking import spool
 from harness.tracking.client import client_for
 from harness.tracking.errors import TrackingUnavailableError, is_outage, one_line
-from harness.tracking.health import HEALTH, store_reachable
+from harness.tracking.health import HEALTH, PROBE_S, store_should_be_tried  # noqa: F401 (re-exported)
 from harness.tracking.liveness import owner_tags
 from harness.tracking.trial_run import finish_run, result_tags, trial_tags
 
 log = logging.getLogger(__name__)
-
-#: While the store is down, a background write tries it again at most this often (seconds);
-#: results meanwhile go straight to the spool.
-PROBE_S = 5.0
-
 
 def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
     """The hyperparameters a trial used without naming them, as MLflow params: each builder's
@@ -80,17 +75,6 @@ def create_result_run(client, res: TrialResult, t0_ms: int, ctx: RunContext, ext
     return client.create_run(ctx.experiment_id, start_time=t0_ms,
                              tags={**trial_tags(res.spec, ctx), **result_tags(res), **(extra_tags or {})},
                              run_name=run_name(res.spec))
-
-
-def store_should_be_tried(uri: str) -> bool:
-    """False while the store is known down and was probed less than :data:`PROBE_S` s ago."""
-    if not HEALTH.down:
-        return True
-    now = time.time()
-    if now - HEALTH.last_probe < PROBE_S:
-        return False
-    HEALTH.last_probe = now
-    return store_reachable(uri)
 
 
 def skipped_write_error() -> TrackingUnavailableError:

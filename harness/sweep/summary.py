@@ -104,9 +104,9 @@ class SweepSummary:
 
     def spooled(self) -> dict[str, int]:
         """Trained trials whose results are only in the local spool, not yet in the store, per
-        status (``finished``, ``diverged``)."""
+        status (``finished``, ``diverged``, ``stopped``: stopped at a rung)."""
         return {s: sum(o.status == s and o.trial_id in self.in_spool for o in self.outcomes)
-                for s in ("finished", "diverged")}
+                for s in ("finished", "diverged", "stopped")}
 
     def headline(self) -> str:
         """The counts under the summary's title: trials in the store, and apart from them those whose
@@ -118,8 +118,8 @@ class SweepSummary:
             parts.append(" and ".join(f"{n} {s}" for s, n in spooled.items() if n)
                          + " and spooled (not yet in the store)")
         parts.append(f"{c['diverged'] - spooled['diverged']} diverged")
-        if c.get("stopped"):  # early stopping (issue 34 §1): done at a rung, never selected
-            parts.append(f"{c['stopped']} stopped early")
+        if c.get("stopped", 0) - spooled["stopped"]:  # early stopping (issue 34 §1): never selected
+            parts.append(f"{c['stopped'] - spooled['stopped']} stopped early")
         # the time budget's wall-clock where there is one (from the process start, as the "time"
         # line says it), so the two lines of one summary never give two figures
         wall = self.budget_wall_s if self.budget is not None else self.wall_s

@@ -47,6 +47,21 @@ class StoreHealth:
 #: This process's store health (one per process: a worker process has its own).
 HEALTH = StoreHealth()
 
+#: While the store is down, a write (or a worker's read of its peers' rung values) tries it again at
+#: most this often (seconds); results meanwhile go straight to the spool.
+PROBE_S = 5.0
+
+
+def store_should_be_tried(uri: str) -> bool:
+    """False while the store is known down and was probed less than :data:`PROBE_S` s ago."""
+    if not HEALTH.down:
+        return True
+    now = time.time()
+    if now - HEALTH.last_probe < PROBE_S:
+        return False
+    HEALTH.last_probe = now
+    return store_reachable(uri)
+
 
 def store_reachable(uri: str, timeout: float = 2.0) -> bool:
     """A cheap probe: ``GET /health`` for a server; for a SQLite store, whether its file and folder

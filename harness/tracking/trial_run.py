@@ -20,7 +20,9 @@ flagged); params
 ``target.mode``; tags ``harness.devices`` (the device(s) the trial
 trained on, e.g. ``cpu:2`` or ``cuda:0,1`` with host-level ids), ``harness.device_env`` (the device and
 memory variables of the training process, e.g. ``HARNESS_DEVICE_IDS=2``) and, under ``--jobs N``,
-``harness.device_env_set`` (``before-jax-import``; see :mod:`harness.execute.devices`); for a trial
+``harness.device_env_set`` (``before-jax-import``; see :mod:`harness.execute.devices`);
+``harness.trained_by`` (``host:pid`` of the process that trained it; ``harness.owner`` is the one
+that wrote the run, the sweep's own under ``--jobs N``); for a trial
 trained on several devices ``harness.mesh`` (``"batch=4"``); ``harness.batching`` (how its unit
 trained and why, :mod:`harness.train.batching`; set by the sweep through ``RunContext.trial_tags``);
 ``harness.batch_fallback_reason`` (the exception of a vmapped batch retried one trial at a time);

@@ -1,6 +1,6 @@
 """Sweeps of many short trials (issue 35): the harness against a hand-written script, N = 10, 100, 1000.
 
-Run: ``pytest tests/benchmarks/test_bench_scale.py --benchmark-only -s`` (about 15 minutes on 2
+Run: ``pytest tests/benchmarks/test_bench_scale.py --benchmark-only -s`` (about 20 minutes on 2
 cores at the defaults; ``BENCH_SCALE_N=10,100`` and ``BENCH_SCALE_ROUNDS=3`` to change them,
 ``BENCH_SCALE_SERVER=0`` to leave the server variant out). Whole processes on a new SQLite store
 each, so imports, data, compiles and every MLflow write count, as a user waits for them:
@@ -19,6 +19,7 @@ the writer's CPU per trial. The issue's targets at N = 1000: ≤ 1.0× the scrip
 without logging, ≤ 0.05 s of writer CPU per trial. With ``BENCH_SCALE_SERVER`` (the default) the
 harness and the script also write 100 trials to one ``mlflow server`` on 127.0.0.1 (the suite's
 ``mlflow_server`` fixture), and the per-trial cost and its ratio are printed.
+:func:`test_jobs_2_against_in_process` times ``--jobs 2`` against in-process (issue 35 §4).
 """
 
 from __future__ import annotations
@@ -147,3 +148,52 @@ def test_many_short_trials_against_a_server(benchmark, mlflow_server):
           f"wall {wall}; harness {per_trial * 1000:.0f} ms of wall-clock per trial, writer CPU "
           f"{writer * 1000:.1f} ms per trial")
     record(benchmark, [r["seconds"] for r in seen["harness"]])
+
+
+JOBS = """\
+import time
+t0 = time.perf_counter()
+import json, sys
+from harness.sweep.run import run_sweep
+s = run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True, jobs=int(sys.argv[3]))
+print(json.dumps({"trials": len(s.outcomes), "seconds": time.perf_counter() - t0}))
+"""
+
+
+def test_jobs_2_against_in_process(benchmark):
+    """Issue 35 §4: ``--jobs 2`` ÷ in-process, wall-clock of whole processes on fresh SQLite stores,
+    interleaved (``BENCH_SCALE_ROUNDS`` rounds), for three sweeps: 100 trials of 20 steps (tracking-
+    bound: :data:`CONFIG` with ``trials: 50``), ``experiments/quickstart.yaml`` (compute-bound) and
+    ``experiments/asha.yaml`` (an adaptive sweep of many rounds, whose workers are kept across them).
+    Below 1: ``--jobs 2`` is faster."""
+    work = Path(tempfile.mkdtemp(prefix="bench-jobs-"))
+    (work / "n100.yaml").write_text(yaml.safe_dump({**CONFIG, "name": "jobs100",
+                                                    "search": {**CONFIG["search"], "trials": 50}}))
+    sweeps = {"100 trials of 20 steps": work / "n100.yaml",
+              "quickstart": ROOT / "experiments" / "quickstart.yaml",
+              "asha": ROOT / "experiments" / "asha.yaml"}
+    seen: dict[tuple[str, int], list[dict]] = {(k, j): [] for k in sweeps for j in (1, 2)}
+    counter = iter(range(10**6))
+
+    def variant(name: str, jobs: int):
+        def go():
+            d = work / f"r{next(counter)}"
+            d.mkdir()
+            got = _run([sys.executable, "-c", JOBS, str(sweeps[name]), f"sqlite:///{d}/m.db", str(jobs)], d)
+            seen[(name, jobs)].append(got)
+        return go
+
+    rounds = int(os.environ.get("BENCH_SCALE_ROUNDS", "2"))
+    interleave({f"{k} jobs={j}": variant(k, j) for k, j in seen}, rounds, warmup=0)
+    rows = {}
+    for name in sweeps:
+        one, two = seen[(name, 1)], seen[(name, 2)]
+        assert [r["trials"] for r in one] == [r["trials"] for r in two]
+        ratio = _ratio(two, one, "seconds")
+        rows[name] = {"jobs2_vs_inprocess": ratio.median, "inprocess_s": [r["seconds"] for r in one],
+                      "jobs2_s": [r["seconds"] for r in two]}
+        print(f"\n{name}: --jobs 2 ÷ in-process, wall {ratio}; in-process "
+              f"{', '.join(f'{r:.1f}' for r in rows[name]['inprocess_s'])} s, --jobs 2 "
+              f"{', '.join(f'{r:.1f}' for r in rows[name]['jobs2_s'])} s")
+    benchmark.extra_info["rows"] = rows
+    record(benchmark, rows["100 trials of 20 steps"]["jobs2_s"])
