@@ -188,7 +188,8 @@ def test_jobs_2_against_in_process(benchmark):
     rows = {}
     for name in sweeps:
         one, two = seen[(name, 1)], seen[(name, 2)]
-        assert [r["trials"] for r in one] == [r["trials"] for r in two]
+        if name != "asha":  # ASHA's decisions under --jobs are asynchronous: its trial count may differ
+            assert [r["trials"] for r in one] == [r["trials"] for r in two]
         ratio = _ratio(two, one, "seconds")
         rows[name] = {"jobs2_vs_inprocess": ratio.median, "inprocess_s": [r["seconds"] for r in one],
                       "jobs2_s": [r["seconds"] for r in two]}
