@@ -214,3 +214,26 @@ def test_group_units_decides_once_per_program(fresh, monkeypatch):
     units = group_units(specs, "auto", labels=labels)
     assert calls == [100, 100] and len(units) == 200
     assert set(labels.values()) == {"sequential: measured 0.90x"}
+
+
+def test_group_units_compares_each_trials_key_a_bounded_number_of_times(fresh, monkeypatch):
+    """A group that is not batched is labelled once, not once per trial: 1,000 siblings read their
+    batch keys a few thousand times (before, every trial's label compared all 1,000 keys: 1,004,000
+    reads, several seconds of a 1,000-trial sweep)."""
+    from harness.core.spec import TrialSpec
+
+    monkeypatch.setattr(batching, "_param_count", lambda spec: 1210)
+    monkeypatch.setattr(batching, "measure_speedup", lambda specs: (0.9, 3))
+    reads = [0]
+    key = TrialSpec.batch_key
+
+    def counted(self):
+        reads[0] += 1
+        return key(self)
+
+    specs = _siblings(1000)
+    monkeypatch.setattr(TrialSpec, "batch_key", counted)
+    labels: dict = {}
+    units = group_units(specs, "auto", labels=labels)
+    assert len(units) == 1000 and set(labels.values()) == {"sequential: measured 0.90x"}
+    assert reads[0] <= 5 * 1000, reads[0]

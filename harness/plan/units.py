@@ -47,7 +47,8 @@ def group_units(specs: list[TrialSpec], batching: str,
 
                 should_batch = sb
             if not should_batch(g):
-                labels.update((s.trial_id, _batching.describe(g, False)) for s in g)
+                label = _batching.describe(g, False)  # once per group: it compares all of g's keys
+                labels.update((s.trial_id, label) for s in g)
                 units.extend([s] for s in g)
                 continue
             label = _batching.describe(g, True)
