@@ -335,7 +335,7 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     n = _chunk_len(spec0)
     # one trial's state, whatever T: a chunk's time depends on the state's shapes, not its values, so
     # the vmapped state is T copies of it (T eager optimizer inits cost O(T) before anything is decided)
-    one, dt = prog.init(jax.random.PRNGKey(spec0.seed), trial_step_size(spec0, prog.opt_builder))
+    one, dt = prog.init_seeded(spec0.seed, trial_step_size(spec0, prog.opt_builder))
     _COMPILE_S[0] += dt
     _count("inits")
     # its values on the host (before the single chunk donates ``one``): the T copies are made there

@@ -189,7 +189,7 @@ class _UnitRun:
         """Each trial initialised exactly as alone (same executable), then stacked (and padded)."""
         states = []
         for s in self.specs:
-            st, dt = self.prog.init(jax.random.PRNGKey(s.seed), trial_step_size(s, self.prog.opt_builder))
+            st, dt = self.prog.init_seeded(s.seed, trial_step_size(s, self.prog.opt_builder))
             states.append(st)
             self.compile_s += dt
         if self.width is not None:

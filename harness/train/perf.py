@@ -300,7 +300,7 @@ def remeasure_in_task(prog: TrainingProgram, spec: TrialSpec, perf: PerfResult, 
 
 def _init_state(prog: TrainingProgram, spec: TrialSpec):
     """A fresh state of ``spec``'s trial (the one the timed calls start from)."""
-    return prog.init(jax.random.PRNGKey(spec.seed), trial_step_size(spec, prog.opt_builder))[0]
+    return prog.init_seeded(spec.seed, trial_step_size(spec, prog.opt_builder))[0]
 
 
 def _chunk_job(prog: TrainingProgram, spec: TrialSpec, state=None) -> tuple[timing.Timed, dict]:
