@@ -21,6 +21,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 from conftest import TINY_SWEEP
 
@@ -110,3 +111,86 @@ def test_a_worker_handed_its_parents_digits_loads_them_without_scikit_learn(tmp_
     assert np.array_equal(np.load(tmp_path / "x_train.npy"), ds.x_train)
     assert np.array_equal(np.load(tmp_path / "y_test.npy"), ds.y_test)
     assert np.load(tmp_path / "x_train.npy").dtype == ds.x_train.dtype == np.float32
+
+
+def test_jobs_workers_start_before_the_store_is_opened_and_never_for_a_rerun(tmp_path, monkeypatch):
+    """``ProcessExecutor.prestart`` (issue 35 §4): both workers are alive when the sweep opens its
+    store (their interpreter and JAX overlap the parent's MLflow import and plan), the sweep trains
+    on them (two started in all), and none is left when it returns. A re-run with every trial
+    FINISHED starts none; a store that cannot be opened stops the ones started."""
+    import psutil
+
+    from harness.execute.executors import ProcessExecutor
+    from harness.sweep import run as run_mod
+    from harness.sweep.run import run_sweep
+
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_SWEEP, "budget": {"steps": 4},
+                                                        "eval_every": 2, "steps_per_dispatch": 2}))
+    uri = f"sqlite:///{tmp_path}/m.db"
+    seen: list = []
+    real = run_mod.prepare_store
+
+    def spy(u, **kw):
+        seen.append([(w.proc.pid, w.proc.is_alive()) for w in ex._kept or []])
+        return real(u, **kw)
+
+    def children() -> set[int]:  # live children but the resource tracker (and a session's server)
+        return {c.pid for c in psutil.Process().children()
+                if c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(c.cmdline())}
+
+    before = children()
+    monkeypatch.setattr(run_mod, "prepare_store", spy)
+    ex = ProcessExecutor(jobs=2)
+    s = run_sweep(tmp_path / "tiny.yaml", tracking_uri=uri, quiet=True, executor_obj=ex)
+    assert s.counts()["finished"] == 2 and ex.started == 2
+    assert [alive for _, alive in seen[0]] == [True, True]
+    assert children() - before == set()
+    ex = ProcessExecutor(jobs=2)
+    again = run_sweep(tmp_path / "tiny.yaml", tracking_uri=uri, quiet=True, executor_obj=ex)
+    assert again.counts()["skipped"] == 2
+    assert ex.started == 0
+
+    def refused(u, **kw):
+        spy(u, **kw)
+        raise RuntimeError("the store refused")
+
+    monkeypatch.setattr(run_mod, "prepare_store", refused)
+    ex = ProcessExecutor(jobs=2)
+    with pytest.raises(RuntimeError, match="the store refused"):
+        run_sweep(tmp_path / "tiny.yaml", tracking_uri=f"sqlite:///{tmp_path}/other.db", quiet=True,
+                  executor_obj=ex)
+    assert ex.started == 2 and [alive for _, alive in seen[-1]] == [True, True]
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid, _ in seen[-1])
+
+
+def test_a_script_without_a_main_guard_ends_its_jobs_sweep_with_an_error_instead_of_hanging(tmp_path):
+    """A script that calls ``run_sweep(..., jobs=2)`` at its top level, without ``if __name__ ==
+    "__main__":``, is re-imported by each spawned worker, which dies as it starts (multiprocessing's
+    bootstrapping error). Before, the parent hung for ever: the worker's start-up payload held the
+    parent's datasets (digits, ~0.5 MB, over a pipe's 64 KiB), and a child that dies before reading
+    it all leaves ``Process.start`` blocked in its write; with the datasets sent on the worker's own
+    pipe, dead workers were replaced for ever (each death before a unit was charged to none). Now
+    two workers that die before they are set up end the sweep with an error that says what to do,
+    and nothing is trained or left running."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_SWEEP, "budget": {"steps": 4},
+                                                        "eval_every": 2, "steps_per_dispatch": 2}))
+    (tmp_path / "unguarded.py").write_text(textwrap.dedent(f"""
+        from harness.sweep.run import run_sweep
+        s = run_sweep("tiny.yaml", tracking_uri="sqlite:///{tmp_path}/m.db", quiet=True, jobs=2)
+        print("COUNTS", s.counts())
+    """))
+    p = subprocess.run([sys.executable, "unguarded.py"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=240, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                         "HOME": str(tmp_path)})
+    assert p.returncode == 1 and "COUNTS" not in p.stdout
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("harness.execute.executors.WorkerStartError: --jobs worker processes died "
+                           "before they were set up (exit code 1), 2 in a row; their error is printed "
+                           "above. Nothing was trained."), last
+    assert last.endswith('must make that call under `if __name__ == "__main__":` (each worker process '
+                         're-imports the script)'), last
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "m.db") as db:
+        assert db.execute("select status from runs").fetchall() == [("FAILED",)]  # the parent run only

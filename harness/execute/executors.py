@@ -43,9 +43,6 @@ import importlib
 import importlib.util
 import logging
 import multiprocessing as mp
-import os
-import pickle
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -58,6 +55,7 @@ from harness.core.spec import TrialResult, TrialSpec
 from harness.execute import background, claims, devices, writing
 from harness.execute.devices import DevicePlan
 from harness.execute.handoff import Handoff
+from harness.execute.process_worker import Worker, stop_all
 from harness.execute.worker import execute_unit
 from harness.tracking.client import client_for
 
@@ -65,7 +63,17 @@ log = logging.getLogger(__name__)
 
 
 class ExecutorUnavailableError(RuntimeError):
-    """An executor's optional dependency is missing (the message says what to install)."""
+    """An executor cannot run here: its optional dependency is missing, or its workers cannot start
+    (the message says what to do)."""
+
+
+class WorkerStartError(ExecutorUnavailableError):
+    """``--jobs`` worker processes died before they were set up, :data:`UNIT_DEATHS` in a row."""
+
+
+#: What a script that starts ``--jobs`` workers needs (``spawn`` re-imports the main module).
+MAIN_GUARD_HINT = ("a script that runs a sweep with jobs > 1 must make that call under "
+                   "`if __name__ == \"__main__\":` (each worker process re-imports the script)")
 
 
 class Executor:
@@ -95,6 +103,11 @@ class Executor:
         docstring); released on exit. The default keeps nothing."""
         yield self
 
+    def prestart(self, specs: list[TrialSpec]) -> None:
+        """Inside :meth:`session`: start now what :meth:`run` will need for ``specs`` (the trials
+        likely to train), so that it starts while the sweep opens its store and plans. The default
+        starts nothing."""
+
 
 class InProcessExecutor(Executor):
     """Units one after another in the calling process (the default; ``jobs`` must be 1)."""
@@ -119,74 +132,11 @@ class InProcessExecutor(Executor):
             self.flush_wait_s = background.flush_logging()
 
 
-PARENT_POLL_S = 0.5  # how often a worker checks that the process that started it is alive
 #: How many times a unit may lose its worker process: a unit whose worker dies this many times is
 #: recorded FAILED (``worker process died (signal 9) twice``) instead of being tried again.
 UNIT_DEATHS = 2
 #: Seconds the workers get to leave by themselves at the end (or after Ctrl-C) before SIGTERM.
 JOIN_S = 10.0
-
-
-def _watch_parent(parent_pid: int, poll_s: float) -> None:
-    """Daemon-thread body: end this worker (``os._exit(1)``) once its parent is gone (re-parented)."""
-    while True:
-        if os.getppid() != parent_pid:
-            os._exit(1)
-        time.sleep(poll_s)
-
-
-def _init_worker(env: dict[str, str] | None = None, datasets: list | None = None) -> None:
-    """Worker set-up, before any unit, so before JAX is imported there (nothing this module imports
-    at the top imports JAX): the worker's device environment
-    (:func:`harness.execute.devices.worker_env`), the datasets its parent already loaded
-    (:func:`harness.data.sources.preload`), and the watch on its parent."""
-    if env is not None:
-        devices.apply_worker_env(env)
-    if datasets:
-        from harness.data.sources import preload
-
-        preload(datasets)
-    # A SIGKILLed sweep cannot shut its workers down: they would be re-parented and live on
-    # (holding host and device memory). Each worker polls its parent pid and exits when it changes.
-    # The expected pid comes from multiprocessing, so a parent that died before this ran counts too.
-    # (prctl(PR_SET_PDEATHSIG) is not used: it fires when the *thread* that spawned the worker
-    # exits, which is not the parent process's death.)
-    parent = mp.parent_process()
-    parent_pid = parent.pid if parent is not None and parent.pid is not None else os.getppid()
-    threading.Thread(target=_watch_parent, args=(parent_pid, PARENT_POLL_S), daemon=True,
-                     name="harness-parent-watch").start()
-
-
-def _worker_main(conn, env: dict[str, str] | None, datasets: list | None = None) -> None:
-    """A ``--jobs`` worker process: receive ``(index, unit, ctx, handoff)``, answer ``(index, True,
-    outcomes)`` (or ``(index, False, exception)`` when :func:`execute_unit` itself raised), until
-    ``None``."""
-    _init_worker(env, datasets)
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            return
-        if msg is None:
-            return
-        i, unit, ctx, handoff = msg
-        try:
-            reply = (i, True, execute_unit(unit, ctx, handoff=handoff))
-        except BaseException as e:  # handed to the parent, which raises it
-            reply = (i, False, _picklable(e))
-        try:
-            conn.send(reply)
-        except (OSError, ValueError):
-            return
-
-
-def _picklable(e: BaseException) -> BaseException:
-    """``e`` if it pickles, else a ``RuntimeError`` with its text (a worker's exception crosses a pipe)."""
-    try:
-        pickle.dumps(e)
-        return e
-    except Exception:
-        return RuntimeError(f"{type(e).__name__}: {e}")
 
 
 def death_reason(exitcode: int | None) -> str:
@@ -244,39 +194,6 @@ def write_not_run(spec: TrialSpec, ctx: RunContext, reason: str) -> TrialOutcome
     return o
 
 
-class _Worker:
-    """One spawned worker process, its pipe, its device environment and the unit it holds."""
-
-    def __init__(self, spawn, env: dict[str, str] | None, datasets: list | None = None) -> None:
-        self.env = env
-        self.conn, child = spawn.Pipe()
-        self.proc = spawn.Process(target=_worker_main, args=(child, env, datasets), name="harness-worker")
-        self.proc.start()
-        child.close()
-        self.unit: int | None = None
-
-    def give(self, i: int, unit: list[TrialSpec], ctx: RunContext, handoff: bool) -> bool:
-        """Hand unit ``i`` to this worker; ``False`` when the worker is already gone."""
-        try:
-            self.conn.send((i, unit, ctx, handoff))
-        except (OSError, ValueError):
-            return False
-        self.unit = i
-        return True
-
-    def stop(self, wait_s: float) -> None:
-        """Ask the worker to leave, wait ``wait_s`` s, then SIGTERM, then SIGKILL."""
-        with contextlib.suppress(OSError, ValueError):
-            self.conn.send(None)
-        self.proc.join(wait_s)
-        for end in (self.proc.terminate, self.proc.kill):
-            if self.proc.exitcode is None:
-                end()
-                self.proc.join(2.0)
-        with contextlib.suppress(OSError):
-            self.conn.close()
-
-
 #: The most bytes of dataset arrays a ``--jobs`` worker is handed at its start (:func:`shared_datasets`).
 SHARED_DATASET_BYTES = 64 << 20
 
@@ -318,7 +235,7 @@ class ProcessExecutor(Executor):
         #: ``unit index -> [how its worker ended, ...]`` of the last :meth:`run` (worker deaths).
         self.deaths: dict[int, list[str]] = {}
         #: Inside :meth:`session`: the idle worker processes the last :meth:`run` left for the next.
-        self._kept: list[_Worker] | None = None
+        self._kept: list[Worker] | None = None
         #: Worker processes started so far (a kept worker counts once; a replacement counts).
         self.started = 0
         self._datasets: list = []  # what a worker starts with (shared_datasets of the run's units)
@@ -341,6 +258,7 @@ class ProcessExecutor(Executor):
         spawn = mp.get_context("spawn")
         queue = deque(range(len(units)))
         self.deaths = {}
+        self._start_deaths: list[str] = []
         # The parent is the store's only writer (module docstring); with a final checkpoint to log
         # as an artifact (kept on the worker's disk until written), each worker writes its own.
         handoff = not ctx.keep_final_checkpoint
@@ -366,6 +284,7 @@ class ProcessExecutor(Executor):
                                 i, book.todo[i] if book is not None else units[i], ctx, handoff):
                             queue.popleft()
                         else:  # gone while idle: nothing to charge to a unit
+                            self._check_start(workers[k])
                             workers[k] = self._replace(spawn, workers[k])
                 if not any(w.unit is not None for w in workers):
                     continue
@@ -385,8 +304,7 @@ class ProcessExecutor(Executor):
                 self._kept = leave + [w for w in workers if w.proc.is_alive()]
                 leave = [w for w in workers if not w.proc.is_alive()]
         finally:
-            for w in leave:
-                w.stop(wait_s)
+            stop_all(leave, wait_s)
             if book is not None:
                 book.release_all()
                 self.flush_wait_s = background.flush_logging()
@@ -394,20 +312,35 @@ class ProcessExecutor(Executor):
     @contextlib.contextmanager
     def session(self):
         """Keep the worker processes from one :meth:`run` to the next (an adaptive sweep's rounds);
-        each is asked to leave when the session ends (then SIGTERM, then SIGKILL, as after a run)."""
-        if self._kept is not None:  # nested: the outer session owns them
-            yield self
-            return
-        self._kept = []
+        they are asked to leave when the session ends (then SIGTERM, then SIGKILL, as after a run).
+        Sessions nest (the sweep opens one for :meth:`prestart`'s workers and one around its
+        executions): leaving any of them stops the workers kept so far, so that their shutdown
+        falls inside the part of the sweep that is timed."""
+        outer = self._kept is None
+        if outer:
+            self._kept = []
         try:
             yield self
         finally:
-            kept, self._kept = self._kept, None
-            for w in kept:
-                w.stop(JOIN_S)
+            kept, self._kept = self._kept or [], None if outer else []
+            stop_all(kept, JOIN_S)
+
+    def prestart(self, specs: list[TrialSpec]) -> None:
+        """Inside :meth:`session`, with no worker yet: start ``min(jobs, len(specs))`` workers with
+        ``specs``' datasets; each imports the trainer (JAX) while the sweep opens the store and
+        plans (issue 35 §4: a worker's start-up is then no longer on the sweep's critical path), and
+        the first :meth:`run` takes them. Left idle, they are stopped when the session ends."""
+        if self._kept is None or self._kept or not specs:
+            return
+        if self.device_plan is None:
+            self.validate()
+        spawn = mp.get_context("spawn")
+        self._datasets = shared_datasets([specs])
+        for env in self.device_plan.envs[:min(self.jobs, len(specs))]:
+            self._kept.append(self._spawn(spawn, devices.worker_env(env)))
 
     @staticmethod
-    def _take(kept: list[_Worker] | None, env: dict[str, str] | None) -> _Worker | None:
+    def _take(kept: list[Worker] | None, env: dict[str, str] | None) -> Worker | None:
         """A live kept worker of the device environment ``env`` (removed from ``kept``), or ``None``."""
         for w in kept or []:
             if w.env == env and w.proc.is_alive():
@@ -415,27 +348,32 @@ class ProcessExecutor(Executor):
                 return w
         return None
 
-    def _spawn(self, spawn, env: dict[str, str] | None) -> _Worker:
+    def _spawn(self, spawn, env: dict[str, str] | None) -> Worker:
         self.started += 1
-        return _Worker(spawn, env, self._datasets)
+        return Worker(spawn, env, self._datasets)
 
-    def _replace(self, spawn, w: _Worker) -> _Worker:
+    def _replace(self, spawn, w: Worker) -> Worker:
         w.stop(0.0)
         return self._spawn(spawn, w.env)
 
-    def _collect(self, spawn, w: _Worker, units: list[list[TrialSpec]], book: Handoff | None,
-                 queue: deque, on_done: Callable[[list[TrialOutcome]], None]) -> _Worker:
+    def _collect(self, spawn, w: Worker, units: list[list[TrialSpec]], book: Handoff | None,
+                 queue: deque, on_done: Callable[[list[TrialOutcome]], None]) -> Worker:
         """Take what the busy worker ``w`` has to say (nothing yet, its unit's outcomes, or its death);
         returns the worker that holds its place afterwards."""
         i = w.unit
         try:
-            if not w.conn.poll():
+            if not w.seen_ready() or not w.conn.poll():
                 if w.proc.is_alive():
                     return w
                 raise EOFError
             _, ok, payload = w.conn.recv()
         except (EOFError, OSError):
             w.proc.join(5.0)
+            if not w.seen_ready():  # it died setting itself up: the unit never ran, nothing to charge
+                self._check_start(w)
+                w.unit = None
+                queue.appendleft(i)
+                return self._replace(spawn, w)
             why = death_reason(w.proc.exitcode)
             deaths = self.deaths.setdefault(i, [])
             deaths.append(why)
@@ -455,10 +393,29 @@ class ProcessExecutor(Executor):
                     on_done(book.outcomes(i, not_run(book.todo[i], reason)))
             return self._replace(spawn, w) if queue else w
         w.unit = None
+        self._start_deaths = []  # a worker was set up: the deaths before it were not the start's
         if not ok:
             raise payload
         on_done(payload if book is None else book.outcomes(i, payload))
         return w
+
+    def _check_start(self, w: Worker) -> None:
+        """Note a worker that is gone: one that died before it was set up (before
+        :data:`~harness.execute.process_worker.READY`) counts, and :data:`UNIT_DEATHS` of those in a
+        row (none set up in between) end the run.
+
+        Raises:
+          WorkerStartError: what the workers died of, with :data:`MAIN_GUARD_HINT`.
+        """
+        w.proc.join(5.0)
+        if w.seen_ready():
+            return
+        self._start_deaths.append(death_reason(w.proc.exitcode))
+        if len(self._start_deaths) >= UNIT_DEATHS:
+            raise WorkerStartError(
+                f"--jobs worker processes died before they were set up "
+                f"({'; '.join(sorted(set(self._start_deaths)))}), {len(self._start_deaths)} in a row; "
+                f"their error is printed above. Nothing was trained. Note: {MAIN_GUARD_HINT}")
 
     def _note(self, line: str) -> None:
         if self.note is not None:

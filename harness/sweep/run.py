@@ -168,11 +168,10 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     # With workers (--jobs N, Ray) the parent trains nothing: the JAX backend its preflight starts
     # must not preallocate the GPU memory the workers need (harness.execute.devices.parent_off_devices).
     clock.startup_ends()
+    finished = finished_trials(lambda: resolve_tracking_uri(opts.tracking_uri, cfg.tracking_uri), cfg.name)
     with contextlib.nullcontext() if trains_here else parent_off_devices(), clock.part("preflight"):
         # before the store: dry run too
-        whole = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage,
-                          finished=finished_trials(lambda: resolve_tracking_uri(opts.tracking_uri,
-                                                                                cfg.tracking_uri), cfg.name))
+        whole = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage, finished=finished)
     if (pool := xla_threads.mismatch()) is not None:  # JAX computed before `import harness`
         console.print(f"warning: {pool}", soft_wrap=True)
     try:  # issue 34: the seam of every method; a searcher's config error names the file
@@ -194,31 +193,34 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
         return _dry_run(cfg, specs, sweep_id, uri, console, t_start, stages, opts.quiet,
                         search if search.adaptive else None)
 
-    stages.stage("store", f"opening the store {mask_uri(uri)}; finding the trials already done")
-    with clock.part("tracking"):
-        client = prepare_store(uri)  # health check / schema creation, before any worker
-        replayed = replay_spool(uri)  # results an earlier invocation could not write
-    if replayed.written and not opts.quiet:
-        console.print(f"{replayed.written} results kept in the local spool by an earlier run were "
-                      f"written to the store")
-    rounds: Rounds | None = None
-    with clock.part("tracking"):
-        exp_id = get_or_create_experiment(client, cfg.name, uri)
-        if search.adaptive:  # round by round (harness.sweep.adaptive); the first with work to do
-            outcomes: list[TrialOutcome] = []
-            rounds = Rounds(search, client, exp_id, uri, keep_only(only), carried=outcomes,
-                            origins=whole.origins)
-            plan = rounds.next_plan() or Plan(rounds.proposed_specs(), [])
-        else:
-            plan = make_plan(specs, client, exp_id)
-            outcomes = plan.done_outcomes
-            outcomes += take_spooled(plan, uri)  # trained, not yet in the store: not trained again
-    if not plan.todo:
-        stages.stop()
-        return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts.quiet, t_start,
-                                 outcomes, rounds.describe() if rounds is not None else [])
-    parent_id = _run_invocation(cfg, given, specs, plan, outcomes, ex, client, exp_id, sweep_id,
-                                uri, console, stages, opts.quiet, clock, whole, describe(only), rounds)
+    with ex.session():  # workers started now (prestart) are stopped however this ends
+        done_before = finished(specs)  # read by the pre-flight: nothing to start for a re-run
+        ex.prestart([s for s in specs if s.trial_id not in done_before])
+        stages.stage("store", f"opening the store {mask_uri(uri)}; finding the trials already done")
+        with clock.part("tracking"):
+            client = prepare_store(uri)  # health check / schema creation, before any unit is handed out
+            replayed = replay_spool(uri)  # results an earlier invocation could not write
+        if replayed.written and not opts.quiet:
+            console.print(f"{replayed.written} results kept in the local spool by an earlier run were "
+                          f"written to the store")
+        rounds: Rounds | None = None
+        with clock.part("tracking"):
+            exp_id = get_or_create_experiment(client, cfg.name, uri)
+            if search.adaptive:  # round by round (harness.sweep.adaptive); the first with work to do
+                outcomes: list[TrialOutcome] = []
+                rounds = Rounds(search, client, exp_id, uri, keep_only(only), carried=outcomes,
+                                origins=whole.origins)
+                plan = rounds.next_plan() or Plan(rounds.proposed_specs(), [])
+            else:
+                plan = make_plan(specs, client, exp_id)
+                outcomes = plan.done_outcomes
+                outcomes += take_spooled(plan, uri)  # trained, not yet in the store: not trained again
+        if not plan.todo:
+            stages.stop()
+            return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts.quiet, t_start,
+                                     outcomes, rounds.describe() if rounds is not None else [])
+        parent_id = _run_invocation(cfg, given, specs, plan, outcomes, ex, client, exp_id, sweep_id,
+                                    uri, console, stages, opts.quiet, clock, whole, describe(only), rounds)
     if rounds is not None:
         specs = _listed(rounds.proposed_specs(), whole)
     left = spool.entries(uri)
