@@ -58,14 +58,28 @@ def test_models_with_state_and_mixed_precision_initialise_bit_identical(model, d
     assert prog._init_exe not in (None, False)
 
 
+def test_the_models_initialisation_compiles_once_per_model_not_per_program(digits):
+    """A random initialiser is slow to compile (the CNN's ~3 s, its ``erf_inv``): the programs of
+    one model (here two optimizers × two schedules) share its compiled initialisation; each
+    compiles only its optimizer's."""
+    progs = [program_for(make_spec(model="cnn", model_hparams={}, optimizer=o, schedule=sch,
+                                   optimizer_hparams={"step_size": 0.01}), digits)
+             for o in ("sgd", "adam") for sch in ("constant", "cosine_decay")]
+    for p in progs:
+        p.init_seeded(0, 0.01)
+    assert len({id(p) for p in progs}) == 4 and len({id(p.entry) for p in progs}) == 1
+    assert [k[0] for k in progs[0].entry.compiled].count("init_seeded") == 1
+    assert len({id(p._init_exe[0]) for p in progs}) == 1 and len({id(p._init_exe[1]) for p in progs}) == 4
+
+
 def test_an_initialisation_that_does_not_trace_runs_eagerly_as_before(digits, monkeypatch):
     prog = program_for(make_spec(optimizer_hparams={"step_size": 0.02}), digits)
 
-    def branches_on_the_step_size(seed, step_size):
+    def branches_on_the_step_size(params, mstate, k_data, k_drop, step_size):
         if step_size > 0:  # Python control flow on a traced value: ConcretizationTypeError
             raise AssertionError("traced with a concrete step size")
 
-    monkeypatch.setattr(prog, "_init_from_seed", branches_on_the_step_size)
+    monkeypatch.setattr(prog, "_init_optimizer", branches_on_the_step_size)
     monkeypatch.setattr(prog, "_init_exe", None)
     got, _ = prog.init_seeded(1, 0.02)
     assert prog._init_exe is False

@@ -235,6 +235,14 @@ class ModelEntry:
         _, params, mstate = self.model.init(k_init, (1, *self.input_shape))
         return jax.tree_util.tree_map(lambda p: jnp.asarray(p, self.dtype), params), mstate
 
+    def init_from_seed(self, seed: jax.Array):
+        """``(params, model state, data key, dropout key)`` of the trial of ``seed`` (``uint32``):
+        ``jax.random.PRNGKey(seed)`` split into (init, data order, dropout) keys, the first
+        initialising :meth:`init_params` (compiled once per model by :meth:`get`)."""
+        k_init, k_data, k_drop = jax.random.split(jax.random.PRNGKey(seed), 3)
+        params, mstate = self.init_params(k_init)
+        return params, mstate, k_data, k_drop
+
     def forward(self, params: Any, mstate: Any, xb: jax.Array, *, rng: Any, train: bool):
         """``model.apply``; under mixed precision the floating parameters, state and inputs are cast
         to the compute dtype, the outputs back to float32 and the new state to its own dtypes."""
@@ -286,8 +294,9 @@ class ModelEntry:
         return loss_sum / M, {k: v / M for k, v in sums.items()}
 
     def get(self, kind: str, T: int | None, *args: Any, layout: Any = None) -> tuple[Any, float]:
-        """Compiled ``init`` (single trial) or ``eval`` (``T`` = None or vmapped over T; one program
-        per split size) and the seconds spent compiling it now (0 when cached).
+        """Compiled ``init`` (single trial; ``init_seeded``: :meth:`init_from_seed`) or ``eval``
+        (``T`` = None or vmapped over T; one program per split size) and the seconds spent
+        compiling it now (0 when cached).
 
         ``layout`` (:class:`harness.train.parallel.Layout`, eval only): ``"batch"`` shards each evaluation
         batch (parameters, state and data replicated; vmapped over the ``T`` trials' stacked
@@ -300,6 +309,8 @@ class ModelEntry:
         jit_kw: dict[str, Any] = {}
         if kind == "init":
             fn = self.init_params
+        elif kind == "init_seeded":
+            fn = self.init_from_seed
         elif layout is not None and layout.axis == "batch":
             def fn(p, m, x, y):
                 return self.evaluate(p, m, x, y, split=layout.split)

@@ -96,34 +96,38 @@ class TrainingProgram:
         perm = jnp.zeros((self.entry.num_train,), jnp.int32)
         return TrainState(opt_state, mstate, k_data, k_drop, lr, perm, jnp.int32(-1)), dt
 
-    def _init_from_seed(self, seed: jax.Array, step_size: jax.Array) -> TrainState:
-        """:meth:`init`'s state from the seed (``uint32``) as one traceable function."""
-        k_init, k_data, k_drop = jax.random.split(jax.random.PRNGKey(seed), 3)
-        params, mstate = self.entry.init_params(k_init)
+    def _init_optimizer(self, params: Any, mstate: Any, k_data: jax.Array, k_drop: jax.Array,
+                        step_size: jax.Array) -> TrainState:
+        """:meth:`init`'s state from the model's initialisation, as one traceable function."""
         opt_state = self.make_opt(step_size).init_fn(params)
         perm = jnp.zeros((self.entry.num_train,), jnp.int32)
         return TrainState(opt_state, mstate, k_data, k_drop, step_size, perm, jnp.int32(-1))
 
     def init_seeded(self, seed: int, step_size: float) -> tuple[TrainState, float]:
-        """``init(jax.random.PRNGKey(seed), step_size)``, bit for bit, in one compiled dispatch
-        (compiled on the first call, whose compile seconds are returned; 0.0 after), not the ~20
-        eager dispatches of :meth:`init` (about a third of a 20-step trial's main-thread time in a
-        sweep of 1,000: issue 35). Eager, as :meth:`init`, for a user's optimizer (``source:``),
-        for an optimizer whose initialisation does not trace, and for a seed outside
-        ``[0, 2**32)`` (``tests/test_trainer.py`` checks the states equal for every built-in
-        optimizer)."""
+        """``init(jax.random.PRNGKey(seed), step_size)``, bit for bit, in two compiled dispatches
+        instead of :meth:`init`'s ~20 eager ones (about a third of a 20-step trial's main-thread
+        time in a sweep of 1,000: issue 35): the model's (keys and parameters, compiled once per
+        model: :meth:`ModelEntry.init_from_seed`, whose random initialisers are slow to compile)
+        and the optimizer's (once per program). Returns the state and the seconds spent compiling
+        now (0.0 once both are compiled). Eager, as :meth:`init`, for a user's optimizer
+        (``source:``), an optimizer whose initialisation does not trace, and a seed outside
+        ``[0, 2**32)``; ``tests/test_init_seeded.py`` checks every built-in optimizer and model."""
         dt = 0.0
         if self._init_exe is None:
             t0 = time.perf_counter()
             try:
-                self._init_exe = jax.jit(self._init_from_seed).lower(np.uint32(0), np.float32(0)).compile()
+                model_exe, _ = self.entry.get("init_seeded", None, np.uint32(0))
+                parts = model_exe(np.uint32(0))
+                self._init_exe = (model_exe, jax.jit(self._init_optimizer).lower(
+                    *parts, np.float32(0)).compile())
             except Exception:  # e.g. Python control flow on the step size: eagerly, as before
                 self._init_exe = False
             dt = time.perf_counter() - t0
         if self._init_exe is False or not 0 <= seed < 2**32:
             st, dt_eager = self.init(jax.random.PRNGKey(seed), step_size)
             return st, dt + dt_eager
-        return self._init_exe(np.uint32(seed), np.float32(step_size)), dt
+        model_exe, opt_exe = self._init_exe
+        return opt_exe(*model_exe(np.uint32(seed)), np.float32(step_size)), dt
 
     def params(self, state: TrainState) -> Any:
         """The parameters inside ``state``'s optimizer state (the training iterate)."""
