@@ -34,9 +34,10 @@ def digits():
 
 
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
-def test_every_builtin_optimizer_initialises_compiled_and_bit_identical(opt, digits):
+def test_every_builtin_optimizer_initialises_compiled_and_bit_identical(opt, digits, monkeypatch):
     spec = make_spec(optimizer=opt, optimizer_hparams={"step_size": 0.01})
     prog = program_for(spec, digits)
+    monkeypatch.setattr(prog, "_init_exe", None)  # compiled here, even if an earlier test did
     lr = trial_step_size(spec, prog.opt_builder)
     first, dt = prog.init_seeded(0, lr)
     assert prog._init_exe not in (None, False) and dt > 0  # compiled, and its seconds counted
@@ -51,9 +52,10 @@ def test_every_builtin_optimizer_initialises_compiled_and_bit_identical(opt, dig
     ("cnn", "digits", "bfloat16"), ("resnet", "digits", "float32"), ("vit", "digits", "float32"),
     ("autoencoder", "digits", "float32"), ("cnn1d", "mnist1d", "float32"),
     ("transformer_lm", "markov_lm", "bfloat16")])
-def test_models_with_state_and_mixed_precision_initialise_bit_identical(model, dataset, dtype):
+def test_models_with_state_and_mixed_precision_initialise_bit_identical(model, dataset, dtype, monkeypatch):
     spec = make_spec(model=model, model_hparams={}, dataset=dataset, dtype=dtype)
     prog = program_for(spec, load_dataset(dataset))
+    monkeypatch.setattr(prog, "_init_exe", None)
     _same(prog.init_seeded(3, 0.01)[0], prog.init(jax.random.PRNGKey(3), 0.01)[0])
     assert prog._init_exe not in (None, False)
 
@@ -66,6 +68,7 @@ def test_the_models_initialisation_compiles_once_per_model_not_per_program(digit
                                    optimizer_hparams={"step_size": 0.01}), digits)
              for o in ("sgd", "adam") for sch in ("constant", "cosine_decay")]
     for p in progs:
+        p._init_exe = None  # (an earlier test may have compiled one of them)
         p.init_seeded(0, 0.01)
     assert len({id(p) for p in progs}) == 4 and len({id(p.entry) for p in progs}) == 1
     assert [k[0] for k in progs[0].entry.compiled].count("init_seeded") == 1
