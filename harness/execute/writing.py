@@ -36,11 +36,26 @@ from harness.tracking.trial_run import finish_run, result_tags, trial_tags
 
 log = logging.getLogger(__name__)
 
+#: :func:`resolved_defaults` per ``(model, optimizer, schedule, dataset, optimizer source hash,
+#: steps)``: a sweep's trials share a few (the builders' signatures are read once, not per trial).
+_DEFAULTS: dict[tuple, dict[str, str]] = {}
+
+
 def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
     """The hyperparameters a trial used without naming them, as MLflow params: each builder's
     defaults (``optimizer.b1``, ``model.depth``, ...) and the ``schedule.total_steps`` the trainer
     fills in (the trial's step budget). The config's own values are :meth:`TrialSpec.flat_params`.
+    A fresh dict each call.
     """
+    key = (spec.model, spec.optimizer, spec.schedule, spec.dataset, spec.optimizer_source_hash, spec.steps)
+    if key not in _DEFAULTS:
+        if len(_DEFAULTS) > 256:
+            _DEFAULTS.clear()
+        _DEFAULTS[key] = _resolved_defaults(spec)
+    return dict(_DEFAULTS[key])
+
+
+def _resolved_defaults(spec: TrialSpec) -> dict[str, str]:
     from harness.config.optimizer_sources import registries_for
     from harness.config.registries import builder_hparams
 

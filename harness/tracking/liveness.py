@@ -53,11 +53,17 @@ def _start_ticks(pid: int) -> str | None:
     return stat[stat.rindex(")") + 2:].split()[19]
 
 
+#: ``pid -> (harness.owner, harness.owner_start)`` of this process (read once: a run per trial)
+_OWN: dict[int, tuple[str, str]] = {}
+
+
 def owner_tags() -> dict[str, str]:
     """Tags naming this process as a run's owner, with a first heartbeat."""
-    pid = os.getpid()
-    return {TAG_OWNER: f"{hostname()}:{pid}", TAG_OWNER_START: f"{_boot_id()}:{_start_ticks(pid) or '?'}",
-            TAG_HEARTBEAT: str(int(time.time()))}
+    pid = os.getpid()  # (a forked child has its own entry)
+    if pid not in _OWN:
+        _OWN[pid] = (f"{hostname()}:{pid}", f"{_boot_id()}:{_start_ticks(pid) or '?'}")
+    owner, start = _OWN[pid]
+    return {TAG_OWNER: owner, TAG_OWNER_START: start, TAG_HEARTBEAT: str(int(time.time()))}
 
 
 def owner_state(tags: Mapping[str, str], now: float | None = None) -> tuple[str, str]:

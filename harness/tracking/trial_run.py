@@ -290,21 +290,35 @@ def log_result(client, run_id: str, res: TrialResult, t0_ms: int, defaults: Mapp
     artifacts straight to its repository, without ``log_artifacts``' ``get_run``."""
     result_metrics(res, t0_ms).flush(client, run_id, params=result_params(res, defaults),
                                      tags=result_tags(res) if end_tags else None)
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+
+    repo = artifact_repository(artifact_uri, client.tracking_uri) if artifact_uri else None
+    local = repo.artifact_dir if isinstance(repo, LocalArtifactRepository) else None
+    if local:  # a local artifact store: the files written in place (what log_artifacts' copy would
+        # leave there), not into a temporary folder copied over and removed (~0.45 ms per trial)
+        dp = Path(local)
+        dp.mkdir(parents=True, exist_ok=True)
+        _write_artifacts(res, dp)
+        return
     with tempfile.TemporaryDirectory(prefix="harness-") as d:
-        dp = Path(d)
-        (dp / names.ARTIFACT_TRIAL).write_text(json.dumps(
-            {"trial_id": res.spec.trial_id, **res.spec.to_dict()}, indent=2, sort_keys=True, default=str))
-        write_curves(res, dp / names.ARTIFACT_CURVES)
-        if res.status == "failed":
-            (dp / names.ARTIFACT_TRACEBACK).write_text(res.reason)
-        ref = res.spec.optimizer_source_ref
-        if ref and ref[4]:  # the user's optimizer file, exactly the bytes that were hashed and run
-            (dp / names.ARTIFACT_SOURCE_DIR).mkdir()
-            (dp / names.ARTIFACT_SOURCE_DIR / Path(ref[1]).name).write_text(ref[4])
-        if artifact_uri:
-            artifact_repository(artifact_uri, client.tracking_uri).log_artifacts(d)
+        _write_artifacts(res, Path(d))
+        if repo is not None:
+            repo.log_artifacts(d)
         else:
             client.log_artifacts(run_id, d)
+
+
+def _write_artifacts(res: TrialResult, dp: Path) -> None:
+    """A trial's artifact files in the folder ``dp`` (:func:`log_result`)."""
+    (dp / names.ARTIFACT_TRIAL).write_text(json.dumps(
+        {"trial_id": res.spec.trial_id, **res.spec.to_dict()}, indent=2, sort_keys=True, default=str))
+    write_curves(res, dp / names.ARTIFACT_CURVES)
+    if res.status == "failed":
+        (dp / names.ARTIFACT_TRACEBACK).write_text(res.reason)
+    ref = res.spec.optimizer_source_ref
+    if ref and ref[4]:  # the user's optimizer file, exactly the bytes that were hashed and run
+        (dp / names.ARTIFACT_SOURCE_DIR).mkdir(exist_ok=True)
+        (dp / names.ARTIFACT_SOURCE_DIR / Path(ref[1]).name).write_text(ref[4])
 
 
 def artifact_repository(artifact_uri: str, tracking_uri: str):
