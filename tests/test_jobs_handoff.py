@@ -194,3 +194,43 @@ def test_a_script_without_a_main_guard_ends_its_jobs_sweep_with_an_error_instead
 
     with sqlite3.connect(tmp_path / "m.db") as db:
         assert db.execute("select status from runs").fetchall() == [("FAILED",)]  # the parent run only
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_ctrl_c_lost_in_a_garbage_collection_callback_still_stops_the_sweep(tmp_path, jobs):
+    """Python drops a ``KeyboardInterrupt`` raised inside a gc callback (JAX registers one) with
+    "Exception ignored in: ...". Here SIGINT arrives inside such a callback as the sweep opens its
+    store: before, the sweep went on, trained every trial and returned (an attack on ``--jobs 2``
+    lost 2 of 4 early Ctrl-Cs, exit 0); now the noted interrupt stops it before any unit."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_SWEEP, "budget": {"steps": 4},
+                                                        "eval_every": 2, "steps_per_dispatch": 2}))
+    out = _python(f"""
+        import gc, os, signal
+        from harness.sweep import run as R
+
+        real = R.prepare_store
+
+        def loses_a_ctrl_c(uri, **kw):
+            def callback(phase, info):
+                gc.callbacks.remove(callback)
+                os.kill(os.getpid(), signal.SIGINT)  # its KeyboardInterrupt is raised in here: lost
+                sum(range(1000))
+            gc.callbacks.append(callback)
+            gc.collect()
+            return real(uri, **kw)
+
+        R.prepare_store = loses_a_ctrl_c
+        if __name__ == "__main__":
+            try:
+                uri = "sqlite:///{tmp_path}/m.db"
+                s = R.run_sweep("tiny.yaml", tracking_uri=uri, quiet=True, jobs={jobs})
+                print("RETURNED", s.counts())
+            except KeyboardInterrupt as e:
+                print("INTERRUPTED", type(e).__name__)
+    """, tmp_path)
+    assert out.strip().splitlines()[-1] == "INTERRUPTED SweepInterrupted", out
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "m.db") as db:
+        kinds = db.execute("select value from tags where key = 'harness.kind'").fetchall()
+    assert kinds == [("parent",)]  # the parent run (ended KILLED), no trial

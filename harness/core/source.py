@@ -63,6 +63,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harness.core import interrupt
 from harness.core.source_digest import code_digest
 
 __all__ = ["ALGOPERF_API", "DEFAULT_TIMEOUT_S", "SOURCE_KINDS", "SourceError", "SourceRef", "bounded",
@@ -376,10 +377,12 @@ def bounded(what: str, limit_s: float | None = None, filename: str = "",
 
         def on_int(signum: int, frame: Any) -> None:
             ctrl_c.append(True)
+            if old[1] is interrupt.handler:
+                interrupt.handler(signum, frame)  # (noted for the sweep too; raises)
             raise KeyboardInterrupt
 
         old = (signal.signal(signal.SIGALRM, on_alarm), signal.getsignal(signal.SIGINT))
-        if old[1] is signal.default_int_handler:
+        if old[1] is signal.default_int_handler or old[1] is interrupt.handler:
             signal.signal(signal.SIGINT, on_int)
         signal.setitimer(signal.ITIMER_REAL, float(limit_s), 1.0)
     os._exit = side_door  # type: ignore[assignment]

@@ -48,6 +48,7 @@ from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
+from harness.core import interrupt
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome, failed_unit
 from harness.core.registry import EXECUTORS, did_you_mean, known_executors
@@ -127,6 +128,7 @@ class InProcessExecutor(Executor):
         # tracking stays off the critical path; everything is flushed before returning.
         try:
             for unit in units:
+                interrupt.check()  # a Ctrl-C lost in a garbage-collection callback
                 on_done(execute_unit(unit, ctx, background=True))
         finally:
             self.flush_wait_s = background.flush_logging()
@@ -271,6 +273,7 @@ class ProcessExecutor(Executor):
         wait_s = JOIN_S
         try:
             while queue or any(w.unit is not None for w in workers):
+                interrupt.check()  # a Ctrl-C lost in a garbage-collection callback
                 for k in range(len(workers)):
                     while workers[k].unit is None and queue:
                         if book is not None and ctx.claim_wait_s and any(w.unit is not None for w in workers):
@@ -289,7 +292,7 @@ class ProcessExecutor(Executor):
                 if not any(w.unit is not None for w in workers):
                     continue
                 busy = [w for w in workers if w.unit is not None]
-                wait([w.conn for w in busy] + [w.proc.sentinel for w in busy])
+                wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=0.5)
                 for k, w in enumerate(workers):
                     if w.unit is not None:
                         workers[k] = self._collect(spawn, w, units, book, queue, on_done)

@@ -35,7 +35,7 @@ from harness.config.errors import ConfigError, UsageError
 from harness.config.given import GivenConfig, given_config, load_given
 from harness.config.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
 from harness.config.load import Registries, SweepConfig
-from harness.core import budget, xla_threads
+from harness.core import budget, interrupt, xla_threads
 from harness.core.conditions import one_line_warnings
 from harness.core.context import RunContext
 from harness.core.names import TAG_BATCHING
@@ -149,7 +149,7 @@ def run_sweep(config_path: str | Path | Any, **options: Any) -> SweepSummary:
     # Said before JAX or MLflow is imported (seconds each): the first stage is the first thing done.
     stages = StageLine(console, opts.quiet, since=opts.process_start)
     try:
-        with one_line_warnings():  # a Python warning is one line, never a source excerpt
+        with one_line_warnings(), interrupt.kept():  # a warning is one line; Ctrl-C never lost
             return _run_sweep(given, opts, console, stages, t_start, clock)
     finally:
         stages.stop()
@@ -194,6 +194,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                         search if search.adaptive else None)
 
     with ex.session():  # workers started now (prestart) are stopped however this ends
+        interrupt.check()  # a Ctrl-C lost in the pre-flight (harness.core.interrupt)
         done_before = finished(specs)  # read by the pre-flight: nothing to start for a re-run
         ex.prestart([s for s in specs if s.trial_id not in done_before])
         stages.stage("store", f"opening the store {mask_uri(uri)}; finding the trials already done")

@@ -119,6 +119,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from harness.core import interrupt
 from harness.core.spec import TrialResult, TrialSpec
 from harness.data.sources import Dataset, load_dataset
 from harness.train import batching, compile_cache, parallel
@@ -308,6 +309,7 @@ class _UnitRun:
                 continue
             while self.step < seg_end:
                 self.run_chunk(min(K, seg_end - self.step))
+                interrupt.check()  # a Ctrl-C lost in a garbage-collection callback (sweep only)
                 if on_progress is not None:
                     on_progress(self.step, steps)
                 if not self.active:
