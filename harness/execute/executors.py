@@ -6,6 +6,7 @@ The protocol is the base class :class:`Executor`::
     run(units: list[list[TrialSpec]], ctx: RunContext,
         on_done: Callable[[list[TrialOutcome]], None]) -> None
     session() -> context manager            # what run() may keep from one call to the next
+    prestart(specs) -> None                 # in a session: start workers early (default: nothing)
     device_plan: DevicePlan | None          # the workers' devices, once validated (default None)
     flush_wait_s: float                     # s waited for background writes at the end (default 0)
 
@@ -14,7 +15,9 @@ per finished unit, in completion order. Inside ``with executor.session():`` an e
 one ``run`` started for the next (an adaptive sweep calls ``run`` once per round; the sweep opens one
 session around all of them): the process executor keeps its worker processes, so each pays its
 start-up (interpreter, JAX, data, compiles) once per sweep, not once per round. Everything kept is
-released when the session ends, however it ends; outside a session ``run`` keeps nothing.
+released when the session ends, however it ends; outside a session ``run`` keeps nothing. The sweep
+calls ``prestart`` in its session right after the pre-flight, so the process executor's workers
+start while the sweep opens its store and plans.
 
 Executors are looked up by name with :func:`get_executor`:
 
