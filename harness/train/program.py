@@ -91,10 +91,7 @@ class TrainingProgram:
         k_init, k_data, k_drop = jax.random.split(key, 3)
         exe, dt = self.entry.get("init", None, k_init)
         params, mstate = exe(k_init)
-        lr = jnp.float32(step_size)
-        opt_state = self.make_opt(lr).init_fn(params)
-        perm = jnp.zeros((self.entry.num_train,), jnp.int32)
-        return TrainState(opt_state, mstate, k_data, k_drop, lr, perm, jnp.int32(-1)), dt
+        return self._init_optimizer(params, mstate, k_data, k_drop, jnp.float32(step_size)), dt
 
     def _init_optimizer(self, params: Any, mstate: Any, k_data: jax.Array, k_drop: jax.Array,
                         step_size: jax.Array) -> TrainState:
