@@ -290,7 +290,7 @@ class ProcessExecutor(Executor):
                                 i, book.todo[i] if book is not None else units[i], ctx, handoff):
                             queue.popleft()
                         else:  # gone while idle: nothing to charge to a unit
-                            self._check_start(workers[k])
+                            self._died_at_start(workers[k])
                             workers[k] = self._replace(spawn, workers[k])
                 if not any(w.unit is not None for w in workers):
                     continue
@@ -374,9 +374,7 @@ class ProcessExecutor(Executor):
                 raise EOFError
             _, ok, payload = w.conn.recv()
         except (EOFError, OSError):
-            w.proc.join(5.0)
-            if not w.seen_ready():  # it died setting itself up: the unit never ran, nothing to charge
-                self._check_start(w)
+            if self._died_at_start(w):  # the unit never ran: nothing to charge to it
                 w.unit = None
                 queue.appendleft(i)
                 return self._replace(spawn, w)
@@ -405,23 +403,24 @@ class ProcessExecutor(Executor):
         on_done(payload if book is None else book.outcomes(i, payload))
         return w
 
-    def _check_start(self, w: Worker) -> None:
-        """Note a worker that is gone: one that died before it was set up (before
-        :data:`~harness.execute.process_worker.READY`) counts, and :data:`UNIT_DEATHS` of those in a
-        row (none set up in between) end the run.
+    def _died_at_start(self, w: Worker) -> bool:
+        """Whether the gone worker ``w`` died before it was set up (before
+        :data:`~harness.execute.process_worker.READY`); such deaths are counted, and
+        :data:`UNIT_DEATHS` of them in a row (none set up in between) end the run.
 
         Raises:
           WorkerStartError: what the workers died of, with :data:`MAIN_GUARD_HINT`.
         """
         w.proc.join(5.0)
         if w.seen_ready():
-            return
+            return False
         self._start_deaths.append(death_reason(w.proc.exitcode))
         if len(self._start_deaths) >= UNIT_DEATHS:
             raise WorkerStartError(
                 f"--jobs worker processes died before they were set up "
                 f"({'; '.join(sorted(set(self._start_deaths)))}), {len(self._start_deaths)} in a row; "
                 f"their error is printed above. Nothing was trained. Note: {MAIN_GUARD_HINT}")
+        return True
 
     def _note(self, line: str) -> None:
         if self.note is not None:
