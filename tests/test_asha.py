@@ -182,6 +182,9 @@ def test_the_searcher_settings_and_first_proposals(tmp_path):
     assert [dataclasses.replace(t, early_stop=()).trial_id for t in first] == \
         [t.trial_id for t in s.cell.trials]
     assert s.max_steps() == 720 - 1 + 180 + 90
+    # at most: configurations at 2 seeds x 10 steps (each stopped at the first rung) while under
+    # the 720 steps: 36 configurations, 72 trials, plus 1 audit (the candidates are 8 of them)
+    assert s.max_trials() == 36 * 2 + 1 and len(s.candidates()) == 8
     # the board knows each trial's group and index (per seed)
     g0, k0 = s.board.groups[first[0].trial_id]
     g1, _ = s.board.groups[first[1].trial_id]
@@ -377,3 +380,19 @@ def test_a_workers_gate_stops_asking_a_store_that_is_down(monkeypatch):
         rung_gate.read_peers(board, ctx, "c")
     assert len(calls) == 1  # known down: not asked again within PROBE_S
     assert board.values == {}
+
+
+def test_the_dry_run_counts_the_trials_the_search_can_train_not_only_its_first(tmp_path, capsys):
+    """The dry run used to show only the 3 first configurations as "candidates", while ASHA trains
+    configurations until its 3 x 90 = 270 steps are spent: now it also shows the most trials it can
+    train (27: each stopped at the 10-step rung), and a real run stays within it."""
+    from harness.sweep.run import run_sweep
+
+    path = _config(tmp_path, {"method": "asha", "trials": 3, "min_steps": 10, "eta": 3})
+    uri = f"sqlite:///{tmp_path}/m.db"
+    run_sweep(path, tracking_uri=uri, dry_run=True)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the search can train at most 27 trials and spend at most 359 training steps" in out
+    s = run_sweep(path, tracking_uri=uri, quiet=True)
+    trained = len(s.outcomes)
+    assert 3 < trained <= 27

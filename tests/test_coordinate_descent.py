@@ -182,6 +182,7 @@ def test_the_compute_budget_is_trials_times_seeds_times_steps():
     cell = _cell(trials=3)
     cd = CoordinateDescent(cell, "final")
     assert cd.budget == 120 and cd.max_steps() == 120
+    assert cd.max_trials() == 120 // 20  # the budget pays for 6 trials of 20 steps
     rounds, seen = _run(cd)
     assert rounds == [_ids(cell, [(0.9, 0.003)]), _ids(cell, [(0.8, 0.003), (0.85, 0.003)])]
     d = cd.describe(seen)
@@ -191,6 +192,7 @@ def test_the_compute_budget_is_trials_times_seeds_times_steps():
     assert d["certificate"]["words"] == "not certified: compute budget spent; 1 of 4 neighbours trained"
     # without a budget: at most the start and every other value of each axis in each pass
     assert CoordinateDescent(_cell(), "final").max_steps() == min(20, 1 + 3 * (4 + 3)) * 2 * 20
+    assert CoordinateDescent(_cell(), "final").max_trials() == min(20, 1 + 3 * (4 + 3)) * 2
 
 
 def test_time_to_target_orders_by_seeds_reaching_then_steps():

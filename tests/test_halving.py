@@ -60,6 +60,7 @@ def test_whole_rung_promotions_on_hand_made_results(tmp_path):
     """trials 3 x 90 steps = 270: n = 9 (9x10 + 3x30 + 1x90 = 270; 10 configurations cost 280)."""
     s = _searcher(tmp_path, {"method": "successive_halving", "trials": 3, "min_steps": 10, "eta": 3})
     assert (s.levels, s.budget, s.n, s.max_steps()) == ([10, 30, 90], 270, 9, 270)
+    assert s.max_trials() == 9 + 3 + 1  # a new trial per round: 9 to 10 steps, 3 to 30, 1 to 90
     seen: dict[str, TrialOutcome] = {}
     first = s.propose(seen)
     assert len(first) == 9 and all(rule_of(t.early_stop)["stop_at"] == 10 for t in first)

@@ -117,6 +117,7 @@ def test_a_grid_axis_is_searched_as_a_choice_and_the_budget():
     assert se.space == {"optimizer.step_size": LR[1], "optimizer.b1": Distribution("choice", (0.9, 0.99))}
     assert {p["optimizer.b1"] for p in _points(se, {})} <= {0.9, 0.99}
     assert se.max_steps() == 6 * 20 * 3  # trials x steps x seeds
+    assert se.max_trials() == 6 * 3 and len(se.candidates()) == 12  # the dry run's count: not 12
     assert se.candidates() == cell.trials  # the expansion's: pre-flight and the sweep id
     assert searcher_class("optuna") is OptunaSearcher
     assert (se.sampler, se.batch, se.seed) == ("tpe", 1, 0)  # the defaults

@@ -132,28 +132,32 @@ class Rounds:
 
 
 def print_search_plan(console, search: SweepSearch, sweep_id: str, name: str, seen: dict) -> None:
-    """The dry run of an adaptive sweep: per cell its method, candidates, how many of its trials
-    the store holds, and the most training steps the search can spend (its budget), then the total."""
+    """The dry run of an adaptive sweep: per cell its method, its first trials (the candidates), how
+    many of them the store holds, the most trials it can train (:meth:`Searcher.max_trials`) and the
+    most training steps it can spend (its budget), then the totals."""
     from rich.markup import escape
     from rich.table import Table
 
     from harness.sweep.tables import print_table
 
-    most = search.max_steps()
+    most, trials = search.max_steps(), search.max_trials()
     t = Table(title=f"sweep {name!r} ({sweep_id}): adaptive search; trials are proposed as results "
                     f"arrive")
-    for col in ("task", "optimizer", "method", "candidates", "in the store", "at most (steps)"):
+    for col in ("task", "optimizer", "method", "first trials", "in the store", "at most (trials)",
+                "at most (steps)"):
         t.add_column(col)
     for s in search.searchers:
         c = s.cell
         cands = s.candidates()  # ASHA's carry their rule: not the expansion's plain trials
         held = sum(x.trial_id in seen for x in cands)
         t.add_row(escape(c.task), escape(c.optimizer), c.search.method, str(len(cands)), str(held),
-                  f"{most[c.key]:,}")
+                  f"{trials[c.key]:,}", f"{most[c.key]:,}")
     print_table(console, t)
-    console.print(f"the search can spend at most {sum(most.values()):,} training steps in all "
-                  f"(an adaptive method's budget is compute: trials x seeds x the budget's steps per "
-                  f"optimizer and task)")
+    console.print(f"the search can train at most {sum(trials.values()):,} trials and spend at most "
+                  f"{sum(most.values()):,} training steps in all (an adaptive method's budget is "
+                  f"compute: trials x seeds x the budget's steps per optimizer and task; early "
+                  f"stopping proposes trials while the steps last, so its count assumes none "
+                  f"diverges: a diverged trial's unspent steps pay for more)")
     for line in unequal_compute(search):
         console.print(f"[yellow]warning: {escape(line)}[/]")
 

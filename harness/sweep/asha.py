@@ -232,6 +232,18 @@ class AshaSearcher(Searcher):
                                                                len(self._configs) * per)
         return most + self.audit * self.steps
 
+    def max_trials(self) -> int:
+        """The most trials the search can train when none diverges: configurations proposed while
+        the least they can spend (every seed stopped at its bracket's first rung) stays under the
+        budget, every seed of each, plus the audits. A trial that diverges counts only the steps it
+        ran, so the search may then propose more (its steps stay within :meth:`max_steps`)."""
+        spent, k = 0, 0
+        while spent < self.budget and (self.extends or k < len(self._configs)):
+            rungs = rung_steps(self.min_steps, self.eta, self.steps, self.bracket(k))
+            spent += len(self.seeds) * (rungs[0] if rungs else self.steps)
+            k += 1
+        return k * len(self.seeds) + self.audit
+
     def _words(self, trials: list[TrialSpec], seen: Mapping[str, TrialOutcome], brackets: list[dict],
                spent: int, audits: list[dict], full: list[dict]) -> str:
         """The search in one line: stops per rung, steps spent of the budget, the audits' verdict

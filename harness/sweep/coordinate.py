@@ -358,6 +358,14 @@ class CoordinateDescent(Searcher):
         most = configs * len(self.cell.seeds) * self.steps
         return most if self.budget is None else min(most, self.budget)
 
+    def max_trials(self) -> int:
+        """At most: the configurations of :meth:`max_steps` with every seed, no more trials than
+        the compute budget pays for."""
+        configs = min(len(self.grid), 1 + self.passes * sum(len(v) - 1 for v in self.axes.values()))
+        most = configs * len(self.cell.seeds)
+        cheapest = min(s.steps for s in self.cell.trials)
+        return most if self.budget is None else min(most, self.budget // max(1, cheapest))
+
     def describe(self, seen: Mapping[str, TrialOutcome]) -> dict[str, Any]:
         """The path, the selected configuration and its certificate, JSON-able (``search.json``):
         ``axes``, ``start`` (values, the rule of each, objective), ``path`` (per pass and axis: the

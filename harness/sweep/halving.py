@@ -174,6 +174,15 @@ class SuccessiveHalving(AshaSearcher):
         return (bracket_cost(self.n, self.levels, self.eta, len(self.seeds))
                 + self.audit * self.steps)
 
+    def max_trials(self) -> int:
+        """Every round's trials (a configuration that goes on restarts as a new trial), every seed,
+        plus the audits: ``seeds x sum_i n_i + audit``."""
+        total, m = 0, self.n
+        for i in range(len(self.levels)):
+            total += m
+            m = survivors(m, self.eta)
+        return total * len(self.seeds) + self.audit
+
     def describe(self, seen: Mapping[str, TrialOutcome]) -> dict[str, Any]:
         """Per round: its rung step, configurations, how many went on; the steps spent; the
         audits."""

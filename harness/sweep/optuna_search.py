@@ -280,6 +280,10 @@ class OptunaSearcher(Searcher):
         """``trials x steps x seeds``: every configuration trained to the budget with every seed."""
         return self.trials * self.steps * len(self.seeds)
 
+    def max_trials(self) -> int:
+        """``trials x seeds``: every configuration asked, with every seed."""
+        return self.trials * len(self.seeds)
+
     def describe(self, seen: Mapping[str, TrialOutcome]) -> dict[str, Any]:
         """The sampler, the objective, how many configurations were told, the best one (value,
         values, trial ids; the first asked among equals), every proposal in ask order, and the

@@ -52,7 +52,7 @@ def register(*methods: str) -> Callable[[type[Searcher]], type[Searcher]]:
 
 class Searcher:
     """The search of one cell. Subclasses override :meth:`propose` (and, where they have something
-    to say, :meth:`candidates`, :meth:`max_steps`, :meth:`describe`).
+    to say, :meth:`candidates`, :meth:`max_steps`, :meth:`max_trials`, :meth:`describe`).
 
     Args:
       cell: the cell (its candidates, sampled dimensions, seeds and resolved search).
@@ -101,6 +101,11 @@ class Searcher:
         """The most training steps this search can spend (the dry run's budget line): default, every
         candidate trained to its budget."""
         return sum(s.steps for s in self.candidates())
+
+    def max_trials(self) -> int:
+        """The most trials this search can train (the dry run's count; a bound, as
+        :meth:`max_steps`): default, its candidates."""
+        return len(self.candidates())
 
     def describe(self, seen: Mapping[str, TrialOutcome]) -> dict[str, Any]:
         """What the search did, JSON-able (the parent run's ``search.json``, the report's section):
@@ -194,6 +199,10 @@ class SweepSearch:
     def max_steps(self) -> dict[str, int]:
         """Cell key -> the most steps its search can spend."""
         return {s.cell.key: s.max_steps() for s in self.searchers}
+
+    def max_trials(self) -> dict[str, int]:
+        """Cell key -> the most trials its search can train."""
+        return {s.cell.key: s.max_trials() for s in self.searchers}
 
     def describe(self, seen: Mapping[str, TrialOutcome]) -> list[dict[str, Any]]:
         """Each searcher's :meth:`Searcher.describe`, in cell order."""
