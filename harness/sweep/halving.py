@@ -178,7 +178,7 @@ class SuccessiveHalving(AshaSearcher):
         """Every round's trials (a configuration that goes on restarts as a new trial), every seed,
         plus the audits: ``seeds x sum_i n_i + audit``."""
         total, m = 0, self.n
-        for i in range(len(self.levels)):
+        for _ in range(len(self.levels)):
             total += m
             m = survivors(m, self.eta)
         return total * len(self.seeds) + self.audit
