@@ -215,14 +215,16 @@ def _int_or_na(v: Any):
 
 
 def _status(run) -> str:
-    tag = (run.data.tags.get(TAG_STATUS) or "").strip().lower()
-    if tag in STATUSES:
-        return tag
+    """The trial's status as the report shows it: the ``status`` tag of a FINISHED run; a RUNNING
+    run is ``running`` whatever its tags say (a trial run is created with its result's tags, so one
+    left RUNNING is a write cut short, not a result: :func:`harness.tracking.trial_run.trial_state`
+    calls such a trial pending); a FAILED or KILLED run is ``failed``."""
     st = run.info.status
-    if st == "FINISHED":
-        return "finished"
     if st in ("RUNNING", "SCHEDULED"):
         return "running"
+    tag = (run.data.tags.get(TAG_STATUS) or "").strip().lower()
+    if st == "FINISHED":
+        return tag if tag in STATUSES else "finished"
     return "failed"
 
 

@@ -325,3 +325,22 @@ def test_a_quiet_dry_run_prints_nothing_and_gives_the_plan(tmp_path, tracking_ur
     out, _ = capfd.readouterr()
     assert loud.trial_ids == quiet.trial_ids
     assert all(tid in out for tid in quiet.trial_ids) and "to run: 6 new" in out
+
+
+def test_a_trial_run_left_running_is_not_a_finished_result(tmp_path, tracking_uri, fake_trainer):
+    """A trial run is created with its result's tags (``status: finished``) and ended after its
+    ``log_batch``: a kill in between leaves it RUNNING. ``trial_state`` calls that trial pending and
+    the next sweep trains it again; ``results`` used to show it as ``finished`` (the tag won), so the
+    leaderboard ranked a result whose write was cut short. Found by the issue-35 attack (F2)."""
+    from mlflow import MlflowClient
+
+    run = harness.sweep(_cfg(), tracking_uri=tracking_uri, quiet=True)
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name("api")
+    victim = client.search_runs([exp.experiment_id], "tags.`harness.kind` = 'trial'")[0]
+    assert victim.data.tags["status"] == "finished"
+    client.update_run(victim.info.run_id, status="RUNNING")  # the state a kill before set_terminated leaves
+    t = run.results().trials.set_index("trial_id")
+    tid = victim.data.tags["harness.trial_id"]
+    assert t.loc[tid, "status"] == "running" and t.loc[tid, "run_status"] == "RUNNING"
+    assert (t.drop(index=tid)["status"] == "finished").all()
