@@ -334,3 +334,27 @@ def test_an_audit_trial_is_never_selected_nor_a_seed(tmp_path, monkeypatch):
     assert audit_cid not in set(report_best(frame)["config_id"])
     again = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)  # read back from the store
     assert [o.audit_of for o in again.outcomes if o.audit_of] == [twin.trial_id]
+
+
+def test_status_of_a_killed_asha_sweep_counts_every_trial_it_ran_and_says_the_search_is_not_over(tmp_path):
+    """``status`` counted the trials of the parent run's ``trials.json``, which an adaptive sweep
+    rewrites now and then with its proposals so far: a killed ASHA sweep showed ``trials: 16 ...
+    pending: 0`` with 47 trials in the store (the issue-35 attack, F1). Now the trials that ran under
+    the sweep id count too, and while the search may still propose trials its pending count says
+    so."""
+    db = tmp_path / "k.db"
+    cfg = _config(tmp_path, name="asha_status")
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.05"}
+    p = start_sweep([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", f"sqlite:///{db}"],
+                    tmp_path, env)
+    n = kill_when_finished(p, db, 6)  # past the 4 configurations the first list holds
+    assert n >= 6
+    out = subprocess.run([sys.executable, "-m", "harness", "status", "--tracking-uri", f"sqlite:///{db}"],
+                         cwd=tmp_path, env={**env, "COLUMNS": "250"}, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if "asha_status" in line)
+    cells = [c.strip() for c in row.split("│") if c.strip()]
+    trials, finished, stopped = int(cells[2]), int(cells[3]), int(cells[6])
+    assert trials >= n and finished + stopped == n, (n, row)
+    assert cells[7] == f"{trials - n}+ (search not over)", row

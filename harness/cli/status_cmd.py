@@ -18,6 +18,7 @@ from harness.core.names import (
     TAG_OWNER,
     TAG_OWNER_START,
     TAG_PARENT_RUN,
+    TAG_SEARCH,
     TAG_STATUS,
     TAG_SWEEP_ID,
     TAG_TRIAL_ID,
@@ -84,12 +85,13 @@ def status(
             sweep_ids.setdefault(sid, {"n": len(expected[sid]), "last": None})
         newer = superseded({sid: d["last"] for sid, d in sweep_ids.items()}, next(iter(expected), None))
         for sid, d in sweep_ids.items():
-            ids = expected.get(sid)
-            if ids is None and d["last"] is not None:  # the sweep's own list of its trials
-                ids = _listed_trials(client, d["last"])
-            if ids is None:  # trials that ran under this sweep id
-                ids = {tid for tid, rs in trials.items()
-                       if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
+            # trials that ran under this sweep id, and the sweep's own list of its trials (an
+            # adaptive sweep lists those proposed so far: a killed one lists fewer than ran)
+            ids = {tid for tid, rs in trials.items() if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
+            if sid in expected:
+                ids |= expected[sid]
+            elif d["last"] is not None:
+                ids |= _listed_trials(client, d["last"]) or set()
             c = {"finished": 0, "diverged": 0, "failed": 0, "stopped": 0}
             for tid in ids:  # the one rule for what a trial's runs say (harness.tracking.trial_run)
                 state, _ = trial_state(trials.get(tid, []))
@@ -100,8 +102,10 @@ def status(
             last = d["last"]
             last_s = "—" if last is None else _parent_state(client, last)
             version = f"superseded by {newer[sid]}" if sid in newer else "current"
+            pending_s = f"{pending}+ (search not over)" if last is not None and search_open(last) \
+                else str(pending)
             rows.append((exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
-                         str(pending), last_s, version, str(c["stopped"])))
+                         pending_s, last_s, version, str(c["stopped"])))
     # early stopping (issue 34 §1): stopped trials are done, counted apart, in a column of their own
     # only where a sweep has some
     stops = any(r[-1] != "0" for r in rows)
@@ -127,7 +131,19 @@ def status(
 
 #: The tags ``status`` reads (what a trial's runs say, which sweep they belong to, who owns them).
 STATUS_TAGS = (TAG_KIND, TAG_SWEEP_ID, TAG_TRIAL_ID, TAG_STATUS, TAG_OWNER, TAG_OWNER_START, TAG_HEARTBEAT,
-               TAG_PARENT_RUN)
+               TAG_PARENT_RUN, TAG_SEARCH)
+
+
+def search_open(parent) -> bool:
+    """Whether the sweep whose last parent run is ``parent`` has an adaptive search that may still
+    propose trials: it ran an adaptive method (its ``harness.search`` tag) and that invocation did
+    not finish the whole config (its run is not FINISHED, or it ran ``--only`` part of it). Its
+    pending count is then a lower bound: the trials not proposed yet are unknown."""
+    from harness.config.search import ADAPTIVE_METHODS
+
+    if not set((parent.data.tags.get(TAG_SEARCH) or "").split(",")) & set(ADAPTIVE_METHODS):
+        return False
+    return parent.info.status != "FINISHED" or bool(parent.data.params.get("only"))
 
 
 def _reader(uri: str, experiment: str | None):
@@ -145,7 +161,7 @@ def _reader(uri: str, experiment: str | None):
         from reports.snapshot import StoreSnapshot
 
         try:
-            return StoreSnapshot(str(db), experiment, tag_keys=STATUS_TAGS, param_keys=("n_trials",),
+            return StoreSnapshot(str(db), experiment, tag_keys=STATUS_TAGS, param_keys=("n_trials", "only"),
                                  metrics=False)
         except (ValueError, OSError, sqlite3.Error):  # not readable so: MLflow says why
             pass
