@@ -344,3 +344,20 @@ def test_a_trial_run_left_running_is_not_a_finished_result(tmp_path, tracking_ur
     tid = victim.data.tags["harness.trial_id"]
     assert t.loc[tid, "status"] == "running" and t.loc[tid, "run_status"] == "RUNNING"
     assert (t.drop(index=tid)["status"] == "finished").all()
+
+
+def test_the_commands_a_sweep_prints_at_its_end_paste_into_a_shell(tmp_path, fake_trainer, capsys):
+    """A sweep named ``my exp [v2]`` printed ``report --experiment my exp  --sweep ...`` (rich ate
+    ``[v2]`` as markup, and the shell split the name): the attack's F6. Now the name and the URI are
+    shell-quoted and the line is printed as is."""
+    import shlex
+
+    uri = f"sqlite:///{tmp_path}/a b.db"
+    run = harness.sweep(_cfg(name="my exp [v2]"), tracking_uri=uri)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("HTML report:"))
+    argv = shlex.split(line.split(":", 1)[1])
+    assert argv[1:] == ["-m", "harness", "report", "--experiment", "my exp [v2]", "--sweep", run.sweep_id,
+                        "--tracking-uri", uri]
+    ui = next(x for x in out.splitlines() if x.startswith("Open the MLflow UI:"))
+    assert shlex.split(ui.split(":", 1)[1])[4:6] == ["--experiment", "my exp [v2]"]

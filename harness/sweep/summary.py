@@ -4,6 +4,7 @@ configuration per (dataset, model, optimizer) and the summary table with the com
 
 from __future__ import annotations
 
+import shlex
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,8 +132,9 @@ class SweepSummary:
         n = sum(self.spooled().values())
         if not n:
             return ""
+        cfg = shlex.quote(str(self.config_path or "CONFIG"))
         return (f"{n} spooled {'result is' if n == 1 else 'results are'} not yet in the store: run "
-                f"`{py} -m harness sweep {self.config_path or 'CONFIG'}{self.uri_option()}` when it "
+                f"`{py} -m harness sweep {cfg}{self.uri_option()}` when it "
                 f"answers to write {'it' if n == 1 else 'them'}")
 
     def uri_option(self) -> str:
@@ -140,7 +142,7 @@ class SweepSummary:
         user types it, or sets it in the environment)."""
         if self.tracking_uri == default_tracking_uri():
             return ""
-        return f" --tracking-uri {mask_uri(self.tracking_uri)}"
+        return f" --tracking-uri {shlex.quote(mask_uri(self.tracking_uri))}"
 
 
 def task_clocks(outcomes: list[TrialOutcome], clock: str = DEFAULT_CLOCK) -> dict[tuple[str, str], str]:
@@ -466,12 +468,13 @@ def print_summary(console, summary: SweepSummary) -> None:
             console.print(f"{escape(str(d['method']))}: {escape(d['optimizer'])} ({escape(d['task'])}): "
                           f"{escape(d['words'])}", soft_wrap=True)
     if hint := summary.spool_hint(py):
-        console.print(hint, soft_wrap=True)
-    uri_opt = summary.uri_option()
-    console.print(f"Open the MLflow UI: {py} -m harness ui --experiment {summary.name}{uri_opt}",
+        console.print(escape(hint), soft_wrap=True)
+    # commands to paste into a shell: quoted (a name with a space or a quote), markup escaped
+    uri_opt, name = summary.uri_option(), shlex.quote(summary.name)
+    console.print(escape(f"Open the MLflow UI: {py} -m harness ui --experiment {name}{uri_opt}"),
                   soft_wrap=True)
-    console.print(f"HTML report:        {py} -m harness report --experiment {summary.name} "
-                  f"--sweep {summary.sweep_id}{uri_opt}", soft_wrap=True)
+    console.print(escape(f"HTML report:        {py} -m harness report --experiment {name} "
+                         f"--sweep {summary.sweep_id}{uri_opt}"), soft_wrap=True)
 
 
 def python_command() -> str:
@@ -492,5 +495,5 @@ def python_command() -> str:
     try:
         rel = Path(exe).relative_to(Path.cwd())
     except ValueError:
-        return exe
-    return str(rel)
+        return shlex.quote(exe)
+    return shlex.quote(str(rel))
