@@ -16,6 +16,7 @@ import numpy as np
 
 __all__ = [
     "adam_moments",
+    "bias_corrected",
     "check_nonnegative",
     "check_step_size",
     "check_unit_interval",
@@ -97,13 +98,25 @@ def with_two_zeros(x0):
     return x0, jnp.zeros_like(x0), jnp.zeros_like(x0)
 
 
-def adam_moments(i, g, m, v, b1, b2):
+def adam_moments(i, g, m, v, b1, b2, *, wide_powers: bool = False):
     """Adam's moment estimates and their bias corrections at 0-based step ``i``:
     ``m <- (1 - b1) g + b1 m;  v <- (1 - b2) g**2 + b2 v;  m^ = m / (1 - b1**(i+1));
-    v^ = v / (1 - b2**(i+1))`` (powers in the leaf's dtype, as the reference). Returns
-    ``(m, v, m^, v^)``."""
+    v^ = v / (1 - b2**(i+1))``. The powers are taken in the leaf's dtype, as the reference's
+    ``adam`` does (in bfloat16, 0.999 rounds to 1 and ``1 - b2**t`` to 0: ``v^`` is inf and the
+    step 0), or with ``wide_powers`` by :func:`bias_corrected` (Optax's rule). Returns
+    ``(m, v, m^, v^)``, each of ``m``'s shape and dtype."""
     m = (1 - b1) * g + b1 * m
     v = (1 - b2) * jnp.square(g) + b2 * v
+    if wide_powers:
+        return m, v, bias_corrected(m, b1, i), bias_corrected(v, b2, i)
     mhat = m / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
     vhat = v / (1 - jnp.asarray(b2, m.dtype) ** (i + 1))
     return m, v, mhat, vhat
+
+
+def bias_corrected(moment, decay, i):
+    """``moment / (1 - decay**(i+1))`` at 0-based step ``i``, the power taken in float32 or the
+    moment's dtype if wider and the division in the moment's dtype (``optax.tree.bias_correction``
+    takes it in float32: in bfloat16, 0.999 rounds to 1.0, so ``1 - decay**t`` would be 0)."""
+    wide = jnp.promote_types(moment.dtype, jnp.float32)
+    return moment / (1 - jnp.asarray(decay, wide) ** (i + 1)).astype(moment.dtype)

@@ -491,7 +491,8 @@ def sm3(step_size, momentum: float = 0.9):
     State per leaf: ``(x, m, [v_1, ..., v_k])``, plus an empty marker ``()`` for 0-d leaves
     (whose ``x``, ``m`` are kept with shape ``(1,)`` as in the reference). Unlike the reference,
     the leaf's shape is not stored as integer leaves of the state, so ``get_params`` works under
-    ``jit`` and ``lax.scan``; the arithmetic is the reference's, bitwise.
+    ``jit`` and ``lax.scan``; the arithmetic is the reference's, bitwise. A reference state
+    ``(x, m, vs, x_shape)`` (a reference checkpoint, :func:`pack_optimizer_state`) is read too.
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
@@ -528,8 +529,10 @@ def sm3(step_size, momentum: float = 0.9):
         return (x, m, vs, *state[3:])
 
     def get_params(state):
+        # the empty marker of a 0-d leaf; a reference state's 4th entry is the leaf's shape (its
+        # checkpoints load with pack_optimizer_state), empty too for a 0-d leaf
         x = state[0]
-        return x.reshape(()) if len(state) == 4 else x
+        return x.reshape(()) if len(state) == 4 and not state[3] else x
 
     return init, update, get_params
 

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from optimizers.common import (
     adam_moments,
+    bias_corrected,
     check_nonnegative,
     check_step_size,
     check_unit_interval,
@@ -76,6 +77,8 @@ def adamw(
     ``m <- (1 - b1) g + b1 m;  v <- (1 - b2) g**2 + b2 v;  m^ = m / (1 - b1**t);
     v^ = v / (1 - b2**t);  x <- x - lr * (m^ / (sqrt(v^) + eps) + weight_decay * x)``.
     The decay is multiplied by the (scheduled) step size, as in ``optax.adamw`` and PyTorch.
+    The powers ``b**t`` are taken in float32 at least, as Optax does (in a bfloat16 leaf's own
+    dtype 0.999 is 1.0, and ``v^`` would be inf: no step at all).
     State per leaf: ``(x, m, v)``, each with the leaf's shape and dtype.
 
     Args:
@@ -95,7 +98,7 @@ def adamw(
 
     def update(i, g, state):
         x, m, v = state
-        m, v, mhat, vhat = adam_moments(i, g, m, v, b1, b2)
+        m, v, mhat, vhat = adam_moments(i, g, m, v, b1, b2, wide_powers=True)
         x = x - step_size(i) * (mhat / (jnp.sqrt(vhat) + eps) + weight_decay * x)
         return x, m, v
 
@@ -115,7 +118,8 @@ def nadamw(
     n^ = n / (1 - b1**t);  v^ = v / (1 - b2**t);
     x <- x - lr * (n^ / (sqrt(v^) + eps) + weight_decay * x)``.
     State per leaf: ``(x, m, v)``. (Optax's ``nadamw`` bias-corrects the two terms of ``n``
-    separately, so it differs slightly in the first steps.)
+    separately, so it differs slightly in the first steps.) The powers ``b**t`` are taken in
+    float32 at least, as in ``adamw``.
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
@@ -134,9 +138,9 @@ def nadamw(
 
     def update(i, g, state):
         x, m, v = state
-        m, v, _, vhat = adam_moments(i, g, m, v, b1, b2)
+        m, v, _, vhat = adam_moments(i, g, m, v, b1, b2, wide_powers=True)
         n = (1 - b1) * g + b1 * m
-        nhat = n / (1 - jnp.asarray(b1, m.dtype) ** (i + 1))
+        nhat = bias_corrected(n, b1, i)
         x = x - step_size(i) * (nhat / (jnp.sqrt(vhat) + eps) + weight_decay * x)
         return x, m, v
 
