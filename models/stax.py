@@ -418,7 +418,10 @@ def _tiled_max_pool(x, window):
     (:func:`_tiled_max_pool_jvp`) so that its transpose is made of strided slices, selects and pads
     instead of XLA's ``select_and_scatter``, which XLA:CPU runs slowly (2-3x the whole CNN step
     inside ``lax.scan``). Used on CPU only; bit-identical values and gradients to the reference,
-    ties included (the first maximal element of a window in row-major order gets the gradient).
+    ties included (the first maximal element of a window in row-major order gets the gradient),
+    except in a window holding a NaN: its value is NaN as the reference's, and its gradient is 0
+    where the reference's ``select_and_scatter`` passes it to one element (which one depends on the
+    NaN's place in the window).
     """
     return lax.reduce_window(x, -jnp.inf, lax.max, window, window, "VALID")
 

@@ -16,13 +16,21 @@ operations in the same order) with these deliberate departures, each a reference
 
 * ``sm3`` no longer stores each leaf's shape as integer leaves of the state (they become
   tracers under ``jit``/``lax.scan`` and break the reference's ``params_fn``); a 0-d leaf is
-  marked by an empty tuple in its state instead, which carries no leaf.
+  marked by an empty tuple in its state instead, which carries no leaf. A reference sm3 state
+  (a reference checkpoint loaded with :func:`pack_optimizer_state`) still works; a harness sm3
+  state does not load into the reference.
 * ``init_fn`` copies parameter leaves that are concrete ``jax.Array`` s, so that donating the
   optimizer state (as the trainer does) never deletes the caller's parameter buffers.
-* A concrete step size that is not positive, ``b1``/``b2`` outside ``[0, 1)`` (``adam``,
-  ``adamax``), mismatched ``piecewise_constant`` lengths and decreasing boundaries raise
-  ``ValueError`` naming the value. These checks run in Python when the optimizer is built, never
-  on traced values and never inside the update.
+* Hyperparameters the reference accepts and then trains on to NaN or nonsense raise
+  ``ValueError`` naming the value: a concrete step size that is not positive; ``b1``/``b2``
+  outside ``[0, 1)`` and ``eps < 0`` (``adam``, ``adamax``); ``gamma`` outside ``[0, 1)`` and
+  ``eps < 0`` (``rmsprop``, ``rmsprop_momentum``); a non-positive ``decay_steps`` or
+  ``decay_rate`` (``exponential_decay``; ``inverse_time_decay``: ``decay_rate < 0``), a negative
+  ``final_step_size`` (``polynomial_decay``); mismatched ``piecewise_constant`` lengths and
+  decreasing boundaries. These checks run in Python when the optimizer is built, never on traced
+  values and never inside the update (each function's docstring lists its own).
+* :func:`pack_optimizer_state` of something that is not a ``JoinPoint`` tree raises
+  ``TypeError`` (the reference: ``AssertionError``).
 """
 
 from __future__ import annotations
