@@ -19,11 +19,13 @@ PROCESS_START = _time.perf_counter()
 #: :mod:`harness.sweep`, whose module is callable (``harness.sweep(config, ...)``).
 _LAZY = {"sweep": ("harness.sweep", None), "results": ("reports.results", "results"),
          "Results": ("reports.results", "Results"), "reproduce": ("harness.sweep.reproduce", "reproduce"),
-         "ConfigError": ("harness.config.errors", "ConfigError")}
+         "ConfigError": ("harness.config.errors", "ConfigError"),
+         "UsageError": ("harness.config.errors", "UsageError")}
 
 
 def __getattr__(name: str):
-    """``harness.sweep``, ``harness.results``, ``harness.reproduce``, ``harness.ConfigError``:
+    """``harness.sweep``, ``harness.results``, ``harness.reproduce``, ``harness.ConfigError``,
+    ``harness.UsageError``:
     imported when first used (see ``docs/python-api.md``)."""
     if name in _LAZY:
         import importlib

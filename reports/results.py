@@ -103,7 +103,11 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
       ValueError: no store at a local SQLite path (none is created), an unknown experiment or
         sweep id (naming those the store holds), an unknown ``versions``, ``clock`` or
         ``select_by``, or ``sweep`` together with ``versions="all"``.
+      TypeError: ``experiment`` is not a string.
     """
+    if not isinstance(experiment, str):  # results(5) failed inside difflib's did-you-mean
+        raise TypeError(f"results(): experiment must be the sweep's name (a string), got "
+                        f"{type(experiment).__name__} {experiment!r}")
     if versions not in VERSIONS:
         raise ValueError(f"versions must be one of {', '.join(VERSIONS)}; got {versions!r}")
     if clock is not None and clock not in CLOCKS:

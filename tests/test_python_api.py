@@ -361,3 +361,28 @@ def test_the_commands_a_sweep_prints_at_its_end_paste_into_a_shell(tmp_path, fak
                         "--tracking-uri", uri]
     ui = next(x for x in out.splitlines() if x.startswith("Open the MLflow UI:"))
     assert shlex.split(ui.split(":", 1)[1])[4:6] == ["--experiment", "my exp [v2]"]
+
+
+def test_options_of_the_wrong_type_are_usage_errors_before_anything_runs(tmp_path, tracking_uri,
+                                                                         fake_trainer):
+    """The attack's F5: ``only=5`` and ``tracking_uri=5`` raised a bare ``TypeError`` from deep
+    inside, ``max_trials="10"`` compared a str with an int, ``max_trials=0`` blamed the config's
+    ``seeds``, and ``dry_run="no"`` / ``compile_cache="off"`` were taken as true."""
+    cases = {"only": (5, "only: must be a mapping such as {'optimizer': 'adam'} or a string such as "
+                         "'optimizer=adam', got int 5"),
+             "tracking_uri": (5, "tracking_uri: must be a string such as 'sqlite:///mlflow.db', got int 5"),
+             "max_trials": ("10", "max_trials: must be a whole number >= 1, got str '10'"),
+             "dry_run": ("no", "dry_run: must be True or False, got str 'no'"),
+             "quiet": ("yes", "quiet: must be True or False, got str 'yes'"),
+             "compile_cache": ("off", "compile_cache: must be True or False, got str 'off'")}
+    for name, (value, message) in cases.items():
+        kw = {"tracking_uri": tracking_uri, name: value}
+        with pytest.raises(harness.UsageError) as e:
+            harness.sweep(_cfg(), **kw)
+        assert (e.value.key_path, str(e.value)) == (name, message)
+    with pytest.raises(harness.UsageError, match=r"^max_trials: must be a whole number >= 1, got int 0$"):
+        harness.sweep(_cfg(), tracking_uri=tracking_uri, max_trials=0)
+    with pytest.raises(TypeError, match=r"^results\(\): experiment must be the sweep's name \(a string\), "
+                                        r"got int 5$"):
+        harness.results(5, tracking_uri=tracking_uri)
+    assert fake_trainer["calls"] == [] and not (tmp_path / "mlflow.db").exists()

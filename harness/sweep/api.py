@@ -58,8 +58,9 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
 
     Raises:
       harness.config.errors.ConfigError: an invalid config or option, nothing trained or written
-        (a :class:`harness.config.errors.UsageError` for ``tracking_uri``, ``executor``, ``jobs``
-        and ``only``); ``err.key_path`` names the key.
+        (a :class:`harness.config.errors.UsageError` for ``tracking_uri``, ``executor``, ``jobs``,
+        ``only``, and an option of the wrong type: ``max_trials`` not an int >= 1, ``dry_run``,
+        ``quiet`` or ``compile_cache`` not a bool); ``err.key_path`` names the key.
       harness.tracking.errors.TrackingUnavailableError: the store cannot be reached or used.
       harness.sweep.run.SweepInterrupted: interrupted (a ``KeyboardInterrupt``); calling again
         resumes.
@@ -71,6 +72,8 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
     from harness.execute.executors import ExecutorUnavailableError
     from harness.sweep.run import SweepOptions, run_sweep
 
+    _check_option_types(tracking_uri=tracking_uri, dry_run=dry_run, only=only, quiet=quiet,
+                        max_trials=max_trials, compile_cache=compile_cache)
     known = {f.name for f in dataclasses.fields(SweepOptions)}
     for name in options:
         if name not in known:  # said as sweep()'s, not as the internal SweepOptions.__init__'s
@@ -95,6 +98,35 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
             raise UsageError(f"tracking_uri: {e}", "tracking_uri") from e
         raise
     return SweepRun(summary)
+
+
+#: What each of :func:`sweep`'s named options must be (``tracking_uri`` may be ``None``; ``jobs``,
+#: ``executor`` and ``batching`` are checked by the config's own fields).
+_OPTION_TYPES = {"tracking_uri": (str, "a string such as 'sqlite:///mlflow.db'"),
+                 "max_trials": (int, "a whole number >= 1"), "dry_run": (bool, "True or False"),
+                 "quiet": (bool, "True or False"), "compile_cache": (bool, "True or False")}
+
+
+def _check_option_types(**given: Any) -> None:
+    """Raise :class:`UsageError` (with the option's name as key path) for an option of the wrong
+    type, before anything is read or run: ``only=5`` failed deep inside with ``TypeError: 'int'
+    object is not iterable``, ``dry_run="no"`` ran a dry run (a non-empty string is true)."""
+    from collections.abc import Mapping
+
+    for name, value in given.items():
+        if name == "only":
+            if value is not None and not isinstance(value, str | Mapping):
+                raise UsageError(f"only: must be a mapping such as {{'optimizer': 'adam'}} or a string "
+                                 f"such as 'optimizer=adam', got {type(value).__name__} {value!r}", "only")
+            continue
+        want, words = _OPTION_TYPES[name]
+        if value is None and name == "tracking_uri":
+            continue
+        ok = isinstance(value, want) and (want is bool or not isinstance(value, bool))
+        if ok and want is int and value < 1:
+            ok = False
+        if not ok:
+            raise UsageError(f"{name}: must be {words}, got {type(value).__name__} {value!r}", name)
 
 
 @dataclass
