@@ -341,6 +341,18 @@ BAD = textwrap.dedent('''
 
     def scalar_only(step_size, mass: float = 0.9):
         return optax.sgd(step_size * 1.0, momentum=mass)
+
+
+    def reshapes(step_size):
+        import jax
+        return (lambda p: (p, 0.0), lambda i, g, s: (jax.tree.map(lambda x: x.reshape(-1), s[0]), s[1]),
+                lambda s: s[0])
+
+
+    def casts(step_size):
+        import jax
+        return (lambda p: (p, 0.0), lambda i, g, s: (jax.tree.map(lambda x: x.astype("int32"), s[0]), s[1]),
+                lambda s: s[0])
 ''')
 
 
@@ -375,6 +387,19 @@ def test_preflight_rejects_an_update_that_changes_the_state_structure(tmp_path):
                            "returned a state of another structure than init_fun's: ")
 
 
+@pytest.mark.parametrize("fn,leaf", [("reshapes", "float32[1024]"), ("casts", "int32[64, 16]")])
+def test_preflight_rejects_an_update_that_changes_a_state_leafs_shape_or_dtype(tmp_path, fn, leaf):
+    """Pre-flight checked the state's tree structure only: an update that reshaped or cast a leaf
+    was found by the trainer's scan, mid-sweep, and the trial's reason was JAX's last line,
+    "Revise the function so that all output types match ..." (the attack's F4)."""
+    (tmp_path / "bad.py").write_text(BAD)
+    cfg = _write(tmp_path, [{"name": "mine", "source": f"bad.py:{fn}", "hparams": {"step_size": 0.1}}])
+    (line,) = _errors(cfg, preflight=True)
+    assert line == (f"{cfg}: optimizers[0].hparams: optimizer 'mine' (step_size=0.1): update_fun returned a "
+                    f"state whose leaf [0][1][0] is {leaf} where init_fun's is float32[64, 16]: the trainer "
+                    f"carries the state from step to step, so each leaf must keep its shape and dtype")
+
+
 def test_a_factory_that_cannot_take_a_schedule_is_blamed_once_on_its_source(tmp_path):
     (tmp_path / "bad.py").write_text(BAD)
     cfg = _write(tmp_path, [{"name": "mine", "source": "bad.py:scalar_only",
@@ -407,3 +432,15 @@ def test_the_reason_of_a_failed_trial_is_the_exception_not_jaxs_notice():
     assert reason_line(tb) == ("TypeError: scan body function carry input and carry output must have "
                                "the same pytree structure")
     assert reason_line("ValueError: x\n") == "ValueError: x"
+    # a message of several lines: its first two, where JAX's scan error names the leaf (its last
+    # line, "Revise the function ...", was the reason before)
+    tb = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n    y = g()\n        ^^^\n"
+          "TypeError: scan body function carry input and carry output must have equal types, but they "
+          "differ:\n\n  * the input carry component state[0] has type float32[8,10] but the corresponding "
+          "output carry component has type float32[80], so the shapes do not match\n\nRevise the function "
+          "so that all output types match the corresponding input types.\n")
+    assert reason_line(tb) == (
+        "TypeError: scan body function carry input and carry output must have equal types, but they "
+        "differ: * the input carry component state[0] has type float32[8,10] but the corresponding "
+        "output carry component has type float32[80], so the shapes do not match")
+    assert reason_line("diverged: loss 3e+30 at step 12\n") == "diverged: loss 3e+30 at step 12"

@@ -52,11 +52,22 @@ _JAX_NOTICES = ("For simplicity, JAX has removed its internal frames", "-" * 20)
 
 
 def reason_line(text: str, limit: int = 500) -> str:
-    """The exception line of a traceback ``text`` (its last line, skipping the notice JAX appends
-    after a filtered traceback and its dashed separator), at most ``limit`` characters."""
+    """The exception line of a traceback ``text``, at most ``limit`` characters (skipping the
+    notice JAX appends after a filtered traceback and its dashed separator). A message of several
+    lines gives its first two, joined: the last line of JAX's scan error ("Revise the function so
+    that all output types match ...") named neither the leaf nor the shapes, its second does. Text
+    that is not a traceback (why a trial diverged) gives its last line."""
     lines = [ln for ln in text.strip().splitlines()
              if ln.strip() and not ln.startswith(_JAX_NOTICES)]
-    return (lines or [""])[-1][:limit]
+    start = None  # where the last exception's message starts: after its last frame
+    for i, ln in enumerate(lines):
+        if ln.startswith(("Traceback (most recent call last)", "  File ")):
+            start = i + 1
+    if start is None:
+        return (lines or [""])[-1][:limit]
+    while start < len(lines) - 1 and lines[start].startswith("    "):  # the frame's source, ^^^ marks
+        start += 1
+    return " ".join(ln.strip() for ln in lines[start:start + 2])[:limit]
 
 
 

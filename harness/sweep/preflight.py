@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -421,6 +422,16 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
                 if before != after:  # the trainer's scan carries the state: it must keep its form
                     raise TypeError(f"update_fun returned a state of another structure than "
                                     f"init_fun's: {after} after {before}")
+                for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(state0)[0],
+                                        jax.tree.leaves(state), strict=True):  # and each leaf's type
+                    ta, tb = (jnp.shape(a), jnp.result_type(a)), (jnp.shape(b), jnp.result_type(b))
+                    if ta != tb:
+                        where = re.sub(r"<flat index (\d+)>", r"\1", jax.tree_util.keystr(path))
+                        raise TypeError(f"update_fun returned a state whose leaf "
+                                        f"{where or '(the state)'} is "
+                                        f"{tb[1]}{list(tb[0])} where init_fun's is {ta[1]}{list(ta[0])}: "
+                                        f"the trainer carries the state from step to step, so each "
+                                        f"leaf must keep its shape and dtype")
                 ev = None if opt.eval_params_fn is None else opt.eval_params_fn(state)
                 return opt.params_fn(state), ev
 
