@@ -91,6 +91,16 @@ def test_yaml_and_budget_errors(tmp_path, write_sweep):
     p.write_text("name: [unclosed\n")
     with pytest.raises(ConfigError, match=f"^{p}: not valid YAML"):
         load_config(p)
+    # a tab: the C parser says "found character that cannot start any token", never "tab" (attack F8)
+    p.write_text("name: x\nmodels:\n\t- mlp\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert str(e.value).endswith("found character that cannot start any token (a tab character there: YAML "
+                                 "indents with spaces)")
+    p.write_text("name: [unclosed\n")  # no tab: no hint
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "tab" not in str(e.value)
     assert _errors(write_sweep, budget={"steps": 10, "epochs": 1}) == [
         "F: budget: give exactly one of 'steps' or 'epochs'"]
     assert _errors(write_sweep, budget={"steps": 0}) == [

@@ -191,10 +191,21 @@ def load_yaml_text(text: str, file: str = "<config>") -> Any:
     except RecursionError:
         raise YamlConfigError([f"{file}: nested too deeply to parse"]) from None
     except yaml.YAMLError as e:
-        raise YamlConfigError([f"{file}: not valid YAML: {_yaml_error_text(e)}"]) from None
+        why = _yaml_error_text(e) + _tab_hint(text, e)
+        raise YamlConfigError([f"{file}: not valid YAML: {why}"]) from None
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _tab_hint(text: str, e: yaml.YAMLError) -> str:
+    """``" (a tab ...)"`` when the line PyYAML stopped at has a tab up to its column (the C parser
+    says "found character that cannot start any token", never "tab"), else ``""``."""
+    mark = getattr(e, "problem_mark", None)
+    lines = text.splitlines()
+    if mark is None or not 0 <= mark.line < len(lines) or "\t" not in lines[mark.line][:mark.column + 1]:
+        return ""
+    return " (a tab character there: YAML indents with spaces)"
 
 
 def _yaml_error_text(e: yaml.YAMLError) -> str:
