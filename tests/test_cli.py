@@ -598,3 +598,21 @@ def test_an_option_outside_its_choices_is_a_usage_error_with_did_you_mean(args, 
     flat = " ".join(res.output.replace("│", " ").split())  # click's box may wrap the message
     assert want in flat, res.output
     assert "Value error" not in res.output
+
+
+def test_report_without_experiment_takes_the_stores_only_sweep_and_lists_them_otherwise(
+        tmp_path, write_sweep, tracking_uri, fake_trainer):
+    """``report`` with no ``-e`` was click's "Missing option '--experiment'" even on a store with one
+    sweep (the attack's F8): now it reports that one, and names the sweeps when there are several."""
+    from harness.sweep.run import run_sweep
+
+    run_sweep(write_sweep(name="first"), tracking_uri=tracking_uri, quiet=True)
+    out = tmp_path / "one.md"
+    r = runner.invoke(app, ["report", "--tracking-uri", tracking_uri, "-f", "md", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"leaderboard: {out} (1 rows, md)") and "| sgd " in out.read_text()
+    run_sweep(write_sweep(name="second"), tracking_uri=tracking_uri, quiet=True)
+    r = runner.invoke(app, ["report", "--tracking-uri", tracking_uri], terminal_width=250)
+    assert r.exit_code == 2
+    assert f"error: give the sweep to report with --experiment NAME; {tracking_uri} holds first, second" \
+        in " ".join(r.output.split())

@@ -7,6 +7,7 @@ import typer
 from harness.cli.common import URI_HELP, err, one_of
 from harness.core.clock import CLOCKS
 from harness.core.names import SCORING_RULES
+from harness.core.redact import mask_uri
 from harness.core.selection import SELECT_BY
 
 EPILOG = """\b
@@ -39,7 +40,9 @@ def _choice(valid) -> dict:
 
 
 def report(
-    experiment: str = typer.Option(..., "--experiment", "-e", help="Sweep name (MLflow experiment)."),
+    experiment: str | None = typer.Option(
+        None, "--experiment", "-e",
+        help="Sweep name (MLflow experiment); may be left out when the store holds one."),
     sweep_id: str | None = typer.Option(None, "--sweep", help="Sweep id (default: the latest)."),
     output: str | None = typer.Option(None, "-o", "--output", help="Output HTML path."),
     baseline: str | None = typer.Option(None, "--baseline", help="Sweep id to compare against."),
@@ -86,10 +89,17 @@ def report(
 
     uri = resolve_tracking_uri(tracking_uri)
     try:
-        prepare_store(uri, create=False)
+        client = prepare_store(uri, create=False)
     except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
+    if experiment is None:  # the store's only sweep, else the names to choose from
+        names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
+        if len(names) != 1:
+            err(f"error: give the sweep to report with --experiment NAME; {mask_uri(uri)} holds "
+                f"{', '.join(names) if names else 'no sweep'}")
+            raise typer.Exit(2)
+        experiment = names[0]
     if fmt != "html":
         for flag, value in (("--baseline", baseline), ("--stats-baseline", stats_baseline)):
             if value is not None:
