@@ -238,3 +238,15 @@ def test_a_fifo_config_path_is_refused_without_blocking(tmp_path):
     assert r.returncode == 2, r.stderr
     assert f"{fifo}: not a regular file (a pipe, socket, device or folder)" in r.stdout + r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.yaml"]
+
+
+def test_a_seed_listed_twice_is_refused(write_sweep):
+    """``seeds: [0, 1, 0]`` ran 2 trials per configuration where 3 were asked for, with no word (a
+    (configuration, seed) pair is one trial id): the attack's F8. At the top level and in an
+    ``include`` entry."""
+    assert _errors(write_sweep, seeds=[0, 1, 0]) == [
+        "F: seeds: seed 0 is listed twice; a configuration trains once per seed: list each seed once"]
+    assert _errors(write_sweep, include=[{"seeds": [3, 3]}]) == [
+        "F: include[0].seeds: seed 3 is listed twice; a configuration trains once per seed: list each "
+        "seed once"]
+    load_config(write_sweep(seeds=[2, 0, 1]))  # distinct, in any order: fine

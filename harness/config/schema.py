@@ -231,6 +231,18 @@ def _nonempty(v: list, what: str = "axis") -> list:
     return v
 
 
+def _distinct_seeds(v: list | None) -> list | None:
+    """``seeds`` with no seed twice: a (configuration, seed) pair is one trial, trained once, so
+    ``[0, 0]`` silently ran one trial where two were asked for."""
+    seen: set[int] = set()
+    for s in v or ():
+        if s in seen:
+            raise PydanticCustomError("seeds", "seed {s} is listed twice; a configuration trains once "
+                                      "per seed: list each seed once", {"s": s})
+        seen.add(s)
+    return v
+
+
 class SubGrid(_Strict):
     """An ``include`` entry: extra trials; axes it does not set are taken from the top level."""
 
@@ -250,6 +262,11 @@ class SubGrid(_Strict):
     @classmethod
     def _ne(cls, v: list | None) -> list | None:
         return v if v is None else _nonempty(v)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_once(cls, v: list | None) -> list | None:
+        return _distinct_seeds(v)
 
 
 class WorkloadEntry(_Strict):
@@ -383,6 +400,11 @@ class SweepConfig(_Strict):
     @classmethod
     def _ne(cls, v: list | None) -> list | None:
         return v if v is None or isinstance(v, str) else _nonempty(v)
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_once(cls, v: list | None) -> list | None:
+        return _distinct_seeds(v)
 
     @model_validator(mode="after")
     def _grid_or_workloads(self) -> SweepConfig:
