@@ -255,7 +255,8 @@ def test_a_database_uri_password_is_masked_in_the_summary_hints_and_stage_lines(
 
     uri = "postgresql://u:secretpw@127.0.0.1:1/db"
     s = SweepSummary("s", "sid", None, None, uri, [], 1.0)
-    assert s.uri_option() == " --tracking-uri postgresql://u:***@127.0.0.1:1/db"
+    # shell-quoted (the commands are pasted into a shell, where *** would be a glob)
+    assert s.uri_option() == " --tracking-uri 'postgresql://u:***@127.0.0.1:1/db'"
     buf = io.StringIO()
     print_summary(Console(file=buf, width=200), s)
     assert "secretpw" not in buf.getvalue() and "u:***@127.0.0.1" in buf.getvalue()

@@ -383,8 +383,8 @@ def test_options_of_the_wrong_type_are_usage_errors_before_anything_runs(tmp_pat
     """The attack's F5: ``only=5`` and ``tracking_uri=5`` raised a bare ``TypeError`` from deep
     inside, ``max_trials="10"`` compared a str with an int, ``max_trials=0`` blamed the config's
     ``seeds``, and ``dry_run="no"`` / ``compile_cache="off"`` were taken as true."""
-    cases = {"only": (5, "only: must be a mapping such as {'optimizer': 'adam'} or a string such as "
-                         "'optimizer=adam', got int 5"),
+    cases = {"only": (5, "only: must be a mapping such as {'optimizer': 'adam'}, a string such as "
+                         "'optimizer=adam' or a list of such strings, got int 5"),
              "tracking_uri": (5, "tracking_uri: must be a string such as 'sqlite:///mlflow.db', got int 5"),
              "max_trials": ("10", "max_trials: must be a whole number >= 1, got str '10'"),
              "dry_run": ("no", "dry_run: must be True or False, got str 'no'"),
@@ -397,6 +397,11 @@ def test_options_of_the_wrong_type_are_usage_errors_before_anything_runs(tmp_pat
         assert (e.value.key_path, str(e.value)) == (name, message)
     with pytest.raises(harness.UsageError, match=r"^max_trials: must be a whole number >= 1, got int 0$"):
         harness.sweep(_cfg(), tracking_uri=tracking_uri, max_trials=0)
+    # what the old code took stays accepted (the review's F3): the command line's list form of only,
+    # NumPy integers and booleans
+    run = harness.sweep(_cfg(), tracking_uri=tracking_uri, only=["optimizer=adam", "seed=0"],
+                        max_trials=np.int64(50), dry_run=np.bool_(True), quiet=True)
+    assert run.dry_run and len(run.trial_ids) == 1
     with pytest.raises(TypeError, match=r"^results\(\): experiment must be the sweep's name \(a string\), "
                                         r"got int 5$"):
         harness.results(5, tracking_uri=tracking_uri)

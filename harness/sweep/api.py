@@ -111,20 +111,28 @@ def _check_option_types(**given: Any) -> None:
     """Raise :class:`UsageError` (with the option's name as key path) for an option of the wrong
     type, before anything is read or run: ``only=5`` failed deep inside with ``TypeError: 'int'
     object is not iterable``, ``dry_run="no"`` ran a dry run (a non-empty string is true)."""
+    import numbers
     from collections.abc import Mapping
 
+    import numpy as np
+
     for name, value in given.items():
-        if name == "only":
-            if value is not None and not isinstance(value, str | Mapping):
-                raise UsageError(f"only: must be a mapping such as {{'optimizer': 'adam'}} or a string "
-                                 f"such as 'optimizer=adam', got {type(value).__name__} {value!r}", "only")
+        if name == "only":  # a mapping, "optimizer=adam", or the command line's list of such strings
+            listed = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+            if value is not None and not (isinstance(value, str | Mapping) or listed):
+                raise UsageError(f"only: must be a mapping such as {{'optimizer': 'adam'}}, a string such as "
+                                 f"'optimizer=adam' or a list of such strings, got {type(value).__name__} "
+                                 f"{value!r}", "only")
             continue
         want, words = _OPTION_TYPES[name]
         if value is None and name == "tracking_uri":
             continue
-        ok = isinstance(value, want) and (want is bool or not isinstance(value, bool))
-        if ok and want is int and value < 1:
-            ok = False
+        if want is bool:
+            ok = isinstance(value, bool | np.bool_)
+        elif want is int:
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_) and value >= 1
+        else:
+            ok = isinstance(value, want)
         if not ok:
             raise UsageError(f"{name}: must be {words}, got {type(value).__name__} {value!r}", name)
 
