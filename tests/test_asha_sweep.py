@@ -340,8 +340,7 @@ def test_status_of_a_killed_asha_sweep_counts_every_trial_it_ran_and_says_the_se
     """``status`` counted the trials of the parent run's ``trials.json``, which an adaptive sweep
     rewrites now and then with its proposals so far: a killed ASHA sweep showed ``trials: 16 ...
     pending: 0`` with 47 trials in the store (the issue-35 attack, F1). Now the trials that ran under
-    the sweep id count too, and while the search may still propose trials its pending count says
-    so."""
+    the sweep id count, and while the search may still propose trials its pending count is "?"."""
     db = tmp_path / "k.db"
     cfg = _config(tmp_path, name="asha_status")
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.05"}
@@ -357,4 +356,36 @@ def test_status_of_a_killed_asha_sweep_counts_every_trial_it_ran_and_says_the_se
     cells = [c.strip() for c in row.split("│") if c.strip()]
     trials, finished, stopped = int(cells[2]), int(cells[3]), int(cells[6])
     assert trials >= n and finished + stopped == n, (n, row)
-    assert cells[7] == f"{trials - n}+ (search not over)", row
+    assert cells[7] == "? (search not over)", row
+
+
+def test_status_of_a_finished_coordinate_descent_sweep_counts_what_it_trained(tmp_path):
+    """A coordinate descent's parent records its grid (15 configurations here) as ``n_trials``, the
+    most it could train: ``status`` showed the grid as its trials and the configurations it never
+    needed as pending (84 trials, 48 pending for experiments/coordinate_descent.yaml: the review's
+    F1). Now a finished adaptive sweep's trials are those it proposed, pending 0; and ``status
+    CONFIG`` finds the sweep under the id the sweep used (it computed another, and called the real
+    one superseded: F5)."""
+    from harness.sweep.run import run_sweep
+
+    cfg = {"name": "cd_status", "datasets": ["digits"], "seeds": [0], "batch_size": 64,
+           "models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}],
+           "optimizers": [{"name": "momentum", "hparams": {"step_size": [0.01, 0.03, 0.1, 0.3, 1.0],
+                                                           "mass": [0.5, 0.9, 0.99]}}],
+           "schedules": ["constant"], "budget": {"steps": 20}, "eval_every": 10, "measure_perf": False,
+           "batching": "off", "search": {"method": "coordinate_descent", "passes": 1}}
+    path = tmp_path / "cd.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    uri = f"sqlite:///{tmp_path}/m.db"
+    s = run_sweep(path, tracking_uri=uri, quiet=True)
+    trained = len(s.outcomes)
+    assert trained < 15
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "COLUMNS": "250"}
+    for extra in ([], [str(path)]):
+        out = subprocess.run([sys.executable, "-m", "harness", "status", *extra, "--tracking-uri", uri],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        rows = [line for line in out.stdout.splitlines() if "cd_status" in line]
+        assert len(rows) == 1, out.stdout  # no second, phantom sweep id
+        cells = [c.strip() for c in rows[0].split("│") if c.strip()]
+        assert cells[1] == s.sweep_id and int(cells[2]) == trained and cells[6] == "0", rows[0]

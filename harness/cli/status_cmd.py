@@ -45,6 +45,7 @@ def status(
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     uri = resolve_tracking_uri(tracking_uri)
     expected: dict[str, set[str]] = {}
+    adaptive_sid: str | None = None  # the sweep id of a given adaptive config
     names: list[str] | None = [experiment] if experiment else None
     if config is not None:
         from harness.config.load import load_config
@@ -57,7 +58,17 @@ def status(
             raise typer.Exit(2) from None
         uri = resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
         specs = expand(cfg)
-        expected[sweep_id_of(cfg.name, specs)] = {s.trial_id for s in specs}
+        try:  # an adaptive search's sweep id hashes its candidates, as the sweep computes it
+            from harness.sweep.searchers import searcher_for
+
+            search = searcher_for(specs, cfg.selection.by)
+        except ConfigError as e:
+            err(f"invalid sweep config:\n{e}")
+            raise typer.Exit(2) from None
+        if search.adaptive:  # its trials are the store's to say: they are proposed as results arrive
+            adaptive_sid = sweep_id_of(cfg.name, search.candidates())
+        else:
+            expected[sweep_id_of(cfg.name, specs)] = {s.trial_id for s in specs}
         names = [cfg.name]
     try:
         client = _reader(uri, names[0] if names else None)
@@ -83,27 +94,34 @@ def status(
             d["n"] = max(d["n"], int(p.data.params.get("n_trials", 0) or 0))
         for sid in expected:
             sweep_ids.setdefault(sid, {"n": len(expected[sid]), "last": None})
-        newer = superseded({sid: d["last"] for sid, d in sweep_ids.items()}, next(iter(expected), None))
+        if adaptive_sid is not None:
+            sweep_ids.setdefault(adaptive_sid, {"n": 0, "last": None})
+        current = next(iter(expected), adaptive_sid)
+        newer = superseded({sid: d["last"] for sid, d in sweep_ids.items()}, current)
         for sid, d in sweep_ids.items():
-            # trials that ran under this sweep id, and the sweep's own list of its trials (an
-            # adaptive sweep lists those proposed so far: a killed one lists fewer than ran)
+            last = d["last"]
+            adaptive = last is not None and is_adaptive(last)
+            open_search = adaptive and search_open(last)
+            # the trials that ran under this sweep id, and the sweep's own list of its trials: a
+            # fixed sweep's every trial; an adaptive one's those proposed, final once its search is
+            # over (a killed one's list may hold candidates it never trains: Optuna's)
             ids = {tid for tid, rs in trials.items() if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
             if sid in expected:
                 ids |= expected[sid]
-            elif d["last"] is not None:
-                ids |= _listed_trials(client, d["last"]) or set()
+            elif last is not None and not open_search:
+                ids |= _listed_trials(client, last) or set()
             c = {"finished": 0, "diverged": 0, "failed": 0, "stopped": 0}
             for tid in ids:  # the one rule for what a trial's runs say (harness.tracking.trial_run)
                 state, _ = trial_state(trials.get(tid, []))
                 if state in c:
                     c[state] += 1
-            n = max(d["n"], len(ids))
+            # an adaptive sweep's n_trials param is its candidates (coordinate descent's: the whole
+            # grid, the most it could train), not what it trains
+            n = len(ids) if adaptive else max(d["n"], len(ids))
             pending = n - sum(c.values())
-            last = d["last"]
             last_s = "—" if last is None else _parent_state(client, last)
             version = f"superseded by {newer[sid]}" if sid in newer else "current"
-            pending_s = f"{pending}+ (search not over)" if last is not None and search_open(last) \
-                else str(pending)
+            pending_s = "? (search not over)" if open_search else str(pending)
             rows.append((exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
                          pending_s, last_s, version, str(c["stopped"])))
     # early stopping (issue 34 §1): stopped trials are done, counted apart, in a column of their own
@@ -134,16 +152,19 @@ STATUS_TAGS = (TAG_KIND, TAG_SWEEP_ID, TAG_TRIAL_ID, TAG_STATUS, TAG_OWNER, TAG_
                TAG_PARENT_RUN, TAG_SEARCH)
 
 
-def search_open(parent) -> bool:
-    """Whether the sweep whose last parent run is ``parent`` has an adaptive search that may still
-    propose trials: it ran an adaptive method (its ``harness.search`` tag) and that invocation did
-    not finish the whole config (its run is not FINISHED, or it ran ``--only`` part of it). Its
-    pending count is then a lower bound: the trials not proposed yet are unknown."""
+def is_adaptive(parent) -> bool:
+    """Whether the sweep of the parent run ``parent`` ran an adaptive method (its ``harness.search``
+    tag): its trials are proposed as results arrive."""
     from harness.config.search import ADAPTIVE_METHODS
 
-    if not set((parent.data.tags.get(TAG_SEARCH) or "").split(",")) & set(ADAPTIVE_METHODS):
-        return False
-    return parent.info.status != "FINISHED" or bool(parent.data.params.get("only"))
+    return bool(set((parent.data.tags.get(TAG_SEARCH) or "").split(",")) & set(ADAPTIVE_METHODS))
+
+
+def search_open(parent) -> bool:
+    """Whether the adaptive search of the sweep whose last parent run is ``parent`` may still
+    propose trials: that invocation did not finish the whole config (its run is not FINISHED, or
+    it ran ``--only`` part of it). Its pending count is then unknown: ``status`` says "?"."""
+    return is_adaptive(parent) and (parent.info.status != "FINISHED" or bool(parent.data.params.get("only")))
 
 
 def _reader(uri: str, experiment: str | None):
