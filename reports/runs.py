@@ -155,7 +155,11 @@ def known_sweep_ids(client, experiment_id: str) -> list[str]:
 def select_trial_runs(children: Iterable) -> dict[str, tuple[Any, int]]:
     """trial_id → (the run the report uses, number of runs of that trial).
 
-    The latest FINISHED run of a trial wins; a trial with none uses its latest run (shown failed).
+    The latest FINISHED run of a trial wins; a trial with none uses its latest FAILED run (shown
+    failed). A trial with neither, only RUNNING or KILLED runs, is left out: it is pending, as
+    :func:`harness.tracking.trial_run.trial_state` and ``status`` say (a trial run is created with
+    its result's tags, so a RUNNING one is a write cut short, and the next sweep trains it again;
+    shown, it made a task of its own, its params never written, ranked 1).
     """
     by_trial: dict[str, list] = {}
     for run in children:
@@ -164,7 +168,9 @@ def select_trial_runs(children: Iterable) -> dict[str, tuple[Any, int]]:
     for tid, runs in by_trial.items():
         runs.sort(key=lambda r: (r.info.start_time or 0, r.info.run_id))
         finished = [r for r in runs if r.info.status == "FINISHED"]
-        out[tid] = ((finished or runs)[-1], len(runs))
+        failed = [r for r in runs if r.info.status == "FAILED"]
+        if finished or failed:
+            out[tid] = ((finished or failed)[-1], len(runs))
     return out
 
 
