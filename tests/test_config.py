@@ -97,10 +97,12 @@ def test_yaml_and_budget_errors(tmp_path, write_sweep):
         load_config(p)
     assert str(e.value).endswith("found character that cannot start any token (a tab character there: YAML "
                                  "indents with spaces)")
-    p.write_text("name: [unclosed\n")  # no tab: no hint
-    with pytest.raises(ConfigError) as e:
-        load_config(p)
-    assert "tab" not in str(e.value)
+    for text in ("name: [unclosed\n",  # no tab: no hint
+                 'name: t\ndescription: "a\tb" x: [\n'):  # a tab in a string, not the error (review F7)
+        p.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            load_config(p)
+        assert "tab" not in str(e.value)
     assert _errors(write_sweep, budget={"steps": 10, "epochs": 1}) == [
         "F: budget: give exactly one of 'steps' or 'epochs'"]
     assert _errors(write_sweep, budget={"steps": 0}) == [

@@ -338,8 +338,14 @@ def test_a_dry_run_lists_at_most_its_row_limit_and_says_so(tmp_path, tracking_ur
     out, _ = capfd.readouterr()
     assert [tid in out for tid in run.trial_ids] == [True] * 4 + [False] * 2
     assert "to run: 6 new" in out and len(run.trial_ids) == 6
-    assert "(the first 4 of 6 trials are listed; the counts cover all; --only AXIS=VALUE lists part" in \
-        " ".join(out.split())
+    assert "(4 of 6 trials are listed, those to run first; the counts cover all; --only AXIS=VALUE lists " \
+        "part" in " ".join(out.split())
+    # a resumed sweep: the trials still to run come first (the review's F9: the first rows were done)
+    harness.sweep(_cfg(), tracking_uri=tracking_uri, only={"optimizer": "sgd"}, quiet=True)
+    again = harness.sweep(_cfg(), tracking_uri=tracking_uri, dry_run=True)
+    out, _ = capfd.readouterr()
+    adam = [tid for tid in again.trial_ids if tid not in {o.trial_id for o in again.summary.outcomes}]
+    assert len(adam) == 2 and all(tid in out for tid in adam)
 
 
 def test_a_trial_run_left_running_is_not_a_finished_result(tmp_path, tracking_uri, fake_trainer):

@@ -199,11 +199,16 @@ def load_yaml_text(text: str, file: str = "<config>") -> Any:
 
 
 def _tab_hint(text: str, e: yaml.YAMLError) -> str:
-    """``" (a tab ...)"`` when the line PyYAML stopped at has a tab up to its column (the C parser
-    says "found character that cannot start any token", never "tab"), else ``""``."""
+    """``" (a tab ...)"`` when the line PyYAML stopped at is indented with a tab or has one at the
+    error's column (the C parser says "found character that cannot start any token", never "tab"),
+    else ``""`` (a tab inside a quoted string earlier on the line is not the problem)."""
     mark = getattr(e, "problem_mark", None)
     lines = text.splitlines()
-    if mark is None or not 0 <= mark.line < len(lines) or "\t" not in lines[mark.line][:mark.column + 1]:
+    if mark is None or not 0 <= mark.line < len(lines):
+        return ""
+    line = lines[mark.line]
+    indent = line[:len(line) - len(line.lstrip(" \t"))]
+    if "\t" not in indent and line[mark.column:mark.column + 1] != "\t":
         return ""
     return " (a tab character there: YAML indents with spaces)"
 

@@ -52,9 +52,11 @@ DRY_RUN_ROWS = 1000
 
 
 def _listed(console, n: int, what: str) -> None:
-    """The line under a table cut at :data:`DRY_RUN_ROWS` rows of ``n``."""
+    """The line under a table cut at :data:`DRY_RUN_ROWS` rows of ``n`` (``what``: ``"trials"``,
+    listed those to run first, or ``"points"``)."""
     if n > DRY_RUN_ROWS:
-        console.print(f"(the first {DRY_RUN_ROWS:,} of {n:,} {what} are listed; the counts cover all; "
+        which = ", those to run first" if what == "trials" else ""
+        console.print(f"({DRY_RUN_ROWS:,} of {n:,} {what} are listed{which}; the counts cover all; "
                       f"--only AXIS=VALUE lists part of the config, and harness.sweep(CONFIG, "
                       f"dry_run=True).trial_ids every trial id)", soft_wrap=True)
 
@@ -74,7 +76,12 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
                     f"(skipped), {len(plan.todo)} to run", show_lines=False)
     for col in ("#", "trial_id", "run name", "dataset", "config", "steps", "state"):
         t.add_column(col)
-    for i, s in enumerate(plan.specs[:DRY_RUN_ROWS]):
+    rows = list(enumerate(plan.specs))
+    if len(rows) > DRY_RUN_ROWS:  # cut: the trials to run first (a resumed sweep's first rows are done)
+        done = set(plan.done)
+        rows = sorted(rows, key=lambda r: r[1].trial_id in done)[:DRY_RUN_ROWS]
+        rows.sort(key=lambda r: r[0])
+    for i, s in rows:
         t.add_row(str(i + 1), s.trial_id, escape(run_name(s)), escape(s.dataset), escape(config_label(s)),
                   str(s.steps), escape(state_of(s.trial_id, plan, why)))
     print_table(console, t)
