@@ -64,4 +64,7 @@ def test_a_kill_trains_again_only_the_few_results_still_queued_for_the_writer(tm
     trained = set(re.findall(r"^trained .*\[([0-9a-f]{16})\]", out.read_text(), re.M))
     stored = set(finished_ids(db))
     assert len(stored) < 200 and stored <= trained, out.read_text()[-2000:]
-    assert len(trained - stored) <= bg.MAX_QUEUED * jobs + jobs, (len(trained), len(stored))
+    # the documented promise (docs/adaptive-sweeps.md): at most 4 queued results per process, plus
+    # the one a worker is handing over; a bound read from MAX_QUEUED would pass with 64 too
+    assert bg.MAX_QUEUED == 4
+    assert len(trained - stored) <= 5 * jobs, (len(trained), len(stored))
