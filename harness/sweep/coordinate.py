@@ -351,18 +351,20 @@ class CoordinateDescent(Searcher):
         included, the loop drops them), ``[]`` when it is over: a pure function of ``seen``."""
         return self._walk(seen).pending
 
+    def _most_configs(self) -> int:
+        """The most configurations the descent trains: the start plus every other value of every
+        axis in each pass, no more than the grid."""
+        return min(len(self.grid), 1 + self.passes * sum(len(v) - 1 for v in self.axes.values()))
+
     def max_steps(self) -> int:
-        """At most: the start plus every other value of every axis in each pass (no more than the
-        grid), with every seed, capped by the compute budget."""
-        configs = min(len(self.grid), 1 + self.passes * sum(len(v) - 1 for v in self.axes.values()))
-        most = configs * len(self.cell.seeds) * self.steps
+        """At most: :meth:`_most_configs` with every seed, capped by the compute budget."""
+        most = self._most_configs() * len(self.cell.seeds) * self.steps
         return most if self.budget is None else min(most, self.budget)
 
     def max_trials(self) -> int:
-        """At most: the configurations of :meth:`max_steps` with every seed, no more trials than
-        the compute budget pays for."""
-        configs = min(len(self.grid), 1 + self.passes * sum(len(v) - 1 for v in self.axes.values()))
-        most = configs * len(self.cell.seeds)
+        """At most: :meth:`_most_configs` with every seed, no more trials than the compute budget
+        pays for."""
+        most = self._most_configs() * len(self.cell.seeds)
         cheapest = min(s.steps for s in self.cell.trials)
         return most if self.budget is None else min(most, self.budget // max(1, cheapest))
 

@@ -49,7 +49,7 @@ from harness.plan.cells import Cell
 from harness.sweep.asha import AshaSearcher, steps_trained
 from harness.sweep.searchers import register
 
-__all__ = ["SuccessiveHalving", "bracket_cost", "survivors"]
+__all__ = ["SuccessiveHalving", "bracket_cost", "round_sizes", "survivors"]
 
 
 def survivors(n: int, eta: int) -> int:
@@ -57,17 +57,20 @@ def survivors(n: int, eta: int) -> int:
     return max(1, n // eta)
 
 
+def round_sizes(n: int, rounds: int, eta: int) -> list[int]:
+    """The configurations of each of ``rounds`` rounds of a bracket of ``n``: ``n_0 = n``,
+    ``n_{i+1} = survivors(n_i)``. Example: ``round_sizes(9, 3, 3)`` is ``[9, 3, 1]``."""
+    sizes = [n]
+    while len(sizes) < rounds:
+        sizes.append(survivors(sizes[-1], eta))
+    return sizes
+
+
 def bracket_cost(n: int, levels: list[int], eta: int, seeds: int) -> int:
     """Training steps of a bracket of ``n`` configurations with rung steps ``levels`` (the budget
-    last), restarts included: ``seeds x sum_i n_i x levels[i]``, ``n_0 = n``,
-    ``n_{i+1} = survivors(n_i)``. Example: ``bracket_cost(9, [10, 30, 90], 3, 1)`` is
-    ``9*10 + 3*30 + 1*90 = 270``."""
-    total, m = 0, n
-    for i, r in enumerate(levels):
-        total += m * r
-        if i + 1 < len(levels):
-            m = survivors(m, eta)
-    return seeds * total
+    last), restarts included: ``seeds x sum_i n_i x levels[i]`` (:func:`round_sizes`). Example:
+    ``bracket_cost(9, [10, 30, 90], 3, 1)`` is ``9*10 + 3*30 + 1*90 = 270``."""
+    return seeds * sum(m * r for m, r in zip(round_sizes(n, len(levels), eta), levels, strict=True))
 
 
 @register("successive_halving")
@@ -176,12 +179,8 @@ class SuccessiveHalving(AshaSearcher):
 
     def max_trials(self) -> int:
         """Every round's trials (a configuration that goes on restarts as a new trial), every seed,
-        plus the audits: ``seeds x sum_i n_i + audit``."""
-        total, m = 0, self.n
-        for _ in range(len(self.levels)):
-            total += m
-            m = survivors(m, self.eta)
-        return total * len(self.seeds) + self.audit
+        plus the audits: ``seeds x sum_i n_i + audit`` (:func:`round_sizes`)."""
+        return sum(round_sizes(self.n, len(self.levels), self.eta)) * len(self.seeds) + self.audit
 
     def describe(self, seen: Mapping[str, TrialOutcome]) -> dict[str, Any]:
         """Per round: its rung step, configurations, how many went on; the steps spent; the
