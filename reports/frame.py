@@ -215,17 +215,13 @@ def _int_or_na(v: Any):
 
 
 def _status(run) -> str:
-    """The trial's status as the report shows it: the ``status`` tag of a FINISHED run; a RUNNING
-    run is ``running`` whatever its tags say (a trial run is created with its result's tags, so one
-    left RUNNING is a write cut short, not a result: :func:`harness.tracking.trial_run.trial_state`
-    calls such a trial pending); a FAILED or KILLED run is ``failed``."""
-    st = run.info.status
-    if st in ("RUNNING", "SCHEDULED"):
-        return "running"
+    """The trial's status as the report shows it, from the run :func:`reports.runs.select_trial_runs`
+    chose (FINISHED or FAILED; a trial with only RUNNING or KILLED runs is pending, left out): a
+    FINISHED run's ``status`` tag (``finished`` without one), else ``failed``."""
+    if run.info.status != "FINISHED":
+        return "failed"
     tag = (run.data.tags.get(TAG_STATUS) or "").strip().lower()
-    if st == "FINISHED":
-        return tag if tag in STATUSES else "finished"
-    return "failed"
+    return tag if tag in STATUSES else "finished"
 
 
 def target_mode(metric: str | None, mode: str | None) -> str:
