@@ -194,7 +194,7 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
                 "_separation": ranked.loc[(b.task, b.optimizer), "separation"],
                 "_protocol": h["protocol"],
                 # the rest of the numbers behind the cells (leaderboard_numbers)
-                "_shared_rank_n": int(ranked.loc[(b.task, b.optimizer), "shared_rank"]),
+                "_shared_rank_n": _rank_number(ranked.loc[(b.task, b.optimizer), "shared_rank"]),
                 "_config_id": b.config_id,
                 "_n_seeds": int(b.n_seeds),
                 "_n_finished": int(b.n_finished),
@@ -297,6 +297,11 @@ def leaderboard_numbers(frame: pd.DataFrame, table: pd.DataFrame | None = None) 
             out[c] = out[c].astype("float64")
     out["tied"] = out["rank_label"].str.endswith(TIE_MARK)
     return out[cols]
+
+
+def _rank_number(shared_rank) -> int | None:
+    """A row's shared rank as an int; ``None`` for an unranked optimizer (every trial failed)."""
+    return None if shared_rank is None or pd.isna(shared_rank) else int(shared_rank)
 
 
 def rank_cell(r: pd.Series) -> str:

@@ -11,7 +11,9 @@ or best during training) — are not told apart: with at least :data:`MIN_SEEDS`
 paired bootstrap 95% interval of the mean difference contains 0, with fewer their min–max ranges
 overlap. Ranks are competition ranks over groups (an optimizer joins the current group when it is
 not distinguishable from one of its members); a group of several is written ``"2="`` (all share
-rank 2, the next group is ranked 2 + its size), a lone optimizer ``"2"``.
+rank 2, the next group is ranked 2 + its size), a lone optimizer ``"2"``; an optimizer every trial
+of which failed on the task has no rank (``"—"``, :data:`harness.core.ties.UNRANKED`;
+``shared_rank`` ``None``) and comes last.
 
 Within a group the rows are shown in the order of the column the reader sees
 (:func:`harness.core.ties.tie_column`): the leaderboard's time to target (its mean across seeds,
@@ -70,7 +72,7 @@ def standings(frame: pd.DataFrame) -> dict[str, list[ties.Standing]]:
                 median_steps=float(steps.median()) if len(steps) else None,
                 seconds=g[M_SECONDS_TO_TARGET].dropna().to_dict(),
                 values=g[obj.selected(by)].dropna().to_dict(), higher_is_better=obj.mode == "max",
-                cost_class=cost_class(g)))
+                cost_class=cost_class(g), has_results=bool(b.has_results)))
         out[task] = rows
     return out
 
@@ -95,7 +97,7 @@ def shared_ranks(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for task, ordered in standings(frame).items():
         groups = ties.share_ranks(ordered, by)
-        labels = ties.tie_labels(groups)
+        labels = ties.tie_labels(groups, ordered)
         position = 0
         for grp in groups:
             members = [ordered[i] for i in grp]

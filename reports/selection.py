@@ -88,7 +88,8 @@ def tuning_value_words(frame: pd.DataFrame) -> str:
 
 
 #: Columns of :func:`best_configs`.
-BEST_COLUMNS = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "n_reached", "rank"]
+BEST_COLUMNS = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finished", "n_reached", "rank",
+                "has_results"]
 
 
 @per_frame
@@ -106,7 +107,9 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     wall-clock's noise); more seeds that finished (not diverged/failed); better mean of the
     objective's final metric over finished seeds; then lower median seconds to target, then
     ``config_id``. Identical per-trial results therefore always select the same configuration.
-    Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, n_reached, rank``
+    An optimizer every trial of which failed on a task ranks last (``has_results`` false; the
+    leaderboard shows it unranked, :data:`harness.core.ties.UNRANKED`).
+    Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, n_reached, rank, has_results``
     (``rank`` 1 = best optimizer on the task: more seeds reaching the target, then lower median
     **seconds** to target (on the report's clock, :mod:`reports.clock`), since optimizers' steps
     cost different times, then more finished, then the final metric; optimizers that reached the
@@ -126,6 +129,9 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     value_of = {t: s[o.selected(by)].to_numpy(float) for t, o in objs.items()}
     classes = s[COST_CLASS].to_numpy(object) if COST_CLASS in s else None
     configs = s["config"].to_numpy()
+    # an optimizer every trial of which failed on a task has no result: unranked, last (ties.UNRANKED)
+    ran = s[s["status"] != "failed"]
+    with_results = set(zip(ran["task"], ran["optimizer"], strict=True))
     rows = []
     groups = s.groupby(["task", "optimizer", "config_id"], sort=True).indices
     for (task, opt, cid), idx in sorted(groups.items()):
@@ -142,6 +148,7 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
         secs = float(np.median(ttt)) if len(ttt) else math.inf
         med_steps = float(np.median(steps)) if len(steps) else None
         metric = sign * mean if mean is not None else math.inf
+        last = (task, opt) not in with_results
         rows.append(
             {
                 "task": task,
@@ -153,11 +160,12 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
                 "n_reached": n_reached,
                 "_key": selection_key(n_reached, med_steps, n_fin, mean, obj.mode == "max",
                                       secs if len(ttt) else None, str(cid), by),
-                "_rank_key": (-n_reached, secs, -n_fin, metric, str(opt))
-                if by == "time_to_target" else (-n_fin, metric, -n_reached, secs, str(opt)),
+                "has_results": not last,
+                "_rank_key": (last, -n_reached, secs, -n_fin, metric, str(opt))
+                if by == "time_to_target" else (last, -n_fin, metric, -n_reached, secs, str(opt)),
                 # ranked by time: equal steps to the target (the same evaluation) in one cost class is
                 # a tie, ordered by the metric (_ranked); ranked by the metric: no such ties
-                "_tie_key": (-n_reached, med_steps if med_steps is not None else math.inf,
+                "_tie_key": (last, -n_reached, med_steps if med_steps is not None else math.inf,
                              _first_class(classes, fin)) if by == "time_to_target" else (str(opt),),
                 "_metric_key": (-n_fin, metric, str(opt)),
             }

@@ -187,3 +187,47 @@ def test_the_summary_ranks_ties_and_orders_like_the_leaderboard():
         assert [r["optimizer"] for r in rows] == list(report["optimizer"])
         assert [r["label"] for r in rows] == list(report["label"])
         assert [r["separation"].words if r["separation"] else "" for r in rows] == list(report["separation"])
+
+
+def test_an_optimizer_every_trial_of_which_failed_is_unranked_in_the_summary_and_the_report(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """Found by an attacking helper: a task's only optimizer, every seed failed, was ranked "1" in
+    the sweep's end table and in the report. Now it is "—", with no shared rank, and last: after an
+    optimizer whose every seed diverged (a result, ranked), whatever their names' order."""
+    import io
+
+    from conftest import fake_result
+    from rich.console import Console
+
+    import harness.train.loop as trainer
+    from harness.sweep.run import run_sweep
+    from harness.sweep.summary import print_summary, ranked_rows
+    from reports.leaderboard import leaderboard_numbers
+
+    def run_trial(spec, **_kw):
+        return fake_result(spec, raise_for=(spec.seed,) if spec.optimizer == "adagrad" else (),
+                           diverge_for=(spec.seed,) if spec.optimizer == "sgd" else ())
+
+    monkeypatch.setattr(trainer, "run_trial", run_trial)
+    monkeypatch.chdir(tmp_path)
+    adagrad = [{"name": "adagrad", "hparams": {"step_size": 0.1}}]
+    lone = run_sweep(write_sweep(name="lone", optimizers=adagrad), tracking_uri=tracking_uri, quiet=True)
+    assert lone.counts()["failed"] == 2
+    rows = ranked_rows(lone.outcomes)
+    assert [(r["optimizer"], r["rank"], r["label"]) for r in rows] == [("adagrad", 1, "—")]
+    out = io.StringIO()
+    print_summary(Console(file=out, width=120), lone)
+    row = next(line for line in out.getvalue().splitlines() if "adagrad" in line)
+    assert row.split()[0] == "—", row
+    nums = leaderboard_numbers(RF.load_frame("lone", tracking_uri=tracking_uri))
+    assert list(nums["rank_label"]) == ["—"] and nums["rank"].isna().all()
+
+    three = run_sweep(write_sweep(name="three", optimizers=[
+        {"name": n, "hparams": {"step_size": 0.1}} for n in ("adagrad", "momentum", "sgd")]),
+        tracking_uri=tracking_uri, quiet=True)
+    assert three.counts() == {"finished": 2, "diverged": 2, "failed": 2, "skipped": 0}
+    summary = [(r["optimizer"], r["label"]) for r in ranked_rows(three.outcomes)]
+    assert summary == [("momentum", "1"), ("sgd", "2"), ("adagrad", "—")]
+    nums = leaderboard_numbers(RF.load_frame("three", tracking_uri=tracking_uri)).sort_values("order")
+    assert list(zip(nums["optimizer"], nums["rank_label"], strict=True)) == summary
+    assert list(nums["rank"].astype("Int64")) == [1, 2, pd.NA]

@@ -74,6 +74,7 @@ __all__ = [
     "MIN_SEEDS",
     "N_BOOT",
     "POWER",
+    "UNRANKED",
     "Basis",
     "Separation",
     "Standing",
@@ -111,6 +112,10 @@ TIE_MARK = "="
 
 TIME = "time to target"
 VALUE = "validation value"
+#: The rank label of an optimizer every trial of which failed on a task (:attr:`Standing.has_results`
+#: false): it has no result to rank, so it takes no rank and comes last. (It showed ``"1"`` when it
+#: was a task's only optimizer, found by an attacking helper.) A diverged trial is a result.
+UNRANKED = "—"
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,9 @@ class Standing:
     #: figure, :func:`harness.core.clock.cost_classes`; the cost clock's cost per step); ``None`` on
     #: the measured clock. Equal steps in different classes are different times.
     cost_class: float | None = None
+    #: whether any of its trials on the task (any configuration) finished or diverged; ``False``:
+    #: every one failed, and it is not ranked (:data:`UNRANKED`, last in :func:`strict_order`).
+    has_results: bool = True
 
     def median_seconds(self) -> float | None:
         """The median of :attr:`seconds` (``None`` without any)."""
@@ -268,12 +276,15 @@ def strict_order(standings: Sequence[Standing], by: str = "time_to_target") -> l
         return math.inf if v is None else v
 
     if by != "time_to_target":
-        return sorted(standings, key=lambda s: (-s.finished, metric(s), -s.reached, secs(s), s.name))
-    order = sorted(standings, key=lambda s: (-s.reached, secs(s), -s.finished, metric(s), s.name))
+        return sorted(standings, key=lambda s: (not s.has_results, -s.finished, metric(s), -s.reached,
+                                                secs(s), s.name))
+    order = sorted(standings, key=lambda s: (not s.has_results, -s.reached, secs(s), -s.finished,
+                                             metric(s), s.name))
     out: list[Standing] = []
     i = 0
     def same_time(s: Standing) -> tuple:  # (reached, median steps, cost class): a tie on time
-        return s.reached, math.inf if s.median_steps is None else s.median_steps, s.cost_class
+        return (not s.has_results, s.reached, math.inf if s.median_steps is None else s.median_steps,
+                s.cost_class)
 
     while i < len(order):  # a run at the same (reached, steps, class): a tie on time, by the metric
         j = i
@@ -288,24 +299,31 @@ def strict_order(standings: Sequence[Standing], by: str = "time_to_target") -> l
 def share_ranks(ordered: Sequence[Standing], by: str = "time_to_target") -> list[list[int]]:
     """The groups of :func:`tied` optimizers, walking down ``ordered`` (the strict order): each a
     list of positions (0-based) into ``ordered``; an optimizer joins the current group when it is
-    tied with one of its members."""
+    tied with one of its members. An optimizer without results (:attr:`Standing.has_results`) is a
+    group of its own."""
     groups: list[list[int]] = []
     for i, s in enumerate(ordered):
-        if groups and any(tied(ordered[m], s, by) for m in groups[-1]):
+        if groups and s.has_results and ordered[groups[-1][0]].has_results and any(
+                tied(ordered[m], s, by) for m in groups[-1]):
             groups[-1].append(i)
         else:
             groups.append([i])
     return groups
 
 
-def tie_labels(groups: Sequence[Sequence[int]]) -> dict[int, tuple[int, str]]:
-    """Position → ``(shared rank, label)`` for :func:`share_ranks`' groups: a group of several at
-    position ``p`` (0-based) is rank ``p + 1``, written ``"2="``; a lone optimizer ``"2"``."""
-    out = {}
+def tie_labels(groups: Sequence[Sequence[int]], ordered: Sequence[Standing] | None = None
+               ) -> dict[int, tuple[int | None, str]]:
+    """Position → ``(shared rank, label)`` for :func:`share_ranks`' groups of ``ordered``: a group of
+    several at position ``p`` (0-based) is rank ``p + 1``, written ``"2="``; a lone optimizer
+    ``"2"``; one without results (:attr:`Standing.has_results`) ``(None, UNRANKED)``."""
+    out: dict[int, tuple[int | None, str]] = {}
     for g in groups:
         at = min(g) + 1
         for i in g:
-            out[i] = (at, f"{at}{TIE_MARK}" if len(g) > 1 else str(at))
+            if ordered is not None and not ordered[i].has_results:
+                out[i] = (None, UNRANKED)
+            else:
+                out[i] = (at, f"{at}{TIE_MARK}" if len(g) > 1 else str(at))
     return out
 
 

@@ -213,6 +213,8 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
+    # an optimizer every trial of which failed on a task has no result to rank (ties.UNRANKED)
+    with_results = {(o.dataset, o.model, o.optimizer) for o in outcomes if o.status != "failed"}
     best: dict[tuple, dict[str, Any]] = {}
     for (ds, model, opt, conf), os_ in groups.items():
         os_ = last_rounds(os_)
@@ -245,6 +247,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             "finished": len(ok), "seed_seconds": seed_seconds, "seed_values": seed_values,
             "has_target": any(o.has_target for o in os_),
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
+            "has_results": (ds, model, opt) in with_results,
         }
         row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
                                      not is_loss, row["seconds_to_target"], str(conf), by)
@@ -264,7 +267,8 @@ def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     (:mod:`harness.core.ties`, one rule for both): sorted by task, then ``order`` (groups in rank
     order, a tie's rows in the order of the "to target" column shown, else of the validation value
     that ranks them), each with ``rank`` (the strict position), ``label`` (``"1="`` for a shared
-    rank), ``tie_on`` (what orders a tie's rows; ``""`` for a lone row) and ``separation`` (for a row
+    rank, ``"—"`` for an optimizer every trial of which failed on the task: unranked, last),
+    ``tie_on`` (what orders a tie's rows; ``""`` for a lone row) and ``separation`` (for a row
     below a tied neighbour, :func:`harness.core.ties.separation` of the two; else ``None``)."""
     tasks: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in best_configs(outcomes, by, clock):
@@ -275,10 +279,10 @@ def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         ordered = ties.strict_order([ties.Standing(
             name=r["optimizer"], reached=r["reached"], finished=r["finished"],
             median_steps=r["steps_to_target"], seconds=r["seed_seconds"], values=r["seed_values"],
-            higher_is_better=not r["metric"].endswith("/loss"), cost_class=r["cost_class"])
-            for r in tasks[key]], by)
+            higher_is_better=not r["metric"].endswith("/loss"), cost_class=r["cost_class"],
+            has_results=r["has_results"]) for r in tasks[key]], by)
         groups = ties.share_ranks(ordered, by)
-        labels = ties.tie_labels(groups)
+        labels = ties.tie_labels(groups, ordered)
         for grp in groups:
             members = [ordered[i] for i in grp]
             on = ties.tie_column(members, by)
