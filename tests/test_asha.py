@@ -396,3 +396,48 @@ def test_the_dry_run_counts_the_trials_the_search_can_train_not_only_its_first(t
     s = run_sweep(path, tracking_uri=uri, quiet=True)
     trained = len(s.outcomes)
     assert 3 < trained <= 27
+
+
+def test_max_trials_bounds_the_trials_an_adaptive_search_proposes(tmp_path):
+    """`sweep --max-trials` bounded the expansion only: an ASHA search could train more than the
+    limit (found by the issue-35 attack). Now a search that can train more than the limit (none
+    diverging, `max_trials`) is refused before anything runs, and one whose diverged trials leave
+    steps for more stops proposing at the limit and says so."""
+    from harness.config.errors import ConfigError
+
+    whole = expand(load_config(_config(tmp_path, {"method": "asha", "trials": 4, "min_steps": 10, "eta": 3})))
+    most = SweepSearch(whole, "final").max_trials()
+    assert list(most.values()) == [36]  # 360 steps at 10 per configuration
+    with pytest.raises(ConfigError) as e:
+        SweepSearch(whole, "final", trial_limit=35)
+    assert str(e.value) == (
+        "search: the adaptive search can train up to 36 trials (sgd on digits · mlp (depth=1, width=16):"
+        " 36), more than the limit of 35; lower its budget or seeds, or raise the limit with `python -m "
+        "harness sweep --max-trials N`")
+    # every trial diverges at step 1: the 360 steps would pay for 360 trials; the limit holds at 36
+    ss = SweepSearch(whole, "final", trial_limit=36)
+    seen: dict[str, TrialOutcome] = {}
+    while nxt := ss.propose(seen):
+        for t in nxt:
+            o = _out(t, "diverged")
+            o.diverged_step = 1
+            seen[t.trial_id] = o
+    assert len(seen) == 36 and ss.capped
+    assert ss.describe(seen)[0]["words"].endswith(
+        "; the search stopped at --max-trials 36 (trials that diverged left steps for more)")
+    unbounded = SweepSearch(whole, "final")
+    seen = {}
+    while (nxt := unbounded.propose(seen)) and len(seen) < 1000:
+        for t in nxt:
+            o = _out(t, "diverged")
+            o.diverged_step = 1
+            seen[t.trial_id] = o
+    assert len(seen) > 36 and not unbounded.capped
+    # a sweep refuses it before the store is opened, dry run or not
+    from harness.sweep.run import run_sweep
+
+    for dry in (True, False):
+        with pytest.raises(ConfigError, match=r"can train up to 36 trials .* more than the limit of 20;"):
+            run_sweep(_config(tmp_path, {"method": "asha", "trials": 4, "min_steps": 10, "eta": 3}),
+                      tracking_uri=f"sqlite:///{tmp_path}/m.db", max_trials=20, dry_run=dry)
+    assert not (tmp_path / "m.db").exists()

@@ -57,7 +57,9 @@ def sweep(
                                                 "without memory preallocation (default 0)."),
     max_trials: int = typer.Option(DEFAULT_MAX_TRIALS, "--max-trials", min=1,
                                    help="Refuse a config that expands to more trials than this "
-                                   "(checked from axis sizes, before anything is built)."),
+                                   "(checked from axis sizes, before anything is built), or whose "
+                                   "adaptive search can train more; an adaptive search whose "
+                                   "diverged trials leave steps for more stops proposing here."),
     no_compile_cache: bool = typer.Option(False, "--no-compile-cache",
                                           help="Compile every program afresh instead of loading it "
                                           "from the persistent XLA cache in $HARNESS_CACHE_DIR/xla "

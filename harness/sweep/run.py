@@ -175,7 +175,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     if (pool := xla_threads.mismatch()) is not None:  # JAX computed before `import harness`
         console.print(f"warning: {pool}", soft_wrap=True)
     try:  # issue 34: the seam of every method; a searcher's config error names the file
-        search = searcher_for(whole, cfg.selection.by)
+        search = searcher_for(whole, cfg.selection.by, opts.max_trials)
     except ConfigError as e:
         raise ConfigError([f"{config_path}: {line}" for line in e.errors]) from None
     if search.adaptive:  # the candidates stand for the search (ASHA's carry their rule)

@@ -27,6 +27,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+from harness.config.errors import ConfigError
 from harness.core.outcome import TrialOutcome
 from harness.core.selection import DEFAULT_SELECT_BY
 from harness.core.spec import TrialSpec
@@ -142,13 +143,26 @@ def searcher_class(method: str) -> type[Searcher]:
 class SweepSearch:
     """Every cell's searcher of one sweep: the union of their proposals, cell by cell in order."""
 
-    def __init__(self, trials: list[TrialSpec], select_by: str = DEFAULT_SELECT_BY):
+    def __init__(self, trials: list[TrialSpec], select_by: str = DEFAULT_SELECT_BY,
+                 trial_limit: int | None = None):
         self.cells = cells_of(trials)
         #: trial_id -> the cell whose searcher made it (candidates and proposals)
         self.cell_of: dict[str, Cell] = {}
         self.searchers = [searcher_class(c.search.method)(c, select_by) for c in self.cells]
         for cls in dict.fromkeys(type(s) for s in self.searchers):
             cls.link(self.searchers)
+        #: ``sweep --max-trials`` for an adaptive search: the most trials it may propose in all
+        #: (:meth:`propose` stops there); ``None``: unbounded.
+        self.trial_limit = trial_limit if self.adaptive else None
+        self._proposed: set[str] = set()
+        self.capped = False
+        if self.trial_limit is not None and (most := sum(self.max_trials().values())) > self.trial_limit:
+            each = [f"{s.cell.optimizer} on {s.cell.task}: {s.max_trials():,}" for s in self.searchers]
+            each = each[:4] + (["..."] if len(each) > 4 else [])
+            raise ConfigError([f"search: the adaptive search can train up to {most:,} trials "
+                               f"({', '.join(each)}), more than the limit of {self.trial_limit:,}; "
+                               f"lower its budget or seeds, or raise the limit with `python -m "
+                               f"harness sweep --max-trials N`"])
 
     @property
     def adaptive(self) -> bool:
@@ -165,13 +179,23 @@ class SweepSearch:
         return list(out.values())
 
     def propose(self, seen: Mapping[str, TrialOutcome]) -> list[TrialSpec]:
-        """Every searcher's next trials not yet in ``seen``, in cell order, without duplicates."""
+        """Every searcher's next trials not yet in ``seen``, in cell order, without duplicates; at
+        most :attr:`trial_limit` trials proposed in all (those past it are dropped, and
+        :attr:`capped` says so: only a search whose trials diverge proposes more than
+        :meth:`max_trials`, which the constructor checked against the limit)."""
         out: dict[str, TrialSpec] = {}
         for s in self.searchers:
             for t in s.propose(seen):
                 if t.trial_id not in seen:
                     out.setdefault(t.trial_id, t)
                     self.cell_of.setdefault(t.trial_id, s.cell)
+        if self.trial_limit is not None:
+            new = [i for i in out if i not in self._proposed]
+            room = max(self.trial_limit - len(self._proposed), 0)
+            for i in new[room:]:
+                del out[i]
+                self.capped = True
+            self._proposed.update(new[:room])
         return list(out.values())
 
     def adopt(self, specs: list[TrialSpec], origins: dict[str, Any]) -> None:
@@ -205,10 +229,27 @@ class SweepSearch:
         return {s.cell.key: s.max_trials() for s in self.searchers}
 
     def describe(self, seen: Mapping[str, TrialOutcome]) -> list[dict[str, Any]]:
-        """Each searcher's :meth:`Searcher.describe`, in cell order."""
-        return [s.describe(seen) for s in self.searchers]
+        """Each searcher's :meth:`Searcher.describe`, in cell order; when :attr:`capped`, each line
+        (its certificate's, else its words) says that the search stopped at the limit."""
+        out = [s.describe(seen) for s in self.searchers]
+        if self.capped:
+            note = (f"; the search stopped at --max-trials {self.trial_limit:,} (trials that diverged "
+                    f"left steps for more)")
+            for d in out:
+                if isinstance(d.get("certificate"), dict) and d["certificate"].get("words"):
+                    d["certificate"]["words"] += note
+                else:
+                    d["words"] = (d.get("words") or d.get("method", "search")) + note
+        return out
 
 
-def searcher_for(trials: list[TrialSpec], select_by: str = DEFAULT_SELECT_BY) -> SweepSearch:
-    """The sweep's search over an expanded config's trials (a ``TrialList`` with ``origins``)."""
-    return SweepSearch(trials, select_by)
+def searcher_for(trials: list[TrialSpec], select_by: str = DEFAULT_SELECT_BY,
+                 trial_limit: int | None = None) -> SweepSearch:
+    """The sweep's search over an expanded config's trials (a ``TrialList`` with ``origins``);
+    ``trial_limit`` (``sweep --max-trials``) bounds an adaptive search's trials.
+
+    Raises:
+      ConfigError: an adaptive search that can train more than ``trial_limit`` trials (none
+        diverging: :meth:`SweepSearch.max_trials`), before anything runs.
+    """
+    return SweepSearch(trials, select_by, trial_limit)
