@@ -105,8 +105,10 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     reached the target; lower median ``convergence/steps_to_target`` over the seeds that reached
     it (one optimizer's steps all cost the same, so steps measure its speed without the
     wall-clock's noise); more seeds that finished (not diverged/failed); better mean of the
-    objective's final metric over finished seeds; then lower median seconds to target, then
-    ``config_id``. Identical per-trial results therefore always select the same configuration.
+    objective's final metric over finished seeds; then lower median seconds to target, then the
+    configuration's smallest ``trial_id`` (as the sweep's summary: the ``config_id`` hash here and
+    the name there once picked different configurations among exact ties).
+    Identical per-trial results therefore always select the same configuration.
     An optimizer every trial of which failed on a task ranks last (``has_results`` false; the
     leaderboard shows it unranked, :data:`harness.core.ties.UNRANKED`).
     Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, n_reached, rank, has_results``
@@ -129,6 +131,8 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     value_of = {t: s[o.selected(by)].to_numpy(float) for t, o in objs.items()}
     classes = s[COST_CLASS].to_numpy(object) if COST_CLASS in s else None
     configs = s["config"].to_numpy()
+    # an exact tie: the smallest trial id, as the summary (a frame without trial ids: config_id)
+    trial_ids = s["trial_id" if "trial_id" in s else "config_id"].astype(str).to_numpy()
     # an optimizer every trial of which failed on a task has no result: unranked, last (ties.UNRANKED)
     ran = s[s["status"] != "failed"]
     with_results = set(zip(ran["task"], ran["optimizer"], strict=True))
@@ -159,7 +163,7 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
                 "n_finished": n_fin,
                 "n_reached": n_reached,
                 "_key": selection_key(n_reached, med_steps, n_fin, mean, obj.mode == "max",
-                                      secs if len(ttt) else None, str(cid), by),
+                                      secs if len(ttt) else None, min(trial_ids[idx]), by),
                 "has_results": not last,
                 "_rank_key": (last, -n_reached, secs, -n_fin, metric, str(opt))
                 if by == "time_to_target" else (last, -n_fin, metric, -n_reached, secs, str(opt)),

@@ -231,3 +231,32 @@ def test_an_optimizer_every_trial_of_which_failed_is_unranked_in_the_summary_and
     nums = leaderboard_numbers(RF.load_frame("three", tracking_uri=tracking_uri)).sort_values("order")
     assert list(zip(nums["optimizer"], nums["rank_label"], strict=True)) == summary
     assert list(nums["rank"].astype("Int64")) == [1, 2, pd.NA]
+
+
+def test_the_summary_and_the_report_break_an_exact_tie_between_configurations_alike(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """Found by the issue-35 attack: among thousands of short trials many configurations tie
+    exactly (287 validation examples quantise the accuracy), and the summary broke the tie on the
+    configuration's name, the report on its config_id hash: they named different best
+    configurations (lr=0.0769703 against step_size=0.0812382). Both now take the configuration
+    whose smallest trial id is smallest. The fake trainer gives every step size the same results."""
+    from harness.sweep.run import run_sweep
+    from harness.sweep.summary import best_configs
+    from reports.selection import best_configs as report_best
+
+    monkeypatch.chdir(tmp_path)
+    sizes = [0.1, 0.2, 0.3, 0.5, 0.7, 0.9]
+    s = run_sweep(write_sweep(name="tie", optimizers=[{"name": "sgd", "hparams": {"step_size": sizes}}]),
+                  tracking_uri=tracking_uri, quiet=True)
+    assert s.counts()["finished"] == 12
+    by_config: dict[str, list[str]] = {}
+    for o in s.outcomes:
+        by_config.setdefault(o.config, []).append(o.trial_id)
+    expected = min(by_config, key=lambda c: min(by_config[c]))
+    (summary_row,) = best_configs(s.outcomes)
+    assert summary_row["config"] == expected
+    frame = RF.load_frame("tie", tracking_uri=tracking_uri)
+    (report_row,) = report_best(frame).itertuples()
+    rows = frame[(frame["row"] == "summary") & (frame["config_id"] == report_row.config_id)]
+    chosen = set(rows["trial_id"])
+    assert chosen == set(by_config[expected])

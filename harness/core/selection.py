@@ -57,12 +57,13 @@ def selection_key(reached: int, median_steps: float | None, finished: int, value
     decides:
 
     - ``time_to_target``: more seeds that ``reached`` the target; lower ``median_steps`` to
-      target; more seeds ``finished``; better ``value``; lower ``median_seconds`` to target; the
-      ``config`` name.
+      target; more seeds ``finished``; better ``value``; lower ``median_seconds`` to target;
+      ``config`` (the caller's tie-break: the sweep's summary and the report pass the
+      configuration's smallest trial id).
     - ``final`` / ``best``: more seeds ``finished`` (a seed that diverged or failed has no value:
       it counts as the worst, so the mean over all seeds of a configuration with fewer finished
       seeds is never better); better ``value``; more seeds ``reached``; lower ``median_steps``;
-      lower ``median_seconds``; the ``config`` name. Wall-clock never comes before the metric.
+      lower ``median_seconds``; ``config``. Wall-clock never comes before the metric.
     """
     inf = math.inf
     steps = inf if median_steps is None else float(median_steps)

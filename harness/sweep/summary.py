@@ -198,9 +198,11 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     (valid/accuracy, or valid/loss for loss targets); lower median seconds to target (on ``clock``,
     :mod:`harness.core.clock`; the modeled clock is steps × the program's median step time, and a
     task where a trial has no timed step ranks on the cost clock, :func:`task_clocks`); the
-    configuration's name. ``final`` /
+    configuration's smallest trial id. ``final`` /
     ``best``: more seeds finished, then the better mean final / best-during-training validation
-    metric, then the rest as above. Identical results select identically. Selection never reads the
+    metric, then the rest as above; an exact tie goes to the configuration whose smallest trial id
+    is smallest, as in the report (which once broke it on its own hash, this on the name, and named
+    different configurations). Identical results select identically. Selection never reads the
     test split: ``value`` is the selected configuration's mean validation metric (the final one;
     the best during training for ``by="best"``: what it was selected on), ``test_value`` its mean
     test metric over the seeds that have one (the headline number; ``None`` for runs from before
@@ -250,7 +252,8 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             "has_results": (ds, model, opt) in with_results,
         }
         row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
-                                     not is_loss, row["seconds_to_target"], str(conf), by)
+                                     not is_loss, row["seconds_to_target"],
+                                     min(o.trial_id for o in os_), by)
         key = (ds, model, opt)
         if key not in best or row["_rank"] < best[key]["_rank"]:
             best[key] = row
