@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import warnings
 
 import pandas as pd
 
@@ -93,7 +94,9 @@ def make_report(
         (:func:`reports.stats.baseline_optimizer`; ``None``: adam, else adamw, else the first).
 
     The HTML is also logged as an artifact under ``reports/`` of every parent run whose trials the
-    report shows (:func:`report_parents`); the table is not (it is the store's data again).
+    report shows (:func:`report_parents`); the table is not (it is the store's data again). Where the
+    store refuses that (a read-only artifact folder), the report is still returned, with a
+    :class:`ReportNotLogged` warning.
 
     Raises:
       ValueError: unknown experiment, sweep id, baseline sweep id or stats baseline optimizer.
@@ -153,10 +156,22 @@ def make_report(
 
     html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
     out.write_text(html, encoding="utf-8")
-    writer = mlruns.mlflow_client(tracking_uri) if report_parents(data) else None
-    for parent in report_parents(data):  # the HTML only: the table is the store's own data again
-        writer.log_artifact(parent, str(out), artifact_path="reports")
+    parents = report_parents(data)
+    try:
+        writer = mlruns.mlflow_client(tracking_uri) if parents else None
+        for parent in parents:  # the HTML only: the table is the store's own data again
+            writer.log_artifact(parent, str(out), artifact_path="reports")
+    except Exception as e:  # a store whose artifacts are read-only (a colleague's, a shared one)
+        reason = " ".join(str(e).split())[:300] or type(e).__name__
+        warnings.warn(ReportNotLogged(f"the report {out} was written, but not logged to the sweep's "
+                                      f"parent run in the store ({type(e).__name__}: {reason})"),
+                      stacklevel=2)
     return out
+
+
+class ReportNotLogged(UserWarning):
+    """:func:`make_report` wrote the report but could not log it to the store (e.g. its artifact
+    folder is read-only); the report and its table are complete."""
 
 
 def data_path(html: pathlib.Path) -> pathlib.Path:

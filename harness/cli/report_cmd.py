@@ -107,20 +107,31 @@ def report(
                 raise typer.Exit(2)
         _tables(fmt, experiment, sweep_id, output, uri, tuning_curves, scoring, select_by, time_clock)
         return
-    from reports import data_path, make_report
+    import warnings
+
+    from reports import ReportNotLogged, data_path, make_report
 
     try:
-        path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves,
-                           scoring=scoring, select_by=select_by, time_clock=time_clock,
-                           stats_baseline=stats_baseline)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", ReportNotLogged)
+            path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves,
+                               scoring=scoring, select_by=select_by, time_clock=time_clock,
+                               stats_baseline=stats_baseline)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
+    for w in seen:  # others are shown as they would have been
+        if not issubclass(w.category, ReportNotLogged):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    not_logged = [str(w.message) for w in seen if issubclass(w.category, ReportNotLogged)]
     csv = data_path(path)
     typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, one self-contained HTML file)")
     if csv.exists():
         typer.echo(f"data:   {csv} (the tidy table behind every figure, gzip CSV)")
-    typer.echo("The HTML is also logged to the sweep's parent run(s) in MLflow, under reports/.")
+    if not_logged:
+        err(f"warning: {not_logged[0]}")
+    else:
+        typer.echo("The HTML is also logged to the sweep's parent run(s) in MLflow, under reports/.")
 
 
 def _tables(fmt: str, experiment: str, sweep_id: str | None, output: str | None, uri: str, draws: str,
