@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -68,3 +70,53 @@ def test_a_kill_trains_again_only_the_few_results_still_queued_for_the_writer(tm
     # the one a worker is handing over; a bound read from MAX_QUEUED would pass with 64 too
     assert bg.MAX_QUEUED == 4
     assert len(trained - stored) <= 5 * jobs, (len(trained), len(stored))
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_loses_nothing_trained(tmp_path, jobs):
+    """SIGTERM (what `timeout`, SLURM, Kubernetes and systemd send first) killed the sweep with
+    Python's default action: exit 143 with no message, the results queued for the writer lost (2
+    in-process, 4 with --jobs 2) and the parent run left RUNNING (the issue-35 attack's F6). Now it
+    stops the sweep as Ctrl-C does: every trial printed as trained is in the store, the parent run
+    is KILLED, the workers are gone, and the exit status is still 143, with one line saying so."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "termq", "search": {"method": "quasirandom", "trials": 100, "seed": 0}, "models": ["logreg"],
+        "optimizers": [{"name": "adam", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}}],
+        "schedules": ["constant"], "datasets": ["digits"], "seeds": 2, "batch_size": 64,
+        "budget": {"steps": 20}, "eval_every": 10, "measure_perf": False}))
+    db, out = tmp_path / "m.db", tmp_path / "out.txt"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONUNBUFFERED": "1"}
+    with out.open("w") as f:
+        p = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri",
+                              f"sqlite:///{db}", "--jobs", str(jobs)], cwd=tmp_path, env=env,
+                             start_new_session=True, stdout=f, stderr=subprocess.STDOUT)
+        try:
+            t0 = time.time()
+            while len(finished_ids(db)) < 40 and time.time() - t0 < 300:
+                assert p.poll() is None, out.read_text()[-2000:]
+                time.sleep(0.05)
+            p.send_signal(signal.SIGTERM)  # the parent only, as `kill PID` does
+            rc = p.wait(timeout=60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert rc == 143, text[-2000:]
+    trained = set(re.findall(r"^trained .*\[([0-9a-f]{16})\]", text, re.M))
+    stored = set(finished_ids(db))
+    assert 40 <= len(stored) < 200 and trained <= stored, (len(trained), len(stored), text[-2000:])
+    assert re.search(rf"^stopped by SIGTERM: {len(stored)}/200 trials done; run the same command again "
+                     r"to resume$", text, re.M), text[-2000:]
+    with sqlite3.connect(db) as con:
+        parents = con.execute("select r.status from runs r join tags t on t.run_uuid = r.run_uuid "
+                              "where t.key = 'harness.kind' and t.value = 'parent'").fetchall()
+    assert parents == [("KILLED",)]
+    for _ in range(100):  # the workers (--jobs 2) leave with their parent
+        try:
+            os.killpg(p.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("a process of the sweep outlived it")

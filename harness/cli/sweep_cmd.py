@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import typer
@@ -26,8 +27,10 @@ Examples:
 \b
 Exit codes: 0 ok; 1 some trial failed; 2 invalid config or usage; 3
 tracking store unreachable or unusable (also when results are left in
-the local spool: the next run writes them); 130 interrupted (re-run the
-same command to resume)."""
+the local spool: the next run writes them); 130 interrupted by Ctrl-C,
+143 stopped by SIGTERM (either way the results queued for the store are
+written first and the parent run is ended KILLED; re-run the same
+command to resume)."""
 
 
 def sweep(
@@ -93,9 +96,10 @@ def sweep(
     except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
-    except SweepInterrupted as e:
-        err(f"interrupted: {e.done}/{e.total} trials done; run the same command again to resume")
-        raise typer.Exit(130) from None
+    except SweepInterrupted as e:  # Ctrl-C: 130; SIGTERM: 143 (128 + the signal, as a shell says)
+        how = "interrupted" if e.signum == signal.SIGINT else f"stopped by {signal.Signals(e.signum).name}"
+        err(f"{how}: {e.done}/{e.total} trials done; run the same command again to resume")
+        raise typer.Exit(128 + e.signum) from None
     except ExecutorUnavailableError as e:  # e.g. --executor ray without Ray installed
         err(f"error: {e}")
         raise typer.Exit(2) from None

@@ -1,4 +1,4 @@
-"""Ctrl-C kept where Python would drop it.
+"""Ctrl-C (and SIGTERM) kept where Python would drop it.
 
 Python raises ``KeyboardInterrupt`` in whatever Python code runs when SIGINT arrives. Inside a
 garbage-collection callback (JAX registers one, ``_xla_gc_callback``) or a ``__del__``, the exception
@@ -6,7 +6,8 @@ is only reported ("Exception ignored in: ...") and lost, and the program goes on
 every trial and exited 0 after its user pressed Ctrl-C (found by attacking ``--jobs 2``: 2 of 4
 Ctrl-Cs sent while the store was being opened were lost).
 
-While a sweep runs (:func:`kept`), its SIGINT handler also notes the interrupt, and :func:`check`,
+While a sweep runs (:func:`kept`), its SIGINT handler (SIGTERM's too: a sweep stops on it as on
+Ctrl-C, :data:`SIGNUM` says which) also notes the interrupt, and :func:`check`,
 called where the sweep can stop cleanly (between its stages, before each unit, after each training
 chunk, while the ``--jobs`` parent waits for its workers), raises the noted one again. A
 ``KeyboardInterrupt`` that propagated as usual ends the sweep before any later check, and leaving
@@ -22,29 +23,39 @@ from collections.abc import Iterator
 from typing import Any
 
 _NOTED = [False]
+#: The signal :func:`handler` last took: SIGINT (Ctrl-C) or SIGTERM (what ``timeout``, SLURM,
+#: Kubernetes and systemd send first); the sweep's exit status is 128 + it.
+SIGNUM = [int(signal.SIGINT)]
+#: The signals a sweep takes, each with the handler Python starts with (only then is it taken).
+_DEFAULTS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
 
 
 def handler(signum: int, frame: Any) -> None:
-    """The sweep's SIGINT handler: note the interrupt, then raise it as Python's default does."""
+    """The sweep's SIGINT and SIGTERM handler: note the interrupt and its signal, then raise
+    ``KeyboardInterrupt`` as Python's default SIGINT handler does (SIGTERM's default killed the
+    process: the 2-4 results queued for the writer were lost and the parent run left RUNNING)."""
     _NOTED[0] = True
+    SIGNUM[0] = int(signum)
     raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
 def kept() -> Iterator[None]:
-    """:func:`handler` for SIGINT during the block, where SIGINT has Python's default handler and
-    this is the main thread (else nothing changes: an embedding program's own handler is kept);
-    the default handler is put back after."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    """:func:`handler` for SIGINT and SIGTERM during the block, each where it has Python's default
+    handler and this is the main thread (else nothing changes: an embedding program's own handler
+    is kept); the default handlers are put back after."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _NOTED[0] = False
-    signal.signal(signal.SIGINT, handler)
+    taken = [(s, d) for s, d in _DEFAULTS if signal.getsignal(s) is d]
+    _NOTED[0], SIGNUM[0] = False, int(signal.SIGINT)
+    for s, _ in taken:
+        signal.signal(s, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for s, d in taken:
+            signal.signal(s, d)
         _NOTED[0] = False
 
 

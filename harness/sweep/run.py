@@ -72,12 +72,13 @@ __all__ = ["Plan", "SweepInterrupted", "SweepOptions", "SweepSummary", "best_con
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a sweep (the parent run is ended KILLED): ``done`` of ``total`` trials have a
-    FINISHED run in the store (earlier invocations included; see :func:`~harness.sweep.resume.count_done`)."""
+    """Ctrl-C or SIGTERM (``signum``, default :data:`harness.core.interrupt.SIGNUM`) in a sweep (parent
+    run ended KILLED): ``done`` of ``total`` trials are FINISHED in the store (resume.count_done)."""
 
-    def __init__(self, done: int, total: int):
+    def __init__(self, done: int, total: int, signum: int | None = None):
         super().__init__(done, total)
         self.done, self.total = done, total
+        self.signum = interrupt.SIGNUM[0] if signum is None else signum
 
 
 @dataclass
