@@ -127,3 +127,40 @@ def test_reading_the_store_file_keeps_this_processes_sqlite_locks(tmp_path):
                           check=True, capture_output=True, text=True).stdout.strip()
     assert seen == "25001"
     a.close()
+
+
+def test_a_sound_store_that_sqlite_cannot_open_where_it_is_is_not_called_corrupt(tmp_path):
+    """Found by the issue-35 attack: a good store in a read-only folder (SQLite must create
+    ``-wal``/``-shm`` beside a WAL-mode store even to read it) was "not a usable SQLite database
+    ... restore it from a backup or move it away (a new store is then created there)", advice that
+    hides the user's results, from `status`, `report` and `sweep` alike. Here SQLite cannot create
+    them because folders of their names are in the way (a root user ignores a folder's mode): the
+    file reads whole as immutable, so the message names the folder and says to make it writable."""
+    from harness.tracking.client import prepare_store
+
+    good = tmp_path / "made" / "m.db"
+    good.parent.mkdir()
+    prepare_store(f"sqlite:///{good}")
+    d = tmp_path / "shared"
+    d.mkdir()
+    db = d / "m.db"
+    db.write_bytes(good.read_bytes())
+    (d / "m.db-wal").mkdir()
+    (d / "m.db-shm").mkdir()
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    assert store_state.inspect_file(db).kind == "unopenable"
+    want = (f"SQLite cannot open the MLflow store {db} where it is (SQLite reports: unable to open "
+            f"database file), though the file reads whole: it could not create m.db-wal / m.db-shm in "
+            f"{d} (a folder that is not writable?), which it needs even to read this store; make the "
+            f"folder writable, or copy the store to a writable folder and point --tracking-uri there; "
+            f"the file was left untouched")
+    assert _error(db) == want
+    for argv in (["status"], ["report", "-e", "x"]):
+        r = subprocess.run([sys.executable, "-m", "harness", *argv, "--tracking-uri", f"sqlite:///{db}"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 3 and r.stderr.strip().splitlines()[-1] == f"error: {want}", r.stderr
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+    # a file that is not SQLite at all is still corrupt
+    bad = d / "bad.db"
+    bad.write_bytes(b"SQLite format 3\x00" + b"\x01" * 200)
+    assert store_state.inspect_file(bad).kind == "corrupt"

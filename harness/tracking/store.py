@@ -40,6 +40,7 @@ from harness.tracking.store_build import build, fsync, kill_point
 from harness.tracking.store_repair import repair
 from harness.tracking.store_state import (
     LOCK_WAIT_S,
+    UNUSABLE,
     StoreError,
     inspect_file,
     lock_path,
@@ -103,7 +104,7 @@ def _wait_until_ready(db: Path, wait_s: float) -> None:
         st = inspect_file(db)
         if st.kind == "ready":
             return
-        if st.kind in ("corrupt", "foreign", "newer"):
+        if st.kind in UNUSABLE:
             raise unusable_error(db, st)
         if time.monotonic() > deadline:
             raise StoreError(f"the MLflow store {db} stayed {st.kind} ({st.detail}) for {wait_s:.0f} s "
@@ -197,7 +198,7 @@ def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = 
     if st.kind == "ready":
         _clean_dead_temporaries(db)
         return None
-    if st.kind in ("corrupt", "foreign", "newer"):
+    if st.kind in UNUSABLE:
         raise unusable_error(db, st)
     if not create and st.kind in ("missing", "empty"):
         if lock_path(db).exists():  # being created right now: wait for it, create nothing

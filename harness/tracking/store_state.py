@@ -3,7 +3,9 @@
 :func:`inspect_file` classifies an existing file: ready (schema at MLflow's head revision), empty,
 behind (a known older revision: an old store or a half-migrated one), unversioned (MLflow tables but
 no revision: killed before the first revision was stamped), newer (a revision this MLflow does not
-know), foreign (SQLite, not MLflow) or corrupt (not SQLite, truncated, malformed). Costs: the
+know), foreign (SQLite, not MLflow), corrupt (not SQLite, truncated, malformed) or unopenable (a
+sound file SQLite cannot open where it is: it cannot create its ``-wal``/``-shm`` files beside it,
+e.g. in a folder that is not writable). Costs: the
 header, the page count and ``PRAGMA quick_check`` (skipped for files over
 :data:`QUICK_CHECK_MAX_BYTES`). Also the store's side directory (:func:`side_dir`: creation lock,
 temporary files, trial claims) and :class:`StoreError`, the one-line error for the user (the CLI
@@ -101,12 +103,35 @@ def known_revisions() -> set[str]:
 @dataclass(frozen=True)
 class FileState:
     """What :func:`inspect_file` found. ``kind`` is one of ``missing``, ``empty``, ``ready``,
-    ``behind``, ``unversioned``, ``newer``, ``foreign``, ``corrupt``; ``revision`` the schema
+    ``behind``, ``unversioned``, ``newer``, ``foreign``, ``corrupt``, ``unopenable``
+    (:data:`UNUSABLE`: those a store refuses); ``revision`` the schema
     revision stored in ``alembic_version`` (or ``None``); ``detail`` a short reason."""
 
     kind: str
     revision: str | None = None
     detail: str = ""
+
+
+#: The kinds of :class:`FileState` no command uses (:func:`unusable_error` says why, in one line).
+UNUSABLE = ("corrupt", "foreign", "newer", "unopenable")
+
+
+def _unopenable(db: Path, e: sqlite3.Error) -> FileState | None:
+    """``unopenable`` when SQLite could not open ``db`` (``e``) but reads it whole as an immutable
+    file: the file is sound and what fails is beside it (its ``-wal``/``-shm``, which SQLite must
+    create even to read a WAL-mode store). An attack found a store in a read-only folder called "not
+    a usable SQLite database", with the advice to move it away (and so hide its results)."""
+    if "unable to open database file" not in str(e):
+        return None
+    try:
+        con = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
+        try:
+            con.execute("select count(*) from sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return FileState("unopenable", detail=f"SQLite reports: {' '.join(str(e).split())[:200]}")
 
 
 def _hot_journal(db: Path) -> bool:
@@ -181,7 +206,7 @@ def inspect_file(db: Path) -> FileState:
     try:
         con = sqlite3.connect(f"file:{db}?mode={mode}", uri=True, timeout=30)
     except sqlite3.Error as e:
-        return FileState("corrupt", detail=f"SQLite cannot open it ({e})")
+        return _unopenable(db, e) or FileState("corrupt", detail=f"SQLite cannot open it ({e})")
     try:
         tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
         if size <= QUICK_CHECK_MAX_BYTES:
@@ -196,7 +221,8 @@ def inspect_file(db: Path) -> FileState:
             row = con.execute("select version_num from alembic_version").fetchone()
             rev = row[0] if row else None
     except sqlite3.DatabaseError as e:
-        return FileState("corrupt", detail=f"SQLite reports: {' '.join(str(e).split())[:200]}")
+        return _unopenable(db, e) or FileState("corrupt",
+                                               detail=f"SQLite reports: {' '.join(str(e).split())[:200]}")
     finally:
         con.close()
     # Another program's database is never repaired nor called "newer", whatever alembic_version it
@@ -232,7 +258,7 @@ def mlflow_version() -> str:
 
 
 def unusable_error(db: Path, st: FileState) -> StoreError:
-    """The one-line error for a ``newer``, ``foreign`` or ``corrupt`` file (which is left untouched)."""
+    """The one-line error for a file of a kind in :data:`UNUSABLE` (which is left untouched)."""
     if st.kind == "newer":
         return StoreError(f"the MLflow store {db} was written by a newer MLflow ({st.detail}); upgrade "
                           f"mlflow, or point --tracking-uri / MLFLOW_TRACKING_URI at another store; the "
@@ -241,6 +267,12 @@ def unusable_error(db: Path, st: FileState) -> StoreError:
         return StoreError(f"{db} is not an MLflow store ({st.detail}): give --tracking-uri (or "
                           f"MLFLOW_TRACKING_URI) a new file or an MLflow store; the file was left "
                           f"untouched")
+    if st.kind == "unopenable":
+        return StoreError(f"SQLite cannot open the MLflow store {db} where it is ({st.detail}), though "
+                          f"the file reads whole: it could not create {db.name}-wal / {db.name}-shm in "
+                          f"{db.parent} (a folder that is not writable?), which it needs even to read "
+                          f"this store; make the folder writable, or copy the store to a writable "
+                          f"folder and point --tracking-uri there; the file was left untouched")
     return StoreError(f"{db} is not a usable SQLite database ({st.detail}); restore it from a backup or "
                       f"move it away (a new store is then created there), or point --tracking-uri / "
                       f"MLFLOW_TRACKING_URI at another store; the file was left untouched")
