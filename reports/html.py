@@ -41,6 +41,7 @@ from reports.interactive import vega_bundle
 from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with_labels
 from reports.leaderboard import shared_columns
 from reports.objectives import objective, objectives_differ, target_words
+from reports.runs import unfinished_words
 from reports.scoring import denominator_note, score_note
 from reports.search_report import certificate_rows
 from reports.selection import boundary_warnings, selection_caption, selection_sentence
@@ -367,6 +368,7 @@ def render(
             denominator_note=denominator_note(frame),
             generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             n_trials=len(s),
+            unfinished=unfinished_words(data.parents, len(s)),
             status_counts=[(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],
             n_tasks=s["task"].nunique(),
             n_optimizers=s["optimizer"].nunique(),

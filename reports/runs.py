@@ -21,9 +21,11 @@ import numpy as np
 from harness.core.names import (
     ARTIFACT_CONFIG,
     ARTIFACT_TRIALS,
+    FIXED_METHODS,
     KIND_PARENT,
     TAG_KIND,
     TAG_PARENT_RUN,
+    TAG_SEARCH,
     TAG_SWEEP_ID,
     TAG_TRIAL_ID,
 )
@@ -41,6 +43,30 @@ def mlflow_client(tracking_uri: str | None):
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri)
+
+
+def unfinished_words(parents: Sequence, shown: int) -> str:
+    """What a report of a sweep that is not over says above its numbers (``""`` for one that is):
+    a fixed sweep whose parents' ``n_trials`` (the config's plan) exceeds the ``shown`` trials
+    with a result, "407 of the sweep's 1,000 trials have a result; 593 are still to run ...";
+    an adaptive one whose last invocation did not finish, that its search is not over. The
+    report of a killed sweep read as complete before (the issue-35 attack); ``status`` says so too.
+    ``parents``: the sweep's parent runs, oldest first."""
+    if not parents:
+        return ""
+    last = parents[-1]
+    state = last.info.status
+    again = "run the sweep again to finish it (`python -m harness status` tells whether one is running)"
+    methods = set(filter(None, (last.data.tags.get(TAG_SEARCH) or "").split(",")))
+    if methods - set(FIXED_METHODS):  # adaptive: its trials are proposed as results arrive
+        if state == "FINISHED" and not last.data.params.get("only"):
+            return ""
+        return f"The sweep's adaptive search is not over (its last invocation is {state}): {again}."
+    planned = max((int(p.data.params.get("n_trials") or 0) for p in parents), default=0)
+    if planned <= shown:
+        return ""
+    return (f"{shown:,} of the sweep's {planned:,} trials have a result; {planned - shown:,} are still "
+            f"to run (its last invocation is {state}): {again}.")
 
 
 def quote(v: str) -> str:

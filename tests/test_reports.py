@@ -955,3 +955,43 @@ def test_tuning_curves_draws_follow_the_report_option_and_the_caption_says_which
     with_repl.attrs[protocol.TUNING_DRAWS_ATTR] = "bootstrap"
     with pytest.raises(ValueError, match="one of without-replacement, with-replacement; got 'bootstrap'"):
         protocol.tuning_curves(with_repl)
+
+
+def test_the_report_of_a_sweep_that_is_not_over_says_so(tmp_path, write_sweep, tracking_uri, fake_trainer,
+                                                        monkeypatch):
+    """Found by the issue-35 attack: the report of a killed 1,000-trial sweep read "407 trials, 407
+    finished" and nowhere said that 593 were still to run (`status` did). Now its header says how
+    many of the plan's trials have a result; once the sweep is finished, nothing."""
+    from conftest import fake_result
+
+    import harness.train.loop as trainer
+    from harness.sweep.run import SweepInterrupted, run_sweep
+
+    calls = []
+
+    def run_trial(spec, **_kw):  # Ctrl-C while the third of six trials trains
+        calls.append(spec.trial_id)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return fake_result(spec)
+
+    monkeypatch.setattr(trainer, "run_trial", run_trial)
+    monkeypatch.chdir(tmp_path)
+    sgd = [{"name": "sgd", "hparams": {"step_size": [0.1, 0.2]}}]
+    cfg = write_sweep(name="half", seeds=[0, 1, 2], optimizers=sgd)
+    with pytest.raises(SweepInterrupted):
+        run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+
+    def note() -> str:
+        out = reports.make_report("half", output=str(tmp_path / "r.html"), tracking_uri=tracking_uri)
+        html = out.read_text()
+        i = html.find('id="unfinished"')
+        return "" if i < 0 else " ".join(re.sub(r"<[^>]+>", " ", html[i:html.index("</div>", i)]).split())
+
+    done = len(calls) - 1
+    assert note() == (f'id="unfinished"> Not over : {done} of the sweep&#39;s 6 trials have a result; '
+                      f"{6 - done} are still to run (its last invocation is KILLED): run the sweep again "
+                      f"to finish it (`python -m harness status` tells whether one is running).")
+    monkeypatch.setattr(trainer, "run_trial", lambda spec, **_kw: fake_result(spec))
+    assert run_sweep(cfg, tracking_uri=tracking_uri, quiet=True).counts()["finished"] == 6
+    assert note() == ""

@@ -51,12 +51,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.config.numbers import is_finite, is_num
-from harness.core.names import TAG_SEARCH, TAG_SEARCH_INDEX
+from harness.core.names import FIXED_METHODS, TAG_SEARCH, TAG_SEARCH_INDEX
 
 #: The distribution forms, the key of their one-key mapping.
 DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
-#: The fixed-plan methods: every trial is known before any trains (grid, or a sampled sequence).
-FIXED_METHODS = ("quasirandom", "random", "grid")
 #: The early-stopping methods (:mod:`harness.sweep.asha`): rungs at evaluation steps.
 ASHA_METHODS = ("asha", "successive_halving", "hyperband")
 #: The adaptive methods (issue 34): the sweep is a loop, propose -> train -> observe -> propose

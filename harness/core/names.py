@@ -23,7 +23,11 @@ TAG_KILLED_REASON = "harness.killed_reason"
 TAG_DUPLICATE_OF = "harness.duplicate_of"
 TAG_SPOOLED = "harness.spooled"
 TAG_RESUMED_FROM_STEP = "harness.resumed_from_step"
+#: The search methods of a run's trials, comma-joined (a parent's: every cell's).
 TAG_SEARCH = "harness.search"
+#: The values of :data:`TAG_SEARCH` that are a fixed plan: every trial is known before any trains
+#: (:mod:`harness.config.search`; any other method is adaptive).
+FIXED_METHODS = ("quasirandom", "random", "grid")
 TAG_SEARCH_INDEX = "harness.search_index"
 #: A sweep parent run's selection objective (``selection: {by: ...}``, one of
 #: :data:`harness.core.selection.SELECT_BY`); the report reads the latest parent's.

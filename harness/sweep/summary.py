@@ -7,7 +7,6 @@ from __future__ import annotations
 import shlex
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from harness.core import ties
@@ -32,6 +31,7 @@ from harness.core.selection import (
     selection_words,
     value_kind,
 )
+from harness.core.util import python_command
 from harness.sweep.at_init import solved_at_init
 from harness.tracking.uris import default_tracking_uri
 
@@ -200,9 +200,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     task where a trial has no timed step ranks on the cost clock, :func:`task_clocks`); the
     configuration's smallest trial id. ``final`` /
     ``best``: more seeds finished, then the better mean final / best-during-training validation
-    metric, then the rest as above; an exact tie goes to the configuration whose smallest trial id
-    is smallest, as in the report (which once broke it on its own hash, this on the name, and named
-    different configurations). Identical results select identically. Selection never reads the
+    metric, then the rest as above. Identical results select identically. Selection never reads the
     test split: ``value`` is the selected configuration's mean validation metric (the final one;
     the best during training for ``by="best"``: what it was selected on), ``test_value`` its mean
     test metric over the seeds that have one (the headline number; ``None`` for runs from before
@@ -251,9 +249,10 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
             "has_results": (ds, model, opt) in with_results,
         }
+        # an exact tie: the configuration's smallest trial id, as the report (the name here and
+        # config_id's hash there named different configurations among thousands of trials)
         row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
-                                     not is_loss, row["seconds_to_target"],
-                                     min(o.trial_id for o in os_), by)
+                                     not is_loss, row["seconds_to_target"], min(o.trial_id for o in os_), by)
         key = (ds, model, opt)
         if key not in best or row["_rank"] < best[key]["_rank"]:
             best[key] = row
@@ -270,8 +269,8 @@ def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     (:mod:`harness.core.ties`, one rule for both): sorted by task, then ``order`` (groups in rank
     order, a tie's rows in the order of the "to target" column shown, else of the validation value
     that ranks them), each with ``rank`` (the strict position), ``label`` (``"1="`` for a shared
-    rank, ``"—"`` for an optimizer every trial of which failed on the task: unranked, last),
-    ``tie_on`` (what orders a tie's rows; ``""`` for a lone row) and ``separation`` (for a row
+    rank, ``"—"`` unranked: every trial failed), ``tie_on`` (what orders a tie's rows; ``""`` for a
+    lone row) and ``separation`` (for a row
     below a tied neighbour, :func:`harness.core.ties.separation` of the two; else ``None``)."""
     tasks: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in best_configs(outcomes, by, clock):
@@ -482,25 +481,3 @@ def print_summary(console, summary: SweepSummary) -> None:
                   soft_wrap=True)
     console.print(escape(f"HTML report:        {py} -m harness report --experiment {name} "
                          f"--sweep {summary.sweep_id}{uri_opt}"), soft_wrap=True)
-
-
-def python_command() -> str:
-    """How the user should invoke this interpreter: ``python`` when that resolves on ``PATH`` to
-    ``sys.executable`` (e.g. an activated venv), else ``sys.executable`` relative to the working
-    directory when it lies under it (``.venv/bin/python``), else its absolute path."""
-    import os
-    import shutil
-    import sys
-
-    exe = sys.executable
-    found = shutil.which("python")
-    # same bin directory and same binary (a venv's python and python3 are links to one file; the
-    # system python that a venv links to is a different directory, so it does not count)
-    if found and os.path.dirname(os.path.abspath(found)) == os.path.dirname(os.path.abspath(exe)) \
-            and os.path.realpath(found) == os.path.realpath(exe):
-        return "python"
-    try:
-        rel = Path(exe).relative_to(Path.cwd())
-    except ValueError:
-        return shlex.quote(exe)
-    return shlex.quote(str(rel))
