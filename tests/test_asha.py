@@ -441,3 +441,51 @@ def test_max_trials_bounds_the_trials_an_adaptive_search_proposes(tmp_path):
             run_sweep(_config(tmp_path, {"method": "asha", "trials": 4, "min_steps": 10, "eta": 3}),
                       tracking_uri=f"sqlite:///{tmp_path}/m.db", max_trials=20, dry_run=dry)
     assert not (tmp_path / "m.db").exists()
+
+
+def test_peers_rung_values_read_from_a_sqlite_store_equal_mlflows(tmp_path, monkeypatch):
+    """A decision whose peers trained in another process reads their rung values from the store: on
+    a local SQLite store with sqlite3 now (two tags per run; through MLflow's search_runs, which
+    builds every tag, param and metric of every run of the group, two ASHA invocations at once took
+    8x the time of one: the issue-35 attack). Both reads give the same board, that of the sweep."""
+    import mlflow
+
+    from harness.core.context import RunContext
+    from harness.core.rungs import RungBoard
+    from harness.execute import rung_gate
+    from harness.sweep.run import run_sweep
+
+    path = _config(tmp_path, {"method": "asha", "trials": 6, "min_steps": 10, "eta": 3}, seeds=(0, 1))
+    uri = f"sqlite:///{tmp_path}/m.db"
+    s = run_sweep(path, tracking_uri=uri, quiet=True)
+    seen = {o.trial_id: o for o in s.outcomes}
+    search = SweepSearch(expand(load_config(path)), "final")
+    while [t for t in search.propose(seen) if t.trial_id not in seen]:
+        pass
+    groups = search.context()["rung_board"].groups  # every proposal's (group, index)
+    last = {}
+    for tid, (g, k) in groups.items():
+        if k >= last.get(g, ("", -1))[1]:
+            last[g] = (tid, k)
+    exp_id = mlflow.MlflowClient(uri).get_experiment_by_name("asha").experiment_id
+
+    def read() -> dict:
+        board = RungBoard()
+        board.groups.update(groups)
+        ctx = RunContext(tracking_uri=uri, experiment_id=exp_id, parent_run_id="p", sweep_id="s",
+                         sweep="asha", rung_board=board)
+        for tid, _ in last.values():
+            rung_gate.read_peers(board, ctx, tid)
+        return board.values
+
+    calls = []
+    real = mlflow.MlflowClient.search_runs
+    monkeypatch.setattr(mlflow.MlflowClient, "search_runs",
+                        lambda self, *a, **k: calls.append(a) or real(self, *a, **k))
+    by_sqlite = read()
+    assert calls == []  # not one search_runs (before: one per decision)
+    monkeypatch.setattr("harness.tracking.uris.sqlite_path", lambda uri: None)  # MLflow's search_runs
+    by_mlflow = read()
+    assert len(calls) == 2 and len(last) == 2
+    assert len(by_sqlite) == len(groups) - 2  # every peer of each group's last trial
+    assert by_sqlite == by_mlflow == {t: {int(k): v for k, v in seen[t].rungs.items()} for t in by_sqlite}

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["MLFLOW_TABLES_READ", "Experiment", "Run", "RunData", "RunInfo", "connect", "read_runs",
-           "values_of"]
+           "rows_of", "values_of"]
 
 #: The tables a file must hold to be read as an MLflow store.
 MLFLOW_TABLES_READ = ("experiments", "runs", "tags", "params", "latest_metrics", "metrics")
@@ -131,9 +131,9 @@ def read_runs(con: sqlite3.Connection, experiments: Sequence[str] | None = None,
     return exps, runs, sel, ids
 
 
-def values_of(path: Any, sql: str, params: Sequence[Any]) -> set[str]:
-    """The non-empty values of the first column of one query on the MLflow SQLite file ``path``,
-    opened read-only (``mode=ro``: nothing created or migrated).
+def rows_of(path: Any, sql: str, params: Sequence[Any]) -> list[tuple]:
+    """The rows of one query on the MLflow SQLite file ``path``, opened read-only (``mode=ro``:
+    nothing created or migrated).
 
     Raises:
       sqlite3.Error: not an SQLite database, or not an MLflow store's tables.
@@ -141,7 +141,15 @@ def values_of(path: Any, sql: str, params: Sequence[Any]) -> set[str]:
     uri = Path(path).resolve().as_uri()  # percent-encoded: a folder named "a?b" stays a folder
     con = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30)
     try:
-        rows = con.execute(sql, params).fetchall()
+        return con.execute(sql, params).fetchall()
     finally:
         con.close()
-    return {v for (v, *_) in rows if v}
+
+
+def values_of(path: Any, sql: str, params: Sequence[Any]) -> set[str]:
+    """The non-empty values of the first column of one query (:func:`rows_of`).
+
+    Raises:
+      sqlite3.Error: not an SQLite database, or not an MLflow store's tables.
+    """
+    return {v for (v, *_) in rows_of(path, sql, params) if v}

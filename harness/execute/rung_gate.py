@@ -38,32 +38,55 @@ __all__ = ["ENV_TEST_GATE_PAUSE", "gate_for", "read_peers"]
 ENV_TEST_GATE_PAUSE = "HARNESS_TEST_GATE_PAUSE_DIR"
 
 
+#: The FINISHED runs of one rung group (tag ``harness.rung_group``) of an experiment, as
+#: ``(trial id, harness.rungs)``, read from a local SQLite store with sqlite3 (read-only).
+_PEERS_SQL = ("SELECT t.value, s.value FROM runs r "
+              "JOIN tags g ON g.run_uuid = r.run_uuid AND g.key = ? AND g.value = ? "
+              "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? "
+              "LEFT JOIN tags s ON s.run_uuid = r.run_uuid AND s.key = ? "
+              "WHERE r.experiment_id = ? AND r.status = 'FINISHED' AND r.lifecycle_stage = 'active'")
+
+
 def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
     """Merge into ``board`` the rung values the store holds for ``trial_id``'s peers of smaller
     index (FINISHED runs' ``harness.rungs`` tags, found by their ``harness.rung_group``). A store
     that fails is ignored (the board's values stand) and noted in this process's
     :data:`~harness.tracking.health.HEALTH`: while it is known down the store is not asked again
     (:func:`harness.tracking.health.store_should_be_tried`: a probe every ``PROBE_S`` s), so a
-    worker's decisions do not each wait out a server's retries (about 7 s)."""
+    worker's decisions do not each wait out a server's retries (about 7 s).
+
+    A local SQLite store is read with sqlite3, two tags per run (:data:`_PEERS_SQL`); a server
+    with MLflow's ``search_runs``. Every decision whose peers train in another process reads the
+    group again: through MLflow, which builds every tag, param and metric of every run of the
+    group, two ASHA invocations at once on one store took 8x the time of one (the issue-35
+    attack); ``--jobs`` workers decide the same way."""
+    from harness.core import mlflow_rows
     from harness.tracking.client import client_for, search_all
     from harness.tracking.health import HEALTH, store_should_be_tried
+    from harness.tracking.uris import sqlite_path
 
     missing = [t for t in board.peers(trial_id) if t not in board.values]
     if not missing or not store_should_be_tried(ctx.tracking_uri):
         return
     group = board.groups[trial_id][0]
-    # one query for the group (MLflow's filter has no IN for tags); one per trial where the group's
-    # name cannot be quoted
-    filters = [f"tags.`{TAG_RUNG_GROUP}` = '{group}'"] if "'" not in group else \
-        [f"tags.`{TAG_TRIAL_ID}` = '{t}'" for t in missing]
+    want = set(missing)
     try:
-        client = client_for(ctx.tracking_uri)
-        want = set(missing)
-        for f in filters:
-            for r in search_all(client, ctx.experiment_id, f):
-                tid, tag = r.data.tags.get(TAG_TRIAL_ID), r.data.tags.get(TAG_RUNGS)
-                if tid in want and r.info.status == "FINISHED" and tag:
-                    board.record(tid, {int(k): v for k, v in json.loads(tag).items()})
+        db = sqlite_path(ctx.tracking_uri)
+        if db is not None and db.is_file():
+            found = mlflow_rows.rows_of(db, _PEERS_SQL, (TAG_RUNG_GROUP, group, TAG_TRIAL_ID, TAG_RUNGS,
+                                                         int(ctx.experiment_id)))
+        else:
+            # one query for the group (MLflow's filter has no IN for tags); one per trial where the
+            # group's name cannot be quoted
+            filters = [f"tags.`{TAG_RUNG_GROUP}` = '{group}'"] if "'" not in group else \
+                [f"tags.`{TAG_TRIAL_ID}` = '{t}'" for t in missing]
+            client = client_for(ctx.tracking_uri)
+            found = [(r.data.tags.get(TAG_TRIAL_ID), r.data.tags.get(TAG_RUNGS))
+                     for f in filters for r in search_all(client, ctx.experiment_id, f)
+                     if r.info.status == "FINISHED"]
+        for tid, tag in found:
+            if tid in want and tag:
+                board.record(tid, {int(k): v for k, v in json.loads(tag).items()})
     except Exception as e:
         HEALTH.failed(e)
 
