@@ -444,3 +444,52 @@ def test_the_reason_of_a_failed_trial_is_the_exception_not_jaxs_notice():
         "differ: * the input carry component state[0] has type float32[8,10] but the corresponding "
         "output carry component has type float32[80], so the shapes do not match")
     assert reason_line("diverged: loss 3e+30 at step 12\n") == "diverged: loss 3e+30 at step 12"
+
+
+SLOW_TRACE = '''
+import os, time
+
+
+def slow(step_size):
+    def init(p):
+        return p
+
+    def update(i, g, s):
+        open(os.environ["SLOW_TRACE_MARK"], "w").close()
+        time.sleep(60)
+        return s
+
+    return init, update, lambda s: s
+'''
+
+
+def test_sigterm_while_a_users_optimizer_is_traced_stops_the_sweep_and_blames_no_one(tmp_path):
+    """Found by the review of the SIGTERM change: a SIGTERM landing in a user's code run under
+    ``core.source.bounded`` (the pre-flight's trace of a ``source:`` optimizer, every AlgoPerf
+    ``update_params``) was taken for that code raising KeyboardInterrupt: "invalid sweep config:
+    ... tracing one update of 'slow' raised KeyboardInterrupt", exit 2 (in training, a trial written
+    FAILED). Now the sweep stops, exit 143, and says so; Ctrl-C there already did."""
+    import signal
+    import time
+
+    (tmp_path / "slow_opt.py").write_text(SLOW_TRACE)
+    cfg = _write(tmp_path, [{"name": "mine", "source": "slow_opt.py:slow", "hparams": {"step_size": 0.1}}])
+    mark = tmp_path / "tracing"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "SLOW_TRACE_MARK": str(mark)}
+    p = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri",
+                          f"sqlite:///{tmp_path}/m.db"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        t0 = time.time()
+        while not mark.exists() and time.time() - t0 < 120:
+            assert p.poll() is None, p.communicate()
+            time.sleep(0.05)
+        p.send_signal(signal.SIGTERM)
+        _, errs = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, errs
+    assert errs.strip().splitlines()[-1] == ("stopped by SIGTERM before training started; run the same "
+                                             "command again"), errs
+    assert "KeyboardInterrupt" not in errs and "invalid sweep config" not in errs

@@ -97,9 +97,13 @@ def sweep(
         err(f"error: {e}")
         raise typer.Exit(3) from None
     except SweepInterrupted as e:  # Ctrl-C: 130; SIGTERM: 143 (128 + the signal, as a shell says)
-        how = "interrupted" if e.signum == signal.SIGINT else f"stopped by {signal.Signals(e.signum).name}"
-        err(f"{how}: {e.done}/{e.total} trials done; run the same command again to resume")
+        err(f"{_stopped_by(e.signum)}: {e.done}/{e.total} trials done; run the same command again to resume")
         raise typer.Exit(128 + e.signum) from None
+    except KeyboardInterrupt:  # before any trial was handed out (the config, pre-flight, the store)
+        from harness.core import interrupt
+
+        err(f"{_stopped_by(interrupt.SIGNUM[0])} before training started; run the same command again")
+        raise typer.Exit(128 + interrupt.SIGNUM[0]) from None
     except ExecutorUnavailableError as e:  # e.g. --executor ray without Ray installed
         err(f"error: {e}")
         raise typer.Exit(2) from None
@@ -113,3 +117,8 @@ def sweep(
         raise typer.Exit(3)
     if not dry_run and summary.counts()["failed"]:
         raise typer.Exit(1)
+
+
+def _stopped_by(signum: int) -> str:
+    """``"interrupted"`` (Ctrl-C) or ``"stopped by SIGTERM"``."""
+    return "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"

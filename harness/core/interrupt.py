@@ -59,6 +59,13 @@ def kept() -> Iterator[None]:
         _NOTED[0] = False
 
 
+def noted() -> bool:
+    """Whether :func:`handler` took a signal that no :func:`check` has raised again yet: a
+    ``KeyboardInterrupt`` now is the sweep's interrupt, not one a user's code raised
+    (:func:`harness.core.source.bounded` tells the two apart by it)."""
+    return _NOTED[0]
+
+
 def check() -> None:
     """Raise ``KeyboardInterrupt`` for a Ctrl-C noted by :func:`handler` (once).
 

@@ -410,7 +410,7 @@ def bounded(what: str, limit_s: float | None = None, filename: str = "",
     except (Exception, SystemExit):
         raise
     except BaseException as e:
-        if isinstance(e, KeyboardInterrupt) and ctrl_c:
+        if isinstance(e, KeyboardInterrupt) and (ctrl_c or interrupt.noted()):  # Ctrl-C, SIGTERM
             raise
         raise SourceError(f"{what} raised {type(e).__name__}{': ' if str(e) else ''}{_one_line(e)}"
                           f"{_line_of(e, filename) if filename else ''}") from None
