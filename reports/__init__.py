@@ -156,12 +156,14 @@ def make_report(
 
     html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
     out.write_text(html, encoding="utf-8")
+    from mlflow.exceptions import MlflowException
+
     parents = report_parents(data)
     try:
         writer = mlruns.mlflow_client(tracking_uri) if parents else None
         for parent in parents:  # the HTML only: the table is the store's own data again
             writer.log_artifact(parent, str(out), artifact_path="reports")
-    except Exception as e:  # a store whose artifacts are read-only (a colleague's, a shared one)
+    except (OSError, MlflowException) as e:  # artifacts read-only (a colleague's store, a shared one)
         reason = " ".join(str(e).split())[:300] or type(e).__name__
         warnings.warn(ReportNotLogged(f"the report {out} was written, but not logged to the sweep's "
                                       f"parent run in the store ({type(e).__name__}: {reason})"),

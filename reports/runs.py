@@ -59,7 +59,7 @@ def unfinished_words(parents: Sequence, shown: int) -> str:
     again = "run the sweep again to finish it (`python -m harness status` tells whether one is running)"
     methods = set(filter(None, (last.data.tags.get(TAG_SEARCH) or "").split(",")))
     if methods - set(FIXED_METHODS):  # adaptive: its trials are proposed as results arrive
-        if state == "FINISHED" and not last.data.params.get("only"):
+        if state == "FINISHED":  # (one that ran --only part of it: its user chose so)
             return ""
         return f"The sweep's adaptive search is not over (its last invocation is {state}): {again}."
     planned = max((int(p.data.params.get("n_trials") or 0) for p in parents), default=0)

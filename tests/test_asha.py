@@ -489,3 +489,26 @@ def test_peers_rung_values_read_from_a_sqlite_store_equal_mlflows(tmp_path, monk
     assert len(calls) == 2 and len(last) == 2
     assert len(by_sqlite) == len(groups) - 2  # every peer of each group's last trial
     assert by_sqlite == by_mlflow == {t: {int(k): v for k, v in seen[t].rungs.items()} for t in by_sqlite}
+
+
+def test_the_limits_note_goes_only_to_the_adaptive_searches_lines(tmp_path):
+    """Found by the review: once the --max-trials cap was hit, the note "the search stopped at
+    --max-trials" was added to every cell's line, a fixed grid's included."""
+    asha = {"method": "asha", "trials": 4, "min_steps": 10, "eta": 3}
+    cfg = yaml.safe_load(_config(tmp_path, asha).read_text())
+    cfg["optimizers"].append({"name": "momentum", "hparams": {"step_size": [0.1, 0.2]},
+                              "search": {"method": "grid"}})
+    p = tmp_path / "mixed.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    ss = SweepSearch(expand(load_config(p)), "final", trial_limit=38)  # ASHA's 36 and the grid's 2
+    seen: dict[str, TrialOutcome] = {}
+    while nxt := ss.propose(seen):
+        for t in nxt:
+            o = _out(t, "diverged" if t.optimizer == "sgd" else "finished")
+            o.diverged_step = 1 if t.optimizer == "sgd" else None
+            seen[t.trial_id] = o
+    assert ss.capped and len(seen) == 38
+    words = {c.optimizer: d.get("words", "") for c, d in zip(ss.cells, ss.describe(seen), strict=True)}
+    assert words["sgd"].endswith("; the search stopped at --max-trials 38 (trials that diverged left steps "
+                                 "for more)")
+    assert "max-trials" not in words["momentum"]

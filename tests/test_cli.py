@@ -643,3 +643,24 @@ def test_report_on_a_store_whose_artifacts_are_read_only_is_written_with_a_warni
     assert len(lines) == 1 and lines[0].startswith(
         "warning: the report r.html was written, but not logged to the sweep's parent run in the store (")
     assert "Traceback" not in r.output and "also logged" not in r.output
+
+
+def test_a_report_whose_logging_fails_for_another_reason_than_the_store_says_so(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """Found by the review: the read-only-store warning caught every exception, so a programming
+    error while logging the report became a warning and exit 0. Only the store's refusals (OSError,
+    MlflowException) are a warning; anything else is raised."""
+    import mlflow
+
+    import reports
+    from harness.sweep.run import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    run_sweep(write_sweep(), tracking_uri=tracking_uri, quiet=True)
+
+    def broken(self, *a, **k):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(mlflow.MlflowClient, "log_artifact", broken)
+    with pytest.raises(TypeError, match="a bug"):
+        reports.make_report("tiny", output=str(tmp_path / "r.html"), tracking_uri=tracking_uri)

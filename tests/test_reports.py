@@ -995,3 +995,27 @@ def test_the_report_of_a_sweep_that_is_not_over_says_so(tmp_path, write_sweep, t
     monkeypatch.setattr(trainer, "run_trial", lambda spec, **_kw: fake_result(spec))
     assert run_sweep(cfg, tracking_uri=tracking_uri, quiet=True).counts()["finished"] == 6
     assert note() == ""
+
+
+def test_an_adaptive_sweep_whose_last_invocation_ran_only_part_of_it_is_not_said_unfinished():
+    """Found by the review: the "Not over" line was shown for an adaptive sweep whose last
+    invocation FINISHED with --only (its user chose to run part of it); a plain re-run trains
+    nothing and makes no new parent, so the line never went away. An adaptive sweep is "not over"
+    when its last invocation did not finish; a fixed one when its plan has trials without a
+    result."""
+    from types import SimpleNamespace as NS
+
+    from reports.runs import unfinished_words
+
+    def parent(status, search, n=None, only=None):
+        params = {k: v for k, v in (("n_trials", n), ("only", only)) if v is not None}
+        return NS(info=NS(status=status), data=NS(tags={N.TAG_SEARCH: search}, params=params))
+
+    assert unfinished_words([parent("FINISHED", "coordinate_descent", only="optimizer=sgd")], 4) == ""
+    assert unfinished_words([parent("KILLED", "asha,quasirandom")], 4).startswith(
+        "The sweep's adaptive search is not over (its last invocation is KILLED): run the sweep again")
+    assert unfinished_words([parent("FINISHED", "quasirandom", n="10")], 10) == ""
+    assert unfinished_words([parent("KILLED", "grid", n="10"), parent("FINISHED", "grid", n="12")], 7) \
+        .startswith("7 of the sweep's 12 trials have a result; 5 are still to run (its last invocation is "
+                    "FINISHED)")
+    assert unfinished_words([], 3) == ""

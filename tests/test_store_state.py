@@ -164,3 +164,25 @@ def test_a_sound_store_that_sqlite_cannot_open_where_it_is_is_not_called_corrupt
     bad = d / "bad.db"
     bad.write_bytes(b"SQLite format 3\x00" + b"\x01" * 200)
     assert store_state.inspect_file(bad).kind == "corrupt"
+
+
+def test_a_damaged_store_sqlite_cannot_open_where_it_is_is_still_corrupt(tmp_path):
+    """Found by the review: the "unopenable" check read only the first page, so a damaged store in a
+    read-only folder was called sound ("the file reads whole"). It now runs quick_check and wants
+    MLflow's tables first; a page of zeros in the middle makes the file corrupt again."""
+    from harness.tracking.client import prepare_store
+
+    good = tmp_path / "made" / "m.db"
+    good.parent.mkdir()
+    prepare_store(f"sqlite:///{good}")
+    d = tmp_path / "shared"
+    d.mkdir()
+    raw = bytearray(good.read_bytes())
+    page = int.from_bytes(raw[16:18], "big")
+    assert len(raw) >= 8 * page
+    raw[4 * page:6 * page] = b"\xff" * (2 * page)  # two pages of the b-trees overwritten
+    (d / "m.db").write_bytes(bytes(raw))
+    (d / "m.db-wal").mkdir()
+    (d / "m.db-shm").mkdir()
+    st = store_state.inspect_file(d / "m.db")
+    assert st.kind == "corrupt", st

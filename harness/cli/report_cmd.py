@@ -111,6 +111,7 @@ def report(
 
     from reports import ReportNotLogged, data_path, make_report
 
+    seen: list = []
     try:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always", ReportNotLogged)
@@ -120,9 +121,10 @@ def report(
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
-    for w in seen:  # others are shown as they would have been
-        if not issubclass(w.category, ReportNotLogged):
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    finally:
+        for w in seen:  # the others are shown as they would have been, also when the report failed
+            if not issubclass(w.category, ReportNotLogged):
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     not_logged = [str(w.message) for w in seen if issubclass(w.category, ReportNotLogged)]
     csv = data_path(path)
     typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, one self-contained HTML file)")

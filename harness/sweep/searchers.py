@@ -235,7 +235,9 @@ class SweepSearch:
         if self.capped:
             note = (f"; the search stopped at --max-trials {self.trial_limit:,} (trials that diverged "
                     f"left steps for more)")
-            for d in out:
+            for s, d in zip(self.searchers, out, strict=True):
+                if not s.cell.search.adaptive:  # a fixed cell proposed all it had at once
+                    continue
                 if isinstance(d.get("certificate"), dict) and d["certificate"].get("words"):
                     d["certificate"]["words"] += note
                 else:

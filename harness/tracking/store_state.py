@@ -123,13 +123,17 @@ def _unopenable(db: Path, e: sqlite3.Error) -> FileState | None:
     a usable SQLite database", with the advice to move it away (and so hide its results)."""
     if "unable to open database file" not in str(e):
         return None
-    try:
+    try:  # sound (quick_check, as inspect_file) and MLflow's, else it is what inspect_file says
         con = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
         try:
-            con.execute("select count(*) from sqlite_master").fetchone()
+            tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+            check = ["ok"] if db.stat().st_size > QUICK_CHECK_MAX_BYTES else \
+                [r[0] for r in con.execute("PRAGMA quick_check(3)")]
         finally:
             con.close()
-    except sqlite3.Error:
+    except (sqlite3.Error, OSError):
+        return None
+    if check != ["ok"] or not {"experiments", "runs", "alembic_version"} <= tables:
         return None
     return FileState("unopenable", detail=f"SQLite reports: {' '.join(str(e).split())[:200]}")
 
