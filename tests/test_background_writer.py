@@ -120,3 +120,58 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_loses_nothing_trained(tmp_path
         time.sleep(0.1)
     else:
         raise AssertionError("a process of the sweep outlived it")
+
+
+def test_an_invocation_killed_beside_another_is_ended_by_the_one_that_survives_it(tmp_path):
+    """Two invocations of one sweep at once; one is SIGKILLed. The survivor takes over its trials
+    but left its parent run (and any trial run it was writing) RUNNING: only a later invocation
+    ended them (the issue-35 attack's F8). Now the survivor's end marks the dead owner's RUNNING
+    runs KILLED, and the store holds no RUNNING run once it has exited."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "pair", "search": {"method": "quasirandom", "trials": 300, "seed": 0}, "models": ["logreg"],
+        "optimizers": [{"name": "adam", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}}],
+        "schedules": ["constant"], "datasets": ["digits"], "seeds": 2, "batch_size": 64,
+        "budget": {"steps": 20}, "eval_every": 10, "measure_perf": False}))
+    db = tmp_path / "m.db"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    argv = [sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", f"sqlite:///{db}", "-q"]
+    a = subprocess.Popen(argv, cwd=tmp_path, env=env, start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    b = None
+    try:
+        t0 = time.time()
+        while len(finished_ids(db)) < 10 and time.time() - t0 < 300:
+            assert a.poll() is None
+            time.sleep(0.05)
+        b = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+        while _running_parents(db) < 2 and time.time() - t0 < 300:  # B has begun: A dies under it
+            assert a.poll() is None and b.poll() is None
+            time.sleep(0.05)
+        os.killpg(a.pid, signal.SIGKILL)
+        a.wait(timeout=30)
+        _, errs = b.communicate(timeout=600)
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert b.returncode == 0, errs[-2000:]
+    with sqlite3.connect(db) as con:
+        by_status = dict(con.execute("select status, count(*) from runs r join tags t on t.run_uuid = "
+                                     "r.run_uuid where t.key = 'harness.kind' group by status").fetchall())
+        killed_parents = con.execute("select count(*) from runs r join tags t on t.run_uuid = r.run_uuid "
+                                     "where t.key = 'harness.kind' and t.value = 'parent' and r.status = "
+                                     "'KILLED'").fetchone()[0]
+    assert "RUNNING" not in by_status, by_status
+    assert killed_parents == 1 and len(set(finished_ids(db))) == 600
+
+
+def _running_parents(db) -> int:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            return con.execute("select count(*) from runs r join tags t on t.run_uuid = r.run_uuid where "
+                               "t.key = 'harness.kind' and t.value = 'parent' and r.status = 'RUNNING'"
+                               ).fetchone()[0]
+    except sqlite3.Error:
+        return 0

@@ -142,18 +142,20 @@ def kill_stale(client, runs: Iterable, *, now: float | None = None) -> int:
 
 def end_leftovers(client, experiment_id: str, parent_run_id: str) -> int:
     """At the end of an invocation: mark KILLED its own trial runs still RUNNING (a write that failed
-    half-way; every unit has returned, so nothing of this process is still writing them), and any of
-    them whose owner is gone. A live other process's run is left alone. Returns how many."""
-    runs = search_all(client, experiment_id, f"tags.`{TAG_PARENT_RUN}` = '{parent_run_id}' and "
-                                             f"attributes.status = 'RUNNING'")
+    half-way; every unit has returned, so nothing of this process is still writing them), and any
+    RUNNING run of the experiment, parent or trial, whose owner is gone: an invocation killed while
+    this one ran (before, only a later invocation ended those, and its parent and trial runs stayed
+    RUNNING beside this one's results: the issue-35 attack). A live other process's run is left
+    alone. Returns how many."""
+    runs = search_all(client, experiment_id, "attributes.status = 'RUNNING'")
     me = owner_tags()[TAG_OWNER]
     n = 0
     for r in runs:
-        if r.data.tags.get(TAG_OWNER) == me:
+        if r.data.tags.get(TAG_OWNER) == me and r.data.tags.get(TAG_PARENT_RUN) == parent_run_id:
             client.set_tag(r.info.run_id, TAG_KILLED_REASON, "left RUNNING by its invocation")
             client.set_terminated(r.info.run_id, status="KILLED")
             n += 1
-    return n + kill_stale(client, [r for r in runs if r.data.tags.get(TAG_OWNER) != me])
+    return n + kill_stale(client, [r for r in runs if r.data.tags.get(TAG_OWNER) != me])  # dead only
 
 
 class Heartbeat:
