@@ -50,12 +50,7 @@ def test_a_kill_trains_again_only_the_few_results_still_queued_for_the_writer(tm
     run is not in the store (they train again) are at most the queue's bound per process, plus the
     trial a worker was handing over. With a queue of 64 the same kill lost 32 in-process and 64
     with ``--jobs 2`` (the issue-35 attack's F3: 22)."""
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "name": "killq", "search": {"method": "quasirandom", "trials": 100, "seed": 0}, "models": ["logreg"],
-        "optimizers": [{"name": "adam", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}}],
-        "schedules": ["constant"], "datasets": ["digits"], "seeds": 2, "batch_size": 64,
-        "budget": {"steps": 20}, "eval_every": 10, "measure_perf": False}))
+    cfg = _short_trials(tmp_path, "killq", 100)
     db, out = tmp_path / "m.db", tmp_path / "out.txt"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     with out.open("w") as f:
@@ -79,12 +74,7 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_loses_nothing_trained(tmp_path
     in-process, 4 with --jobs 2) and the parent run left RUNNING (the issue-35 attack's F6). Now it
     stops the sweep as Ctrl-C does: every trial printed as trained is in the store, the parent run
     is KILLED, the workers are gone, and the exit status is still 143, with one line saying so."""
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "name": "termq", "search": {"method": "quasirandom", "trials": 100, "seed": 0}, "models": ["logreg"],
-        "optimizers": [{"name": "adam", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}}],
-        "schedules": ["constant"], "datasets": ["digits"], "seeds": 2, "batch_size": 64,
-        "budget": {"steps": 20}, "eval_every": 10, "measure_perf": False}))
+    cfg = _short_trials(tmp_path, "termq", 100)
     db, out = tmp_path / "m.db", tmp_path / "out.txt"
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "PYTHONUNBUFFERED": "1"}
     with out.open("w") as f:
@@ -127,12 +117,7 @@ def test_an_invocation_killed_beside_another_is_ended_by_the_one_that_survives_i
     but left its parent run (and any trial run it was writing) RUNNING: only a later invocation
     ended them (the issue-35 attack's F8). Now the survivor's end marks the dead owner's RUNNING
     runs KILLED, and the store holds no RUNNING run once it has exited."""
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "name": "pair", "search": {"method": "quasirandom", "trials": 300, "seed": 0}, "models": ["logreg"],
-        "optimizers": [{"name": "adam", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}}],
-        "schedules": ["constant"], "datasets": ["digits"], "seeds": 2, "batch_size": 64,
-        "budget": {"steps": 20}, "eval_every": 10, "measure_perf": False}))
+    cfg = _short_trials(tmp_path, "pair", 300)
     db = tmp_path / "m.db"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     argv = [sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", f"sqlite:///{db}", "-q"]
@@ -175,3 +160,15 @@ def _running_parents(db) -> int:
                                ).fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+def _short_trials(tmp_path, name: str, configs: int):
+    """A tracking-bound sweep config ``c.yaml``: ``configs`` quasi-random Adam step sizes x 2 seeds of
+    20 steps of logistic regression on digits (training outruns the writer); returns its path."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": name, "search": {"method": "quasirandom", "trials": configs, "seed": 0}, "models": ["logreg"],
+        "optimizers": [{"name": "adam", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}}],
+        "schedules": ["constant"], "datasets": ["digits"], "seeds": 2, "batch_size": 64,
+        "budget": {"steps": 20}, "eval_every": 10, "measure_perf": False}))
+    return cfg
