@@ -28,18 +28,8 @@ from harness.core.outcome import TrialOutcome
 from harness.core.selection import DEFAULT_SELECT_BY
 from harness.plan.expansion import search_methods
 from harness.tracking.client import search_all
-from harness.tracking.liveness import kill_stale, owner_tags
+from harness.tracking.liveness import kill_dead_invocations, owner_tags
 from harness.tracking.provenance import commit_tags
-
-
-def kill_dead_invocations(client, exp_id: str) -> int:
-    """Mark KILLED the RUNNING parent and trial runs of the experiment whose owner is gone (an
-    invocation that was killed); a live invocation's runs, and finished runs, are never touched.
-    Returns how many."""
-    stale = search_all(client, exp_id, "attributes.status = 'RUNNING'")
-    parents = [r for r in stale if r.data.tags.get(TAG_KIND) == "parent"]
-    trials = [r for r in stale if r.data.tags.get(TAG_KIND) == "trial"]
-    return kill_stale(client, parents) + kill_stale(client, trials)
 
 
 def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri, *, only: str = "") -> str:

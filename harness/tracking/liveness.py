@@ -16,7 +16,16 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from harness.core.names import TAG_HEARTBEAT, TAG_KILLED_REASON, TAG_OWNER, TAG_OWNER_START, TAG_PARENT_RUN
+from harness.core.names import (
+    KIND_PARENT,
+    KIND_TRIAL,
+    TAG_HEARTBEAT,
+    TAG_KILLED_REASON,
+    TAG_KIND,
+    TAG_OWNER,
+    TAG_OWNER_START,
+    TAG_PARENT_RUN,
+)
 from harness.core.util import pid_alive
 from harness.tracking.client import client_for, search_all
 from harness.tracking.errors import one_line
@@ -140,13 +149,25 @@ def kill_stale(client, runs: Iterable, *, now: float | None = None) -> int:
     return n
 
 
+def kill_dead_invocations(client, experiment_id: str, running: list | None = None) -> int:
+    """Mark KILLED the RUNNING parent and trial runs of the experiment whose owner is gone (an
+    invocation that was killed); a live invocation's runs, finished runs and runs that are not the
+    harness's (no ``harness.kind``) are never touched. ``running``: the experiment's RUNNING runs,
+    when the caller read them already. Returns how many."""
+    if running is None:
+        running = search_all(client, experiment_id, "attributes.status = 'RUNNING'")
+    parents = [r for r in running if r.data.tags.get(TAG_KIND) == KIND_PARENT]
+    trials = [r for r in running if r.data.tags.get(TAG_KIND) == KIND_TRIAL]
+    return kill_stale(client, parents) + kill_stale(client, trials)
+
+
 def end_leftovers(client, experiment_id: str, parent_run_id: str) -> int:
     """At the end of an invocation: mark KILLED its own trial runs still RUNNING (a write that failed
     half-way; every unit has returned, so nothing of this process is still writing them), and any
-    RUNNING run of the experiment, parent or trial, whose owner is gone: an invocation killed while
-    this one ran (before, only a later invocation ended those, and its parent and trial runs stayed
-    RUNNING beside this one's results: the issue-35 attack). A live other process's run is left
-    alone. Returns how many."""
+    RUNNING parent or trial run of the experiment whose owner is gone (:func:`kill_dead_invocations`,
+    on the same read): an invocation killed while this one ran (before, only a later invocation
+    ended those, and its parent and trial runs stayed RUNNING beside this one's results: the
+    issue-35 attack). A live other process's run is left alone. Returns how many."""
     runs = search_all(client, experiment_id, "attributes.status = 'RUNNING'")
     me = owner_tags()[TAG_OWNER]
     n = 0
@@ -155,7 +176,8 @@ def end_leftovers(client, experiment_id: str, parent_run_id: str) -> int:
             client.set_tag(r.info.run_id, TAG_KILLED_REASON, "left RUNNING by its invocation")
             client.set_terminated(r.info.run_id, status="KILLED")
             n += 1
-    return n + kill_stale(client, [r for r in runs if r.data.tags.get(TAG_OWNER) != me])  # dead only
+    others = [r for r in runs if r.data.tags.get(TAG_OWNER) != me]
+    return n + kill_dead_invocations(client, experiment_id, others)
 
 
 class Heartbeat:
