@@ -21,13 +21,13 @@ import numpy as np
 from harness.core.names import (
     ARTIFACT_CONFIG,
     ARTIFACT_TRIALS,
-    FIXED_METHODS,
     KIND_PARENT,
     TAG_KIND,
     TAG_PARENT_RUN,
     TAG_SEARCH,
     TAG_SWEEP_ID,
     TAG_TRIAL_ID,
+    is_adaptive_search,
 )
 
 #: Runs per ``search_runs`` page (MLflow's server maximum is 50,000; its default 1,000).
@@ -57,8 +57,7 @@ def unfinished_words(parents: Sequence, shown: int) -> str:
     last = parents[-1]
     state = last.info.status
     again = "run the sweep again to finish it (`python -m harness status` tells whether one is running)"
-    methods = set(filter(None, (last.data.tags.get(TAG_SEARCH) or "").split(",")))
-    if methods - set(FIXED_METHODS):  # adaptive: its trials are proposed as results arrive
+    if is_adaptive_search(last.data.tags.get(TAG_SEARCH)):  # its trials are proposed as results arrive
         if state == "FINISHED":  # (one that ran --only part of it: its user chose so)
             return ""
         return f"The sweep's adaptive search is not over (its last invocation is {state}): {again}."

@@ -22,6 +22,7 @@ from harness.core.names import (
     TAG_STATUS,
     TAG_SWEEP_ID,
     TAG_TRIAL_ID,
+    is_adaptive_search,
 )
 from harness.core.redact import mask_uri
 
@@ -155,9 +156,7 @@ STATUS_TAGS = (TAG_KIND, TAG_SWEEP_ID, TAG_TRIAL_ID, TAG_STATUS, TAG_OWNER, TAG_
 def is_adaptive(parent) -> bool:
     """Whether the sweep of the parent run ``parent`` ran an adaptive method (its ``harness.search``
     tag): its trials are proposed as results arrive."""
-    from harness.config.search import ADAPTIVE_METHODS
-
-    return bool(set((parent.data.tags.get(TAG_SEARCH) or "").split(",")) & set(ADAPTIVE_METHODS))
+    return is_adaptive_search(parent.data.tags.get(TAG_SEARCH))
 
 
 def search_open(parent) -> bool:

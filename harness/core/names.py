@@ -28,6 +28,12 @@ TAG_SEARCH = "harness.search"
 #: The values of :data:`TAG_SEARCH` that are a fixed plan: every trial is known before any trains
 #: (:mod:`harness.config.search`; any other method is adaptive).
 FIXED_METHODS = ("quasirandom", "random", "grid")
+
+
+def is_adaptive_search(methods: str | None) -> bool:
+    """Whether a run's :data:`TAG_SEARCH` value (methods, comma-joined) names an adaptive method:
+    one not in :data:`FIXED_METHODS` (its trials are proposed as results arrive)."""
+    return bool(set(filter(None, (methods or "").split(","))) - set(FIXED_METHODS))
 TAG_SEARCH_INDEX = "harness.search_index"
 #: A sweep parent run's selection objective (``selection: {by: ...}``, one of
 #: :data:`harness.core.selection.SELECT_BY`); the report reads the latest parent's.
