@@ -28,6 +28,8 @@ _NOTED = [False]
 SIGNUM = [int(signal.SIGINT)]
 #: The signals a sweep takes, each with the handler Python starts with (only then is it taken).
 _DEFAULTS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+#: The signals the running :func:`kept` block took (:func:`retake` takes them back).
+_TAKEN: list[signal.Signals] = []
 
 
 def handler(signum: int, frame: Any) -> None:
@@ -51,12 +53,26 @@ def kept() -> Iterator[None]:
     _NOTED[0], SIGNUM[0] = False, int(signal.SIGINT)
     for s, _ in taken:
         signal.signal(s, handler)
+    _TAKEN[:] = [s for s, _ in taken]
     try:
         yield
     finally:
+        _TAKEN.clear()
         for s, d in taken:
             signal.signal(s, d)
         _NOTED[0] = False
+
+
+def retake() -> None:
+    """Put :func:`handler` back on the signals the running :func:`kept` block took, where a library
+    replaced it meanwhile (``ray.init`` sets SIGTERM's to ``sys.exit(15)``: a Ray sweep ended with
+    exit 15, no line, behind Ray's C++ stack dump). Nothing outside :func:`kept` or off the main
+    thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in _TAKEN:
+        if signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
 
 
 def noted() -> bool:

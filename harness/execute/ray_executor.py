@@ -53,6 +53,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlparse
 
+from harness.core import interrupt
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
@@ -311,6 +312,7 @@ class RayExecutor(Executor):
                 ray.init(**kw)
         else:
             ray.init(address=self.address, **kw)
+        interrupt.retake()  # ray.init made SIGTERM sys.exit(15): the sweep stops on it as on Ctrl-C
         return True
 
     def _warn_if_unschedulable(self, ray: Any) -> None:
@@ -411,9 +413,13 @@ class RayExecutor(Executor):
         except BaseException:
             # Ctrl-C or an error in on_done: stop the cluster's work for this sweep. The trials left
             # RUNNING in MLflow are marked KILLED and re-run by the next invocation.
+            # Not force=True: force-cancelling tasks whose replies were on their way aborted the
+            # driver inside Ray ("Check failed: ... Tried to complete task that was not pending",
+            # exit 1, the parent run left RUNNING). A queued task is dropped; a running one gets a
+            # KeyboardInterrupt in its worker.
             for ref in pending:
                 with contextlib.suppress(Exception):  # best effort
-                    ray.cancel(ref, force=True)
+                    ray.cancel(ref)
             raise
         return reported
 
