@@ -10,11 +10,15 @@ each, so imports, data, compiles and every MLflow write count, as a user waits f
   thread's CPU seconds (:data:`harness.execute.background.WRITER_CPU_S`);
 * ``script``: :mod:`handwritten_scale` (the reference libraries, one ``create_run``, one
   ``log_batch`` and ``set_terminated`` per trial), the same N trials;
+* ``script_same``: the same script writing a record of the harness's size and names (28 tags, 16
+  params, 18 metric keys in 43 rows) with the same three calls: the harness's own cost apart from
+  its record's;
 * ``script_nolog``: the same script without MLflow.
 
 The variants take turns round by round (``paired.interleave``); reported per N: the medians of the
 per-round ratios of **process CPU seconds** (user + system; the VM's wall-clock swings with its
-neighbours) ``harness / script`` and ``harness / script_nolog``, the same ratios of wall-clock, and
+neighbours) ``harness / script``, ``harness / script_same`` and ``harness / script_nolog``, the
+``harness / script`` ratio of wall-clock, and
 the writer's CPU per trial. The issue's targets at N = 1000: ≤ 1.0× the script, ≤ 3× the script
 without logging, ≤ 0.05 s of writer CPU per trial. With ``BENCH_SCALE_SERVER`` (the default) the
 harness and the script also write 100 trials to one ``mlflow server`` on 127.0.0.1 (the suite's
@@ -71,7 +75,7 @@ def _measure(n: int, rounds: int, store: str | None = None) -> dict[str, list[di
     cfg = work / "scale.yaml"
     cfg.write_text(yaml.safe_dump({**CONFIG, "name": f"scale{n}-{os.getpid()}",
                                    "search": {**CONFIG["search"], "trials": n // 2}}))
-    seen: dict[str, list[dict]] = {"harness": [], "script": [], "script_nolog": []}
+    seen: dict[str, list[dict]] = {"harness": [], "script": [], "script_same": [], "script_nolog": []}
     counter = iter(range(10**6))
 
     def fresh() -> tuple[Path, str]:
@@ -89,11 +93,16 @@ def _measure(n: int, rounds: int, store: str | None = None) -> dict[str, list[di
         d, uri = fresh()
         seen["script"].append(_run([sys.executable, str(SCRIPT), str(n), uri], d))
 
+    def script_same():
+        d, uri = fresh()
+        seen["script_same"].append(_run([sys.executable, str(SCRIPT), str(n), uri, "same"], d))
+
     def script_nolog():
         d, _ = fresh()
         seen["script_nolog"].append(_run([sys.executable, str(SCRIPT), str(n), "none"], d))
 
-    fns = {"harness": harness, "script": script, **({} if store else {"script_nolog": script_nolog})}
+    fns = {"harness": harness, "script": script,
+           **({} if store else {"script_same": script_same, "script_nolog": script_nolog})}
     interleave(fns, rounds, warmup=0)
     return {k: v for k, v in seen.items() if v}
 
@@ -116,21 +125,26 @@ def test_many_short_trials_vs_hand_written(benchmark, measured):
         assert [r["trials"] for r in seen["script"]] == [n] * len(seen["script"])
         cpu_s, cpu_nolog = _ratio(seen["harness"], seen["script"], "cpu"), \
             _ratio(seen["harness"], seen["script_nolog"], "cpu")
+        cpu_same = _ratio(seen["harness"], seen["script_same"], "cpu")
         wall_s = _ratio(seen["harness"], seen["script"], "seconds")
         writer = statistics.median(r["writer_cpu"] / n for r in seen["harness"])
-        rows.append({"N": n, "cpu_vs_script": cpu_s.median, "cpu_vs_script_nolog": cpu_nolog.median,
+        rows.append({"N": n, "cpu_vs_script": cpu_s.median, "cpu_vs_script_same": cpu_same.median,
+                     "cpu_vs_script_nolog": cpu_nolog.median,
                      "wall_vs_script": wall_s.median, "writer_cpu_s_per_trial": writer,
                      "harness_cpu_s": [r["cpu"] for r in seen["harness"]],
                      "script_cpu_s": [r["cpu"] for r in seen["script"]],
+                     "script_same_cpu_s": [r["cpu"] for r in seen["script_same"]],
                      "script_nolog_cpu_s": [r["cpu"] for r in seen["script_nolog"]]})
     benchmark.extra_info["rows"] = rows
     print("\nN trials of 20 steps, interleaved rounds, whole processes (CPU = user + system):")
-    print(f"  {'N':>5}  {'CPU ÷ script':>12}  {'CPU ÷ no-log':>12}  {'wall ÷ script':>13}  writer CPU/trial")
+    print(f"  {'N':>5}  {'CPU ÷ script':>12}  {'÷ same record':>13}  {'CPU ÷ no-log':>12}  "
+          f"{'wall ÷ script':>13}  writer CPU/trial")
     for r in rows:
-        print(f"  {r['N']:>5}  {r['cpu_vs_script']:>11.2f}x  {r['cpu_vs_script_nolog']:>11.2f}x  "
+        print(f"  {r['N']:>5}  {r['cpu_vs_script']:>11.2f}x  {r['cpu_vs_script_same']:>12.2f}x  "
+              f"{r['cpu_vs_script_nolog']:>11.2f}x  "
               f"{r['wall_vs_script']:>12.2f}x  {r['writer_cpu_s_per_trial'] * 1000:.1f} ms")
-    print("  CPU seconds:", json.dumps({r["N"]: {k: r[k] for k in ("harness_cpu_s", "script_cpu_s",
-                                                                     "script_nolog_cpu_s")} for r in rows}))
+    kinds = ("harness_cpu_s", "script_cpu_s", "script_same_cpu_s", "script_nolog_cpu_s")
+    print("  CPU seconds:", json.dumps({r["N"]: {k: r[k] for k in kinds} for r in rows}))
     record(benchmark, [r["seconds"] for r in measured[max(measured)]["harness"]])
 
 
