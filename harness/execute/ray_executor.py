@@ -43,7 +43,6 @@ count as remote.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -399,28 +398,24 @@ class RayExecutor(Executor):
         for i in range(len(units)):
             submit(i)
 
+        # On Ctrl-C (or an error in on_done) the pending tasks are not cancelled: ray.cancel, with
+        # or without force, races with a task's reply arriving and aborts the driver inside Ray
+        # ("Check failed: ... Tried to complete task that was not pending": exit 1, the parent run
+        # left RUNNING; the race of ray-project/ray#54798, still in 2.60). They end with this
+        # driver: ray.shutdown() for a local instance it started, the job's end (the process's
+        # exit) on a cluster. Trials left RUNNING in MLflow are marked KILLED and re-run by the
+        # next invocation; one that finished meanwhile is FINISHED and skipped.
         reported: set[str] = set()
-        try:
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=self.poll_s)
-                for ref in done:
-                    i = pending.pop(ref)
-                    outcomes = self._collect(ray, ref, i, units[i], submit)
-                    if outcomes is None:  # resubmitted
-                        continue
-                    reported.update(str(o.trial_id) for o in outcomes)
-                    on_done(outcomes)
-        except BaseException:
-            # Ctrl-C or an error in on_done: stop the cluster's work for this sweep. The trials left
-            # RUNNING in MLflow are marked KILLED and re-run by the next invocation.
-            # Not force=True: force-cancelling tasks whose replies were on their way aborted the
-            # driver inside Ray ("Check failed: ... Tried to complete task that was not pending",
-            # exit 1, the parent run left RUNNING). A queued task is dropped; a running one gets a
-            # KeyboardInterrupt in its worker.
-            for ref in pending:
-                with contextlib.suppress(Exception):  # best effort
-                    ray.cancel(ref)
-            raise
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=self.poll_s)
+            interrupt.check()  # a Ctrl-C that Ray's wait (or a gc callback) swallowed
+            for ref in done:
+                i = pending.pop(ref)
+                outcomes = self._collect(ray, ref, i, units[i], submit)
+                if outcomes is None:  # resubmitted
+                    continue
+                reported.update(str(o.trial_id) for o in outcomes)
+                on_done(outcomes)
         return reported
 
     def _collect(
