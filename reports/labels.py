@@ -2,23 +2,23 @@
 
 From a trial's MLflow params: ``task`` (model / dataset plus the task-defining params that vary),
 ``config`` (optimizer, schedule when it varies, plus the configuration params that vary) and
-``config_id`` (a stable hash of every configuration param), the columns :mod:`reports.frame` adds.
+``config_id`` (a stable hash of every configuration param, :func:`harness.core.names.config_id`, the
+identity the sweep's summary groups by too), the columns :mod:`reports.frame` adds.
 """
 
 from __future__ import annotations
 
-import hashlib
-
 import pandas as pd
 
-from harness.core.names import PARAM_SEED, PARAM_STEPS_PER_DISPATCH, TUNING_NONE
+from harness.core.names import (
+    NON_CONFIG_PARAMS,
+    TUNING_NONE,
+    config_id,
+    is_config_param,
+)
 
 #: Param prefixes that define the task a trial trains (``train.seed`` excluded).
 TASK_PARAM_PREFIXES = ("model.", "dataset.", "train.", "target.")
-#: Param prefixes that define an optimizer configuration.
-CONFIG_PARAM_PREFIXES = ("optimizer.", "schedule.")
-#: Param names that are neither task nor configuration (vary across seeds / packing only).
-NON_CONFIG_PARAMS = (PARAM_SEED, PARAM_STEPS_PER_DISPATCH)
 #: Appended to the ``config`` label of a ``tuning: none`` entry's configuration.
 SELF_TUNING = "(self-tuning)"
 
@@ -37,11 +37,6 @@ def is_tuned(tuning) -> bool:
 def is_task_param(name: str) -> bool:
     """Whether the param ``name`` (``model.width``; no ``params.`` prefix) defines the task."""
     return name.startswith(TASK_PARAM_PREFIXES) and name not in NON_CONFIG_PARAMS
-
-
-def is_config_param(name: str) -> bool:
-    """Whether the param ``name`` (``optimizer.step_size``) defines the optimizer configuration."""
-    return name.startswith(CONFIG_PARAM_PREFIXES) and name not in NON_CONFIG_PARAMS
 
 
 def _varying(params: pd.DataFrame, cols: list[str]) -> list[str]:
@@ -85,7 +80,6 @@ def add_labels(summary: pd.DataFrame) -> pd.DataFrame:
     ids = []
     for j, (opt, sched) in enumerate(zip(summary["optimizer"].tolist(), summary["schedule"].tolist(),
                                          strict=True)):
-        key = "|".join([opt, str(sched)] + [f"{n}={vals[j]}" for n, vals in conf if pd.notna(vals[j])])
-        ids.append(hashlib.sha256(key.encode()).hexdigest()[:12])
+        ids.append(config_id(opt, sched, {n: vals[j] for n, vals in conf if pd.notna(vals[j])}))
     summary["config_id"] = pd.Series(ids, index=summary.index, dtype=summary["config_id"].dtype)
     return summary

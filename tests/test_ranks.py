@@ -260,3 +260,45 @@ def test_the_summary_and_the_report_break_an_exact_tie_between_configurations_al
     rows = frame[(frame["row"] == "summary") & (frame["config_id"] == report_row.config_id)]
     chosen = set(rows["trial_id"])
     assert chosen == set(by_config[expected])
+
+
+def test_the_summary_keeps_apart_configurations_whose_labels_round_alike(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """Step sizes 0.1000001 and 0.1000004 are two configurations (two trial ids per seed, two
+    config_ids in the report), but the summary grouped trials by their label, whose ``:g`` writes
+    both as 0.1: it took the four trials for one configuration's two seeds (per seed the first
+    trial, here 0.1000001's, whose seed 1 diverged: 1 of 2 finished) while the report selected
+    0.1000004, both seeds finished. The summary now groups by the report's configuration identity
+    and prints the two apart (more digits where ``:g`` writes them alike)."""
+    import io
+
+    from conftest import fake_result
+    from rich.console import Console
+
+    import harness.train.loop as trainer
+    from harness.sweep.run import run_sweep
+    from harness.sweep.summary import best_configs, print_summary, ranked_rows
+    from reports.selection import best_configs as report_best
+
+    def run_trial(spec, **_kw):  # seed 1 of step size 0.1000001 diverges, the rest finish
+        lr = spec.hparams("optimizer")["step_size"]
+        return fake_result(spec, diverge_for=(1,) if lr == 0.1000001 else ())
+
+    monkeypatch.setattr(trainer, "run_trial", run_trial)
+    monkeypatch.chdir(tmp_path)
+    s = run_sweep(write_sweep(name="near", optimizers=[{"name": "sgd", "hparams": {
+        "step_size": [0.1000001, 0.1000004]}}]), tracking_uri=tracking_uri, quiet=True)
+    assert s.counts() == {"finished": 3, "diverged": 1, "failed": 0, "skipped": 0}
+    frame = RF.load_frame("near", tracking_uri=tracking_uri)
+    (rep,) = report_best(frame).itertuples()
+    chosen = frame[(frame["row"] == "summary") & (frame["config_id"] == rep.config_id)]
+    assert set(chosen["params.optimizer.step_size"]) == {"0.1000004"}
+    (row,) = best_configs(s.outcomes)
+    assert (row["n"], row["finished"], row["n_diverged"]) == (rep.n_seeds, rep.n_finished, 0) == (2, 2, 0)
+    assert {o.trial_id for o in s.outcomes if o.config_id == row["config_id"]} == set(chosen["trial_id"])
+    (ranked,) = ranked_rows(s.outcomes)
+    assert (ranked["finished"], ranked["label"]) == (2, "1")
+    out = io.StringIO()
+    print_summary(Console(file=out, width=120), s)
+    line = next(ln for ln in out.getvalue().splitlines() if " sgd " in f" {ln} ")
+    assert "lr=0.1000004" in line and "0.1000001" not in line, line

@@ -117,6 +117,27 @@ PARAM_STEPS_PER_DISPATCH = "train.steps_per_dispatch"
 PARAM_TARGET_METRIC = "target.metric"
 PARAM_TARGET_VALUE = "target.value"
 PARAM_TARGET_MODE = "target.mode"  # optional; inferred from the metric's name when absent
+#: Param prefixes that define an optimizer configuration, and the names under them that do not (they
+#: vary across the seeds and the packing of one configuration).
+CONFIG_PARAM_PREFIXES = ("optimizer.", "schedule.")
+NON_CONFIG_PARAMS = (PARAM_SEED, PARAM_STEPS_PER_DISPATCH)
+
+
+def is_config_param(name: str) -> bool:
+    """Whether the param ``name`` (``optimizer.step_size``) defines the optimizer configuration."""
+    return name.startswith(CONFIG_PARAM_PREFIXES) and name not in NON_CONFIG_PARAMS
+
+
+def config_id(optimizer: str, schedule: str, params: dict[str, str]) -> str:
+    """A configuration's identity: 12 hex digits of the SHA-256 of its optimizer, schedule and
+    configuration params (:func:`is_config_param`; values as MLflow stores them, ``str`` of each,
+    so exact: ``0.1000001`` and ``0.1000004`` are two). The report's ``config_id`` (over a run's
+    params) and the sweep summary's grouping (over a trial's own) both come from here."""
+    import hashlib
+
+    key = "|".join([optimizer, str(schedule)] + [f"{n}={params[n]}" for n in sorted(params)
+                                                 if is_config_param(n) and params[n] is not None])
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 # -- metrics ----------------------------------------------------------------------------------------
 M_TRAIN_LOSS = "train/loss"

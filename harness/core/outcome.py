@@ -37,12 +37,13 @@ def run_name(spec: TrialSpec) -> str:
     return "-".join(str(p) for p in parts)
 
 
-def config_label(spec: TrialSpec) -> str:
-    """The trial's configuration without its seed, e.g. ``cosine step_size=0.1 width=64 bs=64``."""
+def config_label(spec: TrialSpec, exact: bool = False) -> str:
+    """The trial's configuration without its seed, e.g. ``cosine step_size=0.1 width=64 bs=64``
+    (floats to 6 significant digits; ``exact``: every digit, ``step_size=0.1000004``)."""
     bits = [spec.schedule]
     for which in ("optimizer", "schedule", "model"):
         for k, v in spec.hparams(which).items():  # type: ignore[arg-type]
-            bits.append(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}")
+            bits.append(f"{k}={v:g}" if isinstance(v, float) and not exact else f"{k}={v}")
     bits.append(f"bs={spec.batch_size}")
     return " ".join(bits)
 
@@ -102,6 +103,11 @@ class TrialOutcome:
     dataset: str = ""
     seed: int | None = None
     config: str = ""
+    #: The configuration's identity (:func:`harness.core.names.config_id` of the spec's own params,
+    #: the report's ``config_id`` rule) and ``config`` with every digit (:func:`config_label`):
+    #: ``config`` writes ``step_size=0.1`` for 0.1000001 and 0.1000004, two configurations.
+    config_id: str = ""
+    config_exact: str = ""
     final_valid_accuracy: float | None = None
     final_valid_loss: float | None = None
     #: The best validation evaluation during training (``best/valid_*``; ``None`` on a run logged
@@ -165,7 +171,8 @@ class TrialOutcome:
         """The trial's names and ``status``, no metrics (what every other constructor starts from)."""
         return cls(trial_id=spec.trial_id, status=status, run_name=run_name(spec), model=spec.model,
                    optimizer=spec.optimizer, schedule=spec.schedule, dataset=spec.dataset,
-                   seed=spec.seed, config=config_label(spec),
+                   seed=spec.seed, config=config_label(spec), config_exact=config_label(spec, exact=True),
+                   config_id=names.config_id(spec.optimizer, spec.schedule, spec.flat_params()),
                    target_metric=spec.target.metric if spec.target else names.M_VALID_ACC,
                    has_target=spec.target is not None)
 
@@ -290,3 +297,30 @@ def last_rounds(outcomes: list[TrialOutcome]) -> list[TrialOutcome]:
         if prev is None or prev.status == "stopped":
             by_seed[seed] = o
     return list(by_seed.values())
+
+
+def config_key(o: TrialOutcome) -> tuple[str, str, str, str, str]:
+    """The configuration ``o`` is one seed of, as the sweep's summary groups trials: its task and
+    optimizer, its ``config_id`` (the report's identity) and its exact label (what else the summary
+    tells apart: the model's hyperparameters, the batch size). An outcome built without a spec
+    (``config_id`` empty) falls back to its ``config``."""
+    return (o.dataset, o.model, o.optimizer, o.config_id, o.config_exact or o.config)
+
+
+def config_labels(outcomes: list[TrialOutcome]) -> dict[tuple, str]:
+    """:func:`config_key` → the label the summary prints: ``config``, else (another configuration
+    of its task and optimizer has the same ``config``) ``config_exact``, else (that too) with its
+    ``config_id`` after it: two configurations never print alike."""
+    first: dict[tuple, TrialOutcome] = {}
+    for o in outcomes:
+        first.setdefault(config_key(o), o)
+    out: dict[tuple, str] = {}
+    for fmt in (lambda o: o.config, lambda o: o.config_exact or o.config,
+                lambda o: f"{o.config_exact or o.config} #{o.config_id}"):
+        alike: dict[tuple, int] = {}
+        for k, o in first.items():
+            alike[(*k[:3], fmt(o))] = alike.get((*k[:3], fmt(o)), 0) + 1
+        for k, o in first.items():
+            if k not in out and alike[(*k[:3], fmt(o))] == 1:
+                out[k] = fmt(o)
+    return {k: out.get(k, first[k].config) for k in first}

@@ -22,7 +22,7 @@ from harness.core.clock import (
     ranked_seconds,
     task_clock,
 )
-from harness.core.outcome import TrialOutcome, last_rounds
+from harness.core.outcome import TrialOutcome, config_key, config_labels, last_rounds
 from harness.core.redact import mask_uri
 from harness.core.selection import (
     DEFAULT_SELECT_BY,
@@ -189,8 +189,10 @@ def flagged_programs(outcomes: list[TrialOutcome]) -> list[str]:
 
 def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
                  clock: str = DEFAULT_CLOCK) -> list[dict[str, Any]]:
-    """Best configuration per (dataset, model, optimizer), selected exactly like the HTML report's
-    leaderboard (:func:`reports.selection.best_configs`) by the objective ``by``
+    """Best configuration per (dataset, model, optimizer) (one configuration: its exact values, the
+    report's ``config_id``: :func:`harness.core.outcome.config_key`; ``config`` the label printed,
+    :func:`harness.core.outcome.config_labels`), selected exactly like the HTML report's leaderboard
+    (:func:`reports.selection.best_configs`) by the objective ``by``
     (:func:`harness.core.selection.selection_key`, one rule for both). ``time_to_target`` (the
     default), first difference decides: more seeds that reached the target; lower median steps to
     target (one optimizer's steps cost the same, and steps carry no wall-clock noise); more seeds
@@ -211,12 +213,13 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     clocks = task_clocks(outcomes, clock)
     modeled, classes = classed_modeled(outcomes, clocks)
     groups: dict[tuple, list[TrialOutcome]] = {}
-    for o in outcomes:
-        groups.setdefault((o.dataset, o.model, o.optimizer, o.config), []).append(o)
+    for o in outcomes:  # one configuration: the report's config_id (0.1000001 and 0.1000004 are two)
+        groups.setdefault(config_key(o), []).append(o)
+    labels = config_labels(outcomes)  # its label, apart from any other's
     # an optimizer every trial of which failed on a task has no result to rank (ties.UNRANKED)
     with_results = {(o.dataset, o.model, o.optimizer) for o in outcomes if o.status != "failed"}
     best: dict[tuple, dict[str, Any]] = {}
-    for (ds, model, opt, conf), os_ in groups.items():
+    for (ds, model, opt, conf_id, exact), os_ in groups.items():
         os_ = last_rounds(os_)
         ok = [o for o in os_ if o.status == "finished"]
         metric = os_[0].target_metric
@@ -236,7 +239,8 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         row = {
             "flagged": any(o.perf_suspect for o in ok),
             "cost_class": next((c for o in ok if (c := classes.get(o.trial_id)) is not None), None),
-            "dataset": ds, "model": model, "optimizer": opt, "config": conf, "metric": metric,
+            "dataset": ds, "model": model, "optimizer": opt, "metric": metric, "config_id": conf_id,
+            "config": labels[(ds, model, opt, conf_id, exact)], "config_exact": exact,
             "value": statistics.fmean(vals) if vals else None,
             "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
             "n_diverged": sum(o.status == "diverged" for o in os_),
@@ -312,10 +316,10 @@ def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFA
     specs = {s.trial_id: s for s in trials}
     first: dict[tuple, str] = {}
     for o in outcomes:
-        first.setdefault((o.dataset, o.model, o.optimizer, o.config), o.trial_id)
+        first.setdefault(config_key(o), o.trial_id)
     out = []
     for r in sorted(best_configs(outcomes, by), key=lambda r: (r["dataset"], r["model"], r["optimizer"])):
-        tid = first.get((r["dataset"], r["model"], r["optimizer"], r["config"]))
+        tid = first.get((r["dataset"], r["model"], r["optimizer"], r["config_id"], r["config_exact"]))
         origin, spec = origins.get(tid), specs.get(tid)
         if origin is None or spec is None:
             continue
@@ -407,9 +411,10 @@ def print_summary(console, summary: SweepSummary) -> None:
     rows = ranked_rows(summary.outcomes, summary.select_by, summary.time_clock)
     configs: dict[tuple, list[str]] = {}
     task_configs: dict[tuple, list[str]] = {}
+    labels = config_labels(summary.outcomes)  # as best_configs labels its rows
     for o in summary.outcomes:
-        configs.setdefault((o.dataset, o.model, o.optimizer), []).append(o.config)
-        task_configs.setdefault((o.dataset, o.model), []).append(o.config)
+        configs.setdefault((o.dataset, o.model, o.optimizer), []).append(labels[config_key(o)])
+        task_configs.setdefault((o.dataset, o.model), []).append(labels[config_key(o)])
     clocks = task_clocks(summary.outcomes, summary.time_clock)
     on_modeled = summary.time_clock != "measured"
     measured = [f"{m} · {d}" for (d, m), c in sorted(clocks.items()) if on_modeled and c == "measured"]
