@@ -110,7 +110,8 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     the name there once picked different configurations among exact ties).
     Identical per-trial results therefore always select the same configuration.
     An optimizer every trial of which failed on a task ranks last (``has_results`` false; the
-    leaderboard shows it unranked, :data:`harness.core.ties.UNRANKED`).
+    leaderboard shows it unranked, :data:`harness.core.ties.UNRANKED`); of successive halving's
+    rounds only each seed's last counts (the rows selection reads), as in the sweep's summary.
     Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, n_reached, rank, has_results``
     (``rank`` 1 = best optimizer on the task: more seeds reaching the target, then lower median
     **seconds** to target (on the report's clock, :mod:`reports.clock`), since optimizers' steps

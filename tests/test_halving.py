@@ -188,3 +188,42 @@ def test_jobs_workers_are_kept_across_the_rounds_and_gone_at_the_end(tmp_path):
     assert sorted(r.data.tags.get("harness.stopped_at_step") or "-" for r in runs) == \
         ["-"] + ["3"] * 5 + ["9"]
     assert len({r.data.tags["harness.trial_id"] for r in runs}) == 7
+
+
+def test_an_optimizer_whose_last_round_failed_is_unranked_in_the_summary_as_in_the_report(
+        tmp_path, monkeypatch):
+    """One configuration per optimizer, three rounds; sgd's last round (its plain full-budget
+    trials) raises on both seeds, momentum's finishes. The report selects on each seed's last round
+    (``reports.frame.tuning_rows``): sgd has no result, "—". The summary asked whether any of sgd's
+    trials had not failed, found the stopped earlier rounds, and ranked it "2" (both ranked "1=" with
+    momentum failing too). Both now read the last rounds."""
+    import harness.train.loop as trainer
+    from harness.sweep.summary import ranked_rows
+    from reports.frame import load_frame
+    from reports.leaderboard import leaderboard_numbers
+
+    real = trainer.run_trial
+
+    def run_trial(spec, **kw):
+        if spec.optimizer == "sgd" and not spec.early_stop:  # the last round
+            raise RuntimeError("boom in the last round")
+        return real(spec, **kw)
+
+    monkeypatch.setattr(trainer, "run_trial", run_trial)
+    monkeypatch.setattr(trainer, "should_batch", lambda specs: False)
+    cfg = yaml.safe_load(_config(tmp_path, {"method": "successive_halving", "trials": 2, "min_steps": 3,
+                                            "eta": 3}, steps=27).read_text())
+    cfg.update(seeds=[0, 1], optimizers=[{"name": "sgd", "hparams": {"step_size": 0.1}},
+                                         {"name": "momentum", "hparams": {"step_size": 0.1, "mass": 0.9}}])
+    p = tmp_path / "sh.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    uri = f"sqlite:///{tmp_path}/m.db"
+    run = harness.sweep(p, tracking_uri=uri, quiet=True)
+    outs = run.summary.outcomes
+    assert sorted((o.optimizer, o.status) for o in outs if o.stopped_step is None) == [
+        ("momentum", "finished")] * 2 + [("sgd", "failed")] * 2
+    assert {o.status for o in outs if o.optimizer == "sgd" and o.stopped_step} == {"stopped"}
+    summary = [(r["optimizer"], r["label"]) for r in ranked_rows(outs)]
+    nums = leaderboard_numbers(load_frame("sh", tracking_uri=uri)).sort_values("order")
+    assert list(zip(nums["optimizer"], nums["rank_label"], strict=True)) == summary == [
+        ("momentum", "1"), ("sgd", "—")]

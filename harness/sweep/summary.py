@@ -216,11 +216,12 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     for o in outcomes:  # one configuration: the report's config_id (0.1000001 and 0.1000004 are two)
         groups.setdefault(config_key(o), []).append(o)
     labels = config_labels(outcomes)  # its label, apart from any other's
-    # an optimizer every trial of which failed on a task has no result to rank (ties.UNRANKED)
-    with_results = {(o.dataset, o.model, o.optimizer) for o in outcomes if o.status != "failed"}
+    groups = {k: last_rounds(os_) for k, os_ in groups.items()}  # one trial per seed, as the report
+    # an optimizer whose every seed failed on a task (its last round, successive halving's earlier
+    # stopped ones aside: reports.selection's rule) has no result to rank (ties.UNRANKED)
+    with_results = {k[:3] for k, os_ in groups.items() if any(o.status != "failed" for o in os_)}
     best: dict[tuple, dict[str, Any]] = {}
     for (ds, model, opt, conf_id, exact), os_ in groups.items():
-        os_ = last_rounds(os_)
         ok = [o for o in os_ if o.status == "finished"]
         metric = os_[0].target_metric
         is_loss = metric.endswith("/loss")
@@ -273,9 +274,9 @@ def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     (:mod:`harness.core.ties`, one rule for both): sorted by task, then ``order`` (groups in rank
     order, a tie's rows in the order of the "to target" column shown, else of the validation value
     that ranks them), each with ``rank`` (the strict position), ``label`` (``"1="`` for a shared
-    rank, ``"—"`` unranked: every trial failed), ``tie_on`` (what orders a tie's rows; ``""`` for a
-    lone row) and ``separation`` (for a row
-    below a tied neighbour, :func:`harness.core.ties.separation` of the two; else ``None``)."""
+    rank, ``"—"`` unranked: every seed's last round failed), ``tie_on`` (what orders a tie's rows;
+    ``""`` for a lone row) and ``separation`` (for a row below a tied neighbour,
+    :func:`harness.core.ties.separation` of the two; else ``None``)."""
     tasks: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in best_configs(outcomes, by, clock):
         tasks.setdefault((r["dataset"], r["model"]), []).append(r)
