@@ -80,6 +80,40 @@ def write_ahead_log(client) -> None:
     engine.dispose()  # the connections already open get the pragma when made again
 
 
+#: Rows ``ANALYZE`` samples per index (``PRAGMA analysis_limit``): ~0.1 s on a 230 MB store of
+#: 10,000 trials (a full ``ANALYZE`` 0.4 s), and the same plans.
+ANALYSIS_LIMIT = 400
+
+
+def analyze_store(uri: str) -> bool:
+    """Give SQLite's query planner the statistics of a local SQLite store (``ANALYZE``, bounded by
+    :data:`ANALYSIS_LIMIT`; stored in its ``sqlite_stat1`` table). Returns whether it ran: ``False``
+    for any other store, or one SQLite refused (busy past 30 s, read-only): it is only an
+    optimisation, never an error.
+
+    Without statistics, SQLite 3.40 joins MLflow's tag subquery by scanning it once per run: the
+    MLflow UI's runs page (sorted by run name, ``tags.`mlflow.runName```) took 4.9 s of CPU for its
+    first 100 runs at 10,000 trials, and as long again for each "Load more"; with them, an automatic
+    index serves the join and the same query takes 0.09 s. Run at the end of every invocation and
+    by ``harness ui``.
+    """
+
+    db = sqlite_path(uri)
+    if db is None or not db.is_file():
+        return False
+    try:
+        con = sqlite3.connect(db, timeout=30)
+        try:
+            con.execute(f"PRAGMA analysis_limit={ANALYSIS_LIMIT}")
+            con.execute("ANALYZE")
+            con.commit()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+    return True
+
+
 def ready_sqlite_store(uri: str, *, create: bool = True):
     """The file of a SQLite store made ready (:func:`harness.tracking.store.ensure_sqlite_store`;
     with ``create=False`` a missing file is an error), or ``None`` for any other store. Imports no
