@@ -148,7 +148,8 @@ def test_a_sound_store_that_sqlite_cannot_open_where_it_is_is_not_called_corrupt
     (d / "m.db-wal").mkdir()
     (d / "m.db-shm").mkdir()
     digest = hashlib.sha256(db.read_bytes()).hexdigest()
-    assert store_state.inspect_file(db).kind == "unopenable"
+    st = store_state.inspect_file(db)
+    assert (st.kind, st.revision) == ("unopenable", store_state.schema_head())
     want = (f"SQLite cannot open the MLflow store {db} where it is (SQLite reports: unable to open "
             f"database file), though the file reads whole: it could not create m.db-wal / m.db-shm in "
             f"{d} (a folder that is not writable?), which it needs even to read this store; make the "
@@ -186,3 +187,20 @@ def test_a_damaged_store_sqlite_cannot_open_where_it_is_is_still_corrupt(tmp_pat
     (d / "m.db-shm").mkdir()
     st = store_state.inspect_file(d / "m.db")
     assert st.kind == "corrupt", st
+
+
+def test_a_store_sqlite_cannot_open_where_it_is_gets_the_checks_of_any_store(tmp_path):
+    """One set of checks classifies a file, on the ``mode=ro`` connection or, where SQLite cannot
+    open it so, on an ``immutable=1`` one: another program's WAL-mode database in such a folder is
+    "not an MLflow store" (before: a second, narrower check on the immutable connection wanted
+    MLflow's tables and called it corrupt, advising to move it away)."""
+    d = tmp_path / "shared"
+    d.mkdir()
+    db = d / "app.db"
+    sha = _make(db, "PRAGMA journal_mode=WAL", "create table users (id integer primary key, name text)")
+    (d / "app.db-wal").mkdir()
+    (d / "app.db-shm").mkdir()
+    st = store_state.inspect_file(db)
+    assert (st.kind, st.detail) == ("foreign", "its tables: users")
+    assert _error(db).startswith(f"{db} is not an MLflow store (its tables: users)")
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == sha

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MLFLOW_TABLES_READ", "Experiment", "Run", "RunData", "RunInfo", "connect", "read_runs",
-           "rows_of", "values_of"]
+__all__ = ["MLFLOW_TABLES_READ", "Experiment", "Run", "RunData", "RunInfo", "connect", "immutable_uri",
+           "read_runs", "rows_of", "values_of"]
 
 #: The tables a file must hold to be read as an MLflow store.
 MLFLOW_TABLES_READ = ("experiments", "runs", "tags", "params", "latest_metrics", "metrics")
@@ -72,6 +72,13 @@ class Run:
 def value_of(v: float, is_nan: Any) -> float:
     """A metric value as MLflow returns it (its ``is_nan`` column: NaN)."""
     return math.nan if is_nan else float(v)
+
+
+def immutable_uri(path: str | Path) -> str:
+    """The SQLite URI that reads the file ``path`` with ``immutable=1``: SQLite's way to read a file
+    on read-only media, with no ``-wal``/``-shm`` file and no lock. Right only while nobody writes
+    the file: another process's commits meanwhile may be missed (or, mid-write, read torn)."""
+    return f"{Path(path).resolve().as_uri()}?immutable=1"  # percent-encoded: "a?b" stays a folder
 
 
 def connect(path: str) -> sqlite3.Connection:

@@ -5,8 +5,9 @@ behind (a known older revision: an old store or a half-migrated one), unversione
 no revision: killed before the first revision was stamped), newer (a revision this MLflow does not
 know), foreign (SQLite, not MLflow), corrupt (not SQLite, truncated, malformed) or unopenable (a
 sound file SQLite cannot open where it is: it cannot create its ``-wal``/``-shm`` files beside it,
-e.g. in a folder that is not writable). Costs: the
-header, the page count and ``PRAGMA quick_check`` (skipped for files over
+e.g. in a folder that is not writable; the same checks classify it, on an ``immutable=1``
+connection).
+Costs: the header, the page count and ``PRAGMA quick_check`` (skipped for files over
 :data:`QUICK_CHECK_MAX_BYTES`). Also the store's side directory (:func:`side_dir`: creation lock,
 temporary files, trial claims) and :class:`StoreError`, the one-line error for the user (the CLI
 exits 3 on it). See :mod:`harness.tracking.store` for how a store is created and repaired.
@@ -20,6 +21,8 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.core.mlflow_rows import immutable_uri
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: ``PRAGMA quick_check`` reads every page (~0.1 s per 20 MB here); larger files skip it.
@@ -116,28 +119,6 @@ class FileState:
 UNUSABLE = ("corrupt", "foreign", "newer", "unopenable")
 
 
-def _unopenable(db: Path, e: sqlite3.Error) -> FileState | None:
-    """``unopenable`` when SQLite could not open ``db`` (``e``) but reads it whole as an immutable
-    file: the file is sound and what fails is beside it (its ``-wal``/``-shm``, which SQLite must
-    create even to read a WAL-mode store). An attack found a store in a read-only folder called "not
-    a usable SQLite database", with the advice to move it away (and so hide its results)."""
-    if "unable to open database file" not in str(e):
-        return None
-    try:  # sound (quick_check, as inspect_file) and MLflow's, else it is what inspect_file says
-        con = sqlite3.connect(f"file:{db}?immutable=1", uri=True)
-        try:
-            tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
-            check = ["ok"] if db.stat().st_size > QUICK_CHECK_MAX_BYTES else \
-                [r[0] for r in con.execute("PRAGMA quick_check(3)")]
-        finally:
-            con.close()
-    except (sqlite3.Error, OSError):
-        return None
-    if check != ["ok"] or not {"experiments", "runs", "alembic_version"} <= tables:
-        return None
-    return FileState("unopenable", detail=f"SQLite reports: {' '.join(str(e).split())[:200]}")
-
-
 def _hot_journal(db: Path) -> bool:
     for suffix in ("-journal", "-wal"):
         p = db.with_name(db.name + suffix)
@@ -192,8 +173,53 @@ def _header_problem(db: Path, size: int) -> str | None:
     return None
 
 
+def _contents(con: sqlite3.Connection, size: int) -> tuple[set[str], str | None] | FileState:
+    """The tables and schema revision read on ``con``, or ``corrupt`` when ``PRAGMA quick_check``
+    finds damage (files over :data:`QUICK_CHECK_MAX_BYTES` are not checked).
+
+    Raises:
+      sqlite3.Error: SQLite could not read it.
+    """
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+    if size <= QUICK_CHECK_MAX_BYTES:
+        rows = [r[0] for r in con.execute("PRAGMA quick_check(3)")]
+        if rows != ["ok"]:
+            text = " ".join("; ".join(rows).split())  # its rows hold line breaks
+            return FileState("corrupt", detail=f"SQLite's quick_check reports: {text[:200]}")
+    rev = None
+    if "alembic_version" in tables:
+        row = con.execute("select version_num from alembic_version").fetchone()
+        rev = row[0] if row else None
+    return tables, rev
+
+
+def _read(uri: str, size: int) -> tuple[set[str], str | None] | FileState:
+    """:func:`_contents` on a connection to ``uri``.
+
+    Raises:
+      sqlite3.Error: SQLite could not open or read it.
+    """
+    con = sqlite3.connect(uri, uri=True, timeout=30)
+    try:
+        return _contents(con, size)
+    finally:
+        con.close()
+
+
+def _reports(e: sqlite3.Error) -> str:
+    return f"SQLite reports: {' '.join(str(e).split())[:200]}"
+
+
 def inspect_file(db: Path) -> FileState:
-    """Classify the file ``db`` without writing to it (see the module docstring)."""
+    """Classify the file ``db`` without writing to it (see the module docstring).
+
+    Read on a ``mode=ro`` connection; where SQLite cannot open the file so (``unable to open
+    database file``: it cannot create the ``-wal``/``-shm`` files a WAL-mode store needs even to be
+    read, e.g. in a folder that is not writable), on an ``immutable=1`` one, which reads the file
+    alone. The same checks classify it on either; a file only the immutable connection reads is
+    ``unopenable`` unless they find it corrupt, foreign or newer (an attack found a sound store in a
+    read-only folder called "not a usable SQLite database", with the advice to move it away).
+    """
     try:
         size = db.stat().st_size
     except FileNotFoundError:
@@ -207,28 +233,27 @@ def inspect_file(db: Path) -> FileState:
     if problem:
         return FileState("corrupt", detail=problem)
     mode = "rw" if _hot_journal(db) else "ro"  # a hot journal is rolled back by the first reader
+    refused = None  # why the mode=ro connection could not open it
     try:
-        con = sqlite3.connect(f"file:{db}?mode={mode}", uri=True, timeout=30)
+        got = _read(f"file:{db}?mode={mode}", size)
     except sqlite3.Error as e:
-        return _unopenable(db, e) or FileState("corrupt", detail=f"SQLite cannot open it ({e})")
-    try:
-        tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
-        if size <= QUICK_CHECK_MAX_BYTES:
-            rows = [r[0] for r in con.execute("PRAGMA quick_check(3)")]
-            if rows != ["ok"]:
-                text = " ".join("; ".join(rows).split())  # its rows hold line breaks
-                return FileState("corrupt", detail=f"SQLite's quick_check reports: {text[:200]}")
-        if not tables:
-            return FileState("empty", detail="no tables")
-        rev = None
-        if "alembic_version" in tables:
-            row = con.execute("select version_num from alembic_version").fetchone()
-            rev = row[0] if row else None
-    except sqlite3.DatabaseError as e:
-        return _unopenable(db, e) or FileState("corrupt",
-                                               detail=f"SQLite reports: {' '.join(str(e).split())[:200]}")
-    finally:
-        con.close()
+        if "unable to open database file" not in str(e):
+            return FileState("corrupt", detail=_reports(e))
+        refused = e
+        try:
+            got = _read(immutable_uri(db), size)
+        except sqlite3.Error:
+            return FileState("corrupt", detail=_reports(refused))
+    st = got if isinstance(got, FileState) else _kind(*got)
+    if refused is None or st.kind in UNUSABLE:
+        return st
+    return FileState("unopenable", st.revision, _reports(refused))
+
+
+def _kind(tables: set[str], rev: str | None) -> FileState:
+    """What a file with ``tables`` and schema revision ``rev`` is (:class:`FileState`)."""
+    if not tables:
+        return FileState("empty", detail="no tables")
     # Another program's database is never repaired nor called "newer", whatever alembic_version it
     # holds (alembic is common): a revision MLflow does not know counts as a newer MLflow's only in a
     # file with MLflow's tables; no revision, only in a file with MLflow's experiments table or with
@@ -247,6 +272,7 @@ def inspect_file(db: Path) -> FileState:
         return foreign
     return FileState("newer", rev, f"schema revision {rev}, newer than MLflow {mlflow_version()} knows "
                                    f"(its newest is {schema_head()})")
+
 
 def _table_list(tables: set[str], most: int = 8) -> str:
     names = sorted(tables)
@@ -272,13 +298,15 @@ def unusable_error(db: Path, st: FileState) -> StoreError:
                           f"MLFLOW_TRACKING_URI) a new file or an MLflow store; the file was left "
                           f"untouched")
     if st.kind == "unopenable":
-        return StoreError(f"SQLite cannot open the MLflow store {db} where it is ({st.detail}), though "
-                          f"the file reads whole: it could not create {db.name}-wal / {db.name}-shm in "
-                          f"{db.parent} (a folder that is not writable?), which it needs even to read "
-                          f"this store; make the folder writable, or copy the store to a writable "
-                          f"folder and point --tracking-uri there; the file was left untouched")
+        return StoreError(f"SQLite cannot open the MLflow store {db} where it is ({st.detail}), "
+                               f"though the file reads whole: it could not create {db.name}-wal / "
+                               f"{db.name}-shm in {db.parent} (a folder that is not writable?), which it "
+                               f"needs even to read this store; make the folder writable, or copy the "
+                               f"store to a writable folder and point --tracking-uri there; the file was "
+                               f"left untouched")
     return StoreError(f"{db} is not a usable SQLite database ({st.detail}); restore it from a backup or "
                       f"move it away (a new store is then created there), or point --tracking-uri / "
                       f"MLFLOW_TRACKING_URI at another store; the file was left untouched")
+
 
 
