@@ -64,6 +64,7 @@ def make_report(
     select_by: str | None = None,
     time_clock: str | None = None,
     stats_baseline: str | None = None,
+    immutable: bool = False,
 ) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
@@ -92,6 +93,9 @@ def make_report(
         run; ``modeled`` when absent). The leaderboard says which.
       stats_baseline: the optimizer the across-task statistics compare with
         (:func:`reports.stats.baseline_optimizer`; ``None``: adam, else adamw, else the first).
+      immutable: the local SQLite store is one SQLite cannot open where it is (its folder not
+        writable): it is read with ``immutable=1`` (:mod:`reports.snapshot`) and the report is not
+        logged to it.
 
     The HTML is also logged as an artifact under ``reports/`` of every parent run whose trials the
     report shows (:func:`report_parents`); the table is not (it is the store's data again). Where the
@@ -113,7 +117,8 @@ def make_report(
         raise ValueError(f"--time must be one of {', '.join(CLOCKS)}; got {time_clock!r}")
     # a local SQLite store is read with sqlite3 (reports.snapshot: every experiment when a baseline
     # may live in another); MLflow's client only writes the HTML back
-    client = snapshot_or_client(tracking_uri, None if baseline is not None else experiment)
+    client = snapshot_or_client(tracking_uri, None if baseline is not None else experiment,
+                                immutable=immutable)
     data = load_sweep(experiment, sweep_id, client=client)  # a ladder's ladder.* tags: its columns
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
     if objective(data.frame).target_metric is None:  # what ranks on time to target cannot run
@@ -156,6 +161,8 @@ def make_report(
 
     html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
     out.write_text(html, encoding="utf-8")
+    if immutable:  # a store SQLite cannot open where it is: MLflow cannot write to it either
+        return out
     from mlflow.exceptions import MlflowException
 
     parents = report_parents(data)

@@ -81,7 +81,7 @@ TABLES = ("trials", "curves", "leaderboard", "tuning_curves", "tuned_times")
 
 def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | None = None,
             versions: str = "current", clock: str | None = None, select_by: str | None = None,
-            scoring: str | None = None, tuning_draws: str | None = None) -> Results:
+            scoring: str | None = None, tuning_draws: str | None = None, immutable: bool = False) -> Results:
     """The results of one sweep of ``experiment`` (the MLflow experiment = the sweep's ``name``).
 
     Args:
@@ -98,6 +98,9 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
         :mod:`reports.protocol`); ``None``: the sweep's own.
       tuning_draws: how ``.tuning_curves`` draws k configurations (``without-replacement``, the
         default, or ``with-replacement``).
+      immutable: read the local SQLite store with ``immutable=1``: for a store SQLite cannot open
+        where it is (a folder that is not writable), right only while nobody writes it
+        (:mod:`reports.snapshot`).
 
     Raises:
       ValueError: no store at a local SQLite path (none is created), an unknown experiment or
@@ -124,7 +127,7 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
     if path is not None and not os.path.isfile(path):  # never create an empty store by reading
         raise ValueError(f"no MLflow store at {os.path.abspath(path)} (tracking_uri "
                          f"{tracking_uri or 'default: ./mlflow.db'})")
-    client = snapshot_or_client(tracking_uri, experiment)
+    client = snapshot_or_client(tracking_uri, experiment, immutable=immutable)
     exp = mlruns.get_experiment(client, experiment)
     if versions == "current":
         data = load_sweep(experiment, sweep, client=client)

@@ -11,8 +11,9 @@ checks that the frame it gives equals the one ``MlflowClient`` gives, value for 
 
 What it reads are MLflow's own tables (``experiments``, ``runs``, ``tags``, ``params``,
 ``latest_metrics``, ``metrics``: the layout of every MLflow release since 1.x), opened read-only
-(``mode=ro``); it never writes. :func:`snapshot_or_client` falls back to ``MlflowClient`` for a
-server (``http(s)://``), another database, or a file without MLflow's tables.
+(``mode=ro``; ``immutable=1`` for a store SQLite cannot open so where it is); it never writes.
+:func:`snapshot_or_client` falls back to ``MlflowClient`` for a server (``http(s)://``), another
+database, or a file without MLflow's tables.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ class StoreSnapshot:
       tag_keys, param_keys: read only these tags / params (``None``: all); ``status`` reads a
         10,000-trial store in about a second this way.
       metrics: read the latest metrics (``False``: none; histories are read on first use anyway).
+      immutable: read the file with ``immutable=1`` (a store SQLite cannot open where it is:
+        :func:`harness.core.mlflow_rows.immutable_uri`), right only while nobody writes it.
 
     Raises:
       FileNotFoundError: no such file. ValueError: the file is not an MLflow store (a table missing).
@@ -92,11 +95,11 @@ class StoreSnapshot:
     active_only = True
 
     def __init__(self, path: str, experiment: str | None = None, *, tag_keys: Sequence[str] | None = None,
-                 param_keys: Sequence[str] | None = None, metrics: bool = True):
+                 param_keys: Sequence[str] | None = None, metrics: bool = True, immutable: bool = False):
         self.path = path
         self.tracking_uri = f"sqlite:///{path}"
         self._lock = threading.Lock()
-        self._con = connect(path)
+        self._con = connect(path, immutable=immutable)
         self._history: dict[str, dict[str, list[tuple[int, int, float]]]] = {}
         with self._lock:
             self._con.execute("BEGIN")
@@ -233,14 +236,21 @@ def _local_dir(artifact_uri: str) -> str | None:
     return None
 
 
-def snapshot_or_client(tracking_uri: str | None, experiment: str | None = None):
-    """A :class:`StoreSnapshot` of a local SQLite store, else an ``MlflowClient`` of the store."""
+def snapshot_or_client(tracking_uri: str | None, experiment: str | None = None, *, immutable: bool = False):
+    """A :class:`StoreSnapshot` of a local SQLite store, else an ``MlflowClient`` of the store.
+    ``immutable``: the store is one SQLite cannot open where it is (``unopenable``), read with
+    ``immutable=1`` and never through MLflow.
+
+    Raises:
+      ValueError: ``immutable`` and the file cannot be read so.
+    """
     path = local_sqlite_path(tracking_uri)
-    if path is not None and os.path.isfile(path):
+    if path is not None and (immutable or os.path.isfile(path)):
         try:
-            return StoreSnapshot(path, experiment)
-        except (ValueError, sqlite3.Error):
-            pass
+            return StoreSnapshot(path, experiment, immutable=immutable)
+        except (ValueError, sqlite3.Error) as e:
+            if immutable:  # MLflow cannot open it either
+                raise ValueError(f"cannot read the MLflow store {path} as a snapshot: {e}") from None
     from reports.runs import mlflow_client
 
     return mlflow_client(tracking_uri)

@@ -84,12 +84,15 @@ def report(
     """Build one self-contained HTML comparison report from what MLflow holds (or, with --format,
     its tables)."""
     from harness.tracking.client import prepare_store
-    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.errors import SnapshotOnlyError, TrackingUnavailableError
     from harness.tracking.uris import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
+    snapshot = False  # a store SQLite cannot open where it is, read as an immutable snapshot
     try:
         client = prepare_store(uri, create=False)
+    except SnapshotOnlyError as e:
+        client, snapshot = _snapshot(uri, e, fmt)
     except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
@@ -105,7 +108,8 @@ def report(
             if value is not None:
                 err(f"error: {flag} is a view of the HTML report; --format {fmt} writes the tables only")
                 raise typer.Exit(2)
-        _tables(fmt, experiment, sweep_id, output, uri, tuning_curves, scoring, select_by, time_clock)
+        _tables(fmt, experiment, sweep_id, output, uri, tuning_curves, scoring, select_by, time_clock,
+                snapshot)
         return
     import warnings
 
@@ -117,7 +121,7 @@ def report(
             warnings.simplefilter("always", ReportNotLogged)
             path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves,
                                scoring=scoring, select_by=select_by, time_clock=time_clock,
-                               stats_baseline=stats_baseline)
+                               stats_baseline=stats_baseline, immutable=snapshot)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
@@ -132,12 +136,28 @@ def report(
         typer.echo(f"data:   {csv} (the tidy table behind every figure, gzip CSV)")
     if not_logged:
         err(f"warning: {not_logged[0]}")
-    else:
+    elif not snapshot:
         typer.echo("The HTML is also logged to the sweep's parent run(s) in MLflow, under reports/.")
 
 
+def _snapshot(uri: str, e, fmt: str):
+    """``report`` on a store SQLite cannot open where it is (``e``, a SnapshotOnlyError): the
+    store read as an immutable snapshot (its experiments; the report reads its runs the same way),
+    and the one warning line that says so. Exits 3 when it cannot be read so either."""
+    from harness.tracking.store_state import snapshot_warning
+    from reports.snapshot import snapshot_or_client
+
+    try:
+        client = snapshot_or_client(uri, "", immutable=True)  # "": the experiments, no run
+    except ValueError:
+        err(f"error: {e}")
+        raise typer.Exit(3) from None
+    err(f"warning: {snapshot_warning(e.db)}{'; the report is not logged to it' if fmt == 'html' else ''}")
+    return client, True
+
+
 def _tables(fmt: str, experiment: str, sweep_id: str | None, output: str | None, uri: str, draws: str,
-            scoring: str | None, select_by: str | None, clock: str | None) -> None:
+            scoring: str | None, select_by: str | None, clock: str | None, snapshot: bool = False) -> None:
     """``report --format md|tex|csv|parquet``: :func:`reports.results.results` written out."""
     import re
     from pathlib import Path
@@ -146,7 +166,7 @@ def _tables(fmt: str, experiment: str, sweep_id: str | None, output: str | None,
 
     try:
         res = results(experiment, sweep=sweep_id, tracking_uri=uri, clock=clock, select_by=select_by,
-                      scoring=scoring, tuning_draws=draws)
+                      scoring=scoring, tuning_draws=draws, immutable=snapshot)
     except (LookupError, ValueError) as e:
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None

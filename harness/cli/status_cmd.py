@@ -170,21 +170,33 @@ def _reader(uri: str, experiment: str | None):
     """What ``status`` reads the store with: a local SQLite store through a read-only
     :class:`reports.snapshot.StoreSnapshot` of the tags and params it needs (no MLflow import:
     a 10,000-trial store in about a second instead of a minute), any other through MLflow's client.
+    A store SQLite cannot open where it is (its folder not writable) is read as an immutable
+    snapshot, with one warning line (:func:`harness.tracking.store_state.snapshot_warning`).
 
     Raises:
       TrackingUnavailableError: the store cannot be opened (one line).
     """
     from harness.tracking.client import prepare_store, ready_sqlite_store
+    from harness.tracking.errors import SnapshotOnlyError
 
-    db = ready_sqlite_store(uri, create=False)
+    try:
+        db, snapshot = ready_sqlite_store(uri, create=False), False
+    except SnapshotOnlyError as e:
+        db, snapshot = e.db, True
     if db is not None:
         from reports.snapshot import StoreSnapshot
 
         try:
-            return StoreSnapshot(str(db), experiment, tag_keys=STATUS_TAGS, param_keys=("n_trials", "only"),
-                                 metrics=False)
+            reader = StoreSnapshot(str(db), experiment, tag_keys=STATUS_TAGS, param_keys=("n_trials", "only"),
+                                   metrics=False, immutable=snapshot)
         except (ValueError, OSError, sqlite3.Error):  # not readable so: MLflow says why
             pass
+        else:
+            if snapshot:
+                from harness.tracking.store_state import snapshot_warning
+
+                err(f"warning: {snapshot_warning(db)}")
+            return reader
     return prepare_store(uri, create=False)
 
 

@@ -4,8 +4,9 @@ MLflow's ``search_runs`` builds an ORM object per tag, param and metric row: 60 
 runs of a sweep of short trials (issue 35), where the same rows read here take about 2 s. What is
 read are MLflow's own tables (``experiments``, ``runs``, ``tags``, ``params``, ``latest_metrics``:
 their layout since MLflow 1.x), opened with ``mode=ro`` in one read transaction (a consistent view;
-nothing is created, migrated or written). The objects answer what the harness and its reports read
-of ``mlflow.entities.Run``: ``info`` (``run_id``, ``experiment_id``, ``status``, ``start_time``,
+nothing is created, migrated or written); a store SQLite cannot open so where it is (its folder not
+writable) with ``immutable=1`` (:func:`immutable_uri`). The objects answer what the harness and its
+reports read of ``mlflow.entities.Run``: ``info`` (``run_id``, ``experiment_id``, ``status``, ``start_time``,
 ``end_time``, ``lifecycle_stage``, ``artifact_uri``, ``run_name``) and ``data`` (``tags``,
 ``params``, ``metrics``: the latest value of each, NaN where MLflow stored one).
 
@@ -81,8 +82,10 @@ def immutable_uri(path: str | Path) -> str:
     return f"{Path(path).resolve().as_uri()}?immutable=1"  # percent-encoded: "a?b" stays a folder
 
 
-def connect(path: str) -> sqlite3.Connection:
-    """A read-only connection to the MLflow SQLite file ``path``.
+def connect(path: str, *, immutable: bool = False) -> sqlite3.Connection:
+    """A read-only connection to the MLflow SQLite file ``path``; ``immutable``: opened with
+    ``immutable=1`` (:func:`immutable_uri`), for a store SQLite cannot open where it is (a folder
+    that is not writable: ``unopenable`` in :mod:`harness.tracking.store_state`).
 
     Raises:
       FileNotFoundError: no such file. ValueError: not an MLflow store (a table missing).
@@ -90,7 +93,8 @@ def connect(path: str) -> sqlite3.Connection:
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(path)
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, timeout=30)
+    uri = immutable_uri(path) if immutable else f"file:{path}?mode=ro"
+    con = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
     have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if missing := [t for t in MLFLOW_TABLES_READ if t not in have]:
         con.close()

@@ -17,10 +17,10 @@ import sqlite3
 from harness.config.environment import SQLITE_WAL, switch
 from harness.core import mlflow_rows
 from harness.core.names import KIND_TRIAL, TAG_KIND, TAG_SWEEP, TAG_TRIAL_ID
-from harness.tracking.errors import TrackingUnavailableError, one_line
+from harness.tracking.errors import SnapshotOnlyError, TrackingUnavailableError, one_line
 from harness.tracking.mlflow_ui import EXPERIMENT_KIND_TAG, TRAINING_KIND
 from harness.tracking.store import ensure_sqlite_store
-from harness.tracking.store_state import StoreError
+from harness.tracking.store_state import StoreError, UnopenableStoreError
 from harness.tracking.uris import artifact_root_for, bound_http_retries, check_server, is_server, sqlite_path
 
 _CLIENTS: dict[str, object] = {}
@@ -120,12 +120,16 @@ def ready_sqlite_store(uri: str, *, create: bool = True):
     MLflow: ``status`` reads such a store with :mod:`sqlite3` alone.
 
     Raises:
-      TrackingUnavailableError: one line (the store, the cause, what to do).
+      TrackingUnavailableError: one line (the store, the cause, what to do); SnapshotOnlyError
+        where the store is sound but SQLite cannot open it where it is (the commands that only read
+        then read it as an immutable snapshot).
     """
     db = sqlite_path(uri)
     if db is not None:
         try:
             ensure_sqlite_store(db, create=create)
+        except UnopenableStoreError as e:
+            raise SnapshotOnlyError(str(e), db) from None
         except StoreError as e:
             raise TrackingUnavailableError(str(e)) from None
     return db

@@ -17,6 +17,17 @@ class TrackingUnavailableError(RuntimeError):
     """The tracking store cannot be reached (server down, bad URI). Raised before training."""
 
 
+class SnapshotOnlyError(TrackingUnavailableError):
+    """The SQLite store ``db`` is sound, but SQLite cannot open it where it is (``unopenable`` in
+    :mod:`harness.tracking.store_state`: e.g. its folder is not writable). ``status`` and ``report``,
+    which only read, read it as an immutable snapshot instead; every other command stops on it as
+    on any :class:`TrackingUnavailableError`."""
+
+    def __init__(self, message: str, db):
+        super().__init__(message)
+        self.db = db
+
+
 def one_line(e: BaseException, limit: int = 300) -> str:
     """What a one-line error shows of a store's exception: the first non-empty line of the message
     of its root cause (``sqlite3.OperationalError: unable to open database file`` rather than

@@ -6,7 +6,7 @@ no revision: killed before the first revision was stamped), newer (a revision th
 know), foreign (SQLite, not MLflow), corrupt (not SQLite, truncated, malformed) or unopenable (a
 sound file SQLite cannot open where it is: it cannot create its ``-wal``/``-shm`` files beside it,
 e.g. in a folder that is not writable; the same checks classify it, on an ``immutable=1``
-connection).
+connection; ``status`` and ``report`` read such a store as a snapshot, :func:`snapshot_warning`).
 Costs: the header, the page count and ``PRAGMA quick_check`` (skipped for files over
 :data:`QUICK_CHECK_MAX_BYTES`). Also the store's side directory (:func:`side_dir`: creation lock,
 temporary files, trial claims) and :class:`StoreError`, the one-line error for the user (the CLI
@@ -33,6 +33,12 @@ LOCK_WAIT_S = 600.0
 
 class StoreError(RuntimeError):
     """The SQLite store cannot be used as it is; the message is one line that says what to do."""
+
+
+class UnopenableStoreError(StoreError):
+    """The store is ``unopenable``: sound, but SQLite cannot open it where it is. The commands that
+    only read (``status``, ``report``) read it as an immutable snapshot instead
+    (:func:`snapshot_warning`); those that write stop on it."""
 
 
 # --------------------------------------------------------------------------- paths
@@ -298,7 +304,7 @@ def unusable_error(db: Path, st: FileState) -> StoreError:
                           f"MLFLOW_TRACKING_URI) a new file or an MLflow store; the file was left "
                           f"untouched")
     if st.kind == "unopenable":
-        return StoreError(f"SQLite cannot open the MLflow store {db} where it is ({st.detail}), "
+        return UnopenableStoreError(f"SQLite cannot open the MLflow store {db} where it is ({st.detail}), "
                                f"though the file reads whole: it could not create {db.name}-wal / "
                                f"{db.name}-shm in {db.parent} (a folder that is not writable?), which it "
                                f"needs even to read this store; make the folder writable, or copy the "
@@ -310,3 +316,16 @@ def unusable_error(db: Path, st: FileState) -> StoreError:
 
 
 
+
+def snapshot_warning(db: Path) -> str:
+    """The one line a reader prints when it reads the ``unopenable`` store ``db`` through
+    :func:`immutable_uri`: that it read a snapshot, why, and what that may miss."""
+    wal = db.with_name(db.name + "-wal")
+    unread = ""
+    with contextlib.suppress(OSError):
+        if wal.is_file() and (n := wal.stat().st_size) > 0:
+            unread = f"; the {n} bytes of {wal.name} (commits not yet in the store file) were not read"
+    return (f"read the MLflow store {db} as a snapshot (SQLite's immutable mode): SQLite cannot open it "
+            f"where it is, since it cannot create {db.name}-wal / {db.name}-shm in {db.parent} (a "
+            f"folder that is not writable?); results another process is writing to it right now may be "
+            f"missing{unread}")
