@@ -104,6 +104,7 @@ def make_report(
 
     Raises:
       ValueError: unknown experiment, sweep id, baseline sweep id or stats baseline optimizer.
+      ReportNotWrittenError: the report or its table cannot be written at its path.
     """
     from reports.html import figure_items, render  # matplotlib: imported on first use
 
@@ -144,13 +145,16 @@ def make_report(
     if tracking_uri:
         data.tracking_uri = tracking_uri
     out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)
-    out.parent.mkdir(parents=True, exist_ok=True)
     csv = data_path(out)
     # the tidy frame as MLflow holds it plus the protocol's tables (tuning curves, tuned
     # time-to-result, on the report's clock) as extra rows
     time_clock = time_clock or data.frame.attrs.get(SWEEP_TIME_ATTR) or DEFAULT_CLOCK
     ranked = use_clock(data.frame, time_clock)
-    pd.concat([data.frame, csv_rows(ranked)], ignore_index=True).to_csv(csv, index=False)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pd.concat([data.frame, csv_rows(ranked)], ignore_index=True).to_csv(csv, index=False)
+    except OSError as e:
+        raise ReportNotWrittenError(out, e) from e
     data.frame = ranked  # every view below counts time on the report's clock
 
     figures = figure_items(data.frame, out.stem)
@@ -160,7 +164,10 @@ def make_report(
         comparison = compare(data.frame, use_clock(_load_baseline(client, experiment, baseline), time_clock))
 
     html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
-    out.write_text(html, encoding="utf-8")
+    try:
+        out.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise ReportNotWrittenError(out, e) from e
     if immutable:  # a store SQLite cannot open where it is: MLflow cannot write to it either
         return out
     from mlflow.exceptions import MlflowException
@@ -176,6 +183,17 @@ def make_report(
                                       f"parent run in the store ({type(e).__name__}: {reason})"),
                       stacklevel=2)
     return out
+
+
+class ReportNotWrittenError(OSError):
+    """:func:`make_report` could not write the report (or its table) at ``path``; ``reason`` says
+    why (the operating system's words)."""
+
+    def __init__(self, path: pathlib.Path, e: OSError):
+        self.path, self.reason = path, e.strerror or str(e)
+        if e.filename and str(e.filename) != str(path):  # e.g. a folder on the way that is a file
+            self.reason += f": {e.filename}"
+        super().__init__(f"cannot write the report {path} ({self.reason})")
 
 
 class ReportNotLogged(UserWarning):

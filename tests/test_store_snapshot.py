@@ -86,6 +86,18 @@ def test_report_reads_the_store_as_a_snapshot_and_writes_where_it_normally_does(
     _untouched(shared)
 
 
+def test_report_says_where_to_write_when_its_output_cannot_be_written(shared, tmp_path):
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    r = _harness("report", "-e", "tiny", "-o", str(blocked / "r.html"), "--tracking-uri", shared["uri"],
+                 cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: cannot write {blocked / 'r.html'} (File exists: {blocked}); write it elsewhere with -o "
+        f"PATH (--output), e.g. -o {Path.home() / 'r.html'}")
+    _untouched(shared)
+
+
 def test_sweep_still_refuses_the_store(shared):
     r = _harness("sweep", str(shared["cfg"]), "-q", "--tracking-uri", shared["uri"], cwd=shared["dir"])
     db, folder = shared["db"], shared["db"].parent

@@ -113,7 +113,7 @@ def report(
         return
     import warnings
 
-    from reports import ReportNotLogged, data_path, make_report
+    from reports import ReportNotLogged, ReportNotWrittenError, data_path, make_report
 
     seen: list = []
     try:
@@ -122,6 +122,8 @@ def report(
             path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves,
                                scoring=scoring, select_by=select_by, time_clock=time_clock,
                                stats_baseline=stats_baseline, immutable=snapshot)
+    except ReportNotWrittenError as e:
+        _not_written(e.path, e.reason)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None
@@ -156,6 +158,16 @@ def _snapshot(uri: str, e, fmt: str):
     return client, True
 
 
+def _not_written(path, reason: str) -> None:
+    """Say that the report cannot be written at ``path`` and where to write it instead; exit 2."""
+    from pathlib import Path
+
+    instead = Path.home() / Path(path).name
+    err(f"error: cannot write {path} ({reason}); write it elsewhere with -o PATH (--output), e.g. "
+        f"-o {instead}")
+    raise typer.Exit(2)
+
+
 def _tables(fmt: str, experiment: str, sweep_id: str | None, output: str | None, uri: str, draws: str,
             scoring: str | None, select_by: str | None, clock: str | None, snapshot: bool = False) -> None:
     """``report --format md|tex|csv|parquet``: :func:`reports.results.results` written out."""
@@ -173,12 +185,18 @@ def _tables(fmt: str, experiment: str, sweep_id: str | None, output: str | None,
     default = "report-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{experiment}-{res.sweep_id}")
     if fmt in ("md", "tex"):
         path = Path(output or f"{default}.{fmt}")
-        path.parent.mkdir(parents=True, exist_ok=True)
         board = res.leaderboard
         text = board.to_markdown() + "\n\n" + board.caption() if fmt == "md" else board.to_latex()
-        path.write_text(text + "\n", encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text + "\n", encoding="utf-8")
+        except OSError as e:
+            _not_written(path, f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
         typer.echo(f"leaderboard: {path} ({len(board)} rows, {fmt})")
         return
-    paths = res.to_csv(output or default) if fmt == "csv" else res.to_parquet(output or default)
+    try:
+        paths = res.to_csv(output or default) if fmt == "csv" else res.to_parquet(output or default)
+    except OSError as e:
+        _not_written(output or default, f"{e.strerror or e}: {e.filename}" if e.filename else str(e))
     for kind, path in paths.items():
         typer.echo(f"{kind}: {path}")
