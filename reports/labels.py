@@ -1,6 +1,7 @@
 """Labels of a sweep's trials: the task a trial trains and the optimizer configuration it uses.
 
-From a trial's MLflow params: ``task`` (model / dataset plus the task-defining params that vary),
+From a trial's MLflow params: ``task`` (model / dataset plus the task-defining params that vary:
+:func:`harness.core.names.is_task_param`, the rule the sweep's summary splits its tables by too),
 ``config`` (optimizer, schedule when it varies, plus the configuration params that vary) and
 ``config_id`` (a stable hash of every configuration param, :func:`harness.core.names.config_id`, the
 identity the sweep's summary groups by too), the columns :mod:`reports.frame` adds.
@@ -11,14 +12,13 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.core.names import (
-    NON_CONFIG_PARAMS,
     TUNING_NONE,
     config_id,
     is_config_param,
+    is_task_param,
+    with_params,
 )
 
-#: Param prefixes that define the task a trial trains (``train.seed`` excluded).
-TASK_PARAM_PREFIXES = ("model.", "dataset.", "train.", "target.")
 #: Appended to the ``config`` label of a ``tuning: none`` entry's configuration.
 SELF_TUNING = "(self-tuning)"
 
@@ -32,11 +32,6 @@ def is_self_tuning(tuning) -> bool:
 def is_tuned(tuning) -> bool:
     """Whether an entry that tunes yields the trial (absent tag, or ``"none,tuned"``)."""
     return not is_self_tuning(tuning) or "tuned" in tuning.split(",")
-
-
-def is_task_param(name: str) -> bool:
-    """Whether the param ``name`` (``model.width``; no ``params.`` prefix) defines the task."""
-    return name.startswith(TASK_PARAM_PREFIXES) and name not in NON_CONFIG_PARAMS
 
 
 def _varying(params: pd.DataFrame, cols: list[str]) -> list[str]:
@@ -60,7 +55,7 @@ def add_labels(summary: pd.DataFrame) -> pd.DataFrame:
         out = []
         for j, h in enumerate(head.tolist()):
             bits = [f"{n}={vals[j]}" for n, vals in columns if pd.notna(vals[j])]
-            out.append(f"{h} ({', '.join(bits)})" if bits else h)
+            out.append(with_params(h, bits))
         return pd.Series(out, index=head.index, dtype=head.dtype)
 
     summary = summary.copy()

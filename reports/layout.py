@@ -21,7 +21,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 
-from reports.labels import is_task_param
+from harness.core.names import is_task_param
 
 #: Width of every report figure in inches; at :data:`DPI` this is the page's content width in CSS px.
 PAGE_WIDTH_IN = 12.0
@@ -86,7 +86,7 @@ def _bracket(task: str) -> str:
 
 def label_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per task: ``label``, ``model``, ``dataset`` and ``configuration`` (every model,
-    dataset, training and target parameter of the task, :func:`reports.labels.is_task_param`,
+    dataset, training and target parameter of the task, :func:`harness.core.names.is_task_param`,
     ``name=value`` joined by ``, ``; a value that differs between a task's trials is listed with
     all its values)."""
     s = frame[frame["row"] == "summary"] if "row" in frame else frame

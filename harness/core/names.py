@@ -128,6 +128,26 @@ def is_config_param(name: str) -> bool:
     return name.startswith(CONFIG_PARAM_PREFIXES) and name not in NON_CONFIG_PARAMS
 
 
+#: Param prefixes that define the task a trial trains (its model's, dataset's, training's and
+#: target's params: ``model.width``, ``train.batch_size``), less :data:`NON_CONFIG_PARAMS` (the seed
+#: and the packing vary within one task). The one rule of what a task is: the report's ``task``
+#: (:func:`reports.labels.add_labels`) and the sweep summary's (:mod:`harness.sweep.tasks`) are both
+#: the model and dataset plus the task params that vary in the sweep.
+TASK_PARAM_PREFIXES = ("model.", "dataset.", "train.", "target.")
+
+
+def is_task_param(name: str) -> bool:
+    """Whether the param ``name`` (``model.width``; no ``params.`` prefix) defines the task."""
+    return name.startswith(TASK_PARAM_PREFIXES) and name not in NON_CONFIG_PARAMS
+
+
+def with_params(head: str, bits: list[str]) -> str:
+    """A label: ``head`` and the ``name=value`` bits that tell it apart, ``mlp / digits (width=16)``
+    (``head`` alone without bits); the report's ``task`` and ``config`` and the summary's task
+    titles are written so."""
+    return f"{head} ({', '.join(bits)})" if bits else head
+
+
 def config_id(optimizer: str, schedule: str, params: dict[str, str]) -> str:
     """A configuration's identity: 12 hex digits of the SHA-256 of its optimizer, schedule and
     configuration params (:func:`is_config_param`; values as MLflow stores them, ``str`` of each,
