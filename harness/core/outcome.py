@@ -10,7 +10,9 @@ whichever way it was reached:
   at all (a worker process died, Ray gave up); nothing is in the store for it;
 - :meth:`TrialOutcome.deferred_to_other`: another invocation on this machine holds the trial's claim.
 
-Also :func:`run_name` and :func:`config_label`, a trial's readable names. Standard library only.
+Also :func:`run_name` and :func:`config_label`, a trial's readable names, and :func:`task_key` and
+:func:`config_key`, how the summary groups trials into tasks and configurations. Standard library
+only.
 """
 
 from __future__ import annotations
@@ -37,15 +39,29 @@ def run_name(spec: TrialSpec) -> str:
     return "-".join(str(p) for p in parts)
 
 
-def config_label(spec: TrialSpec, exact: bool = False) -> str:
+def config_label(spec: TrialSpec, exact: bool = False, task: bool = True) -> str:
     """The trial's configuration without its seed, e.g. ``cosine step_size=0.1 width=64 bs=64``
-    (floats to 6 significant digits; ``exact``: every digit, ``step_size=0.1000004``)."""
+    (floats to 6 significant digits; ``exact``: every digit, ``step_size=0.1000004``). ``task=False``:
+    the optimizer configuration alone, ``cosine step_size=0.1``, without the model's
+    hyperparameters and the batch size, which belong to the task (:func:`task_params`): what the
+    summary prints in a task's table."""
     bits = [spec.schedule]
-    for which in ("optimizer", "schedule", "model"):
+    for which in ("optimizer", "schedule", "model") if task else ("optimizer", "schedule"):
         for k, v in spec.hparams(which).items():  # type: ignore[arg-type]
             bits.append(f"{k}={v:g}" if isinstance(v, float) and not exact else f"{k}={v}")
-    bits.append(f"bs={spec.batch_size}")
+    if task:
+        bits.append(f"bs={spec.batch_size}")
     return " ".join(bits)
+
+
+def task_params(spec: TrialSpec) -> dict[str, str]:
+    """The params of ``spec`` that define its task (:func:`harness.core.names.is_task_param`:
+    ``model.width``, ``train.batch_size``, ``target.value``, ...), as MLflow stores them (its own
+    values, :meth:`TrialSpec.flat_params`, and ``target.mode``; not the builders' defaults)."""
+    out = {k: v for k, v in spec.flat_params().items() if names.is_task_param(k)}
+    if spec.target is not None:
+        out[names.PARAM_TARGET_MODE] = spec.target.mode
+    return out
 
 
 #: Lines JAX appends after the exception line of a traceback it filtered: never the reason.
@@ -108,6 +124,10 @@ class TrialOutcome:
     #: ``config`` writes ``step_size=0.1`` for 0.1000001 and 0.1000004, two configurations.
     config_id: str = ""
     config_exact: str = ""
+    #: The params that define its task (:func:`task_params`; empty for an outcome built without a
+    #: spec): trials that differ in one (a model's width, the batch size) are two tasks, each ranked
+    #: apart, as in the report (:func:`task_key`).
+    task_params: dict[str, str] = field(default_factory=dict)
     final_valid_accuracy: float | None = None
     final_valid_loss: float | None = None
     #: The best validation evaluation during training (``best/valid_*``; ``None`` on a run logged
@@ -171,7 +191,8 @@ class TrialOutcome:
         """The trial's names and ``status``, no metrics (what every other constructor starts from)."""
         return cls(trial_id=spec.trial_id, status=status, run_name=run_name(spec), model=spec.model,
                    optimizer=spec.optimizer, schedule=spec.schedule, dataset=spec.dataset,
-                   seed=spec.seed, config=config_label(spec), config_exact=config_label(spec, exact=True),
+                   seed=spec.seed, config=config_label(spec, task=False),
+                   config_exact=config_label(spec, exact=True, task=False), task_params=task_params(spec),
                    config_id=names.config_id(spec.optimizer, spec.schedule, spec.flat_params()),
                    target_metric=spec.target.metric if spec.target else names.M_VALID_ACC,
                    has_target=spec.target is not None)
@@ -299,12 +320,20 @@ def last_rounds(outcomes: list[TrialOutcome]) -> list[TrialOutcome]:
     return list(by_seed.values())
 
 
-def config_key(o: TrialOutcome) -> tuple[str, str, str, str, str]:
-    """The configuration ``o`` is one seed of, as the sweep's summary groups trials: its task and
-    optimizer, its ``config_id`` (the report's identity) and its exact label (what else the summary
-    tells apart: the model's hyperparameters, the batch size). An outcome built without a spec
-    (``config_id`` empty) falls back to its ``config``."""
-    return (o.dataset, o.model, o.optimizer, o.config_id, o.config_exact or o.config)
+def task_key(o: TrialOutcome) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """The task ``o`` trains, as the sweep's summary groups trials: its dataset, model and task
+    params (:attr:`TrialOutcome.task_params`, sorted). Two trials are one task where the report
+    gives them one ``task`` (model / dataset plus the task params that vary: those that do not are
+    equal on every trial)."""
+    return (o.dataset, o.model, tuple(sorted(o.task_params.items())))
+
+
+def config_key(o: TrialOutcome) -> tuple:
+    """The configuration ``o`` is one seed of, as the sweep's summary groups trials: its task
+    (:func:`task_key`, three items) and optimizer, its ``config_id`` (the report's identity) and its
+    exact label. An outcome built without a spec (``config_id`` empty) falls back to its
+    ``config``."""
+    return (*task_key(o), o.optimizer, o.config_id, o.config_exact or o.config)
 
 
 def config_labels(outcomes: list[TrialOutcome]) -> dict[tuple, str]:
@@ -319,8 +348,8 @@ def config_labels(outcomes: list[TrialOutcome]) -> dict[tuple, str]:
                 lambda o: f"{o.config_exact or o.config} #{o.config_id}"):
         alike: dict[tuple, int] = {}
         for k, o in first.items():
-            alike[(*k[:3], fmt(o))] = alike.get((*k[:3], fmt(o)), 0) + 1
+            alike[(*k[:4], fmt(o))] = alike.get((*k[:4], fmt(o)), 0) + 1
         for k, o in first.items():
-            if k not in out and alike[(*k[:3], fmt(o))] == 1:
+            if k not in out and alike[(*k[:4], fmt(o))] == 1:
                 out[k] = fmt(o)
     return {k: out.get(k, first[k].config) for k in first}

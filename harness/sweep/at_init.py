@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from harness.core.outcome import TrialOutcome
+from harness.core.outcome import TrialOutcome, task_key
+from harness.sweep.tasks import task_titles
 
 __all__ = ["solved_at_init"]
 
@@ -46,14 +47,16 @@ def _case(runs: list[TrialOutcome]) -> str:
     return ", ".join(bits)
 
 
-def solved_at_init(outcomes: list[TrialOutcome]) -> str:
+def solved_at_init(outcomes: list[TrialOutcome], titles: dict[tuple, str] | None = None) -> str:
     """The sentence (with a leading space) the summary adds when the step-0 evaluation of some
-    finished run met its task's target (tag ``convergence.target_at_init``), else ``""``: per task,
+    finished run met its task's target (tag ``convergence.target_at_init``), else ``""``: per task
+    (``titles``: :func:`harness.sweep.tasks.task_titles` of ``outcomes``, computed when not given),
     the runs that met it again later and at which step, and those that never did (not reached)."""
+    titles = titles if titles is not None else task_titles(outcomes)
     tasks: dict[str, list[TrialOutcome]] = {}
     for o in outcomes:
         if o.status == "finished" and o.target_at_init:
-            tasks.setdefault(f"{o.model} · {o.dataset}", []).append(o)
+            tasks.setdefault(titles[task_key(o)], []).append(o)
     if not tasks:
         return ""
     named = sorted(tasks)

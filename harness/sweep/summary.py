@@ -1,5 +1,6 @@
 """The end of a sweep: :class:`SweepSummary` (what :func:`harness.sweep.run.run_sweep` returns), the best
-configuration per (dataset, model, optimizer) and the summary table with the commands to look further.
+configuration per task and optimizer and the summary tables with the commands to look further. A task
+is the report's: model, dataset and the task-defining params that vary (:mod:`harness.sweep.tasks`).
 """
 
 from __future__ import annotations
@@ -12,17 +13,8 @@ from typing import Any
 from harness.core import ties
 from harness.core.boundary import edge, edge_warning
 from harness.core.budget import budget_line
-from harness.core.clock import (
-    DEFAULT_CLOCK,
-    classed_seconds,
-    clock_sentence,
-    cost_class_of,
-    cost_classes,
-    cost_grid,
-    ranked_seconds,
-    task_clock,
-)
-from harness.core.outcome import TrialOutcome, config_key, config_labels, last_rounds
+from harness.core.clock import DEFAULT_CLOCK, clock_sentence, ranked_seconds
+from harness.core.outcome import TrialOutcome, config_key, config_labels, last_rounds, task_key
 from harness.core.redact import mask_uri
 from harness.core.selection import (
     DEFAULT_SELECT_BY,
@@ -33,6 +25,7 @@ from harness.core.selection import (
 )
 from harness.core.util import python_command
 from harness.sweep.at_init import solved_at_init
+from harness.sweep.tasks import classed_modeled, flagged_programs, task_clocks, task_order, task_titles
 from harness.tracking.uris import default_tracking_uri
 
 
@@ -145,51 +138,11 @@ class SweepSummary:
         return f" --tracking-uri {shlex.quote(mask_uri(self.tracking_uri))}"
 
 
-def task_clocks(outcomes: list[TrialOutcome], clock: str = DEFAULT_CLOCK) -> dict[tuple[str, str], str]:
-    """(dataset, model) → the clock that task ranks on (:func:`harness.core.clock.task_clock` over
-    its finished trials: a task where a trial reached the target without a modeled time, e.g. an
-    AlgoPerf submission, ranks on the cost clock)."""
-    pairs: dict[tuple[str, str], list] = {}
-    for o in outcomes:
-        pairs.setdefault((o.dataset, o.model), []).extend(
-            [(o.modeled_seconds_to_target, o.cost_seconds_to_target, o.seconds_to_target)]
-            if o.status == "finished" else [])
-    return {k: task_clock(v, clock) for k, v in pairs.items()}
-
-
-def classed_modeled(outcomes: list[TrialOutcome], clocks: dict[tuple[str, str], str]
-                    ) -> tuple[dict[str, float | None], dict[str, float | None]]:
-    """Two maps of trial id: the modeled seconds to target it ranks on (steps × its task's cost
-    class's common figure: :func:`harness.core.clock.classed_seconds`, per (dataset, model)) and its
-    cost class on its task's clock (``clocks``, :func:`task_clocks`;
-    :func:`harness.core.clock.cost_class_of`: what a tie on time means)."""
-    tasks: dict[tuple[str, str], list[TrialOutcome]] = {}
-    for o in outcomes:
-        tasks.setdefault((o.dataset, o.model), []).append(o)
-    secs: dict[str, float | None] = {}
-    classes: dict[str, float | None] = {}
-    for key, os_ in tasks.items():
-        grid = cost_grid(next((o.device_kind for o in os_ if o.device_kind), None))
-        got = classed_seconds([(o.steps_to_target, o.modeled_step_ms, o.modeled_seconds_to_target)
-                               for o in os_], grid)
-        secs.update(zip((o.trial_id for o in os_), got, strict=True))
-        common = cost_classes((o.modeled_step_ms for o in os_), grid)
-        for o in os_:
-            classes[o.trial_id] = cost_class_of(clocks.get(key, "measured"), o.modeled_step_ms,
-                                                o.cost_seconds_to_target, o.steps_to_target, common)
-    return secs, classes
-
-
-def flagged_programs(outcomes: list[TrialOutcome]) -> list[str]:
-    """``"optimizer · dataset · model"`` of every finished trial whose figure is flagged (tag
-    ``perf.suspect``), once each, sorted."""
-    return sorted({f"{o.optimizer} · {o.dataset} · {o.model}" for o in outcomes
-                   if o.status == "finished" and o.perf_suspect})
-
-
 def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
                  clock: str = DEFAULT_CLOCK) -> list[dict[str, Any]]:
-    """Best configuration per (dataset, model, optimizer) (one configuration: its exact values, the
+    """Best configuration per task and optimizer (a task: :func:`harness.core.outcome.task_key`, the
+    report's ``task``; row keys ``task`` and ``task_title``, :func:`harness.sweep.tasks.task_titles`;
+    one configuration: its exact values, the
     report's ``config_id``: :func:`harness.core.outcome.config_key`; ``config`` the label printed,
     :func:`harness.core.outcome.config_labels`), selected exactly like the HTML report's leaderboard
     (:func:`reports.selection.best_configs`) by the objective ``by``
@@ -216,12 +169,14 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     for o in outcomes:  # one configuration: the report's config_id (0.1000001 and 0.1000004 are two)
         groups.setdefault(config_key(o), []).append(o)
     labels = config_labels(outcomes)  # its label, apart from any other's
+    titles = task_titles(outcomes)
     groups = {k: last_rounds(os_) for k, os_ in groups.items()}  # one trial per seed, as the report
     # an optimizer whose every seed failed on a task (its last round, successive halving's earlier
     # stopped ones aside: reports.selection's rule) has no result to rank (ties.UNRANKED)
-    with_results = {k[:3] for k, os_ in groups.items() if any(o.status != "failed" for o in os_)}
+    with_results = {k[:4] for k, os_ in groups.items() if any(o.status != "failed" for o in os_)}
     best: dict[tuple, dict[str, Any]] = {}
-    for (ds, model, opt, conf_id, exact), os_ in groups.items():
+    for key, os_ in groups.items():
+        task, (ds, model), (opt, conf_id, exact) = key[:3], key[:2], key[3:]
         ok = [o for o in os_ if o.status == "finished"]
         metric = os_[0].target_metric
         is_loss = metric.endswith("/loss")
@@ -233,15 +188,16 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         vals = [v for v in vals if v is not None]
         # on the task's clock (task_clocks), per seed
         seed_seconds = {_seed(o): x for o in ok if (x := ranked_seconds(
-            modeled.get(o.trial_id), o.cost_seconds_to_target, o.seconds_to_target, clocks[(ds, model)]))
+            modeled.get(o.trial_id), o.cost_seconds_to_target, o.seconds_to_target, clocks[task]))
             is not None}
         tests = [(o.test_loss if is_loss else o.test_accuracy) for o in ok]
         tests = [v for v in tests if v is not None]
         row = {
             "flagged": any(o.perf_suspect for o in ok),
             "cost_class": next((c for o in ok if (c := classes.get(o.trial_id)) is not None), None),
-            "dataset": ds, "model": model, "optimizer": opt, "metric": metric, "config_id": conf_id,
-            "config": labels[(ds, model, opt, conf_id, exact)], "config_exact": exact,
+            "dataset": ds, "model": model, "task": task, "task_title": titles[task],
+            "optimizer": opt, "metric": metric, "config_id": conf_id,
+            "config": labels[key], "config_exact": exact,
             "value": statistics.fmean(vals) if vals else None,
             "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
             "n_diverged": sum(o.status == "diverged" for o in os_),
@@ -252,15 +208,14 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             "finished": len(ok), "seed_seconds": seed_seconds, "seed_values": seed_values,
             "has_target": any(o.has_target for o in os_),
             "examples_per_sec": _median([o.examples_per_sec for o in os_]),
-            "has_results": (ds, model, opt) in with_results,
+            "has_results": (*task, opt) in with_results,
         }
         # an exact tie: the configuration's smallest trial id, as the report (the name here and
         # config_id's hash there named different configurations among thousands of trials)
         row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
                                      not is_loss, row["seconds_to_target"], min(o.trial_id for o in os_), by)
-        key = (ds, model, opt)
-        if key not in best or row["_rank"] < best[key]["_rank"]:
-            best[key] = row
+        if (*task, opt) not in best or row["_rank"] < best[(*task, opt)]["_rank"]:
+            best[(*task, opt)] = row
     return [{k: v for k, v in r.items() if k != "_rank"} for r in best.values()]
 
 
@@ -276,12 +231,13 @@ def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     that ranks them), each with ``rank`` (the strict position), ``label`` (``"1="`` for a shared
     rank, ``"—"`` unranked: every seed's last round failed), ``tie_on`` (what orders a tie's rows;
     ``""`` for a lone row) and ``separation`` (for a row below a tied neighbour,
-    :func:`harness.core.ties.separation` of the two; else ``None``)."""
-    tasks: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    :func:`harness.core.ties.separation` of the two; else ``None``). A task is the report's
+    (:mod:`harness.sweep.tasks`): two widths are two tasks, each ranked on its own."""
+    tasks: dict[tuple, list[dict[str, Any]]] = {}
     for r in best_configs(outcomes, by, clock):
-        tasks.setdefault((r["dataset"], r["model"]), []).append(r)
+        tasks.setdefault(r["task"], []).append(r)
     out = []
-    for key in sorted(tasks):
+    for key in sorted(tasks, key=task_order):
         rows = {r["optimizer"]: r for r in tasks[key]}
         ordered = ties.strict_order([ties.Standing(
             name=r["optimizer"], reached=r["reached"], finished=r["finished"],
@@ -310,7 +266,8 @@ def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFA
     """One line per sampled hyperparameter of a selected configuration (:func:`best_configs`) that
     lies in the outer 10% of its search range (:func:`harness.core.boundary.edge`; log scale for
     ``log_uniform``): ``"lion: best step_size 0.00082 is at the top of [1e-05, 0.001] (mlp ·
-    digits): widen the range"``. ``trials`` is the sweep's :class:`~harness.plan.expansion.TrialList`
+    digits): widen the range"`` (in brackets the task's title, :func:`harness.sweep.tasks.task_titles`).
+    ``trials`` is the sweep's :class:`~harness.plan.expansion.TrialList`
     (its ``origins`` hold each sampled trial's ranges); grid and ``tuning: none`` trials have none.
     ``by``: the selection objective (:func:`best_configs`)."""
     origins = getattr(trials, "origins", {}) or {}
@@ -319,8 +276,8 @@ def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFA
     for o in outcomes:
         first.setdefault(config_key(o), o.trial_id)
     out = []
-    for r in sorted(best_configs(outcomes, by), key=lambda r: (r["dataset"], r["model"], r["optimizer"])):
-        tid = first.get((r["dataset"], r["model"], r["optimizer"], r["config_id"], r["config_exact"]))
+    for r in sorted(best_configs(outcomes, by), key=lambda r: (task_order(r["task"]), r["optimizer"])):
+        tid = first.get((*r["task"], r["optimizer"], r["config_id"], r["config_exact"]))
         origin, spec = origins.get(tid), specs.get(tid)
         if origin is None or spec is None:
             continue
@@ -329,7 +286,7 @@ def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFA
             value = spec.hparams(axis).get(name)
             side = edge(value, rng)
             if side:
-                out.append(edge_warning(r["optimizer"], rng, value, side, f"{r['model']} · {r['dataset']}"))
+                out.append(edge_warning(r["optimizer"], rng, value, side, r["task_title"]))
     return out
 
 
@@ -386,7 +343,7 @@ def tie_line(rows: list[dict[str, Any]]) -> str:
         sep = r["separation"]
         if sep is not None and prev is not None:
             on = " on the validation value" if sep.what != r["tie_on"] else ""
-            pairs.append(f"{prev['optimizer']} and {r['optimizer']} ({r['model']} · {r['dataset']}, "
+            pairs.append(f"{prev['optimizer']} and {r['optimizer']} ({r['task_title']}, "
                          f"{r['label']}): {sep.words}{on}")
         prev = r
     if not pairs:
@@ -413,13 +370,14 @@ def print_summary(console, summary: SweepSummary) -> None:
     configs: dict[tuple, list[str]] = {}
     task_configs: dict[tuple, list[str]] = {}
     labels = config_labels(summary.outcomes)  # as best_configs labels its rows
-    for o in summary.outcomes:
-        configs.setdefault((o.dataset, o.model, o.optimizer), []).append(labels[config_key(o)])
-        task_configs.setdefault((o.dataset, o.model), []).append(labels[config_key(o)])
+    for o in summary.outcomes:  # per task (the report's: harness.sweep.tasks) and optimizer
+        configs.setdefault((*task_key(o), o.optimizer), []).append(labels[config_key(o)])
+        task_configs.setdefault(task_key(o), []).append(labels[config_key(o)])
     clocks = task_clocks(summary.outcomes, summary.time_clock)
+    titles = task_titles(summary.outcomes)
     on_modeled = summary.time_clock != "measured"
-    measured = [f"{m} · {d}" for (d, m), c in sorted(clocks.items()) if on_modeled and c == "measured"]
-    cost = [f"{m} · {d}" for (d, m), c in sorted(clocks.items()) if c == "cost"]
+    measured = [titles[k] for k in sorted(clocks, key=task_order) if on_modeled and clocks[k] == "measured"]
+    cost = [titles[k] for k in sorted(clocks, key=task_order) if clocks[k] == "cost"]
 
     def short(metric: str) -> str:
         return metric.split("/", 1)[-1].replace("accuracy", "acc")
@@ -434,7 +392,7 @@ def print_summary(console, summary: SweepSummary) -> None:
     caption = (f"rank: {RANK_WORDS}. best = selected on validation: {selection_order(summary.select_by)}; "
                f"test = its mean test metric; full configurations: the HTML report. "
                + clock_sentence(summary.time_clock, measured, cost, flagged_programs(summary.outcomes))
-               + solved_at_init(summary.outcomes))
+               + solved_at_init(summary.outcomes, titles))
     console.print(f"[bold]{escape(summary.name)}: best configuration per task and optimizer[/]",
                   soft_wrap=True)
     console.print(chosen, soft_wrap=True)
@@ -442,17 +400,16 @@ def print_summary(console, summary: SweepSummary) -> None:
     # one ranked table per task (its label the title), so that the rank, optimizer and numbers fit
     # 80 columns; the optimizer on one line, the rest may wrap at words (a header over two lines)
     # (harness.sweep.tables.print_table: else a block per row)
-    for (ds, model), task_rows in itertools.groupby(rows, key=lambda r: (r["dataset"], r["model"])):
+    for task, task_rows in itertools.groupby(rows, key=lambda r: r["task"]):
         t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
-                  show_edge=False, title=f"{model} · {ds}", title_justify="left", title_style="bold")
+                  show_edge=False, title=escape(titles[task]), title_justify="left", title_style="bold")
         t.add_column("rank", no_wrap=True)
         t.add_column("optimizer", no_wrap=True)
         t.add_column("best config")
         for col in (f"valid{head}", f"test{head}", "to target", "ex/s", "seeds"):
             t.add_column(col, justify="right")
         for r in task_rows:
-            best = config_cell(r["config"], configs[(r["dataset"], r["model"], r["optimizer"])],
-                               task_configs[(r["dataset"], r["model"])])
+            best = config_cell(r["config"], configs[(*task, r["optimizer"])], task_configs[task])
             label = "" if shared else f"{short(r['metric'])} "
             val = "—" if r["value"] is None else f"{label}{r['value']:.4f}"
             test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"

@@ -1,0 +1,99 @@
+"""The tasks of the end-of-sweep summary: which trials are one task, its title, and what the summary
+computes per task (the clock it ranks on, its trials' modeled seconds and cost classes).
+
+A task is the report's (:func:`reports.labels.add_labels`): the model and dataset plus every
+task-defining param (:func:`harness.core.names.is_task_param`: ``model.width``,
+``train.batch_size``, ...) that varies in the sweep. A sweep of two widths, or two batch sizes, has
+two tasks, each ranked in its own table with its own best configurations; trials group by
+:func:`harness.core.outcome.task_key`, and :func:`task_titles` names each task by its params that
+vary among the summary's trials (``mlp · digits (width=16)``), in the report's order and form.
+"""
+
+from __future__ import annotations
+
+from harness.core.clock import (
+    DEFAULT_CLOCK,
+    classed_seconds,
+    cost_class_of,
+    cost_classes,
+    cost_grid,
+    task_clock,
+)
+from harness.core.names import with_params
+from harness.core.outcome import TrialOutcome, task_key
+
+__all__ = ["classed_modeled", "flagged_programs", "task_bits", "task_clocks", "task_order", "task_titles"]
+
+
+def task_bits(outcomes: list[TrialOutcome]) -> dict[tuple, list[str]]:
+    """:func:`~harness.core.outcome.task_key` → the ``name=value`` bits that tell the task apart
+    (``["width=16"]``): its params that vary among ``outcomes`` (a param one trial lacks varies, as
+    in the report), each without its prefix, in the order of their full names; ``[]`` when none
+    varies."""
+    keys = {task_key(o) for o in outcomes}
+    params = {k: dict(k[2]) for k in keys}
+    every = sorted({n for p in params.values() for n in p})
+    varying = [n for n in every if len({p.get(n) for p in params.values()}) > 1]
+    return {k: [f"{n.split('.', 1)[1]}={p[n]}" for n in varying if n in p] for k, p in params.items()}
+
+
+def task_titles(outcomes: list[TrialOutcome]) -> dict[tuple, str]:
+    """:func:`~harness.core.outcome.task_key` → the task's title in the summary: ``"mlp · digits"``,
+    with the params that vary (:func:`task_bits`) after it, ``"mlp · digits (width=16)"``."""
+    return {k: with_params(f"{k[1]} · {k[0]}", bits) for k, bits in task_bits(outcomes).items()}
+
+
+def _natural(value: str) -> tuple:
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def task_order(key: tuple) -> tuple:
+    """A sort key of a :func:`~harness.core.outcome.task_key`: dataset, model, then its params with
+    numbers in numeric order (width 16 before 128)."""
+    return (key[0], key[1], tuple((n, _natural(v)) for n, v in key[2]))
+
+
+def task_clocks(outcomes: list[TrialOutcome], clock: str = DEFAULT_CLOCK) -> dict[tuple, str]:
+    """:func:`~harness.core.outcome.task_key` → the clock that task ranks on
+    (:func:`harness.core.clock.task_clock` over its finished trials: a task where a trial reached
+    the target without a modeled time, e.g. an AlgoPerf submission, ranks on the cost clock)."""
+    pairs: dict[tuple, list] = {}
+    for o in outcomes:
+        pairs.setdefault(task_key(o), []).extend(
+            [(o.modeled_seconds_to_target, o.cost_seconds_to_target, o.seconds_to_target)]
+            if o.status == "finished" else [])
+    return {k: task_clock(v, clock) for k, v in pairs.items()}
+
+
+def classed_modeled(outcomes: list[TrialOutcome], clocks: dict[tuple, str]
+                    ) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """Two maps of trial id: the modeled seconds to target it ranks on (steps × its task's cost
+    class's common figure: :func:`harness.core.clock.classed_seconds`, per task) and its cost class
+    on its task's clock (``clocks``, :func:`task_clocks`; :func:`harness.core.clock.cost_class_of`:
+    what a tie on time means)."""
+    tasks: dict[tuple, list[TrialOutcome]] = {}
+    for o in outcomes:
+        tasks.setdefault(task_key(o), []).append(o)
+    secs: dict[str, float | None] = {}
+    classes: dict[str, float | None] = {}
+    for key, os_ in tasks.items():
+        grid = cost_grid(next((o.device_kind for o in os_ if o.device_kind), None))
+        got = classed_seconds([(o.steps_to_target, o.modeled_step_ms, o.modeled_seconds_to_target)
+                               for o in os_], grid)
+        secs.update(zip((o.trial_id for o in os_), got, strict=True))
+        common = cost_classes((o.modeled_step_ms for o in os_), grid)
+        for o in os_:
+            classes[o.trial_id] = cost_class_of(clocks.get(key, "measured"), o.modeled_step_ms,
+                                                o.cost_seconds_to_target, o.steps_to_target, common)
+    return secs, classes
+
+
+def flagged_programs(outcomes: list[TrialOutcome]) -> list[str]:
+    """``"optimizer · dataset · model"`` (with its task's params that vary, :func:`task_bits`) of
+    every finished trial whose figure is flagged (tag ``perf.suspect``), once each, sorted."""
+    bits = task_bits(outcomes)
+    return sorted({with_params(f"{o.optimizer} · {o.dataset} · {o.model}", bits[task_key(o)])
+                   for o in outcomes if o.status == "finished" and o.perf_suspect})
