@@ -100,3 +100,22 @@ def test_the_summary_ranks_each_width_or_batch_size_as_its_own_task_as_the_repor
              if ln.split()[:1] in (["1"], ["2"])}
     assert table == {"adam": "lr=0.03", "sgd": "lr=0.3"}, out.getvalue()
     assert "bs=" not in out.getvalue() and "width=16 " not in out.getvalue()
+
+
+def test_a_tasks_title_names_what_sets_it_apart_from_its_model_and_datasets_other_tasks():
+    """Two widths of the MLP are two tasks, titled by their width; the CNN beside them, one task,
+    keeps its plain title (the report's label would also name the params the two models differ in:
+    the same three tasks). Batch sizes that differ by model split nothing further."""
+    from conftest import make_spec
+
+    from harness.core.outcome import TrialOutcome, task_key
+    from harness.sweep.tasks import task_order, task_titles
+
+    specs = [make_spec(model_hparams={"width": w, "depth": 1}, seed=s) for w in (128, 16) for s in (0, 1)]
+    specs += [make_spec(model="cnn", model_hparams={"width": 8}, batch_size=64, seed=s) for s in (0, 1)]
+    outs = [TrialOutcome.of_spec(s, "finished") for s in specs]
+    titles = task_titles(outs)
+    assert [titles[k] for k in sorted(titles, key=task_order)] == [
+        "cnn · digits", "mlp · digits (width=16)", "mlp · digits (width=128)"]
+    assert len({task_key(o) for o in outs}) == 3
+    assert {o.config for o in outs} == {"constant step_size=0.01"}  # the task's params are not in it

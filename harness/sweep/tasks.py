@@ -6,7 +6,7 @@ task-defining param (:func:`harness.core.names.is_task_param`: ``model.width``,
 ``train.batch_size``, ...) that varies in the sweep. A sweep of two widths, or two batch sizes, has
 two tasks, each ranked in its own table with its own best configurations; trials group by
 :func:`harness.core.outcome.task_key`, and :func:`task_titles` names each task by its params that
-vary among the summary's trials (``mlp · digits (width=16)``), in the report's order and form.
+vary among its model and dataset's tasks (``mlp · digits (width=16)``), in the report's form.
 """
 
 from __future__ import annotations
@@ -27,14 +27,22 @@ __all__ = ["classed_modeled", "flagged_programs", "task_bits", "task_clocks", "t
 
 def task_bits(outcomes: list[TrialOutcome]) -> dict[tuple, list[str]]:
     """:func:`~harness.core.outcome.task_key` → the ``name=value`` bits that tell the task apart
-    (``["width=16"]``): its params that vary among ``outcomes`` (a param one trial lacks varies, as
-    in the report), each without its prefix, in the order of their full names; ``[]`` when none
-    varies."""
-    keys = {task_key(o) for o in outcomes}
-    params = {k: dict(k[2]) for k in keys}
-    every = sorted({n for p in params.values() for n in p})
-    varying = [n for n in every if len({p.get(n) for p in params.values()}) > 1]
-    return {k: [f"{n.split('.', 1)[1]}={p[n]}" for n in varying if n in p] for k, p in params.items()}
+    from the other tasks of its model and dataset (``["width=16"]``): its params that vary among
+    theirs (a param one of them lacks varies, as in the report), each without its prefix, in the
+    order of their full names, as the report writes them; ``[]`` when its model and dataset have
+    one task. The report names every task param that varies in the sweep, also across models (and
+    the builders' defaults its runs hold): the same tasks, a longer label where models differ."""
+    groups: dict[tuple, list[tuple]] = {}
+    for k in {task_key(o) for o in outcomes}:
+        groups.setdefault(k[:2], []).append(k)
+    out: dict[tuple, list[str]] = {}
+    for keys in groups.values():
+        params = {k: dict(k[2]) for k in keys}
+        every = sorted({n for p in params.values() for n in p})
+        varying = [n for n in every if len({p.get(n) for p in params.values()}) > 1]
+        for k, p in params.items():
+            out[k] = [f"{n.split('.', 1)[1]}={p[n]}" for n in varying if n in p]
+    return out
 
 
 def task_titles(outcomes: list[TrialOutcome]) -> dict[tuple, str]:
