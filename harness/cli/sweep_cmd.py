@@ -97,6 +97,8 @@ def sweep(
         err(f"error: {e}")
         raise typer.Exit(3) from None
     except SweepInterrupted as e:  # Ctrl-C: 130; SIGTERM: 143 (128 + the signal, as a shell says)
+        for s in (signal.SIGINT, signal.SIGTERM):  # stopped: another one changes nothing (was exit -15)
+            signal.signal(s, signal.SIG_IGN)
         err(f"{_stopped_by(e.signum)}: {e.done}/{e.total} trials done; run the same command again to resume")
         raise typer.Exit(128 + e.signum) from None
     except KeyboardInterrupt:  # before any trial was handed out (the config, pre-flight, the store)

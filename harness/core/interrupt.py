@@ -30,13 +30,21 @@ SIGNUM = [int(signal.SIGINT)]
 _DEFAULTS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
 #: The signals the running :func:`kept` block took (:func:`retake` takes them back).
 _TAKEN: list[signal.Signals] = []
+#: Whether :func:`handler` has raised its interrupt: the sweep is stopping, and a second signal is
+#: ignored (raised again inside the stop's own writes, it left trial runs RUNNING, the parent run
+#: ended before the last results were counted, and a Ray sweep's workers running on: the issue-35
+#: attack's two SIGTERMs 0.3 s apart).
+_STOPPING = [False]
 
 
 def handler(signum: int, frame: Any) -> None:
     """The sweep's SIGINT and SIGTERM handler: note the interrupt and its signal, then raise
     ``KeyboardInterrupt`` as Python's default SIGINT handler does (SIGTERM's default killed the
-    process: the 2-4 results queued for the writer were lost and the parent run left RUNNING)."""
-    _NOTED[0] = True
+    process: the 2-4 results queued for the writer were lost and the parent run left RUNNING).
+    Once per :func:`kept` block: a signal after that one is ignored while the sweep stops."""
+    if _STOPPING[0]:
+        return
+    _NOTED[0] = _STOPPING[0] = True
     SIGNUM[0] = int(signum)
     raise KeyboardInterrupt
 
@@ -50,7 +58,7 @@ def kept() -> Iterator[None]:
         yield
         return
     taken = [(s, d) for s, d in _DEFAULTS if signal.getsignal(s) is d]
-    _NOTED[0], SIGNUM[0] = False, int(signal.SIGINT)
+    _NOTED[0], _STOPPING[0], SIGNUM[0] = False, False, int(signal.SIGINT)
     for s, _ in taken:
         signal.signal(s, handler)
     _TAKEN[:] = [s for s, _ in taken]
@@ -60,19 +68,19 @@ def kept() -> Iterator[None]:
         _TAKEN.clear()
         for s, d in taken:
             signal.signal(s, d)
-        _NOTED[0] = False
+        _NOTED[0] = _STOPPING[0] = False
 
 
 def retake() -> None:
-    """Put :func:`handler` back on the signals the running :func:`kept` block took, where a library
-    replaced it meanwhile (``ray.init`` sets SIGTERM's to ``sys.exit(15)``: a Ray sweep ended with
-    exit 15, no line, behind Ray's C++ stack dump). Nothing outside :func:`kept` or off the main
-    thread."""
+    """Put :func:`handler` back on the signals the running :func:`kept` block took, after a library
+    replaced it (``ray.init`` sets SIGTERM's to ``sys.exit(15)``: a Ray sweep ended with exit 15, no
+    line, behind Ray's C++ stack dump; ``ray.shutdown`` resets the process's action to the default
+    while ``signal.getsignal`` still names this handler, so it is set again whatever that says).
+    Nothing outside :func:`kept` or off the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return
     for s in _TAKEN:
-        if signal.getsignal(s) is not handler:
-            signal.signal(s, handler)
+        signal.signal(s, handler)
 
 
 def noted() -> bool:

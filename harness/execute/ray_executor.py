@@ -356,6 +356,7 @@ class RayExecutor(Executor):
         finally:
             if owns:
                 ray.shutdown()
+                interrupt.retake()  # ray.shutdown reset SIGTERM's action: the end's writes stop cleanly
         expected = {spec.trial_id for unit in units for spec in unit}
         missing = expected - reported
         if missing:
