@@ -434,3 +434,27 @@ def test_each_task_is_selected_and_reported_on_its_own_metric():
                                                                                  N.M_TEST_LOSS}
     one = frame[frame["task"] == "cnn1d / mnist1d"]  # one metric: the column keeps its name
     assert "Test accuracy (selected on validation)" in F.leaderboard(one).columns
+
+
+def test_two_entries_that_differ_only_by_a_default_are_one_configuration_of_two_seeds(
+        tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
+    """``momentum`` and ``momentum`` with ``mass: 0.9`` (its default) are different trials that log
+    the same params, hence one configuration in the report: its headline counted their 4 trials as
+    4 seeds of a 2-seed sweep, and with a second optimizer the paired comparison crashed the report
+    (``ValueError: cannot reindex on an axis with duplicate labels``; the issue-35 attack of this
+    stop). Both now read one row per configuration and seed."""
+    import reports.frame as RF
+    from harness.sweep.run import run_sweep
+
+    monkeypatch.chdir(tmp_path)
+    s = run_sweep(write_sweep(name="dflt", optimizers=[
+        {"name": "sgd", "hparams": {"step_size": 0.1}},
+        {"name": "momentum", "hparams": {"step_size": 0.03}},
+        {"name": "momentum", "hparams": {"step_size": 0.03, "mass": 0.9}}], seeds=2),
+        tracking_uri=tracking_uri, quiet=True)
+    assert s.counts()["finished"] == 6
+    frame = RF.load_frame("dflt", tracking_uri=tracking_uri)
+    head = P.headline(frame).set_index("optimizer")
+    assert head.loc["momentum", "test_n"] == 2 and head.loc["sgd", "test_n"] == 2
+    pairs = P.pairwise_comparisons(frame)
+    assert sorted(pairs["n"]) == [2, 2]
