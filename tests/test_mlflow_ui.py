@@ -260,3 +260,26 @@ def test_ui_lands_on_trials_only_with_source_versions_apart_and_says_its_url_onc
     assert sorted(groups) == sorted([("optimizer: adam, optimizer.source_hash: (none)", "2")]
                                     + [(f"optimizer: my_opt, optimizer.source_hash: {h}", str(n))
                                        for h, n in VERSIONS.items()]), groups
+
+
+def test_the_statistics_wait_briefly_for_another_writer_and_give_up(tmp_path, tracking_uri):
+    """``analyze_store`` waited 30 s in silence when another process held a write transaction (at
+    every sweep's end and at ``harness ui``'s start; the issue-35 attack of this stop): it is an
+    optimisation, and now gives up after ``ANALYZE_WAIT_S``."""
+    import sqlite3
+    import time
+
+    from harness.tracking.client import ANALYZE_WAIT_S, analyze_store, client_for
+
+    client_for(tracking_uri).create_experiment("busy")  # the store exists
+    other = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another writer's transaction, held
+        t0 = time.monotonic()
+        assert analyze_store(tracking_uri) is False
+        waited = time.monotonic() - t0
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert ANALYZE_WAIT_S <= 2.0 and waited < 15, waited
+    assert analyze_store(tracking_uri) is True

@@ -206,3 +206,18 @@ def test_a_store_sqlite_cannot_open_where_it_is_gets_the_checks_of_any_store(tmp
     assert (st.kind, st.detail) == ("foreign", "its tables: users")
     assert _error(db).startswith(f"{db} is not an MLflow store (its tables: users)")
     assert hashlib.sha256(db.read_bytes()).hexdigest() == sha
+
+
+def test_the_snapshot_warning_says_finished_results_in_an_unread_wal_may_be_missing(tmp_path):
+    """A store read as a snapshot with a non-empty ``-wal`` beside it: the attack found a whole
+    finished sweep missing from ``status`` and the report while the warning blamed only "another
+    process writing right now". It now says finished results may be missing and how to see them."""
+    from harness.tracking.store_state import snapshot_warning
+
+    db = tmp_path / "m.db"
+    db.write_bytes(b"x")
+    (tmp_path / "m.db-wal").write_bytes(b"\0" * 4096)
+    line = snapshot_warning(db)
+    assert "m.db-wal holds 4096 bytes of commits not yet in the store file, which were not read" in line
+    assert "results already finished (whole sweeps, even) may be missing here" in line
+    assert "copy m.db and m.db-wal together" in line

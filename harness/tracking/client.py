@@ -83,13 +83,16 @@ def write_ahead_log(client) -> None:
 #: Rows ``ANALYZE`` samples per index (``PRAGMA analysis_limit``): ~0.1 s on a 230 MB store of
 #: 10,000 trials (a full ``ANALYZE`` 0.4 s), and the same plans.
 ANALYSIS_LIMIT = 400
+#: How long :func:`analyze_store` waits for another process's write transaction before it gives
+#: up (it is only an optimisation: it waited 30 s, silently, at the end of a sweep).
+ANALYZE_WAIT_S = 2.0
 
 
 def analyze_store(uri: str) -> bool:
     """Give SQLite's query planner the statistics of a local SQLite store (``ANALYZE``, bounded by
     :data:`ANALYSIS_LIMIT`; stored in its ``sqlite_stat1`` table). Returns whether it ran: ``False``
-    for any other store, or one SQLite refused (busy past 30 s, read-only): it is only an
-    optimisation, never an error.
+    for any other store, or one SQLite refused (busy past :data:`ANALYZE_WAIT_S`, read-only): it is
+    only an optimisation, never an error.
 
     Without statistics, SQLite 3.40 joins MLflow's tag subquery by scanning it once per run: the
     MLflow UI's runs page (sorted by run name, ``tags.`mlflow.runName```) took 4.9 s of CPU for its
@@ -102,7 +105,7 @@ def analyze_store(uri: str) -> bool:
     if db is None or not db.is_file():
         return False
     try:
-        con = sqlite3.connect(db, timeout=30)
+        con = sqlite3.connect(db, timeout=ANALYZE_WAIT_S)
         try:
             con.execute(f"PRAGMA analysis_limit={ANALYSIS_LIMIT}")
             con.execute("ANALYZE")

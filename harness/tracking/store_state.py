@@ -324,7 +324,9 @@ def snapshot_warning(db: Path) -> str:
     unread = ""
     with contextlib.suppress(OSError):
         if wal.is_file() and (n := wal.stat().st_size) > 0:
-            unread = f"; the {n} bytes of {wal.name} (commits not yet in the store file) were not read"
+            unread = (f"; {wal.name} holds {n} bytes of commits not yet in the store file, which were not "
+                      f"read: results already finished (whole sweeps, even) may be missing here; make "
+                      f"the folder writable, or copy {db.name} and {wal.name} together to one that is")
     return (f"read the MLflow store {db} as a snapshot (SQLite's immutable mode): SQLite cannot open it "
             f"where it is, since it cannot create {db.name}-wal / {db.name}-shm in {db.parent} (a "
             f"folder that is not writable?); results another process is writing to it right now may be "
