@@ -413,3 +413,30 @@ def test_a_ray_sweep_stops_on_sigterm_and_ctrl_c_as_an_in_process_one_does(ray_h
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     after = finished_ids(db)
     assert len(after) == 30 and len(set(after)) == 30 and set(stored) <= set(after)
+
+
+def test_sigterm_after_the_local_instance_is_shut_down_still_stops_the_sweep(tmp_path):
+    """``ray.shutdown`` resets the process's SIGTERM action to the default while
+    ``signal.getsignal`` still names the sweep's handler, so a SIGTERM during the end-of-sweep writes
+    of a local-instance Ray sweep killed the driver (exit -15, no line, the parent run RUNNING; the
+    issue-35 attack of this stop). ``interrupt.retake`` now sets the handler whatever ``getsignal``
+    says, after ``ray.shutdown`` as after ``ray.init``."""
+    script = (
+        "import os, time, ray\n"
+        "from harness.core import interrupt\n"
+        "with interrupt.kept():\n"
+        "    ray.init(include_dashboard=False, num_cpus=1, logging_level='ERROR')\n"
+        "    interrupt.retake()\n"
+        "    ray.shutdown()\n"
+        "    interrupt.retake()  # what RayExecutor.run does after ray.shutdown\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), 15)\n"
+        "        time.sleep(2)\n"
+        "        print('not stopped')\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('stopped by', interrupt.SIGNUM[0])\n")
+    env = {**os.environ, **RAY_ENV}
+    p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=180)
+    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "stopped by 15", (
+        p.returncode, p.stdout[-2000:], p.stderr[-2000:])
