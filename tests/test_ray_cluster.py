@@ -373,7 +373,7 @@ def test_a_ray_sweep_stops_on_sigterm_and_ctrl_c_as_an_in_process_one_does(ray_h
 
     db = tmp_path / "m.db"
     cfg = tmp_path / "ray-stop.yaml"
-    cfg.write_text("name: ray-stop\nsearch: {method: quasirandom, trials: 15, seed: 0}\nmodels: [logreg]\n"
+    cfg.write_text("name: ray-stop\nsearch: {method: quasirandom, trials: 30, seed: 0}\nmodels: [logreg]\n"
                    "optimizers: [{name: adam, hparams: {step_size: {log_uniform: [1.0e-4, 1.0e-1]}}}]\n"
                    "datasets: [digits]\nseeds: 2\nbatch_size: 64\nbudget: {steps: 20}\neval_every: 10\n"
                    "measure_perf: false\nbatching: off\n")
@@ -396,11 +396,12 @@ def test_a_ray_sweep_stops_on_sigterm_and_ctrl_c_as_an_in_process_one_does(ray_h
                 os.killpg(p.pid, signal.SIGKILL)
     text = out.read_text()
     assert "Check failed" not in text, text[-3000:]
-    assert rc == 128 + sig, (rc, text[-3000:])
+    # 60 trials: with 30 a loaded CI machine's poll saw the 6th FINISHED too late, the sweep over
+    assert rc == 128 + sig, (rc, len(finished_ids(db)), text[-3000:])
     stored = finished_ids(db)
-    assert 6 <= len(stored) < 30 and len(set(stored)) == len(stored), stored
+    assert 6 <= len(stored) < 60 and len(set(stored)) == len(stored), stored
     said = "interrupted" if sig == signal.SIGINT else "stopped by SIGTERM"
-    assert re.search(rf"^{said}: {len(stored)}/30 trials done; run the same command again to resume$",
+    assert re.search(rf"^{said}: {len(stored)}/60 trials done; run the same command again to resume$",
                      text, re.M), text[-3000:]
     printed = set(re.findall(r"^finished .*\[([0-9a-f]{16})\]", text, re.M))
     assert printed and printed <= set(stored), (printed - set(stored), text[-3000:])
@@ -412,7 +413,7 @@ def test_a_ray_sweep_stops_on_sigterm_and_ctrl_c_as_an_in_process_one_does(ray_h
     again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     after = finished_ids(db)
-    assert len(after) == 30 and len(set(after)) == 30 and set(stored) <= set(after)
+    assert len(after) == 60 and len(set(after)) == 60 and set(stored) <= set(after)
 
 
 def test_sigterm_after_the_local_instance_is_shut_down_still_stops_the_sweep(tmp_path):
