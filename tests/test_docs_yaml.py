@@ -1,6 +1,6 @@
-"""Every sweep-config block of the README, docs/your-optimizer.md and docs/adaptive-sweeps.md loads
-(issue 24 §16: the README's workloads example named a bare ``lion``, which needs a step size, and
-was refused).
+"""Every sweep-config block of the README, docs/usage.md, docs/your-optimizer.md and
+docs/adaptive-sweeps.md loads (the README's workloads example once named a bare ``lion``, which
+needs a step size, and was refused).
 
 A block with a ``name`` is a whole config; one without is a fragment, completed with an MLP on
 digits. Blocks are loaded from a copy of ``experiments/``, so a ``source``
@@ -19,7 +19,7 @@ import yaml
 from harness.config.load import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "docs/your-optimizer.md", "docs/adaptive-sweeps.md")
+DOCS = ("README.md", "docs/usage.md", "docs/your-optimizer.md", "docs/adaptive-sweeps.md")
 
 
 def _blocks() -> list[tuple[str, str]]:
