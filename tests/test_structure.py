@@ -1,4 +1,4 @@
-"""Import structure: the dependencies the architecture promises (docs/architecture.md, "Packages").
+"""Import structure: the dependencies the architecture promises (docs/architecture.md, "Layers and arrows").
 
 The static tests walk the AST of every module of ``harness``, ``reports``, ``models`` and
 ``optimizers``: every ``import x``, ``from x import y`` (``y`` a name or a submodule) and relative

@@ -15,7 +15,7 @@ Device assignment for ``--jobs N`` (the ``process`` executor), in three steps:
    environment.
 2. :func:`host_devices` counts the host's devices in the parent with ``jax.devices()`` (the backend is
    already up, so this costs nothing more), and :func:`plan_devices` (pure, no jax) splits them: one
-   environment per worker (:class:`DevicePlan`). The rule (also in ``docs/architecture.md``):
+   environment per worker (:class:`DevicePlan`). The rule (also in ``docs/usage.md``, "Several devices"):
 
    - each worker gets ``devices_per_trial`` devices of its own while ``jobs × devices_per_trial``
      fits the host; devices left over stay unused (a note says so);

@@ -11,8 +11,8 @@ this schedule. Prints one line per pair: ``identical`` (every training loss and 
 optimizer state equal to the bit) or the largest loss difference; the last line counts them.
 Exit status 1 when any pair differs.
 
-The finding that kept the harness on one program per schedule (docs/architecture.md, "Which
-compiles remain per sweep, and why"): on the digits MLP, 181 of 184 pairs were identical and three
+The finding that kept the harness on one program per schedule (docs/decisions.md, "One
+program per schedule"): on the digits MLP, 181 of 184 pairs were identical and three
 were not (adamax with inverse_time_decay, lars with constant and with exponential_decay), with an
 ``optimization_barrier`` on the step size in both programs 182, and with a two-branch switch in the
 one-schedule program too 183 (lars with constant still differs: the state, not the losses). The

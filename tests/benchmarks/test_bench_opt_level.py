@@ -11,9 +11,10 @@ Measured on 2 shared cores (2026-12-02): every optimizer's training loss differs
 too, and SOAP's curves part visibly (validation accuracy 0.021 apart after 40 steps: its
 eigendecompositions amplify the difference); the compiles took 145 s at level 0 against 219 s at
 the default (0.66x). Since the level changes values, the harness leaves XLA's default alone
-(``docs/architecture.md``, "Compile effort"): a trial's curve must not depend on how long its
-compile was allowed to take. This benchmark keeps the finding reproducible; it records the
-largest difference per optimizer and the compile seconds of both levels in ``extra_info``.
+(``docs/decisions.md``, "XLA's default optimisation level, kept"): a trial's curve must not
+depend on how long its compile was allowed to take. This benchmark keeps the finding reproducible;
+it records the largest difference per optimizer and the compile seconds of both levels in
+``extra_info``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,6 @@ def test_backend_optimization_level_changes_values(benchmark, levels):
     for opt, d in sorted(worst.items(), key=lambda kv: -kv[1]):
         print(f"  {opt:>20} {d:.3g}")
     # The finding the harness's choice rests on: the level changes values (were every curve
-    # identical, the level could be chosen per program from its budget; docs/architecture.md).
+    # identical, the level could be chosen per program from its budget; docs/decisions.md).
     assert any(d > 0 for d in worst.values())
     record(benchmark, [levels["level0"]["compile_s"]])
