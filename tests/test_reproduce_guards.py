@@ -178,3 +178,22 @@ def test_a_trial_asha_stopped_is_stopped_again_where_it_was(asha, tmp_path):
     assert out.identical, str(out)
     assert f"stopped at step {out.stopped[0]} as the stored run" in str(out)
     assert _finished_runs(d / "mlflow.db", stopped) == 1
+
+
+def test_filters_hold_against_a_real_mlflow_server(mlflow_server):
+    """The server parses the filter itself: a quoted value is found as it is, an id that is not one
+    never reaches it."""
+    from mlflow import MlflowClient
+
+    from harness.tracking.client import runs_of_trial
+
+    c = MlflowClient(mlflow_server)
+    exp = c.create_experiment("filters_on_a_server")
+    tid = "0123456789abcdef"
+    for v in ("it's", tid):
+        c.create_run(exp, tags={"harness.sweep_id": v, "harness.trial_id": v})
+    found = c.search_runs([exp], tag_is("harness.sweep_id", "it's"))
+    assert [r.data.tags["harness.sweep_id"] for r in found] == ["it's"]
+    assert [r.data.tags["harness.trial_id"] for r in runs_of_trial(c, exp, tid)] == [tid]
+    with pytest.raises(BadIdError):
+        harness.reproduce(f"{tid}' OR '1'='1", tracking_uri=mlflow_server)
