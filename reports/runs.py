@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.core.filters import literal, tag_is
 from harness.core.names import (
     ARTIFACT_CONFIG,
     ARTIFACT_TRIALS,
@@ -69,8 +70,12 @@ def unfinished_words(parents: Sequence, shown: int) -> str:
 
 
 def quote(v: str) -> str:
-    """``v`` as a quoted string literal of MLflow's search syntax."""
-    return "'" + str(v).replace("'", "\\'") + "'"
+    """``v`` as a string literal of MLflow's search syntax (:func:`harness.core.filters.literal`).
+
+    Raises:
+      ValueError: ``v`` holds a backslash, or both kinds of quote.
+    """
+    return literal(v)
 
 
 def search_all_runs(
@@ -111,12 +116,19 @@ def _active_only(client):
 
 def sweep_runs(client, experiment_id: str, sweep_id: str) -> list:
     """Every active run of the experiment tagged with ``sweep_id`` (parents and trials), oldest first."""
-    return search_all_runs(client, [experiment_id], f"tags.`{TAG_SWEEP_ID}` = {quote(sweep_id)}")
+    try:
+        flt = tag_is(TAG_SWEEP_ID, sweep_id)
+    except ValueError:  # no filter says it, and no sweep id holds a backslash or both quotes
+        return []
+    return search_all_runs(client, [experiment_id], flt)
 
 
 def experiment_of_sweep(client, sweep_id: str) -> str | None:
     """The name of the first experiment (in MLflow's order) holding a run tagged with ``sweep_id``."""
-    flt = f"tags.`{TAG_SWEEP_ID}` = {quote(sweep_id)}"
+    try:
+        flt = tag_is(TAG_SWEEP_ID, sweep_id)
+    except ValueError:  # as in sweep_runs
+        return None
     for exp in client.search_experiments():
         if len(client.search_runs([exp.experiment_id], flt, max_results=1)):
             return exp.name

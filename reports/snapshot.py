@@ -66,10 +66,10 @@ class _Page(list):
     token: str | None = None
 
 
-#: The filters :mod:`reports.runs` writes: ``tags.`KEY` = 'v'``, ``tags.`KEY` != ''``,
-#: ``attributes.status = 'FINISHED'``.
+#: The filters :mod:`reports.runs` writes: ``tags.`KEY` = 'v'`` (``"v"`` when v holds ``'``),
+#: ``tags.`KEY` != ''``, ``attributes.status = 'FINISHED'``.
 _FILTER = re.compile(r"^\s*(?:tags\.`(?P<tag>[^`]+)`|attributes\.(?P<attr>status))\s*(?P<op>=|!=)\s*"
-                     r"'(?P<value>(?:[^'\\]|\\.)*)'\s*$")
+                     r"(?:'(?P<value>[^']*)'|\"(?P<dq>[^\"]*)\")\s*$")
 _ORDER = re.compile(r"^\s*attributes\.start_time\s+(?P<dir>ASC|DESC)\s*$", re.IGNORECASE)
 
 
@@ -156,7 +156,7 @@ class StoreSnapshot:
             m = _FILTER.match(filter_string)
             if m is None:
                 raise NotImplementedError(f"StoreSnapshot.search_runs: filter {filter_string!r}")
-            want = re.sub(r"\\(.)", r"\1", m["value"])
+            want = m["value"] if m["value"] is not None else m["dq"]  # as MLflow: nothing unescaped
             if m["tag"] is not None:
                 key = m["tag"]
                 runs = [r for r in runs if key in r.data.tags

@@ -6,7 +6,8 @@
 - ``write_sweep``: writes a small sweep YAML into tmp_path from keyword overrides.
 - ``fake_trainer``: replaces ``harness.train.loop.run_trial``/``run_trials_batched`` with a cheap
   deterministic stand-in (see :func:`fake_result`), for tests of the runner rather than of training.
-- every test (autouse) starts with an empty process throughput cache, as a new sweep process does.
+- every test (autouse) starts with an empty process throughput cache, as a new sweep process does,
+  and ends with SIGINT's and SIGTERM's handlers as it found them.
 """
 
 from __future__ import annotations
@@ -124,6 +125,18 @@ def _fresh_throughput_cache(monkeypatch):
     if training is not None:
         monkeypatch.setattr(training, "PERF_CACHE", {})
     yield
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_kept():
+    """SIGINT's and SIGTERM's handlers are put back after each test: a handler a test left behind
+    (SIG_IGN) is inherited by every subprocess later tests of the same worker start, whose sweeps
+    then ignore the signals those tests send."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, h in before.items():
+        if signal.getsignal(s) is not h and h is not None:
+            signal.signal(s, h)
 
 
 @pytest.fixture

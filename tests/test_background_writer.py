@@ -117,17 +117,48 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_loses_nothing_trained(tmp_path
         raise AssertionError("a process of the sweep outlived it")
 
 
+#: Adam whose every step first calls :func:`_hold`: in a process with ``HOLD_AFTER_STEPS=n`` it
+#: stops for good at its step n + 1, so a sweep there cannot finish, however fast the machine.
+HELD_ADAM = """
+import os, time
+
+import jax
+from optimizers import adam
+
+STEPS = [0]
+
+
+def _hold(i):
+    STEPS[0] += 1
+    while STEPS[0] > int(os.environ.get("HOLD_AFTER_STEPS") or 10**12):
+        time.sleep(0.5)
+
+
+def held_adam(step_size):
+    init, update, get = adam(step_size)
+
+    def held(i, g, state):
+        jax.debug.callback(_hold, i)
+        return update(i, g, state)
+
+    return init, held, get
+"""
+
+
 def test_an_invocation_killed_beside_another_is_ended_by_the_one_that_survives_it(tmp_path):
     """Two invocations of one sweep at once; one is SIGKILLed. The survivor takes over its trials
     but left its parent run (and any trial run it was writing) RUNNING: only a later invocation
     ended them (the issue-35 attack's F8). Now the survivor's end marks the dead owner's RUNNING
-    runs KILLED, and the store holds no RUNNING run once it has exited."""
-    cfg = _short_trials(tmp_path, "pair", 300)
+    runs KILLED, and the store holds no RUNNING run once it has exited. The first invocation stops
+    itself after 12 trials (its optimizer waits for good), so it is alive, mid-sweep, when the second
+    one's parent run appears, on a busy machine too (it once finished every trial before that)."""
+    (tmp_path / "held.py").write_text(HELD_ADAM)
+    cfg = _short_trials(tmp_path, "pair", 20, {"name": "held_adam", "source": "held.py:held_adam"})
     db = tmp_path / "m.db"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     argv = [sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", f"sqlite:///{db}", "-q"]
-    a = subprocess.Popen(argv, cwd=tmp_path, env=env, start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    a = subprocess.Popen(argv, cwd=tmp_path, env={**env, "HOLD_AFTER_STEPS": str(12 * 20)},
+                         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     b = None
     try:
         t0 = time.time()
@@ -139,6 +170,7 @@ def test_an_invocation_killed_beside_another_is_ended_by_the_one_that_survives_i
         while _running_parents(db) < 2 and time.time() - t0 < 300:  # B has begun: A dies under it
             assert a.poll() is None and b.poll() is None
             time.sleep(0.05)
+        assert a.poll() is None and len(finished_ids(db)) <= 12  # A held, not done
         os.killpg(a.pid, signal.SIGKILL)
         a.wait(timeout=30)
         _, errs = b.communicate(timeout=600)
@@ -154,7 +186,7 @@ def test_an_invocation_killed_beside_another_is_ended_by_the_one_that_survives_i
                                      "where t.key = 'harness.kind' and t.value = 'parent' and r.status = "
                                      "'KILLED'").fetchone()[0]
     assert "RUNNING" not in by_status, by_status
-    assert killed_parents == 1 and len(set(finished_ids(db))) == 600
+    assert killed_parents == 1 and len(set(finished_ids(db))) == 40
 
 
 def _running_parents(db) -> int:
@@ -167,13 +199,14 @@ def _running_parents(db) -> int:
         return 0
 
 
-def _short_trials(tmp_path, name: str, configs: int):
+def _short_trials(tmp_path, name: str, configs: int, optimizer: dict | None = None):
     """A tracking-bound sweep config ``c.yaml``: ``configs`` quasi-random Adam step sizes x 2 seeds of
-    20 steps of logistic regression on digits (training outruns the writer); returns its path."""
+    20 steps of logistic regression on digits (training outruns the writer); ``optimizer``: the entry
+    to use instead of the built-in Adam. Returns its path."""
     cfg = tmp_path / "c.yaml"
+    opt = {**(optimizer or {"name": "adam"}), "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}}
     cfg.write_text(yaml.safe_dump({
         "name": name, "search": {"method": "quasirandom", "trials": configs, "seed": 0}, "models": ["logreg"],
-        "optimizers": [{"name": "adam", "hparams": {"step_size": {"log_uniform": [1.0e-4, 1.0e-1]}}}],
-        "schedules": ["constant"], "datasets": ["digits"], "seeds": 2, "batch_size": 64,
+        "optimizers": [opt], "schedules": ["constant"], "datasets": ["digits"], "seeds": 2, "batch_size": 64,
         "budget": {"steps": 20}, "eval_every": 10, "measure_perf": False}))
     return cfg

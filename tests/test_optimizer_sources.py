@@ -476,6 +476,9 @@ def test_sigterm_while_a_users_optimizer_is_traced_stops_the_sweep_and_blames_no
     cfg = _write(tmp_path, [{"name": "mine", "source": "slow_opt.py:slow", "hparams": {"step_size": 0.1}}])
     mark = tmp_path / "tracing"
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "SLOW_TRACE_MARK": str(mark)}
+    # SIGTERM at its default in the sweep whatever this process had (conftest puts it back): a SIG_IGN
+    # here is inherited, and a sweep leaves an ignored signal alone (it slept the 60 s out)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     p = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri",
                           f"sqlite:///{tmp_path}/m.db"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)

@@ -114,7 +114,7 @@ def test_an_unknown_trial_is_said_in_one_line(tmp_path, tracking_uri, fake_train
     r = CliRunner().invoke(app, ["reproduce", "0123456789abcdef", "--tracking-uri", tracking_uri])
     assert r.exit_code == 2 and r.output.strip() == (
         "error: no FINISHED run of trial '0123456789abcdef' in the store (its runs: none)")
-    r = CliRunner().invoke(app, ["reproduce", "x", "--tracking-uri", f"sqlite:///{tmp_path}/none.db"])
+    r = CliRunner().invoke(app, ["reproduce", "0123456789abcdef", "--tracking-uri", f"sqlite:///{tmp_path}/none.db"])
     assert r.exit_code == 3, r.output
 
 

@@ -18,7 +18,8 @@ every logged value but the clocks. A CPU trial trains on the XLA CPU
 pool it recorded (tag xla_cpu_threads; a subprocess when this process's
 pool differs), unless --threads here. Exit codes: 0 identical; 1 not
 identical (the largest difference and the versions that differ are
-printed); 2 no such trial, or its record no longer hashes to its id;
+printed); 2 not a trial id, no such trial, its record damaged or no
+longer hashing to its id, or a scratch folder that is a store's;
 3 a store cannot be opened."""
 
 
@@ -34,6 +35,7 @@ def reproduce(
                                 "'here' (this process's; a difference is named)."),
 ) -> None:
     """Re-train one stored trial and report whether its logged values are identical."""
+    from harness.core.filters import BadIdError
     from harness.sweep.reproduce import ReproduceError, reproduce
     from harness.tracking.errors import TrackingUnavailableError
 
@@ -42,7 +44,7 @@ def reproduce(
     except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
-    except ReproduceError as e:
+    except (ReproduceError, BadIdError) as e:
         err(f"error: {e}")
         raise typer.Exit(2) from None
     typer.echo(str(answer))

@@ -97,8 +97,9 @@ def sweep(
         err(f"error: {e}")
         raise typer.Exit(3) from None
     except SweepInterrupted as e:  # Ctrl-C: 130; SIGTERM: 143 (128 + the signal, as a shell says)
-        for s in (signal.SIGINT, signal.SIGTERM):  # stopped: another one changes nothing (was exit -15)
-            signal.signal(s, signal.SIG_IGN)
+        if common.PROCESS_START is not None:  # the process ends now: another signal changes nothing
+            for s in (signal.SIGINT, signal.SIGTERM):  # (was exit -15); in a longer process, kept
+                signal.signal(s, signal.SIG_IGN)
         err(f"{_stopped_by(e.signum)}: {e.done}/{e.total} trials done; run the same command again to resume")
         raise typer.Exit(128 + e.signum) from None
     except KeyboardInterrupt:  # before any trial was handed out (the config, pre-flight, the store)

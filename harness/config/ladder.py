@@ -31,6 +31,7 @@ from typing import Any
 
 from harness.config.errors import ConfigError
 from harness.config.ladder_schema import LadderCfg, TransferRule
+from harness.config.limits import MAX_STEPS
 from harness.config.schema import Budget, Component, SweepConfig, TargetCfg
 from harness.config.search import is_distribution
 from harness.config.values import hparam_count
@@ -82,7 +83,9 @@ def rungs(cfg: SweepConfig, workload: Any) -> list[Rung]:
     """
     lad: LadderCfg = cfg.ladder
     batch = cfg.batch_size[0] if "batch_size" in cfg.model_fields_set else workload.batch_size
-    ds_json = json.dumps(dataset_hparams(cfg, workload), sort_keys=True)
+    ds_hp = dataset_hparams(cfg, workload)
+    ds_json = json.dumps(ds_hp, sort_keys=True)
+    _load_or_say(workload.dataset, ds_hp)
     out, errors = [], []
     for i, size in enumerate(lad.sizes):
         hp = {**workload.model_hparams, **size}
@@ -95,6 +98,9 @@ def rungs(cfg: SweepConfig, workload: Any) -> list[Rung]:
         transfer = tuple((name, _rule_text(lad.transfer_of(name))) for name in lad.transfer)
         for r, baseline_only in lad.ratios():
             steps = max(1, round(r * n / (batch * t)))
+            if steps > MAX_STEPS:  # before the budget is built: one line, not pydantic's dump
+                errors.append(_too_many_steps(lad, r, baseline_only, i, size, n, steps, batch, t))
+                continue
             tokens = steps * batch * t
             flops = 3.0 * fwd * steps * batch if fwd else 6.0 * n * tokens
             width = hp.get("width")
@@ -104,6 +110,32 @@ def rungs(cfg: SweepConfig, workload: Any) -> list[Rung]:
     if errors:
         raise ConfigError(errors)
     return out
+
+
+def _load_or_say(name: str, hp: dict[str, Any]) -> None:
+    """Load (memoised) the ladder's dataset, whose tokens per example every rung needs.
+
+    Raises:
+      ConfigError: ``ladder.dataset_hparams: ...`` with the loader's own reason.
+    """
+    from harness.data.sources import load_dataset
+
+    try:
+        load_dataset(name, **hp)
+    except Exception as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError([f"ladder.dataset_hparams: dataset {name!r} ({size_text(hp) or 'defaults'}): "
+                           f"{why}"]) from None
+
+
+def _too_many_steps(lad: LadderCfg, ratio: float, baseline_only: bool, i: int, size: dict[str, Any],
+                    n: int, steps: int, batch: int, t: int) -> str:
+    """The line for a rung whose budget exceeds :data:`MAX_STEPS`, keyed on its ratio."""
+    key = "baseline_tokens_per_param" if baseline_only else "tokens_per_param"
+    k = getattr(lad, key).index(ratio)
+    return (f"ladder.{key}[{k}]: {ratio:g} tokens per parameter on ladder.sizes[{i}] ({size_text(size)}: "
+            f"{n:,} parameters) implies {steps:,} steps of {batch} x {t} tokens, more than the "
+            f"{MAX_STEPS:,} a budget may have: lower the ratio or the size")
 
 
 def _rule_text(rule: TransferRule | str) -> str:

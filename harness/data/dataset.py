@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["VALIDATION_FRACTION", "Dataset", "DatasetNotPreparedError", "carve_validation"]
+__all__ = ["VALIDATION_FRACTION", "Dataset", "DatasetNotPreparedError", "carve_validation", "check_fits"]
 
 #: Default fraction of a training part carved out as validation where a source has none.
 VALIDATION_FRACTION = 0.2
@@ -20,6 +20,27 @@ VALIDATION_FRACTION = 0.2
 
 class DatasetNotPreparedError(FileNotFoundError):
     """A TFDS dataset is not prepared in the ``data_dir`` (the harness never downloads)."""
+
+
+def _memory_bytes() -> int | None:
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(nbytes: int, what: str) -> None:
+    """Refuse, before allocating, arrays of ``nbytes`` bytes that exceed this machine's memory.
+
+    Raises:
+      ValueError: ``"{what} need(s) X GiB of arrays, more than this machine's Y GiB of memory"``.
+    """
+    limit = _memory_bytes()
+    if limit is not None and nbytes > limit:
+        raise ValueError(f"{what} need {nbytes / 2**30:,.1f} GiB of arrays, more than this machine's "
+                         f"{limit / 2**30:,.1f} GiB of memory")
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from harness.core.util import cache_dir
-from harness.data.dataset import VALIDATION_FRACTION, Dataset, carve_validation
+from harness.data.dataset import VALIDATION_FRACTION, Dataset, carve_validation, check_fits
 
 __all__ = ["digits", "mnist1d", "synthetic"]
 
@@ -100,6 +100,9 @@ def synthetic(num_examples: int = 1024, num_test: int = 256, input_shape: tuple[
         raise ValueError(f"synthetic needs at least one example per split, got num_examples="
                          f"{num_examples}, num_valid={num_valid}, num_test={num_test}")
     shape = tuple(int(d) for d in input_shape)
+    size = int(np.prod(shape, dtype=object))
+    check_fits((num_examples + num_test + num_valid) * (size * 4 + 4) + size * num_classes * 4,
+               f"synthetic: {num_examples + num_test + num_valid:,} examples of shape {shape}")
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((num_examples + num_test, *shape), dtype=np.float32)
     w = rng.standard_normal((int(np.prod(shape)), num_classes), dtype=np.float32)

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from harness.data.dataset import Dataset
+from harness.data.dataset import Dataset, check_fits
 
 __all__ = ["MarkovChain", "entropy_rate", "loss_floor", "make_chain", "markov_lm", "pack_bytes",
            "sample_sequences"]
@@ -158,6 +158,9 @@ def markov_lm(vocab_size: int = 16, order: int = 2, seq_len: int = 32, concentra
                     ("num_test", num_test)):
         if v < 1:
             raise ValueError(f"markov_lm: {name} must be >= 1, got {v}")
+    n = num_train + num_valid + num_test  # sampled paths of seq_len + 1, then x and y: int32 each
+    check_fits(n * (3 * seq_len + 1) * 4, f"markov_lm: {n:,} windows of {seq_len} tokens (num_train="
+                                          f"{num_train:,}, num_valid={num_valid:,}, num_test={num_test:,})")
     chain = make_chain(vocab_size, order, concentration, seed)
     splits = []
     for i, n in enumerate((num_train, num_valid, num_test), start=1):

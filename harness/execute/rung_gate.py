@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.core.context import RunContext
+from harness.core.filters import tag_is
 from harness.core.names import TAG_RUNG_GROUP, TAG_RUNGS, TAG_TRIAL_ID
 from harness.core.rungs import RungBoard, rule_of
 from harness.core.spec import TrialSpec
@@ -77,9 +78,11 @@ def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
                                                          int(ctx.experiment_id)))
         else:
             # one query for the group (MLflow's filter has no IN for tags); one per trial where the
-            # group's name cannot be quoted
-            filters = [f"tags.`{TAG_RUNG_GROUP}` = '{group}'"] if "'" not in group else \
-                [f"tags.`{TAG_TRIAL_ID}` = '{t}'" for t in missing]
+            # group's name cannot be written as a literal
+            try:
+                filters = [tag_is(TAG_RUNG_GROUP, group)]
+            except ValueError:
+                filters = [tag_is(TAG_TRIAL_ID, t) for t in missing]
             client = client_for(ctx.tracking_uri)
             found = [(r.data.tags.get(TAG_TRIAL_ID), r.data.tags.get(TAG_RUNGS))
                      for f in filters for r in search_all(client, ctx.experiment_id, f)

@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.config.given import given_config
 from harness.config.search import SEARCH_TAG
 from harness.core.clock import DEFAULT_CLOCK
+from harness.core.filters import tag_is
 from harness.core.names import (
     M_SWEEP_WALL_S,
     M_TIME,
@@ -85,8 +86,7 @@ def record_settings(client, exp_id: str, sweep_id: str, cfg) -> None:
     config's settings (:func:`settings_tags`) that differs from what the sweep's latest parent run
     records (absent = the default) is set on that parent, so that the report ranks as the summary
     just printed. Nothing is written when they agree."""
-    parents = search_all(client, exp_id,
-                         f"tags.`{TAG_KIND}` = 'parent' and tags.`{TAG_SWEEP_ID}` = '{sweep_id}'")
+    parents = search_all(client, exp_id, f"tags.`{TAG_KIND}` = 'parent' and {tag_is(TAG_SWEEP_ID, sweep_id)}")
     if not parents:
         return
     latest = max(parents, key=lambda r: (r.info.start_time or 0, r.info.run_id))

@@ -49,6 +49,13 @@ from typing import Any
 
 from harness.core import names
 from harness.core.spec import TrialSpec
+from harness.sweep.reproduce_checks import (
+    ReproduceError,
+    check_scratch,
+    replayed_stop,
+    stopped_at,
+    stored_spec,
+)
 
 __all__ = ["CLOCK_PREFIXES", "VERSION_TAGS", "Difference", "ReproduceError", "Reproduction", "reproduce",
            "retrain_main"]
@@ -62,11 +69,6 @@ VERSION_TAGS = ("jax_version", "jaxlib_version", "harness_version", names.TAG_HA
 #: The file a subprocess that trained on the stored pool (:func:`retrain_main`) leaves in the scratch
 #: folder: ``{"scratch_uri", "new_run_id", "seconds"}``; ``subprocess.log`` holds its output.
 RETRAINED_JSON = "retrained.json"
-
-
-class ReproduceError(LookupError):
-    """The trial cannot be reproduced from the store: no FINISHED run of it, or its recorded spec
-    or source no longer hashes to its id. One line saying which."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class Reproduction:
       subprocess_threads: the threads of XLA's CPU pool a subprocess trained on (the stored run's
         ``xla_cpu_threads``, where this process's pool differs); ``None``: trained in this process.
       pool_here: the threads of this process's XLA CPU pool (``None``: not a CPU, or not listed).
+      stopped: ``(stored, new)`` rung steps an early-stopping rule stopped each run at (``None``:
+        not stopped); a stored stop is replayed, not decided again.
     """
 
     trial_id: str
@@ -116,6 +120,7 @@ class Reproduction:
     seconds: float = 0.0
     subprocess_threads: int | None = None
     pool_here: int | None = None
+    stopped: tuple[int | None, int | None] = (None, None)
 
     def lines(self) -> list[str]:
         """The report: the verdict, then what differs and where the scratch run is."""
@@ -130,6 +135,11 @@ class Reproduction:
                        f"now {_num(d.new)} (|diff| {d.abs_diff:.6g})")
         if self.status[0] != self.status[1]:
             out.append(f"status: stored {self.status[0]}, now {self.status[1]}")
+        if self.stopped[0] is not None:
+            out.append(f"stopped at step {self.stopped[0]} as the stored run (its early-stopping decision "
+                       f"replayed: the peers that made it were not trained again)" if self.stopped[1] ==
+                       self.stopped[0] else f"the stored run was stopped at step {self.stopped[0]}; this "
+                       f"trial's early-stopping rule has no rung there now, so it could not stop there")
         if self.versions:
             out.append("versions that differ: " + "; ".join(f"{k} {a} -> {b}" for k, a, b in
                                                            ((k, *v) for k, v in self.versions.items())))
@@ -184,19 +194,23 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
       ReproduceError: no FINISHED run of the trial, its recorded spec or source does not hash to its
         id, or the subprocess training on the stored pool ended without writing its run (its last
         line of output, and the log's path, in the message).
-      ValueError: ``threads`` is neither ``"stored"`` nor ``"here"``.
+      ValueError: ``threads`` is neither ``"stored"`` nor ``"here"``; its subclass
+        :class:`harness.core.filters.BadIdError`: ``trial_id`` is not 16 hexadecimal digits.
       harness.tracking.errors.TrackingUnavailableError: a store cannot be opened.
     """
+    from harness.core.filters import check_trial_id
     from harness.tracking.client import prepare_store
     from harness.tracking.uris import resolve_tracking_uri
 
     if threads not in ("stored", "here"):
         raise ValueError(f"threads={threads!r}: 'stored' (the stored run's XLA CPU pool) or 'here' "
                          f"(this process's)")
+    trial_id = check_trial_id(trial_id)  # before any query: never pasted into a filter unchecked
     uri = resolve_tracking_uri(tracking_uri)
     client = prepare_store(uri, create=False)
     run, experiment = _stored_run(client, trial_id)
     folder = Path(scratch) if scratch is not None else Path(tempfile.mkdtemp(prefix="harness-reproduce-"))
+    check_scratch(folder, uri)  # never written beside the stored runs
     folder.mkdir(parents=True, exist_ok=True)
     spec = _stored_spec(client, run, trial_id, folder)
     stored_pool = _count(run.data.tags.get(names.TAG_XLA_CPU_THREADS))
@@ -217,7 +231,7 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
         differences=len(diffs), versions=_versions(run.data.tags, new.data.tags),
         batching=run.data.tags.get(names.TAG_BATCHING, ""),
         status=(run.data.tags.get(names.TAG_STATUS, ""), new.data.tags.get(names.TAG_STATUS, "")),
-        seconds=seconds, subprocess_threads=sub, pool_here=here)
+        seconds=seconds, subprocess_threads=sub, pool_here=here, stopped=(stopped_at(run), stopped_at(new)))
 
 
 def _count(tag: str | None) -> int | None:
@@ -243,7 +257,7 @@ def _retrain(run, experiment: str, spec: TrialSpec, folder: Path,
     t0 = time.perf_counter()
     t0_ms = int(time.time() * 1000)
     try:
-        result = run_trial(spec, measure_perf=False)
+        result = run_trial(spec, measure_perf=False, gate=replayed_stop(run))  # stopped where it was
     except Exception as e:  # recorded as a failed trial, as a sweep records it
         import traceback
 
@@ -316,7 +330,9 @@ def _stored_run(client, trial_id: str) -> tuple[Any, str]:
     """
     from mlflow.entities import ViewType
 
-    flt = f"tags.`{names.TAG_TRIAL_ID}` = '{trial_id}'"
+    from harness.core.filters import tag_is
+
+    flt = tag_is(names.TAG_TRIAL_ID, trial_id)  # checked by reproduce: 16 hex digits
     found = []
     for exp in client.search_experiments(view_type=ViewType.ALL):
         found += [(r, exp.name) for r in client.search_runs([exp.experiment_id], flt,
@@ -355,12 +371,7 @@ def _stored_spec(client, run, trial_id: str, folder: Path) -> TrialSpec:
     text = _artifact(client, run.info.run_id, names.ARTIFACT_TRIAL, folder)
     if text is None:
         raise ReproduceError(f"run {run.info.run_id} of trial {trial_id} has no {names.ARTIFACT_TRIAL}")
-    d = json.loads(text)
-    d.pop("trial_id", None)
-    spec = TrialSpec.from_dict(d)
-    if spec.trial_id != trial_id:
-        raise ReproduceError(f"the recorded spec of trial {trial_id} hashes to {spec.trial_id} with this "
-                             f"harness (its identity rules changed since it was trained)")
+    spec = stored_spec(text, run, trial_id)  # a damaged record is said so
     if spec.optimizer_source:
         spec = dataclasses.replace(spec, optimizer_source_ref=_source_ref(client, run, spec, folder))
     return spec

@@ -16,6 +16,7 @@ import sqlite3
 
 from harness.config.environment import SQLITE_WAL, switch
 from harness.core import mlflow_rows
+from harness.core.filters import tag_is
 from harness.core.names import KIND_TRIAL, TAG_KIND, TAG_SWEEP, TAG_TRIAL_ID
 from harness.tracking.errors import SnapshotOnlyError, TrackingUnavailableError, one_line
 from harness.tracking.mlflow_ui import EXPERIMENT_KIND_TAG, TRAINING_KIND
@@ -259,4 +260,4 @@ def by_trial(runs: list) -> dict[str, list]:
 
 def runs_of_trial(client, experiment_id: str, trial_id: str) -> list:
     """Every run (any status, active only) tagged ``harness.trial_id = trial_id``."""
-    return search_all(client, experiment_id, f"tags.`{TAG_TRIAL_ID}` = '{trial_id}'")
+    return search_all(client, experiment_id, tag_is(TAG_TRIAL_ID, trial_id))
