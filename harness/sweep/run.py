@@ -200,7 +200,8 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
         ex.prestart([s for s in specs if s.trial_id not in done_before])
         stages.stage("store", f"opening the store {mask_uri(uri)}; finding the trials already done")
         with clock.part("tracking"):
-            client = prepare_store(uri)  # health check / schema creation, before any unit is handed out
+            # health check / schema creation, before any unit is handed out
+            client = prepare_store(uri, quiet=opts.quiet)
             replayed = replay_spool(uri)  # results an earlier invocation could not write
         if replayed.written and not opts.quiet:
             console.print(f"{replayed.written} results kept in the local spool by an earlier run were "
@@ -328,7 +329,7 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
     exp_id = None
     client = None
     if is_server(uri) or not uri.startswith("sqlite:///") or Path(uri[10:]).exists():
-        client = prepare_store(uri)
+        client = prepare_store(uri, quiet=quiet)
         exp = client.get_experiment_by_name(cfg.name)
         exp_id = exp.experiment_id if exp else None
     plan = make_plan(specs, client, exp_id) if client else Plan(specs, list(specs))
