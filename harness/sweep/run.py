@@ -200,8 +200,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
         ex.prestart([s for s in specs if s.trial_id not in done_before])
         stages.stage("store", f"opening the store {mask_uri(uri)}; finding the trials already done")
         with clock.part("tracking"):
-            # health check / schema creation, before any unit is handed out
-            client = prepare_store(uri, quiet=opts.quiet)
+            client = prepare_store(uri, quiet=opts.quiet)  # health check, schema; before any unit
             replayed = replay_spool(uri)  # results an earlier invocation could not write
         if replayed.written and not opts.quiet:
             console.print(f"{replayed.written} results kept in the local spool by an earlier run were "
