@@ -159,8 +159,11 @@ def test_stages_count_what_they_do_the_same_in_a_dry_run_and_a_real_one(tmp_path
     said.clear()
     run_sweep(cfg, tracking_uri=tracking_uri, batching="auto", console=terminal())
     real = [t for n, t in said if n == "pre-flight"]
-    assert dry == real and dry[0] == ("pre-flight: 0 of 3 distinct model/optimizer builds traced for 4 "
-                                      "trials (nothing is trained or written yet)")
+    # what N counts is said (before: "0 of 3 distinct model/optimizer builds" with 2 optimizers)
+    assert dry == real and dry[0] == ("pre-flight: tracing 3 builds (1 model; 2 optimizer+schedule pairs on "
+                                      "it) for 4 trials: 0 done (nothing is trained or written yet)")
+    assert dry[-1].startswith("pre-flight: tracing 3 builds (1 model; 2 optimizer+schedule pairs on it) "
+                              "for 4 trials: 3 done")
     build = [t for n, t in said if n == "build"]
     head = "building 2 programs for 4 trials (batching auto"
     assert build == [f"{head})", f"{head}): measuring group 1 of 2 (where vmap pays)",
@@ -177,11 +180,12 @@ def test_a_stage_line_is_shortened_by_its_paths_and_remark_never_by_its_counts_o
     from harness.sweep.progress import fit_line
 
     monkeypatch.chdir(tmp_path)
-    line = ("pre-flight: 13 of 13 distinct model/optimizer builds traced for 32 trials (nothing is "
-            "trained or written yet)")
+    head = ("pre-flight: tracing 13 builds (3 models; 10 optimizer+schedule pairs on them) for 32 trials: "
+            "13 done")
+    line = f"{head} (nothing is trained or written yet)"
     assert fit_line(line, 200) == line
-    assert fit_line(line, 73) == "pre-flight: 13 of 13 distinct model/optimizer builds traced for 32 trials"
-    assert fit_line(line, 40) == "pre-flight: 13 of 13 distinct model/optimizer builds traced for 32 trials"
+    assert fit_line(line, 73) == head
+    assert fit_line(line, 40) == head
     inside = tmp_path / "configs" / "sweep.yaml"
     assert fit_line(f"checking {inside}: reading it (nothing is trained or written yet)", 80) == \
         "checking configs/sweep.yaml: reading it (nothing is trained or written yet)"
@@ -204,7 +208,7 @@ def test_a_config_with_workloads_names_the_part_each_pre_flight_count_is_of(tmp_
     said: list[str] = []
     preflight(load_config(cfg), str(cfg), on_stage=lambda name, text: said.append(text))
     counts = [t for t in said if "pre-flight:" in t]
-    assert counts[0] == ("digits_cnn (1 of 2): pre-flight: 0 of 2 distinct model/optimizer builds traced "
-                         "for 1 trial (nothing is trained or written yet)")
-    assert "mnist1d_mlp (2 of 2): pre-flight: 0 of 2 distinct model/optimizer builds traced for 1 trial " \
-           "(nothing is trained or written yet)" in counts
+    assert counts[0] == ("digits_cnn (1 of 2): pre-flight: tracing 2 builds (1 model; 1 optimizer+schedule "
+                         "pair on it) for 1 trial: 0 done (nothing is trained or written yet)")
+    assert "mnist1d_mlp (2 of 2): pre-flight: tracing 2 builds (1 model; 1 optimizer+schedule pair on it) " \
+           "for 1 trial: 0 done (nothing is trained or written yet)" in counts
