@@ -89,7 +89,10 @@ def test_list_workloads_name_shows_the_loss_and_the_models_hyperparameters(tmp_p
 
 def test_a_piped_sweep_fits_80_columns_and_says_a_flops_mismatch_in_one_line(tmp_path):
     """muon's Newton-Schulz iterations make XLA count ~10x the model's analytic FLOPs: before, a
-    ``perf.py:334: FlopsMismatchWarning: ...`` and its source line reached stderr."""
+    ``perf.py:334: FlopsMismatchWarning: ...`` and its source line reached stderr. On the pipe the
+    tables fit 80 columns and each record (a trial's line, the legend) is one line, never wrapped
+    (before: ``... (being written) valid`` / ``acc 0.9652 loss 0.1462``, and a 17-line legend); the
+    rules in full with ``--explain``."""
     deep = tmp_path / "a_folder_with_a_rather_long_name" / "and_another_one_below_it" / "configs"
     deep.mkdir(parents=True)
     cfg = deep / "flops_mismatch_sweep.yaml"
@@ -105,7 +108,18 @@ def test_a_piped_sweep_fits_80_columns_and_says_a_flops_mismatch_in_one_line(tmp
     dry = _harness(["sweep", str(cfg), "--dry-run", "--tracking-uri", uri], work)
     _widths_ok(dry.stdout, 80)
     r = _harness(["sweep", str(cfg), "--tracking-uri", uri], work)
-    _widths_ok(r.stdout, 80)
+    records = [ln for ln in r.stdout.splitlines()
+               if ln.startswith(("trained ", "finished ", "rank: ", "note: "))]
+    _widths_ok("\n".join(ln for ln in r.stdout.splitlines() if ln not in records), 80)
+    trials = [ln for ln in records if ln.startswith(("trained ", "finished "))]
+    assert len(trials) == 2 and all(re.search(r"valid acc \S+ loss \S+$", ln) for ln in trials), r.stdout
+    legend = [ln for ln in records if ln.startswith("rank: ")]
+    assert len(legend) == 1 and legend[0].endswith("Rules in full: sweep --explain, or the HTML report.")
+    assert len(legend[0]) < 250 and "paired bootstrap" not in r.stdout, legend
+    full = _harness(["sweep", str(cfg), "--tracking-uri", uri, "--explain"], work)  # nothing to train
+    rules = [ln for ln in full.stdout.splitlines() if ln.startswith("rank: ")]
+    assert len(rules) == 1 and "paired bootstrap 95% interval containing 0" in rules[0], full.stdout
+    assert "Time to target: modeled (steps to target × the program's step time" in rules[0]
     stages = [ln for ln in (dry.stderr + r.stderr).splitlines() if ln.startswith("sweep: ")]
     assert any("flops_mismatch_sweep.yaml" in ln for ln in stages), stages  # the file's name stays
     assert all(len(ln) <= 80 for ln in stages), stages  # before: 134 characters, the whole path
