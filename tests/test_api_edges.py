@@ -67,3 +67,17 @@ def test_quiet_prints_nothing_while_another_process_creates_the_store(tmp_path, 
     assert run.counts["finished"] == 1 and waited > 1.0  # it did wait for the lock
     out, err = capfd.readouterr()
     assert out == "" and err == "", err  # old code: "waiting for pid ..., which is creating or repairing"
+
+
+def test_a_best_value_at_the_edge_of_a_grid_is_warned_like_one_at_the_edge_of_a_range(tmp_path, tracking_uri,
+                                                                                     fake_trainer):
+    """The fake trainer's loss is 1 / (1 + step x step_size): the largest step size is best. Of the
+    grid [0.01, 0.1, 0.3] the best is its largest: the summary warns (before: only sampled ranges
+    did); momentum's grids of two values (every choice an edge) say nothing."""
+    cfg = {**TINY_SWEEP, "name": "grid_edge", "seeds": [0], "target": {"metric": "valid/loss", "value": 0.05},
+           "optimizers": [{"name": "sgd", "hparams": {"step_size": [0.01, 0.1, 0.3]}},
+                          {"name": "momentum", "hparams": {"step_size": [0.1, 0.3], "mass": [0.5, 0.9]}}]}
+    run = harness.sweep(cfg, tracking_uri=tracking_uri, quiet=True)
+    assert run.counts["finished"] == 7
+    assert run.summary.boundary == [
+        "sgd: best step_size 0.3 is the largest of its grid [0.01, 0.1, 0.3] (mlp · digits): extend the grid"]

@@ -98,6 +98,7 @@ class Reproduction:
       subprocess_threads: the threads of XLA's CPU pool a subprocess trained on (the stored run's
         ``xla_cpu_threads``, where this process's pool differs); ``None``: trained in this process.
       pool_here: the threads of this process's XLA CPU pool (``None``: not a CPU, or not listed).
+      reason: why the training here failed (its run's ``harness.reason``; ``""`` unless it did).
     """
 
     trial_id: str
@@ -116,6 +117,7 @@ class Reproduction:
     seconds: float = 0.0
     subprocess_threads: int | None = None
     pool_here: int | None = None
+    reason: str = ""
 
     def lines(self) -> list[str]:
         """The report: the verdict, then what differs and where the scratch run is."""
@@ -129,7 +131,8 @@ class Reproduction:
             out.append(f"largest difference: {d.metric} at step {d.step}: stored {_num(d.stored)}, "
                        f"now {_num(d.new)} (|diff| {d.abs_diff:.6g})")
         if self.status[0] != self.status[1]:
-            out.append(f"status: stored {self.status[0]}, now {self.status[1]}")
+            why = f" ({self.reason})" if self.reason and self.status[1] == "failed" else ""
+            out.append(f"status: stored {self.status[0]}, now {self.status[1]}{why}")
         if self.versions:
             out.append("versions that differ: " + "; ".join(f"{k} {a} -> {b}" for k, a, b in
                                                            ((k, *v) for k, v in self.versions.items())))
@@ -217,7 +220,8 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
         differences=len(diffs), versions=_versions(run.data.tags, new.data.tags),
         batching=run.data.tags.get(names.TAG_BATCHING, ""),
         status=(run.data.tags.get(names.TAG_STATUS, ""), new.data.tags.get(names.TAG_STATUS, "")),
-        seconds=seconds, subprocess_threads=sub, pool_here=here)
+        seconds=seconds, subprocess_threads=sub, pool_here=here,
+        reason=new.data.tags.get(names.TAG_REASON, ""))
 
 
 def _count(tag: str | None) -> int | None:
