@@ -43,21 +43,30 @@ def markdown_table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _risky(value: object) -> bool:
+    """A string a spreadsheet would run: it starts with :data:`FORMULA_STARTS` and is not a number
+    written as text (``"-0.5"``, ``"-1e-3"``: an MLflow param's value stays a number)."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return True
+    return value != value.strip()  # "-1\t" is not what float() read
+
+
 def spreadsheet_cell(value: object) -> object:
     """A text cell a spreadsheet will not run as a formula: one starting with ``= + - @``, a tab or
-    a carriage return gets a leading ``'`` (OWASP); numbers and other text are returned as they are.
-    """
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
+    a carriage return (and not a number) gets a leading ``'`` (OWASP); numbers, numbers written as
+    text and other text are returned as they are."""
+    return "'" + value if _risky(value) else value
 
 
 def spreadsheet_safe(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with its text columns' cells through :func:`spreadsheet_cell` (a copy when any
     changed; numeric columns, so negative numbers, untouched). For every CSV the harness writes."""
     text = [c for c in df.columns if df[c].dtype == object or pd.api.types.is_string_dtype(df[c])]
-    changed = {c: df[c].map(spreadsheet_cell) for c in text
-               if df[c].map(lambda v: isinstance(v, str) and v.startswith(FORMULA_STARTS)).any()}
+    changed = {c: df[c].map(spreadsheet_cell) for c in text if df[c].map(_risky).any()}
     if not changed:
         return df
     out = df.copy()

@@ -65,11 +65,13 @@ def test_hostile_names_are_one_cell_in_markdown_and_inert_in_csv(tmp_path, track
 
 
 def test_spreadsheet_safe_keeps_negative_numbers_numeric_and_markdown_cell_escapes_each_rule():
-    df = pd.DataFrame({"delta": [-1.5, 2.0], "name": ["-1", "@sum"], "n": [-3, 4], "ok": ["x-y", None]})
+    df = pd.DataFrame({"delta": [-1.5, 2.0], "name": ["-1+2", "@sum"], "n": [-3, 4], "ok": ["x-y", None],
+                       "param": ["-0.5", "+1e-3"]})  # MLflow params: numbers written as text
     safe = spreadsheet_safe(df)
     assert safe["delta"].tolist() == [-1.5, 2.0] and safe["n"].tolist() == [-3, 4]
-    assert safe["name"].tolist() == ["'-1", "'@sum"] and safe["ok"][0] == "x-y" and pd.isna(safe["ok"][1])
-    assert df["name"].tolist() == ["-1", "@sum"]  # the caller's frame is not changed
+    assert safe["name"].tolist() == ["'-1+2", "'@sum"] and safe["ok"][0] == "x-y" and pd.isna(safe["ok"][1])
+    assert safe["param"].tolist() == ["-0.5", "+1e-3"]
+    assert df["name"].tolist() == ["-1+2", "@sum"]  # the caller's frame is not changed
     assert markdown_cell("a\\|b\nc<i>&") == "a\\\\\\|b<br>c&lt;i&gt;&amp;"
     assert markdown_cell(-2.5) == -2.5
 
