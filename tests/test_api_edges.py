@@ -81,3 +81,9 @@ def test_a_best_value_at_the_edge_of_a_grid_is_warned_like_one_at_the_edge_of_a_
     assert run.counts["finished"] == 7
     assert run.summary.boundary == [
         "sgd: best step_size 0.3 is the largest of its grid [0.01, 0.1, 0.3] (mlp · digits): extend the grid"]
+    # the report says it alike, from what MLflow stored
+    from reports.selection import boundary_warnings as report_warnings
+
+    frame = harness.results("grid_edge", tracking_uri=tracking_uri).frame
+    assert [w.replace(" (mlp / digits)", " (mlp · digits)") for w in report_warnings(frame)] == \
+        run.summary.boundary
