@@ -36,6 +36,7 @@ from harness.core.names import TAG_SELECT_BY, TAG_SWEEP_ID
 from harness.core.selection import SELECT_BY
 from reports import runs as mlruns
 from reports import stats
+from reports.cells import spreadsheet_safe
 from reports.clock import use_clock
 from reports.compare import compare
 from reports.frame import SELECT_BY_ATTR, SWEEP_TIME_ATTR, load_frame, load_sweep, summaries
@@ -152,7 +153,8 @@ def make_report(
     ranked = use_clock(data.frame, time_clock)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        pd.concat([data.frame, csv_rows(ranked)], ignore_index=True).to_csv(csv, index=False)
+        spreadsheet_safe(pd.concat([data.frame, csv_rows(ranked)], ignore_index=True)).to_csv(
+            csv, index=False)
     except OSError as e:
         raise ReportNotWrittenError(out, e) from e
     data.frame = ranked  # every view below counts time on the report's clock

@@ -33,6 +33,7 @@ from harness.core.names import (
     TAG_HARNESS_COMMIT,
 )
 from harness.core.ties import power_words
+from reports.cells import spreadsheet_safe
 from reports.clock import clock_note
 from reports.early_stop import audit_rows
 from reports.figures import FIGURES
@@ -116,7 +117,8 @@ def figure_items(frame: pd.DataFrame, stem: str) -> list[dict[str, Any]]:
             if len(table):
                 item["downloads"].append(
                     {"kind": "CSV", "name": f"{stem}-{spec.key}.csv",
-                     "href": data_uri(table.to_csv(index=False).encode("utf-8"), "text/csv;charset=utf-8")}
+                     "href": data_uri(spreadsheet_safe(table).to_csv(index=False).encode("utf-8"),
+                                     "text/csv;charset=utf-8")}
                 )
         if spec.interactive is not None and item["svg"]:
             vl = spec.interactive(frame)

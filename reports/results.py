@@ -287,9 +287,12 @@ class Results:
     def to_csv(self, folder: str | Path) -> dict[str, Path]:
         """Write one CSV per row kind (``trials.csv``, ``curves.csv``, ``leaderboard.csv``,
         ``tuning_curves.csv``, ``tuned_times.csv``) into ``folder`` (made if absent); every column
-        holds one type, so ``pandas.read_csv`` reads each back without a mixed-type warning.
-        Returns the paths by kind."""
-        return self._write(folder, "csv", lambda df, p: df.to_csv(p, index=False))
+        holds one type, so ``pandas.read_csv`` reads each back without a mixed-type warning; a text
+        cell a spreadsheet would run as a formula gets a leading ``'``
+        (:func:`reports.cells.spreadsheet_safe`). Returns the paths by kind."""
+        from reports.cells import spreadsheet_safe
+
+        return self._write(folder, "csv", lambda df, p: spreadsheet_safe(df).to_csv(p, index=False))
 
     def to_parquet(self, folder: str | Path) -> dict[str, Path]:
         """As :meth:`to_csv`, as Parquet files (``<kind>.parquet``, dtypes kept exactly)."""

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.core.boundary import edge, edge_warning, parse_space
+from harness.core.boundary import edge, edge_warning, grid_edge, grid_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
 from reports.clock import COST_CLASS
@@ -215,23 +215,34 @@ def boundary_warnings(frame: pd.DataFrame, labels: dict[str, str] | None = None)
     lies in the outer 10% of the search range its trials record (tag ``harness.search_space``; log
     scale for ``log_uniform``, :func:`harness.core.boundary.edge`), as the sweep's summary says it:
     ``"sgd: best step_size 0.0977 is at the top of [0.0001, 0.1] (mlp · digits): widen the range"``
-    (the task by its label in ``labels``). Runs without the tag (grid trials, older runs) add none."""
+    (the task by its label in ``labels``); and per grid value (a grid trial's ``optimizer.*`` and
+    ``schedule.*`` params) that is the smallest or largest of three or more its optimizer's grid
+    trials on the task took (:func:`harness.core.boundary.grid_edge`). Older runs without the
+    tags add none."""
     best = best_configs(frame)
     s = summaries(frame)
     if best.empty or "search_space" not in s:
         return []
     out = []
+    keys = [c for c in s.columns if c.startswith(("params.optimizer.", "params.schedule."))]
     for _, b in best.iterrows():
-        g = s[(s["task"] == b["task"]) & (s["optimizer"] == b["optimizer"])
-              & (s["config_id"] == b["config_id"])]
+        task = (labels or {}).get(b["task"], b["task"])
+        mine = s[(s["task"] == b["task"]) & (s["optimizer"] == b["optimizer"])]
+        g = mine[mine["config_id"] == b["config_id"]]
         spaces = g["search_space"].dropna()
-        if spaces.empty:
+        if not spaces.empty:
+            trial = g.loc[spaces.index[0]]
+            for rng in parse_space(spaces.iloc[0]):
+                value = trial.get(f"params.{rng.key}")
+                side = edge(value, rng)
+                if side:
+                    out.append(edge_warning(b["optimizer"], rng, value, side, task))
+        grid = mine[(mine["search"] == "grid") & mine["tuning"].isna()] if "search" in mine else mine[:0]
+        if g.empty or g.index[0] not in grid.index:
             continue
-        trial = g.loc[spaces.index[0]]
-        for rng in parse_space(spaces.iloc[0]):
-            value = trial.get(f"params.{rng.key}")
-            side = edge(value, rng)
-            if side:
-                task = (labels or {}).get(b["task"], b["task"])
-                out.append(edge_warning(b["optimizer"], rng, value, side, task))
+        for key in keys:
+            values, value = grid[key].dropna().tolist(), g.iloc[0][key]
+            if side := grid_edge(value, values):
+                name = key.removeprefix("params.")
+                out.append(grid_warning(b["optimizer"], name, value, values, side, task))
     return out

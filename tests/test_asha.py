@@ -211,6 +211,39 @@ def test_proposals_follow_the_steps_spent(tmp_path):
     assert s.describe(seen)["steps_spent"] == 250
 
 
+def test_steps_spent_stay_within_the_stated_bound_whatever_order_two_workers_end_trials_in(tmp_path):
+    """``--jobs 2`` ends trials in any order (measured on experiments/asha.yaml: 750 and 790 of 720
+    steps, which the summary stated without a bound). Two simulated workers take the proposed
+    trials and end them in a random order, each stopped at a random rung or finished, the searcher
+    asked again after each: the steps spent pass the budget, never :meth:`max_steps`, and the
+    summary line says that bound."""
+    import random
+
+    s = _searcher(tmp_path, {"method": "asha", "trials": 4, "min_steps": 10, "eta": 3}, seeds=(0, 1))
+    most = s.max_steps()
+    assert most == 720 - 1 + 2 * 90
+    over = 0
+    for trial in range(30):
+        rng = random.Random(trial)
+        seen: dict = {}
+        running: list = []
+        while True:
+            todo = [t for t in s.propose(seen) if t.trial_id not in seen and t not in running]
+            running += todo[:2 - len(running)]
+            if not running:
+                break
+            t = running.pop(rng.randrange(len(running)))
+            stop = rng.choice([10, 30, None])
+            seen[t.trial_id] = _out(t, "stopped", stop) if stop else _out(t, "finished")
+        d = s.describe(seen)
+        assert d["steps_spent"] <= most and len(d["words"]) < 200, (trial, d["steps_spent"])
+        if d["steps_spent"] > 720:
+            over += 1
+            assert d["words"].endswith(f"of 720 steps spent (at most {most}: the last configuration "
+                                       f"proposed trains to the end)"), d["words"]
+    assert over > 0  # the bound is what holds, not the budget
+
+
 def test_the_sequence_beyond_the_candidates_is_the_same_sequence(tmp_path):
     """Point k >= trials is the sampled sequence's point k: the searcher of trials: 4 makes, for
     configurations 4..7, exactly the candidates of trials: 8 (same ids)."""
@@ -238,7 +271,8 @@ def test_audits_come_once_every_trial_ended_first_stopped_in_index_order(tmp_pat
     seen[audits[0].trial_id] = _out(audits[0], "finished")
     d = s.describe(seen)
     assert d["stopped"] == 3 and d["steps_spent"] == 230 and d["audit_steps"] == 90
-    assert d["words"] == "stopped 3 of 5 trials (step 10: 2, step 30: 1); 230 of 180 steps spent"
+    assert d["words"] == ("stopped 3 of 5 trials (step 10: 2, step 30: 1); 230 of 180 steps spent (at most "
+                          "269: the last configuration proposed trains to the end)")
     # with values: the audited trial (0.95) beats the promoted ones (0.9, 0.8): it would have won
     for t, v in ((specs[1], 0.9), (specs[4], 0.8), (audits[0], 0.95)):
         seen[t.trial_id].final_valid_accuracy = v

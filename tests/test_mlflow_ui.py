@@ -1,5 +1,5 @@
 """Where ``harness ui`` lands in MLflow 3.17's UI (issue 24 §15): model training, not GenAI; the
-validation curves first, grouped by optimizer; single-valued metrics as bars and table columns,
+validation curves first, grouped by task and optimizer; single-valued metrics as bars and table columns,
 never a line against the step; trials only, never their parents, two versions of a user's optimizer
 in groups apart, the URL said once the server answers (issue 36 §2). The page itself is checked in
 Chromium here and by
@@ -179,9 +179,10 @@ def chromium():
 
 
 def _ui_store(uri: str) -> tuple[str, int]:
-    """An experiment as two invocations leave it: 2 parent runs; adam (2 trials) and a user's
-    optimizer ``my_opt`` in two source versions (2 trials each), each trial with a validation
-    curve, a time part and a final value; nested under its parent. Returns (experiment id, trials)."""
+    """An experiment as two invocations leave it: 2 parent runs; adam (2 trials on an MLP, 2 on a
+    CNN) and a user's optimizer ``my_opt`` in two source versions (2 trials each, on the MLP), each
+    trial with a validation curve, a time part and a final value; nested under its parent. Returns
+    (experiment id, trials)."""
     from mlflow.entities import Metric
 
     from harness.tracking.client import get_or_create_experiment, prepare_store
@@ -196,13 +197,14 @@ def _ui_store(uri: str) -> tuple[str, int]:
                                                  Metric("sweep/wall_s", 90.0, 0, 0)])
         client.set_terminated(p.info.run_id)
         parents.append(p.info.run_id)
-    trials = [("adam", None, 0), ("adam", None, 1)]
-    trials += [("my_opt", h, s) for h, n in VERSIONS.items() for s in range(n)]
-    for i, (opt, digest, seed) in enumerate(trials):
+    trials = [(model, "adam", None, seed) for model in ("mlp", "cnn") for seed in (0, 1)]
+    trials += [("mlp", "my_opt", h, s) for h, n in VERSIONS.items() for s in range(n)]
+    for i, (model, opt, digest, seed) in enumerate(trials):
         tags = {names.TAG_KIND: names.KIND_TRIAL, names.TAG_OPTIMIZER: opt, names.TAG_SEED: str(seed),
+                names.TAG_MODEL: model,
                 names.TAG_PARENT_RUN: parents[0 if digest != "99aa88bb77cc66dd" else 1],
                 **({names.TAG_OPTIMIZER_SOURCE_HASH: digest} if digest else {})}
-        run = client.create_run(exp_id, run_name=f"mlp-{opt}-{seed}", tags=tags)
+        run = client.create_run(exp_id, run_name=f"{model}-{opt}-{seed}", tags=tags)
         client.log_batch(run.info.run_id, metrics=[
             *[Metric(names.M_VALID_ACC, 0.1 + 0.1 * s + 0.01 * i, 0, 50 * s) for s in range(5)],
             Metric("time/compile_s", 0.3 + 0.01 * i, 0, 0), Metric(names.M_FINAL_ACC, 0.5 + 0.01 * i, 0, 0)])
@@ -216,9 +218,10 @@ def test_ui_lands_on_trials_only_with_source_versions_apart_and_says_its_url_onc
     """Issue 36 §2 on the real page: ``harness ui`` printed its URL ~30 s before the server
     answered, and the page said "57 matching runs" for 54 trials (the parents as "Additional runs"
     and an "Unassigned" series in every time/* chart), with two versions of one source averaged in
-    one group. Now: the URL line comes once the server answers (one request, no retry, succeeds);
-    chromium on that URL counts "6 matching runs" for 6 trials, no "Additional runs", no
-    "Unassigned"; my_opt's two versions are two groups (2 runs each), adam one."""
+    one group, and an optimizer's runs on two models averaged in one group. Now: the URL line comes
+    once the server answers (one request, no retry, succeeds); chromium on that URL counts "8
+    matching runs" for 8 trials, no "Additional runs", no "Unassigned"; my_opt's two versions are
+    two groups (2 runs each), adam one per model (old code: one adam group of 4)."""
     import html
     import re
     import signal
@@ -256,9 +259,10 @@ def test_ui_lands_on_trials_only_with_source_versions_apart_and_says_its_url_onc
     text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom)))
     assert f"{n_trials} matching runs" in text, text[:3000]
     assert "Additional runs" not in text and "Unassigned" not in text, text[:3000]
-    groups = re.findall(r"Group: (optimizer: \S+, optimizer\.source_hash: [^ ]+) (\d+)", text)
-    assert sorted(groups) == sorted([("optimizer: adam, optimizer.source_hash: (none)", "2")]
-                                    + [(f"optimizer: my_opt, optimizer.source_hash: {h}", str(n))
+    groups = re.findall(r"Group: (model: \S+, optimizer: \S+, optimizer\.source_hash: [^ ]+) (\d+)", text)
+    assert sorted(groups) == sorted([(f"model: {m}, optimizer: adam, optimizer.source_hash: (none)", "2")
+                                     for m in ("cnn", "mlp")]
+                                    + [(f"model: mlp, optimizer: my_opt, optimizer.source_hash: {h}", str(n))
                                        for h, n in VERSIONS.items()]), groups
 
 
@@ -283,3 +287,29 @@ def test_the_statistics_wait_briefly_for_another_writer_and_give_up(tmp_path, tr
         other.close()
     assert ANALYZE_WAIT_S <= 2.0 and waited < 15, waited
     assert analyze_store(tracking_uri) is True
+
+
+def test_the_view_groups_by_task_and_optimizer_never_averaging_two_models(tmp_path, tracking_uri,
+                                                                         fake_trainer):
+    """A real sweep of an MLP at two widths and logistic regression, with sgd and adam: the view's
+    groups are model, then the width (it tells two MLP tasks apart), then optimizer (before: the
+    optimizer alone, one band per optimizer averaging every model); one task: the optimizer alone."""
+    from conftest import TINY_SWEEP
+
+    import harness
+    from harness.tracking.client import prepare_store
+
+    cfg = {**TINY_SWEEP, "name": "ui_tasks", "seeds": [0],
+           "models": [{"name": "mlp", "hparams": {"width": [8, 16], "depth": 1}}, "logreg"],
+           "optimizers": [{"name": "sgd", "hparams": {"step_size": 0.1}},
+                          {"name": "adam", "hparams": {"step_size": 0.01}}]}
+    assert harness.sweep(cfg, tracking_uri=tracking_uri, quiet=True).counts["finished"] == 6
+    client = prepare_store(tracking_uri)
+    exp_id = client.get_experiment_by_name("ui_tasks").experiment_id
+    key = mlflow_ui.prepare(client, exp_id)
+    stored = json.loads(client.get_experiment(exp_id).tags[f"mlflow.sharedViewState.{key}"])
+    assert stored["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "model"},
+                                                {"mode": "param", "groupByData": "model.width"},
+                                                {"mode": "tag", "groupByData": "optimizer"}]
+    one = mlflow_ui.trial_runs(client, exp_id)
+    assert mlflow_ui.task_groups([r for r in one if r.data.params.get("model.width") == "8"]) == []

@@ -372,8 +372,8 @@ def test_report_in_headless_chromium(chromium, sweeps, tmp_path):
 @pytest.mark.browser
 def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps, tmp_path):
     """``harness ui`` on the quickstart store; chromium opens the printed URL: MLflow 3.17 shows the
-    runs in "Model training" mode (not GenAI) in chart mode, grouped by optimizer, parents filtered
-    out, the validation curves' section first."""
+    runs in "Model training" mode (not GenAI) in chart mode, grouped by model and optimizer, parents
+    filtered out, the validation curves' section first."""
     import signal
     import socket
     import sys
@@ -407,7 +407,10 @@ def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps,
         proc.wait(timeout=30)
     text = re.sub(r"\s+", " ", htmlmod.unescape(re.sub(r"<[^>]+>", " ", dom)))
     assert "tags.`harness.kind` = 'trial'" in htmlmod.unescape(dom)  # the search box: parents hidden
-    for needle in ("Group by: optimizer", "Group: adam", "Group: momentum", "Group: sgd", "matching runs",
+    # grouped by task and optimizer: the quickstart's MLP and CNN never averaged in one group
+    for needle in ("Group by: model", "Group: model: mlp, optimizer: adam",
+                   "Group: model: cnn, optimizer: adam", "Group: model: cnn, optimizer: momentum",
+                   "Group: model: mlp, optimizer: sgd", "matching runs",
                    "Model registry"):  # the sidebar's "Model training" links
         assert needle in text, (needle, text[:3000])
     # not GenAI mode (issue 24 §15): its sidebar (Overview, Judges, Evaluation runs) and page title

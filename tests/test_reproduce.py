@@ -224,3 +224,23 @@ def test_a_trial_trains_again_on_the_xla_cpu_pool_it_recorded(tmp_path, tracking
     assert r.exit_code == 2 and "'mine' is not one of 'stored', 'here'" in r.output
     with pytest.raises(ValueError, match="threads='mine'"):
         harness.reproduce(tid, tracking_uri=tracking_uri, threads="mine")
+
+
+def test_a_trial_that_fails_when_trained_again_says_why(tmp_path, tracking_uri, fake_trainer, monkeypatch):
+    """A fresh process whose dataset is not prepared: the trial fails there. The answer says why,
+    beside every value differing (before: ``NOT identical: ... values differ`` and ``status: stored
+    finished, now failed`` without the reason)."""
+    import harness.train.loop as trainer
+    from harness.data.dataset import DatasetNotPreparedError
+
+    run = harness.sweep({**TINY_SWEEP, "seeds": [0]}, tracking_uri=tracking_uri, quiet=True)
+
+    def unprepared(spec, **kw):
+        raise DatasetNotPreparedError("tfds:mnist is not prepared in /nowhere: run tfds build mnist")
+
+    monkeypatch.setattr(trainer, "run_trial", unprepared)
+    rep = harness.reproduce(run.trial_ids[0], tracking_uri=tracking_uri, scratch=tmp_path / "scratch",
+                            threads="here")
+    assert not rep.identical and rep.status == ("finished", "failed")
+    assert ("status: stored finished, now failed (harness.data.dataset.DatasetNotPreparedError: tfds:mnist "
+            "is not prepared in /nowhere: run tfds build mnist)") in rep.lines()

@@ -540,7 +540,8 @@ def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path,
     run_sweep(cfg, tracking_uri=f"sqlite:///{tmp_path / 'x.db'}", dry_run=True,
               console=Console(file=buf, force_terminal=True, width=300))
     assert f"checking {cfg}: reading it" in buf.getvalue()
-    assert "pre-flight: 0 of 2 distinct model/optimizer builds traced for 2 trials" in buf.getvalue()
+    assert "pre-flight: tracing 2 builds (1 model; 1 optimizer+schedule pair on it) for 2 trials: 0 done" \
+        in buf.getvalue()
     assert capsys.readouterr().err == ""
     plain = io.StringIO()  # a pipe: nothing transient in what a script reads
     monkeypatch.setattr(progress, "PIPE_AFTER_S", 60.0)
@@ -583,8 +584,8 @@ def test_a_pipe_hears_each_slow_stage_once_on_stderr(tmp_path, write_sweep, monk
     err = capsys.readouterr().err.splitlines()
     assert [ln for ln in err if not ln.startswith((f"sweep: checking {cfg}", "sweep: reading what"))] == [
         f"sweep: loading 1 dataset of {cfg}",
-        "sweep: pre-flight: 0 of 2 distinct model/optimizer builds traced for 2 trials (nothing is trained "
-        "or written yet)"]
+        "sweep: pre-flight: tracing 2 builds (1 model; 1 optimizer+schedule pair on it) for 2 trials: 0 done "
+        "(nothing is trained or written yet)"]
     assert len(err) == len(set(err)) <= 4, err
 
 
@@ -602,7 +603,8 @@ def test_a_real_sweep_in_a_pty_shows_pre_flight_k_of_n_before_its_first_trial(tm
     out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", written.decode("utf-8", "replace"))
     first_trial = re.search(r"(finished|trained)\s+mlp-", out).start()
     # 1 mlp; sgd and adam, each with the constant schedule: 3 traces
-    k_of_n = [m.start() for m in re.finditer(r"pre-flight: [0-3] of 3 distinct model/optimizer builds", out)]
+    k_of_n = [m.start() for m in re.finditer(r"pre-flight: tracing 3 builds \(1 model; 2 optimizer\+schedule "
+                                             r"pairs on it\) for 2 trials: [0-3] done", out)]
     assert k_of_n and k_of_n[0] < first_trial, out
     assert -1 < out.index("building 2 programs for 2 trials (batching auto") < first_trial, out
 

@@ -89,7 +89,10 @@ def test_list_workloads_name_shows_the_loss_and_the_models_hyperparameters(tmp_p
 
 def test_a_piped_sweep_fits_80_columns_and_says_a_flops_mismatch_in_one_line(tmp_path):
     """muon's Newton-Schulz iterations make XLA count ~10x the model's analytic FLOPs: before, a
-    ``perf.py:334: FlopsMismatchWarning: ...`` and its source line reached stderr."""
+    ``perf.py:334: FlopsMismatchWarning: ...`` and its source line reached stderr. On the pipe the
+    tables fit 80 columns and each record (a trial's line, the legend) is one line, never wrapped
+    (before: ``... (being written) valid`` / ``acc 0.9652 loss 0.1462``, and a 17-line legend); the
+    rules in full with ``--explain``."""
     deep = tmp_path / "a_folder_with_a_rather_long_name" / "and_another_one_below_it" / "configs"
     deep.mkdir(parents=True)
     cfg = deep / "flops_mismatch_sweep.yaml"
@@ -105,7 +108,18 @@ def test_a_piped_sweep_fits_80_columns_and_says_a_flops_mismatch_in_one_line(tmp
     dry = _harness(["sweep", str(cfg), "--dry-run", "--tracking-uri", uri], work)
     _widths_ok(dry.stdout, 80)
     r = _harness(["sweep", str(cfg), "--tracking-uri", uri], work)
-    _widths_ok(r.stdout, 80)
+    records = [ln for ln in r.stdout.splitlines()
+               if ln.startswith(("trained ", "finished ", "rank: ", "note: "))]
+    _widths_ok("\n".join(ln for ln in r.stdout.splitlines() if ln not in records), 80)
+    trials = [ln for ln in records if ln.startswith(("trained ", "finished "))]
+    assert len(trials) == 2 and all(re.search(r"valid acc \S+ loss \S+$", ln) for ln in trials), r.stdout
+    legend = [ln for ln in records if ln.startswith("rank: ")]
+    assert len(legend) == 1 and legend[0].endswith("Rules in full: sweep --explain, or the HTML report.")
+    assert len(legend[0]) < 250 and "paired bootstrap" not in r.stdout, legend
+    full = _harness(["sweep", str(cfg), "--tracking-uri", uri, "--explain"], work)  # nothing to train
+    rules = [ln for ln in full.stdout.splitlines() if ln.startswith("rank: ")]
+    assert len(rules) == 1 and "paired bootstrap 95% interval containing 0" in rules[0], full.stdout
+    assert "Time to target: modeled (steps to target × the program's step time" in rules[0]
     stages = [ln for ln in (dry.stderr + r.stderr).splitlines() if ln.startswith("sweep: ")]
     assert any("flops_mismatch_sweep.yaml" in ln for ln in stages), stages  # the file's name stays
     assert all(len(ln) <= 80 for ln in stages), stages  # before: 134 characters, the whole path
@@ -159,8 +173,11 @@ def test_stages_count_what_they_do_the_same_in_a_dry_run_and_a_real_one(tmp_path
     said.clear()
     run_sweep(cfg, tracking_uri=tracking_uri, batching="auto", console=terminal())
     real = [t for n, t in said if n == "pre-flight"]
-    assert dry == real and dry[0] == ("pre-flight: 0 of 3 distinct model/optimizer builds traced for 4 "
-                                      "trials (nothing is trained or written yet)")
+    # what N counts is said (before: "0 of 3 distinct model/optimizer builds" with 2 optimizers)
+    assert dry == real and dry[0] == ("pre-flight: tracing 3 builds (1 model; 2 optimizer+schedule pairs on "
+                                      "it) for 4 trials: 0 done (nothing is trained or written yet)")
+    assert dry[-1].startswith("pre-flight: tracing 3 builds (1 model; 2 optimizer+schedule pairs on it) "
+                              "for 4 trials: 3 done")
     build = [t for n, t in said if n == "build"]
     head = "building 2 programs for 4 trials (batching auto"
     assert build == [f"{head})", f"{head}): measuring group 1 of 2 (where vmap pays)",
@@ -177,11 +194,12 @@ def test_a_stage_line_is_shortened_by_its_paths_and_remark_never_by_its_counts_o
     from harness.sweep.progress import fit_line
 
     monkeypatch.chdir(tmp_path)
-    line = ("pre-flight: 13 of 13 distinct model/optimizer builds traced for 32 trials (nothing is "
-            "trained or written yet)")
+    head = ("pre-flight: tracing 13 builds (3 models; 10 optimizer+schedule pairs on them) for 32 trials: "
+            "13 done")
+    line = f"{head} (nothing is trained or written yet)"
     assert fit_line(line, 200) == line
-    assert fit_line(line, 73) == "pre-flight: 13 of 13 distinct model/optimizer builds traced for 32 trials"
-    assert fit_line(line, 40) == "pre-flight: 13 of 13 distinct model/optimizer builds traced for 32 trials"
+    assert fit_line(line, 73) == head
+    assert fit_line(line, 40) == head
     inside = tmp_path / "configs" / "sweep.yaml"
     assert fit_line(f"checking {inside}: reading it (nothing is trained or written yet)", 80) == \
         "checking configs/sweep.yaml: reading it (nothing is trained or written yet)"
@@ -204,7 +222,7 @@ def test_a_config_with_workloads_names_the_part_each_pre_flight_count_is_of(tmp_
     said: list[str] = []
     preflight(load_config(cfg), str(cfg), on_stage=lambda name, text: said.append(text))
     counts = [t for t in said if "pre-flight:" in t]
-    assert counts[0] == ("digits_cnn (1 of 2): pre-flight: 0 of 2 distinct model/optimizer builds traced "
-                         "for 1 trial (nothing is trained or written yet)")
-    assert "mnist1d_mlp (2 of 2): pre-flight: 0 of 2 distinct model/optimizer builds traced for 1 trial " \
-           "(nothing is trained or written yet)" in counts
+    assert counts[0] == ("digits_cnn (1 of 2): pre-flight: tracing 2 builds (1 model; 1 optimizer+schedule "
+                         "pair on it) for 1 trial: 0 done (nothing is trained or written yet)")
+    assert "mnist1d_mlp (2 of 2): pre-flight: tracing 2 builds (1 model; 1 optimizer+schedule pair on it) " \
+           "for 1 trial: 0 done (nothing is trained or written yet)" in counts

@@ -52,6 +52,8 @@ def sweep(
                                              "config's batching, else auto: where a short "
                                              "measurement, cached per machine, finds it faster]."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, summary or dry-run plan."),
+    explain: bool = typer.Option(False, "--explain", help="Under the summary, its rules in full (the rank "
+                                 "rule, the selection order, the clock) instead of two short sentences."),
     cpus_per_trial: float | None = typer.Option(None, "--cpus-per-trial", min=0,
                                                 help="Ray: CPUs each trial's task declares (default 1)."),
     gpus_per_trial: float | None = typer.Option(None, "--gpus-per-trial", min=0,
@@ -83,7 +85,7 @@ def sweep(
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
                             address=address, batching=batching,
-                            dry_run=dry_run, quiet=quiet, max_trials=max_trials,
+                            dry_run=dry_run, quiet=quiet, explain=explain, max_trials=max_trials,
                             compile_cache=not no_compile_cache, process_start=common.PROCESS_START,
                             only=only or None,
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),

@@ -80,28 +80,41 @@ class GivenConfig:
         return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
-def _plain(value: Any, where: str) -> Any:
+def _plain(value: Any, where: str, above: tuple[int, ...] = ()) -> Any:
     """``value`` as YAML's plain data: mappings with ``str`` keys, lists, Python scalars.
 
+    Args:
+      value: the mapping or one of its values; ``where`` its key path; ``above`` the ids of the
+        mappings and lists that hold it (a cycle is one of them again).
     Raises:
-      ConfigError: a key that is not a string, or a value YAML cannot hold (``<dict>: PATH: ...``).
+      ConfigError: a key that is not a string, a value YAML cannot hold, a mapping or list that
+        contains itself, or nesting deeper than the YAML reader's ``MAX_DEPTH`` (``<dict>: PATH: ...``).
     """
+    if isinstance(value, Mapping | list | tuple):
+        from harness.config.yamlsafe import MAX_DEPTH
+
+        if id(value) in above:
+            raise ConfigError([f"{DICT_LABEL}: {where or '<top>'}: contains itself (a cycle); a config "
+                               f"is a tree of mappings, lists and values"])
+        if len(above) >= MAX_DEPTH:
+            raise ConfigError([f"{DICT_LABEL}: {where}: nested more than {MAX_DEPTH} levels deep"])
+        above = (*above, id(value))
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ConfigError([f"{DICT_LABEL}: {where or '<top>'}: the key {k!r} is not a string"])
-            out[k] = _plain(v, f"{where}.{k}" if where else k)
+            out[k] = _plain(v, f"{where}.{k}" if where else k, above)
         return out
     if isinstance(value, (list, tuple)):
-        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_plain(v, f"{where}[{i}]", above) for i, v in enumerate(value)]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     item = getattr(value, "item", None)  # a numpy scalar (np.float32(0.1), np.int64(3))
     if callable(item) and getattr(value, "shape", None) == ():
-        return _plain(item(), where)
+        return _plain(item(), where, above)
     raise ConfigError([f"{DICT_LABEL}: {where or '<top>'}: {type(value).__name__} is not a value a "
                        f"config holds (numbers, strings, booleans, None, lists and mappings)"])
 

@@ -232,6 +232,12 @@ def name_problem(name: str, limit: int = MAX_NAME_CHARS) -> str | None:
                 f"artifact directory)")
     if len(name.encode("utf-8", "surrogatepass")) > 255:
         return f"{len(name.encode('utf-8', 'surrogatepass'))} bytes in UTF-8; at most 255"
+    return control_problem(name)
+
+
+def control_problem(name: str) -> str | None:
+    """Why ``name`` (a sweep's, an entry's) cannot be shown on one line, or ``None``: it holds a
+    control or format character (a newline, NUL, a bidi override)."""
     bad = [c for c in name if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")]
     if bad:
         return (f"contains the control or format character U+{ord(bad[0]):04X}; use printable "

@@ -91,6 +91,13 @@ class Component(_Strict):
     def _from_str(cls, data: Any) -> Any:
         return {"name": data} if isinstance(data, str) else data
 
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        if (msg := limits.control_problem(v)) is not None:
+            raise PydanticCustomError("name", "{msg}", {"msg": msg})
+        return v
+
     @field_validator("tuning", mode="before")
     @classmethod
     def _tuning(cls, v: Any) -> Any:

@@ -1,6 +1,7 @@
 """Boundary warnings: a selected configuration whose sampled hyperparameter lies at the edge of its
-search range (Google's Deep Learning Tuning Playbook, "check the search space boundaries": the
-best value may lie outside the range, so widen it).
+search range, or whose grid value is the grid's smallest or largest of three or more (Google's Deep
+Learning Tuning Playbook, "check the search space boundaries": the best value may lie outside the
+range, so widen it).
 
 A sampled trial's run carries its search ranges in the tag ``harness.search_space``
 (:func:`space_tag`: JSON ``{"optimizer.step_size": ["log_uniform", 1e-05, 0.001], ...}``, range
@@ -15,11 +16,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EDGE_FRACTION", "RANGE_KINDS", "SearchRange", "edge", "edge_warning", "parse_space", "space_tag"]
+__all__ = ["EDGE_FRACTION", "GRID_MIN_VALUES", "RANGE_KINDS", "SearchRange", "edge", "edge_warning",
+           "grid_edge", "grid_warning", "parse_space", "space_tag"]
 
 #: The outer fraction of a range (each side; on the log scale for ``log_uniform``) that warns.
 EDGE_FRACTION = 0.1
 RANGE_KINDS = ("uniform", "log_uniform", "int_uniform")
+#: A grid warns from this many distinct values on (with two, every choice is an edge).
+GRID_MIN_VALUES = 3
 
 
 @dataclass(frozen=True)
@@ -88,3 +92,32 @@ def edge_warning(optimizer: str, r: SearchRange, value: Any, side: str, task: st
     where = f" ({task})" if task else ""
     return (f"{optimizer}: best {r.name} {float(value):.3g} is at the {side} of [{r.lo:.3g}, {r.hi:.3g}]"
             f"{where}: widen the range")
+
+
+def _number(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and not isinstance(value, bool) else None
+
+
+def grid_edge(value: Any, values: list[Any]) -> str | None:
+    """``"top"`` / ``"bottom"`` when ``value`` is the largest / smallest of ``values`` (a grid axis:
+    the values the optimizer's configurations on a task took) and they are at least
+    :data:`GRID_MIN_VALUES` distinct numbers; else ``None`` (also for a non-number)."""
+    v = _number(value)
+    nums = {x for x in map(_number, values) if x is not None}
+    if v is None or len(nums) < GRID_MIN_VALUES:
+        return None
+    return "top" if v >= max(nums) else "bottom" if v <= min(nums) else None
+
+
+def grid_warning(optimizer: str, key: str, value: Any, values: list[Any], side: str, task: str = "") -> str:
+    """``"sgd: best step_size 0.3 is the largest of its grid [0.01, 0.1, 0.3]: extend the grid"``
+    (``key`` flat, ``optimizer.`` dropped; the task appended in parentheses when given)."""
+    grid = ", ".join(f"{x:.3g}" for x in sorted({x for x in map(_number, values) if x is not None}))
+    where = f" ({task})" if task else ""
+    most = "largest" if side == "top" else "smallest"
+    return (f"{optimizer}: best {key.removeprefix('optimizer.')} {float(value):.3g} is the {most} of its "
+            f"grid [{grid}]{where}: extend the grid")

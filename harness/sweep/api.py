@@ -60,7 +60,8 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
       harness.config.errors.ConfigError: an invalid config or option, nothing trained or written
         (a :class:`harness.config.errors.UsageError` for ``tracking_uri``, ``executor``, ``jobs``,
         ``only``, and an option of the wrong type: ``max_trials`` not an int >= 1, ``dry_run``,
-        ``quiet`` or ``compile_cache`` not a bool); ``err.key_path`` names the key.
+        ``quiet`` or ``compile_cache`` not a bool, ``console`` not a rich Console); ``err.key_path``
+        names the key.
       harness.tracking.errors.TrackingUnavailableError: the store cannot be reached or used.
       harness.sweep.run.SweepInterrupted: interrupted (a ``KeyboardInterrupt``); calling again
         resumes.
@@ -74,6 +75,7 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
 
     _check_option_types(tracking_uri=tracking_uri, dry_run=dry_run, only=only, quiet=quiet,
                         max_trials=max_trials, compile_cache=compile_cache)
+    _check_console(options.get("console"))
     known = {f.name for f in dataclasses.fields(SweepOptions)}
     for name in options:
         if name not in known:  # said as sweep()'s, not as the internal SweepOptions.__init__'s
@@ -135,6 +137,18 @@ def _check_option_types(**given: Any) -> None:
             ok = isinstance(value, want)
         if not ok:
             raise UsageError(f"{name}: must be {words}, got {type(value).__name__} {value!r}", name)
+
+
+def _check_console(console: Any) -> None:
+    """Raise :class:`UsageError` (key path ``console``) unless ``console`` is ``None`` or a
+    ``rich.console.Console``: a string failed with ``AttributeError`` after the store was made."""
+    from rich.console import Console
+
+    if console is not None and not isinstance(console, Console):
+        from harness.config.echo import short_repr
+
+        raise UsageError(f"console: must be a rich.console.Console (None: stdout), got "
+                         f"{type(console).__name__} {short_repr(console)}", "console")
 
 
 @dataclass

@@ -25,7 +25,9 @@ never a full-budget trial of the same configuration).
   ``N`` configurations spends); configuration ``k`` is proposed while the steps spent by
   configurations ``0..k-1`` (a stopped trial counts its steps; one not yet ended counts its whole
   budget) are below it. The final set of trials is therefore ``{k: spent(0..k-1) < budget}``,
-  whatever the rounds were.
+  whatever the rounds were, and the steps spent at most ``budget - 1`` plus one configuration's
+  seeds x steps (:meth:`AshaSearcher.max_steps`), with any executor: a proposal counts every trial
+  not yet ended at its whole budget, so results arriving in any order only lower the count.
 - ``hyperband``: ``brackets`` brackets (default: every bracket with a rung, plus the one without:
   ``len(rungs of bracket 0) + 1``); configuration ``k`` goes to bracket ``k mod brackets``
   (round-robin, deterministic); bracket ``b`` starts at ``min_steps * eta**b``.
@@ -252,7 +254,15 @@ class AshaSearcher(Searcher):
         stops = [f"step {r['step']}: {r['stopped']}" for b in brackets for r in b["rungs"] if r["stopped"]]
         nstop = sum(seen[s.trial_id].status == "stopped" for s in trials if s.trial_id in seen)
         return (f"stopped {nstop} of {n} trials" + (f" ({', '.join(stops)})" if stops else "")
-                + f"; {spent:,} of {self.budget:,} steps spent" + self._audit_words(audits, full))
+                + f"; {spent:,} of {self.budget:,} steps spent{self._over_words(spent)}"
+                + self._audit_words(audits, full))
+
+    def _over_words(self, spent: int) -> str:
+        """Past the budget: ``" (at most 809: the last configuration proposed trains to the end)"``
+        (:meth:`max_steps` less the audits: the bound for any executor, ``--jobs N`` included)."""
+        most = self.max_steps() - self.audit * self.steps
+        return f" (at most {most:,}: the last configuration proposed trains to the end)" \
+            if spent > self.budget else ""
 
     def _audit_words(self, audits: list[dict], full: list[dict]) -> str:
         """``"; audit: 1 of 2 stopped trials trained to the end would have won"`` (an audited trial

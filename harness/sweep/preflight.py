@@ -167,6 +167,15 @@ def _traced(s, ds) -> set[tuple]:
     return {mkey, *_opt_keys(s, mkey)[:1]}
 
 
+def _builds_words(keys: set[tuple]) -> str:
+    """``"4 builds (1 model; 3 optimizer+schedule pairs on it)"``: what pre-flight's N counts (an
+    optimizer is traced on each model it trains)."""
+    m = sum(k[0] == "model" for k in keys)
+    o = len(keys) - m
+    return (f"{len(keys)} build{'s' * (len(keys) != 1)} ({m} model{'s' * (m != 1)}; {o} "
+            f"optimizer+schedule pair{'s' * (o != 1)} on {'it' if m == 1 else 'them'})")
+
+
 def _parts_said(cfg: SweepConfig, file: str, registries: Registries | None,
                 on_stage: Callable[[str, str], None] | None,
                 finished: Callable[[list], Collection[str]] | None = None
@@ -320,15 +329,14 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     # progress: the distinct models and optimizer builds traced (k/N); a trial's count as done after it
     traced = {s.trial_id: _traced(s, loaded[(s.dataset, hp_key(s.hparams("dataset")))]) for s in specs
               if s.trial_id not in skip}
-    n_traced = len(set().union(set(), *traced.values()))
+    builds = _builds_words(set().union(set(), *traced.values()))
     n_skip = sum(s.trial_id in skip for s in specs)
     skipped = f", {n_skip} already finished" if n_skip else ""
     done: set[tuple] = set()
 
     def progress() -> None:  # the same words in a dry run and a real one: the pre-flight is one
-        say("pre-flight", f"pre-flight: {len(done)} of {n_traced} distinct model/optimizer builds "
-                          f"traced for {len(specs)} trial{'s' * (len(specs) != 1)}{skipped} (nothing is "
-                          f"trained or written yet)")
+        say("pre-flight", f"pre-flight: tracing {builds} for {len(specs)} trial{'s' * (len(specs) != 1)}"
+                          f"{skipped}: {len(done)} done (nothing is trained or written yet)")
 
     for s in specs:
         if s.trial_id in skip:  # a FINISHED run holds it: it trained with these values

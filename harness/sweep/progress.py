@@ -224,9 +224,10 @@ class ProgressDisplay:
             self.progress.update(self.task, description=self._desc())
 
     def note(self, line: str) -> None:
-        """Print ``line`` above the bar (unless ``quiet``)."""
+        """Print ``line`` above the bar (unless ``quiet``); on a pipe or a file, whole on one line
+        (never wrapped at the console's width: one record per line for what reads it)."""
         if not self.quiet:
-            self.progress.console.print(line)
+            self.progress.console.print(line, soft_wrap=not self.progress.console.is_terminal)
 
     def trial(self, o: TrialOutcome) -> None:
         """One finished (or skipped) trial: counted, and its line printed; then each of its notes

@@ -102,6 +102,7 @@ class Reproduction:
       pool_here: the threads of this process's XLA CPU pool (``None``: not a CPU, or not listed).
       stopped: ``(stored, new)`` rung steps an early-stopping rule stopped each run at (``None``:
         not stopped); a stored stop is replayed, not decided again.
+      reason: why the training here failed (its run's ``harness.reason``; ``""`` unless it did).
     """
 
     trial_id: str
@@ -121,6 +122,7 @@ class Reproduction:
     subprocess_threads: int | None = None
     pool_here: int | None = None
     stopped: tuple[int | None, int | None] = (None, None)
+    reason: str = ""
 
     def lines(self) -> list[str]:
         """The report: the verdict, then what differs and where the scratch run is."""
@@ -134,7 +136,8 @@ class Reproduction:
             out.append(f"largest difference: {d.metric} at step {d.step}: stored {_num(d.stored)}, "
                        f"now {_num(d.new)} (|diff| {d.abs_diff:.6g})")
         if self.status[0] != self.status[1]:
-            out.append(f"status: stored {self.status[0]}, now {self.status[1]}")
+            why = f" ({self.reason})" if self.reason and self.status[1] == "failed" else ""
+            out.append(f"status: stored {self.status[0]}, now {self.status[1]}{why}")
         if self.stopped[0] is not None:
             out.append(f"stopped at step {self.stopped[0]} as the stored run (its early-stopping decision "
                        f"replayed: the peers that made it were not trained again)" if self.stopped[1] ==
@@ -231,7 +234,8 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
         differences=len(diffs), versions=_versions(run.data.tags, new.data.tags),
         batching=run.data.tags.get(names.TAG_BATCHING, ""),
         status=(run.data.tags.get(names.TAG_STATUS, ""), new.data.tags.get(names.TAG_STATUS, "")),
-        seconds=seconds, subprocess_threads=sub, pool_here=here, stopped=(stopped_at(run), stopped_at(new)))
+        seconds=seconds, subprocess_threads=sub, pool_here=here, stopped=(stopped_at(run), stopped_at(new)),
+        reason=new.data.tags.get(names.TAG_REASON, ""))
 
 
 def _count(tag: str | None) -> int | None:

@@ -90,7 +90,7 @@ class SweepOptions:
         ``./mlflow.db``).
       jobs, executor, address, batching: override the config's values (``--jobs N`` alone picks the
         ``process`` executor).
-      dry_run: print the plan; write nothing. quiet: print nothing.
+      dry_run: print the plan; write nothing. quiet: print nothing. explain: the summary's rules in full.
       registries: the model/optimizer/schedule/dataset registries (tests inject their own).
       console: a ``rich`` console to print to (default: stdout at ``COLUMNS``, the terminal's width,
         else 80 columns; :func:`harness.sweep.tables.stdout_console`).
@@ -116,6 +116,7 @@ class SweepOptions:
     batching: str | None = None
     dry_run: bool = False
     quiet: bool = False
+    explain: bool = False
     registries: Registries | None = None
     console: Any = None
     executor_obj: Executor | None = None
@@ -144,7 +145,9 @@ def run_sweep(config_path: str | Path | Any, **options: Any) -> SweepSummary:
     given = given_config(config_path)
     t_start = time.perf_counter()
     clock = SweepClock(t_start, opts.process_start)
-    console = _console(opts.console)
+    from harness.sweep.tables import stdout_console
+
+    console = opts.console if opts.console is not None else stdout_console()
     # within a second of the start: what the seconds before the plan or the bar are spent on (a
     # transient line on a terminal; on a pipe one line per stage on stderr: stdout is unchanged).
     # Said before JAX or MLflow is imported (seconds each): the first stage is the first thing done.
@@ -200,7 +203,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
         ex.prestart([s for s in specs if s.trial_id not in done_before])
         stages.stage("store", f"opening the store {mask_uri(uri)}; finding the trials already done")
         with clock.part("tracking"):
-            client = prepare_store(uri)  # health check / schema creation, before any unit is handed out
+            client = prepare_store(uri, quiet=opts.quiet)  # health check, schema; before any unit
             replayed = replay_spool(uri)  # results an earlier invocation could not write
         if replayed.written and not opts.quiet:
             console.print(f"{replayed.written} results kept in the local spool by an earlier run were "
@@ -219,7 +222,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                 outcomes += take_spooled(plan, uri)  # trained, not yet in the store: not trained again
         if not plan.todo:
             stages.stop()
-            return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts.quiet, t_start,
+            return _nothing_to_train(cfg, client, exp_id, plan, sweep_id, uri, console, opts, t_start,
                                      outcomes, rounds.describe() if rounds is not None else [])
         parent_id = _run_invocation(cfg, given, specs, plan, outcomes, ex, client, exp_id, sweep_id,
                                     uri, console, stages, opts.quiet, clock, whole, describe(only), rounds)
@@ -240,15 +243,8 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                            trial_ids=[s.trial_id for s in specs],
                            search=rounds.describe() if rounds is not None else [])
     if not opts.quiet:
-        print_summary(console, summary)
+        print_summary(console, summary, opts.explain)
     return summary
-
-
-def _console(console):
-    """``console``, or stdout's (:func:`harness.sweep.tables.stdout_console`)."""
-    from harness.sweep.tables import stdout_console
-
-    return console if console is not None else stdout_console()
 
 
 def _load(given: GivenConfig, opts: SweepOptions) -> SweepConfig:
@@ -328,7 +324,7 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
     exp_id = None
     client = None
     if is_server(uri) or not uri.startswith("sqlite:///") or Path(uri[10:]).exists():
-        client = prepare_store(uri)
+        client = prepare_store(uri, quiet=quiet)
         exp = client.get_experiment_by_name(cfg.name)
         exp_id = exp.experiment_id if exp else None
     plan = make_plan(specs, client, exp_id) if client else Plan(specs, list(specs))
@@ -343,7 +339,7 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
 
 
 def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_id: str, uri: str,
-                      console, quiet: bool, t_start: float,
+                      console, opts: SweepOptions, t_start: float,
                       done: list[TrialOutcome] | None = None,
                       search: list[dict] | None = None) -> SweepSummary:
     """Every trial is done: no new parent run (an empty one would hold no trial, get the report of
@@ -352,14 +348,14 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
     kill_dead_invocations(client, exp_id)
     record_settings(client, exp_id, sweep_id, cfg)  # the report ranks as this summary
     done = plan.done_outcomes if done is None else done
-    if not quiet:
+    if not opts.quiet:
         console.print(f"{len(done)} trials already finished: nothing to train, no new parent run.")
     summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, done, time.perf_counter() - t_start,
                            boundary=boundary_warnings(done, plan.specs, cfg.selection.by),
                            select_by=cfg.selection.by, time_clock=cfg.time,
                            trial_ids=[s.trial_id for s in plan.specs], search=search or [])
-    if not quiet:
-        print_summary(console, summary)
+    if not opts.quiet:
+        print_summary(console, summary, opts.explain)
     return summary
 
 

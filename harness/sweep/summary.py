@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core import ties
-from harness.core.boundary import edge, edge_warning
+from harness.core.boundary import edge, edge_warning, grid_edge, grid_warning
 from harness.core.budget import budget_line
 from harness.core.clock import DEFAULT_CLOCK, clock_sentence, ranked_seconds
 from harness.core.outcome import TrialOutcome, config_key, config_labels, last_rounds, task_key
@@ -266,15 +266,22 @@ def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFA
     """One line per sampled hyperparameter of a selected configuration (:func:`best_configs`) that
     lies in the outer 10% of its search range (:func:`harness.core.boundary.edge`; log scale for
     ``log_uniform``): ``"lion: best step_size 0.00082 is at the top of [1e-05, 0.001] (mlp ·
-    digits): widen the range"`` (in brackets the task's title, :func:`harness.sweep.tasks.task_titles`).
+    digits): widen the range"`` (in brackets the task's title, :func:`harness.sweep.tasks.task_titles`),
+    and per grid value that is the smallest or largest of three or more its optimizer's trials on the
+    task took (:func:`harness.core.boundary.grid_edge`): ``"sgd: best step_size 0.3 is the largest of
+    its grid [0.01, 0.1, 0.3] (mlp · digits): extend the grid"``.
     ``trials`` is the sweep's :class:`~harness.plan.expansion.TrialList`
     (its ``origins`` hold each sampled trial's ranges); grid and ``tuning: none`` trials have none.
     ``by``: the selection objective (:func:`best_configs`)."""
     origins = getattr(trials, "origins", {}) or {}
     specs = {s.trial_id: s for s in trials}
     first: dict[tuple, str] = {}
+    grids: dict[tuple, dict[str, list]] = {}  # (task, optimizer) -> grid key -> the values it took
     for o in outcomes:
         first.setdefault(config_key(o), o.trial_id)
+        if (g := _grid_values(specs.get(o.trial_id), origins.get(o.trial_id))) is not None:
+            for key, v in g.items():
+                grids.setdefault((task_key(o), o.optimizer), {}).setdefault(key, []).append(v)
     out = []
     for r in sorted(best_configs(outcomes, by), key=lambda r: (task_order(r["task"]), r["optimizer"])):
         tid = first.get((*r["task"], r["optimizer"], r["config_id"], r["config_exact"]))
@@ -287,7 +294,20 @@ def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFA
             side = edge(value, rng)
             if side:
                 out.append(edge_warning(r["optimizer"], rng, value, side, r["task_title"]))
+        values = grids.get((r["task"], r["optimizer"]), {})
+        for key, value in (_grid_values(spec, origin) or {}).items():
+            if side := grid_edge(value, values.get(key, [])):
+                out.append(grid_warning(r["optimizer"], key, value, values[key], side, r["task_title"]))
     return out
+
+
+def _grid_values(spec, origin) -> dict[str, Any] | None:
+    """A trial's optimizer and schedule values that a grid set (``optimizer.step_size`` -> 0.1; the
+    sampled ones left out), or ``None`` for a trial of no known origin or of ``tuning: none``."""
+    if spec is None or origin is None or origin.tuning:
+        return None
+    return {f"{axis}.{k}": v for axis in ("optimizer", "schedule") for k, v in spec.hparams(axis).items()
+            if f"{axis}.{k}" not in origin.sampled}
 
 
 def _median(xs: list[float | None]) -> float | None:
@@ -351,12 +371,34 @@ def tie_line(rows: list[dict[str, Any]]) -> str:
     return f"Ties: {'; '.join(pairs)} — {ties.power_words()}."
 
 
-def print_summary(console, summary: SweepSummary) -> None:
+def legend(summary: SweepSummary, measured: list[str], cost: list[str], titles: dict, explain: bool) -> str:
+    """What the summary's columns mean: with ``explain`` the rules in full (the rank rule, the
+    selection order, the clock); else two short sentences and ``--explain``. This sweep's own
+    facts (tasks on another clock, flagged programs, targets met at step 0) are said in both.
+
+    Returns:
+      the text, starting ``"rank: "``.
+    """
+    clock = clock_sentence(summary.time_clock, measured, cost, flagged_programs(summary.outcomes))
+    at_init = solved_at_init(summary.outcomes, titles)
+    if explain:
+        return (f"rank: {RANK_WORDS}. best = selected on validation: {selection_order(summary.select_by)}; "
+                f"test = its mean test metric; full configurations: the HTML report. {clock}{at_init}")
+    facts = clock[len(clock_sentence(summary.time_clock)):] + at_init
+    how = ("the trial's wall-clock of training" if summary.time_clock == "measured"
+           else "steps to target × the program's step time")
+    return (f"rank: 1= where seeds cannot tell two apart; best = selected on validation, test = its "
+            f"mean test metric. Time to target: {summary.time_clock} ({how}).{facts} "
+            f"Rules in full: sweep --explain, or the HTML report.")
+
+
+def print_summary(console, summary: SweepSummary, explain: bool = False) -> None:
     """The end-of-sweep summary: its title lines, one ranked table per task (:func:`ranked_rows`:
     rank, optimizer, best configuration, validation and test metric, time to target, examples/s,
     seeds; short labels, so that it fits an 80-column terminal, else a block per row; the full
-    configurations are in the HTML report), what the columns mean and the clock, the ties' line
-    (:func:`tie_line`) and the commands to look further."""
+    configurations are in the HTML report), what the columns mean and the clock (:func:`legend`;
+    in full with ``explain``, ``sweep --explain``), the ties' line (:func:`tie_line`) and the
+    commands to look further."""
     import itertools
 
     from rich import box
@@ -389,10 +431,7 @@ def print_summary(console, summary: SweepSummary) -> None:
     head = f" {shared}" if shared else ""
     chosen = selection_words(summary.select_by, "valid/" + ("metric" if shared is None else
                                                           {"acc": "accuracy"}.get(shared, shared)))
-    caption = (f"rank: {RANK_WORDS}. best = selected on validation: {selection_order(summary.select_by)}; "
-               f"test = its mean test metric; full configurations: the HTML report. "
-               + clock_sentence(summary.time_clock, measured, cost, flagged_programs(summary.outcomes))
-               + solved_at_init(summary.outcomes, titles))
+    caption = legend(summary, measured, cost, titles, explain)
     console.print(f"[bold]{escape(summary.name)}: best configuration per task and optimizer[/]",
                   soft_wrap=True)
     console.print(chosen, soft_wrap=True)
@@ -422,9 +461,10 @@ def print_summary(console, summary: SweepSummary) -> None:
             trials = f"{r['n']}" + (f" ({bad})" if bad else "")
             t.add_row(r["label"], r["optimizer"], escape(best), val, test, ttt, eps, trials)
         print_table(console, t)
-    console.print(escape(caption))
+    whole = not console.is_terminal  # a pipe or a file: each record on one line, never wrapped
+    console.print(escape(caption), soft_wrap=whole)
     if line := tie_line(rows):
-        console.print(escape(line))
+        console.print(escape(line), soft_wrap=whole)
     if line := summary.budget_line():
         console.print(line, soft_wrap=True)
     for line in summary.boundary:

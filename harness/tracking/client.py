@@ -118,10 +118,15 @@ def analyze_store(uri: str) -> bool:
     return True
 
 
-def ready_sqlite_store(uri: str, *, create: bool = True):
+def _silent(msg: str) -> None:
+    """Say nothing (``quiet``)."""
+
+
+def ready_sqlite_store(uri: str, *, create: bool = True, quiet: bool = False):
     """The file of a SQLite store made ready (:func:`harness.tracking.store.ensure_sqlite_store`;
     with ``create=False`` a missing file is an error), or ``None`` for any other store. Imports no
-    MLflow: ``status`` reads such a store with :mod:`sqlite3` alone.
+    MLflow: ``status`` reads such a store with :mod:`sqlite3` alone. ``quiet``: its notes (waiting
+    for another process's lock, repaired) are not printed.
 
     Raises:
       TrackingUnavailableError: one line (the store, the cause, what to do); SnapshotOnlyError
@@ -131,7 +136,7 @@ def ready_sqlite_store(uri: str, *, create: bool = True):
     db = sqlite_path(uri)
     if db is not None:
         try:
-            ensure_sqlite_store(db, create=create)
+            ensure_sqlite_store(db, create=create, **({"say": _silent} if quiet else {}))
         except UnopenableStoreError as e:
             raise SnapshotOnlyError(str(e), db) from None
         except StoreError as e:
@@ -139,7 +144,7 @@ def ready_sqlite_store(uri: str, *, create: bool = True):
     return db
 
 
-def prepare_store(uri: str, health_timeout: float = 3.0, *, create: bool = True):
+def prepare_store(uri: str, health_timeout: float = 3.0, *, create: bool = True, quiet: bool = False):
     """Make the store ready for concurrent writers and return an ``MlflowClient`` on it.
 
     A server is health-checked first and MLflow's HTTP retries are bounded for this process
@@ -148,6 +153,7 @@ def prepare_store(uri: str, health_timeout: float = 3.0, *, create: bool = True)
     invocations wait), a half-migrated one repaired after a backup copy, a file that is not a usable
     store refused untouched. With ``create=False`` (the read-only commands ``status``, ``ui``,
     ``report``) a SQLite file that does not exist is an error instead of a new empty store.
+    ``quiet``: the store's notes on stderr (waiting, repaired) are not printed.
 
     Raises:
       TrackingUnavailableError: one line (the store, the cause, what to do), for every way the
@@ -157,7 +163,7 @@ def prepare_store(uri: str, health_timeout: float = 3.0, *, create: bool = True)
         check_server(uri, health_timeout)
         bound_http_retries()
     else:
-        ready_sqlite_store(uri, create=create)
+        ready_sqlite_store(uri, create=create, quiet=quiet)
     saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
     if is_server(uri):  # the first request: fail fast rather than after MLflow's retries
         os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"

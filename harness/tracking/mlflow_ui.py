@@ -1,5 +1,5 @@
 """Where ``python -m harness ui`` lands in the MLflow UI (MLflow 3.17): the runs view of an
-experiment, as model training, on the validation curves grouped by optimizer, with the final
+experiment, as model training, on the validation curves grouped by task and optimizer, with the final
 values as bars and as the runs table's columns.
 
 * **Model training, not GenAI.** MLflow 3.17's UI shows every page in one of two modes, the
@@ -17,9 +17,10 @@ values as bars and as the runs table's columns.
   adding the sweep's parent runs to the page as "Additional runs" and to every chart as an
   "Unassigned" group, whenever the view is sorted by start time (its default, and ours before issue
   36) or has neither a sort nor a filter; so the view is sorted by run name, model and optimizer
-  first), grouped by the ``optimizer`` tag (and, where the experiment holds two versions of one
-  user's optimizer, by its ``optimizer.source_hash`` too: the versions are separate groups, not one
-  average) with the curves averaged per group (min-max band); the chart
+  first), grouped by task and optimizer (:func:`task_groups`: the ``model`` and ``dataset`` tags and
+  the task params that differ between the runs, then the ``optimizer`` tag; where the experiment
+  holds two versions of one user's optimizer, its ``optimizer.source_hash`` too: never one average
+  of two models or two versions) with the curves averaged per group (min-max band); the chart
   sections ``valid`` (the validation curves), ``train``, the other curves, then the single-valued
   metrics' sections as bar charts of the group means (``final``, ``test``, ``convergence`` open, the
   rest collapsed); the table's columns the trial's tags and its final, test and convergence values.
@@ -47,6 +48,7 @@ from harness.core.names import (
     TAG_SCHEDULE,
     TAG_SEED,
     is_curve_metric,
+    is_task_param,
 )
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -98,11 +100,12 @@ def section_of(metric: str) -> str:
     return metric.rsplit("/", 1)[0] if "/" in metric else ""
 
 
-def view_state(metric_keys, bars: bool = True, versions: bool = False) -> dict:
+def view_state(metric_keys, bars: bool = True, versions: bool = False, tasks=()) -> dict:
     """The runs-view state for runs that logged ``metric_keys`` (see the module's docstring);
     without ``bars``, MLflow makes the single-valued metrics' charts; with ``versions``, the runs
-    are grouped by optimizer and source version. Sections and charts get stable ids
-    (``harness-section-<name>``, ``harness-chart-<metric>``): the same metrics, the same state."""
+    are grouped by optimizer and source version; ``tasks`` (:func:`task_groups`) go first among the
+    group keys. Sections and charts get stable ids (``harness-section-<name>``,
+    ``harness-chart-<metric>``): the same metrics, the same state."""
     keys = sorted({k for k in metric_keys if section_of(k)})  # no "/": MLflow's "Model metrics"
     curve = {section_of(k) for k in keys if is_curve_metric(k)}
     single = {section_of(k) for k in keys} - curve
@@ -119,15 +122,36 @@ def view_state(metric_keys, bars: bool = True, versions: bool = False) -> dict:
              for k in keys if bars and not is_curve_metric(k)]  # also beside curves (time/compile_s)
     columns = [f"metrics.`{k}`" for s in TABLE_SECTIONS for k in keys
                if section_of(k) == s and not is_curve_metric(k)]
-    return {**BASE_VIEW, **_grouping(versions), "compareRunSections": sections, "compareRunCharts": bars_,
+    return {**BASE_VIEW, **_grouping(versions, tasks), "compareRunSections": sections,
+            "compareRunCharts": bars_,
             "isAccordionReordered": True,
             "selectedColumns": [*TABLE_TAGS, *([f"tags.`{TAG_OPTIMIZER_SOURCE_HASH}`"] if versions else []),
                                 *columns]}
 
 
-def _grouping(versions: bool) -> dict:
-    keys = [OPTIMIZER_GROUP, VERSION_GROUP] if versions else [OPTIMIZER_GROUP]
+def _grouping(versions: bool, tasks=()) -> dict:
+    keys = [*tasks, OPTIMIZER_GROUP, *([VERSION_GROUP] if versions else [])]
     return {"groupBy": {**BASE_VIEW["groupBy"], "groupByKeys": keys}}
+
+
+def task_groups(runs) -> list[dict]:
+    """The group keys that tell the tasks of ``runs`` apart: the ``model`` and ``dataset`` tags where
+    two runs differ in them, then each task param (:func:`harness.core.names.is_task_param`:
+    ``model.width``, ``train.batch_size``, ...) where two runs of one model and dataset differ in it
+    (a param only one model has is told apart by the model already); ``[]`` for one task."""
+    def tag(r, t):
+        return r.data.tags.get(t, "")
+
+    out = [{"mode": "tag", "groupByData": t} for t in (TAG_MODEL, TAG_DATASET)
+           if len({tag(r, t) for r in runs}) > 1]
+    seen: dict[tuple, str] = {}
+    varying: set[str] = set()
+    for r in runs:
+        for k in {k for k in r.data.params if is_task_param(k)} - varying:
+            first = seen.setdefault((tag(r, TAG_MODEL), tag(r, TAG_DATASET), k), r.data.params[k])
+            if first != r.data.params[k]:
+                varying.add(k)
+    return out + [{"mode": "param", "groupByData": k} for k in sorted(varying)]
 
 
 def trial_runs(client, experiment_id: str, max_runs: int = 200) -> list:
@@ -153,17 +177,19 @@ def several_versions(runs) -> bool:
 
 
 def training_view(client, experiment_id: str) -> str:
-    """Write :func:`view_state` for the experiment's trial runs' metrics (grouped by source
-    version where :func:`several_versions`) as a shared view on the experiment (idempotent: the
-    key is a hash of the state) and return its key."""
+    """Write :func:`view_state` for the experiment's trial runs' metrics (grouped by task,
+    :func:`task_groups`, and by source version where :func:`several_versions`) as a shared view on
+    the experiment (idempotent: the key is a hash of the state) and return its key."""
     runs = trial_runs(client, experiment_id)
-    keys, versions = metric_keys(runs), several_versions(runs)
-    value = json.dumps(view_state(keys, versions=versions), sort_keys=True, separators=(",", ":"))
+    keys, versions, tasks = metric_keys(runs), several_versions(runs), task_groups(runs)
+    value = json.dumps(view_state(keys, versions=versions, tasks=tasks), sort_keys=True,
+                       separators=(",", ":"))
     if len(value) > MAX_TAG_VALUE:  # many metrics: leave their bar charts to MLflow
-        value = json.dumps(view_state(keys, bars=False, versions=versions), sort_keys=True,
+        value = json.dumps(view_state(keys, bars=False, versions=versions, tasks=tasks), sort_keys=True,
                            separators=(",", ":"))
     if len(value) > MAX_TAG_VALUE:  # and their sections and columns
-        value = json.dumps({**BASE_VIEW, **_grouping(versions)}, sort_keys=True, separators=(",", ":"))
+        value = json.dumps({**BASE_VIEW, **_grouping(versions, tasks)}, sort_keys=True,
+                           separators=(",", ":"))
     key = hashlib.sha256(value.encode()).hexdigest()[:32]
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(SHARED_VIEW_PREFIX + key) != value:
