@@ -110,6 +110,7 @@ ENV_TAGS = ("jax_version", "jaxlib_version", "harness_version", "device_kind", T
 
 # -- params -----------------------------------------------------------------------------------------
 PARAM_STEP_SIZE = "optimizer.step_size"
+PARAM_DATASET_DIGEST = "dataset.digest"  # a dataset kind's content digest (TrialSpec.dataset_digest)
 PARAM_BATCH_SIZE = "train.batch_size"
 PARAM_STEPS = "train.steps"
 PARAM_SEED = "train.seed"

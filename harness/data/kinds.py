@@ -24,7 +24,7 @@ from harness.data.dataset import Dataset
 from harness.data.tfds_source import TFDS_PREFIX, default_tfds_data_dir, load_tfds
 from harness.data.tokens import TOKENS_PREFIX, TokensError, corpus_digest, load_tokens, scan
 
-__all__ = ["KINDS", "DatasetKind", "dataset_error_key", "kind_of"]
+__all__ = ["KINDS", "DatasetKind", "dataset_digest", "dataset_error_key", "kind_of"]
 
 
 def _same(hparams: dict[str, Any]) -> dict[str, Any]:
@@ -104,6 +104,18 @@ def kind_of(name: str) -> tuple[DatasetKind, str] | None:
             rest = name[len(prefix):]
             return kind, (str(Path(rest).expanduser()) if prefix == TOKENS_PREFIX and rest else rest)
     return None
+
+
+def dataset_digest(name: str, hparams: dict[str, Any]) -> str:
+    """The content digest of dataset ``name`` read with ``hparams`` (``""`` for a registry name, a
+    kind without one, or data that cannot be read: the pre-flight says why)."""
+    found = kind_of(name)
+    if found is None:
+        return ""
+    try:
+        return found[0].digest(found[1], hparams)
+    except (OSError, ValueError):
+        return ""
 
 
 def dataset_error_key(e: Exception) -> str:

@@ -75,7 +75,7 @@ def tokenize_files(texts: Sequence[str | Path], out: str | Path, tokenizer: str 
         ids.extend(encode(text))
         ids.append(eot)
     toks = np.asarray(ids, np.int64)
-    n_val = int(round(len(toks) * valid_fraction))
+    n_val = round(len(toks) * valid_fraction)
     if n_val < 2 or len(toks) - n_val < 2:
         raise ValueError(f"{len(toks)} tokens are too few to split into train and validation")
     if int(toks.max()) > 65_535 and fmt != "llama3":
@@ -92,7 +92,7 @@ def tokenize_files(texts: Sequence[str | Path], out: str | Path, tokenizer: str 
         for k, i in enumerate(range(0, len(part), shard_tokens)):
             write_shard(root / f"{prefix}_{split}_{k:06d}.bin", part[i:i + shard_tokens], fmt)
     meta = {"tokenizer": tokenizer, "format": fmt, "vocab_size": n_vocab, "max_token_id": int(toks.max()),
-            "eot_token": eot, "tokens": int(len(toks)), "bytes": n_bytes,
+            "eot_token": eot, "tokens": len(toks), "bytes": n_bytes,
             "bytes_per_token": n_bytes / len(toks), "license": license,
             "sources": [Path(t).name for t in texts]}
     (root / SIDECAR).write_text(json.dumps(meta, indent=1) + "\n")

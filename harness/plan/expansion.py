@@ -249,6 +249,7 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
     for i, sub in enumerate(cfg.include):
         points += _grid_points(sub, cfg, [], file, prefix=f"include[{i}].")
     sizes: dict[tuple, int] = {}
+    digests = _digests()
     cache: dict[str, list[tuple]] = {}
     groups: dict[str, int] = {}
     rows: list[tuple[int, int, int, TrialSpec, TrialOrigin]] = []
@@ -289,7 +290,7 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
                 divergence_loss_factor=cfg.divergence.loss_factor,
                 devices=cfg.parallelism.devices, shard=cfg.parallelism.shard,
-                **source_fields(pt["optimizers"].comp))
+                dataset_digest=digests(ds.name, ds.hparams), **source_fields(pt["optimizers"].comp))
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled, pt["optimizers"].comp.tuning, ranges,
                                  search=resolve_search(cfg.search, pt["optimizers"].comp.search),
@@ -332,6 +333,21 @@ def _one_configuration(trials: list[tuple[TrialSpec, TrialOrigin]], file: str) -
                       f"exclude rule)")
     if errors:
         raise ConfigError(errors)
+
+
+def _digests() -> Callable[[str, dict[str, Any]], str]:
+    """``digest(name, hparams)``: :func:`harness.data.kinds.dataset_digest`, once per dataset."""
+    from harness.data.kinds import dataset_digest
+
+    memo: dict[tuple[str, str], str] = {}
+
+    def digest(name: str, hparams: dict[str, Any]) -> str:
+        key = (name, hp_key(hparams))
+        if key not in memo:
+            memo[key] = dataset_digest(name, hparams)
+        return memo[key]
+
+    return digest
 
 
 def source_fields(comp: Component) -> dict[str, Any]:
