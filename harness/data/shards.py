@@ -130,8 +130,9 @@ DIGEST_BLOCKS, DIGEST_BLOCK_BYTES = 16, 4096
 
 def digest(infos: list[ShardInfo], extra: bytes = b"") -> str:
     """16 hex digits of SHA-256 over each shard's name, size, header and :data:`DIGEST_BLOCKS`
-    evenly spaced blocks of its bytes (first and last included), plus ``extra``: stable, and cheap
-    for a corpus of any size (at most ~65 KiB read per shard)."""
+    evenly spaced blocks of its bytes (first and last included), plus ``extra``: stable (no
+    timestamps: a copied corpus keeps its digest), and cheap for a corpus of any size (at most
+    ~65 KiB read per shard). A same-size edit that touches no sampled block is not seen."""
     h = hashlib.sha256(b"harness-shards-1")
     for info in infos:
         h.update(f"{Path(info.path).name}\0{info.size}\0{info.format}\0".encode())
