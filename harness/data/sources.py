@@ -45,6 +45,8 @@ the sources live in :mod:`harness.data.offline`, :mod:`harness.data.sequences` a
   A dataset that is not prepared there fails at once with
   :class:`~harness.data.dataset.DatasetNotPreparedError`, whose message says how to prepare it;
   nothing is downloaded.
+* ``tokens:PATH``: a folder of token shards, :func:`harness.data.tokens.load_tokens`. Prefixed names
+  go through their kind (:mod:`harness.data.kinds`).
 
 :func:`load_dataset` memoises results per process (datasets are immutable: arrays are read-only).
 """
