@@ -20,6 +20,7 @@ import numpy as np
 
 from harness.data.dataset import Dataset
 from harness.data.shards import ShardError, ShardInfo, digest, read_info, read_tokens
+from harness.data.stream import TokenStream
 
 __all__ = ["SIDECAR", "TOKENS_PREFIX", "VALID_TOKENS_MAX", "Corpus", "TokensError", "corpus_digest",
            "load_tokens", "scan", "windows"]
@@ -131,57 +132,92 @@ def _check_vocab(infos: tuple[ShardInfo, ...], vocab_size: int) -> None:
                                                 f"{vocab_size} (the model's vocabulary)")
 
 
-def _vocab(corpus: Corpus, vocab_size: int | None, train: np.ndarray) -> int:
+def _vocab(corpus: Corpus, vocab_size: int | None, streamed: bool) -> int:
     if vocab_size is not None:
         if vocab_size < 1:
             raise TokensError("vocab_size", f"must be >= 1, got {vocab_size}")
         return vocab_size
     if "max_token_id" in corpus.meta:
         return int(corpus.meta["max_token_id"]) + 1
-    return int(train.max()) + 1 if train.size else 1
+    if streamed:
+        raise TokensError("vocab_size", f"{corpus.root} has no {SIDECAR} giving its largest token id; set "
+                                        f"vocab_size (reading a streamed corpus whole to find it is what "
+                                        f"streaming avoids)")
+    return 1 + max((int(read_tokens(i).max()) for i in corpus.shards if i.num_tokens), default=0)
+
+
+def _tail(infos: tuple[ShardInfo, ...], start: int) -> np.ndarray:
+    """Tokens ``start ..`` of the stream of ``infos``, as ``int64``, reading only that part."""
+    parts, first = [], 0
+    for info in infos:
+        if first + info.num_tokens > start:
+            parts.append(np.asarray(read_tokens(info)[max(start - first, 0):], np.int64))
+        first += info.num_tokens
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens: int | None,
+                 globs: tuple[str, str]) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(validation tokens, test tokens, training tokens kept)``: the test tokens from the test
+    files, else held out from the end of the training stream (not kept for training)."""
+    n_val = sum(i.num_tokens for i in c.valid)
+    want_val = min(n_val, VALID_TOKENS_MAX) if valid_tokens is None else valid_tokens
+    if want_val > n_val or want_val < seq_len + 1:
+        raise TokensError("valid_tokens", f"asked {want_val:,} validation tokens, the files matching "
+                                          f"{globs[0]!r} in {c.root} hold {n_val:,} (at least "
+                                          f"seq_len + 1 = {seq_len + 1} are needed)")
+    valid = _stream(c.valid, want_val + (1 if n_val > want_val else 0))
+    n_train = sum(i.num_tokens for i in c.train)
+    want_test = want_val if test_tokens is None else test_tokens
+    if c.test:
+        n_test = sum(i.num_tokens for i in c.test)
+        if want_test > n_test:
+            raise TokensError("test_tokens", f"asked {want_test:,} test tokens, the files matching "
+                                             f"{globs[1]!r} in {c.root} hold {n_test:,}")
+        return valid, _stream(c.test, want_test), n_train
+    if want_test >= n_train - seq_len:
+        raise TokensError("test_tokens", f"holding out {want_test:,} test tokens leaves too few of "
+                                         f"the {n_train:,} training tokens in {c.root}")
+    return valid, _tail(c.train, n_train - want_test), n_train - want_test
+
+
+#: Training splits above this many tokens are streamed (``stream: null``); below, held in memory.
+STREAM_ABOVE_TOKENS = 1 << 24
+#: Windows of a streamed training split kept in memory (shapes, the throughput measurement).
+RESIDENT_WINDOWS = 1024
 
 
 def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, valid_tokens: int | None = None,
                 test_tokens: int | None = None, train_glob: str = "*train*", valid_glob: str = "*val*",
-                test_glob: str = "*test*", format: str = "auto") -> Dataset:
+                test_glob: str = "*test*", format: str = "auto", stream: bool | None = None) -> Dataset:
     """The shard folder ``path`` as a ``"sequence"`` :class:`Dataset` of ``int32 (N, seq_len)`` windows.
 
     Args:
       path: the folder. seq_len: tokens per window. vocab_size: the vocabulary (default: the
-        sidecar's largest token id + 1, else the training split's). valid_tokens: tokens of the
+        sidecar's largest token id + 1, else the data's). valid_tokens: tokens of the
         validation files evaluated (default: all, at most :data:`VALID_TOKENS_MAX`). test_tokens:
         tokens of the test files, or held out from the end of training (default: as validation).
         *_glob: file-name patterns of the splits. format: ``auto`` or a
-        :data:`harness.data.shards.FORMATS` key.
+        :data:`harness.data.shards.FORMATS` key. stream: read training windows from memory maps
+        (:class:`harness.data.stream.TokenStream`, ``Dataset.stream``) instead of holding them
+        (``None``: above :data:`STREAM_ABOVE_TOKENS` training tokens).
     Raises:
       TokensError: bad data or hyperparameters; ``.key`` names the hyperparameter.
     """
     if seq_len < 1:
         raise TokensError("seq_len", f"must be >= 1, got {seq_len}")
     c = scan(path, train_glob, valid_glob, test_glob, format)
-    n_val = sum(i.num_tokens for i in c.valid)
-    want_val = min(n_val, VALID_TOKENS_MAX) if valid_tokens is None else valid_tokens
-    if want_val > n_val or want_val < seq_len + 1:
-        raise TokensError("valid_tokens", f"asked {want_val:,} validation tokens, the files matching "
-                                          f"{valid_glob!r} in {c.root} hold {n_val:,} (at least "
-                                          f"seq_len + 1 = {seq_len + 1} are needed)")
-    valid = _stream(c.valid, want_val + (1 if n_val > want_val else 0))
-    train = _stream(c.train)
-    want_test = want_val if test_tokens is None else test_tokens
-    if c.test:
-        n_test = sum(i.num_tokens for i in c.test)
-        if want_test > n_test:
-            raise TokensError("test_tokens", f"asked {want_test:,} test tokens, the files matching "
-                                             f"{test_glob!r} in {c.root} hold {n_test:,}")
-        test = _stream(c.test, want_test)
-    else:  # held out: the last test_tokens of the training stream
-        if want_test >= len(train) - seq_len:
-            raise TokensError("test_tokens", f"holding out {want_test:,} test tokens leaves too few of "
-                                             f"the {len(train):,} training tokens in {c.root}")
-        train, test = train[:-want_test], train[-want_test:]
-    vocab = _vocab(c, vocab_size, train)
-    _check_vocab(c.shards, vocab)
-    splits = [windows(t, seq_len) for t in (train, test, valid)]
+    valid, test, n_train = _eval_splits(c, seq_len, valid_tokens, test_tokens, (valid_glob, test_glob))
+    streamed = n_train > STREAM_ABOVE_TOKENS if stream is None else stream
+    vocab = _vocab(c, vocab_size, streamed)
+    _check_vocab(c.valid + c.test if streamed else c.shards, vocab)
+    src = TokenStream(c.train, seq_len, n_train, vocab)
+    if streamed:
+        w = np.stack([src.window(i) for i in range(min(src.num_windows, RESIDENT_WINDOWS))])
+        train = (w[:, :-1].astype(np.int32), w[:, 1:].astype(np.int32))
+    else:
+        train = windows(_stream(c.train, n_train), seq_len)
+    splits = [train, windows(test, seq_len), windows(valid, seq_len)]
     for (x, _), what in zip(splits, ("training", "test", "validation"), strict=True):
         if len(x) == 0:
             raise TokensError("seq_len", f"the {what} tokens of {c.root} hold no window of {seq_len + 1}")
@@ -190,4 +226,5 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
     return Dataset(xt, yt, xs, ys, xv, yv, input_shape=(seq_len,), num_classes=vocab,
                    name=f"{TOKENS_PREFIX}{path}", task="sequence",
                    source=f"token shards in {c.root} ({c.shards[0].format}, {tok})",
-                   license=str(c.meta.get("license", "")))
+                   license=str(c.meta.get("license", "")), stream=src if streamed else None,
+                   bytes_per_token=c.meta.get("bytes_per_token"))
