@@ -5,6 +5,7 @@ refused with one line naming the key path and the file."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -211,6 +212,13 @@ def test_sweep_trains_on_every_format_and_a_rewritten_shard_reruns_only_its_tria
     exp = client.get_experiment_by_name("lm")
     runs = [x for x in client.search_runs([exp.experiment_id]) if "harness.trial_id" in x.data.tags]
     assert len(runs) == 3 and {x.info.status for x in runs} == {"FINISHED"}
+    for x in runs:  # a language model's metrics: perplexity, bits per byte, token counts
+        m, name = x.data.metrics, x.data.params["dataset"]
+        bpt = json.loads((Path(name.removeprefix("tokens:")) / "tokens.json").read_text())["bytes_per_token"]
+        assert m["valid/perplexity"] == pytest.approx(math.exp(m["valid/loss"]), rel=1e-6)
+        assert m["test/perplexity"] == pytest.approx(math.exp(m["test/loss"]), rel=1e-6)
+        assert m["valid/bits_per_byte"] == pytest.approx(m["valid/loss"] / math.log(2) / bpt, rel=1e-6)
+        assert m["dataset/valid_tokens"] == 512 // SEQ * SEQ
     digests = {x.data.params["dataset"]: x.data.params["dataset.digest"] for x in runs}
     assert digests == {d["name"]: dataset_digest(d["name"], {}) for d in datasets}
     # rewrite one shard of the nanogpt folder: only its trial re-runs, and the dry run says why

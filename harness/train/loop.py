@@ -355,7 +355,17 @@ class _UnitRun:
                 **({"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,
                                    "save_s": ck.save_seconds}} if ck is not None else {}),
                 **({"data_wait_s": self.feed.wait_s, "data_read_s": self.feed.read_s}
-                   if self.feed is not None else {})}
+                   if self.feed is not None else {}),
+                **({"lm": _lm_extra(ds)} if ds.task == "sequence" else {})}
+
+
+def _lm_extra(ds: Dataset) -> dict[str, Any]:
+    """A sequence dataset's bytes per token (``None``: unknown) and token counts per split
+    (``TrialResult.extra["lm"]``)."""
+    n_train = ds.stream.num_windows if ds.stream is not None else ds.num_train
+    T = ds.input_shape[0]
+    return {"bytes_per_token": ds.bytes_per_token,
+            "tokens": {"train": n_train * T, "valid": ds.num_valid * T, "test": ds.num_test * T}}
 
 
 def _check_batch(specs: Sequence[TrialSpec]) -> None:
