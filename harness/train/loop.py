@@ -13,6 +13,8 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
 * **Data** lives on the device. Training order is a stream of epochs, each a fresh
   ``jax.random.permutation(fold_in(data_key, epoch), N)``; step ``i`` (0-based) uses stream
   positions ``[i·B, (i+1)·B)``, so a batch may straddle two epochs and no example is dropped.
+  A streamed split (``Dataset.stream``, token shards) is read on the host instead, in the stream's
+  own order (a pure function of seed and step), a chunk ahead (:mod:`harness.train.streaming`).
 * **Sequence tasks** (``dataset.task == "sequence"``, :mod:`harness.data.sequences`): inputs are
   ``int32 (N, T)`` token ids kept as integers on the device, targets the next tokens ``(N, T)``;
   the model's loss and accuracy are per-token means, and evaluation's example-weighted mean is the
