@@ -247,3 +247,29 @@ def test_tokenize_refuses_what_it_cannot_do(tmp_path):
     assert r.exit_code == 2 and "no such file" in r.output
     r = runner.invoke(app, ["data", "info", str(tmp_path / "nothing")])
     assert r.exit_code == 2 and "not a folder of token shards" in r.output
+
+
+def test_lm_text_yaml_header_makes_the_data_it_reads(tmp_path, monkeypatch):
+    """The example's header commands, run as written (brace list expanded, offline), make the shards
+    its dataset names; its dry run then plans 4 trials (the pre-flight loads the data)."""
+    import re
+    import shlex
+
+    header = (ROOT / "experiments" / "lm_text.yaml").read_text().split("\nname:")[0]
+    lines = [ln.removeprefix("#").strip() for ln in header.splitlines()]
+    cmd = " ".join(ln.rstrip("\\").strip() for ln in lines[lines.index(next(
+        ln for ln in lines if "data tokenize" in ln)):] if ln)
+    cmd = cmd[:cmd.index(" .venv/bin/python -m harness data info")]
+    files = re.search(r"/usr/share/common-licenses/\{([^}]*)\}", cmd)
+    texts = [f"/usr/share/common-licenses/{n}" for n in files.group(1).split(",")]
+    if not all(Path(t).is_file() for t in texts):
+        pytest.skip("no /usr/share/common-licenses (Debian's base-files) on this machine")
+    args = shlex.split(cmd.replace(files.group(0), " ".join(texts)))
+    assert args[:4] == [".venv/bin/python", "-m", "harness", "data"]
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, args[3:])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "data" / "licenses" / "tokens.json").read_text())["tokens"] > 150_000
+    r = runner.invoke(app, ["sweep", str(ROOT / "experiments" / "lm_text.yaml"), "--dry-run",
+                            "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
+    assert r.exit_code == 0 and "4 trials" in r.output, r.output
