@@ -34,7 +34,7 @@ def test_help_lists_commands_without_importing_jax_or_mlflow():
             "print([k for k in ('jax', 'mlflow', 'pydantic', 'yaml') if k in sys.modules])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     lines = r.stdout.splitlines()
-    assert lines[0] == "['list', 'report', 'reproduce', 'status', 'sweep', 'ui']"
+    assert lines[0] == "['data', 'list', 'report', 'reproduce', 'status', 'sweep', 'ui']"
     assert lines[1] == "[]"
     r = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True, text=True,
                        timeout=60)

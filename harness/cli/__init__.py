@@ -3,6 +3,7 @@
 Commands: ``sweep`` (run a config), ``list`` (registries and hyperparameters), ``status`` (per sweep:
 finished/diverged/failed/pending), ``ui`` (the MLflow UI on the store), ``report`` (HTML report, or
 the tables as Markdown, LaTeX or CSV), ``reproduce`` (one stored trial trained again and compared),
+``data tokenize|info`` (token shards),
 one module each (``harness.cli.<command>_cmd``); this package makes the typer ``app`` of them and
 ``main``. jax, MLflow, pydantic and the registries are imported inside the commands, so ``--help`` is
 fast. The top layer of ``harness``: may import every subpackage, and ``reports`` (``report`` only).
@@ -36,7 +37,7 @@ import time
 import typer
 
 import harness
-from harness.cli import common, list_cmd, report_cmd, reproduce_cmd, status_cmd, sweep_cmd, ui_cmd
+from harness.cli import common, data_cmd, list_cmd, report_cmd, reproduce_cmd, status_cmd, sweep_cmd, ui_cmd
 
 _EPILOG = """\b
 Examples:
@@ -65,6 +66,7 @@ app.command(short_help="Start the MLflow UI on the store.")(ui_cmd.ui)
 app.command(short_help="Write the HTML comparison report.", epilog=report_cmd.EPILOG)(report_cmd.report)
 app.command(short_help="Re-train one stored trial; compare its values.",
             epilog=reproduce_cmd.EPILOG)(reproduce_cmd.reproduce)
+app.add_typer(data_cmd.app, name="data", short_help="Token shards: tokenize text, describe a folder.")
 
 __all__ = ["EXIT_GRACE_S", "app", "main"]
 

@@ -121,7 +121,9 @@ def list_(
     single, registry = kinds[kind]
     entries = dict(registry)
     if kind == "datasets":
-        entries["tfds:NAME"] = None
+        from harness.data.kinds import KINDS
+
+        entries.update({k.pattern: k for k in KINDS.values()})
     if name is not None:
         if name not in entries:
             from harness.core.registry import did_you_mean
@@ -211,8 +213,11 @@ def _print_entry(console, kind: str, single: str, name: str, builder, full: bool
     from optimizers.registry import NOTES
 
     note = NOTES.get(kind, {}).get(name)
-    if builder is None:  # datasets' tfds:NAME
-        hp, desc, doc = "data_dir, ...", "a TFDS dataset prepared in a data_dir (array_record)", ""
+    from harness.data.kinds import DatasetKind
+
+    if isinstance(builder, DatasetKind):  # a dataset kind: tfds:NAME, tokens:PATH
+        hp, desc = _hparams_text(single, builder.hparams_builder("")), builder.summary
+        doc = _plain(inspect.getdoc(builder.load) or "") if full else ""
     else:
         hp = _hparams_text(single, builder)
         desc = describe(builder, note)
@@ -250,7 +255,10 @@ def _print_short(console, kinds: dict) -> None:
         for n in sorted(registry):
             t.add_row(escape(n), escape(_hparams_text(single, registry[n], names_only=True) or "—"))
         if k == "datasets":
-            t.add_row("tfds:NAME", "data_dir, ...")
+            from harness.data.kinds import KINDS
+
+            for dk in KINDS.values():
+                t.add_row(escape(dk.pattern), escape(_hparams_text(single, dk.hparams_builder(""), True)))
         console.print(t)
 
 

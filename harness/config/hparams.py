@@ -1,7 +1,8 @@
 """One config entry against its builder: names, hyperparameters, types, and canonical numbers.
 
 :func:`check_component` checks one ``models``/``optimizers``/``schedules``/``datasets`` entry: the
-name is in its registry (or a well-formed ``tfds:NAME``), every hyperparameter is one of the
+name is in its registry (or a well-formed name of a dataset kind, :mod:`harness.data.kinds`),
+every hyperparameter is one of the
 builder's (:func:`harness.config.registries.builder_hparams`), every value (each grid value, each
 option or bound of a distribution) fits the builder's annotation or default (:func:`type_error`),
 ``step_size``/``learning_rate`` are > 0, numbers are finite and fit 64 bits, a value's text fits an
@@ -25,12 +26,13 @@ from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig
 from harness.config.values import hparam_count, hparam_values
 from harness.core.registry import REQUIRED, HParam, did_you_mean, lookup
+from harness.data.kinds import kind_of
 
-__all__ = ["POSITIVE_HPARAMS", "annotation_of", "canonicalize_numbers", "check_component", "type_error"]
+__all__ = ["POSITIVE_HPARAMS", "annotation_of", "canonicalize_numbers", "check_component", "entry_builder",
+           "type_error"]
 
 #: Hyperparameters that must be numbers > 0 (and are always floats).
 POSITIVE_HPARAMS = ("step_size", "learning_rate")
-TFDS_RE = re.compile(r"^tfds:[a-z][a-z0-9_]*(/[A-Za-z0-9_.\-]+)?(:\d+\.\d+\.\d+)?$")
 
 
 def annotation_of(builder: Callable, hp: HParam) -> Any:
@@ -87,6 +89,20 @@ def type_error(value: Any, ann: Any) -> str | None:
     return f"expected {name}, got {short_repr(value)}"
 
 
+def entry_builder(kind: str, registry: Mapping[str, Callable], name: str) -> Callable:
+    """The builder whose signature holds the entry's hyperparameters: a dataset kind's loader
+    (:mod:`harness.data.kinds`) for a prefixed dataset name, else the registry's entry.
+
+    Raises:
+      KeyError: an unknown name, or a malformed prefixed one (the message says why)."""
+    if kind == "dataset" and (found := kind_of(name)) is not None:
+        dkind, rest = found
+        if (why := dkind.name_problem(rest)) is not None:
+            raise KeyError(why)
+        return dkind.hparams_builder(rest)
+    return lookup(registry, name, kind)
+
+
 def check_component(kind: str, registry: Mapping[str, Callable], comp: Component, path: str,
                     file: str, errors: list[str]) -> None:
     """Append to ``errors`` one ``FILE: PATH...: message`` line per problem of entry ``comp`` of
@@ -96,13 +112,8 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
         errors.append(f"{file}: {path}.name: not a {kind} name ({len(comp.name):,} characters: "
                       f"{short_repr(comp.name, 60)}); `python -m harness list` shows the names")
         return
-    if kind == "dataset" and comp.name.startswith("tfds:"):
-        if not TFDS_RE.match(comp.name):
-            errors.append(f"{file}: {path}.name: malformed TFDS dataset {comp.name!r}; expected "
-                          f"'tfds:NAME', 'tfds:NAME/CONFIG' or 'tfds:NAME:1.2.3'")
-        return
     try:
-        builder = lookup(registry, comp.name, kind)
+        builder = entry_builder(kind, registry, comp.name)
     except KeyError as e:
         errors.append(f"{file}: {path}.name: {e.args[0]}")
         return

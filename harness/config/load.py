@@ -41,7 +41,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
       - {name: adam, hparams: {step_size: {log_grid: [1.0e-4, 1.0e-1, 4]}}}   # 4 log-spaced values
       - {name: sgd, hparams: {step_size: [0.1, 0.3], }, zip: [[...]]}
     schedules: [constant, cosine_decay]  # default [constant]; factories get the optimizer's step_size
-    datasets: [digits]             # registry names or "tfds:NAME"
+    datasets: [digits]             # registry names, "tfds:NAME" or "tokens:PATH" (harness.data.kinds)
     seeds: [0, 1]                  # a list, or an int n meaning 0..n-1
     batch_size: 64                 # an int or a list (an axis)
     budget: {steps: 500}           # or {epochs: 3} (steps = ceil(epochs * n_train / batch_size))

@@ -17,7 +17,7 @@ from harness.config import search
 from harness.config.augment import validate_augment
 from harness.config.echo import short_repr
 from harness.config.errors import ConfigError, key_text
-from harness.config.hparams import check_component
+from harness.config.hparams import check_component, entry_builder
 from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig, WorkloadEntry
 from harness.config.values import hparam_count
@@ -209,10 +209,8 @@ def _check_rules(cfg: SweepConfig, file: str, registries: Registries, errors: li
                 continue
             if key in regs:
                 for v in wants:
-                    if key == "dataset" and isinstance(v, str) and v.startswith("tfds:"):
-                        continue
                     try:
-                        lookup(regs[key], v, key)
+                        entry_builder(key, regs[key], v) if isinstance(v, str) else lookup(regs[key], v, key)
                     except (KeyError, TypeError) as e:
                         msg = e.args[0] if isinstance(e, KeyError) else f"not a {key} name: {short_repr(v)}"
                         errors.append(f"{where}: {msg}")
@@ -229,8 +227,11 @@ def _check_rules(cfg: SweepConfig, file: str, registries: Registries, errors: li
                 continue
             valid: list[str] = []
             for c in comps:
-                if c.name in regs[kind] and not c.name.startswith("tfds:"):
-                    valid += [h for h in builder_hparams(kind, regs[kind][c.name]) if h not in valid]
+                try:
+                    builder = entry_builder(kind, regs[kind], c.name)
+                except KeyError:
+                    continue
+                valid += [h for h in builder_hparams(kind, builder) if h not in valid]
             if hp in valid:
                 errors.append(f"{where}: no {kind} entry of this sweep sets {hp!r}, so the rule "
                               f"matches no trial; rules match hyperparameters the config sets "

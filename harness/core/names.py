@@ -110,6 +110,7 @@ ENV_TAGS = ("jax_version", "jaxlib_version", "harness_version", "device_kind", T
 
 # -- params -----------------------------------------------------------------------------------------
 PARAM_STEP_SIZE = "optimizer.step_size"
+PARAM_DATASET_DIGEST = "dataset.digest"  # a dataset kind's content digest (TrialSpec.dataset_digest)
 PARAM_BATCH_SIZE = "train.batch_size"
 PARAM_STEPS = "train.steps"
 PARAM_SEED = "train.seed"
@@ -302,6 +303,8 @@ TAG_BATCH_FALLBACK_REASON = "harness.batch_fallback_reason"
 PREFIX_VALID = "valid/"  # + a model's metric name, at every evaluation of the validation split
 PREFIX_TEST = "test/"  # + a model's metric name, once at the end, on the test split
 M_PEAK_FLOPS = "perf/peak_flops"
+PERPLEXITY = "perplexity"  # valid/ and test/: exp(loss per token) of a language model on text
+BITS_PER_BYTE = "bits_per_byte"  # valid/ and test/: loss / ln 2 / the tokenizer's bytes per token
 M_VALID_GAP = "valid/nats_above_entropy"  # validation loss minus a dataset's known loss floor
 M_LOSS_FLOOR = "dataset/loss_floor"
 M_ENTROPY_RATE = "dataset/entropy_rate"

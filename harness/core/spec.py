@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.core.names import canonical_metric
+from harness.core.names import PARAM_DATASET_DIGEST, canonical_metric
 from harness.core.util import freeze
 
 Status = Literal["finished", "diverged", "failed", "stopped"]
@@ -101,6 +101,9 @@ class TrialSpec:
       optimizer_source_ref: ``(kind, target, function, digest, code)`` of the source, shipped with
         the trial to the worker that trains it (the file's text included); never in
         :meth:`to_dict`, equality or ``trial_id``.
+      dataset_digest: the content digest of the data the trial reads (a dataset kind's,
+        :mod:`harness.data.kinds`; ``""``, omitted from :meth:`to_dict`, where the name and
+        hyperparameters say it all): part of ``trial_id``, so rewritten data re-trains.
       early_stop: the early-stopping rule of a trial an adaptive search may stop at its rungs
         (:mod:`harness.core.rungs`: method, eta, bracket, rungs, metric, mode, value), as sorted
         ``(name, value)`` pairs; ``()`` (the default, omitted from :meth:`to_dict`) for a trial that
@@ -141,6 +144,7 @@ class TrialSpec:
     optimizer_source: str = ""
     optimizer_source_hash: str = ""
     early_stop: tuple[tuple[str, Any], ...] = ()
+    dataset_digest: str = ""
     optimizer_source_ref: tuple = field(default=(), compare=False, repr=False)
 
     @classmethod
@@ -208,6 +212,8 @@ class TrialSpec:
             out["workload"] = self.workload
         if self.optimizer_source:
             out["optimizer.source"] = self.optimizer_source
+        if self.dataset_digest:
+            out[PARAM_DATASET_DIGEST] = self.dataset_digest
         if self.devices != 1:
             out["parallelism.devices"] = str(self.devices)
             out["parallelism.shard"] = self.shard
@@ -226,7 +232,7 @@ class TrialSpec:
             self.schedule_hparams, self.dataset, self.dataset_hparams, self.steps, self.batch_size,
             self.eval_every, self.steps_per_dispatch, self.target, self.dtype, self.augment,
             self.workload, self.devices, self.shard, self.optimizer_source, self.optimizer_source_hash,
-            *alone,
+            self.dataset_digest, *alone,
         )
 
     def perf_key(self) -> tuple:
@@ -246,7 +252,7 @@ class TrialSpec:
 #: TrialSpec fields left out of ``to_dict`` (and ``trial_id``) when they equal these defaults.
 _OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0,
                                      "devices": 1, "shard": "batch", "optimizer_source": "",
-                                     "optimizer_source_hash": "", "early_stop": {}}
+                                     "optimizer_source_hash": "", "early_stop": {}, "dataset_digest": ""}
 #: TrialSpec fields never in ``to_dict`` (the shipped source text: the hash stands for it).
 NOT_IN_DICT = ("optimizer_source_ref",)
 #: TrialSpec fields never part of ``trial_id`` (see the class docstring: results equal to float32

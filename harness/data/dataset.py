@@ -9,6 +9,7 @@ Every loader of :mod:`harness.data` returns a :class:`Dataset`: ``x_train``/``x_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +77,11 @@ class Dataset:
     #: sequence datasets with a known optimum: entropy rate and the exact per-token loss floor (nats)
     entropy_rate: float | None = None
     loss_floor: float | None = None
+    #: a streamed training split (:class:`harness.data.stream.TokenStream`): ``x_train``/``y_train``
+    #: then hold only its first windows (shapes, throughput); training reads ``stream``
+    stream: Any = None
+    #: UTF-8 bytes per token of a text dataset's tokenizer, where known (bits per byte)
+    bytes_per_token: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("x_train", "y_train", "x_test", "y_test", "x_valid", "y_valid"):

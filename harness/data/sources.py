@@ -45,6 +45,8 @@ the sources live in :mod:`harness.data.offline`, :mod:`harness.data.sequences` a
   A dataset that is not prepared there fails at once with
   :class:`~harness.data.dataset.DatasetNotPreparedError`, whose message says how to prepare it;
   nothing is downloaded.
+* ``tokens:PATH``: a folder of token shards, :func:`harness.data.tokens.load_tokens`. Prefixed names
+  go through their kind (:mod:`harness.data.kinds`).
 
 :func:`load_dataset` memoises results per process (datasets are immutable: arrays are read-only).
 """
@@ -60,8 +62,9 @@ from harness.core.registry import lookup
 from harness.core.util import freeze
 from harness.data import sequences
 from harness.data.dataset import Dataset
+from harness.data.kinds import kind_of
 from harness.data.offline import digits, mnist1d, synthetic
-from harness.data.tfds_source import TFDS_PREFIX, default_tfds_data_dir, load_tfds
+from harness.data.tfds_source import TFDS_PREFIX
 
 __all__ = ["DATASETS", "TFDS_PREFIX", "Dataset", "load_dataset", "markov_lm"]
 
@@ -100,28 +103,28 @@ def _remember(key: tuple[str, tuple], ds: Dataset) -> Dataset:
 
 
 def _key(name: str, hparams: dict[str, Any]) -> tuple[str, tuple]:
-    hparams = dict(hparams)
-    if name.startswith(TFDS_PREFIX) and hparams.get("data_dir") is None:
-        hparams["data_dir"] = default_tfds_data_dir()  # resolve now so the memo key sees the env
-    return name, freeze(hparams)
+    found = kind_of(name)
+    return name, freeze(found[0].memo_hparams(dict(hparams)) if found else dict(hparams))
 
 
 def load_dataset(name: str, **hparams: Any) -> Dataset:
-    """``DATASETS[name](**hparams)``, or :func:`harness.data.tfds_source.load_tfds` for ``tfds:NAME``;
+    """``DATASETS[name](**hparams)``, or the loader of a dataset kind (:mod:`harness.data.kinds`);
     memoised per process (the key is :func:`harness.core.util.freeze` of the hyperparameters; the
     :data:`MEMO_SIZE` most recently used are kept).
 
     Raises:
       KeyError: unknown registry name (message lists the valid choices and the closest one).
       DatasetNotPreparedError: a ``tfds:`` dataset missing from its ``data_dir``.
+      TokensError: a ``tokens:`` folder that cannot be read as asked (``.key``: the hyperparameter).
     """
     key = _key(name, hparams)
     if key in _MEMO:
         _MEMO.move_to_end(key)
         return _MEMO[key]
     kw = dict(key[1])
-    if name.startswith(TFDS_PREFIX):
-        return _remember(key, load_tfds(name[len(TFDS_PREFIX):], **kw))
+    if (found := kind_of(name)) is not None:
+        kind, rest = found
+        return _remember(key, kind.load(rest, **kw))
     return _remember(key, lookup(DATASETS, name, "dataset")(**kw))
 
 

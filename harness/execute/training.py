@@ -44,10 +44,20 @@ Checkpoints = list[tuple[Any, list[str]]]
 
 
 def load_dataset_of(spec: TrialSpec):
-    """The trial's dataset (``harness.data.sources.load_dataset`` keeps the recent ones per process)."""
+    """The trial's dataset (``harness.data.sources.load_dataset`` keeps the recent ones per process).
+
+    Raises:
+      ValueError: the data's content digest is no longer the one in the trial's identity (a shard
+        rewritten while the sweep runs): the trial fails with that reason."""
+    from harness.data.kinds import dataset_digest
     from harness.data.sources import load_dataset
 
-    return load_dataset(spec.dataset, **spec.hparams("dataset"))
+    hp = spec.hparams("dataset")
+    if spec.dataset_digest and (now := dataset_digest(spec.dataset, hp)) != spec.dataset_digest:
+        raise ValueError(f"dataset {spec.dataset!r} changed while the sweep ran (digest "
+                         f"{spec.dataset_digest} -> {now or 'unreadable'}); the next sweep trains its "
+                         f"trials on the new data")
+    return load_dataset(spec.dataset, **hp)
 
 
 def failed_result(spec: TrialSpec, exc: BaseException) -> TrialResult:

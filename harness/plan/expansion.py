@@ -35,6 +35,7 @@ from harness.core.ladder import Rung
 from harness.core.names import TAG_SEARCH_SPACE, TAG_TUNING, TUNING_NONE
 from harness.core.spec import Target, TrialSpec
 from harness.core.util import freeze
+from harness.data.kinds import dataset_digest
 
 _AXIS_ORDER = ("datasets", "models", "optimizers", "schedules", "batch_size", "seeds")
 
@@ -249,6 +250,7 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
     for i, sub in enumerate(cfg.include):
         points += _grid_points(sub, cfg, [], file, prefix=f"include[{i}].")
     sizes: dict[tuple, int] = {}
+    digests: dict[tuple[str, str], str] = {}  # each dataset's content digest, read once
     cache: dict[str, list[tuple]] = {}
     groups: dict[str, int] = {}
     rows: list[tuple[int, int, int, TrialSpec, TrialOrigin]] = []
@@ -269,6 +271,8 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 raise ConfigError([f"{file}: budget.epochs: {cfg.budget.epochs:g} epochs of dataset "
                                    f"{ds.name!r} at batch size {bs} are {steps:,} steps; at most "
                                    f"{MAX_STEPS:,}"])
+        if (dkey := (ds.name, hp_key(ds.hparams))) not in digests:
+            digests[dkey] = dataset_digest(ds.name, ds.hparams)
         tgt = cfg.target_for(ds.name)
         model = pt["models"]
         task = f"{ds.name}" + (f" ({hp_text(ds.hparams)})" if ds.hparams else "") + f" · {model.name}"
@@ -285,11 +289,10 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 batch_size=bs, eval_every=cfg.eval_every or max(1, steps // 10),
                 steps_per_dispatch=cfg.steps_per_dispatch, model_hparams=hps["models"],
                 optimizer_hparams=hps["optimizers"], schedule_hparams=hps["schedules"],
-                dataset_hparams=ds.hparams,
+                dataset_hparams=ds.hparams, dataset_digest=digests[dkey],
                 target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
-                divergence_loss_factor=cfg.divergence.loss_factor,
-                devices=cfg.parallelism.devices, shard=cfg.parallelism.shard,
-                **source_fields(pt["optimizers"].comp))
+                divergence_loss_factor=cfg.divergence.loss_factor, devices=cfg.parallelism.devices,
+                shard=cfg.parallelism.shard, **source_fields(pt["optimizers"].comp))
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled, pt["optimizers"].comp.tuning, ranges,
                                  search=resolve_search(cfg.search, pt["optimizers"].comp.search),

@@ -20,6 +20,19 @@ from harness.config.workloads import needs_parts
 from harness.plan.expansion import TrialList, entry_paths, expand, expand_parts, hp_key, hp_text
 
 
+def _load_error(file: str, path: str, name: str, hp: Mapping[str, Any], e: Exception) -> str:
+    """The error line of a dataset that does not load: a ``tfds:`` dataset not prepared (its message
+    says how) or a kind's data error at ``path.name``; one that names a hyperparameter at it."""
+    from harness.data.kinds import dataset_error_key, kind_of
+
+    if key := dataset_error_key(e):
+        return f"{file}: {path}.hparams.{key}: {e}"
+    if isinstance(e, FileNotFoundError) or (kind_of(name) is not None and isinstance(e, ValueError)):
+        return f"{file}: {path}.name: {exc_text(e)}"
+    return (f"{file}: {hp_path(path, hp, str(e))}: cannot load dataset {name!r} ({_hp_text(hp)}): "
+            f"{exc_text(e)}")
+
+
 def _hp_text(hp: Mapping[str, Any]) -> str:
     return hp_text(hp) or "defaults"
 
@@ -252,7 +265,8 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
 
     if needs_parts(cfg):  # each part checked as its own grid (harness.config.workloads)
         return expand_parts(cfg, _parts_said(cfg, file, registries, on_stage))
-    from harness.data.sources import DATASETS, TFDS_PREFIX, load_dataset
+    from harness.data.kinds import kind_of
+    from harness.data.sources import DATASETS, load_dataset
     from harness.train.build import base_step_size, make_opt_factory
 
     reg = config_registries(cfg, registries or default_registries())
@@ -267,15 +281,12 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     for (name, hpk), path in paths["datasets"].items():
         hp = json.loads(hpk)
         try:
-            if name.startswith(TFDS_PREFIX) or reg.datasets is DATASETS:
+            if kind_of(name) is not None or reg.datasets is DATASETS:
                 loaded[(name, hpk)] = load_dataset(name, **hp)
             else:  # an injected registry (tests)
                 loaded[(name, hpk)] = reg.datasets[name](**hp)
-        except FileNotFoundError as e:  # DatasetNotPreparedError: its message says how to prepare it
-            errors.append(f"{file}: {path}.name: {exc_text(e)}")
         except Exception as e:
-            errors.append(f"{file}: {hp_path(path, hp, str(e))}: cannot load dataset {name!r} "
-                          f"({_hp_text(hp)}): {exc_text(e)}")
+            errors.append(_load_error(file, path, name, hp, e))
     if errors:
         raise ConfigError(errors)
     specs = expand(cfg, n_train=lambda n, hp: loaded[(n, hp_key(hp))].num_train, file=file)

@@ -87,7 +87,8 @@ def why_to_run(plan: Plan) -> dict[str, str]:
       (its params and its builders' defaults, :func:`harness.execute.writing.resolved_defaults`):
       ``source changed (opts.py:f 1a2b3c4d -> 5e6f7a8b)`` when only the optimizer's source digest
       differs, ``config changed (train.steps 30 -> 50)`` when at most :data:`MAX_CHANGED` params
-      differ (``source and config changed (...)`` when both);
+      differ (``source and config changed (...)`` when both); ``data changed (tokens:DIR a1b2 -> c3d4)``
+      when only the dataset's content digest differs;
     - else ``new``.
     """
     planned = {s.trial_id for s in plan.specs}
@@ -146,6 +147,13 @@ def _changed_from(spec: TrialSpec, runs: list) -> str:
     source = ""
     if spec.optimizer_source and old_hash and old_hash != spec.optimizer_source_hash:
         source = f"{spec.optimizer_source} {old_hash[:8]} -> {spec.optimizer_source_hash[:8]}"
+    if names.PARAM_DATASET_DIGEST in keys:  # rewritten data: said as such, as a source change is
+        keys.remove(names.PARAM_DATASET_DIGEST)
+        old = run.data.params.get(names.PARAM_DATASET_DIGEST, "(none)")
+        data = f"{spec.dataset} {old[:8]} -> {spec.dataset_digest[:8] or '(none)'}"
+        if not keys and not source:
+            return f"data changed ({data})"
+        source = f"{source}; data {data}" if source else f"data {data}"
     if not keys:
         return f"source changed ({source})" if source else "config changed"
     have = run.data.params

@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -175,6 +176,31 @@ def _add_floor_gap(buf: MetricBuffer, res: TrialResult, t0_ms: int) -> None:
         buf.add(names.M_ENTROPY_RATE, res.extra["entropy_rate"], 0)
 
 
+def _add_lm(buf: MetricBuffer, res: TrialResult, t0_ms: int) -> None:
+    """For a language model on text (``extra["lm"]``): ``valid/perplexity`` = exp(loss per token) at
+    every evaluation and ``test/perplexity``; where the tokenizer's bytes per token are known,
+    ``valid/bits_per_byte`` = loss / ln 2 / bytes per token and ``test/bits_per_byte``; the data's
+    token counts (``dataset/train_tokens``, ...) at step 0."""
+    lm = res.extra.get("lm")
+    if not lm:
+        return
+    bpt = lm.get("bytes_per_token")
+    c = res.curves
+    last = c.eval_step[-1] if c.eval_step else 0
+    rows = [(s, t0_ms + int(t * 1000), lv, names.PREFIX_VALID) for s, t, lv in
+            zip(c.eval_step, c.eval_wall_s, c.eval_loss, strict=False)]
+    if res.test_loss is not None:
+        rows.append((last, None, res.test_loss, names.PREFIX_TEST))
+    for s, ts, loss, prefix in rows:
+        if loss is None or not math.isfinite(loss):
+            continue
+        buf.add(prefix + names.PERPLEXITY, math.exp(min(loss, 700.0)), s, ts)
+        if bpt:
+            buf.add(prefix + names.BITS_PER_BYTE, loss / math.log(2) / bpt, s, ts)
+    for split, n in lm.get("tokens", {}).items():
+        buf.add(f"dataset/{split}_tokens", n, 0)
+
+
 #: ``PerfResult`` attribute → its ``perf/*`` metric.
 _PERF_METRICS = {"step_time_ms": names.M_STEP_MS, "step_time_ms_p10": names.M_STEP_MS_P10,
                  "step_time_ms_p90": names.M_STEP_MS_P90, "examples_per_sec": names.M_EXAMPLES_PER_S,
@@ -211,6 +237,7 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     for name, v in res.test_metrics.items():
         buf.add(names.PREFIX_TEST + name, v, last, t_last)
     _add_floor_gap(buf, res, t0_ms)
+    _add_lm(buf, res, t0_ms)
     if res.perf is not None:
         for attr, metric in _PERF_METRICS.items():
             buf.add(metric, getattr(res.perf, attr), 0)

@@ -13,6 +13,8 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
 * **Data** lives on the device. Training order is a stream of epochs, each a fresh
   ``jax.random.permutation(fold_in(data_key, epoch), N)``; step ``i`` (0-based) uses stream
   positions ``[i·B, (i+1)·B)``, so a batch may straddle two epochs and no example is dropped.
+  A streamed split (``Dataset.stream``, token shards) is read on the host instead, in the stream's
+  own order (a pure function of seed and step), a chunk ahead (:mod:`harness.train.streaming`).
 * **Sequence tasks** (``dataset.task == "sequence"``, :mod:`harness.data.sequences`): inputs are
   ``int32 (N, T)`` token ids kept as integers on the device, targets the next tokens ``(N, T)``;
   the model's loss and accuracy are per-token means, and evaluation's example-weighted mean is the
@@ -128,6 +130,7 @@ from harness.train.checkpoint import TrainCheckpoints
 from harness.train.cpu_clock import cpu_snapshot, work_cpu_s
 from harness.train.perf import TrainClock, measure_trial_perf
 from harness.train.program import TrainingProgram, TrainState, program_for
+from harness.train.streaming import StreamFeed
 from harness.train.track import TrialTrack, eval_points
 
 __all__ = ["Gate", "run_trial", "run_trials_batched", "should_batch"]
@@ -170,6 +173,11 @@ class _UnitRun:
         self.eval_params_exe, dt = self.prog.get_eval_params(self.width, self.state, layout=self.layout)
         self.compile_s += dt
         self._eval_exe(self._params(), self.x_valid, self.y_valid)  # compiled up front
+        self.feed = None  # a streamed training split: its windows, prefetched (harness.train.streaming)
+        if ds.stream is not None:
+            if self.layout is not None:
+                raise ValueError(f"{ds.name}: a streamed dataset trains on one device (devices: 1)")
+            self.feed = StreamFeed(self.prog, specs, self.width, ds.stream)
 
     # -- set-up ------------------------------------------------------------------------------------
 
@@ -251,17 +259,22 @@ class _UnitRun:
     def active(self) -> bool:
         return any(tr.active for tr in self.tracks)
 
-    def run_chunk(self, n: int) -> None:
-        """``n`` updates in one compiled dispatch; their train rows go to the active trials."""
+    def run_chunk(self, n: int, next_n: int = 0) -> None:
+        """``n`` updates in one compiled dispatch; their train rows go to the active trials.
+        ``next_n``: the updates of the next chunk (a streamed split reads them meanwhile)."""
         start = np.int32(self.step)  # (a NumPy scalar: jnp.int32 was an eager device_put, ~0.3 ms)
         if self.layout is not None:
             start = jax.device_put(start, self.layout.replicated)
-        exe, dt = self.prog.get_chunk(self.width, n, self.state, start, self.x_train, self.y_train,
-                                      layout=self.layout)
+        x, y = self.x_train, self.y_train
+        if self.feed is not None:
+            x, y = self.feed.batches(self.step, n, next_n)
+            exe, dt = self.feed.executable(self.state, start, x, y)
+        else:
+            exe, dt = self.prog.get_chunk(self.width, n, self.state, start, x, y, layout=self.layout)
         self.compile_s += dt
         c0 = cpu_snapshot()
         t0 = time.perf_counter()
-        self.state, losses = exe(self.state, start, self.x_train, self.y_train)
+        self.state, losses = exe(self.state, start, x, y)
         losses = np.asarray(losses, np.float64).reshape(-1, n)
         dt = time.perf_counter() - t0
         self.dispatch_cpu_s.append(work_cpu_s(c0, cpu_snapshot()) / n)
@@ -308,7 +321,8 @@ class _UnitRun:
             if seg_end <= self.step:  # resumed past it
                 continue
             while self.step < seg_end:
-                self.run_chunk(min(K, seg_end - self.step))
+                n = min(K, seg_end - self.step)
+                self.run_chunk(n, min(K, steps - self.step - n))
                 interrupt.check()  # a Ctrl-C lost in a garbage-collection callback (sweep only)
                 if on_progress is not None:
                     on_progress(self.step, steps)
@@ -341,7 +355,19 @@ class _UnitRun:
                 **{k: float(getattr(ds, k)) for k in ("loss_floor", "entropy_rate")
                    if getattr(ds, k, None) is not None},
                 **({"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,
-                                   "save_s": ck.save_seconds}} if ck is not None else {})}
+                                   "save_s": ck.save_seconds}} if ck is not None else {}),
+                **({"data_wait_s": self.feed.wait_s, "data_read_s": self.feed.read_s}
+                   if self.feed is not None else {}),
+                **({"lm": _lm_extra(ds)} if ds.task == "sequence" else {})}
+
+
+def _lm_extra(ds: Dataset) -> dict[str, Any]:
+    """A sequence dataset's bytes per token (``None``: unknown) and token counts per split
+    (``TrialResult.extra["lm"]``)."""
+    n_train = ds.stream.num_windows if ds.stream is not None else ds.num_train
+    T = ds.input_shape[0]
+    return {"bytes_per_token": ds.bytes_per_token,
+            "tokens": {"train": n_train * T, "valid": ds.num_valid * T, "test": ds.num_test * T}}
 
 
 def _check_batch(specs: Sequence[TrialSpec]) -> None:
@@ -361,7 +387,11 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     spec0 = specs[0]
     ds = dataset if dataset is not None else load_dataset(spec0.dataset, **spec0.hparams("dataset"))
     run = _UnitRun(specs, batched, ds, checkpoints)
-    run.train(on_progress, gate)
+    try:
+        run.train(on_progress, gate)
+    finally:
+        if run.feed is not None:
+            run.feed.close()
     run.record_test()
     clock = TrainClock(run.wall, run.step, run.width or 1, run.dispatch_step_s,  # checks the step time
                        run.dispatch_cpu_s)

@@ -1,0 +1,62 @@
+"""``python -m harness data tokenize|info``: make token shards from text files, and describe a folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from harness.cli.common import err, one_of
+
+__all__ = ["app"]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Token shards: make them from text (tokenize), describe a folder (info).")
+
+
+@app.command()
+def tokenize(
+    texts: list[Path] = typer.Argument(..., help="UTF-8 text files, one document each."),
+    out: Path = typer.Option(..., "-o", "--out", help="Folder to write the shards and tokens.json to."),
+    tokenizer: str = typer.Option("bytes", parser=one_of("bytes", "cl100k_base", "o200k_base"),
+                                  help="bytes (always), or a BPE vocabulary shipped by bpe-openai."),
+    fmt: str = typer.Option("gpt2", "--format", parser=one_of("gpt2", "llama3", "nanogpt"),
+                            help="gpt2/llama3: llm.c's headers; nanogpt: headerless train.bin/val.bin."),
+    valid_fraction: float = typer.Option(0.1, help="Tail of the token stream written as validation."),
+    shard_tokens: int = typer.Option(100_000_000, help="Tokens per shard (gpt2/llama3)."),
+    license: str = typer.Option("", help="The texts' licence, recorded in tokens.json."),
+) -> None:
+    """Write llm.c-format shards (text_train_*.bin, text_val_*.bin) and tokens.json to OUT."""
+    from harness.data.tokenize import tokenize_files
+
+    missing = [str(t) for t in texts if not t.is_file()]
+    if missing:
+        err(f"tokenize: no such file: {missing[0]}")
+        raise typer.Exit(2)
+    try:
+        meta = tokenize_files(texts, out, tokenizer, fmt, valid_fraction, shard_tokens, license=license)
+    except ValueError as e:
+        err(f"tokenize: {e}")
+        raise typer.Exit(2) from None
+    typer.echo(f"{out}: {meta['tokens']:,} tokens ({meta['tokenizer']}, {meta['format']}, "
+               f"{meta['bytes_per_token']:.3f} bytes/token, largest id {meta['max_token_id']})")
+
+
+@app.command()
+def info(path: Path = typer.Argument(..., help="A folder of token shards."),
+         as_json: bool = typer.Option(False, "--json", help="One JSON object.")) -> None:
+    """Format, tokens per split, vocabulary bound and digest of a folder of token shards."""
+    from harness.data.tokenize import info as folder_info
+    from harness.data.tokens import TokensError
+
+    try:
+        d = folder_info(path)
+    except TokensError as e:
+        err(f"info: {e}")
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps(d))
+        return
+    for k, v in d.items():
+        typer.echo(f"{k:16}{', '.join(v) if isinstance(v, list) else v}")

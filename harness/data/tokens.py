@@ -1,0 +1,230 @@
+"""The ``tokens:PATH`` dataset kind: a folder of token shards (:mod:`harness.data.shards`) as a
+next-token :class:`~harness.data.dataset.Dataset`.
+
+Splits by file name (globs, overridable): train ``*train*``, validation ``*val*``, test ``*test*``;
+without test files, the last ``test_tokens`` tokens of the training stream are held out as test.
+Windows are ``seq_len + 1`` consecutive tokens of a split's files read in name order, stride
+``seq_len`` (``x`` the first ``seq_len``, ``y`` the next tokens), as modded-nanogpt reads them.
+The sidecar ``tokens.json`` (written by ``harness data tokenize``) gives the tokenizer, its largest
+token id and bytes per token. numpy only.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness.data.dataset import Dataset
+from harness.data.shards import ShardError, ShardInfo, digest, read_info, read_tokens
+from harness.data.stream import TokenStream
+
+__all__ = ["SIDECAR", "TOKENS_PREFIX", "VALID_TOKENS_MAX", "Corpus", "TokensError", "corpus_digest",
+           "load_tokens", "scan", "windows"]
+
+TOKENS_PREFIX = "tokens:"
+SIDECAR = "tokens.json"
+#: modded-nanogpt's validation set: the first 10,485,760 tokens of FineWeb's validation shards.
+VALID_TOKENS_MAX = 10_485_760
+
+
+class TokensError(ValueError):
+    """Bad token data or hyperparameters; ``key`` is the hyperparameter (``""``: the name)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A shard folder: ``root``, the shards of each split, and the sidecar's contents (``{}``: none)."""
+
+    root: Path
+    train: tuple[ShardInfo, ...]
+    valid: tuple[ShardInfo, ...]
+    test: tuple[ShardInfo, ...]
+    meta: dict
+
+    @property
+    def shards(self) -> tuple[ShardInfo, ...]:
+        return self.train + self.valid + self.test
+
+
+def _match(files: list[Path], pattern: str) -> list[Path]:
+    return [f for f in files if fnmatch.fnmatch(f.name, pattern)]
+
+
+def scan(path: str, train_glob: str = "*train*", valid_glob: str = "*val*", test_glob: str = "*test*",
+         format: str = "auto") -> Corpus:
+    """The shards of folder ``path`` by split (headers read and checked, no token read).
+
+    Raises:
+      TokensError: no such folder, a glob that matches nothing (``train_glob``/``valid_glob``), a
+        shard that is not a supported format (:class:`~harness.data.shards.ShardError`).
+    """
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise TokensError("", f"{root}: not a folder of token shards (make one with: python -m "
+                              f"harness data tokenize TEXT... -o {root})")
+    files = sorted(f for f in root.iterdir() if f.is_file() and f.name != SIDECAR
+                   and not f.name.endswith(".tmp"))
+    if not files:
+        raise TokensError("", f"{root}: empty folder, no token shards")
+    split = {}
+    for key, pat in (("train_glob", train_glob), ("valid_glob", valid_glob), ("test_glob", test_glob)):
+        got = _match(files, pat)
+        if not got and key != "test_glob":
+            names = ", ".join(f.name for f in files[:5]) + (", ..." if len(files) > 5 else "")
+            raise TokensError(key, f"{pat!r} matches no file in {root} ({names})")
+        split[key] = got
+    both = set(split["train_glob"]) & (set(split["valid_glob"]) | set(split["test_glob"]))
+    if both:
+        raise TokensError("train_glob", f"{sorted(both)[0]} is in the training split and another one")
+    try:
+        infos = {k: tuple(read_info(f, format) for f in v) for k, v in split.items()}
+    except ShardError as e:
+        raise TokensError("", str(e)) from None
+    side = root / SIDECAR
+    meta = json.loads(side.read_text()) if side.is_file() else {}
+    return Corpus(root, infos["train_glob"], infos["valid_glob"], infos["test_glob"], meta)
+
+
+def corpus_digest(corpus: Corpus) -> str:
+    """The corpus's content digest (:func:`harness.data.shards.digest` of every shard and the sidecar)."""
+    side = corpus.root / SIDECAR
+    return digest(list(corpus.shards), side.read_bytes() if side.is_file() else b"")
+
+
+def _stream(infos: tuple[ShardInfo, ...], count: int | None = None) -> np.ndarray:
+    """The first ``count`` (None: all) tokens of ``infos`` in order, as ``int64``."""
+    parts, have = [], 0
+    for info in infos:
+        if count is not None and have >= count:
+            break
+        t = read_tokens(info)
+        t = t if count is None else t[: count - have]
+        parts.append(np.asarray(t, np.int64))
+        have += len(t)
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def windows(tokens: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` ``int32 (n, seq_len)``: window ``i`` is ``tokens[i·seq_len : i·seq_len + seq_len + 1]``,
+    ``n = (len(tokens) - 1) // seq_len``."""
+    n = max((len(tokens) - 1) // seq_len, 0)
+    idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
+    w = tokens[idx].astype(np.int32) if n else np.zeros((0, seq_len + 1), np.int32)
+    return w[:, :-1], w[:, 1:]
+
+
+def _check_vocab(infos: tuple[ShardInfo, ...], vocab_size: int) -> None:
+    """Every token of ``infos`` is below ``vocab_size`` (read in blocks of 16 M tokens)."""
+    for info in infos:
+        toks = read_tokens(info)
+        for i in range(0, len(toks), 1 << 24):
+            top = int(toks[i:i + (1 << 24)].max())
+            if top >= vocab_size:
+                raise TokensError("vocab_size", f"{info.path} holds token id {top}, beyond vocab_size "
+                                                f"{vocab_size} (the model's vocabulary)")
+
+
+def _vocab(corpus: Corpus, vocab_size: int | None, streamed: bool) -> int:
+    if vocab_size is not None:
+        if vocab_size < 1:
+            raise TokensError("vocab_size", f"must be >= 1, got {vocab_size}")
+        return vocab_size
+    if "max_token_id" in corpus.meta:
+        return int(corpus.meta["max_token_id"]) + 1
+    if streamed:
+        raise TokensError("vocab_size", f"{corpus.root} has no {SIDECAR} giving its largest token id; set "
+                                        f"vocab_size (reading a streamed corpus whole to find it is what "
+                                        f"streaming avoids)")
+    return 1 + max((int(read_tokens(i).max()) for i in corpus.shards if i.num_tokens), default=0)
+
+
+def _tail(infos: tuple[ShardInfo, ...], start: int) -> np.ndarray:
+    """Tokens ``start ..`` of the stream of ``infos``, as ``int64``, reading only that part."""
+    parts, first = [], 0
+    for info in infos:
+        if first + info.num_tokens > start:
+            parts.append(np.asarray(read_tokens(info)[max(start - first, 0):], np.int64))
+        first += info.num_tokens
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens: int | None,
+                 globs: tuple[str, str]) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(validation tokens, test tokens, training tokens kept)``: the test tokens from the test
+    files, else held out from the end of the training stream (not kept for training)."""
+    n_val = sum(i.num_tokens for i in c.valid)
+    want_val = min(n_val, VALID_TOKENS_MAX) if valid_tokens is None else valid_tokens
+    if want_val > n_val or want_val < seq_len + 1:
+        raise TokensError("valid_tokens", f"asked {want_val:,} validation tokens, the files matching "
+                                          f"{globs[0]!r} in {c.root} hold {n_val:,} (at least "
+                                          f"seq_len + 1 = {seq_len + 1} are needed)")
+    valid = _stream(c.valid, want_val + (1 if n_val > want_val else 0))
+    n_train = sum(i.num_tokens for i in c.train)
+    want_test = want_val if test_tokens is None else test_tokens
+    if c.test:
+        n_test = sum(i.num_tokens for i in c.test)
+        if want_test > n_test:
+            raise TokensError("test_tokens", f"asked {want_test:,} test tokens, the files matching "
+                                             f"{globs[1]!r} in {c.root} hold {n_test:,}")
+        return valid, _stream(c.test, want_test), n_train
+    if want_test >= n_train - seq_len:
+        raise TokensError("test_tokens", f"holding out {want_test:,} test tokens leaves too few of "
+                                         f"the {n_train:,} training tokens in {c.root}")
+    return valid, _tail(c.train, n_train - want_test), n_train - want_test
+
+
+#: Training splits above this many tokens are streamed (``stream: null``); below, held in memory.
+STREAM_ABOVE_TOKENS = 1 << 24
+#: Windows of a streamed training split kept in memory (shapes, the throughput measurement).
+RESIDENT_WINDOWS = 1024
+
+
+def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, valid_tokens: int | None = None,
+                test_tokens: int | None = None, train_glob: str = "*train*", valid_glob: str = "*val*",
+                test_glob: str = "*test*", format: str = "auto", stream: bool | None = None) -> Dataset:
+    """The shard folder ``path`` as a ``"sequence"`` :class:`Dataset` of ``int32 (N, seq_len)`` windows.
+
+    Args:
+      path: the folder. seq_len: tokens per window. vocab_size: the vocabulary (default: the
+        sidecar's largest token id + 1, else the data's). valid_tokens: tokens of the
+        validation files evaluated (default: all, at most :data:`VALID_TOKENS_MAX`). test_tokens:
+        tokens of the test files, or held out from the end of training (default: as validation).
+        *_glob: file-name patterns of the splits. format: ``auto`` or a
+        :data:`harness.data.shards.FORMATS` key. stream: read training windows from memory maps
+        (:class:`harness.data.stream.TokenStream`, ``Dataset.stream``) instead of holding them
+        (``None``: above :data:`STREAM_ABOVE_TOKENS` training tokens).
+    Raises:
+      TokensError: bad data or hyperparameters; ``.key`` names the hyperparameter.
+    """
+    if seq_len < 1:
+        raise TokensError("seq_len", f"must be >= 1, got {seq_len}")
+    c = scan(path, train_glob, valid_glob, test_glob, format)
+    valid, test, n_train = _eval_splits(c, seq_len, valid_tokens, test_tokens, (valid_glob, test_glob))
+    streamed = n_train > STREAM_ABOVE_TOKENS if stream is None else stream
+    vocab = _vocab(c, vocab_size, streamed)
+    _check_vocab(c.valid + c.test if streamed else c.shards, vocab)
+    src = TokenStream(c.train, seq_len, n_train, vocab)
+    if streamed:
+        w = np.stack([src.window(i) for i in range(min(src.num_windows, RESIDENT_WINDOWS))])
+        train = (w[:, :-1].astype(np.int32), w[:, 1:].astype(np.int32))
+    else:
+        train = windows(_stream(c.train, n_train), seq_len)
+    splits = [train, windows(test, seq_len), windows(valid, seq_len)]
+    for (x, _), what in zip(splits, ("training", "test", "validation"), strict=True):
+        if len(x) == 0:
+            raise TokensError("seq_len", f"the {what} tokens of {c.root} hold no window of {seq_len + 1}")
+    (xt, yt), (xs, ys), (xv, yv) = splits
+    tok = c.meta.get("tokenizer", "unknown tokenizer")
+    return Dataset(xt, yt, xs, ys, xv, yv, input_shape=(seq_len,), num_classes=vocab,
+                   name=f"{TOKENS_PREFIX}{path}", task="sequence",
+                   source=f"token shards in {c.root} ({c.shards[0].format}, {tok})",
+                   license=str(c.meta.get("license", "")), stream=src if streamed else None,
+                   bytes_per_token=c.meta.get("bytes_per_token"))
