@@ -160,3 +160,31 @@ def test_gpt_layer_reference_style_and_gradients():
     assert jax.tree.structure(grads) == jax.tree.structure(params)
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
     assert float(jnp.max(jnp.abs(grads["blocks"][0]["attn"]["q"]["kernel"]))) > 0
+
+
+def test_sweep_refuses_bad_gpt_entries_before_any_work(tmp_path, write_sweep, monkeypatch):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = write_sweep(models=[{"name": "gpt", "hparams": {"width": 48, "num_heads": 5}},
+                              {"name": "gpt", "hparams": {"width": 12, "num_heads": 4}},
+                              {"name": "gpt", "hparams": {"width": 8, "num_heads": 2, "context": 64}}],
+                      datasets=[{"name": "markov_lm", "hparams": {"seq_len": 16}}],
+                      target={"metric": "valid/loss", "value": 1.0})
+    r = CliRunner().invoke(app, ["sweep", str(cfg)])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.startswith(f"{cfg}: ")]
+    assert len(lines) == 3, r.output
+    # width and num_heads together are the problem: the line names the entry's hparams
+    assert lines[0].startswith(f"{cfg}: models[0].hparams: model 'gpt' (num_heads=5, width=48) on dataset "
+                               f"'markov_lm' with input shape (16,): ")
+    assert lines[0].endswith("gpt: width 48 must be divisible by num_heads 5")
+    assert lines[1].startswith(f"{cfg}: models[1].hparams: model 'gpt'")
+    assert lines[1].endswith("head dimension width / num_heads = 3 must be even for rotary embeddings "
+                             "(they rotate pairs of features)")
+    assert lines[2].startswith(f"{cfg}: models[2].hparams.context: model 'gpt'")
+    assert "context 64 differs from the dataset's sequence length 16" in lines[2]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
