@@ -1275,15 +1275,19 @@ def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.
         return input_shape, params
 
     def apply_fun(params, x, **kwargs):
-        B, T, F = x.shape
+        F = x.shape[-1]
         D = F // H
         freqs = rope_frequencies(D, rope_base, rope_fraction)
-        q, k, v = (_linear(params[n], x).reshape(B, T, H, D) for n in ("q", "k", "v"))
+        # head-shaped kernels, as MultiHeadSelfAttention (no reshape of activations to heads)
+        heads = {n: {k: v.reshape(H, D) if k == "bias" else v.reshape(F, H, D) for k, v in params[n].items()}
+                 for n in ("q", "k", "v")}
+        q, k, v = (_linear(heads[n], x, "btf,fhd->bthd") for n in ("q", "k", "v"))
         if qk_norm:
             q, k = rms_normalize(q, epsilon), rms_normalize(k, epsilon)
         q, k = apply_rope(q, freqs), apply_rope(k, freqs)
         a = attention(q, k, v, causal=causal, scale=scale)
-        return _linear(params["out"], a.reshape(B, T, F))
+        out = dict(params["out"], kernel=params["out"]["kernel"].reshape(H, D, F))
+        return _linear(out, a, "bthd,hdf->btf")
 
     return _layer(name, init_fun, apply_fun)
 

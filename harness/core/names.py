@@ -88,6 +88,9 @@ TAG_OPTIMIZER_SOURCE = "optimizer.source"
 TAG_OPTIMIZER_SOURCE_HASH = "optimizer.source_hash"
 TAG_OPTIMIZER_SOURCE_FILE_HASH = "optimizer.source_file_hash"
 TAG_OPTIMIZER_API = "optimizer.api"
+TAG_MODEL_SOURCE = "model.source"
+TAG_MODEL_SOURCE_HASH = "model.source_hash"
+TAG_MODEL_SOURCE_FILE_HASH = "model.source_file_hash"
 TAG_EVAL_PARAMS = "optimizer.eval_params"
 #: An AlgoPerf submission's trial: the batch size it trained with, and who decided it
 #: (``submission``: its get_batch_size knew the workload; ``workload``: the config's batch_size).

@@ -123,13 +123,19 @@ def trial_tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
 def source_tags(spec: TrialSpec) -> dict[str, str]:
     """``optimizer.source``, ``optimizer.source_hash`` (the digest in the trial id),
     ``optimizer.source_file_hash`` (the whole file's, for a file) and ``optimizer.api`` of a trial
-    whose optimizer has a ``source`` (none for a registered optimizer)."""
+    whose optimizer has a ``source`` (none for a registered optimizer); ``model.source``,
+    ``model.source_hash`` and ``model.source_file_hash`` likewise for a model's."""
+    out = {}
+    if spec.model_source:
+        ref = source_of(spec, "model") if spec.model_source_ref else None
+        out = {names.TAG_MODEL_SOURCE: spec.model_source, names.TAG_MODEL_SOURCE_HASH: spec.model_source_hash,
+               **({names.TAG_MODEL_SOURCE_FILE_HASH: ref.file_digest} if ref and ref.file_digest else {})}
     if not spec.optimizer_source:
-        return {}
+        return out
     api = "algoperf" if spec.optimizer_api == "algoperf" else "factory"
     ref = source_of(spec) if spec.optimizer_source_ref else None
     file_hash = {names.TAG_OPTIMIZER_SOURCE_FILE_HASH: ref.file_digest} if ref and ref.file_digest else {}
-    return {names.TAG_OPTIMIZER_SOURCE: spec.optimizer_source,
+    return {**out, names.TAG_OPTIMIZER_SOURCE: spec.optimizer_source,
             names.TAG_OPTIMIZER_SOURCE_HASH: spec.optimizer_source_hash, **file_hash,
             names.TAG_OPTIMIZER_API: api}
 
