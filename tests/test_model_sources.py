@@ -105,7 +105,7 @@ def test_bad_model_sources_are_refused_before_any_write(tmp_path, monkeypatch):
     cfg = _write(tmp_path, [{"name": "bad", "source": "nets.py:not_a_model"}])
     r = CliRunner().invoke(app, ["sweep", str(cfg)])
     assert r.exit_code == 2, r.output
-    assert f"{cfg}: models[0].hparams: model 'bad' (defaults) on dataset 'digits' with input shape " \
+    assert f"{cfg}: models[0].source: model 'bad' (defaults) on dataset 'digits' with input shape " \
            "(8, 8, 1): not_a_model (source 'nets.py:not_a_model'): got int; expected a stax " \
            "(init_fun, apply_fun) pair" in r.output
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
