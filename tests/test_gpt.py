@@ -188,3 +188,23 @@ def test_sweep_refuses_bad_gpt_entries_before_any_work(tmp_path, write_sweep, mo
     assert lines[2].startswith(f"{cfg}: models[2].hparams.context: model 'gpt'")
     assert "context 64 differs from the dataset's sequence length 16" in lines[2]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_mfu_is_logged_from_the_analytic_count():
+    from conftest import make_spec
+
+    from harness.core import names
+    from harness.core.spec import Curves, PerfResult, TrialResult
+    from harness.tracking.trial_run import result_metrics
+
+    perf = PerfResult(compile_s=1.0, step_time_ms=10.0, step_time_ms_p10=9.0, step_time_ms_p90=11.0,
+                      examples_per_sec=800.0, flops_per_step=4e9, flops_per_step_analytic=3e9,
+                      peak_flops=1e12, utilization=0.4)
+    res = TrialResult(spec=make_spec(), status="finished", curves=Curves(), perf=perf)
+    logged = {k: v for k, v, _s, _t in result_metrics(res, 0).rows}
+    assert logged[names.M_MFU] == pytest.approx(3e9 / 0.010 / 1e12)  # 0.3, beside XLA's 0.4
+    assert logged[names.M_UTIL] == 0.4
+    res = TrialResult(spec=make_spec(), status="finished", curves=Curves(),
+                      perf=PerfResult(compile_s=1.0, step_time_ms=10.0, step_time_ms_p10=9.0,
+                                      step_time_ms_p90=11.0, examples_per_sec=800.0))
+    assert names.M_MFU not in {k for k, *_ in result_metrics(res, 0).rows}  # no analytic count

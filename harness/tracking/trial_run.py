@@ -191,6 +191,15 @@ _PERF_METRICS = {"step_time_ms": names.M_STEP_MS, "step_time_ms_p10": names.M_ST
                  "step_cpu_ms": names.M_STEP_CPU_MS, "modeled_step_ms": names.M_MODELED_STEP_MS}
 
 
+def model_flops_utilization(perf) -> float | None:
+    """``perf/mfu``: analytic FLOPs per step / (median step seconds × peak FLOP/s); ``None`` when
+    one of them is unknown."""
+    flops, ms, peak = perf.flops_per_step_analytic, perf.step_time_ms, perf.peak_flops
+    if not flops or not ms or not peak or ms <= 0:
+        return None
+    return flops / (ms / 1e3) / peak
+
+
 def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     """Every metric of a trained trial, buffered (non-finite values dropped); ``t0_ms`` is the
     training start (epoch ms) that the curves' wall-clock is added to."""
@@ -220,6 +229,7 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     if res.perf is not None:
         for attr, metric in _PERF_METRICS.items():
             buf.add(metric, getattr(res.perf, attr), 0)
+        buf.add(names.M_MFU, model_flops_utilization(res.perf), 0)
     budget = res.extra.get("time") or {"compile": res.compile_seconds}
     for part, seconds in budget.items():  # the trial's time budget (harness.core.budget)
         buf.add(names.M_TIME[part], seconds, 0)
