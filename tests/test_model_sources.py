@@ -65,6 +65,14 @@ def test_a_flax_model_by_source_trains_and_is_tagged(tmp_path, monkeypatch):
     assert tags["model.source_hash"] == spec.model_source_hash and len(spec.model_source_hash) == 16
     assert len(tags["model.source_file_hash"]) == 16
     assert params == {"model": "my_flax", "model.width": "4", "model.source": "nets.py:flax_mlp"}
+    # the run kept the file (source/model/nets.py): the trial trains again from that copy alone
+    import harness
+
+    (tmp_path / "nets.py").unlink()
+    again = harness.reproduce(spec.trial_id, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+                              scratch=tmp_path / "again", threads="here")
+    assert again.identical, str(again)
+    assert (tmp_path / "again" / "source" / "model" / "nets.py").read_text() == NETS
 
 
 def test_the_factorys_code_is_the_trials_identity(tmp_path):

@@ -331,10 +331,11 @@ def _write_artifacts(res: TrialResult, dp: Path) -> None:
     write_curves(res, dp / names.ARTIFACT_CURVES)
     if res.status == "failed":
         (dp / names.ARTIFACT_TRACEBACK).write_text(res.reason)
-    ref = res.spec.optimizer_source_ref
-    if ref and ref[4]:  # the user's optimizer file, exactly the bytes that were hashed and run
-        (dp / names.ARTIFACT_SOURCE_DIR).mkdir(exist_ok=True)
-        (dp / names.ARTIFACT_SOURCE_DIR / Path(ref[1]).name).write_text(ref[4])
+    for ref, sub in ((res.spec.optimizer_source_ref, ""), (res.spec.model_source_ref, "model")):
+        if ref and ref[4]:  # the user's file, exactly the bytes that were hashed and run
+            folder = dp / names.ARTIFACT_SOURCE_DIR / sub  # a model's file in source/model/
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / Path(ref[1]).name).write_text(ref[4])
 
 
 def artifact_repository(artifact_uri: str, tracking_uri: str):
