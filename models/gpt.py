@@ -1,10 +1,12 @@
 """A modern decoder-only GPT as one stax layer: the zoo's ``gpt`` (see :func:`models.zoo.gpt`).
 
 Built from :mod:`models.stax`'s modern decoder layers (RMSNorm, rotary self-attention with QK-norm,
-ReLU²/SwiGLU/GELU MLP, logit soft-cap); the defaults are the model of modded-nanogpt's
-optimization track (``records/track_3_optimization/train_gpt_simple.py``) but for its attention
-scale (0.12 there) and soft-cap (15, algebraic, there), which the track's config sets. Imports only
-jax and :mod:`models.stax`.
+ReLU²/SwiGLU/GELU MLP, logit soft-cap). The architecture is that of modded-nanogpt's optimization
+track (``records/track_3_optimization/train_gpt_simple.py``); its setting is ``vocab_size=50304,
+width=768, depth=12, num_heads=6`` (head size 128), ``attn_scale=0.12``, ``logit_softcap=15``
+(``softcap_form='algebraic'``) and torch's RMSNorm epsilon (float32 machine epsilon), where the
+defaults here are small and ``1/sqrt(head size)``, no cap, 1e-6. Imports only jax and
+:mod:`models.stax`.
 """
 
 from __future__ import annotations
