@@ -15,7 +15,8 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
-__all__ = ["cost_analysis_flops", "jaxpr_flops", "transformer_matmul_flops", "xla_flops"]
+__all__ = ["cost_analysis_flops", "jaxpr_flops", "lm_train_flops_per_token", "transformer_matmul_flops",
+           "xla_flops"]
 
 
 def cost_analysis_flops(cost: Any) -> float | None:
@@ -175,3 +176,22 @@ def transformer_matmul_flops(tokens: int, width: int, depth: int, mlp_dim: int,
     i = int(qkv_features or width)
     per_block = 2 * T * d * 3 * i + 2 * 2 * T * T * i + 2 * T * i * d + 2 * 2 * T * d * m
     return float(depth * per_block)
+
+
+def lm_train_flops_per_token(*, width: int, depth: int, context: int, vocab_size: int, mlp_dim: int,
+                             mlp_matrices: int = 2, attn_features: int | None = None,
+                             causal: bool = True) -> float:
+    """Training FLOPs per token of a decoder LM as MaxText counts them for MFU: ``6·N + attention``.
+
+    ``N`` = matmul weights a token passes through: per block ``4·d·i`` (q, k, v, out; ``i =
+    attn_features or width``) + ``mlp_matrices·d·m`` (2 for ReLU²/GELU, 3 for SwiGLU), plus the
+    head ``d·vocab_size`` (the embedding lookup is not a matmul; a tied head still computes its
+    logits). Attention: ``12·depth·context·i`` (scores and weighted values, forward ×3 for
+    training), halved when ``causal`` (MaxText's causal count). Norms, biases and elementwise work
+    are left out. Reference: MaxText ``calculate_tflops_training_per_device``; PaLM (Chowdhery et
+    al. 2022, appendix B) for the non-causal form.
+    """
+    d, m, i = int(width), int(mlp_dim), int(attn_features or width)
+    n_matmul = int(depth) * (4 * d * i + int(mlp_matrices) * d * m) + d * int(vocab_size)
+    attention = 12.0 * int(depth) * int(context) * i * (0.5 if causal else 1.0)
+    return 6.0 * n_matmul + attention

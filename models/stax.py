@@ -28,6 +28,9 @@ Beyond the reference (nothing here changes a reference-compatible call):
   dropout with :func:`Dropout`'s rng rule) and the :func:`Residual` combinator. Their parameters
   are float32 and cast to the input's dtype at use (bfloat16-clean); ``tests/test_stax_seq.py``
   checks each against a hand-written formula and against ``flax.linen`` at 1e-5, with gradients.
+* Modern decoder layers (a section of their own at the end): :func:`RMSNorm`,
+  :func:`RotarySelfAttention` (rotary embeddings, QK-norm), :func:`MLP` (ReLU², GELU, SwiGLU),
+  :func:`soft_cap`; ``models/gpt.py`` assembles them.
 """
 
 from __future__ import annotations
@@ -54,15 +57,16 @@ from jax.nn import (
 from jax.nn.initializers import glorot_normal, normal, ones, zeros
 
 __all__ = [
-    "AvgPool", "BatchNorm", "Conv", "Conv1DTranspose", "ConvTranspose", "Dense", "Dropout", "Elu",
-    "Embedding", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gelu", "GeneralConv",
-    "GeneralConvTranspose", "Identity", "LayerNorm", "LeakyRelu", "LogSoftmax", "MaxPool",
-    "MultiHeadSelfAttention", "PositionalEmbedding", "Relu", "Residual", "Selu", "ShapeError",
-    "Sigmoid", "SinusoidalPositionalEmbedding", "Softmax", "Softplus", "SumPool", "Tanh", "attention",
-    "causal_mask", "elementwise", "elu", "gelu", "glorot", "glorot_normal", "has_state", "layer_name",
-    "leaky_relu", "log_softmax", "logsoftmax", "normal", "ones", "parallel", "randn", "relu", "selu",
-    "serial", "shape_dependent", "sigmoid", "sinusoidal_table", "softmax", "softplus", "standardize",
-    "stateful", "zeros",
+    "MLP", "MLP_KINDS", "AvgPool", "BatchNorm", "Conv", "Conv1DTranspose", "ConvTranspose", "Dense",
+    "Dropout", "Elu", "Embedding", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gelu",
+    "GeneralConv", "GeneralConvTranspose", "Identity", "LayerNorm", "LeakyRelu", "LogSoftmax",
+    "MaxPool", "MultiHeadSelfAttention", "PositionalEmbedding", "RMSNorm", "Relu", "Residual",
+    "RotarySelfAttention", "Selu", "ShapeError", "Sigmoid", "SinusoidalPositionalEmbedding",
+    "Softmax", "Softplus", "SumPool", "Tanh", "apply_rope", "attention", "causal_mask",
+    "elementwise", "elu", "gelu", "glorot", "glorot_normal", "has_state", "layer_name",
+    "leaky_relu", "log_softmax", "logsoftmax", "normal", "ones", "parallel", "randn", "relu",
+    "rms_normalize", "rope_frequencies", "selu", "serial", "shape_dependent", "sigmoid",
+    "sinusoidal_table", "soft_cap", "softmax", "softplus", "standardize", "stateful", "zeros",
 ]
 
 # Initializer and function aliases kept by the reference for backwards compatibility.
@@ -884,23 +888,40 @@ def LayerNorm(epsilon=1e-6, center=True, scale=True, beta_init=zeros, gamma_init
 
     def apply_fun(params, x, **kwargs):
         beta, gamma = params
-        sd = _stats_dtype(x.dtype)
-        xs = x.astype(sd)
-        # one pass over x for both statistics (as flax's use_fast_variance); clipped at 0 against
-        # cancellation
-        mean = jnp.mean(xs, axis=-1, keepdims=True)
-        var = jnp.maximum(jnp.mean(jnp.square(xs), axis=-1, keepdims=True) - jnp.square(mean), 0.0)
-        # gamma folded into the (B, T, 1) inverse deviation first, as flax.linen.LayerNorm: one
-        # (B, T, F) multiply instead of two, and no separate (x - mean) pass kept for the gradient
-        mul = lax.rsqrt(var + jnp.asarray(epsilon, sd))
-        if scale:
-            mul = mul * _compute(gamma, sd)
-        y = (xs - mean) * mul
-        if center:
-            y = y + _compute(beta, sd)
-        return y.astype(x.dtype)
+        return _normalize(x, epsilon, gamma if scale else None, beta if center else None, centered=True)
 
     return _layer(name, init_fun, apply_fun)
+
+
+def _feature_stats(xs, centered):
+    """``(mean or None, var)`` over the last axis of ``xs`` (already in the statistics dtype).
+
+    ``centered``: the mean and the biased variance in one pass (``max(mean(x**2) - mean**2, 0)``,
+    as flax's ``use_fast_variance``); else ``(None, mean(x**2))``, the mean square of RMSNorm.
+    """
+    mean_sq = jnp.mean(jnp.square(xs), axis=-1, keepdims=True)
+    if not centered:
+        return None, mean_sq
+    mean = jnp.mean(xs, axis=-1, keepdims=True)
+    return mean, jnp.maximum(mean_sq - jnp.square(mean), 0.0)
+
+
+def _normalize(x, epsilon, gamma=None, beta=None, *, centered):
+    """``x`` normalised over its last axis (LayerNorm if ``centered``, else RMSNorm), times
+    ``gamma``, plus ``beta`` (each skipped when ``None``); statistics in at least float32, the
+    result in ``x``'s dtype."""
+    sd = _stats_dtype(x.dtype)
+    xs = x.astype(sd)
+    mean, var = _feature_stats(xs, centered)
+    # gamma folded into the (B, T, 1) inverse deviation first, as flax.linen.LayerNorm: one
+    # (B, T, F) multiply instead of two, and no separate (x - mean) pass kept for the gradient
+    mul = lax.rsqrt(var + jnp.asarray(epsilon, sd))
+    if gamma is not None:
+        mul = mul * _compute(gamma, sd)
+    y = (xs - mean) * mul if mean is not None else xs * mul
+    if beta is not None:
+        y = y + _compute(beta, sd)
+    return y.astype(x.dtype)
 
 
 def _check_sequence(name, input_shape, max_len=None):
@@ -978,17 +999,18 @@ def causal_mask(length):
     return jnp.tril(jnp.ones((length, length), jnp.bool_))
 
 
-def attention(q, k, v, *, causal=False, dropout=0.0, rng=None):
+def attention(q, k, v, *, causal=False, dropout=0.0, rng=None, scale=None):
     """Scaled dot-product attention on ``(B, T, H, D)`` queries/keys/values -> ``(B, T, H, D)``.
 
-    ``softmax(q k^T / sqrt(D) [masked]) v`` per head; the scores are formed from ``q / sqrt(D)``
-    (fewer multiplies than scaling the scores), masked positions get ``finfo(float32).min`` (so a
-    fully masked row would be uniform, never NaN), and the softmax runs in at least float32 before
-    being cast back to the inputs' dtype. ``dropout`` (a DROP probability in [0, 1)) drops
+    ``softmax(scale · q k^T [masked]) v`` per head, ``scale`` default ``1 / sqrt(D)``; the scores
+    are formed from ``scale · q`` (fewer multiplies than scaling the scores), masked positions get
+    ``finfo(float32).min`` (so a fully masked row would be uniform, never NaN), and the softmax
+    runs in at least float32 before being cast back to the inputs' dtype. ``dropout`` (a DROP
+    probability in [0, 1)) drops
     attention weights with ``rng`` (required when ``dropout > 0``).
     """
-    depth = q.shape[-1]
-    q = q * jnp.asarray(1.0 / math.sqrt(depth), q.dtype)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    q = q * jnp.asarray(scale, q.dtype)
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(_stats_dtype(q.dtype))
     if causal:
         T, S = q.shape[1], k.shape[1]
@@ -1131,3 +1153,199 @@ def Residual(*layers):
     init_fun.stax_has_state = has_state(inner)
     init_fun.stax_layers = layers
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Modern decoder layers (beyond the reference): RMSNorm, rotary position embeddings, QK-norm inside
+# self-attention, ReLU² and SwiGLU MLPs. Same precision rule as the sequence layers above; their
+# params are dicts with readable keys (``q``, ``k``, ``v``, ``out``; ``fc``, ``gate``, ``proj``;
+# each ``{"kernel", "bias"}``), so parameter paths name what a parameter is.
+
+
+def RMSNorm(epsilon=1e-6, scale=True, gamma_init=ones):
+    """Root-mean-square normalisation over the last axis (Zhang & Sennrich 2019).
+
+    ``y = gamma * x / sqrt(mean(x**2) + epsilon)``, the statistic in at least float32 (shared with
+    :func:`LayerNorm`), ``y`` in the input's dtype; ``torch.nn.functional.rms_norm``'s formula.
+    Params ``(gamma,)`` float32 ``(features,)`` (``((),)`` with ``scale=False``). Raises
+    :class:`ShapeError` at init for a rank-0 input or an unknown feature size.
+    """
+    name = f"RMSNorm(eps={epsilon})"
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        if len(input_shape) == 0 or input_shape[-1] is None or input_shape[-1] <= 0:
+            raise ShapeError(f"{name}: needs a known last (feature) dimension, got input shape "
+                             f"{_fmt(input_shape)}")
+        return input_shape, (gamma_init(rng, (input_shape[-1],)) if scale else (),)
+
+    def apply_fun(params, x, **kwargs):
+        (gamma,) = params
+        return _normalize(x, epsilon, gamma if scale else None, centered=False)
+
+    return _layer(name, init_fun, apply_fun)
+
+
+def rms_normalize(x, epsilon=1e-6):
+    """``x / sqrt(mean(x**2, -1) + epsilon)`` with no gain (QK-norm), statistics in >= float32."""
+    return _normalize(x, epsilon, centered=False)
+
+
+def rope_frequencies(head_dim, base=1024.0, fraction=0.5):
+    """Angular frequencies of rotary embeddings: float32 ``(head_dim // 2,)``.
+
+    The first ``n = int(fraction * (head_dim // 2))`` pairs rotate at ``base ** (-i / (n - 1))``,
+    ``i = 0..n-1`` (from 1 down to ``1 / base``), the rest at 0 (not rotated): modded-nanogpt's
+    "half-truncated" RoPE at the defaults (``base=1024``, ``fraction=0.5``). Raises ``ValueError``
+    for an odd ``head_dim``, ``base <= 1`` or ``fraction`` outside [0, 1].
+    """
+    head_dim = int(head_dim)
+    if head_dim <= 0 or head_dim % 2:
+        raise ValueError(f"rotary embeddings need an even head dimension, got {head_dim}")
+    if not base > 1.0 or not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"rope_frequencies: base must be > 1 and fraction in [0, 1], got {base}, {fraction}")
+    half = head_dim // 2
+    n = int(fraction * half)
+    exps = jnp.linspace(0.0, 1.0, n, dtype=jnp.float32) if n > 1 else jnp.zeros((n,), jnp.float32)
+    freqs = jnp.power(jnp.float32(1.0 / base), exps)
+    return jnp.concatenate([freqs, jnp.zeros((half - n,), jnp.float32)])
+
+
+def apply_rope(x, freqs):
+    """Rotary position embedding (Su et al. 2021) of ``x (B, T, H, D)`` with ``freqs (D // 2,)``.
+
+    With ``x1, x2`` the two halves of the last axis and ``θ = t · freqs`` at position ``t``:
+    ``[x1 cos θ + x2 sin θ, x2 cos θ - x1 sin θ]`` (the rotation's sign as modded-nanogpt's
+    ``Rotary``), computed in float32, returned in ``x``'s dtype.
+    """
+    pos = jnp.arange(x.shape[1], dtype=jnp.float32)
+    theta = (pos[:, None] * freqs[None, :])[None, :, None, :]
+    cos, sin = jnp.cos(theta), jnp.sin(theta)
+    xs = x.astype(_stats_dtype(x.dtype))
+    x1, x2 = jnp.split(xs, 2, axis=-1)
+    return jnp.concatenate([x1 * cos + x2 * sin, x2 * cos - x1 * sin], axis=-1).astype(x.dtype)
+
+
+def _linear_params(rng, shape, W_init, bias, zero):
+    """``{"kernel": W_init(shape) (zeros if zero), "bias": zeros}`` (no ``bias`` key if not bias)."""
+    out = {"kernel": jnp.zeros(shape, jnp.float32) if zero else W_init(rng, shape)}
+    if bias:
+        out["bias"] = jnp.zeros(shape[-1:], jnp.float32)
+    return out
+
+
+def _linear(p, x, spec="...f,fo->...o"):
+    """``x @ kernel (+ bias)`` with ``p = {"kernel", "bias"?}`` cast to ``x``'s dtype."""
+    y = jnp.einsum(spec, x, _compute(p["kernel"], x.dtype))
+    return y + _compute(p["bias"], x.dtype) if "bias" in p else y
+
+
+def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.0, rope_fraction=0.5,
+                        scale=None, bias=True, zero_out=True, epsilon=1e-6, W_init=None):
+    """Self-attention with rotary embeddings and QK-norm on ``x (B, T, F)`` -> ``(B, T, F)``.
+
+    ``q, k, v = x @ W_{q,k,v} + b`` split into ``num_heads`` heads of ``D = F / num_heads``; with
+    ``qk_norm`` each head's q and k are RMS-normalised (no gain, ``epsilon``); then
+    :func:`apply_rope` with :func:`rope_frequencies` ``(D, rope_base, rope_fraction)``; then
+    :func:`attention` (``scale`` default ``1/sqrt(D)``); output ``a @ W_out + b_out``. As
+    modded-nanogpt's ``CausalSelfAttention``.
+
+    Params ``{"q", "k", "v", "out"}``, each ``{"kernel" (F, F), "bias" (F,)}`` (no bias with
+    ``bias=False``); columns head-major (``h·D + d``). Kernels ``W_init`` (default: normal of
+    variance ``0.33 / fan_in``, modded-nanogpt's), ``out`` zeros with ``zero_out``; biases zeros.
+    Raises ``ValueError`` for ``num_heads <= 0``, and :class:`ShapeError` at init when ``F`` does
+    not divide by ``num_heads`` or ``D`` is odd.
+    """
+    if int(num_heads) <= 0:
+        raise ValueError(f"RotarySelfAttention: num_heads must be positive, got {num_heads}")
+    H = int(num_heads)
+    W_init = W_init or jax.nn.initializers.variance_scaling(0.33, "fan_in", "normal")
+    name = f"RotarySelfAttention(heads={H})"
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        _check_sequence(name, input_shape)
+        F = input_shape[-1]
+        if F % H or (F // H) % 2:
+            raise ShapeError(f"{name}: width {F} must split into {H} heads of an even size (rotary "
+                             f"embeddings rotate pairs)")
+        keys = random.split(rng, 4)
+        params = {n: _linear_params(r, (F, F), W_init, bias, zero_out and n == "out")
+                  for n, r in zip(("q", "k", "v", "out"), keys, strict=True)}
+        return input_shape, params
+
+    def apply_fun(params, x, **kwargs):
+        F = x.shape[-1]
+        D = F // H
+        freqs = rope_frequencies(D, rope_base, rope_fraction)
+        # head-shaped kernels, as MultiHeadSelfAttention (no reshape of activations to heads)
+        heads = {n: {k: v.reshape(H, D) if k == "bias" else v.reshape(F, H, D) for k, v in params[n].items()}
+                 for n in ("q", "k", "v")}
+        q, k, v = (_linear(heads[n], x, "btf,fhd->bthd") for n in ("q", "k", "v"))
+        if qk_norm:
+            q, k = rms_normalize(q, epsilon), rms_normalize(k, epsilon)
+        q, k = apply_rope(q, freqs), apply_rope(k, freqs)
+        a = attention(q, k, v, causal=causal, scale=scale)
+        out = dict(params["out"], kernel=params["out"]["kernel"].reshape(H, D, F))
+        return _linear(out, a, "bthd,hdf->btf")
+
+    return _layer(name, init_fun, apply_fun)
+
+
+#: The MLP kinds of :func:`MLP`: name -> (number of input matrices, activation of the first).
+MLP_KINDS = {"relu2": 1, "gelu": 1, "swiglu": 2}
+
+
+def MLP(hidden, kind="relu2", *, bias=True, zero_out=True, W_init=None):
+    """Transformer MLP on ``x (..., F)`` -> ``(..., F)``.
+
+    ``kind``: ``'relu2'`` ``proj(relu(fc(x))**2)`` (So et al. 2021, modded-nanogpt); ``'gelu'``
+    ``proj(gelu(fc(x)))`` (GPT-2, tanh approximation); ``'swiglu'``
+    ``proj(silu(gate(x)) * fc(x))`` (Shazeer 2020). Params ``{"fc", ["gate",] "proj"}``, each
+    ``{"kernel", "bias"}`` (``fc``/``gate`` ``(F, hidden)``, ``proj`` ``(hidden, F)``); kernels
+    ``W_init`` (default as :func:`RotarySelfAttention`), ``proj`` zeros with ``zero_out``.
+    Raises ``ValueError`` for an unknown ``kind`` or ``hidden <= 0``.
+    """
+    if kind not in MLP_KINDS:
+        raise ValueError(f"MLP: kind must be one of {sorted(MLP_KINDS)}, got {kind!r}")
+    if int(hidden) <= 0:
+        raise ValueError(f"MLP: hidden must be positive, got {hidden}")
+    hidden = int(hidden)
+    W_init = W_init or jax.nn.initializers.variance_scaling(0.33, "fan_in", "normal")
+    names = ("fc", "gate")[:MLP_KINDS[kind]]
+
+    def init_fun(rng, input_shape):
+        input_shape = _shape(input_shape)
+        if len(input_shape) == 0 or input_shape[-1] is None or input_shape[-1] <= 0:
+            raise ShapeError(f"MLP: needs a known feature dimension, got {_fmt(input_shape)}")
+        F = input_shape[-1]
+        keys = random.split(rng, 3)
+        params = {n: _linear_params(r, (F, hidden), W_init, bias, False)
+                  for n, r in zip(names, keys, strict=False)}
+        params["proj"] = _linear_params(keys[2], (hidden, F), W_init, bias, zero_out)
+        return input_shape, params
+
+    def apply_fun(params, x, **kwargs):
+        h = _linear(params["fc"], x)
+        if kind == "relu2":
+            h = jnp.square(relu(h))
+        elif kind == "gelu":
+            h = gelu(h)
+        else:
+            h = jax.nn.silu(_linear(params["gate"], x)) * h
+        return _linear(params["proj"], h)
+
+    return _layer(f"MLP({hidden}, {kind})", init_fun, apply_fun)
+
+
+def soft_cap(logits, cap, form="tanh"):
+    """Logit soft-cap: ``cap · tanh(x / cap)`` (``'tanh'``, Gemma 2) or ``cap · x / sqrt(x² + cap²)``
+    (``'algebraic'``, modded-nanogpt's optimization track); ``cap <= 0`` returns ``logits``."""
+    if cap is None or cap <= 0:
+        return logits
+    c = jnp.asarray(cap, logits.dtype)
+    if form == "tanh":
+        return c * jnp.tanh(logits / c)
+    if form == "algebraic":
+        return c * logits * lax.rsqrt(jnp.square(logits) + c * c)
+    raise ValueError(f"soft_cap: form must be 'tanh' or 'algebraic', got {form!r}")

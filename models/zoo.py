@@ -19,10 +19,11 @@ import jax
 import jax.numpy as jnp
 
 from models import stax
-from models.flops import jaxpr_flops, xla_flops
+from models.flops import jaxpr_flops, lm_train_flops_per_token, xla_flops
+from models.gpt import GPT, check_gpt, mlp_dim
 
 __all__ = [
-    "ACTIVATIONS", "MODELS", "ModelDef", "accuracy", "autoencoder", "cnn", "cnn1d", "logreg", "mlp",
+    "ACTIVATIONS", "MODELS", "ModelDef", "accuracy", "autoencoder", "cnn", "cnn1d", "gpt", "logreg", "mlp",
     "mse", "resnet", "resnet18", "sequence_accuracy", "sequence_cross_entropy",
     "softmax_cross_entropy", "transformer_lm", "vit",
 ]
@@ -516,6 +517,61 @@ def transformer_lm(*, input_shape, num_classes=None, vocab_size: int | None = No
                  needs_rng=dropout > 0 and depth > 0, input_dtype="int32")
 
 
+def _lm_vocab_context(builder, shape, num_classes, vocab_size, context):
+    """``(vocab_size, context)`` of a token model from the dataset's ``num_classes`` and ``(T,)``."""
+    if len(shape) != 1:
+        raise ValueError(f"{builder}: input_shape must be (T,) token positions, got {shape}")
+    if vocab_size is None:
+        if num_classes is None:
+            raise ValueError(f"{builder}: needs vocab_size (or a dataset's num_classes)")
+        vocab_size = int(num_classes)
+    elif num_classes is not None and int(num_classes) != int(vocab_size):
+        raise ValueError(f"{builder}: vocab_size {vocab_size} differs from the dataset's "
+                         f"{num_classes} token classes; leave vocab_size unset to use the dataset's")
+    return int(vocab_size), shape[0] if context is None else int(context)
+
+
+def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: int = 128,
+        depth: int = 2, num_heads: int = 4, context: int | None = None, mlp: str = "relu2",
+        mlp_ratio: float = 4.0, tied_head: bool = False, zero_init: bool = True,
+        logit_softcap: float = 0.0, softcap_form: str = "algebraic", qk_norm: bool = True,
+        rope_base: float = 1024.0, rope_fraction: float = 0.5, attn_scale: float | None = None,
+        bias: bool = True, norm_eps: float = 1e-6) -> ModelDef:
+    """Modern decoder-only GPT (RMSNorm, RoPE, QK-norm, ReLU²/SwiGLU), task ``"sequence"``.
+
+    :func:`models.gpt.GPT` (its docstring lists the parameter paths); inputs, outputs, loss and
+    metric as :func:`transformer_lm`, whose ``vocab_size``/``width``/``depth``/``num_heads`` it
+    shares. ``context`` is the sequence length it trains on: it defaults to the dataset's ``T`` and
+    must equal it (rotary embeddings have no table a longer context would fill). ``flops_per_example``
+    is the analytic count of :func:`models.flops.lm_train_flops_per_token` (MaxText's: causal
+    attention at half) ÷ 3 × ``T``, the forward third of training. Raises ``ValueError`` on bad
+    values (:func:`models.gpt.check_gpt`).
+    """
+    shape = tuple(int(d) for d in input_shape)
+    vocab_size, context = _lm_vocab_context("gpt", shape, num_classes, vocab_size, context)
+    _check_layers("gpt", depth=depth)
+    if context != shape[0]:
+        raise ValueError(f"gpt: context {context} differs from the dataset's sequence length {shape[0]}: "
+                         f"the data gives windows of {shape[0]} tokens (leave context unset to use it)")
+    hp = {"vocab_size": vocab_size, "width": width, "depth": depth, "num_heads": num_heads,
+          "context": context, "mlp": mlp, "mlp_ratio": mlp_ratio, "tied_head": tied_head,
+          "zero_init": zero_init, "logit_softcap": logit_softcap, "softcap_form": softcap_form,
+          "qk_norm": qk_norm, "rope_base": rope_base, "rope_fraction": rope_fraction,
+          "attn_scale": attn_scale, "bias": bias, "norm_eps": norm_eps}
+    check_gpt(**{k: v for k, v in hp.items() if k not in ("context", "tied_head", "zero_init", "qk_norm",
+                                                         "bias")})
+    layer = GPT(**{k: v for k, v in hp.items() if k != "context"})
+    model = _make("gpt", "sequence", layer, shape, hp, input_dtype="int32")
+    per_token = lm_train_flops_per_token(width=width, depth=depth, context=context, vocab_size=vocab_size,
+                                         mlp_dim=mlp_dim(width, mlp_ratio),
+                                         mlp_matrices=3 if mlp == "swiglu" else 2)
+
+    def flops_per_example(shape=None):
+        return per_token / 3.0 * context
+
+    return dataclasses.replace(model, flops_per_example=flops_per_example)
+
+
 def vit(*, input_shape, num_classes, patch_size: int = 4, width: int = 192, depth: int = 6,
         num_heads: int = 3, mlp_ratio: int = 4, dropout: float = 0.0, positional: str = "learned",
         conv_impl: str = "auto") -> ModelDef:
@@ -557,5 +613,6 @@ MODELS: dict[str, Callable[..., ModelDef]] = {
     "autoencoder": autoencoder,
     "resnet18": resnet18,
     "transformer_lm": transformer_lm,
+    "gpt": gpt,
     "vit": vit,
 }

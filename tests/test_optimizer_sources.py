@@ -245,8 +245,8 @@ def test_names_and_kinds_of_sourced_entries(tmp_path):
         f"{cfg}: optimizers[2].source: entries named 'mine' have different sources ('optax:adam', "
         "'optax:sgd'); name them apart"]
     cfg = _write(tmp_path, [{"name": "sgd", "hparams": {"step_size": 0.1}}],
-                 models=[{"name": "mlp", "source": "my_opts.py:my_momentum"}])
-    assert _errors(cfg) == [f"{cfg}: models[0].source: only optimizer entries take a source"]
+                 schedules=[{"name": "constant", "source": "my_opts.py:my_momentum"}])
+    assert _errors(cfg) == [f"{cfg}: schedules[0].source: only optimizer and model entries take a source"]
 
 
 def test_preflight_traces_a_sourced_update_on_the_models_parameters(tmp_path):

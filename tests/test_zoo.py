@@ -25,6 +25,7 @@ SMALL = {
     "resnet18": {"width": 2, "conv_impl": "xla"},  # fewer ops to compile than the patches form
     "vit": {"width": 8, "depth": 1, "num_heads": 2, "patch_size": 4},
     "transformer_lm": {"width": 8, "depth": 1, "num_heads": 2},
+    "gpt": {"width": 8, "depth": 1, "num_heads": 2},
 }
 SHAPES = {
     "logreg": [(8, 8, 1), (40,)],
@@ -39,6 +40,7 @@ SHAPES = {
     "resnet18": [],
     "vit": [(8, 8, 3)],
     "transformer_lm": [(6,)],
+    "gpt": [(6,)],
 }
 
 
@@ -47,7 +49,7 @@ def _x(shape, seed=0):
 
 
 def test_registry_names_and_hyperparameters():
-    assert sorted(MODELS) == ["autoencoder", "cnn", "cnn1d", "logreg", "mlp", "resnet", "resnet18",
+    assert sorted(MODELS) == ["autoencoder", "cnn", "cnn1d", "gpt", "logreg", "mlp", "resnet", "resnet18",
                               "transformer_lm", "vit"]
     for name, builder in MODELS.items():
         sig = inspect.signature(builder)

@@ -297,33 +297,41 @@ def with_search_spaces(data: Any, file: str, base_dir: str) -> tuple[Any, dict[s
 
 
 def with_config_sources(regs: Registries, cfg: SweepConfig, file: str, base_dir: str) -> Registries:
-    """``regs`` plus the builders of ``cfg``'s sourced optimizer entries
-    (:func:`harness.config.optimizer_sources.resolve_sources`; paths relative to ``base_dir``).
+    """``regs`` plus the builders of ``cfg``'s sourced optimizer and model entries
+    (:func:`harness.config.optimizer_sources.resolve_sources`,
+    :func:`harness.config.model_sources.resolve_model_sources`; paths relative to ``base_dir``).
 
     Raises:
-      ConfigError: a ``source`` on an entry other than an optimizer, or one that cannot be used.
+      ConfigError: a ``source`` on a schedule or dataset entry, or one that cannot be used.
     """
-    errors = [f"{file}: {prefix}{axis}[{j}].source: only optimizer entries take a source"
+    errors = [f"{file}: {prefix}{axis}[{j}].source: only optimizer and model entries take a source"
               for prefix, grid in [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
-              for axis in ("models", "schedules", "datasets")
+              for axis in ("schedules", "datasets")
               for j, comp in enumerate(getattr(grid, axis) or []) if comp.source is not None]
     if errors:
         raise ConfigError(errors)
-    if not any(c.source is not None for g in (cfg, *cfg.include) for c in g.optimizers or []):
+    sourced = {axis: any(c.source is not None for g in (cfg, *cfg.include) for c in getattr(g, axis) or [])
+               for axis in ("optimizers", "models")}
+    if not any(sourced.values()):
         return regs
+    from harness.config.model_sources import resolve_model_sources
     from harness.config.optimizer_sources import resolve_sources, with_sources
 
-    builders, errors = resolve_sources(cfg, file, base_dir)
-    if errors:
-        raise ConfigError(errors)
-    return with_sources(regs, builders)
+    builders, errors = resolve_sources(cfg, file, base_dir) if sourced["optimizers"] else ({}, [])
+    models, model_errors = resolve_model_sources(cfg, file, base_dir) if sourced["models"] else ({}, [])
+    if errors or model_errors:
+        raise ConfigError(errors + model_errors)
+    return with_sources(regs, builders, models)
 
 
 def config_registries(cfg: SweepConfig, regs: Registries) -> Registries:
-    """``regs`` plus the builders of the optimizer entries of a loaded ``cfg`` that have a
-    source (already resolved by :func:`load_config`)."""
+    """``regs`` plus the builders of the optimizer and model entries of a loaded ``cfg`` that
+    have a source (already resolved by :func:`load_config`)."""
+    from harness.config.model_sources import model_source_builder
     from harness.config.optimizer_sources import source_builder, with_sources
 
     builders = {c.name: source_builder(c.source_ref, tuple(c.hparams))
                 for g in (cfg, *cfg.include) for c in g.optimizers or [] if c.source_ref is not None}
-    return with_sources(regs, builders)
+    models = {c.name: model_source_builder(c.source_ref, c.name)
+              for g in (cfg, *cfg.include) for c in g.models or [] if c.source_ref is not None}
+    return with_sources(regs, builders, models)

@@ -280,11 +280,14 @@ def probe_sources(cfg: Any, file: str) -> list[str]:
     return errors
 
 
-def with_sources(reg: Registries, builders: Mapping[str, Callable]) -> Registries:
-    """``reg`` with ``builders`` added to its optimizers (``reg`` itself when there are none)."""
-    if not builders:
+def with_sources(reg: Registries, builders: Mapping[str, Callable],
+                 models: Mapping[str, Callable] | None = None) -> Registries:
+    """``reg`` with ``builders`` added to its optimizers and ``models`` to its models (``reg``
+    itself when there are none)."""
+    if not builders and not models:
         return reg
-    return Registries(reg.models, {**reg.optimizers, **builders}, reg.schedules, reg.datasets)
+    return Registries({**reg.models, **(models or {})}, {**reg.optimizers, **builders}, reg.schedules,
+                      reg.datasets)
 
 
 _FOR_SPEC: dict[tuple, Registries] = {}
@@ -294,15 +297,20 @@ def registries_for(spec: Any, base: Registries | None = None) -> Registries:
     """The registries a worker trains ``spec`` with: ``base`` (the default registries) plus the
     builder of the source ``spec`` carries, if any. The same object for the same source, so that
     compiled programs cached by registry identity are reused."""
+    from harness.config.model_sources import model_source_builder
+
     reg = base or default_registries()
-    ref = source_of(spec)
-    if ref is None:
+    ref, mref = source_of(spec), source_of(spec, "model")
+    if ref is None and mref is None:
         return reg
     names = tuple(k for k, _ in spec.optimizer_hparams)
-    key = (id(reg.optimizers), spec.optimizer, ref.target, ref.file_digest or ref.digest, names)
+    key = (id(reg.optimizers), spec.optimizer, ref and (ref.target, ref.file_digest or ref.digest), names,
+           spec.model, mref and (mref.target, mref.file_digest or mref.digest))
     out = _FOR_SPEC.get(key)
     if out is None:
-        out = _FOR_SPEC[key] = with_sources(reg, {spec.optimizer: source_builder(ref, names)})
+        opt = {spec.optimizer: source_builder(ref, names)} if ref is not None else {}
+        model = {spec.model: model_source_builder(mref, spec.model)} if mref is not None else {}
+        out = _FOR_SPEC[key] = with_sources(reg, opt, model)
     return out
 
 

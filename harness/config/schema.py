@@ -70,7 +70,8 @@ class Component(_Strict):
     search: SearchCfg | None = None
     #: optimizer entries: ``"none"`` = self-tuning, run once per seed with its defaults; else ``None``
     tuning: str | None = None
-    #: optimizer entries: where the optimizer's code comes from (:mod:`harness.core.source`)
+    #: optimizer and model entries: where the code comes from (:mod:`harness.core.source`,
+    #: :mod:`harness.config.model_sources`)
     source: str | None = None
     #: optimizer entries: an AlgoPerf ``tuning_search_space.json`` (relative to the config file)
     #: whose hyperparameters :func:`harness.config.load.load_config` merged into ``hparams``

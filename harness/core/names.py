@@ -88,6 +88,9 @@ TAG_OPTIMIZER_SOURCE = "optimizer.source"
 TAG_OPTIMIZER_SOURCE_HASH = "optimizer.source_hash"
 TAG_OPTIMIZER_SOURCE_FILE_HASH = "optimizer.source_file_hash"
 TAG_OPTIMIZER_API = "optimizer.api"
+TAG_MODEL_SOURCE = "model.source"
+TAG_MODEL_SOURCE_HASH = "model.source_hash"
+TAG_MODEL_SOURCE_FILE_HASH = "model.source_file_hash"
 TAG_EVAL_PARAMS = "optimizer.eval_params"
 #: An AlgoPerf submission's trial: the batch size it trained with, and who decided it
 #: (``submission``: its get_batch_size knew the workload; ``workload``: the config's batch_size).
@@ -205,6 +208,10 @@ M_CACHE_HITS = "compile/cache_hits"
 M_CACHE_MISSES = "compile/cache_misses"
 M_FLOPS = "perf/flops_per_step"
 M_UTIL = "perf/utilization"
+#: Model-FLOPs utilisation as MaxText counts it: the model's analytic FLOPs per step (a zoo model's
+#: ``flops_per_example`` × 3 × batch; ``gpt``'s is 6N + causal attention at half) / (median step
+#: time × the measured peak). ``perf/utilization`` divides XLA's count (work executed) instead.
+M_MFU = "perf/mfu"
 #: ``part -> metric`` of :data:`TIME_PARTS` (the one map from a part to its metric's name).
 M_TIME = {"startup": M_TIME_STARTUP_S, "preflight": M_TIME_PREFLIGHT_S, "compile": M_TIME_COMPILE_S,
           "train": M_TIME_TRAIN_S, "eval": M_TIME_EVAL_S, "throughput": M_TIME_THROUGHPUT_S,
@@ -235,7 +242,7 @@ CURVE_METRICS = (M_TRAIN_LOSS, M_VALID_LOSS, M_VALID_ACC, M_WALL_S)
 #: metric that a report should show is named above and listed here (and logged by
 #: :mod:`harness.tracking.trial_run`).
 SUMMARY_METRICS = (
-    M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL,
+    M_STEP_MS, M_STEP_MS_P10, M_STEP_MS_P90, M_EXAMPLES_PER_S, M_COMPILE_S, M_FLOPS, M_UTIL, M_MFU,
     M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
     M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP, M_CACHE_HITS,
     M_CACHE_MISSES, M_BEST_LOSS, M_BEST_ACC, *M_TIME.values(), M_MODELED_SECONDS_TO_TARGET, M_STEP_SPREAD,

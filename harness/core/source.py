@@ -218,13 +218,14 @@ def parse_source(text: Any, base_dir: str) -> SourceRef:
     return SourceRef(text, kind, where, func, _module_digest(where, func, text))
 
 
-def source_of(spec: Any) -> SourceRef | None:
-    """The :class:`SourceRef` a :class:`~harness.core.spec.TrialSpec` carries (``None`` for a
-    registered optimizer); the file's text is the one shipped with the spec."""
-    text = getattr(spec, "optimizer_source", "")
+def source_of(spec: Any, which: str = "optimizer") -> SourceRef | None:
+    """The :class:`SourceRef` of the ``which`` (``"optimizer"`` or ``"model"``) a
+    :class:`~harness.core.spec.TrialSpec` carries (``None`` for a registered one); the file's text
+    is the one shipped with the spec."""
+    text = getattr(spec, f"{which}_source", "")
     if not text:
         return None
-    kind, target, func, digest, code = spec.optimizer_source_ref
+    kind, target, func, digest, code = getattr(spec, f"{which}_source_ref")
     return SourceRef(text, kind, target, func, digest, code)
 
 

@@ -104,6 +104,9 @@ class TrialSpec:
       dataset_digest: the content digest of the data the trial reads (a dataset kind's,
         :mod:`harness.data.kinds`; ``""``, omitted from :meth:`to_dict`, where the name and
         hyperparameters say it all): part of ``trial_id``, so rewritten data re-trains.
+      model_source, model_source_hash, model_source_ref: as the ``optimizer_source*`` fields, for
+        a model entry's ``source`` (a factory returning a stax pair, a Flax module or a ModelDef:
+        :mod:`harness.config.model_sources`); the hash is part of ``trial_id``.
       early_stop: the early-stopping rule of a trial an adaptive search may stop at its rungs
         (:mod:`harness.core.rungs`: method, eta, bracket, rungs, metric, mode, value), as sorted
         ``(name, value)`` pairs; ``()`` (the default, omitted from :meth:`to_dict`) for a trial that
@@ -145,7 +148,10 @@ class TrialSpec:
     optimizer_source_hash: str = ""
     early_stop: tuple[tuple[str, Any], ...] = ()
     dataset_digest: str = ""
+    model_source: str = ""
+    model_source_hash: str = ""
     optimizer_source_ref: tuple = field(default=(), compare=False, repr=False)
+    model_source_ref: tuple = field(default=(), compare=False, repr=False)
 
     @classmethod
     def make(cls, **kw: Any) -> TrialSpec:
@@ -214,6 +220,8 @@ class TrialSpec:
             out["optimizer.source"] = self.optimizer_source
         if self.dataset_digest:
             out[PARAM_DATASET_DIGEST] = self.dataset_digest
+        if self.model_source:
+            out["model.source"] = self.model_source
         if self.devices != 1:
             out["parallelism.devices"] = str(self.devices)
             out["parallelism.shard"] = self.shard
@@ -232,7 +240,7 @@ class TrialSpec:
             self.schedule_hparams, self.dataset, self.dataset_hparams, self.steps, self.batch_size,
             self.eval_every, self.steps_per_dispatch, self.target, self.dtype, self.augment,
             self.workload, self.devices, self.shard, self.optimizer_source, self.optimizer_source_hash,
-            self.dataset_digest, *alone,
+            self.dataset_digest, self.model_source_hash, *alone,
         )
 
     def perf_key(self) -> tuple:
@@ -246,15 +254,17 @@ class TrialSpec:
                     if k != "step_size" and not isinstance(v, float))
         return (self.model, self.model_hparams, self.optimizer, opt, self.dataset,
                 self.dataset_hparams, self.batch_size, self.dtype, self.augment, self.devices,
-                self.shard) + ((self.optimizer_source_hash,) if self.optimizer_source_hash else ())
+                self.shard) + ((self.optimizer_source_hash,) if self.optimizer_source_hash else ()) \
+            + ((self.model_source_hash,) if self.model_source_hash else ())
 
 
 #: TrialSpec fields left out of ``to_dict`` (and ``trial_id``) when they equal these defaults.
 _OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0,
                                      "devices": 1, "shard": "batch", "optimizer_source": "",
-                                     "optimizer_source_hash": "", "early_stop": {}, "dataset_digest": ""}
+                                     "optimizer_source_hash": "", "early_stop": {}, "model_source": "",
+                                     "model_source_hash": "", "dataset_digest": ""}
 #: TrialSpec fields never in ``to_dict`` (the shipped source text: the hash stands for it).
-NOT_IN_DICT = ("optimizer_source_ref",)
+NOT_IN_DICT = ("optimizer_source_ref", "model_source_ref")
 #: TrialSpec fields never part of ``trial_id`` (see the class docstring: results equal to float32
 #: rounding whatever their value, so a change of them must not re-train finished trials).
 NOT_IN_IDENTITY = ("devices", "shard")

@@ -47,7 +47,8 @@ def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
     fills in (the trial's step budget). The config's own values are :meth:`TrialSpec.flat_params`.
     A fresh dict each call.
     """
-    key = (spec.model, spec.optimizer, spec.schedule, spec.dataset, spec.optimizer_source_hash, spec.steps)
+    key = (spec.model, spec.optimizer, spec.schedule, spec.dataset, spec.optimizer_source_hash,
+           spec.model_source_hash, spec.steps)
     if key not in _DEFAULTS:
         if len(_DEFAULTS) > 256:
             _DEFAULTS.clear()

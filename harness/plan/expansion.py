@@ -5,10 +5,9 @@ trials (:class:`~harness.core.spec.TrialSpec`), and the sweep's stable id.
   ``include`` sub-grids, minus the ``exclude`` rules; seeds vary fastest so that batchable siblings
   are adjacent.
 - :func:`component_variants`: the hyperparameter dicts one axis entry yields.
-- :func:`entry_paths`: which config key path yields each (name, hyperparameters) value, for error
-  messages (:mod:`harness.preflight`).
-- :func:`sweep_id_of`: 12 hex of SHA-256 of the sweep name and its sorted trial ids (the tag
-  ``harness.sweep_id``); the same config gives the same id on every invocation.
+- :func:`entry_paths`: the config key path of each (name, hyperparameters) value, for errors.
+- :func:`sweep_id_of`: 12 hex of SHA-256 of the sweep name and its sorted trial ids (tag
+  ``harness.sweep_id``).
 
 No jax, no MLflow.
 """
@@ -292,7 +291,8 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 dataset_hparams=ds.hparams, dataset_digest=digests[dkey],
                 target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
                 divergence_loss_factor=cfg.divergence.loss_factor, devices=cfg.parallelism.devices,
-                shard=cfg.parallelism.shard, **source_fields(pt["optimizers"].comp))
+                shard=cfg.parallelism.shard, **source_fields(pt["optimizers"].comp),
+                **source_fields(pt["models"].comp, "model"))
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled, pt["optimizers"].comp.tuning, ranges,
                                  search=resolve_search(cfg.search, pt["optimizers"].comp.search),
@@ -337,13 +337,14 @@ def _one_configuration(trials: list[tuple[TrialSpec, TrialOrigin]], file: str) -
         raise ConfigError(errors)
 
 
-def source_fields(comp: Component) -> dict[str, Any]:
-    """The :class:`TrialSpec` fields of an optimizer entry's resolved ``source`` (none without)."""
+def source_fields(comp: Component, which: str = "optimizer") -> dict[str, Any]:
+    """The :class:`TrialSpec` fields of a ``which`` (optimizer or model) entry's resolved
+    ``source`` (none without)."""
     ref = comp.source_ref
     if ref is None:
         return {}
-    return {"optimizer_source": ref.text, "optimizer_source_hash": ref.digest,
-            "optimizer_source_ref": (ref.kind, ref.target, ref.function, ref.digest, ref.code)}
+    return {f"{which}_source": ref.text, f"{which}_source_hash": ref.digest,
+            f"{which}_source_ref": (ref.kind, ref.target, ref.function, ref.digest, ref.code)}
 
 
 def expand_parts(cfg: SweepConfig, expand_one: Callable[[SweepConfig], TrialList]) -> TrialList:

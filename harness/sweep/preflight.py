@@ -384,6 +384,8 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
                 if once(("model-err", s.model, hp_key(mhp), exc_text(e))):  # once, not per dataset
                     defaults = builder_defaults("model", reg.models[s.model])
                     for where, text in every_problem(model_params, mhp, defaults, e, mpath):
+                        if s.model_source and where == f"{mpath}.hparams":  # no one value: the factory
+                            where = f"{mpath}.source"
                         errors.append(f"{file}: {where}: model {s.model!r} ({_hp_text(mhp)}) on dataset "
                                       f"{s.dataset!r} with input shape {ds.input_shape}: {text}")
         if (msg := step_size_problem(s.hparams("optimizer"), s.dtype)) is not None and \

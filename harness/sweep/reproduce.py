@@ -378,30 +378,34 @@ def _stored_spec(client, run, trial_id: str, folder: Path) -> TrialSpec:
     spec = stored_spec(text, run, trial_id)  # a damaged record is said so
     if spec.optimizer_source:
         spec = dataclasses.replace(spec, optimizer_source_ref=_source_ref(client, run, spec, folder))
+    if spec.model_source:
+        spec = dataclasses.replace(spec, model_source_ref=_source_ref(client, run, spec, folder, "model"))
     return spec
 
 
-def _source_ref(client, run, spec: TrialSpec, folder: Path) -> tuple:
-    """``optimizer_source_ref`` of a user's optimizer: a file from the run's ``source/`` artifact,
-    a module or Optax as installed now; its digest must be the one in the trial's id.
+def _source_ref(client, run, spec: TrialSpec, folder: Path, which: str = "optimizer") -> tuple:
+    """``{which}_source_ref`` of a user's optimizer (or model): a file from the run's ``source/``
+    (``source/model/``) artifact, a module or Optax as installed now; its digest must be the one
+    in the trial's id.
 
     Raises:
       ReproduceError: the file is not in the run, or the digest differs.
     """
     from harness.core.source import SourceError, parse_source
 
-    text = spec.optimizer_source
+    text = getattr(spec, f"{which}_source")
+    want = getattr(spec, f"{which}_source_hash")
+    kept = names.ARTIFACT_SOURCE_DIR + ("/model" if which == "model" else "")
     kind_file = text.startswith("algoperf:") or text.rpartition(":")[0].endswith(".py")
     try:
         if kind_file:
             rel = text[len("algoperf:"):] if text.startswith("algoperf:") else text.rpartition(":")[0]
             name = os.path.basename(rel)
-            code = _artifact(client, run.info.run_id, f"{names.ARTIFACT_SOURCE_DIR}/{name}", folder)
+            code = _artifact(client, run.info.run_id, f"{kept}/{name}", folder)
             if code is None:
-                raise ReproduceError(f"run {run.info.run_id} kept no copy of {name} "
-                                     f"({names.ARTIFACT_SOURCE_DIR}/{name})")
-            src = folder / "source"
-            src.mkdir(exist_ok=True)
+                raise ReproduceError(f"run {run.info.run_id} kept no copy of {name} ({kept}/{name})")
+            src = folder / kept
+            src.mkdir(parents=True, exist_ok=True)
             (src / name).write_text(code, encoding="utf-8")
             local = f"algoperf:{name}" if text.startswith("algoperf:") \
                 else f"{name}:{text.rpartition(':')[2]}"
@@ -410,9 +414,9 @@ def _source_ref(client, run, spec: TrialSpec, folder: Path) -> tuple:
             ref = parse_source(text, ".")
     except SourceError as e:
         raise ReproduceError(str(e)) from None
-    if ref.digest != spec.optimizer_source_hash:
+    if ref.digest != want:
         raise ReproduceError(f"source {text!r} digests to {ref.digest} now, the trial ran "
-                             f"{spec.optimizer_source_hash} (a package's version, or the file, differs)")
+                             f"{want} (a package's version, or the file, differs)")
     return (ref.kind, ref.target, ref.function, ref.digest, ref.code)
 
 

@@ -124,13 +124,19 @@ def trial_tags(spec: TrialSpec, ctx: RunContext) -> dict[str, str]:
 def source_tags(spec: TrialSpec) -> dict[str, str]:
     """``optimizer.source``, ``optimizer.source_hash`` (the digest in the trial id),
     ``optimizer.source_file_hash`` (the whole file's, for a file) and ``optimizer.api`` of a trial
-    whose optimizer has a ``source`` (none for a registered optimizer)."""
+    whose optimizer has a ``source`` (none for a registered optimizer); ``model.source``,
+    ``model.source_hash`` and ``model.source_file_hash`` likewise for a model's."""
+    out = {}
+    if spec.model_source:
+        ref = source_of(spec, "model") if spec.model_source_ref else None
+        out = {names.TAG_MODEL_SOURCE: spec.model_source, names.TAG_MODEL_SOURCE_HASH: spec.model_source_hash,
+               **({names.TAG_MODEL_SOURCE_FILE_HASH: ref.file_digest} if ref and ref.file_digest else {})}
     if not spec.optimizer_source:
-        return {}
+        return out
     api = "algoperf" if spec.optimizer_api == "algoperf" else "factory"
     ref = source_of(spec) if spec.optimizer_source_ref else None
     file_hash = {names.TAG_OPTIMIZER_SOURCE_FILE_HASH: ref.file_digest} if ref and ref.file_digest else {}
-    return {names.TAG_OPTIMIZER_SOURCE: spec.optimizer_source,
+    return {**out, names.TAG_OPTIMIZER_SOURCE: spec.optimizer_source,
             names.TAG_OPTIMIZER_SOURCE_HASH: spec.optimizer_source_hash, **file_hash,
             names.TAG_OPTIMIZER_API: api}
 
@@ -211,6 +217,15 @@ _PERF_METRICS = {"step_time_ms": names.M_STEP_MS, "step_time_ms_p10": names.M_ST
                  "step_cpu_ms": names.M_STEP_CPU_MS, "modeled_step_ms": names.M_MODELED_STEP_MS}
 
 
+def model_flops_utilization(perf) -> float | None:
+    """``perf/mfu``: analytic FLOPs per step / (median step seconds × peak FLOP/s); ``None`` when
+    one of them is unknown."""
+    flops, ms, peak = perf.flops_per_step_analytic, perf.step_time_ms, perf.peak_flops
+    if not flops or not ms or not peak or ms <= 0:
+        return None
+    return flops / (ms / 1e3) / peak
+
+
 def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     """Every metric of a trained trial, buffered (non-finite values dropped); ``t0_ms`` is the
     training start (epoch ms) that the curves' wall-clock is added to."""
@@ -241,6 +256,7 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     if res.perf is not None:
         for attr, metric in _PERF_METRICS.items():
             buf.add(metric, getattr(res.perf, attr), 0)
+        buf.add(names.M_MFU, model_flops_utilization(res.perf), 0)
     budget = res.extra.get("time") or {"compile": res.compile_seconds}
     for part, seconds in budget.items():  # the trial's time budget (harness.core.budget)
         buf.add(names.M_TIME[part], seconds, 0)
@@ -342,10 +358,11 @@ def _write_artifacts(res: TrialResult, dp: Path) -> None:
     write_curves(res, dp / names.ARTIFACT_CURVES)
     if res.status == "failed":
         (dp / names.ARTIFACT_TRACEBACK).write_text(res.reason)
-    ref = res.spec.optimizer_source_ref
-    if ref and ref[4]:  # the user's optimizer file, exactly the bytes that were hashed and run
-        (dp / names.ARTIFACT_SOURCE_DIR).mkdir(exist_ok=True)
-        (dp / names.ARTIFACT_SOURCE_DIR / Path(ref[1]).name).write_text(ref[4])
+    for ref, sub in ((res.spec.optimizer_source_ref, ""), (res.spec.model_source_ref, "model")):
+        if ref and ref[4]:  # the user's file, exactly the bytes that were hashed and run
+            folder = dp / names.ARTIFACT_SOURCE_DIR / sub  # a model's file in source/model/
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / Path(ref[1]).name).write_text(ref[4])
 
 
 def artifact_repository(artifact_uri: str, tracking_uri: str):

@@ -1,0 +1,145 @@
+"""A modern decoder-only GPT as one stax layer: the zoo's ``gpt`` (see :func:`models.zoo.gpt`).
+
+Built from :mod:`models.stax`'s modern decoder layers (RMSNorm, rotary self-attention with QK-norm,
+ReLU²/SwiGLU/GELU MLP, logit soft-cap). The architecture is that of modded-nanogpt's optimization
+track (``records/track_3_optimization/train_gpt_simple.py``); its setting is ``vocab_size=50304,
+width=768, depth=12, num_heads=6`` (head size 128), ``attn_scale=0.12``, ``logit_softcap=15``
+(``softcap_form='algebraic'``) and torch's RMSNorm epsilon (float32 machine epsilon), where the
+defaults here are small and ``1/sqrt(head size)``, no cap, 1e-6. Imports only jax and
+:mod:`models.stax`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import random
+from jax.nn.initializers import normal
+
+from models import stax
+
+__all__ = ["GPT", "check_gpt", "mlp_dim"]
+
+SOFTCAP_FORMS = ("algebraic", "tanh")
+
+
+def mlp_dim(width: int, mlp_ratio: float) -> int:
+    """The MLP's hidden size: ``round(mlp_ratio · width)``."""
+    return round(float(mlp_ratio) * int(width))
+
+
+def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_softcap, softcap_form,
+              rope_base, rope_fraction, attn_scale, norm_eps) -> None:
+    """Raise ``ValueError`` naming the hyperparameter for the first bad value of a :func:`GPT`."""
+    for key, value in (("vocab_size", vocab_size), ("width", width), ("num_heads", num_heads),
+                       ("mlp_ratio", mlp_ratio), ("norm_eps", norm_eps)):
+        if not value > 0:
+            raise ValueError(f"gpt: {key} must be positive, got {value}")
+    if depth < 0:
+        raise ValueError(f"gpt: depth must be >= 0, got {depth}")
+    if width % num_heads:
+        raise ValueError(f"gpt: width {width} must be divisible by num_heads {num_heads}")
+    if (width // num_heads) % 2:
+        raise ValueError(f"gpt: head dimension width / num_heads = {width // num_heads} must be even "
+                         f"for rotary embeddings (they rotate pairs of features)")
+    if mlp not in stax.MLP_KINDS:
+        raise ValueError(f"gpt: mlp must be one of {sorted(stax.MLP_KINDS)}, got {mlp!r}")
+    if logit_softcap < 0:
+        raise ValueError(f"gpt: logit_softcap must be >= 0 (0 = off), got {logit_softcap}")
+    if softcap_form not in SOFTCAP_FORMS:
+        raise ValueError(f"gpt: softcap_form must be one of {list(SOFTCAP_FORMS)}, got {softcap_form!r}")
+    if not rope_base > 1:
+        raise ValueError(f"gpt: rope_base must be > 1, got {rope_base}")
+    if not 0 <= rope_fraction <= 1:
+        raise ValueError(f"gpt: rope_fraction must be in [0, 1], got {rope_fraction}")
+    if attn_scale is not None and not attn_scale > 0:
+        raise ValueError(f"gpt: attn_scale must be positive (or null: 1/sqrt(head dim)), got {attn_scale}")
+
+
+def _block(width, num_heads, hidden, hp):
+    """One pre-norm block's ``(init_fun, apply_fun)``: ``x + attn(attn_norm(x))``, then
+    ``x + mlp(mlp_norm(x))``; params ``{"attn_norm", "attn", "mlp_norm", "mlp"}``."""
+    layers = {
+        "attn_norm": stax.RMSNorm(hp["norm_eps"]),
+        "attn": stax.RotarySelfAttention(num_heads, qk_norm=hp["qk_norm"], rope_base=hp["rope_base"],
+                                         rope_fraction=hp["rope_fraction"], scale=hp["attn_scale"],
+                                         bias=hp["bias"], zero_out=hp["zero_init"], epsilon=hp["norm_eps"]),
+        "mlp_norm": stax.RMSNorm(hp["norm_eps"]),
+        "mlp": stax.MLP(hidden, hp["mlp"], bias=hp["bias"], zero_out=hp["zero_init"]),
+    }
+
+    def init_fun(rng, input_shape):
+        keys = random.split(rng, len(layers))
+        params = {}
+        for (name, layer), key in zip(layers.items(), keys, strict=True):
+            _, params[name] = layer[0](key, input_shape)
+        return input_shape, params
+
+    def apply_fun(params, x):
+        x = x + layers["attn"][1](params["attn"], layers["attn_norm"][1](params["attn_norm"], x))
+        return x + layers["mlp"][1](params["mlp"], layers["mlp_norm"][1](params["mlp_norm"], x))
+
+    return init_fun, apply_fun
+
+
+def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied_head=False,
+        zero_init=True, logit_softcap=0.0, softcap_form="algebraic", qk_norm=True, rope_base=1024.0,
+        rope_fraction=0.5, attn_scale=None, bias=True, norm_eps=1e-6):
+    """Decoder-only GPT: int tokens ``(N, T)`` -> float32 next-token logits ``(N, T, vocab_size)``.
+
+    ``x = embed_norm(embed[tokens])``; ``depth`` × (``x + attn(attn_norm(x))``,
+    ``x + mlp(mlp_norm(x))``) with causal :func:`models.stax.RotarySelfAttention` (QK-norm,
+    RoPE) and :func:`models.stax.MLP` of ``mlp_dim(width, mlp_ratio)`` hidden units; then
+    ``soft_cap(norm(x) @ head + b, logit_softcap, softcap_form)`` in float32. Every norm is
+    :func:`models.stax.RMSNorm` (``norm_eps``).
+
+    Params (a dict; the paths the parameter-group rules match)::
+
+        embed:      (table (vocab_size, width),)          normal(1), as torch's nn.Embedding
+        embed_norm: (gamma (width,),)
+        blocks:     [ {attn_norm: (gamma,), attn: {q, k, v, out: {kernel (width, width), bias}},
+                       mlp_norm: (gamma,), mlp: {fc, [gate,] proj: {kernel, bias}}} ] × depth
+        norm:       (gamma (width,),)
+        head:       {kernel (width, vocab_size), bias (vocab_size,)}; with tied_head only {bias}:
+                    the logits are x @ embed.T
+
+    Hidden kernels: normal of variance ``0.33 / fan_in``; with ``zero_init`` the attention's
+    ``out``, the MLP's ``proj`` and the untied head's kernel start at zero (modded-nanogpt's init);
+    biases zeros (none with ``bias=False``), gains ones. Hyperparameters are as
+    :func:`check_gpt` checks them.
+    """
+    hp = dict(mlp=mlp, zero_init=zero_init, qk_norm=qk_norm, rope_base=rope_base, rope_fraction=rope_fraction,
+              attn_scale=attn_scale, bias=bias, norm_eps=norm_eps)
+    embed = stax.Embedding(vocab_size, width, W_init=normal(1.0))
+    norms = {n: stax.RMSNorm(norm_eps) for n in ("embed_norm", "norm")}
+    blocks = [_block(width, num_heads, mlp_dim(width, mlp_ratio), hp) for _ in range(depth)]
+
+    def init_fun(rng, input_shape):
+        N, T = input_shape
+        k_embed, k_head, k_norm0, k_norm, *k_blocks = random.split(rng, 4 + depth)
+        _, table = embed[0](k_embed, input_shape)
+        shape = (N, T, width)
+        params = {"embed": table, "embed_norm": norms["embed_norm"][0](k_norm0, shape)[1],
+                  "blocks": [blk[0](k, shape)[1] for blk, k in zip(blocks, k_blocks, strict=True)],
+                  "norm": norms["norm"][0](k_norm, shape)[1], "head": {}}
+        if not tied_head:
+            params["head"]["kernel"] = (jnp.zeros((width, vocab_size), jnp.float32) if zero_init
+                                        else normal(width ** -0.5)(k_head, (width, vocab_size)))
+        if bias:
+            params["head"]["bias"] = jnp.zeros((vocab_size,), jnp.float32)
+        return (N, T, vocab_size), params
+
+    def apply_fun(params, inputs, **kwargs):
+        x = embed[1](params["embed"], inputs)
+        x = norms["embed_norm"][1](params["embed_norm"], x)
+        for blk, p in zip(blocks, params["blocks"], strict=True):
+            x = blk[1](p, x)
+        x = norms["norm"][1](params["norm"], x)
+        head = params["head"]
+        kernel = head["kernel"] if not tied_head else params["embed"][0].T
+        logits = jnp.einsum("...f,fv->...v", x, kernel.astype(x.dtype))
+        if bias:
+            logits = logits + head["bias"].astype(x.dtype)
+        return stax.soft_cap(logits.astype(jnp.float32), logit_softcap, softcap_form)
+
+    init_fun.stax_name = f"GPT(depth={depth}, width={width}, heads={num_heads})"
+    return init_fun, apply_fun
