@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from models.zoo import ModelDef, _make
+from models.zoo import ModelDef, make_model_def
 
 __all__ = ["FORMS", "as_model", "custom_model", "flax_layer"]
 
@@ -72,7 +72,7 @@ def custom_model(layer: Any, *, input_shape, task: str = "classification", name:
         layer = flax_layer(layer, input_dtype)
     elif not (isinstance(layer, tuple) and len(layer) == 2 and all(callable(f) for f in layer)):
         raise ValueError(f"got {type(layer).__name__}; expected {FORMS}")
-    return _make(name, task, layer, input_shape, hparams or {}, input_dtype=input_dtype)
+    return make_model_def(name, task, layer, input_shape, hparams or {}, input_dtype=input_dtype)
 
 
 def _is_flax(obj: Any) -> bool:

@@ -136,7 +136,7 @@ def _example_args(model: ModelDef, input_shape):
     return params, state, jax.ShapeDtypeStruct((1, *shape), jnp.dtype(model.input_dtype))
 
 
-def _make(name, task, layer, input_shape, hparams, needs_rng=False, input_dtype="float32"):
+def make_model_def(name, task, layer, input_shape, hparams, needs_rng=False, input_dtype="float32"):
     init_s, apply_s = stax.stateful(layer)
     input_shape = tuple(int(d) for d in input_shape)
 
@@ -288,7 +288,7 @@ def _check_nonnegative(builder, **values):
 def logreg(*, input_shape, num_classes) -> ModelDef:
     """Multinomial logistic regression: ``Flatten, Dense(num_classes)`` on any input shape."""
     layer = stax.serial(stax.Flatten, stax.Dense(num_classes))
-    return _make("logreg", "classification", layer, input_shape, {})
+    return make_model_def("logreg", "classification", layer, input_shape, {})
 
 
 def mlp(*, input_shape, num_classes, width: int = 256, depth: int = 2, activation: str = "relu",
@@ -312,7 +312,7 @@ def mlp(*, input_shape, num_classes, width: int = 256, depth: int = 2, activatio
             layers.append(stax.Dropout(1.0 - dropout))
     layers.append(stax.Dense(num_classes))
     hp = {"width": width, "depth": depth, "activation": activation, "dropout": dropout}
-    return _make("mlp", "classification", stax.serial(*layers), input_shape, hp,
+    return make_model_def("mlp", "classification", stax.serial(*layers), input_shape, hp,
                  needs_rng=dropout > 0 and depth > 0)
 
 
@@ -335,7 +335,7 @@ def cnn1d(*, input_shape, num_classes, width: int = 32, depth: int = 2, kernel_s
     layers.append(stax.Dense(num_classes))
     hp = {"width": width, "depth": depth, "kernel_size": kernel_size, "hidden": hidden,
           "conv_impl": conv_impl}
-    return _make("cnn1d", "classification", stax.serial(*layers), input_shape, hp)
+    return make_model_def("cnn1d", "classification", stax.serial(*layers), input_shape, hp)
 
 
 def cnn(*, input_shape, num_classes, width: int = 32, kernel_size: int = 3, hidden: int = 128,
@@ -360,7 +360,7 @@ def cnn(*, input_shape, num_classes, width: int = 32, kernel_size: int = 3, hidd
         layers += [stax.Dense(hidden), stax.Relu]
     layers.append(stax.Dense(num_classes))
     hp = {"width": width, "kernel_size": kernel_size, "hidden": hidden, "conv_impl": conv_impl}
-    return _make("cnn", "classification", stax.serial(*layers), input_shape, hp)
+    return make_model_def("cnn", "classification", stax.serial(*layers), input_shape, hp)
 
 
 def _res_block(out_chan, stride, project, momentum, impl):
@@ -401,7 +401,7 @@ def resnet(*, input_shape, num_classes, width: int = 16, stages: int = 2, blocks
     layers += [_global_avg_pool(), stax.Dense(num_classes)]
     hp = {"width": width, "stages": stages, "blocks_per_stage": blocks_per_stage,
           "bn_momentum": bn_momentum, "conv_impl": conv_impl}
-    return _make("resnet", "classification", stax.serial(*layers), input_shape, hp)
+    return make_model_def("resnet", "classification", stax.serial(*layers), input_shape, hp)
 
 
 def autoencoder(*, input_shape, num_classes=None, width: int = 16) -> ModelDef:
@@ -424,7 +424,7 @@ def autoencoder(*, input_shape, num_classes=None, width: int = 16) -> ModelDef:
               _conv(ndim, width, 3, (2,) * ndim), stax.Relu,
               _conv(ndim, 2 * width, 3, (2,) * ndim), stax.Relu,
               up(width), stax.Relu, up(chans), _crop(canon), _reshape(shape)]
-    return _make("autoencoder", "reconstruction", stax.serial(*layers), input_shape, {"width": width})
+    return make_model_def("autoencoder", "reconstruction", stax.serial(*layers), input_shape, {"width": width})
 
 
 def resnet18(*, input_shape, num_classes, width: int = 64, bn_momentum: float = 0.9,
@@ -513,7 +513,7 @@ def transformer_lm(*, input_shape, num_classes=None, vocab_size: int | None = No
     layers += [stax.LayerNorm(), stax.Dense(vocab_size, b_init=stax.zeros)]
     hp = {"vocab_size": vocab_size, "width": width, "depth": depth, "num_heads": num_heads,
           "context": context, "mlp_ratio": mlp_ratio, "dropout": dropout, "positional": positional}
-    return _make("transformer_lm", "sequence", stax.serial(*layers), shape, hp,
+    return make_model_def("transformer_lm", "sequence", stax.serial(*layers), shape, hp,
                  needs_rng=dropout > 0 and depth > 0, input_dtype="int32")
 
 
@@ -561,7 +561,7 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
     check_gpt(**{k: v for k, v in hp.items() if k not in ("context", "tied_head", "zero_init", "qk_norm",
                                                          "bias")})
     layer = GPT(**{k: v for k, v in hp.items() if k != "context"})
-    model = _make("gpt", "sequence", layer, shape, hp, input_dtype="int32")
+    model = make_model_def("gpt", "sequence", layer, shape, hp, input_dtype="int32")
     per_token = lm_train_flops_per_token(width=width, depth=depth, context=context, vocab_size=vocab_size,
                                          mlp_dim=mlp_dim(width, mlp_ratio),
                                          mlp_matrices=3 if mlp == "swiglu" else 2)
@@ -599,7 +599,7 @@ def vit(*, input_shape, num_classes, patch_size: int = 4, width: int = 192, dept
     layers += [stax.LayerNorm(), _global_avg_pool(), stax.Dense(num_classes, b_init=stax.zeros)]
     hp = {"patch_size": patch_size, "width": width, "depth": depth, "num_heads": num_heads,
           "mlp_ratio": mlp_ratio, "dropout": dropout, "positional": positional, "conv_impl": conv_impl}
-    return _make("vit", "classification", stax.serial(*layers), input_shape, hp,
+    return make_model_def("vit", "classification", stax.serial(*layers), input_shape, hp,
                  needs_rng=dropout > 0 and depth > 0)
 
 

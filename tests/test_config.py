@@ -26,7 +26,7 @@ def _errors(write_sweep, **overrides) -> list[str]:
 
 def test_unknown_model_names_choices_and_did_you_mean(write_sweep):
     assert _errors(write_sweep, models=["mlpp"]) == [
-        "F: models[0].name: unknown model 'mlpp'; valid choices: autoencoder, cnn, cnn1d, logreg, mlp, "
+        "F: models[0].name: unknown model 'mlpp'; valid choices: autoencoder, cnn, cnn1d, gpt, logreg, mlp, "
         "resnet, resnet18, transformer_lm, vit (did you mean 'mlp'?)"]
 
 
@@ -182,7 +182,7 @@ def test_exclude_rule_values_checked_against_registries(write_sweep):
     errs = _errors(write_sweep, exclude=[{"model": "cnnn"},
                                          {"optimizer": ["sgd", "adamm"], "dataset": "digts"}])
     assert errs[0] == ("F: exclude[0].model: unknown model 'cnnn'; valid choices: autoencoder, cnn, cnn1d, "
-                       "logreg, mlp, resnet, resnet18, transformer_lm, vit (did you mean 'cnn'?)")
+                       "gpt, logreg, mlp, resnet, resnet18, transformer_lm, vit (did you mean 'cnn'?)")
     assert errs[1].startswith("F: exclude[1].optimizer: unknown optimizer 'adamm'; "
                               "valid choices: adafactor, adagrad,")
     assert errs[1].endswith("(did you mean 'adam'?)")

@@ -6,8 +6,7 @@ trials (:class:`~harness.core.spec.TrialSpec`), and the sweep's stable id.
   are adjacent.
 - :func:`component_variants`: the hyperparameter dicts one axis entry yields.
 - :func:`entry_paths`: the config key path of each (name, hyperparameters) value, for errors.
-- :func:`sweep_id_of`: 12 hex of SHA-256 of the sweep name and its sorted trial ids (tag
-  ``harness.sweep_id``).
+- :func:`sweep_id_of`: 12 hex of SHA-256 of the name and sorted trial ids (``harness.sweep_id``).
 
 No jax, no MLflow.
 """
