@@ -12,7 +12,7 @@ import pytest
 import optimizers as O
 from harness.cli.list_cmd import describe
 from harness.core.registry import hyperparameters
-from optimizers import core, extra, modern, modern_free, modern_soap
+from optimizers import core, extra, modern, modern_free, modern_soap, wsd
 from optimizers.registry import NOTES, register_optimizer, with_defaults
 
 PINNED_OPTIMIZERS = {
@@ -167,6 +167,13 @@ PINNED_SCHEDULES = {
         "warmup_steps steps, from step_size down to alpha * step_size; (total_steps injected by the"
         " harness).",
     ),
+    "warmup_stable_decay": (
+        "step_size, warmup_steps: int = 0, total_steps: int | None = None, decay_fraction: float = 0.2, "
+        "decay_shape: typing.Literal['linear', '1-sqrt'] = 'linear', init_scale: float = 0.0, "
+        "final_scale: float = 0.0",
+        "Linear warm-up, constant, then a cool-down over the last decay_fraction of the budget; "
+        "(total_steps injected by the harness).",
+    ),
 }
 
 
@@ -203,7 +210,7 @@ def test_entries_are_the_functions_themselves_except_reference_defaults():
             x = builder(0.1).init_fn(1.0)
             assert builder(0.1).update_fn(0, 1.0, x) == ref(0.1, 0.9).update_fn(0, 1.0, x)
         else:
-            homes = (core, extra, modern, modern_free, modern_soap)
+            homes = (core, extra, modern, modern_free, modern_soap, wsd)
             assert any(builder is getattr(m, name, None) for m in homes), name
 
 
