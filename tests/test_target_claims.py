@@ -1,0 +1,48 @@
+"""The end-of-sweep summary states each selected configuration's target claim (loss targets)."""
+
+from __future__ import annotations
+
+from conftest import make_spec
+from rich.console import Console
+
+from harness.core.outcome import TrialOutcome
+from harness.sweep.summary import SweepSummary, print_summary
+
+TARGET = {"metric": "valid/loss", "value": 0.5, "mode": "min"}
+
+
+def _outcomes(losses_by_opt):
+    out = []
+    for opt, losses in losses_by_opt.items():
+        for seed, loss in enumerate(losses):
+            o = TrialOutcome.of_spec(make_spec(optimizer=opt, seed=seed, target=TARGET), "finished")
+            o.final_valid_loss = loss
+            o.steps_to_target, o.seconds_to_target = 10, 1.0
+            out.append(o)
+    return out
+
+
+def test_summary_says_which_target_claims_pass():
+    # adam: mean 0.490 over 3 seeds, (0.5 - 0.49) * sqrt(3) = 0.0173 >= 0.004, sd 0.001, t = 17.3,
+    # p = 0.0017 < 0.01: passes. sgd: mean 0.4990, (0.001) * sqrt(3) = 0.0017 < 0.004: does not.
+    outcomes = _outcomes({"adam": [0.489, 0.490, 0.491], "sgd": [0.4985, 0.4990, 0.4995]})
+    assert outcomes[0].target_value == 0.5
+    console = Console(record=True, width=300)
+    print_summary(console, SweepSummary("claims", "sid", "1", None, "sqlite:///x.db", outcomes, 1.0))
+    lines = [ln for ln in console.export_text().splitlines() if ln.startswith("target claim:")]
+    assert len(lines) == 2, lines
+    adam = next(ln for ln in lines if "· adam:" in ln)
+    sgd = next(ln for ln in lines if "· sgd:" in ln)
+    assert "mean 0.4900 over 3 seeds vs target 0.5: (target - mean)·√n = 0.0173 (≥ 0.004), " \
+           "t-test p = 0.0017: PASSES" in adam
+    assert "mean 0.4990 over 3 seeds vs target 0.5: (target - mean)·√n = 0.0017 (< 0.004), " \
+           "t-test p = 0.0" in sgd
+    assert "does not pass; about" in sgd
+
+
+def test_accuracy_targets_make_no_claim():
+    o = TrialOutcome.of_spec(make_spec(target={"metric": "valid/accuracy", "value": 0.5}), "finished")
+    o.final_valid_accuracy = 0.9
+    console = Console(record=True, width=300)
+    print_summary(console, SweepSummary("acc", "sid", "1", None, "sqlite:///x.db", [o], 1.0))
+    assert "target claim" not in console.export_text()
