@@ -315,6 +315,10 @@ class SweepConfig(_Strict):
     dtype: Literal["float32", "bfloat16", "float16", "float64"] | list[
         Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
     augment: dict[str, Any] | None = None
+    #: clip gradients to this global norm before every update (harness.train.recipe)
+    grad_clip: Float | None = Field(default=None, gt=0, le=1e30)
+    #: micro-batches per update; must divide every batch size (harness.train.recipe)
+    grad_accum: Int = Field(default=1, gt=0, le=limits.MAX_BATCH_SIZE)
     divergence: DivergenceCfg = Field(default_factory=DivergenceCfg)
     selection: SelectionCfg = Field(default_factory=SelectionCfg)
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)

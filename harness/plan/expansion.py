@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from harness.config import workloads
 from harness.config.errors import ConfigError
 from harness.config.limits import MAX_STEPS
+from harness.config.recipe import recipe_fields, recipe_problem
 from harness.config.schema import Component, SweepConfig
 from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, Search, resolve_search, sample
 from harness.config.values import hparam_values
@@ -288,8 +289,10 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 dataset_hparams=ds.hparams,
                 target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
                 divergence_loss_factor=cfg.divergence.loss_factor,
-                devices=cfg.parallelism.devices, shard=cfg.parallelism.shard,
+                devices=cfg.parallelism.devices, shard=cfg.parallelism.shard, recipe=recipe_fields(cfg),
                 **source_fields(pt["optimizers"].comp))
+            if (why := recipe_problem(cfg, bs, pt["optimizers"].path, spec.optimizer_source)) is not None:
+                raise ConfigError([f"{file}: {why}"])
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled, pt["optimizers"].comp.tuning, ranges,
                                  search=resolve_search(cfg.search, pt["optimizers"].comp.search),

@@ -211,6 +211,7 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
     for name, v in res.test_metrics.items():
         buf.add(names.PREFIX_TEST + name, v, last, t_last)
     _add_floor_gap(buf, res, t0_ms)
+    buf.add(names.M_CLIPPED_FRACTION, res.extra.get("clipped_fraction"), last)
     if res.perf is not None:
         for attr, metric in _PERF_METRICS.items():
             buf.add(metric, getattr(res.perf, attr), 0)

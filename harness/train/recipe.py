@@ -1,0 +1,111 @@
+"""The update step's recipe keys: global-norm gradient clipping and gradient accumulation.
+
+Both wrap what :class:`harness.train.program.TrainingProgram` already has, so every optimizer
+(registered, ``source:``, Optax) gets them the same way: :func:`clip_optimizer` wraps the
+optimizer (its state becomes ``(inner state, int32 count of clipped updates)``), and
+:func:`accumulate` wraps the loss's ``value_and_grad`` (K micro-batches in a ``lax.scan``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from harness.train.build import TrainOptimizer
+
+__all__ = ["accumulate", "clip_optimizer", "clipped_count", "clipping", "global_norm", "recipe_of"]
+
+
+def recipe_of(recipe: Any) -> tuple[float | None, int]:
+    """``(grad_clip or None, grad_accum)`` of a spec's ``recipe`` pairs (or a mapping)."""
+    d: Mapping[str, Any] = dict(recipe)
+    return d.get("grad_clip"), int(d.get("grad_accum", 1))
+
+
+def global_norm(tree: Any) -> jax.Array:
+    """``sqrt(sum of squares of every leaf)``, float32 (``optax.global_norm``)."""
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
+
+
+def clip_optimizer(opt: TrainOptimizer, max_norm: float) -> TrainOptimizer:
+    """``opt`` applied to gradients clipped to global norm ``max_norm`` (``optax.clip_by_global_norm``:
+    unchanged when the norm is below ``max_norm``, else ``g / norm * max_norm``).
+
+    Args:
+      opt: the optimizer to wrap.
+      max_norm: positive float.
+
+    Returns:
+      A :class:`TrainOptimizer` whose state is ``(opt's state, int32 clipped updates so far)``.
+    """
+
+    def init_fn(params):
+        return opt.init_fn(params), jnp.zeros((), jnp.int32)
+
+    def update_fn(i, grads, state):
+        inner, count = state
+        norm = global_norm(grads)
+        keep = norm < max_norm
+        grads = jax.tree.map(lambda g: jax.lax.select(keep, g, (g / norm.astype(g.dtype)) * max_norm), grads)
+        return opt.update_fn(i, grads, inner), count + (~keep).astype(jnp.int32)
+
+    def params_fn(state):
+        return opt.params_fn(state[0])
+
+    inner_eval = opt.eval_params_fn
+    eval_fn = None if inner_eval is None else (lambda state: inner_eval(state[0]))
+    return TrainOptimizer(init_fn, update_fn, params_fn, eval_fn)
+
+
+def clipping(make_opt: Callable[[Any], TrainOptimizer],
+             max_norm: float | None) -> Callable[[Any], TrainOptimizer]:
+    """``make_opt(step_size)`` wrapped in :func:`clip_optimizer` (unchanged when ``max_norm`` is None)."""
+    if max_norm is None:
+        return make_opt
+
+    def make(step_size: Any) -> TrainOptimizer:
+        return clip_optimizer(make_opt(step_size), max_norm)
+
+    return make
+
+
+def clipped_count(opt_state: Any) -> Any:
+    """The count of clipped updates inside a :func:`clip_optimizer` state (stacked: one per trial)."""
+    return opt_state[1]
+
+
+def accumulate(value_and_grad: Callable, k: int) -> Callable:
+    """``value_and_grad(params, mstate, xb, yb, rng) -> ((loss, mstate), grads)`` over ``k`` equal
+    micro-batches of ``xb``/``yb`` (leading axis split in order), run one after the other in a
+    ``lax.scan``: loss and gradients are the micro-batches' means (the whole batch's mean loss and
+    its gradient, up to float reassociation), the model state threaded through; micro-batch ``j``
+    gets ``fold_in(rng, j)``.
+
+    Raises:
+      ValueError: (at trace time) a batch whose size ``k`` does not divide.
+    """
+    if k == 1:
+        return value_and_grad
+
+    def fn(params, mstate, xb, yb, rng):
+        if xb.shape[0] % k or yb.shape[0] != xb.shape[0]:
+            raise ValueError(f"grad_accum {k} does not divide the batch of {xb.shape[0]} examples")
+        def split(a):
+            return a.reshape(k, a.shape[0] // k, *a.shape[1:])
+
+        def body(carry, inp):
+            mstate, gsum, lsum = carry
+            j, xm, ym = inp
+            r = None if rng is None else jax.random.fold_in(rng, j)
+            (loss, mstate), g = value_and_grad(params, mstate, xm, ym, r)
+            return (mstate, jax.tree.map(jnp.add, gsum, g), lsum + loss), None
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        (mstate, gsum, lsum), _ = jax.lax.scan(body, (mstate, zeros, jnp.float32(0)),
+                                               (jnp.arange(k), split(xb), split(yb)))
+        return (lsum / k, mstate), jax.tree.map(lambda g: g / k, gsum)
+
+    return fn
