@@ -179,16 +179,20 @@ class SelectionCfg(_Strict):
 
 
 class Budget(_Strict):
-    """Training budget: exactly one of ``steps`` (optimizer steps) or ``epochs`` (passes over the
-    training split)."""
+    """Training budget: exactly one of ``steps`` (optimizer steps), ``epochs`` (passes over the
+    training split), ``tokens`` or ``tokens_per_param`` (:mod:`harness.config.token_budget`)."""
 
     steps: Int | None = Field(default=None, gt=0, le=limits.MAX_STEPS)
     epochs: Float | None = Field(default=None, gt=0, le=limits.MAX_EPOCHS)
+    tokens: Int | None = Field(default=None, gt=0, le=10**18)
+    tokens_per_param: Float | None = Field(default=None, gt=0, le=1e9)
 
     @model_validator(mode="after")
     def _one(self) -> Budget:
-        if (self.steps is None) == (self.epochs is None):
-            raise PydanticCustomError("budget", "give exactly one of 'steps' or 'epochs'")
+        given = [k for k in ("steps", "epochs", "tokens", "tokens_per_param") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise PydanticCustomError("budget", "give exactly one of 'steps', 'epochs', 'tokens' or "
+                                      "'tokens_per_param'")
         return self
 
 
