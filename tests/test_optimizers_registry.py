@@ -80,8 +80,10 @@ PINNED_OPTIMIZERS = {
         'step_size, beta: float = 0.95, ns_steps: int = 5, eps: float = 1e-08, weight_decay: float = '
         '0.0, nesterov: bool = True, adam_b1: float = 0.9, adam_b2: float = 0.999, adam_weight_decay:'
         ' float = 0.0, adam_lr_ratio: float = 1.0, muon_mask: Callable[[typing.Any], typing.Any] | '
-        'None = None',
-        'Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al. 2024), AdamW for non-matrices.',
+        'str | list[str] | None = None',
+        'Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al. 2024), AdamW for non-matrices; '
+        '(matrix set muon_mask: default every 2-D leaf; in YAML a group rule or a list of them: '
+        'hidden_matrices, embeddings, head, norms_and_biases, glob:PATTERN).',
     ),
     "adafactor": (
         'step_size, min_dim_size_to_factor: int = 128, decay_rate: float = 0.8, decay_offset: int = '
