@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import make_spec
 from rich.console import Console
 
@@ -46,3 +47,31 @@ def test_accuracy_targets_make_no_claim():
     console = Console(record=True, width=300)
     print_summary(console, SweepSummary("acc", "sid", "1", None, "sqlite:///x.db", [o], 1.0))
     assert "target claim" not in console.export_text()
+
+
+def test_a_real_sweep_states_its_claims_in_summary_and_report(tmp_path, write_sweep, monkeypatch):
+    """Two seeds of sgd on digits with a loss target of 5.0 (the losses are far below): the summary
+    line and the report's table say PASSES from the final/valid_loss values MLflow stored."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.core.significance import target_claim
+    from reports import load_frame, make_report
+    from reports.claim_table import claim_rows
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = write_sweep(budget={"steps": 20}, target={"metric": "valid/loss", "value": 5.0})
+    r = CliRunner().invoke(app, ["sweep", str(cfg)], env={"COLUMNS": "300"})
+    assert r.exit_code == 0, r.output
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    frame = load_frame("tiny", tracking_uri=uri)
+    stored = frame[frame["row"] == "summary"]["final/valid_loss"].tolist()
+    want = target_claim(stored, 5.0)
+    (row,) = claim_rows(frame, {})
+    assert row["n"] == 2 and row["mean"] == pytest.approx(want.mean) and row["passes"]
+    assert row["p_value"] == pytest.approx(want.p_value)
+    line = next(ln for ln in r.output.splitlines() if ln.startswith("target claim:"))
+    assert f"mean {want.mean:.4f} over 2 seeds vs target 5: " in line and line.endswith("PASSES")
+    html = make_report("tiny", tracking_uri=uri, output=str(tmp_path / "r.html")).read_text()
+    assert 'id="target-claims-table"' in html and f"{want.mean:.4f}" in html
