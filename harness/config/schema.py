@@ -196,6 +196,15 @@ class Budget(_Strict):
         return self
 
 
+class ParamGroupCfg(_Strict):
+    """One parameter group (optimizers.groups rules): its step size as a multiple of the trial's, and
+    its weight decay (None: the optimizer's own)."""
+
+    rules: list[str] | str
+    step_size_scale: Float = Field(default=1.0, gt=0, le=1e6)
+    weight_decay: Float | None = Field(default=None, ge=0, le=1e6)
+
+
 class DivergenceCfg(_Strict):
     """When a trial counts as diverged (besides a non-finite train loss, always): a train loss
     above ``loss_factor`` × the trial's initial train loss (the first step's). ``null`` turns the
@@ -323,6 +332,8 @@ class SweepConfig(_Strict):
     grad_clip: Float | None = Field(default=None, gt=0, le=1e30)
     #: micro-batches per update; must divide every batch size (harness.train.recipe)
     grad_accum: Int = Field(default=1, gt=0, le=limits.MAX_BATCH_SIZE)
+    #: one optimizer per parameter group (harness.train.recipe.group_optimizer)
+    param_groups: list[ParamGroupCfg] = Field(default_factory=list, max_length=64)
     divergence: DivergenceCfg = Field(default_factory=DivergenceCfg)
     selection: SelectionCfg = Field(default_factory=SelectionCfg)
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)

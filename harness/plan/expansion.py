@@ -290,7 +290,7 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 divergence_loss_factor=cfg.divergence.loss_factor,
                 devices=cfg.parallelism.devices, shard=cfg.parallelism.shard, recipe=recipe_fields(cfg),
                 **source_fields(pt["optimizers"].comp))
-            if (why := recipe_problem(cfg, bs, pt["optimizers"].path, spec.optimizer_source)) is not None:
+            if (why := recipe_problem(cfg, bs, pt["optimizers"].path, spec)) is not None:
                 raise ConfigError([f"{file}: {why}"])
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled, pt["optimizers"].comp.tuning, ranges,

@@ -32,7 +32,7 @@ from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
 from harness.train.augment import AUGMENT_STREAM, make_augment
 from harness.train.build import ModelEntry, build_model, make_opt_factory
-from harness.train.recipe import accumulate, clipped_count, clipping, recipe_of
+from harness.train.recipe import accumulate, clipped_count, clipping, group_optimizer, recipe_of
 
 __all__ = ["ENTRIES", "INSPECT_BATCH", "ORDERS", "PROGRAMS", "PROGRAM_CACHE_SIZE", "TrainState",
            "TrainingProgram", "batch_order", "model_entry", "order_program", "program_for",
@@ -68,9 +68,16 @@ class TrainingProgram:
 
     def __init__(self, spec: TrialSpec, entry: ModelEntry, optimizers: Any, schedules: Any):
         self.entry = entry
-        make_opt = make_opt_factory(spec.optimizer, spec.hparams("optimizer"), spec.schedule,
-                                    spec.hparams("schedule"), spec.steps, optimizers, schedules)
-        self.grad_clip, grad_accum = recipe_of(spec.recipe)
+        self.grad_clip, grad_accum, groups = recipe_of(spec.recipe)
+
+        def make_for(weight_decay: float | None) -> Callable[[Any], Any]:
+            hp = spec.hparams("optimizer")
+            if weight_decay is not None:
+                hp["weight_decay"] = weight_decay
+            return make_opt_factory(spec.optimizer, hp, spec.schedule, spec.hparams("schedule"), spec.steps,
+                                    optimizers, schedules)
+
+        make_opt = group_optimizer(make_for, groups) if groups else make_for(None)
         self.make_opt = clipping(make_opt, self.grad_clip)
         self.value_and_grad = accumulate(jax.value_and_grad(self.loss, has_aux=True), grad_accum)
         self.opt_builder = lookup(optimizers, spec.optimizer, "optimizer")

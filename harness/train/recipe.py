@@ -1,9 +1,10 @@
-"""The update step's recipe keys: global-norm gradient clipping and gradient accumulation.
+"""The update step's recipe keys: global-norm gradient clipping, gradient accumulation, parameter groups.
 
-Both wrap what :class:`harness.train.program.TrainingProgram` already has, so every optimizer
+Each wraps what :class:`harness.train.program.TrainingProgram` already has, so every optimizer
 (registered, ``source:``, Optax) gets them the same way: :func:`clip_optimizer` wraps the
-optimizer (its state becomes ``(inner state, int32 count of clipped updates)``), and
-:func:`accumulate` wraps the loss's ``value_and_grad`` (K micro-batches in a ``lax.scan``).
+optimizer (its state becomes ``(inner state, int32 count of clipped updates)``),
+:func:`accumulate` wraps the loss's ``value_and_grad`` (K micro-batches in a ``lax.scan``), and
+:func:`group_optimizer` runs one optimizer per parameter group (step-size scale, weight decay).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import jax.numpy as jnp
 
 from harness.train.build import TrainOptimizer
 
-__all__ = ["accumulate", "clip_optimizer", "clipped_count", "clipping", "global_norm", "recipe_of"]
+__all__ = ["GroupedState", "accumulate", "clip_optimizer", "clipped_count", "clipping", "global_norm",
+           "group_optimizer", "recipe_of"]
 
 
-def recipe_of(recipe: Any) -> tuple[float | None, int]:
-    """``(grad_clip or None, grad_accum)`` of a spec's ``recipe`` pairs (or a mapping)."""
+def recipe_of(recipe: Any) -> tuple[float | None, int, list]:
+    """``(grad_clip or None, grad_accum, param_groups)`` of a spec's ``recipe`` pairs (or a mapping);
+    ``param_groups`` as :func:`group_optimizer` takes them (``[]``: none)."""
     d: Mapping[str, Any] = dict(recipe)
-    return d.get("grad_clip"), int(d.get("grad_accum", 1))
+    return d.get("grad_clip"), int(d.get("grad_accum", 1)), list(d.get("param_groups", ()))
 
 
 def global_norm(tree: Any) -> jax.Array:
@@ -109,3 +112,77 @@ def accumulate(value_and_grad: Callable, k: int) -> Callable:
         return (lsum / k, mstate), jax.tree.map(lambda g: g / k, gsum)
 
     return fn
+
+
+@jax.tree_util.register_pytree_node_class
+class GroupedState:
+    """The state of :func:`group_optimizer`: one inner state per group (None for an empty group),
+    the parameters' tree structure and each leaf's group (static)."""
+
+    def __init__(self, states: tuple, treedef: Any, owner: tuple[int, ...]):
+        self.states, self.treedef, self.owner = states, treedef, owner
+
+    def tree_flatten(self):
+        return (self.states,), (self.treedef, self.owner)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(children[0], *aux)
+
+
+def group_optimizer(make_for: Callable[[float | None], Callable[[Any], TrainOptimizer]],
+                    groups: Any) -> Callable[[Any], TrainOptimizer]:
+    """``make(step_size)``: one optimizer per parameter group, as torch's param groups.
+
+    Args:
+      make_for: ``make_for(weight_decay)`` → the trial's optimizer factory with ``weight_decay``
+        overridden (None: as configured).
+      groups: ``[(rules, step_size_scale, weight_decay or None), ...]``; group ``k`` trains the
+        leaves its rules match (:func:`optimizers.groups.group_masks`) with step size
+        ``step_size * step_size_scale``; the leaves no group claims train as configured.
+
+    Returns:
+      ``make(step_size) -> TrainOptimizer`` whose state is a :class:`GroupedState`.
+
+    Raises:
+      ValueError: (at init) a rule matching no parameter, a parameter two groups claim.
+    """
+    from optimizers.groups import group_masks
+
+    groups = [(list(r), float(s), w) for r, s, w in groups]
+    makers = [make_for(w) for _, _, w in groups] + [make_for(None)]
+    scales = [s for _, s, _ in groups] + [1.0]
+
+    def owners(params: Any) -> tuple[int, ...]:
+        masks = group_masks(params, {f"param_groups[{k}]": r for k, (r, _, _) in enumerate(groups)})
+        flags = [jax.tree.leaves(m) for m in masks.values()]
+        return tuple(next((k for k, f in enumerate(flags) if f[i]), len(groups))
+                     for i in range(len(jax.tree.leaves(params))))
+
+    def make(step_size: Any) -> TrainOptimizer:
+        opts = [m(step_size * s) for m, s in zip(makers, scales, strict=True)]
+
+        def part(leaves, owner, k):
+            return [x for x, o in zip(leaves, owner, strict=True) if o == k]
+
+        def init_fn(params):
+            leaves, treedef = jax.tree.flatten(params)
+            owner = owners(params)
+            states = tuple(opt.init_fn(part(leaves, owner, k)) if k in owner else None
+                           for k, opt in enumerate(opts))
+            return GroupedState(states, treedef, owner)
+
+        def update_fn(i, grads, state):
+            leaves = jax.tree.leaves(grads)
+            states = tuple(None if s is None else opt.update_fn(i, part(leaves, state.owner, k), s)
+                           for k, (opt, s) in enumerate(zip(opts, state.states, strict=True)))
+            return GroupedState(states, state.treedef, state.owner)
+
+        def params_fn(state):
+            parts = [iter(opt.params_fn(s)) if s is not None else iter(())
+                     for opt, s in zip(opts, state.states, strict=True)]
+            return jax.tree.unflatten(state.treedef, [next(parts[o]) for o in state.owner])
+
+        return TrainOptimizer(init_fn, update_fn, params_fn, None)
+
+    return make
