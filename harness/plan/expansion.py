@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from harness.config import workloads
 from harness.config.errors import ConfigError
-from harness.config.recipe import recipe_fields, recipe_problem
+from harness.config.recipe_keys import recipe_fields, recipe_problem
 from harness.config.schema import Component, SweepConfig
 from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, Search, resolve_search, sample
 from harness.config.token_budget import budget_steps
