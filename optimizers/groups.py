@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-__all__ = ["NAMED_RULES", "group_masks", "leaf_paths", "rule_mask"]
+__all__ = ["NAMED_RULES", "group_masks", "leaf_paths", "mask_flags", "rule_mask"]
 
 #: The named rules (module docstring); ``glob:PATTERN`` besides.
 NAMED_RULES = ("hidden_matrices", "embeddings", "head", "norms_and_biases")
@@ -111,3 +111,28 @@ def group_masks(params: Any, groups: Mapping[str, str | Sequence[str]]) -> dict[
             if flag:
                 owner[i] = name
     return masks
+
+
+def mask_flags(params: Any, mask: Any, default: Any, who: str) -> list[bool]:
+    """One flag per leaf (flatten order) from an optimizer's mask argument.
+
+    Args:
+      params: the parameter tree.
+      mask: ``None`` (``default``), group rules (a string or a list of strings), a callable
+        ``params -> tree of bools``, or a tree of bools with the parameters' structure (or a prefix).
+      default: ``params -> tree of bools`` for ``None``.
+      who: prefixes a rule's error (``"muon: muon_mask"``).
+
+    Raises:
+      ValueError: a rule that is unknown or matches no parameter.
+    """
+    if mask is None:
+        mask = default
+    rules = isinstance(mask, list | tuple) and mask and all(isinstance(r, str) for r in mask)
+    if isinstance(mask, str) or rules:
+        try:
+            mask = rule_mask(params, mask)
+        except ValueError as e:
+            raise ValueError(f"{who}: {e}") from None
+    mask = mask(params) if callable(mask) else mask
+    return jax.tree.leaves(jax.tree.map(lambda f, sub: jax.tree.map(lambda _: bool(f), sub), mask, params))

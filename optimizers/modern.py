@@ -25,7 +25,7 @@ import numpy as np
 
 from optimizers.common import check_nonnegative, check_unit_interval, fresh, params_of
 from optimizers.core import Optimizer, OptimizerState, make_schedule, optimizer
-from optimizers.groups import rule_mask
+from optimizers.groups import mask_flags
 from optimizers.registry import register_optimizer
 
 __all__ = [
@@ -210,16 +210,7 @@ def muon(
 
     def init_fn(params):
         leaves, treedef = jax.tree.flatten(params)
-        mask = muon_matrices(params) if muon_mask is None else muon_mask
-        if isinstance(mask, str) or (isinstance(mask, list | tuple) and mask
-                                     and all(isinstance(r, str) for r in mask)):
-            try:
-                mask = rule_mask(params, mask)
-            except ValueError as e:
-                raise ValueError(f"muon: muon_mask: {e}") from None
-        mask = mask(params) if callable(mask) else mask
-        flags = jax.tree.leaves(jax.tree.map(lambda f, sub: jax.tree.map(lambda _: bool(f), sub),
-                                             mask, params))
+        flags = mask_flags(params, muon_mask, muon_matrices, "muon: muon_mask")
         flats, subtrees = [], []
         for x, is_matrix in zip(leaves, flags, strict=True):
             x = fresh(x)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -86,3 +87,19 @@ def test_a_rule_matching_nothing_is_refused_before_any_work(tmp_path, write_swee
     listing = CliRunner().invoke(app, ["list", "optimizers", "muon"])
     text = " ".join(listing.output.split())
     assert "hidden_matrices, embeddings, head, norms_and_biases, glob:PATTERN" in text
+
+
+def test_soap_matrix_set_as_rules():
+    params = _params("transformer_lm", (32,), width=8, depth=1, num_heads=2)
+    state = jax.eval_shape(OPTIMIZERS["soap"](0.01, soap_mask="hidden_matrices").init_fn, params)
+    # rotated leaves keep (x, m, v, L, Q_L, R, Q_R); the embeddings, the head and 1-D leaves (x, m, v)
+    sizes = [s.num_leaves for s in state.subtree_defs]
+    assert [sizes[i] for i in (0, 1, 4, 6, 12, 16, 17)] == [3, 3, 7, 7, 7, 3, 3]
+    small = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "b": jnp.ones(4)}
+    every, default = OPTIMIZERS["soap"](0.01, soap_mask="glob:w"), OPTIMIZERS["soap"](0.01)
+    a, b = every.init_fn(small), default.init_fn(small)
+    for t in range(2):  # step 0 gathers statistics, step 1 updates in the rotated basis
+        g = jax.tree.map(lambda x, t=t: jnp.sin(3.0 * x + t), small)
+        a, b = every.update_fn(t, g, a), default.update_fn(t, g, b)
+    for x, y in zip(jax.tree.leaves(every.params_fn(a)), jax.tree.leaves(default.params_fn(b)), strict=True):
+        np.testing.assert_array_equal(x, y)

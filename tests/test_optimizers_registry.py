@@ -120,9 +120,10 @@ PINNED_OPTIMIZERS = {
     "soap": (
         'step_size, b1: float = 0.95, b2: float = 0.95, shampoo_beta: float | None = None, eps: float'
         ' = 1e-08, weight_decay: float = 0.01, precondition_frequency: int = 10, max_precond_dim: int'
-        ' = 10000',
+        ' = 10000, soap_mask: Callable[[typing.Any], typing.Any] | str | list[str] | None = None',
         "SOAP, ShampoO with Adam in the Preconditioner's eigenbasis (Vyas et al. 2024, "
-        'arXiv:2409.11321).',
+        'arXiv:2409.11321); (matrix set soap_mask: default every 2-D leaf; in YAML a group rule or a '
+        'list of them: hidden_matrices, embeddings, head, norms_and_biases, glob:PATTERN).',
     ),
 }
 
