@@ -75,3 +75,21 @@ def test_bad_groups_refused_before_any_work(tmp_path, write_sweep, monkeypatch, 
     assert r.exit_code == 2, r.output
     assert f"{cfg}: {line}" in r.output
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_groups_keep_schedule_free_evaluation_parameters():
+    params = {"w": jnp.linspace(-1.0, 1.0, 6).reshape(2, 3), "b": jnp.ones(3)}
+
+    def make_for(wd):
+        return make_opt_factory("schedule_free_adamw", {} if wd is None else {"weight_decay": wd}, "constant",
+                                {}, 10, OPTIMIZERS, SCHEDULES)
+
+    grouped, plain = group_optimizer(make_for, [(["glob:w"], 1.0, None)])(0.1), make_for(None)(0.1)
+    a, b = grouped.init_fn(params), plain.init_fn(params)
+    for t in range(3):
+        g = jax.tree.map(lambda x, t=t: jnp.sin(x + t), params)
+        a, b = grouped.update_fn(t, g, a), plain.update_fn(t, g, b)
+    ea, eb = grouped.eval_params_fn(a), plain.eval_params_fn(b)
+    assert not np.allclose(eb["w"], plain.params_fn(b)["w"])  # evaluation is not at the iterate
+    for k in params:
+        np.testing.assert_allclose(ea[k], eb[k], rtol=1e-6)

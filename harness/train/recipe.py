@@ -183,6 +183,16 @@ def group_optimizer(make_for: Callable[[float | None], Callable[[Any], TrainOpti
                      for opt, s in zip(opts, state.states, strict=True)]
             return jax.tree.unflatten(state.treedef, [next(parts[o]) for o in state.owner])
 
-        return TrainOptimizer(init_fn, update_fn, params_fn, None)
+        def eval_params_fn(state):  # each group's evaluation parameters where it has them
+            outs, any_eval = [], False
+            for opt, st in zip(opts, state.states, strict=True):
+                e = None if st is None or opt.eval_params_fn is None else opt.eval_params_fn(st)
+                any_eval = any_eval or e is not None
+                outs.append(iter(() if st is None else e if e is not None else opt.params_fn(st)))
+            if not any_eval:
+                return None
+            return jax.tree.unflatten(state.treedef, [next(outs[o]) for o in state.owner])
+
+        return TrainOptimizer(init_fn, update_fn, params_fn, eval_params_fn)
 
     return make
