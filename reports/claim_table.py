@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from harness.core.names import M_FINAL_LOSS
-from harness.core.significance import TRACK_MARGIN, claim_words, target_claim
+from harness.core.significance import TRACK_MARGIN, target_claim, verdict_words
 from reports.frame import summaries, tuning_rows
 from reports.selection import best_configs
 
@@ -17,7 +17,7 @@ __all__ = ["claim_rows"]
 
 def claim_rows(frame: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, Any]]:
     """One row per (task, optimizer) whose selected configuration has a loss target and finished
-    seeds: ``task, optimizer, config, n, mean, target, statistic, p_value, passes, words``."""
+    seeds: ``task, optimizer, config, n, mean, target, statistic, margin, p_value, passes, verdict``."""
     s = tuning_rows(summaries(frame))
     if s.empty or "target_metric" not in s or M_FINAL_LOSS not in s:
         return []
@@ -33,5 +33,5 @@ def claim_rows(frame: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, An
         out.append({"task": labels.get(b["task"], b["task"]), "optimizer": b["optimizer"],
                     "config": b["config"], "n": c.n, "mean": c.mean, "target": c.target,
                     "statistic": c.track_statistic, "margin": TRACK_MARGIN, "p_value": c.p_value,
-                    "passes": c.passes, "words": claim_words(c)})
+                    "passes": c.passes, "verdict": verdict_words(c)})
     return out

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["ALPHA", "MAX_SEEDS", "TRACK_MARGIN", "TRACK_SIGMA", "TargetClaim", "claim_words",
-           "t_sf", "target_claim"]
+           "t_sf", "target_claim", "verdict_words"]
 
 #: modded-nanogpt's optimization track: a claim passes when ``(target - mean) * sqrt(n) >= 0.004``.
 TRACK_MARGIN = 0.004
@@ -151,6 +151,16 @@ def target_claim(losses: Sequence[float], target: float, *, alpha: float = ALPHA
                        sd=sd, t=t, p_value=p, seeds_needed=needed)
 
 
+def verdict_words(c: TargetClaim) -> str:
+    """``"PASSES"``, or ``"does not pass"`` and the seeds that would make it pass at this mean."""
+    if c.passes:
+        return "PASSES"
+    need = c.seeds_needed if c.p_value is not None else c.track_seeds
+    if need is None:
+        return "does not pass; more seeds would not help at this mean"
+    return f"does not pass; about {need} seeds would, at this mean" + ("" if c.sd is None else " and spread")
+
+
 def claim_words(c: TargetClaim) -> str:
     """One line: mean over n seeds against the target, the track's statistic, the t-test, the verdict."""
     head = (f"mean {c.mean:.4f} over {c.n} seed{'s' * (c.n != 1)} vs target {c.target:g}: "
@@ -158,10 +168,4 @@ def claim_words(c: TargetClaim) -> str:
             f"{TRACK_MARGIN})")
     if c.p_value is not None:
         head += f", t-test p = {c.p_value:.2g}"
-    verdict = "PASSES" if c.passes else "does not pass"
-    need = c.seeds_needed if c.p_value is not None else c.track_seeds
-    more = ""
-    if not c.passes:
-        more = (f"; about {need} seeds would, at this mean" + ("" if c.sd is None else " and spread")
-                if need is not None else "; more seeds would not help at this mean")
-    return f"{head}: {verdict}{more}"
+    return f"{head}: {verdict_words(c)}"
