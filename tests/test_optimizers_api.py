@@ -283,7 +283,7 @@ EXPECTED_OPTIMIZERS = {
     "prodigy": {"b1": 0.9, "b2": 0.999, "beta3": None, "eps": 1e-08, "estim_lr0": 1e-06,
                 "estim_lr_coef": 1.0, "weight_decay": 0.0, "safeguard_warmup": False},
     "soap": {"b1": 0.95, "b2": 0.95, "shampoo_beta": None, "eps": 1e-08, "weight_decay": 0.01,
-             "precondition_frequency": 10, "max_precond_dim": 10000},
+             "precondition_frequency": 10, "max_precond_dim": 10000, "soap_mask": None},
 }
 
 
