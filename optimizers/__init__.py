@@ -6,7 +6,8 @@ the schedules ``linear_warmup``, ``cosine_decay``, ``warmup_cosine_decay``, ``jo
 the Optax bridge ``from_optax`` (:mod:`optimizers.extra`), the optimizers of 2018-2024
 ``muon``, ``adafactor``, ``lamb``, ``lars`` (:mod:`optimizers.modern`), ``schedule_free_sgd``,
 ``schedule_free_adamw`` with ``schedule_free_eval_params``, ``prodigy``
-(:mod:`optimizers.modern_free`), ``soap`` (:mod:`optimizers.modern_soap`), and the name
+(:mod:`optimizers.modern_free`), ``soap`` (:mod:`optimizers.modern_soap`), the schedule
+``warmup_stable_decay`` (:mod:`optimizers.wsd`), and the name
 registries ``OPTIMIZERS`` and ``SCHEDULES`` (:mod:`optimizers.registry`; each entry registers
 itself where it is defined). Shared helpers: :mod:`optimizers.common`. Imports jax and numpy
 only (never ``harness``).
@@ -60,6 +61,7 @@ from optimizers.modern import adafactor, lamb, lars, muon, muon_matrices, newton
 from optimizers.modern_free import prodigy, schedule_free_adamw, schedule_free_eval_params, schedule_free_sgd
 from optimizers.modern_soap import soap
 from optimizers.registry import OPTIMIZERS, SCHEDULES
+from optimizers.wsd import warmup_stable_decay
 
 __all__ = [
     "OPTIMIZERS",
@@ -115,4 +117,5 @@ __all__ = [
     "soap",
     "unpack_optimizer_state",
     "warmup_cosine_decay",
+    "warmup_stable_decay",
 ]

@@ -25,6 +25,7 @@ import numpy as np
 
 from optimizers.common import check_nonnegative, check_unit_interval, fresh, params_of
 from optimizers.core import Optimizer, OptimizerState, make_schedule, optimizer
+from optimizers.groups import mask_flags
 from optimizers.registry import register_optimizer
 
 __all__ = [
@@ -111,7 +112,9 @@ def muon_matrices(params) -> Any:
     return jax.tree.map(lambda x: jnp.ndim(x) == 2, params)
 
 
-@register_optimizer("muon")
+@register_optimizer("muon", note="(matrix set ``muon_mask``: default every 2-D leaf; in YAML a group rule "
+                                 "or a list of them: hidden_matrices, embeddings, head, norms_and_biases, "
+                                 "glob:PATTERN)")
 def muon(
     step_size,
     beta: float = 0.95,
@@ -123,7 +126,7 @@ def muon(
     adam_b2: float = 0.999,
     adam_weight_decay: float = 0.0,
     adam_lr_ratio: float = 1.0,
-    muon_mask: Callable[[Any], Any] | None = None,
+    muon_mask: Callable[[Any], Any] | str | list[str] | None = None,
 ) -> Optimizer:
     """Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al. 2024), AdamW for non-matrices.
 
@@ -138,7 +141,9 @@ def muon(
     leaf's shape and dtype.
 
     Which leaves are matrices: ``muon_mask``, a tree of bools with the parameters' structure (or
-    a prefix of it), or a callable ``params -> such a tree``; ``True`` leaves must be 2-D.
+    a prefix of it), a callable ``params -> such a tree``, or group rules by name
+    (:mod:`optimizers.groups`: ``"hidden_matrices"``, ``["hidden_matrices", "glob:..."]``, what a
+    YAML config can write); ``True`` leaves must be 2-D.
     Default :func:`muon_matrices` (every 2-D leaf). To give the output layer or an embedding to
     AdamW, pass a mask with ``False`` there. The mask is read once, by ``init_fn``.
 
@@ -205,10 +210,7 @@ def muon(
 
     def init_fn(params):
         leaves, treedef = jax.tree.flatten(params)
-        mask = muon_matrices(params) if muon_mask is None else muon_mask
-        mask = mask(params) if callable(mask) else mask
-        flags = jax.tree.leaves(jax.tree.map(lambda f, sub: jax.tree.map(lambda _: bool(f), sub),
-                                             mask, params))
+        flags = mask_flags(params, muon_mask, muon_matrices, "muon: muon_mask")
         flats, subtrees = [], []
         for x, is_matrix in zip(leaves, flags, strict=True):
             x = fresh(x)

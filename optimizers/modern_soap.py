@@ -39,11 +39,15 @@ is the weight decay and the step-0 selects).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
 from optimizers.common import check_nonnegative, check_unit_interval, params_of
-from optimizers.core import make_schedule, optimizer
+from optimizers.core import Optimizer, OptimizerState, make_schedule, optimizer
+from optimizers.groups import mask_flags
 from optimizers.registry import register_optimizer
 
 __all__ = ["soap", "soap_sides"]
@@ -77,8 +81,9 @@ def _eigenvectors(stat):
     return jnp.linalg.eigh(stat.astype(_compute_dtype(stat.dtype)))[1].astype(stat.dtype)
 
 
-@register_optimizer("soap")
-@optimizer
+@register_optimizer("soap", note="(matrix set ``soap_mask``: default every 2-D leaf; in YAML a group rule "
+                                 "or a list of them: hidden_matrices, embeddings, head, norms_and_biases, "
+                                 "glob:PATTERN)")
 def soap(
     step_size,
     b1: float = 0.95,
@@ -88,7 +93,8 @@ def soap(
     weight_decay: float = 0.01,
     precondition_frequency: int = 10,
     max_precond_dim: int = 10000,
-):
+    soap_mask: Callable[[Any], Any] | str | list[str] | None = None,
+) -> Optimizer:
     """SOAP, ShampoO with Adam in the Preconditioner's eigenbasis (Vyas et al. 2024, arXiv:2409.11321).
 
     For a 2-D leaf ``x`` of shape ``(m, n)`` with gradient ``G`` at step ``t = i`` (the
@@ -133,11 +139,33 @@ def soap(
       weight_decay: decoupled decay (>= 0), multiplied by the step size.
       precondition_frequency: steps between eigendecompositions (>= 1).
       max_precond_dim: longest side that is rotated.
+      soap_mask: which leaves are rotated, as Muon's ``muon_mask`` (:func:`optimizers.groups.mask_flags`;
+        ``None``: every 2-D leaf); the others take the AdamW steps of a leaf that is not rotated.
 
     Raises:
       ValueError: concrete ``step_size <= 0``, decay rates outside ``[0, 1)``,
         ``weight_decay < 0``, ``precondition_frequency < 1``.
     """
+    args = (step_size, b1, b2, shampoo_beta, eps, weight_decay, precondition_frequency)
+    rotated = _soap_leaves(*args, max_precond_dim)
+    if soap_mask is None:
+        return rotated
+    plain = _soap_leaves(*args, 0)  # no side is rotated
+
+    def init_fn(params):
+        leaves, treedef = jax.tree.flatten(params)
+        flags = mask_flags(params, soap_mask, lambda p: jax.tree.map(lambda x: jnp.ndim(x) == 2, p),
+                           "soap: soap_mask")
+        states = [(rotated if f else plain).init_fn(x) for x, f in zip(leaves, flags, strict=True)]
+        return OptimizerState(tuple(st.packed_state[0] for st in states), treedef,
+                              tuple(st.subtree_defs[0] for st in states))
+
+    return Optimizer(init_fn, rotated.update_fn, rotated.params_fn)
+
+
+@optimizer
+def _soap_leaves(step_size, b1, b2, shampoo_beta, eps, weight_decay, precondition_frequency, max_precond_dim):
+    """:func:`soap` leaf by leaf (the triple :func:`optimizers.core.optimizer` makes)."""
     step_size = make_schedule(step_size)
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")

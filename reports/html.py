@@ -34,6 +34,7 @@ from harness.core.names import (
 )
 from harness.core.ties import power_words
 from reports.cells import spreadsheet_safe
+from reports.claim_table import claim_rows
 from reports.clock import clock_note
 from reports.early_stop import audit_rows
 from reports.figures import FIGURES
@@ -294,6 +295,9 @@ def render(
     early_stops = audit_rows(getattr(data, "search", []))  # ASHA / Hyperband (issue 34 §1)
     if early_stops:
         sections.append({"id": "early-stopping", "title": "Early stopping"})
+    claims = claim_rows(frame, labels)  # target claims (harness.core.significance)
+    if claims:
+        sections.append({"id": "target-claims", "title": "Target claims"})
     sections += [
         {"id": "trials", "title": "Trials"},
         {"id": "config", "title": "Sweep configuration"},
@@ -395,6 +399,7 @@ def render(
             not_finished=not_finished,
             tuning_paths=tuning_paths,
             early_stops=early_stops,
+            claims=claims,
             config_yaml=data.config_yaml,
             common_params=common,
             environment=environment(data),

@@ -81,7 +81,8 @@ def test_unknown_keys_top_and_nested(write_sweep):
                    optimizers=[{"name": "sgd", "hparam": {"step_size": 0.1}}])
     assert errs[0] == ("F: optimizers[0].hparam: unknown key 'hparam'; valid keys: name, hparams, zip, "
                        "search, tuning, source, search_space (did you mean 'hparams'?)")
-    assert errs[1] == "F: budget.step: unknown key 'step'; valid keys: steps, epochs (did you mean 'steps'?)"
+    assert errs[1] == ("F: budget.step: unknown key 'step'; valid keys: steps, epochs, tokens, "
+                       "tokens_per_param (did you mean 'steps'?)")
     assert errs[2].startswith("F: seedz: unknown key 'seedz'; valid keys: name, description, models,")
     assert errs[2].endswith("(did you mean 'seeds'?)")
 
@@ -104,7 +105,7 @@ def test_yaml_and_budget_errors(tmp_path, write_sweep):
             load_config(p)
         assert "tab" not in str(e.value)
     assert _errors(write_sweep, budget={"steps": 10, "epochs": 1}) == [
-        "F: budget: give exactly one of 'steps' or 'epochs'"]
+        "F: budget: give exactly one of 'steps', 'epochs', 'tokens' or 'tokens_per_param'"]
     assert _errors(write_sweep, budget={"steps": 0}) == [
         "F: budget.steps: Input should be greater than 0 (got 0)"]
     assert _errors(write_sweep, executor="rya") == [

@@ -259,7 +259,7 @@ def test_a_ladder_past_the_trial_limit_is_refused_before_any_work(tmp_path, monk
     def no_work(*a, **k):
         raise AssertionError("a rung was counted: the limit came after work started")
 
-    monkeypatch.setattr(config_ladder, "_model_counts", no_work)
+    monkeypatch.setattr(config_ladder, "model_counts", no_work)
     big = cfg_of(sizes=[{"width": 8 * i, "depth": 1, "num_heads": 2} for i in range(1, 65)],
                  tokens_per_param=list(range(1, 17)), baseline_tokens_per_param=[40])
     with pytest.raises(ConfigError) as e:

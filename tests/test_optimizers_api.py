@@ -283,7 +283,7 @@ EXPECTED_OPTIMIZERS = {
     "prodigy": {"b1": 0.9, "b2": 0.999, "beta3": None, "eps": 1e-08, "estim_lr0": 1e-06,
                 "estim_lr_coef": 1.0, "weight_decay": 0.0, "safeguard_warmup": False},
     "soap": {"b1": 0.95, "b2": 0.95, "shampoo_beta": None, "eps": 1e-08, "weight_decay": 0.01,
-             "precondition_frequency": 10, "max_precond_dim": 10000},
+             "precondition_frequency": 10, "max_precond_dim": 10000, "soap_mask": None},
 }
 
 
@@ -305,6 +305,8 @@ def test_schedule_registry_signatures():
         "linear_warmup": {"warmup_steps": REQUIRED, "init_scale": 0.0},
         "cosine_decay": {"alpha": 0.0},
         "warmup_cosine_decay": {"warmup_steps": REQUIRED, "init_scale": 0.0, "alpha": 0.0},
+        "warmup_stable_decay": {"warmup_steps": 0, "decay_fraction": 0.2, "decay_shape": "linear",
+                                "init_scale": 0.0, "final_scale": 0.0},
     }
     assert set(O.SCHEDULES) == set(expected)
     assert "total_steps" in INJECTED
@@ -312,7 +314,7 @@ def test_schedule_registry_signatures():
         hp = hyperparameters(factory)
         assert hp.pop("step_size").required
         assert {k: v.default for k, v in hp.items()} == expected[name], name
-        if name.endswith("cosine_decay"):
+        if name.endswith(("cosine_decay", "stable_decay")):
             assert inspect.signature(factory).parameters["total_steps"].default is None
 
 
@@ -328,6 +330,7 @@ def test_every_registry_entry_runs_in_scan_with_traced_lr_and_schedule():
         "linear_warmup": {"warmup_steps": 3},
         "cosine_decay": {"total_steps": 12},
         "warmup_cosine_decay": {"warmup_steps": 3, "total_steps": 12},
+        "warmup_stable_decay": {"warmup_steps": 3, "total_steps": 12},
     }
     names = list(O.OPTIMIZERS)
     sched_names = list(O.SCHEDULES)

@@ -12,7 +12,7 @@ import pytest
 import optimizers as O
 from harness.cli.list_cmd import describe
 from harness.core.registry import hyperparameters
-from optimizers import core, extra, modern, modern_free, modern_soap
+from optimizers import core, extra, modern, modern_free, modern_soap, wsd
 from optimizers.registry import NOTES, register_optimizer, with_defaults
 
 PINNED_OPTIMIZERS = {
@@ -80,8 +80,10 @@ PINNED_OPTIMIZERS = {
         'step_size, beta: float = 0.95, ns_steps: int = 5, eps: float = 1e-08, weight_decay: float = '
         '0.0, nesterov: bool = True, adam_b1: float = 0.9, adam_b2: float = 0.999, adam_weight_decay:'
         ' float = 0.0, adam_lr_ratio: float = 1.0, muon_mask: Callable[[typing.Any], typing.Any] | '
-        'None = None',
-        'Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al. 2024), AdamW for non-matrices.',
+        'str | list[str] | None = None',
+        'Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al. 2024), AdamW for non-matrices; '
+        '(matrix set muon_mask: default every 2-D leaf; in YAML a group rule or a list of them: '
+        'hidden_matrices, embeddings, head, norms_and_biases, glob:PATTERN).',
     ),
     "adafactor": (
         'step_size, min_dim_size_to_factor: int = 128, decay_rate: float = 0.8, decay_offset: int = '
@@ -118,9 +120,10 @@ PINNED_OPTIMIZERS = {
     "soap": (
         'step_size, b1: float = 0.95, b2: float = 0.95, shampoo_beta: float | None = None, eps: float'
         ' = 1e-08, weight_decay: float = 0.01, precondition_frequency: int = 10, max_precond_dim: int'
-        ' = 10000',
+        ' = 10000, soap_mask: Callable[[typing.Any], typing.Any] | str | list[str] | None = None',
         "SOAP, ShampoO with Adam in the Preconditioner's eigenbasis (Vyas et al. 2024, "
-        'arXiv:2409.11321).',
+        'arXiv:2409.11321); (matrix set soap_mask: default every 2-D leaf; in YAML a group rule or a '
+        'list of them: hidden_matrices, embeddings, head, norms_and_biases, glob:PATTERN).',
     ),
 }
 
@@ -167,6 +170,13 @@ PINNED_SCHEDULES = {
         "warmup_steps steps, from step_size down to alpha * step_size; (total_steps injected by the"
         " harness).",
     ),
+    "warmup_stable_decay": (
+        "step_size, warmup_steps: int = 0, total_steps: int | None = None, decay_fraction: float = 0.2, "
+        "decay_shape: typing.Literal['linear', '1-sqrt'] = 'linear', init_scale: float = 0.0, "
+        "final_scale: float = 0.0",
+        "Linear warm-up, constant, then a cool-down over the last decay_fraction of the budget; "
+        "(total_steps injected by the harness).",
+    ),
 }
 
 
@@ -203,7 +213,7 @@ def test_entries_are_the_functions_themselves_except_reference_defaults():
             x = builder(0.1).init_fn(1.0)
             assert builder(0.1).update_fn(0, 1.0, x) == ref(0.1, 0.9).update_fn(0, 1.0, x)
         else:
-            homes = (core, extra, modern, modern_free, modern_soap)
+            homes = (core, extra, modern, modern_free, modern_soap, wsd)
             assert any(builder is getattr(m, name, None) for m in homes), name
 
 

@@ -7,6 +7,7 @@ distributions and their sampling (``search``), hyperparameter grid values (``val
 config errors and the rewording of pydantic's (``errors``), the pydantic schema (``schema``), the
 registries a config is checked against (``registries``), one entry against its builder
 (``hparams``), the workload registry and its split of a config into parts (``workloads``), the
+update step's recipe keys (``recipe_keys``), a budget as steps (``token_budget``), the
 validation of a whole config (``validate``) and loading (``load``: ``load_config``,
 ``parse_config``). May import :mod:`harness.core`, :mod:`harness.data`, ``models`` and
 ``optimizers``; never the trainer, the planner, the tracking store, the executors or the sweep.

@@ -37,7 +37,7 @@ from harness.config.search import is_distribution
 from harness.config.values import hparam_count
 from harness.core.ladder import Rung
 
-__all__ = ["dataset_hparams", "ladder_parts", "rungs", "size_text", "transfer_hparams"]
+__all__ = ["dataset_hparams", "ladder_parts", "model_counts", "rungs", "size_text", "transfer_hparams"]
 
 
 def size_text(size: dict[str, Any]) -> str:
@@ -46,7 +46,7 @@ def size_text(size: dict[str, Any]) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _model_counts(family: str, hp_json: str, ds_name: str, ds_json: str
+def model_counts(family: str, hp_json: str, ds_name: str, ds_json: str
                   ) -> tuple[int, int, float | None, int]:
     """``(N, T, forward FLOPs per example or None, training tokens)`` of ``family`` with
     hyperparameters ``hp_json`` on the dataset (both canonical JSON)."""
@@ -90,7 +90,7 @@ def rungs(cfg: SweepConfig, workload: Any) -> list[Rung]:
     for i, size in enumerate(lad.sizes):
         hp = {**workload.model_hparams, **size}
         try:
-            n, t, fwd, train_tokens = _model_counts(workload.model, json.dumps(hp, sort_keys=True),
+            n, t, fwd, train_tokens = model_counts(workload.model, json.dumps(hp, sort_keys=True),
                                                     workload.dataset, ds_json)
         except Exception as e:  # the builder's or the dataset's own message
             errors.append(f"ladder.sizes[{i}]: {workload.model} ({size_text(size)}): {e}")

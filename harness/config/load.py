@@ -44,7 +44,8 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     datasets: [digits]             # registry names, "tfds:NAME" or "tokens:PATH" (harness.data.kinds)
     seeds: [0, 1]                  # a list, or an int n meaning 0..n-1
     batch_size: 64                 # an int or a list (an axis)
-    budget: {steps: 500}           # or {epochs: 3} (steps = ceil(epochs * n_train / batch_size))
+    budget: {steps: 500}           # or {epochs: 3} (steps = ceil(epochs * n_train / batch_size)),
+                                   # {tokens: 1000000} or {tokens_per_param: 20} (sequence datasets)
     eval_every: 100                # steps between evaluations (default: budget / 10)
     steps_per_dispatch: 50         # K steps fused in one lax.scan dispatch
     target: {metric: valid/accuracy, value: 0.9}  # on validation; mode inferred: accuracy→max, loss→min
@@ -58,6 +59,10 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     scoring: harness               # tuned time-to-result rule: harness | algoperf (reports.scoring)
     time: modeled                  # the clock time to target ranks on: modeled | measured (core.clock)
     dtype: float32
+    grad_clip: 1.0                 # clip gradients to this global norm before each update (default: none)
+    grad_accum: 4                  # micro-batches per update; must divide every batch size (default 1)
+    param_groups:                  # one optimizer per group (optimizers.groups rules); the rest as configured
+      - {rules: [embeddings, head], step_size_scale: 0.5, weight_decay: 0.0}
     divergence: {loss_factor: 100}  # diverged: train loss > 100 x the initial one (null: off)
     selection: {by: time_to_target}  # each optimizer's best config: time_to_target | final | best
     parallelism: {devices: 1, shard: batch}  # devices: N | all; shard: batch (data-parallel) | trials

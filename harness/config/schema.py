@@ -187,17 +187,30 @@ class SelectionCfg(_Strict):
 
 
 class Budget(_Strict):
-    """Training budget: exactly one of ``steps`` (optimizer steps) or ``epochs`` (passes over the
-    training split)."""
+    """Training budget: exactly one of ``steps`` (optimizer steps), ``epochs`` (passes over the
+    training split), ``tokens`` or ``tokens_per_param`` (:mod:`harness.config.token_budget`)."""
 
     steps: Int | None = Field(default=None, gt=0, le=limits.MAX_STEPS)
     epochs: Float | None = Field(default=None, gt=0, le=limits.MAX_EPOCHS)
+    tokens: Int | None = Field(default=None, gt=0, le=10**18)
+    tokens_per_param: Float | None = Field(default=None, gt=0, le=1e9)
 
     @model_validator(mode="after")
     def _one(self) -> Budget:
-        if (self.steps is None) == (self.epochs is None):
-            raise PydanticCustomError("budget", "give exactly one of 'steps' or 'epochs'")
+        given = [k for k in ("steps", "epochs", "tokens", "tokens_per_param") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise PydanticCustomError("budget", "give exactly one of 'steps', 'epochs', 'tokens' or "
+                                      "'tokens_per_param'")
         return self
+
+
+class ParamGroupCfg(_Strict):
+    """One parameter group (optimizers.groups rules): its step size as a multiple of the trial's, and
+    its weight decay (None: the optimizer's own)."""
+
+    rules: list[str] | str
+    step_size_scale: Float = Field(default=1.0, gt=0, le=1e6)
+    weight_decay: Float | None = Field(default=None, ge=0, le=1e6)
 
 
 class DivergenceCfg(_Strict):
@@ -323,6 +336,12 @@ class SweepConfig(_Strict):
     dtype: Literal["float32", "bfloat16", "float16", "float64"] | list[
         Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
     augment: dict[str, Any] | None = None
+    #: clip gradients to this global norm before every update (harness.train.recipe)
+    grad_clip: Float | None = Field(default=None, gt=0, le=1e30)
+    #: micro-batches per update; must divide every batch size (harness.train.recipe)
+    grad_accum: Int = Field(default=1, gt=0, le=limits.MAX_BATCH_SIZE)
+    #: one optimizer per parameter group (harness.train.recipe.group_optimizer)
+    param_groups: list[ParamGroupCfg] = Field(default_factory=list, max_length=64)
     divergence: DivergenceCfg = Field(default_factory=DivergenceCfg)
     selection: SelectionCfg = Field(default_factory=SelectionCfg)
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)

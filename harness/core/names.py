@@ -165,6 +165,8 @@ def config_id(optimizer: str, schedule: str, params: dict[str, str]) -> str:
 
 # -- metrics ----------------------------------------------------------------------------------------
 M_TRAIN_LOSS = "train/loss"
+#: The fraction of a trial's updates whose gradient ``grad_clip`` clipped (logged at its last step).
+M_CLIPPED_FRACTION = "train/clipped_fraction"
 M_VALID_LOSS = "valid/loss"
 M_VALID_ACC = "valid/accuracy"
 M_WALL_S = "time/wall_s"

@@ -160,6 +160,8 @@ class TrialOutcome:
     target_metric: str = names.M_VALID_ACC
     #: Whether the trial had a target at all (``False``: "to target" is not "not reached")
     has_target: bool = True
+    #: The target's value (None: no target), what a target claim is tested against
+    target_value: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: Another invocation on this machine holds the trial's claim (it is training or writing it):
     #: nothing was trained here; the sweep comes back to it once the claim is free.
@@ -195,7 +197,8 @@ class TrialOutcome:
                    config_exact=config_label(spec, exact=True, task=False), task_params=task_params(spec),
                    config_id=names.config_id(spec.optimizer, spec.schedule, spec.flat_params()),
                    target_metric=spec.target.metric if spec.target else names.M_VALID_ACC,
-                   has_target=spec.target is not None)
+                   has_target=spec.target is not None,
+                   target_value=spec.target.value if spec.target else None)
 
     @classmethod
     def from_result(cls, res: TrialResult, run_id: str | None = None,

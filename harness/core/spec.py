@@ -114,6 +114,10 @@ class TrialSpec:
         full-budget trial of the same configuration. Such a trial never shares a vmapped unit
         (:meth:`batch_key` is its own): a stopped member would save no compute.
 
+      recipe: the update step's recipe keys (:mod:`harness.train.recipe`): ``grad_clip`` (global
+        norm) and ``grad_accum`` (micro-batches per update), as sorted pairs; ``()`` (the default,
+        omitted from :meth:`to_dict`): neither.
+
     ``augment`` and ``workload`` are left out of :meth:`to_dict` (hence of ``trial_id``) at their
     defaults, so trials from before them keep their ids. ``devices`` and ``shard`` are in
     :meth:`to_dict` when not at their defaults (so ``trial.json`` records them) but **never in
@@ -150,6 +154,7 @@ class TrialSpec:
     dataset_digest: str = ""
     model_source: str = ""
     model_source_hash: str = ""
+    recipe: tuple[tuple[str, Any], ...] = ()
     optimizer_source_ref: tuple = field(default=(), compare=False, repr=False)
     model_source_ref: tuple = field(default=(), compare=False, repr=False)
 
@@ -157,7 +162,7 @@ class TrialSpec:
     def make(cls, **kw: Any) -> TrialSpec:
         """Build from plain dicts for the ``*_hparams`` fields (and a dict for ``target``)."""
         for k in ("model_hparams", "optimizer_hparams", "schedule_hparams", "dataset_hparams",
-                  "augment", "early_stop"):
+                  "augment", "early_stop", "recipe"):
             if k in kw:
                 kw[k] = freeze(kw[k])
         if isinstance(kw.get("target"), Mapping):
@@ -177,6 +182,7 @@ class TrialSpec:
         d["target"] = dataclasses.asdict(self.target) if self.target else None
         d["augment"] = {k: _thaw(v) for k, v in self.augment}
         d["early_stop"] = {k: _thaw(v) for k, v in self.early_stop}
+        d["recipe"] = {k: _thaw(v) for k, v in self.recipe}
         for k, default in _OMIT_AT_DEFAULT.items():
             if d[k] == default:
                 del d[k]
@@ -214,6 +220,8 @@ class TrialSpec:
         out["train.divergence_loss_factor"] = str(self.divergence_loss_factor)
         for name, v in self.augment:
             out[f"augment.{name}"] = str(v)
+        for name, v in self.recipe:
+            out[f"train.{name}"] = str(v)
         if self.workload:
             out["workload"] = self.workload
         if self.optimizer_source:
@@ -240,7 +248,7 @@ class TrialSpec:
             self.schedule_hparams, self.dataset, self.dataset_hparams, self.steps, self.batch_size,
             self.eval_every, self.steps_per_dispatch, self.target, self.dtype, self.augment,
             self.workload, self.devices, self.shard, self.optimizer_source, self.optimizer_source_hash,
-            self.dataset_digest, self.model_source_hash, *alone,
+            self.dataset_digest, self.model_source_hash, self.recipe, *alone,
         )
 
     def perf_key(self) -> tuple:
@@ -255,14 +263,16 @@ class TrialSpec:
         return (self.model, self.model_hparams, self.optimizer, opt, self.dataset,
                 self.dataset_hparams, self.batch_size, self.dtype, self.augment, self.devices,
                 self.shard) + ((self.optimizer_source_hash,) if self.optimizer_source_hash else ()) \
-            + ((self.model_source_hash,) if self.model_source_hash else ())
+            + ((self.model_source_hash,) if self.model_source_hash else ()) \
+            + ((self.recipe,) if self.recipe else ())
 
 
 #: TrialSpec fields left out of ``to_dict`` (and ``trial_id``) when they equal these defaults.
 _OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_loss_factor": 100.0,
                                      "devices": 1, "shard": "batch", "optimizer_source": "",
                                      "optimizer_source_hash": "", "early_stop": {}, "model_source": "",
-                                     "model_source_hash": "", "dataset_digest": ""}
+                                     "model_source_hash": "", "dataset_digest": "",
+                                     "recipe": {}}
 #: TrialSpec fields never in ``to_dict`` (the shipped source text: the hash stands for it).
 NOT_IN_DICT = ("optimizer_source_ref", "model_source_ref")
 #: TrialSpec fields never part of ``trial_id`` (see the class docstring: results equal to float32

@@ -1,5 +1,5 @@
 """Expansion: a validated :class:`~harness.config.schema.SweepConfig` → ordered, de-duplicated
-trials (:class:`~harness.core.spec.TrialSpec`), and the sweep's stable id.
+trials (:class:`~harness.core.spec.TrialSpec`), and the sweep's stable id. No jax, no MLflow.
 
 - :func:`expand`: the full grid of the top-level axes (``zip`` groups varying together), the
   ``include`` sub-grids, minus the ``exclude`` rules; seeds vary fastest so that batchable siblings
@@ -7,26 +7,25 @@ trials (:class:`~harness.core.spec.TrialSpec`), and the sweep's stable id.
 - :func:`component_variants`: the hyperparameter dicts one axis entry yields.
 - :func:`entry_paths`: the config key path of each (name, hyperparameters) value, for errors.
 - :func:`sweep_id_of`: 12 hex of SHA-256 of the name and sorted trial ids (``harness.sweep_id``).
-
-No jax, no MLflow.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from harness.config import workloads
 from harness.config.errors import ConfigError
-from harness.config.limits import MAX_STEPS
+from harness.config.recipe_keys import recipe_fields, recipe_problem
 from harness.config.schema import Component, SweepConfig
 from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, Search, resolve_search, sample
+from harness.config.token_budget import budget_steps
 from harness.config.values import hparam_values
 from harness.core.boundary import RANGE_KINDS, SearchRange, space_tag
 from harness.core.ladder import Rung
@@ -252,27 +251,26 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
     cache: dict[str, list[tuple]] = {}
     groups: dict[str, int] = {}
     rows: list[tuple[int, int, int, TrialSpec, TrialOrigin]] = []
+
+    def train_size(ds: Any) -> int:
+        key = (ds.name, hp_key(ds.hparams))
+        if key not in sizes:
+            sizes[key] = (n_train or _n_train)(ds.name, ds.hparams)
+        return sizes[key]
+
     for pt in points:
         ds = pt["datasets"]
         bs = pt["batch_size"]
         group = groups.setdefault(repr([(a, pt[a]) if a in ("batch_size",) else
                                         (a, pt[a].name, hp_key(pt[a].hparams), pt[a].path)
                                         for a in _AXIS_ORDER if a != "seeds"]), len(groups))
-        if cfg.budget.steps is not None:
-            steps = cfg.budget.steps
-        else:
-            key = (ds.name, hp_key(ds.hparams))
-            if key not in sizes:
-                sizes[key] = (n_train or _n_train)(ds.name, ds.hparams)
-            steps = max(1, math.ceil(cfg.budget.epochs * sizes[key] / bs))
-            if steps > MAX_STEPS:
-                raise ConfigError([f"{file}: budget.epochs: {cfg.budget.epochs:g} epochs of dataset "
-                                   f"{ds.name!r} at batch size {bs} are {steps:,} steps; at most "
-                                   f"{MAX_STEPS:,}"])
         if (dkey := (ds.name, hp_key(ds.hparams))) not in digests:
             digests[dkey] = dataset_digest(ds.name, ds.hparams)
-        tgt = cfg.target_for(ds.name)
         model = pt["models"]
+        steps = budget_steps(cfg.budget, model=model.name, model_hparams=model.hparams, dataset=ds.name,
+                             dataset_hparams=ds.hparams, batch_size=bs, file=file, model_path=model.path,
+                             n_train=functools.partial(train_size, ds))
+        tgt = cfg.target_for(ds.name)
         task = f"{ds.name}" + (f" ({hp_text(ds.hparams)})" if ds.hparams else "") + f" · {model.name}"
         fixed_model = {k: v for k, v in model.hparams.items() if not isinstance(v, Distribution)}
         if fixed_model:
@@ -290,8 +288,10 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 dataset_hparams=ds.hparams, dataset_digest=digests[dkey],
                 target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
                 divergence_loss_factor=cfg.divergence.loss_factor, devices=cfg.parallelism.devices,
-                shard=cfg.parallelism.shard, **source_fields(pt["optimizers"].comp),
-                **source_fields(pt["models"].comp, "model"))
+                shard=cfg.parallelism.shard, recipe=recipe_fields(cfg),
+                **source_fields(pt["optimizers"].comp), **source_fields(pt["models"].comp, "model"))
+            if (why := recipe_problem(cfg, bs, pt["optimizers"].path, spec)) is not None:
+                raise ConfigError([f"{file}: {why}"])
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled, pt["optimizers"].comp.tuning, ranges,
                                  search=resolve_search(cfg.search, pt["optimizers"].comp.search),

@@ -2,7 +2,8 @@
 
 Owns the pre-flight (``preflight``), the resume plan and de-duplication (``resume``), the parent
 run of an invocation (``parent_run``), running the units on the executor (``execution``), the
-console output (``progress``: plan table and progress bar; ``summary``: the end table), part of a
+console output (``progress``: plan table and progress bar; ``summary``: the end table;
+``target_claims``: its target-claim lines), part of a
 config (``only``), the orchestration (``run``), the Python entry point (``api``) and one stored
 trial trained again (``reproduce``). May import every other subpackage of ``harness`` but the
 command line; never ``reports``.

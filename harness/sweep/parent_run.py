@@ -56,6 +56,8 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri, *
         PARAM_SCORING: cfg.scoring,
         "budget.steps": cfg.budget.steps if cfg.budget else None,
         "budget.epochs": cfg.budget.epochs if cfg.budget else None,
+        **{f"budget.{k}": getattr(cfg.budget, k) for k in ("tokens", "tokens_per_param")
+           if cfg.budget and getattr(cfg.budget, k) is not None},
         **({"workloads": ",".join(w.name for w in cfg.workloads)} if cfg.workloads else {}),
         **({"only": only} if only else {}),
         **{f"search.{k}": v for k, v in (cfg.search.model_dump() if cfg.search else {}).items()

@@ -25,6 +25,7 @@ from harness.core.selection import (
 )
 from harness.core.util import python_command
 from harness.sweep.at_init import solved_at_init
+from harness.sweep.target_claims import target_claim_lines
 from harness.sweep.tasks import classed_modeled, flagged_programs, task_clocks, task_order, task_titles
 from harness.tracking.uris import default_tracking_uri
 
@@ -465,6 +466,8 @@ def print_summary(console, summary: SweepSummary, explain: bool = False) -> None
     console.print(escape(caption), soft_wrap=whole)
     if line := tie_line(rows):
         console.print(escape(line), soft_wrap=whole)
+    for line in target_claim_lines(summary.outcomes, rows):
+        console.print(f"target claim: {escape(line)}", soft_wrap=True)
     if line := summary.budget_line():
         console.print(line, soft_wrap=True)
     for line in summary.boundary:

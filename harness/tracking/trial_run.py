@@ -253,6 +253,7 @@ def result_metrics(res: TrialResult, t0_ms: int) -> MetricBuffer:
         buf.add(names.PREFIX_TEST + name, v, last, t_last)
     _add_floor_gap(buf, res, t0_ms)
     _add_lm(buf, res, t0_ms)
+    buf.add(names.M_CLIPPED_FRACTION, res.extra.get("clipped_fraction"), last)
     if res.perf is not None:
         for attr, metric in _PERF_METRICS.items():
             buf.add(metric, getattr(res.perf, attr), 0)

@@ -1,7 +1,8 @@
 """Training: one trial (or a vmapped batch of trials) → :class:`~harness.core.spec.TrialResult`.
 
 Owns building the model and the optimizer (:mod:`~harness.train.build`), the compiled training and
-evaluation programs and their cache (:mod:`~harness.train.program`), the training loop
+evaluation programs and their cache (:mod:`~harness.train.program`), the update step's recipe
+(:mod:`~harness.train.recipe`: clipping, accumulation, parameter groups), the training loop
 (:mod:`~harness.train.loop`: ``run_trial``, ``run_trials_batched``, ``should_batch``) and its per-trial
 bookkeeping (:mod:`~harness.train.track`), the vmap-or-sequence decision (:mod:`~harness.train.batching`),
 devices and meshes (:mod:`~harness.train.parallel`), augmentation (:mod:`~harness.train.augment`), the
@@ -9,5 +10,5 @@ throughput protocol (:mod:`~harness.train.timing`, :mod:`~harness.train.perf`) a
 (:mod:`~harness.train.checkpoint`, :mod:`~harness.train.checkpoint_state`). May import
 :mod:`harness.core`, :mod:`harness.config`, :mod:`harness.data`, ``models`` and ``optimizers``; never
 MLflow, the tracking store or any higher layer (plan, tracking, execute, sweep, cli). Inside, the arrows
-are ``build → program → (perf, batching) → loop``; ``checkpoint_state → checkpoint → loop``.
+are ``build → recipe → program → (perf, batching) → loop``; ``checkpoint_state → checkpoint → loop``.
 """

@@ -344,6 +344,14 @@ class _UnitRun:
 
     # -- results -----------------------------------------------------------------------------------
 
+    def clipped_fractions(self) -> list[float | None]:
+        """Per trial, the fraction of its updates ``grad_clip`` clipped (None without ``grad_clip``)."""
+        counts = self.prog.clipped_counts(self.state)
+        if counts is None or self.step == 0:
+            return [None] * len(self.tracks)
+        c = np.atleast_1d(np.asarray(jax.device_get(counts)))
+        return [float(c[i if self.width else 0]) / self.step for i in range(len(self.tracks))]
+
     def extra(self, batched: bool) -> dict[str, Any]:
         """``TrialResult.extra`` of each trial (a fresh dict per call)."""
         lay, ck, ds = self.layout, self.ck, self.ds
@@ -405,9 +413,11 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     cache = compile_cache.cache_counts() - cache0
     # no counts without a cache: "0 compiled" would read as "everything loaded"
     counts = {"compile_cache": {"hits": cache.hits, "misses": cache.misses}} if compile_cache.active() else {}
+    clipped = run.clipped_fractions()
     return [tr.result(perf=perf, compile_s=run.compile_s,
-                      extra={**run.extra(batched), **counts, "time": dict(times)})
-            for tr in run.tracks]
+                      extra={**run.extra(batched), **counts, "time": dict(times),
+                             **({"clipped_fraction": f} if f is not None else {})})
+            for tr, f in zip(run.tracks, clipped, strict=True)]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
 from harness.train.augment import AUGMENT_STREAM, make_augment
 from harness.train.build import ModelEntry, build_model, make_opt_factory
+from harness.train.recipe import accumulate, clipped_count, clipping, group_optimizer, recipe_of
 
 __all__ = ["ENTRIES", "INSPECT_BATCH", "ORDERS", "PROGRAMS", "PROGRAM_CACHE_SIZE", "TrainState",
            "TrainingProgram", "batch_order", "model_entry", "order_program", "program_for",
@@ -67,8 +68,18 @@ class TrainingProgram:
 
     def __init__(self, spec: TrialSpec, entry: ModelEntry, optimizers: Any, schedules: Any):
         self.entry = entry
-        self.make_opt = make_opt_factory(spec.optimizer, spec.hparams("optimizer"), spec.schedule,
-                                         spec.hparams("schedule"), spec.steps, optimizers, schedules)
+        self.grad_clip, grad_accum, groups = recipe_of(spec.recipe)
+
+        def make_for(weight_decay: float | None) -> Callable[[Any], Any]:
+            hp = spec.hparams("optimizer")
+            if weight_decay is not None:
+                hp["weight_decay"] = weight_decay
+            return make_opt_factory(spec.optimizer, hp, spec.schedule, spec.hparams("schedule"), spec.steps,
+                                    optimizers, schedules)
+
+        make_opt = group_optimizer(make_for, groups) if groups else make_for(None)
+        self.make_opt = clipping(make_opt, self.grad_clip)
+        self.value_and_grad = accumulate(jax.value_and_grad(self.loss, has_aux=True), grad_accum)
         self.opt_builder = lookup(optimizers, spec.optimizer, "optimizer")
         self.optimizer = spec.optimizer
         self.batch_size = spec.batch_size
@@ -148,6 +159,11 @@ class TrainingProgram:
                              f"{jax.tree.structure(params)} with shapes {want}")
         return jax.tree.map(lambda e, p: jnp.asarray(e, jnp.result_type(p)), out, params)
 
+    def clipped_counts(self, state: TrainState) -> Any:
+        """How many updates ``grad_clip`` clipped so far (one per trial when stacked), or ``None``
+        without ``grad_clip``."""
+        return None if self.grad_clip is None else clipped_count(state.opt_state)
+
     def loss(self, params, mstate, xb, yb, rng):
         """``(float32 loss, new model state)`` of one training batch."""
         out, new_mstate = self.entry.forward(params, mstate, xb, rng=rng, train=True)
@@ -166,7 +182,7 @@ class TrainingProgram:
         opt_state, mstate = state_pair
         rng = jax.random.fold_in(drop_key, i) if self.entry.needs_rng else None
         params = opt.params_fn(opt_state)
-        (loss, mstate), grads = jax.value_and_grad(self.loss, has_aux=True)(params, mstate, xb, yb, rng)
+        (loss, mstate), grads = self.value_and_grad(params, mstate, xb, yb, rng)
         return (opt.update_fn(i, grads, opt_state), mstate), loss
 
     def order(self, state: TrainState, start: jax.Array, *, n: int) -> tuple[jax.Array, TrainState]:
@@ -400,7 +416,7 @@ def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
     ekey, entry = _entry(spec, ds, reg)
     opt_hp = tuple((k, v) for k, v in spec.optimizer_hparams if k != "step_size")
     pkey = (*ekey, spec.batch_size, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps,
-            spec.augment)
+            spec.augment, spec.recipe)
 
     def make() -> TrainingProgram:
         return TrainingProgram(spec, entry, reg.optimizers, reg.schedules)

@@ -1,0 +1,73 @@
+"""The update step's recipe keys of a config (``grad_clip``, ``grad_accum``, ``param_groups``): a
+trial's ``recipe`` pairs and the one rule that refuses them where they cannot apply."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+__all__ = ["recipe_fields", "recipe_problem"]
+
+
+def recipe_fields(cfg: Any) -> dict[str, Any]:
+    """A trial's ``recipe`` (``TrialSpec.recipe``): the config's recipe keys not at their defaults."""
+    groups = [[[g.rules] if isinstance(g.rules, str) else list(g.rules), g.step_size_scale, g.weight_decay]
+              for g in cfg.param_groups]
+    return {**({"grad_clip": cfg.grad_clip} if cfg.grad_clip is not None else {}),
+            **({"grad_accum": cfg.grad_accum} if cfg.grad_accum != 1 else {}),
+            **({"param_groups": groups} if groups else {})}
+
+
+@functools.lru_cache(maxsize=64)
+def _abstract_params(model: str, hp_json: str, dataset: str, ds_json: str) -> Any:
+    import jax
+
+    from harness.data.sources import load_dataset
+    from models.zoo import MODELS
+
+    ds = load_dataset(dataset, **json.loads(ds_json))
+    m = MODELS[model](input_shape=ds.input_shape, num_classes=ds.num_classes, **json.loads(hp_json))
+    return jax.eval_shape(lambda k: m.init(k, (1, *ds.input_shape)), jax.random.key(0))[1]
+
+
+def _groups_problem(cfg: Any, spec: Any, optimizer_path: str, wd_param: bool) -> str | None:
+    from optimizers.groups import group_masks
+
+    for k, g in enumerate(cfg.param_groups):
+        if g.weight_decay is not None and not wd_param:
+            return (f"param_groups[{k}].weight_decay: optimizer {spec.optimizer!r} ({optimizer_path}) "
+                    f"has no weight_decay hyperparameter")
+    try:
+        params = _abstract_params(spec.model, json.dumps(spec.hparams("model"), sort_keys=True), spec.dataset,
+                                  json.dumps(spec.hparams("dataset"), sort_keys=True))
+    except KeyError:  # a model only a source provides: checked when the trial initialises
+        return None
+    try:
+        group_masks(params, {f"param_groups[{k}]": g.rules for k, g in enumerate(cfg.param_groups)})
+    except ValueError as e:
+        return f"param_groups: {spec.model} ({optimizer_path}): {e}"
+    return None
+
+
+def recipe_problem(cfg: Any, batch_size: int, optimizer_path: str, spec: Any) -> str | None:
+    """Why the config's recipe cannot apply to trial ``spec`` (its optimizer entry at
+    ``optimizer_path``): a key path and the reason, or None. Parameter groups are checked on the
+    model's parameters, built abstractly; a group's ``weight_decay`` against a registered
+    optimizer's signature (a ``source:`` factory that refuses it fails its trial)."""
+    import inspect
+
+    from optimizers import OPTIMIZERS
+
+    source = spec.optimizer_source
+    builder = None if source else OPTIMIZERS.get(spec.optimizer)
+    wd_param = builder is None or "weight_decay" in inspect.signature(builder).parameters
+    if cfg.param_groups and (why := _groups_problem(cfg, spec, optimizer_path, wd_param)) is not None:
+        return why
+    if batch_size % cfg.grad_accum:
+        return (f"grad_accum: {cfg.grad_accum} micro-batches do not divide batch_size {batch_size} "
+                f"(each micro-batch must have as many examples)")
+    if recipe_fields(cfg) and source.startswith("algoperf:"):
+        return (f"{optimizer_path}.source: an AlgoPerf submission runs its own update step; grad_clip "
+                f"and grad_accum do not apply to it")
+    return None

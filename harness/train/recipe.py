@@ -1,0 +1,198 @@
+"""The update step's recipe keys: global-norm gradient clipping, gradient accumulation, parameter groups.
+
+Each wraps what :class:`harness.train.program.TrainingProgram` already has, so every optimizer
+(registered, ``source:``, Optax) gets them the same way: :func:`clip_optimizer` wraps the
+optimizer (its state becomes ``(inner state, int32 count of clipped updates)``),
+:func:`accumulate` wraps the loss's ``value_and_grad`` (K micro-batches in a ``lax.scan``), and
+:func:`group_optimizer` runs one optimizer per parameter group (step-size scale, weight decay).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from harness.train.build import TrainOptimizer
+
+__all__ = ["GroupedState", "accumulate", "clip_optimizer", "clipped_count", "clipping", "global_norm",
+           "group_optimizer", "recipe_of"]
+
+
+def recipe_of(recipe: Any) -> tuple[float | None, int, list]:
+    """``(grad_clip or None, grad_accum, param_groups)`` of a spec's ``recipe`` pairs (or a mapping);
+    ``param_groups`` as :func:`group_optimizer` takes them (``[]``: none)."""
+    d: Mapping[str, Any] = dict(recipe)
+    return d.get("grad_clip"), int(d.get("grad_accum", 1)), list(d.get("param_groups", ()))
+
+
+def global_norm(tree: Any) -> jax.Array:
+    """``sqrt(sum of squares of every leaf)``, float32 (``optax.global_norm``)."""
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
+
+
+def clip_optimizer(opt: TrainOptimizer, max_norm: float) -> TrainOptimizer:
+    """``opt`` applied to gradients clipped to global norm ``max_norm`` (``optax.clip_by_global_norm``:
+    unchanged when the norm is below ``max_norm``, else ``g / norm * max_norm``).
+
+    Args:
+      opt: the optimizer to wrap.
+      max_norm: positive float.
+
+    Returns:
+      A :class:`TrainOptimizer` whose state is ``(opt's state, int32 clipped updates so far)``.
+    """
+
+    def init_fn(params):
+        return opt.init_fn(params), jnp.zeros((), jnp.int32)
+
+    def update_fn(i, grads, state):
+        inner, count = state
+        norm = global_norm(grads)
+        keep = norm < max_norm
+        grads = jax.tree.map(lambda g: jax.lax.select(keep, g, (g / norm.astype(g.dtype)) * max_norm), grads)
+        return opt.update_fn(i, grads, inner), count + (~keep).astype(jnp.int32)
+
+    def params_fn(state):
+        return opt.params_fn(state[0])
+
+    inner_eval = opt.eval_params_fn
+    eval_fn = None if inner_eval is None else (lambda state: inner_eval(state[0]))
+    return TrainOptimizer(init_fn, update_fn, params_fn, eval_fn)
+
+
+def clipping(make_opt: Callable[[Any], TrainOptimizer],
+             max_norm: float | None) -> Callable[[Any], TrainOptimizer]:
+    """``make_opt(step_size)`` wrapped in :func:`clip_optimizer` (unchanged when ``max_norm`` is None)."""
+    if max_norm is None:
+        return make_opt
+
+    def make(step_size: Any) -> TrainOptimizer:
+        return clip_optimizer(make_opt(step_size), max_norm)
+
+    return make
+
+
+def clipped_count(opt_state: Any) -> Any:
+    """The count of clipped updates inside a :func:`clip_optimizer` state (stacked: one per trial)."""
+    return opt_state[1]
+
+
+def accumulate(value_and_grad: Callable, k: int) -> Callable:
+    """``value_and_grad(params, mstate, xb, yb, rng) -> ((loss, mstate), grads)`` over ``k`` equal
+    micro-batches of ``xb``/``yb`` (leading axis split in order), run one after the other in a
+    ``lax.scan``: loss and gradients are the micro-batches' means (the whole batch's mean loss and
+    its gradient, up to float reassociation), the model state threaded through; micro-batch ``j``
+    gets ``fold_in(rng, j)``.
+
+    Raises:
+      ValueError: (at trace time) a batch whose size ``k`` does not divide.
+    """
+    if k == 1:
+        return value_and_grad
+
+    def fn(params, mstate, xb, yb, rng):
+        if xb.shape[0] % k or yb.shape[0] != xb.shape[0]:
+            raise ValueError(f"grad_accum {k} does not divide the batch of {xb.shape[0]} examples")
+        def split(a):
+            return a.reshape(k, a.shape[0] // k, *a.shape[1:])
+
+        def body(carry, inp):
+            mstate, gsum, lsum = carry
+            j, xm, ym = inp
+            r = None if rng is None else jax.random.fold_in(rng, j)
+            (loss, mstate), g = value_and_grad(params, mstate, xm, ym, r)
+            return (mstate, jax.tree.map(jnp.add, gsum, g), lsum + loss), None
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        (mstate, gsum, lsum), _ = jax.lax.scan(body, (mstate, zeros, jnp.float32(0)),
+                                               (jnp.arange(k), split(xb), split(yb)))
+        return (lsum / k, mstate), jax.tree.map(lambda g: g / k, gsum)
+
+    return fn
+
+
+@jax.tree_util.register_pytree_node_class
+class GroupedState:
+    """The state of :func:`group_optimizer`: one inner state per group (None for an empty group),
+    the parameters' tree structure and each leaf's group (static)."""
+
+    def __init__(self, states: tuple, treedef: Any, owner: tuple[int, ...]):
+        self.states, self.treedef, self.owner = states, treedef, owner
+
+    def tree_flatten(self):
+        return (self.states,), (self.treedef, self.owner)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(children[0], *aux)
+
+
+def group_optimizer(make_for: Callable[[float | None], Callable[[Any], TrainOptimizer]],
+                    groups: Any) -> Callable[[Any], TrainOptimizer]:
+    """``make(step_size)``: one optimizer per parameter group, as torch's param groups.
+
+    Args:
+      make_for: ``make_for(weight_decay)`` → the trial's optimizer factory with ``weight_decay``
+        overridden (None: as configured).
+      groups: ``[(rules, step_size_scale, weight_decay or None), ...]``; group ``k`` trains the
+        leaves its rules match (:func:`optimizers.groups.group_masks`) with step size
+        ``step_size * step_size_scale``; the leaves no group claims train as configured.
+
+    Returns:
+      ``make(step_size) -> TrainOptimizer`` whose state is a :class:`GroupedState`.
+
+    Raises:
+      ValueError: (at init) a rule matching no parameter, a parameter two groups claim.
+    """
+    from optimizers.groups import group_masks
+
+    groups = [(list(r), float(s), w) for r, s, w in groups]
+    makers = [make_for(w) for _, _, w in groups] + [make_for(None)]
+    scales = [s for _, s, _ in groups] + [1.0]
+
+    def owners(params: Any) -> tuple[int, ...]:
+        masks = group_masks(params, {f"param_groups[{k}]": r for k, (r, _, _) in enumerate(groups)})
+        flags = [jax.tree.leaves(m) for m in masks.values()]
+        return tuple(next((k for k, f in enumerate(flags) if f[i]), len(groups))
+                     for i in range(len(jax.tree.leaves(params))))
+
+    def make(step_size: Any) -> TrainOptimizer:
+        opts = [m(step_size * s) for m, s in zip(makers, scales, strict=True)]
+
+        def part(leaves, owner, k):
+            return [x for x, o in zip(leaves, owner, strict=True) if o == k]
+
+        def init_fn(params):
+            leaves, treedef = jax.tree.flatten(params)
+            owner = owners(params)
+            states = tuple(opt.init_fn(part(leaves, owner, k)) if k in owner else None
+                           for k, opt in enumerate(opts))
+            return GroupedState(states, treedef, owner)
+
+        def update_fn(i, grads, state):
+            leaves = jax.tree.leaves(grads)
+            states = tuple(None if s is None else opt.update_fn(i, part(leaves, state.owner, k), s)
+                           for k, (opt, s) in enumerate(zip(opts, state.states, strict=True)))
+            return GroupedState(states, state.treedef, state.owner)
+
+        def params_fn(state):
+            parts = [iter(opt.params_fn(s)) if s is not None else iter(())
+                     for opt, s in zip(opts, state.states, strict=True)]
+            return jax.tree.unflatten(state.treedef, [next(parts[o]) for o in state.owner])
+
+        def eval_params_fn(state):  # each group's evaluation parameters where it has them
+            outs, any_eval = [], False
+            for opt, st in zip(opts, state.states, strict=True):
+                e = None if st is None or opt.eval_params_fn is None else opt.eval_params_fn(st)
+                any_eval = any_eval or e is not None
+                outs.append(iter(() if st is None else e if e is not None else opt.params_fn(st)))
+            if not any_eval:
+                return None
+            return jax.tree.unflatten(state.treedef, [next(outs[o]) for o in state.owner])
+
+        return TrainOptimizer(init_fn, update_fn, params_fn, eval_params_fn)
+
+    return make

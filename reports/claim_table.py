@@ -1,0 +1,37 @@
+"""The report's target claims: each selected configuration with a loss target, its seeds' final
+validation losses tested by :mod:`harness.core.significance` (the track's rule and a t-test)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from harness.core.names import M_FINAL_LOSS
+from harness.core.significance import TRACK_MARGIN, target_claim, verdict_words
+from reports.frame import summaries, tuning_rows
+from reports.selection import best_configs
+
+__all__ = ["claim_rows"]
+
+
+def claim_rows(frame: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """One row per (task, optimizer) whose selected configuration has a loss target and finished
+    seeds: ``task, optimizer, config, n, mean, target, statistic, margin, p_value, passes, verdict``."""
+    s = tuning_rows(summaries(frame))
+    if s.empty or "target_metric" not in s or M_FINAL_LOSS not in s:
+        return []
+    out = []
+    for _, b in best_configs(frame).iterrows():
+        same = (s["task"] == b["task"]) & (s["optimizer"] == b["optimizer"])
+        g = s[same & (s["config_id"] == b["config_id"]) & (s["status"] == "finished")]
+        g = g[g["target_metric"].astype(str).str.endswith("/loss") & g["target_value"].notna()]
+        losses = g[M_FINAL_LOSS].dropna().tolist()
+        if not losses:
+            continue
+        c = target_claim(losses, float(g["target_value"].iloc[0]))
+        out.append({"task": labels.get(b["task"], b["task"]), "optimizer": b["optimizer"],
+                    "config": b["config"], "n": c.n, "mean": c.mean, "target": c.target,
+                    "statistic": c.track_statistic, "margin": TRACK_MARGIN, "p_value": c.p_value,
+                    "passes": c.passes, "verdict": verdict_words(c)})
+    return out
