@@ -286,7 +286,8 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 steps_per_dispatch=cfg.steps_per_dispatch, model_hparams=hps["models"],
                 optimizer_hparams=hps["optimizers"], schedule_hparams=hps["schedules"],
                 dataset_hparams=ds.hparams,
-                target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
+                target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None,
+                dtype=cfg.dtypes()[0],
                 divergence_loss_factor=cfg.divergence.loss_factor,
                 devices=cfg.parallelism.devices, shard=cfg.parallelism.shard,
                 **source_fields(pt["optimizers"].comp))

@@ -190,7 +190,7 @@ class TrainingProgram:
 
         def body(pair, inp):
             i, bidx = inp
-            xb, yb = x[bidx], y[bidx]
+            xb, yb = self.entry.decode(x[bidx]), y[bidx]
             if split is not None:
                 xb = jax.lax.with_sharding_constraint(xb, split)
                 yb = jax.lax.with_sharding_constraint(yb, split)
@@ -213,7 +213,7 @@ class TrainingProgram:
     def one_step(self, state: TrainState, xb: jax.Array, yb: jax.Array, i: jax.Array):
         """One optimizer step on a given batch (what :mod:`harness.train.timing` times)."""
         opt = self.make_opt(state.step_size)
-        xb = self.augment(xb, state.data_key, i)
+        xb = self.augment(self.entry.decode(xb), state.data_key, i)
         (opt_state, mstate), loss = self._update(
             opt, (state.opt_state, state.model_state), i, xb, yb, state.dropout_key)
         return state._replace(opt_state=opt_state, model_state=mstate), loss
