@@ -43,15 +43,19 @@ def _chunk_losses(monkeypatch, threshold: float):
     state = prog.init_seeded(0, 0.01)[0]
     exe, _ = prog.get_chunk(None, 4, state, jnp.int32(0), e.x_train, e.y_train)
     state, losses = exe(state, jnp.int32(0), e.x_train, e.y_train)
-    return type(exe).__name__, np.asarray(losses), jax.tree.map(np.asarray, prog.params(state))
+    hlo = exe.steps_exe.as_text()
+    return type(exe).__name__, np.asarray(losses), jax.tree.map(np.asarray, prog.params(state)), hlo
 
 
 def test_a_chunk_of_large_convolutions_runs_as_steps_without_a_loop(monkeypatch):
     """The digits CNN: ~0.5 MFLOP of convolutions a step (batch 16); with the threshold below it, the chunk
     is 4 one-step dispatches with XLA's convolution, and trains as the scan with patches does."""
-    kind_scan, loss_scan, p_scan = _chunk_losses(monkeypatch, 1e12)
-    kind_loop, loss_loop, p_loop = _chunk_losses(monkeypatch, 1.0)
+    kind_scan, loss_scan, p_scan, hlo_scan = _chunk_losses(monkeypatch, 1e12)
+    kind_loop, loss_loop, p_loop, hlo_loop = _chunk_losses(monkeypatch, 1.0)
     assert (kind_scan, kind_loop) == ("_Chunk", "_LoopChunk")
+    # the one step has XLA's convolution and no loop (a scan of length 1 kept a while loop: 38x flax)
+    assert " while(" in hlo_scan and " while(" not in hlo_loop
+    assert "convolution(" in hlo_loop and "convolution(" not in hlo_scan
     assert loss_loop.shape == loss_scan.shape == (4,)
     np.testing.assert_allclose(loss_loop, loss_scan, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(p_loop), jax.tree.leaves(p_scan), strict=True):

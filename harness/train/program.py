@@ -188,13 +188,14 @@ class TrainingProgram:
         return idx, state._replace(perm=perm, perm_epoch=perm_epoch)
 
     def steps(self, state: TrainState, start: jax.Array, idx: jax.Array, x: jax.Array, y: jax.Array, *,
-              split: Any = None, unroll: bool = False) -> tuple[TrainState, jax.Array]:
+              split: Any = None, loop: bool = True) -> tuple[TrainState, jax.Array]:
         """``idx.shape[0]`` updates from update index ``start``, update ``j`` on the examples
         ``idx[j]`` (``int32 (n, batch_size)``, from :meth:`order`); returns (state, losses
         ``float32 (n,)``).
 
         ``split`` (data-parallel): the sharding each gathered batch ``x[idx]`` / ``y[idx]`` (leading
-        axis B) is constrained to, ``NamedSharding(mesh, P("batch"))``."""
+        axis B) is constrained to, ``NamedSharding(mesh, P("batch"))``. ``loop=False``: the updates
+        unrolled when traced, no ``while`` loop in the program (:class:`_LoopChunk`'s one step)."""
         opt = self.make_opt(state.step_size)
 
         def body(pair, inp):
@@ -208,9 +209,15 @@ class TrainingProgram:
             xb = self.augment(xb, state.data_key, i)
             return self._update(opt, pair, i, xb, yb, state.dropout_key)
 
-        (opt_state, mstate), losses = jax.lax.scan(
-            body, (state.opt_state, state.model_state), (start + jnp.arange(idx.shape[0]), idx),
-            unroll=unroll)
+        pair = (state.opt_state, state.model_state)
+        if loop:
+            (opt_state, mstate), losses = jax.lax.scan(body, pair, (start + jnp.arange(idx.shape[0]), idx))
+        else:  # unrolled when traced: no while loop in the program (a scan of length 1 keeps one)
+            out = []
+            for j in range(idx.shape[0]):
+                pair, loss = body(pair, (start + j, idx[j]))
+                out.append(loss)
+            (opt_state, mstate), losses = pair, jnp.stack(out)
         return state._replace(opt_state=opt_state, model_state=mstate), losses.astype(jnp.float32)
 
     def chunk(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array, *, n: int,
@@ -281,7 +288,7 @@ class TrainingProgram:
             one = jax.ShapeDtypeStruct((*idx.shape[:-2], 1, self.batch_size), jnp.int32)
 
             def fn1(s, t, i, x, y):
-                return self.steps(s, t, i, x, y, unroll=True)
+                return self.steps(s, t, i, x, y, loop=False)
 
             if T is not None:
                 fn1 = jax.vmap(fn1, in_axes=(0, None, 0, None, None))
