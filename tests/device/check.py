@@ -8,8 +8,8 @@ Rows (each part also runs on a CPU, at small sizes):
   sweep seconds and trials FINISHED; ``--jobs 2``: the same on two worker processes sharing the one
   device.
 * ``<model>/flax``: the harness's compiled K-step chunk (``TrainingProgram.get_chunk``, as training
-  runs it) against the same network in flax.linen + optax (``tests/flax_reference.py``), a jitted
-  ``lax.scan`` of the same K steps on batches gathered from the same device data, at float32 and
+  runs it) against the same network in flax.linen + optax (``tests/flax_reference.py``), K jitted
+  steps (state donated) on batches gathered from the same device data, at float32 and
   bfloat16 (both sides: bfloat16 compute, float32 parameters); interleaved rounds, median of paired
   ratios (``tests/benchmarks/paired.py``). ``transformer_lm`` and ``resnet18``.
 * ``MFU``: the harness step's XLA FLOPs per step over its step time and the device's measured
@@ -58,8 +58,9 @@ MODELS = {
     "small": {
         "transformer_lm": ({"width": 16, "depth": 1, "num_heads": 2}, "markov_lm",
                            {"seq_len": 8, "num_train": 256, "num_valid": 16, "num_test": 16}, 8),
-        "resnet18": ({"width": 2}, "synthetic", {"num_examples": 64, "num_valid": 8, "num_test": 8,
-                                                 "input_shape": [8, 8, 3]}, 4),
+        # XLA's convolution: fewer ops to compile than the patches form (as tests/test_zoo.py)
+        "resnet18": ({"width": 2, "conv_impl": "xla"}, "synthetic",
+                     {"num_examples": 64, "num_valid": 8, "num_test": 8, "input_shape": [8, 8, 3]}, 4),
     },
 }
 K = {"full": 20, "small": 2}        # steps per chunk
@@ -86,13 +87,27 @@ def _flax_net(model: str, hp: dict, ds):
 
     if model == "resnet18":
         return ResNet18(ds.num_classes, hp["width"]), True
+    if model == "mlp":
+        import flax.linen as nn
+
+        class MLP(nn.Module):
+            @nn.compact
+            def __call__(self, v):
+                v = v.reshape(v.shape[0], -1)
+                for _ in range(hp["depth"]):
+                    v = nn.relu(nn.Dense(hp["width"])(v))
+                return nn.Dense(ds.num_classes)(v)
+
+        return MLP(), False
     return TransformerLM(ds.num_classes, hp["width"], hp["depth"], hp["num_heads"], ds.input_shape[0]), False
 
 
-def _flax_chunk(model, hp, ds, entry, batch, dtype, k):
-    """``run()``: K adam steps of the flax twin in one jitted scan, on batches gathered from the
-    harness's own device copy (decoded as the harness decodes it); bfloat16: parameters and inputs
-    cast for the forward pass, as the harness's mixed precision does."""
+def _flax_chunk(model, hp, ds, entry, batch, dtype, k, *, scan=False, optimizer="adam"):
+    """``run()``: K adam steps of the flax twin, each a jitted step (as flax is run), on batches
+    gathered from the harness's own device copy (decoded as the harness decodes it); bfloat16:
+    parameters and inputs cast for the forward pass, as the harness's mixed precision does.
+    ``scan``: the K steps as one jitted ``lax.scan`` instead; ``optimizer``: ``adam`` (1e-3) or
+    ``momentum`` (0.1, 0.9)."""
     import optax
 
     from models.zoo import sequence_cross_entropy, softmax_cross_entropy
@@ -102,8 +117,8 @@ def _flax_chunk(model, hp, ds, entry, batch, dtype, k):
     x, y = entry.x_train, entry.y_train
     x0 = entry.decode(x[:batch])
     variables = net.init(jax.random.PRNGKey(0), x0)
-    tx = optax.adam(1e-3)
-    loss_of = softmax_cross_entropy if has_bn else sequence_cross_entropy
+    tx = optax.adam(1e-3) if optimizer == "adam" else optax.sgd(0.1, momentum=0.9)
+    loss_of = sequence_cross_entropy if model == "transformer_lm" else softmax_cross_entropy
 
     def step(carry, idx):
         params, stats, opt = carry
@@ -121,26 +136,41 @@ def _flax_chunk(model, hp, ds, entry, batch, dtype, k):
         u, opt = tx.update(g, opt, params)
         return (optax.apply_updates(params, u), stats, opt), loss
 
-    def chunk(carry, key):
-        idx = jax.random.randint(key, (k, batch), 0, x.shape[0])
-        return jax.lax.scan(step, carry, idx)
+    def keyed(c, key):
+        return step(c, jax.random.randint(key, (batch,), 0, x.shape[0]))
 
-    run_chunk = jax.jit(chunk, donate_argnums=0)
+    run_step = jax.jit(keyed, donate_argnums=0)
+    run_scan = jax.jit(lambda c, keys: jax.lax.scan(keyed, c, keys), donate_argnums=0)
     box = {"c": (variables["params"], variables.get("batch_stats", {}), tx.init(variables["params"])),
            "key": jax.random.PRNGKey(1)}
 
     def run():
-        box["key"], sub = jax.random.split(box["key"])
-        box["c"], losses = run_chunk(box["c"], sub)
-        jax.block_until_ready(losses)
+        keys = jax.random.split(box["key"], k + 1)
+        box["key"], c = keys[0], box["c"]
+        if scan:
+            c, loss = run_scan(c, keys[1:])
+        else:
+            for j in range(k):
+                c, loss = run_step(c, keys[j + 1])
+        box["c"] = c
+        jax.block_until_ready(loss)
 
     return run
 
 
+def _state(prog, seed: int):
+    """A trial's state, initialised eagerly (compiling ResNet-18's initialisers took minutes on a
+    loaded CPU; the values do not matter to a speed check)."""
+    k_init, k_data, k_drop = jax.random.split(jax.random.PRNGKey(seed), 3)
+    params, mstate = prog.entry.init_params(k_init)
+    return prog._init_optimizer(params, mstate, k_data, k_drop, jnp.float32(1e-3))
+
+
 def _harness_chunk(spec, ds, k):
+    """``(run, program)``: ``run()`` is one call of the trainer's compiled K-step chunk."""
     prog = program_for(spec, ds)
     e = prog.entry
-    box = {"s": prog.init_seeded(spec.seed, 1e-3)[0], "i": 0}
+    box = {"s": _state(prog, spec.seed), "i": 0}
     exe, _ = prog.get_chunk(None, k, box["s"], jnp.int32(0), e.x_train, e.y_train)
 
     def run():
@@ -165,7 +195,7 @@ def ratio_rows(size: str, dtypes=DTYPES) -> list[dict]:
             t = interleave({"harness": h, "flax": f}, ROUNDS[size])
             p = paired(t["harness"], t["flax"])
             step_s = float(np.median(t["harness"])) / K[size]
-            flops = _step_flops(prog, spec)
+            flops = _step_flops(prog, K[size])
             rows.append({"part": f"{model}/flax", "dtype": dtype, "figure": f"{p.median:.2f}x",
                          "detail": f"[{p.lo:.2f}-{p.hi:.2f}] harness {1e3 * step_s:.2f} ms/step, flax "
                                    f"{1e3 * float(np.median(t['flax'])) / K[size]:.2f}; batch {batch}",
@@ -177,12 +207,10 @@ def ratio_rows(size: str, dtypes=DTYPES) -> list[dict]:
     return rows
 
 
-def _step_flops(prog, spec) -> float:
-    """XLA's FLOP count of one training step (the lowered single step, as the perf protocol counts)."""
-    e = prog.entry
-    state = prog.init_seeded(spec.seed, 1e-3)[0]
-    xb, yb = e.x_train[:spec.batch_size], e.y_train[:spec.batch_size]
-    cost = jax.jit(prog.one_step).lower(state, xb, yb, jnp.int32(0)).cost_analysis()
+def _step_flops(prog, k: int) -> float:
+    """XLA's FLOP count of one training step from the chunk compiled already: its updates program
+    (a ``lax.scan`` is counted once, as its body; the loop form is one step)."""
+    cost = prog.compiled[(None, k, None)].steps_exe.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return float((cost or {}).get("flops", 0.0))
 
@@ -192,26 +220,22 @@ def _step_flops(prog, spec) -> float:
 
 
 def vmapped_row(size: str) -> dict:
-    """8 seeds of the MLP: the batching decision, and vmapped (as decided) vs sequential training seconds."""
+    """8 seeds of the MLP: what harness.batching decides, and their training seconds vmapped (in
+    programs of as many trials as fit device memory) against one by one."""
     dhp = {"num_examples": 2048, "num_valid": 32, "num_test": 32, "input_shape": [64]}
     hp = {"width": 256 if size == "full" else 32, "depth": 2}
     ds = load_dataset("synthetic", **dhp)
     specs = [_spec("mlp", hp, "synthetic", dhp, 64, "float32", seed=s, steps=BATCH_STEPS[size], k=10)
              for s in range(SEEDS)]
     dec = batching.decide(specs)
-    size_ = batching.group_size(specs) if dec.batch else 1
-    res_s = [trainer.run_trial(s, dataset=ds, measure_perf=False) for s in specs]
-    t_b = 0.0
-    for i in range(0, SEEDS, size_):
-        unit = specs[i:i + size_]
-        if len(unit) == 1:
-            t_b += trainer.run_trial(unit[0], dataset=ds, measure_perf=False).train_seconds
-        else:
-            t_b += trainer.run_trials_batched(unit, dataset=ds, measure_perf=False)[0].train_seconds
-    t_s = sum(r.train_seconds for r in res_s)
-    return {"part": "vmapped trials", "dtype": "float32", "figure": f"{t_s / max(t_b, 1e-9):.2f}x",
-            "detail": f"{SEEDS} seeds of mlp {hp}, {BATCH_STEPS[size]} steps: {t_b:.3f} s as decided vs "
-                      f"{t_s:.3f} s one by one; decided: {dec.label}", "speedup": t_s / max(t_b, 1e-9)}
+    per = batching.group_size(specs) if dec.batch else SEEDS
+    t_s = sum(trainer.run_trial(s, dataset=ds, measure_perf=False).train_seconds for s in specs)
+    t_v = sum(trainer.run_trials_batched(specs[i:i + per], dataset=ds, measure_perf=False)[0].train_seconds
+              for i in range(0, SEEDS, per))
+    return {"part": "vmapped trials", "dtype": "float32", "figure": f"{t_s / max(t_v, 1e-9):.2f}x",
+            "detail": f"{SEEDS} seeds of mlp {hp}, {BATCH_STEPS[size]} steps: vmapped {t_v:.3f} s (programs "
+                      f"of {per}) vs {t_s:.3f} s one by one; harness decides: {dec.label}",
+            "speedup": t_s / max(t_v, 1e-9)}
 
 
 def _sweep_config(size: str) -> dict:
