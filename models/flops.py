@@ -15,8 +15,8 @@ import jax
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr
 
-__all__ = ["cost_analysis_flops", "jaxpr_flops", "lm_train_flops_per_token", "transformer_matmul_flops",
-           "xla_flops"]
+__all__ = ["conv_flops", "cost_analysis_flops", "jaxpr_flops", "lm_train_flops_per_token",
+           "transformer_matmul_flops", "xla_flops"]
 
 
 def cost_analysis_flops(cost: Any) -> float | None:
@@ -159,6 +159,21 @@ def jaxpr_flops(fn: Callable, *args: Any, matmul_only: bool = False, **kwargs: A
     ``matmul_only=True`` counts only matmuls and convolutions.
     """
     return _jaxpr_flops(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr, matmul_only)
+
+
+def _conv_only(jaxpr) -> float:
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        total += sum(_conv_only(sub) for sub in _subjaxprs(eqn))
+        if eqn.primitive.name == "conv_general_dilated":
+            total += _conv_flops(eqn)
+    return total
+
+
+def conv_flops(fn: Callable, *args: Any, **kwargs: Any) -> float:
+    """Analytic FLOPs of the convolutions alone in ``fn(*args, **kwargs)`` (as :func:`jaxpr_flops`
+    counts them; loops once); 0.0 for a function without convolutions. Nothing compiled."""
+    return _conv_only(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr)
 
 
 def transformer_matmul_flops(tokens: int, width: int, depth: int, mlp_dim: int,

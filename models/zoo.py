@@ -424,7 +424,8 @@ def autoencoder(*, input_shape, num_classes=None, width: int = 16) -> ModelDef:
               _conv(ndim, width, 3, (2,) * ndim), stax.Relu,
               _conv(ndim, 2 * width, 3, (2,) * ndim), stax.Relu,
               up(width), stax.Relu, up(chans), _crop(canon), _reshape(shape)]
-    return make_model_def("autoencoder", "reconstruction", stax.serial(*layers), input_shape, {"width": width})
+    return make_model_def("autoencoder", "reconstruction", stax.serial(*layers), input_shape,
+                          {"width": width})
 
 
 def resnet18(*, input_shape, num_classes, width: int = 64, bn_momentum: float = 0.9,

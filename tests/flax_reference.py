@@ -86,3 +86,43 @@ def lm_to_stax(params, depth):
         out.append([ln_to_stax(b["ln2"]), dense_to_stax(b["fc1"]), (), dense_to_stax(b["fc2"])])
     out += [ln_to_stax(p["ln_f"]), dense_to_stax(p["head"])]
     return out
+
+
+class ResBlock(nn.Module):
+    """flax.linen twin of ``models.zoo._res_block``: conv-BN-relu-conv-BN, shortcut (1x1 conv-BN when
+    ``project``), sum, relu. BatchNorm as the zoo's (batch statistics, momentum 0.9, eps 1e-5)."""
+
+    out_chan: int
+    stride: int
+    project: bool
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        bn = lambda: nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)  # noqa: E731
+        s = (self.stride, self.stride)
+        h = nn.relu(bn()(nn.Conv(self.out_chan, (3, 3), s, padding="SAME")(x)))
+        h = bn()(nn.Conv(self.out_chan, (3, 3), padding="SAME")(h))
+        if self.project:
+            x = bn()(nn.Conv(self.out_chan, (1, 1), s, padding="SAME")(x))
+        return nn.relu(h + x)
+
+
+class ResNet18(nn.Module):
+    """flax.linen twin of ``models.zoo.resnet18`` (CIFAR stem, 4 stages of 2 blocks, global average
+    pool, dense head)."""
+
+    num_classes: int
+    width: int = 64
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        x = nn.Conv(self.width, (3, 3), padding="SAME")(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x))
+        chans = self.width
+        for s in range(4):
+            out = self.width * 2**s
+            for b in range(2):
+                stride = 2 if (s > 0 and b == 0) else 1
+                x = ResBlock(out, stride, stride != 1 or out != chans)(x, train)
+                chans = out
+        return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))

@@ -33,7 +33,7 @@ def test_measures_once_then_reads_the_cache(fresh, monkeypatch):
     """The decision's bookkeeping, with a stand-in measurement (the real one, on the trainer's own
     compiled chunks, runs in tests/test_gpu_check.py, where those programs are compiled anyway)."""
     monkeypatch.setattr(batching, "measure_speedup", lambda specs: (1.3125, 4))
-    monkeypatch.setattr(batching, "_param_count", lambda spec: 1210)
+    monkeypatch.setattr(batching, "_fit", lambda specs, device_bytes: (None, ""))
     specs = [make_spec(seed=0), make_spec(seed=1, optimizer_hparams={"step_size": 0.1})]
     d = batching.decide(specs)
     assert (d.source, d.speedup, d.batch, d.label) == ("measured", 1.3125, True, "vmap(2): measured 1.31x")
@@ -82,15 +82,60 @@ def test_overrides_trivial_cases_and_the_rule(fresh, monkeypatch):
     assert set(labels.values()) == {"vmap(2): measured 1.21x"}
 
 
-def test_large_models_are_not_measured(fresh, monkeypatch):
-    monkeypatch.setattr(batching, "MAX_PARAMS", 1000)
-    monkeypatch.setattr(batching, "measure_speedup", _no_measure)
-    specs = [make_spec(seed=s) for s in range(4)]  # 64·16+16 + 16·10+10 = 1,210 parameters
-    d = batching.decide(specs)
-    assert (d.batch, d.source, d.label) == (False, "skipped",
-                                            "sequential: not measured (model too large: 0.0M params x 4)")
-    monkeypatch.setattr(batching, "_MEM", {})
-    assert batching.decide(specs).source == "cached"
+def _footprint(spec):
+    """The per-trial footprint and the data held, as the decision reads them."""
+    from harness.train import capacity, device_data, program
+
+    prog = program.program_for(spec, load_dataset("digits"))
+    e = prog.entry
+    one, _ = prog.init(jax.random.PRNGKey(0), 0.01)
+    state_bytes = sum(a.nbytes for a in jax.tree.leaves(one))
+    exe, _ = prog.get_chunk(None, batching._chunk_len(spec), one, jnp.int32(0), e.x_train, e.y_train)
+    fp = capacity.footprint(exe.steps_exe, e.x_train.nbytes + e.y_train.nbytes)
+    return fp, state_bytes, max(device_data.resident_bytes(), fp.shared)
+
+
+def test_trials_per_program_follow_device_memory(fresh):
+    """On an accelerator the group is vmapped in programs of as many trials as fit 80% of the
+    device's memory (set here by hand) beside the data it holds; nothing is timed."""
+    specs = _siblings(8)
+    fp, state_bytes, held = _footprint(specs[0])
+    # one trial holds at least its state (params and adam's two moments, the carried permutation)
+    assert state_bytes >= 3 * 1210 * 4 + 1150 * 4 and fp.per_trial >= state_bytes
+    roomy = batching.decide(specs, measure=_no_measure, device_bytes=2**34, platform="gpu")
+    assert (roomy.batch, roomy.source, roomy.size) == (True, "memory", None)
+    assert roomy.label.startswith("vmap(8): fits device memory (") and "of 16.0 GiB)" in roomy.label
+    batching._MEM.clear()
+    three = int((held + 3.5 * fp.per_trial) / 0.8)  # 3 trials fit, not 4
+    dec = batching.decide(specs, measure=_no_measure, device_bytes=three, platform="tpu")
+    assert (dec.batch, dec.size) == (True, 3) and dec.label.startswith("vmap(3): 3 programs for 8 trials")
+    labels: dict = {}
+    units = group_units(specs, "auto", labels=labels,
+                        should_batch=lambda g: batching.decide(g, device_bytes=three, platform="tpu").batch)
+    assert [len(u) for u in units] == [3, 3, 2] and set(labels.values()) == {dec.label}
+    batching._MEM.clear()
+    one = int((held + 1.5 * fp.per_trial) / 0.8)
+    alone = batching.decide(specs, measure=_no_measure, device_bytes=one, platform="gpu")
+    assert (alone.batch, alone.source) == (False, "memory")
+    assert alone.label.startswith("sequential: 1 trial fits device memory (")
+
+
+def test_on_a_cpu_the_group_device_memory_holds_is_measured(fresh):
+    """On a CPU the capped group is measured as before (the speed-up decides), on ``size`` trials."""
+    specs = _siblings(8)
+    fp, _, held = _footprint(specs[0])
+    measured = []
+    dec = batching.decide(specs, measure=lambda s: (measured.append(len(s)), (1.3, 3))[1],
+                          device_bytes=int((held + 5.5 * fp.per_trial) / 0.8), platform="cpu")
+    assert measured == [5] and (dec.batch, dec.size) == (True, 5)
+    assert dec.label == "vmap(5): measured 1.30x for 5 trials (device memory)"
+    (entry,) = json.loads((fresh / "batching.json").read_text()).values()
+    assert entry["size"] == 5
+    batching._MEM.clear()
+    assert batching.decide(specs, measure=_no_measure).size == 5  # cached with its size
+    batching._MEM.clear()
+    slow = batching.decide(_siblings(4), measure=lambda s: (0.9, 3), device_bytes=2**34, platform="cpu")
+    assert (slow.batch, slow.size, slow.label) == (False, None, "sequential: measured 0.90x")
 
 
 def test_concurrent_writers_keep_every_entry(fresh):
@@ -205,7 +250,7 @@ def test_a_decision_costs_the_same_programs_for_200_siblings_as_for_20(fresh, mo
 def test_group_units_decides_once_per_program(fresh, monkeypatch):
     """200 siblings of two programs (two batch sizes) are two groups, two decisions: the step sizes
     and seeds do not make more."""
-    monkeypatch.setattr(batching, "_param_count", lambda spec: 1210)
+    monkeypatch.setattr(batching, "_fit", lambda specs, device_bytes: (None, ""))
     calls = []
     monkeypatch.setattr(batching, "measure_speedup", lambda specs: (calls.append(len(specs)), (0.9, 3))[1])
     specs = _siblings(100) + [make_spec(seed=i % 2, batch_size=16, optimizer_hparams={"step_size": 1e-3 * i})
@@ -222,7 +267,7 @@ def test_group_units_compares_each_trials_key_a_bounded_number_of_times(fresh, m
     reads, several seconds of a 1,000-trial sweep)."""
     from harness.core.spec import TrialSpec
 
-    monkeypatch.setattr(batching, "_param_count", lambda spec: 1210)
+    monkeypatch.setattr(batching, "_fit", lambda specs, device_bytes: (None, ""))
     monkeypatch.setattr(batching, "measure_speedup", lambda specs: (0.9, 3))
     reads = [0]
     key = TrialSpec.batch_key

@@ -305,6 +305,17 @@ class WorkloadEntry(_Strict):
         return {"name": data} if isinstance(data, str) else data
 
 
+def auto_dtype(platform: str | None = None) -> str:
+    """What ``dtype: auto`` (the default) trains in on ``platform`` (default: JAX's default backend):
+    ``float32`` on ``cpu``; ``bfloat16`` compute with float32 parameters, optimizer state and inputs
+    (mixed precision) on an accelerator (``gpu``, ``cuda``, ``rocm``, ``tpu``, ...)."""
+    if platform is None:
+        import jax
+
+        platform = jax.default_backend()
+    return "float32" if platform == "cpu" else "bfloat16"
+
+
 class SweepConfig(_Strict):
     """A whole sweep config (see the module docstring for the YAML schema)."""
 
@@ -333,8 +344,8 @@ class SweepConfig(_Strict):
     measure_perf: StrictBool = True
     scoring: str = SCORING_RULES[0]  # tuned time-to-result rule: reports.protocol
     time: str = DEFAULT_CLOCK  # the clock time to target is ranked on: harness.core.clock
-    dtype: Literal["float32", "bfloat16", "float16", "float64"] | list[
-        Literal["float32", "bfloat16", "float16", "float64"]] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "float64"] | list[
+        Literal["auto", "float32", "bfloat16", "float16", "float64"]] = "auto"
     augment: dict[str, Any] | None = None
     #: clip gradients to this global norm before every update (harness.train.recipe)
     grad_clip: Float | None = Field(default=None, gt=0, le=1e30)
@@ -467,9 +478,10 @@ class SweepConfig(_Strict):
                      "hint": did_you_mean(name, names)})
         return self
 
-    def dtypes(self) -> list[str]:
-        """The ``dtype`` axis as a list."""
-        return [self.dtype] if isinstance(self.dtype, str) else list(self.dtype)
+    def dtypes(self, platform: str | None = None) -> list[str]:
+        """The ``dtype`` axis as a list, ``auto`` resolved for ``platform`` (:func:`auto_dtype`)."""
+        given = [self.dtype] if isinstance(self.dtype, str) else list(self.dtype)
+        return list(dict.fromkeys(auto_dtype(platform) if d == "auto" else d for d in given))
 
     @field_validator("zip")
     @classmethod

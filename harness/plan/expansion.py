@@ -286,9 +286,9 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 steps_per_dispatch=cfg.steps_per_dispatch, model_hparams=hps["models"],
                 optimizer_hparams=hps["optimizers"], schedule_hparams=hps["schedules"],
                 dataset_hparams=ds.hparams, dataset_digest=digests[dkey],
-                target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None, dtype=cfg.dtype,
-                divergence_loss_factor=cfg.divergence.loss_factor, devices=cfg.parallelism.devices,
-                shard=cfg.parallelism.shard, recipe=recipe_fields(cfg),
+                target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None,
+                dtype=cfg.dtypes()[0], divergence_loss_factor=cfg.divergence.loss_factor,
+                devices=cfg.parallelism.devices, shard=cfg.parallelism.shard, recipe=recipe_fields(cfg),
                 **source_fields(pt["optimizers"].comp), **source_fields(pt["models"].comp, "model"))
             if (why := recipe_problem(cfg, bs, pt["optimizers"].path, spec)) is not None:
                 raise ConfigError([f"{file}: {why}"])

@@ -20,6 +20,9 @@ def group_units(specs: list[TrialSpec], batching: str,
     where its trials ask for trial-parallel training, ``parallelism: {shard: trials}`` on more than
     one device).
 
+    A batched group larger than device memory holds is split into programs of as many trials as
+    fit (:func:`harness.train.batching.group_size`).
+
     ``labels``, when given, is filled with ``trial_id -> how its unit trains and why`` (the
     ``harness.batching`` tag: ``"vmap(8): measured 1.21x"``, ``"sequential: batching off"``, ...).
     ``on_measure(i, n)``, when given, is called before ``auto`` decides the ``i``-th of the ``n``
@@ -52,6 +55,10 @@ def group_units(specs: list[TrialSpec], batching: str,
                 units.extend([s] for s in g)
                 continue
             label = _batching.describe(g, True)
+            size = _batching.group_size(g)  # as many trials per program as fit device memory
+            labels.update((s.trial_id, label) for s in g)
+            units.extend(g[i:i + size] for i in range(0, len(g), size))
+            continue
         elif trial_parallel and len(g) > 1:
             label = f"vmap({len(g)}): trial-parallel over parallelism.devices={g[0].devices}"
         else:
@@ -59,3 +66,40 @@ def group_units(specs: list[TrialSpec], batching: str,
         labels.update((s.trial_id, label) for s in g)
         units.append(g)
     return units
+
+
+def plan_lines(specs: list[TrialSpec], batching: str) -> list[str]:
+    """What the dry run says of ``specs``' work units (decisions already known are named, nothing is
+    compiled or timed) and of the device memory their datasets will hold (one copy each)."""
+    from harness.data.sources import load_dataset
+    from harness.train import batching as _batching
+    from harness.train import device_data
+    from harness.train.capacity import mib
+
+    groups: dict[tuple, list[TrialSpec]] = {}
+    for s in specs:
+        groups.setdefault(s.batch_key(), []).append(s)
+    many = [g for g in groups.values() if len(g) > 1]
+    line = (f"batching {batching}: {len(specs)} trials, {len(groups)} programs; {len(many)} groups of "
+            f"siblings (seed, step size)")
+    if batching == "auto" and many:
+        known = [_batching.known(g) for g in many]
+        counts: dict[str, int] = {}
+        for d in known:
+            if d is not None:
+                counts[d.label] = counts.get(d.label, 0) + 1
+        line += "".join(f"; {n} x {label}" for label, n in counts.items())
+        if (todo := sum(d is None for d in known)):
+            line += (f"; {todo} decided when the sweep starts (as many trials per program as fit device "
+                     f"memory, by XLA's memory analysis of the step; on a CPU then measured: vmap where "
+                     f">= {_batching.MIN_SPEEDUP}x)")
+    pairs, missing = [], []
+    for s in {(s.dataset, s.dataset_hparams): s for s in specs}.values():
+        try:
+            pairs.append((load_dataset(s.dataset, **s.hparams("dataset")),
+                          "float64" if s.dtype == "float64" else "float32"))
+        except Exception as e:  # e.g. a TFDS dataset not prepared yet: the run will say so
+            missing.append(f"{s.dataset}: {type(e).__name__}")
+    text = (f"device memory for data: {mib(device_data.planned_bytes(pairs))} ({len(pairs)} "
+            f"dataset{'s' * (len(pairs) != 1)}, one copy each, shared by every program")
+    return [line, text + (f"; not counted: {', '.join(missing)})" if missing else ")")]

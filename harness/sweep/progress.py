@@ -92,6 +92,10 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
     print_ladder(console, plan.specs)
     console.print(f"tracking: {mask_uri(uri)}; batching: {cfg.batching}; executor: {cfg.executor} "
                   f"(jobs={cfg.jobs})")
+    from harness.plan.units import plan_lines
+
+    for line in plan_lines(list(plan.todo), cfg.batching):
+        console.print(escape(line), soft_wrap=True)
 
 
 def _val(v: object) -> str:

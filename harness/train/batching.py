@@ -19,19 +19,24 @@ returns its ``batch``. The method:
    ``~/.cache/harness``, beside ``peak.json``); a cached key is never measured again. The file is
    rewritten whole under a :class:`filelock.FileLock` (read, merge, temp file, ``os.replace``), so
    concurrent processes keep each other's entries and a reader never sees a partial file.
-3. **Skip.** A model with more than :data:`MAX_PARAMS` parameters × ``T`` is not measured, nor one
-   whose ``T`` single-trial chunks take more than :data:`MAX_REP_S` (timed once, before the vmapped
-   program is compiled): sequential, since such a model keeps the device busy alone and measuring
-   it would cost seconds. Nor one where batching cannot pay for its measurement: the most vmap
-   could save is the training of ``T - 1`` of the trials (``(T - 1) * ceil(steps / n)`` chunks at
-   the single chunk's time, timed before the vmapped program is compiled), and measuring costs a
-   compile of the vmapped program, which takes at least as long as the single one's (its compile
-   seconds in this process, whichever stage compiled it; nothing when the vmapped one is compiled
-   already). When the first is smaller, sequential (issue 25 §2: on the quickstart,
-   2 cores, a group's vmap could save at most ~0.2 s of training and the vmapped compile cost ~3 s;
-   the measured speed-ups of T=2 were noise around 1.0x, 0.83-1.12x). Skips are cached like
-   measurements; a cost skip keeps its chunk and compile seconds, so a sweep with another budget
-   on the same signature re-applies the rule to its own steps without compiling anything.
+3. **Device memory** (:mod:`harness.train.capacity`). The single-trial chunk is compiled (the one
+   training uses) and XLA's memory analysis gives one trial's footprint; how many trials fit the
+   device's memory beside the data it holds caps the group: none beyond one, sequential; fewer
+   than ``T``, programs of that many trials (:attr:`Decision.size`). On a GPU/TPU that is the
+   decision (vmap as many as fit, unmeasured: one trial rarely fills an accelerator); on a CPU the
+   rest of this method decides on the capped group.
+   **Skip.** A group whose ``T`` single-trial chunks take more than :data:`MAX_REP_S` (timed once, before
+   the vmapped program is compiled) is not measured: sequential, since such a model keeps the CPU busy
+   alone and measuring it would cost seconds. Nor one where batching cannot pay for its measurement: the
+   most vmap could save is the training of ``T - 1`` of the trials (``(T - 1) * ceil(steps / n)`` chunks at
+   the single chunk's time, timed before the vmapped program is compiled), and measuring costs a compile of
+   the vmapped program, which takes at least as long as the single one's (its compile seconds in this
+   process, whichever stage compiled it; nothing when the vmapped one is compiled already). When the first
+   is smaller, sequential (issue 25 §2: on the quickstart, 2 cores, a group's vmap could save at most ~0.2
+   s of training and the vmapped compile cost ~3 s; the measured speed-ups of T=2 were noise around 1.0x,
+   0.83-1.12x). Skips are cached like measurements; a cost skip keeps its chunk and compile seconds, so a
+   sweep with another budget on the same signature re-applies the rule to its own steps without compiling
+   anything.
 4. **Measurement** (:func:`measure_speedup`): the trainer's own compiled chunk of ``n`` steps, the
    vmapped ``T``-trial one and the single-trial one (the executables training then reuses in this
    process: the chunk length is the trial's first), compiled first and not timed, on one trial's
@@ -50,7 +55,8 @@ returns its ``batch``. The method:
 
 Every decision has a ``label`` that the sweep logs as the trial runs' tag ``harness.batching``:
 ``"vmap(8): measured 1.21x"``, ``"sequential: measured 0.80x"``, ``"sequential: HARNESS_BATCH=never"``,
-``"sequential: not measured (model too large: 25.2M params x 8)"``, ``"sequential: single trial"``.
+``"vmap(8): fits device memory (3.1 MiB per trial, at most 2,410 ...)"``,
+``"sequential: 1 trial fits device memory (...)"``, ``"sequential: single trial"``.
 
 The decision is made where the work units are formed (the sweep's own process), on that process's
 default device: with ``--jobs`` the workers see the same kind of device; a Ray cluster whose
@@ -76,17 +82,16 @@ import numpy as np
 from harness.core.spec import TrialSpec
 from harness.core.util import cache_dir, write_json_atomic
 from harness.data.sources import load_dataset
-from harness.train import timing
+from harness.train import capacity, device_data, timing
 from harness.train.build import trial_step_size
-from harness.train.program import TrainingProgram, program_for, trial_model
+from harness.train.program import TrainingProgram, program_for
 
-__all__ = ["BUDGET_S", "MAX_PARAMS", "MAX_REP_S", "MIN_SPEEDUP", "Decision", "batch_mismatch", "cache_path",
-           "compile_seconds", "decide", "describe", "measure_counts", "measure_speedup", "signature"]
+__all__ = ["BUDGET_S", "MAX_REP_S", "MIN_SPEEDUP", "Decision", "batch_mismatch", "cache_path",
+           "compile_seconds", "decide", "describe", "group_size", "known", "measure_counts",
+           "measure_speedup", "signature"]
 
 #: Batch when the measured speed-up (sequential / vmapped) is at least this.
 MIN_SPEEDUP = 1.05
-#: Models with more than this many parameters × trials are not measured (sequential).
-MAX_PARAMS = 20_000_000
 #: Target seconds of timed repetitions in one measurement.
 BUDGET_S = 0.5
 #: A group whose T single-trial chunks take longer than this (s) is not measured (sequential).
@@ -126,12 +131,14 @@ def _not_worth(T: int, save_s: float, compile_s: float, source: str) -> Decision
 class Decision:
     """``batch``: train the group vmapped; ``label``: the ``harness.batching`` tag; ``speedup``:
     measured sequential/vmapped time (``None`` when not measured); ``source``: ``override``,
-    ``trivial``, ``skipped``, ``measured``, ``cached`` or ``failed``."""
+    ``trivial``, ``skipped``, ``measured``, ``memory``, ``cached`` or ``failed``; ``size``: trials per
+    vmapped program when device memory holds fewer than the group (``None``: all of them)."""
 
     batch: bool
     label: str
     speedup: float | None = None
     source: str = "measured"
+    size: int | None = None
 
 
 _MEM: dict[str, Decision] = {}
@@ -186,9 +193,10 @@ def _label(batch: bool, T: int, why: str) -> str:
     return f"{f'vmap({T})' if batch else 'sequential'}: {why}"
 
 
-def _from_ratio(T: int, ratio: float, source: str) -> Decision:
+def _from_ratio(T: int, ratio: float, source: str, size: int | None = None) -> Decision:
     batch = ratio >= MIN_SPEEDUP
-    return Decision(batch, _label(batch, T, f"measured {ratio:.2f}x"), ratio, source)
+    why = f"measured {ratio:.2f}x" + (f" for {size} trials (device memory)" if size else "")
+    return Decision(batch, _label(batch, size or T, why), ratio, source, size if batch else None)
 
 
 def batch_mismatch(specs: Sequence[TrialSpec]) -> TrialSpec | None:
@@ -237,13 +245,15 @@ def _write_disk(key: str, entry: dict[str, Any]) -> None:
 
 
 def decide(specs: Sequence[TrialSpec], *, measure: Callable[[Sequence[TrialSpec]], tuple[float, int]]
-           | None = None) -> Decision:
+           | None = None, device_bytes: int | None = None, platform: str | None = None) -> Decision:
     """The batching decision for ``specs`` (see the module docstring).
 
     Args:
       specs: trials meant to be trained together.
       measure: ``measure(specs) -> (speedup, reps)`` (default :func:`measure_speedup`); tests pass
-        a stand-in.
+        a stand-in (and no device memory rule applies unless ``device_bytes`` is given).
+      device_bytes: the device's memory (default :func:`harness.train.capacity.device_memory`).
+      platform: ``cpu`` measures, any other applies the memory rule alone (default: the device's).
     """
     trivial = _trivial(specs)
     if trivial is not None:
@@ -253,7 +263,8 @@ def decide(specs: Sequence[TrialSpec], *, measure: Callable[[Sequence[TrialSpec]
         return _MEM[key]
     entry = _read_disk().get(key)
     if isinstance(entry, dict) and isinstance(entry.get("speedup"), int | float):
-        dec = _from_ratio(len(specs), float(entry["speedup"]), "cached")
+        size = entry.get("size") if isinstance(entry.get("size"), int) else None
+        dec = _from_ratio(len(specs), float(entry["speedup"]), "cached", size)
         _MEM[key] = dec
         return dec
     if isinstance(entry, dict) and entry.get("rule") == "cost":  # re-applied to these specs' steps
@@ -269,13 +280,13 @@ def decide(specs: Sequence[TrialSpec], *, measure: Callable[[Sequence[TrialSpec]
     ratio = reps = None
     cost: dict[str, Any] = {}
     try:
-        n_params = _param_count(specs[0]) if measure is None else 0
-        if n_params * T > MAX_PARAMS:
-            dec = Decision(False, _label(False, T, f"not measured (model too large: "
-                                                   f"{n_params / 1e6:.1f}M params x {T})"), None, "skipped")
-        else:
-            ratio, reps = (measure or measure_speedup)(specs)
-            dec = _from_ratio(T, ratio, "measured")
+        size, why = _fit(specs, device_bytes) if measure is None or device_bytes is not None else (None, "")
+        platform = platform or jax.devices()[0].platform
+        if size is not None and (size < 2 or platform != "cpu"):
+            dec = _MEM[key] = _by_memory(T, size, why)  # not cached on disk: free memory changes
+            return dec
+        ratio, reps = (measure or measure_speedup)(specs[:size] if size and size < T else specs)
+        dec = _from_ratio(T, ratio, "measured", size if size and size < T else None)
     except _NotWorthError as e:
         dec = _not_worth(T, e.save_s, e.compile_s, "skipped")
         cost = {"rule": "cost", "chunk_s": round(e.chunk_s, 6), "compile_s": round(e.compile_s, 3)}
@@ -292,8 +303,69 @@ def decide(specs: Sequence[TrialSpec], *, measure: Callable[[Sequence[TrialSpec]
                       "label": dec.label, "reps": reps, "measure_s": round(time.perf_counter() - t0, 3),
                       "model": s.model, "dataset": s.dataset, "batch_size": s.batch_size,
                       "dtype": s.dtype, "optimizer": s.optimizer, "chunk_steps": _chunk_len(s),
+                      "size": dec.size,
                       "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **cost})
     return dec
+
+
+def _by_memory(T: int, size: int, why: str) -> Decision:
+    if size < 2:
+        return Decision(False, f"sequential: {size} trial{'s' * (size != 1)} fit{'s' * (size == 1)} "
+                               f"device memory ({why})", None, "memory")
+    if size >= T:
+        return Decision(True, _label(True, T, f"fits device memory ({why})"), None, "memory")
+    n = -(-T // size)
+    return Decision(True, _label(True, size, f"{n} programs for {T} trials, as many as fit device memory "
+                                             f"({why})"), None, "memory", size)
+
+
+def _fit(specs: Sequence[TrialSpec], device_bytes: int | None) -> tuple[int | None, str]:
+    """``(trials of specs that fit one program, why)`` by device memory (module docstring, step 3);
+    ``(None, "")`` where the footprint or the device's memory is unknown. Compiles the single-trial
+    chunk that training (and the measurement) then reuse."""
+    dev = device_bytes if device_bytes is not None else capacity.device_memory()
+    if dev is None:
+        return None, ""
+    prog = _program(specs[0])
+    e = prog.entry
+    try:
+        state = jax.eval_shape(lambda s: prog._init_optimizer(*e.init_from_seed(s), jnp.float32(0)),
+                               np.uint32(0))
+    except Exception:  # an optimizer whose init does not trace: no footprint, measured as before
+        return None, ""
+    exe, dt = prog.get_chunk(None, _chunk_len(specs[0]), state, jnp.int32(0), e.x_train, e.y_train)
+    _COMPILE_S[0] += dt
+    fp = capacity.footprint(getattr(exe, "steps_exe", exe), e.x_train.nbytes + e.y_train.nbytes)
+    held = device_data.resident_bytes()
+    size = capacity.capacity(fp, dev, held)
+    why = (f"{capacity.mib(fp.per_trial)} per trial, {capacity.mib(max(held, fp.shared))} of data, at most "
+           f"{size:,} in {capacity.MEMORY_FRACTION:.0%} of {capacity.mib(dev)}")
+    return size, why
+
+
+def known(specs: Sequence[TrialSpec]) -> Decision | None:
+    """The decision for ``specs`` without deciding: trivial, overridden, or cached (this process or
+    the machine's file); ``None`` when :func:`decide` would compile or measure."""
+    trivial = _trivial(specs)
+    if trivial is not None:
+        return trivial
+    key = _key(specs)
+    if key in _MEM:
+        return _MEM[key]
+    entry = _read_disk().get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("speedup"), int | float):
+        size = entry.get("size") if isinstance(entry.get("size"), int) else None
+        return _from_ratio(len(specs), float(entry["speedup"]), "cached", size)
+    if isinstance(entry, dict) and entry.get("batch") is False and isinstance(entry.get("label"), str):
+        return Decision(False, entry["label"], None, "cached")
+    return None
+
+
+def group_size(specs: Sequence[TrialSpec]) -> int:
+    """Trials per vmapped program for a group this process decided to batch: the decision's
+    :attr:`Decision.size` (device memory), else all of ``specs``."""
+    dec = _MEM.get(_key(specs)) if len(specs) > 1 else None
+    return dec.size if dec is not None and dec.batch and dec.size else len(specs)
 
 
 def describe(specs: Sequence[TrialSpec], batched: bool) -> str:
@@ -315,15 +387,6 @@ def describe(specs: Sequence[TrialSpec], batched: bool) -> str:
 
 def _program(spec: TrialSpec) -> TrainingProgram:
     return program_for(spec, load_dataset(spec.dataset, **spec.hparams("dataset")))
-
-
-def _param_count(spec: TrialSpec) -> int:
-    """Parameters of one trial's model, from ``jax.eval_shape`` of its init (nothing compiled, no
-    data on the device)."""
-    ds = load_dataset(spec.dataset, **spec.hparams("dataset"))
-    model = trial_model(spec, ds)
-    params = jax.eval_shape(lambda k: model.init(k, (1, *ds.input_shape))[1], jax.random.PRNGKey(0))
-    return int(sum(np.prod(p.shape, dtype=np.int64) for p in jax.tree_util.tree_leaves(params)))
 
 
 def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:

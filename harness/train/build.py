@@ -15,10 +15,10 @@
   from the fourth member, else the rule registered for the builtin (``optimizers.registry.
   EVAL_PARAMS``: the Schedule-Free pair), else an ``optax.contrib`` Schedule-Free state inside an
   Optax state (``optimizers.extra.optax_eval_params``).
-* :class:`ModelEntry` is a model on one dataset: the data on the device (floating inputs in the
-  storage dtype), the forward pass under mixed precision (:func:`cast_floats`), the whole-split
-  evaluation in batches of at most :data:`EVAL_BATCH`, and the compiled parameter-init and
-  evaluation executables, shared by every optimizer, step size and seed.
+* :class:`ModelEntry` is a model on one dataset: the data on the device (one copy per dataset,
+  shared: :mod:`harness.train.device_data`), the forward pass under mixed precision
+  (:func:`cast_floats`), the whole-split evaluation in batches of at most :data:`EVAL_BATCH`, and
+  the compiled parameter-init and evaluation executables, shared by every optimizer, step size and seed.
 
 Registries are passed in (``models``, ``optimizers``, ``schedules`` mappings); this module never
 looks them up itself (:mod:`harness.train.program` does).
@@ -33,11 +33,12 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from harness.core.registry import lookup
 from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
+from harness.train import device_data
+from harness.train.device_data import storage_array
 from optimizers.extra import from_optax, optax_eval_params
 from optimizers.registry import EVAL_PARAMS
 from optimizers.registry import OPTIMIZERS as BUILTIN_OPTIMIZERS
@@ -48,11 +49,6 @@ __all__ = ["ACCEPTED_FORMS", "EVAL_BATCH", "ModelEntry", "TrainOptimizer", "as_t
 
 #: Largest evaluation batch (examples). Read at call time, so a test may lower it.
 EVAL_BATCH = 1024
-
-
-def storage_array(x: np.ndarray, dtype: Any) -> np.ndarray:
-    """Floating inputs in the storage ``dtype``; integer inputs (token ids) unchanged."""
-    return np.asarray(x, dtype) if np.issubdtype(x.dtype, np.floating) else np.asarray(x)
 
 
 def cast_floats(tree: Any, dtype: Any) -> Any:
@@ -201,14 +197,11 @@ class ModelEntry:
         self.reconstruction = getattr(self.model, "task", "classification") == "reconstruction"
         self.needs_rng = bool(getattr(self.model, "needs_rng", False))
         self.metric_fns = dict(sorted((dict(getattr(self.model, "metrics", {}) or {})).items()))
-        self.x_train = jax.device_put(storage_array(ds.x_train, self.dtype))
-        self.y_train = jax.device_put(ds.y_train)
-        self.x_valid = jax.device_put(storage_array(ds.x_valid, self.dtype))
-        self.y_valid = jax.device_put(ds.y_valid)
-        self.x_test = jax.device_put(storage_array(ds.x_test, self.dtype))
-        self.y_test = jax.device_put(ds.y_test)
+        # one device copy per dataset, shared with every entry on it; uint8 images decoded in the step
+        data = device_data.shared(ds, self.dtype)
+        self.divisor = data.divisor
+        (self.x_train, self.y_train, self.x_valid, self.y_valid, self.x_test, self.y_test) = data.arrays
         self.compiled: dict[tuple, Any] = {}
-        self._placed: dict[tuple, tuple] = {}
 
     @property
     def eval_batch(self) -> int:
@@ -222,12 +215,13 @@ class ModelEntry:
     def placed(self, layout: Any) -> tuple:
         """``(x_train, y_train, x_valid, y_valid, x_test, y_test)`` replicated over ``layout``'s
         mesh (``NamedSharding(mesh, P())``; cached per mesh), or the one-device arrays for ``None``."""
-        arrays = (self.x_train, self.y_train, self.x_valid, self.y_valid, self.x_test, self.y_test)
         if layout is None:
-            return arrays
-        if layout.key not in self._placed:
-            self._placed[layout.key] = tuple(jax.device_put(a, layout.replicated) for a in arrays)
-        return self._placed[layout.key]
+            return (self.x_train, self.y_train, self.x_valid, self.y_valid, self.x_test, self.y_test)
+        return device_data.shared(self.ds, self.dtype, layout).arrays
+
+    def decode(self, xb: jax.Array) -> jax.Array:
+        """A gathered input batch in the storage dtype (``uint8`` images decoded; traced)."""
+        return device_data.decode(xb, self.divisor, self.dtype)
 
     def init_params(self, k_init: jax.Array):
         """``(params, model state)`` of the model, parameters in the storage dtype."""
@@ -274,6 +268,7 @@ class ModelEntry:
         nb, r = divmod(M, eb)
 
         def stats(xb, yb, shard=False):
+            xb = self.decode(xb)
             if shard:
                 xb = jax.lax.with_sharding_constraint(xb, split)
                 yb = jax.lax.with_sharding_constraint(yb, split)

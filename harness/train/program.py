@@ -1,23 +1,17 @@
 """The compiled training programs of a trial, and the process's cache of them.
 
-:class:`TrainingProgram` holds the pure functions of one trial's training (``init``, ``params``,
-``eval_params``, ``loss``, ``augment``, ``chunk`` of K steps, ``one_step``) for one batch key
-(model entry, batch size, optimizer and its non-step-size hyperparameters, schedule, steps,
-augmentation) and compiles its K-step chunk, vmapped over T trials or not, on one device or over a
-mesh (:meth:`get_chunk`), and its evaluation parameters where the optimizer has them
-(:meth:`get_eval_params`).
-
-:func:`program_for` is the one way to get a program: it looks the registries up
-(:func:`harness.config.optimizer_sources.registries_for`: the default registries plus the
-spec's own optimizer source, if it has one) and keeps the last :data:`PROGRAM_CACHE_SIZE` model
-entries (:class:`harness.train.build.ModelEntry`) and programs of the process in :data:`ENTRIES`
-and :data:`PROGRAMS`, so the seeds and step sizes of a sweep compile once.
+:class:`TrainingProgram`: one batch key's pure functions (``init``, ``params``, ``eval_params``,
+``loss``, ``augment``, the K-step ``chunk``, ``one_step``), compiled vmapped over T trials or not, on
+one device or a mesh (:meth:`get_chunk`). :func:`program_for` is the one way to get one: registries
+looked up (the spec's sources included), the last :data:`PROGRAM_CACHE_SIZE` model entries and
+programs kept (:data:`ENTRIES`, :data:`PROGRAMS`), so a sweep's seeds and step sizes compile once.
 """
 
 from __future__ import annotations
 
 import collections
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -33,6 +27,8 @@ from harness.data.sources import Dataset
 from harness.train.augment import AUGMENT_STREAM, make_augment
 from harness.train.build import ModelEntry, build_model, make_opt_factory
 from harness.train.recipe import accumulate, clipped_count, clipping, group_optimizer, recipe_of
+from models import stax
+from models.flops import conv_flops
 
 __all__ = ["ENTRIES", "INSPECT_BATCH", "ORDERS", "PROGRAMS", "PROGRAM_CACHE_SIZE", "TrainState",
            "TrainingProgram", "batch_order", "model_entry", "order_program", "program_for",
@@ -40,6 +36,12 @@ __all__ = ["ENTRIES", "INSPECT_BATCH", "ORDERS", "PROGRAMS", "PROGRAM_CACHE_SIZE
 
 #: Model entries and programs kept per process (the most recently used of each kind).
 PROGRAM_CACHE_SIZE = 16
+#: On a CPU, a chunk whose step's convolutions count more FLOPs than this runs as K dispatches of one
+#: compiled step with XLA's convolution (``models.stax.conv_outside_loops``) instead of a ``lax.scan``
+#: with im2col patches: inside a loop XLA:CPU's convolution is ~40x slower and the patches form ~1.8x
+#: (two 3x3 convs, 64x32x32x16, fwd+bwd), while a dispatch costs ~0.3 ms; the quickstart's CNN
+#: (~6 MFLOP of convolution per step) stays a scan, ResNet-18 at CIFAR shapes (~10^9) does not.
+CONV_LOOP_FLOPS = 1e8
 #: Test hook: when set, ``callback(sharding)`` receives the sharding of each data-parallel training
 #: batch as XLA's partitioner decided it (``jax.debug.inspect_array_sharding``, at compile time).
 INSPECT_BATCH: Callable[[Any], None] | None = None
@@ -195,18 +197,19 @@ class TrainingProgram:
         return idx, state._replace(perm=perm, perm_epoch=perm_epoch)
 
     def steps(self, state: TrainState, start: jax.Array, idx: jax.Array, x: jax.Array, y: jax.Array, *,
-              split: Any = None) -> tuple[TrainState, jax.Array]:
+              split: Any = None, loop: bool = True) -> tuple[TrainState, jax.Array]:
         """``idx.shape[0]`` updates from update index ``start``, update ``j`` on the examples
         ``idx[j]`` (``int32 (n, batch_size)``, from :meth:`order`); returns (state, losses
         ``float32 (n,)``).
 
         ``split`` (data-parallel): the sharding each gathered batch ``x[idx]`` / ``y[idx]`` (leading
-        axis B) is constrained to, ``NamedSharding(mesh, P("batch"))``."""
+        axis B) is constrained to, ``NamedSharding(mesh, P("batch"))``. ``loop=False``: the updates
+        unrolled when traced, no ``while`` loop in the program (:class:`_LoopChunk`'s one step)."""
         opt = self.make_opt(state.step_size)
 
         def body(pair, inp):
             i, bidx = inp
-            xb, yb = x[bidx], y[bidx]
+            xb, yb = self.entry.decode(x[bidx]), y[bidx]
             if split is not None:
                 xb = jax.lax.with_sharding_constraint(xb, split)
                 yb = jax.lax.with_sharding_constraint(yb, split)
@@ -215,8 +218,15 @@ class TrainingProgram:
             xb = self.augment(xb, state.data_key, i)
             return self._update(opt, pair, i, xb, yb, state.dropout_key)
 
-        (opt_state, mstate), losses = jax.lax.scan(
-            body, (state.opt_state, state.model_state), (start + jnp.arange(idx.shape[0]), idx))
+        pair = (state.opt_state, state.model_state)
+        if loop:
+            (opt_state, mstate), losses = jax.lax.scan(body, pair, (start + jnp.arange(idx.shape[0]), idx))
+        else:  # unrolled when traced: no while loop in the program (a scan of length 1 keeps one)
+            out = []
+            for j in range(idx.shape[0]):
+                pair, loss = body(pair, (start + j, idx[j]))
+                out.append(loss)
+            (opt_state, mstate), losses = pair, jnp.stack(out)
         return state._replace(opt_state=opt_state, model_state=mstate), losses.astype(jnp.float32)
 
     def chunk(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array, *, n: int,
@@ -229,7 +239,7 @@ class TrainingProgram:
     def one_step(self, state: TrainState, xb: jax.Array, yb: jax.Array, i: jax.Array):
         """One optimizer step on a given batch (what :mod:`harness.train.timing` times)."""
         opt = self.make_opt(state.step_size)
-        xb = self.augment(xb, state.data_key, i)
+        xb = self.augment(self.entry.decode(xb), state.data_key, i)
         (opt_state, mstate), loss = self._update(
             opt, (state.opt_state, state.model_state), i, xb, yb, state.dropout_key)
         return state._replace(opt_state=opt_state, model_state=mstate), loss
@@ -283,8 +293,26 @@ class TrainingProgram:
 
         if T is not None:
             fn = jax.vmap(fn, in_axes=(0, None, 0, None, None))
+        if n > 1 and self._conv_bound(T, state, x, y):  # n dispatches of one step: CONV_LOOP_FLOPS
+            one = jax.ShapeDtypeStruct((*idx.shape[:-2], 1, self.batch_size), jnp.int32)
+
+            def fn1(s, t, i, x, y):
+                return self.steps(s, t, i, x, y, loop=False)
+
+            if T is not None:
+                fn1 = jax.vmap(fn1, in_axes=(0, None, 0, None, None))
+            with stax.conv_outside_loops():
+                step_exe = jax.jit(fn1, donate_argnums=(0,)).lower(state, start, one, x, y).compile()
+            return _LoopChunk(order_exe, step_exe, n)
         steps_exe = jax.jit(fn, donate_argnums=(0,)).lower(state, start, idx, x, y).compile()
         return _Chunk(order_exe, steps_exe)
+
+    def _conv_bound(self, T: int | None, state: TrainState, x: jax.Array, y: jax.Array) -> bool:
+        """Whether one step's convolutions exceed :data:`CONV_LOOP_FLOPS` on a CPU device: 3x the
+        forward pass's (forward, input and weight gradients), counted once per model entry and batch."""
+        if jax.default_backend() != "cpu":
+            return False
+        return 3 * _forward_conv_flops(self.entry, self.batch_size, x) > CONV_LOOP_FLOPS
 
     def chunk_compile_s(self, T: int | None, n: int, layout: Any = None) -> float | None:
         """The seconds that compiling (or loading) the chunk :meth:`get_chunk` ``(T, n, layout)``
@@ -375,6 +403,45 @@ class _Chunk:
     def __call__(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array):
         idx, perm, perm_epoch = self.order_exe(state.data_key, state.perm, state.perm_epoch, start)
         return self.steps_exe(state._replace(perm=perm, perm_epoch=perm_epoch), start, idx, x, y)
+
+
+#: model entry -> {batch size: its forward pass's convolution FLOPs}
+_CONV_FWD: weakref.WeakKeyDictionary[ModelEntry, dict[int, float]] = weakref.WeakKeyDictionary()
+
+
+def _forward_conv_flops(entry: ModelEntry, batch: int, x: jax.Array) -> float:
+    """The convolution FLOPs of ``entry``'s training forward pass at ``batch`` examples (traced once,
+    abstractly: nothing compiled or run)."""
+    per = _CONV_FWD.setdefault(entry, {})
+    if batch not in per:
+        params, mstate = jax.eval_shape(entry.init_params, jax.random.PRNGKey(0))
+        xb = jax.ShapeDtypeStruct((batch, *x.shape[1:]), x.dtype)
+        rng = jax.random.PRNGKey(0) if entry.needs_rng else None
+
+        def fwd(p, m, xb):
+            return entry.forward(p, m, entry.decode(xb), rng=rng, train=True)
+
+        with stax.conv_outside_loops():
+            per[batch] = conv_flops(fwd, params, mstate, xb)
+    return per[batch]
+
+
+class _LoopChunk:
+    """A one-device chunk of ``n`` steps as ``n`` dispatches of one compiled step (no loop in it, so
+    XLA:CPU runs its convolutions at full speed: :data:`CONV_LOOP_FLOPS`). Same interface and values
+    as :class:`_Chunk`; ``steps_exe`` is the one-step executable."""
+
+    def __init__(self, order_exe: Any, steps_exe: Any, n: int):
+        self.order_exe, self.steps_exe, self.n = order_exe, steps_exe, n
+
+    def __call__(self, state: TrainState, start: jax.Array, x: jax.Array, y: jax.Array):
+        idx, perm, perm_epoch = self.order_exe(state.data_key, state.perm, state.perm_epoch, start)
+        state = state._replace(perm=perm, perm_epoch=perm_epoch)
+        t0, losses = int(start), []
+        for j in range(self.n):
+            state, loss = self.steps_exe(state, np.int32(t0 + j), idx[..., j:j + 1, :], x, y)
+            losses.append(loss)
+        return state, jnp.concatenate(losses, axis=-1)
 
 
 #: The process's model entries and programs, least recently used first.

@@ -244,7 +244,7 @@ class InputQueue:
             return jax.random.permutation(jax.random.fold_in(key, e), self.N).astype(jnp.int32)
 
         def gather(x, y, idx, key, i):
-            xb, yb = x[idx], y[idx]
+            xb, yb = entry.decode(x[idx]), y[idx]
             if augmenter is not None:
                 xb = augmenter(xb, jax.random.fold_in(jax.random.fold_in(key, AUGMENT_STREAM), i))
             return {"inputs": xb, "targets": xb if reconstruction else yb,

@@ -1,0 +1,41 @@
+"""tests/device/check.sh runs as is on this CPU at its small sizes and prints its one table."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.train.timing import device_kind
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_device_check_runs_every_part_on_a_cpu(tmp_path):
+    # the bf16 peak a fresh machine measures once (peak.json); preset so that CI does not pay it
+    kind = device_kind()
+    (tmp_path / "peak.json").write_text(json.dumps({f"{kind}|float32": 1e12, f"{kind}|bfloat16": 1e12}))
+    env = {**os.environ, "HARNESS_CACHE_DIR": str(tmp_path), "PYTHON": sys.executable}
+    env.pop("HARNESS_BATCH", None)  # the check reports what batching decides
+    out = tmp_path / "check.json"
+    r = subprocess.run(["bash", str(ROOT / "tests/device/check.sh"), "--small", "--json", str(out)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert (got["platform"], got["size"]) == ("cpu", "small")
+    rows = {(row["part"], row["dtype"]): row for row in got["rows"]}
+    models = ("transformer_lm", "resnet18")
+    parts = {"quickstart", "--jobs 2, one device", "vmapped trials", *(f"{m}/flax" for m in models),
+             *(f"MFU {m}" for m in models)}
+    assert {p for p, _ in rows} == parts
+    for p in ("quickstart", "--jobs 2, one device"):
+        assert rows[(p, "auto")]["finished"] == rows[(p, "auto")]["trials"] == 2
+    for m in ("transformer_lm", "resnet18"):
+        for dt in ("float32", "bfloat16"):
+            assert rows[(f"{m}/flax", dt)]["ratio"] > 0
+            assert 0 < rows[(f"MFU {m}", dt)]["mfu"] < 1  # of the preset peak, 1 TFLOP/s
+    assert rows[("vmapped trials", "float32")]["speedup"] > 0
+    table = r.stdout[r.stdout.index("part "):]
+    assert len([line for line in table.splitlines()[2:] if line.strip()]) == len(got["rows"])
