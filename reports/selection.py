@@ -15,7 +15,7 @@ import pandas as pd
 from harness.core.boundary import edge, edge_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
-from reports.clock import COST_CLASS
+from reports.clock import COST_CLASS, COST_HI, COST_LO
 from reports.frame import SELECT_BY_ATTR, per_frame, summaries, tuning_rows
 from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
 
@@ -188,6 +188,15 @@ def _first_class(classes: np.ndarray | None, positions: np.ndarray) -> float | N
         return None
     got = [float(v) for v in classes[positions] if v is not None and not pd.isna(v)]
     return got[0] if got else None
+
+
+def cost_range(rows: pd.DataFrame) -> tuple[float, float] | None:
+    """The relative interval of a configuration's per-step cost (the columns
+    :data:`reports.clock.COST_LO` / ``COST_HI``; ``None`` where exact or without them)."""
+    if COST_LO not in rows or COST_HI not in rows:
+        return None
+    got = rows[[COST_LO, COST_HI]].dropna()
+    return (float(got.iloc[0, 0]), float(got.iloc[0, 1])) if len(got) else None
 
 
 def cost_class(rows: pd.DataFrame) -> float | None:

@@ -1,7 +1,7 @@
 """Issue 32 §1: the rank clock's pieces, exactly.
 
-CPU time that other Python threads of the process spend is not the step's; figures within the clock's
-resolution form one cost class; a figure that disagrees with its training clock is re-measured beside
+CPU time that other Python threads of the process spend is not the step's; a figure carries its
+interval from its rounds, and the rank rule carries it; a figure that disagrees with its training clock is re-measured beside
 its task's programs and put into the interleaved stage's frame; a later trial of a program carries
 the figure the first one settled.
 """
@@ -14,10 +14,11 @@ import time
 
 import pytest
 
-from harness.core.clock import RESOLUTION, classed_seconds, cost_classes
+from harness.core.clock import cost_class_of, cost_range
 from harness.core.spec import PerfResult
 from harness.train import cpu_clock
 from harness.train import perf as P
+from harness.train import timing
 from tests.conftest import make_spec
 
 
@@ -49,21 +50,40 @@ def test_work_cpu_s_leaves_out_the_other_python_threads():
     assert cpu_clock.work_cpu_s(s1, s1) == 0.0
 
 
-def test_cost_classes_chain_figures_within_the_resolution():
-    """Sorted figures join the class below when within ``RESOLUTION`` (1.25x) of its largest
-    member; the common figure is the median of the class's distinct figures."""
-    assert RESOLUTION == 1.25
-    got = cost_classes([0.0565, 0.056, 0.061, 0.068, 0.24, None, 0.0, float("nan")])
-    assert got == {0.056: pytest.approx(0.05875), 0.0565: pytest.approx(0.05875),
-                   0.061: pytest.approx(0.05875), 0.068: pytest.approx(0.05875), 0.24: 0.24}
-    # a chain: 1.0 -> 1.2 (1.2x) -> 1.45 (1.21x) -> 2.0 (1.38x: a new class)
-    assert cost_classes([1.0, 1.2, 1.45, 2.0]) == {1.0: 1.2, 1.2: 1.2, 1.45: 1.2, 2.0: 2.0}
-    assert cost_classes([1.0, 1.25]) == {1.0: 1.125, 1.25: 1.125}  # exactly 1.25x joins
-    # the seconds each trial ranks on: steps × its class's figure; a trial without a figure keeps
-    # the logged seconds; one that did not reach the target has none
-    assert classed_seconds([(50, 1.0, 0.05), (60, 1.2, 0.072), (10, 2.0, 0.02), (None, 1.45, None),
-                            (30, None, 0.5)]) == [pytest.approx(0.06), pytest.approx(0.072),
-                                                  pytest.approx(0.02), None, 0.5]
+def test_a_figure_and_its_interval_come_from_its_rounds():
+    """Order statistics give the median's 95% interval (30 values: the 10th and 21st, 96% coverage;
+    under 6 values, the range); several programs timed in the same rounds are divided by each round's
+    load (the geometric mean), so a load that doubles a whole round moves no figure, and a program
+    whose share scatters from round to round gets a wider interval."""
+    assert timing.median_interval(list(range(30))) == (9.0, 20.0)
+    assert timing.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert timing.median_interval(list(range(6))) == (0.0, 5.0)  # k = 1: 1 - 2/64 = 96.9%
+    assert timing.median_interval(list(range(8))) == (0.0, 7.0)  # k = 2 would be 93.0%
+    assert timing.median_interval(list(range(9))) == (1.0, 7.0)  # k = 2: 96.1%
+    with pytest.raises(ValueError, match="no values"):
+        timing.median_interval([])
+    # round 2 twice as loaded for both: no scatter, exact figures 1 and 2 (median load sqrt 2)
+    got = timing.round_figures([[1.0, 2.0, 1.0, 1.0, 1.0, 1.0], [2.0, 4.0, 2.0, 2.0, 2.0, 2.0]])
+    assert [tuple(round(x, 12) for x in f) for f in got] == [(1.0, 1.0, 1.0), (2.0, 2.0, 2.0)]
+    # b's ratio to a scatters 0.8x-1.2x around 2 (6 rounds: the interval is the range): each
+    # program carries half of it (the load includes both), and the ratio's interval that the rank
+    # rule forms from the two, [lo_b / hi_a, hi_b / lo_a], is the whole scatter
+    a = [1.0] * 6
+    b = [2.0, 2.4, 1.6, 2.2, 1.8, 2.0]
+    (fa, la, ha), (fb, lb, hb) = timing.round_figures([a, b])
+    assert fb / fa == pytest.approx(2.0)
+    assert (lb / fb, hb / fb) == pytest.approx((0.8 ** 0.5, 1.2 ** 0.5))
+    assert (lb / fb) / (ha / fa) == pytest.approx(0.8) and (hb / fb) / (la / fa) == pytest.approx(1.2)
+    assert timing.round_figures([[3.0, 1.0, 2.0]]) == [(2.0, 1.0, 3.0)]  # one program: as timed
+
+
+def test_the_cost_a_trial_ranks_at_and_its_interval():
+    """The modeled clock ranks at the figure as measured (no classes, no powers of 2) with its
+    interval relative to it; the cost clock per step, exact; the measured clock, none."""
+    assert cost_class_of("modeled", 0.1755, None, 50) == 0.1755
+    assert cost_class_of("cost", None, 0.004, 200) == 0.02 and cost_class_of("measured", 0.2, 1.0, 5) is None
+    assert cost_range("modeled", 2.0, 1.9, 2.2) == pytest.approx((0.95, 1.1))
+    assert cost_range("modeled", 2.0, None, 2.2) is None and cost_range("cost", 2.0, 1.9, 2.2) is None
 
 
 def _perf(ms: float, **kw) -> PerfResult:
@@ -214,29 +234,32 @@ def test_a_step_whose_timing_fails_ranks_its_task_on_cost(tmp_path, write_sweep,
         m[N.M_STEPS_TO_TARGET] * m[N.M_FLOPS] / m[N.M_PEAK_FLOPS], rel=1e-9)
 
 
-def test_equal_steps_in_different_cost_classes_are_not_a_tie_on_time():
-    """Issue 32 §1 with §2: muon (a 4x figure, its own cost class) and adam reach the target at the
-    same evaluation: before, "the same steps is a tie on time whatever the clock says" put muon "1="
-    beside adam (decided by the final metric), while its time read 4x adam's. Now the same steps
-    in different classes are compared on time (muon second), while sgd and adam, one class, still
-    tie on time and are ordered by the final metric."""
+def test_equal_steps_at_different_costs_are_compared_on_time_over_the_cost_interval():
+    """muon (a 4x figure) and adam reach the target at the same evaluation: compared on time, muon
+    second. sgd's and adam's figures (0.055 and 0.059 ms) are 7% apart, but their intervals (±5%)
+    overlap: at the ends of the cost ratio's interval the order reverses, so they tie, by the cost.
+    Without intervals (a run from before them) the 7% separate them."""
     from harness.core import ties
 
-    def standing(name, steps, ms, value):
+    def standing(name, steps, ms, value, rng=(0.95, 1.05)):
         return ties.Standing(name=name, reached=2, finished=2, median_steps=steps,
                              seconds={0: steps * ms / 1e3, 1: steps * ms / 1e3}, values={0: value, 1: value},
-                             cost_class=ms)
+                             cost_class=ms, cost_range=rng)
 
-    common = cost_classes([0.055, 0.059, 0.217])
-    adam = standing("adam", 50, common[0.059], 0.97)
-    sgd = standing("sgd", 50, common[0.055], 0.96)
-    muon = standing("muon", 50, common[0.217], 0.99)
+    adam = standing("adam", 50, 0.059, 0.97)
+    sgd = standing("sgd", 50, 0.055, 0.96)
+    muon = standing("muon", 50, 0.217, 0.99)
     order = ties.strict_order([muon, sgd, adam])
-    assert [s.name for s in order] == ["adam", "sgd", "muon"]  # adam/sgd: one class, by the metric
-    assert [lab for _, lab in ties.tie_labels(ties.share_ranks(order)).values()] == ["1", "2", "3"]
-    assert ties.compared(adam, muon).what == ties.TIME and ties.compared(adam, sgd).what == ties.VALUE
-    # on the measured clock (no classes) the same steps stay a tie on time, as before
-    wall = [dataclasses.replace(s, cost_class=None) for s in (muon, sgd, adam)]
+    assert [s.name for s in order] == ["sgd", "adam", "muon"]
+    assert [lab for _, lab in ties.tie_labels(ties.share_ranks(order)).values()] == ["1=", "1=", "3"]
+    assert ties.compared(adam, muon).what == ties.TIME and ties.tie_cause(sgd, adam) == "cost"
+    sep = ties.separation(sgd, adam)
+    assert sep.cause == "cost" and sep.seeds is None and sep.words == (
+        "tied by the step cost: no seed count separates (the step times' 95% intervals cover the difference)")
+    exact = [dataclasses.replace(s, cost_range=None) for s in order]
+    assert [lab for _, lab in ties.tie_labels(ties.share_ranks(exact)).values()] == ["1", "2", "3"]
+    # on the measured clock (no per-step cost) the same steps stay a tie on time, by the metric
+    wall = [dataclasses.replace(s, cost_class=None, cost_range=None) for s in (muon, sgd, adam)]
     assert [s.name for s in ties.strict_order(wall)] == ["muon", "adam", "sgd"]
 
 
@@ -252,23 +275,6 @@ def test_a_gap_smaller_than_a_dispatchs_host_work_is_no_disagreement():
     assert P.clock_disagreement(0.458, big, cpu=True).startswith(
         "step CPU time 0.458 ms measured, the training clock's CPU time says 0.926 ms per step (fastest "
         "of 3 dispatches;")
-
-
-def test_on_a_cpu_figures_are_charged_in_powers_of_two_of_the_cheapest_class():
-    """``cost_classes(grid=2)``: each class (chained at RESOLUTION) is charged the cheapest class's
-    figure × 2^k, k the nearest whole number to log2 of its ratio (a midpoint rounds up); on an
-    accelerator (device time) figures are charged as measured."""
-    from harness.core.clock import CPU_GRID, cost_grid
-
-    assert CPU_GRID == 2.0
-    assert cost_grid("cpu:cpu") == 2.0 and cost_grid("") == 2.0 and cost_grid(None) == 2.0
-    assert cost_grid("gpu:NVIDIA H100 80GB HBM3") is None
-    got = cost_classes([0.1, 0.102, 0.1755, 0.345, 0.7], grid=2.0)
-    # classes: {0.1, 0.102} (common 0.101), 0.1755 (1.74x: 2^1), 0.345 (3.42x: 2^2), 0.7 (6.9x: 2^3)
-    assert got == {0.1: 0.101, 0.102: 0.101, 0.1755: 0.202, 0.345: 0.404, 0.7: 0.808}
-    # 1.41x rounds down, 1.42x up (the midpoint is sqrt(2) = 1.4142); both classes of 1.0x
-    assert cost_classes([1.0, 1.41], grid=2.0) == {1.0: 1.0, 1.41: 1.0}
-    assert cost_classes([1.0, 1.42], grid=2.0) == {1.0: 1.0, 1.42: 2.0}
 
 
 def test_a_busy_machines_drift_of_a_cpu_figure_moves_no_rank():

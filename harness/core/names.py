@@ -225,6 +225,10 @@ M_STEP_CPU_MS = "perf/step_cpu_ms"
 #: The per-step milliseconds the modeled clock multiplies by steps: CPU time on a CPU device,
 #: device wall-clock on an accelerator; re-measured beside the task's programs when flagged.
 M_MODELED_STEP_MS = "perf/modeled_step_ms"
+#: The 95% interval of that figure from its timed rounds (:func:`harness.train.timing.round_figures`):
+#: the rank rule separates two programs only when their time difference holds over it.
+M_MODELED_STEP_MS_LO = "perf/modeled_step_ms_lo"
+M_MODELED_STEP_MS_HI = "perf/modeled_step_ms_hi"
 #: IQR / median of the timed calls behind perf/step_time_ms (:mod:`harness.train.timing`).
 M_STEP_SPREAD = "perf/step_time_spread"
 
@@ -238,7 +242,7 @@ SUMMARY_METRICS = (
     M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
     M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP, M_CACHE_HITS,
     M_CACHE_MISSES, M_BEST_LOSS, M_BEST_ACC, *M_TIME.values(), M_MODELED_SECONDS_TO_TARGET, M_STEP_SPREAD,
-    M_COST_SECONDS_TO_TARGET, M_STEP_CPU_MS, M_MODELED_STEP_MS,
+    M_COST_SECONDS_TO_TARGET, M_STEP_CPU_MS, M_MODELED_STEP_MS, M_MODELED_STEP_MS_LO, M_MODELED_STEP_MS_HI,
 )
 
 

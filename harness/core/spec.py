@@ -327,6 +327,9 @@ class PerfResult:
     #: after a re-measure, the re-measured figure in the interleaved stage's frame
     #: (:mod:`harness.train.perf`); ``None`` when the step was not timed by the harness
     modeled_step_ms: float | None = None
+    #: the 95% interval of ``modeled_step_ms`` from its timed rounds (ms; ``None``: not measured)
+    modeled_step_ms_lo: float | None = None
+    modeled_step_ms_hi: float | None = None
 
 
 @dataclass

@@ -79,6 +79,7 @@ __all__ = [
     "Separation",
     "Standing",
     "compared",
+    "direction",
     "distinguishable",
     "mean_interval",
     "order_within",
@@ -90,6 +91,7 @@ __all__ = [
     "share_ranks",
     "strict_order",
     "t_critical",
+    "tie_cause",
     "tie_column",
     "tie_labels",
     "tied",
@@ -109,6 +111,9 @@ POWER = 0.8
 MAX_SEEDS = 100
 #: Suffix of a shared rank (``"2="``): after the number, so a table sorts the column numerically.
 TIE_MARK = "="
+
+#: How a tie made by the step cost's interval (:func:`tie_cause` ``"cost"``) is said.
+COST_TIE = "tied by the step cost"
 
 TIME = "time to target"
 VALUE = "validation value"
@@ -135,10 +140,13 @@ class Standing:
     seconds: Mapping
     values: Mapping
     higher_is_better: bool = True
-    #: the per-step figure of its cost class on a deterministic clock (the modeled clock's common
-    #: figure, :func:`harness.core.clock.cost_classes`; the cost clock's cost per step); ``None`` on
-    #: the measured clock. Equal steps in different classes are different times.
+    #: its per-step cost on the task's clock (the modeled clock's figure, the cost clock's cost per
+    #: step: :func:`harness.core.clock.cost_class_of`); ``None`` on the measured clock. Equal steps
+    #: at different costs are compared on time.
     cost_class: float | None = None
+    #: the 95% interval of that cost relative to it, ``(lo, hi)`` with ``lo <= 1 <= hi``
+    #: (:func:`harness.core.clock.cost_range`); ``None``: exact (the cost clock, a run without it)
+    cost_range: tuple[float, float] | None = None
     #: whether any of its trials on the task (any configuration) finished or diverged; ``False``:
     #: every one failed, and it is not ranked (:data:`UNRANKED`, last in :func:`strict_order`).
     has_results: bool = True
@@ -160,12 +168,26 @@ class Standing:
 @dataclass(frozen=True)
 class Basis:
     """What two optimizers of a task are compared on: per-seed ``a`` and ``b`` (seed → value),
-    ``what`` (:data:`TIME` or :data:`VALUE`) and its direction."""
+    ``what`` (:data:`TIME` or :data:`VALUE`) and its direction; on time, each side's cost interval
+    relative to its figure (``a_range``, ``b_range``: :attr:`Standing.cost_range`)."""
 
     a: Mapping
     b: Mapping
     what: str
     higher_is_better: bool
+    a_range: tuple[float, float] = (1.0, 1.0)
+    b_range: tuple[float, float] = (1.0, 1.0)
+
+    def scenarios(self) -> list[tuple[dict, dict]]:
+        """The per-seed values as measured, then at the two ends of the cost ratio's interval
+        (``a`` at its low end against ``b`` at its high end, and the reverse); one when exact."""
+        out = [(_finite(self.a), _finite(self.b))]
+        (alo, ahi), (blo, bhi) = self.a_range, self.b_range
+        if (alo, ahi, blo, bhi) != (1.0, 1.0, 1.0, 1.0):
+            for fa, fb in ((alo, bhi), (ahi, blo)):
+                out.append(({k: v * fa for k, v in out[0][0].items()},
+                            {k: v * fb for k, v in out[0][1].items()}))
+        return out
 
 
 @dataclass(frozen=True)
@@ -184,6 +206,8 @@ class Separation:
     effect: float
     what: str
     words: str
+    #: what made the tie (:func:`tie_cause`): ``"seeds"`` or ``"cost"``; ``""`` when not known
+    cause: str = ""
 
 
 def _finite(values: Mapping) -> dict:
@@ -226,6 +250,33 @@ def mean_interval(d: Sequence[float], level: float = LEVEL, n_boot: int = N_BOOT
     return _quantile(means, (1 - level) / 2), _quantile(means, (1 + level) / 2)
 
 
+def direction(a: Mapping, b: Mapping) -> int:
+    """``-1`` when per-seed ``a`` is told apart below ``b`` (:func:`distinguishable`), ``1`` above,
+    ``0`` when they are not told apart."""
+    a, b = _finite(a), _finite(b)
+    if not a or not b:
+        return 0 if len(a) == len(b) else (1 if a else -1)
+    paired = sorted((k for k in a if k in b), key=_seed_key)
+    if len(paired) >= MIN_SEEDS:
+        lo, hi = mean_interval([a[k] - b[k] for k in paired])
+        return -1 if hi < 0 else 1 if lo > 0 else 0
+    return -1 if max(a.values()) < min(b.values()) else 1 if max(b.values()) < min(a.values()) else 0
+
+
+def tie_cause(lead: Standing, other: Standing, by: str = "time_to_target") -> str:
+    """Why ``lead`` and ``other`` are tied: ``"seeds"`` (their per-seed numbers are not told apart
+    as measured), ``"cost"`` (they are, but not at both ends of the step cost ratio's interval, or
+    not in the same direction: :meth:`Basis.scenarios`), ``""`` when they are told apart (or their
+    counts differ)."""
+    basis = compared(lead, other, by)
+    if basis is None:
+        return ""
+    ways = [direction(a, b) for a, b in basis.scenarios()]
+    if ways[0] == 0:
+        return "seeds"
+    return "" if all(w == ways[0] for w in ways) else "cost"
+
+
 def distinguishable(a: Mapping, b: Mapping) -> bool:
     """Whether per-seed values ``a`` and ``b`` (seed → value; non-finite ones left out) tell the
     two apart: with :data:`MIN_SEEDS` paired seeds or more, the paired bootstrap's
@@ -251,7 +302,8 @@ def compared(lead: Standing, other: Standing, by: str = "time_to_target") -> Bas
         return None
     if by_time and lead.reached > 0 and (lead.median_steps, lead.cost_class) != (other.median_steps,
                                                                                  other.cost_class):
-        return Basis(lead.seconds, other.seconds, TIME, False)
+        return Basis(lead.seconds, other.seconds, TIME, False,
+                     lead.cost_range or (1.0, 1.0), other.cost_range or (1.0, 1.0))
     if lead.finished != other.finished:
         return None
     return Basis(lead.values, other.values, VALUE, lead.higher_is_better)
@@ -259,9 +311,9 @@ def compared(lead: Standing, other: Standing, by: str = "time_to_target") -> Bas
 
 def tied(lead: Standing, other: Standing, by: str = "time_to_target") -> bool:
     """Whether ``lead`` and ``other`` are not distinguishable on what orders them (:func:`compared`,
-    :func:`distinguishable`)."""
-    basis = compared(lead, other, by)
-    return basis is not None and not distinguishable(basis.a, basis.b)
+    :func:`distinguishable`), as measured or anywhere in their step cost interval
+    (:func:`tie_cause`)."""
+    return tie_cause(lead, other, by) != ""
 
 
 def strict_order(standings: Sequence[Standing], by: str = "time_to_target") -> list[Standing]:
@@ -436,24 +488,34 @@ def separation(lead: Standing, other: Standing, by: str = "time_to_target") -> S
     basis = compared(lead, other, by)
     if basis is None:
         return None
-    a, b = _finite(basis.a), _finite(basis.b)
-    d = [a[k] - b[k] for k in sorted((k for k in a if k in b), key=_seed_key)]
+    cause = tie_cause(lead, other, by)
+    diffs = [[a[k] - b[k] for k in sorted((k for k in a if k in b), key=_seed_key)]
+             for a, b in basis.scenarios()]
+    d = diffs[0]
     n = len(d)
     if n < 2:
         return Separation(None, n, math.nan, basis.what,
-                          f"{n} paired seed{'' if n == 1 else 's'}: too few to estimate")
+                          f"{n} paired seed{'' if n == 1 else 's'}: too few to estimate", cause)
     mean = math.fsum(d) / n
     if mean == 0:
-        return Separation(None, n, 0.0, basis.what, "no seed count separates equal results")
+        return Separation(None, n, 0.0, basis.what, "no seed count separates equal results", cause)
+    sign = 1.0 if mean > 0 else -1.0  # the worst end of the cost interval: the smallest difference
+    d = min(diffs, key=lambda x: sign * math.fsum(x))
+    mean = math.fsum(d) / n
+    if sign * mean <= 0:
+        return Separation(None, n, math.nan, basis.what, f"{COST_TIE}: no seed count separates (the "
+                          "step times' 95% intervals cover the difference)", "cost")
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n - 1))
     start = max(MIN_SEEDS, n + 1) if n >= MIN_SEEDS else MIN_SEEDS
     if sd == 0:  # one constant difference: no spread seen, so no power to estimate, only the floor
         return Separation(start, n, math.inf, basis.what,
-                          f"≥ {start} seeds would separate (no spread in {n} paired seeds)")
+                          f"≥ {start} seeds would separate (no spread in {n} paired seeds)", cause)
     effect = abs(mean) / sd
     seeds = seeds_to_separate(effect, start=start)
     words = f"{seeds} seeds would separate" if seeds is not None else f"> {MAX_SEEDS} seeds would separate"
-    return Separation(seeds, n, effect, basis.what, words)
+    if cause == "cost":
+        words = f"{COST_TIE}: {words} at the step times' worst ends"
+    return Separation(seeds, n, effect, basis.what, words, cause)
 
 
 def power_words() -> str:

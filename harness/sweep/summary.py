@@ -164,7 +164,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     kind = value_kind(by)
     outcomes = [o for o in outcomes if not o.audit_of]  # an audit trial is never selected (issue 34)
     clocks = task_clocks(outcomes, clock)
-    modeled, classes = classed_modeled(outcomes, clocks)
+    modeled, classes, ranges = classed_modeled(outcomes, clocks)
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:  # one configuration: the report's config_id (0.1000001 and 0.1000004 are two)
         groups.setdefault(config_key(o), []).append(o)
@@ -195,6 +195,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         row = {
             "flagged": any(o.perf_suspect for o in ok),
             "cost_class": next((c for o in ok if (c := classes.get(o.trial_id)) is not None), None),
+            "cost_range": next((c for o in ok if (c := ranges.get(o.trial_id)) is not None), None),
             "dataset": ds, "model": model, "task": task, "task_title": titles[task],
             "optimizer": opt, "metric": metric, "config_id": conf_id,
             "config": labels[key], "config_exact": exact,
@@ -243,7 +244,7 @@ def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             name=r["optimizer"], reached=r["reached"], finished=r["finished"],
             median_steps=r["steps_to_target"], seconds=r["seed_seconds"], values=r["seed_values"],
             higher_is_better=not r["metric"].endswith("/loss"), cost_class=r["cost_class"],
-            has_results=r["has_results"]) for r in tasks[key]], by)
+            cost_range=r["cost_range"], has_results=r["has_results"]) for r in tasks[key]], by)
         groups = ties.share_ranks(ordered, by)
         labels = ties.tie_labels(groups, ordered)
         for grp in groups:

@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -104,9 +105,11 @@ __all__ = [
     "device_peak_flops",
     "flops_agree",
     "measure",
+    "median_interval",
     "modeled_step_ms",
     "perf_result",
     "relative_spread",
+    "round_figures",
     "stable_figure",
     "state_carry",
     "time_rounds",
@@ -259,6 +262,57 @@ def stable_figure(platform: str | None = None) -> str:
     return "cpu" if (platform or jax.devices()[0].platform) == "cpu" else "wall"
 
 
+#: The level of a figure's interval (:func:`median_interval`).
+FIGURE_LEVEL = 0.95
+
+
+def median_interval(xs: Sequence[float], level: float = FIGURE_LEVEL) -> tuple[float, float]:
+    """The distribution-free interval of the median of ``xs`` from order statistics: sorted,
+    ``(x[k-1], x[n-k])`` for the largest ``k`` whose coverage ``1 - 2·P(Binom(n, ½) < k)`` is at
+    least ``level`` (Conover, *Practical Nonparametric Statistics*, §3.2); below 6 values, where no
+    ``k`` reaches 95%, the range ``(min, max)``. Example: 30 values give ``(x[9], x[20])``.
+
+    Raises:
+      ValueError: ``xs`` empty.
+    """
+    v = sorted(float(x) for x in xs)
+    n = len(v)
+    if n == 0:
+        raise ValueError("no values to take an interval of")
+    below, k = 0.0, 0
+    for j in range(n // 2 + 1):  # below = P(Binom(n, 1/2) < j + 1)
+        below += math.comb(n, j) / 2.0 ** n
+        if 1 - 2 * below < level:
+            k = j
+            break
+    k = max(k, 1)
+    return v[k - 1], v[n - k]
+
+
+def round_figures(per_round: Sequence[Sequence[float]]) -> list[tuple[float, float, float]]:
+    """Each program's ``(figure, lo, hi)`` from its per-round figures (``per_round[p][r]``: program
+    ``p``'s seconds per call in round ``r``, the programs timed in the same rounds). One program: the
+    median and :func:`median_interval` of its rounds. Several: each round's load is the geometric mean
+    of its programs' figures, a program's round is divided by it, and its figure is the median of
+    those ratios (its interval, :func:`median_interval` of them) × the median load; so load that
+    comes and goes between rounds moves no ratio, and a busy machine, whose ratios scatter more from
+    round to round, widens the intervals. Example: ``round_figures([[1, 2, 1], [2, 4, 2]])`` is
+    ``[(1.0, 1.0, 1.0), (2.0, 2.0, 2.0)]`` (loads √2, 2√2, √2; every ratio 1/√2 and √2)."""
+    rows = [[float(x) for x in r] for r in per_round]
+    if len(rows) == 1:
+        lo, hi = median_interval(rows[0])
+        return [(float(np.median(rows[0])), lo, hi)]
+    n = min(len(r) for r in rows)
+    load = [math.exp(math.fsum(math.log(max(r[j], 1e-300)) for r in rows) / len(rows)) for j in range(n)]
+    scale = float(np.median(load))
+    out = []
+    for r in rows:
+        ratios = [r[j] / load[j] for j in range(n)]
+        lo, hi = median_interval(ratios)
+        out.append((float(np.median(ratios)) * scale, lo * scale, hi * scale))
+    return out
+
+
 class Rounds(NamedTuple):
     """What :func:`time_rounds` returns, per program: the wall seconds of every timed call
     (``times``), the last outputs (``outs``), and the CPU seconds per call of each timed block
@@ -297,7 +351,8 @@ def state_carry(carry: Callable[[Any, tuple], tuple] | None = None) -> Callable[
 
 def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_spread: float | None,
                 max_rounds: int, max_seconds: float, min_rounds: int = 1,
-                on_call: Callable[[int], None] | None = None, stable_on: str = "wall") -> Rounds:
+                on_call: Callable[[int], None] | None = None, stable_on: str = "wall",
+                shuffle: bool = False) -> Rounds:
     """Time ``programs`` round by round (items 2, 3 and 3b of the module docstring, for one program
     or several): ``warmup`` untimed calls of each (the last one's outputs waited for), then rounds,
     each ``block`` timed calls of every program in turn (each call ended with
@@ -308,6 +363,8 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
     timed calls (``stable_on="wall"``) or the CPU seconds per call of the blocks (``"cpu"``). Load
     that comes and goes then falls on every program alike, and their medians keep their ratios.
     ``on_call(i)`` is called before each timed call of program ``i`` (the order is observable).
+    With ``shuffle`` each round times the programs in its own order (``random.Random(round)``), so
+    that no program always follows the same one.
 
     Returns:
       :class:`Rounds`: per program the seconds of every timed call, its last outputs and the CPU
@@ -332,7 +389,11 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
     cpu: list[list[float]] = [[] for _ in programs]
     start, rounds = time.perf_counter(), 0
     while True:
-        for i, p in enumerate(programs):
+        order = list(range(len(programs)))
+        if shuffle:
+            random.Random(rounds).shuffle(order)
+        for i in order:
+            p = programs[i]
             c0 = cpu_snapshot()
             for _ in range(block):
                 if on_call is not None:
@@ -438,11 +499,13 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
                 batch_size: int, steps_per_call: int = 1, warmup: int = 0,
                 analytic_flops: float | None = None, peak_flops: float | None = None,
                 dtype: Any = jnp.float32, num_devices: int = 1, mesh: str = "",
-                flops_of: Any = None, cpu: Sequence[float] | None = None) -> PerfResult:
+                flops_of: Any = None, cpu: Sequence[float] | None = None,
+                figure: tuple[float, float, float] | None = None) -> PerfResult:
     """The :class:`~harness.core.spec.PerfResult` of timed calls ``times`` (seconds each, of
     ``steps_per_call`` steps) of ``compiled`` whose last outputs are ``out`` (items 3 to 7 of the
     module docstring; the arguments are :func:`measure`'s; ``cpu``: the CPU seconds per call of each
-    timed block, :attr:`Rounds.cpu`)."""
+    timed block, :attr:`Rounds.cpu`; ``figure``: the modeled clock's ``(ms, lo, hi)`` per step when
+    timed beside other programs, :func:`round_figures`; else from this program's own blocks)."""
     compile_s = float(compile_s or 0.0)
     spread = relative_spread(times)
     per_step_ms = np.asarray(times) * 1e3 / steps_per_call
@@ -471,6 +534,9 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
     eps = batch_size / (median / 1e3) if median > 0 else math.inf
     cpu_ms = float(np.median(cpu)) * 1e3 / steps_per_call if cpu else None
     platform = dev.platform if dev is not None else jax.devices()[0].platform
+    if figure is None:
+        series = cpu if platform == "cpu" and cpu else times
+        figure = tuple(x * 1e3 / steps_per_call for x in round_figures([series])[0])  # type: ignore[assignment]
     return PerfResult(
         compile_s=compile_s,
         step_time_ms=median,
@@ -490,5 +556,7 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
         examples_per_sec_per_device=eps / num_devices,
         mesh=mesh,
         step_cpu_ms=cpu_ms,
-        modeled_step_ms=modeled_step_ms(median, cpu_ms, platform),
+        modeled_step_ms=figure[0],
+        modeled_step_ms_lo=figure[1],
+        modeled_step_ms_hi=figure[2],
     )
