@@ -503,14 +503,15 @@ def summaries(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["row"] == "summary"].reset_index(drop=True)
 
 
-def tuning_rows(s: pd.DataFrame) -> pd.DataFrame:
-    """The summary rows selection and seed counts read: without an early-stopping search's audit
-    trials (``audit_of``: trained to the end outside the tuning budget, issue 34 §1), which the
-    report shows in the Trials table and the Early stopping section only, and with one row per
-    configuration and seed (:func:`_last_rounds`). Returned without the
+def tuning_rows(s: pd.DataFrame, audits: bool = True) -> pd.DataFrame:
+    """The summary rows selection and seed counts read, one row per configuration and seed
+    (:func:`_last_rounds`): an early-stopping search's audit trial (``audit_of``: a stopped trial
+    trained to the end) stands for its stopped twin's seed, so a configuration an audit trained to
+    the end competes like any other fully trained one; ``audits=False``: without them (what early
+    stopping alone would have selected). Returned without the
     frame's ``attrs`` (read them from the frame): pandas deep-copies them into every slice, and the
     per-configuration loops over these rows made ~500,000 slices at 10,000 trials (26 s of CPU)."""
-    out = s if "audit_of" not in s else s[s["audit_of"].isna()].reset_index(drop=True)
+    out = s if audits or "audit_of" not in s else s[s["audit_of"].isna()].reset_index(drop=True)
     out = _last_rounds(out)
     out = out.copy(deep=False) if out is s else out
     out.attrs = {}

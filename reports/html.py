@@ -44,7 +44,7 @@ from reports.objectives import objective, objectives_differ, target_words
 from reports.runs import unfinished_words
 from reports.scoring import denominator_note, score_note
 from reports.search_report import certificate_rows
-from reports.selection import boundary_warnings, selection_caption, selection_sentence
+from reports.selection import audit_changes, boundary_warnings, selection_caption, selection_sentence
 from reports.selection import objective_words as selected_on
 from reports.stats import across_tasks, stats_note
 
@@ -393,6 +393,7 @@ def render(
             not_finished=not_finished,
             tuning_paths=tuning_paths,
             early_stops=early_stops,
+            audit_changes=audit_changes(frame, labels) if early_stops else [],
             config_yaml=data.config_yaml,
             common_params=common,
             environment=environment(data),

@@ -1,9 +1,9 @@
 """Issue 32 §1: the rank clock's pieces, exactly.
 
 CPU time that other Python threads of the process spend is not the step's; a figure carries its
-interval from its rounds, and the rank rule carries it; a figure that disagrees with its training clock is re-measured beside
-its task's programs and put into the interleaved stage's frame; a later trial of a program carries
-the figure the first one settled.
+interval from its rounds, and the rank rule carries it; a figure that disagrees with its training
+clock is re-measured beside its task's programs and put into the interleaved stage's frame; a later
+trial of a program carries the figure the first one settled.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import pytest
 
 from harness.core.clock import cost_class_of, cost_range
 from harness.core.spec import PerfResult
-from harness.train import cpu_clock
+from harness.train import cpu_clock, timing
 from harness.train import perf as P
-from harness.train import timing
 from tests.conftest import make_spec
 
 
