@@ -81,7 +81,7 @@ DISPATCH_SLACK_MS = 2.0
 #: Untimed calls of each program before its timed ones.
 WARMUP = 2
 #: An interleaved measurement times at least this many rounds (:func:`interleave_bounds`).
-MIN_ROUNDS = 15
+MIN_ROUNDS = 10
 #: At most this many re-measurements of a figure that disagrees with its training clock.
 REMEASURES = 3
 #: Two consecutive re-measured figures within this relative difference are stable.
@@ -378,9 +378,10 @@ def measure_interleaved(programs: Sequence[tuple[TrainingProgram, TrialSpec]],
 def interleave_bounds(steps_per_call: Sequence[int]) -> tuple[int, int, int, float]:
     """``(block, min_rounds, max_rounds, max_seconds)`` of an interleaved measurement of programs
     running ``steps_per_call`` steps per call: a block of ceil(8 / K) calls (at least 2), at least
-    :data:`MIN_ROUNDS` rounds (each program timed in that many separate stretches, in shuffled
-    order: its figure's 95% interval is then between order statistics, not the extremes), at most
-    40 rounds, and at most 2 s + 1 s per program of timing."""
+    :data:`MIN_ROUNDS` rounds whatever they take (each program timed in that many separate
+    stretches, in shuffled order: its figure's 95% interval is then between the 2nd and 9th of
+    them, not one round's value), then until stable or 2 s + 1 s per program of timing; at most
+    40 rounds."""
     block = max(2, -(-8 // max(1, min(steps_per_call, default=1))))
     return block, MIN_ROUNDS, 40, 2.0 + 1.0 * len(steps_per_call)
 

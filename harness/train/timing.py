@@ -357,8 +357,8 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
     or several): ``warmup`` untimed calls of each (the last one's outputs waited for), then rounds,
     each ``block`` timed calls of every program in turn (each call ended with
     ``jax.block_until_ready`` and timed alone; the block's CPU seconds taken around it,
-    :func:`work_cpu_s`), until every program's spread is at most ``max_spread`` after at least
-    ``min_rounds`` rounds, or ``max_rounds`` rounds were timed, or ``max_seconds`` of timing passed.
+    :func:`work_cpu_s`), at least ``min_rounds`` rounds, then until every program's spread is at
+    most ``max_spread`` or ``max_seconds`` of timing passed; at most ``max_rounds`` rounds.
     The spread is :func:`relative_spread` of the figure that will be used: the wall seconds of all
     timed calls (``stable_on="wall"``) or the CPU seconds per call of the blocks (``"cpu"``). Load
     that comes and goes then falls on every program alike, and their medians keep their ratios.
@@ -407,8 +407,8 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
         rounds += 1
         figures = times if stable_on == "wall" else cpu
         stable = max_spread is None or all(relative_spread(t) <= max_spread for t in figures)
-        if (stable and rounds >= min_rounds) or rounds >= max_rounds \
-                or time.perf_counter() - start >= max_seconds:
+        late = time.perf_counter() - start >= max_seconds
+        if (rounds >= min_rounds and (stable or late)) or rounds >= max_rounds:
             return Rounds(times, outs, cpu)
 
 
