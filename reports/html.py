@@ -33,6 +33,7 @@ from harness.core.names import (
     TAG_HARNESS_COMMIT,
 )
 from harness.core.ties import power_words
+from reports.batching import batching_flags
 from reports.clock import clock_note
 from reports.early_stop import audit_rows
 from reports.figures import FIGURES
@@ -391,6 +392,7 @@ def render(
             statuses=STATUSES,
             status_table=status_table,
             not_finished=not_finished,
+            batching_flags=batching_flags(frame, labels),
             tuning_paths=tuning_paths,
             early_stops=early_stops,
             audit_changes=audit_changes(frame, labels) if early_stops else [],

@@ -57,6 +57,9 @@ TAG_DEVICES = "harness.devices"
 TAG_DEVICE_ENV = "harness.device_env"
 TAG_DEVICE_ENV_SET = "harness.device_env_set"
 TAG_BATCHING = "harness.batching"
+#: The trial ids (sorted, comma-separated) of the vmapped batch a trial was trained in; absent for a
+#: trial trained alone. ``reproduce`` trains the same batch again (:mod:`harness.sweep.reproduce`).
+TAG_BATCH = "harness.batch"
 PARAM_SCORING = "scoring"  # also a param (the MLflow UI's table); sweeps from before TAG_SCORING have only it
 SCORING_RULES = ("harness", "algoperf")  # reports.protocol: the harness's own (the default), AlgoPerf's
 TAG_REASON = "harness.reason"

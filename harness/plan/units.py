@@ -59,3 +59,20 @@ def group_units(specs: list[TrialSpec], batching: str,
         labels.update((s.trial_id, label) for s in g)
         units.append(g)
     return units
+
+
+#: The longest ``harness.batch`` tag written (MLflow keeps 8,000 characters): about 280 trial ids.
+MAX_BATCH_TAG = 5000
+
+
+def batch_members(units: list[list[TrialSpec]]) -> dict[str, str]:
+    """``trial_id -> the sorted, comma-separated trial ids of its unit`` for every unit of more than
+    one trial (the tag ``harness.batch``: the batch a vmapped trial was trained in)."""
+    out = {}
+    for u in units:
+        if len(u) > 1:
+            ids = ",".join(sorted(s.trial_id for s in u))
+            if len(ids) > MAX_BATCH_TAG:  # past MLflow's tag length: the count only
+                ids = f"{len(u)} trials (too many to list)"
+            out.update(dict.fromkeys((s.trial_id for s in u), ids))
+    return out
