@@ -24,7 +24,12 @@ during training). Per-seed values ``a`` and ``b`` are not told apart (:func:`dis
   ``random.Random(0)``) contains 0;
 * with fewer: their ranges across seeds (min–max) overlap.
 
-Different counts (seeds reaching, seeds finished) always tell two apart.
+Different counts (seeds reaching, seeds finished) always tell two apart. **Over the step cost's
+interval** (:func:`tie_cause`): on time, each side's per-step cost carries its 95% interval
+(:attr:`Standing.cost_range`, from the timed rounds); two are told apart only when they are as
+measured *and* with one at its interval's low end against the other at its high end, and the
+reverse, all in the same direction; else they tie, by the ``"seeds"`` or by the ``"cost"``. A busy
+machine widens the intervals: it can turn an order into a tie, not reverse it.
 
 **Shared ranks** (:func:`share_ranks`): walking down the strict order, an optimizer joins the
 current group when it is not distinguishable from one of its members, else it starts a new group
@@ -56,7 +61,10 @@ mean difference of exactly 0 has no such number ("no seed count separates equal 
 :data:`MAX_SEEDS` it says "> 100". One paired seed has no SD: nothing to estimate. Paired
 differences all equal (SD 0, e.g. two seeds reaching the target 50 steps apart each) give no
 estimate either, only the rule's floor, said as such ("≥ 5 seeds would separate (no spread in 2
-paired seeds)"; before, "5 seeds would separate", as if the power were known).
+paired seeds)"; before, "5 seeds would separate", as if the power were known). On time with cost
+intervals the estimate takes the differences at the interval's worst end (the smallest in the
+measured direction); where that end reverses or cancels the difference, no seed count separates
+("tied by the step cost: no seed count separates ...").
 """
 
 from __future__ import annotations
