@@ -16,7 +16,7 @@ import pytest
 
 from harness.core.clock import cost_class_of, cost_range
 from harness.core.spec import PerfResult
-from harness.train import cpu_clock, timing
+from harness.train import cpu_clock, rounds
 from harness.train import perf as P
 from tests.conftest import make_spec
 
@@ -54,26 +54,26 @@ def test_a_figure_and_its_interval_come_from_its_rounds():
     under 6 values, the range); several programs timed in the same rounds are divided by each round's
     load (the geometric mean), so a load that doubles a whole round moves no figure, and a program
     whose share scatters from round to round gets a wider interval."""
-    assert timing.median_interval(list(range(30))) == (9.0, 20.0)
-    assert timing.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
-    assert timing.median_interval(list(range(6))) == (0.0, 5.0)  # k = 1: 1 - 2/64 = 96.9%
-    assert timing.median_interval(list(range(8))) == (0.0, 7.0)  # k = 2 would be 93.0%
-    assert timing.median_interval(list(range(9))) == (1.0, 7.0)  # k = 2: 96.1%
+    assert rounds.median_interval(list(range(30))) == (9.0, 20.0)
+    assert rounds.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert rounds.median_interval(list(range(6))) == (0.0, 5.0)  # k = 1: 1 - 2/64 = 96.9%
+    assert rounds.median_interval(list(range(8))) == (0.0, 7.0)  # k = 2 would be 93.0%
+    assert rounds.median_interval(list(range(9))) == (1.0, 7.0)  # k = 2: 96.1%
     with pytest.raises(ValueError, match="no values"):
-        timing.median_interval([])
+        rounds.median_interval([])
     # round 2 twice as loaded for both: no scatter, exact figures 1 and 2 (median load sqrt 2)
-    got = timing.round_figures([[1.0, 2.0, 1.0, 1.0, 1.0, 1.0], [2.0, 4.0, 2.0, 2.0, 2.0, 2.0]])
+    got = rounds.round_figures([[1.0, 2.0, 1.0, 1.0, 1.0, 1.0], [2.0, 4.0, 2.0, 2.0, 2.0, 2.0]])
     assert [tuple(round(x, 12) for x in f) for f in got] == [(1.0, 1.0, 1.0), (2.0, 2.0, 2.0)]
     # b's ratio to a scatters 0.8x-1.2x around 2 (6 rounds: the interval is the range): each
     # program carries half of it (the load includes both), and the ratio's interval that the rank
     # rule forms from the two, [lo_b / hi_a, hi_b / lo_a], is the whole scatter
     a = [1.0] * 6
     b = [2.0, 2.4, 1.6, 2.2, 1.8, 2.0]
-    (fa, la, ha), (fb, lb, hb) = timing.round_figures([a, b])
+    (fa, la, ha), (fb, lb, hb) = rounds.round_figures([a, b])
     assert fb / fa == pytest.approx(2.0)
     assert (lb / fb, hb / fb) == pytest.approx((0.8 ** 0.5, 1.2 ** 0.5))
     assert (lb / fb) / (ha / fa) == pytest.approx(0.8) and (hb / fb) / (la / fa) == pytest.approx(1.2)
-    assert timing.round_figures([[3.0, 1.0, 2.0]]) == [(2.0, 1.0, 3.0)]  # one program: as timed
+    assert rounds.round_figures([[3.0, 1.0, 2.0]]) == [(2.0, 1.0, 3.0)]  # one program: as timed
 
 
 def test_the_cost_a_trial_ranks_at_and_its_interval():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness.core.names import TAG_BATCH, TAG_BATCHING
 from harness.core.spec import TrialSpec
 
 
@@ -75,4 +76,16 @@ def batch_members(units: list[list[TrialSpec]]) -> dict[str, str]:
             if len(ids) > MAX_BATCH_TAG:  # past MLflow's tag length: the count only
                 ids = f"{len(u)} trials (too many to list)"
             out.update(dict.fromkeys((s.trial_id for s in u), ids))
+    return out
+
+
+def unit_tags(tags: dict[str, dict[str, str]], batching: dict[str, str],
+              units: list[list[TrialSpec]]) -> dict[str, dict[str, str]]:
+    """``tags`` (trial id -> its run's tags) plus each trial's ``harness.batching`` label and, in a
+    unit of several, its batch (``harness.batch``, :func:`batch_members`)."""
+    out = {tid: dict(t) for tid, t in tags.items()}
+    for tid, label in batching.items():
+        out.setdefault(tid, {})[TAG_BATCHING] = label
+    for tid, ids in batch_members(units).items():
+        out.setdefault(tid, {})[TAG_BATCH] = ids
     return out

@@ -15,11 +15,9 @@ out; the steps to the target are compared.
 Identical is what to expect on the same machine with the same versions (and XLA flags). Otherwise
 the answer names the largest difference (metric, step, both values) and the environment tags that
 differ between the stored run and this process (:data:`VERSION_TAGS`: JAX, jaxlib, the harness, its
-commit, the device, the threads of XLA's CPU pool). A trial that trained in a vmapped batch (its tag
-``harness.batch``: the batch's trial ids) is trained again in that batch by default, its members
-rebuilt from their own stored runs: vmapped and alone, one configuration's float32 rounding can
-differ, and so can whether it diverges (docs/decisions.md). Where a member is not in the store, or
-for a run from before the tag, it trains alone and :class:`Reproduction` says so.
+commit, the device, the threads of XLA's CPU pool). A trial trained in a vmapped batch (tag
+``harness.batch``) is trained again in that batch (vmapped and alone round differently:
+docs/decisions.md), its members rebuilt from their runs; else alone, and :class:`Reproduction` says why.
 
 **XLA's CPU pool.** A CPU trial records the threads of XLA's intra-op pool it computed on (tag
 ``xla_cpu_threads``, :mod:`harness.core.xla_threads`): ``1`` by default, more under
@@ -240,10 +238,8 @@ def _pool_here() -> int | None:
 
 
 def _batch_of(client, run, spec: TrialSpec, folder: Path) -> tuple[list[TrialSpec], str]:
-    """The specs to train again, ``spec`` first: the stored run's batch (tag ``harness.batch``), each
-    member rebuilt from its own stored run, with how it trains (:attr:`Reproduction.batch`); just
-    ``spec`` where the run trained alone, its batch fell back to one trial at a time, or a member
-    cannot be rebuilt (said)."""
+    """The specs to train, ``spec`` first (its stored batch, tag ``harness.batch``, each member from its
+    own run; else ``spec`` alone), and how (:attr:`Reproduction.batch`)."""
     ids = [t for t in run.data.tags.get(names.TAG_BATCH, "").split(",") if t]
     label = run.data.tags.get(names.TAG_BATCHING, "")
     if run.data.tags.get(names.TAG_BATCH_FALLBACK_REASON):

@@ -66,12 +66,10 @@ The method (what :func:`measure` does, in order):
    time, and load moved it by 22–29% (an MLP of width 256; on one thread −3% to +2%). Load still
    moves the step's own work (caches, memory bandwidth shared with other processes): beside the
    burners a CNN of width 64's figures rose 11–40% and an MNIST-1D MLP's 20–60% at load 16, each
-   program by its own amount, which the modeled clock absorbs by charging figures in powers of 2
-   (:data:`harness.core.clock.CPU_GRID`). On a CPU device this is
-   the figure the modeled clock
-   ranks on (``modeled_step_ms``, :func:`modeled_step_ms`) and the one a measurement repeats until
-   stable (:func:`stable_figure`); on an accelerator the wall-clock median is (device time; host
-   load barely moves it).
+   program by its own amount, which each figure's interval from its rounds carries
+   (:func:`harness.train.rounds.round_figures`). On a CPU device this is the figure the modeled
+   clock ranks on (``modeled_step_ms``) and the one a measurement repeats until stable
+   (:func:`stable_figure`); on an accelerator the wall-clock median is (device time).
 
 Units: seconds for compile, milliseconds for step times, FLOP/s for peaks; utilisation is a fraction.
 """
@@ -94,6 +92,7 @@ import numpy as np
 from harness.core.spec import PerfResult
 from harness.core.util import cache_dir, write_json_atomic
 from harness.train.cpu_clock import cpu_snapshot, work_cpu_s
+from harness.train.rounds import round_figures
 from models.flops import cost_analysis_flops
 
 __all__ = [
@@ -105,11 +104,8 @@ __all__ = [
     "device_peak_flops",
     "flops_agree",
     "measure",
-    "median_interval",
-    "modeled_step_ms",
     "perf_result",
     "relative_spread",
-    "round_figures",
     "stable_figure",
     "state_carry",
     "time_rounds",
@@ -247,70 +243,11 @@ _RETIMED: set[str] = set()
 # --------------------------------------------------------------------------------------------------
 
 
-def modeled_step_ms(step_time_ms: float, step_cpu_ms: float | None, platform: str) -> float:
-    """The per-step figure the modeled clock multiplies by steps (item 7 of the module docstring):
-    on a CPU device the step's CPU time ``step_cpu_ms`` (when measured), elsewhere the wall-clock
-    median ``step_time_ms`` (an accelerator's step is device time, which other processes on the host
-    barely move; the host's CPU time would not be the step's cost there)."""
-    return step_cpu_ms if platform == "cpu" and step_cpu_ms is not None else step_time_ms
-
-
 def stable_figure(platform: str | None = None) -> str:
     """Which figure a measurement repeats until stable (``time_rounds``'s ``stable_on``): ``"cpu"``
     on a CPU device (``platform``, default the default backend's), ``"wall"`` elsewhere: the figure
-    :func:`modeled_step_ms` ranks on."""
+    :func:`perf_result`'s modeled figure ranks on."""
     return "cpu" if (platform or jax.devices()[0].platform) == "cpu" else "wall"
-
-
-#: The level of a figure's interval (:func:`median_interval`).
-FIGURE_LEVEL = 0.95
-
-
-def median_interval(xs: Sequence[float], level: float = FIGURE_LEVEL) -> tuple[float, float]:
-    """The distribution-free interval of the median of ``xs`` from order statistics: sorted,
-    ``(x[k-1], x[n-k])`` for the largest ``k`` whose coverage ``1 - 2·P(Binom(n, ½) < k)`` is at
-    least ``level`` (Conover, *Practical Nonparametric Statistics*, §3.2); below 6 values, where no
-    ``k`` reaches 95%, the range ``(min, max)``. Example: 30 values give ``(x[9], x[20])``.
-
-    Raises:
-      ValueError: ``xs`` empty.
-    """
-    v = sorted(float(x) for x in xs)
-    n = len(v)
-    if n == 0:
-        raise ValueError("no values to take an interval of")
-    below, k = 0.0, 0
-    for j in range(n // 2 + 1):  # below = P(Binom(n, 1/2) < j + 1)
-        below += math.comb(n, j) / 2.0 ** n
-        if 1 - 2 * below < level:
-            k = j
-            break
-    k = max(k, 1)
-    return v[k - 1], v[n - k]
-
-
-def round_figures(per_round: Sequence[Sequence[float]]) -> list[tuple[float, float, float]]:
-    """Each program's ``(figure, lo, hi)`` from its per-round figures (``per_round[p][r]``: program
-    ``p``'s seconds per call in round ``r``, the programs timed in the same rounds). One program: the
-    median and :func:`median_interval` of its rounds. Several: each round's load is the geometric mean
-    of its programs' figures, a program's round is divided by it, and its figure is the median of
-    those ratios (its interval, :func:`median_interval` of them) × the median load; so load that
-    comes and goes between rounds moves no ratio, and a busy machine, whose ratios scatter more from
-    round to round, widens the intervals. Example: ``round_figures([[1, 2, 1], [2, 4, 2]])`` is
-    ``[(1.0, 1.0, 1.0), (2.0, 2.0, 2.0)]`` (loads √2, 2√2, √2; every ratio 1/√2 and √2)."""
-    rows = [[float(x) for x in r] for r in per_round]
-    if len(rows) == 1:
-        lo, hi = median_interval(rows[0])
-        return [(float(np.median(rows[0])), lo, hi)]
-    n = min(len(r) for r in rows)
-    load = [math.exp(math.fsum(math.log(max(r[j], 1e-300)) for r in rows) / len(rows)) for j in range(n)]
-    scale = float(np.median(load))
-    out = []
-    for r in rows:
-        ratios = [r[j] / load[j] for j in range(n)]
-        lo, hi = median_interval(ratios)
-        out.append((float(np.median(ratios)) * scale, lo * scale, hi * scale))
-    return out
 
 
 class Rounds(NamedTuple):
