@@ -291,14 +291,7 @@ def distinguishable(a: Mapping, b: Mapping) -> bool:
     two apart: with :data:`MIN_SEEDS` paired seeds or more, the paired bootstrap's
     :data:`LEVEL` interval of the mean difference (:func:`mean_interval`) excludes 0; with fewer,
     their min–max ranges are disjoint. One side without values is told apart from one with."""
-    a, b = _finite(a), _finite(b)
-    if not a or not b:
-        return len(a) != len(b)
-    paired = sorted((k for k in a if k in b), key=_seed_key)
-    if len(paired) >= MIN_SEEDS:
-        lo, hi = mean_interval([a[k] - b[k] for k in paired])
-        return not (lo <= 0.0 <= hi)
-    return max(a.values()) < min(b.values()) or max(b.values()) < min(a.values())
+    return direction(a, b) != 0
 
 
 def compared(lead: Standing, other: Standing, by: str = "time_to_target") -> Basis | None:
