@@ -3,10 +3,10 @@
 :func:`use_clock` returns a copy of the tidy frame whose ``convergence/seconds_to_target`` holds,
 per trial, the seconds of the clock its task ranks on (:func:`harness.core.clock.task_clock`). On
 the ``modeled`` clock (the default): steps to target × the program's step time measured before
-training (``perf/modeled_step_ms``, CPU time on a CPU), taken as its task's cost class's common
-figure (:func:`harness.core.clock.cost_classes`: figures within the clock's resolution of each other
-are not told apart; runs from before that figure count ``convergence/modeled_seconds_to_target`` as
-logged). A task where some trial reached the target without a modeled time (an AlgoPerf submission's
+training (``perf/modeled_step_ms``, CPU time on a CPU), as logged in
+``convergence/modeled_seconds_to_target``; each trial also gets that figure (:data:`COST_CLASS`) and
+its 95% interval relative to it (:data:`COST_LO`, :data:`COST_HI`), which the rank rule carries.
+A task where some trial reached the target without a modeled time (an AlgoPerf submission's
 own jit) counts ``convergence/cost_seconds_to_target`` for all its trials (steps × the model's FLOPs
 per step ÷ peak: deterministic), so that no comparison mixes two clocks. On the ``measured`` clock:
 the measured seconds as logged. A trial whose figure is flagged (tag ``perf.suspect``) still counts
@@ -26,11 +26,9 @@ from harness.core.clock import (
     CLOCKS,
     COST_CLOCK,
     DEFAULT_CLOCK,
-    classed_seconds,
     clock_sentence,
     cost_class_of,
-    cost_classes,
-    cost_grid,
+    cost_range,
     ranked_seconds,
     task_clock,
 )
@@ -38,15 +36,20 @@ from harness.core.names import (
     M_COST_SECONDS_TO_TARGET,
     M_MODELED_SECONDS_TO_TARGET,
     M_MODELED_STEP_MS,
+    M_MODELED_STEP_MS_HI,
+    M_MODELED_STEP_MS_LO,
     M_SECONDS_TO_TARGET,
     M_STEPS_TO_TARGET,
 )
 from reports.layout import task_labels
 
-#: The frame's column of each trial's cost class on its task's clock
-#: (:func:`harness.core.clock.cost_class_of`; ``None`` on the measured clock): equal steps in
-#: different classes are different times, in one class a tie on time.
+#: The frame's column of each trial's per-step cost on its task's clock
+#: (:func:`harness.core.clock.cost_class_of`; ``None`` on the measured clock): equal steps at one
+#: cost are a tie on time.
 COST_CLASS = "cost_class_ms"
+#: The frame's columns of that cost's 95% interval relative to it (:func:`harness.core.clock.cost_range`;
+#: NaN where exact).
+COST_LO, COST_HI = "cost_lo", "cost_hi"
 #: ``frame.attrs`` keys: the clock, and the tasks that rank on another clock under it (task → clock).
 CLOCK_ATTR = "time_clock"
 TASK_CLOCKS_ATTR = "time_task_clocks"
@@ -73,8 +76,10 @@ def use_clock(frame: pd.DataFrame, clock: str = DEFAULT_CLOCK) -> pd.DataFrame:
     modeled = _column(out, M_MODELED_SECONDS_TO_TARGET)
     cost = _column(out, M_COST_SECONDS_TO_TARGET)
     steps, figure = _column(out, M_STEPS_TO_TARGET), _column(out, M_MODELED_STEP_MS)
+    lo, hi = _column(out, M_MODELED_STEP_MS_LO), _column(out, M_MODELED_STEP_MS_HI)
     rows = out.index[(out["row"] == "summary")]
     out[COST_CLASS] = pd.Series([None] * len(out), index=out.index, dtype=object)
+    out[COST_LO] = out[COST_HI] = float("nan")
     moved: dict[str, str] = {}
     for task, idx in out.loc[rows].groupby("task", sort=True).groups.items():
         finished = [i for i in idx if out.at[i, "status"] == "finished"]
@@ -82,15 +87,13 @@ def use_clock(frame: pd.DataFrame, clock: str = DEFAULT_CLOCK) -> pd.DataFrame:
                          for i in finished], clock)
         if on != clock:
             moved[task] = on
-        kinds = out.loc[idx, "device_kind"].dropna() if "device_kind" in out else ()
-        grid = cost_grid(str(kinds.iloc[0]) if len(kinds) else None)
-        classed = dict(zip(idx, classed_seconds([(_num(steps.at[i]), _num(figure.at[i]), _num(modeled.at[i]))
-                                                 for i in idx], grid), strict=True))
-        common = cost_classes((_num(figure.at[i]) for i in idx), grid)
         for i in idx:
-            secs = ranked_seconds(classed[i], _num(cost.at[i]), _num(out.at[i, M_SECONDS_TO_TARGET]), on)
-            out.at[i, COST_CLASS] = cost_class_of(on, _num(figure.at[i]), _num(cost.at[i]),
-                                                  _num(steps.at[i]), common)
+            secs = ranked_seconds(_num(modeled.at[i]), _num(cost.at[i]),
+                                  _num(out.at[i, M_SECONDS_TO_TARGET]), on)
+            out.at[i, COST_CLASS] = cost_class_of(on, _num(figure.at[i]), _num(cost.at[i]), _num(steps.at[i]))
+            got = cost_range(on, _num(figure.at[i]), _num(lo.at[i]), _num(hi.at[i]))
+            if got is not None:
+                out.at[i, COST_LO], out.at[i, COST_HI] = got
             out.at[i, M_SECONDS_TO_TARGET] = float("nan") if secs is None else secs
     out.attrs[CLOCK_ATTR] = clock
     out.attrs[TASK_CLOCKS_ATTR] = moved

@@ -70,6 +70,8 @@ from harness.core.names import (
     PARAM_TARGET_MODE,
     PARAM_TARGET_VALUE,
     TAG_AUDIT_OF,
+    TAG_BATCH,
+    TAG_BATCHING,
     TAG_DATASET,
     TAG_DIVERGED_STEP,
     TAG_MESH,
@@ -167,7 +169,8 @@ def sweep_budget(parents: list) -> dict[str, float]:
 ID_COLUMNS = (
     "row", "experiment", "sweep", "sweep_id", "trial_id", "run_id", "parent_run_id", "attempts",
     "run_status", "status", "reason", "model", "optimizer", "schedule", "dataset", "seed", "task",
-    "config", "config_id", "tuning", "search", "audit_of", "source_hash", "search_space", "step_size",
+    "config", "config_id", "tuning", "search", "audit_of", "batching", "batch", "source_hash",
+    "search_space", "step_size",
     "batch_size", "train_steps",
     "target_metric", "target_value", "target_mode", "protocol", "mesh", "perf_suspect", *ENV_TAGS,
     *lt.TAGS, "start_time",
@@ -302,9 +305,12 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "tuning": tags.get(TAG_TUNING),
         # the search method that proposed it (issue 34; a grid's trials have no tag)
         "search": tags.get(TAG_SEARCH) or "grid",
-        # an early-stopping search's audit: a stopped trial trained to the end, outside the tuning
-        # budget (never selected, not one of the configuration's seeds: tuning_rows)
+        # an early-stopping search's audit: a stopped trial trained to the end (it stands for its
+        # twin's seed: tuning_rows)
         "audit_of": tags.get(TAG_AUDIT_OF),
+        # how it trained (vmapped or alone, and why) and its vmapped batch's trial ids
+        "batching": tags.get(TAG_BATCHING),
+        "batch": tags.get(TAG_BATCH),
         # a user's optimizer (source:): the digest of the code its factory depends on, in its trial id
         "source_hash": tags.get(TAG_OPTIMIZER_SOURCE_HASH),
         "search_space": tags.get(TAG_SEARCH_SPACE),
@@ -503,14 +509,15 @@ def summaries(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["row"] == "summary"].reset_index(drop=True)
 
 
-def tuning_rows(s: pd.DataFrame) -> pd.DataFrame:
-    """The summary rows selection and seed counts read: without an early-stopping search's audit
-    trials (``audit_of``: trained to the end outside the tuning budget, issue 34 §1), which the
-    report shows in the Trials table and the Early stopping section only, and with one row per
-    configuration and seed (:func:`_last_rounds`). Returned without the
+def tuning_rows(s: pd.DataFrame, audits: bool = True) -> pd.DataFrame:
+    """The summary rows selection and seed counts read, one row per configuration and seed
+    (:func:`_last_rounds`): an early-stopping search's audit trial (``audit_of``: a stopped trial
+    trained to the end) stands for its stopped twin's seed, so a configuration an audit trained to
+    the end competes like any other fully trained one; ``audits=False``: without them (what early
+    stopping alone would have selected). Returned without the
     frame's ``attrs`` (read them from the frame): pandas deep-copies them into every slice, and the
     per-configuration loops over these rows made ~500,000 slices at 10,000 trials (26 s of CPU)."""
-    out = s if "audit_of" not in s else s[s["audit_of"].isna()].reset_index(drop=True)
+    out = s if audits or "audit_of" not in s else s[s["audit_of"].isna()].reset_index(drop=True)
     out = _last_rounds(out)
     out = out.copy(deep=False) if out is s else out
     out.attrs = {}

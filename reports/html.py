@@ -35,6 +35,7 @@ from harness.core.names import (
 from harness.core.ties import power_words
 from reports.cells import spreadsheet_safe
 from reports.claim_table import claim_rows
+from reports.batching import batching_flags
 from reports.clock import clock_note
 from reports.early_stop import audit_rows
 from reports.figures import FIGURES
@@ -46,7 +47,7 @@ from reports.objectives import objective, objectives_differ, target_words
 from reports.runs import unfinished_words
 from reports.scoring import denominator_note, score_note
 from reports.search_report import certificate_rows
-from reports.selection import boundary_warnings, selection_caption, selection_sentence
+from reports.selection import audit_changes, boundary_warnings, selection_caption, selection_sentence
 from reports.selection import objective_words as selected_on
 from reports.stats import across_tasks, stats_note
 
@@ -397,9 +398,11 @@ def render(
             statuses=STATUSES,
             status_table=status_table,
             not_finished=not_finished,
+            batching_flags=batching_flags(frame, labels),
             tuning_paths=tuning_paths,
             early_stops=early_stops,
             claims=claims,
+            audit_changes=audit_changes(frame, labels) if early_stops else [],
             config_yaml=data.config_yaml,
             common_params=common,
             environment=environment(data),

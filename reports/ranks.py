@@ -35,7 +35,7 @@ from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.ties import MIN_SEEDS, TIE_MARK
 from reports.frame import summaries
 from reports.objectives import objective
-from reports.selection import best_configs, cost_class, select_by
+from reports.selection import best_configs, cost_class, cost_range, select_by
 
 __all__ = ["MIN_SEEDS", "TIE_MARK", "distinguishable", "shared_ranks", "standings"]
 
@@ -72,7 +72,7 @@ def standings(frame: pd.DataFrame) -> dict[str, list[ties.Standing]]:
                 median_steps=float(steps.median()) if len(steps) else None,
                 seconds=g[M_SECONDS_TO_TARGET].dropna().to_dict(),
                 values=g[obj.selected(by)].dropna().to_dict(), higher_is_better=obj.mode == "max",
-                cost_class=cost_class(g), has_results=bool(b.has_results)))
+                cost_class=cost_class(g), cost_range=cost_range(g), has_results=bool(b.has_results)))
         out[task] = rows
     return out
 

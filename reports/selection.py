@@ -15,7 +15,7 @@ import pandas as pd
 from harness.core.boundary import edge, edge_warning, grid_edge, grid_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
-from reports.clock import COST_CLASS
+from reports.clock import COST_CLASS, COST_HI, COST_LO
 from reports.frame import SELECT_BY_ATTR, per_frame, summaries, tuning_rows
 from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
 
@@ -94,7 +94,14 @@ BEST_COLUMNS = ["task", "optimizer", "config_id", "config", "n_seeds", "n_finish
 
 @per_frame
 def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
-    """The best configuration of each optimizer on each task, one row per (task, optimizer).
+    """The best configuration of each optimizer on each task, one row per (task, optimizer):
+    :func:`select_best` with the audit trials, memoised per frame."""
+    return select_best(frame)
+
+
+def select_best(frame: pd.DataFrame, audits: bool = True) -> pd.DataFrame:
+    """The best configuration of each optimizer on each task, one row per (task, optimizer);
+    ``audits=False``: without an early-stopping search's audit trials.
 
     Selection among one optimizer's configurations by the frame's objective (:func:`select_by`;
     :func:`harness.core.selection.selection_key`). ``final``/``best``: more seeds finished, then
@@ -119,7 +126,7 @@ def best_configs(frame: pd.DataFrame) -> pd.DataFrame:
     target in the same median number of steps and the same cost class (:func:`cost_class`) are tied
     on time and ordered by seeds finished, then the final validation metric, never by seconds).
     """
-    s = tuning_rows(summaries(frame))  # an audit trial is never selected (issue 34 §1)
+    s = tuning_rows(summaries(frame), audits)  # an audit trial stands for its stopped twin
     if s.empty:
         return pd.DataFrame(columns=BEST_COLUMNS)
     by = select_by(frame)
@@ -188,6 +195,32 @@ def _first_class(classes: np.ndarray | None, positions: np.ndarray) -> float | N
         return None
     got = [float(v) for v in classes[positions] if v is not None and not pd.isna(v)]
     return got[0] if got else None
+
+
+def audit_changes(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> list[str]:
+    """One line per (task, optimizer) whose selected configuration an early-stopping search's audit
+    changed (:func:`best_configs` with and without the audit trials): ``"sgd (mlp · digits):
+    step_size=0.744, trained to the end by an audit, is selected; early stopping alone picked
+    step_size=0.389"`` (the task by its label in ``labels``); ``[]`` without audits."""
+    s = summaries(frame)
+    if "audit_of" not in s or not s["audit_of"].notna().any():
+        return []
+    with_, without = best_configs(frame), select_best(frame, audits=False)
+    before = {(r.task, r.optimizer): r.config for r in without.itertuples()}
+    labels = labels or {}
+    return [f"{r.optimizer} ({labels.get(r.task, r.task)}): {r.config}, trained to the end by an audit, "
+            f"is selected; early stopping alone picked {before[(r.task, r.optimizer)]}"
+            for r in with_.itertuples()
+            if (r.task, r.optimizer) in before and before[(r.task, r.optimizer)] != r.config]
+
+
+def cost_range(rows: pd.DataFrame) -> tuple[float, float] | None:
+    """The relative interval of a configuration's per-step cost (the columns
+    :data:`reports.clock.COST_LO` / ``COST_HI``; ``None`` where exact or without them)."""
+    if COST_LO not in rows or COST_HI not in rows:
+        return None
+    got = rows[[COST_LO, COST_HI]].dropna()
+    return (float(got.iloc[0, 0]), float(got.iloc[0, 1])) if len(got) else None
 
 
 def cost_class(rows: pd.DataFrame) -> float | None:

@@ -334,7 +334,7 @@ def test_a_spooled_result_keeps_its_rung_board_tags(tmp_path):
     """A trial the store did not take is spooled without the board (not JSON), but with the tags
     the board gave its run (search index, rung group, audit_of): the replayed run keeps them. Before,
     only ``RunContext.trial_tags`` was spooled, and an audit trial replayed from the spool lost
-    ``harness.audit_of`` (and with it: never selected)."""
+    ``harness.audit_of`` (and with it: counted as one more seed)."""
     from conftest import fake_result, make_spec
 
     from harness.core.context import RunContext

@@ -308,32 +308,51 @@ def test_asha_stops_the_trials_a_full_run_ranks_last(tmp_path, monkeypatch):
                for lr in worst)
 
 
-def test_an_audit_trial_is_never_selected_nor_a_seed(tmp_path, monkeypatch):
-    """audit: 1 trains a stopped configuration to the end outside the budget: the summary's and the
-    report's selection leave it out (it had been selected: sgd's audited step size 0.744 headed the
-    leaderboard of experiments/asha.yaml), and it is not counted among its configuration's seeds."""
+def test_an_audit_trial_competes_in_the_selection_as_its_twins_seed(tmp_path, monkeypatch):
+    """audit: 1 trains a stopped configuration to the end: it then competes like any fully trained
+    configuration, standing for its stopped twin's seed (not one more seed), in the summary and the
+    report alike; where it beats early stopping's pick, it is selected and both say what early
+    stopping alone would have picked."""
     from harness.sweep.run import run_sweep
-    from harness.sweep.summary import best_configs
+    from harness.sweep.summary import audit_changes, best_configs
     from reports.frame import summaries
+    from reports.selection import audit_changes as report_changes
     from reports.selection import best_configs as report_best
+    from reports.selection import select_best
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/m.db"
-    s = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)
-    (audit,) = [o for o in s.outcomes if o.audit_of]
+    cfg = yaml.safe_load((Path(__file__).parents[1] / "experiments" / "asha.yaml").read_text())
+    cfg["optimizers"] = [o for o in cfg["optimizers"] if o["name"] == "sgd"]  # the review's case
+    cfg["name"] = "asha_e2e"
+    (tmp_path / "asha.yaml").write_text(yaml.safe_dump(cfg))
+    s = run_sweep(tmp_path / "asha.yaml", tracking_uri=uri, quiet=True)
+    audits = [o for o in s.outcomes if o.audit_of]
+    assert len(audits) == 2 and all(a.status == "finished" for a in audits)
+    audit = max(audits, key=lambda o: o.final_valid_accuracy)
     twin = next(o for o in s.outcomes if o.trial_id == audit.audit_of)
-    assert audit.status == "finished" and twin.status == "stopped"
-    rows = best_configs(s.outcomes, "final")
-    assert all(r["config"] != audit.config for r in rows)
-    for r in rows:  # seeds: the configuration's trials that are not audits
-        assert r["n"] == sum(o.config == r["config"] and not o.audit_of for o in s.outcomes)
+    assert twin.status == "stopped"
+    full = {o.config: o.final_valid_accuracy for o in s.outcomes if o.status == "finished"}
+    early = {o.config: v for o in s.outcomes if o.status == "finished" and not o.audit_of
+             for v in [o.final_valid_accuracy]}
+    (row,) = best_configs(s.outcomes, "final")
+    (alone,) = best_configs(s.outcomes, "final", audits=False)
+    assert row["config"] == max(full, key=full.get) and alone["config"] == max(early, key=early.get)
+    assert row["n"] == 1  # the audit stands for its twin's seed
+    assert full[audit.config] > max(early.values())  # this search stopped its best configuration
+    assert row["config"] == audit.config != alone["config"]
+    line = (f"sgd (mlp · digits): {audit.config}, trained to the end by an audit, is selected; early "
+            f"stopping alone picked {alone['config']}")
+    assert audit_changes(s.outcomes, "final") == [line]
     frame = harness.results("asha_e2e", tracking_uri=uri).frame
     sm = summaries(frame)
-    assert sm["audit_of"].notna().sum() == 1  # in the frame (the Trials table), not selected
-    audit_cid = sm.loc[sm["audit_of"].notna(), "config_id"].iloc[0]
-    assert audit_cid not in set(report_best(frame)["config_id"])
-    again = run_sweep(_config(tmp_path), tracking_uri=uri, quiet=True)  # read back from the store
-    assert [o.audit_of for o in again.outcomes if o.audit_of] == [twin.trial_id]
+    (audit_cid,) = sm.loc[sm["trial_id"] == audit.trial_id, "config_id"]
+    best = report_best(frame)
+    assert list(best["config_id"]) == [audit_cid] and list(best["n_seeds"]) == [1]
+    (said,) = report_changes(frame)
+    assert said.endswith(f"early stopping alone picked {select_best(frame, audits=False)['config'].iloc[0]}")
+    again = run_sweep(tmp_path / "asha.yaml", tracking_uri=uri, quiet=True)  # read back from the store
+    assert {o.audit_of for o in again.outcomes if o.audit_of} == {a.audit_of for a in audits}
 
 
 def test_status_of_a_killed_asha_sweep_counts_every_trial_it_ran_and_says_the_search_is_not_over(tmp_path):

@@ -39,18 +39,25 @@ def test_time_rounds_times_programs_round_by_round():
 
 
 def test_time_rounds_stops_at_its_bound():
-    """A spread that can never be small enough (``max_spread=-1``) stops at ``max_rounds``."""
+    """A spread that can never be small enough (``max_spread=-1``) stops at ``max_rounds``, or at
+    ``min_rounds`` once ``max_seconds`` passed."""
     x = jnp.ones(4)
     exe = jax.jit(lambda a: a + 1).lower(x).compile()
     order: list[int] = []
     times, _, _ = timing.time_rounds([timing.Timed(exe, (x,), lambda o, a: a)] * 2, block=1, warmup=0,
                                      max_spread=-1.0, max_rounds=5, max_seconds=60.0, on_call=order.append)
     assert order == [0, 1] * 5 and [len(t) for t in times] == [5, 5]
+    # the time bound never cuts the rounds short of min_rounds (slow programs had one round, so
+    # their figure's interval was a single value, as if exact)
+    times, _, _ = timing.time_rounds([timing.Timed(exe, (x,), lambda o, a: a)] * 2, block=1, warmup=0,
+                                     max_spread=-1.0, min_rounds=3, max_rounds=5, max_seconds=0.0)
+    assert [len(t) for t in times] == [3, 3]
 
 
 def test_measure_interleaved_times_the_trainers_chunks_in_turn(monkeypatch):
     """Two real programs (sgd, adam on the digits MLP; adam twice under two step sizes, one perf
-    key): their compiled K-step chunks are timed in turn, block by block, for at least 3 rounds; the
+    key): their compiled K-step chunks are timed in turn, block by block, each round in its own
+    shuffled order, for at least 10 rounds; the
     perf cache holds one figure per key; the chunk timed is the one the trainer's ``get_chunk``
     returns (compiled once, cached in the program)."""
     from harness.data.sources import load_dataset
@@ -75,11 +82,15 @@ def test_measure_interleaved_times_the_trainers_chunks_in_turn(monkeypatch):
     assert set(out) == set(cache) == {P.perf_cache_key(specs[0]), P.perf_cache_key(specs[1])}
     assert P.perf_cache_key(specs[1]) == P.perf_cache_key(specs[2])
     block, rounds = seen["block"], len(order) // (2 * seen["block"])
-    assert block == 2 and rounds >= 5 and order == [0, 0, 1, 1] * rounds  # K = 10: ceil(8 / 10) -> 2
+    assert block == 2 and rounds >= P.MIN_ROUNDS == 10 and len(order) == 4 * rounds  # K = 10: ceil(8 / 10)
+    each = [order[4 * r:4 * r + 4] for r in range(rounds)]  # every round a block of each, in its own order
+    assert {tuple(o) for o in each} == {(0, 0, 1, 1), (1, 1, 0, 0)}
+    assert seen["shuffle"] is True
     for (prog, s), exe in zip(progs[:2], seen["compiled"], strict=True):
         assert prog.compiled[(None, 10, None)] is exe  # what training dispatches
         r = cache[P.perf_cache_key(s)]
         assert r.step_time_ms > 0 and r.timed_steps == 10 * block * rounds and r.warmup_steps == 20
+        assert 0 < r.modeled_step_ms_lo <= r.modeled_step_ms <= r.modeled_step_ms_hi  # from its rounds
         assert r.flops_per_step and r.flops_per_step > 0
     assert P.measure_interleaved(progs, cache) == {}  # measured already: nothing again
 
@@ -128,6 +139,10 @@ def test_the_sweep_measures_first_and_its_units_do_not_time_again(tmp_path, writ
     trials = c.search_runs([exp.experiment_id], "tags.`harness.kind` = 'trial'")
     by_opt = {r.data.params["optimizer"]: r.data.metrics[N.M_STEP_MS] for r in trials}
     assert sorted(by_opt.values()) == sorted(p.step_time_ms for p in measured.values())
+    stored = sorted((r.data.metrics[N.M_MODELED_STEP_MS_LO], r.data.metrics[N.M_MODELED_STEP_MS],
+                     r.data.metrics[N.M_MODELED_STEP_MS_HI]) for r in trials)  # the interval, stored
+    assert stored == sorted((p.modeled_step_ms_lo, p.modeled_step_ms, p.modeled_step_ms_hi)
+                            for p in measured.values())
     (parent,) = c.search_runs([exp.experiment_id], "tags.`harness.kind` = 'parent'")
     # the stage's timing is throughput; its compiles (the chunks training reuses) are compile
     stage_compile = sum(p.compile_s for p in measured.values())

@@ -1,9 +1,9 @@
 """Issue 32 §1: the rank clock's pieces, exactly.
 
-CPU time that other Python threads of the process spend is not the step's; figures within the clock's
-resolution form one cost class; a figure that disagrees with its training clock is re-measured beside
-its task's programs and put into the interleaved stage's frame; a later trial of a program carries
-the figure the first one settled.
+CPU time that other Python threads of the process spend is not the step's; a figure carries its
+interval from its rounds, and the rank rule carries it; a figure that disagrees with its training
+clock is re-measured beside its task's programs and put into the interleaved stage's frame; a later
+trial of a program carries the figure the first one settled.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from harness.core.clock import RESOLUTION, classed_seconds, cost_classes
+from harness.core.clock import cost_class_of, cost_range
 from harness.core.spec import PerfResult
-from harness.train import cpu_clock
+from harness.train import cpu_clock, rounds
 from harness.train import perf as P
 from tests.conftest import make_spec
 
@@ -49,21 +49,40 @@ def test_work_cpu_s_leaves_out_the_other_python_threads():
     assert cpu_clock.work_cpu_s(s1, s1) == 0.0
 
 
-def test_cost_classes_chain_figures_within_the_resolution():
-    """Sorted figures join the class below when within ``RESOLUTION`` (1.25x) of its largest
-    member; the common figure is the median of the class's distinct figures."""
-    assert RESOLUTION == 1.25
-    got = cost_classes([0.0565, 0.056, 0.061, 0.068, 0.24, None, 0.0, float("nan")])
-    assert got == {0.056: pytest.approx(0.05875), 0.0565: pytest.approx(0.05875),
-                   0.061: pytest.approx(0.05875), 0.068: pytest.approx(0.05875), 0.24: 0.24}
-    # a chain: 1.0 -> 1.2 (1.2x) -> 1.45 (1.21x) -> 2.0 (1.38x: a new class)
-    assert cost_classes([1.0, 1.2, 1.45, 2.0]) == {1.0: 1.2, 1.2: 1.2, 1.45: 1.2, 2.0: 2.0}
-    assert cost_classes([1.0, 1.25]) == {1.0: 1.125, 1.25: 1.125}  # exactly 1.25x joins
-    # the seconds each trial ranks on: steps × its class's figure; a trial without a figure keeps
-    # the logged seconds; one that did not reach the target has none
-    assert classed_seconds([(50, 1.0, 0.05), (60, 1.2, 0.072), (10, 2.0, 0.02), (None, 1.45, None),
-                            (30, None, 0.5)]) == [pytest.approx(0.06), pytest.approx(0.072),
-                                                  pytest.approx(0.02), None, 0.5]
+def test_a_figure_and_its_interval_come_from_its_rounds():
+    """Order statistics give the median's 95% interval (30 values: the 10th and 21st, 96% coverage;
+    under 6 values, the range); several programs timed in the same rounds are divided by each round's
+    load (the geometric mean), so a load that doubles a whole round moves no figure, and a program
+    whose share scatters from round to round gets a wider interval."""
+    assert rounds.median_interval(list(range(30))) == (9.0, 20.0)
+    assert rounds.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert rounds.median_interval(list(range(6))) == (0.0, 5.0)  # k = 1: 1 - 2/64 = 96.9%
+    assert rounds.median_interval(list(range(8))) == (0.0, 7.0)  # k = 2 would be 93.0%
+    assert rounds.median_interval(list(range(9))) == (1.0, 7.0)  # k = 2: 96.1%
+    with pytest.raises(ValueError, match="no values"):
+        rounds.median_interval([])
+    # round 2 twice as loaded for both: no scatter, exact figures 1 and 2 (median load sqrt 2)
+    got = rounds.round_figures([[1.0, 2.0, 1.0, 1.0, 1.0, 1.0], [2.0, 4.0, 2.0, 2.0, 2.0, 2.0]])
+    assert [tuple(round(x, 12) for x in f) for f in got] == [(1.0, 1.0, 1.0), (2.0, 2.0, 2.0)]
+    # b's ratio to a scatters 0.8x-1.2x around 2 (6 rounds: the interval is the range): each
+    # program carries half of it (the load includes both), and the ratio's interval that the rank
+    # rule forms from the two, [lo_b / hi_a, hi_b / lo_a], is the whole scatter
+    a = [1.0] * 6
+    b = [2.0, 2.4, 1.6, 2.2, 1.8, 2.0]
+    (fa, la, ha), (fb, lb, hb) = rounds.round_figures([a, b])
+    assert fb / fa == pytest.approx(2.0)
+    assert (lb / fb, hb / fb) == pytest.approx((0.8 ** 0.5, 1.2 ** 0.5))
+    assert (lb / fb) / (ha / fa) == pytest.approx(0.8) and (hb / fb) / (la / fa) == pytest.approx(1.2)
+    assert rounds.round_figures([[3.0, 1.0, 2.0]]) == [(2.0, 1.0, 3.0)]  # one program: as timed
+
+
+def test_the_cost_a_trial_ranks_at_and_its_interval():
+    """The modeled clock ranks at the figure as measured (no classes, no powers of 2) with its
+    interval relative to it; the cost clock per step, exact; the measured clock, none."""
+    assert cost_class_of("modeled", 0.1755, None, 50) == 0.1755
+    assert cost_class_of("cost", None, 0.004, 200) == 0.02 and cost_class_of("measured", 0.2, 1.0, 5) is None
+    assert cost_range("modeled", 2.0, 1.9, 2.2) == pytest.approx((0.95, 1.1))
+    assert cost_range("modeled", 2.0, None, 2.2) is None and cost_range("cost", 2.0, 1.9, 2.2) is None
 
 
 def _perf(ms: float, **kw) -> PerfResult:
@@ -214,29 +233,32 @@ def test_a_step_whose_timing_fails_ranks_its_task_on_cost(tmp_path, write_sweep,
         m[N.M_STEPS_TO_TARGET] * m[N.M_FLOPS] / m[N.M_PEAK_FLOPS], rel=1e-9)
 
 
-def test_equal_steps_in_different_cost_classes_are_not_a_tie_on_time():
-    """Issue 32 §1 with §2: muon (a 4x figure, its own cost class) and adam reach the target at the
-    same evaluation: before, "the same steps is a tie on time whatever the clock says" put muon "1="
-    beside adam (decided by the final metric), while its time read 4x adam's. Now the same steps
-    in different classes are compared on time (muon second), while sgd and adam, one class, still
-    tie on time and are ordered by the final metric."""
+def test_equal_steps_at_different_costs_are_compared_on_time_over_the_cost_interval():
+    """muon (a 4x figure) and adam reach the target at the same evaluation: compared on time, muon
+    second. sgd's and adam's figures (0.055 and 0.059 ms) are 7% apart, but their intervals (±5%)
+    overlap: at the ends of the cost ratio's interval the order reverses, so they tie, by the cost.
+    Without intervals (a run from before them) the 7% separate them."""
     from harness.core import ties
 
-    def standing(name, steps, ms, value):
+    def standing(name, steps, ms, value, rng=(0.95, 1.05)):
         return ties.Standing(name=name, reached=2, finished=2, median_steps=steps,
                              seconds={0: steps * ms / 1e3, 1: steps * ms / 1e3}, values={0: value, 1: value},
-                             cost_class=ms)
+                             cost_class=ms, cost_range=rng)
 
-    common = cost_classes([0.055, 0.059, 0.217])
-    adam = standing("adam", 50, common[0.059], 0.97)
-    sgd = standing("sgd", 50, common[0.055], 0.96)
-    muon = standing("muon", 50, common[0.217], 0.99)
+    adam = standing("adam", 50, 0.059, 0.97)
+    sgd = standing("sgd", 50, 0.055, 0.96)
+    muon = standing("muon", 50, 0.217, 0.99)
     order = ties.strict_order([muon, sgd, adam])
-    assert [s.name for s in order] == ["adam", "sgd", "muon"]  # adam/sgd: one class, by the metric
-    assert [lab for _, lab in ties.tie_labels(ties.share_ranks(order)).values()] == ["1", "2", "3"]
-    assert ties.compared(adam, muon).what == ties.TIME and ties.compared(adam, sgd).what == ties.VALUE
-    # on the measured clock (no classes) the same steps stay a tie on time, as before
-    wall = [dataclasses.replace(s, cost_class=None) for s in (muon, sgd, adam)]
+    assert [s.name for s in order] == ["sgd", "adam", "muon"]
+    assert [lab for _, lab in ties.tie_labels(ties.share_ranks(order)).values()] == ["1=", "1=", "3"]
+    assert ties.compared(adam, muon).what == ties.TIME and ties.tie_cause(sgd, adam) == "cost"
+    sep = ties.separation(sgd, adam)
+    assert sep.cause == "cost" and sep.seeds is None and sep.words == (
+        "tied by the step cost: no seed count separates (the step times' 95% intervals cover the difference)")
+    exact = [dataclasses.replace(s, cost_range=None) for s in order]
+    assert [lab for _, lab in ties.tie_labels(ties.share_ranks(exact)).values()] == ["1", "2", "3"]
+    # on the measured clock (no per-step cost) the same steps stay a tie on time, by the metric
+    wall = [dataclasses.replace(s, cost_class=None, cost_range=None) for s in (muon, sgd, adam)]
     assert [s.name for s in ties.strict_order(wall)] == ["muon", "adam", "sgd"]
 
 
@@ -254,54 +276,43 @@ def test_a_gap_smaller_than_a_dispatchs_host_work_is_no_disagreement():
         "of 3 dispatches;")
 
 
-def test_on_a_cpu_figures_are_charged_in_powers_of_two_of_the_cheapest_class():
-    """``cost_classes(grid=2)``: each class (chained at RESOLUTION) is charged the cheapest class's
-    figure × 2^k, k the nearest whole number to log2 of its ratio (a midpoint rounds up); on an
-    accelerator (device time) figures are charged as measured."""
-    from harness.core.clock import CPU_GRID, cost_grid
+def test_the_reviews_race_is_not_separated_where_the_cost_interval_covers_it():
+    """The review's case rebuilt: sgd, adafactor, soap and muon at the review's measured per-step cost
+    ratios to sgd (1.27x, 8.3x, 10.3x), six seeds whose steps to the target put the time
+    differences where the review found them (adafactor - sgd a few hundredths of a second, muon
+    beside sgd). Charged as the old grid did (adafactor 1x, soap and muon 8x) the rule separated
+    every pair and put adafactor and muon ahead of sgd. Charged as measured, each figure within
+    ±3% (two measurements of the review agreed within 2-5%): adafactor/sgd, adafactor/soap and
+    muon/sgd are not separated, and adafactor is never strictly ahead of sgd."""
+    from harness.core import ties
 
-    assert CPU_GRID == 2.0
-    assert cost_grid("cpu:cpu") == 2.0 and cost_grid("") == 2.0 and cost_grid(None) == 2.0
-    assert cost_grid("gpu:NVIDIA H100 80GB HBM3") is None
-    got = cost_classes([0.1, 0.102, 0.1755, 0.345, 0.7], grid=2.0)
-    # classes: {0.1, 0.102} (common 0.101), 0.1755 (1.74x: 2^1), 0.345 (3.42x: 2^2), 0.7 (6.9x: 2^3)
-    assert got == {0.1: 0.101, 0.102: 0.101, 0.1755: 0.202, 0.345: 0.404, 0.7: 0.808}
-    # 1.41x rounds down, 1.42x up (the midpoint is sqrt(2) = 1.4142); both classes of 1.0x
-    assert cost_classes([1.0, 1.41], grid=2.0) == {1.0: 1.0, 1.41: 1.0}
-    assert cost_classes([1.0, 1.42], grid=2.0) == {1.0: 1.0, 1.42: 2.0}
+    steps = {"sgd": [650, 700, 600, 750, 650, 700], "adafactor": [450, 700, 500, 800, 550, 600],
+             "soap": [100, 100, 80, 110, 90, 100], "muon": [60, 70, 60, 80, 60, 70]}
 
+    def race(charge: dict[str, float], rng) -> dict[str, ties.Standing]:
+        out = {}
+        for name, n in steps.items():
+            ms = 0.4 * charge[name]
+            mid = sorted(n)[2:4]
+            out[name] = ties.Standing(name=name, reached=6, finished=6, median_steps=(mid[0] + mid[1]) / 2,
+                                      seconds={i: k * ms / 1e3 for i, k in enumerate(n)},
+                                      values=dict.fromkeys(range(6), 0.6), cost_class=ms, cost_range=rng)
+        return out
 
-def test_a_busy_machines_drift_of_a_cpu_figure_moves_no_rank():
-    """The figures and steps of the MNIST-1D race of tests/test_verdict_busy.py as two real runs
-    stored them, quiet and at load 16 (4 burners beside other work): the same steps to the bit,
-    each figure 20-60% higher under load, muon's ratio to the elementwise optimizers' class 3.45x
-    then 3.73x. Ranked on the figures as measured (chained classes) the quiet run read momentum
-    "2=" and muon "2=", the busy one "2" and "3"; charged in powers of 2 both read the same."""
-    from harness.core.outcome import TrialOutcome
-    from harness.sweep.summary import ranked_rows
+    def labels(st: dict[str, ties.Standing]) -> list[tuple[str, str]]:
+        order = ties.strict_order(list(st.values()))
+        lab = ties.tie_labels(ties.share_ranks(order), order)
+        return [(order[i].name, lab[i][1]) for i in range(len(order))]
 
-    steps = {"adafactor": (650, 750), "adam": (200, 200), "lion": (750, 850), "momentum": (250, 350),
-             "muon": (100, 150), "sgd": (650, 700)}
-    quiet = {"adafactor": 0.173767, "adam": 0.100299, "lion": 0.102124, "momentum": 0.090408,
-             "muon": 0.344825, "sgd": 0.099885}
-    busy = {"adafactor": 0.235518, "adam": 0.133893, "lion": 0.131236, "momentum": 0.144868,
-            "muon": 0.494392, "sgd": 0.124532}
-
-    def labels(figures: dict[str, float], kind: str) -> list[tuple[str, str]]:
-        outcomes = []
-        for opt, ms in figures.items():
-            for seed, n in enumerate(steps[opt]):
-                outcomes.append(TrialOutcome(
-                    trial_id=f"{opt}{seed}", status="finished", model="mlp", optimizer=opt,
-                    dataset="mnist1d", seed=seed, config=opt, final_valid_accuracy=0.6,
-                    steps_to_target=n, seconds_to_target=n * ms / 1e3, modeled_step_ms=ms,
-                    modeled_seconds_to_target=n * ms / 1e3,
-                    device_kind=kind))
-        return [(r["optimizer"], r["label"]) for r in ranked_rows(outcomes)]
-
-    want = [("adam", "1"), ("momentum", "2"), ("muon", "3"), ("sgd", "4"), ("lion", "5"),
-            ("adafactor", "6")]
-    assert labels(quiet, "cpu:cpu") == labels(busy, "cpu:cpu") == want
-    # as measured (an accelerator's rule), the drift moved ranks: what the grid is for
-    assert labels(quiet, "gpu:x")[1:3] == [("momentum", "2="), ("muon", "2=")]
-    assert labels(busy, "gpu:x")[1:3] == [("momentum", "2"), ("muon", "3")]
+    grid = race({"sgd": 1.0, "adafactor": 1.0, "soap": 8.0, "muon": 8.0}, None)
+    assert labels(grid) == [("muon", "1"), ("adafactor", "2"), ("sgd", "3"), ("soap", "4")]
+    assert not ties.tied(grid["adafactor"], grid["sgd"]) and not ties.tied(grid["muon"], grid["sgd"])
+    now = race({"sgd": 1.0, "adafactor": 1.27, "soap": 8.3, "muon": 10.3}, (0.97, 1.03))
+    for a, b in (("adafactor", "sgd"), ("adafactor", "soap"), ("muon", "sgd")):
+        assert ties.tied(now[a], now[b]), (a, b)
+    assert ties.tie_cause(now["adafactor"], now["sgd"]) == "cost"  # told apart as measured, not over ±3%
+    order = [n for n, _ in labels(now)]
+    assert order.index("sgd") < order.index("adafactor")
+    assert [lab for _, lab in labels(now)] == ["1=", "1=", "1=", "1="]
+    sep = ties.separation(now["sgd"], now["adafactor"])
+    assert sep.cause == "cost" and sep.words.startswith("tied by the step cost: ")

@@ -102,24 +102,29 @@ def test_a_wide_terminal_shows_the_same_ranks():
         assert re.search(pattern, wide) and re.search(pattern, narrow)
 
 
-def test_best_configs_leaves_an_audit_trial_out():
-    """Configuration A (0.5, finished), configuration B (stopped) and B's audit (0.9, trained to the
-    end outside the budget): A is selected with its one seed; B counts its stopped seed only."""
+def test_best_configs_counts_an_audit_trial_as_its_twins_seed():
+    """Configuration A (0.5, finished), configuration B (stopped at 0.3) and B's audit (0.9, trained
+    to the end): B is selected, its one seed the audit's; without audits (early stopping alone) A
+    is, and B counts its stopped seed only."""
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.summary import best_configs
+    from harness.sweep.summary import audit_changes, best_configs
 
     def out(tid, config, status, acc, audit_of=""):
         return TrialOutcome(trial_id=tid, status=status, model="mlp", dataset="digits", optimizer="sgd",
                             seed=0, config=config, final_valid_accuracy=acc, audit_of=audit_of,
                             has_target=False)
 
-    rows = best_configs([out("a", "A", "finished", 0.5), out("b", "B", "stopped", 0.3),
-                         out("b-audit", "B", "finished", 0.9, audit_of="b")], "final")
-    (row,) = rows
+    trials = [out("a", "A", "finished", 0.5), out("b", "B", "stopped", 0.3),
+              out("b-audit", "B", "finished", 0.9, audit_of="b")]
+    (row,) = best_configs(trials, "final")
+    assert (row["config"], row["n"], row["finished"], row["value"]) == ("B", 1, 1, 0.9)
+    (row,) = best_configs(trials, "final", audits=False)
     assert (row["config"], row["n"], row["finished"], row["value"]) == ("A", 1, 1, 0.5)
-    alone = best_configs([out("b", "B", "stopped", 0.3), out("b-audit", "B", "finished", 0.9, "b")],
-                         "final")
+    assert audit_changes(trials, "final") == [
+        "sgd (mlp · digits): B, trained to the end by an audit, is selected; early stopping alone picked A"]
+    alone = best_configs(trials[1:2], "final")
     assert (alone[0]["n"], alone[0]["finished"], alone[0]["value"]) == (1, 0, None)
+    assert audit_changes(trials[:2], "final") == []
 
 
 def test_spooled_trials_stopped_at_a_rung_are_counted_as_spooled():

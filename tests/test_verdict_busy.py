@@ -23,9 +23,11 @@ sweeps here inherit that from ``import harness``, as every user's sweep does.
 
 One thread was not enough: at load 16 (other work and 4 burners) every figure rose 20–60%, each by
 its own amount, muon's against the elementwise class 3.45x → 3.73x, which turned MNIST-1D's
-"momentum 2=, muon 2=" into "2, 3" with the same steps to the bit (and the CI run beside other
-sessions' work swapped digits rows). On a CPU a cost class is now charged in powers of 2 of the
-task's cheapest class (:data:`harness.core.clock.CPU_GRID`), and this test passed at load ≈ 10.
+"momentum 2=, muon 2=" into "2, 3" with the same steps to the bit. Rounding figures to powers of 2
+held the ranks but made them wrong (a review: adafactor ranked ahead of sgd, 5% slower). Now each
+figure carries its 95% interval from its rounds and two optimizers are separated only when their
+difference holds over it: the two leaderboards may differ, but only towards a tie ("="), never by
+an order reversed.
 """
 
 from __future__ import annotations
@@ -99,6 +101,16 @@ def _verdict(uri: str):
     return ranks, sel, lb
 
 
+def _ahead(ranks: list[tuple[str, str, str]]) -> set[tuple[tuple[str, str], tuple[str, str]]]:
+    """The strictly ordered pairs of a leaderboard: ((task, a), (task, b)) where a's shared rank is
+    better than b's on the same task (a tie, "2=" beside "2=", orders nothing)."""
+    def number(label: str) -> int:
+        return int(label.rstrip("=")) if label.rstrip("=").isdigit() else 10 ** 6
+
+    return {((t, a), (t, b)) for t, a, la in ranks for u, b, lb in ranks
+            if t == u and number(la) < number(lb)}
+
+
 @pytest.mark.slow
 def test_a_busy_machine_gives_the_same_leaderboard(tmp_path):
     quiet_uri, quiet_out = _sweep(tmp_path / "quiet", 0)
@@ -106,7 +118,9 @@ def test_a_busy_machine_gives_the_same_leaderboard(tmp_path):
     quiet, busy = _verdict(quiet_uri), _verdict(busy_uri)
     shown = {"quiet": quiet[2].to_string(), "busy": busy[2].to_string()}
     assert len(quiet[0]) == 12 and len({t for t, _, _ in quiet[0]}) == 2, shown
-    assert quiet[0] == busy[0], shown  # ranks, rows and their order
+    assert {(t, o) for t, o, _ in quiet[0]} == {(t, o) for t, o, _ in busy[0]}, shown
+    ahead_q, ahead_b = _ahead(quiet[0]), _ahead(busy[0])
+    assert not {(b, a) for a, b in ahead_q} & ahead_b, shown  # no order reversed; ties may differ
     assert quiet[1] == busy[1], shown  # the same configurations selected
     for out in (quiet_out, busy_out):
         said = " ".join(out.split())

@@ -2,20 +2,17 @@
 
 * **modeled** (the default): ``convergence/modeled_seconds_to_target`` = ``steps_to_target`` × the
   program's per-step figure ``perf/modeled_step_ms``, taken before training with the sweep's
-  programs timed in turn, round by round (:mod:`harness.train.perf`): on a CPU device the step's
-  **CPU time** (the work of a step, summed over the threads doing it; waiting for a core is not CPU
-  time, and XLA's CPU pool is one thread (:mod:`harness.core.xla_threads`), whose CPU time is
-  the step's work, not idle workers spinning: :mod:`harness.train.timing` item 7), on an
-  accelerator its device wall-clock. A busy machine still moves a CPU figure against another's
-  (by 8–28% beside 2 × nproc CPU-burning processes, depending on the programs: :data:`CPU_GRID`;
-  more where a library's thread pool spins, which :mod:`harness.core.xla_threads` prevents),
-  so figures within :data:`RESOLUTION` of each other are one cost class, and on a CPU each class
-  is charged its figure rounded to a power of 2 of the task's cheapest class's
-  (:func:`cost_classes`): steps, which no load moves, decide between programs of one charge. Two
-  trials of one program that reach the target at the same evaluation get the same time. A figure
-  that disagreed with its trial's own training clock was
-  measured again beside its task's programs and still counts, flagged (tag ``perf.suspect``): the
-  modeled clock never gives way to wall-clock.
+  programs timed in shuffled, interleaved rounds (:mod:`harness.train.perf`): on a CPU device the
+  step's **CPU time** (XLA's CPU pool on one thread, :mod:`harness.core.xla_threads`), on an
+  accelerator its device wall-clock. Each figure carries its 95% interval from its rounds
+  (``perf/modeled_step_ms_lo`` / ``_hi``, :func:`harness.train.timing.round_figures`): load moves
+  one program's figure against another's, and a busy machine scatters the rounds and widens the
+  intervals. Figures are charged as measured; the rank rule (:mod:`harness.core.ties`) separates two
+  programs only when their time difference holds over both the seeds and these intervals
+  (:func:`cost_range`), so load can turn a separation into a tie but not flip an order. A figure
+  that disagreed with its trial's own training clock was measured again beside its task's programs
+  and still counts, flagged (tag ``perf.suspect``): the modeled clock never gives way to
+  wall-clock.
 * **cost** (a task where some trial reached the target with no figure: an AlgoPerf submission,
   whose per-step ``jit`` is its own and is not timed in the interleaved stage; a step that could not
   be timed): ``convergence/cost_seconds_to_target`` = ``steps_to_target`` × the program's FLOPs per
@@ -47,23 +44,6 @@ CLOCKS = ("modeled", "measured")
 DEFAULT_CLOCK = "modeled"
 #: The clock a task ranks on when the modeled clock cannot cover all its trials (:func:`task_clock`).
 COST_CLOCK = "cost"
-#: The modeled clock's resolution: per-step figures of one task within this factor of the next one
-#: up (sorted) are one cost class, charged one common figure (:func:`cost_classes`).
-RESOLUTION = 1.25
-#: On a CPU a cost class is charged its figure rounded to a power of this factor of the task's cheapest class
-#: (:func:`cost_classes` with ``grid``): a CPU-time figure moves against another's when the machine is busy,
-#: by an amount that depends on the two programs. Beside 2 × nproc CPU-burning processes: a digits MLP's lion
-#: to sgd 1.22x → 1.06x (−13%); an MNIST-1D MLP's momentum to sgd 0.91x → 1.16x (+28%) and muon to the
-#: elementwise optimizers' class 3.45x → 3.73x (+8%), which alone turned "2=, 2=" into "2, 3" (same steps to
-#: the bit); a CNN of width 64's momentum to adam 0.80x → 1.00x (+25%). (A reviewer's race with soap read sgd
-#: to nesterov 0.89x → 1.71x and soap 2.7x: OpenBLAS's spinning pool under ``eigh`` charged to whichever
-#: program was timed next; with it at one thread, :data:`harness.core.xla_threads.BLAS_ENVS`, the same race
-#: moved by ≤ 1%: sgd/nesterov 1.016x → 1.008x, soap 6.94x → 7.01x.) Compared as measured, any such drift
-#: across a pair's tipping point reorders rows, and a race has many pairs; rounded to powers of 2 the ranks
-#: change only where a class's ratio crosses a midpoint (2^k·√2), a few classes per task, and steps, which
-#: carry no load, decide the rest. On an accelerator the figure is device time, which host load barely moves:
-#: figures are charged as measured (classes only).
-CPU_GRID = 2.0
 
 
 def _finite_positive(*xs: float | None) -> bool:
@@ -91,70 +71,29 @@ def cost_seconds(steps_to_target: float | None, flops_per_step: float | None,
     return steps * float(flops_per_step) / float(peak_flops) if math.isfinite(steps) else None  # type: ignore[arg-type]
 
 
-def cost_grid(device_kind: str | None) -> float | None:
-    """The grid :func:`cost_classes` rounds to for figures measured on ``device_kind`` (the run tag,
-    e.g. ``"cpu:cpu"``): :data:`CPU_GRID` on a CPU and where the kind is unknown (runs from before
-    the tag, all on CPUs), ``None`` (as measured) on an accelerator."""
-    return CPU_GRID if not device_kind or str(device_kind).startswith("cpu") else None
-
-
-def cost_classes(figures: Iterable[float | None], grid: float | None = None) -> dict[float, float]:
-    """``{figure: its class's common figure}`` for the distinct positive per-step figures (ms) of one
-    task's programs: sorted, a figure within :data:`RESOLUTION` × the one below it joins that one's
-    class (single linkage, so a class is a chain of close figures); a class's common figure is the
-    median of its distinct figures. Example: ``cost_classes([0.056, 0.0565, 0.061, 0.068, 0.24])``
-    puts the first four in one class (common figure 0.05875) and 0.24 alone. Classes depend on the
-    task's whole set of figures: a figure between two classes chains them (adding an optimizer can
-    change another's common figure, never its steps); a fixed grid would not, but would split two
-    figures 1% apart at each grid line, which load can move across.
-
-    With ``grid`` (:func:`cost_grid`; a CPU's figures) each class is then charged the cheapest
-    class's common figure × ``grid ** k``, ``k`` the nearest whole number to log base ``grid`` of
-    its ratio to it (classes that round alike share the figure). Example: ``cost_classes([0.1,
-    0.102, 0.1755, 0.345], grid=2.0)`` charges 0.101 to the first two, 0.202 to 0.1755 (1.74x) and
-    0.404 to 0.345 (3.42x)."""
-    xs = sorted({float(f) for f in figures if _finite_positive(f)})
-    classes: list[list[float]] = []
-    for x in xs:
-        if classes and x <= classes[-1][-1] * RESOLUTION:
-            classes[-1].append(x)
-        else:
-            classes.append([x])
-    out: dict[float, float] = {}
-    base = None
-    for c in classes:
-        mid = len(c) // 2
-        common = c[mid] if len(c) % 2 else (c[mid - 1] + c[mid]) / 2
-        if grid is not None:
-            base = common if base is None else base
-            common = base * grid ** math.floor(math.log(common / base, grid) + 0.5)
-        out.update(dict.fromkeys(c, common))
-    return out
-
-
 def cost_class_of(clock: str, figure_ms: float | None, cost_s: float | None,
-                  steps_to_target: float | None, common: dict[float, float]) -> float | None:
-    """The per-step cost class a trial ranks in on its task's ``clock`` (what a tie on time means:
-    :attr:`harness.core.ties.Standing.cost_class`): on ``modeled`` its figure's common figure
-    (``common``: :func:`cost_classes` of the task); on ``cost`` its cost per step in ms (9
-    significant digits: one per batch size); on ``measured`` ``None`` (wall-clock has no classes)."""
+                  steps_to_target: float | None) -> float | None:
+    """The per-step cost a trial ranks at on its task's ``clock``
+    (:attr:`harness.core.ties.Standing.cost_class`: equal steps at an equal cost are a tie on time):
+    on ``modeled`` its program's figure (ms); on ``cost`` its cost per step in ms (9 significant
+    digits: one per batch size); on ``measured`` ``None`` (wall-clock has no per-step cost)."""
     if clock == "modeled" and _finite_positive(figure_ms):
-        return common.get(float(figure_ms))  # type: ignore[arg-type]
+        return float(figure_ms)  # type: ignore[arg-type]
     if clock == COST_CLOCK and _finite_positive(cost_s, steps_to_target):
         return float(f"{float(cost_s) / float(steps_to_target) * 1e3:.9g}")  # type: ignore[arg-type]
     return None
 
 
-def classed_seconds(trials: Sequence[tuple[float | None, float | None, float | None]],
-                    grid: float | None = None) -> list[float | None]:
-    """The modeled seconds to target each trial of one task ranks on, given its ``(steps_to_target,
-    modeled_step_ms, logged modeled seconds)``: ``steps × its cost class's common figure / 1000``
-    (:func:`cost_classes` over the task's figures, rounded to ``grid``), so that programs whose
-    figures the clock cannot tell apart differ only by their steps; the logged seconds for a trial
-    without a figure (a run from before ``perf/modeled_step_ms``)."""
-    common = cost_classes((ms for _, ms, _ in trials), grid)
-    return [modeled_seconds(steps, common[float(ms)]) if steps is not None and _finite_positive(ms)
-            else logged for steps, ms, logged in trials]
+def cost_range(clock: str, figure_ms: float | None, lo_ms: float | None,
+               hi_ms: float | None) -> tuple[float, float] | None:
+    """The interval of a trial's per-step figure relative to it, ``(lo / figure, hi / figure)``, on
+    the ``modeled`` clock (:attr:`harness.core.ties.Standing.cost_range`); ``None`` (exact) on the
+    deterministic cost clock, on the measured clock, and for a run without the interval (from before
+    ``perf/modeled_step_ms_lo``). Example: ``cost_range("modeled", 2.0, 1.9, 2.2) == (0.95, 1.1)``."""
+    if clock != "modeled" or not _finite_positive(figure_ms, lo_ms, hi_ms):
+        return None
+    f = float(figure_ms)  # type: ignore[arg-type]
+    return min(1.0, float(lo_ms) / f), max(1.0, float(hi_ms) / f)  # type: ignore[arg-type]
 
 
 def clock_seconds(steps_to_target: float | None, perf: object | None) -> tuple[float | None, float | None]:
@@ -221,11 +160,10 @@ def clock_sentence(clock: str, measured_tasks: Sequence[str] = (), cost_tasks: S
                 "`--time modeled` counts steps × the program's step time measured before training).")
     text = ("Time to target: modeled (steps to target × the program's step time — CPU time on a CPU, "
             "device time on an accelerator — measured before training with the task's programs in "
-            "turn; figures within 1.25x are one cost class and, on a CPU, where load moves one "
-            "program's figure against another's, a class is charged in powers of 2 of "
-            "the cheapest class's figure, so steps decide within a charge (the seconds shown are "
-            "those charges; MLflow's convergence/modeled_seconds_to_target keeps steps × the "
-            "program's own figure); `--time measured` ranks on wall-clock).")
+            "shuffled, interleaved rounds; two optimizers are told apart only when their difference "
+            "holds over both the seeds and each step time's 95% interval from its rounds, so a busy "
+            "machine, which widens the intervals, can tie an order but not reverse it; "
+            "`--time measured` ranks on wall-clock).")
     if cost_tasks:
         one = len(cost_tasks) == 1
         text += (f" {_names(cost_tasks)} rank{'s' if one else ''} on cost (steps to target × the "

@@ -57,6 +57,9 @@ TAG_DEVICES = "harness.devices"
 TAG_DEVICE_ENV = "harness.device_env"
 TAG_DEVICE_ENV_SET = "harness.device_env_set"
 TAG_BATCHING = "harness.batching"
+#: The trial ids (sorted, comma-separated) of the vmapped batch a trial was trained in; absent for a
+#: trial trained alone. ``reproduce`` trains the same batch again (:mod:`harness.sweep.reproduce`).
+TAG_BATCH = "harness.batch"
 PARAM_SCORING = "scoring"  # also a param (the MLflow UI's table); sweeps from before TAG_SCORING have only it
 SCORING_RULES = ("harness", "algoperf")  # reports.protocol: the harness's own (the default), AlgoPerf's
 TAG_REASON = "harness.reason"
@@ -235,6 +238,10 @@ M_STEP_CPU_MS = "perf/step_cpu_ms"
 #: The per-step milliseconds the modeled clock multiplies by steps: CPU time on a CPU device,
 #: device wall-clock on an accelerator; re-measured beside the task's programs when flagged.
 M_MODELED_STEP_MS = "perf/modeled_step_ms"
+#: The 95% interval of that figure from its timed rounds (:func:`harness.train.timing.round_figures`):
+#: the rank rule separates two programs only when their time difference holds over it.
+M_MODELED_STEP_MS_LO = "perf/modeled_step_ms_lo"
+M_MODELED_STEP_MS_HI = "perf/modeled_step_ms_hi"
 #: IQR / median of the timed calls behind perf/step_time_ms (:mod:`harness.train.timing`).
 M_STEP_SPREAD = "perf/step_time_spread"
 
@@ -248,7 +255,7 @@ SUMMARY_METRICS = (
     M_EXAMPLES_PER_S_PER_DEVICE, M_NUM_DEVICES, M_STEPS_TO_TARGET, M_SECONDS_TO_TARGET,
     M_FINAL_LOSS, M_FINAL_ACC, M_TEST_LOSS, M_TEST_ACC, M_FINAL_GAP, M_CACHE_HITS,
     M_CACHE_MISSES, M_BEST_LOSS, M_BEST_ACC, *M_TIME.values(), M_MODELED_SECONDS_TO_TARGET, M_STEP_SPREAD,
-    M_COST_SECONDS_TO_TARGET, M_STEP_CPU_MS, M_MODELED_STEP_MS,
+    M_COST_SECONDS_TO_TARGET, M_STEP_CPU_MS, M_MODELED_STEP_MS, M_MODELED_STEP_MS_LO, M_MODELED_STEP_MS_HI,
 )
 
 

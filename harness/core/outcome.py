@@ -145,8 +145,10 @@ class TrialOutcome:
     cost_seconds_to_target: float | None = None
     #: the program's per-step figure the modeled clock uses (``perf/modeled_step_ms``)
     modeled_step_ms: float | None = None
-    #: the device the figure was timed on (``"cpu:cpu"``; tag ``device_kind``): on a CPU the modeled
-    #: clock rounds figures to a grid (:func:`harness.core.clock.cost_grid`); ``""`` when unknown
+    #: its 95% interval from the timed rounds (``perf/modeled_step_ms_lo`` / ``_hi``)
+    modeled_step_ms_lo: float | None = None
+    modeled_step_ms_hi: float | None = None
+    #: the device the figure was timed on (``"cpu:cpu"``; tag ``device_kind``); ``""`` when unknown
     device_kind: str = ""
     perf_suspect: str = ""
     #: its initial parameters already met the target (tag ``convergence.target_at_init``)
@@ -221,6 +223,8 @@ class TrialOutcome:
         o.target_at_init = bool(res.extra.get("target_at_init"))
         o.modeled_seconds_to_target, o.cost_seconds_to_target = clock_seconds(res.steps_to_target, p)
         o.modeled_step_ms = p.modeled_step_ms if p else None
+        o.modeled_step_ms_lo = p.modeled_step_ms_lo if p else None
+        o.modeled_step_ms_hi = p.modeled_step_ms_hi if p else None
         o.device_kind = p.device_kind if p else ""
         o.examples_per_sec = _or_none(res.perf.examples_per_sec) if res.perf else None
         o.train_seconds = res.train_seconds
@@ -263,6 +267,8 @@ class TrialOutcome:
         o.modeled_seconds_to_target = m.get(names.M_MODELED_SECONDS_TO_TARGET)
         o.cost_seconds_to_target = m.get(names.M_COST_SECONDS_TO_TARGET)
         o.modeled_step_ms = m.get(names.M_MODELED_STEP_MS)
+        o.modeled_step_ms_lo = m.get(names.M_MODELED_STEP_MS_LO)
+        o.modeled_step_ms_hi = m.get(names.M_MODELED_STEP_MS_HI)
         o.device_kind = run.data.tags.get("device_kind", "")
         o.perf_suspect = run.data.tags.get(names.TAG_PERF_SUSPECT, "")
         o.target_at_init = run.data.tags.get(names.TAG_TARGET_AT_INIT) == "true"

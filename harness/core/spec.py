@@ -349,10 +349,13 @@ class PerfResult:
     #: :func:`harness.train.timing.work_cpu_s`); ``None`` when not measured
     step_cpu_ms: float | None = None
     #: the per-step milliseconds the modeled clock multiplies by steps to target: ``step_cpu_ms`` on a
-    #: CPU device, ``step_time_ms`` on an accelerator (:func:`harness.train.timing.modeled_step_ms`);
+    #: CPU device, ``step_time_ms`` on an accelerator (:func:`harness.train.timing.perf_result`);
     #: after a re-measure, the re-measured figure in the interleaved stage's frame
     #: (:mod:`harness.train.perf`); ``None`` when the step was not timed by the harness
     modeled_step_ms: float | None = None
+    #: the 95% interval of ``modeled_step_ms`` from its timed rounds (ms; ``None``: not measured)
+    modeled_step_ms_lo: float | None = None
+    modeled_step_ms_hi: float | None = None
 
 
 @dataclass

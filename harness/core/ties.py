@@ -24,7 +24,12 @@ during training). Per-seed values ``a`` and ``b`` are not told apart (:func:`dis
   ``random.Random(0)``) contains 0;
 * with fewer: their ranges across seeds (min–max) overlap.
 
-Different counts (seeds reaching, seeds finished) always tell two apart.
+Different counts (seeds reaching, seeds finished) always tell two apart. **Over the step cost's
+interval** (:func:`tie_cause`): on time, each side's per-step cost carries its 95% interval
+(:attr:`Standing.cost_range`, from the timed rounds); two are told apart only when they are as
+measured *and* with one at its interval's low end against the other at its high end, and the
+reverse, all in the same direction; else they tie, by the ``"seeds"`` or by the ``"cost"``. A busy
+machine widens the intervals: it can turn an order into a tie, not reverse it.
 
 **Shared ranks** (:func:`share_ranks`): walking down the strict order, an optimizer joins the
 current group when it is not distinguishable from one of its members, else it starts a new group
@@ -56,7 +61,10 @@ mean difference of exactly 0 has no such number ("no seed count separates equal 
 :data:`MAX_SEEDS` it says "> 100". One paired seed has no SD: nothing to estimate. Paired
 differences all equal (SD 0, e.g. two seeds reaching the target 50 steps apart each) give no
 estimate either, only the rule's floor, said as such ("≥ 5 seeds would separate (no spread in 2
-paired seeds)"; before, "5 seeds would separate", as if the power were known).
+paired seeds)"; before, "5 seeds would separate", as if the power were known). On time with cost
+intervals the estimate takes the differences at the interval's worst end (the smallest in the
+measured direction); where that end reverses or cancels the difference, no seed count separates
+("tied by the step cost: no seed count separates ...").
 """
 
 from __future__ import annotations
@@ -65,7 +73,18 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
+
+from harness.core.power import (
+    ALPHA,
+    LEVEL,
+    MAX_SEEDS,
+    MIN_SEEDS,
+    POWER,
+    power,
+    rule_critical,
+    seeds_to_separate,
+    t_critical,
+)
 
 __all__ = [
     "ALPHA",
@@ -79,6 +98,7 @@ __all__ = [
     "Separation",
     "Standing",
     "compared",
+    "direction",
     "distinguishable",
     "mean_interval",
     "order_within",
@@ -90,25 +110,19 @@ __all__ = [
     "share_ranks",
     "strict_order",
     "t_critical",
+    "tie_cause",
     "tie_column",
     "tie_labels",
     "tied",
 ]
 
-#: Below this many paired seeds ties are decided by overlapping min–max ranges (and no paired test).
-MIN_SEEDS = 5
-#: Level of the paired bootstrap interval that separates two optimizers.
-LEVEL = 0.95
-#: Its two-sided nominal α.
-ALPHA = 1 - LEVEL
 #: Bootstrap resamples of the paired seeds.
 N_BOOT = 10_000
-#: The probability at which :func:`separation` asks the rule to tell two neighbours apart.
-POWER = 0.8
-#: The most seeds :func:`separation` names; beyond, it says "> 100".
-MAX_SEEDS = 100
 #: Suffix of a shared rank (``"2="``): after the number, so a table sorts the column numerically.
 TIE_MARK = "="
+
+#: How a tie made by the step cost's interval (:func:`tie_cause` ``"cost"``) is said.
+COST_TIE = "tied by the step cost"
 
 TIME = "time to target"
 VALUE = "validation value"
@@ -135,10 +149,13 @@ class Standing:
     seconds: Mapping
     values: Mapping
     higher_is_better: bool = True
-    #: the per-step figure of its cost class on a deterministic clock (the modeled clock's common
-    #: figure, :func:`harness.core.clock.cost_classes`; the cost clock's cost per step); ``None`` on
-    #: the measured clock. Equal steps in different classes are different times.
+    #: its per-step cost on the task's clock (the modeled clock's figure, the cost clock's cost per
+    #: step: :func:`harness.core.clock.cost_class_of`); ``None`` on the measured clock. Equal steps
+    #: at different costs are compared on time.
     cost_class: float | None = None
+    #: the 95% interval of that cost relative to it, ``(lo, hi)`` with ``lo <= 1 <= hi``
+    #: (:func:`harness.core.clock.cost_range`); ``None``: exact (the cost clock, a run without it)
+    cost_range: tuple[float, float] | None = None
     #: whether any of its trials on the task (any configuration) finished or diverged; ``False``:
     #: every one failed, and it is not ranked (:data:`UNRANKED`, last in :func:`strict_order`).
     has_results: bool = True
@@ -160,12 +177,26 @@ class Standing:
 @dataclass(frozen=True)
 class Basis:
     """What two optimizers of a task are compared on: per-seed ``a`` and ``b`` (seed → value),
-    ``what`` (:data:`TIME` or :data:`VALUE`) and its direction."""
+    ``what`` (:data:`TIME` or :data:`VALUE`) and its direction; on time, each side's cost interval
+    relative to its figure (``a_range``, ``b_range``: :attr:`Standing.cost_range`)."""
 
     a: Mapping
     b: Mapping
     what: str
     higher_is_better: bool
+    a_range: tuple[float, float] = (1.0, 1.0)
+    b_range: tuple[float, float] = (1.0, 1.0)
+
+    def scenarios(self) -> list[tuple[dict, dict]]:
+        """The per-seed values as measured, then at the two ends of the cost ratio's interval
+        (``a`` at its low end against ``b`` at its high end, and the reverse); one when exact."""
+        out = [(_finite(self.a), _finite(self.b))]
+        (alo, ahi), (blo, bhi) = self.a_range, self.b_range
+        if (alo, ahi, blo, bhi) != (1.0, 1.0, 1.0, 1.0):
+            for fa, fb in ((alo, bhi), (ahi, blo)):
+                out.append(({k: v * fa for k, v in out[0][0].items()},
+                            {k: v * fb for k, v in out[0][1].items()}))
+        return out
 
 
 @dataclass(frozen=True)
@@ -184,6 +215,8 @@ class Separation:
     effect: float
     what: str
     words: str
+    #: what made the tie (:func:`tie_cause`): ``"seeds"`` or ``"cost"``; ``""`` when not known
+    cause: str = ""
 
 
 def _finite(values: Mapping) -> dict:
@@ -226,19 +259,39 @@ def mean_interval(d: Sequence[float], level: float = LEVEL, n_boot: int = N_BOOT
     return _quantile(means, (1 - level) / 2), _quantile(means, (1 + level) / 2)
 
 
+def direction(a: Mapping, b: Mapping) -> int:
+    """``-1`` when per-seed ``a`` is told apart below ``b`` (:func:`distinguishable`), ``1`` above,
+    ``0`` when they are not told apart."""
+    a, b = _finite(a), _finite(b)
+    if not a or not b:
+        return 0 if len(a) == len(b) else (1 if a else -1)
+    paired = sorted((k for k in a if k in b), key=_seed_key)
+    if len(paired) >= MIN_SEEDS:
+        lo, hi = mean_interval([a[k] - b[k] for k in paired])
+        return -1 if hi < 0 else 1 if lo > 0 else 0
+    return -1 if max(a.values()) < min(b.values()) else 1 if max(b.values()) < min(a.values()) else 0
+
+
+def tie_cause(lead: Standing, other: Standing, by: str = "time_to_target") -> str:
+    """Why ``lead`` and ``other`` are tied: ``"seeds"`` (their per-seed numbers are not told apart
+    as measured), ``"cost"`` (they are, but not at both ends of the step cost ratio's interval, or
+    not in the same direction: :meth:`Basis.scenarios`), ``""`` when they are told apart (or their
+    counts differ)."""
+    basis = compared(lead, other, by)
+    if basis is None:
+        return ""
+    ways = [direction(a, b) for a, b in basis.scenarios()]
+    if ways[0] == 0:
+        return "seeds"
+    return "" if all(w == ways[0] for w in ways) else "cost"
+
+
 def distinguishable(a: Mapping, b: Mapping) -> bool:
     """Whether per-seed values ``a`` and ``b`` (seed → value; non-finite ones left out) tell the
     two apart: with :data:`MIN_SEEDS` paired seeds or more, the paired bootstrap's
     :data:`LEVEL` interval of the mean difference (:func:`mean_interval`) excludes 0; with fewer,
     their min–max ranges are disjoint. One side without values is told apart from one with."""
-    a, b = _finite(a), _finite(b)
-    if not a or not b:
-        return len(a) != len(b)
-    paired = sorted((k for k in a if k in b), key=_seed_key)
-    if len(paired) >= MIN_SEEDS:
-        lo, hi = mean_interval([a[k] - b[k] for k in paired])
-        return not (lo <= 0.0 <= hi)
-    return max(a.values()) < min(b.values()) or max(b.values()) < min(a.values())
+    return direction(a, b) != 0
 
 
 def compared(lead: Standing, other: Standing, by: str = "time_to_target") -> Basis | None:
@@ -251,7 +304,8 @@ def compared(lead: Standing, other: Standing, by: str = "time_to_target") -> Bas
         return None
     if by_time and lead.reached > 0 and (lead.median_steps, lead.cost_class) != (other.median_steps,
                                                                                  other.cost_class):
-        return Basis(lead.seconds, other.seconds, TIME, False)
+        return Basis(lead.seconds, other.seconds, TIME, False,
+                     lead.cost_range or (1.0, 1.0), other.cost_range or (1.0, 1.0))
     if lead.finished != other.finished:
         return None
     return Basis(lead.values, other.values, VALUE, lead.higher_is_better)
@@ -259,9 +313,9 @@ def compared(lead: Standing, other: Standing, by: str = "time_to_target") -> Bas
 
 def tied(lead: Standing, other: Standing, by: str = "time_to_target") -> bool:
     """Whether ``lead`` and ``other`` are not distinguishable on what orders them (:func:`compared`,
-    :func:`distinguishable`)."""
-    basis = compared(lead, other, by)
-    return basis is not None and not distinguishable(basis.a, basis.b)
+    :func:`distinguishable`), as measured or anywhere in their step cost interval
+    (:func:`tie_cause`)."""
+    return tie_cause(lead, other, by) != ""
 
 
 def strict_order(standings: Sequence[Standing], by: str = "time_to_target") -> list[Standing]:
@@ -349,111 +403,40 @@ def order_within(shown: Sequence[float | None], best_low: bool) -> list[int]:
 # ---------------------------------------------------------------------------------------------
 # Seeds that would separate: the power of the rule
 # ---------------------------------------------------------------------------------------------
-_Z = NormalDist().inv_cdf(1 - ALPHA / 2)
-_PHI = NormalDist().cdf
-#: Simpson intervals of the integral over the chi distribution (:func:`_tail`).
-_STEPS = 800
-
-
-def _tail(c: float, lam: float, nu: int) -> float:
-    """``P(|T| > c)`` for ``T`` noncentral t with ``nu`` degrees of freedom and noncentrality
-    ``lam``: ``T = (Z + lam) / S`` with ``S = √(χ²_ν / ν)``, so ``P = E_S[Φ(lam - cS) + Φ(-lam -
-    cS)]``, integrated over the density of ``S`` (Simpson's rule on a range holding all but
-    ~1e-30 of it)."""
-    if nu < 1:
-        raise ValueError(f"need at least 1 degree of freedom; got {nu}")
-    w = 1 / math.sqrt(2 * nu)  # ~ the SD of S
-    lo, hi = max(0.0, 1 - 14 * w), 1 + 14 * w + 2 / nu
-    log_norm = math.log(2) + (nu / 2) * math.log(nu / 2) - math.lgamma(nu / 2)
-
-    def f(s: float) -> float:
-        if s <= 0:
-            dens = math.exp(log_norm) if nu == 1 else 0.0
-        else:
-            dens = math.exp(log_norm + (nu - 1) * math.log(s) - nu * s * s / 2)
-        return dens * (_PHI(lam - c * s) + _PHI(-lam - c * s))
-
-    h = (hi - lo) / _STEPS
-    total = f(lo) + f(hi)
-    for k in range(1, _STEPS):
-        total += (4 if k % 2 else 2) * f(lo + k * h)
-    return min(1.0, max(0.0, total * h / 3))
-
-
-def rule_critical(n: int) -> float:
-    """The paired t statistic above which the rank rule's bootstrap interval (of ``n`` paired
-    seeds) excludes 0, to first order: ``z₀.₉₇₅ · √((n - 1) / n)`` (module docstring)."""
-    return _Z * math.sqrt((n - 1) / n)
-
-
-def t_critical(n: int, alpha: float = ALPHA) -> float:
-    """The two-sided paired t-test's critical value at ``alpha`` with ``n`` pairs (the t
-    distribution's ``1 - alpha/2`` quantile, ``n - 1`` degrees of freedom), by bisection on
-    :func:`_tail`."""
-    lo, hi = 0.0, 1e3
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        if _tail(mid, 0.0, n - 1) > alpha:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def power(effect: float, n: int, critical: float | None = None) -> float:
-    """The probability that a paired two-sided test of ``n`` normal differences with mean/SD
-    ``effect`` rejects at the t statistic's ``critical`` value (default :func:`rule_critical` of
-    ``n``: the rank rule): ``P(|T| > critical)``, ``T`` noncentral t (``n - 1`` degrees of freedom,
-    noncentrality ``effect·√n``). E.g. ``power(1.0, 8) ≈ 0.830``; with the t-test's critical
-    value ``power(1.0, 10, t_critical(10)) ≈ 0.803``."""
-    if n < 2:
-        raise ValueError(f"a paired test needs at least 2 pairs; got {n}")
-    c = rule_critical(n) if critical is None else critical
-    return _tail(c, abs(effect) * math.sqrt(n), n - 1)
-
-
-def seeds_to_separate(effect: float, start: int = MIN_SEEDS, test: str = "rule") -> int | None:
-    """The fewest paired seeds ``n >= start`` at which :func:`power` of ``effect`` reaches
-    :data:`POWER`, under the rank rule (``test="rule"``) or the paired t-test at :data:`ALPHA`
-    (``test="t"``); ``None`` above :data:`MAX_SEEDS` or for an effect of 0. An infinite effect
-    (constant nonzero differences) needs ``start``."""
-    if test not in ("rule", "t"):
-        raise ValueError(f"test must be 'rule' or 't'; got {test!r}")
-    if effect == 0 or math.isnan(effect):
-        return None
-    start = max(2, start)
-    if math.isinf(effect):
-        return start
-    for n in range(start, MAX_SEEDS + 1):
-        if power(effect, n, t_critical(n) if test == "t" else None) >= POWER:
-            return n
-    return None
-
-
 def separation(lead: Standing, other: Standing, by: str = "time_to_target") -> Separation | None:
     """The seeds that would separate two neighbours of a tie (module docstring), on what they are
     compared on (:func:`compared`; ``None`` when their counts differ: nothing to estimate)."""
     basis = compared(lead, other, by)
     if basis is None:
         return None
-    a, b = _finite(basis.a), _finite(basis.b)
-    d = [a[k] - b[k] for k in sorted((k for k in a if k in b), key=_seed_key)]
+    cause = tie_cause(lead, other, by)
+    diffs = [[a[k] - b[k] for k in sorted((k for k in a if k in b), key=_seed_key)]
+             for a, b in basis.scenarios()]
+    d = diffs[0]
     n = len(d)
     if n < 2:
         return Separation(None, n, math.nan, basis.what,
-                          f"{n} paired seed{'' if n == 1 else 's'}: too few to estimate")
+                          f"{n} paired seed{'' if n == 1 else 's'}: too few to estimate", cause)
     mean = math.fsum(d) / n
     if mean == 0:
-        return Separation(None, n, 0.0, basis.what, "no seed count separates equal results")
+        return Separation(None, n, 0.0, basis.what, "no seed count separates equal results", cause)
+    sign = 1.0 if mean > 0 else -1.0  # the worst end of the cost interval: the smallest difference
+    d = min(diffs, key=lambda x: sign * math.fsum(x))
+    mean = math.fsum(d) / n
+    if sign * mean <= 0:
+        return Separation(None, n, math.nan, basis.what, f"{COST_TIE}: no seed count separates (the "
+                          "step times' 95% intervals cover the difference)", "cost")
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n - 1))
     start = max(MIN_SEEDS, n + 1) if n >= MIN_SEEDS else MIN_SEEDS
     if sd == 0:  # one constant difference: no spread seen, so no power to estimate, only the floor
         return Separation(start, n, math.inf, basis.what,
-                          f"≥ {start} seeds would separate (no spread in {n} paired seeds)")
+                          f"≥ {start} seeds would separate (no spread in {n} paired seeds)", cause)
     effect = abs(mean) / sd
     seeds = seeds_to_separate(effect, start=start)
     words = f"{seeds} seeds would separate" if seeds is not None else f"> {MAX_SEEDS} seeds would separate"
-    return Separation(seeds, n, effect, basis.what, words)
+    if cause == "cost":
+        words = f"{COST_TIE}: {words} at the step times' worst ends"
+    return Separation(seeds, n, effect, basis.what, words, cause)
 
 
 def power_words() -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness.core.names import TAG_BATCH, TAG_BATCHING
 from harness.core.spec import TrialSpec
 
 
@@ -103,3 +104,32 @@ def plan_lines(specs: list[TrialSpec], batching: str) -> list[str]:
     text = (f"device memory for data: {mib(device_data.planned_bytes(pairs))} ({len(pairs)} "
             f"dataset{'s' * (len(pairs) != 1)}, one copy each, shared by every program")
     return [line, text + (f"; not counted: {', '.join(missing)})" if missing else ")")]
+
+
+#: The longest ``harness.batch`` tag written (MLflow keeps 8,000 characters): about 280 trial ids.
+MAX_BATCH_TAG = 5000
+
+
+def batch_members(units: list[list[TrialSpec]]) -> dict[str, str]:
+    """``trial_id -> the sorted, comma-separated trial ids of its unit`` for every unit of more than
+    one trial (the tag ``harness.batch``: the batch a vmapped trial was trained in)."""
+    out = {}
+    for u in units:
+        if len(u) > 1:
+            ids = ",".join(sorted(s.trial_id for s in u))
+            if len(ids) > MAX_BATCH_TAG:  # past MLflow's tag length: the count only
+                ids = f"{len(u)} trials (too many to list)"
+            out.update(dict.fromkeys((s.trial_id for s in u), ids))
+    return out
+
+
+def unit_tags(tags: dict[str, dict[str, str]], batching: dict[str, str],
+              units: list[list[TrialSpec]]) -> dict[str, dict[str, str]]:
+    """``tags`` (trial id -> its run's tags) plus each trial's ``harness.batching`` label and, in a
+    unit of several, its batch (``harness.batch``, :func:`batch_members`)."""
+    out = {tid: dict(t) for tid, t in tags.items()}
+    for tid, label in batching.items():
+        out.setdefault(tid, {})[TAG_BATCHING] = label
+    for tid, ids in batch_members(units).items():
+        out.setdefault(tid, {})[TAG_BATCH] = ids
+    return out

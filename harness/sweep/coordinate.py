@@ -21,8 +21,11 @@ ties to the lower value); else the middle value (index ``(n - 1) // 2``).
 
 **The passes.** Train the start. Then, for each axis in order, train every other value of that axis
 with the other axes fixed at the current point (every seed), and move to the best of them when it is
-strictly better than the current point (ties never move, so the descent cannot cycle; among tied
-best values the lower grid index). A pass is all axes once. Repeat until a whole pass moves nothing
+strictly better than the current point (among tied best values the lower grid index). A value tied
+with the current point (equal on the rule below) that the descent has not stood on is followed: it
+moves there (the lowest such grid index), so a plateau is explored and a better point one step
+beyond a tie is found; it never returns to a configuration it stood on, so it cannot cycle. A
+pass is all axes once. Repeat until a whole pass moves nothing
 (``converged``) or ``passes`` passes are done (default :data:`DEFAULT_PASSES`), or the compute
 budget is spent.
 
@@ -57,7 +60,7 @@ proposes nothing, so rungs are tuned in order (:meth:`CoordinateDescent.link`).
 **The certificate** (:meth:`CoordinateDescent.describe`): every one-step neighbour of the selected
 configuration (grid index +-1 on each axis, inside the grid and not excluded) was trained with every
 seed and is not better by the rule above; else the report says why not (the pass or compute budget
-ran out, or the search has not ended).
+ran out, or the search has not ended). It lists the ties the descent followed.
 """
 
 from __future__ import annotations
@@ -121,6 +124,10 @@ class _Walk:
     #: waiting, converged, passes, budget
     stop: str = "waiting"
     passes_done: int = 0
+    #: the configurations it stood on (a tie never moves back to one)
+    visited: set = field(default_factory=set)
+    #: the ties it followed: axis, from, to (values)
+    followed: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def spent(self) -> int:
@@ -299,7 +306,7 @@ class CoordinateDescent(Searcher):
             w = _Walk(self.start)
             w.stop = "waiting"
             return w
-        w = _Walk(start)
+        w = _Walk(start, visited={start})
         if not self._afford([start], w):
             w.stop = "budget"
             return w
@@ -320,12 +327,12 @@ class CoordinateDescent(Searcher):
                     return w
                 here = self._score(w.point, seen)
                 scores = {p: self._score(p, seen) for p in tried}
-                best = min(tried, key=lambda p: (scores[p]["key"], p[a]))  # type: ignore[index]
-                chosen = best if scores[best]["key"] < here["key"] else w.point  # type: ignore[index]
+                chosen = self._choose(a, w, here, scores, tried)
                 w.path.append(self._step(n, a, w.point, chosen, [w.point, *tried], {**scores, w.point: here},
                                          complete=len(tried) == len(line)))
                 moved |= chosen != w.point
                 w.point = chosen
+                w.visited.add(chosen)
                 if len(tried) < len(line):
                     w.stop = "budget"
                     return w
@@ -335,6 +342,21 @@ class CoordinateDescent(Searcher):
                 return w
         w.stop = "passes"
         return w
+
+    def _choose(self, a: int, w: _Walk, here: dict, scores: dict[Point, Any], tried: list[Point]) -> Point:
+        """The point the descent moves to along axis ``a`` (module docstring): the best of ``tried``
+        when strictly better than ``here``; else the first tied one it has not stood on (recorded
+        in ``w.followed``); else where it is."""
+        best = min(tried, key=lambda p: (scores[p]["key"], p[a]))
+        if scores[best]["key"] < here["key"]:
+            return best
+        tied = [p for p in sorted(tried, key=lambda p: p[a])
+                if scores[p]["key"] == here["key"] and p not in w.visited]
+        if not tied:
+            return w.point
+        key = self.names[a]
+        w.followed.append({"axis": key, "from": self.axes[key][w.point[a]], "to": self.axes[key][tied[0][a]]})
+        return tied[0]
 
     def _step(self, n: int, a: int, frm: Point, chosen: Point, tried: list[Point],
               scores: dict[Point, Any], complete: bool) -> dict[str, Any]:
@@ -417,13 +439,16 @@ class CoordinateDescent(Searcher):
             if tied := [n for n in nbs if n["tied"]]:
                 words += (f" ({_named(tied)} tied with it: the leaderboard breaks the tie by seconds "
                           f"to target)")
+            if w.followed:
+                words += "; followed the ties " + ", ".join(
+                    f"{f['axis']} {f['from']!r} -> {f['to']!r}" for f in w.followed)
         else:
             why = {"waiting": "the search has not ended", "passes": "pass budget spent",
                    "budget": "compute budget spent", "converged": "search ended"}[w.stop]
             words = f"not certified: {why}; {trained} of {len(nbs)} neighbours trained"
             if better:
                 words += f", better: {_named(better)}"
-        return {"certified": ok, "words": words, "neighbours": nbs}
+        return {"certified": ok, "words": words, "neighbours": nbs, "followed": w.followed}
 
     def _stop_words(self, w: _Walk) -> str:
         if w.stop == "converged":

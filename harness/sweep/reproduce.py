@@ -1,35 +1,15 @@
 """One stored trial trained again: ``python -m harness reproduce TRIAL_ID`` and ``harness.reproduce``.
 
-What a reviewer of a paper asks: does this number come out of this code? :func:`reproduce` reads
-the trial's latest FINISHED run (any experiment of the store), rebuilds its
-:class:`~harness.core.spec.TrialSpec` from the run's ``trial.json`` (and a user's optimizer from the
-file text the run kept, ``source/<file>``, checked against the digest in the trial's id), trains it
-again in this process (:func:`harness.train.loop.run_trial`, the sweep's trainer, one trial alone),
-writes the result with the sweep's own writer (:func:`harness.tracking.trial_run.finish_run`) into
-a scratch store (a fresh SQLite file; the stored run is only read), and compares every value of
-every metric both runs logged, step by step, as MLflow holds them: ``identical`` when all are equal
-bit for bit and both logged the same metrics at the same steps. The clocks (:data:`CLOCK_PREFIXES`:
-wall-clock, step times, compile times, seconds to target; measured, so never equal twice) are left
-out; the steps to the target are compared.
-
-Identical is what to expect on the same machine with the same versions (and XLA flags). Otherwise
-the answer names the largest difference (metric, step, both values) and the environment tags that
-differ between the stored run and this process (:data:`VERSION_TAGS`: JAX, jaxlib, the harness, its
-commit, the device, the threads of XLA's CPU pool). A trial that trained in a vmapped batch (its tag
-``harness.batching``) is trained alone here: its values may differ in float32 rounding, and
-:class:`Reproduction` says so.
-
-**XLA's CPU pool.** A CPU trial records the threads of XLA's intra-op pool it computed on (tag
-``xla_cpu_threads``, :mod:`harness.core.xla_threads`): ``1`` by default, more under
-``HARNESS_XLA_CPU_THREADS=all`` or N. The pool's size is a setting of the run, not of the code or the
-machine, and it can change a reduction's bits, so by default the trial is trained again on the pool
-it recorded. XLA sizes the pool from ``NPROC`` once, when the process's CPU client starts, so where
-this process computes on another size the training runs in a subprocess started with
-``HARNESS_XLA_CPU_THREADS`` and ``NPROC`` set to the stored size (:func:`retrain_main`; it writes the
-same scratch store, and this process compares). ``threads="here"`` trains in this process instead,
-and the difference is named among the versions that differ. A pool of more than one thread may split
-a reduction differently from one run to the next (as threads' timing falls), so such a trial can
-differ in float32 rounding even on its own pool; the answer says so when it is not identical.
+:func:`reproduce` reads the trial's latest FINISHED run, rebuilds its :class:`TrialSpec` from
+``trial.json`` (a user's source from the text the run kept, checked against its digest), trains it
+again with the sweep's trainer (in its recorded vmapped batch, tag ``harness.batch``, else alone;
+a stored early stop replayed at its rung), writes it with the sweep's writer into a scratch store,
+and compares every logged value but the clocks (:data:`CLOCK_PREFIXES`): ``identical`` when all are
+equal bit for bit. Otherwise it names the largest difference and the environment tags that differ
+(:data:`VERSION_TAGS`). A CPU trial is trained on the XLA CPU pool size it recorded (tag
+``xla_cpu_threads``), in a subprocess (:func:`retrain_main`) where this process's pool differs;
+``threads="here"`` trains here instead. A pool of several threads may round reductions differently
+from run to run, and the answer says so.
 """
 
 from __future__ import annotations
@@ -117,6 +97,9 @@ class Reproduction:
     differences: int
     versions: dict[str, tuple[str, str]] = field(default_factory=dict)
     batching: str = ""
+    #: how it trained here: ``"in its recorded batch of N"``, else ``"alone"`` and why (``""``: alone,
+    #: as stored)
+    batch: str = ""
     status: tuple[str, str] = ("", "")
     seconds: float = 0.0
     subprocess_threads: int | None = None
@@ -157,9 +140,8 @@ class Reproduction:
         if not self.identical and pool > 1:
             out.append(f"XLA's CPU pool of {pool} threads may split a reduction differently from run to "
                        f"run: values may differ in float32 rounding even on the same machine")
-        if self.batching.startswith("vmapped"):
-            out.append(f"the stored trial trained in a vmapped batch ({self.batching}); here it trained "
-                       f"alone: values may differ in float32 rounding")
+        if self.batch:
+            out.append(f"trained {self.batch}")
         out.append(f"trained again in {self.seconds:.2f} s into {self.scratch_uri} (run {self.new_run_id})")
         return out
 
@@ -177,7 +159,7 @@ def _num(v: float | None) -> str:
 
 
 def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | Path | None = None,
-              compile_cache: bool = True, threads: str = "stored") -> Reproduction:
+              compile_cache: bool = True, threads: str = "stored", alone: bool = False) -> Reproduction:
     """Train the stored trial ``trial_id`` again and compare (module docstring).
 
     Args:
@@ -192,6 +174,8 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
         seconds more: the subprocess imports JAX); ``"here"``: in this process, whatever its pool (a
         different size is then named among the versions that differ). Nothing changes for a run
         without the tag (an accelerator's, or one from before it) or where this process is not on a CPU.
+      alone: train the trial on its own even where it was trained in a vmapped batch (tag
+        ``harness.batch``; default: in that batch again).
 
     Raises:
       ReproduceError: no FINISHED run of the trial, its recorded spec or source does not hash to its
@@ -219,11 +203,12 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
     stored_pool = _count(run.data.tags.get(names.TAG_XLA_CPU_THREADS))
     here = _pool_here()
     sub = stored_pool if threads == "stored" and stored_pool and here and here != stored_pool else None
+    batch, how = ([spec], "alone, as asked") if alone else _batch_of(client, run, spec, folder)
     if sub is None:
-        scratch_uri, new_client, new_run_id, seconds = _retrain(run, experiment, spec, folder, compile_cache)
+        scratch_uri, new_client, new_run_id, seconds = _retrain(run, experiment, batch, folder, compile_cache)
     else:
         scratch_uri, new_run_id, seconds = _in_subprocess(trial_id, run.info.run_id, uri, folder,
-                                                          compile_cache, sub)
+                                                          compile_cache, sub, alone)
         new_client = prepare_store(scratch_uri, create=False)
     compared, metrics, diffs = _compare(client, run, new_client, new_run_id)
     largest = max(diffs, key=lambda d: d.abs_diff) if diffs else None
@@ -232,7 +217,7 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
         trial_id=trial_id, experiment=experiment, stored_run_id=run.info.run_id, scratch_uri=scratch_uri,
         new_run_id=new_run_id, identical=not diffs, compared=compared, metrics=metrics, largest=largest,
         differences=len(diffs), versions=_versions(run.data.tags, new.data.tags),
-        batching=run.data.tags.get(names.TAG_BATCHING, ""),
+        batching=run.data.tags.get(names.TAG_BATCHING, ""), batch=how,
         status=(run.data.tags.get(names.TAG_STATUS, ""), new.data.tags.get(names.TAG_STATUS, "")),
         seconds=seconds, subprocess_threads=sub, pool_here=here, stopped=(stopped_at(run), stopped_at(new)),
         reason=new.data.tags.get(names.TAG_REASON, ""))
@@ -250,18 +235,48 @@ def _pool_here() -> int | None:
     return _count(environment_tags().get(names.TAG_XLA_CPU_THREADS))
 
 
-def _retrain(run, experiment: str, spec: TrialSpec, folder: Path,
+def _batch_of(client, run, spec: TrialSpec, folder: Path) -> tuple[list[TrialSpec], str]:
+    """The specs to train, ``spec`` first (its stored batch, tag ``harness.batch``, each member from its
+    own run; else ``spec`` alone), and how (:attr:`Reproduction.batch`)."""
+    ids = [t for t in run.data.tags.get(names.TAG_BATCH, "").split(",") if t]
+    label = run.data.tags.get(names.TAG_BATCHING, "")
+    if run.data.tags.get(names.TAG_BATCH_FALLBACK_REASON):
+        return [spec], ""
+    if not ids:
+        return [spec], (f"alone: the stored trial trained in a vmapped batch ({label}) whose members "
+                        f"were not recorded; values may differ in float32 rounding, and so may whether "
+                        f"it diverges") if label.startswith("vmap(") else ""
+    if len(ids) < 2 or any(len(t) != 16 for t in ids):
+        return [spec], f"alone: its batch is not listed ({ids[0][:60]}); values may differ"
+    out = [spec]
+    for tid in ids:
+        if tid == spec.trial_id:
+            continue
+        try:
+            other, _ = _stored_run(client, tid)
+            out.append(_stored_spec(client, other, tid, folder))
+        except ReproduceError as e:
+            return [spec], f"alone: its batch's trial {tid} cannot be rebuilt ({e}); values may differ"
+    if any(s.batch_key() != spec.batch_key() for s in out):
+        return [spec], "alone: its batch's stored trials no longer share a vmapped program; values may differ"
+    return out, f"in its recorded batch of {len(out)} (tag {names.TAG_BATCH}), as stored"
+
+
+def _retrain(run, experiment: str, batch: list[TrialSpec], folder: Path,
              compile_cache: bool) -> tuple[str, Any, str, float]:
-    """Train ``spec`` in this process and write it into ``folder``'s scratch store: (scratch URI, its
-    client, the new run's id, training seconds). A trainer's exception is a FAILED run, as in a sweep."""
+    """Train ``batch[0]`` in this process (vmapped with the rest of ``batch`` when there is more) and
+    write it into ``folder``'s scratch store: (scratch URI, its client, the new run's id, training
+    seconds). A trainer's exception is a FAILED run, as in a sweep."""
     from harness.train import compile_cache as cache
-    from harness.train.loop import run_trial
+    from harness.train.loop import run_trial, run_trials_batched
 
     cache.enable(compile_cache)
+    spec = batch[0]
     t0 = time.perf_counter()
     t0_ms = int(time.time() * 1000)
     try:
-        result = run_trial(spec, measure_perf=False, gate=replayed_stop(run))  # stopped where it was
+        result = (run_trials_batched(batch, measure_perf=False, gate=replayed_stop(run))[0] if len(batch) > 1
+                  else run_trial(spec, measure_perf=False, gate=replayed_stop(run)))  # stopped where it was
     except Exception as e:  # recorded as a failed trial, as a sweep records it
         import traceback
 
@@ -281,7 +296,7 @@ _CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
 
 
 def _in_subprocess(trial_id: str, run_id: str, uri: str, folder: Path, compile_cache: bool,
-                   threads: int) -> tuple[str, str, float]:
+                   threads: int, alone: bool = False) -> tuple[str, str, float]:
     """Train in a subprocess whose XLA CPU pool has ``threads`` threads (``HARNESS_XLA_CPU_THREADS``
     and ``NPROC`` set before it imports anything): (scratch URI, new run id, training seconds). Its
     output goes to ``folder/subprocess.log``.
@@ -295,7 +310,7 @@ def _in_subprocess(trial_id: str, run_id: str, uri: str, folder: Path, compile_c
     out.unlink(missing_ok=True)
     env = {**os.environ, ENV: str(threads), XLA_ENV: str(threads)}
     argv = [sys.executable, "-c", _CHILD, json.dumps(sys.path), trial_id, run_id, uri, str(folder.resolve()),
-            "1" if compile_cache else "0"]
+            "1" if compile_cache else "0", "1" if alone else "0"]
     with open(log, "w", encoding="utf-8") as f:
         code = subprocess.run(argv, env=env, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
     if code != 0 or not out.exists():
@@ -309,19 +324,21 @@ def _in_subprocess(trial_id: str, run_id: str, uri: str, folder: Path, compile_c
 
 def retrain_main(argv: list[str]) -> None:
     """The subprocess's entry (:func:`reproduce` with ``threads="stored"``): ``argv`` is ``[trial_id,
-    stored run id, tracking URI, scratch folder, "1"|"0" (compile cache)]``; trains the run's spec
-    in this process and writes ``{"scratch_uri", "new_run_id", "seconds"}`` to
-    ``folder/``:data:`RETRAINED_JSON`. Errors propagate (a traceback, a non-zero exit)."""
+    stored run id, tracking URI, scratch folder, "1"|"0" (compile cache), "1"|"0" (alone)]``; trains
+    the run's spec (in its batch, :func:`_batch_of`) in this process and writes ``{"scratch_uri",
+    "new_run_id", "seconds"}`` to ``folder/``:data:`RETRAINED_JSON`. Errors propagate (a traceback,
+    a non-zero exit)."""
     from harness.core.util import write_json_atomic
     from harness.tracking.client import prepare_store
 
-    trial_id, run_id, uri, where, cc = argv
+    trial_id, run_id, uri, where, cc, alone = argv
     client = prepare_store(uri, create=False)
     run = client.get_run(run_id)
     experiment = client.get_experiment(run.info.experiment_id).name
     folder = Path(where)
     spec = _stored_spec(client, run, trial_id, folder)
-    scratch_uri, _, new_run_id, seconds = _retrain(run, experiment, spec, folder, cc == "1")
+    batch = [spec] if alone == "1" else _batch_of(client, run, spec, folder)[0]
+    scratch_uri, _, new_run_id, seconds = _retrain(run, experiment, batch, folder, cc == "1")
     write_json_atomic(folder / RETRAINED_JSON, {"scratch_uri": scratch_uri, "new_run_id": new_run_id,
                                                 "seconds": seconds})
 

@@ -38,7 +38,6 @@ from harness.config.load import Registries, SweepConfig
 from harness.core import budget, interrupt, xla_threads
 from harness.core.conditions import one_line_warnings
 from harness.core.context import RunContext
-from harness.core.names import TAG_BATCHING
 from harness.core.outcome import TrialOutcome
 from harness.core.redact import mask_uri
 from harness.core.registry import did_you_mean, known_executors
@@ -47,7 +46,7 @@ from harness.execute.devices import parent_off_devices
 from harness.execute.executors import Executor, InProcessExecutor, get_executor
 from harness.execute.writing import replay_spool
 from harness.plan.expansion import TrialList, component_variants, expand, search_tags, sweep_id_of
-from harness.plan.units import group_units
+from harness.plan.units import group_units, unit_tags
 from harness.sweep.adaptive import Rounds, keep_only, print_search_plan
 from harness.sweep.budget import SweepClock
 from harness.sweep.execution import execute_units
@@ -392,7 +391,7 @@ def _run_invocation(cfg: SweepConfig, given: GivenConfig, specs: TrialList, plan
         parent_id = start_parent(client, exp_id, cfg, given, whole, plan, sweep_id, uri, only=only)
         heartbeat = Heartbeat(uri, parent_id).start()
     ctx = _run_context(cfg, given.commit_path, uri, exp_id, parent_id, sweep_id,
-                       _with_batching_tags(search_tags(whole), batching_tags))
+                       unit_tags(search_tags(whole), batching_tags, units))
     if rounds is not None:
         ctx = dataclasses.replace(ctx, **rounds.context())
     status = "KILLED"
@@ -405,8 +404,8 @@ def _run_invocation(cfg: SweepConfig, given: GivenConfig, specs: TrialList, plan
             while rounds is not None and (nxt := rounds.next_plan()) is not None:
                 with clock.part("batching"):
                     units = group_units(nxt.todo, cfg.batching, labels=batching_tags)
-                ctx = dataclasses.replace(ctx, trial_tags=_with_batching_tags(search_tags(whole),
-                                                                              batching_tags))
+                ctx = dataclasses.replace(ctx, trial_tags=unit_tags(search_tags(whole),
+                                                                              batching_tags, units))
                 display.grow(len(nxt.todo))
                 dedupe_s += execute_units(ex, units, ctx, outcomes, display, clock, seen)
         status = "FINISHED"
@@ -451,14 +450,6 @@ def _run_context(cfg: SweepConfig, config_path: str | Path, uri: str, exp_id: st
                       trial_tags=trial_tags, checkpoint_every=cfg.checkpoint_every or "default",
                       checkpoint_dir=checkpoint.root_for(uri, cfg.checkpoint_dir),
                       keep_final_checkpoint=cfg.keep_final_checkpoint)
-
-
-def _with_batching_tags(tags: dict[str, dict[str, str]], batching: dict[str, str]) -> dict:
-    """``trial_tags`` plus each trial's ``harness.batching`` tag."""
-    out = {tid: dict(t) for tid, t in tags.items()}
-    for tid, label in batching.items():
-        out.setdefault(tid, {})[TAG_BATCHING] = label
-    return out
 
 
 def _close_invocation(client, exp_id: str, parent_id: str, uri: str, outcomes: list[TrialOutcome],

@@ -140,7 +140,7 @@ class SweepSummary:
 
 
 def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
-                 clock: str = DEFAULT_CLOCK) -> list[dict[str, Any]]:
+                 clock: str = DEFAULT_CLOCK, audits: bool = True) -> list[dict[str, Any]]:
     """Best configuration per task and optimizer (a task: :func:`harness.core.outcome.task_key`, the
     report's ``task``; row keys ``task`` and ``task_title``, :func:`harness.sweep.tasks.task_titles`;
     one configuration: its exact values, the
@@ -163,9 +163,11 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     the three-split protocol); ``seed_seconds`` and ``seed_values`` the same per seed (seed → seconds
     to target on the task's clock, seed → validation value), what :func:`ranked_rows` ties on."""
     kind = value_kind(by)
-    outcomes = [o for o in outcomes if not o.audit_of]  # an audit trial is never selected (issue 34)
+    # an audit trial stands for its stopped twin's seed (last_rounds: the one not stopped wins), so
+    # a configuration it trained to the end competes; audits=False: early stopping's own selection
+    outcomes = outcomes if audits else [o for o in outcomes if not o.audit_of]
     clocks = task_clocks(outcomes, clock)
-    modeled, classes = classed_modeled(outcomes, clocks)
+    modeled, classes, ranges = classed_modeled(outcomes, clocks)
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:  # one configuration: the report's config_id (0.1000001 and 0.1000004 are two)
         groups.setdefault(config_key(o), []).append(o)
@@ -196,6 +198,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
         row = {
             "flagged": any(o.perf_suspect for o in ok),
             "cost_class": next((c for o in ok if (c := classes.get(o.trial_id)) is not None), None),
+            "cost_range": next((c for o in ok if (c := ranges.get(o.trial_id)) is not None), None),
             "dataset": ds, "model": model, "task": task, "task_title": titles[task],
             "optimizer": opt, "metric": metric, "config_id": conf_id,
             "config": labels[key], "config_exact": exact,
@@ -244,7 +247,7 @@ def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             name=r["optimizer"], reached=r["reached"], finished=r["finished"],
             median_steps=r["steps_to_target"], seconds=r["seed_seconds"], values=r["seed_values"],
             higher_is_better=not r["metric"].endswith("/loss"), cost_class=r["cost_class"],
-            has_results=r["has_results"]) for r in tasks[key]], by)
+            cost_range=r["cost_range"], has_results=r["has_results"]) for r in tasks[key]], by)
         groups = ties.share_ranks(ordered, by)
         labels = ties.tie_labels(groups, ordered)
         for grp in groups:
@@ -352,6 +355,21 @@ RANK_WORDS = (f"shared (\"1=\") where the rank rule cannot tell two apart on wha
               f"value: a paired bootstrap 95% interval containing 0 with {ties.MIN_SEEDS} paired seeds or "
               f"more, else overlapping min–max ranges), as the HTML report's leaderboard; a tie's rows "
               f"in the order of \"to target\" (else of the validation value)")
+
+
+def audit_changes(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
+                  clock: str = DEFAULT_CLOCK) -> list[str]:
+    """One line per task and optimizer whose selected configuration an early-stopping search's
+    audit changed (:func:`best_configs` with and without the audit trials), as
+    :func:`reports.selection.audit_changes` says it; ``[]`` without audits."""
+    if not any(o.audit_of for o in outcomes):
+        return []
+    before = {(r["task"], r["optimizer"]): r["config"]
+              for r in best_configs(outcomes, by, clock, audits=False)}
+    return [f"{r['optimizer']} ({r['task_title']}): {r['config']}, trained to the end by an audit, is "
+            f"selected; early stopping alone picked {before[(r['task'], r['optimizer'])]}"
+            for r in best_configs(outcomes, by, clock)
+            if before.get((r["task"], r["optimizer"]), r["config"]) != r["config"]]
 
 
 def tie_line(rows: list[dict[str, Any]]) -> str:
@@ -479,6 +497,8 @@ def print_summary(console, summary: SweepSummary, explain: bool = False) -> None
         elif d.get("words"):  # an early-stopping search: its stops, steps and audit (issue 34 §1)
             console.print(f"{escape(str(d['method']))}: {escape(d['optimizer'])} ({escape(d['task'])}): "
                           f"{escape(d['words'])}", soft_wrap=True)
+    for line in audit_changes(summary.outcomes, summary.select_by, summary.time_clock):
+        console.print(f"audit changed the selection: {escape(line)}", soft_wrap=True)
     if hint := summary.spool_hint(py):
         console.print(escape(hint), soft_wrap=True)
     # commands to paste into a shell: quoted (a name with a space or a quote), markup escaped

@@ -11,14 +11,7 @@ vary among its model and dataset's tasks (``mlp · digits (width=16)``), in the 
 
 from __future__ import annotations
 
-from harness.core.clock import (
-    DEFAULT_CLOCK,
-    classed_seconds,
-    cost_class_of,
-    cost_classes,
-    cost_grid,
-    task_clock,
-)
+from harness.core.clock import DEFAULT_CLOCK, cost_class_of, cost_range, task_clock
 from harness.core.names import with_params
 from harness.core.outcome import TrialOutcome, task_key
 
@@ -77,26 +70,22 @@ def task_clocks(outcomes: list[TrialOutcome], clock: str = DEFAULT_CLOCK) -> dic
 
 
 def classed_modeled(outcomes: list[TrialOutcome], clocks: dict[tuple, str]
-                    ) -> tuple[dict[str, float | None], dict[str, float | None]]:
-    """Two maps of trial id: the modeled seconds to target it ranks on (steps × its task's cost
-    class's common figure: :func:`harness.core.clock.classed_seconds`, per task) and its cost class
-    on its task's clock (``clocks``, :func:`task_clocks`; :func:`harness.core.clock.cost_class_of`:
-    what a tie on time means)."""
-    tasks: dict[tuple, list[TrialOutcome]] = {}
-    for o in outcomes:
-        tasks.setdefault(task_key(o), []).append(o)
+                    ) -> tuple[dict[str, float | None], dict[str, float | None],
+                               dict[str, tuple[float, float] | None]]:
+    """Three maps of trial id: the modeled seconds to target it ranks on (steps × its program's
+    figure, as logged), its per-step cost on its task's clock (``clocks``, :func:`task_clocks`;
+    :func:`harness.core.clock.cost_class_of`) and that cost's relative interval
+    (:func:`harness.core.clock.cost_range`)."""
     secs: dict[str, float | None] = {}
     classes: dict[str, float | None] = {}
-    for key, os_ in tasks.items():
-        grid = cost_grid(next((o.device_kind for o in os_ if o.device_kind), None))
-        got = classed_seconds([(o.steps_to_target, o.modeled_step_ms, o.modeled_seconds_to_target)
-                               for o in os_], grid)
-        secs.update(zip((o.trial_id for o in os_), got, strict=True))
-        common = cost_classes((o.modeled_step_ms for o in os_), grid)
-        for o in os_:
-            classes[o.trial_id] = cost_class_of(clocks.get(key, "measured"), o.modeled_step_ms,
-                                                o.cost_seconds_to_target, o.steps_to_target, common)
-    return secs, classes
+    ranges: dict[str, tuple[float, float] | None] = {}
+    for o in outcomes:
+        on = clocks.get(task_key(o), "measured")
+        secs[o.trial_id] = o.modeled_seconds_to_target
+        classes[o.trial_id] = cost_class_of(on, o.modeled_step_ms, o.cost_seconds_to_target,
+                                            o.steps_to_target)
+        ranges[o.trial_id] = cost_range(on, o.modeled_step_ms, o.modeled_step_ms_lo, o.modeled_step_ms_hi)
+    return secs, classes, ranges
 
 
 def flagged_programs(outcomes: list[TrialOutcome]) -> list[str]:

@@ -214,7 +214,9 @@ _PERF_METRICS = {"step_time_ms": names.M_STEP_MS, "step_time_ms_p10": names.M_ST
                  "utilization": names.M_UTIL, "peak_flops": names.M_PEAK_FLOPS,
                  "examples_per_sec_per_device": names.M_EXAMPLES_PER_S_PER_DEVICE,
                  "num_devices": names.M_NUM_DEVICES, "spread": names.M_STEP_SPREAD,
-                 "step_cpu_ms": names.M_STEP_CPU_MS, "modeled_step_ms": names.M_MODELED_STEP_MS}
+                 "step_cpu_ms": names.M_STEP_CPU_MS, "modeled_step_ms": names.M_MODELED_STEP_MS,
+                 "modeled_step_ms_lo": names.M_MODELED_STEP_MS_LO,
+                 "modeled_step_ms_hi": names.M_MODELED_STEP_MS_HI}
 
 
 def model_flops_utilization(perf) -> float | None:

@@ -80,6 +80,8 @@ CLOCK_FACTOR = 2.0
 DISPATCH_SLACK_MS = 2.0
 #: Untimed calls of each program before its timed ones.
 WARMUP = 2
+#: An interleaved measurement times at least this many rounds (:func:`interleave_bounds`).
+MIN_ROUNDS = 10
 #: At most this many re-measurements of a figure that disagrees with its training clock.
 REMEASURES = 3
 #: Two consecutive re-measured figures within this relative difference are stable.
@@ -189,6 +191,10 @@ def _figure(perf: PerfResult) -> float:
     return perf.modeled_step_ms if perf.modeled_step_ms is not None else perf.step_time_ms
 
 
+def _scaled(ms: float | None, scale: float) -> float | None:
+    return None if ms is None else ms * scale
+
+
 def _disagreement(perf: PerfResult, train_clock: TrainClock | None) -> str:
     """:func:`clock_disagreement` of ``perf``'s modeled figure, CPU against CPU on a CPU device."""
     on_cpu = perf.step_cpu_ms is not None and perf.device_kind.startswith("cpu:")
@@ -280,7 +286,9 @@ def remeasure_in_task(prog: TrainingProgram, spec: TrialSpec, perf: PerfResult, 
             got = _time_together([(prog, spec)] + [(p, s) for _, p, s in peers])
             scale = statistics.median(_figure(perf_cache[k]) / _figure(g)  # type: ignore[index]
                                       for (k, _, _), g in zip(peers, got[1:], strict=True))
-            new = dataclasses.replace(got[0], modeled_step_ms=_figure(got[0]) * scale, remeasured=True)
+            new = dataclasses.replace(got[0], modeled_step_ms=_figure(got[0]) * scale, remeasured=True,
+                                      modeled_step_ms_lo=_scaled(got[0].modeled_step_ms_lo, scale),
+                                      modeled_step_ms_hi=_scaled(got[0].modeled_step_ms_hi, scale))
         else:
             new = dataclasses.replace(_measure(prog, spec), remeasured=True)
         why = _disagreement(new, train_clock)
@@ -328,12 +336,17 @@ def _time_together(programs: Sequence[tuple[TrainingProgram, TrialSpec]]) -> lis
     method), uncached: their :class:`PerfResult` s in order."""
     jobs = [_chunk_job(prog, spec) for prog, spec in programs]
     block, min_rounds, max_rounds, max_s = interleave_bounds([kw["steps_per_call"] for _, kw in jobs])
+    on = timing.stable_figure()
     times, outs, cpu = timing.time_rounds([j for j, _ in jobs], block=block, warmup=WARMUP,
                                           max_spread=MAX_SPREAD, min_rounds=min_rounds,
                                           max_rounds=max_rounds, max_seconds=max_s,
-                                          stable_on=timing.stable_figure())
-    return [timing.perf_result(t, o, compiled=job.compiled, warmup=WARMUP, cpu=c, **kw)
-            for (job, kw), t, o, c in zip(jobs, times, outs, cpu, strict=True)]
+                                          stable_on=on, shuffle=True)
+    series = cpu if on == "cpu" else [[statistics.fmean(t[i:i + block]) for i in range(0, len(t), block)]
+                                      for t in times]
+    figures = timing.round_figures(series)
+    return [timing.perf_result(t, o, compiled=job.compiled, warmup=WARMUP, cpu=c,
+                               figure=tuple(x * 1e3 / kw["steps_per_call"] for x in f), **kw)
+            for (job, kw), t, o, c, f in zip(jobs, times, outs, cpu, figures, strict=True)]
 
 
 def measure_interleaved(programs: Sequence[tuple[TrainingProgram, TrialSpec]],
@@ -365,11 +378,12 @@ def measure_interleaved(programs: Sequence[tuple[TrainingProgram, TrialSpec]],
 def interleave_bounds(steps_per_call: Sequence[int]) -> tuple[int, int, int, float]:
     """``(block, min_rounds, max_rounds, max_seconds)`` of an interleaved measurement of programs
     running ``steps_per_call`` steps per call: a block of ceil(8 / K) calls (at least 2), at least
-    5 rounds (so each program is timed in five separate stretches, the median of five blocks being
-    its CPU figure), at most 40 rounds, and at most 1 s + 0.5 s per program of timing (a program
-    timed alone may take up to 2 s)."""
+    :data:`MIN_ROUNDS` rounds whatever they take (each program timed in that many separate
+    stretches, in shuffled order: its figure's 95% interval is then between the 2nd and 9th of
+    them, not one round's value), then until stable or 2 s + 1 s per program of timing; at most
+    40 rounds."""
     block = max(2, -(-8 // max(1, min(steps_per_call, default=1))))
-    return block, 5, 40, 1.0 + 0.5 * len(steps_per_call)
+    return block, MIN_ROUNDS, 40, 2.0 + 1.0 * len(steps_per_call)
 
 
 def _measure(prog: TrainingProgram, spec: TrialSpec) -> PerfResult:

@@ -66,12 +66,10 @@ The method (what :func:`measure` does, in order):
    time, and load moved it by 22–29% (an MLP of width 256; on one thread −3% to +2%). Load still
    moves the step's own work (caches, memory bandwidth shared with other processes): beside the
    burners a CNN of width 64's figures rose 11–40% and an MNIST-1D MLP's 20–60% at load 16, each
-   program by its own amount, which the modeled clock absorbs by charging figures in powers of 2
-   (:data:`harness.core.clock.CPU_GRID`). On a CPU device this is
-   the figure the modeled clock
-   ranks on (``modeled_step_ms``, :func:`modeled_step_ms`) and the one a measurement repeats until
-   stable (:func:`stable_figure`); on an accelerator the wall-clock median is (device time; host
-   load barely moves it).
+   program by its own amount, which each figure's interval from its rounds carries
+   (:func:`harness.train.rounds.round_figures`). On a CPU device this is the figure the modeled
+   clock ranks on (``modeled_step_ms``) and the one a measurement repeats until stable
+   (:func:`stable_figure`); on an accelerator the wall-clock median is (device time).
 
 Units: seconds for compile, milliseconds for step times, FLOP/s for peaks; utilisation is a fraction.
 """
@@ -80,6 +78,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -93,6 +92,7 @@ import numpy as np
 from harness.core.spec import PerfResult
 from harness.core.util import cache_dir, write_json_atomic
 from harness.train.cpu_clock import cpu_snapshot, work_cpu_s
+from harness.train.rounds import round_figures
 from models.flops import cost_analysis_flops
 
 __all__ = [
@@ -104,7 +104,6 @@ __all__ = [
     "device_peak_flops",
     "flops_agree",
     "measure",
-    "modeled_step_ms",
     "perf_result",
     "relative_spread",
     "stable_figure",
@@ -244,18 +243,10 @@ _RETIMED: set[str] = set()
 # --------------------------------------------------------------------------------------------------
 
 
-def modeled_step_ms(step_time_ms: float, step_cpu_ms: float | None, platform: str) -> float:
-    """The per-step figure the modeled clock multiplies by steps (item 7 of the module docstring):
-    on a CPU device the step's CPU time ``step_cpu_ms`` (when measured), elsewhere the wall-clock
-    median ``step_time_ms`` (an accelerator's step is device time, which other processes on the host
-    barely move; the host's CPU time would not be the step's cost there)."""
-    return step_cpu_ms if platform == "cpu" and step_cpu_ms is not None else step_time_ms
-
-
 def stable_figure(platform: str | None = None) -> str:
     """Which figure a measurement repeats until stable (``time_rounds``'s ``stable_on``): ``"cpu"``
     on a CPU device (``platform``, default the default backend's), ``"wall"`` elsewhere: the figure
-    :func:`modeled_step_ms` ranks on."""
+    :func:`perf_result`'s modeled figure ranks on."""
     return "cpu" if (platform or jax.devices()[0].platform) == "cpu" else "wall"
 
 
@@ -297,17 +288,20 @@ def state_carry(carry: Callable[[Any, tuple], tuple] | None = None) -> Callable[
 
 def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_spread: float | None,
                 max_rounds: int, max_seconds: float, min_rounds: int = 1,
-                on_call: Callable[[int], None] | None = None, stable_on: str = "wall") -> Rounds:
+                on_call: Callable[[int], None] | None = None, stable_on: str = "wall",
+                shuffle: bool = False) -> Rounds:
     """Time ``programs`` round by round (items 2, 3 and 3b of the module docstring, for one program
     or several): ``warmup`` untimed calls of each (the last one's outputs waited for), then rounds,
     each ``block`` timed calls of every program in turn (each call ended with
     ``jax.block_until_ready`` and timed alone; the block's CPU seconds taken around it,
-    :func:`work_cpu_s`), until every program's spread is at most ``max_spread`` after at least
-    ``min_rounds`` rounds, or ``max_rounds`` rounds were timed, or ``max_seconds`` of timing passed.
+    :func:`work_cpu_s`), at least ``min_rounds`` rounds, then until every program's spread is at
+    most ``max_spread`` or ``max_seconds`` of timing passed; at most ``max_rounds`` rounds.
     The spread is :func:`relative_spread` of the figure that will be used: the wall seconds of all
     timed calls (``stable_on="wall"``) or the CPU seconds per call of the blocks (``"cpu"``). Load
     that comes and goes then falls on every program alike, and their medians keep their ratios.
     ``on_call(i)`` is called before each timed call of program ``i`` (the order is observable).
+    With ``shuffle`` each round times the programs in its own order (``random.Random(round)``), so
+    that no program always follows the same one.
 
     Returns:
       :class:`Rounds`: per program the seconds of every timed call, its last outputs and the CPU
@@ -332,7 +326,11 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
     cpu: list[list[float]] = [[] for _ in programs]
     start, rounds = time.perf_counter(), 0
     while True:
-        for i, p in enumerate(programs):
+        order = list(range(len(programs)))
+        if shuffle:
+            random.Random(rounds).shuffle(order)
+        for i in order:
+            p = programs[i]
             c0 = cpu_snapshot()
             for _ in range(block):
                 if on_call is not None:
@@ -346,8 +344,8 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
         rounds += 1
         figures = times if stable_on == "wall" else cpu
         stable = max_spread is None or all(relative_spread(t) <= max_spread for t in figures)
-        if (stable and rounds >= min_rounds) or rounds >= max_rounds \
-                or time.perf_counter() - start >= max_seconds:
+        late = time.perf_counter() - start >= max_seconds
+        if (rounds >= min_rounds and (stable or late)) or rounds >= max_rounds:
             return Rounds(times, outs, cpu)
 
 
@@ -438,11 +436,13 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
                 batch_size: int, steps_per_call: int = 1, warmup: int = 0,
                 analytic_flops: float | None = None, peak_flops: float | None = None,
                 dtype: Any = jnp.float32, num_devices: int = 1, mesh: str = "",
-                flops_of: Any = None, cpu: Sequence[float] | None = None) -> PerfResult:
+                flops_of: Any = None, cpu: Sequence[float] | None = None,
+                figure: tuple[float, float, float] | None = None) -> PerfResult:
     """The :class:`~harness.core.spec.PerfResult` of timed calls ``times`` (seconds each, of
     ``steps_per_call`` steps) of ``compiled`` whose last outputs are ``out`` (items 3 to 7 of the
     module docstring; the arguments are :func:`measure`'s; ``cpu``: the CPU seconds per call of each
-    timed block, :attr:`Rounds.cpu`)."""
+    timed block, :attr:`Rounds.cpu`; ``figure``: the modeled clock's ``(ms, lo, hi)`` per step when
+    timed beside other programs, :func:`round_figures`; else from this program's own blocks)."""
     compile_s = float(compile_s or 0.0)
     spread = relative_spread(times)
     per_step_ms = np.asarray(times) * 1e3 / steps_per_call
@@ -471,6 +471,9 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
     eps = batch_size / (median / 1e3) if median > 0 else math.inf
     cpu_ms = float(np.median(cpu)) * 1e3 / steps_per_call if cpu else None
     platform = dev.platform if dev is not None else jax.devices()[0].platform
+    if figure is None:
+        series = cpu if platform == "cpu" and cpu else times
+        figure = tuple(x * 1e3 / steps_per_call for x in round_figures([series])[0])  # type: ignore[assignment]
     return PerfResult(
         compile_s=compile_s,
         step_time_ms=median,
@@ -490,5 +493,7 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
         examples_per_sec_per_device=eps / num_devices,
         mesh=mesh,
         step_cpu_ms=cpu_ms,
-        modeled_step_ms=modeled_step_ms(median, cpu_ms, platform),
+        modeled_step_ms=figure[0],
+        modeled_step_ms_lo=figure[1],
+        modeled_step_ms_hi=figure[2],
     )
