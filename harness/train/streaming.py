@@ -1,16 +1,15 @@
 """Training on a streamed dataset (``Dataset.stream``, :class:`harness.data.stream.TokenStream`): each
-chunk's windows are read on the host from memory-mapped shards and put on the device by a
+chunk's windows are read on the host from the shards (positional reads) and put on the device by a
 background thread while the previous chunk computes (prefetch), then fed to the program's updates.
 
 The order is the stream's pure function of (seed, step), so a trial resumed from its checkpoint's
 step reads the windows it would have read, and each trial of a vmapped unit its own seed's order.
 On a data-parallel mesh (``shard: batch``) each device's part of every global batch (``B/D``
 examples) is read for that device alone (``jax.make_array_from_callback``), the batch axis
-``P("batch")``; on a trial-parallel mesh the windows are replicated. ``wait_s`` is the time the training loop
-waited on data (the host not keeping up), ``read_s`` the reading thread's time. Not built on Grain:
-the order is stateless (the checkpoint's step is the data position), and one reading thread kept the
-loop's wait under 0.1% of training time (``tests/benchmarks/test_bench_tokens.py``); Grain was not
-measured against it.
+``P("batch")``; on a trial-parallel mesh the windows are replicated. ``wait_s`` is the time the
+training loop waited on data (the host not keeping up), ``read_s`` the reading thread's time. Not
+built on Grain: measured against it, no faster and more memory (docs/decisions.md,
+``tests/benchmarks/test_bench_grain.py``).
 """
 
 from __future__ import annotations
