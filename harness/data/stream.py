@@ -25,7 +25,7 @@ __all__ = ["TokenStream"]
 
 
 class TokenStream:
-    """The training split of a shard folder, read window by window from memory maps.
+    """The training split of a shard folder, read window by window (positional reads).
 
     Args:
       infos: the training shards, in order. seq_len: ``T``. num_tokens: how many tokens of the
