@@ -32,7 +32,7 @@ def lm_sweep(tmp_path_factory):
     base = tmp_path_factory.mktemp("lmrank")
     tokenize_files([ROOT / "docs" / "architecture.md"], base / "shards", "bytes", "gpt2")
     store = f"sqlite:///{base / 'mlflow.db'}"
-    run = harness.sweep({
+    config = {
         "name": "lmrank", "models": [{"name": "transformer_lm", "hparams": {"width": 8, "depth": 1,
                                                                              "num_heads": 2}}],
         "optimizers": [{"name": "adam", "hparams": {"step_size": [3e-2, 1e-4]}},
@@ -40,12 +40,14 @@ def lm_sweep(tmp_path_factory):
         "schedules": ["constant"], "seeds": [0], "batch_size": 4, "budget": {"steps": 6},
         "eval_every": 6, "measure_perf": False,
         "datasets": [{"name": f"tokens:{base / 'shards'}", "hparams": {"seq_len": 16, "valid_tokens": 256}}],
-    }, tracking_uri=store, quiet=True)
-    return run, store
+    }
+    run = harness.sweep(config, tracking_uri=store, quiet=True)
+    again = harness.sweep(config, tracking_uri=store, quiet=True)  # every trial read back from the store
+    return run, store, again
 
 
 def test_summary_ranks_a_language_model_without_target_by_validation_loss(lm_sweep):
-    run, _ = lm_sweep
+    run, _, again = lm_sweep
     outs = run.summary.outcomes
     assert len(outs) == 3 and all(o.status == "finished" and o.language_model for o in outs)
     rows = ranked_rows(outs, "time_to_target")
@@ -56,10 +58,14 @@ def test_summary_ranks_a_language_model_without_target_by_validation_loss(lm_swe
     assert by_opt["adam"]["value"] == pytest.approx(min(adam))  # the lower loss is selected
     assert rows[0]["value"] <= rows[1]["value"]  # ranked lower-is-better
     assert [r["value"] for r in rows] == sorted(r["value"] for r in rows)
+    skipped = again.summary.outcomes
+    assert all(o.skipped and o.language_model for o in skipped)
+    assert [(r["optimizer"], r["metric"], r["value"]) for r in ranked_rows(skipped)] == [
+        (r["optimizer"], r["metric"], r["value"]) for r in rows]
 
 
 def test_report_objective_of_a_language_model_without_target_is_final_loss(lm_sweep):
-    run, store = lm_sweep
+    run, store, _ = lm_sweep
     frame = load_sweep("lmrank", tracking_uri=store).frame
     s = summaries(frame)
     assert s["language_model"].all()
