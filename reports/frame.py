@@ -98,7 +98,7 @@ from harness.core.names import (
     canonical_metric,
 )
 from harness.core.names import SUMMARY_METRICS as SUMMARY_METRICS
-from harness.core.selection import best_of
+from harness.core.selection import LM_MARKER, best_of
 from reports import runs as mlruns
 from reports.labels import add_labels
 from reports.search_report import read_search
@@ -172,7 +172,8 @@ ID_COLUMNS = (
     "config", "config_id", "tuning", "search", "audit_of", "batching", "batch", "source_hash",
     "search_space", "step_size",
     "batch_size", "train_steps",
-    "target_metric", "target_value", "target_mode", "protocol", "mesh", "perf_suspect", *ENV_TAGS,
+    "target_metric", "target_value", "target_mode", "language_model", "protocol", "mesh", "perf_suspect",
+    *ENV_TAGS,
     *lt.TAGS, "start_time",
     "end_time", "step",
 )
@@ -299,6 +300,8 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "target_metric": target_metric,
         "target_value": _num(params.get(PARAM_TARGET_VALUE)),
         "target_mode": target_mode(target_metric, params.get(PARAM_TARGET_MODE)) if target_metric else None,
+        # a sequence task's run: without a target it ranks by loss (core.selection.ranking_metric)
+        "language_model": LM_MARKER in run.data.metrics,
         "protocol": _protocol(run),
         "mesh": tags.get(TAG_MESH),
         "perf_suspect": tags.get(TAG_PERF_SUSPECT),  # why its step time is not trusted

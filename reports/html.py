@@ -33,9 +33,9 @@ from harness.core.names import (
     TAG_HARNESS_COMMIT,
 )
 from harness.core.ties import power_words
+from reports.batching import batching_flags
 from reports.cells import spreadsheet_safe
 from reports.claim_table import claim_rows
-from reports.batching import batching_flags
 from reports.clock import clock_note
 from reports.early_stop import audit_rows
 from reports.figures import FIGURES

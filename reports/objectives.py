@@ -2,7 +2,8 @@
 
 A task's objective follows from its target (``target.metric``, ``target.mode``): a
 ``valid/accuracy`` target ranks by ``final/valid_accuracy`` (higher is better), a ``valid/loss`` one by
-``final/valid_loss`` (lower is better); without a target, by final accuracy when logged, else loss.
+``final/valid_loss`` (lower is better); without a target, a language model's by final loss, others' by
+final accuracy when logged, else loss (:func:`harness.core.selection.ranking_metric`).
 Tasks of one sweep may differ (:func:`objectives_differ`), so everything that selects, ranks or
 reports one task's configurations asks for that task's objective.
 """
@@ -27,7 +28,7 @@ from harness.core.names import (
     M_VALID_LOSS,
     canonical_metric,
 )
-from harness.core.selection import value_kind
+from harness.core.selection import ranking_metric, value_kind
 from reports.frame import summaries, target_mode
 
 #: Which final (validation) metric a target metric is judged by (``eval/*`` targets, the names of
@@ -83,7 +84,7 @@ class Objective:
 
 def objective(frame: pd.DataFrame, task: str | None = None) -> Objective:
     """The objective of ``task`` (default: of the whole sweep): its (most common) target's final
-    metric, else final accuracy, else loss.
+    metric, else final loss for a language model, else final accuracy, else loss.
 
     Tasks of one sweep may differ (``workloads: [markov_lm_transformer, mnist1d_cnn]``: a
     ``valid/loss`` target and a ``valid/accuracy`` one), so everything that selects, ranks or
@@ -104,7 +105,8 @@ def objective(frame: pd.DataFrame, task: str | None = None) -> Objective:
         value = float(rows["target_value"].median())
         final = FINAL_OF.get(canonical_metric(metric), M_FINAL_ACC if mode == "max" else M_FINAL_LOSS)
         return Objective(final, mode, metric, value)
-    if s[M_FINAL_ACC].notna().any():
+    lm = "language_model" in s.columns and bool(s["language_model"].fillna(False).astype(bool).any())
+    if ranking_metric(None, lm) == M_VALID_ACC and s[M_FINAL_ACC].notna().any():
         return Objective(M_FINAL_ACC, "max", None, math.nan)
     return Objective(M_FINAL_LOSS, "min", None, math.nan)
 

@@ -74,10 +74,10 @@ def _run(specs, ds, ck, seen):
     """Train, recording each ``(seed, update) -> window ids`` the stream hands out."""
     real = ds.stream.batches
 
-    def batches(seed, start, n, batch):
+    def batches(seed, start, n, batch, part=slice(None)):
         for i in range(n):
             seen.setdefault((seed, start + i), ds.stream.order(seed, start + i, 1, batch).tolist())
-        return real(seed, start, n, batch)
+        return real(seed, start, n, batch, part)
 
     ds.stream.batches = batches
     try:

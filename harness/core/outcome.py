@@ -24,7 +24,7 @@ from typing import Any
 from harness.core import names
 from harness.core.clock import clock_seconds
 from harness.core.conditions import flops_note
-from harness.core.selection import best_of
+from harness.core.selection import LM_MARKER, best_of
 from harness.core.spec import TrialResult, TrialSpec
 from harness.core.util import finite
 
@@ -164,6 +164,9 @@ class TrialOutcome:
     has_target: bool = True
     #: The target's value (None: no target), what a target claim is tested against
     target_value: float | None = None
+    #: A language model's trial (a sequence task; its run logged ``valid/perplexity``): without a
+    #: target it ranks by validation loss (:func:`harness.core.selection.ranking_metric`)
+    language_model: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     #: Another invocation on this machine holds the trial's claim (it is training or writing it):
     #: nothing was trained here; the sweep comes back to it once the claim is free.
@@ -210,6 +213,7 @@ class TrialOutcome:
         is the last line of a failed trial's traceback (≤ 300 characters) or where it diverged."""
         o = cls.of_spec(res.spec, res.status)
         o.run_id = run_id
+        o.language_model = "lm" in res.extra
         o.final_valid_accuracy = _or_none(res.final_valid_accuracy)
         o.final_valid_loss = _or_none(res.final_valid_loss)
         o.best_valid_accuracy = best_of(res.curves.eval_accuracy, True)
@@ -255,6 +259,7 @@ class TrialOutcome:
             "finished" if run.info.status == "FINISHED" else "failed")
         o = cls.of_spec(spec, status)
         o.run_id = run.info.run_id
+        o.language_model = LM_MARKER in m
         o.final_valid_accuracy = m.get(names.M_VALID_ACC)
         o.final_valid_loss = m.get(names.M_VALID_LOSS)
         o.best_valid_accuracy = m.get(names.M_BEST_ACC)

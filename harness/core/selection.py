@@ -9,7 +9,7 @@ The objective is the config's ``selection: {by: ...}`` (recorded on the sweep's 
 - ``time_to_target`` (the default): most seeds reaching the validation target, then fewest median
   steps to it (:func:`selection_key` documents the rest of the order);
 - ``final``: the best mean over seeds of the final validation metric of the task's objective
-  (accuracy higher, loss lower);
+  (accuracy higher, loss lower; :func:`ranking_metric` says which);
 - ``best``: the best mean over seeds of the best validation value seen during training (the
   curve's best evaluation, logged as ``best/valid_accuracy`` / ``best/valid_loss``).
 
@@ -24,6 +24,24 @@ import math
 SELECT_BY = ("time_to_target", "final", "best")
 #: Today's rule, unchanged: a config without ``selection`` selects as before it existed.
 DEFAULT_SELECT_BY = "time_to_target"
+#: A run that logged this metric is a language model's (``valid/perplexity``, logged for every
+#: sequence task; :func:`ranking_metric`).
+LM_MARKER = "valid/perplexity"
+
+
+def ranking_metric(target_metric: str | None, language_model: bool) -> str:
+    """The validation metric a task ranks by: its target's; without a target, ``valid/loss`` for a
+    language model (next-token accuracy is not what the field compares), else ``valid/accuracy``.
+
+    Args:
+      target_metric: the task's target metric (``None``: no target). language_model: a sequence task
+        (its runs log :data:`LM_MARKER`).
+    Returns:
+      ``"valid/loss"`` or ``"valid/accuracy"`` (or the target's metric); lower is better for a loss.
+    """
+    if target_metric:
+        return target_metric
+    return "valid/loss" if language_model else "valid/accuracy"
 
 
 def check_select_by(by: str | None) -> str:

@@ -25,7 +25,7 @@ __all__ = ["TokenStream"]
 
 
 class TokenStream:
-    """The training split of a shard folder, read window by window from memory maps.
+    """The training split of a shard folder, read window by window (positional reads).
 
     Args:
       infos: the training shards, in order. seq_len: ``T``. num_tokens: how many tokens of the
@@ -91,9 +91,11 @@ class TokenStream:
                              f"{self.vocab_size} (the model's vocabulary)")
         return np.asarray(part, np.int64)
 
-    def batches(self, seed: int, start: int, n: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(x, y)`` ``int32 (n, batch, T)``: inputs and next tokens of updates ``start ..``."""
-        ids = self.order(seed, start, n, batch).reshape(-1)
-        w = np.stack([self.window(int(i)) for i in ids]).astype(np.int32)
-        w = w.reshape(n, batch, self.seq_len + 1)
+    def batches(self, seed: int, start: int, n: int, batch: int,
+                part: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """``(x, y)`` ``int32 (n, b, T)``: inputs and next tokens of updates ``start ..``; ``part``:
+        which examples of each batch are read (a data-parallel device's share; default all ``batch``)."""
+        ids = self.order(seed, start, n, batch)[:, part]
+        w = np.stack([self.window(int(i)) for i in ids.reshape(-1)]).astype(np.int32)
+        w = w.reshape(*ids.shape, self.seq_len + 1)
         return w[..., :-1], w[..., 1:]

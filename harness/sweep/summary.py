@@ -18,6 +18,7 @@ from harness.core.outcome import TrialOutcome, config_key, config_labels, last_r
 from harness.core.redact import mask_uri
 from harness.core.selection import (
     DEFAULT_SELECT_BY,
+    ranking_metric,
     selection_key,
     selection_order,
     selection_words,
@@ -181,7 +182,8 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     for key, os_ in groups.items():
         task, (ds, model), (opt, conf_id, exact) = key[:3], key[:2], key[3:]
         ok = [o for o in os_ if o.status == "finished"]
-        metric = os_[0].target_metric
+        metric = ranking_metric(os_[0].target_metric if os_[0].has_target else None,
+                                any(o.language_model for o in os_))
         is_loss = metric.endswith("/loss")
         if kind == "best":
             vals = [(o.best_valid_loss if is_loss else o.best_valid_accuracy) for o in ok]

@@ -175,9 +175,7 @@ class _UnitRun:
         self._eval_exe(self._params(), self.x_valid, self.y_valid)  # compiled up front
         self.feed = None  # a streamed training split: its windows, prefetched (harness.train.streaming)
         if ds.stream is not None:
-            if self.layout is not None:
-                raise ValueError(f"{ds.name}: a streamed dataset trains on one device (devices: 1)")
-            self.feed = StreamFeed(self.prog, specs, self.width, ds.stream)
+            self.feed = StreamFeed(self.prog, specs, self.width, ds.stream, self.layout)
 
     # -- set-up ------------------------------------------------------------------------------------
 

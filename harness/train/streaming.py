@@ -1,14 +1,15 @@
 """Training on a streamed dataset (``Dataset.stream``, :class:`harness.data.stream.TokenStream`): each
-chunk's windows are read on the host from memory-mapped shards and put on the device by a
+chunk's windows are read on the host from the shards (positional reads) and put on the device by a
 background thread while the previous chunk computes (prefetch), then fed to the program's updates.
 
 The order is the stream's pure function of (seed, step), so a trial resumed from its checkpoint's
 step reads the windows it would have read, and each trial of a vmapped unit its own seed's order.
-One device only (a streamed unit on a mesh is refused). ``wait_s`` is the time the training loop
-waited on data (the host not keeping up), ``read_s`` the reading thread's time. Not built on Grain:
-the order is stateless (the checkpoint's step is the data position), and one reading thread kept the
-loop's wait under 0.1% of training time (``tests/benchmarks/test_bench_tokens.py``); Grain was not
-measured against it.
+On a data-parallel mesh (``shard: batch``) each device's part of every global batch (``B/D``
+examples) is read for that device alone (``jax.make_array_from_callback``), the batch axis
+``P("batch")``; on a trial-parallel mesh the windows are replicated. ``wait_s`` is the time the
+training loop waited on data (the host not keeping up), ``read_s`` the reading thread's time. Not
+built on Grain: measured against it, no faster and more memory (docs/decisions.md,
+``tests/benchmarks/test_bench_grain.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from harness.core.spec import TrialSpec
 from harness.train.program import TrainingProgram, TrainState
@@ -34,10 +36,12 @@ class StreamFeed:
     Args:
       prog: the unit's program. specs: its trials (their seeds). width: the vmapped width (``None``:
         one trial), padded members reading the last trial's windows. stream: the dataset's stream.
+        layout: the unit's mesh (:class:`harness.train.parallel.Layout`; ``None``: one device).
     """
 
-    def __init__(self, prog: TrainingProgram, specs: Sequence[TrialSpec], width: int | None, stream: Any):
-        self.prog, self.stream, self.width = prog, stream, width
+    def __init__(self, prog: TrainingProgram, specs: Sequence[TrialSpec], width: int | None, stream: Any,
+                 layout: Any = None):
+        self.prog, self.stream, self.width, self.layout = prog, stream, width, layout
         seeds = [s.seed for s in specs]
         self.seeds = seeds if width is None else seeds + [seeds[-1]] * (width - len(seeds))
         self.wait_s = self.read_s = 0.0
@@ -45,12 +49,27 @@ class StreamFeed:
         self._next: tuple[tuple[int, int], Future] | None = None
         self._exes: dict[int, Any] = {}
 
+    def _host(self, start: int, n: int, part: slice = slice(None)) -> np.ndarray:
+        """``int32 ([W,] n, b, T + 1)``: inputs and next tokens stacked on the last axis (``part``
+        of each batch)."""
+        B = self.prog.batch_size
+        xy = [np.concatenate([x, y[..., -1:]], -1) for x, y in
+              (self.stream.batches(seed, start, n, B, part) for seed in self.seeds)]
+        return np.stack(xy) if self.width is not None else xy[0]
+
     def _read(self, start: int, n: int) -> tuple[jax.Array, jax.Array]:
         t0 = time.perf_counter()
-        B = self.prog.batch_size
-        xs, ys = zip(*(self.stream.batches(seed, start, n, B) for seed in self.seeds), strict=True)
-        x, y = (np.stack(a) if self.width is not None else a[0] for a in (xs, ys))
-        out = jax.device_put(x), jax.device_put(y)
+        lay = self.layout
+        if lay is not None and lay.axis == "batch":
+            shape = (*(() if self.width is None else (len(self.seeds),)), n, self.prog.batch_size,
+                     self.stream.seq_len + 1)
+            lead = (None,) * (len(shape) - 3)
+            sharding = NamedSharding(lay.mesh, PartitionSpec(*lead, None, "batch"))
+            # each device reads its own examples of every batch (index: its slice of each axis)
+            xy = jax.make_array_from_callback(shape, sharding, lambda idx: self._host(start, n, idx[-2]))
+        else:
+            xy = jax.device_put(self._host(start, n), lay.replicated if lay is not None else None)
+        out = xy[..., :-1], xy[..., 1:]
         self.read_s += time.perf_counter() - t0
         return out
 
@@ -77,15 +96,22 @@ class StreamFeed:
             return self._exes[n], 0.0
         prog = self.prog
 
+        lay = self.layout
+        split = lay.split if lay is not None and lay.axis == "batch" else None
+
         def fn(st, t, xw, yw):
             k, b = xw.shape[:2]
             idx = jnp.arange(k * b, dtype=jnp.int32).reshape(k, b)
-            return prog.steps(st, t, idx, xw.reshape(k * b, -1), yw.reshape(k * b, -1))
+            return prog.steps(st, t, idx, xw.reshape(k * b, -1), yw.reshape(k * b, -1), split=split)
 
         if self.width is not None:
             fn = jax.vmap(fn, in_axes=(0, None, 0, 0))
+        kw = {}
+        if lay is not None:
+            st = lay.replicated if lay.axis == "batch" else lay.split
+            kw = {"in_shardings": (st, lay.replicated, x.sharding, y.sharding), "out_shardings": (st, st)}
         t0 = time.perf_counter()
-        exe = self._exes[n] = jax.jit(fn, donate_argnums=(0,)).lower(state, start, x, y).compile()
+        exe = self._exes[n] = jax.jit(fn, donate_argnums=(0,), **kw).lower(state, start, x, y).compile()
         return exe, time.perf_counter() - t0
 
     def close(self) -> None:
