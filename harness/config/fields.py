@@ -10,12 +10,19 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic_core import PydanticCustomError
 
 from harness.config.numbers import quoted_hint
 
-__all__ = ["Float", "Int", "strict_float", "strict_int"]
+__all__ = ["Float", "Int", "Strict", "strict_float", "strict_int"]
+
+
+class Strict(BaseModel):
+    """Base of every config section: unknown keys are errors (reworded by
+    :func:`harness.config.errors.format_pydantic` to name the valid keys); frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def strict_int(v: Any) -> Any:

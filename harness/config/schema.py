@@ -18,9 +18,6 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     StrictBool,
@@ -34,9 +31,10 @@ from harness.config import limits
 from harness.config.cadence import parse_every
 from harness.config.echo import short_repr
 from harness.config.errors import key_text
-from harness.config.fields import Float, Int, strict_int
+from harness.config.fields import Float, Int, Strict
 from harness.config.ladder_schema import LadderCfg
 from harness.config.search_schema import SearchCfg
+from harness.config.sections import DivergenceCfg, ParallelismCfg, ParamGroupCfg
 from harness.config.values import hparam_count, hparam_values, log_grid_args
 from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import SCORING_RULES, canonical_metric
@@ -50,14 +48,7 @@ TOP_AXES = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_siz
 RULE_KEYS = ("model", "optimizer", "schedule", "dataset", "seed", "batch_size")
 
 
-class _Strict(BaseModel):
-    """Base: unknown keys are errors (reworded by :func:`harness.config.errors.format_pydantic` to
-    name the valid keys)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Component(_Strict):
+class Component(Strict):
     """One entry of a component axis: a registry name, its hyperparameters (scalars, grids,
     distributions), optional zip groups of hyperparameter names and (optimizer entries) a ``search``
     override or ``tuning: none`` (the self-tuning track: one configuration, the optimizer's
@@ -125,7 +116,7 @@ class Component(_Strict):
         return v
 
 
-class TargetCfg(_Strict):
+class TargetCfg(Strict):
     """A convergence target on the validation split; ``mode`` defaults to ``max`` for accuracy and
     ``min`` for loss. ``eval/accuracy``/``eval/loss`` (the names before the three-split protocol)
     are accepted and stored as ``valid/*``."""
@@ -174,7 +165,7 @@ def one_of(v: Any, valid: tuple[str, ...], kind: str) -> str:
     return v
 
 
-class SelectionCfg(_Strict):
+class SelectionCfg(Strict):
     """``selection: {by: ...}``: how each optimizer's best configuration is selected on validation
     (:mod:`harness.core.selection`): ``time_to_target`` (the default), ``final`` or ``best``."""
 
@@ -186,7 +177,7 @@ class SelectionCfg(_Strict):
         return one_of(v, SELECT_BY, "selection")
 
 
-class Budget(_Strict):
+class Budget(Strict):
     """Training budget: exactly one of ``steps`` (optimizer steps), ``epochs`` (passes over the
     training split), ``tokens`` or ``tokens_per_param`` (:mod:`harness.config.token_budget`)."""
 
@@ -202,48 +193,6 @@ class Budget(_Strict):
             raise PydanticCustomError("budget", "give exactly one of 'steps', 'epochs', 'tokens' or "
                                       "'tokens_per_param'")
         return self
-
-
-class ParamGroupCfg(_Strict):
-    """One parameter group (optimizers.groups rules): its step size as a multiple of the trial's, and
-    its weight decay (None: the optimizer's own)."""
-
-    rules: list[str] | str
-    step_size_scale: Float = Field(default=1.0, gt=0, le=1e6)
-    weight_decay: Float | None = Field(default=None, ge=0, le=1e6)
-
-
-class DivergenceCfg(_Strict):
-    """When a trial counts as diverged (besides a non-finite train loss, always): a train loss
-    above ``loss_factor`` × the trial's initial train loss (the first step's). ``null`` turns the
-    factor rule off."""
-
-    loss_factor: Float | None = Field(default=100.0, gt=1, le=1e30)
-
-
-def _devices(v: Any) -> Any:
-    """``devices``: a positive integer or the string ``"all"``."""
-    if isinstance(v, str):
-        if v.strip().lower() == "all":
-            return "all"
-        raise PydanticCustomError("devices", "expected a positive integer or 'all', got {v}",
-                                  {"v": short_repr(v)})
-    v = strict_int(v)
-    if v < 1:
-        raise PydanticCustomError("devices", "must be >= 1 (or 'all'), got {v}", {"v": v})
-    return v
-
-
-class ParallelismCfg(_Strict):
-    """``parallelism: {devices, shard}``: how many of the process's visible devices
-    (:func:`harness.execute.devices.visible_devices`) each trial uses (an int >= 1 or ``all``; default 1 =
-    one device, unchanged behaviour) and what is sharded over them: ``batch`` (data-parallel, each
-    step's batch split over a 1-D mesh, state replicated) or ``trials`` (the vmapped batch of
-    seed/step-size siblings split along its trial axis). Checked against the visible devices and
-    the batch sizes by the pre-flight (:mod:`harness.sweep.preflight`), before any MLflow write."""
-
-    devices: Annotated[int | str, BeforeValidator(_devices)] = 1
-    shard: Literal["batch", "trials"] = "batch"
 
 
 def _nonempty(v: list, what: str = "axis") -> list:
@@ -264,7 +213,7 @@ def _distinct_seeds(v: list | None) -> list | None:
     return v
 
 
-class SubGrid(_Strict):
+class SubGrid(Strict):
     """An ``include`` entry: extra trials; axes it does not set are taken from the top level."""
 
     models: list[Component] | None = None
@@ -290,7 +239,7 @@ class SubGrid(_Strict):
         return _distinct_seeds(v)
 
 
-class WorkloadEntry(_Strict):
+class WorkloadEntry(Strict):
     """One entry of ``workloads``: a :data:`harness.config.workloads.WORKLOADS` name, with optional
     overrides of its model's and dataset's hyperparameters (scalars or grids, as in ``models``).
     A bare string ``"mnist1d_cnn"`` means ``{name: mnist1d_cnn}``."""
@@ -316,7 +265,7 @@ def auto_dtype(platform: str | None = None) -> str:
     return "float32" if platform == "cpu" else "bfloat16"
 
 
-class SweepConfig(_Strict):
+class SweepConfig(Strict):
     """A whole sweep config (see the module docstring for the YAML schema)."""
 
     name: str = Field(min_length=1)

@@ -13,21 +13,20 @@ from typing import Any
 from harness.core import ties
 from harness.core.boundary import edge, edge_warning, grid_edge, grid_warning
 from harness.core.budget import budget_line
-from harness.core.clock import DEFAULT_CLOCK, clock_sentence, ranked_seconds
+from harness.core.clock import DEFAULT_CLOCK, ranked_seconds
 from harness.core.outcome import TrialOutcome, config_key, config_labels, last_rounds, task_key
 from harness.core.redact import mask_uri
 from harness.core.selection import (
     DEFAULT_SELECT_BY,
     ranking_metric,
     selection_key,
-    selection_order,
     selection_words,
     value_kind,
 )
 from harness.core.util import python_command
-from harness.sweep.at_init import solved_at_init
+from harness.sweep.legend import legend, tie_line
 from harness.sweep.target_claims import target_claim_lines
-from harness.sweep.tasks import classed_modeled, flagged_programs, task_clocks, task_order, task_titles
+from harness.sweep.tasks import classed_modeled, task_clocks, task_order, task_titles
 from harness.tracking.uris import default_tracking_uri
 
 
@@ -351,14 +350,6 @@ def _si(x: float) -> str:
     return f"{x:.3g}"
 
 
-#: What the summary's rank column means (said once under its tables).
-RANK_WORDS = (f"shared (\"1=\") where the rank rule cannot tell two apart on what orders them "
-              f"(seconds to target, or at the same median steps or without the target the validation "
-              f"value: a paired bootstrap 95% interval containing 0 with {ties.MIN_SEEDS} paired seeds or "
-              f"more, else overlapping min–max ranges), as the HTML report's leaderboard; a tie's rows "
-              f"in the order of \"to target\" (else of the validation value)")
-
-
 def audit_changes(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
                   clock: str = DEFAULT_CLOCK) -> list[str]:
     """One line per task and optimizer whose selected configuration an early-stopping search's
@@ -372,45 +363,6 @@ def audit_changes(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
             f"selected; early stopping alone picked {before[(r['task'], r['optimizer'])]}"
             for r in best_configs(outcomes, by, clock)
             if before.get((r["task"], r["optimizer"]), r["config"]) != r["config"]]
-
-
-def tie_line(rows: list[dict[str, Any]]) -> str:
-    """The one line under the summary's tables on its ties (``""`` without any): for each pair of
-    tied neighbours (:func:`ranked_rows`), the seeds that would separate them, and how that is
-    estimated (:func:`harness.core.ties.power_words`)."""
-    pairs = []
-    prev: dict[str, Any] | None = None
-    for r in rows:
-        sep = r["separation"]
-        if sep is not None and prev is not None:
-            on = " on the validation value" if sep.what != r["tie_on"] else ""
-            pairs.append(f"{prev['optimizer']} and {r['optimizer']} ({r['task_title']}, "
-                         f"{r['label']}): {sep.words}{on}")
-        prev = r
-    if not pairs:
-        return ""
-    return f"Ties: {'; '.join(pairs)} — {ties.power_words()}."
-
-
-def legend(summary: SweepSummary, measured: list[str], cost: list[str], titles: dict, explain: bool) -> str:
-    """What the summary's columns mean: with ``explain`` the rules in full (the rank rule, the
-    selection order, the clock); else two short sentences and ``--explain``. This sweep's own
-    facts (tasks on another clock, flagged programs, targets met at step 0) are said in both.
-
-    Returns:
-      the text, starting ``"rank: "``.
-    """
-    clock = clock_sentence(summary.time_clock, measured, cost, flagged_programs(summary.outcomes))
-    at_init = solved_at_init(summary.outcomes, titles)
-    if explain:
-        return (f"rank: {RANK_WORDS}. best = selected on validation: {selection_order(summary.select_by)}; "
-                f"test = its mean test metric; full configurations: the HTML report. {clock}{at_init}")
-    facts = clock[len(clock_sentence(summary.time_clock)):] + at_init
-    how = ("the trial's wall-clock of training" if summary.time_clock == "measured"
-           else "steps to target × the program's step time")
-    return (f"rank: 1= where seeds cannot tell two apart; best = selected on validation, test = its "
-            f"mean test metric. Time to target: {summary.time_clock} ({how}).{facts} "
-            f"Rules in full: sweep --explain, or the HTML report.")
 
 
 def print_summary(console, summary: SweepSummary, explain: bool = False) -> None:

@@ -1,0 +1,56 @@
+"""Small sections of a sweep config: ``param_groups`` entries, ``divergence``, ``parallelism``
+(pydantic, unknown keys forbidden; re-exported by :mod:`harness.config.schema`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field
+from pydantic_core import PydanticCustomError
+
+from harness.config.echo import short_repr
+from harness.config.fields import Float, Strict, strict_int
+
+__all__ = ["DivergenceCfg", "ParallelismCfg", "ParamGroupCfg"]
+
+
+class ParamGroupCfg(Strict):
+    """One parameter group (optimizers.groups rules): its step size as a multiple of the trial's, and
+    its weight decay (None: the optimizer's own)."""
+
+    rules: list[str] | str
+    step_size_scale: Float = Field(default=1.0, gt=0, le=1e6)
+    weight_decay: Float | None = Field(default=None, ge=0, le=1e6)
+
+
+class DivergenceCfg(Strict):
+    """When a trial counts as diverged (besides a non-finite train loss, always): a train loss
+    above ``loss_factor`` × the trial's initial train loss (the first step's). ``null`` turns the
+    factor rule off."""
+
+    loss_factor: Float | None = Field(default=100.0, gt=1, le=1e30)
+
+
+def _devices(v: Any) -> Any:
+    """``devices``: a positive integer or the string ``"all"``."""
+    if isinstance(v, str):
+        if v.strip().lower() == "all":
+            return "all"
+        raise PydanticCustomError("devices", "expected a positive integer or 'all', got {v}",
+                                  {"v": short_repr(v)})
+    v = strict_int(v)
+    if v < 1:
+        raise PydanticCustomError("devices", "must be >= 1 (or 'all'), got {v}", {"v": v})
+    return v
+
+
+class ParallelismCfg(Strict):
+    """``parallelism: {devices, shard}``: how many of the process's visible devices
+    (:func:`harness.execute.devices.visible_devices`) each trial uses (an int >= 1 or ``all``; default 1 =
+    one device, unchanged behaviour) and what is sharded over them: ``batch`` (data-parallel, each
+    step's batch split over a 1-D mesh, state replicated) or ``trials`` (the vmapped batch of
+    seed/step-size siblings split along its trial axis). Checked against the visible devices and
+    the batch sizes by the pre-flight (:mod:`harness.sweep.preflight`), before any MLflow write."""
+
+    devices: Annotated[int | str, BeforeValidator(_devices)] = 1
+    shard: Literal["batch", "trials"] = "batch"
