@@ -153,7 +153,7 @@ def test_concurrent_writers_keep_every_entry(fresh):
 
 def _chunks_compiled(program) -> dict:
     """``{schedule: sorted widths of its compiled chunks}`` of the process's programs."""
-    return {key[-4]: sorted(str(k[0]) for k in p.compiled) for key, p in program.PROGRAMS.items()}
+    return {key[-5]: sorted(str(k[0]) for k in p.compiled) for key, p in program.PROGRAMS.items()}
 
 
 def _tiny(sched: str, seed: int, steps: int = 12):

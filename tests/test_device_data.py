@@ -83,5 +83,5 @@ def test_the_dry_run_states_grouping_and_the_data_a_sweep_holds(tmp_path, capsys
     ds = load_dataset("digits")
     one_copy = sum(x.size + y.nbytes for x, y in (  # uint8 images and int32 labels, once
         (ds.x_train, ds.y_train), (ds.x_valid, ds.y_valid), (ds.x_test, ds.y_test)))
-    assert f"device memory for data: {one_copy / 2**20:.1f} MiB (1 dataset, one copy each" in out
+    assert f"device memory for data: {one_copy / 2**20:.1f} MiB (1 dataset, one device copy each" in out
     assert "batching auto: 8 trials, 2 programs; 2 groups of siblings (seed, step size)" in out

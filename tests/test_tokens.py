@@ -226,7 +226,8 @@ def test_sweep_trains_on_every_format_and_a_rewritten_shard_reruns_only_its_tria
     toks = np.fromfile(d / "train.bin", np.uint16).copy()
     toks[:50] = 65
     write_shard(d / "train.bin", toks, "nanogpt")
-    r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", store, "--dry-run"])
+    r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", store, "--dry-run"],
+                      env={"COLUMNS": "1000"})  # the table's cells unwrapped, whatever the tmp path's length
     assert r.exit_code == 0 and "3 trials, 2 done (skipped), 1 to run" in r.output, r.output
     assert "to run: 1 data changed" in r.output, r.output
     new = dataset_digest(f"tokens:{d}", {})

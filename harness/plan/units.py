@@ -91,9 +91,8 @@ def plan_lines(specs: list[TrialSpec], batching: str) -> list[str]:
                 counts[d.label] = counts.get(d.label, 0) + 1
         line += "".join(f"; {n} x {label}" for label, n in counts.items())
         if (todo := sum(d is None for d in known)):
-            line += (f"; {todo} decided when the sweep starts (as many trials per program as fit device "
-                     f"memory, by XLA's memory analysis of the step; on a CPU then measured: vmap where "
-                     f">= {_batching.MIN_SPEEDUP}x)")
+            line += (f"; {todo} decided at the start (trials that fit device memory; on a CPU then "
+                     f"timed: vmap where >= {_batching.MIN_SPEEDUP}x)")
     pairs, missing = [], []
     for s in {(s.dataset, s.dataset_hparams): s for s in specs}.values():
         try:
@@ -102,7 +101,7 @@ def plan_lines(specs: list[TrialSpec], batching: str) -> list[str]:
         except Exception as e:  # e.g. a TFDS dataset not prepared yet: the run will say so
             missing.append(f"{s.dataset}: {type(e).__name__}")
     text = (f"device memory for data: {mib(device_data.planned_bytes(pairs))} ({len(pairs)} "
-            f"dataset{'s' * (len(pairs) != 1)}, one copy each, shared by every program")
+            f"dataset{'s' * (len(pairs) != 1)}, one device copy each")
     return [line, text + (f"; not counted: {', '.join(missing)})" if missing else ")")]
 
 

@@ -125,8 +125,8 @@ def _silent(msg: str) -> None:
 def ready_sqlite_store(uri: str, *, create: bool = True, quiet: bool = False):
     """The file of a SQLite store made ready (:func:`harness.tracking.store.ensure_sqlite_store`;
     with ``create=False`` a missing file is an error), or ``None`` for any other store. Imports no
-    MLflow: ``status`` reads such a store with :mod:`sqlite3` alone. ``quiet``: its notes (waiting
-    for another process's lock, repaired) are not printed.
+    MLflow: ``status`` reads such a store with :mod:`sqlite3` alone. ``quiet``: the wait for another
+    process's lock is not said (a repair, which leaves a backup, always is).
 
     Raises:
       TrackingUnavailableError: one line (the store, the cause, what to do); SnapshotOnlyError
@@ -153,7 +153,7 @@ def prepare_store(uri: str, health_timeout: float = 3.0, *, create: bool = True,
     invocations wait), a half-migrated one repaired after a backup copy, a file that is not a usable
     store refused untouched. With ``create=False`` (the read-only commands ``status``, ``ui``,
     ``report``) a SQLite file that does not exist is an error instead of a new empty store.
-    ``quiet``: the store's notes on stderr (waiting, repaired) are not printed.
+    ``quiet``: the wait for another process's lock is not said on stderr (a repair always is).
 
     Raises:
       TrackingUnavailableError: one line (the store, the cause, what to do), for every way the

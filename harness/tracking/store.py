@@ -225,7 +225,7 @@ def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = 
                 _create(db, wait_s)
             elif st.kind in ("behind", "unversioned"):
                 note = repair(db, st)
-                say(note)
+                _say(note)  # the user's store changed and a backup was left: said even when quiet
             elif st.kind != "ready":
                 raise unusable_error(db, st)
     except OSError as e:
