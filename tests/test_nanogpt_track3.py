@@ -144,10 +144,10 @@ def test_muon_mask_rules_resolve_on_the_whole_model_under_param_groups():
     import jax
     import jax.numpy as jnp
 
-    from optimizers import OPTIMIZERS, SCHEDULES
     from harness.train.build import make_opt_factory
     from harness.train.recipe import group_masks_of, group_optimizer
     from models.zoo import gpt
+    from optimizers import OPTIMIZERS, SCHEDULES
     from optimizers.groups import leaf_paths, rule_mask
 
     model = gpt(input_shape=(8,), num_classes=50, width=16, depth=2, num_heads=2)
@@ -175,3 +175,33 @@ def test_muon_mask_rules_resolve_on_the_whole_model_under_param_groups():
     np.testing.assert_allclose(deltas[0][e], 28.0 * deltas[1][e], rtol=1e-5)
     with pytest.raises(ValueError, match=r"muon: muon_mask: parameter group rule 'glob:nothing' matches no"):
         group_masks_of({"muon_mask": "glob:nothing"}, params, groups, 0, "muon")
+
+
+def test_proxy_yaml_plans_the_race_it_states(tmp_path):
+    """The CPU proxy on byte-level shards of the project's docs (its licence-text shards stand in):
+    AdamW, Muon on the hidden matrices only, SOAP on them too; 14 step sizes x 3 seeds = 42 trials,
+    all of one budget, 10 tokens per parameter, under the same WSD schedule."""
+    import json
+
+    from harness.config.ladder import model_counts
+    from harness.config.load import load_config
+    from harness.data.tokenize import tokenize_files
+    from harness.plan.expansion import expand
+
+    tokenize_files([ROOT / "docs" / "architecture.md", ROOT / "README.md"], tmp_path / "t", "bytes")
+    cfg = yaml.safe_load((ROOT / "experiments" / "nanogpt_proxy.yaml").read_text())
+    cfg["datasets"][0]["name"] = f"tokens:{tmp_path / 't'}"
+    cfg["datasets"][0]["hparams"]["valid_tokens"] = 2048
+    specs = expand(load_config(write(tmp_path, cfg)))
+    assert len(specs) == 42 and {s.seed for s in specs} == {0, 1, 2}
+    count = {o: sum(s.optimizer == o for s in specs) for o in ("adamw", "muon", "soap")}
+    assert count == {"adamw": 15, "muon": 15, "soap": 12}
+    masks = {s.optimizer: s.hparams("optimizer").get(f"{s.optimizer}_mask") for s in specs}
+    assert masks == {"adamw": None, "muon": "hidden_matrices", "soap": "hidden_matrices"}
+    (steps,) = {s.steps for s in specs}
+    s = specs[0]
+    n = model_counts("gpt", json.dumps(s.hparams("model"), sort_keys=True), s.dataset,
+                     json.dumps(s.hparams("dataset"), sort_keys=True))[0]
+    assert steps == round(10 * n / (16 * 64))
+    schedules = {(s.schedule, s.hparams("schedule")["decay_fraction"]) for s in specs}
+    assert schedules == {("warmup_stable_decay", 0.7)}
