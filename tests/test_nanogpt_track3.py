@@ -67,7 +67,8 @@ def test_track3_yaml_states_the_track(shards, tmp_path):
     assert r.exit_code == 0, r.output
     line = next(x for x in r.output.splitlines() if x.startswith("step cost of gpt · muon"))
     assert "batch 512, 524,288 tokens): 4.18e+14 FLOPs" in line
-    assert "activations 53.91)" in line and "1057 ms on 1 H100 SXM" in line and "assumed MFU of 40%" in line
+    assert "activations 53.91 GiB)" in line and "1057 ms on 1 H100 SXM" in line
+    assert "assumed MFU of 40%" in line
     assert not (tmp_path / "m.db").exists()  # a dry run writes no store
 
 

@@ -17,12 +17,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["ACCELERATOR", "ASSUMED_MFU", "PEAK_FLOPS", "cost_lines", "step_cost"]
+__all__ = ["ACCELERATOR", "ASSUMED_MFU", "MAX_LINES", "PEAK_FLOPS", "cost_lines", "step_cost"]
 
 ACCELERATOR = "1 H100 SXM (bf16 dense peak 989 TFLOP/s)"
 PEAK_FLOPS = 989.4e12
 ASSUMED_MFU = 0.40
 _GIB = 2.0 ** 30
+#: The dry run estimates (and prints) at most this many distinct programs; a line counts the rest.
+MAX_LINES = 8
+
+
+def _size(gib: float) -> str:
+    return f"{gib:.2f} GiB" if gib >= 1 else f"{gib * 1024:.3g} MiB"
 
 
 def _lm_activation_bytes(hp: dict[str, Any], t: int, micro: int, vocab: int) -> float | None:
@@ -87,7 +93,7 @@ def cost_lines(specs: list) -> list[str]:
     for s in specs:
         seen.setdefault(_key(s), s)
     out = []
-    for s in seen.values():
+    for s in list(seen.values())[:MAX_LINES]:
         try:
             c = step_cost(s)
         except Exception as e:  # an estimate only: the plan above stands without it
@@ -95,10 +101,14 @@ def cost_lines(specs: list) -> list[str]:
             continue
         tok = "" if c["tokens"] is None else f", {c['tokens']:,} tokens"
         flops = "FLOPs not counted" if c["flops"] is None else f"{c['flops']:.3g} FLOPs"
-        act = "" if c["activations_gib"] is None else f" + activations {c['activations_gib']:.2f}"
+        act = ("; activations not estimated" if c["activations_gib"] is None
+               else f" + activations {_size(c['activations_gib'])}")
         when = "" if c["seconds"] is None else (f"; {1e3 * c['seconds']:.4g} ms on {ACCELERATOR} at an "
                                                 f"assumed MFU of {ASSUMED_MFU:.0%}")
         out.append(f"step cost of {s.model} · {s.optimizer} ({c['params']:,} parameters, batch "
-                   f"{s.batch_size}{tok}): {flops}; memory ~{c['memory_gib']:.2f} GiB (optimizer state "
-                   f"{c['state_gib']:.2f} + gradients {c['grads_gib']:.2f}{act}){when}")
+                   f"{s.batch_size}{tok}): {flops}; memory ~{_size(c['memory_gib'])} (optimizer state "
+                   f"{_size(c['state_gib'])} + gradients {_size(c['grads_gib'])}{act}){when}")
+    if len(seen) > MAX_LINES:
+        out.append(f"step cost: {len(seen) - MAX_LINES} more programs not estimated (the first "
+                   f"{MAX_LINES} above)")
     return out
