@@ -124,6 +124,7 @@ def test_track3_bad_model_values(shards, tmp_path, hp, words):
     r = runner.invoke(app, ["sweep", str(write(tmp_path, cfg)), "--dry-run", "--tracking-uri",
                             f"sqlite:///{tmp_path}/m.db"])
     assert r.exit_code == 2 and "models[0]" in r.output and words in r.output, r.output
+    assert "muon_mask" not in r.output  # not a second error: the mask's rules wait for the model
     assert not (tmp_path / "m.db").exists()
 
 
