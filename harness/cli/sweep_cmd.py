@@ -20,6 +20,8 @@ Examples:
   python -m harness sweep experiments/mnist1d.yaml --jobs 2
   # part of a config (the same trial ids as the whole config):
   python -m harness sweep experiments/quickstart.yaml --only optimizer=adam
+  # a smoke run: the first 2 steps of every trial (new trial ids):
+  python -m harness sweep experiments/quickstart.yaml --max-steps 2
   python -m harness sweep experiments/mnist1d.yaml \\
       --tracking-uri http://127.0.0.1:5000
   python -m harness sweep experiments/mnist1d.yaml --executor ray \\
@@ -74,6 +76,10 @@ def sweep(
                                           "model, dataset, schedule, seed, workload; repeat for "
                                           "several axes), with the same trial ids as the whole "
                                           "config; the whole config is still validated."),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1,
+                                         help="Smoke run: train at most this many steps of every trial, "
+                                         "its schedule over its full budget (new trial ids; the "
+                                         "summary says it is a smoke run)."),
 ) -> None:
     """Run every trial of CONFIG not yet FINISHED in MLflow (resumable), then print a summary."""
     from harness.config.environment import EnvSettingError
@@ -87,7 +93,7 @@ def sweep(
                             address=address, batching=batching,
                             dry_run=dry_run, quiet=quiet, explain=explain, max_trials=max_trials,
                             compile_cache=not no_compile_cache, process_start=common.PROCESS_START,
-                            only=only or None,
+                            only=only or None, max_steps=max_steps,
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
                                                              ("gpus_per_trial", gpus_per_trial))
                                            if v is not None})

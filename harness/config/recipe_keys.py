@@ -43,6 +43,8 @@ def _groups_problem(cfg: Any, spec: Any, optimizer_path: str, wd_param: bool) ->
                                   json.dumps(spec.hparams("dataset"), sort_keys=True))
     except KeyError:  # a model only a source provides: checked when the trial initialises
         return None
+    except (ValueError, TypeError):  # a model its values cannot build: the pre-flight's model check
+        return None  # names its key path (models[i]) and the reason
     try:
         group_masks(params, {f"param_groups[{k}]": g.rules for k, g in enumerate(cfg.param_groups)})
     except ValueError as e:

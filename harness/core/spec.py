@@ -204,6 +204,12 @@ class TrialSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
+    def schedule_steps(self) -> int:
+        """The steps the schedule spans (its ``total_steps``): ``steps``, or a smoke run's full budget
+        (the recipe's ``schedule_steps``, :mod:`harness.sweep.smoke`)."""
+        return int(dict(self.recipe).get("schedule_steps", self.steps))
+
+    @property
     def optimizer_api(self) -> str:
         """``"algoperf"`` for an AlgoPerf submission (its own per-step loop), else ``"triple"``."""
         return "algoperf" if self.optimizer_source.startswith("algoperf:") else "triple"

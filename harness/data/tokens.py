@@ -68,8 +68,10 @@ def scan(path: str, train_glob: str = "*train*", valid_glob: str = "*val*", test
     """
     root = Path(path).expanduser()
     if not root.is_dir():
-        raise TokensError("", f"{root}: not a folder of token shards (make one with: python -m "
-                              f"harness data tokenize TEXT... -o {root})")
+        raise TokensError("", f"{root}: not a folder of token shards (nothing is downloaded: put llm.c or "
+                              f"modded-nanogpt .bin shards there, e.g. from modded-nanogpt's "
+                              f"data/cached_fineweb10B.py, or make one with: python -m harness data "
+                              f"tokenize TEXT... -o {root})")
     files = sorted(f for f in root.iterdir() if f.is_file() and f.name != SIDECAR
                    and not f.name.endswith(".tmp"))
     if not files:

@@ -70,7 +70,7 @@ def _resolved_defaults(spec: TrialSpec) -> dict[str, str]:
         out.update({f"{kind}.{h.name}": str(h.default)
                     for h in builder_hparams(kind, builder).values() if not h.required})
         if kind == "schedule" and "total_steps" in inspect.signature(builder).parameters:
-            out["schedule.total_steps"] = str(spec.steps)
+            out["schedule.total_steps"] = str(spec.schedule_steps)
     return out
 
 

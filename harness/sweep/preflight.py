@@ -419,8 +419,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
         # each distinct set of values is built (the optimizer's and schedule's own checks of them);
         # each program (its int/bool/str hyperparameters) is traced once, on its first values; the
         # step size is not a value of the build (make takes it traced; checked above)
-        if not once(("values", s.optimizer, alone_key[2], s.schedule, hp_key(shp), s.steps, mkey)):
-            continue
+        rules = mkey not in avals and any(n.endswith("_mask") and isinstance(v, str) for n, v in ohp.items())
+        if rules or not once(("values", s.optimizer, alone_key[2], s.schedule, hp_key(shp), s.steps, mkey)):
+            continue  # (a mask's group rules need the model's parameter names: checked once it builds)
         # the model's parameter shapes; a vector when the model failed (reported above)
         p = avals.get(mkey, jax.ShapeDtypeStruct((2,), jnp.float32))
 

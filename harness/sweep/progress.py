@@ -96,6 +96,10 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
 
     for line in plan_lines(list(plan.todo), cfg.batching):
         console.print(escape(line), soft_wrap=True)
+    from harness.sweep.step_cost import cost_lines
+
+    for line in cost_lines(list(plan.specs)):
+        console.print(escape(line), soft_wrap=True)
 
 
 def _val(v: object) -> str:

@@ -56,6 +56,7 @@ from harness.sweep.preflight import preflight
 from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
 from harness.sweep.resume import Plan, count_done, finished_trials, make_plan, take_spooled
 from harness.sweep.searchers import SweepSearch, searcher_for
+from harness.sweep.smoke import cap_steps, check_max_steps, smoke_line
 from harness.sweep.summary import SweepSummary, best_configs, boundary_warnings, print_summary, python_command
 from harness.tracking import spool
 from harness.tracking.client import analyze_store, get_or_create_experiment, prepare_store
@@ -106,6 +107,8 @@ class SweepOptions:
         optimizer=adam``; :mod:`harness.sweep.only`): the whole config is validated and expanded,
         the kept trials have their ids in the whole config, the parent run is the whole config's
         sweep's.
+      max_steps: a smoke run (``sweep --max-steps N``, :mod:`harness.sweep.smoke`): every trial
+        capped at ``N`` steps, its schedule kept over its full budget; new trial ids.
     """
 
     tracking_uri: str | None = None
@@ -124,6 +127,7 @@ class SweepOptions:
     compile_cache: bool = True
     process_start: float | None = None
     only: Any = None
+    max_steps: int | None = None
 
 
 def run_sweep(config_path: str | Path | Any, **options: Any) -> SweepSummary:
@@ -163,6 +167,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     """:func:`run_sweep`'s body; ``stages`` says what it does until the plan or the bar prints."""
     config_path = given.label
     only = parse_only(opts.only)  # before the config: an unknown axis is said at once
+    max_steps = check_max_steps(opts.max_steps)
     stages.stage("config", f"checking {config_path}: reading it (nothing is trained or written yet)")
     cfg = _load(given, opts)  # a config error is said without importing JAX
     compile_cache.enable(opts.compile_cache)  # imports JAX; before this process compiles anything
@@ -181,6 +186,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
         search = searcher_for(whole, cfg.selection.by, opts.max_trials)
     except ConfigError as e:
         raise ConfigError([f"{config_path}: {line}" for line in e.errors]) from None
+    whole = cap_steps(whole, max_steps, search.adaptive)  # a smoke run: new trial ids
     if search.adaptive:  # the candidates stand for the search (ASHA's carry their rule)
         whole = _listed(search.candidates(), whole)
         search.adopt(whole, whole.origins)
@@ -240,7 +246,8 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                            select_by=cfg.selection.by, time_clock=cfg.time,
                            budget=clock.budget, budget_wall_s=clock.wall_s,
                            trial_ids=[s.trial_id for s in specs],
-                           search=rounds.describe() if rounds is not None else [])
+                           search=rounds.describe() if rounds is not None else [],
+                           smoke=smoke_line(max_steps))
     if not opts.quiet:
         print_summary(console, summary, opts.explain)
     return summary
@@ -352,7 +359,8 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
     summary = SweepSummary(cfg.name, sweep_id, exp_id, None, uri, done, time.perf_counter() - t_start,
                            boundary=boundary_warnings(done, plan.specs, cfg.selection.by),
                            select_by=cfg.selection.by, time_clock=cfg.time,
-                           trial_ids=[s.trial_id for s in plan.specs], search=search or [])
+                           trial_ids=[s.trial_id for s in plan.specs], search=search or [],
+                           smoke=smoke_line(opts.max_steps))
     if not opts.quiet:
         print_summary(console, summary, opts.explain)
     return summary

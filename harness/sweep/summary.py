@@ -69,6 +69,8 @@ class SweepSummary:
     trial_ids: list[str] = field(default_factory=list)
     #: An adaptive sweep's searches, each cell's ``describe`` (``search.json``; issue 34).
     search: list[dict[str, Any]] = field(default_factory=list)
+    #: A smoke run's line (``sweep --max-steps``, :func:`harness.sweep.smoke.smoke_line`); ``""``.
+    smoke: str = ""
 
     def budget_line(self, width: int = 80) -> str:
         """``"time 41.8 s: compile 37%, train 11%, ..."`` (at most ``width`` characters; "" without
@@ -409,6 +411,8 @@ def print_summary(console, summary: SweepSummary, explain: bool = False) -> None
                   soft_wrap=True)
     console.print(chosen, soft_wrap=True)
     console.print(summary.headline(), soft_wrap=True)
+    if summary.smoke:
+        console.print(escape(summary.smoke), soft_wrap=True)
     # one ranked table per task (its label the title), so that the rank, optimizer and numbers fit
     # 80 columns; the optimizer on one line, the rest may wrap at words (a header over two lines)
     # (harness.sweep.tables.print_table: else a block per row)

@@ -26,7 +26,14 @@ from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
 from harness.train.augment import AUGMENT_STREAM, make_augment
 from harness.train.build import ModelEntry, build_model, make_opt_factory
-from harness.train.recipe import accumulate, clipped_count, clipping, group_optimizer, recipe_of
+from harness.train.recipe import (
+    accumulate,
+    clipped_count,
+    clipping,
+    group_masks_of,
+    group_optimizer,
+    recipe_of,
+)
 from models import stax
 from models.flops import conv_flops
 
@@ -72,14 +79,16 @@ class TrainingProgram:
         self.entry = entry
         self.grad_clip, grad_accum, groups = recipe_of(spec.recipe)
 
-        def make_for(weight_decay: float | None) -> Callable[[Any], Any]:
+        def make_for(weight_decay: float | None, group: int | None = None) -> Callable[[Any], Any]:
             hp = spec.hparams("optimizer")
+            if group is not None:  # mask rules resolved on the whole model, cut to the group
+                hp = group_masks_of(hp, self._param_shapes(), groups, group, spec.optimizer)
             if weight_decay is not None:
                 hp["weight_decay"] = weight_decay
-            return make_opt_factory(spec.optimizer, hp, spec.schedule, spec.hparams("schedule"), spec.steps,
-                                    optimizers, schedules)
+            return make_opt_factory(spec.optimizer, hp, spec.schedule, spec.hparams("schedule"),
+                                    spec.schedule_steps, optimizers, schedules)
 
-        make_opt = group_optimizer(make_for, groups) if groups else make_for(None)
+        make_opt = group_optimizer(make_for, groups, per_group=True) if groups else make_for(None)
         self.make_opt = clipping(make_opt, self.grad_clip)
         self.value_and_grad = accumulate(jax.value_and_grad(self.loss, has_aux=True), grad_accum)
         self.opt_builder = lookup(optimizers, spec.optimizer, "optimizer")
@@ -95,6 +104,11 @@ class TrainingProgram:
         # init_seeded's executable (None: not compiled yet; False: eager, see init_seeded); a user's
         # optimizer (source:) always initialises eagerly, as it did: its init may not be pure
         self._init_exe: Any = False if spec.optimizer_source else None
+
+    def _param_shapes(self) -> Any:
+        """The model's parameter tree as shapes (``jax.eval_shape`` of its init; nothing computed)."""
+        shape = (1, *self.entry.ds.input_shape)
+        return jax.eval_shape(lambda k: self.entry.model.init(k, shape), jax.random.key(0))[1]
 
     # -- pure functions of one trial -------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from harness.train.build import TrainOptimizer
 
 __all__ = ["GroupedState", "accumulate", "clip_optimizer", "clipped_count", "clipping", "global_norm",
-           "group_optimizer", "recipe_of"]
+           "group_masks_of", "group_optimizer", "recipe_of"]
 
 
 def recipe_of(recipe: Any) -> tuple[float | None, int, list]:
@@ -130,13 +130,43 @@ class GroupedState:
         return cls(children[0], *aux)
 
 
-def group_optimizer(make_for: Callable[[float | None], Callable[[Any], TrainOptimizer]],
-                    groups: Any) -> Callable[[Any], TrainOptimizer]:
+def group_masks_of(hp: Mapping[str, Any], params: Any, groups: Any, k: int, optimizer: str) -> dict[str, Any]:
+    """``hp`` with each mask given as group rules (a ``*_mask`` that is a string or a list of strings,
+    e.g. ``muon_mask: hidden_matrices``) resolved on the whole ``params`` tree and cut to group
+    ``k``'s leaves (a list of bools, flatten order; ``k = len(groups)``: the leaves no group
+    claims). A group's optimizer sees only its own leaves, where names such as ``head`` or
+    ``hidden_matrices`` cannot be told apart.
+
+    Raises:
+      ValueError: a mask rule unknown or matching no parameter of the whole model.
+    """
+    from optimizers.groups import group_masks, rule_mask
+
+    masks = group_masks(params, {f"param_groups[{j}]": r for j, (r, _, _) in enumerate(groups)})
+    flags = [jax.tree.leaves(m) for m in masks.values()]
+    owner = [next((j for j, f in enumerate(flags) if f[i]), len(groups))
+             for i in range(len(jax.tree.leaves(params)))]
+    out = dict(hp)
+    for key, v in hp.items():
+        rules = isinstance(v, str) or (isinstance(v, list | tuple) and bool(v)
+                                       and all(isinstance(r, str) for r in v))
+        if key.endswith("_mask") and rules:
+            try:
+                full = jax.tree.leaves(rule_mask(params, v))
+            except ValueError as e:
+                raise ValueError(f"{optimizer}: {key}: {e}") from None
+            out[key] = [f for f, o in zip(full, owner, strict=True) if o == k]
+    return out
+
+
+def group_optimizer(make_for: Callable[..., Callable[[Any], TrainOptimizer]],
+                    groups: Any, per_group: bool = False) -> Callable[[Any], TrainOptimizer]:
     """``make(step_size)``: one optimizer per parameter group, as torch's param groups.
 
     Args:
       make_for: ``make_for(weight_decay)`` → the trial's optimizer factory with ``weight_decay``
-        overridden (None: as configured).
+        overridden (None: as configured); with ``per_group``, ``make_for(weight_decay, k)`` for
+        group ``k`` (``len(groups)``: the unclaimed leaves), e.g. to cut masks (:func:`group_masks_of`).
       groups: ``[(rules, step_size_scale, weight_decay or None), ...]``; group ``k`` trains the
         leaves its rules match (:func:`optimizers.groups.group_masks`) with step size
         ``step_size * step_size_scale``; the leaves no group claims train as configured.
@@ -150,7 +180,8 @@ def group_optimizer(make_for: Callable[[float | None], Callable[[Any], TrainOpti
     from optimizers.groups import group_masks
 
     groups = [(list(r), float(s), w) for r, s, w in groups]
-    makers = [make_for(w) for _, _, w in groups] + [make_for(None)]
+    ws = [w for _, _, w in groups] + [None]
+    makers = [make_for(w, k) if per_group else make_for(w) for k, w in enumerate(ws)]
     scales = [s for _, s, _ in groups] + [1.0]
 
     def owners(params: Any) -> tuple[int, ...]:

@@ -1,0 +1,61 @@
+"""A smoke run: ``sweep --max-steps N`` (``harness.sweep(config, max_steps=N)``) trains the first
+``N`` steps of every trial whose budget is longer, as the full run would take them (its schedule
+spans the full budget: the recipe's ``schedule_steps``). A capped trial has other ``steps`` and
+recipe, so another ``trial_id``: it never stands for, nor skips, the full trial.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness.config.errors import UsageError
+from harness.plan.expansion import TrialList
+
+__all__ = ["cap_steps", "check_max_steps", "smoke_line"]
+
+
+def check_max_steps(max_steps: object) -> int | None:
+    """``max_steps`` as an int ``>= 1`` (``None``: no cap).
+
+    Raises:
+      harness.config.errors.UsageError: not an int, or ``< 1`` (key ``max_steps``).
+    """
+    if max_steps is None:
+        return None
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise UsageError(f"max_steps: must be an integer >= 1, got {max_steps!r}", "max_steps")
+    return max_steps
+
+
+def cap_steps(trials: TrialList, max_steps: int | None, adaptive: bool = False) -> TrialList:
+    """``trials`` with each trial longer than ``max_steps`` cut to it (its schedule kept over its
+    full budget: ``schedule_steps`` in its recipe); the origins re-keyed by the new trial ids.
+
+    Raises:
+      harness.config.errors.UsageError: ``adaptive`` (a search whose rungs are steps) with a cap.
+    """
+    if max_steps is None:
+        return trials
+    if adaptive:
+        raise UsageError("max_steps: an adaptive search (ASHA, halving, ...) sets its own steps; "
+                         "a smoke run takes a grid or a sampled search", "max_steps")
+    out = TrialList()
+    out.origins = {}
+    for s in trials:
+        new = s
+        if s.steps > max_steps:
+            recipe = dict(s.recipe)
+            recipe["schedule_steps"] = recipe.get("schedule_steps", s.steps)
+            new = dataclasses.replace(s, steps=max_steps, recipe=tuple(sorted(recipe.items())))
+        out.append(new)
+        if s.trial_id in trials.origins:
+            out.origins[new.trial_id] = trials.origins[s.trial_id]
+    return out
+
+
+def smoke_line(max_steps: int | None) -> str:
+    """The summary's line for a smoke run (``""`` without a cap)."""
+    if max_steps is None:
+        return ""
+    return (f"smoke run: every trial capped at {max_steps} steps (--max-steps), its schedule over its full "
+            f"budget; new trial ids, not comparable with the full runs")
