@@ -52,7 +52,7 @@ def test_a_chunk_of_large_convolutions_runs_as_steps_without_a_loop(monkeypatch)
     is 4 one-step dispatches with XLA's convolution, and trains as the scan with patches does."""
     kind_scan, loss_scan, p_scan, hlo_scan = _chunk_losses(monkeypatch, 1e12)
     kind_loop, loss_loop, p_loop, hlo_loop = _chunk_losses(monkeypatch, 1.0)
-    assert (kind_scan, kind_loop) == ("_Chunk", "_LoopChunk")
+    assert (kind_scan, kind_loop) == ("Chunk", "LoopChunk")
     # the one step has XLA's convolution and no loop (a scan of length 1 kept a while loop: 38x flax)
     assert " while(" in hlo_scan and " while(" not in hlo_loop
     assert "convolution(" in hlo_loop and "convolution(" not in hlo_scan

@@ -295,7 +295,7 @@ def test_two_part_chunk_equals_one_jitted_chunk(model, opt, schedule, T, digits)
 
     one = jax.jit(whole if T is None else jax.vmap(whole, in_axes=(0, None, None, None)))
     two, _ = prog.get_chunk(T, 50, fresh(), jnp.int32(0), e.x_train, e.y_train)
-    assert isinstance(two, program._Chunk)
+    assert isinstance(two, program.Chunk)
     a, b = fresh(), fresh()
     for start in range(0, 400, 50):
         a, loss_a = one(a, jnp.int32(start), e.x_train, e.y_train)

@@ -1,6 +1,4 @@
-"""Pre-flight: everything a sweep's trials need, checked once per distinct value before any work or
-MLflow write (dry runs too), so that values that only fail at build time are config errors.
-"""
+"""Pre-flight: what trials need, checked once per distinct value before any work or write."""
 
 from __future__ import annotations
 
