@@ -98,8 +98,8 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
         console.print(escape(line), soft_wrap=True)
     from harness.sweep.step_cost import cost_lines
 
-    for line in cost_lines(list(plan.specs)):
-        console.print(escape(line), soft_wrap=True)
+    for line in cost_lines(list(plan.specs)):  # prose, not a record: wrapped to the width
+        console.print(escape(line))
 
 
 def _val(v: object) -> str:
