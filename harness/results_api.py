@@ -24,13 +24,13 @@ def results(experiment: str, *, tracking_uri: str | None = None, immutable: bool
     ``immutable=True`` reads it so without trying.
 
     Raises:
-      harness.tracking.errors.TrackingUnavailableError: the store cannot be opened or read (a file
+      harness.tracking.store_errors.TrackingUnavailableError: the store cannot be opened or read (a file
         that is not an MLflow store, a server that does not answer): one line.
       ValueError, TypeError: as :func:`reports.results.results` (no store at a local path, an
         unknown experiment, sweep id or option value).
     """
     from harness.tracking.client import prepare_store, ready_sqlite_store
-    from harness.tracking.errors import SnapshotOnlyError, TrackingUnavailableError, one_line
+    from harness.tracking.store_errors import SnapshotOnlyError, TrackingUnavailableError, one_line
     from harness.tracking.store_state import snapshot_warning
     from harness.tracking.uris import is_server, resolve_tracking_uri, sqlite_path
     from reports.results import results as read

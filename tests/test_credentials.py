@@ -18,7 +18,7 @@ import yaml
 
 from harness.core.redact import mask_text, mask_uri, split_userinfo
 from harness.tracking import uris
-from harness.tracking.errors import TrackingUnavailableError, one_line
+from harness.tracking.store_errors import TrackingUnavailableError, one_line
 
 SECRET = "S3cretPW"
 CRED_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",

@@ -687,8 +687,8 @@ def test_a_skipped_write_does_not_nest_the_stores_error():
     the last error and recorded it again."""
     import harness.execute.writing as writing
     from harness.execute.writing import skipped_write_error
-    from harness.tracking.errors import one_line
     from harness.tracking.health import StoreHealth
+    from harness.tracking.store_errors import one_line
 
     h = StoreHealth()
     h.failed(RuntimeError("sqlite3.OperationalError: database is locked"))

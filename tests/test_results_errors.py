@@ -17,7 +17,7 @@ from conftest import TINY_SWEEP
 
 import harness
 from harness.results_api import SnapshotWarning
-from harness.tracking.errors import TrackingUnavailableError
+from harness.tracking.store_errors import TrackingUnavailableError
 from harness.tracking.store_state import snapshot_warning
 
 

@@ -13,8 +13,8 @@ from mlflow import MlflowClient
 
 from harness.sweep.run import run_sweep
 from harness.tracking.client import get_or_create_experiment, prepare_store
-from harness.tracking.errors import TrackingUnavailableError
 from harness.tracking.run_data import MetricBuffer
+from harness.tracking.store_errors import TrackingUnavailableError
 from harness.tracking.uris import artifact_root_for, resolve_tracking_uri
 
 

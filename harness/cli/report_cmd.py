@@ -84,7 +84,7 @@ def report(
     """Build one self-contained HTML comparison report from what MLflow holds (or, with --format,
     its tables)."""
     from harness.tracking.client import prepare_store
-    from harness.tracking.errors import SnapshotOnlyError, TrackingUnavailableError
+    from harness.tracking.store_errors import SnapshotOnlyError, TrackingUnavailableError
     from harness.tracking.uris import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)

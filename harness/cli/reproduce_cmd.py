@@ -37,7 +37,7 @@ def reproduce(
     """Re-train one stored trial and report whether its logged values are identical."""
     from harness.core.filters import BadIdError
     from harness.sweep.reproduce import ReproduceError, reproduce
-    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.store_errors import TrackingUnavailableError
 
     try:
         answer = reproduce(trial_id, tracking_uri=tracking_uri, scratch=scratch, threads=threads)

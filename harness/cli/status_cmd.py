@@ -38,7 +38,7 @@ def status(
     from harness.config.errors import ConfigError
     from harness.sweep.tables import print_table, stdout_console
     from harness.tracking.client import by_trial, search_all
-    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.store_errors import TrackingUnavailableError
     from harness.tracking.trial_run import trial_state
     from harness.tracking.uris import resolve_tracking_uri
 
@@ -177,7 +177,7 @@ def _reader(uri: str, experiment: str | None):
       TrackingUnavailableError: the store cannot be opened (one line).
     """
     from harness.tracking.client import prepare_store, ready_sqlite_store
-    from harness.tracking.errors import SnapshotOnlyError
+    from harness.tracking.store_errors import SnapshotOnlyError
 
     try:
         db, snapshot = ready_sqlite_store(uri, create=False), False

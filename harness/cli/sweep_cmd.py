@@ -86,7 +86,7 @@ def sweep(
     from harness.config.errors import ConfigError, UsageError
     from harness.execute.executors import ExecutorUnavailableError
     from harness.sweep.run import SweepInterrupted, run_sweep
-    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.store_errors import TrackingUnavailableError
 
     try:
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,

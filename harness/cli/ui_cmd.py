@@ -26,7 +26,7 @@ def ui(
 
     from harness.tracking import mlflow_ui
     from harness.tracking.client import analyze_store, prepare_store
-    from harness.tracking.errors import TrackingUnavailableError
+    from harness.tracking.store_errors import TrackingUnavailableError
     from harness.tracking.uris import artifact_root_for, is_server, mask_uri, resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)

@@ -29,9 +29,9 @@ from harness.execute.claims import release
 from harness.execute.training import load_dataset_of
 from harness.tracking import spool
 from harness.tracking.client import client_for
-from harness.tracking.errors import TrackingUnavailableError, is_outage, one_line
 from harness.tracking.health import HEALTH, PROBE_S, store_should_be_tried  # noqa: F401 (re-exported)
 from harness.tracking.liveness import owner_tags
+from harness.tracking.store_errors import TrackingUnavailableError, is_outage, one_line
 from harness.tracking.trial_run import finish_run, result_tags, trial_tags
 
 log = logging.getLogger(__name__)

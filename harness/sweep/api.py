@@ -62,7 +62,7 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
         ``only``, and an option of the wrong type: ``max_trials`` not an int >= 1, ``dry_run``,
         ``quiet`` or ``compile_cache`` not a bool, ``console`` not a rich Console); ``err.key_path``
         names the key.
-      harness.tracking.errors.TrackingUnavailableError: the store cannot be reached or used.
+      harness.tracking.store_errors.TrackingUnavailableError: the store cannot be reached or used.
       harness.sweep.run.SweepInterrupted: interrupted (a ``KeyboardInterrupt``); calling again
         resumes.
       TypeError: ``config`` is neither a path, a mapping nor a SweepConfig, or an unknown option.

@@ -183,7 +183,7 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
         line of output, and the log's path, in the message).
       ValueError: ``threads`` is neither ``"stored"`` nor ``"here"``; its subclass
         :class:`harness.core.filters.BadIdError`: ``trial_id`` is not 16 hexadecimal digits.
-      harness.tracking.errors.TrackingUnavailableError: a store cannot be opened.
+      harness.tracking.store_errors.TrackingUnavailableError: a store cannot be opened.
     """
     from harness.core.filters import check_trial_id
     from harness.tracking.client import prepare_store

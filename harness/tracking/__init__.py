@@ -1,6 +1,6 @@
 """Tracking: everything that talks to MLflow or the store beside it.
 
-Owns, one job a module: what store errors mean (:mod:`~harness.tracking.errors`), tracking URIs and a
+Owns, one job a module: what store errors mean (:mod:`~harness.tracking.store_errors`), tracking URIs and a
 server's health (:mod:`~harness.tracking.uris`), the MLflow client and its queries
 (:mod:`~harness.tracking.client`), this process's store health (:mod:`~harness.tracking.health`),
 run owners and heartbeats (:mod:`~harness.tracking.liveness`), writing a run's metrics, params and

@@ -18,9 +18,9 @@ from harness.config.environment import SQLITE_WAL, switch
 from harness.core import mlflow_rows
 from harness.core.filters import tag_is
 from harness.core.names import KIND_TRIAL, TAG_KIND, TAG_SWEEP, TAG_TRIAL_ID
-from harness.tracking.errors import SnapshotOnlyError, TrackingUnavailableError, one_line
 from harness.tracking.mlflow_ui import EXPERIMENT_KIND_TAG, TRAINING_KIND
 from harness.tracking.store import ensure_sqlite_store
+from harness.tracking.store_errors import SnapshotOnlyError, TrackingUnavailableError, one_line
 from harness.tracking.store_state import StoreError, UnopenableStoreError
 from harness.tracking.uris import artifact_root_for, bound_http_retries, check_server, is_server, sqlite_path
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from harness.core.mlflow_rows import values_of
 from harness.core.names import KIND_TRIAL, TAG_DUPLICATE_OF, TAG_KIND, TAG_TRIAL_ID
 from harness.tracking.client import by_trial, client_for, runs_of_trial, trial_runs
-from harness.tracking.errors import one_line
 from harness.tracking.health import HEALTH
+from harness.tracking.store_errors import one_line
 from harness.tracking.uris import sqlite_path
 
 _log = logging.getLogger(__name__)

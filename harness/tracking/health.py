@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from harness.tracking.errors import TrackingUnavailableError, one_line
+from harness.tracking.store_errors import TrackingUnavailableError, one_line
 from harness.tracking.store_state import held_fd
 from harness.tracking.uris import check_server, is_server, sqlite_path
 

@@ -28,8 +28,8 @@ from harness.core.names import (
 )
 from harness.core.util import pid_alive
 from harness.tracking.client import client_for, search_all
-from harness.tracking.errors import one_line
 from harness.tracking.health import HEALTH
+from harness.tracking.store_errors import one_line
 
 #: How often a sweep's parent run gets a fresh heartbeat.
 HEARTBEAT_S = 30.0

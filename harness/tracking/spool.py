@@ -54,7 +54,7 @@ from typing import Any
 from harness.core.redact import mask_text, mask_uri
 from harness.core.spec import Curves, PerfResult, Target, TrialResult, TrialSpec
 from harness.core.util import cache_dir
-from harness.tracking.errors import TrackingUnavailableError, one_line
+from harness.tracking.store_errors import TrackingUnavailableError, one_line
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 from harness.core.redact import mask_uri, split_userinfo
-from harness.tracking.errors import TrackingUnavailableError
+from harness.tracking.store_errors import TrackingUnavailableError
 
 SQLITE_PREFIX = "sqlite:///"
 
