@@ -253,7 +253,7 @@ def test_plan_size_counts_every_rung(ladder, dtype):
 def test_a_ladder_past_the_trial_limit_is_refused_before_any_work(tmp_path, monkeypatch):
     """64 sizes x (16 budgets x 6 trials + 1 baseline budget x 4) = 6,400 > 5,000: refused while
     the config is read: no model is counted, no dataset loaded, no store created."""
-    import harness.config.ladder as config_ladder
+    import harness.config.ladder_parts as config_ladder
     from harness.config.limits import DEFAULT_MAX_TRIALS
 
     def no_work(*a, **k):

@@ -186,7 +186,7 @@ def test_proxy_yaml_plans_the_race_it_states(tmp_path):
     all of one budget, 10 tokens per parameter, under the same WSD schedule."""
     import json
 
-    from harness.config.ladder import model_counts
+    from harness.config.ladder_parts import model_counts
     from harness.config.load import load_config
     from harness.data.tokenize import tokenize_files
     from harness.plan.expansion import expand

@@ -1,6 +1,6 @@
 """The ``ladder:`` section of a sweep config: one workload's model family at several sizes, each
 trained on a data budget given in tokens per parameter (issue 38; the expansion is
-:mod:`harness.config.ladder`)::
+:mod:`harness.config.ladder_parts`)::
 
     ladder:
       workload: markov_lm_transformer      # its dataset, model family, batch size and target

@@ -178,7 +178,7 @@ def plan_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:
 
 def _ladder_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:
     """:func:`plan_size` of a config with a ``ladder:`` (issue 38), as
-    :func:`harness.config.ladder.ladder_parts` expands it, without loading a model or dataset: every
+    :func:`harness.config.ladder_parts.ladder_parts` expands it, without loading a model or dataset: every
     size × every ``tokens_per_param`` ratio is one part holding every optimizer entry, every
     ``baseline_tokens_per_param`` ratio not among those one part holding the baseline's entries
     alone; each part one model, one dataset, one batch size, no ``include``; × ``dtype``.

@@ -3,7 +3,7 @@
 ``tokens: D`` trains ``steps = max(1, round(D / (batch · T)))``, ``T`` the dataset's tokens per
 example (a sequence dataset's window); ``tokens_per_param: R`` does the same with ``D = R · N``,
 ``N`` the model's parameter count, counted as the scaling ladder counts it
-(:func:`harness.config.ladder.model_counts`).
+(:func:`harness.config.ladder_parts.model_counts`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def budget_steps(budget: Any, *, model: str, model_hparams: Mapping[str, Any], d
         t = _tokens_per_example(dataset, dataset_hparams, head + key)
         steps = max(1, round(budget.tokens / (batch_size * t)))
     else:
-        from harness.config.ladder import model_counts
+        from harness.config.ladder_parts import model_counts
 
         key, text = "budget.tokens_per_param", f"{budget.tokens_per_param:g} tokens per parameter"
         if any(is_distribution(v) for v in model_hparams.values()):

@@ -147,7 +147,7 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
                       f"{', '.join(ex)}{did_you_mean(cfg.executor, ex)}")
     for i, w in enumerate(cfg.workloads or []):
         _check_workload(w, f"workloads[{i}]", file, registries, errors)
-    if cfg.ladder is not None:  # the workload, and its model at each size (harness.config.ladder)
+    if cfg.ladder is not None:  # the workload, and its model at each size (harness.config.ladder_parts)
         try:
             lookup(WORKLOADS, cfg.ladder.workload, "workload")
         except KeyError as e:

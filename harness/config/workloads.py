@@ -170,11 +170,11 @@ def config_parts(cfg: SweepConfig) -> list[tuple[str, dict[str, Any], SweepConfi
     ``target`` and ``augment`` override the workloads' (a quick look at smaller budgets); with a
     grid they belong to the grid. ``targets: {WORKLOAD: ...}`` overrides one workload's target.
     ``include`` sub-grids belong to the grid; ``exclude`` rules apply everywhere. A config with a
-    ``ladder`` is its rungs' parts (:func:`harness.config.ladder.ladder_parts`; their overrides add
+    ``ladder`` is its rungs' parts (:func:`harness.config.ladder_parts.ladder_parts`; their overrides add
     ``ladder``, the part's :class:`harness.core.ladder.Rung`).
     """
     if cfg.ladder is not None:
-        from harness.config.ladder import ladder_parts
+        from harness.config.ladder_parts import ladder_parts
 
         return ladder_parts(cfg, get_workload(cfg.ladder.workload))
     set_ = cfg.model_fields_set

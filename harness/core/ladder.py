@@ -1,6 +1,6 @@
 """A model-size ladder's rung as a record, and the run tags that carry it (issue 38).
 
-:class:`Rung` is what :mod:`harness.config.ladder` computes for each (size, tokens-per-parameter)
+:class:`Rung` is what :mod:`harness.config.ladder_parts` computes for each (size, tokens-per-parameter)
 pair of a config's ``ladder:`` section; every trial of the rung gets :meth:`Rung.tags` (plus its
 optimizer's :data:`TAG_TRANSFER`) as MLflow run tags, so a report reads the parameter and token
 counts of each run (:mod:`reports.scaling_report`) without importing a model. Tags never enter

@@ -1,5 +1,5 @@
 """The dry run's ladder table (issue 38): one row per rung and data budget of a config's
-``ladder:``, with the numbers :mod:`harness.config.ladder` computed: parameters ``N``, tokens per
+``ladder:``, with the numbers :mod:`harness.config.ladder_parts` computed: parameters ``N``, tokens per
 parameter, tokens ``D``, steps, passes over the training data, estimated training FLOPs and the
 rung's trials. Display only."""
 
