@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config import search
-from harness.config.augment import validate_augment
+from harness.config.augment_keys import validate_augment
 from harness.config.echo import short_repr
 from harness.config.errors import ConfigError, key_text
 from harness.config.hparams import check_component, entry_builder
