@@ -36,13 +36,13 @@ from harness.core.names import TAG_SELECT_BY, TAG_SWEEP_ID
 from harness.core.selection import SELECT_BY
 from reports import runs as mlruns
 from reports import stats
-from reports.cells import spreadsheet_safe
 from reports.clock import use_clock
 from reports.compare import compare
 from reports.frame import SELECT_BY_ATTR, SWEEP_TIME_ATTR, load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
 from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
+from reports.safe_cells import spreadsheet_safe
 from reports.selection import select_by as select_of
 from reports.snapshot import snapshot_or_client
 

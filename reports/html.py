@@ -34,7 +34,6 @@ from harness.core.names import (
 )
 from harness.core.ties import power_words
 from reports.batching import batching_flags
-from reports.cells import spreadsheet_safe
 from reports.claim_table import claim_rows
 from reports.clock import clock_note
 from reports.early_stop import audit_rows
@@ -45,6 +44,7 @@ from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with
 from reports.leaderboard import shared_columns
 from reports.objectives import objective, objectives_differ, target_words
 from reports.runs import unfinished_words
+from reports.safe_cells import spreadsheet_safe
 from reports.scoring import denominator_note, score_note
 from reports.search_report import certificate_rows
 from reports.selection import audit_changes, boundary_warnings, selection_caption, selection_sentence

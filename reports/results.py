@@ -289,8 +289,8 @@ class Results:
         ``tuning_curves.csv``, ``tuned_times.csv``) into ``folder`` (made if absent); every column
         holds one type, so ``pandas.read_csv`` reads each back without a mixed-type warning; a text
         cell a spreadsheet would run as a formula gets a leading ``'``
-        (:func:`reports.cells.spreadsheet_safe`). Returns the paths by kind."""
-        from reports.cells import spreadsheet_safe
+        (:func:`reports.safe_cells.spreadsheet_safe`). Returns the paths by kind."""
+        from reports.safe_cells import spreadsheet_safe
 
         return self._write(folder, "csv", lambda df, p: spreadsheet_safe(df).to_csv(p, index=False))
 

@@ -314,9 +314,9 @@ class Leaderboard(pd.DataFrame):
 
     def to_markdown(self, buf=None, **kwargs):
         """:meth:`table` through ``pandas.DataFrame.to_markdown`` (``tabulate``; ``index=False``),
-        every cell through :func:`reports.cells.markdown_cell` (``|``, line breaks, HTML escaped),
+        every cell through :func:`reports.safe_cells.markdown_cell` (``|``, line breaks, HTML escaped),
         ``kwargs`` to pandas. Returns the text, or writes it to ``buf`` and returns ``None``."""
-        from reports.cells import markdown_table
+        from reports.safe_cells import markdown_table
 
         kwargs.setdefault("index", False)
         return markdown_table(self.table()).to_markdown(buf, **kwargs)

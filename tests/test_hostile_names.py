@@ -19,7 +19,7 @@ import pytest
 from conftest import TINY_SWEEP
 
 import harness
-from reports.cells import markdown_cell, spreadsheet_safe
+from reports.safe_cells import markdown_cell, spreadsheet_safe
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPE = "a|b"
