@@ -13,7 +13,7 @@ import pytest
 
 from harness.core import budget, names
 from harness.core.outcome import TrialOutcome
-from harness.sweep.budget import SweepClock
+from harness.sweep.sweep_clock import SweepClock
 
 
 def _runs(uri: str, experiment: str) -> tuple[dict[str, float], list[dict[str, float]]]:

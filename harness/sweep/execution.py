@@ -34,9 +34,9 @@ from harness.core.spec import TrialSpec
 from harness.execute import training
 from harness.execute.claims import CLAIM_WAIT_S
 from harness.execute.executors import NOT_RUN, Executor, InProcessExecutor, write_not_run
-from harness.sweep.budget import SweepClock
 from harness.sweep.progress import ProgressDisplay
 from harness.sweep.resume import dedupe_sweep
+from harness.sweep.sweep_clock import SweepClock
 from harness.tracking import spool
 from harness.tracking.health import HEALTH
 

@@ -102,7 +102,7 @@ def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, st
     """End the parent run with the sweep's counts and its tracking cost: ``sweep/tracking_s`` is the
     MLflow time on the critical path (per-trial calls made before/after training plus the final wait
     for background writes), ``sweep/tracking_fraction`` that over the trials' wall-clock; and its
-    time ``budget`` (``part -> s``, :mod:`harness.sweep.budget`) as ``time/<part>_s``."""
+    time ``budget`` (``part -> s``, :mod:`harness.sweep.sweep_clock`) as ``time/<part>_s``."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)

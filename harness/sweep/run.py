@@ -48,7 +48,6 @@ from harness.execute.writing import replay_spool
 from harness.plan.expansion import TrialList, component_variants, expand, search_tags, sweep_id_of
 from harness.plan.units import group_units, unit_tags
 from harness.sweep.adaptive import Rounds, keep_only, print_search_plan
-from harness.sweep.budget import SweepClock
 from harness.sweep.execution import execute_units
 from harness.sweep.only import describe, parse_only, select
 from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_settings, start_parent
@@ -58,6 +57,7 @@ from harness.sweep.resume import Plan, count_done, finished_trials, make_plan, t
 from harness.sweep.searchers import SweepSearch, searcher_for
 from harness.sweep.smoke import cap_steps, check_max_steps, smoke_line
 from harness.sweep.summary import SweepSummary, best_configs, boundary_warnings, print_summary, python_command
+from harness.sweep.sweep_clock import SweepClock
 from harness.tracking import spool
 from harness.tracking.client import analyze_store, get_or_create_experiment, prepare_store
 from harness.tracking.health import HEALTH, store_reachable
@@ -102,7 +102,7 @@ class SweepOptions:
         :mod:`harness.train.compile_cache`).
       process_start: ``time.perf_counter()`` at the process start (the command line passes
         :data:`harness.PROCESS_START`): the time budget's ``startup`` and wall-clock start there
-        (default: when :func:`run_sweep` is called; :mod:`harness.sweep.budget`).
+        (default: when :func:`run_sweep` is called; :mod:`harness.sweep.sweep_clock`).
       only: run the trials of these axis values only (``{"optimizer": "adam"}``, ``sweep --only
         optimizer=adam``; :mod:`harness.sweep.only`): the whole config is validated and expanded,
         the kept trials have their ids in the whole config, the parent run is the whole config's

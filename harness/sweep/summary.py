@@ -60,7 +60,7 @@ class SweepSummary:
     select_by: str = DEFAULT_SELECT_BY
     #: The clock time to target ranks on (the config's ``time:``, :mod:`harness.core.clock`).
     time_clock: str = DEFAULT_CLOCK
-    #: The parent run's time budget (``part -> s``, :mod:`harness.sweep.budget`) and the wall-clock
+    #: The parent run's time budget (``part -> s``, :mod:`harness.sweep.sweep_clock`) and the wall-clock
     #: its parts add up to; ``None`` when this invocation trained nothing.
     budget: dict[str, float] | None = None
     budget_wall_s: float = 0.0
