@@ -18,7 +18,7 @@ from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
 from harness.tracking import spool
-from harness.tracking.claims import NO_CLAIMS, Claim
+from harness.tracking.claim_locks import NO_CLAIMS, Claim
 from harness.tracking.client import client_for, runs_of_trial
 from harness.tracking.health import HEALTH
 from harness.tracking.liveness import kill_stale

@@ -8,7 +8,7 @@ inputs (:mod:`~harness.tracking.run_data`), provenance tags (:mod:`~harness.trac
 de-duplication of FINISHED runs (:mod:`~harness.tracking.dedupe`), the SQLite store (classification
 :mod:`~harness.tracking.store_state`, schema building :mod:`~harness.tracking.store_build`, repair
 :mod:`~harness.tracking.store_repair`, atomic creation :mod:`~harness.tracking.store`), per-trial
-claims (:mod:`~harness.tracking.claims`), the local spool of results the store did not take
+claims (:mod:`~harness.tracking.claim_locks`), the local spool of results the store did not take
 (:mod:`~harness.tracking.spool`), the MLflow layout of one trial's run and the rule that classifies a
 trial's runs (:mod:`~harness.tracking.trial_run`), and the MLflow UI's experiment tags
 (:mod:`~harness.tracking.mlflow_ui`). May import :mod:`harness.core` (and ``harness`` itself for its

@@ -1,6 +1,6 @@
 """At most one FINISHED run per trial: the rule that demotes duplicates a race between machines left.
 
-On a SQLite store the per-trial claims (:class:`harness.tracking.claims.Claim`) keep concurrent
+On a SQLite store the per-trial claims (:class:`harness.tracking.claim_locks.Claim`) keep concurrent
 invocations on one machine from training a trial twice. Against a server, invocations on several
 machines (or a Ray task retried while its first attempt was still writing) can each finish a trial;
 :func:`dedupe_finished_runs` keeps the earliest and demotes the others.
@@ -25,7 +25,7 @@ _log = logging.getLogger(__name__)
 def dedupe_finished_runs(uri: str, experiment_id: str, trial_ids: set[str]) -> dict[str, list[str]]:
     """Leave at most one FINISHED child run per trial of ``trial_ids`` in the experiment.
 
-    On a SQLite store the per-trial claims (:class:`harness.tracking.claims.Claim`) keep concurrent
+    On a SQLite store the per-trial claims (:class:`harness.tracking.claim_locks.Claim`) keep concurrent
     invocations on one machine from training a trial twice, so this finds nothing there. Against a
     server, invocations on several machines (or a Ray task retried while its first attempt was still
     writing) can each finish a trial: the earliest FINISHED run (by start time, then run id: every

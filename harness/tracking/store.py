@@ -16,7 +16,7 @@ makes creation atomic and exclusive:
   (:func:`harness.tracking.store_state.inspect_file`); a behind or half-migrated one is repaired
   under the lock (:func:`harness.tracking.store_repair.repair`), anything else unusable is refused
   untouched.
-- Per-trial claims live in the same side directory (:mod:`harness.tracking.claims`).
+- Per-trial claims live in the same side directory (:mod:`harness.tracking.claim_locks`).
 
 Errors for the user are :class:`~harness.tracking.store_state.StoreError` (one line, with what to
 do); the CLI maps them to exit 3. Test-only hook (never set it otherwise): ``HARNESS_TEST_KILL_AT``
