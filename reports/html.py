@@ -33,7 +33,7 @@ from harness.core.names import (
     TAG_HARNESS_COMMIT,
 )
 from harness.core.ties import power_words
-from reports.batching import batching_flags
+from reports.batch_flags import batching_flags
 from reports.claim_table import claim_rows
 from reports.clock import clock_note
 from reports.early_stop import audit_rows

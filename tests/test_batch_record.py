@@ -10,7 +10,7 @@ from mlflow import MlflowClient
 import harness
 from harness.core import names as N
 from harness.plan.units import MAX_BATCH_TAG, batch_members
-from reports.batching import batching_flags
+from reports.batch_flags import batching_flags
 from tests.conftest import make_spec
 
 
