@@ -1,6 +1,6 @@
 """AlgoPerf submissions on the harness's workloads, unchanged.
 
-* :mod:`.spec`, :mod:`.jax_sharding_utils`: stand-ins for ``algoperf.spec`` and
+* :mod:`.standin_spec`, :mod:`.jax_sharding_utils`: stand-ins for ``algoperf.spec`` and
   ``algoperf.jax_sharding_utils`` (used when the real package is not installed).
 * :mod:`.submission`: :func:`~.submission.load_submission` (the stand-ins registered, the file
   run, its functions checked).

@@ -4,7 +4,7 @@
 ``algoperf`` package is found (``importlib.util.find_spec("algoperf")``) and imports, it is used
 (AlgoPerf's ``algoperf.spec`` imports torch: a checkout on ``PYTHONPATH`` without torch is warned
 about and left out); otherwise
-the harness's stand-ins (:mod:`harness.train.algoperf.spec`,
+the harness's stand-ins (:mod:`harness.train.algoperf.standin_spec`,
 :mod:`harness.train.algoperf.jax_sharding_utils`) are registered as ``sys.modules["algoperf"]`` (a
 package object whose attributes are the two modules), ``["algoperf.spec"]`` and
 ``["algoperf.jax_sharding_utils"]``. They stay registered for the process (a submission's functions
@@ -33,7 +33,7 @@ from typing import Any
 from harness.config.optimizer_sources import ALGOPERF_REQUIRED
 from harness.core.source import SourceError, SourceRef, load_module
 from harness.train.algoperf import jax_sharding_utils as standin_sharding
-from harness.train.algoperf import spec as standin_spec
+from harness.train.algoperf import standin_spec
 
 __all__ = ["CALLS", "OPTIONAL", "REQUIRED", "algoperf_modules", "api_problem", "load_submission",
            "optional_fn", "submission_name"]
