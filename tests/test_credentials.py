@@ -64,7 +64,7 @@ def test_one_line_masks_a_stores_error():
 
 
 def test_err_masks(capsys):
-    from harness.cli.common import err
+    from harness.cli.shared import err
 
     err(f"error: cannot open the MLflow store postgresql://u:{SECRET}@db/x: boom")
     assert capsys.readouterr().err == "error: cannot open the MLflow store postgresql://u:***@db/x: boom\n"

@@ -37,7 +37,7 @@ import time
 import typer
 
 import harness
-from harness.cli import common, data_cmd, list_cmd, report_cmd, reproduce_cmd, status_cmd, sweep_cmd, ui_cmd
+from harness.cli import data_cmd, list_cmd, report_cmd, reproduce_cmd, shared, status_cmd, sweep_cmd, ui_cmd
 
 _EPILOG = """\b
 Examples:
@@ -133,7 +133,7 @@ def main() -> None:
     # MLflow announces schema creation and migrations at INFO; the CLI reports what matters itself.
     # (MLflow reads this when it is first imported; a user's own setting wins.)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    common.PROCESS_START = harness.PROCESS_START  # a sweep's time budget starts at the process start
+    shared.PROCESS_START = harness.PROCESS_START  # a sweep's time budget starts at the process start
     for name in _CALLBACK_LOGGERS:
         logging.getLogger(name).addFilter(_CallbackFailed())
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from harness.cli.common import err, one_of
+from harness.cli.shared import err, one_of
 
 __all__ = ["app"]
 

@@ -7,7 +7,7 @@ import re
 
 import typer
 
-from harness.cli.common import err
+from harness.cli.shared import err
 
 _ROLE = re.compile(r":\w+:`~?([^`]+)`")
 

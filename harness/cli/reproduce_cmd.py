@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli.common import URI_HELP, err, one_of
+from harness.cli.shared import URI_HELP, err, one_of
 
 EPILOG = """\b
 Examples:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from harness.cli import common
-from harness.cli.common import URI_HELP, err
+from harness.cli import shared
+from harness.cli.shared import URI_HELP, err
 from harness.config.limits import DEFAULT_MAX_TRIALS
 
 EPILOG = """\b
@@ -48,7 +48,7 @@ def sweep(
     executor: str | None = typer.Option(None, "--executor", help="inprocess | process | ray "
                                         "[default: the config's executor, else inprocess]."),
     address: str | None = typer.Option(None, "--address", help="Cluster address (ray)."),
-    batching: str | None = typer.Option(None, "--batching", parser=common.one_of("auto", "on", "off"),
+    batching: str | None = typer.Option(None, "--batching", parser=shared.one_of("auto", "on", "off"),
                                              metavar="auto|on|off", help="Train seed/step-size siblings "
                                              "together under vmap: auto | on | off [default: the "
                                              "config's batching, else auto: where a short "
@@ -92,7 +92,7 @@ def sweep(
         summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, executor=executor,
                             address=address, batching=batching,
                             dry_run=dry_run, quiet=quiet, explain=explain, max_trials=max_trials,
-                            compile_cache=not no_compile_cache, process_start=common.PROCESS_START,
+                            compile_cache=not no_compile_cache, process_start=shared.PROCESS_START,
                             only=only or None, max_steps=max_steps,
                             executor_opts={k: v for k, v in (("cpus_per_trial", cpus_per_trial),
                                                              ("gpus_per_trial", gpus_per_trial))
@@ -105,7 +105,7 @@ def sweep(
         err(f"error: {e}")
         raise typer.Exit(3) from None
     except SweepInterrupted as e:  # Ctrl-C: 130; SIGTERM: 143 (128 + the signal, as a shell says)
-        if common.PROCESS_START is not None:  # the process ends now: another signal changes nothing
+        if shared.PROCESS_START is not None:  # the process ends now: another signal changes nothing
             for s in (signal.SIGINT, signal.SIGTERM):  # (was exit -15); in a longer process, kept
                 signal.signal(s, signal.SIG_IGN)
         err(f"{_stopped_by(e.signum)}: {e.done}/{e.total} trials done; run the same command again to resume")

@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from harness.cli.common import URI_HELP, err, exit_no_experiment
+from harness.cli.shared import URI_HELP, err, exit_no_experiment
 from harness.core.names import KIND_PARENT, TAG_KIND
 
 
