@@ -36,12 +36,12 @@ from harness.core.names import TAG_SELECT_BY, TAG_SWEEP_ID
 from harness.core.selection import SELECT_BY
 from reports import runs as mlruns
 from reports import stats
-from reports.clock import use_clock
 from reports.compare import compare
 from reports.frame import SELECT_BY_ATTR, SWEEP_TIME_ATTR, load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
 from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
+from reports.report_clock import use_clock
 from reports.safe_cells import spreadsheet_safe
 from reports.selection import select_by as select_of
 from reports.snapshot import snapshot_or_client
@@ -88,7 +88,7 @@ def make_report(
       select_by: the selection objective (:data:`harness.core.selection.SELECT_BY`); ``None``
         takes the sweep's own (its latest parent run's tag ``harness.select_by``; default
         ``time_to_target``). The leaderboard's text says which.
-      time_clock: the clock time to target is ranked and drawn on (:mod:`reports.clock`):
+      time_clock: the clock time to target is ranked and drawn on (:mod:`reports.report_clock`):
         ``"modeled"`` (steps × the program's median step time) or ``"measured"`` (wall-clock as
         logged); ``None`` takes the sweep's (its config's ``time:``, recorded on its latest parent
         run; ``modeled`` when absent). The leaderboard says which.

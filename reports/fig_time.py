@@ -22,10 +22,10 @@ from harness.core.names import (
     M_WALL_S,
 )
 from reports import protocol
-from reports.clock import clock_of
 from reports.frame import curves, summaries
 from reports.layout import grid_shape, hide_unused, new_figure, task_labels
 from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
+from reports.report_clock import clock_of
 from reports.selection import best_configs
 from reports.style import markers, palette
 
@@ -77,7 +77,7 @@ def time_rows_axes(ax, opts: list, values, title: str, xlabel: str) -> str:
 
 def budget_seconds(g: pd.DataFrame, ends: pd.Series, clock: str) -> pd.Series:
     """The seconds each trial of ``g`` (summary rows) trained, on ``clock`` (the clock its task's
-    time to target is on, :func:`reports.clock.clock_of`): ``measured``, its last logged
+    time to target is on, :func:`reports.report_clock.clock_of`): ``measured``, its last logged
     ``time/wall_s`` (``ends``, by trial id); ``modeled``, its steps trained × its program's
     ``perf/modeled_step_ms`` (``perf/step_time_ms`` for runs from before it); ``cost``, its steps
     trained × FLOPs per step ÷ peak; so that a not-reached marker and the axis are on the clock of the

@@ -20,7 +20,6 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from reports import interactive, protocol
-from reports.clock import clock_note
 from reports.compute_curves import compute_curves, reach_words
 from reports.fig_budget import budget_figure, time_budget
 from reports.fig_convergence import (
@@ -37,6 +36,7 @@ from reports.fig_tuning import BAND_MAX_OPTIMIZERS, compute_figure, profile_figu
 from reports.leaderboard import format_interval, interval_words, leaderboard
 from reports.objectives import METRIC_LABELS
 from reports.protocol import SOLVED_FRACTION
+from reports.report_clock import clock_note
 from reports.scaling_report import scaling_caption, scaling_figure, scaling_table
 from reports.scoring import performance_profile, profile_times
 from reports.selection import tuning_value_words

@@ -118,7 +118,7 @@ STATUSES = ("finished", "diverged", "failed", "running", "stopped")
 SELECT_BY_ATTR = "select_by"
 #: ``frame.attrs`` keys of the sweep's tuned-time rule (``scoring:``, ``report --scoring``;
 #: :func:`reports.protocol.scoring`) and of the clock its config asked for (``time:``; ``report
-#: --time`` overrides it, :func:`reports.clock.use_clock`), read like :data:`SELECT_BY_ATTR`.
+#: --time`` overrides it, :func:`reports.report_clock.use_clock`), read like :data:`SELECT_BY_ATTR`.
 SCORING_ATTR = "scoring"
 SWEEP_TIME_ATTR = "sweep_time"
 #: Each setting's tag on a parent run (:func:`sweep_settings`) and its ``frame.attrs`` key.

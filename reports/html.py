@@ -35,7 +35,6 @@ from harness.core.names import (
 from harness.core.ties import power_words
 from reports.batch_flags import batching_flags
 from reports.claim_table import claim_rows
-from reports.clock import clock_note
 from reports.early_stop import audit_rows
 from reports.figures import FIGURES
 from reports.frame import STATUSES, SweepData, summaries
@@ -43,6 +42,7 @@ from reports.interactive import vega_bundle
 from reports.layout import label_table, pdf_bytes, svg_markup, task_labels, with_labels
 from reports.leaderboard import shared_columns
 from reports.objectives import objective, objectives_differ, target_words
+from reports.report_clock import clock_note
 from reports.runs import unfinished_words
 from reports.safe_cells import spreadsheet_safe
 from reports.scoring import denominator_note, score_note

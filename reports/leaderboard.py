@@ -24,7 +24,7 @@ SCORE_COL = "AlgoPerf score (all tasks, τ ∈ [1, 4])"
 
 
 #: After a time to target whose program's figure is flagged (tag ``perf.suspect``,
-#: :func:`reports.clock.clock_note` names it and says why).
+#: :func:`reports.report_clock.clock_note` names it and says why).
 FLAG_MARK = " †"
 
 

@@ -91,7 +91,7 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
       versions: ``"current"`` (the sweep's trials) or ``"all"`` (every trial of the experiment);
         module docstring.
       clock: the clock time to target is ranked on, ``"modeled"`` or ``"measured"``
-        (:mod:`reports.clock`); ``None``: the sweep's own (its config's ``time:``).
+        (:mod:`reports.report_clock`); ``None``: the sweep's own (its config's ``time:``).
       select_by: how each optimizer's best configuration is selected on validation
         (``time_to_target``, ``final``, ``best``); ``None``: the sweep's own.
       scoring: the tuned time-to-result rule of ``.tuned_times`` (``harness``, ``algoperf``;
@@ -204,7 +204,7 @@ class Results:
     @functools.cached_property
     def _ranked(self) -> pd.DataFrame:
         """The summary rows on the report's clock: what the leaderboard and protocol tables read."""
-        from reports.clock import use_clock
+        from reports.report_clock import use_clock
 
         # what these views read: no params.* or environment columns (100 text columns a trial,
         # copied at every selection), attrs without the time budget (deep-copied at every one)
@@ -219,7 +219,7 @@ class Results:
     @functools.cached_property
     def _drawn(self) -> pd.DataFrame:
         """The whole frame on the report's clock: what the figures draw."""
-        from reports.clock import use_clock
+        from reports.report_clock import use_clock
 
         return use_clock(self.frame, self.clock)
 

@@ -15,9 +15,9 @@ import pandas as pd
 from harness.core.boundary import edge, edge_warning, grid_edge, grid_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
 from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
-from reports.clock import COST_CLASS, COST_HI, COST_LO
 from reports.frame import SELECT_BY_ATTR, per_frame, summaries, tuning_rows
 from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
+from reports.report_clock import COST_CLASS, COST_HI, COST_LO
 
 
 def select_by(frame: pd.DataFrame) -> str:
@@ -121,7 +121,7 @@ def select_best(frame: pd.DataFrame, audits: bool = True) -> pd.DataFrame:
     rounds only each seed's last counts (the rows selection reads), as in the sweep's summary.
     Columns: ``task, optimizer, config_id, config, n_seeds, n_finished, n_reached, rank, has_results``
     (``rank`` 1 = best optimizer on the task: more seeds reaching the target, then lower median
-    **seconds** to target (on the report's clock, :mod:`reports.clock`), since optimizers' steps
+    **seconds** to target (on the report's clock, :mod:`reports.report_clock`), since optimizers' steps
     cost different times, then more finished, then the final metric; optimizers that reached the
     target in the same median number of steps and the same cost class (:func:`cost_class`) are tied
     on time and ordered by seeds finished, then the final validation metric, never by seconds).
@@ -216,7 +216,7 @@ def audit_changes(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> 
 
 def cost_range(rows: pd.DataFrame) -> tuple[float, float] | None:
     """The relative interval of a configuration's per-step cost (the columns
-    :data:`reports.clock.COST_LO` / ``COST_HI``; ``None`` where exact or without them)."""
+    :data:`reports.report_clock.COST_LO` / ``COST_HI``; ``None`` where exact or without them)."""
     if COST_LO not in rows or COST_HI not in rows:
         return None
     got = rows[[COST_LO, COST_HI]].dropna()
@@ -225,7 +225,7 @@ def cost_range(rows: pd.DataFrame) -> tuple[float, float] | None:
 
 def cost_class(rows: pd.DataFrame) -> float | None:
     """The cost class of a configuration's trials on its task's clock (the column
-    :data:`reports.clock.COST_CLASS` that :func:`reports.clock.use_clock` adds; ``None`` on the
+    :data:`reports.report_clock.COST_CLASS` that :func:`reports.report_clock.use_clock` adds; ``None`` on the
     measured clock or without it): their programs' one class."""
     if COST_CLASS not in rows:
         return None

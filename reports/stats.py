@@ -10,7 +10,7 @@ diverged or failed included. Each task is scored by what ranks it on the leaderb
 
 * a task ranked by time to target (the default objective, the task has a target): the run's
   **speed-up over the baseline**, ``T_base / t``: ``t`` its seconds to the validation target on the
-  report's clock (:mod:`reports.clock`), ``T_base`` the baseline's median over its seeds (a seed that
+  report's clock (:mod:`reports.report_clock`), ``T_base`` the baseline's median over its seeds (a seed that
   did not reach the target counts as infinite). 1 = as fast as the baseline, 2 = twice as fast; a
   run that did not reach the target scores 0.
 * a task ranked by its metric (``selection: {by: final | best}``, or no target): the run's

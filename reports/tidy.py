@@ -133,7 +133,7 @@ def _hparam(series: pd.Series) -> pd.Series:
 
 def trials_table(raw: pd.DataFrame, ranked: pd.DataFrame, clock: str) -> pd.DataFrame:
     """One row per trial of ``raw`` (the tidy frame as loaded: its ``summary`` rows), in its order;
-    ``ranked`` is the same frame on the report's ``clock`` (:func:`reports.clock.use_clock`), whose
+    ``ranked`` is the same frame on the report's ``clock`` (:func:`reports.report_clock.use_clock`), whose
     ``convergence/seconds_to_target`` becomes the column ``seconds_to_target``.
 
     Columns: :data:`TRIAL_ID_COLUMNS` (``task`` the short label, ``task_name`` the full one,

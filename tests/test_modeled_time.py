@@ -194,7 +194,7 @@ def test_the_cost_clock_charges_each_program_its_own_flops():
 def test_a_tie_in_steps_is_ranked_by_the_final_metric_on_either_clock(clock):
     """Before: adam ranked above momentum (seconds came first among optimizers). sgd needed fewer
     steps: first on either clock."""
-    from reports.clock import use_clock
+    from reports.report_clock import use_clock
 
     f = use_clock(_tie_frame(), clock)
     assert _ranks(f) == ["sgd", "momentum", "adam"]
@@ -205,7 +205,7 @@ def test_a_suspect_figure_keeps_its_task_on_the_modeled_clock():
     seconds (0.10, 0.11, 0.402, 0.182: the noisiest clock there is). Now the task stays on the
     modeled clock and the report names the flagged program; a task where a trial has no modeled
     time at all ranks on the cost clock; ``--time measured`` still gives the wall-clock."""
-    from reports.clock import clock_note, clock_of, use_clock
+    from reports.report_clock import clock_note, clock_of, use_clock
 
     one = _tie_frame().assign(model="mlp", dataset="digits")
     other = _tie_frame().assign(task="cnn / digits", model="cnn", dataset="digits",
@@ -401,8 +401,8 @@ def test_a_loaded_machine_gives_the_same_leaderboard_order(loaded_sweeps):
     two of them have modeled times within 1.5x of each other (so a step time measured alone, at
     each unit's end, under a load that came and went, could flip them); the programs are measured
     interleaved before training, under the same load, and their ratios hold."""
-    from reports.clock import use_clock
     from reports.frame import load_frame, summaries
+    from reports.report_clock import use_clock
 
     frames = {n: use_clock(load_frame(n, tracking_uri=loaded_sweeps)) for n in ("quiet", "loaded")}
     table = {n: summaries(f).set_index("optimizer") for n, f in frames.items()}

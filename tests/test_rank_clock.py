@@ -163,8 +163,8 @@ def test_a_task_with_an_algoperf_submission_ranks_on_cost_not_on_wall_clock(tmp_
     import yaml
 
     from harness.core import names as N
-    from reports.clock import clock_note, clock_of, use_clock
     from reports.frame import load_frame, summaries
+    from reports.report_clock import clock_note, clock_of, use_clock
 
     sub = Path(__file__).resolve().parents[1] / "experiments" / "submissions" / "nadamw.py"
     cfg = {"name": "apclock", "models": [{"name": "mlp", "hparams": {"width": 32, "depth": 1}}],

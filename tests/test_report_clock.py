@@ -46,8 +46,8 @@ def _frame(select_by: str | None = None) -> pd.DataFrame:
 def test_the_time_figure_axis_and_budget_follow_the_clock(clock, budget, xmax, label):
     """Before: the budget (sgd's ▷) and the axis were the measured 30 s also when the times beside
     them were modeled (adam's 0.1 s drawn at the far left of a 32 s axis)."""
-    from reports.clock import use_clock
     from reports.fig_time import time_to_target, time_to_target_figure
+    from reports.report_clock import use_clock
 
     f = use_clock(_frame(), clock)
     t = time_to_target(f).set_index("optimizer")
@@ -78,8 +78,8 @@ def test_the_header_names_the_objective_that_selected(by, words):
 def test_a_flagged_figure_marks_its_leaderboard_row():
     """Issue 32 §1: a trial whose figure is flagged (tag perf.suspect) still ranks on it, and its row's
     time to target carries ``†`` (the clock sentence names it and says why); others do not."""
-    from reports.clock import clock_note, use_clock
     from reports.leaderboard import leaderboard
+    from reports.report_clock import clock_note, use_clock
 
     raw = _frame()
     why = "step CPU time 9 ms measured, ..."

@@ -83,9 +83,9 @@ def test_a_target_met_at_initialisation_through_a_real_sweep(tmp_path):
     import re
 
     from harness.core import names as N
-    from reports.clock import use_clock
     from reports.frame import load_frame
     from reports.leaderboard import SCORE_COL, leaderboard
+    from reports.report_clock import use_clock
 
     cfg = {"name": "step0", "models": [{"name": "mlp", "hparams": {"width": 32, "depth": 1}}],
            "optimizers": [{"name": "sgd", "hparams": {"step_size": 0.1}},

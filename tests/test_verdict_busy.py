@@ -87,10 +87,10 @@ def _sweep(d, burners: int) -> tuple[str, str]:
 def _verdict(uri: str):
     """``(ranks, selected, leaderboard)``: the leaderboard's rows in order as (task, optimizer, rank
     label), per (task, optimizer) the selected configuration, and the table itself."""
-    from reports.clock import use_clock
     from reports.frame import load_frame
     from reports.leaderboard import leaderboard
     from reports.ranks import shared_ranks
+    from reports.report_clock import use_clock
     from reports.selection import best_configs
 
     frame = use_clock(load_frame("race", tracking_uri=uri))
