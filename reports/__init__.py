@@ -33,7 +33,7 @@ import pandas as pd
 
 from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import TAG_SELECT_BY, TAG_SWEEP_ID
-from harness.core.selection import SELECT_BY
+from harness.core.selection_rule import SELECT_BY
 from reports import runs as mlruns
 from reports import stats
 from reports.compare import compare
@@ -85,7 +85,7 @@ def make_report(
         (:data:`reports.protocol.SCORING`); ``None`` takes the sweep's (its latest parent run's
         ``scoring`` param, from the config's ``scoring:``; ``harness`` when absent). The profile's
         caption says which; ``algoperf`` adds AlgoPerf's score to the leaderboard.
-      select_by: the selection objective (:data:`harness.core.selection.SELECT_BY`); ``None``
+      select_by: the selection objective (:data:`harness.core.selection_rule.SELECT_BY`); ``None``
         takes the sweep's own (its latest parent run's tag ``harness.select_by``; default
         ``time_to_target``). The leaderboard's text says which.
       time_clock: the clock time to target is ranked and drawn on (:mod:`reports.report_clock`):

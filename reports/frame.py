@@ -98,7 +98,7 @@ from harness.core.names import (
     canonical_metric,
 )
 from harness.core.names import SUMMARY_METRICS as SUMMARY_METRICS
-from harness.core.selection import LM_MARKER, best_of
+from harness.core.selection_rule import LM_MARKER, best_of
 from reports import runs as mlruns
 from reports.labels import add_labels
 from reports.search_report import read_search
@@ -113,7 +113,7 @@ REASON_TAGS = (TAG_REASON, TAG_STATUS_REASON)
 #: ``status`` tag says so): counted apart, never selected (selection reads ``finished`` trials).
 STATUSES = ("finished", "diverged", "failed", "running", "stopped")
 #: ``frame.attrs[SELECT_BY_ATTR]``: the selection objective the report's views select by
-#: (:mod:`harness.core.selection`): the sweep's latest parent run's tag ``harness.select_by``
+#: (:mod:`harness.core.selection_rule`): the sweep's latest parent run's tag ``harness.select_by``
 #: (:func:`load_sweep`), overridden by ``report --select-by``.
 SELECT_BY_ATTR = "select_by"
 #: ``frame.attrs`` keys of the sweep's tuned-time rule (``scoring:``, ``report --scoring``;
@@ -300,7 +300,7 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "target_metric": target_metric,
         "target_value": _num(params.get(PARAM_TARGET_VALUE)),
         "target_mode": target_mode(target_metric, params.get(PARAM_TARGET_MODE)) if target_metric else None,
-        # a sequence task's run: without a target it ranks by loss (core.selection.ranking_metric)
+        # a sequence task's run: without a target it ranks by loss (core.selection_rule.ranking_metric)
         "language_model": LM_MARKER in run.data.metrics,
         "protocol": _protocol(run),
         "mesh": tags.get(TAG_MESH),
@@ -371,7 +371,7 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     for (i, _rid, _stored, key), h in zip(jobs, hists, strict=True):
         per_trial.setdefault(i, {})[key] = h
     # A finished trial without best/* metrics (logged before them): its validation curve's best
-    # evaluation (the same rule as the logged value: harness.core.selection.best_of).
+    # evaluation (the same rule as the logged value: harness.core.selection_rule.best_of).
     for best, curve, higher in ((M_BEST_ACC, M_VALID_ACC, True), (M_BEST_LOSS, M_VALID_LOSS, False)):
         for i, metrics in per_trial.items():
             if curve in metrics and math.isnan(summary.at[i, best]) and summary.at[i, "status"] == "finished":

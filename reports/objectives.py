@@ -3,7 +3,7 @@
 A task's objective follows from its target (``target.metric``, ``target.mode``): a
 ``valid/accuracy`` target ranks by ``final/valid_accuracy`` (higher is better), a ``valid/loss`` one by
 ``final/valid_loss`` (lower is better); without a target, a language model's by final loss, others' by
-final accuracy when logged, else loss (:func:`harness.core.selection.ranking_metric`).
+final accuracy when logged, else loss (:func:`harness.core.selection_rule.ranking_metric`).
 Tasks of one sweep may differ (:func:`objectives_differ`), so everything that selects, ranks or
 reports one task's configurations asks for that task's objective.
 """
@@ -28,7 +28,7 @@ from harness.core.names import (
     M_VALID_LOSS,
     canonical_metric,
 )
-from harness.core.selection import ranking_metric, value_kind
+from harness.core.selection_rule import ranking_metric, value_kind
 from reports.frame import summaries, target_mode
 
 #: Which final (validation) metric a target metric is judged by (``eval/*`` targets, the names of
@@ -77,7 +77,7 @@ class Objective:
         return BEST_OF.get(self.final, M_BEST_ACC if self.mode == "max" else M_BEST_LOSS)
 
     def selected(self, by: str) -> str:
-        """The validation column that selection by ``by`` reads (:func:`harness.core.selection.
+        """The validation column that selection by ``by`` reads (:func:`harness.core.selection_rule.
         value_kind`): :attr:`best` for ``best``, else :attr:`final`."""
         return self.best if value_kind(by) == "best" else self.final
 

@@ -44,7 +44,7 @@ from harness.core.names import (
     TAG_OPTIMIZER_SOURCE_HASH,
     TAG_TRIAL_ID,
 )
-from harness.core.selection import SELECT_BY
+from harness.core.selection_rule import SELECT_BY
 from reports import runs as mlruns
 from reports.frame import (
     SELECT_BY_ATTR,

@@ -1,6 +1,6 @@
 """Selection on validation: the best configuration of each optimizer on each task, and its rank.
 
-The selection rule itself is :func:`harness.core.selection.selection_key`, the one rule this
+The selection rule itself is :func:`harness.core.selection_rule.selection_key`, the one rule this
 module and the sweep's end-of-run table (:mod:`harness.sweep.summary`) both apply, so that both
 always select the same configuration.
 """
@@ -14,7 +14,7 @@ import pandas as pd
 
 from harness.core.boundary import edge, edge_warning, grid_edge, grid_warning, parse_space
 from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET
-from harness.core.selection import check_select_by, selection_key, selection_order, selection_words
+from harness.core.selection_rule import check_select_by, selection_key, selection_order, selection_words
 from reports.frame import SELECT_BY_ATTR, per_frame, summaries, tuning_rows
 from reports.objectives import METRIC_LABELS, objective, objectives_differ, target_words
 from reports.report_clock import COST_CLASS, COST_HI, COST_LO
@@ -22,7 +22,7 @@ from reports.report_clock import COST_CLASS, COST_HI, COST_LO
 
 def select_by(frame: pd.DataFrame) -> str:
     """The frame's selection objective (``frame.attrs[SELECT_BY_ATTR]``: the sweep's recorded one,
-    or ``report --select-by``), one of :data:`harness.core.selection.SELECT_BY`; default
+    or ``report --select-by``), one of :data:`harness.core.selection_rule.SELECT_BY`; default
     ``time_to_target``.
 
     Raises:
@@ -104,7 +104,7 @@ def select_best(frame: pd.DataFrame, audits: bool = True) -> pd.DataFrame:
     ``audits=False``: without an early-stopping search's audit trials.
 
     Selection among one optimizer's configurations by the frame's objective (:func:`select_by`;
-    :func:`harness.core.selection.selection_key`). ``final``/``best``: more seeds finished, then
+    :func:`harness.core.selection_rule.selection_key`). ``final``/``best``: more seeds finished, then
     the better mean final / best-during-training validation value of the task's objective
     (``final/valid_*`` / ``best/valid_*``), then the time-to-target order below; optimizers are
     ranked the same way (finished, value, reached, median seconds, name). ``time_to_target`` (the

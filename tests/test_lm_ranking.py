@@ -1,6 +1,6 @@
 """A language model with no target ranks by validation loss (lower is better), not next-token
 accuracy: in the end-of-sweep summary and in the report, by one rule
-(:func:`harness.core.selection.ranking_metric`)."""
+(:func:`harness.core.selection_rule.ranking_metric`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import harness
 from harness.core import names
-from harness.core.selection import LM_MARKER, ranking_metric
+from harness.core.selection_rule import LM_MARKER, ranking_metric
 from harness.data.tokenize import tokenize_files
 from harness.sweep.summary import ranked_rows
 from reports.frame import load_sweep, summaries

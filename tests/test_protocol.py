@@ -328,7 +328,7 @@ def test_selection_ignores_wall_clock_noise_when_steps_tie():
 def test_selection_key_orders_by_reached_steps_finished_value_seconds_name():
     """Hand-ordered configurations: each neighbour pair differs in exactly one field, and the
     earlier field wins over all later ones; ``None`` sorts last; loss targets prefer lower."""
-    from harness.core.selection import selection_key as key
+    from harness.core.selection_rule import selection_key as key
 
     ranked = [
         key(3, 100, 3, 0.80, True, 9.0, "z"),   # most seeds reached

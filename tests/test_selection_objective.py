@@ -1,5 +1,5 @@
 """The selection objective (issue 22 §4): ``selection: {by: final | best | time_to_target}`` in the
-config, ``report --select-by``; one rule (:func:`harness.core.selection.selection_key`) for the
+config, ``report --select-by``; one rule (:func:`harness.core.selection_rule.selection_key`) for the
 report's and the end-of-sweep summary's selection, and every view says which."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.core import names as N
 from harness.core.outcome import TrialOutcome
-from harness.core.selection import selection_key
+from harness.core.selection_rule import selection_key
 from harness.sweep.summary import SweepSummary, best_configs, print_summary
 from reports import frame as RF
 from reports import protocol as P

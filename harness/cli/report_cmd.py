@@ -8,7 +8,7 @@ from harness.cli.shared import URI_HELP, err, one_of
 from harness.core.clock import CLOCKS
 from harness.core.names import SCORING_RULES
 from harness.core.redact import mask_uri
-from harness.core.selection import SELECT_BY
+from harness.core.selection_rule import SELECT_BY
 
 EPILOG = """\b
 Examples:

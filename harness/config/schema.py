@@ -39,7 +39,7 @@ from harness.config.values import hparam_count, hparam_values, log_grid_args
 from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import SCORING_RULES, canonical_metric
 from harness.core.registry import did_you_mean
-from harness.core.selection import DEFAULT_SELECT_BY, SELECT_BY
+from harness.core.selection_rule import DEFAULT_SELECT_BY, SELECT_BY
 from harness.core.source import DEFAULT_TIMEOUT_S
 
 #: Top-level axes that ``zip`` and ``include`` may name.
@@ -167,7 +167,7 @@ def one_of(v: Any, valid: tuple[str, ...], kind: str) -> str:
 
 class SelectionCfg(Strict):
     """``selection: {by: ...}``: how each optimizer's best configuration is selected on validation
-    (:mod:`harness.core.selection`): ``time_to_target`` (the default), ``final`` or ``best``."""
+    (:mod:`harness.core.selection_rule`): ``time_to_target`` (the default), ``final`` or ``best``."""
 
     by: str = DEFAULT_SELECT_BY
 

@@ -4,7 +4,7 @@ Owns the records that flow through a sweep (:mod:`~harness.core.spec`: ``TrialSp
 ``TrialResult`` out; :mod:`~harness.core.outcome`: ``TrialOutcome``, one constructor per source;
 :mod:`~harness.core.context`: ``RunContext``, what a worker needs to log a unit), every MLflow name
 with the legacy ``eval/*`` map (:mod:`~harness.core.names`), the selection rule that the sweep's
-summary and the reports share (:mod:`~harness.core.selection`), the significance of a target claim
+summary and the reports share (:mod:`~harness.core.selection_rule`), the significance of a target claim
 (:mod:`~harness.core.significance`), the name → builder registry helpers
 (:mod:`~harness.core.registry`: signature → hyperparameters, did-you-mean, executor names) and small
 shared rules (:mod:`~harness.core.util`: the cache folder, process liveness, atomic JSON, frozen

@@ -36,7 +36,7 @@ def is_adaptive_search(methods: str | None) -> bool:
     return bool(set(filter(None, (methods or "").split(","))) - set(FIXED_METHODS))
 TAG_SEARCH_INDEX = "harness.search_index"
 #: A sweep parent run's selection objective (``selection: {by: ...}``, one of
-#: :data:`harness.core.selection.SELECT_BY`); the report reads the latest parent's.
+#: :data:`harness.core.selection_rule.SELECT_BY`); the report reads the latest parent's.
 TAG_SELECT_BY = "harness.select_by"
 #: A sweep parent run's tuned time-to-result rule (``scoring:``, one of :data:`SCORING_RULES`) and
 #: the clock time to target ranks on (``time:``, one of :data:`harness.core.clock.CLOCKS`): tags,
@@ -179,7 +179,7 @@ M_FINAL_LOSS = "final/valid_loss"
 M_FINAL_ACC = "final/valid_accuracy"
 M_FINAL_GAP = "final/valid_nats_above_entropy"
 #: The best validation value of the trial's evaluations (accuracy: the highest, loss: the lowest),
-#: what ``selection: {by: best}`` reads (:func:`harness.core.selection.best_of`).
+#: what ``selection: {by: best}`` reads (:func:`harness.core.selection_rule.best_of`).
 M_BEST_LOSS = "best/valid_loss"
 M_BEST_ACC = "best/valid_accuracy"
 M_STEP_MS = "perf/step_time_ms"

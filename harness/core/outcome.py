@@ -24,7 +24,7 @@ from typing import Any
 from harness.core import names
 from harness.core.clock import clock_seconds
 from harness.core.conditions import flops_note
-from harness.core.selection import LM_MARKER, best_of
+from harness.core.selection_rule import LM_MARKER, best_of
 from harness.core.spec import TrialResult, TrialSpec
 from harness.core.util import finite
 
@@ -165,7 +165,7 @@ class TrialOutcome:
     #: The target's value (None: no target), what a target claim is tested against
     target_value: float | None = None
     #: A language model's trial (a sequence task; its run logged ``valid/perplexity``): without a
-    #: target it ranks by validation loss (:func:`harness.core.selection.ranking_metric`)
+    #: target it ranks by validation loss (:func:`harness.core.selection_rule.ranking_metric`)
     language_model: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     #: Another invocation on this machine holds the trial's claim (it is training or writing it):

@@ -63,7 +63,7 @@ from harness.core.names import (
 )
 from harness.core.outcome import TrialOutcome
 from harness.core.rungs import DEFAULT_ETA, RungBoard, default_min_steps, rung_steps
-from harness.core.selection import DEFAULT_SELECT_BY
+from harness.core.selection_rule import DEFAULT_SELECT_BY
 from harness.core.spec import TrialSpec
 from harness.core.util import freeze
 from harness.plan.cells import Cell

@@ -29,7 +29,7 @@ pass is all axes once. Repeat until a whole pass moves nothing
 (``converged``) or ``passes`` passes are done (default :data:`DEFAULT_PASSES`), or the compute
 budget is spent.
 
-**Better.** :func:`harness.core.selection.selection_key` of a configuration, its seeds aggregated as
+**Better.** :func:`harness.core.selection_rule.selection_key` of a configuration, its seeds aggregated as
 :func:`harness.sweep.summary.best_configs` does (seeds reaching the target, median steps to it,
 seeds finished, the mean validation value ``selection.by`` reads), with the two last tie-breakers of
 the sweep's rule left out: the median seconds to target (wall-clock differs between runs, so a
@@ -73,7 +73,7 @@ from typing import Any
 
 from harness.config.errors import ConfigError
 from harness.core.outcome import TrialOutcome, config_label
-from harness.core.selection import DEFAULT_SELECT_BY, selection_key
+from harness.core.selection_rule import DEFAULT_SELECT_BY, selection_key
 from harness.core.spec import TrialSpec
 from harness.plan.cells import Cell, coordinates
 from harness.sweep.searchers import Searcher, register

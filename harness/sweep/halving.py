@@ -42,7 +42,7 @@ from typing import Any
 from harness.core.names import TAG_AUDIT_OF, TAG_SEARCH, TAG_SEARCH_INDEX
 from harness.core.outcome import TrialOutcome
 from harness.core.rungs import rung_steps
-from harness.core.selection import DEFAULT_SELECT_BY
+from harness.core.selection_rule import DEFAULT_SELECT_BY
 from harness.core.spec import TrialSpec
 from harness.core.util import freeze
 from harness.plan.cells import Cell

@@ -24,7 +24,7 @@ that ran through; with ``B > 1`` the ``B`` trials of a round are asked while non
 ``constant_liar``, on by default in Optuna 5, spreads them). Replaying costs ``O(N^2)`` asks over a
 whole search (TPE: milliseconds each; GP refits at each ask and is the slow one).
 
-**What is told.** The objective is the sweep's selection value (:mod:`harness.core.selection`):
+**What is told.** The objective is the sweep's selection value (:mod:`harness.core.selection_rule`):
 the mean over the cell's seeds of the final validation value of the task's target metric
 (``valid/loss`` is minimized; accuracy and any other metric maximized; the best value during
 training for ``selection: {by: best}``; ``time_to_target`` tells the final value, its tie-break),
@@ -70,7 +70,7 @@ from typing import Any
 from harness.config.errors import ConfigError
 from harness.config.search import GP_NEEDS_TORCH_REASON, Distribution
 from harness.core.outcome import TrialOutcome
-from harness.core.selection import DEFAULT_SELECT_BY, value_kind
+from harness.core.selection_rule import DEFAULT_SELECT_BY, value_kind
 from harness.core.spec import TrialSpec
 from harness.core.util import logger_level
 from harness.plan.cells import Cell

@@ -26,7 +26,7 @@ from harness.core.names import (
     TAG_TIME,
 )
 from harness.core.outcome import TrialOutcome
-from harness.core.selection import DEFAULT_SELECT_BY
+from harness.core.selection_rule import DEFAULT_SELECT_BY
 from harness.plan.expansion import search_methods
 from harness.tracking.client import search_all
 from harness.tracking.liveness import kill_dead_invocations, owner_tags

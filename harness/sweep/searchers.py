@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from harness.config.errors import ConfigError
 from harness.core.outcome import TrialOutcome
-from harness.core.selection import DEFAULT_SELECT_BY
+from harness.core.selection_rule import DEFAULT_SELECT_BY
 from harness.core.spec import TrialSpec
 from harness.plan.cells import Cell, cells_of
 
@@ -57,8 +57,8 @@ class Searcher:
 
     Args:
       cell: the cell (its candidates, sampled dimensions, seeds and resolved search).
-      select_by: the sweep's selection objective (:data:`harness.core.selection.SELECT_BY`): what
-        "better" means to a searcher, by :func:`harness.core.selection.selection_key`.
+      select_by: the sweep's selection objective (:data:`harness.core.selection_rule.SELECT_BY`): what
+        "better" means to a searcher, by :func:`harness.core.selection_rule.selection_key`.
     """
 
     method: ClassVar[str] = "grid"

@@ -16,7 +16,7 @@ from harness.core.budget import budget_line
 from harness.core.clock import DEFAULT_CLOCK, ranked_seconds
 from harness.core.outcome import TrialOutcome, config_key, config_labels, last_rounds, task_key
 from harness.core.redact import mask_uri
-from harness.core.selection import (
+from harness.core.selection_rule import (
     DEFAULT_SELECT_BY,
     ranking_metric,
     selection_key,
@@ -56,7 +56,7 @@ class SweepSummary:
     config_path: str = ""
     #: Boundary warnings of the selected configurations (:func:`boundary_warnings`).
     boundary: list[str] = field(default_factory=list)
-    #: The selection objective (the config's ``selection.by``, :mod:`harness.core.selection`).
+    #: The selection objective (the config's ``selection.by``, :mod:`harness.core.selection_rule`).
     select_by: str = DEFAULT_SELECT_BY
     #: The clock time to target ranks on (the config's ``time:``, :mod:`harness.core.clock`).
     time_clock: str = DEFAULT_CLOCK
@@ -149,7 +149,7 @@ def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     report's ``config_id``: :func:`harness.core.outcome.config_key`; ``config`` the label printed,
     :func:`harness.core.outcome.config_labels`), selected exactly like the HTML report's leaderboard
     (:func:`reports.selection.best_configs`) by the objective ``by``
-    (:func:`harness.core.selection.selection_key`, one rule for both). ``time_to_target`` (the
+    (:func:`harness.core.selection_rule.selection_key`, one rule for both). ``time_to_target`` (the
     default), first difference decides: more seeds that reached the target; lower median steps to
     target (one optimizer's steps cost the same, and steps carry no wall-clock noise); more seeds
     finished (not diverged or failed); better mean final target metric on **validation**

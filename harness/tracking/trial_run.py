@@ -61,7 +61,7 @@ from harness.core import names
 from harness.core.clock import clock_seconds
 from harness.core.context import RunContext
 from harness.core.outcome import reason_line
-from harness.core.selection import best_of
+from harness.core.selection_rule import best_of
 from harness.core.source import source_of
 from harness.core.spec import TrialResult, TrialSpec
 from harness.tracking.liveness import owner_tags
