@@ -144,7 +144,7 @@ def get_experiment(client, name: str):
     exp = client.get_experiment_by_name(name)
     if exp is None:
         names = [e.name for e in client.search_experiments()]
-        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)  # as harness.core.registry does
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)  # as harness.core.builders does
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
             f"no MLflow experiment named {name!r}{hint}; "

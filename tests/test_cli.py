@@ -445,7 +445,7 @@ def test_list_says_each_thing_once_and_which_inputs_each_model_fits():
 
 
 def test_did_you_mean_counts_a_swap_as_one_edit():
-    from harness.core.registry import did_you_mean, edit_distance
+    from harness.core.builders import did_you_mean, edit_distance
 
     assert edit_distance("adma", "adam") == 1 and edit_distance("adma", "adamax") == 2
     opts = ["adagrad", "adam", "adamax", "adamw", "sgd", "momentum", "nesterov"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness import data
-from harness.core.registry import hyperparameters
+from harness.core.builders import hyperparameters
 from harness.data import offline, tfds_source
 from harness.data.sources import DATASETS, Dataset, load_dataset
 

@@ -12,7 +12,7 @@ import pytest
 from jax.example_libraries import optimizers as R
 
 import optimizers as O
-from harness.core.registry import INJECTED, REQUIRED, hyperparameters
+from harness.core.builders import INJECTED, REQUIRED, hyperparameters
 
 
 def tree():

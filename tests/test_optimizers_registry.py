@@ -11,7 +11,7 @@ import pytest
 
 import optimizers as O
 from harness.cli.list_cmd import describe
-from harness.core.registry import hyperparameters
+from harness.core.builders import hyperparameters
 from optimizers import core, extra, modern, modern_free, modern_soap, wsd
 from optimizers.registry import NOTES, register_optimizer, with_defaults
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from harness.core.registry import REQUIRED, did_you_mean, hyperparameters, lookup
+from harness.core.builders import REQUIRED, did_you_mean, hyperparameters, lookup
 from harness.core.spec import Target, TrialSpec
 
 

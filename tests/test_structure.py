@@ -327,7 +327,7 @@ def test_config_imports_neither_the_executors_nor_the_worker():
     # harness.registry
     mods = _loaded_after("import harness.config.load")
     assert {"harness.execute.executors", "harness.execute.worker", "harness.train.loop"} & mods == set()
-    assert "harness.core.registry" in mods
+    assert "harness.core.builders" in mods
 
 
 def test_report_version_comes_from_the_distribution_metadata():

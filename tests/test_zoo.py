@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness.core.registry import INJECTED, hyperparameters
+from harness.core.builders import INJECTED, hyperparameters
 from models import flops, stax
 from models.zoo import MODELS, ModelDef, accuracy, mse, softmax_cross_entropy
 

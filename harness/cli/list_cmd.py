@@ -98,7 +98,7 @@ def list_(
     kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
              "schedules": ("schedule", reg.schedules), "datasets": ("dataset", reg.datasets)}
     if kind is not None and kind not in (*kinds, "workloads"):
-        from harness.core.registry import did_you_mean
+        from harness.core.builders import did_you_mean
 
         valid = [*kinds, "workloads"]
         err(f"unknown kind {kind!r}; valid choices: {', '.join(valid)}{did_you_mean(kind, valid)}")
@@ -126,7 +126,7 @@ def list_(
         entries.update({k.pattern: k for k in KINDS.values()})
     if name is not None:
         if name not in entries:
-            from harness.core.registry import did_you_mean
+            from harness.core.builders import did_you_mean
 
             err(f"no {single} {name!r}; {kind}: {', '.join(sorted(entries))}"
                 f"{did_you_mean(name, list(entries))}")
@@ -275,7 +275,7 @@ def _print_optax(console, name: str | None = None) -> None:
     if name is not None:
         hits = {k: b for k, b in found.items() if name in (k, k.split(":", 1)[1])}
         if not hits:
-            from harness.core.registry import did_you_mean
+            from harness.core.builders import did_you_mean
 
             short = [k.split(":", 1)[1] for k in found]
             err(f"no Optax optimizer {name!r}{did_you_mean(name, short)} "
@@ -302,7 +302,7 @@ def _print_workloads(console, short: bool = False, name: str | None = None) -> N
     names = sorted(WORKLOADS)
     if name is not None:
         if name not in WORKLOADS:
-            from harness.core.registry import did_you_mean
+            from harness.core.builders import did_you_mean
 
             err(f"no workload {name!r}; workloads: {', '.join(names)}{did_you_mean(name, names)}")
             raise typer.Exit(2)

@@ -16,7 +16,7 @@ def one_of(*valid: str):
     """A typer ``parser`` for an option whose value is one of ``valid``: the value itself, or click's
     usage error (exit 2) ``Invalid value for '--opt': 'bogus' is not one of 'a', 'b' (did you mean
     'a'?)``. typer's own Enum handling prefixed pydantic's "Value error," and offered no did-you-mean."""
-    from harness.core.registry import did_you_mean
+    from harness.core.builders import did_you_mean
 
     def parse(value: str) -> str:
         if value in valid:
@@ -41,7 +41,7 @@ def err(msg: str) -> None:
 def exit_no_experiment(client, name: str, uri: str) -> None:
     """Say that the store at ``uri`` has no experiment ``name`` (naming those it has and the closest
     one) and exit 2."""
-    from harness.core.registry import did_you_mean
+    from harness.core.builders import did_you_mean
 
     known = [e.name for e in client.search_experiments()]
     err(f"error: no experiment {name!r} in {uri}; experiments: {', '.join(known) or '(none)'}"

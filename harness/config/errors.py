@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from harness.config.echo import short_repr
-from harness.core.registry import did_you_mean
+from harness.core.builders import did_you_mean
 
 __all__ = ["ConfigError", "UsageError", "format_pydantic", "key_path_of", "key_text", "loc_path"]
 

@@ -25,7 +25,7 @@ from harness.config.numbers import is_finite, is_num, quoted_hint
 from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig
 from harness.config.values import hparam_count, hparam_values
-from harness.core.registry import REQUIRED, HParam, did_you_mean, lookup
+from harness.core.builders import REQUIRED, HParam, did_you_mean, lookup
 from harness.data.kinds import kind_of
 
 __all__ = ["POSITIVE_HPARAMS", "annotation_of", "canonicalize_numbers", "check_component", "entry_builder",

@@ -23,7 +23,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from harness.core.registry import did_you_mean
+from harness.core.builders import did_you_mean
 from harness.core.source import SourceError, SourceRef, load_module, parse_source
 
 __all__ = ["model_source_builder", "resolve_model_sources"]

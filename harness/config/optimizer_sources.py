@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.config.registries import Registries, default_registries
-from harness.core.registry import did_you_mean
+from harness.core.builders import did_you_mean
 from harness.core.source import (
     DEFAULT_TIMEOUT_S,
     SourceError,

@@ -2,7 +2,7 @@
 
 :func:`default_registries` is the one way to get the project's registries (models, optimizers,
 schedules, datasets); tests inject their own :class:`Registries`. :func:`builder_hparams` reads a
-builder's hyperparameters from its signature (:func:`harness.core.registry.hyperparameters`), leaving
+builder's hyperparameters from its signature (:func:`harness.core.builders.hyperparameters`), leaving
 out what the harness injects.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from harness.core.registry import INJECTED, HParam, hyperparameters
+from harness.core.builders import INJECTED, HParam, hyperparameters
 
 __all__ = ["Registries", "builder_hparams", "default_registries"]
 

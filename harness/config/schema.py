@@ -36,9 +36,9 @@ from harness.config.ladder_schema import LadderCfg
 from harness.config.search_schema import SearchCfg
 from harness.config.sections import DivergenceCfg, ParallelismCfg, ParamGroupCfg
 from harness.config.values import hparam_count, hparam_values, log_grid_args
+from harness.core.builders import did_you_mean
 from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import SCORING_RULES, canonical_metric
-from harness.core.registry import did_you_mean
 from harness.core.selection_rule import DEFAULT_SELECT_BY, SELECT_BY
 from harness.core.source import DEFAULT_TIMEOUT_S
 

@@ -14,7 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from harness.config import search
 from harness.config.fields import Int
-from harness.core.registry import did_you_mean
+from harness.core.builders import did_you_mean
 
 __all__ = ["SearchCfg"]
 

@@ -22,7 +22,7 @@ from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig, WorkloadEntry
 from harness.config.values import hparam_count
 from harness.config.workloads import WORKLOADS
-from harness.core.registry import did_you_mean, known_executors, lookup
+from harness.core.builders import did_you_mean, known_executors, lookup
 
 __all__ = ["validate_names"]
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.schema import Budget, Component, SweepConfig, TargetCfg
-from harness.core.registry import lookup
+from harness.core.builders import lookup
 
 __all__ = ["WORKLOADS", "Workload", "config_parts", "get_workload", "needs_parts", "part_error"]
 

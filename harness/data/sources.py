@@ -58,7 +58,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.core.registry import lookup
+from harness.core.builders import lookup
 from harness.core.util import freeze
 from harness.data import sequences
 from harness.data.dataset import Dataset

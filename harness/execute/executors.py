@@ -34,8 +34,8 @@ Executors are looked up by name with :func:`get_executor`:
   unknown name ``X`` is looked for as module ``harness.execute.X_executor`` (e.g.
   ``harness/execute/ray_executor.py`` registers ``"ray"`` when imported).
 
-The name table itself is :data:`harness.core.registry.EXECUTORS` (with
-:func:`~harness.core.registry.known_executors`), so that :mod:`harness.config` validates
+The name table itself is :data:`harness.core.builders.EXECUTORS` (with
+:func:`~harness.core.builders.known_executors`), so that :mod:`harness.config` validates
 ``executor:`` without importing this module or the worker.
 """
 
@@ -52,9 +52,9 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 
 from harness.core import interrupt
+from harness.core.builders import EXECUTORS, did_you_mean, known_executors
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome, failed_unit
-from harness.core.registry import EXECUTORS, did_you_mean, known_executors
 from harness.core.spec import TrialResult, TrialSpec
 from harness.execute import background, claims, devices, writing
 from harness.execute.devices import DevicePlan

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harness.config.errors import UsageError
-from harness.core.registry import did_you_mean
+from harness.core.builders import did_you_mean
 from harness.core.spec import TrialSpec
 from harness.plan.expansion import TrialList
 

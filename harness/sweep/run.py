@@ -36,11 +36,11 @@ from harness.config.given import GivenConfig, given_config, load_given
 from harness.config.limits import DEFAULT_MAX_TRIALS, tracking_uri_problem
 from harness.config.load import Registries, SweepConfig
 from harness.core import budget, interrupt, xla_threads
+from harness.core.builders import did_you_mean, known_executors
 from harness.core.conditions import one_line_warnings
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome
 from harness.core.redact import mask_uri
-from harness.core.registry import did_you_mean, known_executors
 from harness.core.spec import TrialSpec
 from harness.execute.devices import parent_off_devices
 from harness.execute.executors import Executor, InProcessExecutor, get_executor

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from harness.core.registry import lookup
+from harness.core.builders import lookup
 from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
 from harness.train import device_data

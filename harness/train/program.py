@@ -20,7 +20,7 @@ import numpy as np
 
 from harness.config.optimizer_sources import registries_for
 from harness.config.registries import default_registries
-from harness.core.registry import lookup
+from harness.core.builders import lookup
 from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
 from harness.train.augment import AUGMENT_STREAM, make_augment

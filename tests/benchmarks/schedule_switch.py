@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.config.load import load_config  # noqa: E402
 from harness.config.registries import default_registries  # noqa: E402
-from harness.core.registry import lookup  # noqa: E402
+from harness.core.builders import lookup  # noqa: E402
 from harness.data.sources import load_dataset  # noqa: E402
 from harness.plan.expansion import expand  # noqa: E402
 from harness.train.build import as_train_optimizer, make_opt_factory  # noqa: E402
