@@ -374,3 +374,33 @@ def test_the_python_api_is_reexported_lazily_from_the_package():
             "      harness.sweep.__class__.__name__)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.split() == ["harness.results_api", "harness.sweep.reproduce", "_CallableModule"]
+
+
+def duplicate_module_names(paths: list[Path]) -> dict[str, list[str]]:
+    """Module file names used by more than one module (``__init__.py``, ``__main__.py`` exempt).
+
+    Args:
+      paths: module paths relative to the repository root.
+
+    Returns:
+      ``{file name: sorted paths}`` for each name that occurs more than once.
+    """
+    by_name: dict[str, list[str]] = {}
+    for p in paths:
+        if p.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(p.name, []).append(p.as_posix())
+    return {n: sorted(ps) for n, ps in by_name.items() if len(ps) > 1}
+
+
+def test_duplicate_module_names_finds_a_name_in_two_packages():
+    paths = [Path("harness/core/clock.py"), Path("reports/clock.py"), Path("harness/core/__init__.py"),
+             Path("reports/__init__.py"), Path("harness/core/names.py")]
+    assert duplicate_module_names(paths) == {"clock.py": ["harness/core/clock.py", "reports/clock.py"]}
+
+
+def test_module_names_are_unique_across_the_packages():
+    """One name per concept: no two modules of the four packages share a file name."""
+    paths = [p.relative_to(ROOT) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+             if "__pycache__" not in p.parts]
+    dupes = duplicate_module_names(paths)
+    assert not dupes, f"module names used by more than one module: {dupes}"
