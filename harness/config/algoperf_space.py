@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.config.echo import short_repr
-from harness.config.numbers import is_finite, is_num
+from harness.config.numbers import is_num
+from harness.core.finite import finite
 
 __all__ = ["SCALINGS", "load_algoperf_space", "points_from_algoperf", "search_space_from_algoperf"]
 
@@ -55,7 +56,7 @@ def _one(name: str, spec: Any) -> Any:
     if extra:
         raise ValueError(f"{where}: unknown keys {sorted(map(str, extra))}; {_FORMS}")
     lo, hi = spec["min"], spec["max"]
-    if not (is_num(lo) and is_num(hi)) or not (is_finite(lo) and is_finite(hi)):
+    if not (is_num(lo) and is_num(hi)) or not (finite(lo) and finite(hi)):
         raise ValueError(f"{where}: min and max must be finite numbers, got {short_repr(lo)} and "
                          f"{short_repr(hi)}")
     scaling = spec.get("scaling")

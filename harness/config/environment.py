@@ -35,7 +35,7 @@ from pathlib import Path
 from harness.config.cadence import parse_every
 from harness.config.echo import short_repr
 from harness.config.errors import ConfigError
-from harness.core.util import CACHE_ENV
+from harness.core.cache_files import CACHE_ENV
 from harness.core.xla_threads import ENV as XLA_CPU_THREADS
 from harness.core.xla_threads import threads_setting
 

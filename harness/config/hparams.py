@@ -21,11 +21,12 @@ from typing import Any
 from harness.config import limits, search
 from harness.config.echo import short_repr
 from harness.config.errors import key_text
-from harness.config.numbers import is_finite, is_num, quoted_hint
+from harness.config.numbers import is_num, quoted_hint
 from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig
 from harness.config.values import hparam_count, hparam_values
 from harness.core.builders import REQUIRED, HParam, did_you_mean, lookup
+from harness.core.finite import finite
 from harness.data.kinds import kind_of
 
 __all__ = ["POSITIVE_HPARAMS", "annotation_of", "canonicalize_numbers", "check_component", "entry_builder",
@@ -148,7 +149,7 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
             if k in POSITIVE_HPARAMS and is_num(v) and not v > 0:
                 errors.append(f"{file}: {path}.hparams.{k}: must be > 0, got {short_repr(v)}{of}")
                 break
-            if is_num(v) and not is_finite(v):
+            if is_num(v) and not finite(v):
                 errors.append(f"{file}: {path}.hparams.{k}: must be finite, got {short_repr(v)}{of}")
                 break
             if len(text := str(v)) > limits.MAX_PARAM_VALUE_CHARS:

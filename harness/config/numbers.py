@@ -2,29 +2,20 @@
 
 :func:`is_num` is the one test of "a number" (an int or a float, never a ``bool``) that the schema
 (:mod:`harness.config.fields`), the grid values and the search distributions share;
-:func:`quoted_hint` says when a string was meant as a number. Standard library only.
+:func:`quoted_hint` says when a string was meant as a number; finiteness is
+:func:`harness.core.finite.finite`. Standard library only.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-__all__ = ["is_finite", "is_num", "quoted_hint"]
+__all__ = ["is_num", "quoted_hint"]
 
 
 def is_num(a: Any) -> bool:
     """Whether ``a`` is an ``int`` or a ``float`` and not a ``bool`` (``True`` is not 1 here)."""
     return isinstance(a, int | float) and not isinstance(a, bool)
-
-
-def is_finite(a: int | float) -> bool:
-    """Whether the number ``a`` is a finite float, or an int that a float can hold (``10**400`` is
-    not: ``math.isfinite`` raises ``OverflowError`` on it)."""
-    try:
-        return math.isfinite(a)
-    except OverflowError:
-        return False
 
 
 def quoted_hint(v: Any) -> str:

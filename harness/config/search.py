@@ -50,7 +50,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.config.numbers import is_finite, is_num
+from harness.config.numbers import is_num
+from harness.core.finite import finite
 from harness.core.names import FIXED_METHODS, TAG_SEARCH, TAG_SEARCH_INDEX
 
 #: The distribution forms, the key of their one-key mapping.
@@ -197,7 +198,7 @@ def parse_distribution(x: Mapping[str, Any] | Distribution) -> Distribution:
     if not (isinstance(args, list) and len(args) == 2 and all(is_num(a) for a in args)):
         raise ValueError(f"{kind} must be [lo, hi] (two numbers), got {args!r}")
     lo, hi = args
-    if not (is_finite(lo) and is_finite(hi)):
+    if not (finite(lo) and finite(hi)):
         raise ValueError(f"{kind} needs finite bounds, got {args!r}")
     if kind == "int_uniform":
         if not all(isinstance(a, int) or float(a).is_integer() for a in args):

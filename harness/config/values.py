@@ -14,7 +14,8 @@ from typing import Any
 
 from harness.config import search
 from harness.config.echo import short_repr
-from harness.config.numbers import is_finite, is_num
+from harness.config.numbers import is_num
+from harness.core.finite import finite
 
 __all__ = ["hparam_count", "hparam_values", "log_grid_args"]
 
@@ -56,7 +57,7 @@ def log_grid_args(g: Any) -> tuple[float, float, int]:
       ValueError: malformed.
     """
     if not (isinstance(g, list) and len(g) == 3 and all(is_num(a) for a in g)
-            and all(is_finite(a) for a in g) and float(g[2]).is_integer()):
+            and all(finite(a) for a in g) and float(g[2]).is_integer()):
         raise ValueError(f"log_grid must be [low, high, num] (finite numbers, integer num), "
                          f"got {short_repr(g)}")
     lo, hi, n = float(g[0]), float(g[1]), int(g[2])
@@ -77,7 +78,7 @@ def hparam_count(x: Any) -> int:
             return 1
         if set(x) == {"log_grid"}:
             g = x["log_grid"]
-            if isinstance(g, list) and len(g) == 3 and is_num(g[2]) and is_finite(g[2]) \
+            if isinstance(g, list) and len(g) == 3 and is_num(g[2]) and finite(g[2]) \
                     and g[2] >= 1:
                 return int(g[2])
             return 1

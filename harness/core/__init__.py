@@ -7,7 +7,9 @@ with the legacy ``eval/*`` map (:mod:`~harness.core.names`), the selection rule 
 summary and the reports share (:mod:`~harness.core.selection_rule`), the significance of a target claim
 (:mod:`~harness.core.significance`), the name → builder registry helpers
 (:mod:`~harness.core.builders`: signature → hyperparameters, did-you-mean, executor names) and small
-shared rules (:mod:`~harness.core.util`: the cache folder, process liveness, atomic JSON, frozen
-mappings, finite numbers). It imports nothing but the standard library and nothing of ``harness``
-outside itself, so every other subpackage, and ``reports``, may import it cheaply.
+shared rules, a module each (the cache folder and atomic JSON :mod:`~harness.core.cache_files`,
+process liveness :mod:`~harness.core.processes`, frozen mappings :mod:`~harness.core.freeze`,
+finite numbers :mod:`~harness.core.finite`, a logger's level :mod:`~harness.core.log_level`).
+It imports nothing but the standard library and nothing of ``harness`` outside itself, so every
+other subpackage, and ``reports``, may import it cheaply.
 """

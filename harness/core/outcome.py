@@ -24,9 +24,9 @@ from typing import Any
 from harness.core import names
 from harness.core.clock import clock_seconds
 from harness.core.conditions import flops_note
+from harness.core.finite import finite
 from harness.core.selection_rule import LM_MARKER, best_of
 from harness.core.spec import TrialResult, TrialSpec
-from harness.core.util import finite
 
 
 def run_name(spec: TrialSpec) -> str:

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness.core.freeze import freeze
 from harness.core.names import PARAM_DATASET_DIGEST, canonical_metric
-from harness.core.util import freeze
 
 Status = Literal["finished", "diverged", "failed", "stopped"]
 

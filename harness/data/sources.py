@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from harness.core.builders import lookup
-from harness.core.util import freeze
+from harness.core.freeze import freeze
 from harness.data import sequences
 from harness.data.dataset import Dataset
 from harness.data.kinds import kind_of
@@ -109,7 +109,7 @@ def _key(name: str, hparams: dict[str, Any]) -> tuple[str, tuple]:
 
 def load_dataset(name: str, **hparams: Any) -> Dataset:
     """``DATASETS[name](**hparams)``, or the loader of a dataset kind (:mod:`harness.data.kinds`);
-    memoised per process (the key is :func:`harness.core.util.freeze` of the hyperparameters; the
+    memoised per process (the key is :func:`harness.core.freeze.freeze` of the hyperparameters; the
     :data:`MEMO_SIZE` most recently used are kept).
 
     Raises:

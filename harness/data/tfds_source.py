@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.core.util import logger_level
+from harness.core.log_level import logger_level
 from harness.data.dataset import VALIDATION_FRACTION, Dataset, DatasetNotPreparedError, carve_validation
 from harness.data.sequences import pack_bytes
 

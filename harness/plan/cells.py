@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.search import Distribution, Search
+from harness.core.freeze import freeze
 from harness.core.spec import TrialSpec
-from harness.core.util import freeze
 
 __all__ = ["Cell", "cells_of", "coordinates"]
 

@@ -28,10 +28,10 @@ from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, Se
 from harness.config.token_budget import budget_steps
 from harness.config.values import hparam_values
 from harness.core.boundary import RANGE_KINDS, SearchRange, space_tag
+from harness.core.freeze import freeze
 from harness.core.ladder import Rung
 from harness.core.names import TAG_SEARCH_SPACE, TAG_TUNING, TUNING_NONE
 from harness.core.spec import Target, TrialSpec
-from harness.core.util import freeze
 from harness.data.kinds import dataset_digest
 
 _AXIS_ORDER = ("datasets", "models", "optimizers", "schedules", "batch_size", "seeds")

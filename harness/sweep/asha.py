@@ -53,6 +53,7 @@ from typing import Any
 from harness.config.errors import ConfigError
 from harness.config.search import unit_points
 from harness.core.boundary import RANGE_KINDS, SearchRange, space_tag
+from harness.core.freeze import freeze
 from harness.core.names import (
     TAG_AUDIT_OF,
     TAG_BRACKET,
@@ -65,7 +66,6 @@ from harness.core.outcome import TrialOutcome
 from harness.core.rungs import DEFAULT_ETA, RungBoard, default_min_steps, rung_steps
 from harness.core.selection_rule import DEFAULT_SELECT_BY
 from harness.core.spec import TrialSpec
-from harness.core.util import freeze
 from harness.plan.cells import Cell
 from harness.sweep.searchers import Searcher, register
 

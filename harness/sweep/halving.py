@@ -39,12 +39,12 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from harness.core.freeze import freeze
 from harness.core.names import TAG_AUDIT_OF, TAG_SEARCH, TAG_SEARCH_INDEX
 from harness.core.outcome import TrialOutcome
 from harness.core.rungs import rung_steps
 from harness.core.selection_rule import DEFAULT_SELECT_BY
 from harness.core.spec import TrialSpec
-from harness.core.util import freeze
 from harness.plan.cells import Cell
 from harness.sweep.asha import AshaSearcher, steps_trained
 from harness.sweep.searchers import register

@@ -69,10 +69,10 @@ from typing import Any
 
 from harness.config.errors import ConfigError
 from harness.config.search import GP_NEEDS_TORCH_REASON, Distribution
+from harness.core.log_level import logger_level
 from harness.core.outcome import TrialOutcome
 from harness.core.selection_rule import DEFAULT_SELECT_BY, value_kind
 from harness.core.spec import TrialSpec
-from harness.core.util import logger_level
 from harness.plan.cells import Cell
 from harness.sweep.searchers import Searcher, register
 

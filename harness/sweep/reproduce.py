@@ -328,7 +328,7 @@ def retrain_main(argv: list[str]) -> None:
     the run's spec (in its batch, :func:`_batch_of`) in this process and writes ``{"scratch_uri",
     "new_run_id", "seconds"}`` to ``folder/``:data:`RETRAINED_JSON`. Errors propagate (a traceback,
     a non-zero exit)."""
-    from harness.core.util import write_json_atomic
+    from harness.core.cache_files import write_json_atomic
     from harness.tracking.client import prepare_store
 
     trial_id, run_id, uri, where, cc, alone = argv

@@ -15,6 +15,7 @@ from harness.core.boundary import edge, edge_warning, grid_edge, grid_warning
 from harness.core.budget import budget_line
 from harness.core.clock import DEFAULT_CLOCK, ranked_seconds
 from harness.core.outcome import TrialOutcome, config_key, config_labels, last_rounds, task_key
+from harness.core.processes import python_command
 from harness.core.redact import mask_uri
 from harness.core.selection_rule import (
     DEFAULT_SELECT_BY,
@@ -23,7 +24,6 @@ from harness.core.selection_rule import (
     selection_words,
     value_kind,
 )
-from harness.core.util import python_command
 from harness.sweep.legend import legend, tie_line
 from harness.sweep.target_claims import target_claim_lines
 from harness.sweep.tasks import classed_modeled, task_clocks, task_order, task_titles

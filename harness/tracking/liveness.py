@@ -26,7 +26,7 @@ from harness.core.names import (
     TAG_OWNER_START,
     TAG_PARENT_RUN,
 )
-from harness.core.util import pid_alive
+from harness.core.processes import pid_alive
 from harness.tracking.client import client_for, search_all
 from harness.tracking.health import HEALTH
 from harness.tracking.store_errors import one_line

@@ -51,9 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.cache_files import cache_dir
 from harness.core.redact import mask_text, mask_uri
 from harness.core.spec import Curves, PerfResult, Target, TrialResult, TrialSpec
-from harness.core.util import cache_dir
 from harness.tracking.store_errors import TrackingUnavailableError, one_line
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.core.util import pid_alive
+from harness.core.processes import pid_alive
 from harness.tracking.store_build import build, fsync, kill_point
 from harness.tracking.store_repair import repair
 from harness.tracking.store_state import (

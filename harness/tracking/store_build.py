@@ -26,7 +26,7 @@ import sqlite3
 from pathlib import Path
 
 from harness.config import environment
-from harness.core.util import cache_dir
+from harness.core.cache_files import cache_dir
 from harness.tracking.store_state import LOCK_WAIT_S, StoreError, inspect_file, mlflow_version, schema_head
 
 

@@ -75,7 +75,7 @@ def schema_head() -> str:
     if not _HEAD:
         from importlib.metadata import version
 
-        from harness.core.util import cache_dir
+        from harness.core.cache_files import cache_dir
 
         cached = cache_dir("mlflow-schema", f"{version('mlflow')}.json")
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):

@@ -79,8 +79,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from harness.core.cache_files import cache_dir, write_json_atomic
 from harness.core.spec import TrialSpec
-from harness.core.util import cache_dir, write_json_atomic
 from harness.data.sources import load_dataset
 from harness.train import capacity, device_data, timing
 from harness.train.build import trial_step_size

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import environment
-from harness.core.util import cache_dir
+from harness.core.cache_files import cache_dir
 
 __all__ = ["CACHE_ENV", "MAX_BYTES_ENV", "CacheCounts", "active", "cache_counts", "cache_path", "enable"]
 

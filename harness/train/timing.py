@@ -89,8 +89,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from harness.core.cache_files import cache_dir, write_json_atomic
 from harness.core.spec import PerfResult
-from harness.core.util import cache_dir, write_json_atomic
 from harness.train.cpu_clock import cpu_snapshot, work_cpu_s
 from harness.train.rounds import round_figures
 from models.flops import cost_analysis_flops

@@ -75,7 +75,7 @@ def store() -> str:
     """The 1,000-trial store's URI (built once, kept in the harness's cache folder)."""
     import mlflow
 
-    from harness.core.util import cache_dir
+    from harness.core.cache_files import cache_dir
 
     key = hashlib.sha256(json.dumps([mlflow.__version__, CONFIG], sort_keys=True).encode()).hexdigest()[:12]
     folder = cache_dir("bench", f"results-1000-{key}")
