@@ -1,5 +1,6 @@
 """Helpers the tests share for running things out of process: a command in a pseudo-terminal, the
-scripts under ``tests/benchmarks/`` loaded as modules, and CPU-burning processes (a busy machine)."""
+scripts under ``tests/benchmarks/`` loaded as modules, CPU-burning processes (a busy machine), and a
+child's environment with the test hooks (``tests/hooks``)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,22 @@ def load_benchmark_script(name: str) -> ModuleType:
 def burn_cpus(n: int) -> list[subprocess.Popen]:
     """``n`` processes spinning (``while True: pass``); the caller kills them."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+#: The folder whose ``sitecustomize`` installs the ``HARNESS_TEST_*`` hooks in a child process
+#: (``tests/hooks/harness_test_hooks.py``).
+HOOKS = Path(__file__).parent / "hooks"
+
+
+def with_hooks(env: dict[str, str], **hooks: str) -> dict[str, str]:
+    """``env`` with :data:`HOOKS` first on ``PYTHONPATH`` and the hook variables ``hooks`` set.
+
+    Args:
+      env: a child's environment (not changed).
+      **hooks: ``HARNESS_TEST_*`` variables and their values.
+
+    Returns:
+      A new environment for the child.
+    """
+    path = os.pathsep.join([str(HOOKS), *filter(None, [env.get("PYTHONPATH")])])
+    return {**env, **hooks, "PYTHONPATH": path}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from subproc import with_hooks
 from sweep_store import finished_ids, kill_when_finished, start_sweep
 
 import harness  # XLA's pool pinned as in every test process; harness.results
@@ -173,8 +174,8 @@ def test_a_sweep_killed_between_rounds_replays_the_same_path(tmp_path):
         run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
     '''))
     cfg = _config(tmp_path)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()]),
-           "HARNESS_TEST_CHUNK_SLEEP_S": "0.4"}
+    env = with_hooks({**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.getcwd()])},
+                     HARNESS_TEST_CHUNK_SLEEP_S="0.4")
 
     def go(db: str) -> subprocess.Popen:
         return start_sweep([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from subproc import with_hooks
 from sweep_store import kill_when_finished, start_sweep, trial_runs
 
 import harness  # XLA's pool pinned as in every test process; harness.results
 from harness.core.rungs import continues
-from harness.execute.rung_gate import ENV_TEST_GATE_PAUSE
 
 RUNGS = (10, 30)
 
@@ -202,7 +202,7 @@ def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
         run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
     '''))
     cfg = _config(tmp_path)
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.15"}
+    env = with_hooks({**os.environ, "PYTHONPATH": os.getcwd()}, HARNESS_TEST_CHUNK_SLEEP_S="0.15")
 
     def go(db: Path, **extra: str) -> subprocess.Popen:
         return start_sweep([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],
@@ -215,7 +215,7 @@ def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
     # 1: inside the 3rd rung decision (its value computed, nothing decided: the gate waits 0.5 s)
     pause = tmp_path / "pause"
     pause.mkdir()
-    p = go(db, **{ENV_TEST_GATE_PAUSE: str(pause)})
+    p = go(db, HARNESS_TEST_GATE_PAUSE_DIR=str(pause))
     t0 = time.time()
     while len(list(pause.iterdir())) < 3 and time.time() - t0 < 300:
         assert p.poll() is None, p.stderr.read()
@@ -362,7 +362,7 @@ def test_status_of_a_killed_asha_sweep_counts_every_trial_it_ran_and_says_the_se
     the sweep id count, and while the search may still propose trials its pending count is "?"."""
     db = tmp_path / "k.db"
     cfg = _config(tmp_path, name="asha_status")
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.05"}
+    env = with_hooks({**os.environ, "PYTHONPATH": os.getcwd()}, HARNESS_TEST_CHUNK_SLEEP_S="0.05")
     p = start_sweep([sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", f"sqlite:///{db}"],
                     tmp_path, env)
     n = kill_when_finished(p, db, 6)  # past the 4 configurations the first list holds

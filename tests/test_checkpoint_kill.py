@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from subproc import with_hooks
 
 pytestmark = pytest.mark.slow
 
@@ -156,12 +157,11 @@ def test_sigkill_during_training_then_rerun_resumes_bit_identically(tmp_path):
     from harness.sweep.run import expand
     from harness.tracking.client import client_for, trial_runs
 
-    env = {**os.environ, "HARNESS_CHECKPOINT_EVERY": "20", "HARNESS_TEST_CHUNK_SLEEP_S": "0.05",
-           "PYTHONUNBUFFERED": "1",
-           # compiled programs from the first cycle are reused by later ones (a cheaper cycle)
-           "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax-cache"),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    env = with_hooks({**os.environ, "HARNESS_CHECKPOINT_EVERY": "20", "PYTHONUNBUFFERED": "1",
+                      # compiled programs from the first cycle are reused by later ones (a cheaper cycle)
+                      "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax-cache"),
+                      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                      "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}, HARNESS_TEST_CHUNK_SLEEP_S="0.05")
     env.pop("MLFLOW_TRACKING_URI", None)
     rng = random.Random(12)
     # lane 0: in-process executor; lane 1: every other cycle with --jobs 2

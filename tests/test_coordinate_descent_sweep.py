@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from subproc import with_hooks
 from sweep_store import finished_ids, kill_when_finished, start_sweep
 
 import harness
@@ -135,7 +136,7 @@ def test_a_sweep_killed_twice_follows_the_same_path(reference, tmp_path):
     ref_ids = set(finished_ids(Path(ref_uri.removeprefix("sqlite:///"))))
     cfg = _write(tmp_path)
     db = tmp_path / "k.db"
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.3"}
+    env = with_hooks({**os.environ, "PYTHONPATH": os.getcwd()}, HARNESS_TEST_CHUNK_SLEEP_S="0.3")
 
     def go() -> subprocess.Popen:
         return start_sweep([sys.executable, "-m", "harness", "sweep", str(cfg), "--quiet",

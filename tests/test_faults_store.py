@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from subproc import HOOKS
 
 from harness.core.names import TAG_HEARTBEAT, TAG_KILLED_REASON, TAG_OWNER
 from harness.tracking import store, store_build, store_state
@@ -61,6 +62,10 @@ def _child_create(db: str, env: dict, log: str | None = None) -> None:
     """Create the store ``db`` with :func:`harness.tracking.store.ensure_sqlite_store`."""
     _redirect(log)
     os.environ.update(env)
+    sys.path.insert(0, str(HOOKS))
+    import harness_test_hooks
+
+    harness_test_hooks.install(env)  # the store modules are loaded: patched now
     os.chdir(Path(db).parent)
     store.ensure_sqlite_store(db)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import TINY_SWEEP
+from subproc import with_hooks
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 
@@ -77,8 +78,8 @@ def test_a_worker_killed_mid_training_costs_only_its_own_unit(tmp_path):
                                    "budget": {"steps": 200}, "eval_every": 100}, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     trace = tmp_path / "trace"
-    env = {**os.environ, "HARNESS_TEST_TRACE": str(trace), "HARNESS_CHECKPOINT_EVERY": "20",
-           "HARNESS_TEST_CHUNK_SLEEP_S": "0.1"}
+    env = with_hooks({**os.environ, "HARNESS_CHECKPOINT_EVERY": "20"}, HARNESS_TEST_TRACE=str(trace),
+                     HARNESS_TEST_CHUNK_SLEEP_S="0.1")
     proc = _sweep(cfg, uri, env)
     try:
         deadline = time.monotonic() + 120

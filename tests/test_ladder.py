@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from subproc import with_hooks
 
 import harness  # XLA's pool pinned as in every test process; harness.sweep
 from harness.config.errors import ConfigError
@@ -165,7 +166,7 @@ def test_killed_ladder_resumes_without_retraining_a_finished_rung(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     cmd = [sys.executable, "-m", "harness", "sweep", str(p), "--tracking-uri", uri, "-q"]
     trace = tmp_path / "trace.txt"
-    env = {**os.environ, "HARNESS_TEST_CHUNK_SLEEP_S": "1.0", "HARNESS_TEST_TRACE": str(trace)}
+    env = with_hooks(dict(os.environ), HARNESS_TEST_CHUNK_SLEEP_S="1.0", HARNESS_TEST_TRACE=str(trace))
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import make_spec
+from subproc import with_hooks
 from sweep_store import finished_ids, kill_when_finished, start_sweep
 
 from harness.config.errors import ConfigError
@@ -266,7 +267,7 @@ def test_a_tpe_sweep_of_six_and_a_killed_one_propose_the_same(tmp_path):
         run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
     '''))
     cfg = _config(tmp_path)
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "HARNESS_TEST_CHUNK_SLEEP_S": "0.4"}
+    env = with_hooks({**os.environ, "PYTHONPATH": os.getcwd()}, HARNESS_TEST_CHUNK_SLEEP_S="0.4")
 
     def go(db: Path) -> subprocess.Popen:
         return start_sweep([sys.executable, str(tmp_path / "go.py"), str(cfg), f"sqlite:///{db}"],

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from subproc import with_hooks
 
 from harness.data.shards import write_shard
 
@@ -72,7 +73,7 @@ def test_sigkill_mid_trial_on_streamed_shards_resumes_bit_identically(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", uri, "-q"]
     # the existing chunk-sleep hook stretches training (0.15 s a chunk of 5 steps) so the kill lands in it
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_TEST_CHUNK_SLEEP_S": "0.15"}
+    env = with_hooks({**os.environ, "PYTHONPATH": str(ROOT)}, HARNESS_TEST_CHUNK_SLEEP_S="0.15")
     env.pop("MLFLOW_TRACKING_URI", None)
     p = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from subproc import with_hooks
 
 BASE = {"models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}], "datasets": ["digits"],
         "seeds": [0], "batch_size": 32, "budget": {"steps": 20}, "eval_every": 10,
@@ -129,8 +130,8 @@ def _sweep(tmp_path: Path, optimizers: list, *, timeout: float = 120, env_extra:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"name": "bounds", **BASE, **cfg_extra, "optimizers": optimizers},
                                   sort_keys=False))
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env.update(COLUMNS="200", **(env_extra or {}))
+    env = with_hooks({k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, COLUMNS="200",
+                     **(env_extra or {}))
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "harness", "sweep", "c.yaml"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=timeout)

@@ -19,10 +19,9 @@ Each variable and what it takes (empty counts as unset):
   of XLA's CPU thread pool, set when :mod:`harness` is imported (:mod:`harness.core.xla_threads`).
 
 ``HARNESS_DEVICE_IDS`` needs JAX's device list: the executor checks it, also before any write
-(:meth:`harness.execute.executors.Executor.validate`). ``HARNESS_TEST_*`` are the test suite's hooks
-and are not checked. A refused value is one line naming the variable, its value (at most
-:data:`harness.config.echo.MAX_ECHO` characters) and what is valid: :class:`EnvSettingError`, which
-the ``sweep`` command prints as ``error: LINE`` with exit 2.
+(:meth:`harness.execute.executors.Executor.validate`). A refused value is one line naming the
+variable, its value (at most :data:`harness.config.echo.MAX_ECHO` characters) and what is valid:
+:class:`EnvSettingError`, which the ``sweep`` command prints as ``error: LINE`` with exit 2.
 """
 
 from __future__ import annotations

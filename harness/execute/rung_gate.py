@@ -21,10 +21,7 @@ layer calls it, never imports this).
 from __future__ import annotations
 
 import json
-import os
-import time
 from collections.abc import Callable
-from pathlib import Path
 
 from harness.core.context import RunContext
 from harness.core.filters import tag_is
@@ -32,11 +29,8 @@ from harness.core.names import TAG_RUNG_GROUP, TAG_RUNGS, TAG_TRIAL_ID
 from harness.core.rungs import RungBoard, rule_of
 from harness.core.spec import TrialSpec
 
-__all__ = ["ENV_TEST_GATE_PAUSE", "gate_for", "read_peers"]
+__all__ = ["before_decision", "gate_for", "read_peers"]
 
-#: Tests only: a folder. Each rung decision first writes ``<trial id>-<step>`` there and waits
-#: 0.5 s, so that a test can SIGKILL a sweep between a rung's result and its decision.
-ENV_TEST_GATE_PAUSE = "HARNESS_TEST_GATE_PAUSE_DIR"
 
 
 #: The FINISHED runs of one rung group (tag ``harness.rung_group``) of an experiment, as
@@ -94,18 +88,24 @@ def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
         HEALTH.failed(e)
 
 
+def before_decision(trial_id: str, step: int) -> None:
+    """Called before each rung decision; a no-op the tests replace (to SIGKILL a sweep between a
+    rung's result and its decision).
+
+    Args:
+      trial_id: the trial whose rung is decided.
+      step: the rung's step.
+    """
+
+
 def gate_for(ctx: RunContext) -> Callable[[TrialSpec, int, float], str | None] | None:
     """The trainer's gate for units of ``ctx`` (``None`` when the sweep has no rung board)."""
     board = getattr(ctx, "rung_board", None)
     if board is None:
         return None
 
-    pause = os.environ.get(ENV_TEST_GATE_PAUSE)
-
     def gate(spec: TrialSpec, step: int, value: float) -> str | None:
-        if pause:
-            Path(pause, f"{spec.trial_id}-{step}").touch()
-            time.sleep(0.5)
+        before_decision(spec.trial_id, step)
         read_peers(board, ctx, spec.trial_id)  # reads only for peers the board lacks
         return board.decide(spec.trial_id, rule_of(spec.early_stop), step, value)
 

@@ -19,10 +19,9 @@ makes creation atomic and exclusive:
 - Per-trial claims live in the same side directory (:mod:`harness.tracking.claim_locks`).
 
 Errors for the user are :class:`~harness.tracking.store_state.StoreError` (one line, with what to
-do); the CLI maps them to exit 3. Test-only hook (never set it otherwise): ``HARNESS_TEST_KILL_AT``
-makes the process SIGKILL itself at one point of store creation, so the fault suite can kill it at
-exact places: ``stmt:N`` (before the N-th SQL statement of a migration, 1-based;
-:data:`harness.tracking.store_build.LAST_MIGRATION` counts a whole one) or a stage: ``locked`` (lock
+do); the CLI maps them to exit 3. The points of store creation, where the fault tests SIGKILL the
+process (:func:`harness.tracking.store_build.kill_point`, a no-op here): ``stmt:N`` (before the
+N-th SQL statement of a migration, 1-based) or a stage: ``locked`` (lock
 held, nothing built), ``built`` (temporary file complete, not yet synced), ``before_link``,
 ``linked`` (store in place, temporary file not yet removed), ``unlocked``.
 """
@@ -36,7 +35,8 @@ import time
 from pathlib import Path
 
 from harness.core.processes import pid_alive
-from harness.tracking.store_build import build, fsync, kill_point
+from harness.tracking import store_build
+from harness.tracking.store_build import build, fsync
 from harness.tracking.store_repair import repair
 from harness.tracking.store_state import (
     LOCK_WAIT_S,
@@ -78,7 +78,7 @@ def _create(db: Path, wait_s: float) -> None:
     tmp = side_dir(db) / f"creating-{os.getpid()}.db"
     try:
         build(tmp)
-        kill_point("before_link")
+        store_build.kill_point("before_link")
         try:
             os.link(tmp, db)  # atomic, and never over a file that appeared meanwhile
         except FileExistsError:
@@ -92,7 +92,7 @@ def _create(db: Path, wait_s: float) -> None:
                 raise
             os.replace(tmp, db)
         fsync(db.parent, directory=True)
-        kill_point("linked")
+        store_build.kill_point("linked")
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -142,13 +142,13 @@ def _creation_lock(db: Path, wait_s: float, say):
     try:
         with contextlib.suppress(OSError):
             _owner_path(db).write_text(f"pid {os.getpid()}\n")
-        kill_point("locked")
+        store_build.kill_point("locked")
         yield
     finally:
         with contextlib.suppress(OSError):
             _owner_path(db).unlink()
         lock.release()
-    kill_point("unlocked")
+    store_build.kill_point("unlocked")
 
 
 def make_store_folder(db: Path) -> None:

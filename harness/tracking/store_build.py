@@ -11,10 +11,9 @@ holds only what the migrations write (the tables, ``alembic_version`` and the ``
 row); MLflow adds the ``Default`` experiment when it first opens the store, exactly as for a store
 it creates itself. ``HARNESS_STORE_TEMPLATE=0`` migrates every new store.
 
-Test-only hook (never set it otherwise): ``HARNESS_TEST_KILL_AT`` makes the process SIGKILL itself
-at :func:`kill_point` ``stage``; ``stmt:N`` kills before the N-th SQL statement of a migration
-(1-based; :data:`LAST_MIGRATION` counts a whole one). The stages of store creation are listed in
-:mod:`harness.tracking.store`.
+:func:`kill_point` marks the points of store creation (``stmt:N`` before the N-th SQL statement of a
+migration, 1-based, :data:`LAST_MIGRATION` counting a whole one; the stages are listed in
+:mod:`harness.tracking.store`): a no-op the fault tests replace to SIGKILL the process there.
 """
 
 from __future__ import annotations
@@ -31,11 +30,11 @@ from harness.tracking.store_state import LOCK_WAIT_S, StoreError, inspect_file, 
 
 
 def kill_point(stage: str) -> None:
-    """SIGKILL this process when ``HARNESS_TEST_KILL_AT`` is ``stage`` (the fault suite's hook)."""
-    if os.environ.get("HARNESS_TEST_KILL_AT") == stage:
-        import signal
+    """A named point of store creation (``stmt:N`` or a stage); a no-op the fault tests replace.
 
-        os.kill(os.getpid(), signal.SIGKILL)
+    Args:
+      stage: the point's name.
+    """
 
 
 #: SQL statements run by the last :func:`migrate` of this process (1,668 for MLflow 3.17.2).
@@ -67,7 +66,6 @@ def migrate(path: Path) -> None:
     from mlflow.store.db import utils
 
     engine = sqlalchemy.create_engine(f"sqlite:///{path}", poolclass=sqlalchemy.pool.NullPool)
-    kill_at = os.environ.get("HARNESS_TEST_KILL_AT", "")
     LAST_MIGRATION[0] = 0
 
     @sqlalchemy.event.listens_for(engine, "connect")
@@ -78,8 +76,7 @@ def migrate(path: Path) -> None:
     @sqlalchemy.event.listens_for(engine, "before_cursor_execute")
     def _count(*_args):
         LAST_MIGRATION[0] += 1
-        if kill_at.startswith("stmt:"):
-            kill_point(f"stmt:{LAST_MIGRATION[0]}")
+        kill_point(f"stmt:{LAST_MIGRATION[0]}")
 
     with quiet_migrations():
         try:

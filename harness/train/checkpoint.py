@@ -89,10 +89,15 @@ FORMAT = 1
 #: (:mod:`harness.config.environment`).
 ENV_EVERY = environment.CHECKPOINT_EVERY
 ENV_DIR = environment.CHECKPOINT_DIR
-#: Test-only: seconds to sleep after every chunk (widens the window in which a kill lands in training).
-ENV_TEST_CHUNK_SLEEP = "HARNESS_TEST_CHUNK_SLEEP_S"
-#: Test-only: a file that gets one line ``pid step`` per chunk end (tells a test training is under way).
-ENV_TEST_TRACE = "HARNESS_TEST_TRACE"
+
+
+def chunk_end(step: int) -> None:
+    """Called at every chunk end of training; a no-op the kill tests replace (to trace training and
+    slow it, so that a kill lands in it).
+
+    Args:
+      step: the step the chunk ended at.
+    """
 
 
 def unit_key(trial_ids: Sequence[str], batched: int | None) -> str:
@@ -182,8 +187,6 @@ class UnitCheckpoints:
         self._last_step = 0
         self._latest: int | None = None
         self._disabled = False
-        self._sleep = float(os.environ.get(ENV_TEST_CHUNK_SLEEP, "0") or 0)
-        self._trace = os.environ.get(ENV_TEST_TRACE, "")
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -293,11 +296,7 @@ class UnitCheckpoints:
                     *, done: bool = False) -> None:
         """Called at every chunk end of the uninterrupted schedule (after that step's evaluation,
         if any); saves when :meth:`due`."""
-        if self._trace:
-            with open(self._trace, "a") as f:
-                f.write(f"{os.getpid()} {step}\n")
-        if self._sleep:
-            time.sleep(self._sleep)
+        chunk_end(step)
         if self.due(step):
             self.save(step, wall_s, state, tracks, params_fn, done=done)
 
