@@ -15,10 +15,10 @@ __version__ = "0.1.0"
 PROCESS_START = _time.perf_counter()
 
 #: The Python API, imported on first use (``python -m harness --help`` imports none of it):
-#: ``harness.results`` and ``harness.reproduce``; ``harness.sweep`` is the subpackage
-#: :mod:`harness.sweep`, whose module is callable (``harness.sweep(config, ...)``).
-_LAZY = {"sweep": ("harness.sweep", None), "results": ("harness.results_api", "results"),
-         "Results": ("reports.results", "Results"), "reproduce": ("harness.sweep.reproduce", "reproduce"),
+#: ``harness.sweep`` (:func:`harness.orchestrate.api.sweep`), ``harness.results`` and ``harness.reproduce``.
+_LAZY = {"sweep": ("harness.orchestrate.api", "sweep"), "results": ("harness.results_api", "results"),
+         "Results": ("reports.results", "Results"),
+         "reproduce": ("harness.orchestrate.reproduce", "reproduce"),
          "ConfigError": ("harness.config.errors", "ConfigError"),
          "UsageError": ("harness.config.errors", "UsageError")}
 

@@ -1,7 +1,7 @@
 """Was early stopping right? The audit of an ASHA / Hyperband search (issue 34 §1, ``audit: K``).
 
 An early-stopping search logs, per cell (optimizer on task), a record in the parent run's
-``search.json`` (``harness.sweep.asha.AshaSearcher.describe``): its ``full_budget`` trials (those
+``search.json`` (``harness.orchestrate.asha.AshaSearcher.describe``): its ``full_budget`` trials (those
 promoted to the end: their rung values and final validation values) and its ``audits`` (stopped
 trials also trained to the end: the stopped twin's rung values beside the full training's final
 values). :func:`audit_rows` compares, per cell:

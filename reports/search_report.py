@@ -2,7 +2,7 @@
 
 An adaptive sweep logs on its parent run ``search.json`` (:data:`harness.core.names.ARTIFACT_SEARCH`):
 one record per cell (optimizer entry on a task), what
-``harness.sweep.coordinate.CoordinateDescent.describe`` wrote for ``method: coordinate_descent``:
+``harness.orchestrate.coordinate.CoordinateDescent.describe`` wrote for ``method: coordinate_descent``:
 the start, the path (per pass and axis, the values tried with their objectives and the one chosen),
 the selected configuration and its certificate (every one-step neighbour on the grid trained and not
 better by the selection rule, or why not). The latest parent run that holds one is read: each

@@ -1,7 +1,7 @@
 """Selection on validation: the best configuration of each optimizer on each task, and its rank.
 
 The selection rule itself is :func:`harness.core.selection_rule.selection_key`, the one rule this
-module and the sweep's end-of-run table (:mod:`harness.sweep.summary`) both apply, so that both
+module and the sweep's end-of-run table (:mod:`harness.orchestrate.summary`) both apply, so that both
 always select the same configuration.
 """
 

@@ -1,5 +1,5 @@
-"""The adaptive sweep's loop (issue 34 §0): :mod:`harness.sweep.adaptive` on the seam of
-:mod:`harness.sweep.searchers`, driven by a small data-dependent searcher registered for the test.
+"""The adaptive sweep's loop (issue 34 §0): :mod:`harness.orchestrate.adaptive` on the seam of
+:mod:`harness.orchestrate.searchers`, driven by a small data-dependent searcher registered for the test.
 
 Checked on real sweeps (digits, a small MLP, 10 steps, SQLite): a fixed config is not adaptive and
 keeps its trials; the rounds train what the searcher proposes, one round at a time, under one parent
@@ -24,14 +24,14 @@ from sweep_store import finished_ids, kill_when_finished, start_sweep
 
 import harness  # XLA's pool pinned as in every test process; harness.results
 from harness.config.load import load_config
+from harness.orchestrate import searchers
+from harness.orchestrate.searchers import FixedSearcher, Searcher, searcher_for
 from harness.plan.expansion import expand
-from harness.sweep import searchers
-from harness.sweep.searchers import FixedSearcher, Searcher, searcher_for
 
 #: The test's searcher, in a file so that a subprocess can register it too.
 CHAIN = textwrap.dedent('''
-    from harness.sweep import searchers
-    from harness.sweep.searchers import Searcher
+    from harness.orchestrate import searchers
+    from harness.orchestrate.searchers import Searcher
 
     class Chain(Searcher):
         """Proposes one candidate at a time; the next is chosen from the last result (its valid
@@ -104,7 +104,7 @@ def test_a_fixed_config_is_not_adaptive_and_keeps_its_trials():
 def test_rounds_train_what_the_searcher_proposes_and_log_it(tmp_path, chain):
     from mlflow.tracking import MlflowClient
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     uri = f"sqlite:///{tmp_path}/m.db"
     seen_order: list[str] = []
@@ -137,7 +137,7 @@ def test_rounds_train_what_the_searcher_proposes_and_log_it(tmp_path, chain):
 
 def test_only_cannot_make_the_loop_spin(tmp_path, chain):
     """``only`` leaves the searcher's proposal out: the round is empty, the search stops there."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     s = run_sweep(_config(tmp_path), tracking_uri=f"sqlite:///{tmp_path}/m.db", quiet=True,
                   only={"seed": "0", "optimizer": "momentum"})
@@ -149,7 +149,7 @@ def test_only_cannot_make_the_loop_spin(tmp_path, chain):
 
 def test_a_searcher_that_proposes_what_it_saw_ends(tmp_path, monkeypatch):
     """Proposals already in ``seen`` are dropped: a searcher that keeps returning them ends."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     class Stubborn(Searcher):
         method = "optuna"
@@ -170,7 +170,7 @@ def test_a_sweep_killed_between_rounds_replays_the_same_path(tmp_path):
     (tmp_path / "go.py").write_text(textwrap.dedent('''
         import sys
         import chain_searcher  # registers the searcher
-        from harness.sweep.run import run_sweep
+        from harness.orchestrate.run import run_sweep
         run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
     '''))
     cfg = _config(tmp_path)
@@ -199,7 +199,7 @@ def test_a_trial_the_expansion_did_not_make_is_tagged_with_its_method(tmp_path, 
     its run carries the tag harness.search of its cell's method, as the candidates' do."""
     from mlflow.tracking import MlflowClient
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     class Maker(Searcher):
         method = "optuna"
@@ -222,7 +222,7 @@ def test_a_trial_the_expansion_did_not_make_is_tagged_with_its_method(tmp_path, 
 def test_tuning_against_compute_follows_the_searchs_own_path(tmp_path, chain):
     """The report's compute axis (issue 34 §4): for an adaptive search, its trials in the order they
     ended, 10 steps each added up, the best final validation accuracy so far."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
     from reports.compute_curves import compute_curves
     from reports.figures import FIGURES
 
@@ -277,7 +277,7 @@ def test_one_optimizer_tuned_by_two_methods_gets_a_curve_each(tmp_path, chain):
     Each method is its own curve: the path over the search's trials, the fixed plan's expectation
     over its own 4 configurations only (k = 4: their best), and the caption says the steps each
     spent to the value both reached; the figure has momentum's panel with a line per method."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
     from reports.compute_curves import compute_curves, reach_words, steps_to_reach
     from reports.figures import FIGURES
 

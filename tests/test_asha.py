@@ -1,6 +1,6 @@
 """Early stopping (issue 34 §1) without a sweep: the rung schedule and the stop rule on hand-made
 values (:mod:`harness.core.rungs`), the ASHA searcher's proposals from hand-made
-:class:`TrialOutcome` objects (:mod:`harness.sweep.asha`), and the trainer's gate through
+:class:`TrialOutcome` objects (:mod:`harness.orchestrate.asha`), and the trainer's gate through
 :func:`harness.train.loop.run_trial` on a real trial (digits, a small MLP)."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from harness.config.load import load_config
 from harness.core.outcome import TrialOutcome
 from harness.core.rungs import RungBoard, continues, default_min_steps, rule_of, rung_steps, rung_value
 from harness.core.spec import TrialSpec
+from harness.orchestrate.asha import AshaSearcher
+from harness.orchestrate.searchers import SweepSearch
 from harness.plan.expansion import expand
-from harness.sweep.asha import AshaSearcher
-from harness.sweep.searchers import SweepSearch
 from harness.train.track import eval_points
 
 # -------------------------------------------------------------------------- the rung schedule
@@ -295,7 +295,7 @@ def test_hyperband_assigns_brackets_round_robin(tmp_path):
     assert [rule_of(s2.trials_of(k)[0].early_stop)["bracket"] for k in range(4)] == [0, 1, 0, 1]
     sh = _searcher(tmp_path, {"method": "successive_halving", "trials": 3}, name="sh")
     assert sh.brackets == 1 and sh.min_steps == default_min_steps(90) == 4
-    assert sh.describe({})["synchronous"] is True  # harness.sweep.halving (tests/test_halving.py)
+    assert sh.describe({})["synchronous"] is True  # harness.orchestrate.halving (tests/test_halving.py)
 
 
 # -------------------------------------------------------------------------- the trainer's gate
@@ -369,7 +369,7 @@ def test_settings_that_leave_no_rung_are_refused_before_anything_runs(write_swee
     plain full-budget trials ("stopped 0 of 8") without a word; now a config error naming the
     file, and nothing is written."""
     from harness.config.errors import ConfigError
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     path = write_sweep(optimizers=[{"name": "sgd", "hparams": {"step_size": {"log_uniform": [0.001, 1.0]}}}],
                        budget={"steps": 90}, eval_every=30, seeds=[0],
@@ -420,7 +420,7 @@ def test_the_dry_run_counts_the_trials_the_search_can_train_not_only_its_first(t
     """The dry run used to show only the 3 first configurations as "candidates", while ASHA trains
     configurations until its 3 x 90 = 270 steps are spent: now it also shows the most trials it can
     train (27: each stopped at the 10-step rung), and a real run stays within it."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     path = _config(tmp_path, {"method": "asha", "trials": 3, "min_steps": 10, "eta": 3})
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -468,7 +468,7 @@ def test_max_trials_bounds_the_trials_an_adaptive_search_proposes(tmp_path):
             seen[t.trial_id] = o
     assert len(seen) > 36 and not unbounded.capped
     # a sweep refuses it before the store is opened, dry run or not
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     for dry in (True, False):
         with pytest.raises(ConfigError, match=r"can train up to 36 trials .* more than the limit of 20;"):
@@ -487,7 +487,7 @@ def test_peers_rung_values_read_from_a_sqlite_store_equal_mlflows(tmp_path, monk
     from harness.core.context import RunContext
     from harness.core.rungs import RungBoard
     from harness.execute import rung_gate
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     path = _config(tmp_path, {"method": "asha", "trials": 6, "min_steps": 10, "eta": 3}, seeds=(0, 1))
     uri = f"sqlite:///{tmp_path}/m.db"

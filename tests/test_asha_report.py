@@ -50,7 +50,7 @@ def test_audit_rows_of_a_real_asha_sweep(tmp_path, monkeypatch):
     import mlflow
     from test_asha_sweep import _config
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/m.db"

@@ -85,7 +85,7 @@ def _check_rule(finished: list[dict]) -> int:
 def test_a_real_asha_sweep_stops_trials_and_mlflow_keeps_them(tmp_path, monkeypatch):
     import mlflow
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "m.db"
@@ -158,8 +158,8 @@ def _check_a_worker_gate_reads_the_store(tmp_path: Path, uri: str, fin: list[dic
     from harness.config.load import load_config
     from harness.core.context import RunContext
     from harness.execute.rung_gate import gate_for
+    from harness.orchestrate.searchers import SweepSearch
     from harness.plan.expansion import expand
-    from harness.sweep.searchers import SweepSearch
 
     search = SweepSearch(expand(load_config(_config(tmp_path))), "final")
     asha = search.searchers[0]
@@ -198,7 +198,7 @@ def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
     statuses and stop steps; each trial FINISHED once; a trial stopped before a kill has no other run."""
     (tmp_path / "go.py").write_text(textwrap.dedent('''
         import sys
-        from harness.sweep.run import run_sweep
+        from harness.orchestrate.run import run_sweep
         run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
     '''))
     cfg = _config(tmp_path)
@@ -245,7 +245,7 @@ def test_a_sweep_killed_mid_training_makes_the_same_decisions(tmp_path):
 def test_a_real_hyperband_sweep_with_two_seeds(tmp_path, monkeypatch):
     """hyperband, 2 seeds: configurations go round-robin to brackets 0 (rungs 10, 30), 1 (rung 30)
     and 2 (no rung); each (bracket, seed) is its own peer group; every stored decision is the rule."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     db = tmp_path / "m.db"
@@ -280,7 +280,7 @@ def test_asha_stops_the_trials_a_full_run_ranks_last(tmp_path, monkeypatch):
     rung (sgd from 0.001 to 1 on digits: the small step sizes have learnt little at step 10)."""
     import mlflow
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -313,8 +313,8 @@ def test_an_audit_trial_competes_in_the_selection_as_its_twins_seed(tmp_path, mo
     configuration, standing for its stopped twin's seed (not one more seed), in the summary and the
     report alike; where it beats early stopping's pick, it is selected and both say what early
     stopping alone would have picked."""
-    from harness.sweep.run import run_sweep
-    from harness.sweep.summary import audit_changes, best_configs
+    from harness.orchestrate.run import run_sweep
+    from harness.orchestrate.summary import audit_changes, best_configs
     from reports.frame import summaries
     from reports.selection import audit_changes as report_changes
     from reports.selection import best_configs as report_best
@@ -385,7 +385,7 @@ def test_status_of_a_finished_coordinate_descent_sweep_counts_what_it_trained(tm
     F1). Now a finished adaptive sweep's trials are those it proposed, pending 0; and ``status
     CONFIG`` finds the sweep under the id the sweep used (it computed another, and called the real
     one superseded: F5)."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     cfg = {"name": "cd_status", "datasets": ["digits"], "seeds": [0], "batch_size": 64,
            "models": [{"name": "mlp", "hparams": {"width": 16, "depth": 1}}],

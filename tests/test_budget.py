@@ -13,7 +13,7 @@ import pytest
 
 from harness.core import budget, names
 from harness.core.outcome import TrialOutcome
-from harness.sweep.sweep_clock import SweepClock
+from harness.orchestrate.sweep_clock import SweepClock
 
 
 def _runs(uri: str, experiment: str) -> tuple[dict[str, float], list[dict[str, float]]]:
@@ -46,7 +46,7 @@ def test_the_time_budget_of_a_real_sweep_adds_up_to_its_wall_clock(write_sweep, 
     # 4 trials: two step sizes x two seeds, each step size's seeds one vmapped unit of 2
     cfg = write_sweep(name="budget", optimizers=[{"name": "sgd", "hparams": {"step_size": [0.1, 0.05]}}],
                       seeds=[0, 1], batching="on", measure_perf=True)
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     t0 = time.perf_counter()
     summary = run_sweep(cfg, tracking_uri=tracking_uri, quiet=True)
@@ -66,7 +66,7 @@ def test_the_time_budget_of_a_real_sweep_adds_up_to_its_wall_clock(write_sweep, 
     for p in ("train", "eval"):
         assert sum(t[names.M_TIME[p]] for t in trials) == pytest.approx(parts[p], rel=1e-9), p
     # compile and throughput: the trials' plus the sweep's interleaved throughput stage before
-    # training (harness.sweep.execution: its timing is throughput, its compiles compile)
+    # training (harness.orchestrate.execution: its timing is throughput, its compiles compile)
     for p in ("compile", "throughput"):
         assert sum(t[names.M_TIME[p]] for t in trials) < parts[p], p
     # a batch's seconds divided between its trials: both members of a unit hold the same share,
@@ -125,7 +125,7 @@ def test_the_batching_measurements_compiles_are_compile_not_batching(write_sweep
     """``batching: auto`` measures a group on a new machine: the parameter init and the chunk it
     compiles are the programs training then reuses, so the parent's ``time/compile_s`` holds them
     and ``time/batching_s`` does not (before: all of it was ``batching``, 43% of a cold quickstart)."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
     from harness.train import batching
 
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "fresh-cache"))  # no cached decision
@@ -231,7 +231,7 @@ def test_a_jobs_sweep_reports_one_wall_clock_not_the_workers_sum(write_sweep, tr
     """``--jobs 2``: two worker processes train in parallel; the parent's parts still add up to its
     one wall-clock (the trials' seconds scaled to the execution), none negative, and the trials'
     trainer seconds fit in it once scaled: never the two workers' seconds stacked end to end."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     cfg = write_sweep(name="budgetjobs", optimizers=[{"name": "sgd", "hparams": {"step_size": [0.1, 0.05]}}],
                       seeds=[0, 1], batching="off", budget={"steps": 20}, eval_every=20)

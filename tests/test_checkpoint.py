@@ -67,7 +67,7 @@ def test_config_key_is_validated_and_canonical(write_sweep):
 
 def test_cadence_is_not_part_of_the_trial(write_sweep):
     from harness.config.load import load_config
-    from harness.sweep.run import expand
+    from harness.orchestrate.run import expand
 
     a = expand(load_config(write_sweep()))
     b = expand(load_config(write_sweep(checkpoint_every=3, keep_final_checkpoint=True)))
@@ -323,7 +323,7 @@ def test_sigkill_mid_write_leaves_the_previous_checkpoint_usable(tmp_path):
 
 def test_sweep_removes_checkpoints_and_can_keep_the_final_state(tmp_path, write_sweep, tracking_uri,
                                                                 monkeypatch):
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
     from harness.tracking.client import client_for, search_all
 
     monkeypatch.chdir(tmp_path)

@@ -82,7 +82,7 @@ def _read_curves(path: Path) -> tuple[list, list]:
 def _reference(specs) -> dict[tuple, tuple[list, list]]:
     """Curves of an uninterrupted run of each unit, as ``curves.csv`` holds them (``repr`` of each
     float), keyed by (optimizer, seed)."""
-    from harness.sweep.run import group_units
+    from harness.orchestrate.run import group_units
     from harness.train import loop as trainer
 
     out = {}
@@ -154,7 +154,7 @@ class Lane:
 
 def test_sigkill_during_training_then_rerun_resumes_bit_identically(tmp_path):
     from harness.config.load import load_config
-    from harness.sweep.run import expand
+    from harness.orchestrate.run import expand
     from harness.tracking.client import client_for, trial_runs
 
     env = with_hooks({**os.environ, "HARNESS_CHECKPOINT_EVERY": "20", "PYTHONUNBUFFERED": "1",

@@ -17,8 +17,8 @@ runner = CliRunner()
 
 def without_stages(output: str) -> str:
     """``output`` without the lines that say a sweep's stages on a pipe (``sweep: checking ...``,
-    :class:`harness.sweep.progress.StageLine`): the error messages and the results."""
-    from harness.sweep.progress import PIPE_PREFIX
+    :class:`harness.orchestrate.progress.StageLine`): the error messages and the results."""
+    from harness.orchestrate.progress import PIPE_PREFIX
 
     return "".join(ln for ln in output.splitlines(keepends=True) if not ln.startswith(PIPE_PREFIX))
 
@@ -64,7 +64,7 @@ def test_dry_run_plan_then_status(tmp_path, write_sweep, tracking_uri, fake_trai
     r = runner.invoke(app, ["sweep", str(cfg), "--tracking-uri", tracking_uri])
     assert r.exit_code == 1, r.output  # a failed trial → exit status 1
     assert "best configuration per task and optimizer" in r.output
-    from harness.sweep.run import python_command
+    from harness.orchestrate.run import python_command
 
     assert f"{python_command()} -m harness ui --experiment tiny" in r.output
     r = runner.invoke(app, ["sweep", str(cfg), "--dry-run", "--tracking-uri", tracking_uri])
@@ -606,7 +606,7 @@ def test_report_without_experiment_takes_the_stores_only_sweep_and_lists_them_ot
         tmp_path, write_sweep, tracking_uri, fake_trainer):
     """``report`` with no ``-e`` was click's "Missing option '--experiment'" even on a store with one
     sweep (the attack's F8): now it reports that one, and names the sweeps when there are several."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     run_sweep(write_sweep(name="first"), tracking_uri=tracking_uri, quiet=True)
     out = tmp_path / "one.md"
@@ -632,7 +632,7 @@ def test_report_on_a_store_whose_artifacts_are_read_only_is_written_with_a_warni
 
     import mlflow
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     s = run_sweep(write_sweep(), tracking_uri=tracking_uri, quiet=True)
@@ -655,7 +655,7 @@ def test_a_report_whose_logging_fails_for_another_reason_than_the_store_says_so(
     import mlflow
 
     import reports
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     run_sweep(write_sweep(), tracking_uri=tracking_uri, quiet=True)

@@ -80,7 +80,7 @@ def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking
     _uncut(r.output)
     from harness.config.load import load_config
     from harness.core.outcome import config_label, run_name
-    from harness.sweep.run import expand
+    from harness.orchestrate.run import expand
 
     specs = expand(load_config(cfg))
     for s in specs:
@@ -107,7 +107,7 @@ def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking
 
 def test_best_config_of_an_optimizer_that_ran_one_configuration():
     """It showed "—" (§17): the one configuration's values are what the reader wants to know."""
-    from harness.sweep.summary import config_cell
+    from harness.orchestrate.summary import config_cell
 
     adam = "constant step_size=0.003 width=16 depth=1 bs=32"
     sgd = ["constant step_size=0.1 width=16 depth=1 bs=32", "constant step_size=0.3 width=16 depth=1 bs=32"]
@@ -120,7 +120,7 @@ def test_print_table_keeps_every_cell_on_a_narrow_console():
     from rich.console import Console
     from rich.table import Table
 
-    from harness.sweep.tables import print_table
+    from harness.orchestrate.tables import print_table
 
     t = Table(title="t")
     for col in ("name", "value", "note"):
@@ -223,7 +223,7 @@ def test_summary_table_names_the_one_configuration_an_optimizer_ran():
     from rich.console import Console
 
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.summary import SweepSummary, print_summary
+    from harness.orchestrate.summary import SweepSummary, print_summary
 
     def o(opt, lr, seed):
         return TrialOutcome(trial_id=f"{opt}{lr}{seed}", status="finished", model="mlp", optimizer=opt,

@@ -50,7 +50,7 @@ def test_the_command_lines_process_ignores_a_second_signal_as_it_exits(tmp_path)
     interpreter's exit runs with SIGINT and SIGTERM ignored."""
     code = textwrap.dedent(f"""
         import atexit, signal, sys
-        import harness.sweep.run as run
+        import harness.orchestrate.run as run
         from harness.cli import main
 
         def stopped(*a, **k):

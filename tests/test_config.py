@@ -10,7 +10,7 @@ import yaml
 
 from harness.config.load import ConfigError, load_config, parse_config
 from harness.config.values import hparam_values
-from harness.sweep.run import expand, group_units, sweep_id_of
+from harness.orchestrate.run import expand, group_units, sweep_id_of
 
 
 def _load(write_sweep, **overrides):

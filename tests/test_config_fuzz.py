@@ -579,7 +579,7 @@ def _guard(seconds: float, max_bytes: int):
 def warm():
     """Import jax, the registries and the preflight once, outside the measurement, by loading and
     pre-flighting the real quickstart."""
-    from harness.sweep import run as sweep
+    from harness.orchestrate import run as sweep
 
     cfg = load_config(QUICKSTART)
     sweep.preflight(cfg, str(QUICKSTART))
@@ -591,7 +591,7 @@ def no_store(monkeypatch):
     def touched(*a, **k):
         raise AssertionError("the MLflow store was touched")
 
-    monkeypatch.setattr("harness.sweep.run.prepare_store", touched)  # where run_sweep looks it up
+    monkeypatch.setattr("harness.orchestrate.run.prepare_store", touched)  # where run_sweep looks it up
     monkeypatch.setattr("harness.tracking.client.prepare_store", touched)
     monkeypatch.setattr("harness.tracking.client.client_for", touched)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -783,7 +783,7 @@ def test_hostile_configs_through_the_cli(tmp_path):
     for (path, code, err), cid in zip(results, [*_CLI_CASES, "cli-uri"], strict=True):
         assert code == 2, (cid, code, err[-2000:])
         assert "Traceback" not in err, err[-2000:]
-        # a stage that lasted is said on stderr first ("sweep: loading ...", harness.sweep.progress)
+        # a stage that lasted is said on stderr first ("sweep: loading ...", harness.orchestrate.progress)
         lines = [ln for ln in err.strip().splitlines() if not ln.startswith("sweep: ")]
         if cid == "cli-uri":
             assert lines == ["error: --tracking-uri: unsupported scheme 'bogus'; use sqlite:///PATH/"

@@ -1,4 +1,4 @@
-"""Coordinate descent with a certificate (issue 34 §2, :mod:`harness.sweep.coordinate`) on hand-made
+"""Coordinate descent with a certificate (issue 34 §2, :mod:`harness.orchestrate.coordinate`) on hand-made
 outcomes whose optimum is known, without training anything.
 
 The bowl: ``optimizer.b1`` in ``[0.8, 0.85, 0.9, 0.95, 0.99]`` (index ``i``) and
@@ -25,10 +25,10 @@ from harness.config.errors import ConfigError
 from harness.config.load import load_config
 from harness.config.search import Search
 from harness.core.outcome import TrialOutcome
+from harness.orchestrate.coordinate import DEFAULT_PASSES, CoordinateDescent, closest_index
+from harness.orchestrate.searchers import searcher_for
 from harness.plan.cells import Cell
 from harness.plan.expansion import expand
-from harness.sweep.coordinate import DEFAULT_PASSES, CoordinateDescent, closest_index
-from harness.sweep.searchers import searcher_for
 
 B1 = [0.8, 0.85, 0.9, 0.95, 0.99]
 LR = [0.001, 0.003, 0.01, 0.03]
@@ -337,7 +337,7 @@ def test_the_report_rows_of_a_descent():
 def test_a_start_off_the_grid_is_refused_by_the_sweep_with_the_file(write_sweep, tmp_path):
     """Through run_sweep (the command line's path) the searcher's error lines name the config file,
     as every other config error does, and nothing is written."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     path = _cd_config(write_sweep, {"step_size": {"log_grid": [0.001, 0.1, 3]}},
                       start={"step_size": 0.003})

@@ -27,9 +27,9 @@ from sweep_store import finished_ids, kill_when_finished, start_sweep
 import harness
 from harness.config.load import load_config
 from harness.core.outcome import TrialOutcome
+from harness.orchestrate.coordinate import CoordinateDescent
 from harness.plan.cells import cells_of
 from harness.plan.expansion import expand
-from harness.sweep.coordinate import CoordinateDescent
 
 CONFIG = {
     "name": "cdsweep", "datasets": ["digits"], "seeds": [0], "batch_size": 64,
@@ -81,7 +81,7 @@ def _replayed(cfg_path: Path, uri: str) -> tuple[CoordinateDescent, dict]:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """One uninterrupted sweep: (folder, config path, uri, summary)."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     folder = tmp_path_factory.mktemp("cd_ref")
     cfg = _write(folder)

@@ -251,7 +251,7 @@ def test_a_database_uri_password_is_masked_in_the_summary_hints_and_stage_lines(
 
     from rich.console import Console
 
-    from harness.sweep.summary import SweepSummary, print_summary
+    from harness.orchestrate.summary import SweepSummary, print_summary
 
     uri = "postgresql://u:secretpw@127.0.0.1:1/db"
     s = SweepSummary("s", "sid", None, None, uri, [], 1.0)
@@ -262,7 +262,7 @@ def test_a_database_uri_password_is_masked_in_the_summary_hints_and_stage_lines(
     assert "secretpw" not in buf.getvalue() and "u:***@127.0.0.1" in buf.getvalue()
     import inspect
 
-    from harness.sweep import progress, run
+    from harness.orchestrate import progress, run
 
     for mod in (run, progress):  # every line that prints the store's URI masks it
         src = inspect.getsource(mod)

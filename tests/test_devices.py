@@ -180,7 +180,7 @@ def test_devices_that_do_not_fit_are_refused_before_the_store_is_created(executo
     import jax
 
     from harness.execute.executors import InProcessExecutor, ProcessExecutor
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     if len(jax.devices()) != 1:
         pytest.skip("the messages assume the test process's one CPU device")

@@ -9,7 +9,7 @@ import pytest
 from harness.config.load import ConfigError, parse_config
 from harness.config.schema import auto_dtype
 from harness.data.sources import load_dataset
-from harness.sweep.run import expand
+from harness.orchestrate.run import expand
 from harness.train.program import program_for
 
 BASE = {"name": "d", "models": [{"name": "mlp", "hparams": {"width": 8, "depth": 1}}], "datasets": ["digits"],

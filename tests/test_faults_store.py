@@ -37,7 +37,7 @@ pytestmark = pytest.mark.slow
 
 TESTS = str(Path(__file__).parent)
 _PRELOAD = ["mlflow", "mlflow.store.tracking.sqlalchemy_store", "alembic.command", "jax", "harness.cli",
-            "harness.sweep", "harness.execute.worker", "harness.tracking.store", "harness.trainer",
+            "harness.orchestrate", "harness.execute.worker", "harness.tracking.store", "harness.trainer",
             "harness.data"]
 
 
@@ -111,7 +111,7 @@ def _child_cli(args: list[str], env: dict, log: str, calls: str, sleep_s: float 
     trainer.run_trial = run_trial
     trainer.run_trials_batched = lambda specs, **kw: [run_trial(s) for s in specs]
     trainer.should_batch = lambda specs: False
-    import harness.sweep.run as sweep
+    import harness.orchestrate.run as sweep
 
     def start_parent(*a, **kw):  # LOG.parent exists iff this invocation opened a parent run
         run_id = real_start_parent(*a, **kw)
@@ -187,7 +187,7 @@ def _sha(p: Path) -> str:
 
 
 def _rerun_in_process(tmp_path, cfg, uri, fake_trainer):
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     s = run_sweep(cfg, tracking_uri=uri, quiet=True)
     return s.counts()
@@ -673,7 +673,7 @@ def test_store_folder_unwritable_mid_sweep(tmp_path, procs, env_base, fake_train
     assert "(RUNNING, but process" in res.output and "is gone;" in res.output, res.output
     assert "marks it KILLED" in res.output, res.output
     assert "3 trained results are in the local spool" in res.output.replace("\n", "")
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     s = run_sweep(cfg, tracking_uri=uri, quiet=True)
     assert s.counts()["skipped"] == 4 and fake_trainer["calls"] == []

@@ -1,4 +1,4 @@
-"""Synchronous successive halving (issue 34 §1, :mod:`harness.sweep.halving`): the bracket's size from
+"""Synchronous successive halving (issue 34 §1, :mod:`harness.orchestrate.halving`): the bracket's size from
 the compute budget, whole-rung promotions on hand-made results, purity, the gate's ``stop_at``, and a
 real sweep whose stored runs follow the rounds (stopped at their rung, the survivors trained again
 to the next, the last round plain full-budget trials)."""
@@ -17,9 +17,9 @@ import harness  # XLA's pool pinned as in every test process; harness.sweep
 from harness.config.load import load_config
 from harness.core.outcome import TrialOutcome
 from harness.core.rungs import RungBoard, rule_of
+from harness.orchestrate.halving import SuccessiveHalving, bracket_cost, survivors
+from harness.orchestrate.searchers import SweepSearch
 from harness.plan.expansion import expand
-from harness.sweep.halving import SuccessiveHalving, bracket_cost, survivors
-from harness.sweep.searchers import SweepSearch
 
 
 def _config(tmp_path: Path, search: dict, steps: int = 90, name: str = "sh") -> Path:
@@ -139,7 +139,7 @@ def test_a_real_bracket_follows_its_rounds(tmp_path):
     final = runs[6].data.metrics["final/valid_accuracy"]
     assert (cv.loc[won, "n_finished"], cv.loc[won, "valid"]) == (1, final)
     assert best_configs(frame)[["config_id", "n_seeds", "n_finished"]].values.tolist() == [[won, 1, 1]]
-    from harness.sweep import summary as terminal  # the summary table the command line prints
+    from harness.orchestrate import summary as terminal  # the summary table the command line prints
 
     (row,) = terminal.best_configs(run.summary.outcomes)
     assert (row["n"], row["value"]) == (1, final)
@@ -198,7 +198,7 @@ def test_an_optimizer_whose_last_round_failed_is_unranked_in_the_summary_as_in_t
     trials had not failed, found the stopped earlier rounds, and ranked it "2" (both ranked "1=" with
     momentum failing too). Both now read the last rounds."""
     import harness.train.loop as trainer
-    from harness.sweep.summary import ranked_rows
+    from harness.orchestrate.summary import ranked_rows
     from reports.frame import load_frame
     from reports.leaderboard import leaderboard_numbers
 

@@ -121,8 +121,8 @@ def test_jobs_workers_start_before_the_store_is_opened_and_never_for_a_rerun(tmp
     import psutil
 
     from harness.execute.executors import ProcessExecutor
-    from harness.sweep import run as run_mod
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate import run as run_mod
+    from harness.orchestrate.run import run_sweep
 
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_SWEEP, "budget": {"steps": 4},
                                                         "eval_every": 2, "steps_per_dispatch": 2}))
@@ -176,7 +176,7 @@ def test_a_script_without_a_main_guard_ends_its_jobs_sweep_with_an_error_instead
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY_SWEEP, "budget": {"steps": 4},
                                                         "eval_every": 2, "steps_per_dispatch": 2}))
     (tmp_path / "unguarded.py").write_text(textwrap.dedent(f"""
-        from harness.sweep.run import run_sweep
+        from harness.orchestrate.run import run_sweep
         s = run_sweep("tiny.yaml", tracking_uri="sqlite:///{tmp_path}/m.db", quiet=True, jobs=2)
         print("COUNTS", s.counts())
     """))
@@ -206,7 +206,7 @@ def test_a_ctrl_c_lost_in_a_garbage_collection_callback_still_stops_the_sweep(tm
                                                         "eval_every": 2, "steps_per_dispatch": 2}))
     out = _python(f"""
         import gc, os, signal
-        from harness.sweep import run as R
+        from harness.orchestrate import run as R
 
         # Python's own Ctrl-C handler, as in a terminal (a test runner's worker may pass SIGINT on
         # ignored, and an ignored SIGINT interrupts nothing: the case tested would not happen)

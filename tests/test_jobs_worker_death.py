@@ -226,8 +226,8 @@ def test_a_unit_ray_gives_up_on_is_written_failed_as_printed(tmp_path):
 
     from harness.core.context import RunContext
     from harness.execute.ray_executor import RayExecutor
-    from harness.sweep.execution import execute_units
-    from harness.sweep.progress import ProgressDisplay
+    from harness.orchestrate.execution import execute_units
+    from harness.orchestrate.progress import ProgressDisplay
     from harness.tracking.client import get_or_create_experiment, prepare_store
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

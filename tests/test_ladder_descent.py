@@ -15,8 +15,8 @@ import yaml
 
 import harness  # XLA's pool pinned as in every test process
 from harness.config.load import load_config
-from harness.sweep.preflight import preflight
-from harness.sweep.searchers import searcher_for
+from harness.orchestrate.preflight import preflight
+from harness.orchestrate.searchers import searcher_for
 
 T = 32  # markov_lm's window
 

@@ -13,7 +13,7 @@ import harness
 from harness.core import names
 from harness.core.selection_rule import LM_MARKER, ranking_metric
 from harness.data.tokenize import tokenize_files
-from harness.sweep.summary import ranked_rows
+from harness.orchestrate.summary import ranked_rows
 from reports.frame import load_sweep, summaries
 from reports.objectives import objective
 

@@ -149,7 +149,7 @@ def test_a_sweep_leaves_its_store_with_statistics_so_the_runs_page_joins_by_inde
     A sweep now ends with ``ANALYZE`` (``harness.tracking.client.analyze_store``, also run by
     ``harness ui``): the join uses an index (0.09 s at 10,000). 40 trials are enough for SQLite's
     planner to choose it; without the statistics it scans at any size."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
     from harness.tracking.client import client_for
 
     s = run_sweep(write_sweep(name="plans", optimizers=[{"name": "sgd", "hparams": {

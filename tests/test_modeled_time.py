@@ -294,7 +294,7 @@ SWEEP = {"seeds": [0], "measure_perf": True, "budget": {"steps": 40}, "eval_ever
 def test_a_slow_measurement_is_measured_again(tmp_path, write_sweep, tracking_uri, monkeypatch):
     """The first measurement costs 3 ms of CPU a step more than training's: it is measured again,
     and the second measurement is what MLflow holds (and what the modeled time multiplies)."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     seen = _slow_measure(monkeypatch, times=1)
@@ -312,7 +312,7 @@ def test_a_slow_measurement_that_persists_is_flagged_and_still_ranks(tmp_path, w
     figures agree within 10%, the run gets the tag ``perf.suspect`` with both figures and the rule,
     and it **keeps its modeled time** on that figure. Before: no modeled time, so its task ranked
     on wall-clock (issue 32 §1)."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     seen = _slow_measure(monkeypatch, times=None)
@@ -336,7 +336,7 @@ def test_the_modeled_time_is_steps_times_the_step_time(tmp_path, write_sweep, tr
     """Read back from MLflow: modeled seconds = steps to target × perf/modeled_step_ms / 1000, the
     CPU time per step on this CPU (the clock check is switched off: on a busy test machine a true
     measurement may disagree)."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(P, "CLOCK_FACTOR", float("inf"))
@@ -379,7 +379,7 @@ def _run_twice(d, uri) -> None:
     import yaml
 
     from harness.execute import training
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     for name in ("quiet", "loaded"):
         cfg = d / f"{name}.yaml"

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.config.errors import ConfigError
 from harness.config.load import load_config
+from harness.orchestrate.run import run_sweep
 from harness.plan.expansion import expand
-from harness.sweep.run import run_sweep
 from harness.tracking.client import search_all
 from harness.train.loop import run_trial
 
@@ -99,7 +99,7 @@ def _errors(path: Path, preflight: bool = False) -> list[str]:
     with pytest.raises(ConfigError) as e:
         cfg = load_config(path)
         if preflight:
-            from harness.sweep.preflight import preflight as pf
+            from harness.orchestrate.preflight import preflight as pf
 
             pf(cfg, str(path))
     return e.value.errors

@@ -1,4 +1,4 @@
-"""Optuna's search (issue 34 §3, :mod:`harness.sweep.optuna_search`).
+"""Optuna's search (issue 34 §3, :mod:`harness.orchestrate.optuna_search`).
 
 On hand-made outcomes (nothing trained): the distribution mapping; ``propose`` as a pure function of
 ``seen`` (a history prefix gives what the uninterrupted search proposed at that point, for tpe and
@@ -34,14 +34,14 @@ from harness.config.errors import ConfigError
 from harness.config.search import Distribution, Search
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import Target
-from harness.plan.cells import Cell
-from harness.sweep.optuna_search import (
+from harness.orchestrate.optuna_search import (
     GP_NEEDS_TORCH,
     OptunaSearcher,
     from_optuna,
     to_optuna,
 )
-from harness.sweep.searchers import searcher_class
+from harness.orchestrate.searchers import searcher_class
+from harness.plan.cells import Cell
 
 LR = ("optimizer.step_size", Distribution("log_uniform", (1e-4, 1.0)))
 B1 = ("optimizer.b1", Distribution("uniform", (0.5, 0.99)))
@@ -263,7 +263,7 @@ def test_a_tpe_sweep_of_six_and_a_killed_one_propose_the_same(tmp_path):
     the same 6 configurations in the same order, each trial FINISHED once, the same search.json."""
     (tmp_path / "go.py").write_text(textwrap.dedent('''
         import sys
-        from harness.sweep.run import run_sweep
+        from harness.orchestrate.run import run_sweep
         run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
     '''))
     cfg = _config(tmp_path)

@@ -103,7 +103,7 @@ def test_the_sweep_measures_first_and_its_units_do_not_time_again(tmp_path, writ
     logged step time is the stage's figure, and the parent's time budget holds the stage (its
     timing as ``throughput``, its compiles as ``compile``)."""
     from harness.execute import training
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
     from harness.train import loop
 
     monkeypatch.chdir(tmp_path)

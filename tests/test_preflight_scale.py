@@ -7,7 +7,7 @@ import pytest
 
 from harness.config.errors import ConfigError
 from harness.config.load import parse_config
-from harness.sweep import preflight as pf
+from harness.orchestrate import preflight as pf
 
 
 def _cfg(trials: int, optimizers=None, name: str = "scale", steps: int = 5, **extra):
@@ -66,8 +66,8 @@ def test_a_rerun_with_every_trial_finished_traces_nothing(tmp_path, traces, monk
     """A real sweep of 6 trials into SQLite; the same config again: the pre-flight reads the store
     (read-only) and traces nothing, the sweep trains nothing. A dry run and a config error on a store
     that does not exist create nothing."""
-    from harness.sweep.resume import finished_trials
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.resume import finished_trials
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HARNESS_BATCH", "never")
@@ -89,7 +89,7 @@ def test_a_rerun_with_every_trial_finished_traces_nothing(tmp_path, traces, monk
 
 
 def test_a_config_error_creates_no_store(tmp_path, traces):
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     uri = f"sqlite:///{tmp_path / 'none.db'}"
     bad = _cfg(1, [{"name": "adam", "hparams": {"step_size": 0.01, "b1": -0.5}}], name="bad")

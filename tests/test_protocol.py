@@ -167,7 +167,7 @@ def _designed_result(spec):
 @pytest.fixture
 def designed_sweep(tmp_path, write_sweep, tracking_uri, monkeypatch):
     import harness.train.loop as trainer
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(trainer, "run_trial", lambda spec, **kw: _designed_result(spec))
@@ -187,7 +187,7 @@ def test_constructed_sweep_reports_the_validation_best_test_number(designed_swee
     from rich.console import Console
 
     import reports
-    from harness.sweep.run import best_configs, print_summary
+    from harness.orchestrate.run import best_configs, print_summary
     from reports import figures as F
     from reports import frame as RF
 
@@ -308,7 +308,7 @@ def test_selection_ignores_wall_clock_noise_when_steps_tie():
     """Found by a new user: identical per-trial results selected different configurations in
     two runs because seconds to target (wall-clock noise) decided a tie in steps. Steps, then
     the validation metric, decide now; seconds only break a tie in both."""
-    from harness.sweep.summary import best_configs
+    from harness.orchestrate.summary import best_configs
 
     for jitter in ({"constant": 0.0, "cosine": 0.05}, {"constant": 0.05, "cosine": 0.0}):
         outcomes = _tie_outcomes(jitter)
@@ -391,7 +391,7 @@ def test_each_task_is_selected_and_reported_on_its_own_metric():
     target is a loss; the terminal summary (per trial's target) picked by loss. Now every task
     uses its own objective, in the summary, the selection, the headline, the leaderboard and the
     step-size figures alike."""
-    from harness.sweep.summary import best_configs as summary_best
+    from harness.orchestrate.summary import best_configs as summary_best
     from reports import figures as F
     from reports import interactive as I
     from reports import protocol as P
@@ -444,7 +444,7 @@ def test_two_entries_that_differ_only_by_a_default_are_one_configuration_of_two_
     (``ValueError: cannot reindex on an axis with duplicate labels``; the issue-35 attack of this
     stop). Both now read one row per configuration and seed."""
     import reports.frame as RF
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     s = run_sweep(write_sweep(name="dflt", optimizers=[

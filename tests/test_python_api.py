@@ -46,7 +46,7 @@ def test_sweep_from_a_mapping_equals_the_same_config_from_a_file(tmp_path, track
 
     cfg = load_config(path)  # a validated SweepConfig object
     assert harness.sweep(cfg, tracking_uri=tracking_uri, dry_run=True, quiet=True).trial_ids == run.trial_ids
-    assert harness.sweep.run_sweep is harness.sweep.run.run_sweep  # the package stays a package
+    assert harness.orchestrate.run_sweep is harness.orchestrate.run.run_sweep  # the package stays a package
 
 
 def test_errors_are_one_type_with_the_key_path_and_nothing_is_written(tmp_path, tracking_uri, fake_trainer):
@@ -237,7 +237,7 @@ def test_two_source_versions_current_by_default_all_on_request(tmp_path, trackin
     new_ids = set(dry.trial_ids) - set(first.trial_ids)
     assert len(new_ids) == 2  # my_sgd's two seeds: new ids; adam's are skipped
     from harness.config.load import load_config
-    from harness.sweep.preflight import preflight
+    from harness.orchestrate.preflight import preflight
 
     versions["v2"] = next(s.optimizer_source_hash for s in preflight(load_config(cfg), str(cfg))
                           if s.optimizer == "my_sgd")
@@ -331,7 +331,7 @@ def test_a_dry_run_lists_at_most_its_row_limit_and_says_so(tmp_path, tracking_ur
     """A 10,000-trial dry run printed 70,000 lines (10 of its 15 s; the attack's F7: 50,000 trials
     took 75 s): the list stops at ``DRY_RUN_ROWS`` (1,000), here set to 4 of the 6 trials, with a
     line saying so; the counts and the API's trial ids still cover every trial."""
-    from harness.sweep import progress
+    from harness.orchestrate import progress
 
     monkeypatch.setattr(progress, "DRY_RUN_ROWS", 4)
     run = harness.sweep(_cfg(), tracking_uri=tracking_uri, dry_run=True)

@@ -210,7 +210,7 @@ def test_a_step_whose_timing_fails_ranks_its_task_on_cost(tmp_path, write_sweep,
     from mlflow.tracking import MlflowClient
 
     from harness.core import names as N
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     def broken(*a, **k):
         raise RuntimeError("timer exploded")

@@ -159,10 +159,10 @@ def test_the_power_line_on_a_tie_of_seconds_is_hand_computed():
 
 
 def test_the_summary_ranks_ties_and_orders_like_the_leaderboard():
-    """harness.sweep.summary.ranked_rows on outcomes and reports.ranks on the frame of the same
+    """harness.orchestrate.summary.ranked_rows on outcomes and reports.ranks on the frame of the same
     trials: the same labels, the same order, the same seeds that would separate."""
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.summary import ranked_rows
+    from harness.orchestrate.summary import ranked_rows
 
     cases = [
         ({"adam": [0.80, 0.80], "momentum": [0.54, 0.54], "sgd": [2.0, 2.2]},
@@ -200,8 +200,8 @@ def test_an_optimizer_every_trial_of_which_failed_is_unranked_in_the_summary_and
     from rich.console import Console
 
     import harness.train.loop as trainer
-    from harness.sweep.run import run_sweep
-    from harness.sweep.summary import print_summary, ranked_rows
+    from harness.orchestrate.run import run_sweep
+    from harness.orchestrate.summary import print_summary, ranked_rows
     from reports.leaderboard import leaderboard_numbers
 
     def run_trial(spec, **_kw):
@@ -240,8 +240,8 @@ def test_the_summary_and_the_report_break_an_exact_tie_between_configurations_al
     configuration's name, the report on its config_id hash: they named different best
     configurations (lr=0.0769703 against step_size=0.0812382). Both now take the configuration
     whose smallest trial id is smallest. The fake trainer gives every step size the same results."""
-    from harness.sweep.run import run_sweep
-    from harness.sweep.summary import best_configs
+    from harness.orchestrate.run import run_sweep
+    from harness.orchestrate.summary import best_configs
     from reports.selection import best_configs as report_best
 
     monkeypatch.chdir(tmp_path)
@@ -276,8 +276,8 @@ def test_the_summary_keeps_apart_configurations_whose_labels_round_alike(
     from rich.console import Console
 
     import harness.train.loop as trainer
-    from harness.sweep.run import run_sweep
-    from harness.sweep.summary import best_configs, print_summary, ranked_rows
+    from harness.orchestrate.run import run_sweep
+    from harness.orchestrate.summary import best_configs, print_summary, ranked_rows
     from reports.selection import best_configs as report_best
 
     def run_trial(spec, **_kw):  # seed 1 of step size 0.1000001 diverges, the rest finish

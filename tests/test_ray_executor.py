@@ -310,7 +310,7 @@ def test_cli_refuses_sqlite_with_a_remote_cluster_before_anything_is_written(wri
 def test_cli_passes_resources_to_the_ray_executor(write_sweep, monkeypatch):
     from typer.testing import CliRunner
 
-    import harness.sweep.run
+    import harness.orchestrate.run
     from harness.cli import app
 
     seen = {}
@@ -319,7 +319,7 @@ def test_cli_passes_resources_to_the_ray_executor(write_sweep, monkeypatch):
         seen.update(kw)
         raise ValueError("stop here")
 
-    monkeypatch.setattr(harness.sweep.run, "run_sweep", fake_run_sweep)
+    monkeypatch.setattr(harness.orchestrate.run, "run_sweep", fake_run_sweep)
     args = ["sweep", str(write_sweep()), "--executor", "ray", "--address", "127.0.0.1:6379",
             "--cpus-per-trial", "2", "--gpus-per-trial", "0.5"]
     res = CliRunner().invoke(app, args)

@@ -99,7 +99,7 @@ def test_the_summary_keeps_one_clock_per_task_and_follows_the_config_clock():
     from rich.console import Console
 
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.summary import SweepSummary, best_configs, print_summary
+    from harness.orchestrate.summary import SweepSummary, best_configs, print_summary
 
     def outcome(opt, ds, measured, modeled, suspect=""):
         return TrialOutcome(trial_id=f"{opt}{ds}", status="finished", dataset=ds, model="mlp",
@@ -138,7 +138,7 @@ def test_the_config_clock_is_recorded_read_by_the_report_and_overridden(tmp_path
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     run_sweep(write_sweep(name="clocked", time="measured", seeds=[0]), tracking_uri=tracking_uri, quiet=True)
@@ -165,7 +165,7 @@ def test_a_report_that_ranks_on_a_target_the_sweep_lacks_is_one_line(tmp_path, w
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     summary = run_sweep(write_sweep(name="untargeted", target=None, seeds=[0]), tracking_uri=tracking_uri,
@@ -188,7 +188,7 @@ def test_report_stats_baseline_chooses_the_across_task_baseline(tmp_path, write_
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     cfg = write_sweep(name="based", seeds=[0, 1], optimizers=[

@@ -623,7 +623,7 @@ def test_environment_records_the_harness_and_config_commits_from_outside_the_clo
 
     import harness
     import harness.train.loop as trainer
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
     from harness.tracking import provenance
 
     clone = Path(harness.__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ SVG with downloads and interactive views, the tables sort and filter, and the pa
 Debian's headless chromium (screenshots kept under ``$REPORT_SCREENSHOTS`` when set).
 
 The sweeps are the real configs (``experiments/quickstart.yaml``, and a 3-model MNIST-1D config)
-run through ``harness.sweep.run.run_sweep`` and the real MLflow tracking, with the trainer replaced
+run through ``harness.orchestrate.run.run_sweep`` and the real MLflow tracking, with the trainer replaced
 by :func:`conftest.fake_result` made to differ by model, optimizer and seed (so seeds end at
 different times, one optimizer misses the target, throughput differs).
 """
@@ -76,7 +76,7 @@ def sweeps(tmp_path_factory):
 
     import harness.train.loop as trainer
     import reports
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     root = tmp_path_factory.mktemp("layout")
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -255,7 +255,7 @@ def test_report_attaches_to_the_runs_it_describes_and_rerun_leaves_no_empty_pare
     from rich.console import Console
 
     import reports
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     client = MlflowClient(tracking_uri=sweeps["uri"])
     exp = client.get_experiment_by_name("quickstart")

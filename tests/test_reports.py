@@ -965,7 +965,7 @@ def test_the_report_of_a_sweep_that_is_not_over_says_so(tmp_path, write_sweep, t
     from conftest import fake_result
 
     import harness.train.loop as trainer
-    from harness.sweep.run import SweepInterrupted, run_sweep
+    from harness.orchestrate.run import SweepInterrupted, run_sweep
 
     calls = []
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import harness
 from harness.cli import app
-from harness.sweep.reproduce import CLOCK_PREFIXES, ReproduceError
+from harness.orchestrate.reproduce import CLOCK_PREFIXES, ReproduceError
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 import harness
 from harness.cli import app
 from harness.core.filters import BadIdError, literal, tag_is
-from harness.sweep.reproduce import ReproduceError
+from harness.orchestrate.reproduce import ReproduceError
 
 runner = CliRunner()
 

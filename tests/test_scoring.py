@@ -143,7 +143,7 @@ def test_scoring_key_is_recorded_read_by_the_report_and_overridden(tmp_path, wri
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     cfg = write_sweep(name="scored", scoring="algoperf", target={"metric": "valid/accuracy", "value": 0.5})

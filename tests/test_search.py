@@ -17,7 +17,7 @@ from harness.config import search
 from harness.config.load import ConfigError, load_config
 from harness.config.search import Distribution, Search, parse_distribution, sample, unit_points
 from harness.config.values import hparam_values
-from harness.sweep.run import expand, run_sweep
+from harness.orchestrate.run import expand, run_sweep
 from harness.tracking.client import search_all
 
 

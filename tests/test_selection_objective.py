@@ -16,7 +16,7 @@ from harness.cli import app
 from harness.core import names as N
 from harness.core.outcome import TrialOutcome
 from harness.core.selection_rule import selection_key
-from harness.sweep.summary import SweepSummary, best_configs, print_summary
+from harness.orchestrate.summary import SweepSummary, best_configs, print_summary
 from reports import frame as RF
 from reports import protocol as P
 from reports import selection as RS

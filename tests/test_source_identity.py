@@ -20,8 +20,8 @@ from mlflow.tracking import MlflowClient
 
 from harness.config.load import load_config
 from harness.core.source import parse_source
+from harness.orchestrate.run import run_sweep
 from harness.plan.expansion import expand
-from harness.sweep.run import run_sweep
 from harness.tracking.client import search_all
 
 # Two factories in one file: `scaled` calls the helper `_scale`, `plain` does not.

@@ -81,7 +81,7 @@ def test_a_planted_pickle_is_never_unpickled(spool_env, tmp_path, caplog):
 
 def test_a_planted_pickle_in_a_real_sweep_is_not_run(spool_env, tmp_path, fake_trainer):
     """The sweep's own replay at its start meets the planted file: nothing runs, the sweep trains."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     d = spool.spool_dir(uri)
@@ -158,7 +158,7 @@ def test_a_spooled_result_replays_into_the_store(spool_env, tmp_path, fake_train
     from mlflow import MlflowClient
 
     import harness.execute.writing as writing
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
     from harness.tracking.client import search_all
     from harness.tracking.health import HEALTH
 

@@ -16,7 +16,7 @@ from subproc import run_in_pty
 HEAVY = ("jax", "mlflow", "pandas", "matplotlib", "sklearn", "scipy", "alembic")
 
 #: Runs the command line with two spies: the modules loaded when the sweep's first stage is said
-#: (:class:`harness.sweep.progress.StageLine`) and when the first byte reaches stdout or stderr
+#: (:class:`harness.orchestrate.progress.StageLine`) and when the first byte reaches stdout or stderr
 #: (which stream, and its text without a terminal's controls); written as JSON to argv[1] at exit.
 PROBE = """\
 import atexit, json, re, sys
@@ -35,7 +35,7 @@ class Spy:
     def __getattr__(self, k):
         return getattr(self._inner, k)
 sys.stdout, sys.stderr = Spy("stdout", sys.stdout), Spy("stderr", sys.stderr)
-import harness.sweep.progress as progress
+import harness.orchestrate.progress as progress
 real_stage = progress.StageLine.stage
 def stage(self, name, text):
     events.setdefault("first_stage", {"name": name, "loaded": loaded()})
@@ -117,7 +117,7 @@ def test_status_imports_neither_mlflow_nor_jax_nor_the_figures(tmp_path, write_s
                                                                fake_trainer):
     """``status`` on a SQLite store reads it with sqlite3 (issue 35 §3: 3 s at 10,000 trials,
     against about a minute through MLflow): MLflow, JAX, matplotlib and scikit-learn stay out."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     run_sweep(write_sweep(), tracking_uri=tracking_uri, quiet=True)
     code = ("import sys\nsys.argv = ['harness', *sys.argv[1:]]\nfrom harness.cli import main\ntry:\n"
@@ -143,7 +143,7 @@ def test_on_a_pipe_the_first_stage_counts_from_the_process_start(monkeypatch, ca
 
     from rich.console import Console
 
-    import harness.sweep.progress as progress
+    import harness.orchestrate.progress as progress
 
     monkeypatch.setattr(progress, "PIPE_AFTER_S", 60.0)
     pipe = Console(file=io.StringIO(), force_terminal=False)
@@ -171,7 +171,7 @@ def test_pre_flight_traces_each_optimizer_once_per_model_and_schedule(monkeypatc
     import jax
 
     from harness.config.load import load_config
-    from harness.sweep.preflight import preflight
+    from harness.orchestrate.preflight import preflight
 
     calls = []
     real = jax.eval_shape

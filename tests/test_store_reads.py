@@ -33,7 +33,7 @@ def _store(tmp_path, n: int) -> tuple[str, dict]:
     """A SQLite store holding a finished sweep of ``n`` trials (seeds 0..n-1); its config."""
     from conftest import TINY_SWEEP
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     cfg = {**TINY_SWEEP, "name": f"reads{n}", "seeds": list(range(n))}
     uri = f"sqlite:///{tmp_path / f'store{n}.db'}"
@@ -45,9 +45,9 @@ def _store(tmp_path, n: int) -> tuple[str, dict]:
 def test_resume_dedupe_and_status_read_the_store_once_whatever_its_size(tmp_path, fake_trainer, searches,
                                                                        monkeypatch):
     from harness.config.load import parse_config
+    from harness.orchestrate.resume import dedupe_sweep, finished_trials, make_plan
+    from harness.orchestrate.run import run_sweep
     from harness.plan.expansion import expand
-    from harness.sweep.resume import dedupe_sweep, finished_trials, make_plan
-    from harness.sweep.run import run_sweep
     from harness.tracking.client import client_for
 
     monkeypatch.setenv("HARNESS_BATCH", "never")
@@ -103,9 +103,9 @@ def test_the_preflights_read_agrees_with_the_resume_check(tmp_path, fake_trainer
     from conftest import TINY_SWEEP
 
     from harness.config.load import parse_config
+    from harness.orchestrate.resume import finished_trials, make_plan
+    from harness.orchestrate.run import run_sweep
     from harness.plan.expansion import expand
-    from harness.sweep.resume import finished_trials, make_plan
-    from harness.sweep.run import run_sweep
     from harness.tracking.client import client_for
 
     monkeypatch.setenv("HARNESS_BATCH", "never")
@@ -132,7 +132,7 @@ def test_a_trials_write_is_three_mlflow_calls_whatever_the_sweep(tmp_path, fake_
     same for 6 and 60 trials."""
     from conftest import TINY_SWEEP
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.setenv("HARNESS_BATCH", "never")
     calls: collections.Counter = collections.Counter()

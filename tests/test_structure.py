@@ -5,7 +5,7 @@ The static tests walk the AST of every module of ``harness``, ``reports``, ``mod
 import, at module level and inside functions alike, and every ``m._x`` attribute use on a module
 ``m`` bound by an import. They fail, naming the modules, on an import circle; on an import that
 breaks the layers of ``harness`` (low to high ``core < data < config < train < plan < tracking <
-execute < sweep < cli``: a module imports only its own or lower subpackages); on ``reports``
+execute < orchestrate < cli``: a module imports only its own or lower subpackages); on ``reports``
 imported by ``harness`` outside ``harness.cli``, or ``reports`` importing ``harness`` outside
 ``harness.core``; on ``models``/``optimizers`` importing ``harness``; on ``harness.core``
 importing anything but the standard library and ``harness.core``; on another module's private
@@ -30,7 +30,7 @@ PINNED_FIRST = "harness.core.xla_threads"
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "reports", "models", "optimizers")
-LAYERS = ("core", "data", "config", "train", "plan", "tracking", "execute", "sweep", "cli")
+LAYERS = ("core", "data", "config", "train", "plan", "tracking", "execute", "orchestrate", "cli")
 #: Modules of ``harness`` outside its subpackages, and the layer each sits at.
 TOP_LEVEL = {"harness": "cli", "harness.__main__": "cli", "harness.cli": "cli", "harness.trainer": "train",
              "harness.results_api": "cli"}
@@ -338,9 +338,13 @@ def test_report_version_comes_from_the_distribution_metadata():
 
 
 def test_old_import_paths_users_hold_keep_working():
-    """Issue 20 moved the flat modules into subpackages; the three paths users were told about stay."""
-    code = ("import harness.sweep, harness.trainer, harness.data, harness.sweep.run, harness.train.loop\n"
-            "assert harness.sweep.run_sweep is harness.sweep.run.run_sweep\n"
+    """Issue 20 moved the flat modules into subpackages; the paths users were told about stay (the
+    sweep: the function ``harness.sweep``)."""
+    code = ("import harness, harness.trainer, harness.data, harness.train.loop\n"
+            "from harness import sweep\n"
+            "import harness.orchestrate.api, harness.orchestrate.run\n"
+            "assert sweep is harness.orchestrate.api.sweep\n"
+            "assert harness.orchestrate.run_sweep is harness.orchestrate.run.run_sweep\n"
             "assert harness.trainer.run_trial is harness.train.loop.run_trial\n"
             "assert harness.trainer.run_trials_batched is harness.train.loop.run_trials_batched\n"
             "from harness.data import DATASETS, load_dataset\n"
@@ -367,13 +371,15 @@ def test_the_python_api_is_reexported_lazily_from_the_package():
     heavy = sorted(m for m in mods if m.split(".")[0] in ("reports", "mlflow", "jax", "pandas", "numpy"))
     assert heavy == []
     assert sorted(m for m in mods if m.startswith("harness.") and not m.startswith("harness.core")) == []
-    code = ("import harness, harness.sweep.run\n"
-            "assert callable(harness.sweep) and harness.sweep.run_sweep is harness.sweep.run.run_sweep\n"
-            "from harness.sweep import run_sweep, SweepRun\n"
+    code = ("import harness, harness.orchestrate.run\n"
+            "assert callable(harness.sweep)\n"
+            "assert harness.orchestrate.run_sweep is harness.orchestrate.run.run_sweep\n"
+            "from harness.orchestrate import run_sweep, SweepRun\n"
             "print(harness.results.__module__, harness.reproduce.__module__,\n"
-            "      harness.sweep.__class__.__name__)")
+            "      harness.sweep.__module__, type(harness.sweep).__name__)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert out.split() == ["harness.results_api", "harness.sweep.reproduce", "_CallableModule"]
+    assert out.split() == ["harness.results_api", "harness.orchestrate.reproduce", "harness.orchestrate.api",
+                           "function"]
 
 
 def duplicate_module_names(paths: list[Path]) -> dict[str, list[str]]:

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: seconds per seed (None: not reached); sgd diverged once on mnist1d.
 SCRIPT = r'''
 from harness.core.outcome import TrialOutcome
-from harness.sweep.summary import SweepSummary, print_summary
-from harness.sweep.tables import stdout_console
+from harness.orchestrate.summary import SweepSummary, print_summary
+from harness.orchestrate.tables import stdout_console
 
 times = {
     "digits": {"adam": (0.30, 0.34), "momentum": (0.31, 0.36), "sgd": (0.90, 1.10), "lion": (0.52, 0.50),
@@ -107,7 +107,7 @@ def test_best_configs_counts_an_audit_trial_as_its_twins_seed():
     to the end): B is selected, its one seed the audit's; without audits (early stopping alone) A
     is, and B counts its stopped seed only."""
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.summary import audit_changes, best_configs
+    from harness.orchestrate.summary import audit_changes, best_configs
 
     def out(tid, config, status, acc, audit_of=""):
         return TrialOutcome(trial_id=tid, status=status, model="mlp", dataset="digits", optimizer="sgd",
@@ -131,7 +131,7 @@ def test_spooled_trials_stopped_at_a_rung_are_counted_as_spooled():
     """A helper's finding: with the store down, an ASHA sweep's summary said "14 spooled results" when
     57 were in the spool (43 stopped at a rung): ``spooled()`` counted only finished and diverged."""
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.summary import SweepSummary
+    from harness.orchestrate.summary import SweepSummary
 
     def outcome(tid: str, status: str) -> TrialOutcome:
         return TrialOutcome(trial_id=tid, status=status, model="mlp", dataset="digits", optimizer="sgd",

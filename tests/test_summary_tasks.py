@@ -1,4 +1,4 @@
-"""The end-of-sweep summary's task is the report's (:mod:`harness.sweep.tasks`): model, dataset and
+"""The end-of-sweep summary's task is the report's (:mod:`harness.orchestrate.tasks`): model, dataset and
 every task-defining param that varies (:func:`harness.core.names.is_task_param`). The summary grouped
 by (dataset, model) alone and counted a model's width and the batch size as part of the optimizer's
 configuration: a sweep of two widths printed one table and picked one best configuration per
@@ -29,7 +29,7 @@ def _sweep(tmp_path, write_sweep, tracking_uri, monkeypatch, axis: str):
     from conftest import fake_result
 
     import harness.train.loop as trainer
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     def run_trial(spec, **_kw):
         task = "a" if (spec.hparams("model")["width"] if axis == "width" else spec.batch_size) == 16 else "b"
@@ -57,7 +57,7 @@ def test_the_summary_ranks_each_width_or_batch_size_as_its_own_task_as_the_repor
         tmp_path, write_sweep, tracking_uri, monkeypatch, axis, bit):
     from rich.console import Console
 
-    from harness.sweep.summary import print_summary, ranked_rows
+    from harness.orchestrate.summary import print_summary, ranked_rows
     from reports.selection import best_configs as report_best
 
     s = _sweep(tmp_path, write_sweep, tracking_uri, monkeypatch, axis)
@@ -109,7 +109,7 @@ def test_a_tasks_title_names_what_sets_it_apart_from_its_model_and_datasets_othe
     from conftest import make_spec
 
     from harness.core.outcome import TrialOutcome, task_key
-    from harness.sweep.tasks import task_order, task_titles
+    from harness.orchestrate.tasks import task_order, task_titles
 
     specs = [make_spec(model_hparams={"width": w, "depth": 1}, seed=s) for w in (128, 16) for s in (0, 1)]
     specs += [make_spec(model="cnn", model_hparams={"width": 8}, batch_size=64, seed=s) for s in (0, 1)]

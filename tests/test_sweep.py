@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 from subproc import run_in_pty
 
-from harness.sweep.run import run_sweep
+from harness.orchestrate.run import run_sweep
 from harness.tracking.client import get_or_create_experiment, prepare_store, search_all
 from harness.tracking.uris import default_tracking_uri
 
@@ -138,7 +138,7 @@ def test_execute_unit_is_idempotent(tmp_path, write_sweep, tracking_uri, fake_tr
     from harness.config.load import load_config
     from harness.core.context import RunContext
     from harness.execute.worker import execute_unit
-    from harness.sweep.run import expand
+    from harness.orchestrate.run import expand
 
     monkeypatch.chdir(tmp_path)
     # The concurrent invocation takes no claims (another machine, HARNESS_CLAIMS=0): a held claim
@@ -169,7 +169,7 @@ def test_a_failed_vmapped_batch_says_why_its_trials_were_retried_one_at_a_time(
     from harness.config.load import load_config
     from harness.core.context import RunContext
     from harness.execute.worker import execute_unit
-    from harness.sweep.run import expand
+    from harness.orchestrate.run import expand
     from harness.train import loop as trainer
 
     def batch_fails(specs, **kw):
@@ -285,7 +285,7 @@ def test_background_logging_writes_every_run_and_defers_to_a_finished_one(
     from harness.core.context import RunContext
     from harness.execute.background import flush_logging
     from harness.execute.worker import execute_unit
-    from harness.sweep.run import expand
+    from harness.orchestrate.run import expand
 
     monkeypatch.chdir(tmp_path)
     # The concurrent invocation takes no claims (another machine, HARNESS_CLAIMS=0): a held claim
@@ -329,7 +329,7 @@ def test_flush_logging_raises_the_store_error(monkeypatch):
 def test_hint_commands_name_the_interpreter_the_user_ran(tmp_path, monkeypatch):
     import shutil
 
-    from harness.sweep.run import SweepSummary, print_summary, python_command
+    from harness.orchestrate.run import SweepSummary, print_summary, python_command
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(shutil, "which", lambda name: sys.executable)  # an activated venv
@@ -358,7 +358,7 @@ def test_summary_best_config_ranks_like_the_report_leaderboard():
     reaching the target beats both (the terminal summary used to pick by final accuracy alone,
     unlike the HTML report)."""
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.run import best_configs
+    from harness.orchestrate.run import best_configs
 
     def o(config, seed, acc, secs):
         return TrialOutcome(trial_id=f"{config}{seed}", status="finished", model="mlp", optimizer="sgd",
@@ -381,7 +381,7 @@ def test_summary_names_each_rows_metric_when_tasks_differ():
     from rich.console import Console
 
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.run import SweepSummary, print_summary
+    from harness.orchestrate.run import SweepSummary, print_summary
 
     def o(model, ds, metric, valid, test, seed=0):
         is_loss = metric.endswith("loss")
@@ -428,7 +428,7 @@ def test_background_writes_are_flushed_before_a_throughput_measurement(
     from harness.core.context import RunContext
     from harness.execute import background, training
     from harness.execute.worker import execute_unit
-    from harness.sweep.run import expand
+    from harness.orchestrate.run import expand
     from harness.train import perf
 
     monkeypatch.chdir(tmp_path)
@@ -457,7 +457,7 @@ def test_concurrent_invocations_leave_one_finished_run_per_trial(
     after this one's check) end with exactly one FINISHED run per trial; the later is KILLED and
     tagged ``harness.duplicate_of``."""
     from harness.execute import claims
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HARNESS_CLAIMS", "0")  # the racer takes no claims (see the test above)
@@ -487,7 +487,7 @@ def test_params_include_builder_defaults_and_the_filled_total_steps(
         tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
     """Only the config's own values were logged: adam's b1/b2/eps and the schedule's total_steps
     (filled with the step budget by the trainer) were missing from the run's params."""
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     cfg = write_sweep(optimizers=[{"name": "adam", "hparams": {"step_size": 0.01, "b1": 0.8}}],
@@ -509,7 +509,7 @@ def test_summary_says_no_target_when_the_config_has_none(tmp_path):
     from rich.console import Console
 
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.run import SweepSummary, print_summary
+    from harness.orchestrate.run import SweepSummary, print_summary
 
     def table(spec):
         o = TrialOutcome.of_spec(spec, "finished")
@@ -532,7 +532,7 @@ def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path,
 
     from rich.console import Console
 
-    import harness.sweep.progress as progress
+    import harness.orchestrate.progress as progress
 
     monkeypatch.chdir(tmp_path)
     buf = io.StringIO()
@@ -559,8 +559,8 @@ def test_a_pipe_hears_each_slow_stage_once_on_stderr(tmp_path, write_sweep, monk
 
     from rich.console import Console
 
-    import harness.sweep.progress as progress
-    import harness.sweep.run as run_mod
+    import harness.orchestrate.progress as progress
+    import harness.orchestrate.run as run_mod
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "300")  # stderr's lines whole (at 80 a long path is shortened)
@@ -617,7 +617,7 @@ def test_a_trial_still_being_written_is_not_called_finished():
     from conftest import make_spec
 
     from harness.core.outcome import TrialOutcome
-    from harness.sweep.progress import outcome_line
+    from harness.orchestrate.progress import outcome_line
 
     spec = make_spec()
     o = TrialOutcome.of_spec(spec, "finished")

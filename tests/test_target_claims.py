@@ -7,7 +7,7 @@ from conftest import make_spec
 from rich.console import Console
 
 from harness.core.outcome import TrialOutcome
-from harness.sweep.summary import SweepSummary, print_summary
+from harness.orchestrate.summary import SweepSummary, print_summary
 
 TARGET = {"metric": "valid/loss", "value": 0.5, "mode": "min"}
 

@@ -145,8 +145,8 @@ def test_stages_count_what_they_do_the_same_in_a_dry_run_and_a_real_one(tmp_path
 
     from rich.console import Console
 
-    import harness.sweep.progress as progress
-    from harness.sweep.run import run_sweep
+    import harness.orchestrate.progress as progress
+    from harness.orchestrate.run import run_sweep
 
     said: list[tuple[str, str]] = []
     real_stage, real_bar_stage = progress.StageLine.stage, progress.ProgressDisplay.stage
@@ -191,7 +191,7 @@ def test_stages_count_what_they_do_the_same_in_a_dry_run_and_a_real_one(tmp_path
 
 def test_a_stage_line_is_shortened_by_its_paths_and_remark_never_by_its_counts_or_words(monkeypatch,
                                                                                          tmp_path):
-    from harness.sweep.progress import fit_line
+    from harness.orchestrate.progress import fit_line
 
     monkeypatch.chdir(tmp_path)
     head = ("pre-flight: tracing 13 builds (3 models; 10 optimizer+schedule pairs on them) for 32 trials: "
@@ -213,7 +213,7 @@ def test_a_stage_line_is_shortened_by_its_paths_and_remark_never_by_its_counts_o
 
 def test_a_config_with_workloads_names_the_part_each_pre_flight_count_is_of(tmp_path):
     from harness.config.load import load_config
-    from harness.sweep.preflight import preflight
+    from harness.orchestrate.preflight import preflight
 
     cfg = tmp_path / "w.yaml"
     cfg.write_text(yaml.safe_dump({"name": "w", "workloads": ["digits_cnn", "mnist1d_mlp"],

@@ -36,7 +36,7 @@ def _curves(path: Path) -> tuple[list, list]:
 
 def _reference(cfg: Path) -> tuple[list, list]:
     from harness.config.load import load_config
-    from harness.sweep.run import expand
+    from harness.orchestrate.run import expand
     from harness.train import loop as trainer
 
     (spec,) = expand(load_config(cfg))

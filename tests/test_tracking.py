@@ -11,7 +11,7 @@ import time
 import pytest
 from mlflow import MlflowClient
 
-from harness.sweep.run import run_sweep
+from harness.orchestrate.run import run_sweep
 from harness.tracking.client import get_or_create_experiment, prepare_store
 from harness.tracking.run_data import MetricBuffer
 from harness.tracking.store_errors import TrackingUnavailableError

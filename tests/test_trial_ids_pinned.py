@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.load import load_config
-from harness.sweep.run import expand
+from harness.orchestrate.run import expand
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 

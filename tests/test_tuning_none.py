@@ -127,7 +127,7 @@ def test_a_trial_both_kinds_of_entry_yield_says_so(write_sweep):
 def test_dry_run_shows_the_self_tuning_budget(write_sweep, tmp_path, monkeypatch):
     from rich.console import Console
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
     console = Console(record=True, width=200)
@@ -148,7 +148,7 @@ def test_real_sweep_tags_the_runs_and_the_report_draws_a_horizontal_line(write_s
                                                                           tmp_path, monkeypatch):
     from mlflow import MlflowClient
 
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
     from reports import figures as F
     from reports import frame as RF
     from reports import interactive as I

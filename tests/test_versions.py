@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.config.load import load_config
+from harness.orchestrate.run import run_sweep
 from harness.plan.expansion import expand
-from harness.sweep.run import run_sweep
 from harness.tracking.client import search_all
 
 runner = CliRunner()
@@ -102,7 +102,7 @@ def test_dry_run_says_why_each_trial_is_to_run(tmp_path, tracking_uri, fake_trai
 
 def test_status_lists_a_sweep_superseded_by_a_newer_version_of_its_config(
         tmp_path, tracking_uri, fake_trainer, monkeypatch):
-    from harness.sweep.run import sweep_id_of
+    from harness.orchestrate.run import sweep_id_of
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "opts.py").write_text(OPTS)

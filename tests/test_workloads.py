@@ -9,7 +9,7 @@ from test_sequences import bigram_mlp
 
 from harness.config.load import ConfigError, default_registries, load_config, parse_config
 from harness.config.workloads import WORKLOADS, Workload, get_workload
-from harness.sweep.run import expand, run_sweep
+from harness.orchestrate.run import expand, run_sweep
 from harness.tracking.client import search_all
 
 SHIPPED = {"mnist1d_mlp", "mnist1d_cnn", "digits_cnn", "cifar10_resnet18", "cifar10_vit",

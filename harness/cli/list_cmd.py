@@ -92,7 +92,7 @@ def list_(
     config entry's `source:` (docs/your-optimizer.md); `list optimizers --optax` shows what
     `source: optax:NAME` reaches."""
     from harness.config.registries import default_registries
-    from harness.sweep.tables import stdout_console
+    from harness.orchestrate.tables import stdout_console
 
     reg = default_registries()
     kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
@@ -297,7 +297,7 @@ def _print_workloads(console, short: bool = False, name: str | None = None) -> N
     from rich.table import Table
 
     from harness.config.workloads import WORKLOADS
-    from harness.sweep.tables import print_table
+    from harness.orchestrate.tables import print_table
 
     names = sorted(WORKLOADS)
     if name is not None:

@@ -36,7 +36,7 @@ def reproduce(
 ) -> None:
     """Re-train one stored trial and report whether its logged values are identical."""
     from harness.core.filters import BadIdError
-    from harness.sweep.reproduce import ReproduceError, reproduce
+    from harness.orchestrate.reproduce import ReproduceError, reproduce
     from harness.tracking.store_errors import TrackingUnavailableError
 
     try:

@@ -36,7 +36,7 @@ def status(
     from rich.table import Table
 
     from harness.config.errors import ConfigError
-    from harness.sweep.tables import print_table, stdout_console
+    from harness.orchestrate.tables import print_table, stdout_console
     from harness.tracking.client import by_trial, search_all
     from harness.tracking.store_errors import TrackingUnavailableError
     from harness.tracking.trial_run import trial_state
@@ -50,7 +50,7 @@ def status(
     names: list[str] | None = [experiment] if experiment else None
     if config is not None:
         from harness.config.load import load_config
-        from harness.sweep.run import expand, sweep_id_of
+        from harness.orchestrate.run import expand, sweep_id_of
 
         try:
             cfg = load_config(config)
@@ -60,7 +60,7 @@ def status(
         uri = resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
         specs = expand(cfg)
         try:  # an adaptive search's sweep id hashes its candidates, as the sweep computes it
-            from harness.sweep.searchers import searcher_for
+            from harness.orchestrate.searchers import searcher_for
 
             search = searcher_for(specs, cfg.selection.by)
         except ConfigError as e:

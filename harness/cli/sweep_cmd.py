@@ -85,7 +85,7 @@ def sweep(
     from harness.config.environment import EnvSettingError
     from harness.config.errors import ConfigError, UsageError
     from harness.execute.executors import ExecutorUnavailableError
-    from harness.sweep.run import SweepInterrupted, run_sweep
+    from harness.orchestrate.run import SweepInterrupted, run_sweep
     from harness.tracking.store_errors import TrackingUnavailableError
 
     try:

@@ -23,7 +23,7 @@ reading its syntax tree (a syntax error; the functions AlgoPerf's API requires, 
 no code of it runs at load, which must not import the trainer's ``algoperf`` stand-ins), and its
 hyperparameters are the names its config entry gives (AlgoPerf passes them as a namedtuple). The
 pre-flight then runs the file as a worker will, with the bounds of every user file, and checks its
-API (:func:`harness.sweep.preflight.submission_problem`): a module it imports that is not
+API (:func:`harness.orchestrate.preflight.submission_problem`): a module it imports that is not
 installed is refused there, before anything is written.
 
 :func:`resolve_sources` resolves every sourced entry of a config (errors are config errors: one

@@ -56,10 +56,10 @@ from harness.core.names import FIXED_METHODS, TAG_SEARCH, TAG_SEARCH_INDEX
 
 #: The distribution forms, the key of their one-key mapping.
 DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
-#: The early-stopping methods (:mod:`harness.sweep.asha`): rungs at evaluation steps.
+#: The early-stopping methods (:mod:`harness.orchestrate.asha`): rungs at evaluation steps.
 ASHA_METHODS = ("asha", "successive_halving", "hyperband")
 #: The adaptive methods (issue 34): the sweep is a loop, propose -> train -> observe -> propose
-#: (:mod:`harness.sweep.searchers`); every decision is a function of what the store holds.
+#: (:mod:`harness.orchestrate.searchers`); every decision is a function of what the store holds.
 ADAPTIVE_METHODS = (*ASHA_METHODS, "coordinate_descent", "optuna")
 #: Search methods of ``search.method``.
 METHODS = (*FIXED_METHODS, *ADAPTIVE_METHODS)
@@ -221,7 +221,7 @@ class Search:
     """The resolved search of one cell: ``method`` (one of :data:`METHODS`), ``trials`` (configurations
     to sample; ``None`` under ``grid``; an adaptive method's compute budget: ``trials`` x the budget's
     steps, per optimizer and task) and ``seed``; the adaptive methods' options (``None``: the
-    method's default, :mod:`harness.sweep.searchers`):
+    method's default, :mod:`harness.orchestrate.searchers`):
 
     - ``asha``, ``successive_halving``, ``hyperband``: ``min_steps`` (the first rung, steps),
       ``eta`` (reduction factor, an int >= 2), ``brackets``, ``audit`` (stopped trials also trained

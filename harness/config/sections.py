@@ -50,7 +50,7 @@ class ParallelismCfg(Strict):
     one device, unchanged behaviour) and what is sharded over them: ``batch`` (data-parallel, each
     step's batch split over a 1-D mesh, state replicated) or ``trials`` (the vmapped batch of
     seed/step-size siblings split along its trial axis). Checked against the visible devices and
-    the batch sizes by the pre-flight (:mod:`harness.sweep.preflight`), before any MLflow write."""
+    the batch sizes by the pre-flight (:mod:`harness.orchestrate.preflight`), before any MLflow write."""
 
     devices: Annotated[int | str, BeforeValidator(_devices)] = 1
     shard: Literal["batch", "trials"] = "batch"

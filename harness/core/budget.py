@@ -6,7 +6,7 @@ The parts (:data:`harness.core.names.TIME_PARTS`, each logged as ``time/<part>_s
   parent only. The process start is :data:`harness.PROCESS_START`, a clock taken when the
   ``harness`` package is first imported: what the interpreter did before (its own start-up,
   ``site``, ``-m``'s look-up) is missed. A sweep started inside a longer process
-  (:func:`harness.sweep.run.run_sweep` called from Python, a test's ``CliRunner``) starts its clock
+  (:func:`harness.orchestrate.run.run_sweep` called from Python, a test's ``CliRunner``) starts its clock
   at the call: its ``startup`` is loading the config.
 - ``preflight``: loading and checking the config, building every component once; parent only.
 - ``compile``, ``train``, ``eval``, ``throughput``: the trainer's clocks (compiling or loading

@@ -58,7 +58,7 @@ TAG_DEVICE_ENV = "harness.device_env"
 TAG_DEVICE_ENV_SET = "harness.device_env_set"
 TAG_BATCHING = "harness.batching"
 #: The trial ids (sorted, comma-separated) of the vmapped batch a trial was trained in; absent for a
-#: trial trained alone. ``reproduce`` trains the same batch again (:mod:`harness.sweep.reproduce`).
+#: trial trained alone. ``reproduce`` trains the same batch again (:mod:`harness.orchestrate.reproduce`).
 TAG_BATCH = "harness.batch"
 PARAM_SCORING = "scoring"  # also a param (the MLflow UI's table); sweeps from before TAG_SCORING have only it
 SCORING_RULES = ("harness", "algoperf")  # reports.protocol: the harness's own (the default), AlgoPerf's
@@ -138,7 +138,7 @@ def is_config_param(name: str) -> bool:
 #: Param prefixes that define the task a trial trains (its model's, dataset's, training's and
 #: target's params: ``model.width``, ``train.batch_size``), less :data:`NON_CONFIG_PARAMS` (the seed
 #: and the packing vary within one task). The one rule of what a task is: the report's ``task``
-#: (:func:`reports.labels.add_labels`) and the sweep summary's (:mod:`harness.sweep.tasks`) are both
+#: (:func:`reports.labels.add_labels`) and the sweep summary's (:mod:`harness.orchestrate.tasks`) are both
 #: the model and dataset plus the task params that vary in the sweep.
 TASK_PARAM_PREFIXES = ("model.", "dataset.", "train.", "target.")
 

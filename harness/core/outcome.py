@@ -185,7 +185,7 @@ class TrialOutcome:
     rungs: dict[int, float] = field(default_factory=dict)
     #: An early-stopping search's audit trial (a stopped trial trained to the end, outside the
     #: tuning budget): the stopped twin's trial id (tag ``harness.audit_of``), else ``""``. Never
-    #: selected, nor counted as one of its configuration's seeds (:mod:`harness.sweep.summary`).
+    #: selected, nor counted as one of its configuration's seeds (:mod:`harness.orchestrate.summary`).
     audit_of: str = ""
     #: Conditions the sweep says in one line each, once per optimizer and task
     #: (:mod:`harness.core.conditions`; a trial trained here only).

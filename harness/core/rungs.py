@@ -170,7 +170,7 @@ class RungBoard:
     def decide(self, trial_id: str, rule: Mapping[str, Any], step: int, value: float) -> str | None:
         """Why the trial stops at rung ``step`` with ``value`` (``None``: it continues; also for a
         trial the board does not know). A rule with ``stop_at`` (synchronous successive halving's
-        round, :mod:`harness.sweep.halving`) stops there whatever its peers: its promotion is
+        round, :mod:`harness.orchestrate.halving`) stops there whatever its peers: its promotion is
         decided once its whole rung has results."""
         if rule.get("stop_at") == step:
             return (f"rung {step}: successive halving's round ends here; whether it goes on is "

@@ -1,7 +1,7 @@
 """The selection rule: which of one optimizer's configurations is its best on a task.
 
 The one home of the rule that the reports (``reports.selection.best_configs``) and the end-of-sweep
-table (:mod:`harness.sweep.summary`) both apply, so that both always select the same configuration.
+table (:mod:`harness.orchestrate.summary`) both apply, so that both always select the same configuration.
 The objective is the config's ``selection: {by: ...}`` (recorded on the sweep's parent run as
 :data:`harness.core.names.TAG_SELECT_BY`; ``report --select-by`` overrides it), one of
 :data:`SELECT_BY`:

@@ -206,7 +206,7 @@ class TrialSpec:
     @property
     def schedule_steps(self) -> int:
         """The steps the schedule spans (its ``total_steps``): ``steps``, or a smoke run's full budget
-        (the recipe's ``schedule_steps``, :mod:`harness.sweep.smoke`)."""
+        (the recipe's ``schedule_steps``, :mod:`harness.orchestrate.smoke`)."""
         return int(dict(self.recipe).get("schedule_steps", self.steps))
 
     @property

@@ -1,6 +1,6 @@
 """Shared ranks, the order of the rows of a tie, and the seeds that would separate two tied
 neighbours: the one rule that the report's leaderboard (:mod:`reports.ranks`) and the sweep's end
-table (:mod:`harness.sweep.summary`) both apply, so that both always give the same ranks.
+table (:mod:`harness.orchestrate.summary`) both apply, so that both always give the same ranks.
 Standard library only.
 
 **The strict order** (:func:`strict_order`, the ``rank`` of ``reports.selection.best_configs``):

@@ -27,7 +27,7 @@ Fault tolerance, in three layers:
 3. Re-running is safe because :func:`harness.execute.worker.execute_unit` is idempotent: it skips
    trials that already have a FINISHED run and marks stale RUNNING runs of the same trial KILLED
    before training. After the last task the driver checks that every trial of the sweep has been
-   reported; then the sweep (:func:`harness.sweep.resume.dedupe_sweep`, as for every executor) keeps
+   reported; then the sweep (:func:`harness.orchestrate.resume.dedupe_sweep`, as for every executor) keeps
    the earliest FINISHED run of a trial with more than one (possible only if a node was declared
    dead while its worker kept running); the later ones are set KILLED and tagged
    ``harness.duplicate_of``. So no trial ends up FINISHED twice.
@@ -362,7 +362,7 @@ class RayExecutor(Executor):
         if missing:
             raise RuntimeError(f"{len(missing)} trial(s) were never reported: {sorted(missing)[:5]}")
         # A retried task may have raced its first attempt: the sweep keeps one FINISHED run per
-        # trial once its executor returns (harness.sweep.resume.dedupe_sweep), for every executor.
+        # trial once its executor returns (harness.orchestrate.resume.dedupe_sweep), for every executor.
 
     def _drive(
         self,

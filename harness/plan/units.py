@@ -1,6 +1,6 @@
 """The work units of a sweep: :func:`group_units` forms them from its trials (vmappable siblings
 together when batching is on/auto, else one trial each) and says why, for the ``harness.batching``
-tag. (Which trials are done is the store's: :mod:`harness.sweep.resume`.)
+tag. (Which trials are done is the store's: :mod:`harness.orchestrate.resume`.)
 """
 
 from __future__ import annotations

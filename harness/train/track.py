@@ -17,7 +17,7 @@ records the rows the loop hands it and decides, per trial:
   that meets it too (every optimizer of a sweep starts from the same initialisation, so all of them
   meet it at step 0, and a time of 0 would make time ratios 0/0); ``target_at_init`` records it, and
   the summary says per task which runs met it again, at which step, and which never did
-  (:mod:`harness.sweep.at_init`).
+  (:mod:`harness.orchestrate.at_init`).
 
 * **Rungs** (:meth:`TrialTrack.record_rung`, :mod:`harness.core.rungs`): a trial with an
   ``early_stop`` rule records its value at each rung step it reaches (``rungs``, ``[step, value]``

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracking-uri", required=True)
     a = ap.parse_args(argv)
     install()
-    from harness.sweep.run import run_sweep
+    from harness.orchestrate.run import run_sweep
 
     t0 = time.perf_counter()
     run_sweep(a.config, tracking_uri=a.tracking_uri, jobs=1)

@@ -61,7 +61,7 @@ import time
 t0 = time.perf_counter()
 import json, statistics, sys
 from harness.execute.ray_executor import RayExecutor
-from harness.sweep.run import run_sweep
+from harness.orchestrate.run import run_sweep
 s = run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True,
               executor_obj=RayExecutor(address=sys.argv[3], cpus_per_trial=1))
 trained = [o for o in s.outcomes if not o.skipped]

@@ -53,7 +53,7 @@ import time
 t0, c0 = time.perf_counter(), time.process_time()
 import json, sys
 from harness.execute import background
-from harness.sweep.run import run_sweep
+from harness.orchestrate.run import run_sweep
 s = run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
 print(json.dumps({"trials": s.counts()["finished"], "seconds": time.perf_counter() - t0,
                   "cpu": time.process_time() - c0, "writer_cpu": background.WRITER_CPU_S[0]}))
@@ -168,7 +168,7 @@ JOBS = """\
 import time
 t0 = time.perf_counter()
 import json, sys
-from harness.sweep.run import run_sweep
+from harness.orchestrate.run import run_sweep
 s = run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True, jobs=int(sys.argv[3]))
 print(json.dumps({"trials": len(s.outcomes), "seconds": time.perf_counter() - t0}))
 """

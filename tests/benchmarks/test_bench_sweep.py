@@ -49,7 +49,7 @@ HARNESS = """\
 import time
 t0 = time.perf_counter()
 import json, sys
-from harness.sweep.run import run_sweep
+from harness.orchestrate.run import run_sweep
 s = run_sweep(sys.argv[1], tracking_uri=sys.argv[2], quiet=True)
 print(json.dumps({"trials": s.counts()["finished"], "seconds": time.perf_counter() - t0}))
 """

@@ -14,7 +14,7 @@ refer to them after loading).
 whose bounds are every user file's: exceptions and ``SystemExit`` become one line naming the file and
 line) and checks its API (:func:`api_problem`): the functions AlgoPerf's runner calls are defined
 and callable, and each accepts the arguments that runner passes it (:data:`CALLS`). The pre-flight
-(:mod:`harness.sweep.preflight`) calls it before anything is written, and the trainer again in each
+(:mod:`harness.orchestrate.preflight`) calls it before anything is written, and the trainer again in each
 worker (the module is cached per file and digest, so a process runs the file once).
 """
 

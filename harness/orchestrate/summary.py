@@ -1,6 +1,6 @@
-"""The end of a sweep: :class:`SweepSummary` (what :func:`harness.sweep.run.run_sweep` returns), the best
-configuration per task and optimizer and the summary tables with the commands to look further. A task
-is the report's: model, dataset and the task-defining params that vary (:mod:`harness.sweep.tasks`).
+"""The end of a sweep: :class:`SweepSummary` (what :func:`harness.orchestrate.run.run_sweep` returns), the
+best configuration per task and optimizer and the summary tables with the commands to look further. A task
+is the report's: model, dataset and the task-defining params that vary (:mod:`harness.orchestrate.tasks`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from harness.core.selection_rule import (
     selection_words,
     value_kind,
 )
-from harness.sweep.legend import legend, tie_line
-from harness.sweep.target_claims import target_claim_lines
-from harness.sweep.tasks import classed_modeled, task_clocks, task_order, task_titles
+from harness.orchestrate.legend import legend, tie_line
+from harness.orchestrate.target_claims import target_claim_lines
+from harness.orchestrate.tasks import classed_modeled, task_clocks, task_order, task_titles
 from harness.tracking.uris import default_tracking_uri
 
 
@@ -60,7 +60,7 @@ class SweepSummary:
     select_by: str = DEFAULT_SELECT_BY
     #: The clock time to target ranks on (the config's ``time:``, :mod:`harness.core.clock`).
     time_clock: str = DEFAULT_CLOCK
-    #: The parent run's time budget (``part -> s``, :mod:`harness.sweep.sweep_clock`) and the wall-clock
+    #: The parent run's time budget (``part -> s``, :mod:`harness.orchestrate.sweep_clock`) and the wall-clock
     #: its parts add up to; ``None`` when this invocation trained nothing.
     budget: dict[str, float] | None = None
     budget_wall_s: float = 0.0
@@ -69,7 +69,7 @@ class SweepSummary:
     trial_ids: list[str] = field(default_factory=list)
     #: An adaptive sweep's searches, each cell's ``describe`` (``search.json``; issue 34).
     search: list[dict[str, Any]] = field(default_factory=list)
-    #: A smoke run's line (``sweep --max-steps``, :func:`harness.sweep.smoke.smoke_line`); ``""``.
+    #: A smoke run's line (``sweep --max-steps``, :func:`harness.orchestrate.smoke.smoke_line`); ``""``.
     smoke: str = ""
 
     def budget_line(self, width: int = 80) -> str:
@@ -144,7 +144,7 @@ class SweepSummary:
 def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
                  clock: str = DEFAULT_CLOCK, audits: bool = True) -> list[dict[str, Any]]:
     """Best configuration per task and optimizer (a task: :func:`harness.core.outcome.task_key`, the
-    report's ``task``; row keys ``task`` and ``task_title``, :func:`harness.sweep.tasks.task_titles`;
+    report's ``task``; row keys ``task`` and ``task_title``, :func:`harness.orchestrate.tasks.task_titles`;
     one configuration: its exact values, the
     report's ``config_id``: :func:`harness.core.outcome.config_key`; ``config`` the label printed,
     :func:`harness.core.outcome.config_labels`), selected exactly like the HTML report's leaderboard
@@ -239,7 +239,7 @@ def ranked_rows(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
     rank, ``"—"`` unranked: every seed's last round failed), ``tie_on`` (what orders a tie's rows;
     ``""`` for a lone row) and ``separation`` (for a row below a tied neighbour,
     :func:`harness.core.ties.separation` of the two; else ``None``). A task is the report's
-    (:mod:`harness.sweep.tasks`): two widths are two tasks, each ranked on its own."""
+    (:mod:`harness.orchestrate.tasks`): two widths are two tasks, each ranked on its own."""
     tasks: dict[tuple, list[dict[str, Any]]] = {}
     for r in best_configs(outcomes, by, clock):
         tasks.setdefault(r["task"], []).append(r)
@@ -273,7 +273,7 @@ def boundary_warnings(outcomes: list[TrialOutcome], trials: list, by: str = DEFA
     """One line per sampled hyperparameter of a selected configuration (:func:`best_configs`) that
     lies in the outer 10% of its search range (:func:`harness.core.boundary.edge`; log scale for
     ``log_uniform``): ``"lion: best step_size 0.00082 is at the top of [1e-05, 0.001] (mlp ·
-    digits): widen the range"`` (in brackets the task's title, :func:`harness.sweep.tasks.task_titles`),
+    digits): widen the range"`` (in brackets the task's title, :func:`harness.orchestrate.tasks.task_titles`),
     and per grid value that is the smallest or largest of three or more its optimizer's trials on the
     task took (:func:`harness.core.boundary.grid_edge`): ``"sgd: best step_size 0.3 is the largest of
     its grid [0.01, 0.1, 0.3] (mlp · digits): extend the grid"``.
@@ -380,14 +380,14 @@ def print_summary(console, summary: SweepSummary, explain: bool = False) -> None
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.sweep.tables import print_table
+    from harness.orchestrate.tables import print_table
 
     py = python_command()
     rows = ranked_rows(summary.outcomes, summary.select_by, summary.time_clock)
     configs: dict[tuple, list[str]] = {}
     task_configs: dict[tuple, list[str]] = {}
     labels = config_labels(summary.outcomes)  # as best_configs labels its rows
-    for o in summary.outcomes:  # per task (the report's: harness.sweep.tasks) and optimizer
+    for o in summary.outcomes:  # per task (the report's: harness.orchestrate.tasks) and optimizer
         configs.setdefault((*task_key(o), o.optimizer), []).append(labels[config_key(o)])
         task_configs.setdefault(task_key(o), []).append(labels[config_key(o)])
     clocks = task_clocks(summary.outcomes, summary.time_clock)
@@ -415,7 +415,7 @@ def print_summary(console, summary: SweepSummary, explain: bool = False) -> None
         console.print(escape(summary.smoke), soft_wrap=True)
     # one ranked table per task (its label the title), so that the rank, optimizer and numbers fit
     # 80 columns; the optimizer on one line, the rest may wrap at words (a header over two lines)
-    # (harness.sweep.tables.print_table: else a block per row)
+    # (harness.orchestrate.tables.print_table: else a block per row)
     for task, task_rows in itertools.groupby(rows, key=lambda r: r["task"]):
         t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
                   show_edge=False, title=escape(titles[task]), title_justify="left", title_style="bold")

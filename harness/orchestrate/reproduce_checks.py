@@ -1,4 +1,4 @@
-"""What :mod:`harness.sweep.reproduce` checks before it trains: a scratch folder that is no sweep's
+"""What :mod:`harness.orchestrate.reproduce` checks before it trains: a scratch folder that is no sweep's
 store, a stored record that is whole, and the rung a stopped trial must stop at again."""
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 trials' (the rules: :mod:`harness.core.budget`).
 
 The sweep's wall-clock starts at the process start when the command line gives it
-(:data:`harness.PROCESS_START`), else when :func:`harness.sweep.run.run_sweep` is called, and ends
+(:data:`harness.PROCESS_START`), else when :func:`harness.orchestrate.run.run_sweep` is called, and ends
 when the parent run's metrics are computed (the parent's last MLflow write, after it, is not in it).
 The parent's parts:
 
 - ``startup``: the start to the pre-flight (imports, the command line, loading the config);
-- ``preflight``: :func:`harness.sweep.preflight.preflight`; ``batching``: forming the work units
+- ``preflight``: :func:`harness.orchestrate.preflight.preflight`; ``batching``: forming the work units
   (:func:`harness.plan.units.group_units`, the measured vmap-or-not decision), less the compiles of
   its measurements (:func:`harness.train.batching.compile_seconds`: programs the in-process
   executor's training reuses, and that ``--jobs`` workers load from the persistent compilation
@@ -17,7 +17,7 @@ The parent's parts:
   plus the execution's (each trial's ``tracking_seconds``, the final wait for the background writer);
 - ``compile``, ``train``, ``eval``, ``throughput``: the sums of the trained trials' parts, plus,
   for ``throughput`` and ``compile``, the in-process sweep's interleaved throughput stage before
-  training (:mod:`harness.sweep.execution`: its timing, and its compiles);
+  training (:mod:`harness.orchestrate.execution`: its timing, and its compiles);
 - ``other``: the rest (building the executor, the workers' start-up, data loading, checkpoints...).
 
 With several workers the trials' seconds (their ``wall_seconds``, summed) exceed the execution's

@@ -1,6 +1,6 @@
 """What a sweep prints while it runs: the dry-run plan table and search points, the progress bar
 (:class:`ProgressDisplay`) with one line per finished trial. Display only: what runs is
-:mod:`harness.sweep.execution`'s.
+:mod:`harness.orchestrate.execution`'s.
 """
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 
 from harness.core.outcome import TrialOutcome, config_label, run_name
 from harness.core.redact import mask_uri
-from harness.sweep.tables import print_table
+from harness.orchestrate.tables import print_table
 from harness.tracking import spool
 from harness.tracking.health import HEALTH
 
 if TYPE_CHECKING:
     from harness.config.load import SweepConfig
-    from harness.sweep.resume import Plan
+    from harness.orchestrate.resume import Plan
 
 
-#: Reasons (:func:`harness.sweep.resume.why_to_run`) of a trial that ran before in this version.
+#: Reasons (:func:`harness.orchestrate.resume.why_to_run`) of a trial that ran before in this version.
 _AGAIN = ("failed before", "killed before", "unfinished before")
 
 
@@ -68,8 +68,8 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.sweep.ladder_plan import print_ladder
-    from harness.sweep.resume import why_to_run
+    from harness.orchestrate.ladder_plan import print_ladder
+    from harness.orchestrate.resume import why_to_run
 
     why = why_to_run(plan)
     t = Table(title=f"sweep {cfg.name!r} ({sweep_id}): {len(plan.specs)} trials, {len(plan.done)} done "
@@ -96,7 +96,7 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
 
     for line in plan_lines(list(plan.todo), cfg.batching):
         console.print(escape(line), soft_wrap=True)
-    from harness.sweep.step_cost import cost_lines
+    from harness.orchestrate.step_cost import cost_lines
 
     for line in cost_lines(list(plan.specs)):  # prose, not a record: wrapped to the width
         console.print(escape(line))
@@ -375,7 +375,7 @@ class StageLine:
     first stage's line on a pipe is said :data:`PIPE_AFTER_S` after the process started rather than
     after the stage did, so the first line comes within a second of the start (issue 25 §5) while
     a config that fails at once still prints its error alone. A line longer than the width
-    (:func:`harness.sweep.tables.output_width`; the console's on a terminal) has its paths
+    (:func:`harness.orchestrate.tables.output_width`; the console's on a terminal) has its paths
     shortened (:func:`fit_line`)."""
 
     def __init__(self, console, quiet: bool, since: float | None = None) -> None:
@@ -390,7 +390,7 @@ class StageLine:
         """Now at stage ``name`` (the key a pipe says once), described by ``text``."""
         if self.quiet:
             return
-        from harness.sweep.tables import output_width
+        from harness.orchestrate.tables import output_width
 
         if not self.console.is_terminal:
             self._pipe(name, fit_line(text, output_width("stderr") - len(PIPE_PREFIX)))

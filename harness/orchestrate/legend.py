@@ -7,8 +7,8 @@ from typing import Any
 from harness.core import ties
 from harness.core.clock import clock_sentence
 from harness.core.selection_rule import selection_order
-from harness.sweep.at_init import solved_at_init
-from harness.sweep.tasks import flagged_programs
+from harness.orchestrate.at_init import solved_at_init
+from harness.orchestrate.tasks import flagged_programs
 
 __all__ = ["RANK_WORDS", "legend", "tie_line"]
 

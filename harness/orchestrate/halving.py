@@ -2,13 +2,13 @@
 
 Successive halving (Jamieson and Talwalkar 2016; the inner loop of Li et al.'s Hyperband, JMLR 2018)
 ranks a whole rung before anything goes on, unlike ``asha``, which decides as each trial reaches
-its rung (:mod:`harness.sweep.asha`). One bracket of ``n`` configurations of the cell (the points of
-its sampled sequence in order, as ``asha``'s: :class:`~harness.sweep.asha.AshaSearcher`), rung
+its rung (:mod:`harness.orchestrate.asha`). One bracket of ``n`` configurations of the cell (the points of
+its sampled sequence in order, as ``asha``'s: :class:`~harness.orchestrate.asha.AshaSearcher`), rung
 steps ``r_0 < r_1 < ... < r_L`` = :func:`harness.core.rungs.rung_steps` then the budget:
 
 - round ``i`` trains its configurations (every seed) to rung ``r_i``; once all have results, the
   top ``max(1, floor(n_i / eta))`` by their rung value go on (the mean over seeds of the sweep's
-  objective at the rung, :func:`harness.sweep.asha.objective`; a seed that diverged or failed ranks
+  objective at the rung, :func:`harness.orchestrate.asha.objective`; a seed that diverged or failed ranks
   the configuration last; ties to the earlier index), the others stop there;
 - the last round trains the survivors to the budget.
 
@@ -45,9 +45,9 @@ from harness.core.outcome import TrialOutcome
 from harness.core.rungs import rung_steps
 from harness.core.selection_rule import DEFAULT_SELECT_BY
 from harness.core.spec import TrialSpec
+from harness.orchestrate.asha import AshaSearcher, steps_trained
+from harness.orchestrate.searchers import register
 from harness.plan.cells import Cell
-from harness.sweep.asha import AshaSearcher, steps_trained
-from harness.sweep.searchers import register
 
 __all__ = ["SuccessiveHalving", "bracket_cost", "round_sizes", "survivors"]
 

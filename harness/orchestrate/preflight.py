@@ -218,7 +218,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     returns the expanded trials. ``on_stage(name, text)``, when given, hears what it is doing:
     ``("datasets", "loading N datasets ...")``, then ``("pre-flight", "pre-flight: k of N distinct
     model/optimizer builds traced for T trials ...")`` after each trial, N the distinct models and
-    optimizer builds it traces and k those done (:class:`harness.sweep.progress.StageLine` shows
+    optimizer builds it traces and k those done (:class:`harness.orchestrate.progress.StageLine` shows
     them); with workloads, each part's lines start ``WORKLOAD (i of n): ``. ``finished(specs)``, when
     given, is called once per grid (per part with workloads) with its expanded trials and returns the
     ids of those a FINISHED run in the store holds already: they are not traced (nor an AlgoPerf

@@ -1,5 +1,5 @@
 """Early stopping (issue 34 §1): ``search: {method: asha | hyperband}`` (``successive_halving``:
-:mod:`harness.sweep.halving`).
+:mod:`harness.orchestrate.halving`).
 
 One :class:`AshaSearcher` per cell (one optimizer on one task). Its configurations are the points of
 the cell's sampled sequence in order (:func:`harness.config.search.unit_points`, prefix-stable: the
@@ -31,7 +31,7 @@ never a full-budget trial of the same configuration).
 - ``hyperband``: ``brackets`` brackets (default: every bracket with a rung, plus the one without:
   ``len(rungs of bracket 0) + 1``); configuration ``k`` goes to bracket ``k mod brackets``
   (round-robin, deterministic); bracket ``b`` starts at ``min_steps * eta**b``.
-- ``successive_halving``: the synchronous algorithm, :mod:`harness.sweep.halving` (a subclass).
+- ``successive_halving``: the synchronous algorithm, :mod:`harness.orchestrate.halving` (a subclass).
 - ``audit: K``: once the search has proposed its last configuration and all its trials ended, the
   first ``K`` stopped trials (in index order, then seed order) are also trained to the end as the
   same configuration without ``early_stop`` (the plain trial id, which a grid sweep reuses), tagged
@@ -66,8 +66,8 @@ from harness.core.outcome import TrialOutcome
 from harness.core.rungs import DEFAULT_ETA, RungBoard, default_min_steps, rung_steps
 from harness.core.selection_rule import DEFAULT_SELECT_BY
 from harness.core.spec import TrialSpec
+from harness.orchestrate.searchers import Searcher, register
 from harness.plan.cells import Cell
-from harness.sweep.searchers import Searcher, register
 
 __all__ = ["AshaSearcher", "objective", "steps_trained"]
 

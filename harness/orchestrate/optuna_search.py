@@ -51,7 +51,7 @@ searcher raises :class:`~harness.config.errors.ConfigError` :data:`GP_NEEDS_TORC
 trains), ``random`` (``RandomSampler``).
 
 **Pruning and early stopping.** Optuna's pruners are not used: early stopping is
-:mod:`harness.sweep.asha`'s. ASHA rungs over Optuna's proposals are **not supported**: a stopped
+:mod:`harness.orchestrate.asha`'s. ASHA rungs over Optuna's proposals are **not supported**: a stopped
 trial would have to be told as a partial value, and ASHA's promotions would have to be replayed
 inside the same study; a stopped trial is told as failed.
 """
@@ -73,8 +73,8 @@ from harness.core.log_level import logger_level
 from harness.core.outcome import TrialOutcome
 from harness.core.selection_rule import DEFAULT_SELECT_BY, value_kind
 from harness.core.spec import TrialSpec
+from harness.orchestrate.searchers import Searcher, register
 from harness.plan.cells import Cell
-from harness.sweep.searchers import Searcher, register
 
 __all__ = ["DEFAULT_BATCH", "DEFAULT_SAMPLER", "GP_NEEDS_TORCH", "OptunaSearcher", "Proposal",
            "check_sampler", "from_optuna", "make_sampler", "to_optuna"]

@@ -21,7 +21,7 @@ def print_ladder(console, trials) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.sweep.tables import print_table
+    from harness.orchestrate.tables import print_table
 
     origins = getattr(trials, "origins", None) or {}
     rows: dict[tuple, list] = {}

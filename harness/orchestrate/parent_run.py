@@ -84,7 +84,7 @@ _SETTING_DEFAULTS = {TAG_SELECT_BY: DEFAULT_SELECT_BY, TAG_SCORING: SCORING_RULE
 
 
 def record_settings(client, exp_id: str, sweep_id: str, cfg) -> None:
-    """A re-run that trains nothing opens no parent run (:func:`harness.sweep.run`): each of its
+    """A re-run that trains nothing opens no parent run (:func:`harness.orchestrate.run`): each of its
     config's settings (:func:`settings_tags`) that differs from what the sweep's latest parent run
     records (absent = the default) is set on that parent, so that the report ranks as the summary
     just printed. Nothing is written when they agree."""
@@ -102,7 +102,7 @@ def end_parent(client, rid: str, outcomes: list[TrialOutcome], wall_s: float, st
     """End the parent run with the sweep's counts and its tracking cost: ``sweep/tracking_s`` is the
     MLflow time on the critical path (per-trial calls made before/after training plus the final wait
     for background writes), ``sweep/tracking_fraction`` that over the trials' wall-clock; and its
-    time ``budget`` (``part -> s``, :mod:`harness.sweep.sweep_clock`) as ``time/<part>_s``."""
+    time ``budget`` (``part -> s``, :mod:`harness.orchestrate.sweep_clock`) as ``time/<part>_s``."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)

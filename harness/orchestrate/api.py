@@ -1,14 +1,12 @@
 """``harness.sweep(config, ...)``: the command line's ``sweep`` from Python (a notebook, a script).
 
 The same validation, resume and guarantees as ``python -m harness sweep`` (it is
-:func:`harness.sweep.run.run_sweep`), with Python's conventions for what goes wrong: a config, an
+:func:`harness.orchestrate.run.run_sweep`), with Python's conventions for what goes wrong: a config, an
 option or a ``only`` the harness cannot use is one exception type,
 :class:`harness.config.errors.ConfigError` (``err.key_path``, ``err.key_paths``, one
 ``LABEL: KEY.PATH: message`` line each in ``str(err)``), raised, never ``SystemExit``. Failed
 trials do not raise: they are counted in the :class:`SweepRun` it returns (as the command line
-exits 1 and goes on). ``harness.sweep`` is this package's module made callable (see
-:mod:`harness.sweep`'s docstring), so ``harness.sweep.run_sweep`` and ``from harness.sweep import
-...`` keep working.
+exits 1 and goes on). The package :mod:`harness` exposes :func:`sweep` as ``harness.sweep``.
 """
 
 from __future__ import annotations
@@ -45,12 +43,12 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
       dry_run: plan only: print the trials to run and why; nothing is trained or written.
       only: run part of the config: ``{"optimizer": "adam"}``, ``{"optimizer": ["adam", "sgd"],
         "seed": 0}`` or ``"optimizer=adam"`` (axes optimizer, model, dataset, schedule, seed,
-        workload; :mod:`harness.sweep.only`), with the trial ids of the whole config.
+        workload; :mod:`harness.orchestrate.only`), with the trial ids of the whole config.
       quiet: print nothing (no progress bar, no summary table, no dry-run plan).
       batching: ``auto`` | ``on`` | ``off`` (``None``: the config's).
       max_trials: refuse a config that expands to more trials.
       compile_cache: load compiled programs from the persistent XLA cache.
-      options: :class:`harness.sweep.run.SweepOptions`' other fields (``console``, ``executor_opts``,
+      options: :class:`harness.orchestrate.run.SweepOptions`' other fields (``console``, ``executor_opts``,
         ``registries``, ...).
 
     Returns:
@@ -63,7 +61,7 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
         ``quiet`` or ``compile_cache`` not a bool, ``console`` not a rich Console); ``err.key_path``
         names the key.
       harness.tracking.store_errors.TrackingUnavailableError: the store cannot be reached or used.
-      harness.sweep.run.SweepInterrupted: interrupted (a ``KeyboardInterrupt``); calling again
+      harness.orchestrate.run.SweepInterrupted: interrupted (a ``KeyboardInterrupt``); calling again
         resumes.
       TypeError: ``config`` is neither a path, a mapping nor a SweepConfig, or an unknown option.
     """
@@ -71,7 +69,7 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
 
     from harness.execute.devices import DevicePlanError
     from harness.execute.executors import ExecutorUnavailableError
-    from harness.sweep.run import SweepOptions, run_sweep
+    from harness.orchestrate.run import SweepOptions, run_sweep
 
     _check_option_types(tracking_uri=tracking_uri, dry_run=dry_run, only=only, quiet=quiet,
                         max_trials=max_trials, compile_cache=compile_cache)
@@ -156,7 +154,7 @@ class SweepRun:
     """What :func:`sweep` did.
 
     Attributes:
-      summary: the :class:`harness.sweep.summary.SweepSummary` the command line prints.
+      summary: the :class:`harness.orchestrate.summary.SweepSummary` the command line prints.
       experiment: the sweep's name (its MLflow experiment); ``sweep_id``; ``tracking_uri``.
       counts: trials per status: ``finished``, ``diverged``, ``failed``, and ``skipped`` (finished
         by an earlier invocation, not trained again); ``dry_run``.

@@ -12,7 +12,7 @@ __all__ = ["target_claim_lines"]
 
 
 def target_claim_lines(outcomes: list[TrialOutcome], rows: list[dict[str, Any]]) -> list[str]:
-    """One line per row of :func:`harness.sweep.summary.best_configs` whose metric is a loss with a
+    """One line per row of :func:`harness.orchestrate.summary.best_configs` whose metric is a loss with a
     target: ``"<task> · <optimizer>: <claim_words>"`` over the configuration's finished seeds."""
     seeds: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:

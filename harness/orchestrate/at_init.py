@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from harness.core.outcome import TrialOutcome, task_key
-from harness.sweep.tasks import task_titles
+from harness.orchestrate.tasks import task_titles
 
 __all__ = ["solved_at_init"]
 
@@ -50,7 +50,7 @@ def _case(runs: list[TrialOutcome]) -> str:
 def solved_at_init(outcomes: list[TrialOutcome], titles: dict[tuple, str] | None = None) -> str:
     """The sentence (with a leading space) the summary adds when the step-0 evaluation of some
     finished run met its task's target (tag ``convergence.target_at_init``), else ``""``: per task
-    (``titles``: :func:`harness.sweep.tasks.task_titles` of ``outcomes``, computed when not given),
+    (``titles``: :func:`harness.orchestrate.tasks.task_titles` of ``outcomes``, computed when not given),
     the runs that met it again later and at which step, and those that never did (not reached)."""
     titles = titles if titles is not None else task_titles(outcomes)
     tasks: dict[str, list[TrialOutcome]] = {}

@@ -30,7 +30,7 @@ pass is all axes once. Repeat until a whole pass moves nothing
 budget is spent.
 
 **Better.** :func:`harness.core.selection_rule.selection_key` of a configuration, its seeds aggregated as
-:func:`harness.sweep.summary.best_configs` does (seeds reaching the target, median steps to it,
+:func:`harness.orchestrate.summary.best_configs` does (seeds reaching the target, median steps to it,
 seeds finished, the mean validation value ``selection.by`` reads), with the two last tie-breakers of
 the sweep's rule left out: the median seconds to target (wall-clock differs between runs, so a
 re-trained trial could change the path) and the configuration's name (a tie keeps the current
@@ -75,9 +75,9 @@ from harness.config.errors import ConfigError
 from harness.core.outcome import TrialOutcome, config_label
 from harness.core.selection_rule import DEFAULT_SELECT_BY, selection_key
 from harness.core.spec import TrialSpec
+from harness.orchestrate.searchers import Searcher, register
+from harness.orchestrate.summary import best_configs
 from harness.plan.cells import Cell, coordinates
-from harness.sweep.searchers import Searcher, register
-from harness.sweep.summary import best_configs
 
 __all__ = ["DEFAULT_PASSES", "CoordinateDescent", "closest_index"]
 

@@ -1,20 +1,20 @@
 """The adaptive sweep's rounds (issue 34): propose -> train -> observe -> propose, on the seam of
-:mod:`harness.sweep.searchers`.
+:mod:`harness.orchestrate.searchers`.
 
-:class:`Rounds` drives a :class:`~harness.sweep.searchers.SweepSearch`: each call of
+:class:`Rounds` drives a :class:`~harness.orchestrate.searchers.SweepSearch`: each call of
 :meth:`Rounds.next_plan` asks the searchers for their next trials given ``seen`` (every trial of
 the sweep the store holds: FINISHED runs read once at the start, then each outcome of this
 invocation as it arrives), takes out those the store or the spool already holds (they join
 ``seen``: an earlier invocation, or an earlier sweep of the same trial ids, trained them) and
-returns the first round that has something to train, as a :class:`~harness.sweep.resume.Plan`.
-:func:`harness.sweep.run.run_sweep` trains each round under one parent run and one progress bar
+returns the first round that has something to train, as a :class:`~harness.orchestrate.resume.Plan`.
+:func:`harness.orchestrate.run.run_sweep` trains each round under one parent run and one progress bar
 (the executors, resume, de-duplication and writing are the fixed sweep's); the search ends when the
 searchers propose nothing new. Because every searcher's ``propose`` is a pure function of ``seen``,
 a sweep killed at any moment and run again replays the same decisions from the store and trains
 nothing twice.
 
 At the end of an invocation the parent run gets ``search.json`` (each cell's
-:meth:`~harness.sweep.searchers.Searcher.describe`: the path, rungs, certificate, ...) and its
+:meth:`~harness.orchestrate.searchers.Searcher.describe`: the path, rungs, certificate, ...) and its
 ``trials.json`` becomes every trial the search proposed (the report's list of the sweep's trials,
 reused ones included).
 
@@ -33,8 +33,8 @@ from typing import Any
 from harness.core.names import ARTIFACT_SEARCH, ARTIFACT_TRIALS, TAG_AUDIT_OF
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
-from harness.sweep.resume import Plan, make_plan, take_spooled
-from harness.sweep.searchers import SweepSearch
+from harness.orchestrate.resume import Plan, make_plan, take_spooled
+from harness.orchestrate.searchers import SweepSearch
 from harness.tracking.client import trial_runs
 
 __all__ = ["Rounds", "keep_only", "print_search_plan", "unequal_compute"]
@@ -54,7 +54,7 @@ class Rounds:
       keep: which proposals this invocation may train (``only``).
       carried: the sweep's outcome list (outcomes read back join it).
       origins: the sweep's ``TrialList.origins``: a proposal without one gets its cell's
-        (:meth:`~harness.sweep.searchers.SweepSearch.adopt`), so its run is tagged with its method.
+        (:meth:`~harness.orchestrate.searchers.SweepSearch.adopt`), so its run is tagged with its method.
     """
 
     def __init__(self, search: SweepSearch, client, experiment_id: str, uri: str,
@@ -106,7 +106,7 @@ class Rounds:
         self.search.observe(o)
 
     def context(self) -> dict[str, Any]:
-        """The searchers' RunContext fields (:meth:`harness.sweep.searchers.SweepSearch.context`)."""
+        """The searchers' RunContext fields (:meth:`harness.orchestrate.searchers.SweepSearch.context`)."""
         return self.search.context()
 
     def proposed_specs(self) -> list[TrialSpec]:
@@ -138,7 +138,7 @@ def print_search_plan(console, search: SweepSearch, sweep_id: str, name: str, se
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.sweep.tables import print_table
+    from harness.orchestrate.tables import print_table
 
     most, trials = search.max_steps(), search.max_trials()
     t = Table(title=f"sweep {name!r} ({sweep_id}): adaptive search; trials are proposed as results "

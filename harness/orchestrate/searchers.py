@@ -6,16 +6,17 @@ every trial of the sweep the store holds (``seen``: ``trial_id`` -> :class:`Tria
 **Nothing of a search lives only in memory**: ``propose`` is a pure function of ``seen`` (and of
 the config), replayed from the start at every call, so a sweep killed at any moment and run again
 makes the same decisions from the same store. The sweep loop
-(:func:`harness.sweep.adaptive.run_rounds`), the executors, resume, de-duplication and the report are
+(:func:`harness.orchestrate.adaptive.run_rounds`), the executors, resume, de-duplication and the report are
 written once against this seam.
 
 Methods (``search: {method: ...}``, :data:`harness.config.search.METHODS`):
 
 - ``grid``, ``random``, ``quasirandom``: :class:`FixedSearcher`, every candidate at once (today's
   sweeps: same trials, same ids, same order);
-- ``asha``, ``hyperband``: :mod:`harness.sweep.asha`; ``successive_halving``: :mod:`harness.sweep.halving`;
-- ``coordinate_descent``: :mod:`harness.sweep.coordinate`;
-- ``optuna``: :mod:`harness.sweep.optuna_search`.
+- ``asha``, ``hyperband``: :mod:`harness.orchestrate.asha`; ``successive_halving``:
+  :mod:`harness.orchestrate.halving`;
+- ``coordinate_descent``: :mod:`harness.orchestrate.coordinate`;
+- ``optuna``: :mod:`harness.orchestrate.optuna_search`.
 
 A method module registers its class with :func:`register` (imported lazily by
 :func:`searcher_for`, so a grid sweep imports none of them).
@@ -36,9 +37,9 @@ from harness.plan.cells import Cell, cells_of
 __all__ = ["FixedSearcher", "Searcher", "SweepSearch", "register", "searcher_for"]
 
 #: method -> the module that registers its searcher (imported on first use)
-_MODULES = {"asha": "harness.sweep.asha", "successive_halving": "harness.sweep.halving",
-            "hyperband": "harness.sweep.asha", "coordinate_descent": "harness.sweep.coordinate",
-            "optuna": "harness.sweep.optuna_search"}
+_MODULES = {"asha": "harness.orchestrate.asha", "successive_halving": "harness.orchestrate.halving",
+            "hyperband": "harness.orchestrate.asha", "coordinate_descent": "harness.orchestrate.coordinate",
+            "optuna": "harness.orchestrate.optuna_search"}
 _REGISTRY: dict[str, type[Searcher]] = {}
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from harness.core import names
 from harness.core.spec import TrialSpec
-from harness.sweep.reproduce_checks import (
+from harness.orchestrate.reproduce_checks import (
     ReproduceError,
     check_scratch,
     replayed_stop,
@@ -292,7 +292,7 @@ def _retrain(run, experiment: str, batch: list[TrialSpec], folder: Path,
 #: What the subprocess runs: this process's ``sys.path`` (so a module source imports as it does
 #: here), then :func:`retrain_main` on the remaining arguments.
 _CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-          "from harness.sweep.reproduce import retrain_main; retrain_main(sys.argv[2:])")
+          "from harness.orchestrate.reproduce import retrain_main; retrain_main(sys.argv[2:])")
 
 
 def _in_subprocess(trial_id: str, run_id: str, uri: str, folder: Path, compile_cache: bool,

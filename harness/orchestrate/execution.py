@@ -7,7 +7,7 @@ here). A trial the executor could not run at all (its worker process died each t
 ``executors.NOT_RUN``) is written FAILED with its reason here, before it is shown. A result that a
 worker (possibly on another machine) could not write arrives in its outcome (``extra["spool_entry"]``)
 and is kept in this machine's spool. Once the executor returns, one FINISHED run per trial is kept
-(:func:`harness.sweep.resume.dedupe_sweep`).
+(:func:`harness.orchestrate.resume.dedupe_sweep`).
 
 **Throughput first, interleaved.** On the in-process executor (the default) the step of every
 program the units will time is measured before any unit trains, the programs interleaved round by
@@ -34,9 +34,9 @@ from harness.core.spec import TrialSpec
 from harness.execute import training
 from harness.execute.claims import CLAIM_WAIT_S
 from harness.execute.executors import NOT_RUN, Executor, InProcessExecutor, write_not_run
-from harness.sweep.progress import ProgressDisplay
-from harness.sweep.resume import dedupe_sweep
-from harness.sweep.sweep_clock import SweepClock
+from harness.orchestrate.progress import ProgressDisplay
+from harness.orchestrate.resume import dedupe_sweep
+from harness.orchestrate.sweep_clock import SweepClock
 from harness.tracking import spool
 from harness.tracking.health import HEALTH
 
@@ -61,7 +61,7 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
     ``display`` (on the in-process executor the throughput of their programs is measured first,
     interleaved, counted in ``clock``'s ``throughput`` and ``compile``: the module docstring);
     then run the deferred trials again and keep one FINISHED run per trial. ``on_outcome(o)`` hears
-    each outcome as it arrives (an adaptive sweep's searchers: :mod:`harness.sweep.adaptive`).
+    each outcome as it arrives (an adaptive sweep's searchers: :mod:`harness.orchestrate.adaptive`).
     Returns the seconds that last step took (MLflow calls: the time budget's ``tracking``)."""
     deferred: list[str] = []
     if ctx.measure_perf and isinstance(ex, InProcessExecutor):

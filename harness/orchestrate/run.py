@@ -1,19 +1,19 @@
 """A sweep from config to MLflow: :func:`run_sweep` validates, plans and runs a config.
 
 The steps live in their own modules; this one orchestrates them (and re-exports their public names,
-so ``from harness.sweep.run import expand`` keeps working):
+so ``from harness.orchestrate.run import expand`` keeps working):
 
 - :mod:`harness.plan.expansion`: config → ordered, de-duplicated trials (:func:`expand`), the stable
   :func:`sweep_id_of`; :mod:`harness.plan.units`: work units (:func:`group_units`);
-- :mod:`harness.sweep.preflight`: every dataset, model, optimizer and schedule built once before any
+- :mod:`harness.orchestrate.preflight`: every dataset, model, optimizer and schedule built once before any
   write;
-- :mod:`harness.sweep.resume`: which trials are done in the store (:func:`make_plan`) or wait in
+- :mod:`harness.orchestrate.resume`: which trials are done in the store (:func:`make_plan`) or wait in
   the spool, and one FINISHED run per trial at the end;
-- :mod:`harness.sweep.parent_run`: the parent run of one invocation (started before any worker,
+- :mod:`harness.orchestrate.parent_run`: the parent run of one invocation (started before any worker,
   ended with the counts);
-- :mod:`harness.sweep.execution`: the units on the executor; :mod:`harness.sweep.progress`: the
+- :mod:`harness.orchestrate.execution`: the units on the executor; :mod:`harness.orchestrate.progress`: the
   dry-run plan table, the progress bar and per-trial lines;
-- :mod:`harness.sweep.summary`: :class:`SweepSummary`, :func:`best_configs`, the end table.
+- :mod:`harness.orchestrate.summary`: :class:`SweepSummary`, :func:`best_configs`, the end table.
 
 :func:`run_sweep` does it all (:class:`SweepOptions` are its keyword arguments): store preparation
 (before any worker), experiment, one parent run per invocation, the executor, a progress bar, and
@@ -40,24 +40,25 @@ from harness.core.builders import did_you_mean, known_executors
 from harness.core.conditions import one_line_warnings
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome
+from harness.core.processes import python_command
 from harness.core.redact import mask_uri
 from harness.core.spec import TrialSpec
 from harness.execute.devices import parent_off_devices
 from harness.execute.executors import Executor, InProcessExecutor, get_executor
 from harness.execute.writing import replay_spool
+from harness.orchestrate.adaptive import Rounds, keep_only, print_search_plan
+from harness.orchestrate.execution import execute_units
+from harness.orchestrate.only import describe, parse_only, select
+from harness.orchestrate.parent_run import end_parent, kill_dead_invocations, record_settings, start_parent
+from harness.orchestrate.preflight import preflight
+from harness.orchestrate.progress import ProgressDisplay, StageLine, print_plan
+from harness.orchestrate.resume import Plan, count_done, finished_trials, make_plan, take_spooled
+from harness.orchestrate.searchers import SweepSearch, searcher_for
+from harness.orchestrate.smoke import cap_steps, check_max_steps, smoke_line
+from harness.orchestrate.summary import SweepSummary, best_configs, boundary_warnings, print_summary
+from harness.orchestrate.sweep_clock import SweepClock
 from harness.plan.expansion import TrialList, component_variants, expand, search_tags, sweep_id_of
 from harness.plan.units import group_units, unit_tags
-from harness.sweep.adaptive import Rounds, keep_only, print_search_plan
-from harness.sweep.execution import execute_units
-from harness.sweep.only import describe, parse_only, select
-from harness.sweep.parent_run import end_parent, kill_dead_invocations, record_settings, start_parent
-from harness.sweep.preflight import preflight
-from harness.sweep.progress import ProgressDisplay, StageLine, print_plan
-from harness.sweep.resume import Plan, count_done, finished_trials, make_plan, take_spooled
-from harness.sweep.searchers import SweepSearch, searcher_for
-from harness.sweep.smoke import cap_steps, check_max_steps, smoke_line
-from harness.sweep.summary import SweepSummary, best_configs, boundary_warnings, print_summary, python_command
-from harness.sweep.sweep_clock import SweepClock
 from harness.tracking import spool
 from harness.tracking.client import analyze_store, get_or_create_experiment, prepare_store
 from harness.tracking.health import HEALTH, store_reachable
@@ -93,7 +94,7 @@ class SweepOptions:
       dry_run: print the plan; write nothing. quiet: print nothing. explain: the summary's rules in full.
       registries: the model/optimizer/schedule/dataset registries (tests inject their own).
       console: a ``rich`` console to print to (default: stdout at ``COLUMNS``, the terminal's width,
-        else 80 columns; :func:`harness.sweep.tables.stdout_console`).
+        else 80 columns; :func:`harness.orchestrate.tables.stdout_console`).
       executor_obj: an :class:`~harness.execute.executors.Executor` to use instead of building one.
       executor_opts: extra keyword arguments of the executor (``cpus_per_trial``...).
       max_trials: bound on the plan (checked from axis sizes before expansion,
@@ -102,12 +103,12 @@ class SweepOptions:
         :mod:`harness.train.compile_cache`).
       process_start: ``time.perf_counter()`` at the process start (the command line passes
         :data:`harness.PROCESS_START`): the time budget's ``startup`` and wall-clock start there
-        (default: when :func:`run_sweep` is called; :mod:`harness.sweep.sweep_clock`).
+        (default: when :func:`run_sweep` is called; :mod:`harness.orchestrate.sweep_clock`).
       only: run the trials of these axis values only (``{"optimizer": "adam"}``, ``sweep --only
-        optimizer=adam``; :mod:`harness.sweep.only`): the whole config is validated and expanded,
+        optimizer=adam``; :mod:`harness.orchestrate.only`): the whole config is validated and expanded,
         the kept trials have their ids in the whole config, the parent run is the whole config's
         sweep's.
-      max_steps: a smoke run (``sweep --max-steps N``, :mod:`harness.sweep.smoke`): every trial
+      max_steps: a smoke run (``sweep --max-steps N``, :mod:`harness.orchestrate.smoke`): every trial
         capped at ``N`` steps, its schedule kept over its full budget; new trial ids.
     """
 
@@ -148,7 +149,7 @@ def run_sweep(config_path: str | Path | Any, **options: Any) -> SweepSummary:
     given = given_config(config_path)
     t_start = time.perf_counter()
     clock = SweepClock(t_start, opts.process_start)
-    from harness.sweep.tables import stdout_console
+    from harness.orchestrate.tables import stdout_console
 
     console = opts.console if opts.console is not None else stdout_console()
     # within a second of the start: what the seconds before the plan or the bar are spent on (a
@@ -216,7 +217,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
         rounds: Rounds | None = None
         with clock.part("tracking"):
             exp_id = get_or_create_experiment(client, cfg.name, uri)
-            if search.adaptive:  # round by round (harness.sweep.adaptive); the first with work to do
+            if search.adaptive:  # round by round (harness.orchestrate.adaptive); the first with work to do
                 outcomes: list[TrialOutcome] = []
                 rounds = Rounds(search, client, exp_id, uri, keep_only(only), carried=outcomes,
                                 origins=whole.origins)
@@ -374,7 +375,7 @@ def _run_invocation(cfg: SweepConfig, given: GivenConfig, specs: TrialList, plan
     ``outcomes``), with its heartbeat; the parent ends FINISHED, FAILED or KILLED. Returns its id.
     ``whole`` is the config's every trial (the parent's ``trials.json``), ``specs`` those this
     invocation runs (fewer with ``only``, its text). An adaptive sweep's ``rounds`` give the rounds
-    after ``plan`` (:mod:`harness.sweep.adaptive`), trained under the same parent run and bar.
+    after ``plan`` (:mod:`harness.orchestrate.adaptive`), trained under the same parent run and bar.
 
     Raises:
       SweepInterrupted: Ctrl-C.
