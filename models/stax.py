@@ -123,6 +123,15 @@ def _check_rank(name, input_shape, rank, what):
         )
 
 
+def _feature_shape(name, input_shape):
+    """``input_shape`` as a tuple; :class:`ShapeError` unless its last (feature) dimension is known."""
+    input_shape = _shape(input_shape)
+    if len(input_shape) == 0 or input_shape[-1] is None or input_shape[-1] <= 0:
+        raise ShapeError(f"{name}: needs a known last (feature) dimension, got input shape "
+                         f"{_fmt(input_shape)}")
+    return input_shape
+
+
 def _check_positive(name, input_shape, output_shape):
     if any(d is not None and d != -1 and d <= 0 for d in output_shape):
         raise ShapeError(
@@ -145,10 +154,7 @@ def Dense(out_dim, W_init=glorot_normal(), b_init=normal()):
     name = f"Dense({out_dim})"
 
     def init_fun(rng, input_shape):
-        input_shape = _shape(input_shape)
-        if len(input_shape) == 0 or input_shape[-1] is None or input_shape[-1] <= 0:
-            raise ShapeError(f"{name}: needs a known last (feature) dimension, "
-                             f"got input shape {_fmt(input_shape)}")
+        input_shape = _feature_shape(name, input_shape)
         output_shape = (*input_shape[:-1], out_dim)
         k1, k2 = random.split(rng)
         W = W_init(k1, (input_shape[-1], out_dim))
@@ -895,10 +901,7 @@ def LayerNorm(epsilon=1e-6, center=True, scale=True, beta_init=zeros, gamma_init
     name = f"LayerNorm(eps={epsilon})"
 
     def init_fun(rng, input_shape):
-        input_shape = _shape(input_shape)
-        if len(input_shape) == 0 or input_shape[-1] is None or input_shape[-1] <= 0:
-            raise ShapeError(f"{name}: needs a known last (feature) dimension, got input shape "
-                             f"{_fmt(input_shape)}")
+        input_shape = _feature_shape(name, input_shape)
         k1, k2 = random.split(rng)
         feat = (input_shape[-1],)
         beta = beta_init(k1, feat) if center else ()
@@ -1043,6 +1046,27 @@ def attention(q, k, v, *, causal=False, dropout=0.0, rng=None, scale=None):
     return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
 
 
+def _to_heads(x, kernel, bias, heads):
+    """``x (B, T, F) @ kernel (F, H·D) + bias (H·D,)`` as heads ``(B, T, H, D)``, ``bias`` ``None``
+    for none; params cast to ``x``'s dtype.
+
+    The kernel is contracted as ``(F, H, D)`` straight into heads, as flax's ``DenseGeneral``: no
+    reshape of activations (measured on the 2-core CPU, gradient of attention: 0.96x the time of a
+    matmul then a reshape, medians of 21-25 paired rounds; the same products).
+    """
+    F, HD = kernel.shape
+    y = jnp.einsum("btf,fhd->bthd", x, _compute(kernel, x.dtype).reshape(F, heads, HD // heads))
+    return y if bias is None else y + _compute(bias, x.dtype).reshape(heads, HD // heads)
+
+
+def _from_heads(a, kernel, bias):
+    """``a (B, T, H, D)`` merged by ``kernel (H·D, F)`` (contracted as ``(H, D, F)``) ``+ bias (F,)``
+    -> ``(B, T, F)``, ``bias`` ``None`` for none; params cast to ``a``'s dtype."""
+    H, D = a.shape[-2:]
+    y = jnp.einsum("bthd,hdf->btf", a, _compute(kernel, a.dtype).reshape(H, D, kernel.shape[-1]))
+    return y if bias is None else y + _compute(bias, a.dtype)
+
+
 _ATTN_DROPOUT_MSG = ("MultiHeadSelfAttention with dropout in train mode requires apply_fun to be "
                      "called with a PRNG key: `apply_fun(params, inputs, rng=key)` (or build it with "
                      "mode='test', or call it through stateful(...) with train=False).")
@@ -1099,19 +1123,15 @@ def MultiHeadSelfAttention(num_heads, *, causal=False, dropout=0.0, out_dropout=
         if drop and rng is None:
             raise ValueError(_ATTN_DROPOUT_MSG)
         r_attn, r_out = random.split(rng) if drop else (None, None)
-        # Three projections on column blocks of W_qkv, each written as flax's DenseGeneral does
-        # (x (B, T, F) contracted with a (F, H, D) kernel straight into heads, and the output
-        # (B, T, H, D) contracted with a (H, D, F) kernel), not one fused (B, T, 3·H·D) matmul
-        # split and reshaped: the blocks' cotangents are small (F, H·D) kernels where the split
-        # costs a (B, T, 3·H·D) concatenate of dq, dk, dv in the backward pass. Measured on the
-        # 2-core CPU (B 32, T 128, F 256, 4 heads, LayerNorm + attention + residual, gradient):
-        # column blocks 0.94x the fused form's time, the head-shaped kernels a further 0.96x
-        # (medians of 21-25 paired rounds); the values are the same products.
-        H, D, F = num_heads, inner // num_heads, x.shape[-1]
-        q, k, v = (jnp.einsum("btf,fhd->bthd", x, W_qkv[:, j * inner:(j + 1) * inner].reshape(F, H, D))
-                   + b_qkv[j * inner:(j + 1) * inner].reshape(H, D) for j in range(3))
+        # three projections on column blocks of W_qkv, not one fused (B, T, 3·H·D) matmul split and
+        # reshaped: the blocks' cotangents are small (F, H·D) kernels where the split costs a
+        # (B, T, 3·H·D) concatenate of dq, dk, dv in the backward pass (measured on the 2-core CPU,
+        # B 32, T 128, F 256, 4 heads, gradient: 0.94x the fused form's time, medians of 21-25
+        # paired rounds); each head-shaped (_to_heads)
+        q, k, v = (_to_heads(x, W_qkv[:, j * inner:(j + 1) * inner], b_qkv[j * inner:(j + 1) * inner],
+                             num_heads) for j in range(3))
         a = attention(q, k, v, causal=causal, dropout=dropout if drop else 0.0, rng=r_attn)
-        out = jnp.einsum("bthd,hdf->btf", a, W_out.reshape(H, D, W_out.shape[-1])) + b_out
+        out = _from_heads(a, W_out, b_out)
         if drop and out_dropout > 0:
             out = _dropout_mask(r_out, 1.0 - out_dropout, out)
         return out
@@ -1192,10 +1212,7 @@ def RMSNorm(epsilon=1e-6, scale=True, gamma_init=ones):
     name = f"RMSNorm(eps={epsilon})"
 
     def init_fun(rng, input_shape):
-        input_shape = _shape(input_shape)
-        if len(input_shape) == 0 or input_shape[-1] is None or input_shape[-1] <= 0:
-            raise ShapeError(f"{name}: needs a known last (feature) dimension, got input shape "
-                             f"{_fmt(input_shape)}")
+        input_shape = _feature_shape(name, input_shape)
         return input_shape, (gamma_init(rng, (input_shape[-1],)) if scale else (),)
 
     def apply_fun(params, x, **kwargs):
@@ -1294,19 +1311,13 @@ def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.
         return input_shape, params
 
     def apply_fun(params, x, **kwargs):
-        F = x.shape[-1]
-        D = F // H
-        freqs = rope_frequencies(D, rope_base, rope_fraction)
-        # head-shaped kernels, as MultiHeadSelfAttention (no reshape of activations to heads)
-        heads = {n: {k: v.reshape(H, D) if k == "bias" else v.reshape(F, H, D) for k, v in params[n].items()}
-                 for n in ("q", "k", "v")}
-        q, k, v = (_linear(heads[n], x, "btf,fhd->bthd") for n in ("q", "k", "v"))
+        freqs = rope_frequencies(x.shape[-1] // H, rope_base, rope_fraction)
+        q, k, v = (_to_heads(x, params[n]["kernel"], params[n].get("bias"), H) for n in ("q", "k", "v"))
         if qk_norm:
             q, k = rms_normalize(q, epsilon), rms_normalize(k, epsilon)
         q, k = apply_rope(q, freqs), apply_rope(k, freqs)
         a = attention(q, k, v, causal=causal, scale=scale)
-        out = dict(params["out"], kernel=params["out"]["kernel"].reshape(H, D, F))
-        return _linear(out, a, "bthd,hdf->btf")
+        return _from_heads(a, params["out"]["kernel"], params["out"].get("bias"))
 
     return _layer(name, init_fun, apply_fun)
 

@@ -213,6 +213,26 @@ def test_not_measured_where_compiling_costs_more_than_vmap_could_save(fresh, mon
     assert batching.decide(long, measure=lambda s: (1.2, 3)).label == "vmap(2): measured 1.20x"
 
 
+def test_known_reapplies_a_cached_cost_rule_as_decide_does(fresh, monkeypatch):
+    """A cached cost skip (2 chunks of 6 steps saved at most, 10 ms each, against a 3 s compile)
+    is what the dry run says for the same budget; for a budget where vmap could pay, the dry run
+    says it is decided at the start (``None``), as :func:`decide` then measures: it named the
+    stale skip before."""
+    short = [_tiny("constant", s) for s in (0, 1)]
+    entry = {"speedup": None, "batch": False, "label": "sequential: stale", "rule": "cost",
+             "chunk_s": 0.01, "compile_s": 3.0}
+    (fresh / "batching.json").write_text(json.dumps({batching._key(short): entry}))
+    said = batching.known(short)
+    assert (said.batch, said.source) == (False, "cached")
+    assert said.label == ("sequential: not measured (vmap could save at most 0.02 s of training; "
+                          "measuring costs a ~3.0 s compile)")
+    assert batching.decide(short, measure=_no_measure) == said
+    monkeypatch.setattr(batching, "_MEM", {})  # the next process
+    long = [_tiny("constant", s, steps=6 * 10**6) for s in (0, 1)]  # 10**6 chunks: 10,000 s saved
+    assert batching.known(long) is None
+    assert batching.decide(long, measure=lambda s: (1.2, 3)).label == "vmap(2): measured 1.20x"
+
+
 def _siblings(T: int, steps: int = 12) -> list:
     """``T`` trials of one program: the same digits MLP and adam, differing in step size and seed."""
     return [make_spec(seed=i % 2, steps=steps, eval_every=6, steps_per_dispatch=6,

@@ -249,6 +249,21 @@ def test_names_and_kinds_of_sourced_entries(tmp_path):
     assert _errors(cfg) == [f"{cfg}: schedules[0].source: only optimizer and model entries take a source"]
 
 
+def test_an_algoperf_submission_in_a_grid_with_a_schedule_is_refused_on_its_source(tmp_path):
+    """The submission schedules its own step size: with a schedule in its grid, one line on its
+    source; the same submission in an include entry of its own with the constant schedule loads."""
+    sub = ROOT / "experiments" / "submissions" / "nadamw.py"
+    (tmp_path / "nadamw.py").write_text(sub.read_text())
+    entry = {"name": "ap", "source": "algoperf:nadamw.py", "hparams": {"learning_rate": 1e-3}}
+    cfg = _write(tmp_path, [entry], schedules=["constant", "cosine_decay"])
+    assert _errors(cfg) == [f"{cfg}: optimizers[0].source: an AlgoPerf submission schedules its own step "
+                            "size; this grid also has schedules constant, cosine_decay: give the "
+                            "submission an include: entry of its own with schedules: [constant]"]
+    cfg = _write(tmp_path, [{"name": "sgd", "hparams": {"step_size": 0.1}}], schedules=["cosine_decay"],
+                 include=[{"optimizers": [entry], "schedules": ["constant"]}])
+    assert {s.optimizer_api for s in expand(load_config(cfg))} == {"triple", "algoperf"}
+
+
 def test_preflight_traces_a_sourced_update_on_the_models_parameters(tmp_path):
     cfg = _write(tmp_path, [{"name": "mine", "source": "my_opts.py:needs_matrices",
                              "hparams": {"step_size": 0.1}}])

@@ -23,6 +23,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from harness.config.source_entries import resolve_entries
 from harness.core.builders import did_you_mean
 from harness.core.source import SourceError, SourceRef, load_module, parse_source
 
@@ -92,34 +93,13 @@ def resolve_model_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str,
     entries that share a name share the source; ``optax:``/``algoperf:`` are optimizers only."""
     from models.zoo import MODELS
 
-    builders: dict[str, Callable] = {}
-    refs: dict[str, SourceRef] = {}
-    errors: list[str] = []
+    def parse(text: Any) -> SourceRef:
+        ref = parse_source(text, base_dir)
+        if ref.kind not in ("path", "module"):
+            raise SourceError(f"source {ref.text!r}: a model's source is PATH.py:FUNCTION or "
+                              f"package.module:FUNCTION")
+        return ref
+
     limit_s = getattr(cfg, "source_timeout_s", None)
-    grids = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
-    for prefix, grid in grids:
-        for j, comp in enumerate(grid.models or []):
-            if comp.source is None:
-                continue
-            where = f"{file}: {prefix}models[{j}].source"
-            if comp.name in MODELS:
-                errors.append(f"{where}: {comp.name!r} is a zoo model; give your source entry a name "
-                              f"of its own (e.g. 'my_{comp.name}')")
-                continue
-            try:
-                ref = parse_source(comp.source, base_dir)
-                if ref.kind not in ("path", "module"):
-                    raise SourceError(f"source {ref.text!r}: a model's source is PATH.py:FUNCTION or "
-                                      f"package.module:FUNCTION")
-                old = refs.get(comp.name)
-                if old is not None and (old.text, old.digest) != (ref.text, ref.digest):
-                    errors.append(f"{where}: entries named {comp.name!r} have different sources "
-                                  f"({old.text!r}, {ref.text!r}); name them apart")
-                    continue
-                builders[comp.name] = model_source_builder(ref, comp.name, limit_s)
-            except SourceError as e:
-                errors.append(f"{where}: {e}")
-                continue
-            comp.set_source_ref(ref)
-            refs[comp.name] = ref
-    return builders, errors
+    return resolve_entries(cfg, file, "models", MODELS, "a zoo model", parse,
+                           lambda ref, comp, grid: model_source_builder(ref, comp.name, limit_s))

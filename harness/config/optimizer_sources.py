@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.config.registries import Registries, default_registries
+from harness.config.source_entries import config_grids, resolve_entries
 from harness.core.builders import did_you_mean
 from harness.core.source import (
     DEFAULT_TIMEOUT_S,
@@ -223,41 +224,19 @@ def resolve_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Calla
     """
     from optimizers import OPTIMIZERS
 
-    builders: dict[str, Callable] = {}
-    refs: dict[str, SourceRef] = {}
-    errors: list[str] = []
     limit_s = getattr(cfg, "source_timeout_s", DEFAULT_TIMEOUT_S)
-    grids = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
-    for prefix, grid in grids:
-        for j, comp in enumerate(grid.optimizers or []):
-            if comp.source is None:
-                continue
-            where = f"{file}: {prefix}optimizers[{j}].source"
-            if comp.name in OPTIMIZERS:
-                errors.append(f"{where}: {comp.name!r} is a built-in optimizer; give your source "
-                              f"entry a name of its own (e.g. 'my_{comp.name}')")
-                continue
-            try:
-                ref = parse_source(comp.source, base_dir)
-                old = refs.get(comp.name)
-                if old is not None and (old.text, old.digest) != (ref.text, ref.digest):
-                    errors.append(f"{where}: entries named {comp.name!r} have different sources "
-                                  f"({old.text!r}, {ref.text!r}); name them apart")
-                    continue
-                builder = source_builder(ref, tuple(comp.hparams), limit_s)
-            except SourceError as e:
-                errors.append(f"{where}: {e}")
-                continue
-            scheds = [c.name for c in (grid.schedules or cfg.schedules or [])]
-            if ref.kind == "algoperf" and any(n not in ("constant", "none") for n in scheds):
-                errors.append(f"{where}: an AlgoPerf submission schedules its own step size; this "
-                              f"grid also has schedules {', '.join(scheds)}: give the submission an "
-                              f"include: entry of its own with schedules: [constant]")
-                continue
-            comp.set_source_ref(ref)
-            refs[comp.name] = ref
-            builders[comp.name] = builder
-    return builders, errors
+
+    def build(ref: SourceRef, comp: Any, grid: Any) -> Callable:
+        builder = source_builder(ref, tuple(comp.hparams), limit_s)
+        scheds = [c.name for c in (grid.schedules or cfg.schedules or [])]
+        if ref.kind == "algoperf" and any(n not in ("constant", "none") for n in scheds):
+            raise SourceError(f"an AlgoPerf submission schedules its own step size; this grid also has "
+                              f"schedules {', '.join(scheds)}: give the submission an include: entry of "
+                              f"its own with schedules: [constant]")
+        return builder
+
+    return resolve_entries(cfg, file, "optimizers", OPTIMIZERS, "a built-in optimizer",
+                           lambda text: parse_source(text, base_dir), build)
 
 
 def probe_sources(cfg: Any, file: str) -> list[str]:
@@ -267,8 +246,7 @@ def probe_sources(cfg: Any, file: str) -> list[str]:
     factory that raises or returns something else."""
     errors: list[str] = []
     limit_s = getattr(cfg, "source_timeout_s", DEFAULT_TIMEOUT_S)
-    grids = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
-    for prefix, grid in grids:
+    for prefix, grid in config_grids(cfg):
         for j, comp in enumerate(grid.optimizers or []):
             ref = comp.source_ref
             if ref is None or ref.kind == "algoperf":

@@ -496,4 +496,5 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     progress()
     if errors:
         raise ConfigError(errors)
+    specs.param_shapes = avals  # each model's traced parameters: the dry run's step cost reads them
     return specs

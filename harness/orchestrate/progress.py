@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.core.outcome import TrialOutcome, config_label, run_name
 from harness.core.redact import mask_uri
@@ -14,6 +14,8 @@ from harness.tracking import spool
 from harness.tracking.health import HEALTH
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from harness.config.load import SweepConfig
     from harness.orchestrate.resume import Plan
 
@@ -61,10 +63,11 @@ def _listed(console, n: int, what: str) -> None:
                       f"dry_run=True).trial_ids every trial id)", soft_wrap=True)
 
 
-def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -> None:
+def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str,
+               param_shapes: Mapping[tuple, Any] | None = None) -> None:
     """The dry run's table: every trial with its run name, configuration and state (done, or why it
-    is to run: :func:`state_of`), a line counting the reasons, the search points, and where it
-    would log."""
+    is to run: :func:`state_of`), a line counting the reasons, the search points, where it would
+    log, and each program's step cost (``param_shapes``: the pre-flight's, :func:`cost_lines`)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -98,7 +101,7 @@ def print_plan(console, cfg: SweepConfig, plan: Plan, sweep_id: str, uri: str) -
         console.print(escape(line), soft_wrap=True)
     from harness.orchestrate.step_cost import cost_lines
 
-    for line in cost_lines(list(plan.specs)):  # prose, not a record: wrapped to the width
+    for line in cost_lines(list(plan.specs), param_shapes):  # prose, not a record: wrapped to the width
         console.print(escape(line))
 
 

@@ -181,6 +181,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     with contextlib.nullcontext() if trains_here else parent_off_devices(), clock.part("preflight"):
         # before the store: dry run too
         whole = preflight(cfg, str(config_path), opts.registries, on_stage=stages.stage, finished=finished)
+    param_shapes = getattr(whole, "param_shapes", None)  # the dry run's step cost reads them
     if (pool := xla_threads.mismatch()) is not None:  # JAX computed before `import harness`
         console.print(f"warning: {pool}", soft_wrap=True)
     try:  # issue 34: the seam of every method; a searcher's config error names the file
@@ -201,7 +202,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     if opts.dry_run:
         stages.stage("store", f"reading what the store {mask_uri(uri)} holds of this sweep")
         return _dry_run(cfg, specs, sweep_id, uri, console, t_start, stages, opts.quiet,
-                        search if search.adaptive else None)
+                        search if search.adaptive else None, param_shapes)
 
     with ex.session():  # workers started now (prestart) are stopped however this ends
         interrupt.check()  # a Ctrl-C lost in the pre-flight (harness.core.interrupt)
@@ -324,10 +325,11 @@ def _listed(specs: list[TrialSpec], whole: TrialList) -> TrialList:
 
 def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, console,
              t_start: float, stages: StageLine, quiet: bool = False,
-             search: SweepSearch | None = None) -> SweepSummary:
+             search: SweepSearch | None = None, param_shapes: Any = None) -> SweepSummary:
     """Print the plan (unless ``quiet``: ``harness.sweep(..., dry_run=True, quiet=True)`` asks for
     the planned trials only; an adaptive ``search``: per cell its method, candidates and the most it
-    can spend); read-only: a store that does not exist yet is not created."""
+    can spend); read-only: a store that does not exist yet is not created. ``param_shapes``: the
+    pre-flight's, for the step costs (:func:`harness.sweep.step_cost.cost_lines`)."""
     exp_id = None
     client = None
     if is_server(uri) or not uri.startswith("sqlite:///") or Path(uri[10:]).exists():
@@ -339,7 +341,7 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
     if not quiet and search is not None:
         print_search_plan(console, search, sweep_id, cfg.name, {o.trial_id: o for o in plan.done_outcomes})
     elif not quiet:
-        print_plan(console, cfg, plan, sweep_id, uri)
+        print_plan(console, cfg, plan, sweep_id, uri, param_shapes)
     return SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,
                         time.perf_counter() - t_start, dry_run=True,
                         trial_ids=[s.trial_id for s in specs])

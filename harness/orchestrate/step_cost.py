@@ -3,11 +3,12 @@ would take on a stated accelerator at an assumed MFU (nothing is compiled or run
 
 * FLOPs: the model's analytic forward count (``flops_per_example``: for ``gpt``/``transformer_lm``
   :func:`models.flops.lm_train_flops_per_token` ÷ 3 × T) × 3 (forward and backward) × batch size.
-* Memory: the optimizer state as its ``init`` returns it (traced, ``jax.eval_shape``; this harness
-  keeps the parameters inside it) + the gradients (float32), + for a Transformer LM (``width``,
-  ``depth``, ``num_heads``) the activations one micro-batch keeps for the backward pass, 16-bit,
-  without recomputation: ``depth · T · b · (34 d + 5 h T)`` bytes (Korthikanti et al. 2022, eq. 2)
-  + float32 logits ``b · T · vocab · 4``. An estimate: XLA's own figure needs the accelerator.
+* Memory: the optimizer state as its ``init`` returns it (traced, ``jax.eval_shape``, on the
+  parameter shapes the pre-flight traced; this harness keeps the parameters inside it) + the
+  gradients (float32), + for a Transformer LM (``width``, ``depth``, ``num_heads``) the activations
+  one micro-batch keeps for the backward pass, 16-bit, without recomputation:
+  ``depth · T · b · (34 d + 5 h T)`` bytes (Korthikanti et al. 2022, eq. 2) + float32 logits
+  ``b · T · vocab · 4``. An estimate: XLA's own figure needs the accelerator.
 * Time: FLOPs / (peak × MFU) on :data:`ACCELERATOR` (NVIDIA H100 SXM, bf16 dense peak 989.4
   TFLOP/s, its datasheet) at :data:`ASSUMED_MFU`, an assumption, not a measurement.
 """
@@ -15,6 +16,7 @@ would take on a stated accelerator at an assumed MFU (nothing is compiled or run
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["ACCELERATOR", "ASSUMED_MFU", "MAX_LINES", "PEAK_FLOPS", "cost_lines", "step_cost"]
@@ -39,8 +41,12 @@ def _lm_activation_bytes(hp: dict[str, Any], t: int, micro: int, vocab: int) -> 
     return layers * t * micro * (34.0 * d + 5.0 * heads * t) + micro * t * vocab * 4.0
 
 
-def step_cost(spec: Any) -> dict[str, Any]:
+def step_cost(spec: Any, param_shapes: Mapping[tuple, Any] | None = None) -> dict[str, Any]:
     """One training step of ``spec`` (a :class:`~harness.core.spec.TrialSpec`).
+
+    Args:
+      param_shapes: the pre-flight's abstract parameters of each model (``TrialList.param_shapes``,
+        keyed as :func:`harness.sweep.preflight._model_key`); a model not in it is traced here.
 
     Returns:
       ``{"params": N, "tokens": tokens per step (None: not a sequence task), "flops": training
@@ -52,6 +58,7 @@ def step_cost(spec: Any) -> dict[str, Any]:
 
     from harness.config.optimizer_sources import registries_for
     from harness.data.sources import load_dataset
+    from harness.sweep.preflight import _model_key
     from harness.train.build import make_opt_factory
     from harness.train.recipe import recipe_of
 
@@ -59,7 +66,9 @@ def step_cost(spec: Any) -> dict[str, Any]:
     ds = load_dataset(spec.dataset, **spec.hparams("dataset"))
     model = reg.models[spec.model](input_shape=ds.input_shape, num_classes=ds.num_classes,
                                    **spec.hparams("model"))
-    params = jax.eval_shape(lambda k: model.init(k, (1, *ds.input_shape)), jax.random.key(0))[1]
+    params = (param_shapes or {}).get(_model_key(spec, ds))
+    if params is None:
+        params = jax.eval_shape(lambda k: model.init(k, (1, *ds.input_shape)), jax.random.key(0))[1]
     n = int(sum(int(np.prod(a.shape)) for a in jax.tree_util.tree_leaves(params)))
     make = make_opt_factory(spec.optimizer, spec.hparams("optimizer"), spec.schedule,
                             spec.hparams("schedule"), spec.schedule_steps, reg.optimizers, reg.schedules)
@@ -86,16 +95,17 @@ def _key(spec: Any) -> str:
                       sort_keys=True, default=str)
 
 
-def cost_lines(specs: list) -> list[str]:
+def cost_lines(specs: list, param_shapes: Mapping[tuple, Any] | None = None) -> list[str]:
     """One line per distinct (model, dataset, optimizer, batch, accumulation) of ``specs``: its
-    step's FLOPs, memory and estimated time (module docstring); a line saying why where it fails."""
+    step's FLOPs, memory and estimated time (module docstring); a line saying why where it fails.
+    ``param_shapes``: the pre-flight's, as :func:`step_cost` takes them."""
     seen: dict[str, Any] = {}
     for s in specs:
         seen.setdefault(_key(s), s)
     out = []
     for s in list(seen.values())[:MAX_LINES]:
         try:
-            c = step_cost(s)
+            c = step_cost(s, param_shapes)
         except Exception as e:  # an estimate only: the plan above stands without it
             out.append(f"step cost of {s.model} · {s.optimizer}: not estimated ({type(e).__name__}: {e})")
             continue

@@ -144,9 +144,11 @@ def _merged(a: TrialOrigin, b: TrialOrigin, file: str = "<config>") -> TrialOrig
 
 class TrialList(list):
     """The trials of :func:`expand` (a plain list of :class:`TrialSpec`) plus ``origins``:
-    ``trial_id`` -> :class:`TrialOrigin`."""
+    ``trial_id`` -> :class:`TrialOrigin`; the pre-flight's also ``param_shapes``: each model's
+    abstract parameters by its model key (the dry run's :mod:`harness.sweep.step_cost` reads them)."""
 
     origins: dict[str, TrialOrigin]
+    param_shapes: dict[tuple, Any]
 
 
 def _axis_points(grid: Any, cfg: SweepConfig, axis: str, prefix: str) -> list[Any]:

@@ -255,26 +255,12 @@ def decide(specs: Sequence[TrialSpec], *, measure: Callable[[Sequence[TrialSpec]
       device_bytes: the device's memory (default :func:`harness.train.capacity.device_memory`).
       platform: ``cpu`` measures, any other applies the memory rule alone (default: the device's).
     """
-    trivial = _trivial(specs)
-    if trivial is not None:
-        return trivial
+    dec = known(specs)
+    if dec is not None:
+        if dec.source == "cached":  # read from the machine's file: kept in this process too
+            _MEM[_key(specs)] = dec
+        return dec
     key = _key(specs)
-    if key in _MEM:
-        return _MEM[key]
-    entry = _read_disk().get(key)
-    if isinstance(entry, dict) and isinstance(entry.get("speedup"), int | float):
-        size = entry.get("size") if isinstance(entry.get("size"), int) else None
-        dec = _from_ratio(len(specs), float(entry["speedup"]), "cached", size)
-        _MEM[key] = dec
-        return dec
-    if isinstance(entry, dict) and entry.get("rule") == "cost":  # re-applied to these specs' steps
-        save_s = _max_saving(specs, float(entry["chunk_s"]))
-        if save_s < float(entry["compile_s"]):
-            dec = _MEM[key] = _not_worth(len(specs), save_s, float(entry["compile_s"]), "cached")
-            return dec
-    elif isinstance(entry, dict) and entry.get("batch") is False and isinstance(entry.get("label"), str):
-        dec = _MEM[key] = Decision(False, entry["label"], None, "cached")
-        return dec
     T = len(specs)
     t0 = time.perf_counter()
     ratio = reps = None
@@ -353,10 +339,19 @@ def known(specs: Sequence[TrialSpec]) -> Decision | None:
     if key in _MEM:
         return _MEM[key]
     entry = _read_disk().get(key)
-    if isinstance(entry, dict) and isinstance(entry.get("speedup"), int | float):
+    return _from_entry(specs, entry) if isinstance(entry, dict) else None
+
+
+def _from_entry(specs: Sequence[TrialSpec], entry: dict[str, Any]) -> Decision | None:
+    """The decision a disk cache ``entry`` gives ``specs``; ``None`` when it must be measured again
+    (a cost skip whose rule, re-applied to these specs' steps, no longer skips)."""
+    if isinstance(entry.get("speedup"), int | float):
         size = entry.get("size") if isinstance(entry.get("size"), int) else None
         return _from_ratio(len(specs), float(entry["speedup"]), "cached", size)
-    if isinstance(entry, dict) and entry.get("batch") is False and isinstance(entry.get("label"), str):
+    if entry.get("rule") == "cost":
+        save_s, compile_s = _max_saving(specs, float(entry["chunk_s"])), float(entry["compile_s"])
+        return _not_worth(len(specs), save_s, compile_s, "cached") if save_s < compile_s else None
+    if entry.get("batch") is False and isinstance(entry.get("label"), str):
         return Decision(False, entry["label"], None, "cached")
     return None
 
