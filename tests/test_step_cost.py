@@ -8,7 +8,7 @@ import functools
 import pytest
 
 from harness.data.sources import load_dataset
-from harness.sweep import step_cost
+from harness.orchestrate import step_cost
 from models.zoo import MODELS
 
 
@@ -57,11 +57,11 @@ def test_step_cost_reads_the_shapes_of_its_model_and_traces_one_not_given(counte
     import jax.numpy as jnp
     from conftest import make_spec
 
-    from harness.sweep.preflight import _model_key
+    from harness.orchestrate.preflight import model_key
 
     spec = make_spec(model_hparams={"width": 8, "depth": 1})
     ds = load_dataset("digits")
-    seven = {_model_key(spec, ds): [jax.ShapeDtypeStruct((7,), jnp.float32)]}
+    seven = {model_key(spec, ds): [jax.ShapeDtypeStruct((7,), jnp.float32)]}
     assert step_cost.step_cost(spec, seven)["params"] == 7 and counted_inits == []
     assert step_cost.step_cost(spec)["params"] == 610 and len(counted_inits) == 1
     wide = make_spec(model_hparams={"width": 16, "depth": 1})

@@ -109,7 +109,7 @@ def _program_hp(hp: Mapping[str, Any]) -> str:
     return hp_key({k: v for k, v in hp.items() if not isinstance(v, float)})
 
 
-def _model_key(s, ds) -> tuple:
+def model_key(s, ds) -> tuple:
     """What a model is traced once per: name, hyperparameters, the dataset's input shape and classes."""
     return ("model", s.model, hp_key(s.hparams("model")), ds.input_shape, ds.num_classes)
 
@@ -174,7 +174,7 @@ class _AccidentError(Exception):
 def _traced(s, ds) -> set[tuple]:
     """The traces trial ``s`` needs when nothing fails (its model's and its optimizer's build with
     its schedule): pre-flight's k/N."""
-    mkey = _model_key(s, ds)
+    mkey = model_key(s, ds)
     return {mkey, *_opt_keys(s, mkey)[:1]}
 
 
@@ -363,7 +363,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
                           f"examples of dataset {s.dataset!r}")
         # model
         mhp = s.hparams("model")
-        mkey = _model_key(s, ds)
+        mkey = model_key(s, ds)
         if once(mkey):
             mpath = specs.origins[s.trial_id].paths["models"]
 

@@ -329,7 +329,7 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
     """Print the plan (unless ``quiet``: ``harness.sweep(..., dry_run=True, quiet=True)`` asks for
     the planned trials only; an adaptive ``search``: per cell its method, candidates and the most it
     can spend); read-only: a store that does not exist yet is not created. ``param_shapes``: the
-    pre-flight's, for the step costs (:func:`harness.sweep.step_cost.cost_lines`)."""
+    pre-flight's, for the step costs (:func:`harness.orchestrate.step_cost.cost_lines`)."""
     exp_id = None
     client = None
     if is_server(uri) or not uri.startswith("sqlite:///") or Path(uri[10:]).exists():

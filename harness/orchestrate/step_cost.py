@@ -46,7 +46,7 @@ def step_cost(spec: Any, param_shapes: Mapping[tuple, Any] | None = None) -> dic
 
     Args:
       param_shapes: the pre-flight's abstract parameters of each model (``TrialList.param_shapes``,
-        keyed as :func:`harness.sweep.preflight._model_key`); a model not in it is traced here.
+        keyed as :func:`harness.orchestrate.preflight.model_key`); a model not in it is traced here.
 
     Returns:
       ``{"params": N, "tokens": tokens per step (None: not a sequence task), "flops": training
@@ -58,7 +58,7 @@ def step_cost(spec: Any, param_shapes: Mapping[tuple, Any] | None = None) -> dic
 
     from harness.config.optimizer_sources import registries_for
     from harness.data.sources import load_dataset
-    from harness.sweep.preflight import _model_key
+    from harness.orchestrate.preflight import model_key
     from harness.train.build import make_opt_factory
     from harness.train.recipe import recipe_of
 
@@ -66,7 +66,7 @@ def step_cost(spec: Any, param_shapes: Mapping[tuple, Any] | None = None) -> dic
     ds = load_dataset(spec.dataset, **spec.hparams("dataset"))
     model = reg.models[spec.model](input_shape=ds.input_shape, num_classes=ds.num_classes,
                                    **spec.hparams("model"))
-    params = (param_shapes or {}).get(_model_key(spec, ds))
+    params = (param_shapes or {}).get(model_key(spec, ds))
     if params is None:
         params = jax.eval_shape(lambda k: model.init(k, (1, *ds.input_shape)), jax.random.key(0))[1]
     n = int(sum(int(np.prod(a.shape)) for a in jax.tree_util.tree_leaves(params)))

@@ -1,9 +1,8 @@
 """Expansion: a validated :class:`~harness.config.schema.SweepConfig` → ordered, de-duplicated
 trials (:class:`~harness.core.spec.TrialSpec`), and the sweep's stable id. No jax, no MLflow.
 
-- :func:`expand`: the full grid of the top-level axes (``zip`` groups varying together), the
-  ``include`` sub-grids, minus the ``exclude`` rules; seeds vary fastest so that batchable siblings
-  are adjacent.
+- :func:`expand`: the grid of the top-level axes (``zip`` groups vary together), the ``include``
+  sub-grids, minus ``exclude``; seeds vary fastest so that batchable siblings are adjacent.
 - :func:`component_variants`: the hyperparameter dicts one axis entry yields.
 - :func:`entry_paths`: the config key path of each (name, hyperparameters) value, for errors.
 - :func:`sweep_id_of`: 12 hex of SHA-256 of the name and sorted trial ids (``harness.sweep_id``).
@@ -143,9 +142,8 @@ def _merged(a: TrialOrigin, b: TrialOrigin, file: str = "<config>") -> TrialOrig
 
 
 class TrialList(list):
-    """The trials of :func:`expand` (a plain list of :class:`TrialSpec`) plus ``origins``:
-    ``trial_id`` -> :class:`TrialOrigin`; the pre-flight's also ``param_shapes``: each model's
-    abstract parameters by its model key (the dry run's :mod:`harness.sweep.step_cost` reads them)."""
+    """:func:`expand`'s trials plus ``origins`` (``trial_id`` -> :class:`TrialOrigin`) and, after the
+    pre-flight, ``param_shapes`` (abstract parameters by model key, for the dry run's step cost)."""
 
     origins: dict[str, TrialOrigin]
     param_shapes: dict[tuple, Any]
