@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from harness.cli import app
 from harness.data.shards import write_shard
 from harness.data.stream import TokenStream
-from harness.data.tokens import load_tokens, scan
+from harness.data.tokens import TokensError, load_tokens, scan
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,3 +51,35 @@ def test_a_shard_that_shrinks_while_streamed_names_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"x_train_000.bin: 0 bytes read at token 160, 34 expected: "
                                          r"the file shrank"):
         s.window(10)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("{not json", "not readable as JSON"),
+    ("[1, 2]", "a JSON list, not an object"),
+    ('{"max_token_id": "255"}', "max_token_id '255' is not an integer >= 0"),
+    ('{"max_token_id": -1}', "max_token_id -1 is not an integer >= 0"),
+    ('{"bytes_per_token": 0}', "bytes_per_token 0 is not a positive number"),
+])
+def test_a_damaged_sidecar_is_one_line_naming_it(tmp_path, text, why):
+    d = _folder(tmp_path / "c", [np.arange(500) % 256])
+    (d / "tokens.json").write_text(text)
+    r = runner.invoke(app, ["data", "info", str(d)])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines() == [r.output.strip()]
+    assert r.output.startswith(f"info: {d / 'tokens.json'}: {why}"), r.output
+    with pytest.raises(TokensError, match="fix or delete it") as e:
+        load_tokens(str(d), seq_len=SEQ, valid_tokens=100)
+    assert e.value.key == ""
+
+
+def test_unknown_format_and_too_few_test_tokens_name_their_key(tmp_path):
+    d = _folder(tmp_path / "c", [np.arange(500) % 256])
+    with pytest.raises(TokensError, match="'gpt3': choose one of auto, gpt2, llama3, nanogpt") as e:
+        load_tokens(str(d), seq_len=SEQ, format="gpt3")
+    assert e.value.key == "format"
+    for n in (-5, 0, SEQ):
+        want = f"{n} test tokens hold no window: at least seq_len \\+ 1 = 17"
+        with pytest.raises(TokensError, match=want) as e:
+            load_tokens(str(d), seq_len=SEQ, valid_tokens=100, test_tokens=n)
+        assert e.value.key == "test_tokens"
+    assert load_tokens(str(d), seq_len=SEQ, valid_tokens=100, test_tokens=SEQ + 1).x_test.shape == (1, SEQ)
