@@ -4,6 +4,7 @@ tokenize`` into a used folder or with a bad shard size: each read right or refus
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +84,30 @@ def test_unknown_format_and_too_few_test_tokens_name_their_key(tmp_path):
             load_tokens(str(d), seq_len=SEQ, valid_tokens=100, test_tokens=n)
         assert e.value.key == "test_tokens"
     assert load_tokens(str(d), seq_len=SEQ, valid_tokens=100, test_tokens=SEQ + 1).x_test.shape == (1, SEQ)
+
+
+def test_tokenize_refuses_a_used_output_and_a_bad_shard_size(tmp_path):
+    text = ROOT / "README.md"
+    used = _folder(tmp_path / "used", [np.arange(500) % 256])
+    before = {f.name: f.read_bytes() for f in used.iterdir()}
+    (tmp_path / "afile").write_text("x")
+    cases = [
+        (["-o", str(used)], f"tokenize: {used}: already holds 2 entries (x_train_000.bin, x_val_000.bin), "
+                            f"which would be read with the new shards; remove them or choose a new folder"),
+        (["-o", str(tmp_path / "afile")], f"tokenize: {tmp_path / 'afile'}: exists and is not a folder"),
+        (["-o", str(tmp_path / "o"), "--shard-tokens", "0"], "tokenize: shard_tokens must be >= 1, got 0"),
+        (["-o", str(tmp_path / "o"), "--shard-tokens", "-1"], "tokenize: shard_tokens must be >= 1, got -1"),
+    ]
+    for args, want in cases:
+        r = runner.invoke(app, ["data", "tokenize", str(text), *args])
+        assert r.exit_code == 2 and r.output.strip().startswith(want), (args, r.output)
+        assert len(r.output.strip().splitlines()) == 1, r.output
+    assert {f.name: f.read_bytes() for f in used.iterdir()} == before
+    assert not (tmp_path / "o").exists()
+    r = runner.invoke(app, ["data", "tokenize", str(used), "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2 and f"tokenize: {used}: is a folder, not a text file" in r.output
+    out = tmp_path / "o"
+    r = runner.invoke(app, ["data", "tokenize", str(text), "-o", str(out), "--shard-tokens", "900"])
+    assert r.exit_code == 0, r.output
+    n = json.loads((out / "tokens.json").read_text())["tokens"]
+    assert len(list(out.glob("text_train_*.bin"))) == -(-(n - round(0.1 * n)) // 900)
