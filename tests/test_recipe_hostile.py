@@ -30,3 +30,12 @@ def test_a_token_budget_below_one_step_is_refused(budget, line):
 def test_one_step_of_tokens_trains_one_step():
     (spec,) = expand(parse_config(_cfg({"tokens": 16 * T})))
     assert spec.steps == 1
+
+
+@pytest.mark.parametrize("rules", [[], [1], None, "", ["head", ""]])
+def test_a_parameter_group_without_a_rule_is_refused(rules):
+    cfg = _cfg({"steps": 2}, param_groups=[{"rules": rules, "step_size_scale": 0.5}])
+    with pytest.raises(ConfigError) as e:
+        parse_config(cfg, "F")
+    want = "F: param_groups[0].rules: expected a rule or a non-empty list of rules"
+    assert len(e.value.errors) == 1 and e.value.errors[0].startswith(want), e.value.errors
