@@ -111,3 +111,14 @@ def test_tokenize_refuses_a_used_output_and_a_bad_shard_size(tmp_path):
     assert r.exit_code == 0, r.output
     n = json.loads((out / "tokens.json").read_text())["tokens"]
     assert len(list(out.glob("text_train_*.bin"))) == -(-(n - round(0.1 * n)) // 900)
+
+
+def test_validation_files_shorter_than_one_window_name_seq_len(tmp_path):
+    d = _folder(tmp_path / "c", [np.arange(500) % 256])  # 200 validation tokens
+    with pytest.raises(TokensError, match=r"hold 200 tokens, less than one window \(seq_len \+ 1 = 201\); "
+                                          r"give a smaller seq_len") as e:
+        load_tokens(str(d), seq_len=200)
+    assert e.value.key == "seq_len"
+    with pytest.raises(TokensError, match="asked 10 validation tokens") as e:  # fewer than a window asked
+        load_tokens(str(d), seq_len=SEQ, valid_tokens=10)
+    assert e.value.key == "valid_tokens"

@@ -189,6 +189,10 @@ def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens:
     """``(validation tokens, test tokens, training tokens kept)``: the test tokens from the test
     files, else held out from the end of the training stream (not kept for training)."""
     n_val = sum(i.num_tokens for i in c.valid)
+    if n_val < seq_len + 1:
+        raise TokensError("seq_len", f"the files matching {globs[0]!r} in {c.root} hold {n_val:,} tokens, "
+                                     f"less than one window (seq_len + 1 = {seq_len + 1:,}); give a smaller "
+                                     f"seq_len or more validation tokens")
     want_val = min(n_val, VALID_TOKENS_MAX) if valid_tokens is None else valid_tokens
     if want_val > n_val or want_val < seq_len + 1:
         raise TokensError("valid_tokens", f"asked {want_val:,} validation tokens, the files matching "
