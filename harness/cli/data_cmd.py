@@ -18,7 +18,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 @app.command()
 def tokenize(
     texts: list[Path] = typer.Argument(..., help="UTF-8 text files, one document each."),
-    out: Path = typer.Option(..., "-o", "--out", help="Folder to write the shards and tokens.json to."),
+    out: Path = typer.Option(..., "-o", "--out", help="A new or empty folder for the shards, tokens.json."),
     tokenizer: str = typer.Option("bytes", parser=one_of("bytes", "cl100k_base", "o200k_base"),
                                   help="bytes (always), or a BPE vocabulary shipped by bpe-openai."),
     fmt: str = typer.Option("gpt2", "--format", parser=one_of("gpt2", "llama3", "nanogpt"),
@@ -30,9 +30,10 @@ def tokenize(
     """Write llm.c-format shards (text_train_*.bin, text_val_*.bin) and tokens.json to OUT."""
     from harness.data.tokenize import tokenize_files
 
-    missing = [str(t) for t in texts if not t.is_file()]
+    missing = [t for t in texts if not t.is_file()]
     if missing:
-        err(f"tokenize: no such file: {missing[0]}")
+        what = "is a folder, not a text file" if missing[0].is_dir() else "no such file"
+        err(f"tokenize: {missing[0]}: {what}")
         raise typer.Exit(2)
     try:
         meta = tokenize_files(texts, out, tokenizer, fmt, valid_fraction, shard_tokens, license=license)

@@ -25,9 +25,9 @@ from typing import Any
 
 from harness.config.source_entries import resolve_entries
 from harness.core.builders import did_you_mean
-from harness.core.source import SourceError, SourceRef, load_module, parse_source
+from harness.core.source import SourceError, SourceRef, bounded, load_module, parse_source, source_of
 
-__all__ = ["model_source_builder", "resolve_model_sources"]
+__all__ = ["model_source_builder", "resolve_model_sources", "sourced_model_params"]
 
 INJECTED = ("input_shape", "num_classes")
 
@@ -84,6 +84,48 @@ def model_source_builder(ref: SourceRef, name: str, limit_s: float | None = None
     if limit_s is not None:
         load_module(ref, limit_s)
     return _cached(ref, name)
+
+
+def _outputs_wanted(task: str, input_shape: tuple, num_classes: int | None) -> tuple:
+    """The outputs' shape a model of ``task`` returns for a batch of 2 (``ModelDef``'s contract)."""
+    if task == "classification":
+        return (2, num_classes)
+    if task == "sequence":
+        return (2, *input_shape, num_classes)
+    return (2, *input_shape)
+
+
+def sourced_model_params(builder: Callable, hparams: dict, ds: Any, spec: Any, limit_s: float | None):
+    """The parameter shapes of trial ``spec``'s sourced model on dataset ``ds``: built, initialised
+    and applied once in training mode on a batch of 2 (``jax.eval_shape``, no compute), all within
+    ``limit_s`` seconds.
+
+    Raises:
+      SourceError: the factory, ``init`` or ``apply`` ran past ``limit_s`` (an accident of
+        :func:`harness.core.source.bounded`).
+      ValueError: outputs of another shape than the model's task gives: ``(2, num_classes)``,
+        ``(2, T, vocab)`` or the inputs' shape. Anything the factory, ``init`` or ``apply`` raised.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    shape, ref = tuple(ds.input_shape), source_of(spec, "model")
+    with bounded(f"source {ref.text!r}: building, initialising and applying {ref.function!r} once", limit_s,
+                 ref.target if ref.is_file else ""):
+        model = builder(input_shape=shape, num_classes=ds.num_classes, **hparams)
+
+        def once(k, x):
+            _, params, state = model.init(k, x.shape)
+            return params, model.apply(params, state, x, rng=k, train=True)[0]
+
+        x = jax.ShapeDtypeStruct((2, *shape), jnp.dtype(model.input_dtype))
+        params, out = jax.eval_shape(once, jax.ShapeDtypeStruct((2,), jnp.uint32), x)
+    want = _outputs_wanted(model.task, shape, ds.num_classes)
+    got = tuple(getattr(out, "shape", ()))
+    if got != want:
+        raise ValueError(f"its apply returned outputs of shape {got or type(out).__name__} for inputs "
+                         f"{(2, *shape)}; a {model.task} model on this dataset returns {want}")
+    return params
 
 
 def resolve_model_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Callable], list[str]]:

@@ -14,11 +14,19 @@ from harness.config.fields import Float, Strict, strict_int
 __all__ = ["DivergenceCfg", "ParallelismCfg", "ParamGroupCfg"]
 
 
+def _rules(v: Any) -> Any:
+    """``rules``: one rule or a non-empty list of rules (an empty list would group nothing)."""
+    if (isinstance(v, str) and v) or (isinstance(v, list) and v and all(isinstance(r, str) and r for r in v)):
+        return v
+    raise PydanticCustomError("rules", "expected a rule or a non-empty list of rules (e.g. [embeddings, "
+                              "head] or glob:PATTERN), got {v}", {"v": short_repr(v)})
+
+
 class ParamGroupCfg(Strict):
     """One parameter group (optimizers.groups rules): its step size as a multiple of the trial's, and
     its weight decay (None: the optimizer's own)."""
 
-    rules: list[str] | str
+    rules: Annotated[list[str] | str, BeforeValidator(_rules)]
     step_size_scale: Float = Field(default=1.0, gt=0, le=1e6)
     weight_decay: Float | None = Field(default=None, ge=0, le=1e6)
 

@@ -1,7 +1,8 @@
 """A ``budget:`` as optimizer steps: ``steps``, ``epochs``, ``tokens`` or ``tokens_per_param``.
 
-``tokens: D`` trains ``steps = max(1, round(D / (batch · T)))``, ``T`` the dataset's tokens per
-example (a sequence dataset's window); ``tokens_per_param: R`` does the same with ``D = R · N``,
+``tokens: D`` trains ``steps = round(D / (batch · T))`` (``D`` at least one step's tokens), ``T`` the
+dataset's tokens per example (a sequence dataset's window); ``tokens_per_param: R`` does the same
+with ``D = R · N``,
 ``N`` the model's parameter count, counted as the scaling ladder counts it
 (:func:`harness.config.ladder_parts.model_counts`).
 """
@@ -30,6 +31,14 @@ def _tokens_per_example(dataset: str, dataset_hparams: Mapping[str, Any], key: s
     return int(ds.input_shape[0])
 
 
+def _token_steps(tokens: float, batch_size: int, t: int, where: str) -> int:
+    """``round(tokens / (batch_size · t))`` steps; ``ConfigError`` (``where`` prefixed) below one step."""
+    if tokens < batch_size * t:
+        raise ConfigError([f"{where}: {tokens:,.0f} tokens are less than one step (batch_size {batch_size} "
+                           f"x {t} tokens per example = {batch_size * t:,}); give at least that"])
+    return round(tokens / (batch_size * t))
+
+
 def budget_steps(budget: Any, *, model: str, model_hparams: Mapping[str, Any], dataset: str,
                  dataset_hparams: Mapping[str, Any], batch_size: int, n_train: Callable[[], int],
                  file: str = "", model_path: str = "models") -> int:
@@ -43,7 +52,8 @@ def budget_steps(budget: Any, *, model: str, model_hparams: Mapping[str, Any], d
       file: prefixes error lines; model_path: the model entry's key path, for them.
 
     Raises:
-      ConfigError: more than ``MAX_STEPS`` steps; a token budget on a dataset without tokens;
+      ConfigError: more than ``MAX_STEPS`` steps; a token budget on a dataset without tokens or
+        below one step's tokens;
         ``tokens_per_param`` with a model that does not build or whose hyperparameters are sampled.
     """
     head = f"{file}: " if file else ""
@@ -55,7 +65,7 @@ def budget_steps(budget: Any, *, model: str, model_hparams: Mapping[str, Any], d
     elif budget.tokens is not None:
         key, text = "budget.tokens", f"{budget.tokens:,} tokens"
         t = _tokens_per_example(dataset, dataset_hparams, head + key)
-        steps = max(1, round(budget.tokens / (batch_size * t)))
+        steps = _token_steps(budget.tokens, batch_size, t, head + key)
     else:
         from harness.config.ladder_parts import model_counts
 
@@ -69,7 +79,8 @@ def budget_steps(budget: Any, *, model: str, model_hparams: Mapping[str, Any], d
                                       json.dumps(dict(dataset_hparams), sort_keys=True))
         except Exception as e:  # the builder's own message
             raise ConfigError([f"{head}{key}: counting the parameters of {model!r}: {e}"]) from None
-        steps = max(1, round(budget.tokens_per_param * n / (batch_size * t)))
+        steps = _token_steps(budget.tokens_per_param * n, batch_size, t,
+                             f"{head}{key}: {budget.tokens_per_param:g} x {n:,} parameters")
     if steps > MAX_STEPS:
         raise ConfigError([f"{head}{key}: {text} of dataset {dataset!r} at batch size {batch_size} are "
                            f"{steps:,} steps; at most {MAX_STEPS:,}"])

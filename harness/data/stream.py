@@ -51,7 +51,11 @@ class TokenStream:
         """Tokens ``lo .. lo + n - 1`` of shard ``k``."""
         info = self.infos[k]
         width = info.dtype.itemsize
-        return np.frombuffer(os.pread(self._fds[k], n * width, info.offset + lo * width), info.dtype)
+        raw = os.pread(self._fds[k], n * width, info.offset + lo * width)
+        if len(raw) != n * width:
+            raise ValueError(f"{info.path}: {len(raw)} bytes read at token {lo}, {n * width} expected: the "
+                             f"file shrank after it was checked (rewritten while the sweep ran?)")
+        return np.frombuffer(raw, info.dtype)
 
     def __getstate__(self) -> dict:  # a --jobs worker reopens the files: never the tokens pickled
         return {k: getattr(self, k) for k in ("infos", "seq_len", "num_tokens", "vocab_size", "num_windows")}
@@ -82,14 +86,19 @@ class TokenStream:
         """Tokens ``[w·T, w·T + T + 1)`` of the stream, ``int64 (T + 1,)``."""
         lo, hi = w * self.seq_len, w * self.seq_len + self.seq_len + 1
         k = int(np.searchsorted(self._ends, lo, side="right"))
-        first = int(self._ends[k - 1]) if k else 0
-        part = self._read(k, lo - first, min(hi, int(self._ends[k])) - lo)
-        if len(part) < hi - lo:  # straddles into the next shard
-            part = np.concatenate([part, self._read(k + 1, 0, hi - lo - len(part))])
-        if int(part.max()) >= self.vocab_size:
-            raise ValueError(f"{self.infos[k].path} holds token id {int(part.max())}, beyond vocab_size "
-                             f"{self.vocab_size} (the model's vocabulary)")
-        return np.asarray(part, np.int64)
+        parts = []
+        while lo < hi:  # a window may span several shards (short or empty ones included)
+            first = int(self._ends[k - 1]) if k else 0
+            n = min(hi, int(self._ends[k])) - lo
+            if n > 0:
+                part = self._read(k, lo - first, n)
+                if int(part.max()) >= self.vocab_size:
+                    raise ValueError(f"{self.infos[k].path} holds token id {int(part.max())}, beyond "
+                                     f"vocab_size {self.vocab_size} (the model's vocabulary)")
+                parts.append(part)
+                lo += n
+            k += 1
+        return np.concatenate(parts).astype(np.int64)
 
     def batches(self, seed: int, start: int, n: int, batch: int,
                 part: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:

@@ -47,6 +47,17 @@ def _encoder(tokenizer: str) -> tuple[Callable[[str], list[int]], int, int]:
     return enc.encode_ordinary, int(enc.eot_token), int(enc.n_vocab)
 
 
+def _check_out(root: Path) -> None:
+    """Raise ``ValueError`` unless ``root`` is absent or an empty folder (old shards would join the new)."""
+    if root.exists() and not root.is_dir():
+        raise ValueError(f"{root}: exists and is not a folder; choose a new folder for the shards")
+    held = sorted(f.name for f in root.iterdir()) if root.is_dir() else []
+    if held:
+        more = ", ..." if len(held) > 3 else ""
+        raise ValueError(f"{root}: already holds {len(held)} entries ({', '.join(held[:3])}{more}), which "
+                         f"would be read with the new shards; remove them or choose a new folder")
+
+
 def tokenize_files(texts: Sequence[str | Path], out: str | Path, tokenizer: str = "bytes",
                    fmt: str = "gpt2", valid_fraction: float = 0.1, shard_tokens: int = SHARD_TOKENS,
                    prefix: str = "text", license: str = "") -> dict:
@@ -58,12 +69,16 @@ def tokenize_files(texts: Sequence[str | Path], out: str | Path, tokenizer: str 
       valid_fraction: the tail of the stream written as validation. shard_tokens: tokens per shard
         (not ``nanogpt``: one file per split). prefix: shard names ``{prefix}_train_000000.bin``.
     Raises:
-      ValueError: bad tokenizer, format or fraction; a file that is not UTF-8 text; no tokens.
+      ValueError: bad tokenizer, format, fraction or shard size; ``out`` a file or a folder that is
+        not empty; a file that is not UTF-8 text; no tokens.
     """
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if not 0.0 < valid_fraction < 1.0:
         raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
+    if shard_tokens < 1:
+        raise ValueError(f"shard_tokens must be >= 1, got {shard_tokens}")
+    _check_out(Path(out))
     encode, eot, n_vocab = _encoder(tokenizer)
     ids, n_bytes = [], 0
     for t in texts:

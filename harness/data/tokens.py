@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.data.dataset import Dataset
-from harness.data.shards import ShardError, ShardInfo, digest, read_info, read_tokens
+from harness.data.shards import FORMATS, ShardError, ShardInfo, digest, read_info, read_tokens
 from harness.data.stream import TokenStream
 
 __all__ = ["SIDECAR", "TOKENS_PREFIX", "VALID_TOKENS_MAX", "Corpus", "TokensError", "corpus_digest",
@@ -63,9 +63,12 @@ def scan(path: str, train_glob: str = "*train*", valid_glob: str = "*val*", test
     """The shards of folder ``path`` by split (headers read and checked, no token read).
 
     Raises:
-      TokensError: no such folder, a glob that matches nothing (``train_glob``/``valid_glob``), a
-        shard that is not a supported format (:class:`~harness.data.shards.ShardError`).
+      TokensError: no such folder, an unknown ``format``, a glob that matches nothing
+        (``train_glob``/``valid_glob``), a shard that is not a supported format
+        (:class:`~harness.data.shards.ShardError`), a damaged ``tokens.json``.
     """
+    if format != "auto" and format not in FORMATS:
+        raise TokensError("format", f"{format!r}: choose one of auto, {', '.join(FORMATS)}")
     root = Path(path).expanduser()
     if not root.is_dir():
         raise TokensError("", f"{root}: not a folder of token shards (nothing is downloaded: put llm.c or "
@@ -90,9 +93,32 @@ def scan(path: str, train_glob: str = "*train*", valid_glob: str = "*val*", test
         infos = {k: tuple(read_info(f, format) for f in v) for k, v in split.items()}
     except ShardError as e:
         raise TokensError("", str(e)) from None
-    side = root / SIDECAR
-    meta = json.loads(side.read_text()) if side.is_file() else {}
+    meta = _sidecar(root / SIDECAR)
     return Corpus(root, infos["train_glob"], infos["valid_glob"], infos["test_glob"], meta)
+
+
+def _sidecar(side: Path) -> dict:
+    """The sidecar's contents (``{}``: no file), its numbers checked.
+
+    Raises:
+      TokensError: not a JSON object, ``max_token_id`` not an integer >= 0, ``bytes_per_token``
+        not a positive number."""
+    if not side.is_file():
+        return {}
+    fix = "fix or delete it (python -m harness data tokenize writes it)"
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise TokensError("", f"{side}: not readable as JSON ({e}); {fix}") from None
+    if not isinstance(meta, dict):
+        raise TokensError("", f"{side}: a JSON {type(meta).__name__}, not an object; {fix}")
+    top = meta.get("max_token_id")
+    if top is not None and (type(top) is not int or top < 0):
+        raise TokensError("", f"{side}: max_token_id {top!r} is not an integer >= 0; {fix}")
+    bpt = meta.get("bytes_per_token")
+    if bpt is not None and (type(bpt) not in (int, float) or not 0 < bpt < float("inf")):
+        raise TokensError("", f"{side}: bytes_per_token {bpt!r} is not a positive number; {fix}")
+    return meta
 
 
 def corpus_digest(corpus: Corpus) -> str:
@@ -163,6 +189,10 @@ def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens:
     """``(validation tokens, test tokens, training tokens kept)``: the test tokens from the test
     files, else held out from the end of the training stream (not kept for training)."""
     n_val = sum(i.num_tokens for i in c.valid)
+    if n_val < seq_len + 1:
+        raise TokensError("seq_len", f"the files matching {globs[0]!r} in {c.root} hold {n_val:,} tokens, "
+                                     f"less than one window (seq_len + 1 = {seq_len + 1:,}); give a smaller "
+                                     f"seq_len or more validation tokens")
     want_val = min(n_val, VALID_TOKENS_MAX) if valid_tokens is None else valid_tokens
     if want_val > n_val or want_val < seq_len + 1:
         raise TokensError("valid_tokens", f"asked {want_val:,} validation tokens, the files matching "
@@ -171,6 +201,9 @@ def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens:
     valid = _stream(c.valid, want_val + (1 if n_val > want_val else 0))
     n_train = sum(i.num_tokens for i in c.train)
     want_test = want_val if test_tokens is None else test_tokens
+    if want_test < seq_len + 1:
+        raise TokensError("test_tokens", f"{want_test:,} test tokens hold no window: at least seq_len + 1 = "
+                                         f"{seq_len + 1} are needed")
     if c.test:
         n_test = sum(i.num_tokens for i in c.test)
         if want_test > n_test:

@@ -12,6 +12,7 @@ from typing import Any
 from harness.config.errors import ConfigError
 from harness.config.hparams import builder_defaults, every_problem, exc_text, hp_path
 from harness.config.load import config_registries
+from harness.config.model_sources import sourced_model_params
 from harness.config.registries import Registries, default_registries
 from harness.config.schema import SweepConfig
 from harness.config.workloads import needs_parts
@@ -41,8 +42,7 @@ MIN_PARAMETER_COPIES = 4
 
 
 def device_memory_bytes() -> int | None:
-    """Memory of the first device: its allocator's limit on an accelerator, the machine's physical
-    memory on a CPU (``None`` when neither is known)."""
+    """The first device's memory: allocator limit (accelerator) or physical memory (CPU); or None."""
     import jax
 
     stats = None
@@ -56,9 +56,8 @@ def device_memory_bytes() -> int | None:
 
 
 def memory_problem(params: Any) -> str | None:
-    """Why a model whose parameters are ``params`` (shape/dtype structs) cannot train on this
-    device (:data:`MIN_PARAMETER_COPIES` copies of its parameters exceed the device's memory),
-    with the figures; else ``None``."""
+    """Why a model of ``params`` (shape/dtype structs) cannot train here (:data:`MIN_PARAMETER_COPIES`
+    copies exceed the device's memory), with the figures; else ``None``."""
     import jax
     import numpy as np
 
@@ -247,8 +246,8 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
       nothing failed before it, it takes one real update on each task (model on dataset) it trains
       on (:func:`submission_step_problem`), so an error inside ``update_params``, also one on one
       dataset's shapes only, is refused here too;
-    - every model builds on its dataset's input shape and initialises abstractly
-      (``jax.eval_shape`` of its ``init``);
+    - every model builds on its dataset's input shape and initialises abstractly (a sourced one,
+      bounded, also applies once: :func:`harness.config.model_sources.sourced_model_params`);
     - no batch size exceeds its dataset's training examples;
     - ``parallelism``: ``devices`` does not exceed this process's visible devices
       (:func:`harness.execute.devices.visible_devices`), and with ``shard: batch`` every batch size divides
@@ -367,7 +366,9 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
         if once(mkey):
             mpath = specs.origins[s.trial_id].paths["models"]
 
-            def model_params(hp, name=s.model, ds=ds):
+            def model_params(hp, name=s.model, ds=ds, s=s):
+                if s.model_source:  # a user's factory: built, initialised and applied once, bounded
+                    return sourced_model_params(reg.models[name], hp, ds, s, cfg.source_timeout_s)
                 model = reg.models[name](input_shape=ds.input_shape, num_classes=ds.num_classes, **hp)
                 return jax.eval_shape(lambda k, m=model, sh=ds.input_shape: m.init(k, (1, *sh)),
                                       key_aval)[1]
