@@ -39,3 +39,16 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     assert rows[("vmapped trials", "float32")]["speedup"] > 0
     table = r.stdout[r.stdout.index("part "):]
     assert len([line for line in table.splitlines()[2:] if line.strip()]) == len(got["rows"])
+
+
+def test_a_tpu_host_gets_a_refused_row_for_jobs_2_not_a_crash():
+    # a TPU chip opens in one process only: the sweep refuses --jobs 2 there (UsageError), which
+    # ended the check's whole table on a TPU v5e before any row was printed
+    sys.path.insert(0, str(ROOT / "tests" / "device"))
+    import check
+
+    assert check.jobs_to_run("gpu") == ((1, 2), [])
+    assert check.jobs_to_run("cpu") == ((1, 2), [])
+    jobs, rows = check.jobs_to_run("tpu")
+    assert jobs == (1,)
+    assert [(r["part"], r["figure"]) for r in rows] == [("--jobs 2, one device", "refused")]

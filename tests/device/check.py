@@ -247,9 +247,20 @@ def _sweep_config(size: str) -> dict:
     return cfg
 
 
+def jobs_to_run(platform: str, jobs=(1, 2)) -> tuple[tuple[int, ...], list[dict]]:
+    """The ``--jobs`` values a platform can run, and a row for each it refuses (a TPU chip opens in
+    one process only, so the harness refuses ``--jobs 2`` there before any work)."""
+    if platform != "tpu":
+        return tuple(jobs), []
+    return tuple(n for n in jobs if n == 1), [
+        {"part": f"--jobs {n}, one device", "dtype": "auto", "figure": "refused",
+         "detail": "a TPU chip opens in one process only: the harness refuses --jobs > 1 on a TPU host"}
+        for n in jobs if n != 1]
+
+
 def sweep_rows(size: str, jobs=(1, 2)) -> list[dict]:
     """The quickstart swept into a fresh store, once per ``jobs`` value (workers share the device)."""
-    rows = []
+    jobs, rows = jobs_to_run(jax.devices()[0].platform, jobs)
     for n in jobs:
         with tempfile.TemporaryDirectory() as d:
             t0 = time.perf_counter()
