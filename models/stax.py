@@ -351,7 +351,8 @@ def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=z
 
     Running statistics (beyond the reference, through :func:`stateful`): state
     ``(running_mean, running_var)``, float32, shape as the params, initialised to zeros and ones.
-    ``train=True`` normalises with the batch statistics (same outputs as the reference) and returns
+    ``train=True`` normalises with the batch statistics (the reference's outputs up to rounding:
+    ``(x - mean) * (gamma * rsqrt(var + eps)) + beta``, as ``flax.linen.BatchNorm``) and returns
     ``running <- momentum * running + (1 - momentum) * batch`` (biased batch variance);
     ``train=False`` normalises with the running statistics and leaves them unchanged.
     ``momentum=0`` makes the running statistics those of the last training batch.
@@ -399,22 +400,30 @@ def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=z
         out_shape, params = init_fun(rng, input_shape)
         return out_shape, params, (jnp.zeros(stat, jnp.float32), jnp.ones(stat, jnp.float32))
 
+    def _normalize(params, x, mean, var, red):
+        # (x - mean) * (gamma * rsqrt(var + eps)) + beta: gamma folds into the per-feature factor,
+        # so the backward pass reuses x - mean instead of keeping the standardised x as well
+        beta, gamma = params
+        ed = tuple(None if i in red else slice(None) for i in range(x.ndim))
+        mul = lax.rsqrt(var + jnp.asarray(epsilon, var.dtype))
+        if scale:
+            mul = mul * gamma[ed]
+        y = (x - mean) * mul
+        return y + beta[ed] if center else y
+
     def apply_with_state(params, state, x, *, train, rng=None, **kwargs):
         running_mean, running_var = state
         red, stat, keep = _stat_shapes(x.shape)
-        if train:
-            mean = jnp.mean(x, tuple(sorted(red)), keepdims=True)
-            var = jnp.clip(jnp.mean(jnp.square(x), tuple(sorted(red)), keepdims=True)
-                           - jnp.square(mean), 0)
-            z = standardize(x, axis, mean=mean, variance=var, epsilon=epsilon)
-            m = jnp.asarray(momentum, running_mean.dtype)
-            new_mean = m * running_mean + (1 - m) * jnp.reshape(mean, stat).astype(running_mean.dtype)
-            new_var = m * running_var + (1 - m) * jnp.reshape(var, stat).astype(running_var.dtype)
-            return _affine(params, z, x.ndim), (new_mean, new_var)
-        mean = jnp.reshape(running_mean, keep).astype(x.dtype)
-        var = jnp.reshape(running_var, keep).astype(x.dtype)
-        z = standardize(x, axis, mean=mean, variance=var, epsilon=epsilon)
-        return _affine(params, z, x.ndim), state
+        if not train:
+            mean = jnp.reshape(running_mean, keep).astype(x.dtype)
+            var = jnp.reshape(running_var, keep).astype(x.dtype)
+            return _normalize(params, x, mean, var, red), state
+        mean = jnp.mean(x, tuple(sorted(red)), keepdims=True)
+        var = jnp.clip(jnp.mean(jnp.square(x), tuple(sorted(red)), keepdims=True) - jnp.square(mean), 0)
+        m = jnp.asarray(momentum, running_mean.dtype)
+        new_mean = m * running_mean + (1 - m) * jnp.reshape(mean, stat).astype(running_mean.dtype)
+        new_var = m * running_var + (1 - m) * jnp.reshape(var, stat).astype(running_var.dtype)
+        return _normalize(params, x, mean, var, red), (new_mean, new_var)
 
     return _layer(name, init_fun, apply_fun, init_with_state, apply_with_state)
 

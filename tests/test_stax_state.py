@@ -139,3 +139,70 @@ def test_running_stats_need_known_feature_sizes():
     with pytest.raises(S.ShapeError, match=r"running statistics need known sizes off the normalised "
                                            r"axes, got input shape \(-1, 3\)"):
         init(KEY, (-1, 3))
+
+
+# --------------------------------------------------------------------------------------------------
+# against flax.linen.BatchNorm (the ResNet benchmarks' reference): values, gradients, statistics, cost
+
+
+def _flax_bn_pair(x, momentum):
+    """``(stax apply, flax apply, stax params, flax variables)`` for BatchNorm over N, H, W of ``x``
+    with random scale and bias, the same in both."""
+    import flax.linen as nn
+
+    rng = np.random.default_rng(7)
+    c = x.shape[-1]
+    gamma, beta = (jnp.asarray(rng.normal(1.0, 0.5, c), jnp.float32) for _ in range(2))
+    mean = jnp.asarray(rng.normal(0, 1, c), jnp.float32)
+    var = jnp.asarray(rng.uniform(0.5, 2, c), jnp.float32)
+    _, apply = S.stateful(S.BatchNorm(momentum=momentum))
+    bn = nn.BatchNorm(momentum=momentum, epsilon=1e-5)
+    variables = {"params": {"scale": gamma, "bias": beta}, "batch_stats": {"mean": mean, "var": var}}
+    return apply, bn, ((beta, gamma), (mean, var)), variables
+
+
+def _grads_stax(apply, pair, x, w, train):
+    def loss(p, v):
+        y, st = apply(p, pair[1], v, train=train)
+        return jnp.sum(y * w), (y, st)
+
+    (g_p, g_x), (y, st) = jax.grad(loss, argnums=(0, 1), has_aux=True)(pair[0], x)
+    return y, st, (g_p[1], g_p[0], g_x)  # gamma, beta, x
+
+
+def _grads_flax(bn, variables, x, w, train):
+    def loss(p, v):
+        y, upd = bn.apply({"params": p, "batch_stats": variables["batch_stats"]}, v,
+                          use_running_average=not train, mutable=["batch_stats"])
+        return jnp.sum(y * w), (y, upd["batch_stats"])
+
+    (g_p, g_x), (y, st) = jax.grad(loss, argnums=(0, 1), has_aux=True)(variables["params"], x)
+    return y, (st["mean"], st["var"]), (g_p["scale"], g_p["bias"], g_x)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_batchnorm_matches_flax_values_gradients_and_running_stats(train):
+    x = _x((8, 5, 5, 3), seed=3, loc=1.5, scale=2.0)
+    w = _x((8, 5, 5, 3), seed=4)
+    apply, bn, pair, variables = _flax_bn_pair(x, 0.9)
+    ours = jax.jit(lambda v: _grads_stax(apply, pair, v, w, train))(x)
+    ref = jax.jit(lambda v: _grads_flax(bn, variables, v, w, train))(x)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-5)
+    if not train:  # running statistics unchanged in eval mode
+        np.testing.assert_array_equal(ours[1][0], pair[1][0])
+
+
+def test_batchnorm_training_step_accesses_no_more_bytes_than_flax():
+    # gamma folded into rsqrt(var + eps): the backward pass keeps x - mean only, as flax's; gamma
+    # applied to the standardised x kept it too (4.72 MB accessed here against flax's 3.67 MB)
+    x = _x((32, 16, 16, 8), seed=5)
+    w = _x((32, 16, 16, 8), seed=6)
+    apply, bn, pair, variables = _flax_bn_pair(x, 0.9)
+
+    def bytes_of(fn):
+        return jax.jit(fn).lower(x).compile().cost_analysis()["bytes accessed"]
+
+    ours = bytes_of(lambda v: _grads_stax(apply, pair, v, w, True))
+    ref = bytes_of(lambda v: _grads_flax(bn, variables, v, w, True))
+    assert ours <= ref, (ours, ref)
