@@ -122,3 +122,18 @@ def test_validation_files_shorter_than_one_window_name_seq_len(tmp_path):
     with pytest.raises(TokensError, match="asked 10 validation tokens") as e:  # fewer than a window asked
         load_tokens(str(d), seq_len=SEQ, valid_tokens=10)
     assert e.value.key == "valid_tokens"
+
+
+def test_shards_of_mixed_formats_read_as_their_own_dtype(tmp_path):
+    d = tmp_path / "c"
+    d.mkdir()
+    toks = np.arange(600) % 256
+    write_shard(d / "x_train_000.bin", toks[:250])  # gpt2: uint16
+    write_shard(d / "x_train_001.bin", toks[250:500], "llama3")  # uint32
+    write_shard(d / "x_val_000.bin", toks[500:], "llama3")
+    for stream in (False, True):
+        ds = load_tokens(str(d), seq_len=SEQ, vocab_size=256, valid_tokens=50, stream=stream)
+        assert ds.source.startswith(f"token shards in {d} (gpt2+llama3, "), ds.source
+        w = 14  # tokens 224..240: spans the two formats' files
+        got = ds.stream.window(w)[:-1] if stream else ds.x_train[w]
+        assert np.array_equal(got, toks[w * SEQ:(w + 1) * SEQ])

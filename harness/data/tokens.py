@@ -257,9 +257,9 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
         if len(x) == 0:
             raise TokensError("seq_len", f"the {what} tokens of {c.root} hold no window of {seq_len + 1}")
     (xt, yt), (xs, ys), (xv, yv) = splits
-    tok = c.meta.get("tokenizer", "unknown tokenizer")
+    tok, fmts = c.meta.get("tokenizer", "unknown tokenizer"), "+".join(sorted({i.format for i in c.shards}))
     return Dataset(xt, yt, xs, ys, xv, yv, input_shape=(seq_len,), num_classes=vocab,
                    name=f"{TOKENS_PREFIX}{path}", task="sequence",
-                   source=f"token shards in {c.root} ({c.shards[0].format}, {tok})",
+                   source=f"token shards in {c.root} ({fmts}, {tok})",
                    license=str(c.meta.get("license", "")), stream=src if streamed else None,
                    bytes_per_token=c.meta.get("bytes_per_token"))
