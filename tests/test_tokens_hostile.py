@@ -137,3 +137,13 @@ def test_shards_of_mixed_formats_read_as_their_own_dtype(tmp_path):
         w = 14  # tokens 224..240: spans the two formats' files
         got = ds.stream.window(w)[:-1] if stream else ds.x_train[w]
         assert np.array_equal(got, toks[w * SEQ:(w + 1) * SEQ])
+
+
+def test_tokenize_of_an_empty_file_names_it(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    r = runner.invoke(app, ["data", "tokenize", str(tmp_path / "empty.txt"), "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2
+    assert r.output.strip() == (f"tokenize: {tmp_path / 'empty.txt'}: 1 tokens (an end-of-text one per file "
+                                f"included) are too few to split into train and validation at "
+                                f"valid_fraction 0.1; give more text"), r.output
+    assert not (tmp_path / "o").exists()
