@@ -57,8 +57,9 @@ def test_a_shard_that_shrinks_while_streamed_names_the_file(tmp_path):
 @pytest.mark.parametrize("text, why", [
     ("{not json", "not readable as JSON"),
     ("[1, 2]", "a JSON list, not an object"),
-    ('{"max_token_id": "255"}', "max_token_id '255' is not an integer >= 0"),
-    ('{"max_token_id": -1}', "max_token_id -1 is not an integer >= 0"),
+    ('{"max_token_id": "255"}', "max_token_id '255' is not an integer in [0, 2^32)"),
+    ('{"max_token_id": -1}', "max_token_id -1 is not an integer in [0, 2^32)"),
+    ('{"max_token_id": 4294967296}', "max_token_id 4294967296 is not an integer in [0, 2^32) (a shard"),
     ('{"bytes_per_token": 0}', "bytes_per_token 0 is not a positive number"),
 ])
 def test_a_damaged_sidecar_is_one_line_naming_it(tmp_path, text, why):
