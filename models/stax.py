@@ -674,7 +674,7 @@ def Dropout(rate, mode="train"):
 
 def _plain_stateful(layer):
     init_fun, apply_fun = layer
-    if hasattr(init_fun, "stax_init_with_state"):
+    if hasattr(init_fun, "stax_init_with_state") and hasattr(apply_fun, "stax_apply_with_state"):
         return init_fun.stax_init_with_state, apply_fun.stax_apply_with_state
 
     def init_with_state(rng, input_shape):

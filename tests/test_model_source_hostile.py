@@ -93,3 +93,23 @@ def test_a_good_model_source_passes_preflight(tmp_path):
     path = _cfg(tmp_path, ["good"])
     (spec,) = preflight(load_config(path), path)
     assert spec.model == "my_good"
+
+
+def test_a_stax_init_paired_with_a_hand_written_apply_runs():
+    """A user's pair may take a combinator's ``init`` and write its own ``apply`` (it raised an
+    AttributeError naming stax's internals)."""
+    import jax
+    import jax.numpy as jnp
+
+    from models import stax
+
+    init, dense = stax.serial(stax.Dense(3))
+
+    def apply(params, x, **kw):
+        return 2.0 * dense(params, x)
+
+    s_init, s_apply = stax.stateful((init, apply))
+    _, params, state = s_init(jax.random.key(0), (2, 4))
+    x = jnp.ones((2, 4))
+    out, new = s_apply(params, state, x, train=True)
+    assert state == () and new == () and jnp.array_equal(out, 2.0 * dense(params, x))

@@ -57,8 +57,9 @@ def test_a_shard_that_shrinks_while_streamed_names_the_file(tmp_path):
 @pytest.mark.parametrize("text, why", [
     ("{not json", "not readable as JSON"),
     ("[1, 2]", "a JSON list, not an object"),
-    ('{"max_token_id": "255"}', "max_token_id '255' is not an integer >= 0"),
-    ('{"max_token_id": -1}', "max_token_id -1 is not an integer >= 0"),
+    ('{"max_token_id": "255"}', "max_token_id '255' is not an integer in [0, 2^32)"),
+    ('{"max_token_id": -1}', "max_token_id -1 is not an integer in [0, 2^32)"),
+    ('{"max_token_id": 4294967296}', "max_token_id 4294967296 is not an integer in [0, 2^32) (a shard"),
     ('{"bytes_per_token": 0}', "bytes_per_token 0 is not a positive number"),
 ])
 def test_a_damaged_sidecar_is_one_line_naming_it(tmp_path, text, why):
@@ -122,3 +123,28 @@ def test_validation_files_shorter_than_one_window_name_seq_len(tmp_path):
     with pytest.raises(TokensError, match="asked 10 validation tokens") as e:  # fewer than a window asked
         load_tokens(str(d), seq_len=SEQ, valid_tokens=10)
     assert e.value.key == "valid_tokens"
+
+
+def test_shards_of_mixed_formats_read_as_their_own_dtype(tmp_path):
+    d = tmp_path / "c"
+    d.mkdir()
+    toks = np.arange(600) % 256
+    write_shard(d / "x_train_000.bin", toks[:250])  # gpt2: uint16
+    write_shard(d / "x_train_001.bin", toks[250:500], "llama3")  # uint32
+    write_shard(d / "x_val_000.bin", toks[500:], "llama3")
+    for stream in (False, True):
+        ds = load_tokens(str(d), seq_len=SEQ, vocab_size=256, valid_tokens=50, stream=stream)
+        assert ds.source.startswith(f"token shards in {d} (gpt2+llama3, "), ds.source
+        w = 14  # tokens 224..240: spans the two formats' files
+        got = ds.stream.window(w)[:-1] if stream else ds.x_train[w]
+        assert np.array_equal(got, toks[w * SEQ:(w + 1) * SEQ])
+
+
+def test_tokenize_of_an_empty_file_names_it(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    r = runner.invoke(app, ["data", "tokenize", str(tmp_path / "empty.txt"), "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2
+    assert r.output.strip() == (f"tokenize: {tmp_path / 'empty.txt'}: 1 tokens (an end-of-text one per file "
+                                f"included) are too few to split into train and validation at "
+                                f"valid_fraction 0.1; give more text"), r.output
+    assert not (tmp_path / "o").exists()

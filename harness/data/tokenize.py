@@ -92,7 +92,10 @@ def tokenize_files(texts: Sequence[str | Path], out: str | Path, tokenizer: str 
     toks = np.asarray(ids, np.int64)
     n_val = round(len(toks) * valid_fraction)
     if n_val < 2 or len(toks) - n_val < 2:
-        raise ValueError(f"{len(toks)} tokens are too few to split into train and validation")
+        where = str(texts[0]) if len(texts) == 1 else f"{len(texts)} files"
+        raise ValueError(f"{where}: {len(toks)} tokens (an end-of-text one per file included) are too few "
+                         f"to split into train and validation at valid_fraction {valid_fraction}; give "
+                         f"more text")
     if int(toks.max()) > 65_535 and fmt != "llama3":
         if fmt == "nanogpt":
             raise ValueError(f"tokenizer {tokenizer!r} has ids above 65,535: nanoGPT's uint16 files "

@@ -101,8 +101,8 @@ def _sidecar(side: Path) -> dict:
     """The sidecar's contents (``{}``: no file), its numbers checked.
 
     Raises:
-      TokensError: not a JSON object, ``max_token_id`` not an integer >= 0, ``bytes_per_token``
-        not a positive number."""
+      TokensError: not a JSON object, ``max_token_id`` not an integer in [0, 2^32),
+        ``bytes_per_token`` not a positive number."""
     if not side.is_file():
         return {}
     fix = "fix or delete it (python -m harness data tokenize writes it)"
@@ -113,8 +113,9 @@ def _sidecar(side: Path) -> dict:
     if not isinstance(meta, dict):
         raise TokensError("", f"{side}: a JSON {type(meta).__name__}, not an object; {fix}")
     top = meta.get("max_token_id")
-    if top is not None and (type(top) is not int or top < 0):
-        raise TokensError("", f"{side}: max_token_id {top!r} is not an integer >= 0; {fix}")
+    if top is not None and (type(top) is not int or not 0 <= top < 2**32):
+        raise TokensError("", f"{side}: max_token_id {top!r} is not an integer in [0, 2^32) (a shard holds "
+                              f"uint16 or uint32 tokens); {fix}")
     bpt = meta.get("bytes_per_token")
     if bpt is not None and (type(bpt) not in (int, float) or not 0 < bpt < float("inf")):
         raise TokensError("", f"{side}: bytes_per_token {bpt!r} is not a positive number; {fix}")
@@ -257,9 +258,9 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
         if len(x) == 0:
             raise TokensError("seq_len", f"the {what} tokens of {c.root} hold no window of {seq_len + 1}")
     (xt, yt), (xs, ys), (xv, yv) = splits
-    tok = c.meta.get("tokenizer", "unknown tokenizer")
+    tok, fmts = c.meta.get("tokenizer", "unknown tokenizer"), "+".join(sorted({i.format for i in c.shards}))
     return Dataset(xt, yt, xs, ys, xv, yv, input_shape=(seq_len,), num_classes=vocab,
                    name=f"{TOKENS_PREFIX}{path}", task="sequence",
-                   source=f"token shards in {c.root} ({c.shards[0].format}, {tok})",
+                   source=f"token shards in {c.root} ({fmts}, {tok})",
                    license=str(c.meta.get("license", "")), stream=src if streamed else None,
                    bytes_per_token=c.meta.get("bytes_per_token"))

@@ -31,6 +31,7 @@ from harness.core import names
 from harness.core.spec import TrialSpec
 from harness.orchestrate.reproduce_checks import (
     ReproduceError,
+    check_data,
     check_scratch,
     replayed_stop,
     stopped_at,
@@ -179,8 +180,8 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
 
     Raises:
       ReproduceError: no FINISHED run of the trial, its recorded spec or source does not hash to its
-        id, or the subprocess training on the stored pool ended without writing its run (its last
-        line of output, and the log's path, in the message).
+        id, its data is unreadable or changed, or the subprocess training on the stored pool ended
+        without writing its run (its last line of output and the log's path in the message).
       ValueError: ``threads`` is neither ``"stored"`` nor ``"here"``; its subclass
         :class:`harness.core.filters.BadIdError`: ``trial_id`` is not 16 hexadecimal digits.
       harness.tracking.store_errors.TrackingUnavailableError: a store cannot be opened.
@@ -199,7 +200,7 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
     folder = Path(scratch) if scratch is not None else Path(tempfile.mkdtemp(prefix="harness-reproduce-"))
     check_scratch(folder, uri)  # never written beside the stored runs
     folder.mkdir(parents=True, exist_ok=True)
-    spec = _stored_spec(client, run, trial_id, folder)
+    check_data(spec := _stored_spec(client, run, trial_id, folder))  # before any training
     stored_pool = _count(run.data.tags.get(names.TAG_XLA_CPU_THREADS))
     here = _pool_here()
     sub = stored_pool if threads == "stored" and stored_pool and here and here != stored_pool else None

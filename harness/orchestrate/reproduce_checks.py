@@ -11,7 +11,7 @@ from typing import Any
 from harness.core import names
 from harness.core.spec import TrialSpec
 
-__all__ = ["ReproduceError", "check_scratch", "replayed_stop", "stopped_at", "stored_spec"]
+__all__ = ["ReproduceError", "check_data", "check_scratch", "replayed_stop", "stopped_at", "stored_spec"]
 
 
 class ReproduceError(LookupError):
@@ -23,6 +23,29 @@ class ReproduceError(LookupError):
 #: The run tag whose presence makes a SQLite file a sweep's store (the scratch store has none).
 _PARENTS_SQL = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
                 "WHERE t.key = ? AND t.value = ? LIMIT 1")
+
+
+def check_data(spec: TrialSpec) -> None:
+    """The trial's data (a dataset kind with a content digest, ``tokens:PATH``) is readable here and
+    is the data it trained on.
+
+    Raises:
+      ReproduceError: the data cannot be read (the kind's reason), or its digest differs.
+    """
+    from harness.data.kinds import kind_of
+
+    found = kind_of(spec.dataset)
+    if not spec.dataset_digest or found is None:
+        return
+    try:
+        now = found[0].digest(found[1], spec.hparams("dataset"))
+    except (OSError, ValueError) as e:
+        raise ReproduceError(f"dataset {spec.dataset!r} of trial {spec.trial_id} cannot be read here: "
+                             f"{e}") from None
+    if now != spec.dataset_digest:
+        raise ReproduceError(f"dataset {spec.dataset!r} is not the data trial {spec.trial_id} trained on "
+                             f"(content digest {spec.dataset_digest}, now {now}); restore that data to "
+                             f"reproduce it")
 
 
 def check_scratch(folder: Path, uri: str) -> None:
