@@ -9,7 +9,7 @@ import pytest
 from harness.core.spec import TrialSpec
 from harness.data.kinds import dataset_digest
 from harness.data.shards import write_shard
-from harness.sweep.reproduce_checks import ReproduceError, check_data
+from harness.orchestrate.reproduce_checks import ReproduceError, check_data
 
 
 def _spec(name: str, digest: str) -> TrialSpec:

@@ -114,9 +114,8 @@ def model_key(s, ds) -> tuple:
 
 
 def _opt_keys(s, mkey: tuple) -> list[tuple]:
-    """What an optimizer is traced once per, with its schedule (as the trainer builds it) and,
-    only when that fails, alone (which of the two failed), on model ``mkey``'s parameters; none for
-    an AlgoPerf submission (imported and its API checked instead: :func:`submission_problem`)."""
+    """What an optimizer is traced once per on model ``mkey``'s parameters: with its schedule, and
+    alone only when that fails; none for an AlgoPerf submission (:func:`submission_problem`)."""
     if s.optimizer_api == "algoperf":
         return []
     ohp = hp_key({k: v for k, v in s.hparams("optimizer").items() if k != "step_size"})
