@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.config import limits, search
-from harness.config.echo import short_repr
 from harness.config.errors import key_text
 from harness.config.numbers import is_finite, is_num, quoted_hint
 from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig
 from harness.config.values import hparam_count, hparam_values
+from harness.core.echo import short_repr
 from harness.core.registry import REQUIRED, HParam, did_you_mean, lookup
 from harness.data.kinds import kind_of
 

@@ -8,7 +8,8 @@ bookkeeping (:mod:`~harness.train.track`), the vmap-or-sequence decision (:mod:`
 devices and meshes (:mod:`~harness.train.parallel`), augmentation (:mod:`~harness.train.augment`), the
 throughput protocol (:mod:`~harness.train.timing`, :mod:`~harness.train.perf`) and mid-trial checkpoints
 (:mod:`~harness.train.checkpoint`, :mod:`~harness.train.checkpoint_state`). May import
-:mod:`harness.core`, :mod:`harness.config`, :mod:`harness.data`, ``models`` and ``optimizers``; never
-MLflow, the tracking store or any higher layer (plan, tracking, execute, sweep, cli). Inside, the arrows
+:mod:`harness.core`, :mod:`harness.data`, ``models`` and ``optimizers``; never the config (a
+trial's sources become builders through :mod:`harness.core.source_builders`), MLflow, the tracking
+store or any higher layer (plan, tracking, execute, sweep, cli). Inside, the arrows
 are ``build → recipe → program → (perf, batching) → loop``; ``checkpoint_state → checkpoint → loop``.
 """
