@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.config.echo import MAX_ECHO, short_repr
 from harness.config.limits import plan_size
 from harness.config.load import ConfigError, load_config, parse_config
 from harness.config.yamlsafe import YamlConfigError, load_yaml_text
+from harness.core.echo import MAX_ECHO, short_repr
 from harness.plan.expansion import expand, sweep_id_of
 
 ROOT = Path(__file__).resolve().parents[1]

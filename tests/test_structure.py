@@ -330,6 +330,19 @@ def test_config_imports_neither_the_executors_nor_the_worker():
     assert "harness.core.builders" in mods
 
 
+def test_train_never_imports_config():
+    """The trainer builds a trial from its spec alone: a source's builder, the checkpoint cadence, the
+    augment keys and the ``HARNESS_*`` switches come from :mod:`harness.core`, never from
+    :mod:`harness.config` (imports inside functions count)."""
+    mods = walk()
+    train = [m for n, m in mods.items() if n == "harness.trainer" or n.startswith("harness.train.")
+             or n == "harness.train"]
+    assert len(train) > 20
+    found = [f"{m.path}:{i.line} -> {i.target}" for m in train for i in m.imports
+             if i.target == "harness.config" or i.target.startswith("harness.config.")]
+    assert found == []
+
+
 def test_report_version_comes_from_the_distribution_metadata():
     import harness
     from reports.html import harness_version

@@ -1,16 +1,15 @@
 """Sweep configs: from a YAML file to a validated :class:`SweepConfig`, before any work or write.
 
-Owns, low to high: a user's value in a message (``echo``), what a number is (``numbers``), the
-bounded YAML reader (``yamlsafe``), the strict number fields (``fields``), search
-distributions and their sampling (``search``), hyperparameter grid values (``values``), the limits
-(``limits``), the ``checkpoint_every`` cadence (``cadence``), the ``augment`` keys (``augment``),
-config errors and the rewording of pydantic's (``errors``), the pydantic schema (``schema``), the
-registries a config is checked against (``registries``), one entry against its builder
-(``hparams``), the workload registry and its split of a config into parts (``workloads``), the
-update step's recipe keys (``recipe_keys``), a budget as steps (``token_budget``), the
-validation of a whole config (``validate``) and loading (``load``: ``load_config``,
-``parse_config``). May import :mod:`harness.core`, :mod:`harness.data`, ``models`` and
-``optimizers``; never the trainer, the planner, the tracking store, the executors or the sweep.
+Owns, low to high: what a number is (``numbers``), the bounded YAML reader (``yamlsafe``), the
+strict number fields (``fields``), search distributions and their sampling (``search``),
+hyperparameter grid values (``values``), the limits (``limits``), config errors and the rewording of
+pydantic's (``errors``), the pydantic schema (``schema``), the registries a config is checked
+against (``registries``), one entry against its builder (``hparams``), the workload registry and its
+split of a config into parts (``workloads``), the update step's recipe keys (``recipe_keys``), a
+budget as steps (``token_budget``), the validation of a whole config (``validate``) and loading
+(``load``: ``load_config``, ``parse_config``). May import :mod:`harness.core`, :mod:`harness.data`,
+``models`` and ``optimizers``; never the trainer, the planner, the tracking store, the executors or
+the sweep.
 """
 
 _LAZY = {"load_config": "load", "parse_config": "load", "ConfigError": "errors", "SweepConfig": "schema"}

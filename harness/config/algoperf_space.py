@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.config.echo import short_repr
 from harness.config.numbers import is_num
+from harness.core.echo import short_repr
 from harness.core.finite import finite
 
 __all__ = ["SCALINGS", "load_algoperf_space", "points_from_algoperf", "search_space_from_algoperf"]

@@ -5,7 +5,7 @@ config, before anything is read from or written to a store.
 Each variable and what it takes (empty counts as unset):
 
 - ``HARNESS_CHECKPOINT_EVERY``: a ``checkpoint_every`` cadence that overrides the config's
-  (:func:`harness.config.cadence.parse_every`: ``500``, ``"500 steps"``, ``"90s"``, ``"10min"``, ``off``).
+  (:func:`harness.core.cadence.parse_every`: ``500``, ``"500 steps"``, ``"90s"``, ``"10min"``, ``off``).
 - ``HARNESS_CHECKPOINT_DIR``, ``HARNESS_CACHE_DIR``, ``HARNESS_SPOOL_DIR``: a folder that is there or
   can be made (its nearest existing ancestor a writable folder); the checkpoint root may also be
   a URL Orbax writes (``gs://...``), which is not checked here.
@@ -20,35 +20,42 @@ Each variable and what it takes (empty counts as unset):
 
 ``HARNESS_DEVICE_IDS`` needs JAX's device list: the executor checks it, also before any write
 (:meth:`harness.execute.executors.Executor.validate`). A refused value is one line naming the
-variable, its value (at most :data:`harness.config.echo.MAX_ECHO` characters) and what is valid:
+variable, its value (at most :data:`harness.core.echo.MAX_ECHO` characters) and what is valid:
 :class:`EnvSettingError`, which the ``sweep`` command prints as ``error: LINE`` with exit 2.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness.config.cadence import parse_every
-from harness.config.echo import short_repr
 from harness.config.errors import ConfigError
+from harness.core import env_switches
 from harness.core.cache_files import CACHE_ENV
+from harness.core.cadence import parse_every
+from harness.core.env_switches import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_EVERY,
+    COMPILE_CACHE,
+    COMPILE_CACHE_MAX_BYTES,
+    DEFAULT_MAX_BYTES,
+    MAX_BYTES,
+    MIN_BYTES,
+    OFF,
+    ON,
+    shown,
+)
 from harness.core.xla_threads import ENV as XLA_CPU_THREADS
 from harness.core.xla_threads import threads_setting
 
 __all__ = ["BATCH", "CACHE_DIR", "CHECKPOINT_DIR", "CHECKPOINT_EVERY", "CLAIMS", "COMPILE_CACHE",
-           "COMPILE_CACHE_MAX_BYTES", "SPOOL_DIR", "SQLITE_WAL", "STORE_TEMPLATE", "XLA_CPU_THREADS",
-           "EnvSettingError",
+           "COMPILE_CACHE_MAX_BYTES", "DEFAULT_MAX_BYTES", "MAX_BYTES", "MIN_BYTES", "OFF", "ON",
+           "SPOOL_DIR", "SQLITE_WAL", "STORE_TEMPLATE", "XLA_CPU_THREADS", "EnvSettingError",
            "check_environment", "compile_cache_max_bytes", "problems", "switch"]
 
-CHECKPOINT_EVERY = "HARNESS_CHECKPOINT_EVERY"
-CHECKPOINT_DIR = "HARNESS_CHECKPOINT_DIR"
 CACHE_DIR = CACHE_ENV
 SPOOL_DIR = "HARNESS_SPOOL_DIR"
-COMPILE_CACHE = "HARNESS_COMPILE_CACHE"
-COMPILE_CACHE_MAX_BYTES = "HARNESS_COMPILE_CACHE_MAX_BYTES"
 STORE_TEMPLATE = "HARNESS_STORE_TEMPLATE"
 #: On (the default): a SQLite store is written in WAL mode with ``synchronous=NORMAL``
 #: (:func:`harness.tracking.client.client_for`); off for a store on a file system without shared
@@ -57,15 +64,10 @@ SQLITE_WAL = "HARNESS_SQLITE_WAL"
 BATCH = "HARNESS_BATCH"
 CLAIMS = "HARNESS_CLAIMS"
 
-ON = ("", "1", "on", "true", "yes")
-OFF = ("0", "off", "false", "no")
 #: ``HARNESS_BATCH``'s values (the same tuples as :mod:`harness.train.batching`'s; a test pins them).
 BATCH_ALWAYS = ("always", "1", "true", "yes")
 BATCH_NEVER = ("never", "0", "false", "no")
 BATCH_AUTO = ("", "auto")
-DEFAULT_MAX_BYTES = 2 << 30
-MIN_BYTES = 1 << 20  # below this no program fits: the cache would evict everything it writes
-MAX_BYTES = 2**50
 
 
 class EnvSettingError(ConfigError):
@@ -76,46 +78,29 @@ def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 
 
-def _shown(name: str, raw: str) -> str:
-    return f"{name}={short_repr(raw)}"
-
-
 def switch(name: str, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the on/off variable ``name`` is on (unset is on).
+    """Whether the on/off variable ``name`` is on (:func:`harness.core.env_switches.switch`).
 
     Raises:
       EnvSettingError: neither on (1, on, true, yes) nor off (0, off, false, no).
     """
-    raw = _env(environ).get(name, "")
-    value = raw.strip().lower()
-    if value not in ON + OFF:
-        raise EnvSettingError([f"{_shown(name, raw)} is neither on (1, on, true, yes) nor off "
-                               f"(0, off, false, no)"])
-    return value in ON
+    try:
+        return env_switches.switch(name, environ)
+    except ValueError as e:
+        raise EnvSettingError([str(e)]) from None
 
 
 def compile_cache_max_bytes(environ: Mapping[str, str] | None = None) -> int:
-    """``HARNESS_COMPILE_CACHE_MAX_BYTES`` as an int (default 2 GiB).
+    """``HARNESS_COMPILE_CACHE_MAX_BYTES`` as an int
+    (:func:`harness.core.env_switches.compile_cache_max_bytes`).
 
     Raises:
       EnvSettingError: not a number, not positive, or outside [1 MiB, 1 PiB].
     """
-    raw = _env(environ).get(COMPILE_CACHE_MAX_BYTES, "").strip()
-    if not raw:
-        return DEFAULT_MAX_BYTES
     try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    shown = _shown(COMPILE_CACHE_MAX_BYTES, raw)
-    if math.isnan(value):
-        raise EnvSettingError([f"{shown} is not a number of bytes (e.g. 2e9)"])
-    if not value > 0:
-        raise EnvSettingError([f"{shown} must be positive; to turn the cache off set {COMPILE_CACHE}=0"])
-    if not MIN_BYTES <= value <= MAX_BYTES:  # inf, 1e400 (OverflowError in int()), 1.5 bytes
-        raise EnvSettingError([f"{shown} must be between 1 MiB ({MIN_BYTES}) and 1 PiB ({MAX_BYTES}) "
-                               f"bytes, e.g. 2e9"])
-    return int(value)
+        return env_switches.compile_cache_max_bytes(environ)
+    except ValueError as e:
+        raise EnvSettingError([str(e)]) from None
 
 
 def _folder_problem(name: str, raw: str) -> str | None:
@@ -123,19 +108,19 @@ def _folder_problem(name: str, raw: str) -> str | None:
     or be creatable (its nearest existing ancestor a writable folder)."""
     if name == CHECKPOINT_DIR and "://" in raw:
         return None  # a URL Orbax writes (gs://...): not checked here
-    shown = _shown(name, raw)
+    at = shown(name, raw)
     valid = "give a writable folder (or one that can be created), or unset it"
     path = Path(raw).expanduser().absolute()
     probe = path
     while not probe.exists() and probe != probe.parent:
         if probe.is_symlink():
-            return f"{shown}: {probe} is a symbolic link to nothing; {valid}"
+            return f"{at}: {probe} is a symbolic link to nothing; {valid}"
         probe = probe.parent
     if not probe.is_dir():
         what = f"{path} is not a folder" if probe == path else f"{probe} is a file, not a folder"
-        return f"{shown}: {what}; {valid}"
+        return f"{at}: {what}; {valid}"
     if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{shown}: {probe} is not writable; {valid}"
+        return f"{at}: {probe} is not writable; {valid}"
     return None
 
 
@@ -147,7 +132,7 @@ def problems(environ: Mapping[str, str] | None = None) -> list[str]:
         try:
             parse_every(raw)
         except ValueError:
-            lines.append(f"{_shown(CHECKPOINT_EVERY, raw)} is not a checkpoint cadence: use a number of "
+            lines.append(f"{shown(CHECKPOINT_EVERY, raw)} is not a checkpoint cadence: use a number of "
                          f"steps (500 or '500 steps'), a time ('90s', '10min', '1h'), or 'off'")
     for name in (CHECKPOINT_DIR, CACHE_DIR, SPOOL_DIR):
         if (raw := env.get(name, "")) and (line := _folder_problem(name, raw)):
@@ -160,11 +145,11 @@ def problems(environ: Mapping[str, str] | None = None) -> list[str]:
             lines.extend(e.errors)
     raw = env.get(BATCH, "")
     if raw.strip().lower() not in BATCH_ALWAYS + BATCH_NEVER + BATCH_AUTO:
-        lines.append(f"{_shown(BATCH, raw)} is none of always (1, true, yes), never (0, false, no) "
+        lines.append(f"{shown(BATCH, raw)} is none of always (1, true, yes), never (0, false, no) "
                      f"or auto (unset: measured)")
     raw = env.get(CLAIMS, "")
     if raw not in ("", "0", "1"):
-        lines.append(f"{_shown(CLAIMS, raw)} is neither 1 (per-trial claims, the default) nor 0 (off)")
+        lines.append(f"{shown(CLAIMS, raw)} is neither 1 (per-trial claims, the default) nor 0 (off)")
     try:
         threads_setting(env)
     except ValueError as e:

@@ -5,7 +5,7 @@ mean" where one is close); :class:`ConfigError` carries them all (at most 50 lin
 characters). :func:`format_pydantic` turns a pydantic ``ValidationError`` of the schema
 (:mod:`harness.config.schema`) into such lines: an unknown key names the valid keys, a section that
 must be a mapping says so, a user's value is echoed in at most 200 characters
-(:func:`harness.config.echo.short_repr`).
+(:func:`harness.core.echo.short_repr`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from harness.config.echo import short_repr
 from harness.core.builders import did_you_mean
+from harness.core.echo import short_repr
 
 __all__ = ["ConfigError", "UsageError", "format_pydantic", "key_path_of", "key_text", "loc_path"]
 

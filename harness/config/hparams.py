@@ -19,13 +19,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.config import limits, search
-from harness.config.echo import short_repr
 from harness.config.errors import key_text
 from harness.config.numbers import is_num, quoted_hint
 from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig
 from harness.config.values import hparam_count, hparam_values
 from harness.core.builders import REQUIRED, HParam, did_you_mean, lookup
+from harness.core.echo import short_repr
 from harness.core.finite import finite
 from harness.data.kinds import kind_of
 

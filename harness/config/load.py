@@ -28,7 +28,7 @@ A config is loaded in four steps, all before any trial runs and before anything 
 Every problem becomes one line ``FILE: KEY.PATH: message`` (with the valid choices and a
 "did you mean" where one is close), and all lines are raised together as one
 :class:`~harness.config.errors.ConfigError` (at most 50 lines of at most 1,000 characters; a user's
-value is echoed in at most 200 characters, :func:`harness.config.echo.short_repr`).
+value is echoed in at most 200 characters, :func:`harness.core.echo.short_repr`).
 
 Schema (``experiments/quickstart.yaml`` is a complete example)::
 

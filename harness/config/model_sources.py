@@ -18,72 +18,21 @@ pre-flight builds it on every dataset before any write, like a zoo model; its di
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 from harness.config.source_entries import resolve_entries
-from harness.core.builders import did_you_mean
-from harness.core.source import SourceError, SourceRef, bounded, load_module, parse_source, source_of
+from harness.core.source import SourceError, SourceRef, bounded, parse_source, source_of
+from harness.core.source_builders import model_source_builder as core_model_source_builder
 
 __all__ = ["model_source_builder", "resolve_model_sources", "sourced_model_params"]
 
-INJECTED = ("input_shape", "num_classes")
-
-
-def _factory(ref: SourceRef) -> Callable:
-    mod = load_module(ref)
-    fn = getattr(mod, ref.function, None)
-    where = ref.filename if ref.is_file else f"module {ref.target!r}"
-    if fn is None:
-        names = sorted(n for n, v in vars(mod).items() if callable(v) and not n.startswith("_"))
-        raise SourceError(f"source {ref.text!r}: {where} has no {ref.function!r}"
-                          f"{did_you_mean(ref.function, names)}")
-    if not callable(fn) or inspect.isclass(fn):
-        raise SourceError(f"source {ref.text!r}: {ref.function!r} in {where} is not a function "
-                          f"returning a model")
-    return fn
-
-
-@functools.lru_cache(maxsize=64)
-def _cached(ref: SourceRef, name: str) -> Callable:
-    from models.custom import as_model
-
-    fn = _factory(ref)
-    sig = inspect.signature(fn)
-    takes = {k for k in INJECTED if k in sig.parameters}
-    takes_any = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-    hps = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for k, p in sig.parameters.items()
-           if k not in INJECTED and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-    def builder(*, input_shape, num_classes=None, **hp):
-        given = {"input_shape": tuple(input_shape), "num_classes": num_classes}
-        kw = {k: v for k, v in given.items() if k in takes or takes_any}
-        obj = fn(**kw, **hp)
-        try:
-            return as_model(obj, name=name, input_shape=tuple(input_shape), hparams=dict(hp))
-        except ValueError as e:
-            raise ValueError(f"{ref.function} (source {ref.text!r}): {e}") from None
-
-    injected = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=None) for k in INJECTED]
-    builder.__signature__ = inspect.Signature(injected + hps)  # type: ignore[attr-defined]
-    builder.__doc__ = fn.__doc__
-    builder.__name__ = name
-    return builder
-
 
 def model_source_builder(ref: SourceRef, name: str, limit_s: float | None = None) -> Callable:
-    """The zoo-style builder ``builder(*, input_shape, num_classes, **hparams) -> ModelDef`` of
-    ``ref`` (cached per source and digest); ``limit_s``: seconds the import may take (bounded as
-    an optimizer's source; ``None`` in a worker).
+    """:func:`harness.core.source_builders.model_source_builder` with ``models.custom.as_model``."""
+    from models.custom import as_model
 
-    Raises:
-      SourceError: the module cannot be imported; the function is missing or not a function.
-    """
-    if limit_s is not None:
-        load_module(ref, limit_s)
-    return _cached(ref, name)
+    return core_model_source_builder(ref, name, as_model, limit_s)
 
 
 def _outputs_wanted(task: str, input_shape: tuple, num_classes: int | None) -> tuple:

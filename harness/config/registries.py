@@ -8,22 +8,11 @@ out what the harness injects.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from harness.core.builders import INJECTED, HParam, hyperparameters
+from harness.core.builders import INJECTED, HParam, Registries, hyperparameters
 
 __all__ = ["Registries", "builder_hparams", "default_registries"]
-
-
-@dataclass
-class Registries:
-    """The four name → builder registries the validator checks against (injectable in tests)."""
-
-    models: Mapping[str, Callable]
-    optimizers: Mapping[str, Callable]
-    schedules: Mapping[str, Callable]
-    datasets: Mapping[str, Callable]
 
 
 def default_registries() -> Registries:

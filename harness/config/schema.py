@@ -28,8 +28,6 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from harness.config import limits
-from harness.config.cadence import parse_every
-from harness.config.echo import short_repr
 from harness.config.errors import key_text
 from harness.config.fields import Float, Int, Strict
 from harness.config.ladder_schema import LadderCfg
@@ -37,7 +35,9 @@ from harness.config.search_schema import SearchCfg
 from harness.config.sections import DivergenceCfg, ParallelismCfg, ParamGroupCfg
 from harness.config.values import hparam_count, hparam_values, log_grid_args
 from harness.core.builders import did_you_mean
+from harness.core.cadence import parse_every
 from harness.core.clock import CLOCKS, DEFAULT_CLOCK
+from harness.core.echo import short_repr
 from harness.core.names import SCORING_RULES, canonical_metric
 from harness.core.selection_rule import DEFAULT_SELECT_BY, SELECT_BY
 from harness.core.source import DEFAULT_TIMEOUT_S

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
-from harness.config.echo import short_repr
 from harness.config.fields import Float, Strict, strict_int
+from harness.core.echo import short_repr
 
 __all__ = ["DivergenceCfg", "ParallelismCfg", "ParamGroupCfg"]
 

@@ -14,15 +14,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config import search
-from harness.config.augment_keys import validate_augment
-from harness.config.echo import short_repr
 from harness.config.errors import ConfigError, key_text
 from harness.config.hparams import check_component, entry_builder
 from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig, WorkloadEntry
 from harness.config.values import hparam_count
 from harness.config.workloads import WORKLOADS
+from harness.core.augment_keys import validate_augment
 from harness.core.builders import did_you_mean, known_executors, lookup
+from harness.core.echo import short_repr
 
 __all__ = ["validate_names"]
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config import search
-from harness.config.echo import short_repr
 from harness.config.numbers import is_num
+from harness.core.echo import short_repr
 from harness.core.finite import finite
 
 __all__ = ["hparam_count", "hparam_values", "log_grid_args"]

@@ -22,7 +22,7 @@ and, where known, the line. Compared with ``yaml.safe_load`` it:
   default, requires a dot, so ``3e-3`` was the string ``'3e-3'``). Everything else resolves as in
   ``yaml.safe_load`` (YAML 1.1 booleans ``yes``/``no``/``on``/``off`` included).
 
-Error messages echo a user's value with :func:`harness.config.echo.short_repr` (at most 200
+Error messages echo a user's value with :func:`harness.core.echo.short_repr` (at most 200
 characters).
 
 No jax, pydantic or MLflow import: this runs before anything else.
@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from harness.config.echo import short_repr
+from harness.core.echo import short_repr
 
 #: Largest config file accepted, in bytes.
 MAX_FILE_BYTES = 1 << 20

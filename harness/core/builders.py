@@ -106,6 +106,17 @@ def lookup(registry: Mapping[str, Callable], name: str, kind: str) -> Callable:
         ) from None
 
 
+@dataclass
+class Registries:
+    """The four name → builder registries (models, optimizers, schedules, datasets) that configs are
+    checked against and trials are built from."""
+
+    models: Mapping[str, Callable]
+    optimizers: Mapping[str, Callable]
+    schedules: Mapping[str, Callable]
+    datasets: Mapping[str, Callable]
+
+
 #: Executors by name: a factory ``(**opts) -> Executor``, or for the built-ins the
 #: ``"module:attribute"`` of one, imported only when an executor is built
 #: (:func:`harness.execute.executors.get_executor`);

@@ -143,7 +143,7 @@ def _check_console(console: Any) -> None:
     from rich.console import Console
 
     if console is not None and not isinstance(console, Console):
-        from harness.config.echo import short_repr
+        from harness.core.echo import short_repr
 
         raise UsageError(f"console: must be a rich.console.Console (None: stdout), got "
                          f"{type(console).__name__} {short_repr(console)}", "console")

@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from harness.config.augment_keys import AUGMENT_KEYS, validate_augment
+from harness.core.augment_keys import AUGMENT_KEYS, validate_augment
 
 __all__ = ["AUGMENT_KEYS", "AUGMENT_STREAM", "make_augment", "validate_augment"]
 
@@ -38,7 +38,7 @@ def make_augment(hparams: Mapping[str, Any]) -> Callable[[jax.Array, jax.Array],
     asks for nothing (no crop, no flip).
 
     Raises:
-      ValueError: see :func:`harness.config.augment_keys.validate_augment`.
+      ValueError: see :func:`harness.core.augment_keys.validate_augment`.
     """
     hp = validate_augment(hparams)
     pad, flip = int(hp["crop_pad"]), bool(hp["flip"])

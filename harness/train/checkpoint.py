@@ -33,9 +33,9 @@ another node then starts that unit over, still correctly). Inside the root:
 ``<experiment id>/<unit key>/<step>/`` where the unit key is 16 hex of SHA-256 of the unit's ordered
 trial ids and its vmapped width: a checkpoint resumes only exactly the program that wrote it.
 
-Cadence (:func:`harness.config.cadence.parse_every`): ``checkpoint_every`` is a number of steps
+Cadence (:func:`harness.core.cadence.parse_every`): ``checkpoint_every`` is a number of steps
 (``500`` or ``"500 steps"``) or wall-clock time (``"90s"``, ``"10min"``, ``"1h"``), or ``off``. The
-default :data:`harness.config.cadence.DEFAULT_EVERY`
+default :data:`harness.core.cadence.DEFAULT_EVERY`
 is one minute of wall-clock since the unit started, so trials under a minute never write one, and
 never sooner than :data:`ADAPTIVE_FACTOR` times the last save's duration (a model whose save takes
 2 s is checkpointed every 200 s): the default costs under ~1% of training for any model size. The
@@ -67,8 +67,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.config import environment
-from harness.config.cadence import Cadence, parse_every
+from harness.core import env_switches
+from harness.core.cadence import Cadence, parse_every
 from harness.train.checkpoint_state import (
     flatten_state,
     jsonable,
@@ -85,10 +85,10 @@ ADAPTIVE_FACTOR = 100.0
 #: Checkpoints kept per unit (the newest; an older one is a fallback if the newest cannot be read).
 MAX_TO_KEEP = 2
 FORMAT = 1
-#: The cadence and root overrides; checked with the config, before any write
-#: (:mod:`harness.config.environment`).
-ENV_EVERY = environment.CHECKPOINT_EVERY
-ENV_DIR = environment.CHECKPOINT_DIR
+#: The cadence and root overrides (:mod:`harness.core.env_switches`); the config loader refuses a
+#: bad value before any write.
+ENV_EVERY = env_switches.CHECKPOINT_EVERY
+ENV_DIR = env_switches.CHECKPOINT_DIR
 
 
 def chunk_end(step: int) -> None:

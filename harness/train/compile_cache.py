@@ -30,16 +30,16 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import environment
+from harness.core import env_switches
 from harness.core.cache_files import cache_dir
 
 __all__ = ["CACHE_ENV", "MAX_BYTES_ENV", "CacheCounts", "active", "cache_counts", "cache_path", "enable"]
 
 #: Set to ``0``/``off``/``false``/``no`` to compile everything afresh (no persistent cache).
-CACHE_ENV = environment.COMPILE_CACHE
+CACHE_ENV = env_switches.COMPILE_CACHE
 #: Size bound of the cache folder in bytes (least recently used entries are evicted above it).
-MAX_BYTES_ENV = environment.COMPILE_CACHE_MAX_BYTES
-DEFAULT_MAX_BYTES = environment.DEFAULT_MAX_BYTES
+MAX_BYTES_ENV = env_switches.COMPILE_CACHE_MAX_BYTES
+DEFAULT_MAX_BYTES = env_switches.DEFAULT_MAX_BYTES
 _JAX_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
@@ -61,17 +61,17 @@ def enable(enabled: bool = True) -> str | None:
       The cache folder in use (the user's own if one was configured), or ``None`` when off.
 
     Raises:
-      harness.config.environment.EnvSettingError (a ``ValueError``): ``HARNESS_COMPILE_CACHE`` is
+      ValueError: ``HARNESS_COMPILE_CACHE`` is
         neither on nor off, or ``HARNESS_COMPILE_CACHE_MAX_BYTES`` is not a number of bytes in
         [1 MiB, 1 PiB] (a sweep's config loading refuses both first).
     """
     import jax
 
     _listen()
-    on = environment.switch(CACHE_ENV)  # the rules: harness.config.environment
+    on = env_switches.switch(CACHE_ENV)
     if not enabled or not on:
         return None
-    limit = environment.compile_cache_max_bytes()
+    limit = env_switches.compile_cache_max_bytes()
     own = os.environ.get(_JAX_DIR_ENV) or jax.config.jax_compilation_cache_dir
     if own:
         return str(own)

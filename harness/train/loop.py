@@ -93,11 +93,12 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   sizes of a sweep run one after another compile once; ``compile_seconds`` is the compile time a
   call actually spent (0.0 when everything was cached). The optimizer's own ``init_fn`` runs
   eagerly.
-* **AlgoPerf submissions** (``spec.optimizer_api == "algoperf"``, a ``source: "algoperf:PATH.py"``):
-  :func:`run_trial` hands the trial to :func:`harness.train.algoperf.runner.run_algoperf_trial`,
-  AlgoPerf's per-step Python loop (``data_selection`` → ``update_params``, the submission's own
-  jit) on the same initial parameters, data order, evaluation, divergence and target rules; never
-  vmapped (:func:`should_batch` is False for them).
+* **Update rules.** :class:`TrialLoop` is the one loop (evaluation points, rungs, checkpoints,
+  progress, the test split); what updates the state is an :class:`UpdateRule`: the compiled
+  K-step chunk (:class:`~harness.train.program_rule.ProgramRule`), or for an AlgoPerf submission
+  (``spec.optimizer_api == "algoperf"``) :class:`~harness.train.algoperf.runner.AlgoPerfRule`, one
+  ``data_selection`` → ``update_params`` step per chunk (checkpoints offered after every step) on
+  the same initial parameters, data order, evaluation, divergence and target rules; never vmapped.
 * **Throughput** (``measure_perf``, :mod:`harness.train.perf`): :func:`harness.train.timing.measure`
   of the single-trial one-step function on a fixed batch (state donated), once per
   ``(spec.perf_key(), device kind)`` (plus the resolved device count on a mesh) through
@@ -115,184 +116,127 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from harness.core import interrupt
 from harness.core.spec import TrialResult, TrialSpec
 from harness.data.sources import Dataset, load_dataset
-from harness.train import batching, compile_cache, parallel
-from harness.train.build import trial_step_size
+from harness.train import batching, compile_cache
 from harness.train.checkpoint import TrainCheckpoints
-from harness.train.cpu_clock import cpu_snapshot, work_cpu_s
 from harness.train.perf import TrainClock, measure_trial_perf
-from harness.train.program import TrainingProgram, TrainState, program_for
-from harness.train.streaming import StreamFeed
+from harness.train.program_rule import ProgramRule
 from harness.train.track import TrialTrack, eval_points
 
-__all__ = ["Gate", "run_trial", "run_trials_batched", "should_batch"]
+__all__ = ["Gate", "TrialLoop", "UpdateRule", "run_trial", "run_trials_batched", "should_batch"]
 
 #: ``gate(spec, rung step, rung value) -> reason to stop, or None to go on`` (early stopping).
 Gate = Callable[[TrialSpec, int, float], "str | None"]
 
 
-class _UnitRun:
-    """One work unit (a trial, or ``T`` trials under ``jax.vmap``) while it trains: the program, the
-    mesh layout, the (stacked) state, the per-trial tracks, the clock and the compile seconds.
-    ``width`` is the vmapped width (``T``, padded to the mesh for ``shard: trials``; ``None`` for a
-    trial trained alone).
+class UpdateRule(Protocol):
+    """The seam between the loop and what updates the state: a compiled program
+    (:class:`~harness.train.program_rule.ProgramRule`) or an AlgoPerf submission
+    (:class:`~harness.train.algoperf.runner.AlgoPerfRule`). ``compile_s`` counts its compile seconds;
+    ``max_chunk`` caps the steps of one :meth:`run` (``None``: ``spec.steps_per_dispatch``)."""
 
-    Each method does one step of :func:`_train`; together they are the method of the module
-    docstring."""
+    compile_s: float
+    max_chunk: int | None
 
-    def __init__(self, specs: Sequence[TrialSpec], batched: bool, ds: Dataset,
-                 checkpoints: TrainCheckpoints | None):
-        self.specs, self.spec0, self.ds, self.ck = specs, specs[0], ds, checkpoints
-        self.prog: TrainingProgram = program_for(self.spec0, ds)
-        self.entry = self.prog.entry
-        self.width = len(specs) if batched else None
-        self.layout = self._layout()
-        self.compile_s = 0.0
-        self.train_s = self.eval_s = 0.0  # this invocation's dispatch / evaluation seconds
+    def run(self, step: int, n: int, next_n: int) -> tuple[np.ndarray, float] | None:
+        """``n`` updates from ``step``: train losses ``(T, n)`` (before each update) and the seconds
+        counted; ``None`` when training is complete (nothing updated)."""
+
+    def before_eval(self, step: int) -> None:
+        """Called before each validation evaluation."""
+
+    def evaluate(self, split: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``(loss (T,), {metric: (T,)})`` of the current state on ``"valid"`` or ``"test"``."""
+
+    def on_eval(self, step: int, loss: float, metrics: dict[str, float]) -> None:
+        """Called with each validation result (the first trial's)."""
+
+    def checkpoint_state(self) -> Any:
+        """The state a checkpoint saves (the template it restores into)."""
+
+    def params_fn(self, state: Any) -> Any:
+        """The training parameters of ``state``."""
+
+    def restore(self, state: Any, step: int, wall: float) -> None:
+        """Continue from a restored ``state`` at ``step``, ``wall`` seconds."""
+
+    def resumed(self, tracks: Sequence[TrialTrack]) -> None:
+        """Called once the tracks were restored from a checkpoint."""
+
+
+class TrialLoop:
+    """One work unit's life (one trial, or ``T`` trials under ``jax.vmap``): steps, the wall clock,
+    the per-trial tracks, evaluation points, rungs, checkpoints and progress, around ``rule``.
+
+    Each method does one step of :meth:`train`; together they are the method of the module docstring."""
+
+    def __init__(self, specs: Sequence[TrialSpec], rule: UpdateRule, checkpoints: TrainCheckpoints | None,
+                 tracks: list[TrialTrack] | None = None):
+        self.specs, self.spec0, self.rule, self.ck = specs, specs[0], rule, checkpoints
         self.step, self.wall = 0, 0.0
-        self.dispatch_step_s: list[float] = []  # seconds per step of each dispatch (the perf check)
-        self.dispatch_cpu_s: list[float] = []  # CPU seconds per step of each dispatch (the same)
-        self.tracks = [TrialTrack(s) for s in specs]
-        (self.x_train, self.y_train, self.x_valid, self.y_valid,
-         self.x_test, self.y_test) = self.entry.placed(self.layout)
-        self.params_fn = self.prog.params if self.width is None else jax.vmap(self.prog.params)
-        self.state = self._initial_state()
-        if self.width is None:  # the optimizer built once per unit, not at every evaluation (its
-            # step size is the state's, which no update changes)
-            opt = self.prog.make_opt(self.state.step_size)
-            self.params_fn = lambda st: opt.params_fn(st.opt_state)
-        # the optimizer's evaluation parameters (None: evaluate at params_fn's), compiled up front
-        self.eval_params_exe, dt = self.prog.get_eval_params(self.width, self.state, layout=self.layout)
-        self.compile_s += dt
-        self._eval_exe(self._params(), self.x_valid, self.y_valid)  # compiled up front
-        self.feed = None  # a streamed training split: its windows, prefetched (harness.train.streaming)
-        if ds.stream is not None:
-            self.feed = StreamFeed(self.prog, specs, self.width, ds.stream, self.layout)
-
-    # -- set-up ------------------------------------------------------------------------------------
-
-    def _layout(self) -> parallel.Layout | None:
-        """The mesh layout (:mod:`harness.train.parallel`; ``None`` = the one-device path); pads
-        ``T`` for ``shard: trials`` with copies of the last trial, whose results are dropped."""
-        s = self.spec0
-        layout = None if s.devices == 1 else parallel.layout_for(
-            s.devices, s.shard, batch_size=s.batch_size, num_trials=self.width)
-        if layout is not None and layout.axis == "trials":
-            self.width = layout.pad(self.width)
-        return layout
-
-    def place(self, tree: Any) -> Any:
-        """``tree`` on the state's sharding (replicated for ``batch``, split for ``trials``)."""
-        if self.layout is None:
-            return tree
-        lay = self.layout
-        return jax.device_put(tree, lay.replicated if lay.axis == "batch" else lay.split)
-
-    def _initial_state(self) -> TrainState:
-        """Each trial initialised exactly as alone (same executable), then stacked (and padded)."""
-        states = []
-        for s in self.specs:
-            st, dt = self.prog.init_seeded(s.seed, trial_step_size(s, self.prog.opt_builder))
-            states.append(st)
-            self.compile_s += dt
-        if self.width is not None:
-            states.extend([states[-1]] * (self.width - len(states)))
-        state = states[0] if self.width is None else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *states)
-        return self.place(state)
-
-    # -- evaluation --------------------------------------------------------------------------------
-
-    def _params(self) -> Any:
-        """The parameters to evaluate the current state at (stacked for a vmapped unit), on the
-        state's sharding: the optimizer's evaluation parameters where it has them, else the
-        training iterate (``params_fn``, which everything else uses)."""
-        if self.eval_params_exe is not None:
-            return self.eval_params_exe(self.state)
-        return self.place(self.params_fn(self.state))
-
-    def _eval_exe(self, params: Any, x: jax.Array, y: jax.Array) -> Any:
-        """The compiled evaluation of a split of ``x``'s size (its compile seconds counted)."""
-        exe, dt = self.entry.get("eval", self.width, params, self.state.model_state, x, y, layout=self.layout)
-        self.compile_s += dt
-        return exe
-
-    def _evaluate(self, x: jax.Array, y: jax.Array) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Per-trial ``(loss (T,), {metric: (T,)})`` (float64) of the current state on one split."""
-        t0, c0 = time.perf_counter(), self.compile_s
-        params = self._params()
-        loss, mets = self._eval_exe(params, x, y)(params, self.state.model_state, x, y)
-        out = (np.atleast_1d(np.asarray(loss, np.float64)),
-               {k: np.atleast_1d(np.asarray(v, np.float64)) for k, v in mets.items()})
-        self.eval_s += time.perf_counter() - t0 - (self.compile_s - c0)  # its compile is compile_s's
-        return out
-
-    def record_eval(self) -> None:
-        """Evaluate the validation split now and add the row to every active trial."""
-        loss, mets = self._evaluate(self.x_valid, self.y_valid)
-        for j, tr in enumerate(self.tracks):
-            if tr.active:
-                tr.add_eval(self.step, self.wall, float(loss[j]), {k: float(v[j]) for k, v in mets.items()})
-
-    def record_test(self) -> None:
-        """The test split, once, after the last step, for the trials that did not diverge."""
-        if all(tr.diverged_step is not None or tr.stopped_step is not None for tr in self.tracks):
-            return
-        loss, mets = self._evaluate(self.x_test, self.y_test)
-        for j, tr in enumerate(self.tracks):
-            if tr.diverged_step is None and tr.stopped_step is None:
-                tr.test_loss = float(loss[j])
-                tr.test_metrics = {k: float(v[j]) for k, v in mets.items()}
-
-    # -- training ----------------------------------------------------------------------------------
+        self.eval_s = 0.0  # this invocation's evaluation seconds (their compile excluded)
+        self.tracks = tracks if tracks is not None else [TrialTrack(s) for s in specs]
 
     @property
     def active(self) -> bool:
         return any(tr.active for tr in self.tracks)
 
-    def run_chunk(self, n: int, next_n: int = 0) -> None:
-        """``n`` updates in one compiled dispatch; their train rows go to the active trials.
-        ``next_n``: the updates of the next chunk (a streamed split reads them meanwhile)."""
-        start = np.int32(self.step)  # (a NumPy scalar: jnp.int32 was an eager device_put, ~0.3 ms)
-        if self.layout is not None:
-            start = jax.device_put(start, self.layout.replicated)
-        x, y = self.x_train, self.y_train
-        if self.feed is not None:
-            x, y = self.feed.batches(self.step, n, next_n)
-            exe, dt = self.feed.executable(self.state, start, x, y)
-        else:
-            exe, dt = self.prog.get_chunk(self.width, n, self.state, start, x, y, layout=self.layout)
-        self.compile_s += dt
-        c0 = cpu_snapshot()
-        t0 = time.perf_counter()
-        self.state, losses = exe(self.state, start, x, y)
-        losses = np.asarray(losses, np.float64).reshape(-1, n)
-        dt = time.perf_counter() - t0
-        self.dispatch_cpu_s.append(work_cpu_s(c0, cpu_snapshot()) / n)
+    def _evaluate(self, split: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        t0, c0 = time.perf_counter(), self.rule.compile_s
+        out = self.rule.evaluate(split)
+        self.eval_s += time.perf_counter() - t0 - (self.rule.compile_s - c0)  # its compile is compile_s's
+        return out
+
+    def record_eval(self) -> None:
+        """Evaluate the validation split now and add the row to every active trial."""
+        self.rule.before_eval(self.step)
+        loss, mets = self._evaluate("valid")
+        for j, tr in enumerate(self.tracks):
+            if tr.active:
+                tr.add_eval(self.step, self.wall, float(loss[j]), {k: float(v[j]) for k, v in mets.items()})
+        self.rule.on_eval(self.step, float(loss[0]), {k: float(v[0]) for k, v in mets.items()})
+
+    def record_test(self) -> None:
+        """The test split, once, after the last step, for the trials that did not diverge."""
+        if all(tr.diverged_step is not None or tr.stopped_step is not None for tr in self.tracks):
+            return
+        loss, mets = self._evaluate("test")
+        for j, tr in enumerate(self.tracks):
+            if tr.diverged_step is None and tr.stopped_step is None:
+                tr.test_loss = float(loss[j])
+                tr.test_metrics = {k: float(v[j]) for k, v in mets.items()}
+
+    def run_chunk(self, n: int, next_n: int = 0) -> bool:
+        """``n`` updates; their train rows go to the active trials. False: the rule declared
+        training complete (nothing was updated)."""
+        out = self.rule.run(self.step, n, next_n)
+        if out is None:
+            return False
+        losses, dt = out
         for j, tr in enumerate(self.tracks):
             if tr.active:
                 tr.add_train(self.step, self.wall, dt, losses[j])
         self.step += n
         self.wall += dt
-        self.train_s += dt
-        self.dispatch_step_s.append(dt / n)
+        return True
 
     def resume(self) -> bool:
         """Resume from the unit's newest checkpoint (``done`` returned: nothing left to train), else
         record the evaluation at step 0."""
-        resumed = self.ck.restore(self.state, self.tracks, self.params_fn) if self.ck is not None else None
-        if resumed is None:
+        rule = self.rule
+        got = self.ck.restore(rule.checkpoint_state(), self.tracks, rule.params_fn) if self.ck else None
+        if got is None:
             self.record_eval()
             return False
-        state, self.step, self.wall, done = resumed
-        self.state = self.place(state)
+        state, self.step, self.wall, done = got
+        rule.restore(state, self.step, self.wall)
+        rule.resumed(self.tracks)
         return done
 
     def at_rung(self, gate: Gate | None) -> None:
@@ -305,75 +249,51 @@ class _UnitRun:
                 if why:
                     tr.stop(self.step, why)
 
+    def _offer(self, done: bool | None = None) -> None:
+        if self.ck is not None:
+            kw = {} if done is None else {"done": done}
+            self.ck.after_chunk(self.step, self.wall, self.rule.checkpoint_state(), self.tracks,
+                                self.rule.params_fn, **kw)
+
     def train(self, on_progress: Callable[[int, int], None] | None, gate: Gate | None = None) -> None:
         """Chunks of at most ``K`` steps that end at every evaluation point (rung steps included),
         an evaluation at each point, the rung decisions, checkpoints at chunk ends; stops early
-        when every trial has diverged or been stopped."""
+        when every trial has diverged or been stopped, or when the rule says training is complete
+        (then one last evaluation unless this step has one)."""
         steps, K = self.spec0.steps, self.spec0.steps_per_dispatch
         if K < 1:
             raise ValueError(f"steps_per_dispatch must be >= 1, got {K}")
-        ck = self.ck
-        done = self.resume()
+        cap = self.rule.max_chunk or K
+        done, complete = self.resume(), False
         rungs = sorted({r for tr in self.tracks for r in tr.rung_steps()})
         for seg_end in [] if done else eval_points(steps, self.spec0.eval_every, rungs):
             if seg_end <= self.step:  # resumed past it
                 continue
             while self.step < seg_end:
-                n = min(K, seg_end - self.step)
-                self.run_chunk(n, min(K, steps - self.step - n))
+                n = min(K, cap, seg_end - self.step)
+                if not self.run_chunk(n, min(K, cap, steps - self.step - n)):
+                    complete = True
+                    break
                 interrupt.check()  # a Ctrl-C lost in a garbage-collection callback (sweep only)
-                if on_progress is not None:
+                if on_progress is not None and (n == K or self.step % K == 0 or self.step == seg_end):
                     on_progress(self.step, steps)
                 if not self.active:
                     break
-                if ck is not None and self.step < seg_end:
-                    ck.after_chunk(self.step, self.wall, self.state, self.tracks, self.params_fn)
-            if not self.active:
+                if self.step < seg_end:
+                    self._offer()
+            if complete or not self.active:
                 break
             self.record_eval()
             self.at_rung(gate)
-            if ck is not None:
-                ck.after_chunk(self.step, self.wall, self.state, self.tracks, self.params_fn,
-                               done=self.step >= steps or not self.active)
+            self._offer(done=self.step >= steps or not self.active)
             if not self.active:
                 break
-        if ck is not None:
-            ck.finish(self.step, self.wall, self.state, self.tracks, self.params_fn)
-
-    # -- results -----------------------------------------------------------------------------------
-
-    def clipped_fractions(self) -> list[float | None]:
-        """Per trial, the fraction of its updates ``grad_clip`` clipped (None without ``grad_clip``)."""
-        counts = self.prog.clipped_counts(self.state)
-        if counts is None or self.step == 0:
-            return [None] * len(self.tracks)
-        c = np.atleast_1d(np.asarray(jax.device_get(counts)))
-        return [float(c[i if self.width else 0]) / self.step for i in range(len(self.tracks))]
-
-    def extra(self, batched: bool) -> dict[str, Any]:
-        """``TrialResult.extra`` of each trial (a fresh dict per call)."""
-        lay, ck, ds = self.layout, self.ck, self.ds
-        return {"batched": len(self.specs) if batched else 1,
-                **({"mesh": lay.label, "num_devices": lay.num_devices,
-                    "padded_trials": (self.width or 1) - len(self.specs)} if lay is not None else {}),
-                "eval_batch": self.entry.eval_batch,
-                **({"eval_params": True} if self.eval_params_exe is not None else {}),
-                **{k: float(getattr(ds, k)) for k in ("loss_floor", "entropy_rate")
-                   if getattr(ds, k, None) is not None},
-                **({"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,
-                                   "save_s": ck.save_seconds}} if ck is not None else {}),
-                **({"data_wait_s": self.feed.wait_s, "data_read_s": self.feed.read_s}
-                   if self.feed is not None else {}),
-                **({"lm": _lm_extra(ds)} if ds.task == "sequence" else {})}
-
-
-def _lm_extra(ds: Dataset) -> dict[str, Any]:
-    """A sequence dataset's bytes per token (``None``: unknown) and token counts per split
-    (``TrialResult.extra["lm"]``)."""
-    n_train = ds.stream.num_windows if ds.stream is not None else ds.num_train
-    T = ds.input_shape[0]
-    return {"bytes_per_token": ds.bytes_per_token,
-            "tokens": {"train": n_train * T, "valid": ds.num_valid * T, "test": ds.num_test * T}}
+        evals = self.tracks[0].curves.eval_step
+        if complete and self.active and not (evals and evals[-1] == self.step):
+            self.record_eval()
+        if self.ck is not None:
+            rule = self.rule
+            self.ck.finish(self.step, self.wall, rule.checkpoint_state(), self.tracks, rule.params_fn)
 
 
 def _check_batch(specs: Sequence[TrialSpec]) -> None:
@@ -385,6 +305,14 @@ def _check_batch(specs: Sequence[TrialSpec]) -> None:
                          "and optimizer.step_size; it cannot share a batch")
 
 
+def _checkpoint_extra(ck: TrainCheckpoints | None) -> dict[str, Any]:
+    """``extra["checkpoint"]``: from which step the unit resumed, how many it wrote, their seconds."""
+    if ck is None:
+        return {}
+    return {"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,
+                           "save_s": ck.save_seconds}}
+
+
 def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, perf_cache: dict | None,
            measure_perf: bool, on_progress: Callable[[int, int], None] | None,
            checkpoints: TrainCheckpoints | None = None, gate: Gate | None = None) -> list[TrialResult]:
@@ -392,30 +320,46 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     cache0 = compile_cache.cache_counts()
     spec0 = specs[0]
     ds = dataset if dataset is not None else load_dataset(spec0.dataset, **spec0.hparams("dataset"))
-    run = _UnitRun(specs, batched, ds, checkpoints)
+    rule = ProgramRule(specs, batched, ds)
+    run = TrialLoop(specs, rule, checkpoints)
     try:
         run.train(on_progress, gate)
     finally:
-        if run.feed is not None:
-            run.feed.close()
+        rule.close()
     run.record_test()
-    clock = TrainClock(run.wall, run.step, run.width or 1, run.dispatch_step_s,  # checks the step time
-                       run.dispatch_cpu_s)
+    clock = TrainClock(run.wall, run.step, rule.width or 1, rule.dispatch_step_s,  # checks the step time
+                       rule.dispatch_cpu_s)
     t_perf = time.perf_counter()
-    perf = measure_trial_perf(run.prog, spec0, perf_cache, clock) if measure_perf else None
+    perf = measure_trial_perf(rule.prog, spec0, perf_cache, clock) if measure_perf else None
     perf_s = time.perf_counter() - t_perf if measure_perf else 0.0
     # the unit's clocks, divided between its trials (harness.core.budget): their sum is the unit's
     n = len(specs)
-    times = {"compile": run.compile_s / n, "train": run.train_s / n, "eval": run.eval_s / n,
+    times = {"compile": rule.compile_s / n, "train": rule.train_s / n, "eval": run.eval_s / n,
              "throughput": perf_s / n}
     cache = compile_cache.cache_counts() - cache0
     # no counts without a cache: "0 compiled" would read as "everything loaded"
     counts = {"compile_cache": {"hits": cache.hits, "misses": cache.misses}} if compile_cache.active() else {}
-    clipped = run.clipped_fractions()
-    return [tr.result(perf=perf, compile_s=run.compile_s,
-                      extra={**run.extra(batched), **counts, "time": dict(times),
-                             **({"clipped_fraction": f} if f is not None else {})})
+    clipped = rule.clipped_fractions(run.step, len(run.tracks))
+
+    def extra(f: float | None) -> dict[str, Any]:  # a fresh dict per trial
+        return {**rule.extra(batched), **_checkpoint_extra(checkpoints), **rule.extra_after(), **counts,
+                "time": dict(times), **({"clipped_fraction": f} if f is not None else {})}
+
+    return [tr.result(perf=perf, compile_s=rule.compile_s, extra=extra(f))
             for tr, f in zip(run.tracks, clipped, strict=True)]
+
+
+def _train_algoperf(spec: TrialSpec, dataset: Dataset | None, perf_cache: dict | None, measure_perf: bool,
+                    on_progress: Callable[[int, int], None] | None, checkpoints: TrainCheckpoints | None,
+                    gate: Gate | None) -> TrialResult:
+    from harness.train.algoperf.runner import AlgoPerfRule
+
+    ds = dataset if dataset is not None else load_dataset(spec.dataset, **spec.hparams("dataset"))
+    rule = AlgoPerfRule(spec, ds)
+    run = TrialLoop([spec], rule, checkpoints, tracks=[rule.track])
+    run.train(on_progress, gate)
+    run.record_test()
+    return rule.result(run.tracks[0], checkpoints, perf_cache, measure_perf)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -449,11 +393,8 @@ def run_trial(spec: TrialSpec, *, dataset: Dataset | None = None, perf_cache: di
       KeyError: unknown model/optimizer/schedule/dataset name. Any exception from building or
         training propagates (the caller records the trial as failed).
     """
-    if spec.optimizer_api == "algoperf":  # an AlgoPerf submission: its own per-step loop
-        from harness.train.algoperf.runner import run_algoperf_trial
-
-        return run_algoperf_trial(spec, dataset=dataset, checkpoints=checkpoints, on_progress=on_progress,
-                                  perf_cache=perf_cache, measure_perf=measure_perf)
+    if spec.optimizer_api == "algoperf":  # an AlgoPerf submission: its update rule, one step a chunk
+        return _train_algoperf(spec, dataset, perf_cache, measure_perf, on_progress, checkpoints, gate)
     return _train([spec], False, dataset, perf_cache, measure_perf, on_progress, checkpoints, gate)[0]
 
 

@@ -18,9 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness.config.optimizer_sources import registries_for
-from harness.config.registries import default_registries
-from harness.core.builders import lookup
+from harness.core.builders import Registries, lookup
+from harness.core.source_builders import registries_for
 from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
 from harness.train.augment import AUGMENT_STREAM, make_augment
@@ -35,10 +34,11 @@ from harness.train.recipe import (
     recipe_of,
 )
 from models import stax
+from models.custom import as_model
 
 __all__ = ["ENTRIES", "INSPECT_BATCH", "ORDERS", "PROGRAMS", "PROGRAM_CACHE_SIZE", "TrainState",
-           "TrainingProgram", "batch_order", "model_entry", "order_program", "program_for",
-           "trial_model"]
+           "TrainingProgram", "batch_order", "default_registries", "model_entry", "order_program",
+           "program_for", "trial_model", "trial_registries"]
 
 #: Model entries and programs kept per process (the most recently used of each kind).
 PROGRAM_CACHE_SIZE = 16
@@ -368,6 +368,22 @@ def _cached(cache: collections.OrderedDict, key: tuple, make: Callable[[], Any])
     return obj
 
 
+def default_registries() -> Registries:
+    """The registries trials are built from: ``models.zoo.MODELS``, ``optimizers.OPTIMIZERS``,
+    ``optimizers.SCHEDULES``, :data:`harness.data.sources.DATASETS` (tests replace this)."""
+    from harness.data.sources import DATASETS
+    from models.zoo import MODELS
+    from optimizers import OPTIMIZERS, SCHEDULES
+
+    return Registries(MODELS, OPTIMIZERS, SCHEDULES, DATASETS)
+
+
+def trial_registries(spec: TrialSpec) -> Registries:
+    """:func:`default_registries` plus the builders of the sources ``spec`` carries
+    (:func:`harness.core.source_builders.registries_for`)."""
+    return registries_for(spec, default_registries(), as_model)
+
+
 def _entry(spec: TrialSpec, ds: Dataset, reg: Any) -> tuple[tuple, ModelEntry]:
     """The key and the (cached) :class:`ModelEntry` of ``spec``'s model on ``ds``."""
     ekey = (spec.model, spec.model_hparams, spec.dtype, id(ds),
@@ -378,7 +394,7 @@ def _entry(spec: TrialSpec, ds: Dataset, reg: Any) -> tuple[tuple, ModelEntry]:
 def model_entry(spec: TrialSpec, ds: Dataset) -> ModelEntry:
     """The (cached) :class:`ModelEntry` of ``spec``'s model on ``ds``, the one :func:`program_for`
     builds its program on (an AlgoPerf trial, which has no program, uses it alone)."""
-    return _entry(spec, ds, registries_for(spec, default_registries()))[1]
+    return _entry(spec, ds, trial_registries(spec))[1]
 
 
 def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
@@ -388,7 +404,7 @@ def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
       KeyError: unknown model, optimizer or schedule name. ValueError: a batch larger than the
         training split.
     """
-    reg = registries_for(spec, default_registries())
+    reg = trial_registries(spec)
     ekey, entry = _entry(spec, ds, reg)
     opt_hp = tuple((k, v) for k, v in spec.optimizer_hparams if k != "step_size")
     pkey = (*ekey, spec.batch_size, spec.optimizer, opt_hp, spec.schedule, spec.schedule_hparams, spec.steps,
@@ -406,4 +422,4 @@ def program_for(spec: TrialSpec, ds: Dataset) -> TrainingProgram:
 def trial_model(spec: TrialSpec, ds: Dataset) -> Any:
     """``spec``'s model on ``ds`` from the same registries as :func:`program_for` (nothing compiled,
     no data on the device)."""
-    return build_model(spec, ds, registries_for(spec, default_registries()).models)
+    return build_model(spec, ds, trial_registries(spec).models)

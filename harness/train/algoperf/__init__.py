@@ -7,8 +7,8 @@
 * :mod:`.workload`: a harness model on its dataset as an AlgoPerf ``Workload``; the input queue in
   the native trainer's data order.
 * :mod:`.state`: the trial's state in the form the trainer's checkpoints take.
-* :mod:`.runner`: :func:`~.runner.run_algoperf_trial`, AlgoPerf's per-step loop with the harness's
-  evaluation, bookkeeping, clock and checkpoints (``harness.train.loop.run_trial`` dispatches to it).
+* :mod:`.runner`: :class:`~.runner.AlgoPerfRule`, a submission as an update rule of
+  :class:`harness.train.loop.TrialLoop` (which owns evaluation, checkpoints and the clock).
 
 Importing this package imports nothing (so ``harness.train.loop`` stays light).
 """

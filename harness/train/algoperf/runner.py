@@ -1,64 +1,32 @@
-"""Training one trial whose optimizer is an AlgoPerf submission: AlgoPerf's per-step loop on the
-harness's workloads, with the harness's evaluation, bookkeeping, checkpoints and clock.
-
-:func:`run_algoperf_trial` (``harness.train.loop.run_trial`` dispatches here when
-``spec.optimizer_api == "algoperf"``) does what AlgoPerf's ``submission_runner.train_once`` does,
-in a Python loop, one update per iteration:
+"""An AlgoPerf submission as an update rule of the one training loop
+(:class:`harness.train.loop.TrialLoop`): :class:`AlgoPerfRule` turns its ``init_optimizer_state``,
+``data_selection`` / ``update_params`` and ``prepare_for_eval`` into the loop's seam; the loop owns
+evaluation points, checkpoints, divergence, targets, progress and the test evaluation.
 
 * **Set-up.** The submission is loaded (:func:`~harness.train.algoperf.submission.load_submission`);
-  the model on its dataset is a :class:`~harness.train.build.ModelEntry` (its compiled init and
-  evaluation) seen through :func:`~harness.train.algoperf.workload.make_workload`. Keys: as the
-  native trainer, ``split(PRNGKey(seed), 3)`` = (init, data order, dropout): the same initial
-  parameters and data order; the update ``rng`` of step ``i`` is ``fold_in(dropout key, i)`` (the
-  native trainer's dropout key of that step); ``init_optimizer_state``, ``data_selection`` and
+  the model is the native trainer's :class:`~harness.train.build.ModelEntry` seen through
+  :func:`~harness.train.algoperf.workload.make_workload`. Keys: ``split(PRNGKey(seed), 3)`` =
+  (init, data order, dropout), as the native trainer; step ``i``'s update ``rng`` is
+  ``fold_in(dropout key, i)``; ``init_optimizer_state``, ``data_selection`` and
   ``prepare_for_eval`` get keys of their own (``fold_in(PRNGKey(seed), AUX_STREAM)`` derived).
-  ``hyperparameters`` is a namedtuple of ``spec.hparams("optimizer")`` (fields = the names).
-* **Batch size.** ``get_batch_size(workload_name)`` when it returns one for the name (``None``,
-  ``KeyError``, ``ValueError``, ``NotImplementedError``: the spec's ``batch_size``);
-  ``extra["batch_size"]`` and ``extra["batch_size_source"]`` (``"submission"`` or ``"workload"``).
-* **A step.** ``data_selection(workload, input_queue, ...)`` (the queue yields the native trainer's
-  batches, :class:`~harness.train.algoperf.workload.InputQueue`), then ``update_params(...)``, its
-  outputs waited for (``jax.block_until_ready``). ``train_state`` is passed when the function takes
-  it. ``spec.TrainingCompleteError`` ends training (a final evaluation follows).
-* **Train loss.** AlgoPerf's ``update_params`` does not return its loss, so the harness computes the
-  loss of the step's batch at the parameters before the update, with a small jitted forward pass
-  in training mode and the step's rng (exactly the native trainer's per-step loss); it is not part of
-  ``wall_s``. Divergence and targets: :class:`~harness.train.track.TrialTrack`, as for native trials.
-* **Evaluation** on the validation split at step 0, every ``eval_every`` steps and at the end, and
-  on the test split once at the end, with the harness's compiled evaluation (``entry.evaluate``):
-  the same metrics as a native trial. Before each, ``prepare_for_eval`` (when the submission has one)
-  returns ``(optimizer_state, params, model_state)``, evaluated **and kept** as the state training
-  continues from, as AlgoPerf's runner does. ``eval_results`` (passed to the submission) is the list
-  of ``(step, {"validation/loss": ..., "validation/accuracy": ...})`` so far.
-* **Clock.** ``wall_s`` counts update calls only (``update_params`` to its outputs ready), less the
-  time JAX spent tracing, lowering and compiling inside them (JAX's ``/jax/core/compile/*`` duration
-  events, :func:`compile_clock`): a submission's ``jax.jit`` compiles on its first call, and again
-  when its inputs' shardings change after it (measured with the example NAdamW: its second call
-  compiled again: 1.8 s after 2.6 s, the first parameters coming from the init
-  executable and the next from its own output). That time goes to ``compile_seconds``
-  (with the evaluation's and the loss's). Were no compile event seen, the whole first call counts
-  as compilation.
-* **Throughput** (``result.perf``): the protocol of :mod:`harness.train.timing` on the trial's own
-  update calls (compile excluded as above): the first call's compilation is ``compile_s``, the next
-  up to 3 calls are warm-up, the rest are timed (median, p10, p90); FLOPs per step are the
-  analytic ``3 × flops_per_example × B`` (XLA's count is not available: the submission compiles its
-  own step). Once per perf key via ``perf_cache``.
-* **Checkpoints** (a :class:`~harness.train.checkpoint.TrainCheckpoints`): the state in the form of
-  :mod:`harness.train.algoperf.state`, offered after every step (``after_chunk``; after the
-  evaluation at an evaluation point) and at the end; resume is bit-identical (tested).
-* **Bound.** Every call into the submission while it trains (``get_batch_size``,
-  ``init_optimizer_state``, ``data_selection``, ``update_params``, ``prepare_for_eval``) runs under
-  :func:`harness.core.source.bounded` with :func:`call_limit_s` seconds (600; a first
-  ``update_params`` compiles the submission's step): a call that does not return in time (a Python
-  loop, a sleep), ``os._exit``, a ``KeyboardInterrupt`` it raises or a change of directory raises a
-  ``SourceError`` that fails this trial alone; the sweep goes on. Timed in the main thread only
-  (the in-process executor's and each ``--jobs`` worker's); a computation stuck inside one C call
-  (an XLA loop that never ends) is not interrupted.
-* **Result.** ``extra["time"]``: the time budget's ``compile``, ``train`` (the counted update
-  seconds) and ``throughput`` seconds (:mod:`harness.core.budget`; evaluation is not timed apart).
-  ``extra["optimizer_api"] = "algoperf"`` (logged as ``optimizer.api``), the workload
-  name, the batch size and its source, whether ``prepare_for_eval`` ran, ``train_loss`` (how it was
-  computed), ``eval_batch`` and ``checkpoint``. One device only (``spec.devices`` must be 1).
+  ``hyperparameters``: a namedtuple of ``spec.hparams("optimizer")``.
+* **Batch size.** ``get_batch_size(workload_name)`` when it knows the name, else the spec's.
+* **A step** (one per :meth:`AlgoPerfRule.run`): ``data_selection`` (the native trainer's batches,
+  :class:`~harness.train.algoperf.workload.InputQueue`), the batch's train loss at the parameters
+  before the update (a jitted forward pass, not in ``wall_s``), ``update_params`` (``train_state``
+  when it takes one) waited for. ``spec.TrainingCompleteError`` ends training.
+* **Evaluation**: ``prepare_for_eval`` before each validation evaluation, its state kept;
+  ``eval_results`` is the list of ``(step, {"validation/loss": ...})`` so far.
+* **Clock.** ``wall_s`` counts update calls less the JAX compile time inside them
+  (:func:`compile_clock`); that goes to ``compile_seconds``.
+* **Throughput**: the trial's own update calls (first call's compile = ``compile_s``, 3 warm-up,
+  the rest timed), FLOPs ``3 × flops_per_example × B``.
+* **Bound.** Every call into the submission runs under :func:`harness.core.source.bounded` with
+  :func:`call_limit_s` seconds: an overrun, ``os._exit``, a ``KeyboardInterrupt`` or a change of
+  directory is a ``SourceError`` that fails this trial alone (main thread only).
+* **Result.** ``extra``: ``optimizer_api = "algoperf"``, the workload name, the batch size and its
+  source, ``prepare_for_eval``, ``train_loss``, ``eval_batch``, ``checkpoint`` and ``time``
+  (``compile``, ``train``, ``throughput``). One device only.
 """
 
 from __future__ import annotations
@@ -68,7 +36,7 @@ import inspect
 import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -77,7 +45,7 @@ import numpy as np
 
 from harness.core.source import SourceError, bounded, source_of
 from harness.core.spec import PerfResult, TrialResult, TrialSpec
-from harness.data.sources import Dataset, load_dataset
+from harness.data.sources import Dataset
 from harness.train import timing
 from harness.train.algoperf import state as ckstate
 from harness.train.algoperf.submission import (
@@ -91,10 +59,10 @@ from harness.train.build import ModelEntry
 from harness.train.checkpoint import TrainCheckpoints
 from harness.train.perf import perf_cache_key
 from harness.train.program import TrainState, model_entry
-from harness.train.track import TrialTrack, eval_points
+from harness.train.track import TrialTrack
 
-__all__ = ["AUX_STREAM", "CALL_LIMIT_S", "batch_size_of", "call_limit_s", "compile_clock", "entry_for",
-           "first_update", "hyperparameters_of", "run_algoperf_trial"]
+__all__ = ["AUX_STREAM", "CALL_LIMIT_S", "AlgoPerfRule", "batch_size_of", "call_limit_s", "compile_clock",
+           "entry_for", "first_update", "hyperparameters_of"]
 
 #: ``fold_in(PRNGKey(seed), AUX_STREAM)`` is the root of the keys the native trainer has no use for
 #: (``init_optimizer_state``: its fold 0; step ``i``'s ``data_selection`` and ``prepare_for_eval``:
@@ -162,10 +130,12 @@ def _block(tree: Any) -> None:
     jax.block_until_ready([x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array)])
 
 
-class _AlgoPerfRun:
-    """One AlgoPerf trial while it trains (module docstring)."""
+class AlgoPerfRule:
+    """One AlgoPerf trial's update rule (module docstring): ``run`` takes one step."""
 
-    def __init__(self, spec: TrialSpec, ds: Dataset, checkpoints: TrainCheckpoints | None):
+    max_chunk = 1
+
+    def __init__(self, spec: TrialSpec, ds: Dataset):
         ref = source_of(spec)
         if ref is None or ref.kind != "algoperf":
             raise ValueError(f"trial {spec.trial_id}: its optimizer is not an AlgoPerf submission "
@@ -173,7 +143,7 @@ class _AlgoPerfRun:
         if spec.devices != 1:
             raise ValueError(f"trial {spec.trial_id}: AlgoPerf submissions train on one device "
                              f"(parallelism.devices is {spec.devices!r})")
-        self.spec, self.ck = spec, checkpoints
+        self.spec = spec
         self.sub = load_submission(ref)
         self.name = submission_name(ref)
         self.file = ref.target
@@ -191,7 +161,7 @@ class _AlgoPerfRun:
                              f"training examples of {e.ds.name}")
         self.compile_s, self.step, self.wall = 0.0, 0, 0.0
         self.step_times: list[float] = []
-        self.track = TrialTrack(spec)
+        self.track = TrialTrack(spec)  # the loop's (``validation_goal_reached``)
         self.eval_results: list[tuple[int, dict[str, float]]] = []
         key = jax.random.PRNGKey(spec.seed)
         k_init, self.k_data, self.k_drop = jax.random.split(key, 3)
@@ -238,42 +208,6 @@ class _AlgoPerfRun:
             "accumulated_submission_time": self.wall, "accumulated_eval_time": 0.0,
             "accumulated_logging_time": 0.0, "last_eval_time": 0.0, "last_step_end_time": None})
 
-    def _ckpt_state(self) -> TrainState:
-        return ckstate.pack(self.optimizer_state, self.params, self.model_state, self.k_data,
-                            self.k_drop, self.queue.position)
-
-    def _params_fn(self, _state: Any) -> Any:
-        return self.params
-
-    # -- evaluation ----------------------------------------------------------------------------
-
-    def _evaluate(self, x: jax.Array, y: jax.Array) -> tuple[float, dict[str, float]]:
-        params = jax.tree.map(lambda p, s: jnp.asarray(p, s.dtype), self.params, self.like)
-        exe, dt = self.entry.get("eval", None, params, self.model_state, x, y)
-        self.compile_s += dt
-        loss, mets = exe(params, self.model_state, x, y)
-        return float(loss), {k: float(v) for k, v in mets.items()}
-
-    def record_eval(self, final: bool = False) -> None:
-        """``prepare_for_eval`` (its state kept), the validation split, and at the end the test split."""
-        if self.prepare is not None:
-            _, prep_rng, _ = self._step_keys(self.step)
-            with self._bounded("prepare_for_eval"):
-                out = self.prepare(
-                    workload=self.workload, current_param_container=self.params,
-                    current_params_types=self.workload.model_params_types,
-                    model_state=self.model_state, hyperparameters=self.hp,
-                    loss_type=self.workload.loss_type, optimizer_state=self.optimizer_state,
-                    eval_results=list(self.eval_results), global_step=self.step, rng=prep_rng)
-            self.optimizer_state, self.params, self.model_state = self._three(out, "prepare_for_eval")
-        e = self.entry
-        loss, mets = self._evaluate(e.x_valid, e.y_valid)
-        self.track.add_eval(self.step, self.wall, loss, mets)
-        self.eval_results.append((self.step, {"validation/loss": loss,
-                                              **{f"validation/{k}": v for k, v in mets.items()}}))
-        if final:
-            self.track.test_loss, self.track.test_metrics = self._evaluate(e.x_test, e.y_test)
-
     def _three(self, out: Any, fn: str) -> tuple[Any, Any, Any]:
         if not isinstance(out, tuple | list) or len(out) != 3:
             got = f"{len(out)} values" if isinstance(out, tuple | list) else type(out).__name__
@@ -281,15 +215,66 @@ class _AlgoPerfRun:
                             f"(optimizer_state, params, model_state)")
         return tuple(out)  # type: ignore[return-value]
 
-    # -- training ------------------------------------------------------------------------------
+    # -- the loop's seam -----------------------------------------------------------------------
 
-    def update(self) -> bool:
-        """One step: data selection, the train loss, ``update_params``; False when the submission
-        declared training complete (nothing was updated then)."""
-        sel_rng, _, upd_rng = self._step_keys(self.step)
+    def checkpoint_state(self) -> TrainState:
+        """The submission's state in the form of :mod:`harness.train.algoperf.state`."""
+        return ckstate.pack(self.optimizer_state, self.params, self.model_state, self.k_data,
+                            self.k_drop, self.queue.position)
+
+    def params_fn(self, _state: Any) -> Any:
+        return self.params
+
+    def restore(self, state: TrainState, step: int, wall: float) -> None:
+        """Continue from a checkpoint's state at ``step``."""
+        self.step, self.wall = step, wall
+        self.optimizer_state, self.params, self.model_state, self.queue.position = ckstate.unpack(
+            state, *self.fresh)
+
+    def resumed(self, tracks: Sequence[TrialTrack]) -> None:
+        """``eval_results`` rebuilt from the restored curves."""
+        c = tracks[0].curves
+        self.eval_results = [(s, {"validation/loss": lo, "validation/accuracy": a,
+                                  **{f"validation/{k}": v[j] for k, v in c.eval_metrics.items()}})
+                             for j, (s, lo, a) in enumerate(zip(c.eval_step, c.eval_loss, c.eval_accuracy,
+                                                                 strict=True))]
+
+    def before_eval(self, step: int) -> None:
+        """``prepare_for_eval`` (when the submission has one); its state is kept."""
+        if self.prepare is None:
+            return
+        _, prep_rng, _ = self._step_keys(step)
+        with self._bounded("prepare_for_eval"):
+            out = self.prepare(
+                workload=self.workload, current_param_container=self.params,
+                current_params_types=self.workload.model_params_types,
+                model_state=self.model_state, hyperparameters=self.hp,
+                loss_type=self.workload.loss_type, optimizer_state=self.optimizer_state,
+                eval_results=list(self.eval_results), global_step=step, rng=prep_rng)
+        self.optimizer_state, self.params, self.model_state = self._three(out, "prepare_for_eval")
+
+    def evaluate(self, split: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``(loss (1,), {metric: (1,)})`` on ``split`` with the harness's compiled evaluation."""
+        e = self.entry
+        x, y = (e.x_valid, e.y_valid) if split == "valid" else (e.x_test, e.y_test)
+        params = jax.tree.map(lambda p, s: jnp.asarray(p, s.dtype), self.params, self.like)
+        exe, dt = e.get("eval", None, params, self.model_state, x, y)
+        self.compile_s += dt
+        loss, mets = exe(params, self.model_state, x, y)
+        return np.array([float(loss)]), {k: np.array([float(v)]) for k, v in mets.items()}
+
+    def on_eval(self, step: int, loss: float, metrics: dict[str, float]) -> None:
+        self.eval_results.append((step, {"validation/loss": loss,
+                                         **{f"validation/{k}": v for k, v in metrics.items()}}))
+
+    def run(self, step: int, n: int = 1, next_n: int = 0) -> tuple[np.ndarray, float] | None:
+        """One step (``n`` is 1): data selection, the train loss, ``update_params``; ``None`` when
+        the submission declared training complete (nothing was updated then)."""
+        self.step = step
+        sel_rng, _, upd_rng = self._step_keys(step)
         with self._bounded("data_selection"):
             batch = self.sub.data_selection(self.workload, self.queue, self.optimizer_state,
-                                            self.params, self.model_state, self.hp, self.step, sel_rng)
+                                            self.params, self.model_state, self.hp, step, sel_rng)
         rng = upd_rng if self.entry.needs_rng else None
         c0 = compile_clock()
         loss = float(self._loss(self.params, self.model_state, batch, rng))
@@ -303,14 +288,13 @@ class _AlgoPerfRun:
                     current_params_types=self.workload.model_params_types,
                     model_state=self.model_state, hyperparameters=self.hp, batch=batch,
                     loss_type=self.workload.loss_type, optimizer_state=self.optimizer_state,
-                    eval_results=list(self.eval_results), global_step=self.step, rng=upd_rng, **kw)
+                    eval_results=list(self.eval_results), global_step=step, rng=upd_rng, **kw)
         except self.complete_error:
-            return False
+            return None
         self.optimizer_state, self.params, self.model_state = self._three(out, "update_params")
         _block((self.optimizer_state, self.params, self.model_state))
         dt = time.perf_counter() - t0
-        c2 = compile_clock()
-        compiling = c2 - c1
+        compiling = compile_clock() - c1
         if self.first_call and compiling == 0.0:  # no compile events seen: the whole first call
             compiling = dt
         counted = max(dt - compiling, 0.0)
@@ -319,58 +303,8 @@ class _AlgoPerfRun:
             self.first_compile_s = compiling
         self.first_call = False
         self.step_times.append(counted)
-        self.track.add_train(self.step, self.wall, counted, [loss])
-        self.step += 1
-        self.wall += counted
-        return True
-
-    def resume(self) -> bool:
-        """Resume from the newest checkpoint (``done`` returned), else evaluate at step 0."""
-        got = None
-        if self.ck is not None:
-            got = self.ck.restore(self._ckpt_state(), [self.track], self._params_fn)
-        if got is None:
-            self.record_eval()
-            return False
-        st, self.step, self.wall, done = got
-        self.optimizer_state, self.params, self.model_state, self.queue.position = ckstate.unpack(
-            st, *self.fresh)
-        c = self.track.curves
-        self.eval_results = [(s, {"validation/loss": lo, "validation/accuracy": a,
-                                  **{f"validation/{k}": v[j] for k, v in c.eval_metrics.items()}})
-                             for j, (s, lo, a) in enumerate(zip(c.eval_step, c.eval_loss, c.eval_accuracy,
-                                                                 strict=True))]
-        return done
-
-    def train(self, on_progress: Callable[[int, int], None] | None) -> None:
-        """Steps to ``spec.steps`` with an evaluation at every evaluation point (the last one with
-        the test split) and a checkpoint offer after each step; stops at divergence, or early when
-        the submission raises ``TrainingCompleteError`` (then one final evaluation)."""
-        spec, ck = self.spec, self.ck
-        steps, K = spec.steps, max(1, spec.steps_per_dispatch)
-        points = set(eval_points(steps, spec.eval_every))
-        done = self.resume()
-        while not done and self.step < steps:
-            if not self.update():
-                break
-            if on_progress is not None and (self.step % K == 0 or self.step in points):
-                on_progress(self.step, steps)
-            if not self.track.active:
-                break
-            if self.step in points:
-                self.record_eval(final=self.step >= steps)
-            if ck is not None:
-                ck.after_chunk(self.step, self.wall, self._ckpt_state(), [self.track], self._params_fn,
-                               done=self.step >= steps)
-        if self.track.active and self.track.test_loss is None:  # ended early by the submission
-            c = self.track.curves
-            if c.eval_step and c.eval_step[-1] == self.step:
-                e = self.entry
-                self.track.test_loss, self.track.test_metrics = self._evaluate(e.x_test, e.y_test)
-            else:
-                self.record_eval(final=True)
-        if ck is not None:
-            ck.finish(self.step, self.wall, self._ckpt_state(), [self.track], self._params_fn)
+        self.step, self.wall = step + 1, self.wall + counted
+        return np.array([[loss]]), counted
 
     # -- results -------------------------------------------------------------------------------
 
@@ -412,8 +346,8 @@ class _AlgoPerfRun:
             fpe = None
         return 3.0 * float(fpe) * self.batch_size if fpe else None
 
-    def extra(self) -> dict[str, Any]:
-        ck, ds = self.ck, self.entry.ds
+    def extra(self, ck: TrainCheckpoints | None) -> dict[str, Any]:
+        ds = self.entry.ds
         return {"batched": 1, "optimizer_api": "algoperf", "submission": self.name,
                 "workload_name": self.workload.workload_name, "batch_size": self.batch_size,
                 "batch_size_source": self.batch_source,
@@ -425,38 +359,25 @@ class _AlgoPerfRun:
                 **({"checkpoint": {"resumed_from_step": ck.resumed_from, "saves": ck.saves,
                                    "save_s": ck.save_seconds}} if ck is not None else {})}
 
+    def result(self, track: TrialTrack, ck: TrainCheckpoints | None, perf_cache: dict | None,
+               measure_perf: bool) -> TrialResult:
+        """The trial's :class:`TrialResult` once the loop has trained it (and evaluated the test split)."""
+        t_perf, perf = time.perf_counter(), None
+        if measure_perf:
+            perf = self.perf(perf_cache)
+        # the time budget (harness.core.budget): evaluation is not timed apart here (it is in "other")
+        times = {"compile": self.compile_s, "train": float(sum(self.step_times)),
+                 "throughput": time.perf_counter() - t_perf if measure_perf else 0.0}
+        return track.result(perf=perf, compile_s=self.compile_s, extra={**self.extra(ck), "time": times})
+
 
 def first_update(spec: TrialSpec, dataset: Dataset) -> None:
-    """Build trial ``spec`` as :func:`run_algoperf_trial` does (nothing written, no checkpoints) and
-    take its first update: what the pre-flight runs so that an error inside the submission's
+    """Build trial ``spec`` as the loop does (nothing written, no checkpoints) and take its first
+    update: what the pre-flight runs so that an error inside the submission's
     ``init_optimizer_state``, ``data_selection`` or ``update_params`` is refused before any write.
 
     Raises:
       SourceError: the submission cannot be loaded, or a call into it overran or left by a side
         door. Any exception of the submission propagates.
     """
-    _AlgoPerfRun(spec, dataset, None).update()
-
-
-def run_algoperf_trial(spec: TrialSpec, *, dataset: Dataset | None = None,
-                       checkpoints: TrainCheckpoints | None = None,
-                       on_progress: Callable[[int, int], None] | None = None,
-                       perf_cache: dict | None = None, measure_perf: bool = True) -> TrialResult:
-    """Train one trial whose optimizer is an AlgoPerf submission (module docstring); the
-    arguments are :func:`harness.train.loop.run_trial`'s.
-
-    Raises:
-      SourceError: the submission cannot be loaded or lacks a required function. ValueError: not
-        an AlgoPerf trial, more than one device, or a batch larger than the training split. Any
-        exception of the submission propagates (the caller records the trial as failed).
-    """
-    ds = dataset if dataset is not None else load_dataset(spec.dataset, **spec.hparams("dataset"))
-    run = _AlgoPerfRun(spec, ds, checkpoints)
-    run.train(on_progress)
-    t_perf, perf = time.perf_counter(), None
-    if measure_perf:
-        perf = run.perf(perf_cache)
-    # the time budget (harness.core.budget): evaluation is not timed apart here (it is in "other")
-    times = {"compile": run.compile_s, "train": float(sum(run.step_times)),
-             "throughput": time.perf_counter() - t_perf if measure_perf else 0.0}
-    return run.track.result(perf=perf, compile_s=run.compile_s, extra={**run.extra(), "time": times})
+    AlgoPerfRule(spec, dataset).run(0)

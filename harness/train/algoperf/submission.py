@@ -30,8 +30,8 @@ import types
 import warnings
 from typing import Any
 
-from harness.config.optimizer_sources import ALGOPERF_REQUIRED
 from harness.core.source import SourceError, SourceRef, load_module
+from harness.core.source_builders import ALGOPERF_REQUIRED
 from harness.train.algoperf import jax_sharding_utils as standin_sharding
 from harness.train.algoperf import standin_spec
 
