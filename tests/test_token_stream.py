@@ -4,6 +4,7 @@ windows, bit for bit, as an uninterrupted one (one trial, and a vmapped pair of 
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -115,3 +116,17 @@ def test_interrupted_and_resumed_reads_the_same_windows_bit_for_bit(corpus, tmp_
     if width == 2:  # the two seeds read different windows
         assert ref_seen[(0, 0)] != ref_seen[(1, 0)]
     again.cleanup()
+
+
+def test_a_stream_orders_epochs_as_numpy_permutation_in_4_bytes_a_window(tmp_path):
+    n = 1_000_001  # tokens: 1,000,000 windows of 1 token
+    write_shard(tmp_path / "t_train_000.bin", np.arange(n) % 256)
+    write_shard(tmp_path / "t_val_000.bin", np.arange(9))
+    s = TokenStream(scan(str(tmp_path)).train, 1, n, 256)
+    tracemalloc.start()
+    s.order(5, 0, 1, 1)  # epoch 0's permutation, made and kept
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 4.5 * s.num_windows, peak  # int32: 4 bytes a window (int64 took 8)
+    ids = s.order(5, 0, 1000, 1000).reshape(-1)
+    assert np.array_equal(ids, np.random.default_rng((5, 0)).permutation(s.num_windows))  # the order kept

@@ -66,8 +66,10 @@ class TokenStream:
 
     def _perm(self, seed: int, epoch: int) -> np.ndarray:
         key = (seed, epoch)
-        if key not in self._perms:
-            self._perms[key] = np.random.default_rng((seed, epoch)).permutation(self.num_windows)
+        if key not in self._perms:  # numpy's permutation(N), shuffled in place in 4 bytes a window
+            perm = np.arange(self.num_windows, dtype=np.int32 if self.num_windows < 2**31 else np.int64)
+            np.random.default_rng((seed, epoch)).shuffle(perm)
+            self._perms[key] = perm
             while len(self._perms) > 4:
                 self._perms.popitem(last=False)
         return self._perms[key]
