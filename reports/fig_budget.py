@@ -1,4 +1,4 @@
-"""The time budget figure (issue 25 §1): where the sweep's seconds went, and each task's.
+"""The time budget figure: where the sweep's seconds went, and each task's.
 
 The first bar is the whole sweep: its parent runs' ``time/<part>_s`` (every part of
 :data:`harness.core.names.TIME_PARTS`: start-up, pre-flight, the batching decision and the

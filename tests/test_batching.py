@@ -161,7 +161,7 @@ def _tiny(sched: str, seed: int, steps: int = 12):
 
 
 def test_schedules_share_one_measurement(fresh, monkeypatch):
-    """Groups that differ only in their schedule are measured once (issue 25 §2): the measurement
+    """Groups that differ only in their schedule are measured once: the measurement
     compiles the single-trial and vmapped chunks of the first group only (it compiled both for
     every schedule before: 4 chunks here), and both groups get its decision."""
     import collections
@@ -183,7 +183,7 @@ def test_schedules_share_one_measurement(fresh, monkeypatch):
 def test_not_measured_where_compiling_costs_more_than_vmap_could_save(fresh, monkeypatch):
     """Two seeds of 12 steps train in milliseconds; compiling the vmapped chunk to measure them
     costs far more: sequential, and only the single-trial chunk (which sequential training uses)
-    is compiled (issue 25 §2; before, the vmapped one as well). A budget long enough for vmap to
+    is compiled (before, the vmapped one as well). A budget long enough for vmap to
     pay is measured, from the cached entry's own chunk and compile seconds, compiling nothing."""
     import collections
     import re

@@ -1,4 +1,4 @@
-"""A sweep's time budget (issue 25 §1): the parent run's ``time/<part>_s`` add up to the sweep's
+"""A sweep's time budget: the parent run's ``time/<part>_s`` add up to the sweep's
 wall-clock, each trial's run holds its share of its unit (a vmapped batch's seconds divided between
 its trials, not repeated on each), no part is negative, the summary's one line, and the rules of
 :mod:`harness.core.budget` (``--jobs``' scaling, the line's form)."""

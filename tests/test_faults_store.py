@@ -1,4 +1,4 @@
-"""Fault suite for the store (issue 12, items 1-4): kills during store creation, half-migrated and
+"""Fault suite for the store: kills during store creation, half-migrated and
 unusable stores, concurrent invocations, a tracking server that goes away, an unwritable folder.
 
 Invocations run as real processes forked from one forkserver that has imported MLflow, JAX and the
@@ -688,7 +688,7 @@ def test_store_folder_unwritable_mid_sweep(tmp_path, procs, env_base, fake_train
 
 def test_a_skipped_write_does_not_nest_the_stores_error():
     """While the store was down, the progress line read "store unreachable (the store is
-    unreachable (the store is unreachable (the stor)" (issue 24 §6): each skipped write wrapped
+    unreachable (the store is unreachable (the stor)": each skipped write wrapped
     the last error and recorded it again."""
     import harness.execute.writing as writing
     from harness.execute.writing import skipped_write_error

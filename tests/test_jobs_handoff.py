@@ -114,7 +114,7 @@ def test_a_worker_handed_its_parents_digits_loads_them_without_scikit_learn(tmp_
 
 
 def test_jobs_workers_start_before_the_store_is_opened_and_never_for_a_rerun(tmp_path, monkeypatch):
-    """``ProcessExecutor.prestart`` (issue 35 §4): both workers are alive when the sweep opens its
+    """``ProcessExecutor.prestart``: both workers are alive when the sweep opens its
     store (their interpreter and JAX overlap the parent's MLflow import and plan), the sweep trains
     on them (two started in all), and none is left when it returns. A re-run with every trial
     FINISHED starts none; a store that cannot be opened stops the ones started."""

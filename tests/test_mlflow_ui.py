@@ -1,7 +1,7 @@
-"""Where ``harness ui`` lands in MLflow 3.17's UI (issue 24 §15): model training, not GenAI; the
+"""Where ``harness ui`` lands in MLflow 3.17's UI: model training, not GenAI; the
 validation curves first, grouped by task and optimizer; single-valued metrics as bars and table columns,
 never a line against the step; trials only, never their parents, two versions of a user's optimizer
-in groups apart, the URL said once the server answers (issue 36 §2). The page itself is checked in
+in groups apart, the URL said once the server answers. The page itself is checked in
 Chromium here and by
 ``tests/test_report_layout.py::test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer``."""
 
@@ -105,7 +105,7 @@ def test_a_state_too_long_for_an_experiment_tag_leaves_the_bars_to_mlflow(tracki
 def test_the_view_is_never_sorted_by_start_time_and_groups_source_versions_apart():
     """MLflow 3.17's runs page loads the parent of every nested run it shows when the view is sorted
     by start time (or has neither sort nor filter): the sweep's parents came back as "Additional
-    runs" and as an "Unassigned" group in every chart (issue 36 §2). Two source versions of one
+    runs" and as an "Unassigned" group in every chart. Two source versions of one
     optimizer are grouped apart, the hash a column of the table."""
     state = mlflow_ui.view_state(QUICKSTART_METRICS)
     assert state["orderByKey"] == "tags.`mlflow.runName`" and state["searchFilter"]
@@ -268,7 +268,7 @@ def test_ui_lands_on_trials_only_with_source_versions_apart_and_says_its_url_onc
 
 def test_the_statistics_wait_briefly_for_another_writer_and_give_up(tmp_path, tracking_uri):
     """``analyze_store`` waited 30 s in silence when another process held a write transaction (at
-    every sweep's end and at ``harness ui``'s start; the issue-35 attack of this stop): it is an
+    every sweep's end and at ``harness ui``'s start; found by an attack): it is an
     optimisation, and now gives up after ``ANALYZE_WAIT_S``."""
     import sqlite3
     import time

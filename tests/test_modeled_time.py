@@ -311,7 +311,7 @@ def test_a_slow_measurement_that_persists_is_flagged_and_still_ranks(tmp_path, w
     """Every measurement costs 3 ms of CPU a step more than training's: re-measured until two
     figures agree within 10%, the run gets the tag ``perf.suspect`` with both figures and the rule,
     and it **keeps its modeled time** on that figure. Before: no modeled time, so its task ranked
-    on wall-clock (issue 32 §1)."""
+    on wall-clock."""
     from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
@@ -395,7 +395,7 @@ def _run_twice(d, uri) -> None:
 
 
 def test_a_loaded_machine_gives_the_same_leaderboard_order(loaded_sweeps):
-    """Issue 22's done-when: the same sweep run twice, the second time beside a CPU-burning
+    """The same sweep run twice, the second time beside a CPU-burning
     process, ranks its optimizers in the same order on the default, modeled clock. They reach the
     target at *different* steps (so the order is steps × each program's step time, not a tie), and
     two of them have modeled times within 1.5x of each other (so a step time measured alone, at

@@ -1,4 +1,4 @@
-"""Issue 22 §1: one step time per (program, device), measured interleaved before the sweep trains.
+"""One step time per (program, device), measured interleaved before the sweep trains.
 
 The sweep's programs are timed round by round (each round a block of calls of every program in turn,
 on the real compiled chunks the trainer dispatches), their figures fill the perf cache, and a unit

@@ -1,4 +1,4 @@
-"""Issue 22's loose ends in the report: the time-to-target figure's axis follows the report's clock,
+"""Loose ends in the report: the time-to-target figure's axis follows the report's clock,
 the header names the objective that selected, a report that ranks on a target the sweep lacks says
 so, and the config's ``time:`` is recorded, read and overridden; the sweep's summary keeps one clock
 per task."""

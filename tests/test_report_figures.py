@@ -1,4 +1,4 @@
-"""Report figures a paper can take (issue 36 §1), checked on what is drawn: the SVG a page inlines,
+"""Report figures a paper can take, checked on what is drawn: the SVG a page inlines,
 laid out by Debian's headless chromium (legend boxes against the canvas for 1-12 optimizers), the
 figures' drawn geometry, and the report page's DOM (identifiers as written, trial ids on one line,
 the optimizer's source hash, the environment's two commits, the time budget's bars).

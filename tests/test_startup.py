@@ -1,4 +1,4 @@
-"""Start-up (issue 25 §5): a sweep says what it does before it imports JAX or MLflow, and each
+"""Start-up: a sweep says what it does before it imports JAX or MLflow, and each
 command imports only what it needs. Behavioural, not timed: the order of events and ``sys.modules``
 in a real ``python -m harness`` subprocess (the seconds are in ``tests/benchmarks/test_bench_startup.py``).
 """

@@ -1,4 +1,4 @@
-"""Issue 35 §2: the resume check (make_plan), de-duplication and ``status`` read the store once per
+"""The resume check (make_plan), de-duplication and ``status`` read the store once per
 sweep, whatever its number of trials: the MLflow searches counted on real SQLite stores of 6 and 60
 trials (written by the harness's own writer; the trainer is the test suite's deterministic fake)."""
 

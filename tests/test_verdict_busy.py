@@ -1,4 +1,4 @@
-"""Issue 32 §1's done-when: a verdict that a busy machine cannot flip.
+"""A verdict that a busy machine cannot flip.
 
 A race of six optimizers of very different step cost (muon's Newton–Schulz iterations make its step
 about 4x an sgd step on these MLPs) on two tasks, two step sizes for two of them (so that selection

@@ -1,4 +1,4 @@
-"""The early-stopping gate a worker hands the trainer (issue 34 §1; dependency injection: the train
+"""The early-stopping gate a worker hands the trainer (dependency injection: the train
 layer calls it, never imports this).
 
 :func:`gate_for` builds ``gate(spec, step, value)`` from the sweep's

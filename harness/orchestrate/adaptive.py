@@ -1,4 +1,4 @@
-"""The adaptive sweep's rounds (issue 34): propose -> train -> observe -> propose, on the seam of
+"""The adaptive sweep's rounds: propose -> train -> observe -> propose, on the seam of
 :mod:`harness.orchestrate.searchers`.
 
 :class:`Rounds` drives a :class:`~harness.orchestrate.searchers.SweepSearch`: each call of

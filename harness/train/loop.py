@@ -60,7 +60,7 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   trial's last update show. Never raises for it. Other exceptions
   propagate. (sgd at step size 1e3 on digits: diverged within a few steps, instead of "finished"
   with a train loss of 1.9e21.) The same check runs per member in a vmapped batch.
-* **Early stopping** (issue 34 §1, :mod:`harness.core.rungs`): a trial whose spec has an
+* **Early stopping** (:mod:`harness.core.rungs`): a trial whose spec has an
   ``early_stop`` rule is also evaluated at each of its rung steps; after each rung's evaluation it
   records its rung value and asks the ``gate`` the caller passed (the execute layer's, built from
   the sweep's rung board: dependency injection, this layer never imports it) whether to go on. A

@@ -266,7 +266,7 @@ class TrainingProgram:
         (:meth:`order`; integer work, compiled once per training-split size, batch size, ``n`` and
         ``T`` and shared by every optimizer and schedule: :func:`order_program`) and the updates
         (:meth:`steps`). The order, a threefry permutation per epoch, used to be compiled into every
-        chunk; apart, the quickstart's 12 chunks compile ~40% faster (issue 25 §2), and the values
+        chunk; apart, the quickstart's 12 chunks compile ~40% faster, and the values
         are the same integers, so every curve is unchanged (``tests/test_trainer.py``).
 
         ``layout`` (:class:`harness.train.parallel.Layout`): one executable (order and updates),

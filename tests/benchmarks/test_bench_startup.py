@@ -1,4 +1,4 @@
-"""Start-up (issue 25 §5): seconds from a ``python -m harness sweep`` process's start to its first
+"""Start-up: seconds from a ``python -m harness sweep`` process's start to its first
 line of output, on a pipe and on a terminal, and the wall-clock of the light commands.
 
 Run: ``pytest tests/benchmarks/test_bench_startup.py --benchmark-only -s`` (about a minute on 2
