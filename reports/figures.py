@@ -235,7 +235,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         "checkpoints). A vmapped batch's seconds are divided between its trials; with several "
         "workers the tasks' seconds ran side by side and can add up to more than the sweep's.",
         budget_figure,
-        "No time budget was logged (runs from before issue 25).",
+        "No time budget was logged (runs from before the harness logged one).",
         time_budget,
     ),
     FigureSpec(

@@ -144,7 +144,7 @@ def sweep_settings(parents: list) -> dict[str, str]:
 #: ``frame.attrs[SWEEP_BUDGET_ATTR]``: the sweep's own time budget, ``{part: seconds}`` over
 #: :data:`harness.core.names.TIME_PARTS` (start-up, pre-flight and the batching decision included),
 #: summed over its parent runs (one per invocation; :func:`sweep_budget`); absent for a sweep whose
-#: parents logged none (from before issue 25).
+#: parents logged none (from before the sweep's time budget was logged).
 SWEEP_BUDGET_ATTR = "sweep_budget"
 
 

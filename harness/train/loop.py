@@ -488,7 +488,7 @@ def should_batch(specs: list[TrialSpec]) -> bool:
     :func:`harness.train.batching.decide`: the vmapped chunk of the T trials against T single-trial
     chunks, compile excluded, interleaved, cached in ``$HARNESS_CACHE_DIR/batching.json``; batch
     when it is at least 1.05x faster. (A fixed rule, "never on CPU", was wrong both ways: 8 seeds of
-    the digits MLP ran 0.78x batched in issue 5 and 1.21x in issue 15 on the same 2-core CPU.)
+    the digits MLP ran 0.78x batched in one measurement and 1.21x in another on the same 2-core CPU.)
     Fewer than 2 trials or specs that cannot share a batch: False; large models, and groups whose
     vmap could save less training time than compiling the vmapped chunk to measure it would cost,
     are not measured (False). ``HARNESS_BATCH=always|never`` overrides the measurement (never for

@@ -129,7 +129,7 @@ class TrainingProgram:
     def init_seeded(self, seed: int, step_size: float) -> tuple[TrainState, float]:
         """``init(jax.random.PRNGKey(seed), step_size)``, bit for bit, in two compiled dispatches
         instead of :meth:`init`'s ~20 eager ones (about a third of a 20-step trial's main-thread
-        time in a sweep of 1,000: issue 35): the model's (keys and parameters, compiled once per
+        time in a sweep of 1,000): the model's (keys and parameters, compiled once per
         model: :meth:`ModelEntry.init_from_seed`, whose random initialisers are slow to compile)
         and the optimizer's (once per program). Returns the state and the seconds spent compiling
         now (0.0 once both are compiled). Eager, as :meth:`init`, for a user's optimizer
