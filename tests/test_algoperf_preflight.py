@@ -331,7 +331,7 @@ NO_CHEX = textwrap.dedent('''
 ''')
 
 
-def test_without_chex_the_issue_39_sweep_is_refused_before_its_store_is_written(tmp_path, monkeypatch):
+def test_without_chex_a_chex_submission_is_refused_before_its_store_is_written(tmp_path, monkeypatch):
     """A sweep of a file optimizer, ``optax.contrib:muon`` and a submission that imports
     chex, in an environment without chex. Before, the store was written, the other trials trained
     and the submission's trial failed (exit 1); now the pre-flight refuses it: exit 2, one line."""
@@ -343,7 +343,7 @@ def test_without_chex_the_issue_39_sweep_is_refused_before_its_store_is_written(
                                         "    return sgd(step_size)\n")
     paths = [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
-    cfg, r = _sweep(tmp_path, "issue39", [
+    cfg, r = _sweep(tmp_path, "without-chex", [
         {"name": "my_sgd", "source": "my_sgd.py:my_sgd", "hparams": {"step_size": 0.1}},
         {"name": "optax_muon", "source": "optax.contrib:muon", "hparams": {"step_size": 0.01}},
         {"name": "chex_momentum", "source": "algoperf:chex_momentum.py",

@@ -241,7 +241,7 @@ def _siblings(T: int, steps: int = 12) -> list:
 
 @pytest.mark.parametrize("rule", ["too slow", "measured"])
 def test_a_decision_costs_the_same_programs_for_200_siblings_as_for_20(fresh, monkeypatch, rule):
-    """Issue 35 §2: deciding for 200 siblings initialises one trial state and gets at most two chunk
+    """Deciding for 200 siblings initialises one trial state and gets at most two chunk
     programs, as for 20 (before: one eager optimizer init per trial, 200 against 20, also when the
     decision was not to measure). 'too slow': T single chunks over MAX_REP_S, not measured;
     'measured': the whole measurement, single and vmapped chunks compiled and timed. The vmapped

@@ -115,7 +115,7 @@ def test_the_time_budget_of_a_real_sweep_adds_up_to_its_wall_clock(write_sweep, 
     assert bars[0] == pytest.approx([sweep.loc[p, "seconds"] for p in SWEEP_PARTS])
     assert [w for w in bars[1] if w] == pytest.approx([v for v in (table.loc[p, "seconds"] for p in
                                                                    SWEEP_PARTS if p in PARTS) if v])
-    # each bar says what it sums (issue 36 §1.9): the invocations, the trials they trained
+    # each bar says what it sums: the invocations, the trials they trained
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [f"{SWEEP_ROW}: 1 invocation",
                                                                      f"mlp · digits: {len(trials)} trials"]
 

@@ -202,7 +202,7 @@ def test_preflight_rejects_unbuildable_trials_before_mlflow(tmp_path, write_swee
 
 
 def test_preflight_reports_every_problem_of_an_entry(tmp_path, write_sweep, monkeypatch):
-    """Issue 24 §17: a builder stops at its first problem; the pre-flight reports each one, on its own
+    """A builder stops at its first problem; the pre-flight reports each one, on its own
     line with its key path (before: the first only, one line per entry)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

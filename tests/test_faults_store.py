@@ -556,7 +556,7 @@ def test_server_down_longer_than_retries_then_back(tmp_path, procs, env_base):
 
 @pytest.mark.server
 def test_summary_counts_spooled_results_apart_from_the_store(tmp_path, procs, env_base):
-    """Issue 24 §6: a real `mlflow server` stopped after the first trial and not restarted: the
+    """A real `mlflow server` stopped after the first trial and not restarted: the
     summary counted every trained trial "finished" although three were only in the local spool. It
     says 1 finished, 3 finished and spooled (not yet in the store), and the command that writes
     them; that command, once the server is back, writes them."""

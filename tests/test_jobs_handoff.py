@@ -1,5 +1,5 @@
-"""The ``--jobs`` workers hand their results to the sweep's process and start with its datasets
-(issue 35 §4): checked in fresh interpreters, where what a worker imports is visible.
+"""The ``--jobs`` workers hand their results to the sweep's process and start with its datasets:
+checked in fresh interpreters, where what a worker imports is visible.
 
 - ``execute_unit(..., handoff=True)`` trains with a store that does not exist (an ``http`` URI on
   a closed port): no MLflow call is made, MLflow is never imported, and each outcome carries its

@@ -145,7 +145,7 @@ def test_a_sweep_leaves_its_store_with_statistics_so_the_runs_page_joins_by_inde
         tmp_path, write_sweep, tracking_uri, fake_trainer):
     """Without SQLite's statistics, the UI's runs page (sorted by run name, a tag) joined MLflow's
     tag subquery by scanning it once per run: 4.9 s of CPU for the first 100 of 10,000 trials, and
-    as long again for each "Load more" (the issue-35 §3 check in Chromium: rows after 10-24 s).
+    as long again for each "Load more" (measured in Chromium: rows after 10-24 s).
     A sweep now ends with ``ANALYZE`` (``harness.tracking.client.analyze_store``, also run by
     ``harness ui``): the join uses an index (0.09 s at 10,000). 40 trials are enough for SQLite's
     planner to choose it; without the statistics it scans at any size."""
@@ -215,7 +215,7 @@ def _ui_store(uri: str) -> tuple[str, int]:
 @pytest.mark.browser
 def test_ui_lands_on_trials_only_with_source_versions_apart_and_says_its_url_once_it_answers(
         chromium, tmp_path):
-    """Issue 36 §2 on the real page: ``harness ui`` printed its URL ~30 s before the server
+    """On the real page: ``harness ui`` printed its URL ~30 s before the server
     answered, and the page said "57 matching runs" for 54 trials (the parents as "Additional runs"
     and an "Unassigned" series in every time/* chart), with two versions of one source averaged in
     one group, and an optimizer's runs on two models averaged in one group. Now: the URL line comes

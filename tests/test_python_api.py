@@ -1,4 +1,4 @@
-"""The harness from Python (issue 37 §1-2): ``harness.sweep`` on a path, a mapping and a
+"""The harness from Python: ``harness.sweep`` on a path, a mapping and a
 SweepConfig; ``only`` (the same trial ids as the whole config); one exception type with the key
 path; ``harness.results`` read back from a real SQLite store: trials, long curves, a numeric
 leaderboard and its LaTeX/Markdown, tuning curves, CSV and Parquet per row kind, figures; two

@@ -114,7 +114,7 @@ def test_equal_results_share_a_rank_whoever_leads_their_group():
 
 
 def test_a_ties_rows_follow_the_time_shown():
-    """Issue 32 §2: within "1=" a row reading 0.80 s stood above one reading 0.54 s (both reached the
+    """Within "1=" a row reading 0.80 s stood above one reading 0.54 s (both reached the
     target at the same steps: a tie on time, which the final metric orders)."""
     f = _frame({"adam": [0.80, 0.80], "momentum": [0.54, 0.54]}, steps={"adam": 50, "momentum": 50})
     f[N.M_FINAL_ACC] = [0.975, 0.972, 0.970, 0.976]  # adam's mean 0.9735 above momentum's 0.973

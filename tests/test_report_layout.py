@@ -455,7 +455,7 @@ def _vega_views(dom: str) -> dict[str, dict]:
 @pytest.mark.browser
 @pytest.mark.parametrize("name", ["quickstart", "three-tasks"])
 def test_interactive_views_match_the_static_colours_in_chromium(chromium, sweeps, name, tmp_path):
-    """Issue 24 §9, in the browser: every interactive view has an optimizer legend naming every
+    """In the browser: every interactive view has an optimizer legend naming every
     optimizer, each in the static figures' colour (:func:`reports.style.palette`); the tuning curves'
     x axis is integer budgets; the convergence view opens on the task's selection metric with a
     rule at the target in every panel; the page logs no warning, also after the log switch."""

@@ -873,7 +873,7 @@ def test_throughput_tasks_are_not_drawn_in_optimizer_colours(frame):
 
 def test_tuning_curve_bands_are_faint_fills_and_every_line_is_in_the_legend(frame):
     """Overlapping 0.15-alpha bands of several optimizers turned muddy; their thin edge
-    lines were then "faint unexplained horizontal lines" (issue 36 §1.3): with 3 optimizers, faint
+    lines were then "faint unexplained horizontal lines": with 3 optimizers, faint
     fills (at most 0.1 alpha) holding each optimizer's validation band, no edge lines; every line is
     an optimizer's validation (solid) or test (dashed) curve, as the legend's keys say."""
     from matplotlib.collections import PolyCollection
@@ -900,7 +900,7 @@ def test_tuning_curve_bands_are_faint_fills_and_every_line_is_in_the_legend(fram
 
 def test_interactive_tuning_bands_show_on_hover_without_edge_lines(frame):
     """The interactive tuning curves drew every band with thin edge lines, a muddle
-    with many optimizers (issue 36 §1.3): one area layer, visible (0.2) only for the optimizer
+    with many optimizers: one area layer, visible (0.2) only for the optimizer
     under the pointer (the selection ``band``), no edge lines; the points carry the static
     figure's markers."""
     from reports import interactive

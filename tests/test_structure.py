@@ -338,7 +338,7 @@ def test_report_version_comes_from_the_distribution_metadata():
 
 
 def test_old_import_paths_users_hold_keep_working():
-    """Issue 20 moved the flat modules into subpackages; the paths users were told about stay (the
+    """The flat modules moved into subpackages; the paths users were told about stay (the
     sweep: the function ``harness.sweep``)."""
     code = ("import harness, harness.trainer, harness.data, harness.train.loop\n"
             "from harness import sweep\n"

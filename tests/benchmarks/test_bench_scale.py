@@ -175,7 +175,7 @@ print(json.dumps({"trials": len(s.outcomes), "seconds": time.perf_counter() - t0
 
 
 def test_jobs_2_against_in_process(benchmark):
-    """Issue 35 §4: ``--jobs 2`` ÷ in-process, wall-clock of whole processes on fresh SQLite stores,
+    """``--jobs 2`` ÷ in-process, wall-clock of whole processes on fresh SQLite stores,
     interleaved (``BENCH_SCALE_ROUNDS`` rounds), for three sweeps: 100 trials of 20 steps (tracking-
     bound: :data:`CONFIG` with ``trials: 50``), ``experiments/quickstart.yaml`` (compute-bound) and
     ``experiments/asha.yaml`` (an adaptive sweep of many rounds, whose workers are kept across them).
