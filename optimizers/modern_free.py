@@ -57,7 +57,7 @@ def _scalar_dtype(leaves) -> Any:
 def _pack(states: list[tuple], shared: jax.Array, treedef) -> OptimizerState:
     """An :class:`OptimizerState` of per-leaf state tuples, the tree-wide scalars ``shared`` (a
     1-D array) appended to the first leaf's tuple only: stored once, not once per leaf, because
-    every state buffer costs the jitted update a few microseconds of dispatch (issue 23, item 4:
+    every state buffer costs the jitted update a few microseconds of dispatch (measured:
     a copy in each of 6 leaves made Schedule-Free SGD's donated update 5% slower than Optax's)."""
     flats, subs = [], []
     for k, st in enumerate(states):

@@ -11,8 +11,8 @@ the moments and the rotations are kept in each leaf's dtype, the eigendecomposit
 dtype (float64 for float64 parameters, float32 for float32; at least float32, since ``eigh`` has
 no narrower form, for bfloat16 or float16), and every matrix product asks for
 ``Precision.HIGHEST`` (no effect on CPU; on GPU and TPU it keeps float32 products from TF32 or
-bfloat16 passes). Until issue 32 the eigendecomposition ran in float32 for every dtype: ten steps
-of float64 parameters then differed from the float64 reference by 6.0e-7 (random gradients) and
+bfloat16 passes). With the eigendecomposition in float32 for every dtype, ten steps
+of float64 parameters differed from the float64 reference by 6.0e-7 (random gradients) and
 by 0.036 (least-squares gradients, eps 1e-6; 0.092 at eps 1e-8), where the rotated gradient is
 near zero off the diagonal and float32 rounding there, not the gradient, decides Adam's ratio.
 Float32 parameters give the same bits as before on CPU.

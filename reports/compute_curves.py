@@ -1,4 +1,4 @@
-"""Tuning against compute (issue 34 §4): the best validation metric against the training steps
+"""Tuning against compute: the best validation metric against the training steps
 spent on tuning, so that random search, early stopping and coordinate descent share one axis.
 
 Per (task, optimizer, method), by how its configurations were proposed (the ``search`` column, the tag

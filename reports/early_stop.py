@@ -1,4 +1,4 @@
-"""Was early stopping right? The audit of an ASHA / Hyperband search (issue 34 §1, ``audit: K``).
+"""Was early stopping right? The audit of an ASHA / Hyperband search (``audit: K``).
 
 An early-stopping search logs, per cell (optimizer on task), a record in the parent run's
 ``search.json`` (``harness.orchestrate.asha.AshaSearcher.describe``): its ``full_budget`` trials (those

@@ -1,4 +1,4 @@
-"""The time budget figure (issue 25 §1): where the sweep's seconds went, and each task's.
+"""The time budget figure: where the sweep's seconds went, and each task's.
 
 The first bar is the whole sweep: its parent runs' ``time/<part>_s`` (every part of
 :data:`harness.core.names.TIME_PARTS`: start-up, pre-flight, the batching decision and the
@@ -9,7 +9,7 @@ is the sum over its trials of compiling, training, evaluating, the unit's own th
 MLflow and the rest. With ``--jobs N`` the trials' seconds ran side by side, so the tasks' bars can
 add up to more than the sweep's.
 
-The bars describe the same invocations (issue 36: "whole sweep 95.8 s" beside a task bar of 378 s
+The bars describe the same invocations (not, as once, "whole sweep 95.8 s" beside a task bar of 378 s
 that summed trials of earlier invocations): a task's bar holds the trials the sweep's bar's
 invocations trained; trials the report shows that other invocations trained (a grown search's
 trials carried over from an earlier sweep id, or an invocation that logged no budget) are a bar
@@ -69,7 +69,7 @@ def time_budget(frame: pd.DataFrame) -> pd.DataFrame:
     :data:`SWEEP_PARTS`; its label counts the invocations); then per task the trials those
     invocations trained (label: the task's and their count), and apart (label "... of other
     invocations") the trials other invocations trained; without a sweep bar, one bar per task
-    labelled by the task alone. Empty when nothing logged a budget (runs from before issue 25)."""
+    labelled by the task alone. Empty when nothing logged a budget (runs from before budgets)."""
     s = summaries(frame)
     cols = [M_TIME[p] for p in PARTS]
     for c in cols:

@@ -23,7 +23,7 @@ from reports.style import NEUTRAL, legend, log_count_x, markers, palette
 #: 36: seven bands and their edge lines); then the lines alone, the bands in the interactive view
 #: (on hover) and the CSV.
 BAND_MAX_OPTIMIZERS = 4
-#: Fill opacity of a band (issue 24 §13: 0.15 turned muddy where bands overlap).
+#: Fill opacity of a band (0.15 turned muddy where bands overlap).
 BAND_ALPHA = 0.1
 
 

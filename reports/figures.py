@@ -177,7 +177,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         "tuning_compute",
         "Tuning against compute",
         lambda f: "The best validation metric against the training steps spent on tuning, per "
-        "optimizer and task, so that tuning methods share one axis (issue 34): an adaptive search "
+        "optimizer and task, so that tuning methods share one axis: an adaptive search "
         "(asha, coordinate_descent, optuna, ...) as its own path, its trials in the order they ended, a "
         "stopped or diverged trial counting the steps it ran, the best configuration updated as each "
         "configuration's seeds have all ended; a fixed plan (grid, random, quasirandom) as the tuning "
@@ -235,7 +235,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         "checkpoints). A vmapped batch's seconds are divided between its trials; with several "
         "workers the tasks' seconds ran side by side and can add up to more than the sweep's.",
         budget_figure,
-        "No time budget was logged (runs from before issue 25).",
+        "No time budget was logged (runs from before the harness logged one).",
         time_budget,
     ),
     FigureSpec(
@@ -243,7 +243,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         "Scaling: speed-up across model sizes",
         scaling_caption,
         scaling_figure,
-        "The sweep has no model-size ladder (a config's ladder: section, issue 38).",
+        "The sweep has no model-size ladder (a config's ladder: section).",
         scaling_table,
         optional=True,
     ),

@@ -25,7 +25,7 @@ of a user's optimizer: which version of its code the trial ran; ``None`` for a b
 ``perf_suspect`` (the tag ``perf.suspect``: why
 its measured step time is not trusted; ``None`` when it is),
 its target, its environment tags, and every MLflow param as a ``params.<name>`` column (strings, as
-stored). A ladder's trial (issue 38) also carries its rung's run tags as columns named as the tags
+stored). A ladder's trial also carries its rung's run tags as columns named as the tags
 (:data:`harness.core.ladder.TAGS`): ``ladder.rung``, ``ladder.params`` (``N``), ``ladder.tokens``
 (``D``) as ``Int64``; ``ladder.tokens_per_param``, ``ladder.flops`` as ``float64``; ``ladder.size``,
 ``ladder.baseline``, ``ladder.transfer`` as text; the columns are there only when some trial of the
@@ -109,7 +109,7 @@ PROTOCOL_ONE_SPLIT = "selected and reported on one split"
 #: Tags read, in order, for the reason shown beside a trial that did not finish.
 REASON_TAGS = (TAG_REASON, TAG_STATUS_REASON)
 
-#: ``stopped``: an early-stopping rule ended the trial at a rung (issue 34 §1; a FINISHED run whose
+#: ``stopped``: an early-stopping rule ended the trial at a rung (a FINISHED run whose
 #: ``status`` tag says so): counted apart, never selected (selection reads ``finished`` trials).
 STATUSES = ("finished", "diverged", "failed", "running", "stopped")
 #: ``frame.attrs[SELECT_BY_ATTR]``: the selection objective the report's views select by
@@ -144,7 +144,7 @@ def sweep_settings(parents: list) -> dict[str, str]:
 #: ``frame.attrs[SWEEP_BUDGET_ATTR]``: the sweep's own time budget, ``{part: seconds}`` over
 #: :data:`harness.core.names.TIME_PARTS` (start-up, pre-flight and the batching decision included),
 #: summed over its parent runs (one per invocation; :func:`sweep_budget`); absent for a sweep whose
-#: parents logged none (from before issue 25).
+#: parents logged none (from before the sweep's time budget was logged).
 SWEEP_BUDGET_ATTR = "sweep_budget"
 
 
@@ -177,7 +177,7 @@ ID_COLUMNS = (
     *lt.TAGS, "start_time",
     "end_time", "step",
 )
-#: The ladder tags (:mod:`harness.core.ladder`, issue 38) that are numbers: ``Int64`` (rung index,
+#: The ladder tags (:mod:`harness.core.ladder`) that are numbers: ``Int64`` (rung index,
 #: parameters ``N``, tokens ``D``) and ``float64`` (tokens per parameter, estimated FLOPs); the
 #: others (``ladder.size``, ``ladder.baseline``, ``ladder.transfer``) stay text.
 LADDER_INTS = (lt.TAG_RUNG, lt.TAG_PARAMS, lt.TAG_TOKENS)
@@ -306,7 +306,7 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "mesh": tags.get(TAG_MESH),
         "perf_suspect": tags.get(TAG_PERF_SUSPECT),  # why its step time is not trusted
         "tuning": tags.get(TAG_TUNING),
-        # the search method that proposed it (issue 34; a grid's trials have no tag)
+        # the search method that proposed it (a grid's trials have no tag)
         "search": tags.get(TAG_SEARCH) or "grid",
         # an early-stopping search's audit: a stopped trial trained to the end (it stands for its
         # twin's seed: tuning_rows)
@@ -323,7 +323,7 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
     }
     for t in ENV_TAGS:
         ident[t] = tags.get(t)
-    if tags.get(lt.TAG_RUNG) is not None:  # a ladder's trial: its rung as columns (issue 38)
+    if tags.get(lt.TAG_RUNG) is not None:  # a ladder's trial: its rung as columns
         for t in lt.TAGS:
             ident[t] = tags.get(t)
     for k, v in params.items():

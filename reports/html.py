@@ -290,10 +290,10 @@ def render(
     sections += [{"id": f["id"], "title": f["title"]} for f in figures]
     if comparison is not None:
         sections.append({"id": "baseline", "title": f"Comparison with baseline {baseline_id}"})
-    tuning_paths = certificate_rows(getattr(data, "search", []))  # coordinate descent (issue 34)
+    tuning_paths = certificate_rows(getattr(data, "search", []))  # coordinate descent
     if tuning_paths:
         sections.append({"id": "tuning-paths", "title": "Tuning paths"})
-    early_stops = audit_rows(getattr(data, "search", []))  # ASHA / Hyperband (issue 34 §1)
+    early_stops = audit_rows(getattr(data, "search", []))  # ASHA / Hyperband
     if early_stops:
         sections.append({"id": "early-stopping", "title": "Early stopping"})
     claims = claim_rows(frame, labels)  # target claims (harness.core.significance)

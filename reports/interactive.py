@@ -460,7 +460,7 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
     # a layer whose rows are all filtered out gives an empty scale ("Infinite extent" warnings)
     return _value_facets(d, cols, width, 260, [*([
                 {
-                    # the band of the line under the pointer only (issue 36: seven overlapping
+                    # the band of the line under the pointer only (seven overlapping
                     # bands and their edge lines were a muddle); every band is in the CSV
                     "mark": {"type": "area"},
                     "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},

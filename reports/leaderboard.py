@@ -252,7 +252,7 @@ TEXT_COLUMNS = ("task", "rank_label", "separation", "optimizer", "config", "tune
 def tuned_by(trials: pd.DataFrame) -> str:
     """The "Tuned by" cell: the search method(s) that proposed a selected configuration's trials (the
     tag ``harness.search``: ``grid``, ``quasirandom``, ``random``, ``asha``, ``coordinate_descent``,
-    ``optuna``, ...), ``"none (self-tuning)"`` for a ``tuning: none`` entry's (issue 34 §4)."""
+    ``optuna``, ...), ``"none (self-tuning)"`` for a ``tuning: none`` entry's."""
     if "tuning" in trials and trials["tuning"].map(is_self_tuning).all() and len(trials):
         return "none (self-tuning)"
     methods = trials["search"].dropna() if "search" in trials else pd.Series(dtype=object)

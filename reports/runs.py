@@ -51,7 +51,7 @@ def unfinished_words(parents: Sequence, shown: int) -> str:
     a fixed sweep whose parents' ``n_trials`` (the config's plan) exceeds the ``shown`` trials
     with a result, "407 of the sweep's 1,000 trials have a result; 593 are still to run ...";
     an adaptive one whose last invocation did not finish, that its search is not over. The
-    report of a killed sweep read as complete before (the issue-35 attack); ``status`` says so too.
+    report of a killed sweep read as complete before; ``status`` says so too.
     ``parents``: the sweep's parent runs, oldest first."""
     if not parents:
         return ""

@@ -1,4 +1,4 @@
-"""The report's scaling section (issue 38): does an optimizer's gain over the baseline survive scale?
+"""The report's scaling section: does an optimizer's gain over the baseline survive scale?
 
 Reads a ladder sweep's trials (the run tags ``ladder.*`` of :mod:`harness.core.ladder`, columns of
 the frame :func:`reports.frame.build_frame` builds) and computes, from the tidy frame only:

@@ -1,4 +1,4 @@
-"""The tuning paths and certificates of a sweep's coordinate descents (issue 34 §2).
+"""The tuning paths and certificates of a sweep's coordinate descents.
 
 An adaptive sweep logs on its parent run ``search.json`` (:data:`harness.core.names.ARTIFACT_SEARCH`):
 one record per cell (optimizer entry on a task), what

@@ -92,7 +92,7 @@ LEGEND_MARGIN_PX = 6.0
 def fit_legend(fig: Figure, handles: list, title: str | None = None, max_columns: int = 6, **kw):
     """A legend above the panels (``loc="outside upper center"``) with as many columns as fit the
     figure's width, at most ``max_columns``: a legend wider than the figure is not shrunk by the
-    layout, it is cut at both edges (issue 36: "damw", "dan_optax"). Measured with the figure's
+    layout, it is cut at both edges (it read "damw", "dan_optax"). Measured with the figure's
     renderer before the figure is drawn; one column when nothing wider fits."""
     renderer = fig.canvas.get_renderer()
     room = fig.bbox.width - 2 * LEGEND_MARGIN_PX

@@ -57,7 +57,7 @@ TRIAL_ID_COLUMNS = (
     ("target_value", "target_value", "float64"), ("target_mode", "target_mode", "str"),
     ("protocol", "protocol", "str"), ("attempts", "attempts", "Int64"),
 )
-#: A ladder's columns (issue 38; :data:`harness.core.ladder.TAGS`, as the frame holds them) and
+#: A ladder's columns (:data:`harness.core.ladder.TAGS`, as the frame holds them) and
 #: their dtypes; only in a table with a ladder's trial.
 LADDER_COLUMNS = ((lt.TAG_RUNG, "Int64"), (lt.TAG_SIZE, "str"), (lt.TAG_PARAMS, "Int64"),
                   (lt.TAG_RATIO, "float64"), (lt.TAG_TOKENS, "Int64"), (lt.TAG_FLOPS, "float64"),
@@ -165,7 +165,7 @@ def trials_table(raw: pd.DataFrame, ranked: pd.DataFrame, clock: str) -> pd.Data
     secs = r[M_SECONDS_TO_TARGET] if M_SECONDS_TO_TARGET in r else pd.Series(dtype="float64")
     out["seconds_to_target"] = s["trial_id"].map(secs).astype("float64").to_numpy()
     out["perf_suspect"] = _as(s["perf_suspect"], "str") if "perf_suspect" in s else None
-    for t, dtype in LADDER_COLUMNS:  # a ladder's trials (issue 38): its rung, N, D, ...
+    for t, dtype in LADDER_COLUMNS:  # a ladder's trials: its rung, N, D, ...
         if t in s:
             out[t] = _as(s[t], dtype)
     for t in ENV_TAGS:

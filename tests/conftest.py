@@ -74,7 +74,7 @@ def pytest_configure(config):
 #: loadfile --no-loadscope-reorder`` none is the run's tail (xdist's default reorder sends files with
 #: the most tests first: the one-test, 4-minute kill file came last and ran alone at the end, 1,066 s
 #: instead of about 850 s), and they do not all start together at the beginning, where a user saw
-#: the fault and Ray files fail side by side on a busy machine (issue 36 §5).
+#: the fault and Ray files fail side by side on a busy machine.
 HEAVY_FIRST = ("test_checkpoint_kill.py", "test_ray_cluster.py", "test_faults_store.py",
                "test_report_layout.py", "test_zoo.py", "test_trainer.py", "test_reports.py",
                "test_sweep.py", "test_checkpoint.py")

@@ -1,4 +1,4 @@
-"""The adaptive sweep's loop (issue 34 §0): :mod:`harness.orchestrate.adaptive` on the seam of
+"""The adaptive sweep's loop: :mod:`harness.orchestrate.adaptive` on the seam of
 :mod:`harness.orchestrate.searchers`, driven by a small data-dependent searcher registered for the test.
 
 Checked on real sweeps (digits, a small MLP, 10 steps, SQLite): a fixed config is not adaptive and
@@ -220,7 +220,7 @@ def test_a_trial_the_expansion_did_not_make_is_tagged_with_its_method(tmp_path, 
 
 
 def test_tuning_against_compute_follows_the_searchs_own_path(tmp_path, chain):
-    """The report's compute axis (issue 34 §4): for an adaptive search, its trials in the order they
+    """The report's compute axis: for an adaptive search, its trials in the order they
     ended, 10 steps each added up, the best final validation accuracy so far."""
     from harness.orchestrate.run import run_sweep
     from reports.compute_curves import compute_curves
@@ -320,7 +320,7 @@ def test_one_optimizer_tuned_by_two_methods_gets_a_curve_each(tmp_path, chain):
 
 
 def test_experiments_adaptive_tunes_each_optimizer_three_ways_on_one_budget():
-    """``experiments/adaptive.yaml`` (issue 34 §4): 4 optimizers on one task, each a cell of each of
+    """``experiments/adaptive.yaml``: 4 optimizers on one task, each a cell of each of
     quasi-random search, ASHA and coordinate descent, every cell with the same compute (16 x 90
     steps) and ASHA's configurations not the quasi-random ones (another search seed)."""
     from harness.plan.cells import cells_of

@@ -89,7 +89,7 @@ def test_algoperf_nadamw_equals_builtin_nadamw_with_warmup_cosine(mnist1d):
     assert ap.extra["batch_size"] == 32 and ap.extra["batch_size_source"] == "workload"
     # clock and throughput: compile apart, one timed row per update, a PerfResult of the update calls
     assert ap.compile_seconds > 0 and 0 < ap.train_seconds < ap.compile_seconds
-    # its time budget (issue 25 §1): the same clocks, and the throughput protocol's seconds
+    # its time budget: the same clocks, and the throughput protocol's seconds
     budget = ap.extra["time"]
     assert budget["compile"] == ap.compile_seconds and budget["throughput"] > 0
     assert budget["train"] == pytest.approx(ap.train_seconds, rel=1e-9)

@@ -1,4 +1,4 @@
-"""AlgoPerf's own JAX baselines, unchanged, through ``python -m harness sweep`` (issue 39).
+"""AlgoPerf's own JAX baselines, unchanged, through ``python -m harness sweep``.
 
 Opt-in: set ``ALGOPERF_DIR`` to a checkout of ``mlcommons/algorithmic-efficiency`` (read at
 2c90454, September 2025); without it every test here is skipped. Nothing of AlgoPerf is copied into

@@ -1,5 +1,5 @@
 """AlgoPerf submissions that import what AlgoPerf's JAX baselines import (``chex``, ``optax``), and the
-pre-flight that imports every submission before anything is written (issue 39).
+pre-flight that imports every submission before anything is written.
 
 Every case runs ``python -m harness sweep`` in a subprocess on a YAML in ``tmp_path`` (its working
 directory, ``MLFLOW_TRACKING_URI`` unset: the store would be ``tmp_path/mlflow.db``):
@@ -10,7 +10,7 @@ directory, ``MLFLOW_TRACKING_URI`` unset: the store would be ``tmp_path/mlflow.d
   chain inside ``init_optimizer_state`` (AdamW) and annotates its state with ``chex.Array``. Both
   train beside the built-in ``momentum`` and ``adamw`` in one sweep, and each one's curves equal
   its built-in twin's (rtol 1e-5);
-* issue 39's sweep in an environment without ``chex`` (hidden by a ``sitecustomize``): refused by
+* such a sweep in an environment without ``chex`` (hidden by a ``sitecustomize``): refused by
   the pre-flight, exit 2, one line, no store;
 * a submission that imports a module that is not installed, has a syntax error, lacks
   ``update_params`` (or binds it to something that is not a function), takes other arguments than
@@ -275,7 +275,7 @@ BAD = {
         "current_param_container=, current_params_types=, model_state=, hyperparameters=, batch=, "
         "loss_type=, optimizer_state=, eval_results=, global_step=, rng=): missing a required argument: "
         "'params'"),
-    # issue 32, D6: the import passes and the API is right, but update_params fails when called
+    # the import passes and the API is right, but update_params fails when called
     # (before: the store was created and every trial of it FAILED)
     "lazy_import.py": (
         CHEX_MOMENTUM.replace("    replicated = jax_sharding_utils.get_replicate_sharding()",
@@ -331,8 +331,8 @@ NO_CHEX = textwrap.dedent('''
 ''')
 
 
-def test_without_chex_the_issue_39_sweep_is_refused_before_its_store_is_written(tmp_path, monkeypatch):
-    """Issue 39's sweep: a file optimizer, ``optax.contrib:muon`` and a submission that imports
+def test_without_chex_a_chex_submission_is_refused_before_its_store_is_written(tmp_path, monkeypatch):
+    """A sweep of a file optimizer, ``optax.contrib:muon`` and a submission that imports
     chex, in an environment without chex. Before, the store was written, the other trials trained
     and the submission's trial failed (exit 1); now the pre-flight refuses it: exit 2, one line."""
     site = tmp_path / "site"
@@ -343,7 +343,7 @@ def test_without_chex_the_issue_39_sweep_is_refused_before_its_store_is_written(
                                         "    return sgd(step_size)\n")
     paths = [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
-    cfg, r = _sweep(tmp_path, "issue39", [
+    cfg, r = _sweep(tmp_path, "without-chex", [
         {"name": "my_sgd", "source": "my_sgd.py:my_sgd", "hparams": {"step_size": 0.1}},
         {"name": "optax_muon", "source": "optax.contrib:muon", "hparams": {"step_size": 0.01}},
         {"name": "chex_momentum", "source": "algoperf:chex_momentum.py",

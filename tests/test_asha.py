@@ -1,4 +1,4 @@
-"""Early stopping (issue 34 §1) without a sweep: the rung schedule and the stop rule on hand-made
+"""Early stopping without a sweep: the rung schedule and the stop rule on hand-made
 values (:mod:`harness.core.rungs`), the ASHA searcher's proposals from hand-made
 :class:`TrialOutcome` objects (:mod:`harness.orchestrate.asha`), and the trainer's gate through
 :func:`harness.train.loop.run_trial` on a real trial (digits, a small MLP)."""
@@ -434,7 +434,7 @@ def test_the_dry_run_counts_the_trials_the_search_can_train_not_only_its_first(t
 
 def test_max_trials_bounds_the_trials_an_adaptive_search_proposes(tmp_path):
     """`sweep --max-trials` bounded the expansion only: an ASHA search could train more than the
-    limit (found by the issue-35 attack). Now a search that can train more than the limit (none
+    limit (found by an attack). Now a search that can train more than the limit (none
     diverging, `max_trials`) is refused before anything runs, and one whose diverged trials leave
     steps for more stops proposing at the limit and says so."""
     from harness.config.errors import ConfigError
@@ -481,7 +481,7 @@ def test_peers_rung_values_read_from_a_sqlite_store_equal_mlflows(tmp_path, monk
     """A decision whose peers trained in another process reads their rung values from the store: on
     a local SQLite store with sqlite3 now (two tags per run; through MLflow's search_runs, which
     builds every tag, param and metric of every run of the group, two ASHA invocations at once took
-    8x the time of one: the issue-35 attack). Both reads give the same board, that of the sweep."""
+    8x the time of one: an attack). Both reads give the same board, that of the sweep."""
     import mlflow
 
     from harness.core.context import RunContext

@@ -1,4 +1,4 @@
-"""The early-stopping audit in the report (issue 34 §1, ``audit: K``): :func:`reports.early_stop.audit_rows`
+"""The early-stopping audit in the report (``audit: K``): :func:`reports.early_stop.audit_rows`
 on a hand-made ``search.json`` record (Kendall's tau computed by hand) and on a real ASHA sweep's."""
 
 from __future__ import annotations

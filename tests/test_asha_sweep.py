@@ -1,4 +1,4 @@
-"""Early stopping end to end (issue 34 §1): real ASHA sweeps (digits, a small MLP, 60 steps, rungs
+"""Early stopping end to end: real ASHA sweeps (digits, a small MLP, 60 steps, rungs
 at 10 and 30, SQLite), and what MLflow stored.
 
 - some trials are stopped: their runs are FINISHED with tag ``status=stopped``, the stop step and
@@ -358,7 +358,7 @@ def test_an_audit_trial_competes_in_the_selection_as_its_twins_seed(tmp_path, mo
 def test_status_of_a_killed_asha_sweep_counts_every_trial_it_ran_and_says_the_search_is_not_over(tmp_path):
     """``status`` counted the trials of the parent run's ``trials.json``, which an adaptive sweep
     rewrites now and then with its proposals so far: a killed ASHA sweep showed ``trials: 16 ...
-    pending: 0`` with 47 trials in the store (the issue-35 attack, F1). Now the trials that ran under
+    pending: 0`` with 47 trials in the store (found by an attack). Now the trials that ran under
     the sweep id count, and while the search may still propose trials its pending count is "?"."""
     db = tmp_path / "k.db"
     cfg = _config(tmp_path, name="asha_status")

@@ -1,4 +1,4 @@
-"""The background writer's queue is bounded (issue 35): training waits for the writer instead of
+"""The background writer's queue is bounded: training waits for the writer instead of
 running thousands of trials ahead of it with their results only in memory, so a kill trains again
 only the few results still queued."""
 
@@ -49,7 +49,7 @@ def test_a_kill_trains_again_only_the_few_results_still_queued_for_the_writer(tm
     writer), SIGKILLed once 40 are FINISHED: the trials the killed sweep printed as trained whose
     run is not in the store (they train again) are at most the queue's bound per process, plus the
     trial a worker was handing over. With a queue of 64 the same kill lost 32 in-process and 64
-    with ``--jobs 2`` (the issue-35 attack's F3: 22)."""
+    with ``--jobs 2`` (22 when found by an attack)."""
     cfg = _short_trials(tmp_path, "killq", 100)
     db, out = tmp_path / "m.db", tmp_path / "out.txt"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
@@ -71,7 +71,7 @@ def test_a_kill_trains_again_only_the_few_results_still_queued_for_the_writer(tm
 def test_sigterm_stops_a_sweep_as_ctrl_c_does_and_loses_nothing_trained(tmp_path, jobs, times):
     """SIGTERM (what `timeout`, SLURM, Kubernetes and systemd send first) killed the sweep with
     Python's default action: exit 143 with no message, the results queued for the writer lost (2
-    in-process, 4 with --jobs 2) and the parent run left RUNNING (the issue-35 attack's F6). Now it
+    in-process, 4 with --jobs 2) and the parent run left RUNNING (found by an attack). Now it
     stops the sweep as Ctrl-C does: every trial printed as trained is in the store, the parent run
     is KILLED, the workers are gone, and the exit status is still 143, with one line saying so.
     ``times=2``: a second SIGTERM 0.3 s later, inside the stop's own writes, is ignored (it was
@@ -148,7 +148,7 @@ def held_adam(step_size):
 def test_an_invocation_killed_beside_another_is_ended_by_the_one_that_survives_it(tmp_path):
     """Two invocations of one sweep at once; one is SIGKILLed. The survivor takes over its trials
     but left its parent run (and any trial run it was writing) RUNNING: only a later invocation
-    ended them (the issue-35 attack's F8). Now the survivor's end marks the dead owner's RUNNING
+    ended them (found by an attack). Now the survivor's end marks the dead owner's RUNNING
     runs KILLED, and the store holds no RUNNING run once it has exited. The first invocation stops
     itself after 12 trials (its optimizer waits for good), so it is alive, mid-sweep, when the second
     one's parent run appears, on a busy machine too (it once finished every trial before that)."""

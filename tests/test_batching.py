@@ -161,7 +161,7 @@ def _tiny(sched: str, seed: int, steps: int = 12):
 
 
 def test_schedules_share_one_measurement(fresh, monkeypatch):
-    """Groups that differ only in their schedule are measured once (issue 25 §2): the measurement
+    """Groups that differ only in their schedule are measured once: the measurement
     compiles the single-trial and vmapped chunks of the first group only (it compiled both for
     every schedule before: 4 chunks here), and both groups get its decision."""
     import collections
@@ -183,7 +183,7 @@ def test_schedules_share_one_measurement(fresh, monkeypatch):
 def test_not_measured_where_compiling_costs_more_than_vmap_could_save(fresh, monkeypatch):
     """Two seeds of 12 steps train in milliseconds; compiling the vmapped chunk to measure them
     costs far more: sequential, and only the single-trial chunk (which sequential training uses)
-    is compiled (issue 25 §2; before, the vmapped one as well). A budget long enough for vmap to
+    is compiled (before, the vmapped one as well). A budget long enough for vmap to
     pay is measured, from the cached entry's own chunk and compile seconds, compiling nothing."""
     import collections
     import re
@@ -241,7 +241,7 @@ def _siblings(T: int, steps: int = 12) -> list:
 
 @pytest.mark.parametrize("rule", ["too slow", "measured"])
 def test_a_decision_costs_the_same_programs_for_200_siblings_as_for_20(fresh, monkeypatch, rule):
-    """Issue 35 §2: deciding for 200 siblings initialises one trial state and gets at most two chunk
+    """Deciding for 200 siblings initialises one trial state and gets at most two chunk
     programs, as for 20 (before: one eager optimizer init per trial, 200 against 20, also when the
     decision was not to measure). 'too slow': T single chunks over MAX_REP_S, not measured;
     'measured': the whole measurement, single and vmapped chunks compiled and timed. The vmapped

@@ -1,4 +1,4 @@
-"""pytest-benchmark's table and saved JSON describe the harness's measured rounds (issue 25, item 7):
+"""pytest-benchmark's table and saved JSON describe the harness's measured rounds:
 five benchmarks handed the fixture a ``lambda: None``, so its table reported a Transformer step as
 1.458 µs. ``tests/benchmarks/paired.record`` gives the fixture the interleaved rounds' seconds."""
 

@@ -1,4 +1,4 @@
-"""A sweep's time budget (issue 25 §1): the parent run's ``time/<part>_s`` add up to the sweep's
+"""A sweep's time budget: the parent run's ``time/<part>_s`` add up to the sweep's
 wall-clock, each trial's run holds its share of its unit (a vmapped batch's seconds divided between
 its trials, not repeated on each), no part is negative, the summary's one line, and the rules of
 :mod:`harness.core.budget` (``--jobs``' scaling, the line's form)."""
@@ -115,7 +115,7 @@ def test_the_time_budget_of_a_real_sweep_adds_up_to_its_wall_clock(write_sweep, 
     assert bars[0] == pytest.approx([sweep.loc[p, "seconds"] for p in SWEEP_PARTS])
     assert [w for w in bars[1] if w] == pytest.approx([v for v in (table.loc[p, "seconds"] for p in
                                                                    SWEEP_PARTS if p in PARTS) if v])
-    # each bar says what it sums (issue 36 §1.9): the invocations, the trials they trained
+    # each bar says what it sums: the invocations, the trials they trained
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [f"{SWEEP_ROW}: 1 invocation",
                                                                      f"mlp · digits: {len(trials)} trials"]
 

@@ -100,7 +100,7 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
                             stdout=subprocess.PIPE, stderr=errf, text=True)
     try:
         first = proc.stdout.readline()
-        # the runs view in "Model training" mode (not MLflow 3's GenAI mode, issue 24 §15), in chart
+        # the runs view in "Model training" mode (not MLflow 3's GenAI mode), in chart
         # mode, with the shared grouped view
         assert re.fullmatch(rf"MLflow UI: http://127\.0\.0\.1:{port}/#/experiments/{exp_id}/runs"
                             r"\?workflowType=machine_learning&compareRunsMode=CHART"
@@ -127,7 +127,7 @@ def test_ui_serves_the_store_and_stops_on_sigterm(tmp_path, tracking_uri):
         errf.close()
     with pytest.raises(OSError):  # the server went away with it
         urllib.request.urlopen(base + "/health", timeout=2)
-    # no noise before the URL (issue 24 §14): MLflow's registry note and Starlette's deprecation
+    # no noise before the URL: MLflow's registry note and Starlette's deprecation
     err_text = (tmp_path / "ui.err").read_text()
     assert "Registry store URI not provided" not in err_text and "Deprecat" not in err_text, err_text
 
@@ -202,7 +202,7 @@ def test_preflight_rejects_unbuildable_trials_before_mlflow(tmp_path, write_swee
 
 
 def test_preflight_reports_every_problem_of_an_entry(tmp_path, write_sweep, monkeypatch):
-    """Issue 24 §17: a builder stops at its first problem; the pre-flight reports each one, on its own
+    """A builder stops at its first problem; the pre-flight reports each one, on its own
     line with its key path (before: the first only, one line per entry)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -480,7 +480,7 @@ def test_readme_and_quickstart_config_agree_on_the_time_and_docs_name_real_sched
 
 def test_an_in_memory_store_is_refused_before_any_work(tmp_path, write_sweep, monkeypatch):
     """``--tracking-uri sqlite:///:memory:`` created a file ./:memory:, trained, said every result
-    was written, and kept none (issue 24 §1)."""
+    was written, and kept none."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = write_sweep()
@@ -493,8 +493,7 @@ def test_an_in_memory_store_is_refused_before_any_work(tmp_path, write_sweep, mo
 
 
 def test_a_dangling_symlink_store_is_refused_at_once(tmp_path, write_sweep, monkeypatch):
-    """``mlflow.db`` a link to nothing: os.link failed and the sweep waited 600 s silently
-    (issue 24 §2)."""
+    """``mlflow.db`` a link to nothing: os.link failed and the sweep waited 600 s silently."""
     import os
     import subprocess
     import sys
@@ -516,8 +515,7 @@ def test_a_dangling_symlink_store_is_refused_at_once(tmp_path, write_sweep, monk
 
 def test_values_that_would_fail_every_trial_are_refused_before_the_store(tmp_path, write_sweep, monkeypatch):
     """``step_size: 1.0e-320`` (0 in float32), ``width: 1e9`` (out of memory) and ``depth: 100000``
-    (a pre-flight that never ended) were accepted; the store was written and every trial failed
-    (issue 24 §2, §4)."""
+    (a pre-flight that never ended) were accepted; the store was written and every trial failed."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = write_sweep(models=[{"name": "mlp", "hparams": {"width": 1_000_000_000, "depth": 1}},
@@ -543,7 +541,7 @@ def test_values_that_would_fail_every_trial_are_refused_before_the_store(tmp_pat
 
 def test_an_unprepared_tfds_dataset_is_one_clean_error_without_absl_noise(tmp_path, write_sweep):
     """An unprepared ``tfds:cifar10`` whose version folder exists but is empty printed absl's
-    "Variant folder ... has no dataset_info.json" warning before the harness's error (issue 24 §14)."""
+    "Variant folder ... has no dataset_info.json" warning before the harness's error."""
     import os
     import subprocess
     import sys
@@ -563,7 +561,7 @@ def test_an_unprepared_tfds_dataset_is_one_clean_error_without_absl_noise(tmp_pa
 def test_status_of_a_grown_sweep_counts_its_earlier_trials_as_done(tmp_path, write_sweep, tracking_uri,
                                                                    fake_trainer, monkeypatch):
     """After the README's own workflow (raise the seeds, re-run), ``status`` without a config showed
-    the grown sweep as "1 finished, 2 pending" where it was 3/3 done (issue 24 §8): it counted only
+    the grown sweep as "1 finished, 2 pending" where it was 3/3 done: it counted only
     the trials trained under the new sweep id."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -622,7 +620,7 @@ def test_report_without_experiment_takes_the_stores_only_sweep_and_lists_them_ot
 
 def test_report_on_a_store_whose_artifacts_are_read_only_is_written_with_a_warning(
         tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
-    """Found by the issue-35 attack: `report` on a store whose artifact folder it cannot write (a
+    """Found by an attack: `report` on a store whose artifact folder it cannot write (a
     colleague's, a shared one) wrote the HTML and its table, then died with a 115-line traceback
     and exit 1 while logging the HTML to the parent run. Now it exits 0 and says, in one line,
     that the report was not logged. The failure is real: the parent run's ``reports`` artifact

@@ -1,4 +1,4 @@
-"""Every command's output on an 80-column terminal keeps every cell's content (issue 24 §10): a
+"""Every command's output on an 80-column terminal keeps every cell's content: a
 table that does not fit is printed as one block per row (``column: value``), wrapped, never cut
 with "…"; and the summary's "best config" of an optimizer that ran one configuration (§17)."""
 
@@ -91,7 +91,7 @@ def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking
     _uncut(r.output)
     # the table fits 80 columns with its headers over two lines; every cell whole (fake_result:
     # every configuration reaches the target at the same step and accuracy, so the name decides)
-    # one ranked table per task (issue 32 §2): rank, optimizer, ...; equal results share rank 1
+    # one ranked table per task: rank, optimizer, ...; equal results share rank 1
     rows = {ln.split()[1]: ln.split()[2:] for ln in r.output.splitlines() if re.match(r"\s*1=\s", ln)}
     assert rows == {"adam": ["lr=0.003", "0.9000", "0.8900", "0.02", "s", "—", "2"],  # its one config (§17)
                     # sgd's two configurations tie exactly: the one whose smallest trial id is
@@ -99,7 +99,7 @@ def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking
                     "sgd": ["lr=0.3", "0.9000", "0.8900", "0.02", "s", "—", "2"]}, r.output
     head = next(i for i, ln in enumerate(r.output.splitlines()) if ln.split()[:2] == ["rank", "optimizer"])
     assert r.output.splitlines()[head].split()[-3:] == ["target", "ex/s", "seeds"], r.output
-    # the time budget (issue 25 §1): one line within the 80 columns, after the table
+    # the time budget: one line within the 80 columns, after the table
     budget = [ln for ln in r.output.splitlines() if ln.startswith("time ")]
     assert len(budget) == 1 and len(budget[0]) <= 80, r.output
     assert re.fullmatch(r"time \d+\.\d s: [a-z]+ \d+%(, [a-z]+ \d+%)*(, \.\.\.)?", budget[0]), budget
@@ -176,7 +176,7 @@ def test_list_at_80_columns_is_short_and_keeps_every_default():
 
     from harness.cli.list_cmd import default_text
 
-    def defaults(single, builder):  # a number as its repr, a function or class readably (issue 36 §4)
+    def defaults(single, builder):  # a number as its repr, a function or class readably
         return [h.name if h.required else f"{h.name}={default_text(h.default)}"
                 for h in builder_hparams(single, builder).values()]
 

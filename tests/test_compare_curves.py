@@ -1,4 +1,4 @@
-"""tests/benchmarks/compare_curves.py: exact curve comparison of two MLflow stores (issue 25 §2)."""
+"""tests/benchmarks/compare_curves.py: exact curve comparison of two MLflow stores."""
 
 from __future__ import annotations
 

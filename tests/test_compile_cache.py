@@ -1,4 +1,4 @@
-"""The persistent XLA compilation cache (issue 25, item 3): on by default under
+"""The persistent XLA compilation cache: on by default under
 ``$HARNESS_CACHE_DIR/xla``, a second invocation with new seeds compiles nothing new (counted from
 JAX's own cache events, as MLflow stored them), loaded programs give bit-identical curves, and it
 turns off with ``--no-compile-cache``."""

@@ -211,7 +211,7 @@ def test_batch_size_and_targets_messages_say_the_expected_form(write_sweep):
 
 def test_numbers_written_with_an_unsigned_exponent_are_numbers(tmp_path):
     """YAML 1.1 (PyYAML) wants 1.5e+3; 1.5e3, 1.0e0, 2.5e-1 and 1.0e308 were read as strings and
-    refused as "a quoted string" (issue 24 §3). An integer key takes an integral float."""
+    refused as "a quoted string". An integer key takes an integral float."""
     from harness.config.yamlsafe import load_yaml_text
 
     assert load_yaml_text("[1.5e3, 1.0e0, 2.5e0, 1.0e308, .5e1, 1.e3, 1e3, 123, 1_000, '1.5e3']") == \
@@ -231,7 +231,7 @@ def test_numbers_written_with_an_unsigned_exponent_are_numbers(tmp_path):
 
 
 def test_a_fifo_config_path_is_refused_without_blocking(tmp_path):
-    """A FIFO with no writer blocked ``sweep`` in open() forever (issue 24 §2)."""
+    """A FIFO with no writer blocked ``sweep`` in open() forever."""
     import os
 
     fifo = tmp_path / "sweep.yaml"

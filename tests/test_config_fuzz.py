@@ -1,4 +1,4 @@
-"""Hostile configs (issue 12, item 5): mutated variants of ``experiments/quickstart.yaml``, each of
+"""Hostile configs: mutated variants of ``experiments/quickstart.yaml``, each of
 which must be rejected by ``run_sweep`` before the MLflow store is touched, in bounded time and
 memory, with one ``FILE: KEY.PATH: message`` line per problem that names the key.
 
@@ -128,7 +128,7 @@ case("yaml-syntax", Q.replace("seeds: 2", "seeds: [2"), "not valid YAML: line")
 case("yaml-tab-indent", Q.replace("  - {name: cnn", "\t- {name: cnn"), "not valid YAML")
 case("yaml-python-tag", Q.replace("seeds: 2", "seeds: !!python/object/apply:os.system [echo hi]"),
      "a !!python/object/apply:os.system value; a config holds strings, numbers")
-# issue 24 §7: non-core tags were silently coerced (name: !!binary aGVsbG8= became the sweep "hello")
+# non-core tags were silently coerced (name: !!binary aGVsbG8= became the sweep "hello")
 case("yaml-binary-tag", Q.replace("name: quickstart", "name: !!binary aGVsbG8="), "a !!binary value")
 case("yaml-set-tag", Q.replace("seeds: 2", "seeds: !!set {1, 2}"), "a !!set value")
 case("yaml-omap-tag", Q.replace("seeds: 2", "seeds: !!omap [{a: 1}]"), "a !!omap value")
@@ -349,22 +349,22 @@ for _key, _bads in _WRONG.items():
         case(f"type-{_key}-{_i}", _text(**{_key: _bad}), _key)
 
 
-# --- issue 24's hostile inputs that a config carries (the rest: tests below) ---------------------
-case("issue24-uri-memory", _text(tracking_uri="sqlite:///:memory:"), "tracking_uri: ")
-case("issue24-uri-mode-memory", _text(tracking_uri="sqlite:///file:x?mode=memory&uri=true"),
+# --- hostile inputs that a config carries (the rest: tests below) ---------------------
+case("uri-memory", _text(tracking_uri="sqlite:///:memory:"), "tracking_uri: ")
+case("uri-mode-memory", _text(tracking_uri="sqlite:///file:x?mode=memory&uri=true"),
      "tracking_uri: ")
-case("issue24-depth-100000", _text(models=[{"name": "mlp", "hparams": {"depth": 100_000}}]),
+case("depth-100000", _text(models=[{"name": "mlp", "hparams": {"depth": 100_000}}]),
      "models[0].hparams.depth: model 'mlp' (depth=100000) on dataset 'digits' with input shape (8, 8, 1): "
      "mlp: depth is 100,000; at most 1,000")
-case("issue24-step-size-1e308", Q.replace("step_size: 0.1}", "step_size: 1.0e308}"),
+case("step-size-1e308", Q.replace("step_size: 0.1}", "step_size: 1.0e308}"),
      "optimizers[0].hparams.step_size: 1e+308 is infinite in float32")
-case("issue24-step-size-1e-320", Q.replace("step_size: 0.1}", "step_size: 1.0e-320}"),
+case("step-size-1e-320", Q.replace("step_size: 0.1}", "step_size: 1.0e-320}"),
      "optimizers[0].hparams.step_size: 1e-320 is 0 in float32")
-case("issue24-width-1e9", _text(models=[{"name": "mlp", "hparams": {"width": 1_000_000_000, "depth": 1}}]),
+case("width-1e9", _text(models=[{"name": "mlp", "hparams": {"width": 1_000_000_000, "depth": 1}}]),
      "GB of device memory")
-case("issue24-steps-1.5e-3", Q.replace("steps: 400", "steps: 1.5e-3"), "budget.steps: ")
+case("steps-1.5e-3", Q.replace("steps: 400", "steps: 1.5e-3"), "budget.steps: ")
 
-# --- issue 24, round 2: an attacker's own ---------------------------------------------------------
+# --- a second round: an attacker's own ------------------------------------------------------------
 # unicode confusables and invisible characters
 case("unicode-cyrillic-optimizer", _text(optimizers=[{"name": "\u0455gd", "hparams": {"step_size": 0.1}}]),
      "optimizers[0].name: unknown optimizer")
@@ -600,11 +600,11 @@ def no_store(monkeypatch):
 def test_case_count_and_categories():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids))
-    assert len(CASES) >= 343  # 228 before issue 24's attack round
+    assert len(CASES) >= 343  # 228 before a round of hostile inputs
     assert len(ACCEPTED) >= 15 and len({c[0] for c in ACCEPTED}) == len(ACCEPTED)
     for prefix in ("plan-", "dup-", "bomb-", "bool-", "exclude-", "include-", "target-", "seed-",
                    "steps-", "epochs-", "name-", "uri-", "non-utf8-", "deep-nesting-", "unicode-",
-                   "type-", "binary-", "unknown-", "issue24-", "nul-", "huge-int-", "negzero-", "nan-",
+                   "type-", "binary-", "unknown-", "depth-", "nul-", "huge-int-", "negzero-", "nan-",
                    "list-", "map-", "anchor-", "merge-", "key-", "sched-", "source-", "search-", "file-"):
         assert any(i.startswith(prefix) for i in ids), prefix
 
@@ -645,15 +645,15 @@ def test_hostile_config_rejected_before_any_write(cid, content, key, tmp_path, w
 #: Hostile-looking configs that are right and must load, with what they load as: (case id, content,
 #: {attribute path: value} on the loaded config, or "trials": the pre-flight's trial count).
 ACCEPTED: list[tuple[str, str | bytes, dict]] = [
-    # issue 24 §3: a float with an integral value is an integer budget, as people write budgets
-    ("issue24-steps-1.5e3", Q.replace("steps: 400", "steps: 1.5e3"), {"budget.steps": 1500}),
+    # a float with an integral value is an integer budget, as people write budgets
+    ("steps-1.5e3", Q.replace("steps: 400", "steps: 1.5e3"), {"budget.steps": 1500}),
     ("steps-1e3", Q.replace("steps: 400", "steps: 1e3"), {"budget.steps": 1000}),
-    ("issue24-step-size-1.0e0", Q.replace("step_size: 0.1}", "step_size: 1.0e0}"),
+    ("step-size-1.0e0", Q.replace("step_size: 0.1}", "step_size: 1.0e0}"),
      {"optimizers[0].hparams.step_size": 1.0}),
-    # issue 24 §5: the name is kept; its artifact folder is made safe (tests/test_tracking.py)
-    ("issue24-name-dotdot", _text(name=".."), {"name": ".."}),
-    # issue 24 §6: an MLflow tracking URI the harness hands to MLflow (Databricks' own login applies)
-    ("issue24-uri-databricks", _text(tracking_uri="databricks"), {"tracking_uri": "databricks"}),
+    # the name is kept; its artifact folder is made safe (tests/test_tracking.py)
+    ("name-dotdot", _text(name=".."), {"name": ".."}),
+    # an MLflow tracking URI the harness hands to MLflow (Databricks' own login applies)
+    ("uri-databricks", _text(tracking_uri="databricks"), {"tracking_uri": "databricks"}),
     ("file-bom", "\ufeff" + Q, {"name": "quickstart", "trials": 24}),
     ("file-bom-twice", "\ufeff\ufeff" + Q, {"name": "quickstart", "trials": 24}),
     ("file-crlf", Q.replace("\n", "\r\n"), {"name": "quickstart", "budget.steps": 400, "trials": 24}),

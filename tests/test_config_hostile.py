@@ -1,4 +1,4 @@
-"""The config loader's own promises (issue 12, item 5) beyond rejection: what is accepted and how
+"""The config loader's own promises beyond rejection: what is accepted and how
 (YAML 1.2 floats, merges, canonical numbers, stable ids), and exact messages."""
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def test_plan_size_counts_search_trials():
     ("optimizers[0].search.trials", None),
 ])
 def test_search_trials_and_seed_are_never_booleans(where, search):
-    # issue 20: `trials: true` / `seed: true` were accepted as 1, though no number is ever a boolean
+    # `trials: true` / `seed: true` were accepted as 1, though no number is ever a boolean
     base = yaml.safe_load((ROOT / "experiments" / "quickstart.yaml").read_text())
     if search is None:
         base["optimizers"][0]["search"] = {"trials": True}
@@ -150,7 +150,7 @@ def test_search_trials_and_seed_are_never_booleans(where, search):
 
 
 def test_description_errors_are_reported_under_description():
-    # issue 20: the description validator raised its error as a "name" error
+    # the description validator raised its error as a "name" error
     from pydantic import ValidationError
 
     from harness.config import SweepConfig

@@ -1,4 +1,4 @@
-"""Coordinate descent with a certificate (issue 34 §2, :mod:`harness.orchestrate.coordinate`) on hand-made
+"""Coordinate descent with a certificate (:mod:`harness.orchestrate.coordinate`) on hand-made
 outcomes whose optimum is known, without training anything.
 
 The bowl: ``optimizer.b1`` in ``[0.8, 0.85, 0.9, 0.95, 0.99]`` (index ``i``) and

@@ -1,4 +1,4 @@
-"""Coordinate descent on real sweeps (issue 34 §2): digits, a small MLP, 20 steps, SQLite.
+"""Coordinate descent on real sweeps: digits, a small MLP, 20 steps, SQLite.
 
 adamw on a 3 x 3 grid (``b1`` x ``step_size``), one seed, selected by final validation accuracy:
 the trials the store holds are exactly those of the descent replayed from the store (read back

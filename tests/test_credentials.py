@@ -1,4 +1,4 @@
-"""Credentials in a tracking URI (issue 33 §3): the health check authenticates as MLflow's client does,
+"""Credentials in a tracking URI: the health check authenticates as MLflow's client does,
 a server that refuses them is one line, and the password appears nowhere: output, store (tags,
 params, artifacts), report, spool."""
 

@@ -169,7 +169,7 @@ def test_tags_name_host_level_gpu_ids(monkeypatch):
                          r"once, e.g\. HARNESS_DEVICE_IDS=0$"),
     ("inprocess", "abc", r"^HARNESS_DEVICE_IDS='abc' is not a comma-separated list of device indices: "
                          r"this process has 1 \(cpu\), use indices 0\.\.0, e\.g\. HARNESS_DEVICE_IDS=0$"),
-    # issue 24 §17: set and empty meant every device, where an empty CUDA_VISIBLE_DEVICES means none
+    # set and empty meant every device, where an empty CUDA_VISIBLE_DEVICES means none
     ("inprocess", " ", r"^HARNESS_DEVICE_IDS is set but empty, which names no device \(as an empty "
                        r"CUDA_VISIBLE_DEVICES hides every GPU\): unset it to use all 1 \(cpu\)"),
 ])
@@ -248,7 +248,7 @@ def test_jobs_2_on_4_forced_cpu_devices_gives_each_worker_its_own_device(tmp_pat
         assert t["harness.device_env_set"] == "before-jax-import"
         by_worker.setdefault(t["harness.trained_by"], set()).add(dev)
     assert len(by_worker) == 2 and all(len(d) == 1 for d in by_worker.values())  # one device each
-    # trained by the two workers, written by the sweep's own process (issue 35 §4)
+    # trained by the two workers, written by the sweep's own process
     assert {x.data.tags["harness.owner"] for x in runs} == {parent.data.tags["harness.owner"]}
     a, b = by_worker.values()
     assert a.isdisjoint(b)

@@ -1,4 +1,4 @@
-"""Divergence as the field defines it (issue 12, item 6): besides a non-finite train loss, a train
+"""Divergence as the field defines it: besides a non-finite train loss, a train
 loss above ``divergence_loss_factor`` (default 100) times the initial one ends the trial
 ``diverged`` at that step, alone and inside a vmapped batch."""
 

@@ -17,7 +17,7 @@ README = ROOT / "README.md"
 PACKAGES = ("optimizers", "models", "harness", "reports")
 DOCUMENTS = sorted([README, *(ROOT / "docs").glob("*.md")])
 
-#: "issue 54", "issue #54", "issue-35", "issues 22 and 32"
+#: "issue" or "issues" then a thread number, after a space, "#" or "-" or nothing
 ISSUE_REF = re.compile(r"\bissues?[\s#-]*\d+", re.IGNORECASE)
 #: the sibling folder the project was written beside, and its design file
 OUTSIDE_REF = re.compile(r"\.\./shared|\bDESIGN\.md\b")

@@ -1,4 +1,4 @@
-"""Issue 33 §4: the ``HARNESS_*`` environment is checked with the config, before any write; a new
+"""The ``HARNESS_*`` environment is checked with the config, before any write; a new
 SQLite store's folder is created only by the one rule (its own folder, in an existing writable
 folder that is not the filesystem root); a resumed trial's ``curves.csv`` equals an uninterrupted
 run's in every column but ``wall_s`` (and the reliability page says exactly that).

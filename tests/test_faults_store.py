@@ -1,4 +1,4 @@
-"""Fault suite for the store (issue 12, items 1-4): kills during store creation, half-migrated and
+"""Fault suite for the store: kills during store creation, half-migrated and
 unusable stores, concurrent invocations, a tracking server that goes away, an unwritable folder.
 
 Invocations run as real processes forked from one forkserver that has imported MLflow, JAX and the
@@ -556,7 +556,7 @@ def test_server_down_longer_than_retries_then_back(tmp_path, procs, env_base):
 
 @pytest.mark.server
 def test_summary_counts_spooled_results_apart_from_the_store(tmp_path, procs, env_base):
-    """Issue 24 §6: a real `mlflow server` stopped after the first trial and not restarted: the
+    """A real `mlflow server` stopped after the first trial and not restarted: the
     summary counted every trained trial "finished" although three were only in the local spool. It
     says 1 finished, 3 finished and spooled (not yet in the store), and the command that writes
     them; that command, once the server is back, writes them."""
@@ -688,7 +688,7 @@ def test_store_folder_unwritable_mid_sweep(tmp_path, procs, env_base, fake_train
 
 def test_a_skipped_write_does_not_nest_the_stores_error():
     """While the store was down, the progress line read "store unreachable (the store is
-    unreachable (the store is unreachable (the stor)" (issue 24 §6): each skipped write wrapped
+    unreachable (the store is unreachable (the stor)": each skipped write wrapped
     the last error and recorded it again."""
     import harness.execute.writing as writing
     from harness.execute.writing import skipped_write_error

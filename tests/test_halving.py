@@ -1,4 +1,4 @@
-"""Synchronous successive halving (issue 34 §1, :mod:`harness.orchestrate.halving`): the bracket's size from
+"""Synchronous successive halving (:mod:`harness.orchestrate.halving`): the bracket's size from
 the compute budget, whole-rung promotions on hand-made results, purity, the gate's ``stop_at``, and a
 real sweep whose stored runs follow the rounds (stopped at their rung, the survivors trained again
 to the next, the last round plain full-budget trials)."""
@@ -164,7 +164,7 @@ def test_the_summary_line_gives_the_audits_verdict(tmp_path):
 @pytest.mark.slow
 def test_jobs_workers_are_kept_across_the_rounds_and_gone_at_the_end(tmp_path):
     """The same bracket with ``jobs=2``: its three rounds run on the same two worker processes
-    (issue 35 §4; before, each round spawned two fresh ones, six in all, as ``run`` outside a
+    (before, each round spawned two fresh ones, six in all, as ``run`` outside a
     session still does), the halving stores what it stores in-process, and once the sweep returns
     no worker process is left."""
     from harness.execute.executors import ProcessExecutor

@@ -1,5 +1,5 @@
 """``TrainingProgram.init_seeded``: a trial's initial state in one compiled dispatch, bit for bit the
-eager ``init(jax.random.PRNGKey(seed), step_size)`` (issue 35: the eager initialisation was about a
+eager ``init(jax.random.PRNGKey(seed), step_size)`` (the eager initialisation was about a
 third of a 20-step trial's main-thread time in a sweep of 1,000)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The ``--jobs`` workers hand their results to the sweep's process and start with its datasets
-(issue 35 §4): checked in fresh interpreters, where what a worker imports is visible.
+"""The ``--jobs`` workers hand their results to the sweep's process and start with its datasets:
+checked in fresh interpreters, where what a worker imports is visible.
 
 - ``execute_unit(..., handoff=True)`` trains with a store that does not exist (an ``http`` URI on
   a closed port): no MLflow call is made, MLflow is never imported, and each outcome carries its
@@ -114,7 +114,7 @@ def test_a_worker_handed_its_parents_digits_loads_them_without_scikit_learn(tmp_
 
 
 def test_jobs_workers_start_before_the_store_is_opened_and_never_for_a_rerun(tmp_path, monkeypatch):
-    """``ProcessExecutor.prestart`` (issue 35 §4): both workers are alive when the sweep opens its
+    """``ProcessExecutor.prestart``: both workers are alive when the sweep opens its
     store (their interpreter and JAX overlap the parent's MLflow import and plan), the sweep trains
     on them (two started in all), and none is left when it returns. A re-run with every trial
     FINISHED starts none; a store that cannot be opened stops the ones started."""

@@ -1,4 +1,4 @@
-"""A ``--jobs 2`` worker that dies costs only its own unit (issue 33 §1).
+"""A ``--jobs 2`` worker that dies costs only its own unit.
 
 Done for real: ``python -m harness sweep ... --jobs 2`` in a subprocess, and
 
@@ -110,7 +110,7 @@ def test_a_worker_killed_mid_training_costs_only_its_own_unit(tmp_path):
         assert not [r for r in rs if r.info.status == "RUNNING"]
         if tid != killed_tid:
             assert [r.info.status for r in rs] == ["FINISHED"], tid
-        else:  # the sweep's process writes the runs: its first attempt left none (issue 35 §4)
+        else:  # the sweep's process writes the runs: its first attempt left none
             assert [r.info.status for r in rs] in (["FINISHED"], ["FAILED"])
             if done[0].info.status == "FAILED":
                 assert "worker process died" in done[0].data.tags.get("harness.reason", "")

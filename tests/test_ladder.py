@@ -1,4 +1,4 @@
-"""Model-size ladders in the config (issue 38 §1): ``ladder:`` → ordinary trials per rung.
+"""Model-size ladders in the config: ``ladder:`` → ordinary trials per rung.
 
 Checked: the parameter count against the transformer_lm's closed form, steps per rung from the
 tokens-per-parameter ratio, μP-style and fixed transfer, the refusals, the run tags, the dry run's
@@ -222,7 +222,7 @@ def test_killed_ladder_resumes_without_retraining_a_finished_rung(tmp_path):
 
 
 def test_shipped_scaling_study_expands():
-    """experiments/scaling.yaml (issue 38 §3): 5 optimizers on 4 sizes spanning >= 16x parameters,
+    """experiments/scaling.yaml: 5 optimizers on 4 sizes spanning >= 16x parameters,
     2 seeds, adamw the baseline (tuned per rung, with a budget of its own), the others fixed."""
     root = Path(__file__).resolve().parents[1] / "experiments"
     trials = expand(load_config(root / "scaling.yaml"))
@@ -235,7 +235,7 @@ def test_shipped_scaling_study_expands():
     assert {r.tokens_per_param for r in rungs if r.baseline_only} == {40.0}
 
 
-# ------------------------------------------------------------------ plan size (issue 38, item 4)
+# ------------------------------------------------------------------ plan size
 
 
 @pytest.mark.parametrize("ladder, dtype", [
@@ -280,7 +280,7 @@ def test_a_ladder_past_the_trial_limit_is_refused_before_any_work(tmp_path, monk
     assert out.returncode != 0 and "6,400 trials" in out.stderr + out.stdout and not db.exists()
 
 
-# ------------------------------------------------- the ladder's columns (issue 38, item 3)
+# ------------------------------------------------- the ladder's columns
 
 
 def test_ladder_tags_are_columns_of_the_frame_and_of_results_trials(tmp_path):

@@ -1,4 +1,4 @@
-"""Coordinate descent across a ladder's rungs (issue 38 §1 with issue 34 §2): each optimizer is
+"""Coordinate descent across a ladder's rungs: each optimizer is
 tuned at every rung, rung ``r``'s descent starting from the configuration rung ``r - 1``'s selected.
 
 A real sweep (the Markov LM Transformer at two widths, adamw over three step sizes, 20 and 61

@@ -1,7 +1,7 @@
-"""Where ``harness ui`` lands in MLflow 3.17's UI (issue 24 §15): model training, not GenAI; the
+"""Where ``harness ui`` lands in MLflow 3.17's UI: model training, not GenAI; the
 validation curves first, grouped by task and optimizer; single-valued metrics as bars and table columns,
 never a line against the step; trials only, never their parents, two versions of a user's optimizer
-in groups apart, the URL said once the server answers (issue 36 §2). The page itself is checked in
+in groups apart, the URL said once the server answers. The page itself is checked in
 Chromium here and by
 ``tests/test_report_layout.py::test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer``."""
 
@@ -105,7 +105,7 @@ def test_a_state_too_long_for_an_experiment_tag_leaves_the_bars_to_mlflow(tracki
 def test_the_view_is_never_sorted_by_start_time_and_groups_source_versions_apart():
     """MLflow 3.17's runs page loads the parent of every nested run it shows when the view is sorted
     by start time (or has neither sort nor filter): the sweep's parents came back as "Additional
-    runs" and as an "Unassigned" group in every chart (issue 36 §2). Two source versions of one
+    runs" and as an "Unassigned" group in every chart. Two source versions of one
     optimizer are grouped apart, the hash a column of the table."""
     state = mlflow_ui.view_state(QUICKSTART_METRICS)
     assert state["orderByKey"] == "tags.`mlflow.runName`" and state["searchFilter"]
@@ -145,7 +145,7 @@ def test_a_sweep_leaves_its_store_with_statistics_so_the_runs_page_joins_by_inde
         tmp_path, write_sweep, tracking_uri, fake_trainer):
     """Without SQLite's statistics, the UI's runs page (sorted by run name, a tag) joined MLflow's
     tag subquery by scanning it once per run: 4.9 s of CPU for the first 100 of 10,000 trials, and
-    as long again for each "Load more" (the issue-35 §3 check in Chromium: rows after 10-24 s).
+    as long again for each "Load more" (measured in Chromium: rows after 10-24 s).
     A sweep now ends with ``ANALYZE`` (``harness.tracking.client.analyze_store``, also run by
     ``harness ui``): the join uses an index (0.09 s at 10,000). 40 trials are enough for SQLite's
     planner to choose it; without the statistics it scans at any size."""
@@ -215,7 +215,7 @@ def _ui_store(uri: str) -> tuple[str, int]:
 @pytest.mark.browser
 def test_ui_lands_on_trials_only_with_source_versions_apart_and_says_its_url_once_it_answers(
         chromium, tmp_path):
-    """Issue 36 §2 on the real page: ``harness ui`` printed its URL ~30 s before the server
+    """On the real page: ``harness ui`` printed its URL ~30 s before the server
     answered, and the page said "57 matching runs" for 54 trials (the parents as "Additional runs"
     and an "Unassigned" series in every time/* chart), with two versions of one source averaged in
     one group, and an optimizer's runs on two models averaged in one group. Now: the URL line comes
@@ -268,7 +268,7 @@ def test_ui_lands_on_trials_only_with_source_versions_apart_and_says_its_url_onc
 
 def test_the_statistics_wait_briefly_for_another_writer_and_give_up(tmp_path, tracking_uri):
     """``analyze_store`` waited 30 s in silence when another process held a write transaction (at
-    every sweep's end and at ``harness ui``'s start; the issue-35 attack of this stop): it is an
+    every sweep's end and at ``harness ui``'s start; found by an attack): it is an
     optimisation, and now gives up after ``ANALYZE_WAIT_S``."""
     import sqlite3
     import time

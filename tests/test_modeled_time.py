@@ -1,4 +1,4 @@
-"""Issue 22 §1 and §2: a time to target free of the machine's load, and a step time that is checked.
+"""A time to target free of the machine's load, and a step time that is checked.
 
 The throughput measurement repeats until its spread is small and is checked against the trial's own
 training clock (a slow measurement is re-measured, then flagged ``perf.suspect`` in MLflow); every
@@ -109,7 +109,7 @@ def test_relative_spread_and_repeats_until_stable(monkeypatch):
 
 
 def test_modeled_seconds_and_which_clock():
-    """Issue 32 §1: a flagged figure keeps its modeled time, and a task whose trial has no modeled
+    """A flagged figure keeps its modeled time, and a task whose trial has no modeled
     time ranks on the deterministic cost clock, not on wall-clock. Before: ``modeled_seconds(...,
     suspect)`` was ``None`` and ``task_clock`` moved the whole task to measured seconds."""
     assert modeled_seconds(150, 0.2) == pytest.approx(0.03)
@@ -174,7 +174,7 @@ def _ranks(frame) -> list[str]:
 
 
 def test_the_cost_clock_charges_each_program_its_own_flops():
-    """Issue 32, D4: the cost clock charged every optimizer the model's analytic FLOPs, so muon's
+    """The cost clock charged every optimizer the model's analytic FLOPs, so muon's
     Newton–Schulz products cost it nothing there. It charges the program's XLA count (update
     included) where there is one, the analytic count only where there is not."""
     from harness.core.spec import PerfResult
@@ -201,7 +201,7 @@ def test_a_tie_in_steps_is_ranked_by_the_final_metric_on_either_clock(clock):
 
 
 def test_a_suspect_figure_keeps_its_task_on_the_modeled_clock():
-    """Issue 32 §1. Before: adam-1's flagged figure (perf.suspect) moved its whole task to measured
+    """Before: adam-1's flagged figure (perf.suspect) moved its whole task to measured
     seconds (0.10, 0.11, 0.402, 0.182: the noisiest clock there is). Now the task stays on the
     modeled clock and the report names the flagged program; a task where a trial has no modeled
     time at all ranks on the cost clock; ``--time measured`` still gives the wall-clock."""
@@ -311,7 +311,7 @@ def test_a_slow_measurement_that_persists_is_flagged_and_still_ranks(tmp_path, w
     """Every measurement costs 3 ms of CPU a step more than training's: re-measured until two
     figures agree within 10%, the run gets the tag ``perf.suspect`` with both figures and the rule,
     and it **keeps its modeled time** on that figure. Before: no modeled time, so its task ranked
-    on wall-clock (issue 32 §1)."""
+    on wall-clock."""
     from harness.orchestrate.run import run_sweep
 
     monkeypatch.chdir(tmp_path)
@@ -395,7 +395,7 @@ def _run_twice(d, uri) -> None:
 
 
 def test_a_loaded_machine_gives_the_same_leaderboard_order(loaded_sweeps):
-    """Issue 22's done-when: the same sweep run twice, the second time beside a CPU-burning
+    """The same sweep run twice, the second time beside a CPU-burning
     process, ranks its optimizers in the same order on the default, modeled clock. They reach the
     target at *different* steps (so the order is steps × each program's step time, not a tie), and
     two of them have modeled times within 1.5x of each other (so a step time measured alone, at

@@ -1,5 +1,5 @@
-"""``examples/quickstart.ipynb`` executed headless (nbclient, a real IPython kernel) on a fresh store
-(issue 37 §3): its sweep trains six quickstart trials, and what its cells show is checked against the
+"""``examples/quickstart.ipynb`` executed headless (nbclient, a real IPython kernel) on a fresh store:
+its sweep trains six quickstart trials, and what its cells show is checked against the
 same store read back here: the trials table's test accuracies, the LaTeX leaderboard (the very text
 ``harness.results(...).leaderboard.to_latex()`` gives), a figure drawn as a PNG, and the trial trained
 again: identical. Nothing is written beside the notebook."""

@@ -1,5 +1,5 @@
-"""Conventions the optimizers follow where the papers' code (or ``torch.optim``) differs (issue 32
-§4). Each docstring names its convention and the other one; these tests hold the docstrings to
+"""Conventions the optimizers follow where the papers' code (or ``torch.optim``) differs.
+Each docstring names its convention and the other one; these tests hold the docstrings to
 that, and check each convention numerically in float64 against an independent numpy
 implementation of both variants: the harness equals the one its docstring states and differs
 from the other. Each numpy implementation is written here from the update rule, not from the

@@ -129,7 +129,7 @@ def test_float64_matches_an_independent_float64_soap():
     gradients: a square leaf rotated on both sides, two rotated on one side only (the other
     longer than ``max_precond_dim``), a 1-D and a 3-D leaf (AdamW). Every statistic is full rank
     with distinct eigenvalues, so the bases are unique up to sign, which cancels. With the
-    eigendecomposition in float32 (before issue 32) the difference was 6.0e-7; in float64 it is
+    eigendecomposition in float32 (as it once ran) the difference was 6.0e-7; in float64 it is
     1.8e-15."""
     rng = np.random.default_rng(0)
     shapes = {"square": (6, 6), "rows": (4, 9), "cols": (9, 5), "bias": (6,), "kernel": (2, 3, 4)}
@@ -156,7 +156,7 @@ def test_float64_least_squares_matches_an_independent_float64_soap():
     """Each implementation on its own full-batch gradients of a least-squares loss, ten steps.
     Step 1's gradient is step 0's (step 0 does not move the parameters), so the rotated gradient
     is diagonal up to rounding and Adam's ratio off the diagonal is rounding over eps. With the
-    bases in float32 (before issue 32) the float64 parameters were 0.032 apart after the first
+    bases in float32 (as they once were) the float64 parameters were 0.032 apart after the first
     real step and 0.036 after ten (at eps 1e-8: 1.0 and 0.092); in float64, 8.8e-12 after ten
     (at eps 1e-8: 9.1e-10, so eps 1e-6 here keeps the bound well clear of float64 rounding)."""
     rng = np.random.default_rng(1)

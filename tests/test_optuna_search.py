@@ -1,4 +1,4 @@
-"""Optuna's search (issue 34 §3, :mod:`harness.orchestrate.optuna_search`).
+"""Optuna's search (:mod:`harness.orchestrate.optuna_search`).
 
 On hand-made outcomes (nothing trained): the distribution mapping; ``propose`` as a pure function of
 ``seen`` (a history prefix gives what the uninterrupted search proposed at that point, for tpe and

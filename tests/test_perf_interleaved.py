@@ -1,4 +1,4 @@
-"""Issue 22 §1: one step time per (program, device), measured interleaved before the sweep trains.
+"""One step time per (program, device), measured interleaved before the sweep trains.
 
 The sweep's programs are timed round by round (each round a block of calls of every program in turn,
 on the real compiled chunks the trainer dispatches), their figures fill the perf cache, and a unit
@@ -151,7 +151,7 @@ def test_the_sweep_measures_first_and_its_units_do_not_time_again(tmp_path, writ
 
 
 def test_the_flop_count_needs_no_second_compile(monkeypatch):
-    """Issue 22 §1 (FLOPs without a second compile): once the trainer's chunk is compiled, timing
+    """FLOPs without a second compile: once the trainer's chunk is compiled, timing
     the step compiles nothing; its FLOPs come from the lowered one-step program, within the
     factor-2 cross-check of the analytic count and within 1% of what the compiled one-step program
     counts for the digits MLP (0.5% below it)."""

@@ -1,4 +1,4 @@
-"""Issue 35 §2: the pre-flight traces once per program, not per step size, and not at all for a trial
+"""The pre-flight traces once per program, not per step size, and not at all for a trial
 a FINISHED run already holds; the values of every trial are still checked."""
 
 from __future__ import annotations

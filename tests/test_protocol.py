@@ -441,8 +441,8 @@ def test_two_entries_that_differ_only_by_a_default_are_one_configuration_of_two_
     """``momentum`` and ``momentum`` with ``mass: 0.9`` (its default) are different trials that log
     the same params, hence one configuration in the report: its headline counted their 4 trials as
     4 seeds of a 2-seed sweep, and with a second optimizer the paired comparison crashed the report
-    (``ValueError: cannot reindex on an axis with duplicate labels``; the issue-35 attack of this
-    stop). Both now read one row per configuration and seed."""
+    (``ValueError: cannot reindex on an axis with duplicate labels``; found by an
+    attack). Both now read one row per configuration and seed."""
     import reports.frame as RF
     from harness.orchestrate.run import run_sweep
 

@@ -1,4 +1,4 @@
-"""The harness from Python (issue 37 §1-2): ``harness.sweep`` on a path, a mapping and a
+"""The harness from Python: ``harness.sweep`` on a path, a mapping and a
 SweepConfig; ``only`` (the same trial ids as the whole config); one exception type with the key
 path; ``harness.results`` read back from a real SQLite store: trials, long curves, a numeric
 leaderboard and its LaTeX/Markdown, tuning curves, CSV and Parquet per row kind, figures; two
@@ -352,7 +352,7 @@ def test_a_trial_run_left_running_is_not_a_finished_result(tmp_path, tracking_ur
     """A trial run is created with its result's tags (``status: finished``) and ended after its
     ``log_batch``: a kill in between leaves it RUNNING. ``trial_state`` calls that trial pending and
     the next sweep trains it again; ``results`` used to show it as ``finished`` (the tag won), so the
-    leaderboard ranked a result whose write was cut short. Found by the issue-35 attack (F2)."""
+    leaderboard ranked a result whose write was cut short. Found by an attack."""
     from mlflow import MlflowClient
 
     run = harness.sweep(_cfg(), tracking_uri=tracking_uri, quiet=True)

@@ -1,4 +1,4 @@
-"""Issue 32 §1: the rank clock's pieces, exactly.
+"""The rank clock's pieces, exactly.
 
 CPU time that other Python threads of the process spend is not the step's; a figure carries its
 interval from its rounds, and the rank rule carries it; a figure that disagrees with its training
@@ -192,7 +192,7 @@ def test_a_task_with_an_algoperf_submission_ranks_on_cost_not_on_wall_clock(tmp_
     assert s[N.M_COST_SECONDS_TO_TARGET].notna().all()
     assert pd_isna(s.loc["nadamw_sub", N.M_MODELED_SECONDS_TO_TARGET])  # no timed step of its own
     per_step = s[N.M_COST_SECONDS_TO_TARGET] / s[N.M_STEPS_TO_TARGET]
-    per_flop = per_step / s[N.M_FLOPS]  # each program's own count (issue 32, D4), one peak for all
+    per_flop = per_step / s[N.M_FLOPS]  # each program's own count, one peak for all
     assert per_flop.max() == pytest.approx(per_flop.min(), rel=1e-9)
     assert per_step["adam"] > per_step["sgd"]  # adam's update costs more FLOPs than sgd's
 

@@ -1,4 +1,4 @@
-"""reports.ranks: the leaderboard's shared ranks on hand-built frames (issue 22 §6). Found by a new
+"""reports.ranks: the leaderboard's shared ranks on hand-built frames. Found by a new
 user: adam and momentum reached the target at the same step on both seeds, and wall-clock jitter
 (0.402 s and 0.182 s for momentum's 150 steps) ranked adam first."""
 
@@ -114,7 +114,7 @@ def test_equal_results_share_a_rank_whoever_leads_their_group():
 
 
 def test_a_ties_rows_follow_the_time_shown():
-    """Issue 32 §2: within "1=" a row reading 0.80 s stood above one reading 0.54 s (both reached the
+    """Within "1=" a row reading 0.80 s stood above one reading 0.54 s (both reached the
     target at the same steps: a tie on time, which the final metric orders)."""
     f = _frame({"adam": [0.80, 0.80], "momentum": [0.54, 0.54]}, steps={"adam": 50, "momentum": 50})
     f[N.M_FINAL_ACC] = [0.975, 0.972, 0.970, 0.976]  # adam's mean 0.9735 above momentum's 0.973
@@ -235,7 +235,7 @@ def test_an_optimizer_every_trial_of_which_failed_is_unranked_in_the_summary_and
 
 def test_the_summary_and_the_report_break_an_exact_tie_between_configurations_alike(
         tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
-    """Found by the issue-35 attack: among thousands of short trials many configurations tie
+    """Found by an attack: among thousands of short trials many configurations tie
     exactly (287 validation examples quantise the accuracy), and the summary broke the tie on the
     configuration's name, the report on its config_id hash: they named different best
     configurations (lr=0.0769703 against step_size=0.0812382). Both now take the configuration

@@ -421,8 +421,8 @@ def test_a_ray_sweep_stops_on_sigterm_and_ctrl_c_as_an_in_process_one_does(ray_h
 def test_sigterm_after_the_local_instance_is_shut_down_still_stops_the_sweep(tmp_path):
     """``ray.shutdown`` resets the process's SIGTERM action to the default while
     ``signal.getsignal`` still names the sweep's handler, so a SIGTERM during the end-of-sweep writes
-    of a local-instance Ray sweep killed the driver (exit -15, no line, the parent run RUNNING; the
-    issue-35 attack of this stop). ``interrupt.retake`` now sets the handler whatever ``getsignal``
+    of a local-instance Ray sweep killed the driver (exit -15, no line, the parent run RUNNING; found
+    by an attack). ``interrupt.retake`` now sets the handler whatever ``getsignal``
     says, after ``ray.shutdown`` as after ``ray.init``."""
     script = (
         "import os, time, ray\n"

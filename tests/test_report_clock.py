@@ -1,4 +1,4 @@
-"""Issue 22's loose ends in the report: the time-to-target figure's axis follows the report's clock,
+"""Loose ends in the report: the time-to-target figure's axis follows the report's clock,
 the header names the objective that selected, a report that ranks on a target the sweep lacks says
 so, and the config's ``time:`` is recorded, read and overridden; the sweep's summary keeps one clock
 per task."""
@@ -40,7 +40,7 @@ def _frame(select_by: str | None = None) -> pd.DataFrame:
 
 @pytest.mark.parametrize("clock, budget, xmax, label", [
     ("modeled", 0.2, 0.2 * 1.08, "seconds to target (modeled)"),
-    # 2 s beside a 30 s budget: more than a decade, a log axis (issue 36 §1.2)
+    # 2 s beside a 30 s budget: more than a decade, a log axis
     ("measured", 30.0, 30.0 * 1.6, "seconds to target (measured), log scale"),
 ])
 def test_the_time_figure_axis_and_budget_follow_the_clock(clock, budget, xmax, label):
@@ -76,7 +76,7 @@ def test_the_header_names_the_objective_that_selected(by, words):
 
 
 def test_a_flagged_figure_marks_its_leaderboard_row():
-    """Issue 32 §1: a trial whose figure is flagged (tag perf.suspect) still ranks on it, and its row's
+    """A trial whose figure is flagged (tag perf.suspect) still ranks on it, and its row's
     time to target carries ``†`` (the clock sentence names it and says why); others do not."""
     from reports.leaderboard import leaderboard
     from reports.report_clock import clock_note, use_clock

@@ -1,4 +1,4 @@
-"""Report figures a paper can take (issue 36 §1), checked on what is drawn: the SVG a page inlines,
+"""Report figures a paper can take, checked on what is drawn: the SVG a page inlines,
 laid out by Debian's headless chromium (legend boxes against the canvas for 1-12 optimizers), the
 figures' drawn geometry, and the report page's DOM (identifiers as written, trial ids on one line,
 the optimizer's source hash, the environment's two commits, the time budget's bars).
@@ -221,7 +221,7 @@ window.addEventListener('load', function () {
 
 @pytest.mark.browser
 def test_legends_stay_inside_the_figure_for_1_to_12_optimizers(chromium, frame, tmp_path):
-    """Issue 36 §1.1: with 7 optimizers plus the target and seed-end keys the legend of "Convergence
+    """With 7 optimizers plus the target and seed-end keys the legend of "Convergence
     against wall-clock time" was wider than the figure and cut at both edges ("damw", "dan_optax",
     no swatches). Every figure with an optimizer legend, for 1 to 12 optimizers, inlined as the
     report inlines it and laid out by chromium at the page's width: the legend's box lies inside
@@ -278,7 +278,7 @@ def _marker_fractions(fig) -> dict[str, float]:
 
 
 def test_time_axes_run_over_the_plotted_times_not_the_slowest_training(frame):
-    """Issue 36 §1.2: "Time to target" and "Tuned time-to-result" ran their x axis to the slowest
+    """The "Time to target" and "Tuned time-to-result" figures ran their x axis to the slowest
     trial's whole training while the times sat in its first tenth. Three optimizers 0.05-0.25 s to
     target, trained 1-1.7 s: a linear axis from 0 whose fastest and slowest markers lie more than
     half the axis apart; seven optimizers, 0.05 s to 1.7 s (more than a decade): a log axis that
@@ -301,7 +301,7 @@ def test_time_axes_run_over_the_plotted_times_not_the_slowest_training(frame):
 
 
 def test_tuning_curves_of_many_optimizers_draw_lines_the_legend_explains(frame):
-    """Issue 36 §1.3: seven overlapping translucent bands and faint unexplained horizontal lines.
+    """Seven overlapping translucent bands and faint unexplained horizontal lines.
     Up to 4 optimizers a panel has its bands (fills, no edge lines); from 5 none; for 1-12
     optimizers every line drawn is an optimizer's validation (solid) or test (dashed) curve: its
     colour and marker those of a legend key, its style that of "validation (selects)" or "test of
@@ -375,7 +375,7 @@ MIN_DELTA_E = 15.0
 
 
 def test_colours_tell_ten_or_more_optimizers_apart_with_and_without_colour_blindness(frame):
-    """Issue 36 §1.4: 7 optimizers got three near-identical oranges/browns and two pinks. The first
+    """7 optimizers got three near-identical oranges/browns and two pinks. The first
     8 optimizers' colours stay at least :data:`MIN_DELTA_E` apart for normal vision and each
     dichromacy (Machado et al.'s simulation); 12 optimizers get 12 different (colour, marker)
     pairs; and an optimizer has one colour in every figure: the strokes and fills the report's
@@ -410,7 +410,7 @@ def test_colours_tell_ten_or_more_optimizers_apart_with_and_without_colour_blind
 # Throughput's suspect step times, the time budget
 # ---------------------------------------------------------------------------------------------
 def test_throughput_caption_and_figure_agree_and_name_the_suspect_trials(frame):
-    """Issue 36 §1.5: the caption promised "red cross-hatched" bars that no bar showed while the
+    """The caption promised "red cross-hatched" bars that no bar showed while the
     leaderboard flagged a suspect step time. Where a group is all suspect (muon) the figure draws
     the hatched bar and the caption says so; where suspect trials were left out of a bar (one of
     lion's) the figure puts a † after it and the caption says so; the caption names each suspect
@@ -444,7 +444,7 @@ def test_throughput_caption_and_figure_agree_and_name_the_suspect_trials(frame):
 
 
 def test_time_budget_bars_describe_the_same_invocations(frame):
-    """Issue 36 §1.9: "whole sweep 95.8 s" beside a task bar of 378 s: the task's bar summed trials
+    """Once "whole sweep 95.8 s" beside a task bar of 378 s: the task's bar summed trials
     of earlier invocations that the sweep's bar did not hold. The whole sweep's bar says how many
     invocations it sums; the task's bar holds the trials those invocations trained (and is shorter
     than the sweep's); the four trials carried over from the earlier sweep are a bar of their own,
@@ -514,7 +514,7 @@ window.addEventListener('load', function () {
 @pytest.mark.browser
 def test_page_shows_identifiers_as_written_ids_on_one_line_and_the_source_hash(chromium, page, store,
                                                                                tmp_path):
-    """Issue 36 §1.6-§1.7 in chromium: the header card read "0 REGRESSIONS VS C04306E1069C" (CSS
+    """In chromium: the header card read "0 REGRESSIONS VS C04306E1069C" (CSS
     upper-cased the sweep id, which then could not be pasted back): the card's rendered text holds
     the baseline id as written and no element of the page transforms its text; each 16-hex trial
     id sat on 3 lines: every id of the trials table is one line, the table within the page; and a
@@ -613,7 +613,7 @@ def _git(cwd: Path, *args: str) -> str:
 
 
 def test_environment_records_the_harness_and_config_commits_from_outside_the_clone(tmp_path, monkeypatch):
-    """Issue 36 §1.8: a sweep run outside the clone recorded "git commit unknown" although the
+    """A sweep run outside the clone recorded "git commit unknown" although the
     harness is an editable install of a git checkout. A real sweep (fake trainer), run from a
     folder outside any repository with its config in a repository of its own: every trial run and
     the parent record the harness checkout's commit (with +dirty as ``git status`` says) and the
@@ -698,7 +698,7 @@ _HOVER_PROBE = """
 def test_interactive_hover_shows_values_and_the_band(chromium, frame, view, tmp_path):
     """Hover in the interactive views: a point's tooltip names its task, optimizer and the rest
     (Vega-Lite 6.4's nearest layer gave every string field as "undefined"); in the tuning curves
-    the optimizer nearest the pointer shows its band (issue 36 §1.3: the band only on hover), the
+    the optimizer nearest the pointer shows its band (the band only on hover), the
     others' stay hidden."""
     from reports import interactive
 

@@ -416,7 +416,7 @@ def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps,
                    "Group: model: mlp, optimizer: sgd", "matching runs",
                    "Model registry"):  # the sidebar's "Model training" links
         assert needle in text, (needle, text[:3000])
-    # not GenAI mode (issue 24 §15): its sidebar (Overview, Judges, Evaluation runs) and page title
+    # not GenAI mode: its sidebar (Overview, Judges, Evaluation runs) and page title
     for genai in ("Judges", "Evaluation runs", "Training runs", "Overview"):
         assert genai not in text, (genai, text[:3000])
     # the chart sections: validation curves first, the single-valued metrics after the curves
@@ -424,7 +424,7 @@ def test_mlflow_ui_lands_on_training_runs_grouped_by_optimizer(chromium, sweeps,
     assert sections[:2] == ["valid", "train"] and sections.index("final") > sections.index("train"), sections
     assert sections.index("convergence") > sections.index("test"), sections
     assert "No data" not in text and "does not exist" not in text
-    # trials only (issue 36 §2): the parent is neither a run of the page nor a chart's series
+    # trials only: the parent is neither a run of the page nor a chart's series
     assert "24 matching runs" in text and "Additional runs" not in text and "Unassigned" not in text
 
 
@@ -455,7 +455,7 @@ def _vega_views(dom: str) -> dict[str, dict]:
 @pytest.mark.browser
 @pytest.mark.parametrize("name", ["quickstart", "three-tasks"])
 def test_interactive_views_match_the_static_colours_in_chromium(chromium, sweeps, name, tmp_path):
-    """Issue 24 §9, in the browser: every interactive view has an optimizer legend naming every
+    """In the browser: every interactive view has an optimizer legend naming every
     optimizer, each in the static figures' colour (:func:`reports.style.palette`); the tuning curves'
     x axis is integer budgets; the convergence view opens on the task's selection metric with a
     rule at the target in every panel; the page logs no warning, also after the log switch."""
@@ -504,7 +504,7 @@ def test_interactive_views_match_the_static_colours_in_chromium(chromium, sweeps
 
 @pytest.mark.browser
 def test_convergence_view_opens_on_each_tasks_own_selection_metric(chromium, sweeps, tmp_path):
-    """The convergence view opened on validation accuracy for every task (issue 24 §9): with a loss
+    """The convergence view opened on validation accuracy for every task: with a loss
     target beside accuracy targets it opens on each task's own selection metric (named in the panel
     titles) with a rule at each task's target, and renders so in chromium without a warning."""
     import reports

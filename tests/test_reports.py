@@ -113,7 +113,7 @@ def _trial_values(model, opt, lr, seed, acc_shift=0.0, ms_scale=1.0):
         "perf/compile_s": 0.5 + 0.1 * OPT_MS[opt],
         "perf/flops_per_step": 1e6 * STEP_MS[model],
         "perf/utilization": 0.1 * OPT_MS[opt] / STEP_MS[model] * 2,
-        # the trial's time budget (issue 25 §1)
+        # the trial's time budget
         "time/compile_s": 0.5 + 0.1 * OPT_MS[opt], "time/train_s": float(wall[-1]),
         "time/eval_s": 0.1 * STEP_MS[model], "time/throughput_s": 0.2, "time/tracking_s": 0.01,
         "time/other_s": 0.05,
@@ -703,7 +703,7 @@ def test_sensitivity_panels_scale_each_task_to_its_own_values(frame):
 
 def test_leaderboard_markup_is_parsed_as_classes_not_escaped_text(report):
     """The leaderboard's rows rendered as ``<tr class=&#34;best&#34;>`` (the attribute escaped inside
-    its tag), so the best row was never highlighted and numbers never right-aligned (issue 24 §12).
+    its tag), so the best row was never highlighted and numbers never right-aligned.
     Checked on the parsed DOM."""
     from html.parser import HTMLParser
 
@@ -776,7 +776,7 @@ def _tables(html_text: str) -> dict[str, dict]:
 
 
 def test_leaderboard_says_a_shared_interval_and_beats_once_in_its_caption(report):
-    """With < 5 seeds every row's "Interval" and "Beats" said the same words (issue 24 §13): the
+    """With < 5 seeds every row's "Interval" and "Beats" said the same words: the
     caption says them once and the columns are left out."""
     lb = _tables(report.read_text(encoding="utf-8"))["leaderboard-table"]
     assert lb["caption"] == ("In every row: Interval: min–max of 3 seeds (< 5); "
@@ -789,7 +789,7 @@ def test_leaderboard_says_a_shared_interval_and_beats_once_in_its_caption(report
 
 
 def test_leaderboard_columns_have_one_number_format_each(report, frame):
-    """``0.02106 [0.02106, 0.02106]`` beside ``0.15 [0.08, 0.22]`` (issue 24 §13): every number of
+    """``0.02106 [0.02106, 0.02106]`` beside ``0.15 [0.08, 0.22]``: every number of
     an interval column has the same decimals, those the column's widest-needing interval asks for."""
     from reports.leaderboard import column_digits
 
@@ -816,7 +816,7 @@ def test_leaderboard_columns_have_one_number_format_each(report, frame):
 
 
 def test_trials_table_has_the_test_loss(report, frame):
-    """The trials table showed test accuracy but no test loss (issue 24 §17)."""
+    """The trials table showed test accuracy but no test loss."""
     t = _tables(report.read_text(encoding="utf-8"))["trials-table"]
     col, tid = t["head"].index("Test loss"), t["head"].index("Trial")
     got = {row[tid]: row[col] for row in t["rows"]}
@@ -832,7 +832,7 @@ def _overlap(a, b) -> bool:
 
 
 def test_performance_profile_legend_sits_outside_the_axes(frame):
-    """The legend sat in the lower right inside the axes, over a profile at y = 0 (issue 24 §13)."""
+    """The legend sat in the lower right inside the axes, over a profile at y = 0."""
     fig = F.profile_figure(frame)
     ax = fig.axes[0]
     assert ax.get_legend() is None and len(fig.legends) == 1
@@ -844,7 +844,7 @@ def test_performance_profile_legend_sits_outside_the_axes(frame):
 
 
 def test_performance_profile_of_one_task_is_a_sentence(frame):
-    """One task made a degenerate single step (issue 24 §13): the report says a profile needs 2."""
+    """One task made a degenerate single step: the report says a profile needs 2."""
     one = frame[frame["task"] == "mlp / mnist1d"]
     assert F.profile_times(one).shape[0] == 1
     assert F.profile_figure(one) == ("A performance profile needs at least 2 tasks; this sweep has 1. "
@@ -852,7 +852,7 @@ def test_performance_profile_of_one_task_is_a_sentence(frame):
 
 
 def test_throughput_tasks_are_not_drawn_in_optimizer_colours(frame):
-    """Tasks took seaborn's "muted" colours, the optimizers' hues (issue 24 §13): tasks are greys
+    """Tasks took seaborn's "muted" colours, the optimizers' hues: tasks are greys
     with a hatch each, no bar has any optimizer's colour."""
     from matplotlib.colors import to_hex
 
@@ -872,8 +872,8 @@ def test_throughput_tasks_are_not_drawn_in_optimizer_colours(frame):
 
 
 def test_tuning_curve_bands_are_faint_fills_and_every_line_is_in_the_legend(frame):
-    """Overlapping 0.15-alpha bands of several optimizers turned muddy (issue 24 §13); their thin edge
-    lines were then "faint unexplained horizontal lines" (issue 36 §1.3): with 3 optimizers, faint
+    """Overlapping 0.15-alpha bands of several optimizers turned muddy; their thin edge
+    lines were then "faint unexplained horizontal lines": with 3 optimizers, faint
     fills (at most 0.1 alpha) holding each optimizer's validation band, no edge lines; every line is
     an optimizer's validation (solid) or test (dashed) curve, as the legend's keys say."""
     from matplotlib.collections import PolyCollection
@@ -899,8 +899,8 @@ def test_tuning_curve_bands_are_faint_fills_and_every_line_is_in_the_legend(fram
 
 
 def test_interactive_tuning_bands_show_on_hover_without_edge_lines(frame):
-    """The interactive tuning curves drew every band with thin edge lines (issue 24 §13), a muddle
-    with many optimizers (issue 36 §1.3): one area layer, visible (0.2) only for the optimizer
+    """The interactive tuning curves drew every band with thin edge lines, a muddle
+    with many optimizers: one area layer, visible (0.2) only for the optimizer
     under the pointer (the selection ``band``), no edge lines; the points carry the static
     figure's markers."""
     from reports import interactive
@@ -935,7 +935,7 @@ def test_interactive_tuning_bands_show_on_hover_without_edge_lines(frame):
 
 def test_tuning_curves_draws_follow_the_report_option_and_the_caption_says_which(frame):
     """Dodge et al.'s paper and code draw k configurations with replacement; the report draws
-    k-subsets (issue 22 §7): ``report --tuning-curves with-replacement`` switches, and the
+    k-subsets: ``report --tuning-curves with-replacement`` switches, and the
     caption names the variant in use and the other."""
     from reports import protocol
     from reports.figures import FIGURES
@@ -959,7 +959,7 @@ def test_tuning_curves_draws_follow_the_report_option_and_the_caption_says_which
 
 def test_the_report_of_a_sweep_that_is_not_over_says_so(tmp_path, write_sweep, tracking_uri, fake_trainer,
                                                         monkeypatch):
-    """Found by the issue-35 attack: the report of a killed 1,000-trial sweep read "407 trials, 407
+    """Found by an attack: the report of a killed 1,000-trial sweep read "407 trials, 407
     finished" and nowhere said that 593 were still to run (`status` did). Now its header says how
     many of the plan's trials have a result; once the sweep is finished, nothing."""
     from conftest import fake_result

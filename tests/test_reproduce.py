@@ -1,4 +1,4 @@
-"""One trial, again (issue 37 §2): ``harness.reproduce`` / ``python -m harness reproduce TRIAL_ID``
+"""One trial, again: ``harness.reproduce`` / ``python -m harness reproduce TRIAL_ID``
 trains a stored trial again from its recorded spec into a scratch store and compares every logged
 value but the clocks. A quickstart trial comes out identical, bit for bit; the same trial after one
 stored value was altered does not (the difference found where it was made, the versions that

@@ -164,7 +164,7 @@ def test_scoring_key_is_recorded_read_by_the_report_and_overridden(tmp_path, wri
         assert res.exit_code == 0, res.output
         html = out.read_text()
         assert words in html
-        # one task: no score column; under algoperf the report says why (issue 22 leftovers §2)
+        # one task: no score column; under algoperf the report says why
         assert "AlgoPerf score (all tasks, τ ∈ [1, 4])" not in html
         assert ('<p class="sub" id="score-note">AlgoPerf score left out: the sweep has one task' in html) \
             is algoperf

@@ -1,4 +1,4 @@
-"""Issue 22's loose ends in the config: ``scoring``, ``selection.by`` and ``time`` read like every
+"""Loose ends in the config: ``scoring``, ``selection.by`` and ``time`` read like every
 other enumerated key (one line, the valid values, a did-you-mean, never pydantic's wording), and
 the objectives that rank on time to target are refused, before anything runs, on a sweep without
 a target."""

@@ -1,4 +1,4 @@
-"""Issue 32 §3: AlgoPerf's scoring to the last case: a time of 0 and the denominator.
+"""AlgoPerf's scoring to the last case: a time of 0 and the denominator.
 
 AlgoPerf's ``scoring/performance_profile.py`` (``compute_performance_profiles``) divides each
 workload's times by the fastest with ``df.update(df.div(df.min(axis=0), axis=1))``. ``update`` skips
@@ -101,7 +101,7 @@ def test_a_target_met_at_initialisation_through_a_real_sweep(tmp_path):
     r = subprocess.run([sys.executable, "-m", "harness", "sweep", "c.yaml", "--tracking-uri", uri],
                        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    # the summary says the digits target needs no training (issue 32, D5), and MLflow holds the tag
+    # the summary says the digits target needs no training, and MLflow holds the tag
     said = " ".join(r.stdout.split())
     assert ("Target met at initialisation (the step-0 evaluation, which does not count, as in "
             "AlgoPerf: a run reaches the target at its first later evaluation that meets it): on mlp · "

@@ -286,7 +286,7 @@ def test_expansion_crosses_grid_axes_with_the_sampled_points(write_sweep):
         "equalise)")
     assert search_tags(specs)[adam[2].trial_id] == {
         "harness.search": "quasirandom", "harness.search_index": "1",
-        # the ranges, for the boundary warnings (issue 22 §5)
+        # the ranges, for the boundary warnings
         "harness.search_space": '{"optimizer.b1":["uniform",0.8,0.9],'
                                 '"optimizer.step_size":["log_uniform",0.0001,0.1]}'}
 
@@ -459,7 +459,7 @@ def test_edge_is_measured_on_the_log_scale_for_log_uniform():
 
 def test_summary_warns_when_the_selected_step_size_is_at_the_top_of_its_range(
         tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
-    """Google's tuning playbook's first check (issue 22 §5): the fake trainer's validation loss falls
+    """Google's tuning playbook's first check: the fake trainer's validation loss falls
     with the step size, so the largest sampled step size is selected; 16 quasi-random points of one
     dimension put one in each sixteenth of the range, so it lies in the top 10% (log scale)."""
     from rich.console import Console
@@ -487,7 +487,7 @@ def test_summary_warns_when_the_selected_step_size_is_at_the_top_of_its_range(
 
 def test_adaptive_options_fit_their_method(write_sweep, monkeypatch):
     """An adaptive method's option beside another method, a sampler its method does not take, and
-    Optuna's gp without torch are config errors with their key paths (issue 34)."""
+    Optuna's gp without torch are config errors with their key paths."""
     import importlib.util
 
     assert _errors(write_sweep, search={"method": "coordinate_descent", "eta": 3}) == [

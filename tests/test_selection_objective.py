@@ -1,4 +1,4 @@
-"""The selection objective (issue 22 §4): ``selection: {by: final | best | time_to_target}`` in the
+"""The selection objective: ``selection: {by: final | best | time_to_target}`` in the
 config, ``report --select-by``; one rule (:func:`harness.core.selection_rule.selection_key`) for the
 report's and the end-of-sweep summary's selection, and every view says which."""
 
@@ -24,7 +24,7 @@ from reports.figures import leaderboard
 
 runner = CliRunner()
 
-#: The digits MLP with sgd that a new user saw (issue 22): cosine reaches valid/accuracy 0.9 first
+#: The digits MLP with sgd that a new user saw: cosine reaches valid/accuracy 0.9 first
 #: (125 steps against 150) but ends lower (0.946 against 0.969); "warmup" reaches it last and ends
 #: lowest, but its best evaluation during training (0.975) is the highest. adam reaches the target
 #: fastest and ends at 0.955. config → (steps to target, seconds, final, best) per seed 0 and 1.

@@ -1,4 +1,4 @@
-"""What identifies a user's optimizer (issue 36 §3): the code its factory depends on, not the file.
+"""What identifies a user's optimizer: the code its factory depends on, not the file.
 
 ``harness.core.source.code_digest`` hashes the top-level statements the factory reaches (helpers,
 constants, imports, decorators), docstrings, comments and formatting left out; the whole file's

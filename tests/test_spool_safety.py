@@ -1,4 +1,4 @@
-"""The spool holds data, never code (issue 33 §3): a planted pickle is never unpickled, a spool folder
+"""The spool holds data, never code: a planted pickle is never unpickled, a spool folder
 others can write is refused, a real spooled result still round-trips as JSON and replays into the
 store, and no entry holds a password."""
 

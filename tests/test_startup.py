@@ -1,4 +1,4 @@
-"""Start-up (issue 25 §5): a sweep says what it does before it imports JAX or MLflow, and each
+"""Start-up: a sweep says what it does before it imports JAX or MLflow, and each
 command imports only what it needs. Behavioural, not timed: the order of events and ``sys.modules``
 in a real ``python -m harness`` subprocess (the seconds are in ``tests/benchmarks/test_bench_startup.py``).
 """
@@ -115,7 +115,7 @@ def test_a_command_imports_only_what_it_needs(tmp_path, command):
 
 def test_status_imports_neither_mlflow_nor_jax_nor_the_figures(tmp_path, write_sweep, tracking_uri,
                                                                fake_trainer):
-    """``status`` on a SQLite store reads it with sqlite3 (issue 35 §3: 3 s at 10,000 trials,
+    """``status`` on a SQLite store reads it with sqlite3 (3 s at 10,000 trials,
     against about a minute through MLflow): MLflow, JAX, matplotlib and scikit-learn stay out."""
     from harness.orchestrate.run import run_sweep
 

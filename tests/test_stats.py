@@ -1,5 +1,5 @@
 """reports.stats: probability of improvement and interquartile means across tasks, with stratified
-bootstrap intervals (issue 32 §2), against ``rliable`` 1.2.0's own numbers.
+bootstrap intervals, against ``rliable`` 1.2.0's own numbers.
 
 ``rliable`` does not run beside the pinned stack (``rliable`` 1.2.0 needs ``arch<8``; arch 7.2.0
 fails to import under pandas 3.1: ``deprecate_kwarg() missing 1 required positional argument``),

@@ -1,4 +1,4 @@
-"""Issue 35 §2: the resume check (make_plan), de-duplication and ``status`` read the store once per
+"""The resume check (make_plan), de-duplication and ``status`` read the store once per
 sweep, whatever its number of trials: the MLflow searches counted on real SQLite stores of 6 and 60
 trials (written by the harness's own writer; the trainer is the test suite's deterministic fake)."""
 
@@ -125,7 +125,7 @@ def test_the_preflights_read_agrees_with_the_resume_check(tmp_path, fake_trainer
 
 
 def test_a_trials_write_is_three_mlflow_calls_whatever_the_sweep(tmp_path, fake_trainer, monkeypatch):
-    """Issue 35 §1: on a new store, each trial costs one ``create_run`` (with every tag it ends
+    """On a new store, each trial costs one ``create_run`` (with every tag it ends
     with), one ``log_batch`` (params and metrics) and one ``set_terminated``; its artifacts go
     straight to its repository (no ``log_artifacts``: it looks the run up again); the searches and
     the dataset input are per sweep, not per trial (a held claim answers the FINISHED check). The

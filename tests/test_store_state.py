@@ -1,4 +1,4 @@
-"""What an existing SQLite file is (issue 24 §6): another program's database, even one that keeps an
+"""What an existing SQLite file is: another program's database, even one that keeps an
 ``alembic_version`` table, is "not an MLflow store", never "written by a newer MLflow"; an MLflow store
 whose revision this MLflow does not know is "newer" and says its revision. Files made with sqlite3."""
 
@@ -130,7 +130,7 @@ def test_reading_the_store_file_keeps_this_processes_sqlite_locks(tmp_path):
 
 
 def test_a_sound_store_that_sqlite_cannot_open_where_it_is_is_not_called_corrupt(tmp_path):
-    """Found by the issue-35 attack: a good store in a read-only folder (SQLite must create
+    """Found by an attack: a good store in a read-only folder (SQLite must create
     ``-wal``/``-shm`` beside a WAL-mode store even to read it) was "not a usable SQLite database
     ... restore it from a backup or move it away (a new store is then created there)", advice that
     hides the user's results, from `status`, `report` and `sweep` alike. Here SQLite cannot create

@@ -351,7 +351,7 @@ def test_report_version_comes_from_the_distribution_metadata():
 
 
 def test_old_import_paths_users_hold_keep_working():
-    """Issue 20 moved the flat modules into subpackages; the paths users were told about stay (the
+    """The flat modules moved into subpackages; the paths users were told about stay (the
     sweep: the function ``harness.sweep``)."""
     code = ("import harness, harness.trainer, harness.data, harness.train.loop\n"
             "from harness import sweep\n"
@@ -369,7 +369,7 @@ def test_old_import_paths_users_hold_keep_working():
 
 
 def test_the_python_api_is_reexported_lazily_from_the_package():
-    """``harness.sweep`` / ``harness.results`` / ``harness.reproduce`` (issue 37) are the package's
+    """``harness.sweep`` / ``harness.results`` / ``harness.reproduce`` are the package's
     lazy re-exports (its module ``__getattr__``, string targets the import walker cannot see): each
     target is a module the top layer may import, and ``import harness`` loads none of them (nor
     MLflow, JAX or pandas), so ``python -m harness --help`` stays fast."""

@@ -1,4 +1,4 @@
-"""The suite's file order (issue 36 §5): the slow fault, Ray and sweep files do not all start first
+"""The suite's file order: the slow fault, Ray and sweep files do not all start first
 (a user saw them fail side by side at the start on a busy machine), and none is the run's tail."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The end-of-sweep summary at 80 columns is a ranked table per task (issue 32 §2): a rank column,
+"""The end-of-sweep summary at 80 columns is a ranked table per task: a rank column,
 rows in rank order (a tie's rows in the order of the time shown), and one line on what would
 separate the ties; printed in a pseudo-terminal of 80 columns, as a user sees it."""
 

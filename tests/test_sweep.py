@@ -93,7 +93,7 @@ def test_sweep_sqlite_real_trainer_diverge_and_resume(tmp_path, write_sweep, tra
     assert csv_text.splitlines()[0] == "split,step,wall_s,loss,accuracy"
     assert len(csv_text.splitlines()) == 1 + 40 + 3 + 1
     assert [ln.split(",")[0] for ln in csv_text.splitlines()[-4:]] == ["valid"] * 3 + ["test"]
-    # the training split: one dataset input on the sweep's parent run, none per trial (issue 35 §1)
+    # the training split: one dataset input on the sweep's parent run, none per trial
     assert not ok.inputs.dataset_inputs
     assert [d.dataset.name for d in c.get_run(parents[0].info.run_id).inputs.dataset_inputs] == ["digits"]
     assert {a.path for a in c.list_artifacts(parents[0].info.run_id)} == {
@@ -396,7 +396,7 @@ def test_summary_names_each_rows_metric_when_tasks_differ():
         lines = console.export_text().splitlines()
         return next(ln for ln in lines if ln.split()[:2] == ["rank", "optimizer"]), lines
 
-    def rows(lines):  # one ranked table per task, under its label (issue 32 §2): model -> its row
+    def rows(lines):  # one ranked table per task, under its label: model -> its row
         out, model = {}, None
         for ln in lines:
             if " · " in ln and not ln[:1].isspace() and not ln[:1].isdigit():
@@ -503,7 +503,7 @@ def test_params_include_builder_defaults_and_the_filled_total_steps(
 
 
 def test_summary_says_no_target_when_the_config_has_none(tmp_path):
-    """A sweep without a target was summarised as "not reached" (issue 24 §13), where the report
+    """A sweep without a target was summarised as "not reached", where the report
     rightly says there is no target."""
     from conftest import make_spec
     from rich.console import Console
@@ -525,7 +525,7 @@ def test_summary_says_no_target_when_the_config_has_none(tmp_path):
 
 def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path, write_sweep, monkeypatch,
                                                                        capsys):
-    """A grown sweep showed a blank terminal for a minute before its progress bar (issue 24 §11):
+    """A grown sweep showed a blank terminal for a minute before its progress bar:
     the loading and the pre-flight now say what they do while they run: on a terminal in a
     transient line, on a pipe once per stage on stderr (stdout, what a script reads, unchanged)."""
     import io
@@ -553,7 +553,7 @@ def test_a_terminal_sees_what_the_seconds_before_the_plan_are_spent_on(tmp_path,
 
 def test_a_pipe_hears_each_slow_stage_once_on_stderr(tmp_path, write_sweep, monkeypatch, capsys):
     """On a pipe, a stage that lasts (loading a large dataset, tracing many programs) is said once
-    on stderr with its latest k/N (issue 24 §11); stdout, what a script reads, is unchanged."""
+    on stderr with its latest k/N; stdout, what a script reads, is unchanged."""
     import io
     import time
 
@@ -590,7 +590,7 @@ def test_a_pipe_hears_each_slow_stage_once_on_stderr(tmp_path, write_sweep, monk
 
 
 def test_a_real_sweep_in_a_pty_shows_pre_flight_k_of_n_before_its_first_trial(tmp_path, write_sweep):
-    """What a user at a terminal sees (issue 24 §11): the stage line with pre-flight k/N and the
+    """What a user at a terminal sees: the stage line with pre-flight k/N and the
     programs being built, before the first trial's line; a real sweep, the real trainer."""
     import re
 

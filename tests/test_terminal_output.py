@@ -1,4 +1,4 @@
-"""What the command line prints (issue 36 §4), read as a user's pipe or terminal gets it.
+"""What the command line prints, read as a user's pipe or terminal gets it.
 
 - piped, every command lays out for ``COLUMNS``, else 80 columns (not 140), with no trailing spaces;
   the stage lines on stderr shorten long paths to fit;

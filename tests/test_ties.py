@@ -1,5 +1,5 @@
-"""harness.core.ties: the tie rule's pieces and the seeds that would separate two tied neighbours
-(issue 32 §2), against scipy's noncentral t, textbook power tables, a Monte Carlo of the t
+"""harness.core.ties: the tie rule's pieces and the seeds that would separate two tied neighbours,
+against scipy's noncentral t, textbook power tables, a Monte Carlo of the t
 statistic and a brute-force simulation of the rank rule's bootstrap itself."""
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_resolve_tracking_uri(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("name,folder", [("..", "_.."), (".", "_."), ("../x", "_.._x"), ("a.b", "a.b")])
 def test_a_sweep_named_dot_dot_keeps_its_artifacts_inside_mlruns(tmp_path, name, folder):
-    """A sweep named ``..`` put its runs' artifacts in the store's parent folder (issue 24 §5)."""
+    """A sweep named ``..`` put its runs' artifacts in the store's parent folder."""
     from pathlib import Path
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -274,7 +274,7 @@ def test_uneven_chunks_follow_eval_points(digits):
     ("mlp", "adam", "cosine_decay", None), ("mlp", "momentum", "constant", 2),
     ("cnn", "sgd", "constant", None), ("cnn", "adam", "cosine_decay", 2)])
 def test_two_part_chunk_equals_one_jitted_chunk(model, opt, schedule, T, digits):
-    """Issue 25 §2: a one-device chunk is the shared batch-order program then the updates. Against
+    """A one-device chunk is the shared batch-order program then the updates. Against
     the whole chunk jitted as one function (as every chunk was compiled before): the same losses
     and the same state to the bit, over 8 chunks of 50 updates of 200 examples (1,150 training
     examples: chunks straddle epochs and carry the permutation), alone and vmapped over 2."""

@@ -1,4 +1,4 @@
-"""A user's code that never returns, or leaves by a side door (issue 33 §2).
+"""A user's code that never returns, or leaves by a side door.
 
 Every case runs ``python -m harness sweep`` in a subprocess (a timeout on each) on a YAML and an
 optimizer file in ``tmp_path``, its working directory (``MLFLOW_TRACKING_URI`` unset: the store

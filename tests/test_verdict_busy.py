@@ -1,4 +1,4 @@
-"""Issue 32 §1's done-when: a verdict that a busy machine cannot flip.
+"""A verdict that a busy machine cannot flip.
 
 A race of six optimizers of very different step cost (muon's Newton–Schulz iterations make its step
 about 4x an sgd step on these MLPs) on two tasks, two step sizes for two of them (so that selection
@@ -11,7 +11,7 @@ one flagged figure sent its whole task to wall-clock, and a busy machine moved r
 The race is built to be moved by the old clock: on MNIST-1D muon reaches the target in 150 steps and
 lion (step size 3e-4) in about 750, so muon is faster by 1.5x in CPU time per step × steps; beside the
 burners the *wall-clock* step of muon slowed 5x and lion's 2x (longer dispatches are preempted more),
-which is enough to reorder rows ranked on a wall-clock figure. On the code before issue 32 this test
+which is enough to reorder rows ranked on a wall-clock figure. On the code that ranked on wall-clock this test
 failed: the mnist1d leaderboard read adam "1" first when quiet and momentum "1=" first beside the
 burners.
 

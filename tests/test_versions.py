@@ -1,4 +1,4 @@
-"""Versions of a sweep (issue 36 §3): ``sweep --dry-run`` says why each trial is to run (new, failed
+"""Versions of a sweep: ``sweep --dry-run`` says why each trial is to run (new, failed
 or killed before, source changed: which source, which digests; config changed: which settings), and
 ``status`` lists a sweep superseded by a newer version of its config as superseded. Real sweeps into
 a real SQLite store (the trainer faked: this is about what the store holds), read back through the

@@ -141,7 +141,7 @@ def test_shipped_experiments_expand():
     assert len(gpu) == 48 and {s.dtype for s in gpu} == {"bfloat16"}
     assert {s.workload for s in gpu} == {"cifar10_resnet18", "cifar10_vit", "lm1b_transformer"}
     if "transformer_lm" not in MODELS:
-        pytest.skip("transformer_lm (issue 14 §2) is not in this checkout's zoo yet")
+        pytest.skip("transformer_lm is not in this checkout's zoo yet")
     specs = expand(load_config(root / "workloads.yaml"))
     assert len(specs) == 30
     assert {s.optimizer for s in specs} == {"adam", "adamw", "nadamw", "lion", "momentum"}

@@ -83,7 +83,7 @@ def status(
     for exp in exps:
         if exp is None:
             continue
-        # one read of the experiment's runs (issue 35 §2): its parents and its trials apart
+        # one read of the experiment's runs: its parents and its trials apart
         runs = search_all(client, exp.experiment_id)
         parents = [r for r in runs if r.data.tags.get(TAG_KIND) == KIND_PARENT]
         trials = by_trial(runs)
@@ -125,7 +125,7 @@ def status(
             pending_s = "? (search not over)" if open_search else str(pending)
             rows.append((exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
                          pending_s, last_s, version, str(c["stopped"])))
-    # early stopping (issue 34 §1): stopped trials are done, counted apart, in a column of their own
+    # early stopping: stopped trials are done, counted apart, in a column of their own
     # only where a sweep has some
     stops = any(r[-1] != "0" for r in rows)
     rows = [(*r[:6], *((r[-1],) if stops else ()), *r[6:-1]) for r in rows]

@@ -1,5 +1,5 @@
 """A config's ``ladder:`` (:mod:`harness.config.ladder_schema`) as plain parts, one per rung and
-data budget (issue 38).
+data budget.
 
 :func:`ladder_parts` is what :func:`harness.config.workloads.config_parts` returns for a config
 with a ladder: each (size, tokens-per-parameter) pair becomes the workload's part with the size's

@@ -1,5 +1,5 @@
 """The ``ladder:`` section of a sweep config: one workload's model family at several sizes, each
-trained on a data budget given in tokens per parameter (issue 38; the expansion is
+trained on a data budget given in tokens per parameter (the expansion is
 :mod:`harness.config.ladder_parts`)::
 
     ladder:

@@ -7,7 +7,7 @@ dataset load and any MLflow call).
   than ``max_trials`` (default :data:`DEFAULT_MAX_TRIALS` = 10,000; ``python -m harness sweep
   --max-trials N`` raises it), naming the count and the key that multiplied it most. The count is
   the grid's product before ``exclude`` rules and de-duplication (an upper bound on the trials that run),
-  times the ``dtype`` list's length; a ``ladder:`` counts every rung and data budget's part (issue 38).
+  times the ``dtype`` list's length; a ``ladder:`` counts every rung and data budget's part.
 - **Numbers.** :data:`MAX_STEPS` (the trainer counts steps in int32), :data:`MAX_EPOCHS`,
   :data:`MAX_STEPS_PER_DISPATCH` (one dispatch holds ``K × batch`` indices in memory),
   :data:`MAX_BATCH_SIZE`, :data:`MAX_JOBS`, seeds in ``[0, 2**32)`` (``jax.random.PRNGKey`` takes a
@@ -177,7 +177,7 @@ def plan_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:
 
 
 def _ladder_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:
-    """:func:`plan_size` of a config with a ``ladder:`` (issue 38), as
+    """:func:`plan_size` of a config with a ``ladder:``, as
     :func:`harness.config.ladder_parts.ladder_parts` expands it, without loading a model or dataset: every
     size × every ``tokens_per_param`` ratio is one part holding every optimizer entry, every
     ``baseline_tokens_per_param`` ratio not among those one part holding the baseline's entries

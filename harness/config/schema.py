@@ -275,7 +275,7 @@ class SweepConfig(Strict):
     schedules: list[Component] = Field(default_factory=lambda: [Component(name="constant")])
     datasets: list[Component] | None = None
     workloads: list[WorkloadEntry] | None = None
-    #: a model-size ladder on one workload (issue 38): harness.config.ladder_schema
+    #: a model-size ladder on one workload: harness.config.ladder_schema
     ladder: LadderCfg | None = None
     seeds: list[Annotated[Int, Field(ge=0, lt=limits.SEED_LIMIT)]] = Field(default_factory=lambda: [0])
     batch_size: list[Annotated[Int, Field(gt=0, le=limits.MAX_BATCH_SIZE)]] = \

@@ -58,7 +58,7 @@ from harness.core.names import FIXED_METHODS, TAG_SEARCH, TAG_SEARCH_INDEX
 DISTRIBUTIONS = ("log_uniform", "uniform", "int_uniform", "choice")
 #: The early-stopping methods (:mod:`harness.orchestrate.asha`): rungs at evaluation steps.
 ASHA_METHODS = ("asha", "successive_halving", "hyperband")
-#: The adaptive methods (issue 34): the sweep is a loop, propose -> train -> observe -> propose
+#: The adaptive methods: the sweep is a loop, propose -> train -> observe -> propose
 #: (:mod:`harness.orchestrate.searchers`); every decision is a function of what the store holds.
 ADAPTIVE_METHODS = (*ASHA_METHODS, "coordinate_descent", "optuna")
 #: Search methods of ``search.method``.

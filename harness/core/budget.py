@@ -1,4 +1,4 @@
-"""A sweep's time budget: where its wall-clock went, in named parts that add up to it (issue 25 §1).
+"""A sweep's time budget: where its wall-clock went, in named parts that add up to it.
 
 The parts (:data:`harness.core.names.TIME_PARTS`, each logged as ``time/<part>_s``):
 

@@ -32,7 +32,7 @@ _DEFAULTS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signa
 _TAKEN: list[signal.Signals] = []
 #: Whether :func:`handler` has raised its interrupt: the sweep is stopping, and a second signal is
 #: ignored (raised again inside the stop's own writes, it left trial runs RUNNING, the parent run
-#: ended before the last results were counted, and a Ray sweep's workers running on: the issue-35
+#: ended before the last results were counted, and a Ray sweep's workers running on: an
 #: attack's two SIGTERMs 0.3 s apart).
 _STOPPING = [False]
 

@@ -1,4 +1,4 @@
-"""A model-size ladder's rung as a record, and the run tags that carry it (issue 38).
+"""A model-size ladder's rung as a record, and the run tags that carry it.
 
 :class:`Rung` is what :mod:`harness.config.ladder_parts` computes for each (size, tokens-per-parameter)
 pair of a config's ``ladder:`` section; every trial of the rung gets :meth:`Rung.tags` (plus its

@@ -65,7 +65,7 @@ SCORING_RULES = ("harness", "algoperf")  # reports.protocol: the harness's own (
 TAG_REASON = "harness.reason"
 TAG_STATUS_REASON = "status_reason"  # the whole reason (failed: traceback); harness.reason: its last line
 TAG_DIVERGED_STEP = "diverged_step"  # the step at which a diverged trial stopped
-#: Early stopping (issue 34 §1, :mod:`harness.core.rungs`): the rung step at which a stopped trial
+#: Early stopping (:mod:`harness.core.rungs`): the rung step at which a stopped trial
 #: ended, why, its rung values as JSON ``{"step": value}``, and the stopped twin an ``audit`` trial
 #: (the same configuration trained to the end) checks; the bracket and the peer group of a trial.
 TAG_STOPPED_STEP = "harness.stopped_at_step"
@@ -100,13 +100,13 @@ TAG_EVAL_PARAMS = "optimizer.eval_params"
 TAG_ALGOPERF_BATCH_SIZE = "algoperf.batch_size"
 TAG_ALGOPERF_BATCH_SIZE_SOURCE = "algoperf.batch_size_source"
 TAG_ALGOPERF_WORKLOAD = "algoperf.workload_name"
-#: Provenance (issue 36): the git commit (``+dirty``) of the checkout the running harness is
+#: Provenance: the git commit (``+dirty``) of the checkout the running harness is
 #: imported from (``unknown``: not a git checkout) and of the folder holding the sweep's config
 #: (``+untracked``: the config is not in it). Runs from before them hold ``git_commit``: the working
 #: directory's commit.
 TAG_HARNESS_COMMIT = "harness_commit"
 TAG_CONFIG_COMMIT = "config_commit"
-#: The threads of XLA's CPU intra-op pool the trial computed on (issue 32; :mod:`harness.core.xla_threads`):
+#: The threads of XLA's CPU intra-op pool the trial computed on (:mod:`harness.core.xla_threads`):
 #: ``1`` by default; it changes CPU step times and can change a reduction's bits. Absent on an
 #: accelerator and on runs from before it.
 TAG_XLA_CPU_THREADS = "xla_cpu_threads"
@@ -193,7 +193,7 @@ M_COMPILE_S = "perf/compile_s"
 #: training chunks, evaluation, evaluation parameters (its share of its batch's: the batch's seconds
 #: divided by its number of trials; on the parent run, the sweep's sum).
 M_TIME_COMPILE_S = "time/compile_s"
-#: Where a sweep's wall-clock went (issue 25 §1, :mod:`harness.core.budget`), one metric per part,
+#: Where a sweep's wall-clock went (:mod:`harness.core.budget`), one metric per part,
 #: logged once on the parent run and on each trial's run (the trial's share of its unit; the sweep-level
 #: parts ``startup``, ``preflight`` and ``batching`` only on the parent). ``time/compile_s`` is one of
 #: them: the trial's share of its batch's compile (or load) seconds.
@@ -277,7 +277,7 @@ LEGACY_METRICS = {
 # -- artifacts ----------------------------------------------------------------------------------------
 ARTIFACT_CONFIG = "config.yaml"
 ARTIFACT_TRIALS = "trials.json"  # the parent run's list of the sweep's trials ({"trial_id": ...})
-ARTIFACT_SEARCH = "search.json"  # an adaptive sweep's parent run: each cell's search (issue 34)
+ARTIFACT_SEARCH = "search.json"  # an adaptive sweep's parent run: each cell's search
 ARTIFACT_TRIAL = "trial.json"
 ARTIFACT_CURVES = "curves.csv"
 ARTIFACT_TRACEBACK = "traceback.txt"

@@ -97,7 +97,7 @@ class TrialOutcome:
     """Picklable summary of one trial for the progress bar, the summary table and ``status``.
 
     ``status`` is ``finished``, ``diverged``, ``stopped`` (an early-stopping rule ended it at rung
-    ``stopped_step``, issue 34 §1: done, never selected, counted apart) or ``failed``; ``skipped``
+    ``stopped_step``: done, never selected, counted apart) or ``failed``; ``skipped``
     is true when a FINISHED run already existed (nothing was trained). Metrics are ``None`` where
     absent or non-finite:
     ``final_valid_*`` the last validation evaluation (what selection reads), ``test_*`` the test

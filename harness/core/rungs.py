@@ -1,4 +1,4 @@
-"""Early stopping at rungs (issue 34 §1): the rung schedule, the promotion rule, the rung board.
+"""Early stopping at rungs: the rung schedule, the promotion rule, the rung board.
 
 A trial that may be stopped carries its rule in :attr:`harness.core.spec.TrialSpec.early_stop`
 (:func:`rule_of` reads it back as a dict): ``method``, ``eta``, ``bracket``, ``rungs`` (the rung

@@ -334,7 +334,7 @@ class ProcessExecutor(Executor):
     def prestart(self, specs: list[TrialSpec]) -> None:
         """Inside :meth:`session`, with no worker yet: start ``min(jobs, len(specs))`` workers with
         ``specs``' datasets; each imports the trainer (JAX) while the sweep opens the store and
-        plans (issue 35 §4: a worker's start-up is then no longer on the sweep's critical path), and
+        plans (so a worker's start-up is then no longer on the sweep's critical path), and
         the first :meth:`run` takes them. Left idle, they are stopped when the session ends."""
         if self._kept is None or self._kept or not specs:
             return

@@ -1,4 +1,4 @@
-"""The ``--jobs`` parent as its workers' only MLflow writer (issue 35 §4): :class:`Handoff`.
+"""The ``--jobs`` parent as its workers' only MLflow writer: :class:`Handoff`.
 
 A worker (``execute_unit(..., handoff=True)``) trains and writes nothing to the store: two workers
 never wait on each other's SQLite write lock, and a worker imports MLflow only where an

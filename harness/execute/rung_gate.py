@@ -1,4 +1,4 @@
-"""The early-stopping gate a worker hands the trainer (issue 34 §1; dependency injection: the train
+"""The early-stopping gate a worker hands the trainer (dependency injection: the train
 layer calls it, never imports this).
 
 :func:`gate_for` builds ``gate(spec, step, value)`` from the sweep's
@@ -53,8 +53,8 @@ def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
     A local SQLite store is read with sqlite3, two tags per run (:data:`_PEERS_SQL`); a server
     with MLflow's ``search_runs``. Every decision whose peers train in another process reads the
     group again: through MLflow, which builds every tag, param and metric of every run of the
-    group, two ASHA invocations at once on one store took 8x the time of one (the issue-35
-    attack); ``--jobs`` workers decide the same way."""
+    group, two ASHA invocations at once on one store took 8x the time of one (found by
+    an attack); ``--jobs`` workers decide the same way."""
     from harness.core import mlflow_rows
     from harness.tracking.client import client_for, search_all
     from harness.tracking.health import HEALTH, store_should_be_tried

@@ -1,4 +1,4 @@
-"""The adaptive sweep's rounds (issue 34): propose -> train -> observe -> propose, on the seam of
+"""The adaptive sweep's rounds: propose -> train -> observe -> propose, on the seam of
 :mod:`harness.orchestrate.searchers`.
 
 :class:`Rounds` drives a :class:`~harness.orchestrate.searchers.SweepSearch`: each call of
@@ -163,8 +163,8 @@ def print_search_plan(console, search: SweepSearch, sweep_id: str, name: str, se
 
 
 def unequal_compute(search: SweepSearch) -> list[str]:
-    """One line per task whose optimizers can spend different numbers of training steps (issue 34
-    §4: a comparison is fair when every optimizer gets the same compute): ``"digits · mlp: the
+    """One line per task whose optimizers can spend different numbers of training steps (a
+    comparison is fair when every optimizer gets the same compute): ``"digits · mlp: the
     optimizers' most training steps differ: adam 2,000, sgd 1,000"``."""
     per: dict[str, dict[str, int]] = {}
     for s in search.searchers:

@@ -1,4 +1,4 @@
-"""Early stopping (issue 34 §1): ``search: {method: asha | hyperband}`` (``successive_halving``:
+"""Early stopping: ``search: {method: asha | hyperband}`` (``successive_halving``:
 :mod:`harness.orchestrate.halving`).
 
 One :class:`AshaSearcher` per cell (one optimizer on one task). Its configurations are the points of
@@ -21,7 +21,7 @@ never a full-budget trial of the same configuration).
   the sweep's objective: the target's metric (``valid/loss`` when there is no target) at the rung
   (``selection: {by: best}``: the best evaluation up to it; ``time_to_target`` and ``final``: the
   value at the rung).
-- **Budget** (issue 34 §4): ``trials: N`` is compute, ``N x seeds x steps`` (what a fixed search of
+- **Budget**: ``trials: N`` is compute, ``N x seeds x steps`` (what a fixed search of
   ``N`` configurations spends); configuration ``k`` is proposed while the steps spent by
   configurations ``0..k-1`` (a stopped trial counts its steps; one not yet ended counts its whole
   budget) are below it. The final set of trials is therefore ``{k: spent(0..k-1) < budget}``,

@@ -1,4 +1,4 @@
-"""The summary's sentence on targets met at initialisation (issue 32 §3, AlgoPerf's time 0).
+"""The summary's sentence on targets met at initialisation (AlgoPerf's time 0).
 
 A run whose step-0 evaluation (the initial parameters, clock 0) already meets its task's target is
 tagged ``convergence.target_at_init``. That evaluation does not count, as AlgoPerf's runner, whose

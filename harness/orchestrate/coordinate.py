@@ -1,4 +1,4 @@
-"""Coordinate descent to a certified optimum (issue 34 §2): ``search: {method: coordinate_descent}``.
+"""Coordinate descent to a certified optimum: ``search: {method: coordinate_descent}``.
 
 The tuning of Wen, Hall, Ma and Liang ("Fantastic Pretraining Optimizers and Where to Find Them",
 2025): every optimizer, baseline included, is tuned one hyperparameter at a time until no single
@@ -50,7 +50,7 @@ trains it again). A configuration already trained (an earlier pass's, an earlier
 same trial ids) is reused and never proposed as new, and a sweep killed at any moment and run again
 follows the same path.
 
-**Across a ladder's rungs** (issue 38): in a ``ladder:`` sweep, the descent of an optimizer at rung
+**Across a ladder's rungs**: in a ``ladder:`` sweep, the descent of an optimizer at rung
 ``r > 0`` (same optimizer entry, same tokens-per-parameter budget) starts from the configuration its
 descent at rung ``r - 1`` selected, once that descent has ended (each value mapped to the closest
 value of this rung's grid: a transferred step-size grid moves with the width), instead of from the

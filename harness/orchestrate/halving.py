@@ -1,4 +1,4 @@
-"""Synchronous successive halving (issue 34 §1): ``search: {method: successive_halving}``.
+"""Synchronous successive halving: ``search: {method: successive_halving}``.
 
 Successive halving (Jamieson and Talwalkar 2016; the inner loop of Li et al.'s Hyperband, JMLR 2018)
 ranks a whole rung before anything goes on, unlike ``asha``, which decides as each trial reaches
@@ -20,7 +20,7 @@ the full budget's and its curve up to ``r_i`` is the full trial's, bit for bit; 
 the steps of the earlier rung again, at most ``1 / (eta - 1)`` more than resuming would. The last
 round's trials are plain full-budget trials (the plain trial id, which a grid sweep reuses).
 
-**Budget** (issue 34 §4): ``trials: N`` is compute, ``N x seeds x steps``; ``n`` is the most
+**Budget**: ``trials: N`` is compute, ``N x seeds x steps``; ``n`` is the most
 configurations whose whole bracket (restarts included) fits it (:func:`bracket_cost`), at least 1;
 a cell without sampled dimensions has its candidates only. ``audit: K``: once the bracket is done,
 the first ``K`` stopped trials whose configuration never reached the budget (by index, then seed)

@@ -1,4 +1,4 @@
-"""The dry run's ladder table (issue 38): one row per rung and data budget of a config's
+"""The dry run's ladder table: one row per rung and data budget of a config's
 ``ladder:``, with the numbers :mod:`harness.config.ladder_parts` computed: parameters ``N``, tokens per
 parameter, tokens ``D``, steps, passes over the training data, estimated training FLOPs and the
 rung's trials. Display only."""

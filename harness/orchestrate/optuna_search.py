@@ -1,4 +1,4 @@
-"""Model-based search through Optuna (issue 34 §3): ``search: {method: optuna, sampler: tpe | cmaes |
+"""Model-based search through Optuna: ``search: {method: optuna, sampler: tpe | cmaes |
 gp | random, trials: N, seed: S, batch: B}``.
 
 A cell's sampled dimensions (:attr:`harness.plan.cells.Cell.dims`) become Optuna distributions

@@ -92,7 +92,7 @@ def step_size_problem(optimizer_hparams: Mapping[str, Any], dtype: str) -> str |
 
 #: Called with the key of each abstract trace the pre-flight makes (a model's init: ``("model", ...)``;
 #: an optimizer's update with its schedule, or alone: ``("opt", ...)``), before it is made; tests
-#: count them. Issue 35 §2: one trace per program, not per step size, none for a FINISHED trial.
+#: count them. One trace per program, not per step size, none for a FINISHED trial.
 TRACE_HOOKS: list[Callable[[tuple], None]] = []
 
 
@@ -220,7 +220,7 @@ def preflight(cfg: SweepConfig, file: str, registries: Registries | None = None,
     them); with workloads, each part's lines start ``WORKLOAD (i of n): ``. ``finished(specs)``, when
     given, is called once per grid (per part with workloads) with its expanded trials and returns the
     ids of those a FINISHED run in the store holds already: they are not traced (nor an AlgoPerf
-    submission run), they trained with these values (issue 35 §2).
+    submission run), they trained with these values.
 
     Traces: each model once per name, hyperparameters and dataset shape; each optimizer once per
     *program*, that is name, int/bool/str hyperparameters, schedule (and its int/bool/str ones) and

@@ -202,7 +202,7 @@ class ProgressDisplay:
     def _desc(self) -> str:
         c = self.counts
         d = f"[green]{c['finished']} ok[/] [yellow]{c['diverged']} diverged[/] [red]{c['failed']} failed[/]"
-        if c["stopped"]:  # early stopping (issue 34 §1)
+        if c["stopped"]:  # early stopping
             d += f" [cyan]{c['stopped']} stopped[/]"
         h = HEALTH
         if h.down:
@@ -376,7 +376,7 @@ class StageLine:
     once, not every k/N); nothing when ``quiet``. :meth:`stop` (idempotent) ends it before the plan
     or the bar prints. ``since`` (``time.perf_counter()`` at the process start, when known): the
     first stage's line on a pipe is said :data:`PIPE_AFTER_S` after the process started rather than
-    after the stage did, so the first line comes within a second of the start (issue 25 §5) while
+    after the stage did, so the first line comes within a second of the start while
     a config that fails at once still prints its error alone. A line longer than the width
     (:func:`harness.orchestrate.tables.output_width`; the console's on a terminal) has its paths
     shortened (:func:`fit_line`)."""

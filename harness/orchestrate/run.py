@@ -184,7 +184,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     param_shapes = getattr(whole, "param_shapes", None)  # the dry run's step cost reads them
     if (pool := xla_threads.mismatch()) is not None:  # JAX computed before `import harness`
         console.print(f"warning: {pool}", soft_wrap=True)
-    try:  # issue 34: the seam of every method; a searcher's config error names the file
+    try:  # the seam of every method; a searcher's config error names the file
         search = searcher_for(whole, cfg.selection.by, opts.max_trials)
     except ConfigError as e:
         raise ConfigError([f"{config_path}: {line}" for line in e.errors]) from None

@@ -1,4 +1,4 @@
-"""The searcher seam (issue 34): a sweep is a loop, propose -> train -> observe -> propose.
+"""The searcher seam: a sweep is a loop, propose -> train -> observe -> propose.
 
 A :class:`Searcher` searches one :class:`~harness.plan.cells.Cell` (one optimizer on one task). Given
 every trial of the sweep the store holds (``seen``: ``trial_id`` -> :class:`TrialOutcome`), its

@@ -67,7 +67,7 @@ class SweepSummary:
     #: Every trial this invocation was given, in the config's order (with ``only``, that part):
     #: done, to do and, in a dry run, planned.
     trial_ids: list[str] = field(default_factory=list)
-    #: An adaptive sweep's searches, each cell's ``describe`` (``search.json``; issue 34).
+    #: An adaptive sweep's searches, each cell's ``describe`` (``search.json``).
     search: list[dict[str, Any]] = field(default_factory=list)
     #: A smoke run's line (``sweep --max-steps``, :func:`harness.orchestrate.smoke.smoke_line`); ``""``.
     smoke: str = ""
@@ -115,7 +115,7 @@ class SweepSummary:
             parts.append(" and ".join(f"{n} {s}" for s, n in spooled.items() if n)
                          + " and spooled (not yet in the store)")
         parts.append(f"{c['diverged'] - spooled['diverged']} diverged")
-        if c.get("stopped", 0) - spooled["stopped"]:  # early stopping (issue 34 §1): never selected
+        if c.get("stopped", 0) - spooled["stopped"]:  # early stopping: never selected
             parts.append(f"{c['stopped'] - spooled['stopped']} stopped early")
         # the time budget's wall-clock where there is one (from the process start, as the "time"
         # line says it), so the two lines of one summary never give two figures
@@ -452,7 +452,7 @@ def print_summary(console, summary: SweepSummary, explain: bool = False) -> None
         if cert := d.get("certificate"):
             console.print(f"coordinate descent: {escape(d['optimizer'])} ({escape(d['task'])}): "
                           f"{escape(cert['words'])}", soft_wrap=True)
-        elif d.get("words"):  # an early-stopping search: its stops, steps and audit (issue 34 §1)
+        elif d.get("words"):  # an early-stopping search: its stops, steps and audit
             console.print(f"{escape(str(d['method']))}: {escape(d['optimizer'])} ({escape(d['task'])}): "
                           f"{escape(d['words'])}", soft_wrap=True)
     for line in audit_changes(summary.outcomes, summary.select_by, summary.time_clock):

@@ -1,4 +1,4 @@
-"""Cells: what an adaptive searcher searches over (issue 34, :mod:`harness.orchestrate.searchers`).
+"""Cells: what an adaptive searcher searches over (:mod:`harness.orchestrate.searchers`).
 
 A **cell** is one (task, optimizer entry, schedule entry, batch size) of an expanded config: the
 trials one optimizer's tuning compares. Its **candidates** are the trials :func:`expand` made for it

@@ -166,8 +166,8 @@ def end_leftovers(client, experiment_id: str, parent_run_id: str) -> int:
     half-way; every unit has returned, so nothing of this process is still writing them), and any
     RUNNING parent or trial run of the experiment whose owner is gone (:func:`kill_dead_invocations`,
     on the same read): an invocation killed while this one ran (before, only a later invocation
-    ended those, and its parent and trial runs stayed RUNNING beside this one's results: the
-    issue-35 attack). A live other process's run is left alone. Returns how many."""
+    ended those, and its parent and trial runs stayed RUNNING beside this one's results: found
+    by an attack). A live other process's run is left alone. Returns how many."""
     runs = search_all(client, experiment_id, "attributes.status = 'RUNNING'")
     me = owner_tags()[TAG_OWNER]
     n = 0

@@ -5,7 +5,7 @@ environment.
 run carries (:data:`harness.core.names.ENV_TAGS`). The harness's commit is read where the running
 ``harness`` package lives (an editable install of a git checkout: that checkout), not in the
 working directory: a sweep run from a project folder outside the clone recorded ``git_commit
-unknown`` (issue 36). The config's folder is a repository of its own (the user's experiments),
+unknown``. The config's folder is a repository of its own (the user's experiments),
 recorded apart.
 """
 

@@ -27,7 +27,7 @@ trained on several devices ``harness.mesh`` (``"batch=4"``); ``harness.batching`
 trained and why, :mod:`harness.train.batching`; set by the sweep through ``RunContext.trial_tags``);
 ``harness.batch_fallback_reason`` (the exception of a vmapped batch retried one trial at a time);
 ``harness.reason`` (last line of the traceback, or why it diverged) and ``status_reason``; a trial
-with an early-stopping rule (issue 34 §1) ``harness.rungs`` (JSON ``{"step": value}`` of the rungs
+with an early-stopping rule ``harness.rungs`` (JSON ``{"step": value}`` of the rungs
 it reached) and, when stopped (status ``stopped``, run FINISHED), ``harness.stopped_at_step`` and
 ``harness.stop_reason``, plus its search tags from the rung board (``harness.search``,
 ``harness.search_index``, ``harness.bracket``, ``harness.rung_group``, ``harness.audit_of``);

@@ -60,7 +60,7 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   trial's last update show. Never raises for it. Other exceptions
   propagate. (sgd at step size 1e3 on digits: diverged within a few steps, instead of "finished"
   with a train loss of 1.9e21.) The same check runs per member in a vmapped batch.
-* **Early stopping** (issue 34 §1, :mod:`harness.core.rungs`): a trial whose spec has an
+* **Early stopping** (:mod:`harness.core.rungs`): a trial whose spec has an
   ``early_stop`` rule is also evaluated at each of its rung steps; after each rung's evaluation it
   records its rung value and asks the ``gate`` the caller passed (the execute layer's, built from
   the sweep's rung board: dependency injection, this layer never imports it) whether to go on. A
@@ -429,7 +429,7 @@ def should_batch(specs: list[TrialSpec]) -> bool:
     :func:`harness.train.batching.decide`: the vmapped chunk of the T trials against T single-trial
     chunks, compile excluded, interleaved, cached in ``$HARNESS_CACHE_DIR/batching.json``; batch
     when it is at least 1.05x faster. (A fixed rule, "never on CPU", was wrong both ways: 8 seeds of
-    the digits MLP ran 0.78x batched in issue 5 and 1.21x in issue 15 on the same 2-core CPU.)
+    the digits MLP ran 0.78x batched in one measurement and 1.21x in another on the same 2-core CPU.)
     Fewer than 2 trials or specs that cannot share a batch: False; large models, and groups whose
     vmap could save less training time than compiling the vmapped chunk to measure it would cost,
     are not measured (False). ``HARNESS_BATCH=always|never`` overrides the measurement (never for

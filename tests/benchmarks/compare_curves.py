@@ -1,4 +1,4 @@
-"""Compare two sweeps' curves value by value, exactly (issue 25 §2: fewer compiles, same curves).
+"""Compare two sweeps' curves value by value, exactly (fewer compiles, same curves).
 
     python tests/benchmarks/compare_curves.py before.db after.db
 

@@ -1,4 +1,4 @@
-"""Count a sweep's XLA compiles by where they come from (issue 25 §2).
+"""Count a sweep's XLA compiles by where they come from.
 
     HARNESS_CACHE_DIR=/tmp/fresh python tests/benchmarks/compile_census.py experiments/quickstart.yaml \
         --tracking-uri sqlite:////tmp/fresh/m.db

@@ -1,5 +1,5 @@
 """The quickstart's 24 trials as a competent user would write them by hand: the yardstick of
-``test_bench_sweep.py`` (issue 25 §6). Not part of the harness; it imports nothing from it.
+``test_bench_sweep.py``. Not part of the harness; it imports nothing from it.
 
 The same work as ``experiments/quickstart.yaml``: scikit-learn's digits (1,150 train / 287
 validation / 360 test, pixels / 16), 2 models (MLP width 64 depth 2; CNN width 8 hidden 32) ×

@@ -1,4 +1,4 @@
-"""Issue 35's yardstick: N short trials as a competent user would write them by hand, with or without
+"""the yardstick: N short trials as a competent user would write them by hand, with or without
 MLflow logging. Not part of the harness; it imports nothing from it.
 
 The same work as the benchmark's harness config (:data:`test_bench_scale.CONFIG`): logistic

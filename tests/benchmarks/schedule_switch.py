@@ -1,5 +1,5 @@
 """Would one program serve every schedule of a sweep? A traced switch over schedules, checked for
-bit-identity against the one-schedule program (issue 25 §2, option (b); not adopted).
+bit-identity against the one-schedule program (measured; not adopted).
 
     python tests/benchmarks/schedule_switch.py [--model mlp] [--steps 100] [--optimizers lars adamax]
 

@@ -9,7 +9,7 @@ paired ``floor / variant`` as "x% of the floor" (100% = as fast as the floor). T
 variant's rounds back to back, as this file did before, read the same MLP code at 0.84x and 1.10x
 of the classic loop in two runs of one afternoon (the VM's speed swings within a minute).
 
-Networks (issue 4):
+Networks:
 * MLP 784-1024-1024-10, relu, momentum(0.01, 0.9).
 * CNN Conv(32, 3x3, SAME)-Relu-MaxPool(2)-Conv(64, 3x3, SAME)-Relu-MaxPool(2)-Flatten-Dense(10) on
   28x28x1, adam(1e-3).

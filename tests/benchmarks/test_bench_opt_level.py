@@ -1,4 +1,4 @@
-"""Does XLA's backend optimisation level change only speed? (issue 25 §4): no, it changes values.
+"""Does XLA's backend optimisation level change only speed? No, it changes values.
 
 Run: ``pytest tests/benchmarks/test_bench_opt_level.py --benchmark-only -s`` (about 5 minutes on 2
 cores). The digits MLP (width 16, depth 2, batch 32, 40 steps, validation every 20) is trained

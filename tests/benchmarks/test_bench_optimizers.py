@@ -5,12 +5,12 @@ Variants per optimizer (sgd, momentum, adam, sm3):
 * ``reference``: ``jax.example_libraries.optimizers``, plain ``jax.jit`` (no donation);
 * ``optax``: the matching Optax transformation + ``apply_updates``, state donated (no sm3 in 0.2.8
   with the same rule, so sm3 compares with the reference only).
-Targets (issue 3): the update as the trainer calls it (in a lax.scan chunk, donated) <= 0.75x the
+Targets: the update as the trainer calls it (in a lax.scan chunk, donated) <= 0.75x the
 reference's plain jitted update; harness <= 1.05x Optax donated. ``test_interleaved_ratios`` gives
 the figures (variants interleaved round by round); the separate groups are for pytest-benchmark's
 own tables and drift with the VM's speed.
 
-Modern optimizers (issue 23, item 4), ``test_modern_interleaved_ratio``: harness / Optax twin, both
+Modern optimizers, ``test_modern_interleaved_ratio``: harness / Optax twin, both
 jitted with the state donated, on an MLP 784-256-256-10 (three kernels, three biases), at each
 optimizer's first parity-test hyperparameters; medians of 30 paired rounds of 10 updates, target
 <= 1.05. Two runs of the whole set on the same 2 cores, nothing else running (2026-12-02,
@@ -230,7 +230,7 @@ def test_interleaved_ratios(benchmark, name):
 
 
 # ---------------------------------------------------------------------------------------------
-# Modern optimizers (issue 23, item 4) against their Optax twins on an MLP's parameter tree.
+# Modern optimizers against their Optax twins on an MLP's parameter tree.
 
 #: An MLP 784-256-256-10: three kernels (the 2-D leaves Muon orthogonalises and Adafactor
 #: factors) and three biases; 269,322 parameters.
@@ -254,7 +254,7 @@ MODERN = {
 #: timer's and the dispatcher's jitter).
 MODERN_CALLS = 10
 MODERN_ROUNDS = int(os.environ.get("HARNESS_BENCH_ROUNDS", "30"))
-#: The target (issue 23): harness / Optax, both donated, median of the per-round ratios.
+#: The target: harness / Optax, both donated, median of the per-round ratios.
 MODERN_TARGET = 1.05
 
 MLP = None

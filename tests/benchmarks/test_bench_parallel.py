@@ -31,7 +31,7 @@ over a 1-D mesh ``batch=4``, parameters and optimizer state replicated ``P()``, 
 The variants run interleaved round by round (``paired.interleave``, the order rotated each round:
 the VM's speed swings within a minute, so only same-round ratios mean anything); reported per reference:
 the median of the per-round ratios harness / reference and its spread (25th–75th percentile).
-Target (issue 15): harness / hand-written <= 1.05.
+Target: harness / hand-written <= 1.05.
 
 ``test_cnn_data_parallel_curves`` is the CNN counterpart of ``tests/test_parallel.py``'s curve
 equality (kept here because its compiles do not fit the unit suite's time budget): a small CNN

@@ -1,4 +1,4 @@
-"""Ray at width (issue 35 §5): 1,000 short trials on a local Ray head with 2 workers and a shared
+"""Ray at width: 1,000 short trials on a local Ray head with 2 workers and a shared
 ``mlflow server``, with the driver and a worker SIGKILLed on the way.
 
 Run: ``pytest tests/benchmarks/test_bench_ray_width.py --benchmark-only -s`` (about 8 minutes on 2

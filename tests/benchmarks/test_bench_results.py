@@ -1,4 +1,4 @@
-"""``harness.results()`` on a 1,000-trial experiment (issue 37 §1: at most 5 s of CPU).
+"""``harness.results()`` on a 1,000-trial experiment (target: at most 5 s of CPU).
 
 Run: ``pytest tests/benchmarks/test_bench_results.py --benchmark-only -s``. The store is built
 once by the harness's own sweep and writer (``harness.sweep`` with :func:`conftest.fake_result` as

@@ -1,4 +1,4 @@
-"""Sweeps of many short trials (issue 35): the harness against a hand-written script, N = 10, 100, 1000.
+"""Sweeps of many short trials: the harness against a hand-written script, N = 10, 100, 1000.
 
 Run: ``pytest tests/benchmarks/test_bench_scale.py --benchmark-only -s`` (about 20 minutes on 2
 cores at the defaults; ``BENCH_SCALE_N=10,100`` and ``BENCH_SCALE_ROUNDS=3`` to change them,
@@ -23,7 +23,7 @@ the writer's CPU per trial. The issue's targets at N = 1000: ≤ 1.0× the scrip
 without logging, ≤ 0.05 s of writer CPU per trial. With ``BENCH_SCALE_SERVER`` (the default) the
 harness and the script also write 100 trials to one ``mlflow server`` on 127.0.0.1 (the suite's
 ``mlflow_server`` fixture), and the per-trial cost and its ratio are printed.
-:func:`test_jobs_2_against_in_process` times ``--jobs 2`` against in-process (issue 35 §4).
+:func:`test_jobs_2_against_in_process` times ``--jobs 2`` against in-process.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ print(json.dumps({"trials": len(s.outcomes), "seconds": time.perf_counter() - t0
 
 
 def test_jobs_2_against_in_process(benchmark):
-    """Issue 35 §4: ``--jobs 2`` ÷ in-process, wall-clock of whole processes on fresh SQLite stores,
+    """``--jobs 2`` ÷ in-process, wall-clock of whole processes on fresh SQLite stores,
     interleaved (``BENCH_SCALE_ROUNDS`` rounds), for three sweeps: 100 trials of 20 steps (tracking-
     bound: :data:`CONFIG` with ``trials: 50``), ``experiments/quickstart.yaml`` (compute-bound) and
     ``experiments/asha.yaml`` (an adaptive sweep of many rounds, whose workers are kept across them).

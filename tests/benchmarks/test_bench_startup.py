@@ -1,4 +1,4 @@
-"""Start-up (issue 25 §5): seconds from a ``python -m harness sweep`` process's start to its first
+"""Start-up: seconds from a ``python -m harness sweep`` process's start to its first
 line of output, on a pipe and on a terminal, and the wall-clock of the light commands.
 
 Run: ``pytest tests/benchmarks/test_bench_startup.py --benchmark-only -s`` (about a minute on 2
@@ -7,7 +7,7 @@ or written) and stops it at its first non-empty line (a terminal's control seque
 The rounds of the variants are interleaved (:mod:`paired`); pytest-benchmark's table gets the
 pipe's seconds (``record``), ``extra_info`` the medians of every variant.
 
-Before issue 25 §5 the first line waited for ``import jax`` (switching on the compilation cache
+Before, the first line waited for ``import jax`` (switching on the compilation cache
 came first): 4.5 s after the start on a loaded machine. Now the stage line is set before JAX or
 MLflow is imported: on a terminal it is printed then, on a pipe 0.5 s after the process start.
 Measured on 2 shared cores (2026-12-02), 5 rounds: at a load average of ~2.5, pipe 0.72-0.83 s,

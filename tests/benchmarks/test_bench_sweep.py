@@ -1,5 +1,5 @@
 """The quickstart sweep end to end: the harness against a hand-written script of the same 24 trials,
-and against itself with a warm compilation cache (issue 25 §6).
+and against itself with a warm compilation cache.
 
 Run: ``pytest tests/benchmarks/test_bench_sweep.py --benchmark-only -s`` (about 10 minutes on 2
 cores at the default 3 rounds; ``BENCH_SWEEP_ROUNDS=N`` for more). Whole processes, so imports,

@@ -1,4 +1,4 @@
-"""Training step of ``transformer_lm`` against the same network in flax.linen + optax (issue 14 §2).
+"""Training step of ``transformer_lm`` against the same network in flax.linen + optax.
 
 Run: ``pytest tests/benchmarks/test_bench_transformer.py --benchmark-only -s`` (skipped in the
 normal run by ``--benchmark-skip``). Network: vocabulary 256, context 128, width 256, depth 4,
