@@ -189,6 +189,8 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
     except ConfigError as e:
         raise ConfigError([f"{config_path}: {line}" for line in e.errors]) from None
     whole = cap_steps(whole, max_steps, search.adaptive)  # a smoke run: new trial ids
+    if max_steps is not None:  # a smoke run checks that trials run; timing them would be most of it
+        cfg = cfg.model_copy(update={"measure_perf": False})
     if search.adaptive:  # the candidates stand for the search (ASHA's carry their rule)
         whole = _listed(search.candidates(), whole)
         search.adopt(whole, whole.origins)

@@ -1,7 +1,8 @@
 """A smoke run: ``sweep --max-steps N`` (``harness.sweep(config, max_steps=N)``) trains the first
 ``N`` steps of every trial whose budget is longer, as the full run would take them (its schedule
 spans the full budget: the recipe's ``schedule_steps``). A capped trial has other ``steps`` and
-recipe, so another ``trial_id``: it never stands for, nor skips, the full trial.
+recipe, so another ``trial_id``: it never stands for, nor skips, the full trial. A smoke run
+measures no throughput (``measure_perf`` off): timing took most of a short run's time.
 """
 
 from __future__ import annotations
@@ -58,4 +59,4 @@ def smoke_line(max_steps: int | None) -> str:
     if max_steps is None:
         return ""
     return (f"smoke run: every trial capped at {max_steps} steps (--max-steps), its schedule over its full "
-            f"budget; new trial ids, not comparable with the full runs")
+            f"budget, not timed; new trial ids, not comparable with the full runs")
