@@ -186,44 +186,58 @@ def muon(
     check_nonnegative(weight_decay, "weight_decay")
     check_nonnegative(adam_weight_decay, "adam_weight_decay")
 
+    adam = (adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio)
+
     def update(i, g, state):
-        lr = step_size(i)
-        if len(state) == 3:  # an AdamW leaf
-            x, m, v = state
-            u, m, v = _adam_direction(i, g, m, v, adam_b1, adam_b2, eps, nesterov)
-            return x - adam_lr_ratio * lr * (u + adam_weight_decay * x), m, v
-        x, m = state
-        t = step_count(i)
-        m = (1 - beta) * g + beta * m
-        if nesterov:
-            mhat = beta * bias_correction(m, beta, t + 1) + (1 - beta) * bias_correction(g, beta, t)
-        else:
-            mhat = bias_correction(m, beta, t)
-        u = newton_schulz(mhat, ns_steps, MUON_NS_COEFFS, eps)
-        u = jnp.sqrt(jnp.maximum(1, x.shape[1] / x.shape[0])) * u
-        return x - lr * (u + weight_decay * x), m
+        return _muon_update(i, g, state, step_size(i), beta, ns_steps, eps, weight_decay, nesterov, adam)
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0)
+    tree = optimizer(lambda: (_muon_init, update, params_of))()
+    return Optimizer(lambda params: _muon_state(params, muon_mask), tree.update_fn, tree.params_fn)
 
-    tree = optimizer(lambda: (init, update, params_of))()
 
-    def init_fn(params):
-        leaves, treedef = jax.tree.flatten(params)
-        flags = mask_flags(params, muon_mask, muon_matrices, "muon: muon_mask")
-        flats, subtrees = [], []
-        for x, is_matrix in zip(leaves, flags, strict=True):
-            x = fresh(x)
-            if is_matrix and jnp.ndim(x) != 2:
-                raise ValueError(f"muon: muon_mask marks a leaf of shape {jnp.shape(x)}; "
-                                 "Muon leaves must be 2-D")
-            s = init(x) if is_matrix else (x, jnp.zeros_like(x), jnp.zeros_like(x))
-            flat, sub = jax.tree.flatten(s)
-            flats.append(flat)
-            subtrees.append(sub)
-        return OptimizerState(tuple(flats), treedef, tuple(subtrees))
+def _muon_init(x0):
+    return x0, jnp.zeros_like(x0)
 
-    return Optimizer(init_fn, tree.update_fn, tree.params_fn)
+
+def _muon_update(i, g, state, lr, beta, ns_steps, eps, weight_decay, nesterov, adam):
+    """One leaf's step of :func:`muon`: Muon for a ``(x, m)`` state, AdamW for ``(x, m, v)``;
+    ``adam`` is ``(adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio)``."""
+    if len(state) == 3:  # an AdamW leaf
+        adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio = adam
+        x, m, v = state
+        u, m, v = _adam_direction(i, g, m, v, adam_b1, adam_b2, eps, nesterov)
+        return x - adam_lr_ratio * lr * (u + adam_weight_decay * x), m, v
+    x, m = state
+    t = step_count(i)
+    m = (1 - beta) * g + beta * m
+    if nesterov:
+        mhat = beta * bias_correction(m, beta, t + 1) + (1 - beta) * bias_correction(g, beta, t)
+    else:
+        mhat = bias_correction(m, beta, t)
+    u = newton_schulz(mhat, ns_steps, MUON_NS_COEFFS, eps)
+    u = jnp.sqrt(jnp.maximum(1, x.shape[1] / x.shape[0])) * u
+    return x - lr * (u + weight_decay * x), m
+
+
+def _muon_state(params, muon_mask) -> OptimizerState:
+    """:func:`muon`'s ``init_fn``: ``(x, m)`` per Muon leaf, ``(x, m, v)`` per AdamW leaf.
+
+    Raises:
+      ValueError: a leaf ``muon_mask`` marks that is not 2-D.
+    """
+    leaves, treedef = jax.tree.flatten(params)
+    flags = mask_flags(params, muon_mask, muon_matrices, "muon: muon_mask")
+    flats, subtrees = [], []
+    for x, is_matrix in zip(leaves, flags, strict=True):
+        x = fresh(x)
+        if is_matrix and jnp.ndim(x) != 2:
+            raise ValueError(f"muon: muon_mask marks a leaf of shape {jnp.shape(x)}; "
+                             "Muon leaves must be 2-D")
+        s = _muon_init(x) if is_matrix else (x, jnp.zeros_like(x), jnp.zeros_like(x))
+        flat, sub = jax.tree.flatten(s)
+        flats.append(flat)
+        subtrees.append(sub)
+    return OptimizerState(tuple(flats), treedef, tuple(subtrees))
 
 
 # --------------------------------------------------------------------------------------------
