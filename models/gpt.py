@@ -120,12 +120,8 @@ def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied
         shape = (N, T, width)
         params = {"embed": table, "embed_norm": norms["embed_norm"][0](k_norm0, shape)[1],
                   "blocks": [blk[0](k, shape)[1] for blk, k in zip(blocks, k_blocks, strict=True)],
-                  "norm": norms["norm"][0](k_norm, shape)[1], "head": {}}
-        if not tied_head:
-            params["head"]["kernel"] = (jnp.zeros((width, vocab_size), jnp.float32) if zero_init
-                                        else normal(width ** -0.5)(k_head, (width, vocab_size)))
-        if bias:
-            params["head"]["bias"] = jnp.zeros((vocab_size,), jnp.float32)
+                  "norm": norms["norm"][0](k_norm, shape)[1],
+                  "head": _head_params(k_head, width, vocab_size, tied_head, zero_init, bias)}
         return (N, T, vocab_size), params
 
     def apply_fun(params, inputs, **kwargs):
@@ -134,12 +130,30 @@ def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied
         for blk, p in zip(blocks, params["blocks"], strict=True):
             x = blk[1](p, x)
         x = norms["norm"][1](params["norm"], x)
-        head = params["head"]
-        kernel = head["kernel"] if not tied_head else params["embed"][0].T
-        logits = jnp.einsum("...f,fv->...v", x, kernel.astype(x.dtype))
-        if bias:
-            logits = logits + head["bias"].astype(x.dtype)
+        logits = _head(params, x, tied_head, bias)
         return stax.soft_cap(logits.astype(jnp.float32), logit_softcap, softcap_form)
 
     init_fun.stax_name = f"GPT(depth={depth}, width={width}, heads={num_heads})"
     return init_fun, apply_fun
+
+
+def _head_params(k_head, width, vocab_size, tied_head, zero_init, bias) -> dict:
+    """:func:`GPT`'s ``head`` params: ``kernel`` (zeros with ``zero_init``, else normal of std
+    ``width**-0.5``; none when tied) and ``bias`` (zeros; none without ``bias``)."""
+    head = {}
+    if not tied_head:
+        head["kernel"] = (jnp.zeros((width, vocab_size), jnp.float32) if zero_init
+                          else normal(width ** -0.5)(k_head, (width, vocab_size)))
+    if bias:
+        head["bias"] = jnp.zeros((vocab_size,), jnp.float32)
+    return head
+
+
+def _head(params, x, tied_head, bias):
+    """The logits ``x @ kernel + bias`` in ``x``'s dtype (the embedding's transpose when tied)."""
+    head = params["head"]
+    kernel = head["kernel"] if not tied_head else params["embed"][0].T
+    logits = jnp.einsum("...f,fv->...v", x, kernel.astype(x.dtype))
+    if bias:
+        logits = logits + head["bias"].astype(x.dtype)
+    return logits

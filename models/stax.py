@@ -372,60 +372,75 @@ def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=z
         beta, gamma = _beta_init(k1, shape), _gamma_init(k2, shape)
         return input_shape, (beta, gamma)
 
-    def _affine(params, z, ndim):
-        beta, gamma = params
-        ed = tuple(None if i in axis else slice(None) for i in range(ndim))
-        if center and scale:
-            return gamma[ed] * z + beta[ed]
-        if center:
-            return z + beta[ed]
-        if scale:
-            return gamma[ed] * z
-        return z
-
     def apply_fun(params, x, **kwargs):
-        return _affine(params, standardize(x, axis, epsilon=epsilon), jnp.ndim(x))
-
-    def _stat_shapes(shape):
-        red = {a % len(shape) for a in axis}
-        stat = tuple(d for i, d in enumerate(shape) if i not in red)
-        keep = tuple(1 if i in red else d for i, d in enumerate(shape))
-        return red, stat, keep
+        return _bn_affine(params, standardize(x, axis, epsilon=epsilon), jnp.ndim(x), axis, (center, scale))
 
     def init_with_state(rng, input_shape):
-        _, stat, _ = _stat_shapes(_shape(input_shape))
+        _, stat, _ = _bn_stat_shapes(_shape(input_shape), axis)
         if any(d is None or d < 0 for d in stat):
             raise ShapeError(f"{name}: running statistics need known sizes off the normalised axes, "
                              f"got input shape {_fmt(input_shape)}")
         out_shape, params = init_fun(rng, input_shape)
         return out_shape, params, (jnp.zeros(stat, jnp.float32), jnp.ones(stat, jnp.float32))
 
-    def _normalize(params, x, mean, var, red):
-        # (x - mean) * (gamma * rsqrt(var + eps)) + beta: gamma folds into the per-feature factor,
-        # so the backward pass reuses x - mean instead of keeping the standardised x as well
-        beta, gamma = params
-        ed = tuple(None if i in red else slice(None) for i in range(x.ndim))
-        mul = lax.rsqrt(var + jnp.asarray(epsilon, var.dtype))
-        if scale:
-            mul = mul * gamma[ed]
-        y = (x - mean) * mul
-        return y + beta[ed] if center else y
-
     def apply_with_state(params, state, x, *, train, rng=None, **kwargs):
-        running_mean, running_var = state
-        red, stat, keep = _stat_shapes(x.shape)
-        if not train:
-            mean = jnp.reshape(running_mean, keep).astype(x.dtype)
-            var = jnp.reshape(running_var, keep).astype(x.dtype)
-            return _normalize(params, x, mean, var, red), state
-        mean = jnp.mean(x, tuple(sorted(red)), keepdims=True)
-        var = jnp.clip(jnp.mean(jnp.square(x), tuple(sorted(red)), keepdims=True) - jnp.square(mean), 0)
-        m = jnp.asarray(momentum, running_mean.dtype)
-        new_mean = m * running_mean + (1 - m) * jnp.reshape(mean, stat).astype(running_mean.dtype)
-        new_var = m * running_var + (1 - m) * jnp.reshape(var, stat).astype(running_var.dtype)
-        return _normalize(params, x, mean, var, red), (new_mean, new_var)
+        return _bn_with_state(params, state, x, train, axis, epsilon, momentum, (center, scale))
 
     return _layer(name, init_fun, apply_fun, init_with_state, apply_with_state)
+
+
+def _bn_affine(params, z, ndim, axis, center_scale):
+    """:func:`BatchNorm`'s ``gamma * z + beta`` (each only when enabled in ``center_scale``),
+    broadcast over the normalised ``axis``."""
+    center, scale = center_scale
+    beta, gamma = params
+    ed = tuple(None if i in axis else slice(None) for i in range(ndim))
+    if center and scale:
+        return gamma[ed] * z + beta[ed]
+    if center:
+        return z + beta[ed]
+    if scale:
+        return gamma[ed] * z
+    return z
+
+
+def _bn_stat_shapes(shape, axis):
+    """``(reduced axes, running statistics' shape, their shape broadcastable to the input)``."""
+    red = {a % len(shape) for a in axis}
+    stat = tuple(d for i, d in enumerate(shape) if i not in red)
+    keep = tuple(1 if i in red else d for i, d in enumerate(shape))
+    return red, stat, keep
+
+
+def _bn_normalize(params, x, mean, var, red, epsilon, center_scale):
+    """``(x - mean) * (gamma * rsqrt(var + eps)) + beta`` (``flax.linen.BatchNorm``'s form: gamma
+    folds into the per-feature factor, so the backward pass reuses ``x - mean`` instead of keeping
+    the standardised ``x`` as well); ``red``: the normalised axes."""
+    center, scale = center_scale
+    beta, gamma = params
+    ed = tuple(None if i in red else slice(None) for i in range(x.ndim))
+    mul = lax.rsqrt(var + jnp.asarray(epsilon, var.dtype))
+    if scale:
+        mul = mul * gamma[ed]
+    y = (x - mean) * mul
+    return y + beta[ed] if center else y
+
+
+def _bn_with_state(params, state, x, train, axis, epsilon, momentum, center_scale):
+    """:func:`BatchNorm`'s ``apply_with_state``: ``(y, state)``, normalised with the batch's
+    statistics and the running ones updated (``train``), else with the running ones, unchanged."""
+    running_mean, running_var = state
+    red, stat, keep = _bn_stat_shapes(x.shape, axis)
+    if not train:
+        mean = jnp.reshape(running_mean, keep).astype(x.dtype)
+        var = jnp.reshape(running_var, keep).astype(x.dtype)
+        return _bn_normalize(params, x, mean, var, red, epsilon, center_scale), state
+    mean = jnp.mean(x, tuple(sorted(red)), keepdims=True)
+    var = jnp.clip(jnp.mean(jnp.square(x), tuple(sorted(red)), keepdims=True) - jnp.square(mean), 0)
+    m = jnp.asarray(momentum, running_mean.dtype)
+    new_mean = m * running_mean + (1 - m) * jnp.reshape(mean, stat).astype(running_mean.dtype)
+    new_var = m * running_var + (1 - m) * jnp.reshape(var, stat).astype(running_var.dtype)
+    return _bn_normalize(params, x, mean, var, red, epsilon, center_scale), (new_mean, new_var)
 
 
 def elementwise(fun, **fun_kwargs):
@@ -723,25 +738,8 @@ def serial(*layers):
     init_funs, apply_funs = zip(*layers, strict=True) if layers else ((), ())
     inner = [_plain_stateful(layer) for layer in layers]
 
-    def _run_init(rng, input_shape, with_state):
-        params, states = [], []
-        for i, (layer, (init_s, _)) in enumerate(zip(layers, inner, strict=True)):
-            rng, layer_rng = random.split(rng)
-            try:
-                if with_state:
-                    new_shape, param, st = init_s(layer_rng, input_shape)
-                else:
-                    new_shape, param = layer[0](layer_rng, input_shape)
-                    st = ()
-            except (ShapeError, TypeError, ValueError, IndexError) as err:
-                raise _wrap_init_error(i, layer, input_shape, err) from err
-            input_shape = new_shape
-            params.append(param)
-            states.append(st)
-        return input_shape, params, states
-
     def init_fun(rng, input_shape):
-        out_shape, params, _ = _run_init(rng, input_shape, False)
+        out_shape, params, _ = _serial_init(layers, inner, rng, input_shape, False)
         return out_shape, params
 
     def apply_fun(params, inputs, **kwargs):
@@ -752,7 +750,7 @@ def serial(*layers):
         return inputs
 
     def init_with_state(rng, input_shape):
-        out_shape, params, states = _run_init(rng, input_shape, True)
+        out_shape, params, states = _serial_init(layers, inner, rng, input_shape, True)
         return out_shape, params, (tuple(states) if _any_state(states) else ())
 
     def apply_with_state(params, state, inputs, *, train, rng=None, **kwargs):
@@ -769,6 +767,26 @@ def serial(*layers):
     init_fun.stax_has_state = any(has_state(layer) for layer in layers)
     init_fun.stax_layers = layers  # for introspection
     return out
+
+
+def _serial_init(layers, inner, rng, input_shape, with_state):
+    """:func:`serial`'s init: ``(output shape, params, states)``, one key split off ``rng`` per
+    layer; a layer's init error is re-raised naming the layer (:func:`_wrap_init_error`)."""
+    params, states = [], []
+    for i, (layer, (init_s, _)) in enumerate(zip(layers, inner, strict=True)):
+        rng, layer_rng = random.split(rng)
+        try:
+            if with_state:
+                new_shape, param, st = init_s(layer_rng, input_shape)
+            else:
+                new_shape, param = layer[0](layer_rng, input_shape)
+                st = ()
+        except (ShapeError, TypeError, ValueError, IndexError) as err:
+            raise _wrap_init_error(i, layer, input_shape, err) from err
+        input_shape = new_shape
+        params.append(param)
+        states.append(st)
+    return input_shape, params, states
 
 
 def parallel(*layers):

@@ -171,21 +171,7 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]) -> 
 
         @functools.wraps(update)
         def tree_update(i, grad_tree, opt_state):
-            states_flat, tree, subtrees = opt_state
-            grad_flat, tree2 = jax.tree.flatten(grad_tree)
-            if tree2 != tree:
-                raise tree_mismatch(tree, tree2)
-            new_flat = []
-            for g, subtree, flat in zip(grad_flat, subtrees, states_flat, strict=True):
-                new_state = update(i, g, jax.tree.unflatten(subtree, flat))
-                leaves, subtree2 = jax.tree.flatten(new_state)
-                if subtree2 != subtree:
-                    raise TypeError(
-                        "optimizer update function produced an output structure that did not match "
-                        f"its input structure: input {subtree} and output {subtree2}."
-                    )
-                new_flat.append(leaves)
-            return OptimizerState(tuple(new_flat), tree, subtrees)
+            return _tree_update(update, i, grad_tree, opt_state)
 
         @functools.wraps(get_params)
         def tree_get_params(opt_state):
@@ -198,6 +184,30 @@ def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]) -> 
         return Optimizer(tree_init, tree_update, tree_get_params)
 
     return tree_opt_maker
+
+
+def _tree_update(update, i, grad_tree, opt_state) -> OptimizerState:
+    """:func:`optimizer`'s ``update_fn``: the per-array ``update`` on every leaf's state.
+
+    Raises:
+      TypeError: ``grad_tree``'s structure differs from the parameters', or ``update`` changed the
+        structure of a leaf's state.
+    """
+    states_flat, tree, subtrees = opt_state
+    grad_flat, tree2 = jax.tree.flatten(grad_tree)
+    if tree2 != tree:
+        raise tree_mismatch(tree, tree2)
+    new_flat = []
+    for g, subtree, flat in zip(grad_flat, subtrees, states_flat, strict=True):
+        new_state = update(i, g, jax.tree.unflatten(subtree, flat))
+        leaves, subtree2 = jax.tree.flatten(new_state)
+        if subtree2 != subtree:
+            raise TypeError(
+                "optimizer update function produced an output structure that did not match "
+                f"its input structure: input {subtree} and output {subtree2}."
+            )
+        new_flat.append(leaves)
+    return OptimizerState(tuple(new_flat), tree, subtrees)
 
 
 # --------------------------------------------------------------------------------------------
@@ -513,10 +523,6 @@ def sm3(step_size, momentum: float = 0.9):
     """
     step_size = make_schedule(step_size)
 
-    def broadcast_into(ndim, x, axis):
-        idx = _splice([None] * ndim, axis, [slice(None)])
-        return x[tuple(idx)]
-
     def init(x0):
         x1 = jnp.atleast_1d(x0)
         vs = [jnp.zeros(sz, dtype=x1.dtype) for sz in x1.shape]
@@ -528,7 +534,7 @@ def sm3(step_size, momentum: float = 0.9):
     def update(i, g, state):
         x, m, vs = state[:3]
         g = jnp.atleast_1d(g)
-        vs = [broadcast_into(g.ndim, v, j) for j, v in enumerate(vs)]
+        vs = [_broadcast_into(g.ndim, v, j) for j, v in enumerate(vs)]
         accum = functools.reduce(jnp.minimum, vs) + jnp.square(g)
         accum_inv_sqrt = jnp.where(accum > 0, 1.0 / jnp.sqrt(accum), 0)
         m = (1.0 - momentum) * (g * accum_inv_sqrt) + momentum * m
@@ -536,13 +542,20 @@ def sm3(step_size, momentum: float = 0.9):
         vs = [accum.max(_splice(range(x.ndim), j, [])) for j in range(x.ndim)]
         return (x, m, vs, *state[3:])
 
-    def get_params(state):
-        # the empty marker of a 0-d leaf; a reference state's 4th entry is the leaf's shape (its
-        # checkpoints load with pack_optimizer_state), empty too for a 0-d leaf
-        x = state[0]
-        return x.reshape(()) if len(state) == 4 and not state[3] else x
+    return init, update, _sm3_params
 
-    return init, update, get_params
+
+def _broadcast_into(ndim, x, axis):
+    """``x`` (1-d) with new axes at every position but ``axis`` of ``ndim`` (:func:`sm3`)."""
+    idx = _splice([None] * ndim, axis, [slice(None)])
+    return x[tuple(idx)]
+
+
+def _sm3_params(state):
+    # the empty marker of a 0-d leaf; a reference state's 4th entry is the leaf's shape (its
+    # checkpoints load with pack_optimizer_state), empty too for a 0-d leaf
+    x = state[0]
+    return x.reshape(()) if len(state) == 4 and not state[3] else x
 
 
 # --------------------------------------------------------------------------------------------

@@ -355,13 +355,9 @@ def from_optax(tx: Any) -> Optimizer:
         leaves, inner = jax.tree.flatten((params, jax.tree.map(fresh, tx.init(params))))
         return OptimizerState((leaves,), outer, (inner,))
 
-    def _unpack(opt_state):
-        (leaves,), _, (inner,) = opt_state
-        return jax.tree.unflatten(inner, leaves)
-
     def update_fn(i, grads, opt_state):
         del i  # Optax counts steps in its own state.
-        params, inner_state = _unpack(opt_state)
+        params, inner_state = _optax_inner(opt_state)
         p_tree, g_tree = jax.tree.structure(params), jax.tree.structure(grads)
         if p_tree != g_tree:
             raise tree_mismatch(p_tree, g_tree)
@@ -371,9 +367,15 @@ def from_optax(tx: Any) -> Optimizer:
         return OptimizerState((leaves,), outer, (inner,))
 
     def params_fn(opt_state):
-        return _unpack(opt_state)[0]
+        return _optax_inner(opt_state)[0]
 
     return Optimizer(init_fn, update_fn, params_fn)
+
+
+def _optax_inner(opt_state):
+    """:func:`from_optax`'s ``(params, optax_state)`` from its :class:`OptimizerState`."""
+    (leaves,), _, (inner,) = opt_state
+    return jax.tree.unflatten(inner, leaves)
 
 
 def optax_eval_params(opt_state: Any) -> Any:

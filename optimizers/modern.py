@@ -186,44 +186,58 @@ def muon(
     check_nonnegative(weight_decay, "weight_decay")
     check_nonnegative(adam_weight_decay, "adam_weight_decay")
 
+    adam = (adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio)
+
     def update(i, g, state):
-        lr = step_size(i)
-        if len(state) == 3:  # an AdamW leaf
-            x, m, v = state
-            u, m, v = _adam_direction(i, g, m, v, adam_b1, adam_b2, eps, nesterov)
-            return x - adam_lr_ratio * lr * (u + adam_weight_decay * x), m, v
-        x, m = state
-        t = step_count(i)
-        m = (1 - beta) * g + beta * m
-        if nesterov:
-            mhat = beta * bias_correction(m, beta, t + 1) + (1 - beta) * bias_correction(g, beta, t)
-        else:
-            mhat = bias_correction(m, beta, t)
-        u = newton_schulz(mhat, ns_steps, MUON_NS_COEFFS, eps)
-        u = jnp.sqrt(jnp.maximum(1, x.shape[1] / x.shape[0])) * u
-        return x - lr * (u + weight_decay * x), m
+        return _muon_update(i, g, state, step_size(i), beta, ns_steps, eps, weight_decay, nesterov, adam)
 
-    def init(x0):
-        return x0, jnp.zeros_like(x0)
+    tree = optimizer(lambda: (_muon_init, update, params_of))()
+    return Optimizer(lambda params: _muon_state(params, muon_mask), tree.update_fn, tree.params_fn)
 
-    tree = optimizer(lambda: (init, update, params_of))()
 
-    def init_fn(params):
-        leaves, treedef = jax.tree.flatten(params)
-        flags = mask_flags(params, muon_mask, muon_matrices, "muon: muon_mask")
-        flats, subtrees = [], []
-        for x, is_matrix in zip(leaves, flags, strict=True):
-            x = fresh(x)
-            if is_matrix and jnp.ndim(x) != 2:
-                raise ValueError(f"muon: muon_mask marks a leaf of shape {jnp.shape(x)}; "
-                                 "Muon leaves must be 2-D")
-            s = init(x) if is_matrix else (x, jnp.zeros_like(x), jnp.zeros_like(x))
-            flat, sub = jax.tree.flatten(s)
-            flats.append(flat)
-            subtrees.append(sub)
-        return OptimizerState(tuple(flats), treedef, tuple(subtrees))
+def _muon_init(x0):
+    return x0, jnp.zeros_like(x0)
 
-    return Optimizer(init_fn, tree.update_fn, tree.params_fn)
+
+def _muon_update(i, g, state, lr, beta, ns_steps, eps, weight_decay, nesterov, adam):
+    """One leaf's step of :func:`muon`: Muon for a ``(x, m)`` state, AdamW for ``(x, m, v)``;
+    ``adam`` is ``(adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio)``."""
+    if len(state) == 3:  # an AdamW leaf
+        adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio = adam
+        x, m, v = state
+        u, m, v = _adam_direction(i, g, m, v, adam_b1, adam_b2, eps, nesterov)
+        return x - adam_lr_ratio * lr * (u + adam_weight_decay * x), m, v
+    x, m = state
+    t = step_count(i)
+    m = (1 - beta) * g + beta * m
+    if nesterov:
+        mhat = beta * bias_correction(m, beta, t + 1) + (1 - beta) * bias_correction(g, beta, t)
+    else:
+        mhat = bias_correction(m, beta, t)
+    u = newton_schulz(mhat, ns_steps, MUON_NS_COEFFS, eps)
+    u = jnp.sqrt(jnp.maximum(1, x.shape[1] / x.shape[0])) * u
+    return x - lr * (u + weight_decay * x), m
+
+
+def _muon_state(params, muon_mask) -> OptimizerState:
+    """:func:`muon`'s ``init_fn``: ``(x, m)`` per Muon leaf, ``(x, m, v)`` per AdamW leaf.
+
+    Raises:
+      ValueError: a leaf ``muon_mask`` marks that is not 2-D.
+    """
+    leaves, treedef = jax.tree.flatten(params)
+    flags = mask_flags(params, muon_mask, muon_matrices, "muon: muon_mask")
+    flats, subtrees = [], []
+    for x, is_matrix in zip(leaves, flags, strict=True):
+        x = fresh(x)
+        if is_matrix and jnp.ndim(x) != 2:
+            raise ValueError(f"muon: muon_mask marks a leaf of shape {jnp.shape(x)}; "
+                             "Muon leaves must be 2-D")
+        s = _muon_init(x) if is_matrix else (x, jnp.zeros_like(x), jnp.zeros_like(x))
+        flat, sub = jax.tree.flatten(s)
+        flats.append(flat)
+        subtrees.append(sub)
+    return OptimizerState(tuple(flats), treedef, tuple(subtrees))
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,48 +320,65 @@ def adafactor(
       ValueError: concrete ``step_size <= 0``.
     """
     step_size = make_schedule(step_size)
+    hp = (decay_rate, decay_offset, multiply_by_parameter_scale, clipping_threshold, momentum,
+          weight_decay_rate, eps)
 
     def init(x0):
-        dims = _factored_dims(jnp.shape(x0), factored, min_dim_size_to_factor)
-        if dims is None:
-            stats = (jnp.zeros_like(x0),)
-        else:
-            d1, d0 = dims
-            stats = (jnp.zeros_like(jnp.sum(x0, axis=d0)), jnp.zeros_like(jnp.sum(x0, axis=d1)))
-        m = (jnp.zeros(jnp.shape(x0), jnp.float32),) if momentum is not None else ()
-        return (x0, *stats, *m)
+        return _adafactor_init(x0, _factored_dims(jnp.shape(x0), factored, min_dim_size_to_factor), momentum)
 
     def update(i, g, state):
-        x = state[0]
-        dims = _factored_dims(x.shape, factored, min_dim_size_to_factor)
-        rho = 1.0 - jnp.array(jnp.asarray(i, jnp.int32) - decay_offset + 1, jnp.float32) ** (-decay_rate)
-        gsq = g * g + eps
-        if dims is not None:
-            d1, d0 = dims
-            r, c = state[1:3]
-            r = (rho * r + (1.0 - rho) * jnp.mean(gsq, axis=d0)).astype(x.dtype)
-            c = (rho * c + (1.0 - rho) * jnp.mean(gsq, axis=d1)).astype(x.dtype)
-            row = (r / jnp.mean(r, axis=d1 - 1 if d1 > d0 else d1, keepdims=True)) ** -0.5
-            u = g * jnp.expand_dims(row, axis=d0) * jnp.expand_dims(c**-0.5, axis=d1)
-            stats = (r, c)
-        else:
-            v = (rho * state[1] + (1.0 - rho) * gsq).astype(x.dtype)
-            u = g * v**-0.5
-            stats = (v,)
-        if clipping_threshold is not None:
-            u = u / jnp.maximum(1.0, _rms(u) / clipping_threshold)
-        u = jnp.asarray(step_size(i), u.dtype) * u
-        if multiply_by_parameter_scale:
-            u = u * jnp.maximum(_rms(x), 1e-3)
-        extra = ()
-        if momentum is not None:
-            u = (1 - momentum) * u + momentum * state[-1]
-            extra = (u.astype(jnp.float32),)
-        if weight_decay_rate is not None:
-            u = u + weight_decay_rate * x
-        return (jnp.asarray(x - u).astype(x.dtype), *stats, *extra)
+        dims = _factored_dims(state[0].shape, factored, min_dim_size_to_factor)
+        return _adafactor_update(i, g, state, step_size(i), dims, hp)
 
     return init, update, params_of
+
+
+def _adafactor_init(x0, dims, momentum):
+    """One leaf's :func:`adafactor` state: ``(x, r, c)`` (``dims = (d1, d0)``) or ``(x, v)``,
+    plus a float32 ``m`` when ``momentum`` is set."""
+    if dims is None:
+        stats = (jnp.zeros_like(x0),)
+    else:
+        d1, d0 = dims
+        stats = (jnp.zeros_like(jnp.sum(x0, axis=d0)), jnp.zeros_like(jnp.sum(x0, axis=d1)))
+    m = (jnp.zeros(jnp.shape(x0), jnp.float32),) if momentum is not None else ()
+    return (x0, *stats, *m)
+
+
+def _adafactor_direction(g, state, dims, rho, eps):
+    """``(u, stats)``: the gradient scaled by the new (factored or full) second moment."""
+    x = state[0]
+    gsq = g * g + eps
+    if dims is not None:
+        d1, d0 = dims
+        r, c = state[1:3]
+        r = (rho * r + (1.0 - rho) * jnp.mean(gsq, axis=d0)).astype(x.dtype)
+        c = (rho * c + (1.0 - rho) * jnp.mean(gsq, axis=d1)).astype(x.dtype)
+        row = (r / jnp.mean(r, axis=d1 - 1 if d1 > d0 else d1, keepdims=True)) ** -0.5
+        return g * jnp.expand_dims(row, axis=d0) * jnp.expand_dims(c**-0.5, axis=d1), (r, c)
+    v = (rho * state[1] + (1.0 - rho) * gsq).astype(x.dtype)
+    return g * v**-0.5, (v,)
+
+
+def _adafactor_update(i, g, state, lr, dims, hp):
+    """One leaf's :func:`adafactor` step; ``hp`` is ``(decay_rate, decay_offset,
+    multiply_by_parameter_scale, clipping_threshold, momentum, weight_decay_rate, eps)``."""
+    decay_rate, decay_offset, by_parameter_scale, clipping_threshold, momentum, weight_decay_rate, eps = hp
+    x = state[0]
+    rho = 1.0 - jnp.array(jnp.asarray(i, jnp.int32) - decay_offset + 1, jnp.float32) ** (-decay_rate)
+    u, stats = _adafactor_direction(g, state, dims, rho, eps)
+    if clipping_threshold is not None:
+        u = u / jnp.maximum(1.0, _rms(u) / clipping_threshold)
+    u = jnp.asarray(lr, u.dtype) * u
+    if by_parameter_scale:
+        u = u * jnp.maximum(_rms(x), 1e-3)
+    extra = ()
+    if momentum is not None:
+        u = (1 - momentum) * u + momentum * state[-1]
+        extra = (u.astype(jnp.float32),)
+    if weight_decay_rate is not None:
+        u = u + weight_decay_rate * x
+    return (jnp.asarray(x - u).astype(x.dtype), *stats, *extra)
 
 
 def _trust_ratio(u, x, coefficient=1.0, eps=0.0):

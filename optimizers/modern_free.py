@@ -105,44 +105,52 @@ def _schedule_free(step_size, b1, weight_lr_power, direction, n_slots) -> Optimi
     """
     sched = make_schedule(step_size)
 
-    def init_fn(params):
-        leaves, treedef = jax.tree.flatten(params)
-        dtype = _scalar_dtype(leaves)
-        # every leaf of the state its own buffer: the trainer donates the state, and one buffer
-        # in two places fails the donation ("donate the same buffer twice")
-        states = [(fresh(y0), jnp.array(y0, copy=True), *(jnp.zeros_like(y0) for _ in range(n_slots)))
-                  for y0 in leaves]
-        zero = jnp.zeros((), dtype)
-        return _pack(states, jnp.stack([jnp.asarray(b1, dtype), zero, zero]), treedef)
-
     def update_fn(i, grads, opt_state):
-        gs = _flat_grads(grads, opt_state)
-        states, shared = _unpack(opt_state)
-        if shared is None:
-            return opt_state
-        b1_, weight_sum, max_lr = shared[0], shared[1], shared[2]
-        max_lr = jnp.maximum(max_lr, jnp.asarray(sched(step_count(i)), max_lr.dtype))
-        weight = max_lr**weight_lr_power
-        total = weight_sum + weight
-        ck = jnp.where(jnp.logical_or(jnp.isnan(weight), jnp.isnan(total)), jnp.full(weight.shape, jnp.nan),
-                       jnp.nan_to_num(weight / total, nan=0.0, posinf=jnp.inf))
-        new = []
-        for g, (y, z, *slots) in zip(gs, states, strict=True):
-            u, slots = direction(i, g, y, slots)
-            z_new = jnp.asarray(z + u).astype(z.dtype)
-            c = ck.astype(y.dtype)
-            x = (y - (1.0 - b1) * z) / b1
-            x = (1.0 - c) * x + c * z_new
-            y_new = b1 * x + (1.0 - b1) * z_new
-            # y + (y_new - y), not y_new: Optax returns the difference as the update.
-            new.append((jnp.asarray(y + (y_new - y)).astype(y.dtype), z_new, *slots))
-        return _repack(opt_state, new, jnp.stack([b1_, total, max_lr]))
+        return _schedule_free_update(i, grads, opt_state, sched, b1, weight_lr_power, direction)
 
     def params_fn(opt_state):
         states, _ = _unpack(opt_state)
         return jax.tree.unflatten(opt_state.tree_def, [st[0] for st in states])
 
-    return Optimizer(init_fn, update_fn, params_fn)
+    return Optimizer(lambda params: _schedule_free_state(params, b1, n_slots), update_fn, params_fn)
+
+
+def _schedule_free_state(params, b1, n_slots) -> OptimizerState:
+    """:func:`_schedule_free`'s ``init_fn``: ``(y, z, *slots)`` per leaf and the shared
+    ``(b1, weight_sum, max_lr)``."""
+    leaves, treedef = jax.tree.flatten(params)
+    dtype = _scalar_dtype(leaves)
+    # every leaf of the state its own buffer: the trainer donates the state, and one buffer
+    # in two places fails the donation ("donate the same buffer twice")
+    states = [(fresh(y0), jnp.array(y0, copy=True), *(jnp.zeros_like(y0) for _ in range(n_slots)))
+              for y0 in leaves]
+    zero = jnp.zeros((), dtype)
+    return _pack(states, jnp.stack([jnp.asarray(b1, dtype), zero, zero]), treedef)
+
+
+def _schedule_free_update(i, grads, opt_state, sched, b1, weight_lr_power, direction) -> OptimizerState:
+    """:func:`_schedule_free`'s ``update_fn``: the base step per leaf, then the interpolation."""
+    gs = _flat_grads(grads, opt_state)
+    states, shared = _unpack(opt_state)
+    if shared is None:
+        return opt_state
+    b1_, weight_sum, max_lr = shared[0], shared[1], shared[2]
+    max_lr = jnp.maximum(max_lr, jnp.asarray(sched(step_count(i)), max_lr.dtype))
+    weight = max_lr**weight_lr_power
+    total = weight_sum + weight
+    ck = jnp.where(jnp.logical_or(jnp.isnan(weight), jnp.isnan(total)), jnp.full(weight.shape, jnp.nan),
+                   jnp.nan_to_num(weight / total, nan=0.0, posinf=jnp.inf))
+    new = []
+    for g, (y, z, *slots) in zip(gs, states, strict=True):
+        u, slots = direction(i, g, y, slots)
+        z_new = jnp.asarray(z + u).astype(z.dtype)
+        c = ck.astype(y.dtype)
+        x = (y - (1.0 - b1) * z) / b1
+        x = (1.0 - c) * x + c * z_new
+        y_new = b1 * x + (1.0 - b1) * z_new
+        # y + (y_new - y), not y_new: Optax returns the difference as the update.
+        new.append((jnp.asarray(y + (y_new - y)).astype(y.dtype), z_new, *slots))
+    return _repack(opt_state, new, jnp.stack([b1_, total, max_lr]))
 
 
 def schedule_free_eval_params(opt_state: OptimizerState) -> Any:
@@ -322,45 +330,58 @@ def prodigy(
         raise ValueError(f"estim_lr0 must be positive, got {estim_lr0!r}")
     beta3 = b2**0.5 if beta3 is None else beta3
 
-    def init_fn(params):
-        leaves, treedef = jax.tree.flatten(params)
-        dtype = min((jnp.asarray(x).dtype for x in leaves), key=lambda d: jnp.finfo(d).bits,
-                    default=jnp.float32)
-        # every state leaf its own buffer (the trainer donates the state)
-        states = [(fresh(x), jnp.array(x, copy=True), *(jnp.zeros_like(x) for _ in range(3)))
-                  for x in leaves]
-        return _pack(states, jnp.stack([jnp.full((), estim_lr0, dtype), jnp.zeros((), dtype)]), treedef)
+    hp = (b1, b2, beta3, eps, estim_lr0, estim_lr_coef, weight_decay, safeguard_warmup)
 
     def update_fn(i, grads, opt_state):
-        gs = _flat_grads(grads, opt_state)
-        states, shared = _unpack(opt_state)
-        if shared is None:
-            return opt_state
-        d, r = shared[0], shared[1]
-        t = step_count(i)
-        dlr = jnp.asarray(d * step_size(i) * (((1 - b2**t) ** 0.5) / (1 - b1**t)), d.dtype)
-        diffs = (_vdot(g, st[1] - st[0]) for g, st in zip(gs, states, strict=True))
-        numerator = functools.reduce(operator.add, diffs, 0)
-        new = []
-        for g, (x, x0, m, v, s) in zip(gs, states, strict=True):
-            dg = d * g
-            m = b1 * m + (1 - b1) * dg
-            v = b2 * v + (1 - b2) * dg * dg
-            s = beta3 * s + (d if safeguard_warmup else dlr) * dg / estim_lr0
-            new.append((x, x0, m, v, s))
-        r = beta3 * r + (d / estim_lr0) * dlr * numerator
-        denominator = functools.reduce(operator.add, (jnp.sum(jnp.abs(st[4])) for st in new), 0)
-        # 0 / 0 where no step has been taken yet (a step size of 0, as a warmup's first): keep d,
-        # as the paper's PyTorch code (Optax's d becomes NaN there).
-        d = jnp.where(denominator > 0, jnp.maximum(d, estim_lr_coef * r / denominator), d)
-        out = []
-        for x, x0, m, v, s in new:
-            u = -weight_decay * dlr * x - dlr * m / (jnp.sqrt(v) + d * eps)
-            out.append((jnp.asarray(x + u).astype(x.dtype), x0, m, v, s))
-        return _repack(opt_state, out, jnp.stack([d, r]))
+        return _prodigy_update(i, grads, opt_state, step_size, hp)
 
-    def params_fn(opt_state):
-        states_flat, treedef, _ = opt_state
-        return jax.tree.unflatten(treedef, [flat[0] for flat in states_flat])
+    return Optimizer(lambda params: _prodigy_state(params, estim_lr0), update_fn, _prodigy_params)
 
-    return Optimizer(init_fn, update_fn, params_fn)
+
+def _prodigy_state(params, estim_lr0) -> OptimizerState:
+    """:func:`prodigy`'s ``init_fn``: ``(x, x0, m, v, s)`` per leaf and the shared ``(d, r)``,
+    in the narrowest float dtype of the leaves."""
+    leaves, treedef = jax.tree.flatten(params)
+    dtype = min((jnp.asarray(x).dtype for x in leaves), key=lambda d: jnp.finfo(d).bits,
+                default=jnp.float32)
+    # every state leaf its own buffer (the trainer donates the state)
+    states = [(fresh(x), jnp.array(x, copy=True), *(jnp.zeros_like(x) for _ in range(3)))
+              for x in leaves]
+    return _pack(states, jnp.stack([jnp.full((), estim_lr0, dtype), jnp.zeros((), dtype)]), treedef)
+
+
+def _prodigy_update(i, grads, opt_state, step_size, hp) -> OptimizerState:
+    """:func:`prodigy`'s ``update_fn``; ``hp`` is ``(b1, b2, beta3, eps, estim_lr0,
+    estim_lr_coef, weight_decay, safeguard_warmup)``."""
+    b1, b2, beta3, eps, estim_lr0, estim_lr_coef, weight_decay, safeguard_warmup = hp
+    gs = _flat_grads(grads, opt_state)
+    states, shared = _unpack(opt_state)
+    if shared is None:
+        return opt_state
+    d, r = shared[0], shared[1]
+    t = step_count(i)
+    dlr = jnp.asarray(d * step_size(i) * (((1 - b2**t) ** 0.5) / (1 - b1**t)), d.dtype)
+    diffs = (_vdot(g, st[1] - st[0]) for g, st in zip(gs, states, strict=True))
+    numerator = functools.reduce(operator.add, diffs, 0)
+    new = []
+    for g, (x, x0, m, v, s) in zip(gs, states, strict=True):
+        dg = d * g
+        m = b1 * m + (1 - b1) * dg
+        v = b2 * v + (1 - b2) * dg * dg
+        s = beta3 * s + (d if safeguard_warmup else dlr) * dg / estim_lr0
+        new.append((x, x0, m, v, s))
+    r = beta3 * r + (d / estim_lr0) * dlr * numerator
+    denominator = functools.reduce(operator.add, (jnp.sum(jnp.abs(st[4])) for st in new), 0)
+    # 0 / 0 where no step has been taken yet (a step size of 0, as a warmup's first): keep d,
+    # as the paper's PyTorch code (Optax's d becomes NaN there).
+    d = jnp.where(denominator > 0, jnp.maximum(d, estim_lr_coef * r / denominator), d)
+    out = []
+    for x, x0, m, v, s in new:
+        u = -weight_decay * dlr * x - dlr * m / (jnp.sqrt(v) + d * eps)
+        out.append((jnp.asarray(x + u).astype(x.dtype), x0, m, v, s))
+    return _repack(opt_state, out, jnp.stack([d, r]))
+
+
+def _prodigy_params(opt_state):
+    states_flat, treedef, _ = opt_state
+    return jax.tree.unflatten(treedef, [flat[0] for flat in states_flat])

@@ -188,43 +188,59 @@ def _soap_leaves(step_size, b1, b2, shampoo_beta, eps, weight_decay, preconditio
 
     def update(i, g, state):
         x, m, v, sl, ql, sr, qr = state
-        # Adam in the current basis (built from the gradients before this one).
-        gp = g
-        if ql is not None:
-            gp = _matmul(ql.T, gp)
-        if qr is not None:
-            gp = _matmul(gp, qr)
         t = jnp.asarray(i, jnp.int32)
-        m_new = (1 - b1) * gp + b1 * m
-        v_new = (1 - b2) * gp**2 + b2 * v
-        scale = (1 - b2**t).astype(x.dtype) ** 0.5 / (1 - b1**t).astype(x.dtype)
-        n = m_new / (jnp.sqrt(v_new) + eps)
-        if ql is not None:
-            n = _matmul(ql, n)
-        if qr is not None:
-            n = _matmul(n, qr.T)
-        x_new = x - step_size(i) * scale * n
-        x_new = x_new - step_size(i) * weight_decay * x_new
-        first = t == 0  # step 0 only gathers statistics, as the reference
-        x, m, v = (jnp.where(first, a, b) for a, b in ((x, x_new), (m, m_new), (v, v_new)))
-        # Then the statistics, and every precondition_frequency steps the bases.
-        if sl is not None:
-            sl = beta * sl + (1 - beta) * _matmul(g, g.T)
-        if sr is not None:
-            sr = beta * sr + (1 - beta) * _matmul(g.T, g)
-        if sl is not None or sr is not None:
-
-            def refresh(operand):
-                m, ql, qr = operand
-                new_ql = _eigenvectors(sl) if sl is not None else None
-                new_qr = _eigenvectors(sr) if sr is not None else None
-                if ql is not None:
-                    m = _matmul(new_ql.T, _matmul(ql, m))
-                if qr is not None:
-                    m = _matmul(_matmul(m, qr.T), new_qr)
-                return m, new_ql, new_qr
-
-            m, ql, qr = jax.lax.cond(t % precondition_frequency == 0, refresh, lambda o: o, (m, ql, qr))
+        x, m, v = _soap_adam(t, g, state, step_size(i), (b1, b2, eps, weight_decay))
+        m, sl, ql, sr, qr = _soap_bases(t, g, m, (sl, ql, sr, qr), beta, precondition_frequency)
         return x, m, v, sl, ql, sr, qr
 
     return init, update, params_of
+
+
+def _soap_adam(t, g, state, lr, hp):
+    """One AdamW step of :func:`soap` in the current basis (built from the gradients before this
+    one): ``(x, m, v)``, unchanged at step 0, which only gathers statistics as the reference;
+    ``hp`` is ``(b1, b2, eps, weight_decay)``."""
+    b1, b2, eps, weight_decay = hp
+    x, m, v, _sl, ql, _sr, qr = state
+    gp = g
+    if ql is not None:
+        gp = _matmul(ql.T, gp)
+    if qr is not None:
+        gp = _matmul(gp, qr)
+    m_new = (1 - b1) * gp + b1 * m
+    v_new = (1 - b2) * gp**2 + b2 * v
+    scale = (1 - b2**t).astype(x.dtype) ** 0.5 / (1 - b1**t).astype(x.dtype)
+    n = m_new / (jnp.sqrt(v_new) + eps)
+    if ql is not None:
+        n = _matmul(ql, n)
+    if qr is not None:
+        n = _matmul(n, qr.T)
+    x_new = x - lr * scale * n
+    x_new = x_new - lr * weight_decay * x_new
+    first = t == 0  # step 0 only gathers statistics, as the reference
+    return tuple(jnp.where(first, a, b) for a, b in ((x, x_new), (m, m_new), (v, v_new)))
+
+
+def _soap_bases(t, g, m, sides, beta, precondition_frequency):
+    """:func:`soap`'s statistics ``L``, ``R`` updated with ``g`` and, every
+    ``precondition_frequency`` steps, the bases refreshed (``m`` carried into them): returns
+    ``(m, L, Q_L, R, Q_R)``."""
+    sl, ql, sr, qr = sides
+    if sl is not None:
+        sl = beta * sl + (1 - beta) * _matmul(g, g.T)
+    if sr is not None:
+        sr = beta * sr + (1 - beta) * _matmul(g.T, g)
+    if sl is not None or sr is not None:
+
+        def refresh(operand):
+            m, ql, qr = operand
+            new_ql = _eigenvectors(sl) if sl is not None else None
+            new_qr = _eigenvectors(sr) if sr is not None else None
+            if ql is not None:
+                m = _matmul(new_ql.T, _matmul(ql, m))
+            if qr is not None:
+                m = _matmul(_matmul(m, qr.T), new_qr)
+            return m, new_ql, new_qr
+
+        m, ql, qr = jax.lax.cond(t % precondition_frequency == 0, refresh, lambda o: o, (m, ql, qr))
+    return m, sl, ql, sr, qr

@@ -109,7 +109,42 @@ def make_report(
     """
     from reports.html import figure_items, render  # matplotlib: imported on first use
 
-    if tuning_draws not in TUNING_DRAWS:  # before anything is read
+    _check_options(tuning_draws, scoring, select_by, time_clock)  # before anything is read
+    # a local SQLite store is read with sqlite3 (reports.snapshot: every experiment when a baseline
+    # may live in another); MLflow's client only writes the HTML back
+    client = snapshot_or_client(tracking_uri, None if baseline is not None else experiment,
+                                immutable=immutable)
+    data = load_sweep(experiment, sweep_id, client=client)  # a ladder's ladder.* tags: its columns
+    data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
+    _apply_options(data, scoring, select_by, stats_baseline)
+    if tracking_uri:
+        data.tracking_uri = tracking_uri
+    out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)
+    csv = data_path(out)
+    time_clock = time_clock or data.frame.attrs.get(SWEEP_TIME_ATTR) or DEFAULT_CLOCK
+    data.frame = _write_table(data.frame, out, csv, time_clock)  # every view below: the report's clock
+
+    figures = figure_items(data.frame, out.stem)
+
+    comparison = None
+    if baseline is not None:
+        comparison = compare(data.frame, use_clock(_load_baseline(client, experiment, baseline), time_clock))
+
+    html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
+    try:
+        out.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise ReportNotWrittenError(out, e) from e
+    if not immutable:  # a store SQLite cannot open where it is: MLflow cannot write to it either
+        _log_report(out, data, tracking_uri)
+    return out
+
+
+def _check_options(tuning_draws: str, scoring: str | None, select_by: str | None,
+                   time_clock: str | None) -> None:
+    """Raise ``ValueError`` naming the flag of an option of :func:`make_report` that is not one of
+    its values."""
+    if tuning_draws not in TUNING_DRAWS:
         raise ValueError(f"--tuning-curves must be one of {', '.join(TUNING_DRAWS)}; got {tuning_draws!r}")
     if scoring is not None and scoring not in SCORING:
         raise ValueError(f"--scoring must be one of {', '.join(SCORING)}; got {scoring!r}")
@@ -117,12 +152,16 @@ def make_report(
         raise ValueError(f"--select-by must be one of {', '.join(SELECT_BY)}; got {select_by!r}")
     if time_clock is not None and time_clock not in CLOCKS:
         raise ValueError(f"--time must be one of {', '.join(CLOCKS)}; got {time_clock!r}")
-    # a local SQLite store is read with sqlite3 (reports.snapshot: every experiment when a baseline
-    # may live in another); MLflow's client only writes the HTML back
-    client = snapshot_or_client(tracking_uri, None if baseline is not None else experiment,
-                                immutable=immutable)
-    data = load_sweep(experiment, sweep_id, client=client)  # a ladder's ladder.* tags: its columns
-    data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
+
+
+def _apply_options(data, scoring: str | None, select_by: str | None, stats_baseline: str | None) -> None:
+    """Record the report's options on the frame's attrs (over the sweep's own), checked against
+    the sweep before anything is drawn.
+
+    Raises:
+      ValueError: a rule that ranks on time to target for a sweep without a target; an unknown
+        stats baseline; a recorded selection objective that is not one.
+    """
     if objective(data.frame).target_metric is None:  # what ranks on time to target cannot run
         for flag, value, need, instead in (("--scoring", scoring, "algoperf", "--scoring harness"),
                                            ("--select-by", select_by, "time_to_target",
@@ -143,35 +182,27 @@ def make_report(
         raise ValueError(f"the sweep's parent run records {TAG_SELECT_BY} = "
                          f"{data.frame.attrs.get(SELECT_BY_ATTR)!r}, not one of {', '.join(SELECT_BY)}: "
                          f"pass --select-by") from e
-    if tracking_uri:
-        data.tracking_uri = tracking_uri
-    out = pathlib.Path(output) if output else _default_output(experiment, data.sweep_id)
-    csv = data_path(out)
-    # the tidy frame as MLflow holds it plus the protocol's tables (tuning curves, tuned
-    # time-to-result, on the report's clock) as extra rows
-    time_clock = time_clock or data.frame.attrs.get(SWEEP_TIME_ATTR) or DEFAULT_CLOCK
-    ranked = use_clock(data.frame, time_clock)
+
+
+def _write_table(frame: pd.DataFrame, out: pathlib.Path, csv: pathlib.Path, time_clock: str) -> pd.DataFrame:
+    """Write the tidy frame as MLflow holds it plus the protocol's tables (tuning curves, tuned
+    time-to-result, on the report's clock) as extra rows to ``csv``; return the frame on that clock.
+
+    Raises:
+      ReportNotWrittenError: ``out``'s folder or ``csv`` cannot be written.
+    """
+    ranked = use_clock(frame, time_clock)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        spreadsheet_safe(pd.concat([data.frame, csv_rows(ranked)], ignore_index=True)).to_csv(
-            csv, index=False)
+        spreadsheet_safe(pd.concat([frame, csv_rows(ranked)], ignore_index=True)).to_csv(csv, index=False)
     except OSError as e:
         raise ReportNotWrittenError(out, e) from e
-    data.frame = ranked  # every view below counts time on the report's clock
+    return ranked
 
-    figures = figure_items(data.frame, out.stem)
 
-    comparison = None
-    if baseline is not None:
-        comparison = compare(data.frame, use_clock(_load_baseline(client, experiment, baseline), time_clock))
-
-    html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
-    try:
-        out.write_text(html, encoding="utf-8")
-    except OSError as e:
-        raise ReportNotWrittenError(out, e) from e
-    if immutable:  # a store SQLite cannot open where it is: MLflow cannot write to it either
-        return out
+def _log_report(out: pathlib.Path, data, tracking_uri: str | None) -> None:
+    """Log the HTML ``out`` under ``reports/`` of :func:`report_parents`; a store that refuses it
+    gets a :class:`ReportNotLogged` warning (at :func:`make_report`'s caller)."""
     from mlflow.exceptions import MlflowException
 
     parents = report_parents(data)
@@ -183,8 +214,7 @@ def make_report(
         reason = " ".join(str(e).split())[:300] or type(e).__name__
         warnings.warn(ReportNotLogged(f"the report {out} was written, but not logged to the sweep's "
                                       f"parent run in the store ({type(e).__name__}: {reason})"),
-                      stacklevel=2)
-    return out
+                      stacklevel=3)
 
 
 class ReportNotWrittenError(OSError):

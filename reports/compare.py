@@ -85,21 +85,39 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
     """Rows of checks (columns :data:`COLUMNS`), regressions first; see the module docstring."""
     cur_s, base_s = summaries(current), summaries(baseline)
     obj = objective(current)
-    rows: list[dict] = []
+    rows = _throughput_rows(cur_s, base_s)
+    keys = ["task", "optimizer", "config_id"]  # convergence, per configuration
+    cg = dict(tuple(cur_s.groupby(keys)))
+    bg = dict(tuple(base_s.groupby(keys)))
+    for key in sorted(set(cg) | set(bg)):
+        rows += _config_rows(key, cg.get(key), bg.get(key), obj)
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    order = {"regression": 0, "improvement": 1, "ok": 2, "n/a": 3}
+    return out.sort_values(
+        ["flag", "check", "task", "optimizer", "config"],
+        key=lambda s: s.map(order) if s.name == "flag" else s,
+        kind="stable",
+    ).reset_index(drop=True)
 
-    # throughput
-    def perf(s: pd.DataFrame) -> pd.DataFrame:
-        s = s[s[M_STEP_MS].notna() & trusted(s)]  # a suspect step time compares nothing
-        g = s.groupby(["task", "optimizer"])
-        return pd.DataFrame(
-            {
-                "p50": g[M_STEP_MS].median(),
-                "lo": np.minimum(g[M_STEP_MS_P10].median().fillna(np.inf), g[M_STEP_MS].min()),
-                "hi": np.maximum(g[M_STEP_MS_P90].median().fillna(-np.inf), g[M_STEP_MS].max()),
-            }
-        )
 
-    pc, pb = perf(cur_s), perf(base_s)
+def _perf(s: pd.DataFrame) -> pd.DataFrame:
+    """Step time per (task, optimizer): median ``p50`` and the interval ``lo``-``hi`` (the median
+    p10 and p90, widened to the per-trial medians' min and max); suspect step times left out."""
+    s = s[s[M_STEP_MS].notna() & trusted(s)]  # a suspect step time compares nothing
+    g = s.groupby(["task", "optimizer"])
+    return pd.DataFrame(
+        {
+            "p50": g[M_STEP_MS].median(),
+            "lo": np.minimum(g[M_STEP_MS_P10].median().fillna(np.inf), g[M_STEP_MS].min()),
+            "hi": np.maximum(g[M_STEP_MS_P90].median().fillna(-np.inf), g[M_STEP_MS].max()),
+        }
+    )
+
+
+def _throughput_rows(cur_s: pd.DataFrame, base_s: pd.DataFrame) -> list[dict]:
+    """The throughput checks, one per (task, optimizer) of either sweep."""
+    pc, pb = _perf(cur_s), _perf(base_s)
+    rows = []
     for key in sorted(set(pc.index) | set(pb.index)):
         row = {
             "check": "throughput",
@@ -124,76 +142,46 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
             row["change"] = f"{c.p50 / b.p50 - 1:+.1%}"
             row["flag"] = "regression" if c.lo > b.hi else "improvement" if c.hi < b.lo else "ok"
         rows.append(row)
+    return rows
 
-    # convergence, per configuration
-    keys = ["task", "optimizer", "config_id"]
-    cg = dict(tuple(cur_s.groupby(keys)))
-    bg = dict(tuple(base_s.groupby(keys)))
-    for key in sorted(set(cg) | set(bg)):
-        c, b = cg.get(key), bg.get(key)
-        ident = {"task": key[0], "optimizer": key[1], "config": (c if c is not None else b)["config"].iloc[0]}
-        if c is None or b is None:
-            rows.append(
-                {
-                    **ident,
-                    "check": "configuration",
-                    "metric": "—",
-                    "baseline": "absent" if b is None else "present",
-                    "current": "absent" if c is None else "present",
-                    "change": "—",
-                    "flag": "n/a",
-                    "rule": "configuration in one sweep only",
-                }
-            )
-            continue
-        cf, bf = c[c["status"] == "finished"], b[b["status"] == "finished"]
-        rows.append(
-            {
-                **ident,
-                **_seed_test(
-                    "final metric",
-                    obj.label,
-                    obj.mode,
-                    cf[obj.final].dropna().to_numpy(float),
-                    bf[obj.final].dropna().to_numpy(float),
-                ),
-            }
-        )
-        if obj.target_metric is not None:
-            ct = cf[M_SECONDS_TO_TARGET].dropna().to_numpy(float)
-            bt = bf[M_SECONDS_TO_TARGET].dropna().to_numpy(float)
-            row = {**ident, **_seed_test("time to target", "seconds to target", "min", ct, bt, " s")}
-            rc = int((cf[M_SECONDS_TO_TARGET].notna() | cf[M_STEPS_TO_TARGET].notna()).sum())
-            rb = int((bf[M_SECONDS_TO_TARGET].notna() | bf[M_STEPS_TO_TARGET].notna()).sum())
-            row["baseline"] += f"; reached {rb}/{len(b)}"
-            row["current"] += f"; reached {rc}/{len(c)}"
-            if rb >= 0.5 * len(b) and rb > 0 and rc < 0.5 * len(c):
-                row.update(flag="regression", rule="target reached by fewer than half of the seeds")
-            elif row["flag"] == "n/a" and (rc, rb) == (0, 0):
-                row["rule"] = "no seed reached the target in either sweep"
-            rows.append(row)
-        nbad_c = int((c["status"] != "finished").sum())
-        nbad_b = int((b["status"] != "finished").sum())
-        rows.append(
-            {
-                **ident,
-                "check": "stability",
-                "metric": "diverged or failed seeds",
-                "baseline": f"{nbad_b}/{len(b)}",
-                "current": f"{nbad_c}/{len(c)}",
-                "change": f"{nbad_c - nbad_b:+d}",
-                "flag": "regression"
-                if nbad_c > 0 and nbad_b == 0
-                else "improvement"
-                if nbad_b > 0 and nbad_c == 0
-                else "ok",
-                "rule": "diverged/failed now, none in the baseline",
-            }
-        )
-    out = pd.DataFrame(rows, columns=COLUMNS)
-    order = {"regression": 0, "improvement": 1, "ok": 2, "n/a": 3}
-    return out.sort_values(
-        ["flag", "check", "task", "optimizer", "config"],
-        key=lambda s: s.map(order) if s.name == "flag" else s,
-        kind="stable",
-    ).reset_index(drop=True)
+
+def _config_rows(key: tuple, c: pd.DataFrame | None, b: pd.DataFrame | None, obj) -> list[dict]:
+    """The checks of one configuration ``key = (task, optimizer, config_id)``: its trials now
+    (``c``) and in the baseline (``b``), either ``None`` when absent there."""
+    ident = {"task": key[0], "optimizer": key[1], "config": (c if c is not None else b)["config"].iloc[0]}
+    if c is None or b is None:
+        return [{**ident, "check": "configuration", "metric": "—",
+                 "baseline": "absent" if b is None else "present",
+                 "current": "absent" if c is None else "present",
+                 "change": "—", "flag": "n/a", "rule": "configuration in one sweep only"}]
+    cf, bf = c[c["status"] == "finished"], b[b["status"] == "finished"]
+    rows = [{**ident, **_seed_test("final metric", obj.label, obj.mode,
+                                   cf[obj.final].dropna().to_numpy(float),
+                                   bf[obj.final].dropna().to_numpy(float))}]
+    if obj.target_metric is not None:
+        rows.append({**ident, **_time_to_target(c, b, cf, bf)})
+    nbad_c = int((c["status"] != "finished").sum())
+    nbad_b = int((b["status"] != "finished").sum())
+    flag = ("regression" if nbad_c > 0 and nbad_b == 0
+            else "improvement" if nbad_b > 0 and nbad_c == 0 else "ok")
+    rows.append({**ident, "check": "stability", "metric": "diverged or failed seeds",
+                 "baseline": f"{nbad_b}/{len(b)}", "current": f"{nbad_c}/{len(c)}",
+                 "change": f"{nbad_c - nbad_b:+d}", "flag": flag,
+                 "rule": "diverged/failed now, none in the baseline"})
+    return rows
+
+
+def _time_to_target(c: pd.DataFrame, b: pd.DataFrame, cf: pd.DataFrame, bf: pd.DataFrame) -> dict:
+    """The time-to-target check of one configuration (``cf``, ``bf``: its finished trials)."""
+    ct = cf[M_SECONDS_TO_TARGET].dropna().to_numpy(float)
+    bt = bf[M_SECONDS_TO_TARGET].dropna().to_numpy(float)
+    row = _seed_test("time to target", "seconds to target", "min", ct, bt, " s")
+    rc = int((cf[M_SECONDS_TO_TARGET].notna() | cf[M_STEPS_TO_TARGET].notna()).sum())
+    rb = int((bf[M_SECONDS_TO_TARGET].notna() | bf[M_STEPS_TO_TARGET].notna()).sum())
+    row["baseline"] += f"; reached {rb}/{len(b)}"
+    row["current"] += f"; reached {rc}/{len(c)}"
+    if rb >= 0.5 * len(b) and rb > 0 and rc < 0.5 * len(c):
+        row.update(flag="regression", rule="target reached by fewer than half of the seeds")
+    elif row["flag"] == "n/a" and (rc, rb) == (0, 0):
+        row["rule"] = "no seed reached the target in either sweep"
+    return row

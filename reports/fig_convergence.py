@@ -113,20 +113,10 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
     bands = {m: curve_bands(frame, m, x) for m in metrics}
     if all(b.empty for b in bands.values()):
         return None
-    pal, marks, obj, labels = palette(frame), markers(frame), objective(frame), task_labels(frame)
-    order = {o: i for i, o in enumerate(pal)}
-    mixed = objectives_differ(frame)
+    pal, marks, labels = palette(frame), markers(frame), task_labels(frame)
+    style = (pal, marks, {o: i for i, o in enumerate(pal)})
     one_task = len(tasks) == 1
-    if one_task:
-        panels = [(m, tasks[0]) for m in metrics]
-        nrows, ncols = 1, len(metrics)
-        block = 1
-    else:
-        block, ncols = grid_shape(len(tasks))
-        nrows = block * len(metrics)
-        panels = []
-        for m in metrics:
-            panels += [(m, t) for t in tasks] + [(m, None)] * (block * ncols - len(tasks))
+    panels, nrows, ncols = _panels(metrics, tasks)
     fig, axes = new_figure(nrows, ncols, 2.6 * nrows + 0.9)
     xlabel = "optimizer step" if x == "step" else "seconds since the start of training"
     any_drop = False
@@ -135,30 +125,7 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
         if task is None:
             ax.set_visible(False)
             continue
-        b = bands[m][bands[m]["task"] == task]
-        for opt, g in b.groupby("optimizer", sort=True):
-            full = g["n"].max()
-            whole = g["n"].to_numpy() == full
-            # solid while every seed is behind the median, dashed once some have ended; the
-            # optimizer's marker at a few points, staggered so that coinciding lines keep theirs
-            every = max(1, len(g) // 5)
-            ax.plot(g["x"].where(whole), g["median"].where(whole), color=pal[opt], lw=1.8,
-                    marker=marks[opt], ms=5, markevery=(order[opt] * every // max(1, len(pal)), every))
-            if not whole.all():
-                tail = g.iloc[max(0, int(np.argmin(whole)) - 1) :]
-                ax.plot(tail["x"], tail["median"], color=pal[opt], lw=1.3, ls=(0, (3, 2)))
-            two = g["n"] >= 2
-            ax.fill_between(g["x"], g["q25"], g["q75"], where=two, color=pal[opt], alpha=0.2, lw=0)
-            if x != "step":
-                d = _dropouts(g)
-                if len(d):
-                    any_drop = True
-                    ax.plot(d["x"], d["median"], ls="", marker="|", ms=9, mew=1.6, color=pal[opt])
-        tobj = objective(frame, task)  # each task's own target (workloads mix loss and accuracy)
-        if m == tobj.target_metric and math.isfinite(tobj.target_value):
-            ax.axhline(tobj.target_value, color=NEUTRAL, ls="--", lw=1)
-        if "loss" in m and len(b) and (b["q25"].dropna() > 0).all() and (b["median"] > 0).all():
-            log_y(ax, float(b[["q25", "median"]].min().min()), float(b[["q75", "median"]].max().max()))
+        any_drop |= _draw_panel(ax, frame, bands[m][bands[m]["task"] == task], m, task, style, x)
         ax.set_title(METRIC_LABELS.get(m, m) if one_task else labels.get(task, task))
         col = i % ncols
         if one_task or col == 0:
@@ -168,26 +135,67 @@ def convergence_figure(frame: pd.DataFrame, x: str = "step") -> Figure | None:
         if last_row_of_block:
             ax.set_xlabel(xlabel)
         ax.xaxis.set_major_locator(MaxNLocator(5))
-    extra = []
-    if mixed and any(objective(frame, t).target_metric in metrics for t in tasks):
+    extra = _legend_extra(frame, metrics, tasks, any_drop)
+    legend(fig, pal, extra, title=labels.get(tasks[0], tasks[0]) if one_task else None, marks=marks)
+    return fig
+
+
+def _panels(metrics: list[str], tasks: list[str]) -> tuple[list[tuple], int, int]:
+    """``(panels, nrows, ncols)``: the (metric, task) of each panel in reading order, ``task``
+    ``None`` for a blank one. One task: the metrics side by side; several: a block of task panels
+    per metric."""
+    if len(tasks) == 1:
+        return [(m, tasks[0]) for m in metrics], 1, len(metrics)
+    block, ncols = grid_shape(len(tasks))
+    panels = []
+    for m in metrics:
+        panels += [(m, t) for t in tasks] + [(m, None)] * (block * ncols - len(tasks))
+    return panels, block * len(metrics), ncols
+
+
+def _draw_panel(ax, frame: pd.DataFrame, b: pd.DataFrame, m: str, task: str, style: tuple, x: str) -> bool:
+    """Draw one panel's curves (``b``: the bands of metric ``m`` on ``task``), its target and its
+    scale; ``style`` is ``(palette, markers, order)``. Returns whether a seed's end was marked."""
+    pal, marks, order = style
+    any_drop = False
+    for opt, g in b.groupby("optimizer", sort=True):
+        full = g["n"].max()
+        whole = g["n"].to_numpy() == full
+        # solid while every seed is behind the median, dashed once some have ended; the
+        # optimizer's marker at a few points, staggered so that coinciding lines keep theirs
+        every = max(1, len(g) // 5)
+        ax.plot(g["x"].where(whole), g["median"].where(whole), color=pal[opt], lw=1.8,
+                marker=marks[opt], ms=5, markevery=(order[opt] * every // max(1, len(pal)), every))
+        if not whole.all():
+            tail = g.iloc[max(0, int(np.argmin(whole)) - 1) :]
+            ax.plot(tail["x"], tail["median"], color=pal[opt], lw=1.3, ls=(0, (3, 2)))
+        two = g["n"] >= 2
+        ax.fill_between(g["x"], g["q25"], g["q75"], where=two, color=pal[opt], alpha=0.2, lw=0)
+        if x != "step":
+            d = _dropouts(g)
+            if len(d):
+                any_drop = True
+                ax.plot(d["x"], d["median"], ls="", marker="|", ms=9, mew=1.6, color=pal[opt])
+    tobj = objective(frame, task)  # each task's own target (workloads mix loss and accuracy)
+    if m == tobj.target_metric and math.isfinite(tobj.target_value):
+        ax.axhline(tobj.target_value, color=NEUTRAL, ls="--", lw=1)
+    if "loss" in m and len(b) and (b["q25"].dropna() > 0).all() and (b["median"] > 0).all():
+        log_y(ax, float(b[["q25", "median"]].min().min()), float(b[["q75", "median"]].max().max()))
+    return any_drop
+
+
+def _legend_extra(frame: pd.DataFrame, metrics: list[str], tasks: list[str], any_drop: bool) -> list:
+    """The legend's entries beside the optimizers': the target line, and a seed's end."""
+    obj, extra = objective(frame), []
+    if objectives_differ(frame) and any(objective(frame, t).target_metric in metrics for t in tasks):
         extra.append(Line2D([], [], color=NEUTRAL, ls="--", lw=1, label="each task's validation target"))
     elif obj.target_metric in metrics and math.isfinite(obj.target_value):
-        extra.append(
-            Line2D(
-                [],
-                [],
-                color=NEUTRAL,
-                ls="--",
-                lw=1,
-                label=f"target {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} "
-                f"{obj.target_value:g}",
-            )
-        )
+        label = f"target {METRIC_LABELS.get(obj.target_metric, obj.target_metric)} {obj.target_value:g}"
+        extra.append(Line2D([], [], color=NEUTRAL, ls="--", lw=1, label=label))
     if any_drop:
         extra.append(Line2D([], [], color=NEUTRAL, ls=(0, (3, 2)), marker="|", ms=9, mew=1.6,
                             label="| a seed ends; dashed: fewer seeds remain"))
-    legend(fig, pal, extra, title=labels.get(tasks[0], tasks[0]) if one_task else None, marks=marks)
-    return fig
+    return extra
 
 
 def convergence_data(frame: pd.DataFrame, x: str = "step") -> pd.DataFrame:

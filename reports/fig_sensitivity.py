@@ -44,16 +44,8 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
     single = single_step_sizes(frame)
     keep = ~pd.Series([(t, o) in single for t, o in zip(s["task"], s["optimizer"], strict=True)], s.index)
     if not keep.any():
-        opts = sorted({o for _t, o in single})
-        vals = ", ".join(
-            f"{o} {'/'.join(sorted({f'{v:g}' for (_t, oo), v in single.items() if oo == o}))}" for o in opts
-        )
-        return (
-            f"Every optimizer ran at a single step size ({vals}): the sweep measures no step-size "
-            "sensitivity. Give step_size a grid (e.g. {log_grid: [1.0e-3, 1.0e-1, 5]}) to see it."
-        )
+        return _single_sentence(single)
     s, fin = s[keep], fin[keep.reindex(fin.index, fill_value=False)]
-    import seaborn as sns
 
     pal, marks, labels = palette(frame), markers(frame), task_labels(frame)
     tasks = sorted(set(s["task"]) | {t for t, _o in single})
@@ -64,34 +56,7 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
         ax = axes.ravel()[k]
         ax.set_xscale("log")
         d = fin[fin["task"] == task]
-        if len(d):
-            sns.lineplot(
-                data=d,
-                x="step_size",
-                y="_value",
-                hue="optimizer",
-                palette=pal,
-                style="optimizer",  # the optimizer's marker, as in every figure (solid lines)
-                markers={o: marks[o] for o in d["optimizer"].unique()},
-                dashes=False,
-                estimator="median",
-                errorbar=("pi", 50),
-                err_style="bars",
-                legend=False,
-                ax=ax,
-            )
-        bad = s[(s["task"] == task) & s["status"].isin(["diverged", "failed"])]
-        for opt, g in bad.groupby("optimizer"):
-            ax.scatter(
-                g["step_size"],
-                np.zeros(len(g)),
-                transform=ax.get_xaxis_transform(),
-                marker="x",
-                s=60,
-                color=pal[opt],
-                clip_on=False,
-                zorder=5,
-            )
+        _draw_panel(ax, d, s[(s["task"] == task) & s["status"].isin(["diverged", "failed"])], pal, marks)
         alone = sorted((o, v) for (t, o), v in single.items() if t == task)
         if alone:
             note = "one step size only: " + ", ".join(f"{o} {v:g}" for o, v in alone)
@@ -109,6 +74,45 @@ def sensitivity_figure(frame: pd.DataFrame) -> Figure | str | None:
     legend(fig, shown, [Line2D([], [], color=NEUTRAL, marker="x", ls="", label="diverged / failed")],
            marks=marks)
     return fig
+
+
+def _single_sentence(single: dict) -> str:
+    """What the figure says when every optimizer ran at a single step size (``single``:
+    (task, optimizer) → its step size)."""
+    opts = sorted({o for _t, o in single})
+    vals = ", ".join(
+        f"{o} {'/'.join(sorted({f'{v:g}' for (_t, oo), v in single.items() if oo == o}))}" for o in opts
+    )
+    return (
+        f"Every optimizer ran at a single step size ({vals}): the sweep measures no step-size "
+        "sensitivity. Give step_size a grid (e.g. {log_grid: [1.0e-3, 1.0e-1, 5]}) to see it."
+    )
+
+
+def _draw_panel(ax, d: pd.DataFrame, bad: pd.DataFrame, pal: dict, marks: dict) -> None:
+    """One task's panel: the median of the finished trials ``d`` per step size with interquartile
+    bars, an × at the bottom edge for each trial in ``bad`` (diverged or failed)."""
+    import seaborn as sns
+
+    if len(d):
+        sns.lineplot(
+            data=d,
+            x="step_size",
+            y="_value",
+            hue="optimizer",
+            palette=pal,
+            style="optimizer",  # the optimizer's marker, as in every figure (solid lines)
+            markers={o: marks[o] for o in d["optimizer"].unique()},
+            dashes=False,
+            estimator="median",
+            errorbar=("pi", 50),
+            err_style="bars",
+            legend=False,
+            ax=ax,
+        )
+    for opt, g in bad.groupby("optimizer"):
+        ax.scatter(g["step_size"], np.zeros(len(g)), transform=ax.get_xaxis_transform(), marker="x", s=60,
+                   color=pal[opt], clip_on=False, zorder=5)
 
 
 def sensitivity_data(frame: pd.DataFrame) -> pd.DataFrame:

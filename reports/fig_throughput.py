@@ -147,23 +147,7 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
         for k, task in enumerate(tasks):
             d = t[t["task"] == task].set_index("optimizer").reindex(opts)
             y = np.arange(len(opts)) - 0.4 + h * (k + 0.5)
-            vals = d[col].to_numpy(float) * scale
-            xerr = None
-            if col == "examples_per_sec":
-                lo, hi = d["examples_per_sec_lo"].to_numpy(float), d["examples_per_sec_hi"].to_numpy(float)
-                xerr = np.nan_to_num(np.vstack([vals - lo, hi - vals]), nan=0.0).clip(min=0)
-            ax.barh(y, np.nan_to_num(vals), height=h, xerr=xerr, capsize=2, label=task, **tcol[task])
-            bad = (d["suspect"].fillna("") != "").to_numpy()
-            if bad.any():  # a step time that disagreed with its trials' training clock
-                ax.barh(y[bad], np.nan_to_num(vals[bad]), height=h, gid=f"suspect-{j}-{k}", **SUSPECT_STYLE)
-            dagger = (d["left_out"].fillna(0) > 0).to_numpy()
-            ends = np.fmax(np.nan_to_num(vals), np.nan_to_num(vals + xerr[1])) if xerr is not None else vals
-            for n, (yi, v) in enumerate(zip(y[dagger], ends[dagger], strict=True)):  # trials left out
-                ax.text(np.nan_to_num(v), yi, " †", va="center", fontsize=10, color="tab:red",
-                        gid=f"dagger-{j}-{k}-{n}")  # after the bar and its whisker
-            for yi, v in zip(y, vals, strict=True):
-                if not math.isfinite(v):
-                    ax.text(0, yi, " not measured", va="center", fontsize=8, style="italic", color="0.3")
+            _draw_bars(ax, d, col, scale, y, h, (task, tcol[task], j, k))
         ax.set_yticks(range(len(opts)), opts)
         ax.set_ylim(len(opts) - 0.5, -0.5)
         ax.xaxis.set_major_locator(MaxNLocator(5))
@@ -178,3 +162,27 @@ def throughput_figure(frame: pd.DataFrame) -> Figure | None:
                               label="† suspect trials left out of the bar"))
     fit_legend(fig, handles, max_columns=4)
     return fig
+
+
+def _draw_bars(ax, d: pd.DataFrame, col: str, scale: float, y: np.ndarray, h: float, who: tuple) -> None:
+    """One task's bars of column ``col`` (``d``: its rows, one per optimizer, at heights ``y``),
+    suspect ones hatched, a dagger after a bar with trials left out; ``who`` is ``(task, its
+    style, panel index, task index)``."""
+    task, style, j, k = who
+    vals = d[col].to_numpy(float) * scale
+    xerr = None
+    if col == "examples_per_sec":
+        lo, hi = d["examples_per_sec_lo"].to_numpy(float), d["examples_per_sec_hi"].to_numpy(float)
+        xerr = np.nan_to_num(np.vstack([vals - lo, hi - vals]), nan=0.0).clip(min=0)
+    ax.barh(y, np.nan_to_num(vals), height=h, xerr=xerr, capsize=2, label=task, **style)
+    bad = (d["suspect"].fillna("") != "").to_numpy()
+    if bad.any():  # a step time that disagreed with its trials' training clock
+        ax.barh(y[bad], np.nan_to_num(vals[bad]), height=h, gid=f"suspect-{j}-{k}", **SUSPECT_STYLE)
+    dagger = (d["left_out"].fillna(0) > 0).to_numpy()
+    ends = np.fmax(np.nan_to_num(vals), np.nan_to_num(vals + xerr[1])) if xerr is not None else vals
+    for n, (yi, v) in enumerate(zip(y[dagger], ends[dagger], strict=True)):  # trials left out
+        ax.text(np.nan_to_num(v), yi, " †", va="center", fontsize=10, color="tab:red",
+                gid=f"dagger-{j}-{k}-{n}")  # after the bar and its whisker
+    for yi, v in zip(y, vals, strict=True):
+        if not math.isfinite(v):
+            ax.text(0, yi, " not measured", va="center", fontsize=8, style="italic", color="0.3")

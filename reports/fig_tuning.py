@@ -78,22 +78,7 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
         ax = axes[i // ncols, i % ncols]
         here = tc[tc["task"] == task]
         metric = here["metric"].iloc[0]
-        tuned = here[~here["self_tuning"]]
-        bands = tuned["optimizer"].nunique() <= BAND_MAX_OPTIMIZERS
-        for opt, g in tuned.groupby("optimizer", sort=True):
-            c = pal.get(opt, NEUTRAL)
-            ax.plot(g["k"], g["valid"], color=c, lw=2, marker=marks.get(opt, "o"), ms=5)
-            if bands:
-                ax.fill_between(g["k"], g["valid_lo"], g["valid_hi"], color=c, alpha=BAND_ALPHA, lw=0)
-                banded = True
-            if g["test"].notna().any():  # the same marker, hollow: 9+ optimizers share colours
-                ax.plot(g["k"], g["test"], color=c, lw=1.5, ls="--", marker=marks.get(opt, "o"), ms=5,
-                        mfc="white")
-        for r in here[here["self_tuning"]].itertuples():
-            c = pal.get(r.optimizer, NEUTRAL)
-            ax.axhline(r.valid, color=c, lw=2, label=r.label)
-            if np.isfinite(r.test):
-                ax.axhline(r.test, color=c, lw=1.5, ls="--", label=f"{r.label}: test")
+        banded |= _draw_panel(ax, here, pal, marks)
         if here["self_tuning"].all():  # no tuned curve sets the k axis
             ax.set_xlim(0.5, 1.5)
         ax.set_title(labels.get(task, task))
@@ -115,6 +100,30 @@ def tuning_figure(frame: pd.DataFrame) -> Figure | None:
         extra.append(Patch(facecolor=NEUTRAL, alpha=BAND_ALPHA * 2, lw=0, label="95% band (validation)"))
     legend(fig, keys, extra, marks=marks)
     return fig
+
+
+def _draw_panel(ax, here: pd.DataFrame, pal: dict, marks: dict) -> bool:
+    """One task's tuning curves (``here``: its rows of the tuning curves): the tuned optimizers'
+    lines (with bands when few), the self-tuning ones' horizontal lines. Returns whether a band
+    was drawn."""
+    tuned = here[~here["self_tuning"]]
+    bands = tuned["optimizer"].nunique() <= BAND_MAX_OPTIMIZERS
+    banded = False
+    for opt, g in tuned.groupby("optimizer", sort=True):
+        c = pal.get(opt, NEUTRAL)
+        ax.plot(g["k"], g["valid"], color=c, lw=2, marker=marks.get(opt, "o"), ms=5)
+        if bands:
+            ax.fill_between(g["k"], g["valid_lo"], g["valid_hi"], color=c, alpha=BAND_ALPHA, lw=0)
+            banded = True
+        if g["test"].notna().any():  # the same marker, hollow: 9+ optimizers share colours
+            ax.plot(g["k"], g["test"], color=c, lw=1.5, ls="--", marker=marks.get(opt, "o"), ms=5,
+                    mfc="white")
+    for r in here[here["self_tuning"]].itertuples():
+        c = pal.get(r.optimizer, NEUTRAL)
+        ax.axhline(r.valid, color=c, lw=2, label=r.label)
+        if np.isfinite(r.test):
+            ax.axhline(r.test, color=c, lw=1.5, ls="--", label=f"{r.label}: test")
+    return banded
 
 
 #: Line style of each search method in "Tuning against compute" (colour is the optimizer's).

@@ -272,13 +272,28 @@ def _protocol(run) -> str:
 
 
 def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
+    """One trial run's columns: who it is, what it trained, how it ended, its tags and params."""
+    tags, params = run.data.tags, run.data.params
+    ident = {**_trial_names(run, attempts, experiment), **_trial_tags(run)}
+    for t in ENV_TAGS:
+        ident[t] = tags.get(t)
+    if tags.get(lt.TAG_RUNG) is not None:  # a ladder's trial: its rung as columns
+        for t in lt.TAGS:
+            ident[t] = tags.get(t)
+    for k, v in params.items():
+        ident[f"params.{k}"] = v
+    return ident
+
+
+def _trial_names(run, attempts: int, experiment: str) -> dict[str, Any]:
+    """A trial run's identity, status and training setup (:func:`_trial_identity`'s first columns)."""
     tags, params = run.data.tags, run.data.params
     seed = tags.get(TAG_SEED, params.get(PARAM_SEED))
     target_metric = params.get(PARAM_TARGET_METRIC)
     if target_metric:
         target_metric = canonical_metric(target_metric)
     # model/optimizer/schedule/dataset: tags; runs of before those tags hold params of the same names
-    ident: dict[str, Any] = {
+    return {
         "experiment": experiment,
         "sweep": tags.get(TAG_SWEEP, experiment),
         "sweep_id": tags.get(TAG_SWEEP_ID),
@@ -300,6 +315,13 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "target_metric": target_metric,
         "target_value": _num(params.get(PARAM_TARGET_VALUE)),
         "target_mode": target_mode(target_metric, params.get(PARAM_TARGET_MODE)) if target_metric else None,
+    }
+
+
+def _trial_tags(run) -> dict[str, Any]:
+    """A trial run's protocol, search, batching and timing columns (after :func:`_trial_names`')."""
+    tags = run.data.tags
+    return {
         # a sequence task's run: without a target it ranks by loss (core.selection_rule.ranking_metric)
         "language_model": LM_MARKER in run.data.metrics,
         "protocol": _protocol(run),
@@ -321,14 +343,6 @@ def _trial_identity(run, attempts: int, experiment: str) -> dict[str, Any]:
         "start_time": run.info.start_time or None,
         "end_time": run.info.end_time or None,
     }
-    for t in ENV_TAGS:
-        ident[t] = tags.get(t)
-    if tags.get(lt.TAG_RUNG) is not None:  # a ladder's trial: its rung as columns
-        for t in lt.TAGS:
-            ident[t] = tags.get(t)
-    for k, v in params.items():
-        ident[f"params.{k}"] = v
-    return ident
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,27 +355,40 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     ``client.get_metric_history`` for the curve metrics each run actually holds, sorted by step.
     """
     children = [r for r in runs if r.data.tags.get(TAG_TRIAL_ID)]
-    chosen = mlruns.select_trial_runs(children)
-    idents = [_trial_identity(run, n, experiment) for run, n in chosen.values()]
-    if not idents:
+    chosen = list(mlruns.select_trial_runs(children).values())
+    if not chosen:
         return pd.DataFrame(columns=[*ID_COLUMNS, *CURVE_METRICS, *SUMMARY_METRICS])
-    summary = pd.DataFrame(idents)
+    summary = _summary_rows(chosen, experiment)
+    per_trial = _histories(client, chosen)
+    _fill_best(summary, per_trial)
+    c = _curve_rows(summary, per_trial)
+    frame = pd.concat([c, summary], ignore_index=True) if c is not None else summary
+    return _tidy(frame)
+
+
+def _summary_rows(chosen: list[tuple], experiment: str) -> pd.DataFrame:
+    """One summary row per trial (``chosen``: ``(run, attempts)`` pairs): identity, labels and
+    summary metrics, a finished trial's missing final value taken from its validation curve."""
+    summary = pd.DataFrame([_trial_identity(run, n, experiment) for run, n in chosen])
     for t in ("start_time", "end_time"):
         summary[t] = pd.to_datetime(summary[t].astype("float64"), unit="ms", utc=True)
     summary["row"] = "summary"
     summary["step"] = pd.array([pd.NA] * len(summary), dtype="Int64")
     for m in SUMMARY_METRICS:
-        summary[m] = [_metric(run, m) for run, _ in chosen.values()]
+        summary[m] = [_metric(run, m) for run, _ in chosen]
     # A finished trial without final/* metrics: MLflow's latest value of the validation curve (the
     # value at the largest step) is its final value.
     for final, curve in ((M_FINAL_ACC, M_VALID_ACC), (M_FINAL_LOSS, M_VALID_LOSS)):
-        latest = [_metric(run, curve) for run, _ in chosen.values()]
+        latest = [_metric(run, curve) for run, _ in chosen]
         fill = summary[final].isna() & (summary["status"] == "finished")
         summary.loc[fill, final] = pd.Series(latest, index=summary.index)[fill]
-    summary = add_labels(summary)
+    return add_labels(summary)
 
+
+def _histories(client, chosen: list[tuple]) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Trial index → curve metric → ``(steps, values)``, for the curve metrics each run holds."""
     jobs = []  # (trial index, run id, the name MLflow holds, the column it fills)
-    for i, (run, _) in enumerate(chosen.values()):
+    for i, (run, _) in enumerate(chosen):
         for key in CURVE_METRICS:
             name = stored_name(run.data.metrics, key)
             if name is not None:
@@ -370,14 +397,24 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     per_trial: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for (i, _rid, _stored, key), h in zip(jobs, hists, strict=True):
         per_trial.setdefault(i, {})[key] = h
-    # A finished trial without best/* metrics (logged before them): its validation curve's best
-    # evaluation (the same rule as the logged value: harness.core.selection_rule.best_of).
+    return per_trial
+
+
+def _fill_best(summary: pd.DataFrame, per_trial: dict) -> None:
+    """A finished trial without best/* metrics (logged before them): its validation curve's best
+    evaluation (the same rule as the logged value: harness.core.selection_rule.best_of); in place."""
     for best, curve, higher in ((M_BEST_ACC, M_VALID_ACC, True), (M_BEST_LOSS, M_VALID_LOSS, False)):
         for i, metrics in per_trial.items():
             if curve in metrics and math.isnan(summary.at[i, best]) and summary.at[i, "status"] == "finished":
                 b = best_of(list(metrics[curve][1]), higher)
                 summary.at[i, best] = math.nan if b is None else b
-    curve_parts = []
+
+
+def _curve_rows(summary: pd.DataFrame, per_trial: dict) -> pd.DataFrame | None:
+    """One curve row per (trial, logged step) with the trial's identity columns; ``None`` without
+    curves."""
+    if not per_trial:
+        return None
     ident_cols = [c for c in summary.columns if c not in SUMMARY_METRICS and c not in ("row", "step")]
     # every trial's steps and values as arrays, one frame of them all (a frame per trial: 1,000 frames)
     columns: dict[str, list[np.ndarray]] = {"_trial": [], "step": [], **{key: [] for key in CURVE_METRICS}}
@@ -390,13 +427,16 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
             col = np.full(len(steps), np.nan)
             col[np.searchsorted(steps, s)] = v
             columns[key].append(col)
-    if per_trial:
-        c = pd.DataFrame({k: np.concatenate(v) for k, v in columns.items()})
-        c = c.join(summary[ident_cols], on="_trial").drop(columns="_trial")
-        c["row"] = "curve"
-        c["step"] = c["step"].astype("Int64")
-        curve_parts = [c]
-    frame = pd.concat([*curve_parts, summary], ignore_index=True) if curve_parts else summary
+    c = pd.DataFrame({k: np.concatenate(v) for k, v in columns.items()})
+    c = c.join(summary[ident_cols], on="_trial").drop(columns="_trial")
+    c["row"] = "curve"
+    c["step"] = c["step"].astype("Int64")
+    return c
+
+
+def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame's columns in their order and dtypes (a ladder's tags as numbers), its rows sorted
+    by task, optimizer, configuration, seed, trial, curve before summary, step."""
     for key in CURVE_METRICS:
         if key not in frame:
             frame[key] = np.nan
@@ -413,13 +453,12 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
         else:
             frame[t] = frame[t].astype(object).where(frame[t].notna(), None)
     order = {"curve": 0, "summary": 1}
-    frame = frame.sort_values(
+    return frame.sort_values(
         ["task", "optimizer", "config", "seed", "trial_id", "row", "step"],
         key=lambda s: s.map(order) if s.name == "row" else s,
         na_position="last",
         kind="stable",
     ).reset_index(drop=True)
-    return frame
 
 
 def load_sweep(

@@ -285,42 +285,122 @@ def render(
     if figures is None:
         figures = figure_items(frame, csv_name.split(".", 1)[0])
     labels = task_labels(frame)
+    parts = _search_parts(data, labels)
+    lb = _leaderboard_table(leaderboard, labels)
+    across, across_note = across_rows(frame, labels)
+    status_table, not_finished = _status_tables(s, labels)
+    return _env().get_template(TEMPLATE).render(
+        **_header_vars(data, s, labels),
+        sections=_sections(figures, comparison, baseline_id, parts),
+        leaderboard=lb,
+        ties_shown=lb is not None and any(" · " in r["Rank"] for r in lb["rows"]),
+        tie_words=power_words(),
+        across=across,
+        across_note=across_note,
+        boundary=boundary_warnings(frame, labels),
+        tasks=label_table(frame).to_dict("records"),
+        trials=_trial_rows(s, labels),
+        figures=figures,
+        vega_js=_vega_js() if any(f["vl"] for f in figures) else None,
+        **_comparison_vars(comparison, baseline_id),
+        statuses=STATUSES,
+        status_table=status_table,
+        not_finished=not_finished,
+        batching_flags=batching_flags(frame, labels),
+        **parts,
+        audit_changes=audit_changes(frame, labels) if parts["early_stops"] else [],
+        config_yaml=data.config_yaml,
+        common_params=_common_params(s),
+        environment=environment(data),
+        tracking_uri=_safe_uri(data.tracking_uri),
+        csv_name=csv_name,
+        harness_version=harness_version(),
+    )
 
+
+def _search_parts(data: SweepData, labels: dict[str, str]) -> dict[str, list]:
+    """The optional sections' rows: coordinate descent's certificates, ASHA / Hyperband's early
+    stops, target claims."""
+    search = getattr(data, "search", [])
+    return {"tuning_paths": certificate_rows(search), "early_stops": audit_rows(search),
+            "claims": claim_rows(data.frame, labels)}
+
+
+def _header_vars(data: SweepData, s: pd.DataFrame, labels: dict[str, str]) -> dict[str, Any]:
+    """The template's variables of the page's header: the sweep, what selects, what ranks, counts."""
+    frame = data.frame
+    objective_words, header = _objective_words(frame, s, labels)
+    counts = s["status"].value_counts()
+    return {
+        "experiment": data.experiment,
+        "sweep_id": data.sweep_id,
+        "n_invocations": len(data.parents),
+        "objective": header,
+        "selection": selection_sentence(frame, objective_words),
+        "selected_by": selection_caption(frame),
+        "time_clock": clock_note(frame),
+        "score_note": score_note(frame),
+        "denominator_note": denominator_note(frame),
+        "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "n_trials": len(s),
+        "unfinished": unfinished_words(data.parents, len(s)),
+        "status_counts": [(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],
+        "n_tasks": s["task"].nunique(),
+        "n_optimizers": s["optimizer"].nunique(),
+    }
+
+
+def _objective_words(frame: pd.DataFrame, s: pd.DataFrame, labels: dict[str, str]) -> tuple[str, str]:
+    """``(objective, header)``: what selects (with its target) and what the header says, per task
+    when the tasks' objectives differ."""
+    def words(o):
+        return o.label + (f" (target {target_words(o)})" if target_words(o) else "")
+
+    if not objectives_differ(frame):
+        return words(objective(frame)), selected_on(frame)
+    tasks = sorted(s["task"].unique())  # workloads with different targets: each task's, by its label
+    own = "each task's own: "
+    return (own + "; ".join(f"{labels.get(t, t)}: {words(objective(frame, t))}" for t in tasks),
+            own + "; ".join(f"{labels.get(t, t)}: {selected_on(frame, t)}" for t in tasks))
+
+
+def _sections(figures: list[dict], comparison: pd.DataFrame | None, baseline_id: str | None,
+              parts: dict[str, list]) -> list[dict[str, str]]:
+    """The page's sections in order (its table of contents): those without content left out."""
     sections = [{"id": "leaderboard", "title": "Leaderboard"}, {"id": "tasks", "title": "Tasks"}]
     sections += [{"id": f["id"], "title": f["title"]} for f in figures]
     if comparison is not None:
         sections.append({"id": "baseline", "title": f"Comparison with baseline {baseline_id}"})
-    tuning_paths = certificate_rows(getattr(data, "search", []))  # coordinate descent
-    if tuning_paths:
-        sections.append({"id": "tuning-paths", "title": "Tuning paths"})
-    early_stops = audit_rows(getattr(data, "search", []))  # ASHA / Hyperband
-    if early_stops:
-        sections.append({"id": "early-stopping", "title": "Early stopping"})
-    claims = claim_rows(frame, labels)  # target claims (harness.core.significance)
-    if claims:
-        sections.append({"id": "target-claims", "title": "Target claims"})
-    sections += [
-        {"id": "trials", "title": "Trials"},
-        {"id": "config", "title": "Sweep configuration"},
-        {"id": "environment", "title": "Environment"},
-    ]
+    for key, sid, title in (("tuning_paths", "tuning-paths", "Tuning paths"),
+                            ("early_stops", "early-stopping", "Early stopping"),
+                            ("claims", "target-claims", "Target claims")):
+        if parts[key]:
+            sections.append({"id": sid, "title": title})
+    return [*sections,
+            {"id": "trials", "title": "Trials"},
+            {"id": "config", "title": "Sweep configuration"},
+            {"id": "environment", "title": "Environment"}]
 
-    lb = None
-    if not leaderboard.empty:
-        shared = shared_columns(leaderboard)  # said once, in the caption
-        cols = [c for c in leaderboard.columns if not c.startswith("_") and c not in shared]
-        rows = leaderboard.assign(Task=leaderboard["Task"].map(labels).fillna(leaderboard["Task"]))
-        lb = {
-            "caption": [(c, "none" if v == "—" else v) for c, v in shared.items()],
-            "columns": cols,
-            "numeric": {"Rank", "Seeds finished", "Step time (ms, median)"},
-            "rows": rows[cols].to_dict("records"),
-        }
-    across, across_note = across_rows(frame, labels)
-    tasks = label_table(frame).to_dict("records")
-    trials = _trial_rows(s, labels)
 
-    counts = s["status"].value_counts()
+def _leaderboard_table(leaderboard: pd.DataFrame, labels: dict[str, str]) -> dict | None:
+    """The leaderboard as the template shows it (columns said once go to the caption); ``None``
+    when empty."""
+    if leaderboard.empty:
+        return None
+    shared = shared_columns(leaderboard)  # said once, in the caption
+    cols = [c for c in leaderboard.columns if not c.startswith("_") and c not in shared]
+    rows = leaderboard.assign(Task=leaderboard["Task"].map(labels).fillna(leaderboard["Task"]))
+    return {
+        "caption": [(c, "none" if v == "—" else v) for c, v in shared.items()],
+        "columns": cols,
+        "numeric": {"Rank", "Seeds finished", "Step time (ms, median)"},
+        "rows": rows[cols].to_dict("records"),
+    }
+
+
+def _status_tables(s: pd.DataFrame, labels: dict[str, str]) -> tuple[list[dict], list[dict]]:
+    """``(status_table, not_finished)``: trials per status for each task and optimizer, and one row
+    per trial that did not finish."""
     status_table = []
     for (task, opt), g in s.groupby(["task", "optimizer"], sort=True):
         vc = g["status"].value_counts()
@@ -329,88 +409,30 @@ def render(
         )
     nf = s[s["status"] != "finished"].sort_values(["task", "optimizer", "config", "seed"])
     nf = nf.assign(task=nf["task"].map(labels).fillna(nf["task"]))
-    not_finished = (
-        nf[["trial_id", "task", "config", "seed", "status", "attempts", "reason"]]
-        .astype(object)
-        .where(nf[["trial_id", "task", "config", "seed", "status", "attempts", "reason"]].notna(), "")
-        .to_dict("records")
-    )
+    cols = ["trial_id", "task", "config", "seed", "status", "attempts", "reason"]
+    return status_table, nf[cols].astype(object).where(nf[cols].notna(), "").to_dict("records")
 
+
+def _common_params(s: pd.DataFrame) -> list[tuple[str, str]]:
+    """``(name, value)`` of every ``params.*`` column that holds one value in every trial."""
     common = []
     for c in sorted(c for c in s.columns if c.startswith("params.")):
         vals = s[c].dropna().astype(str).unique()
         if len(vals) == 1 and s[c].notna().all():
             common.append((c[len("params.") :], vals[0]))
+    return common
 
-    flagged, comp_rows, comp_cols, n_reg = [], [], [], 0
-    if comparison is not None:
-        comp_cols = list(comparison.columns)
-        comp_rows = comparison.to_dict("records")
-        flagged = [r for r in comp_rows if r["flag"] in ("regression", "improvement")]
-        n_reg = sum(r["flag"] == "regression" for r in comp_rows)
 
-    def words(o):
-        return o.label + (f" (target {target_words(o)})" if target_words(o) else "")
-
-    if objectives_differ(frame):  # workloads with different targets: each task's, by its label
-        objective_words = "each task's own: " + "; ".join(
-            f"{labels.get(t, t)}: {words(objective(frame, t))}" for t in sorted(s["task"].unique()))
-        header = "each task's own: " + "; ".join(
-            f"{labels.get(t, t)}: {selected_on(frame, t)}" for t in sorted(s["task"].unique()))
-    else:
-        objective_words = words(objective(frame))
-        header = selected_on(frame)
-    return (
-        _env()
-        .get_template(TEMPLATE)
-        .render(
-            experiment=data.experiment,
-            sweep_id=data.sweep_id,
-            n_invocations=len(data.parents),
-            objective=header,
-            selection=selection_sentence(frame, objective_words),
-            selected_by=selection_caption(frame),
-            time_clock=clock_note(frame),
-            score_note=score_note(frame),
-            denominator_note=denominator_note(frame),
-            generated=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            n_trials=len(s),
-            unfinished=unfinished_words(data.parents, len(s)),
-            status_counts=[(st, int(counts.get(st, 0))) for st in STATUSES if counts.get(st, 0)],
-            n_tasks=s["task"].nunique(),
-            n_optimizers=s["optimizer"].nunique(),
-            sections=sections,
-            leaderboard=lb,
-            ties_shown=lb is not None and any(" · " in r["Rank"] for r in lb["rows"]),
-            tie_words=power_words(),
-            across=across,
-            across_note=across_note,
-            boundary=boundary_warnings(frame, labels),
-            tasks=tasks,
-            trials=trials,
-            figures=figures,
-            vega_js=_vega_js() if any(f["vl"] for f in figures) else None,
-            comparison=comp_rows if comparison is not None else None,
-            comparison_columns=comp_cols,
-            flagged=flagged,
-            n_regressions=n_reg,
-            baseline_id=baseline_id,
-            statuses=STATUSES,
-            status_table=status_table,
-            not_finished=not_finished,
-            batching_flags=batching_flags(frame, labels),
-            tuning_paths=tuning_paths,
-            early_stops=early_stops,
-            claims=claims,
-            audit_changes=audit_changes(frame, labels) if early_stops else [],
-            config_yaml=data.config_yaml,
-            common_params=common,
-            environment=environment(data),
-            tracking_uri=_safe_uri(data.tracking_uri),
-            csv_name=csv_name,
-            harness_version=harness_version(),
-        )
-    )
+def _comparison_vars(comparison: pd.DataFrame | None, baseline_id: str | None) -> dict[str, Any]:
+    """The template's variables of the ``--baseline`` comparison (rows, flags, regressions)."""
+    rows = comparison.to_dict("records") if comparison is not None else []
+    return {
+        "comparison": rows if comparison is not None else None,
+        "comparison_columns": list(comparison.columns) if comparison is not None else [],
+        "flagged": [r for r in rows if r["flag"] in ("regression", "improvement")],
+        "n_regressions": sum(r["flag"] == "regression" for r in rows),
+        "baseline_id": baseline_id,
+    }
 
 
 def harness_version() -> str:

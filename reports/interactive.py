@@ -152,16 +152,7 @@ def convergence_long(frame: pd.DataFrame) -> pd.DataFrame:
     parts = []
     for _tid, g in c.groupby("trial_id", sort=True):
         g = g.sort_values("step")
-        known = g[["step", M_WALL_S]].dropna()
-        steps = g["step"].astype(float).to_numpy()
-        if len(known):
-            xs, ys = known["step"].astype(float).to_numpy(), known[M_WALL_S].to_numpy()
-            if xs[0] > 0:
-                xs, ys = np.r_[0.0, xs], np.r_[0.0, ys]
-            secs = np.interp(steps, xs, ys, left=np.nan, right=np.nan)
-        else:
-            secs = np.full(len(g), np.nan)
-        g = g.assign(seconds=secs)
+        g = g.assign(seconds=_seconds_at_steps(g))
         for m, name in _METRIC_NAMES.items():
             if m not in g:
                 continue
@@ -188,6 +179,19 @@ def convergence_long(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def _seconds_at_steps(g: pd.DataFrame) -> np.ndarray:
+    """One trial's ``time/wall_s`` interpolated at each of its rows' steps (0 s at step 0; NaN
+    outside the logged range or without any)."""
+    known = g[["step", M_WALL_S]].dropna()
+    steps = g["step"].astype(float).to_numpy()
+    if not len(known):
+        return np.full(len(g), np.nan)
+    xs, ys = known["step"].astype(float).to_numpy(), known[M_WALL_S].to_numpy()
+    if xs[0] > 0:
+        xs, ys = np.r_[0.0, xs], np.r_[0.0, ys]
+    return np.interp(steps, xs, ys, left=np.nan, right=np.nan)
+
+
 def _legend_toggle() -> dict:
     return {"name": "shown", "select": {"type": "point", "fields": ["optimizer"]}, "bind": "legend"}
 
@@ -208,29 +212,11 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
     targets = _target_rows(frame, metrics)
     own = json.dumps(EACH_TASKS_OWN)  # a Vega expression's string literal
     cols, width = _facet_width(d["task"].nunique())
-    color = optimizer_color(frame)
-    tooltip = [
-        {"field": "task", "type": "nominal"},
-        {"field": "optimizer", "type": "nominal"},
-        {"field": "config", "type": "nominal", "title": "configuration"},
-        {"field": "seed", "type": "ordinal"},
-        {"field": "metric", "type": "nominal"},
-        {"field": "step", "type": "quantitative"},
-        {"field": "seconds", "type": "quantitative", "format": ".3~g"},
-        {"field": "value", "type": "quantitative", "format": ".4~g"},
-    ]
-    x = {"field": "x", "type": "quantitative", "axis": {"title": {"expr": "xaxis == 'step' ? "
-         "'optimizer step' : 'seconds since the start of training'"}}}
     ylog = "loss" in default  # the y scale it opens with (the report's switch changes it)
-    y = {"field": "value", "type": "quantitative",
-         "scale": {"type": "log"} if ylog else {"type": "linear", "zero": False},
-         "axis": {"title": {"expr": f"metric == {own} ? {json.dumps(EACH_TASKS_OWN + ' (panel titles)')} "
-                                    ": metric"}}}
-    own_metric = {t: "" for t in d["task"].unique()}
-    for t in summaries(frame)["task"].dropna().unique():
-        own_metric[task_labels(frame).get(t, t)] = selection_curve(frame, t)
-    layer_enc = {"x": x, "y": y, "color": color, "detail": {"field": "trial", "type": "nominal"}}
-    spec = {
+    x, y = _convergence_xy(ylog, own)
+    layer_enc = {"x": x, "y": y, "color": optimizer_color(frame),
+                 "detail": {"field": "trial", "type": "nominal"}}
+    return {
         "$schema": SCHEMA,
         # read by the report's log/linear switch: the y scale it starts with
         "usermeta": {"ylog": ylog},
@@ -247,59 +233,87 @@ def convergence_spec(frame: pd.DataFrame) -> dict | None:
             # > 0 added by the log switch; a target row has no x (a rule across the panel)
             {"filter": "(datum.target || isValid(datum.x)) && isValid(datum.value)"},
         ],
-        "facet": {"field": "task", "type": "nominal", "title": None,
-                  "header": {"labelFontSize": 13, "labelFontWeight": "bold",
-                             "labelExpr": f"metric == {own} ? datum.value + ' — ' + "
-                                          f"{json.dumps(own_metric)}[datum.value] : datum.value"}},
+        "facet": _convergence_facet(frame, d, own),
         "columns": cols,
         "resolve": {"scale": {"x": "independent", "y": "independent"}},
-        "spec": {
-            "width": width,
-            "height": 260,
-            "layer": [
-                {
-                    "params": [_legend_toggle()],
-                    "transform": [{"filter": "!datum.target"}],
-                    "mark": {"type": "line", "interpolate": "linear"},
-                    "encoding": {
-                        **layer_enc,
-                        "strokeWidth": {"condition": {"test": "datum.best", "value": 2.2}, "value": 0.8},
-                        "opacity": {"condition": {"param": "shown", "value": 0.9}, "value": 0.06},
-                    },
-                },
-                {
-                    # the point nearest the pointer (its Voronoi cells); no tooltip here: Vega-Lite
-                    # 6.4 (vl-convert 1.9) gives a nearest layer's string fields as "undefined"
-                    "params": [{"name": "hover", "select": {"type": "point", "on": "pointerover",
-                                                            "nearest": True, "clear": "pointerout"}}],
-                    "transform": [{"filter": "!datum.target"}],
-                    "mark": {"type": "point", "filled": True, "size": 50, "opacity": 0},
-                    "encoding": layer_enc,
-                },
-                {
-                    # drawn over the cells: the nearest point shown, its values on hover
-                    "transform": [{"filter": "!datum.target"}],
-                    "mark": {"type": "point", "filled": True, "size": 60},
-                    "encoding": {
-                        **layer_enc,
-                        "opacity": {"condition": {"param": "hover", "empty": False, "value": 1},
-                                    "value": 0},
-                        "tooltip": tooltip,
-                    },
-                },
-                *([{
-                    "transform": [{"filter": "datum.target"}],
-                    "mark": {"type": "rule", "color": "#4d4d4d", "strokeDash": [5, 3], "strokeWidth": 1.2},
-                    "encoding": {"y": y, "tooltip": [{"field": "task", "type": "nominal"},
-                                                     {"field": "metric", "type": "nominal"},
-                                                     {"field": "value", "type": "quantitative",
-                                                      "title": "target", "format": "~g"}]},
-                }] if targets else []),
-            ],
-        },
+        "spec": {"width": width, "height": 260, "layer": _convergence_layers(layer_enc, y, bool(targets))},
         "config": {"view": {"stroke": "#dde2ea"}, "axis": {"labelFontSize": 11, "titleFontSize": 12}},
     }
-    return spec
+
+
+def _convergence_xy(ylog: bool, own: str) -> tuple[dict, dict]:
+    """The convergence view's x (step or seconds, as the control says) and y encodings."""
+    x = {"field": "x", "type": "quantitative", "axis": {"title": {"expr": "xaxis == 'step' ? "
+         "'optimizer step' : 'seconds since the start of training'"}}}
+    y = {"field": "value", "type": "quantitative",
+         "scale": {"type": "log"} if ylog else {"type": "linear", "zero": False},
+         "axis": {"title": {"expr": f"metric == {own} ? {json.dumps(EACH_TASKS_OWN + ' (panel titles)')} "
+                                    ": metric"}}}
+    return x, y
+
+
+def _convergence_facet(frame: pd.DataFrame, d: pd.DataFrame, own: str) -> dict:
+    """One panel per task, titled with the metric its objective selects on when each task's own
+    is shown."""
+    own_metric = {t: "" for t in d["task"].unique()}
+    for t in summaries(frame)["task"].dropna().unique():
+        own_metric[task_labels(frame).get(t, t)] = selection_curve(frame, t)
+    return {"field": "task", "type": "nominal", "title": None,
+            "header": {"labelFontSize": 13, "labelFontWeight": "bold",
+                       "labelExpr": f"metric == {own} ? datum.value + ' — ' + "
+                                    f"{json.dumps(own_metric)}[datum.value] : datum.value"}}
+
+
+def _convergence_layers(layer_enc: dict, y: dict, targets: bool) -> list[dict]:
+    """The convergence view's layers: the curves, the hover cells, the hovered point and (with
+    ``targets``) each task's target as a dashed rule."""
+    tooltip = [
+        {"field": "task", "type": "nominal"},
+        {"field": "optimizer", "type": "nominal"},
+        {"field": "config", "type": "nominal", "title": "configuration"},
+        {"field": "seed", "type": "ordinal"},
+        {"field": "metric", "type": "nominal"},
+        {"field": "step", "type": "quantitative"},
+        {"field": "seconds", "type": "quantitative", "format": ".3~g"},
+        {"field": "value", "type": "quantitative", "format": ".4~g"},
+    ]
+    return [
+        {
+            "params": [_legend_toggle()],
+            "transform": [{"filter": "!datum.target"}],
+            "mark": {"type": "line", "interpolate": "linear"},
+            "encoding": {
+                **layer_enc,
+                "strokeWidth": {"condition": {"test": "datum.best", "value": 2.2}, "value": 0.8},
+                "opacity": {"condition": {"param": "shown", "value": 0.9}, "value": 0.06},
+            },
+        },
+        {
+            # the point nearest the pointer (its Voronoi cells); no tooltip here: Vega-Lite
+            # 6.4 (vl-convert 1.9) gives a nearest layer's string fields as "undefined"
+            "params": [{"name": "hover", "select": {"type": "point", "on": "pointerover",
+                                                    "nearest": True, "clear": "pointerout"}}],
+            "transform": [{"filter": "!datum.target"}],
+            "mark": {"type": "point", "filled": True, "size": 50, "opacity": 0},
+            "encoding": layer_enc,
+        },
+        {
+            # drawn over the cells: the nearest point shown, its values on hover
+            "transform": [{"filter": "!datum.target"}],
+            "mark": {"type": "point", "filled": True, "size": 60},
+            "encoding": {**layer_enc,
+                         "opacity": {"condition": {"param": "hover", "empty": False, "value": 1}, "value": 0},
+                         "tooltip": tooltip},
+        },
+        *([{
+            "transform": [{"filter": "datum.target"}],
+            "mark": {"type": "rule", "color": "#4d4d4d", "strokeDash": [5, 3], "strokeWidth": 1.2},
+            "encoding": {"y": y, "tooltip": [{"field": "task", "type": "nominal"},
+                                             {"field": "metric", "type": "nominal"},
+                                             {"field": "value", "type": "quantitative",
+                                              "title": "target", "format": "~g"}]},
+        }] if targets else []),
+    ]
 
 
 def _target_rows(frame: pd.DataFrame, metrics: list[str]) -> list[dict]:
@@ -444,8 +458,18 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
                                                                       "test of the selected"],
                                                            "range": [[1, 0], [6, 3]]},
             "legend": {"title": None, "orient": "top"}}
+    x, y = _tuning_curves_xy(frame, int(d["k"].max()))
+    enc = {"x": x, "y": y, "color": color, "dash": dash,
+           "shown": {"condition": {"param": "shown", "value": 0.9}, "value": 0.06}}
+    tuned, own = (~d["self_tuning"]).any(), d["self_tuning"].any()
+    # a layer whose rows are all filtered out gives an empty scale ("Infinite extent" warnings)
+    return _value_facets(d, cols, width, 260, [*(_tuned_layers(frame, enc) if tuned else []),
+                                               *([_self_tuning_layer(enc, tuned)] if own else [])])
+
+
+def _tuning_curves_xy(frame: pd.DataFrame, k_max: int) -> tuple[dict, dict]:
+    """The tuning curves' x (whole numbers of configurations, 1 to ``k_max``) and y encodings."""
     # whole budgets only: "tickMinStep" still let Vega put a tick at 1.5, labelled "2" by "d"
-    k_max = int(d["k"].max())
     ticks = list(range(1, k_max + 1, max(1, math.ceil(k_max / 12))))
     x = {"field": "k", "type": "quantitative", "scale": {"domain": [1, max(k_max, 2)]},
          "axis": {"title": "configurations tried (k)", "values": ticks, "format": "d"}}
@@ -455,76 +479,85 @@ def tuning_curves_spec(frame: pd.DataFrame) -> dict | None:
         objective(frame).label.replace("final validation ", "")
     y = {"field": "value", "type": "quantitative", "scale": {"type": "linear", "zero": False},
          "axis": {"title": f"expected {name} of the validation-best"}}
-    shown = {"condition": {"param": "shown", "value": 0.9}, "value": 0.06}
-    tuned, own = (~d["self_tuning"]).any(), d["self_tuning"].any()
-    # a layer whose rows are all filtered out gives an empty scale ("Infinite extent" warnings)
-    return _value_facets(d, cols, width, 260, [*([
-                {
-                    # the band of the line under the pointer only (seven overlapping
-                    # bands and their edge lines were a muddle); every band is in the CSV
-                    "mark": {"type": "area"},
-                    "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
-                                 "y2": {"field": "hi"}, "color": color,
-                                 "opacity": {"condition": {"param": "band", "empty": False, "value": 0.2},
-                                             "value": 0},
-                                 "detail": {"field": "curve", "type": "nominal"}},
-                    "transform": [{"filter": "datum.curve == 'validation (selects)' && "
-                                             "!datum.self_tuning"}],
-                },
-                {
-                    "params": [_legend_toggle()],
-                    "transform": [{"filter": "!datum.self_tuning"}],
-                    "mark": {"type": "line"},
-                    "encoding": {"x": x, "y": y, "color": color, "strokeDash": dash, "opacity": shown,
-                                 "detail": {"field": "curve", "type": "nominal"}},
-                },
-                {
-                    # the optimizer nearest the pointer (Voronoi cells) shows its band; no tooltip
-                    # here: Vega-Lite 6.4 (vl-convert 1.9) gives a nearest layer's string fields
-                    # as "undefined"
-                    "params": [{"name": "band", "select": {"type": "point", "fields": ["optimizer"],
-                                                           "on": "pointerover", "clear": "pointerout",
-                                                           "nearest": True}}],
-                    "transform": [{"filter": "!datum.self_tuning"}],
-                    "mark": {"type": "point", "size": 45, "opacity": 0},
-                    "encoding": {"x": x, "y": y, "color": color},  # every layer keeps the legend
-                },
-                {
-                    # the points, over the cells: the optimizer's marker, its values on hover
-                    "transform": [{"filter": "!datum.self_tuning"}],
-                    "mark": {"type": "point", "filled": True, "size": 45},
-                    "encoding": {
-                        "x": x, "y": y, "color": color, "shape": optimizer_shape(frame, color),
-                        "opacity": shown,
-                        "tooltip": [
-                            {"field": "task", "type": "nominal"},
-                            {"field": "optimizer", "type": "nominal"},
-                            {"field": "curve", "type": "nominal"},
-                            {"field": "k", "type": "quantitative", "title": "configurations (k)"},
-                            {"field": "n_configs", "type": "quantitative", "title": "of N"},
-                            {"field": "value", "type": "quantitative", "format": ".4~g"},
-                            {"field": "metric", "type": "nominal"},
-                            {"field": "lo", "type": "quantitative", "format": ".4~g",
-                             "title": "band low (95%)"},
-                            {"field": "hi", "type": "quantitative", "format": ".4~g",
-                             "title": "band high (95%)"},
-                        ],
-                    },
-                }] if tuned else []), *([
-                {
-                    **({} if tuned else {"params": [_legend_toggle()]}),
-                    "mark": {"type": "rule", "strokeWidth": 2},
-                    "transform": [{"filter": "datum.self_tuning"}],
-                    "encoding": {
-                        "y": y, "color": color, "strokeDash": dash, "opacity": shown,
-                        "tooltip": [
-                            {"field": "task", "type": "nominal"},
-                            {"field": "line", "type": "nominal", "title": "optimizer"},
-                            {"field": "curve", "type": "nominal"},
-                            {"field": "value", "type": "quantitative", "format": ".4~g",
-                             "title": "value at every k"},
-                            {"field": "metric", "type": "nominal"},
-                        ],
-                    },
-                }] if own else []),
-    ])
+    return x, y
+
+
+def _tuned_layers(frame: pd.DataFrame, enc: dict) -> list[dict]:
+    """The tuned optimizers' layers: the band under the pointer, the curves, the hover cells and
+    the points (``enc``: x, y, color, dash and the toggled opacity ``shown``)."""
+    x, y, color = enc["x"], enc["y"], enc["color"]
+    return [
+        {
+            # the band of the line under the pointer only (seven overlapping bands and their
+            # edge lines were a muddle); every band is in the CSV
+            "mark": {"type": "area"},
+            "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
+                         "y2": {"field": "hi"}, "color": color,
+                         "opacity": {"condition": {"param": "band", "empty": False, "value": 0.2},
+                                     "value": 0},
+                         "detail": {"field": "curve", "type": "nominal"}},
+            "transform": [{"filter": "datum.curve == 'validation (selects)' && "
+                                     "!datum.self_tuning"}],
+        },
+        {
+            "params": [_legend_toggle()],
+            "transform": [{"filter": "!datum.self_tuning"}],
+            "mark": {"type": "line"},
+            "encoding": {"x": x, "y": y, "color": color, "strokeDash": enc["dash"], "opacity": enc["shown"],
+                         "detail": {"field": "curve", "type": "nominal"}},
+        },
+        {
+            # the optimizer nearest the pointer (Voronoi cells) shows its band; no tooltip
+            # here: Vega-Lite 6.4 (vl-convert 1.9) gives a nearest layer's string fields
+            # as "undefined"
+            "params": [{"name": "band", "select": {"type": "point", "fields": ["optimizer"],
+                                                   "on": "pointerover", "clear": "pointerout",
+                                                   "nearest": True}}],
+            "transform": [{"filter": "!datum.self_tuning"}],
+            "mark": {"type": "point", "size": 45, "opacity": 0},
+            "encoding": {"x": x, "y": y, "color": color},  # every layer keeps the legend
+        },
+        _tuned_points(frame, enc),
+    ]
+
+
+def _tuned_points(frame: pd.DataFrame, enc: dict) -> dict:
+    """The tuned optimizers' points, over the hover cells: each one's marker, its values on hover."""
+    return {
+        "transform": [{"filter": "!datum.self_tuning"}],
+        "mark": {"type": "point", "filled": True, "size": 45},
+        "encoding": {
+            "x": enc["x"], "y": enc["y"], "color": enc["color"],
+            "shape": optimizer_shape(frame, enc["color"]), "opacity": enc["shown"],
+            "tooltip": [
+                {"field": "task", "type": "nominal"},
+                {"field": "optimizer", "type": "nominal"},
+                {"field": "curve", "type": "nominal"},
+                {"field": "k", "type": "quantitative", "title": "configurations (k)"},
+                {"field": "n_configs", "type": "quantitative", "title": "of N"},
+                {"field": "value", "type": "quantitative", "format": ".4~g"},
+                {"field": "metric", "type": "nominal"},
+                {"field": "lo", "type": "quantitative", "format": ".4~g", "title": "band low (95%)"},
+                {"field": "hi", "type": "quantitative", "format": ".4~g", "title": "band high (95%)"},
+            ],
+        },
+    }
+
+
+def _self_tuning_layer(enc: dict, tuned: bool) -> dict:
+    """The self-tuning optimizers' layer: a rule at each one's value across every k."""
+    return {
+        **({} if tuned else {"params": [_legend_toggle()]}),
+        "mark": {"type": "rule", "strokeWidth": 2},
+        "transform": [{"filter": "datum.self_tuning"}],
+        "encoding": {
+            "y": enc["y"], "color": enc["color"], "strokeDash": enc["dash"], "opacity": enc["shown"],
+            "tooltip": [
+                {"field": "task", "type": "nominal"},
+                {"field": "line", "type": "nominal", "title": "optimizer"},
+                {"field": "curve", "type": "nominal"},
+                {"field": "value", "type": "quantitative", "format": ".4~g", "title": "value at every k"},
+                {"field": "metric", "type": "nominal"},
+            ],
+        },
+    }

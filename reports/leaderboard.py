@@ -3,6 +3,7 @@ headlined by its test metric with an honest interval across seeds (a table, not 
 
 from __future__ import annotations
 
+import functools
 import math
 import typing
 
@@ -105,6 +106,27 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     best = best_configs(frame)
     if best.empty:
         return pd.DataFrame()
+    board = _board(frame)
+    rows = [_row(board, b) for b in best.itertuples()]
+    _format_cells(rows)
+    return pd.DataFrame(rows).sort_values(["Task", "_order"], kind="stable").reset_index(drop=True)
+
+
+class _Board(typing.NamedTuple):
+    """What every row of :func:`leaderboard` reads, computed once per frame."""
+
+    frame: pd.DataFrame
+    s: pd.DataFrame  # the summaries of the selected configurations' seeds (no audit trial)
+    head: pd.DataFrame  # protocol.headline, indexed by (task, optimizer)
+    ranked: pd.DataFrame  # shared_ranks, indexed by (task, optimizer)
+    comps: pd.DataFrame  # protocol.pairwise_comparisons
+    mixed: bool  # the tasks' test metrics differ
+    test_col: str
+    scores: pd.Series | None  # AlgoPerf's score per optimizer, when shown
+    has_target: bool
+
+
+def _board(frame: pd.DataFrame) -> _Board:
     s = tuning_rows(summaries(frame))  # seeds of the selected configuration: no audit trial
     obj = objective(frame)
     head = protocol.headline(frame).set_index(["task", "optimizer"])
@@ -114,104 +136,118 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
     test_col = "Test metric (selected on validation)" if mixed else \
         f"Test {obj.test.split('/', 1)[1]} (selected on validation)"
     scores = scoring.algoperf_scores(frame) if scoring.shows_score(frame) else None
-    rows = []
-    for b in best.itertuples():
-        task_test = objective(frame, b.task).test.split("/", 1)[1]
-        g = s[(s["task"] == b.task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)]
-        fin = g[g["status"] == "finished"]
-        h = head.loc[(b.task, b.optimizer)]
-        acc = protocol.seed_interval(fin[M_FINAL_ACC])
-        loss = protocol.seed_interval(fin[M_FINAL_LOSS])
-        ttt = protocol.seed_interval(fin[M_SECONDS_TO_TARGET])
-        bad = g["status"].value_counts().drop("finished", errors="ignore")
-        c = comps[(comps["task"] == b.task) & (comps["a"] == b.optimizer)]
-        won = c[c["a_better"]]
-        one_split = h["protocol"] == PROTOCOL_ONE_SPLIT
-        row_how = (acc[4], acc[3]) if one_split else (h["interval"], int(h["test_n"]))
+    return _Board(frame, s, head, ranked, comps, mixed, test_col, scores, obj.target_metric is not None)
 
-        def cell(mean, lo, hi, n, how, row_how=row_how, prefix="", suffix=""):
-            # formatted below, once the column's digits are known
-            return _Cell((mean, lo, hi, n, how), (how, n) != row_how and n > 1, prefix, suffix)
 
-        if h["protocol"] == PROTOCOL_ONE_SPLIT:
-            test_cell, beats = f"— ({PROTOCOL_ONE_SPLIT})", "—"
-        else:
-            test_cell = cell(h["test"], h["test_lo"], h["test_hi"], int(h["test_n"]), h["interval"],
-                             prefix=f"{task_test} " if mixed else "")
-            if len(won):
-                beats = ", ".join(f"{r.b} ({r.diff:+.3g})" for r in won.itertuples())
-            elif len(c) and int(c["n"].max()) < MIN_SEEDS:
-                beats = f"not tested (< {MIN_SEEDS} paired seeds)"
-            else:
-                beats = "—"
-        row = {
-            "Task": b.task,
-            "Rank": rank_cell(ranked.loc[(b.task, b.optimizer)]),
-            "Optimizer": b.optimizer,
-            "Best configuration": b.config,
-            "Tuned by": tuned_by(g),
-            "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
-            + (" (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
-            "Interval": interval_words(*row_how) if row_how[1] > 1 else "—",
-            test_col: test_cell,
-            "Beats (paired bootstrap, 95%)": beats,
-            "Validation accuracy": cell(*acc),
-            "Validation loss": cell(*loss),
-        }
-        if select_by(frame) == "best":  # what selected it: each seed's best evaluation in training
-            row["Best validation value during training (selects)"] = cell(
-                *protocol.seed_interval(fin[objective(frame, b.task).best]),
-                prefix=f"{task_test} " if mixed else "")
-        if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
-            row["Gap to entropy rate (nats)"] = cell(*protocol.seed_interval(fin[M_FINAL_GAP]))
-        if obj.target_metric is not None:
-            flag = FLAG_MARK if _flagged(fin) else ""  # perf.suspect: the clock sentence says why
-            row["Time to target (s)"] = (
-                cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached){flag}")
-                if ttt[3]
-                else f"not reached (0/{b.n_seeds})"
-            )
-        if scores is not None and len(scores):
-            row[SCORE_COL] = f"{scores.get(b.optimizer, 0.0):.3f}"
-        row["Step time (ms, median)"] = g[M_STEP_MS].median()  # formatted below, per column
-        row.update(
-            {
-                "_test_mean": h["test"],
-                "_test_lo": h["test_lo"],
-                "_test_hi": h["test_hi"],
-                "_acc_mean": acc[0],
-                "_acc_lo": acc[1],
-                "_acc_hi": acc[2],
-                "_loss_mean": loss[0],
-                "_loss_lo": loss[1],
-                "_loss_hi": loss[2],
-                "_ttt_mean": ttt[0],
-                "_n": acc[3],
-                "_rank": b.rank,
-                "_order": int(ranked.loc[(b.task, b.optimizer), "order"]),
-                "_shared_rank": ranked.loc[(b.task, b.optimizer), "label"],
-                "_separation_seeds": ranked.loc[(b.task, b.optimizer), "separation_seeds"],
-                "_separation": ranked.loc[(b.task, b.optimizer), "separation"],
-                "_protocol": h["protocol"],
-                # the rest of the numbers behind the cells (leaderboard_numbers)
-                "_shared_rank_n": _rank_number(ranked.loc[(b.task, b.optimizer), "shared_rank"]),
-                "_config_id": b.config_id,
-                "_n_seeds": int(b.n_seeds),
-                "_n_finished": int(b.n_finished),
-                "_n_reached": int(b.n_reached),
-                "_test_metric": objective(frame, b.task).test,
-                "_test_n": int(h["test_n"]),
-                "_interval": row_how[0] if row_how[1] > 1 else "",
-                "_acc_n": acc[3],
-                "_loss_n": loss[3],
-                "_ttt_lo": ttt[1],
-                "_ttt_hi": ttt[2],
-                "_ttt_n": ttt[3],
-                "_step_ms": float(g[M_STEP_MS].median()),
-                "_beats": ", ".join(str(r.b) for r in won.itertuples()),
-            }
-        )
-        rows.append(row)
+def _cell(row_how, mean, lo, hi, n, how, prefix="", suffix=""):
+    # formatted by _format_cells, once the column's digits are known
+    return _Cell((mean, lo, hi, n, how), (how, n) != row_how and n > 1, prefix, suffix)
+
+
+def _test_and_beats(h: pd.Series, c: pd.DataFrame, won: pd.DataFrame, cell, prefix: str) -> tuple:
+    """The test cell and the "Beats" cell of one row."""
+    if h["protocol"] == PROTOCOL_ONE_SPLIT:
+        return f"— ({PROTOCOL_ONE_SPLIT})", "—"
+    test_cell = cell(h["test"], h["test_lo"], h["test_hi"], int(h["test_n"]), h["interval"], prefix=prefix)
+    if len(won):
+        return test_cell, ", ".join(f"{r.b} ({r.diff:+.3g})" for r in won.itertuples())
+    if len(c) and int(c["n"].max()) < MIN_SEEDS:
+        return test_cell, f"not tested (< {MIN_SEEDS} paired seeds)"
+    return test_cell, "—"
+
+
+def _row(board: _Board, b) -> dict:
+    """One optimizer's leaderboard row on one task (``b``: a row of ``best_configs``)."""
+    frame, s = board.frame, board.s
+    task_test = objective(frame, b.task).test.split("/", 1)[1]
+    prefix = f"{task_test} " if board.mixed else ""
+    g = s[(s["task"] == b.task) & (s["optimizer"] == b.optimizer) & (s["config_id"] == b.config_id)]
+    fin = g[g["status"] == "finished"]
+    h = board.head.loc[(b.task, b.optimizer)]
+    acc = protocol.seed_interval(fin[M_FINAL_ACC])
+    loss = protocol.seed_interval(fin[M_FINAL_LOSS])
+    ttt = protocol.seed_interval(fin[M_SECONDS_TO_TARGET])
+    bad = g["status"].value_counts().drop("finished", errors="ignore")
+    c = board.comps[(board.comps["task"] == b.task) & (board.comps["a"] == b.optimizer)]
+    won = c[c["a_better"]]
+    row_how = (acc[4], acc[3]) if h["protocol"] == PROTOCOL_ONE_SPLIT else (h["interval"], int(h["test_n"]))
+    cell = functools.partial(_cell, row_how)
+    test_cell, beats = _test_and_beats(h, c, won, cell, prefix)
+    row = {
+        "Task": b.task,
+        "Rank": rank_cell(board.ranked.loc[(b.task, b.optimizer)]),
+        "Optimizer": b.optimizer,
+        "Best configuration": b.config,
+        "Tuned by": tuned_by(g),
+        "Seeds finished": f"{b.n_finished}/{b.n_seeds}"
+        + (" (" + ", ".join(f"{n} {k}" for k, n in bad.items()) + ")" if len(bad) else ""),
+        "Interval": interval_words(*row_how) if row_how[1] > 1 else "—",
+        board.test_col: test_cell,
+        "Beats (paired bootstrap, 95%)": beats,
+        "Validation accuracy": cell(*acc),
+        "Validation loss": cell(*loss),
+    }
+    if select_by(frame) == "best":  # what selected it: each seed's best evaluation in training
+        row["Best validation value during training (selects)"] = cell(
+            *protocol.seed_interval(fin[objective(frame, b.task).best]), prefix=prefix)
+    if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
+        row["Gap to entropy rate (nats)"] = cell(*protocol.seed_interval(fin[M_FINAL_GAP]))
+    if board.has_target:
+        flag = FLAG_MARK if _flagged(fin) else ""  # perf.suspect: the clock sentence says why
+        row["Time to target (s)"] = (cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached){flag}")
+                                     if ttt[3] else f"not reached (0/{b.n_seeds})")
+    if board.scores is not None and len(board.scores):
+        row[SCORE_COL] = f"{board.scores.get(b.optimizer, 0.0):.3f}"
+    row["Step time (ms, median)"] = g[M_STEP_MS].median()  # formatted by _format_cells
+    row.update(_numbers(board, b, h, (acc, loss, ttt), row_how, g, won))
+    return row
+
+
+def _numbers(board: _Board, b, h: pd.Series, intervals: tuple, row_how: tuple, g: pd.DataFrame,
+             won: pd.DataFrame) -> dict:
+    """The numeric ``_``-prefixed columns of one row (the numbers behind its cells)."""
+    acc, loss, ttt = intervals
+    rk = board.ranked.loc[(b.task, b.optimizer)]
+    return {
+        "_test_mean": h["test"],
+        "_test_lo": h["test_lo"],
+        "_test_hi": h["test_hi"],
+        "_acc_mean": acc[0],
+        "_acc_lo": acc[1],
+        "_acc_hi": acc[2],
+        "_loss_mean": loss[0],
+        "_loss_lo": loss[1],
+        "_loss_hi": loss[2],
+        "_ttt_mean": ttt[0],
+        "_n": acc[3],
+        "_rank": b.rank,
+        "_order": int(rk["order"]),
+        "_shared_rank": rk["label"],
+        "_separation_seeds": rk["separation_seeds"],
+        "_separation": rk["separation"],
+        "_protocol": h["protocol"],
+        # the rest of the numbers behind the cells (leaderboard_numbers)
+        "_shared_rank_n": _rank_number(rk["shared_rank"]),
+        "_config_id": b.config_id,
+        "_n_seeds": int(b.n_seeds),
+        "_n_finished": int(b.n_finished),
+        "_n_reached": int(b.n_reached),
+        "_test_metric": objective(board.frame, b.task).test,
+        "_test_n": int(h["test_n"]),
+        "_interval": row_how[0] if row_how[1] > 1 else "",
+        "_acc_n": acc[3],
+        "_loss_n": loss[3],
+        "_ttt_lo": ttt[1],
+        "_ttt_hi": ttt[2],
+        "_ttt_n": ttt[3],
+        "_step_ms": float(g[M_STEP_MS].median()),
+        "_beats": ", ".join(str(r.b) for r in won.itertuples()),
+    }
+
+
+def _format_cells(rows: list[dict]) -> None:
+    """Turn each row's interval cells into text (one number format per column) and the step times
+    into three significant digits of the fastest, the same decimals in every row; in place."""
     for col in {k for r in rows for k, v in r.items() if isinstance(v, _Cell)}:
         digits = column_digits([r[col].values for r in rows if isinstance(r[col], _Cell)])
         for r in rows:
@@ -219,10 +255,9 @@ def leaderboard(frame: pd.DataFrame) -> pd.DataFrame:
                 r[col] = r[col].text(digits)
     ms = [r["Step time (ms, median)"] for r in rows if math.isfinite(r["Step time (ms, median)"])]
     d = min(max(0, 2 - math.floor(math.log10(min(ms)))), 4) if ms and min(ms) > 0 else 2
-    for r in rows:  # three significant digits of the fastest, the same decimals in every row
+    for r in rows:
         v = r["Step time (ms, median)"]
         r["Step time (ms, median)"] = f"{v:.{d}f}" if math.isfinite(v) else "—"
-    return pd.DataFrame(rows).sort_values(["Task", "_order"], kind="stable").reset_index(drop=True)
 
 
 #: :func:`leaderboard_numbers`' columns: each one's name → the :func:`leaderboard` column it reads

@@ -271,45 +271,52 @@ def config_values(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     rows = []
     for task, st in s.groupby("task", sort=True):
-        obj = objective(frame, task)
-        worse = min if obj.mode == "max" else max
-        fin_t = st[st["status"] == "finished"]
-        vcol = obj.selected(by)
-        finite_v = fin_t[vcol].dropna()
-        finite_t = fin_t[obj.test].dropna()
-        worst_v = worse(finite_v) if len(finite_v) else math.nan
-        worst_t = worse(finite_t) if len(finite_t) else math.nan
-        # per row, as numpy arrays; each configuration then reads its rows' positions (a pandas
-        # slice per configuration cost ~5 ms: 23 s at 5,000 configurations). Means and medians are
-        # numpy's over the same values in the same order, as Series.mean/median computed them.
-        fin = (st["status"] == "finished").to_numpy()
-        vals, tests = st[vcol].to_numpy(float), st[obj.test].to_numpy(float)
-        v_all = np.where(fin & ~np.isnan(vals), vals, worst_v)
-        t_all = np.where(fin & ~np.isnan(tests), tests, worst_t)
-        secs_all = st[M_SECONDS_TO_TARGET].to_numpy(float)
-        reached_all = fin & ~(np.isnan(secs_all) & st[M_STEPS_TO_TARGET].isna().to_numpy())
-        one_split_all = (st["protocol"] == PROTOCOL_ONE_SPLIT).to_numpy()
-        protocols, configs = st["protocol"].to_numpy(), st["config"].to_numpy()
-        tuning = st["tuning"] if "tuning" in st else pd.Series([None] * len(st), dtype=object)
-        self_all = tuning.map(is_self_tuning).to_numpy(bool)
-        tuned_all = tuning.map(is_tuned).to_numpy(bool)
-        for (opt, cid), idx in sorted(st.groupby(["optimizer", "config_id"], sort=True).indices.items()):
-            v, t, reached = v_all[idx], t_all[idx], reached_all[idx]
-            secs = secs_all[idx][reached & ~np.isnan(secs_all[idx])]
-            one_split = bool(one_split_all[idx].all())
-            n, n_reached = len(idx), int(reached.sum())
-            solved = n_reached > 0 and n_reached >= SOLVED_FRACTION * n
-            rows.append({
-                "task": task, "optimizer": opt, "config_id": cid, "config": configs[idx[0]],
-                "n_seeds": n, "n_finished": int(fin[idx].sum()),
-                "valid": float(v.sum() / n) if not np.isnan(v).any() else math.nan,
-                "test": math.nan if one_split or np.isnan(t).any() else float(t.sum() / n),
-                "seconds": float(np.median(secs)) if solved and len(secs) else math.inf,
-                "n_reached": n_reached, "metric": vcol, "test_metric": obj.test,
-                "mode": obj.mode, "protocol": PROTOCOL_ONE_SPLIT if one_split else protocols[idx[0]],
-                "self_tuning": bool(self_all[idx].any()), "tuned": bool(tuned_all[idx].any()),
-            })
+        rows += _task_config_values(frame, task, st, by)
     return pd.DataFrame(rows, columns=cols)
+
+
+def _task_config_values(frame: pd.DataFrame, task: str, st: pd.DataFrame, by: str) -> list[dict]:
+    """:func:`config_values`' rows of one task (``st``: its summary rows)."""
+    obj = objective(frame, task)
+    worse = min if obj.mode == "max" else max
+    fin_t = st[st["status"] == "finished"]
+    vcol = obj.selected(by)
+    finite_v = fin_t[vcol].dropna()
+    finite_t = fin_t[obj.test].dropna()
+    worst_v = worse(finite_v) if len(finite_v) else math.nan
+    worst_t = worse(finite_t) if len(finite_t) else math.nan
+    # per row, as numpy arrays; each configuration then reads its rows' positions (a pandas
+    # slice per configuration cost ~5 ms: 23 s at 5,000 configurations). Means and medians are
+    # numpy's over the same values in the same order, as Series.mean/median computed them.
+    fin = (st["status"] == "finished").to_numpy()
+    vals, tests = st[vcol].to_numpy(float), st[obj.test].to_numpy(float)
+    v_all = np.where(fin & ~np.isnan(vals), vals, worst_v)
+    t_all = np.where(fin & ~np.isnan(tests), tests, worst_t)
+    secs_all = st[M_SECONDS_TO_TARGET].to_numpy(float)
+    reached_all = fin & ~(np.isnan(secs_all) & st[M_STEPS_TO_TARGET].isna().to_numpy())
+    one_split_all = (st["protocol"] == PROTOCOL_ONE_SPLIT).to_numpy()
+    protocols, configs = st["protocol"].to_numpy(), st["config"].to_numpy()
+    tuning = st["tuning"] if "tuning" in st else pd.Series([None] * len(st), dtype=object)
+    self_all = tuning.map(is_self_tuning).to_numpy(bool)
+    tuned_all = tuning.map(is_tuned).to_numpy(bool)
+    rows = []
+    for (opt, cid), idx in sorted(st.groupby(["optimizer", "config_id"], sort=True).indices.items()):
+        v, t, reached = v_all[idx], t_all[idx], reached_all[idx]
+        secs = secs_all[idx][reached & ~np.isnan(secs_all[idx])]
+        one_split = bool(one_split_all[idx].all())
+        n, n_reached = len(idx), int(reached.sum())
+        solved = n_reached > 0 and n_reached >= SOLVED_FRACTION * n
+        rows.append({
+            "task": task, "optimizer": opt, "config_id": cid, "config": configs[idx[0]],
+            "n_seeds": n, "n_finished": int(fin[idx].sum()),
+            "valid": float(v.sum() / n) if not np.isnan(v).any() else math.nan,
+            "test": math.nan if one_split or np.isnan(t).any() else float(t.sum() / n),
+            "seconds": float(np.median(secs)) if solved and len(secs) else math.inf,
+            "n_reached": n_reached, "metric": vcol, "test_metric": obj.test,
+            "mode": obj.mode, "protocol": PROTOCOL_ONE_SPLIT if one_split else protocols[idx[0]],
+            "self_tuning": bool(self_all[idx].any()), "tuned": bool(tuned_all[idx].any()),
+        })
+    return rows
 
 
 #: How the tuning curves draw k of the N configurations (``report --tuning-curves``): ``k``-subsets

@@ -108,38 +108,15 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
         ``select_by``, or ``sweep`` together with ``versions="all"``.
       TypeError: ``experiment`` is not a string.
     """
-    if not isinstance(experiment, str):  # results(5) failed inside difflib's did-you-mean
-        raise TypeError(f"results(): experiment must be the sweep's name (a string), got "
-                        f"{type(experiment).__name__} {experiment!r}")
-    if versions not in VERSIONS:
-        raise ValueError(f"versions must be one of {', '.join(VERSIONS)}; got {versions!r}")
-    if clock is not None and clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
-    if select_by is not None and select_by not in SELECT_BY:
-        raise ValueError(f"select_by must be one of {', '.join(SELECT_BY)}; got {select_by!r}")
-    if scoring is not None and scoring not in SCORING:
-        raise ValueError(f"scoring must be one of {', '.join(SCORING)}; got {scoring!r}")
-    if tuning_draws is not None and tuning_draws not in TUNING_DRAWS:
-        raise ValueError(f"tuning_draws must be one of {', '.join(TUNING_DRAWS)}; got {tuning_draws!r}")
-    if sweep is not None and versions == "all":
-        raise ValueError("versions='all' reads every trial of the experiment; leave sweep=None")
-    path = local_sqlite_path(tracking_uri)
-    if path is not None and not os.path.isfile(path):  # never create an empty store by reading
-        raise ValueError(f"no MLflow store at {os.path.abspath(path)} (tracking_uri "
-                         f"{tracking_uri or 'default: ./mlflow.db'})")
+    _check_arguments(experiment, sweep, tracking_uri, versions, (clock, select_by, scoring, tuning_draws))
     client = snapshot_or_client(tracking_uri, experiment, immutable=immutable)
     exp = mlruns.get_experiment(client, experiment)
     if versions == "current":
         data = load_sweep(experiment, sweep, client=client)
         frame, sweep_id, searches = data.frame, data.sweep_id, data.search
     else:
-        runs = mlruns.search_all_runs(client, [exp.experiment_id])
-        frame = build_frame(client, runs, experiment)
-        parents = [r for r in runs if mlruns.is_parent(r)]
-        frame.attrs.update(experiment=experiment, sweep_id=None,
-                           parent_run_ids=[p.info.run_id for p in parents])
-        frame.attrs.update(sweep_settings(parents))
-        sweep_id, searches = None, read_search(client, parents)
+        frame, searches = _experiment_frame(client, exp, experiment)
+        sweep_id = None
     overrides = ((SELECT_BY_ATTR, select_by), (SCORING_ATTR, scoring), (TUNING_DRAWS_ATTR, tuning_draws))
     for attr, value in overrides:
         if value is not None:
@@ -151,6 +128,38 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
     if hasattr(client, "close"):
         client.close()
     return out
+
+
+def _check_arguments(experiment, sweep: str | None, tracking_uri: str | None, versions: str,
+                     options: tuple) -> None:
+    """Raise :func:`results`' ``TypeError``/``ValueError`` for a bad argument before anything is
+    read; ``options`` is ``(clock, select_by, scoring, tuning_draws)``."""
+    clock, select_by, scoring, tuning_draws = options
+    if not isinstance(experiment, str):  # results(5) failed inside difflib's did-you-mean
+        raise TypeError(f"results(): experiment must be the sweep's name (a string), got "
+                        f"{type(experiment).__name__} {experiment!r}")
+    if versions not in VERSIONS:
+        raise ValueError(f"versions must be one of {', '.join(VERSIONS)}; got {versions!r}")
+    for name, value, allowed in (("clock", clock, CLOCKS), ("select_by", select_by, SELECT_BY),
+                                 ("scoring", scoring, SCORING), ("tuning_draws", tuning_draws, TUNING_DRAWS)):
+        if value is not None and value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    if sweep is not None and versions == "all":
+        raise ValueError("versions='all' reads every trial of the experiment; leave sweep=None")
+    path = local_sqlite_path(tracking_uri)
+    if path is not None and not os.path.isfile(path):  # never create an empty store by reading
+        raise ValueError(f"no MLflow store at {os.path.abspath(path)} (tracking_uri "
+                         f"{tracking_uri or 'default: ./mlflow.db'})")
+
+
+def _experiment_frame(client, exp, experiment: str) -> tuple[pd.DataFrame, list]:
+    """``versions="all"``: the frame of every trial of the experiment and its searches."""
+    runs = mlruns.search_all_runs(client, [exp.experiment_id])
+    frame = build_frame(client, runs, experiment)
+    parents = [r for r in runs if mlruns.is_parent(r)]
+    frame.attrs.update(experiment=experiment, sweep_id=None, parent_run_ids=[p.info.run_id for p in parents])
+    frame.attrs.update(sweep_settings(parents))
+    return frame, read_search(client, parents)
 
 
 def _no_older() -> pd.DataFrame:

@@ -313,10 +313,8 @@ def _extrapolated_text(st: ScalingStudy) -> str:
 
 def scaling_figure(frame: pd.DataFrame):
     """The section's figure (module docstring), ``None`` without a ladder."""
-    from matplotlib.lines import Line2D
-
     from reports.layout import new_figure
-    from reports.style import legend, log_count_x, palette
+    from reports.style import palette
 
     st = scaling_study(frame)
     if st is None or st.points.empty:
@@ -329,35 +327,58 @@ def scaling_figure(frame: pd.DataFrame):
     n_lo, n_hi = st.points["N"].min(), st.points["N"].max()
     grid = np.geomspace(n_lo, n_hi * max(EXTRAPOLATE), 200)
     ratios = sorted(st.points["ratio"].unique())
-    styles = ["-", "--", ":", "-."]
     for o in sorted(st.points["optimizer"].unique()):
         c, m = colours.get(o, NEUTRAL), marks.get(o, "o")
-        sp = st.speedups[st.speedups["optimizer"] == o] if not st.speedups.empty else st.speedups
-        for b, mk in (("=", m), (">", "^"), ("<", "v")):
-            q = sp[sp["bound"] == b] if len(sp) else sp
-            if len(q):
-                ax_s.errorbar(q["N"], q["speedup"], yerr=[q["speedup"] - q["low"], q["high"] - q["speedup"]],
-                              fmt=mk, color=c, ms=5, capsize=2, lw=1, label=o if b == "=" else None)
-        if law is not None and o != st.baseline:
-            r = ratios[-1]
-            inside, beyond = grid[grid <= n_hi], grid[grid >= n_hi]
-            ax_s.plot(inside, law_speedup(law, o, inside, r), color=c, lw=1)
-            ax_s.plot(beyond, law_speedup(law, o, beyond, r), color=c, lw=1, ls="--")
-            ks = np.array(EXTRAPOLATE) * n_hi
-            ax_s.plot(ks, law_speedup(law, o, ks, r), ls="none", marker=m, mfc="none", color=c, ms=6)
+        _draw_speedups(ax_s, st, o, (c, m), law, grid, ratios[-1])
         p = st.points[st.points["optimizer"] == o]
         floor = law.E if law is not None else (st.floor or 0.0)
         ax_l.scatter(p["N"], p["loss"] - floor, color=c, marker=m, s=14, label=o)
         if law is not None:
             for j, r in enumerate(ratios):
                 ng = np.geomspace(n_lo, n_hi, 60)
-                ax_l.plot(ng, law.predict(o, ng, r * ng) - law.E, color=c, lw=1, ls=styles[j % 4])
+                ax_l.plot(ng, law.predict(o, ng, r * ng) - law.E, color=c, lw=1, ls=_STYLES[j % 4])
             lp = LawPoints.make(list(p["optimizer"]), p["N"], p["D"], p["loss"])
             res = np.log(law.predict(o, lp.N, lp.D)) - np.log(lp.loss)
             ax_r.scatter(p["N"], res, color=c, marker=m, s=14)
+    _finish_axes(fig, axes, st, grid[-1], ratios, colours)
+    return fig
+
+
+#: Line styles of the law's curves, one per tokens-per-parameter ratio.
+_STYLES = ["-", "--", ":", "-."]
+
+
+def _draw_speedups(ax, st, o: str, look: tuple, law, grid: np.ndarray, r: float) -> None:
+    """Optimizer ``o``'s measured speed-ups (bounds as triangles) and, with a law, its speed-up at
+    ratio ``r`` over ``grid`` (dashed past the largest rung, open markers at :data:`EXTRAPOLATE`);
+    ``look`` is ``(colour, marker)``."""
+    c, m = look
+    n_hi = st.points["N"].max()
+    sp = st.speedups[st.speedups["optimizer"] == o] if not st.speedups.empty else st.speedups
+    for b, mk in (("=", m), (">", "^"), ("<", "v")):
+        q = sp[sp["bound"] == b] if len(sp) else sp
+        if len(q):
+            ax.errorbar(q["N"], q["speedup"], yerr=[q["speedup"] - q["low"], q["high"] - q["speedup"]],
+                        fmt=mk, color=c, ms=5, capsize=2, lw=1, label=o if b == "=" else None)
+    if law is not None and o != st.baseline:
+        inside, beyond = grid[grid <= n_hi], grid[grid >= n_hi]
+        ax.plot(inside, law_speedup(law, o, inside, r), color=c, lw=1)
+        ax.plot(beyond, law_speedup(law, o, beyond, r), color=c, lw=1, ls="--")
+        ks = np.array(EXTRAPOLATE) * n_hi
+        ax.plot(ks, law_speedup(law, o, ks, r), ls="none", marker=m, mfc="none", color=c, ms=6)
+
+
+def _finish_axes(fig, axes, st, n_end: float, ratios: list, colours: dict) -> None:
+    """The three panels' scales, shading, labels and the figure's legend."""
+    from matplotlib.lines import Line2D
+
+    from reports.style import legend, log_count_x
+
+    ax_s, ax_l, ax_r = axes.ravel()
+    n_hi = st.points["N"].max()
     ax_s.set_yscale("log")
     ax_s.set_ylim(*_speedup_limits(st))
-    ax_s.axvspan(n_hi, grid[-1], color="0.92", zorder=0)
+    ax_s.axvspan(n_hi, n_end, color="0.92", zorder=0)
     ax_s.text(n_hi * 1.15, 0.98, "extrapolation", transform=ax_s.get_xaxis_transform(), va="top",
               fontsize=7, color=NEUTRAL)
     ax_s.axhline(1.0, color=NEUTRAL, lw=0.8)
@@ -369,10 +390,9 @@ def scaling_figure(frame: pd.DataFrame):
     ax_s.set_ylabel(f"speed-up over {st.baseline}")
     ax_l.set_ylabel("valid loss − E (nats)")  # longer labels overran the panel's height
     ax_r.set_ylabel("residual log L̂ − log L")
-    extra = [Line2D([], [], color=NEUTRAL, ls=styles[j % 4], label=f"law, {r:g} tokens/param")
+    extra = [Line2D([], [], color=NEUTRAL, ls=_STYLES[j % 4], label=f"law, {r:g} tokens/param")
              for j, r in enumerate(ratios)]
     extra.append(Line2D([], [], color=NEUTRAL, ls="--", marker="o", mfc="none",
                         label="law past the largest rung (extrapolation)"))
     legend(fig, {o: c for o, c in colours.items() if o in set(st.points["optimizer"])}, extra=extra)
-    return fig
 

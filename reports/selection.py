@@ -8,6 +8,7 @@ always select the same configuration.
 from __future__ import annotations
 
 import math
+import typing
 
 import numpy as np
 import pandas as pd
@@ -130,63 +131,87 @@ def select_best(frame: pd.DataFrame, audits: bool = True) -> pd.DataFrame:
     if s.empty:
         return pd.DataFrame(columns=BEST_COLUMNS)
     by = select_by(frame)
-    objs = {t: objective(frame, t) for t in s["task"].unique()}  # each task selects on its own metric
-    # per row as numpy arrays, each configuration reading its rows' positions (a pandas slice per
-    # configuration: 9 s at 5,000 configurations); medians and means are numpy's over the same
-    # values in the same order, as Series.median/mean computed them
-    fin_all = (s["status"] == "finished").to_numpy()
-    secs_all, steps_all = s[M_SECONDS_TO_TARGET].to_numpy(float), s[M_STEPS_TO_TARGET].to_numpy(float)
-    value_of = {t: s[o.selected(by)].to_numpy(float) for t, o in objs.items()}
-    classes = s[COST_CLASS].to_numpy(object) if COST_CLASS in s else None
-    configs = s["config"].to_numpy()
-    # an exact tie: the smallest trial id, as the summary (a frame without trial ids: config_id)
-    trial_ids = s["trial_id" if "trial_id" in s else "config_id"].astype(str).to_numpy()
-    # an optimizer every trial of which failed on a task has no result: unranked, last (ties.UNRANKED)
-    ran = s[s["status"] != "failed"]
-    with_results = set(zip(ran["task"], ran["optimizer"], strict=True))
-    rows = []
+    arrays = _trial_arrays(frame, s, by)
     groups = s.groupby(["task", "optimizer", "config_id"], sort=True).indices
-    for (task, opt, cid), idx in sorted(groups.items()):
-        obj = objs[task]
-        sign = -1.0 if obj.mode == "max" else 1.0
-        fin = idx[fin_all[idx]]
-        n_fin = len(fin)
-        ttt = secs_all[fin][~np.isnan(secs_all[fin])]
-        steps = steps_all[fin][~np.isnan(steps_all[fin])]
-        n_reached = int((~np.isnan(secs_all[fin]) | ~np.isnan(steps_all[fin])).sum())
-        final = value_of[task][fin]
-        final = final[~np.isnan(final)]  # the final or the best-during-training value
-        mean = float(final.sum() / len(final)) if len(final) else None
-        secs = float(np.median(ttt)) if len(ttt) else math.inf
-        med_steps = float(np.median(steps)) if len(steps) else None
-        metric = sign * mean if mean is not None else math.inf
-        last = (task, opt) not in with_results
-        rows.append(
-            {
-                "task": task,
-                "optimizer": opt,
-                "config_id": cid,
-                "config": configs[idx[0]],
-                "n_seeds": len(idx),
-                "n_finished": n_fin,
-                "n_reached": n_reached,
-                "_key": selection_key(n_reached, med_steps, n_fin, mean, obj.mode == "max",
-                                      secs if len(ttt) else None, min(trial_ids[idx]), by),
-                "has_results": not last,
-                "_rank_key": (last, -n_reached, secs, -n_fin, metric, str(opt))
-                if by == "time_to_target" else (last, -n_fin, metric, -n_reached, secs, str(opt)),
-                # ranked by time: equal steps to the target (the same evaluation) in one cost class is
-                # a tie, ordered by the metric (_ranked); ranked by the metric: no such ties
-                "_tie_key": (last, -n_reached, med_steps if med_steps is not None else math.inf,
-                             _first_class(classes, fin)) if by == "time_to_target" else (str(opt),),
-                "_metric_key": (-n_fin, metric, str(opt)),
-            }
-        )
+    rows = [_config_row(arrays, key, idx, by) for key, idx in sorted(groups.items())]
     allc = pd.DataFrame(rows).sort_values("_key", kind="stable")
     best = allc.groupby(["task", "optimizer"], sort=False).head(1).copy()
     best = pd.concat([_ranked(g) for _, g in best.groupby("task", sort=False)])
     return best.drop(columns=["_key", "_rank_key", "_tie_key", "_metric_key"]).sort_values(
         ["task", "rank"]).reset_index(drop=True)
+
+
+class _Trials(typing.NamedTuple):
+    """:func:`select_best`'s inputs per summary row, as numpy arrays: each configuration reads its
+    rows' positions (a pandas slice per configuration: 9 s at 5,000 configurations); medians and
+    means are numpy's over the same values in the same order, as Series.median/mean computed them."""
+
+    objs: dict  # task -> its objective (each task selects on its own metric)
+    fin: np.ndarray  # finished
+    secs: np.ndarray  # seconds to target
+    steps: np.ndarray  # steps to target
+    value_of: dict  # task -> the value that selects (final or best during training)
+    classes: np.ndarray | None  # cost classes
+    configs: np.ndarray
+    trial_ids: np.ndarray  # an exact tie: the smallest (a frame without trial ids: config_id)
+    with_results: set  # (task, optimizer) with a trial that did not fail
+
+
+def _trial_arrays(frame: pd.DataFrame, s: pd.DataFrame, by: str) -> _Trials:
+    objs = {t: objective(frame, t) for t in s["task"].unique()}
+    # an optimizer every trial of which failed on a task has no result: unranked, last (ties.UNRANKED)
+    ran = s[s["status"] != "failed"]
+    return _Trials(
+        objs=objs,
+        fin=(s["status"] == "finished").to_numpy(),
+        secs=s[M_SECONDS_TO_TARGET].to_numpy(float),
+        steps=s[M_STEPS_TO_TARGET].to_numpy(float),
+        value_of={t: s[o.selected(by)].to_numpy(float) for t, o in objs.items()},
+        classes=s[COST_CLASS].to_numpy(object) if COST_CLASS in s else None,
+        configs=s["config"].to_numpy(),
+        trial_ids=s["trial_id" if "trial_id" in s else "config_id"].astype(str).to_numpy(),
+        with_results=set(zip(ran["task"], ran["optimizer"], strict=True)),
+    )
+
+
+def _config_row(a: _Trials, key: tuple, idx: np.ndarray, by: str) -> dict:
+    """One configuration's row of :func:`select_best` (``key = (task, optimizer, config_id)``,
+    ``idx`` its rows' positions), with the sort keys ``_key``, ``_rank_key``, ``_tie_key`` and
+    ``_metric_key``."""
+    task, opt, cid = key
+    obj = a.objs[task]
+    sign = -1.0 if obj.mode == "max" else 1.0
+    fin = idx[a.fin[idx]]
+    n_fin = len(fin)
+    ttt = a.secs[fin][~np.isnan(a.secs[fin])]
+    steps = a.steps[fin][~np.isnan(a.steps[fin])]
+    n_reached = int((~np.isnan(a.secs[fin]) | ~np.isnan(a.steps[fin])).sum())
+    final = a.value_of[task][fin]
+    final = final[~np.isnan(final)]  # the final or the best-during-training value
+    mean = float(final.sum() / len(final)) if len(final) else None
+    secs = float(np.median(ttt)) if len(ttt) else math.inf
+    med_steps = float(np.median(steps)) if len(steps) else None
+    metric = sign * mean if mean is not None else math.inf
+    last = (task, opt) not in a.with_results
+    return {
+        "task": task,
+        "optimizer": opt,
+        "config_id": cid,
+        "config": a.configs[idx[0]],
+        "n_seeds": len(idx),
+        "n_finished": n_fin,
+        "n_reached": n_reached,
+        "_key": selection_key(n_reached, med_steps, n_fin, mean, obj.mode == "max",
+                              secs if len(ttt) else None, min(a.trial_ids[idx]), by),
+        "has_results": not last,
+        "_rank_key": (last, -n_reached, secs, -n_fin, metric, str(opt))
+        if by == "time_to_target" else (last, -n_fin, metric, -n_reached, secs, str(opt)),
+        # ranked by time: equal steps to the target (the same evaluation) in one cost class is
+        # a tie, ordered by the metric (_ranked); ranked by the metric: no such ties
+        "_tie_key": (last, -n_reached, med_steps if med_steps is not None else math.inf,
+                     _first_class(a.classes, fin)) if by == "time_to_target" else (str(opt),),
+        "_metric_key": (-n_fin, metric, str(opt)),
+    }
 
 
 def _first_class(classes: np.ndarray | None, positions: np.ndarray) -> float | None:

@@ -191,13 +191,8 @@ def curves_table(raw: pd.DataFrame) -> pd.DataFrame:
         if col not in c:
             continue
         g = c[c[col].notna()]
-        parts.append(pd.DataFrame({
-            "trial_id": g["trial_id"].to_numpy(), "task": g["task"].to_numpy(),
-            "optimizer": g["optimizer"].to_numpy(), "config": g["config"].to_numpy(),
-            "seed": g["seed"].to_numpy(), "split": split, "metric": metric,
-            "step": g["step"].to_numpy(dtype="int64"),
-            "seconds": g[M_WALL_S].to_numpy(dtype="float64") if M_WALL_S in g else np.nan,
-            "value": g[col].to_numpy(dtype="float64"), "_order": g.index.to_numpy()}))
+        parts.append(_curve_part(g, (split, metric, col), g["step"].to_numpy(dtype="int64"),
+                                 g[M_WALL_S].to_numpy(dtype="float64") if M_WALL_S in g else np.nan))
     tests = [k for _s, _m, k in TESTS if k in raw]
     s = raw.loc[raw["row"] == "summary", [*keep[:5], "model", "dataset", *tests]]
     labels = task_labels(s) if len(s) else {}
@@ -208,12 +203,8 @@ def curves_table(raw: pd.DataFrame) -> pd.DataFrame:
             continue
         g = s[s[col].notna() & s["trial_id"].isin(last.index)]
         at = last.reindex(g["trial_id"])
-        parts.append(pd.DataFrame({
-            "trial_id": g["trial_id"].to_numpy(), "task": g["task"].to_numpy(),
-            "optimizer": g["optimizer"].to_numpy(), "config": g["config"].to_numpy(),
-            "seed": g["seed"].to_numpy(), "split": split, "metric": metric,
-            "step": at["step"].to_numpy(dtype="int64"), "seconds": at[M_WALL_S].to_numpy(dtype="float64"),
-            "value": g[col].to_numpy(dtype="float64"), "_order": g.index.to_numpy()}))
+        parts.append(_curve_part(g, (split, metric, col), at["step"].to_numpy(dtype="int64"),
+                                 at[M_WALL_S].to_numpy(dtype="float64")))
     if not parts:
         return _empty_curves()
     out = pd.concat(parts, ignore_index=True)
@@ -226,6 +217,16 @@ def curves_table(raw: pd.DataFrame) -> pd.DataFrame:
         out[col] = out[col].astype("str")
     out["seed"] = pd.array(out["seed"], dtype="Int64")
     return out.reset_index(drop=True)[CURVE_COLUMNS]
+
+
+def _curve_part(g: pd.DataFrame, what: tuple, step, seconds) -> pd.DataFrame:
+    """:func:`curves_table`'s rows of one ``what = (split, metric, column)`` from the rows ``g``."""
+    split, metric, col = what
+    return pd.DataFrame({
+        "trial_id": g["trial_id"].to_numpy(), "task": g["task"].to_numpy(),
+        "optimizer": g["optimizer"].to_numpy(), "config": g["config"].to_numpy(),
+        "seed": g["seed"].to_numpy(), "split": split, "metric": metric, "step": step, "seconds": seconds,
+        "value": g[col].to_numpy(dtype="float64"), "_order": g.index.to_numpy()})
 
 
 def _empty_curves() -> pd.DataFrame:
