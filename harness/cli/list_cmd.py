@@ -119,6 +119,12 @@ def list_(
         _print_workloads(console, name=name)
         return
     single, registry = kinds[kind]
+    _print_kind(console, kind, single, registry, name)
+
+
+def _print_kind(console, kind: str, single: str, registry, name: str | None) -> None:
+    """``list KIND [NAME]``: each entry of ``registry`` (datasets: with the dataset kinds' patterns)
+    with its defaults and description, or entry ``name`` in full. Exits 2 on an unknown ``name``."""
     entries = dict(registry)
     if kind == "datasets":
         from harness.data.kinds import KINDS

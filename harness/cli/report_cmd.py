@@ -39,6 +39,42 @@ def _choice(valid) -> dict:
     return {"parser": one_of(*valid), "metavar": "|".join(valid)}
 
 
+#: ``report``'s options with long help, each its own ``typer.Option``.
+TUNING_CURVES = typer.Option(
+    "without-replacement", "--tuning-curves", **_choice(TUNING_DRAWS),
+    help="How a tuning curve draws k of an optimizer's N configurations: without-replacement "
+    "(k-subsets: 'had I run only k of them') or with-replacement (Dodge et al. 2019's formula "
+    "and code: k i.i.d. draws). The figure's caption says which.")
+SCORING = typer.Option(
+    None, "--scoring", **_choice(SCORING_RULES),
+    help="Tuned time-to-result rule: harness (the fastest configuration's median over seeds) or "
+    "algoperf (AlgoPerf's: per seed the fastest configuration, median over seeds, the 4x cap, "
+    "the score over tau in [1, 4]). Default: the sweep config's `scoring:` (else harness).")
+SELECT = typer.Option(
+    None, "--select-by", **_choice(SELECT_BY),
+    help="How each optimizer's best configuration is selected on validation: time_to_target "
+    "(most seeds reaching the target, then fewest steps), final (best mean final validation "
+    "metric) or best (best mean of the best validation value during training). Default: the "
+    "sweep's own (its config's selection.by, recorded on its parent run).")
+TIME = typer.Option(
+    None, "--time", **_choice(CLOCKS),
+    help="The clock time to target is ranked on: modeled (steps to target x the program's step "
+    "time measured before training: CPU time of one XLA thread on a CPU, charged in powers of 2 "
+    "of the task's cheapest program, since load moves one program's figure against another's; a "
+    "task with an AlgoPerf submission ranks on its FLOP cost) or measured (the "
+    "wall-clock each trial logged). Default: the sweep config's `time:` (else modeled). The "
+    "leaderboard says which.")
+STATS_BASELINE = typer.Option(
+    None, "--stats-baseline", metavar="OPTIMIZER",
+    help="The optimizer the across-task statistics compare with (probability of improvement, "
+    "IQM of normalised scores). Default: adam, else adamw, else the first by name.")
+FORMAT = typer.Option(
+    "html", "--format", "-f", **_choice(FORMATS),
+    help="html: the report (and its CSV); md or tex: the leaderboard as a Markdown or LaTeX table "
+    "(-o FILE, default report-EXPERIMENT-SWEEP.md|.tex); csv or parquet: one file per row kind "
+    "(-o FOLDER, default report-EXPERIMENT-SWEEP/).")
+
+
 def report(
     experiment: str | None = typer.Option(
         None, "--experiment", "-e",
@@ -47,62 +83,21 @@ def report(
     output: str | None = typer.Option(None, "-o", "--output", help="Output HTML path."),
     baseline: str | None = typer.Option(None, "--baseline", help="Sweep id to compare against."),
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
-    tuning_curves: str = typer.Option(
-        "without-replacement", "--tuning-curves", **_choice(TUNING_DRAWS),
-        help="How a tuning curve draws k of an optimizer's N configurations: without-replacement "
-        "(k-subsets: 'had I run only k of them') or with-replacement (Dodge et al. 2019's formula "
-        "and code: k i.i.d. draws). The figure's caption says which."),
-    scoring: str | None = typer.Option(
-        None, "--scoring", **_choice(SCORING_RULES),
-        help="Tuned time-to-result rule: harness (the fastest configuration's median over seeds) or "
-        "algoperf (AlgoPerf's: per seed the fastest configuration, median over seeds, the 4x cap, "
-        "the score over tau in [1, 4]). Default: the sweep config's `scoring:` (else harness)."),
-    select_by: str | None = typer.Option(
-        None, "--select-by", **_choice(SELECT_BY),
-        help="How each optimizer's best configuration is selected on validation: time_to_target "
-        "(most seeds reaching the target, then fewest steps), final (best mean final validation "
-        "metric) or best (best mean of the best validation value during training). Default: the "
-        "sweep's own (its config's selection.by, recorded on its parent run)."),
-    time_clock: str | None = typer.Option(
-        None, "--time", **_choice(CLOCKS),
-        help="The clock time to target is ranked on: modeled (steps to target x the program's step "
-        "time measured before training: CPU time of one XLA thread on a CPU, charged in powers of 2 "
-        "of the task's cheapest program, since load moves one program's figure against another's; a "
-        "task with an AlgoPerf submission ranks on its FLOP cost) or measured (the "
-        "wall-clock each trial logged). Default: the sweep config's `time:` (else modeled). The "
-        "leaderboard says which."),
-    stats_baseline: str | None = typer.Option(
-        None, "--stats-baseline", metavar="OPTIMIZER",
-        help="The optimizer the across-task statistics compare with (probability of improvement, "
-        "IQM of normalised scores). Default: adam, else adamw, else the first by name."),
-    fmt: str = typer.Option(
-        "html", "--format", "-f", **_choice(FORMATS),
-        help="html: the report (and its CSV); md or tex: the leaderboard as a Markdown or LaTeX table "
-        "(-o FILE, default report-EXPERIMENT-SWEEP.md|.tex); csv or parquet: one file per row kind "
-        "(-o FOLDER, default report-EXPERIMENT-SWEEP/)."),
+    tuning_curves: str = TUNING_CURVES,
+    scoring: str | None = SCORING,
+    select_by: str | None = SELECT,
+    time_clock: str | None = TIME,
+    stats_baseline: str | None = STATS_BASELINE,
+    fmt: str = FORMAT,
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds (or, with --format,
     its tables)."""
-    from harness.tracking.client import prepare_store
-    from harness.tracking.store_errors import SnapshotOnlyError, TrackingUnavailableError
     from harness.tracking.uris import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
-    snapshot = False  # a store SQLite cannot open where it is, read as an immutable snapshot
-    try:
-        client = prepare_store(uri, create=False)
-    except SnapshotOnlyError as e:
-        client, snapshot = _snapshot(uri, e, fmt)
-    except TrackingUnavailableError as e:
-        err(f"error: {e}")
-        raise typer.Exit(3) from None
+    client, snapshot = _open(uri, fmt)
     if experiment is None:  # the store's only sweep, else the names to choose from
-        names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
-        if len(names) != 1:
-            err(f"error: give the sweep to report with --experiment NAME; {mask_uri(uri)} holds "
-                f"{', '.join(names) if names else 'no sweep'}")
-            raise typer.Exit(2)
-        experiment = names[0]
+        experiment = _only_experiment(client, uri)
     if fmt != "html":
         for flag, value in (("--baseline", baseline), ("--stats-baseline", stats_baseline)):
             if value is not None:
@@ -111,6 +106,39 @@ def report(
         _tables(fmt, experiment, sweep_id, output, uri, tuning_curves, scoring, select_by, time_clock,
                 snapshot)
         return
+    _html(experiment, sweep_id, output, baseline, uri, snapshot, tuning_draws=tuning_curves,
+          scoring=scoring, select_by=select_by, time_clock=time_clock, stats_baseline=stats_baseline)
+
+
+def _open(uri: str, fmt: str) -> tuple:
+    """The store at ``uri`` and whether it is read as an immutable snapshot (SQLite cannot open it
+    where it is: :func:`_snapshot`). Exits 3 when it cannot be opened."""
+    from harness.tracking.client import prepare_store
+    from harness.tracking.store_errors import SnapshotOnlyError, TrackingUnavailableError
+
+    try:
+        return prepare_store(uri, create=False), False
+    except SnapshotOnlyError as e:
+        return _snapshot(uri, e, fmt)
+    except TrackingUnavailableError as e:
+        err(f"error: {e}")
+        raise typer.Exit(3) from None
+
+
+def _only_experiment(client, uri: str) -> str:
+    """The name of the store's only sweep; exits 2 naming the sweeps when it holds none or several."""
+    names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
+    if len(names) != 1:
+        err(f"error: give the sweep to report with --experiment NAME; {mask_uri(uri)} holds "
+            f"{', '.join(names) if names else 'no sweep'}")
+        raise typer.Exit(2)
+    return names[0]
+
+
+def _html(experiment: str, sweep_id: str | None, output: str | None, baseline: str | None, uri: str,
+          snapshot: bool, **views) -> None:
+    """``report --format html``: :func:`reports.make_report` (``views``: its keyword options), then
+    the paths written and whether the HTML is logged to MLflow. Exits 2 when it cannot be written."""
     import warnings
 
     from reports import ReportNotLogged, ReportNotWrittenError, data_path, make_report
@@ -119,9 +147,7 @@ def report(
     try:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always", ReportNotLogged)
-            path = make_report(experiment, sweep_id, output, baseline, uri, tuning_draws=tuning_curves,
-                               scoring=scoring, select_by=select_by, time_clock=time_clock,
-                               stats_baseline=stats_baseline, immutable=snapshot)
+            path = make_report(experiment, sweep_id, output, baseline, uri, **views, immutable=snapshot)
     except ReportNotWrittenError as e:
         _not_written(e.path, e.reason)
     except (LookupError, ValueError) as e:  # unknown experiment / sweep id, nothing to report

@@ -33,13 +33,8 @@ def status(
     tracking_uri: str | None = typer.Option(None, "--tracking-uri", help=URI_HELP),
 ) -> None:
     """Per sweep: finished / diverged / failed / pending trials."""
-    from rich.table import Table
-
-    from harness.config.errors import ConfigError
-    from harness.orchestrate.tables import print_table, stdout_console
     from harness.tracking.client import by_trial, search_all
     from harness.tracking.store_errors import TrackingUnavailableError
-    from harness.tracking.trial_run import trial_state
     from harness.tracking.uris import resolve_tracking_uri
 
     # reading a parent's trials.json is not worth a progress bar on stderr per sweep
@@ -49,28 +44,8 @@ def status(
     adaptive_sid: str | None = None  # the sweep id of a given adaptive config
     names: list[str] | None = [experiment] if experiment else None
     if config is not None:
-        from harness.config.load import load_config
-        from harness.orchestrate.run import expand, sweep_id_of
-
-        try:
-            cfg = load_config(config)
-        except ConfigError as e:
-            err(f"invalid sweep config:\n{e}")
-            raise typer.Exit(2) from None
-        uri = resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
-        specs = expand(cfg)
-        try:  # an adaptive search's sweep id hashes its candidates, as the sweep computes it
-            from harness.orchestrate.searchers import searcher_for
-
-            search = searcher_for(specs, cfg.selection.by)
-        except ConfigError as e:
-            err(f"invalid sweep config:\n{e}")
-            raise typer.Exit(2) from None
-        if search.adaptive:  # its trials are the store's to say: they are proposed as results arrive
-            adaptive_sid = sweep_id_of(cfg.name, search.candidates())
-        else:
-            expected[sweep_id_of(cfg.name, specs)] = {s.trial_id for s in specs}
-        names = [cfg.name]
+        uri, expected, adaptive_sid, name = _config_sweep(config, tracking_uri)
+        names = [name]
     try:
         client = _reader(uri, names[0] if names else None)
     except TrackingUnavailableError as e:
@@ -86,45 +61,103 @@ def status(
         # one read of the experiment's runs: its parents and its trials apart
         runs = search_all(client, exp.experiment_id)
         parents = [r for r in runs if r.data.tags.get(TAG_KIND) == KIND_PARENT]
-        trials = by_trial(runs)
-        sweep_ids: dict[str, dict] = {}
-        for p in sorted(parents, key=lambda r: r.info.start_time):
-            sid = p.data.tags.get(TAG_SWEEP_ID, "?")
-            d = sweep_ids.setdefault(sid, {"n": 0, "last": p})
-            d["last"] = p
-            d["n"] = max(d["n"], int(p.data.params.get("n_trials", 0) or 0))
-        for sid in expected:
-            sweep_ids.setdefault(sid, {"n": len(expected[sid]), "last": None})
-        if adaptive_sid is not None:
-            sweep_ids.setdefault(adaptive_sid, {"n": 0, "last": None})
+        sweep_ids = _sweep_ids(parents, expected, adaptive_sid)
         current = next(iter(expected), adaptive_sid)
         newer = superseded({sid: d["last"] for sid, d in sweep_ids.items()}, current)
-        for sid, d in sweep_ids.items():
-            last = d["last"]
-            adaptive = last is not None and is_adaptive(last)
-            open_search = adaptive and search_open(last)
-            # the trials that ran under this sweep id, and the sweep's own list of its trials: a
-            # fixed sweep's every trial; an adaptive one's those proposed, final once its search is
-            # over (a killed one's list may hold candidates it never trains: Optuna's)
-            ids = {tid for tid, rs in trials.items() if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
-            if sid in expected:
-                ids |= expected[sid]
-            elif last is not None and not open_search:
-                ids |= _listed_trials(client, last) or set()
-            c = {"finished": 0, "diverged": 0, "failed": 0, "stopped": 0}
-            for tid in ids:  # the one rule for what a trial's runs say (harness.tracking.trial_run)
-                state, _ = trial_state(trials.get(tid, []))
-                if state in c:
-                    c[state] += 1
-            # an adaptive sweep's n_trials param is its candidates (coordinate descent's: the whole
-            # grid, the most it could train), not what it trains
-            n = len(ids) if adaptive else max(d["n"], len(ids))
-            pending = n - sum(c.values())
-            last_s = "—" if last is None else _parent_state(client, last)
-            version = f"superseded by {newer[sid]}" if sid in newer else "current"
-            pending_s = "? (search not over)" if open_search else str(pending)
-            rows.append((exp.name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
-                         pending_s, last_s, version, str(c["stopped"])))
+        trials = by_trial(runs)
+        rows += [_sweep_row(client, exp.name, sid, d, trials, expected, newer)
+                 for sid, d in sweep_ids.items()]
+    _print_status(uri, rows)
+
+
+def _config_sweep(config: Path, tracking_uri: str | None
+                  ) -> tuple[str, dict[str, set[str]], str | None, str]:
+    """What sweep config ``config`` expects: its store's URI, ``{sweep_id: trial ids}`` of a fixed
+    sweep (empty for an adaptive one), an adaptive one's sweep id (else ``None``) and its name.
+
+    Raises:
+      typer.Exit: 2, after one ``invalid sweep config`` message, when the config does not load.
+    """
+    from harness.config.errors import ConfigError
+    from harness.config.load import load_config
+    from harness.orchestrate.run import expand, sweep_id_of
+    from harness.tracking.uris import resolve_tracking_uri
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as e:
+        err(f"invalid sweep config:\n{e}")
+        raise typer.Exit(2) from None
+    uri = resolve_tracking_uri(tracking_uri, cfg.tracking_uri)
+    specs = expand(cfg)
+    try:  # an adaptive search's sweep id hashes its candidates, as the sweep computes it
+        from harness.orchestrate.searchers import searcher_for
+
+        search = searcher_for(specs, cfg.selection.by)
+    except ConfigError as e:
+        err(f"invalid sweep config:\n{e}")
+        raise typer.Exit(2) from None
+    if search.adaptive:  # its trials are the store's to say: they are proposed as results arrive
+        return uri, {}, sweep_id_of(cfg.name, search.candidates()), cfg.name
+    return uri, {sweep_id_of(cfg.name, specs): {s.trial_id for s in specs}}, None, cfg.name
+
+
+def _sweep_ids(parents: list, expected: dict[str, set[str]], adaptive_sid: str | None) -> dict[str, dict]:
+    """``{sweep_id: {"n": its most trials, "last": its latest parent run or None}}`` of one
+    experiment's parent runs, with the expected sweep ids not run yet."""
+    sweep_ids: dict[str, dict] = {}
+    for p in sorted(parents, key=lambda r: r.info.start_time):
+        sid = p.data.tags.get(TAG_SWEEP_ID, "?")
+        d = sweep_ids.setdefault(sid, {"n": 0, "last": p})
+        d["last"] = p
+        d["n"] = max(d["n"], int(p.data.params.get("n_trials", 0) or 0))
+    for sid in expected:
+        sweep_ids.setdefault(sid, {"n": len(expected[sid]), "last": None})
+    if adaptive_sid is not None:
+        sweep_ids.setdefault(adaptive_sid, {"n": 0, "last": None})
+    return sweep_ids
+
+
+def _sweep_row(client, exp_name: str, sid: str, d: dict, trials: dict, expected: dict[str, set[str]],
+               newer: dict[str, str]) -> tuple[str, ...]:
+    """One sweep id's row: name, id, trials, finished, diverged, failed, pending, last run,
+    version, stopped (all ``str``)."""
+    from harness.tracking.trial_run import trial_state
+
+    last = d["last"]
+    adaptive = last is not None and is_adaptive(last)
+    open_search = adaptive and search_open(last)
+    # the trials that ran under this sweep id, and the sweep's own list of its trials: a
+    # fixed sweep's every trial; an adaptive one's those proposed, final once its search is
+    # over (a killed one's list may hold candidates it never trains: Optuna's)
+    ids = {tid for tid, rs in trials.items() if any(r.data.tags.get(TAG_SWEEP_ID) == sid for r in rs)}
+    if sid in expected:
+        ids |= expected[sid]
+    elif last is not None and not open_search:
+        ids |= _listed_trials(client, last) or set()
+    c = {"finished": 0, "diverged": 0, "failed": 0, "stopped": 0}
+    for tid in ids:  # the one rule for what a trial's runs say (harness.tracking.trial_run)
+        state, _ = trial_state(trials.get(tid, []))
+        if state in c:
+            c[state] += 1
+    # an adaptive sweep's n_trials param is its candidates (coordinate descent's: the whole
+    # grid, the most it could train), not what it trains
+    n = len(ids) if adaptive else max(d["n"], len(ids))
+    pending = n - sum(c.values())
+    last_s = "—" if last is None else _parent_state(client, last)
+    version = f"superseded by {newer[sid]}" if sid in newer else "current"
+    pending_s = "? (search not over)" if open_search else str(pending)
+    return (exp_name, sid, str(n), str(c["finished"]), str(c["diverged"]), str(c["failed"]),
+            pending_s, last_s, version, str(c["stopped"]))
+
+
+def _print_status(uri: str, rows: list[tuple[str, ...]]) -> None:
+    """The table of ``rows`` (:func:`_sweep_row`) on stdout, then the local spool's count if any."""
+    from rich.table import Table
+
+    from harness.orchestrate.tables import print_table, stdout_console
+    from harness.tracking import spool
+
     # early stopping: stopped trials are done, counted apart, in a column of their own
     # only where a sweep has some
     stops = any(r[-1] != "0" for r in rows)
@@ -140,8 +173,6 @@ def status(
         t.add_row(*(r if versions else r[:-1]))
     console = stdout_console()
     print_table(console, t)  # a narrow terminal: one block per sweep, nothing cut
-    from harness.tracking import spool
-
     n_spooled = len(spool.entries(uri))
     if n_spooled:
         console.print(f"{n_spooled} trained results are in the local spool {spool.spool_dir(uri)} (the "

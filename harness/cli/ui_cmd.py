@@ -22,14 +22,35 @@ def ui(
 ) -> None:
     """Start `mlflow ui` on the store and print the URL of the experiment's runs view (charts of
     the trials grouped by optimizer; default experiment: the sweep that ran last). Ctrl-C stops it."""
-    import subprocess
+    from harness.tracking import mlflow_ui
+    from harness.tracking.uris import is_server, resolve_tracking_uri
 
+    uri = resolve_tracking_uri(tracking_uri)
+    exp_id, share_key = _prepare_view(uri, experiment)
+    base = uri if is_server(uri) else f"http://{host}:{port}"
+    url = mlflow_ui.runs_view_url(base, exp_id, share_key) if exp_id else base.rstrip("/")
+    if is_server(uri):
+        typer.echo(f"The tracking server already serves the UI: {url}")
+        return
+    busy = _port_in_use(host, port)
+    if busy:
+        err(f"error: cannot serve the UI on {host}:{port}: {busy}; choose another port, e.g. "
+             f"--port {port + 1}")
+        raise typer.Exit(2)
+    cmd, env = _ui_command(uri, host, port)
+    if exp_id is None:
+        typer.echo("No sweep in this store yet: run `python -m harness sweep CONFIG` first.")
+    raise typer.Exit(_serve(cmd, env, url, uri, host, port))
+
+
+def _prepare_view(uri: str, experiment: str | None) -> tuple[str | None, str | None]:
+    """The id of the experiment ``ui`` opens (:func:`_ui_experiment`) and its grouped chart view's
+    key (:func:`harness.tracking.mlflow_ui.prepare`), both ``None`` without one; the store analysed
+    for SQLite's statistics. Exits 3 when the store cannot be opened."""
     from harness.tracking import mlflow_ui
     from harness.tracking.client import analyze_store, prepare_store
     from harness.tracking.store_errors import TrackingUnavailableError
-    from harness.tracking.uris import artifact_root_for, is_server, mask_uri, resolve_tracking_uri
 
-    uri = resolve_tracking_uri(tracking_uri)
     exp_id = share_key = None
     try:
         client = prepare_store(uri, create=False)
@@ -41,20 +62,16 @@ def ui(
     except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None
-    base = uri if is_server(uri) else f"http://{host}:{port}"
-    url = mlflow_ui.runs_view_url(base, exp_id, share_key) if exp_id else base.rstrip("/")
-    if is_server(uri):
-        typer.echo(f"The tracking server already serves the UI: {url}")
-        return
-    busy = _port_in_use(host, port)
-    if busy:
-        err(f"error: cannot serve the UI on {host}:{port}: {busy}; choose another port, e.g. "
-             f"--port {port + 1}")
-        raise typer.Exit(2)
-    # the registry in the same store (MLflow's default, said out loud when not given), and none of
-    # the server's own deprecation warnings (a Starlette module MLflow imports) before the URL
-    # the store's URI (a database's may hold a password) in the child's environment, which MLflow's
-    # CLI reads, not on its command line, which any local user can read in the process list
+    return exp_id, share_key
+
+
+def _ui_command(uri: str, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+    """The ``mlflow ui`` command line and its environment: the store's URI (a database's may hold a
+    password) in the environment, which MLflow's CLI reads, not on the command line, which any
+    local user can read in the process list; the registry in the same store (MLflow's default, said
+    out loud), and none of the server's own deprecation warnings (a Starlette module) before the URL."""
+    from harness.tracking.uris import artifact_root_for
+
     cmd = [sys.executable, "-m", "mlflow", "ui", "--host", host, "--port", str(port), "--workers", "1"]
     root = artifact_root_for(uri)
     if root:
@@ -63,17 +80,25 @@ def ui(
                MLFLOW_REGISTRY_STORE_URI=uri)
     env.setdefault("PYTHONWARNINGS",
                    "ignore::DeprecationWarning,ignore:starlette.middleware.wsgi is deprecated")
-    if exp_id is None:
-        typer.echo("No sweep in this store yet: run `python -m harness sweep CONFIG` first.")
+    return cmd, env
+
+
+def _raise_interrupt(*_: object) -> None:
+    """A SIGTERM handler: stop as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def _serve(cmd: list[str], env: dict[str, str], url: str, uri: str, host: str, port: int) -> int:
+    """Run ``mlflow ui`` (``cmd`` in ``env``) until it exits or Ctrl-C / SIGTERM, printing ``url``
+    once it answers on ``host:port``; returns the exit code for ``ui`` (0 when stopped)."""
     import signal
+    import subprocess
+
+    from harness.tracking.uris import mask_uri
 
     # the server's own log lines on stderr: stdout holds the URL alone (a script reads its first line)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=2)
-
-    def _stop(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         # the URL once the server answers (it takes seconds to start; a URL printed at once led to
         # a browser's "connection refused")
@@ -93,7 +118,7 @@ def ui(
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-    raise typer.Exit(code)
+    return code
 
 
 def _ui_experiment(client, name: str | None, uri: str):

@@ -124,39 +124,8 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
             valid = ", ".join(hps) or "(none)"
             errors.append(f"{file}: {path}.hparams.{key_text(k)}: unknown hyperparameter of {kind} "
                           f"{comp.name!r}; valid: {valid}{did_you_mean(k[:200], list(hps))}")
-            continue
-        ann = annotation_of(builder, hps[k])
-        if ann is None and k in POSITIVE_HPARAMS:
-            ann = float | int
-        values = hparam_values(raw)
-        of = ""
-        if isinstance(values[0], search.Distribution):
-            dist = values[0]
-            of = f" ({'an option' if dist.kind == 'choice' else 'a bound'} of {dist})"
-            if (msg := _distribution_error(kind, k, dist, ann)) is not None:
-                errors.append(f"{file}: {path}.hparams.{k}: {msg}")
-                continue
-            values = dist.values_to_check()
-        for v in values:
-            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:  # before the type:
-                errors.append(f"{file}: {path}.hparams.{k}: {short_repr(v)} does not fit in 64 bits")
-                break  # 10**400 for a float is a number that no float holds, not "not a number"
-            if ann is not None and (msg := type_error(v, ann)):
-                if isinstance(raw, list) and type_error(raw, ann) is None:
-                    msg += " (a list is a grid axis; write {value: [...]} for one list value)"
-                errors.append(f"{file}: {path}.hparams.{k}: {msg}{of}")
-                break
-            if k in POSITIVE_HPARAMS and is_num(v) and not v > 0:
-                errors.append(f"{file}: {path}.hparams.{k}: must be > 0, got {short_repr(v)}{of}")
-                break
-            if is_num(v) and not finite(v):
-                errors.append(f"{file}: {path}.hparams.{k}: must be finite, got {short_repr(v)}{of}")
-                break
-            if len(text := str(v)) > limits.MAX_PARAM_VALUE_CHARS:
-                errors.append(f"{file}: {path}.hparams.{k}: the value is {len(text):,} characters "
-                              f"as text; MLflow keeps at most {limits.MAX_PARAM_VALUE_CHARS:,} in a "
-                              f"param ({short_repr(v, 80)})")
-                break
+        elif (msg := _hparam_error(kind, k, raw, annotation_of(builder, hps[k]))) is not None:
+            errors.append(f"{file}: {path}.hparams.{k}: {msg}")
     if kind == "optimizer" and len(errors) > start:  # the builder's own checks see the other keys
         refused = {k for k in comp.hparams
                    if any(f"{path}.hparams.{key_text(k)}:" in e for e in errors[start:])}
@@ -169,6 +138,42 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
         elif hp.required and name not in comp.hparams:
             errors.append(f"{file}: {path}.hparams: missing required hyperparameter {name!r} of "
                           f"{kind} {comp.name!r}")
+    _check_zip(comp, path, file, errors)
+
+
+def _hparam_error(kind: str, k: str, raw: Any, ann: Any) -> str | None:
+    """The first problem of hyperparameter ``k``'s config value ``raw`` (one value, a grid or a
+    distribution) for a builder argument annotated ``ann``, without its key path; else ``None``."""
+    if ann is None and k in POSITIVE_HPARAMS:
+        ann = float | int
+    values = hparam_values(raw)
+    of = ""
+    if isinstance(values[0], search.Distribution):
+        dist = values[0]
+        of = f" ({'an option' if dist.kind == 'choice' else 'a bound'} of {dist})"
+        if (msg := _distribution_error(kind, k, dist, ann)) is not None:
+            return msg
+        values = dist.values_to_check()
+    for v in values:
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:  # before the type:
+            return f"{short_repr(v)} does not fit in 64 bits"  # 10**400 for a float is no float
+        if ann is not None and (msg := type_error(v, ann)):
+            if isinstance(raw, list) and type_error(raw, ann) is None:
+                msg += " (a list is a grid axis; write {value: [...]} for one list value)"
+            return f"{msg}{of}"
+        if k in POSITIVE_HPARAMS and is_num(v) and not v > 0:
+            return f"must be > 0, got {short_repr(v)}{of}"
+        if is_num(v) and not finite(v):
+            return f"must be finite, got {short_repr(v)}{of}"
+        if len(text := str(v)) > limits.MAX_PARAM_VALUE_CHARS:
+            return (f"the value is {len(text):,} characters as text; MLflow keeps at most "
+                    f"{limits.MAX_PARAM_VALUE_CHARS:,} in a param ({short_repr(v, 80)})")
+    return None
+
+
+def _check_zip(comp: Component, path: str, file: str, errors: list[str]) -> None:
+    """Append one line per problem of entry ``comp``'s ``zip`` groups: a name not among its
+    hparams, in two groups or a distribution; axes of unequal lengths."""
     names = set(comp.hparams)
     seen: set[str] = set()
     for i, group in enumerate(comp.zip):

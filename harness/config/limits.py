@@ -107,73 +107,86 @@ def plan_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:
     if getattr(cfg, "ladder", None) is not None:
         return _ladder_size(cfg)
     factors: list[tuple[int, str]] = []
-    axes = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
     grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g)
                                                  for i, g in enumerate(getattr(cfg, "include", []))]
-    total = 0
-    for prefix, grid in grids:
-        sizes: dict[str, int] = {}
-        entries: dict[str, list[tuple[int, bool, Any]]] = {}
-        for axis in axes:
-            val = getattr(grid, axis, None)
-            own = val is not None
-            if val is None:
-                val = getattr(cfg, axis)
-            if val is None and axis == "datasets":  # workloads: one (dataset, model, budget) each
-                val = [types.SimpleNamespace(hparams={}, zip=[])
-                       for _ in getattr(cfg, "workloads", None) or []]
-            elif val is None and axis not in ("seeds", "batch_size"):  # set by the workloads
-                val = [types.SimpleNamespace(hparams={}, zip=[])]
-            if axis in ("seeds", "batch_size"):
-                n = len(val)
-            else:
-                sink = factors if own or not prefix else []
-                entries[axis] = [(_component_count(c, f"{prefix if own else ''}{axis}[{j}]", sink),
-                                  axis != "datasets" and _has_dist(c), c) for j, c in enumerate(val)]
-                n = sum(e[0] for e in entries[axis])
-            sizes[axis] = n
-            if own or not prefix:
-                factors.append((n, f"{prefix if own else ''}{axis}"))
-        opt_prefix = prefix if getattr(grid, "optimizers", None) is not None else ""
-        trials = [_trials(cfg, c) for _, _, c in entries["optimizers"]]
-        for j, t in enumerate(trials):
-            own_search = getattr(entries["optimizers"][j][2], "search", None)
-            if t > 1:
-                factors.append((t, f"{opt_prefix}optimizers[{j}].search.trials"
-                                if own_search is not None and own_search.trials is not None
-                                else "search.trials"))
-        zip_groups = getattr(cfg, "zip", []) if not prefix else []
-        grouped = {a: i for i, g in enumerate(zip_groups) for a in g}
-        cell_axes = ("models", "optimizers", "schedules")
-        any_dist = any(d for a in cell_axes for _, d, _ in entries[a])
-        if any(a in grouped for a in cell_axes):
-            mult = max(trials, default=1) if any_dist else 1
-            rest = axes
-        else:  # exact: sum over optimizer entries of its cells, sampled ones times its trials
-            m_all, s_all = sizes["models"], sizes["schedules"]
-            m_plain = sum(n for n, d, _ in entries["models"] if not d)
-            s_plain = sum(n for n, d, _ in entries["schedules"] if not d)
-            cells = 0
-            for (n_o, d_o, _), t in zip(entries["optimizers"], trials, strict=True):
-                if d_o:
-                    cells += n_o * t * m_all * s_all
-                else:
-                    cells += n_o * (t * (m_all * s_all - m_plain * s_plain) + m_plain * s_plain)
-            mult = cells
-            rest = ("datasets", "seeds", "batch_size")
-        prod, seen = mult, set()
-        for axis in rest:
-            gi = grouped.get(axis)
-            if gi is None:
-                prod *= sizes[axis]
-            elif gi not in seen:
-                seen.add(gi)
-                prod *= sizes[axis]
-        total += prod
+    total = sum(_grid_size(cfg, prefix, grid, factors) for prefix, grid in grids)
     dtypes = cfg.dtypes() if hasattr(cfg, "dtypes") else [None]
     if len(dtypes) > 1:
         factors.append((len(dtypes), "dtype"))
     return total * len(dtypes), factors
+
+
+_AXES = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
+
+
+def _axis_sizes(cfg: Any, prefix: str, grid: Any, factors: list[tuple[int, str]]
+                ) -> tuple[dict[str, int], dict[str, list[tuple[int, bool, Any]]]]:
+    """Each axis's size in one grid (the top level, ``prefix`` ``""``, or an ``include`` entry,
+    its axes defaulting to the top level's), and per component axis its entries' ``(count, samples,
+    entry)``; the axes the grid sets itself, and their hyperparameters, appended to ``factors``."""
+    sizes: dict[str, int] = {}
+    entries: dict[str, list[tuple[int, bool, Any]]] = {}
+    for axis in _AXES:
+        val = getattr(grid, axis, None)
+        own = val is not None
+        if val is None:
+            val = getattr(cfg, axis)
+        if val is None and axis == "datasets":  # workloads: one (dataset, model, budget) each
+            val = [types.SimpleNamespace(hparams={}, zip=[])
+                   for _ in getattr(cfg, "workloads", None) or []]
+        elif val is None and axis not in ("seeds", "batch_size"):  # set by the workloads
+            val = [types.SimpleNamespace(hparams={}, zip=[])]
+        if axis in ("seeds", "batch_size"):
+            n = len(val)
+        else:
+            sink = factors if own or not prefix else []
+            entries[axis] = [(_component_count(c, f"{prefix if own else ''}{axis}[{j}]", sink),
+                              axis != "datasets" and _has_dist(c), c) for j, c in enumerate(val)]
+            n = sum(e[0] for e in entries[axis])
+        sizes[axis] = n
+        if own or not prefix:
+            factors.append((n, f"{prefix if own else ''}{axis}"))
+    return sizes, entries
+
+
+def _grid_size(cfg: Any, prefix: str, grid: Any, factors: list[tuple[int, str]]) -> int:
+    """The trials of one grid (:func:`_axis_sizes`), its factors appended to ``factors``."""
+    sizes, entries = _axis_sizes(cfg, prefix, grid, factors)
+    opt_prefix = prefix if getattr(grid, "optimizers", None) is not None else ""
+    trials = [_trials(cfg, c) for _, _, c in entries["optimizers"]]
+    for j, t in enumerate(trials):
+        own_search = getattr(entries["optimizers"][j][2], "search", None)
+        if t > 1:
+            factors.append((t, f"{opt_prefix}optimizers[{j}].search.trials"
+                            if own_search is not None and own_search.trials is not None
+                            else "search.trials"))
+    zip_groups = getattr(cfg, "zip", []) if not prefix else []
+    grouped = {a: i for i, g in enumerate(zip_groups) for a in g}
+    cell_axes = ("models", "optimizers", "schedules")
+    any_dist = any(d for a in cell_axes for _, d, _ in entries[a])
+    if any(a in grouped for a in cell_axes):
+        mult = max(trials, default=1) if any_dist else 1
+        rest = _AXES
+    else:  # exact: sum over optimizer entries of its cells, sampled ones times its trials
+        m_all, s_all = sizes["models"], sizes["schedules"]
+        m_plain = sum(n for n, d, _ in entries["models"] if not d)
+        s_plain = sum(n for n, d, _ in entries["schedules"] if not d)
+        mult = 0
+        for (n_o, d_o, _), t in zip(entries["optimizers"], trials, strict=True):
+            if d_o:
+                mult += n_o * t * m_all * s_all
+            else:
+                mult += n_o * (t * (m_all * s_all - m_plain * s_plain) + m_plain * s_plain)
+        rest = ("datasets", "seeds", "batch_size")
+    prod, seen = mult, set()
+    for axis in rest:
+        gi = grouped.get(axis)
+        if gi is None:
+            prod *= sizes[axis]
+        elif gi not in seen:
+            seen.add(gi)
+            prod *= sizes[axis]
+    return prod
 
 
 def _ladder_size(cfg: Any) -> tuple[int, list[tuple[int, str]]]:

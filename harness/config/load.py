@@ -246,52 +246,13 @@ def with_search_spaces(data: Any, file: str, base_dir: str) -> tuple[Any, dict[s
     """
     if not isinstance(data, Mapping):
         return data, {}
-    from harness.config.algoperf_space import points_from_algoperf, search_space_from_algoperf
-
     errors: list[str] = []
     moved: dict[str, str] = {}
-
-    def fix(entries: Any, where: str) -> Any:
-        if not isinstance(entries, list):
-            return entries
-        out = []
-        for j, e in enumerate(entries):
-            if isinstance(e, Mapping) and isinstance(e.get("search_space"), str):
-                path = os.path.join(base_dir, e["search_space"])
-                key = f"{file}: {where}optimizers[{j}].search_space"
-                try:
-                    if os.path.getsize(path) > MAX_SEARCH_SPACE_BYTES:
-                        raise ValueError(f"{path} is larger than {MAX_SEARCH_SPACE_BYTES:,} bytes")
-                    with open(path, encoding="utf-8") as f:
-                        obj = json.load(f)
-                    own = e.get("hparams") if isinstance(e.get("hparams"), Mapping) else {}
-                    if isinstance(obj, list):  # AlgoPerf's list of fixed points: a zipped grid
-                        points = points_from_algoperf(obj)
-                        names = list(points[0])
-                        if any(list(p) != names for p in points):
-                            raise ValueError("every point of a list search space must name the same "
-                                             f"hyperparameters ({', '.join(names)})")
-                        space = {n: [p[n] for p in points] for n in names if n not in own}
-                        zips = [list(space)] if len(points) > 1 and len(space) > 1 else []
-                        e = {**e, "hparams": {**space, **own}, "zip": [*e.get("zip", []), *zips]}
-                    else:
-                        space = {k: v for k, v in search_space_from_algoperf(obj).items() if k not in own}
-                        e = {**e, "hparams": {**space, **own}}
-                    moved.update({f"{where}optimizers[{j}].hparams.{k}":
-                                  f"{where}optimizers[{j}].search_space ({k} from {e['search_space']})"
-                                  for k in space})
-                except FileNotFoundError:
-                    errors.append(f"{key}: no such file: {path} (a path is relative to the config "
-                                  f"file's folder)")
-                except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError
-                    errors.append(f"{key}: {e['search_space']}: {err}")
-            out.append(e)
-        return out
-
     data = dict(data)
-    data["optimizers"] = fix(data.get("optimizers"), "")
+    data["optimizers"] = _with_spaces(data.get("optimizers"), "", file, base_dir, errors, moved)
     if isinstance(data.get("include"), list):
-        data["include"] = [{**g, "optimizers": fix(g.get("optimizers"), f"include[{i}].")}
+        data["include"] = [{**g, "optimizers": _with_spaces(g.get("optimizers"), f"include[{i}].", file,
+                                                            base_dir, errors, moved)}
                            if isinstance(g, Mapping) and "optimizers" in g else g
                            for i, g in enumerate(data["include"])]
     if data["optimizers"] is None:
@@ -299,6 +260,58 @@ def with_search_spaces(data: Any, file: str, base_dir: str) -> tuple[Any, dict[s
     if errors:
         raise ConfigError(errors)
     return data, moved
+
+
+def _with_spaces(entries: Any, where: str, file: str, base_dir: str, errors: list[str],
+                 moved: dict[str, str]) -> Any:
+    """:func:`with_search_spaces` of one ``optimizers`` list at key path prefix ``where``: its
+    entries with their files merged; ``errors`` and ``moved`` appended to."""
+    if not isinstance(entries, list):
+        return entries
+    out = []
+    for j, e in enumerate(entries):
+        if isinstance(e, Mapping) and isinstance(e.get("search_space"), str):
+            path = os.path.join(base_dir, e["search_space"])
+            key = f"{file}: {where}optimizers[{j}].search_space"
+            try:
+                e, space = _merged_space(e, path)
+                moved.update({f"{where}optimizers[{j}].hparams.{k}":
+                              f"{where}optimizers[{j}].search_space ({k} from {e['search_space']})"
+                              for k in space})
+            except FileNotFoundError:
+                errors.append(f"{key}: no such file: {path} (a path is relative to the config "
+                              f"file's folder)")
+            except (OSError, ValueError) as err:  # json.JSONDecodeError is a ValueError
+                errors.append(f"{key}: {e['search_space']}: {err}")
+        out.append(e)
+    return out
+
+
+def _merged_space(e: Mapping[str, Any], path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Optimizer entry ``e`` with the AlgoPerf search space in file ``path`` under its ``hparams``
+    (its own win; a list of fixed points: one zipped grid), and the hyperparameters the file added.
+
+    Raises:
+      OSError, ValueError: the file cannot be read, is too large or is not a search space.
+    """
+    from harness.config.algoperf_space import points_from_algoperf, search_space_from_algoperf
+
+    if os.path.getsize(path) > MAX_SEARCH_SPACE_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_SEARCH_SPACE_BYTES:,} bytes")
+    with open(path, encoding="utf-8") as f:
+        obj = json.load(f)
+    own = e.get("hparams") if isinstance(e.get("hparams"), Mapping) else {}
+    if isinstance(obj, list):  # AlgoPerf's list of fixed points: a zipped grid
+        points = points_from_algoperf(obj)
+        names = list(points[0])
+        if any(list(p) != names for p in points):
+            raise ValueError("every point of a list search space must name the same "
+                             f"hyperparameters ({', '.join(names)})")
+        space = {n: [p[n] for p in points] for n in names if n not in own}
+        zips = [list(space)] if len(points) > 1 and len(space) > 1 else []
+        return {**e, "hparams": {**space, **own}, "zip": [*e.get("zip", []), *zips]}, space
+    space = {k: v for k, v in search_space_from_algoperf(obj).items() if k not in own}
+    return {**e, "hparams": {**space, **own}}, space
 
 
 def with_config_sources(regs: Registries, cfg: SweepConfig, file: str, base_dir: str) -> Registries:

@@ -43,8 +43,6 @@ def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
         errors.append(f"{file}: search.trials: method grid has no trials (its grid points are the "
                       f"budget); remove trials, or use method quasirandom or random")
     grids: list[tuple[str, Any]] = [("", cfg)] + [(f"include[{i}].", g) for i, g in enumerate(cfg.include)]
-    hint = ("add search: {method: quasirandom, trials: N} at the top level (or on the optimizer "
-            "entry)")
     for prefix, grid in grids:
         opt_prefix = prefix if grid.optimizers is not None else ""
         opts = list(enumerate(grid.optimizers if grid.optimizers is not None else cfg.optimizers))
@@ -73,27 +71,34 @@ def _check_search(cfg: SweepConfig, file: str, errors: list[str]) -> None:
                 if comp.tuning == "none" and axis == "optimizers":
                     continue  # its own message: tuning: none runs one configuration (_check_tuning)
                 for k in _dist_keys(comp):
-                    where = f"{file}: {prefix}{axis}[{j}].hparams.{k}"
-                    dist = comp.hparams[k]
                     mine = [searches[j]] if axis == "optimizers" else searches
-                    grid_opt = next((p for p, _, sr in mine if sr.method == "grid"), None)
-                    cd_opt = next((p for p, _, sr in mine if sr.method == "coordinate_descent"), None)
-                    no_trials = next((p for p, _, sr in mine if sr.method != "grid" and sr.trials is None),
-                                     None)
-                    text = str(search.parse_distribution(dist))
-                    with_opt = "" if axis == "optimizers" else f" (with {grid_opt or no_trials})"
-                    if cd_opt is not None:
-                        with_cd = "" if axis == "optimizers" else f" (with {cd_opt})"
-                        errors.append(f"{where}: {text} is a distribution, but search.method is "
-                                      f"coordinate_descent{with_cd}, which moves along grid axes: write "
-                                      f"a grid (a list or {{log_grid: [lo, hi, num]}})")
-                    elif grid_opt is not None:
-                        errors.append(f"{where}: {text} is a distribution, but search.method is grid"
-                                      f"{with_opt}: pick a sampling method (search: {{method: "
-                                      f"quasirandom, trials: N}}), or write a grid (a list or "
-                                      f"{{log_grid: [lo, hi, num]}})")
-                    elif no_trials is not None:
-                        errors.append(f"{where}: a distribution needs search.trials{with_opt}: {hint}")
+                    if (msg := _distribution_problem(comp.hparams[k], axis, mine)) is not None:
+                        errors.append(f"{file}: {prefix}{axis}[{j}].hparams.{k}{msg}")
+
+
+def _distribution_problem(dist: Any, axis: str, mine: list[tuple[str, Any, Any]]) -> str | None:
+    """Why distribution ``dist`` of an entry of ``axis`` cannot be sampled by the searches of its
+    cells (``mine``: ``(optimizer path, entry, resolved search)``; an optimizer: its own), as the
+    end of its error line from its key path on (``": ..."``); else ``None``."""
+    grid_opt = next((p for p, _, sr in mine if sr.method == "grid"), None)
+    cd_opt = next((p for p, _, sr in mine if sr.method == "coordinate_descent"), None)
+    no_trials = next((p for p, _, sr in mine if sr.method != "grid" and sr.trials is None), None)
+    text = str(search.parse_distribution(dist))
+    with_opt = "" if axis == "optimizers" else f" (with {grid_opt or no_trials})"
+    if cd_opt is not None:
+        with_cd = "" if axis == "optimizers" else f" (with {cd_opt})"
+        return (f": {text} is a distribution, but search.method is coordinate_descent{with_cd}, which "
+                f"moves along grid axes: write a grid (a list or {{log_grid: [lo, hi, num]}})")
+    if grid_opt is not None:
+        return (f": {text} is a distribution, but search.method is grid{with_opt}: pick a sampling "
+                f"method (search: {{method: quasirandom, trials: N}}), or write a grid (a list or "
+                f"{{log_grid: [lo, hi, num]}})")
+    if no_trials is not None:
+        return f": a distribution needs search.trials{with_opt}: {_TRIALS_HINT}"
+    return None
+
+
+_TRIALS_HINT = "add search: {method: quasirandom, trials: N} at the top level (or on the optimizer entry)"
 
 
 def _check_tuning(cfg: SweepConfig, file: str, errors: list[str]) -> None:

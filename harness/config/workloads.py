@@ -177,40 +177,43 @@ def config_parts(cfg: SweepConfig) -> list[tuple[str, dict[str, Any], SweepConfi
         from harness.config.ladder_parts import ladder_parts
 
         return ladder_parts(cfg, get_workload(cfg.ladder.workload))
-    set_ = cfg.model_fields_set
-    grid = cfg.models is not None
-
-    def own(key: str) -> bool:
-        return key in set_ and not grid
-
     parts: list[tuple[str, dict[str, Any], SweepConfig]] = []
     for dt in cfg.dtypes():
         base = {"dtype": dt, "workloads": None, "augment": None}
-        if grid:
+        if cfg.models is not None:
             parts.append(("", {"augment": dict(cfg.augment or {})}, cfg.model_copy(update=base)))
-        for i, entry in enumerate(cfg.workloads or []):
-            wl = get_workload(entry.name)
-            if entry.name in cfg.targets:
-                target = cfg.targets[entry.name]
-            elif own("target") and cfg.target is not None:
-                target = cfg.target
-            else:
-                target = TargetCfg(metric=wl.metric, value=wl.target, mode=wl.target_mode)
-            upd = {
-                **base,
-                "models": [Component(name=wl.model, hparams={**wl.model_hparams, **entry.model_hparams})],
-                "datasets": [Component(name=wl.dataset,
-                                       hparams={**wl.dataset_hparams, **entry.dataset_hparams})],
-                "batch_size": cfg.batch_size if own("batch_size") else [wl.batch_size],
-                "budget": cfg.budget if own("budget") and cfg.budget else Budget(steps=wl.steps),
-                "eval_every": cfg.eval_every if own("eval_every") else wl.eval_every,
-                "target": target, "targets": {}, "include": [],
-                "zip": [g for g in cfg.zip if not {"models", "datasets", "batch_size"} & set(g)],
-            }
-            aug = cfg.augment if own("augment") and cfg.augment is not None else wl.augment
-            parts.append((f"workloads[{i}]", {"workload": wl.name, "augment": dict(aug)},
-                          cfg.model_copy(update=upd)))
+        parts += [_workload_part(cfg, i, entry, base) for i, entry in enumerate(cfg.workloads or [])]
     return parts
+
+
+def _own(cfg: SweepConfig, key: str) -> bool:
+    """Whether the config's explicit ``key`` overrides its workloads' (it has no models grid)."""
+    return key in cfg.model_fields_set and cfg.models is None
+
+
+def _workload_part(cfg: SweepConfig, i: int, entry: Any, base: dict[str, Any]
+                   ) -> tuple[str, dict[str, Any], SweepConfig]:
+    """:func:`config_parts`' part of workload entry ``i`` (``entry``), ``base`` its dtype."""
+    wl = get_workload(entry.name)
+    if entry.name in cfg.targets:
+        target = cfg.targets[entry.name]
+    elif _own(cfg, "target") and cfg.target is not None:
+        target = cfg.target
+    else:
+        target = TargetCfg(metric=wl.metric, value=wl.target, mode=wl.target_mode)
+    upd = {
+        **base,
+        "models": [Component(name=wl.model, hparams={**wl.model_hparams, **entry.model_hparams})],
+        "datasets": [Component(name=wl.dataset,
+                               hparams={**wl.dataset_hparams, **entry.dataset_hparams})],
+        "batch_size": cfg.batch_size if _own(cfg, "batch_size") else [wl.batch_size],
+        "budget": cfg.budget if _own(cfg, "budget") and cfg.budget else Budget(steps=wl.steps),
+        "eval_every": cfg.eval_every if _own(cfg, "eval_every") else wl.eval_every,
+        "target": target, "targets": {}, "include": [],
+        "zip": [g for g in cfg.zip if not {"models", "datasets", "batch_size"} & set(g)],
+    }
+    aug = cfg.augment if _own(cfg, "augment") and cfg.augment is not None else wl.augment
+    return f"workloads[{i}]", {"workload": wl.name, "augment": dict(aug)}, cfg.model_copy(update=upd)
 
 
 def part_error(label: str, part: SweepConfig, line: str) -> str:

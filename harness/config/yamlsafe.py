@@ -142,11 +142,7 @@ def check_graph(root: Node) -> None:
             continue
         if id(node) in size or id(node) in open_:
             continue
-        if node.tag not in CORE_TAGS:
-            tag = node.tag.replace("tag:yaml.org,2002:", "!!", 1)
-            raise _Limit(f"line {node.start_mark.line + 1}: a {tag} value; a config holds strings, "
-                         f"numbers, booleans, null, lists and mappings only (quote it to mean the "
-                         f"text)")
+        _check_tag(node)
         open_.add(id(node))
         stack.append((node, True))
         for k in kids:
@@ -170,6 +166,15 @@ def check_graph(root: Node) -> None:
             node = max(_kids(node), key=lambda k: depth[id(k)])
             level += 1
         raise _Limit(f"line {node.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep")
+
+
+def _check_tag(node: Node) -> None:
+    """Raise :class:`_Limit` (with the line) when ``node``'s tag is not one of :data:`CORE_TAGS`."""
+    if node.tag not in CORE_TAGS:
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!", 1)
+        raise _Limit(f"line {node.start_mark.line + 1}: a {tag} value; a config holds strings, "
+                     f"numbers, booleans, null, lists and mappings only (quote it to mean the "
+                     f"text)")
 
 
 def load_yaml_text(text: str, file: str = "<config>") -> Any:

@@ -247,14 +247,7 @@ def load_module(ref: SourceRef, limit_s: float | None = None) -> types.ModuleTyp
         (:func:`bounded`).
     """
     if not ref.is_file:
-        try:
-            with bounded(f"source {ref.text!r}: importing {ref.target!r}", limit_s):
-                return importlib.import_module(ref.target)
-        except (Exception, SystemExit) as e:
-            if isinstance(e, SourceError):
-                raise
-            raise SourceError(f"source {ref.text!r}: importing {ref.target!r} raised "
-                              f"{type(e).__name__}: {_one_line(e)}{_install_hint(e)}") from None
+        return _import_target(ref, limit_s)
     key = (ref.target, ref.file_digest)
     with _LOCK:
         mod = _LOADED.get(key)
@@ -285,6 +278,22 @@ def load_module(ref: SourceRef, limit_s: float | None = None) -> types.ModuleTyp
                     sys.path.remove(folder)
         _LOADED[key] = mod
         return mod
+
+
+def _import_target(ref: SourceRef, limit_s: float | None) -> types.ModuleType:
+    """``importlib.import_module(ref.target)`` under :func:`bounded`.
+
+    Raises:
+      SourceError: it raised (one line, with where to install a missing module), or an accident.
+    """
+    try:
+        with bounded(f"source {ref.text!r}: importing {ref.target!r}", limit_s):
+            return importlib.import_module(ref.target)
+    except (Exception, SystemExit) as e:
+        if isinstance(e, SourceError):
+            raise
+        raise SourceError(f"source {ref.text!r}: importing {ref.target!r} raised "
+                          f"{type(e).__name__}: {_one_line(e)}{_install_hint(e)}") from None
 
 
 def _one_line(e: BaseException) -> str:
@@ -361,61 +370,82 @@ def bounded(what: str, limit_s: float | None = None, filename: str = "",
         yield
         return
     _ACTIVE.on = True
-    me, real_exit, before = threading.get_ident(), os._exit, _cwd()
-    ctrl_c: list[bool] = []
-    timed = (limit_s is not None and hasattr(signal, "setitimer")
-             and threading.current_thread() is threading.main_thread())
-    old: tuple = ()
-
-    def side_door(code: int = 0) -> None:
-        if threading.get_ident() != me:
-            real_exit(code)
-        raise _Exited(code)
-
-    if timed:
-        def on_alarm(signum: int, frame: Any) -> None:
-            raise _Overran()
-
-        def on_int(signum: int, frame: Any) -> None:
-            ctrl_c.append(True)
-            if old[1] is interrupt.handler:
-                interrupt.handler(signum, frame)  # (noted for the sweep too; raises)
-            raise KeyboardInterrupt
-
-        old = (signal.signal(signal.SIGALRM, on_alarm), signal.getsignal(signal.SIGINT))
-        if old[1] is signal.default_int_handler or old[1] is interrupt.handler:
-            signal.signal(signal.SIGINT, on_int)
-        signal.setitimer(signal.ITIMER_REAL, float(limit_s), 1.0)
-    os._exit = side_door  # type: ignore[assignment]
+    before = _cwd()
+    guard = _Guard(limit_s is not None and hasattr(signal, "setitimer")
+                   and threading.current_thread() is threading.main_thread())
+    guard.arm(limit_s)
     try:
         try:
             yield
         finally:
-            if timed:
-                signal.setitimer(signal.ITIMER_REAL, 0.0)
-                signal.signal(signal.SIGALRM, old[0])
-                signal.signal(signal.SIGINT, old[1])
-            os._exit = real_exit
+            guard.disarm()
             _ACTIVE.on = False
             now = _cwd()
             if now != before and before:
                 with contextlib.suppress(OSError):
                     os.chdir(before)
-    except _Overran as e:
-        where = _line_of(e, filename).strip(" ()") if filename else ""
-        raise SourceError(f"{what} did not return within {limit_s:g} s ({limit_name}: {limit_s:g}"
-                          f"{'; it was at ' + where if where else ''})") from None
-    except _Exited as e:
-        raise SourceError(f"{what} called os._exit({e.code!r}){_line_of(e, filename) if filename else ''}"
-                          f"; the sweep goes on only without it") from None
     except (Exception, SystemExit):
         raise
     except BaseException as e:
-        if isinstance(e, KeyboardInterrupt) and (ctrl_c or interrupt.noted()):  # Ctrl-C, SIGTERM
+        if isinstance(e, KeyboardInterrupt) and (guard.ctrl_c or interrupt.noted()):  # Ctrl-C, SIGTERM
             raise
-        raise SourceError(f"{what} raised {type(e).__name__}{': ' if str(e) else ''}{_one_line(e)}"
-                          f"{_line_of(e, filename) if filename else ''}") from None
+        raise _accident(e, what, limit_s, limit_name, filename) from None
     if now != before and before:
         raise SourceError(f"{what} changed the working directory to {now or '(a removed folder)'}; "
                           f"the sweep's store and files are relative to {before}, where it was put "
                           f"back: leave it unchanged")
+
+
+class _Guard:
+    """One :func:`bounded` run's hooks: ``os._exit`` in its thread raises :class:`_Exited`; when
+    ``timed``, ``SIGALRM`` raises :class:`_Overran` and a real Ctrl-C is noted in ``ctrl_c``."""
+
+    def __init__(self, timed: bool):
+        self.me, self.real_exit, self.timed = threading.get_ident(), os._exit, timed
+        self.ctrl_c: list[bool] = []
+        self.old: tuple = ()  # the SIGALRM and SIGINT handlers replaced
+
+    def side_door(self, code: int = 0) -> None:
+        if threading.get_ident() != self.me:
+            self.real_exit(code)
+        raise _Exited(code)
+
+    def on_alarm(self, signum: int, frame: Any) -> None:
+        raise _Overran()
+
+    def on_int(self, signum: int, frame: Any) -> None:
+        self.ctrl_c.append(True)
+        if self.old[1] is interrupt.handler:
+            interrupt.handler(signum, frame)  # (noted for the sweep too; raises)
+        raise KeyboardInterrupt
+
+    def arm(self, limit_s: float | None) -> None:
+        """Install the hooks (the alarm after ``limit_s`` seconds, then every second)."""
+        if self.timed:
+            self.old = (signal.signal(signal.SIGALRM, self.on_alarm), signal.getsignal(signal.SIGINT))
+            if self.old[1] is signal.default_int_handler or self.old[1] is interrupt.handler:
+                signal.signal(signal.SIGINT, self.on_int)
+            signal.setitimer(signal.ITIMER_REAL, float(limit_s), 1.0)
+        os._exit = self.side_door  # type: ignore[assignment]
+
+    def disarm(self) -> None:
+        """Put back the timer, the handlers and ``os._exit``."""
+        if self.timed:
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+            signal.signal(signal.SIGALRM, self.old[0])
+            signal.signal(signal.SIGINT, self.old[1])
+        os._exit = self.real_exit
+
+
+def _accident(e: BaseException, what: str, limit_s: float | None, limit_name: str,
+              filename: str) -> SourceError:
+    """The one line of an accident ``e`` in :func:`bounded`: past the time limit, ``os._exit`` or
+    another ``BaseException``, with the line of ``filename`` it was at."""
+    line = _line_of(e, filename) if filename else ""
+    if isinstance(e, _Overran):
+        where = line.strip(" ()")
+        return SourceError(f"{what} did not return within {limit_s:g} s ({limit_name}: {limit_s:g}"
+                           f"{'; it was at ' + where if where else ''})")
+    if isinstance(e, _Exited):
+        return SourceError(f"{what} called os._exit({e.code!r}){line}; the sweep goes on only without it")
+    return SourceError(f"{what} raised {type(e).__name__}{': ' if str(e) else ''}{_one_line(e)}{line}")

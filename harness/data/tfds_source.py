@@ -88,16 +88,7 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
     import tensorflow_datasets as tfds
 
     data_dir = str(data_dir or default_tfds_data_dir())
-    try:
-        # TFDS warns through absl about the empty version folder of a dataset that is not prepared
-        # ("Variant folder ... has no dataset_info.json") before the harness's own clear error
-        with logger_level("absl", logging.ERROR):  # absl's warnings off (errors still show)
-            builder = tfds.builder(name, data_dir=data_dir)
-            prepared = builder.is_prepared()
-    except tfds.core.registered.DatasetNotFoundError as e:
-        raise KeyError(f"unknown TFDS dataset {name!r}: {str(e).splitlines()[0]}") from None
-    if not prepared:
-        raise DatasetNotPreparedError(prepare_hint(name, data_dir))
+    builder = _prepared_builder(name, data_dir)
     info = builder.info
     sup = info.supervised_keys
     if isinstance(sup, tuple) and len(sup) == 2 and all(isinstance(k, str) for k in sup):
@@ -112,6 +103,39 @@ def load_tfds(name: str, data_dir: str | None = None, validation_fraction: float
     if isinstance(input_feature, tfds.features.Text):
         return _tfds_text(builder, name, data_dir, image_key, splits, seq_len, max_train_sequences,
                           validation_fraction)
+    return _tfds_arrays(builder, name, data_dir, image_key, label_key, splits, validation_fraction)
+
+
+def _prepared_builder(name: str, data_dir: str) -> Any:
+    """TFDS's builder of dataset ``name`` in ``data_dir``.
+
+    Raises:
+      KeyError: TFDS has no dataset of that name.
+      DatasetNotPreparedError: it is not prepared there (the message says how).
+    """
+    import tensorflow_datasets as tfds
+
+    try:
+        # TFDS warns through absl about the empty version folder of a dataset that is not prepared
+        # ("Variant folder ... has no dataset_info.json") before the harness's own clear error
+        with logger_level("absl", logging.ERROR):  # absl's warnings off (errors still show)
+            builder = tfds.builder(name, data_dir=data_dir)
+            prepared = builder.is_prepared()
+    except tfds.core.registered.DatasetNotFoundError as e:
+        raise KeyError(f"unknown TFDS dataset {name!r}: {str(e).splitlines()[0]}") from None
+    if not prepared:
+        raise DatasetNotPreparedError(prepare_hint(name, data_dir))
+    return builder
+
+
+def _tfds_arrays(builder: Any, name: str, data_dir: str, image_key: str, label_key: str,
+                 splits: set[str], validation_fraction: float) -> Dataset:
+    """:func:`load_tfds` of an array dataset (images, features): its splits read whole.
+
+    Raises:
+      ValueError: no ``train`` split, or neither ``test`` nor ``validation``.
+    """
+    info = builder.info
     if "train" not in splits:
         raise ValueError(f"TFDS dataset {name!r} has no 'train' split (splits: {sorted(splits)})")
     test_split = "test" if "test" in splits else "validation" if "validation" in splits else None

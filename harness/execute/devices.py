@@ -134,33 +134,14 @@ def plan_devices(n_devices: int, platform: str, jobs: int, devices_per_trial: in
         not fit ``jobs`` times; ``jobs > 1`` on a TPU. The message says what to change.
     """
     platform = {"gpu": "cuda"}.get(platform, platform)
-    if jobs < 1:
-        raise DevicePlanError(f"--jobs must be >= 1, got {jobs}")
-    if n_devices < 1:
-        raise DevicePlanError(f"this host has no {platform} device")
-    per = n_devices if devices_per_trial == "all" else devices_per_trial
-    if not isinstance(per, int) or isinstance(per, bool) or per < 1:
-        raise DevicePlanError(f"devices per trial must be a positive integer or 'all', "
-                              f"got {devices_per_trial!r}")
-    if per > n_devices:
-        hint = (" (on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N host devices)"
-                if platform == "cpu" else "")
-        raise DevicePlanError(f"a trial wants {per} devices (parallelism.devices) but this host has "
-                              f"{n_devices} {platform} device(s): use parallelism: {{devices: {n_devices}}} "
-                              f"or fewer{hint}")
+    per = _per_trial(n_devices, platform, jobs, devices_per_trial)
     if platform == "tpu":
-        if jobs > 1:
-            raise DevicePlanError(
-                f"--jobs {jobs} on a TPU host: a TPU chip can be opened by one process only, and the "
-                "harness does not split a TPU host between processes; use --jobs 1 and train each "
-                "trial data-parallel over the chips (parallelism: {devices: all})")
-        return DevicePlan("tpu", (tuple(str(i) for i in range(per)),), ({},), n_devices=n_devices)
+        return _tpu_plan(n_devices, jobs, per)
     entries = [t.strip() for t in (visible or "").split(",") if t.strip()]
     ids = entries[:n_devices] if len(entries) >= n_devices else [str(i) for i in range(n_devices)]
     var = VISIBILITY_ENV.get(platform)
     if var is None:
         raise DevicePlanError(f"unknown device platform {platform!r}; known: cpu, cuda, rocm, tpu")
-    gpu = platform in ("cuda", "rocm")
     label = f"{n_devices} {platform} device{'s' if n_devices > 1 else ''}"
     if jobs * per <= n_devices:
         workers = [tuple(ids[i * per:(i + 1) * per]) for i in range(jobs)]
@@ -177,6 +158,51 @@ def plan_devices(n_devices: int, platform: str, jobs: int, devices_per_trial: in
             f"devices, but this host has {label}; data-parallel trials do not share devices (they "
             f"would slow each other down and compete for memory): use "
             f"{_fix_for_jobs(jobs, per, n_devices)}")
+    return _shared_plan(platform, var, ids, jobs, label, n_devices)
+
+
+def _per_trial(n_devices: int, platform: str, jobs: int, devices_per_trial: int | str) -> int:
+    """The devices one trial trains on (``"all"``: ``n_devices``), checked against the host.
+
+    Raises:
+      DevicePlanError: ``jobs < 1``, no device, not a positive integer, more than the host has.
+    """
+    if jobs < 1:
+        raise DevicePlanError(f"--jobs must be >= 1, got {jobs}")
+    if n_devices < 1:
+        raise DevicePlanError(f"this host has no {platform} device")
+    per = n_devices if devices_per_trial == "all" else devices_per_trial
+    if not isinstance(per, int) or isinstance(per, bool) or per < 1:
+        raise DevicePlanError(f"devices per trial must be a positive integer or 'all', "
+                              f"got {devices_per_trial!r}")
+    if per > n_devices:
+        hint = (" (on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N host devices)"
+                if platform == "cpu" else "")
+        raise DevicePlanError(f"a trial wants {per} devices (parallelism.devices) but this host has "
+                              f"{n_devices} {platform} device(s): use parallelism: {{devices: {n_devices}}} "
+                              f"or fewer{hint}")
+    return per
+
+
+def _tpu_plan(n_devices: int, jobs: int, per: int) -> DevicePlan:
+    """One process on the TPU host, a trial on its first ``per`` chips.
+
+    Raises:
+      DevicePlanError: ``jobs > 1`` (a TPU chip can be opened by one process only).
+    """
+    if jobs > 1:
+        raise DevicePlanError(
+            f"--jobs {jobs} on a TPU host: a TPU chip can be opened by one process only, and the "
+            "harness does not split a TPU host between processes; use --jobs 1 and train each "
+            "trial data-parallel over the chips (parallelism: {devices: all})")
+    return DevicePlan("tpu", (tuple(str(i) for i in range(per)),), ({},), n_devices=n_devices)
+
+
+def _shared_plan(platform: str, var: str, ids: list[str], jobs: int, label: str, n_devices: int
+                 ) -> DevicePlan:
+    """More one-device workers than devices: worker ``i`` on ``ids[i % n]``, those on a shared GPU
+    without memory preallocation."""
+    gpu = platform in ("cuda", "rocm")
     workers = [(ids[i % n_devices],) for i in range(jobs)]
     by_dev = {d: [i for i, w in enumerate(workers) if w[0] == d] for d in ids}
     groups = "; ".join(f"{platform}:{d}: workers {', '.join(map(str, ws))}" for d, ws in by_dev.items()

@@ -50,6 +50,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import wait
+from typing import Any
 
 from harness.core import interrupt
 from harness.core.builders import EXECUTORS, did_you_mean, known_executors
@@ -278,20 +279,7 @@ class ProcessExecutor(Executor):
             while queue or any(w.unit is not None for w in workers):
                 interrupt.check()  # a Ctrl-C lost in a garbage-collection callback
                 for k in range(len(workers)):
-                    while workers[k].unit is None and queue:
-                        if book is not None and ctx.claim_wait_s and any(w.unit is not None for w in workers):
-                            break  # claims waited for (deferred trials): one unit at a time, so this
-                            # process never holds an in-flight unit's claims while it waits for another's
-                        i = queue[0]
-                        if book is not None and not book.claim(i):  # nothing of it to train
-                            queue.popleft()
-                            on_done(book.outcomes(i, []))
-                        elif workers[k].proc.is_alive() and workers[k].give(
-                                i, book.todo[i] if book is not None else units[i], ctx, handoff):
-                            queue.popleft()
-                        else:  # gone while idle: nothing to charge to a unit
-                            self._died_at_start(workers[k])
-                            workers[k] = self._replace(spawn, workers[k])
+                    self._hand_out(workers, k, queue, units, book, ctx, spawn, on_done)
                 if not any(w.unit is not None for w in workers):
                     continue
                 busy = [w for w in workers if w.unit is not None]
@@ -314,6 +302,27 @@ class ProcessExecutor(Executor):
             if book is not None:
                 book.release_all()
                 self.flush_wait_s = background.flush_logging()
+
+    def _hand_out(self, workers: list[Worker], k: int, queue: deque, units: list[list[TrialSpec]],
+                  book: Handoff | None, ctx: RunContext, spawn: Any,
+                  on_done: Callable[[list[TrialOutcome]], None]) -> None:
+        """Give idle worker ``k`` the next unit of ``queue`` (with ``book``, the parent's handoff:
+        its claims first; a unit with nothing to train is done at once); a worker gone while idle
+        is replaced."""
+        while workers[k].unit is None and queue:
+            if book is not None and ctx.claim_wait_s and any(w.unit is not None for w in workers):
+                break  # claims waited for (deferred trials): one unit at a time, so this
+                # process never holds an in-flight unit's claims while it waits for another's
+            i = queue[0]
+            if book is not None and not book.claim(i):  # nothing of it to train
+                queue.popleft()
+                on_done(book.outcomes(i, []))
+            elif workers[k].proc.is_alive() and workers[k].give(
+                    i, book.todo[i] if book is not None else units[i], ctx, book is not None):
+                queue.popleft()
+            else:  # gone while idle: nothing to charge to a unit
+                self._died_at_start(workers[k])
+                workers[k] = self._replace(spawn, workers[k])
 
     @contextlib.contextmanager
     def session(self):

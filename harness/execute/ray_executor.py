@@ -43,6 +43,7 @@ count as remote.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -382,20 +383,7 @@ class RayExecutor(Executor):
         ctx_ref = ray.put(ctx)
         pending: dict[Any, int] = {}
         self.submissions = {}
-
-        def submit(i: int) -> None:
-            self.submissions[i] = self.submissions.get(i, 0) + 1
-            opts: dict[str, Any] = {
-                "name": f"{TASK_PREFIX}:{units[i][0].trial_id}",
-                "num_cpus": self.cpus_per_trial,
-                "num_gpus": self.gpus_per_trial,
-                "max_retries": self.max_retries,
-                "retry_exceptions": False,
-            }
-            if env:
-                opts["runtime_env"] = {"env_vars": env}
-            pending[remote.options(**opts).remote(units[i], ctx_ref)] = i
-
+        submit = functools.partial(self._submit, remote, units, ctx_ref, env, pending)
         for i in range(len(units)):
             submit(i)
 
@@ -418,6 +406,22 @@ class RayExecutor(Executor):
                 reported.update(str(o.trial_id) for o in outcomes)
                 on_done(outcomes)
         return reported
+
+    def _submit(self, remote: Any, units: list[list[TrialSpec]], ctx_ref: Any, env: dict[str, str],
+                pending: dict[Any, int], i: int) -> None:
+        """Submit unit ``i`` as a Ray task of ``remote`` (its ref into ``pending``), counted in
+        :attr:`submissions`."""
+        self.submissions[i] = self.submissions.get(i, 0) + 1
+        opts: dict[str, Any] = {
+            "name": f"{TASK_PREFIX}:{units[i][0].trial_id}",
+            "num_cpus": self.cpus_per_trial,
+            "num_gpus": self.gpus_per_trial,
+            "max_retries": self.max_retries,
+            "retry_exceptions": False,
+        }
+        if env:
+            opts["runtime_env"] = {"env_vars": env}
+        pending[remote.options(**opts).remote(units[i], ctx_ref)] = i
 
     def _collect(
         self, ray: Any, ref: Any, i: int, unit: list[TrialSpec], submit: Callable[[int], None]

@@ -215,40 +215,48 @@ def execute_unit(unit: list[TrialSpec], ctx: RunContext, *, background: bool = F
         writes.before_training(todo)  # may wait for the background writer: tracking too
     pre_s = time.perf_counter() - t_track
     if todo:
-        t0_ms = int(time.time() * 1000)
-        t_train = time.perf_counter()
-        cks: training.Checkpoints = []
-        try:
-            results = training.train_unit(todo, ctx, cks)
-        except BaseException:  # KeyboardInterrupt etc.: leave nothing RUNNING, nothing locked
-            writes.abort()
-            for c in held.values():
-                claims.release(c)
-            training.release_checkpoints(cks)
-            raise
-        train_s = time.perf_counter() - t_train
-        logged: set[str] = set()
-        try:
-            for res in results:
-                t1 = time.perf_counter()
-                tid = res.spec.trial_id
-                res.extra["time"] = budget.trial_parts(
-                    {k: v for k, v in (res.extra.get("time") or {}).items() if k in budget.TRAINER_PARTS},
-                    train_s / len(todo), pre_s / len(todo))
-                rid, entry, spooled = writes.write(res, t0_ms, held.pop(tid, None),
-                                                   training.final_checkpoint(cks, tid))
-                logged.add(tid)
-                spent = time.perf_counter() - t1 + pre_s / len(todo)
-                o = TrialOutcome.from_result(res, rid, spent)
-                o.wall_seconds = spent + train_s / len(todo)
-                o.spooled = spooled
-                if entry is not None:
-                    o.extra["spool_entry"] = entry
-                if handoff:
-                    o.extra[HANDOFF] = writes.handed.pop(tid)
-                outcomes[tid] = o
-        finally:  # in the store or the spool: no longer needed
-            writes.end_checkpoints(cks, results, logged)
+        _train_and_write(todo, ctx, writes, held, outcomes, pre_s, handoff)
     for c in held.values():  # claimed, but not trained (cannot happen; be safe)
         claims.release(c)
     return [outcomes[s.trial_id] for s in unit]
+
+
+def _train_and_write(todo: list[TrialSpec], ctx: RunContext, writes: Any, held: dict, outcomes: dict,
+                     pre_s: float, handoff: bool) -> None:
+    """Train ``todo`` (:func:`harness.execute.training.train_unit`) and write each result with
+    ``writes``, its outcome into ``outcomes``, its claim in ``held`` released; on an interrupt in
+    training nothing is left RUNNING or locked. ``pre_s``: the unit's seconds before training."""
+    t0_ms = int(time.time() * 1000)
+    t_train = time.perf_counter()
+    cks: training.Checkpoints = []
+    try:
+        results = training.train_unit(todo, ctx, cks)
+    except BaseException:  # KeyboardInterrupt etc.: leave nothing RUNNING, nothing locked
+        writes.abort()
+        for c in held.values():
+            claims.release(c)
+        training.release_checkpoints(cks)
+        raise
+    train_s = time.perf_counter() - t_train
+    logged: set[str] = set()
+    try:
+        for res in results:
+            t1 = time.perf_counter()
+            tid = res.spec.trial_id
+            res.extra["time"] = budget.trial_parts(
+                {k: v for k, v in (res.extra.get("time") or {}).items() if k in budget.TRAINER_PARTS},
+                train_s / len(todo), pre_s / len(todo))
+            rid, entry, spooled = writes.write(res, t0_ms, held.pop(tid, None),
+                                               training.final_checkpoint(cks, tid))
+            logged.add(tid)
+            spent = time.perf_counter() - t1 + pre_s / len(todo)
+            o = TrialOutcome.from_result(res, rid, spent)
+            o.wall_seconds = spent + train_s / len(todo)
+            o.spooled = spooled
+            if entry is not None:
+                o.extra["spool_entry"] = entry
+            if handoff:
+                o.extra[HANDOFF] = writes.handed.pop(tid)
+            outcomes[tid] = o
+    finally:  # in the store or the spool: no longer needed
+        writes.end_checkpoints(cks, results, logged)

@@ -65,26 +65,39 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
         resumes.
       TypeError: ``config`` is neither a path, a mapping nor a SweepConfig, or an unknown option.
     """
-    import dataclasses
-
-    from harness.execute.devices import DevicePlanError
-    from harness.execute.executors import ExecutorUnavailableError
-    from harness.orchestrate.run import SweepOptions, run_sweep
-
     _check_option_types(tracking_uri=tracking_uri, dry_run=dry_run, only=only, quiet=quiet,
                         max_trials=max_trials, compile_cache=compile_cache)
     _check_console(options.get("console"))
+    _check_known(options)
+    return SweepRun(_run(config, tracking_uri=tracking_uri, jobs=jobs, dry_run=dry_run, only=only,
+                         quiet=quiet, executor=executor, batching=batching, max_trials=max_trials,
+                         compile_cache=compile_cache, **options))
+
+
+def _check_known(options: dict[str, Any]) -> None:
+    """Raise TypeError, naming :func:`sweep`'s options, on one that is not a field of
+    :class:`harness.orchestrate.run.SweepOptions` (said as sweep()'s, not as SweepOptions.__init__'s)."""
+    import dataclasses
+
+    from harness.orchestrate.run import SweepOptions
+
     known = {f.name for f in dataclasses.fields(SweepOptions)}
     for name in options:
-        if name not in known:  # said as sweep()'s, not as the internal SweepOptions.__init__'s
+        if name not in known:
             raise TypeError(f"harness.sweep() got an unexpected keyword argument {name!r}; its "
                             f"options: tracking_uri, jobs, dry_run, only, quiet, executor, batching, "
                             f"max_trials, compile_cache, {', '.join(sorted(known - set(_NAMED)))}")
 
+
+def _run(config: Any, **options: Any):
+    """:func:`harness.orchestrate.run.run_sweep`'s summary; what the command line reports as a usage error
+    (exit 2) raised as a :class:`harness.config.errors.UsageError` naming its option."""
+    from harness.execute.devices import DevicePlanError
+    from harness.execute.executors import ExecutorUnavailableError
+    from harness.orchestrate.run import run_sweep
+
     try:
-        summary = run_sweep(config, tracking_uri=tracking_uri, jobs=jobs, dry_run=dry_run, only=only,
-                            quiet=quiet, executor=executor, batching=batching, max_trials=max_trials,
-                            compile_cache=compile_cache, **options)
+        return run_sweep(config, **options)
     except ConfigError:
         raise
     except DevicePlanError as e:  # --jobs N's devices do not fit
@@ -97,7 +110,6 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
         if isinstance(e, RayTrackingError):
             raise UsageError(f"tracking_uri: {e}", "tracking_uri") from e
         raise
-    return SweepRun(summary)
 
 
 #: What each of :func:`sweep`'s named options must be (``tracking_uri`` may be ``None``; ``jobs``,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.core import ties
 from harness.core.boundary import edge, edge_warning, grid_edge, grid_warning
@@ -143,87 +143,98 @@ class SweepSummary:
 
 def best_configs(outcomes: list[TrialOutcome], by: str = DEFAULT_SELECT_BY,
                  clock: str = DEFAULT_CLOCK, audits: bool = True) -> list[dict[str, Any]]:
-    """Best configuration per task and optimizer (a task: :func:`harness.core.outcome.task_key`, the
-    report's ``task``; row keys ``task`` and ``task_title``, :func:`harness.orchestrate.tasks.task_titles`;
-    one configuration: its exact values, the
-    report's ``config_id``: :func:`harness.core.outcome.config_key`; ``config`` the label printed,
-    :func:`harness.core.outcome.config_labels`), selected exactly like the HTML report's leaderboard
+    """Best configuration per task and optimizer, selected exactly like the HTML report's leaderboard
     (:func:`reports.selection.best_configs`) by the objective ``by``
-    (:func:`harness.core.selection_rule.selection_key`, one rule for both). ``time_to_target`` (the
-    default), first difference decides: more seeds that reached the target; lower median steps to
-    target (one optimizer's steps cost the same, and steps carry no wall-clock noise); more seeds
-    finished (not diverged or failed); better mean final target metric on **validation**
-    (valid/accuracy, or valid/loss for loss targets); lower median seconds to target (on ``clock``,
-    :mod:`harness.core.clock`; the modeled clock is steps × the program's median step time, and a
-    task where a trial has no timed step ranks on the cost clock, :func:`task_clocks`); the
-    configuration's smallest trial id. ``final`` /
-    ``best``: more seeds finished, then the better mean final / best-during-training validation
-    metric, then the rest as above. Identical results select identically. Selection never reads the
-    test split: ``value`` is the selected configuration's mean validation metric (the final one;
-    the best during training for ``by="best"``: what it was selected on), ``test_value`` its mean
-    test metric over the seeds that have one (the headline number; ``None`` for runs from before
-    the three-split protocol); ``seed_seconds`` and ``seed_values`` the same per seed (seed → seconds
-    to target on the task's clock, seed → validation value), what :func:`ranked_rows` ties on."""
+    (:func:`harness.core.selection_rule.selection_key`, one rule for both; ties: the configuration's
+    smallest trial id). A task: :func:`harness.core.outcome.task_key`, the report's ``task`` (rows'
+    ``task``, ``task_title``: :func:`harness.orchestrate.tasks.task_titles`); a configuration: its exact
+    values, the report's ``config_id`` (:func:`harness.core.outcome.config_key`; ``config`` the label
+    printed, :func:`harness.core.outcome.config_labels`). Seconds to target are on ``clock``
+    (:mod:`harness.core.clock`; a task where a trial has no timed step ranks on the cost clock,
+    :func:`task_clocks`). Selection never reads the test split: ``value`` is the mean validation
+    metric it was selected on (final; the best during training for ``by="best"``), ``test_value``
+    the mean test metric over the seeds that have one (``None`` before the three-split protocol);
+    ``seed_seconds`` and ``seed_values`` the same per seed, what :func:`ranked_rows` ties on."""
     kind = value_kind(by)
     # an audit trial stands for its stopped twin's seed (last_rounds: the one not stopped wins), so
     # a configuration it trained to the end competes; audits=False: early stopping's own selection
     outcomes = outcomes if audits else [o for o in outcomes if not o.audit_of]
     clocks = task_clocks(outcomes, clock)
-    modeled, classes, ranges = classed_modeled(outcomes, clocks)
     groups: dict[tuple, list[TrialOutcome]] = {}
     for o in outcomes:  # one configuration: the report's config_id (0.1000001 and 0.1000004 are two)
         groups.setdefault(config_key(o), []).append(o)
-    labels = config_labels(outcomes)  # its label, apart from any other's
-    titles = task_titles(outcomes)
     groups = {k: last_rounds(os_) for k, os_ in groups.items()}  # one trial per seed, as the report
     # an optimizer whose every seed failed on a task (its last round, successive halving's earlier
     # stopped ones aside: reports.selection's rule) has no result to rank (ties.UNRANKED)
     with_results = {k[:4] for k, os_ in groups.items() if any(o.status != "failed" for o in os_)}
+    sel = _Selection(by, kind, clocks, *classed_modeled(outcomes, clocks), config_labels(outcomes),
+                     task_titles(outcomes), with_results)
     best: dict[tuple, dict[str, Any]] = {}
     for key, os_ in groups.items():
-        task, (ds, model), (opt, conf_id, exact) = key[:3], key[:2], key[3:]
-        ok = [o for o in os_ if o.status == "finished"]
-        metric = ranking_metric(os_[0].target_metric if os_[0].has_target else None,
-                                any(o.language_model for o in os_))
-        is_loss = metric.endswith("/loss")
-        if kind == "best":
-            vals = [(o.best_valid_loss if is_loss else o.best_valid_accuracy) for o in ok]
-        else:
-            vals = [(o.final_valid_loss if is_loss else o.final_valid_accuracy) for o in ok]
-        seed_values = {_seed(o): v for o, v in zip(ok, vals, strict=True) if v is not None}
-        vals = [v for v in vals if v is not None]
-        # on the task's clock (task_clocks), per seed
-        seed_seconds = {_seed(o): x for o in ok if (x := ranked_seconds(
-            modeled.get(o.trial_id), o.cost_seconds_to_target, o.seconds_to_target, clocks[task]))
-            is not None}
-        tests = [(o.test_loss if is_loss else o.test_accuracy) for o in ok]
-        tests = [v for v in tests if v is not None]
-        row = {
-            "flagged": any(o.perf_suspect for o in ok),
-            "cost_class": next((c for o in ok if (c := classes.get(o.trial_id)) is not None), None),
-            "cost_range": next((c for o in ok if (c := ranges.get(o.trial_id)) is not None), None),
-            "dataset": ds, "model": model, "task": task, "task_title": titles[task],
-            "optimizer": opt, "metric": metric, "config_id": conf_id,
-            "config": labels[key], "config_exact": exact,
-            "value": statistics.fmean(vals) if vals else None,
-            "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
-            "n_diverged": sum(o.status == "diverged" for o in os_),
-            "n_failed": sum(o.status == "failed" for o in os_),
-            "seconds_to_target": _median(list(seed_seconds.values())),
-            "steps_to_target": _median([o.steps_to_target for o in ok]),
-            "reached": sum(o.seconds_to_target is not None for o in ok),
-            "finished": len(ok), "seed_seconds": seed_seconds, "seed_values": seed_values,
-            "has_target": any(o.has_target for o in os_),
-            "examples_per_sec": _median([o.examples_per_sec for o in os_]),
-            "has_results": (*task, opt) in with_results,
-        }
-        # an exact tie: the configuration's smallest trial id, as the report (the name here and
-        # config_id's hash there named different configurations among thousands of trials)
-        row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
-                                     not is_loss, row["seconds_to_target"], min(o.trial_id for o in os_), by)
-        if (*task, opt) not in best or row["_rank"] < best[(*task, opt)]["_rank"]:
-            best[(*task, opt)] = row
+        row = _config_row(sel, key, os_)
+        if key[:4] not in best or row["_rank"] < best[key[:4]]["_rank"]:
+            best[key[:4]] = row
     return [{k: v for k, v in r.items() if k != "_rank"} for r in best.values()]
+
+
+class _Selection(NamedTuple):
+    """What :func:`best_configs` selects each configuration's row with."""
+
+    by: str
+    kind: str  # value_kind(by): "best" selects on the best value during training
+    clocks: dict[tuple, str]  # task -> its clock (task_clocks)
+    modeled: dict[str, float]  # trial id -> modeled seconds to target (classed_modeled)
+    classes: dict[str, Any]
+    ranges: dict[str, Any]
+    labels: dict[tuple, str]  # config_key -> its label (config_labels)
+    titles: dict[tuple, str]  # task -> its title (task_titles)
+    with_results: set[tuple]  # (*task, optimizer) with a trial not failed
+
+
+def _config_row(sel: _Selection, key: tuple, os_: list[TrialOutcome]) -> dict[str, Any]:
+    """One configuration's row of :func:`best_configs` (``key``: its :func:`config_key`; ``os_``:
+    one trial per seed), with ``_rank``, its :func:`harness.core.selection_rule.selection_key`."""
+    task, (ds, model), (opt, conf_id, exact) = key[:3], key[:2], key[3:]
+    ok = [o for o in os_ if o.status == "finished"]
+    metric = ranking_metric(os_[0].target_metric if os_[0].has_target else None,
+                            any(o.language_model for o in os_))
+    is_loss = metric.endswith("/loss")
+    if sel.kind == "best":
+        vals = [(o.best_valid_loss if is_loss else o.best_valid_accuracy) for o in ok]
+    else:
+        vals = [(o.final_valid_loss if is_loss else o.final_valid_accuracy) for o in ok]
+    seed_values = {_seed(o): v for o, v in zip(ok, vals, strict=True) if v is not None}
+    vals = [v for v in vals if v is not None]
+    # on the task's clock (task_clocks), per seed
+    seed_seconds = {_seed(o): x for o in ok if (x := ranked_seconds(
+        sel.modeled.get(o.trial_id), o.cost_seconds_to_target, o.seconds_to_target, sel.clocks[task]))
+        is not None}
+    tests = [(o.test_loss if is_loss else o.test_accuracy) for o in ok]
+    tests = [v for v in tests if v is not None]
+    row = {
+        "flagged": any(o.perf_suspect for o in ok),
+        "cost_class": next((c for o in ok if (c := sel.classes.get(o.trial_id)) is not None), None),
+        "cost_range": next((c for o in ok if (c := sel.ranges.get(o.trial_id)) is not None), None),
+        "dataset": ds, "model": model, "task": task, "task_title": sel.titles[task],
+        "optimizer": opt, "metric": metric, "config_id": conf_id,
+        "config": sel.labels[key], "config_exact": exact,
+        "value": statistics.fmean(vals) if vals else None,
+        "test_value": statistics.fmean(tests) if tests else None, "n": len(os_),
+        "n_diverged": sum(o.status == "diverged" for o in os_),
+        "n_failed": sum(o.status == "failed" for o in os_),
+        "seconds_to_target": _median(list(seed_seconds.values())),
+        "steps_to_target": _median([o.steps_to_target for o in ok]),
+        "reached": sum(o.seconds_to_target is not None for o in ok),
+        "finished": len(ok), "seed_seconds": seed_seconds, "seed_values": seed_values,
+        "has_target": any(o.has_target for o in os_),
+        "examples_per_sec": _median([o.examples_per_sec for o in os_]),
+        "has_results": (*task, opt) in sel.with_results,
+    }
+    # an exact tie: the configuration's smallest trial id, as the report (the name here and
+    # config_id's hash there named different configurations among thousands of trials)
+    row["_rank"] = selection_key(row["reached"], row["steps_to_target"], len(ok), row["value"],
+                                 not is_loss, row["seconds_to_target"], min(o.trial_id for o in os_), sel.by)
+    return row
 
 
 def _seed(o: TrialOutcome):
@@ -374,36 +385,18 @@ def print_summary(console, summary: SweepSummary, explain: bool = False) -> None
     configurations are in the HTML report), what the columns mean and the clock (:func:`legend`;
     in full with ``explain``, ``sweep --explain``), the ties' line (:func:`tie_line`) and the
     commands to look further."""
-    import itertools
-
-    from rich import box
     from rich.markup import escape
-    from rich.table import Table
 
-    from harness.orchestrate.tables import print_table
-
-    py = python_command()
     rows = ranked_rows(summary.outcomes, summary.select_by, summary.time_clock)
-    configs: dict[tuple, list[str]] = {}
-    task_configs: dict[tuple, list[str]] = {}
-    labels = config_labels(summary.outcomes)  # as best_configs labels its rows
-    for o in summary.outcomes:  # per task (the report's: harness.orchestrate.tasks) and optimizer
-        configs.setdefault((*task_key(o), o.optimizer), []).append(labels[config_key(o)])
-        task_configs.setdefault(task_key(o), []).append(labels[config_key(o)])
     clocks = task_clocks(summary.outcomes, summary.time_clock)
     titles = task_titles(summary.outcomes)
     on_modeled = summary.time_clock != "measured"
     measured = [titles[k] for k in sorted(clocks, key=task_order) if on_modeled and clocks[k] == "measured"]
     cost = [titles[k] for k in sorted(clocks, key=task_order) if clocks[k] == "cost"]
-
-    def short(metric: str) -> str:
-        return metric.split("/", 1)[-1].replace("accuracy", "acc")
-
     # One metric for every row: it names the columns. Mixed (workloads with loss and accuracy
     # targets): the columns are "valid"/"test" and each value carries its metric ("loss 1.9343").
-    metrics = {short(r["metric"]) for r in rows} or {"acc"}
+    metrics = {_short_metric(r["metric"]) for r in rows} or {"acc"}
     shared = next(iter(metrics)) if len(metrics) == 1 else None
-    head = f" {shared}" if shared else ""
     chosen = selection_words(summary.select_by, "valid/" + ("metric" if shared is None else
                                                           {"acc": "accuracy"}.get(shared, shared)))
     caption = legend(summary, measured, cost, titles, explain)
@@ -413,9 +406,36 @@ def print_summary(console, summary: SweepSummary, explain: bool = False) -> None
     console.print(summary.headline(), soft_wrap=True)
     if summary.smoke:
         console.print(escape(summary.smoke), soft_wrap=True)
-    # one ranked table per task (its label the title), so that the rank, optimizer and numbers fit
-    # 80 columns; the optimizer on one line, the rest may wrap at words (a header over two lines)
-    # (harness.orchestrate.tables.print_table: else a block per row)
+    _print_task_tables(console, summary, rows, titles, shared)
+    _print_notes(console, summary, rows, caption)
+
+
+def _short_metric(metric: str) -> str:
+    """``valid/accuracy`` -> ``acc``, ``valid/loss`` -> ``loss``: a column's or value's label."""
+    return metric.split("/", 1)[-1].replace("accuracy", "acc")
+
+
+def _print_task_tables(console, summary: SweepSummary, rows: list[dict[str, Any]], titles: dict,
+                       shared: str | None) -> None:
+    """One ranked table per task (its label the title), so that the rank, optimizer and numbers fit
+    80 columns; the optimizer on one line, the rest may wrap at words (a header over two lines)
+    (:func:`harness.orchestrate.tables.print_table`: else a block per row). ``shared``: the one metric of
+    every row, in the headers; ``None``: each value carries its metric."""
+    import itertools
+
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    from harness.orchestrate.tables import print_table
+
+    configs: dict[tuple, list[str]] = {}
+    task_configs: dict[tuple, list[str]] = {}
+    labels = config_labels(summary.outcomes)  # as best_configs labels its rows
+    for o in summary.outcomes:  # per task (the report's: harness.orchestrate.tasks) and optimizer
+        configs.setdefault((*task_key(o), o.optimizer), []).append(labels[config_key(o)])
+        task_configs.setdefault(task_key(o), []).append(labels[config_key(o)])
+    head = f" {shared}" if shared else ""
     for task, task_rows in itertools.groupby(rows, key=lambda r: r["task"]):
         t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
                   show_edge=False, title=escape(titles[task]), title_justify="left", title_style="bold")
@@ -426,18 +446,31 @@ def print_summary(console, summary: SweepSummary, explain: bool = False) -> None
             t.add_column(col, justify="right")
         for r in task_rows:
             best = config_cell(r["config"], configs[(*task, r["optimizer"])], task_configs[task])
-            label = "" if shared else f"{short(r['metric'])} "
-            val = "—" if r["value"] is None else f"{label}{r['value']:.4f}"
-            test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"
-            ttt = ("no target" if not r.get("has_target", True) else "not reached"
-                   if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s"
-                   + (f" ({r['reached']}/{r['n']})" if r["reached"] < r["n"] else "")
-                   + (" †" if r.get("flagged") else ""))  # perf.suspect: the caption says why
-            eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
-            bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
-            trials = f"{r['n']}" + (f" ({bad})" if bad else "")
-            t.add_row(r["label"], r["optimizer"], escape(best), val, test, ttt, eps, trials)
+            t.add_row(r["label"], r["optimizer"], escape(best), *_row_cells(r, shared))
         print_table(console, t)
+
+
+def _row_cells(r: dict[str, Any], shared: str | None) -> tuple[str, ...]:
+    """A summary row's valid, test, to target, ex/s and seeds cells."""
+    label = "" if shared else f"{_short_metric(r['metric'])} "
+    val = "—" if r["value"] is None else f"{label}{r['value']:.4f}"
+    test = "—" if r.get("test_value") is None else f"{label}{r['test_value']:.4f}"
+    ttt = ("no target" if not r.get("has_target", True) else "not reached"
+           if r["seconds_to_target"] is None else f"{r['seconds_to_target']:.3g} s"
+           + (f" ({r['reached']}/{r['n']})" if r["reached"] < r["n"] else "")
+           + (" †" if r.get("flagged") else ""))  # perf.suspect: the caption says why
+    eps = "—" if r["examples_per_sec"] is None else _si(r["examples_per_sec"])
+    bad = ", ".join(f"{n} {k}" for k, n in (("div", r["n_diverged"]), ("fail", r["n_failed"])) if n)
+    trials = f"{r['n']}" + (f" ({bad})" if bad else "")
+    return val, test, ttt, eps, trials
+
+
+def _print_notes(console, summary: SweepSummary, rows: list[dict[str, Any]], caption: str) -> None:
+    """The lines under the tables: the legend, ties, target claims, budget, search ranges, the
+    searches' certificates and stops, audits, the spool, then the commands to look further."""
+    from rich.markup import escape
+
+    py = python_command()
     whole = not console.is_terminal  # a pipe or a file: each record on one line, never wrapped
     console.print(escape(caption), soft_wrap=whole)
     if line := tie_line(rows):

@@ -28,8 +28,6 @@ def group_units(specs: list[TrialSpec], batching: str,
     ``harness.batching`` tag: ``"vmap(8): measured 1.21x"``, ``"sequential: batching off"``, ...).
     ``on_measure(i, n)``, when given, is called before ``auto`` decides the ``i``-th of the ``n``
     groups it decides (each may compile and time programs: a stage line's count)."""
-    from harness.train import batching as _batching
-
     labels = {} if labels is None else labels
     if batching == "off":
         labels.update((s.trial_id, "sequential: batching off") for s in specs)
@@ -50,15 +48,7 @@ def group_units(specs: list[TrialSpec], batching: str,
                 from harness.train.loop import should_batch as sb
 
                 should_batch = sb
-            if not should_batch(g):
-                label = _batching.describe(g, False)  # once per group: it compares all of g's keys
-                labels.update((s.trial_id, label) for s in g)
-                units.extend([s] for s in g)
-                continue
-            label = _batching.describe(g, True)
-            size = _batching.group_size(g)  # as many trials per program as fit device memory
-            labels.update((s.trial_id, label) for s in g)
-            units.extend(g[i:i + size] for i in range(0, len(g), size))
+            units.extend(_auto_units(g, should_batch, labels))
             continue
         elif trial_parallel and len(g) > 1:
             label = f"vmap({len(g)}): trial-parallel over parallelism.devices={g[0].devices}"
@@ -132,3 +122,20 @@ def unit_tags(tags: dict[str, dict[str, str]], batching: dict[str, str],
     for tid, ids in batch_members(units).items():
         out.setdefault(tid, {})[TAG_BATCH] = ids
     return out
+
+
+def _auto_units(g: list[TrialSpec], should_batch: Callable[[list[TrialSpec]], bool],
+                labels: dict[str, str]) -> list[list[TrialSpec]]:
+    """``batching: auto``'s units of group ``g``: one program of as many trials as fit device memory
+    (:func:`harness.train.batching.group_size`) where ``should_batch(g)``, else one per trial; each
+    trial's label into ``labels``."""
+    from harness.train import batching as _batching
+
+    if not should_batch(g):
+        label = _batching.describe(g, False)  # once per group: it compares all of g's keys
+        labels.update((s.trial_id, label) for s in g)
+        return [[s] for s in g]
+    label = _batching.describe(g, True)
+    size = _batching.group_size(g)  # as many trials per program as fit device memory
+    labels.update((s.trial_id, label) for s in g)
+    return [g[i:i + size] for i in range(0, len(g), size)]

@@ -41,6 +41,7 @@ from harness.tracking.store_repair import repair
 from harness.tracking.store_state import (
     LOCK_WAIT_S,
     UNUSABLE,
+    FileState,
     StoreError,
     inspect_file,
     lock_path,
@@ -181,6 +182,24 @@ def make_store_folder(db: Path) -> None:
     folder.mkdir(exist_ok=True)
 
 
+def _created_meanwhile(db: Path, st: FileState, wait_s: float, say) -> FileState:
+    """A read-only command's missing or empty store ``db``: its state once the process creating it
+    (holding the creation lock) is done; nothing is created.
+
+    Raises:
+      StoreError: there is still no store (``no MLflow store at ...``).
+    """
+    if lock_path(db).exists():  # being created right now: wait for it, create nothing
+        with _creation_lock(db, wait_s, say):
+            pass
+        st = inspect_file(db)
+    if st.kind in ("missing", "empty"):
+        raise StoreError(f"no MLflow store at {db}: run a sweep here first (python -m harness sweep "
+                         f"experiments/quickstart.yaml) or point --tracking-uri / MLFLOW_TRACKING_URI "
+                         f"at your store")
+    return st
+
+
 def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = LOCK_WAIT_S,
                         say=_say) -> str | None:
     """Make ``db`` a complete MLflow store at MLflow's head revision, or raise :class:`StoreError`.
@@ -201,16 +220,9 @@ def ensure_sqlite_store(db: str | Path, *, create: bool = True, wait_s: float = 
     if st.kind in UNUSABLE:
         raise unusable_error(db, st)
     if not create and st.kind in ("missing", "empty"):
-        if lock_path(db).exists():  # being created right now: wait for it, create nothing
-            with _creation_lock(db, wait_s, say):
-                pass
-            st = inspect_file(db)
+        st = _created_meanwhile(db, st, wait_s, say)
         if st.kind == "ready":
             return None
-        if st.kind in ("missing", "empty"):
-            raise StoreError(f"no MLflow store at {db}: run a sweep here first (python -m harness sweep "
-                             f"experiments/quickstart.yaml) or point --tracking-uri / MLFLOW_TRACKING_URI "
-                             f"at your store")
     try:
         make_store_folder(db)
         side_dir(db).mkdir(exist_ok=True)

@@ -9,7 +9,9 @@ optimizer (its state becomes ``(inner state, int32 count of clipped updates)``),
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -177,53 +179,68 @@ def group_optimizer(make_for: Callable[..., Callable[[Any], TrainOptimizer]],
     Raises:
       ValueError: (at init) a rule matching no parameter, a parameter two groups claim.
     """
-    from optimizers.groups import group_masks
-
     groups = [(list(r), float(s), w) for r, s, w in groups]
     ws = [w for _, _, w in groups] + [None]
     makers = [make_for(w, k) if per_group else make_for(w) for k, w in enumerate(ws)]
     scales = [s for _, s, _ in groups] + [1.0]
+    rules = {f"param_groups[{k}]": r for k, (r, _, _) in enumerate(groups)}
+    return functools.partial(_make_grouped, makers, scales, rules)
 
-    def owners(params: Any) -> tuple[int, ...]:
-        masks = group_masks(params, {f"param_groups[{k}]": r for k, (r, _, _) in enumerate(groups)})
-        flags = [jax.tree.leaves(m) for m in masks.values()]
-        return tuple(next((k for k, f in enumerate(flags) if f[i]), len(groups))
+
+def _make_grouped(makers: list[Callable[[Any], TrainOptimizer]], scales: list[float],
+                  rules: dict[str, list], step_size: Any) -> TrainOptimizer:
+    """:func:`group_optimizer`'s ``make(step_size)``: group ``k``'s optimizer ``makers[k]`` at
+    ``step_size * scales[k]`` (the last: the leaves no rule claims)."""
+    g = _Grouped([m(step_size * s) for m, s in zip(makers, scales, strict=True)], rules)
+    return TrainOptimizer(g.init_fn, g.update_fn, g.params_fn, g.eval_params_fn)
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: jit keys on its bound methods
+class _Grouped:
+    """One optimizer per parameter group: ``opts[k]`` trains the leaves group ``k``'s ``rules``
+    match (:func:`optimizers.groups.group_masks`); the last, the leaves no group claims."""
+
+    opts: list[TrainOptimizer]
+    rules: dict[str, list]
+
+    def owners(self, params: Any) -> tuple[int, ...]:
+        """Each leaf's group (``len(rules)``: unclaimed)."""
+        from optimizers.groups import group_masks
+
+        flags = [jax.tree.leaves(m) for m in group_masks(params, self.rules).values()]
+        return tuple(next((k for k, f in enumerate(flags) if f[i]), len(self.rules))
                      for i in range(len(jax.tree.leaves(params))))
 
-    def make(step_size: Any) -> TrainOptimizer:
-        opts = [m(step_size * s) for m, s in zip(makers, scales, strict=True)]
+    def init_fn(self, params: Any) -> GroupedState:
+        leaves, treedef = jax.tree.flatten(params)
+        owner = self.owners(params)
+        states = tuple(opt.init_fn(_part(leaves, owner, k)) if k in owner else None
+                       for k, opt in enumerate(self.opts))
+        return GroupedState(states, treedef, owner)
 
-        def part(leaves, owner, k):
-            return [x for x, o in zip(leaves, owner, strict=True) if o == k]
+    def update_fn(self, i: Any, grads: Any, state: GroupedState) -> GroupedState:
+        leaves = jax.tree.leaves(grads)
+        states = tuple(None if s is None else opt.update_fn(i, _part(leaves, state.owner, k), s)
+                       for k, (opt, s) in enumerate(zip(self.opts, state.states, strict=True)))
+        return GroupedState(states, state.treedef, state.owner)
 
-        def init_fn(params):
-            leaves, treedef = jax.tree.flatten(params)
-            owner = owners(params)
-            states = tuple(opt.init_fn(part(leaves, owner, k)) if k in owner else None
-                           for k, opt in enumerate(opts))
-            return GroupedState(states, treedef, owner)
+    def params_fn(self, state: GroupedState) -> Any:
+        parts = [iter(opt.params_fn(s)) if s is not None else iter(())
+                 for opt, s in zip(self.opts, state.states, strict=True)]
+        return jax.tree.unflatten(state.treedef, [next(parts[o]) for o in state.owner])
 
-        def update_fn(i, grads, state):
-            leaves = jax.tree.leaves(grads)
-            states = tuple(None if s is None else opt.update_fn(i, part(leaves, state.owner, k), s)
-                           for k, (opt, s) in enumerate(zip(opts, state.states, strict=True)))
-            return GroupedState(states, state.treedef, state.owner)
+    def eval_params_fn(self, state: GroupedState) -> Any:
+        """Each group's evaluation parameters where it has them; ``None`` when no group has any."""
+        outs, any_eval = [], False
+        for opt, st in zip(self.opts, state.states, strict=True):
+            e = None if st is None or opt.eval_params_fn is None else opt.eval_params_fn(st)
+            any_eval = any_eval or e is not None
+            outs.append(iter(() if st is None else e if e is not None else opt.params_fn(st)))
+        if not any_eval:
+            return None
+        return jax.tree.unflatten(state.treedef, [next(outs[o]) for o in state.owner])
 
-        def params_fn(state):
-            parts = [iter(opt.params_fn(s)) if s is not None else iter(())
-                     for opt, s in zip(opts, state.states, strict=True)]
-            return jax.tree.unflatten(state.treedef, [next(parts[o]) for o in state.owner])
 
-        def eval_params_fn(state):  # each group's evaluation parameters where it has them
-            outs, any_eval = [], False
-            for opt, st in zip(opts, state.states, strict=True):
-                e = None if st is None or opt.eval_params_fn is None else opt.eval_params_fn(st)
-                any_eval = any_eval or e is not None
-                outs.append(iter(() if st is None else e if e is not None else opt.params_fn(st)))
-            if not any_eval:
-                return None
-            return jax.tree.unflatten(state.treedef, [next(outs[o]) for o in state.owner])
-
-        return TrainOptimizer(init_fn, update_fn, params_fn, eval_params_fn)
-
-    return make
+def _part(leaves: list, owner: tuple[int, ...], k: int) -> list:
+    """The leaves group ``k`` owns."""
+    return [x for x, o in zip(leaves, owner, strict=True) if o == k]

@@ -76,6 +76,7 @@ Units: seconds for compile, milliseconds for step times, FLOP/s for peaks; utili
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -317,11 +318,7 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
     args = [tuple(p.args) for p in programs]
     outs: list[Any] = [None] * len(programs)
     for i, p in enumerate(programs):
-        for _ in range(warmup):
-            outs[i] = p.compiled(*args[i])
-            args[i] = p.advance(outs[i], args[i])
-        if outs[i] is not None:
-            jax.block_until_ready(outs[i])
+        outs[i], args[i] = _warm_up(p, args[i], warmup)
     times: list[list[float]] = [[] for _ in programs]
     cpu: list[list[float]] = [[] for _ in programs]
     start, rounds = time.perf_counter(), 0
@@ -330,16 +327,9 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
         if shuffle:
             random.Random(rounds).shuffle(order)
         for i in order:
-            p = programs[i]
             c0 = cpu_snapshot()
-            for _ in range(block):
-                if on_call is not None:
-                    on_call(i)
-                t0 = time.perf_counter()
-                outs[i] = p.compiled(*args[i])
-                jax.block_until_ready(outs[i])
-                times[i].append(time.perf_counter() - t0)
-                args[i] = p.advance(outs[i], args[i])
+            outs[i], args[i] = _time_block(programs[i], args[i], block, times[i],
+                                           None if on_call is None else functools.partial(on_call, i))
             cpu[i].append(work_cpu_s(c0, cpu_snapshot()) / block)
         rounds += 1
         figures = times if stable_on == "wall" else cpu
@@ -349,28 +339,41 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
             return Rounds(times, outs, cpu)
 
 
+def _warm_up(p: Timed, args: tuple, warmup: int) -> tuple[Any, tuple]:
+    """``warmup`` untimed calls of ``p`` (the last one's outputs waited for): its outputs
+    (``None`` without calls) and next arguments."""
+    out = None
+    for _ in range(warmup):
+        out = p.compiled(*args)
+        args = p.advance(out, args)
+    if out is not None:
+        jax.block_until_ready(out)
+    return out, args
+
+
+def _time_block(p: Timed, args: tuple, block: int, times: list[float],
+                on_call: Callable[[], None] | None) -> tuple[Any, tuple]:
+    """``block`` calls of ``p``, each ended with ``jax.block_until_ready`` and its seconds appended
+    to ``times`` (``on_call()`` before each); the last outputs and the next arguments."""
+    out = None
+    for _ in range(block):
+        if on_call is not None:
+            on_call()
+        t0 = time.perf_counter()
+        out = p.compiled(*args)
+        jax.block_until_ready(out)
+        times.append(time.perf_counter() - t0)
+        args = p.advance(out, args)
+    return out, args
+
+
 def measure(
-    fn: Callable[..., Any],
-    args: Sequence[Any],
-    *,
-    batch_size: int,
-    steps_per_call: int = 1,
-    warmup: int = 3,
-    iters: int = 20,
-    donate_argnums: int | tuple[int, ...] = (),
-    carry: Callable[[Any, tuple], tuple] | None = None,
-    analytic_flops: float | None = None,
-    peak_flops: float | None = None,
-    compiled: Any = None,
-    compile_s: float | None = None,
-    dtype: Any = jnp.float32,
-    num_devices: int = 1,
-    mesh: str = "",
-    max_spread: float | None = None,
-    max_iters: int = 400,
-    max_seconds: float = 2.0,
-    flops_of: Any = None,
-    stable_on: str | None = None,
+    fn: Callable[..., Any], args: Sequence[Any], *, batch_size: int, steps_per_call: int = 1,
+    warmup: int = 3, iters: int = 20, donate_argnums: int | tuple[int, ...] = (),
+    carry: Callable[[Any, tuple], tuple] | None = None, analytic_flops: float | None = None,
+    peak_flops: float | None = None, compiled: Any = None, compile_s: float | None = None,
+    dtype: Any = jnp.float32, num_devices: int = 1, mesh: str = "", max_spread: float | None = None,
+    max_iters: int = 400, max_seconds: float = 2.0, flops_of: Any = None, stable_on: str | None = None,
 ) -> PerfResult:
     """Time ``fn(*args)`` per the module's protocol and return a :class:`~harness.core.spec.PerfResult`.
 
@@ -460,13 +463,7 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
     leaves = jax.tree_util.tree_leaves(out)
     dev = next(iter(leaves[0].devices())) if leaves and hasattr(leaves[0], "devices") else None
     if peak_flops is None:
-        try:
-            peak_flops = device_peak_flops(dev, dtype) * num_devices
-            rate = flops / (median / 1e3) / num_devices if flops and median > 0 else 0.0
-            if dev is not None and rate > peak_flops / num_devices:  # the peak was timed under load
-                peak_flops = _retime_peak(dev, dtype, peak_flops / num_devices) * num_devices
-        except Exception:  # a peak we cannot measure leaves utilisation unknown
-            peak_flops = None
+        peak_flops = _default_peak(dev, dtype, num_devices, flops, median)
     util = flops / (median / 1e3) / peak_flops if flops and peak_flops and median > 0 else None
     eps = batch_size / (median / 1e3) if median > 0 else math.inf
     cpu_ms = float(np.median(cpu)) * 1e3 / steps_per_call if cpu else None
@@ -475,25 +472,26 @@ def perf_result(times: Sequence[float], out: Any, *, compiled: Any, compile_s: f
         series = cpu if platform == "cpu" and cpu else times
         figure = tuple(x * 1e3 / steps_per_call for x in round_figures([series])[0])  # type: ignore[assignment]
     return PerfResult(
-        compile_s=compile_s,
-        step_time_ms=median,
-        step_time_ms_p10=p10,
-        step_time_ms_p90=p90,
-        examples_per_sec=eps,
-        flops_per_step=flops,
-        flops_per_step_analytic=analytic_flops,
-        peak_flops=peak_flops,
-        utilization=util,
-        timed_steps=len(times) * steps_per_call,
-        spread=spread,
-        warmup_steps=warmup * steps_per_call,
-        device_kind=device_kind(dev),
-        dtype=jnp.dtype(dtype).name,
-        num_devices=num_devices,
-        examples_per_sec_per_device=eps / num_devices,
-        mesh=mesh,
-        step_cpu_ms=cpu_ms,
-        modeled_step_ms=figure[0],
-        modeled_step_ms_lo=figure[1],
+        compile_s=compile_s, step_time_ms=median, step_time_ms_p10=p10, step_time_ms_p90=p90,
+        examples_per_sec=eps, flops_per_step=flops, flops_per_step_analytic=analytic_flops,
+        peak_flops=peak_flops, utilization=util, timed_steps=len(times) * steps_per_call, spread=spread,
+        warmup_steps=warmup * steps_per_call, device_kind=device_kind(dev), dtype=jnp.dtype(dtype).name,
+        num_devices=num_devices, examples_per_sec_per_device=eps / num_devices, mesh=mesh,
+        step_cpu_ms=cpu_ms, modeled_step_ms=figure[0], modeled_step_ms_lo=figure[1],
         modeled_step_ms_hi=figure[2],
     )
+
+
+def _default_peak(dev: Any, dtype: Any, num_devices: int, flops: float | None, median: float
+                  ) -> float | None:
+    """The whole mesh's peak FLOP/s: the device's measured matmul peak of ``dtype``
+    (:func:`device_peak_flops`), timed again when the step (``flops`` in ``median`` ms) beat it
+    (it was timed under load); ``None`` when it cannot be measured."""
+    try:
+        peak_flops = device_peak_flops(dev, dtype) * num_devices
+        rate = flops / (median / 1e3) / num_devices if flops and median > 0 else 0.0
+        if dev is not None and rate > peak_flops / num_devices:  # the peak was timed under load
+            peak_flops = _retime_peak(dev, dtype, peak_flops / num_devices) * num_devices
+    except Exception:  # a peak we cannot measure leaves utilisation unknown
+        return None
+    return peak_flops
