@@ -1,6 +1,6 @@
 """Follow one work unit from ``InProcessExecutor.run``: the ``harness`` files its calls pass through,
 and its calls into a higher layer (docs/architecture.md's order ``core < data < config < train <
-plan < tracking < execute < sweep < cli``), for a quickstart-like unit and an AlgoPerf unit.
+plan < tracking < execute < orchestrate < cli``), for a quickstart-like unit and an AlgoPerf unit.
 
 Every Python call made while ``InProcessExecutor.run`` is on the stack (main thread, and threads
 started meanwhile) is recorded when it lands in a ``harness`` file, as an edge from the nearest
