@@ -316,3 +316,13 @@ def test_the_reviews_race_is_not_separated_where_the_cost_interval_covers_it():
     assert [lab for _, lab in labels(now)] == ["1=", "1=", "1=", "1="]
     sep = ties.separation(now["sgd"], now["adafactor"])
     assert sep.cause == "cost" and sep.words.startswith("tied by the step cost: ")
+
+
+def test_report_help_states_the_clock_as_it_is():
+    """``report --help`` said the modeled clock charged figures "in powers of 2 of the task's cheapest
+    program" after that rounding was removed: it states the measured median and its interval."""
+    from harness.cli import report_cmd
+
+    text = " ".join(report_cmd.TIME.help.split())
+    assert "powers of 2" not in text
+    assert "median of at least 10 interleaved rounds with its 95% interval" in text

@@ -59,8 +59,8 @@ SELECT = typer.Option(
 TIME = typer.Option(
     None, "--time", **_choice(CLOCKS),
     help="The clock time to target is ranked on: modeled (steps to target x the program's step "
-    "time measured before training: CPU time of one XLA thread on a CPU, charged in powers of 2 "
-    "of the task's cheapest program, since load moves one program's figure against another's; a "
+    "time measured before training: CPU time of one XLA thread on a CPU, the median of at least "
+    "10 interleaved rounds with its 95% interval, which the rank rule carries; a "
     "task with an AlgoPerf submission ranks on its FLOP cost) or measured (the "
     "wall-clock each trial logged). Default: the sweep config's `time:` (else modeled). The "
     "leaderboard says which.")
