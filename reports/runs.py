@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from harness.core.artifact_text import artifact_text
 from harness.core.filters import literal, tag_is
 from harness.core.names import (
     ARTIFACT_CONFIG,
@@ -36,7 +35,6 @@ PAGE_SIZE = 1000
 #: Threads that read metric histories (I/O bound; helps most against a remote server).
 HISTORY_THREADS = 8
 #: Environment variable of MLflow's artifact download progress bar (switched off while reading).
-_PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def mlflow_client(tracking_uri: str | None):
@@ -240,22 +238,8 @@ def metric_histories(client, wanted: Sequence[tuple[str, str]]) -> list[tuple[np
 
 
 def download_text(client, run_id: str, artifact: str) -> str | None:
-    """The text of one artifact of a run (MLflow's progress bar switched off meanwhile), or
-    ``None`` when it is absent or the store cannot be read."""
-    quiet = os.environ.get(_PROGRESS_BAR_ENV)
-    os.environ[_PROGRESS_BAR_ENV] = "false"
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = client.download_artifacts(run_id, artifact, tmp)
-            with open(path, encoding="utf-8") as f:
-                return f.read()
-    except Exception:  # absent artifact, unreachable store
-        return None
-    finally:
-        if quiet is None:
-            os.environ.pop(_PROGRESS_BAR_ENV, None)
-        else:
-            os.environ[_PROGRESS_BAR_ENV] = quiet
+    """The text of one artifact of a run, or ``None`` (:func:`harness.core.artifact_text.artifact_text`)."""
+    return artifact_text(client, run_id, artifact)
 
 
 def config_yaml(client, parents: Sequence) -> str | None:

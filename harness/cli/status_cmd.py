@@ -248,16 +248,14 @@ def _listed_trials(client, parent) -> set[str] | None:
     """The trial ids a parent run lists in its ``trials.json`` (every trial of its sweep, those
     skipped as done under an earlier sweep id included), or ``None`` when it has none."""
     import json
-    import tempfile
 
+    from harness.core.artifact_text import artifact_text
     from harness.core.names import ARTIFACT_TRIALS
 
-    try:
-        with tempfile.TemporaryDirectory(prefix="harness-status-") as d:
-            path = client.download_artifacts(parent.info.run_id, ARTIFACT_TRIALS, d)
-            with open(path, encoding="utf-8") as f:
-                return {t["trial_id"] for t in json.load(f)}
-    except Exception:  # an old parent without the list, or an unreadable one: count by tags
+    text = artifact_text(client, parent.info.run_id, ARTIFACT_TRIALS)
+    try:  # an old parent without the list, or an unreadable one: count by tags
+        return None if text is None else {t["trial_id"] for t in json.loads(text)}
+    except Exception:
         return None
 
 

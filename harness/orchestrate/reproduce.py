@@ -14,7 +14,6 @@ from run to run, and the answer says so.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import names
+from harness.core.artifact_text import artifact_text
 from harness.core.spec import TrialSpec
 from harness.orchestrate.reproduce_checks import (
     ReproduceError,
@@ -367,22 +367,6 @@ def _stored_run(client, trial_id: str) -> tuple[Any, str]:
     return max(finished, key=lambda re_: (re_[0].info.start_time or 0, re_[0].info.run_id))
 
 
-def _artifact(client, run_id: str, path: str, folder: Path) -> str | None:
-    """The text of one artifact of a run (``None`` when absent), without MLflow's progress bar."""
-    bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    before = os.environ.get(bar)
-    os.environ[bar] = "false"
-    try:
-        with tempfile.TemporaryDirectory(dir=folder) as d, contextlib.suppress(Exception):
-            return Path(client.download_artifacts(run_id, path, d)).read_text(encoding="utf-8")
-        return None
-    finally:
-        if before is None:
-            os.environ.pop(bar, None)
-        else:
-            os.environ[bar] = before
-
-
 def _stored_spec(client, run, trial_id: str, folder: Path) -> TrialSpec:
     """The run's ``trial.json`` as a TrialSpec, a user's optimizer rebuilt from the run's copy of
     its file (written into ``folder/source``).
@@ -390,7 +374,7 @@ def _stored_spec(client, run, trial_id: str, folder: Path) -> TrialSpec:
     Raises:
       ReproduceError: ``trial.json`` missing, or the spec (or the source) not hashing to ``trial_id``.
     """
-    text = _artifact(client, run.info.run_id, names.ARTIFACT_TRIAL, folder)
+    text = artifact_text(client, run.info.run_id, names.ARTIFACT_TRIAL, folder)
     if text is None:
         raise ReproduceError(f"run {run.info.run_id} of trial {trial_id} has no {names.ARTIFACT_TRIAL}")
     spec = stored_spec(text, run, trial_id)  # a damaged record is said so
@@ -419,7 +403,7 @@ def _source_ref(client, run, spec: TrialSpec, folder: Path, which: str = "optimi
         if kind_file:
             rel = text[len("algoperf:"):] if text.startswith("algoperf:") else text.rpartition(":")[0]
             name = os.path.basename(rel)
-            code = _artifact(client, run.info.run_id, f"{kept}/{name}", folder)
+            code = artifact_text(client, run.info.run_id, f"{kept}/{name}", folder)
             if code is None:
                 raise ReproduceError(f"run {run.info.run_id} kept no copy of {name} ({kept}/{name})")
             src = folder / kept
