@@ -167,7 +167,6 @@ def compute_figure(frame: pd.DataFrame) -> Figure | None:
             "final validation ", "")
         if i % ncols == 0 or mixed:
             ax.set_ylabel(f"best {name}\nso far (validation)")
-        ax.legend(fontsize=7, loc="best")
     hide_unused(axes, len(panels))
     methods = sorted(set(cc["method"]))
     extra = [Line2D([], [], color=NEUTRAL, lw=2, ls=METHOD_STYLES.get(m, "-"),

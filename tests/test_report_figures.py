@@ -732,3 +732,19 @@ def test_an_interactive_views_note_promises_controls_only_where_it_has_them(page
         inputs = '"input"' in json.dumps(json.loads(spec.group(1)))
         assert ("controls below the chart" in note) == inputs, (fid, inputs, note)
     assert dict((v[0], "controls below" in v[2]) for v in views)["tuning-curves"] is False
+
+
+def test_tuning_against_compute_has_one_legend_above_the_panels(frame):
+    """Each panel of "Tuning against compute" also drew its own legend at ``loc="best"``, which sat on
+    the curves (the quickstart's mlp panel: over sgd's line) and repeated the figure's: the figure's
+    one legend names every optimizer and method drawn, and no panel has one."""
+    from reports import fig_tuning
+
+    fig = fig_tuning.compute_figure(frame)
+    assert fig is not None
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    texts = {t.get_text() for t in legend.get_texts()}
+    drawn = {ln.get_label().split(" (")[0] for ax in fig.axes for ln in ax.get_lines()
+             if not ln.get_label().startswith("_")}
+    assert drawn and drawn <= texts
