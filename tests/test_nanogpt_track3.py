@@ -94,12 +94,12 @@ def test_track3_smoke_run(shards, tmp_path):
     r = runner.invoke(app, ["sweep", str(p), "--max-steps", "2", "--tracking-uri", uri])
     assert r.exit_code == 0, r.output
     assert "smoke run: every trial capped at 2 steps (--max-steps)" in r.output
-    run = harness.results(tracking_uri=uri, experiment="nanogpt_track3").trials
+    run = harness.results(tracking_uri=uri, experiment="nanogpt_track3-smoke").trials
     assert len(run) == 1 and run["trial_id"].iloc[0] not in full
     import mlflow
 
     client = mlflow.MlflowClient(uri)
-    exp = client.get_experiment_by_name("nanogpt_track3")
+    exp = client.get_experiment_by_name("nanogpt_track3-smoke")
     (tr,) = [x for x in client.search_runs([exp.experiment_id]) if "harness.trial_id" in x.data.tags]
     p_ = tr.data.params
     steps = (p_["train.steps"], p_["schedule.total_steps"], p_["train.schedule_steps"])

@@ -13,9 +13,9 @@ CFG = {"name": "smoke_timing", "models": [{"name": "mlp", "hparams": {"width": 1
        "steps_per_dispatch": 10, "measure_perf": True}
 
 
-def _perf_metrics(uri: str) -> list[str]:
+def _perf_metrics(uri: str, experiment: str = "smoke_timing-smoke") -> list[str]:
     client = mlflow.MlflowClient(uri)
-    exp = client.get_experiment_by_name("smoke_timing")
+    exp = client.get_experiment_by_name(experiment)
     (run,) = [r for r in client.search_runs([exp.experiment_id]) if "harness.trial_id" in r.data.tags]
     assert run.info.status == "FINISHED"
     return sorted(k for k in run.data.metrics if k.startswith("perf/step_time"))
@@ -32,4 +32,15 @@ def test_a_smoke_run_is_not_timed_and_says_so(tmp_path, capsys):
 def test_the_full_run_of_the_same_config_is_timed(tmp_path):
     uri = f"sqlite:///{tmp_path}/full.db"
     harness.sweep(CFG, tracking_uri=uri, quiet=True)
-    assert "perf/step_time_ms" in _perf_metrics(uri)
+    assert "perf/step_time_ms" in _perf_metrics(uri, "smoke_timing")
+
+
+def test_a_smoke_run_never_stands_for_the_full_sweep(tmp_path):
+    """A smoke run after the full sweep became the experiment's current version: ``report`` and
+    ``harness.results`` showed its 5-step numbers as the leaderboard. It goes to NAME-smoke."""
+    uri = f"sqlite:///{tmp_path}/both.db"
+    harness.sweep(CFG, tracking_uri=uri, quiet=True)
+    smoke = harness.sweep(CFG, tracking_uri=uri, quiet=True, max_steps=5)
+    assert smoke.experiment == "smoke_timing-smoke"
+    for experiment, steps in (("smoke_timing", [40]), ("smoke_timing-smoke", [5])):
+        assert harness.results(tracking_uri=uri, experiment=experiment).trials["train_steps"].tolist() == steps

@@ -54,7 +54,7 @@ from harness.orchestrate.preflight import preflight
 from harness.orchestrate.progress import ProgressDisplay, StageLine, print_plan
 from harness.orchestrate.resume import Plan, count_done, finished_trials, make_plan, take_spooled
 from harness.orchestrate.searchers import SweepSearch, searcher_for
-from harness.orchestrate.smoke import cap_steps, check_max_steps, smoke_line
+from harness.orchestrate.smoke import cap_steps, check_max_steps, smoke_line, smoke_name
 from harness.orchestrate.summary import SweepSummary, best_configs, boundary_warnings, print_summary
 from harness.orchestrate.sweep_clock import SweepClock
 from harness.plan.expansion import TrialList, component_variants, expand, search_tags, sweep_id_of
@@ -190,7 +190,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
         raise ConfigError([f"{config_path}: {line}" for line in e.errors]) from None
     whole = cap_steps(whole, max_steps, search.adaptive)  # a smoke run: new trial ids
     if max_steps is not None:  # a smoke run checks that trials run; timing them would be most of it
-        cfg = cfg.model_copy(update={"measure_perf": False})
+        cfg = cfg.model_copy(update={"measure_perf": False, "name": smoke_name(cfg.name)})
     if search.adaptive:  # the candidates stand for the search (ASHA's carry their rule)
         whole = _listed(search.candidates(), whole)
         search.adopt(whole, whole.origins)

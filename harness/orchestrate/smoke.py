@@ -2,7 +2,9 @@
 ``N`` steps of every trial whose budget is longer, as the full run would take them (its schedule
 spans the full budget: the recipe's ``schedule_steps``). A capped trial has other ``steps`` and
 recipe, so another ``trial_id``: it never stands for, nor skips, the full trial. A smoke run
-measures no throughput (``measure_perf`` off): timing took most of a short run's time.
+measures no throughput (``measure_perf`` off): timing took most of a short run's time. It goes to
+an experiment of its own, :func:`smoke_name`, so that it never becomes the sweep's current version
+in ``report``, ``status`` or ``harness.results``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import dataclasses
 from harness.config.errors import UsageError
 from harness.plan.expansion import TrialList
 
-__all__ = ["cap_steps", "check_max_steps", "smoke_line"]
+__all__ = ["cap_steps", "check_max_steps", "smoke_line", "smoke_name"]
 
 
 def check_max_steps(max_steps: object) -> int | None:
@@ -54,9 +56,14 @@ def cap_steps(trials: TrialList, max_steps: int | None, adaptive: bool = False) 
     return out
 
 
+def smoke_name(name: str) -> str:
+    """The experiment a smoke run of sweep ``name`` is logged to: ``NAME-smoke``."""
+    return f"{name}-smoke"
+
+
 def smoke_line(max_steps: int | None) -> str:
     """The summary's line for a smoke run (``""`` without a cap)."""
     if max_steps is None:
         return ""
     return (f"smoke run: every trial capped at {max_steps} steps (--max-steps), its schedule over its full "
-            f"budget, not timed; new trial ids, not comparable with the full runs")
+            f"budget, not timed; new trial ids in experiment NAME-smoke, not comparable with the full runs")
