@@ -43,4 +43,5 @@ def test_a_smoke_run_never_stands_for_the_full_sweep(tmp_path):
     smoke = harness.sweep(CFG, tracking_uri=uri, quiet=True, max_steps=5)
     assert smoke.experiment == "smoke_timing-smoke"
     for experiment, steps in (("smoke_timing", [40]), ("smoke_timing-smoke", [5])):
-        assert harness.results(tracking_uri=uri, experiment=experiment).trials["train_steps"].tolist() == steps
+        trials = harness.results(tracking_uri=uri, experiment=experiment).trials
+        assert trials["train_steps"].tolist() == steps
