@@ -66,3 +66,17 @@ def test_step_cost_reads_the_shapes_of_its_model_and_traces_one_not_given(counte
     assert step_cost.step_cost(spec)["params"] == 610 and len(counted_inits) == 1
     wide = make_spec(model_hparams={"width": 16, "depth": 1})
     assert step_cost.step_cost(wide, seven)["params"] == 1210 and len(counted_inits) == 2
+
+
+def test_an_algoperf_submission_is_not_estimated_and_says_why(tmp_path, capsys):
+    """``experiments/byo.yaml --dry-run`` printed an internal ``TypeError`` (the stand-in builder of a
+    submission takes no step size) as the step cost of its AlgoPerf entry."""
+    import re
+
+    from harness.orchestrate.run import run_sweep
+
+    run_sweep("experiments/byo.yaml", tracking_uri=f"sqlite:///{tmp_path}/m.db", dry_run=True)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "TypeError" not in out
+    assert re.search(r"step cost of \S+ · nadamw_ap: not estimated \(an AlgoPerf submission builds its "
+                     r"optimizer state in its own init_optimizer_state\)", out), out

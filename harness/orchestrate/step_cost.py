@@ -104,6 +104,10 @@ def cost_lines(specs: list, param_shapes: Mapping[tuple, Any] | None = None) -> 
         seen.setdefault(_key(s), s)
     out = []
     for s in list(seen.values())[:MAX_LINES]:
+        if s.optimizer_api == "algoperf":  # its state exists only once init_optimizer_state ran
+            out.append(f"step cost of {s.model} · {s.optimizer}: not estimated (an AlgoPerf submission "
+                       f"builds its optimizer state in its own init_optimizer_state)")
+            continue
         try:
             c = step_cost(s, param_shapes)
         except Exception as e:  # an estimate only: the plan above stands without it
