@@ -163,3 +163,25 @@ def test_description_errors_are_reported_under_description():
     with pytest.raises(ConfigError) as ei:
         parse_config(base, "x")
     assert ei.value.errors == ["x: description: 9,000 characters; at most 8,000"]
+
+
+_DTYPES = "Input should be 'auto', 'float32', 'bfloat16', 'float16' or 'float64' (got 'float8')"
+
+
+@pytest.mark.parametrize("value, line", [("[float8]", f"dtype[0]: {_DTYPES}"),
+                                         ("float8", f"dtype: {_DTYPES}")])
+def test_a_union_field_names_the_users_key_path_once(tmp_path, value, line):
+    """``dtype`` is a name or a list of names: one line at the key the user wrote, no pydantic
+    member tags (``dtype.list[literal[...]]``) and no line for the member it was not meant as."""
+    base = (ROOT / "experiments" / "quickstart.yaml").read_text()
+    with pytest.raises(ConfigError) as ei:
+        load_config(_write(tmp_path, base + f"dtype: {value}\n"))
+    assert ei.value.errors == [f"{tmp_path / 'c.yaml'}: {line}"]
+
+
+def test_nan_is_not_a_number_field(tmp_path):
+    base = (ROOT / "experiments" / "quickstart.yaml").read_text()
+    with pytest.raises(ConfigError) as ei:
+        load_config(_write(tmp_path, base + "source_timeout_s: .nan\n"))
+    assert ei.value.errors == [f"{tmp_path / 'c.yaml'}: source_timeout_s: expected a number, not .nan "
+                               f"(YAML's not-a-number) (got nan)"]

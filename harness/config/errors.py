@@ -22,6 +22,8 @@ from harness.core.echo import short_repr
 __all__ = ["ConfigError", "UsageError", "format_pydantic", "key_path_of", "key_text", "loc_path"]
 
 #: Error types whose message already says what was given (no ``(got ...)`` appended).
+#: A pydantic union member's tag in an error location: ``literal[...]``, ``list[...]``, ``int``.
+_TAG = re.compile(r"^(?:[a-z][a-z-]*\[.*|int|float|str|bool|none|dict|list)$")
 _SELF_EXPLAINED = ("empty_axis", "budget", "rule", "zip", "seeds", "batch_size", "name", "description",
                    "tracking_uri", "target", "search", "workloads")
 
@@ -133,12 +135,42 @@ def _model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel]:
     return cls
 
 
+def _is_tag(part: Any) -> bool:
+    """Whether a pydantic location part names a union member or validator (``literal['a','b']``,
+    ``list[int]``, ``function-after``), not a key the user wrote."""
+    return isinstance(part, str) and (part.startswith("function-") or bool(_TAG.match(part)))
+
+
+def _union_errors(errors: list[dict]) -> list[dict]:
+    """``errors`` with union-member tags dropped from each location and, where a union's members
+    all failed at one key, only the member errors that got past the type check (the deepest): a
+    list ``dtype: [float8]`` is told about its element, not also that it is not a string."""
+    groups: dict[tuple, list[dict]] = {}
+    for e in errors:
+        raw = tuple(e["loc"])
+        cut = next((i for i, p in enumerate(raw) if _is_tag(p)), len(raw))
+        loc = tuple(p for p in raw if not _is_tag(p))
+        groups.setdefault((raw[:cut], cut < len(raw)), []).append({**e, "loc": loc})
+    out = []
+    for (_, union), group in groups.items():
+        if union and len(group) > 1:
+            typed = [e for e in group if not e["type"].endswith("_type")] or group
+            deepest = max(len(e["loc"]) for e in typed)
+            group = [e for e in typed if len(e["loc"]) == deepest]
+        seen = set()
+        for e in group:
+            if (e["loc"], e["msg"]) not in seen:
+                seen.add((e["loc"], e["msg"]))
+                out.append(e)
+    return out
+
+
 def format_pydantic(err: ValidationError, file: str, root: type[BaseModel]) -> list[str]:
     """One ``FILE: KEY.PATH: message`` line per error of ``err``, raised validating ``root`` (the
     schema's :class:`~harness.config.schema.SweepConfig`)."""
     lines = []
-    for e in err.errors():
-        loc = tuple(p for p in e["loc"] if p not in ("function-after", "function-before"))
+    for e in _union_errors(err.errors()):
+        loc = e["loc"]
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             valid = list(_model_at(root, loc[:-1]).model_fields)

@@ -44,7 +44,7 @@ def strict_int(v: Any) -> Any:
 
 
 def strict_float(v: Any) -> Any:
-    """A number field: an int or a float (as float); never a bool or a string.
+    """A number field: an int or a float (as float); never a bool, a string or NaN.
 
     Raises:
       PydanticCustomError: type ``strict_float``.
@@ -58,6 +58,8 @@ def strict_float(v: Any) -> Any:
             raise PydanticCustomError("strict_float", "number too large") from None
     if not isinstance(v, float):
         raise PydanticCustomError("strict_float", "expected a number" + quoted_hint(v))
+    if v != v:
+        raise PydanticCustomError("strict_float", "expected a number, not .nan (YAML's not-a-number)")
     return v
 
 
