@@ -335,6 +335,16 @@ def test_status_unknown_experiment_and_untruncated_ids(tmp_path, tracking_uri, m
     assert lines[lines.index(name) + 1] == f"  sweep_id: {sid}" and "…" not in r.output
 
 
+def test_status_of_an_experiment_without_sweeps_says_so(tracking_uri):
+    import mlflow
+
+    mlflow.MlflowClient(tracking_uri).create_experiment("empty")
+    r = runner.invoke(app, ["status", "-e", "empty", "--tracking-uri", tracking_uri])
+    assert r.exit_code == 0, r.output
+    assert " ".join(r.output.split()) == ("no sweeps in experiment 'empty' yet: a sweep's runs appear here "
+                                          "once 'python -m harness sweep CONFIG' has opened it")
+
+
 def test_ctrl_c_prints_progress_and_exits_130(tmp_path, write_sweep, tracking_uri, fake_trainer, monkeypatch):
     from conftest import fake_result
 

@@ -59,6 +59,18 @@ MY_OPTS = textwrap.dedent('''
         return 3
 
 
+    def returns_pair(step_size):
+        return (lambda x: x, lambda i, g, x: x)
+
+
+    @optimizer
+    def update_raises(step_size):
+        def update(i, g, x):
+            raise KeyError("boom")
+
+        return (lambda x: x), update, (lambda x: x)
+
+
     def no_step_size(lr, b1=0.9):
         return None
 
@@ -210,6 +222,10 @@ def test_hyperparameters_are_read_from_the_signature_like_a_builtins(tmp_path):
     ("my_opts.py:returns_int", "source 'my_opts.py:returns_int': returns_int returned int; expected an "
                                "(init_fun, update_fun, get_params) triple, a 4-tuple (init_fun, "
                                "update_fun, get_params, eval_params) or an optax GradientTransformation"),
+    ("my_opts.py:returns_pair", "source 'my_opts.py:returns_pair': returns_pair returned a 2-tuple; "
+                                "expected an (init_fun, update_fun, get_params) triple, a 4-tuple "
+                                "(init_fun, update_fun, get_params, eval_params) or an optax "
+                                "GradientTransformation"),
     ("my_opts.py:no_step_size", "source 'my_opts.py:no_step_size': no_step_size(lr, b1) takes no "
                                 "step_size (or learning_rate): the harness passes each trial's step "
                                 "size (or its schedule) as that argument"),
@@ -270,6 +286,13 @@ def test_preflight_traces_a_sourced_update_on_the_models_parameters(tmp_path):
     lines = _errors(cfg, preflight=True)
     assert len(lines) == 1 and lines[0].startswith(
         f"{cfg}: optimizers[0].hparams: optimizer 'mine' (step_size=0.1): matmul input operand")
+
+
+def test_an_update_that_raises_is_named_by_its_exception_type(tmp_path):
+    cfg = _write(tmp_path, [{"name": "mine", "source": "my_opts.py:update_raises",
+                             "hparams": {"step_size": 0.1}}])
+    assert _errors(cfg, preflight=True) == [
+        f"{cfg}: optimizers[0].hparams: optimizer 'mine' (step_size=0.1): KeyError: boom"]
 
 
 def test_cli_exits_2_before_any_write_for_each_bad_source(tmp_path, monkeypatch):

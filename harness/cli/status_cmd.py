@@ -67,6 +67,13 @@ def status(
         trials = by_trial(runs)
         rows += [_sweep_row(client, exp.name, sid, d, trials, expected, newer)
                  for sid, d in sweep_ids.items()]
+    if not rows:
+        from harness.orchestrate.tables import stdout_console
+
+        where = f"experiment {names[0]!r}" if names else mask_uri(uri)
+        stdout_console().print(f"no sweeps in {where} yet: a sweep's runs appear here once "
+                               f"'python -m harness sweep CONFIG' has opened it", soft_wrap=True)
+        return
     _print_status(uri, rows)
 
 

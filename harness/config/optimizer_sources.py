@@ -62,8 +62,15 @@ def _probe(ref: SourceRef, builder: Callable, hparams: Mapping[str, Any],
     except (Exception, SystemExit) as e:
         raise SourceError(f"source {ref.text!r}: {call} raised {type(e).__name__}: {e}") from None
     if optimizer_form(obj) is None:
-        raise SourceError(f"source {ref.text!r}: {ref.function} returned {type(obj).__name__}; "
+        raise SourceError(f"source {ref.text!r}: {ref.function} returned {_form_text(obj)}; "
                           f"expected {OPTIMIZER_FORMS}")
+
+
+def _form_text(obj: Any) -> str:
+    """What a factory returned, for a message: ``a 2-tuple``, ``a list of 3``, ``int``."""
+    if isinstance(obj, (tuple, list)):
+        return f"a {len(obj)}-tuple" if isinstance(obj, tuple) else f"a list of {len(obj)}"
+    return type(obj).__name__
 
 
 def resolve_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Callable], list[str]]:

@@ -459,6 +459,9 @@ def _optimizer_alone_fails(run: _Checks, s, p: Any, opath: str) -> bool:
         odefaults = builder_defaults("optimizer", run.reg.optimizers[s.optimizer])
         attempt = functools.partial(_trace_update, run, s, p)
         for where, text in every_problem(attempt, ohp, odefaults, e, opath):
+            if s.optimizer_source and text == exc_text(e) and not isinstance(e, (TypeError, ValueError)):
+                # the user's code raised something whose message alone does not say what ('boom')
+                text = f"{type(e).__name__}: {text}"
             run.errors.append(f"{run.file}: {where}: optimizer {s.optimizer!r} ({hp_or_defaults(ohp)}): "
                               f"{text}")
     return True
