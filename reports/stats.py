@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from harness.core.names import M_SECONDS_TO_TARGET
-from reports.frame import summaries
+from reports.frame import summaries, tuning_rows
 from reports.objectives import objective
 from reports.selection import best_configs, select_by
 
@@ -113,7 +113,7 @@ def run_scores(frame: pd.DataFrame, baseline: str | None = None) -> Scores | Non
     best = best_configs(frame)
     if baseline is None or best.empty:
         return None
-    s = summaries(frame)
+    s = tuning_rows(summaries(frame))  # an audit trial stands for its stopped twin's seed
     by = select_by(frame)
     runs: dict[str, dict[str, np.ndarray]] = {}
     kinds, normalised = {}, {}

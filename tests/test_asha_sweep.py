@@ -319,6 +319,7 @@ def test_an_audit_trial_competes_in_the_selection_as_its_twins_seed(tmp_path, mo
     from reports.selection import audit_changes as report_changes
     from reports.selection import best_configs as report_best
     from reports.selection import select_best
+    from reports.stats import run_scores
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -350,6 +351,9 @@ def test_an_audit_trial_competes_in_the_selection_as_its_twins_seed(tmp_path, mo
     best = report_best(frame)
     assert list(best["config_id"]) == [audit_cid] and list(best["n_seeds"]) == [1]
     (said,) = report_changes(frame)
+    # across tasks, the audited configuration is one run (the audit), not also its stopped twin at 0
+    (sgd_runs,) = run_scores(frame).runs["sgd"].values()
+    assert len(sgd_runs) == 1 and sgd_runs[0] > 0.9
     assert said.endswith(f"early stopping alone picked {select_best(frame, audits=False)['config'].iloc[0]}")
     again = run_sweep(tmp_path / "asha.yaml", tracking_uri=uri, quiet=True)  # read back from the store
     assert {o.audit_of for o in again.outcomes if o.audit_of} == {a.audit_of for a in audits}

@@ -12,6 +12,7 @@ import dataclasses
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from harness.core.clock import cost_class_of, cost_range
@@ -231,6 +232,25 @@ def test_a_step_whose_timing_fails_ranks_its_task_on_cost(tmp_path, write_sweep,
     assert N.M_MODELED_SECONDS_TO_TARGET not in m and N.M_STEP_MS not in m
     assert m[N.M_COST_SECONDS_TO_TARGET] == pytest.approx(
         m[N.M_STEPS_TO_TARGET] * m[N.M_FLOPS] / m[N.M_PEAK_FLOPS], rel=1e-9)
+
+
+def test_a_tie_of_the_seeds_is_not_called_a_tie_of_the_step_cost():
+    """momentum and sgd at the same per-step cost interval, their per-seed times of mixed signs: the
+    seeds tie them as measured, and at the interval's worst end the mean difference turns; the words
+    say no seed count separates, without calling it the step cost's tie."""
+    from harness.core import ties
+
+    def standing(name, steps, ms):
+        return ties.Standing(name=name, reached=6, finished=6, median_steps=float(np.median(steps)),
+                             seconds={i: s * ms / 1e3 for i, s in enumerate(steps)},
+                             values=dict.fromkeys(range(6), 0.9), cost_class=ms, cost_range=(0.9, 1.1))
+
+    momentum = standing("momentum", [60, 60, 70, 60, 80, 80], 0.0240)
+    sgd = standing("sgd", [60, 80, 70, 60, 100, 110], 0.0200)
+    assert ties.tie_cause(momentum, sgd) == "seeds"
+    sep = ties.separation(momentum, sgd)
+    assert sep.cause == "seeds" and sep.seeds is None
+    assert sep.words == "no seed count separates (the step times' 95% intervals cover the difference)"
 
 
 def test_equal_steps_at_different_costs_are_compared_on_time_over_the_cost_interval():

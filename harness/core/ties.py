@@ -423,9 +423,10 @@ def separation(lead: Standing, other: Standing, by: str = "time_to_target") -> S
     sign = 1.0 if mean > 0 else -1.0  # the worst end of the cost interval: the smallest difference
     d = min(diffs, key=lambda x: sign * math.fsum(x))
     mean = math.fsum(d) / n
-    if sign * mean <= 0:
-        return Separation(None, n, math.nan, basis.what, f"{COST_TIE}: no seed count separates (the "
-                          "step times' 95% intervals cover the difference)", "cost")
+    if sign * mean <= 0:  # the order turns at the interval's worst end: no seed count separates
+        words = "no seed count separates (the step times' 95% intervals cover the difference)"
+        return Separation(None, n, math.nan, basis.what, f"{COST_TIE}: {words}" if cause == "cost" else words,
+                          cause)
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in d) / (n - 1))
     start = max(MIN_SEEDS, n + 1) if n >= MIN_SEEDS else MIN_SEEDS
     if sd == 0:  # one constant difference: no spread seen, so no power to estimate, only the floor
