@@ -366,6 +366,13 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     return _tidy(frame)
 
 
+def summary_rows(runs: Sequence, experiment: str) -> pd.DataFrame:
+    """The summary rows (no curves, no metric histories read) of the trial runs ``runs``: one per
+    trial id, chosen as :func:`build_frame` chooses; empty when none carries a trial id."""
+    chosen = list(mlruns.select_trial_runs([r for r in runs if r.data.tags.get(TAG_TRIAL_ID)]).values())
+    return _summary_rows(chosen, experiment) if chosen else pd.DataFrame(columns=ID_COLUMNS)
+
+
 def _summary_rows(chosen: list[tuple], experiment: str) -> pd.DataFrame:
     """One summary row per trial (``chosen``: ``(run, attempts)`` pairs): identity, labels and
     summary metrics, a finished trial's missing final value taken from its validation curve."""
