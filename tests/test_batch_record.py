@@ -35,6 +35,13 @@ def test_a_vmapped_trials_batch_is_tagged_and_reproduced_in_it(tmp_path, write_s
     assert "trained in its recorded batch of 3 (tag harness.batch), as stored" in str(again)
     alone = harness.reproduce(ids[1], tracking_uri=tracking_uri, scratch=tmp_path / "b", alone=True)
     assert alone.batch == "alone, as asked"
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    r = CliRunner().invoke(app, ["reproduce", ids[1], "--tracking-uri", tracking_uri, "--scratch",
+                                 str(tmp_path / "cli"), "--alone"])
+    assert "trained alone, as asked" in r.output.splitlines(), r.output
     client.delete_run(runs[ids[0]].info.run_id)
     lost = harness.reproduce(ids[1], tracking_uri=tracking_uri, scratch=tmp_path / "c")
     assert lost.batch.startswith(f"alone: its batch's trial {ids[0]} cannot be rebuilt (no FINISHED run of "

@@ -197,3 +197,11 @@ def test_filters_hold_against_a_real_mlflow_server(mlflow_server):
     assert [r.data.tags["harness.trial_id"] for r in runs_of_trial(c, exp, tid)] == [tid]
     with pytest.raises(BadIdError):
         harness.reproduce(f"{tid}' OR '1'='1", tracking_uri=mlflow_server)
+
+
+@pytest.mark.parametrize("option", ["alone", "compile_cache"])
+def test_a_reproduce_option_that_is_not_a_bool_is_a_usage_error(tmp_path, option):
+    """``alone="no"`` trained the trial alone ("alone, as asked"): a non-empty string is true."""
+    with pytest.raises(harness.UsageError) as e:
+        harness.reproduce("0123456789abcdef", tracking_uri=f"sqlite:///{tmp_path}/none.db", **{option: "no"})
+    assert str(e.value) == f"{option}: must be True or False, got str 'no'"

@@ -16,7 +16,8 @@ it again from its recorded spec (and a user's optimizer from the file
 text the run kept), writes the result into a scratch store, and compares
 every logged value but the clocks. A CPU trial trains on the XLA CPU
 pool it recorded (tag xla_cpu_threads; a subprocess when this process's
-pool differs), unless --threads here. Exit codes: 0 identical; 1 not
+pool differs), unless --threads here; a trial that trained vmapped
+trains in its recorded batch again, unless --alone. Exit codes: 0 identical; 1 not
 identical (the largest difference and the versions that differ are
 printed); 2 not a trial id, no such trial, its record damaged or no
 longer hashing to its id, or a scratch folder that is a store's;
@@ -33,6 +34,8 @@ def reproduce(
                                 help="XLA's CPU pool to train on: 'stored' (the stored run's "
                                 "xla_cpu_threads; a subprocess where this process's differs) or "
                                 "'here' (this process's; a difference is named)."),
+    alone: bool = typer.Option(False, "--alone", help="Train it on its own even where it trained vmapped "
+                               "in a batch (default: in its recorded batch again)."),
 ) -> None:
     """Re-train one stored trial and report whether its logged values are identical."""
     from harness.core.filters import BadIdError
@@ -40,7 +43,7 @@ def reproduce(
     from harness.tracking.store_errors import TrackingUnavailableError
 
     try:
-        answer = reproduce(trial_id, tracking_uri=tracking_uri, scratch=scratch, threads=threads)
+        answer = reproduce(trial_id, tracking_uri=tracking_uri, scratch=scratch, threads=threads, alone=alone)
     except TrackingUnavailableError as e:
         err(f"error: {e}")
         raise typer.Exit(3) from None

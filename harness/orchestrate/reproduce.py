@@ -182,14 +182,19 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
       ReproduceError: no FINISHED run of the trial, its recorded spec or source does not hash to its
         id, its data is unreadable or changed, or the subprocess training on the stored pool ended
         without writing its run (its last line of output and the log's path in the message).
+      UsageError: ``compile_cache`` or ``alone`` is not a bool.
       ValueError: ``threads`` is neither ``"stored"`` nor ``"here"``; its subclass
         :class:`harness.core.filters.BadIdError`: ``trial_id`` is not 16 hexadecimal digits.
       harness.tracking.store_errors.TrackingUnavailableError: a store cannot be opened.
     """
+    from harness.config.errors import UsageError
     from harness.core.filters import check_trial_id
     from harness.tracking.client import prepare_store
     from harness.tracking.uris import resolve_tracking_uri
 
+    for name, value in (("compile_cache", compile_cache), ("alone", alone)):
+        if not isinstance(value, bool):  # alone="no" would be true
+            raise UsageError(f"{name}: must be True or False, got {type(value).__name__} {value!r}", name)
     if threads not in ("stored", "here"):
         raise ValueError(f"threads={threads!r}: 'stored' (the stored run's XLA CPU pool) or 'here' "
                          f"(this process's)")
