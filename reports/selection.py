@@ -65,7 +65,8 @@ def selection_sentence(frame: pd.DataFrame, objective_words: str) -> str:
     by = select_by(frame)
     if by == "time_to_target":
         ranked = ("optimizers are ranked by seeds reaching the target, then median seconds to it, "
-                  "except that those reaching it at the same median steps (the same evaluation) are a "
+                  "except that those reaching it at the same median steps (the same evaluation) and the same "
+                  "per-step cost are a "
                   "tie on time, ordered by seeds finished, then the validation metric")
     else:
         ranked = "optimizers are ranked the same way, with median seconds to target before the name"

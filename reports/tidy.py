@@ -292,7 +292,7 @@ class Leaderboard(pd.DataFrame):
         how = "; ".join(interval_words(i, n) for i, n in kinds) or "one seed"
         return (f"Each optimizer's best configuration, selected on validation, reported on test as "
                 f"mean [lo, hi] across seeds; interval: {how}. A rank followed by = is shared: the "
-                f"rows' numbers are not distinguishable across seeds.")
+                f"rows are not told apart across seeds, or not at both ends of the step cost's 95% interval.")
 
     def to_latex(self, buf=None, *, caption: str | None = None, label: str | None = None, **kwargs):
         """:meth:`table` through ``pandas.DataFrame.to_latex`` (``index=False``, special characters

@@ -99,7 +99,8 @@ def test_the_leaderboard_says_the_tie_rule_it_applies():
 
     said = selection_sentence(_frame({"adam": [0.1, 0.1]}), "final validation accuracy")
     assert ("optimizers are ranked by seeds reaching the target, then median seconds to it, except that "
-            "those reaching it at the same median steps (the same evaluation) are a tie on time, ordered "
+            "those reaching it at the same median steps (the same evaluation) and the same per-step cost "
+            "are a tie on time, ordered "
             "by seeds finished, then the validation metric") in said
 
 

@@ -160,3 +160,20 @@ def test_mean_interval_is_the_percentile_bootstrap():
 def test_order_within_a_tie_follows_the_shown_numbers():
     assert T.order_within([0.80, 0.54, None], best_low=True) == [1, 0, 2]
     assert T.order_within([0.95, 0.97, 0.97], best_low=False) == [1, 2, 0]  # equal: the strict order
+
+
+def test_the_ties_line_explains_seed_counts_only_where_it_gives_one():
+    """The rank rule's power sentence ("seeds (in all) at which ...") defines a seed count: after
+    "1 paired seed: too few to estimate" alone it read as that phrase's definition."""
+    from harness.orchestrate.legend import tie_line
+
+    def row(name, words, seeds):
+        sep = T.Separation(seeds, 1, math.nan, T.VALUE, words)
+        return {"optimizer": name, "separation": sep, "tie_on": T.VALUE, "task_title": "mlp · digits",
+                "label": "1="}
+
+    few = [row("adam", "", None), row("sgd", "1 paired seed: too few to estimate", None)]
+    assert tie_line(few) == "Ties: adam and sgd (mlp · digits, 1=): 1 paired seed: too few to estimate."
+    some = [row("adam", "", None), row("sgd", "7 seeds would separate", 7)]
+    assert tie_line(some) == (f"Ties: adam and sgd (mlp · digits, 1=): 7 seeds would separate — "
+                              f"{T.power_words()}.")

@@ -25,6 +25,7 @@ def tie_line(rows: list[dict[str, Any]]) -> str:
     tied neighbours (:func:`ranked_rows`), the seeds that would separate them, and how that is
     estimated (:func:`harness.core.ties.power_words`)."""
     pairs = []
+    counted = False  # some pair got a seed count: say how it is estimated
     prev: dict[str, Any] | None = None
     for r in rows:
         sep = r["separation"]
@@ -32,10 +33,11 @@ def tie_line(rows: list[dict[str, Any]]) -> str:
             on = " on the validation value" if sep.what != r["tie_on"] else ""
             pairs.append(f"{prev['optimizer']} and {r['optimizer']} ({r['task_title']}, "
                          f"{r['label']}): {sep.words}{on}")
+            counted = counted or " seeds would separate" in sep.words
         prev = r
     if not pairs:
         return ""
-    return f"Ties: {'; '.join(pairs)} — {ties.power_words()}."
+    return f"Ties: {'; '.join(pairs)}" + (f" — {ties.power_words()}." if counted else ".")
 
 
 def legend(summary: Any, measured: list[str], cost: list[str], titles: dict, explain: bool) -> str:
