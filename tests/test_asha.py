@@ -477,6 +477,23 @@ def test_max_trials_bounds_the_trials_an_adaptive_search_proposes(tmp_path):
     assert not (tmp_path / "m.db").exists()
 
 
+def test_a_count_the_audits_make_too_big_names_search_audit(tmp_path):
+    """``search.audit: 10**12`` was refused with "lower its budget or seeds", which named neither
+    the key nor the cause: now the line names ``search.audit`` and the most audits that fit."""
+    from harness.config.errors import ConfigError
+
+    whole = expand(load_config(_config(tmp_path, {
+        "method": "asha", "trials": 4, "min_steps": 10, "eta": 3, "audit": 10**12})))
+    with pytest.raises(ConfigError) as e:
+        SweepSearch(whole, "final", trial_limit=100)
+    assert str(e.value).startswith("search.audit: 1,000,000,000,000 audits (stopped trials trained "
+                                   "again) per optimizer and task make the adaptive search able to "
+                                   "train up to 1,000,000,000,036 trials")
+    assert "lower search.audit (at most 64 fits)" in str(e.value)
+    with pytest.raises(ConfigError, match=r"^search: .* lower its budget, seeds or search\.audit,"):
+        SweepSearch(whole, "final", trial_limit=30)  # 36 trials without the audits
+
+
 def test_peers_rung_values_read_from_a_sqlite_store_equal_mlflows(tmp_path, monkeypatch):
     """A decision whose peers trained in another process reads their rung values from the store: on
     a local SQLite store with sqlite3 now (two tags per run; through MLflow's search_runs, which
