@@ -63,6 +63,8 @@ class Searcher:
     """
 
     method: ClassVar[str] = "grid"
+    #: what :meth:`candidates` are, in the dry run's words (its ``candidates`` column)
+    candidates_are: ClassVar[str] = "the config's expanded trials"
     #: stopped trials the search trains again to the end (``search.audit``; early stopping only)
     audit: int = 0
 
@@ -123,6 +125,7 @@ class FixedSearcher(Searcher):
     """``grid``, ``random``, ``quasirandom``: every candidate at once, in the expansion's order."""
 
     method = "fixed"
+    candidates_are = "every trial, all trained at once"
 
     def propose(self, seen: Mapping[str, TrialOutcome]) -> list[TrialSpec]:
         return [s for s in self.cell.trials if s.trial_id not in seen]
