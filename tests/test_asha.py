@@ -507,7 +507,7 @@ def test_a_count_the_audits_make_too_big_names_search_audit(tmp_path):
     assert str(e.value).startswith("search.audit: 1,000,000,000,000 audits (stopped trials trained "
                                    "again) per optimizer and task make the adaptive search able to "
                                    "train up to 1,000,000,000,036 trials")
-    assert "lower search.audit (at most 64 fits)" in str(e.value)
+    assert "lower search.audit (at most 64 fits)" in str(e.value) and e.value.key_path == "search.audit"
     with pytest.raises(ConfigError, match=r"^search: .* lower its budget, seeds or search\.audit,"):
         SweepSearch(whole, "final", trial_limit=30)  # 36 trials without the audits
 
