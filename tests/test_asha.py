@@ -432,6 +432,24 @@ def test_the_dry_run_counts_the_trials_the_search_can_train_not_only_its_first(t
     assert 3 < trained <= 27
 
 
+def test_the_dry_run_says_early_stopping_trials_train_one_by_one(tmp_path, capsys):
+    """``batching: on`` was taken in silence though trials with a stopping rule are never vmapped
+    (each has a batch key of its own); the dry run printed no batching and no data-memory line."""
+    from harness.orchestrate.run import run_sweep
+
+    path = _config(tmp_path, {"method": "asha", "trials": 3, "min_steps": 10, "eta": 3, "audit": 1})
+    path.write_text(path.read_text().replace("batching: 'off'", "batching: 'on'"))
+    run_sweep(path, tracking_uri=f"sqlite:///{tmp_path}/m.db", dry_run=True)
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("batching on: trials with an early-stopping rule (3 of the 3 candidates, and the later "
+            "proposals that carry one) train one by one") in out
+    assert "and carry no rule (such as audits) are vmapped together" in out
+    assert "device memory for data: " in out
+    specs = expand(load_config(path))
+    one = dataclasses.replace(specs[0], early_stop=(("bracket", 0),))
+    assert one.batch_key() != dataclasses.replace(one, seed=1).batch_key()  # never one program
+
+
 def test_max_trials_bounds_the_trials_an_adaptive_search_proposes(tmp_path):
     """`sweep --max-trials` bounded the expansion only: an ASHA search could train more than the
     limit (found by an attack). Now a search that can train more than the limit (none
@@ -475,6 +493,23 @@ def test_max_trials_bounds_the_trials_an_adaptive_search_proposes(tmp_path):
             run_sweep(_config(tmp_path, {"method": "asha", "trials": 4, "min_steps": 10, "eta": 3}),
                       tracking_uri=f"sqlite:///{tmp_path}/m.db", max_trials=20, dry_run=dry)
     assert not (tmp_path / "m.db").exists()
+
+
+def test_a_count_the_audits_make_too_big_names_search_audit(tmp_path):
+    """``search.audit: 10**12`` was refused with "lower its budget or seeds", which named neither
+    the key nor the cause: now the line names ``search.audit`` and the most audits that fit."""
+    from harness.config.errors import ConfigError
+
+    whole = expand(load_config(_config(tmp_path, {
+        "method": "asha", "trials": 4, "min_steps": 10, "eta": 3, "audit": 10**12})))
+    with pytest.raises(ConfigError) as e:
+        SweepSearch(whole, "final", trial_limit=100)
+    assert str(e.value).startswith("search.audit: 1,000,000,000,000 audits (stopped trials trained "
+                                   "again) per optimizer and task make the adaptive search able to "
+                                   "train up to 1,000,000,000,036 trials")
+    assert "lower search.audit (at most 64 fits)" in str(e.value) and e.value.key_path == "search.audit"
+    with pytest.raises(ConfigError, match=r"^search: .* lower its budget, seeds or search\.audit,"):
+        SweepSearch(whole, "final", trial_limit=30)  # 36 trials without the audits
 
 
 def test_peers_rung_values_read_from_a_sqlite_store_equal_mlflows(tmp_path, monkeypatch):

@@ -62,6 +62,11 @@ def test_overrides_trivial_cases_and_the_rule(fresh, monkeypatch):
     assert batching.decide([a, b], measure=_no_measure).label == "vmap(2): HARNESS_BATCH=always"
     monkeypatch.setenv("HARNESS_BATCH", "never")
     assert batching.decide([a, b], measure=_no_measure).label == "sequential: HARNESS_BATCH=never"
+    # the config's words too (before, on/off were refused: one vocabulary, on/off/auto)
+    monkeypatch.setenv("HARNESS_BATCH", "on")
+    assert batching.decide([a, b], measure=_no_measure).label == "vmap(2): HARNESS_BATCH=on"
+    monkeypatch.setenv("HARNESS_BATCH", "off")
+    assert batching.decide([a, b], measure=_no_measure).label == "sequential: HARNESS_BATCH=off"
     monkeypatch.delenv("HARNESS_BATCH")
     assert batching.decide([a, b], measure=lambda s: (1.21, 3)).label == "vmap(2): measured 1.21x"
     c = [make_spec(seed=s, model_hparams={"width": 8, "depth": 1}) for s in range(3)]

@@ -48,6 +48,21 @@ def _write(folder: Path) -> Path:
     return p
 
 
+def test_the_dry_run_says_what_its_candidates_are_how_trials_group_and_the_data_memory(tmp_path,
+                                                                                      capsys):
+    """The dry run said "first trials: 9" for the candidate grid beside "at most (trials): 4", and
+    said nothing of batching or data memory, which a grid's dry run does (a descent vmaps)."""
+    cfg = {**CONFIG, "seeds": [0, 1], "batching": "on", "search": {**CONFIG["search"], "trials": 2}}
+    harness.sweep(cfg, tracking_uri=f"sqlite:///{tmp_path}/m.db", dry_run=True)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "first trials" not in out and "│ candidates │" not in out
+    assert "candidates: coordinate_descent: the candidate grid (every configuration and seed" in out
+    assert ("batching on: the trials of one round that differ only in seed and step size are vmapped "
+            "together; the 18 candidates form 3 such groups") in out
+    assert "device memory for data: " in out and "(1 dataset, one device copy each)" in out
+    assert not (tmp_path / "m.db").exists()
+
+
 def _logged(uri: str, name: str = "cdsweep") -> tuple[list[dict], list[str]]:
     """The latest parent run's ``search.json`` and ``trials.json`` ids."""
     from mlflow import MlflowClient

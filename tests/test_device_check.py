@@ -35,8 +35,12 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     for m in ("transformer_lm", "resnet18"):
         for dt in ("float32", "bfloat16"):
             assert rows[(f"{m}/flax", dt)]["ratio"] > 0
+            assert rows[(f"{m}/flax", dt)]["detail"].startswith("harness/flax time, < 1: harness faster; ")
             assert 0 < rows[(f"MFU {m}", dt)]["mfu"] < 1  # of the preset peak, 1 TFLOP/s
     assert rows[("vmapped trials", "float32")]["speedup"] > 0
+    # the two ratios run in opposite directions: each row says which (before: neither did)
+    assert rows[("vmapped trials", "float32")]["detail"].startswith(
+        "one-by-one/vmapped time, > 1: vmapped faster; ")
     table = r.stdout[r.stdout.index("part "):]
     assert len([line for line in table.splitlines()[2:] if line.strip()]) == len(got["rows"])
 
@@ -52,3 +56,20 @@ def test_a_tpu_host_gets_a_refused_row_for_jobs_2_not_a_crash():
     jobs, rows = check.jobs_to_run("tpu")
     assert jobs == (1,)
     assert [(r["part"], r["figure"]) for r in rows] == [("--jobs 2, one device", "refused")]
+
+
+def test_the_docstring_says_what_the_check_runs(tmp_path):
+    """The docstring said the small quickstart is 4 trials (it runs 2) and that the vmapped row
+    times the seeds "vmapped as decided" (it times programs of 8 when the harness decides
+    sequential)."""
+    import harness
+
+    sys.path.insert(0, str(ROOT / "tests" / "device"))
+    import check
+
+    small = harness.sweep(check._sweep_config("small"), tracking_uri=f"sqlite:///{tmp_path}/m.db",
+                          dry_run=True, quiet=True)
+    doc = " ".join(check.__doc__.split())
+    assert f"(small: {len(small.trial_ids)} trials of it)" in doc
+    assert "vmapped as decided" not in doc and "else in one program of 8" in doc
+    assert "``harness/flax``: lower is better; ``vmapped trials``: higher" in doc

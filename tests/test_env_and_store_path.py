@@ -88,6 +88,7 @@ def test_every_problem_is_named_and_the_value_bounded(tmp_path):
 @pytest.mark.parametrize("env", [
     {}, {"HARNESS_CHECKPOINT_EVERY": "20"}, {"HARNESS_CHECKPOINT_EVERY": "90s"},
     {"HARNESS_CHECKPOINT_EVERY": "off"}, {"HARNESS_BATCH": "never"}, {"HARNESS_BATCH": "auto"},
+    {"HARNESS_BATCH": "on"}, {"HARNESS_BATCH": "off"},
     {"HARNESS_CLAIMS": "0"}, {"HARNESS_STORE_TEMPLATE": "0"}, {"HARNESS_COMPILE_CACHE": " Off "},
     {"HARNESS_SQLITE_WAL": "off"},
     {"HARNESS_COMPILE_CACHE_MAX_BYTES": "2e9"}, {"HARNESS_CACHE_DIR": "{tmp}/new/deeper"},

@@ -88,6 +88,14 @@ def test_errors_are_one_type_with_the_key_path_and_nothing_is_written(tmp_path, 
     assert fake_trainer["calls"] == [] and not (tmp_path / "mlflow.db").exists()
 
 
+def test_the_batching_keyword_takes_what_yaml_takes(tracking_uri, capsys):
+    """YAML's ``batching: true`` was taken while ``harness.sweep(batching=True)`` was refused ("Input
+    should be 'auto', 'on' or 'off'"): a boolean is on/off in both."""
+    for given, said in ((True, "on"), (False, "off")):
+        harness.sweep(_cfg(), tracking_uri=tracking_uri, batching=given, dry_run=True)
+        assert f"batching: {said};" in capsys.readouterr().out
+
+
 def test_only_runs_part_of_the_config_with_its_trial_ids(tmp_path, tracking_uri, fake_trainer):
     whole = harness.sweep(_cfg(), tracking_uri=tracking_uri, dry_run=True, quiet=True)
     part = harness.sweep(_cfg(), tracking_uri=tracking_uri, only={"optimizer": "sgd", "seed": np.int64(1)},

@@ -12,8 +12,9 @@ Each variable and what it takes (empty counts as unset):
 - ``HARNESS_COMPILE_CACHE``, ``HARNESS_STORE_TEMPLATE``, ``HARNESS_SQLITE_WAL``: on (``1``, ``on``,
   ``true``, ``yes``) or off (``0``, ``off``, ``false``, ``no``) (:func:`switch`).
 - ``HARNESS_COMPILE_CACHE_MAX_BYTES``: bytes in [1 MiB, 1 PiB] (:func:`compile_cache_max_bytes`).
-- ``HARNESS_BATCH``: ``always`` (``1``, ``true``, ``yes``), ``never`` (``0``, ``false``, ``no``) or
-  ``auto`` (:mod:`harness.train.batching` reads it).
+- ``HARNESS_BATCH``: what ``batching: auto`` decides for every group: ``on`` (``always``, ``1``,
+  ``true``, ``yes``), ``off`` (``never``, ``0``, ``false``, ``no``) or ``auto`` (measured;
+  :mod:`harness.train.batching` reads it).
 - ``HARNESS_CLAIMS``: ``1`` (per-trial claims, the default) or ``0`` (:mod:`harness.execute.claims`).
 - ``HARNESS_XLA_CPU_THREADS``: ``1`` (the default), a positive number of threads, or ``all``: the size
   of XLA's CPU thread pool, set when :mod:`harness` is imported (:mod:`harness.core.xla_threads`).
@@ -65,8 +66,8 @@ BATCH = "HARNESS_BATCH"
 CLAIMS = "HARNESS_CLAIMS"
 
 #: ``HARNESS_BATCH``'s values (the same tuples as :mod:`harness.train.batching`'s; a test pins them).
-BATCH_ALWAYS = ("always", "1", "true", "yes")
-BATCH_NEVER = ("never", "0", "false", "no")
+BATCH_ALWAYS = ("always", "on", "1", "true", "yes")
+BATCH_NEVER = ("never", "off", "0", "false", "no")
 BATCH_AUTO = ("", "auto")
 
 
@@ -146,7 +147,7 @@ def problems(environ: Mapping[str, str] | None = None) -> list[str]:
     raw = env.get(BATCH, "")
     if raw.strip().lower() not in BATCH_ALWAYS + BATCH_NEVER + BATCH_AUTO:
         lines.append(f"{shown(BATCH, raw)} is none of always (1, true, yes), never (0, false, no) "
-                     f"or auto (unset: measured)")
+                     f"or auto (unset: measured); on and off also: on = always, off = never")
     raw = env.get(CLAIMS, "")
     if raw not in ("", "0", "1"):
         lines.append(f"{shown(CLAIMS, raw)} is neither 1 (per-trial claims, the default) nor 0 (off)")

@@ -54,7 +54,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     zip: [[models, batch_size]]    # top-level axes that vary together instead of as a product
     include: [{models: [cnn], optimizers: [sgd]}]   # extra sub-grids (other axes as above)
     exclude: [{model: cnn, optimizer.step_size: [1.0]}]   # drop trials matching every key
-    batching: auto                 # auto | true | false: train seed/step-size siblings under vmap
+    batching: auto                 # auto | on | off (true: on, false: off): seed/step-size siblings vmapped
     measure_perf: true             # throughput measurement (once per perf key)
     scoring: harness               # tuned time-to-result rule: harness | algoperf (reports.scoring)
     time: modeled                  # the clock time to target ranks on: modeled | measured (core.clock)

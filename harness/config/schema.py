@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     Field,
     PrivateAttr,
     StrictBool,
@@ -41,6 +42,17 @@ from harness.core.echo import short_repr
 from harness.core.names import SCORING_RULES, canonical_metric
 from harness.core.selection_rule import DEFAULT_SELECT_BY, SELECT_BY
 from harness.core.source import DEFAULT_TIMEOUT_S
+
+
+def batching_switch(v: Any) -> Any:
+    """``batching``'s value with a boolean read as YAML writes it: ``true`` is ``on``, ``false``
+    ``off`` (``auto``, ``on``, ``off`` and anything else pass through to the field's check)."""
+    return {True: "on", False: "off"}[v] if isinstance(v, bool) else v
+
+
+#: ``batching``: ``auto`` | ``on`` | ``off``; a boolean is ``on``/``off`` (the validator travels
+#: with the type, so an override checked by the field's type reads it too)
+Batching = Annotated[Literal["auto", "on", "off"], BeforeValidator(batching_switch)]
 
 #: Top-level axes that ``zip`` and ``include`` may name.
 TOP_AXES = ("models", "optimizers", "schedules", "datasets", "seeds", "batch_size")
@@ -289,7 +301,7 @@ class SweepConfig(Strict):
     zip: list[list[str]] = Field(default_factory=list)
     include: list[SubGrid] = Field(default_factory=list)
     exclude: list[dict[str, Any]] = Field(default_factory=list)
-    batching: Literal["auto", "on", "off"] = "auto"
+    batching: Batching = "auto"
     measure_perf: StrictBool = True
     scoring: str = SCORING_RULES[0]  # tuned time-to-result rule: reports.protocol
     time: str = DEFAULT_CLOCK  # the clock time to target is ranked on: harness.core.clock
@@ -376,11 +388,6 @@ class SweepConfig(Strict):
     @classmethod
     def _bs(cls, v: Any) -> Any:
         return [v] if isinstance(v, int) and not isinstance(v, bool) else v
-
-    @field_validator("batching", mode="before")
-    @classmethod
-    def _batching(cls, v: Any) -> Any:
-        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
     @field_validator("models", "optimizers", "schedules", "datasets", "seeds", "batch_size",
                      "workloads", "dtype")

@@ -35,6 +35,7 @@ from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
 from harness.orchestrate.resume import Plan, make_plan, take_spooled
 from harness.orchestrate.searchers import SweepSearch
+from harness.plan.units import search_lines
 from harness.tracking.client import trial_runs
 
 __all__ = ["Rounds", "keep_only", "print_search_plan", "unequal_compute"]
@@ -131,19 +132,21 @@ class Rounds:
             client.log_artifacts(parent_id, d)
 
 
-def print_search_plan(console, search: SweepSearch, sweep_id: str, name: str, seen: dict) -> None:
-    """The dry run of an adaptive sweep: per cell its method, its first trials (the candidates), how
-    many of them the store holds, the most trials it can train (:meth:`Searcher.max_trials`) and the
-    most training steps it can spend (its budget), then the totals."""
+def print_search_plan(console, search: SweepSearch, sweep_id: str, cfg, seen: dict) -> None:
+    """The dry run of an adaptive sweep (``cfg`` its config): per cell its method, its candidates
+    (what they are: a line per method under the table), how many of them the store holds, the most
+    trials it can train (:meth:`Searcher.max_trials`) and the most training steps it can spend (its
+    budget); then the totals, how its trials will be grouped and the device memory for its data
+    (:func:`harness.plan.units.search_lines`)."""
     from rich.markup import escape
     from rich.table import Table
 
     from harness.orchestrate.tables import print_table
 
     most, trials = search.max_steps(), search.max_trials()
-    t = Table(title=f"sweep {name!r} ({sweep_id}): adaptive search; trials are proposed as results "
+    t = Table(title=f"sweep {cfg.name!r} ({sweep_id}): adaptive search; trials are proposed as results "
                     f"arrive")
-    for col in ("task", "optimizer", "method", "first trials", "in the store", "at most (trials)",
+    for col in ("task", "optimizer", "method", "candidates", "in the store", "at most (trials)",
                 "at most (steps)"):
         t.add_column(col)
     for s in search.searchers:
@@ -153,11 +156,15 @@ def print_search_plan(console, search: SweepSearch, sweep_id: str, name: str, se
         t.add_row(escape(c.task), escape(c.optimizer), c.search.method, str(len(cands)), str(held),
                   f"{trials[c.key]:,}", f"{most[c.key]:,}")
     print_table(console, t)
+    what = {s.cell.search.method: s.candidates_are for s in search.searchers}
+    console.print(escape("candidates: " + "; ".join(f"{m}: {w}" for m, w in what.items())))
     console.print(f"the search can train at most {sum(trials.values()):,} trials and spend at most "
                   f"{sum(most.values()):,} training steps in all (an adaptive method's budget is "
                   f"compute: trials x seeds x the budget's steps per optimizer and task; early "
                   f"stopping proposes trials while the steps last, so its count assumes none "
                   f"diverges: a diverged trial's unspent steps pay for more)")
+    for line in search_lines(search.candidates(), cfg.batching):
+        console.print(escape(line), soft_wrap=True)
     for line in unequal_compute(search):
         console.print(f"[yellow]warning: {escape(line)}[/]")
 

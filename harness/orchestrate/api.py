@@ -45,7 +45,8 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
         "seed": 0}`` or ``"optimizer=adam"`` (axes optimizer, model, dataset, schedule, seed,
         workload; :mod:`harness.orchestrate.only`), with the trial ids of the whole config.
       quiet: print nothing (no progress bar, no summary table, no dry-run plan).
-      batching: ``auto`` | ``on`` | ``off`` (``None``: the config's).
+      batching: ``auto`` | ``on`` | ``off``, ``True``/``False`` for on/off as in YAML (``None``: the
+        config's).
       max_trials: refuse a config that expands to more trials.
       compile_cache: load compiled programs from the persistent XLA cache.
       options: :class:`harness.orchestrate.run.SweepOptions`' other fields (``console``, ``executor_opts``,

@@ -94,6 +94,8 @@ def steps_trained(o: TrialOutcome | None, spec: TrialSpec) -> int:
 class AshaSearcher(Searcher):
     """The early-stopping search of one cell (module docstring)."""
 
+    candidates_are = "its first configurations (search.trials), every seed, with their stopping rule"
+
     def __init__(self, cell: Cell, select_by: str = DEFAULT_SELECT_BY):
         super().__init__(cell, select_by)
         srch, t0 = cell.search, cell.trials[0]

@@ -145,6 +145,7 @@ class CoordinateDescent(Searcher):
     """
 
     method = "coordinate_descent"
+    candidates_are = "the candidate grid (every configuration and seed; it trains one axis at a time)"
     #: the same optimizer's descent at the ladder's previous rung (:meth:`link`), or None
     previous: CoordinateDescent | None = None
 

@@ -77,6 +77,8 @@ def bracket_cost(n: int, levels: list[int], eta: int, seeds: int) -> int:
 class SuccessiveHalving(AshaSearcher):
     """Synchronous successive halving over one cell (module docstring)."""
 
+    candidates_are = "its first round's trials (the first configurations to the first rung)"
+
     def __init__(self, cell: Cell, select_by: str = DEFAULT_SELECT_BY):
         super().__init__(cell, select_by)
         self.method, self.brackets = "successive_halving", 1

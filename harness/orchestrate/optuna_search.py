@@ -188,6 +188,7 @@ class OptunaSearcher(Searcher):
     """
 
     method = "optuna"
+    candidates_are = "the config's expanded points (trained only if Optuna proposes them)"
 
     def __init__(self, cell: Cell, select_by: str = DEFAULT_SELECT_BY):
         super().__init__(cell, select_by)

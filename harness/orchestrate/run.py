@@ -341,7 +341,7 @@ def _dry_run(cfg: SweepConfig, specs: TrialList, sweep_id: str, uri: str, consol
     plan = make_plan(specs, client, exp_id) if client else Plan(specs, list(specs))
     stages.stop()
     if not quiet and search is not None:
-        print_search_plan(console, search, sweep_id, cfg.name, {o.trial_id: o for o in plan.done_outcomes})
+        print_search_plan(console, search, sweep_id, cfg, {o.trial_id: o for o in plan.done_outcomes})
     elif not quiet:
         print_plan(console, cfg, plan, sweep_id, uri, param_shapes)
     return SweepSummary(cfg.name, sweep_id, exp_id, None, uri, plan.done_outcomes,

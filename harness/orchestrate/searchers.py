@@ -63,6 +63,10 @@ class Searcher:
     """
 
     method: ClassVar[str] = "grid"
+    #: what :meth:`candidates` are, in the dry run's words (its ``candidates`` column)
+    candidates_are: ClassVar[str] = "the config's expanded trials"
+    #: stopped trials the search trains again to the end (``search.audit``; early stopping only)
+    audit: int = 0
 
     def __init__(self, cell: Cell, select_by: str = DEFAULT_SELECT_BY):
         self.cell, self.select_by = cell, select_by
@@ -121,6 +125,7 @@ class FixedSearcher(Searcher):
     """``grid``, ``random``, ``quasirandom``: every candidate at once, in the expansion's order."""
 
     method = "fixed"
+    candidates_are = "every trial, all trained at once"
 
     def propose(self, seen: Mapping[str, TrialOutcome]) -> list[TrialSpec]:
         return [s for s in self.cell.trials if s.trial_id not in seen]
@@ -157,13 +162,26 @@ class SweepSearch:
         self.trial_limit = trial_limit if self.adaptive else None
         self._proposed: set[str] = set()
         self.capped = False
-        if self.trial_limit is not None and (most := sum(self.max_trials().values())) > self.trial_limit:
-            each = [f"{s.cell.optimizer} on {s.cell.task}: {s.max_trials():,}" for s in self.searchers]
-            each = each[:4] + (["..."] if len(each) > 4 else [])
-            raise ConfigError([f"search: the adaptive search can train up to {most:,} trials "
-                               f"({', '.join(each)}), more than the limit of {self.trial_limit:,}; "
-                               f"lower its budget or seeds, or raise the limit with `python -m "
-                               f"harness sweep --max-trials N`"])
+        if self.trial_limit is not None and sum(self.max_trials().values()) > self.trial_limit:
+            raise ConfigError([self._too_many()])
+
+    def _too_many(self) -> str:
+        """The error of a search that can train more than :attr:`trial_limit` trials; it names
+        ``search.audit`` where the audits alone take the count past the limit."""
+        most = sum(self.max_trials().values())
+        each = [f"{s.cell.optimizer} on {s.cell.task}: {s.max_trials():,}" for s in self.searchers]
+        each = each[:4] + (["..."] if len(each) > 4 else [])
+        audits = sum(s.audit for s in self.searchers)
+        limit = f"more than the limit of {self.trial_limit:,}"
+        if audits and most - audits <= self.trial_limit:
+            room = (self.trial_limit - most + audits) // sum(s.audit > 0 for s in self.searchers)
+            return (f"search.audit: {max(s.audit for s in self.searchers):,} audits (stopped trials "
+                    f"trained again) per optimizer and task make the adaptive search able to train up "
+                    f"to {most:,} trials ({', '.join(each)}), {limit}; lower search.audit (at most "
+                    f"{room:,} fits), or raise the limit with `python -m harness sweep --max-trials N`")
+        fix = "its budget, seeds or search.audit" if audits else "its budget or seeds"
+        return (f"search: the adaptive search can train up to {most:,} trials ({', '.join(each)}), "
+                f"{limit}; lower {fix}, or raise the limit with `python -m harness sweep --max-trials N`")
 
     @property
     def adaptive(self) -> bool:

@@ -59,13 +59,14 @@ def group_units(specs: list[TrialSpec], batching: str,
     return units
 
 
+#: How ``batching: auto`` decides a group it has not decided before (the dry runs' words).
+_AUTO_RULE = "trials that fit device memory; on a CPU then timed: vmap where >= {}x"
+
+
 def plan_lines(specs: list[TrialSpec], batching: str) -> list[str]:
     """What the dry run says of ``specs``' work units (decisions already known are named, nothing is
-    compiled or timed) and of the device memory their datasets will hold (one copy each)."""
-    from harness.data.sources import load_dataset
+    compiled or timed) and of the device memory their datasets will hold (:func:`data_line`)."""
     from harness.train import batching as _batching
-    from harness.train import device_data
-    from harness.train.capacity import mib
 
     groups: dict[tuple, list[TrialSpec]] = {}
     for s in specs:
@@ -81,8 +82,45 @@ def plan_lines(specs: list[TrialSpec], batching: str) -> list[str]:
                 counts[d.label] = counts.get(d.label, 0) + 1
         line += "".join(f"; {n} x {label}" for label, n in counts.items())
         if (todo := sum(d is None for d in known)):
-            line += (f"; {todo} decided at the start (trials that fit device memory; on a CPU then "
-                     f"timed: vmap where >= {_batching.MIN_SPEEDUP}x)")
+            line += f"; {todo} decided at the start ({_AUTO_RULE.format(_batching.MIN_SPEEDUP)})"
+    return [line, data_line(specs)]
+
+
+def search_lines(candidates: list[TrialSpec], batching: str) -> list[str]:
+    """What an adaptive search's dry run says of its work units: each round's proposals are grouped
+    as :func:`group_units` groups a grid's, except trials with an early-stopping rule, which train
+    one by one (each stops at its own rung); then :func:`data_line` of its ``candidates``."""
+    from harness.train import batching as _batching
+
+    rule = [s for s in candidates if s.early_stop]
+    plain = [s for s in candidates if not s.early_stop]
+    if batching == "off":
+        return ["batching off: every trial the search proposes trains one by one", data_line(candidates)]
+    parts = []
+    if rule:
+        parts.append(f"trials with an early-stopping rule ({len(rule)} of the {len(candidates)} "
+                     f"candidates, and the later proposals that carry one) train one by one: each "
+                     f"may stop at its own rung, so vmapping them would save no compute")
+    how = ("vmapped together" if batching == "on" else
+           f"vmapped where it pays, decided per round ({_AUTO_RULE.format(_batching.MIN_SPEEDUP)})")
+    parts.append(f"the trials of one round that differ only in seed and step size"
+                 f"{' and carry no rule (such as audits)' if rule else ''}"
+                 f" are {how}")
+    if plain:
+        n = len({s.batch_key() for s in plain})
+        parts.append(f"the {len(plain)} candidates{' without a rule' if rule else ''} form {n} such "
+                     f"group{'s' * (n != 1)} (a round trains all or part of one)")
+    lines = [f"batching {batching}: " + "; ".join(parts)]
+    return [*lines, data_line(candidates)]
+
+
+def data_line(specs: list[TrialSpec]) -> str:
+    """The device memory ``specs``' datasets will hold (one device copy each), for a dry run;
+    datasets that cannot be loaded yet are named, not counted."""
+    from harness.data.sources import load_dataset
+    from harness.train import device_data
+    from harness.train.capacity import mib
+
     pairs, missing = [], []
     for s in {(s.dataset, s.dataset_hparams): s for s in specs}.values():
         try:
@@ -92,7 +130,7 @@ def plan_lines(specs: list[TrialSpec], batching: str) -> list[str]:
             missing.append(f"{s.dataset}: {type(e).__name__}")
     text = (f"device memory for data: {mib(device_data.planned_bytes(pairs))} ({len(pairs)} "
             f"dataset{'s' * (len(pairs) != 1)}, one device copy each")
-    return [line, text + (f"; not counted: {', '.join(missing)})" if missing else ")")]
+    return text + (f"; not counted: {', '.join(missing)})" if missing else ")")
 
 
 #: The longest ``harness.batch`` tag written (MLflow keeps 8,000 characters): about 280 trial ids.

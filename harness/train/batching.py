@@ -4,9 +4,9 @@
 that is differing only in seed and/or ``optimizer.step_size``); ``harness.train.loop.should_batch``
 returns its ``batch``. The method:
 
-1. **Overrides and trivial cases.** ``HARNESS_BATCH=always`` (or ``1``/``true``/``yes``) batches,
-   ``HARNESS_BATCH=never`` (``0``/``false``/``no``) does not, without measuring. Fewer than 2 trials,
-   or specs that cannot share a batch, are sequential.
+1. **Overrides and trivial cases.** ``HARNESS_BATCH=on`` (or ``always``/``1``/``true``/``yes``)
+   batches, ``HARNESS_BATCH=off`` (``never``/``0``/``false``/``no``) does not, without measuring.
+   Fewer than 2 trials, or specs that cannot share a batch, are sequential.
 2. **Cache.** The decision is keyed by ``(program signature, T, device kind)``: the signature is a
    hash of what sets a step's cost (``spec.perf_key()``: model and its hparams, optimizer and its
    non-float hparams, dataset, batch size, dtype, augmentation; plus the chunk length
@@ -98,8 +98,8 @@ BUDGET_S = 0.5
 MAX_REP_S = 0.5
 MIN_REPS, MAX_REPS = 3, 7
 
-_ALWAYS = ("always", "1", "true", "yes")
-_NEVER = ("never", "0", "false", "no")
+_ALWAYS = ("always", "on", "1", "true", "yes")
+_NEVER = ("never", "off", "0", "false", "no")
 
 
 class _TooSlowError(Exception):

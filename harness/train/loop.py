@@ -432,7 +432,7 @@ def should_batch(specs: list[TrialSpec]) -> bool:
     the digits MLP ran 0.78x batched in one measurement and 1.21x in another on the same 2-core CPU.)
     Fewer than 2 trials or specs that cannot share a batch: False; large models, and groups whose
     vmap could save less training time than compiling the vmapped chunk to measure it would cost,
-    are not measured (False). ``HARNESS_BATCH=always|never`` overrides the measurement (never for
+    are not measured (False). ``HARNESS_BATCH=on|off`` overrides the measurement (never for
     incompatible specs). The worker and :func:`harness.plan.units.group_units` call it through
     this module (tests replace it here).
     """

@@ -3,19 +3,23 @@
     python tests/device/check.py            # full sizes on a GPU/TPU, small sizes on a CPU
     python tests/device/check.py --small    # small sizes anywhere (what tests/test_device_check.py runs)
 
-Rows (each part also runs on a CPU, at small sizes):
-* ``quickstart``: ``experiments/quickstart.yaml`` swept into a fresh store (small: 4 trials of it),
+Rows (each part also runs on a CPU, at small sizes); a figure ``Nx`` is a ratio of times whose
+direction the row's detail states (``harness/flax``: lower is better; ``vmapped trials``: higher):
+* ``quickstart``: ``experiments/quickstart.yaml`` swept into a fresh store (small: 2 trials of it),
   sweep seconds and trials FINISHED; ``--jobs 2``: the same on two worker processes sharing the one
   device.
 * ``<model>/flax``: the harness's compiled K-step chunk (``TrainingProgram.get_chunk``, as training
   runs it) against the same network in flax.linen + optax (``tests/flax_reference.py``), K jitted
   steps (state donated) on batches gathered from the same device data, at float32 and
   bfloat16 (both sides: bfloat16 compute, float32 parameters); interleaved rounds, median of paired
-  ratios (``tests/benchmarks/paired.py``). ``transformer_lm`` and ``resnet18``.
+  ratios (``tests/benchmarks/paired.py``), harness time over flax time (below 1: the harness is
+  faster). ``transformer_lm`` and ``resnet18``.
 * ``MFU``: the harness step's XLA FLOPs per step over its step time and the device's measured
   bfloat16 matmul peak (``harness.train.timing.device_peak_flops``, cached in ``peak.json``).
 * ``vmapped trials``: what ``harness.train.batching`` decides for 8 seeds of the MLP (device memory;
-  measured on a CPU), and the training seconds of those seeds vmapped as decided against one by one.
+  measured on a CPU), and the training seconds of those seeds one by one over vmapped (above 1:
+  vmapping is faster), vmapped in programs of as many as fit device memory where the harness decides
+  to vmap, else in one program of 8 (what vmapping would have given).
 """
 
 from __future__ import annotations
@@ -197,7 +201,8 @@ def ratio_rows(size: str, dtypes=DTYPES) -> list[dict]:
             step_s = float(np.median(t["harness"])) / K[size]
             flops = _step_flops(prog, K[size])
             rows.append({"part": f"{model}/flax", "dtype": dtype, "figure": f"{p.median:.2f}x",
-                         "detail": f"[{p.lo:.2f}-{p.hi:.2f}] harness {1e3 * step_s:.2f} ms/step, flax "
+                         "detail": f"harness/flax time, < 1: harness faster; [{p.lo:.2f}-{p.hi:.2f}] "
+                                   f"harness {1e3 * step_s:.2f} ms/step, flax "
                                    f"{1e3 * float(np.median(t['flax'])) / K[size]:.2f}; batch {batch}",
                          "ratio": p.median})
             mfu = flops / step_s / peak if flops else float("nan")
@@ -220,8 +225,9 @@ def _step_flops(prog, k: int) -> float:
 
 
 def vmapped_row(size: str) -> dict:
-    """8 seeds of the MLP: what harness.batching decides, and their training seconds vmapped (in
-    programs of as many trials as fit device memory) against one by one."""
+    """8 seeds of the MLP: what harness.batching decides, and their training seconds one by one over
+    vmapped (in programs of as many trials as fit device memory where it decides to vmap, else all
+    in one program: what vmapping would give)."""
     dhp = {"num_examples": 2048, "num_valid": 32, "num_test": 32, "input_shape": [64]}
     hp = {"width": 256 if size == "full" else 32, "depth": 2}
     ds = load_dataset("synthetic", **dhp)
@@ -233,8 +239,9 @@ def vmapped_row(size: str) -> dict:
     t_v = sum(trainer.run_trials_batched(specs[i:i + per], dataset=ds, measure_perf=False)[0].train_seconds
               for i in range(0, SEEDS, per))
     return {"part": "vmapped trials", "dtype": "float32", "figure": f"{t_s / max(t_v, 1e-9):.2f}x",
-            "detail": f"{SEEDS} seeds of mlp {hp}, {BATCH_STEPS[size]} steps: vmapped {t_v:.3f} s (programs "
-                      f"of {per}) vs {t_s:.3f} s one by one; harness decides: {dec.label}",
+            "detail": f"one-by-one/vmapped time, > 1: vmapped faster; {SEEDS} seeds of mlp {hp}, "
+                      f"{BATCH_STEPS[size]} steps: vmapped {t_v:.3f} s (programs of {per}) vs {t_s:.3f} s "
+                      f"one by one; harness decides: {dec.label}",
             "speedup": t_s / max(t_v, 1e-9)}
 
 
