@@ -183,5 +183,5 @@ def test_nan_is_not_a_number_field(tmp_path):
     base = (ROOT / "experiments" / "quickstart.yaml").read_text()
     with pytest.raises(ConfigError) as ei:
         load_config(_write(tmp_path, base + "source_timeout_s: .nan\n"))
-    assert ei.value.errors == [f"{tmp_path / 'c.yaml'}: source_timeout_s: expected a number, not .nan "
-                               f"(YAML's not-a-number) (got nan)"]
+    assert ei.value.errors == [f"{tmp_path / 'c.yaml'}: source_timeout_s: must be a finite number, not "
+                               f".nan (YAML's not-a-number) (got nan)"]

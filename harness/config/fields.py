@@ -59,7 +59,7 @@ def strict_float(v: Any) -> Any:
     if not isinstance(v, float):
         raise PydanticCustomError("strict_float", "expected a number" + quoted_hint(v))
     if v != v:
-        raise PydanticCustomError("strict_float", "expected a number, not .nan (YAML's not-a-number)")
+        raise PydanticCustomError("strict_float", "must be a finite number, not .nan (YAML's not-a-number)")
     return v
 
 
