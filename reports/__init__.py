@@ -36,6 +36,7 @@ from harness.core.names import TAG_SELECT_BY, TAG_SWEEP_ID
 from harness.core.selection_rule import SELECT_BY
 from reports import runs as mlruns
 from reports import stats
+from reports.batch_flags import observed_elsewhere
 from reports.compare import compare
 from reports.frame import SELECT_BY_ATTR, SWEEP_TIME_ATTR, load_frame, load_sweep, summaries
 from reports.leaderboard import leaderboard
@@ -130,7 +131,12 @@ def make_report(
     if baseline is not None:
         comparison = compare(data.frame, use_clock(_load_baseline(client, experiment, baseline), time_clock))
 
-    html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name)
+    others = [e for e in client.search_experiments() if e.name != experiment]
+    every = client if baseline is not None or not others else \
+        snapshot_or_client(tracking_uri, None, immutable=immutable)  # a snapshot of one experiment
+    elsewhere = observed_elsewhere(every, data.frame) if others else None  # the batching flags'
+    html = render(data, figures, leaderboard(data.frame), comparison, baseline, csv_name=csv.name,
+                  elsewhere=elsewhere)
     try:
         out.write_text(html, encoding="utf-8")
     except OSError as e:

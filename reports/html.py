@@ -33,7 +33,7 @@ from harness.core.names import (
     TAG_HARNESS_COMMIT,
 )
 from harness.core.ties import power_words
-from reports.batch_flags import batching_flags, observed_elsewhere
+from reports.batch_flags import batching_flags
 from reports.claim_table import claim_rows
 from reports.early_stop import audit_rows
 from reports.figures import FIGURES
@@ -267,15 +267,6 @@ def across_rows(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> tu
     return rows, note
 
 
-def _elsewhere(data) -> pd.DataFrame | None:
-    """The store's other runs of this sweep's configurations and seeds (the batching flags')."""
-    if not data.tracking_uri:
-        return None
-    from reports.runs import mlflow_client
-
-    return observed_elsewhere(mlflow_client(data.tracking_uri), data.frame)
-
-
 def render(
     data: SweepData,
     figures: list[dict[str, Any]] | None,
@@ -283,11 +274,13 @@ def render(
     comparison: pd.DataFrame | None = None,
     baseline_id: str | None = None,
     csv_name: str = "report.csv",
+    elsewhere: pd.DataFrame | None = None,
 ) -> str:
     """The report's HTML text.
 
     ``figures`` is :func:`figure_items` of the frame (``None`` builds them here, named after
-    ``csv_name``); ``leaderboard`` is :func:`reports.figures.leaderboard` of the frame.
+    ``csv_name``); ``leaderboard`` is :func:`reports.figures.leaderboard` of the frame;
+    ``elsewhere`` the store's other runs of its trials (:func:`reports.batch_flags.observed_elsewhere`).
     """
     frame = data.frame
     s = summaries(frame)
@@ -315,7 +308,7 @@ def render(
         statuses=STATUSES,
         status_table=status_table,
         not_finished=not_finished,
-        batching_flags=batching_flags(frame, labels, _elsewhere(data)),
+        batching_flags=batching_flags(frame, labels, elsewhere),
         **parts,
         audit_changes=audit_changes(frame, labels) if parts["early_stops"] else [],
         config_yaml=data.config_yaml,
