@@ -177,3 +177,16 @@ def test_the_ties_line_explains_seed_counts_only_where_it_gives_one():
     some = [row("adam", "", None), row("sgd", "7 seeds would separate", 7)]
     assert tie_line(some) == (f"Ties: adam and sgd (mlp · digits, 1=): 7 seeds would separate — "
                               f"{T.power_words()}.")
+
+
+def test_the_legend_says_to_target_is_the_median_over_seeds():
+    """The terminal's "to target" is the seeds' median, the HTML report's the mean, under one heading."""
+    import types
+
+    from harness.orchestrate.legend import legend
+
+    summary = types.SimpleNamespace(outcomes=[], time_clock="modeled", select_by="final")
+    short = legend(summary, [], [], {}, explain=False)
+    assert "test = its mean test metric, to target its median." in short and len(short) < 250
+    assert "to target = its median over seeds (the HTML report gives the mean)" in legend(
+        summary, [], [], {}, explain=True)

@@ -52,10 +52,12 @@ def legend(summary: Any, measured: list[str], cost: list[str], titles: dict, exp
     at_init = solved_at_init(summary.outcomes, titles)
     if explain:
         return (f"rank: {RANK_WORDS}. best = selected on validation: {selection_order(summary.select_by)}; "
-                f"test = its mean test metric; full configurations: the HTML report. {clock}{at_init}")
+                f"test = its mean test metric; to target = its median over seeds (the HTML report gives the "
+                f"mean); full configurations: the HTML report. {clock}{at_init}")
     facts = clock[len(clock_sentence(summary.time_clock)):] + at_init
     how = ("the trial's wall-clock of training" if summary.time_clock == "measured"
            else "steps to target × the program's step time")
     return (f"rank: 1= where seeds cannot tell two apart; best = selected on validation, test = its "
-            f"mean test metric. Time to target: {summary.time_clock} ({how}).{facts} "
+            f"mean test metric, to target its median. Time to target: {summary.time_clock} "
+            f"({how}).{facts} "
             f"Rules in full: sweep --explain, or the HTML report.")
