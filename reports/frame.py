@@ -354,8 +354,7 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     Runs without a ``harness.trial_id`` tag are ignored. Metric histories are read with
     ``client.get_metric_history`` for the curve metrics each run actually holds, sorted by step.
     """
-    children = [r for r in runs if r.data.tags.get(TAG_TRIAL_ID)]
-    chosen = list(mlruns.select_trial_runs(children).values())
+    chosen = _chosen(runs)
     if not chosen:
         return pd.DataFrame(columns=[*ID_COLUMNS, *CURVE_METRICS, *SUMMARY_METRICS])
     summary = _summary_rows(chosen, experiment)
@@ -366,10 +365,16 @@ def build_frame(client, runs: Sequence, experiment: str) -> pd.DataFrame:
     return _tidy(frame)
 
 
+def _chosen(runs: Sequence) -> list[tuple]:
+    """``(run, attempts)`` of each trial id among ``runs`` (:func:`reports.runs.select_trial_runs`);
+    runs without a ``harness.trial_id`` tag are left out."""
+    return list(mlruns.select_trial_runs([r for r in runs if r.data.tags.get(TAG_TRIAL_ID)]).values())
+
+
 def summary_rows(runs: Sequence, experiment: str) -> pd.DataFrame:
     """The summary rows (no curves, no metric histories read) of the trial runs ``runs``: one per
     trial id, chosen as :func:`build_frame` chooses; empty when none carries a trial id."""
-    chosen = list(mlruns.select_trial_runs([r for r in runs if r.data.tags.get(TAG_TRIAL_ID)]).values())
+    chosen = _chosen(runs)
     return _summary_rows(chosen, experiment) if chosen else pd.DataFrame(columns=ID_COLUMNS)
 
 
