@@ -19,7 +19,7 @@ from typing import Any
 from harness.config.errors import ConfigError, UsageError
 from harness.config.limits import DEFAULT_MAX_TRIALS
 
-__all__ = ["SweepRun", "sweep"]
+__all__ = ["SweepRun", "check_option_types", "sweep"]
 
 
 _NAMED = ("tracking_uri", "jobs", "dry_run", "only", "quiet", "executor", "batching", "max_trials",
@@ -66,7 +66,7 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
         resumes.
       TypeError: ``config`` is neither a path, a mapping nor a SweepConfig, or an unknown option.
     """
-    _check_option_types(tracking_uri=tracking_uri, dry_run=dry_run, only=only, quiet=quiet,
+    check_option_types(tracking_uri=tracking_uri, dry_run=dry_run, only=only, quiet=quiet,
                         max_trials=max_trials, compile_cache=compile_cache)
     _check_console(options.get("console"))
     _check_known(options)
@@ -117,10 +117,11 @@ def _run(config: Any, **options: Any):
 #: ``executor`` and ``batching`` are checked by the config's own fields).
 _OPTION_TYPES = {"tracking_uri": (str, "a string such as 'sqlite:///mlflow.db'"),
                  "max_trials": (int, "a whole number >= 1"), "dry_run": (bool, "True or False"),
-                 "quiet": (bool, "True or False"), "compile_cache": (bool, "True or False")}
+                 "quiet": (bool, "True or False"), "compile_cache": (bool, "True or False"),
+                 "alone": (bool, "True or False")}  # harness.reproduce's
 
 
-def _check_option_types(**given: Any) -> None:
+def check_option_types(**given: Any) -> None:
     """Raise :class:`UsageError` (with the option's name as key path) for an option of the wrong
     type, before anything is read or run: ``only=5`` failed deep inside with ``TypeError: 'int'
     object is not iterable``, ``dry_run="no"`` ran a dry run (a non-empty string is true)."""

@@ -187,14 +187,12 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
         :class:`harness.core.filters.BadIdError`: ``trial_id`` is not 16 hexadecimal digits.
       harness.tracking.store_errors.TrackingUnavailableError: a store cannot be opened.
     """
-    from harness.config.errors import UsageError
     from harness.core.filters import check_trial_id
+    from harness.orchestrate.api import check_option_types
     from harness.tracking.client import prepare_store
     from harness.tracking.uris import resolve_tracking_uri
 
-    for name, value in (("compile_cache", compile_cache), ("alone", alone)):
-        if not isinstance(value, bool):  # alone="no" would be true
-            raise UsageError(f"{name}: must be True or False, got {type(value).__name__} {value!r}", name)
+    check_option_types(compile_cache=compile_cache, alone=alone)  # alone="no" would be true
     if threads not in ("stored", "here"):
         raise ValueError(f"threads={threads!r}: 'stored' (the stored run's XLA CPU pool) or 'here' "
                          f"(this process's)")
