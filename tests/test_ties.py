@@ -167,14 +167,14 @@ def test_the_ties_line_explains_seed_counts_only_where_it_gives_one():
     "1 paired seed: too few to estimate" alone it read as that phrase's definition."""
     from harness.orchestrate.legend import tie_line
 
-    def row(name, words, seeds):
-        sep = T.Separation(seeds, 1, math.nan, T.VALUE, words)
+    def row(name, words, seeds, effect=math.nan):
+        sep = T.Separation(seeds, 1, effect, T.VALUE, words)
         return {"optimizer": name, "separation": sep, "tie_on": T.VALUE, "task_title": "mlp · digits",
                 "label": "1="}
 
     few = [row("adam", "", None), row("sgd", "1 paired seed: too few to estimate", None)]
     assert tie_line(few) == "Ties: adam and sgd (mlp · digits, 1=): 1 paired seed: too few to estimate."
-    some = [row("adam", "", None), row("sgd", "7 seeds would separate", 7)]
+    some = [row("adam", "", None), row("sgd", "7 seeds would separate", 7, 1.3)]
     assert tie_line(some) == (f"Ties: adam and sgd (mlp · digits, 1=): 7 seeds would separate — "
                               f"{T.power_words()}.")
 

@@ -33,7 +33,7 @@ def tie_line(rows: list[dict[str, Any]]) -> str:
             on = " on the validation value" if sep.what != r["tie_on"] else ""
             pairs.append(f"{prev['optimizer']} and {r['optimizer']} ({r['task_title']}, "
                          f"{r['label']}): {sep.words}{on}")
-            counted = counted or " seeds would separate" in sep.words
+            counted = counted or sep.effect > 0  # estimated (nan: none; 0: equal results)
         prev = r
     if not pairs:
         return ""
