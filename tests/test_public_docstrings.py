@@ -57,7 +57,8 @@ def docstring_problems(obj) -> list[str]:
         if args is None:
             problems.append("no Args: section")
         else:
-            named = set(re.findall(r"^\s+\**(\w+)", args.group(1), re.MULTILINE))
+            heads = re.findall(r"^\s+([*\w][\w, *]*?):", args.group(1), re.MULTILINE)
+            named = {n.strip(" *") for head in heads for n in head.split(",")}
             missing = [p.name for p in params if p.name not in named]
             if missing:
                 problems.append(f"Args: does not name {missing}")
@@ -88,6 +89,14 @@ def _f_prose(step_size: float) -> float:
     """The step for ``step_size``."""
 
 
+def _f_pair(b1: float, b2: float) -> None:
+    """Two rates.
+
+    Args:
+      b1, b2: decay rates.
+    """
+
+
 def _f_half(step_size: float, mass: float) -> None:
     """Momentum.
 
@@ -100,6 +109,7 @@ def _f_half(step_size: float, mass: float) -> None:
     (_f_documented, []),
     (_f_prose, ["no Args: section", "no Returns: section"]),
     (_f_half, ["Args: does not name ['mass']"]),
+    (_f_pair, []),
 ])
 def test_the_check_reads_the_form(fn, expected):
     assert docstring_problems(fn) == expected
