@@ -15,13 +15,20 @@ class SnapshotWarning(UserWarning):
 
 
 def results(experiment: str, *, tracking_uri: str | None = None, immutable: bool = False, **options: Any):
-    """The results of one sweep of ``experiment`` (:func:`reports.results.results`, whose keyword
-    arguments ``options`` are: ``sweep``, ``versions``, ``clock``, ``select_by``, ``scoring``,
-    ``tuning_draws``).
+    """The results of one sweep of ``experiment``, read from the store (:func:`reports.results.results`).
 
     A local SQLite store SQLite cannot open where it is (its folder not writable) is read as an
-    immutable snapshot, with one :class:`SnapshotWarning` (as ``report`` and ``status`` do);
-    ``immutable=True`` reads it so without trying.
+    immutable snapshot, with one :class:`SnapshotWarning` (as ``report`` and ``status`` do).
+
+    Args:
+      experiment: the MLflow experiment (the config's ``name``).
+      tracking_uri: the store (``None``: ``MLFLOW_TRACKING_URI``, else ``sqlite:///<cwd>/mlflow.db``).
+      immutable: read a SQLite store as an immutable snapshot without trying to open it first.
+      options: :func:`reports.results.results`' keyword arguments: ``sweep``, ``versions``,
+        ``clock``, ``select_by``, ``scoring``, ``tuning_draws``.
+
+    Returns:
+      a :class:`reports.results.Results`: the trials, curves, leaderboard and figures as DataFrames.
 
     Raises:
       harness.tracking.store_errors.TrackingUnavailableError: the store cannot be opened or read (a file

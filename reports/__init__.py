@@ -104,6 +104,9 @@ def make_report(
     store refuses that (a read-only artifact folder), the report is still returned, with a
     :class:`ReportNotLogged` warning.
 
+    Returns:
+      the HTML file's path.
+
     Raises:
       ValueError: unknown experiment, sweep id, baseline sweep id or stats baseline optimizer.
       ReportNotWrittenError: the report or its table cannot be written at its path.

@@ -516,11 +516,17 @@ def load_sweep(
 
 
 def load_frame(experiment: str, sweep_id: str | None = None, tracking_uri: str | None = None) -> pd.DataFrame:
-    """The tidy frame of one sweep of ``experiment`` (its latest sweep when ``sweep_id`` is None).
+    """The tidy frame of one sweep of ``experiment``.
 
-    One row per trial and logged step (``row == "curve"``) plus one per trial (``row == "summary"``)
-    with the perf and convergence metrics; see the module docstring for the columns.
-    ``frame.attrs`` holds ``experiment``, ``sweep_id`` and ``parent_run_ids``.
+    Args:
+      experiment: the MLflow experiment (the sweep's ``name``).
+      sweep_id: the ``harness.sweep_id`` tag; ``None``: the experiment's latest sweep.
+      tracking_uri: the store (``None``: ``MLFLOW_TRACKING_URI``, else MLflow's default).
+
+    Returns:
+      a DataFrame: one row per trial and logged step (``row == "curve"``) plus one per trial
+      (``row == "summary"``) with the perf and convergence metrics (module docstring);
+      ``frame.attrs`` holds ``experiment``, ``sweep_id`` and ``parent_run_ids``.
 
     Raises:
       ValueError: unknown experiment or sweep id (the message lists what exists).

@@ -88,19 +88,20 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
       experiment: the experiment's name.
       sweep: a sweep id (``harness.sweep_id``); ``None``: the experiment's latest sweep.
       tracking_uri: the store (``None``: ``MLFLOW_TRACKING_URI``, else ``./mlflow.db``).
-      versions: ``"current"`` (the sweep's trials) or ``"all"`` (every trial of the experiment);
-        module docstring.
+      versions: ``"current"`` (the sweep's trials) or ``"all"`` (every trial of the experiment).
       clock: the clock time to target is ranked on, ``"modeled"`` or ``"measured"``
         (:mod:`reports.report_clock`); ``None``: the sweep's own (its config's ``time:``).
       select_by: how each optimizer's best configuration is selected on validation
         (``time_to_target``, ``final``, ``best``); ``None``: the sweep's own.
       scoring: the tuned time-to-result rule of ``.tuned_times`` (``harness``, ``algoperf``;
         :mod:`reports.protocol`); ``None``: the sweep's own.
-      tuning_draws: how ``.tuning_curves`` draws k configurations (``without-replacement``, the
-        default, or ``with-replacement``).
+      tuning_draws: how ``.tuning_curves`` draws k configurations (default ``without-replacement``).
       immutable: read the local SQLite store with ``immutable=1``: for a store SQLite cannot open
         where it is (a folder that is not writable), right only while nobody writes it
         (:mod:`reports.snapshot`).
+
+    Returns:
+      a :class:`Results` (its tables as DataFrames, and the report's figures).
 
     Raises:
       ValueError: no store at a local SQLite path (none is created), an unknown experiment or

@@ -38,8 +38,8 @@ def sweep(config: str | Path | Any, *, tracking_uri: str | None = None, jobs: in
         (:mod:`harness.config.given`).
       tracking_uri: the MLflow store (``None``: ``MLFLOW_TRACKING_URI``, the config's
         ``tracking_uri``, else ``sqlite:///<cwd>/mlflow.db``).
-      jobs: local worker processes (``None``: the config's ``jobs``, else 1); ``executor``
-        ``inprocess`` | ``process`` | ``ray`` (``None``: the config's).
+      jobs: local worker processes (``None``: the config's ``jobs``, else 1).
+      executor: ``inprocess`` | ``process`` | ``ray`` (``None``: the config's).
       dry_run: plan only: print the trials to run and why; nothing is trained or written.
       only: run part of the config: ``{"optimizer": "adam"}``, ``{"optimizer": ["adam", "sgd"],
         "seed": 0}`` or ``"optimizer=adam"`` (axes optimizer, model, dataset, schedule, seed,

@@ -178,6 +178,10 @@ def reproduce(trial_id: str, *, tracking_uri: str | None = None, scratch: str | 
       alone: train the trial on its own even where it was trained in a vmapped batch (tag
         ``harness.batch``; default: in that batch again).
 
+    Returns:
+      a :class:`Reproduction`: the stored and the new run, every value compared, and the versions
+      that differ.
+
     Raises:
       ReproduceError: no FINISHED run of the trial, its recorded spec or source does not hash to its
         id, its data is unreadable or changed, or the subprocess training on the stored pool ended

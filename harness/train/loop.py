@@ -408,6 +408,14 @@ def run_trials_batched(specs: list[TrialSpec], *, dataset: Dataset | None = None
     Result ``i`` equals ``run_trial(specs[i])`` within float32 rounding (tested at ``rtol=1e-4,
     atol=1e-5``), except wall-clock values and ``perf`` (shared, measured for the single-trial step).
 
+    Args:
+      specs: the trials; AlgoPerf submissions among several train one after another.
+      dataset, perf_cache, measure_perf, on_progress: as :func:`run_trial`'s, for every trial.
+      checkpoints, gate: as :func:`run_trial`'s, for the batch as one program.
+
+    Returns:
+      one ``TrialResult`` per spec, in the order of ``specs``.
+
     Raises:
       ValueError: the specs do not share a batch key (or the list is empty).
     """
