@@ -77,8 +77,8 @@ def test_int_and_float_step_size_are_one_trial(tmp_path):
 def test_existing_experiment_ids_unchanged():
     """Sweep ids computed with main's code without this change (at a1dc6e4, after the splits; before
     them the same held: e59f1e554034, d37b27e67c92, 90b3c0c4b5fe): float-valued configs keep their
-    ids and the default divergence factor is not part of them. (``mnist1d.yaml`` is not pinned: issue
-    11 rewrote that experiment, so its trials legitimately changed.)"""
+    ids and the default divergence factor is not part of them. (``mnist1d.yaml`` is not pinned: that
+    experiment was rewritten since, so its trials legitimately changed.)"""
     want = {"quickstart": ("b1b760e03731", "7a5529a520b26a44"),
             "throughput": ("075df9babbeb", "ad4332fe8502ddc7")}
     for name, (sweep_id, first) in want.items():
