@@ -128,9 +128,9 @@ class TrainingProgram:
 
     def init_seeded(self, seed: int, step_size: float) -> tuple[TrainState, float]:
         """``init(jax.random.PRNGKey(seed), step_size)``, bit for bit, in two compiled dispatches
-        instead of :meth:`init`'s ~20 eager ones (about a third of a 20-step trial's main-thread
-        time in a sweep of 1,000): the model's (keys and parameters, compiled once per
-        model: :meth:`ModelEntry.init_from_seed`, whose random initialisers are slow to compile)
+        instead of :meth:`init`'s ~20 eager ones (docs/decisions.md): the model's (keys and
+        parameters, compiled once per model: :meth:`ModelEntry.init_from_seed`, whose random
+        initialisers are slow to compile)
         and the optimizer's (once per program). Returns the state and the seconds spent compiling
         now (0.0 once both are compiled). Eager, as :meth:`init`, for a user's optimizer
         (``source:``), an optimizer whose initialisation does not trace, and a seed outside
@@ -265,9 +265,9 @@ class TrainingProgram:
         On one device (``layout`` None) it is two executables called in turn: the batch order
         (:meth:`order`; integer work, compiled once per training-split size, batch size, ``n`` and
         ``T`` and shared by every optimizer and schedule: :func:`order_program`) and the updates
-        (:meth:`steps`). The order, a threefry permutation per epoch, used to be compiled into every
-        chunk; apart, the quickstart's 12 chunks compile ~40% faster, and the values
-        are the same integers, so every curve is unchanged (``tests/test_trainer.py``).
+        (:meth:`steps`). The order, a threefry permutation per epoch, is apart so that it compiles
+        once, not in every chunk (docs/decisions.md); its values are the same integers, so the
+        curves are those of one fused chunk (``tests/test_trainer.py``).
 
         ``layout`` (:class:`harness.train.parallel.Layout`): one executable (order and updates),
         jitted with explicit in/out shardings: ``"batch"``: state, start index and data replicated,
