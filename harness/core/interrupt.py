@@ -30,9 +30,8 @@ _DEFAULTS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signa
 #: The signals the running :func:`kept` block took (:func:`retake` takes them back).
 _TAKEN: list[signal.Signals] = []
 #: Whether :func:`handler` has raised its interrupt: the sweep is stopping, and a second signal is
-#: ignored (raised again inside the stop's own writes, it left trial runs RUNNING, the parent run
-#: ended before the last results were counted, and a Ray sweep's workers running on: an
-#: attack's two SIGTERMs 0.3 s apart).
+#: ignored (raised again inside the stop's own writes, it would leave trial runs RUNNING, end the
+#: parent run before the last results are counted, and leave a Ray sweep's workers running).
 _STOPPING = [False]
 
 

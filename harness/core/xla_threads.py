@@ -35,10 +35,9 @@ ENV = "HARNESS_XLA_CPU_THREADS"
 XLA_ENV = "NPROC"
 #: The variables the BLAS/LAPACK libraries size their thread pools by when they load. On a CPU
 #: ``jnp.linalg.eigh`` (SOAP's and Shampoo's eigendecompositions) calls OpenBLAS's LAPACK, whose
-#: pool of a thread per core waits for its workers by spinning: a 128 x 128 ``eigh`` took 7-16 ms of
-#: CPU time a call on 2 loaded cores, 0.94 ms on one thread, and a reviewer's soap figure rose 2.7x
-#: beside burners (4.33 -> 11.57 ms). :func:`pin` sets them to the same number of threads as XLA's
-#: pool unless the user set them (a value already set is kept).
+#: pool of a thread per core waits for its workers by spinning, so its CPU time moves with the load
+#: (docs/decisions.md, "XLA's and BLAS's CPU pools on one thread"). :func:`pin` sets them to the
+#: same number of threads as XLA's pool unless the user set them (a value already set is kept).
 BLAS_ENVS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: Top-level packages of JAX's accelerator plugins (CUDA, ROCm, TPU), and the prefixes of the
 #: ``jax_plugins`` namespace entries they register.

@@ -83,7 +83,7 @@ def write_ahead_log(client) -> None:
 #: 10,000 trials (a full ``ANALYZE`` 0.4 s), and the same plans.
 ANALYSIS_LIMIT = 400
 #: How long :func:`analyze_store` waits for another process's write transaction before it gives
-#: up (it is only an optimisation: it waited 30 s, silently, at the end of a sweep).
+#: up (it is only an optimisation, not worth a silent wait at the end of a sweep).
 ANALYZE_WAIT_S = 2.0
 
 

@@ -395,7 +395,7 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     _COMPILE_S[0] += dt
     _count("inits")
     # its values on the host (before the single chunk donates ``one``): the T copies are made there
-    # only if the measurement gets that far (on the device each leaf's copy was a program compiled)
+    # only if the measurement gets that far (on the device each leaf's copy would be a compiled program)
     host = jax.tree_util.tree_map(np.asarray, one)
     start = jnp.int32(0)
     exe_1, dt = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)

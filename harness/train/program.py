@@ -44,9 +44,10 @@ __all__ = ["ENTRIES", "INSPECT_BATCH", "ORDERS", "PROGRAMS", "PROGRAM_CACHE_SIZE
 PROGRAM_CACHE_SIZE = 16
 #: On a CPU, a chunk whose step's convolutions count more FLOPs than this runs as K dispatches of one
 #: compiled step with XLA's convolution (``models.stax.conv_outside_loops``) instead of a ``lax.scan``
-#: with im2col patches: inside a loop XLA:CPU's convolution is ~40x slower and the patches form ~1.8x
-#: (two 3x3 convs, 64x32x32x16, fwd+bwd), while a dispatch costs ~0.3 ms; the quickstart's CNN
-#: (~6 MFLOP of convolution per step) stays a scan, ResNet-18 at CIFAR shapes (~10^9) does not.
+#: with im2col patches: inside a loop XLA:CPU's convolution and the patches form are both slower
+#: (docs/decisions.md, "Convolutions and max pooling on CPU"), while a dispatch costs ~0.3 ms; the
+#: quickstart's CNN (~6 MFLOP of convolution per step) stays a scan, ResNet-18 at CIFAR shapes
+#: (~10^9) does not.
 CONV_LOOP_FLOPS = 1e8
 #: Test hook: when set, ``callback(sharding)`` receives the sharding of each data-parallel training
 #: batch as XLA's partitioner decided it (``jax.debug.inspect_array_sharding``, at compile time).
