@@ -267,8 +267,8 @@ class TrainingProgram:
         (:meth:`order`; integer work, compiled once per training-split size, batch size, ``n`` and
         ``T`` and shared by every optimizer and schedule: :func:`order_program`) and the updates
         (:meth:`steps`). The order, a threefry permutation per epoch, is apart so that it compiles
-        once, not in every chunk (docs/decisions.md); its values are the same integers, so the
-        curves are those of one fused chunk (``tests/test_trainer.py``).
+        once, not in every chunk (docs/decisions.md); losses and state equal those of the chunk
+        jitted as one function, to the bit (``tests/test_trainer.py``).
 
         ``layout`` (:class:`harness.train.parallel.Layout`): one executable (order and updates),
         jitted with explicit in/out shardings: ``"batch"``: state, start index and data replicated,
