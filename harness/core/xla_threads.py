@@ -7,9 +7,9 @@ the pool's idle workers spin while they wait for the next task, and spinning is 
 machine they spin a lot, beside CPU-burning processes they are preempted and spin little, and by how
 much depends on the program. On one thread the figure is a function of the program, not of the load
 (docs/decisions.md, "XLA's and BLAS's CPU pools on one thread"), and results are the same bits run
-after run (with the pool a reduction may split over threads as their timing falls); its idle
-wall-clock is slower only where a step is mostly large matrix products, which the pool splits over
-cores. A user who wants the pool (throughput on a many-core CPU, at the price of a load-dependent
+after run (with the pool a reduction may split over threads as their timing falls); one thread
+is slower (idle wall-clock) only where a step is mostly large matrix products, which the pool
+splits over cores. A user who wants the pool (throughput on a many-core CPU, at the price of a load-dependent
 CPU figure) sets ``HARNESS_XLA_CPU_THREADS=all``, or a number of threads.
 
 XLA reads the pool's size from the ``NPROC`` environment variable when its CPU client starts (the
