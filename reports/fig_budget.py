@@ -9,8 +9,7 @@ is the sum over its trials of compiling, training, evaluating, the unit's own th
 MLflow and the rest. With ``--jobs N`` the trials' seconds ran side by side, so the tasks' bars can
 add up to more than the sweep's.
 
-The bars describe the same invocations (not, as once, "whole sweep 95.8 s" beside a task bar of 378 s
-that summed trials of earlier invocations): a task's bar holds the trials the sweep's bar's
+The bars describe the same invocations: a task's bar holds the trials the sweep's bar's
 invocations trained; trials the report shows that other invocations trained (a grown search's
 trials carried over from an earlier sweep id, or an invocation that logged no budget) are a bar
 of their own, labelled so, outside the sweep's. Every bar's label says how many invocations or

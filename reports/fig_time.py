@@ -36,9 +36,9 @@ LOG_SPAN = 10.0
 def time_axis(ax, values, xlabel: str) -> str:
     """Set the x axis of a time-per-optimizer panel from the values it plots (``values``: every
     marker and whisker end, a not-reached marker's budget included; never a reached optimizer's
-    budget, which once ran the axis to the slowest training while the times sat in its first
-    twentieth): logarithmic when they span more than :data:`LOG_SPAN` (and are all positive), else
-    linear from 0; the label says which. Returns ``"log"`` or ``"linear"``."""
+    budget, which would stretch the axis to the slowest training): logarithmic when they span
+    more than :data:`LOG_SPAN` (and are all positive), else linear from 0; the label says which.
+    Returns ``"log"`` or ``"linear"``."""
     v = np.asarray([x for x in values if math.isfinite(x)], float)
     lo, hi = (float(v.min()), float(v.max())) if v.size else (0.0, 1.0)
     if lo > 0 and hi / lo > LOG_SPAN:

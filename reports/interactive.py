@@ -488,8 +488,8 @@ def _tuned_layers(frame: pd.DataFrame, enc: dict) -> list[dict]:
     x, y, color = enc["x"], enc["y"], enc["color"]
     return [
         {
-            # the band of the line under the pointer only (seven overlapping bands and their
-            # edge lines were a muddle); every band is in the CSV
+            # the band of the line under the pointer only (overlapping bands and their edge
+            # lines would be a muddle); every band is in the CSV
             "mark": {"type": "area"},
             "encoding": {"x": x, "y": {"field": "lo", "type": "quantitative"},
                          "y2": {"field": "hi"}, "color": color,

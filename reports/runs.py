@@ -48,8 +48,8 @@ def unfinished_words(parents: Sequence, shown: int) -> str:
     """What a report of a sweep that is not over says above its numbers (``""`` for one that is):
     a fixed sweep whose parents' ``n_trials`` (the config's plan) exceeds the ``shown`` trials
     with a result, "407 of the sweep's 1,000 trials have a result; 593 are still to run ...";
-    an adaptive one whose last invocation did not finish, that its search is not over. The
-    report of a killed sweep read as complete before; ``status`` says so too.
+    an adaptive one whose last invocation did not finish, that its search is not over
+    (``status`` says so too).
     ``parents``: the sweep's parent runs, oldest first."""
     if not parents:
         return ""

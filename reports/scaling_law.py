@@ -20,8 +20,8 @@ module's law is the one above. ``rescale`` may keep only one of the two kinds of
 ``δ = 1e-3`` over the free parameters, from a grid of starting points, keeping the best. Hoffmann
 et al. minimise it with L-BFGS; here ``scipy.optimize.least_squares`` (trust-region reflective,
 ``loss="huber"``, ``f_scale=δ``, whose cost ``½ Σ ρ`` is exactly ``Σ Huber_δ``) minimises the same
-objective with the analytic Jacobian: on a 96-point, 9-parameter problem it reaches the same
-optimum as L-BFGS-B from every start of the grid in ~35 instead of ~160 evaluations, ~15× faster.
+objective with the analytic Jacobian, reaching L-BFGS-B's optimum in fewer evaluations
+(``docs/decisions.md``).
 ``E`` is either *known* (the Markov source's exact loss floor: the harness logs it as
 ``dataset/loss_floor``, :mod:`harness.data.sequences`) or fitted (bounded below the smallest
 observed loss). Internally ``log N`` and ``log D`` are centred on their means

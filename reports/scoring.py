@@ -19,8 +19,7 @@ fastest is ``df.update(df.div(df.min(axis=0), axis=1))``, and ``DataFrame.update
 ``0 / 0`` ratio (a time of 0 where the fastest is 0) keeps the time itself, 0, and counts as solved
 at every τ (``0 <= tau``), while any other time on that task is ``t / 0 = inf`` (under
 ``algoperf`` already ``inf`` by the cap, ``t > 4 × 0``), unsolved (:func:`ratios`); ``inf / inf``
-keeps ``inf``: a task that no optimizer solved counts as unsolved for all of them. Plain division
-made the 0 a NaN, unsolved: a task whose fastest time is 0 was unsolved for every optimizer. (A
+keeps ``inf``: a task that no optimizer solved counts as unsolved for all of them. (A
 target the initial parameters already meet gives no 0 in a harness sweep: :mod:`harness.train.track`
 counts it at the first evaluation after training starts that meets it, as AlgoPerf's ``submission_runner``
 evaluates first after an update; a 0 comes from a table written otherwise, e.g. runs logged before

@@ -144,8 +144,9 @@ def select_best(frame: pd.DataFrame, audits: bool = True) -> pd.DataFrame:
 
 class _Trials(typing.NamedTuple):
     """:func:`select_best`'s inputs per summary row, as numpy arrays: each configuration reads its
-    rows' positions (a pandas slice per configuration: 9 s at 5,000 configurations); medians and
-    means are numpy's over the same values in the same order, as Series.median/mean computed them."""
+    rows' positions (a pandas slice per configuration is slow at thousands of configurations);
+    medians and means are numpy's over the same values in the same order, equal to
+    Series.median/mean's."""
 
     objs: dict  # task -> its objective (each task selects on its own metric)
     fin: np.ndarray  # finished

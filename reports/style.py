@@ -92,7 +92,7 @@ LEGEND_MARGIN_PX = 6.0
 def fit_legend(fig: Figure, handles: list, title: str | None = None, max_columns: int = 6, **kw):
     """A legend above the panels (``loc="outside upper center"``) with as many columns as fit the
     figure's width, at most ``max_columns``: a legend wider than the figure is not shrunk by the
-    layout, it is cut at both edges (it read "damw", "dan_optax"). Measured with the figure's
+    layout, it is cut at both edges. Measured with the figure's
     renderer before the figure is drawn; one column when nothing wider fits."""
     renderer = fig.canvas.get_renderer()
     room = fig.bbox.width - 2 * LEGEND_MARGIN_PX
@@ -140,8 +140,8 @@ def count_text(x: float) -> str:
 
 def log_count_x(ax) -> None:
     """Log x axis of counts (parameters, steps) labelled as :func:`count_text`: 1, 2 and 5 of each
-    decade on an axis spanning at most 1.5 decades, 1 and 3 up to 2.5, else decades only (a narrow
-    axis showed one labelled tick, 10^k); call it after the data are drawn (it reads the limits)."""
+    decade on an axis spanning at most 1.5 decades, 1 and 3 up to 2.5, else decades only (decades
+    alone label one tick of a narrow axis); call it after the data are drawn (it reads the limits)."""
     ax.set_xscale("log")
     lo, hi = ax.get_xlim()
     decades = float(np.log10(hi / lo)) if lo > 0 and hi > lo else 1.0

@@ -65,7 +65,7 @@ class UsageError(ConfigError):
     """An option given beside the config that the harness cannot use (``tracking_uri``, ``executor``,
     ``jobs``, ``only``): one line, and the key path it is about (the config key or option of that
     name). A :class:`ConfigError`, so a caller catches one type; the command line prints it as
-    ``error: LINE`` (exit 2), as it did before it had a type."""
+    ``error: LINE`` (exit 2)."""
 
     def __init__(self, line: str, key_path: str):
         super().__init__([line])

@@ -215,7 +215,7 @@ def _nonempty(v: list, what: str = "axis") -> list:
 
 def _distinct_seeds(v: list | None) -> list | None:
     """``seeds`` with no seed twice: a (configuration, seed) pair is one trial, trained once, so
-    ``[0, 0]`` silently ran one trial where two were asked for."""
+    ``[0, 0]`` would silently run one trial where two are asked for."""
     seen: set[int] = set()
     for s in v or ():
         if s in seen:

@@ -55,7 +55,7 @@ def _devices(v: Any) -> Any:
 class ParallelismCfg(Strict):
     """``parallelism: {devices, shard}``: how many of the process's visible devices
     (:func:`harness.execute.devices.visible_devices`) each trial uses (an int >= 1 or ``all``; default 1 =
-    one device, unchanged behaviour) and what is sharded over them: ``batch`` (data-parallel, each
+    one device, no mesh) and what is sharded over them: ``batch`` (data-parallel, each
     step's batch split over a 1-D mesh, state replicated) or ``trials`` (the vmapped batch of
     seed/step-size siblings split along its trial axis). Checked against the visible devices and
     the batch sizes by the pre-flight (:mod:`harness.orchestrate.preflight`), before any MLflow write."""

@@ -19,7 +19,7 @@ and, where known, the line. Compared with ``yaml.safe_load`` it:
   scanner on a large file (a 1 MiB file parses in milliseconds), and checks the composed node graph
   (:func:`check_graph`) before constructing any Python object;
 - reads YAML 1.2 floats: ``3e-3``, ``1E5`` and ``-2.5e+3`` are floats (YAML 1.1, PyYAML's
-  default, requires a dot, so ``3e-3`` was the string ``'3e-3'``). Everything else resolves as in
+  default, requires a dot, so ``3e-3`` is the string ``'3e-3'`` there). Everything else resolves as in
   ``yaml.safe_load`` (YAML 1.1 booleans ``yes``/``no``/``on``/``off`` included).
 
 Error messages echo a user's value with :func:`harness.core.echo.short_repr` (at most 200

@@ -15,7 +15,7 @@ place, naming no trial. So while a sweep runs (the sweep's process and every wor
 - any other warning (JAX's, a user's optimizer's, a library's) is one line on stderr,
   ``warning: UserWarning: <first line of its message>``, without the source line.
 
-Warnings stay warnings otherwise: filters (``-W error``, ``PYTHONWARNINGS``) apply as before.
+Warnings stay warnings otherwise: filters (``-W error``, ``PYTHONWARNINGS``) apply as usual.
 Standard library only.
 """
 

@@ -2,9 +2,8 @@
 
 Python raises ``KeyboardInterrupt`` in whatever Python code runs when SIGINT arrives. Inside a
 garbage-collection callback (JAX registers one, ``_xla_gc_callback``) or a ``__del__``, the exception
-is only reported ("Exception ignored in: ...") and lost, and the program goes on. A sweep then trained
-every trial and exited 0 after its user pressed Ctrl-C (found by attacking ``--jobs 2``: 2 of 4
-Ctrl-Cs sent while the store was being opened were lost).
+is only reported ("Exception ignored in: ...") and lost, and the program goes on: a sweep would train
+every trial and exit 0 after its user pressed Ctrl-C (docs/decisions.md, "A Ctrl-C is never lost").
 
 While a sweep runs (:func:`kept`), its SIGINT handler (SIGTERM's too: a sweep stops on it as on
 Ctrl-C, :data:`SIGNUM` says which) also notes the interrupt, and :func:`check`,
@@ -31,16 +30,15 @@ _DEFAULTS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signa
 #: The signals the running :func:`kept` block took (:func:`retake` takes them back).
 _TAKEN: list[signal.Signals] = []
 #: Whether :func:`handler` has raised its interrupt: the sweep is stopping, and a second signal is
-#: ignored (raised again inside the stop's own writes, it left trial runs RUNNING, the parent run
-#: ended before the last results were counted, and a Ray sweep's workers running on: an
-#: attack's two SIGTERMs 0.3 s apart).
+#: ignored (raised again inside the stop's own writes, it would leave trial runs RUNNING, end the
+#: parent run before the last results are counted, and leave a Ray sweep's workers running).
 _STOPPING = [False]
 
 
 def handler(signum: int, frame: Any) -> None:
     """The sweep's SIGINT and SIGTERM handler: note the interrupt and its signal, then raise
-    ``KeyboardInterrupt`` as Python's default SIGINT handler does (SIGTERM's default killed the
-    process: the 2-4 results queued for the writer were lost and the parent run left RUNNING).
+    ``KeyboardInterrupt`` as Python's default SIGINT handler does (SIGTERM's default kills the
+    process, losing the results queued for the writer and leaving the parent run RUNNING).
     Once per :func:`kept` block: a signal after that one is ignored while the sweep stops."""
     if _STOPPING[0]:
         return

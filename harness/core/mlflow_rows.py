@@ -1,7 +1,7 @@
 """MLflow's runs read straight from a local SQLite store with :mod:`sqlite3`, read-only (standard library).
 
-MLflow's ``search_runs`` builds an ORM object per tag, param and metric row: 60 s for the 10,000
-runs of a sweep of short trials, where the same rows read here take about 2 s. What is
+MLflow's ``search_runs`` builds an ORM object per tag, param and metric row, which is slow for the
+thousands of runs of a sweep (docs/decisions.md, "Reads with sqlite3, not MLflow"). What is
 read are MLflow's own tables (``experiments``, ``runs``, ``tags``, ``params``, ``latest_metrics``:
 their layout since MLflow 1.x), opened with ``mode=ro`` in one read transaction (a consistent view;
 nothing is created, migrated or written); a store SQLite cannot open so where it is (its folder not

@@ -285,7 +285,7 @@ ARTIFACT_SOURCE_DIR = "source"  # a user optimizer's file (source: PATH.py:FUNCT
 
 
 def canonical_metric(name: str) -> str:
-    """Today's name of a metric: ``eval/x`` → ``valid/x``, ``final/eval_x`` → ``final/valid_x``.
+    """The current name of a metric: ``eval/x`` → ``valid/x``, ``final/eval_x`` → ``final/valid_x``.
 
     The one rule for the names of before the three-split protocol; every other name is returned
     unchanged. Example: ``canonical_metric("eval/accuracy") == "valid/accuracy"``.

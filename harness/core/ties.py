@@ -34,16 +34,15 @@ machine widens the intervals: it can turn an order into a tie, not reverse it.
 **Shared ranks** (:func:`share_ranks`): walking down the strict order, an optimizer joins the
 current group when it is not distinguishable from one of its members, else it starts a new group
 ranked by its position (competition ranks: a group of two at 1 is ``"1="``, the next is ``"3"``).
-Measured from the group's first member only, an optimizer whose results equal a member's could rank
-apart from it (momentum "1=" and sgd "3" with the same steps and accuracies, found by an attacking
-helper).
+(Compared with the group's first member only, an optimizer whose results equal a member's could
+rank apart from it.)
 
 **The rows of a tie** are shown in the order of the column the reader sees (:func:`tie_column`,
 :func:`order_within`): a group whose members all reached the target, ranked by time to target, in
 the order of the time to target the table shows (fastest first); any other group in the order of the
-validation value that ranks it (best first). Equal shown numbers keep the strict order. (Ordering
-the rows by the strict order put a row whose time read 0.80 s above one reading 0.54 s: the two
-reached the target at the same evaluation, where the final metric orders them.)
+validation value that ranks it (best first). Equal shown numbers keep the strict order. (The strict
+order alone could put a longer shown time above a shorter one: two that reached the target at the
+same evaluation are ordered by the final metric.)
 
 **Seeds that would separate** two neighbours of a tie (:func:`separation`): the fewest paired
 seeds (in all, at least :data:`MIN_SEEDS` and more than those they already share) at which the
@@ -61,7 +60,7 @@ mean difference of exactly 0 has no such number ("no seed count separates equal 
 :data:`MAX_SEEDS` it says "> 100". One paired seed has no SD: nothing to estimate. Paired
 differences all equal (SD 0, e.g. two seeds reaching the target 50 steps apart each) give no
 estimate either, only the rule's floor, said as such ("≥ 5 seeds would separate (no spread in 2
-paired seeds)"; before, "5 seeds would separate", as if the power were known). On time with cost
+paired seeds)", not as if the power were known). On time with cost
 intervals the estimate takes the differences at the interval's worst end (the smallest in the
 measured direction); where that end reverses or cancels the difference, no seed count separates
 ("tied by the step cost: no seed count separates ...").
@@ -127,8 +126,8 @@ COST_TIE = "tied by the step cost"
 TIME = "time to target"
 VALUE = "validation value"
 #: The rank label of an optimizer every trial of which failed on a task (:attr:`Standing.has_results`
-#: false): it has no result to rank, so it takes no rank and comes last. (It showed ``"1"`` when it
-#: was a task's only optimizer, found by an attacking helper.) A diverged trial is a result.
+#: false): it has no result to rank, so it takes no rank and comes last, also as a task's only optimizer.
+#: A diverged trial is a result.
 UNRANKED = "—"
 
 

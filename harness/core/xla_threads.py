@@ -5,25 +5,12 @@ Why one. On a CPU the modeled clock ranks on a program's *CPU time* per step
 optimizer. With XLA's default intra-op pool (one thread per core) that figure is not the step's work:
 the pool's idle workers spin while they wait for the next task, and spinning is CPU time. On an idle
 machine they spin a lot, beside CPU-burning processes they are preempted and spin little, and by how
-much depends on the program. Measured on 2 cores (an MLP of width 256, 200 steps a block, median of
-15 interleaved blocks, beside 4 burners against idle):
-
-============  ==============================  ===============================
-program       XLA's default pool: CPU ms/step  one thread: CPU ms/step
-============  ==============================  ===============================
-sgd           0.854 → 0.670 (−22%)            0.588 → 0.570 (−3%)
-adafactor     1.253 → 0.886 (−29%)            0.791 → 0.780 (−1%)
-muon          7.196 → 5.642 (−22%)            5.223 → 5.347 (+2%)
-============  ==============================  ===============================
-
-One thread made every figure a function of the program, not of the load, and the idle wall-clock of
-the same steps was no slower except where a step is mostly large matrix products (muon there: 4.06 →
-5.12 ms), which the pool splits over cores. It also made results the same bits run after run:
-with the pool, the same adafactor trial on MNIST-1D (1000 steps) ended at validation accuracy
-0.5875 in one run and 0.5850 in the next (a reduction split over threads as their timing falls),
-at one thread 0.5875 both times, idle and beside burners. (Matrix products and convolutions gave the
-same bits either way.) A user who wants the pool (throughput on a many-core CPU, at the price of
-a load-dependent CPU figure) sets ``HARNESS_XLA_CPU_THREADS=all``, or a number of threads.
+much depends on the program. On one thread the figure is a function of the program, not of the load
+(docs/decisions.md, "XLA's and BLAS's CPU pools on one thread"), and results are the same bits run
+after run (with the pool a reduction may split over threads as their timing falls); one thread
+is slower (idle wall-clock) only where a step is mostly large matrix products, which the pool
+splits over cores. A user who wants the pool (throughput on a many-core CPU, at the price of a load-dependent
+CPU figure) sets ``HARNESS_XLA_CPU_THREADS=all``, or a number of threads.
 
 XLA reads the pool's size from the ``NPROC`` environment variable when its CPU client starts (the
 first JAX computation of the process), so :func:`pin` runs when :mod:`harness` is imported, before
@@ -48,10 +35,9 @@ ENV = "HARNESS_XLA_CPU_THREADS"
 XLA_ENV = "NPROC"
 #: The variables the BLAS/LAPACK libraries size their thread pools by when they load. On a CPU
 #: ``jnp.linalg.eigh`` (SOAP's and Shampoo's eigendecompositions) calls OpenBLAS's LAPACK, whose
-#: pool of a thread per core waits for its workers by spinning: a 128 x 128 ``eigh`` took 7-16 ms of
-#: CPU time a call on 2 loaded cores, 0.94 ms on one thread, and a reviewer's soap figure rose 2.7x
-#: beside burners (4.33 -> 11.57 ms). :func:`pin` sets them to the same number of threads as XLA's
-#: pool unless the user set them (a value already set is kept).
+#: pool of a thread per core waits for its workers by spinning, so its CPU time moves with the load
+#: (docs/decisions.md, "XLA's and BLAS's CPU pools on one thread"). :func:`pin` sets them to the
+#: same number of threads as XLA's pool unless the user set them (a value already set is kept).
 BLAS_ENVS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: Top-level packages of JAX's accelerator plugins (CUDA, ROCm, TPU), and the prefixes of the
 #: ``jax_plugins`` namespace entries they register.

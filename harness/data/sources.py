@@ -14,8 +14,8 @@ Every loader returns a :class:`~harness.data.dataset.Dataset` of numpy arrays re
   (:func:`harness.data.dataset.carve_validation`): the last ``round(n · validation_fraction)``
   examples of a fixed seed-0 permutation of the ``n`` training examples become validation, the
   rest (in permutation order) stay train. ``validation_fraction`` defaults to ``0.2`` and must lie
-  in ``(0, 1)``. (Before the three-split protocol this hyperparameter *replaced* the test split; now the test
-  split is always the source's own and never seen before the end of a trial.)
+  in ``(0, 1)``. The test split is always the source's own and never seen before the end of a
+  trial.
 
 Registry (:data:`DATASETS`, name → builder; a builder's keyword arguments are its hyperparameters;
 the sources live in :mod:`harness.data.offline`, :mod:`harness.data.sequences` and
@@ -33,8 +33,8 @@ the sources live in :mod:`harness.data.offline`, :mod:`harness.data.sequences` a
   ``$HARNESS_CACHE_DIR`` (default ``~/.cache/harness``) as ``.npz``.
 * ``synthetic(num_examples=1024, num_test=256, input_shape=(784,), num_classes=10, seed=0,
   num_valid=256)``: standard-normal inputs labelled by a random linear teacher (argmax of
-  ``x @ W``); the validation examples are drawn after the teacher, so train and test are the same
-  arrays as before validation existed; for throughput work and tests.
+  ``x @ W``); the validation examples are drawn after the teacher, so train and test do not
+  depend on ``num_valid``; for throughput work and tests.
 * ``tfds:NAME`` (e.g. ``tfds:mnist``): read with ``tfds.data_source`` (array_record, no TensorFlow)
   from ``data_dir`` (default ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``). Hyperparameters are
   those of :func:`harness.data.tfds_source.load_tfds` (``data_dir``, ``validation_fraction``,

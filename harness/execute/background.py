@@ -2,8 +2,7 @@
 
 :func:`submit` queues a call on the thread (in order: one writer, so a unit's writes end before
 anything queued after them starts); :func:`flush_logging` waits for everything queued and raises the
-first error a write met. Measured on the quickstart sweep (2 CPU cores): tracking on the critical
-path 0.25% of the trials' wall-clock, against ~5% when written synchronously.
+first error a write met. Why: docs/decisions.md, "Tracking off the critical path".
 """
 
 from __future__ import annotations
@@ -32,13 +31,11 @@ def _timed(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 #: At most this many writes wait for the writer thread; :func:`submit` blocks for a free slot. A
-#: sweep of short trials trains faster than MLflow writes them (10,000 20-step trials: training
-#: ran thousands of trials ahead), and a trained result that waits only in memory is lost to a
-#: kill (its trial trains again): the queue stays short and training waits for the writer instead.
-#: 64 let a SIGKILLed ``--jobs 2`` sweep train 22 trials again (found by an attack); 4 bounds that
-#: at 4 per process, and measured on 1,000 20-step trials it costs nothing (CPU 26.1 / 25.8 s
-#: against 26.8 / 25.4 s with 64): the writer is the bottleneck there, and a longer trial leaves the
-#: queue empty anyway.
+#: sweep of short trials trains faster than MLflow writes them (training can run thousands of trials
+#: ahead), and a trained result that waits only in memory is lost to a kill (its trial trains
+#: again): the queue stays short and training waits for the writer instead. 4 bounds what a kill
+#: trains again at 4 per process and costs short trials nothing measurable: the writer is the
+#: bottleneck there, and a longer trial leaves the queue empty anyway.
 MAX_QUEUED = 4
 _SLOTS = threading.BoundedSemaphore(MAX_QUEUED)
 

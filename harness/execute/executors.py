@@ -207,8 +207,8 @@ SHARED_DATASET_BYTES = 64 << 20
 def shared_datasets(units: list[list[TrialSpec]]) -> list:
     """The datasets of ``units`` this process already loaded (its pre-flight did), up to
     :data:`SHARED_DATASET_BYTES` in all, for each new worker to start with
-    (:func:`harness.data.sources.memoised`): a worker then loads only the larger ones itself.
-    Measured on digits: 2.3 s of a worker's start-up (scikit-learn's import and the loader)."""
+    (:func:`harness.data.sources.memoised`): a worker then loads only the larger ones itself
+    (a small dataset's loader, such as scikit-learn's import, is much of a worker's start-up)."""
     from harness.data.sources import memoised
 
     return memoised(((s.dataset, s.hparams("dataset")) for u in units for s in u), SHARED_DATASET_BYTES)
@@ -343,7 +343,7 @@ class ProcessExecutor(Executor):
     def prestart(self, specs: list[TrialSpec]) -> None:
         """Inside :meth:`session`, with no worker yet: start ``min(jobs, len(specs))`` workers with
         ``specs``' datasets; each imports the trainer (JAX) while the sweep opens the store and
-        plans (so a worker's start-up is then no longer on the sweep's critical path), and
+        plans (so a worker's start-up is off the sweep's critical path), and
         the first :meth:`run` takes them. Left idle, they are stopped when the session ends."""
         if self._kept is None or self._kept or not specs:
             return

@@ -88,7 +88,7 @@ def worker_main(conn, env: dict[str, str] | None) -> None:
             return
         if msg is None:  # asked to leave, between units: nothing of this process is pending (its
             # results were sent, its checkpoints written synchronously), so it skips the interpreter's
-            # tear-down of JAX (~0.25 s that the sweep waited for at its end)
+            # tear-down of JAX (which the sweep would wait for at its end)
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)

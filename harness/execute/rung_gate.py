@@ -52,9 +52,8 @@ def read_peers(board: RungBoard, ctx: RunContext, trial_id: str) -> None:
 
     A local SQLite store is read with sqlite3, two tags per run (:data:`_PEERS_SQL`); a server
     with MLflow's ``search_runs``. Every decision whose peers train in another process reads the
-    group again: through MLflow, which builds every tag, param and metric of every run of the
-    group, two ASHA invocations at once on one store took 8x the time of one (found by
-    an attack); ``--jobs`` workers decide the same way."""
+    group again, which MLflow would do by building every tag, param and metric of every run of
+    the group; ``--jobs`` workers decide the same way."""
     from harness.core import mlflow_rows
     from harness.tracking.client import client_for, search_all
     from harness.tracking.health import HEALTH, store_should_be_tried

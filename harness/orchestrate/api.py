@@ -123,8 +123,8 @@ _OPTION_TYPES = {"tracking_uri": (str, "a string such as 'sqlite:///mlflow.db'")
 
 def check_option_types(**given: Any) -> None:
     """Raise :class:`UsageError` (with the option's name as key path) for an option of the wrong
-    type, before anything is read or run: ``only=5`` failed deep inside with ``TypeError: 'int'
-    object is not iterable``, ``dry_run="no"`` ran a dry run (a non-empty string is true)."""
+    type, before anything is read or run (a non-empty string such as ``dry_run="no"`` is true,
+    and ``only=5`` would fail deep inside)."""
     import numbers
     from collections.abc import Mapping
 

@@ -135,8 +135,8 @@ def submission_step_problem(s, ds) -> str | None:
     """One line saying why AlgoPerf submission trial ``s`` cannot take its first step on dataset
     ``ds`` (a :class:`harness.data.dataset.Dataset`), else ``None``. Importing the file and checking
     its API (:func:`submission_problem`) does not run ``init_optimizer_state``, ``data_selection`` or
-    ``update_params``: an ``import`` inside one of them, a shape error or a wrong return only showed
-    once the store existed and the trial failed. So the pre-flight builds the trial as a worker does
+    ``update_params``, where an ``import``, a shape error or a wrong return would otherwise show
+    only once the store exists and the trial fails. So the pre-flight builds the trial as a worker does
     (:func:`harness.train.algoperf.runner.first_update`, no checkpoints, nothing written) and takes
     one real update (its own ``jit``: there is nothing to trace abstractly), each call into the
     submission bounded as in training (the runner's limit of one call, not ``source_timeout_s``:

@@ -163,13 +163,13 @@ def _changed_from(spec: TrialSpec, runs: list) -> str:
 
 def finished_trials(uri: Callable[[], str], experiment: str) -> Callable[[list[TrialSpec]], set[str]]:
     """``finished(specs) -> ids of specs with a FINISHED run`` (:func:`trial_state`'s rule) in
-    experiment ``experiment`` of the store ``uri()`` names: the pre-flight traces none of them (issue
-    35 §2). Read-only and never creating anything: a SQLite file that does not exist, a store that
+    experiment ``experiment`` of the store ``uri()`` names: the pre-flight traces none of them.
+    Read-only and never creating anything: a SQLite file that does not exist, a store that
     cannot be read or a URI that is refused (``uri()`` raising: said later, where the sweep opens the
     store) hold nothing. The store is read once, on the first call (later calls, the parts of a config
     with workloads, reuse it): a SQLite file by one read-only query of the two columns it needs
-    (:func:`_finished_in_sqlite`; at 300 trials MLflow's search of whole runs cost ~2 s), a server by
-    one :func:`harness.tracking.client.trial_runs`."""
+    (:func:`_finished_in_sqlite`, not MLflow's search of whole runs), a server by one
+    :func:`harness.tracking.client.trial_runs`."""
     box: dict[str, set[str]] = {}
 
     def done_ids() -> set[str]:

@@ -11,8 +11,8 @@ written once against this seam.
 
 Methods (``search: {method: ...}``, :data:`harness.config.search.METHODS`):
 
-- ``grid``, ``random``, ``quasirandom``: :class:`FixedSearcher`, every candidate at once (today's
-  sweeps: same trials, same ids, same order);
+- ``grid``, ``random``, ``quasirandom``: :class:`FixedSearcher`, every candidate at once (the
+  expanded trials, their ids and order);
 - ``asha``, ``hyperband``: :mod:`harness.orchestrate.asha`; ``successive_halving``:
   :mod:`harness.orchestrate.halving`;
 - ``coordinate_descent``: :mod:`harness.orchestrate.coordinate`;
@@ -185,7 +185,7 @@ class SweepSearch:
 
     @property
     def adaptive(self) -> bool:
-        """Whether any cell's method is a loop (else the sweep is today's fixed plan)."""
+        """Whether any cell's method is a loop (else the sweep is a fixed plan)."""
         return any(c.search.adaptive for c in self.cells)
 
     def candidates(self) -> list[TrialSpec]:

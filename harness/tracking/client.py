@@ -4,8 +4,7 @@
 bounded HTTP retries, :mod:`harness.tracking.uris`; a SQLite file created or repaired atomically,
 :mod:`harness.tracking.store`) and fails in one line (:class:`TrackingUnavailableError`) when it
 cannot. :func:`client_for` caches one ``mlflow.MlflowClient`` per process and URI (no fluent
-active-run state, safe in worker processes). Costs measured here: ~4 ms a call on SQLite, ~10 ms
-against a server; a trial makes about eight calls in all.
+active-run state, safe in worker processes).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ _CLIENTS: dict[str, object] = {}
 
 def client_for(uri: str):
     """An ``MlflowClient`` for ``uri``, one per process and URI (building one opens the store,
-    ~0.3 s on SQLite, so it is cached; imports mlflow)."""
+    so it is cached; imports mlflow)."""
     client = _CLIENTS.get(uri)
     if client is None:
         import logging
@@ -52,11 +51,10 @@ def write_ahead_log(client) -> None:
     ``synchronous=FULL``).
 
     A commit then appends to the ``-wal`` file without an fsync (one at each checkpoint), and
-    readers (the MLflow UI, ``status``, another invocation) no longer block the writer: measured
-    here, a trial's ``create_run`` + ``log_batch`` + ``set_terminated`` 21 ms of CPU instead of
-    33 ms. A killed process loses nothing committed (SQLite's WAL is durable against a process
-    crash); a power loss may roll back the last commits, never corrupt the file (those trials then
-    run again: nothing FINISHED twice). WAL needs shared memory: a store on NFS wants it off.
+    readers (the MLflow UI, ``status``, another invocation) do not block the writer. A killed
+    process loses nothing committed (SQLite's WAL is durable against a process crash); a power loss
+    may roll back the last commits, never corrupt the file (those trials then run again: nothing
+    FINISHED twice). WAL needs shared memory: a store on NFS wants it off.
     WAL mode stays with the file (``PRAGMA journal_mode``), so MLflow's own server and ``sqlite3``
     read it as usual.
     """
@@ -85,7 +83,7 @@ def write_ahead_log(client) -> None:
 #: 10,000 trials (a full ``ANALYZE`` 0.4 s), and the same plans.
 ANALYSIS_LIMIT = 400
 #: How long :func:`analyze_store` waits for another process's write transaction before it gives
-#: up (it is only an optimisation: it waited 30 s, silently, at the end of a sweep).
+#: up (it is only an optimisation, not worth a silent wait at the end of a sweep).
 ANALYZE_WAIT_S = 2.0
 
 
@@ -95,10 +93,10 @@ def analyze_store(uri: str) -> bool:
     for any other store, or one SQLite refused (busy past :data:`ANALYZE_WAIT_S`, read-only): it is
     only an optimisation, never an error.
 
-    Without statistics, SQLite 3.40 joins MLflow's tag subquery by scanning it once per run: the
-    MLflow UI's runs page (sorted by run name, ``tags.`mlflow.runName```) took 4.9 s of CPU for its
-    first 100 runs at 10,000 trials, and as long again for each "Load more"; with them, an automatic
-    index serves the join and the same query takes 0.09 s. Run at the end of every invocation and
+    Without statistics, SQLite 3.40 joins MLflow's tag subquery by scanning it once per run, so the
+    MLflow UI's runs page (sorted by run name, ``tags.`mlflow.runName```) is slow at thousands of
+    runs, and as slow again for each "Load more"; with them, an automatic index serves the join
+    (docs/decisions.md). Run at the end of every invocation and
     by ``harness ui``.
     """
 
@@ -229,7 +227,7 @@ def search_all(client, experiment_id: str, filter_string: str = "") -> list:
 def trial_runs(client, experiment_id: str) -> dict[str, list]:
     """All trial runs of an experiment grouped by ``harness.trial_id``, each group in MLflow's
     order (latest start first). On a local SQLite store they are read with :mod:`sqlite3`
-    (:func:`harness.core.mlflow_rows.read_runs`: 2 s instead of MLflow's 60 s at 10,000 runs)."""
+    (:func:`harness.core.mlflow_rows.read_runs`, not MLflow's search)."""
     db = sqlite_path(str(getattr(client, "tracking_uri", "") or ""))
     if db is not None and db.is_file():
         try:

@@ -67,7 +67,7 @@ def duplicated_in_sqlite(db: Path, experiment_id: str) -> set[str]:
     """The ``harness.trial_id`` of every trial with two or more active FINISHED trial runs in the
     experiment, read from the MLflow SQLite file ``db`` with :mod:`sqlite3` read-only, in one
     grouped query: what the sweep's closing check needs, without reading every run of the
-    experiment back through MLflow (2 s at 1,000 trials, 20 s at 10,000). Raises
+    experiment back through MLflow. Raises
     :class:`sqlite3.Error` for a file that is not such a store."""
     return values_of(
         db, "SELECT t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? "

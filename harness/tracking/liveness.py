@@ -165,9 +165,8 @@ def end_leftovers(client, experiment_id: str, parent_run_id: str) -> int:
     """At the end of an invocation: mark KILLED its own trial runs still RUNNING (a write that failed
     half-way; every unit has returned, so nothing of this process is still writing them), and any
     RUNNING parent or trial run of the experiment whose owner is gone (:func:`kill_dead_invocations`,
-    on the same read): an invocation killed while this one ran (before, only a later invocation
-    ended those, and its parent and trial runs stayed RUNNING beside this one's results: found
-    by an attack). A live other process's run is left alone. Returns how many."""
+    on the same read): an invocation killed while this one ran, whose runs would otherwise stay
+    RUNNING beside this one's results. A live other process's run is left alone. Returns how many."""
     runs = search_all(client, experiment_id, "attributes.status = 'RUNNING'")
     me = owner_tags()[TAG_OWNER]
     n = 0

@@ -15,8 +15,8 @@ values as bars and as the runs table's columns.
   builds one: only trial runs (parents hidden by the filter ``tags.`harness.kind` = 'trial'``,
   and never loaded back: MLflow 3.17's runs page fetches the parent of every nested run it shows,
   adding the sweep's parent runs to the page as "Additional runs" and to every chart as an
-  "Unassigned" group, whenever the view is sorted by start time (its default, and ours before issue
-  36) or has neither a sort nor a filter; so the view is sorted by run name, model and optimizer
+  "Unassigned" group, whenever the view is sorted by start time (its default)
+  or has neither a sort nor a filter; so the view is sorted by run name, model and optimizer
   first), grouped by task and optimizer (:func:`task_groups`: the ``model`` and ``dataset`` tags and
   the task params that differ between the runs, then the ``optimizer`` tag; where the experiment
   holds two versions of one user's optimizer, its ``optimizer.source_hash`` too: never one average
@@ -25,7 +25,7 @@ values as bars and as the runs table's columns.
   metrics' sections as bar charts of the group means (``final``, ``test``, ``convergence`` open, the
   rest collapsed); the table's columns the trial's tags and its final, test and convergence values.
   MLflow itself orders sections by name and draws a line against the step for any metric last logged
-  at a step >= 1, which put ``convergence/steps_to_target`` (logged at the step the target was
+  at a step >= 1, which would put ``convergence/steps_to_target`` (logged at the step the target was
   reached) first, as a line. Metrics not known when the view was written are added by MLflow at the
   end. (MLflow's "difference view" table renders empty cells for grouped runs: its column ids are the
   group ids, which contain dots; so no such table here.)

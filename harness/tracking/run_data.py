@@ -2,7 +2,7 @@
 
 Metrics are buffered (:class:`MetricBuffer`) and written with ``log_batch`` (≤ 1000 entities per
 call, MLflow's limit); non-finite values are dropped. A ``log_batch`` of a trial's ~300 metric points
-costs 30–180 ms, so the in-process executor writes them on a background thread
+is slow next to a short trial, so the in-process executor writes them on a background thread
 (``worker.execute_unit(background=True)``). Imports mlflow only when writing.
 """
 

@@ -1,7 +1,7 @@
 """Building a fresh MLflow schema in a new SQLite file: MLflow's migrations, or a copy of a template.
 
-MLflow creates a SQLite store by running its alembic migrations in place (1,668 statements, 2 s on
-a quiet 2-core machine, over 15 s on a loaded one). :func:`build` makes a complete store in a
+MLflow creates a SQLite store by running its alembic migrations in place (1,668 statements, seconds:
+docs/decisions.md). :func:`build` makes a complete store in a
 temporary file instead (the caller links it into place only when complete). The schema is MLflow's
 own: the first store of an MLflow version on a machine runs MLflow's migrations
 (``mlflow.store.db.utils._initialize_tables``) into a template
@@ -60,7 +60,7 @@ def migrate(path: Path) -> None:
     """Run MLflow's migrations into the new file ``path`` (which must not be in use elsewhere).
 
     The connection uses ``synchronous=OFF`` and an in-memory journal: safe because the file is
-    discarded unless complete, and ~2.5x faster than MLflow's defaults here. The caller fsyncs it.
+    discarded unless complete, and faster than MLflow's defaults. The caller fsyncs it.
     """
     import sqlalchemy
     from mlflow.store.db import utils

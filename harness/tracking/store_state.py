@@ -68,7 +68,7 @@ def schema_head() -> str:
     """MLflow's latest schema revision (alembic head), e.g. ``dc11669786a5`` for MLflow 3.17.2.
 
     Read from MLflow's migration scripts once per MLflow version on a machine (importing mlflow,
-    alembic and every script: ~1.5 s) and kept with the known revisions in
+    alembic and every script is slow) and kept with the known revisions in
     ``$HARNESS_CACHE_DIR/mlflow-schema/<version>.json``, so that ``status`` and the other readers
     start without importing MLflow.
     """
@@ -223,8 +223,8 @@ def inspect_file(db: Path) -> FileState:
     database file``: it cannot create the ``-wal``/``-shm`` files a WAL-mode store needs even to be
     read, e.g. in a folder that is not writable), on an ``immutable=1`` one, which reads the file
     alone. The same checks classify it on either; a file only the immutable connection reads is
-    ``unopenable`` unless they find it corrupt, foreign or newer (an attack found a sound store in a
-    read-only folder called "not a usable SQLite database", with the advice to move it away).
+    ``unopenable`` unless they find it corrupt, foreign or newer (a sound store in a
+    read-only folder is not called unusable).
     """
     try:
         size = db.stat().st_size

@@ -14,7 +14,7 @@ returns its ``batch``. The method:
    device kind :func:`harness.train.timing.device_kind`. Not the schedule: it adds a few scalar
    operations per step to a step that costs thousands, so the groups of a sweep that differ only in
    their schedule (the quickstart's constant and cosine_decay) share one measurement, made on the
-   first of them (the quickstart measured 12 groups, 24 chunk compiles; now 6 and 12).
+   first of them.
    Looked up in this process, then in ``$HARNESS_CACHE_DIR/batching.json`` (default
    ``~/.cache/harness``, beside ``peak.json``); a cached key is never measured again. The file is
    rewritten whole under a :class:`filelock.FileLock` (read, merge, temp file, ``os.replace``), so
@@ -32,17 +32,15 @@ returns its ``batch``. The method:
    the single chunk's time, timed before the vmapped program is compiled), and measuring costs a compile of
    the vmapped program, which takes at least as long as the single one's (its compile seconds in this
    process, whichever stage compiled it; nothing when the vmapped one is compiled already). When the first
-   is smaller, sequential (measured on the quickstart, 2 cores, a group's vmap could save at most ~0.2
-   s of training and the vmapped compile cost ~3 s; the measured speed-ups of T=2 were noise around 1.0x,
-   0.83-1.12x). Skips are cached like measurements; a cost skip keeps its chunk and compile seconds, so a
-   sweep with another budget on the same signature re-applies the rule to its own steps without compiling
-   anything.
+   is smaller, sequential (docs/decisions.md). Skips are cached like measurements; a cost skip keeps its
+   chunk and compile seconds, so a sweep with another budget on the same signature re-applies the rule to
+   its own steps without compiling anything.
 4. **Measurement** (:func:`measure_speedup`): the trainer's own compiled chunk of ``n`` steps, the
    vmapped ``T``-trial one and the single-trial one (the executables training then reuses in this
    process: the chunk length is the trial's first), compiled first and not timed, on one trial's
    state (the first's; the vmapped state is ``T`` copies of it: a chunk's time depends on the shapes,
    not the values, and a decision initialises one state and gets at most two chunk programs whatever
-   ``T``, :func:`measure_counts`; it initialised all ``T``, eagerly, before). Then
+   ``T``, :func:`measure_counts`). Then
    interleaved repetitions, one untimed warm-up each: ``T`` single-trial chunks in sequence against
    one vmapped chunk, each call ended by fetching its losses to the host as the trainer does. The
    number of repetitions is :data:`MIN_REPS`..:data:`MAX_REPS`, fewer when one repetition is slow,
@@ -397,7 +395,7 @@ def measure_speedup(specs: Sequence[TrialSpec]) -> tuple[float, int]:
     _COMPILE_S[0] += dt
     _count("inits")
     # its values on the host (before the single chunk donates ``one``): the T copies are made there
-    # only if the measurement gets that far (on the device each leaf's copy was a program compiled)
+    # only if the measurement gets that far (on the device each leaf's copy would be a compiled program)
     host = jax.tree_util.tree_map(np.asarray, one)
     start = jnp.int32(0)
     exe_1, dt = prog.get_chunk(None, n, one, start, e.x_train, e.y_train)

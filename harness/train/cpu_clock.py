@@ -47,8 +47,7 @@ def work_cpu_s(before: CpuSnapshot, after: CpuSnapshot) -> float:
     threads spent (the background MLflow writer, heartbeats, a progress bar: not the step's work).
     What remains is the calling thread's dispatch and the XLA threads' computation, summed over
     threads (a step that keeps two cores busy for 1 ms costs 2 ms). Other processes on the machine do
-    not move it: time spent waiting for a core is not CPU time (the wall-clock of the same calls beside
-    4 CPU-burning processes on 2 cores read 1.8x a muon step's ratio to an sgd step; CPU time 1.08x).
+    not move it: time spent waiting for a core is not CPU time.
     A Python thread that started or ended between the snapshots counts as work (rare; a block's
     median hides it). Never negative."""
     spent = after.process_s - before.process_s

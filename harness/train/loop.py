@@ -58,8 +58,7 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   loss), ``reason`` says which rule fired; its row is kept. The same rules on each later validation
   loss (against the step-0 one) end it at the evaluation's step: only there does the blow-up of a
   trial's last update show. Never raises for it. Other exceptions
-  propagate. (sgd at step size 1e3 on digits: diverged within a few steps, instead of "finished"
-  with a train loss of 1.9e21.) The same check runs per member in a vmapped batch.
+  propagate. The same check runs per member in a vmapped batch.
 * **Early stopping** (:mod:`harness.core.rungs`): a trial whose spec has an
   ``early_stop`` rule is also evaluated at each of its rung steps; after each rung's evaluation it
   records its rung value and asks the ``gate`` the caller passed (the execute layer's, built from
@@ -82,8 +81,8 @@ How a trial trains (the same code path for one trial and for a vmapped batch):
   constrained to ``P("batch")``, evaluation batches (``min(M, EVAL_BATCH)`` rounded down to a
   multiple of D) likewise, the remainder replicated; ``shard: trials`` splits a vmapped batch's
   state (leading axis T, padded up to a multiple of D with copies of the last trial, dropped) as
-  ``P("trials")``. Curves equal the one-device ones to float32 rounding (tested at ``rtol=atol=1e-5``;
-  measured max 2.4e-7). ``result.extra`` gets ``mesh`` (``"batch=4"``), ``num_devices`` and
+  ``P("trials")``. Curves equal the one-device ones to float32 rounding (tested at ``rtol=atol=1e-5``).
+  ``result.extra`` gets ``mesh`` (``"batch=4"``), ``num_devices`` and
   ``padded_trials``. Raises ``ValueError`` when the devices are too few or B % D != 0.
 * **Compiled programs are cached** (:mod:`harness.train.program`) in the process (the last 16 of
   each kind): parameter init
@@ -436,8 +435,7 @@ def should_batch(specs: list[TrialSpec]) -> bool:
     Decided by measurement, per (program, number of trials, device kind), in
     :func:`harness.train.batching.decide`: the vmapped chunk of the T trials against T single-trial
     chunks, compile excluded, interleaved, cached in ``$HARNESS_CACHE_DIR/batching.json``; batch
-    when it is at least 1.05x faster. (A fixed rule, "never on CPU", was wrong both ways: 8 seeds of
-    the digits MLP ran 0.78x batched in one measurement and 1.21x in another on the same 2-core CPU.)
+    when it is at least 1.05x faster (why measured: docs/decisions.md).
     Fewer than 2 trials or specs that cannot share a batch: False; large models, and groups whose
     vmap could save less training time than compiling the vmapped chunk to measure it would cost,
     are not measured (False). ``HARNESS_BATCH=on|off`` overrides the measurement (never for

@@ -15,7 +15,7 @@ axis is named after what it splits:
   last trial, whose results are dropped.
 
 One device (``devices: 1``, or ``all`` on a one-device process) uses no mesh at all: the
-single-device code path of before, bit-identical.
+single-device code path, bit-identical.
 
 Errors are raised as :class:`ValueError` with messages the pre-flight turns into config errors.
 """

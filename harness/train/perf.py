@@ -7,21 +7,19 @@ executable ``prog.get_chunk`` returns to training; per-step time = call time / K
 :func:`harness.train.timing.measure` (state donated), once per :func:`perf_cache_key` through a
 ``perf_cache`` dict that the caller keeps. Its FLOPs per step come from the cost analysis of the
 one-step function **lowered, not compiled** (XLA counts a scan's body once, so the chunk's own count
-would not do): for the zoo's models the lowered count is 0.5–9.4% below the compiled one's
-(logreg 0.9%, MLP 0.5%, CNN 3.0%, CNN-1D 3.4%, autoencoder 6.6%, ResNet 9.4%, ViT 1.4%, transformer
-LM 0.9%, ResNet-18 1.7%: the optimised program fuses and rewrites), well inside the factor-2
-cross-check against the analytic count, and it saves a compile that took 2–33 s on a shared CPU.
+would not do): for the zoo's models the lowered count is 0.5–9.4% below the compiled one's (the
+optimised program fuses and rewrites), well inside the factor-2 cross-check against the analytic
+count, and it saves a compile (docs/decisions.md).
 
 **Interleaved, before training** (:func:`measure_interleaved`, the sweep's in-process stage):
 the sweep's distinct one-device programs are timed round by round, each round a block of calls of
 every program in turn (:func:`harness.train.timing.time_rounds`), until each program's spread is at
 most :data:`MAX_SPREAD` or a bound (:func:`interleave_bounds`), the median per program going into
 the ``perf_cache`` that the trainer reads. A load that comes and goes during the measurement then
-slows every program alike, and their ratios, which decide ranks on the modeled clock, hold (timed
-one after another, at each unit's end, two identical programs read 0.18 and 0.35 ms).
+slows every program alike, and their ratios, which decide ranks on the modeled clock, hold.
 
-Timing one step per dispatch instead counted a host dispatch per step that training pays once per K
-steps (a digits MLP: 0.56 ms against the 0.14 ms its training took). On D > 1 devices the sharded
+The chunk is timed, not one step per dispatch, which would count a host dispatch per step that
+training pays once per K steps. On D > 1 devices the sharded
 one-step function is timed (compiled: it is what is timed), when the unit trains:
 ``shard: batch``: one step of the B-example batch split over the mesh, state replicated
 (examples/s = B / step time); ``shard: trials``: one vmapped step of D trials (one per device,
@@ -44,8 +42,8 @@ again, interleaved with its task's other programs** (:func:`remeasure_in_task`: 
 figure that still disagrees is flagged: ``suspect`` = the reason with both figures (the tag
 ``perf.suspect``; reports draw it hatched and mark the row), and the trial **still ranks on it**,
 never on its wall-clock. The first trial of a program settles its figure; later ones carry the same
-(``checked``), flagged when their own clock disagrees. A measurement taken under load (10.4 ms
-where the trial's 5,000 steps took 6.5 s, 1.3 ms each) is what this catches.
+(``checked``), flagged when their own clock disagrees. A measurement taken under load
+(:func:`clock_disagreement`'s example) is what this catches.
 """
 
 from __future__ import annotations
@@ -74,9 +72,7 @@ MAX_SPREAD = 0.1
 #: A step time and the trial's training clock that differ by more than this factor disagree ...
 CLOCK_FACTOR = 2.0
 #: ... and by more than this many ms per dispatch: a smaller gap is the dispatch's own host work
-#: (its call, the batch-order program, the losses copied back), which a tiny step cannot hide (a
-#: 32-wide MNIST-1D MLP: 0.023 ms a step measured, 0.046 ms by its 50-step dispatches, 1.2 ms apart
-#: per dispatch, was flagged on every trial).
+#: (its call, the batch-order program, the losses copied back), which a tiny step cannot hide.
 DISPATCH_SLACK_MS = 2.0
 #: Untimed calls of each program before its timed ones.
 WARMUP = 2
@@ -150,9 +146,7 @@ def clock_disagreement(step_time_ms: float, train_clock: TrainClock | tuple | No
     the clock's *fastest* dispatch per step / ``width`` / ``CLOCK_FACTOR`` (a dispatch can be slowed
     by other work in the process, e.g. the background MLflow writer, but no step runs faster than
     its cost). Either way only when the two differ by :data:`DISPATCH_SLACK_MS` or more per
-    dispatch (steps / dispatches × the per-step gap): less is one dispatch's host work. (The fast
-    bound is on the fastest dispatch: a fast bound on the median flagged true figures on a busy
-    machine, 0.338 ms measured against a 0.775 ms median.) Example:
+    dispatch (steps / dispatches × the per-step gap): less is one dispatch's host work. Example:
     ``clock_disagreement(10.4, TrainClock(6.5, 5000))`` is ``"step time 10.4 ms measured, the
     training clock says 1.3 ms per step (6.5 s / 5000 steps): they differ by more than 2x"``."""
     if not train_clock:

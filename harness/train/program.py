@@ -44,9 +44,10 @@ __all__ = ["ENTRIES", "INSPECT_BATCH", "ORDERS", "PROGRAMS", "PROGRAM_CACHE_SIZE
 PROGRAM_CACHE_SIZE = 16
 #: On a CPU, a chunk whose step's convolutions count more FLOPs than this runs as K dispatches of one
 #: compiled step with XLA's convolution (``models.stax.conv_outside_loops``) instead of a ``lax.scan``
-#: with im2col patches: inside a loop XLA:CPU's convolution is ~40x slower and the patches form ~1.8x
-#: (two 3x3 convs, 64x32x32x16, fwd+bwd), while a dispatch costs ~0.3 ms; the quickstart's CNN
-#: (~6 MFLOP of convolution per step) stays a scan, ResNet-18 at CIFAR shapes (~10^9) does not.
+#: with im2col patches: inside a loop XLA:CPU's convolution and the patches form are both slower
+#: (docs/decisions.md, "Convolutions and max pooling on CPU"), while a dispatch costs ~0.3 ms; the
+#: quickstart's CNN (~6 MFLOP of convolution per step) stays a scan, ResNet-18 at CIFAR shapes
+#: (~10^9) does not.
 CONV_LOOP_FLOPS = 1e8
 #: Test hook: when set, ``callback(sharding)`` receives the sharding of each data-parallel training
 #: batch as XLA's partitioner decided it (``jax.debug.inspect_array_sharding``, at compile time).
@@ -128,9 +129,9 @@ class TrainingProgram:
 
     def init_seeded(self, seed: int, step_size: float) -> tuple[TrainState, float]:
         """``init(jax.random.PRNGKey(seed), step_size)``, bit for bit, in two compiled dispatches
-        instead of :meth:`init`'s ~20 eager ones (about a third of a 20-step trial's main-thread
-        time in a sweep of 1,000): the model's (keys and parameters, compiled once per
-        model: :meth:`ModelEntry.init_from_seed`, whose random initialisers are slow to compile)
+        instead of :meth:`init`'s ~20 eager ones (docs/decisions.md): the model's (keys and
+        parameters, compiled once per model: :meth:`ModelEntry.init_from_seed`, whose random
+        initialisers are slow to compile)
         and the optimizer's (once per program). Returns the state and the seconds spent compiling
         now (0.0 once both are compiled). Eager, as :meth:`init`, for a user's optimizer
         (``source:``), an optimizer whose initialisation does not trace, and a seed outside
@@ -265,9 +266,9 @@ class TrainingProgram:
         On one device (``layout`` None) it is two executables called in turn: the batch order
         (:meth:`order`; integer work, compiled once per training-split size, batch size, ``n`` and
         ``T`` and shared by every optimizer and schedule: :func:`order_program`) and the updates
-        (:meth:`steps`). The order, a threefry permutation per epoch, used to be compiled into every
-        chunk; apart, the quickstart's 12 chunks compile ~40% faster, and the values
-        are the same integers, so every curve is unchanged (``tests/test_trainer.py``).
+        (:meth:`steps`). The order, a threefry permutation per epoch, is apart so that it compiles
+        once, not in every chunk (docs/decisions.md); losses and state equal those of the chunk
+        jitted as one function, to the bit (``tests/test_trainer.py``).
 
         ``layout`` (:class:`harness.train.parallel.Layout`): one executable (order and updates),
         jitted with explicit in/out shardings: ``"batch"``: state, start index and data replicated,

@@ -41,9 +41,9 @@ The method (what :func:`measure` does, in order):
    ``$HARNESS_CACHE_DIR/peak.json`` (default ``~/.cache/harness``) keyed by device
    kind and dtype, so later processes reuse it. A peak timed while the device was busy (a shared
    CPU, a second ``--jobs`` worker) reads low: when a step then runs faster than it, the matmul is
-   timed again (once per process and key) and the cache keeps the higher of the two (an MNIST-1D
-   CNN report read 114% against a peak timed under load). A utilisation still above 1 is reported
-   as measured, never clipped: the step beat the matmul, or its FLOP count is too high.
+   timed again (once per process and key) and the cache keeps the higher of the two. A utilisation
+   still above 1 is reported as measured, never clipped: the step beat the matmul, or its FLOP
+   count is too high.
 
 6. **Several devices** (``measure(num_devices=D, mesh="batch=D")``, the trainer's sharded step on a
    1-D mesh, :mod:`harness.train.parallel`): the timed call is the SPMD program over all D devices, so
@@ -59,14 +59,11 @@ The method (what :func:`measure` does, in order):
    (a background MLflow writer is not the step's work: :func:`harness.train.cpu_clock.work_cpu_s`).
    ``step_cpu_ms`` is the median over blocks of CPU seconds per call / ``steps_per_call``: the work
    of one step, summed over the threads that do it. Waiting for a core is not CPU time, so other
-   processes move it less than the wall-clock: beside 2 × nproc CPU-burning processes a muon step's
-   wall-clock ratio to an sgd step's went from 4.1x to 5.7x, its CPU-time ratio from 3.9x to 4.3x
-   (digits MLP, 50-step chunks, same run). XLA's CPU pool must be one thread, as the harness sets
-   it (:mod:`harness.core.xla_threads`): with a pool per core the idle workers spin, spinning is CPU
-   time, and load moved it by 22–29% (an MLP of width 256; on one thread −3% to +2%). Load still
-   moves the step's own work (caches, memory bandwidth shared with other processes): beside the
-   burners a CNN of width 64's figures rose 11–40% and an MNIST-1D MLP's 20–60% at load 16, each
-   program by its own amount, which each figure's interval from its rounds carries
+   processes move it less than the wall-clock (docs/decisions.md, "CPU time ranks on a CPU"). XLA's
+   CPU pool must be one thread, as the harness sets it (:mod:`harness.core.xla_threads`): with a pool
+   per core the idle workers spin, spinning is CPU time, and load moves how much they spin. Load still
+   moves the step's own work (caches, memory bandwidth shared with other processes), each program by
+   its own amount, which each figure's interval from its rounds carries
    (:func:`harness.train.rounds.round_figures`). On a CPU device this is the figure the modeled
    clock ranks on (``modeled_step_ms``) and the one a measurement repeats until stable
    (:func:`stable_figure`); on an accelerator the wall-clock median is (device time).

@@ -8,7 +8,7 @@ records the rows the loop hands it and decides, per trial:
   only when that is finite and > 0), ends the trial at that step (1-based). The same two rules on
   each later validation evaluation's loss (against the step-0 evaluation's) end it at the
   evaluation's step: the train loss of update k is computed before update k, so a blow-up of the
-  last update (lion at step size 3 on digits: validation loss 86,582) showed nowhere else.
+  last update shows nowhere else.
 * **Targets** (:meth:`TrialTrack.add_eval`): the first validation evaluation whose metric
   (``valid/loss``, ``valid/accuracy`` or ``valid/<name>``) reaches ``spec.target`` sets
   ``steps_to_target`` and ``seconds_to_target``, counting evaluations after training started only,
