@@ -1482,7 +1482,7 @@ def rope_frequencies(head_dim, base=1024.0, fraction=0.5):
 
     Args:
       head_dim: the head size ``D``, even and > 0.
-      base: the ratio of the fastest to the slowest rotating frequency, > 1.
+      base: > 1; of two or more rotating pairs the slowest turns at ``1 / base`` radians per position.
       fraction: the share of the pairs that rotate, in [0, 1].
 
     Returns:

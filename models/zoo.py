@@ -518,7 +518,7 @@ def autoencoder(*, input_shape, num_classes=None, width: int = 16) -> ModelDef:
       The ``"autoencoder"`` reconstruction :class:`ModelDef`; its outputs have the input's shape.
 
     Raises:
-      ValueError: ``width <= 0`` or an input shape of rank above 3.
+      ValueError: ``width <= 0`` or an input shape of another rank.
     """
     _check_positive("autoencoder", width=width)
     shape = tuple(int(d) for d in input_shape)
