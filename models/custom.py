@@ -29,8 +29,19 @@ def flax_layer(module: Any, input_dtype: str = "float32"):
 
     ``init_fun(rng, (N, ...))`` runs ``module.init`` on zeros of that shape (``N = -1`` as 1) and
     returns its ``"params"`` collection; ``apply_fun(params, x)`` is
-    ``module.apply({"params": params}, x)``. Modules with other collections (batch statistics)
-    are not supported: ``init_fun`` raises ``ValueError`` naming them.
+    ``module.apply({"params": params}, x)``.
+
+    Args:
+      module: a ``flax.linen.Module`` (used through its ``init``/``apply``) whose only variable
+        collection is ``"params"``.
+      input_dtype: dtype name of the zeros ``init_fun`` runs the module on (``"int32"`` for tokens).
+
+    Returns:
+      ``(init_fun, apply_fun)``; ``init_fun`` gives ``((N, *out_shape[1:]), params)``.
+
+    Raises:
+      ValueError: (from ``init_fun``) the module has variable collections besides ``"params"``
+        (batch statistics); the message names them.
     """
     dtype = jnp.dtype(input_dtype)
 
@@ -57,10 +68,14 @@ def custom_model(layer: Any, *, input_shape, task: str = "classification", name:
 
     Args:
       layer: ``(init_fun, apply_fun)`` or a ``flax.linen.Module``.
-      input_shape: one example's shape (no batch axis). task: ``"classification"`` (logits
-        ``(N, num_classes)``, softmax cross-entropy and accuracy), ``"sequence"`` (int32 tokens
-        ``(N, T)`` in, logits ``(N, T, V)`` out, per-token loss) or ``"reconstruction"`` (MSE).
+      input_shape: one example's shape (no batch axis).
+      task: ``"classification"`` (logits ``(N, num_classes)``, softmax cross-entropy and accuracy),
+        ``"sequence"`` (int32 tokens ``(N, T)`` in, logits ``(N, T, V)`` out, per-token loss) or
+        ``"reconstruction"`` (MSE).
       name, hparams: what the model is recorded as.
+
+    Returns:
+      The :class:`ModelDef`; its inputs are int32 for ``"sequence"``, else float32.
 
     Raises:
       ValueError: an unknown ``task`` or a ``layer`` of none of the two forms.
@@ -81,9 +96,21 @@ def _is_flax(obj: Any) -> bool:
 
 
 def as_model(obj: Any, *, name: str, input_shape, hparams: dict) -> ModelDef:
-    """What a model factory returned, as a :class:`ModelDef` named ``name`` (a stax pair or Flax
-    module: a classification model; a ``ModelDef``: kept, renamed). Raises ``ValueError`` for
-    anything else, naming :data:`FORMS`."""
+    """What a model factory returned, as a :class:`ModelDef` named ``name``.
+
+    Args:
+      obj: a stax pair or Flax module (made a classification model by :func:`custom_model`) or a
+        ``ModelDef`` (kept, renamed, its hparams updated with ``hparams``).
+      name: the name to record the model under.
+      input_shape: one example's shape (no batch axis); unused for a ``ModelDef``.
+      hparams: the factory's hyperparameters, recorded with the model.
+
+    Returns:
+      The :class:`ModelDef`.
+
+    Raises:
+      ValueError: ``obj`` is of none of the forms; the message names :data:`FORMS`.
+    """
     if isinstance(obj, ModelDef):
         return dataclasses.replace(obj, name=name, hparams={**obj.hparams, **hparams})
     return custom_model(obj, input_shape=input_shape, name=name, hparams=hparams)

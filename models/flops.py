@@ -22,9 +22,13 @@ __all__ = ["conv_flops", "cost_analysis_flops", "jaxpr_flops", "lm_train_flops_p
 def cost_analysis_flops(cost: Any) -> float | None:
     """The ``'flops'`` entry of a ``Compiled.cost_analysis()`` result, robustly.
 
-    ``cost`` may be a dict (recent jax), a list/tuple of dicts (older jax: one per computation;
-    they are summed), or None. Returns None when there is no count or XLA reports a negative one
-    (``-1`` means "cannot count"), and for non-finite values.
+    Args:
+      cost: a dict (recent jax), a list/tuple of dicts (older jax: one per computation; their
+        counts are summed) or None.
+
+    Returns:
+      The count as a float, or None when there is none or XLA reports a negative (``-1``: "cannot
+      count") or non-finite one.
     """
     if cost is None:
         return None
@@ -46,11 +50,19 @@ def cost_analysis_flops(cost: Any) -> float | None:
 
 
 def xla_flops(fn: Callable, *args: Any, **kwargs: Any) -> float | None:
-    """FLOPs of one call ``fn(*args, **kwargs)`` from ``jax.jit(fn).lower(...).compile().cost_analysis()``.
+    """FLOPs of one call ``fn(*args, **kwargs)`` from XLA's compiled cost analysis.
 
-    ``args`` may be arrays or ``jax.ShapeDtypeStruct``s. Returns None where XLA cannot count (any
-    exception from lowering/compiling the cost analysis, a missing entry or -1). Note (jax 0.10.2):
-    for a ``lax.scan`` XLA reports the body's count, not multiplied by the trip count.
+    Reads ``jax.jit(fn).lower(*args, **kwargs).compile().cost_analysis()`` (a multiply-add counts 2).
+    Note (jax 0.10.2): for a ``lax.scan`` XLA reports the body's count, not multiplied by the trip
+    count.
+
+    Args:
+      fn: the function to count.
+      *args, **kwargs: its arguments: arrays or ``jax.ShapeDtypeStruct``s.
+
+    Returns:
+      The count as a float, or None where XLA cannot count (any exception from lowering, compiling
+      or the cost analysis, a missing entry or -1).
     """
     try:
         compiled = jax.jit(fn).lower(*args, **kwargs).compile()
@@ -153,10 +165,17 @@ def jaxpr_flops(fn: Callable, *args: Any, matmul_only: bool = False, **kwargs: A
     ``dot_general``: 2 × output size × contracted size; ``conv_general_dilated``: 2 × batch ×
     output channels × input channels per group × the (output position, filter tap) pairs that hit
     real input (padding and lhs-dilation holes excluded, as XLA counts); elementwise arithmetic: 1
-    per output element; reductions: 1 per input element; ``reduce_window``: window size - 1 per
-    output element. Nested
-    jaxprs (``jit``, ``custom_jvp``) are entered; loops are counted once (as XLA does).
-    ``matmul_only=True`` counts only matmuls and convolutions.
+    per output element; reductions: 1 per input element; ``reduce_window``: window size - 1 (at
+    least 1) per output element. Nested jaxprs (``jit``, ``custom_jvp``) are entered; loops are
+    counted once (as XLA does); of a ``cond``, the costliest branch.
+
+    Args:
+      fn: the function to count.
+      *args, **kwargs: its arguments: arrays or ``jax.ShapeDtypeStruct``s.
+      matmul_only: count only matmuls and convolutions.
+
+    Returns:
+      The count as a float.
     """
     return _jaxpr_flops(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr, matmul_only)
 
@@ -171,21 +190,38 @@ def _conv_only(jaxpr) -> float:
 
 
 def conv_flops(fn: Callable, *args: Any, **kwargs: Any) -> float:
-    """Analytic FLOPs of the convolutions alone in ``fn(*args, **kwargs)`` (as :func:`jaxpr_flops`
-    counts them; loops once); 0.0 for a function without convolutions. Nothing compiled."""
+    """Analytic FLOPs of the convolutions alone in ``fn(*args, **kwargs)``; nothing compiled.
+
+    Args:
+      fn: the function to count.
+      *args, **kwargs: its arguments: arrays or ``jax.ShapeDtypeStruct``s.
+
+    Returns:
+      The convolutions' count as :func:`jaxpr_flops` makes it (loops once), a float; 0.0 without any.
+    """
     return _conv_only(jax.make_jaxpr(fn)(*args, **kwargs).jaxpr)
 
 
 def transformer_matmul_flops(tokens: int, width: int, depth: int, mlp_dim: int,
                              qkv_features: int | None = None) -> float:
-    """Closed-form matmul FLOPs of one example (``tokens`` positions) through ``depth`` Transformer
-    blocks of :func:`models.stax.MultiHeadSelfAttention` plus a Dense-Dense MLP (multiply-add = 2).
+    """Closed-form matmul FLOPs of one example through ``depth`` Transformer blocks.
 
-    Per block, with ``T = tokens``, ``d = width``, ``i = qkv_features or width``, ``m = mlp_dim``:
-    fused q/k/v projection ``2·T·d·3i``, scores ``2·T·T·i``, weighted values ``2·T·T·i``, output
+    Blocks of :func:`models.stax.MultiHeadSelfAttention` plus a Dense-Dense MLP; per block, with
+    ``T = tokens``, ``d = width``, ``i = qkv_features or width``, ``m = mlp_dim`` (multiply-add = 2):
+    q/k/v projections ``2·T·d·3i``, scores ``2·T·T·i``, weighted values ``2·T·T·i``, output
     projection ``2·T·i·d``, MLP ``2·T·d·m·2``. Causal masking does not halve the score matmuls (all
     ``T × T`` scores are computed, then masked), so this is the work executed, as XLA counts it.
     Embedding lookups, heads and elementwise work are not included (models add their own ends).
+
+    Args:
+      tokens: positions per example, ``T``.
+      width: the model width ``d``.
+      depth: the number of blocks.
+      mlp_dim: the MLP's hidden size ``m``.
+      qkv_features: the attention's inner size ``i`` (default ``width``).
+
+    Returns:
+      ``depth`` × the per-block count, a float.
     """
     T, d, m = int(tokens), int(width), int(mlp_dim)
     i = int(qkv_features or width)
@@ -198,13 +234,27 @@ def lm_train_flops_per_token(*, width: int, depth: int, context: int, vocab_size
                              causal: bool = True) -> float:
     """Training FLOPs per token of a decoder LM as MaxText counts them for MFU: ``6·N + attention``.
 
-    ``N`` = matmul weights a token passes through: per block ``4·d·i`` (q, k, v, out; ``i =
-    attn_features or width``) + ``mlp_matrices·d·m`` (2 for ReLU²/GELU, 3 for SwiGLU), plus the
-    head ``d·vocab_size`` (the embedding lookup is not a matmul; a tied head still computes its
-    logits). Attention: ``12·depth·context·i`` (scores and weighted values, forward ×3 for
-    training), halved when ``causal`` (MaxText's causal count). Norms, biases and elementwise work
-    are left out. Reference: MaxText ``calculate_tflops_training_per_device``; PaLM (Chowdhery et
-    al. 2022, appendix B) for the non-causal form.
+    ``N`` = matmul weights a token passes through: per block ``4·d·i`` (q, k, v, out) +
+    ``mlp_matrices·d·m``, plus the head ``d·vocab_size`` (the embedding lookup is not a matmul; a
+    tied head still computes its logits). Attention: ``12·depth·context·i`` (scores and weighted
+    values, forward ×3 for training), halved when ``causal``. Norms, biases and elementwise work
+    are left out.
+
+    Args:
+      width: the model width ``d``.
+      depth: the number of blocks.
+      context: the sequence length attended over.
+      vocab_size: the head's output size.
+      mlp_dim: the MLP's hidden size ``m``.
+      mlp_matrices: the MLP's weight matrices: 2 for ReLU²/GELU, 3 for SwiGLU.
+      attn_features: the attention's inner size ``i`` (default ``width``).
+      causal: halve the attention term (MaxText's causal count).
+
+    Returns:
+      FLOPs per token, a float.
+
+    Source: MaxText ``calculate_tflops_training_per_device``; PaLM (Chowdhery et al. 2022,
+    arXiv:2204.02311, appendix B) for the non-causal form.
     """
     d, m, i = int(width), int(mlp_dim), int(attn_features or width)
     n_matmul = int(depth) * (4 * d * i + int(mlp_matrices) * d * m) + d * int(vocab_size)

@@ -23,13 +23,36 @@ SOFTCAP_FORMS = ("algebraic", "tanh")
 
 
 def mlp_dim(width: int, mlp_ratio: float) -> int:
-    """The MLP's hidden size: ``round(mlp_ratio · width)``."""
+    """The MLP's hidden size: ``round(mlp_ratio · width)``.
+
+    Args:
+      width: the model width (features).
+      mlp_ratio: hidden size over width.
+
+    Returns:
+      The hidden size, an int.
+    """
     return round(float(mlp_ratio) * int(width))
 
 
 def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_softcap, softcap_form,
               rope_base, rope_fraction, attn_scale, norm_eps) -> None:
-    """Raise ``ValueError`` naming the hyperparameter for the first bad value of a :func:`GPT`."""
+    """Check the hyperparameters of a :func:`GPT` (keyword-only, named as :func:`GPT` names them).
+
+    Args:
+      vocab_size, width, num_heads, mlp_ratio, norm_eps: must be > 0; ``width / num_heads`` (the head
+        size) an even integer (rotary embeddings rotate pairs of features).
+      depth: must be >= 0.
+      mlp: one of :data:`models.stax.MLP_KINDS`.
+      logit_softcap: must be >= 0 (0 = off).
+      softcap_form: ``'algebraic'`` or ``'tanh'``.
+      rope_base: must be > 1.
+      rope_fraction: must be in [0, 1].
+      attn_scale: must be > 0, or None (``1/sqrt(head size)``).
+
+    Raises:
+      ValueError: the first bad value; the message names its hyperparameter.
+    """
     for key, value in (("vocab_size", vocab_size), ("width", width), ("num_heads", num_heads),
                        ("mlp_ratio", mlp_ratio), ("norm_eps", norm_eps)):
         if not value > 0:
@@ -87,25 +110,34 @@ def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied
     """Decoder-only GPT: int tokens ``(N, T)`` -> float32 next-token logits ``(N, T, vocab_size)``.
 
     ``x = embed_norm(embed[tokens])``; ``depth`` × (``x + attn(attn_norm(x))``,
-    ``x + mlp(mlp_norm(x))``) with causal :func:`models.stax.RotarySelfAttention` (QK-norm,
-    RoPE) and :func:`models.stax.MLP` of ``mlp_dim(width, mlp_ratio)`` hidden units; then
-    ``soft_cap(norm(x) @ head + b, logit_softcap, softcap_form)`` in float32. Every norm is
-    :func:`models.stax.RMSNorm` (``norm_eps``).
-
-    Params (a dict; the paths the parameter-group rules match)::
+    ``x + mlp(mlp_norm(x))``); then ``soft_cap(norm(x) @ head + b, logit_softcap, softcap_form)`` in
+    float32. Values as :func:`check_gpt` checks them. Params (the paths parameter-group rules match)::
 
         embed:      (table (vocab_size, width),)          normal(1), as torch's nn.Embedding
         embed_norm: (gamma (width,),)
         blocks:     [ {attn_norm: (gamma,), attn: {q, k, v, out: {kernel (width, width), bias}},
                        mlp_norm: (gamma,), mlp: {fc, [gate,] proj: {kernel, bias}}} ] × depth
         norm:       (gamma (width,),)
-        head:       {kernel (width, vocab_size), bias (vocab_size,)}; with tied_head only {bias}:
-                    the logits are x @ embed.T
+        head:       {kernel (width, vocab_size), bias (vocab_size,)}; with tied_head only {bias}
 
-    Hidden kernels: normal of variance ``0.33 / fan_in``; with ``zero_init`` the attention's
-    ``out``, the MLP's ``proj`` and the untied head's kernel start at zero (modded-nanogpt's init);
-    biases zeros (none with ``bias=False``), gains ones. Hyperparameters are as
-    :func:`check_gpt` checks them.
+    Args:
+      vocab_size, width, depth, num_heads: vocabulary size, model width, number of blocks, and heads
+        of the causal :func:`models.stax.RotarySelfAttention` (head size ``width / num_heads``).
+      mlp, mlp_ratio: the :func:`models.stax.MLP` kind and ``mlp_dim(width, mlp_ratio)``, its hidden size.
+      tied_head: logits ``x @ embed.T`` (no head kernel).
+      zero_init: the attention's ``out``, the MLP's ``proj`` and the untied head's kernel start at zero
+        (modded-nanogpt's init); other kernels are normal of variance ``0.33 / fan_in`` (an untied
+        head's without ``zero_init``: std ``width**-0.5``).
+      logit_softcap, softcap_form: :func:`models.stax.soft_cap` of the logits (``logit_softcap=0``: none).
+      qk_norm, rope_base, rope_fraction, attn_scale: :func:`models.stax.RotarySelfAttention`'s
+        ``qk_norm``, ``rope_base``, ``rope_fraction`` and ``scale`` (None: ``1/sqrt(head size)``).
+      bias: zero-initialised biases in the attention, MLP and head projections (gains are ones).
+      norm_eps: epsilon of every :func:`models.stax.RMSNorm` and of the QK-norm.
+
+    Returns:
+      ``(init_fun, apply_fun)``; ``init_fun(rng, (N, T))`` gives ``((N, T, vocab_size), params)``.
+
+    Source: modded-nanogpt, ``records/track_3_optimization/train_gpt_simple.py``.
     """
     hp = dict(mlp=mlp, zero_init=zero_init, qk_norm=qk_norm, rope_base=rope_base, rope_fraction=rope_fraction,
               attn_scale=attn_scale, bias=bias, norm_eps=norm_eps)

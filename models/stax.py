@@ -96,12 +96,26 @@ def _layer(name, init_fun, apply_fun, init_with_state=None, apply_with_state=Non
 
 
 def layer_name(layer) -> str:
-    """A short human name of ``layer`` (an ``(init_fun, apply_fun)`` pair), e.g. ``'Dense(10)'``."""
+    """A short human name of ``layer``, e.g. ``'Dense(10)'``.
+
+    Args:
+      layer: an ``(init_fun, apply_fun)`` pair.
+
+    Returns:
+      The name this module's layers carry, else ``init_fun.__name__``, else ``'layer'``.
+    """
     return getattr(layer[0], "stax_name", getattr(layer[0], "__name__", "layer"))
 
 
 def has_state(layer) -> bool:
-    """Whether ``layer`` (or a layer inside it) carries running state (e.g. :func:`BatchNorm`)."""
+    """Whether ``layer`` (or a layer inside it) carries running state (e.g. :func:`BatchNorm`).
+
+    Args:
+      layer: an ``(init_fun, apply_fun)`` pair.
+
+    Returns:
+      A bool; False for layers that only read :func:`stateful`'s ``train`` flag (:func:`Dropout`).
+    """
     return hasattr(layer[0], "stax_init_with_state") and getattr(layer[0], "stax_has_state", True)
 
 
@@ -147,9 +161,19 @@ def _check_positive(name, input_shape, output_shape):
 def Dense(out_dim, W_init=glorot_normal(), b_init=normal()):
     """Dense (fully-connected) layer: ``inputs @ W + b`` over the last axis.
 
-    Shapes: inputs ``(..., in_dim)`` -> outputs ``(..., out_dim)``; params ``(W (in_dim, out_dim),
-    b (out_dim,))``, float32 from the initializers. Matches ``jax.example_libraries.stax.Dense``.
-    Raises :class:`ShapeError` at init if the input shape is empty or its last dimension unknown.
+    Args:
+      out_dim: the number of output features.
+      W_init: the kernel's initializer (default Glorot normal).
+      b_init: the bias's initializer (default ``normal()``, stddev 1e-2).
+
+    Returns:
+      ``(init_fun, apply_fun)``: ``apply_fun(params, x)`` maps ``(..., in_dim)`` to ``(..., out_dim)``;
+      params ``(W (in_dim, out_dim), b (out_dim,))``, float32 from the initializers.
+
+    Raises:
+      ShapeError: (at init) an empty input shape or an unknown last dimension.
+
+    Source: ``jax.example_libraries.stax.Dense``.
     """
     name = f"Dense({out_dim})"
 
@@ -259,20 +283,24 @@ def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding
 
     Args:
       dimension_numbers: ``(lhs_spec, rhs_spec, out_spec)`` strings, e.g. ``('NHWC', 'HWIO', 'NHWC')``.
-      out_chan: number of output channels.
-      filter_shape: spatial window, e.g. ``(3, 3)``.
-      strides: per spatial dim (default all 1). padding: ``'VALID'``, ``'SAME'`` or explicit pairs.
+      out_chan: the number of output channels.
+      filter_shape: the spatial window, e.g. ``(3, 3)``.
+      strides: per spatial dim (default all 1).
+      padding: ``'VALID'``, ``'SAME'`` or explicit ``(low, high)`` pairs.
       W_init: default ``glorot_normal(in_axis=rhs_spec.index('I'), out_axis=rhs_spec.index('O'))``.
       b_init: default ``normal(1e-6)``; bias shape is 1 everywhere but ``out_chan`` on 'C'.
-      impl: ``'xla'`` (default; the reference's ``lax.conv_general_dilated``), ``'patches'``
-        (im2col patches times a matrix: same values up to float32 summation order, ~1e-6; beyond
-        the reference) or ``'auto'`` (``'patches'`` when ``jax.default_backend()`` is ``'cpu'``
-        outside :func:`conv_outside_loops`, else ``'xla'``; resolved when traced). Why: inside
-        ``lax.scan`` XLA:CPU (jax 0.10.2) runs convolutions and their gradients ~40x slower than
-        outside; the patches form keeps matmul speed there.
+      impl: ``'xla'`` (default, the reference's call), ``'patches'`` (im2col patches @ matrix, equal up to
+        float32 summation order: matmul speed inside ``lax.scan``, where XLA:CPU runs convolutions ~40x
+        slower, jax 0.10.2) or ``'auto'`` (``'patches'`` on CPU outside :func:`conv_outside_loops`).
 
-    Matches ``jax.example_libraries.stax.GeneralConv``. Raises :class:`ShapeError` at init if the
-    input rank differs from ``len(lhs_spec)`` or the output would be empty.
+    Returns:
+      ``(init_fun, apply_fun)``; params ``(W, b)``.
+
+    Raises:
+      ValueError: an unknown ``impl``.
+      ShapeError: (at init) an input rank other than ``len(lhs_spec)`` or an empty output.
+
+    Source: ``jax.example_libraries.stax.GeneralConv``.
     """
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     one = (1,) * len(filter_shape)  # no dilation
@@ -309,10 +337,19 @@ def GeneralConvTranspose(dimension_numbers, out_chan, filter_shape, strides=None
                          W_init=None, b_init=normal(1e-6)):
     """General transposed-convolution layer (``lax.conv_transpose`` plus a bias).
 
-    Arguments as :func:`GeneralConv`. Output spatial size: ``in * stride`` for ``'SAME'``,
-    ``in * stride + max(filter - stride, 0)`` for ``'VALID'``. Matches
-    ``jax.example_libraries.stax.GeneralConvTranspose``. Raises :class:`ShapeError` at init on a
-    rank mismatch.
+    Output spatial size: ``in * stride`` for ``'SAME'``, ``in * stride + max(filter - stride, 0)``
+    for ``'VALID'``.
+
+    Args:
+      dimension_numbers, out_chan, filter_shape, strides, padding, W_init, b_init: as :func:`GeneralConv`.
+
+    Returns:
+      ``(init_fun, apply_fun)``; params ``(W, b)``.
+
+    Raises:
+      ShapeError: (at init) an input rank other than ``len(lhs_spec)``.
+
+    Source: ``jax.example_libraries.stax.GeneralConvTranspose``.
     """
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     strides, W_init = _conv_defaults(rhs_spec, filter_shape, strides, W_init)
@@ -342,21 +379,24 @@ ConvTranspose.__doc__ = "2-D transposed convolution: ``GeneralConvTranspose(('NH
 
 def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=zeros,
               gamma_init=ones, *, momentum=0.99):
-    """Batch normalisation over ``axis`` (default: N, H, W of NHWC inputs).
+    """Batch normalisation over ``axis`` (``jax.example_libraries.stax.BatchNorm``) plus running statistics.
 
-    Reference behaviour (``apply_fun``): ``gamma * standardize(x, axis) + beta`` with the current
-    batch's mean and (biased, ``E[x²] - E[x]²``) variance, exactly as
-    ``jax.example_libraries.stax.BatchNorm``; params ``(beta, gamma)`` have the input shape with the
-    ``axis`` dims removed (``()`` in place of a disabled ``center``/``scale``).
+    ``gamma * standardize(x, axis) + beta`` with the batch's mean and biased variance, as the reference.
+    Through :func:`stateful`, state ``(running_mean, running_var)`` (float32, zeros and ones): ``train=True``
+    updates ``r <- momentum * r + (1 - momentum) * batch``; ``train=False`` normalises with ``r``, unchanged.
 
-    Running statistics (beyond the reference, through :func:`stateful`): state
-    ``(running_mean, running_var)``, float32, shape as the params, initialised to zeros and ones.
-    ``train=True`` normalises with the batch statistics (the reference's outputs up to rounding:
-    ``(x - mean) * (gamma * rsqrt(var + eps)) + beta``, as ``flax.linen.BatchNorm``) and returns
-    ``running <- momentum * running + (1 - momentum) * batch`` (biased batch variance);
-    ``train=False`` normalises with the running statistics and leaves them unchanged.
-    ``momentum=0`` makes the running statistics those of the last training batch.
-    Raises :class:`ShapeError` at init if an axis is outside the input rank.
+    Args:
+      axis: the normalised axes (default N, H, W of NHWC); params and state have the other dims.
+      epsilon: added to the variance.
+      center, scale: whether there is a ``beta`` / ``gamma`` (``()`` in its place when False).
+      beta_init, gamma_init: their initializers.
+      momentum: the running statistics' decay (0: those of the last training batch).
+
+    Returns:
+      ``(init_fun, apply_fun)``; params ``(beta, gamma)``.
+
+    Raises:
+      ShapeError: (at init) an axis outside the input rank, or (with state) unknown sizes off ``axis``.
     """
     _beta_init = lambda rng, shape: beta_init(rng, shape) if center else ()  # noqa: E731
     _gamma_init = lambda rng, shape: gamma_init(rng, shape) if scale else ()  # noqa: E731
@@ -444,7 +484,17 @@ def _bn_with_state(params, state, x, train, axis, epsilon, momentum, center_scal
 
 
 def elementwise(fun, **fun_kwargs):
-    """Layer applying ``fun(inputs, **fun_kwargs)`` elementwise; no params, shape unchanged."""
+    """Layer applying ``fun(inputs, **fun_kwargs)`` elementwise; no params, shape unchanged.
+
+    Args:
+      fun: an array function, e.g. ``jnp.tanh``.
+      **fun_kwargs: keyword arguments passed to every call, e.g. ``axis=-1``.
+
+    Returns:
+      ``(init_fun, apply_fun)``.
+
+    Source: ``jax.example_libraries.stax.elementwise``.
+    """
     init_fun = lambda rng, input_shape: (input_shape, ())  # noqa: E731
     apply_fun = lambda params, inputs, **kwargs: fun(inputs, **fun_kwargs)  # noqa: E731
     return _layer(f"elementwise({getattr(fun, '__name__', 'fun')})", init_fun, apply_fun)
@@ -510,10 +560,20 @@ def _pooling_layer(kind, reducer, init_val, rescaler=None):
     def PoolingLayer(window_shape, strides=None, padding="VALID", spec=None):
         """Pooling layer over the spatial dims (``lax.reduce_window``).
 
-        ``window_shape``/``strides`` cover the spatial dims only; ``spec`` (e.g. ``'NCHW'``) says
-        where N and C are (default: N first, C last). Matches ``jax.example_libraries.stax``'s
-        MaxPool/SumPool/AvgPool (AvgPool divides by the number of in-bounds window elements).
-        Raises :class:`ShapeError` at init on a rank mismatch or an empty output.
+        Args:
+          window_shape: the window per spatial dim, e.g. ``(2, 2)``.
+          strides: per spatial dim (default all 1).
+          padding: ``'VALID'`` or ``'SAME'``.
+          spec: the input layout, e.g. ``'NCHW'``, saying where N and C are (default: N first, C last).
+
+        Returns:
+          ``(init_fun, apply_fun)``, no params.
+
+        Raises:
+          ShapeError: (at init) an input rank other than ``len(window_shape) + 2``, or an empty output.
+
+        Source: ``jax.example_libraries.stax``'s MaxPool, SumPool, AvgPool (AvgPool divides by the
+        number of in-bounds window elements).
         """
         name = f"{kind}({tuple(window_shape)})"
         strides = strides or (1,) * len(window_shape)
@@ -596,7 +656,16 @@ Identity = _identity()
 
 
 def FanOut(num):
-    """Fan-out: one input -> a list of ``num`` references to it (shapes: ``[input_shape] * num``)."""
+    """Fan-out: one input -> a list of ``num`` references to it.
+
+    Args:
+      num: the number of outputs.
+
+    Returns:
+      ``(init_fun, apply_fun)``, no params; output shapes ``[input_shape] * num``.
+
+    Source: ``jax.example_libraries.stax.FanOut``.
+    """
     init_fun = lambda rng, input_shape: ([input_shape] * num, ())  # noqa: E731
     apply_fun = lambda params, inputs, **kwargs: [inputs] * num  # noqa: E731
     return _layer(f"FanOut({num})", init_fun, apply_fun)
@@ -618,7 +687,19 @@ FanInSum = _fan_in_sum()
 
 
 def FanInConcat(axis=-1):
-    """Fan-in concatenation of a list of inputs along ``axis`` (other dims must agree)."""
+    """Fan-in concatenation of a list of inputs along ``axis``.
+
+    Args:
+      axis: the concatenation axis; the inputs' other dims must agree.
+
+    Returns:
+      ``(init_fun, apply_fun)``, no params.
+
+    Raises:
+      ShapeError: (at init) inputs that differ in rank or off ``axis``.
+
+    Source: ``jax.example_libraries.stax.FanInConcat``.
+    """
     name = f"FanInConcat({axis})"
 
     def init_fun(rng, input_shape):
@@ -642,17 +723,25 @@ _DROPOUT_MSG = ("Dropout layer requires apply_fun to be called with a PRNG key a
 
 
 def Dropout(rate, mode="train"):
-    """Dropout layer. **``rate`` IS THE KEEP PROBABILITY, NOT THE DROP PROBABILITY** (the reference's
-    meaning, kept for drop-in parity): ``Dropout(0.9)`` keeps 90% of the units.
+    """Inverted dropout. **``rate`` IS THE KEEP PROBABILITY, NOT THE DROP PROBABILITY**.
 
-    ``mode='train'``: each element is kept with probability ``rate`` and scaled by ``1 / rate``,
-    the rest set to 0 (``jnp.where(random.bernoulli(rng, rate, x.shape), x / rate, 0)``, as the
-    reference); needs ``apply_fun(..., rng=key)`` and raises ``ValueError`` without one.
-    ``mode='test'`` (or any other): identity. Unlike jax 0.10.2's reference, test mode does not
-    demand an rng (with one, it is ignored).
-
+    ``Dropout(0.9)`` keeps 90% of the units (the reference's meaning, kept for drop-in parity). The
+    zoo's ``dropout`` hyperparameter is the DROP probability: it builds ``Dropout(1 - dropout)``.
     Through :func:`stateful`, ``train=False`` makes every Dropout the identity whatever its mode.
-    The zoo's ``dropout`` hyperparameter is the DROP probability: it builds ``Dropout(1 - dropout)``.
+
+    Args:
+      rate: the keep probability.
+      mode: ``'train'``: each element is kept with probability ``rate`` and scaled by ``1 / rate``,
+        the rest set to 0 (``apply_fun`` then needs ``rng=key``); ``'test'`` (or any other): the
+        identity, with or without an rng (jax 0.10.2's reference demands one).
+
+    Returns:
+      ``(init_fun, apply_fun)``, no params.
+
+    Raises:
+      ValueError: (``apply_fun``, ``mode='train'``) no ``rng``.
+
+    Source: ``jax.example_libraries.stax.Dropout``.
     """
     name = f"Dropout(keep={rate})"
 
@@ -703,14 +792,18 @@ def _plain_stateful(layer):
 
 
 def stateful(layer):
-    """The explicit-state form of ``layer``: ``(init, apply)`` with
-
-    * ``init(rng, input_shape) -> (output_shape, params, state)`` (params identical to
-      ``layer[0](rng, input_shape)``; ``state`` is ``()`` when no inner layer has state),
-    * ``apply(params, state, inputs, *, train: bool, rng=None, **kwargs) -> (outputs, new_state)``.
+    """The explicit-state form of ``layer``, threading running state (BatchNorm's) and a ``train`` flag.
 
     ``train`` must be a Python bool (static under ``jit``). Layers without state behave as their
     ``apply_fun``, except :func:`Dropout`, which is the identity when ``train=False``.
+
+    Args:
+      layer: an ``(init_fun, apply_fun)`` pair.
+
+    Returns:
+      ``(init, apply)``: ``init(rng, input_shape) -> (output_shape, params, state)`` (params identical
+      to ``layer[0](rng, input_shape)``; ``state`` is ``()`` when no inner layer has state) and
+      ``apply(params, state, inputs, *, train, rng=None, **kwargs) -> (outputs, new_state)``.
     """
     return _plain_stateful(layer)
 
@@ -729,10 +822,19 @@ def _wrap_init_error(i, layer, input_shape, err):
 def serial(*layers):
     """Compose ``layers`` in sequence: the output of one is the input of the next.
 
-    Params are a list with one entry per layer. ``apply_fun(params, inputs, rng=key)`` splits
-    ``key`` into one key per layer (``random.split(key, len(layers))``) as the reference does.
-    A layer that rejects its input shape at init raises :class:`ShapeError` starting with
-    ``"layer {i} of serial ({name})"``.
+    ``apply_fun(params, inputs, rng=key)`` splits ``key`` into one key per layer
+    (``random.split(key, len(layers))``) as the reference does.
+
+    Args:
+      *layers: ``(init_fun, apply_fun)`` pairs, applied in order.
+
+    Returns:
+      ``(init_fun, apply_fun)``; params a list with one entry per layer.
+
+    Raises:
+      ShapeError: (at init) a layer rejects its input shape; the message starts ``"layer {i} of serial"``.
+
+    Source: ``jax.example_libraries.stax.serial``.
     """
     nlayers = len(layers)
     init_funs, apply_funs = zip(*layers, strict=True) if layers else ((), ())
@@ -792,8 +894,11 @@ def _serial_init(layers, inner, rng, input_shape, with_state):
 def parallel(*layers):
     """Apply ``layers[i]`` to ``inputs[i]``; often between :func:`FanOut` and :data:`FanInSum`.
 
-    Params are a tuple with one entry per layer; rng splitting as the reference. Raises
-    :class:`ShapeError` at init if the number of input shapes differs from the number of layers.
+    Returns:
+      ``(init_fun, apply_fun)``; params a tuple with one entry per layer; rng split as the reference.
+
+    Raises:
+      ShapeError: (at init) the number of input shapes differs from the number of layers.
     """
     nlayers = len(layers)
     init_funs, apply_funs = zip(*layers, strict=True) if layers else ((), ())
@@ -838,9 +943,17 @@ def parallel(*layers):
 
 
 def shape_dependent(make_layer):
-    """Delay building a layer until the input shape is known: ``make_layer(input_shape) -> layer``.
+    """Delay building a layer until the input shape is known.
 
     ``apply_fun`` rebuilds the layer from ``inputs.shape`` (as the reference does).
+
+    Args:
+      make_layer: ``make_layer(input_shape) -> (init_fun, apply_fun)``.
+
+    Returns:
+      ``(init_fun, apply_fun)`` with the params of the layer ``make_layer`` builds.
+
+    Source: ``jax.example_libraries.stax.shape_dependent``.
     """
 
     def init_fun(rng, input_shape):
@@ -883,15 +996,25 @@ def _stats_dtype(dtype):
 def Embedding(vocab_size, features, W_init=None, *, dtype=None):
     """Token embedding: integer ids ``(...)`` -> vectors ``(..., features)`` (a table lookup).
 
-    Params ``(table,)``, ``table`` float32 ``(vocab_size, features)``; ``W_init`` defaults to a
-    normal with standard deviation ``1 / sqrt(features)`` (flax.linen.Embed's default,
-    ``variance_scaling(1, 'fan_in', 'normal', out_axis=0)``). ``apply_fun`` returns
-    ``jnp.take(table, ids, axis=0)`` cast to ``dtype`` (default: the table's dtype). Ids follow
-    ``jnp.take``: ``-vocab_size <= id < 0`` wrap around as in numpy; ids outside
-    ``[-vocab_size, vocab_size)`` give rows of NaN (so a wrong vocabulary size shows up as a
-    non-finite loss, not as silently clipped ids). Gradients w.r.t. the table are a scatter-add.
+    ``apply_fun`` returns ``jnp.take(table, ids, axis=0)``: ids in ``[-vocab_size, 0)`` wrap around
+    as in numpy; ids outside ``[-vocab_size, vocab_size)`` give rows of NaN (so a wrong vocabulary
+    size shows up as a non-finite loss, not as silently clipped ids). Gradients w.r.t. the table are
+    a scatter-add.
 
-    Raises ``ValueError`` for non-positive sizes and (at apply) for non-integer inputs.
+    Args:
+      vocab_size: the number of rows, > 0.
+      features: the embedding size, > 0.
+      W_init: the table's initializer; default normal of standard deviation ``1 / sqrt(features)``
+        (flax.linen.Embed's, ``variance_scaling(1, 'fan_in', 'normal', out_axis=0)``).
+      dtype: the output's dtype (default: the table's).
+
+    Returns:
+      ``(init_fun, apply_fun)``; params ``(table,)``, ``table`` float32 ``(vocab_size, features)``.
+
+    Raises:
+      ValueError: non-positive sizes, and (at apply) non-integer inputs.
+
+    Source: ``flax.linen.Embed``.
     """
     if int(vocab_size) <= 0 or int(features) <= 0:
         raise ValueError(f"Embedding: vocab_size and features must be positive, got {vocab_size}, "
@@ -916,14 +1039,24 @@ def Embedding(vocab_size, features, W_init=None, *, dtype=None):
 
 
 def LayerNorm(epsilon=1e-6, center=True, scale=True, beta_init=zeros, gamma_init=ones):
-    """Layer normalisation over the last (feature) axis (Ba et al. 2016).
+    """Layer normalisation over the last (feature) axis.
 
     ``y = gamma * (x - mean) / sqrt(var + epsilon) + beta`` with ``mean`` and the biased ``var``
     (one pass: ``max(mean(x**2) - mean**2, 0)``, as flax's ``use_fast_variance``) over the last axis
-    of each position, computed in at least float32; ``y`` has the input's dtype. Params
-    ``(beta, gamma)`` float32 ``(features,)`` as in :func:`BatchNorm` (``()`` in place of a
-    disabled ``center``/``scale``). ``epsilon`` defaults to flax.linen.LayerNorm's 1e-6. Raises
-    :class:`ShapeError` at init for a rank-0 input or an unknown feature size.
+    of each position, computed in at least float32; ``y`` has the input's dtype.
+
+    Args:
+      epsilon: added to the variance (default flax.linen.LayerNorm's 1e-6).
+      center, scale: whether there is a ``beta`` / ``gamma`` (``()`` in its place when False).
+      beta_init, gamma_init: their initializers (default zeros, ones).
+
+    Returns:
+      ``(init_fun, apply_fun)``; params ``(beta, gamma)``, float32 ``(features,)``.
+
+    Raises:
+      ShapeError: (at init) a rank-0 input or an unknown feature size.
+
+    Source: Ba et al. 2016, arXiv:1607.06450.
     """
     name = f"LayerNorm(eps={epsilon})"
 
@@ -985,11 +1118,18 @@ def _check_sequence(name, input_shape, max_len=None):
 
 
 def PositionalEmbedding(max_len, W_init=normal(0.02)):
-    """Learned absolute positional embedding: ``x + table[:T]`` for ``x (B, T, F)``, ``T <= max_len``.
+    """Learned absolute positional embedding: ``x + table[:T]`` for ``x (B, T, F)``.
 
-    Params ``(table,)``, float32 ``(max_len, F)`` (default init: normal, stddev 0.02, as GPT-2);
-    the slice is cast to ``x``'s dtype. Raises :class:`ShapeError` at init for a non-rank-3 input or
-    ``T > max_len``.
+    Args:
+      max_len: the table's length, the longest ``T`` it takes.
+      W_init: the table's initializer (default normal, stddev 0.02, as GPT-2).
+
+    Returns:
+      ``(init_fun, apply_fun)``; params ``(table,)``, float32 ``(max_len, F)``; the slice is cast to
+      ``x``'s dtype.
+
+    Raises:
+      ShapeError: (at init) a non-rank-3 input, an unknown ``F`` or ``T > max_len``.
     """
     name = f"PositionalEmbedding({max_len})"
 
@@ -1006,10 +1146,20 @@ def PositionalEmbedding(max_len, W_init=normal(0.02)):
 
 
 def sinusoidal_table(length, features, max_timescale=10_000.0):
-    """The fixed sinusoidal position table of Vaswani et al. (2017), float32 ``(length, features)``.
+    """The fixed sinusoidal position table.
 
     ``table[p, 2i] = sin(p / max_timescale**(2i / features))`` and ``table[p, 2i + 1] = cos(...)``
     (sines and cosines interleaved; for odd ``features`` the last column is a sine).
+
+    Args:
+      length: the number of positions ``p``.
+      features: the number of columns.
+      max_timescale: the base of the wavelengths' geometric progression (the paper's 10 000).
+
+    Returns:
+      The table, float32 ``(length, features)``.
+
+    Source: Vaswani et al. 2017, arXiv:1706.03762.
     """
     pos = jnp.arange(length, dtype=jnp.float32)[:, None]
     two_i = jnp.arange(0, features, 2, dtype=jnp.float32)
@@ -1019,9 +1169,20 @@ def sinusoidal_table(length, features, max_timescale=10_000.0):
 
 
 def SinusoidalPositionalEmbedding(max_timescale=10_000.0):
-    """Fixed sinusoidal positional encoding (no params): ``x + sinusoidal_table(T, F)`` for
-    ``x (B, T, F)``; the table (see :func:`sinusoidal_table`) is a constant under ``jit`` and is
-    cast to ``x``'s dtype. Raises :class:`ShapeError` at init for a non-rank-3 input.
+    """Fixed sinusoidal positional encoding: ``x + sinusoidal_table(T, F)`` for ``x (B, T, F)``.
+
+    The table is a constant under ``jit``, cast to ``x``'s dtype.
+
+    Args:
+      max_timescale: as :func:`sinusoidal_table`.
+
+    Returns:
+      ``(init_fun, apply_fun)``, no params.
+
+    Raises:
+      ShapeError: (at init) a non-rank-3 input or an unknown ``F``.
+
+    Source: Vaswani et al. 2017, arXiv:1706.03762.
     """
     name = "SinusoidalPositionalEmbedding"
 
@@ -1044,19 +1205,40 @@ def _dropout_mask(rng, keep, x):
 
 
 def causal_mask(length):
-    """Boolean ``(length, length)`` mask, True where query position ``q`` may attend to key ``k <= q``."""
+    """Boolean causal mask: True where query position ``q`` may attend to key ``k <= q``.
+
+    Args:
+      length: the sequence length.
+
+    Returns:
+      A bool ``(length, length)`` lower-triangular array.
+    """
     return jnp.tril(jnp.ones((length, length), jnp.bool_))
 
 
 def attention(q, k, v, *, causal=False, dropout=0.0, rng=None, scale=None):
     """Scaled dot-product attention on ``(B, T, H, D)`` queries/keys/values -> ``(B, T, H, D)``.
 
-    ``softmax(scale · q k^T [masked]) v`` per head, ``scale`` default ``1 / sqrt(D)``; the scores
-    are formed from ``scale · q`` (fewer multiplies than scaling the scores), masked positions get
-    ``finfo(float32).min`` (so a fully masked row would be uniform, never NaN), and the softmax
-    runs in at least float32 before being cast back to the inputs' dtype. ``dropout`` (a DROP
-    probability in [0, 1)) drops
-    attention weights with ``rng`` (required when ``dropout > 0``).
+    ``softmax(scale · q k^T [masked]) v`` per head; the scores are formed from ``scale · q`` (fewer
+    multiplies than scaling the scores), masked positions get ``finfo(float32).min`` (so a fully
+    masked row would be uniform, never NaN), and the softmax runs in at least float32 before being
+    cast back to the inputs' dtype.
+
+    Args:
+      q: queries ``(B, T, H, D)``.
+      k, v: keys and values ``(B, S, H, D)``.
+      causal: mask the keys after each query (query ``t`` sits at key position ``t + S - T``).
+      dropout: a DROP probability in [0, 1) on the attention weights.
+      rng: a PRNG key, required when ``dropout > 0``.
+      scale: the scores' scale (default ``1 / sqrt(D)``).
+
+    Returns:
+      The attended values ``(B, T, H, D)``, in ``v``'s dtype.
+
+    Raises:
+      ValueError: ``dropout > 0`` without an ``rng``.
+
+    Source: Vaswani et al. 2017, arXiv:1706.03762.
     """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     q = q * jnp.asarray(scale, q.dtype)
@@ -1101,24 +1283,35 @@ _ATTN_DROPOUT_MSG = ("MultiHeadSelfAttention with dropout in train mode requires
 
 def MultiHeadSelfAttention(num_heads, *, causal=False, dropout=0.0, out_dropout=0.0,
                            qkv_features=None, mode="train", W_init=None, b_init=zeros):
-    """Multi-head self-attention (Vaswani et al. 2017) on ``x (B, T, F)`` -> ``(B, T, F)``.
+    """Multi-head self-attention on ``x (B, T, F)`` -> ``(B, T, F)``.
 
-    ``[q | k | v] = x @ W_qkv + b_qkv`` (one matmul per column block; ``qkv_features`` = ``H * D``,
-    default ``F``, must divide by ``num_heads``), split into ``num_heads`` heads of size ``D``;
-    ``a = attention(q, k, v, causal=causal)`` (see :func:`attention`); output
-    ``a.reshape(B, T, H * D) @ W_out + b_out``.
+    ``[q | k | v] = x @ W_qkv + b_qkv`` (one matmul per column block), split into ``num_heads``
+    heads of size ``D``; ``a = attention(q, k, v, causal=causal)`` (see :func:`attention`); output
+    ``a.reshape(B, T, H * D) @ W_out + b_out``; params are cast to ``x``'s dtype at use. The rng
+    rule is :func:`Dropout`'s: with ``mode='train'`` and a dropout > 0, ``apply_fun`` needs
+    ``rng=key`` (split into one per dropout); through :func:`stateful`, ``train=False`` is
+    deterministic whatever the mode.
 
-    Params ``(W_qkv (F, 3·H·D), b_qkv (3·H·D,), W_out (H·D, F), b_out (F,))``, float32; columns of
-    ``W_qkv`` are ``[q heads | k heads | v heads]``, each head-major (column ``h·D + d``). Default
-    ``W_init`` is LeCun normal (variance ``1 / fan_in``, flax's default kernel init); biases zeros.
-    Params are cast to ``x``'s dtype at use.
+    Args:
+      num_heads: the number of heads ``H``, > 0.
+      causal: mask the keys after each query.
+      dropout, out_dropout: DROP probabilities in [0, 1) (unlike :func:`Dropout`'s keep rate) on the
+        attention weights and on the output.
+      qkv_features: ``H * D`` (default ``F``), divisible by ``num_heads``.
+      mode: ``'train'`` (dropout active) or ``'test'`` (deterministic).
+      W_init: the kernels' initializer (default LeCun normal: variance ``1 / fan_in``, flax's).
+      b_init: the biases' initializer (default zeros).
 
-    Dropout (DROP probabilities in [0, 1), unlike :func:`Dropout`'s keep rate): ``dropout`` on the
-    attention weights, ``out_dropout`` on the output. The rng rule is :func:`Dropout`'s: with
-    ``mode='train'`` and a dropout > 0, ``apply_fun`` needs ``rng=key`` (``ValueError`` without;
-    the key is split into one per dropout); ``mode='test'`` is deterministic; through
-    :func:`stateful`, ``train=False`` is deterministic whatever the mode. Raises ``ValueError`` for
-    bad ``num_heads``/dropouts and :class:`ShapeError` at init for a non-``(B, T, F)`` input.
+    Returns:
+      ``(init_fun, apply_fun)``; params ``(W_qkv (F, 3·H·D), b_qkv (3·H·D,), W_out (H·D, F), b_out
+      (F,))``, float32; columns of ``W_qkv`` are ``[q heads | k heads | v heads]``, each head-major
+      (column ``h·D + d``).
+
+    Raises:
+      ValueError: a bad ``num_heads`` or dropout; (at apply) dropout in train mode without an ``rng``.
+      ShapeError: (at init) a non-``(B, T, F)`` input, or ``qkv_features`` not divisible by ``num_heads``.
+
+    Source: Vaswani et al. 2017, arXiv:1706.03762.
     """
     if int(num_heads) <= 0:
         raise ValueError(f"MultiHeadSelfAttention: num_heads must be positive, got {num_heads}")
@@ -1183,10 +1376,17 @@ def Residual(*layers):
     """Residual connection around ``serial(*layers)``: ``x + serial(*layers)(x)``.
 
     Equivalent to ``serial(FanOut(2), parallel(serial(*layers), Identity), FanInSum)`` with flatter
-    params: the params (and state) are exactly those of ``serial(*layers)``, and the rng passed to
-    ``apply_fun`` goes to that serial unchanged. Stateful-aware (BatchNorm, dropout inside work
-    through :func:`stateful`). Raises :class:`ShapeError` at init if the inner output shape differs
-    from the input shape.
+    params. Stateful-aware (BatchNorm, dropout inside work through :func:`stateful`).
+
+    Args:
+      *layers: the branch's ``(init_fun, apply_fun)`` pairs; the branch must keep the input shape.
+
+    Returns:
+      ``(init_fun, apply_fun)``; params (and state) exactly those of ``serial(*layers)``, which gets
+      ``apply_fun``'s rng unchanged.
+
+    Raises:
+      ShapeError: (at init) the branch's output shape differs from the input shape.
     """
     inner = serial(*layers)
     inner_init, inner_apply = inner
@@ -1229,12 +1429,23 @@ def Residual(*layers):
 
 
 def RMSNorm(epsilon=1e-6, scale=True, gamma_init=ones):
-    """Root-mean-square normalisation over the last axis (Zhang & Sennrich 2019).
+    """Root-mean-square normalisation over the last axis.
 
-    ``y = gamma * x / sqrt(mean(x**2) + epsilon)``, the statistic in at least float32 (shared with
-    :func:`LayerNorm`), ``y`` in the input's dtype; ``torch.nn.functional.rms_norm``'s formula.
-    Params ``(gamma,)`` float32 ``(features,)`` (``((),)`` with ``scale=False``). Raises
-    :class:`ShapeError` at init for a rank-0 input or an unknown feature size.
+    ``y = gamma * x / sqrt(mean(x**2) + epsilon)`` (``torch.nn.functional.rms_norm``'s formula), the
+    statistic in at least float32 (shared with :func:`LayerNorm`), ``y`` in the input's dtype.
+
+    Args:
+      epsilon: added to the mean square.
+      scale: whether there is a gain ``gamma`` (params ``((),)`` when False).
+      gamma_init: its initializer (default ones).
+
+    Returns:
+      ``(init_fun, apply_fun)``; params ``(gamma,)``, float32 ``(features,)``.
+
+    Raises:
+      ShapeError: (at init) a rank-0 input or an unknown feature size.
+
+    Source: Zhang & Sennrich 2019, arXiv:1910.07467.
     """
     name = f"RMSNorm(eps={epsilon})"
 
@@ -1250,17 +1461,35 @@ def RMSNorm(epsilon=1e-6, scale=True, gamma_init=ones):
 
 
 def rms_normalize(x, epsilon=1e-6):
-    """``x / sqrt(mean(x**2, -1) + epsilon)`` with no gain (QK-norm), statistics in >= float32."""
+    """``x / sqrt(mean(x**2, -1) + epsilon)`` with no gain (QK-norm), statistics in >= float32.
+
+    Args:
+      x: an array normalised over its last axis.
+      epsilon: added to the mean square.
+
+    Returns:
+      The normalised array, ``x``'s shape and dtype.
+    """
     return _normalize(x, epsilon, centered=False)
 
 
 def rope_frequencies(head_dim, base=1024.0, fraction=0.5):
-    """Angular frequencies of rotary embeddings: float32 ``(head_dim // 2,)``.
+    """Angular frequencies of rotary embeddings.
 
     The first ``n = int(fraction * (head_dim // 2))`` pairs rotate at ``base ** (-i / (n - 1))``,
     ``i = 0..n-1`` (from 1 down to ``1 / base``), the rest at 0 (not rotated): modded-nanogpt's
-    "half-truncated" RoPE at the defaults (``base=1024``, ``fraction=0.5``). Raises ``ValueError``
-    for an odd ``head_dim``, ``base <= 1`` or ``fraction`` outside [0, 1].
+    "half-truncated" RoPE at the defaults.
+
+    Args:
+      head_dim: the head size ``D``, even and > 0.
+      base: > 1; of two or more rotating pairs the slowest turns at ``1 / base`` radians per position.
+      fraction: the share of the pairs that rotate, in [0, 1].
+
+    Returns:
+      The frequencies in radians per position, float32 ``(head_dim // 2,)``.
+
+    Raises:
+      ValueError: an odd or non-positive ``head_dim``, ``base <= 1`` or ``fraction`` outside [0, 1].
     """
     head_dim = int(head_dim)
     if head_dim <= 0 or head_dim % 2:
@@ -1275,11 +1504,20 @@ def rope_frequencies(head_dim, base=1024.0, fraction=0.5):
 
 
 def apply_rope(x, freqs):
-    """Rotary position embedding (Su et al. 2021) of ``x (B, T, H, D)`` with ``freqs (D // 2,)``.
+    """Rotary position embedding of ``x (B, T, H, D)``.
 
     With ``x1, x2`` the two halves of the last axis and ``θ = t · freqs`` at position ``t``:
     ``[x1 cos θ + x2 sin θ, x2 cos θ - x1 sin θ]`` (the rotation's sign as modded-nanogpt's
-    ``Rotary``), computed in float32, returned in ``x``'s dtype.
+    ``Rotary``), computed in at least float32.
+
+    Args:
+      x: queries or keys ``(B, T, H, D)``; position ``t`` is the index on axis 1.
+      freqs: angular frequencies ``(D // 2,)``, e.g. from :func:`rope_frequencies`.
+
+    Returns:
+      The rotated ``x``, its shape and dtype.
+
+    Source: Su et al. 2021 (RoFormer), arXiv:2104.09864.
     """
     pos = jnp.arange(x.shape[1], dtype=jnp.float32)
     theta = (pos[:, None] * freqs[None, :])[None, :, None, :]
@@ -1307,17 +1545,23 @@ def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.
                         scale=None, bias=True, zero_out=True, epsilon=1e-6, W_init=None):
     """Self-attention with rotary embeddings and QK-norm on ``x (B, T, F)`` -> ``(B, T, F)``.
 
-    ``q, k, v = x @ W_{q,k,v} + b`` split into ``num_heads`` heads of ``D = F / num_heads``; with
-    ``qk_norm`` each head's q and k are RMS-normalised (no gain, ``epsilon``); then
-    :func:`apply_rope` with :func:`rope_frequencies` ``(D, rope_base, rope_fraction)``; then
-    :func:`attention` (``scale`` default ``1/sqrt(D)``); output ``a @ W_out + b_out``. As
-    modded-nanogpt's ``CausalSelfAttention``.
+    Heads of ``D = F / num_heads``; q, k: QK-norm, :func:`apply_rope`; :func:`attention`. As modded-nanogpt's.
 
-    Params ``{"q", "k", "v", "out"}``, each ``{"kernel" (F, F), "bias" (F,)}`` (no bias with
-    ``bias=False``); columns head-major (``h·D + d``). Kernels ``W_init`` (default: normal of
-    variance ``0.33 / fan_in``, modded-nanogpt's), ``out`` zeros with ``zero_out``; biases zeros.
-    Raises ``ValueError`` for ``num_heads <= 0``, and :class:`ShapeError` at init when ``F`` does
-    not divide by ``num_heads`` or ``D`` is odd.
+    Args:
+      num_heads: the number of heads, > 0, with ``F / num_heads`` even.
+      causal: mask the keys after each query.
+      qk_norm, epsilon: RMS-normalise each head's q and k (no gain) with this epsilon.
+      rope_base, rope_fraction: :func:`rope_frequencies`'s ``base`` and ``fraction``.
+      scale: the attention scale (default ``1/sqrt(D)``).
+      bias, zero_out: zero-initialised biases (none if False); the ``out`` kernel starts at zero.
+      W_init: the kernels' initializer (default normal of variance ``0.33 / fan_in``, modded-nanogpt's).
+
+    Returns:
+      ``(init_fun, apply_fun)``; params ``{"q", "k", "v", "out"}``, each ``{"kernel" (F, F), "bias" (F,)}``.
+
+    Raises:
+      ValueError: ``num_heads <= 0``.
+      ShapeError: (at init) a non-``(B, T, F)`` input or ``F`` not in ``num_heads`` even-sized heads.
     """
     if int(num_heads) <= 0:
         raise ValueError(f"RotarySelfAttention: num_heads must be positive, got {num_heads}")
@@ -1356,12 +1600,21 @@ MLP_KINDS = {"relu2": 1, "gelu": 1, "swiglu": 2}
 def MLP(hidden, kind="relu2", *, bias=True, zero_out=True, W_init=None):
     """Transformer MLP on ``x (..., F)`` -> ``(..., F)``.
 
-    ``kind``: ``'relu2'`` ``proj(relu(fc(x))**2)`` (So et al. 2021, modded-nanogpt); ``'gelu'``
-    ``proj(gelu(fc(x)))`` (GPT-2, tanh approximation); ``'swiglu'``
-    ``proj(silu(gate(x)) * fc(x))`` (Shazeer 2020). Params ``{"fc", ["gate",] "proj"}``, each
-    ``{"kernel", "bias"}`` (``fc``/``gate`` ``(F, hidden)``, ``proj`` ``(hidden, F)``); kernels
-    ``W_init`` (default as :func:`RotarySelfAttention`), ``proj`` zeros with ``zero_out``.
-    Raises ``ValueError`` for an unknown ``kind`` or ``hidden <= 0``.
+    Args:
+      hidden: the hidden size, > 0.
+      kind: ``'relu2'`` ``proj(relu(fc(x))**2)`` (So et al. 2021, arXiv:2109.08668, modded-nanogpt);
+        ``'gelu'`` ``proj(gelu(fc(x)))`` (GPT-2, tanh approximation); ``'swiglu'``
+        ``proj(silu(gate(x)) * fc(x))`` (Shazeer 2020, arXiv:2002.05202).
+      bias: zero-initialised biases (none if False).
+      zero_out: the ``proj`` kernel starts at zero.
+      W_init: the kernels' initializer (default as :func:`RotarySelfAttention`).
+
+    Returns:
+      ``(init_fun, apply_fun)``; params ``{"fc", ["gate",] "proj"}``, each ``{"kernel", "bias"}``
+      (``fc``/``gate`` ``(F, hidden)``, ``proj`` ``(hidden, F)``).
+
+    Raises:
+      ValueError: an unknown ``kind`` or ``hidden <= 0``.
     """
     if kind not in MLP_KINDS:
         raise ValueError(f"MLP: kind must be one of {sorted(MLP_KINDS)}, got {kind!r}")
@@ -1396,8 +1649,19 @@ def MLP(hidden, kind="relu2", *, bias=True, zero_out=True, W_init=None):
 
 
 def soft_cap(logits, cap, form="tanh"):
-    """Logit soft-cap: ``cap · tanh(x / cap)`` (``'tanh'``, Gemma 2) or ``cap · x / sqrt(x² + cap²)``
-    (``'algebraic'``, modded-nanogpt's optimization track); ``cap <= 0`` returns ``logits``."""
+    """Logit soft-cap: ``cap · tanh(x / cap)`` or ``cap · x / sqrt(x² + cap²)``.
+
+    Args:
+      logits: a float array.
+      cap: the bound on ``|output|``; None or <= 0 returns ``logits`` unchanged.
+      form: ``'tanh'`` (Gemma 2, arXiv:2408.00118) or ``'algebraic'`` (modded-nanogpt's optimization track).
+
+    Returns:
+      The capped logits, same shape and dtype.
+
+    Raises:
+      ValueError: an unknown ``form`` (with ``cap > 0``).
+    """
     if cap is None or cap <= 0:
         return logits
     c = jnp.asarray(cap, logits.dtype)

@@ -34,21 +34,45 @@ __all__ = [
 
 
 def softmax_cross_entropy(logits, labels):
-    """Mean softmax cross-entropy of ``logits (N, K)`` float against int ``labels (N,)``: scalar."""
+    """Mean softmax cross-entropy of class logits against integer labels.
+
+    Args:
+      logits: float ``(N, K)``.
+      labels: int class indices ``(N,)`` in ``[0, K)``.
+
+    Returns:
+      The mean over the batch (nats), a scalar.
+    """
     logp = jax.nn.log_softmax(logits, axis=-1)
     picked = jnp.take_along_axis(logp, jnp.asarray(labels, jnp.int32)[:, None], axis=-1)[:, 0]
     return -jnp.mean(picked)
 
 
 def accuracy(logits, labels):
-    """Fraction of rows of ``logits (N, K)`` whose argmax equals ``labels (N,)``: float32 scalar."""
+    """Fraction of rows of ``logits`` whose argmax equals the label.
+
+    Args:
+      logits: ``(N, K)``.
+      labels: int class indices ``(N,)``.
+
+    Returns:
+      The fraction, a float32 scalar.
+    """
     return jnp.mean((jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32))
 
 
 def sequence_cross_entropy(logits, targets):
-    """Mean per-token softmax cross-entropy (nats) of ``logits (N, T, V)`` against int ``targets
-    (N, T)``: scalar float32. The log-softmax runs in float32 whatever the logits' dtype. Targets
-    < 0 are padding: excluded from the mean (which is over the remaining tokens; 0 if none)."""
+    """Mean per-token softmax cross-entropy of next-token logits, padding excluded.
+
+    The log-softmax runs in float32 whatever the logits' dtype.
+
+    Args:
+      logits: ``(N, T, V)``, any float dtype.
+      targets: int token ids ``(N, T)`` in ``[0, V)``; ids < 0 are padding, left out of the mean.
+
+    Returns:
+      The mean over the non-padding tokens (nats), a float32 scalar; 0 if every target is padding.
+    """
     logp = jax.nn.log_softmax(jnp.asarray(logits).astype(jnp.float32), axis=-1)
     t = jnp.asarray(targets, jnp.int32)
     valid = t >= 0
@@ -58,8 +82,15 @@ def sequence_cross_entropy(logits, targets):
 
 
 def sequence_accuracy(logits, targets):
-    """Fraction of non-padding tokens (targets >= 0) of ``targets (N, T)`` equal to the argmax of
-    ``logits (N, T, V)``: float32 scalar (0 if every target is padding)."""
+    """Fraction of non-padding tokens whose target equals the argmax of the logits.
+
+    Args:
+      logits: ``(N, T, V)``.
+      targets: int token ids ``(N, T)``; ids < 0 are padding, left out.
+
+    Returns:
+      The fraction, a float32 scalar; 0 if every target is padding.
+    """
     t = jnp.asarray(targets, jnp.int32)
     valid = t >= 0
     hit = (jnp.argmax(logits, axis=-1) == t) & valid
@@ -67,7 +98,14 @@ def sequence_accuracy(logits, targets):
 
 
 def mse(outputs, targets):
-    """Mean squared error over all elements (= mean over the batch of per-example means): scalar."""
+    """Mean squared error over all elements (= mean over the batch of per-example means).
+
+    Args:
+      outputs, targets: arrays of one shape (a reconstruction and its inputs).
+
+    Returns:
+      The mean, a scalar.
+    """
     return jnp.mean(jnp.square(outputs - targets))
 
 
@@ -286,7 +324,15 @@ def _check_nonnegative(builder, **values):
 
 
 def logreg(*, input_shape, num_classes) -> ModelDef:
-    """Multinomial logistic regression: ``Flatten, Dense(num_classes)`` on any input shape."""
+    """Multinomial logistic regression: ``Flatten, Dense(num_classes)`` on any input shape.
+
+    Args:
+      input_shape: one example's shape (no batch axis).
+      num_classes: the number of classes (logits per example).
+
+    Returns:
+      The ``"logreg"`` classification :class:`ModelDef`.
+    """
     layer = stax.serial(stax.Flatten, stax.Dense(num_classes))
     return make_model_def("logreg", "classification", layer, input_shape, {})
 
@@ -295,8 +341,20 @@ def mlp(*, input_shape, num_classes, width: int = 256, depth: int = 2, activatio
         dropout: float = 0.0) -> ModelDef:
     """Multi-layer perceptron: Flatten, ``depth`` × (Dense(width), activation[, Dropout]), Dense.
 
-    ``dropout`` is the DROP probability in [0, 1) (0 = no dropout layer); it builds
-    ``stax.Dropout(1 - dropout)`` since stax's rate is the keep probability.
+    Args:
+      input_shape: one example's shape (no batch axis), flattened.
+      num_classes: the number of output logits.
+      width: hidden units per layer, > 0.
+      depth: hidden layers, 0 to :data:`MAX_LAYERS`.
+      activation: a name in :data:`ACTIVATIONS`.
+      dropout: the DROP probability in [0, 1) (0 = no dropout layer); it builds
+        ``stax.Dropout(1 - dropout)`` since stax's rate is the keep probability.
+
+    Returns:
+      The ``"mlp"`` classification :class:`ModelDef` (``needs_rng`` with dropout).
+
+    Raises:
+      ValueError: a value out of range or an unknown activation.
     """
     _check_positive("mlp", width=width)
     _check_layers("mlp", depth=depth)
@@ -318,10 +376,26 @@ def mlp(*, input_shape, num_classes, width: int = 256, depth: int = 2, activatio
 
 def cnn1d(*, input_shape, num_classes, width: int = 32, depth: int = 2, kernel_size: int = 5,
           hidden: int = 128, conv_impl: str = "auto") -> ModelDef:
-    """1-D CNN for sequences ``(L,)`` or ``(L, C)``: ``depth`` × (Conv1D(width·2^i, kernel_size,
-    SAME), Relu, MaxPool(2)), Flatten, [Dense(hidden), Relu,] Dense(num_classes).
+    """1-D CNN for sequences: ``depth`` × (Conv1D, Relu, MaxPool(2)), Flatten, [Dense, Relu,] Dense.
 
-    ``conv_impl``: see :func:`cnn`."""
+    Conv ``i`` has ``width·2^i`` channels, a ``kernel_size`` window and SAME padding; the hidden
+    dense layer has ``hidden`` units.
+
+    Args:
+      input_shape: ``(L,)`` or ``(L, C)``.
+      num_classes: the number of output logits.
+      width: channels of the first conv, > 0.
+      depth: conv blocks, 1 to :data:`MAX_LAYERS`.
+      kernel_size: the conv window length, > 0.
+      hidden: units of the hidden dense layer, >= 0 (0 = none).
+      conv_impl: ``'auto'``, ``'xla'`` or ``'patches'``, see :func:`cnn`.
+
+    Returns:
+      The ``"cnn1d"`` classification :class:`ModelDef`.
+
+    Raises:
+      ValueError: a value out of range or an input shape of another rank.
+    """
     _check_positive("cnn1d", width=width, depth=depth, kernel_size=kernel_size)
     _check_layers("cnn1d", depth=depth)
     _check_nonnegative("cnn1d", hidden=hidden)
@@ -340,13 +414,23 @@ def cnn1d(*, input_shape, num_classes, width: int = 32, depth: int = 2, kernel_s
 
 def cnn(*, input_shape, num_classes, width: int = 32, kernel_size: int = 3, hidden: int = 128,
         conv_impl: str = "auto") -> ModelDef:
-    """LeNet-like 2-D CNN for images ``(H, W)`` or ``(H, W, C)``: Conv(width, k×k, SAME), Relu,
-    MaxPool(2×2), Conv(2·width), Relu, MaxPool(2×2), Flatten, [Dense(hidden), Relu,] Dense.
+    """LeNet-like 2-D CNN: 2 × (Conv(k×k, SAME), Relu, MaxPool(2×2)), Flatten, [Dense, Relu,] Dense.
 
-    ``hidden=0`` drops the hidden dense layer. ``conv_impl``: ``'auto'`` (default: im2col patches
-    on CPU, XLA's convolution elsewhere), ``'xla'`` or ``'patches'`` (see
-    :func:`models.stax.GeneralConv`; outputs agree within 1e-5). On CPU the harness trainer's
-    ``lax.scan`` runs XLA's convolution ~10x slower than the patches form.
+    Args:
+      input_shape: ``(H, W)`` or ``(H, W, C)``.
+      num_classes: the number of output logits.
+      width: channels of the first conv (the second has ``2·width``), > 0.
+      kernel_size: the conv window side ``k``, > 0.
+      hidden: units of the hidden dense layer, >= 0 (0 = none).
+      conv_impl: ``'auto'`` (default: im2col patches on CPU, XLA's convolution elsewhere), ``'xla'``
+        or ``'patches'`` (see :func:`models.stax.GeneralConv`; outputs agree within 1e-5). On CPU
+        the harness trainer's ``lax.scan`` runs XLA's convolution ~10x slower than the patches form.
+
+    Returns:
+      The ``"cnn"`` classification :class:`ModelDef`.
+
+    Raises:
+      ValueError: a value out of range or an input shape of another rank.
     """
     _check_positive("cnn", width=width, kernel_size=kernel_size)
     _check_nonnegative("cnn", hidden=hidden)
@@ -374,13 +458,27 @@ def _res_block(out_chan, stride, project, momentum, impl):
 
 def resnet(*, input_shape, num_classes, width: int = 16, stages: int = 2, blocks_per_stage: int = 1,
            bn_momentum: float = 0.9, conv_impl: str = "auto") -> ModelDef:
-    """Small ResNet (He et al. 2016, basic blocks) for images ``(H, W[, C])`` (a sequence ``(L[, C])``
-    is taken as an ``L×1`` image).
+    """Small ResNet (basic blocks) for images ``(H, W[, C])``; a sequence ``(L[, C])`` is an ``L×1`` image.
 
     Stem Conv(width, 3×3), BatchNorm, Relu; ``stages`` stages of ``blocks_per_stage`` residual blocks
     (FanOut(2) → parallel(conv-BN-relu-conv-BN, shortcut) → FanInSum → Relu) with ``width·2^s``
     channels, stride 2 and a 1×1 projection at each stage change; global average pool; Dense.
-    BatchNorm running statistics use ``bn_momentum``. ``conv_impl``: see :func:`cnn`.
+
+    Args:
+      input_shape: ``(H, W)``, ``(H, W, C)``, ``(L,)`` or ``(L, C)``.
+      num_classes: the number of output logits.
+      width: channels of the stem and the first stage, > 0.
+      stages, blocks_per_stage: > 0, at most :data:`MAX_LAYERS` blocks in all.
+      bn_momentum: BatchNorm's running-statistics momentum, in [0, 1).
+      conv_impl: see :func:`cnn`.
+
+    Returns:
+      The ``"resnet"`` classification :class:`ModelDef` (its state: BatchNorm running statistics).
+
+    Raises:
+      ValueError: a value out of range or an input shape of another rank.
+
+    Source: He et al. 2016, arXiv:1512.03385.
     """
     _check_positive("resnet", width=width, stages=stages, blocks_per_stage=blocks_per_stage)
     _check_layers("resnet", blocks=stages * blocks_per_stage)
@@ -407,9 +505,20 @@ def resnet(*, input_shape, num_classes, width: int = 16, stages: int = 2, blocks
 def autoencoder(*, input_shape, num_classes=None, width: int = 16) -> ModelDef:
     """Convolutional autoencoder, reconstruction task (MSE against the inputs).
 
-    Images ``(H, W[, C])`` use 2-D convs, sequences ``(L,)`` 1-D ones: Conv(width, 3, stride 2,
-    SAME), Relu, Conv(2·width, 3, stride 2), Relu, ConvTranspose(width, 3, stride 2, SAME), Relu,
-    ConvTranspose(C, 3, stride 2, SAME), cropped back to the input size. ``num_classes`` is ignored.
+    Images use 2-D convs, sequences 1-D ones: Conv(width, 3, stride 2, SAME), Relu, Conv(2·width, 3,
+    stride 2, SAME), Relu, ConvTranspose(width, 3, stride 2, SAME), Relu, ConvTranspose(C, 3, stride
+    2, SAME), cropped back to the input size.
+
+    Args:
+      input_shape: an image ``(H, W)`` or ``(H, W, C)``, or a sequence ``(L,)``.
+      num_classes: ignored.
+      width: channels of the first conv, > 0.
+
+    Returns:
+      The ``"autoencoder"`` reconstruction :class:`ModelDef`; its outputs have the input's shape.
+
+    Raises:
+      ValueError: ``width <= 0`` or an input shape of another rank.
     """
     _check_positive("autoencoder", width=width)
     shape = tuple(int(d) for d in input_shape)
@@ -430,13 +539,26 @@ def autoencoder(*, input_shape, num_classes=None, width: int = 16) -> ModelDef:
 
 def resnet18(*, input_shape, num_classes, width: int = 64, bn_momentum: float = 0.9,
              conv_impl: str = "auto") -> ModelDef:
-    """CIFAR-shaped ResNet-18 (He et al. 2016, basic blocks, for 32×32×3 images): the stem is one
-    Conv(width, 3×3, stride 1), BatchNorm, Relu (no max-pool, as CIFAR ResNets); four stages of two
-    blocks with ``width·(1, 2, 4, 8)`` channels (stride 2 and a 1×1 projection at stages 2-4);
-    global average pool; Dense(num_classes). 17 convolutions + 1 dense = 18 layers; ``width=64`` is
-    the standard network (11.2M params at 10 classes). Built by :func:`resnet` with ``stages=4,
-    blocks_per_stage=2``; BatchNorm running statistics with ``bn_momentum``; ``conv_impl``: see
-    :func:`cnn`. Accepts any ``(H, W[, C])`` image with H, W >= 8.
+    """CIFAR-shaped ResNet-18 (basic blocks): :func:`resnet` with ``stages=4, blocks_per_stage=2``.
+
+    The stem is one Conv(width, 3×3, stride 1), BatchNorm, Relu (no max-pool, as CIFAR ResNets);
+    four stages of two blocks with ``width·(1, 2, 4, 8)`` channels (stride 2 and a 1×1 projection at
+    stages 2-4); global average pool; Dense(num_classes). 17 convolutions + 1 dense = 18 layers.
+
+    Args:
+      input_shape: any image ``(H, W[, C])`` with H, W >= 8, e.g. ``(32, 32, 3)``.
+      num_classes: the number of output logits.
+      width: stem channels, > 0; 64 is the standard network (11.2M params at 10 classes).
+      bn_momentum: BatchNorm's running-statistics momentum, in [0, 1).
+      conv_impl: see :func:`cnn`.
+
+    Returns:
+      The ``"resnet18"`` classification :class:`ModelDef`.
+
+    Raises:
+      ValueError: as :func:`resnet`.
+
+    Source: He et al. 2016, arXiv:1512.03385.
     """
     model = resnet(input_shape=input_shape, num_classes=num_classes, width=width, stages=4,
                    blocks_per_stage=2, bn_momentum=bn_momentum, conv_impl=conv_impl)
@@ -478,20 +600,26 @@ def transformer_lm(*, input_shape, num_classes=None, vocab_size: int | None = No
                    dropout: float = 0.0, positional: str = "learned") -> ModelDef:
     """Pre-LN decoder-only Transformer language model (GPT-2 style), task ``"sequence"``.
 
-    Inputs int32 tokens ``(N, T)``, outputs next-token logits ``(N, T, vocab_size)``; loss
-    :func:`sequence_cross_entropy` (mean per-token nats), metric ``accuracy`` =
-    :func:`sequence_accuracy` (per token). Layers: Embedding(vocab_size, width), positional
-    embedding (``'learned'``: a ``(context, width)`` table; ``'sinusoidal'``: fixed), ``depth`` ×
-    [x + causal MultiHeadSelfAttention(LayerNorm(x)); x + Dense(width)(Gelu(Dense(mlp_ratio·width)
-    (LayerNorm(x))))], LayerNorm, Dense(vocab_size) (untied). ``dropout`` (drop probability) is
-    applied to each block's attention and MLP outputs (``needs_rng`` then).
+    Int32 tokens ``(N, T)`` -> next-token logits ``(N, T, vocab_size)``; loss
+    :func:`sequence_cross_entropy`, metric ``accuracy`` = :func:`sequence_accuracy`. Layers: Embedding,
+    positional embedding, ``depth`` × [x + causal MultiHeadSelfAttention(LayerNorm(x)); x +
+    Dense(width)(Gelu(Dense(mlp_ratio·width)(LayerNorm(x))))], LayerNorm, Dense(vocab_size) (untied).
+    Params float32; in bfloat16, LayerNorm statistics, the softmax and the loss stay float32.
 
-    ``input_shape`` is ``(T,)``; ``vocab_size`` defaults to ``num_classes`` (a sequence dataset's
-    vocabulary) and must equal it when both are given; ``context`` (the longest sequence; the
-    learned table's length) defaults to ``T`` and must be >= ``T``. Raises ``ValueError`` on bad
-    values. Parameters are float32; a bfloat16 forward pass follows the params' dtype (the
-    embedding output is the table's dtype), with LayerNorm statistics, the softmax and the loss in
-    float32.
+    Args:
+      input_shape: ``(T,)``.
+      num_classes, vocab_size: the dataset's vocabulary and the model's (default: the dataset's).
+      width, depth, num_heads: model width, blocks (at most :data:`MAX_LAYERS`), heads dividing ``width``.
+      context: the longest sequence (the learned table's length), >= ``T`` (default ``T``).
+      mlp_ratio: the MLP's hidden size over ``width``, > 0.
+      dropout: drop probability in [0, 1) of each block's attention and MLP outputs (``needs_rng``).
+      positional: ``'learned'`` (a ``(context, width)`` table) or ``'sinusoidal'`` (fixed).
+
+    Returns:
+      The ``"transformer_lm"`` sequence :class:`ModelDef`, int32 inputs.
+
+    Raises:
+      ValueError: bad values, or ``vocab_size`` and ``num_classes`` both given and different.
     """
     shape = tuple(int(d) for d in input_shape)
     if len(shape) != 1:
@@ -540,13 +668,22 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
         bias: bool = True, norm_eps: float = 1e-6) -> ModelDef:
     """Modern decoder-only GPT (RMSNorm, RoPE, QK-norm, ReLU²/SwiGLU), task ``"sequence"``.
 
-    :func:`models.gpt.GPT` (its docstring lists the parameter paths); inputs, outputs, loss and
-    metric as :func:`transformer_lm`, whose ``vocab_size``/``width``/``depth``/``num_heads`` it
-    shares. ``context`` is the sequence length it trains on: it defaults to the dataset's ``T`` and
-    must equal it (rotary embeddings have no table a longer context would fill). ``flops_per_example``
-    is the analytic count of :func:`models.flops.lm_train_flops_per_token` (MaxText's: causal
-    attention at half) ÷ 3 × ``T``, the forward third of training. Raises ``ValueError`` on bad
-    values (:func:`models.gpt.check_gpt`).
+    :func:`models.gpt.GPT`; inputs, outputs, loss and metric as :func:`transformer_lm`.
+    ``flops_per_example`` is :func:`models.flops.lm_train_flops_per_token` (MaxText's: causal
+    attention at half) ÷ 3 × ``T``, the forward third of training.
+
+    Args:
+      input_shape, num_classes, vocab_size, width, depth, num_heads: as :func:`transformer_lm`.
+      context: the sequence length it trains on: the dataset's ``T`` (the default; rotary embeddings
+        have no table a longer context would fill).
+      mlp, mlp_ratio, tied_head, zero_init, logit_softcap, softcap_form: as :func:`models.gpt.GPT`.
+      qk_norm, rope_base, rope_fraction, attn_scale, bias, norm_eps: as :func:`models.gpt.GPT`.
+
+    Returns:
+      The ``"gpt"`` sequence :class:`ModelDef`, int32 inputs.
+
+    Raises:
+      ValueError: bad values (:func:`models.gpt.check_gpt`) or a ``context`` other than ``T``.
     """
     shape = tuple(int(d) for d in input_shape)
     vocab_size, context = _lm_vocab_context("gpt", shape, num_classes, vocab_size, context)
@@ -576,14 +713,28 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
 def vit(*, input_shape, num_classes, patch_size: int = 4, width: int = 192, depth: int = 6,
         num_heads: int = 3, mlp_ratio: int = 4, dropout: float = 0.0, positional: str = "learned",
         conv_impl: str = "auto") -> ModelDef:
-    """Vision Transformer (Dosovitskiy et al. 2021) for images ``(H, W[, C])``, e.g. CIFAR 32×32×3.
+    """Vision Transformer for images ``(H, W[, C])``, e.g. CIFAR 32×32×3.
 
-    Patch embedding Conv(width, patch×patch, stride patch, VALID) (``conv_impl``: see :func:`cnn`),
-    reshaped to ``(N, (H/p)·(W/p), width)`` tokens; positional embedding (``'learned'`` or
-    ``'sinusoidal'``); ``depth`` pre-LN encoder blocks (non-causal MultiHeadSelfAttention,
+    Patch embedding Conv(width, p×p, stride p, VALID), reshaped to ``(N, (H/p)·(W/p), width)``
+    tokens; positional embedding; ``depth`` pre-LN encoder blocks (non-causal MultiHeadSelfAttention,
     Dense-Gelu-Dense MLP of ``mlp_ratio·width``); LayerNorm; mean over tokens (global average
-    pooling, as AlgoPerf's ViT); Dense(num_classes). ``dropout`` as :func:`transformer_lm`.
-    H and W must be multiples of ``patch_size``.
+    pooling, as AlgoPerf's ViT); Dense(num_classes).
+
+    Args:
+      input_shape: ``(H, W)`` or ``(H, W, C)``, H and W multiples of ``patch_size``.
+      num_classes: the number of output logits.
+      patch_size: the patch side ``p`` in pixels, > 0.
+      width, depth, num_heads, mlp_ratio, dropout: as :func:`transformer_lm`.
+      positional: ``'learned'`` or ``'sinusoidal'`` positional embedding.
+      conv_impl: the patch embedding's, see :func:`cnn`.
+
+    Returns:
+      The ``"vit"`` classification :class:`ModelDef`.
+
+    Raises:
+      ValueError: bad values.
+
+    Source: Dosovitskiy et al. 2021, arXiv:2010.11929.
     """
     shape = _spatial(input_shape, 2, "vit")
     _check_positive("vit", patch_size=patch_size)
