@@ -146,14 +146,19 @@ def _unzip2(pairs):
 def optimizer(opt_maker: Callable[..., tuple[Callable, Callable, Callable]]) -> Callable[..., Optimizer]:
     """Decorator: turn an optimizer written for single arrays into one for pytrees.
 
-    ``opt_maker(*args, **kwargs)`` returns ``(init, update, get_params)`` acting on one array:
-    ``init(x0) -> state`` (any pytree of arrays), ``update(i, g, state) -> state`` (same
-    structure), ``get_params(state) -> x``. The decorated maker returns an :class:`Optimizer`
-    whose functions act on any pytree of parameters, with :class:`OptimizerState` as state.
+    Args:
+      opt_maker: ``opt_maker(*args, **kwargs) -> (init, update, get_params)``, functions of one
+        array: ``init(x0) -> state`` (any pytree of arrays), ``update(i, g, state) -> state`` (same
+        structure), ``get_params(state) -> x``.
 
-    Errors (raised in Python at trace time, never inside the compiled update):
-      TypeError: the gradient tree's structure differs from the parameter tree's (the message
-        names both structures), or ``update`` changed the structure of a leaf's state.
+    Returns:
+      A maker with ``opt_maker``'s arguments, name and docstring that returns an :class:`Optimizer`
+      acting on any pytree of parameters, with :class:`OptimizerState` as its state.
+
+    Raises:
+      TypeError: by ``update_fn``, in Python at trace time (never inside the compiled update): the
+        gradient tree's structure differs from the parameter tree's (the message names both), or
+        ``update`` changed the structure of a leaf's state.
 
     Source: ``jax.example_libraries.optimizers.optimizer`` (same semantics).
     """
@@ -230,7 +235,7 @@ def sgd(step_size):
         ``step -> scalar``.
 
     Returns:
-      An ``(init_fun, update_fun, get_params)`` triple; the state of a leaf is the leaf itself.
+      An :class:`Optimizer` ``(init_fn, update_fn, params_fn)``; a leaf's state is the leaf itself.
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive.
@@ -260,7 +265,11 @@ def momentum(step_size, mass: float):
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
-      mass: momentum coefficient (typically in ``[0, 1)``).
+      mass: momentum coefficient, typically in ``[0, 1)`` (not checked); no default here, 0.9 in
+        ``OPTIMIZERS["momentum"]``.
+
+    Returns:
+      An :class:`Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive.
@@ -287,7 +296,11 @@ def nesterov(step_size, mass: float):
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
-      mass: momentum coefficient.
+      mass: momentum coefficient, typically in ``[0, 1)`` (not checked); no default here, 0.9 in
+        ``OPTIMIZERS["nesterov"]``.
+
+    Returns:
+      An :class:`Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive.
@@ -316,6 +329,9 @@ def adagrad(step_size, momentum: float = 0.9):
     Args:
       step_size: positive scalar, traced scalar, or schedule.
       momentum: momentum coefficient (default 0.9).
+
+    Returns:
+      An :class:`Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive.
@@ -351,6 +367,9 @@ def rmsprop(step_size, gamma: float = 0.9, eps: float = 1e-8):
       step_size: positive scalar, traced scalar, or schedule.
       gamma: decay of the squared-gradient average (default 0.9).
       eps: added inside the square root (default 1e-8).
+
+    Returns:
+      An :class:`Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive, ``gamma`` outside ``[0, 1)`` or
@@ -394,6 +413,9 @@ def rmsprop_momentum(step_size, gamma: float = 0.9, eps: float = 1e-8, momentum:
       eps: added inside the square root (default 1e-8).
       momentum: momentum coefficient (default 0.9).
 
+    Returns:
+      An :class:`Optimizer` ``(init_fn, update_fn, params_fn)``.
+
     Raises:
       ValueError: a concrete ``step_size`` that is not positive, ``gamma`` outside ``[0, 1)`` or
         ``eps`` below 0.
@@ -426,12 +448,14 @@ def adam(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
     Args:
       step_size: positive scalar, traced scalar, or schedule.
       b1, b2: decay rates of the first and second moment estimates, in ``[0, 1)``.
-      eps: added to ``sqrt(v^)`` (default 1e-8).
+      eps: added to ``sqrt(v^)``, >= 0 (default 1e-8).
+
+    Returns:
+      An :class:`Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive; concrete ``b1``/``b2`` outside
-        ``[0, 1)``; a concrete ``eps`` below 0 (the
-        denominator could reach 0).
+        ``[0, 1)``; a concrete ``eps`` below 0 (the denominator could reach 0).
 
     Source: ``jax.example_libraries.optimizers.adam``.
     """
@@ -465,13 +489,15 @@ def adamax(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
-      b1, b2: decay rates, in ``[0, 1)``.
-      eps: added to ``u`` (default 1e-8).
+      b1, b2: decay rates of ``m`` and ``u``, in ``[0, 1)``.
+      eps: added to ``u``, >= 0 (default 1e-8).
+
+    Returns:
+      An :class:`Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive; concrete ``b1``/``b2`` outside
-        ``[0, 1)``; a concrete ``eps`` below 0 (the
-        denominator could reach 0).
+        ``[0, 1)``; a concrete ``eps`` below 0 (the denominator could reach 0).
 
     Source: ``jax.example_libraries.optimizers.adamax``.
     """
@@ -515,6 +541,9 @@ def sm3(step_size, momentum: float = 0.9):
     Args:
       step_size: positive scalar, traced scalar, or schedule.
       momentum: momentum coefficient (default 0.9).
+
+    Returns:
+      An :class:`Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: a concrete ``step_size`` that is not positive.
@@ -567,6 +596,12 @@ def _sm3_params(state):
 def constant(step_size) -> Schedule:
     """``schedule(i) = step_size``.
 
+    Args:
+      step_size: the value, a positive scalar (concrete or traced).
+
+    Returns:
+      The schedule ``i -> step_size``.
+
     Raises:
       ValueError: a concrete ``step_size`` that is not positive.
 
@@ -583,6 +618,14 @@ def constant(step_size) -> Schedule:
 @register_schedule("exponential_decay")
 def exponential_decay(step_size, decay_steps: float, decay_rate: float) -> Schedule:
     """``schedule(i) = step_size * decay_rate ** (i / decay_steps)`` (continuous, not staircase).
+
+    Args:
+      step_size: the value at step 0, a positive scalar (concrete or traced).
+      decay_steps: steps over which the value is multiplied by ``decay_rate``, positive.
+      decay_rate: the factor per ``decay_steps`` steps, positive (below 1 to decay).
+
+    Returns:
+      The schedule ``i -> scalar``.
 
     Raises:
       ValueError: a concrete ``step_size``, ``decay_steps`` or ``decay_rate`` that is not positive
@@ -606,7 +649,14 @@ def inverse_time_decay(
 ) -> Schedule:
     """``schedule(i) = step_size / (1 + decay_rate * i / decay_steps)``.
 
-    With ``staircase=True``, ``i / decay_steps`` is floored.
+    Args:
+      step_size: the value at step 0, a positive scalar (concrete or traced).
+      decay_steps: steps per unit of decay, positive.
+      decay_rate: >= 0; the value is ``step_size / (1 + decay_rate)`` at ``decay_steps``.
+      staircase: floor ``i / decay_steps`` (a value constant over each ``decay_steps`` steps).
+
+    Returns:
+      The schedule ``i -> scalar``.
 
     Raises:
       ValueError: a concrete ``step_size`` or ``decay_steps`` that is not positive, a concrete
@@ -637,6 +687,15 @@ def polynomial_decay(
     """``schedule(i) = (1 - min(i, decay_steps) / decay_steps) ** power * (step_size - final)
     + final``: from ``step_size`` at 0 to ``final_step_size`` at ``decay_steps`` and after.
 
+    Args:
+      step_size: the value at step 0, a positive scalar (concrete or traced).
+      decay_steps: steps to reach ``final_step_size``, positive.
+      final_step_size: the value from ``decay_steps`` on, absolute (not a fraction), >= 0.
+      power: exponent of the decay (1.0: linear).
+
+    Returns:
+      The schedule ``i -> scalar``.
+
     Raises:
       ValueError: a concrete ``step_size`` or ``decay_steps`` that is not positive, a concrete
         ``final_step_size`` below 0.
@@ -665,6 +724,9 @@ def piecewise_constant(boundaries: Any, values: Any) -> Schedule:
     Args:
       boundaries: 1-d sequence of ``n`` non-decreasing step indices.
       values: 1-d sequence of ``n + 1`` step sizes.
+
+    Returns:
+      The schedule ``i -> values[k]`` (a 0-d array).
 
     Raises:
       ValueError: either is not 1-d, ``len(boundaries) != len(values) - 1`` (message with both
@@ -696,6 +758,13 @@ def piecewise_constant(boundaries: Any, values: Any) -> Schedule:
 def make_schedule(scalar_or_schedule: float | Schedule) -> Schedule:
     """A schedule from a scalar step size (made :func:`constant`) or a schedule (returned as is).
 
+    Args:
+      scalar_or_schedule: a 0-d step size (number, 0-d array or traced scalar; positive if
+        concrete) or a callable ``i -> scalar``.
+
+    Returns:
+      A schedule ``i -> scalar``.
+
     Raises:
       ValueError: a concrete scalar that is not positive.
       TypeError: an argument that is neither callable nor 0-d.
@@ -714,7 +783,13 @@ def make_schedule(scalar_or_schedule: float | Schedule) -> Schedule:
 
 
 def l2_norm(tree):
-    """``sqrt(sum over leaves of vdot(x, x))``: the l2 norm of a pytree, a scalar.
+    """``sqrt(sum over leaves of vdot(x, x))``: the l2 norm of a pytree.
+
+    Args:
+      tree: a pytree of arrays (any shapes).
+
+    Returns:
+      The norm, a 0-d array.
 
     Source: ``jax.example_libraries.optimizers.l2_norm``.
     """
@@ -724,6 +799,13 @@ def l2_norm(tree):
 
 def clip_grads(grad_tree, max_norm):
     """Scale ``grad_tree`` by ``max_norm / l2_norm(grad_tree)`` when its norm is >= ``max_norm``.
+
+    Args:
+      grad_tree: a pytree of arrays.
+      max_norm: the largest l2 norm (over the whole tree) left unscaled, a positive scalar.
+
+    Returns:
+      ``grad_tree``'s structure and shapes: unchanged, or scaled to norm ``max_norm``.
 
     Source: ``jax.example_libraries.optimizers.clip_grads``.
     """
@@ -757,8 +839,14 @@ class JoinPoint:
 
 
 def unpack_optimizer_state(opt_state):
-    """An :class:`OptimizerState` as a pytree of the parameter tree's shape whose leaves are
-    :class:`JoinPoint` s holding each leaf's state tree. Holds no treedefs: it pickles.
+    """An :class:`OptimizerState` as a picklable pytree of :class:`JoinPoint` s.
+
+    Args:
+      opt_state: an :class:`OptimizerState`.
+
+    Returns:
+      A pytree of the parameter tree's structure whose leaves are :class:`JoinPoint` s, each
+      holding that leaf's state tree; it holds no treedefs, so it pickles.
 
     Source: ``jax.example_libraries.optimizers.unpack_optimizer_state``.
     """
@@ -777,6 +865,13 @@ def pack_optimizer_state(marked_pytree):
     Also accepts the ``JoinPoint`` leaves of ``jax.example_libraries.optimizers`` (any leaf of a class
     named ``JoinPoint`` with a ``subtree``), so a checkpoint written with the reference loads after
     swapping the import.
+
+    Args:
+      marked_pytree: a pytree whose leaves are ``JoinPoint`` s, as :func:`unpack_optimizer_state`
+        returns.
+
+    Returns:
+      The :class:`OptimizerState`.
 
     Raises:
       TypeError: a leaf of ``marked_pytree`` is not a ``JoinPoint`` (its full class name is given).

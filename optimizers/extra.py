@@ -87,6 +87,9 @@ def adamw(
       eps: added to ``sqrt(v^)``.
       weight_decay: decoupled decay coefficient (>= 0), applied to every leaf.
 
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
     Raises:
       ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
         ``weight_decay < 0``.
@@ -127,6 +130,9 @@ def nadamw(
       eps: added to ``sqrt(v^)``.
       weight_decay: decoupled decay coefficient (>= 0), multiplied by the step size.
 
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
     Raises:
       ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
         ``weight_decay < 0``.
@@ -162,6 +168,9 @@ def lion(step_size, b1: float = 0.9, b2: float = 0.99, weight_decay: float = 1e-
       b2: decay of the momentum, in ``[0, 1)``.
       weight_decay: decoupled decay coefficient (>= 0), multiplied by the step size.
 
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
     Raises:
       ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
         ``weight_decay < 0``.
@@ -194,8 +203,17 @@ def piecewise(step_size, boundaries: Sequence[int], multipliers: Sequence[float]
 
     Step ``i`` gets ``multipliers[k]`` where ``k`` counts the boundaries strictly below ``i``.
 
+    Args:
+      step_size: the base step size, positive (concrete or traced).
+      boundaries: ``n`` non-decreasing step indices.
+      multipliers: ``n + 1`` factors of ``step_size``.
+
+    Returns:
+      The schedule ``i -> step_size * multipliers[k]``.
+
     Raises:
-      ValueError: ``len(boundaries) != len(multipliers) - 1``, or a concrete ``step_size <= 0``.
+      ValueError: ``len(boundaries) != len(multipliers) - 1``, or a concrete ``step_size <= 0``;
+        concrete boundaries that decrease.
     """
     check_step_size(step_size)
     return piecewise_constant(boundaries, [step_size * m for m in multipliers])
@@ -207,10 +225,18 @@ def linear_warmup(step_size, warmup_steps: int, init_scale: float = 0.0) -> Sche
     constant after: ``lr(i) = (i0 - step_size) * (1 - min(max(i, 0), w) / w) + step_size``
     with ``i0 = init_scale * step_size``. ``warmup_steps == 0`` gives a constant schedule.
 
-    Source: ``optax.linear_schedule(init_value, step_size, warmup_steps)``.
+    Args:
+      step_size: the value from ``warmup_steps`` on, positive (concrete or traced).
+      warmup_steps: ``w``, the length of the ramp in steps (>= 0).
+      init_scale: the value at step 0 as a fraction of ``step_size``.
+
+    Returns:
+      The schedule ``i -> scalar``.
 
     Raises:
       ValueError: concrete ``step_size <= 0`` or ``warmup_steps < 0``.
+
+    Source: ``optax.linear_schedule(init_value, step_size, warmup_steps)``.
     """
     check_step_size(step_size)
     check_nonnegative(warmup_steps, "warmup_steps")
@@ -240,10 +266,13 @@ def cosine_decay(step_size, total_steps: int | None = None, alpha: float = 0.0) 
       total_steps: ``T``; filled by the harness with the trial's budget.
       alpha: final value as a fraction of ``step_size``.
 
-    Source: ``optax.cosine_decay_schedule(step_size, T, alpha)``.
+    Returns:
+      The schedule ``i -> scalar``.
 
     Raises:
       ValueError: concrete ``step_size <= 0``; ``total_steps`` missing or not positive.
+
+    Source: ``optax.cosine_decay_schedule(step_size, T, alpha)``.
     """
     check_step_size(step_size)
     _check_total_steps(total_steps, "cosine_decay")
@@ -267,10 +296,13 @@ def join_schedules(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> 
       schedules: ``n + 1`` schedules.
       boundaries: ``n`` increasing step indices.
 
-    Source: ``optax.join_schedules``.
+    Returns:
+      The joined schedule ``i -> scalar``.
 
     Raises:
       ValueError: ``len(boundaries) != len(schedules) - 1`` (message with both lengths).
+
+    Source: ``optax.join_schedules``.
     """
     schedules = list(schedules)
     boundaries = list(boundaries)
@@ -296,12 +328,23 @@ def warmup_cosine_decay(
     """:func:`linear_warmup` over ``warmup_steps`` then :func:`cosine_decay` over the remaining
     ``total_steps - warmup_steps`` steps, from ``step_size`` down to ``alpha * step_size``.
 
-    Source: ``optax.warmup_cosine_decay_schedule(init_scale * step_size, step_size,
-    warmup_steps, total_steps, alpha * step_size)``.
+    Args:
+      step_size: the peak value, reached at ``warmup_steps``, positive (concrete or traced).
+      warmup_steps: the length of the warmup in steps (>= 0).
+      total_steps: the length of the whole schedule, > ``warmup_steps``; filled by the harness
+        with the trial's budget.
+      init_scale: the value at step 0 as a fraction of ``step_size``.
+      alpha: the final value as a fraction of ``step_size``.
+
+    Returns:
+      The schedule ``i -> scalar``.
 
     Raises:
       ValueError: concrete ``step_size <= 0``; ``total_steps`` missing or not greater than
         ``warmup_steps``.
+
+    Source: ``optax.warmup_cosine_decay_schedule(init_scale * step_size, step_size,
+    warmup_steps, total_steps, alpha * step_size)``.
     """
     check_step_size(step_size)
     _check_total_steps(total_steps, "warmup_cosine_decay")
@@ -324,20 +367,21 @@ def warmup_cosine_decay(
 
 
 def from_optax(tx: Any) -> Optimizer:
-    """An Optax ``GradientTransformation`` as an ``(init_fun, update_fun, get_params)`` triple.
+    """An Optax ``GradientTransformation`` as an ``(init_fn, update_fn, params_fn)`` triple.
 
-    ``update_fun(i, grads, state)`` computes ``updates, s = tx.update(grads, s, params)`` and
+    ``update_fn(i, grads, state)`` computes ``updates, s = tx.update(grads, s, params)`` and
     ``params + updates`` (cast back to each parameter's dtype, like ``optax.apply_updates``).
     The step index ``i`` is ignored: Optax keeps its own step count in its state, which is the
     same as ``i`` when steps start at 0, and survives a resume because it lives in the state.
 
-    The state is an :class:`~optimizers.core.OptimizerState` with one outer leaf whose inner
-    tree is ``(params, optax_state)``, so :func:`~optimizers.core.unpack_optimizer_state` /
-    ``pack_optimizer_state`` round-trip it and the unpacked form pickles.
-
     Args:
       tx: an ``optax.GradientTransformation`` (or anything with ``init(params)`` and
         ``update(updates, state, params)``).
+
+    Returns:
+      An :class:`~optimizers.core.Optimizer` whose state is an ``OptimizerState`` with one outer leaf
+      holding ``(params, optax_state)``: :func:`~optimizers.core.unpack_optimizer_state` /
+      ``pack_optimizer_state`` round-trip it and the unpacked form pickles.
 
     Raises:
       TypeError: ``tx`` lacks ``init``/``update``; at update, a gradient tree whose structure
@@ -379,14 +423,19 @@ def _optax_inner(opt_state):
 
 
 def optax_eval_params(opt_state: Any) -> Any:
-    """The evaluation parameters of a :func:`from_optax` state whose Optax state holds an
-    ``optax.contrib.ScheduleFreeState`` (anywhere: bare, inside a ``chain``,
-    ``inject_hyperparams``, ...; the outermost first): ``optax.contrib.schedule_free_eval_params(
-    sf_state, params)``. ``None`` for any other state (not a :func:`from_optax` state, or no
-    Schedule-Free state in it) -- decided from the structure alone, so also under tracing.
+    """The evaluation parameters of a :func:`from_optax` state that holds a Schedule-Free state.
 
-    Optax is looked for only where something has imported it already (an Optax state cannot exist
-    otherwise), so this never imports it into a process that does not use it.
+    The ``optax.contrib.ScheduleFreeState`` may be anywhere in the Optax state (bare, inside a
+    ``chain``, ``inject_hyperparams``, ...; the outermost first). Decided from the structure alone,
+    so also under tracing. Optax is looked for only where something has imported it already (an
+    Optax state cannot exist otherwise), so this never imports it into a process that does not use it.
+
+    Args:
+      opt_state: any optimizer state.
+
+    Returns:
+      ``optax.contrib.schedule_free_eval_params(sf_state, params)``, a pytree like the parameters;
+      ``None`` for any other state (not a :func:`from_optax` state, or no Schedule-Free state in it).
     """
     optax = sys.modules.get("optax")
     if optax is None or not isinstance(opt_state, OptimizerState) or len(opt_state.packed_state) != 1:
@@ -433,21 +482,58 @@ def _optax_lr(step_size: Any) -> Any:
 
 @register_optimizer("optax_sgd")
 def optax_sgd(step_size) -> Optimizer:
-    """``optax.sgd(step_size)`` through :func:`optimizers.extra.from_optax`."""
+    """``optax.sgd(step_size)`` through :func:`optimizers.extra.from_optax`.
+
+    Args:
+      step_size: Optax's ``learning_rate``: positive scalar, traced scalar, or schedule.
+
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
+    Raises:
+      ValueError: a concrete ``step_size <= 0``.
+      ImportError: optax is not installed.
+    """
     optax = _import_optax()
     return from_optax(optax.sgd(_optax_lr(step_size)))
 
 
 @register_optimizer("optax_momentum")
 def optax_momentum(step_size, mass: float = 0.9, nesterov: bool = False) -> Optimizer:
-    """``optax.sgd(step_size, momentum=mass, nesterov=nesterov)`` through ``from_optax``."""
+    """``optax.sgd(step_size, momentum=mass, nesterov=nesterov)`` through ``from_optax``.
+
+    Args:
+      step_size: Optax's ``learning_rate``: positive scalar, traced scalar, or schedule.
+      mass: decay of the momentum trace.
+      nesterov: Nesterov momentum.
+
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
+    Raises:
+      ValueError: a concrete ``step_size <= 0``.
+      ImportError: optax is not installed.
+    """
     optax = _import_optax()
     return from_optax(optax.sgd(_optax_lr(step_size), momentum=mass, nesterov=nesterov))
 
 
 @register_optimizer("optax_adam")
 def optax_adam(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Optimizer:
-    """``optax.adam(step_size, b1, b2, eps)`` through ``from_optax``."""
+    """``optax.adam(step_size, b1, b2, eps)`` through ``from_optax``.
+
+    Args:
+      step_size: Optax's ``learning_rate``: positive scalar, traced scalar, or schedule.
+      b1, b2: moment decay rates in ``[0, 1)``.
+      eps: added to the root of the second moment.
+
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
+    Raises:
+      ValueError: a concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``.
+      ImportError: optax is not installed.
+    """
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
     optax = _import_optax()

@@ -79,13 +79,26 @@ def _adam_direction(i, g, m, v, b1, b2, eps, nesterov: bool):
 def newton_schulz(x: jax.Array, ns_steps: int = 5, coeffs=MUON_NS_COEFFS, eps: float = 1e-8) -> jax.Array:
     """An approximate orthogonalisation ``U S' V^T`` of a matrix ``x = U S V^T`` (``S'`` near 1).
 
-    ``x``: shape ``(m, n)``, or ``(..., m, n)`` for a stack of matrices, each done on its own.
     Each matrix is transposed to wide form when ``m > n``, scaled to unit Frobenius norm
     (``x / (||x||_F + eps)``), then ``ns_steps`` quintic iterations ``A = X X^T;
     X <- a X + (b A + c A A) X`` with ``coeffs = (a, b, c)`` cast to ``x``'s dtype, and
     transposed back. The matrices go through ``jax.vmap`` with a leading batch axis (a single
     matrix too), as in ``optax.contrib.orthogonalize_via_newton_schulz`` (``'frobenius'``
-    preconditioning), whose rounding this then shares; after Jordan et al. 2024.
+    preconditioning), whose rounding this then shares.
+
+    Args:
+      x: shape ``(m, n)``, or ``(..., m, n)`` for a stack of matrices, each done on its own.
+      ns_steps: the number of iterations.
+      coeffs: ``(a, b, c)`` (default :data:`MUON_NS_COEFFS`).
+      eps: added to the Frobenius norm.
+
+    Returns:
+      The orthogonalised matrices, with ``x``'s shape and dtype.
+
+    Raises:
+      ValueError: ``x`` has fewer than 2 axes.
+
+    Source: Jordan et al. 2024 (Muon); ``optax.contrib.orthogonalize_via_newton_schulz``.
     """
     if x.ndim < 2:
         raise ValueError(f"newton_schulz needs a matrix, got shape {x.shape}")
@@ -105,10 +118,19 @@ def newton_schulz(x: jax.Array, ns_steps: int = 5, coeffs=MUON_NS_COEFFS, eps: f
 
 
 def muon_matrices(params) -> Any:
-    """Muon's default rule over a parameter tree: ``True`` for every 2-D leaf (dense kernels
-    ``(fan_in, fan_out)``, embedding tables, the output layer), ``False`` for every other leaf
-    (biases, norm scales, 0-d leaves, 3-D+ kernels such as convolutions), which AdamW updates.
-    The rule of ``optax.contrib.muon`` without ``muon_weight_dimension_numbers``."""
+    """Muon's default rule over a parameter tree: ``True`` for every 2-D leaf, else ``False``.
+
+    2-D leaves are dense kernels ``(fan_in, fan_out)``, embedding tables and the output layer; the
+    others (biases, norm scales, 0-d leaves, 3-D+ kernels such as convolutions) are AdamW's.
+
+    Args:
+      params: a pytree of arrays.
+
+    Returns:
+      A pytree of Python bools with ``params``' structure.
+
+    Source: the rule of ``optax.contrib.muon`` without ``muon_weight_dimension_numbers``.
+    """
     return jax.tree.map(lambda x: jnp.ndim(x) == 2, params)
 
 
@@ -140,13 +162,6 @@ def muon(
     State per leaf: ``(x, m)`` for Muon leaves, ``(x, m, v)`` for AdamW leaves, each with the
     leaf's shape and dtype.
 
-    Which leaves are matrices: ``muon_mask``, a tree of bools with the parameters' structure (or
-    a prefix of it), a callable ``params -> such a tree``, or group rules by name
-    (:mod:`optimizers.groups`: ``"hidden_matrices"``, ``["hidden_matrices", "glob:..."]``, what a
-    YAML config can write); ``True`` leaves must be 2-D.
-    Default :func:`muon_matrices` (every 2-D leaf). To give the output layer or an embedding to
-    AdamW, pass a mask with ``False`` there. The mask is read once, by ``init_fn``.
-
     Defaults are ``optax.contrib.muon``'s (beta 0.95, 5 Newton-Schulz steps, Nesterov, no weight
     decay), which this matches at equal settings (``adam_learning_rate = adam_lr_ratio * lr``;
     its ``muon_weight_dimension_numbers`` with ``None`` for the leaves whose mask is False).
@@ -174,7 +189,14 @@ def muon(
       adam_b1, adam_b2: AdamW's moment decay rates in ``[0, 1)``.
       adam_weight_decay: decoupled decay of AdamW leaves (>= 0).
       adam_lr_ratio: AdamW leaves' step size as a multiple of ``step_size``.
-      muon_mask: which leaves use Muon (see above); ``None`` for every 2-D leaf.
+      muon_mask: which leaves are Muon's (they must be 2-D), read once by ``init_fn``: a tree of bools
+        with the parameters' structure (or a prefix of it), a callable ``params -> such a tree``, or group
+        rules by name (:mod:`optimizers.groups`: ``"hidden_matrices"``, ``["hidden_matrices", "glob:..."]``,
+        what a YAML config can write). ``None``: :func:`muon_matrices` (every 2-D leaf); to give the
+        output layer or an embedding to AdamW, pass ``False`` there.
+
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: concrete ``step_size <= 0``, a decay rate outside ``[0, 1)``, a negative weight
@@ -276,33 +298,30 @@ def adafactor(
 ):
     """Adafactor (Shazeer & Stern 2018, arXiv:1804.04235): factored second moments, update clipping.
 
-    With ``t = i + 1 - decay_offset``, ``rho = 1 - t**(-decay_rate)`` (float32) and
-    ``G = g**2 + eps``: a leaf with >= 2 axes whose second-largest axis has at least
-    ``min_dim_size_to_factor`` entries keeps a row and a column statistic over its two largest
-    axes ``d1`` (second) and ``d0`` (largest): ``r <- rho r + (1 - rho) mean(G, d0);
-    c <- rho c + (1 - rho) mean(G, d1);  u = g * (r / mean(r))**-0.5 * c**-0.5`` (broadcast back);
-    any other leaf keeps ``v <- rho v + (1 - rho) G;  u = g * v**-0.5``. Then
-    ``u <- u / max(1, rms(u) / clipping_threshold)`` (clipping), ``u <- lr * u``,
-    ``u <- u * max(rms(x), 1e-3)`` (``multiply_by_parameter_scale``), ``m <- (1 - momentum) u +
-    momentum m;  u = m`` (when ``momentum`` is set; float32, not debiased),
-    ``u <- u + weight_decay_rate * x`` (not multiplied by the step size), ``x <- x - u``.
-    State per leaf: ``(x, r, c)`` (``r``, ``c``: the leaf's shape without axis ``d0``, resp.
-    ``d1``) or ``(x, v)``, plus ``m`` when ``momentum`` is set.
+    With ``t = i + 1 - decay_offset``, ``rho = 1 - t**(-decay_rate)`` (float32) and ``G = g**2 + eps``:
+    a leaf with >= 2 axes whose second-largest axis has at least ``min_dim_size_to_factor`` entries keeps
+    a row and a column statistic over its two largest axes ``d1`` (second) and ``d0`` (largest):
+    ``r <- rho r + (1 - rho) mean(G, d0);  c <- rho c + (1 - rho) mean(G, d1);
+    u = g * (r / mean(r))**-0.5 * c**-0.5`` (broadcast back); any other leaf keeps
+    ``v <- rho v + (1 - rho) G;  u = g * v**-0.5``. Then ``u <- u / max(1, rms(u) / clipping_threshold)``
+    (clipping), ``u <- lr * u``, ``u <- u * max(rms(x), 1e-3)`` (``multiply_by_parameter_scale``),
+    ``m <- (1 - momentum) u + momentum m;  u = m`` (when ``momentum`` is set; float32, not debiased),
+    ``u <- u + weight_decay_rate * x`` (not multiplied by the step size), ``x <- x - u``. State per leaf:
+    ``(x, r, c)`` (``r``, ``c``: the leaf's shape without axis ``d0``, resp. ``d1``) or ``(x, v)``, plus
+    ``m`` when ``momentum`` is set.
 
-    The step size is given (the paper's relative step ``min(1e-2, 1/sqrt(t))`` is off; with
-    ``multiply_by_parameter_scale`` it is relative to each leaf's rms). Defaults are the paper's
-    (decay 0.8, clipping 1.0, eps 1e-30, no momentum) and ``optax.adafactor``'s, which this
-    matches at equal settings (``learning_rate=step_size``).
+    Defaults are the paper's (decay 0.8, clipping 1.0, eps 1e-30, no momentum) and ``optax.adafactor``'s,
+    which this matches at equal settings (``learning_rate=step_size``). With
+    ``multiply_by_parameter_scale`` the step size is relative to each leaf's rms.
 
-    Conventions (Optax's, checked against numpy in ``tests/test_optimizer_conventions.py``):
-    ``rho`` is computed in float32 whatever the parameters' dtype, so float64 parameters see a
-    float32-rounded decay (``transformers.Adafactor`` computes it in Python's float64); there is
-    no relative step (the paper's and ``transformers.Adafactor``'s default ``relative_step=True``
-    replace the step size by ``min(1e-2, 1/sqrt(t))``); a leaf is factored only when its
-    second-largest axis has at least ``min_dim_size_to_factor`` (128) entries, and then over its
-    two largest axes, where the paper and ``transformers.Adafactor`` factor every leaf of two or
-    more axes over its last two; ``weight_decay_rate`` is not multiplied by the step size
-    (``transformers.Adafactor`` multiplies it by ``lr``).
+    Conventions (Optax's, checked against numpy in ``tests/test_optimizer_conventions.py``): ``rho`` is
+    computed in float32 whatever the parameters' dtype, so float64 parameters see a float32-rounded decay
+    (``transformers.Adafactor`` computes it in Python's float64); there is no relative step (the paper's
+    and ``transformers.Adafactor``'s default ``relative_step=True`` replace the step size by
+    ``min(1e-2, 1/sqrt(t))``); a leaf is factored only when its second-largest axis has at least
+    ``min_dim_size_to_factor`` (128) entries, and then over its two largest axes (the paper and
+    ``transformers.Adafactor``: every leaf of two or more axes, over its last two); ``weight_decay_rate``
+    is not multiplied by the step size (``transformers.Adafactor`` multiplies it by ``lr``).
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
@@ -315,6 +334,9 @@ def adafactor(
       weight_decay_rate: decay added to the update after the step size (``None``: none).
       eps: added to the squared gradient.
       factored: whether to factor second moments at all.
+
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: concrete ``step_size <= 0``.
@@ -413,6 +435,9 @@ def lamb(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6, weigh
       eps: added to the root of the second moment.
       weight_decay: decay added before the trust ratio (>= 0).
 
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
     Raises:
       ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
         ``weight_decay < 0``.
@@ -446,20 +471,17 @@ def lars(
 ):
     """LARS, layer-wise adaptive rate scaling (You, Gitman & Ginsburg 2017, arXiv:1708.03888).
 
-    ``u = g + weight_decay * x;  u <- trust_coefficient * ||x|| / (||u|| + eps) * u`` (the ratio
-    taken as 1 where either norm is 0; norms over the whole leaf);  ``u <- -lr * u;
-    b <- u + momentum * b;  x <- x + b`` (Nesterov: ``x <- x + u + momentum * b``). The momentum
-    buffer accumulates step-size-scaled updates. State per leaf: ``(x, b)``. Defaults are
-    ``optax.lars``'s (the paper's trust coefficient 0.001 and momentum 0.9; it used weight decay
-    5e-4), which this matches at equal settings (decay and trust ratio on every leaf).
+    ``u = g + weight_decay * x;  u <- trust_coefficient * ||x|| / (||u|| + eps) * u`` (the ratio taken
+    as 1 where either norm is 0; norms over the whole leaf);  ``u <- -lr * u;  b <- u + momentum * b;
+    x <- x + b`` (Nesterov: ``x <- x + u + momentum * b``). State per leaf: ``(x, b)``. Defaults are
+    ``optax.lars``'s (the paper's trust coefficient 0.001 and momentum 0.9; it used weight decay 5e-4),
+    which this matches at equal settings (decay and trust ratio on every leaf).
 
-    Trust ratio (Optax's): ``trust_coefficient * ||x|| / (||g + weight_decay * x|| + eps)``, the
-    norm of the decayed gradient. The paper's Algorithm 1 (and NVIDIA apex's ``LARC``) divide by
-    ``||g|| + weight_decay * ||x||`` (plus eps) instead: the same without weight decay, a smaller
-    ratio with it (``||g + wd x|| <= ||g|| + wd ||x||``). Both scale ``g + weight_decay * x``, and
-    the paper's momentum buffer holds step-size-scaled updates as here (``LARC`` wraps
-    ``torch.optim.SGD``, whose buffer is scaled by the step size after, which differs once the
-    step size changes). Checked in float64 against numpy (``tests/test_optimizer_conventions.py``).
+    Trust ratio (Optax's): ``||x||`` over ``||g + weight_decay * x||``. The paper's Algorithm 1 (and
+    NVIDIA apex's ``LARC``) divide by ``||g|| + weight_decay * ||x||``: the same without weight decay,
+    a smaller ratio with it. Both scale ``g + weight_decay * x``, and the paper's momentum buffer holds
+    step-size-scaled updates as here (``LARC``'s ``torch.optim.SGD`` buffer is scaled by the step size
+    after: different once it changes). Checked against numpy in ``tests/test_optimizer_conventions.py``.
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
@@ -468,6 +490,9 @@ def lars(
       eps: added to the update's norm.
       momentum: momentum decay.
       nesterov: Nesterov momentum.
+
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: concrete ``step_size <= 0`` or ``weight_decay < 0``.

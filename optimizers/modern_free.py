@@ -154,8 +154,14 @@ def _schedule_free_update(i, grads, opt_state, sched, b1, weight_lr_power, direc
 
 
 def schedule_free_eval_params(opt_state: OptimizerState) -> Any:
-    """The evaluation parameters ``x = (y - (1 - b1) z) / b1`` of a :func:`schedule_free_sgd` or
-    :func:`schedule_free_adamw` state (its ``params_fn`` gives ``y``, where gradients are taken).
+    """The evaluation parameters ``x = (y - (1 - b1) z) / b1`` of a Schedule-Free state.
+
+    Args:
+      opt_state: a :func:`schedule_free_sgd` or :func:`schedule_free_adamw` state (whose ``params_fn``
+        gives ``y``, where gradients are taken).
+
+    Returns:
+      ``x``, a pytree of the parameters' structure, each leaf in its parameter's dtype.
 
     Source: ``optax.contrib.schedule_free_eval_params(state, params)``.
     """
@@ -196,8 +202,12 @@ def schedule_free_sgd(step_size, b1: float = 0.9, weight_decay: float = 0.0, wei
       weight_decay: decay added to the gradient at ``y`` (>= 0), multiplied by the step size.
       weight_lr_power: exponent of the step size in the averaging weights.
 
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
     Raises:
       ValueError: concrete ``step_size <= 0``, ``b1`` outside ``(0, 1)``, ``weight_decay < 0``.
+      TypeError: at update, a gradient tree whose structure differs from the parameters'.
     """
     _check_open_unit(b1, "b1")
     check_nonnegative(weight_decay, "weight_decay")
@@ -221,18 +231,16 @@ def schedule_free_adamw(
     """Schedule-Free AdamW (Defazio et al. 2024, arXiv:2405.15682), the AlgoPerf 2024 winner.
 
     :func:`schedule_free_sgd` with the base step of Adam without momentum: with ``t = i + 1``,
-    ``v <- (1 - b2) g**2 + b2 v;  z' = z - lr(i) * (g / (sqrt(v / (1 - b2**t)) + eps) +
-    weight_decay * y)``. State: per leaf ``(y, z, v)``, and once the vector ``(b1, weight_sum,
-    max_lr)``. Evaluate at
-    :func:`schedule_free_eval_params`. Defaults are ``optax.contrib.schedule_free_adamw``'s (b1
-    0.9, b2 0.999, eps 1e-8, no weight decay, power 2), which this matches at equal settings.
+    ``v <- (1 - b2) g**2 + b2 v;  z' = z - lr(i) * (g / (sqrt(v / (1 - b2**t)) + eps) + weight_decay * y)``.
+    State: per leaf ``(y, z, v)``, and once the vector ``(b1, weight_sum, max_lr)``. Evaluate at
+    :func:`schedule_free_eval_params`. Defaults are ``optax.contrib.schedule_free_adamw``'s (b1 0.9, b2
+    0.999, eps 1e-8, no weight decay, power 2), which this matches at equal settings.
 
-    Conventions: those of :func:`schedule_free_sgd` (Optax's): no ``r`` (0, the authors'
-    default), a warm-up schedule called with ``i`` for the step and ``i + 1`` for the weight
-    where the authors' ``warmup_steps`` uses ``(k + 1) / warmup_steps`` for both. The second
-    moment is bias-corrected inside the root, with eps outside it, as in the authors' current
-    ``schedulefree.AdamWScheduleFree``; their earlier releases multiplied the step size (and so
-    the averaging weights) by ``sqrt(1 - b2**t)`` and added eps to ``sqrt(v)`` instead.
+    Conventions: :func:`schedule_free_sgd`'s (Optax's): no ``r``, a warm-up schedule called with ``i`` for
+    the step and ``i + 1`` for the weight where the authors' ``warmup_steps`` scales both by
+    ``(k + 1) / warmup_steps``. The second moment is bias-corrected inside the root, with eps outside it,
+    as in the authors' current ``schedulefree.AdamWScheduleFree``; their earlier releases multiplied the
+    step size (and so the averaging weights) by ``sqrt(1 - b2**t)`` and added eps to ``sqrt(v)`` instead.
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
@@ -242,9 +250,13 @@ def schedule_free_adamw(
       weight_decay: decay added at ``y`` (>= 0), multiplied by the step size.
       weight_lr_power: exponent of the step size in the averaging weights.
 
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
     Raises:
-      ValueError: concrete ``step_size <= 0``, ``b1`` outside ``(0, 1)``, ``b2`` outside
-        ``[0, 1)``, ``weight_decay < 0``.
+      ValueError: concrete ``step_size <= 0``, ``b1`` outside ``(0, 1)``, ``b2`` outside ``[0, 1)``,
+        ``weight_decay < 0``.
+      TypeError: at update, a gradient tree whose structure differs from the parameters'.
     """
     _check_open_unit(b1, "b1")
     check_unit_interval(b2, "b2")
@@ -286,41 +298,41 @@ def prodigy(
     ``t = i + 1``, ``dlr = d * lr(i) * sqrt(1 - b2**t) / (1 - b1**t)`` and sums over every leaf:
     ``m <- b1 m + (1 - b1) d g;  v <- b2 v + (1 - b2) (d g)**2;
     s <- beta3 s + (d if safeguard_warmup else dlr) * d g / estim_lr0;
-    r <- beta3 r + (d / estim_lr0) * dlr * <g, x0 - x>;
-    d <- max(d, estim_lr_coef * r / sum |s|);
+    r <- beta3 r + (d / estim_lr0) * dlr * <g, x0 - x>;  d <- max(d, estim_lr_coef * r / sum |s|);
     x <- x - weight_decay * dlr * x - dlr * m / (sqrt(v) + d * eps)`` (the new ``d`` in the
-    denominator). ``lr`` is the step size, which multiplies the estimate: 1.0 (the default of
-    the paper and of Optax) trusts it, a schedule from 1.0 down is what the authors recommend.
-    ``beta3`` defaults to ``sqrt(b2)``. While ``sum |s|`` is 0 (only steps of step size 0 so far,
-    as at the start of a warmup from 0) ``d`` is kept, as in the authors' PyTorch code, where
-    Optax's becomes NaN; elsewhere the two agree. State: per leaf ``(x, x0, m, v, s)``, and once,
-    after the first leaf's, the vector ``(d, r)``. Source: ``optax.contrib.prodigy`` (``betas=(b1, b2)``),
-    which this matches at equal settings.
+    denominator). ``lr`` is the step size, which multiplies the estimate: 1.0 (the default of the paper
+    and of Optax) trusts it, a schedule from 1.0 down is what the authors recommend. While ``sum |s|``
+    is 0 (only steps of step size 0 so far, as at the start of a warmup from 0) ``d`` is kept, as in the
+    authors' PyTorch code, where Optax's becomes NaN; elsewhere the two agree. State: per leaf
+    ``(x, x0, m, v, s)``, and once, after the first leaf's, the vector ``(d, r)``.
 
-    Convention (Optax's): Adam's bias correction is always on, ``dlr`` carrying
-    ``sqrt(1 - b2**t) / (1 - b1**t)``. The authors' ``prodigyopt.Prodigy`` has
-    ``use_bias_correction=False`` by default (``dlr = d * lr``), so at its defaults its step
-    ``t`` (and the terms it adds to the estimate's sums) is ``(1 - b1**t) / sqrt(1 - b2**t)``
-    times this one's for the same ``d`` (3.2x on step 1 with the default betas, tending to 1).
-    Its other defaults (decoupled weight decay, ``d_coef`` = ``estim_lr_coef`` 1, ``d0`` =
-    ``estim_lr0`` 1e-6, no growth limit) are these.
-    Checked in float64 against numpy with and without the correction
-    (``tests/test_optimizer_conventions.py``).
+    Convention (Optax's): Adam's bias correction is always on, ``dlr`` carrying ``sqrt(1 - b2**t) /
+    (1 - b1**t)``. The authors' ``prodigyopt.Prodigy`` has ``use_bias_correction=False`` by default
+    (``dlr = d * lr``), so at its defaults its step ``t`` (and the terms it adds to the estimate's sums)
+    is ``(1 - b1**t) / sqrt(1 - b2**t)`` times this one's for the same ``d`` (3.2x on step 1 with the
+    default betas, tending to 1). Its other defaults (decoupled weight decay, ``d_coef`` =
+    ``estim_lr_coef`` 1, ``d0`` = ``estim_lr0`` 1e-6, no growth limit) are these. Checked in float64
+    against numpy with and without the correction (``tests/test_optimizer_conventions.py``).
 
     Args:
       step_size: multiplier of the estimated step size (positive scalar, traced, or schedule).
       b1, b2: Adam's decay rates in ``[0, 1)``.
       beta3: decay of the estimate's sums (``None``: ``sqrt(b2)``).
       eps: Adam's epsilon (multiplied by ``d``).
-      estim_lr0: initial (under-)estimate ``d0``.
+      estim_lr0: initial (under-)estimate ``d0``, > 0.
       estim_lr_coef: multiplies each new estimate.
       weight_decay: decoupled decay (>= 0), multiplied by ``dlr``.
       safeguard_warmup: leave the step size out of ``s`` (for warmup schedules).
 
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
     Raises:
-      ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
-        ``weight_decay < 0``, ``estim_lr0 <= 0``; at update, a gradient tree whose structure
-        differs from the parameters'.
+      ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``, ``weight_decay < 0``,
+        ``estim_lr0 <= 0``.
+      TypeError: at update, a gradient tree whose structure differs from the parameters'.
+
+    Source: ``optax.contrib.prodigy`` (``betas=(b1, b2)``), which this matches at equal settings.
     """
     step_size = make_schedule(step_size)
     check_unit_interval(b1, "b1")

@@ -97,39 +97,35 @@ def soap(
 ) -> Optimizer:
     """SOAP, ShampoO with Adam in the Preconditioner's eigenbasis (Vyas et al. 2024, arXiv:2409.11321).
 
-    For a 2-D leaf ``x`` of shape ``(m, n)`` with gradient ``G`` at step ``t = i`` (the
-    reference's count): Adam in the current rotated basis, ``G' = Q_L^T G Q_R;
-    m <- b1 m + (1 - b1) G';  v <- b2 v + (1 - b2) G'**2;
-    N = Q_L (m / (sqrt(v) + eps)) Q_R^T * sqrt(1 - b2**t) / (1 - b1**t);
-    x <- x - lr N;  x <- x - lr * weight_decay * x`` (skipped at step 0, which only gathers
-    statistics, as the reference); then ``L <- s L + (1 - s) G G^T`` (``(m, m)``) and
-    ``R <- s R + (1 - s) G^T G`` (``(n, n)``), ``s = shampoo_beta`` (default ``b2``), and every
-    ``precondition_frequency`` steps from step 0 on, ``Q_L, Q_R`` become the eigenvectors of
-    ``L, R`` (``eigh``), the first moment carried into the new basis
-    (``m <- Q_L'^T Q_L m Q_R^T Q_R'``). A side longer than ``max_precond_dim`` (the block bound)
-    is not rotated (``Q = I``, no statistic kept); leaves that are not 2-D take plain AdamW
+    For a 2-D leaf ``x`` of shape ``(m, n)`` with gradient ``G`` at step ``t = i`` (the reference's
+    count): Adam in the current rotated basis, ``G' = Q_L^T G Q_R;  m <- b1 m + (1 - b1) G';
+    v <- b2 v + (1 - b2) G'**2;  N = Q_L (m / (sqrt(v) + eps)) Q_R^T * sqrt(1 - b2**t) / (1 - b1**t);
+    x <- x - lr N;  x <- x - lr * weight_decay * x`` (skipped at step 0, which only gathers statistics,
+    as the reference); then ``L <- s L + (1 - s) G G^T`` (``(m, m)``) and ``R <- s R + (1 - s) G^T G``
+    (``(n, n)``), ``s = shampoo_beta`` (default ``b2``), and every ``precondition_frequency`` steps from
+    step 0 on, ``Q_L, Q_R`` become the eigenvectors of ``L, R`` (``eigh``), the first moment carried
+    into the new basis (``m <- Q_L'^T Q_L m Q_R^T Q_R'``). A side longer than ``max_precond_dim`` (the
+    block bound) is not rotated (``Q = I``, no statistic kept); leaves that are not 2-D take plain AdamW
     steps. State per leaf: ``(x, m, v, L, Q_L, R, Q_R)`` (``None`` for a side not rotated).
 
-    Precision: the parameters' own. ``L``, ``R``, ``Q_L``, ``Q_R``, ``m`` and ``v`` are kept in
-    the leaf's dtype; ``eigh`` runs in it (float64 for float64 parameters, which need
-    ``jax.enable_x64``; float32 for float32; float32 for bfloat16 and float16); every matrix
-    product uses ``Precision.HIGHEST``.
+    Precision: the parameters' own. ``L``, ``R``, ``Q_L``, ``Q_R``, ``m`` and ``v`` are kept in the leaf's
+    dtype; ``eigh`` runs in it (float64 for float64 parameters, which need ``jax.enable_x64``; float32 for
+    float32; float32 for bfloat16 and float16); every matrix product uses ``Precision.HIGHEST``.
 
-    Defaults are the paper's reference code (betas 0.95, eps 1e-8, weight decay 0.01, frequency
-    10, max dimension 10,000; ``nikhilvyas/SOAP``, ``soap.py``), whose conventions this follows:
-    step 0 only gathers ``L``, ``R`` and the first bases; refreshes at the steps ``t > 0`` with
-    ``t % precondition_frequency == 0``; bias correction always on (its ``correct_bias=True``
-    default); eps added to ``sqrt(v)``; weight decay ``lr * weight_decay`` on the updated
-    parameters; no gradient normalisation (its ``normalize_grads=False``); 1-D leaves not
-    rotated (its ``precondition_1d=False``). Departures from it: the bases are exact
-    eigenvectors at every refresh (the reference refines them by one power step and a QR
-    decomposition after the first ``eigh``; here there is no QR or power iteration), and the
-    second moment is kept as is when the basis changes (the reference reorders it by the
-    estimated eigenvalues); leaves that are not 2-D are not rotated at all (the reference, with
-    its default ``merge_dims=False``, keeps a statistic per axis of a 3-D or 4-D leaf, and with
-    ``merge_dims=True`` merges axes first; neither exists here); and the reference allocates
-    ``L`` and ``R`` in float32 (torch's default dtype) and casts any statistic that is not
-    float32 to float32 for ``eigh`` and QR, where this runs them at the parameters' precision.
+    Defaults are the paper's reference code (betas 0.95, eps 1e-8, weight decay 0.01, frequency 10, max
+    dimension 10,000; ``nikhilvyas/SOAP``, ``soap.py``), whose conventions this follows: step 0 only
+    gathers ``L``, ``R`` and the first bases; refreshes at the steps ``t > 0`` with
+    ``t % precondition_frequency == 0``; bias correction always on (its ``correct_bias=True`` default);
+    eps added to ``sqrt(v)``; weight decay ``lr * weight_decay`` on the updated parameters; no gradient
+    normalisation (its ``normalize_grads=False``); 1-D leaves not rotated (its ``precondition_1d=False``).
+    Departures from it: the bases are exact eigenvectors at every refresh (the reference refines them by
+    one power step and a QR decomposition after the first ``eigh``; here there is no QR or power
+    iteration), and the second moment is kept as is when the basis changes (the reference reorders it by
+    the estimated eigenvalues); leaves that are not 2-D are not rotated at all (the reference, with its
+    default ``merge_dims=False``, keeps a statistic per axis of a 3-D or 4-D leaf, and with
+    ``merge_dims=True`` merges axes first; neither exists here); and the reference allocates ``L`` and
+    ``R`` in float32 (torch's default dtype) and casts any statistic that is not float32 to float32 for
+    ``eigh`` and QR, where this runs them at the parameters' precision.
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
@@ -142,9 +138,13 @@ def soap(
       soap_mask: which leaves are rotated, as Muon's ``muon_mask`` (:func:`optimizers.groups.mask_flags`;
         ``None``: every 2-D leaf); the others take the AdamW steps of a leaf that is not rotated.
 
+    Returns:
+      An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
+
     Raises:
       ValueError: concrete ``step_size <= 0``, decay rates outside ``[0, 1)``,
         ``weight_decay < 0``, ``precondition_frequency < 1``.
+      TypeError: at update, a gradient tree whose structure differs from the parameters'.
     """
     args = (step_size, b1, b2, shampoo_beta, eps, weight_decay, precondition_frequency)
     rotated = _soap_leaves(*args, max_precond_dim)
