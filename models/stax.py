@@ -386,7 +386,8 @@ def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=z
     updates ``r <- momentum * r + (1 - momentum) * batch``; ``train=False`` normalises with ``r``, unchanged.
 
     Args:
-      axis: the normalised axes (default N, H, W of NHWC); params and state have the other dims.
+      axis: the normalised axes (default N, H, W of NHWC); params and state have the other dims
+        (the params, as the reference's, keep a negative axis's dim: non-negative axes with state).
       epsilon: added to the variance.
       center, scale: whether there is a ``beta`` / ``gamma`` (``()`` in its place when False).
       beta_init, gamma_init: their initializers.
@@ -396,7 +397,8 @@ def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=z
       ``(init_fun, apply_fun)``; params ``(beta, gamma)``.
 
     Raises:
-      ShapeError: (at init) an axis outside the input rank, or (with state) unknown sizes off ``axis``.
+      ShapeError: (at init) an axis outside the input rank; with state, a negative axis or unknown
+        sizes off ``axis``.
     """
     _beta_init = lambda rng, shape: beta_init(rng, shape) if center else ()  # noqa: E731
     _gamma_init = lambda rng, shape: gamma_init(rng, shape) if scale else ()  # noqa: E731
@@ -404,9 +406,7 @@ def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=z
     name = f"BatchNorm(axis={axis})"
 
     def init_fun(rng, input_shape):
-        input_shape = _shape(input_shape)
-        if any(not -len(input_shape) <= a < len(input_shape) for a in axis):
-            raise ShapeError(f"{name}: axis out of range for input shape {_fmt(input_shape)}")
+        input_shape = _bn_checked_shape(name, axis, input_shape)
         shape = tuple(d for i, d in enumerate(input_shape) if i not in axis)
         k1, k2 = random.split(rng)
         beta, gamma = _beta_init(k1, shape), _gamma_init(k2, shape)
@@ -416,10 +416,7 @@ def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=z
         return _bn_affine(params, standardize(x, axis, epsilon=epsilon), jnp.ndim(x), axis, (center, scale))
 
     def init_with_state(rng, input_shape):
-        _, stat, _ = _bn_stat_shapes(_shape(input_shape), axis)
-        if any(d is None or d < 0 for d in stat):
-            raise ShapeError(f"{name}: running statistics need known sizes off the normalised axes, "
-                             f"got input shape {_fmt(input_shape)}")
+        stat = _bn_state_shape(name, axis, input_shape)
         out_shape, params = init_fun(rng, input_shape)
         return out_shape, params, (jnp.zeros(stat, jnp.float32), jnp.ones(stat, jnp.float32))
 
@@ -442,6 +439,26 @@ def _bn_affine(params, z, ndim, axis, center_scale):
     if scale:
         return gamma[ed] * z
     return z
+
+
+def _bn_checked_shape(name, axis, input_shape):
+    """``input_shape`` as a tuple; :class:`ShapeError` for an axis outside its rank."""
+    input_shape = _shape(input_shape)
+    if any(not -len(input_shape) <= a < len(input_shape) for a in axis):
+        raise ShapeError(f"{name}: axis out of range for input shape {_fmt(input_shape)}")
+    return input_shape
+
+
+def _bn_state_shape(name, axis, input_shape):
+    """The running statistics' shape; :class:`ShapeError` for a negative axis (the reference's params
+    keep its dim, the statistics would not), one out of range, or unknown sizes off ``axis``."""
+    if any(a < 0 for a in axis):
+        raise ShapeError(f"{name}: with running statistics, give the axes as non-negative indices")
+    _, stat, _ = _bn_stat_shapes(_bn_checked_shape(name, axis, input_shape), axis)
+    if any(d is None or d < 0 for d in stat):
+        raise ShapeError(f"{name}: running statistics need known sizes off the normalised axes, "
+                         f"got input shape {_fmt(input_shape)}")
+    return stat
 
 
 def _bn_stat_shapes(shape, axis):

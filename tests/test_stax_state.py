@@ -206,3 +206,16 @@ def test_batchnorm_training_step_accesses_no_more_bytes_than_flax():
     ours = bytes_of(lambda v: _grads_stax(apply, pair, v, w, True))
     ref = bytes_of(lambda v: _grads_flax(bn, variables, v, w, True))
     assert ours <= ref, (ours, ref)
+
+
+def test_running_stats_refuse_a_negative_axis_and_a_rank_too_small():
+    # the reference's params keep a negative axis's dim while the statistics drop it: params (5, 6),
+    # state (5,), and the stateful apply failed on broadcasting; a 0-d input divided by zero
+    init, _ = S.stateful(S.BatchNorm(axis=(0, -1)))
+    with pytest.raises(S.ShapeError, match=r"with running statistics, give the axes as non-negative"):
+        init(KEY, (4, 5, 6))
+    init, _ = S.stateful(S.BatchNorm())
+    with pytest.raises(S.ShapeError, match=r"axis out of range for input shape \(\)"):
+        init(KEY, ())
+    out_shape, params = S.BatchNorm(axis=(0, -1))[0](KEY, (4, 5, 6))  # stateless: as the reference
+    assert out_shape == (4, 5, 6) and params[0].shape == (5, 6)
