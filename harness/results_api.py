@@ -28,7 +28,7 @@ def results(experiment: str, *, tracking_uri: str | None = None, immutable: bool
         ``clock``, ``select_by``, ``scoring``, ``tuning_draws``.
 
     Returns:
-      a :class:`reports.results.Results`: the trials, curves, leaderboard and figures as DataFrames.
+      a :class:`reports.results.Results` (its tables as DataFrames, and the report's figures).
 
     Raises:
       harness.tracking.store_errors.TrackingUnavailableError: the store cannot be opened or read (a file

@@ -1511,13 +1511,18 @@ def rope_frequencies(head_dim, base=1024.0, fraction=0.5):
     head_dim = int(head_dim)
     if head_dim <= 0 or head_dim % 2:
         raise ValueError(f"rotary embeddings need an even head dimension, got {head_dim}")
-    if not base > 1.0 or not 0.0 <= fraction <= 1.0:
-        raise ValueError(f"rope_frequencies: base must be > 1 and fraction in [0, 1], got {base}, {fraction}")
+    _check_rope("rope_frequencies: base", base, "fraction", fraction)
     half = head_dim // 2
     n = int(fraction * half)
     exps = jnp.linspace(0.0, 1.0, n, dtype=jnp.float32) if n > 1 else jnp.zeros((n,), jnp.float32)
     freqs = jnp.power(jnp.float32(1.0 / base), exps)
     return jnp.concatenate([freqs, jnp.zeros((half - n,), jnp.float32)])
+
+
+def _check_rope(base_name, base, fraction_name, fraction):
+    """``ValueError`` unless ``base > 1`` and ``0 <= fraction <= 1`` (:func:`rope_frequencies`)."""
+    if not base > 1.0 or not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"{base_name} must be > 1 and {fraction_name} in [0, 1], got {base}, {fraction}")
 
 
 def apply_rope(x, freqs):
@@ -1560,12 +1565,11 @@ def _linear(p, x, spec="...f,fo->...o"):
 
 def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.0, rope_fraction=0.5,
                         scale=None, bias=True, zero_out=True, epsilon=1e-6, W_init=None):
-    """Self-attention with rotary embeddings and QK-norm on ``x (B, T, F)`` -> ``(B, T, F)``.
-
-    Heads of ``D = F / num_heads``; q, k: QK-norm, :func:`apply_rope`; :func:`attention`. As modded-nanogpt's.
+    """Rotary self-attention with QK-norm, ``x (B, T, F)`` -> ``(B, T, F)``, as modded-nanogpt's.
 
     Args:
-      num_heads: the number of heads, > 0, with ``F / num_heads`` even.
+      num_heads: the number of heads, > 0, of an even size ``D = F / num_heads``: q and k are
+        QK-normed and rotated (:func:`apply_rope`), then :func:`attention`.
       causal: mask the keys after each query.
       qk_norm, epsilon: RMS-normalise each head's q and k (no gain) with this epsilon.
       rope_base, rope_fraction: :func:`rope_frequencies`'s ``base`` and ``fraction``.
@@ -1577,11 +1581,12 @@ def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.
       ``(init_fun, apply_fun)``; params ``{"q", "k", "v", "out"}``, each ``{"kernel" (F, F), "bias" (F,)}``.
 
     Raises:
-      ValueError: ``num_heads <= 0``.
+      ValueError: ``num_heads <= 0``, ``rope_base <= 1`` or ``rope_fraction`` outside ``[0, 1]``.
       ShapeError: (at init) a non-``(B, T, F)`` input or ``F`` not in ``num_heads`` even-sized heads.
     """
     if int(num_heads) <= 0:
         raise ValueError(f"RotarySelfAttention: num_heads must be positive, got {num_heads}")
+    _check_rope("RotarySelfAttention: rope_base", rope_base, "rope_fraction", rope_fraction)
     H = int(num_heads)
     W_init = W_init or jax.nn.initializers.variance_scaling(0.33, "fan_in", "normal")
     name = f"RotarySelfAttention(heads={H})"
@@ -1632,6 +1637,7 @@ def MLP(hidden, kind="relu2", *, bias=True, zero_out=True, W_init=None):
 
     Raises:
       ValueError: an unknown ``kind`` or ``hidden <= 0``.
+      ShapeError: (at init) an input whose feature size ``F`` is unknown.
     """
     if kind not in MLP_KINDS:
         raise ValueError(f"MLP: kind must be one of {sorted(MLP_KINDS)}, got {kind!r}")

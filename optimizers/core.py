@@ -767,7 +767,8 @@ def make_schedule(scalar_or_schedule: float | Schedule) -> Schedule:
 
     Raises:
       ValueError: a concrete scalar that is not positive.
-      TypeError: an argument that is neither callable nor 0-d.
+      TypeError: an argument that is neither callable nor 0-d (``jnp.ndim``: as in the reference,
+        ``None`` and a string count as 0-d and fail only when the schedule is used).
 
     Source: ``jax.example_libraries.optimizers.make_schedule``.
     """

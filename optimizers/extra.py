@@ -340,8 +340,8 @@ def warmup_cosine_decay(
       The schedule ``i -> scalar``.
 
     Raises:
-      ValueError: concrete ``step_size <= 0``; ``total_steps`` missing or not greater than
-        ``warmup_steps``.
+      ValueError: concrete ``step_size <= 0``; ``warmup_steps < 0``; ``total_steps`` missing or
+        not greater than ``warmup_steps``.
 
     Source: ``optax.warmup_cosine_decay_schedule(init_scale * step_size, step_size,
     warmup_steps, total_steps, alpha * step_size)``.

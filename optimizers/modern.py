@@ -200,7 +200,7 @@ def muon(
 
     Raises:
       ValueError: concrete ``step_size <= 0``, a decay rate outside ``[0, 1)``, a negative weight
-        decay; at init, a masked leaf that is not 2-D.
+        decay; at init, a masked leaf that is not 2-D, or a ``muon_mask`` rule matching no parameter.
     """
     step_size = make_schedule(step_size)
     for v, name in ((beta, "beta"), (adam_b1, "adam_b1"), (adam_b2, "adam_b2")):

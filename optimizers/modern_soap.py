@@ -143,7 +143,8 @@ def soap(
 
     Raises:
       ValueError: concrete ``step_size <= 0``, decay rates outside ``[0, 1)``,
-        ``weight_decay < 0``, ``precondition_frequency < 1``.
+        ``weight_decay < 0``, ``precondition_frequency < 1``; at init, a ``soap_mask`` rule matching
+        no parameter.
       TypeError: at update, a gradient tree whose structure differs from the parameters'.
     """
     args = (step_size, b1, b2, shampoo_beta, eps, weight_decay, precondition_frequency)

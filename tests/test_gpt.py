@@ -119,6 +119,18 @@ def test_rmsnorm_and_rope_by_hand():
     np.testing.assert_allclose(r[0, 1, 0] @ r[0, 0, 0], shifted[0, 4, 0] @ shifted[0, 3, 0], rtol=1e-5)
     with pytest.raises(ValueError, match="even head dimension, got 5"):
         stax.rope_frequencies(5)
+    with pytest.raises(ValueError, match=r"rope_frequencies: base must be > 1 and fraction in \[0, 1\], "
+                                         r"got 0.5"):
+        stax.rope_frequencies(8, base=0.5)
+
+
+def test_rotary_attention_refuses_a_bad_rope_when_built():
+    # refused when the layer is built, not on every apply (rope_frequencies runs in apply_fun)
+    with pytest.raises(ValueError, match=r"RotarySelfAttention: rope_base must be > 1 and rope_fraction "
+                                         r"in \[0, 1\], got 0.5, 0.5"):
+        stax.RotarySelfAttention(2, rope_base=0.5)
+    with pytest.raises(ValueError, match=r"rope_fraction in \[0, 1\], got 1024.0, 1.5"):
+        stax.RotarySelfAttention(2, rope_fraction=1.5)
 
 
 def test_gpt_flops_per_token_match_its_jaxpr():

@@ -408,7 +408,8 @@ def run_trials_batched(specs: list[TrialSpec], *, dataset: Dataset | None = None
     atol=1e-5``), except wall-clock values and ``perf`` (shared, measured for the single-trial step).
 
     Args:
-      specs: the trials; AlgoPerf submissions among several train one after another.
+      specs: the trials; AlgoPerf submissions among several train one after another (by
+        :func:`run_trial`, without ``checkpoints`` or ``gate``, and without the batch-key check).
       dataset, perf_cache, measure_perf, on_progress: as :func:`run_trial`'s, for every trial.
       checkpoints, gate: as :func:`run_trial`'s, for the batch as one program.
 
