@@ -351,7 +351,7 @@ def mlp(*, input_shape, num_classes, width: int = 256, depth: int = 2, activatio
         ``stax.Dropout(1 - dropout)`` since stax's rate is the keep probability.
 
     Returns:
-      The ``"mlp"`` classification :class:`ModelDef` (``needs_rng`` with dropout).
+      The ``"mlp"`` classification :class:`ModelDef` (``needs_rng`` with dropout and ``depth > 0``).
 
     Raises:
       ValueError: a value out of range or an unknown activation.

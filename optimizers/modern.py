@@ -88,7 +88,7 @@ def newton_schulz(x: jax.Array, ns_steps: int = 5, coeffs=MUON_NS_COEFFS, eps: f
 
     Args:
       x: shape ``(m, n)``, or ``(..., m, n)`` for a stack of matrices, each done on its own.
-      ns_steps: the number of iterations.
+      ns_steps: the number of iterations (default 5).
       coeffs: ``(a, b, c)`` (default :data:`MUON_NS_COEFFS`).
       eps: added to the Frobenius norm.
 

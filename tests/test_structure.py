@@ -17,6 +17,7 @@ JAX's CPU client starts: XLA's pool at one thread), so any layer may import it (
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -423,3 +424,36 @@ def test_module_names_are_unique_across_the_packages():
              if "__pycache__" not in p.parts]
     dupes = duplicate_module_names(paths)
     assert not dupes, f"module names used by more than one module: {dupes}"
+
+
+def documented_arrows(text: str) -> dict[str, set[str]]:
+    """``{layer: the layers and packages it imports}`` from architecture.md's arrows block (the
+    fenced block of ``X → a, b`` lines under "Layers and arrows"; several arrows share a line)."""
+    section = text.split("## Layers and arrows", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```")[3]
+    arrows = {}
+    for part in re.split(r"\n|\s{2,}", block):
+        if "→" in part:
+            src, dst = part.split("→")
+            arrows[src.strip()] = {d.strip() for d in dst.split(",") if d.strip()}
+    return arrows
+
+
+def actual_arrows(mods: dict[str, Module]) -> dict[str, set[str]]:
+    """``{layer: the other layers of harness, and models/optimizers/reports, its modules import}``."""
+    out: dict[str, set[str]] = {}
+    for name, mod in mods.items():
+        src = layer(name)
+        if src is None or not name.startswith("harness.") or name in TOP_LEVEL:
+            continue
+        for imp in mod.imports:
+            dst = layer(imp.target, as_target=True) or imp.target.split(".")[0]
+            if dst != src and dst in (*LAYERS, "models", "optimizers", "reports"):
+                out.setdefault(src, set()).add(dst)
+    return out
+
+
+def test_the_documented_arrows_are_the_imports():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    documented = {k: v for k, v in documented_arrows(text).items() if k in LAYERS}
+    assert documented == actual_arrows(walk())

@@ -60,7 +60,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 
 # Registered in this order, which ``--help`` keeps.
 app.command(short_help="Run a sweep config (resumable).", epilog=sweep_cmd.EPILOG)(sweep_cmd.sweep)
-app.command("list", short_help="Models, optimizers, schedules, datasets.")(list_cmd.list_)
+app.command("list", short_help="Models, optimizers, schedules, datasets, workloads.")(list_cmd.list_)
 app.command(short_help="Finished/diverged/failed/pending per sweep.")(status_cmd.status)
 app.command(short_help="Start the MLflow UI on the store.")(ui_cmd.ui)
 app.command(short_help="Write the HTML comparison report.", epilog=report_cmd.EPILOG)(report_cmd.report)

@@ -42,6 +42,8 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
       - {name: sgd, hparams: {step_size: [0.1, 0.3], }, zip: [[...]]}
     schedules: [constant, cosine_decay]  # default [constant]; factories get the optimizer's step_size
     datasets: [digits]             # registry names, "tfds:NAME" or "tokens:PATH" (harness.data.kinds)
+    workloads: [mnist1d_cnn]       # instead of models x datasets: named tasks (harness.config.workloads)
+    ladder: {...}                  # instead of both: one workload at several sizes (config.ladder_schema)
     seeds: [0, 1]                  # a list, or an int n meaning 0..n-1
     batch_size: 64                 # an int or a list (an axis)
     budget: {steps: 500}           # or {epochs: 3} (steps = ceil(epochs * n_train / batch_size)),
@@ -58,7 +60,8 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     measure_perf: true             # throughput measurement (once per perf key)
     scoring: harness               # tuned time-to-result rule: harness | algoperf (reports.scoring)
     time: modeled                  # the clock time to target ranks on: modeled | measured (core.clock)
-    dtype: float32
+    dtype: auto                    # auto (float32 on a CPU, else bf16 compute) | float32 | bfloat16 | ...
+    augment: {crop_pad: 4, flip: true}   # in-graph image augmentation (harness.core.augment_keys)
     grad_clip: 1.0                 # clip gradients to this global norm before each update (default: none)
     grad_accum: 4                  # micro-batches per update; must divide every batch size (default 1)
     param_groups:                  # one optimizer per group (optimizers.groups rules); the rest as configured
@@ -73,6 +76,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     checkpoint_every: 1min         # mid-trial checkpoints: N steps, "90s"/"10min"/"1h", or off
     checkpoint_dir: null           # default: beside a SQLite store (./checkpoints for a server)
     keep_final_checkpoint: false   # log each trial's final state as its checkpoint/ artifact
+    source_timeout_s: 60           # each check running a source: file's code, before any write
 
 Hyperparameter values: a scalar is fixed; a list is a grid axis; ``{log_grid: [low, high, num]}`` is
 ``num`` log-spaced values (6 significant digits); ``{value: X}`` is the literal X (use it for

@@ -3,7 +3,7 @@
 :func:`resolve_sources` parses and loads every ``source`` of an optimizer entry into a builder
 (:mod:`harness.core.source_builders`: the builder forms, AlgoPerf submissions read from their
 syntax tree); errors are config errors, one line with file and key path. :func:`probe_sources` calls
-each factory once with concrete values; :func:`registries_for` gives the registries a trial's
+each factory once with concrete values; :func:`trial_registries` gives the registries a trial's
 sources add (with the project's as base); :func:`optax_optimizers` lists Optax's optimizers.
 """
 
@@ -32,8 +32,8 @@ from harness.core.source_builders import (
 )
 from harness.core.source_builders import registries_for as core_registries_for
 
-__all__ = ["ALGOPERF_REQUIRED", "optax_optimizers", "optimizer_form", "probe_sources", "registries_for",
-           "resolve_sources", "source_builder", "with_sources"]
+__all__ = ["ALGOPERF_REQUIRED", "optax_optimizers", "optimizer_form", "probe_sources", "resolve_sources",
+           "source_builder", "trial_registries", "with_sources"]
 
 
 def _probe(ref: SourceRef, builder: Callable, hparams: Mapping[str, Any],
@@ -117,7 +117,7 @@ def probe_sources(cfg: Any, file: str) -> list[str]:
     return errors
 
 
-def registries_for(spec: Any, base: Registries | None = None) -> Registries:
+def trial_registries(spec: Any, base: Registries | None = None) -> Registries:
     """The registries a worker trains ``spec`` with: ``base`` (default: the project's) plus the
     builders of its sources (:func:`harness.core.source_builders.registries_for`)."""
     from models.custom import as_model

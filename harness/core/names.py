@@ -56,6 +56,9 @@ TAG_MESH = "harness.mesh"
 TAG_DEVICES = "harness.devices"
 TAG_DEVICE_ENV = "harness.device_env"
 TAG_DEVICE_ENV_SET = "harness.device_env_set"
+#: ``host:pid`` of the process that trained the trial (a ``--jobs`` worker, a Ray worker; the run's
+#: ``harness.owner`` is the process that wrote it, the sweep's own under ``--jobs``).
+TAG_TRAINED_BY = "harness.trained_by"
 TAG_BATCHING = "harness.batching"
 #: The trial ids (sorted, comma-separated) of the vmapped batch a trial was trained in; absent for a
 #: trial trained alone. ``reproduce`` trains the same batch again (:mod:`harness.orchestrate.reproduce`).

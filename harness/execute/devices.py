@@ -50,6 +50,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from harness.core.names import TAG_DEVICE_ENV, TAG_DEVICE_ENV_SET, TAG_DEVICES, TAG_TRAINED_BY
 from harness.train.parallel import DEVICE_IDS_ENV, visible_devices
 
 PREALLOCATE_ENV = "XLA_PYTHON_CLIENT_PREALLOCATE"
@@ -59,13 +60,6 @@ MEMORY_ENV = (PREALLOCATE_ENV, "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM
               "XLA_PYTHON_CLIENT_ALLOCATOR")
 #: platform → the variable that hides the other devices of the host from a process.
 VISIBILITY_ENV = {"cpu": DEVICE_IDS_ENV, "cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
-#: MLflow tags of a trial run (see :func:`device_tags`).
-DEVICES_TAG = "harness.devices"
-DEVICE_ENV_TAG = "harness.device_env"
-DEVICE_ENV_SET_TAG = "harness.device_env_set"
-#: ``host:pid`` of the process that trained the trial (a ``--jobs`` worker, a Ray worker; the run's
-#: ``harness.owner`` is the process that wrote it, the sweep's own under ``--jobs``).
-TRAINED_BY_TAG = "harness.trained_by"
 
 __all__ = ["DEVICE_IDS_ENV", "DevicePlan", "DevicePlanError", "apply_worker_env", "device_tags",
            "host_devices", "parent_off_devices", "plan_devices", "ray_task_env",
@@ -375,11 +369,11 @@ def device_tags(n: int | str = 1) -> dict[str, str]:
 
     devs = visible_devices()
     k = len(devs) if n == "all" else max(1, int(n))
-    tags = {DEVICES_TAG: describe_devices(devs[:k]), TRAINED_BY_TAG: f"{hostname()}:{os.getpid()}"}
+    tags = {TAG_DEVICES: describe_devices(devs[:k]), TAG_TRAINED_BY: f"{hostname()}:{os.getpid()}"}
     names = sorted({*VISIBILITY_ENV.values(), *MEMORY_ENV})
     env = " ".join(f"{key}={os.environ[key]}" for key in names if key in os.environ)
     if env:
-        tags[DEVICE_ENV_TAG] = env
+        tags[TAG_DEVICE_ENV] = env
     if "when" in _APPLIED:
-        tags[DEVICE_ENV_SET_TAG] = str(_APPLIED["when"])
+        tags[TAG_DEVICE_ENV_SET] = str(_APPLIED["when"])
     return tags

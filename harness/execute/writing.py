@@ -57,10 +57,10 @@ def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
 
 
 def _resolved_defaults(spec: TrialSpec) -> dict[str, str]:
-    from harness.config.optimizer_sources import registries_for
+    from harness.config.optimizer_sources import trial_registries
     from harness.config.registries import builder_hparams
 
-    reg = registries_for(spec)
+    reg = trial_registries(spec)
     out: dict[str, str] = {}
     for kind, registry in (("model", reg.models), ("optimizer", reg.optimizers),
                            ("schedule", reg.schedules), ("dataset", reg.datasets)):

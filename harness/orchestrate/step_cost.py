@@ -56,13 +56,13 @@ def step_cost(spec: Any, param_shapes: Mapping[tuple, Any] | None = None) -> dic
     import jax
     import numpy as np
 
-    from harness.config.optimizer_sources import registries_for
+    from harness.config.optimizer_sources import trial_registries
     from harness.data.sources import load_dataset
     from harness.orchestrate.preflight import model_key
     from harness.train.build import make_opt_factory
     from harness.train.recipe import recipe_of
 
-    reg = registries_for(spec)
+    reg = trial_registries(spec)
     ds = load_dataset(spec.dataset, **spec.hparams("dataset"))
     model = reg.models[spec.model](input_shape=ds.input_shape, num_classes=ds.num_classes,
                                    **spec.hparams("model"))
