@@ -376,7 +376,8 @@ def mlp(*, input_shape, num_classes, width: int = 256, depth: int = 2, activatio
 
 def cnn1d(*, input_shape, num_classes, width: int = 32, depth: int = 2, kernel_size: int = 5,
           hidden: int = 128, conv_impl: str = "auto") -> ModelDef:
-    """1-D CNN for sequences: ``depth`` × (Conv1D, Relu, MaxPool(2)), Flatten, [Dense, Relu,] Dense.
+    """1-D CNN for sequences ``(L,)`` or ``(L, C)``: ``depth`` × (Conv1D(width·2^i, kernel_size,
+    SAME), Relu, MaxPool(2)), Flatten, [Dense(hidden), Relu,] Dense(num_classes).
 
     Conv ``i`` has ``width·2^i`` channels, a ``kernel_size`` window and SAME padding; the hidden
     dense layer has ``hidden`` units.
@@ -414,7 +415,8 @@ def cnn1d(*, input_shape, num_classes, width: int = 32, depth: int = 2, kernel_s
 
 def cnn(*, input_shape, num_classes, width: int = 32, kernel_size: int = 3, hidden: int = 128,
         conv_impl: str = "auto") -> ModelDef:
-    """LeNet-like 2-D CNN: 2 × (Conv(k×k, SAME), Relu, MaxPool(2×2)), Flatten, [Dense, Relu,] Dense.
+    """LeNet-like 2-D CNN for images ``(H, W)`` or ``(H, W, C)``: Conv(width, k×k, SAME), Relu,
+    MaxPool(2×2), Conv(2·width), Relu, MaxPool(2×2), Flatten, [Dense(hidden), Relu,] Dense.
 
     Args:
       input_shape: ``(H, W)`` or ``(H, W, C)``.
@@ -458,7 +460,8 @@ def _res_block(out_chan, stride, project, momentum, impl):
 
 def resnet(*, input_shape, num_classes, width: int = 16, stages: int = 2, blocks_per_stage: int = 1,
            bn_momentum: float = 0.9, conv_impl: str = "auto") -> ModelDef:
-    """Small ResNet (basic blocks) for images ``(H, W[, C])``; a sequence ``(L[, C])`` is an ``L×1`` image.
+    """Small ResNet (He et al. 2016, basic blocks) for images ``(H, W[, C])`` (a sequence ``(L[, C])``
+    is taken as an ``L×1`` image).
 
     Stem Conv(width, 3×3), BatchNorm, Relu; ``stages`` stages of ``blocks_per_stage`` residual blocks
     (FanOut(2) → parallel(conv-BN-relu-conv-BN, shortcut) → FanInSum → Relu) with ``width·2^s``
@@ -539,11 +542,11 @@ def autoencoder(*, input_shape, num_classes=None, width: int = 16) -> ModelDef:
 
 def resnet18(*, input_shape, num_classes, width: int = 64, bn_momentum: float = 0.9,
              conv_impl: str = "auto") -> ModelDef:
-    """CIFAR-shaped ResNet-18 (basic blocks): :func:`resnet` with ``stages=4, blocks_per_stage=2``.
-
-    The stem is one Conv(width, 3×3, stride 1), BatchNorm, Relu (no max-pool, as CIFAR ResNets);
-    four stages of two blocks with ``width·(1, 2, 4, 8)`` channels (stride 2 and a 1×1 projection at
-    stages 2-4); global average pool; Dense(num_classes). 17 convolutions + 1 dense = 18 layers.
+    """CIFAR-shaped ResNet-18 (He et al. 2016, basic blocks, for 32×32×3 images): the stem is one
+    Conv(width, 3×3, stride 1), BatchNorm, Relu (no max-pool, as CIFAR ResNets); four stages of two
+    blocks with ``width·(1, 2, 4, 8)`` channels (stride 2 and a 1×1 projection at stages 2-4);
+    global average pool; Dense(num_classes). 17 convolutions + 1 dense = 18 layers, built by
+    :func:`resnet` with ``stages=4, blocks_per_stage=2``.
 
     Args:
       input_shape: any image ``(H, W[, C])`` with H, W >= 8, e.g. ``(32, 32, 3)``.
@@ -713,7 +716,7 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
 def vit(*, input_shape, num_classes, patch_size: int = 4, width: int = 192, depth: int = 6,
         num_heads: int = 3, mlp_ratio: int = 4, dropout: float = 0.0, positional: str = "learned",
         conv_impl: str = "auto") -> ModelDef:
-    """Vision Transformer for images ``(H, W[, C])``, e.g. CIFAR 32×32×3.
+    """Vision Transformer (Dosovitskiy et al. 2021) for images ``(H, W[, C])``, e.g. CIFAR 32×32×3.
 
     Patch embedding Conv(width, p×p, stride p, VALID), reshaped to ``(N, (H/p)·(W/p), width)``
     tokens; positional embedding; ``depth`` pre-LN encoder blocks (non-causal MultiHeadSelfAttention,
