@@ -40,6 +40,7 @@ import contextvars
 import functools
 import itertools
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -391,15 +392,18 @@ def BatchNorm(axis=(0, 1, 2), epsilon=1e-5, center=True, scale=True, beta_init=z
       epsilon: added to the variance.
       center, scale: whether there is a ``beta`` / ``gamma`` (``()`` in its place when False).
       beta_init, gamma_init: their initializers.
-      momentum: the running statistics' decay (0: those of the last training batch).
+      momentum: the running statistics' decay, in ``[0, 1)`` (0: those of the last training batch).
 
     Returns:
       ``(init_fun, apply_fun)``; params ``(beta, gamma)``.
 
     Raises:
+      ValueError: ``momentum`` not a number in ``[0, 1)``.
       ShapeError: (at init) an axis outside the input rank; with state, a negative axis or unknown
         sizes off ``axis``.
     """
+    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not 0 <= momentum < 1:
+        raise ValueError(f"BatchNorm: momentum must be a number in [0, 1), got {momentum!r}")
     _beta_init = lambda rng, shape: beta_init(rng, shape) if center else ()  # noqa: E731
     _gamma_init = lambda rng, shape: gamma_init(rng, shape) if scale else ()  # noqa: E731
     axis = (axis,) if jnp.isscalar(axis) else tuple(axis)
@@ -492,12 +496,14 @@ def _bn_with_state(params, state, x, train, axis, epsilon, momentum, center_scal
         mean = jnp.reshape(running_mean, keep).astype(x.dtype)
         var = jnp.reshape(running_var, keep).astype(x.dtype)
         return _bn_normalize(params, x, mean, var, red, epsilon, center_scale), state
-    mean = jnp.mean(x, tuple(sorted(red)), keepdims=True)
-    var = jnp.clip(jnp.mean(jnp.square(x), tuple(sorted(red)), keepdims=True) - jnp.square(mean), 0)
+    xs = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # E[x²] - E[x]² cancels in bfloat16
+    mean = jnp.mean(xs, tuple(sorted(red)), keepdims=True)
+    var = jnp.clip(jnp.mean(jnp.square(xs), tuple(sorted(red)), keepdims=True) - jnp.square(mean), 0)
     m = jnp.asarray(momentum, running_mean.dtype)
     new_mean = m * running_mean + (1 - m) * jnp.reshape(mean, stat).astype(running_mean.dtype)
     new_var = m * running_var + (1 - m) * jnp.reshape(var, stat).astype(running_var.dtype)
-    return _bn_normalize(params, x, mean, var, red, epsilon, center_scale), (new_mean, new_var)
+    y = _bn_normalize(params, x, mean.astype(x.dtype), var.astype(x.dtype), red, epsilon, center_scale)
+    return y, (new_mean, new_var)
 
 
 def elementwise(fun, **fun_kwargs):
@@ -1508,9 +1514,9 @@ def rope_frequencies(head_dim, base=1024.0, fraction=0.5):
     Raises:
       ValueError: an odd or non-positive ``head_dim``, ``base <= 1`` or ``fraction`` outside [0, 1].
     """
-    head_dim = int(head_dim)
-    if head_dim <= 0 or head_dim % 2:
+    if int(head_dim) != head_dim or head_dim <= 0 or head_dim % 2:  # 2.5 is not truncated to 2
         raise ValueError(f"rotary embeddings need an even head dimension, got {head_dim}")
+    head_dim = int(head_dim)
     _check_rope("rope_frequencies: base", base, "fraction", fraction)
     half = head_dim // 2
     n = int(fraction * half)
@@ -1581,11 +1587,12 @@ def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.
       ``(init_fun, apply_fun)``; params ``{"q", "k", "v", "out"}``, each ``{"kernel" (F, F), "bias" (F,)}``.
 
     Raises:
-      ValueError: ``num_heads <= 0``, ``rope_base <= 1`` or ``rope_fraction`` outside ``[0, 1]``.
+      ValueError: ``num_heads`` not a positive integer, ``rope_base <= 1`` or ``rope_fraction`` outside
+        ``[0, 1]``.
       ShapeError: (at init) a non-``(B, T, F)`` input or ``F`` not in ``num_heads`` even-sized heads.
     """
-    if int(num_heads) <= 0:
-        raise ValueError(f"RotarySelfAttention: num_heads must be positive, got {num_heads}")
+    if int(num_heads) != num_heads or int(num_heads) <= 0:
+        raise ValueError(f"RotarySelfAttention: num_heads must be a positive integer, got {num_heads}")
     _check_rope("RotarySelfAttention: rope_base", rope_base, "rope_fraction", rope_fraction)
     H = int(num_heads)
     W_init = W_init or jax.nn.initializers.variance_scaling(0.33, "fan_in", "normal")

@@ -232,3 +232,11 @@ def test_bfloat16_params_compute_in_bfloat16_with_float32_logits():
     assert full.dtype == half.dtype == jnp.float32
     # bfloat16 keeps 8 bits of mantissa: logits of magnitude ~4 agree to a few hundredths
     assert 0 < float(jnp.max(jnp.abs(full - half))) < 0.1
+
+
+def test_a_fractional_head_count_or_head_dimension_is_refused_not_truncated():
+    with pytest.raises(ValueError, match=r"num_heads must be a positive integer, got 2.5"):
+        stax.RotarySelfAttention(2.5)
+    with pytest.raises(ValueError, match=r"even head dimension, got 2.5"):
+        stax.rope_frequencies(2.5)
+    assert stax.rope_frequencies(np.int64(4)).shape == (2,)
