@@ -776,7 +776,8 @@ def make_schedule(scalar_or_schedule: float | Schedule) -> Schedule:
         return scalar_or_schedule
     if jnp.ndim(scalar_or_schedule) == 0:
         return constant(scalar_or_schedule)
-    raise TypeError(type(scalar_or_schedule))
+    raise TypeError(f"a step size is a 0-d number or a schedule (a callable), got {type(scalar_or_schedule)} "
+                    f"of shape {jnp.shape(scalar_or_schedule)}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -808,8 +809,13 @@ def clip_grads(grad_tree, max_norm):
     Returns:
       ``grad_tree``'s structure and shapes: unchanged, or scaled to norm ``max_norm``.
 
+    Raises:
+      ValueError: a concrete ``max_norm`` that is not positive (NaN included; a traced one is not
+        checked).
+
     Source: ``jax.example_libraries.optimizers.clip_grads``.
     """
+    check_step_size(max_norm, "max_norm")  # a negative one would reverse the gradient
     norm = l2_norm(grad_tree)
 
     def normalize(g):

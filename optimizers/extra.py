@@ -300,7 +300,8 @@ def join_schedules(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> 
       The joined schedule ``i -> scalar``.
 
     Raises:
-      ValueError: ``len(boundaries) != len(schedules) - 1`` (message with both lengths).
+      ValueError: ``len(boundaries) != len(schedules) - 1`` (message with both lengths); concrete
+        boundaries that are negative or not increasing.
 
     Source: ``optax.join_schedules``.
     """
@@ -311,6 +312,10 @@ def join_schedules(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> 
             "join_schedules needs one boundary fewer than schedules, got "
             f"{len(schedules)} schedules and {len(boundaries)} boundaries {boundaries!r}"
         )
+    concrete = [float(b) for b in boundaries if is_concrete_number(b)]
+    if concrete != sorted(set(concrete)) or any(b < 0 for b in concrete):
+        raise ValueError(f"join_schedules: boundaries must be increasing step indices >= 0, got "
+                         f"{boundaries!r}")
 
     def schedule(i):
         out = schedules[0](i)

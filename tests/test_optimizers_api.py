@@ -357,3 +357,17 @@ def test_every_registry_entry_runs_in_scan_with_traced_lr_and_schedule():
         assert np.isfinite(w).all(), name
         assert not np.array_equal(w[0], w[1]), name
         assert not np.allclose(w[1], np.asarray(params["w"]), rtol=0, atol=0), name
+
+
+def test_clip_grads_join_schedules_and_make_schedule_refuse_what_their_docstrings_exclude():
+    g = {"a": jnp.ones(3)}
+    for bad in (-1.0, 0.0, float("nan")):  # -1 reversed the gradient; nan made it nan
+        with pytest.raises(ValueError, match="max_norm must be positive"):
+            O.clip_grads(g, bad)
+    assert jax.jit(O.clip_grads)(g, -1.0)["a"].shape == (3,)  # a traced max_norm is not checked
+    c = O.constant
+    for bounds in ([5, 3], [-3, 5], [4, 4]):
+        with pytest.raises(ValueError, match=r"boundaries must be increasing step indices >= 0"):
+            O.join_schedules([c(0.1), c(0.2), c(0.3)], bounds)
+    with pytest.raises(TypeError, match=r"a 0-d number or a schedule \(a callable\), got .* of shape \(2,\)"):
+        O.make_schedule(jnp.array([0.1, 0.2]))
