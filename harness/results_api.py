@@ -35,13 +35,16 @@ def results(experiment: str, *, tracking_uri: str | None = None, immutable: bool
         that is not an MLflow store, a server that does not answer): one line.
       ValueError, TypeError: as :func:`reports.results.results` (no store at a local path, an
         unknown experiment, sweep id or option value).
+      harness.config.errors.UsageError: ``tracking_uri`` is neither a string nor ``None``.
     """
+    from harness.orchestrate.api import check_option_types
     from harness.tracking.client import prepare_store, ready_sqlite_store
     from harness.tracking.store_errors import SnapshotOnlyError, TrackingUnavailableError, one_line
     from harness.tracking.store_state import snapshot_warning
     from harness.tracking.uris import is_server, resolve_tracking_uri, sqlite_path
     from reports.results import results as read
 
+    check_option_types(tracking_uri=tracking_uri)  # tracking_uri=5 would fail deep inside
     uri = resolve_tracking_uri(tracking_uri)
     db = sqlite_path(uri)
     if db is not None and db.exists() and not immutable:

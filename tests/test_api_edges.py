@@ -87,3 +87,10 @@ def test_a_best_value_at_the_edge_of_a_grid_is_warned_like_one_at_the_edge_of_a_
     frame = harness.results("grid_edge", tracking_uri=tracking_uri).frame
     assert [w.replace(" (mlp / digits)", " (mlp · digits)") for w in report_warnings(frame)] == \
         run.summary.boundary
+
+
+def test_results_refuses_a_tracking_uri_that_is_not_a_string(tmp_path):
+    from harness.config.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"tracking_uri: must be a string .* got int 5"):
+        harness.results("x", tracking_uri=5)  # it failed deep inside with an AttributeError
