@@ -243,8 +243,22 @@ def _print_entry(console, kind: str, single: str, name: str, builder, full: bool
         lines = [doc or desc, *([f"note: {_plain(note)}"] if note else [])]
     if kind == "models" and builder is not None:
         lines.append(f"inputs: {input_kinds(builder)}")
-    for line in lines:
-        console.print(Padding(escape(line), (0, 0, 0, 2)), overflow="fold")
+    for indent, text in (entry for line in lines for entry in reflowed(line)):
+        console.print(Padding(escape(text), (0, 0, 0, 2 + indent)), overflow="fold")
+
+
+def reflowed(text: str) -> list[tuple[int, str]]:
+    """``(indent, text)`` per logical line of a docstring: a line indented deeper than the one
+    before continues it (an ``Args:`` entry's wrapped lines, not the entries under ``Args:``), so
+    the console wraps each entry at its own width instead of every source line on its own."""
+    out: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        indent, body = len(line) - len(line.lstrip()), line.strip()
+        if body and out and out[-1][1] and not out[-1][1].endswith(":") and indent > out[-1][0]:
+            out[-1] = (out[-1][0], f"{out[-1][1]} {body}")
+        else:
+            out.append((indent, body))
+    return out
 
 
 def _print_short(console, kinds: dict) -> None:
