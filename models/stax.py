@@ -1587,8 +1587,7 @@ def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.
       ``(init_fun, apply_fun)``; params ``{"q", "k", "v", "out"}``, each ``{"kernel" (F, F), "bias" (F,)}``.
 
     Raises:
-      ValueError: ``num_heads`` not a positive integer, ``rope_base <= 1`` or ``rope_fraction`` outside
-        ``[0, 1]``.
+      ValueError: ``num_heads`` not a positive integer, ``rope_base <= 1``, ``rope_fraction`` not in [0, 1].
       ShapeError: (at init) a non-``(B, T, F)`` input or ``F`` not in ``num_heads`` even-sized heads.
     """
     if int(num_heads) != num_heads or int(num_heads) <= 0:
