@@ -148,8 +148,9 @@ def _bad_dirs(base: Path) -> dict[str, tuple[Path, dict, str]]:
     out["version"] = (d, {}, f"name: {d / 'x_train_0.bin'}: version 3, expected 1")
     d = folder("vocab")
     write_shard(d / "x_train_0.bin", toks)
-    out["vocab"] = (d, {"vocab_size": 100}, f"hparams.vocab_size: {d / 'x_train_0.bin'} holds token id 199, "
-                                            f"beyond vocab_size 100")
+    # the validation shard is read first: ids 0..199, so the first beyond 100 is id 100 at token 100
+    out["vocab"] = (d, {"vocab_size": 100}, f"hparams.vocab_size: {d / 'x_val_0.bin'} holds token id 100 at "
+                                            f"token 100, beyond vocab_size 100")
     d = base / "empty"
     d.mkdir()
     out["empty"] = (d, {}, f"name: {d}: empty folder, no token shards")

@@ -82,7 +82,7 @@ def _tokens_name(rest: str) -> str | None:
 
 def _tokens_digest(rest: str, hparams: dict[str, Any]) -> str:
     globs = {k: hparams[k] for k in ("train_glob", "valid_glob", "test_glob", "format") if k in hparams}
-    return corpus_digest(scan(rest, **globs))
+    return corpus_digest(scan(rest, **globs), hparams.get("digest", "auto"))
 
 
 #: prefix -> kind.

@@ -19,7 +19,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from harness.data.shards import ShardInfo
+from harness.data.integrity import check_range
+from harness.data.shards import ShardInfo, digest
 
 __all__ = ["TokenStream"]
 
@@ -30,7 +31,10 @@ class TokenStream:
     Args:
       infos: the training shards, in order. seq_len: ``T``. num_tokens: how many tokens of the
         stream are training (the rest, held out, is never read). vocab_size: every token read must
-        be below it (checked per batch: ``ValueError`` naming the shard).
+        be below it (checked per window: ``ValueError`` naming the shard and the token's offset).
+
+    :meth:`check_unchanged` (cheap: a ``stat`` and an ``fstat`` per shard) and :meth:`verify` (also
+    the digest's sampled blocks) find a shard rewritten or replaced since it was scanned.
     """
 
     def __init__(self, infos: tuple[ShardInfo, ...], seq_len: int, num_tokens: int, vocab_size: int):
@@ -42,6 +46,27 @@ class TokenStream:
         self._fds = [os.open(i.path, os.O_RDONLY) for i in self.infos]
         self._ends = np.cumsum([i.num_tokens for i in self.infos])
         self._perms: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        if not hasattr(self, "_blocks"):  # a --jobs worker keeps the blocks the scan's process read
+            self._blocks = digest(list(self.infos))
+
+    def check_unchanged(self) -> None:
+        """Raise ``ValueError`` when a training shard's size, mtime or inode (the open file's and
+        the path's) is not the one scanned: tokens read from now on, or since, may be another
+        corpus's. Costs two ``stat`` calls per shard."""
+        for info, fd in zip(self.infos, self._fds, strict=True):
+            if why := info.changed(os.fstat(fd)) or info.changed():
+                raise ValueError(f"{why}: a training shard changed while the trial trained, so its "
+                                 f"result would mix two corpora")
+
+    def verify(self) -> None:
+        """:meth:`check_unchanged`, then the digest's sampled blocks read again (an edit that kept
+        the size and reset the mtime). Raises ``ValueError`` naming what changed."""
+        self.check_unchanged()
+        if (now := digest(list(self.infos))) != self._blocks:
+            where = os.path.dirname(self.infos[0].path)
+            raise ValueError(f"the sampled blocks of the training shards in {where} digest to {now}, not "
+                             f"{self._blocks} as when the trial began: a shard changed while the trial "
+                             f"trained, so its result would mix two corpora")
 
     def __del__(self) -> None:
         for fd in getattr(self, "_fds", []):
@@ -58,7 +83,8 @@ class TokenStream:
         return np.frombuffer(raw, info.dtype)
 
     def __getstate__(self) -> dict:  # a --jobs worker reopens the files: never the tokens pickled
-        return {k: getattr(self, k) for k in ("infos", "seq_len", "num_tokens", "vocab_size", "num_windows")}
+        return {k: getattr(self, k) for k in ("infos", "seq_len", "num_tokens", "vocab_size", "num_windows",
+                                            "_blocks")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -94,9 +120,7 @@ class TokenStream:
             n = min(hi, int(self._ends[k])) - lo
             if n > 0:
                 part = self._read(k, lo - first, n)
-                if int(part.max()) >= self.vocab_size:
-                    raise ValueError(f"{self.infos[k].path} holds token id {int(part.max())}, beyond "
-                                     f"vocab_size {self.vocab_size} (the model's vocabulary)")
+                check_range(part, self.vocab_size, self.infos[k].path, lo - first)
                 parts.append(part)
                 lo += n
             k += 1

@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from harness.data.dataset import Dataset
-from harness.data.shards import FORMATS, ShardError, ShardInfo, digest, read_info, read_tokens
+from harness.data.integrity import INDEX_LIMIT, check_range, partial_output, shard_files
+from harness.data.shards import FORMATS, ShardError, ShardInfo, content_digest, digest, read_info, read_tokens
 from harness.data.stream import TokenStream
 
-__all__ = ["SIDECAR", "TOKENS_PREFIX", "VALID_TOKENS_MAX", "Corpus", "TokensError", "corpus_digest",
-           "load_tokens", "scan", "windows"]
+__all__ = ["DIGESTS", "FULL_DIGEST_MAX_BYTES", "SIDECAR", "TOKENS_PREFIX", "VALID_TOKENS_MAX", "Corpus",
+           "TokensError", "corpus_digest", "load_tokens", "scan", "unchanged", "windows"]
 
 TOKENS_PREFIX = "tokens:"
 SIDECAR = "tokens.json"
@@ -64,8 +65,9 @@ def scan(path: str, train_glob: str = "*train*", valid_glob: str = "*val*", test
 
     Raises:
       TokensError: no such folder, an unknown ``format``, a glob that matches nothing
-        (``train_glob``/``valid_glob``), a shard that is not a supported format
-        (:class:`~harness.data.shards.ShardError`), a damaged ``tokens.json``.
+        (``train_glob``/``valid_glob``), a shard that is not a supported format or cannot be read
+        (:class:`~harness.data.shards.ShardError`), a dangling link, a damaged ``tokens.json``, an
+        unfinished ``data tokenize`` output (:func:`harness.data.integrity.partial_output`).
     """
     if format != "auto" and format not in FORMATS:
         raise TokensError("format", f"{format!r}: choose one of auto, {', '.join(FORMATS)}")
@@ -75,8 +77,12 @@ def scan(path: str, train_glob: str = "*train*", valid_glob: str = "*val*", test
                               f"modded-nanogpt .bin shards there, e.g. from modded-nanogpt's "
                               f"data/cached_fineweb10B.py, or make one with: python -m harness data "
                               f"tokenize TEXT... -o {root})")
-    files = sorted(f for f in root.iterdir() if f.is_file() and f.name != SIDECAR
-                   and not f.name.endswith(".tmp"))
+    try:
+        files = shard_files(root, (SIDECAR,))
+    except ValueError as e:
+        raise TokensError("", str(e)) from None
+    if why := partial_output(root, files, (root / SIDECAR).is_file()):
+        raise TokensError("", why)
     if not files:
         raise TokensError("", f"{root}: empty folder, no token shards")
     split = {}
@@ -122,21 +128,84 @@ def _sidecar(side: Path) -> dict:
     return meta
 
 
-def corpus_digest(corpus: Corpus) -> str:
-    """The corpus's content digest (:func:`harness.data.shards.digest` of every shard and the sidecar)."""
+#: ``digest`` choices: ``auto`` (full content where ``tokens.json`` records it, up to
+#: :data:`FULL_DIGEST_MAX_BYTES`), ``full`` (every byte, any size), ``sampled`` (blocks only).
+DIGESTS = ("auto", "full", "sampled")
+#: Largest corpus whose recorded full-content digest ``digest: auto`` checks (SHA-256 of 2 GiB:
+#: ~1.4 s of one core, once per process and file version).
+FULL_DIGEST_MAX_BYTES = 2 << 30
+
+
+def corpus_digest(corpus: Corpus, coverage: str = "auto") -> str:
+    """The corpus's content digest, which joins the trial id: the sampled
+    :func:`harness.data.shards.digest` of every shard and the sidecar's bytes; with ``coverage``
+    ``full`` on a corpus whose ``tokens.json`` records no ``content_digest``, the full-content
+    :func:`harness.data.shards.content_digest` joins it.
+
+    Where ``tokens.json`` records a ``content_digest`` (``data tokenize`` writes it), every byte of the
+    shards is hashed and compared with it (``auto``: up to :data:`FULL_DIGEST_MAX_BYTES` of shards;
+    ``full``: any size; ``sampled``: never). As the sidecar's bytes are in the sampled digest, the
+    digest then names the full content, and trial ids of corpora made before stay as they were.
+
+    Raises:
+      TokensError: ``coverage`` not one of :data:`DIGESTS`; shards whose content is not the one
+        ``tokens.json`` records (edited after ``data tokenize`` wrote them); an unreadable shard."""
+    if coverage not in DIGESTS:
+        raise TokensError("digest", f"{coverage!r}: choose one of {', '.join(DIGESTS)}")
     side = corpus.root / SIDECAR
-    return digest(list(corpus.shards), side.read_bytes() if side.is_file() else b"")
+    shards = list(corpus.shards)
+    sampled = digest(shards, side.read_bytes() if side.is_file() else b"")
+    recorded = corpus.meta.get("content_digest")
+    size = sum(i.size for i in shards)
+    try:
+        whole = coverage == "full" or (coverage == "auto" and size <= FULL_DIGEST_MAX_BYTES)
+        if recorded is not None and whole:
+            if (now := content_digest(_ordered(corpus))) != recorded:
+                raise TokensError("", f"{corpus.root}: its shards' content digest is {now}, {SIDECAR} "
+                                      f"records {recorded}: a shard was changed after data tokenize wrote "
+                                      f"it; tokenize again (or restore the shards)")
+        elif coverage == "full":
+            return digest([], f"{sampled}+{content_digest(shards)}".encode())
+    except ShardError as e:
+        raise TokensError("", str(e)) from None
+    return sampled
 
 
-def _stream(infos: tuple[ShardInfo, ...], count: int | None = None) -> np.ndarray:
-    """The first ``count`` (None: all) tokens of ``infos`` in order, as ``int64``."""
+def _ordered(corpus: Corpus) -> list[ShardInfo]:
+    """Every shard of the corpus in name order (as ``data tokenize`` digests them)."""
+    return sorted(corpus.shards, key=lambda i: Path(i.path).name)
+
+
+def unchanged(corpus: Corpus) -> None:
+    """Raise ``TokensError`` naming the first shard whose size, mtime or inode is not what
+    :func:`scan` read (a shard rewritten or replaced since)."""
+    for info in corpus.shards:
+        if why := info.changed():
+            raise TokensError("", f"{why}: the shard changed while it was being read; run again once "
+                                  f"the data is settled")
+
+
+def _read(info: ShardInfo, start: int = 0, count: int | None = None, vocab: int | None = None) -> np.ndarray:
+    """Tokens of one shard (positional reads), each checked below ``vocab`` when given."""
+    try:
+        t = read_tokens(info, start, count)
+        if vocab is not None:
+            check_range(t, vocab, info.path, start)
+    except ShardError as e:
+        raise TokensError("", str(e)) from None
+    except ValueError as e:
+        raise TokensError("vocab_size", str(e)) from None
+    return t
+
+
+def _stream(infos: tuple[ShardInfo, ...], count: int | None = None, vocab: int | None = None) -> np.ndarray:
+    """The first ``count`` (None: all) tokens of ``infos`` in order, as ``int64``, checked below ``vocab``."""
     parts, have = [], 0
     for info in infos:
         if count is not None and have >= count:
             break
-        t = read_tokens(info)
-        t = t if count is None else t[: count - have]
-        parts.append(np.asarray(t, np.int64))
+        t = _read(info, 0, None if count is None else count - have, vocab)
+        parts.append(t.astype(np.int64))
         have += len(t)
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
@@ -150,45 +219,55 @@ def windows(tokens: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     return w[:, :-1], w[:, 1:]
 
 
-def _check_vocab(infos: tuple[ShardInfo, ...], vocab_size: int) -> None:
-    """Every token of ``infos`` is below ``vocab_size`` (read in blocks of 16 M tokens)."""
-    for info in infos:
-        toks = read_tokens(info)
-        for i in range(0, len(toks), 1 << 24):
-            top = int(toks[i:i + (1 << 24)].max())
-            if top >= vocab_size:
-                raise TokensError("vocab_size", f"{info.path} holds token id {top}, beyond vocab_size "
-                                                f"{vocab_size} (the model's vocabulary)")
+#: Tokens read per positional read when a whole shard is scanned (64 MiB of uint32).
+SCAN_BLOCK_TOKENS = 1 << 24
+
+
+def _largest(info: ShardInfo) -> int:
+    """The largest id of a shard, read in blocks of :data:`SCAN_BLOCK_TOKENS` (no memory map)."""
+    return max((int(_read(info, i, SCAN_BLOCK_TOKENS).max())
+                for i in range(0, info.num_tokens, SCAN_BLOCK_TOKENS)), default=0)
 
 
 def _vocab(corpus: Corpus, vocab_size: int | None, streamed: bool) -> int:
     if vocab_size is not None:
-        if vocab_size < 1:
-            raise TokensError("vocab_size", f"must be >= 1, got {vocab_size}")
+        if not 1 <= vocab_size <= INDEX_LIMIT:
+            raise TokensError("vocab_size", f"must be in [1, {INDEX_LIMIT:,}] (ids feed the model as int32), "
+                                            f"got {vocab_size}")
         return vocab_size
-    if "max_token_id" in corpus.meta:
-        return int(corpus.meta["max_token_id"]) + 1
+    if (top := corpus.meta.get("max_token_id")) is not None:
+        if top >= INDEX_LIMIT:
+            raise TokensError("vocab_size", f"{corpus.root / SIDECAR}: max_token_id {top} does not fit the "
+                                            f"model's int32 ids; set vocab_size")
+        return int(top) + 1
     if streamed:
         raise TokensError("vocab_size", f"{corpus.root} has no {SIDECAR} giving its largest token id; set "
                                         f"vocab_size (reading a streamed corpus whole to find it is what "
                                         f"streaming avoids)")
-    return 1 + max((int(read_tokens(i).max()) for i in corpus.shards if i.num_tokens), default=0)
+    top = max((_largest(i) for i in corpus.shards if i.num_tokens), default=0)
+    if top >= INDEX_LIMIT:
+        raise TokensError("vocab_size", f"{corpus.root} holds token id {top:,}, which does not fit the "
+                                        f"model's int32 ids")
+    return 1 + top
 
 
-def _tail(infos: tuple[ShardInfo, ...], start: int) -> np.ndarray:
-    """Tokens ``start ..`` of the stream of ``infos``, as ``int64``, reading only that part."""
+def _tail(infos: tuple[ShardInfo, ...], start: int, vocab: int) -> np.ndarray:
+    """Tokens ``start ..`` of the stream of ``infos``, as ``int64``, reading only that part, each
+    checked below ``vocab``."""
     parts, first = [], 0
     for info in infos:
         if first + info.num_tokens > start:
-            parts.append(np.asarray(read_tokens(info)[max(start - first, 0):], np.int64))
+            parts.append(_read(info, max(start - first, 0), None, vocab).astype(np.int64))
         first += info.num_tokens
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens: int | None,
-                 globs: tuple[str, str]) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(validation tokens, test tokens, training tokens kept)``: the test tokens from the test
-    files, else held out from the end of the training stream (not kept for training)."""
+                 globs: tuple[str, str], vocab_size: int | None, stream: bool | None
+                 ) -> tuple[np.ndarray, np.ndarray, int, int, bool]:
+    """``(validation tokens, test tokens, training tokens kept, vocabulary, streamed)``: the test
+    tokens from the test files, else held out from the end of the training stream (not kept for
+    training); every token read is checked below the vocabulary."""
     n_val = sum(i.num_tokens for i in c.valid)
     if n_val < seq_len + 1:
         raise TokensError("seq_len", f"the files matching {globs[0]!r} in {c.root} hold {n_val:,} tokens, "
@@ -199,7 +278,6 @@ def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens:
         raise TokensError("valid_tokens", f"asked {want_val:,} validation tokens, the files matching "
                                           f"{globs[0]!r} in {c.root} hold {n_val:,} (at least "
                                           f"seq_len + 1 = {seq_len + 1} are needed)")
-    valid = _stream(c.valid, want_val + (1 if n_val > want_val else 0))
     n_train = sum(i.num_tokens for i in c.train)
     want_test = want_val if test_tokens is None else test_tokens
     if want_test < seq_len + 1:
@@ -210,11 +288,15 @@ def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens:
         if want_test > n_test:
             raise TokensError("test_tokens", f"asked {want_test:,} test tokens, the files matching "
                                              f"{globs[1]!r} in {c.root} hold {n_test:,}")
-        return valid, _stream(c.test, want_test), n_train
-    if want_test >= n_train - seq_len:
+    elif want_test >= n_train - seq_len:
         raise TokensError("test_tokens", f"holding out {want_test:,} test tokens leaves too few of "
                                          f"the {n_train:,} training tokens in {c.root}")
-    return valid, _tail(c.train, n_train - want_test), n_train - want_test
+    kept = n_train if c.test else n_train - want_test
+    streamed = kept > STREAM_ABOVE_TOKENS if stream is None else stream
+    vocab = _vocab(c, vocab_size, streamed)
+    valid = _stream(c.valid, want_val + (1 if n_val > want_val else 0), vocab)
+    test = _stream(c.test, want_test, vocab) if c.test else _tail(c.train, kept, vocab)
+    return valid, test, kept, vocab, streamed
 
 
 #: Training splits above this many tokens are streamed (``stream: null``); below, held in memory.
@@ -225,7 +307,8 @@ RESIDENT_WINDOWS = 1024
 
 def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, valid_tokens: int | None = None,
                 test_tokens: int | None = None, train_glob: str = "*train*", valid_glob: str = "*val*",
-                test_glob: str = "*test*", format: str = "auto", stream: bool | None = None) -> Dataset:
+                test_glob: str = "*test*", format: str = "auto", stream: bool | None = None,
+                digest: str = "auto") -> Dataset:
     """The shard folder ``path`` as a ``"sequence"`` :class:`Dataset` of ``int32 (N, seq_len)`` windows.
 
     Args:
@@ -234,25 +317,27 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
         validation files evaluated (default: all, at most :data:`VALID_TOKENS_MAX`). test_tokens:
         tokens of the test files, or held out from the end of training (default: as validation).
         *_glob: file-name patterns of the splits. format: ``auto`` or a
-        :data:`harness.data.shards.FORMATS` key. stream: read training windows from memory maps
+        :data:`harness.data.shards.FORMATS` key. stream: read training windows by positional reads
         (:class:`harness.data.stream.TokenStream`, ``Dataset.stream``) instead of holding them
-        (``None``: above :data:`STREAM_ABOVE_TOKENS` training tokens).
+        (``None``: above :data:`STREAM_ABOVE_TOKENS` training tokens). digest: how much of the
+        content the digest covers, one of :data:`DIGESTS` (:func:`corpus_digest`).
     Raises:
-      TokensError: bad data or hyperparameters; ``.key`` names the hyperparameter.
+      TokensError: bad data or hyperparameters (a token id at or above the vocabulary names its
+        shard and offset); ``.key`` names the hyperparameter.
     """
     if seq_len < 1:
         raise TokensError("seq_len", f"must be >= 1, got {seq_len}")
     c = scan(path, train_glob, valid_glob, test_glob, format)
-    valid, test, n_train = _eval_splits(c, seq_len, valid_tokens, test_tokens, (valid_glob, test_glob))
-    streamed = n_train > STREAM_ABOVE_TOKENS if stream is None else stream
-    vocab = _vocab(c, vocab_size, streamed)
-    _check_vocab(c.valid + c.test if streamed else c.shards, vocab)
+    corpus_digest(c, digest)
+    valid, test, n_train, vocab, streamed = _eval_splits(c, seq_len, valid_tokens, test_tokens,
+                                                         (valid_glob, test_glob), vocab_size, stream)
     src = TokenStream(c.train, seq_len, n_train, vocab)
     if streamed:
         w = np.stack([src.window(i) for i in range(min(src.num_windows, RESIDENT_WINDOWS))])
         train = (w[:, :-1].astype(np.int32), w[:, 1:].astype(np.int32))
     else:
-        train = windows(_stream(c.train, n_train), seq_len)
+        train = windows(_stream(c.train, n_train, vocab), seq_len)
+    unchanged(c)  # every split was read from the shards the digest names
     splits = [train, windows(test, seq_len), windows(valid, seq_len)]
     for (x, _), what in zip(splits, ("training", "test", "validation"), strict=True):
         if len(x) == 0:

@@ -69,6 +69,7 @@ class StreamFeed:
             xy = jax.make_array_from_callback(shape, sharding, lambda idx: self._host(start, n, idx[-2]))
         else:
             xy = jax.device_put(self._host(start, n), lay.replicated if lay is not None else None)
+        self._check(final=False)
         out = xy[..., :-1], xy[..., 1:]
         self.read_s += time.perf_counter() - t0
         return out
@@ -114,6 +115,20 @@ class StreamFeed:
         exe = self._exes[n] = jax.jit(fn, donate_argnums=(0,), **kw).lower(state, start, x, y).compile()
         return exe, time.perf_counter() - t0
 
+    def _check(self, final: bool) -> None:
+        """Raise ``ValueError`` when a training shard changed since the dataset was scanned: after each
+        chunk's read, its size, mtime and inode (:meth:`TokenStream.check_unchanged`, two ``stat``
+        calls a shard); at the end, also the digest's sampled blocks (:meth:`TokenStream.verify`)."""
+        check = getattr(self.stream, "verify" if final else "check_unchanged", None)
+        if check is not None:
+            check()
+
     def close(self) -> None:
-        """Stop the reading thread (a read in flight finishes first)."""
+        """Stop the reading thread (a read in flight finishes first), then check that no training
+        shard changed while the trial trained.
+
+        Raises:
+          ValueError: a shard changed (the trial is then FAILED with this reason, never stored
+            FINISHED on tokens of two corpora)."""
         self._pool.shutdown(wait=True)
+        self._check(final=True)
