@@ -2,25 +2,35 @@
 
 Tokenizers: ``bytes`` (UTF-8 bytes 0..255, end of text 256: always available) and the BPE
 vocabularies that ``bpe-openai`` ships in its wheel (``cl100k_base``, ``o200k_base``: no download;
-their ids pass 65,535, so their shards are ``llama3``, uint32). Each document (a text file) ends
-with the end-of-text token. The last ``valid_fraction`` of the token stream goes to ``val`` shards,
-the rest to ``train`` shards (modded-nanogpt's names, or nanoGPT's ``train.bin``/``val.bin``), and
-``tokens.json`` records the tokenizer, the largest id and bytes per token.
+their ids pass 65,535, so their shards are ``llama3``, uint32). Each document (a text file) is
+preceded by the end-of-text token, as llm.c's and modded-nanogpt's scripts write it. Validation is
+the ``--valid`` files, else the last ``valid_fraction`` of the token stream; test, the ``--test``
+files (none: a sweep holds out the end of training). Shards are numbered as llm.c numbers them, one
+counter over the splits: validation first (``_000000``), then test, then training.
+
+Written atomically: into a hidden sibling folder (marked :data:`~harness.data.integrity.PARTIAL_MARKER`)
+renamed into place when whole, under a lock that refuses a second writer; ``tokens.json`` is written
+last, with the token counts per split, the shard names and their full-content digest.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
-from collections.abc import Callable, Sequence
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from harness.data.shards import FORMATS, write_shard
-from harness.data.tokens import SIDECAR, TOKENS_PREFIX, corpus_digest, scan
+from harness.data.integrity import PARTIAL_MARKER
+from harness.data.shards import FORMATS, content_digest, read_info, write_shard
+from harness.data.tokens import FULL_DIGEST_MAX_BYTES, SIDECAR, TOKENS_PREFIX, corpus_digest, scan
 
 __all__ = ["BPE_VOCABS", "TOKENIZERS", "info", "tokenize_files"]
-
 #: BPE vocabularies ``bpe-openai`` ships in its wheel (tested offline).
 BPE_VOCABS = ("cl100k_base", "o200k_base")
 TOKENIZERS = ("bytes", *BPE_VOCABS)
@@ -58,71 +68,173 @@ def _check_out(root: Path) -> None:
                          f"would be read with the new shards; remove them or choose a new folder")
 
 
-def tokenize_files(texts: Sequence[str | Path], out: str | Path, tokenizer: str = "bytes",
-                   fmt: str = "gpt2", valid_fraction: float = 0.1, shard_tokens: int = SHARD_TOKENS,
-                   prefix: str = "text", license: str = "") -> dict:
-    """Tokenize text files into shards in folder ``out``; returns the sidecar written.
+@contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """Hold the write lock of output folder ``root`` (an ``flock`` on a hidden sibling file, released
+    by the kernel if the process dies).
 
-    Args:
-      texts: UTF-8 text files, one document each. tokenizer: a :data:`TOKENIZERS` name. fmt: a
-        :data:`harness.data.shards.FORMATS` key (``gpt2`` becomes ``llama3`` where ids pass 65,535).
-      valid_fraction: the tail of the stream written as validation. shard_tokens: tokens per shard
-        (not ``nanogpt``: one file per split). prefix: shard names ``{prefix}_train_000000.bin``.
     Raises:
-      ValueError: bad tokenizer, format, fraction or shard size; ``out`` a file or a folder that is
-        not empty; a file that is not UTF-8 text; no tokens.
-    """
-    if fmt not in FORMATS:
-        raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    if not 0.0 < valid_fraction < 1.0:
-        raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction}")
-    if shard_tokens < 1:
-        raise ValueError(f"shard_tokens must be >= 1, got {shard_tokens}")
-    _check_out(Path(out))
-    encode, eot, n_vocab = _encoder(tokenizer)
+      ValueError: another process holds it."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    lock = root.parent / f".{root.name}.tokenize.lock"
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        busy = ValueError(f"{root}: another data tokenize is writing it (its lock {lock.name} is held); "
+                          f"wait for it to finish or choose another folder")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            raise busy from None
+        try:  # the file we locked is still the lock (not one its last holder removed)
+            if os.stat(lock).st_ino != os.fstat(fd).st_ino:
+                raise busy
+        except FileNotFoundError:
+            raise busy from None
+        try:
+            yield
+        finally:  # held: a later writer finds the folder full (or absent) and decides anew
+            lock.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+
+
+def _encode_all(files: Sequence[str | Path], encode: Callable[[str], list[int]],
+                eot: int) -> tuple[list, int]:
+    """``(ids, UTF-8 bytes)`` of the files, each document preceded by ``eot``.
+
+    Raises:
+      ValueError: a file that is not UTF-8 text."""
     ids, n_bytes = [], 0
-    for t in texts:
+    for t in files:
         try:
             text = Path(t).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise ValueError(f"{t}: cannot read as UTF-8 text ({e})") from None
         n_bytes += len(text.encode("utf-8"))
-        ids.extend(encode(text))
         ids.append(eot)
+        ids.extend(encode(text))
+    return ids, n_bytes
+
+
+def _write_splits(tmp: Path, splits: dict[str, np.ndarray], fmt: str, shard_tokens: int,
+                  prefix: str) -> list[str]:
+    """Write each split's shards into ``tmp`` (llm.c's numbering: one counter, validation first);
+    returns their names in name order."""
+    names, k = [], 0
+    for split, part in splits.items():
+        if fmt == "nanogpt":
+            names.append(f"{split}.bin")
+            write_shard(tmp / names[-1], part, fmt)
+            continue
+        for i in range(0, len(part), shard_tokens):
+            names.append(f"{prefix}_{split}_{k:06d}.bin")
+            write_shard(tmp / names[-1], part[i:i + shard_tokens], fmt)
+            k += 1
+    return sorted(names)
+
+
+def tokenize_files(texts: Sequence[str | Path], out: str | Path, tokenizer: str = "bytes",
+                   fmt: str = "gpt2", valid_fraction: float | None = 0.1, shard_tokens: int = SHARD_TOKENS,
+                   prefix: str = "text", license: str = "", valid: Sequence[str | Path] = (),
+                   test: Sequence[str | Path] = ()) -> dict:
+    """Tokenize text files into shards in folder ``out``, atomically; returns the sidecar written.
+
+    Args:
+      texts: UTF-8 text files, one document each (training; with no ``valid`` files, its last
+        ``valid_fraction`` of tokens is validation). tokenizer: a :data:`TOKENIZERS` name. fmt: a
+        :data:`harness.data.shards.FORMATS` key (``gpt2`` becomes ``llama3`` where ids pass 65,535).
+      valid_fraction: the tail of the stream written as validation (ignored given ``valid``).
+      shard_tokens: tokens per shard (not ``nanogpt``: one file per split). prefix: shard names
+        ``{prefix}_val_000000.bin``, ``{prefix}_train_000001.bin``... valid, test: files of those splits.
+    Raises:
+      ValueError: bad tokenizer, format, fraction or shard size; ``out`` a file or a folder that is
+        not empty, or locked by another writer; a file that is not UTF-8 text; too few tokens.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if not valid and not (valid_fraction is not None and 0.0 < valid_fraction < 1.0):
+        raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction} (or give validation files)")
+    if shard_tokens < 1:
+        raise ValueError(f"shard_tokens must be >= 1, got {shard_tokens}")
+    root = Path(os.path.abspath(out))
+    _check_out(root)
+    encode, eot, n_vocab = _encoder(tokenizer)
+    with _locked(root):
+        _check_out(root)  # again, now that no other writer can fill it
+        tmp = root.parent / f".{root.name}.partial"
+        shutil.rmtree(tmp, ignore_errors=True)  # a killed writer's leftovers (the lock is ours)
+        tmp.mkdir()
+        (tmp / PARTIAL_MARKER).write_text("data tokenize is writing this folder\n")
+        try:
+            meta = _tokenize_into(tmp, texts, valid, test, encode, eot, n_vocab, tokenizer, fmt,
+                                  valid_fraction, shard_tokens, prefix, license)
+            (tmp / PARTIAL_MARKER).unlink()
+            if root.is_dir():
+                root.rmdir()  # empty (checked under the lock)
+            os.rename(tmp, root)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return meta
+
+
+def _tokenize_into(tmp: Path, texts, valid, test, encode, eot, n_vocab, tokenizer, fmt, valid_fraction,
+                   shard_tokens, prefix, license) -> dict:
+    """:func:`tokenize_files`' work inside the hidden folder ``tmp``; returns the sidecar written."""
+    ids, n_bytes = _encode_all(texts, encode, eot)
     toks = np.asarray(ids, np.int64)
-    n_val = round(len(toks) * valid_fraction)
-    if n_val < 2 or len(toks) - n_val < 2:
-        where = str(texts[0]) if len(texts) == 1 else f"{len(texts)} files"
-        raise ValueError(f"{where}: {len(toks)} tokens (an end-of-text one per file included) are too few "
-                         f"to split into train and validation at valid_fraction {valid_fraction}; give "
-                         f"more text")
-    if int(toks.max()) > 65_535 and fmt != "llama3":
+    splits: dict[str, np.ndarray] = {}
+    if valid:
+        v_ids, v_bytes = _encode_all(valid, encode, eot)
+        splits["val"], n_bytes = np.asarray(v_ids, np.int64), n_bytes + v_bytes
+        train = toks
+    else:
+        n_val = round(len(toks) * valid_fraction)
+        if n_val < 2 or len(toks) - n_val < 2:
+            where = str(texts[0]) if len(texts) == 1 else f"{len(texts)} files"
+            raise ValueError(f"{where}: {len(toks)} tokens (an end-of-text one per file included) are too "
+                             f"few to split into train and validation at valid_fraction {valid_fraction}; "
+                             f"give more text")
+        splits["val"], train = toks[-n_val:], toks[:-n_val]
+    if test:
+        t_ids, t_bytes = _encode_all(test, encode, eot)
+        splits["test"], n_bytes = np.asarray(t_ids, np.int64), n_bytes + t_bytes
+    splits["train"] = train
+    top = max(int(p.max()) for p in splits.values())
+    if top > 65_535 and fmt != "llama3":
         if fmt == "nanogpt":
             raise ValueError(f"tokenizer {tokenizer!r} has ids above 65,535: nanoGPT's uint16 files "
                              f"cannot hold them; use format llama3")
         fmt = "llama3"
-    root = Path(out)
-    root.mkdir(parents=True, exist_ok=True)
-    for split, part in (("train", toks[:-n_val]), ("val", toks[-n_val:])):
-        if fmt == "nanogpt":
-            write_shard(root / f"{split}.bin", part, fmt)
-            continue
-        for k, i in enumerate(range(0, len(part), shard_tokens)):
-            write_shard(root / f"{prefix}_{split}_{k:06d}.bin", part[i:i + shard_tokens], fmt)
-    meta = {"tokenizer": tokenizer, "format": fmt, "vocab_size": n_vocab, "max_token_id": int(toks.max()),
-            "eot_token": eot, "tokens": len(toks), "bytes": n_bytes,
-            "bytes_per_token": n_bytes / len(toks), "license": license,
-            "sources": [Path(t).name for t in texts]}
-    (root / SIDECAR).write_text(json.dumps(meta, indent=1) + "\n")
+    names = _write_splits(tmp, splits, fmt, shard_tokens, prefix)
+    total = sum(len(p) for p in splits.values())
+    meta = {"tokenizer": tokenizer, "format": fmt, "vocab_size": n_vocab, "max_token_id": top,
+            "eot_token": eot, "eot_position": "before each document", "tokens": total,
+            "train_tokens": len(splits["train"]), "valid_tokens": len(splits["val"]),
+            "test_tokens": len(splits.get("test", ())), "bytes": n_bytes, "bytes_per_token": n_bytes / total,
+            "license": license, "sources": [Path(t).name for t in texts],
+            "valid_sources": [Path(t).name for t in valid], "test_sources": [Path(t).name for t in test],
+            "shards": names, "content_digest": content_digest([read_info(tmp / n, fmt) for n in names])}
+    side = tmp / f"{SIDECAR}.tmp"
+    side.write_text(json.dumps(meta, indent=1) + "\n")
+    os.replace(side, tmp / SIDECAR)  # last: its presence says the shards are whole
     return meta
 
 
-def info(path: str | Path) -> dict:
-    """A shard folder's format, tokens per split, vocabulary bound and digest (as ``data info`` shows).
+def info(path: str | Path, coverage: str = "auto") -> dict:
+    """A shard folder's format, tokens per split, vocabulary bound and digest (as ``data info`` shows),
+    and what the digest covers: ``full`` (every byte, checked against ``tokens.json``) or
+    ``sampled`` (:func:`harness.data.tokens.corpus_digest`'s rule for ``coverage``).
 
     Raises:
-      TokensError: what :func:`harness.data.tokens.scan` refuses."""
+      TokensError: what :func:`harness.data.tokens.scan` and
+        :func:`harness.data.tokens.corpus_digest` refuse (an unfinished or edited corpus)."""
     c = scan(str(path))
+    dig = corpus_digest(c, coverage)
+    whole = coverage == "full" or (coverage == "auto" and "content_digest" in c.meta
+                                   and sum(s.size for s in c.shards) <= FULL_DIGEST_MAX_BYTES)
     bound = c.meta.get("max_token_id")
     return {"dataset": f"{TOKENS_PREFIX}{path}", "format": sorted({s.format for s in c.shards}),
             "train_tokens": sum(s.num_tokens for s in c.train),
@@ -130,4 +242,5 @@ def info(path: str | Path) -> dict:
             "test_tokens": sum(s.num_tokens for s in c.test),
             "files": len(c.shards), "tokenizer": c.meta.get("tokenizer", "unknown"),
             "vocab_bound": None if bound is None else int(bound) + 1,
-            "bytes_per_token": c.meta.get("bytes_per_token"), "digest": corpus_digest(c)}
+            "bytes_per_token": c.meta.get("bytes_per_token"), "digest": dig,
+            "digest_coverage": "full" if whole else "sampled"}

@@ -160,7 +160,7 @@ def corpus_digest(corpus: Corpus, coverage: str = "auto") -> str:
     try:
         whole = coverage == "full" or (coverage == "auto" and size <= FULL_DIGEST_MAX_BYTES)
         if recorded is not None and whole:
-            if (now := content_digest(_ordered(corpus))) != recorded:
+            if (now := content_digest(_recorded(corpus))) != recorded:
                 raise TokensError("", f"{corpus.root}: its shards' content digest is {now}, {SIDECAR} "
                                       f"records {recorded}: a shard was changed after data tokenize wrote "
                                       f"it; tokenize again (or restore the shards)")
@@ -171,9 +171,24 @@ def corpus_digest(corpus: Corpus, coverage: str = "auto") -> str:
     return sampled
 
 
-def _ordered(corpus: Corpus) -> list[ShardInfo]:
-    """Every shard of the corpus in name order (as ``data tokenize`` digests them)."""
-    return sorted(corpus.shards, key=lambda i: Path(i.path).name)
+def _recorded(corpus: Corpus) -> list[ShardInfo]:
+    """The shards ``tokens.json`` lists (``data tokenize`` digests them in this order).
+
+    Raises:
+      TokensError: a listed shard is missing, or a shard of a split is not listed (another
+        writer's, or one added by hand)."""
+    names = corpus.meta.get("shards")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise TokensError("", f"{corpus.root / SIDECAR}: records a content_digest but no list of shards; "
+                              f"tokenize again")
+    extra = sorted({Path(i.path).name for i in corpus.shards} - set(names))
+    if extra:
+        raise TokensError("", f"{corpus.root / extra[0]}: a shard {SIDECAR} does not list (data tokenize "
+                              f"wrote {len(names)} shards here); remove it or tokenize again")
+    try:
+        return [read_info(corpus.root / n) for n in names]
+    except ShardError as e:
+        raise TokensError("", f"{e}; {SIDECAR} lists it: the corpus is not whole, tokenize again") from None
 
 
 def unchanged(corpus: Corpus) -> None:
