@@ -98,3 +98,44 @@ def test_a_shard_rewritten_mid_sweep_fails_later_trials_and_keeps_the_finished(t
     assert "2 trials, 0 done (skipped), 2 to run" in r.output, r.output
     runs = [x for x in client.search_runs([exp.experiment_id]) if "harness.trial_id" in x.data.tags]
     assert sorted(x.info.status for x in runs) == ["FAILED", "FINISHED"]  # nothing lost
+
+
+INPLACE = REWRITER.replace('''        n = np.fromfile(SHARD, np.uint16).size
+        write_shard(SHARD, np.full(n, 65, np.uint16), "nanogpt")''', '''        with open(SHARD, "r+b") as f:  # every token 0: the same file, the same size
+            f.write(bytes(os.path.getsize(SHARD)))''')
+
+
+def test_a_streamed_shard_overwritten_mid_trial_fails_that_trial_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    text = np.frombuffer((ROOT / "docs" / "architecture.md").read_bytes()[:6_000], np.uint8)
+    write_shard(corpus / "train.bin", text[:5_000].astype(np.uint16), "nanogpt")
+    write_shard(corpus / "val.bin", text[5_000:].astype(np.uint16), "nanogpt")
+    assert INPLACE != REWRITER
+    (tmp_path / "rewriter.py").write_text(INPLACE.format(
+        shard=str(corpus / "train.bin"), done=str(tmp_path / "rewritten")))
+    cfg = tmp_path / "rw.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "name": "rw", "models": [{"name": "transformer_lm",
+                                  "hparams": {"width": 8, "depth": 1, "num_heads": 2}}],
+        "optimizers": [{"name": "rewriting_sgd", "source": "rewriter.py:rewriting_sgd",
+                        "hparams": {"step_size": 0.1}}],
+        "schedules": ["constant"], "seeds": [0], "batching": "off",
+        "datasets": [{"name": f"tokens:{corpus}", "hparams": {"seq_len": 8, "vocab_size": 256,
+                                                              "valid_tokens": 512, "stream": True}}],
+        "batch_size": 4, "budget": {"steps": 4}, "eval_every": 4, "measure_perf": False}))
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    r = CliRunner().invoke(app, ["sweep", str(cfg), "--tracking-uri", uri])
+    assert (tmp_path / "rewritten").exists(), r.output
+    assert r.exit_code != 0, r.output
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name("rw")
+    (run,) = [x for x in client.search_runs([exp.experiment_id]) if "harness.trial_id" in x.data.tags]
+    assert run.info.status == "FAILED", r.output  # it read the zeros: never stored FINISHED
+    reason = " ".join(str(v) for k, v in run.data.tags.items() if "reason" in k)
+    assert f"{corpus / 'train.bin'}: its mtime_ns changed" in reason, run.data.tags
+    assert "a training shard changed while the trial trained, so its result would mix two corpora" in reason
