@@ -100,8 +100,11 @@ def test_a_shard_rewritten_mid_sweep_fails_later_trials_and_keeps_the_finished(t
     assert sorted(x.info.status for x in runs) == ["FAILED", "FINISHED"]  # nothing lost
 
 
-INPLACE = REWRITER.replace('''        n = np.fromfile(SHARD, np.uint16).size
-        write_shard(SHARD, np.full(n, 65, np.uint16), "nanogpt")''', '''        with open(SHARD, "r+b") as f:  # every token 0: the same file, the same size
+#: every token overwritten with 0: the same file, the same size
+INPLACE = REWRITER.replace(
+    '''        n = np.fromfile(SHARD, np.uint16).size
+        write_shard(SHARD, np.full(n, 65, np.uint16), "nanogpt")''',
+    '''        with open(SHARD, "r+b") as f:
             f.write(bytes(os.path.getsize(SHARD)))''')
 
 

@@ -110,8 +110,9 @@ class TokenStream:
             out[sel] = self._perm(seed, int(e))[pos[sel] - e * N]
         return out.reshape(n, batch)
 
-    def window(self, w: int) -> np.ndarray:
-        """Tokens ``[w·T, w·T + T + 1)`` of the stream, ``int64 (T + 1,)``."""
+    def window(self, w: int, check: bool = True) -> np.ndarray:
+        """Tokens ``[w·T, w·T + T + 1)`` of the stream, ``int64 (T + 1,)``; ``check``: each read part
+        range-checked (:func:`harness.data.integrity.check_range`)."""
         lo, hi = w * self.seq_len, w * self.seq_len + self.seq_len + 1
         k = int(np.searchsorted(self._ends, lo, side="right"))
         parts = []
@@ -120,7 +121,8 @@ class TokenStream:
             n = min(hi, int(self._ends[k])) - lo
             if n > 0:
                 part = self._read(k, lo - first, n)
-                check_range(part, self.vocab_size, self.infos[k].path, lo - first)
+                if check:
+                    check_range(part, self.vocab_size, self.infos[k].path, lo - first)
                 parts.append(part)
                 lo += n
             k += 1
@@ -131,6 +133,18 @@ class TokenStream:
         """``(x, y)`` ``int32 (n, b, T)``: inputs and next tokens of updates ``start ..``; ``part``:
         which examples of each batch are read (a data-parallel device's share; default all ``batch``)."""
         ids = self.order(seed, start, n, batch)[:, part]
-        w = np.stack([self.window(int(i)) for i in ids.reshape(-1)]).astype(np.int32)
-        w = w.reshape(*ids.shape, self.seq_len + 1)
+        flat = [int(i) for i in ids.reshape(-1)]
+        w = np.stack([self.window(i, check=False) for i in flat])
+        self._check_range(w, flat)
+        w = w.astype(np.int32).reshape(*ids.shape, self.seq_len + 1)
         return w[..., :-1], w[..., 1:]
+
+    def _check_range(self, w: np.ndarray, flat: list[int]) -> None:
+        """Every token of windows ``flat`` (read as ``w``) below the vocabulary: one pass over the
+        batch; where one is not, its windows are read again, checked, to name the shard and offset."""
+        if w.size == 0 or int(w.max()) < self.vocab_size:
+            return
+        for i in flat:
+            self.window(i)
+        raise ValueError(f"a window of the training shards held token id {int(w.max())}, beyond vocab_size "
+                         f"{self.vocab_size}, and not when read again: a shard changed while it was read")
