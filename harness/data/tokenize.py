@@ -226,15 +226,19 @@ def _tokenize_into(tmp: Path, texts, valid, test, encode, eot, n_vocab, tokenize
 def info(path: str | Path, coverage: str = "auto") -> dict:
     """A shard folder's format, tokens per split, vocabulary bound and digest (as ``data info`` shows),
     and what the digest covers: ``full`` (every byte, checked against ``tokens.json``) or
-    ``sampled`` (:func:`harness.data.tokens.corpus_digest`'s rule for ``coverage``).
+    ``sampled`` (:func:`harness.data.tokens.corpus_digest`'s rule for ``coverage``);
+    ``as_tokenized``: whether every byte is what ``data tokenize`` wrote (``None``: not checked).
 
     Raises:
       TokensError: what :func:`harness.data.tokens.scan` and
-        :func:`harness.data.tokens.corpus_digest` refuse (an unfinished or edited corpus)."""
+        :func:`harness.data.tokens.corpus_digest` refuse (an unfinished corpus, shards missing
+        from or added to what ``tokens.json`` lists)."""
     c = scan(str(path))
     dig = corpus_digest(c, coverage)
-    whole = coverage == "full" or (coverage == "auto" and "content_digest" in c.meta
+    recorded = c.meta.get("content_digest")
+    whole = coverage == "full" or (coverage == "auto" and recorded is not None
                                    and sum(s.size for s in c.shards) <= FULL_DIGEST_MAX_BYTES)
+    as_recorded = None if recorded is None or not whole else dig == corpus_digest(c, "sampled")
     bound = c.meta.get("max_token_id")
     return {"dataset": f"{TOKENS_PREFIX}{path}", "format": sorted({s.format for s in c.shards}),
             "train_tokens": sum(s.num_tokens for s in c.train),
@@ -243,4 +247,4 @@ def info(path: str | Path, coverage: str = "auto") -> dict:
             "files": len(c.shards), "tokenizer": c.meta.get("tokenizer", "unknown"),
             "vocab_bound": None if bound is None else int(bound) + 1,
             "bytes_per_token": c.meta.get("bytes_per_token"), "digest": dig,
-            "digest_coverage": "full" if whole else "sampled"}
+            "digest_coverage": "full" if whole else "sampled", "as_tokenized": as_recorded}
