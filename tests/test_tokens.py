@@ -160,6 +160,14 @@ def _bad_dirs(base: Path) -> dict[str, tuple[Path, dict, str]]:
                    "hparams.train_glob: '*fineweb_train*' matches no file")
     out["valid"] = (d, {"valid_tokens": 5000}, "hparams.valid_tokens: asked 5,000 validation tokens, the "
                                                "files matching '*val*'")
+    d = folder("partial")  # what a killed data tokenize of an earlier version left: no tokens.json
+    write_shard(d / "text_train_000000.bin", toks)
+    out["partial"] = (d, {}, f"name: {d}: 1 shard named as data tokenize names them (text_train_000000.bin, "
+                             f"...) but no tokens.json, which it writes last: an unfinished output")
+    d = folder("dangling")
+    write_shard(d / "x_train_0.bin", toks)
+    (d / "x_train_1.bin").symlink_to(base / "gone.bin")
+    out["dangling"] = (d, {}, f"name: {d / 'x_train_1.bin'}: a dangling symbolic link")
     return out
 
 

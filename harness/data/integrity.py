@@ -79,6 +79,7 @@ def partial_output(root: Path, files: list[Path], has_sidecar: bool) -> str:
         return f"{root}: an unfinished data tokenize output (its {PARTIAL_MARKER} marker is there); {again}"
     ours = [f.name for f in files if HARNESS_SHARD.match(f.name)]
     if ours and not has_sidecar:
-        return (f"{root}: {len(ours)} shards named as data tokenize names them ({ours[0]}, ...) but no "
+        return (f"{root}: {len(ours)} shard{'s' * (len(ours) != 1)} named as data tokenize names them "
+                f"({ours[0]}, ...) but no "
                 f"tokens.json, which it writes last: an unfinished output; {again}")
     return ""
