@@ -2,7 +2,8 @@
 optimizer's runtime callback rewrites the training shard at its trial's third update, never while
 tracing), not a race against the machine. The trial that was training finishes on the data it read;
 each later trial on that data is FAILED with the reason (its digest changed); nothing FINISHED is
-lost, and the next sweep trains them all on the new data."""
+lost, and the next sweep trains them all on the new data. A streamed trial reads its shards while it
+trains: one overwritten under it is FAILED with the reason."""
 
 from __future__ import annotations
 

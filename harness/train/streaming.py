@@ -14,6 +14,7 @@ built on Grain: measured against it, no faster and more memory (docs/decisions.m
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -129,6 +130,8 @@ class StreamFeed:
 
         Raises:
           ValueError: a shard changed (the trial is then FAILED with this reason, never stored
-            FINISHED on tokens of two corpora)."""
+            FINISHED on tokens of two corpora); not while an exception is on its way out (a
+            ``finally``), which it would hide (a Ctrl-C among them)."""
         self._pool.shutdown(wait=True)
-        self._check(final=True)
+        if sys.exc_info()[0] is None:
+            self._check(final=True)
