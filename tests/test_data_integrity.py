@@ -203,7 +203,7 @@ def test_the_checks_read_without_a_memory_map(tmp_path, monkeypatch):
         assert ds.num_classes == (vocab or 60)
 
 
-def test_a_dangling_link_or_a_folder_among_the_shards_is_refused_with_its_path(tmp_path):
+def test_a_dangling_link_or_a_pipe_among_the_shards_is_refused_with_its_path(tmp_path):
     d = _tail_corpus(tmp_path / "c", 7, "gpt2", 0)
     (d / "x_train_001.bin").symlink_to(d / "x_train_000.bin")  # a good link is read
     assert len(scan(str(d)).train) == 2
@@ -214,3 +214,8 @@ def test_a_dangling_link_or_a_folder_among_the_shards_is_refused_with_its_path(t
         f"or restore its target"), r.output
     with pytest.raises(TokensError, match="a dangling symbolic link"):
         load_tokens(str(d), seq_len=SEQ, valid_tokens=400)
+    (d / "x_train_002.bin").unlink()
+    os.mkfifo(d / "x_train_003.bin")  # a pipe: reading it would block, skipping it would lose a shard
+    r = runner.invoke(app, ["data", "info", str(d)])
+    assert r.exit_code == 2 and r.output.strip() == (
+        f"info: {d / 'x_train_003.bin'}: not a regular file; remove it from the shard folder"), r.output
