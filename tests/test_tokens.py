@@ -168,6 +168,8 @@ def _bad_dirs(base: Path) -> dict[str, tuple[Path, dict, str]]:
     write_shard(d / "x_train_0.bin", toks)
     (d / "x_train_1.bin").symlink_to(base / "gone.bin")
     out["dangling"] = (d, {}, f"name: {d / 'x_train_1.bin'}: a dangling symbolic link")
+    out["digest"] = (base / "glob", {"digest": "every"}, "hparams.digest: 'every': choose one of auto, full, "
+                                                         "sampled")
     return out
 
 
