@@ -118,10 +118,11 @@ def test_order_refused_before_any_work(tmp_path, write_sweep, monkeypatch, shard
 STEPS = 40
 
 
-def test_sigkill_mid_trial_resumes_at_the_same_position(tmp_path):
+def test_sigkill_mid_trial_resumes_at_the_same_position(tmp_path, monkeypatch):
     """A real sweep (gpt, torch init, loss_reduction sum, order sequential across 3 shards, a claim
     rule) SIGKILLed once a checkpoint exists, run again: every train loss and evaluation equals an
-    uninterrupted run's bit for bit, and MLflow stored the new keys as params."""
+    uninterrupted run's bit for bit, MLflow stored the new keys as params, and the report states
+    the claim rules on the stored final loss."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     text = np.frombuffer((ROOT / "docs" / "architecture.md").read_bytes()[:6_000], np.uint8)
@@ -171,3 +172,14 @@ def test_sigkill_mid_trial_resumes_at_the_same_position(tmp_path):
     p = run.data.params
     assert (p["dataset.order"], p["model.init"], p["train.loss_reduction"]) == ("sequential", "torch", "sum")
     assert (p["claim.margin"], p["claim.single_run"]) == ("0.004", "8.0")
+    import reports.html
+    from harness.core.claim_rules import ClaimRules, claim_rule_lines
+    from reports import load_frame, make_report
+    from reports.claim_table import claim_rows
+
+    want = claim_rule_lines([(0, run.data.metrics["final/valid_loss"])], 9.0, ClaimRules(0.004, 8.0))
+    (row,) = claim_rows(load_frame("order-kill", tracking_uri=uri), {})
+    assert row["rules"] == want
+    monkeypatch.setattr(reports.html, "figure_items", lambda frame, stem: [])  # the claims, not the figures
+    html = make_report("order-kill", tracking_uri=uri, output=str(tmp_path / "r.html")).read_text()
+    assert 'id="claim-rules"' in html and all(line in html for line in want)
