@@ -91,13 +91,14 @@ def test_sequential_needs_a_shard_that_holds_a_batch(shards):
 
 @pytest.mark.parametrize("dataset, line", [
     ("digits", "datasets[0].hparams.order: unknown hyperparameter of dataset 'digits'"),
+    ("markov_lm", "datasets[0].hparams.order: expected int, got 'sequential'"),
     ("tokens", "datasets[0].hparams.order: expected"),
     ("big", "batch_size: 40 on dataset 'tokens:"),
 ])
 def test_order_refused_before_any_work(tmp_path, write_sweep, monkeypatch, shards, dataset, line):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    ds = ({"name": "digits", "hparams": {"order": "sequential"}} if dataset == "digits" else
+    ds = ({"name": dataset, "hparams": {"order": "sequential"}} if dataset in ("digits", "markov_lm") else
           {"name": f"tokens:{shards[0]}", "hparams": {"seq_len": 8, "order": "shuffled"}})
     lm = {}
     if dataset == "big":  # 40 × 8 tokens a batch: no shard holds 322 (the largest has 300)
@@ -108,7 +109,7 @@ def test_order_refused_before_any_work(tmp_path, write_sweep, monkeypatch, shard
     r = CliRunner().invoke(app, ["sweep", str(cfg)], env={"COLUMNS": "400"})
     assert r.exit_code == 2, r.output
     assert f"{cfg}: {line}" in r.output
-    if dataset == "digits":
+    if dataset in ("digits", "markov_lm"):  # markov_lm's order is its chain's: an int
         assert "order (random | sequential) is a tokens: dataset's" in r.output
     if dataset == "big":
         assert "no training shard holds batch_size · seq_len + 2 = 322 tokens" in r.output
