@@ -90,6 +90,11 @@ def type_error(value: Any, ann: Any) -> str | None:
     return f"expected {name}, got {short_repr(value)}"
 
 
+#: Why a dataset other than token shards has no ``order`` of its windows (markov_lm's is its chain's).
+_ORDER_HINT = ("; order (random | sequential) is a tokens: dataset's: the sequential order reads token "
+               "shards in name order")
+
+
 def entry_builder(kind: str, registry: Mapping[str, Callable], name: str) -> Callable:
     """The builder whose signature holds the entry's hyperparameters: a dataset kind's loader
     (:mod:`harness.data.kinds`) for a prefixed dataset name, else the registry's entry.
@@ -123,9 +128,12 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
         if k not in hps:
             valid = ", ".join(hps) or "(none)"
             errors.append(f"{file}: {path}.hparams.{key_text(k)}: unknown hyperparameter of {kind} "
-                          f"{comp.name!r}; valid: {valid}{did_you_mean(k[:200], list(hps))}")
+                          f"{comp.name!r}; valid: {valid}{did_you_mean(k[:200], list(hps))}"
+                          + (_ORDER_HINT if kind == "dataset" and k == "order" else ""))
         elif (msg := _hparam_error(kind, k, raw, annotation_of(builder, hps[k]))) is not None:
-            errors.append(f"{file}: {path}.hparams.{k}: {msg}")
+            windows = kind == "dataset" and k == "order" and raw in ("random", "sequential")
+            hint = _ORDER_HINT if windows else ""
+            errors.append(f"{file}: {path}.hparams.{k}: {msg}{hint}")
     if kind == "optimizer" and len(errors) > start:  # the builder's own checks see the other keys
         refused = {k for k in comp.hparams
                    if any(f"{path}.hparams.{key_text(k)}:" in e for e in errors[start:])}
