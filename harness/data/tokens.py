@@ -353,9 +353,11 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
                                     "sequential reads them from the shards (leave stream unset)")
     c = scan(path, train_glob, valid_glob, test_glob, format)
     corpus_digest(c, digest)
-    valid, test, n_train, vocab, streamed = _eval_splits(
-        c, seq_len, valid_tokens, test_tokens, (valid_glob, test_glob), vocab_size,
-        True if order == "sequential" else stream)
+    valid, test, n_train, vocab, streamed = _eval_splits(c, seq_len, valid_tokens, test_tokens,
+                                                         (valid_glob, test_glob), vocab_size, stream)
+    if order == "sequential" and not streamed:  # read from the shards whatever the size: checked once here
+        _stream(c.train, n_train, vocab)
+        streamed = True
     src = TokenStream(c.train, seq_len, n_train, vocab, order)
     if streamed:
         w = np.stack([src.window(i) for i in range(min(src.num_windows, RESIDENT_WINDOWS))])
