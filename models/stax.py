@@ -86,6 +86,7 @@ from models.stax_state import feature_shape as _feature_shape
 from models.stax_state import fmt_shape as _fmt
 from models.stax_state import make_layer as _layer
 from models.stax_state import plain_stateful as _plain_stateful
+from models.stax_state import strict_shapes as _strict_shapes
 
 __all__ = [
     "MLP", "MLP_KINDS", "AvgPool", "BatchNorm", "Conv", "Conv1DTranspose", "ConvTranspose", "Dense",
@@ -187,7 +188,8 @@ def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding
 
     Raises:
       ValueError: an unknown ``impl``.
-      ShapeError: (at init) an input rank other than ``len(lhs_spec)`` or an empty output.
+      ShapeError: (at init) an input rank other than ``len(lhs_spec)``; through :func:`stateful`, an
+        empty output (the reference's init gives its shape).
 
     Source: ``jax.example_libraries.stax.GeneralConv``.
     """
@@ -377,7 +379,8 @@ def _pooling_layer(kind, reducer, init_val, rescaler=None):
           ``(init_fun, apply_fun)``, no params.
 
         Raises:
-          ShapeError: (at init) an input rank other than ``len(window_shape) + 2``, or an empty output.
+          ShapeError: (at init) an input rank other than ``len(window_shape) + 2``; through
+            :func:`stateful`, an empty output (the reference's init gives its shape).
 
         Source: ``jax.example_libraries.stax``'s MaxPool, SumPool, AvgPool (AvgPool divides by the
         number of in-bounds window elements).
@@ -481,7 +484,7 @@ def FanOut(num):
 def _fan_in_sum():
     def init_fun(rng, input_shape):
         shapes = [tuple(s) for s in input_shape]
-        if len({s for s in shapes}) != 1:
+        if _strict_shapes() and len({s for s in shapes}) != 1:  # the reference broadcasts them
             raise ShapeError(f"FanInSum: inputs must all have one shape, got {_fmt(shapes)}")
         return input_shape[0], ()
 
@@ -669,7 +672,8 @@ def parallel(*layers):
       ``(init_fun, apply_fun)``; params a tuple with one entry per layer; rng split as the reference.
 
     Raises:
-      ShapeError: (at init) the number of input shapes differs from the number of layers.
+      ShapeError: (at init through :func:`stateful`) the number of input shapes differs from the
+        number of layers (the reference's init zips them, dropping the extra ones).
     """
     nlayers = len(layers)
     init_funs, apply_funs = zip(*layers, strict=True) if layers else ((), ())
@@ -681,15 +685,17 @@ def parallel(*layers):
                              f"{list(input_shape)}")
 
     def init_fun(rng, input_shape):
-        _check(input_shape)
+        if _strict_shapes():  # the reference zips layers and inputs, dropping the extra ones
+            _check(input_shape)
         rngs = random.split(rng, nlayers)
-        return zip(*[init(r, shape) for init, r, shape in zip(init_funs, rngs, input_shape, strict=True)],
-                   strict=True)
+        return zip(*[init(r, shape) for init, r, shape in zip(init_funs, rngs, input_shape, strict=False)],
+                   strict=False)
 
     def apply_fun(params, inputs, **kwargs):
         rng = kwargs.pop("rng", None)
         rngs = random.split(rng, nlayers) if rng is not None else (None,) * nlayers
-        return [f(p, x, rng=r, **kwargs) for f, p, x, r in zip(apply_funs, params, inputs, rngs, strict=True)]
+        return [f(p, x, rng=r, **kwargs)
+                for f, p, x, r in zip(apply_funs, params, inputs, rngs, strict=False)]
 
     def init_with_state(rng, input_shape):
         _check(input_shape)

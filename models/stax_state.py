@@ -12,6 +12,8 @@ BatchNorm running statistics (``bn_*``) live here too. Also the init-time shape 
 
 from __future__ import annotations
 
+import contextvars
+
 import jax.numpy as jnp
 from jax import lax
 
@@ -87,8 +89,20 @@ def feature_shape(name, input_shape):
     return input_shape
 
 
+#: Set while :func:`stateful`'s ``init`` runs: the shape checks the reference does not make apply.
+_STRICT = contextvars.ContextVar("stax_strict_shapes", default=False)
+
+
+def strict_shapes() -> bool:
+    """Whether :func:`stateful`'s ``init`` is running: then an init also refuses the shapes the
+    reference takes though no model means them (an empty convolution or pooling output, FanInSum
+    inputs of different shapes, a parallel given another number of inputs than it has layers);
+    a plain ``init_fun`` takes them, as the reference."""
+    return _STRICT.get()
+
+
 def check_positive(name, input_shape, output_shape):
-    if any(d is not None and d != -1 and d <= 0 for d in output_shape):
+    if strict_shapes() and any(d is not None and d != -1 and d <= 0 for d in output_shape):
         raise ShapeError(
             f"{name}: input shape {fmt_shape(input_shape)} gives an empty output (spatial dims "
             f"{fmt_shape(output_shape)}; input too small for the window/filter)"
@@ -175,7 +189,11 @@ def stateful(layer):
     """The explicit-state form of ``layer``, threading running state (BatchNorm's) and a ``train`` flag.
 
     ``train`` must be a Python bool (static under ``jit``). Layers without state behave as their
-    ``apply_fun``, except :func:`Dropout`, which is the identity when ``train=False``.
+    ``apply_fun``, except :func:`Dropout`, which is the identity when ``train=False``. ``init`` also
+    refuses, with :class:`ShapeError`, the shapes the reference's init takes though no model means
+    them: an empty convolution or pooling output, :data:`FanInSum` inputs of different shapes (the
+    reference broadcasts them), a :func:`parallel` given another number of inputs than it has
+    layers (the reference drops the extra ones); the harness builds every model through it.
 
     Args:
       layer: an ``(init_fun, apply_fun)`` pair.
@@ -184,8 +202,20 @@ def stateful(layer):
       ``(init, apply)``: ``init(rng, input_shape) -> (output_shape, params, state)`` (params identical
       to ``layer[0](rng, input_shape)``; ``state`` is ``()`` when no inner layer has state) and
       ``apply(params, state, inputs, *, train, rng=None, **kwargs) -> (outputs, new_state)``.
+
+    Raises:
+      ShapeError: (``init``) an input shape a layer cannot take, or one of the shapes above.
     """
-    return plain_stateful(layer)
+    init_s, apply_s = plain_stateful(layer)
+
+    def init(rng, input_shape):
+        token = _STRICT.set(True)
+        try:
+            return init_s(rng, input_shape)
+        finally:
+            _STRICT.reset(token)
+
+    return init, apply_s
 
 
 def any_state(states):
