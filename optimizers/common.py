@@ -23,6 +23,7 @@ __all__ = [
     "fresh",
     "is_concrete_number",
     "params_of",
+    "positive_step_size",
     "tree_mismatch",
     "with_two_zeros",
 ]
@@ -51,6 +52,14 @@ def check_step_size(step_size: Any, name: str = "step_size") -> None:
         v = float(step_size)
         if not v > 0:
             raise ValueError(f"{name} must be positive, got {step_size!r}")
+
+
+def positive_step_size(step_size: Any) -> Any:
+    """``step_size`` itself, after :func:`check_step_size`: the extras' (``adamw``, ``muon``...)
+    check of a concrete step size, which the drop-in ``make_schedule`` does not make (as the
+    reference)."""
+    check_step_size(step_size)
+    return step_size
 
 
 def check_nonnegative(value: Any, name: str) -> None:

@@ -32,6 +32,7 @@ from optimizers.common import (
     fresh,
     is_concrete_number,
     params_of,
+    positive_step_size,
     tree_mismatch,
     with_two_zeros,
 )
@@ -94,7 +95,7 @@ def adamw(
       ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
         ``weight_decay < 0``.
     """
-    step_size = make_schedule(step_size)
+    step_size = make_schedule(positive_step_size(step_size))
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
     check_nonnegative(weight_decay, "weight_decay")
@@ -137,7 +138,7 @@ def nadamw(
       ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
         ``weight_decay < 0``.
     """
-    step_size = make_schedule(step_size)
+    step_size = make_schedule(positive_step_size(step_size))
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
     check_nonnegative(weight_decay, "weight_decay")
@@ -175,7 +176,7 @@ def lion(step_size, b1: float = 0.9, b2: float = 0.99, weight_decay: float = 1e-
       ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
         ``weight_decay < 0``.
     """
-    step_size = make_schedule(step_size)
+    step_size = make_schedule(positive_step_size(step_size))
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
     check_nonnegative(weight_decay, "weight_decay")
@@ -216,6 +217,9 @@ def piecewise(step_size, boundaries: Sequence[int], multipliers: Sequence[float]
         concrete boundaries that decrease.
     """
     check_step_size(step_size)
+    concrete = [float(b) for b in boundaries if is_concrete_number(b)]
+    if concrete != sorted(concrete):  # the drop-in piecewise_constant takes them, as the reference
+        raise ValueError(f"boundaries must be non-decreasing, got {boundaries!r}")
     return piecewise_constant(boundaries, [step_size * m for m in multipliers])
 
 

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from optimizers.common import check_nonnegative, check_unit_interval, fresh, params_of
+from optimizers.common import check_nonnegative, check_unit_interval, fresh, params_of, positive_step_size
 from optimizers.core import Optimizer, OptimizerState, make_schedule, optimizer
 from optimizers.groups import mask_flags
 from optimizers.registry import register_optimizer
@@ -202,7 +202,7 @@ def muon(
       ValueError: concrete ``step_size <= 0``, a decay rate outside ``[0, 1)``, a negative weight
         decay; at init, a masked leaf that is not 2-D, or a ``muon_mask`` rule matching no parameter.
     """
-    step_size = make_schedule(step_size)
+    step_size = make_schedule(positive_step_size(step_size))
     for v, name in ((beta, "beta"), (adam_b1, "adam_b1"), (adam_b2, "adam_b2")):
         check_unit_interval(v, name)
     check_nonnegative(weight_decay, "weight_decay")
@@ -341,7 +341,7 @@ def adafactor(
     Raises:
       ValueError: concrete ``step_size <= 0``.
     """
-    step_size = make_schedule(step_size)
+    step_size = make_schedule(positive_step_size(step_size))
     hp = (decay_rate, decay_offset, multiply_by_parameter_scale, clipping_threshold, momentum,
           weight_decay_rate, eps)
 
@@ -442,7 +442,7 @@ def lamb(step_size, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6, weigh
       ValueError: concrete ``step_size <= 0``, ``b1``/``b2`` outside ``[0, 1)``,
         ``weight_decay < 0``.
     """
-    step_size = make_schedule(step_size)
+    step_size = make_schedule(positive_step_size(step_size))
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
     check_nonnegative(weight_decay, "weight_decay")
@@ -497,7 +497,7 @@ def lars(
     Raises:
       ValueError: concrete ``step_size <= 0`` or ``weight_decay < 0``.
     """
-    step_size = make_schedule(step_size)
+    step_size = make_schedule(positive_step_size(step_size))
     check_nonnegative(weight_decay, "weight_decay")
 
     def init(x0):

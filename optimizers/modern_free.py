@@ -28,7 +28,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from optimizers.common import check_nonnegative, check_unit_interval, fresh, is_concrete_number, tree_mismatch
+from optimizers.common import (
+    check_nonnegative,
+    check_unit_interval,
+    fresh,
+    is_concrete_number,
+    positive_step_size,
+    tree_mismatch,
+)
 from optimizers.core import Optimizer, OptimizerState, make_schedule
 from optimizers.modern import bias_correction, step_count
 from optimizers.registry import register_optimizer
@@ -103,7 +110,7 @@ def _schedule_free(step_size, b1, weight_lr_power, direction, n_slots) -> Optimi
     ``step_size(i + 1)`` (Optax calls the schedule with its 1-based ``step_count`` there, and with
     the 0-based count in the base step).
     """
-    sched = make_schedule(step_size)
+    sched = make_schedule(positive_step_size(step_size))
 
     def update_fn(i, grads, opt_state):
         return _schedule_free_update(i, grads, opt_state, sched, b1, weight_lr_power, direction)
@@ -211,7 +218,7 @@ def schedule_free_sgd(step_size, b1: float = 0.9, weight_decay: float = 0.0, wei
     """
     _check_open_unit(b1, "b1")
     check_nonnegative(weight_decay, "weight_decay")
-    lr = make_schedule(step_size)
+    lr = make_schedule(positive_step_size(step_size))
 
     def direction(i, g, y, slots):
         return -lr(i) * (g + weight_decay * y), slots
@@ -261,7 +268,7 @@ def schedule_free_adamw(
     _check_open_unit(b1, "b1")
     check_unit_interval(b2, "b2")
     check_nonnegative(weight_decay, "weight_decay")
-    lr = make_schedule(step_size)
+    lr = make_schedule(positive_step_size(step_size))
 
     def direction(i, g, y, slots):
         (v,) = slots
@@ -334,7 +341,7 @@ def prodigy(
 
     Source: ``optax.contrib.prodigy`` (``betas=(b1, b2)``), which this matches at equal settings.
     """
-    step_size = make_schedule(step_size)
+    step_size = make_schedule(positive_step_size(step_size))
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
     check_nonnegative(weight_decay, "weight_decay")

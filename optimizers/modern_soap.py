@@ -45,7 +45,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from optimizers.common import check_nonnegative, check_unit_interval, params_of
+from optimizers.common import check_nonnegative, check_unit_interval, params_of, positive_step_size
 from optimizers.core import Optimizer, OptimizerState, make_schedule, optimizer
 from optimizers.groups import mask_flags
 from optimizers.registry import register_optimizer
@@ -167,7 +167,7 @@ def soap(
 @optimizer
 def _soap_leaves(step_size, b1, b2, shampoo_beta, eps, weight_decay, precondition_frequency, max_precond_dim):
     """:func:`soap` leaf by leaf (the triple :func:`optimizers.core.optimizer` makes)."""
-    step_size = make_schedule(step_size)
+    step_size = make_schedule(positive_step_size(step_size))
     check_unit_interval(b1, "b1")
     check_unit_interval(b2, "b2")
     check_nonnegative(weight_decay, "weight_decay")

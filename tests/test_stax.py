@@ -178,6 +178,35 @@ def test_public_names_cover_reference():
     assert set(S.__all__) >= ref_names
 
 
+#: ``models.stax``'s public names (modules it imports aside) before the modern layers moved to
+#: ``models.stax_state``, ``models.stax_cpu`` and ``models.stax_seq``: every import keeps working.
+STAX_PUBLIC = {
+    "AvgPool", "BatchNorm", "Conv", "Conv1DTranspose", "ConvTranspose", "Dense", "Dropout", "Elu",
+    "Embedding", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gelu", "GeneralConv",
+    "GeneralConvTranspose", "Identity", "LayerNorm", "LeakyRelu", "LogSoftmax", "MLP", "MLP_KINDS",
+    "MaxPool", "MultiHeadSelfAttention", "PositionalEmbedding", "RMSNorm", "Relu", "Residual",
+    "RotarySelfAttention", "Selu", "ShapeError", "Sigmoid", "SinusoidalPositionalEmbedding", "Softmax",
+    "Softplus", "SumPool", "Tanh", "annotations", "apply_rope", "attention", "causal_mask",
+    "conv_outside_loops", "elementwise", "elu", "gelu", "glorot", "glorot_normal", "has_state",
+    "layer_name", "leaky_relu", "log_softmax", "logsoftmax", "normal", "ones", "parallel", "randn",
+    "relu", "rms_normalize", "rope_frequencies", "selu", "serial", "shape_dependent", "sigmoid",
+    "sinusoidal_table", "soft_cap", "softmax", "softplus", "standardize", "stateful", "zeros",
+}
+
+
+def test_public_name_set_unchanged_by_the_split():
+    import types
+
+    from models import stax_seq, stax_state
+
+    public = {n for n in dir(S) if not n.startswith("_") and not isinstance(getattr(S, n), types.ModuleType)}
+    assert public == STAX_PUBLIC
+    assert set(S.__all__) == STAX_PUBLIC - {"annotations", "conv_outside_loops"}
+    # the moved layers are the same objects under both names
+    assert S.RotarySelfAttention is stax_seq.RotarySelfAttention and S.stateful is stax_state.stateful
+    assert S.ShapeError is stax_state.ShapeError
+
+
 # --------------------------------------------------------------------------------------------------
 # Shape errors at init
 
@@ -203,11 +232,33 @@ def test_public_names_cover_reference():
      "rank 4 (lhs spec 'NHWC'), got (4, 2)"),
 ])
 def test_shape_error_names_layer_and_shapes(layer, shape, message):
-    init, _ = layer()
+    init, _ = S.stateful(layer())  # the harness's init: every check
     with pytest.raises(S.ShapeError) as err:
         init(KEY, shape)
     assert str(err.value) == message
     assert isinstance(err.value, ValueError)
+
+
+@pytest.mark.parametrize(("make", "shape"), [
+    (lambda m: m.Conv(2, (3, 3)), (4, 2, 2, 1)),  # an empty output: (4, 0, 0, 2)
+    (lambda m: m.MaxPool((2, 2)), (4, 1, 1, 3)),
+    (lambda m: m.AvgPool((3, 3), (1, 1)), (4, 2, 2, 3)),
+    (lambda m: m.serial(m.FanOut(2), m.parallel(m.Dense(3), m.Dense(1)), m.FanInSum), (4, 5)),  # broadcast
+    (lambda m: m.serial(m.FanOut(2), m.parallel(m.Dense(3))), (4, 5)),  # the extra input dropped
+])
+def test_plain_init_and_apply_take_the_shapes_the_reference_takes(make, shape):
+    """A plain ``init_fun`` takes what the reference's takes, with the same shapes, parameters and
+    outputs (the ShapeError for these stays on :func:`stateful`'s init, which the harness uses)."""
+    (ours_shape, ours_p), (ref_shape, ref_p) = make(S)[0](KEY, shape), make(R)[0](KEY, shape)
+    assert jax.tree.map(int, ours_shape) == jax.tree.map(int, ref_shape)
+    for a, b in zip(jax.tree.leaves(ours_p), jax.tree.leaves(ref_p), strict=True):
+        np.testing.assert_array_equal(a, b)
+    x = jax.random.normal(jax.random.PRNGKey(1), shape)
+    ours_y, ref_y = make(S)[1](ours_p, x), make(R)[1](ref_p, x)
+    for a, b in zip(jax.tree.leaves(ours_y), jax.tree.leaves(ref_y), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    with pytest.raises(S.ShapeError):
+        S.stateful(make(S))[0](KEY, shape)
 
 
 def test_shape_error_wraps_foreign_errors_with_index():

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.config import limits, search
+from harness.config.dropin_ranges import check_ranges
 from harness.config.errors import key_text
 from harness.config.numbers import is_num, quoted_hint
 from harness.config.registries import Registries, builder_hparams
@@ -345,6 +346,7 @@ def builder_problems(builder: Callable, hp: Mapping[str, Any], skip: set[str], p
         return []
 
     def attempt(h):
+        check_ranges(builder, h)  # a drop-in builder takes any value, as the reference
         builder(**h)
 
     try:

@@ -42,6 +42,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.config.dropin_ranges import check_ranges
 from harness.config.errors import ConfigError
 from harness.config.hparams import builder_defaults, every_problem, exc_text, hp_path
 from harness.config.load import config_registries
@@ -405,6 +406,9 @@ def _trace_update(run: _Checks, s, p: Any, ohp: Mapping[str, Any], sched: str = 
 
     from harness.train.build import base_step_size, make_opt_factory
 
+    if sched not in ("none", "") and sched in run.reg.schedules:  # the drop-ins take any value, as the
+        check_ranges(run.reg.schedules[sched], sched_hp or {})  # reference: a sweep's are checked here
+    check_ranges(run.reg.optimizers[s.optimizer], ohp)
     make = make_opt_factory(s.optimizer, ohp, sched, sched_hp or {}, steps, run.reg.optimizers,
                             run.reg.schedules)
     base_step_size(s.optimizer, ohp, run.reg.optimizers[s.optimizer])

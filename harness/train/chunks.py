@@ -121,3 +121,21 @@ class LoopChunk:
             state, loss = self.steps_exe(state, np.int32(t0 + j), idx[..., j:j + 1, :], x, y)
             losses.append(loss)
         return state, jnp.concatenate(losses, axis=-1)
+
+
+class MeshLoopChunk:
+    """A mesh chunk of ``n`` steps as ``n`` dispatches of one compiled step (the mesh twin of
+    :class:`LoopChunk`): ``order_exe(state, start) -> (idx, state)``, then ``steps_exe(state, t,
+    idx[..., j:j + 1, :], x, y)`` per step ``t = start + j``; the same interface and values as the
+    one-executable mesh chunk."""
+
+    def __init__(self, order_exe: Any, steps_exe: Any, n: int):
+        self.order_exe, self.steps_exe, self.n = order_exe, steps_exe, n
+
+    def __call__(self, state: Any, start: jax.Array, x: jax.Array, y: jax.Array):
+        idx, state = self.order_exe(state, start)
+        losses = []
+        for j in range(self.n):
+            state, loss = self.steps_exe(state, start + j, idx[..., j:j + 1, :], x, y)
+            losses.append(loss)
+        return state, jnp.concatenate(losses, axis=-1)

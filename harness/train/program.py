@@ -24,7 +24,15 @@ from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
 from harness.train.augment import AUGMENT_STREAM, make_augment
 from harness.train.build import ModelEntry, build_model, make_opt_factory
-from harness.train.chunks import ORDERS, Chunk, LoopChunk, batch_order, forward_conv_flops, order_program
+from harness.train.chunks import (
+    ORDERS,
+    Chunk,
+    LoopChunk,
+    MeshLoopChunk,
+    batch_order,
+    forward_conv_flops,
+    order_program,
+)
 from harness.train.recipe import (
     accumulate,
     clipped_count,
@@ -285,13 +293,17 @@ class TrainingProgram:
         ``layout`` (:class:`harness.train.parallel.Layout`): one executable (order and updates),
         jitted with explicit in/out shardings: ``"batch"``: state, start index and data replicated,
         each step's batch ``P("batch")``, losses replicated; ``"trials"``: state and the ``(T, n)``
-        losses ``P("trials")``, start index and data replicated."""
+        losses ``P("trials")``, start index and data replicated. With large convolutions on a CPU
+        (:data:`CONV_LOOP_FLOPS`) the mesh chunk is a :class:`MeshLoopChunk` (the order, then ``n``
+        dispatches of one step with XLA's convolution), as the one-device chunk is a ``LoopChunk``."""
         key = (T, n, layout.key if layout is not None else None)
         if key in self.compiled:
             return self.compiled[key], 0.0
         t0 = time.perf_counter()
         if layout is None:
             exe = self._two_part_chunk(T, n, *args)
+        elif n > 1 and self._conv_bound(T, args[0], args[2], args[3]):
+            exe = self._mesh_loop_chunk(T, n, layout, *args)
         else:
             split = layout.split if layout.axis == "batch" else None
 
@@ -332,6 +344,30 @@ class TrainingProgram:
             return LoopChunk(order_exe, step_exe, n)
         steps_exe = jax.jit(fn, donate_argnums=(0,)).lower(state, start, idx, x, y).compile()
         return Chunk(order_exe, steps_exe)
+
+    def _mesh_loop_chunk(self, T: int | None, n: int, layout: Any, state: TrainState, start: jax.Array,
+                         x: jax.Array, y: jax.Array) -> MeshLoopChunk:
+        """``get_chunk``'s mesh executable when the step's convolutions are large on a CPU
+        (:data:`CONV_LOOP_FLOPS`): the batch order, then ``n`` dispatches of one step compiled with
+        XLA's convolution, the shardings of the one-executable chunk."""
+        r = layout.replicated
+        st = r if layout.axis == "batch" else layout.split
+        split = layout.split if layout.axis == "batch" else None
+
+        def order(s, t):
+            return self.order(s, t, n=n)
+
+        def one(s, t, i, x, y):
+            return self.steps(s, t, i, x, y, split=split, loop=False)
+
+        if T is not None:
+            order, one = jax.vmap(order, in_axes=(0, None)), jax.vmap(one, in_axes=(0, None, 0, None, None))
+        order_exe = jax.jit(order, in_shardings=(st, r), out_shardings=(st, st)).lower(state, start).compile()
+        idx = jax.ShapeDtypeStruct((*(() if T is None else (T,)), 1, self.batch_size), jnp.int32)
+        with stax.conv_outside_loops():
+            steps_exe = jax.jit(one, donate_argnums=(0,), in_shardings=(st, r, st, r, r),
+                                out_shardings=(st, st)).lower(state, start, idx, x, y).compile()
+        return MeshLoopChunk(order_exe, steps_exe, n)
 
     def _conv_bound(self, T: int | None, state: TrainState, x: jax.Array, y: jax.Array) -> bool:
         """Whether one step's convolutions exceed :data:`CONV_LOOP_FLOPS` on a CPU device: 3x the
