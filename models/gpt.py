@@ -11,15 +11,20 @@ defaults here are small and ``1/sqrt(head size)``, no cap, 1e-6. Imports only ja
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import random
 from jax.nn.initializers import normal
 
 from models import stax
 
-__all__ = ["GPT", "check_gpt", "mlp_dim"]
+__all__ = ["GPT", "INITS", "check_gpt", "mlp_dim", "torch_init"]
 
 SOFTCAP_FORMS = ("algebraic", "tanh")
+#: :func:`GPT`'s initialisations: modded-nanogpt's Muon baseline's (the default), torch's defaults.
+INITS = ("modded", "torch")
+#: The linear layers :func:`GPT`'s ``zero_init`` starts at zero (modded-nanogpt's ``proj`` layers).
+_ZERO_LAYERS = ("out", "proj", "head")
 
 
 def mlp_dim(width: int, mlp_ratio: float) -> int:
@@ -36,7 +41,7 @@ def mlp_dim(width: int, mlp_ratio: float) -> int:
 
 
 def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_softcap, softcap_form,
-              rope_base, rope_fraction, attn_scale, norm_eps) -> None:
+              rope_base, rope_fraction, attn_scale, norm_eps, init="modded") -> None:
     """Check the hyperparameters of a :func:`GPT` (keyword-only, named as :func:`GPT` names them).
 
     Args:
@@ -49,6 +54,7 @@ def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_soft
       rope_base: must be > 1.
       rope_fraction: must be in [0, 1].
       attn_scale: must be > 0, or None (``1/sqrt(head size)``).
+      init: one of :data:`INITS`.
 
     Raises:
       ValueError: the first bad value; the message names its hyperparameter.
@@ -76,6 +82,51 @@ def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_soft
         raise ValueError(f"gpt: rope_fraction must be in [0, 1], got {rope_fraction}")
     if attn_scale is not None and not attn_scale > 0:
         raise ValueError(f"gpt: attn_scale must be positive (or null: 1/sqrt(head dim)), got {attn_scale}")
+    if init not in INITS:
+        raise ValueError(f"gpt: init must be one of {list(INITS)}, got {init!r}")
+
+
+def torch_init(params, rng, zero_init=True):
+    """:func:`GPT`'s parameters re-drawn as torch's default initialisation draws them.
+
+    Every linear layer's kernel ``(fan_in, fan_out)`` and bias are uniform on
+    ``[-1/sqrt(fan_in), 1/sqrt(fan_in))`` (``nn.Linear.reset_parameters``: ``kaiming_uniform_`` with
+    ``a=sqrt(5)``, and its bias bound); the embedding table normal(0, 1) (``nn.Embedding``); gains
+    ones. With ``zero_init`` the attention's ``out``, the MLP's ``proj`` and the head start at zero,
+    bias included (modded-nanogpt's AdamW baseline zeroes every parameter named ``proj``).
+
+    Args:
+      params: a :func:`GPT` parameter tree (shapes only are read).
+      rng: a PRNG key.
+      zero_init: zero the ``out``/``proj``/``head`` layers.
+
+    Returns:
+      A tree shaped as ``params``, float32.
+
+    Source: torch ``nn.Linear``/``nn.Embedding`` ``reset_parameters``; modded-nanogpt
+    ``records/track_3_optimization/results/a63a68d1-24aa-4a22-af9a-224e43209ea4.txt`` (result #2).
+    """
+    paths, treedef = jax.tree_util.tree_flatten_with_path(params)
+    fan_in = {}  # a linear layer's path -> its kernel's fan-in
+    for path, leaf in paths:
+        if getattr(path[-1], "key", None) == "kernel":
+            fan_in[path[:-1]] = leaf.shape[0]
+    out = []
+    for j, (path, leaf) in enumerate(paths):
+        key, names = random.fold_in(rng, j), [str(getattr(p, "key", "")) for p in path]
+        layer = path[:-1]
+        if layer in fan_in or names[0] == "head":  # a tied head's bias: the width is its fan-in
+            n_in = fan_in.get(layer, params["embed"][0].shape[1])
+            if zero_init and names[-2] in _ZERO_LAYERS:
+                out.append(jnp.zeros(leaf.shape, jnp.float32))
+            else:
+                bound = 1.0 / n_in ** 0.5
+                out.append(random.uniform(key, leaf.shape, jnp.float32, -bound, bound))
+        elif names[0] == "embed":
+            out.append(random.normal(key, leaf.shape, jnp.float32))
+        else:  # RMSNorm gains
+            out.append(jnp.ones(leaf.shape, jnp.float32))
+    return jax.tree_util.tree_unflatten(treedef, out)
 
 
 def _block(width, num_heads, hidden, hp):
@@ -106,7 +157,7 @@ def _block(width, num_heads, hidden, hp):
 
 def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied_head=False,
         zero_init=True, logit_softcap=0.0, softcap_form="algebraic", qk_norm=True, rope_base=1024.0,
-        rope_fraction=0.5, attn_scale=None, bias=True, norm_eps=1e-6):
+        rope_fraction=0.5, attn_scale=None, bias=True, norm_eps=1e-6, init="modded"):
     """Decoder-only GPT: int tokens ``(N, T)`` -> float32 next-token logits ``(N, T, vocab_size)``.
 
     ``x = embed_norm(embed[tokens])``; ``depth`` × (``x + attn(attn_norm(x))``,
@@ -133,6 +184,8 @@ def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied
         ``qk_norm``, ``rope_base``, ``rope_fraction`` and ``scale`` (None: ``1/sqrt(head size)``).
       bias: zero-initialised biases in the attention, MLP and head projections (gains are ones).
       norm_eps: epsilon of every :func:`models.stax.RMSNorm` and of the QK-norm.
+      init: ``"modded"`` (as above) or ``"torch"``: torch's default initialisation, the projections
+        ``zero_init`` names at zero (:func:`torch_init`), as modded-nanogpt's AdamW baseline.
 
     Returns:
       ``(init_fun, apply_fun)``; ``init_fun(rng, (N, T))`` gives ``((N, T, vocab_size), params)``.
@@ -154,6 +207,8 @@ def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied
                   "blocks": [blk[0](k, shape)[1] for blk, k in zip(blocks, k_blocks, strict=True)],
                   "norm": norms["norm"][0](k_norm, shape)[1],
                   "head": _head_params(k_head, width, vocab_size, tied_head, zero_init, bias)}
+        if init == "torch":
+            params = torch_init(params, random.fold_in(rng, depth + 4), zero_init)
         return (N, T, vocab_size), params
 
     def apply_fun(params, inputs, **kwargs):

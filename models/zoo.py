@@ -668,7 +668,7 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
         mlp_ratio: float = 4.0, tied_head: bool = False, zero_init: bool = True,
         logit_softcap: float = 0.0, softcap_form: str = "algebraic", qk_norm: bool = True,
         rope_base: float = 1024.0, rope_fraction: float = 0.5, attn_scale: float | None = None,
-        bias: bool = True, norm_eps: float = 1e-6) -> ModelDef:
+        bias: bool = True, norm_eps: float = 1e-6, init: str = "modded") -> ModelDef:
     """Modern decoder-only GPT (RMSNorm, RoPE, QK-norm, ReLU²/SwiGLU), task ``"sequence"``.
 
     :func:`models.gpt.GPT`; inputs, outputs, loss and metric as :func:`transformer_lm`.
@@ -681,6 +681,7 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
         have no table a longer context would fill).
       mlp, mlp_ratio, tied_head, zero_init, logit_softcap, softcap_form: as :func:`models.gpt.GPT`.
       qk_norm, rope_base, rope_fraction, attn_scale, bias, norm_eps: as :func:`models.gpt.GPT`.
+      init: ``"modded"`` or ``"torch"`` (torch's default initialisation), as :func:`models.gpt.GPT`.
 
     Returns:
       The ``"gpt"`` sequence :class:`ModelDef`, int32 inputs.
@@ -698,7 +699,8 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
           "context": context, "mlp": mlp, "mlp_ratio": mlp_ratio, "tied_head": tied_head,
           "zero_init": zero_init, "logit_softcap": logit_softcap, "softcap_form": softcap_form,
           "qk_norm": qk_norm, "rope_base": rope_base, "rope_fraction": rope_fraction,
-          "attn_scale": attn_scale, "bias": bias, "norm_eps": norm_eps}
+          "attn_scale": attn_scale, "bias": bias, "norm_eps": norm_eps,
+          **({"init": init} if init != "modded" else {})}
     check_gpt(**{k: v for k, v in hp.items() if k not in ("context", "tied_head", "zero_init", "qk_norm",
                                                          "bias")})
     layer = GPT(**{k: v for k, v in hp.items() if k != "context"})

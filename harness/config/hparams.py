@@ -103,6 +103,11 @@ def _literal_choices(ann: Any) -> list[str] | None:
     return None
 
 
+#: Why a dataset other than token shards has no ``order``.
+_ORDER_HINT = ("; order (random | sequential) is a tokens: dataset's: the sequential order reads token "
+               "shards in name order")
+
+
 def entry_builder(kind: str, registry: Mapping[str, Callable], name: str) -> Callable:
     """The builder whose signature holds the entry's hyperparameters: a dataset kind's loader
     (:mod:`harness.data.kinds`) for a prefixed dataset name, else the registry's entry.
@@ -136,7 +141,8 @@ def check_component(kind: str, registry: Mapping[str, Callable], comp: Component
         if k not in hps:
             valid = ", ".join(hps) or "(none)"
             errors.append(f"{file}: {path}.hparams.{key_text(k)}: unknown hyperparameter of {kind} "
-                          f"{comp.name!r}; valid: {valid}{did_you_mean(k[:200], list(hps))}")
+                          f"{comp.name!r}; valid: {valid}{did_you_mean(k[:200], list(hps))}"
+                          + (_ORDER_HINT if kind == "dataset" and k == "order" else ""))
         elif (msg := _hparam_error(kind, k, raw, annotation_of(builder, hps[k]))) is not None:
             errors.append(f"{file}: {path}.hparams.{k}: {msg}")
     if kind == "optimizer" and len(errors) > start:  # the builder's own checks see the other keys

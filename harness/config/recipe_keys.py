@@ -1,5 +1,6 @@
-"""The update step's recipe keys of a config (``grad_clip``, ``grad_accum``, ``param_groups``): a
-trial's ``recipe`` pairs and the one rule that refuses them where they cannot apply."""
+"""The update step's recipe keys of a config (``grad_clip``, ``grad_accum``, ``param_groups``,
+``loss_reduction``): a trial's ``recipe`` pairs and the one rule that refuses them where they cannot
+apply."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import functools
 import json
 from typing import Any
 
-__all__ = ["recipe_fields", "recipe_problem"]
+__all__ = ["claim_of", "recipe_fields", "recipe_problem"]
+
+
+def claim_of(target: Any) -> dict[str, float]:
+    """A trial's ``claim`` (``TrialSpec.claim``): a target's claim rules (``{}``: none asked)."""
+    c = getattr(target, "claim", None)
+    return {} if c is None else {"margin": c.margin,
+                                 **({"single_run": c.single_run} if c.single_run is not None else {})}
 
 
 def recipe_fields(cfg: Any) -> dict[str, Any]:
@@ -16,7 +24,30 @@ def recipe_fields(cfg: Any) -> dict[str, Any]:
               for g in cfg.param_groups]
     return {**({"grad_clip": cfg.grad_clip} if cfg.grad_clip is not None else {}),
             **({"grad_accum": cfg.grad_accum} if cfg.grad_accum != 1 else {}),
-            **({"param_groups": groups} if groups else {})}
+            **({"param_groups": groups} if groups else {}),
+            **({"loss_reduction": cfg.loss_reduction} if cfg.loss_reduction != "mean" else {})}
+
+
+@functools.lru_cache(maxsize=64)
+def _model_task(model: str, hp_json: str, dataset: str, ds_json: str) -> str:
+    from harness.data.sources import load_dataset
+    from models.zoo import MODELS
+
+    ds = load_dataset(dataset, **json.loads(ds_json))
+    return MODELS[model](input_shape=ds.input_shape, num_classes=ds.num_classes, **json.loads(hp_json)).task
+
+
+def _reduction_problem(spec: Any, model_path: str) -> str | None:
+    """Why ``loss_reduction: sum`` cannot apply to ``spec``'s model: it has no token loss."""
+    try:
+        task = _model_task(spec.model, json.dumps(spec.hparams("model"), sort_keys=True), spec.dataset,
+                           json.dumps(spec.hparams("dataset"), sort_keys=True))
+    except (KeyError, ValueError, TypeError):  # a source's model, or values the model check refuses
+        return None
+    if task == "sequence":
+        return None
+    return (f"loss_reduction: sum needs a model with a token loss (a sequence model); {model_path} "
+            f"({spec.model}) is a {task} model")
 
 
 @functools.lru_cache(maxsize=64)
@@ -52,11 +83,14 @@ def _groups_problem(cfg: Any, spec: Any, optimizer_path: str, wd_param: bool) ->
     return None
 
 
-def recipe_problem(cfg: Any, batch_size: int, optimizer_path: str, spec: Any) -> str | None:
+def recipe_problem(cfg: Any, batch_size: int, optimizer_path: str, spec: Any,
+                   model_path: str = "models") -> str | None:
     """Why the config's recipe cannot apply to trial ``spec`` (its optimizer entry at
-    ``optimizer_path``): a key path and the reason, or None. Parameter groups are checked on the
-    model's parameters, built abstractly; a group's ``weight_decay`` against a registered
-    optimizer's signature (a ``source:`` factory that refuses it fails its trial)."""
+    ``optimizer_path``, its model's at ``model_path``): a key path and the reason, or None.
+    Parameter groups are checked on the model's parameters, built abstractly; a group's
+    ``weight_decay`` against a registered optimizer's signature (a ``source:`` factory that refuses
+    it fails its trial); ``loss_reduction: sum`` on the model's task (a ``source:`` model's when its
+    trial builds it)."""
     import inspect
 
     from optimizers import OPTIMIZERS
@@ -66,10 +100,13 @@ def recipe_problem(cfg: Any, batch_size: int, optimizer_path: str, spec: Any) ->
     wd_param = builder is None or "weight_decay" in inspect.signature(builder).parameters
     if cfg.param_groups and (why := _groups_problem(cfg, spec, optimizer_path, wd_param)) is not None:
         return why
+    if cfg.loss_reduction == "sum" and not spec.model_source and \
+            (why := _reduction_problem(spec, model_path)) is not None:
+        return why
     if batch_size % cfg.grad_accum:
         return (f"grad_accum: {cfg.grad_accum} micro-batches do not divide batch_size {batch_size} "
                 f"(each micro-batch must have as many examples)")
     if recipe_fields(cfg) and source.startswith("algoperf:"):
-        return (f"{optimizer_path}.source: an AlgoPerf submission runs its own update step; grad_clip "
-                f"and grad_accum do not apply to it")
+        return (f"{optimizer_path}.source: an AlgoPerf submission runs its own update step; grad_clip, "
+                f"grad_accum and loss_reduction do not apply to it")
     return None

@@ -33,7 +33,7 @@ from harness.config.errors import key_text
 from harness.config.fields import Float, Int, Strict
 from harness.config.ladder_schema import LadderCfg
 from harness.config.search_schema import SearchCfg
-from harness.config.sections import DivergenceCfg, ParallelismCfg, ParamGroupCfg
+from harness.config.sections import ClaimCfg, DivergenceCfg, ParallelismCfg, ParamGroupCfg
 from harness.config.values import hparam_count, hparam_values, log_grid_args
 from harness.core.builders import did_you_mean
 from harness.core.cadence import parse_every
@@ -136,6 +136,7 @@ class TargetCfg(Strict):
     metric: Literal["valid/accuracy", "valid/loss", "eval/accuracy", "eval/loss"] = "valid/accuracy"
     value: Float
     mode: Literal["max", "min"] | None = None
+    claim: ClaimCfg | None = None  # the claim rules the summary and report state (loss targets)
 
     @field_validator("metric")
     @classmethod
@@ -154,6 +155,8 @@ class TargetCfg(Strict):
             raise PydanticCustomError("target", "value: a loss target must be >= 0 (cross-entropy and "
                                       "squared error never go below 0), got {v}",
                                       {"v": short_repr(self.value)})
+        if self.claim is not None and (msg := self._claim_problem()) is not None:
+            raise PydanticCustomError("target", "claim: {msg}", {"msg": msg})
         natural = "max" if self.metric.endswith("accuracy") else "min"
         if self.mode is not None and self.mode != natural:  # a worse value would count as reached
             raise PydanticCustomError(
@@ -161,6 +164,14 @@ class TargetCfg(Strict):
                 "got {mode}", {"metric": self.metric, "way": "up" if natural == "max" else "down",
                                "natural": natural, "mode": self.mode})
         return self
+
+    def _claim_problem(self) -> str | None:
+        if not self.metric.endswith("loss"):
+            return f"the claim rules test a loss target; metric is {self.metric}"
+        single = self.claim.single_run if self.claim is not None else None
+        if single is not None and single > self.value:
+            return f"single_run {single:g} is above the target {self.value:g} (a run must beat it)"
+        return None
 
     def resolved_mode(self) -> str:
         return self.mode or ("max" if self.metric.endswith("accuracy") else "min")
@@ -314,6 +325,9 @@ class SweepConfig(Strict):
     grad_accum: Int = Field(default=1, gt=0, le=limits.MAX_BATCH_SIZE)
     #: one optimizer per parameter group (harness.train.recipe.group_optimizer)
     param_groups: list[ParamGroupCfg] = Field(default_factory=list, max_length=64)
+    #: the token loss's gradient: of its mean, or of its sum over tokens and micro-batches
+    #: (harness.train.recipe.token_sum)
+    loss_reduction: Literal["mean", "sum"] = "mean"
     divergence: DivergenceCfg = Field(default_factory=DivergenceCfg)
     selection: SelectionCfg = Field(default_factory=SelectionCfg)
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)

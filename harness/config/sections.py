@@ -1,5 +1,5 @@
-"""Small sections of a sweep config: ``param_groups`` entries, ``divergence``, ``parallelism``
-(pydantic, unknown keys forbidden; re-exported by :mod:`harness.config.schema`)."""
+"""Small sections of a sweep config: ``param_groups`` entries, ``divergence``, ``parallelism``,
+a target's ``claim`` (pydantic, unknown keys forbidden; re-exported by :mod:`harness.config.schema`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pydantic_core import PydanticCustomError
 from harness.config.fields import Float, Strict, strict_int
 from harness.core.echo import short_repr
 
-__all__ = ["DivergenceCfg", "ParallelismCfg", "ParamGroupCfg"]
+__all__ = ["ClaimCfg", "DivergenceCfg", "ParallelismCfg", "ParamGroupCfg"]
 
 
 def _rules(v: Any) -> Any:
@@ -29,6 +29,16 @@ class ParamGroupCfg(Strict):
     rules: Annotated[list[str] | str, BeforeValidator(_rules)]
     step_size_scale: Float = Field(default=1.0, gt=0, le=1e6)
     weight_decay: Float | None = Field(default=None, ge=0, le=1e6)
+
+
+class ClaimCfg(Strict):
+    """A loss target's claim rules (:mod:`harness.core.claim_rules`), stated in the sweep's summary
+    and its report: a mean over n runs passes when ``(target - mean)·√n >= margin``; one run when
+    at or below ``single_run`` (None: that rule not stated). modded-nanogpt's optimization track:
+    ``margin: 0.004``, ``single_run: 3.276`` with target 3.28."""
+
+    margin: Float = Field(default=0.004, gt=0, le=1e6)
+    single_run: Float | None = Field(default=None, ge=0, le=1e30)
 
 
 class DivergenceCfg(Strict):

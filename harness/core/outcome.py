@@ -164,6 +164,9 @@ class TrialOutcome:
     has_target: bool = True
     #: The target's value (None: no target), what a target claim is tested against
     target_value: float | None = None
+    #: The target's claim rules (``TrialSpec.claim`` pairs; ``{}``: none asked):
+    #: :mod:`harness.core.claim_rules`
+    claim: dict[str, Any] = field(default_factory=dict)
     #: A language model's trial (a sequence task; its run logged ``valid/perplexity``): without a
     #: target it ranks by validation loss (:func:`harness.core.selection_rule.ranking_metric`)
     language_model: bool = False
@@ -203,7 +206,7 @@ class TrialOutcome:
                    config_id=names.config_id(spec.optimizer, spec.schedule, spec.flat_params()),
                    target_metric=spec.target.metric if spec.target else names.M_VALID_ACC,
                    has_target=spec.target is not None,
-                   target_value=spec.target.value if spec.target else None)
+                   target_value=spec.target.value if spec.target else None, claim=dict(spec.claim))
 
     @classmethod
     def from_result(cls, res: TrialResult, run_id: str | None = None,

@@ -115,8 +115,11 @@ class TrialSpec:
         (:meth:`batch_key` is its own): a stopped member would save no compute.
 
       recipe: the update step's recipe keys (:mod:`harness.train.recipe`): ``grad_clip`` (global
-        norm) and ``grad_accum`` (micro-batches per update), as sorted pairs; ``()`` (the default,
-        omitted from :meth:`to_dict`): neither.
+        norm), ``grad_accum`` (micro-batches per update), ``param_groups`` and ``loss_reduction``
+        (``sum`` only), as sorted pairs; ``()`` (the default, omitted from :meth:`to_dict`): none.
+      claim: the target's claim rules (:mod:`harness.core.claim_rules`: ``margin``, ``single_run``)
+        as sorted pairs, logged as ``claim.*`` params; never in ``trial_id`` (``()``, the default,
+        omitted from :meth:`to_dict`): they judge results, they change none.
 
     ``augment`` and ``workload`` are left out of :meth:`to_dict` (hence of ``trial_id``) at their
     defaults, so trials from before them keep their ids. ``devices`` and ``shard`` are in
@@ -155,6 +158,7 @@ class TrialSpec:
     model_source: str = ""
     model_source_hash: str = ""
     recipe: tuple[tuple[str, Any], ...] = ()
+    claim: tuple[tuple[str, Any], ...] = ()
     optimizer_source_ref: tuple = field(default=(), compare=False, repr=False)
     model_source_ref: tuple = field(default=(), compare=False, repr=False)
 
@@ -162,7 +166,7 @@ class TrialSpec:
     def make(cls, **kw: Any) -> TrialSpec:
         """Build from plain dicts for the ``*_hparams`` fields (and a dict for ``target``)."""
         for k in ("model_hparams", "optimizer_hparams", "schedule_hparams", "dataset_hparams",
-                  "augment", "early_stop", "recipe"):
+                  "augment", "early_stop", "recipe", "claim"):
             if k in kw:
                 kw[k] = freeze(kw[k])
         if isinstance(kw.get("target"), Mapping):
@@ -183,6 +187,7 @@ class TrialSpec:
         d["augment"] = {k: _thaw(v) for k, v in self.augment}
         d["early_stop"] = {k: _thaw(v) for k, v in self.early_stop}
         d["recipe"] = {k: _thaw(v) for k, v in self.recipe}
+        d["claim"] = {k: _thaw(v) for k, v in self.claim}
         for k, default in _OMIT_AT_DEFAULT.items():
             if d[k] == default:
                 del d[k]
@@ -195,7 +200,7 @@ class TrialSpec:
     @functools.cached_property
     def trial_id(self) -> str:
         """16 hex digits of the SHA-256 of the canonical JSON (sorted keys) of :meth:`to_dict`
-        without the :data:`NOT_IN_IDENTITY` fields (``devices``, ``shard``), plus
+        without the :data:`NOT_IN_IDENTITY` fields (``devices``, ``shard``, ``claim``), plus
         ``{"protocol": PROTOCOL}``. Computed once per spec (a frozen dataclass): planning asks
         for each id many times."""
         d = {k: v for k, v in self.to_dict().items() if k not in NOT_IN_IDENTITY}
@@ -242,6 +247,8 @@ class TrialSpec:
         if self.target:
             out["target.metric"] = self.target.metric
             out["target.value"] = str(self.target.value)
+        for name, v in self.claim:
+            out[f"claim.{name}"] = str(v)
         return out
 
     def batch_key(self) -> tuple:
@@ -278,12 +285,12 @@ _OMIT_AT_DEFAULT: dict[str, Any] = {"augment": {}, "workload": "", "divergence_l
                                      "devices": 1, "shard": "batch", "optimizer_source": "",
                                      "optimizer_source_hash": "", "early_stop": {}, "model_source": "",
                                      "model_source_hash": "", "dataset_digest": "",
-                                     "recipe": {}}
+                                     "recipe": {}, "claim": {}}
 #: TrialSpec fields never in ``to_dict`` (the shipped source text: the hash stands for it).
 NOT_IN_DICT = ("optimizer_source_ref", "model_source_ref")
 #: TrialSpec fields never part of ``trial_id`` (see the class docstring: results equal to float32
 #: rounding whatever their value, so a change of them must not re-train finished trials).
-NOT_IN_IDENTITY = ("devices", "shard")
+NOT_IN_IDENTITY = ("devices", "shard", "claim")
 
 
 @dataclass

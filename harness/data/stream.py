@@ -9,7 +9,13 @@ tokens, 1,658 MB over 2 GB); read this way it does not.
 Window ``w`` is tokens ``[w·T, w·T + T + 1)`` of the training stream (the shards in name order,
 windows may straddle two shards). Epoch ``e`` visits the ``N`` windows in
 ``np.random.default_rng((seed, e)).permutation(N)``; update ``i`` takes stream positions
-``[i·B, (i+1)·B)`` of the concatenated epochs (a batch may straddle two epochs). numpy only.
+``[i·B, (i+1)·B)`` of the concatenated epochs (a batch may straddle two epochs).
+
+``order="sequential"`` is modded-nanogpt's reader instead (``distributed_data_generator``): the
+same for every seed, update ``i`` reads ``B·T`` consecutive tokens of one shard, its row ``j`` the
+window at ``pos + j·T``; ``pos`` starts at 0 in each shard and moves on by ``B·T``, and a shard is
+left (its tail unread) as soon as ``pos + B·T + 1`` would reach its end. Past the last shard the
+reader starts over at the first (upstream's stops). numpy only.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ import numpy as np
 
 from harness.data.shards import ShardInfo
 
-__all__ = ["TokenStream"]
+__all__ = ["ORDERS", "TokenStream"]
+
+#: The orders a token stream reads its training windows in; the first is the default.
+ORDERS = ("random", "sequential")
 
 
 class TokenStream:
@@ -30,11 +39,14 @@ class TokenStream:
     Args:
       infos: the training shards, in order. seq_len: ``T``. num_tokens: how many tokens of the
         stream are training (the rest, held out, is never read). vocab_size: every token read must
-        be below it (checked per batch: ``ValueError`` naming the shard).
+        be below it (checked per batch: ``ValueError`` naming the shard). order: one of
+        :data:`ORDERS` (see the module docstring).
     """
 
-    def __init__(self, infos: tuple[ShardInfo, ...], seq_len: int, num_tokens: int, vocab_size: int):
+    def __init__(self, infos: tuple[ShardInfo, ...], seq_len: int, num_tokens: int, vocab_size: int,
+                 order: str = "random"):
         self.infos, self.seq_len, self.num_tokens, self.vocab_size = infos, seq_len, num_tokens, vocab_size
+        self.order_kind = order
         self.num_windows = max((num_tokens - 1) // seq_len, 0)
         self._open()
 
@@ -58,7 +70,8 @@ class TokenStream:
         return np.frombuffer(raw, info.dtype)
 
     def __getstate__(self) -> dict:  # a --jobs worker reopens the files: never the tokens pickled
-        return {k: getattr(self, k) for k in ("infos", "seq_len", "num_tokens", "vocab_size", "num_windows")}
+        return {k: getattr(self, k) for k in ("infos", "seq_len", "num_tokens", "vocab_size", "num_windows",
+                                              "order_kind")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -84,9 +97,34 @@ class TokenStream:
             out[sel] = self._perm(seed, int(e))[pos[sel] - e * N]
         return out.reshape(n, batch)
 
+    def sequential_starts(self, start: int, n: int, batch: int) -> np.ndarray:
+        """``int64 (n, batch)``: the stream offset of each window of updates ``start .. start + n - 1``
+        in the sequential order (module docstring).
+
+        Raises:
+          ValueError: no shard holds ``batch · T + 2`` training tokens (upstream's reader needs that).
+        """
+        bt, ends = batch * self.seq_len, np.minimum(self._ends, self.num_tokens)
+        firsts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+        lens = ends - firsts
+        per = np.where(lens >= bt + 2, (lens - bt - 2) // bt + 1, 0).astype(np.int64)
+        if not per.sum():
+            raise ValueError(f"order sequential: no training shard holds batch_size · seq_len + 2 = "
+                             f"{bt + 2:,} tokens (the largest has {int(lens.max(initial=0)):,}): each "
+                             f"update reads its batch from one shard")
+        i = np.arange(start, start + n, dtype=np.int64) % int(per.sum())
+        cum = np.cumsum(per)
+        k = np.searchsorted(cum, i, side="right")
+        pos = firsts[k] + (i - (cum[k] - per[k])) * bt
+        return pos[:, None] + np.arange(batch, dtype=np.int64)[None, :] * self.seq_len
+
     def window(self, w: int) -> np.ndarray:
         """Tokens ``[w·T, w·T + T + 1)`` of the stream, ``int64 (T + 1,)``."""
-        lo, hi = w * self.seq_len, w * self.seq_len + self.seq_len + 1
+        return self.tokens_at(w * self.seq_len)
+
+    def tokens_at(self, lo: int) -> np.ndarray:
+        """Tokens ``[lo, lo + T + 1)`` of the stream, ``int64 (T + 1,)``."""
+        hi = lo + self.seq_len + 1
         k = int(np.searchsorted(self._ends, lo, side="right"))
         parts = []
         while lo < hi:  # a window may span several shards (short or empty ones included)
@@ -106,7 +144,11 @@ class TokenStream:
                 part: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
         """``(x, y)`` ``int32 (n, b, T)``: inputs and next tokens of updates ``start ..``; ``part``:
         which examples of each batch are read (a data-parallel device's share; default all ``batch``)."""
-        ids = self.order(seed, start, n, batch)[:, part]
-        w = np.stack([self.window(int(i)) for i in ids.reshape(-1)]).astype(np.int32)
+        if self.order_kind == "sequential":
+            ids = self.sequential_starts(start, n, batch)[:, part]
+            w = np.stack([self.tokens_at(int(i)) for i in ids.reshape(-1)]).astype(np.int32)
+        else:
+            ids = self.order(seed, start, n, batch)[:, part]
+            w = np.stack([self.window(int(i)) for i in ids.reshape(-1)]).astype(np.int32)
         w = w.reshape(*ids.shape, self.seq_len + 1)
         return w[..., :-1], w[..., 1:]

@@ -15,12 +15,13 @@ import fnmatch
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from harness.data.dataset import Dataset
 from harness.data.shards import FORMATS, ShardError, ShardInfo, digest, read_info, read_tokens
-from harness.data.stream import TokenStream
+from harness.data.stream import ORDERS, TokenStream
 
 __all__ = ["SIDECAR", "TOKENS_PREFIX", "VALID_TOKENS_MAX", "Corpus", "TokensError", "corpus_digest",
            "load_tokens", "scan", "windows"]
@@ -225,7 +226,8 @@ RESIDENT_WINDOWS = 1024
 
 def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, valid_tokens: int | None = None,
                 test_tokens: int | None = None, train_glob: str = "*train*", valid_glob: str = "*val*",
-                test_glob: str = "*test*", format: str = "auto", stream: bool | None = None) -> Dataset:
+                test_glob: str = "*test*", format: str = "auto", stream: bool | None = None,
+                order: Literal["random", "sequential"] = "random") -> Dataset:
     """The shard folder ``path`` as a ``"sequence"`` :class:`Dataset` of ``int32 (N, seq_len)`` windows.
 
     Args:
@@ -236,18 +238,26 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
         *_glob: file-name patterns of the splits. format: ``auto`` or a
         :data:`harness.data.shards.FORMATS` key. stream: read training windows from memory maps
         (:class:`harness.data.stream.TokenStream`, ``Dataset.stream``) instead of holding them
-        (``None``: above :data:`STREAM_ABOVE_TOKENS` training tokens).
+        (``None``: above :data:`STREAM_ABOVE_TOKENS` training tokens). order: the training
+        windows' order, ``random`` (each seed its own permutation of the windows) or ``sequential``
+        (modded-nanogpt's reader: shards in name order, consecutive windows, the same for every
+        seed; always streamed), :class:`harness.data.stream.TokenStream`.
     Raises:
       TokensError: bad data or hyperparameters; ``.key`` names the hyperparameter.
     """
     if seq_len < 1:
         raise TokensError("seq_len", f"must be >= 1, got {seq_len}")
+    if order not in ORDERS:
+        raise TokensError("order", f"{order!r}: choose one of {', '.join(ORDERS)}")
+    if order == "sequential" and stream is False:
+        raise TokensError("stream", "false holds the windows in memory, shuffled on the device; order: "
+                                    "sequential reads them from the shards (leave stream unset)")
     c = scan(path, train_glob, valid_glob, test_glob, format)
     valid, test, n_train = _eval_splits(c, seq_len, valid_tokens, test_tokens, (valid_glob, test_glob))
-    streamed = n_train > STREAM_ABOVE_TOKENS if stream is None else stream
+    streamed = order == "sequential" or (n_train > STREAM_ABOVE_TOKENS if stream is None else stream)
     vocab = _vocab(c, vocab_size, streamed)
     _check_vocab(c.valid + c.test if streamed else c.shards, vocab)
-    src = TokenStream(c.train, seq_len, n_train, vocab)
+    src = TokenStream(c.train, seq_len, n_train, vocab, order)
     if streamed:
         w = np.stack([src.window(i) for i in range(min(src.num_windows, RESIDENT_WINDOWS))])
         train = (w[:, :-1].astype(np.int32), w[:, 1:].astype(np.int32))

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from harness.config import workloads
 from harness.config.errors import ConfigError
-from harness.config.recipe_keys import recipe_fields, recipe_problem
+from harness.config.recipe_keys import claim_of, recipe_fields, recipe_problem
 from harness.config.schema import Component, SweepConfig
 from harness.config.search import SEARCH_INDEX_TAG, SEARCH_TAG, Distribution, Search, resolve_search, sample
 from harness.config.token_budget import budget_steps
@@ -285,12 +285,12 @@ def expand(cfg: SweepConfig, n_train: Callable[[str, dict[str, Any]], int] | Non
                 batch_size=bs, eval_every=cfg.eval_every or max(1, steps // 10),
                 steps_per_dispatch=cfg.steps_per_dispatch, model_hparams=hps["models"],
                 optimizer_hparams=hps["optimizers"], schedule_hparams=hps["schedules"],
-                dataset_hparams=ds.hparams, dataset_digest=digests[dkey],
+                dataset_hparams=ds.hparams, dataset_digest=digests[dkey], claim=claim_of(tgt),
                 target=Target(tgt.metric, tgt.value, tgt.resolved_mode()) if tgt else None,
                 dtype=cfg.dtypes()[0], divergence_loss_factor=cfg.divergence.loss_factor,
                 devices=cfg.parallelism.devices, shard=cfg.parallelism.shard, recipe=recipe_fields(cfg),
                 **source_fields(pt["optimizers"].comp), **source_fields(pt["models"].comp, "model"))
-            if (why := recipe_problem(cfg, bs, pt["optimizers"].path, spec)) is not None:
+            if (why := recipe_problem(cfg, bs, pt["optimizers"].path, spec, model.path)) is not None:
                 raise ConfigError([f"{file}: {why}"])
             origin = TrialOrigin({a: pt[a].path for a in ("models", "optimizers", "schedules", "datasets")},
                                  task, method, k, sampled, pt["optimizers"].comp.tuning, ranges,

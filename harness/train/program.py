@@ -31,7 +31,9 @@ from harness.train.recipe import (
     clipping,
     group_masks_of,
     group_optimizer,
+    loss_reduction_of,
     recipe_of,
+    token_sum,
 )
 from models import stax
 from models.custom import as_model
@@ -90,7 +92,13 @@ class TrainingProgram:
 
         make_opt = group_optimizer(make_for, groups, per_group=True) if groups else make_for(None)
         self.make_opt = clipping(make_opt, self.grad_clip)
-        self.value_and_grad = accumulate(jax.value_and_grad(self.loss, has_aux=True), grad_accum)
+        self.loss_reduction = loss_reduction_of(spec.recipe)
+        if self.loss_reduction == "sum" and entry.model.task != "sequence":
+            raise ValueError(f"loss_reduction: sum needs a token loss; model {spec.model!r} is a "
+                             f"{entry.model.task} model")
+        vg = (token_sum(self.loss, self.token_count) if self.loss_reduction == "sum"
+              else jax.value_and_grad(self.loss, has_aux=True))
+        self.value_and_grad = accumulate(vg, grad_accum, self.loss_reduction)
         self.opt_builder = lookup(optimizers, spec.optimizer, "optimizer")
         self.optimizer = spec.optimizer
         self.batch_size = spec.batch_size
@@ -185,6 +193,10 @@ class TrainingProgram:
         out, new_mstate = self.entry.forward(params, mstate, xb, rng=rng, train=True)
         loss = self.entry.model.loss(out, self.entry.target(xb, yb))
         return jnp.asarray(loss, jnp.float32), new_mstate
+
+    def token_count(self, xb, yb):
+        """The float32 count of tokens a sequence model's loss averages over (targets >= 0)."""
+        return jnp.maximum(jnp.sum(self.entry.target(xb, yb) >= 0), 1).astype(jnp.float32)
 
     def augment(self, xb, data_key, i):
         """The training batch of update ``i`` augmented (:mod:`harness.train.augment`; keyed by the

@@ -1,10 +1,12 @@
-"""The update step's recipe keys: global-norm gradient clipping, gradient accumulation, parameter groups.
+"""The update step's recipe keys: global-norm gradient clipping, gradient accumulation, parameter
+groups, the loss's reduction over tokens.
 
 Each wraps what :class:`harness.train.program.TrainingProgram` already has, so every optimizer
 (registered, ``source:``, Optax) gets them the same way: :func:`clip_optimizer` wraps the
 optimizer (its state becomes ``(inner state, int32 count of clipped updates)``),
 :func:`accumulate` wraps the loss's ``value_and_grad`` (K micro-batches in a ``lax.scan``), and
-:func:`group_optimizer` runs one optimizer per parameter group (step-size scale, weight decay).
+:func:`group_optimizer` runs one optimizer per parameter group (step-size scale, weight decay),
+:func:`token_sum` differentiates the sum of a token loss instead of its mean.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ import jax.numpy as jnp
 
 from harness.train.build import TrainOptimizer
 
-__all__ = ["GroupedState", "accumulate", "clip_optimizer", "clipped_count", "clipping", "global_norm",
-           "group_masks_of", "group_optimizer", "recipe_of"]
+__all__ = ["LOSS_REDUCTIONS", "GroupedState", "accumulate", "clip_optimizer", "clipped_count", "clipping",
+           "global_norm", "group_masks_of", "group_optimizer", "loss_reduction_of", "recipe_of", "token_sum"]
+
+#: The ``loss_reduction`` values; the first is the default (left out of a trial's recipe).
+LOSS_REDUCTIONS = ("mean", "sum")
 
 
 def recipe_of(recipe: Any) -> tuple[float | None, int, list]:
@@ -28,6 +33,39 @@ def recipe_of(recipe: Any) -> tuple[float | None, int, list]:
     ``param_groups`` as :func:`group_optimizer` takes them (``[]``: none)."""
     d: Mapping[str, Any] = dict(recipe)
     return d.get("grad_clip"), int(d.get("grad_accum", 1)), list(d.get("param_groups", ()))
+
+
+def loss_reduction_of(recipe: Any) -> str:
+    """The ``loss_reduction`` of a spec's ``recipe`` pairs (or a mapping): ``"mean"`` or ``"sum"``."""
+    return str(dict(recipe).get("loss_reduction", LOSS_REDUCTIONS[0]))
+
+
+def token_sum(loss: Callable, count: Callable) -> Callable:
+    """``value_and_grad`` of the token loss's sum, reporting its mean: as torch's
+    ``F.cross_entropy(..., reduction="sum")`` then ``.backward()``.
+
+    Args:
+      loss: ``loss(params, mstate, xb, yb, rng) -> (float32 mean loss per token, mstate)``.
+      count: ``count(xb, yb) -> float32 ()``: the tokens the mean is over (padding left out).
+
+    Returns:
+      ``fn(params, mstate, xb, yb, rng) -> ((mean loss, mstate), gradient of mean · count)``, shaped
+      as ``jax.value_and_grad(loss, has_aux=True)``: the logged loss stays a per-token mean.
+
+    Source: modded-nanogpt ``records/track_3_optimization/train_gpt_simple.py`` (``GPT.forward``).
+    """
+
+    def total(params, mstate, xb, yb, rng):
+        mean, new_mstate = loss(params, mstate, xb, yb, rng)
+        return mean * count(xb, yb), (mean, new_mstate)
+
+    vg = jax.value_and_grad(total, has_aux=True)
+
+    def fn(params, mstate, xb, yb, rng):
+        (_, (mean, new_mstate)), grads = vg(params, mstate, xb, yb, rng)
+        return (mean, new_mstate), grads
+
+    return fn
 
 
 def global_norm(tree: Any) -> jax.Array:
@@ -82,12 +120,13 @@ def clipped_count(opt_state: Any) -> Any:
     return opt_state[1]
 
 
-def accumulate(value_and_grad: Callable, k: int) -> Callable:
+def accumulate(value_and_grad: Callable, k: int, reduction: str = "mean") -> Callable:
     """``value_and_grad(params, mstate, xb, yb, rng) -> ((loss, mstate), grads)`` over ``k`` equal
     micro-batches of ``xb``/``yb`` (leading axis split in order), run one after the other in a
-    ``lax.scan``: loss and gradients are the micro-batches' means (the whole batch's mean loss and
-    its gradient, up to float reassociation), the model state threaded through; micro-batch ``j``
-    gets ``fold_in(rng, j)``.
+    ``lax.scan``: the loss is the micro-batches' mean; the gradients their mean (the whole batch's
+    mean loss's gradient, up to float reassociation) or, with ``reduction="sum"`` (a
+    :func:`token_sum` ``value_and_grad``), their sum, as torch's ``backward()`` accumulates; the
+    model state threaded through; micro-batch ``j`` gets ``fold_in(rng, j)``.
 
     Raises:
       ValueError: (at trace time) a batch whose size ``k`` does not divide.
@@ -111,7 +150,7 @@ def accumulate(value_and_grad: Callable, k: int) -> Callable:
         zeros = jax.tree.map(jnp.zeros_like, params)
         (mstate, gsum, lsum), _ = jax.lax.scan(body, (mstate, zeros, jnp.float32(0)),
                                                (jnp.arange(k), split(xb), split(yb)))
-        return (lsum / k, mstate), jax.tree.map(lambda g: g / k, gsum)
+        return (lsum / k, mstate), gsum if reduction == "sum" else jax.tree.map(lambda g: g / k, gsum)
 
     return fn
 
