@@ -84,3 +84,37 @@ def test_bad_muon_conventions_are_refused_before_any_store(tmp_path, bad, where,
     assert len(lines) == 1 and lines[0].startswith(f"{p}: optimizers[0].hparams.{where}: "), r.output
     assert message in lines[0]
     assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize("group, message", [
+    ("{b9: 0.8}", "param_groups[0].hparams.b9: not a hyperparameter of optimizer 'adamw' (optimizers[0]); "
+                  "valid: b1, b2, eps, weight_decay (did you mean 'b1'?)"),
+    ("{b1: fast}", "param_groups[0].hparams.b1: expected a number, got 'fast'"),
+])
+def test_bad_group_hparams_are_refused_before_any_store(tmp_path, group, message):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: t3groups\nmodels: [{name: mlp, hparams: {width: 8, depth: 1}}]\n"
+                 "optimizers: [{name: adamw, hparams: {step_size: 0.01}}]\n"
+                 f"param_groups: [{{rules: norms_and_biases, hparams: {group}}}]\n"
+                 "datasets: [digits]\nseeds: 1\nbatch_size: 16\nbudget: {steps: 4}\n")
+    r = runner.invoke(app, ["sweep", str(p), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.startswith(f"{p}: ")]
+    assert lines == [f"{p}: {message}"], r.output
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_group_hparams_join_the_trial_id_only_when_given(tmp_path):
+    text = ("name: t3groups\nmodels: [{name: mlp, hparams: {width: 8, depth: 1}}]\n"
+            "optimizers: [{name: adamw, hparams: {step_size: 0.01}}]\n"
+            "param_groups: [{rules: norms_and_biases, step_size_scale: 2.0GROUP}]\n"
+            "datasets: [digits]\nseeds: 1\nbatch_size: 16\nbudget: {steps: 4}\n")
+    ids = []
+    for extra in ("", ", hparams: {}", ", hparams: {b1: 0.8}"):
+        p = tmp_path / "g.yaml"
+        p.write_text(text.replace("GROUP", extra))
+        spec = expand(load_config(p), n_train=lambda n, h: 4000)[0]
+        ids.append(spec.trial_id)
+        if extra.endswith("0.8}"):
+            assert dict(spec.recipe)["param_groups"] == ((("norms_and_biases",), 2.0, None, (("b1", 0.8),)),)
+    assert ids[0] == ids[1] != ids[2]

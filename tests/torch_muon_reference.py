@@ -91,17 +91,17 @@ def muon_baseline_optimizers(model, dtype=torch.bfloat16) -> list[torch.optim.Op
     return _with_initial_lr([adam, Muon(matrices, lr=0.025, weight_decay=0.05, dtype=dtype)], 0)
 
 
-def adamw_baseline_optimizers(model) -> list[torch.optim.Optimizer]:
+def adamw_baseline_optimizers(model, warmup_steps: int = 250) -> list[torch.optim.Optimizer]:
     """The AdamW baseline's ``optimizer1`` (embedding 0.3, head 1/320, gains and biases 0.01; betas
     (0.8, 0.95), eps 1e-10, no decay) and ``optimizer2`` (the blocks' matrices: lr 0.0015, betas
-    (0.9, 0.95), eps 1e-10, weight decay 0.1); every group warms up over 250 steps."""
+    (0.9, 0.95), eps 1e-10, weight decay 0.1); every group warms up over ``warmup_steps`` (250)."""
     matrices, small = _parts(model)
     aux = torch.optim.AdamW([dict(params=[model.embed.weight], lr=0.3),
                              dict(params=[model.head.weight], lr=1 / 320),
                              dict(params=small, lr=0.01)],
                             betas=(0.8, 0.95), eps=1e-10, weight_decay=0)
     blocks = torch.optim.AdamW(matrices, lr=0.0015, betas=(0.9, 0.95), eps=1e-10, weight_decay=0.10)
-    return _with_initial_lr([aux, blocks], 250)
+    return _with_initial_lr([aux, blocks], warmup_steps)
 
 
 def _with_initial_lr(optimizers, warmup_steps):

@@ -65,7 +65,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     grad_clip: 1.0                 # clip gradients to this global norm before each update (default: none)
     grad_accum: 4                  # micro-batches per update; must divide every batch size (default 1)
     param_groups:                  # one optimizer per group (optimizers.groups rules); the rest as configured
-      - {rules: [embeddings, head], step_size_scale: 0.5, weight_decay: 0.0}
+      - {rules: [embeddings, head], step_size_scale: 0.5, weight_decay: 0.0, hparams: {b1: 0.8}}
     divergence: {loss_factor: 100}  # diverged: train loss > 100 x the initial one (null: off)
     selection: {by: time_to_target}  # each optimizer's best config: time_to_target | final | best
     parallelism: {devices: 1, shard: batch}  # devices: N | all; shard: batch (data-parallel) | trials
