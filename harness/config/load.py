@@ -51,6 +51,8 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     eval_every: 100                # steps between evaluations (default: budget / 10)
     steps_per_dispatch: 50         # K steps fused in one lax.scan dispatch
     target: {metric: valid/accuracy, value: 0.9}  # on validation; mode inferred: accuracy→max, loss→min
+    # a loss target's claim rules, stated in the summary and report (harness.core.claim_rules):
+    # target: {metric: valid/loss, value: 3.28, claim: {margin: 0.004, single_run: 3.276}}
     targets: {mnist1d: {metric: valid/accuracy, value: 0.6}}  # per-dataset override (eval/* = valid/*)
     search: {method: quasirandom, trials: 16, seed: 0}   # samples the distributions (harness.config.search)
     zip: [[models, batch_size]]    # top-level axes that vary together instead of as a product
@@ -66,6 +68,8 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     grad_accum: 4                  # micro-batches per update; must divide every batch size (default 1)
     param_groups:                  # one optimizer per group (optimizers.groups rules); the rest as configured
       - {rules: [embeddings, head], step_size_scale: 0.5, weight_decay: 0.0, hparams: {b1: 0.8}}
+    loss_reduction: mean           # mean | sum: a token loss's gradient of its sum over tokens and
+                                   # micro-batches (modded-nanogpt's reduction="sum"); sequence models
     divergence: {loss_factor: 100}  # diverged: train loss > 100 x the initial one (null: off)
     selection: {by: time_to_target}  # each optimizer's best config: time_to_target | final | best
     parallelism: {devices: 1, shard: batch}  # devices: N | all; shard: batch (data-parallel) | trials

@@ -254,9 +254,10 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
                                     "sequential reads them from the shards (leave stream unset)")
     c = scan(path, train_glob, valid_glob, test_glob, format)
     valid, test, n_train = _eval_splits(c, seq_len, valid_tokens, test_tokens, (valid_glob, test_glob))
-    streamed = order == "sequential" or (n_train > STREAM_ABOVE_TOKENS if stream is None else stream)
-    vocab = _vocab(c, vocab_size, streamed)
-    _check_vocab(c.valid + c.test if streamed else c.shards, vocab)
+    large = n_train > STREAM_ABOVE_TOKENS if stream is None else stream  # too large to read whole
+    streamed = large or order == "sequential"
+    vocab = _vocab(c, vocab_size, large)
+    _check_vocab(c.valid + c.test if large else c.shards, vocab)
     src = TokenStream(c.train, seq_len, n_train, vocab, order)
     if streamed:
         w = np.stack([src.window(i) for i in range(min(src.num_windows, RESIDENT_WINDOWS))])

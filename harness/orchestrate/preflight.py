@@ -25,7 +25,8 @@ steps, on each model: not once per step size (a traced value of the program), no
   dataset's shapes only, is refused here too;
 - every model builds on its dataset's input shape and initialises abstractly
   (``jax.eval_shape`` of its ``init``; a sourced one, bounded, also applies once);
-- no batch size exceeds its dataset's training examples;
+- no batch size exceeds its dataset's training examples, nor (``order: sequential`` token
+  shards) every shard's tokens;
 - ``parallelism``: ``devices`` does not exceed this process's visible devices
   (:func:`harness.execute.devices.visible_devices`), and with ``shard: batch`` every batch size divides
   over the device count (the message names the nearest valid sizes,
@@ -296,6 +297,11 @@ def _check_trial(run: _Checks, s, ds_key: tuple[str, str], ds) -> None:
                         and s.batch_size not in run.cfg.batch_size), "batch_size")
         run.errors.append(f"{run.file}: {bs_path}: {s.batch_size} exceeds the {ds.num_train} training "
                           f"examples of dataset {s.dataset!r}")
+    if getattr(ds.stream, "order_kind", "") == "sequential" and run.once(("seq", s.batch_size, ds_key)):
+        try:  # upstream's reader takes each update's batch from one shard
+            ds.stream.sequential_starts(0, 1, s.batch_size)
+        except ValueError as e:
+            run.errors.append(f"{run.file}: batch_size: {s.batch_size} on dataset {s.dataset!r}: {e}")
     mkey = model_key(s, ds)
     if run.once(mkey):
         _check_model(run, s, ds, mkey)
