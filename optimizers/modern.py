@@ -234,12 +234,9 @@ def muon(
       ``(2, -1.5, 0.5)`` in bfloat16, ``ns_eps`` 1e-7, lerp momentum, plain AdamW, ``adam_eps``
       1e-10 (set its betas and decays too: ``adam_b1: 0.8, adam_b2: 0.95``).
 
-    Remaining differences from torch: its Newton-Schulz multiplies a bfloat16 matrix by float32
-    coefficients, here they are cast to the compute dtype (exact for ``(2, -1.5, 0.5)``); its
-    scale ``sqrt(max(1, A / B))`` of an ``(A, B) = (fan_out, fan_in)`` weight and its decay ``x
-    <- x (1 - lr weight_decay)`` are this one's. ``torch.optim.Muon`` divides by ``max(||x||_F,
-    eps)``. Checked against a PyTorch port of ``train_gpt_simple.py``'s optimizers
-    (``tests/test_torch_muon.py``) and numpy Muon in float64 (``tests/test_optimizer_conventions.py``).
+    Left from torch: its Newton-Schulz keeps float32 coefficients on a bfloat16 matrix (cast here;
+    exact for ``(2, -1.5, 0.5)``); ``torch.optim.Muon`` divides by ``max(||x||_F, eps)``. Checked
+    against a PyTorch port of ``train_gpt_simple.py``'s optimizers (``tests/test_torch_muon.py``).
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
