@@ -17,7 +17,7 @@ only.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,7 @@ from optimizers.groups import mask_flags
 from optimizers.registry import register_optimizer
 
 __all__ = [
+    "MUON_CONVENTIONS",
     "MUON_NS_COEFFS",
     "adafactor",
     "bias_correction",
@@ -75,41 +76,90 @@ def _adam_direction(i, g, m, v, b1, b2, eps, nesterov: bool):
 # --------------------------------------------------------------------------------------------
 # Muon.
 
+#: Muon's conventions by name (``muon(convention=...)``): Newton-Schulz coefficients, iterations,
+#: normalisation eps and compute dtype; the momentum form; the auxiliary Adam's Nesterov and eps.
+#: ``None`` under ``"optax"``: ``ns_dtype`` the parameters' dtype, ``ns_eps``/``adam_eps`` the
+#: shared ``eps``, ``adam_nesterov`` Muon's ``nesterov``.
+MUON_CONVENTIONS: dict[str, dict[str, Any]] = {
+    # optax.contrib.muon (the harness's default since its first muon)
+    "optax": {"ns_coeffs": MUON_NS_COEFFS, "ns_steps": 5, "ns_eps": None, "ns_dtype": None,
+              "momentum_form": "bias_corrected", "adam_nesterov": None, "adam_eps": None},
+    # KellerJordan/Muon's muon.py (MuonWithAuxAdam): bf16 quintic, lerp momentum, plain Adam
+    "jordan": {"ns_coeffs": MUON_NS_COEFFS, "ns_steps": 5, "ns_eps": 1e-7, "ns_dtype": "bfloat16",
+               "momentum_form": "lerp", "adam_nesterov": False, "adam_eps": 1e-10},
+    # modded-nanogpt's records/track_3_optimization/train_gpt_simple.py: 12 bf16 iterations of
+    # (2, -1.5, 0.5), lerp momentum, a plain torch.optim.AdamW beside it
+    "modded_nanogpt": {"ns_coeffs": (2.0, -1.5, 0.5), "ns_steps": 12, "ns_eps": 1e-7, "ns_dtype": "bfloat16",
+                       "momentum_form": "lerp", "adam_nesterov": False, "adam_eps": 1e-10},
+}
+_NS_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
-def newton_schulz(x: jax.Array, ns_steps: int = 5, coeffs=MUON_NS_COEFFS, eps: float = 1e-8) -> jax.Array:
+
+def _coefficient_rows(coeffs, ns_steps) -> tuple[tuple[float, float, float], ...]:
+    """``coeffs`` (one ``(a, b, c)`` or one per iteration) as one triple per iteration.
+
+    Raises:
+      ValueError: not a triple of finite numbers nor a sequence of them; a per-iteration list
+        whose length is not the number of iterations.
+    """
+    def triple(t) -> bool:
+        return (isinstance(t, list | tuple) and len(t) == 3
+                and all(isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) for v in t))
+
+    if triple(coeffs):
+        rows = (tuple(float(v) for v in coeffs),) * ns_steps
+    elif isinstance(coeffs, list | tuple) and coeffs and all(triple(t) for t in coeffs):
+        rows = tuple(tuple(float(v) for v in t) for t in coeffs)
+        if len(rows) != ns_steps:
+            raise ValueError(f"ns_coeffs: {len(rows)} (a, b, c) triples, one per iteration, but "
+                             f"{ns_steps} Newton-Schulz iterations")
+    else:
+        raise ValueError(f"ns_coeffs must be one (a, b, c) triple of finite numbers or one triple per "
+                         f"iteration, got {coeffs!r}")
+    return rows
+
+
+def newton_schulz(x: jax.Array, ns_steps: int = 5, coeffs=MUON_NS_COEFFS, eps: float = 1e-8,
+                  dtype: Any = None) -> jax.Array:
     """An approximate orthogonalisation ``U S' V^T`` of a matrix ``x = U S V^T`` (``S'`` near 1).
 
-    Each matrix is transposed to wide form when ``m > n``, scaled to unit Frobenius norm
-    (``x / (||x||_F + eps)``), then ``ns_steps`` quintic iterations ``A = X X^T;
-    X <- a X + (b A + c A A) X`` with ``coeffs = (a, b, c)`` cast to ``x``'s dtype, and
-    transposed back. The matrices go through ``jax.vmap`` with a leading batch axis (a single
+    Each matrix is cast to ``dtype``, transposed to wide form when ``m > n``, scaled to unit
+    Frobenius norm (``x / (||x||_F + eps)``), then ``ns_steps`` iterations ``A = X X^T;
+    X <- a X + (b A + c A A) X`` with that iteration's ``(a, b, c)`` cast to the compute dtype,
+    and transposed back. The matrices go through ``jax.vmap`` with a leading batch axis (a single
     matrix too), as in ``optax.contrib.orthogonalize_via_newton_schulz`` (``'frobenius'``
     preconditioning), whose rounding this then shares.
 
     Args:
       x: shape ``(m, n)``, or ``(..., m, n)`` for a stack of matrices, each done on its own.
       ns_steps: the number of iterations (default 5).
-      coeffs: ``(a, b, c)`` (default :data:`MUON_NS_COEFFS`).
+      coeffs: ``(a, b, c)`` for every iteration (default :data:`MUON_NS_COEFFS`), or a sequence
+        of ``ns_steps`` such triples, one per iteration.
       eps: added to the Frobenius norm.
+      dtype: the compute dtype (``None``: ``x``'s); modded-nanogpt and KellerJordan/Muon use
+        bfloat16.
 
     Returns:
-      The orthogonalised matrices, with ``x``'s shape and dtype.
+      The orthogonalised matrices, with ``x``'s shape, in the compute dtype.
 
     Raises:
-      ValueError: ``x`` has fewer than 2 axes.
+      ValueError: ``x`` has fewer than 2 axes; ``coeffs`` malformed or of the wrong length.
 
-    Source: Jordan et al. 2024 (Muon); ``optax.contrib.orthogonalize_via_newton_schulz``.
+    Source: Jordan et al. 2024 (Muon); ``optax.contrib.orthogonalize_via_newton_schulz``;
+    ``zeropower_via_newtonschulz5`` of modded-nanogpt and KellerJordan/Muon.
     """
     if x.ndim < 2:
         raise ValueError(f"newton_schulz needs a matrix, got shape {x.shape}")
+    rows = _coefficient_rows(coeffs, ns_steps)
+    x = x if dtype is None else x.astype(dtype)
 
     def one(x):
         transposed = x.shape[0] > x.shape[1]
         if transposed:
             x = x.T
         x = x / (jnp.linalg.norm(x, ord="fro") + eps)
-        a, b, c = jnp.asarray(coeffs).astype(x.dtype)
-        for _ in range(ns_steps):
+        for row in rows:
+            a, b, c = jnp.asarray(row).astype(x.dtype)
             gram = x @ x.T
             x = a * x + (b * gram + c * gram @ gram) @ x
         return x.T if transposed else x
@@ -136,11 +186,11 @@ def muon_matrices(params) -> Any:
 
 @register_optimizer("muon", note="(matrix set ``muon_mask``: default every 2-D leaf; in YAML a group rule "
                                  "or a list of them: hidden_matrices, embeddings, head, norms_and_biases, "
-                                 "glob:PATTERN)")
+                                 "glob:PATTERN; named conventions: optax, jordan, modded_nanogpt)")
 def muon(
     step_size,
     beta: float = 0.95,
-    ns_steps: int = 5,
+    ns_steps: int | None = None,
     eps: float = 1e-8,
     weight_decay: float = 0.0,
     nesterov: bool = True,
@@ -149,43 +199,53 @@ def muon(
     adam_weight_decay: float = 0.0,
     adam_lr_ratio: float = 1.0,
     muon_mask: Callable[[Any], Any] | str | list[str] | None = None,
+    convention: Literal["optax", "jordan", "modded_nanogpt"] = "optax",
+    ns_coeffs: tuple[float, float, float] | tuple[tuple[float, float, float], ...] | None = None,
+    ns_eps: float | None = None,
+    ns_dtype: Literal["float32", "bfloat16", "float16"] | None = None,
+    momentum_form: Literal["bias_corrected", "lerp"] | None = None,
+    adam_nesterov: bool | None = None,
+    adam_eps: float | None = None,
 ) -> Optimizer:
     """Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al. 2024), AdamW for non-matrices.
 
-    For a Muon leaf ``x`` of shape ``(fan_in, fan_out)``, with ``t = i + 1``:
-    ``m <- (1 - beta) g + beta m;  m^ = beta m / (1 - beta**(t+1)) + (1 - beta) g / (1 - beta**t)``
-    (Nesterov; ``m / (1 - beta**t)`` without); ``u = sqrt(max(1, fan_out / fan_in)) *
-    newton_schulz(m^, ns_steps)`` (the quintic coefficients :data:`MUON_NS_COEFFS`);
-    ``x <- x - lr * (u + weight_decay * x)``. Every other leaf takes an AdamW step
-    (``optax.adamw`` with ``nesterov``, ``b1=adam_b1``, ``b2=adam_b2``, the same ``eps``,
-    ``weight_decay=adam_weight_decay``) with step size ``adam_lr_ratio * lr``.
-    State per leaf: ``(x, m)`` for Muon leaves, ``(x, m, v)`` for AdamW leaves, each with the
-    leaf's shape and dtype.
+    For a Muon leaf ``x`` of shape ``(fan_in, fan_out)``, with ``t = i + 1``: ``m <- (1 - beta) g
+    + beta m``; the direction ``m^`` is, by ``momentum_form``, ``"bias_corrected"`` (Optax's):
+    ``beta m / (1 - beta**(t+1)) + (1 - beta) g / (1 - beta**t)`` (Nesterov; ``m / (1 -
+    beta**t)`` without), or ``"lerp"`` (torch's ``momentum.lerp_(g, 1 - beta); g.lerp_(momentum,
+    beta)``): ``beta m + (1 - beta) g`` (Nesterov; ``m`` without), uncorrected. Then ``u =
+    sqrt(max(1, fan_out / fan_in)) * newton_schulz(m^, ns_steps, ns_coeffs, ns_eps, ns_dtype)``
+    (cast back to ``x``'s dtype); ``x <- x - lr * (u + weight_decay * x)``. Every other leaf
+    takes an AdamW step (``optax.adamw`` with ``nesterov=adam_nesterov``, ``b1=adam_b1``,
+    ``b2=adam_b2``, ``eps=adam_eps``, ``weight_decay=adam_weight_decay``; ``torch.optim.AdamW``
+    without Nesterov) with step size ``adam_lr_ratio * lr``. State per leaf: ``(x, m)`` for Muon
+    leaves, ``(x, m, v)`` for AdamW leaves, each with the leaf's shape and dtype.
 
-    Defaults are ``optax.contrib.muon``'s (beta 0.95, 5 Newton-Schulz steps, Nesterov, no weight
-    decay), which this matches at equal settings (``adam_learning_rate = adam_lr_ratio * lr``;
-    its ``muon_weight_dimension_numbers`` with ``None`` for the leaves whose mask is False).
+    ``convention`` fills every convention hyperparameter left ``None`` (:data:`MUON_CONVENTIONS`):
 
-    Convention (Optax's, not ``torch.optim.Muon``'s): the Nesterov momentum is bias-corrected
-    (``m^`` above). ``torch.optim.Muon`` orthogonalises ``beta m + (1 - beta) g`` uncorrected
-    (its ``grad.lerp(buf, momentum)``); on step 1 both are multiples of ``g``, which the
-    normalisation erases, and from step 2 on the mix of ``m`` and ``g`` differs (without
-    Nesterov the correction is a scale only, erased alike). Newton-Schulz runs here in the
-    parameters' dtype (float32, or float64 for float64 parameters) at JAX's default matmul
-    precision, as Optax; torch runs it in bfloat16 (``grad.bfloat16()``) and divides by
-    ``max(||x||_F, eps)`` (eps 1e-7) rather than ``||x||_F + eps``. Torch's defaults also differ
-    (weight decay 0.1); its decay ``x <- x (1 - lr weight_decay)`` and its scale
-    ``sqrt(max(1, A / B))`` of an ``(A, B) = (fan_out, fan_in)`` weight are this one's for a
-    ``(fan_in, fan_out)`` leaf. Checked in float64 against numpy Muon with and without the
-    correction (``tests/test_optimizer_conventions.py``).
+    * ``optax`` (default, ``optax.contrib.muon``, which this matches at equal settings with
+      ``adam_learning_rate = adam_lr_ratio * lr``): 5 iterations of :data:`MUON_NS_COEFFS` in the
+      parameters' dtype at JAX's default matmul precision, ``ns_eps = adam_eps = eps``,
+      bias-corrected momentum, ``adam_nesterov = nesterov`` (NAdamW when Nesterov);
+    * ``jordan`` (KellerJordan/Muon's ``MuonWithAuxAdam``): 5 iterations of
+      :data:`MUON_NS_COEFFS` in bfloat16, ``ns_eps`` 1e-7, lerp momentum, plain Adam, ``adam_eps``
+      1e-10;
+    * ``modded_nanogpt`` (its optimization track's ``train_gpt_simple.py``): 12 iterations of
+      ``(2, -1.5, 0.5)`` in bfloat16, ``ns_eps`` 1e-7, lerp momentum, plain AdamW, ``adam_eps``
+      1e-10 (set its betas and decays too: ``adam_b1: 0.8, adam_b2: 0.95``).
+
+    Left from torch: its Newton-Schulz keeps float32 coefficients on a bfloat16 matrix (cast here;
+    exact for ``(2, -1.5, 0.5)``); ``torch.optim.Muon`` divides by ``max(||x||_F, eps)``. Checked
+    against a PyTorch port of ``train_gpt_simple.py``'s optimizers (``tests/test_torch_muon.py``).
 
     Args:
       step_size: positive scalar, traced scalar, or schedule.
       beta: momentum decay in ``[0, 1)``.
-      ns_steps: Newton-Schulz iterations.
-      eps: added to the Frobenius norm before Newton-Schulz and to AdamW's denominator.
+      ns_steps: Newton-Schulz iterations (>= 1; ``None``: the convention's, or the number of
+        per-iteration triples).
+      eps: under ``convention="optax"``, added to the Frobenius norm and AdamW's denominator.
       weight_decay: decoupled decay of Muon leaves (>= 0), multiplied by the step size.
-      nesterov: Nesterov momentum for both Muon and AdamW leaves.
+      nesterov: Nesterov momentum for Muon leaves (and AdamW's under ``optax``).
       adam_b1, adam_b2: AdamW's moment decay rates in ``[0, 1)``.
       adam_weight_decay: decoupled decay of AdamW leaves (>= 0).
       adam_lr_ratio: AdamW leaves' step size as a multiple of ``step_size``.
@@ -194,49 +254,98 @@ def muon(
         rules by name (:mod:`optimizers.groups`: ``"hidden_matrices"``, ``["hidden_matrices", "glob:..."]``,
         what a YAML config can write). ``None``: :func:`muon_matrices` (every 2-D leaf); to give the
         output layer or an embedding to AdamW, pass ``False`` there.
+      convention: ``"optax"``, ``"jordan"`` or ``"modded_nanogpt"`` (above).
+      ns_coeffs: ``(a, b, c)`` for every iteration, or one triple per iteration.
+      ns_eps: added to the Frobenius norm before Newton-Schulz (>= 0).
+      ns_dtype: Newton-Schulz's compute dtype, ``"float32"``, ``"bfloat16"`` or ``"float16"``.
+      momentum_form: ``"bias_corrected"`` or ``"lerp"``.
+      adam_nesterov: NAdamW (True) or plain AdamW (False) for the AdamW leaves.
+      adam_eps: added to AdamW's denominator (>= 0).
 
     Returns:
       An :class:`~optimizers.core.Optimizer` ``(init_fn, update_fn, params_fn)``.
 
     Raises:
       ValueError: concrete ``step_size <= 0``, a decay rate outside ``[0, 1)``, a negative weight
-        decay; at init, a masked leaf that is not 2-D, or a ``muon_mask`` rule matching no parameter.
+        decay or eps, an unknown convention, dtype or momentum form, ``ns_coeffs`` malformed or
+        not one triple per iteration, ``ns_steps < 1``; at init, a masked leaf that is not 2-D, or
+        a ``muon_mask`` rule matching no parameter.
     """
     step_size = make_schedule(positive_step_size(step_size))
     for v, name in ((beta, "beta"), (adam_b1, "adam_b1"), (adam_b2, "adam_b2")):
         check_unit_interval(v, name)
     check_nonnegative(weight_decay, "weight_decay")
     check_nonnegative(adam_weight_decay, "adam_weight_decay")
-
-    adam = (adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio)
+    ns = _muon_convention(convention, ns_steps, eps, nesterov, ns_coeffs=ns_coeffs, ns_eps=ns_eps,
+                          ns_dtype=ns_dtype, momentum_form=momentum_form, adam_nesterov=adam_nesterov,
+                          adam_eps=adam_eps)
+    adam = (adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio, ns["adam_eps"], ns["adam_nesterov"])
 
     def update(i, g, state):
-        return _muon_update(i, g, state, step_size(i), beta, ns_steps, eps, weight_decay, nesterov, adam)
+        return _muon_update(i, g, state, step_size(i), beta, weight_decay, nesterov, ns, adam)
 
     tree = optimizer(lambda: (_muon_init, update, params_of))()
     return Optimizer(lambda params: _muon_state(params, muon_mask), tree.update_fn, tree.params_fn)
+
+
+def _muon_convention(convention, ns_steps, eps, nesterov, **given) -> dict[str, Any]:
+    """:func:`muon`'s convention hyperparameters: each given one, else ``convention``'s; checked.
+
+    Raises:
+      ValueError: as :func:`muon` says.
+    """
+    if convention not in MUON_CONVENTIONS:
+        raise ValueError(f"convention must be one of {', '.join(MUON_CONVENTIONS)}, got {convention!r}")
+    out = {k: given[k] if given[k] is not None else v for k, v in MUON_CONVENTIONS[convention].items()
+           if k != "ns_steps"}
+    out["ns_eps"] = eps if out["ns_eps"] is None else out["ns_eps"]
+    out["adam_eps"] = eps if out["adam_eps"] is None else out["adam_eps"]
+    out["adam_nesterov"] = nesterov if out["adam_nesterov"] is None else out["adam_nesterov"]
+    coeffs = out["ns_coeffs"]
+    per_step = isinstance(coeffs, list | tuple) and bool(coeffs) and isinstance(coeffs[0], list | tuple)
+    if ns_steps is None:
+        ns_steps = len(coeffs) if per_step and given["ns_coeffs"] is not None else \
+            MUON_CONVENTIONS[convention]["ns_steps"]
+    if isinstance(ns_steps, bool) or not isinstance(ns_steps, int | np.integer) or ns_steps < 1:
+        raise ValueError(f"ns_steps must be an integer >= 1, got {ns_steps!r}")
+    out["ns_steps"] = int(ns_steps)
+    out["ns_coeffs"] = _coefficient_rows(coeffs, out["ns_steps"])
+    check_nonnegative(out["ns_eps"], "ns_eps")
+    check_nonnegative(out["adam_eps"], "adam_eps")
+    if out["ns_dtype"] is not None and out["ns_dtype"] not in _NS_DTYPES:
+        extra = " (64-bit arithmetic is off; the parameters' own dtype is ns_dtype: null)" \
+            if out["ns_dtype"] == "float64" else ""
+        raise ValueError(f"ns_dtype must be one of {', '.join(_NS_DTYPES)} or null, got "
+                         f"{out['ns_dtype']!r}{extra}")
+    if out["momentum_form"] not in ("bias_corrected", "lerp"):
+        raise ValueError(f"momentum_form must be bias_corrected or lerp, got {out['momentum_form']!r}")
+    return out
 
 
 def _muon_init(x0):
     return x0, jnp.zeros_like(x0)
 
 
-def _muon_update(i, g, state, lr, beta, ns_steps, eps, weight_decay, nesterov, adam):
+def _muon_update(i, g, state, lr, beta, weight_decay, nesterov, ns, adam):
     """One leaf's step of :func:`muon`: Muon for a ``(x, m)`` state, AdamW for ``(x, m, v)``;
-    ``adam`` is ``(adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio)``."""
+    ``ns`` is :func:`_muon_convention`'s, ``adam`` ``(adam_b1, adam_b2, adam_weight_decay,
+    adam_lr_ratio, adam_eps, adam_nesterov)``."""
     if len(state) == 3:  # an AdamW leaf
-        adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio = adam
+        adam_b1, adam_b2, adam_weight_decay, adam_lr_ratio, adam_eps, adam_nesterov = adam
         x, m, v = state
-        u, m, v = _adam_direction(i, g, m, v, adam_b1, adam_b2, eps, nesterov)
+        u, m, v = _adam_direction(i, g, m, v, adam_b1, adam_b2, adam_eps, adam_nesterov)
         return x - adam_lr_ratio * lr * (u + adam_weight_decay * x), m, v
     x, m = state
     t = step_count(i)
     m = (1 - beta) * g + beta * m
-    if nesterov:
+    if ns["momentum_form"] == "lerp":
+        mhat = beta * m + (1 - beta) * g if nesterov else m
+    elif nesterov:
         mhat = beta * bias_correction(m, beta, t + 1) + (1 - beta) * bias_correction(g, beta, t)
     else:
         mhat = bias_correction(m, beta, t)
-    u = newton_schulz(mhat, ns_steps, MUON_NS_COEFFS, eps)
+    dtype = _NS_DTYPES.get(ns["ns_dtype"])
+    u = newton_schulz(mhat, ns["ns_steps"], ns["ns_coeffs"], ns["ns_eps"], dtype).astype(x.dtype)
     u = jnp.sqrt(jnp.maximum(1, x.shape[1] / x.shape[0])) * u
     return x - lr * (u + weight_decay * x), m
 

@@ -46,11 +46,13 @@ def _check(warmup_steps: Any, total_steps: Any, decay_fraction: Any, decay_shape
 def warmup_stable_decay(
     step_size, warmup_steps: int = 0, total_steps: int | None = None, decay_fraction: float = 0.2,
     decay_shape: Literal["linear", "1-sqrt"] = "linear", init_scale: float = 0.0, final_scale: float = 0.0,
+    warmup_offset: int = 0,
 ) -> Schedule:
     """Linear warm-up, constant, then a cool-down over the last ``decay_fraction`` of the budget.
 
     With ``T = total_steps``, ``W = warmup_steps``, ``D = decay_fraction * T``, ``S = T - D``:
-    ``lr(i) = step_size * (a + (1 - a) * i / W)`` for ``i < W`` (``a = init_scale``), ``step_size``
+    ``lr(i) = step_size * (a + (1 - a) * (i + o) / W)`` for ``i < W`` (``a = init_scale``,
+    ``o = warmup_offset``: 0, step 0 at ``a``; 1, modded-nanogpt's ``(step + 1) / W``), ``step_size``
     for ``W <= i < S``, then ``step_size * (f + (1 - f) * shape(p))`` with ``p = min((i - S) / D, 1)``,
     ``shape(p) = 1 - p`` (``linear``) or ``1 - sqrt(p)`` (``1-sqrt``), ``f = final_scale``.
 
@@ -61,6 +63,8 @@ def warmup_stable_decay(
       decay_fraction: ``D / T`` in (0, 1].
       decay_shape: ``"linear"`` or ``"1-sqrt"``.
       init_scale, final_scale: first and last values as fractions of ``step_size``, in [0, 1].
+      warmup_offset: 0 (``i / W``) or 1 (``(i + 1) / W``, the warm-up of modded-nanogpt's
+        optimization-track AdamW baseline, whose first step is at ``step_size / W``).
 
     Returns:
       A jit-traceable ``schedule(i) -> step size``.
@@ -71,18 +75,21 @@ def warmup_stable_decay(
     Raises:
       ValueError: concrete ``step_size <= 0``, ``total_steps`` missing or not positive,
         ``warmup_steps < 0``, ``decay_fraction`` outside (0, 1], a scale outside [0, 1], an unknown
-        ``decay_shape``, or a warm-up that ends after the cool-down starts.
+        ``decay_shape``, a ``warmup_offset`` other than 0 or 1, or a warm-up that ends after the
+        cool-down starts.
     """
     check_step_size(step_size)
     _check(warmup_steps, total_steps, decay_fraction, decay_shape)
     _check_scale(init_scale, "init_scale")
     _check_scale(final_scale, "final_scale")
+    if isinstance(warmup_offset, bool) or warmup_offset not in (0, 1):
+        raise ValueError(f"warmup_stable_decay: warmup_offset must be 0 or 1, got {warmup_offset!r}")
     decay_len = decay_fraction * total_steps
     decay_start = total_steps - decay_len
 
     def schedule(i):
         i = jnp.asarray(i, jnp.float32)
-        warm = init_scale + (1.0 - init_scale) * i / max(warmup_steps, 1)
+        warm = init_scale + (1.0 - init_scale) * (i + warmup_offset) / max(warmup_steps, 1)
         p = jnp.clip((i - decay_start) / decay_len, 0.0, 1.0)
         shape = 1.0 - (p if decay_shape == "linear" else jnp.sqrt(p))
         scale = jnp.where(i < warmup_steps, warm, final_scale + (1.0 - final_scale) * shape)

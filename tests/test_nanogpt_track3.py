@@ -62,6 +62,10 @@ def test_track3_yaml_states_the_track(shards, tmp_path):
     d = cfg["datasets"][0]["hparams"]
     assert (d["seq_len"], d["vocab_size"], d["valid_tokens"]) == (1024, 50304, 10_485_760)
     assert cfg["batch_size"] * d["seq_len"] == 524_288 and cfg["target"]["value"] == 3.28
+    # upstream's conventions: its Muon, summed loss, sequential shards; the track's claim rules over 10 seeds
+    assert cfg["optimizers"][0]["hparams"]["convention"] == "modded_nanogpt" and d["order"] == "sequential"
+    assert cfg["loss_reduction"] == "sum" and cfg["seeds"] == 10
+    assert cfg["target"]["claim"] == {"margin": 0.004, "single_run": 3.276}
     r = runner.invoke(app, ["sweep", str(write(tmp_path, track3(shards))), "--dry-run",
                             "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
     assert r.exit_code == 0, r.output
@@ -71,6 +75,21 @@ def test_track3_yaml_states_the_track(shards, tmp_path):
     assert "activations 53.91 GiB)" in line and "1057 ms on 1 H100 SXM" in line
     assert "assumed MFU of 40%" in line
     assert not (tmp_path / "m.db").exists()  # a dry run writes no store
+
+
+def test_track3_adamw_yaml_plans_upstreams_groups(shards, tmp_path):
+    """The AdamW baseline: the auxiliary groups at b1 0.8 (their own hparams), the blocks at 0.9,
+    warm-up (i + 1) / 250, torch's initialisation; it dry-runs on the generated shards."""
+    cfg = yaml.safe_load((ROOT / "experiments" / "nanogpt_track3_adamw.yaml").read_text())
+    cfg["datasets"][0]["name"] = f"tokens:{shards}"
+    cfg["datasets"][0]["hparams"]["valid_tokens"] = 2048
+    assert [g["hparams"] for g in cfg["param_groups"]] == [{"b1": 0.8}] * 3
+    assert cfg["optimizers"][0]["hparams"]["b1"] == 0.9 and cfg["models"][0]["hparams"]["init"] == "torch"
+    assert cfg["schedules"][0]["hparams"]["warmup_offset"] == 1 and cfg["loss_reduction"] == "sum"
+    r = runner.invoke(app, ["sweep", str(write(tmp_path, cfg)), "--dry-run",
+                            "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    assert r.exit_code == 0, r.output
+    assert "step cost of gpt · adamw" in " ".join(r.output.split())
 
 
 def test_track3_without_shards_says_what_to_prepare(tmp_path, monkeypatch):
@@ -86,7 +105,7 @@ def test_track3_smoke_run(shards, tmp_path):
     """``--max-steps 2`` of the track-3 recipe (Muon + auxiliary Adam groups, WSD, 8 micro-batches)
     at a CPU size: 2 steps trained, the schedule over the full 3,250, another trial id than the
     full trial's, and the summary says it is a smoke run."""
-    cfg = track3(shards, batch_size=16, eval_every=2, steps_per_dispatch=2, measure_perf=False)
+    cfg = track3(shards, batch_size=16, eval_every=2, steps_per_dispatch=2, measure_perf=False, seeds=[0])
     cfg["models"][0]["hparams"].update(width=32, depth=1, num_heads=2)
     cfg["datasets"][0]["hparams"]["seq_len"] = 32
     p, uri = write(tmp_path, cfg), f"sqlite:///{tmp_path}/m.db"
@@ -105,6 +124,7 @@ def test_track3_smoke_run(shards, tmp_path):
     steps = (p_["train.steps"], p_["schedule.total_steps"], p_["train.schedule_steps"])
     assert steps == ("2", "3250", "3250")
     assert p_["train.grad_accum"] == "8" and tr.info.status == "FINISHED"
+    assert (p_["optimizer.convention"], p_["train.loss_reduction"]) == ("modded_nanogpt", "sum")
     assert np.isfinite(tr.data.metrics["valid/loss"])
 
 

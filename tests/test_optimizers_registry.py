@@ -77,13 +77,19 @@ PINNED_OPTIMIZERS = {
         "optax.adam(step_size, b1, b2, eps) through from_optax.",
     ),
     "muon": (
-        'step_size, beta: float = 0.95, ns_steps: int = 5, eps: float = 1e-08, weight_decay: float = '
-        '0.0, nesterov: bool = True, adam_b1: float = 0.9, adam_b2: float = 0.999, adam_weight_decay:'
-        ' float = 0.0, adam_lr_ratio: float = 1.0, muon_mask: Callable[[typing.Any], typing.Any] | '
-        'str | list[str] | None = None',
+        'step_size, beta: float = 0.95, ns_steps: int | None = None, eps: float = 1e-08, weight_decay: '
+        'float = 0.0, nesterov: bool = True, adam_b1: float = 0.9, adam_b2: float = 0.999, '
+        'adam_weight_decay: float = 0.0, adam_lr_ratio: float = 1.0, muon_mask: Callable[[typing.Any], '
+        'typing.Any] | str | list[str] | None = None, convention: typing.Literal[\'optax\', \'jordan\', '
+        '\'modded_nanogpt\'] = \'optax\', ns_coeffs: tuple[float, float, float] | tuple[tuple[float, '
+        'float, float], ...] | None = None, ns_eps: float | None = None, ns_dtype: '
+        'typing.Optional[typing.Literal[\'float32\', \'bfloat16\', \'float16\']] = None, momentum_form: '
+        'typing.Optional[typing.Literal[\'bias_corrected\', \'lerp\']] = None, adam_nesterov: bool | '
+        'None = None, adam_eps: float | None = None',
         'Muon, MomentUm Orthogonalized by Newton-Schulz (Jordan et al. 2024), AdamW for non-matrices; '
         '(matrix set muon_mask: default every 2-D leaf; in YAML a group rule or a list of them: '
-        'hidden_matrices, embeddings, head, norms_and_biases, glob:PATTERN).',
+        'hidden_matrices, embeddings, head, norms_and_biases, glob:PATTERN; named conventions: optax, '
+        'jordan, modded_nanogpt).',
     ),
     "adafactor": (
         'step_size, min_dim_size_to_factor: int = 128, decay_rate: float = 0.8, decay_offset: int = '
@@ -173,7 +179,7 @@ PINNED_SCHEDULES = {
     "warmup_stable_decay": (
         "step_size, warmup_steps: int = 0, total_steps: int | None = None, decay_fraction: float = 0.2, "
         "decay_shape: typing.Literal['linear', '1-sqrt'] = 'linear', init_scale: float = 0.0, "
-        "final_scale: float = 0.0",
+        "final_scale: float = 0.0, warmup_offset: int = 0",
         "Linear warm-up, constant, then a cool-down over the last decay_fraction of the budget; "
         "(total_steps injected by the harness).",
     ),

@@ -87,11 +87,24 @@ def type_error(value: Any, ann: Any) -> str | None:
             continue
     if ann in (float, float | int, int | float):
         return f"expected a number, got {short_repr(value)}{quoted_hint(value)}"
+    if (choices := _literal_choices(ann)) is not None:
+        return f"expected one of {', '.join(choices)}, got {short_repr(value)}"
     name = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
     return f"expected {name}, got {short_repr(value)}"
 
 
-#: Why a dataset other than token shards has no ``order`` of its windows (markov_lm's is its chain's).
+def _literal_choices(ann: Any) -> list[str] | None:
+    """The values of a ``Literal`` annotation (``null`` too for an optional one), else None."""
+    args = typing.get_args(ann)
+    if typing.get_origin(ann) is typing.Literal:
+        return [str(a) for a in args]
+    lits = [a for a in args if typing.get_origin(a) is typing.Literal]
+    if len(lits) == 1 and all(a is type(None) or a is lits[0] for a in args):
+        return [str(a) for a in typing.get_args(lits[0])] + ["null"]
+    return None
+
+
+#: Why a dataset other than token shards has no ``order``.
 _ORDER_HINT = ("; order (random | sequential) is a tokens: dataset's: the sequential order reads token "
                "shards in name order")
 

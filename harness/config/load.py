@@ -67,7 +67,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     grad_clip: 1.0                 # clip gradients to this global norm before each update (default: none)
     grad_accum: 4                  # micro-batches per update; must divide every batch size (default 1)
     param_groups:                  # one optimizer per group (optimizers.groups rules); the rest as configured
-      - {rules: [embeddings, head], step_size_scale: 0.5, weight_decay: 0.0}
+      - {rules: [embeddings, head], step_size_scale: 0.5, weight_decay: 0.0, hparams: {b1: 0.8}}
     loss_reduction: mean           # mean | sum: a token loss's gradient of its sum over tokens and
                                    # micro-batches (modded-nanogpt's reduction="sum"); sequence models
     divergence: {loss_factor: 100}  # diverged: train loss > 100 x the initial one (null: off)

@@ -20,8 +20,8 @@ def claim_of(target: Any) -> dict[str, float]:
 
 def recipe_fields(cfg: Any) -> dict[str, Any]:
     """A trial's ``recipe`` (``TrialSpec.recipe``): the config's recipe keys not at their defaults."""
-    groups = [[[g.rules] if isinstance(g.rules, str) else list(g.rules), g.step_size_scale, g.weight_decay]
-              for g in cfg.param_groups]
+    groups = [[[g.rules] if isinstance(g.rules, str) else list(g.rules), g.step_size_scale, g.weight_decay,
+               *([dict(g.hparams)] if g.hparams else [])] for g in cfg.param_groups]
     return {**({"grad_clip": cfg.grad_clip} if cfg.grad_clip is not None else {}),
             **({"grad_accum": cfg.grad_accum} if cfg.grad_accum != 1 else {}),
             **({"param_groups": groups} if groups else {}),
@@ -62,6 +62,26 @@ def _abstract_params(model: str, hp_json: str, dataset: str, ds_json: str) -> An
     return jax.eval_shape(lambda k: m.init(k, (1, *ds.input_shape)), jax.random.key(0))[1]
 
 
+def _group_hparams_problem(hp: dict[str, Any], spec: Any, optimizer_path: str) -> str | None:
+    """``KEY: reason`` for a group hyperparameter the trial's optimizer has not, or whose value its
+    annotation refuses; None when all fit (a ``source:`` optimizer's: checked when its trial builds)."""
+    from harness.config.hparams import annotation_of, type_error
+    from harness.core.builders import did_you_mean, hyperparameters
+    from optimizers import OPTIMIZERS
+
+    builder = None if spec.optimizer_source else OPTIMIZERS.get(spec.optimizer)
+    if builder is None:
+        return None
+    known = {k: h for k, h in hyperparameters(builder).items() if k not in ("step_size", "learning_rate")}
+    for key, v in hp.items():
+        if key not in known:
+            return (f"{key}: not a hyperparameter of optimizer {spec.optimizer!r} ({optimizer_path}); valid: "
+                    f"{', '.join(known)}{did_you_mean(key[:200], list(known))}")
+        if (msg := type_error(v, annotation_of(builder, known[key]))) is not None:
+            return f"{key}: {msg}"
+    return None
+
+
 def _groups_problem(cfg: Any, spec: Any, optimizer_path: str, wd_param: bool) -> str | None:
     from optimizers.groups import group_masks
 
@@ -69,6 +89,8 @@ def _groups_problem(cfg: Any, spec: Any, optimizer_path: str, wd_param: bool) ->
         if g.weight_decay is not None and not wd_param:
             return (f"param_groups[{k}].weight_decay: optimizer {spec.optimizer!r} ({optimizer_path}) "
                     f"has no weight_decay hyperparameter")
+        if g.hparams and (why := _group_hparams_problem(g.hparams, spec, optimizer_path)) is not None:
+            return f"param_groups[{k}].hparams.{why}"
     try:
         params = _abstract_params(spec.model, json.dumps(spec.hparams("model"), sort_keys=True), spec.dataset,
                                   json.dumps(spec.hparams("dataset"), sort_keys=True))

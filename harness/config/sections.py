@@ -23,12 +23,14 @@ def _rules(v: Any) -> Any:
 
 
 class ParamGroupCfg(Strict):
-    """One parameter group (optimizers.groups rules): its step size as a multiple of the trial's, and
-    its weight decay (None: the optimizer's own)."""
+    """One parameter group (optimizers.groups rules): its step size as a multiple of the trial's, its
+    weight decay (None: the optimizer's own) and other hyperparameters of the optimizer for this group
+    alone (``hparams: {b1: 0.8}``, one value each; as torch's per-group ``betas``)."""
 
     rules: Annotated[list[str] | str, BeforeValidator(_rules)]
     step_size_scale: Float = Field(default=1.0, gt=0, le=1e6)
     weight_decay: Float | None = Field(default=None, ge=0, le=1e6)
+    hparams: dict[str, float | int | bool | str | None] = Field(default_factory=dict, max_length=64)
 
 
 class ClaimCfg(Strict):

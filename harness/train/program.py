@@ -37,6 +37,7 @@ from harness.train.recipe import (
     accumulate,
     clipped_count,
     clipping,
+    group_hparams,
     group_masks_of,
     group_optimizer,
     loss_reduction_of,
@@ -92,7 +93,8 @@ class TrainingProgram:
         def make_for(weight_decay: float | None, group: int | None = None) -> Callable[[Any], Any]:
             hp = spec.hparams("optimizer")
             if group is not None:  # mask rules resolved on the whole model, cut to the group
-                hp = group_masks_of(hp, self._param_shapes(), groups, group, spec.optimizer)
+                hp = group_masks_of({**hp, **group_hparams(groups, group)}, self._param_shapes(), groups,
+                                    group, spec.optimizer)
             if weight_decay is not None:
                 hp["weight_decay"] = weight_decay
             return make_opt_factory(spec.optimizer, hp, spec.schedule, spec.hparams("schedule"),

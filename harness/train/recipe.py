@@ -22,7 +22,8 @@ import jax.numpy as jnp
 from harness.train.build import TrainOptimizer
 
 __all__ = ["LOSS_REDUCTIONS", "GroupedState", "accumulate", "clip_optimizer", "clipped_count", "clipping",
-           "global_norm", "group_masks_of", "group_optimizer", "loss_reduction_of", "recipe_of", "token_sum"]
+           "global_norm", "group_hparams", "group_masks_of", "group_optimizer", "loss_reduction_of",
+           "recipe_of", "token_sum"]
 
 #: The ``loss_reduction`` values; the first is the default (left out of a trial's recipe).
 LOSS_REDUCTIONS = ("mean", "sum")
@@ -183,7 +184,7 @@ def group_masks_of(hp: Mapping[str, Any], params: Any, groups: Any, k: int, opti
     """
     from optimizers.groups import group_masks, rule_mask
 
-    masks = group_masks(params, {f"param_groups[{j}]": r for j, (r, _, _) in enumerate(groups)})
+    masks = group_masks(params, {f"param_groups[{j}]": g[0] for j, g in enumerate(groups)})
     flags = [jax.tree.leaves(m) for m in masks.values()]
     owner = [next((j for j, f in enumerate(flags) if f[i]), len(groups))
              for i in range(len(jax.tree.leaves(params)))]
@@ -200,6 +201,12 @@ def group_masks_of(hp: Mapping[str, Any], params: Any, groups: Any, k: int, opti
     return out
 
 
+def group_hparams(groups: Any, k: int) -> dict[str, Any]:
+    """Group ``k``'s own optimizer hyperparameters (a recipe group's optional fourth entry, a mapping
+    or its frozen pairs); ``{}`` for none or for ``k = len(groups)``, the unclaimed leaves."""
+    return dict(groups[k][3]) if k < len(groups) and len(groups[k]) > 3 else {}
+
+
 def group_optimizer(make_for: Callable[..., Callable[[Any], TrainOptimizer]],
                     groups: Any, per_group: bool = False) -> Callable[[Any], TrainOptimizer]:
     """``make(step_size)``: one optimizer per parameter group, as torch's param groups.
@@ -208,9 +215,10 @@ def group_optimizer(make_for: Callable[..., Callable[[Any], TrainOptimizer]],
       make_for: ``make_for(weight_decay)`` → the trial's optimizer factory with ``weight_decay``
         overridden (None: as configured); with ``per_group``, ``make_for(weight_decay, k)`` for
         group ``k`` (``len(groups)``: the unclaimed leaves), e.g. to cut masks (:func:`group_masks_of`).
-      groups: ``[(rules, step_size_scale, weight_decay or None), ...]``; group ``k`` trains the
-        leaves its rules match (:func:`optimizers.groups.group_masks`) with step size
-        ``step_size * step_size_scale``; the leaves no group claims train as configured.
+      groups: ``[(rules, step_size_scale, weight_decay or None[, hparams]), ...]``; group ``k``
+        trains the leaves its rules match (:func:`optimizers.groups.group_masks`) with step size
+        ``step_size * step_size_scale``; the leaves no group claims train as configured. A group's
+        ``hparams`` are ``make_for``'s to apply (:func:`group_hparams`).
 
     Returns:
       ``make(step_size) -> TrainOptimizer`` whose state is a :class:`GroupedState`.
@@ -218,7 +226,7 @@ def group_optimizer(make_for: Callable[..., Callable[[Any], TrainOptimizer]],
     Raises:
       ValueError: (at init) a rule matching no parameter, a parameter two groups claim.
     """
-    groups = [(list(r), float(s), w) for r, s, w in groups]
+    groups = [(list(g[0]), float(g[1]), g[2]) for g in groups]
     ws = [w for _, _, w in groups] + [None]
     makers = [make_for(w, k) if per_group else make_for(w) for k, w in enumerate(ws)]
     scales = [s for _, s, _ in groups] + [1.0]
