@@ -2,7 +2,8 @@
 
 - :func:`make_plan` reads the experiment's trial runs (:func:`harness.tracking.trial_run.trial_state`,
   the one rule): a trial with a FINISHED run is done (skipped); FAILED, KILLED, RUNNING or missing
-  ones are to do. :class:`Plan` holds the split.
+  ones are to do. A run under the trial's legacy id (the target in it: stores written before the
+  target left the identity) counts as the trial's (:func:`runs_of`). :class:`Plan` holds the split.
 - :func:`why_to_run`: for each trial to do, why (the dry run's table): failed, killed or unfinished
   before; or, when the store holds a run of a trial this config no longer makes that differs from
   it only in its optimizer's source digest or a few settings, ``source changed`` / ``config
@@ -61,7 +62,7 @@ def make_plan(specs: list[TrialSpec], client, experiment_id: str | None,
         runs = trial_runs(client, experiment_id) if experiment_id else {}
     done, failed, todo = {}, set(), []
     for s in specs:
-        state, run = trial_state(runs.get(s.trial_id, []))
+        state, run = trial_state(runs_of(s, runs))
         if run is not None:
             done[s.trial_id] = run
         else:
@@ -69,6 +70,16 @@ def make_plan(specs: list[TrialSpec], client, experiment_id: str | None,
                 failed.add(s.trial_id)
             todo.append(s)
     return Plan(specs, todo, done, failed, runs)
+
+
+def runs_of(spec: TrialSpec, runs: dict[str, list]) -> list:
+    """The runs of ``spec`` among ``runs`` (``{trial_id: [runs]}``): those under its id, then those
+    under its :attr:`~harness.core.spec.TrialSpec.legacy_trial_id` (a store written while the
+    target was part of every trial's id: its FINISHED runs stay done)."""
+    found = runs.get(spec.trial_id, [])
+    if spec.legacy_trial_id != spec.trial_id:
+        found = [*found, *runs.get(spec.legacy_trial_id, [])]
+    return found
 
 
 #: At most this many settings may differ for a trial to be called a changed version of an older one
@@ -91,7 +102,7 @@ def why_to_run(plan: Plan) -> dict[str, str]:
       when only the dataset's content digest differs;
     - else ``new``.
     """
-    planned = {s.trial_id for s in plan.specs}
+    planned = {s.trial_id for s in plan.specs} | {s.legacy_trial_id for s in plan.specs}
     older: dict[tuple[str, str], list] = {}
     for tid, rs in plan.runs.items():
         if tid in planned:
@@ -102,7 +113,7 @@ def why_to_run(plan: Plan) -> dict[str, str]:
                 older.setdefault(key, []).append(r)
     out: dict[str, str] = {}
     for s in plan.todo:
-        statuses = {r.info.status for r in plan.runs.get(s.trial_id, [])}
+        statuses = {r.info.status for r in runs_of(s, plan.runs)}
         if "FAILED" in statuses:
             out[s.trial_id] = "failed before"
         elif "KILLED" in statuses:
@@ -192,7 +203,7 @@ def finished_trials(uri: Callable[[], str], experiment: str) -> Callable[[list[T
 
     def finished(specs: list[TrialSpec]) -> set[str]:
         ids = done_ids()
-        return {s.trial_id for s in specs if s.trial_id in ids}
+        return {s.trial_id for s in specs if s.trial_id in ids or s.legacy_trial_id in ids}
 
     return finished
 
