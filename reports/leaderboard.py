@@ -166,7 +166,7 @@ def _row(board: _Board, b) -> dict:
     h = board.head.loc[(b.task, b.optimizer)]
     acc = protocol.seed_interval(fin[M_FINAL_ACC])
     loss = protocol.seed_interval(fin[M_FINAL_LOSS])
-    ttt = protocol.seed_interval(fin[M_SECONDS_TO_TARGET])
+    ttt = protocol.median_interval(fin[M_SECONDS_TO_TARGET])
     bad = g["status"].value_counts().drop("finished", errors="ignore")
     c = board.comps[(board.comps["task"] == b.task) & (board.comps["a"] == b.optimizer)]
     won = c[c["a_better"]]
@@ -194,8 +194,8 @@ def _row(board: _Board, b) -> dict:
         row["Gap to entropy rate (nats)"] = cell(*protocol.seed_interval(fin[M_FINAL_GAP]))
     if board.has_target:
         flag = FLAG_MARK if _flagged(fin) else ""  # perf.suspect: the clock sentence says why
-        row["Time to target (s)"] = (cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached){flag}")
-                                     if ttt[3] else f"not reached (0/{b.n_seeds})")
+        row[TTT_COL] = (cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached){flag}")
+                        if ttt[3] else f"not reached (0/{b.n_seeds})")
     if board.scores is not None and len(board.scores):
         row[SCORE_COL] = f"{board.scores.get(b.optimizer, 0.0):.3f}"
     row["Step time (ms, median)"] = g[M_STEP_MS].median()  # formatted by _format_cells
@@ -218,7 +218,7 @@ def _numbers(board: _Board, b, h: pd.Series, intervals: tuple, row_how: tuple, g
         "_loss_mean": loss[0],
         "_loss_lo": loss[1],
         "_loss_hi": loss[2],
-        "_ttt_mean": ttt[0],
+        "_ttt_median": ttt[0],
         "_n": acc[3],
         "_rank": b.rank,
         "_order": int(rk["order"]),
@@ -260,6 +260,9 @@ def _format_cells(rows: list[dict]) -> None:
         r["Step time (ms, median)"] = f"{v:.{d}f}" if math.isfinite(v) else "—"
 
 
+#: The leaderboard's time-to-target column: the median over the seeds that reached the target
+#: (:data:`reports.protocol.TTT_STAT`, the summary's statistic), with its interval.
+TTT_COL = "Time to target (s, median)"
 #: :func:`leaderboard_numbers`' columns: each one's name → the :func:`leaderboard` column it reads
 #: (the numbers behind the formatted cells).
 NUMBER_COLUMNS = {
@@ -272,7 +275,7 @@ NUMBER_COLUMNS = {
     "test_n": "_test_n", "interval": "_interval",
     "valid_accuracy_mean": "_acc_mean", "valid_accuracy_lo": "_acc_lo", "valid_accuracy_hi": "_acc_hi",
     "valid_loss_mean": "_loss_mean", "valid_loss_lo": "_loss_lo", "valid_loss_hi": "_loss_hi",
-    "seconds_to_target_mean": "_ttt_mean", "seconds_to_target_lo": "_ttt_lo",
+    "seconds_to_target_median": "_ttt_median", "seconds_to_target_lo": "_ttt_lo",
     "seconds_to_target_hi": "_ttt_hi", "seconds_to_target_n": "_ttt_n",
     "step_time_ms": "_step_ms", "beats": "_beats", "protocol": "_protocol",
 }
@@ -308,10 +311,11 @@ def leaderboard_numbers(frame: pd.DataFrame, table: pd.DataFrame | None = None) 
       ``test_metric`` of the validation-selected configuration across seeds, the interval
       ``interval``: ``"min–max"`` with fewer than 5 seeds, else ``"bootstrap"``, a 95% percentile
       interval of the mean), ``test_n`` seeds; ``valid_accuracy_*``, ``valid_loss_*`` (final
-      validation values, same rule); ``seconds_to_target_*`` (on the frame's clock, over the seeds
-      that reached the target, ``n_reached`` of ``n_seeds``); ``step_time_ms`` (median wall-clock
-      milliseconds per step); ``beats`` (the optimizers this one beats by a paired bootstrap,
-      comma-separated); ``protocol``. Missing numbers are ``NaN``.
+      validation values, same rule); ``seconds_to_target_median``, ``_lo``, ``_hi``, ``_n`` (on the
+      frame's clock, the median over the seeds that reached the target, ``n_reached`` of
+      ``n_seeds``, its interval min–max under 5 seeds, else a bootstrap of the median);
+      ``step_time_ms`` (median wall-clock milliseconds per step); ``beats`` (the optimizers this
+      one beats by a paired bootstrap, comma-separated); ``protocol``. Missing numbers are ``NaN``.
 
     The rows are the formatted table's, number for number: a cell ``0.655 [0.650, 0.660]`` is
     ``test_mean`` 0.655, ``test_lo`` 0.650, ``test_hi`` 0.660 before rounding.

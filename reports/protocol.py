@@ -478,6 +478,32 @@ def seed_interval(values: Sequence[float], level: float = LEVEL, n_boot: int = N
     return float(x.mean()), float(lo), float(hi), n, "bootstrap"
 
 
+def median_interval(values: Sequence[float], level: float = LEVEL, n_boot: int = N_BOOT, seed: int = 0
+                    ) -> tuple[float, float, float, int, str]:
+    """``(median, lo, hi, n, method)`` of the finite ``values`` (one per seed): time to target's
+    one statistic, the same median the summary prints and the tuned times rank (:data:`TTT_STAT`).
+
+    ``n < MIN_SEEDS``: ``lo, hi`` = min, max, method ``"min–max"``; else a bootstrap percentile
+    interval of the median at ``level`` (``n_boot`` resamples, ``default_rng(seed)``), method
+    ``"bootstrap"``. ``n == 0`` gives ``nan``s.
+    """
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], float)
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0, ""
+    if n < MIN_SEEDS:
+        return float(np.median(x)), float(x.min()), float(x.max()), n, "min–max"
+    rng = np.random.default_rng(seed)
+    medians = np.median(x[rng.integers(0, n, size=(n_boot, n))], axis=1)
+    lo, hi = np.quantile(medians, [(1 - level) / 2, (1 + level) / 2])
+    return float(np.median(x)), float(lo), float(hi), n, "bootstrap"
+
+
+#: Time to target's statistic over an optimizer's seeds that reached the target, everywhere: the
+#: summary's "to target", the report's and ``res.leaderboard``'s column, the tuned times.
+TTT_STAT = "median"
+
+
 def paired_comparison(a: pd.Series, b: pd.Series, mode: str = "max", level: float = LEVEL,
                       n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """Paired bootstrap of A − B over the seeds both have (``a``, ``b``: values indexed by seed).

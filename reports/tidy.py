@@ -39,7 +39,7 @@ from harness.core.names import (
     SUMMARY_METRICS,
 )
 from reports.layout import task_labels
-from reports.leaderboard import format_interval, interval_words, leaderboard_numbers
+from reports.leaderboard import TTT_COL, format_interval, interval_words, leaderboard_numbers
 
 __all__ = ["CURVE_COLUMNS", "Leaderboard", "curves_table", "leaderboard_table", "split_versions",
            "trials_table", "with_task_labels"]
@@ -251,9 +251,9 @@ class Leaderboard(pd.DataFrame):
         rank), ``Optimizer``, ``Configuration`` (unless every row's is its optimizer's name),
         ``Test <metric>`` (``mean [lo, hi]`` with the digits
         of two significant digits of the widest interval, ``mean (1 seed)``; ``—`` without a value),
-        ``Time to target (s)`` (when the sweep has a target: over the seeds that reached it, ``k/n
-        reached``; ``not reached``), ``Seeds`` (finished / run). :meth:`caption` says what the
-        intervals are."""
+        ``Time to target (s, median)`` (when the sweep has a target: the median over the seeds that
+        reached it, ``k/n reached``; ``not reached``), ``Seeds`` (finished / run). :meth:`caption`
+        says what the intervals are."""
         df = pd.DataFrame(self)
         if df.empty:
             return pd.DataFrame(columns=["Rank", "Optimizer", "Configuration"])
@@ -276,10 +276,10 @@ class Leaderboard(pd.DataFrame):
             row[test_col] = f"{r.test_metric.split('/', 1)[1]} {body}" if mixed else body
             if self.attrs.get("has_target", False):
                 n = _n(r.seconds_to_target_n)
-                secs = format_interval(r.seconds_to_target_mean, r.seconds_to_target_lo,
+                secs = format_interval(r.seconds_to_target_median, r.seconds_to_target_lo,
                                        r.seconds_to_target_hi, n, say_how=False, digits=tdigits)
-                row["Time to target (s)"] = (f"{secs} ({_n(r.n_reached)}/{_n(r.n_seeds)} reached)" if n
-                                             else f"not reached (0/{_n(r.n_seeds)})")
+                row[TTT_COL] = (f"{secs} ({_n(r.n_reached)}/{_n(r.n_seeds)} reached)" if n
+                                else f"not reached (0/{_n(r.n_seeds)})")
             row["Seeds"] = f"{_n(r.n_finished)}/{_n(r.n_seeds)}"
             rows.append(row)
         return pd.DataFrame(rows)
@@ -290,8 +290,10 @@ class Leaderboard(pd.DataFrame):
         df = pd.DataFrame(self)
         kinds = sorted({(i, _n(n)) for i, n in zip(df["interval"], df["test_n"], strict=True) if i})
         how = "; ".join(interval_words(i, n) for i, n in kinds) or "one seed"
+        ttt = (" Time to target: the median over the seeds that reached it [lo, hi]."
+               if self.attrs.get("has_target", False) else "")
         return (f"Each optimizer's best configuration, selected on validation, reported on test as "
-                f"mean [lo, hi] across seeds; interval: {how}. A rank followed by = is shared: the "
+                f"mean [lo, hi] across seeds; interval: {how}.{ttt} A rank followed by = is shared: the "
                 f"rows are not told apart across seeds, or not at both ends of the step cost's 95% interval.")
 
     def to_latex(self, buf=None, *, caption: str | None = None, label: str | None = None, **kwargs):

@@ -442,7 +442,7 @@ def _print_task_tables(console, summary: SweepSummary, rows: list[dict[str, Any]
         t.add_column("rank", no_wrap=True)
         t.add_column("optimizer", no_wrap=True)
         t.add_column("best config")
-        for col in (f"valid{head}", f"test{head}", "to target", "ex/s", "seeds"):
+        for col in (f"valid{head}", f"test{head}", "to target (median)", "ex/s", "seeds"):
             t.add_column(col, justify="right")
         for r in task_rows:
             best = config_cell(r["config"], configs[(*task, r["optimizer"])], task_configs[task])
