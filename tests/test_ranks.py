@@ -320,3 +320,27 @@ def test_time_to_target_is_the_median_over_seeds_in_the_leaderboard_and_its_numb
     assert "seconds_to_target_mean" not in nums
     med, lo, hi, n, how = median_interval([5.0, 1.0, 2.0, 3.0, 4.0, float("nan")])
     assert (med, n, how) == (3.0, 5, "bootstrap") and 1.0 <= lo <= 3.0 <= hi <= 5.0
+
+
+def test_a_tie_in_tuned_time_goes_to_the_leaderboards_configuration():
+    """One tie-break: two step sizes tied at 3.97 s; the leaderboard selects the one with the
+    better final validation accuracy (the selection rule after steps), and res.tuned_times, which
+    took the smaller config_id, now takes the same one, by either scoring rule."""
+    from reports.protocol import tuned_time_to_result
+    from reports.selection import selection_positions
+
+    rows = []
+    for cid, acc in (("a-lr0.1", 0.90), ("b-lr0.03", 0.95)):
+        for seed in range(2):
+            rows.append({
+                "row": "summary", "task": "mlp / digits", "optimizer": "muon", "config_id": cid,
+                "config": f"muon {cid}", "seed": seed, "status": "finished", "trial_id": f"{cid}{seed}",
+                N.M_SECONDS_TO_TARGET: 3.97, N.M_STEPS_TO_TARGET: 100, N.M_FINAL_ACC: acc,
+                N.M_FINAL_LOSS: 0.1, N.M_TEST_ACC: acc, N.M_TEST_LOSS: 0.1, N.M_STEP_MS: 1.0,
+                "protocol": RF.PROTOCOL_THREE_SPLITS, "target_metric": "valid/accuracy",
+                "target_mode": "max", "target_value": 0.8})
+    f = pd.DataFrame(rows)
+    assert leaderboard(f)["_config_id"].tolist() == ["b-lr0.03"]
+    assert selection_positions(f).set_index("config_id")["position"].to_dict() == {"b-lr0.03": 0, "a-lr0.1": 1}
+    for rule in ("harness", "algoperf"):
+        assert tuned_time_to_result(f, rule)["config_id"].tolist() == ["b-lr0.03"], rule
