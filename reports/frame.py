@@ -48,8 +48,8 @@ import numpy as np
 import pandas as pd
 
 from harness.core import ladder as lt
-from harness.core.names import CURVE_METRICS as CURVE_METRICS  # the report's columns, one home
 from harness.core.names import (
+    BITS_PER_BYTE,
     ENV_TAGS,
     LEGACY_METRICS,
     M_BEST_ACC,
@@ -69,6 +69,7 @@ from harness.core.names import (
     PARAM_TARGET_METRIC,
     PARAM_TARGET_MODE,
     PARAM_TARGET_VALUE,
+    PREFIX_VALID,
     TAG_AUDIT_OF,
     TAG_BATCH,
     TAG_BATCHING,
@@ -97,12 +98,16 @@ from harness.core.names import (
     TIME_PARTS,
     canonical_metric,
 )
+from harness.core.names import CURVE_METRICS as CURVE_METRICS  # the report's columns, one home
 from harness.core.names import SUMMARY_METRICS as SUMMARY_METRICS
 from harness.core.selection_rule import LM_MARKER, best_of
 from reports import runs as mlruns
 from reports.labels import add_labels
 from reports.search_report import read_search
 
+#: Summary column: a language model's validation bits per byte at its last evaluation (the latest
+#: ``valid/bits_per_byte``; ``NaN`` where the tokenizer's bytes per token are unknown).
+FINAL_BPB = "final/valid_bits_per_byte"
 #: Column ``protocol``: how a trial's numbers may be read.
 PROTOCOL_THREE_SPLITS = "selected on validation, reported on test"
 PROTOCOL_ONE_SPLIT = "selected and reported on one split"
@@ -388,6 +393,8 @@ def _summary_rows(chosen: list[tuple], experiment: str) -> pd.DataFrame:
     summary["step"] = pd.array([pd.NA] * len(summary), dtype="Int64")
     for m in SUMMARY_METRICS:
         summary[m] = [_metric(run, m) for run, _ in chosen]
+    # a language model's last validation bits per byte (logged where bytes per token are known)
+    summary[FINAL_BPB] = [run.data.metrics.get(PREFIX_VALID + BITS_PER_BYTE, math.nan) for run, _ in chosen]
     # A finished trial without final/* metrics: MLflow's latest value of the validation curve (the
     # value at the largest step) is its final value.
     for final, curve in ((M_FINAL_ACC, M_VALID_ACC), (M_FINAL_LOSS, M_VALID_LOSS)):
@@ -427,7 +434,8 @@ def _curve_rows(summary: pd.DataFrame, per_trial: dict) -> pd.DataFrame | None:
     curves."""
     if not per_trial:
         return None
-    ident_cols = [c for c in summary.columns if c not in SUMMARY_METRICS and c not in ("row", "step")]
+    ident_cols = [c for c in summary.columns
+                  if c not in SUMMARY_METRICS and c not in ("row", "step", FINAL_BPB)]
     # every trial's steps and values as arrays, one frame of them all (a frame per trial: 1,000 frames)
     columns: dict[str, list[np.ndarray]] = {"_trial": [], "step": [], **{key: [] for key in CURVE_METRICS}}
     for i, metrics in per_trial.items():
@@ -453,7 +461,7 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
         if key not in frame:
             frame[key] = np.nan
     lead = [c for c in ID_COLUMNS if c in frame.columns]
-    rest = [*CURVE_METRICS, *SUMMARY_METRICS]
+    rest = [*CURVE_METRICS, *SUMMARY_METRICS, *([FINAL_BPB] if FINAL_BPB in frame else [])]
     pcols = sorted(c for c in frame.columns if c.startswith("params."))
     frame = frame[lead + rest + pcols]
     frame["step"] = frame["step"].astype("Int64")

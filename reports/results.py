@@ -9,6 +9,8 @@ tables are computed on first use and kept:
 - ``.leaderboard``: the report's leaderboard as numbers (:class:`reports.tidy.Leaderboard`:
   ``.to_latex()``, ``.to_markdown()``);
 - ``.tuning_curves`` and ``.tuned_times``: the protocol's tables (:mod:`reports.protocol`);
+- ``.equal_tokens``: final validation loss at each budget beside time to target
+  (:mod:`reports.equal_tokens`);
 - ``.search``: each coordinate descent's selected configuration and certificate
   (:func:`reports.search_report.search_table`, from the latest parent run's ``search.json``);
 - ``.figure(key)``: one of the report's figures (:data:`reports.figures.FIGURES`) as a matplotlib
@@ -275,6 +277,15 @@ class Results:
         """Each optimizer's coordinate descent and its certificate (:func:`reports.search_report.
         search_table`, from the latest parent run's ``search.json``); empty for other sweeps."""
         return search_table(self.search_records)
+
+    @functools.cached_property
+    def equal_tokens(self) -> pd.DataFrame:
+        """Each optimizer's final validation loss (perplexity, bits per byte) at its budget, its
+        interval across seeds and its paired difference to the baseline
+        (:func:`reports.equal_tokens.equal_token_table`, on the report's clock's selection)."""
+        from reports.equal_tokens import equal_token_table
+
+        return equal_token_table(self._drawn)
 
     @functools.cached_property
     def tuned_times(self) -> pd.DataFrame:
