@@ -7,7 +7,7 @@ ladder's rung and tokens-per-parameter budget too) and optimizer, for the config
 leaderboard selected (:func:`reports.selection.best_configs`):
 
 - ``steps`` (the budget) and, for a language model, ``tokens`` = steps × tokens per step
-  (:func:`tokens_per_step`);
+  (:func:`reports.frame.tokens_per_step`);
 - ``valid_loss_{mean,lo,hi}`` over its finished seeds (interval: min–max under 5 seeds, else a 95%
   bootstrap of the mean, :func:`reports.protocol.seed_interval`); for a language model
   ``valid_perplexity_*`` (exp of each seed's loss) and, where bytes per token are known,
@@ -15,8 +15,6 @@ leaderboard selected (:func:`reports.selection.best_configs`):
 - ``baseline`` (:func:`reports.stats.baseline_optimizer`) and ``diff_{mean,lo,hi}``, ``n_pairs``:
   the paired difference of final validation loss to the baseline's selected configuration, seed by
   seed (this − baseline: negative is lower loss), with the same kind of interval.
-
-:func:`tokens_per_step` is also what the leaderboard's tokens to target read.
 """
 
 from __future__ import annotations
@@ -26,13 +24,13 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.core.names import M_FINAL_LOSS, PARAM_BATCH_SIZE, PARAM_STEPS
-from reports.frame import FINAL_BPB, summaries, tuning_rows
+from harness.core.names import M_FINAL_LOSS, PARAM_STEPS
+from reports.frame import FINAL_BPB, summaries, tokens_per_step, tuning_rows
 from reports.protocol import seed_interval
 from reports.selection import best_configs
 from reports.stats import baseline_optimizer
 
-__all__ = ["EQUAL_TOKEN_COLUMNS", "equal_token_table", "tokens_per_step"]
+__all__ = ["EQUAL_TOKEN_COLUMNS", "equal_token_table"]
 
 #: :func:`equal_token_table`'s columns.
 EQUAL_TOKEN_COLUMNS = (
@@ -41,37 +39,6 @@ EQUAL_TOKEN_COLUMNS = (
     "valid_bits_per_byte_mean", "valid_bits_per_byte_lo", "valid_bits_per_byte_hi", "interval",
     "baseline", "diff_mean", "diff_lo", "diff_hi", "n_pairs",
 )
-#: The dataset param a language model's context length is logged under.
-SEQ_LEN_PARAM = "params.dataset.seq_len"
-#: A ladder's total training tokens per trial (``ladder.tokens``, D).
-LADDER_TOKENS = "ladder.tokens"
-
-
-def tokens_per_step(s: pd.DataFrame) -> pd.Series:
-    """Tokens one optimizer step consumes, per summary row of a language model: a ladder's
-    ``ladder.tokens`` / ``train.steps``, else ``train.batch_size`` × ``dataset.seq_len``; ``NaN``
-    for any other task (no tokens) or where neither is logged.
-
-    Args:
-      s: summary rows of a tidy frame (``language_model``, ``params.*`` columns).
-    Returns:
-      a ``float64`` Series on ``s``'s index.
-    """
-    lm = s["language_model"].fillna(False).astype(bool) if "language_model" in s else \
-        pd.Series(False, index=s.index)
-    steps = pd.to_numeric(s.get(f"params.{PARAM_STEPS}"), errors="coerce") \
-        if f"params.{PARAM_STEPS}" in s else pd.Series(np.nan, index=s.index)
-    batch = pd.to_numeric(s[f"params.{PARAM_BATCH_SIZE}"], errors="coerce") \
-        if f"params.{PARAM_BATCH_SIZE}" in s else pd.Series(np.nan, index=s.index)
-    seq = pd.to_numeric(s[SEQ_LEN_PARAM], errors="coerce") if SEQ_LEN_PARAM in s \
-        else pd.Series(np.nan, index=s.index)
-    per = batch * seq
-    if LADDER_TOKENS in s:
-        ladder = pd.to_numeric(s[LADDER_TOKENS], errors="coerce").astype("float64") / steps
-        per = ladder.where(ladder.notna(), per)
-    return per.where(lm).astype("float64")
-
-
 def equal_token_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The final validation loss of each optimizer's selected configuration at its budget (module
     docstring), one row per (task, optimizer) in the leaderboard's order.
@@ -86,7 +53,7 @@ def equal_token_table(frame: pd.DataFrame) -> pd.DataFrame:
     s = tuning_rows(summaries(frame))
     if best.empty or s.empty:
         return pd.DataFrame(columns=list(EQUAL_TOKEN_COLUMNS))
-    s = s.assign(_tokens_per_step=tokens_per_step(s))
+    s = s.assign(_tokens_per_step=s["tokens_per_step"] if "tokens_per_step" in s else tokens_per_step(s))
     fin = s[s["status"] == "finished"]
     base = baseline_optimizer(frame)
     chosen = {(b.task, b.optimizer): b.config_id for b in best.itertuples()}

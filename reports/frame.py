@@ -177,7 +177,8 @@ ID_COLUMNS = (
     "config", "config_id", "tuning", "search", "audit_of", "batching", "batch", "source_hash",
     "search_space", "step_size",
     "batch_size", "train_steps",
-    "target_metric", "target_value", "target_mode", "language_model", "protocol", "mesh", "perf_suspect",
+    "target_metric", "target_value", "target_mode", "language_model", "tokens_per_step", "protocol", "mesh",
+    "perf_suspect",
     *ENV_TAGS,
     *lt.TAGS, "start_time",
     "end_time", "step",
@@ -393,6 +394,7 @@ def _summary_rows(chosen: list[tuple], experiment: str) -> pd.DataFrame:
     summary["step"] = pd.array([pd.NA] * len(summary), dtype="Int64")
     for m in SUMMARY_METRICS:
         summary[m] = [_metric(run, m) for run, _ in chosen]
+    summary["tokens_per_step"] = tokens_per_step(summary)
     # a language model's last validation bits per byte (logged where bytes per token are known)
     summary[FINAL_BPB] = [run.data.metrics.get(PREFIX_VALID + BITS_PER_BYTE, math.nan) for run, _ in chosen]
     # A finished trial without final/* metrics: MLflow's latest value of the validation curve (the
@@ -402,6 +404,33 @@ def _summary_rows(chosen: list[tuple], experiment: str) -> pd.DataFrame:
         fill = summary[final].isna() & (summary["status"] == "finished")
         summary.loc[fill, final] = pd.Series(latest, index=summary.index)[fill]
     return add_labels(summary)
+
+
+#: The dataset param a language model's context length is logged under.
+SEQ_LEN_PARAM = "params.dataset.seq_len"
+
+
+def tokens_per_step(s: pd.DataFrame) -> pd.Series:
+    """Tokens one optimizer step consumes, per summary row of a language model (column
+    ``tokens_per_step``): a ladder's ``ladder.tokens`` / ``train.steps``, else ``train.batch_size`` ×
+    ``dataset.seq_len``; ``NaN`` for any other task or where neither is logged.
+
+    Args:
+      s: summary rows (``language_model`` and ``params.*`` columns, as MLflow stores them).
+    Returns:
+      a ``float64`` Series on ``s``'s index.
+    """
+    def num(col: str) -> pd.Series:
+        return pd.to_numeric(s[col], errors="coerce").astype("float64") if col in s \
+            else pd.Series(np.nan, index=s.index)
+
+    lm = s["language_model"].fillna(False).astype(bool) if "language_model" in s \
+        else pd.Series(False, index=s.index)
+    per = num(f"params.{PARAM_BATCH_SIZE}") * num(SEQ_LEN_PARAM)
+    if lt.TAG_TOKENS in s:
+        ladder = num(lt.TAG_TOKENS) / num(f"params.{PARAM_STEPS}")
+        per = ladder.where(ladder.notna(), per)
+    return per.where(lm).astype("float64")
 
 
 def _histories(client, chosen: list[tuple]) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:

@@ -39,7 +39,15 @@ from harness.core.names import (
     SUMMARY_METRICS,
 )
 from reports.layout import task_labels
-from reports.leaderboard import TTT_COL, format_interval, interval_words, leaderboard_numbers
+from reports.leaderboard import (
+    STEPS_COL,
+    TOKENS_COL,
+    TTT_COL,
+    count_text,
+    format_interval,
+    interval_words,
+    leaderboard_numbers,
+)
 
 __all__ = ["CURVE_COLUMNS", "Leaderboard", "curves_table", "leaderboard_table", "split_versions",
            "trials_table", "with_task_labels"]
@@ -260,7 +268,8 @@ class Leaderboard(pd.DataFrame):
         metrics = df["test_metric"].unique()
         test_col = f"Test {metrics[0].split('/', 1)[1]}" if len(metrics) == 1 else "Test metric"
         digits = _column_digits(df, "test")
-        tdigits = _column_digits(df, "seconds_to_target")
+        tdigits = _column_digits(df, "seconds_to_target", "median")
+        lm = "valid_perplexity_mean" in df and df["valid_perplexity_mean"].notna().any()
         rows = []
         for r in df.itertuples(index=False):
             row: dict[str, Any] = {}
@@ -280,6 +289,13 @@ class Leaderboard(pd.DataFrame):
                                        r.seconds_to_target_hi, n, say_how=False, digits=tdigits)
                 row[TTT_COL] = (f"{secs} ({_n(r.n_reached)}/{_n(r.n_seeds)} reached)" if n
                                 else f"not reached (0/{_n(r.n_seeds)})")
+                if lm:  # a language model: the steps and tokens seen to the target beside the time
+                    row[STEPS_COL] = count_text(r.steps_to_target_median)
+                    row[TOKENS_COL] = count_text(r.tokens_to_target_median, tokens=True)
+            if lm:
+                row["Validation perplexity"] = format_interval(
+                    r.valid_perplexity_mean, r.valid_perplexity_lo, r.valid_perplexity_hi,
+                    _n(r.test_n), say_how=False)
             row["Seeds"] = f"{_n(r.n_finished)}/{_n(r.n_seeds)}"
             rows.append(row)
         return pd.DataFrame(rows)
@@ -329,12 +345,13 @@ def _n(v) -> int:
     return 0 if v is None or pd.isna(v) else int(v)
 
 
-def _column_digits(df: pd.DataFrame, prefix: str) -> int | None:
-    """One number of decimals for a column (:func:`reports.leaderboard.column_digits`'s rule)."""
+def _column_digits(df: pd.DataFrame, prefix: str, center: str = "mean") -> int | None:
+    """One number of decimals for a column (:func:`reports.leaderboard.column_digits`'s rule);
+    ``center``: the statistic's column suffix (``mean``; ``median`` for time to target)."""
     from reports.leaderboard import column_digits
 
     n_col = f"{prefix}_n"
-    cells = [(m, lo, hi, _n(n), "") for m, lo, hi, n in zip(df[f"{prefix}_mean"], df[f"{prefix}_lo"],
+    cells = [(m, lo, hi, _n(n), "") for m, lo, hi, n in zip(df[f"{prefix}_{center}"], df[f"{prefix}_lo"],
                                                             df[f"{prefix}_hi"], df[n_col], strict=True)
              if isinstance(m, float) and math.isfinite(m)]
     return column_digits(cells)
