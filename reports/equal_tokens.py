@@ -26,11 +26,12 @@ import pandas as pd
 
 from harness.core.names import M_FINAL_LOSS, PARAM_STEPS
 from reports.frame import FINAL_BPB, summaries, tokens_per_step, tuning_rows
+from reports.leaderboard import count_text, format_interval
 from reports.protocol import seed_interval
 from reports.selection import best_configs
 from reports.stats import baseline_optimizer
 
-__all__ = ["EQUAL_TOKEN_COLUMNS", "equal_token_table"]
+__all__ = ["EQUAL_TOKEN_COLUMNS", "equal_token_rows", "equal_token_table"]
 
 #: :func:`equal_token_table`'s columns.
 EQUAL_TOKEN_COLUMNS = (
@@ -105,3 +106,36 @@ def _first(x) -> float:
         return math.nan
     v = pd.to_numeric(pd.Series(x), errors="coerce").dropna()
     return float(v.iloc[0]) if len(v) else math.nan
+
+
+def equal_token_rows(frame: pd.DataFrame, labels: dict[str, str] | None = None) -> list[dict]:
+    """:func:`equal_token_table` as the report's and the summary's cells (text).
+
+    Args:
+      frame: a sweep's tidy frame.
+      labels: task → its short label (``None``: the task's name).
+    Returns:
+      one dict per row: ``task, optimizer, config, steps, tokens, loss, perplexity, bits_per_byte,
+      diff`` (``loss`` as ``mean [lo, hi]``; ``diff`` as ``+0.0123 [lo, hi] vs adam``, ``baseline``
+      on the baseline's own row, ``—`` without paired seeds).
+    """
+    t = equal_token_table(frame)
+    labels = labels or {}
+    rows = []
+    for r in t.itertuples(index=False):
+        n = int(r.n)
+        diff = ("baseline" if r.optimizer == r.baseline else "—" if not r.n_pairs else
+                f"{'+' if r.diff_mean > 0 else ''}"
+                f"{format_interval(r.diff_mean, r.diff_lo, r.diff_hi, int(r.n_pairs), say_how=False)}"
+                f" vs {r.baseline}")
+        rows.append({
+            "task": labels.get(r.task, r.task), "optimizer": r.optimizer, "config": r.config,
+            "steps": count_text(r.steps), "tokens": count_text(r.tokens, tokens=True),
+            "loss": format_interval(r.valid_loss_mean, r.valid_loss_lo, r.valid_loss_hi, n, say_how=False),
+            "perplexity": format_interval(r.valid_perplexity_mean, r.valid_perplexity_lo,
+                                          r.valid_perplexity_hi, n, say_how=False),
+            "bits_per_byte": format_interval(r.valid_bits_per_byte_mean, r.valid_bits_per_byte_lo,
+                                             r.valid_bits_per_byte_hi, n, say_how=False),
+            "diff": diff.replace(" (1 seed)", "") if r.n_pairs == 1 else diff,
+        })
+    return rows
