@@ -125,3 +125,19 @@ def test_the_rule_skips_step_0_and_the_parsers_say_what_is_wrong():
     targets = stored_targets([{"target.metric": "valid/loss", "target.value": "2.0"},
                               {"target.metric": "valid/loss", "target.value": "2.0", "target.mode": "min"}])
     assert [(type(t.value), t.value) for t in targets] == [(float, 2.0), (int, 2)]
+
+
+def test_reproduce_reads_a_trial_stored_under_its_legacy_id():
+    import json
+    import types
+
+    from harness.orchestrate.reproduce_checks import stored_spec
+
+    spec = TrialSpec.make(sweep="t", model="mlp", optimizer="adam", schedule="constant", dataset="digits",
+                          seed=0, steps=20, batch_size=32, eval_every=10,
+                          target={"metric": "valid/loss", "value": 1.9, "mode": "min"})
+    assert spec.legacy_trial_id != spec.trial_id
+    run = types.SimpleNamespace(info=types.SimpleNamespace(run_id="r1"),
+                                data=types.SimpleNamespace(params=spec.flat_params()))
+    text = json.dumps({"trial_id": spec.legacy_trial_id, **spec.to_dict()})
+    assert stored_spec(text, run, spec.legacy_trial_id) == spec
