@@ -140,7 +140,9 @@ def make_report(
 
     comparison = None
     if baseline is not None:
-        comparison = compare(data.frame, use_clock(_load_baseline(client, experiment, baseline), time_clock))
+        other = _load_baseline(client, experiment, baseline)
+        other = retarget(other, wanted) if wanted is not None else other  # both sweeps on one target
+        comparison = compare(data.frame, use_clock(other, time_clock))
 
     others = [e for e in client.search_experiments() if e.name != experiment]
     every = client if baseline is not None or not others else \
