@@ -341,6 +341,7 @@ def test_a_tie_in_tuned_time_goes_to_the_leaderboards_configuration():
                 "target_mode": "max", "target_value": 0.8})
     f = pd.DataFrame(rows)
     assert leaderboard(f)["_config_id"].tolist() == ["b-lr0.03"]
-    assert selection_positions(f).set_index("config_id")["position"].to_dict() == {"b-lr0.03": 0, "a-lr0.1": 1}
+    positions = selection_positions(f).set_index("config_id")["position"].to_dict()
+    assert positions == {"b-lr0.03": 0, "a-lr0.1": 1}
     for rule in ("harness", "algoperf"):
         assert tuned_time_to_result(f, rule)["config_id"].tolist() == ["b-lr0.03"], rule
