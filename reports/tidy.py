@@ -147,7 +147,8 @@ def trials_table(raw: pd.DataFrame, ranked: pd.DataFrame, clock: str) -> pd.Data
     Columns: :data:`TRIAL_ID_COLUMNS` (``task`` the short label, ``task_name`` the full one,
     ``source_version`` the ``optimizer.source_hash`` of a user's optimizer); one column per
     hyperparameter param (``optimizer.step_size``: ``float64`` where every value is a number, else
-    text); ``reached`` (``bool``); every metric of :data:`harness.core.names.SUMMARY_METRICS` under
+    text); ``reached`` (``bool``); ``tokens_per_step`` and ``tokens_to_target`` (``float64``, a
+    language model's; ``NaN`` otherwise); every metric of :data:`harness.core.names.SUMMARY_METRICS` under
     its MLflow name (``float64``, ``NaN`` when not logged: ``convergence/seconds_to_target`` the
     measured wall-clock, ``convergence/modeled_seconds_to_target`` and
     ``convergence/cost_seconds_to_target`` the other clocks); ``clock`` and ``seconds_to_target``
@@ -167,6 +168,12 @@ def trials_table(raw: pd.DataFrame, ranked: pd.DataFrame, clock: str) -> pd.Data
         if name.startswith(HPARAM_PREFIXES):
             out[name] = _hparam(s[c])
     out["reached"] = s[M_STEPS_TO_TARGET].notna().to_numpy() if M_STEPS_TO_TARGET in s else False
+    # a language model's tokens per step and tokens seen to the target (NaN for any other task)
+    per = s["tokens_per_step"].astype("float64") if "tokens_per_step" in s \
+        else pd.Series(np.nan, index=s.index)
+    out["tokens_per_step"] = per.to_numpy()
+    out["tokens_to_target"] = (per * s[M_STEPS_TO_TARGET].astype("float64")).to_numpy() \
+        if M_STEPS_TO_TARGET in s else np.nan
     for m in SUMMARY_METRICS:
         out[m] = _as(s[m], "float64") if m in s else np.nan
     out["clock"] = clock

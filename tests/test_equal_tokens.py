@@ -28,7 +28,8 @@ def _lm_frame() -> pd.DataFrame:
     for opt, seeds in LM.items():
         for seed, (loss, steps, bpb) in enumerate(seeds):
             rows.append({
-                "row": "summary", "task": "gpt / tokens", "optimizer": opt, "config_id": f"{opt}-0",
+                "row": "summary", "task": "gpt / tokens", "model": "gpt", "dataset": "tokens",
+                "schedule": "constant", "optimizer": opt, "config_id": f"{opt}-0",
                 "config": opt, "seed": seed, "status": "finished", "trial_id": f"{opt}{seed}",
                 "language_model": True, "tokens_per_step": 4 * 64.0, "params.train.steps": "100",
                 "params.train.batch_size": "4", "params.dataset.seq_len": "64",
@@ -89,3 +90,16 @@ def test_the_summary_states_the_loss_at_equal_tokens():
     assert "(100 steps): final valid loss" in lines[0]
     assert "adam 3.1 [3, 3.2] (baseline)" in lines[0]
     assert "muon 2.85 [2.8, 2.9], -0.25 [-0.3, -0.2] vs adam" in lines[0]
+
+
+def test_res_trials_give_a_language_models_tokens_to_target():
+    from reports.tidy import trials_table
+
+    f = _lm_frame()
+    for c in RF.ID_COLUMNS:  # the identity columns a loaded frame has, unset
+        if c not in f:
+            f[c] = pd.Timestamp("2026-01-01", tz="UTC") if c.endswith("_time") else None
+    t = trials_table(f, f, "measured").set_index(["optimizer", "seed"])
+    assert t.loc[("muon", 0), "tokens_per_step"] == 256.0
+    assert t.loc[("muon", 0), "tokens_to_target"] == 20 * 256.0
+    assert t.loc[("adam", 1), "tokens_to_target"] == 60 * 256.0

@@ -135,7 +135,10 @@ def legacy_ids(spec: TrialSpec, targets: tuple[Target, ...] = ()) -> list[str]:
     if spec.target_in_identity:
         return []
     out = [spec.legacy_trial_id] if spec.legacy_trial_id != spec.trial_id else []
+    own = spec.target
     for t in targets:
+        if own is not None and t == own and type(t.value) is type(own.value):
+            continue  # its own target: legacy_trial_id above
         tid = dataclasses.replace(spec, target=t).legacy_trial_id
         if tid != spec.trial_id and tid not in out:
             out.append(tid)
