@@ -25,7 +25,8 @@ def results(experiment: str, *, tracking_uri: str | None = None, immutable: bool
       tracking_uri: the store (``None``: ``MLFLOW_TRACKING_URI``, else ``sqlite:///<cwd>/mlflow.db``).
       immutable: read a SQLite store as an immutable snapshot without trying to open it first.
       options: :func:`reports.results.results`' keyword arguments: ``sweep``, ``versions``,
-        ``clock``, ``select_by``, ``scoring``, ``tuning_draws``.
+        ``clock``, ``select_by``, ``scoring``, ``tuning_draws``, ``target`` (``"valid/loss=1.9"``:
+        steps and times to it read off the stored curves, nothing trained).
 
     Returns:
       a :class:`reports.results.Results` (its tables as DataFrames, and the report's figures).

@@ -33,6 +33,7 @@ import pandas as pd
 
 from harness.core.clock import CLOCKS, DEFAULT_CLOCK
 from harness.core.names import TAG_SELECT_BY, TAG_SWEEP_ID
+from harness.core.reached import parse_target
 from harness.core.selection_rule import SELECT_BY
 from reports import runs as mlruns
 from reports import stats
@@ -43,6 +44,7 @@ from reports.leaderboard import leaderboard
 from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR, csv_rows
 from reports.report_clock import use_clock
+from reports.retarget import retarget
 from reports.safe_cells import spreadsheet_safe
 from reports.selection import select_by as select_of
 from reports.snapshot import snapshot_or_client
@@ -67,6 +69,7 @@ def make_report(
     time_clock: str | None = None,
     stats_baseline: str | None = None,
     immutable: bool = False,
+    target: str | None = None,
 ) -> pathlib.Path:
     """Write the HTML report of one sweep and the tidy CSV beside it; return the HTML path.
 
@@ -98,6 +101,8 @@ def make_report(
       immutable: the local SQLite store is one SQLite cannot open where it is (its folder not
         writable): it is read with ``immutable=1`` (:mod:`reports.snapshot`) and the report is not
         logged to it.
+      target: ``"valid/loss=1.9"``: steps and times to this target, read off the stored validation
+        curves (:mod:`reports.retarget`), in place of the sweep's own; ``None``: the sweep's own.
 
     The HTML is also logged as an artifact under ``reports/`` of every parent run whose trials the
     report shows (:func:`report_parents`); the table is not (it is the store's data again). Where the
@@ -114,11 +119,14 @@ def make_report(
     from reports.html import figure_items, render  # matplotlib: imported on first use
 
     _check_options(tuning_draws, scoring, select_by, time_clock)  # before anything is read
+    wanted = parse_target(target) if target is not None else None  # its syntax, likewise
     # a local SQLite store is read with sqlite3 (reports.snapshot: every experiment when a baseline
     # may live in another); MLflow's client only writes the HTML back
     client = snapshot_or_client(tracking_uri, None if baseline is not None else experiment,
                                 immutable=immutable)
     data = load_sweep(experiment, sweep_id, client=client)  # a ladder's ladder.* tags: its columns
+    if wanted is not None:
+        data.frame = retarget(data.frame, wanted)
     data.frame.attrs[TUNING_DRAWS_ATTR] = tuning_draws
     _apply_options(data, scoring, select_by, stats_baseline)
     if tracking_uri:
@@ -132,7 +140,9 @@ def make_report(
 
     comparison = None
     if baseline is not None:
-        comparison = compare(data.frame, use_clock(_load_baseline(client, experiment, baseline), time_clock))
+        other = _load_baseline(client, experiment, baseline)
+        other = retarget(other, wanted) if wanted is not None else other  # both sweeps on one target
+        comparison = compare(data.frame, use_clock(other, time_clock))
 
     others = [e for e in client.search_experiments() if e.name != experiment]
     every = client if baseline is not None or not others else \

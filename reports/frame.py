@@ -48,8 +48,8 @@ import numpy as np
 import pandas as pd
 
 from harness.core import ladder as lt
-from harness.core.names import CURVE_METRICS as CURVE_METRICS  # the report's columns, one home
 from harness.core.names import (
+    BITS_PER_BYTE,
     ENV_TAGS,
     LEGACY_METRICS,
     M_BEST_ACC,
@@ -69,6 +69,7 @@ from harness.core.names import (
     PARAM_TARGET_METRIC,
     PARAM_TARGET_MODE,
     PARAM_TARGET_VALUE,
+    PREFIX_VALID,
     TAG_AUDIT_OF,
     TAG_BATCH,
     TAG_BATCHING,
@@ -97,12 +98,16 @@ from harness.core.names import (
     TIME_PARTS,
     canonical_metric,
 )
+from harness.core.names import CURVE_METRICS as CURVE_METRICS  # the report's columns, one home
 from harness.core.names import SUMMARY_METRICS as SUMMARY_METRICS
 from harness.core.selection_rule import LM_MARKER, best_of
 from reports import runs as mlruns
 from reports.labels import add_labels
 from reports.search_report import read_search
 
+#: Summary column: a language model's validation bits per byte at its last evaluation (the latest
+#: ``valid/bits_per_byte``; ``NaN`` where the tokenizer's bytes per token are unknown).
+FINAL_BPB = "final/valid_bits_per_byte"
 #: Column ``protocol``: how a trial's numbers may be read.
 PROTOCOL_THREE_SPLITS = "selected on validation, reported on test"
 PROTOCOL_ONE_SPLIT = "selected and reported on one split"
@@ -172,7 +177,8 @@ ID_COLUMNS = (
     "config", "config_id", "tuning", "search", "audit_of", "batching", "batch", "source_hash",
     "search_space", "step_size",
     "batch_size", "train_steps",
-    "target_metric", "target_value", "target_mode", "language_model", "protocol", "mesh", "perf_suspect",
+    "target_metric", "target_value", "target_mode", "language_model", "tokens_per_step", "protocol", "mesh",
+    "perf_suspect",
     *ENV_TAGS,
     *lt.TAGS, "start_time",
     "end_time", "step",
@@ -388,6 +394,9 @@ def _summary_rows(chosen: list[tuple], experiment: str) -> pd.DataFrame:
     summary["step"] = pd.array([pd.NA] * len(summary), dtype="Int64")
     for m in SUMMARY_METRICS:
         summary[m] = [_metric(run, m) for run, _ in chosen]
+    summary["tokens_per_step"] = tokens_per_step(summary)
+    # a language model's last validation bits per byte (logged where bytes per token are known)
+    summary[FINAL_BPB] = [run.data.metrics.get(PREFIX_VALID + BITS_PER_BYTE, math.nan) for run, _ in chosen]
     # A finished trial without final/* metrics: MLflow's latest value of the validation curve (the
     # value at the largest step) is its final value.
     for final, curve in ((M_FINAL_ACC, M_VALID_ACC), (M_FINAL_LOSS, M_VALID_LOSS)):
@@ -395,6 +404,33 @@ def _summary_rows(chosen: list[tuple], experiment: str) -> pd.DataFrame:
         fill = summary[final].isna() & (summary["status"] == "finished")
         summary.loc[fill, final] = pd.Series(latest, index=summary.index)[fill]
     return add_labels(summary)
+
+
+#: The dataset param a language model's context length is logged under.
+SEQ_LEN_PARAM = "params.dataset.seq_len"
+
+
+def tokens_per_step(s: pd.DataFrame) -> pd.Series:
+    """Tokens one optimizer step consumes, per summary row of a language model (column
+    ``tokens_per_step``): a ladder's ``ladder.tokens`` / ``train.steps``, else ``train.batch_size`` ×
+    ``dataset.seq_len``; ``NaN`` for any other task or where neither is logged.
+
+    Args:
+      s: summary rows (``language_model`` and ``params.*`` columns, as MLflow stores them).
+    Returns:
+      a ``float64`` Series on ``s``'s index.
+    """
+    def num(col: str) -> pd.Series:
+        return pd.to_numeric(s[col], errors="coerce").astype("float64") if col in s \
+            else pd.Series(np.nan, index=s.index)
+
+    lm = s["language_model"].fillna(False).astype(bool) if "language_model" in s \
+        else pd.Series(False, index=s.index)
+    per = num(f"params.{PARAM_BATCH_SIZE}") * num(SEQ_LEN_PARAM)
+    if lt.TAG_TOKENS in s:
+        ladder = num(lt.TAG_TOKENS) / num(f"params.{PARAM_STEPS}")
+        per = ladder.where(ladder.notna(), per)
+    return per.where(lm).astype("float64")
 
 
 def _histories(client, chosen: list[tuple]) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
@@ -427,7 +463,8 @@ def _curve_rows(summary: pd.DataFrame, per_trial: dict) -> pd.DataFrame | None:
     curves."""
     if not per_trial:
         return None
-    ident_cols = [c for c in summary.columns if c not in SUMMARY_METRICS and c not in ("row", "step")]
+    ident_cols = [c for c in summary.columns
+                  if c not in SUMMARY_METRICS and c not in ("row", "step", FINAL_BPB)]
     # every trial's steps and values as arrays, one frame of them all (a frame per trial: 1,000 frames)
     columns: dict[str, list[np.ndarray]] = {"_trial": [], "step": [], **{key: [] for key in CURVE_METRICS}}
     for i, metrics in per_trial.items():
@@ -453,7 +490,7 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
         if key not in frame:
             frame[key] = np.nan
     lead = [c for c in ID_COLUMNS if c in frame.columns]
-    rest = [*CURVE_METRICS, *SUMMARY_METRICS]
+    rest = [*CURVE_METRICS, *SUMMARY_METRICS, *([FINAL_BPB] if FINAL_BPB in frame else [])]
     pcols = sorted(c for c in frame.columns if c.startswith("params."))
     frame = frame[lead + rest + pcols]
     frame["step"] = frame["step"].astype("Int64")

@@ -36,6 +36,7 @@ from harness.core.ties import power_words
 from reports.batch_flags import batching_flags
 from reports.claim_table import claim_rows
 from reports.early_stop import audit_rows
+from reports.equal_tokens import equal_token_rows
 from reports.figures import FIGURES
 from reports.frame import STATUSES, SweepData, summaries
 from reports.interactive import vega_bundle
@@ -325,7 +326,7 @@ def _search_parts(data: SweepData, labels: dict[str, str]) -> dict[str, list]:
     stops, target claims."""
     search = getattr(data, "search", [])
     return {"tuning_paths": certificate_rows(search), "early_stops": audit_rows(search),
-            "claims": claim_rows(data.frame, labels)}
+            "claims": claim_rows(data.frame, labels), "equal_tokens": equal_token_rows(data.frame, labels)}
 
 
 def _header_vars(data: SweepData, s: pd.DataFrame, labels: dict[str, str]) -> dict[str, Any]:
@@ -375,7 +376,8 @@ def _sections(figures: list[dict], comparison: pd.DataFrame | None, baseline_id:
         sections.append({"id": "baseline", "title": f"Comparison with baseline {baseline_id}"})
     for key, sid, title in (("tuning_paths", "tuning-paths", "Tuning paths"),
                             ("early_stops", "early-stopping", "Early stopping"),
-                            ("claims", "target-claims", "Target claims")):
+                            ("claims", "target-claims", "Target claims"),
+                            ("equal_tokens", "equal-tokens", "Equal tokens")):
         if parts[key]:
             sections.append({"id": sid, "title": title})
     return [*sections,

@@ -7,11 +7,19 @@ import functools
 import math
 import typing
 
+import numpy as np
 import pandas as pd
 
-from harness.core.names import M_FINAL_ACC, M_FINAL_GAP, M_FINAL_LOSS, M_SECONDS_TO_TARGET, M_STEP_MS
+from harness.core.names import (
+    M_FINAL_ACC,
+    M_FINAL_GAP,
+    M_FINAL_LOSS,
+    M_SECONDS_TO_TARGET,
+    M_STEP_MS,
+    M_STEPS_TO_TARGET,
+)
 from reports import protocol, scoring
-from reports.frame import PROTOCOL_ONE_SPLIT, summaries, tuning_rows
+from reports.frame import FINAL_BPB, PROTOCOL_ONE_SPLIT, summaries, tuning_rows
 from reports.labels import is_self_tuning
 from reports.objectives import objective, objectives_differ
 from reports.protocol import MIN_SEEDS
@@ -166,7 +174,7 @@ def _row(board: _Board, b) -> dict:
     h = board.head.loc[(b.task, b.optimizer)]
     acc = protocol.seed_interval(fin[M_FINAL_ACC])
     loss = protocol.seed_interval(fin[M_FINAL_LOSS])
-    ttt = protocol.seed_interval(fin[M_SECONDS_TO_TARGET])
+    ttt = protocol.median_interval(fin[M_SECONDS_TO_TARGET])
     bad = g["status"].value_counts().drop("finished", errors="ignore")
     c = board.comps[(board.comps["task"] == b.task) & (board.comps["a"] == b.optimizer)]
     won = c[c["a_better"]]
@@ -192,15 +200,63 @@ def _row(board: _Board, b) -> dict:
             *protocol.seed_interval(fin[objective(frame, b.task).best]), prefix=prefix)
     if M_FINAL_GAP in s and s[M_FINAL_GAP].notna().any():  # a dataset with a known optimum
         row["Gap to entropy rate (nats)"] = cell(*protocol.seed_interval(fin[M_FINAL_GAP]))
+    lm = _lm_numbers(fin)
+    if lm:  # a language model: perplexity, bits per byte where known
+        row["Validation perplexity"] = cell(*lm["ppl"])
+        if lm["bpb"][3]:
+            row["Validation bits per byte"] = cell(*lm["bpb"])
     if board.has_target:
         flag = FLAG_MARK if _flagged(fin) else ""  # perf.suspect: the clock sentence says why
-        row["Time to target (s)"] = (cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached){flag}")
-                                     if ttt[3] else f"not reached (0/{b.n_seeds})")
+        row[TTT_COL] = (cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached){flag}")
+                        if ttt[3] else f"not reached (0/{b.n_seeds})")
+        if lm:  # beside the time: the steps and the tokens seen to the target
+            row[STEPS_COL] = count_text(lm["steps"])
+            row[TOKENS_COL] = count_text(lm["tokens"], tokens=True)
     if board.scores is not None and len(board.scores):
         row[SCORE_COL] = f"{board.scores.get(b.optimizer, 0.0):.3f}"
     row["Step time (ms, median)"] = g[M_STEP_MS].median()  # formatted by _format_cells
     row.update(_numbers(board, b, h, (acc, loss, ttt), row_how, g, won))
+    nan4 = (math.nan, math.nan, math.nan, 0)
+    ppl, bpb = (lm["ppl"], lm["bpb"]) if lm else (nan4, nan4)
+    row.update({"_ppl_mean": ppl[0], "_ppl_lo": ppl[1], "_ppl_hi": ppl[2], "_bpb_mean": bpb[0],
+                "_bpb_lo": bpb[1], "_bpb_hi": bpb[2],
+                "_steps_median": lm["steps"] if lm else _median(fin[M_STEPS_TO_TARGET]),
+                "_tokens_median": lm["tokens"] if lm else math.nan})
     return row
+
+
+def _median(x: pd.Series) -> float:
+    """The median of the finite values of ``x`` (``NaN`` without any)."""
+    v = pd.to_numeric(x, errors="coerce").astype("float64")
+    v = v[np.isfinite(v)]
+    return float(v.median()) if len(v) else math.nan
+
+
+def _lm_numbers(fin: pd.DataFrame) -> dict | None:
+    """A language model's numbers over the finished seeds ``fin`` of one configuration: ``ppl`` and
+    ``bpb`` (:func:`reports.protocol.seed_interval` of exp(final loss) and of the final bits per
+    byte), ``steps`` and ``tokens`` (the medians to the target over the seeds that reached it, the
+    statistic of time to target); ``None`` for any other task."""
+    if "language_model" not in fin or not fin["language_model"].fillna(False).astype(bool).any():
+        return None
+    loss = pd.to_numeric(fin[M_FINAL_LOSS], errors="coerce").astype("float64").to_numpy()
+    steps = pd.to_numeric(fin[M_STEPS_TO_TARGET], errors="coerce").astype("float64")
+    per = fin["tokens_per_step"].astype("float64") if "tokens_per_step" in fin else steps * math.nan
+    return {"ppl": protocol.seed_interval(np.exp(np.minimum(loss, 700.0)).tolist()),
+            "bpb": protocol.seed_interval(fin[FINAL_BPB].astype("float64").tolist())
+            if FINAL_BPB in fin else (math.nan, math.nan, math.nan, 0, ""),
+            "steps": _median(steps), "tokens": _median(steps * per)}
+
+
+def count_text(v: float, tokens: bool = False) -> str:
+    """A median count as text (``1.2M`` tokens, ``125`` steps; ``—`` when not reached)."""
+    if not math.isfinite(v):
+        return "—"
+    if tokens and v >= 1e4:
+        for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if v >= div:
+                return f"{v / div:.3g}{unit}"
+    return f"{v:g}"
 
 
 def _numbers(board: _Board, b, h: pd.Series, intervals: tuple, row_how: tuple, g: pd.DataFrame,
@@ -218,7 +274,7 @@ def _numbers(board: _Board, b, h: pd.Series, intervals: tuple, row_how: tuple, g
         "_loss_mean": loss[0],
         "_loss_lo": loss[1],
         "_loss_hi": loss[2],
-        "_ttt_mean": ttt[0],
+        "_ttt_median": ttt[0],
         "_n": acc[3],
         "_rank": b.rank,
         "_order": int(rk["order"]),
@@ -260,6 +316,12 @@ def _format_cells(rows: list[dict]) -> None:
         r["Step time (ms, median)"] = f"{v:.{d}f}" if math.isfinite(v) else "—"
 
 
+#: The leaderboard's time-to-target column: the median over the seeds that reached the target
+#: (:data:`reports.protocol.TTT_STAT`, the summary's statistic), with its interval.
+TTT_COL = "Time to target (s, median)"
+#: A language model's steps and tokens seen to the target, beside the time (medians, as the time).
+STEPS_COL = "Steps to target (median)"
+TOKENS_COL = "Tokens to target (median)"
 #: :func:`leaderboard_numbers`' columns: each one's name → the :func:`leaderboard` column it reads
 #: (the numbers behind the formatted cells).
 NUMBER_COLUMNS = {
@@ -272,9 +334,13 @@ NUMBER_COLUMNS = {
     "test_n": "_test_n", "interval": "_interval",
     "valid_accuracy_mean": "_acc_mean", "valid_accuracy_lo": "_acc_lo", "valid_accuracy_hi": "_acc_hi",
     "valid_loss_mean": "_loss_mean", "valid_loss_lo": "_loss_lo", "valid_loss_hi": "_loss_hi",
-    "seconds_to_target_mean": "_ttt_mean", "seconds_to_target_lo": "_ttt_lo",
+    "seconds_to_target_median": "_ttt_median", "seconds_to_target_lo": "_ttt_lo",
     "seconds_to_target_hi": "_ttt_hi", "seconds_to_target_n": "_ttt_n",
     "step_time_ms": "_step_ms", "beats": "_beats", "protocol": "_protocol",
+    "steps_to_target_median": "_steps_median", "tokens_to_target_median": "_tokens_median",
+    "valid_perplexity_mean": "_ppl_mean", "valid_perplexity_lo": "_ppl_lo", "valid_perplexity_hi": "_ppl_hi",
+    "valid_bits_per_byte_mean": "_bpb_mean", "valid_bits_per_byte_lo": "_bpb_lo",
+    "valid_bits_per_byte_hi": "_bpb_hi",
 }
 #: Integer columns of :func:`leaderboard_numbers` (``Int64``: missing is ``<NA>``).
 INT_COLUMNS = ("rank", "strict_rank", "order", "separation_seeds", "n_seeds", "n_finished", "n_reached",
@@ -308,10 +374,11 @@ def leaderboard_numbers(frame: pd.DataFrame, table: pd.DataFrame | None = None) 
       ``test_metric`` of the validation-selected configuration across seeds, the interval
       ``interval``: ``"min–max"`` with fewer than 5 seeds, else ``"bootstrap"``, a 95% percentile
       interval of the mean), ``test_n`` seeds; ``valid_accuracy_*``, ``valid_loss_*`` (final
-      validation values, same rule); ``seconds_to_target_*`` (on the frame's clock, over the seeds
-      that reached the target, ``n_reached`` of ``n_seeds``); ``step_time_ms`` (median wall-clock
-      milliseconds per step); ``beats`` (the optimizers this one beats by a paired bootstrap,
-      comma-separated); ``protocol``. Missing numbers are ``NaN``.
+      validation values, same rule); ``seconds_to_target_median``, ``_lo``, ``_hi``, ``_n`` (on the
+      frame's clock, the median over the seeds that reached the target, ``n_reached`` of
+      ``n_seeds``, its interval min–max under 5 seeds, else a bootstrap of the median);
+      ``step_time_ms`` (median wall-clock milliseconds per step); ``beats`` (the optimizers this
+      one beats by a paired bootstrap, comma-separated); ``protocol``. Missing numbers are ``NaN``.
 
     The rows are the formatted table's, number for number: a cell ``0.655 [0.650, 0.660]`` is
     ``test_mean`` 0.655, ``test_lo`` 0.650, ``test_hi`` 0.660 before rounding.

@@ -68,7 +68,7 @@ from harness.core.names import M_SECONDS_TO_TARGET, M_STEPS_TO_TARGET, SCORING_R
 from reports.frame import PROTOCOL_ONE_SPLIT, SCORING_ATTR, per_frame, summaries, tuning_rows
 from reports.labels import SELF_TUNING, is_self_tuning, is_tuned
 from reports.objectives import objective
-from reports.selection import best_configs, select_by
+from reports.selection import best_configs, select_by, selection_positions
 
 __all__ = [
     "MIN_SEEDS",
@@ -412,25 +412,31 @@ def tuned_time_to_result(frame: pd.DataFrame, rule: str | None = None) -> pd.Dat
     docstring; default :func:`scoring` of the frame).
 
     Columns ``task, optimizer, n_configs, seconds`` (``inf`` = not reached), ``config_id, config``:
-    by the ``harness`` rule the fastest configuration (ties by ``config_id``; empty when none
-    reached); by ``algoperf`` the configuration fastest on most seeds (ties by ``config_id``; empty
-    when the tuned time is ``inf``), since each seed picks its own.
+    by the ``harness`` rule the fastest configuration (empty when none reached); by ``algoperf``
+    the configuration fastest on most seeds (empty when the tuned time is ``inf``), since each seed
+    picks its own. Every tie goes to the configuration first in the selection rule's order, the
+    leaderboard's (:func:`reports.selection.selection_positions`).
     """
     rule = scoring(frame) if rule is None else rule
     if rule not in SCORING:
         raise ValueError(f"scoring must be one of {', '.join(SCORING)}; got {rule!r}")
     cv = config_values(frame)
-    per_seed = _study_times(frame) if rule == "algoperf" else None
+    pos = selection_positions(frame).set_index(["task", "optimizer", "config_id"])["position"]
+    cv["_position"] = [pos.get(k, len(pos)) for k in zip(cv["task"], cv["optimizer"], cv["config_id"],
+                                                          strict=True)]
+    per_seed = _study_times(frame, pos) if rule == "algoperf" else None
     rows = []
     for (task, opt), g in cv.groupby(["task", "optimizer"], sort=True):
-        if per_seed is None:
-            g = g.sort_values(["seconds", "config_id"], kind="stable")
+        if per_seed is None:  # a tie in time: the selection rule's order (the leaderboard's pick)
+            g = g.sort_values(["seconds", "_position"], kind="stable")
             best, secs = g.iloc[0], float(g["seconds"].iloc[0])
         else:
             studies = per_seed[(per_seed["task"] == task) & (per_seed["optimizer"] == opt)]
             secs = float(np.median(studies["seconds"])) if len(studies) else math.inf
             wins = studies.loc[studies["config_id"] != "", "config_id"].value_counts()
-            top = sorted(c for c, n in wins.items() if n == wins.max()) if len(wins) else []
+            order = dict(zip(g["config_id"], g["_position"], strict=True))
+            top = sorted((c for c, n in wins.items() if n == wins.max()),
+                         key=lambda c: order.get(c, len(order))) if len(wins) else []
             best = g[g["config_id"] == top[0]].iloc[0] if top else g.iloc[0]
         hit = math.isfinite(secs)
         rows.append({"task": task, "optimizer": opt, "n_configs": len(g), "seconds": secs,
@@ -438,16 +444,19 @@ def tuned_time_to_result(frame: pd.DataFrame, rule: str | None = None) -> pd.Dat
     return pd.DataFrame(rows, columns=["task", "optimizer", "n_configs", "seconds", "config_id", "config"])
 
 
-def _study_times(frame: pd.DataFrame) -> pd.DataFrame:
+def _study_times(frame: pd.DataFrame, positions: pd.Series) -> pd.DataFrame:
     """AlgoPerf's studies: per (task, optimizer, seed) the fastest ``seconds_to_target`` of the
     optimizer's trials with that seed (``inf``, ``config_id`` empty: none reached it). As in
     AlgoPerf, whose curves keep the evaluation that reached the target, a trial that reached it and
-    diverged later counts. Columns ``task, optimizer, seed, seconds, config_id``."""
+    diverged later counts; a tie in time goes to the configuration first in the selection rule's
+    order (``positions``, :func:`reports.selection.selection_positions`). Columns ``task,
+    optimizer, seed, seconds, config_id``."""
     s = summaries(frame)
     rows = []
     for (task, opt, seed), g in s.groupby(["task", "optimizer", "seed"], sort=True):
         hit = g[g[M_SECONDS_TO_TARGET].notna()]
-        hit = hit.sort_values([M_SECONDS_TO_TARGET, "config_id"], kind="stable")
+        hit = hit.assign(_position=[positions.get((task, opt, c), len(positions)) for c in hit["config_id"]])
+        hit = hit.sort_values([M_SECONDS_TO_TARGET, "_position"], kind="stable")
         rows.append({"task": task, "optimizer": opt, "seed": seed,
                      "seconds": float(hit[M_SECONDS_TO_TARGET].iloc[0]) if len(hit) else math.inf,
                      "config_id": hit["config_id"].iloc[0] if len(hit) else ""})
@@ -476,6 +485,32 @@ def seed_interval(values: Sequence[float], level: float = LEVEL, n_boot: int = N
     means = x[rng.integers(0, n, size=(n_boot, n))].mean(axis=1)
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return float(x.mean()), float(lo), float(hi), n, "bootstrap"
+
+
+def median_interval(values: Sequence[float], level: float = LEVEL, n_boot: int = N_BOOT, seed: int = 0
+                    ) -> tuple[float, float, float, int, str]:
+    """``(median, lo, hi, n, method)`` of the finite ``values`` (one per seed): time to target's
+    one statistic, the same median the summary prints and the tuned times rank (:data:`TTT_STAT`).
+
+    ``n < MIN_SEEDS``: ``lo, hi`` = min, max, method ``"min–max"``; else a bootstrap percentile
+    interval of the median at ``level`` (``n_boot`` resamples, ``default_rng(seed)``), method
+    ``"bootstrap"``. ``n == 0`` gives ``nan``s.
+    """
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], float)
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0, ""
+    if n < MIN_SEEDS:
+        return float(np.median(x)), float(x.min()), float(x.max()), n, "min–max"
+    rng = np.random.default_rng(seed)
+    medians = np.median(x[rng.integers(0, n, size=(n_boot, n))], axis=1)
+    lo, hi = np.quantile(medians, [(1 - level) / 2, (1 + level) / 2])
+    return float(np.median(x)), float(lo), float(hi), n, "bootstrap"
+
+
+#: Time to target's statistic over an optimizer's seeds that reached the target, everywhere: the
+#: summary's "to target", the report's and ``res.leaderboard``'s column, the tuned times.
+TTT_STAT = "median"
 
 
 def paired_comparison(a: pd.Series, b: pd.Series, mode: str = "max", level: float = LEVEL,

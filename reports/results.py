@@ -9,6 +9,8 @@ tables are computed on first use and kept:
 - ``.leaderboard``: the report's leaderboard as numbers (:class:`reports.tidy.Leaderboard`:
   ``.to_latex()``, ``.to_markdown()``);
 - ``.tuning_curves`` and ``.tuned_times``: the protocol's tables (:mod:`reports.protocol`);
+- ``.equal_tokens``: final validation loss at each budget beside time to target
+  (:mod:`reports.equal_tokens`);
 - ``.search``: each coordinate descent's selected configuration and certificate
   (:func:`reports.search_report.search_table`, from the latest parent run's ``search.json``);
 - ``.figure(key)``: one of the report's figures (:data:`reports.figures.FIGURES`) as a matplotlib
@@ -44,7 +46,9 @@ from harness.core.names import (
     TAG_OPTIMIZER_SOURCE_HASH,
     TAG_TRIAL_ID,
 )
+from harness.core.reached import parse_target
 from harness.core.selection_rule import SELECT_BY
+from harness.core.spec import Target
 from reports import runs as mlruns
 from reports.frame import (
     SELECT_BY_ATTR,
@@ -57,6 +61,7 @@ from reports.frame import (
 )
 from reports.objectives import objective
 from reports.protocol import SCORING, SCORING_ATTR, TUNING_DRAWS, TUNING_DRAWS_ATTR
+from reports.retarget import retarget
 from reports.search_report import read_search, search_table
 from reports.snapshot import local_sqlite_path, snapshot_or_client
 from reports.tidy import (
@@ -81,7 +86,8 @@ TABLES = ("trials", "curves", "leaderboard", "tuning_curves", "tuned_times")
 
 def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | None = None,
             versions: str = "current", clock: str | None = None, select_by: str | None = None,
-            scoring: str | None = None, tuning_draws: str | None = None, immutable: bool = False) -> Results:
+            scoring: str | None = None, tuning_draws: str | None = None, immutable: bool = False,
+            target: str | Target | None = None) -> Results:
     """The results of one sweep of ``experiment`` (the MLflow experiment = the sweep's ``name``).
 
     Args:
@@ -99,6 +105,9 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
       immutable: read the local SQLite store with ``immutable=1``: for a store SQLite cannot open
         where it is (a folder that is not writable), right only while nobody writes it
         (:mod:`reports.snapshot`).
+      target: the target steps and times to target, selection and the leaderboard are read for,
+        ``"valid/loss=1.9"`` or a :class:`harness.core.spec.Target`, recomputed from the stored
+        validation curves (:mod:`reports.retarget`; nothing is trained); ``None``: the sweep's own.
 
     Returns:
       a :class:`Results` (its tables as DataFrames, and the report's figures).
@@ -106,10 +115,16 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
     Raises:
       ValueError: no store at a local SQLite path (none is created), an unknown experiment or
         sweep id (naming those the store holds), an unknown ``versions``, ``clock`` or
-        ``select_by``, or ``sweep`` together with ``versions="all"``.
-      TypeError: ``experiment`` is not a string.
+        ``select_by``, or ``sweep`` together with ``versions="all"``; a ``target`` that is not
+        ``METRIC=VALUE`` or whose metric the runs do not log (one line).
+      TypeError: ``experiment`` is not a string, ``target`` neither a string nor a Target.
     """
     _check_arguments(experiment, sweep, tracking_uri, versions, (clock, select_by, scoring, tuning_draws))
+    if target is not None and not isinstance(target, Target):
+        if not isinstance(target, str):
+            raise TypeError(f"results(): target must be 'METRIC=VALUE' (a string) or a Target, got "
+                            f"{type(target).__name__} {target!r}")
+        target = parse_target(target)  # its syntax, before anything is read
     client = snapshot_or_client(tracking_uri, experiment, immutable=immutable)
     exp = mlruns.get_experiment(client, experiment)
     if versions == "current":
@@ -118,6 +133,8 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
     else:
         frame, searches = _experiment_frame(client, exp, experiment)
         sweep_id = None
+    if target is not None:
+        frame = retarget(frame, target)
     overrides = ((SELECT_BY_ATTR, select_by), (SCORING_ATTR, scoring), (TUNING_DRAWS_ATTR, tuning_draws))
     for attr, value in overrides:
         if value is not None:
@@ -260,6 +277,15 @@ class Results:
         """Each optimizer's coordinate descent and its certificate (:func:`reports.search_report.
         search_table`, from the latest parent run's ``search.json``); empty for other sweeps."""
         return search_table(self.search_records)
+
+    @functools.cached_property
+    def equal_tokens(self) -> pd.DataFrame:
+        """Each optimizer's final validation loss (perplexity, bits per byte) at its budget, its
+        interval across seeds and its paired difference to the baseline
+        (:func:`reports.equal_tokens.equal_token_table`, on the report's clock's selection)."""
+        from reports.equal_tokens import equal_token_table
+
+        return equal_token_table(self._drawn)
 
     @functools.cached_property
     def tuned_times(self) -> pd.DataFrame:

@@ -254,13 +254,16 @@ def config_yaml(client, parents: Sequence) -> str | None:
 def carried_over_runs(client, experiment_id: str, parents: Sequence, runs: Sequence) -> list:
     """FINISHED trial runs that belong to this sweep but carry another ``harness.sweep_id``: a sweep
     whose search grew (``trials`` 16 → 32) has a new sweep id, and skips the trials an earlier
-    invocation finished (same ``trial_id``). The sweep's trials are read from its parent runs'
-    ``trials.json``; of several FINISHED runs of one trial the earliest is taken."""
+    invocation finished (same ``trial_id``, or its ``legacy_trial_id``). The sweep's trials are read
+    from its parent runs' ``trials.json``; of several FINISHED runs of one trial the earliest is taken."""
     want: set[str] = set()
     for p in parents:
         text = download_text(client, p.info.run_id, ARTIFACT_TRIALS)
         try:
-            want |= {str(t["trial_id"]) for t in json.loads(text or "[]")}
+            listed = json.loads(text or "[]")
+            want |= {str(t["trial_id"]) for t in listed}
+            # a trial finished under the id it had while the target was part of it (resume: runs_of)
+            want |= {str(t["legacy_trial_id"]) for t in listed if t.get("legacy_trial_id")}
         except (ValueError, TypeError, KeyError):
             continue
     want -= {r.data.tags.get(TAG_TRIAL_ID) for r in runs if r.info.status == "FINISHED"}

@@ -128,18 +128,48 @@ def select_best(frame: pd.DataFrame, audits: bool = True) -> pd.DataFrame:
     target in the same median number of steps and the same cost class (:func:`cost_class`) are tied
     on time and ordered by seeds finished, then the final validation metric, never by seconds).
     """
-    s = tuning_rows(summaries(frame), audits)  # an audit trial stands for its stopped twin
-    if s.empty:
+    allc = _configs_in_order(frame, audits)
+    if allc is None:
         return pd.DataFrame(columns=BEST_COLUMNS)
-    by = select_by(frame)
-    arrays = _trial_arrays(frame, s, by)
-    groups = s.groupby(["task", "optimizer", "config_id"], sort=True).indices
-    rows = [_config_row(arrays, key, idx, by) for key, idx in sorted(groups.items())]
-    allc = pd.DataFrame(rows).sort_values("_key", kind="stable")
     best = allc.groupby(["task", "optimizer"], sort=False).head(1).copy()
     best = pd.concat([_ranked(g) for _, g in best.groupby("task", sort=False)])
     return best.drop(columns=["_key", "_rank_key", "_tie_key", "_metric_key"]).sort_values(
         ["task", "rank"]).reset_index(drop=True)
+
+
+def _configs_in_order(frame: pd.DataFrame, audits: bool = True) -> pd.DataFrame | None:
+    """Every configuration's row (:func:`_config_row`), in the selection rule's order (``None``:
+    no trial)."""
+    s = tuning_rows(summaries(frame), audits)  # an audit trial stands for its stopped twin
+    if s.empty:
+        return None
+    by = select_by(frame)
+    arrays = _trial_arrays(frame, s, by)
+    groups = s.groupby(["task", "optimizer", "config_id"], sort=True).indices
+    rows = [_config_row(arrays, key, idx, by) for key, idx in sorted(groups.items())]
+    return pd.DataFrame(rows).sort_values("_key", kind="stable")
+
+
+@per_frame
+def selection_positions(frame: pd.DataFrame) -> pd.DataFrame:
+    """The one tie-break of every table that picks a configuration: each configuration's position in
+    the selection rule's order among its optimizer's on its task (0 = the one the leaderboard
+    selects; :func:`harness.core.selection_rule.selection_key`, whose last resort is the
+    configuration's smallest trial id). ``res.tuned_times`` breaks a tie in tuned time by it, so an
+    exact tie picks the leaderboard's configuration.
+
+    Args:
+      frame: a sweep's tidy frame.
+    Returns:
+      a DataFrame with columns ``task, optimizer, config_id, position`` (``int64``).
+    """
+    allc = _configs_in_order(frame)
+    cols = ["task", "optimizer", "config_id", "position"]
+    if allc is None:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c == "position" else object) for c in cols})
+    out = allc[cols[:3]].copy()
+    out["position"] = out.groupby(["task", "optimizer"], sort=False).cumcount().astype("int64")
+    return out.reset_index(drop=True)
 
 
 class _Trials(typing.NamedTuple):

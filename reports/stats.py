@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from harness.core.names import M_SECONDS_TO_TARGET
+from harness.core.selection_rule import BASELINES
 from reports.frame import summaries, tuning_rows
 from reports.objectives import objective
 from reports.selection import best_configs, select_by
@@ -64,8 +65,8 @@ __all__ = ["BASELINE_ATTR", "DEFAULT_BASELINES", "across_tasks", "baseline_optim
            "iqm_interval", "poi_interval", "probability_of_improvement", "run_scores", "stats_note"]
 
 #: The optimizer the scores and the probability of improvement are relative to, when the frame
-#: names none (the first of these that ran).
-DEFAULT_BASELINES = ("adam", "adamw")
+#: names none (the first of these that ran; one home with the summary's equal-token lines).
+DEFAULT_BASELINES = BASELINES
 #: ``frame.attrs`` key naming the baseline optimizer (:func:`baseline_optimizer`).
 BASELINE_ATTR = "stats_baseline"
 #: Bootstrap resamples and level of the intervals.

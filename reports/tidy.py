@@ -39,7 +39,15 @@ from harness.core.names import (
     SUMMARY_METRICS,
 )
 from reports.layout import task_labels
-from reports.leaderboard import format_interval, interval_words, leaderboard_numbers
+from reports.leaderboard import (
+    STEPS_COL,
+    TOKENS_COL,
+    TTT_COL,
+    count_text,
+    format_interval,
+    interval_words,
+    leaderboard_numbers,
+)
 
 __all__ = ["CURVE_COLUMNS", "Leaderboard", "curves_table", "leaderboard_table", "split_versions",
            "trials_table", "with_task_labels"]
@@ -139,7 +147,8 @@ def trials_table(raw: pd.DataFrame, ranked: pd.DataFrame, clock: str) -> pd.Data
     Columns: :data:`TRIAL_ID_COLUMNS` (``task`` the short label, ``task_name`` the full one,
     ``source_version`` the ``optimizer.source_hash`` of a user's optimizer); one column per
     hyperparameter param (``optimizer.step_size``: ``float64`` where every value is a number, else
-    text); ``reached`` (``bool``); every metric of :data:`harness.core.names.SUMMARY_METRICS` under
+    text); ``reached`` (``bool``); ``tokens_per_step`` and ``tokens_to_target`` (``float64``, a
+    language model's; ``NaN`` otherwise); every metric of :data:`harness.core.names.SUMMARY_METRICS` under
     its MLflow name (``float64``, ``NaN`` when not logged: ``convergence/seconds_to_target`` the
     measured wall-clock, ``convergence/modeled_seconds_to_target`` and
     ``convergence/cost_seconds_to_target`` the other clocks); ``clock`` and ``seconds_to_target``
@@ -159,6 +168,12 @@ def trials_table(raw: pd.DataFrame, ranked: pd.DataFrame, clock: str) -> pd.Data
         if name.startswith(HPARAM_PREFIXES):
             out[name] = _hparam(s[c])
     out["reached"] = s[M_STEPS_TO_TARGET].notna().to_numpy() if M_STEPS_TO_TARGET in s else False
+    # a language model's tokens per step and tokens seen to the target (NaN for any other task)
+    per = s["tokens_per_step"].astype("float64") if "tokens_per_step" in s \
+        else pd.Series(np.nan, index=s.index)
+    out["tokens_per_step"] = per.to_numpy()
+    out["tokens_to_target"] = (per * s[M_STEPS_TO_TARGET].astype("float64")).to_numpy() \
+        if M_STEPS_TO_TARGET in s else np.nan
     for m in SUMMARY_METRICS:
         out[m] = _as(s[m], "float64") if m in s else np.nan
     out["clock"] = clock
@@ -251,16 +266,17 @@ class Leaderboard(pd.DataFrame):
         rank), ``Optimizer``, ``Configuration`` (unless every row's is its optimizer's name),
         ``Test <metric>`` (``mean [lo, hi]`` with the digits
         of two significant digits of the widest interval, ``mean (1 seed)``; ``—`` without a value),
-        ``Time to target (s)`` (when the sweep has a target: over the seeds that reached it, ``k/n
-        reached``; ``not reached``), ``Seeds`` (finished / run). :meth:`caption` says what the
-        intervals are."""
+        ``Time to target (s, median)`` (when the sweep has a target: the median over the seeds that
+        reached it, ``k/n reached``; ``not reached``), ``Seeds`` (finished / run). :meth:`caption`
+        says what the intervals are."""
         df = pd.DataFrame(self)
         if df.empty:
             return pd.DataFrame(columns=["Rank", "Optimizer", "Configuration"])
         metrics = df["test_metric"].unique()
         test_col = f"Test {metrics[0].split('/', 1)[1]}" if len(metrics) == 1 else "Test metric"
         digits = _column_digits(df, "test")
-        tdigits = _column_digits(df, "seconds_to_target")
+        tdigits = _column_digits(df, "seconds_to_target", "median")
+        lm = "valid_perplexity_mean" in df and df["valid_perplexity_mean"].notna().any()
         rows = []
         for r in df.itertuples(index=False):
             row: dict[str, Any] = {}
@@ -276,10 +292,17 @@ class Leaderboard(pd.DataFrame):
             row[test_col] = f"{r.test_metric.split('/', 1)[1]} {body}" if mixed else body
             if self.attrs.get("has_target", False):
                 n = _n(r.seconds_to_target_n)
-                secs = format_interval(r.seconds_to_target_mean, r.seconds_to_target_lo,
+                secs = format_interval(r.seconds_to_target_median, r.seconds_to_target_lo,
                                        r.seconds_to_target_hi, n, say_how=False, digits=tdigits)
-                row["Time to target (s)"] = (f"{secs} ({_n(r.n_reached)}/{_n(r.n_seeds)} reached)" if n
-                                             else f"not reached (0/{_n(r.n_seeds)})")
+                row[TTT_COL] = (f"{secs} ({_n(r.n_reached)}/{_n(r.n_seeds)} reached)" if n
+                                else f"not reached (0/{_n(r.n_seeds)})")
+                if lm:  # a language model: the steps and tokens seen to the target beside the time
+                    row[STEPS_COL] = count_text(r.steps_to_target_median)
+                    row[TOKENS_COL] = count_text(r.tokens_to_target_median, tokens=True)
+            if lm:
+                row["Validation perplexity"] = format_interval(
+                    r.valid_perplexity_mean, r.valid_perplexity_lo, r.valid_perplexity_hi,
+                    _n(r.test_n), say_how=False)
             row["Seeds"] = f"{_n(r.n_finished)}/{_n(r.n_seeds)}"
             rows.append(row)
         return pd.DataFrame(rows)
@@ -290,8 +313,10 @@ class Leaderboard(pd.DataFrame):
         df = pd.DataFrame(self)
         kinds = sorted({(i, _n(n)) for i, n in zip(df["interval"], df["test_n"], strict=True) if i})
         how = "; ".join(interval_words(i, n) for i, n in kinds) or "one seed"
+        ttt = (" Time to target: the median over the seeds that reached it [lo, hi]."
+               if self.attrs.get("has_target", False) else "")
         return (f"Each optimizer's best configuration, selected on validation, reported on test as "
-                f"mean [lo, hi] across seeds; interval: {how}. A rank followed by = is shared: the "
+                f"mean [lo, hi] across seeds; interval: {how}.{ttt} A rank followed by = is shared: the "
                 f"rows are not told apart across seeds, or not at both ends of the step cost's 95% interval.")
 
     def to_latex(self, buf=None, *, caption: str | None = None, label: str | None = None, **kwargs):
@@ -327,12 +352,13 @@ def _n(v) -> int:
     return 0 if v is None or pd.isna(v) else int(v)
 
 
-def _column_digits(df: pd.DataFrame, prefix: str) -> int | None:
-    """One number of decimals for a column (:func:`reports.leaderboard.column_digits`'s rule)."""
+def _column_digits(df: pd.DataFrame, prefix: str, center: str = "mean") -> int | None:
+    """One number of decimals for a column (:func:`reports.leaderboard.column_digits`'s rule);
+    ``center``: the statistic's column suffix (``mean``; ``median`` for time to target)."""
     from reports.leaderboard import column_digits
 
     n_col = f"{prefix}_n"
-    cells = [(m, lo, hi, _n(n), "") for m, lo, hi, n in zip(df[f"{prefix}_mean"], df[f"{prefix}_lo"],
+    cells = [(m, lo, hi, _n(n), "") for m, lo, hi, n in zip(df[f"{prefix}_{center}"], df[f"{prefix}_lo"],
                                                             df[f"{prefix}_hi"], df[n_col], strict=True)
              if isinstance(m, float) and math.isfinite(m)]
     return column_digits(cells)

@@ -95,10 +95,13 @@ def test_sweep_summary_and_dry_run_at_80_columns(tmp_path, write_sweep, tracking
     rows = {ln.split()[1]: ln.split()[2:] for ln in r.output.splitlines() if re.match(r"\s*1=\s", ln)}
     assert rows == {"adam": ["lr=0.003", "0.9000", "0.8900", "0.02", "s", "—", "2"],  # its one config (§17)
                     # sgd's two configurations tie exactly: the one whose smallest trial id is
-                    # smallest (22cdf79f..., lr=0.3), as the report breaks the tie
-                    "sgd": ["lr=0.3", "0.9000", "0.8900", "0.02", "s", "—", "2"]}, r.output
+                    # smallest (4f95c073..., lr=0.1; 22cdf79f..., lr=0.3, while the target was part
+                    # of the ids), as the report breaks the tie
+                    "sgd": ["lr=0.1", "0.9000", "0.8900", "0.02", "s", "—", "2"]}, r.output
+    sgd = sorted((s.trial_id, s.hparams("optimizer")["step_size"]) for s in specs if s.optimizer == "sgd")
+    assert sgd[0][1] == 0.1, sgd  # the rule, not the number: the smallest id is lr=0.1's
     head = next(i for i, ln in enumerate(r.output.splitlines()) if ln.split()[:2] == ["rank", "optimizer"])
-    assert r.output.splitlines()[head].split()[-3:] == ["target", "ex/s", "seeds"], r.output
+    assert r.output.splitlines()[head].split()[-3:] == ["(median)", "ex/s", "seeds"], r.output
     # the time budget: one line within the 80 columns, after the table
     budget = [ln for ln in r.output.splitlines() if ln.startswith("time ")]
     assert len(budget) == 1 and len(budget[0]) <= 80, r.output

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -78,12 +80,17 @@ def test_existing_experiment_ids_unchanged():
     """Sweep ids computed with main's code without this change (at a1dc6e4, after the splits; before
     them the same held: e59f1e554034, d37b27e67c92, 90b3c0c4b5fe): float-valued configs keep their
     ids and the default divergence factor is not part of them. (``mnist1d.yaml`` is not pinned: that
-    experiment was rewritten since, so its trials legitimately changed.)"""
-    want = {"quickstart": ("b1b760e03731", "7a5529a520b26a44"),
-            "throughput": ("075df9babbeb", "ad4332fe8502ddc7")}
-    for name, (sweep_id, first) in want.items():
+    experiment was rewritten since, so its trials legitimately changed.) Since the target left the
+    trial id, those ids are the trials' ``legacy_trial_id`` (quickstart has a target; throughput,
+    without one, keeps its ids)."""
+    want = {"quickstart": ("b1b760e03731", "7a5529a520b26a44", "d0f584bc7f64", "b316b3a5dac4ff4e"),
+            "throughput": ("075df9babbeb", "ad4332fe8502ddc7", "075df9babbeb", "ad4332fe8502ddc7")}
+    for name, (legacy_sweep, legacy_first, sweep_id, first) in want.items():
         cfg = load_config(ROOT / "experiments" / f"{name}.yaml")
         specs = expand(cfg, n_train=lambda n, h: 4000)
+        blob = json.dumps([cfg.name, sorted(s.legacy_trial_id for s in specs)])  # sweep_id_of's rule
+        assert (hashlib.sha256(blob.encode()).hexdigest()[:12], specs[0].legacy_trial_id) == \
+            (legacy_sweep, legacy_first), name
         assert (sweep_id_of(cfg.name, specs), specs[0].trial_id) == (sweep_id, first), name
 
 

@@ -436,8 +436,8 @@ def test_leaderboard_best_configs_and_confidence_intervals(store, frame):
              if v["key"][:3] == ("mlp", "momentum", 0.01) and v["values"]]
     assert row["_test_mean"] == pytest.approx(np.mean(tests), rel=1e-12)
     assert "seeds" not in row["Test accuracy (selected on validation)"]
-    assert lb.loc[("mlp / mnist1d", "sgd"), "Time to target (s)"] == "not reached (0/3)"
-    assert lb.loc[("mlp / mnist1d", "adam"), "Time to target (s)"].endswith(" (3/3 reached)")
+    assert lb.loc[("mlp / mnist1d", "sgd"), "Time to target (s, median)"] == "not reached (0/3)"
+    assert lb.loc[("mlp / mnist1d", "adam"), "Time to target (s, median)"].endswith(" (3/3 reached)")
     # cnn adam at 0.1 diverged in one seed but 0.01 is best, so 3/3 finished
     assert lb.loc[("cnn / mnist1d", "adam"), "Seeds finished"] == "3/3"
 
@@ -797,7 +797,7 @@ def test_leaderboard_columns_have_one_number_format_each(report, frame):
     table = F.leaderboard(frame)
     checked = 0
     for col in ("Validation accuracy", "Validation loss", "Test accuracy (selected on validation)",
-                "Time to target (s)"):
+                "Time to target (s, median)"):
         cells = [row[lb["head"].index(col)] for row in lb["rows"]]
         nums = [n for c in cells for n in re.findall(r"\d+\.(\d+)", c.split(" (")[0])]
         decimals = {len(n) for n in nums}

@@ -410,7 +410,7 @@ def test_summary_names_each_rows_metric_when_tasks_differ():
              o("cnn1d", "mnist1d", "valid/accuracy", 0.9275, 0.9270, seed=1)]
     head, lines = table(mixed)
     assert head.split() == ["rank", "optimizer", "best", "config", "valid", "test", "to", "target",
-                            "ex/s", "seeds"]
+                            "(median)", "ex/s", "seeds"]
     row = rows(lines)
     assert row["transformer_lm"][3:7] == ["loss", "1.9343", "loss", "1.9268"]
     assert row["cnn1d"][3:7] == ["acc", "0.9375", "acc", "0.9370"] and row["cnn1d"][-1] == "2"

@@ -109,10 +109,12 @@ def test_a_piped_sweep_fits_80_columns_and_says_a_flops_mismatch_in_one_line(tmp
     _widths_ok(dry.stdout, 80)
     r = _harness(["sweep", str(cfg), "--tracking-uri", uri], work)
     records = [ln for ln in r.stdout.splitlines()
-               if ln.startswith(("trained ", "finished ", "rank: ", "note: "))]
+               if ln.startswith(("trained ", "finished ", "rank: ", "note: ", "equal tokens, "))]
     _widths_ok("\n".join(ln for ln in r.stdout.splitlines() if ln not in records), 80)
     trials = [ln for ln in records if ln.startswith(("trained ", "finished "))]
     assert len(trials) == 2 and all(re.search(r"valid acc \S+ loss \S+$", ln) for ln in trials), r.stdout
+    equal = [ln for ln in records if ln.startswith("equal tokens, ")]  # a record: one line, as a claim's
+    assert len(equal) == 1 and equal[0].endswith("(baseline)"), equal
     legend = [ln for ln in records if ln.startswith("rank: ")]
     assert len(legend) == 1 and legend[0].endswith("Rules in full: sweep --explain, or the HTML report.")
     assert len(legend[0]) < 250 and "paired bootstrap" not in r.stdout, legend

@@ -180,7 +180,7 @@ def test_the_ties_line_explains_seed_counts_only_where_it_gives_one():
 
 
 def test_the_legend_says_to_target_is_the_median_over_seeds():
-    """The terminal's "to target" is the seeds' median, the HTML report's the mean, under one heading."""
+    """The terminal's "to target" is the seeds' median, as the report's and res.leaderboard's."""
     import types
 
     from harness.orchestrate.legend import legend
@@ -188,5 +188,6 @@ def test_the_legend_says_to_target_is_the_median_over_seeds():
     summary = types.SimpleNamespace(outcomes=[], time_clock="modeled", select_by="final")
     short = legend(summary, [], [], {}, explain=False)
     assert "test = its mean test metric, to target its median." in short and len(short) < 250
-    assert "to target = its median over seeds (the HTML report gives the mean)" in legend(
+    assert "to target = its median over the seeds that reached it (the HTML report's and " \
+           "res.leaderboard's too)" in legend(
         summary, [], [], {}, explain=True)

@@ -18,6 +18,7 @@ Examples:
       --baseline 0f9e8d7c6b5a
   python -m harness report -e quickstart --format tex -o board.tex
   python -m harness report -e quickstart --format csv -o tables/
+  python -m harness report -e lm --target valid/loss=1.9  # another target
 \b
 --format html (default) writes one self-contained HTML file (vector
 figures, interactive curves, downloads) and the tidy CSV beside it,
@@ -68,6 +69,12 @@ STATS_BASELINE = typer.Option(
     None, "--stats-baseline", metavar="OPTIMIZER",
     help="The optimizer the across-task statistics compare with (probability of improvement, "
     "IQM of normalised scores). Default: adam, else adamw, else the first by name.")
+TARGET = typer.Option(
+    None, "--target", metavar="METRIC=VALUE",
+    help="Read steps and time to this target, e.g. valid/loss=1.9 or valid/accuracy=0.95, off the "
+    "stored validation curves (training's rule: the first evaluation after step 0 that reaches "
+    "it): the leaderboard, selection, target claims and figures use it; nothing is trained. "
+    "Default: the sweep's own target. A metric the runs do not log: one line, exit 2.")
 FORMAT = typer.Option(
     "html", "--format", "-f", **_choice(FORMATS),
     help="html: the report (and its CSV); md or tex: the leaderboard as a Markdown or LaTeX table "
@@ -89,12 +96,15 @@ def report(
     time_clock: str | None = TIME,
     stats_baseline: str | None = STATS_BASELINE,
     fmt: str = FORMAT,
+    target: str | None = TARGET,
 ) -> None:
     """Build one self-contained HTML comparison report from what MLflow holds (or, with --format,
     its tables)."""
     from harness.tracking.uris import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri)
+    if target is not None:
+        _check_target(target)
     client, snapshot = _open(uri, fmt)
     if experiment is None:  # the store's only sweep, else the names to choose from
         experiment = _only_experiment(client, uri)
@@ -104,10 +114,22 @@ def report(
                 err(f"error: {flag} is a view of the HTML report; --format {fmt} writes the tables only")
                 raise typer.Exit(2)
         _tables(fmt, experiment, sweep_id, output, uri, tuning_curves, scoring, select_by, time_clock,
-                snapshot)
+                snapshot, target)
         return
     _html(experiment, sweep_id, output, baseline, uri, snapshot, tuning_draws=tuning_curves,
-          scoring=scoring, select_by=select_by, time_clock=time_clock, stats_baseline=stats_baseline)
+          scoring=scoring, select_by=select_by, time_clock=time_clock, stats_baseline=stats_baseline,
+          target=target)
+
+
+def _check_target(target: str) -> None:
+    """Exit 2 with one line when ``--target`` is not ``METRIC=VALUE`` (before the store is read)."""
+    from harness.core.reached import parse_target
+
+    try:
+        parse_target(target)
+    except ValueError as e:
+        err(f"error: --target: {e}")
+        raise typer.Exit(2) from None
 
 
 def _open(uri: str, fmt: str) -> tuple:
@@ -195,7 +217,8 @@ def _not_written(path, reason: str) -> None:
 
 
 def _tables(fmt: str, experiment: str, sweep_id: str | None, output: str | None, uri: str, draws: str,
-            scoring: str | None, select_by: str | None, clock: str | None, snapshot: bool = False) -> None:
+            scoring: str | None, select_by: str | None, clock: str | None, snapshot: bool = False,
+            target: str | None = None) -> None:
     """``report --format md|tex|csv|parquet``: :func:`reports.results.results` written out."""
     import re
     from pathlib import Path
@@ -204,7 +227,7 @@ def _tables(fmt: str, experiment: str, sweep_id: str | None, output: str | None,
 
     try:
         res = results(experiment, sweep=sweep_id, tracking_uri=uri, clock=clock, select_by=select_by,
-                      scoring=scoring, tuning_draws=draws, immutable=snapshot)
+                      scoring=scoring, tuning_draws=draws, immutable=snapshot, target=target)
     except (LookupError, ValueError) as e:
         err(f"error: {e.args[0] if e.args else e}")
         raise typer.Exit(2) from None

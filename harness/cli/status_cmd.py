@@ -141,7 +141,7 @@ def _sweep_row(client, exp_name: str, sid: str, d: dict, trials: dict, expected:
     if sid in expected:
         ids |= expected[sid]
     elif last is not None and not open_search:
-        ids |= _listed_trials(client, last) or set()
+        ids |= _listed_trials(client, last, trials) or set()
     c = {"finished": 0, "diverged": 0, "failed": 0, "stopped": 0}
     for tid in ids:  # the one rule for what a trial's runs say (harness.tracking.trial_run)
         state, _ = trial_state(trials.get(tid, []))
@@ -251,9 +251,11 @@ def superseded(last: dict[str, object], current: str | None = None) -> dict[str,
     return {sid: current for sid in last if sid != current}
 
 
-def _listed_trials(client, parent) -> set[str] | None:
+def _listed_trials(client, parent, trials: dict | None = None) -> set[str] | None:
     """The trial ids a parent run lists in its ``trials.json`` (every trial of its sweep, those
-    skipped as done under an earlier sweep id included), or ``None`` when it has none."""
+    skipped as done under an earlier sweep id included), or ``None`` when it has none. A trial done
+    under its ``legacy_trial_id`` (its runs in ``trials``, ``{trial_id: [runs]}``, under that id
+    only: a store written while the target was part of the id) is counted under it."""
     import json
 
     from harness.core.artifact_text import artifact_text
@@ -261,7 +263,11 @@ def _listed_trials(client, parent) -> set[str] | None:
 
     text = artifact_text(client, parent.info.run_id, ARTIFACT_TRIALS)
     try:  # an old parent without the list, or an unreadable one: count by tags
-        return None if text is None else {t["trial_id"] for t in json.loads(text)}
+        if text is None:
+            return None
+        trials = trials or {}
+        return {t["legacy_trial_id"] if t.get("legacy_trial_id") in trials and t["trial_id"] not in trials
+                else t["trial_id"] for t in json.loads(text)}
     except Exception:
         return None
 

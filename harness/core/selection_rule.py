@@ -24,6 +24,24 @@ import math
 SELECT_BY = ("time_to_target", "final", "best")
 #: Today's rule, unchanged: a config without ``selection`` selects as before it existed.
 DEFAULT_SELECT_BY = "time_to_target"
+#: The baseline optimizer of comparisons across optimizers (the report's statistics, the equal-token
+#: differences), when none is named: the first of these that ran, else the first by name.
+BASELINES = ("adam", "adamw")
+
+
+def baseline_of(optimizers) -> str | None:
+    """The baseline among ``optimizers`` (names): the first of :data:`BASELINES` among them, else the
+    first by name; ``None`` for none.
+
+    Args:
+      optimizers: the optimizers' names (any iterable).
+    Returns:
+      a name, or ``None``.
+    """
+    names = sorted(set(optimizers))
+    return next((b for b in BASELINES if b in names), names[0] if names else None)
+
+
 #: A run that logged this metric is a language model's (``valid/perplexity``, logged for every
 #: sequence task; :func:`ranking_metric`).
 LM_MARKER = "valid/perplexity"

@@ -200,10 +200,35 @@ class TrialSpec:
     @functools.cached_property
     def trial_id(self) -> str:
         """16 hex digits of the SHA-256 of the canonical JSON (sorted keys) of :meth:`to_dict`
-        without the :data:`NOT_IN_IDENTITY` fields (``devices``, ``shard``, ``claim``), plus
-        ``{"protocol": PROTOCOL}``. Computed once per spec (a frozen dataclass): planning asks
-        for each id many times."""
+        without the :data:`NOT_IN_IDENTITY` fields (``devices``, ``shard``, ``claim``), with ``target`` as
+        ``None`` (:meth:`target_in_identity`), plus ``{"protocol": PROTOCOL}``. Computed once per
+        spec (a frozen dataclass): planning asks for each id many times.
+
+        The target is read from the stored validation curve when results are read (``report
+        --target``), so moving it trains nothing: a trial without a target and the same trial with
+        one share an id. What the target changes in training stays in the id: an early-stopping
+        rule carries its own metric and value (``early_stop``), and an AlgoPerf submission, which
+        can read the target while it trains, keeps it (:meth:`target_in_identity`)."""
+        return self._id_hash(with_target=self.target_in_identity)
+
+    @functools.cached_property
+    def legacy_trial_id(self) -> str:
+        """The id this trial had when every target was part of the identity (stores written
+        before the target left it): resume accepts a FINISHED run under either id. Equals
+        :attr:`trial_id` for a trial without a target or one whose target stays in it."""
+        return self._id_hash(with_target=True)
+
+    @property
+    def target_in_identity(self) -> bool:
+        """Whether the target is part of :attr:`trial_id`: only for an AlgoPerf submission (its
+        ``update_params`` sees ``validation_goal_reached`` and the workload's target value, so
+        the target may change what it trains)."""
+        return self.optimizer_api == "algoperf"
+
+    def _id_hash(self, *, with_target: bool) -> str:
         d = {k: v for k, v in self.to_dict().items() if k not in NOT_IN_IDENTITY}
+        if not with_target:
+            d["target"] = None
         blob = json.dumps({**d, "protocol": PROTOCOL}, sort_keys=True,
                           separators=(",", ":"), default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

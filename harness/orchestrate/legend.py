@@ -52,8 +52,9 @@ def legend(summary: Any, measured: list[str], cost: list[str], titles: dict, exp
     at_init = solved_at_init(summary.outcomes, titles)
     if explain:
         return (f"rank: {RANK_WORDS}. best = selected on validation: {selection_order(summary.select_by)}; "
-                f"test = its mean test metric; to target = its median over seeds (the HTML report gives the "
-                f"mean); full configurations: the HTML report. {clock}{at_init}")
+                f"test = its mean test metric; to target = its median over the seeds that reached it (the "
+                f"HTML report's and res.leaderboard's too); full configurations: the HTML report. "
+                f"{clock}{at_init}")
     facts = clock[len(clock_sentence(summary.time_clock)):] + at_init
     how = ("the trial's wall-clock of training" if summary.time_clock == "measured"
            else "steps to target × the program's step time")

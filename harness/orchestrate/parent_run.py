@@ -68,9 +68,16 @@ def start_parent(client, exp_id, cfg, config_path, specs, plan, sweep_id, uri, *
         (dp / "config.yaml").write_text(given.text)
         (dp / "resolved_config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
         (dp / "trials.json").write_text(json.dumps(
-            [{"trial_id": s.trial_id, **s.to_dict()} for s in specs], indent=2, default=str))
+            [{"trial_id": s.trial_id, **_legacy(s), **s.to_dict()} for s in specs], indent=2,
+            default=str))
         client.log_artifacts(rid, d)
     return rid
+
+
+def _legacy(spec) -> dict[str, str]:
+    """``{"legacy_trial_id": id}`` where the trial's id with its target differs from its id (the
+    report reads a FINISHED run of a store written before the target left the id under it)."""
+    return {"legacy_trial_id": spec.legacy_trial_id} if spec.legacy_trial_id != spec.trial_id else {}
 
 
 def settings_tags(cfg) -> dict[str, str]:

@@ -258,7 +258,7 @@ def _batch_of(client, run, spec: TrialSpec, folder: Path) -> tuple[list[TrialSpe
         return [spec], f"alone: its batch is not listed ({ids[0][:60]}); values may differ"
     out = [spec]
     for tid in ids:
-        if tid == spec.trial_id:
+        if tid in (spec.trial_id, spec.legacy_trial_id):
             continue
         try:
             other, _ = _stored_run(client, tid)

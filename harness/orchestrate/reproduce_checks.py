@@ -109,7 +109,7 @@ def stored_spec(text: str, run, trial_id: str) -> TrialSpec:
     except Exception as e:
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise _damaged(trial_id, rid, f"does not make a trial ({why})") from None
-    if spec.trial_id != trial_id:
+    if trial_id not in (spec.trial_id, spec.legacy_trial_id):  # legacy: trained with the target in its id
         params = run.data.params
         off = [(k, v, params[k]) for k, v in spec.flat_params().items() if k in params and params[k] != v]
         if off:

@@ -2,7 +2,8 @@
 
 - :func:`make_plan` reads the experiment's trial runs (:func:`harness.tracking.trial_run.trial_state`,
   the one rule): a trial with a FINISHED run is done (skipped); FAILED, KILLED, RUNNING or missing
-  ones are to do. :class:`Plan` holds the split.
+  ones are to do. A run under the trial's legacy id (the target in it: stores written before the
+  target left the identity) counts as the trial's (:func:`runs_of`). :class:`Plan` holds the split.
 - :func:`why_to_run`: for each trial to do, why (the dry run's table): failed, killed or unfinished
   before; or, when the store holds a run of a trial this config no longer makes that differs from
   it only in its optimizer's source digest or a few settings, ``source changed`` / ``config
@@ -18,15 +19,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.core import names
+from harness.core import names, reached
+from harness.core.clock import cost_seconds, modeled_seconds
 from harness.core.context import RunContext
 from harness.core.mlflow_rows import values_of
 from harness.core.outcome import TrialOutcome
-from harness.core.spec import TrialSpec
+from harness.core.spec import Target, TrialSpec
 from harness.tracking import spool
 from harness.tracking.client import prepare_store, trial_runs
 from harness.tracking.dedupe import dedupe_finished_runs
@@ -44,12 +47,54 @@ class Plan:
     failed_before: set[str] = field(default_factory=set)
     #: every trial run of the experiment, ``{trial_id: [runs]}`` (those of other versions too)
     runs: dict[str, list] = field(default_factory=dict)
+    #: the targets the stored runs were trained with (:func:`stored_targets`: their legacy ids)
+    targets: tuple[Target, ...] = ()
+
+    #: the store's client (reads the curves of a done trial whose target moved); ``None``: none
+    client: Any = None
 
     @property
     def done_outcomes(self) -> list[TrialOutcome]:
-        """The done trials' outcomes, read back from their FINISHED runs (``skipped``)."""
+        """The done trials' outcomes, read back from their FINISHED runs (``skipped``); a run trained
+        with another target than the config's now has its steps and times to target read off its
+        stored validation curve for the config's (:func:`retarget_outcome`)."""
         by_id = {s.trial_id: s for s in self.specs}
-        return [TrialOutcome.from_run(by_id[tid], run) for tid, run in self.done.items()]
+        out = []
+        for tid, run in self.done.items():
+            o = TrialOutcome.from_run(by_id[tid], run)
+            target = by_id[tid].target
+            if target is not None and self.client is not None and not _trained_for(run, target):
+                retarget_outcome(o, run, target, self.client)
+            out.append(o)
+        return out
+
+
+def _trained_for(run, target: Target) -> bool:
+    """Whether ``run`` was trained (and its steps to target logged) for ``target``."""
+    p = run.data.params
+    try:
+        value = float(p.get(names.PARAM_TARGET_VALUE, "nan"))
+    except ValueError:
+        return False
+    metric = p.get(names.PARAM_TARGET_METRIC)
+    return metric is not None and names.canonical_metric(metric) == target.metric and value == target.value
+
+
+def retarget_outcome(o: TrialOutcome, run, target: Target, client) -> None:
+    """Set ``o``'s steps and times to target (steps, measured, modeled and cost seconds, target at
+    initialisation) for ``target``, read off ``run``'s stored validation curve with training's rule
+    (:func:`harness.core.reached.first_reached`); in place."""
+    rid, m = run.info.run_id, run.data.metrics
+    hist = {h.step: h.value for h in client.get_metric_history(rid, target.metric)}
+    walls = {h.step: h.value for h in client.get_metric_history(rid, names.M_WALL_S)}
+    steps = sorted(hist)
+    i = reached.first_reached(steps, [hist[s] for s in steps], target)
+    o.target_at_init = bool(steps) and steps[0] == 0 and target.reached(hist[0])
+    o.steps_to_target = steps[i] if i is not None else None
+    o.seconds_to_target = walls.get(steps[i]) if i is not None else None
+    o.modeled_seconds_to_target = modeled_seconds(o.steps_to_target, m.get(names.M_MODELED_STEP_MS))
+    o.cost_seconds_to_target = cost_seconds(o.steps_to_target, m.get(names.M_FLOPS),
+                                            m.get(names.M_PEAK_FLOPS))
 
 
 def make_plan(specs: list[TrialSpec], client, experiment_id: str | None,
@@ -60,15 +105,50 @@ def make_plan(specs: list[TrialSpec], client, experiment_id: str | None,
     if runs is None:
         runs = trial_runs(client, experiment_id) if experiment_id else {}
     done, failed, todo = {}, set(), []
+    targets = stored_targets(runs)
     for s in specs:
-        state, run = trial_state(runs.get(s.trial_id, []))
+        state, run = trial_state(runs_of(s, runs, targets))
         if run is not None:
             done[s.trial_id] = run
         else:
             if state == "failed":
                 failed.add(s.trial_id)
             todo.append(s)
-    return Plan(specs, todo, done, failed, runs)
+    return Plan(specs, todo, done, failed, runs, targets, client)
+
+
+def runs_of(spec: TrialSpec, runs: dict[str, list], targets: tuple[Target, ...] = ()) -> list:
+    """The runs of ``spec`` among ``runs`` (``{trial_id: [runs]}``): those under its id, then those
+    under a legacy id (a store written while the target was part of every trial's id: its FINISHED
+    runs stay done), :func:`legacy_ids`."""
+    found = list(runs.get(spec.trial_id, []))
+    for tid in legacy_ids(spec, targets):
+        found.extend(runs.get(tid, []))
+    return found
+
+
+def legacy_ids(spec: TrialSpec, targets: tuple[Target, ...] = ()) -> list[str]:
+    """The ids ``spec`` had while the target was part of every trial's id, other than its own: with
+    its own target (:attr:`~harness.core.spec.TrialSpec.legacy_trial_id`) and with each of
+    ``targets`` (those the store's runs were trained with, :func:`stored_targets`: a target moved
+    after the store was written still finds them). None for a trial whose target stays in its id."""
+    if spec.target_in_identity:
+        return []
+    out = [spec.legacy_trial_id] if spec.legacy_trial_id != spec.trial_id else []
+    own = spec.target
+    for t in targets:
+        if own is not None and t == own and type(t.value) is type(own.value):
+            continue  # its own target: legacy_trial_id above
+        tid = dataclasses.replace(spec, target=t).legacy_trial_id
+        if tid != spec.trial_id and tid not in out:
+            out.append(tid)
+    return out
+
+
+def stored_targets(runs: dict[str, list]) -> tuple[Target, ...]:
+    """The targets the trial runs ``runs`` (``{trial_id: [runs]}``) were trained with, from their
+    ``target.*`` params (:func:`harness.core.reached.stored_targets`)."""
+    return tuple(reached.stored_targets(r.data.params for rs in runs.values() for r in rs))
 
 
 #: At most this many settings may differ for a trial to be called a changed version of an older one
@@ -92,6 +172,7 @@ def why_to_run(plan: Plan) -> dict[str, str]:
     - else ``new``.
     """
     planned = {s.trial_id for s in plan.specs}
+    planned |= {tid for s in plan.specs for tid in legacy_ids(s, plan.targets)}
     older: dict[tuple[str, str], list] = {}
     for tid, rs in plan.runs.items():
         if tid in planned:
@@ -102,7 +183,7 @@ def why_to_run(plan: Plan) -> dict[str, str]:
                 older.setdefault(key, []).append(r)
     out: dict[str, str] = {}
     for s in plan.todo:
-        statuses = {r.info.status for r in plan.runs.get(s.trial_id, [])}
+        statuses = {r.info.status for r in runs_of(s, plan.runs, plan.targets)}
         if "FAILED" in statuses:
             out[s.trial_id] = "failed before"
         elif "KILLED" in statuses:
@@ -192,7 +273,7 @@ def finished_trials(uri: Callable[[], str], experiment: str) -> Callable[[list[T
 
     def finished(specs: list[TrialSpec]) -> set[str]:
         ids = done_ids()
-        return {s.trial_id for s in specs if s.trial_id in ids}
+        return {s.trial_id for s in specs if s.trial_id in ids or s.legacy_trial_id in ids}
 
     return finished
 

@@ -25,7 +25,7 @@ from harness.core.selection_rule import (
     value_kind,
 )
 from harness.orchestrate.legend import legend, tie_line
-from harness.orchestrate.target_claims import target_claim_lines
+from harness.orchestrate.target_claims import equal_token_lines, target_claim_lines
 from harness.orchestrate.tasks import classed_modeled, task_clocks, task_order, task_titles
 from harness.tracking.uris import default_tracking_uri
 
@@ -442,7 +442,7 @@ def _print_task_tables(console, summary: SweepSummary, rows: list[dict[str, Any]
         t.add_column("rank", no_wrap=True)
         t.add_column("optimizer", no_wrap=True)
         t.add_column("best config")
-        for col in (f"valid{head}", f"test{head}", "to target", "ex/s", "seeds"):
+        for col in (f"valid{head}", f"test{head}", "to target (median)", "ex/s", "seeds"):
             t.add_column(col, justify="right")
         for r in task_rows:
             best = config_cell(r["config"], configs[(*task, r["optimizer"])], task_configs[task])
@@ -466,17 +466,18 @@ def _row_cells(r: dict[str, Any], shared: str | None) -> tuple[str, ...]:
 
 
 def _print_notes(console, summary: SweepSummary, rows: list[dict[str, Any]], caption: str) -> None:
-    """The lines under the tables: the legend, ties, target claims, budget, search ranges, the
-    searches' certificates and stops, audits, the spool, then the commands to look further."""
+    """The lines under the tables: the legend, ties, target claims, equal tokens, budget, search
+    ranges, the searches' certificates and stops, audits, the spool, then the commands to look."""
     from rich.markup import escape
 
-    py = python_command()
+    py = python_command()  # the commands at the end: to paste into a shell, quoted, markup escaped
     whole = not console.is_terminal  # a pipe or a file: each record on one line, never wrapped
     console.print(escape(caption), soft_wrap=whole)
     if line := tie_line(rows):
         console.print(escape(line), soft_wrap=whole)
-    for line in target_claim_lines(summary.outcomes, rows):
-        console.print(f"target claim: {escape(line)}", soft_wrap=True)
+    claims = [f"target claim: {line}" for line in target_claim_lines(summary.outcomes, rows)]
+    for line in claims + equal_token_lines(summary.outcomes, rows):  # then the loss at equal tokens
+        console.print(escape(line), soft_wrap=True)
     if line := summary.budget_line():
         console.print(line, soft_wrap=True)
     for line in summary.boundary:
@@ -492,7 +493,6 @@ def _print_notes(console, summary: SweepSummary, rows: list[dict[str, Any]], cap
         console.print(f"audit changed the selection: {escape(line)}", soft_wrap=True)
     if hint := summary.spool_hint(py):
         console.print(escape(hint), soft_wrap=True)
-    # commands to paste into a shell: quoted (a name with a space or a quote), markup escaped
     uri_opt, name = summary.uri_option(), shlex.quote(summary.name)
     console.print(escape(f"Open the MLflow UI: {py} -m harness ui --experiment {name}{uri_opt}"),
                   soft_wrap=True)

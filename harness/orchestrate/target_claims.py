@@ -1,16 +1,24 @@
-"""The summary's target claims: for each selected configuration with a loss target, whether its seeds'
-final validation losses support "it reaches the target" (:mod:`harness.core.significance`), and the
-track's claim rules where the target asks for them (:mod:`harness.core.claim_rules`)."""
+"""The summary's lines on each selected configuration's final validation loss: its target claim (with a
+loss target, whether its seeds' final losses support "it reaches the target",
+:mod:`harness.core.significance`, and the track's claim rules where the target asks for them,
+:mod:`harness.core.claim_rules`) and the equal-token comparison (its final loss at the task's budget
+and the paired difference to the baseline's, :func:`equal_token_lines`)."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Any
 
 from harness.core.claim_rules import claim_rule_lines, rules_of_params
 from harness.core.outcome import TrialOutcome, config_key, last_rounds
+from harness.core.selection_rule import baseline_of
 from harness.core.significance import claim_words, target_claim
 
-__all__ = ["target_claim_lines"]
+__all__ = ["equal_token_lines", "target_claim_lines"]
+
+#: Fewer seeds than this: the interval is the seeds' min–max (the report's rule), else none is given.
+MIN_SEEDS = 5
 
 
 def target_claim_lines(outcomes: list[TrialOutcome], rows: list[dict[str, Any]]) -> list[str]:
@@ -40,3 +48,66 @@ def target_claim_lines(outcomes: list[TrialOutcome], rows: list[dict[str, Any]])
                         if o.status == "finished" and o.final_valid_loss is not None]
                 lines.extend(head + line for line in claim_rule_lines(runs, target, rules))
     return lines
+
+
+def equal_token_lines(outcomes: list[TrialOutcome], rows: list[dict[str, Any]]) -> list[str]:
+    """The equal-token comparison, one line per task with two optimizers or more:
+    ``"equal tokens, <task> (<steps> steps[, <tokens> tokens]): final valid loss adam 3.67 [3.61,
+    3.73] (ppl 39.3); sgd 4.42 [4.40, 4.45], +0.75 [0.67, 0.84] vs adam"``: each optimizer's
+    selected configuration (``rows``, :func:`harness.orchestrate.summary.ranked_rows`) by its mean
+    final validation loss over finished seeds with their min–max (under 5 seeds) and perplexity for
+    a language model, and the paired difference to the baseline (:func:`baseline_of`) over the
+    seeds both finished, as the report's "Equal tokens" table.
+
+    Args:
+      outcomes: the sweep's outcomes. rows: its ranked rows.
+    Returns:
+      the lines (none for a task with one optimizer, or without final losses).
+    """
+    seeds: dict[tuple, list[TrialOutcome]] = {}
+    for o in outcomes:
+        if not o.audit_of:
+            seeds.setdefault(config_key(o), []).append(o)
+    by_task: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        key = (*r["task"], r["optimizer"], r["config_id"], r["config_exact"])
+        done = [o for o in last_rounds(seeds.get(key, []))
+                if o.status == "finished" and o.final_valid_loss is not None]
+        if done:
+            by_task.setdefault(tuple(r["task"]), {})[r["optimizer"]] = {
+                "row": r, "loss": {o.seed: float(o.final_valid_loss) for o in done}, "seeds": done}
+    lines = []
+    for per in by_task.values():
+        if len(per) < 2:
+            continue
+        base = baseline_of(per)
+        first = next(iter(per.values()))
+        o0 = first["seeds"][0]
+        p = o0.task_params
+        steps = p.get("train.steps")
+        budget = f"{steps} steps" if steps else "its budget"
+        if o0.language_model and steps and p.get("train.batch_size") and p.get("dataset.seq_len"):
+            budget += f", {int(steps) * int(p['train.batch_size']) * int(p['dataset.seq_len']):,} tokens"
+        cells = [_cell(opt, d, per[base]["loss"], base, d["seeds"][0].language_model)
+                 for opt, d in per.items()]
+        lines.append(f"equal tokens, {first['row'].get('task_title', first['row']['task'])} ({budget}): "
+                     f"final valid loss {'; '.join(cells)}")
+    return lines
+
+
+def _cell(opt: str, d: dict, base_loss: dict, base: str, lm: bool) -> str:
+    """``opt mean [lo, hi] (ppl p), +diff [lo, hi] vs base`` of one optimizer."""
+    v = list(d["loss"].values())
+    ppl = statistics.fmean(math.exp(min(x, 700.0)) for x in v)  # the report's: each seed's, then the mean
+    text = f"{opt} {_interval(v)}" + (f" (ppl {ppl:.3g})" if lm else "")
+    if opt == base:
+        return text + " (baseline)"
+    diffs = [x - base_loss[s] for s, x in d["loss"].items() if s in base_loss]
+    return text + (f", {_interval(diffs, sign=True)} vs {base}" if diffs else "")
+
+
+def _interval(v: list[float], sign: bool = False) -> str:
+    """``mean [min, max]`` under :data:`MIN_SEEDS` values, else ``mean`` (4 significant digits)."""
+    m = statistics.fmean(v)
+    head = f"{m:+.4g}" if sign else f"{m:.4g}"
+    return f"{head} [{min(v):.4g}, {max(v):.4g}]" if 1 < len(v) < MIN_SEEDS else head
