@@ -248,6 +248,24 @@ class ModelEntry:
         new = jax.tree_util.tree_map(lambda n, o: jnp.asarray(n, o.dtype), new, mstate)
         return cast_floats(out, jnp.float32), new
 
+    def fused_loss(self, params: Any, mstate: Any, xb: jax.Array, yb: jax.Array, *, rng: Any, train: bool):
+        """``(float32 loss, {metric: float32 value}, new state)`` of one batch through the model's
+        ``fused_loss`` (logits never whole), or None when the model has none; mixed precision as
+        :meth:`forward`."""
+        fn = getattr(self.model, "fused_loss", None)
+        if fn is None:
+            return None
+        tgt = self.target(xb, yb)
+        if not self.mixed:
+            loss, vals, new = fn(params, mstate, xb, tgt, rng=rng, train=train)
+        else:
+            cd = self.compute_dtype
+            loss, vals, new = fn(cast_floats(params, cd), cast_floats(mstate, cd), cast_floats(xb, cd), tgt,
+                                 rng=rng, train=train)
+            new = jax.tree_util.tree_map(lambda n, o: jnp.asarray(n, o.dtype), new, mstate)
+        return (jnp.asarray(loss, jnp.float32), {k: jnp.asarray(v, jnp.float32) for k, v in vals.items()},
+                new)
+
     def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array, *, split: Any = None):
         """Example-weighted ``(loss, {metric name: value})`` over the whole split (every metric of
         the model, ``float32`` scalars), in batches of ≤ EVAL_BATCH.
@@ -272,6 +290,9 @@ class ModelEntry:
             if shard:
                 xb = jax.lax.with_sharding_constraint(xb, split)
                 yb = jax.lax.with_sharding_constraint(yb, split)
+            fused = self.fused_loss(params, mstate, xb, yb, rng=rng, train=False)
+            if fused is not None:
+                return fused[0], fused[1]
             out, _ = self.forward(params, mstate, xb, rng=rng, train=False)
             tgt = self.target(xb, yb)
             vals = {k: jnp.asarray(fn(out, tgt), jnp.float32) for k, fn in self.metric_fns.items()}
