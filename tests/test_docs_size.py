@@ -38,6 +38,22 @@ def test_readme_is_at_most_12000_characters():
     assert n <= 12_000, f"README.md is {n:,} characters; its limit is 12,000"
 
 
+#: a count of tests (``1,634 passed``, ``1634 passing tests``): stale as soon as a test is added
+TEST_COUNT = re.compile(r"\b\d[\d,]*\s+(?:passed|passing\s+tests?|tests?\s+pass(?:ed|ing)?)\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS, ids=_ids(DOCUMENTS))
+def test_no_count_of_tests_that_goes_stale(doc):
+    counts = [m.group(0) for m in TEST_COUNT.finditer(doc.read_text(encoding="utf-8"))]
+    assert not counts, f"{doc.name} states test counts {counts}: `pytest --collect-only -q` gives the count"
+
+
+def test_test_count_pattern_finds_the_forms_it_names():
+    assert [m.group(0) for m in TEST_COUNT.finditer("took 18 minutes (1,634 passed), 1634 passing tests")] \
+        == ["1,634 passed", "1634 passing tests"]
+    assert not TEST_COUNT.search("3 passes over the data; 2 passing lanes")
+
+
 @pytest.mark.parametrize("doc", DOCUMENTS, ids=_ids(DOCUMENTS))
 def test_no_issue_numbers_and_no_files_outside_the_repository(doc):
     text = doc.read_text(encoding="utf-8")

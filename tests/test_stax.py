@@ -178,6 +178,35 @@ def test_public_names_cover_reference():
     assert set(S.__all__) >= ref_names
 
 
+#: ``models.stax``'s public names (modules it imports aside) before the modern layers moved to
+#: ``models.stax_state``, ``models.stax_cpu`` and ``models.stax_seq``: every import keeps working.
+STAX_PUBLIC = {
+    "AvgPool", "BatchNorm", "Conv", "Conv1DTranspose", "ConvTranspose", "Dense", "Dropout", "Elu",
+    "Embedding", "Exp", "FanInConcat", "FanInSum", "FanOut", "Flatten", "Gelu", "GeneralConv",
+    "GeneralConvTranspose", "Identity", "LayerNorm", "LeakyRelu", "LogSoftmax", "MLP", "MLP_KINDS",
+    "MaxPool", "MultiHeadSelfAttention", "PositionalEmbedding", "RMSNorm", "Relu", "Residual",
+    "RotarySelfAttention", "Selu", "ShapeError", "Sigmoid", "SinusoidalPositionalEmbedding", "Softmax",
+    "Softplus", "SumPool", "Tanh", "annotations", "apply_rope", "attention", "causal_mask",
+    "conv_outside_loops", "elementwise", "elu", "gelu", "glorot", "glorot_normal", "has_state",
+    "layer_name", "leaky_relu", "log_softmax", "logsoftmax", "normal", "ones", "parallel", "randn",
+    "relu", "rms_normalize", "rope_frequencies", "selu", "serial", "shape_dependent", "sigmoid",
+    "sinusoidal_table", "soft_cap", "softmax", "softplus", "standardize", "stateful", "zeros",
+}
+
+
+def test_public_name_set_unchanged_by_the_split():
+    import types
+
+    from models import stax_seq, stax_state
+
+    public = {n for n in dir(S) if not n.startswith("_") and not isinstance(getattr(S, n), types.ModuleType)}
+    assert public == STAX_PUBLIC
+    assert set(S.__all__) == STAX_PUBLIC - {"annotations", "conv_outside_loops"}
+    # the moved layers are the same objects under both names
+    assert S.RotarySelfAttention is stax_seq.RotarySelfAttention and S.stateful is stax_state.stateful
+    assert S.ShapeError is stax_state.ShapeError
+
+
 # --------------------------------------------------------------------------------------------------
 # Shape errors at init
 
