@@ -19,6 +19,7 @@ from jax import random
 from jax.nn.initializers import normal
 
 from models import stax
+from models.attention import ATTENTION_IMPLS
 from models.lm_loss import head_nll_sum, head_stats, loss_block_tokens, token_nll
 
 __all__ = ["GPT", "check_gpt", "mlp_dim"]
@@ -41,7 +42,8 @@ def mlp_dim(width: int, mlp_ratio: float) -> int:
 
 
 def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_softcap, softcap_form,
-              rope_base, rope_fraction, attn_scale, norm_eps, remat="none", loss_block=None) -> None:
+              rope_base, rope_fraction, attn_scale, norm_eps, remat="none", loss_block=None,
+              attn_impl="auto") -> None:
     """Check the hyperparameters of a :func:`GPT` (keyword-only, named as :func:`GPT` names them).
 
     Args:
@@ -56,6 +58,7 @@ def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_soft
       attn_scale: must be > 0, or None (``1/sqrt(head size)``).
       remat: ``'none'`` or ``'block'``.
       loss_block: an int >= 0, or None.
+      attn_impl: one of :data:`models.attention.ATTENTION_IMPLS`.
 
     Raises:
       ValueError: the first bad value; the message names its hyperparameter.
@@ -83,6 +86,8 @@ def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_soft
         raise ValueError(f"gpt: rope_fraction must be in [0, 1], got {rope_fraction}")
     if attn_scale is not None and not attn_scale > 0:
         raise ValueError(f"gpt: attn_scale must be positive (or null: 1/sqrt(head dim)), got {attn_scale}")
+    if attn_impl not in ATTENTION_IMPLS:
+        raise ValueError(f"gpt: attn_impl must be one of {list(ATTENTION_IMPLS)}, got {attn_impl!r}")
     if remat not in REMAT:
         raise ValueError(f"gpt: remat must be one of {list(REMAT)}, got {remat!r}")
     if loss_block is not None and (isinstance(loss_block, bool) or not isinstance(loss_block, int)
@@ -98,7 +103,8 @@ def _block(width, num_heads, hidden, hp):
         "attn_norm": stax.RMSNorm(hp["norm_eps"]),
         "attn": stax.RotarySelfAttention(num_heads, qk_norm=hp["qk_norm"], rope_base=hp["rope_base"],
                                          rope_fraction=hp["rope_fraction"], scale=hp["attn_scale"],
-                                         bias=hp["bias"], zero_out=hp["zero_init"], epsilon=hp["norm_eps"]),
+                                         bias=hp["bias"], zero_out=hp["zero_init"], epsilon=hp["norm_eps"],
+                                         impl=hp["attn_impl"]),
         "mlp_norm": stax.RMSNorm(hp["norm_eps"]),
         "mlp": stax.MLP(hidden, hp["mlp"], bias=hp["bias"], zero_out=hp["zero_init"]),
     }
@@ -119,7 +125,8 @@ def _block(width, num_heads, hidden, hp):
 
 def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied_head=False,
         zero_init=True, logit_softcap=0.0, softcap_form="algebraic", qk_norm=True, rope_base=1024.0,
-        rope_fraction=0.5, attn_scale=None, bias=True, norm_eps=1e-6, remat="none", loss_block=None):
+        rope_fraction=0.5, attn_scale=None, bias=True, norm_eps=1e-6, remat="none", loss_block=None,
+        attn_impl="auto"):
     """Decoder-only GPT: int tokens ``(N, T)`` -> float32 next-token logits ``(N, T, vocab_size)``.
 
     ``x = embed_norm(embed[tokens])``; ``depth`` × (``x + attn(attn_norm(x))``,
@@ -144,6 +151,9 @@ def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied
       logit_softcap, softcap_form: :func:`models.stax.soft_cap` of the logits (``logit_softcap=0``: none).
       qk_norm, rope_base, rope_fraction, attn_scale: :func:`models.stax.RotarySelfAttention`'s
         ``qk_norm``, ``rope_base``, ``rope_fraction`` and ``scale`` (None: ``1/sqrt(head size)``).
+      attn_impl: the attention's ``impl`` (:func:`models.attention.dot_product_attention`: ``auto``
+        is cuDNN's fused attention for 16-bit compute on NVIDIA GPUs, else XLA's; ``einsum`` the
+        attention written out, :func:`models.stax.attention`).
       bias: zero-initialised biases in the attention, MLP and head projections (gains are ones).
       norm_eps: epsilon of every :func:`models.stax.RMSNorm` and of the QK-norm.
       remat: ``'block'`` recomputes each block's activations in the backward pass
@@ -160,7 +170,7 @@ def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied
     Source: modded-nanogpt, ``records/track_3_optimization/train_gpt_simple.py``.
     """
     hp = dict(mlp=mlp, zero_init=zero_init, qk_norm=qk_norm, rope_base=rope_base, rope_fraction=rope_fraction,
-              attn_scale=attn_scale, bias=bias, norm_eps=norm_eps)
+              attn_scale=attn_scale, bias=bias, norm_eps=norm_eps, attn_impl=attn_impl)
     embed = stax.Embedding(vocab_size, width, W_init=normal(1.0))
     norms = {n: stax.RMSNorm(norm_eps) for n in ("embed_norm", "norm")}
     blocks = [_block(width, num_heads, mlp_dim(width, mlp_ratio), hp) for _ in range(depth)]

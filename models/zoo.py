@@ -672,7 +672,7 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
         logit_softcap: float = 0.0, softcap_form: str = "algebraic", qk_norm: bool = True,
         rope_base: float = 1024.0, rope_fraction: float = 0.5, attn_scale: float | None = None,
         bias: bool = True, norm_eps: float = 1e-6, remat: str = "none",
-        loss_block: int | None = None) -> ModelDef:
+        loss_block: int | None = None, attn_impl: str = "auto") -> ModelDef:
     """Modern decoder-only GPT (RMSNorm, RoPE, QK-norm, ReLU²/SwiGLU), task ``"sequence"``.
 
     :func:`models.gpt.GPT`; inputs, outputs, loss and metric as :func:`transformer_lm`.
@@ -685,7 +685,7 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
         have no table a longer context would fill).
       mlp, mlp_ratio, tied_head, zero_init, logit_softcap, softcap_form: as :func:`models.gpt.GPT`.
       qk_norm, rope_base, rope_fraction, attn_scale, bias, norm_eps: as :func:`models.gpt.GPT`.
-      remat, loss_block: as :func:`models.gpt.GPT` (``remat: block`` for long contexts;
+      remat, loss_block, attn_impl: as :func:`models.gpt.GPT` (``remat: block`` for long contexts;
         ``loss_block``: the ``fused_loss``'s tokens per block of logits, 0 whole, null auto).
 
     Returns:
@@ -705,7 +705,7 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
           "zero_init": zero_init, "logit_softcap": logit_softcap, "softcap_form": softcap_form,
           "qk_norm": qk_norm, "rope_base": rope_base, "rope_fraction": rope_fraction,
           "attn_scale": attn_scale, "bias": bias, "norm_eps": norm_eps, "remat": remat,
-          "loss_block": loss_block}
+          "loss_block": loss_block, "attn_impl": attn_impl}
     check_gpt(**{k: v for k, v in hp.items() if k not in ("context", "tied_head", "zero_init", "qk_norm",
                                                          "bias")})
     layer = GPT(**{k: v for k, v in hp.items() if k != "context"})
