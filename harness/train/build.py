@@ -17,8 +17,9 @@
   Optax state (``optimizers.extra.optax_eval_params``).
 * :class:`ModelEntry` is a model on one dataset: the data on the device (one copy per dataset,
   shared: :mod:`harness.train.device_data`), the forward pass under mixed precision
-  (:func:`cast_floats`), the whole-split evaluation in batches of at most :data:`EVAL_BATCH`, and
-  the compiled parameter-init and evaluation executables, shared by every optimizer, step size and seed.
+  (:func:`cast_floats`), the whole-split evaluation in batches of at most :data:`EVAL_BATCH` (fewer
+  for a sequence model whose batch would pass :data:`harness.train.eval_memory.EVAL_MEMORY`), and the
+  compiled parameter-init and evaluation executables, shared by every optimizer, step size and seed.
 
 Registries are passed in (``models``, ``optimizers``, ``schedules`` mappings); this module never
 looks them up itself (:mod:`harness.train.program` does).
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 from harness.core.builders import lookup
 from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
-from harness.train import device_data
+from harness.train import device_data, eval_memory
 from harness.train.device_data import storage_array
 from optimizers.extra import from_optax, optax_eval_params
 from optimizers.registry import EVAL_PARAMS
@@ -202,11 +203,20 @@ class ModelEntry:
         self.divisor = data.divisor
         (self.x_train, self.y_train, self.x_valid, self.y_valid, self.x_test, self.y_test) = data.arrays
         self.compiled: dict[tuple, Any] = {}
+        self._eval_limits: dict[tuple, int] = {}
 
     @property
     def eval_batch(self) -> int:
-        """The validation split's evaluation batch size: ``min(num_valid, EVAL_BATCH)``."""
-        return min(self.num_valid, EVAL_BATCH)
+        """The validation split's evaluation batch size: ``min(num_valid, eval_limit())``."""
+        return min(self.num_valid, self.eval_limit())
+
+    def eval_limit(self) -> int:
+        """Most examples of one evaluation batch: ``EVAL_BATCH``, for a sequence model fewer if
+        :data:`harness.train.eval_memory.EVAL_MEMORY` holds fewer (compiled once per value)."""
+        key = (EVAL_BATCH, eval_memory.EVAL_MEMORY)
+        if key not in self._eval_limits:
+            self._eval_limits[key] = eval_memory.eval_batch_size(self.model, EVAL_BATCH, EVAL_BATCH)
+        return self._eval_limits[key]
 
     def target(self, x: jax.Array, y: jax.Array) -> jax.Array:
         """What the loss compares the outputs with: the inputs for a reconstruction model, else ``y``."""
@@ -268,16 +278,16 @@ class ModelEntry:
 
     def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array, *, split: Any = None):
         """Example-weighted ``(loss, {metric name: value})`` over the whole split (every metric of
-        the model, ``float32`` scalars), in batches of ≤ EVAL_BATCH.
+        the model, ``float32`` scalars), in batches of ≤ :meth:`eval_limit` examples.
 
         ``split`` (data-parallel, a ``NamedSharding(mesh, P("batch"))`` of D devices): the batch
-        size is ``min(M, EVAL_BATCH)`` rounded down to a multiple of D, each full batch is
+        size is ``min(M, eval_limit())`` rounded down to a multiple of D, each full batch is
         constrained to ``split`` (its examples spread over the devices) and the remainder batch
         (< D·⌈…⌉ examples) runs replicated. The means equal the one-device ones to float32 rounding.
         """
         rng = jax.random.PRNGKey(0) if self.needs_rng else None
         M = x.shape[0]
-        eb = min(M, EVAL_BATCH)
+        eb = min(M, self.eval_limit())
         if split is not None:
             D = split.mesh.size
             eb = eb // D * D
@@ -318,7 +328,8 @@ class ModelEntry:
         batch (parameters, state and data replicated; vmapped over the ``T`` trials' stacked
         parameters and state when ``T`` is given); ``"trials"`` takes parameters and state split
         along the trial axis (data replicated) and returns per-trial values split the same way."""
-        key = (kind, T, EVAL_BATCH, args[2].shape[0] if kind == "eval" else None,
+        ev = kind == "eval"
+        key = (kind, T, self.eval_limit() if ev else None, args[2].shape[0] if ev else None,
                layout.key if layout is not None else None)
         if key in self.compiled:
             return self.compiled[key], 0.0
