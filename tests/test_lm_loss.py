@@ -147,3 +147,27 @@ def test_eval_batch_follows_the_memory_budget():
     assert eval_batch_size(model, 1000, 1024, budget=1.0) == 1  # never 0
     cls = MODELS["mlp"](input_shape=(4,), num_classes=3)
     assert eval_batch_size(cls, 5000, 1024, budget=1.0) == 1024  # not a sequence model: no probe
+
+
+def test_the_trainer_trains_and_evaluates_gpt_through_its_fused_loss():
+    """The program's training loss and the whole-split evaluation of a ``gpt`` with 3-token blocks
+    equal the loss and accuracy of its whole logits."""
+    from harness.core.spec import TrialSpec
+    from harness.data.sources import load_dataset
+    from harness.train.program import program_for
+
+    hp = {"seq_len": 8, "num_train": 64, "num_valid": 40, "num_test": 8}
+    spec = TrialSpec.make(sweep="t", model="gpt", optimizer="adam", schedule="constant", dataset="markov_lm",
+                          dataset_hparams=hp, seed=0, steps=1, batch_size=4, eval_every=1,
+                          model_hparams={"width": 8, "depth": 1, "num_heads": 1, "loss_block": 3},
+                          steps_per_dispatch=1, optimizer_hparams={"step_size": 1e-3})
+    program = program_for(spec, load_dataset("markov_lm", **hp))
+    entry = program.entry
+    params, mstate = entry.init_params(jax.random.PRNGKey(0))
+    x, y = entry.x_valid, entry.y_valid
+    logits = entry.model.apply(params, mstate, x, train=False)[0]
+    loss, _ = program.loss(params, mstate, x[:4], y[:4], None)
+    np.testing.assert_allclose(loss, _log_softmax_loss(logits[:4], y[:4]), rtol=1e-5)
+    v_loss, mets = jax.jit(entry.evaluate)(params, mstate, x, y)
+    np.testing.assert_allclose(v_loss, _log_softmax_loss(logits, y), rtol=1e-5)
+    np.testing.assert_allclose(mets["accuracy"], entry.model.metrics["accuracy"](logits, y), rtol=1e-6)
