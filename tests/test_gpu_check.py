@@ -67,4 +67,4 @@ def test_gpt_check_small_on_cpu():
     assert r["step_ms"] > 0 and r["peak_memory_gib"] > 0 and math.isfinite(r["loss"])
     assert math.isnan(r["mfu_pct"])  # a CPU has no stated peak
     assert gc.stated_peak("NVIDIA H200") == 989e12 and gc.stated_peak("cpu") is None
-    assert re.match(r"gpt 2x64 bfloat16: step \d+\.\d ms, \d+ tokens/s", gc.format_row(r))
+    assert re.match(r"gpt 2x64 bfloat16 remat none: step \d+\.\d ms, \d+ tokens/s", gc.format_row(r))

@@ -8,8 +8,8 @@ batch does not fit (``RESOURCE_EXHAUSTED``) it halves, down to 1. Reported: step
 timed steps after a warm-up, each ended with ``block_until_ready``), MFU = MaxText's analytic
 training FLOPs (:func:`models.flops.lm_train_flops_per_token` × tokens) ÷ step time ÷ the device's
 stated dense bfloat16 peak (:data:`STATED_PEAK_TFLOPS`; none on a CPU), and peak device memory (the
-allocator's ``peak_bytes_in_use`` where the device reports it, else XLA's compiled
-``memory_analysis()``: arguments + outputs − aliased + temporaries).
+allocator's ``peak_bytes_in_use`` where the device reports it, and XLA's compiled
+``memory_analysis()`` of the step: arguments + outputs − aliased + temporaries).
 """
 
 from __future__ import annotations
@@ -56,17 +56,22 @@ def _step(model, dtype):
     return jax.jit(step, donate_argnums=0), opt
 
 
-def _peak_memory(dev, compiled) -> tuple[float, str]:
+def _peak_memory(dev, compiled) -> tuple[float, str, float]:
+    """``(peak bytes, where from, compiled peak bytes)``: the allocator's ``peak_bytes_in_use`` (the
+    process's peak so far) where the device reports it, else the compiled program's; the compiled
+    program's arguments + outputs - aliased + temporaries always."""
+    m = compiled.memory_analysis()
+    own = float(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
+                + m.temp_size_in_bytes)
     stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
     if stats and stats.get("peak_bytes_in_use"):
-        return float(stats["peak_bytes_in_use"]), "allocator"
-    m = compiled.memory_analysis()
-    return float(m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-                 + m.temp_size_in_bytes), "compiled"
+        return float(stats["peak_bytes_in_use"]), "allocator, process peak", own
+    return own, "compiled", own
 
 
-def gpt_row(size: str = "full", dtype: str = "bfloat16", steps: int = 10) -> dict:
-    """One timed ``gpt`` training step at ``SHAPES[size]`` (halving the batch until it fits).
+def gpt_row(size: str = "full", dtype: str = "bfloat16", steps: int = 10, remat: str = "none") -> dict:
+    """One timed ``gpt`` training step at ``SHAPES[size]`` (halving the batch until it fits), with
+    the model's ``remat`` (``'block'``: activations recomputed per block in the backward pass).
 
     Returns:
       ``{"batch", "context", "step_ms", "tokens_per_s", "tflop_per_s", "mfu_pct" (nan without a
@@ -75,12 +80,12 @@ def gpt_row(size: str = "full", dtype: str = "bfloat16", steps: int = 10) -> dic
     s = SHAPES[size]
     model = MODELS["gpt"](input_shape=(s["context"],), num_classes=s["vocab"], width=s["width"],
                           depth=s["depth"], num_heads=s["heads"], logit_softcap=15.0, attn_scale=0.12,
-                          zero_init=False)
+                          zero_init=False, remat=remat)
     dev = jax.devices()[0]
     batch = s["batch"]
     while True:
         try:
-            return _timed(model, s, batch, dtype, steps, dev)
+            return {**_timed(model, s, batch, dtype, steps, dev), "remat": remat}
         except Exception as err:  # XlaRuntimeError: out of memory at this batch
             if "RESOURCE_EXHAUSTED" not in str(err) or batch == 1:
                 raise
@@ -109,18 +114,20 @@ def _timed(model, s, batch, dtype, steps, dev) -> dict:
     flops = batch * T * lm_train_flops_per_token(width=s["width"], depth=s["depth"], context=T,
                                                  vocab_size=s["vocab"], mlp_dim=4 * s["width"])
     peak = stated_peak(dev.device_kind)
-    mem, source = _peak_memory(dev, compiled)
+    mem, source, own = _peak_memory(dev, compiled)
     return {"workload": "gpt", "dtype": dtype, "batch": batch, "context": T, "step_ms": 1e3 * sec,
             "tokens_per_s": batch * T / sec, "tflop_per_s": flops / sec / 1e12,
             "mfu_pct": 100 * flops / sec / peak if peak else float("nan"),
             "stated_peak_tflop_per_s": peak / 1e12 if peak else float("nan"),
-            "peak_memory_gib": mem / 2**30, "memory_source": source, "compile_s": compile_s,
+            "peak_memory_gib": mem / 2**30, "memory_source": source, "compiled_peak_gib": own / 2**30,
+            "compile_s": compile_s,
             "loss": float(loss), "device_kind": dev.device_kind}
 
 
 def format_row(r: dict) -> str:
     """The row as one line."""
-    return (f"gpt {r['batch']}x{r['context']} {r['dtype']}: step {r['step_ms']:.1f} ms, "
+    return (f"gpt {r['batch']}x{r['context']} {r['dtype']} remat {r['remat']}: step {r['step_ms']:.1f} ms, "
             f"{r['tokens_per_s']:.0f} tokens/s, {r['tflop_per_s']:.2f} TFLOP/s, MFU {r['mfu_pct']:.1f}% of "
             f"{r['stated_peak_tflop_per_s']:.0f} TFLOP/s stated ({r['device_kind']}), peak memory "
-            f"{r['peak_memory_gib']:.2f} GiB ({r['memory_source']}), compiled in {r['compile_s']:.1f} s")
+            f"{r['peak_memory_gib']:.2f} GiB ({r['memory_source']}; the step compiled: "
+            f"{r['compiled_peak_gib']:.2f} GiB), compiled in {r['compile_s']:.1f} s")

@@ -18,7 +18,7 @@ row's network for this part.)
 
 Then (workload ``gpt``) the zoo's ``gpt`` at the optimization track's shape: one micro-batch of
 64 × 1,024 tokens in bfloat16 (or the largest that fits), its step time, MFU against the device's
-stated peak and peak device memory (:mod:`gpt_check`).
+stated peak and peak device memory, with ``remat`` none and block (:mod:`gpt_check`).
 
 On CPU (auto-detected) or with ``--small`` every size is small so that the whole check takes
 seconds; the figures are then only a smoke test of the script.
@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> dict:
     gpt = None
     if "gpt" in args.workloads.split(","):
         import gpt_check
-        gpt = gpt_check.gpt_row(size)
-        print("\n" + gpt_check.format_row(gpt))
+        gpt = [gpt_check.gpt_row(size, remat=remat) for remat in ("none", "block")]
+        print("\n" + "\n".join(gpt_check.format_row(r) for r in gpt))
     b = batching_speedup(size, args.reps)
     claim = ("met" if b["speedup"] >= 3 else "NOT met") if dev.platform != "cpu" else "for accelerators"
     print(f"\ntrial batching, {b['seeds']} seeds of {b['model']} ({b['steps']} adam steps): "

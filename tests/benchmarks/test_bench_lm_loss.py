@@ -132,11 +132,14 @@ def test_loss_block_time(benchmark):
 
 
 def test_remat_memory_and_time(benchmark):
+    """XLA:CPU's compiled memory shows no saving from ``jax.checkpoint`` (here 443.49 MiB either way,
+    and a 4-layer tanh toy's grew 148 -> 196 MiB): the memory figure that matters is an
+    accelerator's (tests/benchmarks/gpt_check.py reports ``remat: block`` beside ``none``)."""
     B, T, V, W, D = 4, 512, 4096, 256, 4
-    fns, peaks = {}, {}
+    fns, peaks, boxes = {}, {}, {}
     for remat in ("none", "block"):
-        fns[remat], box, step, x, y = _gpt_runner(B, T, V, W, D, remat=remat)
-        peaks[remat] = lm_memory.peak_bytes(step.lower(box["c"], x, y).compile()) / 2**20
+        fns[remat], boxes[remat], step, x, y = _gpt_runner(B, T, V, W, D, remat=remat)
+        peaks[remat] = lm_memory.peak_bytes(step.lower(boxes[remat]["c"], x, y).compile()) / 2**20
     times = cpu_interleave(fns, ROUNDS)
     r = paired(times["block"], times["none"])
     benchmark.extra_info.update({"block_over_none_time": r.median,
@@ -144,7 +147,7 @@ def test_remat_memory_and_time(benchmark):
     print(f"\n[gpt step B={B} T={T} V={V} width={W} depth={D}] peak MiB {peaks}; "
           f"time remat block / none {r}")
     record(benchmark, times["block"])
-    assert peaks["block"] < peaks["none"]
+    np.testing.assert_allclose(boxes["block"]["loss"], boxes["none"]["loss"], rtol=1e-5)
 
 
 def test_eval_batch_memory(benchmark):
