@@ -136,12 +136,16 @@ def test_check_gpt_refuses_bad_remat_and_loss_block(key, value, message):
     assert str(err.value) == message
 
 
-def test_eval_batch_follows_the_memory_budget():
+def test_eval_batch_follows_the_memory_budget(monkeypatch):
+    from harness.train import eval_memory
     from harness.train.eval_memory import eval_batch_size, eval_bytes_per_example
     model = _gpt()
     per = eval_bytes_per_example(model, probe=4)
     assert per >= 4 * 12 * 16  # at least the example's float32 features
     assert eval_batch_size(model, 1000, 1024, budget=3.5 * per) == 3  # memory binds
+    monkeypatch.setattr(eval_memory, "eval_bytes_per_example", None)  # far under the budget: no probe
+    assert eval_batch_size(model, 1000, 1024, budget=1e12) == 1000
+    monkeypatch.undo()
     assert eval_batch_size(model, 1000, 2, budget=1e12) == 2  # the count limit binds
     assert eval_batch_size(model, 5, 1024, budget=1e12) == 5  # the split binds
     assert eval_batch_size(model, 1000, 1024, budget=1.0) == 1  # never 0

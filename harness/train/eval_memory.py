@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 
 __all__ = ["EVAL_MEMORY", "PROBE_EXAMPLES", "eval_batch_size", "eval_bytes_per_example"]
@@ -25,6 +26,36 @@ EVAL_MEMORY = 4 * 2**30
 
 #: Examples of the batch whose compiled memory gives the bytes per example.
 PROBE_EXAMPLES = 8
+
+
+def _stats_fn(model: Any):
+    fused = getattr(model, "fused_loss", None)
+
+    def stats(p, s, xb, yb):
+        if fused is not None:
+            return fused(p, s, xb, yb, train=False)[:2]
+        out = model.apply(p, s, xb, train=False)[0]
+        return model.loss(out, yb), {k: f(out, yb) for k, f in model.metrics.items()}
+
+    return stats
+
+
+def _probe_args(model: Any, probe: int):
+    shape = tuple(model.input_shape)
+    _, params, state = jax.eval_shape(lambda k: model.init(k, (1, *shape)), jax.random.PRNGKey(0))
+    x = jax.ShapeDtypeStruct((probe, *shape), jnp.dtype(getattr(model, "input_dtype", "float32")))
+    return params, state, x, jax.ShapeDtypeStruct((probe, *shape), jnp.int32)
+
+
+def _jaxpr_bytes(jaxpr) -> int:
+    """Bytes of every value a jaxpr's equations make, nested jaxprs once (no buffer reused)."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += sum(math.prod(v.aval.shape) * v.aval.dtype.itemsize for v in eqn.outvars
+                     if hasattr(v.aval, "shape"))
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            total += _jaxpr_bytes(sub)
+    return total
 
 
 def eval_bytes_per_example(model: Any, probe: int = PROBE_EXAMPLES) -> float:
@@ -39,19 +70,8 @@ def eval_bytes_per_example(model: Any, probe: int = PROBE_EXAMPLES) -> float:
       ``(temporaries + outputs) / probe`` of the compiled probe batch, bytes (an over-estimate:
       fixed workspace, such as one block of logits, is shared by the probe's examples).
     """
-    shape = tuple(model.input_shape)
-    params, state = (lambda o: (o[1], o[2]))(
-        jax.eval_shape(lambda k: model.init(k, (1, *shape)), jax.random.PRNGKey(0)))
-    x = jax.ShapeDtypeStruct((probe, *shape), jnp.dtype(getattr(model, "input_dtype", "float32")))
-    fused = getattr(model, "fused_loss", None)
-    y = jax.ShapeDtypeStruct((probe, *shape), jnp.int32)
-
-    def stats(p, s, xb, yb):
-        if fused is not None:
-            return fused(p, s, xb, yb, train=False)[:2]
-        out = model.apply(p, s, xb, train=False)[0]
-        return model.loss(out, yb), {k: f(out, yb) for k, f in model.metrics.items()}
-
+    params, state, x, y = _probe_args(model, probe)
+    stats = _stats_fn(model)
     m = jax.jit(stats).lower(params, state, x, y).compile().memory_analysis()
     return (m.temp_size_in_bytes + m.output_size_in_bytes) / probe
 
@@ -67,11 +87,17 @@ def eval_batch_size(model: Any, num_examples: int, limit: int, budget: float | N
         only (:func:`eval_bytes_per_example`), others take ``min(num_examples, limit)``.
 
     Returns:
-      ``min(num_examples, limit, floor(budget / bytes per example))``, at least 1.
+      ``min(num_examples, limit, floor(budget / bytes per example))``, at least 1; ``min(num_examples,
+      limit)`` without compiling when even every value of the traced batch, none reused, would take
+      at most half the budget.
     """
     n = min(int(num_examples), int(limit))
     if getattr(model, "task", None) != "sequence" or n <= 1:
         return max(1, n)
     budget = EVAL_MEMORY if budget is None else budget
-    per = eval_bytes_per_example(model, min(PROBE_EXAMPLES, n))
+    probe = min(PROBE_EXAMPLES, n)
+    traced = jax.make_jaxpr(_stats_fn(model))(*_probe_args(model, probe)).jaxpr
+    if n * _jaxpr_bytes(traced) / probe <= budget / 2:  # every value kept at once fits: no compile
+        return n
+    per = eval_bytes_per_example(model, probe)
     return max(1, min(n, math.floor(budget / max(per, 1.0))))
