@@ -43,8 +43,8 @@ def _stats_fn(model: Any):
 def _probe_args(model: Any, probe: int):
     shape = tuple(model.input_shape)
     _, params, state = jax.eval_shape(lambda k: model.init(k, (1, *shape)), jax.random.PRNGKey(0))
-    x = jax.ShapeDtypeStruct((probe, *shape), jnp.dtype(getattr(model, "input_dtype", "float32")))
-    return params, state, x, jax.ShapeDtypeStruct((probe, *shape), jnp.int32)
+    tokens = jax.ShapeDtypeStruct((probe, *shape), jnp.int32)  # a sequence model's inputs: token ids
+    return params, state, tokens, tokens
 
 
 def _jaxpr_bytes(jaxpr) -> int:
