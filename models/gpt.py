@@ -11,12 +11,16 @@ defaults here are small and ``1/sqrt(head size)``, no cap, 1e-6. Imports only ja
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from jax import random
 from jax.nn.initializers import normal
 
 from models import stax
+from models.attention import ATTENTION_IMPLS
+from models.lm_loss import head_nll_sum, head_stats, loss_block_tokens, token_nll
 
 __all__ = ["GPT", "INITS", "check_gpt", "mlp_dim", "torch_init"]
 
@@ -25,6 +29,7 @@ SOFTCAP_FORMS = ("algebraic", "tanh")
 INITS = ("modded", "torch")
 #: The linear layers :func:`GPT`'s ``zero_init`` starts at zero (modded-nanogpt's ``proj`` layers).
 _ZERO_LAYERS = ("out", "proj", "head")
+REMAT = ("none", "block")
 
 
 def mlp_dim(width: int, mlp_ratio: float) -> int:
@@ -41,7 +46,8 @@ def mlp_dim(width: int, mlp_ratio: float) -> int:
 
 
 def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_softcap, softcap_form,
-              rope_base, rope_fraction, attn_scale, norm_eps, init="modded") -> None:
+              rope_base, rope_fraction, attn_scale, norm_eps, init="modded", remat="none",
+              loss_block=None, attn_impl="auto") -> None:
     """Check the hyperparameters of a :func:`GPT` (keyword-only, named as :func:`GPT` names them).
 
     Args:
@@ -55,6 +61,9 @@ def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_soft
       rope_fraction: must be in [0, 1].
       attn_scale: must be > 0, or None (``1/sqrt(head size)``).
       init: one of :data:`INITS`.
+      remat: ``'none'`` or ``'block'``.
+      loss_block: an int >= 0, or None.
+      attn_impl: one of :data:`models.attention.ATTENTION_IMPLS`.
 
     Raises:
       ValueError: the first bad value; the message names its hyperparameter.
@@ -84,6 +93,14 @@ def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_soft
         raise ValueError(f"gpt: attn_scale must be positive (or null: 1/sqrt(head dim)), got {attn_scale}")
     if init not in INITS:
         raise ValueError(f"gpt: init must be one of {list(INITS)}, got {init!r}")
+    if attn_impl not in ATTENTION_IMPLS:
+        raise ValueError(f"gpt: attn_impl must be one of {list(ATTENTION_IMPLS)}, got {attn_impl!r}")
+    if remat not in REMAT:
+        raise ValueError(f"gpt: remat must be one of {list(REMAT)}, got {remat!r}")
+    if loss_block is not None and (isinstance(loss_block, bool) or not isinstance(loss_block, int)
+                                   or loss_block < 0):
+        raise ValueError(f"gpt: loss_block must be an integer >= 0 (0: whole logits) or null (auto), "
+                         f"got {loss_block!r}")
 
 
 def torch_init(params, rng, zero_init=True):
@@ -136,7 +153,8 @@ def _block(width, num_heads, hidden, hp):
         "attn_norm": stax.RMSNorm(hp["norm_eps"]),
         "attn": stax.RotarySelfAttention(num_heads, qk_norm=hp["qk_norm"], rope_base=hp["rope_base"],
                                          rope_fraction=hp["rope_fraction"], scale=hp["attn_scale"],
-                                         bias=hp["bias"], zero_out=hp["zero_init"], epsilon=hp["norm_eps"]),
+                                         bias=hp["bias"], zero_out=hp["zero_init"], epsilon=hp["norm_eps"],
+                                         impl=hp["attn_impl"]),
         "mlp_norm": stax.RMSNorm(hp["norm_eps"]),
         "mlp": stax.MLP(hidden, hp["mlp"], bias=hp["bias"], zero_out=hp["zero_init"]),
     }
@@ -157,7 +175,8 @@ def _block(width, num_heads, hidden, hp):
 
 def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied_head=False,
         zero_init=True, logit_softcap=0.0, softcap_form="algebraic", qk_norm=True, rope_base=1024.0,
-        rope_fraction=0.5, attn_scale=None, bias=True, norm_eps=1e-6, init="modded"):
+        rope_fraction=0.5, attn_scale=None, bias=True, norm_eps=1e-6, init="modded", remat="none",
+        loss_block=None, attn_impl="auto"):
     """Decoder-only GPT: int tokens ``(N, T)`` -> float32 next-token logits ``(N, T, vocab_size)``.
 
     ``x = embed_norm(embed[tokens])``; ``depth`` × (``x + attn(attn_norm(x))``,
@@ -182,18 +201,28 @@ def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied
       logit_softcap, softcap_form: :func:`models.stax.soft_cap` of the logits (``logit_softcap=0``: none).
       qk_norm, rope_base, rope_fraction, attn_scale: :func:`models.stax.RotarySelfAttention`'s
         ``qk_norm``, ``rope_base``, ``rope_fraction`` and ``scale`` (None: ``1/sqrt(head size)``).
+      attn_impl: the attention's ``impl`` (:func:`models.attention.dot_product_attention`: ``auto``
+        is cuDNN's fused attention for 16-bit compute on NVIDIA GPUs, else XLA's; ``einsum`` the
+        attention written out, :func:`models.stax.attention`).
       bias: zero-initialised biases in the attention, MLP and head projections (gains are ones).
       norm_eps: epsilon of every :func:`models.stax.RMSNorm` and of the QK-norm.
       init: ``"modded"`` (as above) or ``"torch"``: torch's default initialisation, the projections
         ``zero_init`` names at zero (:func:`torch_init`), as modded-nanogpt's AdamW baseline.
+      remat: ``'block'`` recomputes each block's activations in the backward pass
+        (``jax.checkpoint`` per block: memory for time on long contexts); ``'none'`` keeps them.
+      loss_block: tokens per block of the fused head + loss (:func:`models.lm_loss.head_nll_sum`)
+        in ``apply_fun.loss_stats``; 0 whole logits; None auto (:func:`models.lm_loss.loss_block_tokens`).
 
     Returns:
       ``(init_fun, apply_fun)``; ``init_fun(rng, (N, T))`` gives ``((N, T, vocab_size), params)``.
+      ``apply_fun.loss_stats(params, tokens, targets, *, train)`` gives float32 ``(nll_sum, hits,
+      count)`` over the non-padding targets (< 0: padding) without the whole logits (``hits``: 0
+      when ``train``, where the loss is differentiable).
 
     Source: modded-nanogpt, ``records/track_3_optimization/train_gpt_simple.py``.
     """
     hp = dict(mlp=mlp, zero_init=zero_init, qk_norm=qk_norm, rope_base=rope_base, rope_fraction=rope_fraction,
-              attn_scale=attn_scale, bias=bias, norm_eps=norm_eps)
+              attn_scale=attn_scale, bias=bias, norm_eps=norm_eps, attn_impl=attn_impl)
     embed = stax.Embedding(vocab_size, width, W_init=normal(1.0))
     norms = {n: stax.RMSNorm(norm_eps) for n in ("embed_norm", "norm")}
     blocks = [_block(width, num_heads, mlp_dim(width, mlp_ratio), hp) for _ in range(depth)]
@@ -211,16 +240,34 @@ def GPT(vocab_size, width, depth, num_heads, *, mlp="relu2", mlp_ratio=4.0, tied
             params = torch_init(params, random.fold_in(rng, depth + 4), zero_init)
         return (N, T, vocab_size), params
 
-    def apply_fun(params, inputs, **kwargs):
+    def features(params, inputs):
         x = embed[1](params["embed"], inputs)
         x = norms["embed_norm"][1](params["embed_norm"], x)
         for blk, p in zip(blocks, params["blocks"], strict=True):
-            x = blk[1](p, x)
-        x = norms["norm"][1](params["norm"], x)
-        logits = _head(params, x, tied_head, bias)
+            x = (jax.checkpoint(blk[1]) if remat == "block" else blk[1])(p, x)
+        return norms["norm"][1](params["norm"], x)
+
+    def apply_fun(params, inputs, **kwargs):
+        logits = _head(params, features(params, inputs), tied_head, bias)
         return stax.soft_cap(logits.astype(jnp.float32), logit_softcap, softcap_form)
 
+    def loss_stats(params, inputs, targets, *, train):
+        x = features(params, inputs)
+        kernel = params["head"]["kernel"] if not tied_head else params["embed"][0].T
+        b = params["head"]["bias"] if bias else None
+        t = jnp.asarray(targets, jnp.int32)
+        block = loss_block_tokens(math.prod(t.shape), vocab_size, loss_block)
+        count = jnp.sum(t >= 0, dtype=jnp.float32)
+        if not train:
+            return head_stats(x, kernel, b, t, logit_softcap, softcap_form, block)
+        if block is None:
+            logits = stax.soft_cap(_head(params, x, tied_head, bias).astype(jnp.float32), logit_softcap,
+                                   softcap_form)
+            return jnp.sum(token_nll(logits, t)[0]), jnp.float32(0.0), count
+        return head_nll_sum(x, kernel, b, t, logit_softcap, softcap_form, block), jnp.float32(0.0), count
+
     init_fun.stax_name = f"GPT(depth={depth}, width={width}, heads={num_heads})"
+    apply_fun.loss_stats = loss_stats
     return init_fun, apply_fun
 
 

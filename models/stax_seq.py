@@ -19,6 +19,7 @@ from jax import lax, random
 from jax.nn import gelu, relu
 from jax.nn.initializers import normal, ones, zeros
 
+from models.attention import dot_product_attention, resolve_impl
 from models.stax_state import ShapeError
 from models.stax_state import as_shape as _shape
 from models.stax_state import check_rank as _check_rank
@@ -559,7 +560,7 @@ def _linear(p, x, spec="...f,fo->...o"):
 
 
 def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.0, rope_fraction=0.5,
-                        scale=None, bias=True, zero_out=True, epsilon=1e-6, W_init=None):
+                        scale=None, bias=True, zero_out=True, epsilon=1e-6, W_init=None, impl="auto"):
     """Rotary self-attention with QK-norm, ``x (B, T, F)`` -> ``(B, T, F)``, as modded-nanogpt's.
 
     Args:
@@ -571,18 +572,19 @@ def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.
       scale: the attention scale (default ``1/sqrt(D)``).
       bias, zero_out: zero-initialised biases (none if False); the ``out`` kernel starts at zero.
       W_init: the kernels' initializer (default normal of variance ``0.33 / fan_in``, modded-nanogpt's).
+      impl: :func:`models.attention.dot_product_attention`'s (``'einsum'``: :func:`attention`).
 
     Returns:
       ``(init_fun, apply_fun)``; params ``{"q", "k", "v", "out"}``, each ``{"kernel" (F, F), "bias" (F,)}``.
 
     Raises:
-      ValueError: ``num_heads`` not a positive integer, ``rope_base <= 1``, ``rope_fraction`` not in [0, 1].
+      ValueError: bad ``num_heads``, ``rope_base <= 1``, ``rope_fraction`` not in [0, 1], bad ``impl``.
       ShapeError: (at init) a non-``(B, T, F)`` input or ``F`` not in ``num_heads`` even-sized heads.
     """
     if int(num_heads) != num_heads or int(num_heads) <= 0:
         raise ValueError(f"RotarySelfAttention: num_heads must be a positive integer, got {num_heads}")
     _check_rope("RotarySelfAttention: rope_base", rope_base, "rope_fraction", rope_fraction)
-    H = int(num_heads)
+    H, _ = int(num_heads), resolve_impl(impl, jnp.float32)
     W_init = W_init or jax.nn.initializers.variance_scaling(0.33, "fan_in", "normal")
     name = f"RotarySelfAttention(heads={H})"
 
@@ -604,7 +606,8 @@ def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.
         if qk_norm:
             q, k = rms_normalize(q, epsilon), rms_normalize(k, epsilon)
         q, k = apply_rope(q, freqs), apply_rope(k, freqs)
-        a = attention(q, k, v, causal=causal, scale=scale)
+        a = (attention(q, k, v, causal=causal, scale=scale) if impl == "einsum"
+             else dot_product_attention(q, k, v, causal=causal, scale=scale, impl=impl))
         return _from_heads(a, params["out"]["kernel"], params["out"].get("bias"))
 
     return _layer(name, init_fun, apply_fun)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from models import stax
 from models.flops import jaxpr_flops, lm_train_flops_per_token, xla_flops
 from models.gpt import GPT, check_gpt, mlp_dim
+from models.lm_loss import token_nll
 
 __all__ = [
     "ACTIVATIONS", "MODELS", "ModelDef", "accuracy", "autoencoder", "cnn", "cnn1d", "gpt", "logreg", "mlp",
@@ -64,7 +65,8 @@ def accuracy(logits, labels):
 def sequence_cross_entropy(logits, targets):
     """Mean per-token softmax cross-entropy of next-token logits, padding excluded.
 
-    The log-softmax runs in float32 whatever the logits' dtype.
+    ``logsumexp(z) - z[target]`` (:func:`models.lm_loss.token_nll`) in float32 whatever the
+    logits' dtype, as ``optax.softmax_cross_entropy_with_integer_labels``.
 
     Args:
       logits: ``(N, T, V)``, any float dtype.
@@ -73,12 +75,8 @@ def sequence_cross_entropy(logits, targets):
     Returns:
       The mean over the non-padding tokens (nats), a float32 scalar; 0 if every target is padding.
     """
-    logp = jax.nn.log_softmax(jnp.asarray(logits).astype(jnp.float32), axis=-1)
-    t = jnp.asarray(targets, jnp.int32)
-    valid = t >= 0
-    picked = jnp.take_along_axis(logp, jnp.maximum(t, 0)[..., None], axis=-1)[..., 0]
-    n = jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
-    return -jnp.sum(jnp.where(valid, picked, 0.0)) / n
+    nll, valid = token_nll(logits, targets)
+    return jnp.sum(nll) / jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
 
 
 def sequence_accuracy(logits, targets):
@@ -140,6 +138,10 @@ class ModelDef:
       input_dtype: the dtype ``apply`` expects its inputs in: ``"float32"`` (cast to the compute
         dtype, e.g. bfloat16, by a mixed-precision policy) or ``"int32"`` (token ids of sequence
         models: never cast; such a model computes in its params' dtype).
+      fused_loss: None, or ``fused_loss(params, state, inputs, targets, *, rng=None, train) ->
+        (loss, {metric: value}, new_state)``: ``loss`` and ``metrics`` of ``apply``'s outputs
+        computed without them (``gpt``: the head fused with the loss, logits in blocks); with
+        ``train=True`` the loss is differentiable and the metrics are ``{}``.
     """
 
     name: str
@@ -154,6 +156,7 @@ class ModelDef:
     hparams: dict[str, Any] = field(default_factory=dict)
     layer: Any = None
     input_dtype: str = "float32"
+    fused_loss: Callable | None = None
 
     def xla_flops_per_example(self, input_shape=None) -> float | None:
         """Forward FLOPs of one example from XLA's cost analysis (eval mode, batch 1); None if unknown."""
@@ -668,7 +671,8 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
         mlp_ratio: float = 4.0, tied_head: bool = False, zero_init: bool = True,
         logit_softcap: float = 0.0, softcap_form: str = "algebraic", qk_norm: bool = True,
         rope_base: float = 1024.0, rope_fraction: float = 0.5, attn_scale: float | None = None,
-        bias: bool = True, norm_eps: float = 1e-6, init: str = "modded") -> ModelDef:
+        bias: bool = True, norm_eps: float = 1e-6, init: str = "modded", remat: str = "none",
+        loss_block: int | None = None, attn_impl: str = "auto") -> ModelDef:
     """Modern decoder-only GPT (RMSNorm, RoPE, QK-norm, ReLU²/SwiGLU), task ``"sequence"``.
 
     :func:`models.gpt.GPT`; inputs, outputs, loss and metric as :func:`transformer_lm`.
@@ -682,9 +686,11 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
       mlp, mlp_ratio, tied_head, zero_init, logit_softcap, softcap_form: as :func:`models.gpt.GPT`.
       qk_norm, rope_base, rope_fraction, attn_scale, bias, norm_eps: as :func:`models.gpt.GPT`.
       init: ``"modded"`` or ``"torch"`` (torch's default initialisation), as :func:`models.gpt.GPT`.
+      remat, loss_block, attn_impl: as :func:`models.gpt.GPT` (``remat: block`` for long contexts;
+        ``loss_block``: the ``fused_loss``'s tokens per block of logits, 0 whole, null auto).
 
     Returns:
-      The ``"gpt"`` sequence :class:`ModelDef`, int32 inputs.
+      The ``"gpt"`` sequence :class:`ModelDef`, int32 inputs, with a ``fused_loss``.
 
     Raises:
       ValueError: bad values (:func:`models.gpt.check_gpt`) or a ``context`` other than ``T``.
@@ -699,8 +705,8 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
           "context": context, "mlp": mlp, "mlp_ratio": mlp_ratio, "tied_head": tied_head,
           "zero_init": zero_init, "logit_softcap": logit_softcap, "softcap_form": softcap_form,
           "qk_norm": qk_norm, "rope_base": rope_base, "rope_fraction": rope_fraction,
-          "attn_scale": attn_scale, "bias": bias, "norm_eps": norm_eps,
-          **({"init": init} if init != "modded" else {})}
+          "attn_scale": attn_scale, "bias": bias, "norm_eps": norm_eps, "remat": remat,
+          "loss_block": loss_block, "attn_impl": attn_impl, **({"init": init} if init != "modded" else {})}
     check_gpt(**{k: v for k, v in hp.items() if k not in ("context", "tied_head", "zero_init", "qk_norm",
                                                          "bias")})
     layer = GPT(**{k: v for k, v in hp.items() if k != "context"})
@@ -712,7 +718,12 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
     def flops_per_example(shape=None):
         return per_token / 3.0 * context
 
-    return dataclasses.replace(model, flops_per_example=flops_per_example)
+    def fused_loss(params, state, inputs, targets, *, rng=None, train):
+        nll, hits, count = layer[1].loss_stats(params, inputs, targets, train=bool(train))
+        n = jnp.maximum(count, 1.0)
+        return nll / n, ({} if train else {"accuracy": hits / n}), state
+
+    return dataclasses.replace(model, flops_per_example=flops_per_example, fused_loss=fused_loss)
 
 
 def vit(*, input_shape, num_classes, patch_size: int = 4, width: int = 192, depth: int = 6,

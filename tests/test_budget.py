@@ -241,3 +241,12 @@ def test_a_jobs_sweep_reports_one_wall_clock_not_the_workers_sum(write_sweep, tr
     for p in budget.TRAINER_PARTS:  # scaled by wall / summed (<= 1): at most the trials' own sum
         assert parts[p] <= sum(t[names.M_TIME[p]] for t in trials) * (1 + 1e-9), p
     assert parts["compile"] > 0 and parts["train"] > 0
+
+
+def test_eval_note_says_what_evaluation_cost_and_what_cuts_it():
+    assert budget.eval_note(275.0, {"eval": 100.0, "train": 175.0}) == ""  # 36%: no note
+    note = budget.eval_note(275.0, {"eval": 217.0, "train": 58.0})
+    assert note == ("evaluation took 79% of the time: it reads the whole validation split at every "
+                    "evaluation; fewer validation examples (a tokens: dataset's valid_tokens, e.g. 65536 "
+                    "on a CPU proxy) or a larger eval_every cut it")
+    assert budget.eval_note(0.0, {"eval": 1.0}) == ""

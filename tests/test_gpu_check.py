@@ -58,3 +58,13 @@ def test_a_cached_batching_decision_says_so():
     assert d == {"decision": "sequential: measured 0.62x",
                  "decision_source": f"cached from an earlier run; delete {batching.cache_path()} to "
                                     "measure again"}
+
+
+def test_gpt_check_small_on_cpu():
+    gc = load_benchmark_script("gpt_check")
+    r = gc.gpt_row("small", steps=1)
+    assert (r["batch"], r["context"], r["dtype"], r["memory_source"]) == (2, 64, "bfloat16", "compiled")
+    assert r["step_ms"] > 0 and r["peak_memory_gib"] > 0 and math.isfinite(r["loss"])
+    assert math.isnan(r["mfu_pct"])  # a CPU has no stated peak
+    assert gc.stated_peak("NVIDIA H200") == 989e12 and gc.stated_peak("cpu") is None
+    assert re.match(r"gpt 2x64 bfloat16 remat none: step \d+\.\d ms, \d+ tokens/s", gc.format_row(r))

@@ -85,6 +85,19 @@ def budget_line(wall_s: float, parts: Mapping[str, float], width: int = 80) -> s
     return line
 
 
+def eval_note(wall_s: float, parts: Mapping[str, float], share: float = 0.5) -> str:
+    """``""``, or where evaluation (``parts["eval"]``) took at least ``share`` of ``wall_s``, a
+    line saying so and what cuts it: fewer validation examples (a ``tokens:`` dataset's
+    ``valid_tokens``: all its validation tokens by default, up to 10,485,760) or a larger
+    ``eval_every``."""
+    ev = parts.get("eval", 0.0) / wall_s if wall_s > 0 else 0.0
+    if ev < share:
+        return ""
+    return (f"evaluation took {ev:.0%} of the time: it reads the whole validation split at every "
+            f"evaluation; fewer validation examples (a tokens: dataset's valid_tokens, e.g. 65536 "
+            f"on a CPU proxy) or a larger eval_every cut it")
+
+
 def trial_parts(trainer: Mapping[str, float], unit_share_s: float, tracking_s: float) -> dict[str, float]:
     """A trial's :data:`TRIAL_PARTS`: the trainer's parts (``trainer``, its share of its unit's), the
     MLflow seconds before its training (``tracking_s``, its share), and ``other`` = its share of the

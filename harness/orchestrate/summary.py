@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from harness.core import ties
 from harness.core.boundary import edge, edge_warning, grid_edge, grid_warning
-from harness.core.budget import budget_line
+from harness.core.budget import budget_line, eval_note
 from harness.core.clock import DEFAULT_CLOCK, ranked_seconds
 from harness.core.outcome import TrialOutcome, config_key, config_labels, last_rounds, task_key
 from harness.core.processes import python_command
@@ -73,11 +73,11 @@ class SweepSummary:
     smoke: str = ""
 
     def budget_line(self, width: int = 80) -> str:
-        """``"time 41.8 s: compile 37%, train 11%, ..."`` (at most ``width`` characters; "" without
-        a budget)."""
+        """``"time 41.8 s: compile 37%, ..."`` (<= ``width`` chars), its eval_note; "" without a budget."""
         if self.budget is None:
             return ""
-        return "time " + budget_line(self.budget_wall_s, self.budget, width - len("time "))
+        line = "time " + budget_line(self.budget_wall_s, self.budget, width - len("time "))
+        return line + (f"\n{note}" if (note := eval_note(self.budget_wall_s, self.budget)) else "")
 
     def spool_account(self) -> str:
         """One line about results the store did not take at once ("" when there were none)."""

@@ -17,8 +17,9 @@
   Optax state (``optimizers.extra.optax_eval_params``).
 * :class:`ModelEntry` is a model on one dataset: the data on the device (one copy per dataset,
   shared: :mod:`harness.train.device_data`), the forward pass under mixed precision
-  (:func:`cast_floats`), the whole-split evaluation in batches of at most :data:`EVAL_BATCH`, and
-  the compiled parameter-init and evaluation executables, shared by every optimizer, step size and seed.
+  (:func:`cast_floats`), the whole-split evaluation in batches of at most :data:`EVAL_BATCH` (fewer
+  for a sequence model whose batch would pass :data:`harness.train.eval_memory.EVAL_MEMORY`), and the
+  compiled parameter-init and evaluation executables, shared by every optimizer, step size and seed.
 
 Registries are passed in (``models``, ``optimizers``, ``schedules`` mappings); this module never
 looks them up itself (:mod:`harness.train.program` does).
@@ -37,7 +38,7 @@ import jax.numpy as jnp
 from harness.core.builders import lookup
 from harness.core.spec import TrialSpec
 from harness.data.sources import Dataset
-from harness.train import device_data
+from harness.train import device_data, eval_memory
 from harness.train.device_data import storage_array
 from optimizers.extra import from_optax, optax_eval_params
 from optimizers.registry import EVAL_PARAMS
@@ -202,11 +203,20 @@ class ModelEntry:
         self.divisor = data.divisor
         (self.x_train, self.y_train, self.x_valid, self.y_valid, self.x_test, self.y_test) = data.arrays
         self.compiled: dict[tuple, Any] = {}
+        self._eval_limits: dict[tuple, int] = {}
 
     @property
     def eval_batch(self) -> int:
-        """The validation split's evaluation batch size: ``min(num_valid, EVAL_BATCH)``."""
-        return min(self.num_valid, EVAL_BATCH)
+        """The validation split's evaluation batch size: ``min(num_valid, eval_limit())``."""
+        return min(self.num_valid, self.eval_limit())
+
+    def eval_limit(self) -> int:
+        """Most examples of one evaluation batch: ``EVAL_BATCH``, for a sequence model fewer if
+        :data:`harness.train.eval_memory.EVAL_MEMORY` holds fewer (compiled once per value)."""
+        key = (EVAL_BATCH, eval_memory.EVAL_MEMORY)
+        if key not in self._eval_limits:
+            self._eval_limits[key] = eval_memory.eval_batch_size(self.model, EVAL_BATCH, EVAL_BATCH)
+        return self._eval_limits[key]
 
     def target(self, x: jax.Array, y: jax.Array) -> jax.Array:
         """What the loss compares the outputs with: the inputs for a reconstruction model, else ``y``."""
@@ -248,18 +258,36 @@ class ModelEntry:
         new = jax.tree_util.tree_map(lambda n, o: jnp.asarray(n, o.dtype), new, mstate)
         return cast_floats(out, jnp.float32), new
 
+    def fused_loss(self, params: Any, mstate: Any, xb: jax.Array, yb: jax.Array, *, rng: Any, train: bool):
+        """``(float32 loss, {metric: float32 value}, new state)`` of one batch through the model's
+        ``fused_loss`` (logits never whole), or None when the model has none; mixed precision as
+        :meth:`forward`."""
+        fn = getattr(self.model, "fused_loss", None)
+        if fn is None:
+            return None
+        tgt = self.target(xb, yb)
+        if not self.mixed:
+            loss, vals, new = fn(params, mstate, xb, tgt, rng=rng, train=train)
+        else:
+            cd = self.compute_dtype
+            loss, vals, new = fn(cast_floats(params, cd), cast_floats(mstate, cd), cast_floats(xb, cd), tgt,
+                                 rng=rng, train=train)
+            new = jax.tree_util.tree_map(lambda n, o: jnp.asarray(n, o.dtype), new, mstate)
+        return (jnp.asarray(loss, jnp.float32), {k: jnp.asarray(v, jnp.float32) for k, v in vals.items()},
+                new)
+
     def evaluate(self, params: Any, mstate: Any, x: jax.Array, y: jax.Array, *, split: Any = None):
         """Example-weighted ``(loss, {metric name: value})`` over the whole split (every metric of
-        the model, ``float32`` scalars), in batches of ≤ EVAL_BATCH.
+        the model, ``float32`` scalars), in batches of ≤ :meth:`eval_limit` examples.
 
         ``split`` (data-parallel, a ``NamedSharding(mesh, P("batch"))`` of D devices): the batch
-        size is ``min(M, EVAL_BATCH)`` rounded down to a multiple of D, each full batch is
+        size is ``min(M, eval_limit())`` rounded down to a multiple of D, each full batch is
         constrained to ``split`` (its examples spread over the devices) and the remainder batch
         (< D·⌈…⌉ examples) runs replicated. The means equal the one-device ones to float32 rounding.
         """
         rng = jax.random.PRNGKey(0) if self.needs_rng else None
         M = x.shape[0]
-        eb = min(M, EVAL_BATCH)
+        eb = min(M, self.eval_limit())
         if split is not None:
             D = split.mesh.size
             eb = eb // D * D
@@ -272,6 +300,9 @@ class ModelEntry:
             if shard:
                 xb = jax.lax.with_sharding_constraint(xb, split)
                 yb = jax.lax.with_sharding_constraint(yb, split)
+            fused = self.fused_loss(params, mstate, xb, yb, rng=rng, train=False)
+            if fused is not None:
+                return fused[0], fused[1]
             out, _ = self.forward(params, mstate, xb, rng=rng, train=False)
             tgt = self.target(xb, yb)
             vals = {k: jnp.asarray(fn(out, tgt), jnp.float32) for k, fn in self.metric_fns.items()}
@@ -297,7 +328,8 @@ class ModelEntry:
         batch (parameters, state and data replicated; vmapped over the ``T`` trials' stacked
         parameters and state when ``T`` is given); ``"trials"`` takes parameters and state split
         along the trial axis (data replicated) and returns per-trial values split the same way."""
-        key = (kind, T, EVAL_BATCH, args[2].shape[0] if kind == "eval" else None,
+        ev = kind == "eval"
+        key = (kind, T, self.eval_limit() if ev else None, args[2].shape[0] if ev else None,
                layout.key if layout is not None else None)
         if key in self.compiled:
             return self.compiled[key], 0.0

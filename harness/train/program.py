@@ -200,6 +200,9 @@ class TrainingProgram:
 
     def loss(self, params, mstate, xb, yb, rng):
         """``(float32 loss, new model state)`` of one training batch."""
+        fused = self.entry.fused_loss(params, mstate, xb, yb, rng=rng, train=True)
+        if fused is not None:
+            return fused[0], fused[2]
         out, new_mstate = self.entry.forward(params, mstate, xb, rng=rng, train=True)
         loss = self.entry.model.loss(out, self.entry.target(xb, yb))
         return jnp.asarray(loss, jnp.float32), new_mstate

@@ -16,6 +16,10 @@ median of the paired ratios; beside it, what :mod:`harness.batching` decides for
 (``HARNESS_BATCH`` respected). The design claims >= 3x on a GPU. (Small sizes use the small MLP
 row's network for this part.)
 
+Then (workload ``gpt``) the zoo's ``gpt`` at the optimization track's shape: one micro-batch of
+64 × 1,024 tokens in bfloat16 (or the largest that fits), its step time, MFU against the device's
+stated peak and peak device memory, with ``remat`` none and block (:mod:`gpt_check`).
+
 On CPU (auto-detected) or with ``--small`` every size is small so that the whole check takes
 seconds; the figures are then only a smoke test of the script.
 """
@@ -158,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="small sizes (default on CPU)")
     ap.add_argument("--json", help="also write the figures to this JSON file")
-    ap.add_argument("--workloads", default=",".join(SIZES["full"]),
+    ap.add_argument("--workloads", default=",".join([*SIZES["full"], "gpt"]),
                     help="comma-separated subset of %(default)s")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated, default %(default)s")
     ap.add_argument("--reps", type=int, default=3,
@@ -171,6 +175,11 @@ def main(argv: list[str] | None = None) -> dict:
           f"{size} sizes")
     rows = throughput_rows(size, args.workloads.split(","), args.dtypes.split(","))
     print(format_table(rows))
+    gpt = None
+    if "gpt" in args.workloads.split(","):
+        import gpt_check
+        gpt = [gpt_check.gpt_row(size, remat=remat) for remat in ("none", "block")]
+        print("\n" + "\n".join(gpt_check.format_row(r) for r in gpt))
     b = batching_speedup(size, args.reps)
     claim = ("met" if b["speedup"] >= 3 else "NOT met") if dev.platform != "cpu" else "for accelerators"
     print(f"\ntrial batching, {b['seeds']} seeds of {b['model']} ({b['steps']} adam steps): "
@@ -178,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{b['speedup']:.2f}x [min-max {b['speedup_min']:.2f}-{b['speedup_max']:.2f}] "
           f"(design claim >= 3x: {claim})")
     print(f"harness.batching decides: {b['decision']} ({b['decision_source']})")
-    out = {"device_kind": timing.device_kind(dev), "size": size, "rows": rows, "batching": b}
+    out = {"device_kind": timing.device_kind(dev), "size": size, "rows": rows, "gpt": gpt, "batching": b}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return out

@@ -6,9 +6,10 @@ size 64), RMSNorm, QK-norm, half-truncated RoPE, ReLU² MLP 1024, untied head wi
 8; adam(1e-3); mean per-token cross-entropy. Both steps are ``jax.jit``-ed with their state
 donated, as the harness trainer calls its step.
 
-* ``harness``: ``models.zoo.gpt`` + ``optimizers.adam``;
+* ``harness``: ``models.zoo.gpt`` (its ``fused_loss``, as the trainer) + ``optimizers.adam``;
 * ``flax``: :class:`FlaxGPT` below (flax.linen.Embed, RMSNorm, Dense; rotary embeddings and
-  QK-norm written out; ``flax.linen.dot_product_attention`` with a causal mask) + ``optax.adam``.
+  QK-norm written out; ``flax.linen.dot_product_attention`` with a causal mask) + ``optax.adam``
+  and ``optax.softmax_cross_entropy_with_integer_labels``.
 
 The two compute the same loss from the same weights (checked first, 1e-5). Then they take turns
 round by round (:func:`paired.interleave`) and the figure is the median of the per-round ratios
@@ -111,8 +112,8 @@ def harness_step(model, params):
     def step(carry, x, y):
         i, opt_state = carry
 
-        def loss_fn(p):
-            return model.loss(model.apply(p, mstate, x, train=True)[0], y)
+        def loss_fn(p):  # what the trainer differentiates: the model's fused_loss
+            return model.fused_loss(p, mstate, x, y, train=True)[0]
 
         loss, grads = jax.value_and_grad(loss_fn)(opt.params_fn(opt_state))
         return (i + 1, opt.update_fn(i, grads, opt_state)), loss
@@ -125,7 +126,8 @@ def flax_step(params):
 
     def step(carry, x, y):
         p, opt_state = carry
-        loss, grads = jax.value_and_grad(lambda q: sequence_cross_entropy(net.apply(q, x), y))(p)
+        loss, grads = jax.value_and_grad(
+            lambda q: optax.softmax_cross_entropy_with_integer_labels(net.apply(q, x), y).mean())(p)
         updates, opt_state = tx.update(grads, opt_state, p)
         return (optax.apply_updates(p, updates), opt_state), loss
 
