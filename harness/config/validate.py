@@ -152,7 +152,10 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
                       f"{', '.join(ex)}{did_you_mean(cfg.executor, ex)}")
     known = workload_registry(cfg)
     for name, d in (cfg.define_workloads or {}).items():
+        n = len(errors)
         _check_defined(name, d, f"define_workloads.{key_text(name)}", file, registries, errors)
+        if len(errors) > n:  # said once, where it is defined
+            known[name] = None  # type: ignore[assignment]
     for i, w in enumerate(cfg.workloads or []):
         _check_workload(w, f"workloads[{i}]", file, registries, errors, known)
     if cfg.ladder is not None:  # the workload, and its model at each size (harness.config.ladder_parts)
@@ -291,6 +294,8 @@ def _check_workload(w: WorkloadEntry, path: str, file: str, registries: Registri
         wl = lookup(known, w.name, "workload")
     except KeyError as e:
         errors.append(f"{file}: {path}.name: {e.args[0]}")
+        return
+    if wl is None:  # a definition with problems, each said where it is defined
         return
     for kind, reg, name, base, over in (
             ("model", registries.models, wl.model, wl.model_hparams, w.model_hparams),
