@@ -114,6 +114,8 @@ def test_bad_definitions_are_one_line_with_their_key_path(shards, tmp_path):
     assert line.startswith("<dict>: define_workloads.toy.model") and "unknown model 'gpt3'" in line, line
     line = _one_line(with_def(dataset={"name": "no_such_set"}), tmp_path)
     assert line.startswith("<dict>: define_workloads.toy.dataset") and "no_such_set" in line, line
+    line = _one_line(with_def(model={"name": "mine", "source": "my_nets.py:net"}), tmp_path)
+    assert line.startswith("<dict>: define_workloads.toy.model.source: a defined workload names a "), line
     assert _one_line(with_def(loss="mse"), tmp_path) == (
         "<dict>: define_workloads.toy.loss: a sequence dataset trains on cross_entropy, got mse")
     cfg = with_def()

@@ -44,6 +44,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     datasets: [digits]             # registry names, "tfds:NAME" or "tokens:PATH" (harness.data.kinds)
     workloads: [mnist1d_cnn]       # instead of models x datasets: named tasks (harness.config.workloads)
     ladder: {...}                  # instead of both: one workload at several sizes (config.ladder_schema)
+    define_workloads: {NAME: {dataset, model, loss, batch_size, budget, eval_every, target}}  # or a FILE
     seeds: [0, 1]                  # a list, or an int n meaning 0..n-1
     batch_size: 64                 # an int or a list (an axis)
     budget: {steps: 500}           # or {epochs: 3} (steps = ceil(epochs * n_train / batch_size)),
