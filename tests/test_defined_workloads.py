@@ -118,6 +118,12 @@ def test_bad_definitions_are_one_line_with_their_key_path(shards, tmp_path):
     assert line.startswith("<dict>: define_workloads.toy.model.source: a defined workload names a "), line
     assert _one_line(with_def(loss="mse"), tmp_path) == (
         "<dict>: define_workloads.toy.loss: a sequence dataset trains on cross_entropy, got mse")
+    assert _one_line(with_def(budget={"tokens": 500_000}), tmp_path) == (
+        "<dict>: define_workloads.toy.budget: 3,906 steps of 8 x 16 tokens are 499,968 tokens, more than "
+        "the 98,960 training tokens of tokens:" + str(shards) + ": lower the budget, or give budget.steps "
+        "to repeat data")
+    line = _one_line(with_def(budget={"tokens": 100}), tmp_path)
+    assert line.startswith("<dict>: define_workloads.toy.budget.tokens: 100 tokens are less than one"), line
     cfg = with_def()
     cfg["define_workloads"]["mnist1d_mlp"] = cfg["define_workloads"].pop("toy")
     cfg["workloads"] = ["mnist1d_mlp"]

@@ -288,6 +288,32 @@ def _check_defined(name: str, d: Any, path: str, file: str, registries: Registri
         return
     if TASK_LOSS.get(task, d.loss) != d.loss:
         errors.append(f"{file}: {path}.loss: a {task} dataset trains on {TASK_LOSS[task]}, got {d.loss}")
+    if d.budget.tokens is not None or d.budget.tokens_per_param is not None:
+        _check_token_budget(d, path, file, errors)
+
+
+def _check_token_budget(d: Any, path: str, file: str, errors: list[str]) -> None:
+    """A definition's token budget gives at least one step and no more tokens than its training
+    split holds (a budget in tokens counts data seen once, as a ladder's does)."""
+    from harness.config.errors import ConfigError
+    from harness.config.token_budget import budget_steps
+    from harness.data.sources import load_dataset
+
+    if any(isinstance(v, list | Mapping) for v in d.model.hparams.values()):
+        return  # a grid of sizes: each part's budget is checked when it expands
+    ds = load_dataset(d.dataset.name, **d.dataset.hparams)
+    try:
+        steps = budget_steps(d.budget, model=d.model.name, model_hparams=d.model.hparams,
+                             dataset=d.dataset.name, dataset_hparams=d.dataset.hparams,
+                             batch_size=d.batch_size, n_train=lambda: ds.num_train)
+    except ConfigError as e:  # "budget.tokens: ..." under the definition's path
+        errors.extend(f"{file}: {path}.{line}" for line in e.errors)
+        return
+    t = int(ds.input_shape[0])
+    if steps * d.batch_size * t > ds.num_train * t:
+        errors.append(f"{file}: {path}.budget: {steps:,} steps of {d.batch_size} x {t} tokens are "
+                      f"{steps * d.batch_size * t:,} tokens, more than the {ds.num_train * t:,} training "
+                      f"tokens of {d.dataset.name}: lower the budget, or give budget.steps to repeat data")
 
 
 def _check_workload(w: WorkloadEntry, path: str, file: str, registries: Registries,
