@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -114,8 +115,8 @@ def test_bad_definitions_are_one_line_with_their_key_path(shards, tmp_path):
     assert line.startswith("<dict>: define_workloads.toy.model") and "unknown model 'gpt3'" in line, line
     line = _one_line(with_def(dataset={"name": "no_such_set"}), tmp_path)
     assert line.startswith("<dict>: define_workloads.toy.dataset") and "no_such_set" in line, line
-    line = _one_line(with_def(model={"name": "mine", "source": "my_nets.py:net"}), tmp_path)
-    assert line.startswith("<dict>: define_workloads.toy.model.source: a defined workload names a "), line
+    line = _one_line(with_def(model={"name": "mine", "source": "no_such_file.py:net"}), tmp_path)
+    assert line.startswith("<dict>: define_workloads.toy.model.source: "), line
     assert _one_line(with_def(loss="mse"), tmp_path) == (
         "<dict>: define_workloads.toy.loss: a sequence dataset trains on cross_entropy, got mse")
     assert _one_line(with_def(budget={"tokens": 500_000}), tmp_path) == (
@@ -152,3 +153,21 @@ def test_bad_ladders_on_shards_are_one_line_exit_2_and_no_store(shards, tmp_path
     assert p.returncode == 2, p.stderr
     assert "ladder.tokens_per_param[0]: 100 tokens per parameter" in p.stderr.strip().splitlines()[-1]
     assert sorted(os.listdir(tmp_path)) == ["lad.yaml"]  # no store written
+
+
+def test_a_definition_with_a_sourced_model_trains_and_stores_its_source(tmp_path):
+    shutil.copy(ROOT / "experiments" / "my_nets.py", tmp_path / "my_nets.py")
+    cfg = {"name": "src_wl", "measure_perf": False, "workloads": ["digits_mine"],
+           "optimizers": [{"name": "adam", "hparams": {"step_size": 0.01}}],
+           "define_workloads": {"digits_mine": {
+               "dataset": {"name": "digits"}, "model": {"name": "mine", "source": "my_nets.py:tiny_mlp",
+                                                         "hparams": {"width": 16}},
+               "loss": "cross_entropy", "batch_size": 32, "budget": {"steps": 20}, "eval_every": 10,
+               "target": {"metric": "valid/accuracy", "value": 0.5}}}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    from harness.plan.expansion import expand
+
+    (spec,) = expand(load_config(tmp_path / "c.yaml"))
+    assert spec.model == "mine" and spec.model_source_ref[2] == "tiny_mlp" and spec.model_source_hash
+    run = harness.sweep(str(tmp_path / "c.yaml"), tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", quiet=True)
+    assert run.counts["finished"] == 1 and run.trial_ids == [spec.trial_id], run.counts

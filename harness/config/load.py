@@ -364,6 +364,7 @@ def with_config_sources(regs: Registries, cfg: SweepConfig, file: str, base_dir:
         raise ConfigError(errors)
     sourced = {axis: any(c.source is not None for g in (cfg, *cfg.include) for c in getattr(g, axis) or [])
                for axis in ("optimizers", "models")}
+    sourced["models"] |= any(d.model.source is not None for d in (cfg.define_workloads or {}).values())
     if not any(sourced.values()):
         return regs
     from harness.config.model_sources import resolve_model_sources
@@ -386,4 +387,6 @@ def config_registries(cfg: SweepConfig, regs: Registries) -> Registries:
                 for g in (cfg, *cfg.include) for c in g.optimizers or [] if c.source_ref is not None}
     models = {c.name: model_source_builder(c.source_ref, c.name)
               for g in (cfg, *cfg.include) for c in g.models or [] if c.source_ref is not None}
+    models.update({d.model.name: model_source_builder(d.model.source_ref, d.model.name)
+                   for d in (cfg.define_workloads or {}).values() if d.model.source_ref is not None})
     return with_sources(regs, builders, models)

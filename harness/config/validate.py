@@ -267,9 +267,8 @@ def _check_defined(name: str, d: Any, path: str, file: str, registries: Registri
     n = len(errors)
     for kind, reg, comp in (("model", registries.models, d.model),
                             ("dataset", registries.datasets, d.dataset)):
-        if comp.source is not None:  # resolved for models: entries only (harness.config.model_sources)
-            errors.append(f"{file}: {path}.{kind}.source: a defined workload names a registered {kind}; "
-                          f"a sourced model goes in models: (with datasets: and budget:)")
+        if comp.source is not None and kind == "dataset":
+            errors.append(f"{file}: {path}.dataset.source: only optimizer and model entries take a source")
             continue
         check_component(kind, reg, comp, f"{path}.{kind}", file, errors)
     try:
