@@ -171,3 +171,11 @@ def test_a_definition_with_a_sourced_model_trains_and_stores_its_source(tmp_path
     assert spec.model == "mine" and spec.model_source_ref[2] == "tiny_mlp" and spec.model_source_hash
     run = harness.sweep(str(tmp_path / "c.yaml"), tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", quiet=True)
     assert run.counts["finished"] == 1 and run.trial_ids == [spec.trial_id], run.counts
+    del cfg["workloads"]
+    cfg["ladder"] = {"workload": "digits_mine", "sizes": [{"width": 8}, {"width": 16}], "tokens_per_param": 1,
+                     "baseline": "adam"}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError) as e:
+        harness.sweep(str(tmp_path / "c.yaml"), dry_run=True, quiet=True)
+    assert e.value.errors == ["ladder.workload: a ladder sizes a registered model (models.zoo); "
+                              "digits_mine's model 'mine' has a source"]

@@ -84,6 +84,10 @@ def rungs(cfg: SweepConfig, workload: Any) -> list[Rung]:
       ConfigError: a size the model builder refuses, or a dataset that does not load.
     """
     lad: LadderCfg = cfg.ladder
+    entry = getattr(workload, "model_entry", None)
+    if entry is not None and entry.source is not None:
+        raise ConfigError([f"ladder.workload: a ladder sizes a registered model (models.zoo); "
+                           f"{workload.name}'s model {entry.name!r} has a source"])
     batch = cfg.batch_size[0] if "batch_size" in cfg.model_fields_set else workload.batch_size
     ds_hp = dataset_hparams(cfg, workload)
     ds_json = json.dumps(ds_hp, sort_keys=True)
