@@ -224,6 +224,13 @@ def _fmt_iv(iv: tuple[float, float] | None) -> str:
     return "" if iv is None else f" [{iv[0]:.3g}, {iv[1]:.3g}]"
 
 
+def _line_ratio(st: ScalingStudy) -> float:
+    """The budget the law's speed-up lines are drawn at: the largest the other optimizers trained
+    on (a ``baseline_tokens_per_param`` budget has no speed-up of its own)."""
+    others = st.points.loc[st.points["optimizer"] != st.baseline, "ratio"]
+    return float(others.max() if len(others) else st.points["ratio"].max())
+
+
 def scaling_caption(frame: pd.DataFrame) -> str:
     """The section's caption: what is drawn, how it was computed, the fit's numbers."""
     st = scaling_study(frame)
@@ -238,7 +245,7 @@ def scaling_caption(frame: pd.DataFrame) -> str:
             f"the tokens the baseline needs to reach the optimizer's final validation loss, divided by "
             f"the tokens it used; interpolated linearly in log-tokens on {curve}; bars: 90% percentile "
             f"bootstrap over both optimizers' seeds; ▲/▼: beyond the baseline's curve, a lower/upper "
-            f"bound, never extrapolated). Lines: the fitted law's speed-up at {max(st.points['ratio']):g} "
+            f"bound, never extrapolated). Lines: the fitted law's speed-up at {_line_ratio(st):g} "
             f"tokens/param; dashed and shaded past the "
             f"largest rung: extrapolation, hollow markers at 10× and 100× its parameters. Middle: final "
             f"validation loss above the floor E per tuned configuration and seed, and the law's curves "
@@ -346,7 +353,7 @@ def scaling_figure(frame: pd.DataFrame):
     ratios = sorted(st.points["ratio"].unique())
     for o in sorted(st.points["optimizer"].unique()):
         c, m = colours.get(o, NEUTRAL), marks.get(o, "o")
-        _draw_speedups(ax_s, st, o, (c, m), law, grid, ratios[-1])
+        _draw_speedups(ax_s, st, o, (c, m), law, grid, _line_ratio(st))
         p = st.points[st.points["optimizer"] == o]
         floor = law.E if law is not None else (st.floor or 0.0)
         ax_l.scatter(p["N"], p["loss"] - floor, color=c, marker=m, s=14, label=o)

@@ -220,3 +220,11 @@ def test_a_text_corpus_ladder_fits_E_with_intervals_draws_its_frontier_and_says_
     fig = frontier_figure(f)
     assert fig is not None and layout_problems(fig) == []
     assert "ran on a CPU" not in scaling_caption(f.assign(device_kind="gpu:NVIDIA H100"))
+
+
+def test_the_law_line_is_drawn_at_a_budget_the_others_trained_on():
+    """With a budget for the baseline alone (80 here), the caption said the law's speed-up lines
+    were at 80 tokens/param, where no other optimizer has a measured speed-up; now at 20."""
+    f = frame()
+    f = f[~((f["optimizer"] == "muon") & (f[lt.TAG_RATIO] == "80"))]
+    assert "Lines: the fitted law's speed-up at 20 tokens/param" in scaling_caption(f)
