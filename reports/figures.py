@@ -37,6 +37,7 @@ from reports.leaderboard import format_interval, interval_words, leaderboard
 from reports.objectives import METRIC_LABELS
 from reports.protocol import SOLVED_FRACTION
 from reports.report_clock import clock_note
+from reports.scaling_frontier import frontier_caption, frontier_figure, frontier_table
 from reports.scaling_report import scaling_caption, scaling_figure, scaling_table
 from reports.scoring import performance_profile, profile_times
 from reports.selection import tuning_value_words
@@ -245,6 +246,15 @@ FIGURES: tuple[FigureSpec, ...] = (
         scaling_figure,
         "The sweep has no model-size ladder (a config's ladder: section).",
         scaling_table,
+        optional=True,
+    ),
+    FigureSpec(
+        "scaling_frontier",
+        "Scaling: loss against compute",
+        frontier_caption,
+        frontier_figure,
+        "The sweep has no model-size ladder (a config's ladder: section).",
+        frontier_table,
         optional=True,
     ),
 )

@@ -40,8 +40,8 @@ from reports.scaling_law import LawFit, LawPoints, bootstrap_law, fit_law, law_s
 from reports.selection import best_configs
 from reports.speedup import SpeedUpInterval, speedup_interval
 
-__all__ = ["LADDER_COLUMNS", "ScalingStudy", "add_ladder_columns", "scaling_caption", "scaling_figure",
-           "scaling_study", "scaling_table"]
+__all__ = ["LADDER_COLUMNS", "ScalingStudy", "add_ladder_columns", "early_training_note", "scaling_caption",
+           "scaling_figure", "scaling_study", "scaling_table"]
 
 #: The frame's columns of the ladder tags (named as the tags).
 LADDER_COLUMNS = lt.TAGS
@@ -96,7 +96,7 @@ def _tuned_rows(frame: pd.DataFrame) -> pd.DataFrame:
     rows = s[[(t, o, c) in keep for t, o, c in zip(s["task"], s["optimizer"], s["config_id"], strict=True)]]
     rows = rows.assign(N=_num(rows[lt.TAG_PARAMS]), D=_num(rows[lt.TAG_TOKENS]),
                        ratio=_num(rows[lt.TAG_RATIO]), rung=_num(rows[lt.TAG_RUNG]).astype(int),
-                       loss=_num(rows[M_FINAL_LOSS]))
+                       loss=_num(rows[M_FINAL_LOSS]), flops=_num(rows[lt.TAG_FLOPS]))
     return rows[(rows["status"] == "finished") & np.isfinite(rows["loss"])]
 
 
@@ -173,7 +173,7 @@ def _study(frame: pd.DataFrame) -> ScalingStudy | None:
     floors = (rows["loss"] - gaps).dropna()
     floor = float(floors.median()) if len(floors) else None
     speed, kind = _speedups(frame, rows, baseline)
-    pts = rows[["optimizer", "seed", "rung", "N", "D", "ratio", "loss"]].reset_index(drop=True)
+    pts = rows[["optimizer", "seed", "rung", "N", "D", "ratio", "loss", "flops"]].reset_index(drop=True)
     study = ScalingStudy(baseline, pts, speed, kind, floor)
     if rows.empty or baseline not in set(rows["optimizer"]) or rows["N"].nunique() < 2:
         study.problem = "the law needs finished runs of the baseline at two sizes or more"
@@ -189,6 +189,8 @@ def _study(frame: pd.DataFrame) -> ScalingStudy | None:
             study.known = fit_law(lp, baseline, E=floor, rescale=rescale)
             study.intervals = bootstrap_law(lp, study.known, n_resamples=N_BOOT_LAW)
         study.fitted = fit_law(lp, baseline, rescale=rescale)
+        if study.known is None:  # no known floor (a text corpus): the fitted law's own intervals
+            study.intervals = bootstrap_law(lp, study.fitted, n_resamples=N_BOOT_LAW)
     except (ValueError, RuntimeError) as e:
         study.problem = f"the fit failed: {e}"
         return study
@@ -222,6 +224,13 @@ def _fmt_iv(iv: tuple[float, float] | None) -> str:
     return "" if iv is None else f" [{iv[0]:.3g}, {iv[1]:.3g}]"
 
 
+def _line_ratio(st: ScalingStudy) -> float:
+    """The budget the law's speed-up lines are drawn at: the largest the other optimizers trained
+    on (a ``baseline_tokens_per_param`` budget has no speed-up of its own)."""
+    others = st.points.loc[st.points["optimizer"] != st.baseline, "ratio"]
+    return float(others.max() if len(others) else st.points["ratio"].max())
+
+
 def scaling_caption(frame: pd.DataFrame) -> str:
     """The section's caption: what is drawn, how it was computed, the fit's numbers."""
     st = scaling_study(frame)
@@ -236,7 +245,7 @@ def scaling_caption(frame: pd.DataFrame) -> str:
             f"the tokens the baseline needs to reach the optimizer's final validation loss, divided by "
             f"the tokens it used; interpolated linearly in log-tokens on {curve}; bars: 90% percentile "
             f"bootstrap over both optimizers' seeds; ▲/▼: beyond the baseline's curve, a lower/upper "
-            f"bound, never extrapolated). Lines: the fitted law's speed-up at {max(st.points['ratio']):g} "
+            f"bound, never extrapolated). Lines: the fitted law's speed-up at {_line_ratio(st):g} "
             f"tokens/param; dashed and shaded past the "
             f"largest rung: extrapolation, hollow markers at 10× and 100× its parameters. Middle: final "
             f"validation loss above the floor E per tuned configuration and seed, and the law's curves "
@@ -246,7 +255,7 @@ def scaling_caption(frame: pd.DataFrame) -> str:
     for name, fit in (("E known", st.known), ("E fitted", st.fitted)):
         if fit is None:
             continue
-        iv = st.intervals if fit is st.known else {}
+        iv = st.intervals if fit is (st.known or st.fitted) else {}
         facs = "; ".join(
             f"{o}: ρ_N {fit.rho_n[o]:.3g}{_fmt_iv(iv.get(f'rho_N[{o}]'))}, "
             f"ρ_D {fit.rho_d[o]:.3g}{_fmt_iv(iv.get(f'rho_D[{o}]'))}"
@@ -259,9 +268,24 @@ def scaling_caption(frame: pd.DataFrame) -> str:
     if st.known is not None:
         text += (f"E known is the Markov source's exact loss floor {st.floor:.4f} nats; intervals: 90% "
                  f"bootstrap over runs within each optimizer ({N_BOOT_LAW} refits). ")
+    elif st.fitted is not None:
+        text += (f"No known floor (a text corpus): E is fitted with the rest; intervals: 90% bootstrap over "
+                 f"runs within each optimizer ({N_BOOT_LAW} refits). ")
     if not st.extrapolated.empty:
         text += _extrapolated_text(st)
-    return text
+    return text + early_training_note(frame)
+
+
+def early_training_note(frame: pd.DataFrame) -> str:
+    """A sentence for a ladder trained on a CPU: its rungs are early training (``""`` otherwise)."""
+    st = scaling_study(frame)
+    kinds = frame["device_kind"].dropna().astype(str) if "device_kind" in frame else pd.Series(dtype=str)
+    if st is None or st.points.empty or not kinds.str.lower().str.startswith("cpu").any():
+        return ""
+    return (f" These rungs ran on a CPU: at most {st.points['N'].max():,.0f} parameters and "
+            f"{st.points['D'].max():,.0f} tokens per run, early training, orders of magnitude below the "
+            f"models and budgets scaling laws are fitted on; the trend and its extrapolation describe "
+            f"this regime only, not what the optimizers do at scale.")
 
 
 #: How far (a factor) the speed-up axis reaches past the measured values for the law's
@@ -329,7 +353,7 @@ def scaling_figure(frame: pd.DataFrame):
     ratios = sorted(st.points["ratio"].unique())
     for o in sorted(st.points["optimizer"].unique()):
         c, m = colours.get(o, NEUTRAL), marks.get(o, "o")
-        _draw_speedups(ax_s, st, o, (c, m), law, grid, ratios[-1])
+        _draw_speedups(ax_s, st, o, (c, m), law, grid, _line_ratio(st))
         p = st.points[st.points["optimizer"] == o]
         floor = law.E if law is not None else (st.floor or 0.0)
         ax_l.scatter(p["N"], p["loss"] - floor, color=c, marker=m, s=14, label=o)

@@ -499,6 +499,7 @@ def test_every_figure_exists_and_draws_data(frame):
     figs = F.make_figures(frame)
     assert set(figs) == {spec.key for spec in F.FIGURES}
     assert figs.pop("scaling") is None  # a ladder sweep's only (tests/test_scaling_report.py)
+    assert figs.pop("scaling_frontier") is None
     for key, fig in figs.items():
         assert fig is not None, key
         drawn = sum(len(ax.lines) + len(ax.patches) + len(ax.collections) for ax in fig.axes)
@@ -555,7 +556,7 @@ def test_report_is_self_contained_with_csv_and_artifact(store, report, frame):
     markup = re.sub(r"<script>.*?</script>", "", text, flags=re.S)  # the inlined Vega JS aside
     assert "default-src 'none'" in markup
     svgs = re.findall(r'<figure id="[a-z-]+-static"><svg', markup)
-    assert len(svgs) == len(F.FIGURES) - 1 and "<img" not in markup  # all but a ladder's scaling
+    assert len(svgs) == len(F.FIGURES) - 2 and "<img" not in markup  # all but a ladder's two scaling
     assert not re.search(r'\s(?:src|href)="(?!data:|#)', markup)
     for anchor in re.findall(r'href="#([^"]+)"', text):
         assert f'id="{anchor}"' in text, anchor

@@ -188,3 +188,43 @@ def test_n_axes_label_more_than_the_decade_a_ladder_spans():
     # the speed-up panel runs to the extrapolation (10M): decades; the measured panels 1, 2, 5
     assert shown[0] == ["10k", "100k", "1M", "10M"]
     assert any({"10k", "20k", "50k", "100k"} <= set(s) for s in shown[1:]), shown
+
+
+def test_a_text_corpus_ladder_fits_E_with_intervals_draws_its_frontier_and_says_cpu_is_early():
+    """No loss floor (a text corpus): E is fitted and the law's parameters get bootstrap intervals
+    (before: printed without any); the loss-against-compute frontier marks the runs no cheaper run of
+    the same optimizer matched; CPU rungs are said to be early training."""
+    from reports.scaling_frontier import frontier_caption, frontier_figure, frontier_table
+
+    f = frame().drop(columns=[M_FINAL_GAP])
+    n, d = pd.to_numeric(f[lt.TAG_PARAMS]), pd.to_numeric(f[lt.TAG_TOKENS])
+    f[lt.TAG_FLOPS] = (6.0 * n * d).astype(str)
+    f["device_kind"] = "cpu:cpu"
+    st = scaling_study(f)
+    assert st.known is None and st.fitted is not None and st.fitted.E_fitted
+    for k in ("alpha", "beta", "E", "rho_N[muon]", "rho_D[muon]"):
+        lo, hi = st.intervals[k]
+        assert lo <= hi, k
+    cap = scaling_caption(f)
+    assert f"α = {st.fitted.alpha:.3f} [" in cap and "No known floor (a text corpus)" in cap
+    assert "These rungs ran on a CPU: at most 160,000 parameters and 12,800,000 tokens" in cap
+    t = frontier_table(f)
+    assert len(t) == 2 * len(SIZES) * len(RATIOS) and set(t["seeds"]) == {2}
+    for _, g in t.groupby("optimizer"):  # on the frontier: lower than every cheaper run's mean loss
+        for i, row in enumerate(g.itertuples()):
+            assert row.frontier == all(row.loss < q.loss for q in list(g.itertuples())[:i]), row
+    muon = t[(t["optimizer"] == "muon") & (t["N"] == SIZES[-1]) & (t["ratio"] == 80.0)].iloc[0]
+    assert muon["loss"] == pytest.approx(law("muon", SIZES[-1], 80.0 * SIZES[-1]), abs=1e-9)
+    assert muon["flops"] == pytest.approx(6.0 * SIZES[-1] * 80.0 * SIZES[-1])
+    assert "Lowest: adamw" in frontier_caption(f) and "ran on a CPU" in frontier_caption(f)
+    fig = frontier_figure(f)
+    assert fig is not None and layout_problems(fig) == []
+    assert "ran on a CPU" not in scaling_caption(f.assign(device_kind="gpu:NVIDIA H100"))
+
+
+def test_the_law_line_is_drawn_at_a_budget_the_others_trained_on():
+    """With a budget for the baseline alone (80 here), the caption said the law's speed-up lines
+    were at 80 tokens/param, where no other optimizer has a measured speed-up; now at 20."""
+    f = frame()
+    f = f[~((f["optimizer"] == "muon") & (f[lt.TAG_RATIO] == "80"))]
+    assert "Lines: the fitted law's speed-up at 20 tokens/param" in scaling_caption(f)

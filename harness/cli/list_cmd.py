@@ -83,6 +83,9 @@ def list_(
     optax: bool = typer.Option(
         False, "--optax", help="List every Optax and optax.contrib optimizer instead, as the "
         "`source:` that runs it (optax:NAME) with its hyperparameters (learning_rate is step_size)."),
+    config: str | None = typer.Option(
+        None, "--config", metavar="FILE", help="Also the workloads a sweep config defines "
+        "(define_workloads:, inline or in the file it names), checked as `sweep` checks them."),
 ) -> None:
     """Registered models, optimizers, schedules, datasets and workloads with their hyperparameters
     and defaults (a workload: dataset, model, loss, validation target, steps × batch size).
@@ -90,7 +93,8 @@ def list_(
     `list` alone: one line per entry; `list KIND`: each entry's defaults and description;
     `list KIND NAME`: one entry in full. Your own optimizer needs no registration: name it in a
     config entry's `source:` (docs/your-optimizer.md); `list optimizers --optax` shows what
-    `source: optax:NAME` reaches."""
+    `source: optax:NAME` reaches. `list workloads --config FILE` adds the workloads FILE
+    defines (`define_workloads:`), after the same checks `sweep FILE` makes."""
     from harness.config.registries import default_registries
     from harness.orchestrate.tables import stdout_console
 
@@ -115,9 +119,13 @@ def list_(
         _print_workloads(console, short=True)
         console.print("each entry's defaults and description: python -m harness list KIND [NAME]")
         return
+    known = _config_workloads(config) if config is not None else None
     if kind == "workloads":
-        _print_workloads(console, name=name)
+        _print_workloads(console, name=name, known=known)
         return
+    if config is not None:
+        err("--config adds a config's workloads: python -m harness list workloads --config FILE")
+        raise typer.Exit(2)
     single, registry = kinds[kind]
     _print_kind(console, kind, single, registry, name)
 
@@ -309,15 +317,44 @@ def _print_optax(console, name: str | None = None) -> None:
     console.print("learning_rate is the harness's step_size (a float, a search distribution, or a schedule)")
 
 
-def _print_workloads(console, short: bool = False, name: str | None = None) -> None:
+def _config_workloads(path: str) -> dict:
+    """The built-in workloads and those config ``path`` defines; exits 2 with the config's error
+    lines when it does not load."""
+    from harness.config.errors import ConfigError
+    from harness.config.load import load_config
+    from harness.config.workloads import workload_registry
+
+    try:
+        return workload_registry(load_config(path))
+    except ConfigError as e:
+        for line in e.errors:
+            err(line)
+        raise typer.Exit(2) from None
+
+
+def _budget_text(w) -> str:
+    """A workload's budget: ``steps x batch``, or a defined one's token budget ``x batch``."""
+    b = w.budget
+    if b is None or b.steps is not None:
+        return f"{w.steps} x {w.batch_size}"
+    what = next(f"{getattr(b, k):g} {k.replace('_', ' ')}" for k in ("epochs", "tokens", "tokens_per_param")
+                if getattr(b, k) is not None)
+    return f"{what} x {w.batch_size}"
+
+
+def _print_workloads(console, short: bool = False, name: str | None = None, known: dict | None = None
+                     ) -> None:
     """The :data:`harness.config.workloads.WORKLOADS` table for ``list`` (``short``: one line each,
-    without steps × batch); ``name``: that workload in full (:func:`_print_workload`)."""
+    without steps × batch); ``name``: that workload in full (:func:`_print_workload`); ``known``:
+    another registry (a config's, :func:`_config_workloads`)."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.config.workloads import WORKLOADS
+    from harness.config.workloads import WORKLOADS as BUILT_IN
     from harness.orchestrate.tables import print_table
+
+    WORKLOADS = known if known is not None else BUILT_IN  # the registry shown
 
     names = sorted(WORKLOADS)
     if name is not None:
@@ -331,14 +368,14 @@ def _print_workloads(console, short: bool = False, name: str | None = None) -> N
     t = Table(title=f"workloads ({len(names)}, validation targets)", title_justify="left",
               **({"box": box.SIMPLE_HEAD, "pad_edge": False} if short else {}))
     t.add_column("name", no_wrap=True)
-    for col in ("dataset / model", "target", *(() if short else ("steps x batch",))):
+    for col in ("dataset / model", "target", *(() if short else ("budget x batch",))):
         t.add_column(col, overflow="fold")
     for n in names:
         w = WORKLOADS[n]
         op = ">=" if w.target_mode == "max" else "<="
         data = f"{w.dataset}{' (data_dir)' if w.needs_data_dir else ''} / {w.model}"
         t.add_row(escape(n), escape(data), escape(f"{w.metric} {op} {w.target:g}"),
-                  *(() if short else (f"{w.steps} x {w.batch_size}",)))
+                  *(() if short else (_budget_text(w),)))
     if short:  # one line each where it fits; a long cell wraps within its column
         console.print(t)
     else:
@@ -391,11 +428,13 @@ def _print_workload(console, w) -> None:
         if h.name not in fixed:
             lines.append(f"    {h.name}={default_text(h.default)} (the model's default)"
                          if not h.required else f"    {h.name} (required)")
-    if builder is not None:
+    if w.loss is not None:
+        lines.append(f"  loss: {w.loss}")
+    elif builder is not None:
         lines.append(f"  loss: {loss_text(builder, fixed)}")
     op = ">=" if w.target_mode == "max" else "<="
     lines.append(f"  target: {w.metric} {op} {w.target:g} ({w.target_source})")
-    lines.append(f"  steps x batch: {w.steps} x {w.batch_size}, evaluated every {w.eval_every} steps")
+    lines.append(f"  budget x batch: {_budget_text(w)}, evaluated every {w.eval_every} steps")
     aug = ", ".join(f"{k}={default_text(v)}" for k, v in w.augment.items())
     lines.append(f"  augment: {aug or 'none'}")
     console.print(f"[bold]{escape(w.name)}[/]")

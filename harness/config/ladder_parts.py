@@ -10,8 +10,10 @@ each trial's origin carries its :class:`harness.core.ladder.Rung` (run tags ``la
 
 **Counts.** ``N`` is the number of parameters of the model's ``init`` (every array, embeddings
 included; ``jax.eval_shape``, nothing computed), ``T`` the dataset's tokens per example (a window's
-targets, ``input_shape[0]``), and ``steps = max(1, round(ratio · N / (batch · T)))``, so the
-tokens trained on, ``D = steps · batch · T``, are the ratio's up to rounding. Estimated FLOPs:
+targets, ``input_shape[0]``), and ``steps = round(ratio · N / (batch · T))``, so the
+tokens trained on, ``D = steps · batch · T``, are the ratio's up to rounding. A budget of zero
+steps, or of more tokens than the training split holds (a second pass is not new data), is
+refused, keyed on its ratio. Estimated FLOPs:
 :attr:`harness.core.ladder.Rung.flops`. The dataset is loaded (memoised) to read ``T``.
 
 **Transfer** (:class:`~harness.config.ladder_schema.TransferRule`): ``per_rung`` (the default)
@@ -82,6 +84,10 @@ def rungs(cfg: SweepConfig, workload: Any) -> list[Rung]:
       ConfigError: a size the model builder refuses, or a dataset that does not load.
     """
     lad: LadderCfg = cfg.ladder
+    entry = getattr(workload, "model_entry", None)
+    if entry is not None and entry.source is not None:
+        raise ConfigError([f"ladder.workload: a ladder sizes a registered model (models.zoo); "
+                           f"{workload.name}'s model {entry.name!r} has a source"])
     batch = cfg.batch_size[0] if "batch_size" in cfg.model_fields_set else workload.batch_size
     ds_hp = dataset_hparams(cfg, workload)
     ds_json = json.dumps(ds_hp, sort_keys=True)
@@ -97,11 +103,14 @@ def rungs(cfg: SweepConfig, workload: Any) -> list[Rung]:
             continue
         transfer = tuple((name, _rule_text(lad.transfer_of(name))) for name in lad.transfer)
         for r, baseline_only in lad.ratios():
-            steps = max(1, round(r * n / (batch * t)))
+            steps = round(r * n / (batch * t))
             if steps > MAX_STEPS:  # before the budget is built: one line, not pydantic's dump
                 errors.append(_too_many_steps(lad, r, baseline_only, i, size, n, steps, batch, t))
                 continue
             tokens = steps * batch * t
+            if steps < 1 or tokens > train_tokens:
+                errors.append(_outside_data(lad, r, baseline_only, i, size, n, batch, t, train_tokens))
+                continue
             flops = 3.0 * fwd * steps * batch if fwd else 6.0 * n * tokens
             width = hp.get("width")
             out.append(Rung(workload.name, workload.model, i, size_text(size),
@@ -136,6 +145,20 @@ def _too_many_steps(lad: LadderCfg, ratio: float, baseline_only: bool, i: int, s
     return (f"ladder.{key}[{k}]: {ratio:g} tokens per parameter on ladder.sizes[{i}] ({size_text(size)}: "
             f"{n:,} parameters) implies {steps:,} steps of {batch} x {t} tokens, more than the "
             f"{MAX_STEPS:,} a budget may have: lower the ratio or the size")
+
+
+def _outside_data(lad: LadderCfg, ratio: float, baseline_only: bool, i: int, size: dict[str, Any],
+                  n: int, batch: int, t: int, train_tokens: int) -> str:
+    """The line for a rung whose budget is under one step, or over the training split's tokens
+    (a ladder counts tokens seen once: a second pass is not more data)."""
+    key = "baseline_tokens_per_param" if baseline_only else "tokens_per_param"
+    k = getattr(lad, key).index(ratio)
+    head = (f"ladder.{key}[{k}]: {ratio:g} tokens per parameter on ladder.sizes[{i}] ({size_text(size)}: "
+            f"{n:,} parameters) is {ratio * n:,.0f} tokens")
+    if round(ratio * n / (batch * t)) < 1:  # rounds to zero steps
+        return f"{head}, under one step of {batch} x {t} = {batch * t:,} tokens: raise the ratio or the size"
+    return (f"{head}, more than the {train_tokens:,} training tokens the dataset holds: lower the ratio "
+            f"or the size, or give more data")
 
 
 def _rule_text(rule: TransferRule | str) -> str:

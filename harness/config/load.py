@@ -44,6 +44,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     datasets: [digits]             # registry names, "tfds:NAME" or "tokens:PATH" (harness.data.kinds)
     workloads: [mnist1d_cnn]       # instead of models x datasets: named tasks (harness.config.workloads)
     ladder: {...}                  # instead of both: one workload at several sizes (config.ladder_schema)
+    define_workloads: {NAME: {dataset, model, loss, batch_size, budget, eval_every, target}}  # or a FILE
     seeds: [0, 1]                  # a list, or an int n meaning 0..n-1
     batch_size: 64                 # an int or a list (an axis)
     budget: {steps: 500}           # or {epochs: 3} (steps = ceil(epochs * n_train / batch_size)),
@@ -138,7 +139,7 @@ from harness.config.yamlsafe import YamlConfigError, load_yaml_file
 #: ``ConfigError`` is here too: it is what these functions raise.
 __all__ = ["ConfigError", "check_plan_size", "config_from_data", "config_registries", "load_config",
            "parse_config",
-           "with_config_sources", "with_search_spaces"]
+           "with_config_sources", "with_search_spaces", "with_workload_file"]
 
 
 def parse_config(data: Any, file: str = "<config>",
@@ -208,6 +209,8 @@ def config_from_data(data: Any, file: str, base_dir: str, registries: Registries
       ConfigError: as :func:`load_config`.
     """
     data, moved = with_search_spaces(data, file, base_dir)
+    data, named = with_workload_file(data, file, base_dir)
+    moved = {**moved, **named}
     try:
         cfg = parse_config(data, file, max_trials)
         regs = with_config_sources(registries or default_registries(), cfg, file, base_dir)
@@ -233,6 +236,33 @@ def _moved_line(line: str, file: str, moved: Mapping[str, str]) -> str:
             if line.startswith(f"{file}: {key}{sep}"):
                 return f"{file}: {where}{line[len(file) + 2 + len(key):]}"
     return line
+
+
+def with_workload_file(data: Any, file: str, base_dir: str) -> tuple[Any, dict[str, str]]:
+    """``data`` with ``define_workloads: PATH`` (a YAML file, relative to ``base_dir``, of workload
+    definitions, under a ``define_workloads`` key or at its top) read in; and ``{"define_workloads":
+    "define_workloads (PATH)"}`` so that an error line names the file too.
+
+    Raises:
+      ConfigError: ``FILE: define_workloads: message``: a missing, unsafe or malformed file.
+    """
+    if not isinstance(data, Mapping) or not isinstance(data.get("define_workloads"), str):
+        return data, {}
+    name = data["define_workloads"]
+    path = os.path.join(base_dir, name)
+    if not os.path.isfile(path):
+        raise ConfigError([f"{file}: define_workloads: no such file: {path} (a path is relative to the "
+                           f"config file's folder)"])
+    try:
+        defs = load_yaml_file(path)
+    except YamlConfigError as e:
+        raise ConfigError([f"{file}: define_workloads: {e.lines[0]}"]) from None
+    if isinstance(defs, Mapping) and set(defs) == {"define_workloads"}:
+        defs = defs["define_workloads"]
+    if not isinstance(defs, Mapping):
+        raise ConfigError([f"{file}: define_workloads: {name} holds {type(defs).__name__}, not a mapping "
+                           f"of workload names to definitions"])
+    return {**data, "define_workloads": defs}, {"define_workloads": f"define_workloads ({name})"}
 
 
 #: Largest ``search_space`` file read (bytes).
@@ -338,6 +368,7 @@ def with_config_sources(regs: Registries, cfg: SweepConfig, file: str, base_dir:
         raise ConfigError(errors)
     sourced = {axis: any(c.source is not None for g in (cfg, *cfg.include) for c in getattr(g, axis) or [])
                for axis in ("optimizers", "models")}
+    sourced["models"] |= any(d.model.source is not None for d in (cfg.define_workloads or {}).values())
     if not any(sourced.values()):
         return regs
     from harness.config.model_sources import resolve_model_sources
@@ -360,4 +391,6 @@ def config_registries(cfg: SweepConfig, regs: Registries) -> Registries:
                 for g in (cfg, *cfg.include) for c in g.optimizers or [] if c.source_ref is not None}
     models = {c.name: model_source_builder(c.source_ref, c.name)
               for g in (cfg, *cfg.include) for c in g.models or [] if c.source_ref is not None}
+    models.update({d.model.name: model_source_builder(d.model.source_ref, d.model.name)
+                   for d in (cfg.define_workloads or {}).values() if d.model.source_ref is not None})
     return with_sources(regs, builders, models)

@@ -19,6 +19,7 @@ pre-flight builds it on every dataset before any write, like a zoo model; its di
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from harness.config.source_entries import resolve_entries
@@ -80,7 +81,8 @@ def sourced_model_params(builder: Callable, hparams: dict, ds: Any, spec: Any, l
 def resolve_model_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str, Callable], list[str]]:
     """Parse and load the ``source`` of every model entry of ``cfg`` (top level and ``include``),
     storing each :class:`SourceRef` on its entry. Returns ``({model name: builder}, error lines)``,
-    a line ``FILE: models[i].source: message``. A sourced name may not be a zoo model's, and
+    a line ``FILE: models[i].source: message``; a ``define_workloads`` entry's model too
+    (``define_workloads.NAME.model.source``). A sourced name may not be a zoo model's, and
     entries that share a name share the source; ``optax:``/``algoperf:`` are optimizers only."""
     from models.zoo import MODELS
 
@@ -92,5 +94,14 @@ def resolve_model_sources(cfg: Any, file: str, base_dir: str) -> tuple[dict[str,
         return ref
 
     limit_s = getattr(cfg, "source_timeout_s", None)
-    return resolve_entries(cfg, file, "models", MODELS, "a zoo model", parse,
-                           lambda ref, comp, grid: model_source_builder(ref, comp.name, limit_s))
+    build = lambda ref, comp, grid: model_source_builder(ref, comp.name, limit_s)  # noqa: E731
+    builders, errors = resolve_entries(cfg, file, "models", MODELS, "a zoo model", parse, build)
+    for name, d in (getattr(cfg, "define_workloads", None) or {}).items():  # a defined workload's model
+        if d.model.source is None:
+            continue
+        one = SimpleNamespace(models=[d.model], include=[])
+        got, bad = resolve_entries(one, file, "models", MODELS, "a zoo model", parse, build)
+        builders.update(got)
+        errors += [e.replace(f"{file}: models[0].source", f"{file}: define_workloads.{name}.model.source", 1)
+                   for e in bad]
+    return builders, errors

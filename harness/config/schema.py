@@ -277,6 +277,22 @@ class WorkloadEntry(Strict):
         return {"name": data} if isinstance(data, str) else data
 
 
+class WorkloadDef(Strict):
+    """A ``define_workloads`` entry: a workload written in the config, every part given
+    (:func:`harness.config.workloads.workload_registry`). ``loss``: the model's training loss,
+    ``cross_entropy`` (classification, sequence) or ``mse`` (reconstruction), checked against it."""
+
+    description: str = Field(default="", max_length=500)
+    dataset: Component
+    model: Component
+    loss: Literal["cross_entropy", "mse"]
+    batch_size: Int = Field(gt=0, le=limits.MAX_BATCH_SIZE)
+    budget: Budget
+    eval_every: Int = Field(gt=0, le=limits.MAX_STEPS)
+    target: TargetCfg
+    augment: dict[str, Any] = Field(default_factory=dict)
+
+
 def auto_dtype(platform: str | None = None) -> str:
     """What ``dtype: auto`` (the default) trains in on ``platform`` (default: JAX's default backend):
     ``float32`` on ``cpu``; ``bfloat16`` compute with float32 parameters, optimizer state and inputs
@@ -298,6 +314,8 @@ class SweepConfig(Strict):
     schedules: list[Component] = Field(default_factory=lambda: [Component(name="constant")])
     datasets: list[Component] | None = None
     workloads: list[WorkloadEntry] | None = None
+    #: workloads written here (or in the YAML file named), usable as built-in ones: WorkloadDef
+    define_workloads: dict[str, WorkloadDef] | None = None
     #: a model-size ladder on one workload: harness.config.ladder_schema
     ladder: LadderCfg | None = None
     seeds: list[Annotated[Int, Field(ge=0, lt=limits.SEED_LIMIT)]] = Field(default_factory=lambda: [0])

@@ -19,7 +19,7 @@ from harness.config.hparams import check_component, entry_builder
 from harness.config.registries import Registries, builder_hparams
 from harness.config.schema import Component, SweepConfig, WorkloadEntry
 from harness.config.values import hparam_count
-from harness.config.workloads import WORKLOADS
+from harness.config.workloads import WORKLOADS, Workload, workload_registry
 from harness.core.augment_keys import validate_augment
 from harness.core.builders import did_you_mean, known_executors, lookup
 from harness.core.echo import short_repr
@@ -150,17 +150,23 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
         ex = known_executors()
         errors.append(f"{file}: executor: unknown executor {cfg.executor!r}; valid choices: "
                       f"{', '.join(ex)}{did_you_mean(cfg.executor, ex)}")
+    known = workload_registry(cfg)
+    for name, d in (cfg.define_workloads or {}).items():
+        n = len(errors)
+        _check_defined(name, d, f"define_workloads.{key_text(name)}", file, registries, errors)
+        if len(errors) > n:  # said once, where it is defined
+            known[name] = None  # type: ignore[assignment]
     for i, w in enumerate(cfg.workloads or []):
-        _check_workload(w, f"workloads[{i}]", file, registries, errors)
+        _check_workload(w, f"workloads[{i}]", file, registries, errors, known)
     if cfg.ladder is not None:  # the workload, and its model at each size (harness.config.ladder_parts)
         try:
-            lookup(WORKLOADS, cfg.ladder.workload, "workload")
+            lookup(known, cfg.ladder.workload, "workload")
         except KeyError as e:
             errors.append(f"{file}: ladder.workload: {e.args[0]}")
-        for i, size in enumerate(cfg.ladder.sizes if cfg.ladder.workload in WORKLOADS else []):
+        for i, size in enumerate(cfg.ladder.sizes if cfg.ladder.workload in known else []):
             entry = WorkloadEntry(name=cfg.ladder.workload, model_hparams=size,
                                   dataset_hparams=cfg.ladder.dataset_hparams)
-            _check_workload(entry, f"ladder.sizes[{i}]", file, registries, errors)
+            _check_workload(entry, f"ladder.sizes[{i}]", file, registries, errors, known)
     if cfg.augment is not None:
         try:
             validate_augment(cfg.augment)
@@ -247,14 +253,78 @@ def _check_rules(cfg: SweepConfig, file: str, registries: Registries, errors: li
                               f"{did_you_mean(hp[:200], valid)}")
 
 
-def _check_workload(w: WorkloadEntry, path: str, file: str, registries: Registries,
-                    errors: list[str]) -> None:
-    """The workload exists, and its model and dataset (with the overrides) pass the same checks as
-    a ``models``/``datasets`` entry."""
+#: The loss of each task (:attr:`harness.data.dataset.Dataset.task`).
+TASK_LOSS = {"classification": "cross_entropy", "sequence": "cross_entropy", "reconstruction": "mse"}
+
+
+def _check_defined(name: str, d: Any, path: str, file: str, registries: Registries,
+                   errors: list[str]) -> None:
+    """A ``define_workloads`` entry: a name of its own; its model and dataset pass the checks of a
+    ``models``/``datasets`` entry; its augmentation; its ``loss`` is its dataset's task's."""
+    if name in WORKLOADS:
+        errors.append(f"{file}: {path}: {name!r} is a built-in workload; give yours a name of its own")
+        return
+    n = len(errors)
+    for kind, reg, comp in (("model", registries.models, d.model),
+                            ("dataset", registries.datasets, d.dataset)):
+        if comp.source is not None and kind == "dataset":
+            errors.append(f"{file}: {path}.dataset.source: only optimizer and model entries take a source")
+            continue
+        check_component(kind, reg, comp, f"{path}.{kind}", file, errors)
     try:
-        wl = lookup(WORKLOADS, w.name, "workload")
+        validate_augment(d.augment)
+    except ValueError as e:
+        errors.append(f"{file}: {path}.augment: {e}")
+    if len(errors) > n or any(isinstance(v, list | Mapping) for v in d.dataset.hparams.values()):
+        return
+    from harness.data.sources import load_dataset
+
+    try:
+        task = load_dataset(d.dataset.name, **d.dataset.hparams).task
+    except Exception as e:  # the loader's own reason, on one line
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        errors.append(f"{file}: {path}.dataset: {d.dataset.name!r} does not load: {why}")
+        return
+    if TASK_LOSS.get(task, d.loss) != d.loss:
+        errors.append(f"{file}: {path}.loss: a {task} dataset trains on {TASK_LOSS[task]}, got {d.loss}")
+    if d.budget.tokens is not None or d.budget.tokens_per_param is not None:
+        _check_token_budget(d, path, file, errors)
+
+
+def _check_token_budget(d: Any, path: str, file: str, errors: list[str]) -> None:
+    """A definition's token budget gives at least one step and no more tokens than its training
+    split holds (a budget in tokens counts data seen once, as a ladder's does)."""
+    from harness.config.errors import ConfigError
+    from harness.config.token_budget import budget_steps
+    from harness.data.sources import load_dataset
+
+    if any(isinstance(v, list | Mapping) for v in d.model.hparams.values()):
+        return  # a grid of sizes: each part's budget is checked when it expands
+    ds = load_dataset(d.dataset.name, **d.dataset.hparams)
+    try:
+        steps = budget_steps(d.budget, model=d.model.name, model_hparams=d.model.hparams,
+                             dataset=d.dataset.name, dataset_hparams=d.dataset.hparams,
+                             batch_size=d.batch_size, n_train=lambda: ds.num_train)
+    except ConfigError as e:  # "budget.tokens: ..." under the definition's path
+        errors.extend(f"{file}: {path}.{line}" for line in e.errors)
+        return
+    t = int(ds.input_shape[0])
+    if steps * d.batch_size * t > ds.num_train * t:
+        errors.append(f"{file}: {path}.budget: {steps:,} steps of {d.batch_size} x {t} tokens are "
+                      f"{steps * d.batch_size * t:,} tokens, more than the {ds.num_train * t:,} training "
+                      f"tokens of {d.dataset.name}: lower the budget, or give budget.steps to repeat data")
+
+
+def _check_workload(w: WorkloadEntry, path: str, file: str, registries: Registries,
+                    errors: list[str], known: Mapping[str, Workload] = WORKLOADS) -> None:
+    """The workload exists (in ``known``), and its model and dataset (with the overrides) pass the
+    same checks as a ``models``/``datasets`` entry."""
+    try:
+        wl = lookup(known, w.name, "workload")
     except KeyError as e:
         errors.append(f"{file}: {path}.name: {e.args[0]}")
+        return
+    if wl is None:  # a definition with problems, each said where it is defined
         return
     for kind, reg, name, base, over in (
             ("model", registries.models, wl.model, wl.model_hparams, w.model_hparams),

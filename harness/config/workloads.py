@@ -43,7 +43,8 @@ from typing import Any
 from harness.config.schema import Budget, Component, SweepConfig, TargetCfg
 from harness.core.builders import lookup
 
-__all__ = ["WORKLOADS", "Workload", "config_parts", "get_workload", "needs_parts", "part_error"]
+__all__ = ["WORKLOADS", "Workload", "config_parts", "defined_workload", "get_workload", "needs_parts",
+           "part_error", "workload_registry"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ class Workload:
       steps, batch_size: the step budget and the batch size. eval_every: steps between evaluations.
       augment: :mod:`harness.train.augment` hyperparameters for the training batches (``{}`` = none).
       needs_data_dir: reads a user-prepared TFDS ``data_dir`` (never downloaded).
+      budget: a :class:`~harness.config.schema.Budget` in place of ``steps`` (``None``: ``steps``).
+      loss: the loss a definition names (``None``: the model's). model_entry: the definition's model
+        entry (its ``source``). defined_in: the config that defines it (``""``: built in).
     """
 
     name: str
@@ -77,6 +81,10 @@ class Workload:
     model_hparams: Mapping[str, Any] = field(default_factory=dict)
     augment: Mapping[str, Any] = field(default_factory=dict)
     needs_data_dir: bool = False
+    budget: Any = None
+    loss: str | None = None
+    model_entry: Any = None
+    defined_in: str = ""
 
 
 _MEASURED = "measured here (docs/workloads.md)"
@@ -147,6 +155,39 @@ def get_workload(name: str) -> Workload:
     return lookup(WORKLOADS, name, "workload")  # type: ignore[arg-type]
 
 
+def defined_workload(name: str, d: Any, where: str = "the config") -> Workload:
+    """A ``define_workloads`` entry ``d`` (:class:`harness.config.schema.WorkloadDef`) as a
+    :class:`Workload` named ``name``; ``where`` names the config in ``target_source``."""
+    steps = d.budget.steps or 0
+    return Workload(
+        name=name, description=d.description or f"defined in {where}", dataset=d.dataset.name,
+        model=d.model.name, metric=d.target.metric, target=d.target.value,
+        target_mode=d.target.resolved_mode(), target_source=f"defined in {where}", steps=steps,
+        batch_size=d.batch_size, eval_every=d.eval_every, dataset_hparams=dict(d.dataset.hparams),
+        model_hparams=dict(d.model.hparams), augment=dict(d.augment), budget=d.budget, loss=d.loss,
+        model_entry=d.model, defined_in=where)
+
+
+def workload_registry(cfg: Any) -> dict[str, Workload]:
+    """:data:`WORKLOADS` and the workloads ``cfg`` defines (``define_workloads``), name → workload.
+    A defined name that is a built-in's is refused by :mod:`harness.config.validate`."""
+    defs = getattr(cfg, "define_workloads", None) or {}
+    return {**WORKLOADS, **{n: defined_workload(n, d) for n, d in defs.items() if n not in WORKLOADS}}
+
+
+def workload_of(cfg: Any, name: str) -> Workload:
+    """``name`` in :func:`workload_registry` of ``cfg``; ``KeyError`` as :func:`get_workload`."""
+    return lookup(workload_registry(cfg), name, "workload")  # type: ignore[return-value]
+
+
+def model_component(wl: Workload, hparams: Mapping[str, Any]) -> Component:
+    """The model entry of workload ``wl`` with ``hparams``: a defined workload's own entry (its
+    ``source`` and resolved reference kept), else a registry name."""
+    if wl.model_entry is not None:
+        return wl.model_entry.model_copy(update={"hparams": dict(hparams)})
+    return Component(name=wl.model, hparams=dict(hparams))
+
+
 # --------------------------------------------------------------------------------------------------
 # sweep configs with workloads
 
@@ -176,7 +217,7 @@ def config_parts(cfg: SweepConfig) -> list[tuple[str, dict[str, Any], SweepConfi
     if cfg.ladder is not None:
         from harness.config.ladder_parts import ladder_parts
 
-        return ladder_parts(cfg, get_workload(cfg.ladder.workload))
+        return ladder_parts(cfg, workload_of(cfg, cfg.ladder.workload))
     parts: list[tuple[str, dict[str, Any], SweepConfig]] = []
     for dt in cfg.dtypes():
         base = {"dtype": dt, "workloads": None, "augment": None}
@@ -194,7 +235,7 @@ def _own(cfg: SweepConfig, key: str) -> bool:
 def _workload_part(cfg: SweepConfig, i: int, entry: Any, base: dict[str, Any]
                    ) -> tuple[str, dict[str, Any], SweepConfig]:
     """:func:`config_parts`' part of workload entry ``i`` (``entry``), ``base`` its dtype."""
-    wl = get_workload(entry.name)
+    wl = workload_of(cfg, entry.name)
     if entry.name in cfg.targets:
         target = cfg.targets[entry.name]
     elif _own(cfg, "target") and cfg.target is not None:
@@ -203,11 +244,11 @@ def _workload_part(cfg: SweepConfig, i: int, entry: Any, base: dict[str, Any]
         target = TargetCfg(metric=wl.metric, value=wl.target, mode=wl.target_mode)
     upd = {
         **base,
-        "models": [Component(name=wl.model, hparams={**wl.model_hparams, **entry.model_hparams})],
+        "models": [model_component(wl, {**wl.model_hparams, **entry.model_hparams})],
         "datasets": [Component(name=wl.dataset,
                                hparams={**wl.dataset_hparams, **entry.dataset_hparams})],
         "batch_size": cfg.batch_size if _own(cfg, "batch_size") else [wl.batch_size],
-        "budget": cfg.budget if _own(cfg, "budget") and cfg.budget else Budget(steps=wl.steps),
+        "budget": cfg.budget if _own(cfg, "budget") and cfg.budget else wl.budget or Budget(steps=wl.steps),
         "eval_every": cfg.eval_every if _own(cfg, "eval_every") else wl.eval_every,
         "target": target, "targets": {}, "include": [],
         "zip": [g for g in cfg.zip if not {"models", "datasets", "batch_size"} & set(g)],
