@@ -77,6 +77,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     checkpoint_dir: null           # default: beside a SQLite store (./checkpoints for a server)
     keep_final_checkpoint: false   # log each trial's final state as its checkpoint/ artifact
     source_timeout_s: 60           # each check running a source: file's code, before any write
+    dispatch_timeout_s: 600        # each dispatch of a trial with a source: entry, in a worker (null: none)
 
 Hyperparameter values: a scalar is fixed; a list is a grid axis; ``{log_grid: [low, high, num]}`` is
 ``num`` log-spaced values (6 significant digits); ``{value: X}`` is the literal X (use it for

@@ -462,7 +462,7 @@ def _run_context(cfg: SweepConfig, config_path: str | Path, uri: str, exp_id: st
                       sweep=cfg.name, **commit_tags(config_path), measure_perf=cfg.measure_perf,
                       trial_tags=trial_tags, checkpoint_every=cfg.checkpoint_every or "default",
                       checkpoint_dir=checkpoint.root_for(uri, cfg.checkpoint_dir),
-                      keep_final_checkpoint=cfg.keep_final_checkpoint)
+                      **{k: getattr(cfg, k) for k in ("keep_final_checkpoint", "dispatch_timeout_s")})
 
 
 def _close_invocation(client, exp_id: str, parent_id: str, uri: str, outcomes: list[TrialOutcome],
