@@ -57,7 +57,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     include: [{models: [cnn], optimizers: [sgd]}]   # extra sub-grids (other axes as above)
     exclude: [{model: cnn, optimizer.step_size: [1.0]}]   # drop trials matching every key
     batching: auto                 # auto | on | off (true: on, false: off): seed/step-size siblings vmapped
-    measure_perf: true             # throughput measurement (once per perf key)
+    measure_perf: true             # throughput timing (once per perf key; false: none, cost clock)
     scoring: harness               # tuned time-to-result rule: harness | algoperf (reports.scoring)
     time: modeled                  # the clock time to target ranks on: modeled | measured (core.clock)
     dtype: auto                    # auto (float32 on a CPU, else bf16 compute) | float32 | bfloat16 | ...

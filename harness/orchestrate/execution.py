@@ -71,6 +71,7 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
         compile_s = training.measure_throughput(timed, on_stage=display.stage)
         display.stage_done()
         if clock is not None:  # its compiles are the budget's compile (training reuses them)
+            clock.timing = training.timing_note()
             stage_s = time.perf_counter() - t0
             budget.add(clock.parts, {"compile": min(compile_s, stage_s),
                                      "throughput": max(0.0, stage_s - compile_s)})

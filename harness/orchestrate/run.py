@@ -248,7 +248,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                            config_path=str(config_path),
                            boundary=boundary_warnings(outcomes, specs, cfg.selection.by),
                            select_by=cfg.selection.by, time_clock=cfg.time,
-                           budget=clock.budget, budget_wall_s=clock.wall_s,
+                           budget=clock.budget, budget_wall_s=clock.wall_s, timing=clock.timing,
                            trial_ids=[s.trial_id for s in specs],
                            search=rounds.describe() if rounds is not None else [],
                            smoke=smoke_line(max_steps))
