@@ -331,7 +331,7 @@ def test_user_code_that_hangs_or_exits_while_training_fails_its_trial_alone(tmp_
     (tmp_path / "nets.py").write_text(EXITS)
     _, r, _ = _sweep(tmp_path, [BUILTIN, {"name": "sleepy", "source": "slow.py:sleepy",
                                           "hparams": {"step_size": 0.1}}],
-                     timeout=300, dispatch_timeout_s=3, budget={"steps": 60}, eval_every=20,
+                     timeout=300, dispatch_timeout_s=8, budget={"steps": 60}, eval_every=20,
                      models=[{"name": "mlp", "hparams": {"width": 16, "depth": 1}},
                              {"name": "net", "source": "nets.py:exits"}])
     out = r.stdout + r.stderr
@@ -339,7 +339,7 @@ def test_user_code_that_hangs_or_exits_while_training_fails_its_trial_alone(tmp_
     got = _reasons(tmp_path)
     assert got[("parent", "parent")][0] == "FINISHED", out
     assert got[("mlp", "sgd")] == ("FINISHED", ""), out
-    hung = ("FAILED", "hung: its training chunk at step 0 did not return within 3 s (dispatch_timeout_s: 3); "
+    hung = ("FAILED", "hung: its training chunk at step 0 did not return within 8 s (dispatch_timeout_s: 8); "
                       "its worker process was killed (source: slow.py:sleepy)")
     assert got[("mlp", "sleepy")] == hung, out
     assert got[("net", "sleepy")][0] == "FAILED" and got[("net", "sleepy")][1].startswith("hung: "), out

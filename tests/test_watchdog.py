@@ -32,6 +32,15 @@ def test_a_dispatch_is_overdue_only_while_it_runs_past_the_limit(board):
         assert watchdog.last_dispatch(board) == "during its training chunk at step 40"
     assert board[0] == 0.0 and watchdog.overdue(board, 2.0, now=time.monotonic() + 99) is None
     assert watchdog.last_dispatch(board) == "between dispatches, after its training chunk at step 40"
+    with watchdog.dispatch("training chunk", 50):
+        t0 = board[0]
+        with watchdog.untimed():  # a compile: not timed, the dispatch's clock starts after it
+            assert board[0] == 0.0 and watchdog.overdue(board, 2.0, now=t0 + 99) is None
+            time.sleep(0.01)
+        assert board[0] > t0 and watchdog.last_dispatch(board) == "during its training chunk at step 50"
+    with watchdog.untimed():  # between dispatches: nothing to pause
+        assert board[0] == 0.0
+    assert board[0] == 0.0
     with pytest.raises(ValueError), watchdog.dispatch("nap"):
         pass
 

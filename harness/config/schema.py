@@ -329,7 +329,7 @@ class SweepConfig(Strict):
     #: ``source`` file, calling its factory, tracing one update): harness.core.source.bounded.
     source_timeout_s: Float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=86_400)  # a day
     #: Seconds one dispatch (a chunk of steps, an evaluation) of a trial with a ``source:`` entry may
-    #: take while it trains, its compile included: harness.core.watchdog (null: no limit, such trials
+    #: take while it trains, a compile not counted: harness.core.watchdog (null: no limit, such trials
     #: train in the sweep's own process, unguarded).
     dispatch_timeout_s: Float | None = Field(default=DEFAULT_DISPATCH_TIMEOUT_S, gt=0, le=86_400)
 

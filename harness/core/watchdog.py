@@ -5,10 +5,10 @@ own (:class:`harness.execute.executors.ProcessExecutor`). The trainer marks each
 of training steps, an evaluation, the throughput timing) with :func:`dispatch`: it writes when the
 dispatch began, at which step and of which kind into a small array shared with the process that
 watches (:func:`new_board`, installed in the worker by :func:`install`). The watcher reads it with
-:func:`overdue`: a dispatch running longer than the limit (the config's ``dispatch_timeout_s``; its
-compile counts) is a hang, and the watcher ends the worker with SIGKILL. Between dispatches (data
-loading, checkpoints, MLflow writes) nothing is timed. :func:`last_dispatch` says, after a worker's
-death, where it was.
+:func:`overdue`: a dispatch running longer than the limit (the config's ``dispatch_timeout_s``) is a
+hang, and the watcher ends the worker with SIGKILL. A training chunk's compile is not timed
+(:func:`untimed`), nor is anything between dispatches (data loading, checkpoints, MLflow writes).
+:func:`last_dispatch` says, after a worker's death, where it was.
 
 Outside a worker nothing is installed and :func:`dispatch` costs one attribute read.
 Standard library only.
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["DEFAULT_DISPATCH_TIMEOUT_S", "KINDS", "dispatch", "install", "last_dispatch", "new_board",
-           "overdue"]
+           "overdue", "untimed"]
 
 #: Seconds one dispatch of a sourced trial may take (the config's ``dispatch_timeout_s`` default; as
 #: the limit of one call into an AlgoPerf submission).
@@ -67,6 +67,21 @@ def dispatch(kind: str, step: int = 0) -> Iterator[None]:
         yield
     finally:
         board[0] = 0.0
+
+
+@contextlib.contextmanager
+def untimed() -> Iterator[None]:
+    """Inside a :func:`dispatch`: the ``with`` body is not timed (a compile), and the dispatch's
+    clock starts again after it."""
+    board = _BOARD
+    if board is None or board[0] <= 0.0:
+        yield
+        return
+    board[0] = 0.0
+    try:
+        yield
+    finally:
+        board[0] = time.monotonic()
 
 
 def _where(start: float, step: float, code: float) -> str:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from harness.core import watchdog
+from harness.core import conditions, watchdog
 from harness.core.context import RunContext
 from harness.core.spec import TrialSpec
 from harness.execute import devices
@@ -75,6 +75,7 @@ def worker_main(conn, env: dict[str, str] | None, board=None) -> None:
     :func:`execute_unit` itself raised), until ``None``. ``board``: where its trainer marks each
     dispatch for the parent's watch (:mod:`harness.core.watchdog`)."""
     watchdog.install(board)
+    conditions.drop_callback_failures()  # a callback that raises fails its trial in one line
     if not _init_worker(env, conn):
         return
     import harness.train.loop  # noqa: F401  (JAX and the trainer, before the first unit comes)
