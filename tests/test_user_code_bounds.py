@@ -14,7 +14,10 @@ would be ``tmp_path/mlflow.db``):
   (``HARNESS_TEST_SUBMISSION_CALL_S=3``): that trial FAILED with the reason, the built-in's trial
   FINISHED, the parent run FINISHED (not RUNNING), exit 1; a file that starts a thread that is not
   a daemon and never ends: the sweep trains, prints its summary and the process ends, exit 0;
-  a ``jax.debug.callback`` that raises: the trial FAILED, exit 1, no traceback printed.
+  a ``jax.debug.callback`` that raises: the trial FAILED, exit 1, no traceback printed; an update
+  whose callback sleeps for ever from step 5 and a model whose ``apply`` calls ``os._exit(0)`` on its
+  40th call (``dispatch_timeout_s: 8``): each such trial FAILED with its reason, the built-ins'
+  FINISHED, the parent FINISHED, exit 1.
 
 Each failed before the fix (hung until the test's timeout, exit 0 or 130, or a traceback).
 """
