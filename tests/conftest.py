@@ -316,4 +316,6 @@ def fake_trainer(monkeypatch):
     monkeypatch.setattr(trainer, "should_batch", lambda specs: False)
     # nor does the sweep time real programs before training (its interleaved throughput stage)
     monkeypatch.setattr("harness.execute.training.measure_throughput", lambda units, on_stage=None: 0.0)
+    # and a user's source trains here too (the fake runs none of its code): not in a worker of its own
+    monkeypatch.setattr("harness.execute.isolation.isolated", lambda spec: False)
     return opts

@@ -113,9 +113,9 @@ def test_the_sweep_measures_first_and_its_units_do_not_time_again(tmp_path, writ
     measured: dict = {}
     real_inter, real_train, real_alone = P.measure_interleaved, loop._train, P._measure
 
-    def inter(programs, cache):
+    def inter(programs, cache, *a, **kw):  # (the training steps that bound it, its progress)
         events.append(f"interleaved {len(programs)}")
-        out = real_inter(programs, cache)
+        out = real_inter(programs, cache, *a, **kw)
         measured.update(out)
         return out
 
@@ -176,3 +176,49 @@ def test_the_flop_count_needs_no_second_compile(monkeypatch):
     compiled = real(jax.jit(prog.one_step).lower(state, e.x_train[:32], e.y_train[:32], jnp.int32(0)))
     assert r.flops_per_step == pytest.approx(timing.cost_flops(compiled), rel=0.01)
     assert timing.flops_agree(r.flops_per_step, r.flops_per_step_analytic)
+
+
+
+def test_the_timings_cost_is_bounded_by_a_share_of_the_training_it_serves():
+    """Rounds that would cost more than ``TIMING_SHARE`` of the programs' training are cut to one
+    call per round, at least ``FLOOR_ROUNDS`` (hand-computed: 6 programs of 0.1 s per call, 32
+    training calls each: 10 rounds of 2 calls cost 12 s, the bound is 0.2 × 19.2 s = 3.84 s, 6
+    rounds of 1 call cost 3.6 s); a timing within its bound keeps its rounds, its extra time capped
+    by what is left of the bound. ``time_rounds`` takes the plan after its warm-up calls and says
+    each round's end with the rounds it may still take and their seconds."""
+    from harness.train.rounds import FLOOR_ROUNDS, TIMING_SHARE, bounded_rounds, rounds_left
+
+    assert (TIMING_SHARE, FLOOR_ROUNDS) == (0.2, 6)
+    assert bounded_rounds([0.1] * 6, [32] * 6, 2, 10, 8.0) == (1, 6, 0.0, True)
+    assert bounded_rounds([0.1] * 6, [64] * 6, 2, 10, 8.0) == (1, 10, 0.0, True)  # 7.68 s: 12 rounds of 1 fit
+    assert bounded_rounds([0.1] * 6, [32] * 6, 2, 10, 8.0, share=1.0) == pytest.approx((2, 10, 7.2, False))
+    assert rounds_left(3, 1.5, 10, 40, 8.0) == (16, 6.5)  # 0.5 s a round: 8 s allow 16
+    assert rounds_left(12, 6.0, 10, 40, 0.0) == (12, 0.0)
+
+    x = jnp.ones(8)
+    exes = [jax.jit(lambda a, c=c: a + c).lower(x).compile() for c in (1.0, 2.0)]
+    warm, seen = [], []
+
+    def plan(call_s):
+        warm.append(call_s)
+        return 1, 3, 0.0, True
+
+    times, _, cpu = timing.time_rounds([timing.Timed(e, (x,), lambda out, a: (out,)) for e in exes],
+                                       block=4, warmup=2, max_spread=None, min_rounds=10, max_rounds=40,
+                                       max_seconds=60.0, plan=plan, on_round=lambda *a: seen.append(a))
+    assert len(warm) == 1 and len(warm[0]) == 2 and all(c > 0 for c in warm[0])
+    assert [len(t) for t in times] == [3, 3] and [len(c) for c in cpu] == [3, 3]  # 3 rounds of 1 call
+    assert [(d, n) for d, n, _ in seen] == [(1, 3), (2, 3), (3, 3)] and seen[-1][2] == 0.0
+
+
+def test_a_bounded_timing_is_stated_in_the_summarys_time_line(monkeypatch):
+    from harness.execute.training import timing_note
+    from harness.orchestrate.summary import SweepSummary
+
+    monkeypatch.setattr(P, "LAST_TIMING", {"bounded": True, "rounds": 6, "programs": 6, "seconds": 3.1})
+    assert timing_note() == "timing: 6 rounds (20% bound)"
+    s = SweepSummary("q", "id", "1", "p", "sqlite:///x.db", [], 10.0,
+                     budget={"train": 6.0, "throughput": 4.0}, budget_wall_s=10.0, timing=timing_note())
+    assert s.budget_line() == "time 10.0 s: train 60%, throughput 40%; timing: 6 rounds (20% bound)"
+    monkeypatch.setattr(P, "LAST_TIMING", {"bounded": False, "rounds": 10})
+    assert timing_note() == ""

@@ -234,7 +234,9 @@ def test_two_source_versions_current_by_default_all_on_request(tmp_path, trackin
     monkeypatch.setattr("harness.execute.training.measure_throughput", lambda units, on_stage=None: 0.0)
     (tmp_path / "my_opts.py").write_text(MY_OPT.format(expr="step_size"))
     cfg = tmp_path / "v.yaml"
-    cfg.write_text(yaml.safe_dump(_cfg(name="ver", optimizers=[
+    # dispatch_timeout_s: null: the user's optimizer trains in this process, where the fake trainer is
+    # (else in a worker process of its own)
+    cfg.write_text(yaml.safe_dump(_cfg(name="ver", dispatch_timeout_s=None, optimizers=[
         {"name": "adam", "hparams": {"step_size": 0.01}},
         {"name": "my_sgd", "source": "my_opts.py:my_sgd", "hparams": {"step_size": 0.1}}])))
     first = harness.sweep(cfg, tracking_uri=tracking_uri, quiet=True)

@@ -80,3 +80,27 @@ def test_an_algoperf_submission_is_not_estimated_and_says_why(tmp_path, capsys):
     assert "TypeError" not in out
     assert re.search(r"step cost of \S+ · nadamw_ap: not estimated \(an AlgoPerf submission builds its "
                      r"optimizer state in its own init_optimizer_state\)", out), out
+
+
+def test_the_step_time_is_estimated_on_the_device_present_from_its_measured_peak(monkeypatch):
+    """A dry run said only "0.003817 ms on 1 H100 SXM", nothing about the machine in use. Now the
+    line first gives the time on the device present from its measured matmul peak (here a stand-in
+    of 100 GFLOP/s), at the same assumed MFU: mlp width 8 depth 1 on digits, batch 32 (make_spec):
+    3 × (2·64·8 + 8 + 8 + 2·8·10 + 10: matmuls, biases, ReLU) × 32 = 116,160 FLOPs per step →
+    116,160 / (1e11 × 0.4) s = 0.002904 ms."""
+    from conftest import make_spec
+
+    from harness.train import timing
+
+    monkeypatch.setattr(timing, "device_peak_flops", lambda device=None, dtype=None, **kw: 1e11)
+    spec = make_spec(model_hparams={"width": 8, "depth": 1})
+    fpe = 3 * (2 * 64 * 8 + 8 + 8 + 2 * 8 * 10 + 10) * spec.batch_size
+    assert fpe == 116_160
+    (line,) = step_cost.cost_lines([spec])
+    assert f"{fpe:.3g} FLOPs" in line, line
+    here = 1e3 * fpe / (1e11 * 0.4)
+    assert (f"; {here:.4g} ms here ({timing.device_kind()}, measured peak 100 GFLOP/s), "
+            f"{1e3 * fpe / (step_cost.PEAK_FLOPS * 0.4):.4g} ms on 1 H100 SXM") in line, line
+    monkeypatch.setattr(timing, "device_peak_flops", lambda *a, **k: 1 / 0)  # no peak: the H100 figure alone
+    (line,) = step_cost.cost_lines([spec])
+    assert " ms here " not in line and " ms on 1 H100 SXM" in line, line

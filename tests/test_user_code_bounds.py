@@ -14,7 +14,10 @@ would be ``tmp_path/mlflow.db``):
   (``HARNESS_TEST_SUBMISSION_CALL_S=3``): that trial FAILED with the reason, the built-in's trial
   FINISHED, the parent run FINISHED (not RUNNING), exit 1; a file that starts a thread that is not
   a daemon and never ends: the sweep trains, prints its summary and the process ends, exit 0;
-  a ``jax.debug.callback`` that raises: the trial FAILED, exit 1, no traceback printed.
+  a ``jax.debug.callback`` that raises: the trial FAILED, exit 1, no traceback printed; an update
+  whose callback sleeps for ever from step 5 and a model whose ``apply`` calls ``os._exit(0)`` on its
+  40th call (``dispatch_timeout_s: 8``): each such trial FAILED with its reason, the built-ins'
+  FINISHED, the parent FINISHED, exit 1.
 
 Each failed before the fix (hung until the test's timeout, exit 0 or 130, or a traceback).
 """
@@ -261,4 +264,91 @@ def test_a_debug_callback_that_raises_fails_the_trial_without_a_traceback(tmp_pa
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert _statuses(tmp_path) == {"mine": ["FAILED"], "sgd": ["FINISHED"], "parent": ["FINISHED"]}, out
+    assert "Traceback" not in out, out
+
+
+SLEEPS = FACTORY + textwrap.dedent('''
+    import jax
+
+
+    def _maybe_sleep(i):
+        if int(i) >= 5:
+            time.sleep(10 ** 6)
+
+
+    def sleepy(step_size):
+        init, update, get = sgd(step_size)
+
+        def update_sleeps(i, g, state):
+            jax.debug.callback(_maybe_sleep, i)
+            return update(i, g, state)
+
+        return init, update_sleeps, get
+''')
+
+EXITS = textwrap.dedent('''
+    import os
+
+    import jax
+
+    from models import stax
+
+    CALLS = [0]
+
+
+    def _count(n):
+        CALLS[0] += 1
+        if CALLS[0] >= 40:
+            os._exit(0)
+
+
+    def exits(*, num_classes, width: int = 8):
+        init, apply = stax.serial(stax.Flatten, stax.Dense(width), stax.Relu, stax.Dense(num_classes))
+
+        def apply_counted(params, x, **kw):
+            jax.debug.callback(_count, x.shape[0])
+            return apply(params, x, **kw)
+
+        return init, apply_counted
+''')
+
+
+def _reasons(tmp_path: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    """``{(model, optimizer): (run status, harness.reason)}`` of the trial runs."""
+    db = sqlite3.connect(tmp_path / "mlflow.db")
+    try:
+        rows = db.execute(
+            "SELECT r.status, (SELECT value FROM tags t WHERE t.run_uuid = r.run_uuid AND t.key = 'model'), "
+            "(SELECT value FROM tags t WHERE t.run_uuid = r.run_uuid AND t.key = 'optimizer'), "
+            "(SELECT value FROM tags t WHERE t.run_uuid = r.run_uuid AND t.key = 'harness.reason') "
+            "FROM runs r").fetchall()
+    finally:
+        db.close()
+    return {(m or "parent", o or "parent"): (status, reason or "") for status, m, o, reason in rows}
+
+
+def test_user_code_that_hangs_or_exits_while_training_fails_its_trial_alone(tmp_path):
+    # before: the sleeping update hung the sweep for ever (the sgd trial never trained), and the
+    # model's os._exit(0) on its 40th call ended the sweep with exit 0, no summary, its parent RUNNING
+    (tmp_path / "slow.py").write_text(SLEEPS)
+    (tmp_path / "nets.py").write_text(EXITS)
+    _, r, _ = _sweep(tmp_path, [BUILTIN, {"name": "sleepy", "source": "slow.py:sleepy",
+                                          "hparams": {"step_size": 0.1}}],
+                     timeout=300, dispatch_timeout_s=8, budget={"steps": 60}, eval_every=20,
+                     models=[{"name": "mlp", "hparams": {"width": 16, "depth": 1}},
+                             {"name": "net", "source": "nets.py:exits"}])
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    got = _reasons(tmp_path)
+    assert got[("parent", "parent")][0] == "FINISHED", out
+    assert got[("mlp", "sgd")] == ("FINISHED", ""), out
+    hung = ("FAILED", "hung: its training chunk at step 0 did not return within 8 s (dispatch_timeout_s: 8); "
+                      "its worker process was killed (source: slow.py:sleepy)")
+    assert got[("mlp", "sleepy")] == hung, out
+    assert got[("net", "sleepy")][0] == "FAILED" and got[("net", "sleepy")][1].startswith("hung: "), out
+    status, reason = got[("net", "sgd")]
+    assert status == "FAILED", out
+    assert reason.startswith("worker process died (exit code 0) twice, the last during its training chunk "
+                             "at step "), out
+    assert "best configuration per task and optimizer" in r.stdout, out
     assert "Traceback" not in out, out

@@ -19,8 +19,9 @@ stdout and stderr and ends the process with the command's exit code (``os._exit`
 
 A ``jax.debug.callback`` (or ``pure_callback``, ``io_callback``) of a user's optimizer that raises
 fails its trial, whose run records the error and its traceback; JAX's own log record of it (the
-traceback again, on stderr) is dropped (:class:`_CallbackFailed`), as a failed trial prints one line,
-and so is the same error raised once more by JAX's ``atexit`` wait for its runtime tokens
+traceback again, on stderr) is dropped (:class:`harness.core.conditions.CallbackFailed`, in every
+worker too), as a failed trial prints one line, and so is the same error raised once more by
+JAX's ``atexit`` wait for its runtime tokens
 (:func:`_settle_jax_effects`).
 """
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import sys
 import threading
@@ -38,6 +38,7 @@ import typer
 
 import harness
 from harness.cli import data_cmd, list_cmd, report_cmd, reproduce_cmd, shared, status_cmd, sweep_cmd, ui_cmd
+from harness.core import conditions
 
 _EPILOG = """\b
 Examples:
@@ -72,19 +73,6 @@ __all__ = ["EXIT_GRACE_S", "app", "main"]
 
 #: Seconds the interpreter's shutdown may wait for threads left alive before the process ends anyway.
 EXIT_GRACE_S = 5.0
-
-
-#: JAX's loggers that print a failed callback's traceback, and those records' messages.
-_CALLBACK_LOGGERS = ("jax._src.debugging", "jax._src.callback")
-_CALLBACK_FAILED = ("jax.debug.callback failed", "jax.pure_callback failed", "jax.io_callback failed")
-
-
-class _CallbackFailed(logging.Filter):
-    """Drops JAX's "jax.debug.callback failed" records (module docstring); ``jax.debug.log`` and
-    every other record pass."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() not in _CALLBACK_FAILED
 
 
 def _settle_jax_effects() -> None:
@@ -134,8 +122,7 @@ def main() -> None:
     # (MLflow reads this when it is first imported; a user's own setting wins.)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     shared.PROCESS_START = harness.PROCESS_START  # a sweep's time budget starts at the process start
-    for name in _CALLBACK_LOGGERS:
-        logging.getLogger(name).addFilter(_CallbackFailed())
+    conditions.drop_callback_failures()
     try:
         app()
     except SystemExit as e:  # typer ends every command so

@@ -60,7 +60,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     include: [{models: [cnn], optimizers: [sgd]}]   # extra sub-grids (other axes as above)
     exclude: [{model: cnn, optimizer.step_size: [1.0]}]   # drop trials matching every key
     batching: auto                 # auto | on | off (true: on, false: off): seed/step-size siblings vmapped
-    measure_perf: true             # throughput measurement (once per perf key)
+    measure_perf: true             # throughput timing (once per perf key; false: none, cost clock)
     scoring: harness               # tuned time-to-result rule: harness | algoperf (reports.scoring)
     time: modeled                  # the clock time to target ranks on: modeled | measured (core.clock)
     dtype: auto                    # auto (float32 on a CPU, else bf16 compute) | float32 | bfloat16 | ...
@@ -82,6 +82,7 @@ Schema (``experiments/quickstart.yaml`` is a complete example)::
     checkpoint_dir: null           # default: beside a SQLite store (./checkpoints for a server)
     keep_final_checkpoint: false   # log each trial's final state as its checkpoint/ artifact
     source_timeout_s: 60           # each check running a source: file's code, before any write
+    dispatch_timeout_s: 600        # each dispatch of a trial with a source: entry, in a worker (null: none)
 
 Hyperparameter values: a scalar is fixed; a list is a grid axis; ``{log_grid: [low, high, num]}`` is
 ``num`` log-spaced values (6 significant digits); ``{value: X}`` is the literal X (use it for

@@ -42,6 +42,7 @@ from harness.core.echo import short_repr
 from harness.core.names import SCORING_RULES, canonical_metric
 from harness.core.selection_rule import DEFAULT_SELECT_BY, SELECT_BY
 from harness.core.source import DEFAULT_TIMEOUT_S
+from harness.core.watchdog import DEFAULT_DISPATCH_TIMEOUT_S
 
 
 def batching_switch(v: Any) -> Any:
@@ -359,6 +360,10 @@ class SweepConfig(Strict):
     #: Seconds each check that runs a user's code before any write may take (importing an optimizer
     #: ``source`` file, calling its factory, tracing one update): harness.core.source.bounded.
     source_timeout_s: Float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=86_400)  # a day
+    #: Seconds one dispatch (a chunk of steps, an evaluation) of a trial with a ``source:`` entry may
+    #: take while it trains, a compile not counted: harness.core.watchdog (null: no limit, such trials
+    #: train in the sweep's own process, unguarded).
+    dispatch_timeout_s: Float | None = Field(default=DEFAULT_DISPATCH_TIMEOUT_S, gt=0, le=86_400)
 
     @field_validator("checkpoint_every", mode="before")
     @classmethod

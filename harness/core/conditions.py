@@ -22,13 +22,15 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["NOT_OURS", "SAID_PER_TRIAL", "flops_note", "one_line_warnings"]
+__all__ = ["CALLBACK_FAILED", "CALLBACK_LOGGERS", "NOT_OURS", "SAID_PER_TRIAL", "CallbackFailed",
+           "drop_callback_failures", "flops_note", "one_line_warnings"]
 
 #: Warning classes (by name) whose condition each trial records itself: never shown as warnings.
 SAID_PER_TRIAL = ("FlopsMismatchWarning",)
@@ -77,3 +79,23 @@ def flops_note(optimizer: str, task: str, text: str) -> str:
     (``text``: the trial's ``perf.flops_mismatch`` tag)."""
     return (f"note: {optimizer} on {task}: {text}; its utilisation and cost clock use XLA's count "
             f"(run tag perf.flops_mismatch)")
+
+
+#: JAX's loggers that print a failed callback's traceback, and those records' messages.
+CALLBACK_LOGGERS = ("jax._src.debugging", "jax._src.callback")
+CALLBACK_FAILED = ("jax.debug.callback failed", "jax.pure_callback failed", "jax.io_callback failed")
+
+
+class CallbackFailed(logging.Filter):
+    """Drops JAX's "jax.debug.callback failed" records: the trial that raised it is FAILED with the
+    traceback kept in its run, and one line says so; ``jax.debug.log`` and every other record pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() not in CALLBACK_FAILED
+
+
+def drop_callback_failures() -> None:
+    """Put :class:`CallbackFailed` on JAX's :data:`CALLBACK_LOGGERS` in this process (the command
+    line's, and each worker's that trains)."""
+    for name in CALLBACK_LOGGERS:
+        logging.getLogger(name).addFilter(CallbackFailed())

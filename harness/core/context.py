@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core.watchdog import DEFAULT_DISPATCH_TIMEOUT_S
+
 
 @dataclass(frozen=True)
 class RunContext:
@@ -38,6 +40,8 @@ class RunContext:
       rung_board: an early-stopping sweep's :class:`harness.core.rungs.RungBoard` (``None``: none):
         the trainer's gate ranks a trial at its rungs against it. A copy shipped to a worker is
         not ``live`` (:mod:`harness.execute.rung_gate`); never spooled.
+      dispatch_timeout_s: seconds one dispatch of a trial with user code (a ``source:`` entry) may
+        take while it trains (:mod:`harness.core.watchdog`); ``None``: no limit.
     """
 
     tracking_uri: str
@@ -56,6 +60,7 @@ class RunContext:
     checkpoint_dir: str = ""
     keep_final_checkpoint: bool = False
     rung_board: Any = None
+    dispatch_timeout_s: float | None = DEFAULT_DISPATCH_TIMEOUT_S
 
     def tags_of(self, trial_id: str) -> dict[str, str]:
         """The extra run tags of ``trial_id``: :attr:`trial_tags`' and, in an early-stopping sweep,

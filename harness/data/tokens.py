@@ -295,7 +295,7 @@ def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens:
                                           f"{globs[0]!r} in {c.root} hold {n_val:,} (at least "
                                           f"seq_len + 1 = {seq_len + 1} are needed)")
     n_train = sum(i.num_tokens for i in c.train)
-    want_test = want_val if test_tokens is None else test_tokens
+    want_test = tokens_for_test(sum(i.num_tokens for i in c.test) if c.test else None, want_val, test_tokens)
     if want_test < seq_len + 1:
         raise TokensError("test_tokens", f"{want_test:,} test tokens hold no window: at least seq_len + 1 = "
                                          f"{seq_len + 1} are needed")
@@ -315,6 +315,39 @@ def _eval_splits(c: Corpus, seq_len: int, valid_tokens: int | None, test_tokens:
     return valid, test, kept, vocab, streamed
 
 
+def tokens_for_test(n_test: int | None, n_valid: int, test_tokens: int | None) -> int:
+    """The test tokens evaluated: ``test_tokens`` when given; else as many as validation
+    (``n_valid``), capped by the test files' ``n_test`` tokens (``None``: no test files, the test
+    tokens are held out from training): all of a test split shorter than validation."""
+    if test_tokens is not None:
+        return test_tokens
+    return n_valid if n_test is None else min(n_valid, n_test)
+
+
+#: Vocabularies taken as byte-level (one token per byte, 256 ids, maybe one more for end of text):
+#: their bytes per token is 1 where no ``tokens.json`` gives it.
+BYTE_VOCABS = (256, 257)
+
+
+def text_bytes_per_token(meta: dict, vocab: int, given: float | None) -> float | None:
+    """The corpus's bytes per token, for bits per byte: ``given`` (the ``bytes_per_token`` key),
+    else the sidecar's, else 1 for a :data:`BYTE_VOCABS` vocabulary, else ``None`` (unknown).
+
+    Raises:
+      TokensError: ``given`` is not a positive finite number, or differs from the sidecar's.
+    """
+    side = meta.get("bytes_per_token")
+    if given is None:
+        return side if side is not None else (1.0 if vocab in BYTE_VOCABS else None)
+    if type(given) not in (int, float) or not 0 < given < float("inf"):
+        raise TokensError("bytes_per_token", f"must be a positive number (bytes of text per token), "
+                                             f"got {given!r}")
+    if side is not None and abs(side - given) > 1e-9 * side:
+        raise TokensError("bytes_per_token", f"{given:g} differs from the {side:g} of {SIDECAR}, which "
+                                             f"measured it; leave the key out")
+    return float(given)
+
+
 #: Training splits above this many tokens are streamed (``stream: null``); below, held in memory.
 STREAM_ABOVE_TOKENS = 1 << 24
 #: Windows of a streamed training split kept in memory (shapes, the throughput measurement).
@@ -324,14 +357,16 @@ RESIDENT_WINDOWS = 1024
 def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, valid_tokens: int | None = None,
                 test_tokens: int | None = None, train_glob: str = "*train*", valid_glob: str = "*val*",
                 test_glob: str = "*test*", format: str = "auto", stream: bool | None = None,
-                digest: str = "auto", order: Literal["random", "sequential"] = "random") -> Dataset:
+                digest: str = "auto", order: Literal["random", "sequential"] = "random",
+                bytes_per_token: float | None = None) -> Dataset:
     """The shard folder ``path`` as a ``"sequence"`` :class:`Dataset` of ``int32 (N, seq_len)`` windows.
 
     Args:
       path: the folder. seq_len: tokens per window. vocab_size: the vocabulary (default: the
         sidecar's largest token id + 1, else the data's). valid_tokens: tokens of the
         validation files evaluated (default: all, at most :data:`VALID_TOKENS_MAX`). test_tokens:
-        tokens of the test files, or held out from the end of training (default: as validation).
+        tokens of the test files, or held out from the end of training (default: as many as
+        validation, or all of a shorter test split).
         *_glob: file-name patterns of the splits. format: ``auto`` or a
         :data:`harness.data.shards.FORMATS` key. stream: read training windows by positional reads
         (:class:`harness.data.stream.TokenStream`, ``Dataset.stream``) instead of holding them
@@ -339,7 +374,9 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
         content the digest covers, one of :data:`DIGESTS` (:func:`corpus_digest`). order: the
         training windows' order, ``random`` (each seed its own permutation of the windows) or
         ``sequential`` (modded-nanogpt's reader: shards in name order, consecutive windows, the same
-        for every seed; always streamed), :class:`harness.data.stream.TokenStream`.
+        for every seed; always streamed), :class:`harness.data.stream.TokenStream`. bytes_per_token: bytes of
+        text per token, for ``bits_per_byte`` (default: ``tokens.json``'s, else 1 for a byte-level
+        vocabulary of 256 or 257, else none is logged).
     Raises:
       TokensError: bad data or hyperparameters (a token id at or above the vocabulary names its
         shard and offset); ``.key`` names the hyperparameter.
@@ -358,6 +395,7 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
     if order == "sequential" and not streamed:  # read from the shards whatever the size: checked once here
         _stream(c.train, n_train, vocab)
         streamed = True
+    bpt = text_bytes_per_token(c.meta, vocab, bytes_per_token)
     src = TokenStream(c.train, seq_len, n_train, vocab, order)
     if streamed:
         w = np.stack([src.window(i) for i in range(min(src.num_windows, RESIDENT_WINDOWS))])
@@ -375,4 +413,4 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
                    name=f"{TOKENS_PREFIX}{path}", task="sequence",
                    source=f"token shards in {c.root} ({fmts}, {tok})",
                    license=str(c.meta.get("license", "")), stream=src if streamed else None,
-                   bytes_per_token=c.meta.get("bytes_per_token"))
+                   bytes_per_token=bpt)

@@ -57,9 +57,10 @@ from harness.core.builders import EXECUTORS, did_you_mean, known_executors
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome, failed_unit
 from harness.core.spec import TrialResult, TrialSpec
-from harness.execute import background, claims, devices, writing
+from harness.execute import background, claims, devices, isolation, writing
 from harness.execute.devices import DevicePlan
 from harness.execute.handoff import Handoff
+from harness.execute.isolation import death_reason, death_where, gave_up_reason, hang, hang_reason
 from harness.execute.process_worker import Worker, stop_all
 from harness.execute.worker import execute_unit
 from harness.tracking.client import client_for
@@ -120,6 +121,7 @@ class InProcessExecutor(Executor):
     def __init__(self, jobs: int = 1, **_: object) -> None:
         self.jobs = 1
         self.flush_wait_s = 0.0  # seconds spent waiting for background MLflow writes at the end
+        self.isolated = isolated_executor()  # units with user code (harness.execute.isolation)
 
     def validate(self, tracking_uri: str | None = None) -> None:
         """A ``HARNESS_DEVICE_IDS`` set for this process must name its devices (checked before any
@@ -130,12 +132,27 @@ class InProcessExecutor(Executor):
             on_done: Callable[[list[TrialOutcome]], None]) -> None:
         # Results are written to MLflow on a background thread while the next unit trains, so
         # tracking stays off the critical path; everything is flushed before returning.
+        plain, sourced = isolation.split(units) if ctx.dispatch_timeout_s else (range(len(units)), [])
         try:
-            for unit in units:
+            for i in plain:
                 interrupt.check()  # a Ctrl-C lost in a garbage-collection callback
-                on_done(execute_unit(unit, ctx, background=True))
+                on_done(execute_unit(units[i], ctx, background=True))
         finally:
             self.flush_wait_s = background.flush_logging()
+        if sourced:  # user code: in a worker process whose dispatches are watched
+            self.isolated.note = self.note
+            self.isolated.run([units[i] for i in sourced], ctx, on_done)
+            self.flush_wait_s += self.isolated.flush_wait_s
+
+    @contextlib.contextmanager
+    def session(self):
+        """Keep the worker for units with user code from one :meth:`run` to the next."""
+        with self.isolated.session():
+            yield self
+
+    def prestart(self, specs: list[TrialSpec]) -> None:
+        """Start the worker for the trials with user code among ``specs`` now, if there are any."""
+        self.isolated.prestart([s for s in specs if isolation.isolated(s)])
 
 
 #: How many times a unit may lose its worker process: a unit whose worker dies this many times is
@@ -143,25 +160,6 @@ class InProcessExecutor(Executor):
 UNIT_DEATHS = 2
 #: Seconds the workers get to leave by themselves at the end (or after Ctrl-C) before SIGTERM.
 JOIN_S = 10.0
-
-
-def death_reason(exitcode: int | None) -> str:
-    """How a worker process ended, for a reason: ``signal 9`` (SIGKILL), ``exit code 1``."""
-    if exitcode is None:
-        return "unknown exit"
-    if exitcode < 0:
-        return f"signal {-exitcode}"
-    return f"exit code {exitcode}"
-
-
-def gave_up_reason(deaths: list[str]) -> str:
-    """The FAILED reason of a unit whose worker died ``len(deaths)`` times:
-    ``worker process died (signal 9) twice`` (``... died twice (signal 9; exit code 1)`` when the
-    deaths differ)."""
-    times = {1: "once", 2: "twice"}.get(len(deaths), f"{len(deaths)} times")
-    if len(set(deaths)) == 1:
-        return f"worker process died ({deaths[0]}) {times}"
-    return f"worker process died {times} ({'; '.join(deaths)})"
 
 
 #: ``TrialOutcome.extra`` key of a trial that could not run at all (its worker process died each
@@ -245,6 +243,10 @@ class ProcessExecutor(Executor):
         #: Worker processes started so far (a kept worker counts once; a replacement counts).
         self.started = 0
         self._datasets: list = []  # what a worker starts with (shared_datasets of the run's units)
+        #: Whether a worker skips importing the parent's main script (the in-process executor's own).
+        self.own_main = False
+        #: Seconds one dispatch of a unit with user code may take (``RunContext.dispatch_timeout_s``).
+        self.limit_s: float | None = None
 
     def validate(self, tracking_uri: str | None = None) -> None:
         """Plan the workers' devices (before anything is written; the sweep calls this).
@@ -263,6 +265,7 @@ class ProcessExecutor(Executor):
             return
         spawn = mp.get_context("spawn")
         queue = deque(range(len(units)))
+        self.limit_s = ctx.dispatch_timeout_s
         self.deaths = {}
         self._start_deaths: list[str] = []
         # The parent is the store's only writer (module docstring); with a final checkpoint to log
@@ -365,7 +368,7 @@ class ProcessExecutor(Executor):
 
     def _spawn(self, spawn, env: dict[str, str] | None) -> Worker:
         self.started += 1
-        return Worker(spawn, env, self._datasets)
+        return Worker(spawn, env, self._datasets, own_main=self.own_main)
 
     def _replace(self, spawn, w: Worker) -> Worker:
         w.stop(0.0)
@@ -376,14 +379,19 @@ class ProcessExecutor(Executor):
         """Take what the busy worker ``w`` has to say (nothing yet, its unit's outcomes, or its death);
         returns the worker that holds its place afterwards."""
         i = w.unit
+        hung = hang(w.board, units[i], self.limit_s)  # user code past its dispatch limit
         try:
+            if hung is not None:
+                w.proc.kill()
+                w.proc.join(5.0)
+                raise EOFError
             if not w.seen_ready() or not w.conn.poll():
                 if w.proc.is_alive():
                     return w
                 raise EOFError
             _, ok, payload = w.conn.recv()
         except (EOFError, OSError):
-            if self._died_at_start(w):  # the unit never ran: nothing to charge to it
+            if hung is None and self._died_at_start(w):  # the unit never ran: nothing to charge to it
                 w.unit = None
                 queue.appendleft(i)
                 return self._replace(spawn, w)
@@ -392,14 +400,16 @@ class ProcessExecutor(Executor):
             deaths.append(why)
             w.unit = None
             label = f"{len(units[i])} trial(s) from {units[i][0].trial_id}"
-            if len(deaths) < UNIT_DEATHS:
+            if hung is None and len(deaths) < UNIT_DEATHS:
                 self._note(f"worker process {w.proc.pid} died ({why}) while running {label}: "
                            f"trying it again on a fresh worker")
                 queue.appendleft(i)
             else:
-                reason = gave_up_reason(deaths)
-                self._note(f"worker process {w.proc.pid} died ({why}) while running {label} again: "
-                           f"recording it FAILED ({reason})")
+                reason = (hang_reason(units[i], hung) if hung is not None
+                          else gave_up_reason(deaths) + death_where(w.board))
+                self._note(f"worker process {w.proc.pid} {'hung' if hung else f'died ({why})'} while "
+                           f"running {label}{' again' if len(deaths) > 1 else ''}: recording it FAILED "
+                           f"({reason})")
                 if book is None:
                     on_done(not_run(units[i], reason))
                 else:
@@ -436,6 +446,15 @@ class ProcessExecutor(Executor):
             self.note(line)
         else:
             log.warning("%s", line)
+
+
+def isolated_executor() -> ProcessExecutor:
+    """The in-process executor's worker for units with user code (:mod:`harness.execute.isolation`):
+    one process on the sweep's devices, that does not import the caller's main script."""
+    ex = ProcessExecutor(jobs=1)
+    ex.own_main = True
+    ex.device_plan = devices.DevicePlan("host", (("all",),), (isolation.isolated_env(),))
+    return ex
 
 
 def register_executor(name: str, factory: Callable[..., Executor]) -> None:

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from harness.core import conditions, watchdog
 from harness.core.context import RunContext
 from harness.core.spec import TrialSpec
 from harness.execute import devices
@@ -68,10 +69,13 @@ def _init_worker(env: dict[str, str] | None, conn) -> bool:
     return True
 
 
-def worker_main(conn, env: dict[str, str] | None) -> None:
+def worker_main(conn, env: dict[str, str] | None, board=None) -> None:
     """A ``--jobs`` worker process: receive its datasets (a list, maybe empty), then ``(index, unit,
     ctx, handoff)`` and answer ``(index, True, outcomes)`` (or ``(index, False, exception)`` when
-    :func:`execute_unit` itself raised), until ``None``."""
+    :func:`execute_unit` itself raised), until ``None``. ``board``: where its trainer marks each
+    dispatch for the parent's watch (:mod:`harness.core.watchdog`)."""
+    watchdog.install(board)
+    conditions.drop_callback_failures()  # a callback that raises fails its trial in one line
     if not _init_worker(env, conn):
         return
     import harness.train.loop  # noqa: F401  (JAX and the trainer, before the first unit comes)
@@ -103,6 +107,24 @@ def worker_main(conn, env: dict[str, str] | None) -> None:
             return
 
 
+@contextlib.contextmanager
+def _main_hidden():
+    """While a worker starts: the main module's spec and file hidden from ``multiprocessing``'s
+    spawn, which would otherwise import the parent's script in the child."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
+    try:
+        for k in saved:
+            if k == "__spec__":
+                main.__spec__ = None
+            else:
+                del main.__dict__[k]
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+
+
 def picklable(e: BaseException) -> BaseException:
     """``e`` if it pickles, else a ``RuntimeError`` with its text (a worker's exception crosses a pipe)."""
     try:
@@ -114,13 +136,19 @@ def picklable(e: BaseException) -> BaseException:
 
 class Worker:
     """The parent's handle on one spawned worker process: its pipe, its device environment, the
-    unit it holds and whether it said it is set up."""
+    unit it holds, whether it said it is set up, and the board its dispatches are watched on
+    (:mod:`harness.core.watchdog`). ``own_main``: the worker does not import the parent's main
+    script (it runs only the harness's code and the sources its trials carry), so a script that
+    runs a sweep needs no ``__main__`` guard for it."""
 
-    def __init__(self, spawn, env: dict[str, str] | None, datasets: list | None = None) -> None:
+    def __init__(self, spawn, env: dict[str, str] | None, datasets: list | None = None,
+                 own_main: bool = False) -> None:
         self.env = env
         self.conn, child = spawn.Pipe()
-        self.proc = spawn.Process(target=worker_main, args=(child, env), name="harness-worker")
-        self.proc.start()
+        self.board = watchdog.new_board(spawn)
+        self.proc = spawn.Process(target=worker_main, args=(child, env, self.board), name="harness-worker")
+        with _main_hidden() if own_main else contextlib.nullcontext():
+            self.proc.start()
         child.close()
         self.unit: int | None = None
         self.ready = False  # the worker said it is set up (process_worker.READY)

@@ -92,7 +92,9 @@ def measure_throughput(units: list[list[TrialSpec]],
     its own. Returns the seconds of it spent compiling (the chunks training reuses, and lowering
 the one-step programs for their FLOPs: the time budget's ``compile``, not ``throughput``).
     ``on_stage(name, text)``, when given, hears the count: ``"building program 2 of 7 for the
-    throughput measurement"``, then ``"timing 7 programs, interleaved"``."""
+    throughput measurement"``, then ``"timing 7 programs, interleaved"`` and, after each round,
+    ``"...: round 3 of at most 10, ETA 4 s"``. The rounds cost at most a share of the training the
+    units will do (:func:`harness.train.rounds.bounded_rounds`)."""
     from harness.train.perf import measure_interleaved, perf_cache_key
     from harness.train.program import program_for
 
@@ -113,15 +115,33 @@ the one-step programs for their FLOPs: the time budget's ``compile``, not ``thro
             progs.append((program_for(s, load_dataset_of(s)), s))
         except Exception:  # its unit trains it and records why
             continue
+    what = f"timing {len(progs)} program{'s' * (len(progs) != 1)}, interleaved"
     if progs:
-        say("throughput", f"timing {len(progs)} program{'s' * (len(progs) != 1)}, interleaved (one "
-                          f"step time per program, under the same load)")
+        say("throughput", f"{what} (one step time per program, under the same load)")
+
+    def on_round(done: int, planned: int, left_s: float) -> None:  # a line per round on a pipe
+        say(f"throughput round {done}", f"{what}: round {done} of at most {planned}, ETA {left_s:.0f} s")
+
+    steps: dict = {}
+    for s in (s for u in units for s in u):  # what each program will train: the timing's bound
+        steps[perf_cache_key(s)] = steps.get(perf_cache_key(s), 0) + s.steps
     try:
-        return sum(p.compile_s for p in measure_interleaved(progs, PERF_CACHE).values())
+        return sum(p.compile_s for p in measure_interleaved(progs, PERF_CACHE, steps, on_round).values())
     except Exception as e:
         log.warning("the interleaved throughput measurement failed (%s); each unit measures its own",
                     _first_line(e))
         return 0.0
+
+
+def timing_note() -> str:
+    """The time line's words on the last interleaved timing when its cost bound cut its rounds:
+    ``"timing: 6 rounds (20% bound)"``; ``""`` when it did not."""
+    from harness.train.perf import LAST_TIMING
+    from harness.train.rounds import TIMING_SHARE
+
+    if not LAST_TIMING.get("bounded"):
+        return ""
+    return f"timing: {LAST_TIMING['rounds']} rounds ({TIMING_SHARE:.0%} bound)"
 
 
 def _gate(ctx: RunContext) -> dict:

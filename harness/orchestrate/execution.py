@@ -31,7 +31,7 @@ from harness.core import budget
 from harness.core.context import RunContext
 from harness.core.outcome import TrialOutcome
 from harness.core.spec import TrialSpec
-from harness.execute import training
+from harness.execute import isolation, training
 from harness.execute.claims import CLAIM_WAIT_S
 from harness.execute.executors import NOT_RUN, Executor, InProcessExecutor, write_not_run
 from harness.orchestrate.progress import ProgressDisplay
@@ -66,9 +66,12 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
     deferred: list[str] = []
     if ctx.measure_perf and isinstance(ex, InProcessExecutor):
         t0 = time.perf_counter()
-        compile_s = training.measure_throughput(units, on_stage=display.stage)
+        # units with user code time their own steps in their worker (harness.execute.isolation)
+        timed = [units[i] for i in isolation.split(units)[0]] if ctx.dispatch_timeout_s else units
+        compile_s = training.measure_throughput(timed, on_stage=display.stage)
         display.stage_done()
         if clock is not None:  # its compiles are the budget's compile (training reuses them)
+            clock.timing = training.timing_note()
             stage_s = time.perf_counter() - t0
             budget.add(clock.parts, {"compile": min(compile_s, stage_s),
                                      "throughput": max(0.0, stage_s - compile_s)})

@@ -248,7 +248,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                            config_path=str(config_path),
                            boundary=boundary_warnings(outcomes, specs, cfg.selection.by),
                            select_by=cfg.selection.by, time_clock=cfg.time,
-                           budget=clock.budget, budget_wall_s=clock.wall_s,
+                           budget=clock.budget, budget_wall_s=clock.wall_s, timing=clock.timing,
                            trial_ids=[s.trial_id for s in specs],
                            search=rounds.describe() if rounds is not None else [],
                            smoke=smoke_line(max_steps))
@@ -462,7 +462,7 @@ def _run_context(cfg: SweepConfig, config_path: str | Path, uri: str, exp_id: st
                       sweep=cfg.name, **commit_tags(config_path), measure_perf=cfg.measure_perf,
                       trial_tags=trial_tags, checkpoint_every=cfg.checkpoint_every or "default",
                       checkpoint_dir=checkpoint.root_for(uri, cfg.checkpoint_dir),
-                      keep_final_checkpoint=cfg.keep_final_checkpoint)
+                      **{k: getattr(cfg, k) for k in ("keep_final_checkpoint", "dispatch_timeout_s")})
 
 
 def _close_invocation(client, exp_id: str, parent_id: str, uri: str, outcomes: list[TrialOutcome],

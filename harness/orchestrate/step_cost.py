@@ -9,8 +9,11 @@ would take on a stated accelerator at an assumed MFU (nothing is compiled or run
   one micro-batch keeps for the backward pass, 16-bit, without recomputation:
   ``depth · T · b · (34 d + 5 h T)`` bytes (Korthikanti et al. 2022, eq. 2) + float32 logits
   ``b · T · vocab · 4``. An estimate: XLA's own figure needs the accelerator.
-* Time: FLOPs / (peak × MFU) on :data:`ACCELERATOR` (NVIDIA H100 SXM, bf16 dense peak 989.4
-  TFLOP/s, its datasheet) at :data:`ASSUMED_MFU`, an assumption, not a measurement.
+* Time: FLOPs / (peak × MFU) at :data:`ASSUMED_MFU`, an assumption, not a measurement: on the
+  device present (its measured matmul peak, :func:`harness.train.timing.device_peak_flops`: cached
+  per device kind in ``peak.json``, else a short probe of a few seconds; float32 on a CPU, bfloat16
+  elsewhere), then on :data:`ACCELERATOR` (NVIDIA H100 SXM, bf16 dense peak 989.4 TFLOP/s, its
+  datasheet) for comparison.
 """
 
 from __future__ import annotations
@@ -89,6 +92,21 @@ def step_cost(spec: Any, param_shapes: Mapping[tuple, Any] | None = None) -> dic
             "seconds": None if flops is None else flops / (PEAK_FLOPS * ASSUMED_MFU)}
 
 
+def present_peak() -> tuple[str, float] | None:
+    """``(device kind, measured peak FLOP/s)`` of this process's first device (float32 on a CPU,
+    bfloat16 elsewhere: the compute dtype of ``dtype: auto``), or ``None`` when it cannot be had."""
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        from harness.train import timing
+
+        cpu = jax.devices()[0].platform == "cpu"
+        return timing.device_kind(), timing.device_peak_flops(dtype=jnp.float32 if cpu else jnp.bfloat16)
+    except Exception:  # an estimate only: the H100 figure stands without it
+        return None
+
+
 def _key(spec: Any) -> str:
     return json.dumps([spec.model, spec.hparams("model"), spec.dataset, spec.hparams("dataset"),
                        spec.optimizer, spec.batch_size, dict(spec.recipe).get("grad_accum", 1)],
@@ -103,6 +121,7 @@ def cost_lines(specs: list, param_shapes: Mapping[tuple, Any] | None = None) -> 
     for s in specs:
         seen.setdefault(_key(s), s)
     out = []
+    here = present_peak() if specs else None
     for s in list(seen.values())[:MAX_LINES]:
         if s.optimizer_api == "algoperf":  # its state exists only once init_optimizer_state ran
             out.append(f"step cost of {s.model} · {s.optimizer}: not estimated (an AlgoPerf submission "
@@ -119,6 +138,9 @@ def cost_lines(specs: list, param_shapes: Mapping[tuple, Any] | None = None) -> 
                else f" + activations {_size(c['activations_gib'])}")
         when = "" if c["seconds"] is None else (f"; {1e3 * c['seconds']:.4g} ms on {ACCELERATOR} at an "
                                                 f"assumed MFU of {ASSUMED_MFU:.0%}")
+        if c["flops"] is not None and here is not None:
+            when = (f"; {1e3 * c['flops'] / (here[1] * ASSUMED_MFU):.4g} ms here ({here[0]}, measured "
+                    f"peak {here[1] / 1e9:.4g} GFLOP/s){when.replace('; ', ', ', 1)}")
         out.append(f"step cost of {s.model} · {s.optimizer} ({c['params']:,} parameters, batch "
                    f"{s.batch_size}{tok}): {flops}; memory ~{_size(c['memory_gib'])} (optimizer state "
                    f"{_size(c['state_gib'])} + gradients {_size(c['grads_gib'])}{act}){when}")

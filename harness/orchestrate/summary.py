@@ -42,8 +42,7 @@ class SweepSummary:
     outcomes: list[TrialOutcome]
     wall_s: float
     dry_run: bool = False
-    #: Results still in the local spool when the sweep ended (the store did not answer), and the
-    #: spool's folder; the next invocation writes them.
+    #: Results still in the local spool at the end (the store did not answer), its folder: written next time.
     spooled_left: int = 0
     spool_dir: str = ""
     #: Results that went through the spool during this invocation (written later, or still left).
@@ -52,8 +51,7 @@ class SweepSummary:
     store_error: str = ""
     #: Trial ids whose results are still only in the local spool when the sweep ended.
     in_spool: frozenset[str] = frozenset()
-    #: The config file, for the command that writes the spooled results.
-    config_path: str = ""
+    config_path: str = ""  # the config file, for the command that writes the spooled results
     #: Boundary warnings of the selected configurations (:func:`boundary_warnings`).
     boundary: list[str] = field(default_factory=list)
     #: The selection objective (the config's ``selection.by``, :mod:`harness.core.selection_rule`).
@@ -64,6 +62,7 @@ class SweepSummary:
     #: its parts add up to; ``None`` when this invocation trained nothing.
     budget: dict[str, float] | None = None
     budget_wall_s: float = 0.0
+    timing: str = ""  # the throughput timing's rounds when its cost bound cut them (the time line)
     #: Every trial this invocation was given, in the config's order (with ``only``, that part):
     #: done, to do and, in a dry run, planned.
     trial_ids: list[str] = field(default_factory=list)
@@ -76,7 +75,8 @@ class SweepSummary:
         """``"time 41.8 s: compile 37%, ..."`` (<= ``width`` chars), its eval_note; "" without a budget."""
         if self.budget is None:
             return ""
-        line = "time " + budget_line(self.budget_wall_s, self.budget, width - len("time "))
+        timing = f"; {self.timing}" if self.timing else ""
+        line = "time " + budget_line(self.budget_wall_s, self.budget, width - len("time ") - len(timing)) + timing
         return line + (f"\n{note}" if (note := eval_note(self.budget_wall_s, self.budget)) else "")
 
     def spool_account(self) -> str:

@@ -46,6 +46,7 @@ class SweepClock:
         self.parts: dict[str, float] = {}
         self.wall_s = 0.0
         self.budget: dict[str, float] | None = None
+        self.timing = ""  # the throughput timing's bound, when it cut the rounds (the time line)
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:

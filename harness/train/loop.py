@@ -119,7 +119,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from harness.core import interrupt
+from harness.core import interrupt, watchdog
 from harness.core.spec import TrialResult, TrialSpec
 from harness.data.sources import Dataset, load_dataset
 from harness.train import batching, compile_cache
@@ -188,7 +188,8 @@ class TrialLoop:
 
     def _evaluate(self, split: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         t0, c0 = time.perf_counter(), self.rule.compile_s
-        out = self.rule.evaluate(split)
+        with watchdog.dispatch("evaluation", self.step):
+            out = self.rule.evaluate(split)
         self.eval_s += time.perf_counter() - t0 - (self.rule.compile_s - c0)  # its compile is compile_s's
         return out
 
@@ -214,7 +215,8 @@ class TrialLoop:
     def run_chunk(self, n: int, next_n: int = 0) -> bool:
         """``n`` updates; their train rows go to the active trials. False: the rule declared
         training complete (nothing was updated)."""
-        out = self.rule.run(self.step, n, next_n)
+        with watchdog.dispatch("training chunk", self.step):
+            out = self.rule.run(self.step, n, next_n)
         if out is None:
             return False
         losses, dt = out
@@ -329,7 +331,8 @@ def _train(specs: Sequence[TrialSpec], batched: bool, dataset: Dataset | None, p
     clock = TrainClock(run.wall, run.step, rule.width or 1, rule.dispatch_step_s,  # checks the step time
                        rule.dispatch_cpu_s)
     t_perf = time.perf_counter()
-    perf = measure_trial_perf(rule.prog, spec0, perf_cache, clock) if measure_perf else None
+    with watchdog.dispatch("throughput timing", run.step):
+        perf = measure_trial_perf(rule.prog, spec0, perf_cache, clock) if measure_perf else None
     perf_s = time.perf_counter() - t_perf if measure_perf else 0.0
     # the unit's clocks, divided between its trials (harness.core.budget): their sum is the unit's
     n = len(specs)

@@ -64,10 +64,11 @@ from harness.train import parallel, timing
 from harness.train.build import trial_step_size
 from harness.train.program import TrainingProgram, program_for
 from models import stax
+from harness.train.rounds import bounded_rounds
 
-__all__ = ["CLOCK_FACTOR", "DISPATCH_SLACK_MS", "MAX_SPREAD", "REMEASURES", "STABLE_TOL", "TrainClock",
-           "clock_disagreement", "interleave_bounds", "measure_interleaved", "measure_trial_perf",
-           "perf_cache_key", "remeasure_in_task", "task_key", "untimed_perf"]
+__all__ = ["CLOCK_FACTOR", "DISPATCH_SLACK_MS", "LAST_TIMING", "MAX_SPREAD", "REMEASURES", "STABLE_TOL",
+           "TrainClock", "clock_disagreement", "interleave_bounds", "measure_interleaved",
+           "measure_trial_perf", "perf_cache_key", "remeasure_in_task", "task_key", "untimed_perf"]
 
 #: The timed block is repeated until IQR / median of the timed calls is at most this (or a bound).
 MAX_SPREAD = 0.1
@@ -88,6 +89,9 @@ STABLE_TOL = 0.1
 #: task (:func:`task_key`) → {perf key: a spec of that program}: the programs the interleaved stage
 #: measured together, so that a re-measure can time a program beside its task's others again.
 _PEERS: dict[tuple, dict[tuple, TrialSpec]] = {}
+#: The last interleaved timing (:func:`measure_interleaved`): ``rounds``, ``programs``,
+#: ``seconds``, and ``bounded`` when its cost bound cut its rounds (the sweep's time line says so).
+LAST_TIMING: dict = {}
 
 
 def _num_devices(spec: TrialSpec) -> int:
@@ -327,16 +331,31 @@ def _chunk_job(prog: TrainingProgram, spec: TrialSpec, state=None) -> tuple[timi
         "dtype": e.compute_dtype, "compile_s": compile_s + dt, "flops_of": one}
 
 
-def _time_together(programs: Sequence[tuple[TrainingProgram, TrialSpec]]) -> list[PerfResult]:
+def _time_together(programs: Sequence[tuple[TrainingProgram, TrialSpec]],
+                   train_steps: Sequence[float] | None = None, on_round=None) -> list[PerfResult]:
     """One interleaved measurement of one-device ``programs`` (:func:`measure_interleaved`'s
-    method), uncached: their :class:`PerfResult` s in order."""
+    method), uncached: their :class:`PerfResult` s in order. ``train_steps``: the steps each
+    program will train, which bound the timing's cost (:func:`harness.train.rounds.bounded_rounds`)."""
     jobs = [_chunk_job(prog, spec) for prog, spec in programs]
     block, min_rounds, max_rounds, max_s = interleave_bounds([kw["steps_per_call"] for _, kw in jobs])
     on = timing.stable_figure()
+    plan = None
+    if train_steps is not None:
+        calls = [n / kw["steps_per_call"] for n, (_, kw) in zip(train_steps, jobs, strict=True)]
+
+        def plan(call_s: list[float]) -> tuple:
+            got = bounded_rounds(call_s, calls, block, min_rounds, max_s)
+            LAST_TIMING.update(bounded=got[3], block=got[0])
+            return got
+
+    LAST_TIMING.clear()
+    t0 = time.perf_counter()
     times, outs, cpu = timing.time_rounds([j for j, _ in jobs], block=block, warmup=WARMUP,
                                           max_spread=MAX_SPREAD, min_rounds=min_rounds,
                                           max_rounds=max_rounds, max_seconds=max_s,
-                                          stable_on=on, shuffle=True)
+                                          stable_on=on, shuffle=True, plan=plan, on_round=on_round)
+    block = LAST_TIMING.get("block", block)
+    LAST_TIMING.update(rounds=len(cpu[0]), seconds=time.perf_counter() - t0, programs=len(jobs))
     series = cpu if on == "cpu" else [[statistics.fmean(t[i:i + block]) for i in range(0, len(t), block)]
                                       for t in times]
     figures = timing.round_figures(series)
@@ -346,7 +365,7 @@ def _time_together(programs: Sequence[tuple[TrainingProgram, TrialSpec]]) -> lis
 
 
 def measure_interleaved(programs: Sequence[tuple[TrainingProgram, TrialSpec]],
-                        perf_cache: dict) -> dict:
+                        perf_cache: dict, train_steps: dict | None = None, on_round=None) -> dict:
     """Measure the step of each ``(program, spec)`` whose :func:`perf_cache_key` ``perf_cache``
     lacks, **interleaved**: round by round, each round a block of timed calls of every program in
     turn (:func:`harness.train.timing.time_rounds`), until every program's spread (of the figure the
@@ -356,7 +375,9 @@ def measure_interleaved(programs: Sequence[tuple[TrainingProgram, TrialSpec]],
     measurement slows all of them alike. Only one-device trials (a mesh's step is measured when its
     unit trains). Stores each figure in ``perf_cache``, remembers the programs of each task for a
     later re-measure (:func:`remeasure_in_task`) and returns ``{key: PerfResult}`` of what it
-    measured."""
+    measured. ``train_steps`` (``{key: steps its trials will train}``) bounds the timing's cost
+    (:data:`harness.train.rounds.TIMING_SHARE`; what happened: :data:`LAST_TIMING`);
+    ``on_round(done, at most, seconds left)`` hears each round."""
     todo: dict = {}
     for prog, spec in programs:
         key = perf_cache_key(spec)
@@ -364,7 +385,8 @@ def measure_interleaved(programs: Sequence[tuple[TrainingProgram, TrialSpec]],
             todo[key] = (prog, spec)
     if not todo:
         return {}
-    out = dict(zip(todo, _time_together(list(todo.values())), strict=True))
+    steps = None if train_steps is None else [float(train_steps.get(k, 0)) for k in todo]
+    out = dict(zip(todo, _time_together(list(todo.values()), steps, on_round), strict=True))
     perf_cache.update(out)
     for key, (_, spec) in todo.items():
         _PEERS.setdefault(task_key(spec), {})[key] = spec

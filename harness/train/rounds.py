@@ -9,7 +9,8 @@ import math
 import statistics
 from collections.abc import Sequence
 
-__all__ = ["FIGURE_LEVEL", "median_interval", "round_figures"]
+__all__ = ["FIGURE_LEVEL", "FLOOR_ROUNDS", "TIMING_SHARE", "bounded_rounds", "median_interval",
+           "round_figures", "rounds_left"]
 
 #: The level of a figure's interval (:func:`median_interval`).
 FIGURE_LEVEL = 0.95
@@ -60,3 +61,41 @@ def round_figures(per_round: Sequence[Sequence[float]]) -> list[tuple[float, flo
         lo, hi = median_interval(ratios)
         out.append((statistics.median(ratios) * scale, lo * scale, hi * scale))
     return out
+
+
+#: The interleaved timing's share of the training it serves: once its rounds would cost more than
+#: this fraction of the seconds its programs are expected to train, they are cut (one call per
+#: round, at least :data:`FLOOR_ROUNDS` rounds).
+TIMING_SHARE = 0.2
+#: The fewest rounds a bounded timing takes: the fewest whose median interval reaches 95%
+#: (:func:`median_interval`: 6 values give ``(min, max)`` at 96.9%).
+FLOOR_ROUNDS = 6
+
+
+def bounded_rounds(call_s: Sequence[float], train_calls: Sequence[float], block: int, min_rounds: int,
+                   max_seconds: float, share: float = TIMING_SHARE) -> tuple[int, int, float, bool]:
+    """An interleaved timing's ``(block, min_rounds, max_seconds, bounded)`` once its programs'
+    warm calls took ``call_s`` seconds each: unchanged while ``min_rounds`` rounds of ``block``
+    calls cost at most ``share`` × the training the programs serve (``train_calls[i]`` calls of
+    program ``i``), its extra rounds (``max_seconds``) then capped by that; else one call per
+    round, as many rounds as fit, at least :data:`FLOOR_ROUNDS` and at most ``min_rounds``, and
+    no extra ones (``bounded`` True). Example: 6 programs of 0.1 s per call, 32 training calls
+    each, block 2, 10 rounds: rounds cost 1.2 s, the bound is 0.2 × 19.2 s = 3.84 s, so
+    ``(1, 6, 0.0, True)``."""
+    cap = share * math.fsum(c * n for c, n in zip(call_s, train_calls, strict=True))
+    per_call = math.fsum(call_s)
+    if min_rounds * block * per_call <= cap:
+        return block, min_rounds, min(max_seconds, max(0.0, cap - min_rounds * block * per_call)), False
+    fit = int(cap // per_call) if per_call > 0 else min_rounds
+    return 1, max(FLOOR_ROUNDS, min(min_rounds, fit)), 0.0, True
+
+
+def rounds_left(done: int, elapsed_s: float, min_rounds: int, max_rounds: int,
+                max_seconds: float) -> tuple[int, float]:
+    """``(at most how many rounds in all, seconds left at most)`` of a timing that did ``done``
+    rounds in ``elapsed_s`` seconds and stops after ``min_rounds`` once stable or ``max_seconds``
+    passed, after ``max_rounds`` at the latest (its progress line)."""
+    per = elapsed_s / done if done else 0.0
+    by_time = math.ceil(max_seconds / per) if per > 0 else max_rounds
+    planned = min(max_rounds, max(min_rounds, by_time, done))
+    return planned, (planned - done) * per

@@ -20,12 +20,9 @@ The method (what :func:`measure` does, in order):
    ``iters`` calls is timed, up to ``max_iters`` calls or ``max_seconds`` of timing; the median and
    percentiles are over every timed call. A busy machine thus gets more samples, and the median of
    many is what it reports.
-3c. **Several programs, interleaved** (:func:`time_rounds`, which :func:`measure` runs for one
-   program, a round being one block): each program's warm-up, then rounds, each a block of timed
-   calls of every program in turn, until every program's spread is small (after ``min_rounds``) or
-   a bound is hit; :func:`perf_result` turns each program's calls into its result. Load that comes
-   and goes falls on all programs alike, so their medians keep their ratios
-   (:func:`harness.train.perf.measure_interleaved` times a sweep's programs so before training).
+3c. **Several programs, interleaved** (:func:`time_rounds`; a round is a block of timed calls of
+   every program in turn) until every spread is small (after ``min_rounds``) or a bound is hit,
+   load falling on all alike (:func:`harness.train.perf.measure_interleaved`, before training).
 4. **FLOPs per step** from the compiled executable's ``cost_analysis()`` (``flops``; the result may be a
    dict or a list of dicts; ``None``, a missing key or a negative value such as ``-1`` mean *unknown*),
    divided by ``steps_per_call``. For a ``lax.scan`` XLA counts the loop body once, so scanned
@@ -39,12 +36,9 @@ The method (what :func:`measure` does, in order):
    (n = 2048 on CPU, 8192 on accelerators), compiled apart, 2 warm-ups, best of 5 timed calls,
    ``2 n³`` FLOPs per call. It is measured once per process and cached on disk in
    ``$HARNESS_CACHE_DIR/peak.json`` (default ``~/.cache/harness``) keyed by device
-   kind and dtype, so later processes reuse it. A peak timed while the device was busy (a shared
-   CPU, a second ``--jobs`` worker) reads low: when a step then runs faster than it, the matmul is
-   timed again (once per process and key) and the cache keeps the higher of the two. A utilisation
-   still above 1 is reported as measured, never clipped: the step beat the matmul, or its FLOP
-   count is too high.
-
+   kind and dtype, so later processes reuse it. A peak timed on a busy device reads low: when a
+   step then runs faster than it, the matmul is timed again (once per process and key) and the
+   cache keeps the higher. A utilisation above 1 is reported as measured, never clipped.
 6. **Several devices** (``measure(num_devices=D, mesh="batch=D")``, the trainer's sharded step on a
    1-D mesh, :mod:`harness.train.parallel`): the timed call is the SPMD program over all D devices, so
    ``examples_per_sec`` is the mesh's total and ``examples_per_sec_per_device`` = total / D. XLA's
@@ -90,7 +84,7 @@ import numpy as np
 from harness.core.cache_files import cache_dir, write_json_atomic
 from harness.core.spec import PerfResult
 from harness.train.cpu_clock import cpu_snapshot, work_cpu_s
-from harness.train.rounds import round_figures
+from harness.train.rounds import round_figures, rounds_left
 from models.flops import cost_analysis_flops
 
 __all__ = [
@@ -287,7 +281,8 @@ def state_carry(carry: Callable[[Any, tuple], tuple] | None = None) -> Callable[
 def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_spread: float | None,
                 max_rounds: int, max_seconds: float, min_rounds: int = 1,
                 on_call: Callable[[int], None] | None = None, stable_on: str = "wall",
-                shuffle: bool = False) -> Rounds:
+                shuffle: bool = False, plan: Callable[[list[float]], tuple] | None = None,
+                on_round: Callable[[int, int, float], None] | None = None) -> Rounds:
     """Time ``programs`` round by round (items 2, 3 and 3b of the module docstring, for one program
     or several): ``warmup`` untimed calls of each (the last one's outputs waited for), then rounds,
     each ``block`` timed calls of every program in turn (each call ended with
@@ -299,7 +294,10 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
     that comes and goes then falls on every program alike, and their medians keep their ratios.
     ``on_call(i)`` is called before each timed call of program ``i`` (the order is observable).
     With ``shuffle`` each round times the programs in its own order (``random.Random(round)``), so
-    that no program always follows the same one.
+    that no program always follows the same one. ``plan(warm seconds per call of each program)``
+    may then replace ``(block, min_rounds, max_seconds)`` (a bound on the timing's cost:
+    :func:`harness.train.rounds.bounded_rounds`); ``on_round(done, at most, seconds left)`` hears
+    each round's end (:func:`harness.train.rounds.rounds_left`).
 
     Returns:
       :class:`Rounds`: per program the seconds of every timed call, its last outputs and the CPU
@@ -314,8 +312,13 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
         raise ValueError(f"stable_on must be 'wall' or 'cpu', got {stable_on!r}")
     args = [tuple(p.args) for p in programs]
     outs: list[Any] = [None] * len(programs)
+    warm_s = []
     for i, p in enumerate(programs):
+        t0 = time.perf_counter()
         outs[i], args[i] = _warm_up(p, args[i], warmup)
+        warm_s.append((time.perf_counter() - t0) / max(warmup, 1))
+    if plan is not None:
+        block, min_rounds, max_seconds = plan(warm_s)[:3]
     times: list[list[float]] = [[] for _ in programs]
     cpu: list[list[float]] = [[] for _ in programs]
     start, rounds = time.perf_counter(), 0
@@ -329,6 +332,9 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
                                            None if on_call is None else functools.partial(on_call, i))
             cpu[i].append(work_cpu_s(c0, cpu_snapshot()) / block)
         rounds += 1
+        if on_round is not None:
+            on_round(rounds, *rounds_left(rounds, time.perf_counter() - start, min_rounds, max_rounds,
+                                          max_seconds))
         figures = times if stable_on == "wall" else cpu
         stable = max_spread is None or all(relative_spread(t) <= max_spread for t in figures)
         late = time.perf_counter() - start >= max_seconds
