@@ -2,7 +2,7 @@
 
 :data:`Int` and :data:`Float` are the pydantic field types of every number in
 :mod:`harness.config.schema` (``eval_every: true`` is an error, ``steps: 1e3`` is 1000, a quoted
-``"0.1"`` is an error that says so).
+``"0.1"`` is an error that says so). :func:`auto_dtype` is what ``dtype: auto`` trains in.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pydantic_core import PydanticCustomError
 
 from harness.config.numbers import quoted_hint
 
-__all__ = ["Float", "Int", "Strict", "strict_float", "strict_int"]
+__all__ = ["Float", "Int", "Strict", "auto_dtype", "strict_float", "strict_int"]
 
 
 class Strict(BaseModel):
@@ -67,3 +67,14 @@ def strict_float(v: Any) -> Any:
 Int = Annotated[int, BeforeValidator(strict_int)]
 #: A pydantic number field checked by :func:`strict_float` (always a ``float``).
 Float = Annotated[float, BeforeValidator(strict_float)]
+
+
+def auto_dtype(platform: str | None = None) -> str:
+    """What ``dtype: auto`` (the default) trains in on ``platform`` (default: JAX's default backend):
+    ``float32`` on ``cpu``; ``bfloat16`` compute with float32 parameters, optimizer state and inputs
+    (mixed precision) on an accelerator (``gpu``, ``cuda``, ``rocm``, ``tpu``, ...)."""
+    if platform is None:
+        import jax
+
+        platform = jax.default_backend()
+    return "float32" if platform == "cpu" else "bfloat16"

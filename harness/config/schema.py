@@ -30,7 +30,7 @@ from pydantic_core import PydanticCustomError
 
 from harness.config import limits
 from harness.config.errors import key_text
-from harness.config.fields import Float, Int, Strict
+from harness.config.fields import Float, Int, Strict, auto_dtype
 from harness.config.ladder_schema import LadderCfg
 from harness.config.search_schema import SearchCfg
 from harness.config.sections import ClaimCfg, DivergenceCfg, ParallelismCfg, ParamGroupCfg
@@ -292,17 +292,6 @@ class WorkloadDef(Strict):
     eval_every: Int = Field(gt=0, le=limits.MAX_STEPS)
     target: TargetCfg
     augment: dict[str, Any] = Field(default_factory=dict)
-
-
-def auto_dtype(platform: str | None = None) -> str:
-    """What ``dtype: auto`` (the default) trains in on ``platform`` (default: JAX's default backend):
-    ``float32`` on ``cpu``; ``bfloat16`` compute with float32 parameters, optimizer state and inputs
-    (mixed precision) on an accelerator (``gpu``, ``cuda``, ``rocm``, ``tpu``, ...)."""
-    if platform is None:
-        import jax
-
-        platform = jax.default_backend()
-    return "float32" if platform == "cpu" else "bfloat16"
 
 
 class SweepConfig(Strict):
