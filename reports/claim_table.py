@@ -32,11 +32,12 @@ def claim_rows(frame: pd.DataFrame, labels: dict[str, str]) -> list[dict[str, An
         losses = g[M_FINAL_LOSS].dropna().tolist()
         if not losses:
             continue
-        c = target_claim(losses, float(g["target_value"].iloc[0]))
         rules = _rules(g)
+        c = target_claim(losses, float(g["target_value"].iloc[0]),
+                         margin=TRACK_MARGIN if rules is None else rules.margin)
         out.append({"task": labels.get(b["task"], b["task"]), "optimizer": b["optimizer"],
                     "config": b["config"], "n": c.n, "mean": c.mean, "target": c.target,
-                    "statistic": c.track_statistic, "margin": TRACK_MARGIN, "p_value": c.p_value,
+                    "statistic": c.track_statistic, "margin": c.margin, "p_value": c.p_value,
                     "passes": c.passes, "verdict": verdict_words(c),
                     "rules": [] if rules is None else claim_rule_lines(
                         _runs(g), c.target, rules)})

@@ -92,3 +92,32 @@ def test_bad_claim_refused_before_any_work(tmp_path, write_sweep, monkeypatch, c
     assert r.exit_code == 2, r.output
     assert f"{cfg}: {line}" in r.output
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_a_margin_of_ones_own_is_the_one_every_claim_line_uses():
+    """``claim: {margin: 0.5}``: the summary's claim line (the √n statistic and a t-test) judges by 0.5
+    as the √n rule's line does; with the track's 0.004 it said PASSES beside the rule's "does not pass"
+    (mean 4.1623 over 1 run, target 4.5: (4.5 − 4.1623)·√1 = 0.3377, below 0.5, above 0.004)."""
+    spec = make_spec(seed=0, target={"metric": "valid/loss", "value": 4.5}, claim={"margin": 0.5})
+    o = TrialOutcome.of_spec(spec, "finished")
+    o.final_valid_loss = 4.1623
+    console = Console(record=True, width=400)
+    print_summary(console, SweepSummary("claims", "sid", "1", None, "sqlite:///x.db", [o], 1.0))
+    lines = [ln for ln in console.export_text().splitlines() if ln.startswith("target claim:")]
+    assert lines[0].endswith("mean 4.1623 over 1 seed vs target 4.5: (target - mean)·√n = 0.3377 (< 0.5): "
+                             "does not pass; about 3 seeds would, at this mean")
+    assert lines[1].endswith("(4.5 − mean)·√1 = 0.3377 < 0.5: does not pass "
+                             "(about 3 runs would, at this mean)")
+
+
+def test_the_boundary_passes_on_the_claim_line_as_on_the_rules_line():
+    """The README's n = 4 example, mean 3.278: (3.28 − 3.278)·√4 is 0.004 less a float hair; the rule's
+    line said PASSES and the claim line "(< 0.004) ... about 4 seeds would" over 4 seeds."""
+    from harness.core.significance import claim_words, target_claim
+
+    runs = [3.277, 3.279, 3.278, 3.278]
+    assert claim_rule_lines(list(enumerate(runs)), 3.28, TRACK)[0].endswith("= 0.0040 ≥ 0.004: PASSES")
+    c = target_claim(runs, 3.28)
+    assert c.track_passes and claim_words(c) == (
+        "mean 3.2780 over 4 seeds vs target 3.28: (target - mean)·√n = 0.0040 (≥ 0.004), t-test p = 0.0081: "
+        "PASSES")

@@ -113,6 +113,7 @@ def test_track3_smoke_run(shards, tmp_path):
     r = runner.invoke(app, ["sweep", str(p), "--max-steps", "2", "--tracking-uri", uri])
     assert r.exit_code == 0, r.output
     assert "smoke run: every trial capped at 2 steps (--max-steps)" in r.output
+    assert "new trial ids in experiment nanogpt_track3-smoke, not comparable" in " ".join(r.output.split())
     run = harness.results(tracking_uri=uri, experiment="nanogpt_track3-smoke").trials
     assert len(run) == 1 and run["trial_id"].iloc[0] not in full
     import mlflow

@@ -143,3 +143,32 @@ def test_a_streamed_shard_overwritten_mid_trial_fails_that_trial_with_the_reason
     reason = " ".join(str(v) for k, v in run.data.tags.items() if "reason" in k)
     assert f"{corpus / 'train.bin'}: its mtime_ns changed" in reason, run.data.tags
     assert "a training shard changed while the trial trained, so its result would mix two corpora" in reason
+
+
+def test_an_edit_between_the_sampled_blocks_with_its_mtime_put_back_is_found(tmp_path):
+    """A same-size write into a streamed shard that misses every sampled block, its mtime reset
+    (``os.utime``, as ``cp -p``/``rsync -t`` do): size, mtime, inode and the blocks all agree, the
+    inode's change time does not (a write always moves it); before, the trial was stored FINISHED."""
+    import os
+
+    import pytest
+
+    from harness.data.shards import DIGEST_BLOCK_BYTES, DIGEST_BLOCKS
+    from harness.data.tokens import load_tokens
+
+    rng = np.random.default_rng(0)
+    shard = tmp_path / "fineweb_train_000001.bin"
+    write_shard(shard, rng.integers(0, 64, 1_000_000).astype(np.uint16))
+    write_shard(tmp_path / "fineweb_val_000000.bin", rng.integers(0, 64, 4_100).astype(np.uint16))
+    src = load_tokens(str(tmp_path), seq_len=32, vocab_size=64, stream=True).stream
+    src.verify()  # untouched: nothing to say
+    st = os.stat(shard)
+    gap = (st.st_size - DIGEST_BLOCK_BYTES) // (DIGEST_BLOCKS - 1)  # ~133 KB between block starts
+    with open(shard, "r+b") as f:
+        f.seek(4 * gap + DIGEST_BLOCK_BYTES + 100)
+        f.write(b"\0" * (gap - DIGEST_BLOCK_BYTES - 200))
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(shard).st_mtime_ns == st.st_mtime_ns
+    with pytest.raises(ValueError, match=r"fineweb_train_000001\.bin: its ctime_ns changed .* a training "
+                                         r"shard changed while the trial trained"):
+        src.verify()

@@ -80,7 +80,8 @@ class TargetClaim:
     ``track_statistic`` is ``(target - mean) * sqrt(n)``; ``track_p`` its z-test p-value at
     :data:`TRACK_SIGMA`; ``track_seeds`` the seeds the track's rule needs at this mean. ``sd`` (None
     below 2 seeds), ``t``, ``p_value`` and ``seeds_needed`` are the t-test's, on the seeds' spread.
-    A seeds count is None when the mean is not below the target or past :data:`MAX_SEEDS`."""
+    A seeds count is None when the mean is not below the target or past :data:`MAX_SEEDS`. ``margin``:
+    the √n rule's margin the claim was judged by (a `target.claim` may set its own)."""
 
     n: int
     mean: float
@@ -93,6 +94,7 @@ class TargetClaim:
     t: float | None
     p_value: float | None
     seeds_needed: int | None
+    margin: float = TRACK_MARGIN
 
     @property
     def passes(self) -> bool:
@@ -145,10 +147,11 @@ def target_claim(losses: Sequence[float], target: float, *, alpha: float = ALPHA
             t = gap * math.sqrt(n) / sd
             p = t_sf(t, n - 1)
         needed = _seeds_t(gap, sd, alpha)
-    return TargetClaim(n=n, mean=mean, target=target, track_statistic=stat, track_passes=stat >= margin,
+    return TargetClaim(n=n, mean=mean, target=target, track_statistic=stat,
+                       track_passes=stat >= margin - 1e-12,  # (3.28 - 3.278)·√4 is a hair under 0.004
                        track_p=0.5 * math.erfc(stat / TRACK_SIGMA / math.sqrt(2)),
                        track_seeds=track_seeds if track_seeds is None or track_seeds <= MAX_SEEDS else None,
-                       sd=sd, t=t, p_value=p, seeds_needed=needed)
+                       sd=sd, t=t, p_value=p, seeds_needed=needed, margin=margin)
 
 
 def verdict_words(c: TargetClaim) -> str:
@@ -165,7 +168,7 @@ def claim_words(c: TargetClaim) -> str:
     """One line: mean over n seeds against the target, the track's statistic, the t-test, the verdict."""
     head = (f"mean {c.mean:.4f} over {c.n} seed{'s' * (c.n != 1)} vs target {c.target:g}: "
             f"(target - mean)·√n = {c.track_statistic:.4f} ({'≥' if c.track_passes else '<'} "
-            f"{TRACK_MARGIN})")
+            f"{c.margin:g})")
     if c.p_value is not None:
         head += f", t-test p = {c.p_value:.2g}"
     return f"{head}: {verdict_words(c)}"

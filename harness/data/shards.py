@@ -41,8 +41,9 @@ class ShardError(ValueError):
 @dataclass(frozen=True)
 class ShardInfo:
     """One shard: ``path``, ``format`` (a :data:`FORMATS` key), ``offset`` (bytes of header),
-    ``dtype`` of its tokens, ``num_tokens``, ``size`` in bytes, ``mtime_ns`` and ``inode`` (what
-    :meth:`changed` compares)."""
+    ``dtype`` of its tokens, ``num_tokens``, ``size`` in bytes, ``mtime_ns``, ``inode`` and
+    ``ctime_ns`` (what :meth:`changed` compares; a write moves the ctime even when the mtime is put
+    back; 0: not known)."""
 
     path: str
     format: str
@@ -52,17 +53,19 @@ class ShardInfo:
     size: int
     mtime_ns: int
     inode: int = 0
+    ctime_ns: int = 0
 
     def changed(self, st: os.stat_result | None = None) -> str:
         """What differs between the file now (``st``: its ``os.stat``/``os.fstat``, default the path's)
-        and when it was read (``""``: nothing): its size, mtime or inode (replaced by another file)."""
+        and when it was read (``""``: nothing): its size, mtime, inode (replaced by another file) or
+        ctime (written with its mtime put back; also moved by a ``chmod`` or a new hard link)."""
         try:
             st = os.stat(self.path) if st is None else st
         except OSError as e:
             return f"{self.path}: {e.strerror} (it was read at the start)"
         for what, was, now in (("size", self.size, st.st_size), ("mtime_ns", self.mtime_ns, st.st_mtime_ns),
-                               ("inode", self.inode, st.st_ino)):
-            if was != now:
+                               ("inode", self.inode, st.st_ino), ("ctime_ns", self.ctime_ns, st.st_ctime_ns)):
+            if was != now and (was or what != "ctime_ns"):
                 return f"{self.path}: its {what} changed ({was} -> {now})"
         return ""
 
@@ -101,7 +104,7 @@ def read_info(path: str | os.PathLike, fmt: str = "auto") -> ShardInfo:
             raise ShardError(f"{p}: {st.st_size} bytes is not a whole number of uint16 tokens "
                              f"(truncated nanoGPT file?)")
         return ShardInfo(str(p), fmt, 0, dtype, st.st_size // dtype.itemsize, st.st_size, st.st_mtime_ns,
-                         st.st_ino)
+                         st.st_ino, st.st_ctime_ns)
     if head.size < HEADER_INTS:
         raise ShardError(f"{p}: {st.st_size} bytes, shorter than the {HEADER_BYTES}-byte header")
     if int(head[0]) != magic:
@@ -113,7 +116,8 @@ def read_info(path: str | os.PathLike, fmt: str = "auto") -> ShardInfo:
     if ntok < 0 or st.st_size != want:
         raise ShardError(f"{p}: {st.st_size} bytes, but its header says {ntok} tokens = {want} bytes "
                          f"(truncated or not a {fmt} shard)")
-    return ShardInfo(str(p), fmt, HEADER_BYTES, dtype, ntok, st.st_size, st.st_mtime_ns, st.st_ino)
+    return ShardInfo(str(p), fmt, HEADER_BYTES, dtype, ntok, st.st_size, st.st_mtime_ns, st.st_ino,
+                     st.st_ctime_ns)
 
 
 def read_tokens(info: ShardInfo, start: int = 0, count: int | None = None,

@@ -62,7 +62,7 @@ class TokenStream:
             self._blocks = digest(list(self.infos))
 
     def check_unchanged(self) -> None:
-        """Raise ``ValueError`` when a training shard's size, mtime or inode (the open file's and
+        """Raise ``ValueError`` when a training shard's size, mtime, inode or ctime (the open file's and
         the path's) is not the one scanned: tokens read from now on, or since, may be another
         corpus's. Costs two ``stat`` calls per shard."""
         for info, fd in zip(self.infos, self._fds, strict=True):

@@ -193,7 +193,7 @@ def _recorded(corpus: Corpus) -> list[ShardInfo]:
 
 
 def unchanged(corpus: Corpus) -> None:
-    """Raise ``TokensError`` naming the first shard whose size, mtime or inode is not what
+    """Raise ``TokensError`` naming the first shard whose size, mtime, inode or ctime is not what
     :func:`scan` read (a shard rewritten or replaced since)."""
     for info in corpus.shards:
         if why := info.changed():

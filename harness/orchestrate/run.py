@@ -251,7 +251,7 @@ def _run_sweep(given: GivenConfig, opts: SweepOptions, console, stages: StageLin
                            budget=clock.budget, budget_wall_s=clock.wall_s, timing=clock.timing,
                            trial_ids=[s.trial_id for s in specs],
                            search=rounds.describe() if rounds is not None else [],
-                           smoke=smoke_line(max_steps))
+                           smoke=smoke_line(max_steps, cfg.name))
     if not opts.quiet:
         print_summary(console, summary, opts.explain)
     return summary
@@ -365,7 +365,7 @@ def _nothing_to_train(cfg: SweepConfig, client, exp_id: str, plan: Plan, sweep_i
                            boundary=boundary_warnings(done, plan.specs, cfg.selection.by),
                            select_by=cfg.selection.by, time_clock=cfg.time,
                            trial_ids=[s.trial_id for s in plan.specs], search=search or [],
-                           smoke=smoke_line(opts.max_steps))
+                           smoke=smoke_line(opts.max_steps, cfg.name))
     if not opts.quiet:
         print_summary(console, summary, opts.explain)
     return summary

@@ -61,9 +61,9 @@ def smoke_name(name: str) -> str:
     return f"{name}-smoke"
 
 
-def smoke_line(max_steps: int | None) -> str:
-    """The summary's line for a smoke run (``""`` without a cap)."""
+def smoke_line(max_steps: int | None, experiment: str) -> str:
+    """The summary's line for a smoke run (``""`` without a cap), naming its ``experiment``."""
     if max_steps is None:
         return ""
     return (f"smoke run: every trial capped at {max_steps} steps (--max-steps), its schedule over its full "
-            f"budget, not timed; new trial ids in experiment NAME-smoke, not comparable with the full runs")
+            f"budget, not timed; new trial ids in experiment {experiment}, not comparable with the full runs")

@@ -13,7 +13,7 @@ from typing import Any
 from harness.core.claim_rules import claim_rule_lines, rules_of_params
 from harness.core.outcome import TrialOutcome, config_key, last_rounds
 from harness.core.selection_rule import baseline_of
-from harness.core.significance import claim_words, target_claim
+from harness.core.significance import TRACK_MARGIN, claim_words, target_claim
 
 __all__ = ["equal_token_lines", "target_claim_lines"]
 
@@ -40,9 +40,10 @@ def target_claim_lines(outcomes: list[TrialOutcome], rows: list[dict[str, Any]])
         target = next((o.target_value for o in group if o.target_value is not None), None)
         if losses and target is not None:
             head = f"{r.get('task_title', r['task'])} · {r['optimizer']}: "
-            lines.append(head + claim_words(target_claim(losses, target)))
             rules = next((rules_of_params({f"claim.{k}": v for k, v in o.claim.items()})
                           for o in group if o.claim), None)
+            margin = TRACK_MARGIN if rules is None else rules.margin  # the rule's margin judges both lines
+            lines.append(head + claim_words(target_claim(losses, target, margin=margin)))
             if rules is not None:
                 runs = [(o.seed, o.final_valid_loss) for o in group
                         if o.status == "finished" and o.final_valid_loss is not None]
