@@ -77,7 +77,10 @@ def test_a_shard_rewritten_mid_sweep_fails_later_trials_and_keeps_the_finished(t
         "schedules": ["constant"], "seeds": [0], "batching": "off",
         "datasets": [{"name": f"tokens:{corpus}", "hparams": {"seq_len": 8, "vocab_size": 256,
                                                               "valid_tokens": 512}}],
-        "batch_size": 4, "budget": {"steps": 4}, "eval_every": 4, "measure_perf": False}))
+        "batch_size": 4, "budget": {"steps": 4}, "eval_every": 4, "measure_perf": False,
+        # in the sweep's own process, in plan order, so the sourced trial trains first (in a
+        # watched worker, the default for sourced code, adam had finished before the rewrite)
+        "dispatch_timeout_s": None}))
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runner = CliRunner()
