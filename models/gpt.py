@@ -45,6 +45,21 @@ def mlp_dim(width: int, mlp_ratio: float) -> int:
     return round(float(mlp_ratio) * int(width))
 
 
+def _check_sizes(vocab_size, width, depth, num_heads, mlp_ratio, norm_eps) -> None:
+    """:func:`check_gpt`'s sizes: positive, ``depth >= 0``, an even integer head size."""
+    for key, value in (("vocab_size", vocab_size), ("width", width), ("num_heads", num_heads),
+                       ("mlp_ratio", mlp_ratio), ("norm_eps", norm_eps)):
+        if not value > 0:
+            raise ValueError(f"gpt: {key} must be positive, got {value}")
+    if depth < 0:
+        raise ValueError(f"gpt: depth must be >= 0, got {depth}")
+    if width % num_heads:
+        raise ValueError(f"gpt: width {width} must be divisible by num_heads {num_heads}")
+    if (width // num_heads) % 2:
+        raise ValueError(f"gpt: head dimension width / num_heads = {width // num_heads} must be even "
+                         f"for rotary embeddings (they rotate pairs of features)")
+
+
 def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_softcap, softcap_form,
               rope_base, rope_fraction, attn_scale, norm_eps, init="modded", remat="none",
               loss_block=None, attn_impl="auto") -> None:
@@ -68,17 +83,7 @@ def check_gpt(*, vocab_size, width, depth, num_heads, mlp, mlp_ratio, logit_soft
     Raises:
       ValueError: the first bad value; the message names its hyperparameter.
     """
-    for key, value in (("vocab_size", vocab_size), ("width", width), ("num_heads", num_heads),
-                       ("mlp_ratio", mlp_ratio), ("norm_eps", norm_eps)):
-        if not value > 0:
-            raise ValueError(f"gpt: {key} must be positive, got {value}")
-    if depth < 0:
-        raise ValueError(f"gpt: depth must be >= 0, got {depth}")
-    if width % num_heads:
-        raise ValueError(f"gpt: width {width} must be divisible by num_heads {num_heads}")
-    if (width // num_heads) % 2:
-        raise ValueError(f"gpt: head dimension width / num_heads = {width // num_heads} must be even "
-                         f"for rotary embeddings (they rotate pairs of features)")
+    _check_sizes(vocab_size, width, depth, num_heads, mlp_ratio, norm_eps)
     if mlp not in stax.MLP_KINDS:
         raise ValueError(f"gpt: mlp must be one of {sorted(stax.MLP_KINDS)}, got {mlp!r}")
     if logit_softcap < 0:

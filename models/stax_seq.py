@@ -559,6 +559,15 @@ def _linear(p, x, spec="...f,fo->...o"):
     return y + _compute(p["bias"], x.dtype) if "bias" in p else y
 
 
+def _rotary_qkv(params, x, H, freqs, qk_norm, epsilon):
+    """:func:`RotarySelfAttention`'s heads ``(B, T, H, D)`` of ``x (B, T, F)``: q and k RMS-normalised
+    (when ``qk_norm``) and rotated by ``freqs``, and v."""
+    q, k, v = (_to_heads(x, params[n]["kernel"], params[n].get("bias"), H) for n in ("q", "k", "v"))
+    if qk_norm:
+        q, k = rms_normalize(q, epsilon), rms_normalize(k, epsilon)
+    return apply_rope(q, freqs), apply_rope(k, freqs), v
+
+
 def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.0, rope_fraction=0.5,
                         scale=None, bias=True, zero_out=True, epsilon=1e-6, W_init=None, impl="auto"):
     """Rotary self-attention with QK-norm, ``x (B, T, F)`` -> ``(B, T, F)``, as modded-nanogpt's.
@@ -602,10 +611,7 @@ def RotarySelfAttention(num_heads, *, causal=True, qk_norm=True, rope_base=1024.
 
     def apply_fun(params, x, **kwargs):
         freqs = rope_frequencies(x.shape[-1] // H, rope_base, rope_fraction)
-        q, k, v = (_to_heads(x, params[n]["kernel"], params[n].get("bias"), H) for n in ("q", "k", "v"))
-        if qk_norm:
-            q, k = rms_normalize(q, epsilon), rms_normalize(k, epsilon)
-        q, k = apply_rope(q, freqs), apply_rope(k, freqs)
+        q, k, v = _rotary_qkv(params, x, H, freqs, qk_norm, epsilon)
         a = (attention(q, k, v, causal=causal, scale=scale) if impl == "einsum"
              else dot_product_attention(q, k, v, causal=causal, scale=scale, impl=impl))
         return _from_heads(a, params["out"]["kernel"], params["out"].get("bias"))

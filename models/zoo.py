@@ -666,6 +666,10 @@ def _lm_vocab_context(builder, shape, num_classes, vocab_size, context):
     return int(vocab_size), shape[0] if context is None else int(context)
 
 
+#: :func:`gpt`'s hyperparameters that :func:`models.gpt.check_gpt` does not take.
+_NOT_CHECKED = ("context", "tied_head", "zero_init", "qk_norm", "bias")
+
+
 def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: int = 128,
         depth: int = 2, num_heads: int = 4, context: int | None = None, mlp: str = "relu2",
         mlp_ratio: float = 4.0, tied_head: bool = False, zero_init: bool = True,
@@ -707,10 +711,15 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
           "qk_norm": qk_norm, "rope_base": rope_base, "rope_fraction": rope_fraction,
           "attn_scale": attn_scale, "bias": bias, "norm_eps": norm_eps, "remat": remat,
           "loss_block": loss_block, "attn_impl": attn_impl, **({"init": init} if init != "modded" else {})}
-    check_gpt(**{k: v for k, v in hp.items() if k not in ("context", "tied_head", "zero_init", "qk_norm",
-                                                         "bias")})
+    check_gpt(**{k: v for k, v in hp.items() if k not in _NOT_CHECKED})
     layer = GPT(**{k: v for k, v in hp.items() if k != "context"})
     model = make_model_def("gpt", "sequence", layer, shape, hp, input_dtype="int32")
+    flops = _gpt_flops(width, depth, context, vocab_size, mlp_ratio, mlp)
+    return dataclasses.replace(model, flops_per_example=flops, fused_loss=_gpt_fused_loss(layer))
+
+
+def _gpt_flops(width, depth, context, vocab_size, mlp_ratio, mlp):
+    """:func:`gpt`'s ``flops_per_example``: training's FLOPs per token ÷ 3 × ``context``."""
     per_token = lm_train_flops_per_token(width=width, depth=depth, context=context, vocab_size=vocab_size,
                                          mlp_dim=mlp_dim(width, mlp_ratio),
                                          mlp_matrices=3 if mlp == "swiglu" else 2)
@@ -718,12 +727,19 @@ def gpt(*, input_shape, num_classes=None, vocab_size: int | None = None, width: 
     def flops_per_example(shape=None):
         return per_token / 3.0 * context
 
+    return flops_per_example
+
+
+def _gpt_fused_loss(layer):
+    """:func:`gpt`'s ``fused_loss``: the mean next-token NLL of ``layer``'s blocked loss, and its
+    accuracy when not training."""
+
     def fused_loss(params, state, inputs, targets, *, rng=None, train):
         nll, hits, count = layer[1].loss_stats(params, inputs, targets, train=bool(train))
         n = jnp.maximum(count, 1.0)
         return nll / n, ({} if train else {"accuracy": hits / n}), state
 
-    return dataclasses.replace(model, flops_per_example=flops_per_example, fused_loss=fused_loss)
+    return fused_loss
 
 
 def vit(*, input_shape, num_classes, patch_size: int = 4, width: int = 192, depth: int = 6,

@@ -21,6 +21,14 @@ def _check_scale(value: Any, name: str) -> None:
         raise ValueError(f"warmup_stable_decay: {name} must be in [0, 1], got {value!r}")
 
 
+def _check_ends(init_scale: Any, final_scale: Any, warmup_offset: Any) -> None:
+    """The warm-up's start and the cool-down's end: both scales in [0, 1], the offset 0 or 1."""
+    _check_scale(init_scale, "init_scale")
+    _check_scale(final_scale, "final_scale")
+    if isinstance(warmup_offset, bool) or warmup_offset not in (0, 1):
+        raise ValueError(f"warmup_stable_decay: warmup_offset must be 0 or 1, got {warmup_offset!r}")
+
+
 def _check(warmup_steps: Any, total_steps: Any, decay_fraction: Any, decay_shape: Any) -> None:
     if total_steps is None:
         raise ValueError("warmup_stable_decay: total_steps is required (the harness fills it with the "
@@ -80,10 +88,7 @@ def warmup_stable_decay(
     """
     check_step_size(step_size)
     _check(warmup_steps, total_steps, decay_fraction, decay_shape)
-    _check_scale(init_scale, "init_scale")
-    _check_scale(final_scale, "final_scale")
-    if isinstance(warmup_offset, bool) or warmup_offset not in (0, 1):
-        raise ValueError(f"warmup_stable_decay: warmup_offset must be 0 or 1, got {warmup_offset!r}")
+    _check_ends(init_scale, final_scale, warmup_offset)
     decay_len = decay_fraction * total_steps
     decay_start = total_steps - decay_len
 

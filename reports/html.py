@@ -289,15 +289,13 @@ def render(
         figures = figure_items(frame, csv_name.split(".", 1)[0])
     labels = task_labels(frame)
     parts = _search_parts(data, labels)
-    lb = _leaderboard_table(leaderboard, labels)
+    board = _leaderboard_vars(leaderboard, labels)
     across, across_note = across_rows(frame, labels)
     status_table, not_finished = _status_tables(s, labels)
     return _env().get_template(TEMPLATE).render(
         **_header_vars(data, s, labels),
         sections=_sections(figures, comparison, baseline_id, parts),
-        leaderboard=lb,
-        ties_shown=lb is not None and any(" · " in r["Rank"] for r in lb["rows"]),
-        tie_words=power_words(),
+        **board,
         across=across,
         across_note=across_note,
         boundary=boundary_warnings(frame, labels),
@@ -319,6 +317,13 @@ def render(
         csv_name=csv_name,
         harness_version=harness_version(),
     )
+
+
+def _leaderboard_vars(leaderboard: pd.DataFrame, labels: dict[str, str]) -> dict[str, Any]:
+    """The template's leaderboard table, whether it shows ties (``a · b`` ranks) and their words."""
+    lb = _leaderboard_table(leaderboard, labels)
+    return {"leaderboard": lb, "ties_shown": lb is not None and any(" · " in r["Rank"] for r in lb["rows"]),
+            "tie_words": power_words()}
 
 
 def _search_parts(data: SweepData, labels: dict[str, str]) -> dict[str, list]:

@@ -206,23 +206,36 @@ def _row(board: _Board, b) -> dict:
         if lm["bpb"][3]:
             row["Validation bits per byte"] = cell(*lm["bpb"])
     if board.has_target:
-        flag = FLAG_MARK if _flagged(fin) else ""  # perf.suspect: the clock sentence says why
-        row[TTT_COL] = (cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached){flag}")
-                        if ttt[3] else f"not reached (0/{b.n_seeds})")
-        if lm:  # beside the time: the steps and the tokens seen to the target
-            row[STEPS_COL] = count_text(lm["steps"])
-            row[TOKENS_COL] = count_text(lm["tokens"], tokens=True)
+        row.update(_target_cells(b, fin, ttt, lm, cell))
     if board.scores is not None and len(board.scores):
         row[SCORE_COL] = f"{board.scores.get(b.optimizer, 0.0):.3f}"
     row["Step time (ms, median)"] = g[M_STEP_MS].median()  # formatted by _format_cells
     row.update(_numbers(board, b, h, (acc, loss, ttt), row_how, g, won))
+    row.update(_lm_sort_keys(lm, fin))
+    return row
+
+
+def _target_cells(b, fin: pd.DataFrame, ttt: tuple, lm: dict | None, cell) -> dict:
+    """The time-to-target cell of row ``b`` (``fin``: its finished seeds) and, for a language model
+    (``lm``: :func:`_lm_numbers`), the steps and tokens seen to the target beside it."""
+    flag = FLAG_MARK if _flagged(fin) else ""  # perf.suspect: the clock sentence says why
+    cells = {TTT_COL: (cell(*ttt, suffix=f" ({b.n_reached}/{b.n_seeds} reached){flag}")
+                       if ttt[3] else f"not reached (0/{b.n_seeds})")}
+    if lm:
+        cells[STEPS_COL] = count_text(lm["steps"])
+        cells[TOKENS_COL] = count_text(lm["tokens"], tokens=True)
+    return cells
+
+
+def _lm_sort_keys(lm: dict | None, fin: pd.DataFrame) -> dict:
+    """The row's hidden language-model numbers (perplexity, bits per byte, steps and tokens to the
+    target; ``NaN`` where not a language model)."""
     nan4 = (math.nan, math.nan, math.nan, 0)
     ppl, bpb = (lm["ppl"], lm["bpb"]) if lm else (nan4, nan4)
-    row.update({"_ppl_mean": ppl[0], "_ppl_lo": ppl[1], "_ppl_hi": ppl[2], "_bpb_mean": bpb[0],
-                "_bpb_lo": bpb[1], "_bpb_hi": bpb[2],
-                "_steps_median": lm["steps"] if lm else _median(fin[M_STEPS_TO_TARGET]),
-                "_tokens_median": lm["tokens"] if lm else math.nan})
-    return row
+    return {"_ppl_mean": ppl[0], "_ppl_lo": ppl[1], "_ppl_hi": ppl[2], "_bpb_mean": bpb[0],
+            "_bpb_lo": bpb[1], "_bpb_hi": bpb[2],
+            "_steps_median": lm["steps"] if lm else _median(fin[M_STEPS_TO_TARGET]),
+            "_tokens_median": lm["tokens"] if lm else math.nan}
 
 
 def _median(x: pd.Series) -> float:

@@ -34,6 +34,7 @@ import functools
 import html
 import os
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -84,6 +85,35 @@ UNRANKED_ATTRS = (SWEEP_BUDGET_ATTR, SWEEP_BUDGET_PARENTS_ATTR, "parent_run_ids"
 TABLES = ("trials", "curves", "leaderboard", "tuning_curves", "tuned_times")
 
 
+def _parsed_target(target: str | Target | None) -> Target | None:
+    """:func:`results`' ``target`` as a :class:`Target` (``None`` stays ``None``).
+
+    Raises:
+      TypeError: neither a string nor a Target. ValueError: not ``METRIC=VALUE``.
+    """
+    if target is None or isinstance(target, Target):
+        return target
+    if not isinstance(target, str):
+        raise TypeError(f"results(): target must be 'METRIC=VALUE' (a string) or a Target, got "
+                        f"{type(target).__name__} {target!r}")
+    return parse_target(target)
+
+
+def _read_frame(client: Any, exp: Any, experiment: str, sweep: str | None, versions: str,
+                target: Target | None) -> tuple[pd.DataFrame, str | None, Any]:
+    """The trials' frame :func:`results` reads (the sweep's, or with ``versions="all"`` the whole
+    experiment's), retargeted to ``target`` when given; with its sweep id and searches."""
+    if versions == "current":
+        data = load_sweep(experiment, sweep, client=client)
+        frame, sweep_id, searches = data.frame, data.sweep_id, data.search
+    else:
+        frame, searches = _experiment_frame(client, exp, experiment)
+        sweep_id = None
+    if target is not None:
+        frame = retarget(frame, target)
+    return frame, sweep_id, searches
+
+
 def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | None = None,
             versions: str = "current", clock: str | None = None, select_by: str | None = None,
             scoring: str | None = None, tuning_draws: str | None = None, immutable: bool = False,
@@ -120,25 +150,12 @@ def results(experiment: str, *, sweep: str | None = None, tracking_uri: str | No
       TypeError: ``experiment`` is not a string, ``target`` neither a string nor a Target.
     """
     _check_arguments(experiment, sweep, tracking_uri, versions, (clock, select_by, scoring, tuning_draws))
-    if target is not None and not isinstance(target, Target):
-        if not isinstance(target, str):
-            raise TypeError(f"results(): target must be 'METRIC=VALUE' (a string) or a Target, got "
-                            f"{type(target).__name__} {target!r}")
-        target = parse_target(target)  # its syntax, before anything is read
+    target = _parsed_target(target)  # its syntax, before anything is read
     client = snapshot_or_client(tracking_uri, experiment, immutable=immutable)
     exp = mlruns.get_experiment(client, experiment)
-    if versions == "current":
-        data = load_sweep(experiment, sweep, client=client)
-        frame, sweep_id, searches = data.frame, data.sweep_id, data.search
-    else:
-        frame, searches = _experiment_frame(client, exp, experiment)
-        sweep_id = None
-    if target is not None:
-        frame = retarget(frame, target)
+    frame, sweep_id, searches = _read_frame(client, exp, experiment, sweep, versions, target)
     overrides = ((SELECT_BY_ATTR, select_by), (SCORING_ATTR, scoring), (TUNING_DRAWS_ATTR, tuning_draws))
-    for attr, value in overrides:
-        if value is not None:
-            frame.attrs[attr] = value
+    frame.attrs.update({attr: value for attr, value in overrides if value is not None})
     older = _older_versions(client, exp.experiment_id, frame) if versions == "current" else _no_older()
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
     out = Results(experiment, sweep_id, uri, versions, split_versions(frame),

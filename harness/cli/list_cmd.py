@@ -74,6 +74,15 @@ def input_kinds(builder) -> str:
     return " · ".join(dict.fromkeys(ok)) or "—"
 
 
+def _check_kind(kind: str | None, valid: list[str]) -> None:
+    """Exit 2, naming the valid choices, when ``kind`` is given and is none of ``valid``."""
+    if kind is not None and kind not in valid:
+        from harness.core.builders import did_you_mean
+
+        err(f"unknown kind {kind!r}; valid choices: {', '.join(valid)}{did_you_mean(kind, valid)}")
+        raise typer.Exit(2)
+
+
 def list_(
     kind: str | None = typer.Argument(
         None, help="models | optimizers | schedules | datasets | workloads (default: all, one line "
@@ -101,12 +110,7 @@ def list_(
     reg = default_registries()
     kinds = {"models": ("model", reg.models), "optimizers": ("optimizer", reg.optimizers),
              "schedules": ("schedule", reg.schedules), "datasets": ("dataset", reg.datasets)}
-    if kind is not None and kind not in (*kinds, "workloads"):
-        from harness.core.builders import did_you_mean
-
-        valid = [*kinds, "workloads"]
-        err(f"unknown kind {kind!r}; valid choices: {', '.join(valid)}{did_you_mean(kind, valid)}")
-        raise typer.Exit(2)
+    _check_kind(kind, [*kinds, "workloads"])
     console = stdout_console()
     if optax:
         if kind not in (None, "optimizers"):

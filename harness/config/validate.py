@@ -158,15 +158,8 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
             known[name] = None  # type: ignore[assignment]
     for i, w in enumerate(cfg.workloads or []):
         _check_workload(w, f"workloads[{i}]", file, registries, errors, known)
-    if cfg.ladder is not None:  # the workload, and its model at each size (harness.config.ladder_parts)
-        try:
-            lookup(known, cfg.ladder.workload, "workload")
-        except KeyError as e:
-            errors.append(f"{file}: ladder.workload: {e.args[0]}")
-        for i, size in enumerate(cfg.ladder.sizes if cfg.ladder.workload in known else []):
-            entry = WorkloadEntry(name=cfg.ladder.workload, model_hparams=size,
-                                  dataset_hparams=cfg.ladder.dataset_hparams)
-            _check_workload(entry, f"ladder.sizes[{i}]", file, registries, errors, known)
+    if cfg.ladder is not None:
+        _check_ladder(cfg, file, registries, errors, known)
     if cfg.augment is not None:
         try:
             validate_augment(cfg.augment)
@@ -182,6 +175,20 @@ def validate_names(cfg: SweepConfig, file: str, registries: Registries) -> None:
                           f"{', '.join(names)}{did_you_mean(k[:200], names)}")
     if errors:
         raise ConfigError(errors)
+
+
+def _check_ladder(cfg: SweepConfig, file: str, registries: Registries, errors: list[str],
+                  known: dict) -> None:
+    """The ladder's workload, and its model at each size (:mod:`harness.config.ladder_parts`)."""
+    ladder = cfg.ladder
+    try:
+        lookup(known, ladder.workload, "workload")
+    except KeyError as e:
+        errors.append(f"{file}: ladder.workload: {e.args[0]}")
+    for i, size in enumerate(ladder.sizes if ladder.workload in known else []):
+        entry = WorkloadEntry(name=ladder.workload, model_hparams=size,
+                              dataset_hparams=ladder.dataset_hparams)
+        _check_workload(entry, f"ladder.sizes[{i}]", file, registries, errors, known)
 
 
 def _check_needs_target(cfg: SweepConfig, file: str, datasets: list[str], errors: list[str]) -> None:

@@ -354,6 +354,36 @@ STREAM_ABOVE_TOKENS = 1 << 24
 RESIDENT_WINDOWS = 1024
 
 
+def _check_reading(seq_len: int, order: str, stream: bool | None) -> None:
+    """:func:`load_tokens`'s ``seq_len`` (>= 1), ``order`` and ``stream`` (``order: sequential``
+    streams). Raises :class:`TokensError` naming the bad one."""
+    if seq_len < 1:
+        raise TokensError("seq_len", f"must be >= 1, got {seq_len}")
+    if order not in ORDERS:
+        raise TokensError("order", f"{order!r}: choose one of {', '.join(ORDERS)}")
+    if order == "sequential" and stream is False:
+        raise TokensError("stream", "false holds the windows in memory, shuffled on the device; order: "
+                                    "sequential reads them from the shards (leave stream unset)")
+
+
+def _check_windows(splits: list, root: object, seq_len: int) -> None:
+    """Raise :class:`TokensError` (``seq_len``) when the training, test or validation ``splits``
+    (``(x, y)`` windows of the folder ``root``) hold no window."""
+    for (x, _), what in zip(splits, ("training", "test", "validation"), strict=True):
+        if len(x) == 0:
+            raise TokensError("seq_len", f"the {what} tokens of {root} hold no window of {seq_len + 1}")
+
+
+def _training_windows(src: TokenStream, c: Corpus, n_train: int, vocab: int, seq_len: int,
+                      streamed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The training ``(x, y)`` windows held in memory: streamed, the first :data:`RESIDENT_WINDOWS`
+    of ``src``; else all of the corpus ``c``'s first ``n_train`` training tokens."""
+    if streamed:
+        w = np.stack([src.window(i) for i in range(min(src.num_windows, RESIDENT_WINDOWS))])
+        return w[:, :-1].astype(np.int32), w[:, 1:].astype(np.int32)
+    return windows(_stream(c.train, n_train, vocab), seq_len)
+
+
 def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, valid_tokens: int | None = None,
                 test_tokens: int | None = None, train_glob: str = "*train*", valid_glob: str = "*val*",
                 test_glob: str = "*test*", format: str = "auto", stream: bool | None = None,
@@ -381,13 +411,7 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
       TokensError: bad data or hyperparameters (a token id at or above the vocabulary names its
         shard and offset); ``.key`` names the hyperparameter.
     """
-    if seq_len < 1:
-        raise TokensError("seq_len", f"must be >= 1, got {seq_len}")
-    if order not in ORDERS:
-        raise TokensError("order", f"{order!r}: choose one of {', '.join(ORDERS)}")
-    if order == "sequential" and stream is False:
-        raise TokensError("stream", "false holds the windows in memory, shuffled on the device; order: "
-                                    "sequential reads them from the shards (leave stream unset)")
+    _check_reading(seq_len, order, stream)
     c = scan(path, train_glob, valid_glob, test_glob, format)
     corpus_digest(c, digest)
     valid, test, n_train, vocab, streamed = _eval_splits(c, seq_len, valid_tokens, test_tokens,
@@ -397,16 +421,10 @@ def load_tokens(path: str, seq_len: int = 256, vocab_size: int | None = None, va
         streamed = True
     bpt = text_bytes_per_token(c.meta, vocab, bytes_per_token)
     src = TokenStream(c.train, seq_len, n_train, vocab, order)
-    if streamed:
-        w = np.stack([src.window(i) for i in range(min(src.num_windows, RESIDENT_WINDOWS))])
-        train = (w[:, :-1].astype(np.int32), w[:, 1:].astype(np.int32))
-    else:
-        train = windows(_stream(c.train, n_train, vocab), seq_len)
+    train = _training_windows(src, c, n_train, vocab, seq_len, streamed)
     unchanged(c)  # every split was read from the shards the digest names
     splits = [train, windows(test, seq_len), windows(valid, seq_len)]
-    for (x, _), what in zip(splits, ("training", "test", "validation"), strict=True):
-        if len(x) == 0:
-            raise TokensError("seq_len", f"the {what} tokens of {c.root} hold no window of {seq_len + 1}")
+    _check_windows(splits, c.root, seq_len)
     (xt, yt), (xs, ys), (xv, yv) = splits
     tok, fmts = c.meta.get("tokenizer", "unknown tokenizer"), "+".join(sorted({i.format for i in c.shards}))
     return Dataset(xt, yt, xs, ys, xv, yv, input_shape=(seq_len,), num_classes=vocab,

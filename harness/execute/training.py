@@ -79,6 +79,21 @@ def needs_perf_measurement(unit: list[TrialSpec]) -> bool:
     return any(perf_cache_key(s) not in PERF_CACHE for s in unit)
 
 
+def _to_measure(units: list[list[TrialSpec]]) -> dict:
+    """One trial per perf key :data:`PERF_CACHE` lacks, alone-trained trials first; AlgoPerf
+    submissions and multi-device trials left out."""
+    from harness.train.perf import perf_cache_key
+
+    chosen: dict = {}
+    for s in (s for u in sorted(units, key=len) for s in u):
+        if s.optimizer_api == "algoperf" or s.devices != 1:
+            continue
+        key = perf_cache_key(s)
+        if key not in PERF_CACHE and key not in chosen:
+            chosen[key] = s
+    return chosen
+
+
 def measure_throughput(units: list[list[TrialSpec]],
                        on_stage: Callable[[str, str], None] | None = None) -> float:
     """Measure, interleaved, the step of every distinct perf key of ``units`` that :data:`PERF_CACHE`
@@ -99,13 +114,7 @@ the one-step programs for their FLOPs: the time budget's ``compile``, not ``thro
     from harness.train.program import program_for
 
     devices.use_assigned_device()
-    chosen: dict = {}
-    for s in (s for u in sorted(units, key=len) for s in u):  # alone-trained trials first
-        if s.optimizer_api == "algoperf" or s.devices != 1:
-            continue
-        key = perf_cache_key(s)
-        if key not in PERF_CACHE and key not in chosen:
-            chosen[key] = s
+    chosen = _to_measure(units)
     say = on_stage or (lambda name, text: None)
     progs = []
     for i, s in enumerate(chosen.values(), 1):

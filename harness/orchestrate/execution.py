@@ -53,6 +53,22 @@ def keep_spool_entry(o: TrialOutcome, uri: str) -> None:
         spool.put(uri, entry)
 
 
+def _measure_first(units: list[list[TrialSpec]], ctx: RunContext, display: ProgressDisplay,
+                   clock: SweepClock | None) -> None:
+    """The in-process executor's interleaved throughput measurement of ``units`` before any trains,
+    its seconds counted in ``clock``'s ``compile`` and ``throughput``."""
+    t0 = time.perf_counter()
+    # units with user code time their own steps in their worker (harness.execute.isolation)
+    timed = [units[i] for i in isolation.split(units)[0]] if ctx.dispatch_timeout_s else units
+    compile_s = training.measure_throughput(timed, on_stage=display.stage)
+    display.stage_done()
+    if clock is not None:  # its compiles are the budget's compile (training reuses them)
+        clock.timing = training.timing_note()
+        stage_s = time.perf_counter() - t0
+        budget.add(clock.parts, {"compile": min(compile_s, stage_s),
+                                 "throughput": max(0.0, stage_s - compile_s)})
+
+
 def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
                   outcomes: list[TrialOutcome], display: ProgressDisplay,
                   clock: SweepClock | None = None,
@@ -65,17 +81,7 @@ def execute_units(ex: Executor, units: list[list[TrialSpec]], ctx: RunContext,
     Returns the seconds that last step took (MLflow calls: the time budget's ``tracking``)."""
     deferred: list[str] = []
     if ctx.measure_perf and isinstance(ex, InProcessExecutor):
-        t0 = time.perf_counter()
-        # units with user code time their own steps in their worker (harness.execute.isolation)
-        timed = [units[i] for i in isolation.split(units)[0]] if ctx.dispatch_timeout_s else units
-        compile_s = training.measure_throughput(timed, on_stage=display.stage)
-        display.stage_done()
-        if clock is not None:  # its compiles are the budget's compile (training reuses them)
-            clock.timing = training.timing_note()
-            stage_s = time.perf_counter() - t0
-            budget.add(clock.parts, {"compile": min(compile_s, stage_s),
-                                     "throughput": max(0.0, stage_s - compile_s)})
-
+        _measure_first(units, ctx, display, clock)
     by_id = {s.trial_id: s for u in units for s in u}
 
     def on_done(batch: list[TrialOutcome]) -> None:

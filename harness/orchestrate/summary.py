@@ -76,7 +76,7 @@ class SweepSummary:
         if self.budget is None:
             return ""
         timing = f"; {self.timing}" if self.timing else ""
-        line = "time " + budget_line(self.budget_wall_s, self.budget, width - len("time ") - len(timing)) + timing
+        line = f"time {budget_line(self.budget_wall_s, self.budget, width - 5 - len(timing))}{timing}"
         return line + (f"\n{note}" if (note := eval_note(self.budget_wall_s, self.budget)) else "")
 
     def spool_account(self) -> str:

@@ -63,8 +63,8 @@ from harness.data.sources import load_dataset
 from harness.train import parallel, timing
 from harness.train.build import trial_step_size
 from harness.train.program import TrainingProgram, program_for
-from models import stax
 from harness.train.rounds import bounded_rounds
+from models import stax
 
 __all__ = ["CLOCK_FACTOR", "DISPATCH_SLACK_MS", "LAST_TIMING", "MAX_SPREAD", "REMEASURES", "STABLE_TOL",
            "TrainClock", "clock_disagreement", "interleave_bounds", "measure_interleaved",

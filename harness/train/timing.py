@@ -67,7 +67,6 @@ Units: seconds for compile, milliseconds for step times, FLOP/s for peaks; utili
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import random
@@ -310,27 +309,14 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
         raise ValueError(f"block must be >= 1 and programs not empty, got {block}, {len(programs)}")
     if stable_on not in ("wall", "cpu"):
         raise ValueError(f"stable_on must be 'wall' or 'cpu', got {stable_on!r}")
-    args = [tuple(p.args) for p in programs]
-    outs: list[Any] = [None] * len(programs)
-    warm_s = []
-    for i, p in enumerate(programs):
-        t0 = time.perf_counter()
-        outs[i], args[i] = _warm_up(p, args[i], warmup)
-        warm_s.append((time.perf_counter() - t0) / max(warmup, 1))
+    args, outs, warm_s = _warm_up(programs, warmup)
     if plan is not None:
         block, min_rounds, max_seconds = plan(warm_s)[:3]
     times: list[list[float]] = [[] for _ in programs]
     cpu: list[list[float]] = [[] for _ in programs]
     start, rounds = time.perf_counter(), 0
     while True:
-        order = list(range(len(programs)))
-        if shuffle:
-            random.Random(rounds).shuffle(order)
-        for i in order:
-            c0 = cpu_snapshot()
-            outs[i], args[i] = _time_block(programs[i], args[i], block, times[i],
-                                           None if on_call is None else functools.partial(on_call, i))
-            cpu[i].append(work_cpu_s(c0, cpu_snapshot()) / block)
+        _time_round(programs, args, outs, times, cpu, block, on_call, seed=rounds if shuffle else None)
         rounds += 1
         if on_round is not None:
             on_round(rounds, *rounds_left(rounds, time.perf_counter() - start, min_rounds, max_rounds,
@@ -342,32 +328,44 @@ def time_rounds(programs: Sequence[Timed], *, block: int, warmup: int, max_sprea
             return Rounds(times, outs, cpu)
 
 
-def _warm_up(p: Timed, args: tuple, warmup: int) -> tuple[Any, tuple]:
-    """``warmup`` untimed calls of ``p`` (the last one's outputs waited for): its outputs
-    (``None`` without calls) and next arguments."""
-    out = None
-    for _ in range(warmup):
-        out = p.compiled(*args)
-        args = p.advance(out, args)
-    if out is not None:
-        jax.block_until_ready(out)
-    return out, args
-
-
-def _time_block(p: Timed, args: tuple, block: int, times: list[float],
-                on_call: Callable[[], None] | None) -> tuple[Any, tuple]:
-    """``block`` calls of ``p``, each ended with ``jax.block_until_ready`` and its seconds appended
-    to ``times`` (``on_call()`` before each); the last outputs and the next arguments."""
-    out = None
-    for _ in range(block):
-        if on_call is not None:
-            on_call()
+def _warm_up(programs: Sequence[Timed], warmup: int) -> tuple[list[tuple], list[Any], list[float]]:
+    """``warmup`` untimed calls of each program in turn (the last one's outputs waited for): their
+    next arguments, last outputs (``None`` without calls) and warm seconds per call."""
+    args = [tuple(p.args) for p in programs]
+    outs: list[Any] = [None] * len(programs)
+    warm_s = []
+    for i, p in enumerate(programs):
         t0 = time.perf_counter()
-        out = p.compiled(*args)
-        jax.block_until_ready(out)
-        times.append(time.perf_counter() - t0)
-        args = p.advance(out, args)
-    return out, args
+        for _ in range(warmup):
+            outs[i] = p.compiled(*args[i])
+            args[i] = p.advance(outs[i], args[i])
+        if outs[i] is not None:
+            jax.block_until_ready(outs[i])
+        warm_s.append((time.perf_counter() - t0) / max(warmup, 1))
+    return args, outs, warm_s
+
+
+def _time_round(programs: Sequence[Timed], args: list[tuple], outs: list[Any], times: list[list[float]],
+                cpu: list[list[float]], block: int, on_call: Callable[[int], None] | None,
+                seed: int | None) -> None:
+    """One round: ``block`` calls of each program in turn (``seed``: in the order ``random.Random(seed)``
+    shuffles), each ended with ``jax.block_until_ready`` and its seconds appended to ``times[i]``
+    (``on_call(i)`` before each), the block's CPU seconds per call to ``cpu[i]``; ``args`` and
+    ``outs`` advanced in place."""
+    order = list(range(len(programs)))
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    for i in order:
+        p, c0 = programs[i], cpu_snapshot()
+        for _ in range(block):
+            if on_call is not None:
+                on_call(i)
+            t0 = time.perf_counter()
+            outs[i] = p.compiled(*args[i])
+            jax.block_until_ready(outs[i])
+            times[i].append(time.perf_counter() - t0)
+            args[i] = p.advance(outs[i], args[i])
+        cpu[i].append(work_cpu_s(c0, cpu_snapshot()) / block)
 
 
 def measure(
