@@ -97,7 +97,7 @@ def test_a_partial_harness_output_is_refused_and_other_tools_shards_still_read(t
     with pytest.raises(TokensError, match="an unfinished output"):
         load_tokens(str(ours), seq_len=SEQ, vocab_size=256)
     r = runner.invoke(app, ["data", "info", str(theirs), "--json"])
-    assert r.exit_code == 0 and json.loads(r.output)["digest_coverage"] == "sampled", r.output
+    assert r.exit_code == 0 and json.loads(r.output)["digest_coverage"] == "full", r.output
 
 
 def test_tokenize_valid_and_test_files_llm_c_numbering_and_eot_before_each_document(tmp_path):
@@ -146,18 +146,20 @@ def test_an_edit_the_sampled_digest_cannot_see_changes_the_digest_where_the_cont
     assert r.exit_code == 2 and r.output.strip() == (
         f"info: {out / 'extra_train.bin'}: a shard tokens.json does not list (data tokenize wrote 2 shards "
         f"here); remove it or tokenize again"), r.output
-    # shards of other tools (no tokens.json): digest: full covers every byte, on request
+    # shards of other tools (no tokens.json), up to 2 GiB: every byte by default too
     other = tmp_path / "other"
     other.mkdir()
     toks = np.arange(300_000) % 250
     write_shard(other / "a_val.bin", toks[:1000])
     write_shard(other / "a_train.bin", toks)
-    full = dataset_digest(f"tokens:{other}", {"digest": "full"})
-    sampled = dataset_digest(f"tokens:{other}", {})
+    auto = dataset_digest(f"tokens:{other}", {})
+    sampled = dataset_digest(f"tokens:{other}", {"digest": "sampled"})
+    assert auto == dataset_digest(f"tokens:{other}", {"digest": "full"}) and auto != sampled
     toks[150_000] += 1  # between sampled blocks
     write_shard(other / "a_train.bin", toks)
-    assert dataset_digest(f"tokens:{other}", {}) == sampled
-    assert dataset_digest(f"tokens:{other}", {"digest": "full"}) not in ("", full)
+    assert dataset_digest(f"tokens:{other}", {"digest": "sampled"}) == sampled  # its stated limit
+    assert dataset_digest(f"tokens:{other}", {}) not in ("", auto)
+    assert dataset_digest(f"tokens:{other}", {"digest": "full"}) not in ("", auto)
 
 
 def _tail_corpus(d: Path, bad: int, fmt: str, at: int) -> Path:

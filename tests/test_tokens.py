@@ -112,9 +112,12 @@ def test_digest_is_cheap_and_sees_a_rewrite(tmp_path):
     write_shard(d / "a_train.bin", toks2)
     after = dataset_digest(f"tokens:{d}", {})
     assert after != before
-    toks2[150_000] += 1  # between sampled blocks: not read (the digest's stated limit)
+    sampled = dataset_digest(f"tokens:{d}", {"digest": "sampled"})
+    toks2[150_000] += 1  # between sampled blocks: unseen by the sampled digest (its stated limit) ...
     write_shard(d / "a_train.bin", toks2)
-    assert dataset_digest(f"tokens:{d}", {}) == after
+    assert dataset_digest(f"tokens:{d}", {"digest": "sampled"}) == sampled
+    assert dataset_digest(f"tokens:{d}", {}) not in (before, after)  # ... seen by the default, whole
+    after = dataset_digest(f"tokens:{d}", {})
     write_shard(d / "a_train.bin", toks2[:-1])  # one token shorter: the size and header differ
     assert dataset_digest(f"tokens:{d}", {}) not in (before, after)
 

@@ -236,7 +236,7 @@ def info(path: str | Path, coverage: str = "auto") -> dict:
     c = scan(str(path))
     dig = corpus_digest(c, coverage)
     recorded = c.meta.get("content_digest")
-    whole = coverage == "full" or (coverage == "auto" and recorded is not None
+    whole = coverage == "full" or (coverage == "auto"
                                    and sum(s.size for s in c.shards) <= FULL_DIGEST_MAX_BYTES)
     as_recorded = None if recorded is None or not whole else dig == corpus_digest(c, "sampled")
     bound = c.meta.get("max_token_id")

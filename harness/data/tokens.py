@@ -138,17 +138,16 @@ FULL_DIGEST_MAX_BYTES = 2 << 30
 
 
 def corpus_digest(corpus: Corpus, coverage: str = "auto") -> str:
-    """The corpus's content digest, which joins the trial id: the sampled
-    :func:`harness.data.shards.digest` of every shard and the sidecar's bytes; with ``coverage``
-    ``full`` on a corpus whose ``tokens.json`` records no ``content_digest``, the full-content
-    :func:`harness.data.shards.content_digest` joins it.
+    """The corpus's content digest, which joins the trial id.
 
-    Where ``tokens.json`` records a ``content_digest`` (``data tokenize`` writes it), every byte of the
-    shards is hashed and compared with it (``auto``: up to :data:`FULL_DIGEST_MAX_BYTES` of shards;
-    ``full``: any size; ``sampled``: never). As the sidecar's bytes are in the sampled digest, the
-    digest then names the full content, and trial ids of corpora made before stay as they were.
-    Shards edited since (the hash differs): the hash found joins the digest, so an edit that no
-    sampled block sees still changes the trial id.
+    The sampled :func:`harness.data.shards.digest` of every shard and the sidecar's bytes, and,
+    where every byte is hashed (``auto``: up to :data:`FULL_DIGEST_MAX_BYTES` of shards; ``full``:
+    any size; ``sampled``: never), the full-content :func:`harness.data.shards.content_digest`:
+    - where ``tokens.json`` records a ``content_digest`` (``data tokenize`` writes it), the hash is
+      compared with it: equal, the digest stays the sampled one, which holds the record's bytes and
+      so names the whole content (trial ids of corpora made before stay as they were); different
+      (shards edited since), the hash found joins the digest, so the trial id changes;
+    - without a record (shards of other tools), the hash joins the digest.
 
     Raises:
       TokensError: ``coverage`` not one of :data:`DIGESTS`; a shard ``tokens.json`` lists missing,
@@ -165,7 +164,7 @@ def corpus_digest(corpus: Corpus, coverage: str = "auto") -> str:
         if recorded is not None and whole:
             if (now := content_digest(_recorded(corpus))) != recorded:  # edited since: the id says so
                 return digest([], f"{sampled}+{now}".encode())
-        elif coverage == "full":
+        elif whole:
             return digest([], f"{sampled}+{content_digest(shards)}".encode())
     except ShardError as e:
         raise TokensError("", str(e)) from None
