@@ -138,11 +138,11 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
     seen = {}
 
     def fake(experiment, sweep_id, output, baseline, tracking_uri, tuning_draws, scoring, select_by,
-             time_clock, stats_baseline, immutable):
+             time_clock, stats_baseline, immutable, target):
         seen.update(experiment=experiment, sweep_id=sweep_id, output=output, baseline=baseline,
                     tracking_uri=tracking_uri, tuning_draws=tuning_draws, scoring=scoring,
                     select_by=select_by, time_clock=time_clock, stats_baseline=stats_baseline,
-                    immutable=immutable)
+                    immutable=immutable, target=target)
         (tmp_path / "r.html").write_text("x" * 2_100_000)
         (tmp_path / "r.csv.gz").write_text("row\n")
         return tmp_path / "r.html"
@@ -156,7 +156,8 @@ def test_report_is_wired_to_make_report(tmp_path, tracking_uri, monkeypatch):
                     "tracking_uri": tracking_uri, "tuning_draws": "without-replacement", "scoring": None,
                     "select_by": None, "time_clock": None,  # None: the sweep's rule, objective and clock
                     "stats_baseline": None,  # None: adam, else adamw, else the first
-                    "immutable": False}  # a store SQLite opens where it is: read as usual, logged to
+                    "immutable": False,  # a store SQLite opens where it is: read as usual, logged to
+                    "target": None}  # None: each trial's own target
     assert r.output.strip().splitlines()[-3:] == [  # every file it wrote
         f"report: {tmp_path / 'r.html'} (2.1 MB, one self-contained HTML file)",
         f"data:   {tmp_path / 'r.csv.gz'} (the tidy table behind every figure, gzip CSV)",

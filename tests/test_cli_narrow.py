@@ -218,8 +218,8 @@ def test_list_one_entry_in_full():
     # each Args entry wraps as one paragraph under its own indent, not source line by source line
     lines = [ln.rstrip() for ln in r.output.splitlines()]
     assert "    b1, b2: decay rates of the first and second moment estimates, in [0, 1)." in lines
-    assert "  Raises:" in lines
-    assert "    ValueError: a concrete step_size that is not positive; concrete b1/b2" in lines
+    assert "  Returns:" in lines
+    assert "    An Optimizer (init_fn, update_fn, params_fn)." in lines
     lone = [ln for ln in lines[6:] if ln.strip() and " " not in ln.strip() and not ln.endswith(":")]
     assert not lone, lone  # a word left alone on its line ("outside") by wrapping each source line
     r = runner.invoke(app, ["list", "optimizers", "adma"])

@@ -270,8 +270,11 @@ EXPECTED_OPTIMIZERS = {
     "optax_sgd": {},
     "optax_momentum": {"mass": 0.9, "nesterov": False},
     "optax_adam": {"b1": 0.9, "b2": 0.999, "eps": 1e-8},
-    "muon": {"beta": 0.95, "ns_steps": 5, "eps": 1e-08, "weight_decay": 0.0, "nesterov": True, "adam_b1": 0.9,
-             "adam_b2": 0.999, "adam_weight_decay": 0.0, "adam_lr_ratio": 1.0, "muon_mask": None},
+    "muon": {"beta": 0.95, "ns_steps": None, "eps": 1e-08, "weight_decay": 0.0, "nesterov": True,
+             "adam_b1": 0.9, "adam_b2": 0.999, "adam_weight_decay": 0.0, "adam_lr_ratio": 1.0,
+             "muon_mask": None,
+             "convention": "optax", "ns_coeffs": None, "ns_eps": None, "ns_dtype": None,
+             "momentum_form": None, "adam_nesterov": None, "adam_eps": None},
     "adafactor": {"min_dim_size_to_factor": 128, "decay_rate": 0.8, "decay_offset": 0,
                   "multiply_by_parameter_scale": True, "clipping_threshold": 1.0, "momentum": None,
                   "weight_decay_rate": None, "eps": 1e-30, "factored": True},
@@ -306,7 +309,7 @@ def test_schedule_registry_signatures():
         "cosine_decay": {"alpha": 0.0},
         "warmup_cosine_decay": {"warmup_steps": REQUIRED, "init_scale": 0.0, "alpha": 0.0},
         "warmup_stable_decay": {"warmup_steps": 0, "decay_fraction": 0.2, "decay_shape": "linear",
-                                "init_scale": 0.0, "final_scale": 0.0},
+                                "init_scale": 0.0, "final_scale": 0.0, "warmup_offset": 0},
     }
     assert set(O.SCHEDULES) == set(expected)
     assert "total_steps" in INJECTED

@@ -106,7 +106,8 @@ def test_no_text_overlaps_or_leaves_any_figure(sweeps, name):
     frame = reports.load_frame(name, tracking_uri=sweeps["uri"])
     figs = F.make_figures(frame)
     drawn = {k: f for k, f in figs.items() if f is not None and not isinstance(f, str)}
-    expected = {s.key for s in F.FIGURES} - {"scaling"} - ({"sensitivity"} if name == "quickstart" else set())
+    ladder_only = {"scaling", "scaling_frontier"}
+    expected = {s.key for s in F.FIGURES} - ladder_only - ({"sensitivity"} if name == "quickstart" else set())
     assert set(drawn) == expected
     for key, fig in drawn.items():
         assert L.layout_problems(fig) == [], key
@@ -201,7 +202,8 @@ def test_report_page_inline_svg_downloads_interactive_and_tables(sweeps):
     page = re.sub(r"<script>.*?</script>", "<script></script>", text, flags=re.S)  # markup only
     assert "<img" not in page  # vector figures only
     svgs = re.findall(r'<figure id="([a-z-]+)-static"><svg[^>]* class="fig"', text)
-    assert svgs == [s.key.replace("_", "-") for s in F.FIGURES if s.key not in ("sensitivity", "scaling")]
+    skip = ("sensitivity", "scaling", "scaling_frontier")
+    assert svgs == [s.key.replace("_", "-") for s in F.FIGURES if s.key not in skip]
     assert "single step size" in text
     for kind, mime in (("pdf", "application/pdf"), ("csv", "text/csv")):
         links = re.findall(rf'<a href="data:{mime}[^"]*;base64,[^"]+" download="quickstart-(\w+)\.{kind}"',

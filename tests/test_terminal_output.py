@@ -82,7 +82,7 @@ def test_list_workloads_name_shows_the_loss_and_the_models_hyperparameters(tmp_p
     assert "model: mlp, hyperparameters: width=256 depth=2 activation='relu' (the model's default) " \
            "dropout=0.0 (the model's default)" in flat
     assert "dataset: mnist1d (validation_fraction=0.1)" in flat
-    assert "target: valid/accuracy >= 0.6" in flat and "steps x batch: 2000 x 128" in flat
+    assert "target: valid/accuracy >= 0.6" in flat and "budget x batch: 2000 x 128" in flat
     lm = _flat(_harness(["list", "workloads", "markov_lm_transformer"], tmp_path).stdout)
     assert "loss: sequence_cross_entropy: next-token softmax cross-entropy" in lm and "num_heads=4" in lm
 
