@@ -28,7 +28,7 @@ import numpy as np
 
 from harness.data.integrity import PARTIAL_MARKER
 from harness.data.shards import FORMATS, content_digest, read_info, write_shard
-from harness.data.tokens import FULL_DIGEST_MAX_BYTES, SIDECAR, TOKENS_PREFIX, corpus_digest, scan
+from harness.data.tokens import SIDECAR, TOKENS_PREFIX, corpus_digest, hashes_whole, scan
 
 __all__ = ["BPE_VOCABS", "TOKENIZERS", "info", "tokenize_files"]
 #: BPE vocabularies ``bpe-openai`` ships in its wheel (tested offline).
@@ -236,8 +236,7 @@ def info(path: str | Path, coverage: str = "auto") -> dict:
     c = scan(str(path))
     dig = corpus_digest(c, coverage)
     recorded = c.meta.get("content_digest")
-    whole = coverage == "full" or (coverage == "auto"
-                                   and sum(s.size for s in c.shards) <= FULL_DIGEST_MAX_BYTES)
+    whole = hashes_whole(c, coverage)
     as_recorded = None if recorded is None or not whole else dig == corpus_digest(c, "sampled")
     bound = c.meta.get("max_token_id")
     return {"dataset": f"{TOKENS_PREFIX}{path}", "format": sorted({s.format for s in c.shards}),

@@ -24,8 +24,21 @@ from harness.data.integrity import INDEX_LIMIT, check_range, partial_output, sha
 from harness.data.shards import FORMATS, ShardError, ShardInfo, content_digest, digest, read_info, read_tokens
 from harness.data.stream import ORDERS, TokenStream
 
-__all__ = ["DIGESTS", "FULL_DIGEST_MAX_BYTES", "SIDECAR", "TOKENS_PREFIX", "VALID_TOKENS_MAX", "Corpus",
-           "TokensError", "corpus_digest", "load_tokens", "scan", "unchanged", "windows"]
+__all__ = [
+    "DIGESTS",
+    "FULL_DIGEST_MAX_BYTES",
+    "SIDECAR",
+    "TOKENS_PREFIX",
+    "VALID_TOKENS_MAX",
+    "Corpus",
+    "TokensError",
+    "corpus_digest",
+    "hashes_whole",
+    "load_tokens",
+    "scan",
+    "unchanged",
+    "windows",
+]
 
 TOKENS_PREFIX = "tokens:"
 SIDECAR = "tokens.json"
@@ -158,9 +171,8 @@ def corpus_digest(corpus: Corpus, coverage: str = "auto") -> str:
     shards = list(corpus.shards)
     sampled = digest(shards, side.read_bytes() if side.is_file() else b"")
     recorded = corpus.meta.get("content_digest")
-    size = sum(i.size for i in shards)
     try:
-        whole = coverage == "full" or (coverage == "auto" and size <= FULL_DIGEST_MAX_BYTES)
+        whole = hashes_whole(corpus, coverage)
         if recorded is not None and whole:
             if (now := content_digest(_recorded(corpus))) != recorded:  # edited since: the id says so
                 return digest([], f"{sampled}+{now}".encode())
@@ -169,6 +181,13 @@ def corpus_digest(corpus: Corpus, coverage: str = "auto") -> str:
     except ShardError as e:
         raise TokensError("", str(e)) from None
     return sampled
+
+
+def hashes_whole(corpus: Corpus, coverage: str) -> bool:
+    """Whether :func:`corpus_digest` hashes every byte of ``corpus`` for ``coverage`` (``full``; or
+    ``auto`` with at most :data:`FULL_DIGEST_MAX_BYTES` of shards)."""
+    return coverage == "full" or (coverage == "auto"
+                                  and sum(i.size for i in corpus.shards) <= FULL_DIGEST_MAX_BYTES)
 
 
 def _recorded(corpus: Corpus) -> list[ShardInfo]:
