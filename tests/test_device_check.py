@@ -28,7 +28,7 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
     rows = {(row["part"], row["dtype"]): row for row in got["rows"]}
     models = ("transformer_lm", "resnet18")
     parts = {"quickstart", "--jobs 2, one device", "vmapped trials", *(f"{m}/flax" for m in models),
-             *(f"MFU {m}" for m in models)}
+             *(f"MFU {m}" for m in models), "gpt remat none", "gpt remat block", "gpt remat"}
     assert {p for p, _ in rows} == parts
     for p in ("quickstart", "--jobs 2, one device"):
         assert rows[(p, "auto")]["finished"] == rows[(p, "auto")]["trials"] == 2
@@ -38,6 +38,11 @@ def test_device_check_runs_every_part_on_a_cpu(tmp_path):
             assert rows[(f"{m}/flax", dt)]["detail"].startswith("harness/flax time, < 1: harness faster; ")
             assert 0 < rows[(f"MFU {m}", dt)]["mfu"] < 1  # of the preset peak, 1 TFLOP/s
     assert rows[("vmapped trials", "float32")]["speedup"] > 0
+    # the track's gpt step, with and without remat (issue 63: the check runs gpt)
+    for remat in ("none", "block"):
+        g = rows[(f"gpt remat {remat}", "bfloat16")]
+        assert g["step_ms"] > 0 and g["compiled_peak_gib"] > 0 and g["batch"] == 2
+    assert rows[("gpt remat", "bfloat16")]["memory_ratio"] > 0
     # the two ratios run in opposite directions: each row says which (before: neither did)
     assert rows[("vmapped trials", "float32")]["detail"].startswith(
         "one-by-one/vmapped time, > 1: vmapped faster; ")

@@ -69,9 +69,11 @@ def _peak_memory(dev, compiled) -> tuple[float, str, float]:
     return own, "compiled", own
 
 
-def gpt_row(size: str = "full", dtype: str = "bfloat16", steps: int = 10, remat: str = "none") -> dict:
-    """One timed ``gpt`` training step at ``SHAPES[size]`` (halving the batch until it fits), with
-    the model's ``remat`` (``'block'``: activations recomputed per block in the backward pass).
+def gpt_row(size: str = "full", dtype: str = "bfloat16", steps: int = 10, remat: str = "none",
+            batch: int | None = None) -> dict:
+    """One timed ``gpt`` training step at ``SHAPES[size]`` (its batch, or ``batch``, halved until it
+    fits), with the model's ``remat`` (``'block'``: activations recomputed per block in the backward
+    pass).
 
     Returns:
       ``{"batch", "context", "step_ms", "tokens_per_s", "tflop_per_s", "mfu_pct" (nan without a
@@ -82,7 +84,7 @@ def gpt_row(size: str = "full", dtype: str = "bfloat16", steps: int = 10, remat:
                           depth=s["depth"], num_heads=s["heads"], logit_softcap=15.0, attn_scale=0.12,
                           zero_init=False, remat=remat)
     dev = jax.devices()[0]
-    batch = s["batch"]
+    batch = batch or s["batch"]
     while True:
         try:
             return {**_timed(model, s, batch, dtype, steps, dev), "remat": remat}

@@ -282,6 +282,46 @@ def sweep_rows(size: str, jobs=(1, 2)) -> list[dict]:
     return rows
 
 
+def gpt_rows(size: str) -> list[dict]:
+    """The ``gpt`` step at the track's shape with ``remat`` none and block, and what remat changes."""
+    import gpt_check
+
+    rows, got = [], {}
+    for remat in ("none", "block"):
+        r = got[remat] = gpt_check.gpt_row(size, remat=remat)
+        mfu = "n/a" if r["mfu_pct"] != r["mfu_pct"] else f"{r['mfu_pct']:.1f}%"
+        rows.append({"part": f"gpt remat {remat}", "dtype": r["dtype"], "figure": f"{r['step_ms']:.1f} ms",
+                     "detail": f"{r['batch']}x{r['context']} tokens/step, {r['tokens_per_s']:.0f} tokens/s, "
+                               f"MFU {mfu} of the stated peak, peak memory {r['peak_memory_gib']:.2f} GiB "
+                               f"({r['memory_source']}; compiled {r['compiled_peak_gib']:.2f} GiB)",
+                     **{k: r[k] for k in ("batch", "step_ms", "mfu_pct", "peak_memory_gib",
+                                          "compiled_peak_gib")}})
+    none, block = got["none"], got["block"]
+    if block["batch"] != none["batch"]:  # remat fit a larger batch: compare at the same one
+        block = gpt_check.gpt_row(size, remat="block", batch=none["batch"])
+    mem = block["compiled_peak_gib"] / none["compiled_peak_gib"]
+    rows.append({"part": "gpt remat", "dtype": none["dtype"], "figure": f"{mem:.2f}x",
+                 "detail": f"block/none at {none['batch']}x{none['context']}: compiled peak memory "
+                           f"(< 1: remat saves memory), step time {block['step_ms'] / none['step_ms']:.2f}x",
+                 "memory_ratio": mem, "time_ratio": block["step_ms"] / none["step_ms"]})
+    return rows
+
+
+def guarded(part: str, fn, *args) -> list[dict]:
+    """``fn(*args)``'s rows, or one row saying the part failed and why (a part that cannot run on
+    this machine, a missing package say, does not end the table)."""
+    try:
+        return fn(*args)
+    except Exception as err:  # noqa: BLE001 - reported in the table, the other parts go on
+        first = (str(err).strip().splitlines() or [""])[0][:160]
+        return [{"part": part, "dtype": "-", "figure": "failed", "detail": f"{type(err).__name__}: {first}",
+                 "error": f"{type(err).__name__}: {err}"}]
+
+
+#: The parts, in the table's order: name -> rows of a size.
+PARTS = {"quickstart": sweep_rows, "flax": ratio_rows, "gpt": gpt_rows, "vmapped": lambda s: [vmapped_row(s)]}
+
+
 def format_table(rows: list[dict]) -> str:
     """The one table: part, dtype, figure, detail."""
     w = max(len(r["part"]) for r in rows)
@@ -294,11 +334,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="small sizes (default on a CPU)")
     ap.add_argument("--json", help="also write the rows to this JSON file")
+    ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of %(default)s")
     args = ap.parse_args(argv)
+    parts = args.parts.split(",")
+    if unknown := sorted(set(parts) - set(PARTS)):
+        ap.error(f"unknown part(s) {', '.join(unknown)}: choose from {', '.join(PARTS)}")
     dev = jax.devices()[0]
     size = "small" if args.small or dev.platform == "cpu" else "full"
     t0 = time.perf_counter()
-    rows = sweep_rows(size) + ratio_rows(size) + [vmapped_row(size)]
+    rows = []
+    for part in parts:  # each part's rows as it ends (a full-size part can take minutes)
+        t1 = time.perf_counter()
+        print(f"device check: {part} ...", flush=True)
+        rows += (new := guarded(part, PARTS[part], size))
+        print(format_table(new) + f"\n({part}: {time.perf_counter() - t1:.0f} s)", flush=True)
     print(f"device check: {device_kind(dev)} ({dev.platform}, {len(jax.devices())} device(s)), "
           f"jax {jax.__version__}, {size} sizes, {time.perf_counter() - t0:.0f} s")
     print(format_table(rows))
@@ -309,5 +358,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    failed = [r["part"] for r in main()["rows"] if r["figure"] == "failed"]
     sys.stdout.flush()
+    sys.exit(f"device check: {len(failed)} part(s) failed: {', '.join(failed)}" if failed else 0)
