@@ -65,6 +65,9 @@ def test_existing_muon_trial_ids_unchanged():
 @pytest.mark.parametrize("bad, where, message", [
     ("{value: [2, -1.5]}", "ns_coeffs", "expected tuple[float, float, float] | tuple[tuple[float, float, "
                                         "float], ...] | None, got [2, -1.5]"),
+    # a bare list is a grid axis: its first value failed with "got 1" and no word of why
+    ("[1, 2]", "ns_coeffs", "got 1 (a list is a grid axis, so 1 was read as one value of it; write "
+                            "{value: [1, 2]} for one list value)"),
     ("{value: [[2, -1.5, 0.5], [2, -1.5, 0.5]]}, ns_steps: 5", "ns_coeffs",
      "ns_coeffs: 2 (a, b, c) triples, one per iteration, but 5 Newton-Schulz iterations"),
     ("{value: [2, -1.5, .nan]}", "ns_coeffs", "ns_coeffs must be one (a, b, c) triple of finite numbers"),

@@ -13,6 +13,7 @@ MLflow param, required hyperparameters are given and ``zip`` groups name equal-l
 
 from __future__ import annotations
 
+import collections.abc
 import re
 import typing
 from collections.abc import Callable, Mapping
@@ -91,6 +92,14 @@ def type_error(value: Any, ann: Any) -> str | None:
         return f"expected one of {', '.join(choices)}, got {short_repr(value)}"
     name = getattr(ann, "__name__", None) or str(ann).replace("typing.", "")
     return f"expected {name}, got {short_repr(value)}"
+
+
+def _takes_sequence(ann: Any) -> bool:
+    """Whether annotation ``ann`` takes a tuple or list value (anywhere in a union)."""
+    origin = typing.get_origin(ann)
+    if ann in (tuple, list) or origin in (tuple, list, collections.abc.Sequence):
+        return True
+    return any(_takes_sequence(a) for a in typing.get_args(ann)) if origin is not None else False
 
 
 def _literal_choices(ann: Any) -> list[str] | None:
@@ -180,8 +189,9 @@ def _hparam_error(kind: str, k: str, raw: Any, ann: Any) -> str | None:
         if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**63:  # before the type:
             return f"{short_repr(v)} does not fit in 64 bits"  # 10**400 for a float is no float
         if ann is not None and (msg := type_error(v, ann)):
-            if isinstance(raw, list) and type_error(raw, ann) is None:
-                msg += " (a list is a grid axis; write {value: [...]} for one list value)"
+            if isinstance(raw, list) and (type_error(raw, ann) is None or _takes_sequence(ann)):
+                msg += (f" (a list is a grid axis, so {short_repr(v, 40)} was read as one value of it; "
+                        f"write {{value: {short_repr(raw, 60)}}} for one list value)")
             return f"{msg}{of}"
         if k in POSITIVE_HPARAMS and is_num(v) and not v > 0:
             return f"must be > 0, got {short_repr(v)}{of}"
