@@ -16,6 +16,7 @@ only.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -36,6 +37,7 @@ __all__ = [
     "lamb",
     "lars",
     "muon",
+    "muon_hparams_used",
     "muon_matrices",
     "newton_schulz",
     "step_count",
@@ -186,7 +188,8 @@ def muon_matrices(params) -> Any:
 
 @register_optimizer("muon", note="(matrix set ``muon_mask``: default every 2-D leaf; in YAML a group rule "
                                  "or a list of them: hidden_matrices, embeddings, head, norms_and_biases, "
-                                 "glob:PATTERN; named conventions: optax, jordan, modded_nanogpt)")
+                                 "glob:PATTERN; named conventions: optax, jordan, modded_nanogpt)",
+                    hparams_used=lambda **hp: muon_hparams_used(**hp))
 def muon(
     step_size,
     beta: float = 0.95,
@@ -286,6 +289,32 @@ def muon(
 
     tree = optimizer(lambda: (_muon_init, update, params_of))()
     return Optimizer(lambda params: _muon_state(params, muon_mask), tree.update_fn, tree.params_fn)
+
+
+def muon_hparams_used(**hparams) -> dict[str, Any]:
+    """The convention hyperparameters :func:`muon` trains with for these keyword arguments: each
+    given one, else its ``convention``'s (:data:`MUON_CONVENTIONS`), ``eps`` and ``nesterov``
+    standing in where the convention leaves them to those.
+
+    Args:
+      **hparams: :func:`muon`'s keyword arguments; others are ignored.
+
+    Returns:
+      ``{"ns_coeffs", "ns_steps", "ns_eps", "ns_dtype", "momentum_form", "adam_nesterov",
+      "adam_eps"}``; ``ns_coeffs`` one ``(a, b, c)`` when every iteration's is the same, else one
+      per iteration; ``ns_dtype`` ``None``: the parameters' dtype.
+
+    Raises:
+      ValueError: as :func:`muon` says.
+    """
+    a = {k: p.default for k, p in inspect.signature(muon).parameters.items()
+         if p.default is not inspect.Parameter.empty}
+    a.update({k: v for k, v in hparams.items() if k in a})
+    out = _muon_convention(a["convention"], a["ns_steps"], a["eps"], a["nesterov"],
+                           **{k: a[k] for k in MUON_CONVENTIONS["optax"] if k != "ns_steps"})
+    rows = out["ns_coeffs"]
+    out["ns_coeffs"] = rows[0] if len(set(rows)) == 1 else rows
+    return out
 
 
 def _muon_convention(convention, ns_steps, eps, nesterov, **given) -> dict[str, Any]:

@@ -12,6 +12,8 @@ A schedule argument named ``total_steps`` is filled in by the harness with the t
 * ``SCHEDULES[name](step_size, **hparams) -> Schedule``
 * ``EVAL_PARAMS[name](opt_state) -> params``: where an optimizer evaluates at other parameters
   than it trains at (Schedule-Free's average), the rule giving them; the trainer evaluates there.
+* ``HPARAMS_USED[name](**hparams) -> dict``: where an optimizer derives hyperparameters left
+  ``None`` from others (Muon's ``convention``), the values it trains with; the harness logs them.
 
 Entries are in registration order (``optimizers.core`` first, then ``optimizers.extra``). This
 module imports nothing (the registering modules import it).
@@ -24,7 +26,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["EVAL_PARAMS", "NOTES", "OPTIMIZERS", "SCHEDULES", "register_optimizer", "register_schedule"]
+__all__ = ["EVAL_PARAMS", "HPARAMS_USED", "NOTES", "OPTIMIZERS", "SCHEDULES", "register_optimizer",
+           "register_schedule"]
 
 #: ``name -> factory`` returning an :class:`~optimizers.core.Optimizer`.
 OPTIMIZERS: dict[str, Callable[..., Any]] = {}
@@ -37,6 +40,10 @@ NOTES: dict[str, dict[str, str]] = {"optimizers": {}, "schedules": {}}
 #: ``name -> eval_params(opt_state) -> params`` of the optimizers that evaluate at other parameters
 #: than their ``params_fn`` gives (registered with ``register_optimizer(..., eval_params=...)``).
 EVAL_PARAMS: dict[str, Callable[[Any], Any]] = {}
+#: ``name -> hparams_used(**hparams) -> {name: value}`` of the optimizers whose ``None`` defaults
+#: stand for values derived from other hyperparameters (registered with
+#: ``register_optimizer(..., hparams_used=...)``).
+HPARAMS_USED: dict[str, Callable[..., dict[str, Any]]] = {}
 
 
 def with_defaults(fn: Callable, defaults: Mapping[str, Any]) -> Callable:
@@ -78,23 +85,30 @@ def _register(registry: str, table: dict[str, Callable], name: str, note: str | 
 
 
 def register_optimizer(name: str, *, note: str | None = None, defaults: Mapping[str, Any] | None = None,
-                       eval_params: Callable[[Any], Any] | None = None) -> Callable[[Callable], Callable]:
+                       eval_params: Callable[[Any], Any] | None = None,
+                       hparams_used: Callable[..., dict[str, Any]] | None = None,
+                       ) -> Callable[[Callable], Callable]:
     """Decorator: register the optimizer factory it decorates as ``OPTIMIZERS[name]`` and return
     it unchanged. ``defaults`` gives parameters that have none in the factory's own signature a
     default in the registry's entry only (``momentum``'s ``mass``, which the reference leaves
     without default); ``note`` goes to :data:`NOTES`; ``eval_params(opt_state) -> params`` (the
-    parameters to evaluate at, where they are not the training iterate) to :data:`EVAL_PARAMS`.
+    parameters to evaluate at, where they are not the training iterate) to :data:`EVAL_PARAMS`;
+    ``hparams_used(**hparams) -> dict`` (the values of hyperparameters derived from others) to
+    :data:`HPARAMS_USED`.
 
     Raises:
       ValueError: ``name`` is already registered.
     """
     register = _register("optimizers", OPTIMIZERS, name, note, defaults)
-    if eval_params is None:
+    if eval_params is None and hparams_used is None:
         return register
 
     def decorate(fn: Callable) -> Callable:
         out = register(fn)
-        EVAL_PARAMS[name] = eval_params
+        if eval_params is not None:
+            EVAL_PARAMS[name] = eval_params
+        if hparams_used is not None:
+            HPARAMS_USED[name] = hparams_used
         return out
 
     return decorate

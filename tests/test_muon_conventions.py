@@ -122,3 +122,29 @@ def test_group_hparams_join_the_trial_id_only_when_given(tmp_path):
         if extra.endswith("0.8}"):
             assert dict(spec.recipe)["param_groups"] == ((("norms_and_biases",), 2.0, None, (("b1", 0.8),)),)
     assert ids[0] == ids[1] != ids[2]
+
+
+def test_the_store_holds_the_values_a_convention_trained_with(tmp_path):
+    """A convention fills the hyperparameters left ``None``; the run's params said ``None`` for
+    them (``optimizer.ns_coeffs: None`` under modded_nanogpt), not the values trained with."""
+    from mlflow.tracking import MlflowClient
+
+    import harness
+
+    cfg = {"name": "t3stored", "models": [{"name": "mlp", "hparams": {"width": 8, "depth": 1}}],
+           "optimizers": [{"name": "muon", "hparams": {"step_size": 0.02, "convention": "modded_nanogpt",
+                                                       "adam_eps": 1e-9}}],
+           "datasets": ["digits"], "seeds": 1, "batch_size": 16, "budget": {"steps": 2}, "eval_every": 2,
+           "measure_perf": False}
+    uri = f"sqlite:///{tmp_path}/m.db"
+    harness.sweep(cfg, tracking_uri=uri, quiet=True)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("t3stored")
+    runs = client.search_runs([exp.experiment_id], "tags.`harness.trial_id` != ''")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    p = runs[0].data.params
+    assert (p["optimizer.ns_coeffs"], p["optimizer.ns_steps"], p["optimizer.ns_eps"], p["optimizer.ns_dtype"],
+            p["optimizer.momentum_form"], p["optimizer.adam_nesterov"]) == (
+        "(2.0, -1.5, 0.5)", "12", "1e-07", "bfloat16", "lerp", "False")
+    assert p["optimizer.adam_eps"] == "1e-09"  # given: the config's own value, not the convention's
+    assert p["optimizer.convention"] == "modded_nanogpt"

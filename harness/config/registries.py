@@ -3,16 +3,18 @@
 :func:`default_registries` is the one way to get the project's registries (models, optimizers,
 schedules, datasets); tests inject their own :class:`Registries`. :func:`builder_hparams` reads a
 builder's hyperparameters from its signature (:func:`harness.core.builders.hyperparameters`), leaving
-out what the harness injects.
+out what the harness injects; :func:`derived_hparams` the values a built-in optimizer derives for
+those left ``None``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from harness.core.builders import INJECTED, HParam, Registries, hyperparameters
 
-__all__ = ["Registries", "builder_hparams", "default_registries"]
+__all__ = ["Registries", "builder_hparams", "default_registries", "derived_hparams"]
 
 
 def default_registries() -> Registries:
@@ -35,3 +37,28 @@ def builder_hparams(kind: str, builder: Callable) -> dict[str, HParam]:
     else:
         skip = INJECTED
     return hyperparameters(builder, skip=frozenset(skip))
+
+
+def derived_hparams(optimizer: str, builder: Callable, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyperparameters built-in ``optimizer`` derives from ``given`` for those not given
+    (muon's ``convention`` fills ``ns_coeffs`` ...): :data:`optimizers.registry.HPARAMS_USED`.
+
+    Args:
+      optimizer: the registry name; builder: the trial's builder of that name (a sourced one
+        derives nothing here); given: the trial's optimizer hyperparameters.
+
+    Returns:
+      ``{name: value}`` of the derived ones not in ``given``; empty where the values are refused
+      (the trial then fails with the builder's own message).
+    """
+    from optimizers import OPTIMIZERS
+    from optimizers.registry import HPARAMS_USED
+
+    used = HPARAMS_USED.get(optimizer)
+    if used is None or builder is not OPTIMIZERS.get(optimizer):
+        return {}
+    try:
+        got = used(**given)
+    except (TypeError, ValueError):
+        return {}
+    return {k: v for k, v in got.items() if k not in given}

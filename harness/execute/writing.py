@@ -53,7 +53,18 @@ def resolved_defaults(spec: TrialSpec) -> dict[str, str]:
         if len(_DEFAULTS) > 256:
             _DEFAULTS.clear()
         _DEFAULTS[key] = _resolved_defaults(spec)
-    return dict(_DEFAULTS[key])
+    return {**_DEFAULTS[key], **_derived(spec)}
+
+
+def _derived(spec: TrialSpec) -> dict[str, str]:
+    """The optimizer hyperparameters the trial left to its builder to derive from the others, as
+    trained (:func:`harness.config.registries.derived_hparams`)."""
+    from harness.config.optimizer_sources import trial_registries
+    from harness.config.registries import derived_hparams
+
+    builder = trial_registries(spec).optimizers.get(spec.optimizer)
+    got = derived_hparams(spec.optimizer, builder, spec.hparams("optimizer"))
+    return {f"optimizer.{k}": str(v) for k, v in got.items()}
 
 
 def _resolved_defaults(spec: TrialSpec) -> dict[str, str]:
