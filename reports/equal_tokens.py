@@ -26,7 +26,7 @@ import pandas as pd
 
 from harness.core.names import M_FINAL_LOSS, PARAM_STEPS
 from reports.frame import FINAL_BPB, summaries, tokens_per_step, tuning_rows
-from reports.leaderboard import count_text, format_interval
+from reports.leaderboard import column_digits, count_text, format_interval
 from reports.protocol import seed_interval
 from reports.selection import best_configs
 from reports.stats import baseline_optimizer
@@ -122,20 +122,28 @@ def equal_token_rows(frame: pd.DataFrame, labels: dict[str, str] | None = None) 
     t = equal_token_table(frame)
     labels = labels or {}
     rows = []
+    cols = ("valid_loss", "valid_perplexity", "valid_bits_per_byte", "diff")
+    digits = {}  # (task, column) -> one number of decimals for the task's rows (column_digits)
+    for task, g in t.groupby("task", sort=False):
+        for c in cols:
+            n = g["n_pairs"] if c == "diff" else g["n"]
+            digits[task, c] = column_digits([(m, lo, hi, int(k), "") for m, lo, hi, k in
+                                             zip(g[f"{c}_mean"], g[f"{c}_lo"], g[f"{c}_hi"], n, strict=True)
+                                             if math.isfinite(m)])
     for r in t.itertuples(index=False):
         n = int(r.n)
+
+        def cell(c, k=n, r=r):
+            return format_interval(getattr(r, f"{c}_mean"), getattr(r, f"{c}_lo"), getattr(r, f"{c}_hi"), k,
+                                   say_how=False, digits=digits[r.task, c])
+
         diff = ("baseline" if r.optimizer == r.baseline else "—" if not r.n_pairs else
-                f"{'+' if r.diff_mean > 0 else ''}"
-                f"{format_interval(r.diff_mean, r.diff_lo, r.diff_hi, int(r.n_pairs), say_how=False)}"
-                f" vs {r.baseline}")
+                f"{'+' if r.diff_mean > 0 else ''}{cell('diff', int(r.n_pairs))} vs {r.baseline}")
         rows.append({
             "task": labels.get(r.task, r.task), "optimizer": r.optimizer, "config": r.config,
             "steps": count_text(r.steps), "tokens": count_text(r.tokens, tokens=True),
-            "loss": format_interval(r.valid_loss_mean, r.valid_loss_lo, r.valid_loss_hi, n, say_how=False),
-            "perplexity": format_interval(r.valid_perplexity_mean, r.valid_perplexity_lo,
-                                          r.valid_perplexity_hi, n, say_how=False),
-            "bits_per_byte": format_interval(r.valid_bits_per_byte_mean, r.valid_bits_per_byte_lo,
-                                             r.valid_bits_per_byte_hi, n, say_how=False),
+            "loss": cell("valid_loss"), "perplexity": cell("valid_perplexity"),
+            "bits_per_byte": cell("valid_bits_per_byte"),
             "diff": diff.replace(" (1 seed)", "") if r.n_pairs == 1 else diff,
         })
     return rows

@@ -54,6 +54,9 @@ def test_the_equal_token_table_by_hand():
     rows = {r["optimizer"]: r for r in equal_token_rows(_lm_frame())}
     assert rows["adam"]["diff"] == "baseline" and rows["muon"]["diff"] == "-0.25 [-0.30, -0.20] vs adam"
     assert rows["muon"]["tokens"] == "25.6k" and rows["muon"]["loss"] == "2.85 [2.80, 2.90]"
+    # one number of decimals per column (adam's read "1.55 [1.50, 1.60]" under muon's 1.425)
+    assert (rows["adam"]["bits_per_byte"], rows["muon"]["bits_per_byte"]) == (
+        "1.550 [1.500, 1.600]", "1.425 [1.400, 1.450]")
 
 
 def test_a_language_models_leaderboard_gives_perplexity_and_steps_and_tokens_to_target():
@@ -88,8 +91,10 @@ def test_the_summary_states_the_loss_at_equal_tokens():
     lines = [ln for ln in console.export_text().splitlines() if ln.startswith("equal tokens")]
     assert len(lines) == 1, console.export_text()
     assert "(100 steps): final valid loss" in lines[0]
-    assert "adam 3.1 [3, 3.2] (baseline)" in lines[0]
-    assert "muon 2.85 [2.8, 2.9], -0.25 [-0.3, -0.2] vs adam" in lines[0]
+    # one number of decimals per line for the losses, one for the differences (it read "adam 3.1
+    # [3, 3.2]": decimals changed from cell to cell, and within one)
+    assert "adam 3.100 [3.000, 3.200] (baseline)" in lines[0]
+    assert "muon 2.850 [2.800, 2.900], -0.2500 [-0.3000, -0.2000] vs adam" in lines[0]
 
 
 def test_res_trials_give_a_language_models_tokens_to_target():

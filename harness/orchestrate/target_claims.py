@@ -89,26 +89,37 @@ def equal_token_lines(outcomes: list[TrialOutcome], rows: list[dict[str, Any]]) 
         budget = f"{steps} steps" if steps else "its budget"
         if o0.language_model and steps and p.get("train.batch_size") and p.get("dataset.seq_len"):
             budget += f", {int(steps) * int(p['train.batch_size']) * int(p['dataset.seq_len']):,} tokens"
-        cells = [_cell(opt, d, per[base]["loss"], base, d["seeds"][0].language_model)
+        diffs = {opt: [x - per[base]["loss"][s] for s, x in d["loss"].items() if s in per[base]["loss"]]
+                 for opt, d in per.items() if opt != base}
+        digits = (_decimals([statistics.fmean(d["loss"].values()) for d in per.values()]),
+                  _decimals([statistics.fmean(v) for v in diffs.values() if v]))
+        cells = [_cell(opt, d, diffs.get(opt, []), base, d["seeds"][0].language_model, digits)
                  for opt, d in per.items()]
         lines.append(f"equal tokens, {first['row'].get('task_title', first['row']['task'])} ({budget}): "
                      f"final valid loss {'; '.join(cells)}")
     return lines
 
 
-def _cell(opt: str, d: dict, base_loss: dict, base: str, lm: bool) -> str:
-    """``opt mean [lo, hi] (ppl p), +diff [lo, hi] vs base`` of one optimizer."""
+def _cell(opt: str, d: dict, diffs: list[float], base: str, lm: bool, digits: tuple[int, int]) -> str:
+    """``opt mean [lo, hi] (ppl p), +diff [lo, hi] vs base`` of one optimizer, losses and
+    differences each with the line's one number of decimals (``digits``)."""
     v = list(d["loss"].values())
     ppl = statistics.fmean(math.exp(min(x, 700.0)) for x in v)  # the report's: each seed's, then the mean
-    text = f"{opt} {_interval(v)}" + (f" (ppl {ppl:.3g})" if lm else "")
+    text = f"{opt} {_interval(v, digits[0])}" + (f" (ppl {ppl:.3g})" if lm else "")
     if opt == base:
         return text + " (baseline)"
-    diffs = [x - base_loss[s] for s, x in d["loss"].items() if s in base_loss]
-    return text + (f", {_interval(diffs, sign=True)} vs {base}" if diffs else "")
+    return text + (f", {_interval(diffs, digits[1], sign=True)} vs {base}" if diffs else "")
 
 
-def _interval(v: list[float], sign: bool = False) -> str:
-    """``mean [min, max]`` under :data:`MIN_SEEDS` values, else ``mean`` (4 significant digits)."""
+def _decimals(means: list[float]) -> int:
+    """One number of decimals for a line's values: four significant digits of the smallest
+    nonzero magnitude among ``means``, at most 6."""
+    small = min((abs(m) for m in means if m and math.isfinite(m)), default=1.0)
+    return max(0, min(6, 3 - math.floor(math.log10(small))))
+
+
+def _interval(v: list[float], d: int, sign: bool = False) -> str:
+    """``mean [min, max]`` under :data:`MIN_SEEDS` values, else ``mean``, with ``d`` decimals."""
     m = statistics.fmean(v)
-    head = f"{m:+.4g}" if sign else f"{m:.4g}"
-    return f"{head} [{min(v):.4g}, {max(v):.4g}]" if 1 < len(v) < MIN_SEEDS else head
+    head = f"{m:+.{d}f}" if sign else f"{m:.{d}f}"
+    return f"{head} [{min(v):.{d}f}, {max(v):.{d}f}]" if 1 < len(v) < MIN_SEEDS else head
