@@ -292,7 +292,7 @@ def _head(params, x, tied_head, bias):
     """The logits ``x @ kernel + bias`` in ``x``'s dtype (the embedding's transpose when tied)."""
     head = params["head"]
     kernel = head["kernel"] if not tied_head else params["embed"][0].T
-    logits = jnp.einsum("...f,fv->...v", x, kernel.astype(x.dtype))
+    logits = stax.matmul_2d(x, kernel.astype(x.dtype))
     if bias:
         logits = logits + head["bias"].astype(x.dtype)
     return logits
