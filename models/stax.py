@@ -69,7 +69,6 @@ from models.stax_seq import (
     apply_rope,
     attention,
     causal_mask,
-    matmul_2d,
     rms_normalize,
     rope_frequencies,
     sinusoidal_table,
@@ -97,7 +96,7 @@ __all__ = [
     "RotarySelfAttention", "Selu", "ShapeError", "Sigmoid", "SinusoidalPositionalEmbedding",
     "Softmax", "Softplus", "SumPool", "Tanh", "apply_rope", "attention", "causal_mask",
     "elementwise", "elu", "gelu", "glorot", "glorot_normal", "has_state", "layer_name",
-    "leaky_relu", "log_softmax", "logsoftmax", "matmul_2d", "normal", "ones", "parallel", "randn", "relu",
+    "leaky_relu", "log_softmax", "logsoftmax", "normal", "ones", "parallel", "randn", "relu",
     "rms_normalize", "rope_frequencies", "selu", "serial", "shape_dependent", "sigmoid",
     "sinusoidal_table", "soft_cap", "softmax", "softplus", "standardize", "stateful", "zeros",
 ]
