@@ -6,7 +6,7 @@ track (``records/track_3_optimization/train_gpt_simple.py``); its setting is ``v
 width=768, depth=12, num_heads=6`` (head size 128), ``attn_scale=0.12``, ``logit_softcap=15``
 (``softcap_form='algebraic'``) and torch's RMSNorm epsilon (float32 machine epsilon), where the
 defaults here are small and ``1/sqrt(head size)``, no cap, 1e-6. Imports only jax and
-:mod:`models.stax`.
+:mod:`models.stax` (and its :mod:`models.stax_seq`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from jax.nn.initializers import normal
 from models import stax
 from models.attention import ATTENTION_IMPLS
 from models.lm_loss import head_nll_sum, head_stats, loss_block_tokens, token_nll
+from models.stax_seq import matmul_2d
 
 __all__ = ["GPT", "INITS", "check_gpt", "mlp_dim", "torch_init"]
 
@@ -292,7 +293,7 @@ def _head(params, x, tied_head, bias):
     """The logits ``x @ kernel + bias`` in ``x``'s dtype (the embedding's transpose when tied)."""
     head = params["head"]
     kernel = head["kernel"] if not tied_head else params["embed"][0].T
-    logits = jnp.einsum("...f,fv->...v", x, kernel.astype(x.dtype))
+    logits = matmul_2d(x, kernel.astype(x.dtype))
     if bias:
         logits = logits + head["bias"].astype(x.dtype)
     return logits

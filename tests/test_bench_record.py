@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,3 +46,23 @@ def test_no_benchmark_hands_the_fixture_an_empty_function():
                  for i, line in enumerate(p.read_text().splitlines(), 1)
                  if re.search(r"pedantic\(\s*lambda\s*:\s*None", line)]
     assert offenders == []
+
+
+def test_interleave_times_cpu_seconds_of_the_same_rounds():
+    sys.path.insert(0, str(BENCH))
+    try:
+        from paired import interleave
+    finally:
+        sys.path.remove(str(BENCH))
+
+    def spin():  # 30 ms of this process's CPU, however long the machine makes it wait
+        c0 = time.process_time()
+        while time.process_time() - c0 < 0.03:
+            pass
+
+    cpu: dict[str, list[float]] = {}
+    wall = interleave({"sleep": lambda: time.sleep(0.05), "spin": spin}, 3, warmup=0, cpu=cpu)
+    assert sorted(cpu) == ["sleep", "spin"] and all(len(v) == 3 for v in (*cpu.values(), *wall.values()))
+    assert all(w >= 0.05 for w in wall["sleep"]) and all(c < 0.025 for c in cpu["sleep"]), (wall, cpu)
+    assert all(c >= 0.03 for c in cpu["spin"]) and all(w >= 0.03 for w in wall["spin"]), (wall, cpu)
+    assert interleave({"sleep": lambda: None}, 2, warmup=0).keys() == {"sleep"}  # cpu stays optional

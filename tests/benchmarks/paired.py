@@ -7,7 +7,7 @@ rotated each round, so no variant always runs first or right after the same neig
 comparison is the **median of per-round ratios** (variant round *i* / baseline round *i*: both saw
 the same moment of the machine), reported with its spread (interquartile range and min–max).
 
-* :func:`interleave` → ``{name: [seconds per round]}``;
+* :func:`interleave` → ``{name: [seconds per round]}`` (wall; CPU seconds too on request);
 * :func:`paired` → :class:`Paired` (median, q1, q3, min, max of the per-round ratios);
 * :func:`table` → the printed table of every variant against a baseline and a floor;
 * :func:`record` → pytest-benchmark's own table and ``--benchmark-save`` JSON get the harness
@@ -20,30 +20,38 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from time import perf_counter
+from time import perf_counter, process_time
 from typing import Any
 
 import numpy as np
 
 
-def interleave(fns: Mapping[str, Callable[[], Any]], rounds: int, *,
-               warmup: int = 1) -> dict[str, list[float]]:
+def interleave(fns: Mapping[str, Callable[[], Any]], rounds: int, *, warmup: int = 1,
+               cpu: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
     """Seconds of each call of ``fns[name]()``, the variants taking turns round by round.
 
     ``warmup`` untimed rounds first (compile, first touch). Each ``fn`` must itself wait for its
-    results (``jax.block_until_ready``). Round ``r`` starts at variant ``r mod len(fns)``.
+    results (``jax.block_until_ready``). Round ``r`` starts at variant ``r mod len(fns)``. With
+    ``cpu`` (a dict), ``cpu[name]`` gets each of those calls' CPU seconds (``time.process_time``:
+    every thread of this process; waiting for a core is not in it), so wall and CPU figures
+    come from the same rounds.
     """
     names = list(fns)
     for _ in range(warmup):
         for k in names:
             fns[k]()
     times: dict[str, list[float]] = {k: [] for k in names}
+    if cpu is not None:
+        cpu.update({k: [] for k in names})
     for r in range(rounds):
         for j in range(len(names)):
             k = names[(r + j) % len(names)]
-            t0 = perf_counter()
+            t0, c0 = perf_counter(), process_time()
             fns[k]()
-            times[k].append(perf_counter() - t0)
+            t1, c1 = perf_counter(), process_time()
+            times[k].append(t1 - t0)
+            if cpu is not None:
+                cpu[k].append(c1 - c0)
     return times
 
 
