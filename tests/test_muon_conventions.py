@@ -66,8 +66,8 @@ def test_existing_muon_trial_ids_unchanged():
     ("{value: [2, -1.5]}", "ns_coeffs", "expected tuple[float, float, float] | tuple[tuple[float, float, "
                                         "float], ...] | None, got [2, -1.5]"),
     # a bare list is a grid axis: its first value failed with "got 1" and no word of why
-    ("[1, 2]", "ns_coeffs", "got 1 (a list is a grid axis, so 1 was read as one value of it; write "
-                            "{value: [1, 2]} for one list value)"),
+    ("[1, 2]", "ns_coeffs", "got 1 (a list is a grid axis, so 1 was read as one value of it; one list "
+                            "value is written {value: [...]})"),
     ("{value: [[2, -1.5, 0.5], [2, -1.5, 0.5]]}, ns_steps: 5", "ns_coeffs",
      "ns_coeffs: 2 (a, b, c) triples, one per iteration, but 5 Newton-Schulz iterations"),
     ("{value: [2, -1.5, .nan]}", "ns_coeffs", "ns_coeffs must be one (a, b, c) triple of finite numbers"),
@@ -126,14 +126,16 @@ def test_group_hparams_join_the_trial_id_only_when_given(tmp_path):
 
 def test_the_store_holds_the_values_a_convention_trained_with(tmp_path):
     """A convention fills the hyperparameters left ``None``; the run's params said ``None`` for
-    them (``optimizer.ns_coeffs: None`` under modded_nanogpt), not the values trained with."""
+    them (``optimizer.ns_coeffs: None`` under modded_nanogpt), not the values trained with; so
+    did the built-in muon reached through ``source:``."""
     from mlflow.tracking import MlflowClient
 
     import harness
 
+    hp = {"step_size": 0.02, "convention": "modded_nanogpt", "adam_eps": 1e-9}
     cfg = {"name": "t3stored", "models": [{"name": "mlp", "hparams": {"width": 8, "depth": 1}}],
-           "optimizers": [{"name": "muon", "hparams": {"step_size": 0.02, "convention": "modded_nanogpt",
-                                                       "adam_eps": 1e-9}}],
+           "optimizers": [{"name": "muon", "hparams": hp},
+                          {"name": "viasource", "source": "optimizers.modern:muon", "hparams": hp}],
            "datasets": ["digits"], "seeds": 1, "batch_size": 16, "budget": {"steps": 2}, "eval_every": 2,
            "measure_perf": False}
     uri = f"sqlite:///{tmp_path}/m.db"
@@ -141,10 +143,12 @@ def test_the_store_holds_the_values_a_convention_trained_with(tmp_path):
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("t3stored")
     runs = client.search_runs([exp.experiment_id], "tags.`harness.trial_id` != ''")
-    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    p = runs[0].data.params
-    assert (p["optimizer.ns_coeffs"], p["optimizer.ns_steps"], p["optimizer.ns_eps"], p["optimizer.ns_dtype"],
-            p["optimizer.momentum_form"], p["optimizer.adam_nesterov"]) == (
-        "(2.0, -1.5, 0.5)", "12", "1e-07", "bfloat16", "lerp", "False")
-    assert p["optimizer.adam_eps"] == "1e-09"  # given: the config's own value, not the convention's
-    assert p["optimizer.convention"] == "modded_nanogpt"
+    assert sorted((r.data.params["optimizer"], r.info.status) for r in runs) == [
+        ("muon", "FINISHED"), ("viasource", "FINISHED")]
+    for r in runs:
+        p = r.data.params
+        keys = ("ns_coeffs", "ns_steps", "ns_eps", "ns_dtype", "momentum_form", "adam_nesterov")
+        assert tuple(p[f"optimizer.{k}"] for k in keys) == (
+            "[2.0, -1.5, 0.5]", "12", "1e-07", "bfloat16", "lerp", "False")
+        assert p["optimizer.adam_eps"] == "1e-09"  # given: the config's own value, not the convention's
+        assert p["optimizer.convention"] == "modded_nanogpt"

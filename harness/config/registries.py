@@ -40,25 +40,33 @@ def builder_hparams(kind: str, builder: Callable) -> dict[str, HParam]:
 
 
 def derived_hparams(optimizer: str, builder: Callable, given: Mapping[str, Any]) -> dict[str, Any]:
-    """The hyperparameters built-in ``optimizer`` derives from ``given`` for those not given
+    """The hyperparameters a built-in optimizer derives from ``given`` for those not given
     (muon's ``convention`` fills ``ns_coeffs`` ...): :data:`optimizers.registry.HPARAMS_USED`.
 
     Args:
-      optimizer: the registry name; builder: the trial's builder of that name (a sourced one
-        derives nothing here); given: the trial's optimizer hyperparameters.
+      optimizer: the entry's name; builder: the trial's builder (a built-in reached through
+        ``source:`` too; a user's own derives nothing here); given: the trial's optimizer
+        hyperparameters.
 
     Returns:
-      ``{name: value}`` of the derived ones not in ``given``; empty where the values are refused
-      (the trial then fails with the builder's own message).
+      ``{name: value}`` of the derived ones not in ``given`` (tuples as lists, as a config writes
+      them); empty where the values are refused (the trial then fails with the builder's own
+      message).
     """
     from optimizers import OPTIMIZERS
     from optimizers.registry import HPARAMS_USED
 
-    used = HPARAMS_USED.get(optimizer)
-    if used is None or builder is not OPTIMIZERS.get(optimizer):
+    name = optimizer if OPTIMIZERS.get(optimizer) is builder else \
+        next((n for n, b in OPTIMIZERS.items() if b is builder), None)
+    used = HPARAMS_USED.get(name) if name is not None else None
+    if used is None:
         return {}
     try:
         got = used(**given)
     except (TypeError, ValueError):
         return {}
-    return {k: v for k, v in got.items() if k not in given}
+
+    def as_config(v):
+        return [as_config(x) for x in v] if isinstance(v, tuple | list) else v
+
+    return {k: as_config(v) for k, v in got.items() if k not in given}
