@@ -191,7 +191,7 @@ def _hparam_error(kind: str, k: str, raw: Any, ann: Any) -> str | None:
         if ann is not None and (msg := type_error(v, ann)):
             if isinstance(raw, list) and (type_error(raw, ann) is None or _takes_sequence(ann)):
                 msg += (f" (a list is a grid axis, so {short_repr(v, 40)} was read as one value of it; "
-                        f"write {{value: {short_repr(raw, 60)}}} for one list value)")
+                        f"one list value is written {{value: [...]}})")
             return f"{msg}{of}"
         if k in POSITIVE_HPARAMS and is_num(v) and not v > 0:
             return f"must be > 0, got {short_repr(v)}{of}"
