@@ -78,3 +78,31 @@ def test_the_docstring_says_what_the_check_runs(tmp_path):
     assert f"(small: {len(small.trial_ids)} trials of it)" in doc
     assert "vmapped as decided" not in doc and "else in one program of 8" in doc
     assert "``harness/flax``: lower is better; ``vmapped trials``: higher" in doc
+
+
+def test_a_part_that_exits_is_a_row_and_the_json_is_strict(tmp_path, capsys):
+    """A part calling sys.exit ended the whole check with no table and no JSON; the JSON held NaN
+    (MFU without a stated peak), which strict parsers refuse; ``--parts ""`` was read as a part
+    named ``''``."""
+    sys.path.insert(0, str(ROOT / "tests" / "device"))
+    import check
+
+    def exits(size):
+        sys.exit(3)
+
+    rows = check.guarded("gpt", exits, "small")
+    assert [(r["part"], r["figure"]) for r in rows] == [("gpt", "failed")]
+    assert rows[0]["detail"].startswith("SystemExit: 3")
+    out = json.dumps(check._json_safe({"rows": [{"mfu_pct": float("nan"), "x": [float("inf"), 1.0]}]}),
+                     allow_nan=False)
+    assert json.loads(out) == {"rows": [{"mfu_pct": None, "x": [None, 1.0]}]}
+    for bad in ("", "gpt,,bogus"):
+        try:
+            check.main(["--parts", bad])
+        except SystemExit as e:
+            assert e.code == 2
+        else:
+            raise AssertionError(f"--parts {bad!r} was accepted")
+    err = capsys.readouterr().err
+    assert "unknown part(s) '': choose from quickstart, flax, gpt, vmapped" in err
+    assert "unknown part(s) bogus: choose from" in err

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -293,7 +294,8 @@ def gpt_rows(size: str) -> list[dict]:
         rows.append({"part": f"gpt remat {remat}", "dtype": r["dtype"], "figure": f"{r['step_ms']:.1f} ms",
                      "detail": f"{r['batch']}x{r['context']} tokens/step, {r['tokens_per_s']:.0f} tokens/s, "
                                f"MFU {mfu} of the stated peak, peak memory {r['peak_memory_gib']:.2f} GiB "
-                               f"({r['memory_source']}; compiled {r['compiled_peak_gib']:.2f} GiB)",
+                               + ("(compiled)" if r["memory_source"] == "compiled" else
+                                  f"({r['memory_source']}; compiled {r['compiled_peak_gib']:.2f} GiB)"),
                      **{k: r[k] for k in ("batch", "step_ms", "mfu_pct", "peak_memory_gib",
                                           "compiled_peak_gib")}})
     none, block = got["none"], got["block"]
@@ -312,7 +314,7 @@ def guarded(part: str, fn, *args) -> list[dict]:
     this machine, a missing package say, does not end the table)."""
     try:
         return fn(*args)
-    except Exception as err:
+    except (Exception, SystemExit) as err:  # a part's sys.exit too: the table goes on
         first = (str(err).strip().splitlines() or [""])[0][:160]
         return [{"part": part, "dtype": "-", "figure": "failed", "detail": f"{type(err).__name__}: {first}",
                  "error": f"{type(err).__name__}: {err}"}]
@@ -336,26 +338,34 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", help="also write the rows to this JSON file")
     ap.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of %(default)s")
     args = ap.parse_args(argv)
-    parts = args.parts.split(",")
-    if unknown := sorted(set(parts) - set(PARTS)):
-        ap.error(f"unknown part(s) {', '.join(unknown)}: choose from {', '.join(PARTS)}")
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not parts or (unknown := sorted(set(parts) - set(PARTS))):
+        ap.error(f"unknown part(s) {', '.join(unknown) if parts else repr(args.parts)}: choose from "
+                 f"{', '.join(PARTS)}")
     dev = jax.devices()[0]
     size = "small" if args.small or dev.platform == "cpu" else "full"
     t0 = time.perf_counter()
-    rows = []
+    out = {"device_kind": device_kind(dev), "platform": dev.platform, "size": size, "rows": []}
     for part in parts:  # each part's rows as it ends (a full-size part can take minutes)
         t1 = time.perf_counter()
         print(f"device check: {part} ...", flush=True)
-        rows += (new := guarded(part, PARTS[part], size))
+        out["rows"] += (new := guarded(part, PARTS[part], size))
         print(format_table(new) + f"\n({part}: {time.perf_counter() - t1:.0f} s)", flush=True)
+        if args.json:  # after each part: what ended stays if a later part aborts the process
+            Path(args.json).write_text(json.dumps(_json_safe(out), indent=1, default=str))
     print(f"device check: {device_kind(dev)} ({dev.platform}, {len(jax.devices())} device(s)), "
           f"jax {jax.__version__}, {size} sizes, {time.perf_counter() - t0:.0f} s")
-    print(format_table(rows))
-    out = {"device_kind": device_kind(dev), "platform": dev.platform, "size": size, "rows": rows}
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+    print(format_table(out["rows"]))
     return out
 
+
+def _json_safe(v):
+    """``v`` with NaN and infinities as ``null`` (strict JSON has neither)."""
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    return None if isinstance(v, float) and not math.isfinite(v) else v
 
 if __name__ == "__main__":
     failed = [r["part"] for r in main()["rows"] if r["figure"] == "failed"]
