@@ -5,18 +5,12 @@ resumes at the same position; a dataset that is not token shards is refused."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from subproc import with_hooks
-from test_token_stream_kill import _curves, _reference, _saved_steps
+from test_token_stream_kill import kill_mid_trial_and_resume
 from typer.testing import CliRunner
 
 from harness.cli import app
@@ -141,35 +135,8 @@ def test_sigkill_mid_trial_resumes_at_the_same_position(tmp_path, monkeypatch):
         "seeds": [0], "batch_size": 4, "budget": {"steps": STEPS}, "eval_every": 20, "loss_reduction": "sum",
         "target": {"metric": "valid/loss", "value": 9.0, "claim": {"margin": 0.004, "single_run": 8.0}},
         "steps_per_dispatch": 5, "measure_perf": False, "checkpoint_every": 10, "checkpoint_dir": str(ck)}))
+    run = kill_mid_trial_and_resume(cfg, tmp_path, ck, "order-kill", STEPS)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", uri, "-q"]
-    env = with_hooks({**os.environ, "PYTHONPATH": str(ROOT)}, HARNESS_TEST_CHUNK_SLEEP_S="0.15")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    p = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
-    while not _saved_steps(ck) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert p.poll() is None, f"the sweep ended before a checkpoint was seen: {p.stderr.read()[-3000:]}"
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
-    p.stderr.close()
-    saved = _saved_steps(ck)
-    assert saved and max(saved) < STEPS, saved
-
-    ref = _reference(cfg)
-    again = subprocess.run(cmd, cwd=tmp_path, env={**env, "HARNESS_TEST_CHUNK_SLEEP_S": "0"},
-                           capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr[-3000:]
-    import mlflow
-
-    client = mlflow.MlflowClient(uri)
-    exp = client.get_experiment_by_name("order-kill")
-    runs = [r for r in client.search_runs([exp.experiment_id]) if "harness.trial_id" in r.data.tags]
-    (run,) = [r for r in runs if r.info.status == "FINISHED"]
-    assert int(run.data.tags["harness.resumed_from_step"]) in saved
-    train, ev = _curves(Path(client.download_artifacts(run.info.run_id, "curves.csv", str(tmp_path))))
-    assert len(train) == STEPS and train == ref[0] and ev == ref[1]
     p = run.data.params
     assert (p["dataset.order"], p["model.init"], p["train.loss_reduction"]) == ("sequential", "torch", "sum")
     assert (p["claim.margin"], p["claim.single_run"]) == ("0.004", "8.0")

@@ -52,6 +52,51 @@ def _saved_steps(root: Path) -> list[int]:
     return [int(p.name) for p in root.glob("*/*/*") if p.is_dir() and p.name.isdigit()]
 
 
+def kill_mid_trial_and_resume(cfg: Path, tmp_path: Path, ck: Path, experiment: str, steps: int):
+    """Sweep ``cfg`` in a subprocess, SIGKILL its process group once a checkpoint is on disk in
+    ``ck``, run it again to the end, and check the one FINISHED trial run resumed from a saved step
+    with every train loss and evaluation equal to an uninterrupted run's, bit for bit.
+
+    Returns:
+      that MLflow run.
+    """
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cmd = [sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", uri, "-q"]
+    # the existing chunk-sleep hook stretches training (0.15 s a chunk of 5 steps) so the kill lands in it
+    env = with_hooks({**os.environ, "PYTHONPATH": str(ROOT)}, HARNESS_TEST_CHUNK_SLEEP_S="0.15")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    p = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not _saved_steps(ck) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert p.poll() is None, f"the sweep ended before a checkpoint was seen: {p.stderr.read()[-3000:]}"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    p.stderr.close()
+    saved = _saved_steps(ck)
+    assert saved and max(saved) < steps, saved  # killed mid-trial, after a checkpoint
+
+    ref = _reference(cfg)  # an uninterrupted run of the same trial, in this process
+    again = subprocess.run(cmd, cwd=tmp_path, env={**env, "HARNESS_TEST_CHUNK_SLEEP_S": "0"},
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    runs = [r for r in client.search_runs([exp.experiment_id]) if "harness.trial_id" in r.data.tags]
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    assert len(finished) == 1, [r.info.status for r in runs]
+    run = finished[0]
+    assert int(run.data.tags["harness.resumed_from_step"]) in saved
+    train, ev = _curves(Path(client.download_artifacts(run.info.run_id, "curves.csv", str(tmp_path))))
+    assert len(train) == steps
+    assert train == ref[0]  # every step's loss, bit for bit (repr of the float)
+    assert ev == ref[1]
+    return run
+
+
 def test_sigkill_mid_trial_on_streamed_shards_resumes_bit_identically(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -70,38 +115,4 @@ def test_sigkill_mid_trial_on_streamed_shards_resumes_bit_identically(tmp_path):
         "seeds": [0], "batch_size": 4, "budget": {"steps": STEPS}, "eval_every": 20,
         "steps_per_dispatch": 5, "measure_perf": False, "checkpoint_every": 10,
         "checkpoint_dir": str(ck)}))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [sys.executable, "-m", "harness", "sweep", str(cfg), "--tracking-uri", uri, "-q"]
-    # the existing chunk-sleep hook stretches training (0.15 s a chunk of 5 steps) so the kill lands in it
-    env = with_hooks({**os.environ, "PYTHONPATH": str(ROOT)}, HARNESS_TEST_CHUNK_SLEEP_S="0.15")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    p = subprocess.Popen(cmd, cwd=tmp_path, env=env, start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
-    while not _saved_steps(ck) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert p.poll() is None, f"the sweep ended before a checkpoint was seen: {p.stderr.read()[-3000:]}"
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
-    p.stderr.close()
-    saved = _saved_steps(ck)
-    assert saved and max(saved) < STEPS, saved  # killed mid-trial, after a checkpoint
-
-    ref = _reference(cfg)  # an uninterrupted run of the same trial, in this process
-    again = subprocess.run(cmd, cwd=tmp_path, env={**env, "HARNESS_TEST_CHUNK_SLEEP_S": "0"},
-                           capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr[-3000:]
-    import mlflow
-
-    client = mlflow.MlflowClient(uri)
-    exp = client.get_experiment_by_name("stream-kill")
-    runs = [r for r in client.search_runs([exp.experiment_id]) if "harness.trial_id" in r.data.tags]
-    finished = [r for r in runs if r.info.status == "FINISHED"]
-    assert len(finished) == 1, [r.info.status for r in runs]
-    run = finished[0]
-    assert int(run.data.tags["harness.resumed_from_step"]) in saved
-    art = Path(client.download_artifacts(run.info.run_id, "curves.csv", str(tmp_path)))
-    train, ev = _curves(art)
-    assert len(train) == STEPS
-    assert train == ref[0]  # every step's loss, bit for bit (repr of the float)
-    assert ev == ref[1]
+    kill_mid_trial_and_resume(cfg, tmp_path, ck, "stream-kill", STEPS)
