@@ -39,7 +39,8 @@ def peak_bytes(compiled) -> int:
                + m.temp_size_in_bytes)
 
 
-def _rope(x):
+def rope(x):
+    """Half-truncated rotary embedding of ``x (B, T, H, D)`` (modded-nanogpt's, written anew)."""
     D = x.shape[-1]
     freq = (1.0 / 1024) ** jnp.linspace(0.0, 1.0, D // 4)
     freq = jnp.concatenate([freq, jnp.zeros(D // 2 - D // 4)])
@@ -49,7 +50,8 @@ def _rope(x):
     return jnp.concatenate([a * c + b * s, b * c - a * s], axis=-1)
 
 
-def _norm(x):
+def qk_norm(x):
+    """RMS normalisation over the last axis, no scale (QK-norm)."""
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS)
 
 
@@ -61,7 +63,7 @@ class FlaxBlock(nn.Module):
         B, T, F = x.shape
         h = nn.RMSNorm(epsilon=EPS)(x)
         q, k, v = (nn.Dense(F)(h).reshape(B, T, self.heads, F // self.heads) for _ in range(3))
-        a = jax.nn.dot_product_attention(_rope(_norm(q)), _rope(_norm(k)), v, is_causal=True)
+        a = jax.nn.dot_product_attention(rope(qk_norm(q)), rope(qk_norm(k)), v, is_causal=True)
         x = x + nn.Dense(F)(a.reshape(B, T, F))
         h = nn.RMSNorm(epsilon=EPS)(x)
         return x + nn.Dense(F)(jnp.square(nn.relu(nn.Dense(4 * F)(h))))

@@ -42,6 +42,7 @@ from models.zoo import MODELS, sequence_cross_entropy
 
 optax = pytest.importorskip("optax")
 nn = pytest.importorskip("flax.linen")
+from lm_memory import qk_norm, rope  # noqa: E402
 from paired import interleave, paired, record  # noqa: E402
 
 VOCAB, CONTEXT, WIDTH, DEPTH, HEADS, BATCH = 512, 128, 256, 4, 4, 8
@@ -50,28 +51,13 @@ ROUNDS = int(os.environ.get("HARNESS_BENCH_ROUNDS", "11"))
 EPS = 1e-6
 
 
-def _rope(x):
-    """Half-truncated rotary embedding of ``x (B, T, H, D)`` (modded-nanogpt's, written anew)."""
-    D = x.shape[-1]
-    freq = (1.0 / 1024) ** jnp.linspace(0.0, 1.0, D // 4)
-    freq = jnp.concatenate([freq, jnp.zeros(D // 2 - D // 4)])
-    angle = jnp.arange(x.shape[1], dtype=jnp.float32)[:, None] * freq
-    c, s = jnp.cos(angle)[None, :, None], jnp.sin(angle)[None, :, None]
-    a, b = x[..., : D // 2], x[..., D // 2:]
-    return jnp.concatenate([a * c + b * s, b * c - a * s], axis=-1)
-
-
-def _qk_norm(x):
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + EPS)
-
-
 class Block(nn.Module):
     @nn.compact
     def __call__(self, x):
         B, T, F = x.shape
         h = nn.RMSNorm(epsilon=EPS, name="attn_norm")(x)
         q, k, v = (nn.Dense(F, name=n)(h).reshape(B, T, HEADS, F // HEADS) for n in "qkv")
-        q, k = _rope(_qk_norm(q)), _rope(_qk_norm(k))
+        q, k = rope(qk_norm(q)), rope(qk_norm(k))
         a = nn.dot_product_attention(q, k, v, mask=nn.make_causal_mask(jnp.ones((B, T))))
         x = x + nn.Dense(F, name="out")(a.reshape(B, T, F))
         h = nn.RMSNorm(epsilon=EPS, name="mlp_norm")(x)
