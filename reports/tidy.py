@@ -277,6 +277,7 @@ class Leaderboard(pd.DataFrame):
         digits = _column_digits(df, "test")
         tdigits = _column_digits(df, "seconds_to_target", "median")
         lm = "valid_perplexity_mean" in df and df["valid_perplexity_mean"].notna().any()
+        pdigits = _column_digits(df, "valid_perplexity", n_col="test_n") if lm else None
         rows = []
         for r in df.itertuples(index=False):
             row: dict[str, Any] = {}
@@ -302,7 +303,7 @@ class Leaderboard(pd.DataFrame):
             if lm:
                 row["Validation perplexity"] = format_interval(
                     r.valid_perplexity_mean, r.valid_perplexity_lo, r.valid_perplexity_hi,
-                    _n(r.test_n), say_how=False)
+                    _n(r.test_n), say_how=False, digits=pdigits)
             row["Seeds"] = f"{_n(r.n_finished)}/{_n(r.n_seeds)}"
             rows.append(row)
         return pd.DataFrame(rows)
@@ -352,12 +353,14 @@ def _n(v) -> int:
     return 0 if v is None or pd.isna(v) else int(v)
 
 
-def _column_digits(df: pd.DataFrame, prefix: str, center: str = "mean") -> int | None:
+def _column_digits(df: pd.DataFrame, prefix: str, center: str = "mean",
+                   n_col: str | None = None) -> int | None:
     """One number of decimals for a column (:func:`reports.leaderboard.column_digits`'s rule);
-    ``center``: the statistic's column suffix (``mean``; ``median`` for time to target)."""
+    ``center``: the statistic's column suffix (``mean``; ``median`` for time to target); ``n_col``:
+    the count of values behind each cell (default ``<prefix>_n``)."""
     from reports.leaderboard import column_digits
 
-    n_col = f"{prefix}_n"
+    n_col = n_col or f"{prefix}_n"
     cells = [(m, lo, hi, _n(n), "") for m, lo, hi, n in zip(df[f"{prefix}_{center}"], df[f"{prefix}_lo"],
                                                             df[f"{prefix}_hi"], df[n_col], strict=True)
              if isinstance(m, float) and math.isfinite(m)]

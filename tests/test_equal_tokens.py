@@ -108,3 +108,16 @@ def test_res_trials_give_a_language_models_tokens_to_target():
     assert t.loc[("muon", 0), "tokens_per_step"] == 256.0
     assert t.loc[("muon", 0), "tokens_to_target"] == 20 * 256.0
     assert t.loc[("adam", 1), "tokens_to_target"] == 60 * 256.0
+
+
+def test_the_markdown_leaderboards_perplexity_has_one_number_of_decimals():
+    """``report --format md``'s perplexity cells each took their own decimals ("23.56 [23.44,
+    23.67]" above "12.120 [12.071, 12.169]"); the column now shares one, as the test column does."""
+    from reports.tidy import leaderboard_table
+
+    f = _lm_frame()
+    f.loc[f["optimizer"] == "muon", N.M_FINAL_LOSS] = [2.495, 2.503]  # a narrow interval: 3 decimals
+    table = leaderboard_table(f, has_target=True).table().set_index("Optimizer")
+    ppl = table["Validation perplexity"]
+    decimals = {len(cell.split(" ")[0].split(".")[1]) for cell in ppl}
+    assert decimals == {3}, ppl.tolist()
